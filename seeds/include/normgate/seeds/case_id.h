@@ -1,0 +1,68 @@
+// normgate/seeds/case_id.h: the canonical, pasteable name of one generated case.
+//
+// Syntax: comma-separated key=value pairs, e.g.
+//   H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17
+// Keys (all required unless a default is given):
+//   H       normalized length (columns), 1..16384 (forms heads24/heads4: must be 256)
+//   T       tokens (rows of the leading dimension), 0..2^31
+//   w       weight dtype: bf16 | fp32
+//   form    plain | res | heads24 | heads4                (default plain)
+//   family  normal | llm | cancel | zeros | tiny | huge | specials
+//   seed    0..2^64-1
+//   eps     RMSNorm epsilon, finite > 0                    (default 1e-6)
+//   kappa   cancel only: target per-column condition number
+//           sum|dy*xhat| / |sum dy*xhat|, 1e2..1e12       (default 1e8)
+// Keys may come in any order when parsed; to_string() prints the canonical
+// order H,T,w,form,family,seed[,eps][,kappa] and omits defaults, so
+// parse(to_string(c)) == c and to_string(parse(s)) is the canonical form of s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "normgate/core/types.h"
+
+namespace normgate::seeds {
+
+/// Input families. Gate families: normal, llm, cancel. Robustness: the rest.
+enum class Family : uint8_t { normal = 0, llm = 1, cancel = 2, zeros = 3, tiny = 4, huge = 5, specials = 6 };
+
+/// Family name as used in case ids.
+std::string_view to_string(Family f);
+/// Parse a family name; throws std::invalid_argument naming the bad value.
+Family parse_family(std::string_view s);
+/// True for the three families gated by default (normal, llm, cancel).
+bool is_gate_family(Family f);
+
+inline constexpr double kDefaultEps = 1e-6;
+inline constexpr double kDefaultKappa = 1e8;
+
+/// One case: shape, dtype, form, family, seed and numeric parameters.
+struct CaseId {
+  int64_t H = 0;
+  int64_t T = 0;
+  WDtype w = WDtype::bf16;
+  Form form = Form::plain;
+  Family family = Family::normal;
+  uint64_t seed = 0;
+  double eps = kDefaultEps;
+  double kappa = kDefaultKappa;
+
+  /// Rows per token (1 for plain/res, 24 or 4 for the head forms).
+  int64_t heads() const;
+  /// Normalized rows = T * heads().
+  int64_t rows() const { return T * heads(); }
+  bool operator==(const CaseId&) const = default;
+};
+
+/// Canonical string (see file comment).
+std::string to_string(const CaseId& c);
+
+/// Parse a case id. Throws std::invalid_argument with a message naming the
+/// offending key or value: unknown key, duplicate key, missing required key,
+/// non-numeric or out-of-range number, kappa given for a family other than
+/// cancel, H != 256 for a head form.
+CaseId parse_case(std::string_view s);
+
+}  // namespace normgate::seeds
