@@ -49,7 +49,7 @@ struct RowView {
   /// Pointer to normalized row r (r = t*heads + h).
   const T* row(int64_t r) const { return p + (r / heads) * stride_t + (r % heads) * stride_h; }
   /// Contiguous plain [T, H] view.
-  static RowView plain(const T* p, int64_t T, int64_t H) { return {p, T, 1, H, H, 0}; }
+  static RowView plain(const T* ptr, int64_t rows, int64_t H) { return {ptr, rows, 1, H, H, 0}; }
 };
 
 /// A weight vector of `cols` elements, BF16 bits or binary32.

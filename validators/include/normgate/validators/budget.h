@@ -1,7 +1,7 @@
 // normgate/validators/budget.h: the accuracy budgets and the per-element ratio.
 //
 // Per element: err = |got - ref|, tol = atol + rtol*|ref|, ratio = err/tol.
-// Budgets (one table, budgets() below):
+// Budgets (one table, budget() below):
 //   y      atol 1e-2  rtol 1e-2
 //   rstd   atol 0     rtol 1e-5
 //   dx     atol 1e-2  rtol 1e-2   (form res: applies to dh)
@@ -10,6 +10,9 @@
 // Non-finite values: a NaN reference expects NaN (ratio 0 if got is NaN, inf
 // otherwise); a +-Inf reference expects the same Inf; NaN or Inf where the
 // reference is finite is a failure with ratio = inf.
+//
+// An element passes when ratio <= 1. All values are in the tensor's own units
+// (got widened exactly to double: BF16 and FP32 values are doubles).
 #pragma once
 
 #include <array>
@@ -18,26 +21,39 @@
 
 namespace normgate::validators {
 
+/// The outputs of one training step that are validated, in report order.
 enum class Output : uint8_t { y = 0, rstd = 1, dx = 2, dw = 3, h_new = 4 };
 inline constexpr int kNumOutputs = 5;
 
+/// Name of an output: "y", "rstd", "dx", "dw", "h_new" ("?" for a value
+/// outside the enum). Never throws.
 std::string_view to_string(Output o);
 
+/// One budget: tol = atol + rtol*|ref|, or bitwise equality when `exact`.
 struct Budget {
   double atol = 0;
   double rtol = 0;
   bool exact = false;  ///< bitwise equality required (ratio 0 or inf)
 };
 
-/// The budget table (see file comment).
+/// The budget table (see file comment). Throws std::invalid_argument for a
+/// value outside the Output enum.
 Budget budget(Output o);
 
-/// tol = atol + rtol*|ref| (0 for exact budgets).
+/// tol = atol + rtol*|ref| (0 for exact budgets). For ref = +-Inf and rtol > 0
+/// this is inf; for NaN ref it is NaN (ratio() never uses tol there).
 double tolerance(const Budget& b, double ref);
 
 /// err/tol with the non-finite rules above. For exact budgets: 0 if got == ref
-/// (both NaN counts as equal), inf otherwise. When tol == 0 and err == 0 the
-/// ratio is 0; when tol == 0 and err > 0 it is inf.
+/// (both NaN counts as equal; +0 and -0 differ, as their bits do), inf
+/// otherwise. When tol == 0 and err == 0 the ratio is 0; when tol == 0 and
+/// err > 0 it is inf. The result is never NaN and never negative; it is +inf
+/// for every non-finite failure (and may also be +inf when err/tol overflows).
 double ratio(const Budget& b, double got, double ref);
+
+/// True when (got, ref) fails by the non-finite rules alone: NaN/Inf got where
+/// ref is finite, non-NaN got where ref is NaN, or a different value where
+/// ref is +-Inf. Independent of the budget. Never throws.
+bool nonfinite_failure(double got, double ref);
 
 }  // namespace normgate::validators

@@ -1,5 +1,14 @@
 // normgate/validators/check.h: validate one implementation's outputs for one
 // case against the oracle, element by element.
+//
+// Per tensor (budgets in budget.h; flat indices row-major over [rows, cols]):
+//   y     BF16 [rows, cols]  vs ref.y(r,j);   ideal = BF16(ref.y)      (rounded once)
+//   rstd  FP32 [rows]        vs ref.rstd(r);  ideal = ref.rstd_f32(r) = FP32(exact rstd)
+//   dx    BF16 [rows, cols]  vs ref.dx(r,j);  ideal = BF16(ideal.dx)   (fp32_rounded rstd)
+//   dw    FP32 [cols]        vs ref.dw(j);    ideal = FP32(ideal.dw)   (fp32_rounded rstd)
+//   h_new BF16 [rows, cols]  exact vs a caller-provided BF16(h+u) (form res only)
+// "ideal" is what a kernel that computes exactly and rounds once to the output
+// dtype would return; its ratio is the part of the error the interface forces.
 #pragma once
 
 #include <cstdint>
@@ -15,26 +24,60 @@ namespace normgate::validators {
 
 /// Result of validating one case.
 struct CaseResult {
-  std::vector<RatioStats> tensors;  ///< y, rstd, dx, dw (and h_new for res)
+  std::vector<RatioStats> tensors;  ///< y, rstd, dx, dw (and h_new for res), in that order
   /// dw error relative to the FP32 baseline on the same inputs:
   /// max_j |dw_got - ref| / max_j |dw_fp32 - ref| (NaN when no baseline given,
-  /// 0/0 -> 1). A value <= 1 means "not worse than FP32 eager".
+  /// 0/0 -> 1, x/0 -> inf for x > 0). A value <= 1 means "not worse than FP32
+  /// eager". Errors follow the non-finite rules: 0 where got matches a
+  /// non-finite ref, inf where the rules fail.
   double dw_vs_fp32_worst = 0;
   /// Median over columns of |dw_got - ref| / |dw_fp32 - ref| (columns where
-  /// the baseline error is 0 are skipped).
+  /// the baseline error is 0 are skipped; mean of the two middle values for an
+  /// even count). NaN when no baseline is given or every column is skipped.
   double dw_vs_fp32_median = 0;
-  /// Worst dw column's conditioning sum|dy*xhat| / |sum dy*xhat|.
+  /// Conditioning sum_r|dy*xhat| / |sum_r dy*xhat| = ref.dw_abs(j)/|ref.dw(j).v|
+  /// of the worst dw column (the one at get(Output::dw).worst.index).
+  /// 0/0 -> 1, x/0 -> inf. 0 when cols == 0.
   double dw_worst_condition = 0;
+  /// Max over columns of the same conditioning (added). 0 when cols == 0.
+  double dw_max_condition = 0;
+  /// True when every tensor passes (no element with ratio > 1).
   bool pass() const;
+  /// The stats of output o. Throws std::out_of_range when o was not validated
+  /// (h_new outside form res).
   const RatioStats& get(Output o) const;
 };
+
+/// Round a double to the nearest BF16 value (ties to even) in ONE rounding,
+/// returned as binary32 (exact). Unlike round_bf16(float(v)) there is no
+/// double rounding. BF16 subnormals (down to 2^-133) are produced; |v| at or
+/// beyond (2 - 2^-8)*2^127 rounds to +-inf; NaN stays NaN; signs of 0 and inf
+/// are kept. Never throws.
+float round_to_bf16(double v);
 
 /// Validate `got` for problem p. `ref` is the FP64 reference (RstdMode::fp64);
 /// `ideal` the same problem in RstdMode::fp32_rounded (used for the forced
 /// part of dx/dw errors; y/rstd forced parts come from rounding ref once).
-/// `baseline` is the FP32 baseline's outputs (may be null).
-/// Throws std::invalid_argument if any output has the wrong size.
+/// `baseline` is the FP32 baseline's outputs (may be null; only its dw is read).
+/// `threads` <= 0 means the OpenMP default; the result is bitwise identical for
+/// every thread count.
+/// Sizes (rows = p.x.rows(), cols = p.x.cols): got.y, got.dx rows*cols;
+/// got.rstd rows; got.dw cols; baseline->dw cols; ref and ideal rows x cols.
+/// Throws std::invalid_argument if any output has the wrong size (the message
+/// names the tensor, the expected and the actual size), if got.h_new is
+/// non-empty (use the overload below with the expected h_new), or if ref /
+/// ideal were not computed with RstdMode::fp64 / RstdMode::fp32_rounded.
 CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
                          const oracle::Reference& ideal, const Outputs* baseline, int threads = 0);
+
+/// As above, and additionally (added) checks got.h_new bitwise against
+/// `h_new_expected` (BF16 bits [rows, cols], the oracle's BF16(h+u)) when
+/// h_new_expected is non-empty; the result then has a fifth tensor, h_new.
+/// Throws std::invalid_argument when h_new_expected is non-empty and either it
+/// or got.h_new is not rows*cols elements, or when h_new_expected is empty but
+/// got.h_new is not.
+CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
+                         const oracle::Reference& ideal, const Outputs* baseline, int threads,
+                         const std::vector<uint16_t>& h_new_expected);
 
 }  // namespace normgate::validators

@@ -1,0 +1,255 @@
+// Tests for validators/stats: histogram binning, quantile bounds, the
+// streaming summary and merge == one sequential pass.
+#include "normgate/validators/stats.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "stats_eq.h"
+
+namespace nv = normgate::validators;
+using nv::Histogram;
+using nv::Output;
+using nv::RatioStats;
+using nv::testing::expect_same;
+
+namespace {
+const double inf = std::numeric_limits<double>::infinity();
+const double nan_ = std::numeric_limits<double>::quiet_NaN();
+constexpr int kLast = Histogram::kBins - 1;
+constexpr int kOverflow = Histogram::kBins - 2;
+}  // namespace
+
+TEST(Histogram, Layout) {
+  // One bin for 0, one underflow, (kMax-kMin)*kPerDecade log bins, one finite
+  // overflow, one for inf.
+  EXPECT_EQ(Histogram::kBins, 4 + (Histogram::kMaxDecade - Histogram::kMinDecade) * Histogram::kPerDecade);
+  EXPECT_EQ(Histogram::lower(0), 0.0);
+  EXPECT_EQ(Histogram::upper(0), 0.0);
+  EXPECT_EQ(Histogram::lower(1), 0.0);
+  EXPECT_EQ(Histogram::upper(1), 1e-8);
+  EXPECT_EQ(Histogram::lower(kOverflow), 1e4);
+  EXPECT_EQ(Histogram::upper(kOverflow), inf);
+  EXPECT_EQ(Histogram::lower(kLast), inf);
+  EXPECT_EQ(Histogram::upper(kLast), inf);
+  EXPECT_THROW(Histogram::lower(-1), std::out_of_range);
+  EXPECT_THROW(Histogram::upper(Histogram::kBins), std::out_of_range);
+}
+
+TEST(Histogram, EdgesAreContiguousAndLogSpaced) {
+  const double step = std::pow(10.0, 1.0 / Histogram::kPerDecade);
+  for (int k = 1; k < kOverflow; ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(Histogram::upper(k), Histogram::lower(k + 1));
+    // Closed above: the upper edge itself is in bin k, the next double is not.
+    EXPECT_EQ(Histogram::bin(Histogram::upper(k)), k);
+    EXPECT_EQ(Histogram::bin(std::nextafter(Histogram::upper(k), inf)), k + 1);
+    if (k >= 2) {
+      EXPECT_NEAR(Histogram::upper(k) / Histogram::lower(k), step, 1e-12);
+      // Geometric midpoint 10^(kMin + (k-2+0.5)/kPerDecade) lies inside bin k.
+      const double mid = std::pow(10.0, Histogram::kMinDecade + (k - 2 + 0.5) / Histogram::kPerDecade);
+      EXPECT_EQ(Histogram::bin(mid), k);
+    }
+  }
+  // Decade edges are the decimal literals: 1 is the upper edge of a bin.
+  const int k1 = Histogram::bin(1.0);
+  EXPECT_EQ(Histogram::upper(k1), 1.0);
+  EXPECT_EQ(k1, 2 + (0 - Histogram::kMinDecade) * Histogram::kPerDecade - 1);
+  EXPECT_EQ(Histogram::bin(1e4), kOverflow - 1);
+  EXPECT_EQ(Histogram::upper(kOverflow - 1), 1e4);
+}
+
+TEST(Histogram, BinContainsRatio) {
+  // Definition check on log-uniform ratios over [1e-10, 1e6]: bin(r) = k iff
+  // lower(k) < r <= upper(k).
+  uint64_t s = 3;
+  for (int i = 0; i < 200000; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double r = std::pow(10.0, -10 + 16 * (static_cast<double>(s >> 11) * 0x1p-53));
+    const int k = Histogram::bin(r);
+    ASSERT_LT(Histogram::lower(k), r) << r;
+    ASSERT_LE(r, Histogram::upper(k)) << r;
+  }
+}
+
+TEST(Histogram, SpecialValues) {
+  EXPECT_EQ(Histogram::bin(0.0), 0);
+  EXPECT_EQ(Histogram::bin(-0.0), 0);
+  EXPECT_EQ(Histogram::bin(std::numeric_limits<double>::denorm_min()), 1);
+  EXPECT_EQ(Histogram::bin(1e-9), 1);
+  EXPECT_EQ(Histogram::bin(1e-8), 1);
+  EXPECT_EQ(Histogram::bin(std::nextafter(1e-8, 1.0)), 2);
+  EXPECT_EQ(Histogram::bin(std::nextafter(1e4, inf)), kOverflow);
+  EXPECT_EQ(Histogram::bin(std::numeric_limits<double>::max()), kOverflow);
+  EXPECT_EQ(Histogram::bin(inf), kLast);
+  EXPECT_EQ(Histogram::bin(nan_), kLast);
+}
+
+TEST(Histogram, QuantileUpper) {
+  Histogram h;
+  EXPECT_EQ(h.quantile_upper(0.5), 0.0);  // empty
+  EXPECT_THROW(h.quantile_upper(-0.1), std::invalid_argument);
+  EXPECT_THROW(h.quantile_upper(1.1), std::invalid_argument);
+  EXPECT_THROW(h.quantile_upper(nan_), std::invalid_argument);
+  // 7 zeros, 2 x 0.5, 1 x 3: n = 10, the q-quantile is the ceil(10q)-th smallest.
+  for (int i = 0; i < 7; ++i) ++h.count[Histogram::bin(0.0)];
+  for (int i = 0; i < 2; ++i) ++h.count[Histogram::bin(0.5)];
+  ++h.count[Histogram::bin(3.0)];
+  EXPECT_EQ(h.total(), 10);
+  const double u05 = Histogram::upper(Histogram::bin(0.5));
+  const double u3 = Histogram::upper(Histogram::bin(3.0));
+  EXPECT_GE(u05, 0.5);
+  EXPECT_LT(Histogram::lower(Histogram::bin(0.5)), 0.5);
+  EXPECT_GE(u3, 3.0);
+  EXPECT_EQ(h.quantile_upper(0.0), 0.0);   // rank 1
+  EXPECT_EQ(h.quantile_upper(0.7), 0.0);   // rank 7
+  EXPECT_EQ(h.quantile_upper(0.71), u05);  // rank 8
+  EXPECT_EQ(h.quantile_upper(0.9), u05);   // rank 9
+  EXPECT_EQ(h.quantile_upper(0.91), u3);   // rank 10
+  EXPECT_EQ(h.quantile_upper(1.0), u3);
+  ++h.count[Histogram::bin(inf)];
+  EXPECT_EQ(h.quantile_upper(1.0), inf);
+}
+
+TEST(Histogram, RatioOneBoundsQuantileByOne) {
+  Histogram h;
+  ++h.count[Histogram::bin(1.0)];
+  ++h.count[Histogram::bin(0.25)];
+  EXPECT_EQ(h.quantile_upper(1.0), 1.0);
+  ++h.count[Histogram::bin(std::nextafter(1.0, 2.0))];
+  EXPECT_GT(h.quantile_upper(1.0), 1.0);
+}
+
+TEST(RatioStats, AddTracksWorstAndCounts) {
+  RatioStats s(Output::y);
+  const double tol1 = 1e-2 + 1e-2 * 1.0;  // y tolerance at |ref| = 1
+  EXPECT_EQ(s.add(10, 1.0, 1.0, 0.0, 1.0), 0.0);
+  EXPECT_EQ(s.worst.index, 10);  // first element is the worst of one
+  const double r = s.add(20, 1.5, 1.0, 1e-3, 1.001);
+  EXPECT_EQ(r, 0.5 / tol1);
+  EXPECT_EQ(s.worst.index, 20);
+  EXPECT_EQ(s.worst.ratio, 0.5 / tol1);
+  EXPECT_EQ(s.worst.got, 1.5);
+  EXPECT_EQ(s.worst.ref, 1.0);
+  EXPECT_EQ(s.worst.err, 0.5);
+  EXPECT_EQ(s.worst.tol, tol1);
+  EXPECT_EQ(s.worst.bound, 1e-3);
+  EXPECT_EQ(s.worst.ideal, 1.001);
+  EXPECT_EQ(s.worst.forced, std::fabs(1.001 - 1.0) / tol1);
+  EXPECT_EQ(s.max_forced, std::fabs(1.001 - 1.0) / tol1);
+  EXPECT_EQ(s.max_bound_ratio, 1e-3 / tol1);
+  // Same ratio at a higher index: worst stays; at a lower index: worst moves.
+  s.add(30, 0.5, 1.0, 0.0, 1.0);
+  EXPECT_EQ(s.worst.index, 20);
+  s.add(5, 0.5, 1.0, 0.0, 1.0);
+  EXPECT_EQ(s.worst.index, 5);
+  EXPECT_EQ(s.worst.got, 0.5);
+  EXPECT_EQ(s.n, 4);
+  EXPECT_EQ(s.over, 3);  // ratio 0.5/0.02 = 25 three times
+  EXPECT_EQ(s.nonfinite_fail, 0);
+  EXPECT_FALSE(s.pass());
+  EXPECT_EQ(s.hist.total(), 4);
+  EXPECT_EQ(s.hist.count[0], 1);
+  EXPECT_EQ(s.hist.count[Histogram::bin(0.5 / tol1)], 3);
+  // A NaN beats every finite failure.
+  s.add(40, nan_, 2.0, 0.0, 2.0);
+  EXPECT_EQ(s.worst.index, 40);
+  EXPECT_EQ(s.worst.ratio, inf);
+  EXPECT_EQ(s.worst.err, inf);
+  EXPECT_EQ(s.nonfinite_fail, 1);
+  EXPECT_EQ(s.over, 4);
+  EXPECT_EQ(s.hist.count[kLast], 1);
+}
+
+TEST(RatioStats, RatioOneIsNotOver) {
+  RatioStats s(Output::dx);
+  // Make got - ref exactly tol: pick ref = 0 so tol = atol = 1e-2 and got = 1e-2.
+  EXPECT_EQ(s.add(0, 1e-2, 0.0, 0.0, 0.0), 1.0);
+  EXPECT_EQ(s.over, 0);
+  EXPECT_TRUE(s.pass());
+}
+
+TEST(RatioStats, BoundRatioRules) {
+  RatioStats s(Output::rstd);
+  s.add(0, 0.0, 0.0, 0.0, 0.0);  // tol 0, bound 0 -> 0
+  EXPECT_EQ(s.max_bound_ratio, 0.0);
+  s.add(1, inf, inf, 5.0, inf);  // non-finite ref: no bound ratio
+  EXPECT_EQ(s.max_bound_ratio, 0.0);
+  EXPECT_EQ(s.over, 0);
+  s.add(2, 0.0, 0.0, 1e-300, 0.0);  // tol 0 < bound -> inf
+  EXPECT_EQ(s.max_bound_ratio, inf);
+}
+
+namespace {
+
+// Deterministic element stream with a spread of ratios, ties on the max
+// ratio (indices 123, 456, 789), non-finite values and zero errors.
+struct Elem {
+  double got, ref, bound, ideal;
+};
+
+std::vector<Elem> stream(int n) {
+  std::vector<Elem> v(n);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(s >> 11) * 0x1p-53;  // [0, 1)
+  };
+  for (int i = 0; i < n; ++i) {
+    const double ref = 4 * next() - 2;
+    const double e = std::pow(10.0, -9 + 11 * next()) * (next() < 0.5 ? -1 : 1);  // |err| 1e-9 .. 1e2
+    v[i] = {ref + e, ref, 1e-9 * next(), ref + e * 1e-3};
+    if (i % 97 == 0) v[i].got = ref;  // zero errors
+  }
+  for (int i : {123, 456, 789}) v[i] = {2.0 + 1e3, 2.0, 0.0, 2.0};  // the max finite ratio, tied
+  v[901] = {nan_, nan_, 0.0, nan_};  // NaN expected NaN: passes
+  v[902] = {inf, inf, 0.0, inf};
+  return v;
+}
+
+RatioStats sequential(const std::vector<Elem>& v, int lo, int hi, bool reverse = false) {
+  RatioStats s(Output::dx);
+  for (int k = 0; k < hi - lo; ++k) {
+    const int i = reverse ? hi - 1 - k : lo + k;
+    s.add(i, v[i].got, v[i].ref, v[i].bound, v[i].ideal);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(RatioStats, MergeEqualsSequential) {
+  const std::vector<Elem> v = stream(1000);
+  const RatioStats seq = sequential(v, 0, 1000);
+  EXPECT_EQ(seq.worst.index, 123);  // lowest of the three tied indices
+  EXPECT_EQ(seq.worst.ratio, 1e3 / (1e-2 + 1e-2 * 2.0));
+  EXPECT_EQ(seq.n, 1000);
+  const int cuts[] = {0, 137, 456, 457, 800, 1000};  // one cut lands on a tie
+  std::vector<RatioStats> parts;
+  for (int c = 0; c + 1 < 6; ++c) parts.push_back(sequential(v, cuts[c], cuts[c + 1]));
+  RatioStats merged(Output::dx);
+  for (const RatioStats& p : parts) merged.merge(p);
+  expect_same(merged, seq);
+  // Order independence: reverse merge order and a reversed sequential pass.
+  RatioStats rmerged(Output::dx);
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) rmerged.merge(*it);
+  expect_same(rmerged, seq);
+  expect_same(sequential(v, 0, 1000, true), seq);
+  // Merging an empty partial changes nothing.
+  RatioStats with_empty = seq;
+  with_empty.merge(RatioStats(Output::dx));
+  expect_same(with_empty, seq);
+  RatioStats empty_first(Output::dx);
+  empty_first.merge(seq);
+  expect_same(empty_first, seq);
+}
+
+TEST(RatioStats, MergeRejectsOtherOutput) {
+  RatioStats a(Output::y);
+  EXPECT_THROW(a.merge(RatioStats(Output::dx)), std::invalid_argument);
+}

@@ -1,0 +1,211 @@
+// check.cpp: validate one case's outputs against the FP64 oracle.
+#include "normgate/validators/check.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "normgate/core/bf16.h"
+
+namespace normgate::validators {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Largest finite BF16, 0x7F7F = (2 - 2^-7) * 2^127.
+constexpr double kMaxBf16 = 0x1.fep+127;
+
+void check_size(const char* what, size_t actual, int64_t expected, const std::string& shape) {
+  if (static_cast<int64_t>(actual) != expected)
+    throw std::invalid_argument(std::string("validate_case: ") + what + " has " + std::to_string(actual) +
+                                " elements, expected " + std::to_string(expected) + " (" + shape + ")");
+}
+
+// |got - ref| under the non-finite rules: 0 where they pass, inf where they fail.
+double rule_err(double got, double ref) {
+  if (std::isfinite(got) && std::isfinite(ref)) return std::fabs(got - ref);
+  return nonfinite_failure(got, ref) ? kInf : 0.0;
+}
+
+// a / b for non-negative errors with equal values (0/0, inf/inf) -> 1, x/0 -> inf.
+double err_quotient(double a, double b) {
+  if (a == b) return 1.0;
+  if (b == 0.0) return kInf;
+  return a / b;  // b > 0; a, b not both inf here
+}
+
+// sum|dy*xhat| / |sum dy*xhat| for column j; 0/0 -> 1, x/0 -> inf, NaN -> inf.
+double condition(const oracle::Reference& ref, int64_t j) {
+  const double num = ref.dw_abs(j);
+  const double den = std::fabs(ref.dw(j).v);
+  if (den == 0.0) return num == 0.0 ? 1.0 : kInf;
+  const double c = num / den;
+  return std::isnan(c) ? kInf : c;
+}
+
+double median_of(std::vector<double>& v) {
+  if (v.empty()) return kNaN;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + mid);
+  if (lo == hi) return hi;   // also covers inf, inf
+  return lo + (hi - lo) / 2;  // no overflow
+}
+
+}  // namespace
+
+float round_to_bf16(double v) {
+  if (!std::isfinite(v) || v == 0.0) return static_cast<float>(v);  // NaN (quiet, sign kept), +-inf, +-0
+  // BF16 has 8 significant bits; its quantum at binade e is 2^(e-7), with
+  // e clamped at the smallest normal exponent -126 (subnormals, quantum 2^-133).
+  int e = std::ilogb(v);
+  if (e < -126) e = -126;
+  const double scaled = std::ldexp(v, 7 - e);     // exact: scaling by a power of two
+  const double n = std::nearbyint(scaled);        // the one rounding (ties to even)
+  const double r = std::ldexp(n, e - 7);          // exact
+  if (std::fabs(r) > kMaxBf16) return static_cast<float>(std::copysign(kInf, v));
+  return static_cast<float>(r);                   // exact: r is a BF16 value
+}
+
+bool CaseResult::pass() const {
+  return std::all_of(tensors.begin(), tensors.end(), [](const RatioStats& s) { return s.pass(); });
+}
+
+const RatioStats& CaseResult::get(Output o) const {
+  for (const RatioStats& s : tensors)
+    if (s.output() == o) return s;
+  throw std::out_of_range("CaseResult::get: output " + std::string(to_string(o)) + " was not validated");
+}
+
+CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
+                         const oracle::Reference& ideal, const Outputs* baseline, int threads) {
+  if (!got.h_new.empty())
+    throw std::invalid_argument("validate_case: got.h_new has " + std::to_string(got.h_new.size()) +
+                                " elements but no expected h_new was given (expected 0 elements, "
+                                "or call the overload with h_new_expected)");
+  return validate_case(p, got, ref, ideal, baseline, threads, {});
+}
+
+CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
+                         const oracle::Reference& ideal, const Outputs* baseline, int threads,
+                         const std::vector<uint16_t>& h_new_expected) {
+  const int64_t rows = p.x.rows();
+  const int64_t cols = p.x.cols;
+  const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
+  const std::string rs = "rows = " + std::to_string(rows);
+  const std::string cs = "cols = " + std::to_string(cols);
+  if (rows < 0 || cols < 0)
+    throw std::invalid_argument("validate_case: problem has negative extent (" + rc + ")");
+  if (ref.options().rstd != oracle::RstdMode::fp64)
+    throw std::invalid_argument("validate_case: ref must be computed with RstdMode::fp64");
+  if (ideal.options().rstd != oracle::RstdMode::fp32_rounded)
+    throw std::invalid_argument("validate_case: ideal must be computed with RstdMode::fp32_rounded");
+  check_size("ref rows", static_cast<size_t>(ref.rows()), rows, rs);
+  check_size("ref cols", static_cast<size_t>(ref.cols()), cols, cs);
+  check_size("ideal rows", static_cast<size_t>(ideal.rows()), rows, rs);
+  check_size("ideal cols", static_cast<size_t>(ideal.cols()), cols, cs);
+  check_size("got.y", got.y.size(), rows * cols, rc);
+  check_size("got.rstd", got.rstd.size(), rows, rs);
+  check_size("got.dx", got.dx.size(), rows * cols, rc);
+  check_size("got.dw", got.dw.size(), cols, cs);
+  const bool do_h = !h_new_expected.empty();
+  if (do_h) {
+    check_size("h_new_expected", h_new_expected.size(), rows * cols, rc);
+    check_size("got.h_new", got.h_new.size(), rows * cols, rc);
+  } else if (!got.h_new.empty()) {
+    check_size("got.h_new (no h_new_expected given)", got.h_new.size(), 0, "nothing to compare with");
+  }
+  if (baseline) check_size("baseline->dw", baseline->dw.size(), cols, cs);
+
+  // --- y, rstd, dx (and h_new): OpenMP over rows, static schedule. Thread t
+  // owns a contiguous range of rows, so merging partials in thread order is
+  // merging in row (= index) order; the summary is the sequential one.
+  const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
+  std::vector<RatioStats> py(nt, RatioStats(Output::y)), pr(nt, RatioStats(Output::rstd)),
+      pd(nt, RatioStats(Output::dx)), ph(nt, RatioStats(Output::h_new));
+  std::vector<std::exception_ptr> errs(nt);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    RatioStats sy(Output::y), sr(Output::rstd), sd(Output::dx), sh(Output::h_new);
+    try {
+      std::vector<oracle::VB> yb(static_cast<size_t>(cols)), db(yb.size()), ib(yb.size());
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const oracle::VB rv = ref.rstd(r);
+        // Ideal rstd: the exact rstd rounded once to FP32 (the oracle's RN).
+        sr.add(r, static_cast<double>(got.rstd[r]), rv.v, rv.bound, static_cast<double>(ref.rstd_f32(r)));
+        if (cols == 0) continue;
+        ref.y_row(r, yb.data());
+        ref.dx_row(r, db.data());
+        ideal.dx_row(r, ib.data());
+        const int64_t base = r * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const oracle::VB yv = yb[j];
+          sy.add(base + j, static_cast<double>(bf16_to_float(got.y[base + j])), yv.v, yv.bound,
+                 static_cast<double>(round_to_bf16(yv.v)));
+          const oracle::VB dv = db[j];
+          const double dideal = static_cast<double>(round_to_bf16(ib[j].v));
+          sd.add(base + j, static_cast<double>(bf16_to_float(got.dx[base + j])), dv.v, dv.bound, dideal);
+          if (do_h) {
+            const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
+            sh.add(base + j, static_cast<double>(bf16_to_float(got.h_new[base + j])), hv, 0.0, hv);
+          }
+        }
+      }
+    } catch (...) {
+      errs[t] = std::current_exception();
+    }
+    py[t] = sy;
+    pr[t] = sr;
+    pd[t] = sd;
+    ph[t] = sh;
+  }
+  for (const auto& e : errs)
+    if (e) std::rethrow_exception(e);
+  RatioStats sy(Output::y), sr(Output::rstd), sd(Output::dx), sh(Output::h_new);
+  for (int t = 0; t < nt; ++t) {
+    sy.merge(py[t]);
+    sr.merge(pr[t]);
+    sd.merge(pd[t]);
+    sh.merge(ph[t]);
+  }
+
+  // --- dw: one value per column; sequential (cols is small next to rows*cols).
+  RatioStats sw(Output::dw);
+  double eg_max = 0, eb_max = 0, cmax = 0;
+  std::vector<double> quot;
+  if (baseline) quot.reserve(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) {
+    const oracle::VB wv = ref.dw(j);
+    const double g = static_cast<double>(got.dw[j]);
+    sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
+    cmax = std::max(cmax, condition(ref, j));
+    if (baseline) {
+      const double eg = rule_err(g, wv.v);
+      const double eb = rule_err(static_cast<double>(baseline->dw[j]), wv.v);
+      eg_max = std::max(eg_max, eg);
+      eb_max = std::max(eb_max, eb);
+      if (eb > 0.0) quot.push_back(err_quotient(eg, eb));
+    }
+  }
+
+  CaseResult res;
+  res.tensors = {sy, sr, sd, sw};
+  if (do_h) res.tensors.push_back(sh);
+  res.dw_vs_fp32_worst = baseline ? err_quotient(eg_max, eb_max) : kNaN;
+  res.dw_vs_fp32_median = baseline ? median_of(quot) : kNaN;
+  res.dw_worst_condition = sw.worst.index >= 0 ? condition(ref, sw.worst.index) : 0.0;
+  res.dw_max_condition = cmax;
+  return res;
+}
+
+}  // namespace normgate::validators

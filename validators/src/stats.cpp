@@ -1,0 +1,171 @@
+// stats.cpp: log-binned err/tol histogram and the streaming per-tensor summary.
+#include "normgate/validators/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace normgate::validators {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using H = Histogram;
+
+// Log-bin edges e[i] = 10^(kMinDecade + i/kPerDecade), i = 0..kLogBins. The
+// exponent is formed as an integer over kPerDecade so decade edges are
+// pow(10, integer) (1e-8, ..., 1, ..., 1e4 exactly as the literals round).
+const std::array<double, H::kLogBins + 1>& edges() {
+  static const std::array<double, H::kLogBins + 1> e = [] {
+    std::array<double, H::kLogBins + 1> a{};
+    for (int i = 0; i <= H::kLogBins; ++i) {
+      const int num = H::kMinDecade * H::kPerDecade + i;
+      a[i] = (num % H::kPerDecade == 0) ? std::pow(10.0, num / H::kPerDecade)
+                                         : std::pow(10.0, static_cast<double>(num) / H::kPerDecade);
+    }
+    return a;
+  }();
+  return e;
+}
+
+// Fast search: for each binary exponent x of a ratio in (e[0], e[kLogBins]],
+// first[x - exp_min] is the smallest i with e[i] >= 2^x. A ratio r in
+// [2^x, 2^(x+1)) has its answer i (smallest i with r <= e[i]) in
+// [first, first + 4]: edges are 10^(1/kPerDecade) ~ 1.26 apart, so at most 4
+// lie in a factor-2 interval and e[first + 4] >= 2^x * 10^0.4 > 2^(x+1).
+// The edge array is padded with +inf so first + 3 is always readable.
+struct FastBins {
+  static constexpr int kPad = 4;
+  int exp_min = 0, exp_max = 0;
+  std::vector<int> first;
+  std::array<double, H::kLogBins + 1 + kPad> e{};
+};
+
+const FastBins& fast_bins() {
+  static const FastBins f = [] {
+    static_assert(H::kPerDecade <= 10, "FastBins assumes at most 4 edges per factor of 2");
+    FastBins b;
+    const auto& e = edges();
+    std::copy(e.begin(), e.end(), b.e.begin());
+    std::fill(b.e.begin() + e.size(), b.e.end(), kInf);
+    b.exp_min = std::ilogb(e.front());
+    b.exp_max = std::ilogb(e.back());
+    for (int x = b.exp_min; x <= b.exp_max; ++x)
+      b.first.push_back(static_cast<int>(std::lower_bound(e.begin(), e.end(), std::ldexp(1.0, x)) - e.begin()));
+    return b;
+  }();
+  return f;
+}
+
+void check_bin(int k) {
+  if (k < 0 || k >= H::kBins)
+    throw std::out_of_range("Histogram: bin " + std::to_string(k) + " outside [0, " +
+                            std::to_string(H::kBins) + ")");
+}
+
+// True when (ratio, index) should replace the current worst w.
+bool beats(double ratio, int64_t index, const Worst& w) {
+  if (w.index < 0) return true;
+  if (ratio > w.ratio) return true;
+  return ratio == w.ratio && index < w.index;
+}
+
+}  // namespace
+
+int Histogram::bin(double ratio) {
+  if (std::isnan(ratio)) return kBins - 1;
+  if (ratio <= 0.0) return 0;
+  if (std::isinf(ratio)) return kBins - 1;
+  const FastBins& f = fast_bins();
+  if (ratio <= f.e[0]) return 1;
+  if (ratio > f.e[kLogBins]) return kBins - 2;
+  // Smallest i in [1, kLogBins] with ratio <= e[i]; log bin i+1 is (e[i-1], e[i]].
+  const int i0 = f.first[std::ilogb(ratio) - f.exp_min];
+  const int i = i0 + (f.e[i0] < ratio) + (f.e[i0 + 1] < ratio) + (f.e[i0 + 2] < ratio) + (f.e[i0 + 3] < ratio);
+  return i + 1;
+}
+
+double Histogram::lower(int k) {
+  check_bin(k);
+  if (k <= 1) return 0.0;
+  if (k == kBins - 1) return kInf;
+  return edges()[k - 2];  // k == kBins-2 gives e[kLogBins] = 10^kMaxDecade
+}
+
+double Histogram::upper(int k) {
+  check_bin(k);
+  if (k == 0) return 0.0;
+  if (k >= kBins - 2) return kInf;
+  return edges()[k - 1];  // k == 1 gives e[0] = 10^kMinDecade
+}
+
+int64_t Histogram::total() const {
+  int64_t t = 0;
+  for (int64_t c : count) t += c;
+  return t;
+}
+
+void Histogram::merge(const Histogram& other) {
+  for (int k = 0; k < kBins; ++k) count[k] += other.count[k];
+}
+
+double Histogram::quantile_upper(double q) const {
+  if (!(q >= 0.0 && q <= 1.0))
+    throw std::invalid_argument("Histogram::quantile_upper: q = " + std::to_string(q) +
+                                " outside [0, 1]");
+  const int64_t n = total();
+  if (n == 0) return 0.0;
+  int64_t m = static_cast<int64_t>(std::ceil(q * static_cast<double>(n)));
+  m = std::clamp<int64_t>(m, 1, n);
+  int64_t cum = 0;
+  for (int k = 0; k < kBins; ++k) {
+    cum += count[k];
+    if (cum >= m) return upper(k);
+  }
+  return kInf;  // unreachable: cum reaches n
+}
+
+double RatioStats::add(int64_t index, double got, double ref, double bound, double ideal) {
+  const double r = ratio(budget_, got, ref);
+  const double forced = ratio(budget_, ideal, ref);
+  const double tol = tolerance(budget_, ref);
+  ++n;
+  if (r > 1.0) {
+    ++over;
+    if (nonfinite_failure(got, ref)) ++nonfinite_fail;
+  }
+  if (forced > max_forced) max_forced = forced;
+  if (std::isfinite(ref)) {
+    double br;
+    if (std::isnan(bound)) br = kInf;
+    else if (bound == 0.0) br = 0.0;
+    else br = tol > 0.0 ? std::fabs(bound) / tol : kInf;
+    if (br > max_bound_ratio) max_bound_ratio = br;
+  }
+  ++hist.count[Histogram::bin(r)];
+  if (beats(r, index, worst)) {
+    double err;
+    if (std::isfinite(got) && std::isfinite(ref)) err = std::fabs(got - ref);
+    else err = nonfinite_failure(got, ref) ? kInf : 0.0;
+    worst = Worst{index, r, got, ref, err, tol, bound, forced, ideal};
+  }
+  return r;
+}
+
+void RatioStats::merge(const RatioStats& other) {
+  if (other.out_ != out_)
+    throw std::invalid_argument("RatioStats::merge: cannot merge " + std::string(to_string(other.out_)) +
+                                " into " + std::string(to_string(out_)));
+  n += other.n;
+  over += other.over;
+  nonfinite_fail += other.nonfinite_fail;
+  max_forced = std::max(max_forced, other.max_forced);
+  max_bound_ratio = std::max(max_bound_ratio, other.max_bound_ratio);
+  if (other.worst.index >= 0 && beats(other.worst.ratio, other.worst.index, worst)) worst = other.worst;
+  hist.merge(other.hist);
+}
+
+}  // namespace normgate::validators
