@@ -37,6 +37,10 @@ bool is_gate_family(Family f);
 
 inline constexpr double kDefaultEps = 1e-6;
 inline constexpr double kDefaultKappa = 1e8;
+inline constexpr int64_t kMaxH = 16384;                 ///< largest H a case id accepts
+inline constexpr int64_t kMaxT = int64_t{1} << 31;      ///< largest T a case id accepts
+inline constexpr double kMinKappa = 1e2;                ///< smallest kappa a case id accepts
+inline constexpr double kMaxKappa = 1e12;               ///< largest kappa a case id accepts
 
 /// One case: shape, dtype, form, family, seed and numeric parameters.
 struct CaseId {
@@ -56,13 +60,26 @@ struct CaseId {
   bool operator==(const CaseId&) const = default;
 };
 
-/// Canonical string (see file comment).
+/// Canonical string (see file comment): H,T,w,form,family,seed always
+/// (form too, even when plain), eps and kappa only when they differ from
+/// kDefaultEps/kDefaultKappa; doubles in the shortest text that parses back to
+/// the same value (std::to_chars). Never throws and does not validate: for a
+/// valid c (validate_case), parse_case(to_string(c)) == c.
 std::string to_string(const CaseId& c);
 
-/// Parse a case id. Throws std::invalid_argument with a message naming the
-/// offending key or value: unknown key, duplicate key, missing required key,
-/// non-numeric or out-of-range number, kappa given for a family other than
-/// cancel, H != 256 for a head form.
+/// Check a programmatically built case against the rules parse_case enforces
+/// (H in 1..16384, T in 0..2^31, H == 256 for head forms, eps finite > 0,
+/// kappa in [1e2, 1e12] for cancel and == kDefaultKappa otherwise, a known
+/// family). Throws std::invalid_argument naming the offending field.
+void validate_case(const CaseId& c);
+
+/// Parse a case id. Throws std::invalid_argument with a message that starts
+/// "case id: ", names the offending key or value and quotes the whole input:
+/// empty input or pair, pair without '=', empty value, unknown key, duplicate
+/// key, missing required key, non-numeric or out-of-range number (integers:
+/// digits only, so '4096.5', '-1', '+1' and values past the range are
+/// rejected; doubles: std::from_chars, finite), kappa given for a family other
+/// than cancel, H != 256 for a head form, unknown w/form/family name.
 CaseId parse_case(std::string_view s);
 
 }  // namespace normgate::seeds

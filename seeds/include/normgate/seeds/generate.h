@@ -39,20 +39,32 @@ struct HostInputs {
 };
 
 /// Generate all inputs of case c, OpenMP-parallel over rows (threads <= 0:
-/// OpenMP default). Result is independent of the thread count.
-/// Throws std::invalid_argument if rows*cols overflows or exceeds 2^40 elements.
+/// OpenMP default). Element (r, j) of tensor t is
+/// bf16_from_float(family_value(family_params(c), t, r, j)) (w_f32 holds the
+/// binary32 value itself), so the result is independent of the thread count
+/// and equal to what a device generator using family_value produces.
+/// u and dh_new are filled for form res only (empty otherwise); exactly one
+/// of w_bf16 / w_f32 is filled. Memory: 2 bytes per element per tensor.
+/// Throws std::invalid_argument if c is invalid (validate_case) or rows*cols
+/// overflows or exceeds 2^40 elements; std::bad_alloc if memory runs out.
 HostInputs generate_host(const CaseId& c, int threads = 0);
 
-/// SHA-256 digests (lowercase hex) of a case's input bytes, little-endian:
-/// per tensor (x, dy, w, and u, dh_new for res) and of their concatenation in
-/// that order ("all").
+/// SHA-256 digests (lowercase hex, 64 characters) of a case's input bytes,
+/// little-endian (BF16 tensors 2 bytes per element, w_f32 4 bytes): per
+/// tensor (x, dy, w = whichever of w_bf16/w_f32 the case uses, and u, dh_new
+/// for res; u and dh_new are "" for other forms) and of their concatenation
+/// in the order x, dy, w, u, dh_new ("all"). Shapes are not hashed: the case
+/// id fixes them.
 struct InputDigests {
   std::string x, dy, w, u, dh_new, all;
 };
 /// Digest the inputs. Uses OpenSSL's EVP SHA-256 (FIPS 180-4).
+/// Throws std::runtime_error if OpenSSL fails.
 InputDigests digest(const HostInputs& in);
 
-/// SHA-256 (lowercase hex) of a byte buffer (OpenSSL EVP, FIPS 180-4).
+/// SHA-256 (lowercase hex, 64 characters) of n bytes at data (OpenSSL EVP,
+/// FIPS 180-4); data may be null when n == 0. Throws std::runtime_error if
+/// OpenSSL fails.
 std::string sha256_hex(const void* data, size_t n);
 
 }  // namespace normgate::seeds

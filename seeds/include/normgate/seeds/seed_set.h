@@ -24,11 +24,19 @@ struct SeedSet {
   bool operator==(const SeedSet&) const = default;
 };
 
-/// Parse a seed-set spelling (above). Throws std::invalid_argument naming the
-/// bad text (e.g. "3x0", "seeds=9..3", unknown family).
+/// Parse a seed-set spelling (above). Seeds are decimal digits only (no
+/// sign, no spaces), 0..2^64-1; ranges are inclusive with first <= last.
+/// Families are in the order normal, llm, cancel for the gate spellings.
+/// Throws std::invalid_argument quoting the input and naming the bad part:
+/// empty text, unrecognized spelling, a count other than "3x", count 0,
+/// non-integer or out-of-range seed, missing "..", first > last, unknown
+/// family, more than 2^64-1 (family, seed) pairs.
 SeedSet parse_seed_set(std::string_view s);
 /// Canonical spelling: "3x120" when it is the gate families from seed 0,
 /// "seeds=A..B" for the gate families otherwise, "family:A..B" for one family.
+/// parse_seed_set(to_string(s)) == s. Throws std::invalid_argument when s has
+/// first > last or a family list with no spelling (several families other
+/// than exactly normal, llm, cancel in that order).
 std::string to_string(const SeedSet& s);
 
 }  // namespace normgate::seeds

@@ -1,0 +1,186 @@
+// Case ids: parse and print (syntax in normgate/seeds/case_id.h).
+#include "normgate/seeds/case_id.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <system_error>
+
+#include "parse_util.h"
+
+namespace normgate::seeds {
+
+namespace {
+
+constexpr std::array<Family, 7> kFamilies = {Family::normal, Family::llm,  Family::cancel,  Family::zeros,
+                                             Family::tiny,   Family::huge, Family::specials};
+constexpr std::string_view kKnownKeys = "H,T,w,form,family,seed,eps,kappa";
+
+[[noreturn]] void fail(std::string_view input, const std::string& what) {
+  throw std::invalid_argument("case id: " + what + " in '" + std::string(input) + "'");
+}
+
+std::string quote(std::string_view s) {
+  std::string q;
+  q.reserve(s.size() + 2);
+  q.push_back('\'');
+  q.append(s);
+  q.push_back('\'');
+  return q;
+}
+
+}  // namespace
+
+std::string_view to_string(Family f) {
+  switch (f) {
+    case Family::normal: return "normal";
+    case Family::llm: return "llm";
+    case Family::cancel: return "cancel";
+    case Family::zeros: return "zeros";
+    case Family::tiny: return "tiny";
+    case Family::huge: return "huge";
+    case Family::specials: return "specials";
+  }
+  return "?";
+}
+
+Family parse_family(std::string_view s) {
+  for (Family f : kFamilies)
+    if (s == to_string(f)) return f;
+  throw std::invalid_argument("bad family '" + std::string(s) +
+                              "' (expected normal, llm, cancel, zeros, tiny, huge or specials)");
+}
+
+bool is_gate_family(Family f) { return f == Family::normal || f == Family::llm || f == Family::cancel; }
+
+int64_t CaseId::heads() const {
+  switch (form) {
+    case Form::heads24: return 24;
+    case Form::heads4: return 4;
+    default: return 1;
+  }
+}
+
+void validate_case(const CaseId& c) {
+  const std::string ctx = "case id: ";
+  if (c.H < 1 || c.H > kMaxH)
+    throw std::invalid_argument(ctx + "H=" + std::to_string(c.H) + " is out of range (1.." + std::to_string(kMaxH) + ")");
+  if (c.T < 0 || c.T > kMaxT)
+    throw std::invalid_argument(ctx + "T=" + std::to_string(c.T) + " is out of range (0.." + std::to_string(kMaxT) + ")");
+  if ((c.form == Form::heads24 || c.form == Form::heads4) && c.H != 256)
+    throw std::invalid_argument(ctx + "form=" + std::string(to_string(c.form)) + " needs H=256 (got H=" +
+                                std::to_string(c.H) + ")");
+  if (!(std::isfinite(c.eps) && c.eps > 0.0))
+    throw std::invalid_argument(ctx + "eps=" + detail::format_double(c.eps) + " must be finite and > 0");
+  if (c.family == Family::cancel) {
+    if (!(c.kappa >= kMinKappa && c.kappa <= kMaxKappa))
+      throw std::invalid_argument(ctx + "kappa=" + detail::format_double(c.kappa) + " is out of range (1e2..1e12)");
+  } else if (c.kappa != kDefaultKappa) {
+    throw std::invalid_argument(ctx + "kappa is only valid with family=cancel (got family=" +
+                                std::string(to_string(c.family)) + ")");
+  }
+  if (static_cast<uint8_t>(c.family) > static_cast<uint8_t>(Family::specials))
+    throw std::invalid_argument(ctx + "invalid family value " + std::to_string(static_cast<int>(c.family)));
+}
+
+std::string to_string(const CaseId& c) {
+  std::string s = "H=" + std::to_string(c.H) + ",T=" + std::to_string(c.T) + ",w=" + std::string(to_string(c.w)) +
+                  ",form=" + std::string(to_string(c.form)) + ",family=" + std::string(to_string(c.family)) +
+                  ",seed=" + std::to_string(c.seed);
+  if (c.eps != kDefaultEps) s += ",eps=" + detail::format_double(c.eps);
+  if (c.kappa != kDefaultKappa) s += ",kappa=" + detail::format_double(c.kappa);
+  return s;
+}
+
+CaseId parse_case(std::string_view s) {
+  if (s.empty()) throw std::invalid_argument("case id: empty string (expected e.g. 'H=4096,T=65537,w=bf16,family=normal,seed=0')");
+  std::optional<std::string_view> H, T, w, form, family, seed, eps, kappa;
+  struct Slot {
+    std::string_view name;
+    std::optional<std::string_view>* value;
+  };
+  const std::array<Slot, 8> slots = {Slot{"H", &H},          Slot{"T", &T},       Slot{"w", &w},
+                                     Slot{"form", &form},    Slot{"family", &family}, Slot{"seed", &seed},
+                                     Slot{"eps", &eps},      Slot{"kappa", &kappa}};
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = s.find(',', pos);
+    const std::string_view item = s.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (item.empty()) fail(s, "empty key=value pair at offset " + std::to_string(pos));
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) fail(s, "pair " + quote(item) + " has no '='");
+    const std::string_view key = item.substr(0, eq);
+    const std::string_view value = item.substr(eq + 1);
+    const Slot* slot = nullptr;
+    for (const Slot& sl : slots)
+      if (sl.name == key) slot = &sl;
+    if (slot == nullptr) fail(s, "unknown key " + quote(key) + " (known: " + std::string(kKnownKeys) + ")");
+    if (slot->value->has_value()) fail(s, "duplicate key " + quote(key));
+    if (value.empty()) fail(s, "empty value for key " + quote(key));
+    *slot->value = value;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::string missing;
+  for (const auto& [name, value] : {std::pair<std::string_view, bool>{"H", H.has_value()},
+                                    {"T", T.has_value()},
+                                    {"w", w.has_value()},
+                                    {"family", family.has_value()},
+                                    {"seed", seed.has_value()}})
+    if (!value) {
+      if (!missing.empty()) missing.append(", ");
+      missing.append(quote(name));
+    }
+  if (!missing.empty()) fail(s, "missing required key(s) " + missing);
+
+  auto integer = [&](std::string_view key, std::string_view v, uint64_t max) -> uint64_t {
+    try {
+      return detail::parse_u64(v, max);
+    } catch (const std::invalid_argument& e) {
+      fail(s, std::string(key) + "=" + quote(v) + ": " + e.what());
+    }
+  };
+  auto real = [&](std::string_view key, std::string_view v) -> double {
+    try {
+      return detail::parse_double(v);
+    } catch (const std::invalid_argument& e) {
+      fail(s, std::string(key) + "=" + quote(v) + ": " + e.what());
+    }
+  };
+  auto name = [&](std::string_view key, auto parse, std::string_view v) {
+    try {
+      return parse(v);
+    } catch (const std::invalid_argument& e) {
+      fail(s, std::string(key) + ": " + e.what());
+    }
+  };
+
+  CaseId c;
+  c.H = static_cast<int64_t>(integer("H", *H, kMaxH));
+  if (c.H < 1) fail(s, "H=" + quote(*H) + ": must be >= 1");
+  c.T = static_cast<int64_t>(integer("T", *T, kMaxT));
+  c.w = name("w", parse_wdtype, *w);
+  if (form) c.form = name("form", parse_form, *form);
+  c.family = name("family", parse_family, *family);
+  c.seed = integer("seed", *seed, std::numeric_limits<uint64_t>::max());
+  if (eps) {
+    c.eps = real("eps", *eps);
+    if (!(c.eps > 0.0)) fail(s, "eps=" + quote(*eps) + ": must be > 0");
+  }
+  if (kappa) {
+    if (c.family != Family::cancel)
+      fail(s, "kappa is only valid with family=cancel (got family=" + std::string(to_string(c.family)) + ")");
+    c.kappa = real("kappa", *kappa);
+    if (!(c.kappa >= kMinKappa && c.kappa <= kMaxKappa))
+      fail(s, "kappa=" + quote(*kappa) + ": out of range (1e2..1e12)");
+  }
+  if ((c.form == Form::heads24 || c.form == Form::heads4) && c.H != 256)
+    fail(s, "form=" + std::string(to_string(c.form)) + " needs H=256 (got H=" + std::to_string(c.H) + ")");
+  validate_case(c);  // belt and braces: the same rules as for programmatic ids
+  return c;
+}
+
+}  // namespace normgate::seeds

@@ -1,0 +1,89 @@
+// Tests of seed-set spellings.
+#include "normgate/seeds/seed_set.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace normgate::seeds {
+namespace {
+
+const std::vector<Family> kGate = {Family::normal, Family::llm, Family::cancel};
+
+void expect_error(const std::string& s, const std::string& needle) {
+  try {
+    (void)parse_seed_set(s);
+    ADD_FAILURE() << "no error for '" << s << "'";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'" + s + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << "'" << needle << "' not in: " << m;
+  }
+}
+
+TEST(SeedSet, Spellings) {
+  const SeedSet a = parse_seed_set("3x120");
+  EXPECT_EQ(a.families, kGate);
+  EXPECT_EQ(a.first, 0u);
+  EXPECT_EQ(a.last, 119u);
+  EXPECT_EQ(a.size(), 360u);
+  EXPECT_EQ(to_string(a), "3x120");
+
+  const SeedSet b = parse_seed_set("seeds=120..239");
+  EXPECT_EQ(b.families, kGate);
+  EXPECT_EQ(b.first, 120u);
+  EXPECT_EQ(b.last, 239u);
+  EXPECT_EQ(b.size(), 360u);
+  EXPECT_EQ(to_string(b), "seeds=120..239");
+
+  const SeedSet c = parse_seed_set("normal:0..7");
+  EXPECT_EQ(c.families, std::vector<Family>{Family::normal});
+  EXPECT_EQ(c.first, 0u);
+  EXPECT_EQ(c.last, 7u);
+  EXPECT_EQ(c.size(), 8u);
+  EXPECT_EQ(to_string(c), "normal:0..7");
+
+  EXPECT_EQ(parse_seed_set("specials:5..5").size(), 1u);
+  EXPECT_EQ(to_string(parse_seed_set("seeds=0..9")), "3x10");  // canonical form
+  EXPECT_EQ(parse_seed_set("seeds=0..9"), parse_seed_set("3x10"));
+  EXPECT_EQ(to_string(parse_seed_set("cancel:18446744073709551615..18446744073709551615")),
+            "cancel:18446744073709551615..18446744073709551615");
+}
+
+TEST(SeedSet, RoundTrips) {
+  for (const char* s : {"3x1", "3x120", "seeds=1..1", "seeds=120..239", "llm:3..9", "tiny:0..0", "3x1000000"})
+    EXPECT_EQ(to_string(parse_seed_set(s)), s);
+}
+
+TEST(SeedSet, Errors) {
+  expect_error("", "empty");
+  expect_error("3x0", "count must be >= 1");
+  expect_error("2x5", "only the 3 gate families");
+  expect_error("3x", "seed count '' is empty");
+  expect_error("3x-4", "not a non-negative integer");
+  expect_error("3x1.5", "not a non-negative integer");
+  expect_error("seeds=9..3", "first seed 9 > last seed 3");
+  expect_error("seeds=9", "has no '..'");
+  expect_error("seeds=..3", "first seed '' is empty");
+  expect_error("seeds=1..", "last seed '' is empty");
+  expect_error("seeds=1..99999999999999999999", "out of range");
+  expect_error("gauss:0..7", "bad family 'gauss'");
+  expect_error("normal:7..0", "first seed 7 > last seed 0");
+  expect_error("normal", "unrecognized");
+  expect_error("seeds=0..18446744073709551615", "too many");
+  expect_error("3x18446744073709551615", "too many");
+}
+
+TEST(SeedSet, UnprintableSets) {
+  SeedSet s;
+  s.families = {Family::normal, Family::llm};
+  EXPECT_THROW((void)to_string(s), std::invalid_argument);
+  s.families = {Family::normal};
+  s.first = 3;
+  s.last = 2;
+  EXPECT_THROW((void)to_string(s), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace normgate::seeds
