@@ -11,11 +11,25 @@
 // framework's reference implementation.)
 //
 // Sums (sum of squares, c_r, dw_j) use compensated FP64 summation (Ogita,
-// Rump & Oishi 2005, Sum2/Dot2 with TwoSum/TwoProduct); each returned value v
-// comes with `bound` such that |v - exact| <= bound, where "exact" is the
-// real-number result on the given BF16/FP32 inputs (the bounds follow Higham,
-// Accuracy and Stability of Numerical Algorithms, 2nd ed., ch. 3-4, and ORO
-// 2005 Prop. 4.5 / Thm. 5.3, with every step's rounding error propagated).
+// Rump & Oishi 2005, Sum2/Dot2 with TwoSum/TwoProduct); rstd is carried as an
+// unevaluated sum hi + lo (one Newton correction) so that dw's compensated sum
+// is not spoiled by rstd's own rounding. Each returned value v comes with
+// `bound` such that |v - exact| <= bound, where "exact" is the real-number
+// result on the given BF16/FP32 inputs and the given double eps (the bounds
+// follow Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
+// ch. 2-4, and ORO 2005 Sec. 4-5; the derivation is in src/reference.cpp).
+// Typical sizes: rstd, y: ~1-2 ulp; dx, c: a few ulp of the terms (so more
+// than an ulp of the result where g - xhat*c cancels); dw: ~u |dw| +
+// ((R u)^2 + 2 R u^2 + (H/8 u)^2 + ~50 u^2) * dw_abs(j) (fp64 mode; (R u)^2
+// alone in fp32_rounded mode), u = 2^-53. Every finite bound is at least
+// 2^-1060 (~8e-320, an absolute floor from the rounding of the bound itself).
+// eps is the given double (a kernel using float(eps) differs by that much).
+//
+// Non-finite inputs (NaN/Inf in x, dy or w): every output whose plain formula
+// involves a non-finite value gets the IEEE-754 propagated value of the plain
+// formula (NaN, +-Inf, or e.g. rstd = 0 for an Inf row) and bound = +inf,
+// meaning "no real-number result; compare by IEEE class". A non-finite x row
+// makes every dw bound +inf (its rstd enters every column).
 //
 // Threads: OpenMP over rows, and over column blocks for dw. Each column's sum
 // visits rows in order r = 0..R-1 whatever the thread count, so results are
@@ -30,16 +44,20 @@
 namespace normgate::oracle {
 
 /// A reference value and a rigorous bound on its absolute error.
+/// bound == +inf: the value is the IEEE propagation of a non-finite input.
 struct VB {
   double v = 0;
   double bound = 0;
 };
 
 /// Which rstd the backward part uses.
-///  fp64:         the oracle's own FP64 rstd (the reference).
-///  fp32_rounded: rstd rounded to the nearest FP32, as the forward hands it to
-///                the backward: the "ideal kernel" used for admissibility and
-///                to split an error into the part the interface forces.
+///  fp64:         the exact rstd (the oracle carries it to ~2^-80 relative and
+///                bounds the rest): the reference.
+///  fp32_rounded: the exact rstd rounded to the nearest FP32 (rstd_f32(r)), as
+///                the forward hands it to the backward: the "ideal kernel" used
+///                for admissibility and to split an error into the part the
+///                interface forces. That float is then an exact input of the
+///                backward (bounds do not include its distance to rstd).
 enum class RstdMode { fp64, fp32_rounded };
 
 struct Options {
@@ -58,6 +76,10 @@ struct Problem {
   double eps = 1e-6;
 };
 
+/// Check a Problem's requirements; throws std::invalid_argument whose message
+/// names the bad field ("x.cols", "dy.rows", "w.cols", "w.p", "eps", ...).
+void validate(const Problem& p);
+
 /// FP64 reference for one problem. compute() does the O(R*H) work once
 /// (rstd, c per row, dw per column); y(r,j) and dx(r,j) are then O(1) each,
 /// computed on demand from the inputs so a [131072, 6144] case needs no
@@ -69,36 +91,65 @@ class Reference {
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
+  const Options& options() const { return o_; }
 
   /// rstd of row r with bound (the FP64 rstd even in fp32_rounded mode).
   VB rstd(int64_t r) const;
+  /// The exact rstd of row r rounded to nearest binary32 (ties to even): the
+  /// rstd the backward uses in fp32_rounded mode.
+  float rstd_f32(int64_t r) const { return rs32_[r]; }
+  /// True when rstd_f32(r) is proven to be RN(exact rstd): the oracle's
+  /// enclosure of rstd does not contain an FP32 rounding boundary. False only
+  /// for non-finite rows, FP32 overflow of rstd (eps < ~1e-77), or an enclosure
+  /// straddling a midpoint (probability ~2^-55 per row; ~2^-28 when eps < 2^-900
+  /// disables the hi+lo refinement); rstd_f32 is then the rounding of the
+  /// oracle's best estimate hi + lo, still an exact input of the backward.
+  bool rstd_f32_certain(int64_t r) const { return rs32_ok_[r] != 0; }
   /// y(r, j) (uses the FP64 rstd in both modes: the forward has no FP32 rstd input).
   VB y(int64_t r, int64_t j) const;
   /// dx(r, j) (uses the mode's rstd).
   VB dx(int64_t r, int64_t j) const;
+  /// y(r, j) for j = 0..cols-1 into out[0..cols) (same values as y(r, j), faster).
+  void y_row(int64_t r, VB* out) const;
+  /// dx(r, j) for j = 0..cols-1 into out[0..cols) (same values as dx(r, j), faster).
+  void dx_row(int64_t r, VB* out) const;
   /// dw(j) (uses the mode's rstd).
-  VB dw(int64_t j) const;
+  VB dw(int64_t j) const { return {dw_[j], dw_b_[j]}; }
   /// c_r = mean_j(g*xhat) with bound (uses the mode's rstd).
-  VB c(int64_t r) const;
-  /// Sum over rows of |dy_rj * xhat_rj| for column j (conditioning numerator).
+  VB c(int64_t r) const { return {c_[r], c_b_[r]}; }
+  /// Sum over rows of |dy_rj * xhat_rj| for column j (conditioning numerator;
+  /// mode's rstd; an FP64 sum, relative error <= R u, not a bound).
   double dw_abs(int64_t j) const { return dw_abs_[j]; }
 
  private:
   Problem p_{};
   Options o_{};
   int64_t rows_ = 0, cols_ = 0;
-  std::vector<double> rstd_, rstd_b_;   // FP64 rstd and bound
-  std::vector<double> rstd_use_, rstd_use_b_;  // rstd fed to the backward
-  std::vector<double> c_, c_b_;
-  std::vector<double> dw_, dw_b_, dw_abs_;
+  std::vector<double> w_;                     // w as binary64 [cols]
+  std::vector<double> rs_hi_, rs_lo_, rs_e_;  // |hi + lo - rstd| <= e  [rows]
+  std::vector<double> y_b_;                   // per-row factor of y's bound
+  std::vector<float> rs32_;                   // RN_fp32(rstd)
+  std::vector<uint8_t> rs32_ok_;              // rs32_ proven
+  std::vector<double> use_, use_b_;           // rstd fed to the backward, |use - exact| bound
+  std::vector<double> c_, c_b_;               // c_r
+  std::vector<double> k_, k_b_;               // k_r = rstd_use * c_r (dx = rstd (g - x k))
+  std::vector<double> dw_, dw_b_, dw_abs_;    // [cols]
   friend class ReferenceBuilder;
 };
 
-/// FP32 baseline ("FP32 eager"): the same formulas in plain binary32, each sum
-/// sequential over its index in order (sum of squares over j, c over j, dw over
-/// rows r = 0..R-1), outputs y/dx rounded to BF16. It is the yardstick for
-/// "the kernel's dw error is not worse than FP32 eager on the same inputs".
+/// FP32 baseline ("FP32 eager"): the same formulas in plain binary32, every
+/// operation rounded to nearest (no FMA), each sum sequential over its index
+/// in order. Exactly, with eps32 = RN_fp32(eps), Hf = float(H), x/dy/w as floats:
+///   ss    = (((0 + x_0*x_0) + x_1*x_1) + ...)              j = 0..H-1
+///   rstd  = 1.0f / sqrtf(ss / Hf + eps32)
+///   xhat  = x * rstd;  y = bf16(xhat * w)                  (bf16: RN ties-even)
+///   g     = dy * w;    cs = ((0 + g_0*xhat_0) + g_1*xhat_1) + ...;  c = cs / Hf
+///   dx    = bf16(rstd * (g - xhat * c))
+///   dw_j  = ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ...    r = 0..R-1
+/// It is the yardstick for "the kernel's dw error is not worse than FP32 eager
+/// on the same inputs". Outputs are contiguous over rows (h_new empty).
 /// Parallel over rows (and column blocks for dw); bitwise independent of threads.
+/// Throws std::invalid_argument on a bad Problem.
 Outputs fp32_baseline(const Problem& p, int threads = 0);
 
 }  // namespace normgate::oracle

@@ -1,0 +1,561 @@
+// oracle/src/reference.cpp: the FP64 reference and its error bounds.
+//
+// ============================ DERIVATION ====================================
+// Notation (see eft.h): u = 2^-53, gamma_k = k u/(1 - k u), UP >= u/(1-u),
+// eta = 2^-1074; "exact" = the real-number value on the given inputs.
+// Sources: [H] Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.
+// (2002): (2.4)/(2.5) rounding model, Lemma 3.1 (products of (1+d_i) and
+// gamma_k), Sec. 4.2 (any summation order: each term is perturbed by at most
+// as many (1+d) factors as additions on its path). [ORO] Ogita, Rump, Oishi,
+// Accurate sum and dot product, SIAM J. Sci. Comput. 26(6), 2005: Alg. 3.1
+// TwoSum, Alg. 3.5 TwoProduct (FMA form), Alg. 4.4 Sum2, Alg. 5.3 Dot2 and
+// the error analysis of Prop. 4.5 / Prop. 5.5, which we re-derive below in
+// the exact form we use (lanes, an extra rstd_lo term, pre-rounding bound).
+//
+// (0) Exact products. A BF16 value has an 8-bit significand and exponent in
+//     [-133, 127]; binary32 w has 24 bits. Hence x^2 (16 bits), dy*x (16),
+//     dy*x*w (<= 40), dy*w (<= 32), x*w (<= 32) are EXACT in binary64 and lie
+//     in [2^-415, 2^384] when non-zero: no rounding, no underflow, no overflow.
+//     So S_r = sum_j x^2 and D_r = sum_j dy*x*w are sums of exact binary64 terms.
+//
+// (1) Lane-split Sum2 (row sums S_r, D_r; K = 8 lanes, lane l takes the terms
+//     j = l mod K in increasing j; then lanes 0..K-1 are merged in order):
+//       lane:  pi_l <- TwoSum(pi_l, p_j) -> (pi_l, q);  sig_l <- fl(sig_l + q)
+//       merge: (pi, q) = TwoSum(pi, pi_l); sig = fl(fl(sig + q) + sig_l)
+//     TwoSum is error-free, so sum_j p_j = pi + Qtot with Qtot the exact sum of
+//     all q's. Every q passes through at most m + 2K roundings on its way into
+//     sig (m = ceil(n/K) lane terms), so [H, Sec. 4.2]
+//       |sig - Qtot| <= gamma_{m+2K} sum|q|.
+//     Each |q| <= u |partial sum after that TwoSum|. Lane l's partial sums are
+//     <= (1+u)^m P_l (P_l = its sum|p_j|), the merge's <= (1+u)^{m+K} P
+//     (P = sum_j |p_j|), so lane l contributes <= (m-1) u (1+u)^m P_l and the
+//     merge <= (K-1) u (1+u)^{m+K} P; summing over lanes,
+//       sum|q| <= (m+K) u (1+u)^{m+K} P <= gamma_{m+K} P   [(1+u)^k <= 1/(1-ku)].
+//     Hence, with N = m + 2K:   |pi + sig - S| <= gamma_N^2 P.   (R1)
+//     (ORO Prop. 4.5 is the K = 1 case, stated after the final rounding.)
+//     The abs-sum P' (lanes, then merge, RN) satisfies P <= P'/(1 - gamma_N).
+//     For S, P = S and (Sh, Sl) = TwoSum(pi, sig) keeps pi + sig exactly, so
+//       |Sh + Sl - S| <= eS := gamma_N^2 (Sh + |Sl|) / (1 - gamma_N^2).
+//     For D: Dh = fl(pi + sig), |Dh - D| <= UP|Dh| + gamma_N^2 P'_D/(1-gamma_N).
+//
+// (2) rstd as hi + lo. r = fl(1/fl(sqrt(fl(fl(Sh/H) + eps)))) is a binary64
+//     approximation (relative error ~3u). With Q = S/H + eps the exact rstd is
+//     RS = Q^{-1/2} = r (1 - E)^{-1/2}, E := 1 - r^2 Q (exact real), and
+//       (1 - E)^{-1/2} = 1 + E/2 + (3/8) E^2 (1 - xi)^{-5/2}, |xi| <= |E|
+//     (Taylor with Lagrange remainder). We evaluate H*E = H - r^2 (S + H eps)
+//     almost exactly: r^2 = h + l and H*eps = e1 + e1l by TwoProduct,
+//     Sh + e1 = z + zl by TwoSum, w2 = fl(zl + fl(Sl + e1l)), so
+//       S + H eps = z + w2 + dW, |dW| <= eS + gamma_2 (|zl| + |Sl| + |e1l|);
+//     h z = p1 + p1e by TwoProduct; f1 = H - p1 is exact (Sterbenz: checked
+//     p1 in [H/2, 2H]); F = fl((((f1 - p1e) - h w2) - l z) - l w2) with the
+//     three small products rounded:
+//       |F - H E| <= gamma_5 (|f1| + |p1e| + |t1| + |t2| + |t3|) + 3 eta + (h+|l|) |dW|.
+//     E_c = fl(F/H), eE = |F - H E|/H + UP|E_c| + eta, Emax = |E_c| + eE
+//     (required <= 2^-20, so (3/8)(1-Emax)^{-5/2} <= 0.38), lo = fl(r fl(E_c/2)):
+//       |RS - (r + lo)| <= r eE/2 + UP|lo| + eta + r eta + 0.38 r Emax^2 =: e2.
+//     Typically e2 ~ (gamma_N^2 + 50 u^2) r, i.e. rstd to ~2^-80 relative.
+//     When a precondition fails (eps < 2^-900, r outside (2^-300, 2^300), p1
+//     outside [H/2, 2H], Emax > 2^-20: only for extreme eps) we fall back to
+//     lo = 0 and e2 from the value/bound chain div/add/sqrt/div (eft.h) on
+//     (Sh, |Sl| + eS): first-order-free rigorous propagation.
+//     rstd(r) reports v = r, bound |lo| + e2.
+//
+// (3) FP32 rstd. cand = RN32(r); RN32(RS) is cand or a neighbour. With m_up,
+//     m_dn the binary32 midpoints around cand (exact in binary64), r - m is
+//     exact (Sterbenz), t = fl((r - m) + lo) is within UP|t| + eta of the real
+//     (r - m) + lo, and RS - m = (r - m) + lo + d, |d| <= e2. If the sign of
+//     RS - m_up and of RS - m_dn is decided by these bounds, RN32(RS) is known
+//     ("certain"); otherwise we round r + lo and flag it. In fp32_rounded mode
+//     this float is an exact input of the backward (use = f, bound 0).
+//
+// (4) c_r = use * D / H and k_r = use * c_r (so dx = use * (g - x k)), by the
+//     value/bound helpers of eft.h (product, quotient with error terms).
+//     use = r with bound |lo| + e2 (fp64 mode) or the float with bound 0.
+//
+// (5) dw_j = sum_r a_r (hi_r + lo_r) + sum_r a_r (RS_r - hi_r - lo_r),
+//     a_r = dy_rj x_rj exact, (hi, lo) = (r, lo) in fp64 mode, (f, 0) in
+//     fp32 mode. Dot2 with the extra term, rows in order r = 0..R-1:
+//       (h, rr) = TwoProduct(a, hi) [exact: a hi >= 2^-400, no underflow]
+//       (pi, q) = TwoSum(pi, h);  s = fl(s + fl(fl(q + rr) + fl(a lo)))
+//       P' = fl(P' + |h|)
+//     Exactly: sum a (hi+lo) = pi + sum (q + rr + a lo). Each of those terms
+//     passes through <= R + 2 roundings, so the error of s is
+//     <= gamma_{R+2} (sum|q| + sum|rr| + sum|a lo|); sum|q| + sum|rr| <= R u
+//     (1+u)^R P <= gamma_R P with P = sum |a| hi (partial sums of pi grow by
+//     (1+u) per step; |rr| <= u|a hi|), and sum|a lo| <= lambda P with
+//     lambda = max_r |lo_r|/hi_r. The rstd remainder contributes
+//     <= sum |a| e2_r <= rho P, rho = max_r e2_r/hi_r. P <= P'/(1 - gamma_R)
+//     (P' is a recursive RN sum of R rounded products, [H, Sec. 3.1]). With
+//     dw = fl(pi + s):
+//       |dw - exact| <= UP|dw| + (gamma_{R+2} (gamma_R + lambda) + rho) P'/(1 - gamma_R).
+//     (ORO Prop. 5.5 / Dot2: u|x^T y| + gamma_n^2 |x^T||y|, same structure.)
+//
+// (6) y = fl(x w hi + fl(x w lo)) (one FMA; x w exact) with
+//       |y - x w RS| <= UP|y| + |x w| (UP|lo| + e2) + 2 eta.
+//     dx: g = dy w exact; t = fma(-x, k, g): |t - (g - x K)| <= UP|t| + eta + |x| e_k;
+//     v = fl(use t): |v - USE T| <= UP|v| + eta + use e_t + |t| e_use + e_use e_t.
+//
+// Every bound expression is evaluated in round-to-nearest and passed through
+// inflate() (eft.h), which dominates the rounding of the bound's own evaluation.
+// Non-finite inputs: see reference.h; non-finite values get bound +inf, a row
+// with a non-finite x (or a non-finite fp32 rstd) makes every dw bound +inf, and
+// a non-finite dw is recomputed as the plain FP64 sum over rows in order so its
+// IEEE class (NaN vs +-Inf) matches plain propagation.
+// ===========================================================================
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "eft.h"
+#include "normgate/oracle/reference.h"
+
+namespace normgate::oracle {
+
+using namespace detail;
+
+namespace {
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& why) {
+  throw std::invalid_argument("normgate::oracle::Problem: field '" + field + "' " + why);
+}
+
+}  // namespace
+
+void validate(const Problem& p) {
+  if (p.x.heads < 1) bad_field("x.heads", "must be >= 1 (got " + std::to_string(p.x.heads) + ")");
+  if (p.dy.heads < 1) bad_field("dy.heads", "must be >= 1 (got " + std::to_string(p.dy.heads) + ")");
+  if (p.x.T_rows < 0) bad_field("x.T_rows", "must be >= 0 (got " + std::to_string(p.x.T_rows) + ")");
+  if (p.dy.T_rows < 0) bad_field("dy.T_rows", "must be >= 0 (got " + std::to_string(p.dy.T_rows) + ")");
+  if (p.x.cols < 1) bad_field("x.cols", "must be >= 1 (got " + std::to_string(p.x.cols) + ")");
+  if (p.dy.cols != p.x.cols)
+    bad_field("dy.cols", "must equal x.cols (" + std::to_string(p.dy.cols) + " vs " +
+                             std::to_string(p.x.cols) + ")");
+  if (p.dy.rows() != p.x.rows())
+    bad_field("dy.rows", "dy.rows() must equal x.rows() (" + std::to_string(p.dy.rows()) + " vs " +
+                             std::to_string(p.x.rows()) + ")");
+  if (p.w.cols != p.x.cols)
+    bad_field("w.cols", "must equal x.cols (" + std::to_string(p.w.cols) + " vs " +
+                            std::to_string(p.x.cols) + ")");
+  if (p.w.dtype != WDtype::bf16 && p.w.dtype != WDtype::fp32)
+    bad_field("w.dtype", "is not bf16 or fp32");
+  if (!(std::isfinite(p.eps) && p.eps > 0))
+    bad_field("eps", "must be finite and > 0 (got " + std::to_string(p.eps) + ")");
+  if (p.x.rows() > 0) {
+    if (p.x.p == nullptr) bad_field("x.p", "is null with rows*cols > 0");
+    if (p.dy.p == nullptr) bad_field("dy.p", "is null with rows*cols > 0");
+    if (p.w.p == nullptr) bad_field("w.p", "is null with rows*cols > 0");
+  }
+  if (p.x.rows() > (int64_t{1} << 40) / p.x.cols)
+    bad_field("x.T_rows", "rows*cols exceeds 2^40");
+}
+
+namespace {
+
+constexpr int K = 8;  // lanes of the row sums (fixed: it is part of the arithmetic)
+
+struct RowSums {
+  double s_pi, s_sig;         // sum of squares: pi + sig
+  double d_pi, d_sig, d_abs;  // D = sum dy*x*w, and sum |dy*x*w| (RN)
+};
+
+// (1): lane-split Sum2 of x^2 and dy*x*w over one row. The K = 8 lanes are
+// two 4-wide GCC vectors (elementwise IEEE operations, so any vector width
+// or a scalar loop gives the same bits).
+typedef double v4d __attribute__((vector_size(32)));
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // v4d helpers are internal (inlined), no ABI concern
+#endif
+
+inline v4d load4(const uint16_t* p) {
+  return v4d{bf(p[0]), bf(p[1]), bf(p[2]), bf(p[3])};
+}
+inline v4d vabs(v4d a) {
+  return v4d{std::fabs(a[0]), std::fabs(a[1]), std::fabs(a[2]), std::fabs(a[3])};
+}
+
+NG_CLONES void row_sums(const uint16_t* __restrict x, const uint16_t* __restrict dy,
+                        const double* __restrict w, int64_t n, RowSums* out) {
+  v4d sp[2] = {}, ss[2] = {}, dp[2] = {}, ds[2] = {}, da[2] = {};
+  int64_t j = 0;
+  for (; j + K <= n; j += K) {
+    for (int h = 0; h < 2; ++h) {
+      v4d xv = load4(x + j + 4 * h), dv = load4(dy + j + 4 * h);
+      v4d wv;
+      std::memcpy(&wv, w + j + 4 * h, sizeof wv);
+      v4d sq = xv * xv;
+      v4d pd = (dv * xv) * wv;
+      v4d s = sp[h] + sq, z = s - sp[h];
+      ss[h] = ss[h] + ((sp[h] - (s - z)) + (sq - z));  // TwoSum error
+      sp[h] = s;
+      s = dp[h] + pd;
+      z = s - dp[h];
+      ds[h] = ds[h] + ((dp[h] - (s - z)) + (pd - z));
+      dp[h] = s;
+      da[h] = da[h] + vabs(pd);
+    }
+  }
+  double spl[K], ssl[K], dpl[K], dsl[K], dal[K];
+  for (int l = 0; l < K; ++l) {
+    spl[l] = sp[l / 4][l % 4];
+    ssl[l] = ss[l / 4][l % 4];
+    dpl[l] = dp[l / 4][l % 4];
+    dsl[l] = ds[l / 4][l % 4];
+    dal[l] = da[l / 4][l % 4];
+  }
+  for (int l = 0; j < n; ++j, ++l) {  // tail: term j goes to lane j mod K
+    double xv = bf(x[j]), dv = bf(dy[j]);
+    double sq = xv * xv;
+    double pd = (dv * xv) * w[j];
+    double s, e;
+    two_sum(spl[l], sq, s, e);
+    spl[l] = s;
+    ssl[l] = ssl[l] + e;
+    two_sum(dpl[l], pd, s, e);
+    dpl[l] = s;
+    dsl[l] = dsl[l] + e;
+    dal[l] = dal[l] + std::fabs(pd);
+  }
+  double spi = spl[0], ssig = ssl[0], dpi = dpl[0], dsig = dsl[0], dabs = dal[0];
+  for (int l = 1; l < K; ++l) {
+    double s, q;
+    two_sum(spi, spl[l], s, q);
+    spi = s;
+    ssig = (ssig + q) + ssl[l];
+    two_sum(dpi, dpl[l], s, q);
+    dpi = s;
+    dsig = (dsig + q) + dsl[l];
+    dabs = dabs + dal[l];
+  }
+  *out = {spi, ssig, dpi, dsig, dabs};
+}
+
+// (5): Dot2 accumulation of rows [0, nr) of a row block into columns
+// [j0, j0 + nc). xr/dyr: row pointers; hi/lo: rstd fed to the backward.
+NG_CLONES void col_accum(const uint16_t* const* xr, const uint16_t* const* dyr,
+                         const double* hi, const double* lo, int64_t nr, int64_t j0, int64_t nc,
+                         double* __restrict P, double* __restrict S, double* __restrict A) {
+  for (int64_t i = 0; i < nr; ++i) {
+    const uint16_t* __restrict x = xr[i] + j0;
+    const uint16_t* __restrict dy = dyr[i] + j0;
+    const double rh = hi[i], rl = lo[i];
+    for (int64_t j = 0; j < nc; ++j) {
+      double a = bf(dy[j]) * bf(x[j]);
+      double h, rr, s, q;
+      two_prod(a, rh, h, rr);
+      two_sum(P[j], h, s, q);
+      P[j] = s;
+      S[j] = S[j] + ((q + rr) + a * rl);
+      A[j] = A[j] + std::fabs(h);
+    }
+  }
+}
+
+// (2): Newton correction of r. Returns false when a precondition fails.
+bool rstd_newton(double Sh, double Sl, double eS, double Hd, double eps, double r, double& lo,
+                 double& e2) {
+  if (!(eps >= 0x1p-900) || !(r > 0x1p-300 && r < 0x1p300)) return false;
+  double h, l, e1, e1l, z, zl, p1, p1e;
+  two_prod(r, r, h, l);
+  two_prod(Hd, eps, e1, e1l);
+  two_sum(Sh, e1, z, zl);
+  double w2 = zl + (Sl + e1l);
+  double eW = inflate(eS + gamma_up(2) * (std::fabs(zl) + std::fabs(Sl) + std::fabs(e1l)));
+  two_prod(h, z, p1, p1e);
+  if (!(p1 >= 0.5 * Hd && p1 <= 2 * Hd)) return false;
+  double f1 = Hd - p1;  // exact (Sterbenz)
+  double t1 = h * w2, t2 = l * z, t3 = l * w2;
+  double F = (((f1 - p1e) - t1) - t2) - t3;
+  double eF = inflate(gamma_up(5) * (std::fabs(f1) + std::fabs(p1e) + std::fabs(t1) +
+                                     std::fabs(t2) + std::fabs(t3)) +
+                      3 * ETA + (h + std::fabs(l)) * eW);
+  double E = F / Hd;
+  double eE = inflate(eF / Hd + UP * std::fabs(E) + ETA);
+  double Emax = inflate(std::fabs(E) + eE);
+  if (!(Emax <= 0x1p-20)) return false;
+  lo = r * (0.5 * E);
+  e2 = inflate(r * eE * 0.5 + UP * std::fabs(lo) + ETA + r * ETA + r * 0.38 * (Emax * Emax));
+  return std::isfinite(lo) && std::isfinite(e2);
+}
+
+// (3): RN32 of the exact rstd, enclosed by r + lo +- e2 (r > 0 finite).
+float round_rstd_f32(double r, double lo, double e2, bool& certain) {
+  certain = false;
+  float cand = static_cast<float>(r);
+  if (!std::isfinite(cand) || !(cand > 0) || !(cand < 0x1p127f) || !std::isfinite(e2)) return cand;
+  float up = std::nextafter(cand, std::numeric_limits<float>::infinity());
+  float dn = std::nextafter(cand, 0.0f);
+  double c = cand;
+  double m_up = (c + static_cast<double>(up)) * 0.5;  // exact: 25-bit significands
+  double m_dn = (c + static_cast<double>(dn)) * 0.5;
+  double tu = (r - m_up) + lo;  // r - m exact (Sterbenz)
+  double td = (r - m_dn) + lo;
+  double eu = inflate(e2 + UP * std::fabs(tu) + ETA);
+  double ed = inflate(e2 + UP * std::fabs(td) + ETA);
+  if (tu > eu) {
+    certain = true;
+    return up;
+  }
+  if (td < -ed) {
+    certain = true;
+    return dn;
+  }
+  if (tu < -eu && td > ed) {
+    certain = true;
+    return cand;
+  }
+  // Undecided: round the estimate r + lo (ties to even).
+  auto even = [](float a, float b) {
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a, 4);
+    std::memcpy(&ub, &b, 4);
+    return (ua & 1u) == 0 ? a : b;
+  };
+  if (tu > 0) return up;
+  if (tu == 0) return even(cand, up);
+  if (td < 0) return dn;
+  if (td == 0) return even(cand, dn);
+  return cand;
+}
+
+inline void eval_y(double xv, double w, double hi, double lo, double yb, VB& out) {
+  double xw = xv * w;  // exact
+  double v = std::fma(xw, hi, xw * lo);
+  double b = inflate(UP * std::fabs(v) + std::fabs(xw) * yb + 2 * ETA);
+  out.v = v;
+  out.bound = std::fabs(v) <= std::numeric_limits<double>::max() ? b : INF;  // non-finite v -> inf
+}
+
+inline void eval_dx(double xv, double dv, double w, double k, double kb, double use, double ub,
+                    VB& out) {
+  double g = dv * w;  // exact
+  double t = std::fma(-xv, k, g);
+  double et = inflate(UP * std::fabs(t) + ETA + std::fabs(xv) * kb);
+  double v = use * t;
+  double b = inflate(UP * std::fabs(v) + ETA + std::fabs(use) * et + std::fabs(t) * ub + ub * et);
+  out.v = v;
+  out.bound = std::fabs(v) <= std::numeric_limits<double>::max() ? b : INF;  // non-finite v -> inf
+}
+
+NG_CLONES void y_row_impl(const uint16_t* __restrict x, const double* __restrict w, int64_t n,
+                          double hi, double lo, double yb, VB* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) eval_y(bf(x[j]), w[j], hi, lo, yb, out[j]);
+}
+
+NG_CLONES void dx_row_impl(const uint16_t* __restrict x, const uint16_t* __restrict dy,
+                           const double* __restrict w, int64_t n, double k, double kb, double use,
+                           double ub, VB* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) eval_dx(bf(x[j]), bf(dy[j]), w[j], k, kb, use, ub, out[j]);
+}
+
+}  // namespace
+
+class ReferenceBuilder {
+ public:
+  static void run(Reference& ref, const Problem& p, const Options& o);
+};
+
+void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
+  const int64_t R = p.x.rows(), H = p.x.cols;
+  const bool fp32 = o.rstd == RstdMode::fp32_rounded;
+  const int nt = o.threads > 0 ? o.threads : omp_get_max_threads();
+  ref.p_ = p;
+  ref.o_ = o;
+  ref.rows_ = R;
+  ref.cols_ = H;
+
+  ref.w_.assign(H, 0.0);
+  for (int64_t j = 0; j < H && p.w.p != nullptr; ++j)  // w.p may be null when R == 0
+    ref.w_[j] = p.w.dtype == WDtype::bf16 ? bf(static_cast<const uint16_t*>(p.w.p)[j])
+                                          : static_cast<double>(static_cast<const float*>(p.w.p)[j]);
+  for (auto* v : {&ref.rs_hi_, &ref.rs_lo_, &ref.rs_e_, &ref.y_b_, &ref.use_, &ref.use_b_, &ref.c_,
+                  &ref.c_b_, &ref.k_, &ref.k_b_})
+    v->assign(R, 0.0);
+  ref.rs32_.assign(R, 0.0f);
+  ref.rs32_ok_.assign(R, 0);
+  ref.dw_.assign(H, 0.0);
+  ref.dw_b_.assign(H, 0.0);
+  ref.dw_abs_.assign(H, 0.0);
+  if (R == 0) return;  // empty sums: dw = 0 exactly
+
+  std::vector<double> use_lo(R, 0.0), use_e(R, 0.0);
+  std::vector<uint8_t> row_bad(R, 0);  // x non-finite, or the backward's rstd non-finite
+
+  // Per-row constants of (1).
+  const double Hd = static_cast<double>(H);
+  const int64_t m = (H + K - 1) / K;
+  const double gN = gamma_up(static_cast<double>(m + 2 * K));
+  const double gN2 = inflate(gN * gN);
+  const double eps = p.eps;
+  const double* w = ref.w_.data();
+
+  auto do_row = [&](int64_t r) {
+    RowSums rs;
+    row_sums(p.x.row(r), p.dy.row(r), w, H, &rs);
+    double Sh, Sl;
+    two_sum(rs.s_pi, rs.s_sig, Sh, Sl);
+    double r0 = 1.0 / std::sqrt(Sh / Hd + eps);
+    double lo = 0, e2 = INF;
+    bool ok = std::isfinite(Sh) && std::isfinite(Sl);
+    if (!ok) {
+      // Non-finite x: TwoSum turns inf into NaN; use the plain FP64 formula so
+      // rstd has its IEEE value (1/sqrt(inf) = 0 for an Inf row, NaN for NaN).
+      const uint16_t* xr = p.x.row(r);
+      double s = 0;
+      for (int64_t j = 0; j < H; ++j) s = s + bf(xr[j]) * bf(xr[j]);
+      r0 = 1.0 / std::sqrt(s / Hd + eps);
+    } else {
+      double eS = inflate(gN2 * inflate(Sh + std::fabs(Sl)) / (1 - gN2));
+      if (!rstd_newton(Sh, Sl, eS, Hd, eps, r0, lo, e2)) {
+        lo = 0;
+        VB s{Sh, inflate(std::fabs(Sl) + eS)};
+        VB q = vb_sqrt(vb_add(vb_div(s, {Hd, 0}), {eps, 0}));
+        VB rr = vb_div({1, 0}, q);  // rr.v == r0: the same operations
+        e2 = rr.bound;
+      }
+    }
+    ref.rs_hi_[r] = r0;
+    ref.rs_lo_[r] = lo;
+    ref.rs_e_[r] = e2;
+    ref.y_b_[r] = inflate(UP * std::fabs(lo) + e2);
+    bool certain = false;
+    float f = ok ? round_rstd_f32(r0, lo, e2, certain) : static_cast<float>(r0);
+    ref.rs32_[r] = f;
+    ref.rs32_ok_[r] = certain ? 1 : 0;
+    double use, ulo, ue, ub;
+    if (fp32) {
+      use = f;
+      ulo = 0;
+      ue = 0;
+      ub = std::isfinite(f) && ok ? 0.0 : INF;
+    } else {
+      use = r0;
+      ulo = lo;
+      ue = e2;
+      ub = inflate(std::fabs(lo) + e2);
+    }
+    ref.use_[r] = use;
+    ref.use_b_[r] = ub;
+    use_lo[r] = ulo;
+    use_e[r] = ue;
+    row_bad[r] = (ok && std::isfinite(use) && use > 0) ? 0 : 1;
+    // (4)
+    double Dh = rs.d_pi + rs.d_sig;
+    double eD = inflate(UP * std::fabs(Dh) + gN2 * (rs.d_abs / (1 - gN)));
+    VB U{use, ub};
+    VB c = vb_div(vb_mul(U, {Dh, eD}), {Hd, 0});
+    VB k = vb_mul(U, c);
+    ref.c_[r] = c.v;
+    ref.c_b_[r] = c.bound;
+    ref.k_[r] = k.v;
+    ref.k_b_[r] = k.bound;
+  };
+
+  // Row blocks: the rows of a block are read twice (row sums, then column
+  // accumulation) while still in cache. Block sizes only affect scheduling:
+  // every column is accumulated over r = 0..R-1 in order, every row alone.
+  int64_t RB = std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
+  RB = std::max<int64_t>(RB, 2 * nt);
+  RB = std::min<int64_t>(RB, R);
+  int64_t CB = (H + 4 * nt - 1) / (4 * nt);
+  CB = std::clamp<int64_t>((CB + 7) / 8 * 8, 16, 256);
+  const int64_t ncb = (H + CB - 1) / CB;
+  std::vector<const uint16_t*> xr(RB), dyr(RB);
+  double* P = ref.dw_.data();  // pi accumulators live in dw_ until finalization
+  std::vector<double> Sacc(H, 0.0);
+  double* A = ref.dw_abs_.data();
+  const double* hi = ref.use_.data();
+  const double* lov = use_lo.data();
+
+#pragma omp parallel num_threads(nt)
+  {
+    for (int64_t rb = 0; rb < R; rb += RB) {
+      const int64_t nr = std::min(RB, R - rb);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < nr; ++i) {
+        do_row(rb + i);
+        xr[i] = p.x.row(rb + i);
+        dyr[i] = p.dy.row(rb + i);
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t cb = 0; cb < ncb; ++cb) {
+        const int64_t j0 = cb * CB, nc = std::min(CB, H - j0);
+        col_accum(xr.data(), dyr.data(), hi + rb, lov + rb, nr, j0, nc, P + j0, Sacc.data() + j0,
+                  A + j0);
+      }
+    }
+  }
+
+  // (5) finalization.
+  bool any_bad = false;
+  double lambda = 0, rho = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    if (row_bad[r]) {
+      any_bad = true;
+      continue;
+    }
+    lambda = std::max(lambda, std::fabs(use_lo[r]) / ref.use_[r] * (1 + 0x1p-50));
+    rho = std::max(rho, use_e[r] / ref.use_[r] * (1 + 0x1p-50));
+  }
+  const double Rd = static_cast<double>(R);
+  const double gR = gamma_up(Rd), gR2 = gamma_up(Rd + 2);
+  const double coef = inflate(inflate(gR2 * (gR + lambda) + rho) / (1 - gR));
+  std::vector<int64_t> bad_cols;
+  for (int64_t j = 0; j < H; ++j) {
+    double v = P[j] + Sacc[j];
+    P[j] = v;
+    if (!std::isfinite(v)) {
+      bad_cols.push_back(j);
+      ref.dw_b_[j] = INF;
+    } else {
+      ref.dw_b_[j] = any_bad ? INF : inflate(UP * std::fabs(v) + ETA + coef * A[j]);
+    }
+  }
+  if (!bad_cols.empty()) {
+    // Plain FP64 recomputation (IEEE propagation) for non-finite columns.
+    const int64_t nbad = static_cast<int64_t>(bad_cols.size());
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < nbad; ++b) {
+      const int64_t j = bad_cols[b];
+      double s = 0;
+      for (int64_t r = 0; r < R; ++r) s = s + (bf(p.dy.row(r)[j]) * bf(p.x.row(r)[j])) * hi[r];
+      P[j] = s;
+    }
+  }
+}
+
+Reference Reference::compute(const Problem& p, const Options& o) {
+  validate(p);
+  Reference ref;
+  ReferenceBuilder::run(ref, p, o);
+  return ref;
+}
+
+VB Reference::rstd(int64_t r) const {
+  return {rs_hi_[r], std::isfinite(rs_hi_[r]) ? inflate(std::fabs(rs_lo_[r]) + rs_e_[r]) : INF};
+}
+
+VB Reference::y(int64_t r, int64_t j) const {
+  VB out;
+  eval_y(bf(p_.x.row(r)[j]), w_[j], rs_hi_[r], rs_lo_[r], y_b_[r], out);
+  return out;
+}
+
+VB Reference::dx(int64_t r, int64_t j) const {
+  VB out;
+  eval_dx(bf(p_.x.row(r)[j]), bf(p_.dy.row(r)[j]), w_[j], k_[r], k_b_[r], use_[r], use_b_[r], out);
+  return out;
+}
+
+void Reference::y_row(int64_t r, VB* out) const {
+  y_row_impl(p_.x.row(r), w_.data(), cols_, rs_hi_[r], rs_lo_[r], y_b_[r], out);
+}
+
+void Reference::dx_row(int64_t r, VB* out) const {
+  dx_row_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], out);
+}
+
+}  // namespace normgate::oracle
