@@ -1,46 +1,108 @@
-// normgate/validators/pipeline.h: one check, end to end: generate a case, run
-// the implementation under test, compute the FP64 reference (and the ideal
-// kernel for the forced part of each error), validate every element.
+// normgate/validators/pipeline.h: checks end to end: generate a case, run the
+// implementations under test, compute the FP64 reference (and the ideal kernel
+// for the forced part of each error), validate every element.
+//
+// The oracle runs once per case and serves every implementation of the check.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "normgate/seeds/case_id.h"
+#include "normgate/seeds/seed_set.h"
 #include "normgate/validators/check.h"
 
 namespace normgate::validators {
 
-/// The implementation under test. "fp32-baseline" is the FP32 eager yardstick
-/// (oracle::fp32_baseline). Kernel variants join with the kernels.
+/// Where kernel variants run: their CUDA code on the GPU, or their CPU models
+/// (models.h: the same accumulation structure, step by step). `auto_` picks
+/// the GPU when one is available.
+enum class Backend : uint8_t { auto_ = 0, cpu = 1, gpu = 2 };
+/// "auto", "cpu", "gpu".
+std::string_view to_string(Backend b);
+/// Parse "auto" | "cpu" | "gpu"; std::invalid_argument naming the bad value.
+Backend parse_backend(std::string_view s);
+
+/// The implementations a check may name: "fp32-baseline" (the FP32 eager
+/// yardstick, oracle::fp32_baseline) and every backward kernel variant of the
+/// registry (each runs with the default forward variant). "all" expands to
+/// every backward variant, controls included.
+std::vector<std::string> expand_impls(const std::vector<std::string>& names);
+
 struct CheckRequest {
   seeds::CaseId id;
-  std::string impl = "fp32-baseline";
+  std::vector<std::string> impls{"fp32-baseline"};  ///< after expand_impls
+  Backend backend = Backend::auto_;
   int threads = 0;  ///< OpenMP threads for generator, oracle, validation (<= 0: default)
+};
+
+/// One implementation's result on one case.
+struct ImplResult {
+  std::string impl;
+  std::string ran_on;  ///< e.g. "gpu NVIDIA H200", "cpu model", "cpu (FP32 baseline)"
+  CaseResult result;
+  double dw_worst_abs_sum = 0;  ///< sum_r |dy*xhat| of the worst dw column
+  double seconds_impl = 0, seconds_validate = 0;
 };
 
 /// What a check found, with enough provenance to reproduce it.
 struct CheckReport {
   CheckRequest request;
-  std::string backend;  ///< where the implementation ran, e.g. "cpu (FP32 baseline)"
-  CaseResult result;
-  double dw_worst_abs_sum = 0;  ///< sum_r |dy*xhat| of the worst dw column
-  double seconds_generate = 0, seconds_impl = 0, seconds_oracle = 0, seconds_validate = 0;
+  std::string inputs_from;  ///< "host generator" or "GPU generator"
+  std::vector<ImplResult> impls;
+  double seconds_generate = 0, seconds_oracle = 0;
+  bool pass() const;
 };
 
-/// Run one check. Throws std::invalid_argument for an unknown impl or a case
-/// the implementation does not support.
+/// Resolve `auto_` to what this process will use (gpu if available).
+Backend resolve_backend(Backend b);
+
+/// Run one check. Throws std::invalid_argument for an unknown impl, a case
+/// an implementation does not support, or backend gpu without a usable GPU.
 CheckReport run_check(const CheckRequest& req);
 
-/// Short human-readable table: one line per output (max err/tol, worst index,
-/// over-budget count, forced part, oracle bound/tol), the dw comparison with
-/// the FP32 baseline, the verdict, and for each failing output where it fails
-/// (index, value, reference, bound).
+/// Human-readable report: one table per implementation (max err/tol, worst
+/// index, over-budget count, forced part, oracle bound/tol), the dw comparison
+/// with the FP32 baseline, the verdict, and for each failing output where it
+/// fails (index, value, reference, bound).
 std::string format_report(const CheckReport& rep);
 
-/// Every number of the report as JSON.
+/// Every number of the report as JSON (non-finite numbers as strings "inf", "nan").
 nlohmann::json to_json(const CheckReport& rep);
+
+/// A grid of cases: every combination of H, T, weight dtype and (family,
+/// seed) of the seed set, form plain, eps default.
+struct Grid {
+  std::vector<int64_t> H, T;
+  std::vector<WDtype> w;
+  seeds::SeedSet seeds;
+  /// All case ids, in the order H, T, w, family, seed (outermost first).
+  std::vector<seeds::CaseId> cases() const;
+};
+
+/// Worst results of one (implementation, family) over a campaign.
+struct Aggregate {
+  std::string impl;
+  seeds::Family family{};
+  int64_t cases = 0, failed = 0;
+  double max_ratio[kNumOutputs] = {};       ///< max err/tol per output
+  std::string worst_case[kNumOutputs];      ///< case id of each max
+  double forced_at_worst[kNumOutputs] = {}; ///< forced part at that element
+  double dw_vs_fp32_worst = 0;              ///< max over cases
+};
+
+/// Run every case of a campaign (the oracle once per case), calling
+/// `on_case` after each (for progress lines and journals). Returns one
+/// Aggregate per (impl, family) in impl-major order.
+std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                                    Backend backend, int threads,
+                                    const std::function<void(const CheckReport&)>& on_case);
+
+/// Markdown table of campaign aggregates (one row per impl and family).
+std::string format_aggregates(const std::vector<Aggregate>& aggs);
 
 }  // namespace normgate::validators

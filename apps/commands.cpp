@@ -1,0 +1,225 @@
+#include "commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/registry.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/family_docs.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/validators/pipeline.h"
+
+namespace normgate::app {
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
+    f << text;
+    f.flush();
+    if (!f) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("cannot write '" + tmp + "'");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  }
+}
+
+namespace {
+
+constexpr seeds::Family kAllFamilies[] = {seeds::Family::normal, seeds::Family::llm,  seeds::Family::cancel,
+                                          seeds::Family::zeros,  seeds::Family::tiny, seeds::Family::huge,
+                                          seeds::Family::specials};
+
+void add_families(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("families", "List the input families, or describe one");
+  auto name = std::make_shared<std::string>();
+  sub->add_option("name", *name, "Family to describe (default: list all)");
+  sub->callback([&cmds, name] {
+    cmds.run = [name] {
+      if (!name->empty()) {
+        const auto f = seeds::parse_family(*name);
+        std::printf("%s%s\n\n%s\n", std::string(seeds::to_string(f)).c_str(),
+                    seeds::is_gate_family(f) ? " (gate family)" : " (robustness family, not gated by default)",
+                    std::string(seeds::family_details(f)).c_str());
+        return 0;
+      }
+      std::printf("%-9s %-6s %s\n", "family", "gated", "purpose");
+      for (auto f : kAllFamilies)
+        std::printf("%-9s %-6s %s\n", std::string(seeds::to_string(f)).c_str(),
+                    seeds::is_gate_family(f) ? "yes" : "no", std::string(seeds::family_summary(f)).c_str());
+      std::printf("\n'normgate families NAME' describes one family's distributions.\n");
+      return 0;
+    };
+  });
+}
+
+void add_case(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("case", "Parse a case id, print its canonical form and the SHA-256 of its inputs");
+  auto id = std::make_shared<std::string>();
+  auto no_digest = std::make_shared<bool>(false);
+  auto threads = std::make_shared<int>(0);
+  sub->add_option("id", *id, "Case id, e.g. H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17")->required();
+  sub->add_flag("--no-digest", *no_digest, "Only parse and print; do not generate the inputs");
+  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::NonNegativeNumber);
+  sub->callback([&cmds, id, no_digest, threads] {
+    cmds.run = [id, no_digest, threads] {
+      const auto c = seeds::parse_case(*id);
+      std::printf("case    %s\n", seeds::to_string(c).c_str());
+      std::printf("shape   T=%lld rows x H=%lld, %lld normalized rows, weight %s, form %s, eps %g\n",
+                  static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.rows()),
+                  std::string(to_string(c.w)).c_str(), std::string(to_string(c.form)).c_str(), c.eps);
+      if (*no_digest) return 0;
+      const auto in = seeds::generate_host(c, *threads);
+      const auto d = seeds::digest(in);
+      std::printf("sha256  x      %s\n        dy     %s\n        w      %s\n", d.x.c_str(), d.dy.c_str(),
+                  d.w.c_str());
+      if (!d.u.empty()) std::printf("        u      %s\n        dh_new %s\n", d.u.c_str(), d.dh_new.c_str());
+      std::printf("        all    %s\n", d.all.c_str());
+      return 0;
+    };
+  });
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& what, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const auto& item : split_commas(text)) {
+    size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != item.size() || item.empty() || v < 0)
+      throw std::invalid_argument("bad " + what + " value '" + item + "' in '" + text + "'");
+    out.push_back(v);
+  }
+  if (out.empty()) throw std::invalid_argument("empty " + what + " list");
+  return out;
+}
+
+void add_check(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("check", "Run cases through implementations and validate every element "
+                                          "against the FP64 oracle");
+  struct Opts {
+    std::string id, backend = "auto", json, md, H, T, w = "bf16,fp32", seeds;
+    std::vector<std::string> impls{"fp32-baseline"};
+    int threads = 0;
+    bool quiet = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* one = sub->add_option("--case", o->id, "One case id, e.g. H=2048,T=65537,w=bf16,form=plain,family=cancel,seed=0");
+  auto* grid = sub->add_option("--seeds", o->seeds, "Grid mode: seed set (3x8, seeds=120..239, cancel:0..7); "
+                                                   "with --H, --T, --w");
+  sub->add_option("--H", o->H, "Grid: comma-separated H values");
+  sub->add_option("--T", o->T, "Grid: comma-separated T values");
+  sub->add_option("--w", o->w, "Grid: weight dtypes (bf16,fp32)")->capture_default_str();
+  one->excludes(grid);
+  sub->add_option("--impl,--variant", o->impls,
+                  "Implementations: fp32-baseline, a backward variant name (see 'normgate variants'), or all; "
+                  "repeatable")
+      ->capture_default_str()
+      ->delimiter(',');
+  sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
+  sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
+  sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      const auto impls = validators::expand_impls(o->impls);
+      const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
+      if (backend == validators::Backend::cpu)
+        std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
+      if (!o->id.empty()) {
+        validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads};
+        const auto rep = validators::run_check(req);
+        std::fputs(validators::format_report(rep).c_str(), stdout);
+        if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
+        return rep.pass() ? 0 : 1;
+      }
+      if (o->seeds.empty() || o->H.empty() || o->T.empty())
+        throw std::invalid_argument("give --case ID, or a grid with --seeds, --H and --T");
+      validators::Grid g;
+      g.H = parse_int_list("--H", o->H);
+      g.T = parse_int_list("--T", o->T);
+      g.w.clear();
+      for (auto d : split_commas(o->w)) g.w.push_back(parse_wdtype(d));
+      g.seeds = seeds::parse_seed_set(o->seeds);
+      const auto cases = g.cases();
+      std::printf("grid     %zu cases x %zu implementations on %s\n", cases.size(), impls.size(),
+                  std::string(validators::to_string(backend)).c_str());
+      nlohmann::json all = nlohmann::json::array();
+      size_t done = 0;
+      const auto aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {
+        ++done;
+        if (o->quiet) {
+          std::printf("[%zu/%zu] %s", done, cases.size(), seeds::to_string(rep.request.id).c_str());
+          for (const auto& ir : rep.impls)
+            std::printf("  %s:%s(dw %.3g)", ir.impl.c_str(), ir.result.pass() ? "pass" : "FAIL",
+                        ir.result.get(validators::Output::dw).worst.ratio);
+          std::printf("\n");
+        } else {
+          std::fputs(validators::format_report(rep).c_str(), stdout);
+        }
+        std::fflush(stdout);
+        if (!o->json.empty()) all.push_back(validators::to_json(rep));
+      });
+      const auto table = validators::format_aggregates(aggs);
+      std::printf("\n%s", table.c_str());
+      if (!o->json.empty()) write_file_atomic(o->json, all.dump(1) + "\n");
+      if (!o->md.empty()) write_file_atomic(o->md, table);
+      bool ok = true;
+      for (const auto& a : aggs)
+        if (a.failed) ok = false;
+      return ok ? 0 : 1;
+    };
+  });
+}
+
+void add_variants(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("variants", "List the kernel variants of the registry, one a line");
+  sub->callback([&cmds] {
+    cmds.run = [] {
+      for (const auto& v : kernels::variants()) std::printf("%s\n", kernels::describe(v).c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace
+
+void register_commands(CLI::App& app, Commands& cmds) {
+  add_families(app, cmds);
+  add_case(app, cmds);
+  add_check(app, cmds);
+  add_variants(app, cmds);
+}
+
+}  // namespace normgate::app

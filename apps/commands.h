@@ -1,0 +1,24 @@
+// Subcommand registration for the normgate CLI.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace normgate::app {
+
+/// Holds the action of the subcommand that was selected; run() returns the
+/// process exit code (0 ok, 1 verdict failed). Errors are thrown:
+/// std::invalid_argument for usage/input errors (exit 2), others exit 3.
+struct Commands {
+  std::function<int()> run = [] { return 0; };
+};
+
+/// Register every subcommand on `app`; the chosen one stores its action in `cmds`.
+void register_commands(CLI::App& app, Commands& cmds);
+
+/// Write `text` to `path` atomically: a temporary file beside it, then rename.
+/// Throws std::runtime_error naming the path when writing fails.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace normgate::app

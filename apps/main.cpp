@@ -1,0 +1,43 @@
+// normgate: the command-line front end. Thin by design: every subcommand parses
+// its arguments, calls one library function and prints its result.
+// Exit codes: 0 success / pass, 1 a check or gate failed, 2 usage or input error.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"normgate: RMSNorm training kernels for Hopper and the accuracy gate that checks them"};
+  app.set_version_flag("--version", std::string(NORMGATE_VERSION) + " (" + NORMGATE_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  normgate::app::Commands cmds;
+  normgate::app::register_commands(app, cmds);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    return cmds.run();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "normgate: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "normgate: fatal: %s\n", e.what());
+    return 3;
+  }
+}

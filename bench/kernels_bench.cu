@@ -1,0 +1,183 @@
+// bench/kernels_bench.cu: first speed numbers of the v1 kernels on the GPU.
+//
+// Method (issue 3): each call is captured in a CUDA graph and replayed with the
+// L2 flushed before every replay (cold L2); CUDA events around the replay;
+// median of `reps` (default 100) replays. Achieved bandwidth counts the bytes
+// the op must move once (inputs read once, outputs written once; workspace
+// traffic is NOT counted: it is overhead the kernel pays) over the median
+// time, and is printed against a 16-byte vectorized device-to-device copy
+// timed the same way in the same run.
+//
+// Usage: kernels_bench [--reps N] [--json FILE] [T,H ...]   (default shapes
+// 65537,4096 and 131072,6144; weight bf16 and fp32). Prints a table last.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "normgate/kernels/registry.h"
+#include "normgate/kernels/rmsnorm.h"
+#include "normgate/kernels/runner.h"
+#include "normgate/kernels/timing.h"
+#include "normgate/seeds/case_id.h"
+
+namespace nk = normgate::kernels;
+using normgate::WDtype;
+
+#define CK(call)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess)                                                                        \
+      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_));              \
+  } while (0)
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t n) { CK(cudaMalloc(&p, n < 16 ? 16 : n)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+struct Row {
+  std::string shape, w, op;
+  double median_us, min_us, gbps, frac_copy;
+};
+
+int main(int argc, char** argv) try {
+  int reps = 100;
+  std::string json;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      const auto comma = a.find(',');
+      if (comma == std::string::npos) {
+        std::fprintf(stderr, "kernels_bench: bad argument '%s' (expected T,H)\n", a.c_str());
+        return 2;
+      }
+      shapes.emplace_back(std::stoll(a.substr(0, comma)), std::stoll(a.substr(comma + 1)));
+    }
+  }
+  if (reps < 50) {
+    std::fprintf(stderr, "kernels_bench: --reps must be >= 50 (got %d)\n", reps);
+    return 2;
+  }
+  if (shapes.empty()) shapes = {{65537, 4096}, {131072, 6144}};
+
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  CK(cudaDriverGetVersion(&driver));
+  CK(cudaRuntimeGetVersion(&runtime));
+  std::printf("gpu %s, %d SMs, L2 %d MiB, driver API %d, runtime %d, reps %d (median), cold L2\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, driver, runtime, reps);
+
+  std::vector<Row> rows;
+  for (auto [T, H] : shapes) {
+    const size_t n = static_cast<size_t>(T) * static_cast<size_t>(H);
+    // Copy ceiling for this shape: copy a buffer as large as x + dy.
+    const size_t cbytes = (4 * n + 15) / 16 * 16;
+    Buf csrc(cbytes), cdst(cbytes);
+    CK(cudaMemset(csrc.p, 1, cbytes));
+    const auto ct = nk::time_graph([&](nk::Stream s) { nk::copy_vec16(cdst.p, csrc.p, cbytes, s); }, reps);
+    const double copy_gbps = 2.0 * cbytes / (ct.median_ms * 1e-3) / 1e9;
+    const std::string shape = "[" + std::to_string(T) + ", " + std::to_string(H) + "]";
+    rows.push_back({shape, "-", "copy (16 B vectors)", ct.median_ms * 1e3, ct.min_ms * 1e3, copy_gbps, 1.0});
+
+    for (WDtype wd : {WDtype::bf16, WDtype::fp32}) {
+      normgate::seeds::CaseId c;
+      c.H = H;
+      c.T = T;
+      c.w = wd;
+      c.family = normgate::seeds::Family::normal;
+      const size_t wbytes = static_cast<size_t>(H) * (wd == WDtype::bf16 ? 2 : 4);
+      Buf x(2 * n), dy(2 * n), w(wbytes), y(2 * n), dx(2 * n), rstd(4 * T), dw(4 * H);
+      nk::DeviceInputBuffers ib;
+      ib.x = static_cast<uint16_t*>(x.p);
+      ib.x_stride = H;
+      ib.dy = static_cast<uint16_t*>(dy.p);
+      ib.dy_stride = H;
+      ib.w = w.p;
+      nk::generate_device_inputs(c, ib);
+      CK(cudaDeviceSynchronize());
+      const normgate::WeightView wv{wd, w.p, H};
+
+      nk::FwdArgs fa;
+      fa.x = ib.x;
+      fa.x_stride = H;
+      fa.w = wv;
+      fa.y = static_cast<uint16_t*>(y.p);
+      fa.y_stride = H;
+      fa.rstd = static_cast<float*>(rstd.p);
+      fa.T = T;
+      fa.H = H;
+      fa.eps = 1e-6f;
+      const auto& fwd = nk::default_fwd();
+      nk::rmsnorm_fwd(fwd, fa);  // rstd for the backward
+      CK(cudaDeviceSynchronize());
+      const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
+      const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
+      const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
+      rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name),
+                      ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
+
+      for (const auto& v : nk::variants()) {
+        if (v.op != nk::Op::bwd) continue;
+        const size_t ws = nk::bwd_workspace_bytes(v, T, H);
+        Buf work(ws);
+        nk::BwdArgs ba;
+        ba.dy = ib.dy;
+        ba.dy_stride = H;
+        ba.x = ib.x;
+        ba.x_stride = H;
+        ba.w = wv;
+        ba.rstd = fa.rstd;
+        ba.dx = static_cast<uint16_t*>(dx.p);
+        ba.dx_stride = H;
+        ba.dw = static_cast<float*>(dw.p);
+        ba.T = T;
+        ba.H = H;
+        ba.workspace = work.p;
+        ba.workspace_bytes = ws;
+        const double bwd_bytes = 6.0 * n + wbytes + 4.0 * T + 4.0 * H;
+        const auto bt = nk::time_graph(
+            [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
+        const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
+        rows.push_back({shape, std::string(normgate::to_string(wd)),
+                        "bwd " + std::string(v.name) + (v.control ? " (control)" : ""), bt.median_ms * 1e3,
+                        bt.min_ms * 1e3, bg, bg / copy_gbps});
+      }
+    }
+  }
+
+  if (!json.empty()) {
+    std::ofstream f(json + ".tmp");
+    f << "{\"gpu\": \"" << prop.name << "\", \"driver_api\": " << driver << ", \"runtime\": " << runtime
+      << ", \"reps\": " << reps << ", \"rows\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i)
+      f << "  {\"shape\": \"" << rows[i].shape << "\", \"w\": \"" << rows[i].w << "\", \"op\": \"" << rows[i].op
+        << "\", \"median_us\": " << rows[i].median_us << ", \"min_us\": " << rows[i].min_us
+        << ", \"GBps\": " << rows[i].gbps << ", \"frac_of_copy\": " << rows[i].frac_copy << "}"
+        << (i + 1 < rows.size() ? ",\n" : "\n");
+    f << "]}\n";
+    f.close();
+    std::rename((json + ".tmp").c_str(), json.c_str());
+  }
+  std::printf("\n| shape | w | op | median us | min us | GB/s | of copy |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& r : rows)
+    std::printf("| %s | %s | %s | %.2f | %.2f | %.0f | %.3f |\n", r.shape.c_str(), r.w.c_str(), r.op.c_str(),
+                r.median_us, r.min_us, r.gbps, r.frac_copy);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "kernels_bench: %s\n", e.what());
+  return 1;
+}

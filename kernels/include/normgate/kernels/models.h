@@ -1,0 +1,66 @@
+// normgate/kernels/models.h: CPU models of the kernel variants.
+//
+// A model follows its variant's arithmetic step by step (same row geometry and
+// chunk plan from plan.h, same accumulators from accum.h, same order of every
+// FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
+//   fwd_rowwise:        y, rstd bitwise equal to the GPU
+//   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
+//   bwd_det_chunked, ctl_fp32_seq, ctl_bf16_partials:
+//                       dw bitwise equal to the GPU given the same rstd
+//   bwd_nondet_atomic:  dw combines the chunk partials in increasing chunk
+//                       order; the GPU's atomics use some order, so the GPU
+//                       differs by FP64 reassociation of the partials followed
+//                       by one FP32 rounding (normally 0 or 1 ulp of FP32)
+// Exceptions: NaN payloads (host and device propagate different NaN bits),
+// and the results of a compiler that contracts host FP operations (normgate
+// builds with -ffp-contract=off).
+//
+// Models are compiled in every build (no CUDA needed) and are OpenMP-parallel
+// over rows or chunks; results do not depend on `threads`.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::kernels {
+
+/// Forward outputs of a model: y BF16 bits [rows, cols], rstd FP32 [rows].
+struct FwdResult {
+  std::vector<uint16_t> y;
+  std::vector<float> rstd;
+};
+
+/// Backward outputs of a model: dx BF16 bits [rows, cols], dw FP32 [cols].
+struct BwdResult {
+  std::vector<uint16_t> dx;
+  std::vector<float> dw;
+};
+
+/// Model of the forward variant `v` (fwd_rowwise). x: plain view (heads == 1)
+/// with 1 <= cols <= kMaxH; w.cols == x.cols; eps finite >= 0.
+/// Throws std::invalid_argument naming the bad argument otherwise.
+/// threads <= 0: OpenMP default.
+FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads = 0);
+
+/// Model of backward variant `v`, given the forward's rstd (rstd.size() ==
+/// rows). x, dy: plain views of equal shape; w.cols == cols. Throws
+/// std::invalid_argument naming the bad argument otherwise. Rows = 0 gives
+/// an empty dx and dw = 0.
+BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
+                    const std::vector<float>& rstd, int threads = 0);
+
+/// The whole step as the GPU pipeline runs it: model_fwd(default_fwd()) for
+/// y and rstd, then model_bwd(bwd, ..., that rstd). Outputs are contiguous
+/// (h_new empty). `bwd` must be a backward variant (controls allowed).
+Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
+                  float eps, int threads = 0);
+
+/// The FP32 team reduction of plan.h, on the host: partials[team] (one value
+/// per thread of the team, team a multiple of 32, <= 1024) reduced by the
+/// warp butterfly, then across warps. Exposed for tests.
+float model_team_sum(const float* partials, int team);
+
+}  // namespace normgate::kernels

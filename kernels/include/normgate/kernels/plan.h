@@ -1,0 +1,109 @@
+// normgate/kernels/plan.h: the work decomposition every variant and every CPU
+// model shares. Everything here is a documented function of (T, H) alone:
+// never of the device (SM count, L2 size) and never of pointer alignment, so a
+// CPU model reproduces the GPU's accumulation structure exactly.
+//
+// Two decompositions:
+//
+// 1. Row geometry (who owns which columns of a row). A row of H columns is cut
+//    into nvec = ceil(H/8) groups of 8 consecutive columns (one 16-byte BF16
+//    vector each). A "team" of `team` threads normalizes one row; thread t of
+//    the team owns the groups g = k*team + t for k < slots, i.e. the columns
+//    8*g .. 8*g+7 (those >= H are zero-filled and write nothing).
+//       slots = nvec <= 512 ? 1 : 2
+//       per   = ceil(nvec / slots)
+//       team  = per <= 512 ? roundup(per, 32) : roundup(per, 64)   (32 .. 1024)
+//    (The backward runs a team of more than 512 threads as a cluster of two
+//    CTAs of team/2 threads; the arithmetic is that of one team.)
+//    Row sums (sum of squares in the forward, sum of g*xhat in the backward)
+//    are reduced as: each thread accumulates its own columns in order
+//    (k ascending, then column ascending) with fma_rn; then a warp butterfly
+//    (xor-shuffle with offsets 16, 8, 4, 2, 1; each lane adds its partner's
+//    value to its own); then, for teams of more than one warp, lane l of every
+//    warp takes warp l's total (0 for l >= team/32) and does the same
+//    butterfly. The same geometry, hence the same rounding tree, is used
+//    whether the 16-byte vector path or the scalar path loads the data.
+//
+// 2. Chunk plan (backward only; which rows feed which dw partial).
+//       cap(H)           = 264 * clamp(floor(2^22 / (264 * H)), 1, 8)
+//       num_chunks(T, H) = 0                          if T == 0
+//                        = min(ceil(T / 16), cap(H))  otherwise
+//       chunk c holds rows [floor(c*T/n), floor((c+1)*T/n))     (n = num_chunks;
+//                                                                every chunk >= 1 row)
+//    One CTA per chunk walks its rows in increasing order; each dw column is
+//    accumulated by exactly one thread of that CTA, so the chunk partial of
+//    column j is a strictly sequential (compensated) sum over the chunk's
+//    rows. The partials [n, H] are then combined column by column:
+//       lane L (0 <= L < 32) sums chunks c = L, L+32, L+64, ... in increasing
+//       order; the 32 lane results are then summed in order L = 0..31
+//    (see accum.h for the arithmetic of each step).
+//    The cap keeps the partials at most max(2^22, 264*H) float pairs (32 MiB;
+//    34.6 MB at H = 16384) and is a multiple of 264 = 2 x 132 so that at
+//    large T the chunks fill an H200's 132 SMs in whole waves (1 or 2 CTAs
+//    per SM, or 2-CTA clusters). The constants were chosen for that chip;
+//    they are constants, not queried, so results never depend on the device.
+#pragma once
+
+#include <cstdint>
+
+#include "normgate/core/hd.h"
+
+namespace normgate::kernels {
+
+/// Supported range of the normalized length H (every variant).
+inline constexpr int64_t kMinH = 1;
+inline constexpr int64_t kMaxH = 16384;
+/// Largest supported T (rows).
+inline constexpr int64_t kMaxT = int64_t{1} << 32;
+/// BF16 elements per 16-byte vector (one column group).
+inline constexpr int kGroup = 8;
+/// Largest team (threads per row) of the row geometry, and the largest team
+/// one backward CTA holds (larger teams are split over a 2-CTA cluster).
+inline constexpr int kMaxTeam = 1024;
+inline constexpr int kMaxCtaTeam = 512;
+
+/// Rows of one chunk at least (when T allows), and the chunk-count caps.
+inline constexpr int64_t kMinRowsPerChunk = 16;
+inline constexpr int64_t kChunkBudget = int64_t{1} << 22;  // ~ num_chunks * H
+inline constexpr int64_t kChunkWave = 264;                  // 2 x 132 SMs
+inline constexpr int64_t kMaxChunkWaves = 8;
+/// Chunk lanes per column in the final combine of chunk partials.
+inline constexpr int kCombineLanes = 32;
+
+/// Team size and groups per thread for rows of H columns (see file comment).
+struct RowGeometry {
+  int team = 32;   ///< threads per row, a multiple of 32 (of 64 above 512), <= 1024
+  int slots = 1;   ///< column groups of 8 per thread: 1 or 2
+};
+
+/// Row geometry of H (1 <= H <= kMaxH).
+NG_HD RowGeometry row_geometry(int64_t H) {
+  const int64_t nvec = (H + kGroup - 1) / kGroup;
+  const int slots = nvec <= 512 ? 1 : 2;
+  const int64_t per = (nvec + slots - 1) / slots;
+  const int64_t q = per <= 512 ? 32 : 64;
+  RowGeometry g;
+  g.slots = slots;
+  g.team = static_cast<int>((per + q - 1) / q * q);
+  return g;
+}
+
+/// First column of the group owned by thread t, slot k, in a team of `team`.
+NG_HD int64_t group_col0(int team, int k, int t) {
+  return static_cast<int64_t>(kGroup) * (static_cast<int64_t>(k) * team + t);
+}
+
+/// Number of backward chunks for T rows of H columns (see file comment).
+NG_HD int64_t num_chunks(int64_t T, int64_t H) {
+  if (T <= 0) return 0;
+  int64_t waves = kChunkBudget / (kChunkWave * (H < 1 ? 1 : H));
+  waves = waves < 1 ? 1 : (waves > kMaxChunkWaves ? kMaxChunkWaves : waves);
+  const int64_t cap = kChunkWave * waves;
+  const int64_t want = (T + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
+  return want < cap ? want : cap;
+}
+
+/// First row of chunk c (c may equal n: returns T). Requires 0 <= c <= n, n >= 1.
+NG_HD int64_t chunk_begin(int64_t T, int64_t n, int64_t c) { return c * T / n; }
+
+}  // namespace normgate::kernels

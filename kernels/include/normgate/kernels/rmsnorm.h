@@ -1,0 +1,131 @@
+// normgate/kernels/rmsnorm.h: launch API of the RMSNorm training kernels.
+//
+// Plain form only (for now): x, dy, y, dx are [T, H] BF16 (uint16_t bit
+// patterns), row t at p + t*stride (stride in ELEMENTS, >= H; inner dimension
+// contiguous). w is [H], BF16 or FP32. All pointers are DEVICE pointers; the
+// calls enqueue work on `stream` and return without synchronizing.
+//
+// Math (FP32 unless stated; every rounding explicit, see core/hd.h):
+//   forward, row r (the order of the sum is plan.h's row geometry):
+//     ss      = sum_j fma(x_j, x_j, .)       (FP32; x_j^2 is exact in FP32)
+//     mean    = ss / H                       (correctly rounded division)
+//     rstd_r  = 1 / sqrt(mean + eps)         (correctly rounded sqrt, division)
+//     y_rj    = BF16_rn((x_rj * rstd_r) * w_j)  (two FP32 products, then RNE)
+//   backward, row r, with the forward's FP32 rstd_r:
+//     xhat = x*rstd;  g = dy*w;  s_r = sum_j fma(g, xhat, .)  (same geometry)
+//     c_r  = s_r * FP32_rn(1/H)          (a product: exact division for H = 2^k)
+//     dx   = BF16_rn(rstd * fma(-xhat, c_r, g))
+//     dw_j = sum_r dy*x*rstd: per chunk of rows (plan.h) a compensated FP32
+//            sum (accum.h Comp32: exact TwoProduct of (dy*x)*rstd, TwoSum),
+//            then the chunk partials combined in FP64 (variant-specific).
+//
+// Vector path: 16-byte loads/stores are used when H % 8 == 0, w and every
+// [T, H] tensor pointer are 16-byte aligned and every row stride is a multiple
+// of 8;
+// otherwise a scalar path computes the same values (bitwise: same rounding
+// tree). BF16 pointers must be 2-byte aligned, FP32 pointers 4-byte aligned.
+//
+// Errors: invalid arguments throw std::invalid_argument (message names the
+// bad value) BEFORE anything is enqueued; a failing CUDA call throws
+// std::runtime_error naming the call, the source location and
+// cudaGetErrorString. A library built without CUDA validates, then throws
+// std::runtime_error("... built without CUDA").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+
+// Same type as cudaStream_t (both are `struct CUstream_st*`), spelled without
+// including CUDA headers so this header works in a CPU-only build.
+struct CUstream_st;
+
+namespace normgate::kernels {
+
+/// A CUDA stream (nullptr: the legacy default stream).
+using Stream = CUstream_st*;
+
+/// Forward arguments. Shapes: x, y [T, H] BF16; rstd [T] FP32; w [H].
+struct FwdArgs {
+  const uint16_t* x = nullptr;  ///< BF16 bits, device
+  int64_t x_stride = 0;         ///< elements between rows of x, >= H
+  WeightView w;                 ///< device pointer; w.cols must equal H
+  uint16_t* y = nullptr;        ///< BF16 bits, device; must not overlap x, w, rstd
+  int64_t y_stride = 0;         ///< elements between rows of y, >= H
+  float* rstd = nullptr;        ///< FP32 [T], device
+  int64_t T = 0;                ///< rows, 0 .. kMaxT (0: nothing is launched)
+  int64_t H = 0;                ///< columns, the variant's range (1 .. 16384)
+  float eps = 1e-6f;            ///< finite, >= 0
+  Form form = Form::plain;      ///< only plain is supported
+};
+
+/// Backward arguments. Shapes: dy, x, dx [T, H] BF16; rstd [T] FP32 (from the
+/// forward); w [H]; dw [H] FP32. dx and dw must not overlap any input or the
+/// workspace. No eps: the backward uses the forward's rstd.
+struct BwdArgs {
+  const uint16_t* dy = nullptr;  ///< BF16 bits, device
+  int64_t dy_stride = 0;         ///< >= H
+  const uint16_t* x = nullptr;   ///< BF16 bits, device
+  int64_t x_stride = 0;          ///< >= H
+  WeightView w;                  ///< device pointer; w.cols must equal H
+  const float* rstd = nullptr;   ///< FP32 [T], device
+  uint16_t* dx = nullptr;        ///< BF16 bits, device
+  int64_t dx_stride = 0;         ///< >= H
+  float* dw = nullptr;           ///< FP32 [H], device; always written (0 when T == 0)
+  int64_t T = 0;                 ///< rows, 0 .. kMaxT
+  int64_t H = 0;                 ///< columns, the variant's range
+  void* workspace = nullptr;     ///< device, 16-byte aligned, caller-owned;
+                                 ///< may be null when bwd_workspace_bytes() == 0
+  size_t workspace_bytes = 0;    ///< >= bwd_workspace_bytes(variant, T, H)
+  Form form = Form::plain;       ///< only plain is supported
+};
+
+/// Whether a backward may run a negative control.
+enum class ControlUse : uint8_t { refuse = 0, allow = 1 };
+
+/// Device workspace a backward call needs, in bytes (0 when T == 0). Contents
+/// on entry do not matter: every variant initializes what it reads.
+///   bwd_det_chunked, ctl_bf16_partials, ctl_fp32_seq: num_chunks(T,H)*H*8
+///       (one (sum, comp) float pair per chunk and column, plan.h)
+///   bwd_nondet_atomic: H*8 (one FP64 accumulator per column)
+/// Throws std::invalid_argument if v is not a backward variant, T < 0 or
+/// T > kMaxT, or H is outside the variant's range.
+size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H);
+
+/// Check forward arguments without launching anything. Throws
+/// std::invalid_argument naming the first bad value: v not a forward variant;
+/// form not supported; T < 0 or > kMaxT; H outside v's range; w.cols != H;
+/// w dtype not supported; eps not finite or < 0; a null or misaligned pointer
+/// (when T > 0); a stride < H or a row extent overflowing int64; y
+/// overlapping x, w or rstd, or rstd overlapping x or w.
+void validate_fwd(const Variant& v, const FwdArgs& a);
+
+/// Check backward arguments without launching anything. Throws
+/// std::invalid_argument naming the first bad value: as validate_fwd, plus
+/// v not a backward variant; v a control and ctl == refuse; dw null (any T);
+/// workspace null, misaligned or smaller than bwd_workspace_bytes(); dx or dw
+/// overlapping an input, each other or the workspace.
+void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl = ControlUse::refuse);
+
+/// True when rmsnorm_fwd would take the 16-byte vector path for these args.
+bool fwd_vector_path(const FwdArgs& a);
+/// True when rmsnorm_bwd would take the 16-byte vector path for these args.
+bool bwd_vector_path(const BwdArgs& a);
+
+/// RMSNorm forward: writes y and rstd. validate_fwd() first, then enqueues
+/// (T == 0: nothing). Deterministic: bitwise identical for identical inputs,
+/// and bitwise equal to model_fwd() (models.h) except NaN payloads.
+void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream = nullptr);
+
+/// RMSNorm backward: writes dx and dw, using the workspace. validate_bwd()
+/// first, then enqueues. T == 0 enqueues only dw = 0 (H values).
+/// dx: bitwise deterministic for every variant and equal to the CPU model.
+/// dw: bwd_det_chunked and the controls are bitwise deterministic (whatever
+/// the workspace held) and equal to their CPU model; bwd_nondet_atomic varies
+/// in the last bits with the order of the atomics.
+void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream = nullptr,
+                 ControlUse ctl = ControlUse::refuse);
+
+}  // namespace normgate::kernels

@@ -1,0 +1,77 @@
+// normgate/kernels/runner.h: run one case end to end on the GPU, and generate
+// a case's inputs on the device.
+//
+// Everything here is declared in every build; in a build without CUDA,
+// gpu_available() returns false and the other functions throw
+// std::runtime_error("... built without CUDA").
+#pragma once
+
+#include <cstdint>
+
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/kernels/rmsnorm.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+
+namespace normgate::kernels {
+
+/// True when a CUDA device can be used (cudaGetDeviceCount succeeds with at
+/// least one device). Never throws; false without a driver or device and in a
+/// build without CUDA.
+bool gpu_available();
+
+/// Device buffers for a case's inputs; rows are normalized rows (c.rows()),
+/// row r of a tensor at p + r*stride (elements). Null tensors are skipped,
+/// except x, dy and w, which are required when rows*cols > 0 (w: when cols > 0).
+struct DeviceInputBuffers {
+  uint16_t* x = nullptr;       ///< BF16 bits [rows, cols] (form res: h)
+  int64_t x_stride = 0;
+  uint16_t* dy = nullptr;      ///< BF16 bits [rows, cols]
+  int64_t dy_stride = 0;
+  void* w = nullptr;           ///< [cols]: BF16 bits if c.w == bf16, else FP32
+  uint16_t* u = nullptr;       ///< BF16 bits [rows, cols], optional
+  int64_t u_stride = 0;
+  uint16_t* dh_new = nullptr;  ///< BF16 bits [rows, cols], optional
+  int64_t dh_new_stride = 0;
+};
+
+/// Fill the buffers with case c's inputs on the device, element by element
+/// with seeds::family_value (the host generator's function), so the bytes
+/// equal seeds::generate_host(c). Enqueued on `stream`, not synchronized.
+/// Throws std::invalid_argument for a null required buffer or a stride < cols,
+/// std::runtime_error on a CUDA error.
+void generate_device_inputs(const seeds::CaseId& c, const DeviceInputBuffers& b, Stream stream = nullptr);
+
+/// generate_device_inputs into temporary device buffers, copied back into a
+/// HostInputs laid out like generate_host's (u, dh_new only for form res).
+seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId& c);
+
+/// Knobs of a pipeline run (defaults: contiguous, aligned, poison seed 1).
+struct GpuRunOptions {
+  int64_t row_pad = 0;          ///< row stride = H + row_pad (elements) for x, dy, y, dx
+  int64_t misalign_elems = 0;   ///< offset x, dy, y, dx by this many elements from a
+                                ///< 256-byte boundary (1 forces the scalar path)
+  uint32_t poison_seed = 1;     ///< workspace garbage pattern
+  ControlUse controls = ControlUse::allow;  ///< run_gpu exists to check controls too
+};
+
+/// What a pipeline run did besides its outputs.
+struct GpuRunInfo {
+  bool fwd_vector = false;      ///< forward took the 16-byte path
+  bool bwd_vector = false;      ///< backward took the 16-byte path
+  size_t workspace_bytes = 0;   ///< bwd_workspace_bytes(bwd, T, H)
+};
+
+/// One training step on the GPU: allocate; generate c's inputs on the device;
+/// poison y and dx (BF16 NaN 0x7FC0), rstd and dw (FP32 NaN 0x7FC00000) and
+/// the workspace (pseudo-random words from opt.poison_seed); run
+/// rmsnorm_fwd(default_fwd()) with eps, then rmsnorm_bwd(bwd); synchronize;
+/// copy y, rstd, dx, dw back (contiguous). Plain form only.
+/// Throws std::invalid_argument for a bad case/variant (form not plain,
+/// H or dtype unsupported, bwd not a backward variant), std::runtime_error on
+/// CUDA errors (device memory is freed either way).
+Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt = {},
+                GpuRunInfo* info = nullptr);
+
+}  // namespace normgate::kernels

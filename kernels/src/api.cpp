@@ -1,0 +1,206 @@
+// kernels/src/api.cpp: argument validation and dispatch of rmsnorm.h.
+// Compiled in every build; the launchers (launch.h) need CUDA.
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "launch.h"
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/rmsnorm.h"
+
+namespace normgate::kernels {
+
+namespace {
+
+[[noreturn]] void bad(const Variant& v, const char* fn, const std::string& msg) {
+  throw std::invalid_argument(std::string(fn) + "(" + std::string(v.name) + "): " + msg);
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+/// A [T, H] (or [n]) tensor's byte range, for null/alignment/overlap checks.
+struct Span {
+  const char* name;
+  const void* p;
+  int64_t bytes;  // 0: empty
+};
+
+bool overlap(const Span& a, const Span& b) {
+  if (a.bytes == 0 || b.bytes == 0) return false;
+  const uintptr_t a0 = addr(a.p), b0 = addr(b.p);
+  return a0 < b0 + static_cast<uintptr_t>(b.bytes) && b0 < a0 + static_cast<uintptr_t>(a.bytes);
+}
+
+/// Checks one BF16 [T, H] tensor; returns its byte range.
+Span check_rows(const Variant& v, const char* fn, const char* name, const void* p, int64_t stride, int64_t T,
+                int64_t H) {
+  if (T == 0) return {name, p, 0};  // nothing is read or written
+  if (stride < H)
+    bad(v, fn, std::string(name) + "_stride = " + std::to_string(stride) + " is less than H = " + std::to_string(H));
+  if (p == nullptr) bad(v, fn, std::string(name) + " is null with T = " + std::to_string(T));
+  if (addr(p) % 2 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 2-byte aligned (BF16)");
+  // (T-1)*stride + H elements, 2 bytes each, must fit in int64 with room to spare.
+  constexpr int64_t kMaxElems = int64_t{1} << 61;
+  if (T > 1 && stride > (kMaxElems - H) / (T - 1))
+    bad(v, fn, std::string(name) + ": extent (T-1)*stride + H overflows (T = " + std::to_string(T) +
+                   ", stride = " + std::to_string(stride) + ")");
+  return {name, p, ((T - 1) * stride + H) * 2};
+}
+
+Span check_f32(const Variant& v, const char* fn, const char* name, const void* p, int64_t n) {
+  if (n == 0) return {name, p, 0};
+  if (p == nullptr) bad(v, fn, std::string(name) + " is null (" + std::to_string(n) + " FP32 values expected)");
+  if (addr(p) % 4 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 4-byte aligned (FP32)");
+  return {name, p, n * 4};
+}
+
+void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H) {
+  if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported (plain only)");
+  if (T < 0 || T > kMaxT)
+    bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT));
+  if (!v.supports_h(H))
+    bad(v, fn, "H = " + std::to_string(H) + " is out of range " + std::to_string(v.h_min) + ".." +
+                   std::to_string(v.h_max));
+}
+
+Span check_weight(const Variant& v, const char* fn, const WeightView& w, int64_t H) {
+  if (w.dtype != WDtype::bf16 && w.dtype != WDtype::fp32)
+    bad(v, fn, "weight dtype code " + std::to_string(static_cast<int>(w.dtype)) + " is unknown");
+  if (!v.supports(w.dtype)) bad(v, fn, "weight dtype " + std::string(to_string(w.dtype)) + " is not supported");
+  if (w.cols != H) bad(v, fn, "w.cols = " + std::to_string(w.cols) + " differs from H = " + std::to_string(H));
+  if (w.p == nullptr) bad(v, fn, "w is null");
+  const int64_t es = w.dtype == WDtype::bf16 ? 2 : 4;
+  if (addr(w.p) % static_cast<uintptr_t>(es) != 0)
+    bad(v, fn, "w = " + hex(w.p) + " is not " + std::to_string(es) + "-byte aligned");
+  return {"w", w.p, H * es};
+}
+
+void check_disjoint(const Variant& v, const char* fn, const Span& out, std::initializer_list<Span> others) {
+  for (const Span& o : others)
+    if (overlap(out, o))
+      bad(v, fn, std::string(out.name) + " overlaps " + o.name + " (address ranges of the strided extents intersect)");
+}
+
+bool al16(const void* p) { return addr(p) % 16 == 0; }
+
+}  // namespace
+
+size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
+  const char* fn = "bwd_workspace_bytes";
+  if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
+  if (T < 0 || T > kMaxT) bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT));
+  if (!v.supports_h(H))
+    bad(v, fn, "H = " + std::to_string(H) + " is out of range " + std::to_string(v.h_min) + ".." +
+                   std::to_string(v.h_max));
+  if (T == 0) return 0;
+  switch (v.id) {
+    case VariantId::bwd_nondet_atomic:
+      return static_cast<size_t>(H) * sizeof(double);
+    case VariantId::bwd_det_chunked:
+    case VariantId::ctl_fp32_seq:
+    case VariantId::ctl_bf16_partials:
+      return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * 2 * sizeof(float);
+    case VariantId::fwd_rowwise:
+      break;
+  }
+  bad(v, fn, "no workspace rule for this variant");
+}
+
+void validate_fwd(const Variant& v, const FwdArgs& a) {
+  const char* fn = "rmsnorm_fwd";
+  if (v.op != Op::fwd) bad(v, fn, "not a forward variant");
+  check_shape(v, fn, a.form, a.T, a.H);
+  if (!std::isfinite(a.eps) || a.eps < 0.0f) bad(v, fn, "eps = " + std::to_string(a.eps) + " is not finite and >= 0");
+  const Span w = check_weight(v, fn, a.w, a.H);
+  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H);
+  const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H);
+  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T);
+  check_disjoint(v, fn, y, {x, w, r});
+  check_disjoint(v, fn, r, {x, w});
+}
+
+void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
+  const char* fn = "rmsnorm_bwd";
+  if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
+  if (v.control && ctl != ControlUse::allow)
+    bad(v, fn, "is a negative control; pass ControlUse::allow to run it on purpose");
+  check_shape(v, fn, a.form, a.T, a.H);
+  const Span w = check_weight(v, fn, a.w, a.H);
+  const Span dy = check_rows(v, fn, "dy", a.dy, a.dy_stride, a.T, a.H);
+  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H);
+  const Span dx = check_rows(v, fn, "dx", a.dx, a.dx_stride, a.T, a.H);
+  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T);
+  const Span dw = check_f32(v, fn, "dw", a.dw, a.H);
+  const size_t need = bwd_workspace_bytes(v, a.T, a.H);
+  Span ws{"workspace", a.workspace, 0};
+  if (need > 0) {
+    if (a.workspace == nullptr) bad(v, fn, "workspace is null (" + std::to_string(need) + " bytes needed)");
+    if (!al16(a.workspace)) bad(v, fn, "workspace = " + hex(a.workspace) + " is not 16-byte aligned");
+    if (a.workspace_bytes < need)
+      bad(v, fn, "workspace_bytes = " + std::to_string(a.workspace_bytes) + " is less than the " +
+                     std::to_string(need) + " bytes needed for T = " + std::to_string(a.T) +
+                     ", H = " + std::to_string(a.H));
+    ws.bytes = static_cast<int64_t>(need);
+  }
+  check_disjoint(v, fn, dx, {dy, x, w, r, dw, ws});
+  check_disjoint(v, fn, dw, {dy, x, w, r, ws});
+  check_disjoint(v, fn, ws, {dy, x, w, r});
+}
+
+bool fwd_vector_path(const FwdArgs& a) {
+  return a.H % 8 == 0 && al16(a.x) && al16(a.y) && al16(a.w.p) && a.x_stride % 8 == 0 && a.y_stride % 8 == 0;
+}
+
+bool bwd_vector_path(const BwdArgs& a) {
+  return a.H % 8 == 0 && al16(a.x) && al16(a.dy) && al16(a.dx) && al16(a.w.p) && a.x_stride % 8 == 0 &&
+         a.dy_stride % 8 == 0 && a.dx_stride % 8 == 0;
+}
+
+void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {
+  validate_fwd(v, a);
+  if (a.T == 0) return;
+  switch (v.id) {
+    case VariantId::fwd_rowwise:
+      detail::launch_fwd_rowwise(a, fwd_vector_path(a), stream);
+      return;
+    default:
+      bad(v, "rmsnorm_fwd", "no forward launcher");
+  }
+}
+
+void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse ctl) {
+  validate_bwd(v, a, ctl);
+  if (a.T == 0) {
+    detail::launch_zero_f32(a.dw, a.H, stream);
+    return;
+  }
+  const bool vec = bwd_vector_path(a);
+  switch (v.id) {
+    case VariantId::bwd_det_chunked:
+      detail::launch_bwd_det_chunked(a, vec, stream);
+      return;
+    case VariantId::bwd_nondet_atomic:
+      detail::launch_bwd_nondet_atomic(a, vec, stream);
+      return;
+    case VariantId::ctl_fp32_seq:
+      detail::launch_ctl_fp32_seq(a, vec, stream);
+      return;
+    case VariantId::ctl_bf16_partials:
+      detail::launch_ctl_bf16_partials(a, vec, stream);
+      return;
+    case VariantId::fwd_rowwise:
+      break;
+  }
+  bad(v, "rmsnorm_bwd", "no backward launcher");
+}
+
+}  // namespace normgate::kernels

@@ -1,0 +1,225 @@
+// kernels/src/bwd_chunk_pass.cuh (internal): the backward's per-chunk pass,
+// shared by every backward variant; a variant supplies the Sink that receives
+// each column's compensated chunk partial.
+//
+// One CTA (two clustered CTAs for teams above 512 threads) = one chunk of rows
+// (plan.h chunk plan) = one team of plan.h's row geometry. The team walks its
+// rows in increasing order; for each row it
+//   1. has already issued the loads of the next row (register double buffer)
+//      and an L2 prefetch of the row after (vector path),
+//   2. forms part = sum over its columns of fma(g, xhat, .) with
+//      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
+//      cluster barrier, per row; two alternating shared buffers); while the
+//      barrier completes it adds (dy*x)*rstd to each owned column's Comp32
+//      (accum.h),
+//   3. writes dx = BF16_rn(rstd * fma(-xhat, c, g)), c = sum * FP32_rn(1/H)
+//      (a product, not a division: keeps the division's slow-path call, and
+//      the registers it pins, out of the row loop).
+// Each column has exactly one owner thread, so its chunk partial is a
+// sequential sum over the chunk's rows in order: the CPU model replays it.
+#pragma once
+
+#include <type_traits>
+
+#include "device_blocks.cuh"
+#include "normgate/kernels/rmsnorm.h"
+
+namespace normgate::kernels::dev {
+
+/// One row's inputs for a thread's kSlots column groups.
+template <int kSlots>
+struct RowIn {
+  Group8 x[kSlots];
+  Group8 dy[kSlots];
+  float rstd;
+};
+
+template <int kSlots, class WT>
+__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT>& a, int64_t r,
+                                         const int (&col0)[kSlots]) {
+  const __nv_bfloat16* xr = a.x.row(r);
+  const __nv_bfloat16* dyr = a.dy.row(r);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    in.x[k] = load_group(xr, col0[k], a.H, a.vec);
+    in.dy[k] = load_group(dyr, col0[k], a.H, a.vec);
+  }
+  in.rstd = __ldg(a.rstd + r);
+}
+
+/// __launch_bounds__ minimum resident CTAs per SM: with one group per thread
+/// two CTAs of up to 512 threads fit (<= 64 registers per thread); with two
+/// groups the dw accumulators alone take 32 registers, so one CTA.
+template <int kSlots>
+inline constexpr int kChunkMinBlocks = kSlots == 1 ? 2 : 1;
+
+/// Whether w stays in registers for the whole chunk (else it is re-read from
+/// L1 for each row). FP32 weights take 8 registers a group where BF16 ones
+/// can stay packed in 4: at one group per thread (64 registers) FP32 w is
+/// re-read.
+template <int kSlots, class WT>
+inline constexpr bool kChunkCacheW = !(kSlots == 1 && std::is_same_v<WT, float>);
+
+/// Ask the L2 to fetch `bytes` (a multiple of 16) at a 16-byte aligned
+/// global address (sm_90 bulk prefetch; uses no registers, never waited on).
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+/// The chunk pass (see file comment) for one CTA (kCtas == 1) or one CTA of a
+/// 2-CTA cluster (kCtas == 2; the team is both CTAs' threads). Sink is called
+/// once per owned group with col0 < H: sink(chunk, col0, acc) (col0 an int),
+/// where acc[e] is column col0+e's Comp32 (entries for columns >= H hold
+/// zeros and must be ignored).
+template <int kSlots, int kCtas, class WT, class Sink>
+__device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT>& a, const Sink& sink) {
+  __shared__ float red[2][32];
+  // Clusters are kCtas consecutive CTAs: chunk = cluster index, rank inside it.
+  int rank = 0;
+  if constexpr (kCtas > 1) rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) / kCtas;
+  const int team = static_cast<int>(blockDim.x) * kCtas;
+  const int t = rank * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+  const int64_t r0 = chunk_begin(a.T, a.num_chunks, chunk);
+  const int64_t r1 = chunk_begin(a.T, a.num_chunks, chunk + 1);
+  const float inv_h = div_rn(1.0f, static_cast<float>(a.H));  // FP32_rn(1/H); H <= 2^24 is exact
+  // One thread per CTA asks the L2 for the row after the one in flight.
+  const bool l2_prefetch = a.vec && threadIdx.x == 0 && rank == 0;
+  const uint32_t row_bytes = static_cast<uint32_t>(a.H) * 2u;
+
+  constexpr bool kCacheW = kChunkCacheW<kSlots, WT>;
+  int col0[kSlots];
+  float wc[kCacheW ? kSlots : 1][8];  // the weights of the owned columns
+  Comp32 acc[kSlots][8];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    col0[k] = static_cast<int>(group_col0(team, k, t));
+    if constexpr (kCacheW) load_weights(a.w, col0[k], a.H, a.vec, wc[k]);
+  }
+  auto weights = [&](int k, float (&w)[8]) {
+    if constexpr (kCacheW) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) w[e] = wc[k][e];
+    } else {
+      load_weights(a.w, col0[k], a.H, a.vec, w);
+    }
+  };
+
+  RowIn<kSlots> cur, nxt;
+  load_row(cur, a, r0, col0);
+  nxt = cur;
+  int buf = 0;
+  const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
+  for (int i = 0; i < rows; ++i) {
+    const int64_t r = r0 + i;
+    if (l2_prefetch && i + 2 < rows) {
+      prefetch_l2(a.x.row(r + 2), row_bytes);
+      prefetch_l2(a.dy.row(r + 2), row_bytes);
+    }
+    if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
+    const float rs = cur.rstd;
+
+    // Phase 1: this thread's share of sum(g * xhat), published for the team.
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      float w[8];
+      weights(k, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float xhat = mul_rn(group_at(cur.x[k], e), rs);
+        const float g = mul_rn(group_at(cur.dy[k], e), w[e]);
+        part = fma_rn(g, xhat, part);
+      }
+    }
+    const float warp_total = team_sum_publish(part, red[buf]);
+    // While the barrier completes: the dw accumulators (they need no c).
+    auto accumulate_dw = [&] {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[k][e].add_product(mul_rn(group_at(cur.dy[k], e), group_at(cur.x[k], e)), rs);
+    };
+    float sum;
+    if constexpr (kCtas == 1) {
+      accumulate_dw();
+      __syncthreads();
+      sum = team <= 32 ? warp_total : team_sum_collect(red[buf], team, 0);
+    } else {
+      namespace cg = cooperative_groups;
+      auto token = cg::this_cluster().barrier_arrive();  // release: red[buf] is visible after the wait
+      accumulate_dw();
+      cg::this_cluster().barrier_wait(std::move(token));
+      sum = cluster_team_sum_collect(red[buf], team);
+    }
+    const float c = mul_rn(sum, inv_h);
+    buf ^= 1;
+
+    // Phase 2: dx.
+    __nv_bfloat16* dxr = a.dx.row(r);
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      float w[8];
+      weights(k, w);
+      float d[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float xhat = mul_rn(group_at(cur.x[k], e), rs);
+        const float g = mul_rn(group_at(cur.dy[k], e), w[e]);
+        d[e] = mul_rn(rs, fma_rn(-xhat, c, g));
+      }
+      store_group(dxr, col0[k], a.H, a.vec, d);
+    }
+    cur = nxt;
+  }
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k)
+    if (col0[k] < a.H) sink(chunk, col0[k], acc[k]);
+  if constexpr (kCtas > 1) cooperative_groups::this_cluster().sync();  // peers may still read `red`
+}
+
+/// The chunk-pass kernels; instantiated by each variant for its Sink.
+template <int kSlots, class WT, class Sink>
+__global__ void __launch_bounds__(kMaxCtaTeam, kChunkMinBlocks<kSlots>)
+    bwd_chunk_kernel(const BwdRows<WT> a, const Sink sink) {
+  bwd_chunk_pass<kSlots, 1>(a, sink);
+}
+template <class WT, class Sink>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kMaxCtaTeam, 1)
+    bwd_chunk_cluster_kernel(const BwdRows<WT> a, const Sink sink) {
+  bwd_chunk_pass<2, 2>(a, sink);
+}
+
+/// Enqueue the chunk pass for validated args: one CTA per chunk holding
+/// plan.h's team, or two clustered CTAs when the team exceeds kMaxCtaTeam.
+/// Instantiations: {1 slot, 2 slots, 2 slots clustered} x WT {bf16, float}.
+template <class Sink>
+inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& sink, cudaStream_t s) {
+  const RowGeometry geo = row_geometry(a.H);
+  const int64_t n = num_chunks(a.T, a.H);
+  auto go = [&](auto wtag) -> cudaError_t {
+    using WT = decltype(wtag);
+    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride},
+                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+                        static_cast<const WT*>(a.w.p),
+                        a.rstd,
+                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride},
+                        a.T,
+                        static_cast<int>(a.H),
+                        n,
+                        vec};
+    if (geo.team > kMaxCtaTeam) {
+      bwd_chunk_cluster_kernel<WT, Sink>
+          <<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)), 0, s>>>(r, sink);
+    } else if (geo.slots == 1) {
+      bwd_chunk_kernel<1, WT, Sink><<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+    } else {
+      bwd_chunk_kernel<2, WT, Sink><<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+    }
+    return cudaGetLastError();
+  };
+  return a.w.dtype == WDtype::fp32 ? go(float{}) : go(__nv_bfloat16{});
+}
+
+}  // namespace normgate::kernels::dev

@@ -1,0 +1,51 @@
+// kernels/src/bwd_nondet_atomic.cu: variant bwd_nondet_atomic.
+//
+// The same chunk pass as bwd_det_chunked (bwd_chunk_pass.cuh), but each
+// column's chunk partial is folded into an FP64 accumulator with
+//   atomicAdd(&acc[j], double(s) + double(comp_out()))
+// instead of being stored. The call zeroes acc (workspace, H doubles) first
+// and converts it to FP32 last: dw[j] = FP32_rn(acc[j]). The order of the
+// atomics varies from run to run, so dw may differ in the last bits (FP64
+// reassociation of <= num_chunks terms, then one rounding to FP32); dx is
+// deterministic. No [num_chunks, H] partials and no combine pass: at large T
+// it does strictly less memory traffic than bwd_det_chunked.
+#include "bwd_chunk_pass.cuh"
+#include "cuda_check.h"
+#include "launch.h"
+
+namespace normgate::kernels {
+namespace dev {
+namespace {
+
+struct AtomicSink {
+  double* acc;
+  int64_t H;
+  __device__ __forceinline__ void operator()(int64_t /*chunk*/, int col0, const Comp32 (&a)[8]) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (col0 + e < H)
+        atomicAdd(acc + col0 + e, dadd_rn(static_cast<double>(a[e].s), static_cast<double>(a[e].comp_out())));
+  }
+};
+
+__global__ void finalize_dw_kernel(const double* __restrict__ acc, int64_t H, float* __restrict__ dw) {
+  for (int64_t j = global_thread(); j < H; j += global_threads()) dw[j] = __double2float_rn(acc[j]);
+}
+
+}  // namespace
+}  // namespace dev
+
+namespace detail {
+
+void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s) {
+  auto* acc = static_cast<double*>(a.workspace);
+  NG_CUDA(cudaMemsetAsync(acc, 0, static_cast<size_t>(a.H) * sizeof(double), s));
+  NG_CUDA(dev::enqueue_chunk_pass(a, vec, dev::AtomicSink{acc, static_cast<int>(a.H)}, s));
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((a.H + threads - 1) / threads);
+  dev::finalize_dw_kernel<<<blocks, threads, 0, s>>>(acc, a.H, a.dw);
+  NG_CUDA_LAUNCHED("finalize_dw_kernel");
+}
+
+}  // namespace detail
+}  // namespace normgate::kernels

@@ -1,0 +1,183 @@
+// kernels/src/device_blocks.cuh (internal): the device building blocks every
+// variant composes: 8-column BF16 groups (16-byte vector or guarded scalar
+// load/store), weight groups, the warp butterfly and the team reduction of
+// plan.h, and the shared kernel-argument types. Compensated accumulators live
+// in include/normgate/kernels/accum.h (host and device).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "normgate/core/hd.h"
+#include "normgate/kernels/accum.h"
+#include "normgate/kernels/plan.h"
+
+namespace normgate::kernels::dev {
+
+/// 8 consecutive BF16 values packed in 16 bytes: element e is the low (e even)
+/// or high (e odd) half of word e/2, i.e. memory order.
+struct Group8 {
+  uint4 u;
+};
+
+/// Element e (0..7, a compile-time constant after unrolling) as FP32 (exact).
+__device__ __forceinline__ float group_at(const Group8& v, int e) {
+  const uint32_t w = e < 2 ? v.u.x : e < 4 ? v.u.y : e < 6 ? v.u.z : v.u.w;
+  return __uint_as_float((e & 1) ? (w & 0xFFFF0000u) : (w << 16));
+}
+
+/// Load the 8 columns col0..col0+7 of `row`; columns >= H read as +0.
+/// vec: one 16-byte load (requires H % 8 == 0 and a 16-byte aligned row);
+/// otherwise 8 guarded 2-byte loads. Read-only path (ld.global.nc).
+__device__ __forceinline__ Group8 load_group(const __nv_bfloat16* row, int col0, int H, bool vec) {
+  Group8 v;
+  v.u = make_uint4(0u, 0u, 0u, 0u);
+  if (col0 >= H) return v;
+  if (vec) {
+    v.u = __ldg(reinterpret_cast<const uint4*>(row + col0));
+    return v;
+  }
+  const unsigned short* p = reinterpret_cast<const unsigned short*>(row) + col0;
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t b = (col0 + e < H) ? static_cast<uint32_t>(__ldg(p + e)) : 0u;
+    w[e / 2] |= (e & 1) ? (b << 16) : b;
+  }
+  v.u = make_uint4(w[0], w[1], w[2], w[3]);
+  return v;
+}
+
+/// Round 8 FP32 values to BF16 (RNE, cvt.rn.bf16x2.f32) and store them to
+/// columns col0..col0+7 of `row` (columns >= H are not written). vec: one
+/// 16-byte store; otherwise guarded 2-byte stores.
+__device__ __forceinline__ void store_group(__nv_bfloat16* row, int col0, int H, bool vec,
+                                            const float (&f)[8]) {
+  if (col0 >= H) return;
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  if (vec) {
+    *reinterpret_cast<uint4*>(row + col0) = make_uint4(w[0], w[1], w[2], w[3]);
+    return;
+  }
+  unsigned short* p = reinterpret_cast<unsigned short*>(row) + col0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (col0 + e < H) p[e] = static_cast<unsigned short>((e & 1) ? (w[e / 2] >> 16) : (w[e / 2] & 0xFFFFu));
+}
+
+/// Weights of columns col0..col0+7 as FP32 (exact); columns >= H give +0.
+/// vec: 16-byte loads (w 16-byte aligned, H % 8 == 0), else guarded scalars.
+__device__ __forceinline__ void load_weights(const float* w, int col0, int H, bool vec, float (&out)[8]) {
+  if (vec && col0 < H) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(w + col0));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(w + col0) + 1);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = (col0 + e < H) ? __ldg(w + col0 + e) : 0.0f;
+}
+__device__ __forceinline__ void load_weights(const __nv_bfloat16* w, int col0, int H, bool vec,
+                                             float (&out)[8]) {
+  const Group8 g = load_group(w, col0, H, vec);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = group_at(g, e);
+}
+
+/// Warp butterfly sum (plan.h): offsets 16, 8, 4, 2, 1, each lane adding its
+/// partner's value to its own. Every lane ends with the same bits (FP32
+/// addition is commutative, so partners compute the same sums).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = add_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  return v;
+}
+
+/// Team sum (plan.h), in two steps so that a caller can do independent work
+/// while the barrier between them completes:
+///   team_sum_publish: warp butterfly; lane 0 stores the warp total in
+///     red[warp] (warp index within the CTA); returns the warp total (the
+///     team total when team == 32);
+///   <barrier: __syncthreads, or the cluster barrier for a 2-CTA team>
+///   team_sum_collect / cluster_team_sum_collect: lane l of each warp takes
+///     warp l's total of its team (0 for l >= team/32) and butterflies again.
+/// `red` is a 32-float shared buffer that must not be rewritten until every
+/// thread has passed one more barrier (callers alternate two buffers). `team`
+/// is uniform across the CTA, a multiple of 32; a team's warps are
+/// first_warp .. first_warp + team/32 - 1.
+__device__ __forceinline__ float team_sum_publish(float v, float* red) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31u) == 0u) red[threadIdx.x >> 5] = v;
+  return v;
+}
+__device__ __forceinline__ float team_sum_collect(const float* red, int team, int first_warp) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  return warp_sum(lane < (team >> 5) ? red[first_warp + lane] : 0.0f);
+}
+/// The collect step of a team split over the 2 CTAs of a cluster (team =
+/// 2*blockDim.x; CTA rank q holds team threads q*blockDim.x ..): warp l's
+/// total lives in the shared memory of the CTA that owns warp l (DSMEM).
+/// A CTA must not exit while its peer may still read its `red`: end such a
+/// kernel with a cluster barrier.
+__device__ __forceinline__ float cluster_team_sum_collect(float* red, int team) {
+  namespace cg = cooperative_groups;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int wpc = static_cast<int>(blockDim.x) >> 5;  // warps per CTA
+  float u = 0.0f;
+  if (lane < (team >> 5)) {
+    const float* src = cg::this_cluster().map_shared_rank(red, static_cast<unsigned>(lane / wpc));
+    u = src[lane % wpc];
+  }
+  return warp_sum(u);
+}
+
+/// One-call team sum for a team inside one CTA (contains a __syncthreads when
+/// team > 32: all threads of the CTA must call it).
+__device__ __forceinline__ float team_sum(float v, float* red, int team, int first_warp) {
+  v = team_sum_publish(v, red);
+  if (team <= 32) return v;
+  __syncthreads();
+  return team_sum_collect(red, team, first_warp);
+}
+
+/// Column indices are `int` on the device (H <= kMaxH = 16384); row indices
+/// and element offsets are int64_t.
+
+/// Device view of a [T, H] BF16 tensor's base and row stride.
+template <class P>
+struct Rows {
+  P* p;
+  int64_t stride;
+  __device__ __forceinline__ P* row(int64_t r) const { return p + r * stride; }
+};
+
+/// Kernel arguments of the backward chunk pass (bwd_chunk_pass.cuh).
+template <class WT>
+struct BwdRows {
+  Rows<const __nv_bfloat16> dy;
+  Rows<const __nv_bfloat16> x;
+  const WT* w;
+  const float* rstd;
+  Rows<__nv_bfloat16> dx;
+  int64_t T;
+  int H;  ///< columns are int on the device (H <= kMaxH)
+  int64_t num_chunks;
+  bool vec;
+};
+
+/// Grid-stride loop helper: [begin, n) with step gridDim*blockDim, 64-bit.
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t global_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+}  // namespace normgate::kernels::dev

@@ -1,0 +1,139 @@
+// kernels/src/fwd_rowwise.cu: variant fwd_rowwise (forward, deterministic).
+//
+// One team (plan.h row geometry) per row; a CTA holds max(1, 256/team) teams
+// and walks rows with a grid-stride loop (the grid depends on the device, the
+// per-row arithmetic does not). Per row, each thread
+//   ss = fma(x, x, ss) over its columns (k ascending, column ascending),
+//   team-reduces ss (plan.h), and computes
+//   rstd = 1 / sqrt(ss / H + eps)   (div_rn, sqrt_rn, div_rn, add_rn)
+//   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
+// Thread 0 of the team writes rstd. The next row's x is loaded before the
+// current row's reduction (register double buffer). w is loaded once per CTA.
+#include "cuda_check.h"
+#include "device_blocks.cuh"
+#include "launch.h"
+
+namespace normgate::kernels {
+namespace dev {
+namespace {
+
+template <class WT>
+struct FwdRows {
+  Rows<const __nv_bfloat16> x;
+  const WT* w;
+  Rows<__nv_bfloat16> y;
+  float* rstd;
+  int64_t T;
+  int H;
+  float eps;
+  int team;
+  bool vec;
+};
+
+template <int kSlots, class WT>
+__global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT> a) {
+  __shared__ float red[2][32];
+  const int team = a.team;
+  const int teams = static_cast<int>(blockDim.x) / team;
+  const int ti = static_cast<int>(threadIdx.x) / team;
+  const int t = static_cast<int>(threadIdx.x) % team;
+  const int first_warp = ti * (team >> 5);
+  const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24
+
+  int col0[kSlots];
+  float w[kSlots][8];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    col0[k] = static_cast<int>(group_col0(team, k, t));
+    load_weights(a.w, col0[k], a.H, a.vec, w[k]);
+  }
+
+  const int64_t step = static_cast<int64_t>(gridDim.x) * teams;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * teams;
+  Group8 cur[kSlots], nxt[kSlots];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int64_t r = first + ti;
+    cur[k].u = make_uint4(0u, 0u, 0u, 0u);
+    if (r < a.T) cur[k] = load_group(a.x.row(r), col0[k], a.H, a.vec);
+    nxt[k] = cur[k];
+  }
+  int buf = 0;
+  for (int64_t base = first; base < a.T; base += step) {  // trip count uniform across the CTA
+    const int64_t r = base + ti;
+    const int64_t rn = r + step;
+    if (rn < a.T) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) nxt[k] = load_group(a.x.row(rn), col0[k], a.H, a.vec);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float xf = group_at(cur[k], e);
+        ss = fma_rn(xf, xf, ss);
+      }
+    const float tot = team_sum(ss, red[buf], team, first_warp);
+    buf ^= 1;
+    if (r < a.T) {
+      const float rs = div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), a.eps)));
+      if (t == 0) a.rstd[r] = rs;
+      __nv_bfloat16* yr = a.y.row(r);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        float y[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(cur[k], e), rs), w[k][e]);
+        store_group(yr, col0[k], a.H, a.vec, y);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) cur[k] = nxt[k];
+  }
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  NG_CUDA(cudaGetDevice(&dev));
+  NG_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n > 0 ? n : 1;
+}
+
+}  // namespace
+}  // namespace dev
+
+namespace detail {
+
+void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
+  const RowGeometry geo = row_geometry(a.H);
+  const int teams = geo.team >= 256 ? 1 : 256 / geo.team;
+  const int block = geo.team * teams;
+  const int64_t need = (a.T + teams - 1) / teams;
+  const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (2048 / block);
+  const unsigned grid = static_cast<unsigned>(need < cap ? need : cap);
+  auto go = [&](auto wtag) {
+    using WT = decltype(wtag);
+    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+                             static_cast<const WT*>(a.w.p),
+                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride},
+                             a.rstd,
+                             a.T,
+                             static_cast<int>(a.H),
+                             a.eps,
+                             geo.team,
+                             vec};
+    if (geo.slots == 1)
+      dev::fwd_rowwise_kernel<1, WT><<<grid, block, 0, s>>>(r);
+    else
+      dev::fwd_rowwise_kernel<2, WT><<<grid, block, 0, s>>>(r);
+  };
+  if (a.w.dtype == WDtype::fp32)
+    go(float{});
+  else
+    go(__nv_bfloat16{});
+  NG_CUDA_LAUNCHED("fwd_rowwise_kernel");
+}
+
+}  // namespace detail
+}  // namespace normgate::kernels

@@ -1,0 +1,20 @@
+// kernels/src/launch.h (internal): the launchers behind rmsnorm_fwd/_bwd.
+// Called with validated arguments only (api.cpp); defined in the variants'
+// .cu files, or by no_cuda.cpp in a build without CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "normgate/kernels/rmsnorm.h"
+
+namespace normgate::kernels::detail {
+
+void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s);
+void launch_bwd_det_chunked(const BwdArgs& a, bool vec, Stream s);
+void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s);
+void launch_ctl_fp32_seq(const BwdArgs& a, bool vec, Stream s);
+void launch_ctl_bf16_partials(const BwdArgs& a, bool vec, Stream s);
+/// dw[0..H) = 0 (the T == 0 backward).
+void launch_zero_f32(float* p, int64_t n, Stream s);
+
+}  // namespace normgate::kernels::detail

@@ -1,0 +1,201 @@
+// kernels/src/model_bwd.cpp: CPU models of the backward variants. Each step
+// mirrors the kernel that does it on the GPU:
+//   chunk_pass()         bwd_chunk_pass.cuh      (dx, Comp32 partials)
+//   combine_fixed()      bwd_det_chunked.cu      (combine_partials_kernel)
+//   combine_in_order()   bwd_nondet_atomic.cu    (atomics, taken in chunk order)
+//   round_partials_bf16  bwd_controls.cu         (partials_to_bf16_kernel)
+//   column_sum_fp32      bwd_controls.cu         (column_sum_fp32_kernel)
+#include <omp.h>
+
+#include <array>
+#include <vector>
+
+#include "model_common.h"
+#include "normgate/core/hd.h"
+#include "normgate/kernels/accum.h"
+#include "normgate/kernels/models.h"
+
+namespace normgate::kernels {
+
+namespace {
+
+struct Pair {
+  float s, comp;
+};
+
+struct Inputs {
+  RowView<uint16_t> x, dy;
+  const std::vector<float>* rstd;
+  std::vector<float> w;  // FP32 [H]
+  int64_t R, H;
+  int threads;
+};
+
+/// dx for every row and the (s, comp_out) partials [num_chunks, H].
+std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
+  const int64_t R = in.R, H = in.H;
+  const int64_t n = num_chunks(R, H);
+  const RowGeometry geo = row_geometry(H);
+  const float inv_h = div_rn(1.0f, static_cast<float>(H));  // as the kernel: c = sum * FP32_rn(1/H)
+  std::vector<Pair> partials(static_cast<size_t>(n * H));
+  dx.assign(static_cast<size_t>(R * H), 0);
+#pragma omp parallel num_threads(in.threads) if (n > 1)
+  {
+    std::vector<Comp32> acc(static_cast<size_t>(H));
+    std::vector<float> part(static_cast<size_t>(geo.team));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < n; ++c) {
+      for (auto& a : acc) a = Comp32{};
+      const int64_t r0 = chunk_begin(R, n, c), r1 = chunk_begin(R, n, c + 1);
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* xr = in.x.row(r);
+        const uint16_t* dyr = in.dy.row(r);
+        const float rs = (*in.rstd)[static_cast<size_t>(r)];
+        for (int t = 0; t < geo.team; ++t) {
+          float p = 0.0f;
+          for (int k = 0; k < geo.slots; ++k) {
+            const int64_t c0 = group_col0(geo.team, k, t);
+            for (int e = 0; e < kGroup; ++e) {
+              const int64_t j = c0 + e;
+              const float xhat = mul_rn(detail::elem(xr, j, H), rs);
+              const float g = mul_rn(detail::elem(dyr, j, H), j < H ? in.w[static_cast<size_t>(j)] : 0.0f);
+              p = fma_rn(g, xhat, p);
+            }
+          }
+          part[static_cast<size_t>(t)] = p;
+        }
+        const float cr = mul_rn(model_team_sum(part.data(), geo.team), inv_h);
+        uint16_t* dxr = dx.data() + r * H;
+        for (int64_t j = 0; j < H; ++j) {
+          const float xf = bf16_to_float(xr[j]);
+          const float dyf = bf16_to_float(dyr[j]);
+          const float xhat = mul_rn(xf, rs);
+          const float g = mul_rn(dyf, in.w[static_cast<size_t>(j)]);
+          dxr[j] = bf16_from_float(mul_rn(rs, fma_rn(-xhat, cr, g)));
+          acc[static_cast<size_t>(j)].add_product(mul_rn(dyf, xf), rs);
+        }
+      }
+      Pair* out = partials.data() + c * H;
+      for (int64_t j = 0; j < H; ++j) out[j] = {acc[static_cast<size_t>(j)].s, acc[static_cast<size_t>(j)].comp_out()};
+    }
+  }
+  return partials;
+}
+
+/// combine_partials_kernel: per column, kCombineLanes lanes over chunks
+/// L, L+32, ..., then the lanes in order.
+std::vector<float> combine_fixed(const std::vector<Pair>& partials, int64_t n, int64_t H, int threads) {
+  std::vector<float> dw(static_cast<size_t>(H));
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * H > 65536)
+  for (int64_t j = 0; j < H; ++j) {
+    std::array<Comp64, kCombineLanes> lanes{};
+    for (int L = 0; L < kCombineLanes; ++L)
+      for (int64_t c = L; c < n; c += kCombineLanes) {
+        const Pair& p = partials[static_cast<size_t>(c * H + j)];
+        lanes[static_cast<size_t>(L)].add(static_cast<double>(p.s));
+        lanes[static_cast<size_t>(L)].add(static_cast<double>(p.comp));
+      }
+    Comp64 tot;
+    for (int L = 0; L < kCombineLanes; ++L) {
+      tot.add(lanes[static_cast<size_t>(L)].s);
+      tot.add(lanes[static_cast<size_t>(L)].comp);
+    }
+    dw[static_cast<size_t>(j)] = static_cast<float>(tot.value());
+  }
+  return dw;
+}
+
+/// bwd_nondet_atomic's FP64 accumulator, with the atomics taken in chunk order.
+std::vector<float> combine_in_order(const std::vector<Pair>& partials, int64_t n, int64_t H) {
+  std::vector<float> dw(static_cast<size_t>(H));
+  for (int64_t j = 0; j < H; ++j) {
+    double acc = 0.0;
+    for (int64_t c = 0; c < n; ++c) {
+      const Pair& p = partials[static_cast<size_t>(c * H + j)];
+      acc = dadd_rn(acc, dadd_rn(static_cast<double>(p.s), static_cast<double>(p.comp)));
+    }
+    dw[static_cast<size_t>(j)] = static_cast<float>(acc);
+  }
+  return dw;
+}
+
+/// partials_to_bf16_kernel: (s, comp) -> (BF16_rn(s + comp), 0).
+void round_partials_bf16(std::vector<Pair>& partials) {
+  for (Pair& p : partials) p = {round_bf16(add_rn(p.s, p.comp)), 0.0f};
+}
+
+/// column_sum_fp32_kernel: plain FP32 sum over all rows in order.
+std::vector<float> column_sum_fp32(const Inputs& in) {
+  std::vector<float> dw(static_cast<size_t>(in.H), 0.0f);
+  for (int64_t r = 0; r < in.R; ++r) {
+    const uint16_t* xr = in.x.row(r);
+    const uint16_t* dyr = in.dy.row(r);
+    const float rs = (*in.rstd)[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < in.H; ++j) {
+      const float xhat = mul_rn(bf16_to_float(xr[j]), rs);
+      dw[static_cast<size_t>(j)] = add_rn(dw[static_cast<size_t>(j)], mul_rn(bf16_to_float(dyr[j]), xhat));
+    }
+  }
+  return dw;
+}
+
+}  // namespace
+
+BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
+                    const std::vector<float>& rstd, int threads) {
+  if (v.op != Op::bwd) detail::model_bad(v, "not a backward variant");
+  detail::check_view(v, "x", x);
+  detail::check_view(v, "dy", dy);
+  if (dy.rows() != x.rows() || dy.cols != x.cols)
+    detail::model_bad(v, "dy shape [" + std::to_string(dy.rows()) + ", " + std::to_string(dy.cols) +
+                             "] differs from x shape [" + std::to_string(x.rows()) + ", " + std::to_string(x.cols) +
+                             "]");
+  detail::check_weight(v, w, x.cols);
+  if (static_cast<int64_t>(rstd.size()) != x.rows())
+    detail::model_bad(v, "rstd has " + std::to_string(rstd.size()) + " values for " + std::to_string(x.rows()) +
+                             " rows");
+  Inputs in{x, dy, &rstd, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
+  in.w.resize(static_cast<size_t>(in.H));
+  for (int64_t j = 0; j < in.H; ++j) in.w[static_cast<size_t>(j)] = detail::weight_at(w, j);
+
+  BwdResult out;
+  if (in.R == 0) {
+    out.dw.assign(static_cast<size_t>(in.H), 0.0f);
+    return out;
+  }
+  const int64_t n = num_chunks(in.R, in.H);
+  std::vector<Pair> partials = chunk_pass(in, out.dx);
+  switch (v.id) {
+    case VariantId::bwd_det_chunked:
+      out.dw = combine_fixed(partials, n, in.H, in.threads);
+      break;
+    case VariantId::bwd_nondet_atomic:
+      out.dw = combine_in_order(partials, n, in.H);
+      break;
+    case VariantId::ctl_bf16_partials:
+      round_partials_bf16(partials);
+      out.dw = combine_fixed(partials, n, in.H, in.threads);
+      break;
+    case VariantId::ctl_fp32_seq:
+      out.dw = column_sum_fp32(in);
+      break;
+    case VariantId::fwd_rowwise:
+      detail::model_bad(v, "not a backward variant");
+  }
+  return out;
+}
+
+Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w, float eps,
+                  int threads) {
+  if (bwd.op != Op::bwd) detail::model_bad(bwd, "run_model needs a backward variant");
+  FwdResult f = model_fwd(default_fwd(), x, w, eps, threads);
+  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads);
+  Outputs o;
+  o.y = std::move(f.y);
+  o.rstd = std::move(f.rstd);
+  o.dx = std::move(b.dx);
+  o.dw = std::move(b.dw);
+  return o;
+}
+
+}  // namespace normgate::kernels

@@ -1,0 +1,157 @@
+// kernels/src/runner.cu: gpu_available(), run_gpu() (runner.h) and the small
+// device utilities the launch API needs (launch_zero_f32).
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_check.h"
+#include "device_blocks.cuh"
+#include "device_buffer.h"
+#include "launch.h"
+#include "normgate/kernels/runner.h"
+
+namespace normgate::kernels {
+namespace dev {
+namespace {
+
+/// Fill n 32-bit words: with `pattern`, or (garbage) with a hash of the index
+/// and `seed` (every bit pattern, NaNs and Infs included, is possible).
+__global__ void fill_words_kernel(uint32_t* p, int64_t n, uint32_t pattern, uint32_t seed, bool garbage) {
+  for (int64_t i = global_thread(); i < n; i += global_threads()) {
+    uint32_t v = pattern;
+    if (garbage) {  // murmur3 finalizer of (i, seed)
+      v = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) ^ (seed * 0x85EBCA77u);
+      v ^= v >> 16;
+      v *= 0x85EBCA6Bu;
+      v ^= v >> 13;
+      v *= 0xC2B2AE35u;
+      v ^= v >> 16;
+    }
+    p[i] = v;
+  }
+}
+
+}  // namespace
+}  // namespace dev
+
+namespace {
+
+void fill_words(const detail::DeviceBuffer& b, uint32_t pattern, uint32_t seed, bool garbage, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(b.bytes() / 4);
+  if (n == 0) return;
+  const int64_t want = (n + 255) / 256;
+  dev::fill_words_kernel<<<static_cast<unsigned>(want < 8192 ? want : 8192), 256, 0, s>>>(
+      b.as<uint32_t>(), n, pattern, seed, garbage);
+  NG_CUDA_LAUNCHED("fill_words_kernel");
+}
+
+[[noreturn]] void bad_run(const std::string& msg) { throw std::invalid_argument("run_gpu: " + msg); }
+
+}  // namespace
+
+namespace detail {
+void launch_zero_f32(float* p, int64_t n, Stream s) {
+  NG_CUDA(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), s));
+}
+}  // namespace detail
+
+bool gpu_available() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear: "no device" must not leak into later calls
+    return false;
+  }
+  return n > 0;
+}
+
+Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {
+  if (bwd.op != Op::bwd) bad_run("variant " + std::string(bwd.name) + " is not a backward variant");
+  if (c.form != Form::plain || !bwd.supports(c.form))
+    bad_run("form " + std::string(to_string(c.form)) + " is not supported (plain only)");
+  if (!bwd.supports_h(c.H)) bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd.name));
+  if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
+  if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
+  if (opt.misalign_elems < 0 || opt.misalign_elems > 64)
+    bad_run("misalign_elems = " + std::to_string(opt.misalign_elems) + " not in 0..64");
+
+  const int64_t T = c.T, H = c.H, stride = H + opt.row_pad, off = opt.misalign_elems;
+  const size_t rows_bytes = static_cast<size_t>(T > 0 ? (T - 1) * stride + H : 0) * 2 + 256;
+  const size_t wbytes = static_cast<size_t>(H) * (c.w == WDtype::bf16 ? 2 : 4);
+  const size_t ws_bytes = bwd_workspace_bytes(bwd, T, H);
+
+  detail::DeviceBuffer bx(rows_bytes), bdy(rows_bytes), by(rows_bytes), bdx(rows_bytes);
+  detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(T > 0 ? T : 1) * 4), bdw(static_cast<size_t>(H) * 4);
+  detail::DeviceBuffer bws(ws_bytes);
+  const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
+  uint16_t* x = bx.as<uint16_t>(o);
+  uint16_t* dy = bdy.as<uint16_t>(o);
+  uint16_t* y = by.as<uint16_t>(o);
+  uint16_t* dx = bdx.as<uint16_t>(o);
+
+  cudaStream_t s = nullptr;
+  fill_words(by, 0x7FC07FC0u, 0, false, s);  // BF16 NaN 0x7FC0 in both halves
+  fill_words(bdx, 0x7FC07FC0u, 0, false, s);
+  fill_words(brstd, 0x7FC00000u, 0, false, s);  // FP32 NaN
+  fill_words(bdw, 0x7FC00000u, 0, false, s);
+  fill_words(bws, 0, opt.poison_seed, true, s);
+
+  DeviceInputBuffers in;
+  in.x = x;
+  in.x_stride = stride;
+  in.dy = dy;
+  in.dy_stride = stride;
+  in.w = bw.get();
+  generate_device_inputs(c, in, s);
+
+  const WeightView wv{c.w, bw.get(), H};
+  FwdArgs fa;
+  fa.x = x;
+  fa.x_stride = stride;
+  fa.w = wv;
+  fa.y = y;
+  fa.y_stride = stride;
+  fa.rstd = brstd.as<float>();
+  fa.T = T;
+  fa.H = H;
+  fa.eps = eps;
+  BwdArgs ba;
+  ba.dy = dy;
+  ba.dy_stride = stride;
+  ba.x = x;
+  ba.x_stride = stride;
+  ba.w = wv;
+  ba.rstd = brstd.as<float>();
+  ba.dx = dx;
+  ba.dx_stride = stride;
+  ba.dw = bdw.as<float>();
+  ba.T = T;
+  ba.H = H;
+  ba.workspace = bws.get();
+  ba.workspace_bytes = ws_bytes;
+  if (info != nullptr) {
+    info->fwd_vector = fwd_vector_path(fa);
+    info->bwd_vector = bwd_vector_path(ba);
+    info->workspace_bytes = ws_bytes;
+  }
+  rmsnorm_fwd(default_fwd(), fa, s);
+  rmsnorm_bwd(bwd, ba, s, opt.controls);
+  NG_CUDA(cudaStreamSynchronize(s));
+
+  Outputs out;
+  const size_t n = static_cast<size_t>(T * H);
+  out.y.resize(n);
+  out.dx.resize(n);
+  out.rstd.resize(static_cast<size_t>(T));
+  out.dw.resize(static_cast<size_t>(H));
+  if (T > 0) {
+    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
+    NG_CUDA(cudaMemcpy2D(out.y.data(), width, y, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
+    NG_CUDA(cudaMemcpy2D(out.dx.data(), width, dx, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
+    NG_CUDA(cudaMemcpy(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, cudaMemcpyDeviceToHost));
+  }
+  NG_CUDA(cudaMemcpy(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+}  // namespace normgate::kernels

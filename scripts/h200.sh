@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call (on the H200 device machine, or any CUDA box):
+#   1. build if needed (or use a build made elsewhere and carried along),
+#   2. run every test binary (GPU tests run here instead of skipping),
+#   3. compute-sanitizer memcheck and racecheck on small cases of every variant,
+#   4. the kernel benchmark (bench/kernels_bench),
+#   5. the main job on real input: `normgate check` over a grid of cases
+#      (NG_GRID_T, NG_GRID_H, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
+#   6. a short table last.
+# Logs go to $OUT (the device tool's output folder) or ./out.
+# Usage: scripts/h200.sh            (all steps)
+#        NG_STEPS="tests sanitize" scripts/h200.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${NORMGATE_BUILD:-$root/build}"
+out="${OUT:-$root/out}"
+steps="${NG_STEPS:-tests sanitize bench grid}"
+mkdir -p "$out"
+bin="$build/apps/normgate"
+declare -a summary
+
+if ! "$bin" --version >/dev/null 2>&1 || ! [ -x "$build/bench/kernels_bench" ]; then
+  echo "h200: no usable build in $build: building" | tee -a "$out/steps.log"
+  "$root/scripts/build" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+  nvcc --version 2>/dev/null | tail -2
+  "$bin" --version
+  git -C "$root" rev-parse HEAD 2>/dev/null || true
+} >"$out/env.txt" 2>&1
+gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+if has tests; then
+  for t in "$build"/tests/test_* "$build"/seeds/test_seeds_device; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    start=$SECONDS
+    "$t" --gtest_brief=1 >"$out/$name.log" 2>&1
+    rc=$?
+    pass=$(grep -c "^\[       OK \]" "$out/$name.log" || true)
+    res=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/$name.log" | tr '\n' ' ')
+    summary+=("$(printf '%-24s rc=%d %4ds %s' "$name" "$rc" $((SECONDS - start)) "$res")")
+    [ $rc -ne 0 ] && grep -E "FAILED|Failure|error" "$out/$name.log" | head -20
+  done
+fi
+
+if has sanitize; then
+  : >"$out/sanitizer.log"
+  for tool in memcheck racecheck; do
+    for c in "H=4096,T=67,w=bf16,family=normal,seed=1" "H=7,T=33,w=fp32,family=llm,seed=2" \
+             "H=16384,T=19,w=bf16,family=cancel,seed=3" "H=1,T=5,w=fp32,family=normal,seed=4"; do
+      start=$SECONDS
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
+        >>"$out/sanitizer.log" 2>&1
+      rc=$?
+      # rc 1 = a control failed its budget (expected); 9 = sanitizer error
+      errs=$(grep -c "ERROR SUMMARY: [1-9]" "$out/sanitizer.log" || true)
+      summary+=("$(printf '%-9s %-40s rc=%d %3ds' "$tool" "$c" "$rc" $((SECONDS - start)))")
+    done
+  done
+  summary+=("sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean runs, $(grep -E 'ERROR SUMMARY: [1-9]' "$out/sanitizer.log" | wc -l) with errors")
+fi
+
+if has bench; then
+  "$build/bench/kernels_bench" --json "$out/kernels_bench.json" >"$out/kernels_bench.log" 2>&1
+  summary+=("kernels_bench rc=$?")
+fi
+
+if has grid; then
+  T="${NG_GRID_T:-4097,65537,131072}"
+  H="${NG_GRID_H:-2048,4096,6144}"
+  S="${NG_GRID_SEEDS:-3x8}"
+  start=$SECONDS
+  OMP_PROC_BIND=close "$bin" check --backend gpu --variant all --variant fp32-baseline --quiet \
+    --H "$H" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid.json" --md "$out/grid.md" \
+    >"$out/grid.log" 2>&1
+  summary+=("grid H=$H T=$T seeds=$S rc=$? $((SECONDS - start))s")
+fi
+
+echo
+echo "== h200.sh on: $gpu"
+[ -f "$out/kernels_bench.log" ] && grep -E "^\|" "$out/kernels_bench.log"
+[ -f "$out/grid.md" ] && cat "$out/grid.md"
+printf '%s\n' "${summary[@]}"

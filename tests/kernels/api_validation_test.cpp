@@ -1,0 +1,269 @@
+// Tests of the argument validation of kernels/include/normgate/kernels/rmsnorm.h
+// (CPU; always run). Pointers point into a host arena: validation never
+// dereferences them, and every invalid call must throw before launching.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/kernels/rmsnorm.h"
+
+namespace normgate::kernels {
+namespace {
+
+constexpr int64_t kT = 100, kH = 256;
+
+/// Disjoint, 256-byte aligned regions of a host arena standing in for device memory.
+struct Arena {
+  std::vector<unsigned char> bytes = std::vector<unsigned char>(64 << 20);
+  size_t used = 0;
+  void* take(size_t n) {
+    uintptr_t base = reinterpret_cast<uintptr_t>(bytes.data());
+    uintptr_t p = (base + used + 255) / 256 * 256;
+    used = p - base + n + 256;  // slack: tests shift pointers by a few elements
+    if (used > bytes.size()) throw std::runtime_error("test arena too small");
+    return reinterpret_cast<void*>(p);
+  }
+};
+
+struct Fixture {
+  Arena a;
+  FwdArgs f;
+  BwdArgs b;
+  Fixture() {
+    const Variant& det = variant("bwd_det_chunked");
+    f.x = static_cast<uint16_t*>(a.take(kT * kH * 2));
+    f.x_stride = kH;
+    f.w = WeightView{WDtype::bf16, a.take(kH * 2), kH};
+    f.y = static_cast<uint16_t*>(a.take(kT * kH * 2));
+    f.y_stride = kH;
+    f.rstd = static_cast<float*>(a.take(kT * 4));
+    f.T = kT;
+    f.H = kH;
+    b.dy = static_cast<uint16_t*>(a.take(kT * kH * 2));
+    b.dy_stride = kH;
+    b.x = f.x;
+    b.x_stride = kH;
+    b.w = f.w;
+    b.rstd = f.rstd;
+    b.dx = static_cast<uint16_t*>(a.take(kT * kH * 2));
+    b.dx_stride = kH;
+    b.dw = static_cast<float*>(a.take(kH * 4));
+    b.T = kT;
+    b.H = kH;
+    b.workspace_bytes = bwd_workspace_bytes(det, kT, kH);
+    b.workspace = a.take(b.workspace_bytes);
+  }
+};
+
+/// Expect std::invalid_argument whose message contains `needle`.
+template <class F>
+void expect_invalid(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+const Variant& det() { return variant("bwd_det_chunked"); }
+const Variant& fwd() { return default_fwd(); }
+
+TEST(Validation, BaselineArgumentsAreValid) {
+  Fixture x;
+  EXPECT_NO_THROW(validate_fwd(fwd(), x.f));
+  for (const Variant& v : variants()) {
+    if (v.op != Op::bwd) continue;
+    x.b.workspace_bytes = bwd_workspace_bytes(v, kT, kH);
+    EXPECT_NO_THROW(validate_bwd(v, x.b, ControlUse::allow)) << v.name;
+  }
+}
+
+TEST(Validation, WorkspaceSizes) {
+  EXPECT_EQ(bwd_workspace_bytes(det(), 0, 4096), 0u);
+  EXPECT_EQ(bwd_workspace_bytes(det(), 65537, 4096), static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 8);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 65537, 4096), 4096u * 8);
+  EXPECT_EQ(bwd_workspace_bytes(variant("ctl_bf16_partials"), 1000, 7), static_cast<size_t>(num_chunks(1000, 7)) * 7 * 8);
+  expect_invalid([] { bwd_workspace_bytes(fwd(), 10, 10); }, "not a backward variant");
+  expect_invalid([] { bwd_workspace_bytes(det(), 10, 16385); }, "H = 16385");
+  expect_invalid([] { bwd_workspace_bytes(det(), -1, 10); }, "T = -1");
+}
+
+TEST(Validation, ShapeErrorsNameTheValue) {
+  Fixture x;
+  for (int64_t H : {int64_t{0}, int64_t{-3}, int64_t{16385}}) {
+    BwdArgs b = x.b;
+    b.H = H;
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "H = " + std::to_string(H));
+    FwdArgs f = x.f;
+    f.H = H;
+    expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "H = " + std::to_string(H));
+  }
+  BwdArgs b = x.b;
+  b.T = -1;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "T = -1");
+  b.T = kMaxT + 1;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "T = " + std::to_string(kMaxT + 1));
+  b = x.b;
+  b.x_stride = kH - 1;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "x_stride = 255");
+  b = x.b;
+  b.w.cols = kH + 1;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "w.cols = 257");
+  b = x.b;
+  b.form = Form::heads4;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "form 'heads4'");
+  FwdArgs f = x.f;
+  f.form = Form::res;
+  expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "form 'res'");
+}
+
+TEST(Validation, NullAndMisalignedPointers) {
+  Fixture x;
+  {
+    BwdArgs b = x.b;
+    b.dy = nullptr;
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "dy is null");
+  }
+  {
+    BwdArgs b = x.b;
+    b.rstd = nullptr;
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "rstd is null");
+  }
+  {
+    BwdArgs b = x.b;
+    b.w.p = nullptr;
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "w is null");
+  }
+  {
+    FwdArgs f = x.f;
+    f.y = nullptr;
+    expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "y is null");
+  }
+  {
+    BwdArgs b = x.b;
+    b.dx = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(b.dx) + 1);
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "not 2-byte aligned");
+  }
+  {
+    BwdArgs b = x.b;
+    b.dw = reinterpret_cast<float*>(reinterpret_cast<char*>(b.dw) + 2);
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "dw");
+  }
+  {
+    BwdArgs b = x.b;
+    b.w = WeightView{WDtype::fp32, reinterpret_cast<char*>(const_cast<void*>(b.w.p)) + 2, kH};
+    expect_invalid([&] { rmsnorm_bwd(det(), b); }, "4-byte aligned");
+  }
+}
+
+TEST(Validation, WorkspaceErrors) {
+  Fixture x;
+  BwdArgs b = x.b;
+  b.workspace = nullptr;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "workspace is null");
+  b = x.b;
+  b.workspace_bytes -= 8;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "workspace_bytes = " + std::to_string(b.workspace_bytes));
+  b = x.b;
+  b.workspace = static_cast<char*>(b.workspace) + 8;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "not 16-byte aligned");
+}
+
+TEST(Validation, ControlsNeedExplicitOptIn) {
+  Fixture x;
+  for (const char* name : {"ctl_fp32_seq", "ctl_bf16_partials"}) {
+    BwdArgs b = x.b;
+    b.workspace_bytes = bwd_workspace_bytes(variant(name), kT, kH);
+    expect_invalid([&] { rmsnorm_bwd(variant(name), b); }, "negative control");
+    EXPECT_NO_THROW(validate_bwd(variant(name), b, ControlUse::allow)) << name;
+  }
+}
+
+TEST(Validation, WrongOpIsRefused) {
+  Fixture x;
+  expect_invalid([&] { rmsnorm_bwd(fwd(), x.b); }, "not a backward variant");
+  expect_invalid([&] { rmsnorm_fwd(det(), x.f); }, "not a forward variant");
+}
+
+TEST(Validation, EpsMustBeFiniteAndNonNegative) {
+  Fixture x;
+  for (float eps : {-1e-6f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    FwdArgs f = x.f;
+    f.eps = eps;
+    expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "eps");
+  }
+  FwdArgs f = x.f;
+  f.eps = 0.0f;
+  EXPECT_NO_THROW(validate_fwd(fwd(), f));
+}
+
+TEST(Validation, OverlappingOutputsAreRefused) {
+  Fixture x;
+  BwdArgs b = x.b;
+  b.dx = const_cast<uint16_t*>(b.dy) + 8;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "dx overlaps dy");
+  b = x.b;
+  b.dw = static_cast<float*>(b.workspace);
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "dw overlaps workspace");
+  FwdArgs f = x.f;
+  f.y = const_cast<uint16_t*>(f.x);
+  expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "y overlaps x");
+}
+
+TEST(Validation, ZeroRowsNeedOnlyDw) {
+  BwdArgs b;
+  std::vector<float> dw(kH);
+  b.dw = dw.data();
+  b.H = kH;
+  b.w = WeightView{WDtype::fp32, reinterpret_cast<void*>(uintptr_t{4096}), kH};  // never read
+  b.T = 0;  // x, dy, dx, rstd, workspace may all be null
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  b.dw = nullptr;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "dw is null");
+  FwdArgs f;
+  f.H = kH;
+  f.w = WeightView{WDtype::bf16, reinterpret_cast<void*>(uintptr_t{4096}), kH};
+  EXPECT_NO_THROW(validate_fwd(fwd(), f));
+}
+
+TEST(Validation, VectorPathNeedsAlignmentAndH8) {
+  Fixture x;
+  EXPECT_TRUE(bwd_vector_path(x.b));
+  EXPECT_TRUE(fwd_vector_path(x.f));
+  BwdArgs b = x.b;
+  b.dx = b.dx + 1;  // one element off: still valid, scalar path
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  EXPECT_FALSE(bwd_vector_path(b));
+  b = x.b;
+  b.x_stride = kH + 4;
+  EXPECT_FALSE(bwd_vector_path(b));
+  b = x.b;
+  b.H = 255;
+  b.w.cols = 255;
+  b.workspace_bytes = bwd_workspace_bytes(det(), kT, 255);
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  EXPECT_FALSE(bwd_vector_path(b));
+  FwdArgs f = x.f;
+  f.w.p = static_cast<const char*>(f.w.p) + 2;
+  EXPECT_FALSE(fwd_vector_path(f));
+}
+
+#if !defined(NORMGATE_KERNELS_HAVE_CUDA)
+TEST(Validation, ValidCallsInACpuBuildThrowRuntimeError) {
+  Fixture x;
+  EXPECT_THROW(rmsnorm_bwd(det(), x.b), std::runtime_error);
+  EXPECT_THROW(rmsnorm_fwd(fwd(), x.f), std::runtime_error);
+}
+#endif
+
+}  // namespace
+}  // namespace normgate::kernels

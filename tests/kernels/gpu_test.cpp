@@ -1,0 +1,380 @@
+// GPU tests of the kernels (skipped without a CUDA device: they run on the
+// H200 through scripts/h200.sh). Parameterized over the registry: registering
+// a backward variant registers its cases.
+#include <gtest/gtest.h>
+
+#if defined(NORMGATE_KERNELS_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "kernel_test_util.h"
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/runner.h"
+#include "normgate/kernels/timing.h"
+
+namespace normgate::kernels::test {
+namespace {
+
+#define NG_REQUIRE_GPU()                                                               \
+  do {                                                                                 \
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)"; \
+  } while (0)
+
+constexpr double kDxTol = 1e-2;
+constexpr double kDwAtol = 1e-4, kDwRtol = 1e-4;
+constexpr double kYTol = 1e-2;
+constexpr float kEps = 1e-6f;
+
+std::string param_name(const ::testing::TestParamInfo<VariantCase>& i) { return case_name(*i.param.v, i.param.c); }
+
+// --- device inputs ------------------------------------------------------------
+
+class DeviceInputs : public ::testing::TestWithParam<seeds::CaseId> {};
+
+TEST_P(DeviceInputs, ByteIdenticalToHostGenerator) {
+  NG_REQUIRE_GPU();
+  const seeds::CaseId& c = GetParam();
+  const seeds::HostInputs h = seeds::generate_host(c);
+  const seeds::HostInputs d = generate_inputs_on_gpu(c);
+  const seeds::InputDigests dh = seeds::digest(h), dd = seeds::digest(d);
+  EXPECT_EQ(dd.x, dh.x);
+  EXPECT_EQ(dd.dy, dh.dy);
+  EXPECT_EQ(dd.w, dh.w);
+  EXPECT_EQ(dd.u, dh.u);
+  EXPECT_EQ(dd.dh_new, dh.dh_new);
+  EXPECT_EQ(dd.all, dh.all);
+}
+
+std::vector<seeds::CaseId> input_cases() {
+  using seeds::Family;
+  std::vector<seeds::CaseId> out;
+  uint64_t seed = 3;
+  for (Family f : {Family::normal, Family::llm, Family::cancel, Family::zeros, Family::tiny, Family::huge,
+                   Family::specials})
+    for (WDtype w : {WDtype::bf16, WDtype::fp32}) out.push_back(make_case(f == Family::cancel ? 64 : 1000, 257, f, seed++, w));
+  seeds::CaseId res = make_case(256, 33, Family::llm, 77);
+  res.form = Form::res;
+  out.push_back(res);
+  out.push_back(make_case(7, 1, Family::normal, 5));
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, DeviceInputs, ::testing::ValuesIn(input_cases()),
+                         [](const ::testing::TestParamInfo<seeds::CaseId>& i) {
+                           std::string s = std::string(seeds::to_string(i.param.family)) + "_H" +
+                                           std::to_string(i.param.H) + "_T" + std::to_string(i.param.T) + "_w" +
+                                           std::string(to_string(i.param.w)) + "_" +
+                                           std::string(to_string(i.param.form)) + "_s" + std::to_string(i.param.seed);
+                           return s;
+                         });
+
+// --- per-variant pipeline tests -----------------------------------------------
+
+/// The GPU run of a case, its inputs and models, computed once per case.
+struct PipelineRun {
+  seeds::HostInputs in;
+  Outputs gpu;
+  GpuRunInfo info;
+  FwdResult fwd_model;
+  BwdResult bwd_model;  ///< given the GPU's rstd
+};
+const PipelineRun& run_once(const Variant& v, const seeds::CaseId& c) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<PipelineRun>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[case_name(v, c)];
+  if (!slot) {
+    auto r = std::make_unique<PipelineRun>();
+    r->in = seeds::generate_host(c);
+    r->gpu = run_gpu(v, c, kEps, {}, &r->info);
+    r->fwd_model = model_fwd(default_fwd(), r->in.x_view(), r->in.w_view(), kEps);
+    r->bwd_model = model_bwd(v, r->in.x_view(), r->in.dy_view(), r->in.w_view(), r->gpu.rstd);
+    slot = std::move(r);
+  }
+  return *slot;
+}
+
+std::vector<VariantCase> pipeline_cases() {
+  using seeds::Family;
+  struct Shape {
+    int64_t H, T;
+    Family f;
+  };
+  const Shape shapes[] = {
+      {4096, 4099, Family::cancel},  // full 512-thread team, vector path
+      {7, 1000, Family::normal},     // scalar path (H % 8 != 0)
+      {1, 1, Family::normal},        // smallest
+      {1, 513, Family::llm},
+      {5120, 700, Family::llm},      // 2 slots
+      {8200, 96, Family::normal},    // 2 slots, team 576: 2-CTA cluster, scalar-free H % 8 == 0
+      {16384, 300, Family::cancel},  // largest H: 2-CTA cluster
+      {64, 65537, Family::cancel},   // many chunks (cap 2112)
+  };
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants()) {
+    if (v.op != Op::bwd) continue;
+    uint64_t seed = 11;
+    for (const Shape& s : shapes) {
+      const WDtype w = seed % 2 ? WDtype::bf16 : WDtype::fp32;
+      out.push_back({&v, make_case(s.H, s.T, s.f, seed++, w)});
+    }
+  }
+  return out;
+}
+
+class Bwd : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(Bwd, EveryOutputElementWritten) {
+  NG_REQUIRE_GPU();
+  const PipelineRun& r = run_once(*GetParam().v, GetParam().c);
+  // The families here are finite, so any NaN is poison left behind.
+  EXPECT_EQ(count_nan(r.gpu.y), 0);
+  EXPECT_EQ(count_nan(r.gpu.rstd), 0);
+  EXPECT_EQ(count_nan(r.gpu.dx), 0);
+  EXPECT_EQ(count_nan(r.gpu.dw), 0);
+}
+
+TEST_P(Bwd, ForwardMatchesModelBitwise) {
+  NG_REQUIRE_GPU();
+  const PipelineRun& r = run_once(*GetParam().v, GetParam().c);
+  EXPECT_EQ(bit_diff(r.gpu.rstd, r.fwd_model.rstd).count, 0) << bit_diff(r.gpu.rstd, r.fwd_model.rstd).str();
+  EXPECT_EQ(bit_diff(r.gpu.y, r.fwd_model.y).count, 0) << bit_diff(r.gpu.y, r.fwd_model.y).str();
+}
+
+TEST_P(Bwd, MatchesModel) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  const PipelineRun& r = run_once(*p.v, p.c);
+  const BitDiff dx = bit_diff(r.gpu.dx, r.bwd_model.dx);
+  EXPECT_EQ(dx.count, 0) << "dx: " << dx.str();
+  if (p.v->mode == Mode::det) {
+    const BitDiff dw = bit_diff(r.gpu.dw, r.bwd_model.dw);
+    EXPECT_EQ(dw.count, 0) << "dw: " << dw.str();
+  } else {  // atomics in another order: FP64 reassociation, one FP32 rounding
+    for (size_t j = 0; j < r.gpu.dw.size(); ++j)
+      ASSERT_NEAR(r.gpu.dw[j], r.bwd_model.dw[j], 2e-6 * std::fabs(r.bwd_model.dw[j]) + 1e-35) << "column " << j;
+  }
+}
+
+TEST_P(Bwd, DeterministicWhateverTheWorkspaceHeld) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->mode != Mode::det) GTEST_SKIP() << p.v->name << " is non-deterministic by design";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  GpuRunOptions o;
+  o.poison_seed = 0xBADC0DE;
+  const Outputs again = run_gpu(*p.v, p.c, kEps, o);
+  EXPECT_EQ(bit_diff(r.gpu.dx, again.dx).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.dw, again.dw).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.y, again.y).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.rstd, again.rstd).count, 0);
+}
+
+TEST_P(Bwd, WithinBudget) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->control) GTEST_SKIP() << p.v->name << " is a negative control";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  const RefFwd rf = ref_fwd(r.in, kEps);
+  const RefBwd rb = ref_bwd(r.in, r.gpu.rstd);
+  const Budget y = budget_bf16(r.gpu.y, rf.y, kYTol, kYTol);
+  EXPECT_EQ(y.bad, 0) << "y: " << y.str();
+  const Budget dx = budget_bf16(r.gpu.dx, rb.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+  const Budget dw = budget_f32(r.gpu.dw, rb.dw, kDwAtol, kDwRtol);
+  EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+}
+
+// The same bits whether the data is aligned (vector path), one element off
+// (scalar path) or in padded rows.
+TEST_P(Bwd, LayoutDoesNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->mode != Mode::det || p.c.T * p.c.H > (int64_t{1} << 24)) GTEST_SKIP() << "det variants, small cases";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  GpuRunOptions mis;
+  mis.misalign_elems = 1;
+  GpuRunInfo info;
+  const Outputs m = run_gpu(*p.v, p.c, kEps, mis, &info);
+  EXPECT_FALSE(info.bwd_vector);
+  EXPECT_FALSE(info.fwd_vector);
+  EXPECT_EQ(r.info.bwd_vector, p.c.H % 8 == 0);
+  GpuRunOptions pad;
+  pad.row_pad = 24;
+  const Outputs q = run_gpu(*p.v, p.c, kEps, pad);
+  for (const Outputs* o : {&m, &q}) {
+    EXPECT_EQ(bit_diff(r.gpu.y, o->y).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.rstd, o->rstd).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dx, o->dx).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dw, o->dw).count, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Bwd, ::testing::ValuesIn(pipeline_cases()), param_name);
+
+// --- controls fail on the GPU too -----------------------------------------------
+
+std::vector<VariantCase> control_cases() {
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants())
+    if (v.op == Op::bwd) out.push_back({&v, make_case(4096, 65537, seeds::Family::cancel, 17)});
+  return out;
+}
+
+class BwdCancel : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(BwdCancel, DwBudgetSeparatesControls) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  static std::mutex mu;
+  static std::unique_ptr<seeds::HostInputs> in;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!in) in = std::make_unique<seeds::HostInputs>(seeds::generate_host(p.c));
+  }
+  const Outputs o = run_gpu(*p.v, p.c, kEps);
+  const RefBwd rb = ref_bwd(*in, o.rstd);
+  const Budget dw = budget_f32(o.dw, rb.dw, kDwAtol, kDwRtol);
+  if (p.v->control) {
+    EXPECT_GT(dw.bad, 0) << "control passed: " << dw.str();
+  } else {
+    EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+  }
+  const Budget dx = budget_bf16(o.dx, rb.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+  std::printf("[ info ] %s: dw worst |err|/tol = %.3g (%lld of %lld columns over), dx worst = %.3g\n",
+              std::string(p.v->name).c_str(), dw.worst_ratio, static_cast<long long>(dw.bad),
+              static_cast<long long>(p.c.H), dx.worst_ratio);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, BwdCancel, ::testing::ValuesIn(control_cases()), param_name);
+
+// --- edge cases ---------------------------------------------------------------
+
+TEST(BwdEdge, ZeroRowsWriteOnlyDwZero) {
+  NG_REQUIRE_GPU();
+  for (const Variant& v : variants()) {
+    if (v.op != Op::bwd) continue;
+    const Outputs o = run_gpu(v, make_case(777, 0, seeds::Family::normal, 1), kEps);
+    EXPECT_TRUE(o.y.empty() && o.dx.empty() && o.rstd.empty()) << v.name;
+    ASSERT_EQ(o.dw.size(), 777u);
+    for (float w : o.dw) ASSERT_EQ(w, 0.0f) << v.name;  // poison was NaN
+  }
+}
+
+TEST(BwdEdge, ControlsNeedOptInThroughRunGpu) {
+  NG_REQUIRE_GPU();
+  GpuRunOptions o;
+  o.controls = ControlUse::refuse;
+  EXPECT_THROW(run_gpu(variant("ctl_fp32_seq"), make_case(64, 8, seeds::Family::normal, 1), kEps, o),
+               std::invalid_argument);
+}
+
+TEST(BwdEdge, NondetStaysCloseToDet) {
+  NG_REQUIRE_GPU();
+  const seeds::CaseId c = make_case(2048, 50000, seeds::Family::llm, 23);
+  const Outputs d = run_gpu(variant("bwd_det_chunked"), c, kEps);
+  const Outputs n = run_gpu(variant("bwd_nondet_atomic"), c, kEps);
+  EXPECT_EQ(bit_diff(d.dx, n.dx).count, 0);
+  for (size_t j = 0; j < d.dw.size(); ++j) ASSERT_NEAR(d.dw[j], n.dw[j], 4e-6 * std::fabs(d.dw[j]) + 1e-35) << j;
+}
+
+// --- timing helpers (need the CUDA runtime for device buffers) ------------------
+
+#if defined(NORMGATE_KERNELS_HAVE_CUDA)
+
+/// cudaMalloc'd bytes, freed on scope exit.
+struct DevMem {
+  void* p = nullptr;
+  explicit DevMem(size_t n) {
+    if (cudaMalloc(&p, n) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  }
+  ~DevMem() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+TEST(Timing, CopyVec16CopiesAndIsTimed) {
+  NG_REQUIRE_GPU();
+  const size_t n = size_t{1} << 28;  // 256 MiB
+  DevMem a(n), b(n);
+  ASSERT_EQ(cudaMemset(a.p, 0x5A, n), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b.p, 0, n), cudaSuccess);
+  copy_vec16(b.p, a.p, n);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> h(n);
+  ASSERT_EQ(cudaMemcpy(h.data(), b.p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  size_t bad = 0;
+  for (unsigned char ch : h) bad += ch != 0x5A;
+  EXPECT_EQ(bad, 0u);
+  EXPECT_THROW(copy_vec16(b.p, a.as<char>() + 8, 64), std::invalid_argument);
+  const TimingStats st = time_graph([&](Stream s) { copy_vec16(b.p, a.p, n, s); }, 50);
+  EXPECT_EQ(st.reps, 50);
+  EXPECT_GT(st.median_ms, 0.0);
+  EXPECT_LE(st.min_ms, st.median_ms);
+  EXPECT_LE(st.median_ms, st.max_ms);
+  std::printf("[ info ] copy_vec16 256 MiB: median %.4f ms = %.0f GB/s (read+write)\n", st.median_ms,
+              2.0 * static_cast<double>(n) / st.median_ms / 1e6);
+}
+
+// Informational (never asserts speed): forward and each backward at large T.
+TEST(Timing, VariantsAtLargeT) {
+  NG_REQUIRE_GPU();
+  for (const int64_t H : {int64_t{512}, int64_t{2048}, int64_t{4096}, int64_t{5120}, int64_t{8192}, int64_t{16384}}) {
+    const int64_t T = (int64_t{1} << 30) / (H * 2);  // 1 GiB per [T, H] tensor
+    const seeds::CaseId c = make_case(H, T, seeds::Family::normal, 1);
+    DevMem x(T * H * 2), dy(T * H * 2), y(T * H * 2), dx(T * H * 2), w(H * 2), rstd(T * 4), dw(H * 4);
+    size_t ws_bytes = 0;
+    for (const Variant& v : variants())
+      if (v.op == Op::bwd) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(v, T, H));
+    DevMem ws(ws_bytes);
+    DeviceInputBuffers b;
+    b.x = x.as<uint16_t>();
+    b.x_stride = H;
+    b.dy = dy.as<uint16_t>();
+    b.dy_stride = H;
+    b.w = w.p;
+    generate_device_inputs(c, b);
+    const WeightView wv{WDtype::bf16, w.p, H};
+    FwdArgs fa{x.as<uint16_t>(), H, wv, y.as<uint16_t>(), H, rstd.as<float>(), T, H, kEps};
+    const TimingStats fs = time_graph([&](Stream s) { rmsnorm_fwd(default_fwd(), fa, s); }, 50);
+    std::printf("[ info ] H=%5lld T=%7lld fwd_rowwise        %.4f ms  %.0f GB/s\n", static_cast<long long>(H),
+                static_cast<long long>(T), fs.median_ms, 2.0 * static_cast<double>(T * H * 2) / fs.median_ms / 1e6);
+    for (const Variant& v : variants()) {
+      if (v.op != Op::bwd || v.id == VariantId::ctl_fp32_seq) continue;  // the FP32 column loop is slow by design
+      BwdArgs ba;
+      ba.dy = dy.as<uint16_t>();
+      ba.dy_stride = H;
+      ba.x = x.as<uint16_t>();
+      ba.x_stride = H;
+      ba.w = wv;
+      ba.rstd = rstd.as<float>();
+      ba.dx = dx.as<uint16_t>();
+      ba.dx_stride = H;
+      ba.dw = dw.as<float>();
+      ba.T = T;
+      ba.H = H;
+      ba.workspace = ws.p;
+      ba.workspace_bytes = ws_bytes;
+      const TimingStats bs = time_graph([&](Stream s) { rmsnorm_bwd(v, ba, s, ControlUse::allow); }, 50);
+      std::printf("[ info ] H=%5lld T=%7lld %-18s %.4f ms  %.0f GB/s\n", static_cast<long long>(H),
+                  static_cast<long long>(T), std::string(v.name).c_str(), bs.median_ms,
+                  3.0 * static_cast<double>(T * H * 2) / bs.median_ms / 1e6);
+    }
+  }
+}
+
+#endif  // NORMGATE_KERNELS_HAVE_CUDA
+
+}  // namespace
+}  // namespace normgate::kernels::test

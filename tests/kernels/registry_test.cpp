@@ -1,0 +1,123 @@
+// Tests of kernels/include/normgate/kernels/registry.h (CPU; always run).
+#include "normgate/kernels/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "normgate/kernels/plan.h"
+#include "normgate/seeds/generate.h"
+
+namespace normgate::kernels {
+namespace {
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(Registry, HasTheFiveVariantsInIdOrder) {
+  const auto vs = variants();
+  ASSERT_EQ(vs.size(), 5u);
+  const char* names[] = {"fwd_rowwise", "bwd_det_chunked", "bwd_nondet_atomic", "ctl_fp32_seq", "ctl_bf16_partials"};
+  for (size_t i = 0; i < vs.size(); ++i) {
+    EXPECT_EQ(vs[i].name, names[i]);
+    EXPECT_EQ(static_cast<size_t>(vs[i].id), i);
+    EXPECT_EQ(&variant(vs[i].name), &vs[i]);
+    EXPECT_EQ(&variant(vs[i].id), &vs[i]);
+  }
+  EXPECT_EQ(default_fwd().name, "fwd_rowwise");
+}
+
+TEST(Registry, OpsModesAndControls) {
+  EXPECT_EQ(variant("fwd_rowwise").op, Op::fwd);
+  EXPECT_EQ(variant("bwd_det_chunked").mode, Mode::det);
+  EXPECT_EQ(variant("bwd_nondet_atomic").mode, Mode::nondet);
+  std::set<std::string> controls;
+  for (const Variant& v : variants()) {
+    if (v.control) controls.insert(std::string(v.name));
+    // Controls are named so and are backward variants; real ones are not named ctl_.
+    EXPECT_EQ(v.control, v.name.substr(0, 4) == "ctl_") << v.name;
+    if (v.control) {
+      EXPECT_EQ(v.op, Op::bwd) << v.name;
+      EXPECT_NE(v.description.find("NEGATIVE CONTROL"), std::string_view::npos) << v.name;
+    }
+  }
+  EXPECT_EQ(controls, (std::set<std::string>{"ctl_fp32_seq", "ctl_bf16_partials"}));
+}
+
+TEST(Registry, EveryVariantSupportsTheFullPlainRangeAndBothWeights) {
+  for (const Variant& v : variants()) {
+    EXPECT_EQ(v.h_min, kMinH) << v.name;
+    EXPECT_EQ(v.h_max, kMaxH) << v.name;
+    EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
+    EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32)) << v.name;
+    EXPECT_TRUE(v.supports(Form::plain)) << v.name;
+    EXPECT_FALSE(v.supports(Form::res) || v.supports(Form::heads24) || v.supports(Form::heads4)) << v.name;
+    EXPECT_FALSE(v.description.empty()) << v.name;
+    EXPECT_EQ(v.description.find('\n'), std::string_view::npos) << v.name << ": one line";
+  }
+}
+
+TEST(Registry, UnknownNameThrowsNamingIt) {
+  try {
+    variant("bwd_fast");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'bwd_fast'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bwd_det_chunked"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Registry, DescribeNamesTheEssentials) {
+  const std::string d = describe(variant("ctl_bf16_partials"));
+  EXPECT_NE(d.find("ctl_bf16_partials"), std::string::npos) << d;
+  EXPECT_NE(d.find("CONTROL"), std::string::npos) << d;
+  EXPECT_NE(d.find("w=bf16|fp32"), std::string::npos) << d;
+  EXPECT_NE(d.find("H=1..16384"), std::string::npos) << d;
+}
+
+// The hash in the registry must be the SHA-256 of the manifest of the files
+// as they are now: a stale configure (or a hand-edited hash) fails here.
+TEST(Registry, SourceHashMatchesTheFilesOnDisk) {
+  for (const Variant& v : variants()) {
+    ASSERT_EQ(v.source_sha256.size(), 64u) << v.name;
+    for (char ch : v.source_sha256) EXPECT_TRUE((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')) << v.name;
+    const auto files = split(v.sources, ';');
+    ASSERT_FALSE(files.empty()) << v.name;
+    std::string manifest;
+    for (const std::string& f : files) {
+      const std::string bytes = read_file(std::string(NORMGATE_SOURCE_DIR) + "/kernels/" + f);
+      ASSERT_FALSE(bytes.empty()) << v.name << ": cannot read kernels/" << f;
+      manifest += seeds::sha256_hex(bytes.data(), bytes.size()) + "  " + f + "\n";
+    }
+    EXPECT_EQ(seeds::sha256_hex(manifest.data(), manifest.size()), v.source_sha256)
+        << v.name << ": re-run CMake (the hash is computed at configure time)";
+  }
+  // Variants built from different code have different hashes.
+  EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("bwd_nondet_atomic").source_sha256);
+  EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("fwd_rowwise").source_sha256);
+}
+
+}  // namespace
+}  // namespace normgate::kernels

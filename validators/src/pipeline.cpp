@@ -1,0 +1,304 @@
+#include "normgate/validators/pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/kernels/runner.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/generate.h"
+
+namespace normgate::validators {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr std::string_view kBaseline = "fp32-baseline";
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// JSON has no inf/nan: write them as strings.
+nlohmann::json num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+// "row 12, col 7" for [rows, cols] tensors, "row 12" / "col 7" for vectors.
+std::string where(Output o, int64_t index, int64_t cols) {
+  if (index < 0) return "-";
+  switch (o) {
+    case Output::rstd: return "row " + std::to_string(index);
+    case Output::dw: return "col " + std::to_string(index);
+    default: return "row " + std::to_string(index / cols) + ", col " + std::to_string(index % cols);
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(Backend b) {
+  switch (b) {
+    case Backend::cpu: return "cpu";
+    case Backend::gpu: return "gpu";
+    default: return "auto";
+  }
+}
+
+Backend parse_backend(std::string_view s) {
+  for (Backend b : {Backend::auto_, Backend::cpu, Backend::gpu})
+    if (s == to_string(b)) return b;
+  throw std::invalid_argument("bad backend '" + std::string(s) + "' (expected auto, cpu or gpu)");
+}
+
+Backend resolve_backend(Backend b) {
+  if (b == Backend::auto_) return kernels::gpu_available() ? Backend::gpu : Backend::cpu;
+  return b;
+}
+
+std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  auto add = [&out](std::string_view n) {
+    for (const auto& o : out)
+      if (o == n) return;
+    out.emplace_back(n);
+  };
+  for (const auto& n : names) {
+    if (n == "all") {
+      for (const auto& v : kernels::variants())
+        if (v.op == kernels::Op::bwd) add(v.name);
+    } else if (n == kBaseline) {
+      add(n);
+    } else {
+      const auto& v = kernels::variant(n);  // throws naming the bad name
+      if (v.op != kernels::Op::bwd)
+        throw std::invalid_argument("'" + n + "' is a forward variant; name a backward variant "
+                                    "(every run uses the forward " + std::string(kernels::default_fwd().name) + ")");
+      add(n);
+    }
+  }
+  if (out.empty()) throw std::invalid_argument("no implementation given");
+  return out;
+}
+
+bool CheckReport::pass() const {
+  for (const auto& i : impls)
+    if (!i.result.pass()) return false;
+  return true;
+}
+
+CheckReport run_check(const CheckRequest& req) {
+  if (req.id.form != Form::plain)
+    throw std::invalid_argument("form '" + std::string(to_string(req.id.form)) +
+                                "' is not supported yet (available: plain)");
+  const Backend backend = resolve_backend(req.backend);
+  if (backend == Backend::gpu && !kernels::gpu_available())
+    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+  for (const auto& name : req.impls) {
+    if (name == kBaseline) continue;
+    const auto& v = kernels::variant(name);
+    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
+      throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
+  }
+
+  CheckReport rep;
+  rep.request = req;
+  auto t0 = Clock::now();
+  const seeds::HostInputs in =
+      backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
+  rep.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  rep.seconds_generate = since(t0);
+
+  const oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), req.id.eps};
+  t0 = Clock::now();
+  const auto ref = oracle::Reference::compute(p, {req.threads, oracle::RstdMode::fp64});
+  const auto ideal = oracle::Reference::compute(p, {req.threads, oracle::RstdMode::fp32_rounded});
+  const Outputs baseline = oracle::fp32_baseline(p, req.threads);
+  rep.seconds_oracle = since(t0);
+
+  for (const auto& name : req.impls) {
+    ImplResult ir;
+    ir.impl = name;
+    t0 = Clock::now();
+    Outputs got;
+    if (name == kBaseline) {
+      ir.ran_on = "cpu (FP32 baseline)";
+      got = baseline;
+    } else if (backend == Backend::gpu) {
+      ir.ran_on = "gpu";
+      got = kernels::run_gpu(kernels::variant(name), req.id, static_cast<float>(req.id.eps));
+    } else {
+      ir.ran_on = "cpu model (no GPU used)";
+      got = kernels::run_model(kernels::variant(name), p.x, p.dy, p.w, static_cast<float>(req.id.eps), req.threads);
+    }
+    ir.seconds_impl = since(t0);
+    t0 = Clock::now();
+    ir.result = validate_case(p, got, ref, ideal, &baseline, req.threads);
+    ir.seconds_validate = since(t0);
+    const auto& dw = ir.result.get(Output::dw);
+    if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
+    rep.impls.push_back(std::move(ir));
+  }
+  return rep;
+}
+
+std::string format_report(const CheckReport& rep) {
+  const int64_t cols = rep.request.id.H;
+  std::ostringstream o;
+  o << "case     " << seeds::to_string(rep.request.id) << "\n"
+    << "inputs   " << rep.inputs_from << "\n"
+    << "oracle   FP64, compensated sums, per-element error bound\n";
+  for (const auto& ir : rep.impls) {
+    const auto& r = ir.result;
+    o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
+      << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=\n";
+    for (const auto& s : r.tensors) {
+      char line[256];
+      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8.2g\n",
+                    std::string(to_string(s.output())).c_str(), s.worst.ratio,
+                    where(s.output(), s.worst.index, cols).c_str(), static_cast<long long>(s.over), s.max_forced,
+                    s.max_bound_ratio, s.hist.quantile_upper(0.99));
+      o << line;
+    }
+    o << "dw vs FP32 baseline: worst " << fmt("%.4g", r.dw_vs_fp32_worst) << "x, median "
+      << fmt("%.4g", r.dw_vs_fp32_median) << "x of the baseline's error (<= 1: not worse)\n";
+    for (const auto& s : r.tensors) {
+      if (s.pass()) continue;
+      const auto& w = s.worst;
+      o << to_string(s.output()) << " FAILS: " << s.over << " of " << s.n << " elements over budget; worst at "
+        << where(s.output(), w.index, cols) << ":\n"
+        << "  got " << fmt("%.9g", w.got) << ", reference " << fmt("%.17g", w.ref) << " (oracle bound "
+        << fmt("%.3g", w.bound) << ")\n"
+        << "  err " << fmt("%.4g", w.err) << " > tol " << fmt("%.4g", w.tol) << "  (err/tol " << fmt("%.4g", w.ratio)
+        << "; the interface forces " << fmt("%.3g", w.forced) << " of it)\n";
+      if (s.output() == Output::dw && w.ref != 0)
+        o << "  column conditioning sum|dy*xhat| / |sum dy*xhat| = "
+          << fmt("%.3g", ir.dw_worst_abs_sum / std::fabs(w.ref)) << "\n";
+    }
+    o << "verdict  " << (r.pass() ? "PASS" : "FAIL") << "\n";
+  }
+  return o.str();
+}
+
+nlohmann::json to_json(const CheckReport& rep) {
+  nlohmann::json j;
+  j["case"] = seeds::to_string(rep.request.id);
+  j["inputs_from"] = rep.inputs_from;
+  j["pass"] = rep.pass();
+  j["seconds"] = {{"generate", rep.seconds_generate}, {"oracle", rep.seconds_oracle}};
+  for (const auto& ir : rep.impls) {
+    nlohmann::json ji;
+    ji["impl"] = ir.impl;
+    ji["ran_on"] = ir.ran_on;
+    ji["pass"] = ir.result.pass();
+    ji["dw_vs_fp32_worst"] = num(ir.result.dw_vs_fp32_worst);
+    ji["dw_vs_fp32_median"] = num(ir.result.dw_vs_fp32_median);
+    ji["dw_worst_condition"] = num(ir.result.dw_worst_condition);
+    ji["seconds"] = {{"impl", ir.seconds_impl}, {"validate", ir.seconds_validate}};
+    for (const auto& s : ir.result.tensors) {
+      const auto& w = s.worst;
+      ji["outputs"][std::string(to_string(s.output()))] = {
+          {"n", s.n},
+          {"over", s.over},
+          {"max_ratio", num(w.ratio)},
+          {"worst_index", w.index},
+          {"got", num(w.got)},
+          {"ref", num(w.ref)},
+          {"err", num(w.err)},
+          {"tol", num(w.tol)},
+          {"bound", num(w.bound)},
+          {"forced", num(w.forced)},
+          {"max_forced", num(s.max_forced)},
+          {"max_bound_over_tol", num(s.max_bound_ratio)},
+          {"p50_upper", num(s.hist.quantile_upper(0.5))},
+          {"p99_upper", num(s.hist.quantile_upper(0.99))},
+          {"histogram", s.hist.count},
+          {"pass", s.pass()}};
+    }
+    j["impls"].push_back(std::move(ji));
+  }
+  return j;
+}
+
+std::vector<seeds::CaseId> Grid::cases() const {
+  std::vector<seeds::CaseId> out;
+  for (int64_t h : H)
+    for (int64_t t : T)
+      for (WDtype d : w)
+        for (seeds::Family f : seeds.families)
+          for (uint64_t s = seeds.first;; ++s) {
+            seeds::CaseId c;
+            c.H = h;
+            c.T = t;
+            c.w = d;
+            c.family = f;
+            c.seed = s;
+            seeds::validate_case(c);
+            out.push_back(c);
+            if (s == seeds.last) break;
+          }
+  return out;
+}
+
+std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                                    Backend backend, int threads,
+                                    const std::function<void(const CheckReport&)>& on_case) {
+  std::vector<Aggregate> aggs;
+  auto slot = [&aggs](const std::string& impl, seeds::Family f) -> Aggregate& {
+    for (auto& a : aggs)
+      if (a.impl == impl && a.family == f) return a;
+    aggs.push_back({});
+    aggs.back().impl = impl;
+    aggs.back().family = f;
+    return aggs.back();
+  };
+  for (const auto& impl : impls)  // impl-major order, families in first-seen order
+    for (const auto& c : cases) slot(impl, c.family);
+  for (const auto& c : cases) {
+    CheckRequest req{c, impls, backend, threads};
+    const CheckReport rep = run_check(req);
+    for (const auto& ir : rep.impls) {
+      Aggregate& a = slot(ir.impl, c.family);
+      ++a.cases;
+      if (!ir.result.pass()) ++a.failed;
+      for (const auto& s : ir.result.tensors) {
+        const int k = static_cast<int>(s.output());
+        if (a.worst_case[k].empty() || s.worst.ratio > a.max_ratio[k]) {
+          a.max_ratio[k] = s.worst.ratio;
+          a.worst_case[k] = seeds::to_string(c);
+          a.forced_at_worst[k] = s.worst.forced;
+        }
+      }
+      if (!(ir.result.dw_vs_fp32_worst <= a.dw_vs_fp32_worst)) a.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
+    }
+    if (on_case) on_case(rep);
+  }
+  return aggs;
+}
+
+std::string format_aggregates(const std::vector<Aggregate>& aggs) {
+  std::ostringstream o;
+  o << "| impl | family | cases | failed | y | rstd | dx | dw | dw forced share | dw vs FP32 | worst dw case |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& a : aggs) {
+    const int dw = static_cast<int>(Output::dw);
+    const double share = a.max_ratio[dw] > 0 ? a.forced_at_worst[dw] / a.max_ratio[dw] : 0.0;
+    o << "| " << a.impl << " | " << seeds::to_string(a.family) << " | " << a.cases << " | " << a.failed << " | "
+      << fmt("%.3g", a.max_ratio[0]) << " | " << fmt("%.3g", a.max_ratio[1]) << " | " << fmt("%.3g", a.max_ratio[2])
+      << " | " << fmt("%.3g", a.max_ratio[dw]) << " | " << fmt("%.2f", share) << " | "
+      << fmt("%.3g", a.dw_vs_fp32_worst) << " | " << a.worst_case[dw] << " |\n";
+  }
+  return o.str();
+}
+
+}  // namespace normgate::validators
