@@ -180,7 +180,9 @@ void add_check(CLI::App& app, Commands& cmds) {
       const auto aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {
         ++done;
         if (o->quiet) {
-          std::printf("[%zu/%zu] %s", done, cases.size(), seeds::to_string(rep.request.id).c_str());
+          double secs = rep.seconds_generate + rep.seconds_oracle;
+          for (const auto& ir : rep.impls) secs += ir.seconds_impl + ir.seconds_validate;
+          std::printf("[%zu/%zu %.2fs] %s", done, cases.size(), secs, seeds::to_string(rep.request.id).c_str());
           for (const auto& ir : rep.impls)
             std::printf("  %s:%s(dw %.3g)", ir.impl.c_str(), ir.result.pass() ? "pass" : "FAIL",
                         ir.result.get(validators::Output::dw).worst.ratio);
@@ -193,7 +195,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       });
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
-      if (!o->json.empty()) write_file_atomic(o->json, all.dump(1) + "\n");
+      if (!o->json.empty()) write_file_atomic(o->json, all.dump() + "\n");
       if (!o->md.empty()) write_file_atomic(o->md, table);
       bool ok = true;
       for (const auto& a : aggs)

@@ -13,11 +13,14 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
-out="${OUT:-$root/out}"
+final="${OUT:-$root/out}"
+out="$final/logs"   # everything lands here; packed into $final/logs.tgz at the end
 steps="${NG_STEPS:-tests sanitize bench grid}"
 mkdir -p "$out"
 bin="$build/apps/normgate"
 declare -a summary
+# A build carried from the dev machine has /work/main baked into its test paths.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
 
 if ! "$bin" --version >/dev/null 2>&1 || ! [ -x "$build/bench/kernels_bench" ]; then
   echo "h200: no usable build in $build: building" | tee -a "$out/steps.log"
@@ -38,7 +41,7 @@ if has tests; then
     [ -x "$t" ] || continue
     name=$(basename "$t")
     start=$SECONDS
-    "$t" --gtest_brief=1 >"$out/$name.log" 2>&1
+    timeout "${NG_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 >"$out/$name.log" 2>&1
     rc=$?
     pass=$(grep -c "^\[       OK \]" "$out/$name.log" || true)
     res=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/$name.log" | tr '\n' ' ')
@@ -53,7 +56,7 @@ if has sanitize; then
     for c in "H=4096,T=67,w=bf16,family=normal,seed=1" "H=7,T=33,w=fp32,family=llm,seed=2" \
              "H=16384,T=19,w=bf16,family=cancel,seed=3" "H=1,T=5,w=fp32,family=normal,seed=4"; do
       start=$SECONDS
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
+      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
         >>"$out/sanitizer.log" 2>&1
       rc=$?
       # rc 1 = a control failed its budget (expected); 9 = sanitizer error
@@ -70,18 +73,21 @@ if has bench; then
 fi
 
 if has grid; then
-  T="${NG_GRID_T:-4097,65537,131072}"
+  # One invocation per T so a partial run still leaves complete tables.
   H="${NG_GRID_H:-2048,4096,6144}"
   S="${NG_GRID_SEEDS:-3x8}"
-  start=$SECONDS
-  OMP_PROC_BIND=close "$bin" check --backend gpu --variant all --variant fp32-baseline --quiet \
-    --H "$H" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid.json" --md "$out/grid.md" \
-    >"$out/grid.log" 2>&1
-  summary+=("grid H=$H T=$T seeds=$S rc=$? $((SECONDS - start))s")
+  for T in $(echo "${NG_GRID_T:-4097,65537,131072}" | tr ',' ' '); do
+    start=$SECONDS
+    OMP_PROC_BIND=close "$bin" check --backend gpu --variant all --quiet \
+      --H "$H" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T$T.json" --md "$out/grid_T$T.md" \
+      >"$out/grid_T$T.log" 2>&1
+    summary+=("grid H=$H T=$T seeds=$S rc=$? $((SECONDS - start))s")
+  done
 fi
 
 echo
 echo "== h200.sh on: $gpu"
 [ -f "$out/kernels_bench.log" ] && grep -E "^\|" "$out/kernels_bench.log"
-[ -f "$out/grid.md" ] && cat "$out/grid.md"
-printf '%s\n' "${summary[@]}"
+for f in "$out"/grid_T*.md; do [ -f "$f" ] && { echo "$(basename "$f")"; cat "$f"; }; done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+tar -czf "$final/logs.tgz" -C "$final" logs && rm -rf "$out"
