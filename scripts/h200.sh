@@ -35,13 +35,16 @@ fi
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
 has() { [[ " $steps " == *" $1 "* ]]; }
+# NG_DEADLINE (seconds after start, 0 = none): the grid stops in time to pack the logs.
+deadline="${NG_DEADLINE:-0}"
+left() { if [ "$deadline" -gt 0 ]; then echo $((deadline - SECONDS)); else echo 100000; fi; }
 
 if has tests; then
   for t in "$build"/tests/test_* "$build"/seeds/test_seeds_device; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     start=$SECONDS
-    timeout "${NG_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 >"$out/$name.log" 2>&1
+    timeout "${NG_TEST_TIMEOUT:-240}" "$t" --gtest_brief=1 --gtest_filter="${NG_TEST_FILTER:-*}" >"$out/$name.log" 2>&1
     rc=$?
     pass=$(grep -c "^\[       OK \]" "$out/$name.log" || true)
     res=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/$name.log" | tr '\n' ' ')
@@ -78,7 +81,9 @@ if has grid; then
   S="${NG_GRID_SEEDS:-3x8}"
   for T in $(echo "${NG_GRID_T:-4097,65537,131072}" | tr ',' ' '); do
     start=$SECONDS
-    OMP_PROC_BIND=close "$bin" check --backend gpu --variant all --quiet \
+    budget=$(left)
+    [ "$budget" -gt 20 ] || { summary+=("grid T=$T skipped: deadline"); continue; }
+    OMP_PROC_BIND=close timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
       --H "$H" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T$T.json" --md "$out/grid_T$T.md" \
       >"$out/grid_T$T.log" 2>&1
     summary+=("grid H=$H T=$T seeds=$S rc=$? $((SECONDS - start))s")

@@ -97,6 +97,13 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
 CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
                          const oracle::Reference& ideal, const Outputs* baseline, int threads,
                          const std::vector<uint16_t>& h_new_expected) {
+  return validate_cases(p, {&got}, ref, ideal, baseline, threads, h_new_expected).front();
+}
+
+std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
+                                       const oracle::Reference& ref, const oracle::Reference& ideal,
+                                       const Outputs* baseline, int threads,
+                                       const std::vector<uint16_t>& h_new_expected) {
   const int64_t rows = p.x.rows();
   const int64_t cols = p.x.cols;
   const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
@@ -112,100 +119,117 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
   check_size("ref cols", static_cast<size_t>(ref.cols()), cols, cs);
   check_size("ideal rows", static_cast<size_t>(ideal.rows()), rows, rs);
   check_size("ideal cols", static_cast<size_t>(ideal.cols()), cols, cs);
-  check_size("got.y", got.y.size(), rows * cols, rc);
-  check_size("got.rstd", got.rstd.size(), rows, rs);
-  check_size("got.dx", got.dx.size(), rows * cols, rc);
-  check_size("got.dw", got.dw.size(), cols, cs);
   const bool do_h = !h_new_expected.empty();
-  if (do_h) {
-    check_size("h_new_expected", h_new_expected.size(), rows * cols, rc);
-    check_size("got.h_new", got.h_new.size(), rows * cols, rc);
-  } else if (!got.h_new.empty()) {
-    check_size("got.h_new (no h_new_expected given)", got.h_new.size(), 0, "nothing to compare with");
+  if (do_h) check_size("h_new_expected", h_new_expected.size(), rows * cols, rc);
+  for (const Outputs* g : gots) {
+    if (!g) throw std::invalid_argument("validate_cases: null outputs");
+    const Outputs& got = *g;
+    check_size("got.y", got.y.size(), rows * cols, rc);
+    check_size("got.rstd", got.rstd.size(), rows, rs);
+    check_size("got.dx", got.dx.size(), rows * cols, rc);
+    check_size("got.dw", got.dw.size(), cols, cs);
+    if (do_h) {
+      check_size("got.h_new", got.h_new.size(), rows * cols, rc);
+    } else if (!got.h_new.empty()) {
+      check_size("got.h_new (no h_new_expected given)", got.h_new.size(), 0, "nothing to compare with");
+    }
   }
   if (baseline) check_size("baseline->dw", baseline->dw.size(), cols, cs);
+  const size_t ng = gots.size();
 
   // --- y, rstd, dx (and h_new): OpenMP over rows, static schedule. Thread t
   // owns a contiguous range of rows, so merging partials in thread order is
-  // merging in row (= index) order; the summary is the sequential one.
+  // merging in row (= index) order; the summary is the sequential one. The
+  // oracle's rows are evaluated once and serve every implementation.
+  struct Four {
+    RatioStats y{Output::y}, r{Output::rstd}, d{Output::dx}, h{Output::h_new};
+  };
   const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
-  std::vector<RatioStats> py(nt, RatioStats(Output::y)), pr(nt, RatioStats(Output::rstd)),
-      pd(nt, RatioStats(Output::dx)), ph(nt, RatioStats(Output::h_new));
+  std::vector<std::vector<Four>> part(nt, std::vector<Four>(ng));
   std::vector<std::exception_ptr> errs(nt);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
-    RatioStats sy(Output::y), sr(Output::rstd), sd(Output::dx), sh(Output::h_new);
+    std::vector<Four> st(ng);
     try {
       std::vector<oracle::VB> yb(static_cast<size_t>(cols)), db(yb.size()), ib(yb.size());
+      std::vector<double> yideal(yb.size()), dideal(yb.size());
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         const oracle::VB rv = ref.rstd(r);
         // Ideal rstd: the exact rstd rounded once to FP32 (the oracle's RN).
-        sr.add(r, static_cast<double>(got.rstd[r]), rv.v, rv.bound, static_cast<double>(ref.rstd_f32(r)));
+        const double rideal = static_cast<double>(ref.rstd_f32(r));
+        for (size_t k = 0; k < ng; ++k) st[k].r.add(r, static_cast<double>(gots[k]->rstd[r]), rv.v, rv.bound, rideal);
         if (cols == 0) continue;
         ref.y_row(r, yb.data());
         ref.dx_row(r, db.data());
         ideal.dx_row(r, ib.data());
-        const int64_t base = r * cols;
         for (int64_t j = 0; j < cols; ++j) {
-          const oracle::VB yv = yb[j];
-          sy.add(base + j, static_cast<double>(bf16_to_float(got.y[base + j])), yv.v, yv.bound,
-                 static_cast<double>(round_to_bf16(yv.v)));
-          const oracle::VB dv = db[j];
-          const double dideal = static_cast<double>(round_to_bf16(ib[j].v));
-          sd.add(base + j, static_cast<double>(bf16_to_float(got.dx[base + j])), dv.v, dv.bound, dideal);
-          if (do_h) {
-            const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
-            sh.add(base + j, static_cast<double>(bf16_to_float(got.h_new[base + j])), hv, 0.0, hv);
+          yideal[j] = static_cast<double>(round_to_bf16(yb[j].v));
+          dideal[j] = static_cast<double>(round_to_bf16(ib[j].v));
+        }
+        const int64_t base = r * cols;
+        for (size_t k = 0; k < ng; ++k) {
+          const Outputs& got = *gots[k];
+          Four& s4 = st[k];
+          for (int64_t j = 0; j < cols; ++j) {
+            s4.y.add(base + j, static_cast<double>(bf16_to_float(got.y[base + j])), yb[j].v, yb[j].bound, yideal[j]);
+            s4.d.add(base + j, static_cast<double>(bf16_to_float(got.dx[base + j])), db[j].v, db[j].bound, dideal[j]);
+            if (do_h) {
+              const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
+              s4.h.add(base + j, static_cast<double>(bf16_to_float(got.h_new[base + j])), hv, 0.0, hv);
+            }
           }
         }
       }
     } catch (...) {
       errs[t] = std::current_exception();
     }
-    py[t] = sy;
-    pr[t] = sr;
-    pd[t] = sd;
-    ph[t] = sh;
+    part[t] = std::move(st);
   }
   for (const auto& e : errs)
     if (e) std::rethrow_exception(e);
-  RatioStats sy(Output::y), sr(Output::rstd), sd(Output::dx), sh(Output::h_new);
-  for (int t = 0; t < nt; ++t) {
-    sy.merge(py[t]);
-    sr.merge(pr[t]);
-    sd.merge(pd[t]);
-    sh.merge(ph[t]);
-  }
 
-  // --- dw: one value per column; sequential (cols is small next to rows*cols).
-  RatioStats sw(Output::dw);
-  double eg_max = 0, eb_max = 0, cmax = 0;
-  std::vector<double> quot;
-  if (baseline) quot.reserve(static_cast<size_t>(cols));
-  for (int64_t j = 0; j < cols; ++j) {
-    const oracle::VB wv = ref.dw(j);
-    const double g = static_cast<double>(got.dw[j]);
-    sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
-    cmax = std::max(cmax, condition(ref, j));
-    if (baseline) {
-      const double eg = rule_err(g, wv.v);
-      const double eb = rule_err(static_cast<double>(baseline->dw[j]), wv.v);
-      eg_max = std::max(eg_max, eg);
-      eb_max = std::max(eb_max, eb);
-      if (eb > 0.0) quot.push_back(err_quotient(eg, eb));
+  std::vector<CaseResult> results;
+  for (size_t k = 0; k < ng; ++k) {
+    const Outputs& got = *gots[k];
+    Four m;
+    for (int t = 0; t < nt; ++t) {
+      m.y.merge(part[t][k].y);
+      m.r.merge(part[t][k].r);
+      m.d.merge(part[t][k].d);
+      m.h.merge(part[t][k].h);
     }
-  }
 
-  CaseResult res;
-  res.tensors = {sy, sr, sd, sw};
-  if (do_h) res.tensors.push_back(sh);
-  res.dw_vs_fp32_worst = baseline ? err_quotient(eg_max, eb_max) : kNaN;
-  res.dw_vs_fp32_median = baseline ? median_of(quot) : kNaN;
-  res.dw_worst_condition = sw.worst.index >= 0 ? condition(ref, sw.worst.index) : 0.0;
-  res.dw_max_condition = cmax;
-  return res;
+    // --- dw: one value per column; sequential (cols is small next to rows*cols).
+    RatioStats sw(Output::dw);
+    double eg_max = 0, eb_max = 0, cmax = 0;
+    std::vector<double> quot;
+    if (baseline) quot.reserve(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) {
+      const oracle::VB wv = ref.dw(j);
+      const double g = static_cast<double>(got.dw[j]);
+      sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
+      cmax = std::max(cmax, condition(ref, j));
+      if (baseline) {
+        const double eg = rule_err(g, wv.v);
+        const double eb = rule_err(static_cast<double>(baseline->dw[j]), wv.v);
+        eg_max = std::max(eg_max, eg);
+        eb_max = std::max(eb_max, eb);
+        if (eb > 0.0) quot.push_back(err_quotient(eg, eb));
+      }
+    }
+
+    CaseResult res;
+    res.tensors = {m.y, m.r, m.d, sw};
+    if (do_h) res.tensors.push_back(m.h);
+    res.dw_vs_fp32_worst = baseline ? err_quotient(eg_max, eb_max) : kNaN;
+    res.dw_vs_fp32_median = baseline ? median_of(quot) : kNaN;
+    res.dw_worst_condition = sw.worst.index >= 0 ? condition(ref, sw.worst.index) : 0.0;
+    res.dw_max_condition = cmax;
+    results.push_back(std::move(res));
+  }
+  return results;
 }
 
 }  // namespace normgate::validators

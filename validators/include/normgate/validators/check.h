@@ -80,4 +80,13 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
                          const oracle::Reference& ideal, const Outputs* baseline, int threads,
                          const std::vector<uint16_t>& h_new_expected);
 
+/// Validate several implementations' outputs of the same problem in one sweep:
+/// the oracle's rows are evaluated once and serve every entry of `gots`.
+/// Returns one CaseResult per entry, each equal to what validate_case would
+/// return for it. Throws as validate_case (and for a null entry).
+std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
+                                       const oracle::Reference& ref, const oracle::Reference& ideal,
+                                       const Outputs* baseline, int threads = 0,
+                                       const std::vector<uint16_t>& h_new_expected = {});
+
 }  // namespace normgate::validators
