@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "normgate_version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"normgate: RMSNorm training kernels for Hopper and the accuracy gate that checks them"};
