@@ -20,6 +20,19 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->get_name() == argv[1];
+    }
+    if (!found) {
+      std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n", argv[1],
+                   known.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,133 @@
+// tests/cli: the normgate CLI as a user runs it: exit codes (0 ok, 1 failed
+// verdict, 2 usage/input error), error messages naming the bad value, and
+// outputs that agree with the libraries.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+TEST(Cli, HelpOnEverySubcommand) {
+  for (const char* sub : {"families", "case", "check", "variants"}) {
+    const CliRun r = run(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
+  }
+}
+
+TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
+  struct Bad {
+    std::string args, needle;
+  };
+  const Bad cases[] = {
+      {"case Hx=64,T=3,w=bf16,family=normal,seed=0", "Hx"},
+      {"case H=64,T=-1,w=bf16,family=normal,seed=0", "-1"},
+      {"case H=64,T=3,w=fp16,family=normal,seed=0", "fp16"},
+      {"case H=64,T=3,w=bf16,family=gauss,seed=0", "gauss"},
+      {"check --backend cpu --variant bwd_magic --case H=64,T=3,w=bf16,family=normal,seed=0", "bwd_magic"},
+      {"check --backend tpu --case H=64,T=3,w=bf16,family=normal,seed=0", "tpu"},
+      {"check --backend cpu --H 64,x --T 3 --seeds 3x1", "x"},
+      {"check --backend cpu --H 64 --T 3 --seeds 3x0", "3x0"},
+      {"frobnicate", "frobnicate"},
+  };
+  for (const auto& b : cases) {
+    const CliRun r = run(b.args);
+    EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
+  }
+}
+
+TEST(Cli, CaseDigestMatchesTheLibrary) {
+  const std::string id = "H=40,T=9,w=fp32,form=plain,family=llm,seed=5";
+  const CliRun r = run("case " + id);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto d = normgate::seeds::digest(normgate::seeds::generate_host(normgate::seeds::parse_case(id)));
+  EXPECT_TRUE(contains(r.out, d.all)) << r.out;
+  EXPECT_TRUE(contains(r.out, d.x)) << r.out;
+  // Keys in another order print the canonical id.
+  const CliRun r2 = run("case --no-digest seed=5,family=llm,T=9,H=40,w=fp32");
+  EXPECT_TRUE(contains(r2.out, "case    " + id)) << r2.out;
+}
+
+TEST(Cli, FamiliesListsGateFamilies) {
+  const CliRun r = run("families");
+  ASSERT_EQ(r.code, 0);
+  for (const char* f : {"normal", "llm", "cancel", "zeros", "tiny", "huge", "specials"})
+    EXPECT_TRUE(contains(r.out, f)) << f;
+  EXPECT_EQ(run("families cancel").code, 0);
+}
+
+TEST(Cli, VariantsMarkControls) {
+  const CliRun r = run("variants");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "ctl_fp32_seq")) << r.out;
+  // Every control line says CONTROL; no real variant does.
+  std::istringstream in(r.out);
+  std::string line;
+  int controls = 0;
+  while (std::getline(in, line)) {
+    const bool is_ctl = line.rfind("ctl_", 0) == 0;
+    EXPECT_EQ(is_ctl, contains(line, "CONTROL")) << line;
+    controls += is_ctl;
+  }
+  EXPECT_EQ(controls, 2);
+}
+
+// The FP32 baseline fails dw on a cancellation case and the report says where;
+// the deterministic variant's CPU model passes the same case. Exit code 1 when
+// any implementation fails.
+TEST(Cli, CheckExplainsTheFailingColumn) {
+  const std::string json = std::string(NORMGATE_BINARY_DIR) + "/cli_check_test.json";
+  std::filesystem::remove(json);
+  const CliRun r = run("check --backend cpu --variant fp32-baseline,bwd_det_chunked --json " + json +
+                    " --case H=64,T=4097,w=bf16,family=cancel,seed=1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "dw FAILS")) << r.out;
+  EXPECT_TRUE(contains(r.out, "oracle bound")) << r.out;
+  EXPECT_TRUE(contains(r.out, "column conditioning")) << r.out;
+  EXPECT_TRUE(contains(r.out, "impl     bwd_det_chunked on cpu model")) << r.out;
+  std::ifstream f(json);
+  ASSERT_TRUE(f.good()) << "no JSON written";
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "\"impl\": \"bwd_det_chunked\"")) << text.substr(0, 400);
+  EXPECT_FALSE(std::filesystem::exists(json + ".tmp")) << "temporary file left behind";
+}
+
+TEST(Cli, JsonToUnwritablePathFailsCleanly) {
+  const CliRun r = run("check --backend cpu --json /nonexistent-dir/x.json --case H=8,T=3,w=bf16,family=normal,seed=0");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.code, 1) << r.out;  // not a verdict
+  EXPECT_TRUE(contains(r.out, "/nonexistent-dir/x.json")) << r.out;
+}
+
+}  // namespace

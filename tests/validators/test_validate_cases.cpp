@@ -1,0 +1,41 @@
+// validate_cases (one oracle sweep for several implementations) must give
+// exactly what validate_case gives for each implementation alone.
+#include <gtest/gtest.h>
+
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/validators/check.h"
+
+namespace nv = normgate::validators;
+
+TEST(ValidateCases, EqualsOneAtATime) {
+  const auto c = normgate::seeds::parse_case("H=96,T=515,w=fp32,form=plain,family=llm,seed=3");
+  const auto in = normgate::seeds::generate_host(c);
+  const normgate::oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), c.eps};
+  const auto ref = normgate::oracle::Reference::compute(p, {0, normgate::oracle::RstdMode::fp64});
+  const auto ideal = normgate::oracle::Reference::compute(p, {0, normgate::oracle::RstdMode::fp32_rounded});
+  const auto base = normgate::oracle::fp32_baseline(p);
+  auto other = base;  // a second implementation that differs: one dx element and one dw element off
+  other.dx[777] ^= 0x0040;
+  other.dw[5] *= 1.01f;
+  const auto many = nv::validate_cases(p, {&base, &other}, ref, ideal, &base, 3);
+  ASSERT_EQ(many.size(), 2u);
+  const normgate::Outputs* one[] = {&base, &other};
+  for (size_t k = 0; k < 2; ++k) {
+    const auto single = nv::validate_case(p, *one[k], ref, ideal, &base, 2);
+    ASSERT_EQ(single.tensors.size(), many[k].tensors.size());
+    for (size_t t = 0; t < single.tensors.size(); ++t) {
+      const auto& a = single.tensors[t];
+      const auto& b = many[k].tensors[t];
+      EXPECT_EQ(a.worst.index, b.worst.index) << k << " " << nv::to_string(a.output());
+      EXPECT_EQ(a.worst.ratio, b.worst.ratio) << k << " " << nv::to_string(a.output());
+      EXPECT_EQ(a.over, b.over);
+      EXPECT_EQ(a.max_forced, b.max_forced);
+      EXPECT_EQ(a.hist.count, b.hist.count);
+    }
+    EXPECT_EQ(single.dw_vs_fp32_worst, many[k].dw_vs_fp32_worst);
+  }
+  // The two implementations really were told apart.
+  EXPECT_NE(many[0].get(nv::Output::dw).worst.ratio, many[1].get(nv::Output::dw).worst.ratio);
+}
