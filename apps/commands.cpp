@@ -46,6 +46,18 @@ constexpr seeds::Family kAllFamilies[] = {seeds::Family::normal, seeds::Family::
                                           seeds::Family::zeros,  seeds::Family::tiny, seeds::Family::huge,
                                           seeds::Family::specials};
 
+/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
+/// does not exist or is not writable, so a long check never fails at the end.
+void check_writable(const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
+                                "' does not exist or is not writable");
+}
+
 void add_families(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("families", "List the input families, or describe one");
   auto name = std::make_shared<std::string>();
@@ -76,7 +88,7 @@ void add_case(CLI::App& app, Commands& cmds) {
   auto threads = std::make_shared<int>(0);
   sub->add_option("id", *id, "Case id, e.g. H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17")->required();
   sub->add_flag("--no-digest", *no_digest, "Only parse and print; do not generate the inputs");
-  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::Range(0, 4096));
   sub->callback([&cmds, id, no_digest, threads] {
     cmds.run = [id, no_digest, threads] {
       const auto c = seeds::parse_case(*id);
@@ -147,12 +159,20 @@ void add_check(CLI::App& app, Commands& cmds) {
   sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
   sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      if (!o->id.empty() && !o->md.empty())
+        throw std::invalid_argument("--md writes the grid table; with --case use --json");
+      for (const std::string* f : {&o->json, &o->md}) check_writable(*f);
+      if (o->id.empty()) {
+        if (o->seeds.empty()) throw std::invalid_argument("give --case ID, or a grid: --seeds is missing");
+        if (o->H.empty()) throw std::invalid_argument("grid mode: --H is missing");
+        if (o->T.empty()) throw std::invalid_argument("grid mode: --T is missing");
+      }
       const auto impls = validators::expand_impls(o->impls);
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (backend == validators::Backend::cpu)

@@ -95,6 +95,14 @@ std::string to_string(const CaseId& c) {
   return s;
 }
 
+namespace {
+std::string_view trim_spaces(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+}  // namespace
+
 CaseId parse_case(std::string_view s) {
   if (s.empty()) throw std::invalid_argument("case id: empty string (expected e.g. 'H=4096,T=65537,w=bf16,family=normal,seed=0')");
   std::optional<std::string_view> H, T, w, form, family, seed, eps, kappa;
@@ -112,8 +120,9 @@ CaseId parse_case(std::string_view s) {
     if (item.empty()) fail(s, "empty key=value pair at offset " + std::to_string(pos));
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) fail(s, "pair " + quote(item) + " has no '='");
-    const std::string_view key = item.substr(0, eq);
-    const std::string_view value = item.substr(eq + 1);
+    // Spaces around keys and values are tolerated ("H=4096, T=65537" pastes often).
+    const std::string_view key = trim_spaces(item.substr(0, eq));
+    const std::string_view value = trim_spaces(item.substr(eq + 1));
     const Slot* slot = nullptr;
     for (const Slot& sl : slots)
       if (sl.name == key) slot = &sl;
@@ -160,7 +169,7 @@ CaseId parse_case(std::string_view s) {
 
   CaseId c;
   c.H = static_cast<int64_t>(integer("H", *H, kMaxH));
-  if (c.H < 1) fail(s, "H=" + quote(*H) + ": must be >= 1");
+  if (c.H < 1) fail(s, "H=" + quote(*H) + " is out of range (1.." + std::to_string(kMaxH) + ")");
   c.T = static_cast<int64_t>(integer("T", *T, kMaxT));
   c.w = name("w", parse_wdtype, *w);
   if (form) c.form = name("form", parse_form, *form);

@@ -45,7 +45,8 @@ std::string_view family_details(Family f) {
              "w      ~ BF16(1 + 0.1 N(0,1))\n"
              "res    u = h (h_new = 2h keeps the cancellation), dh_new ~ N(0,1)\n"
              "purpose: a plain FP32 running column sum loses the signal (65536 + 2^-10 - 65536); at\n"
-             "         T=65537, H=2048 it misses the dw budget in ~48% of columns, a Kahan FP32 sum in none";
+             "         T=65537, H=2048 it misses the dw budget by more than 10x in ~48% of columns\n"
+             "         (by more than 1x in ~95%), a Kahan FP32 sum in none";
     case Family::zeros:
       return "x      1/4 of rows (chosen per row) all zero, other rows ~ N(0,1)\n"
              "dy     ~ N(0,1); w ~ BF16(1 + 0.1 N(0,1))\n"

@@ -31,6 +31,9 @@ inline std::string case_name(const Variant& v, const seeds::CaseId& c) {
   return s;
 }
 
+/// gtest value printer: the case name instead of the struct's bytes.
+inline void PrintTo(const VariantCase& p, std::ostream* os) { *os << case_name(*p.v, p.c); }
+
 inline seeds::CaseId make_case(int64_t H, int64_t T, seeds::Family f, uint64_t seed, WDtype w = WDtype::bf16) {
   seeds::CaseId c;
   c.H = H;
