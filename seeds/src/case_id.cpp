@@ -1,4 +1,5 @@
 // Case ids: parse and print (syntax in normgate/seeds/case_id.h).
+#include <ostream>
 #include "normgate/seeds/case_id.h"
 
 #include <array>
@@ -102,6 +103,8 @@ std::string_view trim_spaces(std::string_view v) {
   return v;
 }
 }  // namespace
+
+std::ostream& operator<<(std::ostream& os, const CaseId& c) { return os << to_string(c); }
 
 CaseId parse_case(std::string_view s) {
   if (s.empty()) throw std::invalid_argument("case id: empty string (expected e.g. 'H=4096,T=65537,w=bf16,family=normal,seed=0')");
