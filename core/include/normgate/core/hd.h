@@ -77,6 +77,24 @@ NG_HD float div_rn(float a, float b) {
 #endif
 }
 
+/// Round-to-nearest-even binary64 sum, never contracted.
+NG_HD double dadd_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+/// Round-to-nearest-even binary64 difference, never contracted.
+NG_HD double dsub_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 /// Bit cast float -> uint32 (host and device).
 NG_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)

@@ -2,8 +2,8 @@
 // host and device (one definition, so a CPU model and a kernel that call the
 // same member functions in the same order produce the same bits).
 //
-// All roundings are spelled out (core/hd.h for binary32, dadd_rn/dsub_rn here
-// for binary64): nothing here can be contracted into an FMA or reassociated.
+// All roundings are spelled out (core/hd.h, binary32 and binary64): nothing
+// here can be contracted into an FMA or reassociated.
 #pragma once
 
 #include <cstdint>
@@ -11,24 +11,6 @@
 #include "normgate/core/hd.h"
 
 namespace normgate::kernels {
-
-/// Round-to-nearest-even binary64 sum, never contracted.
-NG_HD double dadd_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-/// Round-to-nearest-even binary64 difference, never contracted.
-NG_HD double dsub_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
 
 /// True when f is neither Inf nor NaN (bit test: host and device agree).
 NG_HD bool finite_f32(float f) { return (float_bits(f) & 0x7F800000u) != 0x7F800000u; }
