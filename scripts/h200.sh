@@ -40,7 +40,7 @@ deadline="${NG_DEADLINE:-0}"
 left() { if [ "$deadline" -gt 0 ]; then echo $((deadline - SECONDS)); else echo 100000; fi; }
 
 if has tests; then
-  for t in "$build"/tests/test_* "$build"/seeds/test_seeds_device; do
+  for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     start=$SECONDS
