@@ -101,16 +101,46 @@
 // with a non-finite x (or a non-finite fp32 rstd) makes every dw bound +inf, and
 // a non-finite dw is recomputed as the plain FP64 sum over rows in order so its
 // IEEE class (NaN vs +-Inf) matches plain propagation.
+//
+// (7) MPFR escalation (mode auto; mpfr mode escalates everything with finite
+//     inputs; the MPFR side is derived in mpfr_eval.h). The decisions use only
+//     per-row / per-column data, so they and the results are independent of
+//     the thread count.
+//     rstd, in the row pass before the backward reads it: when
+//       inflate(|lo| + e2) > fraction * tol_rstd(r), or RN32 is not proven
+//       while the FP64 candidate is a finite float,
+//     (hi, lo, e2, rstd_f32, certain) are replaced by MPFR's (mpfr_rstd); the
+//     rest of the pipeline then uses them as any rstd.
+//     y, dx: a row-level filter bounds every element's FP64 bound from row
+//       maxima: |x_j| <= Xm = sqrt(Sup) (Sup = Sh + |Sl| + eS >= S from (1)),
+//       |dy_j w_j| <= Gm = DYm wmax (DYm from the largest magnitude of the
+//       row's BF16 bit patterns), |t_j| <= Tm = (Gm + Xm|k|)(1 + 2^-48), so
+//         y bound  <= By  = UP Xm wmax (hi + |lo|) + Xm wmax yb + 2 eta,
+//         dx bound <= Bdx = UP use Tm + eta + use Et + Tm ub + ub Et,
+//                           Et = UP Tm + eta + Xm kb
+//       (the formulas of (6) with every |.| replaced by its maximum, each
+//       padded by 1 + 2^-48). Only when 2 By > fraction * atol_y (2 Bdx >
+//       fraction * atol_dx) are the row's elements evaluated and compared
+//       with fraction * tol(v) one by one; tol >= atol, and the factor 2
+//       covers the rounding of the filter's own arithmetic. A triggered row
+//       is recomputed whole in MPFR (mpfr_row): its c, y, dx replace (4), (6).
+//     dw: after (5), column j is recomputed (mpfr_dw) when its bound >
+//       fraction * tol_dw(dw_j). fp64 mode needs the exact rstd of every row
+//       (RstdTable, built once per precision, only when a column escalates).
+//     Values with bound +inf from non-finite inputs (x, dy, w or the
+//     backward's rstd) are not escalated.
 // ===========================================================================
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "eft.h"
+#include "mpfr_eval.h"
 #include "normgate/oracle/reference.h"
 
 namespace normgate::oracle {
@@ -121,6 +151,42 @@ namespace {
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& why) {
   throw std::invalid_argument("normgate::oracle::Problem: field '" + field + "' " + why);
+}
+
+}  // namespace
+
+std::string_view to_string(OracleMode m) {
+  switch (m) {
+    case OracleMode::fp64: return "fp64";
+    case OracleMode::auto_: return "auto";
+    case OracleMode::mpfr: return "mpfr";
+  }
+  return "?";
+}
+
+OracleMode parse_oracle_mode(std::string_view s) {
+  for (OracleMode m : {OracleMode::fp64, OracleMode::auto_, OracleMode::mpfr})
+    if (s == to_string(m)) return m;
+  throw std::invalid_argument("bad oracle mode '" + std::string(s) + "' (expected fp64, auto or mpfr)");
+}
+
+namespace {
+
+void validate_policy(const EscalationPolicy& e) {
+  auto bad = [](const std::string& f, double v) {
+    throw std::invalid_argument("normgate::oracle::EscalationPolicy: field '" + f + "' is invalid (" +
+                                std::to_string(v) + ")");
+  };
+  if (!(e.fraction >= 0)) bad("fraction", e.fraction);
+  if (!(e.target >= 0)) bad("target", e.target);
+  if (e.bits < 64) bad("bits", e.bits);
+  if (e.max_bits < e.bits) bad("max_bits", e.max_bits);
+  if (e.max_elements < 0) bad("max_elements", static_cast<double>(e.max_elements));
+  const std::pair<const char*, const Tolerance*> ts[] = {{"y", &e.y}, {"rstd", &e.rstd}, {"dx", &e.dx}, {"dw", &e.dw}};
+  for (auto [n, t] : ts) {
+    if (!(t->atol >= 0 && t->atol < INF)) bad(std::string(n) + ".atol", t->atol);
+    if (!(t->rtol >= 0 && t->rtol < INF)) bad(std::string(n) + ".rtol", t->rtol);
+  }
 }
 
 }  // namespace
@@ -351,6 +417,30 @@ NG_CLONES void dx_row_impl(const uint16_t* __restrict x, const uint16_t* __restr
   for (int64_t j = 0; j < n; ++j) eval_dx(bf(x[j]), bf(dy[j]), w[j], k, kb, use, ub, out[j]);
 }
 
+// (7): how many of n values are finite with bound > f (atol + rtol |v|) (a NaN bound counts).
+NG_CLONES int64_t count_over(const VB* __restrict v, int64_t n, double f, double atol, double rtol) {
+  int64_t c = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double m = std::fabs(v[j].v);
+    c += (m <= std::numeric_limits<double>::max()) & !(v[j].bound <= f * (atol + rtol * m));
+  }
+  return c;
+}
+
+// Largest magnitude bit pattern of n BF16 values (>= 0x7F80: a NaN or Inf).
+// Finite BF16 magnitudes are ordered like their bit patterns.
+NG_CLONES uint16_t absmax_bits(const uint16_t* __restrict p, int64_t n) {
+  uint16_t m = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t b = static_cast<uint16_t>(p[j] & 0x7FFFu);
+    m = b > m ? b : m;
+  }
+  return m;
+}
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 }  // namespace
 
 class ReferenceBuilder {
@@ -362,6 +452,9 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   const int64_t R = p.x.rows(), H = p.x.cols;
   const bool fp32 = o.rstd == RstdMode::fp32_rounded;
   const int nt = o.threads > 0 ? o.threads : omp_get_max_threads();
+  const EscalationPolicy& pol = o.escalation;
+  const bool esc_all = o.oracle == OracleMode::mpfr;
+  const bool escalating = o.oracle != OracleMode::fp64;
   ref.p_ = p;
   ref.o_ = o;
   ref.rows_ = R;
@@ -379,6 +472,13 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   ref.dw_.assign(H, 0.0);
   ref.dw_b_.assign(H, 0.0);
   ref.dw_abs_.assign(H, 0.0);
+  ref.row_slot_.assign(R, -1);
+  ref.rs_mp_.assign(R, 0);
+  ref.dw_mp_.assign(H, 0);
+  ref.esc_y_.clear();
+  ref.esc_dx_.clear();
+  ref.esc_ = Escalations{};
+  ref.esc_.mode = o.oracle;
   if (R == 0) return;  // empty sums: dw = 0 exactly
 
   std::vector<double> use_lo(R, 0.0), use_e(R, 0.0);
@@ -392,6 +492,23 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   const double eps = p.eps;
   const double* w = ref.w_.data();
 
+  // (7) escalation state: per-row flags (1: y triggered, 2: dx triggered),
+  // precision used by in-row rstd escalations, per-thread MPFR seconds.
+  double wmax = 0;
+  bool w_finite = true;
+  for (int64_t j = 0; j < H; ++j) {
+    if (!std::isfinite(w[j])) w_finite = false;
+    else wmax = std::max(wmax, std::fabs(w[j]));
+  }
+  std::vector<uint8_t> row_flag(escalating ? R : 0, 0);
+  std::vector<int32_t> rs_bits(escalating ? R : 0, 0);
+  std::vector<uint8_t> rs_unmet(escalating ? R : 0, 0);
+  std::vector<double> mp_secs(nt, 0.0);
+  std::vector<std::vector<VB>> scratch(nt);  // per-thread row of (6) values, filled only when a filter fails
+  const auto over_fraction = [&pol](const VB* v, int64_t n, const Tolerance& t) {
+    return count_over(v, n, pol.fraction, t.atol, t.rtol) > 0;
+  };
+
   auto do_row = [&](int64_t r) {
     RowSums rs;
     row_sums(p.x.row(r), p.dy.row(r), w, H, &rs);
@@ -399,6 +516,7 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
     two_sum(rs.s_pi, rs.s_sig, Sh, Sl);
     double r0 = 1.0 / std::sqrt(Sh / Hd + eps);
     double lo = 0, e2 = INF;
+    double Sup = INF;  // >= S = sum_j x_j^2 (so |x_j| <= sqrt(Sup)), for the filter of (7)
     bool ok = std::isfinite(Sh) && std::isfinite(Sl);
     if (!ok) {
       // Non-finite x: TwoSum turns inf into NaN; use the plain FP64 formula so
@@ -409,6 +527,7 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
       r0 = 1.0 / std::sqrt(s / Hd + eps);
     } else {
       double eS = inflate(gN2 * inflate(Sh + std::fabs(Sl)) / (1 - gN2));
+      Sup = inflate(Sh + std::fabs(Sl) + eS);
       if (!rstd_newton(Sh, Sl, eS, Hd, eps, r0, lo, e2)) {
         lo = 0;
         VB s{Sh, inflate(std::fabs(Sl) + eS)};
@@ -417,12 +536,35 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
         e2 = rr.bound;
       }
     }
+    bool certain = false;
+    float f = ok ? round_rstd_f32(r0, lo, e2, certain) : static_cast<float>(r0);
+    // (7) rstd escalation, before anything downstream reads rstd.
+    if (escalating && ok) {
+      bool go = esc_all;
+      if (!go) {
+        const double b = inflate(std::fabs(lo) + e2);  // rstd(r).bound
+        const double tol = pol.rstd.atol + pol.rstd.rtol * std::fabs(r0);
+        const float cand = static_cast<float>(r0);
+        go = !(b <= pol.fraction * tol) || (!certain && std::isfinite(cand) && cand < 0x1p127f);
+      }
+      if (go) {
+        const auto t0 = Clock::now();
+        const RstdMp mr = mpfr_rstd(p.x.row(r), H, eps, pol);
+        r0 = mr.hi;
+        lo = mr.lo;
+        e2 = mr.e;
+        f = mr.f;
+        certain = mr.f_certain;
+        ref.rs_mp_[r] = 1;
+        rs_bits[r] = mr.bits;
+        rs_unmet[r] = mr.met ? 0 : 1;
+        mp_secs[omp_get_thread_num()] += since(t0);
+      }
+    }
     ref.rs_hi_[r] = r0;
     ref.rs_lo_[r] = lo;
     ref.rs_e_[r] = e2;
     ref.y_b_[r] = inflate(UP * std::fabs(lo) + e2);
-    bool certain = false;
-    float f = ok ? round_rstd_f32(r0, lo, e2, certain) : static_cast<float>(r0);
     ref.rs32_[r] = f;
     ref.rs32_ok_[r] = certain ? 1 : 0;
     double use, ulo, ue, ub;
@@ -452,6 +594,38 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
     ref.c_b_[r] = c.bound;
     ref.k_[r] = k.v;
     ref.k_b_[r] = k.bound;
+    // (7) y / dx row filter (finite inputs only).
+    if (escalating && !row_bad[r] && w_finite) {
+      const uint16_t* xr = p.x.row(r);
+      const uint16_t* dr = p.dy.row(r);
+      const uint16_t dm = absmax_bits(dr, H);
+      if (dm < 0x7F80u) {
+        uint8_t flag = 0;
+        if (esc_all) {
+          flag = 3;
+        } else {
+          const double Xm = std::sqrt(Sup) * (1 + 0x1p-48);  // >= max_j |x_j| (one scan saved)
+          const double XW = Xm * wmax * (1 + 0x1p-48);
+          const double By = UP * XW * (std::fabs(r0) + std::fabs(lo)) * (1 + 0x1p-48) + XW * ref.y_b_[r] + 2 * ETA;
+          std::vector<VB>& buf = scratch[omp_get_thread_num()];
+          if (!(2 * By <= pol.fraction * pol.y.atol)) {
+            buf.resize(H);
+            y_row_impl(xr, w, H, r0, lo, ref.y_b_[r], buf.data());  // the values y(r, j) will return
+            if (over_fraction(buf.data(), H, pol.y)) flag |= 1;
+          }
+          const double Gm = bf(dm) * wmax * (1 + 0x1p-48);
+          const double Tm = (Gm + Xm * std::fabs(k.v)) * (1 + 0x1p-48);
+          const double Et = UP * Tm + ETA + Xm * k.bound;
+          const double Bdx = UP * std::fabs(use) * Tm * (1 + 0x1p-48) + ETA + std::fabs(use) * Et + Tm * ub + ub * Et;
+          if (!(2 * Bdx <= pol.fraction * pol.dx.atol)) {
+            buf.resize(H);
+            dx_row_impl(xr, dr, w, H, k.v, k.bound, use, ub, buf.data());  // the values dx(r, j) will return
+            if (over_fraction(buf.data(), H, pol.dx)) flag |= 2;
+          }
+        }
+        row_flag[r] = flag;
+      }
+    }
   };
 
   // Row blocks: the rows of a block are read twice (row sums, then column
@@ -525,10 +699,115 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
       P[j] = s;
     }
   }
+  if (!escalating) return;
+
+  // (7) MPFR rows: c, y, dx of every flagged row. Slots in row order.
+  Escalations& es = ref.esc_;
+  double secs = 0;
+  for (double s : mp_secs) secs += s;
+  secs /= nt;
+  for (int64_t r = 0; r < R; ++r) {
+    if (!ref.rs_mp_[r]) continue;
+    ++es.rstd;
+    es.max_bits = std::max(es.max_bits, static_cast<int>(rs_bits[r]));
+    es.unmet += rs_unmet[r];
+  }
+  // Budget of MPFR elements (auto mode): rows first, in row order, then columns.
+  int64_t budget = esc_all ? std::numeric_limits<int64_t>::max() : pol.max_elements;
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < R; ++r) {
+    if (!row_flag[r]) continue;
+    es.y += (row_flag[r] & 1) ? 1 : 0;
+    es.dx += (row_flag[r] & 2) ? 1 : 0;
+    if (budget < H) {
+      ++es.skipped;
+      continue;
+    }
+    budget -= H;
+    ref.row_slot_[r] = static_cast<int32_t>(rows.size());
+    rows.push_back(r);
+  }
+  es.rows = static_cast<int64_t>(rows.size());
+  auto t0 = Clock::now();
+  if (!rows.empty()) {
+    const int64_t nrows = es.rows;
+    ref.esc_y_.assign(static_cast<size_t>(nrows * H), VB{});
+    ref.esc_dx_.assign(static_cast<size_t>(nrows * H), VB{});
+    std::vector<int32_t> bits(nrows, 0);
+    std::vector<uint8_t> met(nrows, 0);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t i = 0; i < nrows; ++i) {
+      const int64_t r = rows[i];
+      const RowMp mr = mpfr_row(p.x.row(r), p.dy.row(r), w, H, eps, fp32, ref.rs32_[r], pol);
+      std::copy(mr.y.begin(), mr.y.end(), ref.esc_y_.begin() + i * H);
+      std::copy(mr.dx.begin(), mr.dx.end(), ref.esc_dx_.begin() + i * H);
+      ref.c_[r] = mr.c.v;
+      ref.c_b_[r] = mr.c.bound;
+      bits[i] = mr.bits;
+      met[i] = mr.met ? 1 : 0;
+    }
+    for (int64_t i = 0; i < nrows; ++i) {
+      es.max_bits = std::max(es.max_bits, static_cast<int>(bits[i]));
+      es.unmet += met[i] ? 0 : 1;
+    }
+  }
+
+  // (7) MPFR dw columns.
+  if (!any_bad) {
+    std::vector<int64_t> todo;
+    for (int64_t j = 0; j < H; ++j) {
+      const double v = P[j];
+      if (!std::isfinite(v)) continue;
+      if (esc_all || !(ref.dw_b_[j] <= pol.fraction * (pol.dw.atol + pol.dw.rtol * std::fabs(v)))) {
+        if (budget < R) {
+          ++es.skipped;
+          continue;
+        }
+        budget -= R;
+        todo.push_back(j);
+        ref.dw_mp_[j] = 1;
+      }
+    }
+    es.dw = static_cast<int64_t>(todo.size());
+    RstdTable table;
+    for (int bits = pol.bits; !todo.empty(); bits = 2 * bits) {
+      if (!fp32) table.build(p.x, eps, bits, nt);
+      const int64_t n = static_cast<int64_t>(todo.size());
+      std::vector<uint8_t> met(n, 0);
+#pragma omp parallel num_threads(nt)
+      {
+        ColScratch sc;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t j = todo[i];
+          const Finished f = mpfr_dw(p.x, p.dy, j, fp32, ref.rs32_.data(), fp32 ? nullptr : &table, bits, sc);
+          P[j] = f.vb.v;
+          ref.dw_b_[j] = f.vb.bound;
+          met[i] = meets(f, pol.dw, pol.target) ? 1 : 0;
+        }
+      }
+      es.max_bits = std::max(es.max_bits, bits);
+      std::vector<int64_t> next;
+      for (int64_t i = 0; i < n; ++i)
+        if (!met[i]) next.push_back(todo[i]);
+      if (bits * 2 > pol.max_bits) {
+        es.unmet += static_cast<int64_t>(next.size());
+        break;
+      }
+      todo.swap(next);
+    }
+  }
+  es.seconds = secs + since(t0);
 }
 
 Reference Reference::compute(const Problem& p, const Options& o) {
   validate(p);
+  validate_policy(o.escalation);
+  if (o.oracle == OracleMode::mpfr && p.x.rows() * p.x.cols > o.escalation.mpfr_max_elements)
+    throw std::invalid_argument("normgate::oracle: OracleMode::mpfr is for small cases: rows*cols = " +
+                                std::to_string(p.x.rows() * p.x.cols) + " exceeds " +
+                                std::to_string(o.escalation.mpfr_max_elements) +
+                                " (EscalationPolicy::mpfr_max_elements); use OracleMode::auto_ (--oracle auto)");
   Reference ref;
   ReferenceBuilder::run(ref, p, o);
   return ref;
@@ -539,22 +818,32 @@ VB Reference::rstd(int64_t r) const {
 }
 
 VB Reference::y(int64_t r, int64_t j) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) return esc_y_[static_cast<size_t>(s) * cols_ + j];
   VB out;
   eval_y(bf(p_.x.row(r)[j]), w_[j], rs_hi_[r], rs_lo_[r], y_b_[r], out);
   return out;
 }
 
 VB Reference::dx(int64_t r, int64_t j) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) return esc_dx_[static_cast<size_t>(s) * cols_ + j];
   VB out;
   eval_dx(bf(p_.x.row(r)[j]), bf(p_.dy.row(r)[j]), w_[j], k_[r], k_b_[r], use_[r], use_b_[r], out);
   return out;
 }
 
 void Reference::y_row(int64_t r, VB* out) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    std::copy_n(esc_y_.begin() + static_cast<size_t>(s) * cols_, cols_, out);
+    return;
+  }
   y_row_impl(p_.x.row(r), w_.data(), cols_, rs_hi_[r], rs_lo_[r], y_b_[r], out);
 }
 
 void Reference::dx_row(int64_t r, VB* out) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    std::copy_n(esc_dx_.begin() + static_cast<size_t>(s) * cols_, cols_, out);
+    return;
+  }
   dx_row_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], out);
 }
 

@@ -34,6 +34,13 @@ inline void expect_same(const RatioStats& a, const RatioStats& b) {
   EXPECT_EQ(bits(a.worst.bound), bits(b.worst.bound));
   EXPECT_EQ(bits(a.worst.forced), bits(b.worst.forced));
   EXPECT_EQ(bits(a.worst.ideal), bits(b.worst.ideal));
+  EXPECT_EQ(a.uncertified, b.uncertified);
+  EXPECT_EQ(a.over_certified, b.over_certified);
+  EXPECT_EQ(a.uncertain.index, b.uncertain.index);
+  EXPECT_EQ(bits(a.uncertain.ratio), bits(b.uncertain.ratio));
+  EXPECT_EQ(bits(a.uncertain.bound), bits(b.uncertain.bound));
+  EXPECT_EQ(bits(a.uncertain.got), bits(b.uncertain.got));
+  EXPECT_EQ(bits(a.uncertain.ref), bits(b.uncertain.ref));
   for (int k = 0; k < Histogram::kBins; ++k) EXPECT_EQ(a.hist.count[k], b.hist.count[k]) << "bin " << k;
 }
 

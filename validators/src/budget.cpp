@@ -61,4 +61,18 @@ double ratio(const Budget& b, double got, double ref) {
   return err / tol;  // may overflow to +inf for a huge err and a tiny tol
 }
 
+bool certified(const Budget& b, double got, double ref, double bound) {
+  if (b.exact || !std::isfinite(ref)) return true;
+  if (std::isnan(bound)) return false;
+  if (bound == 0.0) return true;
+  if (!std::isfinite(got)) return true;  // NaN/Inf against a finite X: fails for every X
+  if (std::isinf(bound)) return false;
+  constexpr double up = 1 + 0x1p-50, dn = 1 - 0x1p-50;
+  const double err = std::fabs(got - ref);
+  const double tol = tolerance(b, ref);
+  const double m = (1 + b.rtol) * std::fabs(bound);
+  if (ratio(b, got, ref) <= 1.0) return (err + m) * up <= tol * dn;
+  return err * dn > (tol + m) * up;
+}
+
 }  // namespace normgate::validators

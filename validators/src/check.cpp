@@ -75,8 +75,34 @@ float round_to_bf16(double v) {
   return static_cast<float>(r);                   // exact: r is a BF16 value
 }
 
-bool CaseResult::pass() const {
-  return std::all_of(tensors.begin(), tensors.end(), [](const RatioStats& s) { return s.pass(); });
+Verdict CaseResult::verdict() const {
+  Verdict v = Verdict::pass;
+  for (const RatioStats& s : tensors) v = combine(v, s.verdict());
+  return v;
+}
+
+bool CaseResult::pass() const { return verdict() == Verdict::pass; }
+
+int64_t CaseResult::uncertified() const {
+  int64_t n = 0;
+  for (const RatioStats& s : tensors) n += s.uncertified;
+  return n;
+}
+
+oracle::Options oracle_options(oracle::RstdMode rstd, oracle::OracleMode mode, int threads) {
+  oracle::Options o;
+  o.threads = threads;
+  o.rstd = rstd;
+  o.oracle = mode;
+  auto tol = [](Output out) {
+    const Budget b = budget(out);
+    return oracle::Tolerance{b.atol, b.rtol};
+  };
+  o.escalation.y = tol(Output::y);
+  o.escalation.rstd = tol(Output::rstd);
+  o.escalation.dx = tol(Output::dx);
+  o.escalation.dw = tol(Output::dw);
+  return o;
 }
 
 const RatioStats& CaseResult::get(Output o) const {

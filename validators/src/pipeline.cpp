@@ -1,5 +1,6 @@
 #include "normgate/validators/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +44,45 @@ std::string where(Output o, int64_t index, int64_t cols) {
     case Output::dw: return "col " + std::to_string(index);
     default: return "row " + std::to_string(index / cols) + ", col " + std::to_string(index % cols);
   }
+}
+
+std::string esc_counts(const oracle::Escalations& e) {
+  std::ostringstream o;
+  o << "rstd " << e.rstd << ", y " << e.y << ", dx " << e.dx << " rows, dw " << e.dw << " columns";
+  if (e.unmet) o << ", " << e.unmet << " units short of the stop rule";
+  if (e.skipped) o << ", " << e.skipped << " units NOT escalated (MPFR element budget; their comparisons may stay uncertified)";
+  return o.str();
+}
+
+std::string oracle_line(const CheckReport& rep) {
+  const auto& a = rep.escalations_ref;
+  const auto& b = rep.escalations_ideal;
+  switch (rep.request.oracle) {
+    case oracle::OracleMode::fp64:
+      return "FP64 only (--oracle fp64): compensated sums, per-element error bound, no MPFR escalation";
+    case oracle::OracleMode::mpfr:
+      return "MPFR for every element with finite inputs (--oracle mpfr), up to " +
+             std::to_string(std::max(a.max_bits, b.max_bits)) + " bits, " + fmt("%.2f", a.seconds + b.seconds) + " s";
+    default:
+      break;
+  }
+  std::string s = "FP64 with MPFR escalation (--oracle auto): escalated " + esc_counts(a) + "; ideal kernel: " +
+                  esc_counts(b);
+  if (a.any() || b.any())
+    s += "; up to " + std::to_string(std::max(a.max_bits, b.max_bits)) + " bits, " +
+         fmt("%.2f", a.seconds + b.seconds) + " s in MPFR";
+  return s;
+}
+
+nlohmann::json esc_json(const oracle::Escalations& e) {
+  return {{"rstd_rows", e.rstd}, {"y_rows", e.y},          {"dx_rows", e.dx},      {"mpfr_rows", e.rows},
+          {"dw_cols", e.dw},     {"unmet", e.unmet},       {"skipped", e.skipped},   {"max_bits", e.max_bits},
+          {"seconds", e.seconds}};
+}
+
+nlohmann::json worst_json(const Worst& w) {
+  return {{"index", w.index}, {"ratio", num(w.ratio)}, {"got", num(w.got)},     {"ref", num(w.ref)},
+          {"err", num(w.err)}, {"tol", num(w.tol)},     {"bound", num(w.bound)}};
 }
 
 }  // namespace
@@ -100,16 +140,23 @@ std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
   return out;
 }
 
-bool CheckReport::pass() const {
-  for (const auto& i : impls)
-    if (!i.result.pass()) return false;
-  return true;
+Verdict CheckReport::verdict() const {
+  Verdict v = Verdict::pass;
+  for (const auto& i : impls) v = combine(v, i.result.verdict());
+  return v;
 }
+
+bool CheckReport::pass() const { return verdict() == Verdict::pass; }
 
 CheckReport run_check(const CheckRequest& req) {
   if (req.id.form != Form::plain)
     throw std::invalid_argument("form '" + std::string(to_string(req.id.form)) +
                                 "' is not supported yet (available: plain)");
+  if (req.oracle == oracle::OracleMode::mpfr &&
+      req.id.rows() * req.id.H > oracle::EscalationPolicy{}.mpfr_max_elements)
+    throw std::invalid_argument("--oracle mpfr is for small cases: rows*H = " + std::to_string(req.id.rows() * req.id.H) +
+                                " exceeds " + std::to_string(oracle::EscalationPolicy{}.mpfr_max_elements) +
+                                "; use --oracle auto (FP64 with MPFR escalation)");
   const Backend backend = resolve_backend(req.backend);
   if (backend == Backend::gpu && !kernels::gpu_available())
     throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
@@ -130,10 +177,13 @@ CheckReport run_check(const CheckRequest& req) {
 
   const oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), req.id.eps};
   t0 = Clock::now();
-  const auto ref = oracle::Reference::compute(p, {req.threads, oracle::RstdMode::fp64});
-  const auto ideal = oracle::Reference::compute(p, {req.threads, oracle::RstdMode::fp32_rounded});
+  const auto ref = oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp64, req.oracle, req.threads));
+  const auto ideal =
+      oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp32_rounded, req.oracle, req.threads));
   const Outputs baseline = oracle::fp32_baseline(p, req.threads);
   rep.seconds_oracle = since(t0);
+  rep.escalations_ref = ref.escalations();
+  rep.escalations_ideal = ideal.escalations();
 
   std::vector<Outputs> outs;
   outs.reserve(req.impls.size());
@@ -177,27 +227,28 @@ std::string format_report(const CheckReport& rep) {
   std::ostringstream o;
   o << "case     " << seeds::to_string(rep.request.id) << "\n"
     << "inputs   " << rep.inputs_from << "\n"
-    << "oracle   FP64, compensated sums, per-element error bound\n";
+    << "oracle   " << oracle_line(rep) << "\n";
   for (const auto& ir : rep.impls) {
     const auto& r = ir.result;
     o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
-      << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=\n";
+      << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
     for (const auto& s : r.tensors) {
       const double p99 = s.hist.quantile_upper(0.99);
       char line[256];
-      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s\n",
+      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
                     where(s.output(), s.worst.index, cols).c_str(), static_cast<long long>(s.over), s.max_forced,
                     s.max_bound_ratio,
                     // The histogram's last finite bin is (1e4, inf): say so rather than "inf".
-                    (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str());
+                    (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
+                    static_cast<long long>(s.uncertified));
       o << line;
     }
     o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
       << "x the baseline's max error; per column, median " << fmt("%.4g", r.dw_vs_fp32_median)
       << "x (<= 1: not worse than FP32 eager)\n";
     for (const auto& s : r.tensors) {
-      if (s.pass()) continue;
+      if (s.verdict() != Verdict::fail) continue;
       const auto& w = s.worst;
       o << to_string(s.output()) << " FAILS: " << s.over << " of " << s.n << " elements over budget; worst at "
         << where(s.output(), w.index, cols) << ":\n"
@@ -209,7 +260,26 @@ std::string format_report(const CheckReport& rep) {
         o << "  column conditioning sum|dy*xhat| / |sum dy*xhat| = "
           << fmt("%.3g", ir.dw_worst_abs_sum / std::fabs(w.ref)) << "\n";
     }
-    o << "verdict  " << (r.pass() ? "PASS" : "FAIL") << "\n";
+    for (const auto& s : r.tensors) {
+      if (s.uncertified == 0) continue;
+      const auto& u = s.uncertain;
+      o << to_string(s.output()) << (s.verdict() == Verdict::inconclusive ? " INCONCLUSIVE: " : " also: ")
+        << s.uncertified << " of " << s.n
+        << " comparisons uncertified (err/tol could cross 1 within the oracle's bound); least certain at "
+        << where(s.output(), u.index, cols) << ":\n"
+        << "  got " << fmt("%.9g", u.got) << ", reference " << fmt("%.17g", u.ref) << " +- " << fmt("%.3g", u.bound)
+        << " (bound/tol " << fmt("%.3g", u.tol > 0 ? u.bound / u.tol : INFINITY) << "), err/tol "
+        << fmt("%.6g", u.ratio) << "\n";
+      if (std::isinf(u.bound))
+        o << "  (bound +inf: that reference is the IEEE propagation of non-finite inputs; there is no "
+             "real-number result to certify against)\n";
+      else
+        o << "  (small cases can be re-checked with --oracle mpfr)\n";
+    }
+    const Verdict v = r.verdict();
+    o << "verdict  "
+      << (v == Verdict::pass ? "PASS" : v == Verdict::fail ? "FAIL" : "INCONCLUSIVE (never a pass: see above)")
+      << "\n";
   }
   return o.str();
 }
@@ -219,12 +289,17 @@ nlohmann::json to_json(const CheckReport& rep) {
   j["case"] = seeds::to_string(rep.request.id);
   j["inputs_from"] = rep.inputs_from;
   j["pass"] = rep.pass();
+  j["verdict"] = std::string(to_string(rep.verdict()));
+  j["oracle"] = {{"mode", std::string(oracle::to_string(rep.request.oracle))},
+                 {"escalations", {{"ref", esc_json(rep.escalations_ref)}, {"ideal", esc_json(rep.escalations_ideal)}}}};
   j["seconds"] = {{"generate", rep.seconds_generate}, {"oracle", rep.seconds_oracle}};
   for (const auto& ir : rep.impls) {
     nlohmann::json ji;
     ji["impl"] = ir.impl;
     ji["ran_on"] = ir.ran_on;
     ji["pass"] = ir.result.pass();
+    ji["verdict"] = std::string(to_string(ir.result.verdict()));
+    ji["uncertified"] = ir.result.uncertified();
     ji["dw_vs_fp32_worst"] = num(ir.result.dw_vs_fp32_worst);
     ji["dw_vs_fp32_median"] = num(ir.result.dw_vs_fp32_median);
     ji["dw_worst_condition"] = num(ir.result.dw_worst_condition);
@@ -247,6 +322,10 @@ nlohmann::json to_json(const CheckReport& rep) {
           {"p50_upper", num(s.hist.quantile_upper(0.5))},
           {"p99_upper", num(s.hist.quantile_upper(0.99))},
           {"histogram", s.hist.count},
+          {"uncertified", s.uncertified},
+          {"over_certified", s.over_certified},
+          {"least_certain", worst_json(s.uncertain)},
+          {"verdict", std::string(to_string(s.verdict()))},
           {"pass", s.pass()}};
     }
     j["impls"].push_back(std::move(ji));
@@ -276,7 +355,8 @@ std::vector<seeds::CaseId> Grid::cases() const {
 
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
-                                    const std::function<void(const CheckReport&)>& on_case) {
+                                    const std::function<void(const CheckReport&)>& on_case,
+                                    oracle::OracleMode oracle) {
   std::vector<Aggregate> aggs;
   auto slot = [&aggs](const std::string& impl, seeds::Family f) -> Aggregate& {
     for (auto& a : aggs)
@@ -289,12 +369,14 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
   for (const auto& impl : impls)  // impl-major order, families in first-seen order
     for (const auto& c : cases) slot(impl, c.family);
   for (const auto& c : cases) {
-    CheckRequest req{c, impls, backend, threads};
+    CheckRequest req{c, impls, backend, threads, oracle};
     const CheckReport rep = run_check(req);
     for (const auto& ir : rep.impls) {
       Aggregate& a = slot(ir.impl, c.family);
       ++a.cases;
-      if (!ir.result.pass()) ++a.failed;
+      const Verdict v = ir.result.verdict();
+      if (v == Verdict::fail) ++a.failed;
+      if (v == Verdict::inconclusive) ++a.inconclusive;
       for (const auto& s : ir.result.tensors) {
         const int k = static_cast<int>(s.output());
         if (a.worst_case[k].empty() || s.worst.ratio > a.max_ratio[k]) {
@@ -314,14 +396,15 @@ std::string format_aggregates(const std::vector<Aggregate>& aggs) {
   std::ostringstream o;
   o << "Max err/tol per output over the cases; dw forced share = the part of the worst dw error that the "
        "FP32-rstd/BF16 interface forces (ideal kernel) over that error; dw vs FP32 = worst over cases of "
-       "(max dw error / FP32 eager's max dw error).\n\n"
-    << "| impl | family | cases | failed | y | rstd | dx | dw | dw forced share | dw vs FP32 | worst dw case |\n"
-    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+       "(max dw error / FP32 eager's max dw error); inconclusive = cases with an uncertified comparison "
+       "and no certain failure (never counted as passing).\n\n"
+    << "| impl | family | cases | failed | inconclusive | y | rstd | dx | dw | dw forced share | dw vs FP32 | worst dw case |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& a : aggs) {
     const int dw = static_cast<int>(Output::dw);
     const double share = a.max_ratio[dw] > 0 ? a.forced_at_worst[dw] / a.max_ratio[dw] : 0.0;
     o << "| " << a.impl << " | " << seeds::to_string(a.family) << " | " << a.cases << " | " << a.failed << " | "
-      << fmt("%.3g", a.max_ratio[0]) << " | " << fmt("%.3g", a.max_ratio[1]) << " | " << fmt("%.3g", a.max_ratio[2])
+      << a.inconclusive << " | " << fmt("%.3g", a.max_ratio[0]) << " | " << fmt("%.3g", a.max_ratio[1]) << " | " << fmt("%.3g", a.max_ratio[2])
       << " | " << fmt("%.3g", a.max_ratio[dw]) << " | " << fmt("%.2f", share) << " | "
       << fmt("%.3g", a.dw_vs_fp32_worst) << " | " << a.worst_case[dw] << " |\n";
   }

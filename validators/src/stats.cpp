@@ -73,7 +73,42 @@ bool beats(double ratio, int64_t index, const Worst& w) {
   return ratio == w.ratio && index < w.index;
 }
 
+// bound/tol of an uncertified comparison (inf when tol is 0 or bound is not finite).
+double bound_over_tol(const Worst& w) {
+  if (!(w.tol > 0.0) || !std::isfinite(w.bound)) return kInf;
+  return w.bound / w.tol;
+}
+
+// True when uncertified element (br, index) should replace the current one u.
+bool beats_uncertain(double br, int64_t index, const Worst& u) {
+  if (u.index < 0) return true;
+  const double ubr = bound_over_tol(u);
+  if (br > ubr) return true;
+  return br == ubr && index < u.index;
+}
+
 }  // namespace
+
+std::string_view to_string(Verdict v) {
+  switch (v) {
+    case Verdict::pass: return "pass";
+    case Verdict::fail: return "fail";
+    case Verdict::inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+Verdict combine(Verdict a, Verdict b) {
+  if (a == Verdict::fail || b == Verdict::fail) return Verdict::fail;
+  if (a == Verdict::inconclusive || b == Verdict::inconclusive) return Verdict::inconclusive;
+  return Verdict::pass;
+}
+
+Verdict RatioStats::verdict() const {
+  if (over_certified > 0) return Verdict::fail;
+  if (uncertified > 0) return Verdict::inconclusive;
+  return over > 0 ? Verdict::fail : Verdict::pass;  // over > 0 here only for hand-made summaries
+}
 
 int Histogram::bin(double ratio) {
   if (std::isnan(ratio)) return kBins - 1;
@@ -146,11 +181,19 @@ double RatioStats::add(int64_t index, double got, double ref, double bound, doub
     if (br > max_bound_ratio) max_bound_ratio = br;
   }
   ++hist.count[Histogram::bin(r)];
-  if (beats(r, index, worst)) {
+  const bool cert = certified(budget_, got, ref, bound);
+  if (cert && r > 1.0) ++over_certified;
+  const bool worst_moves = beats(r, index, worst);
+  if (!cert || worst_moves) {
     double err;
     if (std::isfinite(got) && std::isfinite(ref)) err = std::fabs(got - ref);
     else err = nonfinite_failure(got, ref) ? kInf : 0.0;
-    worst = Worst{index, r, got, ref, err, tol, bound, forced, ideal};
+    const Worst w{index, r, got, ref, err, tol, bound, forced, ideal};
+    if (worst_moves) worst = w;
+    if (!cert) {
+      ++uncertified;
+      if (beats_uncertain(bound_over_tol(w), index, uncertain)) uncertain = w;
+    }
   }
   return r;
 }
@@ -164,7 +207,11 @@ void RatioStats::merge(const RatioStats& other) {
   nonfinite_fail += other.nonfinite_fail;
   max_forced = std::max(max_forced, other.max_forced);
   max_bound_ratio = std::max(max_bound_ratio, other.max_bound_ratio);
+  uncertified += other.uncertified;
+  over_certified += other.over_certified;
   if (other.worst.index >= 0 && beats(other.worst.ratio, other.worst.index, worst)) worst = other.worst;
+  if (other.uncertain.index >= 0 && beats_uncertain(bound_over_tol(other.uncertain), other.uncertain.index, uncertain))
+    uncertain = other.uncertain;
   hist.merge(other.hist);
 }
 

@@ -21,8 +21,9 @@
 // Typical sizes: rstd, y: ~1-2 ulp; dx, c: a few ulp of the terms (so more
 // than an ulp of the result where g - xhat*c cancels); dw: ~u |dw| +
 // ((R u)^2 + 2 R u^2 + (H/8 u)^2 + ~50 u^2) * dw_abs(j) (fp64 mode; (R u)^2
-// alone in fp32_rounded mode), u = 2^-53. Every finite bound is at least
-// 2^-1060 (~8e-320, an absolute floor from the rounding of the bound itself).
+// alone in fp32_rounded mode), u = 2^-53. Every finite FP64 bound is at least
+// 2^-1060 (~8e-320, an absolute floor from the rounding of the bound itself);
+// values from MPFR (below) carry their own bounds, as small as 0 for exact results.
 // eps is the given double (a kernel using float(eps) differs by that much).
 //
 // Non-finite inputs (NaN/Inf in x, dy or w): every output whose plain formula
@@ -34,9 +35,28 @@
 // Threads: OpenMP over rows, and over column blocks for dw. Each column's sum
 // visits rows in order r = 0..R-1 whatever the thread count, so results are
 // bitwise identical for any number of threads.
+//
+// MPFR escalation (Options::oracle, default OracleMode::auto_): every FP64
+// value whose bound exceeds EscalationPolicy::fraction (1e-3) times its
+// tolerance tol = atol + rtol |v| (the validators' budgets, copied into
+// EscalationPolicy) is recomputed with MPFR at 128 bits and more, with a
+// rigorous bound again (derivation in src/mpfr_eval.h): a whole row (rstd, c,
+// y, dx) when a y or dx element triggers, the row's rstd alone when rstd
+// triggers (or when its FP32 rounding is not proven), a dw column when dw
+// triggers. The escalated values replace the FP64 ones behind the same
+// accessors; escalations() counts them. After escalation every finite bound
+// is <= fraction * tol, except in units counted in Escalations::unmet
+// (precision cap) or Escalations::skipped (EscalationPolicy::max_elements).
+// OracleMode::mpfr computes in MPFR every row whose x, dy and w are finite,
+// every rstd of a finite x row, and every dw column when all rows are finite
+// (small cases; the tests' referee);
+// OracleMode::fp64 never escalates. Values that are the IEEE propagation of
+// non-finite inputs (bound +inf) are never escalated: there is no real-number
+// result to compute. Escalation keeps results bitwise independent of threads.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "normgate/core/types.h"
@@ -60,9 +80,69 @@ struct VB {
 ///                backward (bounds do not include its distance to rstd).
 enum class RstdMode { fp64, fp32_rounded };
 
+/// Which oracle computes the reference (`normgate check --oracle`).
+///  fp64:  the FP64 oracle alone (compensated sums, rigorous bounds, no MPFR).
+///  auto_: FP64, and every value whose bound exceeds fraction * tol recomputed
+///         in MPFR (EscalationPolicy): the default everywhere.
+///  mpfr:  every value with finite inputs computed in MPFR (rows*cols <=
+///         EscalationPolicy::mpfr_max_elements): slow, the referee of the tests.
+enum class OracleMode : uint8_t { fp64 = 0, auto_ = 1, mpfr = 2 };
+
+/// "fp64", "auto", "mpfr" ("?" outside the enum). Never throws.
+std::string_view to_string(OracleMode m);
+/// Parse "fp64" | "auto" | "mpfr". Throws std::invalid_argument naming the bad value.
+OracleMode parse_oracle_mode(std::string_view s);
+
+/// An element's tolerance, tol = atol + rtol * |v|, in the tensor's units.
+struct Tolerance {
+  double atol = 0;
+  double rtol = 0;
+};
+
+/// When the oracle escalates a value to MPFR, and when MPFR stops.
+/// The default tolerances are the validators' budget table (budget.h; a test
+/// pins that they agree); validators::oracle_options() fills them from it.
+struct EscalationPolicy {
+  /// Escalate a value when its FP64 bound > fraction * tol(v) (or is not finite
+  /// while its inputs are). 0 escalates every value with a non-zero bound.
+  double fraction = 1e-3;
+  /// MPFR stop rule per unit (a row, a dw column): every value of the unit is
+  /// proven correctly rounded to binary64, or has bound <= target * tol(v).
+  double target = 0x1p-20;
+  int bits = 128;       ///< first MPFR precision (bits, >= 64); doubled until the stop rule holds
+  int max_bits = 4096;  ///< precision cap (the bound stays rigorous if the rule is not met there)
+  Tolerance y{1e-2, 1e-2}, rstd{0, 1e-5}, dx{1e-2, 1e-2}, dw{1e-4, 1e-4};
+  /// OracleMode::mpfr refuses rows*cols above this (it stores y and dx: 32 bytes per element).
+  int64_t mpfr_max_elements = int64_t{1} << 22;
+  /// OracleMode::auto_ recomputes at most this many elements in MPFR (cols per
+  /// escalated row, rows per escalated dw column; rows first, then columns, in
+  /// index order): about 1 GiB and a few minutes on 2 cores at the default.
+  /// Values beyond it keep their FP64 value and bound (Escalations::skipped),
+  /// so the validators report those comparisons uncertified, never passed.
+  int64_t max_elements = int64_t{1} << 25;
+};
+
+/// What escalation did for one Reference (counts are deterministic; seconds is not).
+struct Escalations {
+  OracleMode mode = OracleMode::auto_;
+  int64_t rstd = 0;    ///< rows whose rstd (and FP32 rstd) came from MPFR
+  int64_t y = 0;       ///< rows where a y bound exceeded fraction * tol (recomputed unless skipped)
+  int64_t dx = 0;      ///< rows where a dx bound exceeded fraction * tol (recomputed unless skipped)
+  int64_t rows = 0;    ///< rows whose c, y and dx all come from MPFR (union of y, dx; all in mpfr mode)
+  int64_t dw = 0;      ///< dw columns from MPFR
+  int64_t unmet = 0;   ///< units that reached max_bits without meeting the stop rule (bounds still rigorous)
+  int64_t skipped = 0; ///< units (rows, dw columns) that triggered but exceeded max_elements: FP64 kept
+  int max_bits = 0;    ///< highest MPFR precision used (0: none)
+  double seconds = 0;  ///< wall time of the MPFR work (approximate: the in-row rstd part is per-thread time / threads)
+  /// Any value at all came from MPFR.
+  bool any() const { return rstd + rows + dw > 0; }
+};
+
 struct Options {
   int threads = 0;  ///< OpenMP threads; <= 0 means the OpenMP default
   RstdMode rstd = RstdMode::fp64;
+  OracleMode oracle = OracleMode::auto_;  ///< see OracleMode
+  EscalationPolicy escalation{};          ///< thresholds and precisions of the escalation
 };
 
 /// The inputs of one plain-form problem (views; nothing is copied).
@@ -86,7 +166,10 @@ void validate(const Problem& p);
 /// [R,H] FP64 arrays. The Problem's buffers must outlive the Reference.
 class Reference {
  public:
-  /// Compute the reference. Throws std::invalid_argument on a bad Problem.
+  /// Compute the reference. Throws std::invalid_argument on a bad Problem, on
+  /// a bad EscalationPolicy (fraction or target negative or NaN, bits < 64,
+  /// max_bits < bits, a tolerance negative, max_elements < 0) and, in OracleMode::mpfr, when
+  /// rows*cols > escalation.mpfr_max_elements (the message says to use auto).
   static Reference compute(const Problem& p, const Options& o = {});
 
   int64_t rows() const { return rows_; }
@@ -121,6 +204,15 @@ class Reference {
   /// mode's rstd; an FP64 sum, relative error <= R u, not a bound).
   double dw_abs(int64_t j) const { return dw_abs_[j]; }
 
+  /// What escalation did (counts per tensor, precision, time).
+  const Escalations& escalations() const { return esc_; }
+  /// True when row r's c, y and dx come from MPFR.
+  bool row_escalated(int64_t r) const { return row_slot_[r] >= 0; }
+  /// True when row r's rstd (and rstd_f32) come from MPFR.
+  bool rstd_escalated(int64_t r) const { return rs_mp_[r] != 0; }
+  /// True when dw(j) comes from MPFR.
+  bool dw_escalated(int64_t j) const { return dw_mp_[j] != 0; }
+
  private:
   Problem p_{};
   Options o_{};
@@ -134,6 +226,11 @@ class Reference {
   std::vector<double> c_, c_b_;               // c_r
   std::vector<double> k_, k_b_;               // k_r = rstd_use * c_r (dx = rstd (g - x k))
   std::vector<double> dw_, dw_b_, dw_abs_;    // [cols]
+  // MPFR escalation: rows with slot s >= 0 keep y and dx in esc_y_/esc_dx_[s*cols + j].
+  std::vector<int32_t> row_slot_;             // [rows]
+  std::vector<VB> esc_y_, esc_dx_;            // [slots * cols]
+  std::vector<uint8_t> rs_mp_, dw_mp_;        // [rows], [cols]
+  Escalations esc_{};
   friend class ReferenceBuilder;
 };
 

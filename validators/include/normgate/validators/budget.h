@@ -56,4 +56,20 @@ double ratio(const Budget& b, double got, double ref);
 /// ref is +-Inf. Independent of the budget. Never throws.
 bool nonfinite_failure(double got, double ref);
 
+/// Certification of one comparison: true when the verdict ratio(b, got, ref) <= 1
+/// (pass or fail) is the same for EVERY real X with |X - ref| <= bound, i.e.
+/// err/tol cannot cross 1 within the reference's error bound (the oracle's
+/// bound, oracle/reference.h). For real X,
+///   |got - X| <= err + bound  and  atol + rtol|X| >= tol - rtol bound,
+/// so a pass is certain when err + (1 + rtol) bound <= tol and a failure when
+/// err > tol + (1 + rtol) bound (err = |got - ref|, tol = tolerance(b, ref));
+/// both sides are compared with a relative margin of 2^-50, which dominates
+/// the rounding of this double-precision test (so "certified" is itself
+/// rigorous). Rules: exact budgets, a non-finite ref (the non-finite rules
+/// decide; such a reference is the IEEE propagation of non-finite inputs),
+/// bound == 0 (the reference is exact) and a non-finite got against a finite
+/// ref (fails for every X) are certified; a finite ref with bound +inf or NaN
+/// (no enclosure) is not. Never throws.
+bool certified(const Budget& b, double got, double ref, double bound);
+
 }  // namespace normgate::validators

@@ -9,6 +9,13 @@
 //   h_new BF16 [rows, cols]  exact vs a caller-provided BF16(h+u) (form res only)
 // "ideal" is what a kernel that computes exactly and rounds once to the output
 // dtype would return; its ratio is the part of the error the interface forces.
+//
+// Certification: every comparison is checked against the reference's error
+// bound (certified() in budget.h). A tensor or case with an uncertified
+// comparison and no certain failure is inconclusive, never a pass
+// (RatioStats::verdict()). The oracle's MPFR escalation (oracle_options())
+// keeps every bound below 1e-3 tol, so only comparisons within about
+// 1e-3 (1 + rtol) of err/tol = 1 can stay uncertified.
 #pragma once
 
 #include <cstdint>
@@ -41,12 +48,27 @@ struct CaseResult {
   double dw_worst_condition = 0;
   /// Max over columns of the same conditioning (added). 0 when cols == 0.
   double dw_max_condition = 0;
-  /// True when every tensor passes (no element with ratio > 1).
+  /// Combined verdict of the tensors (combine() over RatioStats::verdict()):
+  /// fail when an element certainly fails, else inconclusive when a comparison
+  /// is uncertified, else pass.
+  Verdict verdict() const;
+  /// verdict() == pass: no element over budget and every comparison certified.
   bool pass() const;
+  /// verdict() == inconclusive.
+  bool inconclusive() const { return verdict() == Verdict::inconclusive; }
+  /// Uncertified comparisons over all tensors.
+  int64_t uncertified() const;
   /// The stats of output o. Throws std::out_of_range when o was not validated
   /// (h_new outside form res).
   const RatioStats& get(Output o) const;
 };
+
+/// The oracle options a check uses: RstdMode `rstd`, OracleMode `mode`,
+/// `threads` (<= 0: OpenMP default), and EscalationPolicy tolerances taken from
+/// the budget table (budget()), so the oracle's "bound > 1e-3 tol" uses the
+/// same tol as the verdict. Never throws.
+oracle::Options oracle_options(oracle::RstdMode rstd, oracle::OracleMode mode = oracle::OracleMode::auto_,
+                               int threads = 0);
 
 /// Round a double to the nearest BF16 value (ties to even) in ONE rounding,
 /// returned as binary32 (exact). Unlike round_bf16(float(v)) there is no

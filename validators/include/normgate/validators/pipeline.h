@@ -38,6 +38,10 @@ struct CheckRequest {
   std::vector<std::string> impls{"fp32-baseline"};  ///< after expand_impls
   Backend backend = Backend::auto_;
   int threads = 0;  ///< OpenMP threads for generator, oracle, validation (<= 0: default)
+  /// Oracle: auto (FP64 with MPFR escalation, the default), fp64 (no
+  /// escalation), mpfr (everything in MPFR; small cases only, else
+  /// run_check throws std::invalid_argument).
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
 };
 
 /// One implementation's result on one case.
@@ -55,7 +59,15 @@ struct CheckReport {
   std::string inputs_from;  ///< "host generator" or "GPU generator"
   std::vector<ImplResult> impls;
   double seconds_generate = 0, seconds_oracle = 0;
+  /// What MPFR escalation did in the reference (RstdMode::fp64: the verdicts)
+  /// and in the ideal kernel (RstdMode::fp32_rounded: the forced parts).
+  oracle::Escalations escalations_ref{}, escalations_ideal{};
+  /// combine() of the implementations' verdicts.
+  Verdict verdict() const;
+  /// Every implementation passes, every comparison certified.
   bool pass() const;
+  /// verdict() == inconclusive: no certain failure, some comparison uncertified.
+  bool inconclusive() const { return verdict() == Verdict::inconclusive; }
 };
 
 /// Resolve `auto_` to what this process will use (gpu if available).
@@ -65,10 +77,12 @@ Backend resolve_backend(Backend b);
 /// an implementation does not support, or backend gpu without a usable GPU.
 CheckReport run_check(const CheckRequest& req);
 
-/// Human-readable report: one table per implementation (max err/tol, worst
-/// index, over-budget count, forced part, oracle bound/tol), the dw comparison
-/// with the FP32 baseline, the verdict, and for each failing output where it
-/// fails (index, value, reference, bound).
+/// Human-readable report: the oracle mode and its escalations, one table per
+/// implementation (max err/tol, worst index, over-budget count, forced part,
+/// oracle bound/tol, uncertified comparisons), the dw comparison with the FP32
+/// baseline, the verdict (PASS, FAIL or INCONCLUSIVE), for each failing output
+/// where it fails (index, value, reference, bound) and for each inconclusive
+/// output its least certain comparison.
 std::string format_report(const CheckReport& rep);
 
 /// Every number of the report as JSON (non-finite numbers as strings "inf", "nan").
@@ -89,18 +103,20 @@ struct Aggregate {
   std::string impl;
   seeds::Family family{};
   int64_t cases = 0, failed = 0;
+  int64_t inconclusive = 0;                 ///< cases with verdict inconclusive (not counted in failed)
   double max_ratio[kNumOutputs] = {};       ///< max err/tol per output
   std::string worst_case[kNumOutputs];      ///< case id of each max
   double forced_at_worst[kNumOutputs] = {}; ///< forced part at that element
   double dw_vs_fp32_worst = 0;              ///< max over cases
 };
 
-/// Run every case of a campaign (the oracle once per case), calling
-/// `on_case` after each (for progress lines and journals). Returns one
+/// Run every case of a campaign (the oracle once per case, in mode `oracle`),
+/// calling `on_case` after each (for progress lines and journals). Returns one
 /// Aggregate per (impl, family) in impl-major order.
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
-                                    const std::function<void(const CheckReport&)>& on_case);
+                                    const std::function<void(const CheckReport&)>& on_case,
+                                    oracle::OracleMode oracle = oracle::OracleMode::auto_);
 
 /// Markdown table of campaign aggregates (one row per impl and family).
 std::string format_aggregates(const std::vector<Aggregate>& aggs);

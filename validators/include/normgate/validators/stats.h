@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "normgate/validators/budget.h"
 
@@ -51,6 +52,18 @@ struct Histogram {
   void merge(const Histogram& other);
 };
 
+/// The verdict of a tensor, a case or a campaign. pass and fail are certified:
+/// they hold for every exact reference value within the oracle's bounds
+/// (certified() in budget.h). inconclusive: no certain failure, but at least
+/// one comparison could go either way within the oracle's bound; never a pass.
+enum class Verdict : uint8_t { pass = 0, fail = 1, inconclusive = 2 };
+
+/// "pass", "fail", "inconclusive" ("?" outside the enum). Never throws.
+std::string_view to_string(Verdict v);
+
+/// Combine verdicts: fail if any fails, else inconclusive if any is, else pass.
+Verdict combine(Verdict a, Verdict b);
+
 /// Everything reported about the worst element.
 struct Worst {
   int64_t index = -1;   ///< flat element index (row-major over [rows, cols]); -1 when empty
@@ -76,7 +89,8 @@ class RatioStats {
   /// <= bound) and the ideal kernel's value (pass ref when there is no ideal).
   /// Computes ratio = ratio(budget, got, ref) and forced = ratio(budget, ideal,
   /// ref) and updates every field. bound/tol enters max_bound_ratio only for a
-  /// finite ref (inf when tol == 0 < bound or bound is NaN). Returns the ratio.
+  /// finite ref (inf when tol == 0 < bound or bound is NaN). The comparison is
+  /// certified or not by certified(budget, got, ref, bound). Returns the ratio.
   double add(int64_t index, double got, double ref, double bound, double ideal);
   /// Fold another partial of the same output into this one. Throws
   /// std::invalid_argument when other.output() differs.
@@ -91,10 +105,20 @@ class RatioStats {
   int64_t nonfinite_fail = 0;  ///< elements failing by the non-finite rules
   double max_forced = 0;    ///< max over elements of the forced ratio
   double max_bound_ratio = 0;  ///< max over elements of bound/tol (certification margin)
+  int64_t uncertified = 0;     ///< comparisons whose verdict could flip within the oracle's bound
+  int64_t over_certified = 0;  ///< elements over budget for every value within the bound (certain failures)
   Worst worst;
+  /// The uncertified comparison with the largest bound/tol (ties: lowest
+  /// index); index -1 when every comparison is certified.
+  Worst uncertain;
   Histogram hist;
-  /// No element over budget (an empty tensor passes).
-  bool pass() const { return over == 0; }
+  /// fail when an element certainly fails, else inconclusive when a comparison
+  /// is uncertified, else pass (an empty tensor passes).
+  Verdict verdict() const;
+  /// verdict() == pass: no element over budget and every comparison certified.
+  bool pass() const { return verdict() == Verdict::pass; }
+  /// verdict() == inconclusive.
+  bool inconclusive() const { return verdict() == Verdict::inconclusive; }
 
  private:
   Output out_;

@@ -1,0 +1,67 @@
+// tests/cli: `normgate check --oracle fp64|auto|mpfr` and certification in the
+// CLI's report (exit codes: 0 pass, 1 fail or inconclusive, 2 usage error).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct OracleRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+OracleRun normgate(const std::string& args) {
+  const std::string cmd = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate " + args + " 2>&1";
+  OracleRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+TEST(CliOracle, EveryModeOnASmallCase) {
+  const std::string id = " --case H=48,T=33,w=fp32,family=llm,seed=4";
+  const OracleRun a = normgate("check --backend cpu --variant bwd_det_chunked" + id);
+  EXPECT_EQ(a.code, 0) << a.out;
+  EXPECT_TRUE(has(a.out, "FP64 with MPFR escalation (--oracle auto)")) << a.out;  // the default
+  EXPECT_TRUE(has(a.out, "uncertified")) << a.out;
+  const OracleRun m = normgate("check --backend cpu --oracle mpfr --variant bwd_det_chunked" + id);
+  EXPECT_EQ(m.code, 0) << m.out;
+  EXPECT_TRUE(has(m.out, "MPFR for every element")) << m.out;
+  const OracleRun f = normgate("check --backend cpu --oracle fp64 --variant bwd_det_chunked" + id);
+  EXPECT_EQ(f.code, 0) << f.out;
+  EXPECT_TRUE(has(f.out, "FP64 only (--oracle fp64)")) << f.out;
+}
+
+TEST(CliOracle, UsageErrors) {
+  const OracleRun bad = normgate("check --backend cpu --oracle fp128 --case H=8,T=3,w=bf16,family=normal,seed=0");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(has(bad.out, "fp128")) << bad.out;
+  const OracleRun big = normgate("check --backend cpu --oracle mpfr --case H=4096,T=2049,w=bf16,family=normal,seed=0");
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_TRUE(has(big.out, "--oracle auto")) << big.out;
+}
+
+TEST(CliOracle, UncertifiedComparisonsAreReported) {
+  // specials: rows with an Inf in x have no real-number rstd, so their y and
+  // rstd references (and every dw) carry bound +inf: those comparisons cannot
+  // be certified, and the report says which and why.
+  const OracleRun r = normgate("check --backend cpu --variant bwd_det_chunked --case H=64,T=300,w=bf16,family=specials,seed=2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "y INCONCLUSIVE: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "comparisons uncertified (err/tol could cross 1")) << r.out;
+  EXPECT_TRUE(has(r.out, "IEEE propagation of non-finite inputs")) << r.out;
+}
+
+}  // namespace
