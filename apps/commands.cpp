@@ -142,6 +142,7 @@ void add_check(CLI::App& app, Commands& cmds) {
     std::vector<std::string> impls{"fp32-baseline"};
     int threads = 0;
     bool quiet = false;
+    std::string oracle = "auto";
   };
   auto o = std::make_shared<Opts>();
   auto* one = sub->add_option("--case", o->id, "One case id, e.g. H=2048,T=65537,w=bf16,form=plain,family=cancel,seed=0");
@@ -160,6 +161,12 @@ void add_check(CLI::App& app, Commands& cmds) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
+  sub->add_option("--oracle", o->oracle,
+                  "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
+                  "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
+                  "bound cannot decide makes the verdict INCONCLUSIVE (exit 1), never a pass")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
   sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
@@ -178,7 +185,8 @@ void add_check(CLI::App& app, Commands& cmds) {
       if (backend == validators::Backend::cpu)
         std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
       if (!o->id.empty()) {
-        validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads};
+        validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
+                                     oracle::parse_oracle_mode(o->oracle)};
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
@@ -203,23 +211,26 @@ void add_check(CLI::App& app, Commands& cmds) {
           double secs = rep.seconds_generate + rep.seconds_oracle;
           for (const auto& ir : rep.impls) secs += ir.seconds_impl + ir.seconds_validate;
           std::printf("[%zu/%zu %.2fs] %s", done, cases.size(), secs, seeds::to_string(rep.request.id).c_str());
-          for (const auto& ir : rep.impls)
-            std::printf("  %s:%s(dw %.3g)", ir.impl.c_str(), ir.result.pass() ? "pass" : "FAIL",
+          for (const auto& ir : rep.impls) {
+            const auto v = ir.result.verdict();
+            std::printf("  %s:%s(dw %.3g)", ir.impl.c_str(),
+                        v == validators::Verdict::pass ? "pass" : v == validators::Verdict::fail ? "FAIL" : "INCONCLUSIVE",
                         ir.result.get(validators::Output::dw).worst.ratio);
+          }
           std::printf("\n");
         } else {
           std::fputs(validators::format_report(rep).c_str(), stdout);
         }
         std::fflush(stdout);
         if (!o->json.empty()) all.push_back(validators::to_json(rep));
-      });
+      }, oracle::parse_oracle_mode(o->oracle));
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
       if (!o->json.empty()) write_file_atomic(o->json, all.dump() + "\n");
       if (!o->md.empty()) write_file_atomic(o->md, table);
       bool ok = true;
       for (const auto& a : aggs)
-        if (a.failed) ok = false;
+        if (a.failed || a.inconclusive) ok = false;
       return ok ? 0 : 1;
     };
   });
@@ -242,6 +253,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_case(app, cmds);
   add_check(app, cmds);
   add_variants(app, cmds);
+  add_gate_commands(app, cmds);
 }
 
 }  // namespace normgate::app

@@ -1,0 +1,273 @@
+// normgate gate / normgate routes: the accuracy gate over a route table, and
+// a look at a table's routes, approvals and dispatch decisions.
+// Thin: parse, call validators::run_gate / kernels::Dispatcher, print.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/routing.h"
+#include "normgate/kernels/runner.h"
+#include "normgate/validators/gate.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+namespace {
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) % 3600) / 60);
+  return buf;
+}
+
+int terminal_width() {
+  winsize ws{};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) return ws.ws_col;
+  return 100;
+}
+
+// One progress line on stderr, redrawn in place (only used when stderr is a
+// TTY), at most 10 times a second and always at the end of a phase.
+void draw_progress(const validators::GateProgress& p) {
+  static double last = -1;
+  if (p.done != p.total && p.seconds - last < 0.1 && last >= 0) return;
+  last = p.seconds;
+  const double frac = p.total ? static_cast<double>(p.done) / static_cast<double>(p.total) : 1.0;
+  const double eta = p.seconds_per_case * static_cast<double>(p.total - p.done);
+  char head[160];
+  std::snprintf(head, sizeof head, "[%s] %lld/%lld %5.1f%% | %s, ETA %s | worst err/tol %.3g | ", p.phase.c_str(),
+                static_cast<long long>(p.done), static_cast<long long>(p.total), 100.0 * frac,
+                fmt_seconds(p.seconds).c_str(), p.seconds_per_case > 0 ? fmt_seconds(eta).c_str() : "?", p.worst);
+  std::string line = std::string(head) + p.window;
+  const size_t width = static_cast<size_t>(terminal_width()) - 1;
+  if (line.size() > width) line.resize(width);
+  std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  if (p.done == p.total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void add_gate(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "gate",
+      "Gate a route table: run every window's cases (GPU variant, or its CPU model without a GPU), validate every "
+      "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 any "
+      "window fails, 2 usage or input error");
+  struct Opts {
+    validators::GateOptions g;
+    std::string backend = "auto", report_md, report_json;
+    bool approve = false, quiet = false;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml")->required();
+  sub->add_option("--base", o->g.base_path, "Older table: gate only windows whose bounds or variant changed");
+  sub->add_option("--seeds", o->g.seeds, "Seed set: 3x120, seeds=120..239, cancel:0..7")->capture_default_str();
+  sub->add_option("--t-per-window", o->g.t_per_window,
+                  "T points per window (at least the first/last T and both sides of every power of two inside)")
+      ->capture_default_str();
+  sub->add_option("--dense-points", o->g.dense_points,
+                  "Dense-grid points each side of the worst T (0: no dense grid)")
+      ->capture_default_str();
+  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")->capture_default_str();
+  sub->add_option("--fresh-factor", o->g.fresh_factor,
+                  "Fresh seeds at the worst (T, family): this many times the seed count (0: none)")
+      ->capture_default_str();
+  sub->add_option("--windows", o->g.windows,
+                  "Only windows matching all terms key=value[|value], keys op, mode, H, w, form, variant, T "
+                  "(T=N or T=A..B), e.g. op=bwd,H=2048|4096");
+  sub->add_option("--journal", o->g.journal_path,
+                  "Write-ahead journal: every finished case is on disk before the next; rerun with the same "
+                  "file to resume after a crash");
+  sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  sub->add_option("--threads", o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
+  sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
+  sub->add_flag("--approve", o->approve,
+                "Write approvals of passing windows next to the table (TABLE stem + .approvals.json)");
+  sub->add_flag("--allow-controls", o->g.allow_controls,
+                "Explicit override: accept negative controls as routes (to prove the gate fails them; never "
+                "approved)");
+  sub->add_flag("--quiet", o->quiet, "Do not print the Markdown report on stdout");
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      o->g.backend = validators::parse_backend(o->backend);
+      o->g.normgate_version = NORMGATE_VERSION;
+      o->g.normgate_commit = NORMGATE_GIT_COMMIT;
+      kernels::Approvals approvals;
+      if (o->approve) approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
+      const bool tty = ::isatty(STDERR_FILENO) == 1;
+      std::string phase_seen;
+      o->g.progress = [tty](const validators::GateProgress& p) {
+        if (tty) draw_progress(p);
+        if (p.done == p.total)
+          std::printf("phase    %-5s %lld cases done (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
+                      static_cast<long long>(p.total), static_cast<long long>(p.run_now), p.seconds);
+        std::fflush(stdout);
+      };
+      std::printf("gate     %s\n", o->g.table_path.c_str());
+      const auto backend = validators::resolve_backend(o->g.backend);
+      if (backend == validators::Backend::gpu && !kernels::gpu_available())
+        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+      std::printf("backend  %s: %s\n",
+                  std::string(backend == validators::Backend::gpu ? kernels::kGpuBackend : kernels::kCpuModelBackend)
+                      .c_str(),
+                  validators::describe_backend(backend, kernels::device_info()).c_str());
+      std::fflush(stdout);
+      const auto res = validators::run_gate(o->g);
+      std::printf("windows  %zu gated, %zu skipped (unchanged vs base), %zu left out by --windows\n",
+                  res.windows.size(), res.skipped.size(), res.filtered_out.size());
+      if (!o->g.journal_path.empty())
+        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s\n", o->g.journal_path.c_str(),
+                    static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),
+                    res.journal_dropped_bytes ? (", a torn last record (" +
+                                                 std::to_string(res.journal_dropped_bytes) + " bytes) dropped")
+                                                    .c_str()
+                                              : "");
+      const std::string md = validators::format_gate_markdown(res);
+      if (!o->quiet) std::printf("\n%s\n", md.c_str());
+      if (!o->report_md.empty()) write_file_atomic(o->report_md, md);
+      if (!o->report_json.empty()) write_file_atomic(o->report_json, validators::gate_to_json(res).dump(2) + "\n");
+      if (o->approve) {
+        const auto table = kernels::load_route_table(o->g.table_path, {o->g.allow_controls});
+        const auto changes = validators::update_approvals(approvals, res, table.routes);
+        kernels::save_approvals(approvals);
+        std::printf("approvals %s (backend %s):%s\n", approvals.path.c_str(), res.backend.c_str(),
+                    changes.empty() ? " no change" : "");
+        for (const auto& c : changes) std::printf("  %s\n", c.c_str());
+        if (res.backend != kernels::kGpuBackend)
+          std::printf("  note: cpu-model approvals are not accepted by the dispatcher unless it is told to "
+                      "(DispatchPolicy::accept_cpu_model): the GPU code is what ships\n");
+      }
+      int failing = 0;
+      for (const auto& w : res.windows) failing += !w.pass;
+      if (res.windows.empty())
+        std::printf("verdict  PASS: no window changed against the base table\n");
+      else
+        std::printf("verdict  %s: %zu of %zu windows pass (backend %s)\n", res.pass() ? "PASS" : "FAIL",
+                    res.windows.size() - failing, res.windows.size(), res.backend.c_str());
+      return res.pass() ? 0 : 1;
+    };
+  });
+}
+
+// "op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain]" -> CallKey.
+kernels::CallKey parse_call(const std::string& text) {
+  kernels::CallKey k;
+  bool have_op = false, have_h = false, have_w = false, have_t = false;
+  std::stringstream ss(text);
+  std::string term;
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--pick '" + text + "': " + why +
+                                 " (expected op=fwd|bwd,mode=det|nondet,H=N,w=bf16|fp32,T=N[,form=plain])");
+  };
+  auto number = [&](const std::string& key, const std::string& v) {
+    size_t pos = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(v, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != v.size() || v.empty() || n < 0) throw bad("bad " + key + " '" + v + "'");
+    return static_cast<int64_t>(n);
+  };
+  while (std::getline(ss, term, ',')) {
+    const auto eq = term.find('=');
+    if (eq == std::string::npos) throw bad("term '" + term + "' has no '='");
+    const std::string key = term.substr(0, eq), v = term.substr(eq + 1);
+    if (key == "op") {
+      if (v != "fwd" && v != "bwd") throw bad("bad op '" + v + "'");
+      k.op = v == "fwd" ? kernels::Op::fwd : kernels::Op::bwd;
+      have_op = true;
+    } else if (key == "mode") {
+      if (v != "det" && v != "nondet") throw bad("bad mode '" + v + "'");
+      k.mode = v == "det" ? kernels::Mode::det : kernels::Mode::nondet;
+    } else if (key == "H") {
+      k.H = number(key, v);
+      have_h = true;
+    } else if (key == "w") {
+      k.w = parse_wdtype(v);
+      have_w = true;
+    } else if (key == "form") {
+      k.form = parse_form(v);
+    } else if (key == "T") {
+      k.T = number(key, v);
+      have_t = true;
+    } else {
+      throw bad("unknown key '" + key + "'");
+    }
+  }
+  if (!have_op || !have_h || !have_w || !have_t) throw bad("op, H, w and T are required");
+  return k;
+}
+
+void add_routes(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("routes",
+                                 "Load a route table (errors name FILE:LINE), list its routes with their approval "
+                                 "state, or show which variant the dispatcher picks for a call");
+  struct Opts {
+    std::string table;
+    std::vector<std::string> picks;
+    kernels::DispatchPolicy policy;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("table", o->table, "Route table (TOML)")->required();
+  sub->add_option("--pick", o->picks, "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000 (repeatable); "
+                                      "exit 1 when a route is refused for want of a current approval");
+  sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
+  sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
+                "Explicit override: dispatch routes without a current approval");
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
+      if (o->picks.empty()) {
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),
+                    d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
+                    d.approvals().path.c_str(), d.approvals().records.size());
+        for (const auto& r : d.table().routes) {
+          const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
+          std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
+                      std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
+        }
+        return 0;
+      }
+      int rc = 0;
+      for (const auto& text : o->picks) {
+        const auto key = parse_call(text);
+        try {
+          const auto dec = d.pick(key);
+          std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
+                      std::string(dec.variant->name).c_str(), dec.route->where().c_str(),
+                      std::string(kernels::to_string(dec.approval.state)).c_str(),
+                      dec.overridden ? ", dispatched by explicit override" : "");
+        } catch (const kernels::UnapprovedRoute& e) {
+          std::printf("REFUSED %s\n", e.what());
+          rc = 1;
+        }
+      }
+      return rc;
+    };
+  });
+}
+
+}  // namespace
+
+void add_gate_commands(CLI::App& app, Commands& cmds) {
+  add_gate(app, cmds);
+  add_routes(app, cmds);
+}
+
+}  // namespace normgate::app

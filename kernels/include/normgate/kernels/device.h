@@ -1,0 +1,22 @@
+// normgate/kernels/device.h: which GPU a run used, for reports and approvals.
+#pragma once
+
+#include <string>
+
+namespace normgate::kernels {
+
+/// Provenance of the CUDA device of this process (device 0).
+struct DeviceInfo {
+  bool present = false;      ///< a usable CUDA device exists (gpu_available())
+  std::string name;          ///< e.g. "NVIDIA H200"; "" when absent
+  std::string cc;            ///< compute capability, e.g. "9.0"; "" when absent
+  std::string driver;        ///< NVIDIA driver version from /proc/driver/nvidia/version
+                             ///< (e.g. "580.159.04"), else "CUDA driver API X.Y"; "" when absent
+  std::string cuda_runtime;  ///< CUDA runtime version, e.g. "13.0"; "" when absent
+};
+
+/// Query device 0. Never throws: a build without CUDA or a machine without a
+/// device returns present == false with empty strings.
+DeviceInfo device_info();
+
+}  // namespace normgate::kernels

@@ -1,0 +1,48 @@
+// kernels/src/device_info.cu: device_info() (device.h) of a CUDA build.
+#include <cuda_runtime.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/runner.h"
+
+namespace normgate::kernels {
+
+namespace {
+// "580.159.04" from "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ...".
+std::string proc_driver_version() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string line;
+  if (!f || !std::getline(f, line)) return "";
+  const auto k = line.find("Kernel Module");
+  if (k == std::string::npos) return "";
+  std::istringstream rest(line.substr(k + 13));
+  std::string v;
+  rest >> v;
+  return v;
+}
+std::string api_version(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+}  // namespace
+
+DeviceInfo device_info() {
+  DeviceInfo d;
+  if (!gpu_available()) return d;
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return d;
+  }
+  d.present = true;
+  d.name = p.name;
+  d.cc = std::to_string(p.major) + "." + std::to_string(p.minor);
+  int drv = 0, rt = 0;
+  d.driver = proc_driver_version();
+  if (d.driver.empty() && cudaDriverGetVersion(&drv) == cudaSuccess) d.driver = "CUDA driver API " + api_version(drv);
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) d.cuda_runtime = api_version(rt);
+  (void)cudaGetLastError();
+  return d;
+}
+
+}  // namespace normgate::kernels

@@ -1,0 +1,238 @@
+// tests/cli: `normgate gate` and `normgate routes` as a user runs them: exit
+// codes (0 pass, 1 a window fails / a route is refused, 2 usage or input
+// error), messages naming the bad value or FILE:LINE, the CPU-model label,
+// approvals, and a campaign killed with SIGKILL and resumed from its journal
+// giving the uninterrupted run's report byte for byte (but the date).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+const std::string kBin = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate";
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+const std::string kCtl = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/ctl_override.toml";
+// Fast options for the small table (CPU models, one thread: robust timing on a busy machine).
+const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2";
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliResult cli(const std::string& args) {
+  const std::string cmd = kBin + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Drop the lines that hold the time of the run (Markdown "- date: ...", JSON "date": ...).
+std::string without_dates(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
+  return out;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/gate_cli_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+int count_lines(const std::string& path) {
+  const std::string s = slurp(path);
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(GateCli, HelpAndUsageErrors) {
+  for (const char* sub : {"gate", "routes"}) {
+    const CliResult r = cli(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "Usage")) << r.out;
+  }
+  const std::string dir = temp_dir("usage");
+  const std::string gap = dir + "/gap.toml";
+  std::ofstream(gap) << "arch = \"sm90a\"\nroute = [\n"
+                        "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 100], "
+                        "variant = \"bwd_det_chunked\" },\n"
+                        "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [150, 200], "
+                        "variant = \"bwd_det_chunked\" },\n]\n";
+  struct Bad {
+    std::string args, needle;
+  };
+  const Bad cases[] = {
+      {"gate", "table"},
+      {"gate /nonexistent/t.toml", "/nonexistent/t.toml"},
+      {"gate " + kSmall + " --seeds 3x0", "3x0"},
+      {"gate " + kSmall + " --windows H=x", "H=x"},
+      {"gate " + kSmall + " --windows H=4096", "selects none"},
+      {"gate " + kSmall + " --backend tpu", "tpu"},
+      {"gate " + kSmall + " --t-per-window 1", "--t-per-window 1"},
+      {"gate " + kCtl, "ctl_override.toml:8: variant ctl_fp32_seq is a NEGATIVE CONTROL"},
+      {"gate " + gap, "gap.toml:4: gap: T=101..149"},
+      {"routes " + gap, "gap.toml:4:"},
+      {"routes " + kSmall + " --pick op=bwd,H=64", "required"},
+      {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
+  };
+  for (const auto& b : cases) {
+    const CliResult r = cli(b.args);
+    EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GateCli, SmallTablePassesAndSaysItRanCpuModels) {
+  const std::string dir = temp_dir("pass");
+  const CliResult r = cli("gate " + kSmall + kFast + " --report-md " + dir + "/r.md --report-json " + dir + "/r.json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "backend  cpu-model")) << r.out;
+  EXPECT_TRUE(contains(r.out, "NOT as CUDA code")) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  PASS: 6 of 6 windows pass")) << r.out;
+  const std::string md = slurp(dir + "/r.md");
+  EXPECT_TRUE(contains(md, "| window | variant | y | rstd | dx | dw |")) << md;
+  EXPECT_TRUE(contains(md, "closest to the budget")) << md;
+  EXPECT_TRUE(contains(slurp(dir + "/r.json"), "\"backend\": \"cpu-model\""));
+  // Not a terminal: no progress bar escape codes.
+  EXPECT_FALSE(contains(r.out, "\033[K")) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GateCli, ControlThroughOverrideFailsOnCancel) {
+  const CliResult r = cli("gate " + kCtl + kFast + " --allow-controls");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "**FAIL**")) << r.out;
+  EXPECT_TRUE(contains(r.out, "NEGATIVE CONTROL")) << r.out;
+  EXPECT_TRUE(contains(r.out, "normal 0 of")) << r.out;
+  EXPECT_TRUE(contains(r.out, "llm 0 of")) << r.out;
+  EXPECT_TRUE(contains(r.out, "family=cancel")) << r.out;
+}
+
+TEST(GateCli, ApproveThenDispatch) {
+  const std::string dir = temp_dir("approve");
+  const std::string table = dir + "/small.toml";
+  std::filesystem::copy_file(kSmall, table);
+  const CliResult g = cli("gate " + table + kFast + " --windows H=256 --approve --quiet");
+  EXPECT_EQ(g.code, 0) << g.out;
+  EXPECT_TRUE(contains(g.out, "approved cpu-model bwd det H=256")) << g.out;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/small.approvals.json"));
+  const std::string call = " --pick op=bwd,mode=det,H=256,w=fp32,T=200";
+  const CliResult refused = cli("routes " + table + call);
+  EXPECT_EQ(refused.code, 1) << refused.out;
+  EXPECT_TRUE(contains(refused.out, "only a cpu-model approval")) << refused.out;
+  const CliResult accepted = cli("routes " + table + call + " --accept-cpu-model");
+  EXPECT_EQ(accepted.code, 0) << accepted.out;
+  EXPECT_TRUE(contains(accepted.out, "-> bwd_det_chunked")) << accepted.out;
+  const CliResult missing = cli("routes " + table + " --pick op=bwd,mode=nondet,H=64,w=bf16,T=5 --accept-cpu-model");
+  EXPECT_EQ(missing.code, 1) << missing.out;
+  EXPECT_TRUE(contains(missing.out, "missing")) << missing.out;
+  const CliResult list = cli("routes " + table);
+  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_TRUE(contains(list.out, "[cpu-model only]")) << list.out;
+  std::filesystem::remove_all(dir);
+}
+
+// kill -9 in the middle of a campaign, resume with the same journal: nothing
+// finished is redone and both reports equal the uninterrupted run's but the date.
+TEST(GateCli, ResumeAfterKill9GivesTheSameReport) {
+  const std::string dir = temp_dir("resume");
+  const std::string opts = " --backend cpu --threads 1 --seeds 3x2 --t-per-window 6 --dense-points 2 --quiet";
+  const CliResult full = cli("gate " + kSmall + opts + " --report-md " + dir + "/a.md --report-json " + dir + "/a.json");
+  ASSERT_EQ(full.code, 0) << full.out;
+
+  const std::string journal = dir + "/j.jsonl";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    std::vector<std::string> args = {kBin,   "gate",       kSmall, "--backend", "cpu",           "--threads",
+                                     "1",    "--seeds",    "3x2",  "--t-per-window", "6",        "--dense-points",
+                                     "2",    "--quiet",    "--journal", journal, "--report-md", dir + "/b.md"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  // Wait until the header and a few cases are on disk, then SIGKILL.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(journal) && count_lines(journal) >= 6) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the gate finished before it could be killed";
+  const int done_before = count_lines(journal) - 1;
+  ASSERT_GE(done_before, 5);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/b.md"));
+
+  const CliResult resumed =
+      cli("gate " + kSmall + opts + " --journal " + journal + " --report-md " + dir + "/b.md --report-json " + dir +
+          "/b.json");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_TRUE(contains(resumed.out, "finished cases resumed")) << resumed.out;
+  EXPECT_EQ(without_dates(slurp(dir + "/b.md")), without_dates(slurp(dir + "/a.md")));
+  EXPECT_EQ(without_dates(slurp(dir + "/b.json")), without_dates(slurp(dir + "/a.json")));
+  EXPECT_NE(slurp(dir + "/a.md").find("- date: "), std::string::npos);
+
+  // Every case is in the journal exactly once: nothing finished was redone.
+  std::istringstream in(slurp(journal));
+  std::string line;
+  std::set<std::string> ids;
+  int records = 0;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto a = line.find("\"case\":\"");
+    ASSERT_NE(a, std::string::npos) << line;
+    const auto b = line.find('"', a + 8);
+    ids.insert(line.substr(a + 8, b - a - 8) + "|" + line.substr(line.find("\"impls\":")).substr(0, 60));
+    ++records;
+  }
+  EXPECT_EQ(static_cast<int>(ids.size()), records);
+  EXPECT_GT(records, done_before);
+  // Resuming a finished campaign runs nothing.
+  const CliResult again = cli("gate " + kSmall + opts + " --journal " + journal);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "resumed, 0 run now")) << again.out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
