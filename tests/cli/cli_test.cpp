@@ -3,6 +3,8 @@
 // outputs that agree with the libraries.
 #include <gtest/gtest.h>
 
+#include "cli_util.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -17,25 +19,10 @@
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using normgate::test::CliRun;
+using normgate::test::contains;
+CliRun run(const std::string& args) { return normgate::test::run_normgate(args); }
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
   for (const char* sub : {"families", "case", "check", "variants"}) {

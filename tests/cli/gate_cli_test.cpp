@@ -5,6 +5,8 @@
 // giving the uninterrupted run's report byte for byte (but the date).
 #include <gtest/gtest.h>
 
+#include "cli_util.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,31 +26,15 @@
 
 namespace {
 
-const std::string kBin = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate";
+const std::string kBin = normgate::test::normgate_bin();
 const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const std::string kCtl = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/ctl_override.toml";
 // Fast options for the small table (CPU models, one thread: robust timing on a busy machine).
 const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2";
 
-struct CliResult {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CliResult cli(const std::string& args) {
-  const std::string cmd = kBin + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+using CliResult = normgate::test::CliRun;
+using normgate::test::contains;
+CliResult cli(const std::string& args) { return normgate::test::run_normgate(args); }
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -2,6 +2,8 @@
 // CLI's report (exit codes: 0 pass, 1 fail or inconclusive, 2 usage error).
 #include <gtest/gtest.h>
 
+#include "cli_util.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -10,25 +12,10 @@
 
 namespace {
 
-struct OracleRun {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using OracleRun = normgate::test::CliRun;
+OracleRun normgate(const std::string& args) { return normgate::test::run_normgate(args); }
+bool has(const std::string& s, const std::string& n) { return normgate::test::contains(s, n); }
 
-OracleRun normgate(const std::string& args) {
-  const std::string cmd = std::string(NORMGATE_BINARY_DIR) + "/apps/normgate " + args + " 2>&1";
-  OracleRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 TEST(CliOracle, EveryModeOnASmallCase) {
   const std::string id = " --case H=48,T=33,w=fp32,family=llm,seed=4";

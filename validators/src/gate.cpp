@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report_util.h"
+
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/runner.h"
 #include "normgate/validators/journal.h"
@@ -24,22 +26,15 @@ namespace {
 
 using kernels::Op;
 using kernels::Route;
-using Clock = std::chrono::steady_clock;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
 
 constexpr const char* kOut[4] = {"y", "rstd", "dx", "dw"};
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
-nlohmann::json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);

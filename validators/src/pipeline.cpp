@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report_util.h"
+
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/runner.h"
@@ -18,23 +20,14 @@
 namespace normgate::validators {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
 
 constexpr std::string_view kBaseline = "fp32-baseline";
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
-// JSON has no inf/nan: write them as strings.
-nlohmann::json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
 
 // "row 12, col 7" for [rows, cols] tensors, "row 12" / "col 7" for vectors.
 std::string where(Output o, int64_t index, int64_t cols) {

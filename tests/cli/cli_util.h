@@ -1,0 +1,39 @@
+// tests/cli/cli_util.h: run the normgate binary as a user does and capture
+// what it printed and its exit code (shared by the CLI tests).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace normgate::test {
+
+/// Exit code (-1 when the process did not exit normally) and stdout+stderr.
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+/// Path of the normgate binary of this build.
+inline std::string normgate_bin() { return std::string(NORMGATE_BINARY_DIR) + "/apps/normgate"; }
+
+/// Run `normgate ARGS` through the shell, stderr merged into stdout.
+inline CliRun run_normgate(const std::string& args) {
+  const std::string cmd = normgate_bin() + " " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+/// True when `needle` occurs in `s`.
+inline bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+}  // namespace normgate::test

@@ -1,0 +1,33 @@
+// validators/src/report_util.h (internal): small formatting helpers shared by
+// the check pipeline's and the gate's reports.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace normgate::validators::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// Seconds elapsed since t0.
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// printf-style formatting of one double (f is a format with one conversion).
+inline std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// A double as JSON; JSON has no inf/nan, so those become "inf", "-inf", "nan".
+inline nlohmann::json num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+}  // namespace normgate::validators::detail
