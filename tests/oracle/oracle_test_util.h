@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "normgate/core/bf16.h"
 #include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
 
 namespace ngt {
 
@@ -174,6 +177,21 @@ inline bool within(const VB& vb, const mp& exact, double scale, double* err = nu
   mp e = abs(mp(vb.v) - exact);
   if (err) *err = to_d(e);
   return e <= mp(vb.bound) + mp(std::ldexp(scale, -180));
+}
+
+/// The inputs of a generated case (seeds::generate_host) as a test Case.
+inline Case from_seeds(const std::string& id) {
+  normgate::seeds::HostInputs in = normgate::seeds::generate_host(normgate::seeds::parse_case(id));
+  Case c;
+  c.R = in.rows;
+  c.H = in.cols;
+  c.wd = in.id.w;
+  c.eps = in.id.eps;
+  c.x = in.x;
+  c.dy = in.dy;
+  c.wb = in.w_bf16;
+  c.wf = in.w_f32;
+  return c;
 }
 
 }  // namespace ngt

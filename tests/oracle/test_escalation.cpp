@@ -48,19 +48,6 @@ std::vector<float> f32_rstds(const Reference& ref) {
   return v;
 }
 
-Case from_seeds(const std::string& id) {
-  normgate::seeds::HostInputs in = normgate::seeds::generate_host(normgate::seeds::parse_case(id));
-  Case c;
-  c.R = in.rows;
-  c.H = in.cols;
-  c.wd = in.id.w;
-  c.eps = in.id.eps;
-  c.x = in.x;
-  c.dy = in.dy;
-  c.wb = in.w_bf16;
-  c.wf = in.w_f32;
-  return c;
-}
 
 // Columns j < ncancel: rows i and i + half (i < half) carry dy*x = +big and
 // -big, big = (1 + k/128) 2^e with e uniform in [e_lo, e_hi]; x = +-1

@@ -15,19 +15,6 @@
 namespace ngt {
 namespace {
 
-Case from_seeds(const std::string& id) {
-  normgate::seeds::HostInputs in = normgate::seeds::generate_host(normgate::seeds::parse_case(id));
-  Case c;
-  c.R = in.rows;
-  c.H = in.cols;
-  c.wd = in.id.w;
-  c.eps = in.id.eps;
-  c.x = in.x;
-  c.dy = in.dy;
-  c.wb = in.w_bf16;
-  c.wf = in.w_f32;
-  return c;
-}
 
 // Finite bound => |v - exact| <= bound; non-finite value => bound +inf.
 void check_case(const std::string& id, bool expect_all_finite) {
