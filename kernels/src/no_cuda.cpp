@@ -32,6 +32,10 @@ seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId&) { no_cuda("genera
 Outputs run_gpu(const Variant&, const seeds::CaseId&, float, const GpuRunOptions&, GpuRunInfo*) {
   no_cuda("run_gpu");
 }
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::CaseId&, float, const GpuRunOptions&,
+                             GpuRunInfo*) {
+  no_cuda("run_gpu");
+}
 void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
 TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
 

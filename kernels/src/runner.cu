@@ -1,5 +1,6 @@
 // kernels/src/runner.cu: gpu_available(), run_gpu() (runner.h) and the small
 // device utilities the launch API needs (launch_zero_f32).
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,11 +66,17 @@ bool gpu_available() {
   return n > 0;
 }
 
-Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {
-  if (bwd.op != Op::bwd) bad_run("variant " + std::string(bwd.name) + " is not a backward variant");
-  if (c.form != Form::plain || !bwd.supports(c.form))
-    bad_run("form " + std::string(to_string(c.form)) + " is not supported (plain only)");
-  if (!bwd.supports_h(c.H)) bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd.name));
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                             const GpuRunOptions& opt, GpuRunInfo* info) {
+  if (bwds.empty()) bad_run("no backward variant given");
+  for (const Variant* bwd : bwds) {
+    if (bwd == nullptr) bad_run("null variant");
+    if (bwd->op != Op::bwd) bad_run("variant " + std::string(bwd->name) + " is not a backward variant");
+    if (c.form != Form::plain || !bwd->supports(c.form))
+      bad_run("form " + std::string(to_string(c.form)) + " is not supported (plain only)");
+    if (!bwd->supports_h(c.H))
+      bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
+  }
   if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
   if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
   if (opt.misalign_elems < 0 || opt.misalign_elems > 64)
@@ -78,7 +85,8 @@ Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const Gpu
   const int64_t T = c.T, H = c.H, stride = H + opt.row_pad, off = opt.misalign_elems;
   const size_t rows_bytes = static_cast<size_t>(T > 0 ? (T - 1) * stride + H : 0) * 2 + 256;
   const size_t wbytes = static_cast<size_t>(H) * (c.w == WDtype::bf16 ? 2 : 4);
-  const size_t ws_bytes = bwd_workspace_bytes(bwd, T, H);
+  size_t ws_bytes = 0;
+  for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, T, H));
 
   detail::DeviceBuffer bx(rows_bytes), bdy(rows_bytes), by(rows_bytes), bdx(rows_bytes);
   detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(T > 0 ? T : 1) * 4), bdw(static_cast<size_t>(H) * 4);
@@ -91,10 +99,7 @@ Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const Gpu
 
   cudaStream_t s = nullptr;
   fill_words(by, 0x7FC07FC0u, 0, false, s);  // BF16 NaN 0x7FC0 in both halves
-  fill_words(bdx, 0x7FC07FC0u, 0, false, s);
   fill_words(brstd, 0x7FC00000u, 0, false, s);  // FP32 NaN
-  fill_words(bdw, 0x7FC00000u, 0, false, s);
-  fill_words(bws, 0, opt.poison_seed, true, s);
 
   DeviceInputBuffers in;
   in.x = x;
@@ -115,43 +120,58 @@ Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const Gpu
   fa.T = T;
   fa.H = H;
   fa.eps = eps;
-  BwdArgs ba;
-  ba.dy = dy;
-  ba.dy_stride = stride;
-  ba.x = x;
-  ba.x_stride = stride;
-  ba.w = wv;
-  ba.rstd = brstd.as<float>();
-  ba.dx = dx;
-  ba.dx_stride = stride;
-  ba.dw = bdw.as<float>();
-  ba.T = T;
-  ba.H = H;
-  ba.workspace = bws.get();
-  ba.workspace_bytes = ws_bytes;
-  if (info != nullptr) {
-    info->fwd_vector = fwd_vector_path(fa);
-    info->bwd_vector = bwd_vector_path(ba);
-    info->workspace_bytes = ws_bytes;
-  }
   rmsnorm_fwd(default_fwd(), fa, s);
-  rmsnorm_bwd(bwd, ba, s, opt.controls);
-  NG_CUDA(cudaStreamSynchronize(s));
 
-  Outputs out;
   const size_t n = static_cast<size_t>(T * H);
-  out.y.resize(n);
-  out.dx.resize(n);
-  out.rstd.resize(static_cast<size_t>(T));
-  out.dw.resize(static_cast<size_t>(H));
-  if (T > 0) {
-    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
-    NG_CUDA(cudaMemcpy2D(out.y.data(), width, y, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
-    NG_CUDA(cudaMemcpy2D(out.dx.data(), width, dx, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
-    NG_CUDA(cudaMemcpy(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, cudaMemcpyDeviceToHost));
+  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
+  std::vector<Outputs> outs(bwds.size());
+  for (size_t k = 0; k < bwds.size(); ++k) {
+    const Variant& bwd = *bwds[k];
+    const size_t ws_k = bwd_workspace_bytes(bwd, T, H);
+    fill_words(bdx, 0x7FC07FC0u, 0, false, s);
+    fill_words(bdw, 0x7FC00000u, 0, false, s);
+    fill_words(bws, 0, opt.poison_seed, true, s);
+    BwdArgs ba;
+    ba.dy = dy;
+    ba.dy_stride = stride;
+    ba.x = x;
+    ba.x_stride = stride;
+    ba.w = wv;
+    ba.rstd = brstd.as<float>();
+    ba.dx = dx;
+    ba.dx_stride = stride;
+    ba.dw = bdw.as<float>();
+    ba.T = T;
+    ba.H = H;
+    ba.workspace = bws.get();
+    ba.workspace_bytes = ws_k;
+    if (info != nullptr && k == 0) {
+      info->fwd_vector = fwd_vector_path(fa);
+      info->bwd_vector = bwd_vector_path(ba);
+      info->workspace_bytes = ws_k;
+    }
+    rmsnorm_bwd(bwd, ba, s, opt.controls);
+    NG_CUDA(cudaStreamSynchronize(s));
+
+    // y and rstd are the one forward's outputs (device buffers untouched by
+    // the backward); every result gets its own copy of them.
+    Outputs& out = outs[k];
+    out.y.resize(n);
+    out.dx.resize(n);
+    out.rstd.resize(static_cast<size_t>(T));
+    out.dw.resize(static_cast<size_t>(H));
+    if (T > 0) {
+      NG_CUDA(cudaMemcpy2D(out.y.data(), width, y, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
+      NG_CUDA(cudaMemcpy2D(out.dx.data(), width, dx, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
+      NG_CUDA(cudaMemcpy(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, cudaMemcpyDeviceToHost));
+    }
+    NG_CUDA(cudaMemcpy(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, cudaMemcpyDeviceToHost));
   }
-  NG_CUDA(cudaMemcpy(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, cudaMemcpyDeviceToHost));
-  return out;
+  return outs;
+}
+
+Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {
+  return std::move(run_gpu(std::vector<const Variant*>{&bwd}, c, eps, opt, info).front());
 }
 
 }  // namespace normgate::kernels

@@ -287,6 +287,27 @@ TEST(BwdEdge, NondetStaysCloseToDet) {
   for (size_t j = 0; j < d.dw.size(); ++j) ASSERT_NEAR(d.dw[j], n.dw[j], 4e-6 * std::fabs(d.dw[j]) + 1e-35) << j;
 }
 
+TEST(BwdEdge, ListRunEqualsOneVariantRuns) {
+  NG_REQUIRE_GPU();
+  const seeds::CaseId c = make_case(1000, 3001, seeds::Family::cancel, 5);
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("ctl_bf16_partials"),
+                                          &variant("bwd_nondet_atomic")};
+  const std::vector<Outputs> many = run_gpu(vs, c, kEps);
+  ASSERT_EQ(many.size(), vs.size());
+  for (size_t k = 0; k < vs.size(); ++k) {
+    const Outputs one = run_gpu(*vs[k], c, kEps);
+    EXPECT_EQ(bit_diff(one.y, many[k].y).count, 0) << vs[k]->name;
+    EXPECT_EQ(bit_diff(one.dx, many[k].dx).count, 0) << vs[k]->name;
+    EXPECT_EQ(0, std::memcmp(one.rstd.data(), many[k].rstd.data(), one.rstd.size() * 4)) << vs[k]->name;
+    if (vs[k]->mode == Mode::det)
+      EXPECT_EQ(0, std::memcmp(one.dw.data(), many[k].dw.data(), one.dw.size() * 4)) << vs[k]->name;
+  }
+  // The list really ran different variants: the BF16-partials control's dw differs.
+  EXPECT_NE(0, std::memcmp(many[0].dw.data(), many[1].dw.data(), many[0].dw.size() * 4));
+  EXPECT_THROW(run_gpu(std::vector<const Variant*>{}, c, kEps), std::invalid_argument);
+  EXPECT_THROW(run_gpu(std::vector<const Variant*>{&variant("fwd_rowwise")}, c, kEps), std::invalid_argument);
+}
+
 // --- timing helpers (need the CUDA runtime for device buffers) ------------------
 
 #if defined(NORMGATE_KERNELS_HAVE_CUDA)

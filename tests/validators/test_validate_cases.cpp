@@ -39,3 +39,35 @@ TEST(ValidateCases, EqualsOneAtATime) {
   // The two implementations really were told apart.
   EXPECT_NE(many[0].get(nv::Output::dw).worst.ratio, many[1].get(nv::Output::dw).worst.ratio);
 }
+
+// Bitwise identical tensors are validated once and their statistics shared;
+// a tensor that differs in one bit must still get its own statistics. Three
+// implementations: a, a copy of a (every tensor shared), and b = a with one
+// y element and one dx element changed (those tensors not shared).
+TEST(ValidateCases, SharedIdenticalTensorsStillEqualOneAtATime) {
+  const auto c = normgate::seeds::parse_case("H=64,T=300,w=bf16,form=plain,family=cancel,seed=2");
+  const auto in = normgate::seeds::generate_host(c);
+  const normgate::oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), c.eps};
+  const auto ref = normgate::oracle::Reference::compute(p, {0, normgate::oracle::RstdMode::fp64});
+  const auto ideal = normgate::oracle::Reference::compute(p, {0, normgate::oracle::RstdMode::fp32_rounded});
+  const auto a = normgate::oracle::fp32_baseline(p);
+  const auto a2 = a;
+  auto b = a;
+  b.y[4242] ^= 0x0100;  // a big change: y's worst element moves there
+  b.dx[17] ^= 0x0001;   // one ulp
+  const auto many = nv::validate_cases(p, {&a, &a2, &b}, ref, ideal, &a, 2);
+  const normgate::Outputs* one[] = {&a, &a2, &b};
+  for (size_t k = 0; k < 3; ++k) {
+    const auto single = nv::validate_case(p, *one[k], ref, ideal, &a, 1);
+    for (size_t t = 0; t < single.tensors.size(); ++t) {
+      const auto& s = single.tensors[t];
+      const auto& m = many[k].tensors[t];
+      EXPECT_EQ(s.worst.index, m.worst.index) << k << " " << nv::to_string(s.output());
+      EXPECT_EQ(s.worst.ratio, m.worst.ratio) << k << " " << nv::to_string(s.output());
+      EXPECT_EQ(s.n, m.n);
+      EXPECT_EQ(s.hist.count, m.hist.count) << k << " " << nv::to_string(s.output());
+    }
+  }
+  EXPECT_EQ(many[2].get(nv::Output::y).worst.index, 4242);
+  EXPECT_NE(many[0].get(nv::Output::y).worst.index, 4242);
+}

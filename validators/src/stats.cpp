@@ -2,6 +2,8 @@
 #include "normgate/validators/stats.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -118,7 +120,10 @@ int Histogram::bin(double ratio) {
   if (ratio <= f.e[0]) return 1;
   if (ratio > f.e[kLogBins]) return kBins - 2;
   // Smallest i in [1, kLogBins] with ratio <= e[i]; log bin i+1 is (e[i-1], e[i]].
-  const int i0 = f.first[std::ilogb(ratio) - f.exp_min];
+  // ratio > e[0] = 1e-8 is a positive normal double: its binary exponent is
+  // the biased exponent field less 1023 (= std::ilogb, without the libm call).
+  const int x = static_cast<int>(std::bit_cast<uint64_t>(ratio) >> 52) - 1023;
+  const int i0 = f.first[x - f.exp_min];
   const int i = i0 + (f.e[i0] < ratio) + (f.e[i0 + 1] < ratio) + (f.e[i0 + 2] < ratio) + (f.e[i0 + 3] < ratio);
   return i + 1;
 }

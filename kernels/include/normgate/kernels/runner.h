@@ -6,6 +6,8 @@
 // std::runtime_error("... built without CUDA").
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 
 #include "normgate/core/types.h"
@@ -73,5 +75,16 @@ struct GpuRunInfo {
 /// CUDA errors (device memory is freed either way).
 Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt = {},
                 GpuRunInfo* info = nullptr);
+
+/// Several backward variants on one set of inputs: allocate and generate once,
+/// run the forward once (y, rstd poisoned before it), then for each variant in
+/// order poison dx, dw and the workspace, run it, synchronize and copy its
+/// outputs back. Result k holds variant k's dx, dw and its own copy of the
+/// shared y and rstd; equal to run_gpu(*bwds[k], c, eps, opt) element for
+/// element (the forward is deterministic). `info`, when given, describes
+/// variant 0. Throws as run_gpu, and std::invalid_argument for an empty list
+/// or a null entry (nothing is launched).
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                             const GpuRunOptions& opt = {}, GpuRunInfo* info = nullptr);
 
 }  // namespace normgate::kernels

@@ -103,8 +103,10 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
                          const std::vector<uint16_t>& h_new_expected);
 
 /// Validate several implementations' outputs of the same problem in one sweep:
-/// the oracle's rows are evaluated once and serve every entry of `gots`.
-/// Returns one CaseResult per entry, each equal to what validate_case would
+/// the oracle's rows are evaluated once and serve every entry of `gots`, and a
+/// tensor that is bitwise identical to an earlier entry's (same y from one
+/// forward, dx from the same row code) is validated once and its statistics
+/// copied (identical inputs give identical statistics). Returns one CaseResult per entry, each equal to what validate_case would
 /// return for it. Throws as validate_case (and for a null entry).
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
