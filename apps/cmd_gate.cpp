@@ -16,6 +16,7 @@
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/routing.h"
 #include "normgate/kernels/runner.h"
+#include "normgate/oracle/reference.h"
 #include "normgate/validators/gate.h"
 #include "normgate_version.h"
 
@@ -65,7 +66,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "window fails, 2 usage or input error");
   struct Opts {
     validators::GateOptions g;
-    std::string backend = "auto", report_md, report_json;
+    std::string backend = "auto", oracle = "auto", report_md, report_json;
     bool approve = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();
@@ -91,6 +92,11 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  sub->add_option("--oracle", o->oracle,
+                  "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
+                  "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
   sub->add_option("--threads", o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
@@ -104,6 +110,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       o->g.backend = validators::parse_backend(o->backend);
+      o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;
       o->g.normgate_commit = NORMGATE_GIT_COMMIT;
       kernels::Approvals approvals;
@@ -136,6 +143,16 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                                  std::to_string(res.journal_dropped_bytes) + " bytes) dropped")
                                                     .c_str()
                                               : "");
+      if (res.pipeline.cases > 0) {
+        const auto& pl = res.pipeline;
+        std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): GPU+generator half %.1f s, oracle+validation "
+                    "half %.1f s, oracle side idle waiting for the GPU %.1f s (%s)\n",
+                    static_cast<long long>(pl.cases), pl.seconds_total,
+                    pl.seconds_total > 0 ? 60.0 * static_cast<double>(pl.cases) / pl.seconds_total : 0.0,
+                    pl.seconds_prepare, pl.seconds_finish, pl.seconds_waiting_for_prepare,
+                    pl.overlapped ? "GPU half of the next case overlapped the oracle of this one"
+                                  : "no overlap: CPU models share the cores with the oracle");
+      }
       const std::string md = validators::format_gate_markdown(res);
       if (!o->quiet) std::printf("\n%s\n", md.c_str());
       if (!o->report_md.empty()) write_file_atomic(o->report_md, md);

@@ -446,3 +446,84 @@ TEST(Gate, GpuBackendAgreesWithTheCpuModels) {
 }
 
 }  // namespace
+
+namespace {
+
+// A journal line of `impl` with one output's record replaced: [ratio, index,
+// over, forced, pass].
+void rewrite_output(const std::string& journal, const std::string& impl, const char* output,
+                    const nlohmann::json& rec) {
+  std::ifstream in(journal);
+  std::string line, out;
+  bool done = false;
+  while (std::getline(in, line)) {
+    if (!done && line.find("\"" + impl + "\"") != std::string::npos && line.find("\"results\"") != std::string::npos) {
+      auto j = nlohmann::json::parse(line);
+      for (auto& r : j["results"])
+        if (r["impl"] == impl) {
+          r[output] = rec;
+          done = true;
+        }
+      line = j.dump();
+    }
+    out += line + "\n";
+  }
+  ASSERT_TRUE(done) << "no journal line of " << impl;
+  std::ofstream(journal, std::ios::trunc) << out;
+}
+
+}  // namespace
+
+// A case whose comparison could not be certified (no element over budget,
+// RatioStats::pass() false) makes its window INCONCLUSIVE, not PASS and not
+// FAIL; an element over budget makes it FAIL. Driven through the journal: the
+// resumed gate reads the edited records and runs nothing.
+TEST(Gate, UncertifiedCaseMakesTheWindowInconclusive) {
+  const std::string dir = temp_dir("inconclusive");
+  GateOptions o = small_opts();
+  o.windows = "op=bwd,mode=det,H=64,T=1..100";
+  o.fresh_factor = 0;
+  o.dense_points = 0;
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult first = run_gate(o);
+  ASSERT_EQ(first.windows.size(), 1u);
+  ASSERT_TRUE(first.windows[0].pass);
+  EXPECT_EQ(first.windows[0].verdict, Verdict::pass);
+
+  rewrite_output(o.journal_path, "bwd_det_chunked", "dw", {0.5, 3, 0, 0.01, false});
+  const GateResult inc = run_gate(o);
+  EXPECT_EQ(inc.cases_run_now, 0);
+  ASSERT_EQ(inc.windows.size(), 1u);
+  EXPECT_FALSE(inc.windows[0].pass);
+  EXPECT_EQ(inc.windows[0].verdict, Verdict::inconclusive);
+  EXPECT_EQ(inc.windows[0].out[3].cases_inconclusive, 1);
+  const std::string md = format_gate_markdown(inc);
+  EXPECT_NE(md.find("**INCONCLUSIVE**"), std::string::npos);
+  EXPECT_NE(md.find("1 INCONCLUSIVE"), std::string::npos);
+  EXPECT_EQ(gate_to_json(inc)["windows"][0]["verdict"], "inconclusive");
+
+  rewrite_output(o.journal_path, "bwd_det_chunked", "dx", {1.5, 7, 1, 0.01, false});
+  const GateResult fail = run_gate(o);
+  EXPECT_EQ(fail.windows[0].verdict, Verdict::fail);
+  EXPECT_NE(format_gate_markdown(fail).find("**FAIL**"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// The oracle mode is part of the campaign: it is reported, and a journal of
+// another oracle mode is refused.
+TEST(Gate, OracleModeIsReportedAndPartOfTheCampaign) {
+  const std::string dir = temp_dir("oracle");
+  GateOptions o = small_opts();
+  o.windows = "op=fwd,H=64,w=bf16";
+  o.fresh_factor = 0;
+  o.dense_points = 0;
+  o.journal_path = dir + "/j.jsonl";
+  o.oracle = oracle::OracleMode::fp64;
+  const GateResult r = run_gate(o);
+  EXPECT_EQ(r.oracle, "fp64");
+  EXPECT_NE(format_gate_markdown(r).find("--oracle fp64"), std::string::npos);
+  EXPECT_EQ(gate_to_json(r)["oracle"], "fp64");
+  o.oracle = oracle::OracleMode::auto_;
+  EXPECT_THROW((void)run_gate(o), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}

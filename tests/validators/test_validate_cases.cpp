@@ -6,6 +6,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
+#include "normgate/validators/pipeline.h"
 
 namespace nv = normgate::validators;
 
@@ -70,4 +71,49 @@ TEST(ValidateCases, SharedIdenticalTensorsStillEqualOneAtATime) {
   }
   EXPECT_EQ(many[2].get(nv::Output::y).worst.index, 4242);
   EXPECT_NE(many[0].get(nv::Output::y).worst.index, 4242);
+}
+
+// run_checks: results in order, each equal to run_check's; an invalid request
+// is reported as that request's error and the others still run.
+TEST(RunChecks, InOrderErrorsCarriedAndEqualToRunCheck) {
+  using namespace normgate;
+  std::vector<nv::CheckRequest> reqs(3);
+  const char* ids[] = {"H=32,T=40,w=bf16,form=plain,family=normal,seed=1",
+                       "H=32,T=41,w=bf16,form=plain,family=normal,seed=1",
+                       "H=48,T=33,w=fp32,form=plain,family=cancel,seed=2"};
+  for (int i = 0; i < 3; ++i) {
+    reqs[i].id = seeds::parse_case(ids[i]);
+    reqs[i].impls = {"bwd_det_chunked", "fp32-baseline"};
+    reqs[i].backend = nv::Backend::cpu;
+    reqs[i].threads = 1;
+  }
+  reqs[1].impls = {"bwd_no_such_variant"};  // throws in prepare_check
+  std::vector<size_t> order;
+  std::vector<std::string> errors(3);
+  std::vector<double> dw(3, -1);
+  const nv::PipelineStats st = nv::run_checks(
+      3, [&](size_t i) { return reqs[i]; },
+      [&](size_t i, nv::CheckReport* rep, std::exception_ptr err) {
+        order.push_back(i);
+        if (err) {
+          try {
+            std::rethrow_exception(err);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+          EXPECT_EQ(rep, nullptr);
+          return;
+        }
+        ASSERT_NE(rep, nullptr);
+        dw[i] = rep->impls[0].result.get(nv::Output::dw).worst.ratio;
+      });
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(st.cases, 3);
+  EXPECT_FALSE(st.overlapped);  // CPU backend: no overlap
+  EXPECT_NE(errors[1].find("bwd_no_such_variant"), std::string::npos) << errors[1];
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(errors[i].empty()) << errors[i];
+    EXPECT_EQ(dw[i], nv::run_check(reqs[i]).impls[0].result.get(nv::Output::dw).worst.ratio);
+    EXPECT_GT(dw[i], 0.0);
+  }
 }

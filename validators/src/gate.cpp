@@ -194,52 +194,81 @@ class Runner {
     GateProgress p;
     p.phase = name;
     p.total = static_cast<int64_t>(needs.size());
-    for (auto& n : needs) {
-      const std::string id = seeds::to_string(n.c);
-      std::vector<std::string> missing;
-      for (const auto& i : n.impls)
-        if (!store_.done(id, i)) missing.push_back(i);
-      std::sort(missing.begin(), missing.end(),
+    // What each need still lacks (journalled results are not redone).
+    std::vector<std::vector<std::string>> missing(needs.size());
+    std::vector<size_t> todo;  // needs with something to run, in order
+    for (size_t i = 0; i < needs.size(); ++i) {
+      const std::string id = seeds::to_string(needs[i].c);
+      for (const auto& impl : needs[i].impls)
+        if (!store_.done(id, impl)) missing[i].push_back(impl);
+      std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
-      if (!missing.empty()) run_case(n.c, missing);
-      ++p.done;
-      if (opt_.progress) {
-        p.run_now = run_now_;
-        p.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
-        p.seconds_per_case = run_now_ ? seconds_run_ / static_cast<double>(run_now_) : 0.0;
-        p.window = n.window;
-        p.worst = store_.worst;
-        opt_.progress(p);
-      }
+      if (!missing[i].empty()) todo.push_back(i);
     }
+    size_t reported = 0;  // needs[0..reported) are counted in the progress
+    auto progress_to = [&](size_t end) {
+      for (; reported < end; ++reported) {
+        ++p.done;
+        if (opt_.progress) {
+          p.run_now = run_now_;
+          p.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+          p.seconds_per_case = run_now_ ? seconds_run_ / static_cast<double>(run_now_) : 0.0;
+          p.window = needs[reported].window;
+          p.worst = store_.worst;
+          opt_.progress(p);
+        }
+      }
+    };
+    // The GPU half of case k+1 overlaps the oracle of case k (run_checks);
+    // each result is journalled, in order, before the next one is taken.
+    std::vector<Clock::time_point> started(todo.size());
+    const PipelineStats st = run_checks(
+        todo.size(),
+        [&](size_t k) {
+          const Need& n = needs[todo[k]];
+          started[k] = Clock::now();
+          if (opt_.before_case) opt_.before_case(n.c, missing[todo[k]]);
+          return CheckRequest{n.c, missing[todo[k]], backend_, opt_.threads, opt_.oracle};
+        },
+        [&](size_t k, CheckReport* rep, std::exception_ptr err) {
+          progress_to(todo[k]);
+          const double secs = std::chrono::duration<double>(Clock::now() - started[k]).count();
+          CaseRecord rec;
+          if (rep) {
+            rec = make_case_record(*rep, secs);
+          } else {
+            rec.case_id = seeds::to_string(needs[todo[k]].c);
+            rec.impls = missing[todo[k]];
+            try {
+              std::rethrow_exception(err);
+            } catch (const std::exception& e) {
+              rec.error = e.what();
+            } catch (...) {
+            }
+            if (rec.error.empty()) rec.error = "unknown error";
+            rec.seconds = secs;
+          }
+          journal_.append(rec);  // on disk (fsynced) before the next case is taken
+          store_.add(rec);
+          ++run_now_;
+          seconds_run_ += rec.seconds;
+          if (opt_.after_case) opt_.after_case(run_now_);
+          progress_to(todo[k] + 1);
+        });
+    pipeline_.cases += st.cases;
+    pipeline_.overlapped = pipeline_.overlapped || st.overlapped;
+    pipeline_.seconds_total += st.seconds_total;
+    pipeline_.seconds_prepare += st.seconds_prepare;
+    pipeline_.seconds_finish += st.seconds_finish;
+    pipeline_.seconds_waiting_for_prepare += st.seconds_waiting_for_prepare;
+    progress_to(needs.size());
   }
+
+  const PipelineStats& pipeline() const { return pipeline_; }
 
   int64_t run_now() const { return run_now_; }
 
  private:
-  void run_case(const seeds::CaseId& c, const std::vector<std::string>& impls) {
-    const auto t0 = Clock::now();
-    CaseRecord rec;
-    try {
-      if (opt_.before_case) opt_.before_case(c, impls);
-      CheckRequest req{c, impls, backend_, opt_.threads};
-      const CheckReport rep = run_check(req);
-      rec = make_case_record(rep, std::chrono::duration<double>(Clock::now() - t0).count());
-    } catch (const std::exception& e) {
-      rec = CaseRecord{};
-      rec.case_id = seeds::to_string(c);
-      rec.impls = impls;
-      rec.error = e.what();
-      if (rec.error.empty()) rec.error = "unknown error";
-      rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-    journal_.append(rec);  // on disk (fsynced) before the next case starts
-    store_.add(rec);
-    ++run_now_;
-    seconds_run_ += rec.seconds;
-    if (opt_.after_case) opt_.after_case(run_now_);
-  }
-
   const GateOptions& opt_;
   Backend backend_;
   Store& store_;
@@ -247,6 +276,7 @@ class Runner {
   Clock::time_point t0_;
   int64_t run_now_ = 0;
   double seconds_run_ = 0;
+  PipelineStats pipeline_;
 };
 
 // Worst case of a window over the given phases by its focus outputs.
@@ -314,6 +344,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
           a.forced = o.forced;
         }
         if (first && (o.over > 0 || !o.pass)) ++a.cases_over;
+        if (first && o.over == 0 && !o.pass) ++a.cases_inconclusive;
         if (k == focus && (sum.worst_case.empty() || ratio > sum.worst)) {
           sum.worst = ratio;
           sum.worst_case = id;
@@ -354,9 +385,14 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
     const size_t n = medians.size();
     wr.dw_vs_fp32_median = n % 2 ? medians[n / 2] : 0.5 * (medians[n / 2 - 1] + medians[n / 2]);
   }
-  bool over = false;
-  for (int k = 0; k < ng; ++k) over = over || wr.out[k].cases_over > 0 || !(wr.out[k].max_ratio <= 1.0);
-  wr.pass = wr.cases > 0 && wr.errors == 0 && !over;
+  bool fails = wr.cases == 0 || wr.errors > 0, inconclusive = false;
+  for (int k = 0; k < ng; ++k) {
+    const OutputAgg& a = wr.out[k];
+    fails = fails || a.cases_over > a.cases_inconclusive || !(a.max_ratio <= 1.0);
+    inconclusive = inconclusive || a.cases_inconclusive > 0;
+  }
+  wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
+  wr.pass = wr.verdict == Verdict::pass;
 }
 
 // ---- options ------------------------------------------------------------------
@@ -510,6 +546,7 @@ GateResult run_gate(const GateOptions& opt) {
   res.table_path = opt.table_path;
   res.table_sha256 = table.sha256;
   res.seeds = seeds::to_string(seed_set);
+  res.oracle = std::string(oracle::to_string(opt.oracle));
   res.t_per_window = opt.t_per_window;
   res.dense_points = opt.dense_points;
   res.dense_step = opt.dense_step;
@@ -575,6 +612,7 @@ GateResult run_gate(const GateOptions& opt) {
   campaign["base_sha256"] = res.base_sha256;
   campaign["windows"] = opt.windows;
   campaign["seeds"] = res.seeds;
+  campaign["oracle"] = res.oracle;
   campaign["t_per_window"] = opt.t_per_window;
   campaign["dense_points"] = opt.dense_points;
   campaign["dense_step"] = opt.dense_step;
@@ -641,6 +679,7 @@ GateResult run_gate(const GateOptions& opt) {
     res.windows.push_back(std::move(wr));
   }
   res.cases_run_now = runner.run_now();
+  res.pipeline = runner.pipeline();
   res.cases_total = store.records;
   res.date = utc_now();
   return res;
@@ -687,11 +726,18 @@ std::string describe_seeds(const std::string& canonical) {
 
 std::string format_gate_markdown(const GateResult& r) {
   std::ostringstream o;
-  int failing = 0;
-  for (const auto& w : r.windows) failing += !w.pass;
+  int failing = 0, inconclusive = 0;
+  for (const auto& w : r.windows) {
+    failing += !w.pass;
+    inconclusive += w.verdict == Verdict::inconclusive;
+  }
   o << "# normgate gate: " << r.table_path << "\n\n";
   o << "- verdict: **" << (r.pass() ? "PASS" : "FAIL") << "**: " << (r.windows.size() - failing) << " of "
-    << r.windows.size() << " gated windows pass\n";
+    << r.windows.size() << " gated windows pass";
+  if (inconclusive > 0)
+    o << "; " << inconclusive << " INCONCLUSIVE (no element over budget, but some comparison is within the "
+      << "oracle's error bound of the budget: not approved; re-check those cases with --oracle mpfr)";
+  o << "\n";
   o << "- backend: **" << r.backend << "**. " << r.backend_detail << "\n";
   o << "- table: `" << r.table_path << "` (sha256 " << r.table_sha256.substr(0, 12) << ")";
   if (!r.base_path.empty())
@@ -713,6 +759,12 @@ std::string format_gate_markdown(const GateResult& r) {
     o << "fresh seeds: " << r.fresh_factor << "x the seed count at the worst (T, family)\n";
   else
     o << "no fresh seeds\n";
+  o << "- oracle: " << (r.oracle == "auto"   ? "FP64 with rigorous per-element bounds, escalating to MPFR where FP64 "
+                                               "cannot decide a comparison (--oracle auto)"
+                        : r.oracle == "fp64" ? "FP64 with rigorous per-element bounds, no escalation (--oracle fp64): "
+                                               "comparisons the bound cannot decide are INCONCLUSIVE"
+                                             : "MPFR for every element (--oracle mpfr)")
+    << "\n";
   o << "- budgets (err/tol, pass <= 1): y, dx atol = rtol = 1e-2; rstd rtol 1e-5; dw atol 1e-4 + rtol 1e-4 vs "
        "the FP64 oracle (rigorous per-element error bounds). bwd windows gate y, rstd, dx, dw (the step with its "
        "forward); fwd windows gate y, rstd. dw vs FP32 (FP32 eager on the same inputs; <= 1: not worse) is "
@@ -743,7 +795,8 @@ std::string format_gate_markdown(const GateResult& r) {
                     (std::isnan(w.dw_vs_fp32_median) ? std::string("-") : ratio_cell(w.dw_vs_fp32_median))
               : std::string("-"))
       << " | " << (w.worst_case.empty() ? "-" : w.worst_case + " (" + w.worst_output + ")") << " | " << w.cases
-      << " | " << (w.pass ? "PASS" : "**FAIL**") << " |\n";
+      << " | "
+      << (w.pass ? "PASS" : w.verdict == Verdict::inconclusive ? "**INCONCLUSIVE**" : "**FAIL**") << " |\n";
   }
 
   o << "\n## Refinement and margin\n\n"
@@ -833,6 +886,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
                  {"driver", r.device.driver},
                  {"cuda_runtime", r.device.cuda_runtime}};
   j["seeds"] = r.seeds;
+  j["oracle"] = r.oracle;
   j["t_per_window"] = r.t_per_window;
   j["dense_points"] = r.dense_points;
   j["dense_step"] = r.dense_step;
@@ -895,6 +949,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
     for (const auto& f : w.families)
       x["families"].push_back({{"family", f.family}, {"cases", f.cases}, {"failed", f.failed}});
     x["pass"] = w.pass;
+    x["verdict"] = std::string(to_string(w.verdict));
     j["windows"].push_back(std::move(x));
   }
   return j;

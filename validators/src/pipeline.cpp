@@ -1,6 +1,8 @@
 #include "normgate/validators/pipeline.h"
 
 #include <algorithm>
+#include <future>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -141,7 +143,7 @@ Verdict CheckReport::verdict() const {
 
 bool CheckReport::pass() const { return verdict() == Verdict::pass; }
 
-CheckReport run_check(const CheckRequest& req) {
+PreparedCheck prepare_check(const CheckRequest& req) {
   if (req.id.form != Form::plain)
     throw std::invalid_argument("form '" + std::string(to_string(req.id.form)) +
                                 "' is not supported yet (available: plain)");
@@ -160,16 +162,38 @@ CheckReport run_check(const CheckRequest& req) {
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
   }
 
+  PreparedCheck pc;
+  pc.request = req;
+  pc.backend = backend;
+  auto t0 = Clock::now();
+  pc.inputs = backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
+  pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  pc.seconds_generate = since(t0);
+
+  // GPU: every backward variant of the request runs on one generation of the
+  // inputs after one forward (kernels::run_gpu over a list).
+  std::vector<const kernels::Variant*> gpu_variants;
+  if (backend == Backend::gpu)
+    for (const auto& name : req.impls)
+      if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
+  if (!gpu_variants.empty()) {
+    t0 = Clock::now();
+    pc.gpu_outs = kernels::run_gpu(gpu_variants, req.id, static_cast<float>(req.id.eps));
+    pc.seconds_gpu = since(t0);
+  }
+  return pc;
+}
+
+CheckReport finish_check(PreparedCheck&& pc) {
+  const CheckRequest& req = pc.request;
   CheckReport rep;
   rep.request = req;
-  auto t0 = Clock::now();
-  const seeds::HostInputs in =
-      backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
-  rep.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
-  rep.seconds_generate = since(t0);
+  rep.inputs_from = pc.inputs_from;
+  rep.seconds_generate = pc.seconds_generate;
+  const seeds::HostInputs& in = pc.inputs;
 
   const oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), req.id.eps};
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   const auto ref = oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp64, req.oracle, req.threads));
   const auto ideal =
       oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp32_rounded, req.oracle, req.threads));
@@ -178,21 +202,9 @@ CheckReport run_check(const CheckRequest& req) {
   rep.escalations_ref = ref.escalations();
   rep.escalations_ideal = ideal.escalations();
 
-  // GPU: every backward variant of the request runs on one generation of the
-  // inputs after one forward (kernels::run_gpu over a list); the time of that
-  // call is shared equally among them in the report.
-  std::vector<const kernels::Variant*> gpu_variants;
-  if (backend == Backend::gpu)
-    for (const auto& name : req.impls)
-      if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
-  std::vector<Outputs> gpu_outs;
-  double gpu_seconds_each = 0;
-  if (!gpu_variants.empty()) {
-    t0 = Clock::now();
-    gpu_outs = kernels::run_gpu(gpu_variants, req.id, static_cast<float>(req.id.eps));
-    gpu_seconds_each = since(t0) / static_cast<double>(gpu_variants.size());
-  }
-
+  // The GPU call's time is shared equally among its variants in the report.
+  const double gpu_seconds_each =
+      pc.gpu_outs.empty() ? 0.0 : pc.seconds_gpu / static_cast<double>(pc.gpu_outs.size());
   std::vector<Outputs> outs;
   outs.reserve(req.impls.size());
   size_t next_gpu = 0;
@@ -204,9 +216,11 @@ CheckReport run_check(const CheckRequest& req) {
       ir.ran_on = "cpu (FP32 baseline)";
       outs.push_back(baseline);
       ir.seconds_impl = since(t0);
-    } else if (backend == Backend::gpu) {
+    } else if (pc.backend == Backend::gpu) {
+      if (next_gpu >= pc.gpu_outs.size())
+        throw std::logic_error("finish_check: fewer GPU outputs than GPU variants (prepare_check not called?)");
       ir.ran_on = "gpu";
-      outs.push_back(std::move(gpu_outs[next_gpu++]));
+      outs.push_back(std::move(pc.gpu_outs[next_gpu++]));
       ir.seconds_impl = gpu_seconds_each;
     } else {
       ir.ran_on = "cpu model (no GPU used)";
@@ -231,6 +245,71 @@ CheckReport run_check(const CheckRequest& req) {
     if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
   }
   return rep;
+}
+
+CheckReport run_check(const CheckRequest& req) { return finish_check(prepare_check(req)); }
+
+PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done) {
+  PipelineStats st;
+  const auto t_all = Clock::now();
+  // Prepare request i (in the calling thread or a worker): never throws; an
+  // exception is carried to done().
+  struct Slot {
+    std::optional<PreparedCheck> pc;
+    std::exception_ptr err;
+    double seconds = 0;
+  };
+  if (n == 0) return st;
+  std::optional<CheckRequest> first;
+  try {
+    first.emplace(request(0));
+  } catch (...) {
+  }
+  auto prepare = [&request, &first](size_t i) {
+    Slot s;
+    const auto t0 = Clock::now();
+    try {
+      s.pc.emplace(prepare_check(i == 0 && first ? *first : request(i)));
+    } catch (...) {
+      s.err = std::current_exception();
+    }
+    s.seconds = since(t0);
+    return s;
+  };
+  // Overlap only pays when the first half runs on the GPU; on the CPU both
+  // halves would compete for the same cores.
+  const bool overlap = n > 1 && first && resolve_backend(first->backend) == Backend::gpu;
+  st.overlapped = overlap;
+  std::future<Slot> ahead;
+  Slot cur;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || !overlap) {
+      cur = prepare(i);
+    } else {
+      const auto tw = Clock::now();
+      cur = ahead.get();
+      st.seconds_waiting_for_prepare += since(tw);
+    }
+    st.seconds_prepare += cur.seconds;
+    if (overlap && i + 1 < n) ahead = std::async(std::launch::async, prepare, i + 1);
+    const auto t0 = Clock::now();
+    std::exception_ptr err = cur.err;
+    std::optional<CheckReport> rep;
+    if (!err) {
+      try {
+        rep.emplace(finish_check(std::move(*cur.pc)));
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    cur = Slot{};
+    st.seconds_finish += since(t0);
+    ++st.cases;
+    done(i, rep ? &*rep : nullptr, err);  // may throw: a pending prepare is awaited by ~future
+  }
+  st.seconds_total = since(t_all);
+  return st;
 }
 
 std::string format_report(const CheckReport& rep) {
@@ -379,27 +458,29 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
   };
   for (const auto& impl : impls)  // impl-major order, families in first-seen order
     for (const auto& c : cases) slot(impl, c.family);
-  for (const auto& c : cases) {
-    CheckRequest req{c, impls, backend, threads, oracle};
-    const CheckReport rep = run_check(req);
-    for (const auto& ir : rep.impls) {
-      Aggregate& a = slot(ir.impl, c.family);
-      ++a.cases;
-      const Verdict v = ir.result.verdict();
-      if (v == Verdict::fail) ++a.failed;
-      if (v == Verdict::inconclusive) ++a.inconclusive;
-      for (const auto& s : ir.result.tensors) {
-        const int k = static_cast<int>(s.output());
-        if (a.worst_case[k].empty() || s.worst.ratio > a.max_ratio[k]) {
-          a.max_ratio[k] = s.worst.ratio;
-          a.worst_case[k] = seeds::to_string(c);
-          a.forced_at_worst[k] = s.worst.forced;
+  run_checks(
+      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle}; },
+      [&](size_t i, CheckReport* rep, std::exception_ptr err) {
+        if (err) std::rethrow_exception(err);
+        const seeds::CaseId& c = cases[i];
+        for (const auto& ir : rep->impls) {
+          Aggregate& a = slot(ir.impl, c.family);
+          ++a.cases;
+          const Verdict v = ir.result.verdict();
+          if (v == Verdict::fail) ++a.failed;
+          if (v == Verdict::inconclusive) ++a.inconclusive;
+          for (const auto& s : ir.result.tensors) {
+            const int k = static_cast<int>(s.output());
+            if (a.worst_case[k].empty() || s.worst.ratio > a.max_ratio[k]) {
+              a.max_ratio[k] = s.worst.ratio;
+              a.worst_case[k] = seeds::to_string(c);
+              a.forced_at_worst[k] = s.worst.forced;
+            }
+          }
+          if (!(ir.result.dw_vs_fp32_worst <= a.dw_vs_fp32_worst)) a.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
         }
-      }
-      if (!(ir.result.dw_vs_fp32_worst <= a.dw_vs_fp32_worst)) a.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
-    }
-    if (on_case) on_case(rep);
-  }
+        if (on_case) on_case(*rep);
+      });
   return aggs;
 }
 

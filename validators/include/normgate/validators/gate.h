@@ -119,6 +119,9 @@ struct GateOptions {
   int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
   std::string normgate_version;        ///< provenance for reports and approvals
   std::string normgate_commit;
+  /// Oracle for every case (pipeline.h CheckRequest::oracle): auto (FP64
+  /// with MPFR escalation, the default), fp64, or mpfr (small cases only).
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
   std::function<void(const GateProgress&)> progress;  ///< called after every case (may be empty)
   /// Called before a case runs, inside the case's error handling: what it
   /// throws is journalled as that case's error, exactly like a GPU fault
@@ -138,6 +141,8 @@ struct OutputAgg {
   double forced = 0;        ///< part of the maximum the interface forces
   int64_t cases_over = 0;   ///< cases where this output does not pass (an element over budget,
                             ///< or, where comparisons are certified, one not certified)
+  int64_t cases_inconclusive = 0;  ///< of those, cases with no element over budget: only
+                                   ///< uncertified comparisons (the oracle's bound straddles 1)
 };
 
 /// One refinement step of a window.
@@ -178,6 +183,10 @@ struct WindowResult {
   std::string fresh_family;        ///< family of the fresh-seed re-run ("" when none)
   int64_t fresh_t = 0;             ///< T of the fresh-seed re-run
   bool pass = false;
+  /// pass; fail (an element over budget, or a case threw); inconclusive (no
+  /// failure, but some comparison could not be certified against the
+  /// oracle's bound: not approved, re-run with --oracle mpfr on the case).
+  Verdict verdict = Verdict::fail;
   /// Outputs gated in this window: 4 (y, rstd, dx, dw) for bwd, 2 (y, rstd) for fwd.
   int gated_outputs() const { return route.op == kernels::Op::bwd ? 4 : 2; }
 };
@@ -190,6 +199,7 @@ struct GateResult {
   std::string backend_detail;          ///< one sentence for humans (device, or why CPU models)
   kernels::DeviceInfo device;
   std::string seeds;                   ///< canonical seed set
+  std::string oracle;                  ///< "auto", "fp64" or "mpfr"
   int t_per_window = 0, dense_points = 0, fresh_factor = 0;
   int64_t dense_step = 0;
   std::string windows_filter;
@@ -204,6 +214,10 @@ struct GateResult {
   int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume
   std::string date;                    ///< UTC ISO 8601, when the gate finished
   std::string normgate_version, normgate_commit;
+  /// How this process's cases ran (not part of the reports: a resumed run
+  /// differs). GPU backend: the GPU half of a case overlapped the oracle of
+  /// the one before.
+  PipelineStats pipeline;
   /// True when every gated window passes; with --base and no changed window
   /// (nothing gated, some skipped) also true.
   bool pass() const;

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
 #include "normgate/validators/check.h"
 
@@ -75,7 +77,47 @@ Backend resolve_backend(Backend b);
 
 /// Run one check. Throws std::invalid_argument for an unknown impl, a case
 /// an implementation does not support, or backend gpu without a usable GPU.
+/// Equal to finish_check(prepare_check(req)).
 CheckReport run_check(const CheckRequest& req);
+
+/// The first half of a check: argument checks, the inputs (GPU generator on
+/// the GPU backend, host generator otherwise) and, on the GPU backend, every
+/// GPU variant's outputs (kernels::run_gpu over the list: one forward). No
+/// oracle work. Throws as run_check (argument errors, CUDA errors).
+struct PreparedCheck {
+  CheckRequest request;
+  Backend backend = Backend::cpu;  ///< resolved
+  seeds::HostInputs inputs;
+  std::string inputs_from;
+  std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend)
+  double seconds_generate = 0, seconds_gpu = 0;
+};
+PreparedCheck prepare_check(const CheckRequest& req);
+
+/// The second half: oracle (reference, ideal kernel, FP32 baseline), CPU
+/// models on the CPU backend, one validation sweep. Consumes `pc`.
+CheckReport finish_check(PreparedCheck&& pc);
+
+/// Time spent by run_checks (seconds, wall clock).
+struct PipelineStats {
+  int64_t cases = 0;
+  bool overlapped = false;               ///< GPU backend: prepare of k+1 ran during finish of k
+  double seconds_total = 0;
+  double seconds_prepare = 0;            ///< sum of prepare_check times (GPU + generator)
+  double seconds_finish = 0;             ///< sum of finish_check times (oracle + validation)
+  double seconds_waiting_for_prepare = 0;  ///< finish side idle, waiting for the next prepare
+};
+
+/// Run n checks in order, request(i) giving the i-th. On the GPU backend the
+/// prepare_check of request i+1 (GPU work, on a worker thread) overlaps the
+/// finish_check of request i (CPU oracle), so at most two cases are in memory;
+/// on the CPU backend they run one after the other. done(i, report, error) is
+/// called in order i = 0..n-1 from the calling thread, with report == nullptr
+/// and error set when request i threw (argument or CUDA error); an exception
+/// thrown by done() ends the run (after the worker finishes) and propagates.
+/// request(i) may be called from the worker thread, once per i, in order.
+PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
 
 /// Human-readable report: the oracle mode and its escalations, one table per
 /// implementation (max err/tol, worst index, over-budget count, forced part,
