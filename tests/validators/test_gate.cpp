@@ -527,3 +527,35 @@ TEST(Gate, OracleModeIsReportedAndPartOfTheCampaign) {
   EXPECT_THROW((void)run_gate(o), std::invalid_argument);
   std::filesystem::remove_all(dir);
 }
+
+// One journal serves gates with different window filters (records are per
+// case and implementation, whoever asked for them): gating H=64 then H=256
+// into one journal, a gate of the whole table runs nothing and reports what
+// an uninterrupted whole-table gate reports, case counts included.
+TEST(Gate, OneJournalAcrossWindowFilters) {
+  const std::string dir = temp_dir("filters");
+  GateOptions o = small_opts();
+  o.dense_points = 1;
+  const GateResult whole = run_gate(o);
+
+  o.journal_path = dir + "/j.jsonl";
+  o.windows = "H=64";
+  const GateResult a = run_gate(o);
+  o.windows = "H=256";
+  const GateResult b = run_gate(o);
+  EXPECT_EQ(b.cases_resumed, 0);  // H=256 shares no case with H=64
+  EXPECT_EQ(b.cases_run_now, b.cases_total);
+  o.windows = "H=64";
+  const GateResult a_again = run_gate(o);  // the H=256 records in the journal are not counted
+  EXPECT_EQ(a_again.cases_run_now, 0);
+  EXPECT_EQ(a_again.cases_total, a.cases_total);
+  EXPECT_EQ(a_again.cases_resumed, a.cases_total);
+  o.windows = "";
+  const GateResult resumed = run_gate(o);
+  EXPECT_EQ(resumed.cases_run_now, 0);
+  EXPECT_EQ(resumed.cases_total, whole.cases_total);
+  EXPECT_EQ(resumed.cases_total, a.cases_total + b.cases_total);
+  EXPECT_EQ(strip_date(format_gate_markdown(resumed)), strip_date(format_gate_markdown(whole)));
+  EXPECT_EQ(strip_date(gate_to_json(resumed)).dump(), strip_date(gate_to_json(whole)).dump());
+  std::filesystem::remove_all(dir);
+}

@@ -52,9 +52,14 @@ struct Store {
   std::map<std::string, std::map<std::string, std::string>> err;
   int64_t records = 0;
   double worst = 0;  // largest err/tol of any output seen (progress only)
+  // Record number holding (case, impl), and the records this campaign's plan
+  // used (a journal may hold cases of other window filters: not counted).
+  std::map<std::string, std::map<std::string, int64_t>> rec_of;
+  std::set<int64_t> used;
 
   void add(const CaseRecord& r) {
-    ++records;
+    const int64_t id = records++;
+    for (const auto& i : r.impls) rec_of[r.case_id].emplace(i, id);
     if (!r.error.empty()) {
       for (const auto& i : r.impls) err[r.case_id].emplace(i, r.error);
       return;
@@ -64,6 +69,21 @@ struct Store {
       for (const auto& o : x.out)
         if (!(o.ratio <= worst)) worst = o.ratio;
     }
+  }
+  void use(const std::string& c, const std::string& impl) {
+    auto a = rec_of.find(c);
+    if (a == rec_of.end()) return;
+    if (auto b = a->second.find(impl); b != a->second.end()) used.insert(b->second);
+  }
+  // Mark the record get(c, "") reads (a forward window's case).
+  void use_any(const std::string& c) {
+    auto a = ok.find(c);
+    if (a == ok.end()) return;
+    for (const auto& v : kernels::variants())
+      if (a->second.count(std::string(v.name))) {
+        use(c, std::string(v.name));
+        return;
+      }
   }
   bool done(const std::string& c, const std::string& impl) const {
     auto a = ok.find(c);
@@ -199,8 +219,11 @@ class Runner {
     std::vector<size_t> todo;  // needs with something to run, in order
     for (size_t i = 0; i < needs.size(); ++i) {
       const std::string id = seeds::to_string(needs[i].c);
-      for (const auto& impl : needs[i].impls)
+      if (needs[i].any && needs[i].impls.empty()) store_.use_any(id);
+      for (const auto& impl : needs[i].impls) {
         if (!store_.done(id, impl)) missing[i].push_back(impl);
+        else store_.use(id, impl);
+      }
       std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
       if (!missing[i].empty()) todo.push_back(i);
@@ -250,6 +273,7 @@ class Runner {
           }
           journal_.append(rec);  // on disk (fsynced) before the next case is taken
           store_.add(rec);
+          for (const auto& impl : rec.impls) store_.use(rec.case_id, impl);
           ++run_now_;
           seconds_run_ += rec.seconds;
           if (opt_.after_case) opt_.after_case(run_now_);
@@ -609,8 +633,6 @@ GateResult run_gate(const GateOptions& opt) {
   // Journal: the campaign is everything the plan and the numbers depend on.
   nlohmann::json campaign;
   campaign["table_sha256"] = table.sha256;
-  campaign["base_sha256"] = res.base_sha256;
-  campaign["windows"] = opt.windows;
   campaign["seeds"] = res.seeds;
   campaign["oracle"] = res.oracle;
   campaign["t_per_window"] = opt.t_per_window;
@@ -626,7 +648,7 @@ GateResult run_gate(const GateOptions& opt) {
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign);
   Store store;
   for (const auto& rec : journal.resumed()) store.add(rec);
-  res.cases_resumed = static_cast<int64_t>(journal.resumed().size());
+  const int64_t journal_records = static_cast<int64_t>(journal.resumed().size());
   res.journal_dropped_bytes = journal.dropped_bytes();
 
   Runner runner(opt, backend, store, journal);
@@ -680,7 +702,11 @@ GateResult run_gate(const GateOptions& opt) {
   }
   res.cases_run_now = runner.run_now();
   res.pipeline = runner.pipeline();
-  res.cases_total = store.records;
+  // Records this plan used (an uninterrupted run uses all it made); records
+  // 0..journal_records-1 came from the journal.
+  res.cases_total = static_cast<int64_t>(store.used.size());
+  res.cases_resumed = static_cast<int64_t>(
+      std::distance(store.used.begin(), store.used.lower_bound(journal_records)));
   res.date = utc_now();
   return res;
 }

@@ -40,7 +40,11 @@
 // on disk before the next starts, and a re-run with the same journal skips
 // them. The plan (which cases run) is a function of the table, the options and
 // the results, so a resumed run reaches the same report as an uninterrupted
-// one. A case that throws (GPU out of memory, a kernel error) is journalled as
+// one. Records are per (case, implementation), whichever window asked for
+// them, so one journal also serves gates of different --windows filters (and
+// --base): a long campaign can be run a filter at a time and finished by a
+// gate of the whole table that only reads the journal. Reports count only
+// the records their plan used. A case that throws (GPU out of memory, a kernel error) is journalled as
 // an error of that case; the windows that needed it fail and the run goes on.
 #pragma once
 
