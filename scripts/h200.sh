@@ -4,9 +4,15 @@
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant,
 #   4. the kernel benchmark (bench/kernels_bench),
-#   5. the main job on real input: `normgate check` over a grid of cases
+#   5. the main job on real input: `normgate check` over a grid of cases, one
+#      invocation per (T, H) so a deadline leaves complete tables
 #      (NG_GRID_T, NG_GRID_H, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
-#   6. a short table last.
+#   6. escbench: the MPFR escalation cost on this host's cores (bench/escalation_bench),
+#   7. gate: `normgate gate` over NG_GATE_TABLE (routes/sm90a.toml) with
+#      NG_GATE_SEEDS (3x16), NG_GATE_WINDOWS (all), NG_GATE_ARGS, journalled to
+#      NG_GATE_JOURNAL (resumes when it exists; copied back to the output),
+#      stopped by the deadline (the journal keeps what finished),
+#   8. a short table last.
 # Logs go to $OUT (the device tool's output folder) or ./out.
 # Usage: scripts/h200.sh            (all steps)
 #        NG_STEPS="tests sanitize" scripts/h200.sh
@@ -80,19 +86,54 @@ if has grid; then
   H="${NG_GRID_H:-2048,4096,6144}"
   S="${NG_GRID_SEEDS:-3x8}"
   for T in $(echo "${NG_GRID_T:-4097,65537,131072}" | tr ',' ' '); do
-    start=$SECONDS
-    budget=$(left)
-    [ "$budget" -gt 20 ] || { summary+=("grid T=$T skipped: deadline"); continue; }
-    OMP_PROC_BIND=close timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
-      --H "$H" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T$T.json" --md "$out/grid_T$T.md" \
-      >"$out/grid_T$T.log" 2>&1
-    summary+=("grid H=$H T=$T seeds=$S rc=$? $((SECONDS - start))s")
+    for h in $(echo "$H" | tr ',' ' '); do
+      start=$SECONDS
+      budget=$(left)
+      [ "$budget" -gt 20 ] || { summary+=("grid T=$T H=$h skipped: deadline"); continue; }
+      OMP_PROC_BIND=close timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
+        --H "$h" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T${T}_H$h.json" --md "$out/grid_T${T}_H$h.md" \
+        >"$out/grid_T${T}_H$h.log" 2>&1
+      summary+=("grid H=$h T=$T seeds=$S rc=$? $((SECONDS - start))s")
+    done
   done
+fi
+
+if has escbench; then
+  start=$SECONDS
+  budget=$(left)
+  if [ "$budget" -gt 30 ]; then
+    timeout $((budget - 10)) "$build/bench/escalation_bench" ${NG_ESC_ARGS:-131072 6144 normal,llm,cancel,normal:inject=64 3} \
+      >"$out/escalation_bench.log" 2>&1
+    summary+=("escalation_bench rc=$? $((SECONDS - start))s")
+  else
+    summary+=("escalation_bench skipped: deadline")
+  fi
+fi
+
+if has gate; then
+  start=$SECONDS
+  budget=$(left)
+  journal="${NG_GATE_JOURNAL:-$out/gate.jsonl}"
+  mkdir -p "$(dirname "$journal")"
+  if [ "$budget" -gt 30 ]; then
+    # shellcheck disable=SC2086
+    OMP_PROC_BIND=close timeout --signal=KILL $((budget - 10)) "$bin" gate "${NG_GATE_TABLE:-$root/routes/sm90a.toml}" \
+      --seeds "${NG_GATE_SEEDS:-3x16}" --windows "${NG_GATE_WINDOWS:-}" --journal "$journal" --quiet \
+      --report-md "$out/gate.md" --report-json "$out/gate.json" ${NG_GATE_ARGS:-} >"$out/gate.log" 2>&1
+    rc=$?
+    summary+=("gate ${NG_GATE_WINDOWS:-all windows} seeds=${NG_GATE_SEEDS:-3x16} rc=$rc $((SECONDS - start))s, journal $(wc -l <"$journal") lines")
+    while read -r l; do summary+=("  $l"); done < <(grep -E "^(pipeline|verdict|journal) " "$out/gate.log")
+  else
+    summary+=("gate skipped: deadline")
+  fi
+  [ "$journal" = "$out/gate.jsonl" ] || cp "$journal" "$out/gate.jsonl"
+  gzip -c "$out/gate.jsonl" >"$final/gate.jsonl.gz"
 fi
 
 echo
 echo "== h200.sh on: $gpu"
 [ -f "$out/kernels_bench.log" ] && grep -E "^\|" "$out/kernels_bench.log"
-for f in "$out"/grid_T*.md; do [ -f "$f" ] && { echo "$(basename "$f")"; cat "$f"; }; done
+for f in "$out"/grid_T*.md; do [ -f "$f" ] && { echo "$(basename "$f")"; grep -E "^\| [a-z_]" "$f" | cut -c1-150; }; done
+[ -f "$out/escalation_bench.log" ] && tail -12 "$out/escalation_bench.log"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 tar -czf "$final/logs.tgz" -C "$final" logs && rm -rf "$out"
