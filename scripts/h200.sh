@@ -90,7 +90,7 @@ if has grid; then
       start=$SECONDS
       budget=$(left)
       [ "$budget" -gt 20 ] || { summary+=("grid T=$T H=$h skipped: deadline"); continue; }
-      OMP_PROC_BIND=close timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
+      timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
         --H "$h" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T${T}_H$h.json" --md "$out/grid_T${T}_H$h.md" \
         >"$out/grid_T${T}_H$h.log" 2>&1
       summary+=("grid H=$h T=$T seeds=$S rc=$? $((SECONDS - start))s")
@@ -117,7 +117,7 @@ if has gate; then
   mkdir -p "$(dirname "$journal")"
   if [ "$budget" -gt 30 ]; then
     # shellcheck disable=SC2086
-    OMP_PROC_BIND=close timeout --signal=KILL $((budget - 10)) "$bin" gate "${NG_GATE_TABLE:-$root/routes/sm90a.toml}" \
+    timeout --signal=KILL $((budget - 10)) "$bin" gate "${NG_GATE_TABLE:-$root/routes/sm90a.toml}" \
       --seeds "${NG_GATE_SEEDS:-3x16}" --windows "${NG_GATE_WINDOWS:-}" --journal "$journal" --quiet \
       --report-md "$out/gate.md" --report-json "$out/gate.json" ${NG_GATE_ARGS:-} >"$out/gate.log" 2>&1
     rc=$?

@@ -7,6 +7,7 @@
 #include "cuda_check.h"
 #include "device_blocks.cuh"
 #include "device_buffer.h"
+#include "host_download.h"
 #include "normgate/core/bf16.h"
 #include "normgate/kernels/runner.h"
 #include "normgate/seeds/families.h"
@@ -112,7 +113,7 @@ seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId& c) {
   h.cols = cols;
   auto down = [&](std::vector<uint16_t>& dst, const detail::DeviceBuffer& src) {
     dst.resize(n);
-    if (n > 0) NG_CUDA(cudaMemcpy(dst.data(), src.get(), n * 2, cudaMemcpyDeviceToHost));
+    detail::download(dst.data(), src.get(), n * 2, nullptr);
   };
   down(h.x, x);
   down(h.dy, dy);

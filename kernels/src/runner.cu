@@ -1,6 +1,8 @@
 // kernels/src/runner.cu: gpu_available(), run_gpu() (runner.h) and the small
 // device utilities the launch API needs (launch_zero_f32).
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "cuda_check.h"
 #include "device_blocks.cuh"
 #include "device_buffer.h"
+#include "host_download.h"
 #include "launch.h"
 #include "normgate/kernels/runner.h"
 
@@ -51,6 +54,75 @@ void fill_words(const detail::DeviceBuffer& b, uint32_t pattern, uint32_t seed, 
 }  // namespace
 
 namespace detail {
+
+namespace {
+// Two pinned staging buffers and their events, one set per process (a
+// pipeline's short-lived worker threads reuse it), guarded by a mutex.
+struct Staging {
+  void* buf[2] = {nullptr, nullptr};
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  ~Staging() {
+    for (int b = 0; b < 2; ++b) {
+      if (buf[b] != nullptr) cudaFreeHost(buf[b]);
+      if (ev[b] != nullptr) cudaEventDestroy(ev[b]);
+    }
+  }
+  void ensure() {
+    for (int b = 0; b < 2; ++b) {
+      if (buf[b] == nullptr) NG_CUDA(cudaHostAlloc(&buf[b], kStageBytes, cudaHostAllocDefault));
+      if (ev[b] == nullptr) NG_CUDA(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming));
+    }
+  }
+};
+}  // namespace
+
+void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s) {
+  if (rows == 0 || width == 0) return;
+  if (pitch < width) throw std::invalid_argument("download_rows: pitch " + std::to_string(pitch) + " < width " +
+                                                 std::to_string(width));
+  static std::mutex mu;
+  static Staging st;
+  const std::lock_guard<std::mutex> lock(mu);
+  st.ensure();
+  if (width > kStageBytes) {  // a row wider than a buffer (not reached by run_gpu: H <= 2^20)
+    NG_CUDA(cudaMemcpy2DAsync(dst, width, src, pitch, width, rows, cudaMemcpyDeviceToHost, s));
+    NG_CUDA(cudaStreamSynchronize(s));
+    return;
+  }
+  // Chunks of whole rows.
+  struct Chunk {
+    const char* from;
+    char* to;
+    size_t w, n, pitch;  // n rows of w bytes, source pitch
+  };
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  const size_t rows_per = kStageBytes / width;
+  auto chunk = [&](size_t k) -> Chunk {  // k-th chunk, or n == 0 past the end
+    const size_t r0 = k * rows_per;
+    if (r0 >= rows) return {nullptr, nullptr, 0, 0, 0};
+    const size_t n = std::min(rows_per, rows - r0);
+    return {in + r0 * pitch, out + r0 * width, width, n, pitch};
+  };
+  auto issue = [&](const Chunk& c, int b) {
+    NG_CUDA(cudaMemcpy2DAsync(st.buf[b], c.w, c.from, c.pitch, c.w, c.n, cudaMemcpyDeviceToHost, s));
+    NG_CUDA(cudaEventRecord(st.ev[b], s));
+  };
+  auto land = [&](const Chunk& c, int b) {
+    NG_CUDA(cudaEventSynchronize(st.ev[b]));
+    std::memcpy(c.to, st.buf[b], c.w * c.n);
+  };
+  Chunk prev = chunk(0);
+  issue(prev, 0);
+  for (size_t k = 1;; ++k) {
+    const Chunk next = chunk(k);
+    if (next.n > 0) issue(next, static_cast<int>(k % 2));
+    land(prev, static_cast<int>((k - 1) % 2));
+    if (next.n == 0) break;
+    prev = next;
+  }
+}
+
 void launch_zero_f32(float* p, int64_t n, Stream s) {
   NG_CUDA(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), s));
 }
@@ -161,11 +233,15 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
     out.rstd.resize(static_cast<size_t>(T));
     out.dw.resize(static_cast<size_t>(H));
     if (T > 0) {
-      NG_CUDA(cudaMemcpy2D(out.y.data(), width, y, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
-      NG_CUDA(cudaMemcpy2D(out.dx.data(), width, dx, pitch, width, static_cast<size_t>(T), cudaMemcpyDeviceToHost));
-      NG_CUDA(cudaMemcpy(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, cudaMemcpyDeviceToHost));
+      if (k == 0) {
+        detail::download_rows(out.y.data(), y, width, pitch, static_cast<size_t>(T), s);
+      } else {
+        std::memcpy(out.y.data(), outs[0].y.data(), n * 2);  // the same forward's y
+      }
+      detail::download_rows(out.dx.data(), dx, width, pitch, static_cast<size_t>(T), s);
+      detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, s);
     }
-    NG_CUDA(cudaMemcpy(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, cudaMemcpyDeviceToHost));
+    detail::download(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, s);
   }
   return outs;
 }

@@ -1,5 +1,7 @@
 #include "normgate/validators/pipeline.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <future>
 #include <optional>
@@ -296,6 +298,10 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
     const auto t0 = Clock::now();
     std::exception_ptr err = cur.err;
     std::optional<CheckReport> rep;
+    // While the worker prepares the next case, the oracle leaves it one core
+    // (the result does not depend on the thread count).
+    if (!err && overlap && i + 1 < n && cur.pc->request.threads <= 0)
+      cur.pc->request.threads = std::max(1, omp_get_num_procs() - 1);
     if (!err) {
       try {
         rep.emplace(finish_check(std::move(*cur.pc)));

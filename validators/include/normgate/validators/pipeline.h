@@ -110,7 +110,8 @@ struct PipelineStats {
 
 /// Run n checks in order, request(i) giving the i-th. On the GPU backend the
 /// prepare_check of request i+1 (GPU work, on a worker thread) overlaps the
-/// finish_check of request i (CPU oracle), so at most two cases are in memory;
+/// finish_check of request i (CPU oracle, then on one core fewer when the
+/// request leaves threads to the default), so at most two cases are in memory;
 /// on the CPU backend they run one after the other. done(i, report, error) is
 /// called in order i = 0..n-1 from the calling thread, with report == nullptr
 /// and error set when request i threw (argument or CUDA error); an exception
