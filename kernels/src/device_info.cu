@@ -18,10 +18,15 @@ std::string proc_driver_version() {
   if (!f || !std::getline(f, line)) return "";
   const auto k = line.find("Kernel Module");
   if (k == std::string::npos) return "";
+  // "... Kernel Module  580.65.06  Sun ..." or "... Open Kernel Module for
+  // x86_64  580.159.04  Release Build ...": the first token of digits and dots.
   std::istringstream rest(line.substr(k + 13));
   std::string v;
-  rest >> v;
-  return v;
+  while (rest >> v)
+    if (!v.empty() && v.find_first_not_of("0123456789.") == std::string::npos && v.find('.') != std::string::npos &&
+        v.front() != '.')
+      return v;
+  return "";
 }
 std::string api_version(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 }  // namespace
