@@ -254,6 +254,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_check(app, cmds);
   add_variants(app, cmds);
   add_gate_commands(app, cmds);
+  add_repro_commands(app, cmds);
 }
 
 }  // namespace normgate::app

@@ -20,6 +20,9 @@ void register_commands(CLI::App& app, Commands& cmds);
 /// Register `gate` and `routes` (cmd_gate.cpp).
 void add_gate_commands(CLI::App& app, Commands& cmds);
 
+/// Register `repro` (cmd_repro.cpp).
+void add_repro_commands(CLI::App& app, Commands& cmds);
+
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);

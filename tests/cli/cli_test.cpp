@@ -25,7 +25,7 @@ CliRun run(const std::string& args) { return normgate::test::run_normgate(args);
 
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"families", "case", "check", "variants"}) {
+  for (const char* sub : {"families", "case", "check", "variants", "repro"}) {
     const CliRun r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
@@ -49,12 +49,29 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --impl fp32_baseline --case H=8,T=3,w=bf16,family=normal,seed=0", "fp32-baseline"},
       {"check --backend cpu --H 64 --seeds 3x1", "--T"},
       {"case H=4096,T=1,w=bf16,family=normal,seed=0,kappa=1e3", "kappa"},
+      {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_magic", "bwd_magic"},
+      {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant all", "all"},
+      {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_det_chunked --k 0", "--k"},
+      {"repro H=64,T=3,w=bf16,famly=normal,seed=0 --backend cpu --variant bwd_det_chunked", "famly"},
   };
   for (const auto& b : cases) {
     const CliRun r = run(b.args);
     EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
   }
+}
+
+// repro: exit 1 when the implementation fails, 0 when it passes; the report
+// ends with a command that reproduces it.
+TEST(Cli, ReproExitCodesAndCommand) {
+  const CliRun bad = run("repro H=64,T=600,w=bf16,form=plain,family=cancel,seed=1 --backend cpu --variant ctl_fp32_seq --k 2");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "dw: the 2 worst elements")) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "reproduce: normgate repro 'H=64,T=600,w=bf16,form=plain,family=cancel,seed=1' "
+                                "--variant ctl_fp32_seq")) << bad.out;
+  const CliRun good = run("repro H=64,T=600,w=bf16,form=plain,family=cancel,seed=1 --backend cpu --variant bwd_det_chunked");
+  EXPECT_EQ(good.code, 0) << good.out;
+  EXPECT_TRUE(contains(good.out, "conditioning")) << good.out;
 }
 
 TEST(Cli, CaseDigestMatchesTheLibrary) {

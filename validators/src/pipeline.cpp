@@ -186,7 +186,7 @@ PreparedCheck prepare_check(const CheckRequest& req) {
   return pc;
 }
 
-CheckReport finish_check(PreparedCheck&& pc) {
+CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect) {
   const CheckRequest& req = pc.request;
   CheckReport rep;
   rep.request = req;
@@ -246,6 +246,7 @@ CheckReport finish_check(PreparedCheck&& pc) {
     const auto& dw = ir.result.get(Output::dw);
     if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
   }
+  if (inspect) inspect(CheckInternals{p, ref, ideal, outs});
   return rep;
 }
 

@@ -16,6 +16,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
+#include "normgate/oracle/reference.h"
 #include "normgate/validators/check.h"
 
 namespace normgate::validators {
@@ -94,9 +95,19 @@ struct PreparedCheck {
 };
 PreparedCheck prepare_check(const CheckRequest& req);
 
+/// What finish_check computed, shown to an inspector before it is freed.
+struct CheckInternals {
+  const oracle::Problem& problem;
+  const oracle::Reference& ref;    ///< RstdMode::fp64
+  const oracle::Reference& ideal;  ///< RstdMode::fp32_rounded
+  const std::vector<Outputs>& outs;  ///< one per impl, request order
+};
+
 /// The second half: oracle (reference, ideal kernel, FP32 baseline), CPU
-/// models on the CPU backend, one validation sweep. Consumes `pc`.
-CheckReport finish_check(PreparedCheck&& pc);
+/// models on the CPU backend, one validation sweep. Consumes `pc`. When
+/// `inspect` is given it is called once, after validation, with the oracle and
+/// every implementation's outputs (repro.h uses it); what it throws propagates.
+CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect = {});
 
 /// Time spent by run_checks (seconds, wall clock).
 struct PipelineStats {

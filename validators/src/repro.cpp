@@ -1,0 +1,208 @@
+// repro.cpp: one case, one implementation, explained element by element.
+#include "normgate/validators/repro.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "normgate/core/bf16.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/validators/check.h"
+#include "report_util.h"
+
+namespace normgate::validators {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Order of "worse": larger ratio, then smaller index (as RatioStats' worst).
+bool worse(const Element& a, const Element& b) {
+  if (a.ratio != b.ratio) return a.ratio > b.ratio;
+  return a.index < b.index;
+}
+
+// Keep the k worst of a stream (a heap whose top is the least bad kept).
+struct TopK {
+  size_t k;
+  std::vector<Element> h;
+  void add(const Element& e) {
+    if (h.size() < k) {
+      h.push_back(e);
+      std::push_heap(h.begin(), h.end(), worse);
+    } else if (worse(e, h.front())) {
+      std::pop_heap(h.begin(), h.end(), worse);
+      h.back() = e;
+      std::push_heap(h.begin(), h.end(), worse);
+    }
+  }
+};
+
+Element make(const Budget& b, int64_t index, double got, double ref, double bound, double ideal) {
+  Element e;
+  e.index = index;
+  e.got = got;
+  e.ref = ref;
+  e.bound = bound;
+  e.tol = tolerance(b, ref);
+  e.ratio = ratio(b, got, ref);
+  e.forced = ratio(b, ideal, ref);
+  if (std::isfinite(got) && std::isfinite(ref)) e.err = std::fabs(got - ref);
+  else e.err = nonfinite_failure(got, ref) ? kInf : 0.0;
+  return e;
+}
+
+void need(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("worst_elements: " + what);
+}
+
+}  // namespace
+
+std::vector<Element> worst_elements(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
+                                    const oracle::Reference& ideal, Output out, int k, int threads) {
+  need(k >= 1, "k = " + std::to_string(k) + " must be >= 1");
+  need(out != Output::h_new, "h_new is compared bitwise; it has no err/tol elements");
+  const int64_t rows = p.x.rows(), cols = p.x.cols;
+  const size_t rc = static_cast<size_t>(rows * cols);
+  need(got.y.size() == rc && got.dx.size() == rc && got.rstd.size() == static_cast<size_t>(rows) &&
+           got.dw.size() == static_cast<size_t>(cols),
+       "outputs do not match the problem's [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  const Budget b = budget(out);
+  const size_t kk = static_cast<size_t>(k);
+  TopK all{kk, {}};
+  if (out == Output::dw) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const oracle::VB v = ref.dw(j);
+      all.add(make(b, j, static_cast<double>(got.dw[j]), v.v, v.bound,
+                   static_cast<double>(static_cast<float>(ideal.dw(j).v))));
+    }
+  } else if (out == Output::rstd) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const oracle::VB v = ref.rstd(r);
+      all.add(make(b, r, static_cast<double>(got.rstd[r]), v.v, v.bound, static_cast<double>(ref.rstd_f32(r))));
+    }
+  } else {
+    const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
+    std::vector<TopK> part(static_cast<size_t>(nt), TopK{kk, {}});
+    const bool is_y = out == Output::y;
+    const std::vector<uint16_t>& g = is_y ? got.y : got.dx;
+#pragma omp parallel num_threads(nt)
+    {
+      TopK& mine = part[static_cast<size_t>(omp_get_thread_num())];
+      std::vector<oracle::VB> rb(static_cast<size_t>(cols)), ib(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        if (is_y) {
+          ref.y_row(r, rb.data());
+        } else {
+          ref.dx_row(r, rb.data());
+          ideal.dx_row(r, ib.data());
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          const double id = static_cast<double>(round_to_bf16(is_y ? rb[j].v : ib[j].v));
+          mine.add(make(b, r * cols + j, static_cast<double>(bf16_to_float(g[r * cols + j])), rb[j].v, rb[j].bound, id));
+        }
+      }
+    }
+    for (const TopK& t : part)
+      for (const Element& e : t.h) all.add(e);
+  }
+  std::sort(all.h.begin(), all.h.end(), worse);
+  return all.h;
+}
+
+DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64_t j, int n) {
+  const int64_t rows = p.x.rows(), cols = p.x.cols;
+  if (j < 0 || j >= cols)
+    throw std::invalid_argument("dw_column: column " + std::to_string(j) + " outside [0, " + std::to_string(cols) + ")");
+  if (n < 0) throw std::invalid_argument("dw_column: n = " + std::to_string(n) + " must be >= 0");
+  DwColumn c;
+  c.col = j;
+  c.sum = ref.dw(j).v;
+  c.sum_abs = ref.dw_abs(j);
+  c.escalated = ref.dw_escalated(j);
+  const double den = std::fabs(c.sum);
+  c.condition = den == 0.0 ? (c.sum_abs == 0.0 ? 1.0 : kInf) : c.sum_abs / den;
+  if (std::isnan(c.condition)) c.condition = kInf;
+  auto bigger = [](const DwColumn::Row& a, const DwColumn::Row& b) {
+    const double fa = std::fabs(a.term), fb = std::fabs(b.term);
+    if (fa != fb) return fa > fb;
+    return a.row < b.row;
+  };
+  std::vector<DwColumn::Row> heap;
+  for (int64_t r = 0; r < rows && n > 0; ++r) {
+    const double t = static_cast<double>(bf16_to_float(p.dy.row(r)[j])) *
+                     static_cast<double>(bf16_to_float(p.x.row(r)[j])) * ref.rstd(r).v;
+    const DwColumn::Row row{r, t};
+    if (heap.size() < static_cast<size_t>(n)) {
+      heap.push_back(row);
+      std::push_heap(heap.begin(), heap.end(), bigger);
+    } else if (bigger(row, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), bigger);
+      heap.back() = row;
+      std::push_heap(heap.begin(), heap.end(), bigger);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), bigger);
+  c.top_rows = std::move(heap);
+  return c;
+}
+
+ReproReport repro(const CheckRequest& req, int k) {
+  if (req.impls.size() != 1)
+    throw std::invalid_argument("repro: name exactly one implementation (got " + std::to_string(req.impls.size()) + ")");
+  if (k < 1) throw std::invalid_argument("repro: k = " + std::to_string(k) + " must be >= 1");
+  ReproReport r;
+  r.check = finish_check(prepare_check(req), [&](const CheckInternals& in) {
+    const Outputs& got = in.outs.front();
+    for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw})
+      r.worst.push_back(worst_elements(in.problem, got, in.ref, in.ideal, o, k, req.threads));
+    const auto& dw = r.worst.back();
+    for (size_t i = 0; i < dw.size() && i < 3; ++i) r.dw_columns.push_back(dw_column(in.problem, in.ref, dw[i].index, 5));
+  });
+  const Backend b = resolve_backend(req.backend);
+  r.command = "normgate repro '" + seeds::to_string(req.id) + "' --variant " + req.impls.front() + " --backend " +
+              (b == Backend::gpu ? "gpu" : "cpu") + " --oracle " + std::string(oracle::to_string(req.oracle)) +
+              " --k " + std::to_string(k);
+  return r;
+}
+
+std::string format_repro(const ReproReport& r) {
+  using detail::fmt;
+  std::ostringstream o;
+  o << format_report(r.check);
+  const int64_t cols = r.check.request.id.H;
+  const char* names[] = {"y", "rstd", "dx", "dw"};
+  for (size_t t = 0; t < r.worst.size(); ++t) {
+    o << "\n" << names[t] << ": the " << r.worst[t].size() << " worst elements\n"
+      << "  where                         got                 reference     oracle bound          err          tol      err/tol   forced\n";
+    for (const Element& e : r.worst[t]) {
+      std::string where;
+      if (t == 0 || t == 2) where = "row " + std::to_string(e.index / cols) + ", col " + std::to_string(e.index % cols);
+      else if (t == 1) where = "row " + std::to_string(e.index);
+      else where = "col " + std::to_string(e.index);
+      char line[320];
+      std::snprintf(line, sizeof line, "  %-22s %18.10g %25.17g %12.3g %12.4g %12.4g %12.4g %8.3g\n", where.c_str(),
+                    e.got, e.ref, e.bound, e.err, e.tol, e.ratio, e.forced);
+      o << line;
+    }
+  }
+  for (const DwColumn& c : r.dw_columns) {
+    o << "\ndw column " << c.col << ": sum " << fmt("%.17g", c.sum) << ", sum|dy*xhat| " << fmt("%.6g", c.sum_abs)
+      << ", conditioning " << fmt("%.3g", c.condition) << (c.escalated ? " (reference from MPFR)" : "")
+      << "\n  rows contributing most (dy*x*rstd):";
+    for (const auto& row : c.top_rows) o << " r" << row.row << " " << fmt("%.6g", row.term) << ";";
+    o << "\n";
+  }
+  o << "\nvariant partial sums: not exposed by the v1 variants (their CPU models, kernels/models.h, follow the same "
+       "chunk order)\n"
+    << "reproduce: " << r.command << "\n";
+  return o.str();
+}
+
+}  // namespace normgate::validators
