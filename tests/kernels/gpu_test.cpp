@@ -299,8 +299,9 @@ TEST(BwdEdge, ListRunEqualsOneVariantRuns) {
     EXPECT_EQ(bit_diff(one.y, many[k].y).count, 0) << vs[k]->name;
     EXPECT_EQ(bit_diff(one.dx, many[k].dx).count, 0) << vs[k]->name;
     EXPECT_EQ(0, std::memcmp(one.rstd.data(), many[k].rstd.data(), one.rstd.size() * 4)) << vs[k]->name;
-    if (vs[k]->mode == Mode::det)
+    if (vs[k]->mode == Mode::det) {
       EXPECT_EQ(0, std::memcmp(one.dw.data(), many[k].dw.data(), one.dw.size() * 4)) << vs[k]->name;
+    }
   }
   // The list really ran different variants: the BF16-partials control's dw differs.
   EXPECT_NE(0, std::memcmp(many[0].dw.data(), many[1].dw.data(), many[0].dw.size() * 4));
