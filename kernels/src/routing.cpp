@@ -596,7 +596,8 @@ Decision Dispatcher::pick(const CallKey& k) const {
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
                               ") has no current approval in " + approvals_.path + ": " + d.approval.detail +
                               ". Gate it (normgate gate " + table_.path +
-                              " --approve) or set DispatchPolicy::allow_unapproved to override",
+                              " --approve), or override: `normgate routes --allow-unapproved` on the CLI, "
+                              "DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;
 }
