@@ -138,8 +138,9 @@ bool gpu_available() {
   return n > 0;
 }
 
-std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
-                             const GpuRunOptions& opt, GpuRunInfo* info) {
+namespace {
+std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                                  const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host) {
   if (bwds.empty()) bad_run("no backward variant given");
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
@@ -179,7 +180,22 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
   in.dy = dy;
   in.dy_stride = stride;
   in.w = bw.get();
-  generate_device_inputs(c, in, s);
+  if (host == nullptr) {
+    generate_device_inputs(c, in, s);
+  } else {  // the caller's inputs (a saved case): upload them
+    if (host->rows != T || host->cols != H || host->x.size() != static_cast<size_t>(T * H) ||
+        host->dy.size() != host->x.size() ||
+        (c.w == WDtype::bf16 ? host->w_bf16.size() : host->w_f32.size()) != static_cast<size_t>(H))
+      bad_run("host inputs do not match case " + seeds::to_string(c));
+    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
+    if (T > 0 && H > 0) {
+      NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
+      NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
+    }
+    if (H > 0)
+      NG_CUDA(cudaMemcpyAsync(bw.get(), c.w == WDtype::bf16 ? static_cast<const void*>(host->w_bf16.data()) : host->w_f32.data(),
+                              wbytes, cudaMemcpyHostToDevice, s));
+  }
 
   const WeightView wv{c.w, bw.get(), H};
   FwdArgs fa;
@@ -244,6 +260,18 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
     detail::download(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, s);
   }
   return outs;
+}
+
+}  // namespace
+
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                             const GpuRunOptions& opt, GpuRunInfo* info) {
+  return run_gpu_impl(bwds, c, eps, opt, info, nullptr);
+}
+
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
+                             const GpuRunOptions& opt) {
+  return run_gpu_impl(bwds, in.id, eps, opt, nullptr, &in);
 }
 
 Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {

@@ -87,4 +87,11 @@ Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const Gpu
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                              const GpuRunOptions& opt = {}, GpuRunInfo* info = nullptr);
 
+/// As above on the caller's inputs (a saved case: in.id gives the shape and
+/// weight dtype; in.x, in.dy [rows, cols] BF16 bits and in.w_bf16 or in.w_f32
+/// [cols] are uploaded instead of generated). Throws std::invalid_argument when
+/// their sizes do not match in.id, otherwise as above.
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
+                             const GpuRunOptions& opt = {});
+
 }  // namespace normgate::kernels
