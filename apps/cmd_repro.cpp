@@ -1,5 +1,7 @@
 // `normgate repro`: re-run one case for one implementation and explain it.
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,8 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/pipeline.h"
 #include "normgate/validators/repro.h"
+#include "normgate/validators/case_file.h"
+#include "normgate_version.h"
 
 namespace normgate::app {
 
@@ -20,12 +24,18 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       "Re-run one case for one implementation: verdict, the k worst elements of every output, the worst dw "
       "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive");
   struct Opts {
-    std::string id, impl, backend = "auto", oracle = "auto";
+    std::string id, impl, backend = "auto", oracle = "auto", save, file;
     int k = 10, threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("case", o->id, "Case id, e.g. 'H=4096,T=16256,w=bf16,form=plain,family=cancel,seed=1'")
-      ->required();
+  auto* id = sub->add_option("case", o->id, "Case id, e.g. 'H=4096,T=16256,w=bf16,form=plain,family=cancel,seed=1'");
+  auto* file = sub->add_option("--file", o->file,
+                               "Replay a saved case (normgate-case/1 HDF5): its stored inputs, digest-checked, "
+                               "instead of the generator");
+  id->excludes(file);
+  sub->add_option("--save", o->save,
+                  "Write the case (inputs as stored bits, outputs, references, error maps, provenance) to this "
+                  "HDF5 file, or into this directory as <case id>.h5 (e.g. datasets/cases/)");
   sub->add_option("--variant,--impl", o->impl,
                   "One implementation: a backward variant (normgate variants), controls included, or fp32-baseline")
       ->required();
@@ -44,11 +54,51 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (backend == validators::Backend::cpu)
         std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
-      const validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
-                                         oracle::parse_oracle_mode(o->oracle)};
-      const auto r = validators::repro(req, o->k);
+      if (o->id.empty() && o->file.empty()) throw std::invalid_argument("give a case id or --file FILE");
+      validators::ReproOptions ro;
+      ro.k = o->k;
+      ro.keep_case = !o->save.empty();
+      ro.normgate_version = NORMGATE_VERSION;
+      ro.normgate_commit = NORMGATE_GIT_COMMIT;
+      std::optional<validators::SavedCase> replay;
+      seeds::CaseId c;
+      if (!o->file.empty()) {
+        replay = validators::read_case_file(o->file);  // throws on a digest mismatch or corruption
+        std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n", o->file.c_str(),
+                    replay->prov.case_id.c_str(), replay->inputs_sha256.substr(0, 16).c_str(),
+                    replay->prov.impl.c_str(), replay->prov.verdict.c_str());
+        c = replay->inputs.id;
+        ro.inputs = &replay->inputs;
+        ro.replay_file = o->file;
+      } else {
+        c = seeds::parse_case(o->id);
+      }
+      std::string save = o->save;
+      if (!save.empty() && std::filesystem::is_directory(save))
+        save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
+      if (!save.empty()) check_writable(save);
+      const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
+      const auto r = validators::repro(req, ro);
       std::fputs(validators::format_repro(r).c_str(), stdout);
+      if (!save.empty()) {
+        validators::write_case_file(save, *r.saved);
+        std::printf("saved    %s (%.1f MB)\n", save.c_str(),
+                    static_cast<double>(std::filesystem::file_size(save)) / 1e6);
+      }
       return r.check.pass() ? 0 : 1;
+    };
+  });
+}
+
+void add_inspect(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand("inspect", "Summarize a normgate HDF5 file (a saved case or exported maps); "
+                                            "a saved case's input digest is verified");
+  auto path = std::make_shared<std::string>();
+  sub->add_option("file", *path, "HDF5 file")->required();
+  sub->callback([&cmds, path] {
+    cmds.run = [path] {
+      std::fputs(validators::inspect_file(*path).c_str(), stdout);
+      return 0;
     };
   });
 }

@@ -46,17 +46,6 @@ constexpr seeds::Family kAllFamilies[] = {seeds::Family::normal, seeds::Family::
                                           seeds::Family::zeros,  seeds::Family::tiny, seeds::Family::huge,
                                           seeds::Family::specials};
 
-/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
-/// does not exist or is not writable, so a long check never fails at the end.
-void check_writable(const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
-                                "' does not exist or is not writable");
-}
 
 void add_families(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("families", "List the input families, or describe one");
@@ -255,6 +244,19 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_variants(app, cmds);
   add_gate_commands(app, cmds);
   add_repro_commands(app, cmds);
+  add_inspect(app, cmds);
+}
+
+/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
+/// does not exist or is not writable, so a long check never fails at the end.
+void check_writable(const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
+                                "' does not exist or is not writable");
 }
 
 }  // namespace normgate::app

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,13 @@ void add_gate_commands(CLI::App& app, Commands& cmds);
 
 /// Register `repro` (cmd_repro.cpp).
 void add_repro_commands(CLI::App& app, Commands& cmds);
+
+/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
+/// does not exist or is not writable ("" is accepted: nothing to write).
+void check_writable(const std::string& path);
+
+/// Register `inspect` (cmd_repro.cpp).
+void add_inspect(CLI::App& app, Commands& cmds);
 
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.

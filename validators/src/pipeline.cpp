@@ -51,6 +51,20 @@ std::string esc_counts(const oracle::Escalations& e) {
   return o.str();
 }
 
+
+nlohmann::json esc_json(const oracle::Escalations& e) {
+  return {{"rstd_rows", e.rstd}, {"y_rows", e.y},          {"dx_rows", e.dx},      {"mpfr_rows", e.rows},
+          {"dw_cols", e.dw},     {"unmet", e.unmet},       {"skipped", e.skipped},   {"max_bits", e.max_bits},
+          {"seconds", e.seconds}};
+}
+
+nlohmann::json worst_json(const Worst& w) {
+  return {{"index", w.index}, {"ratio", num(w.ratio)}, {"got", num(w.got)},     {"ref", num(w.ref)},
+          {"err", num(w.err)}, {"tol", num(w.tol)},     {"bound", num(w.bound)}};
+}
+
+}  // namespace
+
 std::string oracle_line(const CheckReport& rep) {
   const auto& a = rep.escalations_ref;
   const auto& b = rep.escalations_ideal;
@@ -70,19 +84,6 @@ std::string oracle_line(const CheckReport& rep) {
          fmt("%.2f", a.seconds + b.seconds) + " s in MPFR";
   return s;
 }
-
-nlohmann::json esc_json(const oracle::Escalations& e) {
-  return {{"rstd_rows", e.rstd}, {"y_rows", e.y},          {"dx_rows", e.dx},      {"mpfr_rows", e.rows},
-          {"dw_cols", e.dw},     {"unmet", e.unmet},       {"skipped", e.skipped},   {"max_bits", e.max_bits},
-          {"seconds", e.seconds}};
-}
-
-nlohmann::json worst_json(const Worst& w) {
-  return {{"index", w.index}, {"ratio", num(w.ratio)}, {"got", num(w.got)},     {"ref", num(w.ref)},
-          {"err", num(w.err)}, {"tol", num(w.tol)},     {"bound", num(w.bound)}};
-}
-
-}  // namespace
 
 std::string_view to_string(Backend b) {
   switch (b) {
@@ -145,7 +146,12 @@ Verdict CheckReport::verdict() const {
 
 bool CheckReport::pass() const { return verdict() == Verdict::pass; }
 
-PreparedCheck prepare_check(const CheckRequest& req) {
+PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
+
+PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
+  if (given != nullptr && !(given->id == req.id))
+    throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
+                                ", the request of " + seeds::to_string(req.id));
   if (req.id.form != Form::plain)
     throw std::invalid_argument("form '" + std::string(to_string(req.id.form)) +
                                 "' is not supported yet (available: plain)");
@@ -168,8 +174,13 @@ PreparedCheck prepare_check(const CheckRequest& req) {
   pc.request = req;
   pc.backend = backend;
   auto t0 = Clock::now();
-  pc.inputs = backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
-  pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  if (given != nullptr) {
+    pc.inputs = *given;
+    pc.inputs_from = "given inputs (a saved case), not the generator";
+  } else {
+    pc.inputs = backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
+    pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  }
   pc.seconds_generate = since(t0);
 
   // GPU: every backward variant of the request runs on one generation of the
@@ -180,7 +191,8 @@ PreparedCheck prepare_check(const CheckRequest& req) {
       if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
   if (!gpu_variants.empty()) {
     t0 = Clock::now();
-    pc.gpu_outs = kernels::run_gpu(gpu_variants, req.id, static_cast<float>(req.id.eps));
+    pc.gpu_outs = given != nullptr ? kernels::run_gpu(gpu_variants, pc.inputs, static_cast<float>(req.id.eps))
+                                   : kernels::run_gpu(gpu_variants, req.id, static_cast<float>(req.id.eps));
     pc.seconds_gpu = since(t0);
   }
   return pc;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "normgate/core/bf16.h"
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/check.h"
 #include "report_util.h"
@@ -153,22 +156,69 @@ DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64
   return c;
 }
 
-ReproReport repro(const CheckRequest& req, int k) {
+ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
+  const int k = opt.k;
   if (req.impls.size() != 1)
     throw std::invalid_argument("repro: name exactly one implementation (got " + std::to_string(req.impls.size()) + ")");
   if (k < 1) throw std::invalid_argument("repro: k = " + std::to_string(k) + " must be >= 1");
   ReproReport r;
-  r.check = finish_check(prepare_check(req), [&](const CheckInternals& in) {
+  PreparedCheck pc = prepare_check(req, opt.inputs);
+  seeds::HostInputs inputs_copy;
+  if (opt.keep_case) inputs_copy = pc.inputs;
+  r.check = finish_check(std::move(pc), [&](const CheckInternals& in) {
     const Outputs& got = in.outs.front();
     for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw})
       r.worst.push_back(worst_elements(in.problem, got, in.ref, in.ideal, o, k, req.threads));
     const auto& dw = r.worst.back();
     for (size_t i = 0; i < dw.size() && i < 3; ++i) r.dw_columns.push_back(dw_column(in.problem, in.ref, dw[i].index, 5));
+    if (opt.keep_case) {
+      SavedCase sc;
+      sc.inputs = std::move(inputs_copy);
+      sc.inputs_sha256 = seeds::digest(sc.inputs).all;
+      sc.outputs = got;
+      const int64_t T = in.problem.x.rows(), H = in.problem.x.cols;
+      for (int64_t row = 0; row < T; ++row) {
+        sc.ref_rstd.push_back(in.ref.rstd(row).v);
+        sc.ref_rstd_bound.push_back(in.ref.rstd(row).bound);
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        sc.ref_dw.push_back(in.ref.dw(j).v);
+        sc.ref_dw_bound.push_back(in.ref.dw(j).bound);
+      }
+      sc.maps = error_maps(in.problem, got, in.ref, opt.tile, false, req.threads);
+      r.saved = std::move(sc);
+    }
   });
   const Backend b = resolve_backend(req.backend);
-  r.command = "normgate repro '" + seeds::to_string(req.id) + "' --variant " + req.impls.front() + " --backend " +
-              (b == Backend::gpu ? "gpu" : "cpu") + " --oracle " + std::string(oracle::to_string(req.oracle)) +
-              " --k " + std::to_string(k);
+  const std::string tail = " --variant " + req.impls.front() + " --backend " + (b == Backend::gpu ? "gpu" : "cpu") +
+                           " --oracle " + std::string(oracle::to_string(req.oracle)) + " --k " + std::to_string(k);
+  r.command = opt.inputs != nullptr && !opt.replay_file.empty() ? "normgate repro --file '" + opt.replay_file + "'" + tail
+                                                                : "normgate repro '" + seeds::to_string(req.id) + "'" + tail;
+  if (r.saved) {
+    Provenance& p = r.saved->prov;
+    const auto& ir = r.check.impls.front();
+    p.case_id = seeds::to_string(req.id);
+    p.impl = req.impls.front();
+    if (p.impl != "fp32-baseline") p.impl_sha256 = std::string(kernels::variant(p.impl).source_sha256);
+    p.backend = b == Backend::gpu ? "gpu" : "cpu-model";
+    p.oracle = std::string(oracle::to_string(req.oracle));
+    p.escalations = oracle_line(r.check);
+    p.family = std::string(seeds::to_string(req.id.family));
+    p.budgets = "y, dx: atol = rtol = 1e-2; rstd: rtol 1e-5; dw: atol 1e-4 + rtol 1e-4 (vs FP64)";
+    p.verdict = std::string(to_string(ir.result.verdict()));
+    if (b == Backend::gpu) {
+      const auto d = kernels::device_info();
+      p.gpu = d.name;
+      p.driver = d.driver;
+      p.cuda = d.cuda_runtime;
+    }
+    p.normgate_version = opt.normgate_version;
+    p.normgate_commit = opt.normgate_commit;
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    p.date = date;
+  }
   return r;
 }
 

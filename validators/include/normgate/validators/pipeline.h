@@ -94,6 +94,10 @@ struct PreparedCheck {
   double seconds_generate = 0, seconds_gpu = 0;
 };
 PreparedCheck prepare_check(const CheckRequest& req);
+/// As above on the caller's inputs instead of the generator's (a saved case);
+/// given == nullptr generates. Throws std::invalid_argument when given->id is
+/// not req.id.
+PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given);
 
 /// What finish_check computed, shown to an inspector before it is freed.
 struct CheckInternals {
@@ -130,6 +134,10 @@ struct PipelineStats {
 /// request(i) may be called from the worker thread, once per i, in order.
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
+
+/// One line on the oracle of a report: its mode and what MPFR escalation did
+/// in the reference and the ideal kernel.
+std::string oracle_line(const CheckReport& rep);
 
 /// Human-readable report: the oracle mode and its escalations, one table per
 /// implementation (max err/tol, worst index, over-budget count, forced part,

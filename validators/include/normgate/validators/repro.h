@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "normgate/oracle/reference.h"
 #include "normgate/validators/budget.h"
+#include "normgate/validators/case_file.h"
 #include "normgate/validators/pipeline.h"
 
 namespace normgate::validators {
@@ -64,13 +66,28 @@ struct ReproReport {
   std::vector<std::vector<Element>> worst; ///< per output in CheckReport order (y, rstd, dx, dw)
   std::vector<DwColumn> dw_columns;        ///< the worst dw columns (at most 3)
   std::string command;                     ///< one line that reproduces this report
+  std::optional<SavedCase> saved;          ///< the case as a case file holds it (ReproOptions::keep_case)
+};
+
+struct ReproOptions {
+  int k = 10;                               ///< worst elements per output (>= 1)
+  bool keep_case = false;                   ///< fill ReproReport::saved (inputs, outputs, references, maps)
+  int64_t tile = 256;                       ///< tile of the pooled maps (keep_case)
+  const seeds::HostInputs* inputs = nullptr;  ///< replay these inputs (a saved case) instead of generating
+  std::string replay_file;                  ///< where `inputs` came from (for the reproduce command)
+  std::string normgate_version, normgate_commit;  ///< provenance (keep_case)
 };
 
 /// Run req (exactly one implementation, a variant or "fp32-baseline") and
 /// collect the k worst elements per output and the worst dw columns (top 5
 /// rows each). Throws std::invalid_argument as run_check, for k < 1, or when
 /// req.impls does not hold exactly one implementation.
-ReproReport repro(const CheckRequest& req, int k = 10);
+ReproReport repro(const CheckRequest& req, const ReproOptions& opt);
+inline ReproReport repro(const CheckRequest& req, int k = 10) {
+  ReproOptions o;
+  o.k = k;
+  return repro(req, o);
+}
 
 /// Human-readable repro report (check table, worst elements, dw columns, the
 /// reproduce command).
