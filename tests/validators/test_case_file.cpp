@@ -1,0 +1,181 @@
+// case_file.h: HDF5 case and maps files. Round trip (write, read back, same
+// numbers), replay from the file gives the same verdict and worst elements as
+// the generated case, and damaged files (flipped bytes, truncation, modified
+// inputs) give errors naming the file, never a crash or silent garbage.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "normgate/validators/case_file.h"
+#include "normgate/validators/repro.h"
+
+namespace nv = normgate::validators;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path d = fs::path(NORMGATE_BINARY_DIR) / ("test_case_file_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return (d / name).string();
+}
+
+nv::CheckRequest request(const char* id, const char* impl) {
+  nv::CheckRequest req;
+  req.id = normgate::seeds::parse_case(id);
+  req.impls = {impl};
+  req.backend = nv::Backend::cpu;
+  req.threads = 2;
+  return req;
+}
+
+nv::ReproReport saved_repro(const nv::CheckRequest& req) {
+  nv::ReproOptions o;
+  o.k = 3;
+  o.keep_case = true;
+  o.tile = 64;
+  o.normgate_version = "test";
+  return nv::repro(req, o);
+}
+
+std::vector<char> slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+void spit(const std::string& p, const std::vector<char>& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+}  // namespace
+
+TEST(CaseFile, RoundTripReplayAndNoHalfFiles) {
+  const auto req = request("H=200,T=300,w=fp32,form=plain,family=cancel,seed=3", "ctl_fp32_seq");
+  const auto r = saved_repro(req);
+  ASSERT_TRUE(r.saved.has_value());
+  const std::string path = temp_path("case.h5");
+  nv::write_case_file(path, *r.saved);
+  // No temporary left beside it.
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+
+  const nv::SavedCase back = nv::read_case_file(path);
+  const nv::SavedCase& a = *r.saved;
+  EXPECT_EQ(back.prov.case_id, "H=200,T=300,w=fp32,form=plain,family=cancel,seed=3");
+  EXPECT_EQ(back.prov.impl, "ctl_fp32_seq");
+  EXPECT_EQ(back.prov.verdict, "fail");
+  EXPECT_EQ(back.prov.backend, "cpu-model");
+  EXPECT_EQ(back.inputs_sha256, a.inputs_sha256);
+  EXPECT_EQ(back.inputs.x, a.inputs.x);
+  EXPECT_EQ(back.inputs.w_f32, a.inputs.w_f32);
+  EXPECT_EQ(back.outputs.dx, a.outputs.dx);
+  EXPECT_EQ(0, std::memcmp(back.outputs.dw.data(), a.outputs.dw.data(), a.outputs.dw.size() * 4));
+  EXPECT_EQ(back.ref_dw, a.ref_dw);
+  EXPECT_EQ(back.ref_rstd_bound, a.ref_rstd_bound);
+  EXPECT_EQ(back.maps.dw_ratio, a.maps.dw_ratio);
+  EXPECT_EQ(back.maps.dx_tiles, a.maps.dx_tiles);
+  EXPECT_EQ(back.maps.hist[2], a.maps.hist[2]);
+  EXPECT_EQ(back.maps.tile_rows, 5);  // ceil(300 / 64)
+  EXPECT_EQ(back.maps.tile_cols, 4);  // ceil(200 / 64)
+  // The maps agree with the validator: max dw err/tol is the report's.
+  double mdw = 0;
+  for (double v : back.maps.dw_ratio) mdw = std::max(mdw, v);
+  EXPECT_EQ(mdw, r.check.impls[0].result.get(nv::Output::dw).worst.ratio);
+  float mdx = 0;
+  for (float v : back.maps.dx_tiles) mdx = std::max(mdx, v);
+  EXPECT_EQ(mdx, static_cast<float>(r.check.impls[0].result.get(nv::Output::dx).worst.ratio));
+
+  // Replay from the file's inputs: the same verdict and worst elements.
+  nv::ReproOptions o;
+  o.k = 3;
+  o.inputs = &back.inputs;
+  o.replay_file = path;
+  const auto again = nv::repro(req, o);
+  EXPECT_EQ(again.check.impls[0].result.verdict(), r.check.impls[0].result.verdict());
+  for (size_t t = 0; t < 4; ++t) {
+    ASSERT_EQ(again.worst[t].size(), r.worst[t].size());
+    for (size_t i = 0; i < r.worst[t].size(); ++i) {
+      EXPECT_EQ(again.worst[t][i].index, r.worst[t][i].index);
+      EXPECT_EQ(again.worst[t][i].ratio, r.worst[t][i].ratio);
+    }
+  }
+  EXPECT_NE(again.command.find("--file '" + path + "'"), std::string::npos) << again.command;
+  EXPECT_NE(nv::inspect_file(path).find("verified"), std::string::npos);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+TEST(CaseFile, DamagedFilesGiveClearErrors) {
+  const auto r = saved_repro(request("H=128,T=256,w=bf16,form=plain,family=normal,seed=1", "bwd_det_chunked"));
+  const std::string path = temp_path("good.h5");
+  nv::write_case_file(path, *r.saved);
+  const std::vector<char> good = slurp(path);
+  ASSERT_GT(good.size(), 20000u);
+
+  auto expect_error = [&](const std::vector<char>& bytes, const char* what) {
+    const std::string p = temp_path(std::string("bad_") + what + ".h5");
+    spit(p, bytes);
+    try {
+      (void)nv::read_case_file(p);
+      ADD_FAILURE() << what << ": no error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  // Truncated: half the file, and only the first 100 bytes.
+  expect_error(std::vector<char>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)), "half");
+  expect_error(std::vector<char>(good.begin(), good.begin() + 100), "head");
+  expect_error({}, "empty");
+  // Flipped bytes in the data region: every 997th byte of the second half.
+  std::vector<char> flipped = good;
+  for (size_t i = good.size() / 2; i < good.size(); i += 997) flipped[i] = static_cast<char>(flipped[i] ^ 0x5A);
+  expect_error(flipped, "flipped");
+  // Not a normgate file at all.
+  expect_error(std::vector<char>(4096, 'x'), "text");
+
+  // Modified inputs with the original digest: a digest mismatch naming both.
+  nv::SavedCase mod = *r.saved;
+  mod.inputs.x[17] ^= 0x0001;
+  const std::string pm = temp_path("modified.h5");
+  nv::write_case_file(pm, mod);
+  try {
+    (void)nv::read_case_file(pm);
+    ADD_FAILURE() << "modified inputs: no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("SHA-256"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mod.inputs_sha256), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)nv::read_case_file(temp_path("missing.h5")), std::runtime_error);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+TEST(CaseFile, MapsFileRoundTrip) {
+  const auto r = saved_repro(request("H=96,T=130,w=bf16,form=plain,family=llm,seed=2", "bwd_nondet_atomic"));
+  std::vector<nv::MapsEntry> es(2);
+  es[0].prov = r.saved->prov;
+  es[0].prov.window = "bwd nondet H=96 w=bf16 form=plain T=1..200";
+  es[0].maps = r.saved->maps;
+  es[0].max_ratio = {0.25, 0.01, 0.3, 0.02};
+  es[1] = es[0];
+  es[1].prov.case_id = "other";
+  es[1].maps.dx_full.assign(static_cast<size_t>(130 * 96), 0.125f);
+  const std::string path = temp_path("maps.h5");
+  nv::write_maps_file(path, "report.json", es);
+  std::string src;
+  const auto back = nv::read_maps_file(path, &src);
+  EXPECT_EQ(src, "report.json");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].prov.window, es[0].prov.window);
+  EXPECT_EQ(back[1].prov.case_id, "other");
+  EXPECT_EQ(back[0].maps.rstd_ratio, es[0].maps.rstd_ratio);
+  EXPECT_TRUE(back[0].maps.dx_full.empty());
+  EXPECT_EQ(back[1].maps.dx_full, es[1].maps.dx_full);
+  EXPECT_EQ(back[0].max_ratio, es[0].max_ratio);
+  EXPECT_NE(nv::inspect_file(path).find("2 entries"), std::string::npos);
+  fs::remove_all(fs::path(path).parent_path());
+}
