@@ -1,6 +1,7 @@
 // `normgate repro`: re-run one case for one implementation and explain it.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <memory>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "normgate/validators/pipeline.h"
 #include "normgate/validators/repro.h"
 #include "normgate/validators/case_file.h"
+#include "normgate/validators/export.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -86,6 +88,68 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
       }
       return r.check.pass() ? 0 : 1;
+    };
+  });
+}
+
+void add_export(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "export",
+      "Re-run a report's worst cases and write their error maps (dw err/tol and bound per column, rstd per row, "
+      "y/dx max-pooled tiles, histograms; --full: the whole dx map) with provenance to an HDF5 file");
+  struct Opts {
+    std::string report, out, backend = "auto", oracle = "auto";
+    int keep = 3, threads = 0;
+    int64_t tile = 256;
+    bool all = false, full = false;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
+  sub->add_option("-o,--output", o->out, "HDF5 file to write (atomically)")->required();
+  sub->add_option("--keep", o->keep, "Worst cases per window")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)");
+  sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
+  sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--backend", o->backend, "Where variants run: gpu, cpu (CPU models), auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  sub->add_option("--oracle", o->oracle, "Reference: auto, fp64, mpfr")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      check_writable(o->out);
+      std::ifstream in(o->report);
+      if (!in) throw std::invalid_argument("cannot read report '" + o->report + "'");
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument("report '" + o->report + "' is not JSON: " + e.what());
+      }
+      const auto items = validators::export_plan(j, o->keep, o->all);
+      validators::ExportOptions eo;
+      eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
+      if (eo.backend == validators::Backend::cpu)
+        std::printf("note     no GPU in use: kernel variants run as their CPU models (recorded as backend cpu-model)\n");
+      if (j.is_object() && j.contains("backend") && j["backend"] == "gpu" && eo.backend != validators::Backend::gpu)
+        std::printf("note     the report ran on the GPU; these maps come from the CPU models\n");
+      eo.oracle = oracle::parse_oracle_mode(o->oracle);
+      eo.threads = o->threads;
+      eo.tile = o->tile;
+      eo.full = o->full;
+      eo.normgate_version = NORMGATE_VERSION;
+      eo.normgate_commit = NORMGATE_GIT_COMMIT;
+      std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
+      const auto entries = validators::export_maps(items, eo);
+      for (size_t i = 0; i < entries.size(); ++i)
+        std::printf("  %04zu %-12s %-20s dw %.3g dx %.3g  %s\n", i, entries[i].prov.verdict.c_str(),
+                    entries[i].prov.impl.c_str(), entries[i].max_ratio[3], entries[i].max_ratio[2],
+                    entries[i].prov.case_id.c_str());
+      validators::write_maps_file(o->out, o->report, entries);
+      std::printf("wrote    %s\n", o->out.c_str());
+      return 0;
     };
   });
 }

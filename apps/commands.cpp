@@ -245,6 +245,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_gate_commands(app, cmds);
   add_repro_commands(app, cmds);
   add_inspect(app, cmds);
+  add_export(app, cmds);
 }
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder

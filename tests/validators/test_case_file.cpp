@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "normgate/validators/case_file.h"
+#include "normgate/validators/export.h"
 #include "normgate/validators/repro.h"
 
 namespace nv = normgate::validators;
@@ -177,5 +180,68 @@ TEST(CaseFile, MapsFileRoundTrip) {
   EXPECT_EQ(back[1].maps.dx_full, es[1].maps.dx_full);
   EXPECT_EQ(back[0].max_ratio, es[0].max_ratio);
   EXPECT_NE(nv::inspect_file(path).find("2 entries"), std::string::npos);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+// export: a gate report's windows give their distinct worst cases (largest
+// err/tol first, at most keep), with the window's variant; the maps written
+// equal what the report says of those cases.
+TEST(Export, GateReportWorstCasesToMaps) {
+  nlohmann::json rep;
+  rep["seeds"] = "3x1";
+  nlohmann::json w;
+  w["window"] = "bwd det H=64 w=bf16 form=plain T=1..100";
+  w["op"] = "bwd";
+  w["variant"] = "ctl_fp32_seq";
+  const char* worst_dw = "H=64,T=99,w=bf16,form=plain,family=cancel,seed=0";
+  const char* worst_dx = "H=64,T=33,w=bf16,form=plain,family=llm,seed=0";
+  w["outputs"]["y"] = {{"max_err_tol", 0.3}, {"worst_case", worst_dx}};
+  w["outputs"]["rstd"] = {{"max_err_tol", 0.01}, {"worst_case", "H=64,T=1,w=bf16,form=plain,family=normal,seed=0"}};
+  w["outputs"]["dx"] = {{"max_err_tol", 0.38}, {"worst_case", worst_dx}};
+  w["outputs"]["dw"] = {{"max_err_tol", "inf"}, {"worst_case", worst_dw}};
+  w["dw_vs_fp32"] = {{"worst_case", "H=64,T=65,w=bf16,form=plain,family=normal,seed=0"}};
+  nlohmann::json f = w;
+  f["window"] = "fwd H=64 w=bf16 form=plain T=1..100";
+  f["op"] = "fwd";
+  f["variant"] = "fwd_rowwise";
+  f["outputs"].erase("dx");
+  f["outputs"].erase("dw");
+  rep["windows"] = {w, f};
+  const auto plan = nv::export_plan(rep, 2);
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(plan[0].case_id, worst_dw);  // "inf" ranks first
+  EXPECT_EQ(plan[1].case_id, worst_dx);  // y and dx share it: once
+  EXPECT_EQ(plan[0].impl, "ctl_fp32_seq");
+  EXPECT_EQ(plan[0].seed_set, "3x1");
+  EXPECT_EQ(plan[2].impl, "bwd_det_chunked");  // a forward window's case runs with a real backward variant
+  EXPECT_EQ(nv::export_plan(rep, 1, true).size(), 4u + 3u);  // --all: every distinct case each window names
+  EXPECT_THROW(nv::export_plan(nlohmann::json::object(), 3), std::invalid_argument);
+  EXPECT_THROW(nv::export_plan(rep, 0), std::invalid_argument);
+
+  nv::ExportOptions o;
+  o.backend = nv::Backend::cpu;
+  o.threads = 2;
+  o.tile = 32;
+  o.full = true;
+  const std::vector<nv::ExportItem> one(plan.begin(), plan.begin() + 1);
+  const auto es = nv::export_maps(one, o);
+  ASSERT_EQ(es.size(), 1u);
+  EXPECT_EQ(es[0].prov.window, w["window"].get<std::string>());
+  EXPECT_EQ(es[0].prov.verdict, "fail");  // the control fails cancel
+  double mdw = 0;
+  for (double v : es[0].maps.dw_ratio) mdw = std::max(mdw, v);
+  EXPECT_EQ(mdw, es[0].max_ratio[3]);
+  EXPECT_GT(mdw, 1.0);
+  float mfull = 0, mtile = 0;
+  for (float v : es[0].maps.dx_full) mfull = std::max(mfull, v);
+  for (float v : es[0].maps.dx_tiles) mtile = std::max(mtile, v);
+  EXPECT_EQ(mfull, mtile);
+  EXPECT_EQ(es[0].maps.dx_full.size(), static_cast<size_t>(99 * 64));
+  const std::string path = temp_path("export.h5");
+  nv::write_maps_file(path, "rep.json", es);
+  const auto back = nv::read_maps_file(path);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].maps.dx_full, es[0].maps.dx_full);
+  EXPECT_EQ(back[0].maps.dw_ratio, es[0].maps.dw_ratio);
   fs::remove_all(fs::path(path).parent_path());
 }

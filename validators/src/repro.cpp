@@ -16,6 +16,7 @@
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/check.h"
+#include "normgate/validators/export.h"
 #include "report_util.h"
 
 namespace normgate::validators {
@@ -194,31 +195,7 @@ ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
                            " --oracle " + std::string(oracle::to_string(req.oracle)) + " --k " + std::to_string(k);
   r.command = opt.inputs != nullptr && !opt.replay_file.empty() ? "normgate repro --file '" + opt.replay_file + "'" + tail
                                                                 : "normgate repro '" + seeds::to_string(req.id) + "'" + tail;
-  if (r.saved) {
-    Provenance& p = r.saved->prov;
-    const auto& ir = r.check.impls.front();
-    p.case_id = seeds::to_string(req.id);
-    p.impl = req.impls.front();
-    if (p.impl != "fp32-baseline") p.impl_sha256 = std::string(kernels::variant(p.impl).source_sha256);
-    p.backend = b == Backend::gpu ? "gpu" : "cpu-model";
-    p.oracle = std::string(oracle::to_string(req.oracle));
-    p.escalations = oracle_line(r.check);
-    p.family = std::string(seeds::to_string(req.id.family));
-    p.budgets = "y, dx: atol = rtol = 1e-2; rstd: rtol 1e-5; dw: atol 1e-4 + rtol 1e-4 (vs FP64)";
-    p.verdict = std::string(to_string(ir.result.verdict()));
-    if (b == Backend::gpu) {
-      const auto d = kernels::device_info();
-      p.gpu = d.name;
-      p.driver = d.driver;
-      p.cuda = d.cuda_runtime;
-    }
-    p.normgate_version = opt.normgate_version;
-    p.normgate_commit = opt.normgate_commit;
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    p.date = date;
-  }
+  if (r.saved) r.saved->prov = provenance_of(r.check, opt.normgate_version, opt.normgate_commit);
   return r;
 }
 

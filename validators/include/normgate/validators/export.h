@@ -1,0 +1,53 @@
+// normgate/validators/export.h: error maps of a report's worst cases, for
+// audit (`normgate export REPORT -o maps.h5`; file layout: case_file.h and
+// datasets/SCHEMA.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "normgate/validators/case_file.h"
+#include "normgate/validators/pipeline.h"
+
+namespace normgate::validators {
+
+/// One (case, implementation) to export, and where it came from.
+struct ExportItem {
+  std::string case_id, impl, window, seed_set;
+};
+
+/// What to export from a report (JSON as written by `normgate gate
+/// --report-json` or `normgate check --json`):
+/// - gate report: per window, the distinct worst cases of its outputs (and of
+///   dw vs FP32), largest err/tol first, at most `keep` (all of them when
+///   all == true), each with the window's variant (forward windows: the first
+///   non-control backward variant that supports the case);
+/// - check report of one case (an object with "case"), or of a grid (an
+///   array of them): every case with every implementation it names.
+/// Throws std::invalid_argument naming the field when the JSON is neither, or
+/// keep < 1.
+std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep = 3, bool all = false);
+
+struct ExportOptions {
+  Backend backend = Backend::auto_;
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
+  int threads = 0;
+  int64_t tile = 256;
+  bool full = false;  ///< also the full [T, H] dx err/tol map
+  std::string normgate_version, normgate_commit;
+};
+
+/// Provenance of a one-implementation report: case, implementation and its
+/// source hash, backend (and the device when it ran on the GPU), oracle and
+/// escalations, family, budgets, verdict, version, commit, date (now, UTC).
+/// window and seed_set are left empty. Throws std::invalid_argument when the
+/// report does not hold exactly one implementation.
+Provenance provenance_of(const CheckReport& rep, const std::string& version, const std::string& commit);
+
+/// Re-run every item (generator, implementation, oracle) and compute its
+/// maps. Throws as run_check.
+std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const ExportOptions& opt);
+
+}  // namespace normgate::validators

@@ -1,0 +1,139 @@
+// export.cpp: a report's worst cases, re-run and mapped (export.h).
+#include "normgate/validators/export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/seeds/case_id.h"
+
+namespace normgate::validators {
+
+namespace {
+
+double as_ratio(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return INFINITY;  // reports spell non-finite ratios "inf" / "nan": rank them first
+  return 0.0;
+}
+
+std::string carrier(const seeds::CaseId& c) {
+  for (const auto& v : kernels::variants())
+    if (v.op == kernels::Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
+      return std::string(v.name);
+  throw std::invalid_argument("export: no backward variant supports case " + seeds::to_string(c));
+}
+
+std::string str_field(const nlohmann::json& j, const char* k, const std::string& where) {
+  if (!j.contains(k) || !j[k].is_string())
+    throw std::invalid_argument("export: " + where + " has no string field '" + k + "'");
+  return j[k].get<std::string>();
+}
+
+}  // namespace
+
+std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool all) {
+  if (keep < 1) throw std::invalid_argument("export: keep = " + std::to_string(keep) + " must be >= 1");
+  std::vector<ExportItem> out;
+  auto from_check = [&out](const nlohmann::json& c, const std::string& where) {
+    const std::string id = str_field(c, "case", where);
+    if (!c.contains("impls") || !c["impls"].is_array()) throw std::invalid_argument("export: " + where + " has no 'impls' array");
+    for (const auto& i : c["impls"]) out.push_back({id, str_field(i, "impl", where + ".impls[]"), "", ""});
+  };
+  if (report.is_object() && report.contains("windows")) {
+    const std::string seeds = report.contains("seeds") && report["seeds"].is_string() ? report["seeds"].get<std::string>() : "";
+    const auto& ws = report["windows"];
+    if (!ws.is_array()) throw std::invalid_argument("export: 'windows' is not an array");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const auto& w = ws[i];
+      const std::string where = "windows[" + std::to_string(i) + "]";
+      const std::string window = str_field(w, "window", where);
+      const std::string op = str_field(w, "op", where);
+      std::vector<std::pair<double, std::string>> cand;
+      if (w.contains("outputs") && w["outputs"].is_object())
+        for (const auto& [name, o] : w["outputs"].items())
+          if (o.contains("worst_case") && o["worst_case"].is_string() && !o["worst_case"].get<std::string>().empty())
+            cand.emplace_back(o.contains("max_err_tol") ? as_ratio(o["max_err_tol"]) : 0.0, o["worst_case"].get<std::string>());
+      if (w.contains("dw_vs_fp32") && w["dw_vs_fp32"].contains("worst_case") && w["dw_vs_fp32"]["worst_case"].is_string() &&
+          !w["dw_vs_fp32"]["worst_case"].get<std::string>().empty())
+        cand.emplace_back(-1.0, w["dw_vs_fp32"]["worst_case"].get<std::string>());
+      std::stable_sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::set<std::string> seen;
+      for (const auto& [r, id] : cand) {
+        if (!seen.insert(id).second) continue;
+        if (!all && static_cast<int>(seen.size()) > keep) break;
+        const seeds::CaseId c = seeds::parse_case(id);
+        const std::string impl = op == "fwd" ? carrier(c) : str_field(w, "variant", where);
+        out.push_back({id, impl, window, seeds});
+      }
+    }
+    return out;
+  }
+  if (report.is_object() && report.contains("case")) {
+    from_check(report, "report");
+    return out;
+  }
+  if (report.is_array()) {
+    for (size_t i = 0; i < report.size(); ++i) from_check(report[i], "report[" + std::to_string(i) + "]");
+    return out;
+  }
+  throw std::invalid_argument("export: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
+}
+
+Provenance provenance_of(const CheckReport& rep, const std::string& version, const std::string& commit) {
+  if (rep.impls.size() != 1)
+    throw std::invalid_argument("provenance_of: the report has " + std::to_string(rep.impls.size()) +
+                                " implementations, expected 1");
+  const CheckRequest& req = rep.request;
+  const auto& ir = rep.impls.front();
+  const bool gpu = ir.ran_on == "gpu";
+  Provenance p;
+  p.case_id = seeds::to_string(req.id);
+  p.impl = ir.impl;
+  if (ir.impl != "fp32-baseline") p.impl_sha256 = std::string(kernels::variant(ir.impl).source_sha256);
+  p.backend = gpu ? "gpu" : "cpu-model";
+  p.oracle = std::string(oracle::to_string(req.oracle));
+  p.escalations = oracle_line(rep);
+  p.family = std::string(seeds::to_string(req.id.family));
+  p.budgets = "y, dx: atol = rtol = 1e-2; rstd: rtol 1e-5; dw: atol 1e-4 + rtol 1e-4 (vs FP64)";
+  p.verdict = std::string(to_string(ir.result.verdict()));
+  if (gpu) {
+    const auto d = kernels::device_info();
+    p.gpu = d.name;
+    p.driver = d.driver;
+    p.cuda = d.cuda_runtime;
+  }
+  p.normgate_version = version;
+  p.normgate_commit = commit;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.date = date;
+  return p;
+}
+
+std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const ExportOptions& opt) {
+  std::vector<MapsEntry> out;
+  const Backend b = resolve_backend(opt.backend);
+  for (const auto& it : items) {
+    CheckRequest req{seeds::parse_case(it.case_id), {it.impl}, b, opt.threads, opt.oracle};
+    MapsEntry e;
+    const CheckReport rep = finish_check(prepare_check(req), [&](const CheckInternals& in) {
+      e.maps = error_maps(in.problem, in.outs.front(), in.ref, opt.tile, opt.full, opt.threads);
+    });
+    for (int o = 0; o < 4; ++o) e.max_ratio[o] = rep.impls.front().result.get(static_cast<Output>(o)).worst.ratio;
+    e.prov = provenance_of(rep, opt.normgate_version, opt.normgate_commit);
+    e.prov.window = it.window;
+    e.prov.seed_set = it.seed_set;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace normgate::validators
