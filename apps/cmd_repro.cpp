@@ -65,7 +65,11 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       std::optional<validators::SavedCase> replay;
       seeds::CaseId c;
       if (!o->file.empty()) {
-        replay = validators::read_case_file(o->file);  // throws on a digest mismatch or corruption
+        try {
+          replay = validators::read_case_file(o->file);  // throws on a digest mismatch or corruption
+        } catch (const std::runtime_error& e) {
+          throw std::invalid_argument(e.what());  // a bad input file: exit 2
+        }
         std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n", o->file.c_str(),
                     replay->prov.case_id.c_str(), replay->inputs_sha256.substr(0, 16).c_str(),
                     replay->prov.impl.c_str(), replay->prov.verdict.c_str());
@@ -161,7 +165,11 @@ void add_inspect(CLI::App& app, Commands& cmds) {
   sub->add_option("file", *path, "HDF5 file")->required();
   sub->callback([&cmds, path] {
     cmds.run = [path] {
-      std::fputs(validators::inspect_file(*path).c_str(), stdout);
+      try {
+        std::fputs(validators::inspect_file(*path).c_str(), stdout);
+      } catch (const std::runtime_error& e) {
+        throw std::invalid_argument(e.what());  // a missing, corrupted or foreign file: exit 2
+      }
       return 0;
     };
   });

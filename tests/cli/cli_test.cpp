@@ -25,7 +25,7 @@ CliRun run(const std::string& args) { return normgate::test::run_normgate(args);
 
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"families", "case", "check", "variants", "repro"}) {
+  for (const char* sub : {"families", "case", "check", "variants", "repro", "export", "inspect"}) {
     const CliRun r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
@@ -53,6 +53,10 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant all", "all"},
       {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_det_chunked --k 0", "--k"},
       {"repro H=64,T=3,w=bf16,famly=normal,seed=0 --backend cpu --variant bwd_det_chunked", "famly"},
+      {"repro --file /nonexistent/case.h5 --backend cpu --variant bwd_det_chunked", "/nonexistent/case.h5"},
+      {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5"},
+      {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu", "/nonexistent/report.json"},
+      {"export /nonexistent/report.json -o /nonexistent-dir/x.h5 --backend cpu", "/nonexistent-dir"},
   };
   for (const auto& b : cases) {
     const CliRun r = run(b.args);
