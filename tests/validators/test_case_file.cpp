@@ -245,3 +245,37 @@ TEST(Export, GateReportWorstCasesToMaps) {
   EXPECT_EQ(back[0].maps.dw_ratio, es[0].maps.dw_ratio);
   fs::remove_all(fs::path(path).parent_path());
 }
+
+// datasets/SCHEMA.md documents every dataset and attribute the writers make:
+// each name (the last path component; attributes without their object)
+// appears in the schema as `name` or `@name`.
+TEST(CaseFile, SchemaDocumentsEveryNameWritten) {
+  std::ifstream in(std::string(NORMGATE_SOURCE_DIR) + "/datasets/SCHEMA.md");
+  ASSERT_TRUE(in) << "datasets/SCHEMA.md is missing";
+  const std::string schema{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  auto documented = [&](const std::string& name) {
+    return schema.find("`" + name + "`") != std::string::npos || schema.find("`@" + name + "`") != std::string::npos ||
+           schema.find("/" + name + "`") != std::string::npos || schema.find("@" + name) != std::string::npos ||
+           schema.find("`" + name + ",") != std::string::npos || schema.find(" " + name + "`") != std::string::npos;
+  };
+  const auto r = saved_repro(request("H=40,T=50,w=bf16,form=plain,family=normal,seed=0", "bwd_det_chunked"));
+  const std::string pc = temp_path("schema_case.h5");
+  nv::write_case_file(pc, *r.saved);
+  std::vector<nv::MapsEntry> es(1);
+  es[0].prov = r.saved->prov;
+  es[0].maps = r.saved->maps;
+  es[0].maps.dx_full.assign(40 * 50, 0.0f);
+  const std::string pm = temp_path("schema_maps.h5");
+  nv::write_maps_file(pm, "x.json", es);
+  size_t checked = 0;
+  for (const std::string& p : {pc, pm})
+    for (const std::string& item : nv::list_layout(p)) {
+      const size_t at = item.find('@');
+      std::string name = at == std::string::npos ? item : item.substr(at + 1);
+      if (at == std::string::npos) name = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
+      EXPECT_TRUE(documented(name)) << item << " (in " << p << ") is not in datasets/SCHEMA.md";
+      ++checked;
+    }
+  EXPECT_GT(checked, 40u);
+  fs::remove_all(fs::path(pc).parent_path());
+}

@@ -320,6 +320,22 @@ std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* sour
   return out;
 }
 
+std::vector<std::string> list_layout(const std::string& path) {
+  const h5::Reader f(path);
+  std::vector<std::string> out = f.datasets();
+  std::vector<std::string> objs = {"/"};
+  // Groups: every prefix of a dataset path.
+  for (const auto& d : f.datasets())
+    for (size_t pos = d.find('/'); pos != std::string::npos; pos = d.find('/', pos + 1)) objs.push_back(d.substr(0, pos));
+  std::sort(objs.begin(), objs.end());
+  objs.erase(std::unique(objs.begin(), objs.end()), objs.end());
+  for (const auto& o : objs)
+    for (const auto& a : f.attributes(o)) out.push_back((o == "/" ? "" : o) + "@" + a);
+  for (const auto& d : f.datasets())
+    for (const auto& a : f.attributes(d)) out.push_back(d + "@" + a);
+  return out;
+}
+
 std::string inspect_file(const std::string& path) {
   std::string schema;
   {

@@ -175,6 +175,33 @@ std::vector<std::string> Reader::members(const std::string& g) const {
   return out;
 }
 
+namespace {
+herr_t visit_ds(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+herr_t visit_attr(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+}  // namespace
+
+std::vector<std::string> Reader::datasets() const {
+  std::vector<std::string> out;
+  if (H5Ovisit(file_.get(), H5_INDEX_NAME, H5_ITER_INC, visit_ds, &out) < 0) fail(path_, "cannot list datasets");
+  return out;
+}
+
+std::vector<std::string> Reader::attributes(const std::string& obj) const {
+  Id o(H5Oopen(file_.get(), obj.c_str(), H5P_DEFAULT), H5Oclose);
+  if (o.get() < 0) fail(path_, "object " + obj + " is missing");
+  std::vector<std::string> out;
+  hsize_t idx = 0;
+  if (H5Aiterate2(o.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, visit_attr, &out) < 0)
+    fail(path_, "cannot list attributes of " + obj);
+  return out;
+}
+
 void write(hid_t loc, const std::string& file, const std::string& name, Type t, const std::vector<uint64_t>& dims,
            const void* data, const std::string& dtype_attr) {
   quiet();

@@ -74,6 +74,10 @@ class Reader {
   bool exists(const std::string& name) const;  ///< a link of that path exists
   /// Names of the members of group `g` ("/" for the root), in name order.
   std::vector<std::string> members(const std::string& g) const;
+  /// Paths of every dataset in the file ("inputs/x", ...), in visit order.
+  std::vector<std::string> datasets() const;
+  /// Names of the attributes of object `obj`.
+  std::vector<std::string> attributes(const std::string& obj) const;
 
  private:
   std::string path_;

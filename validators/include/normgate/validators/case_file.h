@@ -85,6 +85,11 @@ void write_maps_file(const std::string& path, const std::string& source, const s
 /// Read a maps file back. Throws as read_case_file.
 std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source = nullptr);
 
+/// Layout of any HDF5 file: every dataset path and, for "/" and every group,
+/// its attribute names as "OBJ@NAME" (for schema checks). Throws as
+/// read_case_file when the file cannot be opened.
+std::vector<std::string> list_layout(const std::string& path);
+
 /// A few lines describing an HDF5 file of either schema (`normgate inspect`).
 /// Throws as read_case_file.
 std::string inspect_file(const std::string& path);
