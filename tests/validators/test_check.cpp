@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -133,6 +135,42 @@ TEST(RoundToBf16, AgreesWithFloatRoundingOnFloats) {
               normgate::float_bits(bf16_to_float(bf16_from_float(f))))
         << std::hexfloat << f;
   }
+}
+
+// The fast bit-manipulation path against the definition: quantum 2^(e-7) at
+// binade e (e >= -126), one nearbyint (ties to even), overflow to inf past
+// the largest BF16. Random doubles over exponents -140..140, plus ties.
+TEST(RoundToBf16, FastPathEqualsTheDefinition) {
+  auto reference = [](double v) -> float {
+    if (!std::isfinite(v) || v == 0.0) return static_cast<float>(v);
+    int e = std::ilogb(v);
+    if (e < -126) e = -126;
+    const double r = std::ldexp(std::nearbyint(std::ldexp(v, 7 - e)), e - 7);
+    if (std::fabs(r) > 0x1.fep+127) return static_cast<float>(std::copysign(INFINITY, v));
+    return static_cast<float>(r);
+  };
+  uint64_t s = 12345;
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  for (int i = 0; i < 400000; ++i) {
+    const uint64_t frac = next() & ((uint64_t{1} << 52) - 1);
+    const int e = static_cast<int>(next() % 281) - 140;
+    // Every 4th value: an exact tie or a neighbour of one (low 45 bits 0x1000.., +-1).
+    uint64_t f = frac;
+    if (i % 4 == 0) f = (frac & ~((uint64_t{1} << 45) - 1)) | (uint64_t{1} << 44);
+    if (i % 8 == 4) f += 1;
+    const double v = std::bit_cast<double>((static_cast<uint64_t>(e + 1023) << 52) | (f & ((uint64_t{1} << 52) - 1))) *
+                     ((i & 1) ? -1.0 : 1.0);
+    ASSERT_EQ(normgate::float_bits(nv::round_to_bf16(v)), normgate::float_bits(reference(v))) << std::hexfloat << v;
+  }
+  // The largest BF16 and the first value that rounds past it.
+  EXPECT_EQ(nv::round_to_bf16(0x1.fep+127), 0x1.fep+127f);
+  EXPECT_EQ(nv::round_to_bf16(0x1.ffp+127), INFINITY);  // tie: rounds to even = 2^128 -> inf
+  EXPECT_EQ(nv::round_to_bf16(-0x1.fefffp+127), -0x1.fep+127f);
 }
 
 TEST(RoundToBf16, SingleRoundingFromDouble) {

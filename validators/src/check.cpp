@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <exception>
@@ -83,6 +85,21 @@ bool bitwise_equal(const V& a, const V& b, int nt) {
 }  // namespace
 
 float round_to_bf16(double v) {
+  // Fast path, |v| in BF16's normal range [2^-126, 2^128): round the binary64
+  // significand (52 fraction bits) to BF16's 7 in the bits, ties to even; a
+  // carry into the exponent is the correct round-up to the next binade.
+  const uint64_t bits = std::bit_cast<uint64_t>(v);
+  const uint64_t mag = bits & 0x7FFFFFFFFFFFFFFFull;
+  constexpr uint64_t kMinNormal = uint64_t{1023 - 126} << 52;  // 2^-126
+  constexpr uint64_t kTwo128 = uint64_t{1023 + 128} << 52;     // 2^128
+  if (mag >= kMinNormal && mag < kTwo128) {
+    constexpr int kDrop = 52 - 7;
+    const uint64_t lsb = (mag >> kDrop) & 1u;
+    const uint64_t r = (mag + ((uint64_t{1} << (kDrop - 1)) - 1) + lsb) & ~((uint64_t{1} << kDrop) - 1);
+    const double out = std::bit_cast<double>(r | (bits & 0x8000000000000000ull));
+    if (std::fabs(out) > kMaxBf16) return static_cast<float>(std::copysign(kInf, v));
+    return static_cast<float>(out);  // exact: a BF16 value
+  }
   if (!std::isfinite(v) || v == 0.0) return static_cast<float>(v);  // NaN (quiet, sign kept), +-inf, +-0
   // BF16 has 8 significant bits; its quantum at binade e is 2^(e-7), with
   // e clamped at the smallest normal exponent -126 (subnormals, quantum 2^-133).
