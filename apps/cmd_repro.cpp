@@ -1,8 +1,13 @@
 // `normgate repro`: re-run one case for one implementation and explain it.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <vector>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -154,6 +159,47 @@ void add_export(CLI::App& app, Commands& cmds) {
       validators::write_maps_file(o->out, o->report, entries);
       std::printf("wrote    %s\n", o->out.c_str());
       return 0;
+    };
+  });
+}
+
+void add_plot(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "plot", "PNG pictures of a case or maps file (scripts/plot_maps.py: python3 with h5py, numpy, matplotlib): "
+              "dw err/tol over H with the budget line, dx tile heatmap, err/tol histograms");
+  struct Opts {
+    std::string file, out;
+    int dpi = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("file", o->file, "HDF5 file (normgate-case/1 or normgate-maps/1)")->required();
+  sub->add_option("-o,--output", o->out, "Folder for the PNGs (created if missing)")->required();
+  sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      const char* script_env = std::getenv("NORMGATE_PLOT_SCRIPT");
+      const std::string script = script_env ? script_env : std::string(NORMGATE_SOURCE_DIR) + "/scripts/plot_maps.py";
+      const char* py_env = std::getenv("PYTHON");
+      const std::string py = py_env ? py_env : "python3";
+      if (!std::filesystem::is_regular_file(script))
+        throw std::invalid_argument("plot script '" + script + "' not found (set NORMGATE_PLOT_SCRIPT)");
+      std::vector<std::string> args = {py, script, o->file, "-o", o->out};
+      if (o->dpi > 0) args.insert(args.end(), {"--dpi", std::to_string(o->dpi)});
+      std::fflush(stdout);
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("plot: fork failed");
+      if (pid == 0) {
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execvp(argv[0], argv.data());
+        std::fprintf(stderr, "normgate: error: cannot run '%s' (set PYTHON)\n", py.c_str());
+        ::_exit(2);
+      }
+      int status = 0;
+      if (::waitpid(pid, &status, 0) < 0) throw std::runtime_error("plot: waitpid failed");
+      if (!WIFEXITED(status)) throw std::runtime_error("plot: " + script + " was killed");
+      return WEXITSTATUS(status);  // 0 ok, 2 bad input (the script names it)
     };
   });
 }

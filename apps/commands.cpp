@@ -246,6 +246,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_repro_commands(app, cmds);
   add_inspect(app, cmds);
   add_export(app, cmds);
+  add_plot(app, cmds);
 }
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder

@@ -28,9 +28,10 @@ void add_repro_commands(CLI::App& app, Commands& cmds);
 /// does not exist or is not writable ("" is accepted: nothing to write).
 void check_writable(const std::string& path);
 
-/// Register `inspect` and `export` (cmd_repro.cpp).
+/// Register `inspect`, `export` and `plot` (cmd_repro.cpp).
 void add_inspect(CLI::App& app, Commands& cmds);
 void add_export(CLI::App& app, Commands& cmds);
+void add_plot(CLI::App& app, Commands& cmds);
 
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
