@@ -163,6 +163,26 @@ void add_export(CLI::App& app, Commands& cmds) {
   });
 }
 
+namespace {
+// Run argv with stdout/stderr discarded; its exit status, or -1.
+int run_quiet(std::vector<std::string> args) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+}  // namespace
+
 void add_plot(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "plot", "PNG pictures of a case or maps file (scripts/plot_maps.py: python3 with h5py, numpy, matplotlib): "
@@ -179,8 +199,20 @@ void add_plot(CLI::App& app, Commands& cmds) {
     cmds.run = [o] {
       const char* script_env = std::getenv("NORMGATE_PLOT_SCRIPT");
       const std::string script = script_env ? script_env : std::string(NORMGATE_SOURCE_DIR) + "/scripts/plot_maps.py";
+      // $PYTHON, else the first of python3 and /usr/bin/python3 (Debian's
+      // python3-h5py and python3-matplotlib, scripts/bootstrap) that imports them.
       const char* py_env = std::getenv("PYTHON");
-      const std::string py = py_env ? py_env : "python3";
+      std::string py = py_env ? py_env : "";
+      if (py.empty()) {
+        for (const char* cand : {"python3", "/usr/bin/python3"})
+          if (run_quiet({cand, "-c", "import h5py, matplotlib, numpy"}) == 0) {
+            py = cand;
+            break;
+          }
+        if (py.empty())
+          throw std::invalid_argument("no python3 with h5py, numpy and matplotlib found (scripts/bootstrap installs "
+                                      "them; or set PYTHON=/path/to/python)");
+      }
       if (!std::filesystem::is_regular_file(script))
         throw std::invalid_argument("plot script '" + script + "' not found (set NORMGATE_PLOT_SCRIPT)");
       std::vector<std::string> args = {py, script, o->file, "-o", o->out};

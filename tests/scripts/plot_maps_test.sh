@@ -9,7 +9,13 @@ set -u
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 script="$here/../../scripts/plot_maps.py"
-py=${PYTHON:-python3}
+py=${PYTHON:-}
+if [ -z "$py" ]; then  # the first interpreter that has the modules (Debian's, when pyenv shadows it)
+  for c in python3 /usr/bin/python3; do
+    if "$c" -c 'import h5py, matplotlib, numpy' >/dev/null 2>&1; then py=$c; break; fi
+  done
+  py=${py:-python3}
+fi
 
 if [ $# -ne 1 ]; then
   echo "usage: $0 FILE.h5" >&2
