@@ -253,3 +253,55 @@ TEST(RatioStats, MergeRejectsOtherOutput) {
   RatioStats a(Output::y);
   EXPECT_THROW(a.merge(RatioStats(Output::dx)), std::invalid_argument);
 }
+
+// add_row must give bit for bit what add() gives element by element: random
+// rows mixing ordinary values with zeros, NaN/Inf in got, ref, ideal and
+// bound, huge errors over tiny tolerances (err/tol overflowing to inf), bounds
+// that make comparisons uncertified, exact ties, and slow-path elements in the
+// middle of a row; for every output's budget (h_new: exact).
+TEST(RatioStats, AddRowEqualsAddElementByElement) {
+  using normgate::validators::testing::expect_same;
+  uint64_t s = 99;
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  auto uni = [&] { return static_cast<double>(next() >> 11) * 0x1p-53; };
+  const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e300, 1e-300, 5e-324};
+  for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw, Output::h_new}) {
+    for (int rep = 0; rep < 40; ++rep) {
+      const int64_t n = 1 + static_cast<int64_t>(next() % 700);
+      std::vector<double> got(n), ref(n), bound(n), ideal(n);
+      for (int64_t j = 0; j < n; ++j) {
+        ref[j] = (uni() - 0.5) * std::ldexp(1.0, static_cast<int>(next() % 40) - 20);
+        const double tol = budget(o).atol + budget(o).rtol * std::fabs(ref[j]);
+        got[j] = ref[j] + (uni() - 0.5) * 4 * tol;         // err/tol in [0, 2]
+        ideal[j] = ref[j] + (uni() - 0.5) * tol;
+        bound[j] = (next() % 4 == 0) ? 0.0 : uni() * 1e-12 * tol;
+        const uint64_t kind = next() % 50;
+        if (kind == 0) got[j] = special[next() % 8];
+        if (kind == 1) ref[j] = special[next() % 8];
+        if (kind == 2) ideal[j] = special[next() % 8];
+        if (kind == 3) bound[j] = special[next() % 8];
+        if (kind == 4) bound[j] = uni() * 0.5 * tol;       // likely uncertified near the budget
+        if (kind == 5) got[j] = ref[j] + tol;              // err/tol exactly ~1
+        if (kind == 6) got[j] = ref[j];                    // exact
+        if (kind == 7 && j > 0) got[j] = got[j - 1], ref[j] = ref[j - 1];  // a tie with the previous element
+      }
+      RatioStats a(o), b(o);
+      for (int64_t j = 0; j < n; ++j) a.add(1000 + j, got[j], ref[j], bound[j], ideal[j]);
+      b.add_row(1000, got.data(), ref.data(), bound.data(), ideal.data(), n);
+      SCOPED_TRACE(std::string(to_string(o)) + " rep " + std::to_string(rep));
+      expect_same(a, b);
+      // And across rows: two rows into one accumulator.
+      RatioStats c(o), d(o);
+      for (int64_t j = 0; j < n; ++j) c.add(j, got[j], ref[j], bound[j], ideal[j]);
+      for (int64_t j = 0; j < n; ++j) c.add(n + j, ideal[j], ref[j], bound[j], got[j]);
+      d.add_row(0, got.data(), ref.data(), bound.data(), ideal.data(), n);
+      d.add_row(n, ideal.data(), ref.data(), bound.data(), got.data(), n);
+      expect_same(c, d);
+    }
+  }
+}

@@ -237,6 +237,8 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
     try {
       std::vector<oracle::VB> yb(static_cast<size_t>(cols)), db(yb.size()), ib(yb.size());
       std::vector<double> yideal(yb.size()), dideal(yb.size());
+      // Struct-of-arrays copies of the row for RatioStats::add_row.
+      std::vector<double> yv(yb.size()), ybd(yb.size()), dv(yb.size()), dbd(yb.size()), g(yb.size());
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         const oracle::VB rv = ref.rstd(r);
@@ -251,17 +253,23 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
         for (int64_t j = 0; j < cols; ++j) {
           yideal[j] = static_cast<double>(round_to_bf16(yb[j].v));
           dideal[j] = static_cast<double>(round_to_bf16(ib[j].v));
+          yv[j] = yb[j].v;
+          ybd[j] = yb[j].bound;
+          dv[j] = db[j].v;
+          dbd[j] = db[j].bound;
         }
         const int64_t base = r * cols;
         for (size_t k = 0; k < ng; ++k) {
           const Outputs& got = *gots[k];
           Four& s4 = st[k];
-          if (ysrc[k] == k)
-            for (int64_t j = 0; j < cols; ++j)
-              s4.y.add(base + j, static_cast<double>(bf16_to_float(got.y[base + j])), yb[j].v, yb[j].bound, yideal[j]);
-          if (dsrc[k] == k)
-            for (int64_t j = 0; j < cols; ++j)
-              s4.d.add(base + j, static_cast<double>(bf16_to_float(got.dx[base + j])), db[j].v, db[j].bound, dideal[j]);
+          if (ysrc[k] == k) {
+            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float(got.y[base + j]));
+            s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), cols);
+          }
+          if (dsrc[k] == k) {
+            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float(got.dx[base + j]));
+            s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), cols);
+          }
           if (do_h && hsrc[k] == k)
             for (int64_t j = 0; j < cols; ++j) {
               const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));

@@ -203,6 +203,90 @@ double RatioStats::add(int64_t index, double got, double ref, double bound, doub
   return r;
 }
 
+void RatioStats::add_row(int64_t base, const double* got, const double* ref, const double* bound,
+                         const double* ideal, int64_t len) {
+  if (budget_.exact) {
+    for (int64_t j = 0; j < len; ++j) add(base + j, got[j], ref[j], bound[j], ideal[j]);
+    return;
+  }
+  const FastBins& f = fast_bins();
+  const double atol = budget_.atol, rtol = budget_.rtol;
+  constexpr double up = 1 + 0x1p-50, dn = 1 - 0x1p-50;  // as certified() (budget.h)
+  // Running state of the fast path, folded into the fields by flush().
+  int64_t cnt = 0, over_n = 0, overc_n = 0;
+  double best = -1;
+  int64_t best_j = -1;
+  auto flush = [&] {
+    n += cnt;
+    over += over_n;
+    over_certified += overc_n;
+    cnt = over_n = overc_n = 0;
+    if (best_j >= 0 && beats(best, base + best_j, worst)) {
+      const int64_t k = best_j;
+      const double tk = atol + rtol * std::fabs(ref[k]);
+      const double ferr = std::fabs(ideal[k] - ref[k]);
+      worst = Worst{base + k, best, got[k], ref[k], std::fabs(got[k] - ref[k]), tk, bound[k],
+                    ferr == 0.0 ? 0.0 : ferr / tk, ideal[k]};
+    }
+    best = -1;
+    best_j = -1;
+  };
+  for (int64_t j = 0; j < len; ++j) {
+    const double g = got[j], rf = ref[j], b = bound[j], id = ideal[j];
+    const double tol = atol + rtol * std::fabs(rf);
+    const double err = std::fabs(g - rf);
+    const double r = err == 0.0 ? 0.0 : err / tol;
+    const double ferr = std::fabs(id - rf);
+    const double fr = ferr == 0.0 ? 0.0 : ferr / tol;
+    const double ab = std::fabs(b);
+    const double br = b == 0.0 ? 0.0 : ab / tol;
+    // The fast path needs what add() computes without its special cases:
+    // finite got, ref, ideal and bound, tol > 0, finite ratios. Else add().
+    if (!(std::isfinite(g) && std::isfinite(rf) && std::isfinite(id) && std::isfinite(b) && tol > 0.0 &&
+          r < kInf && fr < kInf && br < kInf)) {
+      flush();
+      add(base + j, g, rf, b, id);
+      continue;
+    }
+    max_forced = fr > max_forced ? fr : max_forced;
+    max_bound_ratio = br > max_bound_ratio ? br : max_bound_ratio;
+    ++cnt;
+    // Histogram::bin for a finite r >= 0.
+    int k;
+    if (r <= 0.0) {
+      k = 0;
+    } else if (r <= f.e[0]) {
+      k = 1;
+    } else if (r > f.e[H::kLogBins]) {
+      k = H::kBins - 2;
+    } else {
+      const int x = static_cast<int>(std::bit_cast<uint64_t>(r) >> 52) - 1023;
+      const int i0 = f.first[x - f.exp_min];
+      k = 1 + i0 + (f.e[i0] < r) + (f.e[i0 + 1] < r) + (f.e[i0 + 2] < r) + (f.e[i0 + 3] < r);
+    }
+    ++hist.count[k];
+    bool cert = true;  // certified() for finite got/ref/bound, exact == false
+    if (b != 0.0) {
+      const double m = (1 + rtol) * ab;
+      cert = r <= 1.0 ? (err + m) * up <= tol * dn : err * dn > (tol + m) * up;
+    }
+    if (r > 1.0) {
+      ++over_n;
+      overc_n += cert ? 1 : 0;
+    }
+    if (r > best) {
+      best = r;
+      best_j = j;
+    }
+    if (!cert) {
+      ++uncertified;
+      const Worst w{base + j, r, g, rf, err, tol, b, fr, id};
+      if (beats_uncertain(bound_over_tol(w), base + j, uncertain)) uncertain = w;
+    }
+  }
+  flush();
+}
+
 void RatioStats::merge(const RatioStats& other) {
   if (other.out_ != out_)
     throw std::invalid_argument("RatioStats::merge: cannot merge " + std::string(to_string(other.out_)) +
