@@ -39,6 +39,10 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::Ca
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::HostInputs&, float, const GpuRunOptions&) {
   no_cuda("run_gpu");
 }
+SharedGpuRun run_gpu_shared(const std::vector<const Variant*>&, const seeds::CaseId&, const seeds::HostInputs*, float,
+                            const GpuRunOptions&) {
+  no_cuda("run_gpu_shared");
+}
 void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
 TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
 

@@ -35,6 +35,13 @@ __global__ void fill_words_kernel(uint32_t* p, int64_t n, uint32_t pattern, uint
   }
 }
 
+/// *flag = 1 when the first n 32-bit words of a and b differ anywhere.
+__global__ void differ_kernel(const uint32_t* a, const uint32_t* b, int64_t n, int* flag) {
+  bool d = false;
+  for (int64_t i = global_thread(); i < n; i += global_threads()) d |= a[i] != b[i];
+  if (__syncthreads_or(d) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
 }  // namespace
 }  // namespace dev
 
@@ -139,8 +146,12 @@ bool gpu_available() {
 }
 
 namespace {
+// share == nullptr: every result gets full copies. Otherwise results k > 0
+// get no y/rstd, and no dx when their dx equals (bitwise, compared on the
+// device) an earlier variant's; share->dx_source[k] names that variant.
 std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
-                                  const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host) {
+                                  const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host,
+                                  std::vector<size_t>* dx_source = nullptr) {
   if (bwds.empty()) bad_run("no backward variant given");
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
@@ -213,6 +224,12 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   const size_t n = static_cast<size_t>(T * H);
   const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
   std::vector<Outputs> outs(bwds.size());
+  const bool share = dx_source != nullptr;
+  if (share) dx_source->assign(bwds.size(), 0);
+  // Device copies of the distinct dx tensors seen so far (share mode), with
+  // the index of the variant that produced each.
+  std::vector<std::pair<size_t, detail::DeviceBuffer>> distinct;
+  detail::DeviceBuffer flag(sizeof(int));
   for (size_t k = 0; k < bwds.size(); ++k) {
     const Variant& bwd = *bwds[k];
     const size_t ws_k = bwd_workspace_bytes(bwd, T, H);
@@ -241,23 +258,58 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     rmsnorm_bwd(bwd, ba, s, opt.controls);
     NG_CUDA(cudaStreamSynchronize(s));
 
-    // y and rstd are the one forward's outputs (device buffers untouched by
-    // the backward); every result gets its own copy of them.
     Outputs& out = outs[k];
-    out.y.resize(n);
-    out.dx.resize(n);
-    out.rstd.resize(static_cast<size_t>(T));
     out.dw.resize(static_cast<size_t>(H));
-    if (T > 0) {
-      if (k == 0) {
-        detail::download_rows(out.y.data(), y, width, pitch, static_cast<size_t>(T), s);
-      } else {
-        std::memcpy(out.y.data(), outs[0].y.data(), n * 2);  // the same forward's y
-      }
-      detail::download_rows(out.dx.data(), dx, width, pitch, static_cast<size_t>(T), s);
-      detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, s);
-    }
     detail::download(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, s);
+    // dx: in share mode, compare with the distinct ones kept on the device.
+    bool dx_needed = true;
+    if (share && T > 0) {
+      const int64_t words = static_cast<int64_t>(bdx.bytes() / 4);
+      for (const auto& [src, buf] : distinct) {
+        NG_CUDA(cudaMemsetAsync(flag.get(), 0, sizeof(int), s));
+        const int64_t want = (words + 255) / 256;
+        dev::differ_kernel<<<static_cast<unsigned>(want < 4096 ? want : 4096), 256, 0, s>>>(
+            buf.as<uint32_t>(), bdx.as<uint32_t>(), words, flag.as<int>());
+        NG_CUDA_LAUNCHED("differ_kernel");
+        int differs = 1;
+        NG_CUDA(cudaMemcpyAsync(&differs, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, s));
+        NG_CUDA(cudaStreamSynchronize(s));
+        // bytes beyond the last whole word (at most 3) compared on the host side of the copy below
+        if (differs == 0 && bdx.bytes() % 4 == 0) {
+          (*dx_source)[k] = src;
+          dx_needed = false;
+          break;
+        }
+      }
+    }
+    if (share) {
+      if (dx_needed) {
+        (*dx_source)[k] = k;
+        if (T > 0) {
+          detail::DeviceBuffer keep(bdx.bytes());
+          NG_CUDA(cudaMemcpyAsync(keep.get(), bdx.get(), bdx.bytes(), cudaMemcpyDeviceToDevice, s));
+          distinct.emplace_back(k, std::move(keep));
+        }
+      }
+    }
+    if (dx_needed) {
+      out.dx.resize(n);
+      if (T > 0) detail::download_rows(out.dx.data(), dx, width, pitch, static_cast<size_t>(T), s);
+    }
+    // y and rstd are the one forward's outputs (device buffers untouched by
+    // the backward): downloaded once; in full mode every result gets a copy.
+    if (k == 0 || !share) {
+      out.y.resize(n);
+      out.rstd.resize(static_cast<size_t>(T));
+      if (T > 0) {
+        if (k == 0) {
+          detail::download_rows(out.y.data(), y, width, pitch, static_cast<size_t>(T), s);
+        } else {
+          std::memcpy(out.y.data(), outs[0].y.data(), n * 2);
+        }
+        detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, s);
+      }
+    }
   }
   return outs;
 }
@@ -272,6 +324,14 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
                              const GpuRunOptions& opt) {
   return run_gpu_impl(bwds, in.id, eps, opt, nullptr, &in);
+}
+
+SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds::CaseId& c,
+                            const seeds::HostInputs* in, float eps, const GpuRunOptions& opt) {
+  if (in != nullptr && !(in->id == c)) bad_run("host inputs are of case " + seeds::to_string(in->id));
+  SharedGpuRun r;
+  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source);
+  return r;
 }
 
 Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {

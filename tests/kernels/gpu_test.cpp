@@ -309,6 +309,38 @@ TEST(BwdEdge, ListRunEqualsOneVariantRuns) {
   EXPECT_THROW(run_gpu(std::vector<const Variant*>{&variant("fwd_rowwise")}, c, kEps), std::invalid_argument);
 }
 
+TEST(BwdEdge, SharedRunSkipsOnlyIdenticalTensors) {
+  NG_REQUIRE_GPU();
+  const seeds::CaseId c = make_case(777, 2049, seeds::Family::llm, 9);
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("ctl_bf16_partials"),
+                                          &variant("bwd_nondet_atomic"), &variant("ctl_fp32_seq")};
+  const std::vector<Outputs> full = run_gpu(vs, c, kEps);
+  const SharedGpuRun sh = run_gpu_shared(vs, c, nullptr, kEps);
+  ASSERT_EQ(sh.outs.size(), vs.size());
+  ASSERT_EQ(sh.dx_source.size(), vs.size());
+  EXPECT_EQ(bit_diff(sh.outs[0].y, full[0].y).count, 0);
+  EXPECT_EQ(0, std::memcmp(sh.outs[0].rstd.data(), full[0].rstd.data(), full[0].rstd.size() * 4));
+  for (size_t k = 0; k < vs.size(); ++k) {
+    if (k > 0) {
+      EXPECT_TRUE(sh.outs[k].y.empty()) << vs[k]->name;
+      EXPECT_TRUE(sh.outs[k].rstd.empty()) << vs[k]->name;
+    }
+    const size_t src = sh.dx_source[k];
+    ASSERT_LE(src, k);
+    if (src == k) {
+      EXPECT_EQ(bit_diff(sh.outs[k].dx, full[k].dx).count, 0) << vs[k]->name;
+    } else {
+      EXPECT_TRUE(sh.outs[k].dx.empty()) << vs[k]->name;
+      EXPECT_EQ(bit_diff(full[src].dx, full[k].dx).count, 0) << vs[k]->name << " said equal to " << vs[src]->name;
+    }
+    if (vs[k]->mode == Mode::det) {
+      EXPECT_EQ(0, std::memcmp(sh.outs[k].dw.data(), full[k].dw.data(), full[k].dw.size() * 4)) << vs[k]->name;
+    }
+  }
+  // The nondet variant's dx is the det one's row code: shared, not copied.
+  EXPECT_EQ(sh.dx_source[2], 0u);
+}
+
 // --- timing helpers (need the CUDA runtime for device buffers) ------------------
 
 #if defined(NORMGATE_KERNELS_HAVE_CUDA)

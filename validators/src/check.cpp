@@ -167,6 +167,18 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads,
                                        const std::vector<uint16_t>& h_new_expected) {
+  std::vector<OutputsRef> refs;
+  for (const Outputs* g : gots) {
+    if (!g) throw std::invalid_argument("validate_cases: null outputs");
+    refs.push_back(OutputsRef::of(*g));
+  }
+  return validate_cases(p, refs, ref, ideal, baseline, threads, h_new_expected);
+}
+
+std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                                       const oracle::Reference& ref, const oracle::Reference& ideal,
+                                       const Outputs* baseline, int threads,
+                                       const std::vector<uint16_t>& h_new_expected) {
   const int64_t rows = p.x.rows();
   const int64_t cols = p.x.cols;
   const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
@@ -184,17 +196,17 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
   check_size("ideal cols", static_cast<size_t>(ideal.cols()), cols, cs);
   const bool do_h = !h_new_expected.empty();
   if (do_h) check_size("h_new_expected", h_new_expected.size(), rows * cols, rc);
-  for (const Outputs* g : gots) {
-    if (!g) throw std::invalid_argument("validate_cases: null outputs");
-    const Outputs& got = *g;
-    check_size("got.y", got.y.size(), rows * cols, rc);
-    check_size("got.rstd", got.rstd.size(), rows, rs);
-    check_size("got.dx", got.dx.size(), rows * cols, rc);
-    check_size("got.dw", got.dw.size(), cols, cs);
+  for (const OutputsRef& got : gots) {
+    if (!got.y || !got.rstd || !got.dx || !got.dw || !got.h_new)
+      throw std::invalid_argument("validate_cases: null outputs");
+    check_size("got.y", got.y->size(), rows * cols, rc);
+    check_size("got.rstd", got.rstd->size(), rows, rs);
+    check_size("got.dx", got.dx->size(), rows * cols, rc);
+    check_size("got.dw", got.dw->size(), cols, cs);
     if (do_h) {
-      check_size("got.h_new", got.h_new.size(), rows * cols, rc);
-    } else if (!got.h_new.empty()) {
-      check_size("got.h_new (no h_new_expected given)", got.h_new.size(), 0, "nothing to compare with");
+      check_size("got.h_new", got.h_new->size(), rows * cols, rc);
+    } else if (!got.h_new->empty()) {
+      check_size("got.h_new (no h_new_expected given)", got.h_new->size(), 0, "nothing to compare with");
     }
   }
   if (baseline) check_size("baseline->dw", baseline->dw.size(), cols, cs);
@@ -211,15 +223,15 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
     for (size_t k = 0; k < ng; ++k) {
       src[k] = k;
       for (size_t q = 0; q < k; ++q)
-        if (src[q] == q && bitwise_equal((gots[q]->*member), (gots[k]->*member), nt)) {
+        if (src[q] == q && bitwise_equal(*(gots[q].*member), *(gots[k].*member), nt)) {
           src[k] = q;
           break;
         }
     }
     return src;
   };
-  const std::vector<size_t> ysrc = sources(&Outputs::y), rsrc = sources(&Outputs::rstd),
-                            dsrc = sources(&Outputs::dx), hsrc = sources(&Outputs::h_new);
+  const std::vector<size_t> ysrc = sources(&OutputsRef::y), rsrc = sources(&OutputsRef::rstd),
+                            dsrc = sources(&OutputsRef::dx), hsrc = sources(&OutputsRef::h_new);
 
   // --- y, rstd, dx (and h_new): OpenMP over rows, static schedule. Thread t
   // owns a contiguous range of rows, so merging partials in thread order is
@@ -245,7 +257,7 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
         // Ideal rstd: the exact rstd rounded once to FP32 (the oracle's RN).
         const double rideal = static_cast<double>(ref.rstd_f32(r));
         for (size_t k = 0; k < ng; ++k)
-          if (rsrc[k] == k) st[k].r.add(r, static_cast<double>(gots[k]->rstd[r]), rv.v, rv.bound, rideal);
+          if (rsrc[k] == k) st[k].r.add(r, static_cast<double>((*gots[k].rstd)[r]), rv.v, rv.bound, rideal);
         if (cols == 0) continue;
         ref.y_row(r, yb.data());
         ref.dx_row(r, db.data());
@@ -260,20 +272,20 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
         }
         const int64_t base = r * cols;
         for (size_t k = 0; k < ng; ++k) {
-          const Outputs& got = *gots[k];
+          const OutputsRef& got = gots[k];
           Four& s4 = st[k];
           if (ysrc[k] == k) {
-            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float(got.y[base + j]));
+            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float((*got.y)[base + j]));
             s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), cols);
           }
           if (dsrc[k] == k) {
-            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float(got.dx[base + j]));
+            for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float((*got.dx)[base + j]));
             s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), cols);
           }
           if (do_h && hsrc[k] == k)
             for (int64_t j = 0; j < cols; ++j) {
               const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
-              s4.h.add(base + j, static_cast<double>(bf16_to_float(got.h_new[base + j])), hv, 0.0, hv);
+              s4.h.add(base + j, static_cast<double>(bf16_to_float((*got.h_new)[base + j])), hv, 0.0, hv);
             }
         }
       }
@@ -287,7 +299,7 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
 
   std::vector<CaseResult> results;
   for (size_t k = 0; k < ng; ++k) {
-    const Outputs& got = *gots[k];
+    const OutputsRef& got = gots[k];
     Four m;
     for (int t = 0; t < nt; ++t) {
       m.y.merge(part[t][ysrc[k]].y);
@@ -303,7 +315,7 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
     if (baseline) quot.reserve(static_cast<size_t>(cols));
     for (int64_t j = 0; j < cols; ++j) {
       const oracle::VB wv = ref.dw(j);
-      const double g = static_cast<double>(got.dw[j]);
+      const double g = static_cast<double>((*got.dw)[j]);
       sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
       cmax = std::max(cmax, condition(ref, j));
       if (baseline) {

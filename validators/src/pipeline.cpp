@@ -191,8 +191,10 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
       if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
   if (!gpu_variants.empty()) {
     t0 = Clock::now();
-    pc.gpu_outs = given != nullptr ? kernels::run_gpu(gpu_variants, pc.inputs, static_cast<float>(req.id.eps))
-                                   : kernels::run_gpu(gpu_variants, req.id, static_cast<float>(req.id.eps));
+    kernels::SharedGpuRun run = kernels::run_gpu_shared(gpu_variants, req.id, given != nullptr ? &pc.inputs : nullptr,
+                                                        static_cast<float>(req.id.eps));
+    pc.gpu_outs = std::move(run.outs);
+    pc.gpu_dx_source = std::move(run.dx_source);
     pc.seconds_gpu = since(t0);
   }
   return pc;
@@ -222,6 +224,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   std::vector<Outputs> outs;
   outs.reserve(req.impls.size());
   size_t next_gpu = 0;
+  std::vector<size_t> gpu_pos;  // position in outs of GPU variant g
   for (const auto& name : req.impls) {
     ImplResult ir;
     ir.impl = name;
@@ -234,6 +237,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       if (next_gpu >= pc.gpu_outs.size())
         throw std::logic_error("finish_check: fewer GPU outputs than GPU variants (prepare_check not called?)");
       ir.ran_on = "gpu";
+      gpu_pos.push_back(outs.size());
       outs.push_back(std::move(pc.gpu_outs[next_gpu++]));
       ir.seconds_impl = gpu_seconds_each;
     } else {
@@ -247,9 +251,19 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   // One validation sweep for all implementations (the oracle's rows are
   // evaluated once); its time is shared equally in the report.
   t0 = Clock::now();
-  std::vector<const Outputs*> ptrs;
-  for (const auto& o : outs) ptrs.push_back(&o);
-  auto results = validate_cases(p, ptrs, ref, ideal, &baseline, req.threads);
+  // GPU variants share the forward's y and rstd (and, where equal, dx) with
+  // the first GPU variant's host copy (kernels::run_gpu_shared).
+  std::vector<OutputsRef> refs;
+  for (const auto& o : outs) refs.push_back(OutputsRef::of(o));
+  for (size_t g = 0; g < gpu_pos.size(); ++g) {
+    OutputsRef& r = refs[gpu_pos[g]];
+    r.y = &outs[gpu_pos[0]].y;
+    r.rstd = &outs[gpu_pos[0]].rstd;
+    const size_t src = g < pc.gpu_dx_source.size() ? pc.gpu_dx_source[g] : g;
+    if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
+    r.dx = &outs[gpu_pos[src]].dx;
+  }
+  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads);
   const double per = since(t0) / static_cast<double>(outs.size());
   for (size_t k = 0; k < rep.impls.size(); ++k) {
     ImplResult& ir = rep.impls[k];
@@ -258,7 +272,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     const auto& dw = ir.result.get(Output::dw);
     if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
   }
-  if (inspect) inspect(CheckInternals{p, ref, ideal, outs});
+  if (inspect) inspect(CheckInternals{p, ref, ideal, outs, refs});
   return rep;
 }
 

@@ -94,4 +94,21 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
                              const GpuRunOptions& opt = {});
 
+/// Result of run_gpu_shared: outs[0] is complete (y, rstd, dx, dw); for k > 0
+/// outs[k] holds dw, and dx only when dx_source[k] == k: otherwise its dx is
+/// bitwise equal (compared on the device, every byte of the padded buffer) to
+/// that of variant dx_source[k] < k, and was not copied. y and rstd of every
+/// variant are outs[0]'s (one forward).
+struct SharedGpuRun {
+  std::vector<Outputs> outs;
+  std::vector<size_t> dx_source;
+};
+
+/// run_gpu over a list without duplicate host copies (what a check needs: its
+/// validation reads identical tensors once). in == nullptr generates c's
+/// inputs on the device, else uploads *in (whose id must be c). Throws as
+/// run_gpu.
+SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds::CaseId& c,
+                            const seeds::HostInputs* in, float eps, const GpuRunOptions& opt = {});
+
 }  // namespace normgate::kernels

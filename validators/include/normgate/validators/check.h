@@ -113,4 +113,23 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
                                        const Outputs* baseline, int threads = 0,
                                        const std::vector<uint16_t>& h_new_expected = {});
 
+/// The tensors of one implementation's outputs, by reference: several
+/// implementations may point at the same vector (a tensor they share, e.g.
+/// the y of one forward), which is then validated once without comparing.
+struct OutputsRef {
+  const std::vector<uint16_t>* y = nullptr;
+  const std::vector<float>* rstd = nullptr;
+  const std::vector<uint16_t>* dx = nullptr;
+  const std::vector<float>* dw = nullptr;
+  const std::vector<uint16_t>* h_new = nullptr;
+  static OutputsRef of(const Outputs& o) { return {&o.y, &o.rstd, &o.dx, &o.dw, &o.h_new}; }
+};
+
+/// validate_cases over references (as above; a null pointer in any entry
+/// throws std::invalid_argument).
+std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                                       const oracle::Reference& ref, const oracle::Reference& ideal,
+                                       const Outputs* baseline, int threads = 0,
+                                       const std::vector<uint16_t>& h_new_expected = {});
+
 }  // namespace normgate::validators

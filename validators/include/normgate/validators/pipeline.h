@@ -90,7 +90,9 @@ struct PreparedCheck {
   Backend backend = Backend::cpu;  ///< resolved
   seeds::HostInputs inputs;
   std::string inputs_from;
-  std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend)
+  std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend);
+                                   ///< kernels::run_gpu_shared: only [0] holds y and rstd
+  std::vector<size_t> gpu_dx_source;  ///< gpu_outs[k]'s dx is gpu_outs[gpu_dx_source[k]]'s
   double seconds_generate = 0, seconds_gpu = 0;
 };
 PreparedCheck prepare_check(const CheckRequest& req);
@@ -104,7 +106,11 @@ struct CheckInternals {
   const oracle::Problem& problem;
   const oracle::Reference& ref;    ///< RstdMode::fp64
   const oracle::Reference& ideal;  ///< RstdMode::fp32_rounded
-  const std::vector<Outputs>& outs;  ///< one per impl, request order
+  /// One per impl, request order. On the GPU backend only the first GPU
+  /// variant's entry is complete (later ones may lack the shared y, rstd, dx:
+  /// use refs); a one-implementation check's outs.front() is complete.
+  const std::vector<Outputs>& outs;
+  const std::vector<OutputsRef>& refs;  ///< every impl's tensors (shared ones point to one copy)
 };
 
 /// The second half: oracle (reference, ideal kernel, FP32 baseline), CPU
