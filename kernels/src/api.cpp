@@ -40,20 +40,39 @@ bool overlap(const Span& a, const Span& b) {
   return a0 < b0 + static_cast<uintptr_t>(b.bytes) && b0 < a0 + static_cast<uintptr_t>(a.bytes);
 }
 
-/// Checks one BF16 [T, H] tensor; returns its byte range.
+/// Checks one BF16 [T, H] tensor, or [T, heads, H] with head stride
+/// stride_h; returns its byte range. Outputs (written) must not overlap
+/// themselves: stride >= H, and with heads, stride_h >= H and stride >=
+/// (heads-1)*stride_h + H. Inputs (read only) may: any strides >= 0 (e.g. an
+/// expanded dy of stride 0) when heads > 1.
 Span check_rows(const Variant& v, const char* fn, const char* name, const void* p, int64_t stride, int64_t T,
-                int64_t H) {
+                int64_t H, int64_t heads = 1, int64_t stride_h = 0, bool output = false) {
   if (T == 0) return {name, p, 0};  // nothing is read or written
-  if (stride < H)
-    bad(v, fn, std::string(name) + "_stride = " + std::to_string(stride) + " is less than H = " + std::to_string(H));
-  if (p == nullptr) bad(v, fn, std::string(name) + " is null with T = " + std::to_string(T));
-  if (addr(p) % 2 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 2-byte aligned (BF16)");
-  // (T-1)*stride + H elements, 2 bytes each, must fit in int64 with room to spare.
+  const std::string n(name);
+  if (heads == 1) {
+    if (stride < H)
+      bad(v, fn, n + "_stride = " + std::to_string(stride) + " is less than H = " + std::to_string(H));
+  } else {
+    if (stride < 0 || stride_h < 0)
+      bad(v, fn, n + "_stride = " + std::to_string(stride) + ", " + n + "_stride_h = " + std::to_string(stride_h) +
+                     ": strides must be >= 0");
+    if (output && stride_h < H)
+      bad(v, fn, n + "_stride_h = " + std::to_string(stride_h) + " is less than H = " + std::to_string(H) +
+                     " (an output's heads must not overlap)");
+    if (output && stride < (heads - 1) * stride_h + H)
+      bad(v, fn, n + "_stride = " + std::to_string(stride) + " is less than (heads-1)*" + n + "_stride_h + H = " +
+                     std::to_string((heads - 1) * stride_h + H) + " (an output's tokens must not overlap)");
+  }
+  if (p == nullptr) bad(v, fn, n + " is null with T = " + std::to_string(T));
+  if (addr(p) % 2 != 0) bad(v, fn, n + " = " + hex(p) + " is not 2-byte aligned (BF16)");
+  // (T-1)*stride + (heads-1)*stride_h + H elements, 2 bytes each, must fit in
+  // int64 with room to spare.
   constexpr int64_t kMaxElems = int64_t{1} << 61;
-  if (T > 1 && stride > (kMaxElems - H) / (T - 1))
-    bad(v, fn, std::string(name) + ": extent (T-1)*stride + H overflows (T = " + std::to_string(T) +
+  const int64_t inner = heads > 1 ? (heads - 1) * stride_h + H : H;
+  if ((heads > 1 && stride_h > (kMaxElems - H) / heads) || (T > 1 && stride > (kMaxElems - inner) / (T - 1)))
+    bad(v, fn, n + ": extent (T-1)*stride + (heads-1)*stride_h + H overflows (T = " + std::to_string(T) +
                    ", stride = " + std::to_string(stride) + ")");
-  return {name, p, ((T - 1) * stride + H) * 2};
+  return {name, p, ((T - 1) * stride + inner) * 2};
 }
 
 Span check_f32(const Variant& v, const char* fn, const char* name, const void* p, int64_t n) {
@@ -63,10 +82,17 @@ Span check_f32(const Variant& v, const char* fn, const char* name, const void* p
   return {name, p, n * 4};
 }
 
-void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H) {
-  if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported (plain only)");
-  if (T < 0 || T > kMaxT)
-    bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT));
+void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
+  if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported");
+  const int64_t want = form == Form::heads24 ? 24 : form == Form::heads4 ? 4 : 1;
+  if (heads != want)
+    bad(v, fn, "heads = " + std::to_string(heads) + " does not match form '" + std::string(to_string(form)) +
+                   "' (" + std::to_string(want) + ")");
+  if (want > 1 && H != 256)
+    bad(v, fn, "H = " + std::to_string(H) + ": form '" + std::string(to_string(form)) + "' normalizes heads of 256");
+  if (T < 0 || T > kMaxT / heads)
+    bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT / heads) +
+                   (heads > 1 ? " (T*heads <= " + std::to_string(kMaxT) + ")" : std::string()));
   if (!v.supports_h(H))
     bad(v, fn, "H = " + std::to_string(H) + " is out of range " + std::to_string(v.h_min) + ".." +
                    std::to_string(v.h_max));
@@ -118,12 +144,12 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
 void validate_fwd(const Variant& v, const FwdArgs& a) {
   const char* fn = "rmsnorm_fwd";
   if (v.op != Op::fwd) bad(v, fn, "not a forward variant");
-  check_shape(v, fn, a.form, a.T, a.H);
+  check_shape(v, fn, a.form, a.T, a.H, a.heads);
   if (!std::isfinite(a.eps) || a.eps < 0.0f) bad(v, fn, "eps = " + std::to_string(a.eps) + " is not finite and >= 0");
   const Span w = check_weight(v, fn, a.w, a.H);
-  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H);
-  const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H);
-  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T);
+  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
+  const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H, a.heads, a.y_stride_h, true);
+  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
   check_disjoint(v, fn, y, {x, w, r});
   check_disjoint(v, fn, r, {x, w});
 }
@@ -133,14 +159,14 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
   if (v.control && ctl != ControlUse::allow)
     bad(v, fn, "is a negative control; pass ControlUse::allow to run it on purpose");
-  check_shape(v, fn, a.form, a.T, a.H);
+  check_shape(v, fn, a.form, a.T, a.H, a.heads);
   const Span w = check_weight(v, fn, a.w, a.H);
-  const Span dy = check_rows(v, fn, "dy", a.dy, a.dy_stride, a.T, a.H);
-  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H);
-  const Span dx = check_rows(v, fn, "dx", a.dx, a.dx_stride, a.T, a.H);
-  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T);
+  const Span dy = check_rows(v, fn, "dy", a.dy, a.dy_stride, a.T, a.H, a.heads, a.dy_stride_h);
+  const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
+  const Span dx = check_rows(v, fn, "dx", a.dx, a.dx_stride, a.T, a.H, a.heads, a.dx_stride_h, true);
+  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
   const Span dw = check_f32(v, fn, "dw", a.dw, a.H);
-  const size_t need = bwd_workspace_bytes(v, a.T, a.H);
+  const size_t need = bwd_workspace_bytes(v, a.T * a.heads, a.H);
   Span ws{"workspace", a.workspace, 0};
   if (need > 0) {
     if (a.workspace == nullptr) bad(v, fn, "workspace is null (" + std::to_string(need) + " bytes needed)");
@@ -157,12 +183,14 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
 }
 
 bool fwd_vector_path(const FwdArgs& a) {
-  return a.H % 8 == 0 && al16(a.x) && al16(a.y) && al16(a.w.p) && a.x_stride % 8 == 0 && a.y_stride % 8 == 0;
+  return a.H % 8 == 0 && al16(a.x) && al16(a.y) && al16(a.w.p) && a.x_stride % 8 == 0 && a.y_stride % 8 == 0 &&
+         a.x_stride_h % 8 == 0 && a.y_stride_h % 8 == 0;
 }
 
 bool bwd_vector_path(const BwdArgs& a) {
   return a.H % 8 == 0 && al16(a.x) && al16(a.dy) && al16(a.dx) && al16(a.w.p) && a.x_stride % 8 == 0 &&
-         a.dy_stride % 8 == 0 && a.dx_stride % 8 == 0;
+         a.dy_stride % 8 == 0 && a.dx_stride % 8 == 0 && a.x_stride_h % 8 == 0 && a.dy_stride_h % 8 == 0 &&
+         a.dx_stride_h % 8 == 0;
 }
 
 void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {

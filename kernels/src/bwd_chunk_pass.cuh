@@ -197,15 +197,16 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kMaxCtaTeam, 1)
 template <class Sink>
 inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& sink, cudaStream_t s) {
   const RowGeometry geo = row_geometry(a.H);
-  const int64_t n = num_chunks(a.T, a.H);
+  const int64_t rows = a.T * a.heads;  // normalized rows
+  const int64_t n = num_chunks(rows, a.H);
   auto go = [&](auto wtag) -> cudaError_t {
     using WT = decltype(wtag);
-    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride},
-                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
+                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
                         static_cast<const WT*>(a.w.p),
                         a.rstd,
-                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride},
-                        a.T,
+                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride, a.heads, a.dx_stride_h},
+                        rows,
                         static_cast<int>(a.H),
                         n,
                         vec};

@@ -54,14 +54,15 @@ void launch_ctl_fp32_seq(const BwdArgs& a, bool vec, Stream s) {
   const int threads = 128;
   const unsigned blocks = static_cast<unsigned>((a.H + threads - 1) / threads);
   dev::column_sum_fp32_kernel<<<blocks, threads, 0, s>>>(
-      {reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride},
-      {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride}, a.rstd, a.T, a.H, a.dw);
+      {reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
+      {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h}, a.rstd, a.T * a.heads, a.H,
+      a.dw);
   NG_CUDA_LAUNCHED("column_sum_fp32_kernel");
 }
 
 void launch_ctl_bf16_partials(const BwdArgs& a, bool vec, Stream s) {
   enqueue_det_chunk_pass(a, vec, s);
-  const int64_t count = num_chunks(a.T, a.H) * a.H;
+  const int64_t count = num_chunks(a.T * a.heads, a.H) * a.H;
   const int threads = 256;
   const int64_t want = (count + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(want < 4096 ? want : 4096);

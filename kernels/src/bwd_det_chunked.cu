@@ -83,7 +83,7 @@ void enqueue_det_chunk_pass(const BwdArgs& a, bool vec, cudaStream_t s) {
 }
 
 void enqueue_combine_partials(const BwdArgs& a, cudaStream_t s) {
-  const int64_t n = num_chunks(a.T, a.H);
+  const int64_t n = num_chunks(a.T * a.heads, a.H);
   const dim3 block(dev::kColsPerBlock, kCombineLanes);
   const dim3 grid(static_cast<unsigned>((a.H + dev::kColsPerBlock - 1) / dev::kColsPerBlock));
   dev::combine_partials_kernel<<<grid, block, 0, s>>>(static_cast<const float2*>(a.workspace), n, a.H, a.dw);

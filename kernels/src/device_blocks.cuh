@@ -152,12 +152,18 @@ __device__ __forceinline__ float team_sum(float v, float* red, int team, int fir
 /// Column indices are `int` on the device (H <= kMaxH = 16384); row indices
 /// and element offsets are int64_t.
 
-/// Device view of a [T, H] BF16 tensor's base and row stride.
+/// Device view of a BF16 tensor's normalized rows: row r = t*heads + h lives
+/// at p + t*stride + h*stride_h (plain: heads = 1, row r at p + r*stride).
 template <class P>
 struct Rows {
   P* p;
   int64_t stride;
-  __device__ __forceinline__ P* row(int64_t r) const { return p + r * stride; }
+  int64_t heads = 1;
+  int64_t stride_h = 0;
+  __device__ __forceinline__ P* row(int64_t r) const {
+    if (heads == 1) return p + r * stride;
+    return p + (r / heads) * stride + (r % heads) * stride_h;
+  }
 };
 
 /// Kernel arguments of the backward chunk pass (bwd_chunk_pass.cuh).

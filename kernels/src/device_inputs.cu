@@ -20,9 +20,9 @@ namespace {
 /// columns. family_value's results are BF16-representable, so the conversion
 /// is exact.
 __global__ void generate_rows_kernel(const seeds::FamilyParams p, const seeds::Tensor which, uint16_t* out,
-                                     int64_t stride, int64_t rows, int64_t cols) {
+                                     int64_t stride, int64_t heads, int64_t stride_h, int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    uint16_t* o = out + r * stride;
+    uint16_t* o = out + (r / heads) * stride + (r % heads) * stride_h;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       o[j] = bf16_from_float(seeds::family_value(p, which, r, j));
   }
@@ -44,23 +44,30 @@ __global__ void generate_weight_kernel(const seeds::FamilyParams p, void* w, int
 
 namespace {
 
-void enqueue_rows(const seeds::FamilyParams& p, seeds::Tensor which, uint16_t* out, int64_t stride, int64_t rows,
-                  int64_t cols, cudaStream_t s) {
+void enqueue_rows(const seeds::FamilyParams& p, seeds::Tensor which, uint16_t* out, int64_t stride, int64_t heads,
+                  int64_t stride_h, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows == 0 || cols == 0 || out == nullptr) return;
   const int64_t grid = rows < 65535 * 4 ? rows : 65535 * 4;
-  dev::generate_rows_kernel<<<static_cast<unsigned>(grid), 256, 0, s>>>(p, which, out, stride, rows, cols);
+  dev::generate_rows_kernel<<<static_cast<unsigned>(grid), 256, 0, s>>>(p, which, out, stride, heads, stride_h, rows,
+                                                                        cols);
   NG_CUDA_LAUNCHED("generate_rows_kernel");
 }
 
-void check_buffer(const char* name, const void* p, int64_t stride, int64_t rows, int64_t cols, bool required) {
+void check_buffer(const char* name, const void* p, int64_t stride, int64_t heads, int64_t stride_h, int64_t rows,
+                  int64_t cols, bool required) {
   if (rows == 0 || cols == 0) return;
   if (p == nullptr) {
     if (required) throw std::invalid_argument(std::string("generate_device_inputs: ") + name + " is null");
     return;
   }
-  if (stride < cols)
+  // Rows written must not overlap: stride_h >= cols and a token's heads
+  // within its stride (plain: stride >= cols).
+  const int64_t inner = heads > 1 ? (heads - 1) * stride_h + cols : cols;
+  if ((heads > 1 && stride_h < cols) || stride < inner)
     throw std::invalid_argument(std::string("generate_device_inputs: ") + name + "_stride = " +
-                                std::to_string(stride) + " is less than cols = " + std::to_string(cols));
+                                std::to_string(stride) + " (head stride " + std::to_string(stride_h) + ", " +
+                                std::to_string(heads) + " heads) leaves rows of " + std::to_string(cols) +
+                                " overlapping");
 }
 
 }  // namespace
@@ -69,15 +76,19 @@ void generate_device_inputs(const seeds::CaseId& c, const DeviceInputBuffers& b,
   const seeds::FamilyParams p = seeds::family_params(c);
   const int64_t rows = p.rows, cols = p.cols;
   if (rows < 0 || cols < 0) throw std::invalid_argument("generate_device_inputs: negative shape");
-  check_buffer("x", b.x, b.x_stride, rows, cols, true);
-  check_buffer("dy", b.dy, b.dy_stride, rows, cols, true);
-  check_buffer("u", b.u, b.u_stride, rows, cols, false);
-  check_buffer("dh_new", b.dh_new, b.dh_new_stride, rows, cols, false);
+  if (b.heads < 1 || rows % b.heads != 0)
+    throw std::invalid_argument("generate_device_inputs: heads = " + std::to_string(b.heads) + " does not divide " +
+                                std::to_string(rows) + " rows");
+  const int64_t hd = b.heads, sh = b.stride_h;
+  check_buffer("x", b.x, b.x_stride, hd, sh, rows, cols, true);
+  check_buffer("dy", b.dy, b.dy_stride, hd, sh, rows, cols, true);
+  check_buffer("u", b.u, b.u_stride, hd, sh, rows, cols, false);
+  check_buffer("dh_new", b.dh_new, b.dh_new_stride, hd, sh, rows, cols, false);
   if (cols > 0 && b.w == nullptr) throw std::invalid_argument("generate_device_inputs: w is null");
-  enqueue_rows(p, seeds::Tensor::x, b.x, b.x_stride, rows, cols, stream);
-  enqueue_rows(p, seeds::Tensor::dy, b.dy, b.dy_stride, rows, cols, stream);
-  enqueue_rows(p, seeds::Tensor::u, b.u, b.u_stride, rows, cols, stream);
-  enqueue_rows(p, seeds::Tensor::dh_new, b.dh_new, b.dh_new_stride, rows, cols, stream);
+  enqueue_rows(p, seeds::Tensor::x, b.x, b.x_stride, hd, sh, rows, cols, stream);
+  enqueue_rows(p, seeds::Tensor::dy, b.dy, b.dy_stride, hd, sh, rows, cols, stream);
+  enqueue_rows(p, seeds::Tensor::u, b.u, b.u_stride, hd, sh, rows, cols, stream);
+  enqueue_rows(p, seeds::Tensor::dh_new, b.dh_new, b.dh_new_stride, hd, sh, rows, cols, stream);
   if (cols > 0) {
     const int64_t blocks = (cols + 255) / 256;
     dev::generate_weight_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, b.w, cols);

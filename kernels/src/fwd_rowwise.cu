@@ -109,16 +109,17 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const RowGeometry geo = row_geometry(a.H);
   const int teams = geo.team >= 256 ? 1 : 256 / geo.team;
   const int block = geo.team * teams;
-  const int64_t need = (a.T + teams - 1) / teams;
+  const int64_t rows = a.T * a.heads;  // normalized rows
+  const int64_t need = (rows + teams - 1) / teams;
   const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (2048 / block);
   const unsigned grid = static_cast<unsigned>(need < cap ? need : cap);
   auto go = [&](auto wtag) {
     using WT = decltype(wtag);
-    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
                              static_cast<const WT*>(a.w.p),
-                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride},
+                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
                              a.rstd,
-                             a.T,
+                             rows,
                              static_cast<int>(a.H),
                              a.eps,
                              geo.team,

@@ -13,7 +13,8 @@ namespace normgate::kernels {
 namespace {
 
 constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << static_cast<int>(WDtype::fp32));
-constexpr uint8_t kPlain = 1u << static_cast<int>(Form::plain);
+constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::heads24)) |
+                           (1u << static_cast<int>(Form::heads4));  // plain and the per-head forms
 
 const std::array<Variant, 5> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,

@@ -35,6 +35,20 @@ __global__ void fill_words_kernel(uint32_t* p, int64_t n, uint32_t pattern, uint
   }
 }
 
+/// Count BF16 elements of buf[0, n) outside the view (before `off`, in the
+/// gap of each token row past `inner`, after the last token) that are not the
+/// poison 0x7FC0.
+__global__ void outside_view_kernel(const uint16_t* buf, int64_t n, int64_t off, int64_t stride, int64_t inner,
+                                    int64_t T, unsigned long long* count) {
+  unsigned long long c = 0;
+  for (int64_t i = global_thread(); i < n; i += global_threads()) {
+    const int64_t e = i - off;
+    const bool inside = e >= 0 && e / stride < T && e % stride < inner;
+    c += (!inside && buf[i] != 0x7FC0u) ? 1u : 0u;
+  }
+  if (c != 0) atomicAdd(count, c);
+}
+
 /// *flag = 1 when the first n 32-bit words of a and b differ anywhere.
 __global__ void differ_kernel(const uint32_t* a, const uint32_t* b, int64_t n, int* flag) {
   bool d = false;
@@ -57,6 +71,29 @@ void fill_words(const detail::DeviceBuffer& b, uint32_t pattern, uint32_t seed, 
 }
 
 [[noreturn]] void bad_run(const std::string& msg) { throw std::invalid_argument("run_gpu: " + msg); }
+
+// Throws std::runtime_error when a kernel wrote outside its output view
+// (`inner` elements per token row of `stride`, starting `off` elements into
+// the NaN-poisoned buffer b). Synchronizes.
+void check_outside_view(const detail::DeviceBuffer& b, int64_t off, int64_t stride, int64_t inner, int64_t T,
+                        const char* what, std::string_view variant, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(b.bytes() / 2);
+  detail::DeviceBuffer count(sizeof(unsigned long long));
+  NG_CUDA(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), s));
+  if (n > 0) {
+    const int64_t want = (n + 255) / 256;
+    dev::outside_view_kernel<<<static_cast<unsigned>(want < 4096 ? want : 4096), 256, 0, s>>>(
+        b.as<uint16_t>(), n, off, stride, inner, T, count.as<unsigned long long>());
+    NG_CUDA_LAUNCHED("outside_view_kernel");
+  }
+  unsigned long long bad = 0;
+  NG_CUDA(cudaMemcpyAsync(&bad, count.get(), sizeof bad, cudaMemcpyDeviceToHost, s));
+  NG_CUDA(cudaStreamSynchronize(s));
+  if (bad != 0)
+    throw std::runtime_error("run_gpu: " + std::string(variant) + " wrote " + std::to_string(bad) + " " + what +
+                             " elements outside its view (row stride " + std::to_string(stride) + ", " +
+                             std::to_string(inner) + " elements per row)");
+}
 
 }  // namespace
 
@@ -156,8 +193,9 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
     if (bwd->op != Op::bwd) bad_run("variant " + std::string(bwd->name) + " is not a backward variant");
-    if (c.form != Form::plain || !bwd->supports(c.form))
-      bad_run("form " + std::string(to_string(c.form)) + " is not supported (plain only)");
+    if (c.form == Form::res || !bwd->supports(c.form))
+      bad_run("form " + std::string(to_string(c.form)) + " is not supported by " + std::string(bwd->name) +
+              " (res: not yet)");
     if (!bwd->supports_h(c.H))
       bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
   }
@@ -166,14 +204,22 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   if (opt.misalign_elems < 0 || opt.misalign_elems > 64)
     bad_run("misalign_elems = " + std::to_string(opt.misalign_elems) + " not in 0..64");
 
-  const int64_t T = c.T, H = c.H, stride = H + opt.row_pad, off = opt.misalign_elems;
-  const size_t rows_bytes = static_cast<size_t>(T > 0 ? (T - 1) * stride + H : 0) * 2 + 256;
+  // Layout. plain: [T, H] rows, stride H + row_pad. heads4: contiguous
+  // [T, 4, 256]. heads24: [T, 24, 256] as the q part of a packed qkv row of
+  // (24+8+8)*256 elements (the k and v parts stay poisoned and are checked).
+  // In every layout a token's heads are contiguous (head stride = H), and
+  // R = T*heads rows are normalized.
+  const int64_t T = c.T, H = c.H, heads = c.heads(), off = opt.misalign_elems;
+  const int64_t inner = heads * H;  // a token's elements
+  const int64_t stride = c.form == Form::heads24 ? 40 * 256 : inner + opt.row_pad;
+  const int64_t R = T * heads;
+  const size_t rows_bytes = static_cast<size_t>(T > 0 ? (T - 1) * stride + inner : 0) * 2 + 256;
   const size_t wbytes = static_cast<size_t>(H) * (c.w == WDtype::bf16 ? 2 : 4);
   size_t ws_bytes = 0;
-  for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, T, H));
+  for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, R, H));
 
   detail::DeviceBuffer bx(rows_bytes), bdy(rows_bytes), by(rows_bytes), bdx(rows_bytes);
-  detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(T > 0 ? T : 1) * 4), bdw(static_cast<size_t>(H) * 4);
+  detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(R > 0 ? R : 1) * 4), bdw(static_cast<size_t>(H) * 4);
   detail::DeviceBuffer bws(ws_bytes);
   const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
   uint16_t* x = bx.as<uint16_t>(o);
@@ -191,14 +237,18 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   in.dy = dy;
   in.dy_stride = stride;
   in.w = bw.get();
+  in.heads = heads;
+  in.stride_h = heads > 1 ? H : 0;
+  fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
+  fill_words(bdy, 0x7FC07FC0u, 0, false, s);
   if (host == nullptr) {
     generate_device_inputs(c, in, s);
   } else {  // the caller's inputs (a saved case): upload them
-    if (host->rows != T || host->cols != H || host->x.size() != static_cast<size_t>(T * H) ||
+    if (host->rows != R || host->cols != H || host->x.size() != static_cast<size_t>(R * H) ||
         host->dy.size() != host->x.size() ||
         (c.w == WDtype::bf16 ? host->w_bf16.size() : host->w_f32.size()) != static_cast<size_t>(H))
       bad_run("host inputs do not match case " + seeds::to_string(c));
-    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
+    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
     if (T > 0 && H > 0) {
       NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
       NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
@@ -219,10 +269,15 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   fa.T = T;
   fa.H = H;
   fa.eps = eps;
+  fa.form = c.form;
+  fa.heads = heads;
+  fa.x_stride_h = heads > 1 ? H : 0;
+  fa.y_stride_h = fa.x_stride_h;
   rmsnorm_fwd(default_fwd(), fa, s);
+  check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, s);
 
-  const size_t n = static_cast<size_t>(T * H);
-  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(H) * 2;
+  const size_t n = static_cast<size_t>(R * H);
+  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
   std::vector<Outputs> outs(bwds.size());
   const bool share = dx_source != nullptr;
   if (share) dx_source->assign(bwds.size(), 0);
@@ -232,7 +287,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   detail::DeviceBuffer flag(sizeof(int));
   for (size_t k = 0; k < bwds.size(); ++k) {
     const Variant& bwd = *bwds[k];
-    const size_t ws_k = bwd_workspace_bytes(bwd, T, H);
+    const size_t ws_k = bwd_workspace_bytes(bwd, R, H);
     fill_words(bdx, 0x7FC07FC0u, 0, false, s);
     fill_words(bdw, 0x7FC00000u, 0, false, s);
     fill_words(bws, 0, opt.poison_seed, true, s);
@@ -245,6 +300,11 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     ba.rstd = brstd.as<float>();
     ba.dx = dx;
     ba.dx_stride = stride;
+    ba.form = c.form;
+    ba.heads = heads;
+    ba.dy_stride_h = heads > 1 ? H : 0;
+    ba.x_stride_h = ba.dy_stride_h;
+    ba.dx_stride_h = ba.dy_stride_h;
     ba.dw = bdw.as<float>();
     ba.T = T;
     ba.H = H;
@@ -256,7 +316,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       info->workspace_bytes = ws_k;
     }
     rmsnorm_bwd(bwd, ba, s, opt.controls);
-    NG_CUDA(cudaStreamSynchronize(s));
+    check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, s);
 
     Outputs& out = outs[k];
     out.dw.resize(static_cast<size_t>(H));
@@ -300,14 +360,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     // the backward): downloaded once; in full mode every result gets a copy.
     if (k == 0 || !share) {
       out.y.resize(n);
-      out.rstd.resize(static_cast<size_t>(T));
+      out.rstd.resize(static_cast<size_t>(R));
       if (T > 0) {
         if (k == 0) {
           detail::download_rows(out.y.data(), y, width, pitch, static_cast<size_t>(T), s);
         } else {
           std::memcpy(out.y.data(), outs[0].y.data(), n * 2);
         }
-        detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(T) * 4, s);
+        detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(R) * 4, s);
       }
     }
   }

@@ -267,3 +267,83 @@ TEST(Validation, ValidCallsInACpuBuildThrowRuntimeError) {
 
 }  // namespace
 }  // namespace normgate::kernels
+
+namespace normgate::kernels {
+namespace {
+
+// Per-head views: [T, 24, 256] as the q part of packed rows of 40*256, and
+// contiguous [T, 4, 256]. Shapes, strides and overlap rules are checked;
+// expanded (stride 0) dy is accepted; rstd and the workspace count T*heads rows.
+TEST(Validation, HeadViews) {
+  Arena a;
+  constexpr int64_t T = 50, packed = 40 * 256;
+  BwdArgs b;
+  b.form = Form::heads24;
+  b.heads = 24;
+  b.T = T;
+  b.H = 256;
+  b.x = static_cast<uint16_t*>(a.take(T * packed * 2));
+  b.x_stride = packed;
+  b.x_stride_h = 256;
+  b.dy = static_cast<uint16_t*>(a.take(T * packed * 2));
+  b.dy_stride = packed;
+  b.dy_stride_h = 256;
+  b.dx = static_cast<uint16_t*>(a.take(T * packed * 2));
+  b.dx_stride = packed;
+  b.dx_stride_h = 256;
+  b.w = WeightView{WDtype::fp32, a.take(256 * 4), 256};
+  b.rstd = static_cast<float*>(a.take(T * 24 * 4));
+  b.dw = static_cast<float*>(a.take(256 * 4));
+  b.workspace_bytes = bwd_workspace_bytes(det(), T * 24, 256);
+  b.workspace = a.take(b.workspace_bytes);
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  EXPECT_TRUE(bwd_vector_path(b));
+  EXPECT_GT(b.workspace_bytes, bwd_workspace_bytes(det(), T, 256));  // T*24 rows, not T
+
+  BwdArgs e = b;
+  e.dy_stride = 0;  // one dy for every token (an expanded tensor): read-only, accepted
+  EXPECT_NO_THROW(validate_bwd(det(), e));
+  e = b;
+  e.dx_stride_h = 128;  // output heads overlap
+  expect_invalid([&] { validate_bwd(det(), e); }, "dx_stride_h = 128");
+  e = b;
+  e.dx_stride = 23 * 256 + 255;  // output tokens overlap
+  expect_invalid([&] { validate_bwd(det(), e); }, "dx_stride = 6143");
+  e = b;
+  e.heads = 4;  // does not match heads24
+  expect_invalid([&] { validate_bwd(det(), e); }, "heads = 4");
+  e = b;
+  e.H = 128;
+  expect_invalid([&] { validate_bwd(det(), e); }, "H = 128");
+  e = b;
+  e.workspace_bytes = bwd_workspace_bytes(det(), T, 256);  // sized for T rows instead of T*24
+  expect_invalid([&] { validate_bwd(det(), e); }, "workspace_bytes");
+  e = b;
+  e.dx_stride_h = 260;  // legal layout, but not a multiple of 8 elements: scalar path
+  e.dx_stride = 24 * 260;
+  EXPECT_NO_THROW(validate_bwd(det(), e));
+  EXPECT_FALSE(bwd_vector_path(e));
+
+  FwdArgs f;
+  f.form = Form::heads4;
+  f.heads = 4;
+  f.T = T;
+  f.H = 256;
+  f.x = b.x;
+  f.x_stride = 1024;
+  f.x_stride_h = 256;
+  f.y = b.dx;
+  f.y_stride = 1024;
+  f.y_stride_h = 256;
+  f.w = b.w;
+  f.rstd = static_cast<float*>(a.take(T * 4 * 4));
+  EXPECT_NO_THROW(validate_fwd(fwd(), f));
+  f.T = kMaxT / 4 + 1;
+  expect_invalid([&] { validate_fwd(fwd(), f); }, "T*heads");
+  f.T = T;
+  f.form = Form::plain;  // heads = 4 with the plain form
+  expect_invalid([&] { validate_fwd(fwd(), f); }, "heads = 4");
+}
+
+}  // namespace
+}  // namespace normgate::kernels

@@ -15,6 +15,8 @@
 #include <mutex>
 
 #include "kernel_test_util.h"
+#include "normgate/core/bf16.h"
+#include "normgate/seeds/generate.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/runner.h"
@@ -339,6 +341,62 @@ TEST(BwdEdge, SharedRunSkipsOnlyIdenticalTensors) {
   }
   // The nondet variant's dx is the det one's row code: shared, not copied.
   EXPECT_EQ(sh.dx_source[2], 0u);
+}
+
+// Per-head forms on the GPU: the strided [T, 24, 256] (q part of packed rows
+// of 40*256) and contiguous [T, 4, 256] views give bitwise what the plain
+// [T*heads, 256] rows of the same inputs give (every output of the det
+// variant and of the control; y, rstd, dx of all), and the kernels write
+// nothing outside the view (run_gpu checks the poisoned gaps every run).
+TEST(HeadForms, StridedViewsEqualContiguousRows) {
+  NG_REQUIRE_GPU();
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("bwd_nondet_atomic"),
+                                          &variant("ctl_fp32_seq")};
+  for (const char* id : {"H=256,T=301,w=bf16,form=heads24,family=llm,seed=4",
+                         "H=256,T=2049,w=fp32,form=heads4,family=cancel,seed=6"}) {
+    const seeds::CaseId c = seeds::parse_case(id);
+    const seeds::HostInputs in = seeds::generate_host(c);
+    seeds::HostInputs flat = in;  // the same bytes as plain rows
+    flat.id.form = Form::plain;
+    flat.id.T = c.rows();
+    const std::vector<Outputs> a = run_gpu(vs, in, kEps), b = run_gpu(vs, flat, kEps);
+    for (size_t k = 0; k < vs.size(); ++k) {
+      SCOPED_TRACE(std::string(id) + " " + std::string(vs[k]->name));
+      EXPECT_EQ(bit_diff(a[k].y, b[k].y).count, 0);
+      EXPECT_EQ(bit_diff(a[k].dx, b[k].dx).count, 0);
+      EXPECT_EQ(bit_diff(a[k].rstd, b[k].rstd).count, 0);
+      if (vs[k]->mode == Mode::det) {
+        EXPECT_EQ(bit_diff(a[k].dw, b[k].dw).count, 0);
+      }
+    }
+  }
+}
+
+// Heads never mix statistics: scaling one head's x by 1000 changes only that
+// head's rows of y, rstd and dx.
+TEST(HeadForms, HeadsDoNotMix) {
+  NG_REQUIRE_GPU();
+  const seeds::CaseId c = seeds::parse_case("H=256,T=64,w=bf16,form=heads24,family=normal,seed=2");
+  seeds::HostInputs in = seeds::generate_host(c);
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked")};
+  const Outputs before = run_gpu(vs, in, kEps).front();
+  const int64_t t = 17, h = 5, r = t * 24 + h;  // the row changed
+  for (int64_t j = 0; j < 256; ++j) {
+    uint16_t& v = in.x[static_cast<size_t>(r * 256 + j)];
+    v = bf16_from_float(bf16_to_float(v) * 1000.0f);
+  }
+  const Outputs after = run_gpu(vs, in, kEps).front();
+  int64_t changed_rows = 0;
+  for (int64_t q = 0; q < c.rows(); ++q) {
+    const bool same = std::memcmp(&before.dx[static_cast<size_t>(q * 256)], &after.dx[static_cast<size_t>(q * 256)], 512) == 0 &&
+                      std::memcmp(&before.y[static_cast<size_t>(q * 256)], &after.y[static_cast<size_t>(q * 256)], 512) == 0 &&
+                      before.rstd[static_cast<size_t>(q)] == after.rstd[static_cast<size_t>(q)];
+    if (q != r) {
+      EXPECT_TRUE(same) << "row " << q << " (token " << q / 24 << ", head " << q % 24 << ") changed";
+    }
+    changed_rows += same ? 0 : 1;
+  }
+  EXPECT_EQ(changed_rows, 1);  // the scaled row itself changed (its rstd at least)
 }
 
 // --- timing helpers (need the CUDA runtime for device buffers) ------------------

@@ -198,7 +198,7 @@ ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle:
 void write_case_file(const std::string& path, const SavedCase& c) {
   const seeds::CaseId& id = c.inputs.id;
   const int64_t T = c.inputs.rows, H = c.inputs.cols;
-  need(id.form == Form::plain, "write_case_file: only form plain is supported (got " +
+  need(id.form != Form::res, "write_case_file: form res is not supported yet (got " +
                                    std::string(to_string(id.form)) + ")");
   need(T == id.rows() && H == id.H && c.inputs.x.size() == static_cast<size_t>(T * H) &&
            c.inputs.dy.size() == c.inputs.x.size() &&

@@ -152,9 +152,8 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   if (given != nullptr && !(given->id == req.id))
     throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
                                 ", the request of " + seeds::to_string(req.id));
-  if (req.id.form != Form::plain)
-    throw std::invalid_argument("form '" + std::string(to_string(req.id.form)) +
-                                "' is not supported yet (available: plain)");
+  if (req.id.form == Form::res)
+    throw std::invalid_argument("form 'res' is not supported yet (available: plain, heads24, heads4)");
   if (req.oracle == oracle::OracleMode::mpfr &&
       req.id.rows() * req.id.H > oracle::EscalationPolicy{}.mpfr_max_elements)
     throw std::invalid_argument("--oracle mpfr is for small cases: rows*H = " + std::to_string(req.id.rows() * req.id.H) +

@@ -47,7 +47,8 @@ namespace normgate::kernels {
 /// A CUDA stream (nullptr: the legacy default stream).
 using Stream = CUstream_st*;
 
-/// Forward arguments. Shapes: x, y [T, H] BF16; rstd [T] FP32; w [H].
+/// Forward arguments. Shapes: x, y [T, H] BF16; rstd [T] FP32; w [H]. Per-head
+/// forms (heads > 1): x, y [T, heads, H], rstd [T*heads].
 struct FwdArgs {
   const uint16_t* x = nullptr;  ///< BF16 bits, device
   int64_t x_stride = 0;         ///< elements between rows of x, >= H
@@ -55,13 +56,20 @@ struct FwdArgs {
   uint16_t* y = nullptr;        ///< BF16 bits, device; must not overlap x, w, rstd
   int64_t y_stride = 0;         ///< elements between rows of y, >= H
   float* rstd = nullptr;        ///< FP32 [T], device
-  int64_t T = 0;                ///< rows, 0 .. kMaxT (0: nothing is launched)
+  int64_t T = 0;                ///< rows (tokens when heads > 1), T*heads in 0 .. kMaxT (0: nothing is launched)
   int64_t H = 0;                ///< columns, the variant's range (1 .. 16384)
   float eps = 1e-6f;            ///< finite, >= 0
-  Form form = Form::plain;      ///< only plain is supported
+  Form form = Form::plain;      ///< plain, heads24 or heads4 (res: not yet)
+  /// Per-head forms: x and y are [T, heads, H] (rows r = t*heads + h, rstd
+  /// [T*heads]); *_stride is then the distance between tokens and *_stride_h
+  /// the distance between heads of one token, in elements. plain: heads = 1.
+  int64_t heads = 1;
+  int64_t x_stride_h = 0;
+  int64_t y_stride_h = 0;
 };
 
-/// Backward arguments. Shapes: dy, x, dx [T, H] BF16; rstd [T] FP32 (from the
+/// Backward arguments. Shapes: dy, x, dx [T, H] BF16 ([T, heads, H] when heads > 1);
+/// rstd [T*heads] FP32 (from the
 /// forward); w [H]; dw [H] FP32. dx and dw must not overlap any input or the
 /// workspace. No eps: the backward uses the forward's rstd.
 struct BwdArgs {
@@ -74,12 +82,17 @@ struct BwdArgs {
   uint16_t* dx = nullptr;        ///< BF16 bits, device
   int64_t dx_stride = 0;         ///< >= H
   float* dw = nullptr;           ///< FP32 [H], device; always written (0 when T == 0)
-  int64_t T = 0;                 ///< rows, 0 .. kMaxT
+  int64_t T = 0;                 ///< rows (tokens when heads > 1), T*heads in 0 .. kMaxT
   int64_t H = 0;                 ///< columns, the variant's range
   void* workspace = nullptr;     ///< device, 16-byte aligned, caller-owned;
                                  ///< may be null when bwd_workspace_bytes() == 0
   size_t workspace_bytes = 0;    ///< >= bwd_workspace_bytes(variant, T, H)
-  Form form = Form::plain;       ///< only plain is supported
+  Form form = Form::plain;       ///< plain, heads24 or heads4 (res: not yet)
+  /// Per-head forms, as in FwdArgs: [T, heads, H] views, rstd [T*heads].
+  int64_t heads = 1;
+  int64_t dy_stride_h = 0;       ///< may be 0 (one dy for every head), as may dy_stride
+  int64_t x_stride_h = 0;
+  int64_t dx_stride_h = 0;
 };
 
 /// Whether a backward may run a negative control.

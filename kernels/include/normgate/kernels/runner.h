@@ -36,6 +36,10 @@ struct DeviceInputBuffers {
   int64_t u_stride = 0;
   uint16_t* dh_new = nullptr;  ///< BF16 bits [rows, cols], optional
   int64_t dh_new_stride = 0;
+  /// Per-head layout of every row tensor above: row r = t*heads + h at
+  /// p + t*stride + h*stride_h (plain: heads = 1, row r at p + r*stride).
+  int64_t heads = 1;
+  int64_t stride_h = 0;
 };
 
 /// Fill the buffers with case c's inputs on the device, element by element
