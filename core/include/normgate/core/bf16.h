@@ -31,4 +31,29 @@ NG_HD uint16_t bf16_from_float(float f) {
 /// Round binary32 to the nearest BF16 value, returned as binary32.
 NG_HD float round_bf16(float f) { return bf16_to_float(bf16_from_float(f)); }
 
+/// BF16 bits of the exact sum a + b rounded once to nearest, ties to even:
+/// never the double rounding RN_bf16(RN_fp32(a + b)), which differs when the
+/// FP32 sum lands exactly halfway between two BF16 values while the exact sum
+/// does not. Used for h_new = BF16(h + u) and dh = BF16(dx + dh_new).
+/// Method: TwoSum (Knuth; Muller et al., Handbook of Floating-Point
+/// Arithmetic, 2nd ed., Alg. 4.4) gives s = RN_fp32(a + b) and the exact error
+/// e = (a + b) - s whenever s is finite. If s is a BF16 midpoint (low 16 bits
+/// 0x8000) and e != 0, the exact sum lies on e's side of it: round away from
+/// zero when e has s's sign, toward zero otherwise (never a tie). Else, as no
+/// midpoint lies strictly between s and s + e (|e| <= half an FP32 ulp of s
+/// and midpoints are FP32 values), RN_bf16(s) is the answer. Non-finite s
+/// (overflow, Inf or NaN inputs) is converted as bf16_from_float does.
+NG_HD uint16_t bf16_sum_rn(float a, float b) {
+  const float s = add_rn(a, b);
+  const uint32_t u = float_bits(s);
+  if ((u & 0x7F800000u) == 0x7F800000u) return bf16_from_float(s);
+  const float bb = sub_rn(s, a);
+  const float e = add_rn(sub_rn(a, sub_rn(s, bb)), sub_rn(b, bb));
+  if ((u & 0xFFFFu) == 0x8000u && e != 0.0f) {
+    const bool away = (float_bits(e) >> 31) == (u >> 31);
+    return static_cast<uint16_t>((away ? u + 0x8000u : u - 0x8000u) >> 16);
+  }
+  return bf16_from_float(s);
+}
+
 }  // namespace normgate
