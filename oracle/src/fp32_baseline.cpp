@@ -59,7 +59,8 @@ Outputs fp32_baseline(const Problem& p, int threads) {
       for (int64_t j = 0; j < H; ++j) {
         float xh = mul_rn(bf16_to_float(x[j]), rstd);
         float g = mul_rn(bf16_to_float(dy[j]), w[j]);
-        dx[j] = bf16_from_float(mul_rn(rstd, sub_rn(g, mul_rn(xh, c))));
+        const float d = mul_rn(rstd, sub_rn(g, mul_rn(xh, c)));
+        dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
       }
     }
     // dw: column blocks, rows in order r = 0..R-1 within each column.

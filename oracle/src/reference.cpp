@@ -215,6 +215,10 @@ void validate(const Problem& p) {
     if (p.dy.p == nullptr) bad_field("dy.p", "is null with rows*cols > 0");
     if (p.w.p == nullptr) bad_field("w.p", "is null with rows*cols > 0");
   }
+  if (p.dx_add.p != nullptr && (p.dx_add.cols != p.x.cols || p.dx_add.rows() != p.x.rows()))
+    bad_field("dx_add", "must be [rows, cols] like x (" + std::to_string(p.dx_add.rows()) + " x " +
+                            std::to_string(p.dx_add.cols) + " vs " + std::to_string(p.x.rows()) + " x " +
+                            std::to_string(p.x.cols) + ")");
   if (p.x.rows() > (int64_t{1} << 40) / p.x.cols)
     bad_field("x.T_rows", "rows*cols exceeds 2^40");
 }
@@ -824,10 +828,23 @@ VB Reference::y(int64_t r, int64_t j) const {
   return out;
 }
 
+namespace {
+// dh = dx + a (Problem::dx_add): one FP64 rounding, bound grows by 2^-52 |result|.
+inline void add_addend(VB& v, double a) {
+  const double s = v.v + a;
+  v.bound = v.bound + 0x1p-52 * std::fabs(s);
+  v.v = s;
+}
+}  // namespace
+
 VB Reference::dx(int64_t r, int64_t j) const {
-  if (const int32_t s = row_slot_[r]; s >= 0) return esc_dx_[static_cast<size_t>(s) * cols_ + j];
   VB out;
-  eval_dx(bf(p_.x.row(r)[j]), bf(p_.dy.row(r)[j]), w_[j], k_[r], k_b_[r], use_[r], use_b_[r], out);
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    out = esc_dx_[static_cast<size_t>(s) * cols_ + j];
+  } else {
+    eval_dx(bf(p_.x.row(r)[j]), bf(p_.dy.row(r)[j]), w_[j], k_[r], k_b_[r], use_[r], use_b_[r], out);
+  }
+  if (p_.dx_add.p != nullptr) add_addend(out, bf(p_.dx_add.row(r)[j]));
   return out;
 }
 
@@ -842,9 +859,13 @@ void Reference::y_row(int64_t r, VB* out) const {
 void Reference::dx_row(int64_t r, VB* out) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
     std::copy_n(esc_dx_.begin() + static_cast<size_t>(s) * cols_, cols_, out);
-    return;
+  } else {
+    dx_row_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], out);
   }
-  dx_row_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], out);
+  if (p_.dx_add.p != nullptr) {
+    const uint16_t* a = p_.dx_add.row(r);
+    for (int64_t j = 0; j < cols_; ++j) add_addend(out[j], bf(a[j]));
+  }
 }
 
 }  // namespace normgate::oracle

@@ -154,6 +154,12 @@ struct Problem {
   RowView<uint16_t> dy;
   WeightView w;
   double eps = 1e-6;
+  /// Optional addend of dx (form res: dh_new, BF16 [rows, cols]; p == nullptr:
+  /// none). The backward output is then dh = dx + dx_add: Reference::dx and
+  /// dx_row return fl64(dx + a) with bound(dx) + 2^-52 |fl64(dx + a)| (the one
+  /// FP64 rounding, Higham, Accuracy and Stability, 2nd ed., eq. 2.4);
+  /// fp32_baseline rounds RN_fp32(dx + a) to BF16, as FP32 eager does.
+  RowView<uint16_t> dx_add{};
 };
 
 /// Check a Problem's requirements; throws std::invalid_argument whose message
