@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "../util/xorshift64.h"
 #include "normgate/core/bf16.h"
 
 namespace {
@@ -50,13 +51,7 @@ uint16_t reference(float a, float b) {
   return out;
 }
 
-uint64_t g_state = 0x9E3779B97F4A7C15ull;
-uint64_t next() {
-  g_state ^= g_state << 13;
-  g_state ^= g_state >> 7;
-  g_state ^= g_state << 17;
-  return g_state;
-}
+normgate::test::Xorshift64 next(0x9E3779B97F4A7C15ull);
 // A random binary32 with binary exponent in [emin, emax] (emin >= -149):
 // normal for e >= -126, subnormal below (leading bit at 2^e).
 float random_float(int emin, int emax) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../util/xorshift64.h"
+
 #include <bit>
 
 #include <algorithm>
@@ -149,13 +151,7 @@ TEST(RoundToBf16, FastPathEqualsTheDefinition) {
     if (std::fabs(r) > 0x1.fep+127) return static_cast<float>(std::copysign(INFINITY, v));
     return static_cast<float>(r);
   };
-  uint64_t s = 12345;
-  auto next = [&s] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  };
+  normgate::test::Xorshift64 next(12345);
   for (int i = 0; i < 400000; ++i) {
     const uint64_t frac = next() & ((uint64_t{1} << 52) - 1);
     const int e = static_cast<int>(next() % 281) - 140;

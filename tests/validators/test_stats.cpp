@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../util/xorshift64.h"
 #include "stats_eq.h"
 
 namespace nv = normgate::validators;
@@ -261,14 +262,8 @@ TEST(RatioStats, MergeRejectsOtherOutput) {
 // middle of a row; for every output's budget (h_new: exact).
 TEST(RatioStats, AddRowEqualsAddElementByElement) {
   using normgate::validators::testing::expect_same;
-  uint64_t s = 99;
-  auto next = [&s] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  };
-  auto uni = [&] { return static_cast<double>(next() >> 11) * 0x1p-53; };
+  normgate::test::Xorshift64 next(99);
+  auto uni = [&] { return next.uniform(); };
   const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e300, 1e-300, 5e-324};
   for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw, Output::h_new}) {
     for (int rep = 0; rep < 40; ++rep) {
