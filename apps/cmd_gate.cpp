@@ -116,8 +116,21 @@ void add_gate(CLI::App& app, Commands& cmds) {
       kernels::Approvals approvals;
       if (o->approve) approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
       const bool tty = ::isatty(STDERR_FILENO) == 1;
-      std::string phase_seen;
-      o->g.progress = [tty](const validators::GateProgress& p) {
+      const auto backend = validators::resolve_backend(o->g.backend);
+      if (backend == validators::Backend::gpu && !kernels::gpu_available())
+        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+      // Said once the table and options are accepted (the first progress
+      // report), not before an input error.
+      auto said = std::make_shared<bool>(false);
+      const std::string backend_line =
+          "backend  " +
+          std::string(backend == validators::Backend::gpu ? kernels::kGpuBackend : kernels::kCpuModelBackend) + ": " +
+          validators::describe_backend(backend, kernels::device_info()) + "\n";
+      o->g.progress = [tty, said, backend_line](const validators::GateProgress& p) {
+        if (!*said) {
+          std::fputs(backend_line.c_str(), stdout);
+          *said = true;
+        }
         if (tty) draw_progress(p);
         if (p.done == p.total)
           std::printf("phase    %-5s %lld cases done (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
@@ -125,13 +138,6 @@ void add_gate(CLI::App& app, Commands& cmds) {
         std::fflush(stdout);
       };
       std::printf("gate     %s\n", o->g.table_path.c_str());
-      const auto backend = validators::resolve_backend(o->g.backend);
-      if (backend == validators::Backend::gpu && !kernels::gpu_available())
-        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
-      std::printf("backend  %s: %s\n",
-                  std::string(backend == validators::Backend::gpu ? kernels::kGpuBackend : kernels::kCpuModelBackend)
-                      .c_str(),
-                  validators::describe_backend(backend, kernels::device_info()).c_str());
       std::fflush(stdout);
       const auto res = validators::run_gate(o->g);
       std::printf("windows  %zu gated, %zu skipped (unchanged vs base), %zu left out by --windows\n",
