@@ -84,6 +84,9 @@ Span check_f32(const Variant& v, const char* fn, const char* name, const void* p
 
 void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
   if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported");
+  if (form == Form::res)
+    bad(v, fn, "form 'res': the fused residual add is not in the GPU kernels yet (its CPU models run: "
+               "kernels/models.h run_model with u and dh_new)");
   const int64_t want = form == Form::heads24 ? 24 : form == Form::heads4 ? 4 : 1;
   if (heads != want)
     bad(v, fn, "heads = " + std::to_string(heads) + " does not match form '" + std::string(to_string(form)) +

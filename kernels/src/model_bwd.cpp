@@ -24,7 +24,7 @@ struct Pair {
 };
 
 struct Inputs {
-  RowView<uint16_t> x, dy;
+  RowView<uint16_t> x, dy, add;  // add: dx addend (res: dh_new), p == nullptr when none
   const std::vector<float>* rstd;
   std::vector<float> w;  // FP32 [H]
   int64_t R, H;
@@ -71,7 +71,8 @@ std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
           const float dyf = bf16_to_float(dyr[j]);
           const float xhat = mul_rn(xf, rs);
           const float g = mul_rn(dyf, in.w[static_cast<size_t>(j)]);
-          dxr[j] = bf16_from_float(mul_rn(rs, fma_rn(-xhat, cr, g)));
+          const float d = mul_rn(rs, fma_rn(-xhat, cr, g));
+          dxr[j] = in.add.p != nullptr ? bf16_sum_rn(d, bf16_to_float(in.add.row(r)[j])) : bf16_from_float(d);
           acc[static_cast<size_t>(j)].add_product(mul_rn(dyf, xf), rs);
         }
       }
@@ -142,7 +143,7 @@ std::vector<float> column_sum_fp32(const Inputs& in) {
 }  // namespace
 
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                    const std::vector<float>& rstd, int threads) {
+                    const std::vector<float>& rstd, int threads, RowView<uint16_t> dx_add) {
   if (v.op != Op::bwd) detail::model_bad(v, "not a backward variant");
   detail::check_view(v, "x", x);
   detail::check_view(v, "dy", dy);
@@ -154,7 +155,14 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
   if (static_cast<int64_t>(rstd.size()) != x.rows())
     detail::model_bad(v, "rstd has " + std::to_string(rstd.size()) + " values for " + std::to_string(x.rows()) +
                              " rows");
-  Inputs in{x, dy, &rstd, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
+  if (dx_add.p != nullptr) {
+    detail::check_view(v, "dx_add", dx_add);
+    if (dx_add.rows() != x.rows() || dx_add.cols != x.cols)
+      detail::model_bad(v, "dx_add shape [" + std::to_string(dx_add.rows()) + ", " + std::to_string(dx_add.cols) +
+                               "] differs from x shape [" + std::to_string(x.rows()) + ", " +
+                               std::to_string(x.cols) + "]");
+  }
+  Inputs in{x, dy, dx_add, &rstd, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
   in.w.resize(static_cast<size_t>(in.H));
   for (int64_t j = 0; j < in.H; ++j) in.w[static_cast<size_t>(j)] = detail::weight_at(w, j);
 
@@ -185,12 +193,33 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
   return out;
 }
 
+std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> u) {
+  if (h.rows() != u.rows() || h.cols != u.cols)
+    throw std::invalid_argument("model_residual_add: u shape [" + std::to_string(u.rows()) + ", " +
+                                std::to_string(u.cols) + "] differs from h shape [" + std::to_string(h.rows()) + ", " +
+                                std::to_string(h.cols) + "]");
+  const int64_t R = h.rows(), H = h.cols;
+  std::vector<uint16_t> out(static_cast<size_t>(R * H));
+  for (int64_t r = 0; r < R; ++r) {
+    const uint16_t* hr = h.row(r);
+    const uint16_t* ur = u.row(r);
+    for (int64_t j = 0; j < H; ++j) out[static_cast<size_t>(r * H + j)] = bf16_sum_rn(bf16_to_float(hr[j]), bf16_to_float(ur[j]));
+  }
+  return out;
+}
+
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w, float eps,
-                  int threads) {
+                  int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new) {
   if (bwd.op != Op::bwd) detail::model_bad(bwd, "run_model needs a backward variant");
+  std::vector<uint16_t> h_new;
+  if (u.p != nullptr) {
+    h_new = model_residual_add(x, u);
+    x = RowView<uint16_t>::plain(h_new.data(), x.rows(), x.cols);
+  }
   FwdResult f = model_fwd(default_fwd(), x, w, eps, threads);
-  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads);
+  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new);
   Outputs o;
+  o.h_new = std::move(h_new);
   o.y = std::move(f.y);
   o.rstd = std::move(f.rstd);
   o.dx = std::move(b.dx);

@@ -193,9 +193,10 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
     if (bwd->op != Op::bwd) bad_run("variant " + std::string(bwd->name) + " is not a backward variant");
-    if (c.form == Form::res || !bwd->supports(c.form))
-      bad_run("form " + std::string(to_string(c.form)) + " is not supported by " + std::string(bwd->name) +
-              " (res: not yet)");
+    if (c.form == Form::res)
+      bad_run("form res: the fused residual add is not in the GPU kernels yet (use --backend cpu for its CPU models)");
+    if (!bwd->supports(c.form))
+      bad_run("form " + std::string(to_string(c.form)) + " is not supported by " + std::string(bwd->name));
     if (!bwd->supports_h(c.H))
       bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
   }

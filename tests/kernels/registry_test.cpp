@@ -73,7 +73,7 @@ TEST(Registry, EveryVariantSupportsPlainAndHeadFormsOverTheFullRangeAndBothWeigh
     EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
     EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32)) << v.name;
     EXPECT_TRUE(v.supports(Form::plain) && v.supports(Form::heads24) && v.supports(Form::heads4)) << v.name;
-    EXPECT_FALSE(v.supports(Form::res)) << v.name;  // the fused residual form is not implemented yet
+    EXPECT_FALSE(v.supports(Form::res)) << v.name;  // kernels: not yet (CPU models only)
     EXPECT_FALSE(v.description.empty()) << v.name;
     EXPECT_EQ(v.description.find('\n'), std::string_view::npos) << v.name << ": one line";
   }

@@ -138,9 +138,26 @@ TEST(RunChecks, HeadFormsOnTheCpuModels) {
     EXPECT_FALSE(rep.impls[2].result.pass()) << id;
     EXPECT_GT(rep.impls[2].result.get(nv::Output::dw).worst.ratio, 1.0) << id;
   }
-  nv::CheckRequest res;
-  res.id = normgate::seeds::parse_case("H=64,T=8,w=bf16,form=res,family=normal,seed=0");
-  res.impls = {"bwd_det_chunked"};
-  res.backend = nv::Backend::cpu;
-  EXPECT_THROW(nv::run_check(res), std::invalid_argument);  // not implemented yet: a clear error
+}
+
+// Form res on the CPU models: the model computes h_new = BF16(h + u) itself
+// and must match the check's independent h_new bit for bit; dh = dx + dh_new
+// stays in the dx budget; the control still fails dw on cancel; the FP32
+// baseline (with its own FP32-rounded h_new) runs too.
+TEST(RunChecks, ResidualFormOnTheCpuModels) {
+  nv::CheckRequest req;
+  req.id = normgate::seeds::parse_case("H=200,T=333,w=fp32,form=res,family=cancel,seed=4");
+  req.impls = {"bwd_det_chunked", "ctl_fp32_seq", "fp32-baseline"};
+  req.backend = nv::Backend::cpu;
+  req.threads = 2;
+  const nv::CheckReport rep = nv::run_check(req);
+  ASSERT_EQ(rep.impls.size(), 3u);
+  const auto& det = rep.impls[0].result;
+  EXPECT_TRUE(det.pass());
+  EXPECT_EQ(det.get(nv::Output::h_new).n, 333 * 200);
+  EXPECT_EQ(det.get(nv::Output::h_new).over, 0);
+  EXPECT_GT(det.get(nv::Output::dx).worst.ratio, 0.01);  // dh is compared, not vacuous
+  EXPECT_FALSE(rep.impls[1].result.pass());
+  EXPECT_GT(rep.impls[1].result.get(nv::Output::dw).worst.ratio, 1.0);
+  EXPECT_EQ(rep.impls[2].result.get(nv::Output::h_new).n, 333 * 200);
 }

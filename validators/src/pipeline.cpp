@@ -15,6 +15,7 @@
 
 #include "report_util.h"
 
+#include "normgate/core/bf16.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/runner.h"
@@ -152,8 +153,7 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   if (given != nullptr && !(given->id == req.id))
     throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
                                 ", the request of " + seeds::to_string(req.id));
-  if (req.id.form == Form::res)
-    throw std::invalid_argument("form 'res' is not supported yet (available: plain, heads24, heads4)");
+
   if (req.oracle == oracle::OracleMode::mpfr &&
       req.id.rows() * req.id.H > oracle::EscalationPolicy{}.mpfr_max_elements)
     throw std::invalid_argument("--oracle mpfr is for small cases: rows*H = " + std::to_string(req.id.rows() * req.id.H) +
@@ -165,7 +165,13 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   for (const auto& name : req.impls) {
     if (name == kBaseline) continue;
     const auto& v = kernels::variant(name);
-    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
+    // Form res: every variant's CPU model implements the fused residual add
+    // (kernels/models.h); the GPU kernels do not yet.
+    const bool res_on_models = req.id.form == Form::res && backend == Backend::cpu;
+    if (req.id.form == Form::res && !res_on_models)
+      throw std::invalid_argument("form res runs on the CPU models only so far (--backend cpu): the GPU kernels "
+                                  "have no fused residual add yet");
+    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || (!v.supports(req.id.form) && !res_on_models))
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
   }
 
@@ -207,12 +213,31 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   rep.seconds_generate = pc.seconds_generate;
   const seeds::HostInputs& in = pc.inputs;
 
-  const oracle::Problem p{in.x_view(), in.dy_view(), in.w_view(), req.id.eps};
+  // Form res: the normalized input is h_new = BF16(h + u), computed here from
+  // the inputs alone (round_to_bf16 of the double sum, exact for BF16
+  // operands), checked bitwise; dh = dx + dh_new (Problem::dx_add).
+  const bool res = req.id.form == Form::res;
+  std::vector<uint16_t> h_new_expected;
+  if (res) {
+    h_new_expected.resize(in.x.size());
+    for (size_t i = 0; i < in.x.size(); ++i)
+      h_new_expected[i] = bf16_from_float(round_to_bf16(static_cast<double>(bf16_to_float(in.x[i])) +
+                                                        static_cast<double>(bf16_to_float(in.u[i]))));
+  }
+  const RowView<uint16_t> xin = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
+  const RowView<uint16_t> dh_new =
+      res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
+  const oracle::Problem p{xin, in.dy_view(), in.w_view(), req.id.eps, dh_new};
   auto t0 = Clock::now();
   const auto ref = oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp64, req.oracle, req.threads));
   const auto ideal =
       oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp32_rounded, req.oracle, req.threads));
-  const Outputs baseline = oracle::fp32_baseline(p, req.threads);
+  Outputs baseline = oracle::fp32_baseline(p, req.threads);
+  if (res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
+    baseline.h_new.resize(in.x.size());
+    for (size_t i = 0; i < in.x.size(); ++i)
+      baseline.h_new[i] = bf16_from_float(bf16_to_float(in.x[i]) + bf16_to_float(in.u[i]));
+  }
   rep.seconds_oracle = since(t0);
   rep.escalations_ref = ref.escalations();
   rep.escalations_ideal = ideal.escalations();
@@ -241,8 +266,10 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       ir.seconds_impl = gpu_seconds_each;
     } else {
       ir.ran_on = "cpu model (no GPU used)";
-      outs.push_back(
-          kernels::run_model(kernels::variant(name), p.x, p.dy, p.w, static_cast<float>(req.id.eps), req.threads));
+      // The model gets h and u (it computes h_new itself, as the kernel does).
+      const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
+      outs.push_back(kernels::run_model(kernels::variant(name), in.x_view(), p.dy, p.w,
+                                        static_cast<float>(req.id.eps), req.threads, u, dh_new));
       ir.seconds_impl = since(t0);
     }
     rep.impls.push_back(std::move(ir));
@@ -262,7 +289,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;
   }
-  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads);
+  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads, h_new_expected);
   const double per = since(t0) / static_cast<double>(outs.size());
   for (size_t k = 0; k < rep.impls.size(); ++k) {
     ImplResult& ir = rep.impls[k];

@@ -46,17 +46,28 @@ struct BwdResult {
 FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads = 0);
 
 /// Model of backward variant `v`, given the forward's rstd (rstd.size() ==
-/// rows). x, dy: plain views of equal shape; w.cols == cols. Throws
-/// std::invalid_argument naming the bad argument otherwise. Rows = 0 gives
-/// an empty dx and dw = 0.
+/// rows). x, dy: plain views of equal shape; w.cols == cols. Form res:
+/// dx_add (dh_new, same shape; p == nullptr: none) is added to each FP32 dx
+/// value with one rounding to BF16 (core/bf16.h bf16_sum_rn), so dx holds dh.
+/// Throws std::invalid_argument naming the bad argument otherwise. Rows = 0
+/// gives an empty dx and dw = 0.
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                    const std::vector<float>& rstd, int threads = 0);
+                    const std::vector<float>& rstd, int threads = 0, RowView<uint16_t> dx_add = {});
+
+/// The fused residual add of the res forward: h_new = BF16(h + u), one
+/// rounding of the exact sum per element (bf16_sum_rn), contiguous [rows,
+/// cols]. h, u: plain views of equal shape. Throws std::invalid_argument on
+/// a shape mismatch.
+std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> u);
 
 /// The whole step as the GPU pipeline runs it: model_fwd(default_fwd()) for
 /// y and rstd, then model_bwd(bwd, ..., that rstd). Outputs are contiguous
 /// (h_new empty). `bwd` must be a backward variant (controls allowed).
+/// Form res (u.p != nullptr): x holds h; h_new = model_residual_add(x, u) is
+/// normalized instead of x and returned in Outputs::h_new, and dh_new (may be
+/// absent: p == nullptr) is added to dx (Outputs::dx holds dh).
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                  float eps, int threads = 0);
+                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
 
 /// The FP32 team reduction of plan.h, on the host: partials[team] (one value
 /// per thread of the team, team a multiple of 32, <= 1024) reduced by the
