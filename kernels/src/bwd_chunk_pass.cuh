@@ -34,8 +34,8 @@ struct RowIn {
   float rstd;
 };
 
-template <int kSlots, class WT>
-__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT>& a, int64_t r,
+template <int kSlots, class WT, bool kHeads>
+__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kHeads>& a, int64_t r,
                                          const int (&col0)[kSlots]) {
   const __nv_bfloat16* xr = a.x.row(r);
   const __nv_bfloat16* dyr = a.dy.row(r);
@@ -71,8 +71,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 /// once per owned group with col0 < H: sink(chunk, col0, acc) (col0 an int),
 /// where acc[e] is column col0+e's Comp32 (entries for columns >= H hold
 /// zeros and must be ignored).
-template <int kSlots, int kCtas, class WT, class Sink>
-__device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT>& a, const Sink& sink) {
+template <int kSlots, int kCtas, class WT, bool kHeads, class Sink>
+__device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, const Sink& sink) {
   __shared__ float red[2][32];
   // Clusters are kCtas consecutive CTAs: chunk = cluster index, rank inside it.
   int rank = 0;
@@ -180,9 +180,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT>& a, const Sink&
 }
 
 /// The chunk-pass kernels; instantiated by each variant for its Sink.
-template <int kSlots, class WT, class Sink>
-__global__ void __launch_bounds__(kMaxCtaTeam, kChunkMinBlocks<kSlots>)
-    bwd_chunk_kernel(const BwdRows<WT> a, const Sink sink) {
+// Per-head rows (H = 256: 32-thread CTAs, many per SM whatever their register
+// count) are allowed more registers than the plain bound, for the head arithmetic.
+template <int kSlots, class WT, class Sink, bool kHeads = false>
+__global__ void __launch_bounds__(kMaxCtaTeam, kHeads ? 1 : kChunkMinBlocks<kSlots>)
+    bwd_chunk_kernel(const BwdRows<WT, kHeads> a, const Sink sink) {
   bwd_chunk_pass<kSlots, 1>(a, sink);
 }
 template <class WT, class Sink>
@@ -193,7 +195,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kMaxCtaTeam, 1)
 
 /// Enqueue the chunk pass for validated args: one CTA per chunk holding
 /// plan.h's team, or two clustered CTAs when the team exceeds kMaxCtaTeam.
-/// Instantiations: {1 slot, 2 slots, 2 slots clustered} x WT {bf16, float}.
+/// Instantiations: {1 slot, 2 slots, 2 slots clustered} x WT {bf16, float},
+/// plus {1 slot} x WT with per-head rows (heads > 1: H = 256, one slot).
 template <class Sink>
 inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& sink, cudaStream_t s) {
   const RowGeometry geo = row_geometry(a.H);
@@ -201,11 +204,26 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
   const int64_t n = num_chunks(rows, a.H);
   auto go = [&](auto wtag) -> cudaError_t {
     using WT = decltype(wtag);
-    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
-                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
+    if (a.heads > 1) {  // per-head views: H = 256 (validated), so one slot and one CTA
+      if (geo.slots != 1 || geo.team > kMaxCtaTeam) return cudaErrorInvalidConfiguration;
+      const BwdRows<WT, true> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
+                                {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
+                                static_cast<const WT*>(a.w.p),
+                                a.rstd,
+                                {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride, a.heads, a.dx_stride_h},
+                                rows,
+                                static_cast<int>(a.H),
+                                n,
+                                vec};
+      bwd_chunk_kernel<1, WT, Sink, true>
+          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+      return cudaGetLastError();
+    }
+    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride},
+                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
                         static_cast<const WT*>(a.w.p),
                         a.rstd,
-                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride, a.heads, a.dx_stride_h},
+                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride},
                         rows,
                         static_cast<int>(a.H),
                         n,

@@ -22,7 +22,7 @@ namespace normgate::kernels {
 namespace dev {
 namespace {
 
-__global__ void column_sum_fp32_kernel(Rows<const __nv_bfloat16> dy, Rows<const __nv_bfloat16> x,
+__global__ void column_sum_fp32_kernel(Rows<const __nv_bfloat16, true> dy, Rows<const __nv_bfloat16, true> x,
                                        const float* __restrict__ rstd, int64_t T, int64_t H,
                                        float* __restrict__ dw) {
   const int64_t j = global_thread();

@@ -152,28 +152,33 @@ __device__ __forceinline__ float team_sum(float v, float* red, int team, int fir
 /// Column indices are `int` on the device (H <= kMaxH = 16384); row indices
 /// and element offsets are int64_t.
 
-/// Device view of a BF16 tensor's normalized rows: row r = t*heads + h lives
-/// at p + t*stride + h*stride_h (plain: heads = 1, row r at p + r*stride).
-template <class P>
+/// Device view of a BF16 tensor's normalized rows. kHeads == false (plain):
+/// row r at p + r*stride. kHeads == true (per-head views): row r = t*heads +
+/// h at p + t*stride + h*stride_h. A compile-time choice, so the plain
+/// kernels carry no head arithmetic (it costs registers: measured as spills).
+template <class P, bool kHeads = false>
 struct Rows {
   P* p;
   int64_t stride;
   int64_t heads = 1;
   int64_t stride_h = 0;
   __device__ __forceinline__ P* row(int64_t r) const {
-    if (heads == 1) return p + r * stride;
-    return p + (r / heads) * stride + (r % heads) * stride_h;
+    if constexpr (kHeads) {
+      return p + (r / heads) * stride + (r % heads) * stride_h;
+    } else {
+      return p + r * stride;
+    }
   }
 };
 
 /// Kernel arguments of the backward chunk pass (bwd_chunk_pass.cuh).
-template <class WT>
+template <class WT, bool kHeads = false>
 struct BwdRows {
-  Rows<const __nv_bfloat16> dy;
-  Rows<const __nv_bfloat16> x;
+  Rows<const __nv_bfloat16, kHeads> dy;
+  Rows<const __nv_bfloat16, kHeads> x;
   const WT* w;
   const float* rstd;
-  Rows<__nv_bfloat16> dx;
+  Rows<__nv_bfloat16, kHeads> dx;
   int64_t T;
   int H;  ///< columns are int on the device (H <= kMaxH)
   int64_t num_chunks;

@@ -9,6 +9,7 @@
 //   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
 // Thread 0 of the team writes rstd. The next row's x is loaded before the
 // current row's reduction (register double buffer). w is loaded once per CTA.
+#include <stdexcept>
 #include "cuda_check.h"
 #include "device_blocks.cuh"
 #include "launch.h"
@@ -17,11 +18,11 @@ namespace normgate::kernels {
 namespace dev {
 namespace {
 
-template <class WT>
+template <class WT, bool kHeads = false>
 struct FwdRows {
-  Rows<const __nv_bfloat16> x;
+  Rows<const __nv_bfloat16, kHeads> x;
   const WT* w;
-  Rows<__nv_bfloat16> y;
+  Rows<__nv_bfloat16, kHeads> y;
   float* rstd;
   int64_t T;
   int H;
@@ -30,8 +31,8 @@ struct FwdRows {
   bool vec;
 };
 
-template <int kSlots, class WT>
-__global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT> a) {
+template <int kSlots, class WT, bool kHeads = false>
+__global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT, kHeads> a) {
   __shared__ float red[2][32];
   const int team = a.team;
   const int teams = static_cast<int>(blockDim.x) / team;
@@ -115,9 +116,23 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const unsigned grid = static_cast<unsigned>(need < cap ? need : cap);
   auto go = [&](auto wtag) {
     using WT = decltype(wtag);
-    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
+    if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
+      const dev::FwdRows<WT, true> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
+                                     static_cast<const WT*>(a.w.p),
+                                     {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
+                                     a.rstd,
+                                     rows,
+                                     static_cast<int>(a.H),
+                                     a.eps,
+                                     geo.team,
+                                     vec};
+      if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");
+      dev::fwd_rowwise_kernel<1, WT, true><<<grid, block, 0, s>>>(r);
+      return;
+    }
+    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
                              static_cast<const WT*>(a.w.p),
-                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
+                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride},
                              a.rstd,
                              rows,
                              static_cast<int>(a.H),
