@@ -170,6 +170,19 @@ TEST(RouteTable, MissingFileNamesThePath) {
 // both modes and both weight dtypes with the v1 variants.
 TEST(RouteTable, Sm90aCoversTheProductionShapes) {
   const RouteTable t = load_route_table(kSrc + "/routes/sm90a.toml");
+  // Per-head views: H = 256, T (tokens) 1..131072, both modes and dtypes.
+  for (Form f : {Form::heads24, Form::heads4})
+    for (WDtype w : {WDtype::bf16, WDtype::fp32})
+      for (int64_t T : {int64_t{1}, int64_t{4097}, int64_t{131072}}) {
+        const Route* d = t.find(Op::bwd, Mode::det, 256, w, f, T);
+        ASSERT_NE(d, nullptr) << to_string(f) << " " << T;
+        EXPECT_EQ(d->variant->name, "bwd_det_chunked");
+        const Route* n = t.find(Op::bwd, Mode::nondet, 256, w, f, T);
+        ASSERT_NE(n, nullptr) << to_string(f) << " " << T;
+        EXPECT_EQ(n->variant->name, "bwd_nondet_atomic");
+        ASSERT_NE(t.find(Op::fwd, Mode::det, 256, w, f, T), nullptr);
+      }
+  EXPECT_EQ(t.find(Op::bwd, Mode::det, 256, WDtype::bf16, Form::res, 100), nullptr);  // res: not routable yet
   EXPECT_EQ(t.arch, "sm90a");
   EXPECT_EQ(t.sha256.size(), 64u);
   for (int64_t H : {1536, 2048, 4096, 5120, 6144})
