@@ -84,9 +84,7 @@ Span check_f32(const Variant& v, const char* fn, const char* name, const void* p
 
 void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
   if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported");
-  if (form == Form::res)
-    bad(v, fn, "form 'res': the fused residual add is not in the GPU kernels yet (its CPU models run: "
-               "kernels/models.h run_model with u and dh_new)");
+
   const int64_t want = form == Form::heads24 ? 24 : form == Form::heads4 ? 4 : 1;
   if (heads != want)
     bad(v, fn, "heads = " + std::to_string(heads) + " does not match form '" + std::string(to_string(form)) +
@@ -153,6 +151,16 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
   const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H, a.heads, a.y_stride_h, true);
   const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
+  if (a.form == Form::res) {
+    if (a.T > 0 && (a.u == nullptr || a.h_new == nullptr))
+      bad(v, fn, std::string(a.u == nullptr ? "u" : "h_new") + " is null: form res needs u and h_new");
+    const Span u = check_rows(v, fn, "u", a.u, a.u_stride, a.T, a.H);
+    const Span hn = check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true);
+    check_disjoint(v, fn, hn, {x, u, w, y, r});
+    check_disjoint(v, fn, y, {u});
+  } else if (a.u != nullptr || a.h_new != nullptr) {
+    bad(v, fn, "u / h_new are given but the form is '" + std::string(to_string(a.form)) + "' (only res uses them)");
+  }
   check_disjoint(v, fn, y, {x, w, r});
   check_disjoint(v, fn, r, {x, w});
 }
@@ -180,6 +188,14 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
                      ", H = " + std::to_string(a.H));
     ws.bytes = static_cast<int64_t>(need);
   }
+  if (a.dh_new != nullptr) {
+    if (a.form != Form::res)
+      bad(v, fn, "dh_new is given but the form is '" + std::string(to_string(a.form)) + "' (only res uses it)");
+    const Span dn = check_rows(v, fn, "dh_new", a.dh_new, a.dh_new_stride, a.T, a.H);
+    check_disjoint(v, fn, dx, {dn});
+    check_disjoint(v, fn, dw, {dn});
+    check_disjoint(v, fn, ws, {dn});
+  }
   check_disjoint(v, fn, dx, {dy, x, w, r, dw, ws});
   check_disjoint(v, fn, dw, {dy, x, w, r, ws});
   check_disjoint(v, fn, ws, {dy, x, w, r});
@@ -187,13 +203,14 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
 
 bool fwd_vector_path(const FwdArgs& a) {
   return a.H % 8 == 0 && al16(a.x) && al16(a.y) && al16(a.w.p) && a.x_stride % 8 == 0 && a.y_stride % 8 == 0 &&
-         a.x_stride_h % 8 == 0 && a.y_stride_h % 8 == 0;
+         a.x_stride_h % 8 == 0 && a.y_stride_h % 8 == 0 &&
+         (a.form != Form::res || (al16(a.u) && al16(a.h_new) && a.u_stride % 8 == 0 && a.h_new_stride % 8 == 0));
 }
 
 bool bwd_vector_path(const BwdArgs& a) {
   return a.H % 8 == 0 && al16(a.x) && al16(a.dy) && al16(a.dx) && al16(a.w.p) && a.x_stride % 8 == 0 &&
          a.dy_stride % 8 == 0 && a.dx_stride % 8 == 0 && a.x_stride_h % 8 == 0 && a.dy_stride_h % 8 == 0 &&
-         a.dx_stride_h % 8 == 0;
+         a.dx_stride_h % 8 == 0 && (a.dh_new == nullptr || (al16(a.dh_new) && a.dh_new_stride % 8 == 0));
 }
 
 void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {

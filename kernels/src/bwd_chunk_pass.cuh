@@ -169,7 +169,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         const float g = mul_rn(group_at(cur.dy[k], e), w[e]);
         d[e] = mul_rn(rs, fma_rn(-xhat, c, g));
       }
-      store_group(dxr, col0[k], a.H, a.vec, d);
+      if (a.add.p != nullptr) {  // form res: dh = BF16(dx + dh_new), one rounding
+        store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, load_group(a.add.row(r), col0[k], a.H, a.vec)));
+      } else {
+        store_group(dxr, col0[k], a.H, a.vec, d);
+      }
     }
     cur = nxt;
   }
@@ -227,7 +231,8 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
                         rows,
                         static_cast<int>(a.H),
                         n,
-                        vec};
+                        vec,
+                        {reinterpret_cast<const __nv_bfloat16*>(a.dh_new), a.dh_new_stride}};
     if (geo.team > kMaxCtaTeam) {
       bwd_chunk_cluster_kernel<WT, Sink>
           <<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)), 0, s>>>(r, sink);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
 #include "normgate/kernels/accum.h"
 #include "normgate/kernels/plan.h"
@@ -54,6 +55,34 @@ __device__ __forceinline__ Group8 load_group(const __nv_bfloat16* row, int col0,
 /// Round 8 FP32 values to BF16 (RNE, cvt.rn.bf16x2.f32) and store them to
 /// columns col0..col0+7 of `row` (columns >= H are not written). vec: one
 /// 16-byte store; otherwise guarded 2-byte stores.
+/// Store 8 BF16 bit patterns packed as in Group8 (element e in the low (e
+/// even) or high half of word e/2) at columns col0..col0+7, guarded as store_group.
+__device__ __forceinline__ void store_group_bits(__nv_bfloat16* row, int col0, int H, bool vec, const Group8& g) {
+  if (col0 >= H) return;
+  if (vec) {
+    *reinterpret_cast<uint4*>(row + col0) = g.u;
+    return;
+  }
+  const uint32_t w[4] = {g.u.x, g.u.y, g.u.z, g.u.w};
+  unsigned short* p = reinterpret_cast<unsigned short*>(row) + col0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (col0 + e < H) p[e] = static_cast<unsigned short>((e & 1) ? (w[e / 2] >> 16) : (w[e / 2] & 0xFFFFu));
+}
+
+/// Element-wise BF16(a_e + b_e), one rounding of each exact sum (core/bf16.h
+/// bf16_sum_rn), a_e given as FP32 values: the res forms' h + u and dx + dh_new.
+__device__ __forceinline__ Group8 sum_group(const float (&a)[8], const Group8& b) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = static_cast<uint32_t>(bf16_sum_rn(a[2 * i], group_at(b, 2 * i))) |
+           (static_cast<uint32_t>(bf16_sum_rn(a[2 * i + 1], group_at(b, 2 * i + 1))) << 16);
+  Group8 g;
+  g.u = make_uint4(w[0], w[1], w[2], w[3]);
+  return g;
+}
+
 __device__ __forceinline__ void store_group(__nv_bfloat16* row, int col0, int H, bool vec,
                                             const float (&f)[8]) {
   if (col0 >= H) return;
@@ -183,6 +212,7 @@ struct BwdRows {
   int H;  ///< columns are int on the device (H <= kMaxH)
   int64_t num_chunks;
   bool vec;
+  Rows<const __nv_bfloat16> add{nullptr, 0};  ///< form res: dh_new, added to dx (p == nullptr: none)
 };
 
 /// Grid-stride loop helper: [begin, n) with step gridDim*blockDim, 64-bit.

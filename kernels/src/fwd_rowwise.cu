@@ -31,6 +31,22 @@ struct FwdRows {
   bool vec;
 };
 
+/// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
+/// each exact sum). One thread per 8-column group, grid-stride over all rows.
+__global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv_bfloat16> u,
+                                    Rows<__nv_bfloat16> h_new, int64_t rows, int H, bool vec) {
+  const int64_t groups = (H + 7) / 8;
+  for (int64_t i = global_thread(); i < rows * groups; i += global_threads()) {
+    const int64_t r = i / groups;
+    const int col0 = static_cast<int>(i % groups) * 8;
+    const Group8 a = load_group(h.row(r), col0, H, vec);
+    float af[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) af[e] = group_at(a, e);
+    store_group_bits(h_new.row(r), col0, H, vec, sum_group(af, load_group(u.row(r), col0, H, vec)));
+  }
+}
+
 template <int kSlots, class WT, bool kHeads = false>
 __global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT, kHeads> a) {
   __shared__ float red[2][32];
@@ -114,6 +130,21 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const int64_t need = (rows + teams - 1) / teams;
   const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (2048 / block);
   const unsigned grid = static_cast<unsigned>(need < cap ? need : cap);
+  // Form res: h_new = BF16(h + u) first (its own pass), then h_new is normalized.
+  const uint16_t* xin = a.x;
+  int64_t xin_stride = a.x_stride;
+  if (a.form == Form::res) {
+    const int64_t work = rows * ((a.H + 7) / 8);
+    const int64_t cap_e = static_cast<int64_t>(dev::sm_count()) * 8;
+    const int64_t blocks_e = (work + 255) / 256;
+    dev::residual_add_kernel<<<static_cast<unsigned>(blocks_e < cap_e ? blocks_e : cap_e), 256, 0, s>>>(
+        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+        {reinterpret_cast<const __nv_bfloat16*>(a.u), a.u_stride}, {reinterpret_cast<__nv_bfloat16*>(a.h_new), a.h_new_stride},
+        rows, static_cast<int>(a.H), vec);
+    NG_CUDA_LAUNCHED("residual_add_kernel");
+    xin = a.h_new;
+    xin_stride = a.h_new_stride;
+  }
   auto go = [&](auto wtag) {
     using WT = decltype(wtag);
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
@@ -130,7 +161,7 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
       dev::fwd_rowwise_kernel<1, WT, true><<<grid, block, 0, s>>>(r);
       return;
     }
-    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
+    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(xin), xin_stride},
                              static_cast<const WT*>(a.w.p),
                              {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride},
                              a.rstd,

@@ -13,11 +13,9 @@ namespace normgate::kernels {
 namespace {
 
 constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << static_cast<int>(WDtype::fp32));
-// The forms the kernels launch: plain and the per-head views. res (fused
-// residual add) is not in the kernels yet: route tables cannot route it; its
-// CPU models (kernels/models.h) run for `check --backend cpu`.
-constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::heads24)) |
-                           (1u << static_cast<int>(Form::heads4));
+// Every form: plain, res (fused residual add), and the per-head views.
+constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::res)) |
+                           (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 
 const std::array<Variant, 5> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,

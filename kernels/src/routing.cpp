@@ -177,6 +177,9 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
     ctx.fail(vline, "variant " + vname + " does not support weight dtype " + std::string(to_string(r.w)), &t);
   if (!v.supports(r.form))
     ctx.fail(vline, "variant " + vname + " does not support form " + std::string(to_string(r.form)), &t);
+  if ((r.form == Form::heads24 || r.form == Form::heads4) && r.H != 256)
+    ctx.fail(vline, "form " + std::string(to_string(r.form)) + " normalizes heads of 256: H must be 256, not " +
+                        std::to_string(r.H), &t);
   return r;
 }
 

@@ -193,8 +193,6 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
     if (bwd->op != Op::bwd) bad_run("variant " + std::string(bwd->name) + " is not a backward variant");
-    if (c.form == Form::res)
-      bad_run("form res: the fused residual add is not in the GPU kernels yet (use --backend cpu for its CPU models)");
     if (!bwd->supports(c.form))
       bad_run("form " + std::string(to_string(c.form)) + " is not supported by " + std::string(bwd->name));
     if (!bwd->supports_h(c.H))
@@ -220,6 +218,10 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, R, H));
 
   detail::DeviceBuffer bx(rows_bytes), bdy(rows_bytes), by(rows_bytes), bdx(rows_bytes);
+  // Form res: the residual branch u, the forward's h_new (the normalized
+  // input, also the backward's x) and the backward's dh_new.
+  const bool res = c.form == Form::res;
+  detail::DeviceBuffer bu(res ? rows_bytes : 0), bhn(res ? rows_bytes : 0), bdn(res ? rows_bytes : 0);
   detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(R > 0 ? R : 1) * 4), bdw(static_cast<size_t>(H) * 4);
   detail::DeviceBuffer bws(ws_bytes);
   const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
@@ -239,6 +241,15 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   in.dy_stride = stride;
   in.w = bw.get();
   in.heads = heads;
+  if (res) {
+    in.u = bu.as<uint16_t>(static_cast<size_t>(off) * 2);
+    in.u_stride = stride;
+    in.dh_new = bdn.as<uint16_t>(static_cast<size_t>(off) * 2);
+    in.dh_new_stride = stride;
+    fill_words(bu, 0x7FC07FC0u, 0, false, s);
+    fill_words(bdn, 0x7FC07FC0u, 0, false, s);
+    fill_words(bhn, 0x7FC07FC0u, 0, false, s);
+  }
   in.stride_h = heads > 1 ? H : 0;
   fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
   fill_words(bdy, 0x7FC07FC0u, 0, false, s);
@@ -253,6 +264,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     if (T > 0 && H > 0) {
       NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
       NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
+      if (res) {
+        if (host->u.size() != host->x.size() || host->dh_new.size() != host->x.size())
+          bad_run("host inputs of a res case need u and dh_new of " + std::to_string(host->x.size()) + " elements");
+        NG_CUDA(cudaMemcpy2DAsync(in.u, pitch, host->u.data(), width, width, static_cast<size_t>(T),
+                                  cudaMemcpyHostToDevice, s));
+        NG_CUDA(cudaMemcpy2DAsync(in.dh_new, pitch, host->dh_new.data(), width, width, static_cast<size_t>(T),
+                                  cudaMemcpyHostToDevice, s));
+      }
     }
     if (H > 0)
       NG_CUDA(cudaMemcpyAsync(bw.get(), c.w == WDtype::bf16 ? static_cast<const void*>(host->w_bf16.data()) : host->w_f32.data(),
@@ -274,8 +293,16 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   fa.heads = heads;
   fa.x_stride_h = heads > 1 ? H : 0;
   fa.y_stride_h = fa.x_stride_h;
+  uint16_t* h_new = res ? bhn.as<uint16_t>(static_cast<size_t>(off) * 2) : nullptr;
+  if (res) {
+    fa.u = in.u;
+    fa.u_stride = stride;
+    fa.h_new = h_new;
+    fa.h_new_stride = stride;
+  }
   rmsnorm_fwd(default_fwd(), fa, s);
   check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, s);
+  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, s);
 
   const size_t n = static_cast<size_t>(R * H);
   const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
@@ -295,7 +322,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     BwdArgs ba;
     ba.dy = dy;
     ba.dy_stride = stride;
-    ba.x = x;
+    ba.x = res ? h_new : x;  // res: the backward normalizes h_new
     ba.x_stride = stride;
     ba.w = wv;
     ba.rstd = brstd.as<float>();
@@ -306,6 +333,10 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     ba.dy_stride_h = heads > 1 ? H : 0;
     ba.x_stride_h = ba.dy_stride_h;
     ba.dx_stride_h = ba.dy_stride_h;
+    if (res) {
+      ba.dh_new = in.dh_new;
+      ba.dh_new_stride = stride;
+    }
     ba.dw = bdw.as<float>();
     ba.T = T;
     ba.H = H;
@@ -369,6 +400,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
           std::memcpy(out.y.data(), outs[0].y.data(), n * 2);
         }
         detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(R) * 4, s);
+        if (res) {
+          out.h_new.resize(n);
+          if (k == 0) {
+            detail::download_rows(out.h_new.data(), h_new, width, pitch, static_cast<size_t>(T), s);
+          } else {
+            std::memcpy(out.h_new.data(), outs[0].h_new.data(), n * 2);
+          }
+        }
       }
     }
   }

@@ -122,8 +122,15 @@ TEST(Validation, ShapeErrorsNameTheValue) {
   b.form = Form::heads4;
   expect_invalid([&] { rmsnorm_bwd(det(), b); }, "form 'heads4'");
   FwdArgs f = x.f;
-  f.form = Form::res;
-  expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "form 'res'");
+  f.form = Form::res;  // without its u and h_new buffers
+  expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "form res needs u and h_new");
+  f = x.f;
+  f.u = f.x;  // res buffers on a plain call
+  expect_invalid([&] { rmsnorm_fwd(fwd(), f); }, "only res uses them");
+  b = x.b;
+  b.dh_new = b.dy;
+  b.dh_new_stride = kH;
+  expect_invalid([&] { rmsnorm_bwd(det(), b); }, "only res uses it");
 }
 
 TEST(Validation, NullAndMisalignedPointers) {
@@ -343,6 +350,46 @@ TEST(Validation, HeadViews) {
   f.T = T;
   f.form = Form::plain;  // heads = 4 with the plain form
   expect_invalid([&] { validate_fwd(fwd(), f); }, "heads = 4");
+}
+
+}  // namespace
+}  // namespace normgate::kernels
+
+namespace normgate::kernels {
+namespace {
+
+// Form res: u and h_new are required by the forward and must not overlap;
+// dh_new is optional in the backward; the vector path needs them aligned.
+TEST(Validation, ResidualForm) {
+  Fixture x;
+  FwdArgs f = x.f;
+  f.form = Form::res;
+  f.u = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  f.u_stride = kH;
+  f.h_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  f.h_new_stride = kH;
+  EXPECT_NO_THROW(validate_fwd(fwd(), f));
+  EXPECT_TRUE(fwd_vector_path(f));
+  FwdArgs g = f;
+  g.h_new = f.y;  // h_new on top of y
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "h_new overlaps y");
+  g = f;
+  g.h_new_stride = kH - 1;
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "h_new_stride = 255");
+  g = f;
+  g.u = reinterpret_cast<const uint16_t*>(reinterpret_cast<uintptr_t>(f.u) + 2);  // 2-byte aligned: scalar path
+  EXPECT_NO_THROW(validate_fwd(fwd(), g));
+  EXPECT_FALSE(fwd_vector_path(g));
+
+  BwdArgs b = x.b;
+  b.form = Form::res;
+  EXPECT_NO_THROW(validate_bwd(det(), b));  // dh_new absent: dh = dx
+  b.dh_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  b.dh_new_stride = kH;
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  BwdArgs c = b;
+  c.dx = const_cast<uint16_t*>(b.dh_new);  // dx on top of dh_new
+  expect_invalid([&] { validate_bwd(det(), c); }, "dx overlaps dh_new");
 }
 
 }  // namespace

@@ -66,14 +66,14 @@ TEST(Registry, OpsModesAndControls) {
   EXPECT_EQ(controls, (std::set<std::string>{"ctl_fp32_seq", "ctl_bf16_partials"}));
 }
 
-TEST(Registry, EveryVariantSupportsPlainAndHeadFormsOverTheFullRangeAndBothWeights) {
+TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
   for (const Variant& v : variants()) {
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
     EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
     EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32)) << v.name;
     EXPECT_TRUE(v.supports(Form::plain) && v.supports(Form::heads24) && v.supports(Form::heads4)) << v.name;
-    EXPECT_FALSE(v.supports(Form::res)) << v.name;  // kernels: not yet (CPU models only)
+    EXPECT_TRUE(v.supports(Form::res)) << v.name;
     EXPECT_FALSE(v.description.empty()) << v.name;
     EXPECT_EQ(v.description.find('\n'), std::string_view::npos) << v.name << ": one line";
   }

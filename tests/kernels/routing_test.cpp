@@ -47,9 +47,9 @@ TEST(RouteTable, RejectsWithFileLineAndEntry) {
       {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"plain\", T = [1, 100], variant = "
              "\"ctl_fp32_seq\" },\n"),
        "t.toml:3:", "NEGATIVE CONTROL"},
-      {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"res\", T = [1, 100], variant = "
+      {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"heads24\", T = [1, 100], variant = "
              "\"bwd_det_chunked\" },\n"),
-       "t.toml:3:", "does not support form res"},
+       "t.toml:3:", "H must be 256, not 2048"},
       {table("  { op = \"bwd\", mode = \"det\", H = 20000, w = \"bf16\", form = \"plain\", T = [1, 100], variant = "
              "\"bwd_det_chunked\" },\n"),
        "t.toml:3:", "H 20000 out of range"},
@@ -182,7 +182,12 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
         EXPECT_EQ(n->variant->name, "bwd_nondet_atomic");
         ASSERT_NE(t.find(Op::fwd, Mode::det, 256, w, f, T), nullptr);
       }
-  EXPECT_EQ(t.find(Op::bwd, Mode::det, 256, WDtype::bf16, Form::res, 100), nullptr);  // res: not routable yet
+  EXPECT_EQ(t.find(Op::bwd, Mode::det, 256, WDtype::bf16, Form::res, 100), nullptr);  // no res route at H=256
+  for (WDtype w : {WDtype::bf16, WDtype::fp32}) {  // res at H = 6144
+    ASSERT_NE(t.find(Op::bwd, Mode::det, 6144, w, Form::res, 131072), nullptr);
+    ASSERT_NE(t.find(Op::bwd, Mode::nondet, 6144, w, Form::res, 1), nullptr);
+    ASSERT_NE(t.find(Op::fwd, Mode::det, 6144, w, Form::res, 4097), nullptr);
+  }
   EXPECT_EQ(t.arch, "sm90a");
   EXPECT_EQ(t.sha256.size(), 64u);
   for (int64_t H : {1536, 2048, 4096, 5120, 6144})

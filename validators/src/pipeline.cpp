@@ -165,13 +165,7 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   for (const auto& name : req.impls) {
     if (name == kBaseline) continue;
     const auto& v = kernels::variant(name);
-    // Form res: every variant's CPU model implements the fused residual add
-    // (kernels/models.h); the GPU kernels do not yet.
-    const bool res_on_models = req.id.form == Form::res && backend == Backend::cpu;
-    if (req.id.form == Form::res && !res_on_models)
-      throw std::invalid_argument("form res runs on the CPU models only so far (--backend cpu): the GPU kernels "
-                                  "have no fused residual add yet");
-    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || (!v.supports(req.id.form) && !res_on_models))
+    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
   }
 
@@ -285,6 +279,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     OutputsRef& r = refs[gpu_pos[g]];
     r.y = &outs[gpu_pos[0]].y;
     r.rstd = &outs[gpu_pos[0]].rstd;
+    r.h_new = &outs[gpu_pos[0]].h_new;  // form res: the one forward's h_new
     const size_t src = g < pc.gpu_dx_source.size() ? pc.gpu_dx_source[g] : g;
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;

@@ -66,6 +66,14 @@ struct FwdArgs {
   int64_t heads = 1;
   int64_t x_stride_h = 0;
   int64_t y_stride_h = 0;
+  /// Form res (fused residual add; heads = 1): x holds h; u [T, H] BF16 is the
+  /// residual branch; h_new [T, H] BF16 receives BF16(h + u), one rounding of
+  /// the exact sum (core/bf16.h bf16_sum_rn), and is what gets normalized.
+  /// Required for res (h_new must not overlap x, u, w, y, rstd), null otherwise.
+  const uint16_t* u = nullptr;
+  int64_t u_stride = 0;         ///< >= H
+  uint16_t* h_new = nullptr;
+  int64_t h_new_stride = 0;     ///< >= H
 };
 
 /// Backward arguments. Shapes: dy, x, dx [T, H] BF16 ([T, heads, H] when heads > 1);
@@ -93,6 +101,12 @@ struct BwdArgs {
   int64_t dy_stride_h = 0;       ///< may be 0 (one dy for every head), as may dy_stride
   int64_t x_stride_h = 0;
   int64_t dx_stride_h = 0;
+  /// Form res: x is the forward's h_new; dh_new [T, H] BF16, the gradient
+  /// reaching h_new from the residual stream, is added to each FP32 dx value
+  /// with one rounding (bf16_sum_rn), so dx receives dh (= du). Optional for
+  /// res (null: dh = dx), must be null for the other forms.
+  const uint16_t* dh_new = nullptr;
+  int64_t dh_new_stride = 0;     ///< >= H
 };
 
 /// Whether a backward may run a negative control.

@@ -69,14 +69,19 @@ struct GpuRunInfo {
   size_t workspace_bytes = 0;   ///< bwd_workspace_bytes(bwd, T, H)
 };
 
-/// One training step on the GPU: allocate; generate c's inputs on the device;
-/// poison y and dx (BF16 NaN 0x7FC0), rstd and dw (FP32 NaN 0x7FC00000) and
-/// the workspace (pseudo-random words from opt.poison_seed); run
-/// rmsnorm_fwd(default_fwd()) with eps, then rmsnorm_bwd(bwd); synchronize;
-/// copy y, rstd, dx, dw back (contiguous). Plain form only.
-/// Throws std::invalid_argument for a bad case/variant (form not plain,
-/// H or dtype unsupported, bwd not a backward variant), std::runtime_error on
-/// CUDA errors (device memory is freed either way).
+/// One training step on the GPU: allocate in c's layout (plain: rows of
+/// stride H + opt.row_pad; heads4: contiguous [T,4,256]; heads24: the q part
+/// of packed rows of 40*256; res: plain rows plus u, h_new, dh_new); generate
+/// c's inputs on the device; poison y, dx, h_new (BF16 NaN 0x7FC0), rstd and
+/// dw (FP32 NaN 0x7FC00000) and the workspace (pseudo-random words from
+/// opt.poison_seed); run rmsnorm_fwd(default_fwd()) with eps, then
+/// rmsnorm_bwd(bwd) (res: on h_new, adding dh_new); synchronize; copy y,
+/// rstd, dx, dw (res: h_new) back, contiguous over normalized rows.
+/// After each kernel the poisoned memory outside its output view is checked
+/// (std::runtime_error naming the variant when anything there was written).
+/// Throws std::invalid_argument for a bad case/variant (H or dtype or form
+/// unsupported, bwd not a backward variant), std::runtime_error on CUDA
+/// errors (device memory is freed either way).
 Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt = {},
                 GpuRunInfo* info = nullptr);
 
@@ -98,11 +103,11 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
                              const GpuRunOptions& opt = {});
 
-/// Result of run_gpu_shared: outs[0] is complete (y, rstd, dx, dw); for k > 0
-/// outs[k] holds dw, and dx only when dx_source[k] == k: otherwise its dx is
-/// bitwise equal (compared on the device, every byte of the padded buffer) to
-/// that of variant dx_source[k] < k, and was not copied. y and rstd of every
-/// variant are outs[0]'s (one forward).
+/// Result of run_gpu_shared: outs[0] is complete (y, rstd, dx, dw; h_new for
+/// form res); for k > 0 outs[k] holds dw, and dx only when dx_source[k] == k:
+/// otherwise its dx is bitwise equal (compared on the device, every byte of
+/// the padded buffer) to that of variant dx_source[k] < k, and was not
+/// copied. y, rstd and h_new of every variant are outs[0]'s (one forward).
 struct SharedGpuRun {
   std::vector<Outputs> outs;
   std::vector<size_t> dx_source;
