@@ -113,6 +113,32 @@ TEST(CaseFile, RoundTripReplayAndNoHalfFiles) {
   fs::remove_all(fs::path(path).parent_path());
 }
 
+// Every form round-trips: res (u, dh_new, h_new stored) and a per-head view.
+TEST(CaseFile, ResidualAndHeadFormsRoundTrip) {
+  for (const char* id : {"H=64,T=90,w=bf16,form=res,family=llm,seed=1",
+                         "H=256,T=7,w=fp32,form=heads24,family=cancel,seed=2"}) {
+    SCOPED_TRACE(id);
+    const auto r = saved_repro(request(id, "bwd_det_chunked"));
+    const std::string path = temp_path("form.h5");
+    nv::write_case_file(path, *r.saved);
+    const nv::SavedCase back = nv::read_case_file(path);
+    EXPECT_EQ(back.inputs.u, r.saved->inputs.u);
+    EXPECT_EQ(back.inputs.dh_new, r.saved->inputs.dh_new);
+    EXPECT_EQ(back.outputs.h_new, r.saved->outputs.h_new);
+    EXPECT_EQ(back.outputs.dx, r.saved->outputs.dx);
+    EXPECT_EQ(back.inputs_sha256, r.saved->inputs_sha256);
+    // Replay gives the same verdict.
+    nv::ReproOptions o;
+    o.inputs = &back.inputs;
+    const auto again = nv::repro(request(id, "bwd_det_chunked"), o);
+    EXPECT_EQ(again.check.impls[0].result.verdict(), r.check.impls[0].result.verdict());
+    EXPECT_EQ(again.worst[2].front().ratio, r.worst[2].front().ratio);
+  }
+  const auto res = saved_repro(request("H=64,T=90,w=bf16,form=res,family=llm,seed=1", "bwd_det_chunked"));
+  EXPECT_EQ(res.saved->outputs.h_new.size(), 64u * 90u);
+  fs::remove_all(fs::path(temp_path("x")).parent_path());
+}
+
 TEST(CaseFile, DamagedFilesGiveClearErrors) {
   const auto r = saved_repro(request("H=128,T=256,w=bf16,form=plain,family=normal,seed=1", "bwd_det_chunked"));
   const std::string path = temp_path("good.h5");

@@ -198,8 +198,10 @@ ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle:
 void write_case_file(const std::string& path, const SavedCase& c) {
   const seeds::CaseId& id = c.inputs.id;
   const int64_t T = c.inputs.rows, H = c.inputs.cols;
-  need(id.form != Form::res, "write_case_file: form res is not supported yet (got " +
-                                   std::string(to_string(id.form)) + ")");
+  const bool res = id.form == Form::res;
+  need(!res || (c.inputs.u.size() == c.inputs.x.size() && c.inputs.dh_new.size() == c.inputs.x.size() &&
+                c.outputs.h_new.size() == c.inputs.x.size()),
+       "write_case_file: a res case needs u, dh_new and h_new of rows*cols elements");
   need(T == id.rows() && H == id.H && c.inputs.x.size() == static_cast<size_t>(T * H) &&
            c.inputs.dy.size() == c.inputs.x.size() &&
            (id.w == WDtype::bf16 ? c.inputs.w_bf16.size() : c.inputs.w_f32.size()) == static_cast<size_t>(H),
@@ -222,6 +224,11 @@ void write_case_file(const std::string& path, const SavedCase& c) {
     h5::write(w.root(), f, "inputs/w", h5::Type::u16, dims1(H), c.inputs.w_bf16.data(), "bf16");
   else
     h5::write(w.root(), f, "inputs/w", h5::Type::f32, dims1(H), c.inputs.w_f32.data(), "fp32");
+  if (res) {
+    h5::write(w.root(), f, "inputs/u", h5::Type::u16, dims2(T, H), c.inputs.u.data(), "bf16");
+    h5::write(w.root(), f, "inputs/dh_new", h5::Type::u16, dims2(T, H), c.inputs.dh_new.data(), "bf16");
+    h5::write(w.root(), f, "outputs/h_new", h5::Type::u16, dims2(T, H), c.outputs.h_new.data(), "bf16");
+  }
   h5::write(w.root(), f, "outputs/y", h5::Type::u16, dims2(T, H), c.outputs.y.data(), "bf16");
   h5::write(w.root(), f, "outputs/dx", h5::Type::u16, dims2(T, H), c.outputs.dx.data(), "bf16");
   h5::write(w.root(), f, "outputs/rstd", h5::Type::f32, dims1(T), c.outputs.rstd.data(), "fp32");
@@ -263,6 +270,11 @@ SavedCase read_case_file(const std::string& path) {
     c.inputs.w_bf16 = h5::read_u16(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
   else
     c.inputs.w_f32 = h5::read_f32(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
+  if (id.form == Form::res) {
+    c.inputs.u = h5::read_u16(f, "inputs/u", &d, 2), expect("inputs/u", dims2(T, H));
+    c.inputs.dh_new = h5::read_u16(f, "inputs/dh_new", &d, 2), expect("inputs/dh_new", dims2(T, H));
+    c.outputs.h_new = h5::read_u16(f, "outputs/h_new", &d, 2), expect("outputs/h_new", dims2(T, H));
+  }
   const std::string dig = seeds::digest(c.inputs).all;
   if (dig != c.inputs_sha256)
     throw std::runtime_error(path + ": the inputs' SHA-256 is " + dig + " but the file records " + c.inputs_sha256 +
