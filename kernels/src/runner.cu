@@ -212,7 +212,9 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   const int64_t inner = heads * H;  // a token's elements
   const int64_t stride = c.form == Form::heads24 ? 40 * 256 : inner + opt.row_pad;
   const int64_t R = T * heads;
-  const size_t rows_bytes = static_cast<size_t>(T > 0 ? (T - 1) * stride + inner : 0) * 2 + 256;
+  // Rounded up to whole 4-byte words: fill_words poisons words, and the
+  // outside-view check and the dx compare read every element of the buffer.
+  const size_t rows_bytes = (static_cast<size_t>(T > 0 ? (T - 1) * stride + inner : 0) * 2 + 256 + 3) / 4 * 4;
   const size_t wbytes = static_cast<size_t>(H) * (c.w == WDtype::bf16 ? 2 : 4);
   size_t ws_bytes = 0;
   for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, R, H));
