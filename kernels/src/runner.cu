@@ -41,11 +41,13 @@ __global__ void fill_words_kernel(uint32_t* p, int64_t n, uint32_t pattern, uint
 __global__ void outside_view_kernel(const uint16_t* buf, int64_t n, int64_t off, int64_t stride, int64_t inner,
                                     int64_t T, unsigned long long* count) {
   unsigned long long c = 0;
-  for (int64_t i = global_thread(); i < n; i += global_threads()) {
-    const int64_t e = i - off;
-    const bool inside = e >= 0 && e / stride < T && e % stride < inner;
-    c += (!inside && buf[i] != 0x7FC0u) ? 1u : 0u;
-  }
+  // Before the view, and after its last row.
+  const int64_t tail = T > 0 ? off + (T - 1) * stride + inner : off;
+  for (int64_t i = global_thread(); i < off; i += global_threads()) c += buf[i] != 0x7FC0u ? 1u : 0u;
+  for (int64_t i = tail + global_thread(); i < n; i += global_threads()) c += buf[i] != 0x7FC0u ? 1u : 0u;
+  // The gap after each row but the last: [t*stride + inner, (t+1)*stride).
+  for (int64_t t = blockIdx.x; t + 1 < T; t += gridDim.x)
+    for (int64_t j = inner + threadIdx.x; j < stride; j += blockDim.x) c += buf[off + t * stride + j] != 0x7FC0u ? 1u : 0u;
   if (c != 0) atomicAdd(count, c);
 }
 
