@@ -372,6 +372,22 @@ TEST(HeadForms, StridedViewsEqualContiguousRows) {
   }
 }
 
+// The outside-view check really looks: one element written into the gap after
+// y's first row (row padding; the k/v part of heads24) makes run_gpu throw.
+TEST(HeadForms, OutsideViewWritesAreCaught) {
+  NG_REQUIRE_GPU();
+  GpuRunOptions o;
+  o.test_write_outside_view = true;
+  EXPECT_THROW(run_gpu(variant("bwd_det_chunked"), seeds::parse_case("H=256,T=9,w=bf16,form=heads24,family=normal,seed=1"),
+                       kEps, o),
+               std::runtime_error);
+  o.row_pad = 8;
+  EXPECT_THROW(run_gpu(variant("bwd_det_chunked"), make_case(64, 5, seeds::Family::normal, 1), kEps, o),
+               std::runtime_error);
+  o.test_write_outside_view = false;  // and without the write, the same runs pass the check
+  EXPECT_NO_THROW(run_gpu(variant("bwd_det_chunked"), make_case(64, 5, seeds::Family::normal, 1), kEps, o));
+}
+
 // Heads never mix statistics: scaling one head's x by 1000 changes only that
 // head's rows of y, rstd and dx.
 TEST(HeadForms, HeadsDoNotMix) {

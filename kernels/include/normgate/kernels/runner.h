@@ -60,6 +60,11 @@ struct GpuRunOptions {
                                 ///< 256-byte boundary (1 forces the scalar path)
   uint32_t poison_seed = 1;     ///< workspace garbage pattern
   ControlUse controls = ControlUse::allow;  ///< run_gpu exists to check controls too
+  /// Tests only: after the forward, overwrite one element just past the
+  /// first row of y's view (in the row padding or the next row's gap), so the
+  /// outside-view check must throw. Needs a layout with a gap (row_pad > 0 or
+  /// form heads24).
+  bool test_write_outside_view = false;
 };
 
 /// What a pipeline run did besides its outputs.
