@@ -68,8 +68,10 @@ Span check_rows(const Variant& v, const char* fn, const char* name, const void* 
   // (T-1)*stride + (heads-1)*stride_h + H elements, 2 bytes each, must fit in
   // int64 with room to spare.
   constexpr int64_t kMaxElems = int64_t{1} << 61;
+  if (heads > 1 && stride_h > (kMaxElems - H) / heads)
+    bad(v, fn, n + ": extent (heads-1)*stride_h + H overflows (stride_h = " + std::to_string(stride_h) + ")");
   const int64_t inner = heads > 1 ? (heads - 1) * stride_h + H : H;
-  if ((heads > 1 && stride_h > (kMaxElems - H) / heads) || (T > 1 && stride > (kMaxElems - inner) / (T - 1)))
+  if (T > 1 && stride > (kMaxElems - inner) / (T - 1))
     bad(v, fn, n + ": extent (T-1)*stride + (heads-1)*stride_h + H overflows (T = " + std::to_string(T) +
                    ", stride = " + std::to_string(stride) + ")");
   return {name, p, ((T - 1) * stride + inner) * 2};

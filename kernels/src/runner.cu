@@ -202,6 +202,9 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   }
   if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
   if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
+  if (opt.row_pad != 0 && c.heads() > 1)
+    bad_run("row_pad = " + std::to_string(opt.row_pad) + ": the per-head layouts are fixed (heads4 contiguous, "
+            "heads24 in packed rows of 40*256)");
   if (opt.misalign_elems < 0 || opt.misalign_elems > 64)
     bad_run("misalign_elems = " + std::to_string(opt.misalign_elems) + " not in 0..64");
 
@@ -260,6 +263,8 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   if (host == nullptr) {
     generate_device_inputs(c, in, s);
   } else {  // the caller's inputs (a saved case): upload them
+    if (res && (host->u.size() != host->x.size() || host->dh_new.size() != host->x.size()))
+      bad_run("host inputs of a res case need u and dh_new of " + std::to_string(host->x.size()) + " elements");
     if (host->rows != R || host->cols != H || host->x.size() != static_cast<size_t>(R * H) ||
         host->dy.size() != host->x.size() ||
         (c.w == WDtype::bf16 ? host->w_bf16.size() : host->w_f32.size()) != static_cast<size_t>(H))
@@ -269,8 +274,6 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
       NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
       if (res) {
-        if (host->u.size() != host->x.size() || host->dh_new.size() != host->x.size())
-          bad_run("host inputs of a res case need u and dh_new of " + std::to_string(host->x.size()) + " elements");
         NG_CUDA(cudaMemcpy2DAsync(in.u, pitch, host->u.data(), width, width, static_cast<size_t>(T),
                                   cudaMemcpyHostToDevice, s));
         NG_CUDA(cudaMemcpy2DAsync(in.dh_new, pitch, host->dh_new.data(), width, width, static_cast<size_t>(T),
@@ -357,6 +360,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       info->workspace_bytes = ws_k;
     }
     rmsnorm_bwd(bwd, ba, s, opt.controls);
+    if (opt.test_flip_dx_of == static_cast<int>(k) && T > 0) {
+      uint16_t v = 0;
+      NG_CUDA(cudaMemcpyAsync(&v, dx, 2, cudaMemcpyDeviceToHost, s));
+      NG_CUDA(cudaStreamSynchronize(s));
+      v ^= 1u;
+      NG_CUDA(cudaMemcpyAsync(dx, &v, 2, cudaMemcpyHostToDevice, s));
+      NG_CUDA(cudaStreamSynchronize(s));
+    }
     check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, s);
 
     Outputs& out = outs[k];
@@ -375,8 +386,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
         int differs = 1;
         NG_CUDA(cudaMemcpyAsync(&differs, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, s));
         NG_CUDA(cudaStreamSynchronize(s));
-        // bytes beyond the last whole word (at most 3) compared on the host side of the copy below
-        if (differs == 0 && bdx.bytes() % 4 == 0) {
+        if (differs == 0) {  // buffers are whole words (rows_bytes), every byte compared
           (*dx_source)[k] = src;
           dx_needed = false;
           break;

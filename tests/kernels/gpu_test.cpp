@@ -341,6 +341,16 @@ TEST(BwdEdge, SharedRunSkipsOnlyIdenticalTensors) {
   }
   // The nondet variant's dx is the det one's row code: shared, not copied.
   EXPECT_EQ(sh.dx_source[2], 0u);
+  // And a dx that differs in one bit is not shared: copied, with that bit.
+  GpuRunOptions o;
+  o.test_flip_dx_of = 2;
+  const SharedGpuRun flip = run_gpu_shared(vs, c, nullptr, kEps, o);
+  EXPECT_EQ(flip.dx_source[1], 0u);
+  ASSERT_EQ(flip.dx_source[2], 2u);
+  EXPECT_EQ(flip.dx_source[3], 0u);  // the next variant is equal to the first again
+  ASSERT_EQ(flip.outs[2].dx.size(), full[2].dx.size());
+  EXPECT_EQ(flip.outs[2].dx[0], static_cast<uint16_t>(full[2].dx[0] ^ 1u));
+  EXPECT_EQ(bit_diff(flip.outs[2].dx, full[2].dx).count, 1);
 }
 
 // Per-head forms on the GPU: the strided [T, 24, 256] (q part of packed rows
@@ -360,6 +370,15 @@ TEST(HeadForms, StridedViewsEqualContiguousRows) {
     flat.id.form = Form::plain;
     flat.id.T = c.rows();
     const std::vector<Outputs> a = run_gpu(vs, in, kEps), b = run_gpu(vs, flat, kEps);
+    // The scalar (2-byte) path of the per-head kernels: misaligned views.
+    GpuRunOptions mis;
+    mis.misalign_elems = 1;
+    GpuRunInfo info;
+    const Outputs m = run_gpu(*vs[0], c, kEps, mis, &info);
+    EXPECT_FALSE(info.fwd_vector || info.bwd_vector);
+    EXPECT_EQ(bit_diff(m.dx, a[0].dx).count, 0);
+    EXPECT_EQ(bit_diff(m.y, a[0].y).count, 0);
+    EXPECT_EQ(bit_diff(m.dw, a[0].dw).count, 0);
     for (size_t k = 0; k < vs.size(); ++k) {
       SCOPED_TRACE(std::string(id) + " " + std::string(vs[k]->name));
       EXPECT_EQ(bit_diff(a[k].y, b[k].y).count, 0);
@@ -420,8 +439,8 @@ TEST(HeadForms, HeadsDoNotMix) {
 // dh with bf16_sum_rn as the kernels do), at a vector and a scalar H.
 TEST(ResidualForm, GpuEqualsTheModels) {
   NG_REQUIRE_GPU();
-  for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",
-                         "H=1000,T=77,w=fp32,form=res,family=llm,seed=8"}) {
+  for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",  // 16-byte path
+                         "H=1001,T=77,w=fp32,form=res,family=llm,seed=8"}) {   // H % 8 != 0: scalar path
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
     const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };

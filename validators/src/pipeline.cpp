@@ -312,15 +312,18 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   };
   if (n == 0) return st;
   std::optional<CheckRequest> first;
+  std::exception_ptr first_err;  // request(0) is called once; its error belongs to case 0
   try {
     first.emplace(request(0));
   } catch (...) {
+    first_err = std::current_exception();
   }
-  auto prepare = [&request, &first](size_t i) {
+  auto prepare = [&request, &first, &first_err](size_t i) {
     Slot s;
     const auto t0 = Clock::now();
     try {
-      s.pc.emplace(prepare_check(i == 0 && first ? *first : request(i)));
+      if (i == 0 && first_err) std::rethrow_exception(first_err);
+      s.pc.emplace(prepare_check(i == 0 ? *first : request(i)));
     } catch (...) {
       s.err = std::current_exception();
     }

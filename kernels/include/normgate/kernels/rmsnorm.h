@@ -1,8 +1,11 @@
 // normgate/kernels/rmsnorm.h: launch API of the RMSNorm training kernels.
 //
-// Plain form only (for now): x, dy, y, dx are [T, H] BF16 (uint16_t bit
-// patterns), row t at p + t*stride (stride in ELEMENTS, >= H; inner dimension
-// contiguous). w is [H], BF16 or FP32. All pointers are DEVICE pointers; the
+// Forms (FwdArgs/BwdArgs::form): plain: x, dy, y, dx are [T, H] BF16
+// (uint16_t bit patterns), row t at p + t*stride (stride in ELEMENTS, >= H;
+// inner dimension contiguous). heads24/heads4: [T, heads, 256] views, row
+// t*heads + h at p + t*stride + h*stride_h. res: plain rows plus the fused
+// residual add (u, h_new in the forward, dh_new in the backward). w is [H]
+// (one w[256] shared by all heads), BF16 or FP32. All pointers are DEVICE pointers; the
 // calls enqueue work on `stream` and return without synchronizing.
 //
 // Math (FP32 unless stated; every rounding explicit, see core/hd.h):
@@ -59,7 +62,7 @@ struct FwdArgs {
   int64_t T = 0;                ///< rows (tokens when heads > 1), T*heads in 0 .. kMaxT (0: nothing is launched)
   int64_t H = 0;                ///< columns, the variant's range (1 .. 16384)
   float eps = 1e-6f;            ///< finite, >= 0
-  Form form = Form::plain;      ///< plain, heads24 or heads4 (res: not yet)
+  Form form = Form::plain;      ///< plain, res, heads24 or heads4
   /// Per-head forms: x and y are [T, heads, H] (rows r = t*heads + h, rstd
   /// [T*heads]); *_stride is then the distance between tokens and *_stride_h
   /// the distance between heads of one token, in elements. plain: heads = 1.
@@ -95,7 +98,7 @@ struct BwdArgs {
   void* workspace = nullptr;     ///< device, 16-byte aligned, caller-owned;
                                  ///< may be null when bwd_workspace_bytes() == 0
   size_t workspace_bytes = 0;    ///< >= bwd_workspace_bytes(variant, T, H)
-  Form form = Form::plain;       ///< plain, heads24 or heads4 (res: not yet)
+  Form form = Form::plain;       ///< plain, res, heads24 or heads4
   /// Per-head forms, as in FwdArgs: [T, heads, H] views, rstd [T*heads].
   int64_t heads = 1;
   int64_t dy_stride_h = 0;       ///< may be 0 (one dy for every head), as may dy_stride

@@ -65,6 +65,10 @@ struct GpuRunOptions {
   /// outside-view check must throw. Needs a layout with a gap (row_pad > 0 or
   /// form heads24).
   bool test_write_outside_view = false;
+  /// Tests only: after backward variant k = test_flip_dx_of (>= 0) ran, flip
+  /// the lowest bit of its dx element 0, so run_gpu_shared must see a dx that
+  /// differs from the earlier variants' and copy it.
+  int test_flip_dx_of = -1;
 };
 
 /// What a pipeline run did besides its outputs.
