@@ -208,31 +208,26 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
   const int64_t n = num_chunks(rows, a.H);
   auto go = [&](auto wtag) -> cudaError_t {
     using WT = decltype(wtag);
+    auto make = [&](auto heads_tag) {  // the kernel arguments, plain or per-head rows
+      constexpr bool kHeads = decltype(heads_tag)::value;
+      return BwdRows<WT, kHeads>{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
+                                 {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
+                                 static_cast<const WT*>(a.w.p),
+                                 a.rstd,
+                                 {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride, a.heads, a.dx_stride_h},
+                                 rows,
+                                 static_cast<int>(a.H),
+                                 n,
+                                 vec,
+                                 {reinterpret_cast<const __nv_bfloat16*>(a.dh_new), a.dh_new_stride}};
+    };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), so one slot and one CTA
       if (geo.slots != 1 || geo.team > kMaxCtaTeam) return cudaErrorInvalidConfiguration;
-      const BwdRows<WT, true> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride, a.heads, a.dy_stride_h},
-                                {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
-                                static_cast<const WT*>(a.w.p),
-                                a.rstd,
-                                {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride, a.heads, a.dx_stride_h},
-                                rows,
-                                static_cast<int>(a.H),
-                                n,
-                                vec};
       bwd_chunk_kernel<1, WT, Sink, true>
-          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(make(std::true_type{}), sink);
       return cudaGetLastError();
     }
-    const BwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(a.dy), a.dy_stride},
-                        {reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride},
-                        static_cast<const WT*>(a.w.p),
-                        a.rstd,
-                        {reinterpret_cast<__nv_bfloat16*>(a.dx), a.dx_stride},
-                        rows,
-                        static_cast<int>(a.H),
-                        n,
-                        vec,
-                        {reinterpret_cast<const __nv_bfloat16*>(a.dh_new), a.dh_new_stride}};
+    const BwdRows<WT> r = make(std::false_type{});
     if (geo.team > kMaxCtaTeam) {
       bwd_chunk_cluster_kernel<WT, Sink>
           <<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)), 0, s>>>(r, sink);

@@ -10,6 +10,7 @@
 // Thread 0 of the team writes rstd. The next row's x is loaded before the
 // current row's reduction (register double buffer). w is loaded once per CTA.
 #include <stdexcept>
+#include <type_traits>
 #include "cuda_check.h"
 #include "device_blocks.cuh"
 #include "launch.h"
@@ -147,29 +148,24 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   }
   auto go = [&](auto wtag) {
     using WT = decltype(wtag);
+    auto make = [&](auto heads_tag) {  // the kernel arguments, plain or per-head rows
+      constexpr bool kHeads = decltype(heads_tag)::value;
+      return dev::FwdRows<WT, kHeads>{{reinterpret_cast<const __nv_bfloat16*>(xin), xin_stride, a.heads, a.x_stride_h},
+                                      static_cast<const WT*>(a.w.p),
+                                      {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
+                                      a.rstd,
+                                      rows,
+                                      static_cast<int>(a.H),
+                                      a.eps,
+                                      geo.team,
+                                      vec};
+    };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
-      const dev::FwdRows<WT, true> r{{reinterpret_cast<const __nv_bfloat16*>(a.x), a.x_stride, a.heads, a.x_stride_h},
-                                     static_cast<const WT*>(a.w.p),
-                                     {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
-                                     a.rstd,
-                                     rows,
-                                     static_cast<int>(a.H),
-                                     a.eps,
-                                     geo.team,
-                                     vec};
       if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");
-      dev::fwd_rowwise_kernel<1, WT, true><<<grid, block, 0, s>>>(r);
+      dev::fwd_rowwise_kernel<1, WT, true><<<grid, block, 0, s>>>(make(std::true_type{}));
       return;
     }
-    const dev::FwdRows<WT> r{{reinterpret_cast<const __nv_bfloat16*>(xin), xin_stride},
-                             static_cast<const WT*>(a.w.p),
-                             {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride},
-                             a.rstd,
-                             rows,
-                             static_cast<int>(a.H),
-                             a.eps,
-                             geo.team,
-                             vec};
+    const dev::FwdRows<WT> r = make(std::false_type{});
     if (geo.slots == 1)
       dev::fwd_rowwise_kernel<1, WT><<<grid, block, 0, s>>>(r);
     else
