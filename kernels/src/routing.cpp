@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "normgate/core/json_number.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
 
@@ -228,22 +229,6 @@ void check_windows(const Ctx& ctx, const std::vector<Route>& routes, const std::
 
 // ---- approvals JSON ---------------------------------------------------------
 
-nlohmann::json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-double unnum(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto s = j.get<std::string>();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  }
-  throw std::invalid_argument("expected a number");
-}
 
 nlohmann::json to_json(const Approval& a) {
   nlohmann::json win;
@@ -265,7 +250,7 @@ nlohmann::json to_json(const Approval& a) {
   j["t_points"] = a.t_points;
   j["cases"] = a.cases;
   nlohmann::json m = nlohmann::json::object();
-  for (const auto& [k, v] : a.max_err_tol) m[k] = num(v);
+  for (const auto& [k, v] : a.max_err_tol) m[k] = json_number(v);
   j["max_err_tol"] = m;
   j["worst_case"] = a.worst_case;
   j["date"] = a.date;
@@ -321,11 +306,7 @@ Approval from_json(const nlohmann::json& j) {
   const auto& m = field("max_err_tol");
   if (!m.is_object()) throw std::invalid_argument("field 'max_err_tol' must be an object");
   for (const auto& [k, v] : m.items()) {
-    try {
-      a.max_err_tol[k] = unnum(v);
-    } catch (const std::invalid_argument&) {
-      throw std::invalid_argument("field 'max_err_tol." + k + "' must be a number");
-    }
+    a.max_err_tol[k] = from_json_number(v, "max_err_tol." + k);
   }
   a.worst_case = str(j, "worst_case");
   a.date = str(j, "date");

@@ -1,6 +1,8 @@
 // validators/src/journal.cpp: the gate's write-ahead journal (journal.h).
 #include "normgate/validators/journal.h"
 
+#include "normgate/core/json_number.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -19,22 +21,6 @@ namespace {
 
 constexpr const char* kOutNames[4] = {"y", "rstd", "dx", "dw"};
 
-nlohmann::json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-double unnum(const nlohmann::json& j, const std::string& what) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto s = j.get<std::string>();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  }
-  throw std::invalid_argument("field '" + what + "' must be a number");
-}
 
 const nlohmann::json& field(const nlohmann::json& j, const std::string& k) {
   if (!j.is_object() || !j.contains(k)) throw std::invalid_argument("missing field '" + k + "'");
@@ -107,8 +93,8 @@ nlohmann::json to_json(const CaseRecord& r) {
     o["impl"] = x.impl;
     o["ran_on"] = x.ran_on;
     for (int k = 0; k < 4; ++k)
-      o[kOutNames[k]] = {num(x.out[k].ratio), x.out[k].index, x.out[k].over, num(x.out[k].forced), x.out[k].pass};
-    o["dw_vs_fp32"] = {num(x.dw_vs_fp32_worst), num(x.dw_vs_fp32_median)};
+      o[kOutNames[k]] = {json_number(x.out[k].ratio), x.out[k].index, x.out[k].over, json_number(x.out[k].forced), x.out[k].pass};
+    o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
     j["results"].push_back(std::move(o));
   }
   j["seconds"] = r.seconds;
@@ -137,13 +123,14 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
           !a[4].is_boolean())
         throw std::invalid_argument(std::string("field '") + kOutNames[k] +
                                     "' must be [ratio, index, over, forced, pass]");
-      x.out[k] = {unnum(a[0], kOutNames[k]), a[1].get<int64_t>(), a[2].get<int64_t>(), unnum(a[3], kOutNames[k]),
+      x.out[k] = {from_json_number(a[0], kOutNames[k]), a[1].get<int64_t>(), a[2].get<int64_t>(),
+                  from_json_number(a[3], kOutNames[k]),
                   a[4].get<bool>()};
     }
     const auto& d = field(o, "dw_vs_fp32");
     if (!d.is_array() || d.size() != 2) throw std::invalid_argument("field 'dw_vs_fp32' must be [worst, median]");
-    x.dw_vs_fp32_worst = unnum(d[0], "dw_vs_fp32");
-    x.dw_vs_fp32_median = unnum(d[1], "dw_vs_fp32");
+    x.dw_vs_fp32_worst = from_json_number(d[0], "dw_vs_fp32");
+    x.dw_vs_fp32_median = from_json_number(d[1], "dw_vs_fp32");
     r.results.push_back(std::move(x));
   }
   if (r.error.empty() && r.results.size() != r.impls.size())

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/json_number.h"
+
 namespace normgate::validators::detail {
 
 using Clock = std::chrono::steady_clock;
@@ -23,11 +25,7 @@ inline std::string fmt(const char* f, double v) {
   return buf;
 }
 
-/// A double as JSON; JSON has no inf/nan, so those become "inf", "-inf", "nan".
-inline nlohmann::json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
+/// A double as JSON (core/json_number.h: inf and nan as strings).
+inline nlohmann::json num(double v) { return json_number(v); }
 
 }  // namespace normgate::validators::detail
