@@ -91,4 +91,20 @@ std::string to_string(const SeedSet& s) {
                               "} have no spelling (only the 3 gate families in order, or one family)");
 }
 
+void append_cases(const SeedSet& s, int64_t H, int64_t T, WDtype w, Form form, std::vector<CaseId>& out) {
+  for (Family f : s.families)
+    for (uint64_t seed = s.first;; ++seed) {  // inclusive range; last may be 2^64-1
+      CaseId c;
+      c.H = H;
+      c.T = T;
+      c.w = w;
+      c.form = form;
+      c.family = f;
+      c.seed = seed;
+      validate_case(c);
+      out.push_back(c);
+      if (seed == s.last) break;
+    }
+}
+
 }  // namespace normgate::seeds

@@ -87,3 +87,21 @@ TEST(SeedSet, UnprintableSets) {
 
 }  // namespace
 }  // namespace normgate::seeds
+
+// append_cases: families in the set's order, seeds ascending, every case
+// validated (a head form needs H = 256); seeds up to 2^64-1 end the loop.
+TEST(SeedSet, AppendCasesInOrderAndValidated) {
+  using namespace normgate;
+  std::vector<seeds::CaseId> out;
+  seeds::append_cases(seeds::parse_seed_set("seeds=5..6"), 64, 9, WDtype::fp32, Form::plain, out);
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(seeds::to_string(out[0]), "H=64,T=9,w=fp32,form=plain,family=normal,seed=5");
+  EXPECT_EQ(seeds::to_string(out[1]), "H=64,T=9,w=fp32,form=plain,family=normal,seed=6");
+  EXPECT_EQ(seeds::to_string(out[5]), "H=64,T=9,w=fp32,form=plain,family=cancel,seed=6");
+  seeds::append_cases(seeds::parse_seed_set("llm:18446744073709551615..18446744073709551615"), 256, 3, WDtype::bf16,
+                      Form::heads4, out);
+  ASSERT_EQ(out.size(), 7u);
+  EXPECT_EQ(out[6].seed, 18446744073709551615ull);
+  EXPECT_THROW(seeds::append_cases(seeds::parse_seed_set("3x1"), 64, 3, WDtype::bf16, Form::heads24, out),
+               std::invalid_argument);
+}

@@ -146,20 +146,7 @@ int gated_count(const Win& w) { return w.fwd ? 2 : 4; }
 
 std::vector<seeds::CaseId> expand(const Route& r, const std::vector<int64_t>& ts, const seeds::SeedSet& s) {
   std::vector<seeds::CaseId> out;
-  for (int64_t t : ts)
-    for (seeds::Family f : s.families)
-      for (uint64_t seed = s.first;; ++seed) {
-        seeds::CaseId c;
-        c.H = r.H;
-        c.T = t;
-        c.w = r.w;
-        c.form = r.form;
-        c.family = f;
-        c.seed = seed;
-        seeds::validate_case(c);
-        out.push_back(c);
-        if (seed == s.last) break;
-      }
+  for (int64_t t : ts) seeds::append_cases(s, r.H, t, r.w, r.form, out);
   return out;
 }
 

@@ -487,19 +487,7 @@ std::vector<seeds::CaseId> Grid::cases() const {
   std::vector<seeds::CaseId> out;
   for (int64_t h : H)
     for (int64_t t : T)
-      for (WDtype d : w)
-        for (seeds::Family f : seeds.families)
-          for (uint64_t s = seeds.first;; ++s) {
-            seeds::CaseId c;
-            c.H = h;
-            c.T = t;
-            c.w = d;
-            c.family = f;
-            c.seed = s;
-            seeds::validate_case(c);
-            out.push_back(c);
-            if (s == seeds.last) break;
-          }
+      for (WDtype d : w) seeds::append_cases(seeds, h, t, d, Form::plain, out);
   return out;
 }
 

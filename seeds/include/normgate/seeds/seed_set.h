@@ -39,4 +39,10 @@ SeedSet parse_seed_set(std::string_view s);
 /// than exactly normal, llm, cancel in that order).
 std::string to_string(const SeedSet& s);
 
+/// Append the cases of one shape for every (family, seed) of s, families in
+/// s's order, seeds ascending: {H, T, w, form, family, seed} with the default
+/// eps and kappa. Each is checked with validate_case (which throws
+/// std::invalid_argument naming the bad field, e.g. a head form with H != 256).
+void append_cases(const SeedSet& s, int64_t H, int64_t T, WDtype w, Form form, std::vector<CaseId>& out);
+
 }  // namespace normgate::seeds
