@@ -232,6 +232,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(R > 0 ? R : 1) * 4), bdw(static_cast<size_t>(H) * 4);
   detail::DeviceBuffer bws(ws_bytes);
   const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
+  const int64_t stride_h = heads > 1 ? H : 0;      // a token's heads are contiguous
   uint16_t* x = bx.as<uint16_t>(o);
   uint16_t* dy = bdy.as<uint16_t>(o);
   uint16_t* y = by.as<uint16_t>(o);
@@ -249,15 +250,15 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   in.w = bw.get();
   in.heads = heads;
   if (res) {
-    in.u = bu.as<uint16_t>(static_cast<size_t>(off) * 2);
+    in.u = bu.as<uint16_t>(o);
     in.u_stride = stride;
-    in.dh_new = bdn.as<uint16_t>(static_cast<size_t>(off) * 2);
+    in.dh_new = bdn.as<uint16_t>(o);
     in.dh_new_stride = stride;
     fill_words(bu, 0x7FC07FC0u, 0, false, s);
     fill_words(bdn, 0x7FC07FC0u, 0, false, s);
     fill_words(bhn, 0x7FC07FC0u, 0, false, s);
   }
-  in.stride_h = heads > 1 ? H : 0;
+  in.stride_h = stride_h;
   fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
   fill_words(bdy, 0x7FC07FC0u, 0, false, s);
   if (host == nullptr) {
@@ -298,9 +299,9 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   fa.eps = eps;
   fa.form = c.form;
   fa.heads = heads;
-  fa.x_stride_h = heads > 1 ? H : 0;
-  fa.y_stride_h = fa.x_stride_h;
-  uint16_t* h_new = res ? bhn.as<uint16_t>(static_cast<size_t>(off) * 2) : nullptr;
+  fa.x_stride_h = stride_h;
+  fa.y_stride_h = stride_h;
+  uint16_t* h_new = res ? bhn.as<uint16_t>(o) : nullptr;
   if (res) {
     fa.u = in.u;
     fa.u_stride = stride;
@@ -325,34 +326,35 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   // the index of the variant that produced each.
   std::vector<std::pair<size_t, detail::DeviceBuffer>> distinct;
   detail::DeviceBuffer flag(sizeof(int));
+  // The backward arguments are the same for every variant but the workspace size.
+  BwdArgs ba;
+  ba.dy = dy;
+  ba.dy_stride = stride;
+  ba.x = res ? h_new : x;  // res: the backward normalizes h_new
+  ba.x_stride = stride;
+  ba.w = wv;
+  ba.rstd = brstd.as<float>();
+  ba.dx = dx;
+  ba.dx_stride = stride;
+  ba.form = c.form;
+  ba.heads = heads;
+  ba.dy_stride_h = stride_h;
+  ba.x_stride_h = stride_h;
+  ba.dx_stride_h = stride_h;
+  if (res) {
+    ba.dh_new = in.dh_new;
+    ba.dh_new_stride = stride;
+  }
+  ba.dw = bdw.as<float>();
+  ba.T = T;
+  ba.H = H;
+  ba.workspace = bws.get();
   for (size_t k = 0; k < bwds.size(); ++k) {
     const Variant& bwd = *bwds[k];
     const size_t ws_k = bwd_workspace_bytes(bwd, R, H);
     fill_words(bdx, 0x7FC07FC0u, 0, false, s);
     fill_words(bdw, 0x7FC00000u, 0, false, s);
     fill_words(bws, 0, opt.poison_seed, true, s);
-    BwdArgs ba;
-    ba.dy = dy;
-    ba.dy_stride = stride;
-    ba.x = res ? h_new : x;  // res: the backward normalizes h_new
-    ba.x_stride = stride;
-    ba.w = wv;
-    ba.rstd = brstd.as<float>();
-    ba.dx = dx;
-    ba.dx_stride = stride;
-    ba.form = c.form;
-    ba.heads = heads;
-    ba.dy_stride_h = heads > 1 ? H : 0;
-    ba.x_stride_h = ba.dy_stride_h;
-    ba.dx_stride_h = ba.dy_stride_h;
-    if (res) {
-      ba.dh_new = in.dh_new;
-      ba.dh_new_stride = stride;
-    }
-    ba.dw = bdw.as<float>();
-    ba.T = T;
-    ba.H = H;
-    ba.workspace = bws.get();
     ba.workspace_bytes = ws_k;
     if (info != nullptr && k == 0) {
       info->fwd_vector = fwd_vector_path(fa);
