@@ -31,21 +31,29 @@ bool worse(const Element& a, const Element& b) {
   return a.index < b.index;
 }
 
-// Keep the k worst of a stream (a heap whose top is the least bad kept).
-struct TopK {
+// Keep the k first of a stream in the order `before` (a heap whose top is
+// the last one kept); sorted() gives them in that order.
+template <class T, class Before>
+struct KeepFirst {
   size_t k;
-  std::vector<Element> h;
-  void add(const Element& e) {
+  Before before;
+  std::vector<T> h;
+  void add(const T& e) {
     if (h.size() < k) {
       h.push_back(e);
-      std::push_heap(h.begin(), h.end(), worse);
-    } else if (worse(e, h.front())) {
-      std::pop_heap(h.begin(), h.end(), worse);
+      std::push_heap(h.begin(), h.end(), before);
+    } else if (k > 0 && before(e, h.front())) {
+      std::pop_heap(h.begin(), h.end(), before);
       h.back() = e;
-      std::push_heap(h.begin(), h.end(), worse);
+      std::push_heap(h.begin(), h.end(), before);
     }
   }
+  std::vector<T> sorted() && {
+    std::sort(h.begin(), h.end(), before);
+    return std::move(h);
+  }
 };
+using TopK = KeepFirst<Element, bool (*)(const Element&, const Element&)>;
 
 Element make(const Budget& b, int64_t index, double got, double ref, double bound, double ideal) {
   Element e;
@@ -78,7 +86,7 @@ std::vector<Element> worst_elements(const oracle::Problem& p, const Outputs& got
        "outputs do not match the problem's [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
   const Budget b = budget(out);
   const size_t kk = static_cast<size_t>(k);
-  TopK all{kk, {}};
+  TopK all{kk, worse, {}};
   if (out == Output::dw) {
     for (int64_t j = 0; j < cols; ++j) {
       const oracle::VB v = ref.dw(j);
@@ -92,7 +100,7 @@ std::vector<Element> worst_elements(const oracle::Problem& p, const Outputs& got
     }
   } else {
     const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
-    std::vector<TopK> part(static_cast<size_t>(nt), TopK{kk, {}});
+    std::vector<TopK> part(static_cast<size_t>(nt), TopK{kk, worse, {}});
     const bool is_y = out == Output::y;
     const std::vector<uint16_t>& g = is_y ? got.y : got.dx;
 #pragma omp parallel num_threads(nt)
@@ -116,8 +124,7 @@ std::vector<Element> worst_elements(const oracle::Problem& p, const Outputs& got
     for (const TopK& t : part)
       for (const Element& e : t.h) all.add(e);
   }
-  std::sort(all.h.begin(), all.h.end(), worse);
-  return all.h;
+  return std::move(all).sorted();
 }
 
 DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64_t j, int n) {
@@ -138,22 +145,13 @@ DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64
     if (fa != fb) return fa > fb;
     return a.row < b.row;
   };
-  std::vector<DwColumn::Row> heap;
+  KeepFirst<DwColumn::Row, decltype(bigger)> top{static_cast<size_t>(n), bigger, {}};
   for (int64_t r = 0; r < rows && n > 0; ++r) {
     const double t = static_cast<double>(bf16_to_float(p.dy.row(r)[j])) *
                      static_cast<double>(bf16_to_float(p.x.row(r)[j])) * ref.rstd(r).v;
-    const DwColumn::Row row{r, t};
-    if (heap.size() < static_cast<size_t>(n)) {
-      heap.push_back(row);
-      std::push_heap(heap.begin(), heap.end(), bigger);
-    } else if (bigger(row, heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), bigger);
-      heap.back() = row;
-      std::push_heap(heap.begin(), heap.end(), bigger);
-    }
+    top.add({r, t});
   }
-  std::sort(heap.begin(), heap.end(), bigger);
-  c.top_rows = std::move(heap);
+  c.top_rows = std::move(top).sorted();
   return c;
 }
 
