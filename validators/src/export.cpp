@@ -2,6 +2,7 @@
 #include "normgate/validators/export.h"
 
 #include <algorithm>
+#include <string>
 #include <cmath>
 #include <ctime>
 #include <set>
@@ -84,6 +85,141 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
     return out;
   }
   throw std::invalid_argument("export: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
+}
+
+namespace {
+
+// Outputs in the order reports and ties use: y, rstd, dx, dw, then any other (h_new).
+std::vector<std::string> output_order(const nlohmann::json& outputs) {
+  std::vector<std::string> names;
+  for (const char* k : {"y", "rstd", "dx", "dw"})
+    if (outputs.contains(k)) names.emplace_back(k);
+  for (const auto& [k, v] : outputs.items())
+    if (std::find(names.begin(), names.end(), k) == names.end()) names.push_back(k);
+  return names;
+}
+
+const nlohmann::json* outputs_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.contains("outputs")) return nullptr;
+  if (!j["outputs"].is_object()) throw std::invalid_argument("report: " + where + ".outputs is not an object");
+  return &j["outputs"];
+}
+
+}  // namespace
+
+std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
+  std::vector<ReportWindow> out;
+  if (report.is_object() && report.contains("windows")) {
+    const auto& ws = report["windows"];
+    if (!ws.is_array()) throw std::invalid_argument("report: 'windows' is not an array");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const auto& w = ws[i];
+      const std::string where = "windows[" + std::to_string(i) + "]";
+      if (!w.is_object()) throw std::invalid_argument("report: " + where + " is not an object");
+      ReportWindow r;
+      r.index = i;
+      r.label = str_field(w, "window", where);
+      if (w.contains("route") && w["route"].is_string()) r.route = w["route"].get<std::string>();
+      const std::string op = str_field(w, "op", where);
+      if (const auto* outs = outputs_of(w, where))
+        for (const auto& name : output_order(*outs)) {
+          const auto& o = (*outs)[name];
+          if (!o.is_object() || !o.contains("worst_case") || !o["worst_case"].is_string()) continue;
+          const std::string id = o["worst_case"].get<std::string>();
+          const double ratio = o.contains("max_err_tol") ? as_ratio(o["max_err_tol"]) : 0.0;
+          if (id.empty() || (!r.worst_case.empty() && !(ratio > r.ratio))) continue;
+          r.worst_case = id;
+          r.output = name;
+          r.ratio = ratio;
+        }
+      // Ties between outputs: the gate's own choice (its "worst"), which is
+      // one of the maxima when its err/tol equals theirs.
+      if (!r.worst_case.empty() && w.contains("worst") && w["worst"].is_object()) {
+        const auto& g = w["worst"];
+        if (g.contains("case") && g["case"].is_string() && !g["case"].get<std::string>().empty() &&
+            g.contains("err_tol") && as_ratio(g["err_tol"]) == r.ratio) {
+          r.worst_case = g["case"].get<std::string>();
+          if (g.contains("output") && g["output"].is_string()) r.output = g["output"].get<std::string>();
+        }
+      }
+      if (w.contains("variant") && w["variant"].is_string()) r.variant = w["variant"].get<std::string>();
+      if (!r.worst_case.empty())
+        r.impl = op == "fwd" ? carrier(seeds::parse_case(r.worst_case)) : str_field(w, "variant", where);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+  std::vector<const nlohmann::json*> cases;
+  if (report.is_object() && report.contains("case")) {
+    cases.push_back(&report);
+  } else if (report.is_array()) {
+    for (const auto& c : report) cases.push_back(&c);
+  } else {
+    throw std::invalid_argument(
+        "report: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
+  }
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const auto& c = *cases[n];
+    const std::string where = report.is_array() ? "report[" + std::to_string(n) + "]" : std::string("report");
+    if (!c.is_object()) throw std::invalid_argument("report: " + where + " is not a check report (an object)");
+    const std::string id = str_field(c, "case", where);
+    if (!c.contains("impls") || !c["impls"].is_array())
+      throw std::invalid_argument("report: " + where + " has no 'impls' array");
+    for (const auto& ji : c["impls"]) {
+      const std::string impl = str_field(ji, "impl", where + ".impls[]");
+      auto it = std::find_if(out.begin(), out.end(), [&](const ReportWindow& r) { return r.label == impl; });
+      if (it == out.end()) {
+        ReportWindow r;
+        r.index = out.size();
+        r.label = impl;
+        r.variant = impl;
+        it = out.insert(out.end(), std::move(r));
+      }
+      if (const auto* outs = outputs_of(ji, where + ".impls[]"))
+        for (const auto& name : output_order(*outs)) {
+          const auto& o = (*outs)[name];
+          const double ratio = o.is_object() && o.contains("max_ratio") ? as_ratio(o["max_ratio"]) : 0.0;
+          if (!it->worst_case.empty() && !(ratio > it->ratio)) continue;
+          it->worst_case = id;
+          it->output = name;
+          it->ratio = ratio;
+          it->impl = impl;
+        }
+    }
+  }
+  return out;
+}
+
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key) {
+  const auto ws = report_windows(report);
+  const bool any = std::any_of(ws.begin(), ws.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); });
+  if (!any)
+    throw std::invalid_argument(
+        ws.empty() ? std::string("it names no cases (") +
+                         (report.is_object() && report.contains("windows") ? "no windows" : "no check cases") + ")"
+                   : "it names no cases (none of its " + std::to_string(ws.size()) + " windows has a worst case)");
+  const ReportWindow* hit = nullptr;
+  for (const auto& r : ws)
+    if (r.label == key || (!r.route.empty() && r.route == key)) {
+      hit = &r;
+      break;
+    }
+  if (!hit && !key.empty() && key.size() < 10 && std::all_of(key.begin(), key.end(), [](char ch) {
+        return ch >= '0' && ch <= '9';
+      })) {
+    const size_t i = std::stoul(key);
+    if (i < ws.size()) hit = &ws[i];
+  }
+  if (!hit) {
+    std::string msg = "no window '" + key + "'; its windows (give the label, FILE:LINE or index):";
+    for (const auto& r : ws)
+      msg += "\n  " + std::to_string(r.index) + "  " + r.label + (r.route.empty() ? "" : "  (" + r.route + ")");
+    throw std::invalid_argument(msg);
+  }
+  if (hit->worst_case.empty())
+    throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + hit->label +
+                                "' names no worst case (did every case of it fail to run?)");
+  return *hit;
 }
 
 Provenance provenance_of(const CheckReport& rep, const std::string& version, const std::string& commit) {

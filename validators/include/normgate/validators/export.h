@@ -30,6 +30,37 @@ struct ExportItem {
 /// keep < 1.
 std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep = 3, bool all = false);
 
+/// One window of a report and its worst case (`normgate repro --from-report`).
+struct ReportWindow {
+  size_t index = 0;        ///< 0-based position in the report
+  std::string label;       ///< gate report: the window ("bwd det H=2048 w=bf16 form=plain T=1..128");
+                           ///< check report: the implementation
+  std::string route;       ///< gate report: the route's FILE:LINE ("" for check reports)
+  std::string variant;     ///< gate report: the routed variant (fwd_* for forward windows); check: the implementation
+  std::string worst_case;  ///< case with the largest err/tol over every output ("" when none is named)
+  std::string output;      ///< the output of that maximum (y, rstd, dx, dw, h_new)
+  double ratio = 0;        ///< that err/tol (non-finite, spelled "inf"/"nan" in reports: inf)
+  /// Implementation that reproduces it: the window's variant (bwd), the first
+  /// non-control backward variant that supports the case (fwd windows, as
+  /// export_plan), or the check report's implementation. "" when no case.
+  std::string impl;
+};
+
+/// The windows of a report, in order: a gate report's windows (worst case:
+/// the largest max_err_tol over its outputs' worst cases, ties to the gate's
+/// own "worst" case, else to the first of y, rstd, dx, dw); a check report of
+/// one case or a grid: one window per implementation it names, first-seen
+/// order (worst case: the largest max_ratio over every case and output,
+/// ties to the first). Throws std::invalid_argument naming the field when
+/// the JSON is neither report or a field is malformed.
+std::vector<ReportWindow> report_windows(const nlohmann::json& report);
+
+/// The window `key` selects: its label, its route FILE:LINE (gate reports),
+/// or its 0-based index. Throws std::invalid_argument when the report names
+/// no case at all, when `key` matches no window (the message lists the
+/// windows, index and label), or when the selected window names no case.
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key);
+
 struct ExportOptions {
   Backend backend = Backend::auto_;
   oracle::OracleMode oracle = oracle::OracleMode::auto_;
