@@ -25,13 +25,31 @@
 
 namespace normgate::app {
 
+namespace {
+// A report (`gate --report-json` or `check --json`) as JSON; a missing,
+// unreadable or unparsable file is an input error (exit 2) naming it.
+nlohmann::json read_report(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw std::invalid_argument("cannot read report '" + path + "': " +
+                                (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("report '" + path + "' is not JSON: " + e.what());
+  }
+}
+}  // namespace
+
 void add_repro_commands(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "repro",
       "Re-run one case for one implementation: verdict, the k worst elements of every output, the worst dw "
       "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive");
   struct Opts {
-    std::string id, impl, backend = "auto", oracle = "auto", save, file;
+    std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
     int k = 10, threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -39,13 +57,25 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   auto* file = sub->add_option("--file", o->file,
                                "Replay a saved case (normgate-case/1 HDF5): its stored inputs, digest-checked, "
                                "instead of the generator");
+  auto* report = sub->add_option("--from-report", o->report,
+                                 "Take the case from a report (gate --report-json, or check --json): the worst case "
+                                 "of the window --window selects (largest err/tol over its outputs) and the "
+                                 "window's variant (--variant overrides it)");
+  auto* window = sub->add_option("--window", o->window,
+                                 "With --from-report: the window, as the report labels it ('bwd det H=2048 w=bf16 "
+                                 "form=plain T=1..128'), its route FILE:LINE, or its 0-based index; in a check "
+                                 "report, an implementation (its worst case over every case)");
   id->excludes(file);
+  report->excludes(id);
+  report->excludes(file);
+  report->needs(window);
+  window->needs(report);
   sub->add_option("--save", o->save,
                   "Write the case (inputs as stored bits, outputs, references, error maps, provenance) to this "
                   "HDF5 file, or into this directory as <case id>.h5 (e.g. datasets/cases/)");
   sub->add_option("--variant,--impl", o->impl,
-                  "One implementation: a backward variant (normgate variants), controls included, or fp32-baseline")
-      ->required();
+                  "One implementation: a backward variant (normgate variants), controls included, or fp32-baseline "
+                  "(required, except with --from-report)");
   sub->add_option("--k", o->k, "Worst elements to list per output")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--backend", o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto")
       ->capture_default_str()
@@ -56,12 +86,38 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
   sub->callback([&cmds, o] {
     cmds.run = [o] {
-      const auto impls = validators::expand_impls({o->impl});
-      if (impls.size() != 1) throw std::invalid_argument("--variant must name one implementation, not '" + o->impl + "'");
+      if (o->id.empty() && o->file.empty() && o->report.empty())
+        throw std::invalid_argument("give a case id, --file FILE or --from-report REPORT --window W");
+      // --from-report: the window's worst case and variant; then exactly `repro CASE --variant V`.
+      std::string case_text = o->id, impl = o->impl;
+      std::string from_line;
+      if (!o->report.empty()) {
+        const nlohmann::json j = read_report(o->report);
+        validators::ReportWindow w;
+        try {
+          w = validators::select_report_window(j, o->window);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("report '" + o->report + "': " + e.what());
+        }
+        case_text = w.worst_case;
+        if (impl.empty()) impl = w.impl;
+        char ratio[32];
+        std::snprintf(ratio, sizeof ratio, "%.4g", w.ratio);
+        from_line = "from     " + o->report + ", window " + std::to_string(w.index) + " '" + w.label + "'" +
+                    (w.route.empty() ? "" : " (" + w.route + ")") + ": worst case " + w.worst_case + " (" +
+                    w.output + " err/tol " + ratio + "); variant " + impl +
+                    (impl != w.impl ? " (--variant; the window's is " + w.impl + ")"
+                     : impl != w.variant ? " (a backward run; it runs the window's forward " + w.variant + ")"
+                                         : "") +
+                    "\n";
+      }
+      if (impl.empty()) throw std::invalid_argument("--variant is required (one implementation; see normgate variants)");
+      const auto impls = validators::expand_impls({impl});
+      if (impls.size() != 1) throw std::invalid_argument("--variant must name one implementation, not '" + impl + "'");
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (backend == validators::Backend::cpu)
         std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
-      if (o->id.empty() && o->file.empty()) throw std::invalid_argument("give a case id or --file FILE");
+      std::fputs(from_line.c_str(), stdout);
       validators::ReproOptions ro;
       ro.k = o->k;
       ro.keep_case = !o->save.empty();
@@ -82,7 +138,7 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
         ro.inputs = &replay->inputs;
         ro.replay_file = o->file;
       } else {
-        c = seeds::parse_case(o->id);
+        c = seeds::parse_case(case_text);
       }
       std::string save = o->save;
       if (!save.empty() && std::filesystem::is_directory(save))
@@ -129,14 +185,7 @@ void add_export(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       check_writable(o->out);
-      std::ifstream in(o->report);
-      if (!in) throw std::invalid_argument("cannot read report '" + o->report + "'");
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        throw std::invalid_argument("report '" + o->report + "' is not JSON: " + e.what());
-      }
+      const nlohmann::json j = read_report(o->report);
       const auto items = validators::export_plan(j, o->keep, o->all);
       validators::ExportOptions eo;
       eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));

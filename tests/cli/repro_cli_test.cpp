@@ -1,0 +1,183 @@
+// tests/cli: `normgate repro --from-report REPORT --window W` as a user runs
+// it after a gate or a check: the window's worst case (as the JSON report
+// records it) and variant, then exactly what `repro CASE --variant V` prints;
+// usage errors exit 2 naming the bad value.
+#include <gtest/gtest.h>
+
+#include "cli_util.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using normgate::test::CliRun;
+using normgate::test::contains;
+CliRun run(const std::string& args) { return normgate::test::run_normgate(args); }
+
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/repro_cli_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+nlohmann::json load(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+
+double ratio(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : INFINITY; }
+
+// The value after "case     " in a repro report.
+std::string printed_case(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("case     ", 0) == 0) return line.substr(9);
+  return "";
+}
+
+std::string without_from_line(const std::string& out) {
+  std::istringstream in(out);
+  std::string line, kept;
+  while (std::getline(in, line))
+    if (line.rfind("from     ", 0) != 0) kept += line + "\n";
+  return kept;
+}
+
+// One gate of a small table (CPU models) for the whole suite.
+class ReproFromReport : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("gate"));
+    const CliRun g = run("gate " + kSmall + " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 "
+                         "--quiet --report-json " + *dir_ + "/gate.json");
+    ASSERT_EQ(g.code, 0) << g.out;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string report() { return *dir_ + "/gate.json"; }
+  static std::string* dir_;
+};
+std::string* ReproFromReport::dir_ = nullptr;
+
+// Every window: the case printed is the window's worst case (the gate's own
+// "worst", which is the largest max_err_tol over the outputs' worst cases),
+// the variant is the window's (forward windows: a real backward variant,
+// which runs the forward), and the output is exactly that of the plain
+// `repro CASE --variant V`, whose form the reproduce line has.
+TEST_F(ReproFromReport, EveryWindowReprosItsWorstCase) {
+  const nlohmann::json j = load(report());
+  ASSERT_EQ(j["windows"].size(), 6u);
+  for (size_t i = 0; i < j["windows"].size(); ++i) {
+    const auto& w = j["windows"][i];
+    const std::string worst = w["worst"]["case"].get<std::string>();
+    double best = -1;
+    for (const auto& [name, o] : w["outputs"].items()) best = std::max(best, ratio(o["max_err_tol"]));
+    EXPECT_EQ(ratio(w["worst"]["err_tol"]), best) << i;
+    const std::string variant = w["op"] == "fwd" ? "bwd_det_chunked" : w["variant"].get<std::string>();
+
+    // By index, label and FILE:LINE.
+    for (const std::string& key : {std::to_string(i), w["window"].get<std::string>(), w["route"].get<std::string>()}) {
+      const CliRun r = run("repro --from-report " + report() + " --window '" + key + "' --backend cpu --threads 1 --k 2");
+      EXPECT_EQ(r.code, 0) << key << "\n" << r.out;
+      EXPECT_EQ(printed_case(r.out), worst) << key << "\n" << r.out;
+      EXPECT_TRUE(contains(r.out, "from     " + report() + ", window " + std::to_string(i) + " '" +
+                                      w["window"].get<std::string>() + "'"))
+          << r.out;
+      EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant " + variant + " --backend cpu"))
+          << r.out;
+    }
+    const CliRun from = run("repro --from-report " + report() + " --window " + std::to_string(i) +
+                            " --backend cpu --threads 1 --k 2");
+    const CliRun plain = run("repro '" + worst + "' --variant " + variant + " --backend cpu --threads 1 --k 2");
+    EXPECT_EQ(plain.code, from.code);
+    EXPECT_EQ(without_from_line(from.out), plain.out);
+  }
+}
+
+// --variant overrides the window's variant (a control fails: exit 1); --save
+// into a folder writes <case>,<variant>.h5.
+TEST_F(ReproFromReport, VariantOverrideAndSave) {
+  const nlohmann::json j = load(report());
+  const auto& w = j["windows"][5];
+  const std::string worst = w["worst"]["case"].get<std::string>();
+  const std::string cases = *dir_ + "/cases";
+  std::filesystem::create_directories(cases);
+  const CliRun r = run("repro --from-report " + report() + " --window 5 --variant ctl_fp32_seq --backend cpu --k 1 "
+                       "--save " + cases + "/");
+  EXPECT_LE(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "variant ctl_fp32_seq (--variant; the window's is bwd_det_chunked)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant ctl_fp32_seq")) << r.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(cases + "/" + worst + ",ctl_fp32_seq.h5")) << r.out;
+}
+
+// A check report (here a grid): windows are its implementations; the worst
+// case of one is the case with its largest max_ratio.
+TEST_F(ReproFromReport, CheckReportWindowIsAnImplementation) {
+  const std::string grid = *dir_ + "/grid.json";
+  const CliRun c = run("check --backend cpu --threads 1 --variant bwd_det_chunked,ctl_fp32_seq --H 64 --T 300 --w bf16 "
+                       "--seeds cancel:0..2 --quiet --json " + grid);
+  ASSERT_EQ(c.code, 1) << c.out;  // the control fails cancel
+  std::string worst;
+  double best = -1;
+  for (const auto& cs : load(grid))
+    for (const auto& i : cs["impls"])
+      if (i["impl"] == "ctl_fp32_seq")
+        for (const auto& [name, o] : i["outputs"].items())
+          if (ratio(o["max_ratio"]) > best) {
+            best = ratio(o["max_ratio"]);
+            worst = cs["case"].get<std::string>();
+          }
+  const CliRun r = run("repro --from-report " + grid + " --window ctl_fp32_seq --backend cpu --threads 1 --k 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(printed_case(r.out), worst) << r.out;
+  EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant ctl_fp32_seq")) << r.out;
+}
+
+// Usage and input errors: exit 2, naming the bad value.
+TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
+  const std::string bad = *dir_ + "/bad.json", empty_gate = *dir_ + "/empty_gate.json",
+                    empty_check = *dir_ + "/empty_check.json";
+  std::ofstream(bad) << "{\"windows\": [";
+  std::ofstream(empty_gate) << "{\"windows\": []}\n";
+  std::ofstream(empty_check) << "[]\n";
+  const std::string id = "H=64,T=3,w=bf16,form=plain,family=normal,seed=0";
+  struct Bad {
+    std::string args, needle;
+  };
+  const Bad cases[] = {
+      {"--from-report " + *dir_ + "/missing.json --window 0", *dir_ + "/missing.json"},
+      {"--from-report " + bad + " --window 0", bad + "' is not JSON"},
+      {"--from-report " + report() + " --window 6", "no window '6'"},
+      {"--from-report " + report() + " --window 'bwd det'", "no window 'bwd det'"},
+      {"--from-report " + report() + " --window nope", "0  fwd H=64 w=bf16 form=plain T=1..700"},
+      {"--from-report " + empty_gate + " --window 0", "names no cases"},
+      {"--from-report " + empty_check + " --window 0", "names no cases"},
+      {"--from-report " + report(), "--window"},
+      {"--window 0 --variant bwd_det_chunked " + id, "--from-report"},
+      {id + " --from-report " + report() + " --window 0", "--from-report"},
+      {"--file x.h5 --from-report " + report() + " --window 0", "--from-report"},
+      {"--from-report " + report() + " --window 0 --variant bwd_magic", "bwd_magic"},
+      {id, "--variant is required"},
+  };
+  for (const auto& b : cases) {
+    const CliRun r = run("repro " + b.args + " --backend cpu");
+    EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
+  }
+}
+
+}  // namespace
