@@ -12,10 +12,22 @@
 #      NG_GATE_SEEDS (3x16), NG_GATE_WINDOWS (all), NG_GATE_ARGS, journalled to
 #      NG_GATE_JOURNAL (resumes when it exists; copied back to the output),
 #      stopped by the deadline (the journal keeps what finished),
-#   8. a short table last.
-# Logs go to $OUT (the device tool's output folder) or ./out.
-# Usage: scripts/h200.sh            (all steps)
+#   8. audit (not run by default; after `gate`, or on NG_AUDIT_REPORT): from the
+#      gate report (scripts/audit_pick.py picks the window with the highest worst
+#      err/tol and a cancel case of it): `normgate repro --from-report` of that
+#      window's worst case and `normgate repro CASE --variant ctl_fp32_seq` of
+#      the cancel case (a negative control: exit 1 expected), both --save'd to
+#      cases/; `normgate export` of every window's worst case (maps.h5); and
+#      `normgate inspect` of every .h5. A .h5 over NG_AUDIT_KEEP_MB (default 4)
+#      is removed after its inspect, so that logs.tgz stays small enough to
+#      come back (the device tool returns files of at most 16 MiB).
+#      NG_AUDIT_BACKEND=cpu runs it on the CPU models (a dry run without a GPU),
+#   9. a short table last.
+# Logs go to $OUT (the device tool's output folder) or ./out: everything under
+# $OUT/logs, packed into $OUT/logs.tgz at the end.
+# Usage: scripts/h200.sh            (steps tests sanitize bench grid)
 #        NG_STEPS="tests sanitize" scripts/h200.sh
+#        NG_STEPS="gate audit" NG_GATE_WINDOWS=op=bwd,H=2048 scripts/h200.sh
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -139,6 +151,56 @@ if has gate; then
   fi
   [ "$journal" = "$out/gate.jsonl" ] || cp "$journal" "$out/gate.jsonl"
   gzip -c "$out/gate.jsonl" >"$final/gate.jsonl.gz"
+fi
+
+if has audit; then
+  report="${NG_AUDIT_REPORT:-$out/gate.json}"
+  keep_mb="${NG_AUDIT_KEEP_MB:-4}"
+  be="${NG_AUDIT_BACKEND:-gpu}"   # cpu: a dry run of this step on a machine without a GPU
+  mkdir -p "$out/cases"
+  : >"$out/audit.log"
+  # One audit action: `normgate ARGS...`, its command line and output appended
+  # to audit.log; one summary line (exit status against what is expected, time)
+  # and the output lines matching PATTERN (at most 4).
+  audit_run() {
+    local what="$1" expect="$2" pattern="$3" start=$SECONDS budget rc
+    shift 3
+    budget=$(left)
+    if [ "$budget" -le 30 ]; then summary+=("audit $what: skipped (deadline)"); return; fi
+    printf '\n$ normgate %s\n' "$*" >>"$out/audit.log"
+    timeout $((budget - 10)) "$bin" "$@" >"$out/audit.run" 2>&1
+    rc=$?
+    cat "$out/audit.run" >>"$out/audit.log"
+    summary+=("$(printf 'audit %s: rc=%d (%s) %ds' "$what" "$rc" "$expect" $((SECONDS - start)))")
+    while read -r l; do summary+=("  $l"); done < <(grep -E "$pattern|^normgate: " "$out/audit.run" | head -4 | cut -c1-240)
+  }
+  if [ ! -s "$report" ]; then
+    summary+=("audit: skipped, no gate report $report (run the gate step first, or set NG_AUDIT_REPORT)")
+  elif ! pick=$(python3 "$root/scripts/audit_pick.py" "$report" 2>&1); then
+    summary+=("audit: skipped, $pick")
+  else
+    IFS=$'\t' read -r window cancel label <<<"$pick"
+    summary+=("audit: worst window $window ($label), control on $cancel")
+    # (a) the window with the highest worst err/tol: its worst case and variant
+    audit_run "repro worst case of window $window" "0 pass, 1 fail" "^(from|verdict|saved) " \
+      repro --from-report "$report" --window "$window" --backend "$be" --save "$out/cases/"
+    # (b) the negative control on a cancel case of that window: it fails by design
+    audit_run "repro ctl_fp32_seq on cancel" "1 expected: the control fails" "^(case|verdict|saved) " \
+      repro "$cancel" --variant ctl_fp32_seq --backend "$be" --save "$out/cases/"
+    # (c) maps of every window's worst case, then every HDF5 file inspected
+    audit_run "export --keep 1" "0 expected" "^(export|wrote) " \
+      export "$report" -o "$out/maps.h5" --keep 1 --backend "$be"
+    for f in "$out"/cases/*.h5 "$out/maps.h5"; do
+      [ -f "$f" ] || continue
+      audit_run "inspect $(basename "$f")" "0 expected" "normgate-(case|maps)/1" inspect "$f"
+      mb=$(( ($(stat -c %s "$f") + 1048575) / 1048576 ))
+      if [ "$mb" -gt "$keep_mb" ]; then
+        rm -f "$f"
+        summary+=("audit: removed $(basename "$f") (${mb} MB > NG_AUDIT_KEEP_MB=$keep_mb MB; its command is in audit.log)")
+      fi
+    done
+  fi
+  rm -f "$out/audit.run"
 fi
 
 echo

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -145,6 +147,38 @@ TEST_F(ReproFromReport, CheckReportWindowIsAnImplementation) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(printed_case(r.out), worst) << r.out;
   EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant ctl_fp32_seq")) << r.out;
+}
+
+// scripts/audit_pick.py (h200.sh's audit step) on the same report: the window
+// with the highest worst err/tol, and a cancel case of it on which the
+// negative control fails.
+TEST_F(ReproFromReport, AuditPickChoosesTheWorstWindowAndACancelCase) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const nlohmann::json j = load(report());
+  size_t want = 0;
+  double best = -1;
+  for (size_t i = 0; i < j["windows"].size(); ++i)
+    if (ratio(j["windows"][i]["worst"]["err_tol"]) > best) {
+      best = ratio(j["windows"][i]["worst"]["err_tol"]);
+      want = i;
+    }
+  const std::string cmd = "python3 " + std::string(NORMGATE_SOURCE_DIR) + "/scripts/audit_pick.py " + report();
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096] = {};
+  const size_t n = fread(buf, 1, sizeof buf - 1, p);
+  ASSERT_EQ(pclose(p), 0) << std::string(buf, n);
+  std::istringstream line(std::string(buf, n));
+  std::string index, cancel, label;
+  std::getline(line, index, '\t');
+  std::getline(line, cancel, '\t');
+  std::getline(line, label);
+  EXPECT_EQ(index, std::to_string(want));
+  EXPECT_EQ(label, j["windows"][want]["window"].get<std::string>());
+  EXPECT_TRUE(contains(cancel, ",family=cancel,")) << cancel;
+  const CliRun ctl = run("repro '" + cancel + "' --variant ctl_fp32_seq --backend cpu --threads 1 --k 1");
+  EXPECT_EQ(ctl.code, 1) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "verdict  FAIL")) << ctl.out;
 }
 
 // Usage and input errors: exit 2, naming the bad value.
