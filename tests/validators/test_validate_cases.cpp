@@ -2,6 +2,9 @@
 // exactly what validate_case gives for each implementation alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <stdexcept>
+
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
@@ -71,6 +74,44 @@ TEST(ValidateCases, SharedIdenticalTensorsStillEqualOneAtATime) {
   }
   EXPECT_EQ(many[2].get(nv::Output::y).worst.index, 4242);
   EXPECT_NE(many[0].get(nv::Output::y).worst.index, 4242);
+}
+
+// validate_present: the given tensors get exactly validate_case's statistics,
+// the absent ones are left out (and their oracle rows need not be evaluated);
+// nothing given is an error, and null pointers stay an error for validate_cases.
+TEST(ValidatePresent, GivenTensorsEqualValidateCaseAbsentOnesLeftOut) {
+  const auto c = normgate::seeds::parse_case("H=80,T=211,w=bf16,form=plain,family=cancel,seed=4");
+  const auto in = normgate::seeds::generate_host(c);
+  const nv::CaseOracle co(in, normgate::oracle::OracleMode::auto_, 2);
+  auto got = co.baseline;
+  got.dx[333] ^= 0x0040;
+  const auto full = nv::validate_case(co.problem, got, co.ref, co.ideal, &co.baseline, 2);
+  nv::OutputsRef fwd_only{&got.y, &got.rstd, nullptr, nullptr, nullptr};
+  const auto f = nv::validate_present(co.problem, fwd_only, co.ref, co.ideal, &co.baseline, 1);
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.tensors[0].output(), nv::Output::y);
+  EXPECT_EQ(f.tensors[1].output(), nv::Output::rstd);
+  EXPECT_THROW(f.get(nv::Output::dx), std::out_of_range);
+  EXPECT_TRUE(std::isnan(f.dw_vs_fp32_worst));
+  nv::OutputsRef bwd_only{nullptr, nullptr, &got.dx, &got.dw, nullptr};
+  const auto b = nv::validate_present(co.problem, bwd_only, co.ref, co.ideal, &co.baseline, 3);
+  ASSERT_EQ(b.tensors.size(), 2u);
+  EXPECT_EQ(b.dw_vs_fp32_worst, full.dw_vs_fp32_worst);
+  EXPECT_EQ(b.dw_max_condition, full.dw_max_condition);
+  for (const auto* part : {&f, &b})
+    for (const auto& s : part->tensors) {
+      const auto& w = full.get(s.output());
+      EXPECT_EQ(s.worst.index, w.worst.index) << nv::to_string(s.output());
+      EXPECT_EQ(s.worst.ratio, w.worst.ratio) << nv::to_string(s.output());
+      EXPECT_EQ(s.n, w.n);
+      EXPECT_EQ(s.hist.count, w.hist.count);
+      EXPECT_EQ(s.uncertified, w.uncertified);
+    }
+  EXPECT_EQ(b.get(nv::Output::dx).worst.index, 333);
+  EXPECT_THROW(nv::validate_present(co.problem, nv::OutputsRef{}, co.ref, co.ideal, &co.baseline),
+               std::invalid_argument);
+  EXPECT_THROW(nv::validate_cases(co.problem, std::vector<nv::OutputsRef>{fwd_only}, co.ref, co.ideal, &co.baseline),
+               std::invalid_argument);
 }
 
 // run_checks: results in order, each equal to run_check's; an invalid request

@@ -175,10 +175,14 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
   return validate_cases(p, refs, ref, ideal, baseline, threads, h_new_expected);
 }
 
-std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
-                                       const oracle::Reference& ref, const oracle::Reference& ideal,
-                                       const Outputs* baseline, int threads,
-                                       const std::vector<uint16_t>& h_new_expected) {
+namespace {
+
+// The one validation sweep behind validate_cases and validate_present. With
+// allow_absent a null tensor pointer means "not produced": that output is
+// skipped and left out of the result; otherwise a null pointer throws.
+std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                              const oracle::Reference& ref, const oracle::Reference& ideal, const Outputs* baseline,
+                              int threads, const std::vector<uint16_t>& h_new_expected, bool allow_absent) {
   const int64_t rows = p.x.rows();
   const int64_t cols = p.x.cols;
   const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
@@ -197,15 +201,17 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
   const bool do_h = !h_new_expected.empty();
   if (do_h) check_size("h_new_expected", h_new_expected.size(), rows * cols, rc);
   for (const OutputsRef& got : gots) {
-    if (!got.y || !got.rstd || !got.dx || !got.dw || !got.h_new)
+    if (!allow_absent && (!got.y || !got.rstd || !got.dx || !got.dw || !got.h_new))
       throw std::invalid_argument("validate_cases: null outputs");
-    check_size("got.y", got.y->size(), rows * cols, rc);
-    check_size("got.rstd", got.rstd->size(), rows, rs);
-    check_size("got.dx", got.dx->size(), rows * cols, rc);
-    check_size("got.dw", got.dw->size(), cols, cs);
-    if (do_h) {
+    if (!got.y && !got.rstd && !got.dx && !got.dw && !got.h_new)
+      throw std::invalid_argument("validate_present: no output given (every tensor pointer is null)");
+    if (got.y) check_size("got.y", got.y->size(), rows * cols, rc);
+    if (got.rstd) check_size("got.rstd", got.rstd->size(), rows, rs);
+    if (got.dx) check_size("got.dx", got.dx->size(), rows * cols, rc);
+    if (got.dw) check_size("got.dw", got.dw->size(), cols, cs);
+    if (got.h_new && do_h) {
       check_size("got.h_new", got.h_new->size(), rows * cols, rc);
-    } else if (!got.h_new->empty()) {
+    } else if (got.h_new && !got.h_new->empty()) {
       check_size("got.h_new (no h_new_expected given)", got.h_new->size(), 0, "nothing to compare with");
     }
   }
@@ -218,12 +224,14 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
   // identical tensors. Their element statistics are identical by construction,
   // so each distinct tensor is validated once: src[k] is the first
   // implementation whose tensor equals implementation k's, bit for bit.
+  // Absent tensors (null) are their own source and never compared.
   auto sources = [&](auto member) {
     std::vector<size_t> src(ng);
     for (size_t k = 0; k < ng; ++k) {
       src[k] = k;
+      if (!(gots[k].*member)) continue;
       for (size_t q = 0; q < k; ++q)
-        if (src[q] == q && bitwise_equal(*(gots[q].*member), *(gots[k].*member), nt)) {
+        if (src[q] == q && gots[q].*member && bitwise_equal(*(gots[q].*member), *(gots[k].*member), nt)) {
           src[k] = q;
           break;
         }
@@ -232,6 +240,12 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
   };
   const std::vector<size_t> ysrc = sources(&OutputsRef::y), rsrc = sources(&OutputsRef::rstd),
                             dsrc = sources(&OutputsRef::dx), hsrc = sources(&OutputsRef::h_new);
+  // The oracle's y and dx rows are evaluated only when some entry has them.
+  bool any_y = false, any_dx = false;
+  for (const OutputsRef& got : gots) {
+    any_y = any_y || got.y != nullptr;
+    any_dx = any_dx || got.dx != nullptr;
+  }
 
   // --- y, rstd, dx (and h_new): OpenMP over rows, static schedule. Thread t
   // owns a contiguous range of rows, so merging partials in thread order is
@@ -257,32 +271,39 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
         // Ideal rstd: the exact rstd rounded once to FP32 (the oracle's RN).
         const double rideal = static_cast<double>(ref.rstd_f32(r));
         for (size_t k = 0; k < ng; ++k)
-          if (rsrc[k] == k) st[k].r.add(r, static_cast<double>((*gots[k].rstd)[r]), rv.v, rv.bound, rideal);
+          if (rsrc[k] == k && gots[k].rstd)
+            st[k].r.add(r, static_cast<double>((*gots[k].rstd)[r]), rv.v, rv.bound, rideal);
         if (cols == 0) continue;
-        ref.y_row(r, yb.data());
-        ref.dx_row(r, db.data());
-        ideal.dx_row(r, ib.data());
-        for (int64_t j = 0; j < cols; ++j) {
-          yideal[j] = static_cast<double>(round_to_bf16(yb[j].v));
-          dideal[j] = static_cast<double>(round_to_bf16(ib[j].v));
-          yv[j] = yb[j].v;
-          ybd[j] = yb[j].bound;
-          dv[j] = db[j].v;
-          dbd[j] = db[j].bound;
+        if (any_y) {
+          ref.y_row(r, yb.data());
+          for (int64_t j = 0; j < cols; ++j) {
+            yideal[j] = static_cast<double>(round_to_bf16(yb[j].v));
+            yv[j] = yb[j].v;
+            ybd[j] = yb[j].bound;
+          }
+        }
+        if (any_dx) {
+          ref.dx_row(r, db.data());
+          ideal.dx_row(r, ib.data());
+          for (int64_t j = 0; j < cols; ++j) {
+            dideal[j] = static_cast<double>(round_to_bf16(ib[j].v));
+            dv[j] = db[j].v;
+            dbd[j] = db[j].bound;
+          }
         }
         const int64_t base = r * cols;
         for (size_t k = 0; k < ng; ++k) {
           const OutputsRef& got = gots[k];
           Four& s4 = st[k];
-          if (ysrc[k] == k) {
+          if (ysrc[k] == k && got.y) {
             for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float((*got.y)[base + j]));
             s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), cols);
           }
-          if (dsrc[k] == k) {
+          if (dsrc[k] == k && got.dx) {
             for (int64_t j = 0; j < cols; ++j) g[j] = static_cast<double>(bf16_to_float((*got.dx)[base + j]));
             s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), cols);
           }
-          if (do_h && hsrc[k] == k)
+          if (do_h && hsrc[k] == k && got.h_new)
             for (int64_t j = 0; j < cols; ++j) {
               const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
               s4.h.add(base + j, static_cast<double>(bf16_to_float((*got.h_new)[base + j])), hv, 0.0, hv);
@@ -313,7 +334,7 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
     double eg_max = 0, eb_max = 0, cmax = 0;
     std::vector<double> quot;
     if (baseline) quot.reserve(static_cast<size_t>(cols));
-    for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t j = 0; got.dw && j < cols; ++j) {
       const oracle::VB wv = ref.dw(j);
       const double g = static_cast<double>((*got.dw)[j]);
       sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
@@ -328,15 +349,33 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
     }
 
     CaseResult res;
-    res.tensors = {m.y, m.r, m.d, sw};
-    if (do_h) res.tensors.push_back(m.h);
-    res.dw_vs_fp32_worst = baseline ? err_quotient(eg_max, eb_max) : kNaN;
-    res.dw_vs_fp32_median = baseline ? median_of(quot) : kNaN;
+    if (got.y) res.tensors.push_back(m.y);
+    if (got.rstd) res.tensors.push_back(m.r);
+    if (got.dx) res.tensors.push_back(m.d);
+    if (got.dw) res.tensors.push_back(sw);
+    if (do_h && got.h_new) res.tensors.push_back(m.h);
+    res.dw_vs_fp32_worst = baseline && got.dw ? err_quotient(eg_max, eb_max) : kNaN;
+    res.dw_vs_fp32_median = baseline && got.dw ? median_of(quot) : kNaN;
     res.dw_worst_condition = sw.worst.index >= 0 ? condition(ref, sw.worst.index) : 0.0;
     res.dw_max_condition = cmax;
     results.push_back(std::move(res));
   }
   return results;
+}
+
+}  // namespace
+
+std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                                       const oracle::Reference& ref, const oracle::Reference& ideal,
+                                       const Outputs* baseline, int threads,
+                                       const std::vector<uint16_t>& h_new_expected) {
+  return sweep(p, gots, ref, ideal, baseline, threads, h_new_expected, false);
+}
+
+CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
+                            const oracle::Reference& ideal, const Outputs* baseline, int threads,
+                            const std::vector<uint16_t>& h_new_expected) {
+  return sweep(p, {got}, ref, ideal, baseline, threads, h_new_expected, true).front();
 }
 
 }  // namespace normgate::validators

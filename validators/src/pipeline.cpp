@@ -147,6 +147,47 @@ Verdict CheckReport::verdict() const {
 
 bool CheckReport::pass() const { return verdict() == Verdict::pass; }
 
+namespace {
+
+// Form res: the normalized input is h_new = BF16(h + u), computed from the
+// inputs alone (round_to_bf16 of the double sum, exact for BF16 operands).
+std::vector<uint16_t> expected_h_new(const seeds::HostInputs& in) {
+  std::vector<uint16_t> h;
+  if (in.id.form != Form::res) return h;
+  h.resize(in.x.size());
+  for (size_t i = 0; i < in.x.size(); ++i)
+    h[i] = bf16_from_float(round_to_bf16(static_cast<double>(bf16_to_float(in.x[i])) +
+                                         static_cast<double>(bf16_to_float(in.u[i]))));
+  return h;
+}
+
+// dh = dx + dh_new for res (Problem::dx_add).
+oracle::Problem case_problem(const seeds::HostInputs& in, const std::vector<uint16_t>& h_new_expected) {
+  const bool res = in.id.form == Form::res;
+  const RowView<uint16_t> x = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
+  const RowView<uint16_t> dh_new =
+      res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
+  return oracle::Problem{x, in.dy_view(), in.w_view(), in.id.eps, dh_new};
+}
+
+Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads) {
+  Outputs b = oracle::fp32_baseline(p, threads);
+  if (in.id.form == Form::res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
+    b.h_new.resize(in.x.size());
+    for (size_t i = 0; i < in.x.size(); ++i) b.h_new[i] = bf16_from_float(bf16_to_float(in.x[i]) + bf16_to_float(in.u[i]));
+  }
+  return b;
+}
+
+}  // namespace
+
+CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads)
+    : h_new_expected(expected_h_new(in)),
+      problem(case_problem(in, h_new_expected)),
+      ref(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp64, mode, threads))),
+      ideal(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp32_rounded, mode, threads))),
+      baseline(case_baseline(in, problem, threads)) {}
+
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 
 PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
@@ -207,31 +248,14 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   rep.seconds_generate = pc.seconds_generate;
   const seeds::HostInputs& in = pc.inputs;
 
-  // Form res: the normalized input is h_new = BF16(h + u), computed here from
-  // the inputs alone (round_to_bf16 of the double sum, exact for BF16
-  // operands), checked bitwise; dh = dx + dh_new (Problem::dx_add).
   const bool res = req.id.form == Form::res;
-  std::vector<uint16_t> h_new_expected;
-  if (res) {
-    h_new_expected.resize(in.x.size());
-    for (size_t i = 0; i < in.x.size(); ++i)
-      h_new_expected[i] = bf16_from_float(round_to_bf16(static_cast<double>(bf16_to_float(in.x[i])) +
-                                                        static_cast<double>(bf16_to_float(in.u[i]))));
-  }
-  const RowView<uint16_t> xin = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
-  const RowView<uint16_t> dh_new =
-      res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
-  const oracle::Problem p{xin, in.dy_view(), in.w_view(), req.id.eps, dh_new};
   auto t0 = Clock::now();
-  const auto ref = oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp64, req.oracle, req.threads));
-  const auto ideal =
-      oracle::Reference::compute(p, oracle_options(oracle::RstdMode::fp32_rounded, req.oracle, req.threads));
-  Outputs baseline = oracle::fp32_baseline(p, req.threads);
-  if (res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
-    baseline.h_new.resize(in.x.size());
-    for (size_t i = 0; i < in.x.size(); ++i)
-      baseline.h_new[i] = bf16_from_float(bf16_to_float(in.x[i]) + bf16_to_float(in.u[i]));
-  }
+  const CaseOracle co(in, req.oracle, req.threads);
+  const oracle::Problem& p = co.problem;
+  const oracle::Reference& ref = co.ref;
+  const oracle::Reference& ideal = co.ideal;
+  const Outputs& baseline = co.baseline;
+  const RowView<uint16_t> dh_new = p.dx_add;
   rep.seconds_oracle = since(t0);
   rep.escalations_ref = ref.escalations();
   rep.escalations_ideal = ideal.escalations();
@@ -284,7 +308,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;
   }
-  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads, h_new_expected);
+  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads, co.h_new_expected);
   const double per = since(t0) / static_cast<double>(outs.size());
   for (size_t k = 0; k < rep.impls.size(); ++k) {
     ImplResult& ir = rep.impls[k];
@@ -434,6 +458,30 @@ std::string format_report(const CheckReport& rep) {
   return o.str();
 }
 
+nlohmann::json to_json(const RatioStats& s) {
+  const auto& w = s.worst;
+  return nlohmann::json{{"n", s.n},
+                       {"over", s.over},
+                       {"max_ratio", num(w.ratio)},
+                       {"worst_index", w.index},
+                       {"got", num(w.got)},
+                       {"ref", num(w.ref)},
+                       {"err", num(w.err)},
+                       {"tol", num(w.tol)},
+                       {"bound", num(w.bound)},
+                       {"forced", num(w.forced)},
+                       {"max_forced", num(s.max_forced)},
+                       {"max_bound_over_tol", num(s.max_bound_ratio)},
+                       {"p50_upper", num(s.hist.quantile_upper(0.5))},
+                       {"p99_upper", num(s.hist.quantile_upper(0.99))},
+                       {"histogram", s.hist.count},
+                       {"uncertified", s.uncertified},
+                       {"over_certified", s.over_certified},
+                       {"least_certain", worst_json(s.uncertain)},
+                       {"verdict", std::string(to_string(s.verdict()))},
+                       {"pass", s.pass()}};
+}
+
 nlohmann::json to_json(const CheckReport& rep) {
   nlohmann::json j;
   j["case"] = seeds::to_string(rep.request.id);
@@ -454,30 +502,7 @@ nlohmann::json to_json(const CheckReport& rep) {
     ji["dw_vs_fp32_median"] = num(ir.result.dw_vs_fp32_median);
     ji["dw_worst_condition"] = num(ir.result.dw_worst_condition);
     ji["seconds"] = {{"impl", ir.seconds_impl}, {"validate", ir.seconds_validate}};
-    for (const auto& s : ir.result.tensors) {
-      const auto& w = s.worst;
-      ji["outputs"][std::string(to_string(s.output()))] = {
-          {"n", s.n},
-          {"over", s.over},
-          {"max_ratio", num(w.ratio)},
-          {"worst_index", w.index},
-          {"got", num(w.got)},
-          {"ref", num(w.ref)},
-          {"err", num(w.err)},
-          {"tol", num(w.tol)},
-          {"bound", num(w.bound)},
-          {"forced", num(w.forced)},
-          {"max_forced", num(s.max_forced)},
-          {"max_bound_over_tol", num(s.max_bound_ratio)},
-          {"p50_upper", num(s.hist.quantile_upper(0.5))},
-          {"p99_upper", num(s.hist.quantile_upper(0.99))},
-          {"histogram", s.hist.count},
-          {"uncertified", s.uncertified},
-          {"over_certified", s.over_certified},
-          {"least_certain", worst_json(s.uncertain)},
-          {"verdict", std::string(to_string(s.verdict()))},
-          {"pass", s.pass()}};
-    }
+    for (const auto& s : ir.result.tensors) ji["outputs"][std::string(to_string(s.output()))] = to_json(s);
     j["impls"].push_back(std::move(ji));
   }
   return j;

@@ -116,6 +116,8 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
 /// The tensors of one implementation's outputs, by reference: several
 /// implementations may point at the same vector (a tensor they share, e.g.
 /// the y of one forward), which is then validated once without comparing.
+/// A null pointer is refused by validate_cases and means "not produced" to
+/// validate_present.
 struct OutputsRef {
   const std::vector<uint16_t>* y = nullptr;
   const std::vector<float>* rstd = nullptr;
@@ -131,5 +133,19 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads = 0,
                                        const std::vector<uint16_t>& h_new_expected = {});
+
+/// One implementation that produced only some of the outputs (a forward
+/// alone, a kernel under test from outside normgate: the C API's
+/// ng_oracle_validate). As validate_cases for one entry, except that a null
+/// pointer in `got` means "not produced": that output is skipped and left out
+/// of CaseResult::tensors (the others keep their order), and the oracle's y
+/// or dx rows are not evaluated when y or dx is absent. Without dw,
+/// dw_vs_fp32_worst/median are NaN and dw_worst/max_condition 0. h_new is
+/// validated when got.h_new is non-null and h_new_expected non-empty.
+/// Throws std::invalid_argument as validate_cases (the size of every given
+/// tensor), and when every pointer of `got` is null.
+CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
+                            const oracle::Reference& ideal, const Outputs* baseline, int threads = 0,
+                            const std::vector<uint16_t>& h_new_expected = {});
 
 }  // namespace normgate::validators

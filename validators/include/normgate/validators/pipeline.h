@@ -101,6 +101,42 @@ PreparedCheck prepare_check(const CheckRequest& req);
 /// not req.id.
 PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given);
 
+/// The oracle's side of one case, computed once and shared by every
+/// implementation validated against it (finish_check; the C API's oracle
+/// handle, capi/): the expected h_new (form res), the Problem the oracle sees,
+/// the reference (RstdMode::fp64), the ideal kernel (RstdMode::fp32_rounded)
+/// and the FP32 baseline. Its views point into `in` and into h_new_expected:
+/// `in` must outlive it, and it is neither copied nor moved.
+struct CaseOracle {
+  /// Compute everything for inputs `in` with oracle mode `mode` (auto: FP64
+  /// with MPFR escalation, as every check) on `threads` OpenMP threads (<= 0:
+  /// default; results do not depend on it). Throws std::invalid_argument as
+  /// oracle::Reference::compute (e.g. mode mpfr on a large case).
+  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads);
+  CaseOracle(const CaseOracle&) = delete;
+  CaseOracle& operator=(const CaseOracle&) = delete;
+
+  /// Form res: BF16(h + u) [rows, cols], one rounding of the exact sum
+  /// (round_to_bf16 of the double sum, exact for BF16 operands), against
+  /// which an h_new is checked bitwise. Empty for the other forms.
+  std::vector<uint16_t> h_new_expected;
+  /// x: in.x, or h_new_expected for res; dy, w: the inputs; dx_add: dh_new
+  /// for res (the backward output is then dh = dx + dh_new), else none.
+  oracle::Problem problem;
+  oracle::Reference ref;    ///< RstdMode::fp64: the verdicts
+  oracle::Reference ideal;  ///< RstdMode::fp32_rounded: the forced parts
+  /// FP32 eager's outputs (dw is the yardstick of dw_vs_fp32); for res also
+  /// its h_new, RN_bf16(RN_fp32(h + u)) (the double rounding a kernel must avoid).
+  Outputs baseline;
+};
+
+/// Every statistic of one tensor's validation as JSON (the per-output object
+/// of to_json(CheckReport)): n, over, max_ratio, worst_index and the worst
+/// element's got/ref/err/tol/bound/forced, max_forced, max_bound_over_tol,
+/// p50/p99 upper bounds, histogram, uncertified, over_certified,
+/// least_certain, verdict, pass. Non-finite numbers as "inf"/"nan" strings.
+nlohmann::json to_json(const RatioStats& s);
+
 /// What finish_check computed, shown to an inspector before it is freed.
 struct CheckInternals {
   const oracle::Problem& problem;
