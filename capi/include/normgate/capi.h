@@ -1,0 +1,268 @@
+/* normgate/capi.h: the C ABI of libnormgate_capi.so (build/capi/).
+ *
+ * A small, stable C interface over normgate's RMSNorm training kernels, its
+ * host input generator and its FP64 oracle, for callers outside C++ (the
+ * Python package python/normgate loads it with ctypes). Pure C (C99); every
+ * struct is plain data in the field order shown, natural alignment, no
+ * packing.
+ *
+ * Tensors and units:
+ *   - BF16 tensors are bit patterns (uint16_t per element); FP32 tensors are
+ *     IEEE binary32.
+ *   - Strides and element counts are in ELEMENTS (not bytes), int64/uint64.
+ *   - Rows: plain and res are [T, H]; the head forms heads24 and heads4 are
+ *     [T, heads, 256] views (row r = t*heads + h, rstd [T*heads], one w[256]
+ *     shared by all heads). Host buffers of this API are contiguous over rows
+ *     ([T*heads, H]); device tensors of ng_fwd / ng_bwd may be strided views.
+ *   - Kernel calls (ng_fwd, ng_bwd) take DEVICE pointers and enqueue on the
+ *     given CUDA stream (a cudaStream_t passed as void*; NULL: the legacy
+ *     default stream) without synchronizing. Everything else is host-side.
+ *   - Kernel math, alignment rules and the vector/scalar paths are those of
+ *     kernels/include/normgate/kernels/rmsnorm.h; the oracle and budgets those
+ *     of oracle/reference.h and validators/budget.h.
+ *
+ * Errors: every function returning int returns
+ *   NG_OK (0)          success;
+ *   NG_EINVAL (2)      an invalid argument (a null or misaligned pointer, a
+ *                      bad case id, unknown variant, wrong size, ...): nothing
+ *                      was enqueued or written;
+ *   NG_EFAIL (1)       any other failure (a CUDA error, a library built
+ *                      without CUDA, out of memory).
+ * No C++ exception ever crosses this ABI. After a failing call,
+ * ng_last_error() returns a message naming the function and the bad value;
+ * it is thread-local and valid until the next ng_* call on the same thread
+ * (every call clears it on entry; "" after a success).
+ */
+#ifndef NORMGATE_CAPI_H
+#define NORMGATE_CAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define NG_API __attribute__((visibility("default")))
+#else
+#define NG_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+#define NG_OK 0
+#define NG_EFAIL 1
+#define NG_EINVAL 2
+
+/* Weight dtypes (the w_dtype fields): values of normgate::WDtype. */
+#define NG_W_BF16 0
+#define NG_W_FP32 1
+
+/* Forms (the form fields): values of normgate::Form (core/types.h). */
+#define NG_FORM_PLAIN 0   /* [T, H] rows */
+#define NG_FORM_RES 1     /* [T, H], fused residual add: h_new = BF16(h + u) */
+#define NG_FORM_HEADS24 2 /* [T, 24, 256] (q part of a packed qkv row) */
+#define NG_FORM_HEADS4 3  /* [T, 4, 256] */
+
+/* Size of ng_case_info_t::canonical (bytes, including the terminating NUL). */
+#define NG_CASE_ID_BYTES 256
+/* A JSON buffer of this many bytes always holds ng_oracle_validate's report. */
+#define NG_REPORT_BYTES 65536
+
+/* Library version and commit, e.g. "normgate 0.1.0 (b814cc6ce1a7)". Static
+ * storage; never NULL. */
+NG_API const char* ng_version(void);
+
+/* The message of the last failing ng_* call of this thread ("" if the last
+ * call succeeded). Valid until the next ng_* call on this thread. */
+NG_API const char* ng_last_error(void);
+
+/* *out = 1 when a usable CUDA device is present (device 0) and the library
+ * was built with CUDA, else 0. out must not be NULL. */
+NG_API int ng_device_available(int* out);
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* Forward arguments (normgate::kernels::FwdArgs). All pointers DEVICE.
+ * x, y: BF16 [T, H] (form res: x holds h), row t at p + t*stride; head forms
+ * [T, heads, 256], row (t, h) at p + t*stride + h*stride_h. rstd: FP32
+ * [T*heads], contiguous. w: [H], BF16 (w_dtype NG_W_BF16) or FP32. */
+typedef struct ng_fwd_args {
+  const char* variant;  /* forward variant name; NULL or "": "fwd_rowwise" */
+  const void* x;        /* BF16 bits */
+  int64_t x_stride;     /* elements between tokens (>= H for plain/res) */
+  int64_t x_stride_h;   /* head forms: elements between heads; else ignored (0) */
+  const void* w;        /* [H], w_dtype */
+  int32_t w_dtype;      /* NG_W_BF16 | NG_W_FP32 */
+  int32_t form;         /* NG_FORM_* */
+  void* y;              /* BF16 bits, output; must not overlap x, w, rstd */
+  int64_t y_stride;
+  int64_t y_stride_h;
+  void* rstd;           /* FP32 [T*heads], output */
+  int64_t T;            /* tokens; T*heads in 0 .. 2^31 (0: nothing is launched) */
+  int64_t H;            /* normalized length, 1 .. 16384 (256 for head forms) */
+  int64_t heads;        /* 1 (plain, res), 24 (heads24) or 4 (heads4) */
+  float eps;            /* binary32, finite, >= 0 (the kernel's own eps) */
+  /* Form res only (NULL/0 otherwise): u [T, H] BF16, the residual branch;
+   * h_new [T, H] BF16 output = BF16(h + u) (one rounding), what is normalized. */
+  const void* u;
+  int64_t u_stride;
+  void* h_new;
+  int64_t h_new_stride;
+} ng_fwd_args;
+
+/* Backward arguments (normgate::kernels::BwdArgs). All pointers DEVICE.
+ * dy, x, dx: BF16 as in ng_fwd_args (form res: x is the forward's h_new);
+ * rstd: the forward's FP32 [T*heads]; dw: FP32 [H] output, always written. */
+typedef struct ng_bwd_args {
+  const void* dy;       /* BF16 bits */
+  int64_t dy_stride;    /* head forms: may be 0 (an expanded dy), as may dy_stride_h */
+  int64_t dy_stride_h;
+  const void* x;        /* BF16 bits */
+  int64_t x_stride;
+  int64_t x_stride_h;
+  const void* w;        /* [H], w_dtype */
+  int32_t w_dtype;      /* NG_W_BF16 | NG_W_FP32 */
+  int32_t form;         /* NG_FORM_* */
+  const void* rstd;     /* FP32 [T*heads] */
+  void* dx;             /* BF16 bits, output (form res: dh = dx + dh_new, one rounding) */
+  int64_t dx_stride;
+  int64_t dx_stride_h;
+  void* dw;             /* FP32 [H], output */
+  int64_t T;
+  int64_t H;
+  int64_t heads;
+  void* workspace;      /* device, 16-byte aligned, >= ng_bwd_workspace_bytes(); may be
+                           NULL when that is 0; contents on entry do not matter */
+  uint64_t workspace_bytes;
+  /* Form res only (optional there; NULL otherwise): dh_new [T, H] BF16. */
+  const void* dh_new;
+  int64_t dh_new_stride;
+} ng_bwd_args;
+
+/* RMSNorm forward: y and rstd (and h_new for res). Arguments are validated
+ * first (NG_EINVAL naming the first bad value; nothing enqueued), then the
+ * kernel is enqueued on `stream`. A library built without CUDA returns
+ * NG_EFAIL ("... built without CUDA") after validation. */
+NG_API int ng_fwd(const ng_fwd_args* a, void* stream);
+
+/* RMSNorm backward with the named variant: "bwd_det_chunked" (bitwise
+ * deterministic) or "bwd_nondet_atomic" (FP64 atomics; dw may vary in the
+ * last bits). Negative controls (ctl_*) and forward variants are refused
+ * (NG_EINVAL). Validation, enqueueing and errors as ng_fwd. */
+NG_API int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream);
+
+/* Device workspace in bytes that ng_bwd(variant, ...) needs for T_rows
+ * normalized rows (T*heads) of length H (0 when T_rows == 0). NG_EINVAL for
+ * an unknown, forward or control variant, T_rows outside 0 .. 2^31, or H
+ * outside the variant's range. */
+NG_API int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H, uint64_t* out);
+
+/* ---- cases and the host generator -------------------------------------- */
+
+/* What a case id (seeds/case_id.h, e.g.
+ * "H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17") describes. */
+typedef struct ng_case_info_t {
+  int64_t T;        /* tokens */
+  int64_t H;        /* normalized length (256 for head forms) */
+  int64_t heads;    /* 1, 24 or 4 */
+  int64_t rows;     /* T*heads: rows of x, dy, y, dx; length of rstd */
+  int32_t form;     /* NG_FORM_* */
+  int32_t w_dtype;  /* NG_W_* */
+  double eps;       /* the case's eps (binary64; kernels take float(eps)) */
+  double kappa;     /* cancel's target condition number (1e8 when not given) */
+  uint64_t seed;
+  char family[16];  /* "normal", "llm", "cancel", "zeros", "tiny", "huge", "specials" */
+  char canonical[NG_CASE_ID_BYTES]; /* canonical case id, NUL-terminated */
+} ng_case_info_t;
+
+/* Parse and validate case_id into *out. NG_EINVAL for a NULL argument or a
+ * bad case id (the message names the bad key or value). */
+NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
+
+/* Caller-owned HOST buffers for a case's inputs, contiguous over rows
+ * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
+ * elements and must equal what the case needs: x, dy, u, dh_new rows*H
+ * (BF16 bits); w H elements, BF16 bits for w=bf16, FP32 for w=fp32. u and
+ * dh_new are form res only and must be NULL (size 0) for the other forms. */
+typedef struct ng_host_inputs {
+  void* x;              /* BF16 bits (form res: h) */
+  uint64_t x_elems;
+  void* dy;             /* BF16 bits */
+  uint64_t dy_elems;
+  void* w;              /* BF16 bits or FP32, per the case's w */
+  uint64_t w_elems;
+  void* u;              /* res: BF16 bits, the residual branch; else NULL */
+  uint64_t u_elems;
+  void* dh_new;         /* res: BF16 bits, gradient reaching h_new; else NULL */
+  uint64_t dh_new_elems;
+} ng_host_inputs;
+
+/* Fill *out's buffers with the case's inputs from the host generator
+ * (seeds/generate.h generate_host: the bits every normgate check uses; the
+ * same case id gives the same bits on every call, thread count and machine).
+ * NG_EINVAL for a bad case id, a NULL buffer the case needs, a non-NULL
+ * buffer it lacks, or a size mismatch (the message names the tensor). */
+NG_API int ng_generate_host(const char* case_id, const ng_host_inputs* out);
+
+/* ---- the oracle ---------------------------------------------------------- */
+
+/* One case's inputs and FP64 reference (with MPFR escalation, as every
+ * normgate check), computed once; any number of implementations' outputs can
+ * then be validated against it. Opaque; one thread at a time per handle. */
+typedef struct ng_oracle ng_oracle;
+
+/* Generate the case's inputs on the host, compute the reference, the ideal
+ * kernel and the FP32 baseline (oracle mode auto) with `threads` OpenMP
+ * threads (<= 0: default; results do not depend on it). Memory: the inputs
+ * plus O(rows + H) doubles. *out receives the handle (NULL on failure). */
+NG_API int ng_oracle_open(const char* case_id, int threads, ng_oracle** out);
+
+/* One implementation's outputs, HOST pointers, contiguous over rows (the
+ * layout of ng_host_inputs). Any pointer may be NULL: that output was not
+ * produced and is reported absent. *_elems must equal the case's size of
+ * each given tensor: y, dx, h_new rows*H (BF16 bits); rstd rows (FP32); dw
+ * H (FP32). Form res: dx holds dh (= dx + dh_new), h_new the forward's
+ * BF16(h + u); h_new must be NULL for the other forms. */
+typedef struct ng_outputs {
+  const void* y;
+  uint64_t y_elems;
+  const void* rstd;
+  uint64_t rstd_elems;
+  const void* dx;
+  uint64_t dx_elems;
+  const void* dw;
+  uint64_t dw_elems;
+  const void* h_new;
+  uint64_t h_new_elems;
+} ng_outputs;
+
+/* Validate every element of every given output against normgate's budgets
+ * (validators/budget.h: y, dx atol = rtol = 1e-2; rstd rtol 1e-5; dw atol =
+ * rtol = 1e-4 vs FP64; h_new bitwise) and write a JSON object (NUL-terminated)
+ * into json[0 .. cap):
+ *   {"case": canonical id, "pass": bool, "verdict": "pass"|"fail"|"inconclusive",
+ *    "outputs": {"y": {"present": true, "err_tol": max err/tol, "worst": flat
+ *                      index of the max (row-major over [rows, H]), "pass": bool,
+ *                      "verdict": ..., plus every statistic of the check report
+ *                      (n, over, got, ref, tol, bound, histogram, ...)},
+ *                "rstd": {"present": false}, ...  (y, rstd, dx, dw; h_new for res)},
+ *    "absent": [names of outputs not given],
+ *    "uncertified": comparisons the oracle's bound cannot decide,
+ *    "dw_vs_fp32": {"worst": ..., "median": ...}   (only when dw is given)}
+ * Non-finite numbers are the strings "inf", "-inf", "nan". "pass" is true only
+ * when every given element is within budget and every comparison certified
+ * (an inconclusive verdict is never a pass). *needed (if needed != NULL)
+ * receives the report's size in bytes including the NUL. NG_EINVAL when a
+ * size is wrong, every output is NULL, or cap < *needed (NG_REPORT_BYTES
+ * always suffices). */
+NG_API int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, size_t cap, size_t* needed);
+
+/* Free the handle (NULL is a no-op). */
+NG_API void ng_oracle_close(ng_oracle* o);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* NORMGATE_CAPI_H */

@@ -1,0 +1,371 @@
+// capi/src/capi.cpp: the C ABI (normgate/capi.h) over the kernels' launch
+// API, the host generator and the validators' oracle. Host C++ only: every
+// function maps its C arguments onto the C++ API inside guard(), which turns
+// exceptions into return codes and the thread-local message.
+#include "normgate/capi.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/core/json_number.h"
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/kernels/rmsnorm.h"
+#include "normgate/kernels/runner.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/validators/check.h"
+#include "normgate/validators/pipeline.h"
+#include "normgate_version.h"
+
+namespace nk = normgate::kernels;
+namespace ns = normgate::seeds;
+namespace nv = normgate::validators;
+using normgate::Form;
+using normgate::WDtype;
+
+struct ng_oracle {
+  ns::HostInputs inputs;                 // the CaseOracle's views point into these
+  std::unique_ptr<nv::CaseOracle> oracle;
+  int threads = 0;
+};
+
+namespace {
+
+thread_local std::string g_error;
+
+[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument(msg); }
+
+// Runs f; maps std::invalid_argument to NG_EINVAL, anything else to NG_EFAIL,
+// with "fn: message" as the thread's last error.
+template <class F>
+int guard(const char* fn, F&& f) noexcept {
+  try {
+    g_error.clear();
+    f();
+    return NG_OK;
+  } catch (const std::invalid_argument& e) {
+    try {
+      g_error = std::string(fn) + ": " + e.what();
+    } catch (...) {
+    }
+    return NG_EINVAL;
+  } catch (const std::bad_alloc&) {
+    try {
+      g_error = std::string(fn) + ": out of host memory";
+    } catch (...) {
+    }
+    return NG_EFAIL;
+  } catch (const std::exception& e) {
+    try {
+      g_error = std::string(fn) + ": " + e.what();
+    } catch (...) {
+    }
+    return NG_EFAIL;
+  } catch (...) {
+    try {
+      g_error = std::string(fn) + ": unknown exception";
+    } catch (...) {
+    }
+    return NG_EFAIL;
+  }
+}
+
+void need(const void* p, const char* what) {
+  if (p == nullptr) bad(std::string(what) + " is NULL");
+}
+
+ns::CaseId parse(const char* case_id) {
+  need(case_id, "case_id");
+  return ns::parse_case(case_id);
+}
+
+WDtype wdtype(int32_t d, const char* field) {
+  if (d == NG_W_BF16) return WDtype::bf16;
+  if (d == NG_W_FP32) return WDtype::fp32;
+  bad(std::string(field) + " = " + std::to_string(d) + " (expected 0 = bf16 or 1 = fp32)");
+}
+
+Form form(int32_t f, const char* field) {
+  if (f >= NG_FORM_PLAIN && f <= NG_FORM_HEADS4) return static_cast<Form>(f);
+  bad(std::string(field) + " = " + std::to_string(f) + " (expected 0 = plain, 1 = res, 2 = heads24, 3 = heads4)");
+}
+
+// A backward variant the C API runs: not a forward variant, not a control.
+const nk::Variant& bwd_variant(const char* name) {
+  need(name, "variant");
+  const nk::Variant& v = nk::variant(name);  // throws, listing the known names
+  if (v.op != nk::Op::bwd)
+    bad("variant '" + std::string(name) + "' is a forward variant (expected bwd_det_chunked or bwd_nondet_atomic)");
+  if (v.control)
+    bad("variant '" + std::string(name) + "' is a negative control; the C API does not run controls");
+  return v;
+}
+
+const auto* u16(const void* p) { return static_cast<const uint16_t*>(p); }
+
+// Copy n elements of T from p into a vector (the validators take vectors).
+template <class T>
+std::vector<T> host_copy(const void* p, uint64_t n) {
+  std::vector<T> v(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(v.data(), p, static_cast<size_t>(n) * sizeof(T));
+  return v;
+}
+
+void check_elems(const char* what, const void* p, uint64_t got, int64_t want) {
+  need(p, what);
+  if (got != static_cast<uint64_t>(want))
+    bad(std::string(what) + " has " + std::to_string(got) + " elements, the case needs " + std::to_string(want));
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ng_version(void) { return "normgate " NORMGATE_CAPI_VERSION " (" NORMGATE_GIT_COMMIT ")"; }
+
+const char* ng_last_error(void) { return g_error.c_str(); }
+
+int ng_device_available(int* out) {
+  return guard("ng_device_available", [&] {
+    need(out, "out");
+    *out = nk::gpu_available() ? 1 : 0;
+  });
+}
+
+int ng_fwd(const ng_fwd_args* a, void* stream) {
+  return guard("ng_fwd", [&] {
+    need(a, "args");
+    const nk::Variant& v =
+        (a->variant == nullptr || a->variant[0] == '\0') ? nk::default_fwd() : nk::variant(a->variant);
+    nk::FwdArgs f;
+    f.x = u16(a->x);
+    f.x_stride = a->x_stride;
+    f.w = normgate::WeightView{wdtype(a->w_dtype, "w_dtype"), a->w, a->H};
+    f.y = static_cast<uint16_t*>(a->y);
+    f.y_stride = a->y_stride;
+    f.rstd = static_cast<float*>(a->rstd);
+    f.T = a->T;
+    f.H = a->H;
+    f.eps = a->eps;
+    f.form = form(a->form, "form");
+    f.heads = a->heads;
+    f.x_stride_h = a->x_stride_h;
+    f.y_stride_h = a->y_stride_h;
+    f.u = u16(a->u);
+    f.u_stride = a->u_stride;
+    f.h_new = static_cast<uint16_t*>(a->h_new);
+    f.h_new_stride = a->h_new_stride;
+    nk::rmsnorm_fwd(v, f, static_cast<nk::Stream>(stream));
+  });
+}
+
+int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream) {
+  return guard("ng_bwd", [&] {
+    const nk::Variant& v = bwd_variant(variant);
+    need(a, "args");
+    nk::BwdArgs b;
+    b.dy = u16(a->dy);
+    b.dy_stride = a->dy_stride;
+    b.x = u16(a->x);
+    b.x_stride = a->x_stride;
+    b.w = normgate::WeightView{wdtype(a->w_dtype, "w_dtype"), a->w, a->H};
+    b.rstd = static_cast<const float*>(a->rstd);
+    b.dx = static_cast<uint16_t*>(a->dx);
+    b.dx_stride = a->dx_stride;
+    b.dw = static_cast<float*>(a->dw);
+    b.T = a->T;
+    b.H = a->H;
+    b.workspace = a->workspace;
+    b.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
+    b.form = form(a->form, "form");
+    b.heads = a->heads;
+    b.dy_stride_h = a->dy_stride_h;
+    b.x_stride_h = a->x_stride_h;
+    b.dx_stride_h = a->dx_stride_h;
+    b.dh_new = u16(a->dh_new);
+    b.dh_new_stride = a->dh_new_stride;
+    nk::rmsnorm_bwd(v, b, static_cast<nk::Stream>(stream), nk::ControlUse::refuse);
+  });
+}
+
+int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H, uint64_t* out) {
+  return guard("ng_bwd_workspace_bytes", [&] {
+    const nk::Variant& v = bwd_variant(variant);
+    need(out, "out");
+    *out = static_cast<uint64_t>(nk::bwd_workspace_bytes(v, T_rows, H));
+  });
+}
+
+int ng_case_info(const char* case_id, ng_case_info_t* out) {
+  return guard("ng_case_info", [&] {
+    const ns::CaseId c = parse(case_id);
+    need(out, "out");
+    const std::string canon = ns::to_string(c);
+    const std::string_view fam = ns::to_string(c.family);
+    if (canon.size() >= sizeof out->canonical || fam.size() >= sizeof out->family)
+      throw std::logic_error("canonical case id longer than NG_CASE_ID_BYTES - 1: " + canon);
+    ng_case_info_t info{};
+    info.T = c.T;
+    info.H = c.H;
+    info.heads = c.heads();
+    info.rows = c.rows();
+    info.form = static_cast<int32_t>(c.form);
+    info.w_dtype = static_cast<int32_t>(c.w);
+    info.eps = c.eps;
+    info.kappa = c.kappa;
+    info.seed = c.seed;
+    std::memcpy(info.family, fam.data(), fam.size());
+    std::memcpy(info.canonical, canon.data(), canon.size());
+    *out = info;
+  });
+}
+
+int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
+  return guard("ng_generate_host", [&] {
+    const ns::CaseId c = parse(case_id);
+    need(out, "out");
+    const int64_t n = c.rows() * c.H;  // case ids bound rows*H well inside int64
+    check_elems("x", out->x, out->x_elems, n);
+    check_elems("dy", out->dy, out->dy_elems, n);
+    check_elems("w", out->w, out->w_elems, c.H);
+    const bool res = c.form == Form::res;
+    if (res) {
+      check_elems("u", out->u, out->u_elems, n);
+      check_elems("dh_new", out->dh_new, out->dh_new_elems, n);
+    } else {
+      if (out->u != nullptr || out->u_elems != 0)
+        bad("u must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no u");
+      if (out->dh_new != nullptr || out->dh_new_elems != 0)
+        bad("dh_new must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no dh_new");
+    }
+    const ns::HostInputs in = ns::generate_host(c);
+    std::memcpy(out->x, in.x.data(), in.x.size() * 2);
+    std::memcpy(out->dy, in.dy.data(), in.dy.size() * 2);
+    if (c.w == WDtype::bf16)
+      std::memcpy(out->w, in.w_bf16.data(), in.w_bf16.size() * 2);
+    else
+      std::memcpy(out->w, in.w_f32.data(), in.w_f32.size() * 4);
+    if (res) {
+      std::memcpy(out->u, in.u.data(), in.u.size() * 2);
+      std::memcpy(out->dh_new, in.dh_new.data(), in.dh_new.size() * 2);
+    }
+  });
+}
+
+int ng_oracle_open(const char* case_id, int threads, ng_oracle** out) {
+  return guard("ng_oracle_open", [&] {
+    need(out, "out");
+    *out = nullptr;
+    const ns::CaseId c = parse(case_id);
+    auto o = std::make_unique<ng_oracle>();
+    o->threads = threads;
+    o->inputs = ns::generate_host(c, threads);
+    o->oracle = std::make_unique<nv::CaseOracle>(o->inputs, normgate::oracle::OracleMode::auto_, threads);
+    *out = o.release();
+  });
+}
+
+int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, size_t cap, size_t* needed) {
+  return guard("ng_oracle_validate", [&] {
+    need(o, "oracle");
+    need(outs, "outputs");
+    if (needed) *needed = 0;
+    const ns::CaseId& c = o->inputs.id;
+    const int64_t rows = c.rows(), n = rows * c.H;
+    const bool res = c.form == Form::res;
+    if (!res && outs->h_new != nullptr)
+      bad("h_new given, but form " + std::string(normgate::to_string(c.form)) + " has no h_new");
+    // Copies of the given tensors (NULL: absent).
+    std::vector<uint16_t> y, dx, h_new;
+    std::vector<float> rstd, dw;
+    nv::OutputsRef ref;
+    if (outs->y) {
+      check_elems("y", outs->y, outs->y_elems, n);
+      y = host_copy<uint16_t>(outs->y, outs->y_elems);
+      ref.y = &y;
+    }
+    if (outs->rstd) {
+      check_elems("rstd", outs->rstd, outs->rstd_elems, rows);
+      rstd = host_copy<float>(outs->rstd, outs->rstd_elems);
+      ref.rstd = &rstd;
+    }
+    if (outs->dx) {
+      check_elems("dx", outs->dx, outs->dx_elems, n);
+      dx = host_copy<uint16_t>(outs->dx, outs->dx_elems);
+      ref.dx = &dx;
+    }
+    if (outs->dw) {
+      check_elems("dw", outs->dw, outs->dw_elems, c.H);
+      dw = host_copy<float>(outs->dw, outs->dw_elems);
+      ref.dw = &dw;
+    }
+    if (outs->h_new) {
+      check_elems("h_new", outs->h_new, outs->h_new_elems, n);
+      h_new = host_copy<uint16_t>(outs->h_new, outs->h_new_elems);
+      ref.h_new = &h_new;
+    }
+    if (!ref.y && !ref.rstd && !ref.dx && !ref.dw && !ref.h_new) bad("no output given (y, rstd, dx, dw, h_new all NULL)");
+
+    const nv::CaseOracle& co = *o->oracle;
+    const nv::CaseResult r =
+        nv::validate_present(co.problem, ref, co.ref, co.ideal, &co.baseline, o->threads, co.h_new_expected);
+
+    nlohmann::json j;
+    j["case"] = ns::to_string(c);
+    j["pass"] = r.pass();
+    j["verdict"] = std::string(nv::to_string(r.verdict()));
+    j["uncertified"] = r.uncertified();
+    j["outputs"] = nlohmann::json::object();
+    j["absent"] = nlohmann::json::array();
+    const nv::Output names[] = {nv::Output::y, nv::Output::rstd, nv::Output::dx, nv::Output::dw, nv::Output::h_new};
+    const bool given[] = {ref.y != nullptr, ref.rstd != nullptr, ref.dx != nullptr, ref.dw != nullptr,
+                          ref.h_new != nullptr};
+    for (int k = 0; k < 5; ++k) {
+      const nv::Output out = names[k];
+      if (out == nv::Output::h_new && !res) continue;  // not an output of this form
+      const std::string name(nv::to_string(out));
+      // h_new of a res case with T == 0 has nothing to compare (validate_present skips it).
+      const nv::RatioStats* s = nullptr;
+      for (const auto& t : r.tensors)
+        if (t.output() == out) s = &t;
+      if (!given[k]) {
+        j["outputs"][name] = {{"present", false}};
+        j["absent"].push_back(name);
+        continue;
+      }
+      nlohmann::json t = s ? nv::to_json(*s) : nlohmann::json::object();
+      t["present"] = true;
+      t["err_tol"] = s ? normgate::json_number(s->worst.ratio) : nlohmann::json(0.0);
+      t["worst"] = s ? s->worst.index : -1;
+      t["pass"] = s ? s->pass() : true;
+      t["verdict"] = s ? std::string(nv::to_string(s->verdict())) : std::string("pass");
+      j["outputs"][name] = std::move(t);
+    }
+    if (ref.dw) {
+      j["dw_vs_fp32"] = {{"worst", normgate::json_number(r.dw_vs_fp32_worst)},
+                         {"median", normgate::json_number(r.dw_vs_fp32_median)},
+                         {"worst_condition", normgate::json_number(r.dw_worst_condition)},
+                         {"max_condition", normgate::json_number(r.dw_max_condition)}};
+    }
+    const std::string text = j.dump();
+    const size_t n_bytes = text.size() + 1;
+    if (needed) *needed = n_bytes;
+    if (json == nullptr || cap < n_bytes)
+      bad("json buffer of " + std::to_string(cap) + " bytes is too small: the report needs " +
+          std::to_string(n_bytes) + " (NG_REPORT_BYTES = " + std::to_string(NG_REPORT_BYTES) + " always suffices)");
+    std::memcpy(json, text.c_str(), n_bytes);
+  });
+}
+
+void ng_oracle_close(ng_oracle* o) { delete o; }
+
+}  // extern "C"
