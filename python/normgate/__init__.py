@@ -1,0 +1,411 @@
+"""normgate: RMSNorm training kernels (H200, sm_90a) and their FP64 accuracy oracle, from Python.
+
+A thin ctypes layer over libnormgate_capi.so (capi/include/normgate/capi.h);
+no build against PyTorch. The library is found at $NORMGATE_LIB, else at
+../../build/capi/libnormgate_capi.so relative to this package (scripts/build
+makes it); a missing library is reported on first use, not at import.
+
+torch is imported inside the functions that need it, so `import normgate`
+works without torch (version(), device_available(), case_info() need no torch;
+everything else does).
+
+Tensors (torch):
+  x, dy, y, dx, h_new, u, dh_new: CUDA bfloat16, [T, H] (plain, res) or
+      [T, heads, 256] with heads 24 (heads24) or 4 (heads4). The last dim must be
+      contiguous (stride 1); the other strides are taken from the tensor, so a
+      strided slice of a wider buffer (the q part of a packed qkv row) works
+      without a copy. dy may be an expanded tensor (stride 0) for the head forms.
+  w: CUDA [H] (one w[256] shared by all heads), bfloat16 or float32, contiguous.
+  rstd: CUDA float32, [T] or [T, heads] (T*heads values, contiguous).
+  dw: CUDA float32 [H].
+Kernels run on torch's current CUDA stream of the tensors' device and return
+without synchronizing. Nothing is copied silently: a tensor of the wrong device,
+dtype or layout raises ValueError naming it (only Oracle.validate copies, to
+the host, as documented there). Errors from the library: ValueError for an
+invalid argument, RuntimeError otherwise (e.g. a CUDA error).
+"""
+
+import ctypes
+
+from . import _lib
+from ._lib import case_info, device_available, library_path, version
+
+# RMSNormFunction is importable by name too (defined on first access, as it
+# subclasses a torch class); it is not in __all__ so `import *` needs no torch.
+__all__ = [
+    "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
+    "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
+    "bwd_workspace_bytes",
+]
+
+_HEADS = {24: "heads24", 4: "heads4"}
+_DET = "bwd_det_chunked"
+_NONDET = "bwd_nondet_atomic"
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError("normgate: this function needs torch (pip install torch)") from e
+    return torch
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _check_cuda(name, t, dtypes, device=None):
+    torch = _torch()
+    if not isinstance(t, torch.Tensor):
+        raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+    if t.device.type != "cuda":
+        raise ValueError("%s is on %s; normgate's kernels need a CUDA tensor" % (name, t.device))
+    if device is not None and t.device != device:
+        raise ValueError("%s is on %s, x on %s: every tensor must be on one device" % (name, t.device, device))
+    if t.dtype not in dtypes:
+        raise ValueError("%s has dtype %s; expected %s" % (name, t.dtype, " or ".join(str(d) for d in dtypes)))
+
+
+def _rows_layout(name, t, shape=None):
+    """(T, heads, H, stride, stride_h) of a [T, H] or [T, heads, 256] tensor
+    whose last dim is contiguous."""
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError("%s has shape %s; expected %s" % (name, tuple(t.shape), tuple(shape)))
+    if t.dim() == 2:
+        T, H = t.shape
+        heads, stride_h = 1, 0
+    elif t.dim() == 3:
+        T, heads, H = t.shape
+        if heads not in _HEADS or H != 256:
+            raise ValueError("%s has shape %s; per-head tensors are [T, 24, 256] or [T, 4, 256]"
+                             % (name, tuple(t.shape)))
+        stride_h = t.stride(1)
+    else:
+        raise ValueError("%s has %d dims; expected [T, H] or [T, heads, 256]" % (name, t.dim()))
+    if H > 1 and t.stride(-1) != 1:
+        raise ValueError("%s: the last dim is not contiguous (stride %d); normgate does not copy: pass "
+                         "a tensor whose last dim has stride 1" % (name, t.stride(-1)))
+    stride = t.stride(0)
+    if T == 1 and heads == 1:
+        stride = max(stride, H)  # one row: its stride is never used, the kernel wants >= H
+    return T, heads, H, stride, stride_h
+
+
+def _weight(w, H, device):
+    torch = _torch()
+    _check_cuda("w", w, (torch.bfloat16, torch.float32), device)
+    if w.dim() != 1 or w.shape[0] != H:
+        raise ValueError("w has shape %s; expected [%d]" % (tuple(w.shape), H))
+    if H > 1 and w.stride(0) != 1:
+        raise ValueError("w is not contiguous (stride %d); normgate does not copy" % w.stride(0))
+    return _lib.NG_W_BF16 if w.dtype == torch.bfloat16 else _lib.NG_W_FP32
+
+
+def _stream(device):
+    torch = _torch()
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _rstd_shape(T, heads):
+    return (T,) if heads == 1 else (T, heads)
+
+
+def bwd_workspace_bytes(T_rows, H, deterministic=True):
+    """Device workspace (bytes) the backward needs for T_rows = T*heads rows of length H."""
+    return _lib.bwd_workspace_bytes(_DET if deterministic else _NONDET, T_rows, H)
+
+
+def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):
+    """RMSNorm forward (training): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) per row.
+
+    x: CUDA bfloat16 [T, H] or [T, heads, 256] (heads 24 or 4), last dim contiguous,
+    other strides free. w: CUDA [H] bfloat16 or float32. eps: float (the kernel uses
+    float32(eps)). residual: u [T, H] bfloat16 for the fused residual add (form res;
+    x is then h): h_new = bf16(h + u) (one rounding) is normalized and returned.
+    out: optional preallocated y (same shape as x, bfloat16, last dim contiguous).
+    Returns (y, rstd), or (y, rstd, h_new) with residual. y has x's shape
+    (a new contiguous tensor unless out is given); rstd is float32 [T] ([T, heads]
+    for the head forms); h_new is a new contiguous [T, H] bfloat16 tensor.
+    """
+    torch = _torch()
+    _check_cuda("x", x, (torch.bfloat16,))
+    dev = x.device
+    T, heads, H, xs, xsh = _rows_layout("x", x)
+    wd = _weight(w, H, dev)
+    res = residual is not None
+    if res and heads != 1:
+        raise ValueError("residual is given but x has shape %s; the fused residual add is for [T, H] rows"
+                         % (tuple(x.shape),))
+    if out is None:
+        y = torch.empty(tuple(x.shape), dtype=torch.bfloat16, device=dev)
+    else:
+        _check_cuda("out", out, (torch.bfloat16,), dev)
+        y = out
+    _, _, _, ys, ysh = _rows_layout("out", y, x.shape)
+    rstd = torch.empty(_rstd_shape(T, heads), dtype=torch.float32, device=dev)
+    a = _lib.FwdArgs()
+    a.variant = None
+    a.x, a.x_stride, a.x_stride_h = x.data_ptr(), xs, xsh
+    a.w, a.w_dtype = w.data_ptr(), wd
+    a.form = _lib.FORMS["res" if res else _HEADS.get(heads, "plain")]
+    a.y, a.y_stride, a.y_stride_h = y.data_ptr(), ys, ysh
+    a.rstd = rstd.data_ptr()
+    a.T, a.H, a.heads = T, H, heads
+    a.eps = float(eps)
+    h_new = None
+    if res:
+        _check_cuda("residual", residual, (torch.bfloat16,), dev)
+        _, _, _, us, _ = _rows_layout("residual", residual, x.shape)
+        h_new = torch.empty((T, H), dtype=torch.bfloat16, device=dev)
+        a.u, a.u_stride = residual.data_ptr(), us
+        a.h_new, a.h_new_stride = h_new.data_ptr(), H
+    with torch.cuda.device(dev):
+        _lib.check(_lib.lib().ng_fwd(ctypes.byref(a), _stream(dev)))
+    return (y, rstd, h_new) if res else (y, rstd)
+
+
+def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, workspace=None, dx=None, dw=None):
+    """RMSNorm backward: dx (bfloat16, x's shape) and dw (float32 [H]).
+
+    dy, x: as in the forward (x is the forward's input; with the fused residual
+    add, the forward's h_new). dy may be expanded (stride 0) for the head forms.
+    rstd: the forward's float32 rstd (T*heads values, contiguous). dh_new:
+    [T, H] bfloat16 gradient reaching h_new from the residual stream (form
+    res): dx then holds dh = bf16(dx + dh_new) (one rounding).
+    deterministic: True runs bwd_det_chunked (bitwise reproducible), False
+    bwd_nondet_atomic (FP64 atomics; dw may differ in the last bits).
+    workspace: optional CUDA uint8 tensor of at least bwd_workspace_bytes(T*heads,
+    H, deterministic) bytes (allocated per call when None). dx, dw: optional
+    preallocated outputs (dx: x's shape, last dim contiguous; dw: float32 [H]).
+    Returns (dx, dw); dw is float32 whatever w's dtype.
+    """
+    torch = _torch()
+    _check_cuda("x", x, (torch.bfloat16,))
+    dev = x.device
+    T, heads, H, xs, xsh = _rows_layout("x", x)
+    _check_cuda("dy", dy, (torch.bfloat16,), dev)
+    _, _, _, dys, dysh = _rows_layout("dy", dy, x.shape)
+    wd = _weight(w, H, dev)
+    _check_cuda("rstd", rstd, (torch.float32,), dev)
+    if rstd.numel() != T * heads or not rstd.is_contiguous():
+        raise ValueError("rstd has shape %s (contiguous: %s); expected %d contiguous float32 values (T*heads)"
+                         % (tuple(rstd.shape), rstd.is_contiguous(), T * heads))
+    res = dh_new is not None
+    if res and heads != 1:
+        raise ValueError("dh_new is given but x has shape %s; the fused residual add is for [T, H] rows"
+                         % (tuple(x.shape),))
+    variant = _DET if deterministic else _NONDET
+    if dx is None:
+        dx = torch.empty(tuple(x.shape), dtype=torch.bfloat16, device=dev)
+    else:
+        _check_cuda("dx", dx, (torch.bfloat16,), dev)
+    _, _, _, dxs, dxsh = _rows_layout("dx", dx, x.shape)
+    if dw is None:
+        dw = torch.empty((H,), dtype=torch.float32, device=dev)
+    else:
+        _check_cuda("dw", dw, (torch.float32,), dev)
+        if tuple(dw.shape) != (H,) or (H > 1 and dw.stride(0) != 1):
+            raise ValueError("dw has shape %s; expected a contiguous [%d]" % (tuple(dw.shape), H))
+    need = _lib.bwd_workspace_bytes(variant, T * heads, H)
+    if workspace is None:
+        workspace = torch.empty((max(need, 1),), dtype=torch.uint8, device=dev)
+    else:
+        _check_cuda("workspace", workspace, (torch.uint8,), dev)
+        if not workspace.is_contiguous() or workspace.numel() < need:
+            raise ValueError("workspace has %d bytes (contiguous: %s); %s needs %d contiguous bytes"
+                             % (workspace.numel(), workspace.is_contiguous(), variant, need))
+    a = _lib.BwdArgs()
+    a.dy, a.dy_stride, a.dy_stride_h = dy.data_ptr(), dys, dysh
+    a.x, a.x_stride, a.x_stride_h = x.data_ptr(), xs, xsh
+    a.w, a.w_dtype = w.data_ptr(), wd
+    a.form = _lib.FORMS["res" if res else _HEADS.get(heads, "plain")]
+    a.rstd = rstd.data_ptr()
+    a.dx, a.dx_stride, a.dx_stride_h = dx.data_ptr(), dxs, dxsh
+    a.dw = dw.data_ptr()
+    a.T, a.H, a.heads = T, H, heads
+    a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    if res:
+        _check_cuda("dh_new", dh_new, (torch.bfloat16,), dev)
+        _, _, _, dns, _ = _rows_layout("dh_new", dh_new, x.shape)
+        a.dh_new, a.dh_new_stride = dh_new.data_ptr(), dns
+    with torch.cuda.device(dev):
+        _lib.check(_lib.lib().ng_bwd(variant.encode(), ctypes.byref(a), _stream(dev)))
+    return dx, dw
+
+
+def _autograd_function():
+    torch = _torch()
+
+    class RMSNormFunction(torch.autograd.Function):
+        """Autograd over normgate's kernels: y = rms_norm(x) * w.
+
+        forward(ctx, x, w, eps=1e-6, deterministic=True) -> y. backward returns
+        (dx, dw) with dw cast to w.dtype (the kernel's dw is float32; for a bf16 w
+        autograd needs a bf16 gradient, so dw is rounded once to bf16 there). An
+        incoming gradient whose layout the kernel cannot take (last dim not
+        contiguous, or a stride-0 [T, H]) is made contiguous first: autograd
+        chooses that tensor, so this is the one place that copies.
+        """
+
+        @staticmethod
+        def forward(ctx, x, w, eps=1e-6, deterministic=True):
+            y, rstd = rmsnorm_train_forward(x, w, eps)
+            ctx.save_for_backward(x, w, rstd)
+            ctx.deterministic = deterministic
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, rstd = ctx.saved_tensors
+            if dy.dtype != torch.bfloat16:
+                dy = dy.to(torch.bfloat16)
+            ok = dy.stride(-1) == 1 and (dy.dim() == 3 or dy.shape[0] <= 1 or dy.stride(0) >= dy.shape[1])
+            if not ok:
+                dy = dy.contiguous()
+            dx, dw = rmsnorm_train_backward(dy, x, w, rstd, deterministic=ctx.deterministic)
+            return dx, dw.to(w.dtype), None, None
+
+    return RMSNormFunction
+
+
+_fn_cache = {}
+
+
+def __getattr__(name):
+    # RMSNormFunction is defined on first access (it subclasses a torch class).
+    if name == "RMSNormFunction":
+        if "f" not in _fn_cache:
+            _fn_cache["f"] = _autograd_function()
+        return _fn_cache["f"]
+    raise AttributeError("module 'normgate' has no attribute %r" % name)
+
+
+def rms_norm(x, w, eps=1e-6, deterministic=True):
+    """y = RMSNorm(x) * w with autograd (RMSNormFunction): dx bf16, dw in w's dtype."""
+    return __getattr__("RMSNormFunction").apply(x, w, eps, deterministic)
+
+
+def generate(case_id, device="cuda"):
+    """The inputs of a case (the host generator's bits: what every normgate check uses).
+
+    Returns a dict: x (or h and u for form res), dy, dh_new (res), w (bfloat16
+    or float32 per the case), eps (float), form (str), T, H, heads, case (the
+    canonical id). Tensors are contiguous, [T, H] or [T, heads, 256], on `device`.
+    """
+    torch = _torch()
+    info = _lib.case_info(case_id)
+    T, H, heads, rows = info["T"], info["H"], info["heads"], info["rows"]
+    shape = (T, H) if heads == 1 else (T, heads, H)
+    n = rows * H
+    res = info["form"] == "res"
+
+    def bf16():
+        return torch.empty((n,), dtype=torch.bfloat16)
+
+    x, dy = bf16(), bf16()
+    w = torch.empty((H,), dtype=torch.bfloat16 if info["w"] == "bf16" else torch.float32)
+    b = _lib.HostInputs()
+    b.x, b.x_elems = x.data_ptr(), n
+    b.dy, b.dy_elems = dy.data_ptr(), n
+    b.w, b.w_elems = w.data_ptr(), H
+    u = dh_new = None
+    if res:
+        u, dh_new = bf16(), bf16()
+        b.u, b.u_elems = u.data_ptr(), n
+        b.dh_new, b.dh_new_elems = dh_new.data_ptr(), n
+    _lib.check(_lib.lib().ng_generate_host(case_id.encode(), ctypes.byref(b)))
+    out = {"dy": dy.view(shape).to(device), "w": w.to(device), "eps": info["eps"], "form": info["form"],
+           "T": T, "H": H, "heads": heads, "case": info["case"]}
+    if res:
+        out["h"] = x.view(shape).to(device)
+        out["u"] = u.view(shape).to(device)
+        out["dh_new"] = dh_new.view(shape).to(device)
+    else:
+        out["x"] = x.view(shape).to(device)
+    return out
+
+
+_OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
+
+
+class Oracle:
+    """The FP64 oracle of one case (inputs generated on the host, reference with
+    MPFR escalation), computed once; validate() any number of implementations'
+    outputs against it. A context manager (close() frees it).
+
+        with normgate.Oracle("H=4096,T=4097,w=bf16,form=plain,family=cancel,seed=0") as o:
+            report = o.validate(y=y, rstd=rstd, dx=dx, dw=dw)
+            assert report["pass"], report
+    """
+
+    def __init__(self, case_id, threads=0):
+        self._h = None
+        self.info = _lib.case_info(case_id)
+        self.case = self.info["case"]
+        self._h = _lib.oracle_open(case_id, threads)
+
+    def close(self):
+        h, self._h = self._h, None
+        _lib.oracle_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def validate(self, y=None, rstd=None, dx=None, dw=None, h_new=None):
+        """Validate the given outputs (None: not produced, reported absent) and
+        return the report (a dict: case, pass, verdict, outputs{name: {present,
+        err_tol, worst, pass, ...}}, absent, uncertified, dw_vs_fp32).
+
+        Tensors may be on any device and in any layout of the right shape: they
+        are COPIED to contiguous host memory first (this is the one place that
+        copies). dtypes: y, dx, h_new bfloat16; rstd, dw float32 (else
+        ValueError). Shapes: y, dx, h_new T*heads*H elements (form res: dx is
+        dh), rstd T*heads, dw H.
+        """
+        torch = _torch()
+        if self._h is None:
+            raise ValueError("Oracle is closed")
+        o = _lib.Outputs()
+        keep = []
+        for name, t in (("y", y), ("rstd", rstd), ("dx", dx), ("dw", dw), ("h_new", h_new)):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise ValueError("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
+            want = getattr(torch, _OUT_DTYPES[name])
+            if t.dtype != want:
+                raise ValueError("%s has dtype %s; expected %s" % (name, t.dtype, want))
+            h = t.detach().to("cpu").contiguous()
+            keep.append(h)
+            setattr(o, name, h.data_ptr())
+            setattr(o, name + "_elems", h.numel())
+        return _lib.oracle_validate(self._h, o)
+
+
+def check(impl, case_id, device="cuda"):
+    """Run `impl` on a case's inputs and validate what it returns.
+
+    impl: a callable taking generate(case_id, device)'s dict and returning a
+    dict with any of y, rstd, dx, dw, h_new (torch tensors; the others are
+    reported absent). Returns the Oracle's report (see Oracle.validate).
+    """
+    inputs = generate(case_id, device)
+    outs = impl(inputs)
+    if not isinstance(outs, dict):
+        raise ValueError("impl must return a dict of outputs, got %s" % type(outs).__name__)
+    unknown = sorted(set(outs) - set(_OUT_DTYPES))
+    if unknown:
+        raise ValueError("impl returned unknown outputs %s (expected any of y, rstd, dx, dw, h_new)" % unknown)
+    with Oracle(case_id) as o:
+        return o.validate(**outs)

@@ -1,0 +1,219 @@
+"""Loader and ctypes declarations of libnormgate_capi.so (capi/include/normgate/capi.h).
+
+The library is found, on first use (importing the package never fails):
+  1. at $NORMGATE_LIB (a path to the .so), else
+  2. at ../../build/capi/libnormgate_capi.so relative to this package
+     (the repository's build folder: scripts/build makes it).
+Nothing here imports torch.
+"""
+
+import ctypes
+import json
+import os
+import threading
+
+# Return codes and enum values of capi.h.
+NG_OK = 0
+NG_EFAIL = 1
+NG_EINVAL = 2
+NG_W_BF16 = 0
+NG_W_FP32 = 1
+FORMS = {"plain": 0, "res": 1, "heads24": 2, "heads4": 3}
+FORM_NAMES = {v: k for k, v in FORMS.items()}
+NG_CASE_ID_BYTES = 256
+NG_REPORT_BYTES = 65536
+
+_c_i64 = ctypes.c_int64
+_c_u64 = ctypes.c_uint64
+_c_i32 = ctypes.c_int32
+_vp = ctypes.c_void_p
+
+
+class FwdArgs(ctypes.Structure):
+    """ng_fwd_args (field order and types as in capi.h)."""
+
+    _fields_ = [
+        ("variant", ctypes.c_char_p),
+        ("x", _vp), ("x_stride", _c_i64), ("x_stride_h", _c_i64),
+        ("w", _vp), ("w_dtype", _c_i32), ("form", _c_i32),
+        ("y", _vp), ("y_stride", _c_i64), ("y_stride_h", _c_i64),
+        ("rstd", _vp),
+        ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64),
+        ("eps", ctypes.c_float),
+        ("u", _vp), ("u_stride", _c_i64),
+        ("h_new", _vp), ("h_new_stride", _c_i64),
+    ]
+
+
+class BwdArgs(ctypes.Structure):
+    """ng_bwd_args."""
+
+    _fields_ = [
+        ("dy", _vp), ("dy_stride", _c_i64), ("dy_stride_h", _c_i64),
+        ("x", _vp), ("x_stride", _c_i64), ("x_stride_h", _c_i64),
+        ("w", _vp), ("w_dtype", _c_i32), ("form", _c_i32),
+        ("rstd", _vp),
+        ("dx", _vp), ("dx_stride", _c_i64), ("dx_stride_h", _c_i64),
+        ("dw", _vp),
+        ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64),
+        ("workspace", _vp), ("workspace_bytes", _c_u64),
+        ("dh_new", _vp), ("dh_new_stride", _c_i64),
+    ]
+
+
+class CaseInfo(ctypes.Structure):
+    """ng_case_info_t."""
+
+    _fields_ = [
+        ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64), ("rows", _c_i64),
+        ("form", _c_i32), ("w_dtype", _c_i32),
+        ("eps", ctypes.c_double), ("kappa", ctypes.c_double),
+        ("seed", _c_u64),
+        ("family", ctypes.c_char * 16),
+        ("canonical", ctypes.c_char * NG_CASE_ID_BYTES),
+    ]
+
+
+class HostInputs(ctypes.Structure):
+    """ng_host_inputs."""
+
+    _fields_ = [
+        ("x", _vp), ("x_elems", _c_u64),
+        ("dy", _vp), ("dy_elems", _c_u64),
+        ("w", _vp), ("w_elems", _c_u64),
+        ("u", _vp), ("u_elems", _c_u64),
+        ("dh_new", _vp), ("dh_new_elems", _c_u64),
+    ]
+
+
+class Outputs(ctypes.Structure):
+    """ng_outputs."""
+
+    _fields_ = [
+        ("y", _vp), ("y_elems", _c_u64),
+        ("rstd", _vp), ("rstd_elems", _c_u64),
+        ("dx", _vp), ("dx_elems", _c_u64),
+        ("dw", _vp), ("dw_elems", _c_u64),
+        ("h_new", _vp), ("h_new_elems", _c_u64),
+    ]
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def library_path():
+    """The path the library is loaded from ($NORMGATE_LIB, else the build folder)."""
+    env = os.environ.get("NORMGATE_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "capi", "libnormgate_capi.so"))
+
+
+def lib():
+    """The loaded library (loaded and declared once). Raises RuntimeError with
+    the path tried and how to build it when it cannot be loaded."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not os.path.exists(path):
+            raise RuntimeError(
+                "normgate: libnormgate_capi.so not found at " + path +
+                (" ($NORMGATE_LIB)" if os.environ.get("NORMGATE_LIB") else
+                 " (build it with scripts/build, or set NORMGATE_LIB to its path)"))
+        try:
+            L = ctypes.CDLL(path)
+        except OSError as e:
+            raise RuntimeError("normgate: cannot load " + path + ": " + str(e)) from None
+        L.ng_version.restype = ctypes.c_char_p
+        L.ng_version.argtypes = []
+        L.ng_last_error.restype = ctypes.c_char_p
+        L.ng_last_error.argtypes = []
+        L.ng_device_available.restype = ctypes.c_int
+        L.ng_device_available.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        L.ng_fwd.restype = ctypes.c_int
+        L.ng_fwd.argtypes = [ctypes.POINTER(FwdArgs), _vp]
+        L.ng_bwd.restype = ctypes.c_int
+        L.ng_bwd.argtypes = [ctypes.c_char_p, ctypes.POINTER(BwdArgs), _vp]
+        L.ng_bwd_workspace_bytes.restype = ctypes.c_int
+        L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
+        L.ng_case_info.restype = ctypes.c_int
+        L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
+        L.ng_generate_host.restype = ctypes.c_int
+        L.ng_generate_host.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs)]
+        L.ng_oracle_open.restype = ctypes.c_int
+        L.ng_oracle_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_vp)]
+        L.ng_oracle_validate.restype = ctypes.c_int
+        L.ng_oracle_validate.argtypes = [_vp, ctypes.POINTER(Outputs), ctypes.c_char_p, ctypes.c_size_t,
+                                         ctypes.POINTER(ctypes.c_size_t)]
+        L.ng_oracle_close.restype = None
+        L.ng_oracle_close.argtypes = [_vp]
+        _lib = L
+        return L
+
+
+def check(rc):
+    """Raise for a non-zero return code: ValueError (NG_EINVAL) or RuntimeError
+    (NG_EFAIL), with the library's message (it names the bad value)."""
+    if rc == NG_OK:
+        return
+    msg = (lib().ng_last_error() or b"").decode("utf-8", "replace")
+    if rc == NG_EINVAL:
+        raise ValueError(msg)
+    raise RuntimeError(msg or "normgate: call failed with code %d" % rc)
+
+
+def _bytes(s, what):
+    if not isinstance(s, str):
+        raise ValueError("%s must be a str, got %r" % (what, type(s).__name__))
+    return s.encode("utf-8")
+
+
+def version():
+    return lib().ng_version().decode()
+
+
+def device_available():
+    out = ctypes.c_int(0)
+    check(lib().ng_device_available(ctypes.byref(out)))
+    return bool(out.value)
+
+
+def case_info(case_id):
+    """ng_case_info as a dict: T, H, heads, rows, form (name), w ("bf16"|"fp32"),
+    eps, kappa, seed, family, case (the canonical id)."""
+    info = CaseInfo()
+    check(lib().ng_case_info(_bytes(case_id, "case_id"), ctypes.byref(info)))
+    return {
+        "T": info.T, "H": info.H, "heads": info.heads, "rows": info.rows,
+        "form": FORM_NAMES[info.form], "w": "bf16" if info.w_dtype == NG_W_BF16 else "fp32",
+        "eps": info.eps, "kappa": info.kappa, "seed": info.seed,
+        "family": info.family.decode(), "case": info.canonical.decode(),
+    }
+
+
+def bwd_workspace_bytes(variant, rows, H):
+    out = _c_u64(0)
+    check(lib().ng_bwd_workspace_bytes(_bytes(variant, "variant"), int(rows), int(H), ctypes.byref(out)))
+    return int(out.value)
+
+
+def oracle_open(case_id, threads=0):
+    h = _vp()
+    check(lib().ng_oracle_open(_bytes(case_id, "case_id"), int(threads), ctypes.byref(h)))
+    return h
+
+
+def oracle_validate(handle, outs):
+    buf = ctypes.create_string_buffer(NG_REPORT_BYTES)
+    needed = ctypes.c_size_t(0)
+    check(lib().ng_oracle_validate(handle, ctypes.byref(outs), buf, NG_REPORT_BYTES, ctypes.byref(needed)))
+    return json.loads(buf.value.decode("utf-8"))
+
+
+def oracle_close(handle):
+    if handle:
+        lib().ng_oracle_close(handle)

@@ -1,0 +1,78 @@
+"""The ctypes mirror of capi.h (python/normgate/_lib.py) and the library
+loader, without torch: struct layouts (the same offsets tests/capi/capi_test.cpp
+pins on the C side), version, case info, and error mapping.
+
+Runs under pytest, or alone (`python3 python/tests/test_abi.py`, as ctest's
+python_capi test does, with NORMGATE_LIB set); prints "N passed, N failed".
+"""
+
+import ctypes
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from normgate import _lib  # noqa: E402
+import normgate  # noqa: E402
+
+# (struct, size, {field: offset}) as in capi.h on x86-64 / aarch64 Linux.
+LAYOUTS = [
+    (_lib.FwdArgs, 144, {"variant": 0, "x": 8, "x_stride_h": 24, "w_dtype": 40, "form": 44, "y": 48, "rstd": 72,
+                         "T": 80, "heads": 96, "eps": 104, "u": 112, "h_new_stride": 136}),
+    (_lib.BwdArgs, 160, {"dy": 0, "x": 24, "w_dtype": 56, "form": 60, "rstd": 64, "dw": 96, "T": 104,
+                         "workspace": 128, "workspace_bytes": 136, "dh_new_stride": 152}),
+    (_lib.CaseInfo, 336, {"form": 32, "eps": 40, "seed": 56, "family": 64, "canonical": 80}),
+    (_lib.HostInputs, 80, {"dh_new_elems": 72}),
+    (_lib.Outputs, 80, {"h_new_elems": 72}),
+]
+
+
+def test_struct_layouts_match_the_c_header():
+    for cls, size, offsets in LAYOUTS:
+        assert ctypes.sizeof(cls) == size, (cls.__name__, ctypes.sizeof(cls), size)
+        for field, off in offsets.items():
+            assert getattr(cls, field).offset == off, (cls.__name__, field, getattr(cls, field).offset, off)
+
+
+def test_loader_version_case_info_and_errors():
+    assert os.path.exists(normgate.library_path()), normgate.library_path()
+    assert normgate.version().startswith("normgate ")
+    assert normgate.device_available() in (True, False)
+    info = normgate.case_info("H=256,T=3,w=bf16,form=heads24,family=cancel,seed=1")
+    assert (info["heads"], info["rows"], info["form"], info["w"]) == (24, 72, "heads24", "bf16")
+    assert info["case"] == "H=256,T=3,w=bf16,form=heads24,family=cancel,seed=1"
+    try:
+        normgate.case_info("H=64,T=3,w=bf16,form=plain,family=normal,seed=x")
+    except ValueError as e:
+        assert "seed" in str(e), str(e)
+    else:
+        raise AssertionError("a bad case id must raise ValueError")
+    try:
+        _lib.bwd_workspace_bytes("bwd_bogus", 10, 64)
+    except ValueError as e:
+        assert "bwd_bogus" in str(e), str(e)
+    else:
+        raise AssertionError("an unknown variant must raise ValueError")
+    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 64 * 8
+
+
+def test_import_needs_no_torch():
+    pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    env = dict(os.environ, PYTHONPATH=pkg)
+    code = "import sys, normgate; normgate.version(); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+if __name__ == "__main__":
+    passed = failed = 0
+    for name, fn in sorted(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                passed += 1
+            except Exception as e:  # report and go on
+                failed += 1
+                print("FAILED %s: %r" % (name, e))
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,275 @@
+"""Tests of the Python package normgate (python/normgate) over libnormgate_capi.so.
+
+Run from the repository root after scripts/build:
+
+    PYTHONPATH=python python3 -m pytest python/tests
+
+Needs torch (skipped without it). Tests marked gpu also need a CUDA device
+(skipped without one); the others run on the CPU: the generator, the oracle
+(fed by an FP64 torch reference), and argument errors.
+"""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import normgate  # noqa: E402
+from normgate import _lib  # noqa: E402
+
+
+def _have_lib():
+    try:
+        _lib.lib()
+        return True
+    except RuntimeError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _have_lib(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available() or not _have_lib() or not normgate.device_available(),
+                         reason="no CUDA device (torch and normgate both need one)")
+
+
+def reference(inp):
+    """RMSNorm forward and backward in FP64 on any device, rounded once to the
+    output dtypes: within every budget (what an exact kernel returns)."""
+    f64 = torch.float64
+    res = inp["form"] == "res"
+    H = inp["H"]
+    x = inp["h"] if res else inp["x"]
+    if res:
+        hn = (x.to(f64) + inp["u"].to(f64)).to(torch.float32).to(torch.bfloat16)  # exact sum, then rounded
+        x = hn
+    xr = x.reshape(-1, H).to(f64)
+    dy = inp["dy"].reshape(-1, H).to(f64)
+    w = inp["w"].to(f64)
+    rstd = 1.0 / torch.sqrt((xr * xr).mean(dim=1) + inp["eps"])
+    xhat = xr * rstd[:, None]
+    y = xhat * w
+    g = dy * w
+    c = (g * xhat).mean(dim=1)
+    dx = rstd[:, None] * (g - xhat * c[:, None])
+    if res:
+        dx = dx + inp["dh_new"].reshape(-1, H).to(f64)
+    dw = (dy * xhat).sum(dim=0)
+    out = {"y": y.to(torch.bfloat16), "rstd": rstd.to(torch.float32), "dx": dx.to(torch.bfloat16),
+           "dw": dw.to(torch.float32)}
+    if res:
+        out["h_new"] = hn
+    return out
+
+
+# ---- CPU: generator, oracle, errors ------------------------------------------
+
+def test_import_needs_no_gpu_and_names_the_library():
+    assert normgate.version().startswith("normgate ")
+    assert os.path.exists(normgate.library_path())
+    info = normgate.case_info("seed=3,family=llm,w=fp32,form=heads4,T=7,H=256")
+    assert info["case"] == "H=256,T=7,w=fp32,form=heads4,family=llm,seed=3"
+    assert (info["T"], info["H"], info["heads"], info["rows"], info["form"], info["w"]) == (7, 256, 4, 28, "heads4", "fp32")
+    with pytest.raises(ValueError, match="bf17"):
+        normgate.case_info("H=64,T=10,w=bf17,form=plain,family=normal,seed=0")
+
+
+def test_generate_shapes_dtypes_and_determinism():
+    a = normgate.generate("H=256,T=5,w=fp32,form=heads24,family=cancel,seed=1", device="cpu")
+    assert a["x"].shape == (5, 24, 256) and a["x"].dtype == torch.bfloat16 and a["x"].is_contiguous()
+    assert a["dy"].shape == (5, 24, 256)
+    assert a["w"].shape == (256,) and a["w"].dtype == torch.float32
+    assert (a["form"], a["T"], a["H"], a["heads"], a["eps"]) == ("heads24", 5, 256, 24, 1e-6)
+    b = normgate.generate("H=256,T=5,w=fp32,form=heads24,family=cancel,seed=1", device="cpu")
+    assert torch.equal(a["x"].view(torch.int16), b["x"].view(torch.int16))
+    c = normgate.generate("H=256,T=5,w=fp32,form=heads24,family=cancel,seed=2", device="cpu")
+    assert not torch.equal(a["x"].view(torch.int16), c["x"].view(torch.int16))
+    r = normgate.generate("H=64,T=3,w=bf16,form=res,family=normal,seed=0", device="cpu")
+    assert set(r) >= {"h", "u", "dy", "dh_new", "w"} and "x" not in r
+    assert r["w"].dtype == torch.bfloat16 and r["h"].shape == (3, 64)
+
+
+@pytest.mark.parametrize("case", [
+    "H=96,T=70,w=bf16,form=plain,family=llm,seed=2",
+    "H=256,T=9,w=fp32,form=heads24,family=normal,seed=1",
+    "H=256,T=11,w=bf16,form=heads4,family=normal,seed=3",
+])
+def test_oracle_passes_an_exact_reference_and_fails_a_perturbed_dx(case):
+    inp = normgate.generate(case, device="cpu")
+    out = reference(inp)
+    with normgate.Oracle(case) as o:
+        rep = o.validate(**out)
+        assert rep["pass"] and rep["verdict"] == "pass", rep
+        assert rep["absent"] == []
+        assert all(rep["outputs"][k]["err_tol"] <= 1 for k in ("y", "rstd", "dx", "dw"))
+        # One dx element far off: FAIL at that flat index.
+        dx = out["dx"].clone().reshape(-1)
+        dx[123] += 64
+        rep = o.validate(**{**out, "dx": dx.reshape(out["dx"].shape)})
+        assert not rep["pass"] and rep["verdict"] == "fail"
+        assert rep["outputs"]["dx"]["worst"] == 123 and not rep["outputs"]["dx"]["pass"]
+        # Forward only: backward outputs absent.
+        rep = o.validate(y=out["y"], rstd=out["rstd"])
+        assert rep["pass"] and rep["absent"] == ["dx", "dw"]
+        assert rep["outputs"]["dw"] == {"present": False}
+        with pytest.raises(ValueError, match="dw has dtype"):
+            o.validate(dw=out["dw"].to(torch.float64))
+        with pytest.raises(ValueError, match="no output given"):
+            o.validate()
+
+
+def test_check_runs_an_impl_against_the_oracle():
+    rep = normgate.check(reference, "H=64,T=33,w=bf16,form=res,family=llm,seed=5", device="cpu")
+    assert rep["pass"], rep
+    assert rep["outputs"]["h_new"]["pass"]
+    rep = normgate.check(lambda inp: {"dw": reference(inp)["dw"]}, "H=32,T=10,w=fp32,form=plain,family=normal,seed=0",
+                         device="cpu")
+    assert rep["pass"] and rep["absent"] == ["y", "rstd", "dx"]
+    with pytest.raises(ValueError, match="unknown outputs"):
+        normgate.check(lambda inp: {"z": inp["x"]}, "H=32,T=10,w=fp32,form=plain,family=normal,seed=0", device="cpu")
+
+
+def test_argument_errors_name_the_bad_value_without_a_gpu():
+    x = torch.zeros((4, 64), dtype=torch.bfloat16)
+    w = torch.ones((64,), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="x is on cpu"):
+        normgate.rmsnorm_train_forward(x, w)
+    with pytest.raises(ValueError, match="x must be a torch.Tensor"):
+        normgate.rmsnorm_train_forward([1, 2], w)
+    with pytest.raises(ValueError, match="unknown"):
+        normgate.Oracle("H=64,T=10,w=bf16,form=plain,family=normal,seed=0,colour=red")
+    with pytest.raises(ValueError, match="negative control"):
+        _lib.bwd_workspace_bytes("ctl_fp32_seq", 10, 64)
+    assert normgate.bwd_workspace_bytes(10, 64, deterministic=False) == 64 * 8
+
+
+# ---- GPU: the kernels ---------------------------------------------------------
+
+def _kernels(deterministic=True):
+    def impl(inp):
+        w, eps = inp["w"], inp["eps"]
+        if inp["form"] == "res":
+            y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], w, eps, residual=inp["u"])
+            dx, dw = normgate.rmsnorm_train_backward(inp["dy"], h_new, w, rstd, dh_new=inp["dh_new"],
+                                                     deterministic=deterministic)
+            return {"y": y, "rstd": rstd, "dx": dx, "dw": dw, "h_new": h_new}
+        y, rstd = normgate.rmsnorm_train_forward(inp["x"], w, eps)
+        dx, dw = normgate.rmsnorm_train_backward(inp["dy"], inp["x"], w, rstd, deterministic=deterministic)
+        return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
+    return impl
+
+
+@gpu
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("case", [
+    "H=2048,T=515,w=bf16,form=plain,family=cancel,seed=0",
+    "H=4096,T=300,w=fp32,form=plain,family=llm,seed=1",
+    "H=256,T=300,w=bf16,form=heads24,family=cancel,seed=2",
+    "H=256,T=129,w=fp32,form=heads4,family=normal,seed=3",
+    "H=6144,T=64,w=bf16,form=res,family=cancel,seed=4",
+])
+def test_kernels_pass_the_oracle(case, deterministic):
+    rep = normgate.check(_kernels(deterministic), case)
+    assert rep["pass"], rep
+
+
+@gpu
+def test_strided_heads24_view_runs_without_a_copy(monkeypatch):
+    inp = normgate.generate("H=256,T=200,w=bf16,form=heads24,family=llm,seed=7")
+    x, dy, w = inp["x"], inp["dy"], inp["w"]
+    packed = torch.zeros((200, 40, 256), dtype=torch.bfloat16, device="cuda")  # q, k, v heads of one row
+    packed[:, :24] = x
+    q = packed[:, :24, :]
+    assert not q.is_contiguous() and q.stride() == (40 * 256, 256, 1)
+    y_ref, rstd_ref = normgate.rmsnorm_train_forward(x, w)
+    dx_ref, dw_ref = normgate.rmsnorm_train_backward(dy, x, w, rstd_ref)
+
+    def no_copy(*a, **k):
+        raise AssertionError("normgate copied a tensor")
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", no_copy)
+    monkeypatch.setattr(torch.Tensor, "clone", no_copy)
+    y, rstd = normgate.rmsnorm_train_forward(q, w)
+    dx, dw = normgate.rmsnorm_train_backward(dy, q, w, rstd)
+    monkeypatch.undo()
+    torch.cuda.synchronize()
+    assert torch.equal(y.view(torch.int16), y_ref.view(torch.int16))
+    assert torch.equal(rstd, rstd_ref)
+    assert torch.equal(dx.view(torch.int16), dx_ref.view(torch.int16))
+    assert torch.equal(dw, dw_ref)
+    assert torch.equal(packed[:, 24:], torch.zeros_like(packed[:, 24:]))  # nothing outside the view written
+    with normgate.Oracle(inp["case"]) as o:
+        assert o.validate(y=y, rstd=rstd, dx=dx, dw=dw)["pass"]
+    # A view whose last dim is strided is refused, not copied.
+    with pytest.raises(ValueError, match="last dim is not contiguous"):
+        normgate.rmsnorm_train_forward(packed[:, :24, ::2].expand(200, 24, 128), w)
+
+
+@gpu
+def test_expanded_dy_and_preallocated_outputs():
+    inp = normgate.generate("H=256,T=64,w=fp32,form=heads4,family=normal,seed=1")
+    x, w = inp["x"], inp["w"]
+    y, rstd = normgate.rmsnorm_train_forward(x, w)
+    row = inp["dy"][0, 0]
+    dy_exp = row.expand(64, 4, 256)  # strides (0, 0, 1)
+    ws = torch.empty((normgate.bwd_workspace_bytes(64 * 4, 256),), dtype=torch.uint8, device="cuda")
+    dx = torch.empty_like(x)
+    dw = torch.empty((256,), dtype=torch.float32, device="cuda")
+    dx2, dw2 = normgate.rmsnorm_train_backward(dy_exp, x, w, rstd, workspace=ws, dx=dx, dw=dw)
+    assert dx2 is dx and dw2 is dw
+    dx3, dw3 = normgate.rmsnorm_train_backward(dy_exp.contiguous(), x, w, rstd)
+    assert torch.equal(dx.view(torch.int16), dx3.view(torch.int16)) and torch.equal(dw, dw3)
+    out = torch.empty_like(x)
+    y2, _ = normgate.rmsnorm_train_forward(x, w, out=out)
+    assert y2 is out and torch.equal(out.view(torch.int16), y.view(torch.int16))
+    with pytest.raises(ValueError, match="workspace has"):
+        normgate.rmsnorm_train_backward(dy_exp, x, w, rstd, workspace=ws[:16])
+
+
+@gpu
+def test_nondet_dw_close_to_det():
+    inp = normgate.generate("H=4096,T=4097,w=bf16,form=plain,family=llm,seed=3")
+    x, dy, w = inp["x"], inp["dy"], inp["w"]
+    _, rstd = normgate.rmsnorm_train_forward(x, w)
+    dx_d, dw_d = normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=True)
+    dx_n, dw_n = normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=False)
+    assert torch.equal(dx_d.view(torch.int16), dx_n.view(torch.int16))  # same row code
+    torch.testing.assert_close(dw_n, dw_d, rtol=1e-5, atol=1e-6)
+    dx_d2, dw_d2 = normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=True)
+    assert torch.equal(dw_d, dw_d2)  # bitwise reproducible
+
+
+@gpu
+def test_value_errors_on_bad_dtype_shape_device():
+    x = torch.zeros((8, 64), dtype=torch.float32, device="cuda")
+    w = torch.ones((64,), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="x has dtype torch.float32"):
+        normgate.rmsnorm_train_forward(x, w)
+    xb = x.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="w has shape"):
+        normgate.rmsnorm_train_forward(xb, w[:32])
+    with pytest.raises(ValueError, match="w has dtype"):
+        normgate.rmsnorm_train_forward(xb, w.to(torch.float16))
+    with pytest.raises(ValueError, match="w is on cpu"):
+        normgate.rmsnorm_train_forward(xb, w.cpu())
+    with pytest.raises(ValueError, match="per-head tensors"):
+        normgate.rmsnorm_train_forward(torch.zeros((2, 8, 256), dtype=torch.bfloat16, device="cuda"), w)
+    with pytest.raises(ValueError, match="H = 0|H=0|out of range"):
+        normgate.rmsnorm_train_forward(torch.zeros((2, 0), dtype=torch.bfloat16, device="cuda"), w[:0])
+
+
+@gpu
+def test_autograd_rms_norm_matches_the_direct_calls():
+    inp = normgate.generate("H=1024,T=256,w=bf16,form=plain,family=llm,seed=9")
+    x = inp["x"].clone().requires_grad_(True)
+    w = inp["w"].clone().requires_grad_(True)
+    y = normgate.rms_norm(x, w, eps=inp["eps"])
+    y.backward(inp["dy"])
+    _, rstd = normgate.rmsnorm_train_forward(inp["x"], inp["w"], inp["eps"])
+    dx, dw = normgate.rmsnorm_train_backward(inp["dy"], inp["x"], inp["w"], rstd)
+    assert torch.equal(x.grad.view(torch.int16), dx.view(torch.int16))
+    assert w.grad.dtype == torch.bfloat16 and torch.equal(w.grad, dw.to(torch.bfloat16))
+    # y.sum() hands autograd an expanded all-stride-0 gradient: made contiguous, documented.
+    x.grad = None
+    normgate.rms_norm(x, w).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
