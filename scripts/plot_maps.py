@@ -168,7 +168,22 @@ def read_entry(path, grp, maps, key):
     e["hist_upper"] = up
     e["hist"] = {h: dataset(path, maps, h, (nb,)).astype(np.int64) for h in HIST_NAMES}
     e["max_ratio"] = {o: attr_float(path, grp, f"max_ratio_{o}") for o in ("y", "rstd", "dx", "dw")}
+    # A case file records no max_ratio_*: the maps hold the exact maxima (tiles are max-pooled).
+    maps_max = {"y": ("y_tiles", (tr, tc)), "rstd": ("rstd_ratio", (rows,)), "dx": None, "dw": None}
+    for o, src in maps_max.items():
+        if e["max_ratio"][o] is not None:
+            continue
+        v = e["dx_tiles"] if o == "dx" else e["dw_ratio"] if o == "dw" else \
+            dataset(path, maps, src[0], src[1]).astype(np.float64)
+        e["max_ratio"][o] = exact_max(v)
     return e
+
+
+def exact_max(v):
+    """Largest err/tol of an array (inf when any is non-finite, as ratio() reports a NaN); None when empty."""
+    if v.size == 0:
+        return None
+    return math.inf if not np.all(np.isfinite(v)) else float(np.max(v))
 
 
 def read_file(path):
@@ -242,7 +257,12 @@ def slug(case_id, impl, limit=56):
 def title_for(e, what):
     p = e["prov"]
     verdict = p["verdict"] or "?"
-    return f"{what}  [case verdict: {verdict}]\n{p['case_id']}\nimpl {p['impl']}  backend {p['backend'] or '?'}"
+    impl = p["impl"] + ("  (NEGATIVE CONTROL: built to fail dw on cancel)" if p["impl"].startswith("ctl_") else "")
+    where = f"\nwindow {p['window']}" if p.get("window") else ""
+    if p.get("window", "").startswith("fwd"):
+        where += "  (gates y, rstd; dx, dw: the backward run that carried it)"
+    return (f"{what}  [case verdict: {verdict}]\n{p['case_id']}\n"
+            f"impl {impl}  backend {p['backend'] or '?'}{where}")
 
 
 def fmt(v):
@@ -426,10 +446,10 @@ def plot_dx_tiles(e):
         notes.append(f"< {FLOOR:g} or 0 drawn at {FLOOR:g}")
     ax.set_xlabel(f"column j  (tile = {tile} columns; {tc} tile cols)\n" + "; ".join(notes))
     ax.set_ylabel(f"row r  (tile = {tile} rows; {tr} tile rows)")
-    mx = np.max(t)
-    a_, c_ = np.unravel_index(int(np.argmax(t)), t.shape)
-    colour_title(ax, e, f"dx max err/tol per {tile}x{tile} tile: max {fmt(float(mx))} "
-                 f"in tile ({a_}, {c_})")
+    mx = exact_max(t)
+    a_, c_ = np.unravel_index(int(np.argmax(np.where(np.isfinite(t), t, np.inf))), t.shape)
+    colour_title(ax, e, f"dx max err/tol per {tile}x{tile} tile: max {fmt(mx)} in the tile of "
+                 f"rows {redges[a_]}..{redges[a_ + 1] - 1}, cols {cedges[c_]}..{cedges[c_ + 1] - 1}")
     return fig
 
 
