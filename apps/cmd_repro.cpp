@@ -91,8 +91,10 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       // --from-report: the window's worst case and variant; then exactly `repro CASE --variant V`.
       std::string case_text = o->id, impl = o->impl;
       std::string from_line;
+      bool report_on_gpu = false;
       if (!o->report.empty()) {
         const nlohmann::json j = read_report(o->report);
+        report_on_gpu = j.is_object() && j.contains("backend") && j["backend"] == "gpu";
         validators::ReportWindow w;
         try {
           w = validators::select_report_window(j, o->window);
@@ -117,6 +119,8 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (backend == validators::Backend::cpu)
         std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
+      if (report_on_gpu && backend != validators::Backend::gpu)
+        std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");
       std::fputs(from_line.c_str(), stdout);
       validators::ReproOptions ro;
       ro.k = o->k;
