@@ -19,6 +19,7 @@
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "normgate/kernels/runner.h"
+#include "normgate/kernels/timing.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
@@ -138,6 +139,14 @@ int ng_device_available(int* out) {
   return guard("ng_device_available", [&] {
     need(out, "out");
     *out = nk::gpu_available() ? 1 : 0;
+  });
+}
+
+int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream) {
+  return guard("ng_copy_vec16", [&] {
+    need(dst, "dst");
+    need(src, "src");
+    nk::copy_vec16(dst, src, static_cast<size_t>(bytes), static_cast<nk::Stream>(stream));
   });
 }
 

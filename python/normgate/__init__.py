@@ -35,7 +35,7 @@ from ._lib import case_info, device_available, library_path, version
 __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
-    "bwd_workspace_bytes",
+    "bwd_workspace_bytes", "copy_vec16",
 ]
 
 _HEADS = {24: "heads24", 4: "heads4"}
@@ -114,6 +114,25 @@ def _rstd_shape(T, heads):
 def bwd_workspace_bytes(T_rows, H, deterministic=True):
     """Device workspace (bytes) the backward needs for T_rows = T*heads rows of length H."""
     return _lib.bwd_workspace_bytes(_DET if deterministic else _NONDET, T_rows, H)
+
+
+def copy_vec16(dst, src):
+    """Benchmark ceiling: copy src into dst (CUDA tensors, same number of bytes,
+    contiguous, 16-byte aligned, a multiple of 16 bytes) with normgate's
+    16-byte vectorized copy kernel on the current stream. Bandwidth = 2 *
+    bytes / time (read + write). ValueError for a bad tensor."""
+    torch = _torch()
+    for name, t in (("dst", dst), ("src", src)):
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            raise ValueError(f"copy_vec16: {name} must be a CUDA tensor, got {type(t).__name__}"
+                             f"{'' if not isinstance(t, torch.Tensor) else ' on ' + str(t.device)}")
+        if not t.is_contiguous():
+            raise ValueError(f"copy_vec16: {name} must be contiguous (strides {tuple(t.stride())})")
+    nbytes = src.numel() * src.element_size()
+    if dst.numel() * dst.element_size() != nbytes:
+        raise ValueError(f"copy_vec16: dst holds {dst.numel() * dst.element_size()} bytes, src {nbytes}")
+    with torch.cuda.device(src.device):
+        _lib.check(_lib.lib().ng_copy_vec16(_ptr(dst), _ptr(src), nbytes, _stream(src.device)))
 
 
 def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):

@@ -140,6 +140,8 @@ def lib():
         L.ng_bwd.argtypes = [ctypes.c_char_p, ctypes.POINTER(BwdArgs), _vp]
         L.ng_bwd_workspace_bytes.restype = ctypes.c_int
         L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
+        L.ng_copy_vec16.restype = ctypes.c_int
+        L.ng_copy_vec16.argtypes = [_vp, _vp, _c_u64, _vp]
         L.ng_case_info.restype = ctypes.c_int
         L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
         L.ng_generate_host.restype = ctypes.c_int

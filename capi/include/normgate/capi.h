@@ -158,6 +158,13 @@ NG_API int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream);
  * outside the variant's range. */
 NG_API int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H, uint64_t* out);
 
+/* Benchmark ceiling: enqueue a device-to-device copy of `bytes` bytes with
+ * 16-byte loads and stores (kernels/timing.h copy_vec16); the copy reads and
+ * writes `bytes` each, so its bandwidth is 2*bytes/time. dst and src: device
+ * pointers, 16-byte aligned, not overlapping; bytes % 16 == 0 (else
+ * NG_EINVAL naming the value). stream: as ng_fwd. */
+NG_API int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream);
+
 /* ---- cases and the host generator -------------------------------------- */
 
 /* What a case id (seeds/case_id.h, e.g.
