@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The peer benchmark (bench/peers.py) on a CUDA machine, in one call:
+#   1. install the peers' wheels from .whl/ (if present) into /tmp/site,
+#   2. build libnormgate_capi.so if no usable build is there (or use a carried one),
+#   3. python3 bench/peers.py $NG_PEERS_ARGS, writing peers.md / peers.json,
+#   4. pack logs into $OUT/peers.tgz (the device tool returns few files) and
+#      print the Markdown table last.
+# Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${NORMGATE_BUILD:-$root/build}"
+final="${OUT:-$root/out}"
+out="$final/peers"
+mkdir -p "$out"
+if compgen -G "$root/.whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1 || echo "peers: wheel install failed (see pip.log)"
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+lib="$build/capi/libnormgate_capi.so"
+if [ ! -f "$lib" ]; then
+  echo "peers: no $lib: building" | tee -a "$out/steps.log"
+  "$root/scripts/build" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+fi
+export NORMGATE_LIB="$lib"
+python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >"$out/env.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >>"$out/env.txt" 2>&1
+# shellcheck disable=SC2086
+timeout "${NG_PEERS_TIMEOUT:-540}" python3 "$root/bench/peers.py" ${NG_PEERS_ARGS:-} \
+  --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
+rc=$?
+tail -40 "$out/peers.log" | grep -v "^ *$" | tail -25
+echo "peers.py rc=$rc"
+[ -f "$out/peers.md" ] && cat "$out/peers.md"
+tar -czf "$final/peers.tgz" -C "$final" peers && rm -rf "$out"
