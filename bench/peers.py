@@ -280,6 +280,10 @@ class Timer:
         # within its replay (inputs come from outside), so graphs can share
         # memory and a row's ~30 graphs hold about one graph's worth.
         self.pool = torch.cuda.graph_pool_handle()
+        # Everything (inputs, eager runs, warm-up, capture, replays) runs on
+        # this one non-default stream: autograd runs a backward on the stream
+        # of its forward, and the legacy default stream cannot join a capture.
+        self.stream = torch.cuda.Stream()
 
     def flush(self):
         # A read of the whole buffer: only clean lines stay behind.
@@ -287,16 +291,23 @@ class Timer:
 
     def capture(self, fn):
         torch = self.torch
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
+        assert torch.cuda.current_stream() == self.stream, "capture() must run on Timer.stream"
+        for _ in range(3):
+            fn()
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
-            fn()
+        try:
+            with torch.cuda.graph(g, pool=self.pool, stream=self.stream):
+                fn()
+        except Exception:
+            # A failed capture can leave its pool recording: later captures
+            # get a fresh pool, so one implementation's failure stays its own.
+            self.pool = torch.cuda.graph_pool_handle()
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
         torch.cuda.synchronize()
         return g
 
@@ -313,16 +324,47 @@ class Timer:
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
 
+def triton_copy(torch):
+    """A Triton copy (8192 BF16 per program, 8 warps: 8 x 16-byte vectors per
+    thread), a second candidate for the copy ceiling; None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def _copy(dst, src, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+    def run(dst, src):
+        n = src.numel()
+        _copy[(triton.cdiv(n, 8192),)](dst, src, n, BLOCK=8192, num_warps=8)
+
+    return run
+
+
 def copy_ceiling(torch, timer, nbytes, reps):
-    """Bandwidth of normgate's 16-byte vectorized copy (bytes read + written), GB/s."""
+    """The copy ceiling: bandwidth (bytes read + written, GB/s) of the faster of
+    normgate's 16-byte vectorized copy and a Triton copy, same buffers."""
     import normgate
 
     n = (nbytes // 16) * 16
     src = torch.ones(n // 2, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
-    g = timer.capture(lambda: normgate.copy_vec16(dst, src))
-    t = statistics.median(timer.time(g, reps))
-    return 2 * n / (t * 1e-6) / 1e9, t
+    res = {}
+    cands = {"normgate copy_vec16": lambda: normgate.copy_vec16(dst, src)}
+    tc = triton_copy(torch)
+    if tc is not None:
+        cands["triton copy"] = lambda: tc(dst, src)
+    for name, fn in cands.items():
+        g = timer.capture(fn)
+        t = statistics.median(timer.time(g, reps))
+        res[name] = {"us": t, "GBps": 2 * n / (t * 1e-6) / 1e9}
+    best = max(res, key=lambda k: res[k]["GBps"])
+    return {"GBps": res[best]["GBps"], "us": res[best]["us"], "by": best, "bytes": n, "candidates": res}
 
 
 def run_row(torch, args, impls, errors, H, T, wname, timer, log):
@@ -468,7 +510,9 @@ def markdown(meta, rows, copy):
              f"({meta['rounds']} interleaved rounds, order rotated), L2 flushed before each, CUDA events. "
              f"Accuracy: worst of {meta['seeds']} seeds of family `{meta['family']}` through normgate's oracle. "
              f"det = normgate deterministic=True, ours = deterministic=False. "
-             f"Copy ceiling (normgate 16-byte copy, read + write): {fmt(copy.get('GBps'), '{:.0f}')} GB/s.\n")
+             f"Copy ceiling (read + write, faster of normgate's 16-byte copy and a Triton copy: {copy.get('by')}): "
+             f"{fmt(copy.get('GBps'), '{:.0f}')} GB/s; "
+             + ", ".join(f"{k} {v['GBps']:.0f} GB/s" for k, v in copy.get('candidates', {}).items()) + ".\n")
     if meta["peer_errors"]:
         L.append("Peers that could not run: " + "; ".join(f"{k}: `{v}`" for k, v in meta["peer_errors"].items()) + "\n")
     L.append("| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy) | A/A floor |")
@@ -504,7 +548,8 @@ def markdown(meta, rows, copy):
             L.append(f"| [{row['T']}, {row['H']}] {row['w']} | {n} | " +
                      " | ".join(fmt(i['us'].get(op)) for op in OPS) + " | " +
                      " | ".join(fmt(et.get(o), '{:.3g}') for o in ("y", "rstd", "dx", "dw")) +
-                     f" | {i.get('dw_dtype', '—')} | " +
+                     f" | {i.get('dw_dtype', '—')}" +
+                     ("".join(f" ({k} was {v})" for k, v in (i.get("casts") or {}).items())) + " | " +
                      (", ".join(op for op in OPS if in_budget(i, op)) or "none") + " |")
     return "\n".join(L) + "\n"
 
@@ -551,9 +596,10 @@ def main(argv):
         log(f"peer {k} unavailable: {v}")
 
     biggest = max(args.T) * max(args.H) * 2 * 2
-    gbps, cus = copy_ceiling(torch, timer, biggest, args.replays)
-    copy = {"GBps": gbps, "us": cus, "bytes": biggest}
-    log(f"copy ceiling: {gbps:.0f} GB/s ({biggest} bytes in {cus:.1f} us)")
+    with torch.cuda.stream(timer.stream):
+        copy = copy_ceiling(torch, timer, biggest, args.replays)
+    log("copy ceiling: " + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['us']:.1f} us)"
+                                     for k, v in copy["candidates"].items()) + f" for {copy['bytes']} bytes")
 
     rows = []
     result = {"meta": meta, "copy": copy, "rows": rows}
@@ -566,7 +612,8 @@ def main(argv):
                     continue
                 t0 = time.time()
                 try:
-                    row = run_row(torch, args, impls, errors, H, T, wname, timer, log)
+                    with torch.cuda.stream(timer.stream):
+                        row = run_row(torch, args, impls, errors, H, T, wname, timer, log)
                 except Exception as e:  # noqa: BLE001
                     log(f"row [{T}, {H}] {wname} failed: {type(e).__name__}: {e}")
                     log(traceback.format_exc())

@@ -15,7 +15,8 @@ mkdir -p "$out"
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1 || echo "peers: wheel install failed (see pip.log)"
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  # pip --target does not run .pth files: add what nvidia_cutlass_dsl's .pth adds (QuACK needs it).
+  export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
 fi
 lib="$build/capi/libnormgate_capi.so"
 if [ ! -f "$lib" ]; then
