@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Run each implementation of bench/peers.py alone, in its own process, on one
+row: eager fwd+bwd twice, then graph capture and 5 replays of each op, each
+followed by a synchronize. Finds which implementation faults (an illegal
+address poisons the whole CUDA context, so one process per implementation).
+Usage: python3 bench/peers_isolate.py H T w impl[,impl...]"""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def child(H, T, w, name):
+    sys.path.insert(0, HERE)
+    import peers
+    import torch
+    import normgate
+    errors = {}
+    impls = peers.make_impls(torch, {name}, 1e-6, errors)
+    if name not in impls:
+        print(f"{name}: unavailable: {errors.get(name)}")
+        return 3
+    timer = peers.Timer(torch)
+    fwd, bwd = impls[name]
+    with torch.cuda.stream(timer.stream):
+        inp = normgate.generate(f"H={H},T={T},w={w},form=plain,family=normal,seed=0")
+        x, wt, dy = inp["x"], inp["w"], inp["dy"]
+        for _ in range(2):
+            y, rstd, saved = fwd(x, wt)
+            dx, dw = bwd(dy, x, wt, saved)
+            torch.cuda.synchronize()
+        print(f"{name}: eager ok (dx {dx.dtype}, dw {dw.dtype})", flush=True)
+        for op in peers.OPS:
+            if op == "fwd":
+                fn = lambda: fwd(x, wt)  # noqa: E731
+            elif op == "bwd":
+                fn = lambda: bwd(dy, x, wt, saved)  # noqa: E731
+            else:
+                def fn():
+                    fwd(x, wt)
+                    _, _, s2 = fwd(x, wt)
+                    return bwd(dy, x, wt, s2)
+            g = timer.capture(fn)
+            for _ in range(5):
+                g.replay()
+                torch.cuda.synchronize()
+            print(f"{name}: {op} graph ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        sys.exit(child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]))
+    if len(sys.argv) != 5:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    rc_all = 0
+    for name in sys.argv[4].split(","):
+        r = subprocess.run([sys.executable, __file__, "--child", *sys.argv[1:4], name],
+                           capture_output=True, text=True, timeout=240)
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip() and "Warning" not in ln]
+        print(f"== {name} rc={r.returncode}")
+        print("\n".join(lines[-6:]))
+        rc_all |= r.returncode != 0
+    sys.exit(rc_all)
