@@ -276,10 +276,12 @@ class Timer:
         n = max(2 * l2, 256 << 20) // 4
         self.flush_buf = torch.ones(n, dtype=torch.float32, device="cuda")
         self.flush_out = torch.empty((), dtype=torch.float32, device="cuda")
-        # One memory pool for every graph: each graph's tensors live only
-        # within its replay (inputs come from outside), so graphs can share
-        # memory and a row's ~30 graphs hold about one graph's worth.
-        self.pool = torch.cuda.graph_pool_handle()
+        # Each graph gets its own memory pool (pool None). A pool shared by
+        # every graph of a row saved memory but faulted (illegal address) in
+        # the full-peer run at [131072, 4096] w fp32 on the H200, although each
+        # implementation alone replays cleanly (bench/peers_isolate.py):
+        # docs/perf.md. NG_PEERS_SHARED_POOL=1 restores the shared pool.
+        self.pool = torch.cuda.graph_pool_handle() if os.environ.get("NG_PEERS_SHARED_POOL") == "1" else None
         # Everything (inputs, eager runs, warm-up, capture, replays) runs on
         # this one non-default stream: autograd runs a backward on the stream
         # of its forward, and the legacy default stream cannot join a capture.
@@ -302,7 +304,8 @@ class Timer:
         except Exception:
             # A failed capture can leave its pool recording: later captures
             # get a fresh pool, so one implementation's failure stays its own.
-            self.pool = torch.cuda.graph_pool_handle()
+            if self.pool is not None:
+                self.pool = torch.cuda.graph_pool_handle()
             try:
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001
