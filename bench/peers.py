@@ -380,13 +380,19 @@ def run_row(torch, args, impls, errors, H, T, wname, timer, log):
     row = {"H": H, "T": T, "w": wname, "form": "plain", "case": case, "impls": {}}
 
     # Graphs per (impl, op); a failure is recorded against the implementation.
+    # A graph holds raw pointers, not references: every tensor a graph reads
+    # that was made outside it (the eager forward's y, rstd, saved) must stay
+    # referenced until the graph is gone, or the allocator hands its memory to
+    # the next implementation (garbage inputs, or an illegal address).
     graphs = {}
+    keep = []
     for name in names:
         fwd, bwd = impls[name]
         info = row["impls"].setdefault(name, {"us": {}, "error": None})
         try:
             t0 = time.time()
             y, rstd, saved = fwd(x, w)
+            keep.append((y, rstd, saved))
             torch.cuda.synchronize()
             for op in args.ops:
                 if op == "fwd":
@@ -422,6 +428,7 @@ def run_row(torch, args, impls, errors, H, T, wname, timer, log):
         row["impls"][n].setdefault("p10_p90", {})[op] = [
             sorted(v)[len(v) // 10], sorted(v)[(len(v) * 9) // 10]]
     del graphs
+    del keep
     torch.cuda.empty_cache()
 
     # Accuracy on --seeds seeds, every implementation's outputs through the oracle.
