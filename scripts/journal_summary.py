@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Summarize a gate journal (normgate-journal/1, JSON lines) without the gate:
+per (H, w, form) and implementation, the cases journalled, failed and
+errored, the T range, and the worst err/tol per output with its case.
+
+For a campaign that has not finished (no gate report yet): it says what the
+journalled cases show, never a window verdict (refinement may be missing).
+Usage: scripts/journal_summary.py JOURNAL [--md OUT.md]
+Exit 0; 2 on a missing or unreadable journal."""
+import json
+import re
+import sys
+
+OUTS = ("y", "rstd", "dx", "dw")
+
+
+def main(argv):
+    if not argv or argv[0].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    path = argv[0]
+    md_out = argv[argv.index("--md") + 1] if "--md" in argv else None
+    try:
+        lines = open(path).read().splitlines()
+        head = json.loads(lines[0])
+    except (OSError, ValueError, IndexError) as e:
+        print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
+        return 2
+    if head.get("normgate_journal") != 1:
+        print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
+        return 2
+    groups = {}
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            print(f"journal_summary: {path}:{n}: torn or bad line skipped", file=sys.stderr)
+            continue
+        case = rec["case"]
+        kv = dict(p.split("=", 1) for p in case.split(","))
+        T = int(kv["T"])
+        key = (int(kv["H"]), kv["w"], kv.get("form", "plain"))
+        for res in rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]:
+            g = groups.setdefault(key + (res["impl"],), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
+                                                         "worst": {o: (0.0, "") for o in OUTS}})
+            g["cases"] += 1
+            g["T"] = [min(g["T"][0], T), max(g["T"][1], T)]
+            if rec.get("error"):
+                g["errors"] += 1
+                continue
+            ok = True
+            for o in OUTS:
+                v = res[o]
+                ratio = float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))
+                ok = ok and bool(v[4])
+                if ratio > g["worst"][o][0] or not g["worst"][o][1]:
+                    g["worst"][o] = (ratio, case)
+            g["failed"] += 0 if ok else 1
+    camp = head.get("campaign", {})
+    L = [f"Journal `{path}`: {len(lines) - 1} case lines; campaign seeds {camp.get('seeds')}, backend "
+         f"{camp.get('backend')}, device {camp.get('device')}, oracle {camp.get('oracle')}, table sha256 "
+         f"{str(camp.get('table_sha256'))[:12]}.", "",
+         "| H | w | form | impl | cases | failed | errors | T range | y | rstd | dx | dw | worst dw case |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key in sorted(groups):
+        g = groups[key]
+        H, w, form, impl = key
+        L.append(f"| {H} | {w} | {form} | {impl} | {g['cases']} | {g['failed']} | {g['errors']} | "
+                 f"{g['T'][0]}..{g['T'][1]} | " + " | ".join(f"{g['worst'][o][0]:.3g}" for o in OUTS) +
+                 f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1])} |")
+    text = "\n".join(L) + "\n"
+    if md_out:
+        with open(md_out + ".tmp", "w") as f:
+            f.write(text)
+        import os
+        os.replace(md_out + ".tmp", md_out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
