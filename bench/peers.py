@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 ALL_PEERS = ["eager", "TC", "TCd", "F.rms_norm", "Liger", "Q"]
 OPS = ["fwd", "bwd", "2xfwd+bwd"]
+FORMS = ["plain", "res", "heads24", "heads4"]
 
 
 def die_usage(msg):
@@ -88,7 +89,8 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seeds", type=int, default=5, help="accuracy seeds per row (worst counts)")
     p.add_argument("--family", default="normal")
-    p.add_argument("--eps", type=float, default=1e-6)
+    p.add_argument("--forms", default="plain",
+                   help="plain, res (at each --H), heads24, heads4 (H = 256, T tokens)")
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
     p.add_argument("--json", default="")
     p.add_argument("--md", default="")
@@ -98,6 +100,10 @@ def parse_args(argv):
     a.w = parse_list(a.w, str, "w")
     a.ops = parse_list(a.ops, str, "ops")
     a.peers = parse_list(a.peers, str, "peers")
+    a.forms = parse_list(a.forms, str, "forms")
+    for f in a.forms:
+        if f not in FORMS:
+            die_usage(f"--forms: unknown form {f!r} ({', '.join(FORMS)})")
     for w in a.w:
         if w not in ("bf16", "fp32"):
             die_usage(f"--w: unknown weight dtype {w!r} (bf16, fp32)")
@@ -137,19 +143,34 @@ def atomic_write(path, text):
 # Implementations: fwd(x, w) -> (y, rstd_or_None, saved); bwd(dy, x, w, saved) -> (dx, dw)
 
 
-def make_impls(torch, names, eps, errors):
+def make_impls(torch, names, eps, errors, device="cuda"):
+    """name -> (fwd, bwd) over a case's inputs `inp` (normgate.generate's dict,
+    x possibly a strided view):
+        fwd(inp)        -> (outs, saved)  outs: y, rstd (None if not exposed), h_new (res)
+        bwd(inp, saved) -> outs           outs: dx (form res: dh = dx + dh_new), dw
+    Every form: plain [T, H]; heads24/heads4 [T, nh, 256] (rows of 256, one w
+    shared by all heads, dw summed over T and heads); res (h_new = h + u in
+    BF16, then the norm; backward dh = dx + dh_new). Peers get the form the way
+    a user would write it: torch math on the [..., H] tensor, and for res a
+    torch add around the peer's norm (torch.compile fuses its own adds)."""
     F = torch.nn.functional
     impls = {}
 
-    import normgate
-
     def ng(deterministic):
-        def fwd(x, w):
-            y, rstd = normgate.rmsnorm_train_forward(x, w, eps)
-            return y, rstd, rstd
+        import normgate
 
-        def bwd(dy, x, w, rstd):
-            return normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=deterministic)
+        def fwd(inp):
+            if inp["form"] == "res":
+                y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], inp["w"], eps, residual=inp["u"])
+                return {"y": y, "rstd": rstd, "h_new": h_new}, (h_new, rstd)
+            y, rstd = normgate.rmsnorm_train_forward(inp["x"], inp["w"], eps)
+            return {"y": y, "rstd": rstd}, (inp["x"], rstd)
+
+        def bwd(inp, saved):
+            xs, rstd = saved
+            dx, dw = normgate.rmsnorm_train_backward(inp["dy"], xs, inp["w"], rstd, dh_new=inp.get("dh_new"),
+                                                     deterministic=deterministic)
+            return {"dx": dx, "dw": dw}
 
         return fwd, bwd
 
@@ -158,6 +179,7 @@ def make_impls(torch, names, eps, errors):
     impls["ours"] = ng(False)
     impls["ours#2"] = ng(False)
 
+    # The explicit FP32-statistics math (eager, TC, TCd), on [..., H].
     def ref_fwd(x, w):
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -170,27 +192,72 @@ def make_impls(torch, names, eps, errors):
         g = dy.float() * w.float()
         c = (g * xhat).mean(-1, keepdim=True)
         dx = ((g - xhat * c) * r).to(torch.bfloat16)
-        dw = (dy.float() * xhat).sum(0)
+        dw = (dy.float() * xhat).sum(dim=tuple(range(x.dim() - 1)))
         return dx, dw
 
-    def wrap_ref(f_fwd, f_bwd):
-        def fwd(x, w):
-            y, rstd = f_fwd(x, w)
-            return y, rstd, rstd
+    def ref_fwd_res(h, u, w):
+        h_new = (h.float() + u.float()).to(torch.bfloat16)
+        y, rstd = ref_fwd(h_new, w)
+        return y, rstd, h_new
 
-        return fwd, f_bwd
+    def ref_bwd_res(dy, dh_new, h_new, w, rstd):
+        r = rstd.unsqueeze(-1)
+        xhat = h_new.float() * r
+        g = dy.float() * w.float()
+        c = (g * xhat).mean(-1, keepdim=True)
+        dh = ((g - xhat * c) * r + dh_new.float()).to(torch.bfloat16)
+        dw = (dy.float() * xhat).sum(dim=tuple(range(h_new.dim() - 1)))
+        return dh, dw
+
+    def math_impl(f_fwd, f_bwd, f_fwd_res, f_bwd_res):
+        def fwd(inp):
+            if inp["form"] == "res":
+                y, rstd, h_new = f_fwd_res(inp["h"], inp["u"], inp["w"])
+                return {"y": y, "rstd": rstd, "h_new": h_new}, (h_new, rstd)
+            y, rstd = f_fwd(inp["x"], inp["w"])
+            return {"y": y, "rstd": rstd}, (inp["x"], rstd)
+
+        def bwd(inp, saved):
+            xs, rstd = saved
+            if inp["form"] == "res":
+                dx, dw = f_bwd_res(inp["dy"], inp["dh_new"], xs, inp["w"], rstd)
+            else:
+                dx, dw = f_bwd(inp["dy"], xs, inp["w"], rstd)
+            return {"dx": dx, "dw": dw}
+
+        return fwd, bwd
+
+    def core_impl(c_fwd, c_bwd):
+        """A peer's norm on [..., H] (c_fwd(x, w) -> (y, rstd|None, saved);
+        c_bwd(dy, x, w, saved) -> (dx, dw)) lifted to every form; res adds
+        with torch around it (as a user of the peer would)."""
+        def fwd(inp):
+            if inp["form"] == "res":
+                h_new = inp["h"] + inp["u"]
+                y, rstd, sv = c_fwd(h_new, inp["w"])
+                return {"y": y, "rstd": rstd, "h_new": h_new}, (h_new, sv)
+            y, rstd, sv = c_fwd(inp["x"], inp["w"])
+            return {"y": y, "rstd": rstd}, (inp["x"], sv)
+
+        def bwd(inp, saved):
+            xs, sv = saved
+            dx, dw = c_bwd(inp["dy"], xs, inp["w"], sv)
+            if inp["form"] == "res":
+                dx = dx + inp["dh_new"]
+            return {"dx": dx, "dw": dw}
+
+        return fwd, bwd
 
     if "eager" in names:
-        impls["eager"] = wrap_ref(ref_fwd, ref_bwd)
+        impls["eager"] = math_impl(ref_fwd, ref_bwd, ref_fwd_res, ref_bwd_res)
     if "TC" in names or "TCd" in names:
         import torch._inductor.config as icfg
 
         icfg.emulate_precision_casts = True
-        if "TC" in names:
-            impls["TC"] = wrap_ref(torch.compile(ref_fwd, mode="max-autotune-no-cudagraphs", dynamic=False),
-                                   torch.compile(ref_bwd, mode="max-autotune-no-cudagraphs", dynamic=False))
-        if "TCd" in names:
-            impls["TCd"] = wrap_ref(torch.compile(ref_fwd, dynamic=False), torch.compile(ref_bwd, dynamic=False))
+        for nm, kw in (("TC", {"mode": "max-autotune-no-cudagraphs"}), ("TCd", {})):
+            if nm in names:
+                impls[nm] = math_impl(*(torch.compile(f, dynamic=False, **kw)
+                                        for f in (ref_fwd, ref_bwd, ref_fwd_res, ref_bwd_res)))
     if "F.rms_norm" in names:
         def fr_fwd(x, w):
             xg = x.detach().requires_grad_(True)
@@ -203,20 +270,25 @@ def make_impls(torch, names, eps, errors):
             dx, dw = torch.autograd.grad(y, (xg, wg), dy, retain_graph=True)
             return dx, dw
 
-        impls["F.rms_norm"] = (fr_fwd, fr_bwd)
+        impls["F.rms_norm"] = core_impl(fr_fwd, fr_bwd)
     if "Liger" in names:
         try:
             from liger_kernel.ops import rms_norm as lrms
 
             def li_fwd(x, w):
-                Y, X, RSTD, BS, nw, cm = lrms.rms_norm_forward(x, w, eps, 0.0, "gemma", None)
-                return Y, RSTD, (X, RSTD, BS, nw, cm)
+                # Liger takes 2-D rows; a strided per-head view is copied first
+                # (inside the span: what a Liger user pays).
+                x2 = x.reshape(-1, x.shape[-1]).contiguous()
+                Y, X, RSTD, BS, nw, cm = lrms.rms_norm_forward(x2, w, eps, 0.0, "gemma", None)
+                return Y.view(x.shape), RSTD, (X, RSTD, BS, nw, cm)
 
             def li_bwd(dy, x, w, saved):
                 X, RSTD, BS, nw, cm = saved
-                return lrms.rms_norm_backward(dy, X, w, RSTD, 0.0, cm, BS, nw, False, None)
+                dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()
+                dx, dw = lrms.rms_norm_backward(dy2, X, w, RSTD, 0.0, cm, BS, nw, False, None)
+                return dx.view(dy.shape), dw
 
-            impls["Liger"] = (li_fwd, li_bwd)
+            impls["Liger"] = core_impl(li_fwd, li_bwd)
         except Exception as e:  # noqa: BLE001 - reported in the output
             errors["Liger"] = f"{type(e).__name__}: {e}"
     if "Q" in names:
@@ -232,15 +304,28 @@ def make_impls(torch, names, eps, errors):
                 dx, dw, _, _ = q_bwd_fn(x, w, dy, rstd)
                 return dx, dw
 
-            impls["Q"] = (q_fwd, q_bwd)
+            impls["Q"] = core_impl(q_fwd, q_bwd)
         except Exception as e:  # noqa: BLE001
             errors["Q"] = f"{type(e).__name__}: {e}"
     return impls
 
 
+def form_inputs(torch, inp):
+    """The timed layout of a case's inputs: heads24's x as the q slice of a
+    packed qkv buffer [T, 24+8+8, 256] (a strided view, as in training);
+    every other tensor as generated (contiguous)."""
+    if inp["form"] == "heads24":
+        T, nh, H = inp["x"].shape
+        buf = torch.empty((T, nh + 16, H), dtype=inp["x"].dtype, device=inp["x"].device)
+        buf.normal_()
+        buf[:, :nh, :] = inp["x"]
+        inp = dict(inp, x=buf[:, :nh, :], qkv=buf)
+    return inp
+
+
 # The outputs an op must get right: the forward's y (and rstd when the
 # implementation exposes it); the backward's dx and dw, and the step's all.
-OP_OUTPUTS = {"fwd": ("y", "rstd"), "bwd": ("dx", "dw"), "2xfwd+bwd": ("y", "rstd", "dx", "dw")}
+OP_OUTPUTS = {"fwd": ("y", "rstd", "h_new"), "bwd": ("dx", "dw"), "2xfwd+bwd": ("y", "rstd", "h_new", "dx", "dw")}
 
 
 def in_budget(info, op):
@@ -261,9 +346,16 @@ def worst_output(info, op):
     return max(cand, key=lambda c: c[1]) if cand else (None, None)
 
 
-def bytes_moved(op, T, H, wbytes):
-    fwd = T * H * 2 * 2 + H * wbytes + T * 4          # x in, y out, w, rstd
-    bwd = T * H * 2 * 3 + H * wbytes + T * 4 + H * 4  # dy, x in, dx out, w, rstd, dw
+def bytes_moved(op, rows, H, wbytes, form="plain"):
+    """The fewest bytes an op must move (each input read once, each output
+    written once): rows = T * heads normalized rows of H."""
+    e = rows * H * 2
+    if form == "res":
+        fwd = 4 * e + H * wbytes + rows * 4          # h, u in; h_new, y out; w; rstd
+        bwd = 4 * e + H * wbytes + rows * 4 + H * 4  # dy, h_new, dh_new in; dh out; w; rstd; dw
+    else:
+        fwd = 2 * e + H * wbytes + rows * 4          # x in, y out, w, rstd
+        bwd = 3 * e + H * wbytes + rows * 4 + H * 4  # dy, x in, dx out, w, rstd, dw
     return {"fwd": fwd, "bwd": bwd, "2xfwd+bwd": 2 * fwd + bwd}[op]
 
 
@@ -370,20 +462,25 @@ def copy_ceiling(torch, timer, nbytes, reps):
     return {"GBps": res[best]["GBps"], "us": res[best]["us"], "by": best, "bytes": n, "candidates": res}
 
 
-def run_row(torch, args, impls, errors, H, T, wname, timer, log):
+def case_id(form, H, T, wname, family, seed):
+    return f"H={H},T={T},w={wname},form={form},family={family},seed={seed}"
+
+
+def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     import normgate
 
-    case = f"H={H},T={T},w={wname},form=plain,family={args.family},seed=0"
-    inp = normgate.generate(case)
-    x, w, dy = inp["x"], inp["w"], inp["dy"]
+    case = case_id(form, H, T, wname, args.family, 0)
+    inp = form_inputs(torch, normgate.generate(case))
+    heads = inp["heads"]
     names = [n for n in impls]
-    row = {"H": H, "T": T, "w": wname, "form": "plain", "case": case, "impls": {}}
+    row = {"H": H, "T": T, "w": wname, "form": form, "heads": heads, "case": case, "impls": {}}
 
     # Graphs per (impl, op); a failure is recorded against the implementation.
     # A graph holds raw pointers, not references: every tensor a graph reads
-    # that was made outside it (the eager forward's y, rstd, saved) must stay
-    # referenced until the graph is gone, or the allocator hands its memory to
-    # the next implementation (garbage inputs, or an illegal address).
+    # that was made outside it (the eager forward's outputs and saved
+    # tensors) must stay referenced until the graph is gone, or the allocator
+    # hands its memory to the next implementation (garbage inputs, or an
+    # illegal address: seen on the H200, docs/perf.md).
     graphs = {}
     keep = []
     for name in names:
@@ -391,19 +488,19 @@ def run_row(torch, args, impls, errors, H, T, wname, timer, log):
         info = row["impls"].setdefault(name, {"us": {}, "error": None})
         try:
             t0 = time.time()
-            y, rstd, saved = fwd(x, w)
-            keep.append((y, rstd, saved))
+            outs, saved = fwd(inp)
+            keep.append((outs, saved))
             torch.cuda.synchronize()
             for op in args.ops:
                 if op == "fwd":
-                    fn = lambda fwd=fwd: fwd(x, w)  # noqa: E731
+                    fn = lambda fwd=fwd: fwd(inp)  # noqa: E731
                 elif op == "bwd":
-                    fn = lambda bwd=bwd, saved=saved: bwd(dy, x, w, saved)  # noqa: E731
+                    fn = lambda bwd=bwd, saved=saved: bwd(inp, saved)  # noqa: E731
                 else:
                     def fn(fwd=fwd, bwd=bwd):
-                        fwd(x, w)
-                        _, _, s2 = fwd(x, w)
-                        return bwd(dy, x, w, s2)
+                        fwd(inp)
+                        _, s2 = fwd(inp)
+                        return bwd(inp, s2)
                 graphs[(name, op)] = timer.capture(fn)
             info["setup_s"] = time.time() - t0
         except Exception as e:  # noqa: BLE001
@@ -433,58 +530,28 @@ def run_row(torch, args, impls, errors, H, T, wname, timer, log):
 
     # Accuracy on --seeds seeds, every implementation's outputs through the oracle.
     for seed in range(args.seeds):
-        c = f"H={H},T={T},w={wname},form=plain,family={args.family},seed={seed}"
-        ins = normgate.generate(c)
+        c = case_id(form, H, T, wname, args.family, seed)
+        ins = form_inputs(torch, normgate.generate(c))
         with normgate.Oracle(c) as orc:
             for n in live:
                 if n.endswith("#2"):
                     continue
-                fwd, bwd = impls[n]
-                info = row["impls"][n]
-                try:
-                    y, rstd, saved = fwd(ins["x"], ins["w"])
-                    dx, dw = bwd(ins["dy"], ins["x"], ins["w"], saved)
-                    torch.cuda.synchronize()
-                    # The contract is y, dx BF16 and rstd, dw FP32: an output in
-                    # another dtype is converted (bf16 -> fp32 is exact) and the
-                    # conversion recorded against the implementation.
-                    outs = {}
-                    for oname, t, dt in (("y", y, torch.bfloat16), ("rstd", rstd, torch.float32),
-                                         ("dx", dx, torch.bfloat16), ("dw", dw, torch.float32)):
-                        if t is None:
-                            continue
-                        if t.dtype != dt:
-                            info.setdefault("casts", {})[oname] = str(t.dtype).replace("torch.", "")
-                            t = t.to(dt)
-                        outs[oname] = t.reshape(-1)
-                    rep = orc.validate(**outs)
-                except Exception as e:  # noqa: BLE001
-                    info["error"] = f"accuracy run: {type(e).__name__}: {e}"
-                    continue
-                acc = info.setdefault("err_tol", {})
-                ok = info.setdefault("pass_out", {})
-                for out, o in rep.get("outputs", {}).items():
-                    if not o.get("present", True):
-                        continue
-                    acc[out] = max(acc.get(out, 0.0), float(o["err_tol"]))
-                    ok[out] = ok.get(out, True) and bool(o.get("pass"))
-                info["pass"] = info.get("pass", True) and bool(rep.get("pass"))
-                info["dw_dtype"] = str(dw.dtype).replace("torch.", "")
+                accuracy_into(torch, impls[n], ins, orc, row["impls"][n])
         del ins
         torch.cuda.empty_cache()
     for n in live:
         if n.endswith("#2"):
             base = row["impls"][n[:-2]]
-            row["impls"][n]["pass"] = base.get("pass")
-            row["impls"][n]["err_tol"] = base.get("err_tol")
-            row["impls"][n]["pass_out"] = base.get("pass_out")
+            for key in ("pass", "err_tol", "pass_out"):
+                row["impls"][n][key] = base.get(key)
 
     # Bandwidth and ratios.
     wbytes = 2 if wname == "bf16" else 4
     row["ops"] = {}
     for op in args.ops:
-        r = {"bytes": bytes_moved(op, T, H, wbytes)}
+        r = {"bytes": bytes_moved(op, T * heads, H, wbytes, form)}
         u = row["impls"]
+
         def us(n):
             return u.get(n, {}).get("us", {}).get(op)
         r["det_us"], r["ours_us"] = us("det"), us("ours")
@@ -505,6 +572,56 @@ def run_row(torch, args, impls, errors, H, T, wname, timer, log):
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
         row["ops"][op] = r
     return row
+
+
+CONTRACT = (("y", "bfloat16"), ("rstd", "float32"), ("h_new", "bfloat16"), ("dx", "bfloat16"), ("dw", "float32"))
+
+
+def accuracy_into(torch, impl, ins, orc, info):
+    """Run one implementation eagerly on a case's inputs, validate its outputs
+    with the case's oracle, and fold the result into `info` (worst err/tol per
+    output, per-output pass over all seeds, dtype conversions made)."""
+    fwd, bwd = impl
+    try:
+        outs, saved = fwd(ins)
+        outs.update(bwd(ins, saved))
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        # The contract is y, dx, h_new BF16 and rstd, dw FP32: an output in
+        # another dtype is converted (bf16 -> fp32 is exact) and the
+        # conversion recorded against the implementation.
+        given = {}
+        for oname, dt in CONTRACT:
+            t = outs.get(oname)
+            if t is None:
+                continue
+            want = getattr(torch, dt)
+            if t.dtype != want:
+                info.setdefault("casts", {})[oname] = str(t.dtype).replace("torch.", "")
+                t = t.to(want)
+            given[oname] = t.reshape(-1)
+        rep = orc.validate(**given)
+    except Exception as e:  # noqa: BLE001
+        info["error"] = f"accuracy run: {type(e).__name__}: {e}"
+        return None
+    acc = info.setdefault("err_tol", {})
+    ok = info.setdefault("pass_out", {})
+    for out, o in rep.get("outputs", {}).items():
+        if not o.get("present", True):
+            continue
+        acc[out] = max(acc.get(out, 0.0), float(o["err_tol"]))
+        ok[out] = ok.get(out, True) and bool(o.get("pass"))
+    info["pass"] = info.get("pass", True) and bool(rep.get("pass"))
+    if outs.get("dw") is not None:
+        info["dw_dtype"] = str(outs["dw"].dtype).replace("torch.", "")
+    return rep
+
+
+def workload(row):
+    """The seed's workload label: [T, H] for plain/res, [T, nh, 256] per head."""
+    h = row.get("heads", 1)
+    shape = f"[{row['T']}, {row['H']}]" if h == 1 else f"[{row['T']}, {h}, {row['H']}]"
+    return f"{shape} w {row['w']}, {row.get('form', 'plain')}"
 
 
 def fmt(v, f="{:.2f}"):
@@ -539,7 +656,7 @@ def markdown(meta, rows, copy):
             frac = ""
             if r.get("ours_GBps") and copy.get("GBps"):
                 frac = f" ({r['ours_GBps'] / copy['GBps']:.2f})"
-            L.append(f"| [{row['T']}, {row['H']}] w {row['w']}, plain | {op} | {fmt(r['det_us'])} | {sota} | "
+            L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])} | {sota} | "
                      f"{fmt(r['ours_us'])} | {fmt(r.get('det_over_ours'), '{:.3f}x')} | "
                      f"{fmt(r.get('sota_over_ours'), '{:.3f}x')} | {fmt(r.get('ours_GBps'), '{:.0f}')}{frac} | "
                      f"{fmt(r['aa_floor'], '{:.4f}')} |")
@@ -547,17 +664,17 @@ def markdown(meta, rows, copy):
              "its worst err/tol over the op's outputs; "
              "SOTA/ours is then left empty.\n")
     L.append("## Every implementation\n")
-    L.append("| workload | impl | fwd us | bwd us | 2xfwd+bwd us | y | rstd | dx | dw | dw dtype | in budget for |")
-    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    L.append("| workload | impl | fwd us | bwd us | 2xfwd+bwd us | y | rstd | h_new | dx | dw | dw dtype | in budget for |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         for n, i in row["impls"].items():
             if i.get("error"):
-                L.append(f"| [{row['T']}, {row['H']}] {row['w']} | {n} | error: `{i['error'][:120]}` | | | | | | | | |")
+                L.append(f"| {workload(row)} | {n} | error: `{i['error'][:120]}` | | | | | | | | | |")
                 continue
             et = i.get("err_tol") or {}
-            L.append(f"| [{row['T']}, {row['H']}] {row['w']} | {n} | " +
+            L.append(f"| {workload(row)} | {n} | " +
                      " | ".join(fmt(i['us'].get(op)) for op in OPS) + " | " +
-                     " | ".join(fmt(et.get(o), '{:.3g}') for o in ("y", "rstd", "dx", "dw")) +
+                     " | ".join(fmt(et.get(o), '{:.3g}') for o in ("y", "rstd", "h_new", "dx", "dw")) +
                      f" | {i.get('dw_dtype', '—')}" +
                      ("".join(f" ({k} was {v})" for k, v in (i.get("casts") or {}).items())) + " | " +
                      (", ".join(op for op in OPS if in_budget(i, op)) or "none") + " |")
@@ -584,7 +701,9 @@ def main(argv):
         print(s, file=sys.stderr, flush=True)
 
     errors = {}
-    impls = make_impls(torch, set(args.peers), args.eps, errors)
+    # eps is the cases' (every case id here uses the default eps).
+    eps = normgate.case_info(case_id("plain", args.H[0], args.T[0], args.w[0], args.family, 0))["eps"]
+    impls = make_impls(torch, set(args.peers), eps, errors)
     timer = Timer(torch)
     props = torch.cuda.get_device_properties(0)
     try:
@@ -600,12 +719,13 @@ def main(argv):
     meta = {"gpu": props.name, "driver": smi, "cuda": torch.version.cuda, "torch": torch.__version__,
             "triton": tv, "normgate": normgate.version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": "python3 bench/peers.py " + " ".join(argv), "replays": args.replays, "rounds": args.rounds,
-            "seeds": args.seeds, "family": args.family, "eps": args.eps, "peer_errors": errors,
+            "seeds": args.seeds, "family": args.family, "eps": eps, "peer_errors": errors,
             "method": "CUDA-graph replay, cold L2 (read flush), CUDA events, median; A/A copies of det and ours"}
     for k, v in errors.items():
         log(f"peer {k} unavailable: {v}")
 
-    biggest = max(args.T) * max(args.H) * 2 * 2
+    biggest = max(args.T) * max(max(args.H) if any(f in ("plain", "res") for f in args.forms) else 0,
+                                24 * 256 if "heads24" in args.forms else 4 * 256 if "heads4" in args.forms else 0) * 2 * 2
     with torch.cuda.stream(timer.stream):
         copy = copy_ceiling(torch, timer, biggest, args.replays)
     log("copy ceiling: " + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['us']:.1f} us)"
@@ -613,29 +733,30 @@ def main(argv):
 
     rows = []
     result = {"meta": meta, "copy": copy, "rows": rows}
-    for H in args.H:
-        for wname in args.w:
-            for T in args.T:
-                if args.deadline_s and time.time() - start > args.deadline_s:
-                    log(f"deadline: row [{T}, {H}] {wname} and later rows skipped")
-                    meta.setdefault("skipped", []).append([T, H, wname])
-                    continue
-                t0 = time.time()
-                try:
-                    with torch.cuda.stream(timer.stream):
-                        row = run_row(torch, args, impls, errors, H, T, wname, timer, log)
-                except Exception as e:  # noqa: BLE001
-                    log(f"row [{T}, {H}] {wname} failed: {type(e).__name__}: {e}")
-                    log(traceback.format_exc())
-                    continue
-                row["seconds"] = time.time() - t0
-                rows.append(row)
-                for op, r in row["ops"].items():
-                    log(f"[{T}, {H}] {wname} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
-                        f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
-                md = markdown(meta, rows, copy)
-                atomic_write(args.json, json.dumps(result, indent=1))
-                atomic_write(args.md, md)
+    plan = [(form, H, wname, T) for form in args.forms for H in (args.H if form in ("plain", "res") else [256])
+            for wname in args.w for T in args.T]
+    for form, H, wname, T in plan:
+        label = f"[{T}, {H}] {wname} {form}"
+        if args.deadline_s and time.time() - start > args.deadline_s:
+            log(f"deadline: row {label} skipped")
+            meta.setdefault("skipped", []).append([T, H, wname, form])
+            continue
+        t0 = time.time()
+        try:
+            with torch.cuda.stream(timer.stream):
+                row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log)
+        except Exception as e:  # noqa: BLE001
+            log(f"row {label} failed: {type(e).__name__}: {e}")
+            log(traceback.format_exc())
+            meta.setdefault("failed_rows", []).append([T, H, wname, form, f"{type(e).__name__}: {e}"])
+            continue
+        row["seconds"] = time.time() - t0
+        rows.append(row)
+        for op, r in row["ops"].items():
+            log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
+                f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
+        atomic_write(args.json, json.dumps(result, indent=1))
+        atomic_write(args.md, markdown(meta, rows, copy))
     if not rows:
         print("peers.py: no row could be measured", file=sys.stderr)
         return 1

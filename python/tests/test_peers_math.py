@@ -1,0 +1,112 @@
+"""Tests of bench/peers.py's CPU-checkable parts: every peer formulation it
+times must compute the op it claims, on every form, as normgate's oracle sees
+it; a wrong formulation (the public bug classes) must fail.
+
+Run: PYTHONPATH=python python3 -m pytest python/tests/test_peers_math.py
+Needs torch (skipped without it) and libnormgate_capi.so; runs on the CPU
+(torch's eager math and F.rms_norm; the GPU-only peers are the benchmark's).
+"""
+
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import normgate  # noqa: E402
+from normgate import _lib  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import peers  # noqa: E402
+
+
+def _have_lib():
+    try:
+        _lib.lib()
+        return True
+    except RuntimeError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _have_lib(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
+
+SHAPES = [("plain", 64, 33), ("res", 96, 17), ("heads24", 256, 5), ("heads4", 256, 9)]
+
+
+def _run(form, H, T, w, names, family="normal", seed=1, wrap=None):
+    case = peers.case_id(form, H, T, w, family, seed)
+    eps = normgate.case_info(case)["eps"]
+    impls = peers.make_impls(torch, set(names), eps, {})
+    inp = peers.form_inputs(torch, normgate.generate(case, device="cpu"))
+    out = {}
+    with normgate.Oracle(case) as orc:
+        for n in names:
+            impl = wrap(impls[n]) if wrap else impls[n]
+            info = {}
+            rep = peers.accuracy_into(torch, impl, inp, orc, info)
+            assert rep is not None, info.get("error")
+            out[n] = info
+    return inp, out
+
+
+@pytest.mark.parametrize("w", ["bf16", "fp32"])
+@pytest.mark.parametrize("form,H,T", SHAPES)
+def test_peer_math_passes_the_oracle_on_every_form(form, H, T, w):
+    inp, out = _run(form, H, T, w, ["eager", "F.rms_norm"])
+    eager = out["eager"]
+    assert eager["pass"], eager
+    want = {"y", "rstd", "dx", "dw"} | ({"h_new"} if form == "res" else set())
+    assert set(eager["err_tol"]) == want
+    # Not vacuous: the outputs carry real rounding error (BF16 y, dx).
+    assert 0.01 < eager["err_tol"]["y"] <= 1 and 0.01 < eager["err_tol"]["dx"] <= 1
+    fr = out["F.rms_norm"]
+    assert "rstd" not in fr["err_tol"]  # F.rms_norm does not expose rstd
+    assert fr["pass_out"]["y"] and fr["pass_out"]["dx"]
+    if form == "heads24":  # the timed layout: the q slice of a packed qkv buffer
+        assert not inp["x"].is_contiguous() and inp["x"].stride(0) == 40 * 256
+
+
+def test_res_gradient_added_before_the_norm_fails():
+    """The public bug class: dh_new added to dy (before the norm backward)
+    instead of to dx (after it)."""
+    def wrap(impl):
+        fwd, bwd = impl
+
+        def bad_bwd(inp, saved):
+            return bwd(dict(inp, dy=inp["dy"] + inp["dh_new"], dh_new=torch.zeros_like(inp["dh_new"])), saved)
+        return fwd, bad_bwd
+    _, out = _run("res", 96, 17, "bf16", ["eager"], wrap=wrap)
+    assert not out["eager"]["pass_out"]["dx"]
+    assert out["eager"]["err_tol"]["dx"] > 1
+
+
+def test_bf16_dw_is_out_of_budget_and_recorded_as_a_cast():
+    def wrap(impl):
+        fwd, bwd = impl
+
+        def bf16_dw(inp, saved):
+            o = bwd(inp, saved)
+            return dict(o, dw=o["dw"].to(torch.bfloat16))
+        return fwd, bf16_dw
+    _, out = _run("plain", 64, 600, "bf16", ["eager"], wrap=wrap)
+    info = out["eager"]
+    assert info["casts"] == {"dw": "bfloat16"}
+    assert not info["pass_out"]["dw"] and info["err_tol"]["dw"] > 1
+    assert peers.in_budget(info, "fwd") and not peers.in_budget(info, "bwd")
+    assert not peers.in_budget(info, "2xfwd+bwd")
+
+
+def test_in_budget_needs_the_ops_outputs():
+    ok = {"pass_out": {"y": True, "dx": True, "dw": True}}
+    assert peers.in_budget(ok, "fwd") and peers.in_budget(ok, "bwd") and peers.in_budget(ok, "2xfwd+bwd")
+    assert not peers.in_budget({"pass_out": {"y": True}}, "bwd")  # no dx/dw: not a backward
+    assert not peers.in_budget({"pass_out": {"y": True, "rstd": False}}, "fwd")  # an exposed rstd counts
+
+
+def test_bytes_moved():
+    # plain fwd: x in + y out (2 B each) + w + rstd
+    assert peers.bytes_moved("fwd", 10, 8, 2) == 10 * 8 * 2 * 2 + 8 * 2 + 10 * 4
+    # res bwd: dy, h_new, dh_new in + dh out, w (fp32), rstd, dw
+    assert peers.bytes_moved("bwd", 10, 8, 4, "res") == 4 * 10 * 8 * 2 + 8 * 4 + 10 * 4 + 8 * 4
+    assert peers.bytes_moved("2xfwd+bwd", 3, 8, 2) == 2 * peers.bytes_moved("fwd", 3, 8, 2) + peers.bytes_moved("bwd", 3, 8, 2)
