@@ -171,8 +171,17 @@ CaseId parse_case(std::string_view s) {
   };
 
   CaseId c;
-  c.H = static_cast<int64_t>(integer("H", *H, kMaxH));
-  if (c.H < 1) fail(s, "H=" + quote(*H) + " is out of range (1.." + std::to_string(kMaxH) + ")");
+  // One message for both ends of H's range (and for values past uint64).
+  uint64_t h = 0;
+  try {
+    h = detail::parse_u64(*H, std::numeric_limits<uint64_t>::max());
+  } catch (const std::invalid_argument& e) {
+    if (std::string_view(e.what()).rfind("is out of range", 0) != 0) fail(s, "H=" + quote(*H) + ": " + e.what());
+    h = std::numeric_limits<uint64_t>::max();
+  }
+  if (h < 1 || h > static_cast<uint64_t>(kMaxH))
+    fail(s, "H=" + quote(*H) + " is out of range (1.." + std::to_string(kMaxH) + ")");
+  c.H = static_cast<int64_t>(h);
   c.T = static_cast<int64_t>(integer("T", *T, kMaxT));
   c.w = name("w", parse_wdtype, *w);
   if (form) c.form = name("form", parse_form, *form);

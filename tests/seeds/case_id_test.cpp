@@ -100,8 +100,11 @@ TEST(CaseId, NumberErrors) {
   expect_error("H=4096,T=1e3,w=bf16,family=normal,seed=0", {"T='1e3'"});
   expect_error("H=4096,T=1,w=bf16,family=normal,seed=18446744073709551616", {"seed='18446744073709551616'", "out of range"});
   expect_error("H=4096,T=1,w=bf16,family=normal,seed=99999999999999999999999", {"seed=", "out of range"});
-  expect_error("H=16385,T=1,w=bf16,family=normal,seed=0", {"H='16385'", "out of range (0..16384)"});
   expect_error("H=0,T=1,w=bf16,family=normal,seed=0", {"H='0'", "out of range (1..16384)"});
+  // The upper end says the same range (it once said "(0..16384)" after a colon).
+  expect_error("H=16385,T=1,w=bf16,family=normal,seed=0", {"H='16385' is out of range (1..16384)"});
+  expect_error("H=99999999999999999999999,T=1,w=bf16,family=normal,seed=0", {"out of range (1..16384)"});
+  expect_error("H=4x,T=1,w=bf16,family=normal,seed=0", {"H='4x': is not a non-negative integer"});
   expect_error("H=8,T=2147483649,w=bf16,family=normal,seed=0", {"T='2147483649'", "out of range"});
   expect_error("H=8,T=1,w=bf16,family=normal,seed=0,eps=abc", {"eps='abc'", "not a number"});
   expect_error("H=8,T=1,w=bf16,family=normal,seed=0,eps=1e-6x", {"eps='1e-6x'", "not a number"});
