@@ -145,6 +145,12 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
         c = seeds::parse_case(case_text);
       }
       std::string save = o->save;
+      // A path ending in '/' names a folder: create it (with parents) if missing.
+      if (!save.empty() && save.back() == '/' && !std::filesystem::exists(save)) {
+        std::error_code ec;
+        std::filesystem::create_directories(save, ec);
+        if (ec) throw std::invalid_argument("--save '" + save + "': cannot create the folder: " + ec.message());
+      }
       if (!save.empty() && std::filesystem::is_directory(save))
         save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
       if (!save.empty()) check_writable(save);

@@ -126,6 +126,22 @@ TEST_F(ReproFromReport, VariantOverrideAndSave) {
   EXPECT_TRUE(std::filesystem::is_regular_file(cases + "/" + worst + ",ctl_fp32_seq.h5")) << r.out;
 }
 
+// --save FOLDER/ creates a missing folder (with parents); without the
+// trailing '/' a missing folder is still a usage error (exit 2, nothing run).
+TEST_F(ReproFromReport, SaveIntoANewFolderCreatesIt) {
+  const std::string id = "H=64,T=40,w=bf16,form=plain,family=cancel,seed=1";
+  const std::string fresh = *dir_ + "/new/cases";
+  ASSERT_FALSE(std::filesystem::exists(fresh));
+  const CliRun r = run("repro '" + id + "' --variant bwd_det_chunked --backend cpu --k 1 --save " + fresh + "/");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(fresh + "/" + id + ",bwd_det_chunked.h5")) << r.out;
+  const CliRun bad = run("repro '" + id + "' --variant bwd_det_chunked --backend cpu --k 1 --save " + *dir_ +
+                         "/missing/x.h5");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "does not exist")) << bad.out;
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/missing"));
+}
+
 // A check report (here a grid): windows are its implementations; the worst
 // case of one is the case with its largest max_ratio.
 TEST_F(ReproFromReport, CheckReportWindowIsAnImplementation) {
