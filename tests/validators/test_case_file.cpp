@@ -244,6 +244,27 @@ TEST(Export, GateReportWorstCasesToMaps) {
   EXPECT_THROW(nv::export_plan(nlohmann::json::object(), 3), std::invalid_argument);
   EXPECT_THROW(nv::export_plan(rep, 0), std::invalid_argument);
 
+  // A check grid: per implementation, its `keep` worst cases (by the largest
+  // max_ratio over the outputs), all of them with --all.
+  nlohmann::json grid = nlohmann::json::array();
+  const double r_det[3] = {0.2, 0.7, 0.4}, r_ctl[3] = {50.0, 3.0, 99.0};
+  for (int k = 0; k < 3; ++k) {
+    const std::string id = "H=64,T=" + std::to_string(10 + k) + ",w=bf16,form=plain,family=cancel,seed=0";
+    grid.push_back({{"case", id},
+                    {"impls", {{{"impl", "bwd_det_chunked"}, {"outputs", {{"y", {{"max_ratio", 0.1}}}, {"dw", {{"max_ratio", r_det[k]}}}}}},
+                               {{"impl", "ctl_fp32_seq"}, {"outputs", {{"dw", {{"max_ratio", r_ctl[k]}}}}}}}}});
+  }
+  const auto g1 = nv::export_plan(grid, 1);
+  ASSERT_EQ(g1.size(), 2u);
+  EXPECT_EQ(g1[0].impl, "bwd_det_chunked");
+  EXPECT_EQ(g1[0].case_id, "H=64,T=11,w=bf16,form=plain,family=cancel,seed=0");  // 0.7
+  EXPECT_EQ(g1[1].impl, "ctl_fp32_seq");
+  EXPECT_EQ(g1[1].case_id, "H=64,T=12,w=bf16,form=plain,family=cancel,seed=0");  // 99
+  const auto g2 = nv::export_plan(grid, 2);
+  ASSERT_EQ(g2.size(), 4u);
+  EXPECT_EQ(g2[1].case_id, "H=64,T=12,w=bf16,form=plain,family=cancel,seed=0");  // det's second: 0.4
+  EXPECT_EQ(nv::export_plan(grid, 1, true).size(), 6u);
+
   nv::ExportOptions o;
   o.backend = nv::Backend::cpu;
   o.threads = 2;

@@ -42,10 +42,30 @@ std::string str_field(const nlohmann::json& j, const char* k, const std::string&
 std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool all) {
   if (keep < 1) throw std::invalid_argument("export: keep = " + std::to_string(keep) + " must be >= 1");
   std::vector<ExportItem> out;
-  auto from_check = [&out](const nlohmann::json& c, const std::string& where) {
+  // Check reports: per implementation (in order of first appearance), its
+  // cases ranked by their largest max_ratio over the outputs.
+  std::vector<std::pair<std::string, std::vector<std::pair<double, std::string>>>> by_impl;
+  auto from_check = [&by_impl](const nlohmann::json& c, const std::string& where) {
     const std::string id = str_field(c, "case", where);
     if (!c.contains("impls") || !c["impls"].is_array()) throw std::invalid_argument("export: " + where + " has no 'impls' array");
-    for (const auto& i : c["impls"]) out.push_back({id, str_field(i, "impl", where + ".impls[]"), "", ""});
+    for (const auto& i : c["impls"]) {
+      const std::string impl = str_field(i, "impl", where + ".impls[]");
+      double worst = 0.0;
+      if (i.contains("outputs") && i["outputs"].is_object())
+        for (const auto& [name, o] : i["outputs"].items())
+          if (o.is_object() && o.contains("max_ratio")) worst = std::max(worst, as_ratio(o["max_ratio"]));
+      auto it = std::find_if(by_impl.begin(), by_impl.end(), [&](const auto& e) { return e.first == impl; });
+      if (it == by_impl.end()) it = by_impl.insert(by_impl.end(), {impl, {}});
+      it->second.emplace_back(worst, id);
+    }
+  };
+  auto check_plan = [&]() {
+    for (auto& [impl, cases] : by_impl) {
+      std::stable_sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t k = 0; k < cases.size() && (all || static_cast<int>(k) < keep); ++k)
+        out.push_back({cases[k].second, impl, "", ""});
+    }
+    return out;
   };
   if (report.is_object() && report.contains("windows")) {
     const std::string seeds = report.contains("seeds") && report["seeds"].is_string() ? report["seeds"].get<std::string>() : "";
@@ -78,11 +98,11 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
   }
   if (report.is_object() && report.contains("case")) {
     from_check(report, "report");
-    return out;
+    return check_plan();
   }
   if (report.is_array()) {
     for (size_t i = 0; i < report.size(); ++i) from_check(report[i], "report[" + std::to_string(i) + "]");
-    return out;
+    return check_plan();
   }
   throw std::invalid_argument("export: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
 }

@@ -25,7 +25,8 @@ struct ExportItem {
 ///   all == true), each with the window's variant (forward windows: the first
 ///   non-control backward variant that supports the case);
 /// - check report of one case (an object with "case"), or of a grid (an
-///   array of them): every case with every implementation it names.
+///   array of them): per implementation, its cases ranked by their largest
+///   max_ratio over the outputs, at most `keep` (all of them when all == true).
 /// Throws std::invalid_argument naming the field when the JSON is neither, or
 /// keep < 1.
 std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep = 3, bool all = false);
