@@ -157,6 +157,15 @@ def lib():
         return L
 
 
+def loadable():
+    """True when the library can be loaded (tests skip without it)."""
+    try:
+        lib()
+        return True
+    except RuntimeError:
+        return False
+
+
 def check(rc):
     """Raise for a non-zero return code: ValueError (NG_EINVAL) or RuntimeError
     (NG_EFAIL), with the library's message (it names the bad value)."""

@@ -19,17 +19,9 @@ import normgate  # noqa: E402
 from normgate import _lib  # noqa: E402
 
 
-def _have_lib():
-    try:
-        _lib.lib()
-        return True
-    except RuntimeError:
-        return False
+pytestmark = pytest.mark.skipif(not _lib.loadable(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
 
-
-pytestmark = pytest.mark.skipif(not _have_lib(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
-
-gpu = pytest.mark.skipif(not torch.cuda.is_available() or not _have_lib() or not normgate.device_available(),
+gpu = pytest.mark.skipif(not torch.cuda.is_available() or not _lib.loadable() or not normgate.device_available(),
                          reason="no CUDA device (torch and normgate both need one)")
 
 

@@ -21,15 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import peers  # noqa: E402
 
 
-def _have_lib():
-    try:
-        _lib.lib()
-        return True
-    except RuntimeError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _have_lib(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
+pytestmark = pytest.mark.skipif(not _lib.loadable(), reason="libnormgate_capi.so not built (" + _lib.library_path() + ")")
 
 SHAPES = [("plain", 64, 33), ("res", 96, 17), ("heads24", 256, 5), ("heads4", 256, 9)]
 
