@@ -127,7 +127,7 @@ void add_check(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("check", "Run cases through implementations and validate every element "
                                           "against the FP64 oracle");
   struct Opts {
-    std::string id, backend = "auto", json, md, H, T, w = "bf16,fp32", seeds;
+    std::string id, backend = "auto", json, md, H, T, w = "bf16,fp32", seeds, forms = "plain";
     std::vector<std::string> impls{"fp32-baseline"};
     int threads = 0;
     bool quiet = false;
@@ -140,6 +140,9 @@ void add_check(CLI::App& app, Commands& cmds) {
   sub->add_option("--H", o->H, "Grid: comma-separated H values");
   sub->add_option("--T", o->T, "Grid: comma-separated T values");
   sub->add_option("--w", o->w, "Grid: weight dtypes (bf16,fp32)")->capture_default_str();
+  sub->add_option("--form", o->forms,
+                  "Grid: forms (plain,res,heads24,heads4); head forms take only H=256 from --H")
+      ->capture_default_str();
   one->excludes(grid);
   sub->add_option("--impl,--variant", o->impls,
                   "Implementations: fp32-baseline, a backward variant name (see 'normgate variants'), or all; "
@@ -188,6 +191,8 @@ void add_check(CLI::App& app, Commands& cmds) {
       g.T = parse_int_list("--T", o->T);
       g.w.clear();
       for (auto d : split_commas(o->w)) g.w.push_back(parse_wdtype(d));
+      g.forms.clear();
+      for (auto f : split_commas(o->forms)) g.forms.push_back(parse_form(f));
       g.seeds = seeds::parse_seed_set(o->seeds);
       const auto cases = g.cases();
       std::printf("grid     %zu cases x %zu implementations on %s\n", cases.size(), impls.size(),

@@ -13,6 +13,8 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
+#include "normgate/validators/pipeline.h"
+#include "normgate/seeds/seed_set.h"
 
 namespace nv = normgate::validators;
 namespace no = normgate::oracle;
@@ -133,4 +135,30 @@ TEST(ResForm, ZeroResidualGivesHBack) {
     }
   }
   EXPECT_EQ(checked, 65536 - 1 - 254);  // all but -0 and the 2 x 127 NaN patterns
+}
+
+// check's grid over forms: head forms take only H = 256 from the H list; a
+// head form without 256 in it is an error naming the form.
+TEST(GridForms, HeadFormsTakeOnlyH256) {
+  normgate::validators::Grid g;
+  g.H = {64, 256};
+  g.T = {3};
+  g.w = {normgate::WDtype::bf16};
+  g.seeds = normgate::seeds::parse_seed_set("normal:0..1");
+  g.forms = {normgate::Form::plain, normgate::Form::heads24, normgate::Form::res};
+  const auto cases = g.cases();
+  // plain: 2 H x 2 seeds; heads24: H=256 only x 2 seeds; res: 2 H x 2 seeds.
+  ASSERT_EQ(cases.size(), 4u + 2u + 4u);
+  EXPECT_EQ(cases[4].form, normgate::Form::heads24);
+  EXPECT_EQ(cases[4].H, 256);
+  EXPECT_EQ(cases[5].H, 256);
+  EXPECT_EQ(cases[6].form, normgate::Form::res);
+  EXPECT_EQ(cases[6].H, 64);
+  g.H = {64};
+  try {
+    (void)g.cases();
+    FAIL() << "heads24 without H=256 must throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("heads24 needs H=256"), std::string::npos) << e.what();
+  }
 }

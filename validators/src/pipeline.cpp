@@ -510,9 +510,16 @@ nlohmann::json to_json(const CheckReport& rep) {
 
 std::vector<seeds::CaseId> Grid::cases() const {
   std::vector<seeds::CaseId> out;
-  for (int64_t h : H)
-    for (int64_t t : T)
-      for (WDtype d : w) seeds::append_cases(seeds, h, t, d, Form::plain, out);
+  for (Form f : forms) {
+    const bool heads = f == Form::heads24 || f == Form::heads4;
+    if (heads && std::find(H.begin(), H.end(), int64_t{256}) == H.end())
+      throw std::invalid_argument("grid: form " + std::string(to_string(f)) + " needs H=256 in the H list");
+    for (int64_t h : H) {
+      if (heads && h != 256) continue;
+      for (int64_t t : T)
+        for (WDtype d : w) seeds::append_cases(seeds, h, t, d, f, out);
+    }
+  }
   return out;
 }
 

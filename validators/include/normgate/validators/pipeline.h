@@ -198,7 +198,12 @@ struct Grid {
   std::vector<int64_t> H, T;
   std::vector<WDtype> w;
   seeds::SeedSet seeds;
-  /// All case ids, in the order H, T, w, family, seed (outermost first).
+  /// Forms; the head forms (heads24, heads4) take only H = 256 from H (the
+  /// other H values apply to plain and res).
+  std::vector<Form> forms{Form::plain};
+  /// All case ids, in the order form, H, T, w, family, seed (outermost
+  /// first). Throws std::invalid_argument naming the form when a head form is
+  /// asked for and H has no 256.
   std::vector<seeds::CaseId> cases() const;
 };
 
