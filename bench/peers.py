@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -254,6 +255,19 @@ def make_impls(torch, names, eps, errors, device="cuda"):
         import torch._inductor.config as icfg
 
         icfg.emulate_precision_casts = True
+        # dynamic=False compiles once per (shape, w dtype, layout), and TC and
+        # TCd share each function's code object: past dynamo's recompile limit
+        # (8 per code object: the 5th row) the function would silently run
+        # EAGER under the name TC. Raise the limits, and fail loudly if hit.
+        import torch._dynamo.config as dcfg
+
+        for k in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                  "accumulated_cache_size_limit"):
+            if hasattr(dcfg, k):
+                setattr(dcfg, k, max(getattr(dcfg, k), 1 << 16))
+        for k in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+            if hasattr(dcfg, k):
+                setattr(dcfg, k, True)
         for nm, kw in (("TC", {"mode": "max-autotune-no-cudagraphs"}), ("TCd", {})):
             if nm in names:
                 impls[nm] = math_impl(*(torch.compile(f, dynamic=False, **kw)
@@ -297,12 +311,16 @@ def make_impls(torch, names, eps, errors, device="cuda"):
             from quack.rmsnorm import rmsnorm_fwd as q_fwd_fn
 
             def q_fwd(x, w):
-                out, _, rstd = q_fwd_fn(x, w, eps=eps, store_rstd=True)
-                return out, rstd, rstd
+                # QuACK takes 2-D rows (as QuACK's own autograd wrapper
+                # reshapes): a strided per-head view is copied (in the span).
+                x2 = x.reshape(-1, x.shape[-1])
+                out, _, rstd = q_fwd_fn(x2, w, eps=eps, store_rstd=True)
+                return out.view(x.shape), rstd, (x2, rstd)
 
-            def q_bwd(dy, x, w, rstd):
-                dx, dw, _, _ = q_bwd_fn(x, w, dy, rstd)
-                return dx, dw
+            def q_bwd(dy, x, w, saved):
+                x2, rstd = saved
+                dx, dw, _, _ = q_bwd_fn(x2, w, dy.reshape(-1, dy.shape[-1]), rstd)
+                return dx.view(dy.shape), dw
 
             impls["Q"] = core_impl(q_fwd, q_bwd)
         except Exception as e:  # noqa: BLE001
@@ -331,7 +349,10 @@ OP_OUTPUTS = {"fwd": ("y", "rstd", "h_new"), "bwd": ("dx", "dw"), "2xfwd+bwd": (
 def in_budget(info, op):
     """Within the budget on every accuracy seed, for the outputs `op` produces
     (an output the implementation does not expose, e.g. F.rms_norm's rstd, is
-    not counted; y, dx and dw must be there)."""
+    not counted; y, dx and dw must be there). An accuracy run that failed on
+    any seed (acc_error) is never in budget: its pass_out covers fewer seeds."""
+    if info.get("acc_error") or info.get("error"):
+        return False
     ok = info.get("pass_out") or {}
     need = {"fwd": ("y",), "bwd": ("dx", "dw"), "2xfwd+bwd": ("y", "dx", "dw")}[op]
     if any(o not in ok for o in need):
@@ -372,8 +393,15 @@ class Timer:
         # every graph of a row saved memory but faulted (illegal address) in
         # the full-peer run at [131072, 4096] w fp32 on the H200, although each
         # implementation alone replays cleanly (bench/peers_isolate.py):
-        # docs/perf.md. NG_PEERS_SHARED_POOL=1 restores the shared pool.
-        self.pool = torch.cuda.graph_pool_handle() if os.environ.get("NG_PEERS_SHARED_POOL") == "1" else None
+        # docs/perf.md. NG_PEERS_SHARED_POOL=1 restores the shared pool;
+        # NG_PEERS_SHARED_POOL=impl shares one pool among the graphs of one
+        # implementation (its pools then hold the max, not the sum, of its
+        # three graphs' memory: see run_row). The fault's cause was found later
+        # (freed eager tensors, unmapped by the empty_cache() that
+        # torch.cuda.graph runs before each capture), so sharing should be
+        # safe now, but it has not been re-run on the H200.
+        self.pool_mode = os.environ.get("NG_PEERS_SHARED_POOL", "")
+        self.pool = torch.cuda.graph_pool_handle() if self.pool_mode == "1" else None
         # Everything (inputs, eager runs, warm-up, capture, replays) runs on
         # this one non-default stream: autograd runs a backward on the stream
         # of its forward, and the legacy default stream cannot join a capture.
@@ -383,19 +411,27 @@ class Timer:
         # A read of the whole buffer: only clean lines stay behind.
         self.torch.sum(self.flush_buf, dim=0, out=self.flush_out)
 
-    def capture(self, fn):
+    def impl_pool(self):
+        """The pool for one implementation's graphs: a fresh shared one in
+        mode 'impl', else the row-wide one (None: a private pool per graph)."""
+        return self.torch.cuda.graph_pool_handle() if self.pool_mode == "impl" else self.pool
+
+    def capture(self, fn, pool="row"):
         torch = self.torch
         assert torch.cuda.current_stream() == self.stream, "capture() must run on Timer.stream"
+        if pool == "row":
+            pool = self.pool
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(g, pool=self.pool, stream=self.stream):
+            with torch.cuda.graph(g, pool=pool, stream=self.stream):
                 fn()
         except Exception:
             # A failed capture can leave its pool recording: later captures
-            # get a fresh pool, so one implementation's failure stays its own.
+            # get a fresh pool, so one implementation's failure stays its own
+            # (run_row drops the failed implementation's pool with its graphs).
             if self.pool is not None:
                 self.pool = torch.cuda.graph_pool_handle()
             try:
@@ -454,12 +490,34 @@ def copy_ceiling(torch, timer, nbytes, reps):
     tc = triton_copy(torch)
     if tc is not None:
         cands["triton copy"] = lambda: tc(dst, src)
+    errs = {}
     for name, fn in cands.items():
-        g = timer.capture(fn)
-        t = statistics.median(timer.time(g, reps))
-        res[name] = {"us": t, "GBps": 2 * n / (t * 1e-6) / 1e9}
+        # One failing candidate (a Triton or library error) must not end the run.
+        try:
+            g = timer.capture(fn)
+            t = statistics.median(timer.time(g, reps))
+            res[name] = {"us": t, "GBps": 2 * n / (t * 1e-6) / 1e9}
+        except Exception as e:  # noqa: BLE001 - reported in the output
+            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        g = None
+    if not res:
+        return {"GBps": None, "us": None, "by": None, "bytes": n, "candidates": {}, "errors": errs}
     best = max(res, key=lambda k: res[k]["GBps"])
-    return {"GBps": res[best]["GBps"], "us": res[best]["us"], "by": best, "bytes": n, "candidates": res}
+    return {"GBps": res[best]["GBps"], "us": res[best]["us"], "by": best, "bytes": n, "candidates": res,
+            "errors": errs}
+
+
+CAPTURE_ORDER = ["det", "ours", "det#2", "ours#2", "TC", "TCd", "Q", "Liger", "F.rms_norm", "eager"]
+
+
+def round_order(base, r, rounds):
+    """Timing order of round r of `rounds`: `base` rotated by r * len / rounds
+    (spread over the list, not by one place a round), reversed on odd rounds."""
+    if not base:
+        return []
+    k = (r * len(base)) // rounds % len(base)
+    order = base[k:] + base[:k]
+    return order[::-1] if r % 2 == 1 else order
 
 
 def case_id(form, H, T, wname, family, seed):
@@ -472,7 +530,12 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     case = case_id(form, H, T, wname, args.family, 0)
     inp = form_inputs(torch, normgate.generate(case))
     heads = inp["heads"]
-    names = [n for n in impls]
+    # Capture (and table) order: normgate and its A/A copies first, then the
+    # peers likeliest to be SOTA, the memory-hungry torch formulations (eager:
+    # ~25 tensor-sizes of graph pools, F.rms_norm without its fused kernel:
+    # ~34) last, so that an out-of-memory at the largest rows costs those
+    # and not a SOTA candidate.
+    names = [n for n in CAPTURE_ORDER if n in impls] + [n for n in impls if n not in CAPTURE_ORDER]
     row = {"H": H, "T": T, "w": wname, "form": form, "heads": heads, "case": case, "impls": {}}
 
     # Graphs per (impl, op); a failure is recorded against the implementation.
@@ -482,14 +545,15 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     # hands its memory to the next implementation (garbage inputs, or an
     # illegal address: seen on the H200, docs/perf.md).
     graphs = {}
-    keep = []
+    keep = {}
     for name in names:
         fwd, bwd = impls[name]
         info = row["impls"].setdefault(name, {"us": {}, "error": None})
         try:
             t0 = time.time()
+            pool = timer.impl_pool()
             outs, saved = fwd(inp)
-            keep.append((outs, saved))
+            keep[name] = (outs, saved)
             torch.cuda.synchronize()
             for op in args.ops:
                 if op == "fwd":
@@ -501,25 +565,43 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
                         fwd(inp)
                         _, s2 = fwd(inp)
                         return bwd(inp, s2)
-                graphs[(name, op)] = timer.capture(fn)
+                graphs[(name, op)] = timer.capture(fn, pool)
             info["setup_s"] = time.time() - t0
+            info["reserved_GiB"] = torch.cuda.memory_reserved() / 2**30
+            log(f"  {name}: set up in {info['setup_s']:.1f} s; {info['reserved_GiB']:.1f} GiB reserved")
         except Exception as e:  # noqa: BLE001
             info["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             log(f"  {name}: setup failed: {info['error']}")
             log(traceback.format_exc())
+            # Free what the failed implementation holds (graphs of its other
+            # ops, its eager outputs) for the implementations after it.
+            for op in args.ops:
+                graphs.pop((name, op), None)
+            keep.pop(name, None)
+            outs = saved = fn = pool = None
+            gc.collect()
+    outs = saved = fn = pool = None
 
-    # Timing: rounds interleaved, order rotated.
+    # Timing: rounds interleaved, order rotated (the A/A copies at the far
+    # end of the base order from their originals).
     live = [n for n in names if row["impls"][n]["error"] is None]
+    base = [n for n in live if not n.endswith("#2")] + [n for n in live if n.endswith("#2")]
     per_round = [args.replays // args.rounds + (1 if r < args.replays % args.rounds else 0) for r in range(args.rounds)]
     samples = {(n, op): [] for n in live for op in args.ops}
     for r in range(args.rounds):
-        k = r % max(1, len(live))
-        order = live[k:] + live[:k]
-        if r % 2 == 1:
-            order = order[::-1]
-        for n in order:
-            for op in args.ops:
-                samples[(n, op)] += timer.time(graphs[(n, op)], per_round[r])
+        for n in round_order([m for m in base if m in live], r, args.rounds):
+            try:
+                got = [(op, timer.time(graphs[(n, op)], per_round[r])) for op in args.ops]
+            except Exception as e:  # noqa: BLE001
+                row["impls"][n]["error"] = f"timing: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                log(f"  {n}: {row['impls'][n]['error']}")
+                live.remove(n)
+                for op in args.ops:
+                    samples.pop((n, op), None)
+                torch.cuda.synchronize()  # a broken CUDA context fails the row here
+                continue
+            for op, v in got:
+                samples[(n, op)] += v
     for (n, op), v in samples.items():
         row["impls"][n]["us"][op] = statistics.median(v)
         row["impls"][n].setdefault("p10_p90", {})[op] = [
@@ -528,22 +610,35 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     del keep
     torch.cuda.empty_cache()
 
-    # Accuracy on --seeds seeds, every implementation's outputs through the oracle.
+    # Accuracy on --seeds seeds, every implementation's outputs through the
+    # oracle. A failure here (inputs, oracle) costs the row its in-budget
+    # verdicts, not its timings.
+    acc = [n for n in live if not n.endswith("#2")]
     for seed in range(args.seeds):
         c = case_id(form, H, T, wname, args.family, seed)
-        ins = form_inputs(torch, normgate.generate(c))
-        with normgate.Oracle(c) as orc:
-            for n in live:
-                if n.endswith("#2"):
-                    continue
-                accuracy_into(torch, impls[n], ins, orc, row["impls"][n])
-        del ins
+        ins = None
+        try:
+            ins = form_inputs(torch, normgate.generate(c))
+            with normgate.Oracle(c) as orc:
+                for n in acc:
+                    accuracy_into(torch, impls[n], ins, orc, row["impls"][n])
+        except Exception as e:  # noqa: BLE001
+            msg = f"seed {seed}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            log(f"  accuracy failed: {msg}")
+            log(traceback.format_exc())
+            row.setdefault("acc_errors", []).append(msg)
+            for n in acc:
+                row["impls"][n].setdefault("acc_error", msg)
+        ins = None
         torch.cuda.empty_cache()
     for n in live:
         if n.endswith("#2"):
-            base = row["impls"][n[:-2]]
-            for key in ("pass", "err_tol", "pass_out"):
-                row["impls"][n][key] = base.get(key)
+            base_info = row["impls"][n[:-2]]
+            for key in ("pass", "err_tol", "pass_out", "acc_error"):
+                if base_info.get(key) is not None:
+                    row["impls"][n][key] = base_info.get(key)
+            if n[:-2] not in acc:
+                row["impls"][n]["acc_error"] = f"{n[:-2]} was not validated"
 
     # Bandwidth and ratios.
     wbytes = 2 if wname == "bf16" else 4
@@ -561,12 +656,13 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
         ok = [n for n in peers if in_budget(u[n], op)]
         r["sota"] = min(ok, key=us) if ok else None
         r["fastest_any"] = min(peers, key=us) if peers else None
+        if r["sota"]:
+            r["sota_us"] = us(r["sota"])  # also when ours failed: markdown() prints it
         if r["ours_us"]:
             r["ours_GBps"] = r["bytes"] / (r["ours_us"] * 1e-6) / 1e9
             if r["det_us"]:
                 r["det_over_ours"] = r["det_us"] / r["ours_us"]
             if r["sota"]:
-                r["sota_us"] = us(r["sota"])
                 r["sota_over_ours"] = r["sota_us"] / r["ours_us"]
             if r["fastest_any"]:
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
@@ -602,7 +698,8 @@ def accuracy_into(torch, impl, ins, orc, info):
             given[oname] = t.reshape(-1)
         rep = orc.validate(**given)
     except Exception as e:  # noqa: BLE001
-        info["error"] = f"accuracy run: {type(e).__name__}: {e}"
+        # Not info["error"]: the timings stay valid and shown; in_budget() is False.
+        info.setdefault("acc_error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         return None
     acc = info.setdefault("err_tol", {})
     ok = info.setdefault("pass_out", {})
@@ -632,14 +729,24 @@ def markdown(meta, rows, copy):
     L = []
     L.append(f"# normgate vs peers on {meta['gpu']} ({meta['date']})\n")
     L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
-             f"normgate {meta['normgate']}. Command: `{meta['command']}`.\n")
+             f"{meta['normgate']}. Command: `{meta['command']}`.\n")
     L.append(f"Latency: median of {meta['replays']} CUDA-graph replays per implementation and op "
              f"({meta['rounds']} interleaved rounds, order rotated), L2 flushed before each, CUDA events. "
              f"Accuracy: worst of {meta['seeds']} seeds of family `{meta['family']}` through normgate's oracle. "
              f"det = normgate deterministic=True, ours = deterministic=False. "
              f"Copy ceiling (read + write, faster of normgate's 16-byte copy and a Triton copy: {copy.get('by')}): "
-             f"{fmt(copy.get('GBps'), '{:.0f}')} GB/s; "
-             + ", ".join(f"{k} {v['GBps']:.0f} GB/s" for k, v in copy.get('candidates', {}).items()) + ".\n")
+             f"{fmt(copy.get('GBps'), '{:.0f}')} GB/s"
+             + "".join(f"; {k} {v['GBps']:.0f} GB/s" for k, v in copy.get('candidates', {}).items())
+             + "".join(f"; {k} failed: `{v}`" for k, v in (copy.get("errors") or {}).items()) + ".\n")
+    if meta.get("skipped") or meta.get("failed_rows") or meta.get("stopped"):
+        L.append("**Incomplete run.** "
+                 + (f"{meta['stopped']}: stopped. " if meta.get("stopped") else "")
+                 + (f"Rows not started (--deadline-s, or stopped) ({len(meta.get('skipped', []))}): "
+                    + ", ".join(f"[{t}, {h}] {w} {f}" for t, h, w, f in meta.get("skipped", [])) + ". "
+                    if meta.get("skipped") else "")
+                 + ("Rows that failed: " + "; ".join(f"[{t}, {h}] {w} {f}: `{e[:160]}`"
+                                                    for t, h, w, f, e in meta.get("failed_rows", [])) + "."
+                    if meta.get("failed_rows") else "") + "\n")
     if meta["peer_errors"]:
         L.append("Peers that could not run: " + "; ".join(f"{k}: `{v}`" for k, v in meta["peer_errors"].items()) + "\n")
     L.append("| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy) | A/A floor |")
@@ -656,13 +763,21 @@ def markdown(meta, rows, copy):
             frac = ""
             if r.get("ours_GBps") and copy.get("GBps"):
                 frac = f" ({r['ours_GBps'] / copy['GBps']:.2f})"
-            L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])} | {sota} | "
-                     f"{fmt(r['ours_us'])} | {fmt(r.get('det_over_ours'), '{:.3f}x')} | "
+            oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
+                   for n in ("det", "ours")}
+            L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "
+                     f"{fmt(r['ours_us'])}{oob['ours']} | {fmt(r.get('det_over_ours'), '{:.3f}x')} | "
                      f"{fmt(r.get('sota_over_ours'), '{:.3f}x')} | {fmt(r.get('ours_GBps'), '{:.0f}')}{frac} | "
                      f"{fmt(r['aa_floor'], '{:.4f}')} |")
     L.append("\n! = no peer within the budget on every seed: the fastest peer is shown with "
              "its worst err/tol over the op's outputs; "
-             "SOTA/ours is then left empty.\n")
+             "SOTA/ours is then left empty. (out of budget) = det or ours itself failed the budget "
+             "(or its accuracy run) for that op.\n")
+    gone = [f"{workload(row)}: {n} ({i.get('error') or 'accuracy: ' + i['acc_error']})"[:200]
+            for row in rows for n, i in row["impls"].items() if i.get("error") or i.get("acc_error")]
+    if gone:
+        L.append("Implementations that failed in their row (setup, timing or accuracy run; not SOTA "
+                 "candidates there; an out-of-memory at the largest rows shows here): " + "; ".join(gone) + ".\n")
     L.append("## Every implementation\n")
     L.append("| workload | impl | fwd us | bwd us | 2xfwd+bwd us | y | rstd | h_new | dx | dw | dw dtype | in budget for |")
     L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -677,7 +792,8 @@ def markdown(meta, rows, copy):
                      " | ".join(fmt(et.get(o), '{:.3g}') for o in ("y", "rstd", "h_new", "dx", "dw")) +
                      f" | {i.get('dw_dtype', '—')}" +
                      ("".join(f" ({k} was {v})" for k, v in (i.get("casts") or {}).items())) + " | " +
-                     (", ".join(op for op in OPS if in_budget(i, op)) or "none") + " |")
+                     (", ".join(op for op in OPS if in_budget(i, op)) or "none") +
+                     (f" (accuracy run failed: `{i['acc_error'][:100]}`)" if i.get("acc_error") else "") + " |")
     return "\n".join(L) + "\n"
 
 
@@ -702,7 +818,10 @@ def main(argv):
 
     errors = {}
     # eps is the cases' (every case id here uses the default eps).
-    eps = normgate.case_info(case_id("plain", args.H[0], args.T[0], args.w[0], args.family, 0))["eps"]
+    try:
+        eps = normgate.case_info(case_id("plain", args.H[0], args.T[0], args.w[0], args.family, 0))["eps"]
+    except ValueError as e:
+        die_usage(f"--family {args.family!r} / --H / --T: {e}")
     impls = make_impls(torch, set(args.peers), eps, errors)
     timer = Timer(torch)
     props = torch.cuda.get_device_properties(0)
@@ -729,7 +848,8 @@ def main(argv):
     with torch.cuda.stream(timer.stream):
         copy = copy_ceiling(torch, timer, biggest, args.replays)
     log("copy ceiling: " + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['us']:.1f} us)"
-                                     for k, v in copy["candidates"].items()) + f" for {copy['bytes']} bytes")
+                                     for k, v in copy["candidates"].items()) + f" for {copy['bytes']} bytes"
+        + "".join(f"; {k} failed: {v}" for k, v in copy.get("errors", {}).items()))
 
     rows = []
     result = {"meta": meta, "copy": copy, "rows": rows}
@@ -749,6 +869,14 @@ def main(argv):
             log(f"row {label} failed: {type(e).__name__}: {e}")
             log(traceback.format_exc())
             meta.setdefault("failed_rows", []).append([T, H, wname, form, f"{type(e).__name__}: {e}"])
+            try:
+                torch.cuda.synchronize()
+            except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: every later row would fail
+                log(f"CUDA context unusable after row {label} ({type(e2).__name__}): stopping")
+                meta["stopped"] = f"CUDA context unusable after row {label}"
+                for f2, h2, w2, t2 in plan[plan.index((form, H, wname, T)) + 1:]:
+                    meta.setdefault("skipped", []).append([t2, h2, w2, f2])
+                break
             continue
         row["seconds"] = time.time() - t0
         rows.append(row)
@@ -757,6 +885,10 @@ def main(argv):
                 f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
         atomic_write(args.json, json.dumps(result, indent=1))
         atomic_write(args.md, markdown(meta, rows, copy))
+    # Again at the end: rows skipped or failed after the last measured row
+    # are recorded only here.
+    atomic_write(args.json, json.dumps(result, indent=1))
+    atomic_write(args.md, markdown(meta, rows, copy))
     if not rows:
         print("peers.py: no row could be measured", file=sys.stderr)
         return 1
