@@ -520,6 +520,23 @@ def round_order(base, r, rounds):
     return order[::-1] if r % 2 == 1 else order
 
 
+def op_fn(impl, op, inp, saved):
+    """The callable one graph of `op` captures: fwd; bwd from the eager
+    forward's `saved` (kept referenced by the caller); or the checkpointed
+    step 2xfwd+bwd (forward, forward recompute, backward of the recompute)."""
+    fwd, bwd = impl
+    if op == "fwd":
+        return lambda: fwd(inp)
+    if op == "bwd":
+        return lambda: bwd(inp, saved)
+
+    def step():
+        fwd(inp)
+        _, s2 = fwd(inp)
+        return bwd(inp, s2)
+    return step
+
+
 def case_id(form, H, T, wname, family, seed):
     return f"H={H},T={T},w={wname},form={form},family={family},seed={seed}"
 
@@ -556,16 +573,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
             keep[name] = (outs, saved)
             torch.cuda.synchronize()
             for op in args.ops:
-                if op == "fwd":
-                    fn = lambda fwd=fwd: fwd(inp)  # noqa: E731
-                elif op == "bwd":
-                    fn = lambda bwd=bwd, saved=saved: bwd(inp, saved)  # noqa: E731
-                else:
-                    def fn(fwd=fwd, bwd=bwd):
-                        fwd(inp)
-                        _, s2 = fwd(inp)
-                        return bwd(inp, s2)
-                graphs[(name, op)] = timer.capture(fn, pool)
+                graphs[(name, op)] = timer.capture(op_fn(impls[name], op, inp, saved), pool)
             info["setup_s"] = time.time() - t0
             info["reserved_GiB"] = torch.cuda.memory_reserved() / 2**30
             log(f"  {name}: set up in {info['setup_s']:.1f} s; {info['reserved_GiB']:.1f} GiB reserved")

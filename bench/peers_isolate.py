@@ -17,31 +17,22 @@ def child(H, T, w, name):
     import torch
     import normgate
     errors = {}
-    impls = peers.make_impls(torch, {name}, 1e-6, errors)
+    case = peers.case_id("plain", H, T, w, "normal", 0)
+    impls = peers.make_impls(torch, {name}, normgate.case_info(case)["eps"], errors)
     if name not in impls:
         print(f"{name}: unavailable: {errors.get(name)}")
         return 3
     timer = peers.Timer(torch)
     fwd, bwd = impls[name]
     with torch.cuda.stream(timer.stream):
-        inp = normgate.generate(f"H={H},T={T},w={w},form=plain,family=normal,seed=0")
-        x, wt, dy = inp["x"], inp["w"], inp["dy"]
+        inp = peers.form_inputs(torch, normgate.generate(case))
         for _ in range(2):
-            y, rstd, saved = fwd(x, wt)
-            dx, dw = bwd(dy, x, wt, saved)
+            outs, saved = fwd(inp)
+            outs.update(bwd(inp, saved))
             torch.cuda.synchronize()
-        print(f"{name}: eager ok (dx {dx.dtype}, dw {dw.dtype})", flush=True)
+        print(f"{name}: eager ok (dx {outs['dx'].dtype}, dw {outs['dw'].dtype})", flush=True)
         for op in peers.OPS:
-            if op == "fwd":
-                fn = lambda: fwd(x, wt)  # noqa: E731
-            elif op == "bwd":
-                fn = lambda: bwd(dy, x, wt, saved)  # noqa: E731
-            else:
-                def fn():
-                    fwd(x, wt)
-                    _, _, s2 = fwd(x, wt)
-                    return bwd(dy, x, wt, s2)
-            g = timer.capture(fn)
+            g = timer.capture(peers.op_fn(impls[name], op, inp, saved))
             for _ in range(5):
                 g.replay()
                 torch.cuda.synchronize()

@@ -129,3 +129,18 @@ def test_compiled_peers_get_a_recompile_limit_for_every_row():
     cfg = torch._dynamo.config
     limit = getattr(cfg, "recompile_limit", None) or getattr(cfg, "cache_size_limit")
     assert limit >= 1000
+
+
+def test_op_fn_runs_the_op_it_names():
+    """The graph bodies: fwd, bwd from the eager forward's saved tensors, and
+    the checkpointed step, whose backward output equals a plain bwd's."""
+    case = peers.case_id("res", 96, 17, "bf16", "normal", 1)
+    impl = peers.make_impls(torch, {"eager"}, normgate.case_info(case)["eps"], {})["eager"]
+    inp = peers.form_inputs(torch, normgate.generate(case, device="cpu"))
+    outs, saved = impl[0](inp)
+    y = peers.op_fn(impl, "fwd", inp, saved)()[0]["y"]
+    assert torch.equal(y, outs["y"])
+    dx = peers.op_fn(impl, "bwd", inp, saved)()["dx"]
+    step = peers.op_fn(impl, "2xfwd+bwd", inp, saved)()
+    assert set(step) == {"dx", "dw"}
+    assert torch.equal(step["dx"], dx) and torch.equal(step["dw"], impl[1](inp, saved)["dw"])
