@@ -10,6 +10,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,34 +50,25 @@ thread_local std::string g_error;
 // with "fn: message" as the thread's last error.
 template <class F>
 int guard(const char* fn, F&& f) noexcept {
+  auto fail = [fn](int rc, const char* msg) noexcept {
+    try {
+      g_error = std::string(fn) + ": " + msg;
+    } catch (...) {  // no memory for the message: the return code still says it
+    }
+    return rc;
+  };
   try {
     g_error.clear();
     f();
     return NG_OK;
   } catch (const std::invalid_argument& e) {
-    try {
-      g_error = std::string(fn) + ": " + e.what();
-    } catch (...) {
-    }
-    return NG_EINVAL;
+    return fail(NG_EINVAL, e.what());
   } catch (const std::bad_alloc&) {
-    try {
-      g_error = std::string(fn) + ": out of host memory";
-    } catch (...) {
-    }
-    return NG_EFAIL;
+    return fail(NG_EFAIL, "out of host memory");
   } catch (const std::exception& e) {
-    try {
-      g_error = std::string(fn) + ": " + e.what();
-    } catch (...) {
-    }
-    return NG_EFAIL;
+    return fail(NG_EFAIL, e.what());
   } catch (...) {
-    try {
-      g_error = std::string(fn) + ": unknown exception";
-    } catch (...) {
-    }
-    return NG_EFAIL;
+    return fail(NG_EFAIL, "unknown exception");
   }
 }
 
@@ -293,35 +285,21 @@ int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, size_t 
     const bool res = c.form == Form::res;
     if (!res && outs->h_new != nullptr)
       bad("h_new given, but form " + std::string(normgate::to_string(c.form)) + " has no h_new");
-    // Copies of the given tensors (NULL: absent).
+    // Copies of the given tensors (NULL: absent): the validators take vectors.
     std::vector<uint16_t> y, dx, h_new;
     std::vector<float> rstd, dw;
     nv::OutputsRef ref;
-    if (outs->y) {
-      check_elems("y", outs->y, outs->y_elems, n);
-      y = host_copy<uint16_t>(outs->y, outs->y_elems);
-      ref.y = &y;
-    }
-    if (outs->rstd) {
-      check_elems("rstd", outs->rstd, outs->rstd_elems, rows);
-      rstd = host_copy<float>(outs->rstd, outs->rstd_elems);
-      ref.rstd = &rstd;
-    }
-    if (outs->dx) {
-      check_elems("dx", outs->dx, outs->dx_elems, n);
-      dx = host_copy<uint16_t>(outs->dx, outs->dx_elems);
-      ref.dx = &dx;
-    }
-    if (outs->dw) {
-      check_elems("dw", outs->dw, outs->dw_elems, c.H);
-      dw = host_copy<float>(outs->dw, outs->dw_elems);
-      ref.dw = &dw;
-    }
-    if (outs->h_new) {
-      check_elems("h_new", outs->h_new, outs->h_new_elems, n);
-      h_new = host_copy<uint16_t>(outs->h_new, outs->h_new_elems);
-      ref.h_new = &h_new;
-    }
+    auto take = [](const char* what, const void* p, uint64_t elems, int64_t want, auto& copy, auto& slot) {
+      if (p == nullptr) return;
+      check_elems(what, p, elems, want);
+      copy = host_copy<typename std::decay_t<decltype(copy)>::value_type>(p, elems);
+      slot = &copy;
+    };
+    take("y", outs->y, outs->y_elems, n, y, ref.y);
+    take("rstd", outs->rstd, outs->rstd_elems, rows, rstd, ref.rstd);
+    take("dx", outs->dx, outs->dx_elems, n, dx, ref.dx);
+    take("dw", outs->dw, outs->dw_elems, c.H, dw, ref.dw);
+    take("h_new", outs->h_new, outs->h_new_elems, n, h_new, ref.h_new);
     if (!ref.y && !ref.rstd && !ref.dx && !ref.dw && !ref.h_new) bad("no output given (y, rstd, dx, dw, h_new all NULL)");
 
     const nv::CaseOracle& co = *o->oracle;
