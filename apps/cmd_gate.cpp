@@ -89,14 +89,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->add_option("--journal", o->g.journal_path,
                   "Write-ahead journal: every finished case is on disk before the next; rerun with the same "
                   "file to resume after a crash");
-  sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  sub->add_option("--oracle", o->oracle,
-                  "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
-                  "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+  add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
+  add_oracle_option(sub, o->oracle,
+                    "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
+                    "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)");
   sub->add_option("--threads", o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");

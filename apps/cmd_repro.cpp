@@ -77,12 +77,8 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
                   "One implementation: a backward variant (normgate variants), controls included, or fp32-baseline "
                   "(required, except with --from-report)");
   sub->add_option("--k", o->k, "Worst elements to list per output")->capture_default_str()->check(CLI::Range(1, 100000));
-  sub->add_option("--backend", o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  sub->add_option("--oracle", o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+  add_backend_option(sub, o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto");
+  add_oracle_option(sub, o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)");
   sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
   sub->callback([&cmds, o] {
     cmds.run = [o] {
@@ -185,12 +181,8 @@ void add_export(CLI::App& app, Commands& cmds) {
   sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)");
   sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
   sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--backend", o->backend, "Where variants run: gpu, cpu (CPU models), auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  sub->add_option("--oracle", o->oracle, "Reference: auto, fp64, mpfr")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+  add_backend_option(sub, o->backend, "Where variants run: gpu, cpu (CPU models), auto");
+  add_oracle_option(sub, o->oracle, "Reference: auto, fp64, mpfr");
   sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
   sub->callback([&cmds, o] {
     cmds.run = [o] {

@@ -149,16 +149,12 @@ void add_check(CLI::App& app, Commands& cmds) {
                   "repeatable")
       ->capture_default_str()
       ->delimiter(',');
-  sub->add_option("--backend", o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
   sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
-  sub->add_option("--oracle", o->oracle,
-                  "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
-                  "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
-                  "bound cannot decide makes the verdict INCONCLUSIVE (exit 1), never a pass")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+  add_oracle_option(sub, o->oracle,
+                    "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
+                    "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
+                    "bound cannot decide makes the verdict INCONCLUSIVE (exit 1), never a pass");
   sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
@@ -252,6 +248,14 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_inspect(app, cmds);
   add_export(app, cmds);
   add_plot(app, cmds);
+}
+
+CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::string& help) {
+  return sub->add_option("--backend", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+}
+
+CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help) {
+  return sub->add_option("--oracle", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
 }
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder

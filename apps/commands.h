@@ -33,6 +33,12 @@ void add_inspect(CLI::App& app, Commands& cmds);
 void add_export(CLI::App& app, Commands& cmds);
 void add_plot(CLI::App& app, Commands& cmds);
 
+/// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and
+/// `--oracle` (auto|fp64|mpfr, oracle::parse_oracle_mode's names) with the
+/// given help, default shown: the value sets of every subcommand in one place.
+CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::string& help);
+CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help);
+
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);
