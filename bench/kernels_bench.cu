@@ -8,8 +8,12 @@
 // time, and is printed against a 16-byte vectorized device-to-device copy
 // timed the same way in the same run.
 //
-// Usage: kernels_bench [--reps N] [--json FILE] [T,H ...]   (default shapes
-// 65537,4096 and 131072,6144; weight bf16 and fp32). Prints a table last.
+// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:B,...] [--no-controls]
+//                      [--w bf16|fp32|both] [T,H ...]
+// (default shapes 65537,4096 and 131072,6144; weight both). --depth times
+// every op at each forward pipeline setting F:L (pipeline.h: ring depth F, L2
+// prefetch distance L; outputs do not depend on them), in one run, so the
+// rows compare side by side. Prints a table last.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "normgate/kernels/runner.h"
@@ -52,12 +57,43 @@ int main(int argc, char** argv) try {
   int reps = 100;
   std::string json;
   std::vector<std::pair<int64_t, int64_t>> shapes;
+  bool controls = true;
+  std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
+  std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (a == "--no-controls") {
+      controls = false;
+    } else if (a == "--w" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "bf16" && v != "fp32" && v != "both") {
+        std::fprintf(stderr, "kernels_bench: bad --w '%s' (bf16, fp32 or both)\n", v.c_str());
+        return 2;
+      }
+      wds = v == "bf16" ? std::vector<WDtype>{WDtype::bf16}
+            : v == "fp32" ? std::vector<WDtype>{WDtype::fp32}
+                          : std::vector<WDtype>{WDtype::bf16, WDtype::fp32};
+    } else if (a == "--depth" && i + 1 < argc) {
+      std::string list = argv[++i];
+      depths.clear();
+      for (size_t p0 = 0; p0 <= list.size();) {
+        size_t p1 = list.find(',', p0);
+        if (p1 == std::string::npos) p1 = list.size();
+        const std::string item = list.substr(p0, p1 - p0);
+        const auto colon = item.find(':');
+        if (colon == std::string::npos) {
+          std::fprintf(stderr, "kernels_bench: bad --depth item '%s' (expected F:L)\n", item.c_str());
+          return 2;
+        }
+        nk::PipelineDepth d{std::atoi(item.substr(0, colon).c_str()), std::atoi(item.substr(colon + 1).c_str())};
+        nk::set_pipeline_depth(d);  // validates (throws naming the value)
+        depths.push_back(d);
+        p0 = p1 + 1;
+      }
     } else {
       const auto comma = a.find(',');
       if (comma == std::string::npos) {
@@ -93,7 +129,7 @@ int main(int argc, char** argv) try {
     const std::string shape = "[" + std::to_string(T) + ", " + std::to_string(H) + "]";
     rows.push_back({shape, "-", "copy (16 B vectors)", ct.median_ms * 1e3, ct.min_ms * 1e3, copy_gbps, 1.0});
 
-    for (WDtype wd : {WDtype::bf16, WDtype::fp32}) {
+    for (WDtype wd : wds) {
       normgate::seeds::CaseId c;
       c.H = H;
       c.T = T;
@@ -124,14 +160,17 @@ int main(int argc, char** argv) try {
       const auto& fwd = nk::default_fwd();
       nk::rmsnorm_fwd(fwd, fa);  // rstd for the backward
       CK(cudaDeviceSynchronize());
+      for (const nk::PipelineDepth depth : depths) {
+      nk::set_pipeline_depth(depth);
+      const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) : "";
       const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
       const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
       const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
-      rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name),
+      rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
                       ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
 
       for (const auto& v : nk::variants()) {
-        if (v.op != nk::Op::bwd) continue;
+        if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
         const size_t ws = nk::bwd_workspace_bytes(v, T, H);
         Buf work(ws);
         nk::BwdArgs ba;
@@ -153,9 +192,10 @@ int main(int argc, char** argv) try {
             [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
         const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
         rows.push_back({shape, std::string(normgate::to_string(wd)),
-                        "bwd " + std::string(v.name) + (v.control ? " (control)" : ""), bt.median_ms * 1e3,
+                        "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bt.median_ms * 1e3,
                         bt.min_ms * 1e3, bg, bg / copy_gbps});
       }
+      }  // depths
     }
   }
 

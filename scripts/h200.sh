@@ -3,7 +3,7 @@
 #   1. build if needed (or use a build made elsewhere and carried along),
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant,
-#   4. the kernel benchmark (bench/kernels_bench),
+#   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
 #      (NG_GRID_T, NG_GRID_H, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
@@ -39,6 +39,11 @@ bin="$build/apps/normgate"
 declare -a summary
 # A build carried from the dev machine has /work/main baked into its test paths.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
+# A compact carried build (scripts/stage_carry, NORMGATE_BUILD=build/dev): the
+# CLI tests look for the binary under build/apps.
+if [ "$build" != "$root/build" ] && [ ! -e "$root/build/apps/normgate" ] && [ -x "$build/apps/normgate" ]; then
+  mkdir -p "$root/build" && ln -sfn "$(cd "$build" && pwd)/apps" "$root/build/apps"
+fi
 
 if ! "$bin" --version >/dev/null 2>&1 || ! [ -x "$build/bench/kernels_bench" ]; then
   echo "h200: no usable build in $build: building" | tee -a "$out/steps.log"
@@ -82,7 +87,8 @@ if has sanitize; then
     runs=0 clean=0
     for c in "H=4096,T=67,w=bf16,family=normal,seed=1" "H=7,T=33,w=fp32,family=llm,seed=2" \
              "H=16384,T=19,w=bf16,family=cancel,seed=3" "H=1,T=5,w=fp32,family=normal,seed=4" \
-             "H=256,T=9,w=bf16,form=heads24,family=llm,seed=5" "H=256,T=33,w=fp32,form=heads4,family=cancel,seed=6"; do
+             "H=256,T=9,w=bf16,form=heads24,family=llm,seed=5" "H=256,T=33,w=fp32,form=heads4,family=cancel,seed=6" \
+             "H=6144,T=11,w=fp32,form=res,family=llm,seed=7" "H=1001,T=23,w=bf16,form=res,family=cancel,seed=8"; do
       start=$SECONDS
       timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
         >"$out/sanitizer.run" 2>&1
@@ -100,7 +106,8 @@ if has sanitize; then
 fi
 
 if has bench; then
-  "$build/bench/kernels_bench" --json "$out/kernels_bench.json" >"$out/kernels_bench.log" 2>&1
+  # NG_BENCH_ARGS: kernels_bench options and shapes (e.g. "--depth 1:1,4:3 --no-controls 131072,4096")
+  "$build/bench/kernels_bench" --json "$out/kernels_bench.json" ${NG_BENCH_ARGS:-} >"$out/kernels_bench.log" 2>&1
   summary+=("kernels_bench rc=$?")
 fi
 

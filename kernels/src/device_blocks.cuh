@@ -178,6 +178,79 @@ __device__ __forceinline__ float team_sum(float v, float* red, int team, int fir
   return team_sum_collect(red, team, first_warp);
 }
 
+/// Input rings (the kernels' load pipeline). A thread stages its own column
+/// groups of the rows it will work on into its own shared-memory slots, up to
+/// `stages` rows ahead, with asynchronous copies (cp.async, global -> L2 ->
+/// shared, sm_80+); only the thread that issued a copy reads its slot, so no
+/// barrier orders them: cp.async.wait_group does. Rows in flight then cost
+/// shared memory instead of registers.
+/// One 16-byte copy of 8 BF16 columns (src 16-byte aligned).
+__device__ __forceinline__ void cp_async16(uint4* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+/// One 4-byte copy (src 4-byte aligned): a row's rstd.
+__device__ __forceinline__ void cp_async4(float* dst, const float* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+/// Close this thread's current group of copies (an empty group is allowed).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/// Wait until at most n of this thread's groups are pending (0 <= n <= 7; the
+/// instruction takes an immediate, hence the switch on a uniform value).
+__device__ __forceinline__ void cp_async_wait_pending(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+  }
+}
+/// Stage columns col0..col0+7 of `row` into this thread's slot `dst`, read
+/// back as a Group8 (load_group's values: columns >= H as +0). vec: one
+/// asynchronous 16-byte copy; otherwise load_group's guarded scalar loads,
+/// stored synchronously (the slow, unaligned path keeps no loads in flight).
+__device__ __forceinline__ void stage_group(uint4* dst, const __nv_bfloat16* row, int col0, int H, bool vec) {
+  if (vec && col0 < H) {
+    cp_async16(dst, row + col0);
+    return;
+  }
+  *dst = load_group(row, col0, H, vec).u;
+}
+
+/// Ask the L2 to fetch `bytes` (a multiple of 16) at a 16-byte aligned
+/// global address (sm_90 bulk prefetch; uses no registers, never waited on).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+/// Host side of the input rings: the dynamic shared memory a CTA may use
+/// (the device's opt-in limit less 1 KiB for the kernels' static buffers),
+/// and the ring depth that fits it: min(want, limit / stage_bytes), at least 1
+/// (a stage is at most 32 KiB for every supported H, so one always fits).
+inline int ring_smem_limit() {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || optin < 49152)
+    optin = 49152;
+  return optin - 1024;
+}
+inline int ring_depth(int want, size_t stage_bytes) {
+  const size_t fit = static_cast<size_t>(ring_smem_limit()) / (stage_bytes > 0 ? stage_bytes : 1);
+  const size_t d = fit < static_cast<size_t>(want) ? fit : static_cast<size_t>(want);
+  return d < 1 ? 1 : static_cast<int>(d);
+}
+/// Let kernel f take up to ring_smem_limit() bytes of dynamic shared memory.
+template <class F>
+inline cudaError_t ring_allow(F* f) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(f), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              ring_smem_limit());
+}
+
 /// Column indices are `int` on the device (H <= kMaxH = 16384); row indices
 /// and element offsets are int64_t.
 

@@ -7,13 +7,18 @@
 //   team-reduces ss (plan.h), and computes
 //   rstd = 1 / sqrt(ss / H + eps)   (div_rn, sqrt_rn, div_rn, add_rn)
 //   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
-// Thread 0 of the team writes rstd. The next row's x is loaded before the
-// current row's reduction (register double buffer). w is loaded once per CTA.
+// Thread 0 of the team writes rstd. Each thread stages its groups of the
+// team's next `depth` rows into its own shared-memory ring slots
+// (device_blocks.cuh input rings; pipeline.h depth), so that many rows of
+// loads are in flight without holding registers; optionally thread 0 of the
+// team asks the L2 for a row further ahead (pipeline.h fwd_l2). w is loaded
+// once per CTA.
 #include <stdexcept>
 #include <type_traits>
 #include "cuda_check.h"
 #include "device_blocks.cuh"
 #include "launch.h"
+#include "normgate/kernels/pipeline.h"
 
 namespace normgate::kernels {
 namespace dev {
@@ -30,6 +35,8 @@ struct FwdRows {
   float eps;
   int team;
   bool vec;
+  int depth;  ///< ring depth (rows staged ahead), 1..kMaxPipelineDepth
+  int l2;     ///< L2 prefetch distance beyond the ring, in rows (0: none)
 };
 
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
@@ -48,15 +55,22 @@ __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv
   }
 }
 
+// No minimum-blocks bound: forcing 32 registers (four 512-thread CTAs per
+// SM) or 40 (three) spilled and measured slower than 55 registers at two
+// CTAs per SM (docs/perf.md, session 4).
 template <int kSlots, class WT, bool kHeads = false>
-__global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT, kHeads> a) {
+__global__ void __launch_bounds__(kMaxTeam)
+    fwd_rowwise_kernel(const FwdRows<WT, kHeads> a) {
+  extern __shared__ uint4 ring[];  // [depth][kSlots][blockDim.x]: slot (s, k) of thread i at s*kSlots*nthr + k*nthr + i
   __shared__ float red[2][32];
   const int team = a.team;
-  const int teams = static_cast<int>(blockDim.x) / team;
+  const int nthr = static_cast<int>(blockDim.x);
+  const int teams = nthr / team;
   const int ti = static_cast<int>(threadIdx.x) / team;
   const int t = static_cast<int>(threadIdx.x) % team;
   const int first_warp = ti * (team >> 5);
   const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24
+  const int depth = a.depth;
 
   int col0[kSlots];
   float w[kSlots][8];
@@ -65,25 +79,35 @@ __global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT,
     col0[k] = static_cast<int>(group_col0(team, k, t));
     load_weights(a.w, col0[k], a.H, a.vec, w[k]);
   }
+  uint4* const mine = ring + threadIdx.x;
+  auto slot = [&](int s, int k) { return mine + (s * kSlots + k) * nthr; };
+  // Stage this team's row r (if any) into ring stage s; one copy group per call.
+  auto fill = [&](int s, int64_t r) {
+    if (r < a.T) {
+      const __nv_bfloat16* xr = a.x.row(r);
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
+    }
+    cp_async_commit();
+  };
 
   const int64_t step = static_cast<int64_t>(gridDim.x) * teams;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * teams;
-  Group8 cur[kSlots], nxt[kSlots];
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int64_t r = first + ti;
-    cur[k].u = make_uint4(0u, 0u, 0u, 0u);
-    if (r < a.T) cur[k] = load_group(a.x.row(r), col0[k], a.H, a.vec);
-    nxt[k] = cur[k];
-  }
+  // The team's j-th row (first + ti + j*step) lives in stage j mod depth.
+  for (int s = 0; s < depth; ++s) fill(s, first + ti + s * step);
+  // Optional: thread 0 of the team asks the L2 for the row a.l2 rows beyond
+  // the ring (vector path: whole 16-byte aligned rows of H*2 bytes).
+  const int64_t l2_ahead = a.l2 > 0 && a.vec && t == 0 ? static_cast<int64_t>(depth + a.l2) * step : 0;
+  const uint32_t row_bytes = static_cast<uint32_t>(a.H) * 2u;
+  int s = 0;
   int buf = 0;
   for (int64_t base = first; base < a.T; base += step) {  // trip count uniform across the CTA
     const int64_t r = base + ti;
-    const int64_t rn = r + step;
-    if (rn < a.T) {
+    if (l2_ahead > 0 && r + l2_ahead < a.T) prefetch_l2_bulk(a.x.row(r + l2_ahead), row_bytes);
+    cp_async_wait_pending(depth - 1);  // this row's group (the oldest) has landed
+    Group8 cur[kSlots];
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) nxt[k] = load_group(a.x.row(rn), col0[k], a.H, a.vec);
-    }
+    for (int k = 0; k < kSlots; ++k) cur[k].u = *slot(s, k);
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k)
@@ -106,9 +130,13 @@ __global__ void __launch_bounds__(kMaxTeam) fwd_rowwise_kernel(const FwdRows<WT,
         store_group(yr, col0[k], a.H, a.vec, y);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) cur[k] = nxt[k];
+    // Refill stage s with the row `depth` steps ahead. Issued after the y
+    // stores, which consumed every value read from it (in-order issue); a
+    // row past T stores nothing and fills nothing (an empty group).
+    fill(s, r + depth * step);
+    s = s + 1 == depth ? 0 : s + 1;
   }
+  cp_async_wait_pending(0);
 }
 
 int sm_count() {
@@ -129,8 +157,19 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const int block = geo.team * teams;
   const int64_t rows = a.T * a.heads;  // normalized rows
   const int64_t need = (rows + teams - 1) / teams;
-  const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (2048 / block);
-  const unsigned grid = static_cast<unsigned>(need < cap ? need : cap);
+  // Ring: depth stages of one 16-byte slot per thread and group.
+  const size_t stage_bytes = static_cast<size_t>(block) * geo.slots * sizeof(uint4);
+  const int depth = dev::ring_depth(pipeline_depth().fwd, stage_bytes);
+  const size_t smem = stage_bytes * static_cast<size_t>(depth);
+  // A persistent grid: as many CTAs as fit on the device at once (registers
+  // and the ring's shared memory), none beyond the rows.
+  auto grid_for = [&](auto kernel) {
+    NG_CUDA(dev::ring_allow(kernel));
+    int per_sm = 0;
+    NG_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
+    const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (per_sm > 0 ? per_sm : 1);
+    return static_cast<unsigned>(need < cap ? need : cap);
+  };
   // Form res: h_new = BF16(h + u) first (its own pass), then h_new is normalized.
   const uint16_t* xin = a.x;
   int64_t xin_stride = a.x_stride;
@@ -158,18 +197,19 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
                                       static_cast<int>(a.H),
                                       a.eps,
                                       geo.team,
-                                      vec};
+                                      vec,
+                                      depth,
+                                      pipeline_depth().fwd_l2};
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
       if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");
-      dev::fwd_rowwise_kernel<1, WT, true><<<grid, block, 0, s>>>(make(std::true_type{}));
+      auto* k = dev::fwd_rowwise_kernel<1, WT, true>;
+      k<<<grid_for(k), block, smem, s>>>(make(std::true_type{}));
       return;
     }
     const dev::FwdRows<WT> r = make(std::false_type{});
-    if (geo.slots == 1)
-      dev::fwd_rowwise_kernel<1, WT><<<grid, block, 0, s>>>(r);
-    else
-      dev::fwd_rowwise_kernel<2, WT><<<grid, block, 0, s>>>(r);
+    auto* k = geo.slots == 1 ? dev::fwd_rowwise_kernel<1, WT> : dev::fwd_rowwise_kernel<2, WT>;
+    k<<<grid_for(k), block, smem, s>>>(r);
   };
   if (a.w.dtype == WDtype::fp32)
     go(float{});

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -390,6 +392,41 @@ TEST(Validation, ResidualForm) {
   BwdArgs c = b;
   c.dx = const_cast<uint16_t*>(b.dh_new);  // dx on top of dh_new
   expect_invalid([&] { validate_bwd(det(), c); }, "dx overlaps dh_new");
+}
+
+}  // namespace
+}  // namespace normgate::kernels
+
+namespace normgate::kernels {
+namespace {
+
+TEST(Validation, PipelineDepthRange) {
+  const PipelineDepth saved = pipeline_depth();
+  EXPECT_EQ(saved.fwd, PipelineDepth{}.fwd);  // the defaults routes are gated with
+  EXPECT_EQ(saved.fwd_l2, PipelineDepth{}.fwd_l2);
+  try {
+    set_pipeline_depth({0, 3});
+    ADD_FAILURE() << "depth 0 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fwd = 0"), std::string::npos) << e.what();
+  }
+  try {
+    set_pipeline_depth({4, kMaxPipelineDepth + 1});
+    ADD_FAILURE() << "L2 distance 9 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fwd_l2 = 9"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pipeline_depth().fwd, saved.fwd);  // a rejected value changes nothing
+  try {
+    set_pipeline_depth({4, -1});
+    ADD_FAILURE() << "L2 distance -1 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fwd_l2 = -1"), std::string::npos) << e.what();
+  }
+  set_pipeline_depth({2, kMaxPipelineDepth});
+  EXPECT_EQ(pipeline_depth().fwd, 2);
+  EXPECT_EQ(pipeline_depth().fwd_l2, kMaxPipelineDepth);
+  set_pipeline_depth(saved);
 }
 
 }  // namespace

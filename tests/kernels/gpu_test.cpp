@@ -18,6 +18,7 @@
 #include "normgate/core/bf16.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/models.h"
+#include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/runner.h"
 #include "normgate/kernels/timing.h"
@@ -455,6 +456,45 @@ TEST(ResidualForm, GpuEqualsTheModels) {
       EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
       EXPECT_EQ(bit_diff(g.dw, m.dw).count, 0);
       EXPECT_EQ(g.h_new.size(), in.x.size());
+    }
+  }
+}
+
+// --- input pipeline depth ------------------------------------------------------
+
+/// Restores the process-wide depth on scope exit.
+struct DepthGuard {
+  PipelineDepth saved = pipeline_depth();
+  ~DepthGuard() { set_pipeline_depth(saved); }
+};
+
+TEST(Pipeline, DepthNeverChangesTheBits) {
+  NG_REQUIRE_GPU();
+  DepthGuard guard;
+  // Forward ring depth 1 (no row ahead), 2, an odd one and the maximum, with
+  // and without the L2 prefetch; rows per CTA both fewer and more than the
+  // ring; 16-byte and scalar paths, the residual and per-head forms, both
+  // weight dtypes.
+  for (const char* id : {"H=4096,T=333,w=bf16,form=plain,family=llm,seed=2",
+                         "H=1001,T=77,w=fp32,form=plain,family=cancel,seed=5",
+                         "H=6144,T=515,w=fp32,form=res,family=normal,seed=3",
+                         "H=256,T=301,w=bf16,form=heads4,family=llm,seed=4",
+                         "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1"}) {
+    const seeds::CaseId c = seeds::parse_case(id);
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };
+    const Variant& v = variant("bwd_det_chunked");
+    const Outputs m = run_model(v, rows(in.x), rows(in.dy), in.w_view(), kEps, 0, rows(in.u), rows(in.dh_new));
+    for (const PipelineDepth d : {PipelineDepth{1, 0}, PipelineDepth{2, 2}, PipelineDepth{5, 7},
+                                  PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth}}) {
+      SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2));
+      set_pipeline_depth(d);
+      const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
+      EXPECT_EQ(bit_diff(g.y, m.y).count, 0);
+      EXPECT_EQ(bit_diff(g.rstd, m.rstd).count, 0);
+      EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
+      EXPECT_EQ(bit_diff(g.dw, m.dw).count, 0);
+      EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
     }
   }
 }
