@@ -14,6 +14,7 @@
 #include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
 #include "normgate/kernels/accum.h"
+#include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels::dev {
@@ -198,6 +199,7 @@ __device__ __forceinline__ void cp_async4(float* dst, const float* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /// Wait until at most n of this thread's groups are pending (0 <= n <= 7; the
 /// instruction takes an immediate, hence the switch on a uniform value).
+static_assert(kMaxPipelineDepth - 1 <= 7, "cp_async_wait_pending covers 0..7 pending groups");
 __device__ __forceinline__ void cp_async_wait_pending(int n) {
   switch (n) {
     case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;

@@ -157,9 +157,10 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const int block = geo.team * teams;
   const int64_t rows = a.T * a.heads;  // normalized rows
   const int64_t need = (rows + teams - 1) / teams;
+  const PipelineDepth knobs = pipeline_depth();  // read once: one consistent setting per launch
   // Ring: depth stages of one 16-byte slot per thread and group.
   const size_t stage_bytes = static_cast<size_t>(block) * geo.slots * sizeof(uint4);
-  const int depth = dev::ring_depth(pipeline_depth().fwd, stage_bytes);
+  const int depth = dev::ring_depth(knobs.fwd, stage_bytes);
   const size_t smem = stage_bytes * static_cast<size_t>(depth);
   // A persistent grid: as many CTAs as fit on the device at once (registers
   // and the ring's shared memory), none beyond the rows.
@@ -199,7 +200,7 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
                                       geo.team,
                                       vec,
                                       depth,
-                                      pipeline_depth().fwd_l2};
+                                      knobs.fwd_l2};
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
       if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");

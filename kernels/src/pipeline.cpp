@@ -1,30 +1,39 @@
-// kernels/src/pipeline.cpp: the process-wide pipeline depth (pipeline.h).
+// kernels/src/pipeline.cpp: the process-wide forward streaming settings (pipeline.h).
 #include "normgate/kernels/pipeline.h"
 
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 namespace normgate::kernels {
 
 namespace {
-std::atomic<int> g_fwd{PipelineDepth{}.fwd};
-std::atomic<int> g_l2{PipelineDepth{}.fwd_l2};
+// fwd in bits 0-7, fwd_l2 in bits 8-15: one word.
+constexpr uint64_t pack(const PipelineDepth& d) {
+  return static_cast<uint64_t>(d.fwd) | (static_cast<uint64_t>(d.fwd_l2) << 8);
+}
+std::atomic<uint64_t> g_packed{pack(PipelineDepth{})};
 
-void check(const char* what, int v, int lo) {
-  if (v < lo || v > kMaxPipelineDepth)
-    throw std::invalid_argument(std::string("pipeline depth ") + what + " = " + std::to_string(v) + " (must be " +
-                                std::to_string(lo) + ".." + std::to_string(kMaxPipelineDepth) + ")");
+void check(const char* what, int v, int lo, int hi) {
+  if (v < lo || v > hi)
+    throw std::invalid_argument(std::string("pipeline ") + what + " = " + std::to_string(v) + " (must be " +
+                                std::to_string(lo) + ".." + std::to_string(hi) + ")");
 }
 }  // namespace
 
-PipelineDepth pipeline_depth() { return {g_fwd.load(), g_l2.load()}; }
+PipelineDepth pipeline_depth() {
+  const uint64_t p = g_packed.load();
+  PipelineDepth d;
+  d.fwd = static_cast<int>(p & 0xFFu);
+  d.fwd_l2 = static_cast<int>((p >> 8) & 0xFFu);
+  return d;
+}
 
 void set_pipeline_depth(PipelineDepth d) {
-  check("fwd", d.fwd, 1);
-  check("fwd_l2", d.fwd_l2, 0);
-  g_fwd.store(d.fwd);
-  g_l2.store(d.fwd_l2);
+  check("fwd", d.fwd, 1, kMaxPipelineDepth);
+  check("fwd_l2", d.fwd_l2, 0, kMaxPipelineDepth);
+  g_packed.store(pack(d));
 }
 
 }  // namespace normgate::kernels

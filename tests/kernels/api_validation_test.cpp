@@ -401,32 +401,33 @@ namespace normgate::kernels {
 namespace {
 
 TEST(Validation, PipelineDepthRange) {
-  const PipelineDepth saved = pipeline_depth();
+  struct Restore {
+    PipelineDepth saved = pipeline_depth();
+    ~Restore() { set_pipeline_depth(saved); }
+  } restore;
+  const PipelineDepth saved = restore.saved;
   EXPECT_EQ(saved.fwd, PipelineDepth{}.fwd);  // the defaults routes are gated with
   EXPECT_EQ(saved.fwd_l2, PipelineDepth{}.fwd_l2);
-  try {
-    set_pipeline_depth({0, 3});
-    ADD_FAILURE() << "depth 0 accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("fwd = 0"), std::string::npos) << e.what();
-  }
-  try {
-    set_pipeline_depth({4, kMaxPipelineDepth + 1});
-    ADD_FAILURE() << "L2 distance 9 accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("fwd_l2 = 9"), std::string::npos) << e.what();
-  }
+  const auto rejects = [](PipelineDepth d, const std::string& named) {
+    try {
+      set_pipeline_depth(d);
+      ADD_FAILURE() << "accepted; expected an error naming '" << named << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  rejects({0, 0}, "fwd = 0");
+  rejects({kMaxPipelineDepth + 1, 0}, "fwd = 9");
+  rejects({4, kMaxPipelineDepth + 1}, "fwd_l2 = 9");
+  rejects({4, -1}, "fwd_l2 = -1");
   EXPECT_EQ(pipeline_depth().fwd, saved.fwd);  // a rejected value changes nothing
-  try {
-    set_pipeline_depth({4, -1});
-    ADD_FAILURE() << "L2 distance -1 accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("fwd_l2 = -1"), std::string::npos) << e.what();
+  // Every field round-trips through the packed word, at its limits too.
+  for (const PipelineDepth d : {PipelineDepth{2, kMaxPipelineDepth}, PipelineDepth{kMaxPipelineDepth, 0},
+                                PipelineDepth{1, 3}}) {
+    set_pipeline_depth(d);
+    EXPECT_EQ(pipeline_depth().fwd, d.fwd);
+    EXPECT_EQ(pipeline_depth().fwd_l2, d.fwd_l2);
   }
-  set_pipeline_depth({2, kMaxPipelineDepth});
-  EXPECT_EQ(pipeline_depth().fwd, 2);
-  EXPECT_EQ(pipeline_depth().fwd_l2, kMaxPipelineDepth);
-  set_pipeline_depth(saved);
 }
 
 }  // namespace

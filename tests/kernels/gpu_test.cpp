@@ -471,20 +471,23 @@ struct DepthGuard {
 TEST(Pipeline, DepthNeverChangesTheBits) {
   NG_REQUIRE_GPU();
   DepthGuard guard;
-  // Forward ring depth 1 (no row ahead), 2, an odd one and the maximum, with
-  // and without the L2 prefetch; rows per CTA both fewer and more than the
-  // ring; 16-byte and scalar paths, the residual and per-head forms, both
-  // weight dtypes.
-  for (const char* id : {"H=4096,T=333,w=bf16,form=plain,family=llm,seed=2",
-                         "H=1001,T=77,w=fp32,form=plain,family=cancel,seed=5",
-                         "H=6144,T=515,w=fp32,form=res,family=normal,seed=3",
-                         "H=256,T=301,w=bf16,form=heads4,family=llm,seed=4",
+  // Cases with many rows per team (at 132 SMs: ~17 at H=4096 T=4500, ~24 at
+  // H=7 T=200000, ~19 for heads4 T=40000), so every ring slot is reused at
+  // every depth up to 8; a few rows (H=16384 T=9); the 16-byte and scalar
+  // paths, the residual and per-head forms, both weight dtypes.
+  for (const char* id : {"H=4096,T=4500,w=bf16,form=plain,family=llm,seed=2",
+                         "H=7,T=200000,w=fp32,form=plain,family=cancel,seed=5",
+                         "H=1001,T=3000,w=bf16,form=plain,family=normal,seed=6",
+                         "H=6144,T=2100,w=fp32,form=res,family=normal,seed=3",
+                         "H=256,T=40000,w=bf16,form=heads4,family=llm,seed=4",
                          "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1"}) {
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
     const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };
     const Variant& v = variant("bwd_det_chunked");
     const Outputs m = run_model(v, rows(in.x), rows(in.dy), in.w_view(), kEps, 0, rows(in.u), rows(in.dh_new));
+    // Ring depth 1 (no row ahead), 2, an odd one and the maximum; with and
+    // without the L2 prefetch.
     for (const PipelineDepth d : {PipelineDepth{1, 0}, PipelineDepth{2, 2}, PipelineDepth{5, 7},
                                   PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth}}) {
       SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2));
