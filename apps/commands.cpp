@@ -178,6 +178,19 @@ void add_check(CLI::App& app, Commands& cmds) {
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
+        if (!rep.pass()) {  // one closing line: who failed, and whether only the negative controls did
+          std::string bad, ctl;
+          for (const auto& ir : rep.impls) {
+            if (ir.result.verdict() == validators::Verdict::pass) continue;
+            const bool control = ir.impl.rfind("ctl_", 0) == 0 && kernels::variant(ir.impl).control;
+            (control ? ctl : bad) += (control ? ctl : bad).empty() ? ir.impl : ", " + ir.impl;
+          }
+          if (bad.empty())
+            std::printf("note     exit 1 only because of the negative controls (%s), which are built to fail; "
+                        "every other implementation passes\n", ctl.c_str());
+          else
+            std::printf("note     not passed: %s%s\n", bad.c_str(), ctl.empty() ? "" : (" (and the controls " + ctl + ")").c_str());
+        }
         return rep.pass() ? 0 : 1;
       }
       if (o->seeds.empty() || o->H.empty() || o->T.empty())

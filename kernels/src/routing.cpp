@@ -521,7 +521,7 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   if (gpu_cur || (cpu_cur && accept_cpu_model)) {
     s.state = ApprovalState::current;
     s.record = gpu_cur ? gpu_cur : cpu_cur;
-    s.detail = "current" + from(*s.record);
+    s.detail = "approved" + from(*s.record);
   } else if (cpu_cur) {
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;
@@ -530,13 +530,13 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   } else if (stale) {
     s.state = ApprovalState::stale;
     s.record = stale;
-    s.detail = "stale: approved source " + stale->source_sha256.substr(0, 12) + from(*stale) + ", code now " +
+    s.detail = "approved source " + stale->source_sha256.substr(0, 12) + from(*stale) + ", code now " +
                std::string(hash.substr(0, 12)) + " (the variant's sources changed since the gate)";
   } else {
     s.state = ApprovalState::missing;
-    s.detail = other_variant ? "missing: the approval on file for this window is for variant " +
-                                   other_variant->variant + ", the table routes " + std::string(vname)
-                             : "missing: no approval for this window and variant";
+    s.detail = other_variant ? "the approval on file for this window is for variant " + other_variant->variant +
+                                   ", the table routes " + std::string(vname)
+                             : "no approval for this window and variant";
   }
   return s;
 }
@@ -578,7 +578,8 @@ Decision Dispatcher::pick(const CallKey& k) const {
                                 (k.T < 0 ? " (T < 0)" : ""));
   if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
-                              ") has no current approval in " + approvals_.path + ": " + d.approval.detail +
+                              ") has no current approval in " + approvals_.path + ": " +
+                              std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
                               ". Gate it (normgate gate " + table_.path +
                               " --approve), or override: `normgate routes --allow-unapproved` on the CLI, "
                               "DispatchPolicy::allow_unapproved in C++",

@@ -205,7 +205,7 @@ std::string_view to_string(ApprovalState s);
 struct ApprovalStatus {
   ApprovalState state = ApprovalState::missing;
   const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one
-  std::string detail;                ///< e.g. "stale: approved source 3dffde8bb61a, code now 9a1b..."
+  std::string detail;                ///< why, without the state word, e.g. "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
 };
 
 /// Look up r's approval. accept_cpu_model: whether backend "cpu-model"
