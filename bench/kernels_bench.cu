@@ -11,9 +11,10 @@
 // Usage: kernels_bench [--reps N] [--json FILE] [--depth F:B,...] [--no-controls]
 //                      [--w bf16|fp32|both] [T,H ...]
 // (default shapes 65537,4096 and 131072,6144; weight both). --depth times
-// every op at each forward pipeline setting F:L (pipeline.h: ring depth F, L2
-// prefetch distance L; outputs do not depend on them), in one run, so the
-// rows compare side by side. Prints a table last.
+// every op at each forward pipeline setting F:L or F:L:B (pipeline.h: ring
+// depth F, L2 prefetch distance L, B rows per team per CTA instead of a
+// persistent grid; outputs do not depend on them), in one run, so the rows
+// compare side by side. Prints a table last.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -86,10 +87,14 @@ int main(int argc, char** argv) try {
         const std::string item = list.substr(p0, p1 - p0);
         const auto colon = item.find(':');
         if (colon == std::string::npos) {
-          std::fprintf(stderr, "kernels_bench: bad --depth item '%s' (expected F:L)\n", item.c_str());
+          std::fprintf(stderr, "kernels_bench: bad --depth item '%s' (expected F:L or F:L:B)\n", item.c_str());
           return 2;
         }
-        nk::PipelineDepth d{std::atoi(item.substr(0, colon).c_str()), std::atoi(item.substr(colon + 1).c_str())};
+        const auto colon2 = item.find(':', colon + 1);
+        nk::PipelineDepth d;
+        d.fwd = std::atoi(item.substr(0, colon).c_str());
+        d.fwd_l2 = std::atoi(item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1).c_str());
+        d.fwd_block = colon2 == std::string::npos ? 0 : std::atoi(item.substr(colon2 + 1).c_str());
         nk::set_pipeline_depth(d);  // validates (throws naming the value)
         depths.push_back(d);
         p0 = p1 + 1;
@@ -162,7 +167,8 @@ int main(int argc, char** argv) try {
       CK(cudaDeviceSynchronize());
       for (const nk::PipelineDepth depth : depths) {
       nk::set_pipeline_depth(depth);
-      const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) : "";
+      const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
+                                                 (depth.fwd_block > 0 ? ":" + std::to_string(depth.fwd_block) : "") : "";
       const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
       const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
       const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;

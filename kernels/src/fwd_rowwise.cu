@@ -14,6 +14,7 @@
 // team asks the L2 for a row further ahead (pipeline.h fwd_l2). w is loaded
 // once per CTA.
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include "cuda_check.h"
 #include "device_blocks.cuh"
@@ -35,8 +36,9 @@ struct FwdRows {
   float eps;
   int team;
   bool vec;
-  int depth;  ///< ring depth (rows staged ahead), 1..kMaxPipelineDepth
-  int l2;     ///< L2 prefetch distance beyond the ring, in rows (0: none)
+  int depth;       ///< ring stages, 1..kMaxPipelineDepth
+  int l2;          ///< L2 prefetch distance beyond the ring, in the team's rows (0: none)
+  int block_rows;  ///< rows per team per CTA (0: persistent grid-stride over all rows)
 };
 
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
@@ -82,8 +84,15 @@ __global__ void __launch_bounds__(kMaxTeam)
   uint4* const mine = ring + threadIdx.x;
   auto slot = [&](int s, int k) { return mine + (s * kSlots + k) * nthr; };
   // Stage this team's row r (if any) into ring stage s; one copy group per call.
+  // The rows of this CTA: [row0, end) with its teams' rows interleaved.
+  //   persistent (block_rows == 0): team ti takes rows blockIdx*teams + ti +
+  //     j*gridDim*teams for all j (grid-stride over every row);
+  //   blocked: team ti takes rows row0 + ti + j*teams, j < block_rows.
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * teams * (a.block_rows > 0 ? a.block_rows : 1);
+  const int64_t step = a.block_rows > 0 ? teams : static_cast<int64_t>(gridDim.x) * teams;
+  const int64_t end = a.block_rows > 0 ? min(a.T, row0 + static_cast<int64_t>(teams) * a.block_rows) : a.T;
   auto fill = [&](int s, int64_t r) {
-    if (r < a.T) {
+    if (r < end) {
       const __nv_bfloat16* xr = a.x.row(r);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
@@ -91,19 +100,17 @@ __global__ void __launch_bounds__(kMaxTeam)
     cp_async_commit();
   };
 
-  const int64_t step = static_cast<int64_t>(gridDim.x) * teams;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * teams;
-  // The team's j-th row (first + ti + j*step) lives in stage j mod depth.
-  for (int s = 0; s < depth; ++s) fill(s, first + ti + s * step);
+  // The team's j-th row (row0 + ti + j*step) lives in stage j mod depth.
+  for (int s = 0; s < depth; ++s) fill(s, row0 + ti + s * step);
   // Optional: thread 0 of the team asks the L2 for the row a.l2 rows beyond
   // the ring (vector path: whole 16-byte aligned rows of H*2 bytes).
   const int64_t l2_ahead = a.l2 > 0 && a.vec && t == 0 ? static_cast<int64_t>(depth + a.l2) * step : 0;
   const uint32_t row_bytes = static_cast<uint32_t>(a.H) * 2u;
   int s = 0;
   int buf = 0;
-  for (int64_t base = first; base < a.T; base += step) {  // trip count uniform across the CTA
+  for (int64_t base = row0; base < end; base += step) {  // trip count uniform across the CTA
     const int64_t r = base + ti;
-    if (l2_ahead > 0 && r + l2_ahead < a.T) prefetch_l2_bulk(a.x.row(r + l2_ahead), row_bytes);
+    if (l2_ahead > 0 && r + l2_ahead < end) prefetch_l2_bulk(a.x.row(r + l2_ahead), row_bytes);
     cp_async_wait_pending(depth - 1);  // this row's group (the oldest) has landed
     Group8 cur[kSlots];
 #pragma unroll
@@ -118,7 +125,7 @@ __global__ void __launch_bounds__(kMaxTeam)
       }
     const float tot = team_sum(ss, red[buf], team, first_warp);
     buf ^= 1;
-    if (r < a.T) {
+    if (r < end) {
       const float rs = div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), a.eps)));
       if (t == 0) a.rstd[r] = rs;
       __nv_bfloat16* yr = a.y.row(r);
@@ -130,9 +137,10 @@ __global__ void __launch_bounds__(kMaxTeam)
         store_group(yr, col0[k], a.H, a.vec, y);
       }
     }
-    // Refill stage s with the row `depth` steps ahead. Issued after the y
-    // stores, which consumed every value read from it (in-order issue); a
-    // row past T stores nothing and fills nothing (an empty group).
+    // Refill stage s with the row `depth` steps ahead. Issued after the team
+    // sum, whose shuffles consumed every value read from the stage (in-order
+    // issue); a row past `end` stores nothing and fills nothing (an empty
+    // group, so every iteration commits exactly one).
     fill(s, r + depth * step);
     s = s + 1 == depth ? 0 : s + 1;
   }
@@ -162,10 +170,18 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const size_t stage_bytes = static_cast<size_t>(block) * geo.slots * sizeof(uint4);
   const int depth = dev::ring_depth(knobs.fwd, stage_bytes);
   const size_t smem = stage_bytes * static_cast<size_t>(depth);
-  // A persistent grid: as many CTAs as fit on the device at once (registers
-  // and the ring's shared memory), none beyond the rows.
+  // Persistent grid (fwd_block == 0): as many CTAs as fit on the device at
+  // once (registers and the ring's shared memory), none beyond the rows.
+  // Blocked: one CTA per fwd_block rows of each team (at most 2^31 - 1 CTAs).
   auto grid_for = [&](auto kernel) {
     NG_CUDA(dev::ring_allow(kernel));
+    if (knobs.fwd_block > 0) {
+      const int64_t ctas = (need + knobs.fwd_block - 1) / knobs.fwd_block;
+      if (ctas > 0x7FFFFFFF)
+        throw std::invalid_argument("fwd_rowwise: fwd_block = " + std::to_string(knobs.fwd_block) + " needs " +
+                                    std::to_string(ctas) + " CTAs (more than 2^31 - 1)");
+      return static_cast<unsigned>(ctas);
+    }
     int per_sm = 0;
     NG_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
     const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (per_sm > 0 ? per_sm : 1);
@@ -200,7 +216,8 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
                                       geo.team,
                                       vec,
                                       depth,
-                                      knobs.fwd_l2};
+                                      knobs.fwd_l2,
+                                      knobs.fwd_block};
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
       if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");

@@ -9,9 +9,10 @@
 namespace normgate::kernels {
 
 namespace {
-// fwd in bits 0-7, fwd_l2 in bits 8-15: one word.
+// fwd in bits 0-7, fwd_l2 in bits 8-15, fwd_block in bits 16-47: one word.
 constexpr uint64_t pack(const PipelineDepth& d) {
-  return static_cast<uint64_t>(d.fwd) | (static_cast<uint64_t>(d.fwd_l2) << 8);
+  return static_cast<uint64_t>(d.fwd) | (static_cast<uint64_t>(d.fwd_l2) << 8) |
+         (static_cast<uint64_t>(d.fwd_block) << 16);
 }
 std::atomic<uint64_t> g_packed{pack(PipelineDepth{})};
 
@@ -27,12 +28,14 @@ PipelineDepth pipeline_depth() {
   PipelineDepth d;
   d.fwd = static_cast<int>(p & 0xFFu);
   d.fwd_l2 = static_cast<int>((p >> 8) & 0xFFu);
+  d.fwd_block = static_cast<int>((p >> 16) & 0xFFFFFFFFu);
   return d;
 }
 
 void set_pipeline_depth(PipelineDepth d) {
   check("fwd", d.fwd, 1, kMaxPipelineDepth);
   check("fwd_l2", d.fwd_l2, 0, kMaxPipelineDepth);
+  check("fwd_block", d.fwd_block, 0, kMaxFwdBlockRows);
   g_packed.store(pack(d));
 }
 

@@ -408,6 +408,7 @@ TEST(Validation, PipelineDepthRange) {
   const PipelineDepth saved = restore.saved;
   EXPECT_EQ(saved.fwd, PipelineDepth{}.fwd);  // the defaults routes are gated with
   EXPECT_EQ(saved.fwd_l2, PipelineDepth{}.fwd_l2);
+  EXPECT_EQ(saved.fwd_block, PipelineDepth{}.fwd_block);
   const auto rejects = [](PipelineDepth d, const std::string& named) {
     try {
       set_pipeline_depth(d);
@@ -416,17 +417,19 @@ TEST(Validation, PipelineDepthRange) {
       EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
     }
   };
-  rejects({0, 0}, "fwd = 0");
-  rejects({kMaxPipelineDepth + 1, 0}, "fwd = 9");
-  rejects({4, kMaxPipelineDepth + 1}, "fwd_l2 = 9");
-  rejects({4, -1}, "fwd_l2 = -1");
+  rejects({0, 0, 0}, "fwd = 0");
+  rejects({4, kMaxPipelineDepth + 1, 0}, "fwd_l2 = 9");
+  rejects({4, -1, 0}, "fwd_l2 = -1");
+  rejects({4, 0, -3}, "fwd_block = -3");
+  rejects({4, 0, kMaxFwdBlockRows + 1}, "fwd_block = " + std::to_string(kMaxFwdBlockRows + 1));
   EXPECT_EQ(pipeline_depth().fwd, saved.fwd);  // a rejected value changes nothing
   // Every field round-trips through the packed word, at its limits too.
-  for (const PipelineDepth d : {PipelineDepth{2, kMaxPipelineDepth}, PipelineDepth{kMaxPipelineDepth, 0},
-                                PipelineDepth{1, 3}}) {
+  for (const PipelineDepth d : {PipelineDepth{2, kMaxPipelineDepth, 0}, PipelineDepth{kMaxPipelineDepth, 0, 1},
+                                PipelineDepth{1, 3, kMaxFwdBlockRows}}) {
     set_pipeline_depth(d);
     EXPECT_EQ(pipeline_depth().fwd, d.fwd);
     EXPECT_EQ(pipeline_depth().fwd_l2, d.fwd_l2);
+    EXPECT_EQ(pipeline_depth().fwd_block, d.fwd_block);
   }
 }
 

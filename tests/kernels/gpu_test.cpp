@@ -487,10 +487,13 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
     const Variant& v = variant("bwd_det_chunked");
     const Outputs m = run_model(v, rows(in.x), rows(in.dy), in.w_view(), kEps, 0, rows(in.u), rows(in.dh_new));
     // Ring depth 1 (no row ahead), 2, an odd one and the maximum; with and
-    // without the L2 prefetch.
-    for (const PipelineDepth d : {PipelineDepth{1, 0}, PipelineDepth{2, 2}, PipelineDepth{5, 7},
-                                  PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth}}) {
-      SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2));
+    // without the L2 prefetch; persistent and blocked grids (1 row per team:
+    // every CTA's ring ends after one row; 7: blocks end mid-ring).
+    for (const PipelineDepth d : {PipelineDepth{1, 0, 0}, PipelineDepth{2, 2, 0}, PipelineDepth{5, 7, 0},
+                                  PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth, 0}, PipelineDepth{3, 0, 1},
+                                  PipelineDepth{4, 1, 7}, PipelineDepth{kMaxPipelineDepth, 0, 64}}) {
+      SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2) +
+                   " block " + std::to_string(d.fwd_block));
       set_pipeline_depth(d);
       const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
       EXPECT_EQ(bit_diff(g.y, m.y).count, 0);

@@ -3,8 +3,10 @@
 // The forward stages each thread's columns of the rows its team will work on
 // into shared memory (device_blocks.cuh: input rings): `fwd` stages, so while
 // one row is computed, the loads of the team's next fwd-1 rows are in flight.
-// It may also ask the L2 for a row further ahead (`fwd_l2`). Its CTAs stride
-// over all rows (a persistent grid). (The backward keeps its own
+// It may also ask the L2 for a row further ahead (`fwd_l2`), and its CTAs
+// either stride over all rows (a persistent grid, `fwd_block` = 0) or each
+// take a fixed block of rows (`fwd_block` rows per team, a grid as large as
+// the rows need, scheduled by the hardware). (The backward keeps its own
 // register double buffer and L2 prefetch: a shared-memory ring measured
 // slower there, docs/perf.md.) None of these changes what is computed: every
 // row is normalized by one team with the same arithmetic, so outputs are
@@ -16,6 +18,7 @@
 namespace normgate::kernels {
 
 inline constexpr int kMaxPipelineDepth = 8;
+inline constexpr int kMaxFwdBlockRows = 1 << 20;
 
 /// The forward's streaming settings.
 struct PipelineDepth {
@@ -26,6 +29,10 @@ struct PipelineDepth {
   /// 0..kMaxPipelineDepth. Vector path only (ignored for H % 8 != 0 or
   /// misaligned rows).
   int fwd_l2 = 0;
+  /// Rows per team per CTA, 0..kMaxFwdBlockRows: 0 = persistent grid (as many
+  /// CTAs as fit at once, striding over all rows); B > 0 = CTA b takes the
+  /// rows [b*teams*B, (b+1)*teams*B), grid = ceil(rows / (teams*B)).
+  int fwd_block = 0;
 };
 
 /// The settings the launchers use now (the defaults above until
@@ -36,8 +43,8 @@ PipelineDepth pipeline_depth();
 /// Set the settings for later launches (a process-wide setting; for
 /// benchmarks). A launch lowers `fwd` where a CTA's shared memory would exceed
 /// the device's opt-in limit (never below 1).
-/// Throws std::invalid_argument naming the value unless 1 <= fwd <= kMaxPipelineDepth
-/// and 0 <= fwd_l2 <= kMaxPipelineDepth.
+/// Throws std::invalid_argument naming the value unless 1 <= fwd <= kMaxPipelineDepth,
+/// 0 <= fwd_l2 <= kMaxPipelineDepth and 0 <= fwd_block <= kMaxFwdBlockRows.
 void set_pipeline_depth(PipelineDepth d);
 
 }  // namespace normgate::kernels
