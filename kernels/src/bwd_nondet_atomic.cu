@@ -2,13 +2,15 @@
 //
 // The same chunk pass as bwd_det_chunked (bwd_chunk_pass.cuh), but each
 // column's chunk partial is folded into an FP64 accumulator with
-//   atomicAdd(&acc[j], double(s) + double(comp_out()))
-// instead of being stored. The call zeroes acc (workspace, H doubles) first
-// and converts it to FP32 last: dw[j] = FP32_rn(acc[j]). The order of the
-// atomics varies from run to run, so dw may differ in the last bits (FP64
-// reassociation of <= num_chunks terms, then one rounding to FP32); dx is
-// deterministic. No [num_chunks, H] partials and no combine pass: at large T
-// it does strictly less memory traffic than bwd_det_chunked.
+//   atomicAdd(&acc[c mod R][j], double(s) + double(comp_out()))
+// (R = plan.h kAtomicReplicas replicas, so that the chunks of one column do
+// not all queue on one address) instead of being stored. The call zeroes acc
+// (workspace, R x H doubles) first and finishes with dw[j] = FP32_rn(sum of
+// acc[r][j] for r = 0..R-1, in order, FP64). The order of the atomics varies
+// from run to run, so dw may differ in the last bits (FP64 reassociation of
+// <= num_chunks terms, then one rounding to FP32); dx is deterministic. No
+// [num_chunks, H] partials and no combine pass: at large T it does strictly
+// less memory traffic than bwd_det_chunked.
 #include "bwd_chunk_pass.cuh"
 #include "cuda_check.h"
 #include "launch.h"
@@ -20,16 +22,22 @@ namespace {
 struct AtomicSink {
   double* acc;
   int64_t H;
-  __device__ __forceinline__ void operator()(int64_t /*chunk*/, int col0, const Comp32 (&a)[8]) const {
+  __device__ __forceinline__ void operator()(int64_t chunk, int col0, const Comp32 (&a)[8]) const {
+    double* rep = acc + (chunk % kAtomicReplicas) * H;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       if (col0 + e < H)
-        atomicAdd(acc + col0 + e, dadd_rn(static_cast<double>(a[e].s), static_cast<double>(a[e].comp_out())));
+        atomicAdd(rep + col0 + e, dadd_rn(static_cast<double>(a[e].s), static_cast<double>(a[e].comp_out())));
   }
 };
 
 __global__ void finalize_dw_kernel(const double* __restrict__ acc, int64_t H, float* __restrict__ dw) {
-  for (int64_t j = global_thread(); j < H; j += global_threads()) dw[j] = __double2float_rn(acc[j]);
+  for (int64_t j = global_thread(); j < H; j += global_threads()) {
+    double tot = 0.0;
+#pragma unroll
+    for (int r = 0; r < kAtomicReplicas; ++r) tot = dadd_rn(tot, acc[r * H + j]);
+    dw[j] = __double2float_rn(tot);
+  }
 }
 
 }  // namespace
@@ -39,7 +47,7 @@ namespace detail {
 
 void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s) {
   auto* acc = static_cast<double*>(a.workspace);
-  NG_CUDA(cudaMemsetAsync(acc, 0, static_cast<size_t>(a.H) * sizeof(double), s));
+  NG_CUDA(cudaMemsetAsync(acc, 0, static_cast<size_t>(kAtomicReplicas) * static_cast<size_t>(a.H) * sizeof(double), s));
   NG_CUDA(dev::enqueue_chunk_pass(a, vec, dev::AtomicSink{acc, static_cast<int>(a.H)}, s));
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>((a.H + threads - 1) / threads);

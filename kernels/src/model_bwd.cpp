@@ -106,16 +106,20 @@ std::vector<float> combine_fixed(const std::vector<Pair>& partials, int64_t n, i
   return dw;
 }
 
-/// bwd_nondet_atomic's FP64 accumulator, with the atomics taken in chunk order.
+/// bwd_nondet_atomic's FP64 accumulators (plan.h kAtomicReplicas), with each
+/// replica's atomics taken in chunk order, then the replicas added in order.
 std::vector<float> combine_in_order(const std::vector<Pair>& partials, int64_t n, int64_t H) {
   std::vector<float> dw(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) {
-    double acc = 0.0;
+    double rep[kAtomicReplicas] = {};
     for (int64_t c = 0; c < n; ++c) {
       const Pair& p = partials[static_cast<size_t>(c * H + j)];
+      double& acc = rep[c % kAtomicReplicas];
       acc = dadd_rn(acc, dadd_rn(static_cast<double>(p.s), static_cast<double>(p.comp)));
     }
-    dw[static_cast<size_t>(j)] = static_cast<float>(acc);
+    double tot = 0.0;
+    for (double r : rep) tot = dadd_rn(tot, r);
+    dw[static_cast<size_t>(j)] = static_cast<float>(tot);
   }
   return dw;
 }

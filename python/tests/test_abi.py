@@ -54,7 +54,7 @@ def test_loader_version_case_info_and_errors():
         assert "bwd_bogus" in str(e), str(e)
     else:
         raise AssertionError("an unknown variant must raise ValueError")
-    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 64 * 8
+    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 8 * 64 * 8  # 8 FP64 replicas per column
 
 
 def test_import_needs_no_torch():

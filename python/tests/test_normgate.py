@@ -132,7 +132,7 @@ def test_argument_errors_name_the_bad_value_without_a_gpu():
         normgate.Oracle("H=64,T=10,w=bf16,form=plain,family=normal,seed=0,colour=red")
     with pytest.raises(ValueError, match="negative control"):
         _lib.bwd_workspace_bytes("ctl_fp32_seq", 10, 64)
-    assert normgate.bwd_workspace_bytes(10, 64, deterministic=False) == 64 * 8
+    assert normgate.bwd_workspace_bytes(10, 64, deterministic=False) == 8 * 64 * 8  # 8 FP64 replicas per column
 
 
 # ---- GPU: the kernels ---------------------------------------------------------
