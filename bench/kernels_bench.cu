@@ -8,13 +8,14 @@
 // time, and is printed against a 16-byte vectorized device-to-device copy
 // timed the same way in the same run.
 //
-// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:B,...] [--no-controls]
-//                      [--w bf16|fp32|both] [T,H ...]
+// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:L[:B[:R]],...] [--no-controls]
+//                      [--res] [--w bf16|fp32|both] [T,H ...]
 // (default shapes 65537,4096 and 131072,6144; weight both). --depth times
-// every op at each forward pipeline setting F:L or F:L:B (pipeline.h: ring
+// every op at each forward pipeline setting F:L[:B[:R]] (pipeline.h: ring
 // depth F, L2 prefetch distance L, B rows per team per CTA instead of a
-// persistent grid; outputs do not depend on them), in one run, so the rows
-// compare side by side. Prints a table last.
+// persistent grid, R = 1: form res fused; outputs do not depend on them), in
+// one run, so the rows compare side by side. --res adds the forward of form
+// res (h = x, u = dy's data). Prints a table last.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -59,6 +60,7 @@ int main(int argc, char** argv) try {
   std::string json;
   std::vector<std::pair<int64_t, int64_t>> shapes;
   bool controls = true;
+  bool res = false;  // also time the forward of form res
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -69,6 +71,8 @@ int main(int argc, char** argv) try {
       json = argv[++i];
     } else if (a == "--no-controls") {
       controls = false;
+    } else if (a == "--res") {
+      res = true;
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
       if (v != "bf16" && v != "fp32" && v != "both") {
@@ -94,7 +98,12 @@ int main(int argc, char** argv) try {
         nk::PipelineDepth d;
         d.fwd = std::atoi(item.substr(0, colon).c_str());
         d.fwd_l2 = std::atoi(item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1).c_str());
-        d.fwd_block = colon2 == std::string::npos ? 0 : std::atoi(item.substr(colon2 + 1).c_str());
+        const auto colon3 = colon2 == std::string::npos ? std::string::npos : item.find(':', colon2 + 1);
+        d.fwd_block = colon2 == std::string::npos
+                          ? 0
+                          : std::atoi(item.substr(colon2 + 1, colon3 == std::string::npos ? std::string::npos
+                                                                                          : colon3 - colon2 - 1).c_str());
+        d.fwd_res_fused = colon3 != std::string::npos && item.substr(colon3 + 1) == "1";
         nk::set_pipeline_depth(d);  // validates (throws naming the value)
         depths.push_back(d);
         p0 = p1 + 1;
@@ -168,10 +177,24 @@ int main(int argc, char** argv) try {
       for (const nk::PipelineDepth depth : depths) {
       nk::set_pipeline_depth(depth);
       const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
-                                                 (depth.fwd_block > 0 ? ":" + std::to_string(depth.fwd_block) : "") : "";
+                                                 (depth.fwd_block > 0 || depth.fwd_res_fused ? ":" + std::to_string(depth.fwd_block) : "") +
+                                                 (depth.fwd_res_fused ? ":1" : "") : "";
       const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
       const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
       const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
+      if (res) {  // form res: h = x, u = dy's buffer (any BF16 data times the same), h_new into dx's
+        nk::FwdArgs fr = fa;
+        fr.form = normgate::Form::res;
+        fr.u = ib.dy;
+        fr.u_stride = H;
+        fr.h_new = static_cast<uint16_t*>(dx.p);
+        fr.h_new_stride = H;
+        const double res_bytes = 8.0 * n + wbytes + 4.0 * T;  // h, u read; h_new, y written
+        const auto rt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); }, reps);
+        const double rg = res_bytes / (rt.median_ms * 1e-3) / 1e9;
+        rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd res " + std::string(fwd.name) + dtag,
+                        rt.median_ms * 1e3, rt.min_ms * 1e3, rg, rg / copy_gbps});
+      }
       rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
                       ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
 

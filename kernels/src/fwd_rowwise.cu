@@ -39,6 +39,8 @@ struct FwdRows {
   int depth;       ///< ring stages, 1..kMaxPipelineDepth
   int l2;          ///< L2 prefetch distance beyond the ring, in the team's rows (0: none)
   int block_rows;  ///< rows per team per CTA (0: persistent grid-stride over all rows)
+  Rows<const __nv_bfloat16> u{nullptr, 0};  ///< fused form res (kRes): the residual branch; x holds h
+  Rows<__nv_bfloat16> h_new{nullptr, 0};    ///< fused form res (kRes): BF16(h + u), written here
 };
 
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
@@ -60,10 +62,17 @@ __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv
 // No minimum-blocks bound: forcing 32 registers (four 512-thread CTAs per
 // SM) or 40 (three) spilled and measured slower than 55 registers at two
 // CTAs per SM (docs/perf.md, session 4).
-template <int kSlots, class WT, bool kHeads = false>
+// kRes (fused form res, plain rows only): the ring stages h and u; each
+// thread forms h_new = BF16(h + u) of its groups (sum_group: the same rounding
+// as residual_add_kernel), stores it, and normalizes it: h_new is never read
+// back from memory (4 tensor passes instead of 6), same bits.
+template <int kSlots, class WT, bool kHeads = false, bool kRes = false>
 __global__ void __launch_bounds__(kMaxTeam)
     fwd_rowwise_kernel(const FwdRows<WT, kHeads> a) {
-  extern __shared__ uint4 ring[];  // [depth][kSlots][blockDim.x]: slot (s, k) of thread i at s*kSlots*nthr + k*nthr + i
+  static_assert(!(kRes && kHeads), "the fused residual form has plain rows");
+  constexpr int kIn = kRes ? 2 : 1;  // staged inputs per row: x (h), and u
+  // [depth][kIn][kSlots][blockDim.x]: slot (s, i, k) of thread j at ((s*kIn + i)*kSlots + k)*nthr + j
+  extern __shared__ uint4 ring[];
   __shared__ float red[2][32];
   const int team = a.team;
   const int nthr = static_cast<int>(blockDim.x);
@@ -82,8 +91,7 @@ __global__ void __launch_bounds__(kMaxTeam)
     load_weights(a.w, col0[k], a.H, a.vec, w[k]);
   }
   uint4* const mine = ring + threadIdx.x;
-  auto slot = [&](int s, int k) { return mine + (s * kSlots + k) * nthr; };
-  // Stage this team's row r (if any) into ring stage s; one copy group per call.
+  auto slot = [&](int s, int k, int i = 0) { return mine + ((s * kIn + i) * kSlots + k) * nthr; };
   // The rows of this CTA: [row0, end) with its teams' rows interleaved.
   //   persistent (block_rows == 0): team ti takes rows blockIdx*teams + ti +
   //     j*gridDim*teams for all j (grid-stride over every row);
@@ -91,11 +99,15 @@ __global__ void __launch_bounds__(kMaxTeam)
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * teams * (a.block_rows > 0 ? a.block_rows : 1);
   const int64_t step = a.block_rows > 0 ? teams : static_cast<int64_t>(gridDim.x) * teams;
   const int64_t end = a.block_rows > 0 ? min(a.T, row0 + static_cast<int64_t>(teams) * a.block_rows) : a.T;
+  // Stage this team's row r (if any) into ring stage s; one copy group per call.
   auto fill = [&](int s, int64_t r) {
     if (r < end) {
       const __nv_bfloat16* xr = a.x.row(r);
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
+      for (int k = 0; k < kSlots; ++k) {
+        stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
+        if constexpr (kRes) stage_group(slot(s, k, 1), a.u.row(r), col0[k], a.H, a.vec);
+      }
     }
     cp_async_commit();
   };
@@ -115,6 +127,18 @@ __global__ void __launch_bounds__(kMaxTeam)
     Group8 cur[kSlots];
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) cur[k].u = *slot(s, k);
+    if constexpr (kRes) {  // cur = h_new = BF16(h + u), stored at once (before the reduction)
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        Group8 uu;
+        uu.u = *slot(s, k, 1);
+        float hf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) hf[e] = group_at(cur[k], e);
+        cur[k] = sum_group(hf, uu);
+        if (r < end) store_group_bits(a.h_new.row(r), col0[k], a.H, a.vec, cur[k]);
+      }
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k)
@@ -166,8 +190,10 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
   const int64_t rows = a.T * a.heads;  // normalized rows
   const int64_t need = (rows + teams - 1) / teams;
   const PipelineDepth knobs = pipeline_depth();  // read once: one consistent setting per launch
-  // Ring: depth stages of one 16-byte slot per thread and group.
-  const size_t stage_bytes = static_cast<size_t>(block) * geo.slots * sizeof(uint4);
+  // Form res fused into the normalizing kernel (pipeline.h fwd_res_fused)?
+  const bool fused = a.form == Form::res && a.heads == 1 && knobs.fwd_res_fused;
+  // Ring: depth stages of one 16-byte slot per thread and group (and per input: h and u when fused).
+  const size_t stage_bytes = static_cast<size_t>(block) * geo.slots * sizeof(uint4) * (fused ? 2 : 1);
   const int depth = dev::ring_depth(knobs.fwd, stage_bytes);
   const size_t smem = stage_bytes * static_cast<size_t>(depth);
   // Persistent grid (fwd_block == 0): as many CTAs as fit on the device at
@@ -187,10 +213,10 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
     const int64_t cap = static_cast<int64_t>(dev::sm_count()) * (per_sm > 0 ? per_sm : 1);
     return static_cast<unsigned>(need < cap ? need : cap);
   };
-  // Form res: h_new = BF16(h + u) first (its own pass), then h_new is normalized.
+  // Form res, unfused: h_new = BF16(h + u) first (its own pass), then h_new is normalized.
   const uint16_t* xin = a.x;
   int64_t xin_stride = a.x_stride;
-  if (a.form == Form::res) {
+  if (a.form == Form::res && !fused) {
     const int64_t work = rows * ((a.H + 7) / 8);
     const int64_t cap_e = static_cast<int64_t>(dev::sm_count()) * 8;
     const int64_t blocks_e = (work + 255) / 256;
@@ -225,7 +251,14 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
       k<<<grid_for(k), block, smem, s>>>(make(std::true_type{}));
       return;
     }
-    const dev::FwdRows<WT> r = make(std::false_type{});
+    dev::FwdRows<WT> r = make(std::false_type{});
+    if (fused) {  // x is h; u staged beside it; h_new written by the same kernel
+      r.u = {reinterpret_cast<const __nv_bfloat16*>(a.u), a.u_stride};
+      r.h_new = {reinterpret_cast<__nv_bfloat16*>(a.h_new), a.h_new_stride};
+      auto* k = geo.slots == 1 ? dev::fwd_rowwise_kernel<1, WT, false, true> : dev::fwd_rowwise_kernel<2, WT, false, true>;
+      k<<<grid_for(k), block, smem, s>>>(r);
+      return;
+    }
     auto* k = geo.slots == 1 ? dev::fwd_rowwise_kernel<1, WT> : dev::fwd_rowwise_kernel<2, WT>;
     k<<<grid_for(k), block, smem, s>>>(r);
   };

@@ -9,10 +9,11 @@
 namespace normgate::kernels {
 
 namespace {
-// fwd in bits 0-7, fwd_l2 in bits 8-15, fwd_block in bits 16-47: one word.
+// fwd in bits 0-7, fwd_l2 in bits 8-15, fwd_block in bits 16-47,
+// fwd_res_fused in bit 48: one word.
 constexpr uint64_t pack(const PipelineDepth& d) {
   return static_cast<uint64_t>(d.fwd) | (static_cast<uint64_t>(d.fwd_l2) << 8) |
-         (static_cast<uint64_t>(d.fwd_block) << 16);
+         (static_cast<uint64_t>(d.fwd_block) << 16) | (static_cast<uint64_t>(d.fwd_res_fused ? 1 : 0) << 48);
 }
 std::atomic<uint64_t> g_packed{pack(PipelineDepth{})};
 
@@ -29,6 +30,7 @@ PipelineDepth pipeline_depth() {
   d.fwd = static_cast<int>(p & 0xFFu);
   d.fwd_l2 = static_cast<int>((p >> 8) & 0xFFu);
   d.fwd_block = static_cast<int>((p >> 16) & 0xFFFFFFFFu);
+  d.fwd_res_fused = ((p >> 48) & 1u) != 0;
   return d;
 }
 

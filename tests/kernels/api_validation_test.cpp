@@ -430,7 +430,12 @@ TEST(Validation, PipelineDepthRange) {
     EXPECT_EQ(pipeline_depth().fwd, d.fwd);
     EXPECT_EQ(pipeline_depth().fwd_l2, d.fwd_l2);
     EXPECT_EQ(pipeline_depth().fwd_block, d.fwd_block);
+    EXPECT_FALSE(pipeline_depth().fwd_res_fused);
   }
+  set_pipeline_depth({2, 1, kMaxFwdBlockRows, true});
+  EXPECT_TRUE(pipeline_depth().fwd_res_fused);
+  EXPECT_EQ(pipeline_depth().fwd_block, kMaxFwdBlockRows);  // neighbouring fields intact
+  EXPECT_EQ(pipeline_depth().fwd_l2, 1);
 }
 
 }  // namespace

@@ -479,6 +479,7 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
                          "H=7,T=200000,w=fp32,form=plain,family=cancel,seed=5",
                          "H=1001,T=3000,w=bf16,form=plain,family=normal,seed=6",
                          "H=6144,T=2100,w=fp32,form=res,family=normal,seed=3",
+                         "H=1001,T=3000,w=bf16,form=res,family=cancel,seed=7",
                          "H=256,T=40000,w=bf16,form=heads4,family=llm,seed=4",
                          "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1"}) {
     const seeds::CaseId c = seeds::parse_case(id);
@@ -491,9 +492,11 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
     // every CTA's ring ends after one row; 7: blocks end mid-ring).
     for (const PipelineDepth d : {PipelineDepth{1, 0, 0}, PipelineDepth{2, 2, 0}, PipelineDepth{5, 7, 0},
                                   PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth, 0}, PipelineDepth{3, 0, 1},
-                                  PipelineDepth{4, 1, 7}, PipelineDepth{kMaxPipelineDepth, 0, 64}}) {
+                                  PipelineDepth{4, 1, 7}, PipelineDepth{kMaxPipelineDepth, 0, 64},
+                                  PipelineDepth{3, 0, 0, true}, PipelineDepth{1, 0, 5, true},
+                                  PipelineDepth{kMaxPipelineDepth, 2, 0, true}}) {
       SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2) +
-                   " block " + std::to_string(d.fwd_block));
+                   " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : ""));
       set_pipeline_depth(d);
       const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
       EXPECT_EQ(bit_diff(g.y, m.y).count, 0);

@@ -33,6 +33,10 @@ struct PipelineDepth {
   /// CTAs as fit at once, striding over all rows); B > 0 = CTA b takes the
   /// rows [b*teams*B, (b+1)*teams*B), grid = ceil(rows / (teams*B)).
   int fwd_block = 0;
+  /// Form res: h_new = BF16(h + u) formed inside the normalizing kernel (h
+  /// and u staged in the ring, h_new never read back) instead of by its own
+  /// kernel first. Same bits either way.
+  bool fwd_res_fused = false;
 };
 
 /// The settings the launchers use now (the defaults above until
