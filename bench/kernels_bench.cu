@@ -89,21 +89,29 @@ int main(int argc, char** argv) try {
         size_t p1 = list.find(',', p0);
         if (p1 == std::string::npos) p1 = list.size();
         const std::string item = list.substr(p0, p1 - p0);
-        const auto colon = item.find(':');
-        if (colon == std::string::npos) {
-          std::fprintf(stderr, "kernels_bench: bad --depth item '%s' (expected F:L or F:L:B)\n", item.c_str());
+        // F:L[:B[:R]], each field a whole decimal number (R: 0 or 1).
+        std::vector<long> f;
+        bool ok = !item.empty();
+        for (size_t q0 = 0; ok && q0 <= item.size();) {
+          size_t q1 = item.find(':', q0);
+          if (q1 == std::string::npos) q1 = item.size();
+          const std::string field = item.substr(q0, q1 - q0);
+          char* e = nullptr;
+          const long v = std::strtol(field.c_str(), &e, 10);
+          ok = !field.empty() && e != nullptr && *e == '\0';
+          f.push_back(v);
+          q0 = q1 + 1;
+        }
+        if (!ok || f.size() < 2 || f.size() > 4 || (f.size() == 4 && f[3] != 0 && f[3] != 1)) {
+          std::fprintf(stderr, "kernels_bench: bad --depth item '%s' (expected F:L, F:L:B or F:L:B:R with R 0 or 1)\n",
+                       item.c_str());
           return 2;
         }
-        const auto colon2 = item.find(':', colon + 1);
         nk::PipelineDepth d;
-        d.fwd = std::atoi(item.substr(0, colon).c_str());
-        d.fwd_l2 = std::atoi(item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1).c_str());
-        const auto colon3 = colon2 == std::string::npos ? std::string::npos : item.find(':', colon2 + 1);
-        d.fwd_block = colon2 == std::string::npos
-                          ? 0
-                          : std::atoi(item.substr(colon2 + 1, colon3 == std::string::npos ? std::string::npos
-                                                                                          : colon3 - colon2 - 1).c_str());
-        d.fwd_res_fused = colon3 != std::string::npos && item.substr(colon3 + 1) == "1";
+        d.fwd = static_cast<int>(f[0]);
+        d.fwd_l2 = static_cast<int>(f[1]);
+        d.fwd_block = f.size() > 2 ? static_cast<int>(f[2]) : 0;
+        d.fwd_res_fused = f.size() > 3 && f[3] == 1;
         nk::set_pipeline_depth(d);  // validates (throws naming the value)
         depths.push_back(d);
         p0 = p1 + 1;
@@ -151,6 +159,7 @@ int main(int argc, char** argv) try {
       c.family = normgate::seeds::Family::normal;
       const size_t wbytes = static_cast<size_t>(H) * (wd == WDtype::bf16 ? 2 : 4);
       Buf x(2 * n), dy(2 * n), w(wbytes), y(2 * n), dx(2 * n), rstd(4 * T), dw(4 * H);
+      Buf y_res(res ? 2 * n : 16), rstd_res(res ? 4 * T : 16);
       nk::DeviceInputBuffers ib;
       ib.x = static_cast<uint16_t*>(x.p);
       ib.x_stride = H;
@@ -183,7 +192,9 @@ int main(int argc, char** argv) try {
       const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
       const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
       if (res) {  // form res: h = x, u = dy's buffer (any BF16 data times the same), h_new into dx's
-        nk::FwdArgs fr = fa;
+        nk::FwdArgs fr = fa;  // own y and rstd: the backward timings below keep the plain forward's rstd
+        fr.y = static_cast<uint16_t*>(y_res.p);
+        fr.rstd = static_cast<float*>(rstd_res.p);
         fr.form = normgate::Form::res;
         fr.u = ib.dy;
         fr.u_stride = H;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "launch.h"
+#include "nondet_replicas.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
 

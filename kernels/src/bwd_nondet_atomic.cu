@@ -3,7 +3,7 @@
 // The same chunk pass as bwd_det_chunked (bwd_chunk_pass.cuh), but each
 // column's chunk partial is folded into an FP64 accumulator with
 //   atomicAdd(&acc[c mod R][j], double(s) + double(comp_out()))
-// (R = plan.h kAtomicReplicas replicas, so that the chunks of one column do
+// (R = nondet_replicas.h kAtomicReplicas replicas, so that the chunks of one column do
 // not all queue on one address) instead of being stored. The call zeroes acc
 // (workspace, R x H doubles) first and finishes with dw[j] = FP32_rn(sum of
 // acc[r][j] for r = 0..R-1, in order, FP64). The order of the atomics varies
@@ -12,6 +12,7 @@
 // [num_chunks, H] partials and no combine pass: at large T it does strictly
 // less memory traffic than bwd_det_chunked.
 #include "bwd_chunk_pass.cuh"
+#include "nondet_replicas.h"
 #include "cuda_check.h"
 #include "launch.h"
 

@@ -233,7 +233,7 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) 
 /// Host side of the input rings: the dynamic shared memory a CTA may use
 /// (the device's opt-in limit less 1 KiB for the kernels' static buffers),
 /// and the ring depth that fits it: min(want, limit / stage_bytes), at least 1
-/// (a stage is at most 32 KiB for every supported H, so one always fits).
+/// (a stage is at most 64 KiB for every supported H, so one always fits).
 inline int ring_smem_limit() {
   int dev = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model_common.h"
+#include "nondet_replicas.h"
 #include "normgate/core/hd.h"
 #include "normgate/kernels/accum.h"
 #include "normgate/kernels/models.h"
@@ -106,7 +107,7 @@ std::vector<float> combine_fixed(const std::vector<Pair>& partials, int64_t n, i
   return dw;
 }
 
-/// bwd_nondet_atomic's FP64 accumulators (plan.h kAtomicReplicas), with each
+/// bwd_nondet_atomic's FP64 accumulators (nondet_replicas.h kAtomicReplicas), with each
 /// replica's atomics taken in chunk order, then the replicas added in order.
 std::vector<float> combine_in_order(const std::vector<Pair>& partials, int64_t n, int64_t H) {
   std::vector<float> dw(static_cast<size_t>(H));

@@ -418,6 +418,7 @@ TEST(Validation, PipelineDepthRange) {
     }
   };
   rejects({0, 0, 0}, "fwd = 0");
+  rejects({kMaxPipelineDepth + 1, 0, 0}, "fwd = 9");
   rejects({4, kMaxPipelineDepth + 1, 0}, "fwd_l2 = 9");
   rejects({4, -1, 0}, "fwd_l2 = -1");
   rejects({4, 0, -3}, "fwd_block = -3");

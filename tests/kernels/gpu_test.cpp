@@ -473,13 +473,18 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
   DepthGuard guard;
   // Cases with many rows per team (at 132 SMs: ~17 at H=4096 T=4500, ~24 at
   // H=7 T=200000, ~19 for heads4 T=40000), so every ring slot is reused at
-  // every depth up to 8; a few rows (H=16384 T=9); the 16-byte and scalar
-  // paths, the residual and per-head forms, both weight dtypes.
+  // every depth up to 8; a few rows (H=16384 T=9); row counts that leave some
+  // teams of a CTA past the end while others work; the 16-byte and scalar
+  // paths of the plain, residual (fused and not) and per-head forms, both
+  // weight dtypes. (Run it under compute-sanitizer racecheck too.)
   for (const char* id : {"H=4096,T=4500,w=bf16,form=plain,family=llm,seed=2",
                          "H=7,T=200000,w=fp32,form=plain,family=cancel,seed=5",
                          "H=1001,T=3000,w=bf16,form=plain,family=normal,seed=6",
                          "H=6144,T=2100,w=fp32,form=res,family=normal,seed=3",
-                         "H=1001,T=3000,w=bf16,form=res,family=cancel,seed=7",
+                         "H=1001,T=2999,w=bf16,form=res,family=cancel,seed=7",  // 2 teams/CTA, odd rows
+                         "H=1024,T=3001,w=bf16,form=res,family=llm,seed=8",     // 1 slot, 16-byte path
+                         "H=16384,T=40,w=fp32,form=res,family=normal,seed=9",   // 2 slots, deepest ring cut
+                         "H=7,T=200001,w=bf16,form=plain,family=llm,seed=10",   // 8 teams/CTA, rows % 8 != 0
                          "H=256,T=40000,w=bf16,form=heads4,family=llm,seed=4",
                          "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1"}) {
     const seeds::CaseId c = seeds::parse_case(id);

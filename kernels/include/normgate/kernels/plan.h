@@ -69,11 +69,6 @@ inline constexpr int64_t kChunkWave = 264;                  // 2 x 132 SMs
 inline constexpr int64_t kMaxChunkWaves = 8;
 /// Chunk lanes per column in the final combine of chunk partials.
 inline constexpr int kCombineLanes = 32;
-/// bwd_nondet_atomic: FP64 accumulators per column; chunk c adds into
-/// replica c mod kAtomicReplicas (fewer atomics on one address: at H=4096,
-/// T=131072 792 chunks would otherwise all hit each column's one address), and
-/// the finalize adds the replicas in order 0..kAtomicReplicas-1.
-inline constexpr int kAtomicReplicas = 8;
 
 /// Team size and groups per thread for rows of H columns (see file comment).
 struct RowGeometry {
