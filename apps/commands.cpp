@@ -86,6 +86,11 @@ void add_case(CLI::App& app, Commands& cmds) {
                   static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.rows()),
                   std::string(to_string(c.w)).c_str(), std::string(to_string(c.form)).c_str(), c.eps);
       if (*no_digest) return 0;
+      const double values = static_cast<double>(c.rows()) * static_cast<double>(c.H) * (c.form == Form::res ? 4 : 2);
+      if (values > 1e8)  // large cases take a while on few cores: say so before going quiet
+        std::fprintf(stderr, "generating and hashing %.0f M input values on the CPU (--no-digest skips it)...\n",
+                     values / 1e6);
+      std::fflush(stdout);
       const auto in = seeds::generate_host(c, *threads);
       const auto d = seeds::digest(in);
       std::printf("sha256  x      %s\n        dy     %s\n        w      %s\n", d.x.c_str(), d.dy.c_str(),

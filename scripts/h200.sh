@@ -45,6 +45,9 @@ if [ "$build" != "$root/build" ] && [ ! -e "$root/build/apps/normgate" ] && [ -x
   mkdir -p "$root/build" && ln -sfn "$(cd "$build" && pwd)/apps" "$root/build/apps"
 fi
 
+# Builds made with NORMGATE_HOST_FMA (the default on FMA machines) need FMA here too.
+grep -qw fma /proc/cpuinfo 2>/dev/null ||
+  echo "h200: this CPU has no FMA: a carried build made with -mfma cannot run here (rebuild with -DNORMGATE_HOST_FMA=OFF)" | tee -a "$out/steps.log"
 if ! "$bin" --version >/dev/null 2>&1 || ! [ -x "$build/bench/kernels_bench" ]; then
   echo "h200: no usable build in $build: building" | tee -a "$out/steps.log"
   "$root/scripts/build" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/kernels/registry.h"
 #include "normgate/validators/case_file.h"
 #include "normgate/validators/export.h"
 #include "normgate/validators/repro.h"
@@ -74,6 +75,10 @@ TEST(CaseFile, RoundTripReplayAndNoHalfFiles) {
   EXPECT_EQ(back.prov.impl, "ctl_fp32_seq");
   EXPECT_EQ(back.prov.verdict, "fail");
   EXPECT_EQ(back.prov.backend, "cpu-model");
+  // The forward under audit for y and rstd, with the registry's hash.
+  EXPECT_EQ(back.prov.fwd, "fwd_rowwise");
+  EXPECT_EQ(back.prov.fwd_sha256, std::string(normgate::kernels::variant("fwd_rowwise").source_sha256));
+  EXPECT_NE(back.prov.fwd_sha256, back.prov.impl_sha256);
   EXPECT_EQ(back.inputs_sha256, a.inputs_sha256);
   EXPECT_EQ(back.inputs.x, a.inputs.x);
   EXPECT_EQ(back.inputs.w_f32, a.inputs.w_f32);

@@ -46,13 +46,23 @@ const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_field
   return f;
 }
 
+// Added later (2026-11-30): written always, read as empty when absent.
+const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_fields_optional() {
+  static const std::vector<std::pair<const char*, std::string Provenance::*>> f = {
+      {"fwd", &Provenance::fwd}, {"fwd_sha256", &Provenance::fwd_sha256}};
+  return f;
+}
+
 void write_prov(hid_t loc, const std::string& file, const Provenance& p) {
   for (const auto& [name, m] : prov_fields()) h5::attr(loc, file, name, p.*m);
+  for (const auto& [name, m] : prov_fields_optional()) h5::attr(loc, file, name, p.*m);
 }
 
 Provenance read_prov(const h5::Reader& f, const std::string& obj) {
   Provenance p;
   for (const auto& [name, m] : prov_fields()) p.*m = h5::attr_string(f, obj, name);
+  for (const auto& [name, m] : prov_fields_optional())
+    if (h5::has_attr(f, obj, name)) p.*m = h5::attr_string(f, obj, name);
   return p;
 }
 
@@ -365,7 +375,9 @@ std::string inspect_file(const std::string& path) {
     std::snprintf(buf, sizeof buf, "  max err/tol: y %.4g  rstd %.4g  dx %.4g  dw %.4g   (tiles %lldx%lld of %lld%s)\n", my,
                   mr, mx, mdw, static_cast<long long>(m.tile_rows), static_cast<long long>(m.tile_cols),
                   static_cast<long long>(m.tile), m.dx_full.empty() ? "" : ", full dx map");
-    o << "  case " << p.case_id << "\n  impl " << p.impl << " (sha256 " << p.impl_sha256.substr(0, 12) << ") on "
+    o << "  case " << p.case_id << "\n  impl " << p.impl << " (sha256 " << p.impl_sha256.substr(0, 12) << ")"
+      << (p.fwd.empty() || p.fwd == p.impl ? "" : ", forward " + p.fwd + " (sha256 " + p.fwd_sha256.substr(0, 12) + ")")
+      << " on "
       << p.backend << (p.gpu.empty() ? "" : " (" + p.gpu + ")") << ", oracle " << p.oracle << ", verdict " << p.verdict
       << "\n" << buf;
   };

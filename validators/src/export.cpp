@@ -252,7 +252,13 @@ Provenance provenance_of(const CheckReport& rep, const std::string& version, con
   Provenance p;
   p.case_id = seeds::to_string(req.id);
   p.impl = ir.impl;
-  if (ir.impl != "fp32-baseline") p.impl_sha256 = std::string(kernels::variant(ir.impl).source_sha256);
+  if (ir.impl != "fp32-baseline") {
+    p.impl_sha256 = std::string(kernels::variant(ir.impl).source_sha256);
+    p.fwd = std::string(kernels::default_fwd().name);  // every kernel row's y, rstd (h_new) come from it
+    p.fwd_sha256 = std::string(kernels::default_fwd().source_sha256);
+  } else {
+    p.fwd = ir.impl;
+  }
   p.backend = gpu ? "gpu" : "cpu-model";
   p.oracle = std::string(oracle::to_string(req.oracle));
   p.escalations = oracle_line(rep);

@@ -48,6 +48,10 @@ ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle:
 struct Provenance {
   std::string case_id, impl, impl_sha256, backend, oracle, escalations, window, seed_set, family, budgets, verdict;
   std::string gpu, driver, cuda, normgate_version, normgate_commit, date;
+  /// The forward that produced y, rstd (and h_new) and its source hash: a
+  /// kernel variant (fwd_rowwise) for kernel rows, `fp32-baseline` for the
+  /// baseline. Read as empty from files written before these attributes.
+  std::string fwd, fwd_sha256;
 };
 
 /// One saved case (normgate-case/1).
