@@ -75,13 +75,13 @@ int main(int argc, char** argv) try {
       res = true;
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
-      if (v != "bf16" && v != "fp32" && v != "both") {
-        std::fprintf(stderr, "kernels_bench: bad --w '%s' (bf16, fp32 or both)\n", v.c_str());
+      try {
+        wds = v == "both" ? std::vector<WDtype>{WDtype::bf16, WDtype::fp32}
+                          : std::vector<WDtype>{normgate::parse_wdtype(v)};
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "kernels_bench: bad --w: %s (or both)\n", e.what());
         return 2;
       }
-      wds = v == "bf16" ? std::vector<WDtype>{WDtype::bf16}
-            : v == "fp32" ? std::vector<WDtype>{WDtype::fp32}
-                          : std::vector<WDtype>{WDtype::bf16, WDtype::fp32};
     } else if (a == "--depth" && i + 1 < argc) {
       std::string list = argv[++i];
       depths.clear();

@@ -60,12 +60,6 @@ inline constexpr int kChunkMinBlocks = kSlots == 1 ? 2 : 1;
 template <int kSlots, class WT>
 inline constexpr bool kChunkCacheW = !(kSlots == 1 && std::is_same_v<WT, float>);
 
-/// Ask the L2 to fetch `bytes` (a multiple of 16) at a 16-byte aligned
-/// global address (sm_90 bulk prefetch; uses no registers, never waited on).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 /// The chunk pass (see file comment) for one CTA (kCtas == 1) or one CTA of a
 /// 2-CTA cluster (kCtas == 2; the team is both CTAs' threads). Sink is called
 /// once per owned group with col0 < H: sink(chunk, col0, acc) (col0 an int),
@@ -113,8 +107,8 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
     if (l2_prefetch && i + 2 < rows) {
-      prefetch_l2(a.x.row(r + 2), row_bytes);
-      prefetch_l2(a.dy.row(r + 2), row_bytes);
+      prefetch_l2_bulk(a.x.row(r + 2), row_bytes);
+      prefetch_l2_bulk(a.dy.row(r + 2), row_bytes);
     }
     if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
     const float rs = cur.rstd;

@@ -10,6 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
@@ -247,10 +250,20 @@ inline int ring_depth(int want, size_t stage_bytes) {
   return d < 1 ? 1 : static_cast<int>(d);
 }
 /// Let kernel f take up to ring_smem_limit() bytes of dynamic shared memory.
+/// The attribute persists, so it is set once per (kernel, device), not on
+/// every launch.
 template <class F>
 inline cudaError_t ring_allow(F* f) {
-  return cudaFuncSetAttribute(reinterpret_cast<const void*>(f), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              ring_smem_limit());
+  static std::mutex m;
+  static std::set<std::pair<const void*, int>> done;
+  const void* fn = reinterpret_cast<const void*>(f);
+  int dev = 0;
+  if (const cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  const std::lock_guard<std::mutex> lock(m);
+  if (done.count({fn, dev}) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_smem_limit());
+  if (e == cudaSuccess) done.insert({fn, dev});
+  return e;
 }
 
 /// Column indices are `int` on the device (H <= kMaxH = 16384); row indices

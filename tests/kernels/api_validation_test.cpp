@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/registry.h"
@@ -401,10 +402,7 @@ namespace normgate::kernels {
 namespace {
 
 TEST(Validation, PipelineDepthRange) {
-  struct Restore {
-    PipelineDepth saved = pipeline_depth();
-    ~Restore() { set_pipeline_depth(saved); }
-  } restore;
+  const test::DepthGuard restore;
   const PipelineDepth saved = restore.saved;
   EXPECT_EQ(saved.fwd, PipelineDepth{}.fwd);  // the defaults routes are gated with
   EXPECT_EQ(saved.fwd_l2, PipelineDepth{}.fwd_l2);

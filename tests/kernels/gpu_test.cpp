@@ -462,12 +462,6 @@ TEST(ResidualForm, GpuEqualsTheModels) {
 
 // --- input pipeline depth ------------------------------------------------------
 
-/// Restores the process-wide depth on scope exit.
-struct DepthGuard {
-  PipelineDepth saved = pipeline_depth();
-  ~DepthGuard() { set_pipeline_depth(saved); }
-};
-
 TEST(Pipeline, DepthNeverChangesTheBits) {
   NG_REQUIRE_GPU();
   DepthGuard guard;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "normgate/core/bf16.h"
+#include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
@@ -43,6 +44,12 @@ inline seeds::CaseId make_case(int64_t H, int64_t T, seeds::Family f, uint64_t s
   c.w = w;
   return c;
 }
+
+/// Restores the process-wide pipeline setting (pipeline.h) on scope exit.
+struct DepthGuard {
+  PipelineDepth saved = pipeline_depth();
+  ~DepthGuard() { set_pipeline_depth(saved); }
+};
 
 /// Neumaier-compensated double sum (the reference's sums; independent of
 /// the kernels' accum.h on purpose).

@@ -1,5 +1,6 @@
 // export.cpp: a report's worst cases, re-run and mapped (export.h).
 #include "normgate/validators/export.h"
+#include "normgate/validators/gate.h"
 
 #include <algorithm>
 #include <string>
@@ -22,13 +23,6 @@ double as_ratio(const nlohmann::json& v) {
   if (v.is_number()) return v.get<double>();
   if (v.is_string()) return INFINITY;  // reports spell non-finite ratios "inf" / "nan": rank them first
   return 0.0;
-}
-
-std::string carrier(const seeds::CaseId& c) {
-  for (const auto& v : kernels::variants())
-    if (v.op == kernels::Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
-      return std::string(v.name);
-  throw std::invalid_argument("export: no backward variant supports case " + seeds::to_string(c));
 }
 
 std::string str_field(const nlohmann::json& j, const char* k, const std::string& where) {
@@ -90,7 +84,7 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
         if (!seen.insert(id).second) continue;
         if (!all && static_cast<int>(seen.size()) > keep) break;
         const seeds::CaseId c = seeds::parse_case(id);
-        const std::string impl = op == "fwd" ? carrier(c) : str_field(w, "variant", where);
+        const std::string impl = op == "fwd" ? carrier_for(c) : str_field(w, "variant", where);
         out.push_back({id, impl, window, seeds});
       }
     }
@@ -164,7 +158,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
       }
       if (w.contains("variant") && w["variant"].is_string()) r.variant = w["variant"].get<std::string>();
       if (!r.worst_case.empty())
-        r.impl = op == "fwd" ? carrier(seeds::parse_case(r.worst_case)) : str_field(w, "variant", where);
+        r.impl = op == "fwd" ? carrier_for(seeds::parse_case(r.worst_case)) : str_field(w, "variant", where);
       out.push_back(std::move(r));
     }
     return out;

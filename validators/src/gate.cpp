@@ -150,15 +150,6 @@ std::vector<seeds::CaseId> expand(const Route& r, const std::vector<int64_t>& ts
   return out;
 }
 
-// First non-control backward variant that supports the case: the run that
-// carries a forward window's case when no backward window needs it.
-std::string carrier_for(const seeds::CaseId& c) {
-  for (const auto& v : kernels::variants())
-    if (v.op == Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
-      return std::string(v.name);
-  throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
-}
-
 int registry_rank(const std::string& impl) {
   int k = 0;
   for (const auto& v : kernels::variants()) {
@@ -1034,6 +1025,13 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   std::stable_sort(a.records.begin(), a.records.end(),
                    [&](const kernels::Approval& p, const kernels::Approval& q) { return rank(p) < rank(q); });
   return changes;
+}
+
+std::string carrier_for(const seeds::CaseId& c) {
+  for (const auto& v : kernels::variants())
+    if (v.op == Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
+      return std::string(v.name);
+  throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
 }
 
 }  // namespace normgate::validators

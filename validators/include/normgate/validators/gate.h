@@ -71,6 +71,12 @@ namespace normgate::validators {
 /// distinct. Throws std::invalid_argument when lo < 1, lo > hi or target < 2.
 std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
 
+/// The run that carries a forward window's case (the forward runs inside
+/// every check): the first non-control backward variant of the registry that
+/// supports the case's H, weight dtype and form. Used by the gate and by
+/// export. Throws std::invalid_argument naming the case when none does.
+std::string carrier_for(const seeds::CaseId& c);
+
 /// One sentence saying where kernel variants run for a resolved backend (gpu:
 /// the device, driver and CUDA runtime; cpu: that CPU models run, not CUDA
 /// code, and whether a GPU was present). Never throws.
