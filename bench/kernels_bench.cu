@@ -13,7 +13,8 @@
 // (default shapes 65537,4096 and 131072,6144; weight both). --depth times
 // every op at each forward pipeline setting F:L[:B[:R]] (pipeline.h: ring
 // depth F, L2 prefetch distance L, B rows per team per CTA instead of a
-// persistent grid, R = 1: form res fused; outputs do not depend on them), in
+// persistent grid, R = 1: form res fused (the default when R is omitted), 0: two
+// kernels; outputs do not depend on them), in
 // one run, so the rows compare side by side. --res adds the forward of form
 // res (h = x, u = dy's data). Prints a table last.
 #include <cuda_runtime.h>
@@ -111,7 +112,7 @@ int main(int argc, char** argv) try {
         d.fwd = static_cast<int>(f[0]);
         d.fwd_l2 = static_cast<int>(f[1]);
         d.fwd_block = f.size() > 2 ? static_cast<int>(f[2]) : 0;
-        d.fwd_res_fused = f.size() > 3 && f[3] == 1;
+        d.fwd_res_fused = f.size() > 3 ? f[3] == 1 : nk::PipelineDepth{}.fwd_res_fused;  // R omitted: the default
         nk::set_pipeline_depth(d);  // validates (throws naming the value)
         depths.push_back(d);
         p0 = p1 + 1;

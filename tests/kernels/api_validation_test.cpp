@@ -423,8 +423,8 @@ TEST(Validation, PipelineDepthRange) {
   rejects({4, 0, kMaxFwdBlockRows + 1}, "fwd_block = " + std::to_string(kMaxFwdBlockRows + 1));
   EXPECT_EQ(pipeline_depth().fwd, saved.fwd);  // a rejected value changes nothing
   // Every field round-trips through the packed word, at its limits too.
-  for (const PipelineDepth d : {PipelineDepth{2, kMaxPipelineDepth, 0}, PipelineDepth{kMaxPipelineDepth, 0, 1},
-                                PipelineDepth{1, 3, kMaxFwdBlockRows}}) {
+  for (const PipelineDepth d : {PipelineDepth{2, kMaxPipelineDepth, 0, false}, PipelineDepth{kMaxPipelineDepth, 0, 1, false},
+                                PipelineDepth{1, 3, kMaxFwdBlockRows, false}}) {
     set_pipeline_depth(d);
     EXPECT_EQ(pipeline_depth().fwd, d.fwd);
     EXPECT_EQ(pipeline_depth().fwd_l2, d.fwd_l2);

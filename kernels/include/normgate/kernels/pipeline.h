@@ -35,8 +35,9 @@ struct PipelineDepth {
   int fwd_block = 0;
   /// Form res: h_new = BF16(h + u) formed inside the normalizing kernel (h
   /// and u staged in the ring, h_new never read back) instead of by its own
-  /// kernel first. Same bits either way.
-  bool fwd_res_fused = false;
+  /// kernel first. Same bits either way. On by default: 0.86-0.92x the time
+  /// of the two-kernel path on the H200 (docs/perf.md, session 5).
+  bool fwd_res_fused = true;
 };
 
 /// The settings the launchers use now (the defaults above until
