@@ -6,7 +6,7 @@
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
-#      (NG_GRID_T, NG_GRID_H, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
+#      (NG_GRID_T, NG_GRID_H, NG_GRID_W, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
 #   6. escbench: the MPFR escalation cost on this host's cores (bench/escalation_bench),
 #   7. gate: `normgate gate` over NG_GATE_TABLE (routes/sm90a.toml) with
 #      NG_GATE_SEEDS (3x16), NG_GATE_WINDOWS (all), NG_GATE_ARGS, journalled to
@@ -118,15 +118,17 @@ if has grid; then
   # One invocation per T so a partial run still leaves complete tables.
   H="${NG_GRID_H:-2048,4096,6144}"
   S="${NG_GRID_SEEDS:-3x8}"
+  W="${NG_GRID_W:-bf16,fp32}"
+  wtag=""; [ "$W" = "bf16,fp32" ] || wtag="_${W//,/_}"
   for T in $(echo "${NG_GRID_T:-4097,65537,131072}" | tr ',' ' '); do
     for h in $(echo "$H" | tr ',' ' '); do
       start=$SECONDS
       budget=$(left)
       [ "$budget" -gt 20 ] || { summary+=("grid T=$T H=$h skipped: deadline"); continue; }
       timeout $((budget - 10)) "$bin" check --backend gpu --variant all --quiet \
-        --H "$h" --T "$T" --w bf16,fp32 --seeds "$S" --json "$out/grid_T${T}_H$h.json" --md "$out/grid_T${T}_H$h.md" \
-        >"$out/grid_T${T}_H$h.log" 2>&1
-      summary+=("grid H=$h T=$T seeds=$S rc=$? $((SECONDS - start))s")
+        --H "$h" --T "$T" --w "$W" --seeds "$S" --json "$out/grid_T${T}_H$h$wtag.json" --md "$out/grid_T${T}_H$h$wtag.md" \
+        >"$out/grid_T${T}_H$h$wtag.log" 2>&1
+      summary+=("grid H=$h T=$T w=$W seeds=$S rc=$? $((SECONDS - start))s")
     done
   done
 fi
