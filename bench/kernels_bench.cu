@@ -16,7 +16,8 @@
 // persistent grid, R = 1: form res fused (the default when R is omitted), 0: two
 // kernels; outputs do not depend on them), in
 // one run, so the rows compare side by side. --res adds the forward of form
-// res (h = x, u = dy's data). Prints a table last.
+// res (h = x, u = dy's data) and each real backward of form res (dh_new =
+// the plain forward's y). Prints a table last.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -235,6 +236,17 @@ int main(int argc, char** argv) try {
         rows.push_back({shape, std::string(normgate::to_string(wd)),
                         "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bt.median_ms * 1e3,
                         bt.min_ms * 1e3, bg, bg / copy_gbps});
+        if (res && !v.control) {  // form res: dh = dx + dh_new (dh_new = the plain forward's y, any BF16 data)
+          nk::BwdArgs br = ba;
+          br.form = normgate::Form::res;
+          br.dh_new = static_cast<const uint16_t*>(y.p);
+          br.dh_new_stride = H;
+          const double rb_bytes = 8.0 * n + wbytes + 4.0 * T + 4.0 * H;  // dy, h_new, dh_new read; dh written
+          const auto rbt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); }, reps);
+          const double rbg = rb_bytes / (rbt.median_ms * 1e-3) / 1e9;
+          rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd res " + std::string(v.name) + dtag,
+                          rbt.median_ms * 1e3, rbt.min_ms * 1e3, rbg, rbg / copy_gbps});
+        }
       }
       }  // depths
     }

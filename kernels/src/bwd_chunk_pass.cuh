@@ -6,7 +6,8 @@
 // (plan.h chunk plan) = one team of plan.h's row geometry. The team walks its
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
-//      and an L2 prefetch of the row after (vector path),
+//      and an L2 prefetch of the row after (vector path); form res also
+//      issues this row's dh_new loads here (prefetched to L2 two rows back),
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
@@ -106,11 +107,24 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
+    const bool res = a.add.p != nullptr;
     if (l2_prefetch && i + 2 < rows) {
       prefetch_l2_bulk(a.x.row(r + 2), row_bytes);
       prefetch_l2_bulk(a.dy.row(r + 2), row_bytes);
+      if (res) prefetch_l2_bulk(a.add.row(r + 2), row_bytes);
     }
     if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
+    // Form res: this row's dh_new, issued now so its latency (an L2 hit after
+    // the bulk prefetch two rows back) hides behind phase 1 and the barrier
+    // instead of stalling the dx store (H200: res took 2.4x the plain time
+    // before). Not in the 2-CTA cluster kernel (H > 8192): its 128 registers
+    // would spill; it loads dh_new at the store, from L2 after the prefetch.
+    constexpr bool kEarlyAdd = kCtas == 1;
+    Group8 addg[kEarlyAdd ? kSlots : 1];
+    if constexpr (kEarlyAdd) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) addg[k] = res ? load_group(a.add.row(r), col0[k], a.H, a.vec) : Group8{};
+    }
     const float rs = cur.rstd;
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
@@ -163,8 +177,9 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         const float g = mul_rn(group_at(cur.dy[k], e), w[e]);
         d[e] = mul_rn(rs, fma_rn(-xhat, c, g));
       }
-      if (a.add.p != nullptr) {  // form res: dh = BF16(dx + dh_new), one rounding
-        store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, load_group(a.add.row(r), col0[k], a.H, a.vec)));
+      if (res) {  // form res: dh = BF16(dx + dh_new), one rounding
+        const Group8 add = kEarlyAdd ? addg[kEarlyAdd ? k : 0] : load_group(a.add.row(r), col0[k], a.H, a.vec);
+        store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
