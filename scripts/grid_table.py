@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""One main-job table from several `normgate check --json` grid files.
+
+`scripts/h200.sh` runs the grid one (T, H[, w]) at a time, so a grid that
+spans device calls (or sessions) leaves one JSON file per piece. This reads
+them all (plain or .gz) and prints, per (T, implementation, family), what
+`normgate check --md` prints per file: cases, failed, inconclusive, max
+err/tol of y, rstd, dx and dw, the forced share of y, dx and dw (the
+FP32-rstd/BF16 interface's own err/tol at the worst element, i.e. the ideal
+kernel's, over the worst err/tol; 1.00 = the whole error is forced; it can
+exceed 1 where our rounding happened to land closer than the ideal one), the
+worst "dw vs FP32" ratio and the worst dw case.
+
+Usage: scripts/grid_table.py FILE.json[.gz] [...]   (Markdown on stdout)
+Exit 2 naming the file when one cannot be read or is not a grid report.
+"""
+import gzip
+import json
+import re
+import sys
+
+OUTPUTS = ("y", "rstd", "dx", "dw")
+
+
+def fail(msg):
+    print(msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"grid_table: cannot read {path}: {e}")
+    if not isinstance(data, list) or not all(isinstance(c, dict) and "case" in c and "impls" in c for c in data):
+        fail(f"grid_table: {path} is not a `normgate check --json` grid report (a list of cases)")
+    return data
+
+
+def case_T(case):
+    m = re.search(r"(?:^|,)T=(\d+)", case)
+    return int(m.group(1)) if m else -1
+
+
+def main(paths):
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    agg = {}  # (T, impl, family) -> dict
+    order = []
+    for p in paths:
+        for c in load(p):
+            fam = re.search(r"family=(\w+)", c["case"]).group(1)
+            for ir in c["impls"]:
+                key = (case_T(c["case"]), ir["impl"], fam)
+                if key not in agg:
+                    agg[key] = {"cases": 0, "failed": 0, "inconclusive": 0, "ratio": {o: -1.0 for o in OUTPUTS},
+                                "forced": {o: 0.0 for o in OUTPUTS}, "worst_dw_case": "", "vs_fp32": 0.0}
+                    order.append(key)
+                a = agg[key]
+                a["cases"] += 1
+                verdict = ir.get("verdict", "pass" if ir.get("pass") else "fail")
+                a["failed"] += verdict == "fail"
+                a["inconclusive"] += verdict == "inconclusive"
+                for o in OUTPUTS:
+                    s = ir["outputs"].get(o)
+                    if s is None:
+                        continue
+                    if s["max_ratio"] > a["ratio"][o]:
+                        a["ratio"][o] = s["max_ratio"]
+                        a["forced"][o] = s.get("forced", 0.0)
+                        if o == "dw":
+                            a["worst_dw_case"] = c["case"]
+                v = ir.get("dw_vs_fp32_worst")
+                if v is not None and v > a["vs_fp32"]:
+                    a["vs_fp32"] = v
+    print("| T | impl | family | cases | failed | inconclusive | y | rstd | dx | dw | forced share y / dx / dw "
+          "| dw vs FP32 | worst dw case |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    impl_rank = {}
+    for _, impl, _ in order:
+        impl_rank.setdefault(impl, len(impl_rank))
+    fam_rank = {"normal": 0, "llm": 1, "cancel": 2}
+    for key in sorted(order, key=lambda k: (k[0], impl_rank[k[1]], fam_rank.get(k[2], 9))):
+        T, impl, fam = key
+        a = agg[key]
+        r = a["ratio"]
+        share = " / ".join("%.2f" % (a["forced"][o] / r[o] if r[o] > 0 else 0.0) for o in ("y", "dx", "dw"))
+        cells = [str(T), impl, fam, str(a["cases"]), str(a["failed"]), str(a["inconclusive"])]
+        cells += ["%.3g" % r[o] if r[o] >= 0 else "-" for o in OUTPUTS]
+        cells += [share, "%.3g" % a["vs_fp32"], a["worst_dw_case"]]
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
