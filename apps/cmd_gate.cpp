@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -67,7 +68,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
   struct Opts {
     validators::GateOptions g;
     std::string backend = "auto", oracle = "auto", report_md, report_json;
-    bool approve = false, quiet = false;
+    bool approve = false, quiet = false, plan = false;
+    double rate = 1e8;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml")->required();
@@ -103,8 +105,28 @@ void add_gate(CLI::App& app, Commands& cmds) {
                 "Explicit override: accept negative controls as routes (to prove the gate fails them; never "
                 "approved)");
   sub->add_flag("--quiet", o->quiet, "Do not print the Markdown report on stdout");
+  sub->add_flag("--plan", o->plan,
+                "Print the campaign's size (windows, T points, cases, elements, oracle hours at --rate) and exit "
+                "without running anything");
+  sub->add_option("--rate", o->rate,
+                  "With --plan: oracle throughput in elements/s for the time estimate (H200 hosts measured "
+                  "0.6e8-1.5e8, docs/perf.md)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            char* end = nullptr;
+            const double d = std::strtod(v.c_str(), &end);
+            return end != v.c_str() && *end == '\0' && d > 0 && d < 1e300
+                       ? std::string()
+                       : "expected a positive number of elements per second, got '" + v + "'";
+          },
+          "RATE > 0"));
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      if (o->plan) {
+        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
+        return 0;
+      }
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;

@@ -93,12 +93,28 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"routes " + gap, "gap.toml:4:"},
       {"routes " + kSmall + " --pick op=bwd,H=64", "required"},
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
+      {"gate " + kSmall + " --plan --rate 0", "got '0'"},
+      {"gate " + kSmall + " --plan --rate fast", "got 'fast'"},
+      {"gate " + kSmall + " --plan --windows H=4096", "selects none"},
   };
   for (const auto& b : cases) {
     const CliResult r = cli(b.args);
     EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// --plan runs nothing: no GPU, no journal, exit 0, a table of the windows.
+TEST(GateCli, PlanRunsNothing) {
+  const std::string dir = temp_dir("plan");
+  const CliResult r = cli("gate " + kSmall + kFast + " --plan --rate 2e6 --journal " + dir + "/j.jsonl");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "6 windows gated")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Nothing was run")) << r.out;
+  EXPECT_TRUE(contains(r.out, "at 2e+06 elements/s")) << r.out;
+  EXPECT_FALSE(contains(r.out, "backend  ")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/j.jsonl"));
   std::filesystem::remove_all(dir);
 }
 

@@ -241,6 +241,54 @@ TEST(Gate, SmallTablePassesOnCpuModels) {
   EXPECT_EQ(j["windows"].size(), 6u);
 }
 
+// --plan: the same windows, T points and grid cases the gate runs, counted
+// before anything runs; the refinement bound holds what the gate then did.
+TEST(Gate, PlanCountsWhatTheGateRuns) {
+  GateOptions o = small_opts();
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult r = run_gate(o);
+  const GatePlan p = plan_gate(o);
+  ASSERT_EQ(p.windows.size(), r.windows.size());
+  EXPECT_EQ(p.grid_cases_distinct, r.cases_total);  // det/nondet/fwd windows share cases
+  EXPECT_LT(p.grid_cases_distinct, [&] {
+    int64_t sum = 0;
+    for (const auto& w : p.windows) sum += w.grid_cases;
+    return sum;
+  }());
+  for (size_t i = 0; i < p.windows.size(); ++i) {
+    const PlanWindow& w = p.windows[i];
+    EXPECT_EQ(w.t, r.windows[i].t_points) << w.window;
+    EXPECT_EQ(w.grid_cases, r.windows[i].cases) << w.window;
+    double elements = 0;  // 3 families x 1 seed, plain rows of H columns
+    for (int64_t t : w.t) elements += 3.0 * static_cast<double>(t) * static_cast<double>(r.windows[i].route.H);
+    EXPECT_EQ(w.grid_elements, elements) << w.window;
+    EXPECT_NE(w.window.find(r.windows[i].route.describe()), std::string::npos);
+  }
+
+  GateOptions refine = small_opts();  // dense 2 points each side, fresh 2x
+  const GateResult rr = run_gate(refine);
+  const GatePlan rp = plan_gate(refine);
+  ASSERT_EQ(rp.windows.size(), rr.windows.size());
+  for (size_t i = 0; i < rp.windows.size(); ++i) {
+    const int64_t ran = rr.windows[i].dense.cases + rr.windows[i].fresh.cases;
+    EXPECT_GT(ran, 0) << rp.windows[i].window;
+    EXPECT_LE(ran, rp.windows[i].refine_cases_max) << rp.windows[i].window;
+  }
+
+  const std::string md = format_gate_plan(p, 1e6);
+  EXPECT_NE(md.find("Nothing was run"), std::string::npos);
+  EXPECT_NE(md.find("Distinct grid cases (windows that share a case run it once): " +
+                    std::to_string(p.grid_cases_distinct)),
+            std::string::npos)
+      << md;
+  EXPECT_THROW(format_gate_plan(p, 0.0), std::invalid_argument);
+  EXPECT_THROW(format_gate_plan(p, -1.0), std::invalid_argument);
+  GateOptions bad = small_opts();
+  bad.windows = "H=77";
+  EXPECT_THROW(plan_gate(bad), std::invalid_argument);
+}
+
 // The negative control, routed by explicit override, fails the gate on the
 // cancellation family (and only there).
 TEST(Gate, ControlRoutedByOverrideFailsOnCancel) {

@@ -537,6 +537,90 @@ bool GateResult::pass() const {
 
 // ---- the gate ---------------------------------------------------------------------
 
+namespace {
+
+// The windows a gate covers: --base (changed windows only), then --windows.
+struct Selection {
+  std::vector<const Route*> gated;
+  std::vector<std::string> skipped, removed, filtered_out;
+  std::string base_sha256;
+};
+
+Selection select_windows(const GateOptions& opt, const kernels::RouteTable& table, const WindowFilter& filter,
+                         const kernels::LoadOptions& lo) {
+  Selection sel;
+  if (!opt.base_path.empty()) {
+    const kernels::RouteTable base = kernels::load_route_table(opt.base_path, lo);
+    sel.base_sha256 = base.sha256;
+    for (const Route& r : table.routes) {
+      const Route* old = base.find_window(r);
+      if (old && old->variant == r.variant) sel.skipped.push_back(r.where() + " " + r.describe());
+      else if (filter.matches(r)) sel.gated.push_back(&r);
+      else sel.filtered_out.push_back(r.where() + " " + r.describe());
+    }
+    for (const Route& r : base.routes)
+      if (!table.find_window(r)) sel.removed.push_back(r.where() + " " + r.describe());
+  } else {
+    for (const Route& r : table.routes) {
+      if (filter.matches(r)) sel.gated.push_back(&r);
+      else sel.filtered_out.push_back(r.where() + " " + r.describe());
+    }
+  }
+  if (sel.gated.empty() && (opt.base_path.empty() || !sel.filtered_out.empty()))
+    throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
+                                std::to_string(table.routes.size()) + " routes of " + opt.table_path);
+  return sel;
+}
+
+double elements_of(const seeds::CaseId& c) { return static_cast<double>(c.rows()) * static_cast<double>(c.H); }
+
+}  // namespace
+
+GatePlan plan_gate(const GateOptions& opt) {
+  check_options(opt);
+  const seeds::SeedSet seed_set = seeds::parse_seed_set(opt.seeds);
+  const WindowFilter filter = parse_window_filter(opt.windows);
+  const kernels::LoadOptions lo{opt.allow_controls};
+  const kernels::RouteTable table = kernels::load_route_table(opt.table_path, lo);
+  Selection sel = select_windows(opt, table, filter, lo);
+  GatePlan plan;
+  plan.table_path = opt.table_path;
+  plan.seeds = seeds::to_string(seed_set);
+  plan.skipped = std::move(sel.skipped);
+  plan.filtered_out = std::move(sel.filtered_out);
+  std::set<std::string> distinct;
+  const uint64_t per_family = seed_set.last - seed_set.first + 1;
+  for (const Route* r : sel.gated) {
+    PlanWindow w;
+    w.window = r->where() + " " + r->describe();
+    w.t = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
+    const std::vector<seeds::CaseId> cases = expand(*r, w.t, seed_set);
+    w.grid_cases = static_cast<int64_t>(cases.size());
+    for (const auto& c : cases) {
+      w.grid_elements += elements_of(c);
+      if (distinct.insert(seeds::to_string(c)).second) plan.grid_elements_distinct += elements_of(c);
+    }
+    // Refinement bound: 2*dense_points T points with the whole seed set, and
+    // fresh_factor x per-family seeds of one family, every case at t_hi.
+    const int64_t span = r->t_hi - r->t_lo;
+    // (c - lo)/step + (hi - c)/step <= span/step points fit around any centre c.
+    const int64_t dense_t = std::min<int64_t>(2LL * opt.dense_points, span / opt.dense_step);
+    const int64_t per_t = w.t.empty() ? 0 : w.grid_cases / static_cast<int64_t>(w.t.size());
+    w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(per_family) * opt.fresh_factor;
+    if (!cases.empty()) {
+      seeds::CaseId top = cases.back();
+      top.T = r->t_hi;
+      w.refine_elements_max = static_cast<double>(w.refine_cases_max) * elements_of(top);
+    }
+    plan.refine_cases_max += w.refine_cases_max;
+    plan.refine_elements_max += w.refine_elements_max;
+    plan.windows.push_back(std::move(w));
+  }
+  plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
+  return plan;
+}
+
+
 GateResult run_gate(const GateOptions& opt) {
   check_options(opt);
   const seeds::SeedSet seed_set = seeds::parse_seed_set(opt.seeds);
@@ -559,28 +643,15 @@ GateResult run_gate(const GateOptions& opt) {
   res.normgate_commit = opt.normgate_commit;
 
   // Which windows: --base, then --windows.
-  std::vector<const Route*> gated;
+  Selection sel = select_windows(opt, table, filter, lo);
+  const std::vector<const Route*>& gated = sel.gated;
   if (!opt.base_path.empty()) {
-    const kernels::RouteTable base = kernels::load_route_table(opt.base_path, lo);
     res.base_path = opt.base_path;
-    res.base_sha256 = base.sha256;
-    for (const Route& r : table.routes) {
-      const Route* old = base.find_window(r);
-      if (old && old->variant == r.variant) res.skipped.push_back(r.where() + " " + r.describe());
-      else if (filter.matches(r)) gated.push_back(&r);
-      else res.filtered_out.push_back(r.where() + " " + r.describe());
-    }
-    for (const Route& r : base.routes)
-      if (!table.find_window(r)) res.removed.push_back(r.where() + " " + r.describe());
-  } else {
-    for (const Route& r : table.routes) {
-      if (filter.matches(r)) gated.push_back(&r);
-      else res.filtered_out.push_back(r.where() + " " + r.describe());
-    }
+    res.base_sha256 = sel.base_sha256;
   }
-  if (gated.empty() && (opt.base_path.empty() || !res.filtered_out.empty()))
-    throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
-                                std::to_string(table.routes.size()) + " routes of " + opt.table_path);
+  res.skipped = std::move(sel.skipped);
+  res.removed = std::move(sel.removed);
+  res.filtered_out = std::move(sel.filtered_out);
 
   // Backend.
   const Backend backend = resolve_backend(opt.backend);
@@ -727,6 +798,32 @@ std::string describe_seeds(const std::string& canonical) {
 }
 
 }  // namespace
+
+std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
+  if (!(elements_per_second > 0) || !std::isfinite(elements_per_second))
+    throw std::invalid_argument("format_gate_plan: elements per second must be a positive number, got " +
+                                fmt("%g", elements_per_second));
+  auto hours = [&](double elements) { return fmt("%.1f h", elements / elements_per_second / 3600.0); };
+  auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
+  std::ostringstream o;
+  o << "# Gate plan: " << p.table_path << "\n\n"
+    << "Seed set " << p.seeds << "; " << p.windows.size() << " windows gated, " << p.skipped.size()
+    << " unchanged against --base, " << p.filtered_out.size() << " left out by --windows. Nothing was run.\n\n"
+    << "| window | T points | grid cases | grid elements (1e9) | refinement cases (at most) | refinement elements "
+       "(1e9, at most) |\n"
+    << "| --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& w : p.windows)
+    o << "| " << w.window << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
+      << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
+  o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
+    << fmt("%.3g", p.grid_elements_distinct) << " elements: " << hours(p.grid_elements_distinct)
+    << " of oracle time at " << fmt("%.3g", elements_per_second) << " elements/s.\n"
+    << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
+    << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
+    << hours(p.refine_elements_max)
+    << " (the bound puts every refinement case at its window's upper T and shares none between windows).\n";
+  return o.str();
+}
 
 std::string format_gate_markdown(const GateResult& r) {
   std::ostringstream o;

@@ -241,6 +241,45 @@ struct GateResult {
 /// journal cannot be written.
 GateResult run_gate(const GateOptions& opt);
 
+/// One window of a gate plan (plan_gate).
+struct PlanWindow {
+  std::string window;             ///< "FILE:LINE window -> variant"
+  std::vector<int64_t> t;         ///< grid T points
+  int64_t grid_cases = 0;         ///< grid cases of this window (T points x seed set)
+  double grid_elements = 0;       ///< sum over them of rows*H (rows = T*heads)
+  int64_t refine_cases_max = 0;   ///< dense grid + fresh seeds, at most (their T follow the grid's worst point)
+  double refine_elements_max = 0; ///< their rows*H, at most (every refinement case at the window's upper T)
+};
+
+/// The size of a gate campaign, known before any case runs: which windows,
+/// how many cases, how many elements the oracle must check. Cases that
+/// several windows share (the det and nondet windows of one (H, w, form, T)
+/// run their variants on one generation, one forward and one oracle; forward
+/// windows ride on backward runs) count once in the distinct totals.
+struct GatePlan {
+  std::string table_path, seeds;
+  std::vector<PlanWindow> windows;        ///< gated windows, table order
+  std::vector<std::string> skipped;       ///< unchanged against --base
+  std::vector<std::string> filtered_out;  ///< left out by --windows
+  int64_t grid_cases_distinct = 0;        ///< distinct grid case ids over all windows
+  double grid_elements_distinct = 0;      ///< their rows*H
+  int64_t refine_cases_max = 0;           ///< sum over windows (an upper bound: no sharing assumed)
+  double refine_elements_max = 0;
+};
+
+/// Plan a gate without running anything (no GPU, no journal): the same
+/// window selection (--base, --windows) and grid T points as run_gate, and
+/// upper bounds for the refinement phases, whose T depend on results.
+/// Throws std::invalid_argument for the same input errors as run_gate
+/// (table, base table, seeds, filter, numeric options).
+GatePlan plan_gate(const GateOptions& opt);
+
+/// The plan as Markdown: one row per window (T points, grid cases and
+/// elements, refinement bound), totals, and the time the oracle needs at
+/// `elements_per_second` (> 0; the caller's measured rate, e.g. from
+/// docs/perf.md) for the distinct grid and for the refinement bound.
+std::string format_gate_plan(const GatePlan& p, double elements_per_second);
+
 /// The Markdown report: header (table, backend, seeds, method, provenance),
 /// one row per window (window, variant, max err/tol of y, rstd, dx, dw, dw
 /// vs FP32, worst case, cases, verdict), the closest approach to the budget,
