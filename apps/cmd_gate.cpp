@@ -88,7 +88,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->add_option("--windows", o->g.windows,
                   "Only windows matching all terms key=value[|value], keys op, mode, H, w, form, variant, T "
                   "(T=N or T=A..B), e.g. op=bwd,H=2048|4096");
-  sub->add_option("--journal", o->g.journal_path,
+  auto* journal_opt = sub->add_option("--journal", o->g.journal_path,
                   "Write-ahead journal: every finished case is on disk before the next; rerun with the same "
                   "file to resume after a crash");
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
@@ -97,20 +97,21 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)");
   sub->add_option("--threads", o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
-  sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
-  sub->add_flag("--approve", o->approve,
+  auto* md_opt = sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
+  auto* json_opt = sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
+  auto* approve_flag = sub->add_flag("--approve", o->approve,
                 "Write approvals of passing windows next to the table (TABLE stem + .approvals.json)");
   sub->add_flag("--allow-controls", o->g.allow_controls,
                 "Explicit override: accept negative controls as routes (to prove the gate fails them; never "
                 "approved)");
   sub->add_flag("--quiet", o->quiet, "Do not print the Markdown report on stdout");
-  sub->add_flag("--plan", o->plan,
-                "Print the campaign's size (windows, T points, cases, elements, oracle hours at --rate) and exit "
-                "without running anything");
+  auto* plan_flag = sub->add_flag("--plan", o->plan,
+                                  "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
+                                  "--rate) and exit without running anything");
+  plan_flag->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(approve_flag);
   sub->add_option("--rate", o->rate,
-                  "With --plan: oracle throughput in elements/s for the time estimate (H200 hosts measured "
-                  "0.6e8-1.5e8, docs/perf.md)")
+                  "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
+                  "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf.md)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -120,7 +121,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
                        ? std::string()
                        : "expected a positive number of elements per second, got '" + v + "'";
           },
-          "RATE > 0"));
+          "RATE > 0"))
+      ->needs(plan_flag);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       if (o->plan) {

@@ -20,6 +20,7 @@
 // the plain forward's y). Prints a table last.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -100,7 +101,7 @@ int main(int argc, char** argv) try {
           const std::string field = item.substr(q0, q1 - q0);
           char* e = nullptr;
           const long v = std::strtol(field.c_str(), &e, 10);
-          ok = !field.empty() && e != nullptr && *e == '\0';
+          ok = !field.empty() && e != nullptr && *e == '\0' && v >= INT_MIN && v <= INT_MAX;
           f.push_back(v);
           q0 = q1 + 1;
         }
@@ -187,9 +188,11 @@ int main(int argc, char** argv) try {
       CK(cudaDeviceSynchronize());
       for (const nk::PipelineDepth depth : depths) {
       nk::set_pipeline_depth(depth);
+      // Every field spelled out (F:L:B:R), so a label never depends on the defaults.
       const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
-                                                 (depth.fwd_block > 0 || depth.fwd_res_fused ? ":" + std::to_string(depth.fwd_block) : "") +
-                                                 (depth.fwd_res_fused ? ":1" : "") : "";
+                                                 ":" + std::to_string(depth.fwd_block) + ":" +
+                                                 (depth.fwd_res_fused ? "1" : "0")
+                                                 : "";
       const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
       const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
       const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;

@@ -12,10 +12,13 @@ exceed 1 where our rounding happened to land closer than the ideal one), the
 worst "dw vs FP32" ratio and the worst dw case.
 
 Usage: scripts/grid_table.py FILE.json[.gz] [...]   (Markdown on stdout)
-Exit 2 naming the file when one cannot be read or is not a grid report.
+Non-finite err/tol ("inf", "nan" in the JSON) count as the worst. Exit 2
+naming the file when one cannot be read or is not a grid report, or when a
+(case, implementation) appears in two files.
 """
 import gzip
 import json
+import math
 import re
 import sys
 
@@ -39,6 +42,20 @@ def load(path):
     return data
 
 
+def num(v):
+    """A JSON number, or normgate's "inf"/"-inf"/"nan" strings for non-finite values."""
+    if isinstance(v, str):
+        return float(v)  # "inf", "-inf", "nan"
+    return float(v)
+
+
+def worse(a, b):
+    """Whether err/tol a is worse than b (NaN, a non-finite comparison, counts as worst)."""
+    if math.isnan(a):
+        return not math.isnan(b)
+    return not math.isnan(b) and a > b
+
+
 def case_T(case):
     m = re.search(r"(?:^|,)T=(\d+)", case)
     return int(m.group(1)) if m else -1
@@ -50,10 +67,14 @@ def main(paths):
         return 2
     agg = {}  # (T, impl, family) -> dict
     order = []
+    seen = {}  # (case, impl) -> file that had it: a case counts once
     for p in paths:
         for c in load(p):
             fam = re.search(r"family=(\w+)", c["case"]).group(1)
             for ir in c["impls"]:
+                if (c["case"], ir["impl"]) in seen:
+                    fail(f"grid_table: {c['case']} {ir['impl']} is in both {seen[(c['case'], ir['impl'])]} and {p}")
+                seen[(c["case"], ir["impl"])] = p
                 key = (case_T(c["case"]), ir["impl"], fam)
                 if key not in agg:
                     agg[key] = {"cases": 0, "failed": 0, "inconclusive": 0, "ratio": {o: -1.0 for o in OUTPUTS},
@@ -68,14 +89,14 @@ def main(paths):
                     s = ir["outputs"].get(o)
                     if s is None:
                         continue
-                    if s["max_ratio"] > a["ratio"][o]:
-                        a["ratio"][o] = s["max_ratio"]
-                        a["forced"][o] = s.get("forced", 0.0)
+                    if worse(num(s["max_ratio"]), a["ratio"][o]):
+                        a["ratio"][o] = num(s["max_ratio"])
+                        a["forced"][o] = num(s.get("forced", 0.0))
                         if o == "dw":
                             a["worst_dw_case"] = c["case"]
                 v = ir.get("dw_vs_fp32_worst")
-                if v is not None and v > a["vs_fp32"]:
-                    a["vs_fp32"] = v
+                if v is not None and worse(num(v), a["vs_fp32"]):
+                    a["vs_fp32"] = num(v)
     print("| T | impl | family | cases | failed | inconclusive | y | rstd | dx | dw | forced share y / dx / dw "
           "| dw vs FP32 | worst dw case |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -87,9 +108,9 @@ def main(paths):
         T, impl, fam = key
         a = agg[key]
         r = a["ratio"]
-        share = " / ".join("%.2f" % (a["forced"][o] / r[o] if r[o] > 0 else 0.0) for o in ("y", "dx", "dw"))
+        share = " / ".join("%.2f" % (a["forced"][o] / r[o]) if 0 < r[o] < math.inf else "-" for o in ("y", "dx", "dw"))
         cells = [str(T), impl, fam, str(a["cases"]), str(a["failed"]), str(a["inconclusive"])]
-        cells += ["%.3g" % r[o] if r[o] >= 0 else "-" for o in OUTPUTS]
+        cells += ["%.3g" % r[o] if (math.isnan(r[o]) or r[o] >= 0) else "-" for o in OUTPUTS]
         cells += [share, "%.3g" % a["vs_fp32"], a["worst_dw_case"]]
         print("| " + " | ".join(cells) + " |")
     return 0

@@ -117,9 +117,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     // Form res: this row's dh_new, issued now so its latency (an L2 hit after
     // the bulk prefetch two rows back) hides behind phase 1 and the barrier
     // instead of stalling the dx store (H200: res took 2.4x the plain time
-    // before). Not in the 2-CTA cluster kernel (H > 8192): its 128 registers
-    // would spill; it loads dh_new at the store, from L2 after the prefetch.
-    constexpr bool kEarlyAdd = kCtas == 1;
+    // before). One-slot kernels only: in the 2-slot and 2-CTA cluster kernels
+    // (H > 4096) the held registers spill, also for the plain form (16 bytes
+    // at 128 registers); they load dh_new at the store, from L2 after the
+    // prefetch. (Branch wip/res-bwd-ring stages it in shared memory instead.)
+    constexpr bool kEarlyAdd = kCtas == 1 && kSlots == 1;
     Group8 addg[kEarlyAdd ? kSlots : 1];
     if constexpr (kEarlyAdd) {
 #pragma unroll

@@ -407,6 +407,7 @@ TEST(Validation, PipelineDepthRange) {
   EXPECT_EQ(saved.fwd, PipelineDepth{}.fwd);  // the defaults routes are gated with
   EXPECT_EQ(saved.fwd_l2, PipelineDepth{}.fwd_l2);
   EXPECT_EQ(saved.fwd_block, PipelineDepth{}.fwd_block);
+  EXPECT_EQ(saved.fwd_res_fused, PipelineDepth{}.fwd_res_fused);
   const auto rejects = [](PipelineDepth d, const std::string& named) {
     try {
       set_pipeline_depth(d);

@@ -287,6 +287,17 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
   GateOptions bad = small_opts();
   bad.windows = "H=77";
   EXPECT_THROW(plan_gate(bad), std::invalid_argument);
+  // No room after the set's last seed for the fresh ones: both refuse, the
+  // gate before it runs a single case.
+  GateOptions full = small_opts();
+  full.seeds = "normal:18446744073709551614..18446744073709551615";
+  int64_t ran = 0;
+  full.after_case = [&](int64_t) { ++ran; };
+  EXPECT_THROW(plan_gate(full), std::invalid_argument);
+  EXPECT_THROW(run_gate(full), std::invalid_argument);
+  EXPECT_EQ(ran, 0);
+  full.fresh_factor = 0;  // no fresh seeds wanted: fine
+  EXPECT_NO_THROW(plan_gate(full));
 }
 
 // The negative control, routed by explicit override, fails the gate on the

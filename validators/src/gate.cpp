@@ -574,6 +574,25 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
 
 double elements_of(const seeds::CaseId& c) { return static_cast<double>(c.rows()) * static_cast<double>(c.H); }
 
+// Input errors of a window or of the seed set that run_gate and plan_gate
+// both refuse (the same messages).
+void check_gateable(const Route& r) {
+  if (r.op == Op::fwd && r.variant != &kernels::default_fwd())
+    throw std::invalid_argument(r.where() + ": forward variant " + std::string(r.variant->name) +
+                                " cannot be gated: every pipeline run uses the forward " +
+                                std::string(kernels::default_fwd().name));
+}
+
+// Fresh seeds follow the set's last seed: fresh_factor x its per-family count.
+uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std::string& canonical) {
+  const uint64_t count = set.last - set.first + 1;
+  const uint64_t n = count * static_cast<uint64_t>(fresh_factor);
+  if (fresh_factor > 0 &&
+      (count > (uint64_t{1} << 40) || set.last > std::numeric_limits<uint64_t>::max() - n))
+    throw std::invalid_argument("seed set " + canonical + " leaves no room for fresh seeds");
+  return n;
+}
+
 }  // namespace
 
 GatePlan plan_gate(const GateOptions& opt) {
@@ -589,8 +608,9 @@ GatePlan plan_gate(const GateOptions& opt) {
   plan.skipped = std::move(sel.skipped);
   plan.filtered_out = std::move(sel.filtered_out);
   std::set<std::string> distinct;
-  const uint64_t per_family = seed_set.last - seed_set.first + 1;
+  const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
   for (const Route* r : sel.gated) {
+    check_gateable(*r);
     PlanWindow w;
     w.window = r->where() + " " + r->describe();
     w.t = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
@@ -606,7 +626,7 @@ GatePlan plan_gate(const GateOptions& opt) {
     // (c - lo)/step + (hi - c)/step <= span/step points fit around any centre c.
     const int64_t dense_t = std::min<int64_t>(2LL * opt.dense_points, span / opt.dense_step);
     const int64_t per_t = w.t.empty() ? 0 : w.grid_cases / static_cast<int64_t>(w.t.size());
-    w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(per_family) * opt.fresh_factor;
+    w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
     if (!cases.empty()) {
       seeds::CaseId top = cases.back();
       top.T = r->t_hi;
@@ -632,6 +652,7 @@ GateResult run_gate(const GateOptions& opt) {
   res.table_path = opt.table_path;
   res.table_sha256 = table.sha256;
   res.seeds = seeds::to_string(seed_set);
+  fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);  // refused before any case runs, not after the grid
   res.oracle = std::string(oracle::to_string(opt.oracle));
   res.t_per_window = opt.t_per_window;
   res.dense_points = opt.dense_points;
@@ -668,10 +689,7 @@ GateResult run_gate(const GateOptions& opt) {
     w.route = r;
     w.fwd = r->op == Op::fwd;
     w.impl = w.fwd ? std::string() : std::string(r->variant->name);
-    if (w.fwd && r->variant != &kernels::default_fwd())
-      throw std::invalid_argument(r->where() + ": forward variant " + std::string(r->variant->name) +
-                                  " cannot be gated: every pipeline run uses the forward " +
-                                  std::string(kernels::default_fwd().name));
+    check_gateable(*r);
     w.tpts = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
     w.grid.t = w.tpts;
     w.grid.seeds = res.seeds;
@@ -721,10 +739,7 @@ GateResult run_gate(const GateOptions& opt) {
 
   // Fresh seeds at each window's worst (T, family).
   if (opt.fresh_factor > 0) {
-    const uint64_t count = seed_set.last - seed_set.first + 1;
-    const uint64_t n = count * static_cast<uint64_t>(opt.fresh_factor);
-    if (count > (uint64_t{1} << 40) || seed_set.last > std::numeric_limits<uint64_t>::max() - n)
-      throw std::invalid_argument("seed set " + res.seeds + " leaves no room for fresh seeds");
+    const uint64_t n = fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);
     for (auto& w : wins) {
       const Pick p = worst_of(w, store, {&w.grid, &w.dense});
       if (p.ratio < 0) continue;
@@ -803,7 +818,7 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
   if (!(elements_per_second > 0) || !std::isfinite(elements_per_second))
     throw std::invalid_argument("format_gate_plan: elements per second must be a positive number, got " +
                                 fmt("%g", elements_per_second));
-  auto hours = [&](double elements) { return fmt("%.1f h", elements / elements_per_second / 3600.0); };
+  auto hours = [&](double elements) { return fmt("%.3g h", elements / elements_per_second / 3600.0); };
   auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
   std::ostringstream o;
   o << "# Gate plan: " << p.table_path << "\n\n"
