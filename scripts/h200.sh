@@ -91,7 +91,8 @@ if has sanitize; then
     for c in "H=4096,T=67,w=bf16,family=normal,seed=1" "H=7,T=33,w=fp32,family=llm,seed=2" \
              "H=16384,T=19,w=bf16,family=cancel,seed=3" "H=1,T=5,w=fp32,family=normal,seed=4" \
              "H=256,T=9,w=bf16,form=heads24,family=llm,seed=5" "H=256,T=33,w=fp32,form=heads4,family=cancel,seed=6" \
-             "H=6144,T=11,w=fp32,form=res,family=llm,seed=7" "H=1001,T=23,w=bf16,form=res,family=cancel,seed=8"; do
+             "H=6144,T=11,w=fp32,form=res,family=llm,seed=7" "H=1001,T=23,w=bf16,form=res,family=cancel,seed=8" \
+             "H=4096,T=1,w=bf16,form=res,family=normal,seed=9" "H=16384,T=13,w=bf16,form=res,family=llm,seed=10"; do
       start=$SECONDS
       timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
         >"$out/sanitizer.run" 2>&1

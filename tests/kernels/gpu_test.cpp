@@ -445,6 +445,7 @@ TEST(ResidualForm, GpuEqualsTheModels) {
   for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",   // 16-byte path, 2 slots
                          "H=4096,T=2049,w=fp32,form=res,family=normal,seed=5",  // 1 slot, many rows per chunk
                          "H=16384,T=37,w=bf16,form=res,family=llm,seed=2",      // 2-CTA cluster
+                         "H=2048,T=1,w=bf16,form=res,family=cancel,seed=6",     // one row
                          "H=1001,T=77,w=fp32,form=res,family=llm,seed=8"}) {    // H % 8 != 0: scalar path
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
