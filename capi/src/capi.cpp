@@ -270,7 +270,8 @@ int ng_oracle_open(const char* case_id, int threads, ng_oracle** out) {
     auto o = std::make_unique<ng_oracle>();
     o->threads = threads;
     o->inputs = ns::generate_host(c, threads);
-    o->oracle = std::make_unique<nv::CaseOracle>(o->inputs, normgate::oracle::OracleMode::auto_, threads);
+    o->oracle = std::make_unique<nv::CaseOracle>(o->inputs, normgate::oracle::OracleMode::auto_, threads,
+                                                 /*baseline_rows=*/false);  // its dw only (dw vs FP32)
     *out = o.release();
   });
 }

@@ -15,13 +15,15 @@
 
 namespace normgate::oracle {
 
-Outputs fp32_baseline(const Problem& p, int threads) {
+Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   validate(p);
   const int64_t R = p.x.rows(), H = p.x.cols;
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   Outputs out;
-  out.y.assign(static_cast<size_t>(R * H), 0);
-  out.dx.assign(static_cast<size_t>(R * H), 0);
+  if (rows_outputs) {
+    out.y.assign(static_cast<size_t>(R * H), 0);
+    out.dx.assign(static_cast<size_t>(R * H), 0);
+  }
   out.rstd.assign(static_cast<size_t>(R), 0.0f);
   out.dw.assign(static_cast<size_t>(H), 0.0f);
   if (R == 0) return out;
@@ -46,6 +48,7 @@ Outputs fp32_baseline(const Problem& p, int threads) {
       }
       const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
       out.rstd[r] = rstd;
+      if (!rows_outputs) continue;
       uint16_t* y = out.y.data() + r * H;
       float cs = 0.0f;
       for (int64_t j = 0; j < H; ++j) {

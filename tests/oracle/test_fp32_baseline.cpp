@@ -65,6 +65,22 @@ TEST(Fp32Baseline, MatchesScalarReimplementationBitwise) {
     }
 }
 
+// Without the row outputs: the same rstd and dw bits, y and dx never allocated.
+TEST(Fp32Baseline, RstdAndDwOnlyAreTheSameBits) {
+  for (WDtype wd : {WDtype::bf16, WDtype::fp32}) {
+    Case c = make_case(53, 517, wd, 9, Dist::wide, Dist::llm);
+    const auto full = oracle::fp32_baseline(c.problem(), 2);
+    const auto part = oracle::fp32_baseline(c.problem(), 2, /*rows_outputs=*/false);
+    EXPECT_TRUE(part.y.empty());
+    EXPECT_TRUE(part.dx.empty());
+    ASSERT_EQ(part.rstd.size(), full.rstd.size());
+    ASSERT_EQ(part.dw.size(), full.dw.size());
+    EXPECT_EQ(std::memcmp(part.rstd.data(), full.rstd.data(), full.rstd.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(part.dw.data(), full.dw.data(), full.dw.size() * 4), 0);
+    EXPECT_FALSE(full.y.empty());
+  }
+}
+
 TEST(Fp32Baseline, ThreadIndependent) {
   Case c = make_case(300, 1000, WDtype::fp32, 5, Dist::wide, Dist::llm);
   auto a = oracle::fp32_baseline(c.problem(), 1);

@@ -170,9 +170,9 @@ oracle::Problem case_problem(const seeds::HostInputs& in, const std::vector<uint
   return oracle::Problem{x, in.dy_view(), in.w_view(), in.id.eps, dh_new};
 }
 
-Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads) {
-  Outputs b = oracle::fp32_baseline(p, threads);
-  if (in.id.form == Form::res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
+Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads, bool rows) {
+  Outputs b = oracle::fp32_baseline(p, threads, rows);
+  if (rows && in.id.form == Form::res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
     b.h_new.resize(in.x.size());
     for (size_t i = 0; i < in.x.size(); ++i) b.h_new[i] = bf16_from_float(bf16_to_float(in.x[i]) + bf16_to_float(in.u[i]));
   }
@@ -181,12 +181,12 @@ Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int
 
 }  // namespace
 
-CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads)
+CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows)
     : h_new_expected(expected_h_new(in)),
       problem(case_problem(in, h_new_expected)),
       ref(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp64, mode, threads))),
       ideal(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp32_rounded, mode, threads))),
-      baseline(case_baseline(in, problem, threads)) {}
+      baseline(case_baseline(in, problem, threads, baseline_rows)) {}
 
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 
@@ -250,7 +250,9 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
 
   const bool res = req.id.form == Form::res;
   auto t0 = Clock::now();
-  const CaseOracle co(in, req.oracle, req.threads);
+  // The FP32 baseline's y and dx only when it is validated as an implementation.
+  const bool baseline_rows = std::find(req.impls.begin(), req.impls.end(), kBaseline) != req.impls.end();
+  const CaseOracle co(in, req.oracle, req.threads, baseline_rows);
   const oracle::Problem& p = co.problem;
   const oracle::Reference& ref = co.ref;
   const oracle::Reference& ideal = co.ideal;

@@ -252,7 +252,9 @@ class Reference {
 /// It is the yardstick for "the kernel's dw error is not worse than FP32 eager
 /// on the same inputs". Outputs are contiguous over rows (h_new empty).
 /// Parallel over rows (and column blocks for dw); bitwise independent of threads.
-/// Throws std::invalid_argument on a bad Problem.
-Outputs fp32_baseline(const Problem& p, int threads = 0);
+/// rows_outputs == false: only rstd and dw (what "dw vs FP32" needs), the same
+/// bits; y and dx stay empty, so neither their 2*R*H bytes nor their passes
+/// are spent. Throws std::invalid_argument on a bad Problem.
+Outputs fp32_baseline(const Problem& p, int threads = 0, bool rows_outputs = true);
 
 }  // namespace normgate::oracle

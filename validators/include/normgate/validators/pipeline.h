@@ -112,7 +112,10 @@ struct CaseOracle {
   /// with MPFR escalation, as every check) on `threads` OpenMP threads (<= 0:
   /// default; results do not depend on it). Throws std::invalid_argument as
   /// oracle::Reference::compute (e.g. mode mpfr on a large case).
-  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads);
+  /// baseline_rows == false: the baseline holds only rstd and dw (enough for
+  /// "dw vs FP32"; validating the FP32 baseline itself as an implementation
+  /// needs its y and dx).
+  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows = true);
   CaseOracle(const CaseOracle&) = delete;
   CaseOracle& operator=(const CaseOracle&) = delete;
 
