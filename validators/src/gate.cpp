@@ -539,6 +539,22 @@ bool GateResult::pass() const {
 
 namespace {
 
+// What a gate's options name, parsed and loaded (throws the input errors).
+struct GateInputs {
+  seeds::SeedSet seed_set;
+  WindowFilter filter;
+  kernels::LoadOptions lo;
+  kernels::RouteTable table;
+};
+
+GateInputs load_gate_inputs(const GateOptions& opt) {
+  check_options(opt);
+  GateInputs in{seeds::parse_seed_set(opt.seeds), parse_window_filter(opt.windows), kernels::LoadOptions{opt.allow_controls},
+                {}};
+  in.table = kernels::load_route_table(opt.table_path, in.lo);
+  return in;
+}
+
 // The windows a gate covers: --base (changed windows only), then --windows.
 struct Selection {
   std::vector<const Route*> gated;
@@ -596,12 +612,9 @@ uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std
 }  // namespace
 
 GatePlan plan_gate(const GateOptions& opt) {
-  check_options(opt);
-  const seeds::SeedSet seed_set = seeds::parse_seed_set(opt.seeds);
-  const WindowFilter filter = parse_window_filter(opt.windows);
-  const kernels::LoadOptions lo{opt.allow_controls};
-  const kernels::RouteTable table = kernels::load_route_table(opt.table_path, lo);
-  Selection sel = select_windows(opt, table, filter, lo);
+  const GateInputs in = load_gate_inputs(opt);
+  const seeds::SeedSet& seed_set = in.seed_set;
+  Selection sel = select_windows(opt, in.table, in.filter, in.lo);
   GatePlan plan;
   plan.table_path = opt.table_path;
   plan.seeds = seeds::to_string(seed_set);
@@ -642,11 +655,11 @@ GatePlan plan_gate(const GateOptions& opt) {
 
 
 GateResult run_gate(const GateOptions& opt) {
-  check_options(opt);
-  const seeds::SeedSet seed_set = seeds::parse_seed_set(opt.seeds);
-  const WindowFilter filter = parse_window_filter(opt.windows);
-  const kernels::LoadOptions lo{opt.allow_controls};
-  const kernels::RouteTable table = kernels::load_route_table(opt.table_path, lo);
+  const GateInputs in = load_gate_inputs(opt);
+  const seeds::SeedSet& seed_set = in.seed_set;
+  const WindowFilter& filter = in.filter;
+  const kernels::LoadOptions& lo = in.lo;
+  const kernels::RouteTable& table = in.table;
 
   GateResult res;
   res.table_path = opt.table_path;
