@@ -87,7 +87,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   sub->add_option("--windows", o->g.windows,
                   "Only windows matching all terms key=value[|value], keys op, mode, H, w, form, variant, T "
-                  "(T=N or T=A..B), e.g. op=bwd,H=2048|4096");
+                  "(T=N or T=A..B), e.g. 'op=bwd,H=2048|4096' (quoted: | is the shell's pipe)");
   auto* journal_opt = sub->add_option("--journal", o->g.journal_path,
                   "Write-ahead journal: every finished case is on disk before the next; rerun with the same "
                   "file to resume after a crash");

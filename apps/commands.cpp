@@ -12,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/family_docs.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/pipeline.h"
+#include "normgate_version.h"
 
 namespace normgate::app {
 
@@ -236,7 +238,15 @@ void add_check(CLI::App& app, Commands& cmds) {
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
       if (!o->json.empty()) write_file_atomic(o->json, all.dump() + "\n");
-      if (!o->md.empty()) write_file_atomic(o->md, table);
+      if (!o->md.empty()) {  // say where the variants ran: a CPU-model table must not pass for an H200 one
+        const std::string where =
+            std::string(validators::to_string(backend)) +
+            (backend == validators::Backend::gpu ? " (" + kernels::device_info().name + ")"
+                                                 : " (CPU models of the variants, NOT the CUDA code)");
+        write_file_atomic(o->md, "Grid: " + std::to_string(cases.size()) + " cases x " + std::to_string(impls.size()) +
+                                     " implementations; backend " + where + "; normgate " + NORMGATE_VERSION + " (" +
+                                     NORMGATE_GIT_COMMIT + ").\n\n" + table);
+      }
       bool ok = true;
       for (const auto& a : aggs)
         if (a.failed || a.inconclusive) ok = false;
