@@ -117,9 +117,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
           [](std::string& v) {
             char* end = nullptr;
             const double d = std::strtod(v.c_str(), &end);
-            return end != v.c_str() && *end == '\0' && d > 0 && d < 1e300
+            return end != v.c_str() && *end == '\0' && d >= 1 && d < 1e300
                        ? std::string()
-                       : "expected a positive number of elements per second, got '" + v + "'";
+                       : "expected a number of elements per second >= 1, got '" + v + "'";
           },
           "RATE > 0"))
       ->needs(plan_flag);

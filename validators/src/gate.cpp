@@ -831,7 +831,10 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
   if (!(elements_per_second > 0) || !std::isfinite(elements_per_second))
     throw std::invalid_argument("format_gate_plan: elements per second must be a positive number, got " +
                                 fmt("%g", elements_per_second));
-  auto hours = [&](double elements) { return fmt("%.3g h", elements / elements_per_second / 3600.0); };
+  auto hours = [&](double elements) {  // h above an hour, else min, else s
+    const double secs = elements / elements_per_second;
+    return secs >= 3600 ? fmt("%.3g h", secs / 3600) : secs >= 60 ? fmt("%.3g min", secs / 60) : fmt("%.3g s", secs);
+  };
   auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
   std::ostringstream o;
   o << "# Gate plan: " << p.table_path << "\n\n"

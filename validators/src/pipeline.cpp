@@ -421,8 +421,10 @@ std::string format_report(const CheckReport& rep) {
       o << "dw vs FP32 baseline: - (no column where the FP32 baseline has an error: T = 0, or exact sums)\n";
     else
       o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
-        << "x the baseline's max error; per column, median " << fmt("%.4g", r.dw_vs_fp32_median)
-        << "x (<= 1: not worse than FP32 eager)\n";
+        << "x the baseline's max error; per column, median "
+        << (std::isnan(r.dw_vs_fp32_median) ? std::string("- (no column with a baseline error)")
+                                            : fmt("%.4g", r.dw_vs_fp32_median) + "x")
+        << " (<= 1: not worse than FP32 eager)\n";
     for (const auto& s : r.tensors) {
       if (s.verdict() != Verdict::fail) continue;
       const auto& w = s.worst;
