@@ -231,3 +231,26 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
 }
 
 }  // namespace
+
+namespace {
+
+// The case shipped in datasets/cases/ replays without the generator: its
+// stored inputs' digest verifies, the control it was saved with fails on it
+// again and the real variants pass it.
+TEST(ReproShippedCase, ReplaysFromTheStoredInputs) {
+  const std::string f = std::string(NORMGATE_SOURCE_DIR) +
+                        "/datasets/cases/H=64,T=600,w=bf16,form=plain,family=cancel,seed=1,ctl_fp32_seq.h5";
+  ASSERT_TRUE(std::filesystem::exists(f)) << f;
+  const CliRun ctl = run("repro --file '" + f + "' --variant ctl_fp32_seq --backend cpu");
+  EXPECT_EQ(ctl.code, 1) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "verified; recorded verdict of ctl_fp32_seq: fail")) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "given inputs (a saved case), not the generator")) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "dw FAILS")) << ctl.out;
+  for (const char* v : {"bwd_det_chunked", "bwd_nondet_atomic"}) {
+    const CliRun ok = run("repro --file '" + f + "' --variant " + v + " --backend cpu");
+    EXPECT_EQ(ok.code, 0) << v << "\n" << ok.out;
+    EXPECT_TRUE(contains(ok.out, "verdict  PASS")) << v << "\n" << ok.out;
+  }
+}
+
+}  // namespace
