@@ -446,6 +446,9 @@ TEST(ResidualForm, GpuEqualsTheModels) {
                          "H=4096,T=2049,w=fp32,form=res,family=normal,seed=5",  // 1 slot, many rows per chunk
                          "H=16384,T=37,w=bf16,form=res,family=llm,seed=2",      // 2-CTA cluster
                          "H=2048,T=1,w=bf16,form=res,family=cancel,seed=6",     // one row
+                         "H=1000,T=1001,w=fp32,form=res,family=llm,seed=11",    // unused columns, 1 slot
+                         "H=4104,T=515,w=fp32,form=res,family=normal,seed=12",  // unused columns, 2 slots
+                         "H=8200,T=37,w=bf16,form=res,family=cancel,seed=13",   // unused columns, cluster
                          "H=1001,T=77,w=fp32,form=res,family=llm,seed=8"}) {    // H % 8 != 0: scalar path
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
@@ -485,7 +488,12 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
                          "H=16384,T=40,w=fp32,form=res,family=normal,seed=9",   // 2 slots, deepest ring cut
                          "H=7,T=200001,w=bf16,form=plain,family=llm,seed=10",   // 8 teams/CTA, rows % 8 != 0
                          "H=256,T=40000,w=bf16,form=heads4,family=llm,seed=4",
-                         "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1"}) {
+                         "H=16384,T=9,w=bf16,form=plain,family=normal,seed=1",
+                         // 16-byte path with unused columns (team wider than H/8) and teams past the end:
+                         "H=1000,T=1001,w=fp32,form=res,family=llm,seed=11",    // team 128, 2 per CTA
+                         "H=4104,T=515,w=fp32,form=res,family=normal,seed=12",  // 2 slots, team 288
+                         "H=8200,T=37,w=bf16,form=res,family=cancel,seed=13",   // 2-CTA cluster, team 576
+                         "H=64,T=1003,w=bf16,form=plain,family=normal,seed=14"}) {  // team 32, 8 per CTA
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
     const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };
