@@ -191,7 +191,8 @@ void add_check(CLI::App& app, Commands& cmds) {
             if (ir.result.verdict() == validators::Verdict::pass) continue;
             bool control = false;  // a registry variant marked control ("fp32-baseline" is not in the registry)
             for (const auto& v : kernels::variants()) control = control || (v.name == ir.impl && v.control);
-            (control ? ctl : bad) += (control ? ctl : bad).empty() ? ir.impl : ", " + ir.impl;
+            std::string& list = control ? ctl : bad;
+            list += (list.empty() ? "" : ", ") + ir.impl;
           }
           if (bad.empty())
             std::printf("note     exit 1 only because of the negative controls (%s), which are built to fail; "

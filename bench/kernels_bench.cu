@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
   std::string json;
   std::vector<std::pair<int64_t, int64_t>> shapes;
   bool controls = true;
-  bool res = false;  // also time the forward of form res
+  bool res = false;  // also time form res (forward and real backward variants)
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -187,70 +187,70 @@ int main(int argc, char** argv) try {
       nk::rmsnorm_fwd(fwd, fa);  // rstd for the backward
       CK(cudaDeviceSynchronize());
       for (const nk::PipelineDepth depth : depths) {
-      nk::set_pipeline_depth(depth);
-      // Every field spelled out (F:L:B:R), so a label never depends on the defaults.
-      const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
-                                                 ":" + std::to_string(depth.fwd_block) + ":" +
-                                                 (depth.fwd_res_fused ? "1" : "0")
-                                                 : "";
-      const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
-      const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
-      const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
-      if (res) {  // form res: h = x, u = dy's buffer (any BF16 data times the same), h_new into dx's
-        nk::FwdArgs fr = fa;  // own y and rstd: the backward timings below keep the plain forward's rstd
-        fr.y = static_cast<uint16_t*>(y_res.p);
-        fr.rstd = static_cast<float*>(rstd_res.p);
-        fr.form = normgate::Form::res;
-        fr.u = ib.dy;
-        fr.u_stride = H;
-        fr.h_new = static_cast<uint16_t*>(dx.p);
-        fr.h_new_stride = H;
-        const double res_bytes = 8.0 * n + wbytes + 4.0 * T;  // h, u read; h_new, y written
-        const auto rt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); }, reps);
-        const double rg = res_bytes / (rt.median_ms * 1e-3) / 1e9;
-        rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd res " + std::string(fwd.name) + dtag,
-                        rt.median_ms * 1e3, rt.min_ms * 1e3, rg, rg / copy_gbps});
-      }
-      rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
-                      ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
-
-      for (const auto& v : nk::variants()) {
-        if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
-        const size_t ws = nk::bwd_workspace_bytes(v, T, H);
-        Buf work(ws);
-        nk::BwdArgs ba;
-        ba.dy = ib.dy;
-        ba.dy_stride = H;
-        ba.x = ib.x;
-        ba.x_stride = H;
-        ba.w = wv;
-        ba.rstd = fa.rstd;
-        ba.dx = static_cast<uint16_t*>(dx.p);
-        ba.dx_stride = H;
-        ba.dw = static_cast<float*>(dw.p);
-        ba.T = T;
-        ba.H = H;
-        ba.workspace = work.p;
-        ba.workspace_bytes = ws;
-        const double bwd_bytes = 6.0 * n + wbytes + 4.0 * T + 4.0 * H;
-        const auto bt = nk::time_graph(
-            [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
-        const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
-        rows.push_back({shape, std::string(normgate::to_string(wd)),
-                        "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bt.median_ms * 1e3,
-                        bt.min_ms * 1e3, bg, bg / copy_gbps});
-        if (res && !v.control) {  // form res: dh = dx + dh_new (dh_new = the plain forward's y, any BF16 data)
-          nk::BwdArgs br = ba;
-          br.form = normgate::Form::res;
-          br.dh_new = static_cast<const uint16_t*>(y.p);
-          br.dh_new_stride = H;
-          const double rb_bytes = 8.0 * n + wbytes + 4.0 * T + 4.0 * H;  // dy, h_new, dh_new read; dh written
-          const auto rbt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); }, reps);
-          const double rbg = rb_bytes / (rbt.median_ms * 1e-3) / 1e9;
-          rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd res " + std::string(v.name) + dtag,
-                          rbt.median_ms * 1e3, rbt.min_ms * 1e3, rbg, rbg / copy_gbps});
+        nk::set_pipeline_depth(depth);
+        // Every field spelled out (F:L:B:R), so a label never depends on the defaults.
+        const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
+                                                   ":" + std::to_string(depth.fwd_block) + ":" +
+                                                   (depth.fwd_res_fused ? "1" : "0")
+                                                   : "";
+        const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
+        const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
+        const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
+        if (res) {  // form res: h = x, u = dy's buffer (any BF16 data times the same), h_new into dx's
+          nk::FwdArgs fr = fa;  // own y and rstd: the backward timings below keep the plain forward's rstd
+          fr.y = static_cast<uint16_t*>(y_res.p);
+          fr.rstd = static_cast<float*>(rstd_res.p);
+          fr.form = normgate::Form::res;
+          fr.u = ib.dy;
+          fr.u_stride = H;
+          fr.h_new = static_cast<uint16_t*>(dx.p);
+          fr.h_new_stride = H;
+          const double res_bytes = 8.0 * n + wbytes + 4.0 * T;  // h, u read; h_new, y written
+          const auto rt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); }, reps);
+          const double rg = res_bytes / (rt.median_ms * 1e-3) / 1e9;
+          rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd res " + std::string(fwd.name) + dtag,
+                          rt.median_ms * 1e3, rt.min_ms * 1e3, rg, rg / copy_gbps});
         }
-      }
+        rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
+                        ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
+
+        for (const auto& v : nk::variants()) {
+          if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
+          const size_t ws = nk::bwd_workspace_bytes(v, T, H);
+          Buf work(ws);
+          nk::BwdArgs ba;
+          ba.dy = ib.dy;
+          ba.dy_stride = H;
+          ba.x = ib.x;
+          ba.x_stride = H;
+          ba.w = wv;
+          ba.rstd = fa.rstd;
+          ba.dx = static_cast<uint16_t*>(dx.p);
+          ba.dx_stride = H;
+          ba.dw = static_cast<float*>(dw.p);
+          ba.T = T;
+          ba.H = H;
+          ba.workspace = work.p;
+          ba.workspace_bytes = ws;
+          const double bwd_bytes = 6.0 * n + wbytes + 4.0 * T + 4.0 * H;
+          const auto bt = nk::time_graph(
+              [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
+          const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
+          rows.push_back({shape, std::string(normgate::to_string(wd)),
+                          "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bt.median_ms * 1e3,
+                          bt.min_ms * 1e3, bg, bg / copy_gbps});
+          if (res && !v.control) {  // form res: dh = dx + dh_new (dh_new = the plain forward's y, any BF16 data)
+            nk::BwdArgs br = ba;
+            br.form = normgate::Form::res;
+            br.dh_new = static_cast<const uint16_t*>(y.p);
+            br.dh_new_stride = H;
+            const double rb_bytes = 8.0 * n + wbytes + 4.0 * T + 4.0 * H;  // dy, h_new, dh_new read; dh written
+            const auto rbt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); }, reps);
+            const double rbg = rb_bytes / (rbt.median_ms * 1e-3) / 1e9;
+            rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd res " + std::string(v.name) + dtag,
+                            rbt.median_ms * 1e3, rbt.min_ms * 1e3, rbg, rbg / copy_gbps});
+          }
+        }
       }  // depths
     }
   }

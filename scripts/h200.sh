@@ -116,7 +116,7 @@ if has bench; then
 fi
 
 if has grid; then
-  # One invocation per T so a partial run still leaves complete tables.
+  # One invocation per (T, H) so a partial run still leaves complete tables.
   H="${NG_GRID_H:-2048,4096,6144}"
   S="${NG_GRID_SEEDS:-3x8}"
   W="${NG_GRID_W:-bf16,fp32}"

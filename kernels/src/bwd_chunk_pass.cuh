@@ -105,9 +105,9 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   nxt = cur;
   int buf = 0;
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
+  const bool res = a.add.p != nullptr;          // form res: dh_new is added to dx
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
-    const bool res = a.add.p != nullptr;
     if (l2_prefetch && i + 2 < rows) {
       prefetch_l2_bulk(a.x.row(r + 2), row_bytes);
       prefetch_l2_bulk(a.dy.row(r + 2), row_bytes);
@@ -180,7 +180,9 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         d[e] = mul_rn(rs, fma_rn(-xhat, c, g));
       }
       if (res) {  // form res: dh = BF16(dx + dh_new), one rounding
-        const Group8 add = kEarlyAdd ? addg[kEarlyAdd ? k : 0] : load_group(a.add.row(r), col0[k], a.H, a.vec);
+        Group8 add;
+        if constexpr (kEarlyAdd) add = addg[k];
+        else add = load_group(a.add.row(r), col0[k], a.H, a.vec);
         store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);

@@ -653,7 +653,6 @@ GatePlan plan_gate(const GateOptions& opt) {
   return plan;
 }
 
-
 GateResult run_gate(const GateOptions& opt) {
   const GateInputs in = load_gate_inputs(opt);
   const seeds::SeedSet& seed_set = in.seed_set;
@@ -665,7 +664,8 @@ GateResult run_gate(const GateOptions& opt) {
   res.table_path = opt.table_path;
   res.table_sha256 = table.sha256;
   res.seeds = seeds::to_string(seed_set);
-  fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);  // refused before any case runs, not after the grid
+  // Checked before any case runs, not after the grid.
+  const uint64_t fresh_seeds = fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);
   res.oracle = std::string(oracle::to_string(opt.oracle));
   res.t_per_window = opt.t_per_window;
   res.dense_points = opt.dense_points;
@@ -752,14 +752,13 @@ GateResult run_gate(const GateOptions& opt) {
 
   // Fresh seeds at each window's worst (T, family).
   if (opt.fresh_factor > 0) {
-    const uint64_t n = fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);
     for (auto& w : wins) {
       const Pick p = worst_of(w, store, {&w.grid, &w.dense});
       if (p.ratio < 0) continue;
       seeds::SeedSet fs;
       fs.families = {p.c.family};
       fs.first = seed_set.last + 1;
-      fs.last = seed_set.last + n;
+      fs.last = seed_set.last + fresh_seeds;
       w.fresh_t = p.c.T;
       w.fresh_family = std::string(seeds::to_string(p.c.family));
       w.fresh.t = {p.c.T};
