@@ -6,8 +6,8 @@
 // (plan.h chunk plan) = one team of plan.h's row geometry. The team walks its
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
-//      and an L2 prefetch of the row after (vector path); form res also
-//      issues this row's dh_new loads here (prefetched to L2 two rows back),
+//      and an L2 prefetch of the row after (vector path); form res stages
+//      the next row's dh_new into a shared-memory ring (cp.async),
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
@@ -100,12 +100,28 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     }
   };
 
+  // Form res, vector path: dh_new staged through a 2-stage ring in dynamic
+  // shared memory, [stage][slot][thread] 16-byte entries, each read only by
+  // the thread that copied it (no barrier: cp.async.wait_group orders it).
+  // The launcher provides 2 * kSlots * blockDim.x * 16 bytes when it stages.
+  const bool res = a.add.p != nullptr;
+  const bool stage_add = res && a.vec;
+  extern __shared__ uint4 add_ring[];
+  auto add_slot = [&](int stage, int k) {
+    return add_ring + (static_cast<unsigned>(stage * kSlots + k) * blockDim.x + threadIdx.x);
+  };
+  if (stage_add && r0 < r1) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k)
+      if (col0[k] < a.H) cp_async16(add_slot(0, k), a.add.row(r0) + col0[k]);
+    cp_async_commit();
+  }
+
   RowIn<kSlots> cur, nxt;
   load_row(cur, a, r0, col0);
   nxt = cur;
   int buf = 0;
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
-  const bool res = a.add.p != nullptr;          // form res: dh_new is added to dx
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
     if (l2_prefetch && i + 2 < rows) {
@@ -114,18 +130,16 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       if (res) prefetch_l2_bulk(a.add.row(r + 2), row_bytes);
     }
     if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
-    // Form res: this row's dh_new, issued now so its latency (an L2 hit after
-    // the bulk prefetch two rows back) hides behind phase 1 and the barrier
-    // instead of stalling the dx store (H200: res took 2.4x the plain time
-    // before). One-slot kernels only: in the 2-slot and 2-CTA cluster kernels
-    // (H > 4096) the held registers spill, also for the plain form (16 bytes
-    // at 128 registers); they load dh_new at the store, from L2 after the
-    // prefetch. (Branch wip/res-bwd-ring stages it in shared memory instead.)
-    constexpr bool kEarlyAdd = kCtas == 1 && kSlots == 1;
-    Group8 addg[kEarlyAdd ? kSlots : 1];
-    if constexpr (kEarlyAdd) {
+    // Form res, vector path: dh_new of the next row into this thread's other
+    // ring stage (cp.async: no registers held while it flies); this row's
+    // stage is read at the dx store.
+    if (stage_add) {
+      if (i + 1 < rows) {
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) addg[k] = res ? load_group(a.add.row(r), col0[k], a.H, a.vec) : Group8{};
+        for (int k = 0; k < kSlots; ++k)
+          if (col0[k] < a.H) cp_async16(add_slot((i + 1) & 1, k), a.add.row(r + 1) + col0[k]);
+      }
+      cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
 
@@ -168,6 +182,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
 
     // Phase 2: dx.
     __nv_bfloat16* dxr = a.dx.row(r);
+    if (stage_add) cp_async_wait_pending(1);  // this row's dh_new has landed (the next row's may fly)
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       float w[8];
@@ -181,8 +196,8 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       }
       if (res) {  // form res: dh = BF16(dx + dh_new), one rounding
         Group8 add;
-        if constexpr (kEarlyAdd) add = addg[k];
-        else add = load_group(a.add.row(r), col0[k], a.H, a.vec);
+        if (stage_add) add.u = col0[k] < a.H ? *add_slot(i & 1, k) : make_uint4(0u, 0u, 0u, 0u);
+        else add = load_group(a.add.row(r), col0[k], a.H, a.vec);  // scalar path: a plain load
         store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);
@@ -241,13 +256,21 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
       return cudaGetLastError();
     }
     const BwdRows<WT> r = make(std::false_type{});
+    // Form res on the vector path: the dh_new ring, 2 stages x slots x threads
+    // x 16 bytes (at most 2 x 2 x 512 x 16 = 32 KiB: no opt-in needed).
+    const bool ring = a.dh_new != nullptr && vec;
+    auto ring_bytes = [&](int slots, int threads) {
+      return ring ? static_cast<size_t>(2 * slots * threads) * sizeof(uint4) : size_t{0};
+    };
     if (geo.team > kMaxCtaTeam) {
-      bwd_chunk_cluster_kernel<WT, Sink>
-          <<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)), 0, s>>>(r, sink);
+      bwd_chunk_cluster_kernel<WT, Sink><<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)),
+                                           ring_bytes(2, geo.team / 2), s>>>(r, sink);
     } else if (geo.slots == 1) {
-      bwd_chunk_kernel<1, WT, Sink><<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+      bwd_chunk_kernel<1, WT, Sink>
+          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), ring_bytes(1, geo.team), s>>>(r, sink);
     } else {
-      bwd_chunk_kernel<2, WT, Sink><<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(r, sink);
+      bwd_chunk_kernel<2, WT, Sink>
+          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), ring_bytes(2, geo.team), s>>>(r, sink);
     }
     return cudaGetLastError();
   };
