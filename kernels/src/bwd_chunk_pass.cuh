@@ -105,7 +105,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   // the thread that copied it (no barrier: cp.async.wait_group orders it).
   // The launcher provides 2 * kSlots * blockDim.x * 16 bytes when it stages.
   const bool res = a.add.p != nullptr;
-  const bool stage_add = res && a.vec;
+  const bool stage_add = !kHeads && res && a.vec;  // per-head rows never have dh_new (validated); never the ring
   extern __shared__ uint4 add_ring[];
   auto add_slot = [&](int stage, int k) {
     return add_ring + (static_cast<unsigned>(stage * kSlots + k) * blockDim.x + threadIdx.x);

@@ -7,8 +7,9 @@
 // either stride over all rows (a persistent grid, `fwd_block` = 0) or each
 // take a fixed block of rows (`fwd_block` rows per team, a grid as large as
 // the rows need, scheduled by the hardware). (The backward keeps its own
-// register double buffer and L2 prefetch: a shared-memory ring measured
-// slower there, docs/perf.md.) None of these changes what is computed: every
+// register double buffer and L2 prefetch for x and dy: a shared-memory ring
+// for them measured slower there, docs/perf.md; only form res's dh_new goes
+// through a small one-row-ahead ring, bwd_chunk_pass.cuh.) None of these changes what is computed: every
 // row is normalized by one team with the same arithmetic, so outputs are
 // bitwise the same at every setting (tests/kernels check it on the GPU). They
 // are speed knobs outside the variants' numerics; routes are gated at the
