@@ -93,7 +93,7 @@ int main(int argc, char** argv) try {
         size_t p1 = list.find(',', p0);
         if (p1 == std::string::npos) p1 = list.size();
         const std::string item = list.substr(p0, p1 - p0);
-        // F:L[:B[:R]], each field a whole decimal number (R: 0 or 1).
+        // F:L[:B[:R[:S]]], each field a whole decimal number (R, S: 0 or 1).
         std::vector<long> f;
         bool ok = !item.empty();
         for (size_t q0 = 0; ok && q0 <= item.size();) {
@@ -192,7 +192,7 @@ int main(int argc, char** argv) try {
       CK(cudaDeviceSynchronize());
       for (const nk::PipelineDepth depth : depths) {
         nk::set_pipeline_depth(depth);
-        // Every field spelled out (F:L:B:R), so a label never depends on the defaults.
+        // Every field spelled out (F:L:B:R:S), so a label never depends on the defaults.
         const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
                                                    ":" + std::to_string(depth.fwd_block) + ":" +
                                                    (depth.fwd_res_fused ? "1" : "0") + ":" + (depth.fwd_simple ? "1" : "0")
