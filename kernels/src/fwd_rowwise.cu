@@ -171,6 +171,68 @@ __global__ void __launch_bounds__(kMaxTeam)
   cp_async_wait_pending(0);
 }
 
+/// pipeline.h fwd_simple: one row per team, no ring, no grid-stride loop;
+/// 16-byte path only. The arithmetic of fwd_rowwise_kernel in the same order
+/// (same bits). Teams of the last CTA past the end still take part in the
+/// team sum's barrier.
+// One slot: CTAs of at most 512 threads (plan.h), four per SM at 32
+// registers (100% occupancy); two slots: teams up to kMaxTeam threads.
+template <int kSlots, class WT, bool kRes = false>
+__global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 : 1)
+    fwd_simple_kernel(const FwdRows<WT> a) {
+  __shared__ float red[32];
+  const int team = a.team;
+  const int teams = static_cast<int>(blockDim.x) / team;
+  const int ti = static_cast<int>(threadIdx.x) / team;
+  const int t = static_cast<int>(threadIdx.x) % team;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * teams + ti;
+  const bool live = r < a.T;
+  int col0[kSlots];
+  Group8 cur[kSlots];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    col0[k] = static_cast<int>(group_col0(team, k, t));
+    cur[k].u = make_uint4(0u, 0u, 0u, 0u);
+    if (live) cur[k] = load_group(a.x.row(r), col0[k], a.H, true);
+  }
+  if constexpr (kRes) {  // cur = h_new = BF16(h + u), stored at once
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      Group8 uu;
+      uu.u = make_uint4(0u, 0u, 0u, 0u);
+      if (live) uu = load_group(a.u.row(r), col0[k], a.H, true);
+      float hf[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) hf[e] = group_at(cur[k], e);
+      cur[k] = sum_group(hf, uu);
+      if (live) store_group_bits(a.h_new.row(r), col0[k], a.H, true, cur[k]);
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float xf = group_at(cur[k], e);
+      ss = fma_rn(xf, xf, ss);
+    }
+  const float tot = team_sum(ss, red, team, ti * (team >> 5));
+  if (!live) return;
+  const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24
+  const float rs = div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), a.eps)));
+  if (t == 0) a.rstd[r] = rs;
+  __nv_bfloat16* yr = a.y.row(r);
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    float w[8];
+    load_weights(a.w, col0[k], a.H, true, w);
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(cur[k], e), rs), w[e]);
+    store_group(yr, col0[k], a.H, true, y);
+  }
+}
+
 int sm_count() {
   int dev = 0, n = 0;
   NG_CUDA(cudaGetDevice(&dev));
@@ -252,9 +314,22 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
       return;
     }
     dev::FwdRows<WT> r = make(std::false_type{});
-    if (fused) {  // x is h; u staged beside it; h_new written by the same kernel
+    if (fused) {  // x is h; u read beside it; h_new written by the same kernel
       r.u = {reinterpret_cast<const __nv_bfloat16*>(a.u), a.u_stride};
       r.h_new = {reinterpret_cast<__nv_bfloat16*>(a.h_new), a.h_new_stride};
+    }
+    if (knobs.fwd_simple && vec && need <= 0x7FFFFFFF) {  // pipeline.h fwd_simple: one row per team
+      const unsigned ctas = static_cast<unsigned>(need);
+      if (fused) {
+        auto* k = geo.slots == 1 ? dev::fwd_simple_kernel<1, WT, true> : dev::fwd_simple_kernel<2, WT, true>;
+        k<<<ctas, block, 0, s>>>(r);
+      } else {
+        auto* k = geo.slots == 1 ? dev::fwd_simple_kernel<1, WT> : dev::fwd_simple_kernel<2, WT>;
+        k<<<ctas, block, 0, s>>>(r);
+      }
+      return;
+    }
+    if (fused) {
       auto* k = geo.slots == 1 ? dev::fwd_rowwise_kernel<1, WT, false, true> : dev::fwd_rowwise_kernel<2, WT, false, true>;
       k<<<grid_for(k), block, smem, s>>>(r);
       return;

@@ -509,9 +509,12 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
                                   PipelineDepth{kMaxPipelineDepth, 2, 0, true},
                                   // res unfused (own residual-add kernel), now that fused is the default
                                   PipelineDepth{1, 0, 0, false}, PipelineDepth{3, 0, 0, false},
-                                  PipelineDepth{kMaxPipelineDepth, 2, 7, false}}) {
+                                  PipelineDepth{kMaxPipelineDepth, 2, 7, false},
+                                  // the simple forward (no ring, one row per team), res fused and not
+                                  PipelineDepth{3, 0, 0, true, true}, PipelineDepth{3, 0, 0, false, true}}) {
       SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2) +
-                   " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : ""));
+                   " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : "") +
+                   (d.fwd_simple ? " simple" : ""));
       set_pipeline_depth(d);
       const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
       EXPECT_EQ(bit_diff(g.y, m.y).count, 0);

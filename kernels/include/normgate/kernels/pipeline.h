@@ -39,6 +39,13 @@ struct PipelineDepth {
   /// kernel first. Same bits either way. On by default: 0.86-0.92x the time
   /// of the two-kernel path on the H200 (docs/perf.md, session 5).
   bool fwd_res_fused = true;
+  /// Forward without ring or persistent loop: one row per team, a grid of
+  /// ceil(rows / teams) CTAs, each thread's groups loaded straight into
+  /// registers (the shape of torch.compile's forward: many short CTAs at high
+  /// occupancy). Vector path, plain and res rows (per-head views and the
+  /// scalar path keep the ring kernel); fwd, fwd_l2 and fwd_block then do not
+  /// apply. Same bits.
+  bool fwd_simple = false;
 };
 
 /// The settings the launchers use now (the defaults above until
