@@ -198,7 +198,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         Group8 add;
         if (stage_add) add.u = col0[k] < a.H ? *add_slot(i & 1, k) : make_uint4(0u, 0u, 0u, 0u);
         else add = load_group(a.add.row(r), col0[k], a.H, a.vec);  // scalar path: a plain load
-        store_group_bits(dxr, col0[k], a.H, a.vec, sum_group(d, add));
+        store_group_bits(dxr, col0[k], a.H, a.vec, sum_group_fast(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);
       }

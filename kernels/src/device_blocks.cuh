@@ -75,7 +75,8 @@ __device__ __forceinline__ void store_group_bits(__nv_bfloat16* row, int col0, i
 }
 
 /// Element-wise BF16(a_e + b_e), one rounding of each exact sum (core/bf16.h
-/// bf16_sum_rn), a_e given as FP32 values: the res forms' h + u and dx + dh_new.
+/// bf16_sum_rn), a_e given as FP32 values: the res forward's h + u (a
+/// memory-bound kernel, where this compact form holds the fewest registers).
 __device__ __forceinline__ Group8 sum_group(const float (&a)[8], const Group8& b) {
   uint32_t w[4];
 #pragma unroll
@@ -83,6 +84,36 @@ __device__ __forceinline__ Group8 sum_group(const float (&a)[8], const Group8& b
     w[i] = static_cast<uint32_t>(bf16_sum_rn(a[2 * i], group_at(b, 2 * i))) |
            (static_cast<uint32_t>(bf16_sum_rn(a[2 * i + 1], group_at(b, 2 * i + 1))) << 16);
   Group8 g;
+  g.u = make_uint4(w[0], w[1], w[2], w[3]);
+  return g;
+}
+
+/// sum_group's bits for every input, in fewer instructions on the common
+/// case (the res backward's dh = BF16(dx + dh_new), an issue-bound kernel:
+/// docs/perf.md, session 6). bf16_sum_rn returns RN_bf16(s) for s =
+/// RN_fp32(a + b) unless s is not finite or s is a BF16 midpoint (low 16
+/// bits 0x8000), and for finite s the hardware's RNE conversion
+/// (cvt.rn.bf16x2.f32) is that RN_bf16. So a group takes one FP32 add and
+/// half a conversion per element, and only a group holding such an s (about
+/// 2^-16 of finite sums) runs bf16_sum_rn's TwoSum path.
+/// tests/kernels/device_blocks_test.cu checks it bit for bit.
+__device__ __forceinline__ Group8 sum_group_fast(const float (&a)[8], const Group8& b) {
+  float s[8];
+  bool rare = false;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    s[e] = __fadd_rn(a[e], group_at(b, e));
+    const uint32_t u = __float_as_uint(s[e]);
+    rare |= (u & 0xFFFFu) == 0x8000u || (u & 0x7F800000u) == 0x7F800000u;
+  }
+  if (rare) return sum_group(a, b);
+  Group8 g;
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(s[2 * i], s[2 * i + 1]);  // .x (low half) = element 2i
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
   g.u = make_uint4(w[0], w[1], w[2], w[3]);
   return g;
 }

@@ -1,0 +1,143 @@
+// Device building blocks against their host definitions, bit for bit
+// (built only with CUDA; skips without a GPU).
+//
+// sum_group and sum_group_fast (kernels/src/device_blocks.cuh) form BF16(a +
+// b) for the res forms (h + u, dx + dh_new); the fast one takes an FP32 add
+// and the hardware's RNE conversion, and bf16_sum_rn's TwoSum path only for
+// groups holding a non-finite sum or an FP32 sum on a BF16 midpoint. Both
+// must equal core/bf16.h bf16_sum_rn on inputs built to reach every path: inexact midpoints (where
+// the double rounding RN_bf16(RN_fp32(a + b)) is wrong), exact ties, Inf,
+// NaN (payloads kept), overflow, subnormals, and random words.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "device_blocks.cuh"
+#include "normgate/core/bf16.h"
+
+namespace normgate::kernels::dev {
+namespace {
+
+#define NG_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+__global__ void sum_groups_kernel(const float* a, const uint4* b, uint4* out, int n, bool fast) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  float av[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) av[e] = a[8 * i + e];
+  Group8 bg;
+  bg.u = b[i];
+  out[i] = fast ? sum_group_fast(av, bg).u : sum_group(av, bg).u;
+}
+
+bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+float f_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t u_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
+  std::vector<float> a;
+  std::vector<uint16_t> b;
+  auto add = [&](float x, uint16_t y) {
+    a.push_back(x);
+    b.push_back(y);
+  };
+  // 1. Inexact midpoints: b = +-(1 + m/128) (BF16), a = +-(2^-8 +- 2^-31): the
+  //    exact sum is 2^-31 off a BF16 midpoint, RN_fp32 lands on the midpoint.
+  //    Each such element sits in a group with 7 ordinary ones (the slow path
+  //    must not disturb its neighbours).
+  std::mt19937 rng(12345);
+  int midpoints = 0;
+  for (int m = 0; m < 128; ++m)
+    for (int sb : {1, -1})
+      for (int sd : {1, -1})
+        for (int sa : {1, -1}) {
+          const uint16_t y = bf16_from_float(static_cast<float>(sb) * (1.0f + static_cast<float>(m) / 128.0f));
+          const float x = static_cast<float>(sa) * (std::ldexp(1.0f, -8) + static_cast<float>(sd) * std::ldexp(1.0f, -31));
+          const float s = x + bf16_to_float(y);
+          if ((u_of(s) & 0xFFFFu) == 0x8000u && static_cast<double>(s) != static_cast<double>(x) + bf16_to_float(y)) ++midpoints;
+          add(x, y);
+          for (int k = 0; k < 7; ++k) add(std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -9), bf16_from_float(1.5f));
+        }
+  // 2. Exact ties (sum exactly on a midpoint: RNE), zeros of both signs.
+  for (int m = 0; m < 64; ++m) add(std::ldexp(1.0f, -8), bf16_from_float(1.0f + static_cast<float>(m) / 128.0f));
+  add(0.0f, 0x8000u);
+  add(-0.0f, 0x8000u);
+  add(-0.0f, 0x0000u);
+  // 3. Specials: Inf, NaN with payloads (a and b), overflow to Inf, Inf - Inf.
+  const float inf = std::numeric_limits<float>::infinity();
+  add(inf, bf16_from_float(1.0f));
+  add(-inf, bf16_from_float(inf));
+  add(inf, bf16_from_float(-inf));
+  add(f_of(0x7FC01234u), bf16_from_float(1.0f));
+  add(f_of(0xFF801234u), bf16_from_float(1.0f));  // signalling NaN payload
+  add(1.0f, 0x7F81u);                             // BF16 signalling NaN
+  add(3.3e38f, bf16_from_float(3.3e38f));         // overflows FP32
+  add(3.38e38f, bf16_from_float(1e35f));          // rounds past the largest BF16
+  // 4. Subnormals.
+  add(f_of(0x00000001u), 0x0001u);
+  add(f_of(0x80400000u), 0x0040u);
+  add(f_of(0x00008000u), 0x0000u);  // a subnormal on a BF16 midpoint, exact
+  // 5. Random words (all classes), and random near-equal magnitudes.
+  for (int i = 0; i < (1 << 20); ++i) add(f_of(static_cast<uint32_t>(rng())), static_cast<uint16_t>(rng()));
+  std::normal_distribution<float> nd;
+  for (int i = 0; i < (1 << 20); ++i) add(nd(rng) * 1e-3f, bf16_from_float(nd(rng)));
+  while (a.size() % 8 != 0) add(1.0f, 0);
+  ASSERT_GE(midpoints, 500) << "the crafted inputs must reach inexact midpoints";
+  // The inputs separate one rounding from two (else the test could not fail on it).
+  int64_t double_rounding_differs = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    double_rounding_differs +=
+        bf16_from_float(a[i] + bf16_to_float(b[i])) != bf16_sum_rn(a[i], bf16_to_float(b[i])) ? 1 : 0;
+  ASSERT_GE(double_rounding_differs, 250);
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device: sum_group runs on the GPU only (host checks of the inputs passed)";
+
+  const int n = static_cast<int>(a.size() / 8);
+  float* da = nullptr;
+  uint4 *db = nullptr, *dout = nullptr;
+  NG_CUDA_OK(cudaMalloc(&da, a.size() * sizeof(float)));
+  NG_CUDA_OK(cudaMalloc(&db, n * sizeof(uint4)));
+  NG_CUDA_OK(cudaMalloc(&dout, n * sizeof(uint4)));
+  NG_CUDA_OK(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
+  NG_CUDA_OK(cudaMemcpy(db, b.data(), b.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  for (const bool fast : {false, true}) {
+    SCOPED_TRACE(fast ? "sum_group_fast" : "sum_group");
+    NG_CUDA_OK(cudaMemset(dout, 0xFF, n * sizeof(uint4)));  // poison
+    sum_groups_kernel<<<(n + 255) / 256, 256>>>(da, db, dout, n, fast);
+    NG_CUDA_OK(cudaGetLastError());
+    std::vector<uint16_t> got(a.size());
+    NG_CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const uint16_t want = bf16_sum_rn(a[i], bf16_to_float(b[i]));
+      if (got[i] != want && ++bad <= 10)
+        ADD_FAILURE() << "element " << i << ": a bits 0x" << std::hex << u_of(a[i]) << ", b 0x" << b[i] << ": got 0x"
+                      << got[i] << ", bf16_sum_rn 0x" << want << std::dec;
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dout);
+}
+
+}  // namespace
+}  // namespace normgate::kernels::dev
