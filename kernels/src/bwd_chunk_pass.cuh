@@ -2,8 +2,8 @@
 // shared by every backward variant; a variant supplies the Sink that receives
 // each column's compensated chunk partial.
 //
-// One CTA (two clustered CTAs for teams above 512 threads) = one chunk of rows
-// (plan.h chunk plan) = one team of plan.h's row geometry. The team walks its
+// One CTA (two clustered CTAs for a 2-slot team) = one chunk of rows (plan.h
+// chunk plan) = one team of plan.h's backward row geometry. The team walks its
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
 //      and an L2 prefetch of the row after (vector path); form res stages
@@ -48,12 +48,9 @@ __device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kH
   in.rstd = __ldg(a.rstd + r);
 }
 
-/// __launch_bounds__ minimum resident CTAs per SM: with one group per thread
-/// two CTAs of up to 512 threads fit (<= 64 registers per thread); with two
-/// groups the dw accumulators alone take 32 registers, so one CTA.
-template <int kSlots>
-inline constexpr int kChunkMinBlocks = kSlots == 1 ? 2 : 1;
-
+/// Register budget of the chunk kernels: 64 per thread for one group per
+/// thread (2 x 512 or 1 x 1024 threads per SM), 128 for two groups (the
+/// cluster kernel: the dw accumulators alone take 32).
 /// Whether w stays in registers for the whole chunk (else it is re-read from
 /// L1 for each row). FP32 weights take 8 registers a group where BF16 ones
 /// can stay packed in 4: at one group per thread (64 registers) FP32 w is
@@ -211,13 +208,19 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   if constexpr (kCtas > 1) cooperative_groups::this_cluster().sync();  // peers may still read `red`
 }
 
-/// The chunk-pass kernels; instantiated by each variant for its Sink.
-// Per-head rows (H = 256: 32-thread CTAs, many per SM whatever their register
-// count) are allowed more registers than the plain bound, for the head arithmetic.
-template <int kSlots, class WT, class Sink, bool kHeads = false>
-__global__ void __launch_bounds__(kMaxCtaTeam, kHeads ? 1 : kChunkMinBlocks<kSlots>)
+/// The chunk-pass kernels; instantiated by each variant for its Sink. One
+/// slot: teams of up to 512 threads (two CTAs per SM), per-head rows (H =
+/// 256: 32-thread CTAs, many per SM whatever their register count, so they
+/// are allowed more registers for the head arithmetic), and teams of 544 to
+/// 1024 threads in one CTA (the wide kernel); two slots: the 2-CTA cluster.
+template <class WT, class Sink, bool kHeads = false>
+__global__ void __launch_bounds__(kMaxCtaTeam, kHeads ? 1 : 2)
     bwd_chunk_kernel(const BwdRows<WT, kHeads> a, const Sink sink) {
-  bwd_chunk_pass<kSlots, 1>(a, sink);
+  bwd_chunk_pass<1, 1>(a, sink);
+}
+template <class WT, class Sink>
+__global__ void __launch_bounds__(kMaxTeam, 1) bwd_chunk_wide_kernel(const BwdRows<WT> a, const Sink sink) {
+  bwd_chunk_pass<1, 1>(a, sink);
 }
 template <class WT, class Sink>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kMaxCtaTeam, 1)
@@ -226,12 +229,13 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kMaxCtaTeam, 1)
 }
 
 /// Enqueue the chunk pass for validated args: one CTA per chunk holding
-/// plan.h's team, or two clustered CTAs when the team exceeds kMaxCtaTeam.
-/// Instantiations: {1 slot, 2 slots, 2 slots clustered} x WT {bf16, float},
-/// plus {1 slot} x WT with per-head rows (heads > 1: H = 256, one slot).
+/// plan.h's backward team (bwd_row_geometry), or two clustered CTAs for a
+/// 2-slot team. Instantiations: {1 slot narrow, 1 slot wide, 2 slots
+/// clustered} x WT {bf16, float}, plus {1 slot} x WT with per-head rows
+/// (heads > 1: H = 256).
 template <class Sink>
 inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& sink, cudaStream_t s) {
-  const RowGeometry geo = row_geometry(a.H);
+  const RowGeometry geo = bwd_row_geometry(a.H);
   const int64_t rows = a.T * a.heads;  // normalized rows
   const int64_t n = num_chunks(rows, a.H);
   auto go = [&](auto wtag) -> cudaError_t {
@@ -251,26 +255,25 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), so one slot and one CTA
       if (geo.slots != 1 || geo.team > kMaxCtaTeam) return cudaErrorInvalidConfiguration;
-      bwd_chunk_kernel<1, WT, Sink, true>
+      bwd_chunk_kernel<WT, Sink, true>
           <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), 0, s>>>(make(std::true_type{}), sink);
       return cudaGetLastError();
     }
     const BwdRows<WT> r = make(std::false_type{});
     // Form res on the vector path: the dh_new ring, 2 stages x slots x threads
-    // x 16 bytes (at most 2 x 2 x 512 x 16 = 32 KiB: no opt-in needed).
+    // x 16 bytes (at most 2 x 1024 x 16 = 2 x 2 x 512 x 16 = 32 KiB: no opt-in needed).
     const bool ring = a.dh_new != nullptr && vec;
     auto ring_bytes = [&](int slots, int threads) {
       return ring ? static_cast<size_t>(2 * slots * threads) * sizeof(uint4) : size_t{0};
     };
-    if (geo.team > kMaxCtaTeam) {
+    const dim3 team(static_cast<unsigned>(geo.team));
+    if (geo.slots == 2) {
       bwd_chunk_cluster_kernel<WT, Sink><<<dim3(static_cast<unsigned>(2 * n)), dim3(static_cast<unsigned>(geo.team / 2)),
                                            ring_bytes(2, geo.team / 2), s>>>(r, sink);
-    } else if (geo.slots == 1) {
-      bwd_chunk_kernel<1, WT, Sink>
-          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), ring_bytes(1, geo.team), s>>>(r, sink);
+    } else if (geo.team <= kMaxCtaTeam) {
+      bwd_chunk_kernel<WT, Sink><<<dim3(static_cast<unsigned>(n)), team, ring_bytes(1, geo.team), s>>>(r, sink);
     } else {
-      bwd_chunk_kernel<2, WT, Sink>
-          <<<dim3(static_cast<unsigned>(n)), dim3(static_cast<unsigned>(geo.team)), ring_bytes(2, geo.team), s>>>(r, sink);
+      bwd_chunk_wide_kernel<WT, Sink><<<dim3(static_cast<unsigned>(n)), team, ring_bytes(1, geo.team), s>>>(r, sink);
     }
     return cudaGetLastError();
   };

@@ -36,7 +36,7 @@ struct Inputs {
 std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
   const int64_t R = in.R, H = in.H;
   const int64_t n = num_chunks(R, H);
-  const RowGeometry geo = row_geometry(H);
+  const RowGeometry geo = bwd_row_geometry(H);
   const float inv_h = div_rn(1.0f, static_cast<float>(H));  // as the kernel: c = sum * FP32_rn(1/H)
   std::vector<Pair> partials(static_cast<size_t>(n * H));
   dx.assign(static_cast<size_t>(R * H), 0);

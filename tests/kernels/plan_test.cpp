@@ -54,6 +54,42 @@ TEST(RowGeometry, Values) {
   EXPECT_EQ(g(16384).slots, 2);
 }
 
+TEST(BwdRowGeometry, Values) {
+  auto g = [](int64_t H) { return bwd_row_geometry(H); };
+  EXPECT_EQ(g(1).team, 32);
+  EXPECT_EQ(g(1).slots, 1);
+  EXPECT_EQ(g(4096).team, 512);
+  EXPECT_EQ(g(4104).slots, 1);  // nvec 513: one slot, where the forward takes two
+  EXPECT_EQ(g(4104).team, 544);
+  EXPECT_EQ(g(6144).team, 768);
+  EXPECT_EQ(g(6144).slots, 1);
+  EXPECT_EQ(g(8192).team, 1024);
+  EXPECT_EQ(g(8192).slots, 1);
+  EXPECT_EQ(g(8200).slots, 2);   // nvec 1025
+  EXPECT_EQ(g(8200).team, 576);  // per 513 -> multiple of 64 (a 2-CTA cluster), as the forward's
+  EXPECT_EQ(g(16384).team, 1024);
+  EXPECT_EQ(g(16384).slots, 2);
+}
+
+TEST(BwdRowGeometry, EveryColumnOwnedOnceForEveryH) {
+  std::vector<int> owners;
+  for (int64_t H = 1; H <= kMaxH; ++H) {
+    const RowGeometry geo = bwd_row_geometry(H);
+    ASSERT_EQ(geo.team % (geo.slots == 2 ? 64 : 32), 0) << H;
+    ASSERT_LE(geo.team, kMaxTeam) << H;
+    owners.assign(static_cast<size_t>(H), 0);
+    for (int t = 0; t < geo.team; ++t)
+      for (int k = 0; k < geo.slots; ++k)
+        for (int e = 0; e < kGroup; ++e) {
+          const int64_t j = group_col0(geo.team, k, t) + e;
+          if (j < H) ++owners[static_cast<size_t>(j)];
+        }
+    for (int64_t j = 0; j < H; ++j) ASSERT_EQ(owners[static_cast<size_t>(j)], 1) << "H=" << H << " column " << j;
+    // No idle warp: the last warp (the last 32 threads of each cluster half) owns a column.
+    ASSERT_LT(group_col0(geo.team, 0, geo.team - 32), H) << H;
+  }
+}
+
 // Every column 0..H-1 is owned by exactly one (thread, slot) of the team, and
 // every team is a multiple of 32 (of 64 when it is split over two CTAs).
 TEST(RowGeometry, EveryColumnOwnedOnceForEveryH) {

@@ -13,8 +13,15 @@
 //       slots = nvec <= 512 ? 1 : 2
 //       per   = ceil(nvec / slots)
 //       team  = per <= 512 ? roundup(per, 32) : roundup(per, 64)   (32 .. 1024)
-//    (The backward runs a team of more than 512 threads as a cluster of two
-//    CTAs of team/2 threads; the arithmetic is that of one team.)
+//    The backward has its own geometry (bwd_row_geometry), one slot as long
+//    as one CTA can hold the team:
+//       slots = nvec <= 1024 ? 1 : 2
+//       team  = slots == 1 ? roundup(nvec, 32) : roundup(ceil(nvec / 2), 64)
+//    so a 1-slot team of up to 1024 threads is one CTA (at 64 registers, the
+//    register file holds it), and a 2-slot team (H > 8192, 576..1024
+//    threads) runs as a cluster of two CTAs of team/2 threads; the arithmetic
+//    is that of one team. (Two slots for 4096 < H <= 8192 took 128 registers,
+//    12 warps per SM: issue-latency bound, docs/perf.md session 6.)
 //    Row sums (sum of squares in the forward, sum of g*xhat in the backward)
 //    are reduced as: each thread accumulates its own columns in order
 //    (k ascending, then column ascending) with fma_rn; then a warp butterfly
@@ -57,8 +64,8 @@ inline constexpr int64_t kMaxH = 16384;
 inline constexpr int64_t kMaxT = int64_t{1} << 32;
 /// BF16 elements per 16-byte vector (one column group).
 inline constexpr int kGroup = 8;
-/// Largest team (threads per row) of the row geometry, and the largest team
-/// one backward CTA holds (larger teams are split over a 2-CTA cluster).
+/// Largest team (threads per row) of the row geometries, and the largest team
+/// the backward's 2-CTA-per-SM kernels hold (the forward's CTA size limit).
 inline constexpr int kMaxTeam = 1024;
 inline constexpr int kMaxCtaTeam = 512;
 
@@ -72,7 +79,7 @@ inline constexpr int kCombineLanes = 32;
 
 /// Team size and groups per thread for rows of H columns (see file comment).
 struct RowGeometry {
-  int team = 32;   ///< threads per row, a multiple of 32 (of 64 above 512), <= 1024
+  int team = 32;   ///< threads per row, a multiple of 32 (of 64 when split over a 2-CTA cluster), <= 1024
   int slots = 1;   ///< column groups of 8 per thread: 1 or 2
 };
 
@@ -85,6 +92,22 @@ NG_HD RowGeometry row_geometry(int64_t H) {
   RowGeometry g;
   g.slots = slots;
   g.team = static_cast<int>((per + q - 1) / q * q);
+  return g;
+}
+
+/// Backward row geometry of H (1 <= H <= kMaxH; see file comment): one slot
+/// and a team of roundup(nvec, 32) <= 1024 threads for nvec <= 1024, else two
+/// slots and a team of roundup(ceil(nvec/2), 64) (a 2-CTA cluster).
+NG_HD RowGeometry bwd_row_geometry(int64_t H) {
+  const int64_t nvec = (H + kGroup - 1) / kGroup;
+  RowGeometry g;
+  if (nvec <= kMaxTeam) {
+    g.slots = 1;
+    g.team = static_cast<int>((nvec + 31) / 32 * 32);
+  } else {
+    g.slots = 2;
+    g.team = static_cast<int>(((nvec + 1) / 2 + 63) / 64 * 64);
+  }
   return g;
 }
 
