@@ -138,7 +138,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::bwd_det_chunked:
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:
-      return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * 2 * sizeof(float);
+      return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);  // FP64 chunk partials
     case VariantId::fwd_rowwise:
       break;
   }

@@ -11,8 +11,8 @@
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
-//      barrier completes it adds (dy*x)*rstd to each owned column's Comp32
-//      (accum.h),
+//      barrier completes it adds (dy*x)*rstd to each owned column's Acc64
+//      (accum.h: one FP64 fma of an exact product),
 //   3. writes dx = BF16_rn(rstd * fma(-xhat, c, g)), c = sum * FP32_rn(1/H)
 //      (a product, not a division: keeps the division's slow-path call, and
 //      the registers it pins, out of the row loop).
@@ -61,7 +61,7 @@ inline constexpr bool kChunkCacheW = !(kSlots == 1 && std::is_same_v<WT, float>)
 /// The chunk pass (see file comment) for one CTA (kCtas == 1) or one CTA of a
 /// 2-CTA cluster (kCtas == 2; the team is both CTAs' threads). Sink is called
 /// once per owned group with col0 < H: sink(chunk, col0, acc) (col0 an int),
-/// where acc[e] is column col0+e's Comp32 (entries for columns >= H hold
+/// where acc[e] is column col0+e's Acc64 (entries for columns >= H hold
 /// zeros and must be ignored).
 template <int kSlots, int kCtas, bool kRes, class WT, bool kHeads, class Sink>
 __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, const Sink& sink) {
@@ -82,7 +82,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   constexpr bool kCacheW = kChunkCacheW<kSlots, WT>;
   int col0[kSlots];
   float wc[kCacheW ? kSlots : 1][8];  // the weights of the owned columns
-  Comp32 acc[kSlots][8];
+  Acc64 acc[kSlots][8];
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     col0[k] = static_cast<int>(group_col0(team, k, t));

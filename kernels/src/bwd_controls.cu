@@ -7,10 +7,9 @@
 //   dy * (x * rstd)   (each product and each addition rounded to FP32),
 //   one thread per column (dw_j's error grows like T*u*sum|dy*xhat|).
 //   The chunk pass runs for dx; its partials are ignored.
-// ctl_bf16_partials: the chunk pass, then each chunk partial is collapsed to
-//   BF16_rn(s + comp_out()) (an FP32 add, then RNE to BF16) and stored back
-//   as the pair (that value, 0) before bwd_det_chunked's combine: the "dw
-//   partials reduced in 16 bits" bug class.
+// ctl_bf16_partials: the chunk pass, then each FP64 chunk partial is
+//   rounded to FP32, then to BF16 (RNE, both) and stored back before
+//   bwd_det_chunked's combine: the "dw partials reduced in 16 bits" bug class.
 #include <cuda_bf16.h>
 
 #include "bwd_det_chunked.h"
@@ -36,12 +35,9 @@ __global__ void column_sum_fp32_kernel(Rows<const __nv_bfloat16, true> dy, Rows<
   dw[j] = s;
 }
 
-__global__ void partials_to_bf16_kernel(float2* part, int64_t count) {
-  for (int64_t i = global_thread(); i < count; i += global_threads()) {
-    const float2 p = part[i];
-    const float v = __bfloat162float(__float2bfloat16_rn(add_rn(p.x, p.y)));
-    part[i] = make_float2(v, 0.0f);
-  }
+__global__ void partials_to_bf16_kernel(double* part, int64_t count) {
+  for (int64_t i = global_thread(); i < count; i += global_threads())
+    part[i] = static_cast<double>(__bfloat162float(__float2bfloat16_rn(__double2float_rn(part[i]))));
 }
 
 }  // namespace
@@ -66,7 +62,7 @@ void launch_ctl_bf16_partials(const BwdArgs& a, bool vec, Stream s) {
   const int threads = 256;
   const int64_t want = (count + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(want < 4096 ? want : 4096);
-  dev::partials_to_bf16_kernel<<<blocks, threads, 0, s>>>(static_cast<float2*>(a.workspace), count);
+  dev::partials_to_bf16_kernel<<<blocks, threads, 0, s>>>(static_cast<double*>(a.workspace), count);
   NG_CUDA_LAUNCHED("partials_to_bf16_kernel");
   enqueue_combine_partials(a, s);
 }

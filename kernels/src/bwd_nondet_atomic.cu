@@ -2,7 +2,7 @@
 //
 // The same chunk pass as bwd_det_chunked (bwd_chunk_pass.cuh), but each
 // column's chunk partial is folded into an FP64 accumulator with
-//   atomicAdd(&acc[c mod R][j], double(s) + double(comp_out()))
+//   atomicAdd(&acc[c mod R][j], partial)
 // (R = nondet_replicas.h kAtomicReplicas replicas, so that the chunks of one column do
 // not all queue on one address) instead of being stored. The call zeroes acc
 // (workspace, R x H doubles) first and finishes with dw[j] = FP32_rn(sum of
@@ -23,12 +23,12 @@ namespace {
 struct AtomicSink {
   double* acc;
   int64_t H;
-  __device__ __forceinline__ void operator()(int64_t chunk, int col0, const Comp32 (&a)[8]) const {
+  __device__ __forceinline__ void operator()(int64_t chunk, int col0, const Acc64 (&a)[8]) const {
     double* rep = acc + (chunk % kAtomicReplicas) * H;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       if (col0 + e < H)
-        atomicAdd(rep + col0 + e, dadd_rn(static_cast<double>(a[e].s), static_cast<double>(a[e].comp_out())));
+        atomicAdd(rep + col0 + e, a[e].s);
   }
 };
 

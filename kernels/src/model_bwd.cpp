@@ -1,6 +1,6 @@
 // kernels/src/model_bwd.cpp: CPU models of the backward variants. Each step
 // mirrors the kernel that does it on the GPU:
-//   chunk_pass()         bwd_chunk_pass.cuh      (dx, Comp32 partials)
+//   chunk_pass()         bwd_chunk_pass.cuh      (dx, Acc64 partials)
 //   combine_fixed()      bwd_det_chunked.cu      (combine_partials_kernel)
 //   combine_in_order()   bwd_nondet_atomic.cu    (atomics, taken in chunk order)
 //   round_partials_bf16  bwd_controls.cu         (partials_to_bf16_kernel)
@@ -20,10 +20,6 @@ namespace normgate::kernels {
 
 namespace {
 
-struct Pair {
-  float s, comp;
-};
-
 struct Inputs {
   RowView<uint16_t> x, dy, add;  // add: dx addend (res: dh_new), p == nullptr when none
   const std::vector<float>* rstd;
@@ -32,21 +28,21 @@ struct Inputs {
   int threads;
 };
 
-/// dx for every row and the (s, comp_out) partials [num_chunks, H].
-std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
+/// dx for every row and the FP64 chunk partials [num_chunks, H].
+std::vector<double> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
   const int64_t R = in.R, H = in.H;
   const int64_t n = num_chunks(R, H);
   const RowGeometry geo = bwd_row_geometry(H);
   const float inv_h = div_rn(1.0f, static_cast<float>(H));  // as the kernel: c = sum * FP32_rn(1/H)
-  std::vector<Pair> partials(static_cast<size_t>(n * H));
+  std::vector<double> partials(static_cast<size_t>(n * H));
   dx.assign(static_cast<size_t>(R * H), 0);
 #pragma omp parallel num_threads(in.threads) if (n > 1)
   {
-    std::vector<Comp32> acc(static_cast<size_t>(H));
+    std::vector<Acc64> acc(static_cast<size_t>(H));
     std::vector<float> part(static_cast<size_t>(geo.team));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < n; ++c) {
-      for (auto& a : acc) a = Comp32{};
+      for (auto& a : acc) a = Acc64{};
       const int64_t r0 = chunk_begin(R, n, c), r1 = chunk_begin(R, n, c + 1);
       for (int64_t r = r0; r < r1; ++r) {
         const uint16_t* xr = in.x.row(r);
@@ -77,8 +73,8 @@ std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
           acc[static_cast<size_t>(j)].add_product(mul_rn(dyf, xf), rs);
         }
       }
-      Pair* out = partials.data() + c * H;
-      for (int64_t j = 0; j < H; ++j) out[j] = {acc[static_cast<size_t>(j)].s, acc[static_cast<size_t>(j)].comp_out()};
+      double* out = partials.data() + c * H;
+      for (int64_t j = 0; j < H; ++j) out[j] = acc[static_cast<size_t>(j)].s;
     }
   }
   return partials;
@@ -86,17 +82,13 @@ std::vector<Pair> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
 
 /// combine_partials_kernel: per column, kCombineLanes lanes over chunks
 /// L, L+32, ..., then the lanes in order.
-std::vector<float> combine_fixed(const std::vector<Pair>& partials, int64_t n, int64_t H, int threads) {
+std::vector<float> combine_fixed(const std::vector<double>& partials, int64_t n, int64_t H, int threads) {
   std::vector<float> dw(static_cast<size_t>(H));
 #pragma omp parallel for num_threads(threads) schedule(static) if (n * H > 65536)
   for (int64_t j = 0; j < H; ++j) {
     std::array<Comp64, kCombineLanes> lanes{};
     for (int L = 0; L < kCombineLanes; ++L)
-      for (int64_t c = L; c < n; c += kCombineLanes) {
-        const Pair& p = partials[static_cast<size_t>(c * H + j)];
-        lanes[static_cast<size_t>(L)].add(static_cast<double>(p.s));
-        lanes[static_cast<size_t>(L)].add(static_cast<double>(p.comp));
-      }
+      for (int64_t c = L; c < n; c += kCombineLanes) lanes[static_cast<size_t>(L)].add(partials[static_cast<size_t>(c * H + j)]);
     Comp64 tot;
     for (int L = 0; L < kCombineLanes; ++L) {
       tot.add(lanes[static_cast<size_t>(L)].s);
@@ -109,14 +101,13 @@ std::vector<float> combine_fixed(const std::vector<Pair>& partials, int64_t n, i
 
 /// bwd_nondet_atomic's FP64 accumulators (nondet_replicas.h kAtomicReplicas), with each
 /// replica's atomics taken in chunk order, then the replicas added in order.
-std::vector<float> combine_in_order(const std::vector<Pair>& partials, int64_t n, int64_t H) {
+std::vector<float> combine_in_order(const std::vector<double>& partials, int64_t n, int64_t H) {
   std::vector<float> dw(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) {
     double rep[kAtomicReplicas] = {};
     for (int64_t c = 0; c < n; ++c) {
-      const Pair& p = partials[static_cast<size_t>(c * H + j)];
       double& acc = rep[c % kAtomicReplicas];
-      acc = dadd_rn(acc, dadd_rn(static_cast<double>(p.s), static_cast<double>(p.comp)));
+      acc = dadd_rn(acc, partials[static_cast<size_t>(c * H + j)]);
     }
     double tot = 0.0;
     for (double r : rep) tot = dadd_rn(tot, r);
@@ -125,9 +116,9 @@ std::vector<float> combine_in_order(const std::vector<Pair>& partials, int64_t n
   return dw;
 }
 
-/// partials_to_bf16_kernel: (s, comp) -> (BF16_rn(s + comp), 0).
-void round_partials_bf16(std::vector<Pair>& partials) {
-  for (Pair& p : partials) p = {round_bf16(add_rn(p.s, p.comp)), 0.0f};
+/// partials_to_bf16_kernel: p -> BF16_rn(FP32_rn(p)).
+void round_partials_bf16(std::vector<double>& partials) {
+  for (double& p : partials) p = static_cast<double>(round_bf16(static_cast<float>(p)));
 }
 
 /// column_sum_fp32_kernel: plain FP32 sum over all rows in order.
@@ -177,7 +168,7 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
     return out;
   }
   const int64_t n = num_chunks(in.R, in.H);
-  std::vector<Pair> partials = chunk_pass(in, out.dx);
+  std::vector<double> partials = chunk_pass(in, out.dx);
   switch (v.id) {
     case VariantId::bwd_det_chunked:
       out.dw = combine_fixed(partials, n, in.H, in.threads);

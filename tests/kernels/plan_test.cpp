@@ -126,8 +126,8 @@ TEST(TeamSum, ButterflyOrder) {
   EXPECT_EQ(model_team_sum(q.data(), 32), 16777218.0f);
 }
 
-TEST(Comp32, RecoversWhatPlainFp32Loses) {
-  Comp32 a;
+TEST(Acc64, RecoversWhatPlainFp32Loses) {
+  Acc64 a;
   float plain = 0.0f;
   a.add_product(16777216.0f, 1.0f);
   plain += 16777216.0f;
@@ -136,21 +136,29 @@ TEST(Comp32, RecoversWhatPlainFp32Loses) {
     plain += 0.25f;
   }
   EXPECT_EQ(plain, 16777216.0f);
-  EXPECT_EQ(static_cast<double>(a.s) + a.comp_out(), 16777216.0 + 250.0);
+  EXPECT_EQ(a.s, 16777216.0 + 250.0);
 }
 
-TEST(Comp32, TwoProductIsExact) {
-  Comp32 a;
-  const float p = 1.0f + 0x1p-10f, r = 1.0f + 0x1p-20f;
+// A BF16 x BF16 product (16 bits) times an FP32 rstd (24 bits) is exact in
+// FP64: 40 bits. (The FP32 product would lose the low bits.)
+TEST(Acc64, ProductOfBf16PairAndFp32IsExact) {
+  Acc64 a;
+  const float p = (1.0f + 0x1p-7f) * (1.0f + 0x1p-7f);  // exact: 1 + 2^-6 + 2^-14
+  const float r = 1.0f + 0x1p-23f;
   a.add_product(p, r);
-  EXPECT_EQ(static_cast<double>(a.s) + static_cast<double>(a.comp), static_cast<double>(p) * r);
+  const double want = (1.0 + 0x1p-6 + 0x1p-14) * (1.0 + 0x1p-23);
+  EXPECT_EQ(a.s, want);
+  EXPECT_NE(static_cast<double>(p * r), want);
 }
 
-TEST(Comp32, InfiniteSumDropsNanCompensation) {
-  Comp32 a;
-  a.add_product(std::numeric_limits<float>::max(), 2.0f);
+TEST(Acc64, InfinityAndNanPropagate) {
+  Acc64 a;
+  a.add_product(std::numeric_limits<float>::max(), 2.0f);  // finite in FP64
+  EXPECT_EQ(a.s, 2.0 * std::numeric_limits<float>::max());
+  a.add_product(std::numeric_limits<float>::infinity(), 1.0f);
   EXPECT_TRUE(std::isinf(a.s));
-  EXPECT_EQ(a.comp_out(), 0.0f);
+  a.add_product(std::numeric_limits<float>::quiet_NaN(), 1.0f);
+  EXPECT_TRUE(std::isnan(a.s));
 }
 
 TEST(Comp64, ValueOfInfiniteSumIsTheSum) {

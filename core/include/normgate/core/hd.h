@@ -86,6 +86,15 @@ NG_HD double dadd_rn(double a, double b) {
 #endif
 }
 
+/// Fused multiply-add in binary64, one rounding (device __fma_rn, host std::fma).
+NG_HD double dfma_rn(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 /// Round-to-nearest-even binary64 difference, never contracted.
 NG_HD double dsub_rn(double a, double b) {
 #if defined(__CUDA_ARCH__)

@@ -44,7 +44,7 @@
 //       lane L (0 <= L < 32) sums chunks c = L, L+32, L+64, ... in increasing
 //       order; the 32 lane results are then summed in order L = 0..31
 //    (see accum.h for the arithmetic of each step).
-//    The cap keeps the partials at most max(2^22, 264*H) float pairs (32 MiB;
+//    The cap keeps the partials at most max(2^22, 264*H) doubles (32 MiB;
 //    34.6 MB at H = 16384) and is a multiple of 264 = 2 x 132 so that at
 //    large T the chunks fill an H200's 132 SMs in whole waves (1 or 2 CTAs
 //    per SM, or 2-CTA clusters). The constants were chosen for that chip;

@@ -18,8 +18,8 @@
 //     xhat = x*rstd;  g = dy*w;  s_r = sum_j fma(g, xhat, .)  (same geometry)
 //     c_r  = s_r * FP32_rn(1/H)          (a product: exact division for H = 2^k)
 //     dx   = BF16_rn(rstd * fma(-xhat, c_r, g))
-//     dw_j = sum_r dy*x*rstd: per chunk of rows (plan.h) a compensated FP32
-//            sum (accum.h Comp32: exact TwoProduct of (dy*x)*rstd, TwoSum),
+//     dw_j = sum_r dy*x*rstd: per chunk of rows (plan.h) an FP64 sum of
+//            exact products (accum.h Acc64: s = fma((double)(dy*x), rstd, s)),
 //            then the chunk partials combined in FP64 (variant-specific).
 //
 // Vector path: 16-byte loads/stores are used when H % 8 == 0, w and every
