@@ -318,7 +318,9 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
       r.u = {reinterpret_cast<const __nv_bfloat16*>(a.u), a.u_stride};
       r.h_new = {reinterpret_cast<__nv_bfloat16*>(a.h_new), a.h_new_stride};
     }
-    if (knobs.fwd_simple && vec && need <= 0x7FFFFFFF) {  // pipeline.h fwd_simple: one row per team
+    // pipeline.h fwd_simple / fwd_res_simple: one row per team, no ring
+    const bool simple = fused ? knobs.fwd_res_simple : knobs.fwd_simple;
+    if (simple && vec && need <= 0x7FFFFFFF) {
       const unsigned ctas = static_cast<unsigned>(need);
       if (fused) {
         auto* k = geo.slots == 1 ? dev::fwd_simple_kernel<1, WT, true> : dev::fwd_simple_kernel<2, WT, true>;

@@ -409,6 +409,7 @@ TEST(Validation, PipelineDepthRange) {
   EXPECT_EQ(saved.fwd_block, PipelineDepth{}.fwd_block);
   EXPECT_EQ(saved.fwd_res_fused, PipelineDepth{}.fwd_res_fused);
   EXPECT_EQ(saved.fwd_simple, PipelineDepth{}.fwd_simple);
+  EXPECT_EQ(saved.fwd_res_simple, PipelineDepth{}.fwd_res_simple);
   const auto rejects = [](PipelineDepth d, const std::string& named) {
     try {
       set_pipeline_depth(d);
@@ -439,6 +440,13 @@ TEST(Validation, PipelineDepthRange) {
   set_pipeline_depth({3, 0, 5, false, true});
   EXPECT_TRUE(pipeline_depth().fwd_simple);
   EXPECT_FALSE(pipeline_depth().fwd_res_fused);  // neighbouring bit intact
+  set_pipeline_depth({3, 0, 5, true, false, false});
+  EXPECT_FALSE(pipeline_depth().fwd_res_simple);
+  EXPECT_FALSE(pipeline_depth().fwd_simple);  // neighbouring bits intact
+  EXPECT_TRUE(pipeline_depth().fwd_res_fused);
+  set_pipeline_depth({3, 0, 5, false, false, true});
+  EXPECT_TRUE(pipeline_depth().fwd_res_simple);
+  EXPECT_FALSE(pipeline_depth().fwd_simple);
   EXPECT_EQ(pipeline_depth().fwd_block, 5);
   set_pipeline_depth({2, 1, kMaxFwdBlockRows, true});
   EXPECT_EQ(pipeline_depth().fwd_block, kMaxFwdBlockRows);  // neighbouring fields intact

@@ -507,16 +507,19 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
     for (const PipelineDepth d : {PipelineDepth{1, 0, 0}, PipelineDepth{2, 2, 0}, PipelineDepth{5, 7, 0},
                                   PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth, 0}, PipelineDepth{3, 0, 1},
                                   PipelineDepth{4, 1, 7}, PipelineDepth{kMaxPipelineDepth, 0, 64},
-                                  PipelineDepth{3, 0, 0, true}, PipelineDepth{1, 0, 5, true},
-                                  PipelineDepth{kMaxPipelineDepth, 2, 0, true},
+                                  // res fused through the ring (fwd_res_simple off; on is the default)
+                                  PipelineDepth{3, 0, 0, true, false, false}, PipelineDepth{1, 0, 5, true, false, false},
+                                  PipelineDepth{kMaxPipelineDepth, 2, 0, true, false, false},
                                   // res unfused (own residual-add kernel), now that fused is the default
                                   PipelineDepth{1, 0, 0, false}, PipelineDepth{3, 0, 0, false},
                                   PipelineDepth{kMaxPipelineDepth, 2, 7, false},
                                   // the simple forward (no ring, one row per team), res fused and not
-                                  PipelineDepth{3, 0, 0, true, true}, PipelineDepth{3, 0, 0, false, true}}) {
+                                  PipelineDepth{3, 0, 0, true, true}, PipelineDepth{3, 0, 0, false, true},
+                                  // res fused through the simple kernel while plain rows take the ring
+                                  PipelineDepth{3, 0, 0, true, false, true}}) {
       SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2) +
                    " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : "") +
-                   (d.fwd_simple ? " simple" : ""));
+                   (d.fwd_simple ? " simple" : "") + (d.fwd_res_simple ? " res simple" : ""));
       set_pipeline_depth(d);
       const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
       EXPECT_EQ(bit_diff(g.y, m.y).count, 0);

@@ -46,6 +46,11 @@ struct PipelineDepth {
   /// scalar path keep the ring kernel); fwd, fwd_l2 and fwd_block then do not
   /// apply. Same bits.
   bool fwd_simple = false;
+  /// The same simple forward for form res fused (fwd_res_fused), on by
+  /// default: there it measured 0.86x (H=2048) and 0.91x (H=4096) of the
+  /// ring kernel's time and equal at H=6144 (docs/perf.md, session 6), where
+  /// the plain forward gained at H=2048 and 6144 but lost at 4096. Same bits.
+  bool fwd_res_simple = true;
 };
 
 /// The settings the launchers use now (the defaults above until
