@@ -39,7 +39,7 @@
 //                                                                every chunk >= 1 row)
 //    One CTA per chunk walks its rows in increasing order; each dw column is
 //    accumulated by exactly one thread of that CTA, so the chunk partial of
-//    column j is a strictly sequential (compensated) sum over the chunk's
+//    column j is a strictly sequential (FP64) sum over the chunk's
 //    rows. The partials [n, H] are then combined column by column:
 //       lane L (0 <= L < 32) sums chunks c = L, L+32, L+64, ... in increasing
 //       order; the 32 lane results are then summed in order L = 0..31

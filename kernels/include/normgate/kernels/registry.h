@@ -9,8 +9,8 @@
 //
 // Variants (names say what they do):
 //   fwd_rowwise         forward: one team of threads per row (plan.h)
-//   bwd_det_chunked     backward, deterministic: fixed row chunks, compensated
-//                       FP32 dw partials, fixed-order FP64 combine
+//   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
+//                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
 //                       combined with FP64 atomicAdd
 //   ctl_fp32_seq        NEGATIVE CONTROL: dw as a plain FP32 sequential sum
