@@ -304,10 +304,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
             s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), cols);
           }
           if (do_h && hsrc[k] == k && got.h_new)
-            for (int64_t j = 0; j < cols; ++j) {
-              const double hv = static_cast<double>(bf16_to_float(h_new_expected[base + j]));
-              s4.h.add(base + j, static_cast<double>(bf16_to_float((*got.h_new)[base + j])), hv, 0.0, hv);
-            }
+            s4.h.add_bf16_exact_row(base, got.h_new->data() + base, h_new_expected.data() + base, cols);
         }
       }
     } catch (...) {

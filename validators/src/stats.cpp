@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/bf16.h"
+
 namespace normgate::validators {
 
 namespace {
@@ -285,6 +287,28 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     }
   }
   flush();
+}
+
+void RatioStats::add_bf16_exact_row(int64_t base, const uint16_t* got, const uint16_t* expected, int64_t len) {
+  if (!budget_.exact)
+    throw std::logic_error("RatioStats::add_bf16_exact_row: output " + std::string(to_string(out_)) +
+                           " has no exact budget");
+  // Equal bits mean equal values (NaN with NaN, and the same sign of zero),
+  // so add() would find ratio 0, forced 0, bound 0 (certified): it would
+  // count the element in n and in histogram bin 0 and change nothing else,
+  // unless the element became `worst` (none yet, or a tie at ratio 0 with a
+  // higher index there). Those few go through add().
+  int64_t same = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    if (got[j] == expected[j] && worst.index >= 0 && (worst.ratio > 0.0 || base + j >= worst.index)) {
+      ++same;
+      continue;
+    }
+    const double e = static_cast<double>(bf16_to_float(expected[j]));
+    add(base + j, static_cast<double>(bf16_to_float(got[j])), e, 0.0, e);
+  }
+  n += same;
+  hist.count[0] += same;
 }
 
 void RatioStats::merge(const RatioStats& other) {
