@@ -81,6 +81,17 @@ TEST(Histogram, BinContainsRatio) {
   }
 }
 
+TEST(Histogram, BinAtEveryEdge) {
+  // Each log edge e and its neighbours: e itself is in the bin it closes,
+  // the next double up in the next bin (the one-compare lookup must agree).
+  for (int k = 2; k < kOverflow; ++k) {
+    const double e = Histogram::upper(k);
+    EXPECT_EQ(Histogram::bin(e), k) << e;
+    EXPECT_EQ(Histogram::bin(std::nextafter(e, inf)), k + 1) << e;
+    EXPECT_EQ(Histogram::bin(std::nextafter(e, 0.0)), k) << e;
+  }
+}
+
 TEST(Histogram, SpecialValues) {
   EXPECT_EQ(Histogram::bin(0.0), 0);
   EXPECT_EQ(Histogram::bin(-0.0), 0);
