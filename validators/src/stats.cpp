@@ -17,6 +17,7 @@ namespace normgate::validators {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMax = std::numeric_limits<double>::max();
 using H = Histogram;
 
 // Log-bin edges e[i] = 10^(kMinDecade + i/kPerDecade), i = 0..kLogBins. The
@@ -253,8 +254,11 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     const double br = b == 0.0 ? 0.0 : ab / tol;
     // The fast path needs what add() computes without its special cases:
     // finite got, ref, ideal and bound, tol > 0, finite ratios. Else add().
-    if (!(std::isfinite(g) && std::isfinite(rf) && std::isfinite(id) && std::isfinite(b) && tol > 0.0 &&
-          r < kInf && fr < kInf && br < kInf)) {
+    // Tested as sums, with fewer branches: a NaN or inf term makes a sum
+    // NaN or inf; finite terms whose sum overflows only send the element
+    // to add() as well, which is always exact (the test need only be
+    // sufficient). Ratios of finite values over tol > 0 are >= 0, not NaN.
+    if (!(std::fabs(g) + std::fabs(rf) + std::fabs(id) + ab <= kMax && tol > 0.0 && r + fr + br < kInf)) {
       flush();
       add(base + j, g, rf, b, id);
       continue;
