@@ -9,11 +9,56 @@
 #include <algorithm>
 #include <vector>
 
+#include "eft.h"
 #include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
 #include "normgate/oracle/reference.h"
 
 namespace normgate::oracle {
+
+namespace {
+
+// Rows whose sums of squares run side by side (sum_squares).
+constexpr int kRows = 8;
+
+// ss[i] = ((0 + x_0^2) + x_1^2) + ... over row x[i], i < nr <= kRows. Each
+// row's sum is one sequential chain of dependent additions, so one row at a
+// time runs at the adder's latency; the nr independent chains interleaved
+// keep it busy. Every row gets the same operations in the same order.
+NG_CLONES void sum_squares(const uint16_t* const* x, int nr, int64_t H, float* ss) {
+  float acc[kRows] = {};
+  if (nr == kRows) {
+    for (int64_t j = 0; j < H; ++j)
+      for (int i = 0; i < kRows; ++i) {
+        const float xv = bf16_to_float(x[i][j]);
+        acc[i] = add_rn(acc[i], mul_rn(xv, xv));
+      }
+  } else {
+    for (int i = 0; i < nr; ++i)
+      for (int64_t j = 0; j < H; ++j) {
+        const float xv = bf16_to_float(x[i][j]);
+        acc[i] = add_rn(acc[i], mul_rn(xv, xv));
+      }
+  }
+  for (int i = 0; i < nr; ++i) ss[i] = acc[i];
+}
+
+// dw[j] for j in [j0, j1): ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ..., rows
+// r = 0..R-1 in order (independent columns side by side: vector lanes).
+inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict dy, float rs, int64_t n,
+                       float* __restrict dw) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float xh = mul_rn(bf16_to_float(x[j]), rs);
+    dw[j] = add_rn(dw[j], mul_rn(bf16_to_float(dy[j]), xh));
+  }
+}
+
+NG_CLONES void dw_columns(const RowView<uint16_t>& xv, const RowView<uint16_t>& dyv, const float* rstd, int64_t R,
+                          int64_t j0, int64_t j1, float* dw) {
+  for (int64_t r = 0; r < R; ++r) dw_add_row(xv.row(r) + j0, dyv.row(r) + j0, rstd[r], j1 - j0, dw + j0);
+}
+
+}  // namespace
 
 Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   validate(p);
@@ -37,33 +82,39 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
 
 #pragma omp parallel num_threads(nt)
   {
+    // Rows in groups of kRows (sum_squares), each row as before.
+    const int64_t ngroups = (R + kRows - 1) / kRows;
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-      const uint16_t* x = p.x.row(r);
-      const uint16_t* dy = p.dy.row(r);
-      float ss = 0.0f;
-      for (int64_t j = 0; j < H; ++j) {
-        float xv = bf16_to_float(x[j]);
-        ss = add_rn(ss, mul_rn(xv, xv));
-      }
-      const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
-      out.rstd[r] = rstd;
-      if (!rows_outputs) continue;
-      uint16_t* y = out.y.data() + r * H;
-      float cs = 0.0f;
-      for (int64_t j = 0; j < H; ++j) {
-        float xh = mul_rn(bf16_to_float(x[j]), rstd);
-        y[j] = bf16_from_float(mul_rn(xh, w[j]));
-        float g = mul_rn(bf16_to_float(dy[j]), w[j]);
-        cs = add_rn(cs, mul_rn(g, xh));
-      }
-      const float c = div_rn(cs, Hf);
-      uint16_t* dx = out.dx.data() + r * H;
-      for (int64_t j = 0; j < H; ++j) {
-        float xh = mul_rn(bf16_to_float(x[j]), rstd);
-        float g = mul_rn(bf16_to_float(dy[j]), w[j]);
-        const float d = mul_rn(rstd, sub_rn(g, mul_rn(xh, c)));
-        dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
+    for (int64_t grp = 0; grp < ngroups; ++grp) {
+      const int64_t r0 = grp * kRows;
+      const int nr = static_cast<int>(std::min<int64_t>(kRows, R - r0));
+      const uint16_t* xs[kRows];
+      float ssq[kRows];
+      for (int i = 0; i < nr; ++i) xs[i] = p.x.row(r0 + i);
+      sum_squares(xs, nr, H, ssq);
+      for (int64_t r = r0; r < r0 + nr; ++r) {
+        const uint16_t* x = xs[r - r0];
+        const uint16_t* dy = p.dy.row(r);
+        const float ss = ssq[r - r0];
+        const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
+        out.rstd[r] = rstd;
+        if (!rows_outputs) continue;
+        uint16_t* y = out.y.data() + r * H;
+        float cs = 0.0f;
+        for (int64_t j = 0; j < H; ++j) {
+          float xh = mul_rn(bf16_to_float(x[j]), rstd);
+          y[j] = bf16_from_float(mul_rn(xh, w[j]));
+          float g = mul_rn(bf16_to_float(dy[j]), w[j]);
+          cs = add_rn(cs, mul_rn(g, xh));
+        }
+        const float c = div_rn(cs, Hf);
+        uint16_t* dx = out.dx.data() + r * H;
+        for (int64_t j = 0; j < H; ++j) {
+          float xh = mul_rn(bf16_to_float(x[j]), rstd);
+          float g = mul_rn(bf16_to_float(dy[j]), w[j]);
+          const float d = mul_rn(rstd, sub_rn(g, mul_rn(xh, c)));
+          dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
+        }
       }
     }
     // dw: column blocks, rows in order r = 0..R-1 within each column.
@@ -72,16 +123,7 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t cb = 0; cb < ncb; ++cb) {
       const int64_t j0 = cb * CB, j1 = std::min(H, j0 + CB);
-      float* dw = out.dw.data();
-      for (int64_t r = 0; r < R; ++r) {
-        const uint16_t* x = p.x.row(r);
-        const uint16_t* dy = p.dy.row(r);
-        const float rstd = out.rstd[r];
-        for (int64_t j = j0; j < j1; ++j) {
-          float xh = mul_rn(bf16_to_float(x[j]), rstd);
-          dw[j] = add_rn(dw[j], mul_rn(bf16_to_float(dy[j]), xh));
-        }
-      }
+      dw_columns(p.x, p.dy, out.rstd.data(), R, j0, j1, out.dw.data());
     }
   }
   return out;

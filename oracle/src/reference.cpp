@@ -421,6 +421,36 @@ NG_CLONES void dx_row_impl(const uint16_t* __restrict x, const uint16_t* __restr
   for (int64_t j = 0; j < n; ++j) eval_dx(bf(x[j]), bf(dy[j]), w[j], k, kb, use, ub, out[j]);
 }
 
+// y_row_impl and dx_row_impl with values and bounds in separate arrays (the
+// same eval_y / eval_dx, so the same bits), and dx's values alone: eval_dx's
+// value v = use * fma(-x, k, dy * w), without the bound arithmetic.
+NG_CLONES void y_row_split(const uint16_t* __restrict x, const double* __restrict w, int64_t n, double hi,
+                           double lo, double yb, double* __restrict v, double* __restrict b) {
+  for (int64_t j = 0; j < n; ++j) {
+    VB o;
+    eval_y(bf(x[j]), w[j], hi, lo, yb, o);
+    v[j] = o.v;
+    b[j] = o.bound;
+  }
+}
+
+NG_CLONES void dx_row_split(const uint16_t* __restrict x, const uint16_t* __restrict dy,
+                            const double* __restrict w, int64_t n, double k, double kb, double use, double ub,
+                            double* __restrict v, double* __restrict b) {
+  for (int64_t j = 0; j < n; ++j) {
+    VB o;
+    eval_dx(bf(x[j]), bf(dy[j]), w[j], k, kb, use, ub, o);
+    v[j] = o.v;
+    b[j] = o.bound;
+  }
+}
+
+NG_CLONES void dx_row_values_impl(const uint16_t* __restrict x, const uint16_t* __restrict dy,
+                                  const double* __restrict w, int64_t n, double k, double use,
+                                  double* __restrict v) {
+  for (int64_t j = 0; j < n; ++j) v[j] = use * std::fma(-bf(x[j]), k, bf(dy[j]) * w[j]);  // as eval_dx
+}
+
 // (7): how many of n values are finite with bound > f (atol + rtol |v|) (a NaN bound counts).
 NG_CLONES int64_t count_over(const VB* __restrict v, int64_t n, double f, double atol, double rtol) {
   int64_t c = 0;
@@ -865,6 +895,52 @@ void Reference::dx_row(int64_t r, VB* out) const {
   if (p_.dx_add.p != nullptr) {
     const uint16_t* a = p_.dx_add.row(r);
     for (int64_t j = 0; j < cols_; ++j) add_addend(out[j], bf(a[j]));
+  }
+}
+
+void Reference::y_row(int64_t r, double* v, double* bound) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    const VB* e = esc_y_.data() + static_cast<size_t>(s) * cols_;
+    for (int64_t j = 0; j < cols_; ++j) {
+      v[j] = e[j].v;
+      bound[j] = e[j].bound;
+    }
+    return;
+  }
+  y_row_split(p_.x.row(r), w_.data(), cols_, rs_hi_[r], rs_lo_[r], y_b_[r], v, bound);
+}
+
+void Reference::dx_row(int64_t r, double* v, double* bound) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_;
+    for (int64_t j = 0; j < cols_; ++j) {
+      v[j] = e[j].v;
+      bound[j] = e[j].bound;
+    }
+  } else {
+    dx_row_split(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], v, bound);
+  }
+  if (p_.dx_add.p != nullptr) {
+    const uint16_t* a = p_.dx_add.row(r);
+    for (int64_t j = 0; j < cols_; ++j) {
+      VB o{v[j], bound[j]};
+      add_addend(o, bf(a[j]));
+      v[j] = o.v;
+      bound[j] = o.bound;
+    }
+  }
+}
+
+void Reference::dx_row_values(int64_t r, double* v) const {
+  if (const int32_t s = row_slot_[r]; s >= 0) {
+    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_;
+    for (int64_t j = 0; j < cols_; ++j) v[j] = e[j].v;
+  } else {
+    dx_row_values_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], use_[r], v);
+  }
+  if (p_.dx_add.p != nullptr) {
+    const uint16_t* a = p_.dx_add.row(r);
+    for (int64_t j = 0; j < cols_; ++j) v[j] = v[j] + bf(a[j]);  // add_addend's value
   }
 }
 

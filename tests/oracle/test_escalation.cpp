@@ -19,6 +19,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "oracle_test_util.h"
+#include "../util/row_accessors.h"
 
 namespace ngt {
 namespace {
@@ -330,6 +331,7 @@ TEST(EscalationRows, DxRowsFixedByEscalation) {
     }
   }
   EXPECT_GE(fp64_wrong, nhand * cs.H / 2) << "FP64 should miss the budget on most hand-built dx elements";
+  normgate::test::expect_split_rows_match(a);  // rows 0..nhand-1 from MPFR
 }
 
 // ---- policy knobs -------------------------------------------------------------------

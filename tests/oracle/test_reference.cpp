@@ -11,6 +11,7 @@
 #include <string>
 
 #include "oracle_test_util.h"
+#include "../util/row_accessors.h"
 
 namespace ngt {
 namespace {
@@ -290,6 +291,8 @@ TEST(ReferenceThreads, ElementAndRowAccessorsAgree) {
       ASSERT_EQ(std::memcmp(&e, &row[j], sizeof e), 0);
     }
   }
+  normgate::test::expect_split_rows_match(ref);
+  normgate::test::expect_split_rows_match(Reference::compute(cs.problem(), {0, RstdMode::fp32_rounded}));
 }
 
 // ---- (5) edge cases -------------------------------------------------------------

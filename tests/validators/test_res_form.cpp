@@ -16,6 +16,8 @@
 #include "normgate/validators/pipeline.h"
 #include "normgate/seeds/seed_set.h"
 
+#include "../util/row_accessors.h"
+
 namespace nv = normgate::validators;
 namespace no = normgate::oracle;
 using normgate::bf16_from_float;
@@ -65,6 +67,8 @@ TEST(ResForm, OracleAddsDhNewAfterTheNormBackward) {
     }
   }
   EXPECT_GT(nonzero_addend, 6000);  // dh_new is unit scale, not zeros
+  normgate::test::expect_split_rows_match(with);
+  normgate::test::expect_split_rows_match(no::Reference::compute(c.p, {0, no::RstdMode::fp32_rounded}));
   // dw and rstd do not see the addend.
   EXPECT_EQ(with.dw(5).v, without.dw(5).v);
   EXPECT_EQ(with.rstd(3).v, without.rstd(3).v);

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "normgate/core/bf16.h"
 
 #include "../util/xorshift64.h"
 #include "stats_eq.h"
@@ -75,6 +78,17 @@ TEST(Histogram, BinContainsRatio) {
     const int k = Histogram::bin(r);
     ASSERT_LT(Histogram::lower(k), r) << r;
     ASSERT_LE(r, Histogram::upper(k)) << r;
+  }
+}
+
+TEST(Histogram, BinAtEveryEdge) {
+  // Each log edge e and its neighbours: e itself is in the bin it closes,
+  // the next double up in the next bin (the one-compare lookup must agree).
+  for (int k = 2; k < kOverflow; ++k) {
+    const double e = Histogram::upper(k);
+    EXPECT_EQ(Histogram::bin(e), k) << e;
+    EXPECT_EQ(Histogram::bin(std::nextafter(e, inf)), k + 1) << e;
+    EXPECT_EQ(Histogram::bin(std::nextafter(e, 0.0)), k) << e;
   }
 }
 
@@ -299,4 +313,40 @@ TEST(RatioStats, AddRowEqualsAddElementByElement) {
       expect_same(c, d);
     }
   }
+}
+
+// add_bf16_exact_row must give bit for bit what add() gives element by
+// element on widened BF16 values: rows mostly equal to the expected bits, with
+// mismatches, NaNs (several payloads), +-0, +-Inf, and rows added out of index
+// order (a tie at ratio 0 with a lower index arriving later).
+TEST(RatioStats, ExactBf16RowEqualsAddElementByElement) {
+  normgate::test::Xorshift64 next(7);
+  const uint16_t special[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0x0001};
+  auto widen = [](uint16_t b) { return static_cast<double>(normgate::bf16_to_float(b)); };
+  for (int rep = 0; rep < 60; ++rep) {
+    const int64_t n = 1 + static_cast<int64_t>(next() % 300);
+    std::vector<uint16_t> got(n), expect(n);
+    for (int64_t j = 0; j < n; ++j) {
+      expect[j] = static_cast<uint16_t>(next());
+      if (next() % 10 == 0) expect[j] = special[next() % 8];
+      got[j] = expect[j];
+      const uint64_t kind = next() % 20;
+      if (kind == 0) got[j] = static_cast<uint16_t>(got[j] ^ 1);       // one ulp off
+      if (kind == 1) got[j] = special[next() % 8];
+      if (kind == 2) got[j] = static_cast<uint16_t>(got[j] ^ 0x8000);  // sign flipped
+    }
+    const int64_t base = static_cast<int64_t>(next() % 3) * 1000;
+    RatioStats a(Output::h_new), b(Output::h_new);
+    // Second half first, then the first half: indices not in order.
+    const int64_t h = n / 2;
+    for (int64_t j = h; j < n; ++j) a.add(base + j, widen(got[j]), widen(expect[j]), 0.0, widen(expect[j]));
+    for (int64_t j = 0; j < h; ++j) a.add(base + j, widen(got[j]), widen(expect[j]), 0.0, widen(expect[j]));
+    b.add_bf16_exact_row(base + h, got.data() + h, expect.data() + h, n - h);
+    b.add_bf16_exact_row(base, got.data(), expect.data(), h);
+    SCOPED_TRACE("rep " + std::to_string(rep));
+    expect_same(a, b);
+  }
+  RatioStats y(Output::y);
+  const uint16_t one = 0x3F80;
+  EXPECT_THROW(y.add_bf16_exact_row(0, &one, &one, 1), std::logic_error);
 }

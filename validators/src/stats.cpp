@@ -10,11 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/bf16.h"
+
 namespace normgate::validators {
 
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMax = std::numeric_limits<double>::max();
 using H = Histogram;
 
 // Log-bin edges e[i] = 10^(kMinDecade + i/kPerDecade), i = 0..kLogBins. The
@@ -33,22 +36,33 @@ const std::array<double, H::kLogBins + 1>& edges() {
   return e;
 }
 
-// Fast search: for each binary exponent x of a ratio in (e[0], e[kLogBins]],
-// first[x - exp_min] is the smallest i with e[i] >= 2^x. A ratio r in
-// [2^x, 2^(x+1)) has its answer i (smallest i with r <= e[i]) in
-// [first, first + 4]: edges are 10^(1/kPerDecade) ~ 1.26 apart, so at most 4
-// lie in a factor-2 interval and e[first + 4] >= 2^x * 10^0.4 > 2^(x+1).
-// The edge array is padded with +inf so first + 3 is always readable.
+// Fast search: a ratio r in (e[0], e[kLogBins]] is a positive normal double;
+// its binary exponent x and the top kSubBits bits of its significand name a
+// slice [lo, hi) of the line with hi/lo <= 1 + 2^-kSubBits = 1.0625.
+// sub[slice] is the smallest i with e[i] >= lo. Edges are 10^(1/kPerDecade)
+// ~ 1.26 apart, more than a slice is wide, so at most one edge lies in a
+// slice and the answer (smallest i with r <= e[i]) is sub, or sub + 1 when
+// e[sub] < r (then e[sub] is in [lo, r) and e[sub + 1] >= 1.26 lo > r).
+// The edge array is padded with +inf so e[sub] is always readable.
 struct FastBins {
   static constexpr int kPad = 4;
+  static constexpr int kSubBits = 4;
   int exp_min = 0, exp_max = 0;
-  std::vector<int> first;
+  std::vector<int16_t> sub;  // [(x - exp_min) << kSubBits | top bits]
   std::array<double, H::kLogBins + 1 + kPad> e{};
+  /// Smallest i in [1, kLogBins] with r <= e[i], for r in (e[0], e[kLogBins]].
+  int index(double r) const {
+    const uint64_t bits = std::bit_cast<uint64_t>(r);
+    const int x = static_cast<int>(bits >> 52) - 1023;  // r is positive and normal
+    const int slice = ((x - exp_min) << kSubBits) | static_cast<int>((bits >> (52 - kSubBits)) & ((1u << kSubBits) - 1));
+    const int i = sub[static_cast<size_t>(slice)];
+    return i + (e[static_cast<size_t>(i)] < r);
+  }
 };
 
 const FastBins& fast_bins() {
   static const FastBins f = [] {
-    static_assert(H::kPerDecade <= 10, "FastBins assumes at most 4 edges per factor of 2");
+    static_assert(H::kPerDecade <= 10, "FastBins assumes at most one edge per slice (edges >= 1.0625 apart)");
     FastBins b;
     const auto& e = edges();
     std::copy(e.begin(), e.end(), b.e.begin());
@@ -56,7 +70,10 @@ const FastBins& fast_bins() {
     b.exp_min = std::ilogb(e.front());
     b.exp_max = std::ilogb(e.back());
     for (int x = b.exp_min; x <= b.exp_max; ++x)
-      b.first.push_back(static_cast<int>(std::lower_bound(e.begin(), e.end(), std::ldexp(1.0, x)) - e.begin()));
+      for (int m = 0; m < (1 << FastBins::kSubBits); ++m) {
+        const double lo = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -FastBins::kSubBits), x);  // exact
+        b.sub.push_back(static_cast<int16_t>(std::lower_bound(e.begin(), e.end(), lo) - e.begin()));
+      }
     return b;
   }();
   return f;
@@ -120,12 +137,7 @@ int Histogram::bin(double ratio) {
   if (ratio <= f.e[0]) return 1;
   if (ratio > f.e[kLogBins]) return kBins - 2;
   // Smallest i in [1, kLogBins] with ratio <= e[i]; log bin i+1 is (e[i-1], e[i]].
-  // ratio > e[0] = 1e-8 is a positive normal double: its binary exponent is
-  // the biased exponent field less 1023 (= std::ilogb, without the libm call).
-  const int x = static_cast<int>(std::bit_cast<uint64_t>(ratio) >> 52) - 1023;
-  const int i0 = f.first[x - f.exp_min];
-  const int i = i0 + (f.e[i0] < ratio) + (f.e[i0 + 1] < ratio) + (f.e[i0 + 2] < ratio) + (f.e[i0 + 3] < ratio);
-  return i + 1;
+  return f.index(ratio) + 1;
 }
 
 double Histogram::lower(int k) {
@@ -242,8 +254,11 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     const double br = b == 0.0 ? 0.0 : ab / tol;
     // The fast path needs what add() computes without its special cases:
     // finite got, ref, ideal and bound, tol > 0, finite ratios. Else add().
-    if (!(std::isfinite(g) && std::isfinite(rf) && std::isfinite(id) && std::isfinite(b) && tol > 0.0 &&
-          r < kInf && fr < kInf && br < kInf)) {
+    // Tested as sums, with fewer branches: a NaN or inf term makes a sum
+    // NaN or inf; finite terms whose sum overflows only send the element
+    // to add() as well, which is always exact (the test need only be
+    // sufficient). Ratios of finite values over tol > 0 are >= 0, not NaN.
+    if (!(std::fabs(g) + std::fabs(rf) + std::fabs(id) + ab <= kMax && tol > 0.0 && r + fr + br < kInf)) {
       flush();
       add(base + j, g, rf, b, id);
       continue;
@@ -260,9 +275,7 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     } else if (r > f.e[H::kLogBins]) {
       k = H::kBins - 2;
     } else {
-      const int x = static_cast<int>(std::bit_cast<uint64_t>(r) >> 52) - 1023;
-      const int i0 = f.first[x - f.exp_min];
-      k = 1 + i0 + (f.e[i0] < r) + (f.e[i0 + 1] < r) + (f.e[i0 + 2] < r) + (f.e[i0 + 3] < r);
+      k = 1 + f.index(r);
     }
     ++hist.count[k];
     bool cert = true;  // certified() for finite got/ref/bound, exact == false
@@ -285,6 +298,28 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     }
   }
   flush();
+}
+
+void RatioStats::add_bf16_exact_row(int64_t base, const uint16_t* got, const uint16_t* expected, int64_t len) {
+  if (!budget_.exact)
+    throw std::logic_error("RatioStats::add_bf16_exact_row: output " + std::string(to_string(out_)) +
+                           " has no exact budget");
+  // Equal bits mean equal values (NaN with NaN, and the same sign of zero),
+  // so add() would find ratio 0, forced 0, bound 0 (certified): it would
+  // count the element in n and in histogram bin 0 and change nothing else,
+  // unless the element became `worst` (none yet, or a tie at ratio 0 with a
+  // higher index there). Those few go through add().
+  int64_t same = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    if (got[j] == expected[j] && worst.index >= 0 && (worst.ratio > 0.0 || base + j >= worst.index)) {
+      ++same;
+      continue;
+    }
+    const double e = static_cast<double>(bf16_to_float(expected[j]));
+    add(base + j, static_cast<double>(bf16_to_float(got[j])), e, 0.0, e);
+  }
+  n += same;
+  hist.count[0] += same;
 }
 
 void RatioStats::merge(const RatioStats& other) {

@@ -202,6 +202,14 @@ class Reference {
   void y_row(int64_t r, VB* out) const;
   /// dx(r, j) for j = 0..cols-1 into out[0..cols) (same values as dx(r, j), faster).
   void dx_row(int64_t r, VB* out) const;
+  /// As y_row, split: y(r, j).v into v[j], y(r, j).bound into bound[j] (the
+  /// layout the validators read; same bits as y_row).
+  void y_row(int64_t r, double* v, double* bound) const;
+  /// As dx_row, split into v[j] and bound[j] (same bits as dx_row).
+  void dx_row(int64_t r, double* v, double* bound) const;
+  /// dx(r, j).v alone for j = 0..cols-1 into v[0..cols) (same bits as
+  /// dx_row's values; no bounds computed: the ideal kernel's rows need none).
+  void dx_row_values(int64_t r, double* v) const;
   /// dw(j) (uses the mode's rstd).
   VB dw(int64_t j) const { return {dw_[j], dw_b_[j]}; }
   /// c_r = mean_j(g*xhat) with bound (uses the mode's rstd).

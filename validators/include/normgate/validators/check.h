@@ -18,7 +18,10 @@
 // 1e-3 (1 + rtol) of err/tol = 1 can stay uncertified.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,7 +78,7 @@ oracle::Options oracle_options(oracle::RstdMode rstd, oracle::OracleMode mode = 
 /// double rounding. BF16 subnormals (down to 2^-133) are produced; |v| at or
 /// beyond (2 - 2^-8)*2^127 rounds to +-inf; NaN stays NaN; signs of 0 and inf
 /// are kept. Never throws.
-float round_to_bf16(double v);
+inline float round_to_bf16(double v);
 
 /// Validate `got` for problem p. `ref` is the FP64 reference (RstdMode::fp64);
 /// `ideal` the same problem in RstdMode::fp32_rounded (used for the forced
@@ -147,5 +150,36 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
 CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
                             const oracle::Reference& ideal, const Outputs* baseline, int threads = 0,
                             const std::vector<uint16_t>& h_new_expected = {});
+
+// Definition (inline: called once or twice per element in validation sweeps).
+inline float round_to_bf16(double v) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kMaxBf16 = 0x1.fep+127;  // largest finite BF16, 0x7F7F = (2 - 2^-7) * 2^127
+  // Fast path, |v| in BF16's normal range [2^-126, 2^128): round the binary64
+  // significand (52 fraction bits) to BF16's 7 in the bits, ties to even; a
+  // carry into the exponent is the correct round-up to the next binade.
+  const uint64_t bits = std::bit_cast<uint64_t>(v);
+  const uint64_t mag = bits & 0x7FFFFFFFFFFFFFFFull;
+  constexpr uint64_t kMinNormal = uint64_t{1023 - 126} << 52;  // 2^-126
+  constexpr uint64_t kTwo128 = uint64_t{1023 + 128} << 52;     // 2^128
+  if (mag >= kMinNormal && mag < kTwo128) {
+    constexpr int kDrop = 52 - 7;
+    const uint64_t lsb = (mag >> kDrop) & 1u;
+    const uint64_t r = (mag + ((uint64_t{1} << (kDrop - 1)) - 1) + lsb) & ~((uint64_t{1} << kDrop) - 1);
+    const double out = std::bit_cast<double>(r | (bits & 0x8000000000000000ull));
+    if (std::fabs(out) > kMaxBf16) return static_cast<float>(std::copysign(kInf, v));
+    return static_cast<float>(out);  // exact: a BF16 value
+  }
+  if (!std::isfinite(v) || v == 0.0) return static_cast<float>(v);  // NaN (quiet, sign kept), +-inf, +-0
+  // BF16 has 8 significant bits; its quantum at binade e is 2^(e-7), with
+  // e clamped at the smallest normal exponent -126 (subnormals, quantum 2^-133).
+  int e = std::ilogb(v);
+  if (e < -126) e = -126;
+  const double scaled = std::ldexp(v, 7 - e);     // exact: scaling by a power of two
+  const double n = std::nearbyint(scaled);        // the one rounding (ties to even)
+  const double r = std::ldexp(n, e - 7);          // exact
+  if (std::fabs(r) > kMaxBf16) return static_cast<float>(std::copysign(kInf, v));
+  return static_cast<float>(r);                   // exact: r is a BF16 value
+}
 
 }  // namespace normgate::validators

@@ -98,6 +98,12 @@ class RatioStats {
   /// through add()).
   void add_row(int64_t base, const double* got, const double* ref, const double* bound, const double* ideal,
                int64_t len);
+  /// For an exact budget (h_new), on BF16 bit patterns: add(base + j, g, e,
+  /// 0, e) for j = 0..len-1 in that order, g and e the values of got[j] and
+  /// expected[j], with the same result bit for bit; faster (an element whose
+  /// bits equal the expected bits, the common case, is counted without
+  /// add()). Throws std::logic_error when the budget is not exact.
+  void add_bf16_exact_row(int64_t base, const uint16_t* got, const uint16_t* expected, int64_t len);
   /// Fold another partial of the same output into this one. Throws
   /// std::invalid_argument when other.output() differs.
   void merge(const RatioStats& other);

@@ -1,0 +1,88 @@
+// bench/finish_bench.cpp: where the oracle+validation half of one check
+// (validators::finish_check without the kernel) spends its time.
+//
+// Usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0]
+//   e.g. finish_bench H=4096,T=16384,w=bf16,form=plain,family=normal,seed=1
+// Inputs from the host generator and the variant's outputs from its CPU model
+// (neither timed). Then, `reps` times: the whole CaseOracle (as finish_check
+// builds it: expected h_new, the reference in RstdMode::fp64, the ideal kernel
+// in RstdMode::fp32_rounded, the FP32 baseline's rstd and dw), each of its
+// three parts alone on the same Problem, and validate_cases of the variant's
+// outputs (one implementation). Prints the minimum of each in seconds and the
+// oracle+validation total (CaseOracle + validation). Asserts nothing.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/validators/check.h"
+#include "normgate/validators/pipeline.h"
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+double secs(clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace nv = normgate::validators;
+  namespace no = normgate::oracle;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0]\n");
+    return 2;
+  }
+  const normgate::seeds::CaseId id = normgate::seeds::parse_case(argv[1]);
+  const std::string variant = argc > 2 ? argv[2] : "bwd_det_chunked";
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 3;
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+
+  const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
+  const bool res = id.form == normgate::Form::res;
+  std::vector<double> t_co, t_ref, t_ideal, t_base, t_val;
+  normgate::Outputs got;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = clk::now();
+    const nv::CaseOracle co(in, no::OracleMode::auto_, threads, false);
+    t_co.push_back(secs(t0));
+    const no::Problem& p = co.problem;
+    if (rep == 0) {
+      const normgate::RowView<uint16_t> u =
+          res ? normgate::RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : normgate::RowView<uint16_t>{};
+      got = normgate::kernels::run_model(normgate::kernels::variant(variant), in.x_view(), p.dy, p.w,
+                                         static_cast<float>(id.eps), threads, u, p.dx_add);
+    }
+    t0 = clk::now();
+    { const auto r = no::Reference::compute(p, nv::oracle_options(no::RstdMode::fp64, no::OracleMode::auto_, threads)); }
+    t_ref.push_back(secs(t0));
+    t0 = clk::now();
+    {
+      const auto r =
+          no::Reference::compute(p, nv::oracle_options(no::RstdMode::fp32_rounded, no::OracleMode::auto_, threads));
+    }
+    t_ideal.push_back(secs(t0));
+    t0 = clk::now();
+    { const auto b = no::fp32_baseline(p, threads, false); }
+    t_base.push_back(secs(t0));
+    t0 = clk::now();
+    const auto results = nv::validate_cases(p, std::vector<const normgate::Outputs*>{&got}, co.ref, co.ideal,
+                                            &co.baseline, threads, co.h_new_expected);
+    t_val.push_back(secs(t0));
+  }
+  auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
+              variant.c_str(), nt, omp_get_num_procs(), reps);
+  std::printf("CaseOracle %.3f s (ref %.3f, ideal %.3f, baseline %.3f) | validation %.3f s | total %.3f s\n",
+              mn(t_co), mn(t_ref), mn(t_ideal), mn(t_base), mn(t_val), mn(t_co) + mn(t_val));
+  return 0;
+}
