@@ -43,6 +43,30 @@ struct FwdRows {
   Rows<__nv_bfloat16> h_new{nullptr, 0};    ///< fused form res (kRes): BF16(h + u), written here
 };
 
+/// h_new = BF16(h + u) of one 8-column group (sum_group: one rounding of
+/// each exact sum), h given as its BF16 group.
+__device__ __forceinline__ Group8 add_residual(const Group8& h, const Group8& u) {
+  float hf[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) hf[e] = group_at(h, e);
+  return sum_group(hf, u);
+}
+
+/// This thread's share of the row's sum of squares: its groups' elements
+/// with fma_rn, slot k ascending, then column ascending (plan.h).
+template <int kSlots>
+__device__ __forceinline__ float sum_squares(const Group8 (&g)[kSlots]) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float xf = group_at(g[k], e);
+      ss = fma_rn(xf, xf, ss);
+    }
+  return ss;
+}
+
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
 /// each exact sum). One thread per 8-column group, grid-stride over all rows.
 __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv_bfloat16> u,
@@ -51,11 +75,8 @@ __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv
   for (int64_t i = global_thread(); i < rows * groups; i += global_threads()) {
     const int64_t r = i / groups;
     const int col0 = static_cast<int>(i % groups) * 8;
-    const Group8 a = load_group(h.row(r), col0, H, vec);
-    float af[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) af[e] = group_at(a, e);
-    store_group_bits(h_new.row(r), col0, H, vec, sum_group(af, load_group(u.row(r), col0, H, vec)));
+    store_group_bits(h_new.row(r), col0, H, vec,
+                     add_residual(load_group(h.row(r), col0, H, vec), load_group(u.row(r), col0, H, vec)));
   }
 }
 
@@ -132,21 +153,11 @@ __global__ void __launch_bounds__(kMaxTeam)
       for (int k = 0; k < kSlots; ++k) {
         Group8 uu;
         uu.u = *slot(s, k, 1);
-        float hf[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) hf[e] = group_at(cur[k], e);
-        cur[k] = sum_group(hf, uu);
+        cur[k] = add_residual(cur[k], uu);
         if (r < end) store_group_bits(a.h_new.row(r), col0[k], a.H, a.vec, cur[k]);
       }
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float xf = group_at(cur[k], e);
-        ss = fma_rn(xf, xf, ss);
-      }
+    const float ss = sum_squares(cur);
     const float tot = team_sum(ss, red[buf], team, first_warp);
     buf ^= 1;
     if (r < end) {
@@ -201,21 +212,11 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
       Group8 uu;
       uu.u = make_uint4(0u, 0u, 0u, 0u);
       if (live) uu = load_group(a.u.row(r), col0[k], a.H, true);
-      float hf[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) hf[e] = group_at(cur[k], e);
-      cur[k] = sum_group(hf, uu);
+      cur[k] = add_residual(cur[k], uu);
       if (live) store_group_bits(a.h_new.row(r), col0[k], a.H, true, cur[k]);
     }
   }
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float xf = group_at(cur[k], e);
-      ss = fma_rn(xf, xf, ss);
-    }
+  const float ss = sum_squares(cur);
   const float tot = team_sum(ss, red, team, ti * (team >> 5));
   if (!live) return;
   const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24

@@ -54,6 +54,22 @@ TEST(RowGeometry, Values) {
   EXPECT_EQ(g(16384).slots, 2);
 }
 
+// Whether every column 0..H-1 has exactly one (thread, slot) owner in geo
+// (owners: scratch); reports the first column that does not.
+::testing::AssertionResult every_column_owned_once(const RowGeometry& geo, int64_t H, std::vector<int>& owners) {
+  owners.assign(static_cast<size_t>(H), 0);
+  for (int t = 0; t < geo.team; ++t)
+    for (int k = 0; k < geo.slots; ++k)
+      for (int e = 0; e < kGroup; ++e) {
+        const int64_t j = group_col0(geo.team, k, t) + e;
+        if (j < H) ++owners[static_cast<size_t>(j)];
+      }
+  for (int64_t j = 0; j < H; ++j)
+    if (owners[static_cast<size_t>(j)] != 1)
+      return ::testing::AssertionFailure() << "column " << j << " has " << owners[static_cast<size_t>(j)] << " owners";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(BwdRowGeometry, Values) {
   auto g = [](int64_t H) { return bwd_row_geometry(H); };
   EXPECT_EQ(g(1).team, 32);
@@ -77,14 +93,7 @@ TEST(BwdRowGeometry, EveryColumnOwnedOnceForEveryH) {
     const RowGeometry geo = bwd_row_geometry(H);
     ASSERT_EQ(geo.team % (geo.slots == 2 ? 64 : 32), 0) << H;
     ASSERT_LE(geo.team, kMaxTeam) << H;
-    owners.assign(static_cast<size_t>(H), 0);
-    for (int t = 0; t < geo.team; ++t)
-      for (int k = 0; k < geo.slots; ++k)
-        for (int e = 0; e < kGroup; ++e) {
-          const int64_t j = group_col0(geo.team, k, t) + e;
-          if (j < H) ++owners[static_cast<size_t>(j)];
-        }
-    for (int64_t j = 0; j < H; ++j) ASSERT_EQ(owners[static_cast<size_t>(j)], 1) << "H=" << H << " column " << j;
+    ASSERT_TRUE(every_column_owned_once(geo, H, owners)) << H;
     // No idle warp: the last warp (the last 32 threads of each cluster half) owns a column.
     ASSERT_LT(group_col0(geo.team, 0, geo.team - 32), H) << H;
   }
@@ -101,14 +110,7 @@ TEST(RowGeometry, EveryColumnOwnedOnceForEveryH) {
     if (geo.team > kMaxCtaTeam) {
       ASSERT_EQ(geo.team % 64, 0) << H;
     }
-    owners.assign(static_cast<size_t>(H), 0);
-    for (int t = 0; t < geo.team; ++t)
-      for (int k = 0; k < geo.slots; ++k)
-        for (int e = 0; e < kGroup; ++e) {
-          const int64_t j = group_col0(geo.team, k, t) + e;
-          if (j < H) ++owners[static_cast<size_t>(j)];
-        }
-    for (int64_t j = 0; j < H; ++j) ASSERT_EQ(owners[static_cast<size_t>(j)], 1) << "H=" << H << " j=" << j;
+    ASSERT_TRUE(every_column_owned_once(geo, H, owners)) << H;
     // No team larger than needed: the last warp owns at least one column.
     ASSERT_LT(group_col0(geo.team, 0, geo.team - (geo.team > kMaxCtaTeam ? 64 : 32)), H) << H;
   }
