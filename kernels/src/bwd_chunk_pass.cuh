@@ -1,6 +1,6 @@
 // kernels/src/bwd_chunk_pass.cuh (internal): the backward's per-chunk pass,
 // shared by every backward variant; a variant supplies the Sink that receives
-// each column's compensated chunk partial.
+// each column's FP64 chunk partial (accum.h Acc64).
 //
 // One CTA (two clustered CTAs for a 2-slot team) = one chunk of rows (plan.h
 // chunk plan) = one team of plan.h's backward row geometry. The team walks its
@@ -48,9 +48,10 @@ __device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kH
   in.rstd = __ldg(a.rstd + r);
 }
 
-/// Register budget of the chunk kernels: 64 per thread for one group per
-/// thread (2 x 512 or 1 x 1024 threads per SM), 128 for two groups (the
-/// cluster kernel: the dw accumulators alone take 32).
+// Register budget of the chunk kernels (their __launch_bounds__ below): 64
+// per thread for one group per thread (2 x 512 or 1 x 1024 threads per SM),
+// 128 for two groups (the cluster kernel: the dw accumulators alone take 32).
+
 /// Whether w stays in registers for the whole chunk (else it is re-read from
 /// L1 for each row). FP32 weights take 8 registers a group where BF16 ones
 /// can stay packed in 4: at one group per thread (64 registers) FP32 w is

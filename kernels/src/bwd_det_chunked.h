@@ -8,8 +8,8 @@
 
 namespace normgate::kernels::detail {
 
-/// Stage 1: the chunk pass; writes dx and the chunk partials (sum, comp) as
-/// double [num_chunks, H] at a.workspace. Validated args, T > 0.
+/// Stage 1: the chunk pass; writes dx and the FP64 chunk partials, one double
+/// per (chunk, column): [num_chunks, H] at a.workspace. Validated args, T > 0.
 void enqueue_det_chunk_pass(const BwdArgs& a, bool vec, cudaStream_t s);
 
 /// Stage 2: dw[j] from the partials at a.workspace, in the fixed order of

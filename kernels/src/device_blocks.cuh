@@ -1,8 +1,8 @@
 // kernels/src/device_blocks.cuh (internal): the device building blocks every
 // variant composes: 8-column BF16 groups (16-byte vector or guarded scalar
 // load/store), weight groups, the warp butterfly and the team reduction of
-// plan.h, and the shared kernel-argument types. Compensated accumulators live
-// in include/normgate/kernels/accum.h (host and device).
+// plan.h, and the shared kernel-argument types. The dw accumulators (Acc64,
+// Comp64) live in include/normgate/kernels/accum.h (host and device).
 #pragma once
 
 #include <cooperative_groups.h>

@@ -91,7 +91,14 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   add(f_of(0xFF801234u), bf16_from_float(1.0f));  // signalling NaN payload
   add(1.0f, 0x7F81u);                             // BF16 signalling NaN
   add(3.3e38f, bf16_from_float(3.3e38f));         // overflows FP32
-  add(3.38e38f, bf16_from_float(1e35f));          // rounds past the largest BF16
+  add(3.38e38f, bf16_from_float(1e35f));          // near the largest BF16, finite
+  // Sums that are FP32 values already (b = +0), so the conversion alone decides:
+  add(f_of(0x7F7FC000u), 0x0000u);  // rounds past the largest BF16 to +Inf (fast path)
+  add(f_of(0xFF7FA000u), 0x0000u);  // to -Inf (fast path)
+  add(f_of(0x7F7F8000u), 0x0000u);  // a midpoint: RNE to +Inf (slow path)
+  add(f_of(0x007FC000u), 0x0000u);  // the largest subnormal rounds up into 0x0080 (fast path)
+  add(f_of(0x00012345u), 0x0000u);  // a subnormal rounding down
+  add(f_of(0x0001C000u), 0x0000u);  // a subnormal rounding up
   // 4. Subnormals.
   add(f_of(0x00000001u), 0x0001u);
   add(f_of(0x80400000u), 0x0040u);
@@ -108,6 +115,13 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
     double_rounding_differs +=
         bf16_from_float(a[i] + bf16_to_float(b[i])) != bf16_sum_rn(a[i], bf16_to_float(b[i])) ? 1 : 0;
   ASSERT_GE(double_rounding_differs, 250);
+  // The explicit conversion cases give what their comments say (host reference).
+  EXPECT_EQ(bf16_sum_rn(f_of(0x7F7FC000u), 0.0f), 0x7F80u);
+  EXPECT_EQ(bf16_sum_rn(f_of(0xFF7FA000u), 0.0f), 0xFF80u);
+  EXPECT_EQ(bf16_sum_rn(f_of(0x7F7F8000u), 0.0f), 0x7F80u);
+  EXPECT_EQ(bf16_sum_rn(f_of(0x007FC000u), 0.0f), 0x0080u);
+  EXPECT_EQ(bf16_sum_rn(f_of(0x00012345u), 0.0f), 0x0001u);
+  EXPECT_EQ(bf16_sum_rn(f_of(0x0001C000u), 0.0f), 0x0002u);
   if (!has_gpu()) GTEST_SKIP() << "no CUDA device: sum_group runs on the GPU only (host checks of the inputs passed)";
 
   const int n = static_cast<int>(a.size() / 8);

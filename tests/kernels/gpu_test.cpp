@@ -110,23 +110,28 @@ std::vector<VariantCase> pipeline_cases() {
   struct Shape {
     int64_t H, T;
     Family f;
+    int w = -1;  // 0 bf16, 1 fp32, -1: by the seed's parity
   };
+  // (Appended shapes go last: the seeds of the earlier ones stay.)
   const Shape shapes[] = {
       {4096, 4099, Family::cancel},  // full 512-thread team, vector path
       {7, 1000, Family::normal},     // scalar path (H % 8 != 0)
       {1, 1, Family::normal},        // smallest
       {1, 513, Family::llm},
-      {5120, 700, Family::llm},      // 2 slots
+      {5120, 700, Family::llm},      // fwd: 2 slots; bwd: one slot, wide 640-thread team
       {8200, 96, Family::normal},    // 2 slots, team 576: 2-CTA cluster, scalar-free H % 8 == 0
       {16384, 300, Family::cancel},  // largest H: 2-CTA cluster
       {64, 65537, Family::cancel},   // many chunks (cap 2112)
+      {8192, 40, Family::cancel, 0},  // bwd: team 1024 in one CTA (32 warps in the team sum)
+      {8191, 64, Family::normal, 1},  // bwd: team 1024, scalar path, partial last group, FP32 w
+      {6144, 300, Family::llm, 1},    // bwd: wide 768-thread team, FP32 w (re-read per row)
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {
     if (v.op != Op::bwd) continue;
     uint64_t seed = 11;
     for (const Shape& s : shapes) {
-      const WDtype w = seed % 2 ? WDtype::bf16 : WDtype::fp32;
+      const WDtype w = s.w == 0 ? WDtype::bf16 : s.w == 1 ? WDtype::fp32 : seed % 2 ? WDtype::bf16 : WDtype::fp32;
       out.push_back({&v, make_case(s.H, s.T, s.f, seed++, w)});
     }
   }
@@ -441,15 +446,18 @@ TEST(HeadForms, HeadsDoNotMix) {
 TEST(ResidualForm, GpuEqualsTheModels) {
   NG_REQUIRE_GPU();
   // The backward stages dh_new through a shared-memory ring on the 16-byte
-  // path (1 slot, 2 slots, 2-CTA cluster) and loads it directly otherwise.
-  for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",   // 16-byte path, 2 slots
+  // path (narrow and wide 1-slot kernels, 2-CTA cluster) and loads it
+  // directly otherwise.
+  for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",   // 16-byte path, wide team 768
                          "H=4096,T=2049,w=fp32,form=res,family=normal,seed=5",  // 1 slot, many rows per chunk
                          "H=16384,T=37,w=bf16,form=res,family=llm,seed=2",      // 2-CTA cluster
                          "H=2048,T=1,w=bf16,form=res,family=cancel,seed=6",     // one row
                          "H=1000,T=1001,w=fp32,form=res,family=llm,seed=11",    // unused columns, 1 slot
-                         "H=4104,T=515,w=fp32,form=res,family=normal,seed=12",  // unused columns, 2 slots
+                         "H=4104,T=515,w=fp32,form=res,family=normal,seed=12",  // unused columns, wide team 544
                          "H=8200,T=37,w=bf16,form=res,family=cancel,seed=13",   // unused columns, cluster
-                         "H=1001,T=77,w=fp32,form=res,family=llm,seed=8"}) {    // H % 8 != 0: scalar path
+                         "H=1001,T=77,w=fp32,form=res,family=llm,seed=8",       // H % 8 != 0: scalar path
+                         "H=6141,T=77,w=fp32,form=res,family=normal,seed=14",   // scalar path, wide team 768
+                         "H=8192,T=37,w=bf16,form=res,family=llm,seed=15"}) {   // team 1024 in one CTA, ring
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
     const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };

@@ -26,7 +26,8 @@ std::vector<VariantCase> small_cases() {
   struct Shape {
     int64_t H, T;
   };
-  // H: tiny, not a multiple of 8, one warp, a full 512-team, 2 slots, 2-CTA team.
+  // H: tiny, not a multiple of 8, one warp, a full 512-team, 2 slots (fwd; the
+  // bwd's wide 640-thread team), 2-CTA team.
   const Shape shapes[] = {{1, 5}, {7, 300}, {64, 65}, {1000, 37}, {4096, 40}, {5120, 9}, {16384, 6}};
   const Family fams[] = {Family::normal, Family::llm, Family::cancel};
   std::vector<VariantCase> out;

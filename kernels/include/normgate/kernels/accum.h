@@ -13,11 +13,14 @@
 namespace normgate::kernels {
 
 /// FP64 running sum of exact products: the per-column, per-chunk dw
-/// accumulator. add_product(p, r) with p = dy*x (a product of two BF16 values,
-/// at most 16 significant bits, exact in FP32 away from its under/overflow
-/// range) and r = rstd (FP32, 24 bits): p*r has at most 40 significant bits,
-/// so it is exact in binary64 and s = FP64_rn(s + p*r) is the only rounding
-/// (one fma). After n terms the error is at most about n*2^-53*sum|p*r|
+/// accumulator. add_product(p, r) with p = FP32_rn(dy*x) and r = rstd: for
+/// any finite FP32 p and r the product p*r (at most 48 significant bits,
+/// magnitude within binary64's normal range) is exact inside the fma, so s =
+/// FP64_rn(s + p*r) is the only rounding of the step. p itself is exact (a
+/// BF16 x BF16 product has at most 16 significant bits) unless dy*x falls
+/// into FP32's subnormal range (rounded) or overflows it (p = +-Inf, so dw
+/// = +-Inf or NaN although dy*x*rstd may be finite: inputs whose products
+/// exceed 3.4e38, left as an open item in docs/perf.md session 6). After n terms the error is at most about n*2^-53*sum|p*r|
 /// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 4.2),
 /// below the (n*2^-24)^2*sum|v| of the FP32 TwoSum pair it replaced (Comp32,
 /// 10 FP32 operations per term where this is one conversion and one fma: the

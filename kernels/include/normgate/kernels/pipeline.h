@@ -35,16 +35,17 @@ struct PipelineDepth {
   /// rows [b*teams*B, (b+1)*teams*B), grid = ceil(rows / (teams*B)).
   int fwd_block = 0;
   /// Form res: h_new = BF16(h + u) formed inside the normalizing kernel (h
-  /// and u staged in the ring, h_new never read back) instead of by its own
-  /// kernel first. Same bits either way. On by default: 0.86-0.92x the time
+  /// and u loaded beside each other: through the ring, or straight into
+  /// registers under fwd_res_simple; h_new never read back) instead of by its
+  /// own kernel first. Same bits either way. On by default: 0.86-0.92x the time
   /// of the two-kernel path on the H200 (docs/perf.md, session 5).
   bool fwd_res_fused = true;
   /// Forward without ring or persistent loop: one row per team, a grid of
   /// ceil(rows / teams) CTAs, each thread's groups loaded straight into
   /// registers (the shape of torch.compile's forward: many short CTAs at high
-  /// occupancy). Vector path, plain and res rows (per-head views and the
-  /// scalar path keep the ring kernel); fwd, fwd_l2 and fwd_block then do not
-  /// apply. Same bits.
+  /// occupancy). Vector path, plain rows and unfused res rows (fused res
+  /// follows fwd_res_simple; per-head views and the scalar path keep the ring
+  /// kernel); fwd, fwd_l2 and fwd_block then do not apply. Same bits.
   bool fwd_simple = false;
   /// The same simple forward for form res fused (fwd_res_fused), on by
   /// default: there it measured 0.86x (H=2048) and 0.91x (H=4096) of the

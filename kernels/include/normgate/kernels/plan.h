@@ -64,8 +64,9 @@ inline constexpr int64_t kMaxH = 16384;
 inline constexpr int64_t kMaxT = int64_t{1} << 32;
 /// BF16 elements per 16-byte vector (one column group).
 inline constexpr int kGroup = 8;
-/// Largest team (threads per row) of the row geometries, and the largest team
-/// the backward's 2-CTA-per-SM kernels hold (the forward's CTA size limit).
+/// Largest team (threads per row) of the row geometries (a CTA's thread
+/// limit), and the largest team one CTA of the backward's two-CTAs-per-SM
+/// kernels holds (a 2-slot team above it runs as a 2-CTA cluster).
 inline constexpr int kMaxTeam = 1024;
 inline constexpr int kMaxCtaTeam = 512;
 
