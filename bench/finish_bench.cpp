@@ -9,8 +9,15 @@
 // in RstdMode::fp32_rounded, the FP32 baseline's rstd and dw), each of its
 // three parts alone on the same Problem, and validate_cases of the variant's
 // outputs (one implementation). Prints the minimum of each in seconds and the
-// oracle+validation total (CaseOracle + validation). Asserts nothing.
+// oracle+validation total (CaseOracle + validation), then for the fastest
+// validation (and the fastest reference, for comparison) the process CPU
+// seconds it used (user + system, all threads) and that over its wall time: "cores busy" near the thread count with CPU
+// seconds near the 1-thread time says the work is spread evenly and not
+// duplicated; CPU seconds growing with threads says each thread got slower
+// (clock, SMT siblings, memory); cores busy well under the thread count says
+// threads waited (a serial part or imbalance). Asserts nothing.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +39,14 @@ namespace {
 using clk = std::chrono::steady_clock;
 double secs(clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); }
 
+// CPU seconds (user + system) of every thread of this process so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,22 +64,26 @@ int main(int argc, char** argv) {
 
   const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
   const bool res = id.form == normgate::Form::res;
-  std::vector<double> t_co, t_ref, t_ideal, t_base, t_val;
+  std::vector<double> t_co, t_ref, t_ideal, t_base, t_val, cpu_ref, cpu_val;
   normgate::Outputs got;
+  double elements = 0;  // rows * cols of the problem (T * heads rows)
   for (int rep = 0; rep < reps; ++rep) {
     auto t0 = clk::now();
     const nv::CaseOracle co(in, no::OracleMode::auto_, threads, false);
     t_co.push_back(secs(t0));
     const no::Problem& p = co.problem;
+    elements = static_cast<double>(p.x.rows()) * static_cast<double>(p.x.cols);
     if (rep == 0) {
       const normgate::RowView<uint16_t> u =
           res ? normgate::RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : normgate::RowView<uint16_t>{};
       got = normgate::kernels::run_model(normgate::kernels::variant(variant), in.x_view(), p.dy, p.w,
                                          static_cast<float>(id.eps), threads, u, p.dx_add);
     }
+    double c0 = cpu_seconds();
     t0 = clk::now();
     { const auto r = no::Reference::compute(p, nv::oracle_options(no::RstdMode::fp64, no::OracleMode::auto_, threads)); }
     t_ref.push_back(secs(t0));
+    cpu_ref.push_back(cpu_seconds() - c0);
     t0 = clk::now();
     {
       const auto r =
@@ -74,15 +93,24 @@ int main(int argc, char** argv) {
     t0 = clk::now();
     { const auto b = no::fp32_baseline(p, threads, false); }
     t_base.push_back(secs(t0));
+    c0 = cpu_seconds();
     t0 = clk::now();
     const auto results = nv::validate_cases(p, std::vector<const normgate::Outputs*>{&got}, co.ref, co.ideal,
                                             &co.baseline, threads, co.h_new_expected);
     t_val.push_back(secs(t0));
+    cpu_val.push_back(cpu_seconds() - c0);
   }
   auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
               variant.c_str(), nt, omp_get_num_procs(), reps);
   std::printf("CaseOracle %.3f s (ref %.3f, ideal %.3f, baseline %.3f) | validation %.3f s | total %.3f s\n",
               mn(t_co), mn(t_ref), mn(t_ideal), mn(t_base), mn(t_val), mn(t_co) + mn(t_val));
+  auto cpu_line = [elements](const char* what, const std::vector<double>& t, const std::vector<double>& cpu) {
+    const size_t b = static_cast<size_t>(std::min_element(t.begin(), t.end()) - t.begin());
+    std::printf("%s CPU %.3f s, %.1f cores busy, %.1f CPU ns per element\n", what, cpu[b],
+                t[b] > 0 ? cpu[b] / t[b] : 0.0, elements > 0 ? 1e9 * cpu[b] / elements : 0.0);
+  };
+  cpu_line("validation", t_val, cpu_val);
+  cpu_line("reference", t_ref, cpu_ref);
   return 0;
 }

@@ -898,31 +898,38 @@ void Reference::dx_row(int64_t r, VB* out) const {
   }
 }
 
-void Reference::y_row(int64_t r, double* v, double* bound) const {
+void Reference::y_row(int64_t r, double* v, double* bound) const { y_row(r, 0, cols_, v, bound); }
+
+void Reference::dx_row(int64_t r, double* v, double* bound) const { dx_row(r, 0, cols_, v, bound); }
+
+void Reference::dx_row_values(int64_t r, double* v) const { dx_row_values(r, 0, cols_, v); }
+
+void Reference::y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
-    const VB* e = esc_y_.data() + static_cast<size_t>(s) * cols_;
-    for (int64_t j = 0; j < cols_; ++j) {
+    const VB* e = esc_y_.data() + static_cast<size_t>(s) * cols_ + j0;
+    for (int64_t j = 0; j < n; ++j) {
       v[j] = e[j].v;
       bound[j] = e[j].bound;
     }
     return;
   }
-  y_row_split(p_.x.row(r), w_.data(), cols_, rs_hi_[r], rs_lo_[r], y_b_[r], v, bound);
+  y_row_split(p_.x.row(r) + j0, w_.data() + j0, n, rs_hi_[r], rs_lo_[r], y_b_[r], v, bound);
 }
 
-void Reference::dx_row(int64_t r, double* v, double* bound) const {
+void Reference::dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
-    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_;
-    for (int64_t j = 0; j < cols_; ++j) {
+    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0;
+    for (int64_t j = 0; j < n; ++j) {
       v[j] = e[j].v;
       bound[j] = e[j].bound;
     }
   } else {
-    dx_row_split(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], k_b_[r], use_[r], use_b_[r], v, bound);
+    dx_row_split(p_.x.row(r) + j0, p_.dy.row(r) + j0, w_.data() + j0, n, k_[r], k_b_[r], use_[r], use_b_[r], v,
+                 bound);
   }
   if (p_.dx_add.p != nullptr) {
-    const uint16_t* a = p_.dx_add.row(r);
-    for (int64_t j = 0; j < cols_; ++j) {
+    const uint16_t* a = p_.dx_add.row(r) + j0;
+    for (int64_t j = 0; j < n; ++j) {
       VB o{v[j], bound[j]};
       add_addend(o, bf(a[j]));
       v[j] = o.v;
@@ -931,16 +938,16 @@ void Reference::dx_row(int64_t r, double* v, double* bound) const {
   }
 }
 
-void Reference::dx_row_values(int64_t r, double* v) const {
+void Reference::dx_row_values(int64_t r, int64_t j0, int64_t n, double* v) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
-    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_;
-    for (int64_t j = 0; j < cols_; ++j) v[j] = e[j].v;
+    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0;
+    for (int64_t j = 0; j < n; ++j) v[j] = e[j].v;
   } else {
-    dx_row_values_impl(p_.x.row(r), p_.dy.row(r), w_.data(), cols_, k_[r], use_[r], v);
+    dx_row_values_impl(p_.x.row(r) + j0, p_.dy.row(r) + j0, w_.data() + j0, n, k_[r], use_[r], v);
   }
   if (p_.dx_add.p != nullptr) {
-    const uint16_t* a = p_.dx_add.row(r);
-    for (int64_t j = 0; j < cols_; ++j) v[j] = v[j] + bf(a[j]);  // add_addend's value
+    const uint16_t* a = p_.dx_add.row(r) + j0;
+    for (int64_t j = 0; j < n; ++j) v[j] = v[j] + bf(a[j]);  // add_addend's value
   }
 }
 

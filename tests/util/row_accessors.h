@@ -1,12 +1,15 @@
 // tests/util/row_accessors.h: the Reference's split row accessors
-// (y_row / dx_row into value and bound arrays, dx_row_values) must return the
-// bits of the VB row accessors, on plain, res (dx_add) and escalated rows.
+// (y_row / dx_row into value and bound arrays, dx_row_values), whole rows and
+// column ranges, must return the bits of the VB row accessors, on plain, res
+// (dx_add) and escalated rows.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "normgate/oracle/reference.h"
@@ -29,6 +32,25 @@ inline void expect_split_rows_match(const oracle::Reference& ref) {
     for (size_t j = 0; j < n; ++j) {
       ASSERT_TRUE(same(row[j].v, v[j]) && same(row[j].bound, b[j])) << "dx " << r << "," << j;
       ASSERT_TRUE(same(row[j].v, vo[j])) << "dx value " << r << "," << j;
+    }
+    // Column ranges [j0, j0 + len): tiles of 7 columns (a ragged last one),
+    // an empty range and the whole row, against the whole-row VB values.
+    std::vector<oracle::VB> yrow(n);
+    ref.y_row(r, yrow.data());
+    std::vector<std::pair<int64_t, int64_t>> ranges{{0, 0}, {0, ref.cols()}, {ref.cols(), 0}};
+    for (int64_t j0 = 0; j0 < ref.cols(); j0 += 7) ranges.emplace_back(j0, std::min<int64_t>(7, ref.cols() - j0));
+    for (const auto& [j0, len] : ranges) {
+      std::fill(v.begin(), v.end(), -1.0);
+      std::fill(b.begin(), b.end(), -1.0);
+      ref.y_row(r, j0, len, v.data(), b.data());
+      for (int64_t i = 0; i < len; ++i)
+        ASSERT_TRUE(same(yrow[j0 + i].v, v[i]) && same(yrow[j0 + i].bound, b[i])) << "y range " << r << "," << j0 + i;
+      ref.dx_row(r, j0, len, v.data(), b.data());
+      ref.dx_row_values(r, j0, len, vo.data());
+      for (int64_t i = 0; i < len; ++i) {
+        ASSERT_TRUE(same(row[j0 + i].v, v[i]) && same(row[j0 + i].bound, b[i])) << "dx range " << r << "," << j0 + i;
+        ASSERT_TRUE(same(row[j0 + i].v, vo[i])) << "dx value range " << r << "," << j0 + i;
+      }
     }
   }
 }

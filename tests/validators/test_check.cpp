@@ -478,3 +478,54 @@ TEST(ValidateCase, ThreadCountIndependent) {
     expect_same_result(nv::validate_case(c.p, got, R.ref, R.ideal, &base, t), one);
   }
 }
+
+// The sweep reads each row in column tiles (256 columns; check.cpp): with
+// cols = 600 (tiles 256, 256, 88), equal largest errors in two tiles of one
+// row, and a NaN and an Inf inside tiles (add()'s slow path between fast
+// runs), the summaries equal add() element by element in index order.
+TEST(ValidateCase, ColumnTilesEqualElementByElementAdd) {
+  Case c(5, 1, 600, 0, 7);
+  // Row 2: columns 100 (tile 0) and 300 (tile 1) get equal x and w, so equal
+  // references; both get the same large error below (a tie: the lower index
+  // must win).
+  const int64_t r = 2, ja = 100, jb = 300;
+  c.x[c.at(r, jb)] = c.x[c.at(r, ja)];
+  c.w[jb] = c.w[ja];
+  c.rebind();
+  const Refs R = refs(c);
+  ASSERT_EQ(R.ref.y(r, ja).v, R.ref.y(r, jb).v);
+  Outputs got = ideal_outputs(c, R);
+  auto nudge = [](uint16_t b, int d) {
+    const int mag = std::clamp(static_cast<int>(b & 0x7FFF) + d, 0, 0x7F7F);
+    return static_cast<uint16_t>((b & 0x8000) | mag);
+  };
+  for (size_t i = 0; i < got.y.size(); ++i) {
+    got.y[i] = nudge(got.y[i], static_cast<int>((i * 2654435761u) % 7) - 3);
+    got.dx[i] = nudge(got.dx[i], static_cast<int>((i * 40503u) % 5) - 2);
+  }
+  const uint16_t big = bf16_from_float(bf16_to_float(got.y[r * c.cols + ja]) + 2.0f);
+  got.y[r * c.cols + ja] = big;
+  got.y[r * c.cols + jb] = big;
+  got.dx[1 * c.cols + 300] = 0x7FC0;  // NaN in tile 1
+  got.dx[3 * c.cols + 520] = 0x7F80;  // +Inf in tile 2
+  const nv::CaseResult res = nv::validate_case(c.p, got, R.ref, R.ideal, nullptr, 2);
+
+  nv::RatioStats y(Output::y), dx(Output::dx);
+  for (int64_t rr = 0; rr < c.rows(); ++rr)
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const int64_t k = rr * c.cols + j;
+      const no::VB yv = R.ref.y(rr, j), dv = R.ref.dx(rr, j);
+      y.add(k, bf16_to_float(got.y[k]), yv.v, yv.bound, nv::round_to_bf16(yv.v));
+      dx.add(k, bf16_to_float(got.dx[k]), dv.v, dv.bound, nv::round_to_bf16(R.ideal.dx(rr, j).v));
+    }
+  {
+    SCOPED_TRACE("y");
+    expect_same(res.get(Output::y), y);
+  }
+  {
+    SCOPED_TRACE("dx");
+    expect_same(res.get(Output::dx), dx);
+  }
+  EXPECT_EQ(res.get(Output::y).worst.index, r * c.cols + ja);
+  EXPECT_GT(res.get(Output::dx).nonfinite_fail, 0);
+}

@@ -210,6 +210,14 @@ class Reference {
   /// dx(r, j).v alone for j = 0..cols-1 into v[0..cols) (same bits as
   /// dx_row's values; no bounds computed: the ideal kernel's rows need none).
   void dx_row_values(int64_t r, double* v) const;
+  /// The three split accessors above for columns j0..j0+n-1 of row r only
+  /// (0 <= j0, n >= 0, j0 + n <= cols): element j0 + i into v[i] (and
+  /// bound[i]), the same bits as the whole-row call's element j0 + i (every
+  /// element is computed alone). The validators sweep a row in column tiles
+  /// so their per-thread row buffers stay in L1.
+  void y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
+  void dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
+  void dx_row_values(int64_t r, int64_t j0, int64_t n, double* v) const;
   /// dw(j) (uses the mode's rstd).
   VB dw(int64_t j) const { return {dw_[j], dw_b_[j]}; }
   /// c_r = mean_j(g*xhat) with bound (uses the mode's rstd).
