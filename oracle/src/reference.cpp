@@ -865,6 +865,14 @@ inline void add_addend(VB& v, double a) {
   v.bound = v.bound + 0x1p-52 * std::fabs(s);
   v.v = s;
 }
+
+// An escalated row's stored (value, bound) pairs into the split arrays.
+inline void split_escalated(const VB* e, int64_t n, double* v, double* bound) {
+  for (int64_t j = 0; j < n; ++j) {
+    v[j] = e[j].v;
+    bound[j] = e[j].bound;
+  }
+}
 }  // namespace
 
 VB Reference::dx(int64_t r, int64_t j) const {
@@ -906,11 +914,7 @@ void Reference::dx_row_values(int64_t r, double* v) const { dx_row_values(r, 0, 
 
 void Reference::y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
-    const VB* e = esc_y_.data() + static_cast<size_t>(s) * cols_ + j0;
-    for (int64_t j = 0; j < n; ++j) {
-      v[j] = e[j].v;
-      bound[j] = e[j].bound;
-    }
+    split_escalated(esc_y_.data() + static_cast<size_t>(s) * cols_ + j0, n, v, bound);
     return;
   }
   y_row_split(p_.x.row(r) + j0, w_.data() + j0, n, rs_hi_[r], rs_lo_[r], y_b_[r], v, bound);
@@ -918,11 +922,7 @@ void Reference::y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound
 
 void Reference::dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
-    const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0;
-    for (int64_t j = 0; j < n; ++j) {
-      v[j] = e[j].v;
-      bound[j] = e[j].bound;
-    }
+    split_escalated(esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0, n, v, bound);
   } else {
     dx_row_split(p_.x.row(r) + j0, p_.dy.row(r) + j0, w_.data() + j0, n, k_[r], k_b_[r], use_[r], use_b_[r], v,
                  bound);

@@ -446,14 +446,9 @@ TEST(ValidateCase, StridedHeadsView) {
   EXPECT_EQ(res.get(Output::y).over, 1);
 }
 
-TEST(ValidateCase, ThreadCountIndependent) {
-  Case c(61, 1, 40);
-  c.copy_row(3, 30);  // rows 3 and 30 identical: equal ratios at different indices
-  c.rebind();
-  const Refs R = refs(c);
-  Outputs got = ideal_outputs(c, R);
-  // Spread of errors: nudge many elements by a few BF16 ulps (magnitude bits,
-  // clamped to finite values so no NaN/Inf appears).
+// Spread of errors: nudge every y and dx element by a few BF16 ulps
+// (magnitude bits, clamped to finite values so no NaN/Inf appears).
+void nudge_y_dx(Outputs& got) {
   auto nudge = [](uint16_t b, int d) {
     const int mag = std::clamp(static_cast<int>(b & 0x7FFF) + d, 0, 0x7F7F);
     return static_cast<uint16_t>((b & 0x8000) | mag);
@@ -462,6 +457,15 @@ TEST(ValidateCase, ThreadCountIndependent) {
     got.y[i] = nudge(got.y[i], static_cast<int>((i * 2654435761u) % 7) - 3);
     got.dx[i] = nudge(got.dx[i], static_cast<int>((i * 40503u) % 5) - 2);
   }
+}
+
+TEST(ValidateCase, ThreadCountIndependent) {
+  Case c(61, 1, 40);
+  c.copy_row(3, 30);  // rows 3 and 30 identical: equal ratios at different indices
+  c.rebind();
+  const Refs R = refs(c);
+  Outputs got = ideal_outputs(c, R);
+  nudge_y_dx(got);
   for (size_t r = 0; r < got.rstd.size(); ++r) got.rstd[r] = std::nextafter(got.rstd[r], r % 2 ? 0.0f : 4.0f);
   // The same large error in both duplicated rows: a tie on the max ratio.
   const int64_t j = 13;
@@ -495,14 +499,7 @@ TEST(ValidateCase, ColumnTilesEqualElementByElementAdd) {
   const Refs R = refs(c);
   ASSERT_EQ(R.ref.y(r, ja).v, R.ref.y(r, jb).v);
   Outputs got = ideal_outputs(c, R);
-  auto nudge = [](uint16_t b, int d) {
-    const int mag = std::clamp(static_cast<int>(b & 0x7FFF) + d, 0, 0x7F7F);
-    return static_cast<uint16_t>((b & 0x8000) | mag);
-  };
-  for (size_t i = 0; i < got.y.size(); ++i) {
-    got.y[i] = nudge(got.y[i], static_cast<int>((i * 2654435761u) % 7) - 3);
-    got.dx[i] = nudge(got.dx[i], static_cast<int>((i * 40503u) % 5) - 2);
-  }
+  nudge_y_dx(got);
   const uint16_t big = bf16_from_float(bf16_to_float(got.y[r * c.cols + ja]) + 2.0f);
   got.y[r * c.cols + ja] = big;
   got.y[r * c.cols + jb] = big;
