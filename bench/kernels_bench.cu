@@ -8,7 +8,7 @@
 // time, and is printed against a 16-byte vectorized device-to-device copy
 // timed the same way in the same run.
 //
-// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls]
+// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--copy-variants]
 //                      [--res] [--w bf16|fp32|both] [T,H ...]
 // (default shapes 65537,4096 and 131072,6144; weight both). --depth times
 // every op at each forward pipeline setting F:L[:B[:R[:S[:Q]]]] (pipeline.h: ring
@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -60,12 +61,55 @@ struct Row {
   double median_us, min_us, gbps, frac_copy;
 };
 
+// --copy-variants: copy kernels that differ in one way each from
+// copy_vec16 (grid-stride, 4 loads in flight per thread, streaming hints), to
+// find what reaches the H200's DRAM ceiling (session 6: copy_vec16 3.87 TB/s,
+// a Triton copy 4.10, torch.compile's forward 4.25 moving the same bytes).
+// Bench-only kernels; the library's copy_vec16 is the reference row.
+namespace copyx {
+/// Grid-stride, kU loads in flight per thread; kHints: __ldcs/__stcs
+/// (evict-first) instead of plain ld.global / st.global.
+template <int kU, bool kHints>
+__global__ void __launch_bounds__(256) stride_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, int64_t n) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kU - 1) * step < n; i += kU * step) {
+    uint4 v[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) v[k] = kHints ? __ldcs(src + i + k * step) : src[i + k * step];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      if (kHints) {
+        __stcs(dst + i + k * step, v[k]);
+      } else {
+        dst[i + k * step] = v[k];
+      }
+    }
+  }
+  for (; i < n; i += step) dst[i] = src[i];
+}
+/// One tile of kU x 256 16-byte words per CTA (a grid as large as the data,
+/// scheduled by the hardware, as Triton launches), plain loads and stores.
+template <int kU>
+__global__ void __launch_bounds__(256) tile_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, int64_t n) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * (kU * 256) + threadIdx.x;
+  uint4 v[kU];
+#pragma unroll
+  for (int k = 0; k < kU; ++k)
+    if (base + k * 256 < n) v[k] = src[base + k * 256];
+#pragma unroll
+  for (int k = 0; k < kU; ++k)
+    if (base + k * 256 < n) dst[base + k * 256] = v[k];
+}
+}  // namespace copyx
+
 int main(int argc, char** argv) try {
   int reps = 100;
   std::string json;
   std::vector<std::pair<int64_t, int64_t>> shapes;
   bool controls = true;
   bool res = false;  // also time form res (forward and real backward variants)
+  bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -78,6 +122,8 @@ int main(int argc, char** argv) try {
       controls = false;
     } else if (a == "--res") {
       res = true;
+    } else if (a == "--copy-variants") {
+      copy_variants = true;
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
       try {
@@ -161,6 +207,32 @@ int main(int argc, char** argv) try {
     const double copy_gbps = 2.0 * cbytes / (ct.median_ms * 1e-3) / 1e9;
     const std::string shape = "[" + std::to_string(T) + ", " + std::to_string(H) + "]";
     rows.push_back({shape, "-", "copy (16 B vectors)", ct.median_ms * 1e3, ct.min_ms * 1e3, copy_gbps, 1.0});
+    if (copy_variants) {
+      const int64_t words = static_cast<int64_t>(cbytes / 16);
+      auto* d16 = static_cast<uint4*>(cdst.p);
+      const auto* s16 = static_cast<const uint4*>(csrc.p);
+      const unsigned persistent = static_cast<unsigned>(prop.multiProcessorCount) * 8;  // 2048 threads per SM
+      auto tiles = [&](int u) { return static_cast<unsigned>((words + 256 * u - 1) / (256 * u)); };
+      const std::vector<std::pair<std::string, std::function<void(cudaStream_t)>>> kinds = {
+          {"copy grid-stride u4 plain", [&](cudaStream_t st) { copyx::stride_copy<4, false><<<persistent, 256, 0, st>>>(d16, s16, words); }},
+          {"copy grid-stride u8 hints", [&](cudaStream_t st) { copyx::stride_copy<8, true><<<persistent, 256, 0, st>>>(d16, s16, words); }},
+          {"copy grid-stride u2 hints", [&](cudaStream_t st) { copyx::stride_copy<2, true><<<persistent, 256, 0, st>>>(d16, s16, words); }},
+          {"copy tile u1 (one word per thread)", [&](cudaStream_t st) { copyx::tile_copy<1><<<tiles(1), 256, 0, st>>>(d16, s16, words); }},
+          {"copy tile u4", [&](cudaStream_t st) { copyx::tile_copy<4><<<tiles(4), 256, 0, st>>>(d16, s16, words); }},
+          {"copy tile u8", [&](cudaStream_t st) { copyx::tile_copy<8><<<tiles(8), 256, 0, st>>>(d16, s16, words); }},
+      };
+      for (const auto& [name, launch] : kinds) {
+        if (name.rfind("copy tile", 0) == 0 && words / 256 > 0x7FFFFFFF) continue;  // grid too large
+        const auto kt = nk::time_graph(
+            [&](nk::Stream st) {
+              launch(static_cast<cudaStream_t>(st));
+              CK(cudaGetLastError());
+            },
+            reps);
+        const double g = 2.0 * cbytes / (kt.median_ms * 1e-3) / 1e9;
+        rows.push_back({shape, "-", name, kt.median_ms * 1e3, kt.min_ms * 1e3, g, g / copy_gbps});
+      }
+    }
 
     for (WDtype wd : wds) {
       normgate::seeds::CaseId c;
