@@ -263,24 +263,21 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
       return cudaGetLastError();
     }
     const BwdRows<WT> r = make(std::false_type{});
-    // Form res on the vector path: the dh_new ring, 2 stages x slots x threads
-    // x 16 bytes (at most 2 x 1024 x 16 = 2 x 2 x 512 x 16 = 32 KiB: no opt-in needed).
-    const bool ring = a.dh_new != nullptr && vec;
-    auto ring_bytes = [&](int slots, int threads) {
-      return ring ? static_cast<size_t>(2 * slots * threads) * sizeof(uint4) : size_t{0};
-    };
+    // Form res on the vector path: the dh_new ring, 2 stages x slots x CTA
+    // threads x 16 bytes, which is 2 x team x 16 bytes in every kernel (a
+    // 2-slot team's CTA holds team/2 threads): at most 32 KiB, no opt-in needed.
+    const size_t ring = a.dh_new != nullptr && vec ? static_cast<size_t>(2 * geo.team) * sizeof(uint4) : 0;
     const dim3 team(static_cast<unsigned>(geo.team));
     auto launch = [&](auto res_tag) {
       constexpr bool kRes = decltype(res_tag)::value;
       if (geo.slots == 2) {
         bwd_chunk_cluster_kernel<kRes, WT, Sink><<<dim3(static_cast<unsigned>(2 * n)),
                                                    dim3(static_cast<unsigned>(geo.team / 2)),
-                                                   ring_bytes(2, geo.team / 2), s>>>(r, sink);
+                                                   ring, s>>>(r, sink);
       } else if (geo.team <= kMaxCtaTeam) {
-        bwd_chunk_kernel<kRes, WT, Sink><<<dim3(static_cast<unsigned>(n)), team, ring_bytes(1, geo.team), s>>>(r, sink);
+        bwd_chunk_kernel<kRes, WT, Sink><<<dim3(static_cast<unsigned>(n)), team, ring, s>>>(r, sink);
       } else {
-        bwd_chunk_wide_kernel<kRes, WT, Sink>
-            <<<dim3(static_cast<unsigned>(n)), team, ring_bytes(1, geo.team), s>>>(r, sink);
+        bwd_chunk_wide_kernel<kRes, WT, Sink><<<dim3(static_cast<unsigned>(n)), team, ring, s>>>(r, sink);
       }
     };
     if (a.dh_new != nullptr) {

@@ -67,6 +67,21 @@ __device__ __forceinline__ float sum_squares(const Group8 (&g)[kSlots]) {
   return ss;
 }
 
+/// rstd = 1 / sqrt(tot / H + eps) (rmsnorm.h; correctly rounded division,
+/// sqrt, division). Hf = H as a float (exact: H <= 2^24).
+__device__ __forceinline__ float row_rstd(float tot, float Hf, float eps) {
+  return div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), eps)));
+}
+
+/// y = BF16_rn((x * rstd) * w) for one 8-column group, stored at col0 of yr.
+__device__ __forceinline__ void store_y_group(__nv_bfloat16* yr, int col0, int H, bool vec, const Group8& x, float rs,
+                                              const float (&w)[8]) {
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(x, e), rs), w[e]);
+  store_group(yr, col0, H, vec, y);
+}
+
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
 /// each exact sum). One thread per 8-column group, grid-stride over all rows.
 __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv_bfloat16> u,
@@ -161,16 +176,11 @@ __global__ void __launch_bounds__(kMaxTeam)
     const float tot = team_sum(ss, red[buf], team, first_warp);
     buf ^= 1;
     if (r < end) {
-      const float rs = div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), a.eps)));
+      const float rs = row_rstd(tot, Hf, a.eps);
       if (t == 0) a.rstd[r] = rs;
       __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
-        float y[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(cur[k], e), rs), w[k][e]);
-        store_group(yr, col0[k], a.H, a.vec, y);
-      }
+      for (int k = 0; k < kSlots; ++k) store_y_group(yr, col0[k], a.H, a.vec, cur[k], rs, w[k]);
     }
     // Refill stage s with the row `depth` steps ahead. Issued after the team
     // sum, whose shuffles consumed every value read from the stage (in-order
@@ -219,18 +229,14 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
   const float ss = sum_squares(cur);
   const float tot = team_sum(ss, red, team, ti * (team >> 5));
   if (!live) return;
-  const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24
-  const float rs = div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), a.eps)));
+  const float rs = row_rstd(tot, static_cast<float>(a.H), a.eps);
   if (t == 0) a.rstd[r] = rs;
   __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     float w[8];
     load_weights(a.w, col0[k], a.H, true, w);
-    float y[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(cur[k], e), rs), w[e]);
-    store_group(yr, col0[k], a.H, true, y);
+    store_y_group(yr, col0[k], a.H, true, cur[k], rs, w);
   }
 }
 
