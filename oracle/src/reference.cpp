@@ -906,12 +906,6 @@ void Reference::dx_row(int64_t r, VB* out) const {
   }
 }
 
-void Reference::y_row(int64_t r, double* v, double* bound) const { y_row(r, 0, cols_, v, bound); }
-
-void Reference::dx_row(int64_t r, double* v, double* bound) const { dx_row(r, 0, cols_, v, bound); }
-
-void Reference::dx_row_values(int64_t r, double* v) const { dx_row_values(r, 0, cols_, v); }
-
 void Reference::y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
   if (const int32_t s = row_slot_[r]; s >= 0) {
     split_escalated(esc_y_.data() + static_cast<size_t>(s) * cols_ + j0, n, v, bound);

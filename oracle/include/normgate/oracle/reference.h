@@ -202,19 +202,13 @@ class Reference {
   void y_row(int64_t r, VB* out) const;
   /// dx(r, j) for j = 0..cols-1 into out[0..cols) (same values as dx(r, j), faster).
   void dx_row(int64_t r, VB* out) const;
-  /// As y_row, split: y(r, j).v into v[j], y(r, j).bound into bound[j] (the
-  /// layout the validators read; same bits as y_row).
-  void y_row(int64_t r, double* v, double* bound) const;
-  /// As dx_row, split into v[j] and bound[j] (same bits as dx_row).
-  void dx_row(int64_t r, double* v, double* bound) const;
-  /// dx(r, j).v alone for j = 0..cols-1 into v[0..cols) (same bits as
-  /// dx_row's values; no bounds computed: the ideal kernel's rows need none).
-  void dx_row_values(int64_t r, double* v) const;
-  /// The three split accessors above for columns j0..j0+n-1 of row r only
-  /// (0 <= j0, n >= 0, j0 + n <= cols): element j0 + i into v[i] (and
-  /// bound[i]), the same bits as the whole-row call's element j0 + i (every
-  /// element is computed alone). The validators sweep a row in column tiles
-  /// so their per-thread row buffers stay in L1.
+  /// Split accessors for columns j0..j0+n-1 of row r (0 <= j0, n >= 0, j0 + n
+  /// <= cols; n = cols for the whole row), the layout the validators read:
+  /// y_row / dx_row put y(r, j0+i).v (dx) into v[i] and its bound into
+  /// bound[i]; dx_row_values puts dx(r, j0+i).v alone (no bounds computed:
+  /// the ideal kernel's rows need none). Same bits as the VB accessors
+  /// (every element is computed alone). The validators sweep a row in column
+  /// tiles so their per-thread row buffers stay in L1.
   void y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
   void dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
   void dx_row_values(int64_t r, int64_t j0, int64_t n, double* v) const;
