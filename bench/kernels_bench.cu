@@ -114,7 +114,17 @@ int main(int argc, char** argv) try {
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--res] [--copy-variants] [T,H ...]\n"
+          "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
+          "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
+          "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res)).\n"
+          "--res adds form res; --copy-variants adds copy kernels that differ from the reference copy in\n"
+          "one way each. Needs a CUDA GPU. Source comment: bench/kernels_bench.cu.\n");
+      return 0;
+    } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
@@ -169,7 +179,12 @@ int main(int argc, char** argv) try {
         d.fwd_res_fused = f.size() > 3 ? f[3] == 1 : nk::PipelineDepth{}.fwd_res_fused;  // R omitted: the default
         d.fwd_simple = f.size() > 4 ? f[4] == 1 : nk::PipelineDepth{}.fwd_simple;
         d.fwd_res_simple = f.size() > 5 ? f[5] == 1 : nk::PipelineDepth{}.fwd_res_simple;
-        nk::set_pipeline_depth(d);  // validates (throws naming the value)
+        try {
+          nk::set_pipeline_depth(d);  // validates (throws naming the value)
+        } catch (const std::invalid_argument& e) {
+          std::fprintf(stderr, "kernels_bench: bad --depth item '%s': %s\n", item.c_str(), e.what());
+          return 2;
+        }
         depths.push_back(d);
         p0 = p1 + 1;
       }
@@ -188,6 +203,12 @@ int main(int argc, char** argv) try {
   }
   if (shapes.empty()) shapes = {{65537, 4096}, {131072, 6144}};
 
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::fprintf(stderr, "kernels_bench: no usable CUDA device (%s); it runs on the GPU machine (scripts/h200.sh)\n",
+                 cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
