@@ -22,6 +22,13 @@
 //            exact products (accum.h Acc64: s = fma((double)(dy*x), rstd, s)),
 //            then the chunk partials combined in FP64 (variant-specific).
 //
+// Range (a known limit, no rescaling yet): a row whose FP32 sum of squares
+// overflows (RMS above ~1.8e19, the `huge` family) gets ss = +Inf, so rstd = 0
+// and y = 0, and the dw columns it touches turn NaN (dy*x*0 with dy*x = Inf)
+// or Inf (dy*x itself above 3.4e38). Nothing crashes, and the gate fails such
+// cases (y, rstd and dw over budget), but the values are wrong:
+// docs/perf.md, session 6, open items.
+//
 // Vector path: 16-byte loads/stores are used when H % 8 == 0, w and every
 // [T, H] tensor pointer are 16-byte aligned and every row stride is a multiple
 // of 8;
@@ -118,7 +125,7 @@ enum class ControlUse : uint8_t { refuse = 0, allow = 1 };
 /// Device workspace a backward call needs, in bytes (0 when T == 0). Contents
 /// on entry do not matter: every variant initializes what it reads.
 ///   bwd_det_chunked, ctl_bf16_partials, ctl_fp32_seq: num_chunks(T,H)*H*8
-///       (one (sum, comp) float pair per chunk and column, plan.h)
+///       (one FP64 partial per chunk and column, plan.h)
 ///   bwd_nondet_atomic: 8*H*8 (8 FP64 accumulators per column)
 /// Throws std::invalid_argument if v is not a backward variant, T < 0 or
 /// T > kMaxT, or H is outside the variant's range.
