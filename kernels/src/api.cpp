@@ -133,8 +133,9 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
                    std::to_string(v.h_max));
   if (T == 0) return 0;
   switch (v.id) {
-    case VariantId::bwd_nondet_atomic:
-      return static_cast<size_t>(kAtomicReplicas) * static_cast<size_t>(H) * sizeof(double);
+    case VariantId::bwd_nondet_atomic:  // atomics, or for short chunks the det partials (nondet_replicas.h)
+      return nondet_uses_atomics(T, H) ? static_cast<size_t>(kAtomicReplicas) * static_cast<size_t>(H) * sizeof(double)
+                                       : static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);
     case VariantId::bwd_det_chunked:
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:

@@ -10,8 +10,12 @@
 // from run to run, so dw may differ in the last bits (FP64 reassociation of
 // <= num_chunks terms, then one rounding to FP32); dx is deterministic. No
 // [num_chunks, H] partials and no combine pass: at large T it does strictly
-// less memory traffic than bwd_det_chunked.
+// less memory traffic than bwd_det_chunked. For short chunks
+// (nondet_replicas.h nondet_uses_atomics false) the atomics cost more than
+// they save, so the call runs bwd_det_chunked instead (same dx; dw then
+// deterministic and equal to the det variant's).
 #include "bwd_chunk_pass.cuh"
+#include "bwd_det_chunked.h"
 #include "nondet_replicas.h"
 #include "cuda_check.h"
 #include "launch.h"
@@ -47,6 +51,10 @@ __global__ void finalize_dw_kernel(const double* __restrict__ acc, int64_t H, fl
 namespace detail {
 
 void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s) {
+  if (!nondet_uses_atomics(a.T * a.heads, a.H)) {  // short chunks: the det combine (nondet_replicas.h)
+    launch_bwd_det_chunked(a, vec, s);
+    return;
+  }
   auto* acc = static_cast<double*>(a.workspace);
   NG_CUDA(cudaMemsetAsync(acc, 0, static_cast<size_t>(kAtomicReplicas) * static_cast<size_t>(a.H) * sizeof(double), s));
   NG_CUDA(dev::enqueue_chunk_pass(a, vec, dev::AtomicSink{acc, static_cast<int>(a.H)}, s));

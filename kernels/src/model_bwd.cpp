@@ -173,8 +173,9 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
     case VariantId::bwd_det_chunked:
       out.dw = combine_fixed(partials, n, in.H, in.threads);
       break;
-    case VariantId::bwd_nondet_atomic:
-      out.dw = combine_in_order(partials, n, in.H);
+    case VariantId::bwd_nondet_atomic:  // short chunks: the det combine (nondet_replicas.h)
+      out.dw = nondet_uses_atomics(in.R, in.H) ? combine_in_order(partials, n, in.H)
+                                               : combine_fixed(partials, n, in.H, in.threads);
       break;
     case VariantId::ctl_bf16_partials:
       round_partials_bf16(partials);

@@ -25,7 +25,7 @@ const std::array<Variant, 5> kVariants = {{
      "backward: fixed row chunks, FP64 dw partials of exact products, fixed-order FP64 combine",
      hashes::bwd_det_chunked_files, hashes::bwd_det_chunked_sha256},
     {VariantId::bwd_nondet_atomic, "bwd_nondet_atomic", Op::bwd, Mode::nondet, kMinH, kMaxH, kBothW, kPlain,
-     false, "backward: fixed row chunks, FP64 dw partials of exact products, FP64 atomicAdd combine",
+     false, "backward: fixed row chunks, FP64 dw partials of exact products, FP64 atomicAdd combine (short chunks: the det combine)",
      hashes::bwd_nondet_atomic_files, hashes::bwd_nondet_atomic_sha256},
     {VariantId::ctl_fp32_seq, "ctl_fp32_seq", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, true,
      "NEGATIVE CONTROL: dw as a plain FP32 sequential column sum over all rows",

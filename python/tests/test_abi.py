@@ -54,7 +54,9 @@ def test_loader_version_case_info_and_errors():
         assert "bwd_bogus" in str(e), str(e)
     else:
         raise AssertionError("an unknown variant must raise ValueError")
-    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 8 * 64 * 8  # 8 FP64 replicas per column
+    # nondet: 8 FP64 replicas per column where chunks are long; the det partials where short
+    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 131072, 4096) == 8 * 4096 * 8
+    assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 1 * 64 * 8  # one chunk of 10 rows
 
 
 def test_import_needs_no_torch():

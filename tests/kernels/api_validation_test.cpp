@@ -93,7 +93,11 @@ TEST(Validation, BaselineArgumentsAreValid) {
 TEST(Validation, WorkspaceSizes) {
   EXPECT_EQ(bwd_workspace_bytes(det(), 0, 4096), 0u);
   EXPECT_EQ(bwd_workspace_bytes(det(), 65537, 4096), static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 8);
-  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 65537, 4096), 8u * 4096u * 8);  // 8 FP64 replicas
+  // nondet: 8 FP64 replicas where chunks are long, the det partials where short (nondet_replicas.h)
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 131072, 4096), 8u * 4096u * 8);  // 165 rows per chunk
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 65537, 4096),
+            static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 8);  // 83 rows per chunk
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 1, 4096), 4096u * 8);  // one chunk of one row
   EXPECT_EQ(bwd_workspace_bytes(variant("ctl_bf16_partials"), 1000, 7), static_cast<size_t>(num_chunks(1000, 7)) * 7 * 8);
   expect_invalid([] { bwd_workspace_bytes(fwd(), 10, 10); }, "not a backward variant");
   expect_invalid([] { bwd_workspace_bytes(det(), 10, 16385); }, "H = 16385");

@@ -12,7 +12,8 @@
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
-//                       combined with FP64 atomicAdd
+//                       combined with FP64 atomicAdd (for short chunks,
+//                       bwd_det_chunked's combine: nondet_replicas.h)
 //   ctl_fp32_seq        NEGATIVE CONTROL: dw as a plain FP32 sequential sum
 //   ctl_bf16_partials   NEGATIVE CONTROL: chunk partials rounded to BF16
 // Controls exist to prove that the gate fails bad kernels; no routing may

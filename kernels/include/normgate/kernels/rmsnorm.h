@@ -126,7 +126,9 @@ enum class ControlUse : uint8_t { refuse = 0, allow = 1 };
 /// on entry do not matter: every variant initializes what it reads.
 ///   bwd_det_chunked, ctl_bf16_partials, ctl_fp32_seq: num_chunks(T,H)*H*8
 ///       (one FP64 partial per chunk and column, plan.h)
-///   bwd_nondet_atomic: 8*H*8 (8 FP64 accumulators per column)
+///   bwd_nondet_atomic: 8*H*8 (8 FP64 accumulators per column), or for
+///       short chunks (fewer than 128 rows each: nondet_replicas.h) the det
+///       variant's num_chunks(T,H)*H*8
 /// Throws std::invalid_argument if v is not a backward variant, T < 0 or
 /// T > kMaxT, or H is outside the variant's range.
 size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H);
