@@ -82,6 +82,11 @@ void add_gate(CLI::App& app, Commands& cmds) {
                   "Dense-grid points each side of the worst T (0: no dense grid)")
       ->capture_default_str();
   sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--dense-seeds", [o](const std::string& v) { o->g.dense_all_seeds = v == "all"; },
+         "Dense grid's cases at each T: worst (the worst grid case's family and seed) or all (the whole seed set)")
+      ->check(CLI::IsMember({"worst", "all"}))
+      ->default_str("worst");
   sub->add_option("--fresh-factor", o->g.fresh_factor,
                   "Fresh seeds at the worst (T, family): this many times the seed count (0: none)")
       ->capture_default_str();

@@ -22,6 +22,7 @@
 #include "normgate/kernels/runner.h"
 #include "normgate/validators/gate.h"
 #include "normgate/validators/journal.h"
+#include "normgate/seeds/seed_set.h"
 
 namespace {
 
@@ -219,6 +220,11 @@ TEST(Gate, SmallTablePassesOnCpuModels) {
       EXPECT_GE(t, w.route.t_lo);
       EXPECT_LE(t, w.route.t_hi);
     }
+    // --dense-seeds worst (the default): one case per dense T, one family and one seed.
+    EXPECT_EQ(w.dense.cases, static_cast<int64_t>(w.dense.t.size())) << w.route.describe();
+    if (!w.dense.t.empty()) {
+      EXPECT_EQ(seeds::parse_seed_set(w.dense.seeds).families.size(), 1u) << w.dense.seeds;
+    }
     int64_t fam_cases = 0;
     for (const auto& f : w.families) fam_cases += f.cases;
     EXPECT_EQ(fam_cases, w.cases);
@@ -266,14 +272,23 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
     EXPECT_NE(w.window.find(r.windows[i].route.describe()), std::string::npos);
   }
 
-  GateOptions refine = small_opts();  // dense 2 points each side, fresh 2x
-  const GateResult rr = run_gate(refine);
-  const GatePlan rp = plan_gate(refine);
-  ASSERT_EQ(rp.windows.size(), rr.windows.size());
-  for (size_t i = 0; i < rp.windows.size(); ++i) {
-    const int64_t ran = rr.windows[i].dense.cases + rr.windows[i].fresh.cases;
-    EXPECT_GT(ran, 0) << rp.windows[i].window;
-    EXPECT_LE(ran, rp.windows[i].refine_cases_max) << rp.windows[i].window;
+  for (bool all : {false, true}) {
+    GateOptions refine = small_opts();  // dense 2 points each side, fresh 2x
+    refine.dense_all_seeds = all;
+    const GateResult rr = run_gate(refine);
+    const GatePlan rp = plan_gate(refine);
+    ASSERT_EQ(rp.windows.size(), rr.windows.size());
+    for (size_t i = 0; i < rp.windows.size(); ++i) {
+      const WindowResult& w = rr.windows[i];
+      const int64_t ran = w.dense.cases + w.fresh.cases;
+      EXPECT_GT(ran, 0) << rp.windows[i].window;
+      EXPECT_LE(ran, rp.windows[i].refine_cases_max) << rp.windows[i].window;
+      // all: every (family, seed) of the 3x1 set at each dense T; worst: one.
+      EXPECT_EQ(w.dense.cases, static_cast<int64_t>(w.dense.t.size()) * (all ? 3 : 1)) << rp.windows[i].window;
+    }
+    EXPECT_EQ(gate_to_json(rr)["dense_seeds"], all ? "all" : "worst");
+    EXPECT_NE(format_gate_markdown(rr).find(all ? "every family and seed of the set" : "the worst case's family and seed"),
+              std::string::npos);
   }
 
   const std::string md = format_gate_plan(p, 1e6);

@@ -633,12 +633,14 @@ GatePlan plan_gate(const GateOptions& opt) {
       w.grid_elements += elements_of(c);
       if (distinct.insert(seeds::to_string(c)).second) plan.grid_elements_distinct += elements_of(c);
     }
-    // Refinement bound: 2*dense_points T points with the whole seed set, and
+    // Refinement bound: 2*dense_points T points with one case each (the worst
+    // grid case's family and seed) or the whole seed set (dense_all_seeds), and
     // fresh_factor x per-family seeds of one family, every case at t_hi.
     const int64_t span = r->t_hi - r->t_lo;
     // (c - lo)/step + (hi - c)/step <= span/step points fit around any centre c.
     const int64_t dense_t = std::min<int64_t>(2LL * opt.dense_points, span / opt.dense_step);
-    const int64_t per_t = w.t.empty() ? 0 : w.grid_cases / static_cast<int64_t>(w.t.size());
+    const int64_t per_t =
+        w.t.empty() ? 0 : opt.dense_all_seeds ? w.grid_cases / static_cast<int64_t>(w.t.size()) : 1;
     w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
     if (!cases.empty()) {
       seeds::CaseId top = cases.back();
@@ -670,6 +672,7 @@ GateResult run_gate(const GateOptions& opt) {
   res.t_per_window = opt.t_per_window;
   res.dense_points = opt.dense_points;
   res.dense_step = opt.dense_step;
+  res.dense_all_seeds = opt.dense_all_seeds;
   res.fresh_factor = opt.fresh_factor;
   res.windows_filter = opt.windows;
   res.allow_controls = opt.allow_controls;
@@ -718,6 +721,7 @@ GateResult run_gate(const GateOptions& opt) {
   campaign["t_per_window"] = opt.t_per_window;
   campaign["dense_points"] = opt.dense_points;
   campaign["dense_step"] = opt.dense_step;
+  if (opt.dense_all_seeds) campaign["dense_all_seeds"] = true;  // absent: the default (worst case's seed)
   campaign["fresh_factor"] = opt.fresh_factor;
   campaign["allow_controls"] = opt.allow_controls;
   campaign["backend"] = res.backend;
@@ -745,8 +749,16 @@ GateResult run_gate(const GateOptions& opt) {
       const int64_t t = p.c.T + k * opt.dense_step;
       if (t >= w.route->t_lo && t <= w.route->t_hi) w.dense.t.push_back(t);
     }
-    w.dense.seeds = res.seeds;
-    w.dense.cases = expand(*w.route, w.dense.t, seed_set);
+    if (opt.dense_all_seeds) {
+      w.dense.seeds = res.seeds;
+      w.dense.cases = expand(*w.route, w.dense.t, seed_set);
+    } else {  // the worst grid case's family and seed at every dense T
+      seeds::SeedSet ds;
+      ds.families = {p.c.family};
+      ds.first = ds.last = p.c.seed;
+      w.dense.seeds = seeds::to_string(ds);
+      w.dense.cases = expand(*w.route, w.dense.t, ds);
+    }
   }
   runner.run_phase("dense", wins, &Win::dense);
 
@@ -882,7 +894,8 @@ std::string format_gate_markdown(const GateResult& r) {
     << " (first and last T, both sides of every power of two inside, the rest spread evenly)\n";
   o << "- refinement: ";
   if (r.dense_points > 0)
-    o << "dense grid every " << r.dense_step << " rows, " << r.dense_points << " points each side of the worst T";
+    o << "dense grid every " << r.dense_step << " rows, " << r.dense_points << " points each side of the worst T ("
+      << (r.dense_all_seeds ? "every family and seed of the set" : "the worst case's family and seed") << ")";
   else
     o << "no dense grid";
   o << "; ";
@@ -1021,6 +1034,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["t_per_window"] = r.t_per_window;
   j["dense_points"] = r.dense_points;
   j["dense_step"] = r.dense_step;
+  j["dense_seeds"] = r.dense_all_seeds ? "all" : "worst";
   j["fresh_factor"] = r.fresh_factor;
   j["windows_filter"] = r.windows_filter;
   j["allow_controls"] = r.allow_controls;

@@ -17,7 +17,12 @@
 //    columns, for fwd windows; dx and y are per-element roundings whose worst
 //    case does not move with T; ties: first in run order), T = T_worst + k*step
 //    for k = +-1..+-dense_points (default step 64, 16 points each side),
-//    those inside the window, every (family, seed) of the seed set.
+//    those inside the window, with the worst case's family and seed
+//    (--dense-seeds worst, the default: the dense grid scans T, where a
+//    variant's chunking changes; seed variance is the fresh seeds' job) or
+//    every (family, seed) of the seed set (--dense-seeds all: what the seed's
+//    PR did in its one deepest window; 48x the cases at 3x16, which at
+//    T ~ 131072 puts a whole-table campaign out of reach).
 // 3. Fresh seeds. The worst (T, family) over grid and dense grid (same
 //    output), re-run with seeds never used before: fresh_factor (default 2)
 //    times the seed set's per-family count, starting right after its last
@@ -121,6 +126,9 @@ struct GateOptions {
   int t_per_window = 8;                ///< target T points per window (>= 2)
   int dense_points = 16;               ///< dense-grid points each side of the worst T (0: none)
   int64_t dense_step = 64;             ///< dense-grid spacing in rows (>= 1)
+  /// Dense grid's seeds: false (default) the worst grid case's family and
+  /// seed only; true every (family, seed) of the seed set.
+  bool dense_all_seeds = false;
   int fresh_factor = 2;                ///< fresh seeds = factor x per-family seed count (0: none)
   std::string windows;                 ///< window filter ("" = all)
   std::string journal_path;            ///< "" = no journal
@@ -212,6 +220,7 @@ struct GateResult {
   std::string oracle;                  ///< "auto", "fp64" or "mpfr"
   int t_per_window = 0, dense_points = 0, fresh_factor = 0;
   int64_t dense_step = 0;
+  bool dense_all_seeds = false;        ///< GateOptions::dense_all_seeds
   std::string windows_filter;
   bool allow_controls = false;
   std::vector<WindowResult> windows;   ///< gated windows, table order
