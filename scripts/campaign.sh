@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# A gate campaign in slices, one `normgate gate` process per GPU, resumable
+# across calls and sessions (the device machine allows 10 minutes a command).
+#
+#   scripts/campaign.sh CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
+#
+# CAMPAIGN_DIR (in the repository, e.g. docs/results/campaign-sm90a) keeps one
+# journal per slice, gzipped: slice-K.jsonl.gz, K = 1, 2, ... in argument
+# order (slice K's window filter is its argument; the same slice must keep
+# the same filter and number from call to call). Each call:
+#   1. unpacks every slice's journal (if any) into a work folder,
+#   2. runs slice K on GPU (K-1) mod NGPU, all slices at once, with
+#      cores/slices OpenMP threads each, `normgate gate TABLE --seeds SEEDS
+#      --windows FILTER --journal ... --quiet --report-md/json` and
+#      NG_CAMPAIGN_ARGS; a slice still running at the deadline is killed
+#      (kill -9: the journal keeps every finished case; the next call resumes),
+#   3. gzips the journals back and writes, per slice, its report when the
+#      gate finished (slice-K.md/.json: the verdict covers grid and
+#      refinement) or scripts/journal_summary.py's partial summary,
+#   4. packs everything into $OUT/campaign.tgz (unpack it over CAMPAIGN_DIR
+#      on the dev machine and commit) and prints a short table last.
+# Environment: NG_CAMPAIGN_TABLE (routes/sm90a.toml), NG_CAMPAIGN_SEEDS
+# (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default 540),
+# NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+[ $# -ge 2 ] || { sed -n 2,25p "$0" >&2; exit 2; }
+dir="$1"; shift
+build="${NORMGATE_BUILD:-$root/build}"
+bin="$build/apps/normgate"
+table="${NG_CAMPAIGN_TABLE:-$root/routes/sm90a.toml}"
+seeds="${NG_CAMPAIGN_SEEDS:-3x16}"
+deadline="${NG_CAMPAIGN_DEADLINE:-540}"
+final="${OUT:-$root/out}"
+work="$(mktemp -d)"
+mkdir -p "$dir" "$final"
+[ -x "$bin" ] || { echo "campaign: no normgate binary at $bin" >&2; exit 2; }
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "$ngpu" -ge 1 ] || ngpu=1
+nslice=$#
+cores=$(nproc)
+threads=$(( cores / nslice > 0 ? cores / nslice : 1 ))
+echo "campaign: $nslice slices on $ngpu GPUs, $threads threads each, deadline ${deadline}s, table $table, seeds $seeds" \
+  | tee "$work/campaign.log"
+k=0
+declare -a pids
+for filter in "$@"; do
+  k=$((k + 1))
+  j="$work/slice-$k.jsonl"
+  [ -f "$dir/slice-$k.jsonl.gz" ] && gunzip -c "$dir/slice-$k.jsonl.gz" >"$j"
+  echo "$filter" >"$work/slice-$k.filter"
+  if [ -f "$dir/slice-$k.filter" ] && ! cmp -s "$dir/slice-$k.filter" "$work/slice-$k.filter"; then
+    echo "campaign: slice $k's filter '$filter' differs from the one it started with: $(cat "$dir/slice-$k.filter")" >&2
+    exit 2
+  fi
+  gpu=$(( (k - 1) % ngpu ))
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=$gpu timeout --signal=KILL "$deadline" "$bin" gate "$table" --seeds "$seeds" \
+    --windows "$filter" --journal "$j" --threads "$threads" --quiet \
+    --report-md "$work/slice-$k.md" --report-json "$work/slice-$k.json" ${NG_CAMPAIGN_ARGS:-} \
+    >"$work/slice-$k.log" 2>&1 &
+  pids[$k]=$!
+done
+declare -a rows
+for k in $(seq 1 "$nslice"); do
+  wait "${pids[$k]}"
+  rc=$?
+  j="$work/slice-$k.jsonl"
+  lines=$( [ -f "$j" ] && wc -l <"$j" || echo 0)
+  if [ -f "$work/slice-$k.json" ] && [ "$rc" -le 1 ]; then
+    state="finished (rc=$rc: $([ $rc -eq 0 ] && echo all windows pass || echo some window FAILS))"
+  elif [ "$rc" -eq 137 ]; then
+    state="stopped at the deadline (resumes next call)"
+    python3 "$root/scripts/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
+  else
+    state="ERROR rc=$rc: $(tail -2 "$work/slice-$k.log" | tr '\n' ' ' | cut -c1-200)"
+  fi
+  # A slice whose every window passed: once more, sequentially, with
+  # --approve (resumes from the complete journal: runs no case), so that
+  # concurrent slices never write the approvals file at the same time.
+  if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-1}" = 1 ]; then
+    # shellcheck disable=SC2086
+    "$bin" gate "$table" --seeds "$seeds" --windows "$(cat "$work/slice-$k.filter")" --journal "$j" --quiet \
+      --threads "$threads" --approve ${NG_CAMPAIGN_ARGS:-} >"$work/slice-$k.approve.log" 2>&1 &&
+      state="$state, approved"
+  fi
+  [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j"
+  rows+=("| $k | \`$(cat "$work/slice-$k.filter")\` | $((lines > 0 ? lines - 1 : 0)) | $state |")
+done
+approvals="${table%.toml}.approvals.json"
+[ -f "$approvals" ] && cp "$approvals" "$work/"
+tar czf "$final/campaign.tgz" -C "$work" .
+echo
+echo "| slice | windows | cases journalled | state |"
+echo "| --- | --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
+for k in $(seq 1 "$nslice"); do grep -E "^(pipeline|verdict) " "$work/slice-$k.log" | sed "s/^/slice $k: /"; done
+rm -rf "$work"
