@@ -11,8 +11,8 @@
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
-//      barrier completes it adds (dy*x)*rstd to each owned column's Acc64
-//      (accum.h: one FP64 fma of an exact product),
+//      barrier completes it adds dy*(x*rstd) to each owned column's Acc64
+//      (accum.h add_triple: one FP64 fma of an exact product),
 //   3. writes dx = BF16_rn(rstd * fma(-xhat, c, g)), c = sum * FP32_rn(1/H)
 //      (a product, not a division: keeps the division's slow-path call, and
 //      the registers it pins, out of the row loop).
@@ -163,7 +163,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       for (int k = 0; k < kSlots; ++k)
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          acc[k][e].add_product(mul_rn(group_at(cur.dy[k], e), group_at(cur.x[k], e)), rs);
+          acc[k][e].add_triple(group_at(cur.dy[k], e), group_at(cur.x[k], e), rs);
     };
     float sum;
     if constexpr (kCtas == 1) {

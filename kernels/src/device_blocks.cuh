@@ -160,9 +160,13 @@ __device__ __forceinline__ void load_weights(const __nv_bfloat16* w, int col0, i
 /// Warp butterfly sum (plan.h): offsets 16, 8, 4, 2, 1, each lane adding its
 /// partner's value to its own. Every lane ends with the same bits (FP32
 /// addition is commutative, so partners compute the same sums).
-__device__ __forceinline__ float warp_sum(float v) {
+/// Also in binary64 (the forward's sum of squares, rstd.h), same order.
+__device__ __forceinline__ float sum_rn(float a, float b) { return add_rn(a, b); }
+__device__ __forceinline__ double sum_rn(double a, double b) { return dadd_rn(a, b); }
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = add_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  for (int off = 16; off > 0; off >>= 1) v = sum_rn(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
   return v;
 }
 
@@ -174,18 +178,20 @@ __device__ __forceinline__ float warp_sum(float v) {
 ///   <barrier: __syncthreads, or the cluster barrier for a 2-CTA team>
 ///   team_sum_collect / cluster_team_sum_collect: lane l of each warp takes
 ///     warp l's total of its team (0 for l >= team/32) and butterflies again.
-/// `red` is a 32-float shared buffer that must not be rewritten until every
+/// `red` is a 32-entry shared buffer (T = float, or double) that must not be rewritten until every
 /// thread has passed one more barrier (callers alternate two buffers). `team`
 /// is uniform across the CTA, a multiple of 32; a team's warps are
 /// first_warp .. first_warp + team/32 - 1.
-__device__ __forceinline__ float team_sum_publish(float v, float* red) {
+template <class T>
+__device__ __forceinline__ T team_sum_publish(T v, T* red) {
   v = warp_sum(v);
   if ((threadIdx.x & 31u) == 0u) red[threadIdx.x >> 5] = v;
   return v;
 }
-__device__ __forceinline__ float team_sum_collect(const float* red, int team, int first_warp) {
+template <class T>
+__device__ __forceinline__ T team_sum_collect(const T* red, int team, int first_warp) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  return warp_sum(lane < (team >> 5) ? red[first_warp + lane] : 0.0f);
+  return warp_sum(lane < (team >> 5) ? red[first_warp + lane] : T(0));
 }
 /// The collect step of a team split over the 2 CTAs of a cluster (team =
 /// 2*blockDim.x; CTA rank q holds team threads q*blockDim.x ..): warp l's
@@ -206,7 +212,8 @@ __device__ __forceinline__ float cluster_team_sum_collect(float* red, int team) 
 
 /// One-call team sum for a team inside one CTA (contains a __syncthreads when
 /// team > 32: all threads of the CTA must call it).
-__device__ __forceinline__ float team_sum(float v, float* red, int team, int first_warp) {
+template <class T>
+__device__ __forceinline__ T team_sum(T v, T* red, int team, int first_warp) {
   v = team_sum_publish(v, red);
   if (team <= 32) return v;
   __syncthreads();

@@ -3,9 +3,10 @@
 // One team (plan.h row geometry) per row; a CTA holds max(1, 256/team) teams
 // and walks rows with a grid-stride loop (the grid depends on the device, the
 // per-row arithmetic does not). Per row, each thread
-//   ss = fma(x, x, ss) over its columns (k ascending, column ascending),
-//   team-reduces ss (plan.h), and computes
-//   rstd = 1 / sqrt(ss / H + eps)   (div_rn, sqrt_rn, div_rn, add_rn)
+//   ss = fma(x, x, ss) in binary64 over its columns (k ascending, column
+//        ascending; x^2 is exact, the sum cannot overflow),
+//   team-reduces ss in binary64 (plan.h), and computes
+//   rstd = FP32 nearest to 1 / sqrt(fma(ss, 1/H, eps))  (rstd.h)
 //   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
 // Thread 0 of the team writes rstd. Each thread stages its groups of the
 // team's next `depth` rows into its own shared-memory ring slots
@@ -20,6 +21,7 @@
 #include "device_blocks.cuh"
 #include "launch.h"
 #include "normgate/kernels/pipeline.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels {
 namespace dev {
@@ -52,25 +54,19 @@ __device__ __forceinline__ Group8 add_residual(const Group8& h, const Group8& u)
   return sum_group(hf, u);
 }
 
-/// This thread's share of the row's sum of squares: its groups' elements
-/// with fma_rn, slot k ascending, then column ascending (plan.h).
+/// This thread's share of the row's sum of squares in binary64: its groups'
+/// elements with dfma_rn, slot k ascending, then column ascending (plan.h).
 template <int kSlots>
-__device__ __forceinline__ float sum_squares(const Group8 (&g)[kSlots]) {
-  float ss = 0.0f;
+__device__ __forceinline__ double sum_squares(const Group8 (&g)[kSlots]) {
+  double ss = 0.0;
 #pragma unroll
   for (int k = 0; k < kSlots; ++k)
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float xf = group_at(g[k], e);
-      ss = fma_rn(xf, xf, ss);
+      const double xd = static_cast<double>(group_at(g[k], e));
+      ss = dfma_rn(xd, xd, ss);
     }
   return ss;
-}
-
-/// rstd = 1 / sqrt(tot / H + eps) (rmsnorm.h; correctly rounded division,
-/// sqrt, division). Hf = H as a float (exact: H <= 2^24).
-__device__ __forceinline__ float row_rstd(float tot, float Hf, float eps) {
-  return div_rn(1.0f, sqrt_rn(add_rn(div_rn(tot, Hf), eps)));
 }
 
 /// y = BF16_rn((x * rstd) * w) for one 8-column group, stored at col0 of yr.
@@ -109,14 +105,15 @@ __global__ void __launch_bounds__(kMaxTeam)
   constexpr int kIn = kRes ? 2 : 1;  // staged inputs per row: x (h), and u
   // [depth][kIn][kSlots][blockDim.x]: slot (s, i, k) of thread j at ((s*kIn + i)*kSlots + k)*nthr + j
   extern __shared__ uint4 ring[];
-  __shared__ float red[2][32];
+  __shared__ double red[2][32];
   const int team = a.team;
   const int nthr = static_cast<int>(blockDim.x);
   const int teams = nthr / team;
   const int ti = static_cast<int>(threadIdx.x) / team;
   const int t = static_cast<int>(threadIdx.x) % team;
   const int first_warp = ti * (team >> 5);
-  const float Hf = static_cast<float>(a.H);  // exact: H <= 2^24
+  const double inv_h = 1.0 / static_cast<double>(a.H);  // correctly rounded (rstd.h)
+  const double eps = static_cast<double>(a.eps);
   const int depth = a.depth;
 
   int col0[kSlots];
@@ -172,11 +169,10 @@ __global__ void __launch_bounds__(kMaxTeam)
         if (r < end) store_group_bits(a.h_new.row(r), col0[k], a.H, a.vec, cur[k]);
       }
     }
-    const float ss = sum_squares(cur);
-    const float tot = team_sum(ss, red[buf], team, first_warp);
+    const double tot = team_sum(sum_squares(cur), red[buf], team, first_warp);
     buf ^= 1;
     if (r < end) {
-      const float rs = row_rstd(tot, Hf, a.eps);
+      const float rs = row_rstd_fp64(tot, inv_h, eps);
       if (t == 0) a.rstd[r] = rs;
       __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
@@ -201,7 +197,7 @@ __global__ void __launch_bounds__(kMaxTeam)
 template <int kSlots, class WT, bool kRes = false>
 __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 : 1)
     fwd_simple_kernel(const FwdRows<WT> a) {
-  __shared__ float red[32];
+  __shared__ double red[32];
   const int team = a.team;
   const int teams = static_cast<int>(blockDim.x) / team;
   const int ti = static_cast<int>(threadIdx.x) / team;
@@ -226,10 +222,9 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
       if (live) store_group_bits(a.h_new.row(r), col0[k], a.H, true, cur[k]);
     }
   }
-  const float ss = sum_squares(cur);
-  const float tot = team_sum(ss, red, team, ti * (team >> 5));
+  const double tot = team_sum(sum_squares(cur), red, team, ti * (team >> 5));
   if (!live) return;
-  const float rs = row_rstd(tot, static_cast<float>(a.H), a.eps);
+  const float rs = row_rstd_fp64(tot, 1.0 / static_cast<double>(a.H), static_cast<double>(a.eps));
   if (t == 0) a.rstd[r] = rs;
   __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll

@@ -70,7 +70,7 @@ std::vector<double> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
           const float g = mul_rn(dyf, in.w[static_cast<size_t>(j)]);
           const float d = mul_rn(rs, fma_rn(-xhat, cr, g));
           dxr[j] = in.add.p != nullptr ? bf16_sum_rn(d, bf16_to_float(in.add.row(r)[j])) : bf16_from_float(d);
-          acc[static_cast<size_t>(j)].add_product(mul_rn(dyf, xf), rs);
+          acc[static_cast<size_t>(j)].add_triple(dyf, xf, rs);
         }
       }
       double* out = partials.data() + c * H;

@@ -9,6 +9,7 @@
 
 #include "normgate/kernels/accum.h"
 #include "normgate/kernels/models.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels {
 namespace {
@@ -173,6 +174,76 @@ TEST(Comp64, ValueOfInfiniteSumIsTheSum) {
   d.add(1.0);
   d.add(-1e100);
   EXPECT_EQ(d.value(), 1.0);
+}
+
+
+// add_triple: dy*(x*rstd) exact in binary64 where FP32 dy*x overflows (the
+// `huge` family) or underflows (`tiny`), and the same bits as add_product
+// where dy*x is exact in FP32.
+TEST(Acc64, TripleStaysExactWhereTheFp32ProductDoesNot) {
+  const float big = 0x1.8p127f;  // BF16-representable, big*big overflows FP32
+  Acc64 a;
+  a.add_triple(big, big, 0x1p-140f);  // dy*x*rstd = 2.25 * 2^114: finite
+  EXPECT_EQ(a.s, 2.25 * 0x1p114);
+  Acc64 old;
+  old.add_product(big * big, 0x1p-140f);
+  EXPECT_TRUE(std::isinf(old.s));  // what the FP32 product gave
+  const float tiny = 0x1.8p-120f;    // tiny*tiny underflows FP32 to 0
+  Acc64 t;
+  t.add_triple(tiny, tiny, 0x1p100f);
+  EXPECT_EQ(t.s, 2.25 * 0x1p-140);
+  // Ordinary BF16 values: bit for bit what add_product(FP32 dy*x, r) gives.
+  Acc64 p, q;
+  const float dys[] = {1.5f, -0.0078125f, 3.0f, -257.0f}, xs[] = {0.75f, 96.0f, -1.25f, 0.5f};
+  for (int i = 0; i < 4; ++i) {
+    const float r = 1.0f + 0x1p-23f * static_cast<float>(i + 1);
+    p.add_triple(dys[i], xs[i], r);
+    q.add_product(dys[i] * xs[i], r);
+  }
+  EXPECT_EQ(p.s, q.s);
+  EXPECT_NE(p.s, 0.0);
+}
+
+// rstd.h: the FP32 value nearest to 1/sqrt(m), whatever start within a few
+// ulps; checked against long double, where the answer is not near a tie.
+TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
+  const double ms[] = {1.0, 2.0, 3.0, 0.1, 1e-6, 12345.678, 0x1.fffffffffffffp-1, 1e30, 1e-30, 7.0e76, 3e-70};
+  for (double m : ms) {
+    const long double exact = 1.0L / std::sqrt(static_cast<long double>(m));
+    const float want = static_cast<float>(exact);  // RN of a long double: ties do not arise here
+    for (int off = -4; off <= 4; ++off) {
+      uint32_t b = float_bits(want);
+      b = static_cast<uint32_t>(static_cast<int64_t>(b) + off);
+      EXPECT_EQ(rstd_nearest(m, bits_float(b)), want) << "m = " << m << ", start off by " << off;
+    }
+    EXPECT_EQ(row_rstd_fp64(m, 1.0, 0.0), want) << m;
+  }
+  // m = ss/H + eps: H = 3, eps = 1e-6 as the forward takes them.
+  const double m3 = std::fma(7.0, 1.0 / 3.0, 1e-6);
+  EXPECT_EQ(row_rstd_fp64(7.0, 1.0 / 3.0, 1e-6), static_cast<float>(1.0L / std::sqrt(static_cast<long double>(m3))));
+  // Zero, Inf, NaN: IEEE 1/sqrt(m). A row of tiny subnormals with eps = 0:
+  // beyond FP32's range, +Inf.
+  EXPECT_EQ(row_rstd_fp64(0.0, 1.0, 0.0), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(row_rstd_fp64(std::numeric_limits<double>::infinity(), 1.0, 0.0), 0.0f);
+  EXPECT_TRUE(std::isnan(row_rstd_fp64(std::numeric_limits<double>::quiet_NaN(), 1.0, 0.0)));
+  EXPECT_EQ(row_rstd_fp64(0x1p-266, 1.0, 0.0), std::numeric_limits<float>::infinity());
+  // Rows whose FP32 sum of squares overflows: a subnormal rstd, not 0.
+  const float r = row_rstd_fp64(64.0 * 0x1.8p127 * 0x1.8p127, 1.0 / 64.0, 1e-6);
+  EXPECT_GT(r, 0.0f);
+  EXPECT_LT(r, std::numeric_limits<float>::min());
+  EXPECT_EQ(r, static_cast<float>(1.0L / (0x1.8p127L)));
+}
+
+TEST(Plan, TeamSumInBinary64FollowsTheButterfly) {
+  // Lane values whose binary64 sum depends on the order: 2^53 absorbs a 1
+  // added alone, but two 1s added to each other first survive.
+  std::vector<double> p(64, 0.0);
+  p[0] = 0x1p53;
+  p[1] = 1.0;   // partner of lane 0 at offset 1: absorbed
+  p[32] = 1.0;  // second warp: 1 + 1 = 2, then added to the first warp's total
+  p[33] = 1.0;
+  EXPECT_EQ(model_team_sum(p.data(), 64), 0x1p53 + 2.0);
+  EXPECT_EQ(model_team_sum(p.data(), 32), 0x1p53);
 }
 
 }  // namespace

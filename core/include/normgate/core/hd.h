@@ -95,6 +95,15 @@ NG_HD double dfma_rn(double a, double b, double c) {
 #endif
 }
 
+/// Round-to-nearest-even binary64 product, never contracted into an FMA.
+NG_HD double dmul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 /// Round-to-nearest-even binary64 difference, never contracted.
 NG_HD double dsub_rn(double a, double b) {
 #if defined(__CUDA_ARCH__)

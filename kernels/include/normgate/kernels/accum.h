@@ -19,15 +19,26 @@ namespace normgate::kernels {
 /// FP64_rn(s + p*r) is the only rounding of the step. p itself is exact (a
 /// BF16 x BF16 product has at most 16 significant bits) unless dy*x falls
 /// into FP32's subnormal range (rounded) or overflows it (p = +-Inf, so dw
-/// = +-Inf or NaN although dy*x*rstd may be finite: inputs whose products
-/// exceed 3.4e38, left as an open item in docs/perf.md session 6). After n terms the error is at most about n*2^-53*sum|p*r|
+/// = +-Inf or NaN although dy*x*rstd may be finite: add_triple below avoids
+/// it). After n terms the error is at most about n*2^-53*sum|p*r|
 /// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 4.2),
 /// below the (n*2^-24)^2*sum|v| of the FP32 TwoSum pair it replaced (Comp32,
 /// 10 FP32 operations per term where this is one conversion and one fma: the
 /// backward was issue-bound, docs/perf.md session 6).
+///
+/// add_triple(dy, x, r) is the step the backward takes (session 7): s =
+/// fma(dy, x*r, s) in binary64, where x*r (BF16 x FP32: at most 32
+/// significant bits) and dy*(x*r) (at most 40) are exact for every finite
+/// BF16 dy, x and FP32 r (binary64's exponent range holds them all), so it is
+/// add_product(FP32_rn(dy*x), r) bit for bit wherever dy*x is exact in FP32,
+/// and stays exact where dy*x overflows or underflows FP32 (the `huge` and
+/// `tiny` families). One more conversion per term than add_product.
 struct Acc64 {
   double s = 0.0;  ///< the running sum
   NG_HD void add_product(float p, float r) { s = dfma_rn(static_cast<double>(p), static_cast<double>(r), s); }
+  NG_HD void add_triple(float dy, float x, float r) {
+    s = dfma_rn(static_cast<double>(dy), dmul_rn(static_cast<double>(x), static_cast<double>(r)), s);
+  }
 };
 
 /// FP64 TwoSum accumulator (Knuth's branch-free TwoSum; the errors are summed

@@ -69,9 +69,12 @@ std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> 
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                   float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
 
-/// The FP32 team reduction of plan.h, on the host: partials[team] (one value
+/// The team reduction of plan.h, on the host: partials[team] (one value
 /// per thread of the team, team a multiple of 32, <= 1024) reduced by the
-/// warp butterfly, then across warps. Exposed for tests.
+/// warp butterfly, then across warps; FP32 (the backward's sum) or binary64
+/// (the forward's sum of squares), round to nearest even at every add.
+/// Exposed for tests. Throws nothing (team outside its range: undefined).
 float model_team_sum(const float* partials, int team);
+double model_team_sum(const double* partials, int team);
 
 }  // namespace normgate::kernels

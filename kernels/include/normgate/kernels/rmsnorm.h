@@ -10,24 +10,24 @@
 //
 // Math (FP32 unless stated; every rounding explicit, see core/hd.h):
 //   forward, row r (the order of the sum is plan.h's row geometry):
-//     ss      = sum_j fma(x_j, x_j, .)       (FP32; x_j^2 is exact in FP32)
-//     mean    = ss / H                       (correctly rounded division)
-//     rstd_r  = 1 / sqrt(mean + eps)         (correctly rounded sqrt, division)
+//     ss      = sum_j fma(x_j, x_j, .)       (binary64: cannot overflow)
+//     m       = fma(ss, 1/H, eps)            (binary64, 1/H rounded once)
+//     rstd_r  = FP32 nearest to 1/sqrt(m)    (rstd.h: an exact midpoint test;
+//               the correctly rounded rstd in all but ~1e-8 of rows)
 //     y_rj    = BF16_rn((x_rj * rstd_r) * w_j)  (two FP32 products, then RNE)
 //   backward, row r, with the forward's FP32 rstd_r:
 //     xhat = x*rstd;  g = dy*w;  s_r = sum_j fma(g, xhat, .)  (same geometry)
 //     c_r  = s_r * FP32_rn(1/H)          (a product: exact division for H = 2^k)
 //     dx   = BF16_rn(rstd * fma(-xhat, c_r, g))
 //     dw_j = sum_r dy*x*rstd: per chunk of rows (plan.h) an FP64 sum of
-//            exact products (accum.h Acc64: s = fma((double)(dy*x), rstd, s)),
+//            exact products (accum.h Acc64: s = fma(dy, x*rstd, s) in binary64),
 //            then the chunk partials combined in FP64 (variant-specific).
 //
-// Range (a known limit, no rescaling yet): a row whose FP32 sum of squares
-// overflows (RMS above ~1.8e19, the `huge` family) gets ss = +Inf, so rstd = 0
-// and y = 0, and the dw columns it touches turn NaN (dy*x*0 with dy*x = Inf)
-// or Inf (dy*x itself above 3.4e38). Nothing crashes, and the gate fails such
-// cases (y, rstd and dw over budget), but the values are wrong:
-// docs/perf.md, session 6, open items.
+// Range: every finite BF16 row has a finite sum of squares in binary64, so
+// rows with RMS above ~1.8e19 (the `huge` family) get their true rstd (down
+// to FP32 subnormals), and the backward's dw products are exact in binary64
+// for every finite input (dy*x above 3.4e38 included). Rows holding Inf or
+// NaN give rstd 0 or NaN.
 //
 // Vector path: 16-byte loads/stores are used when H % 8 == 0, w and every
 // [T, H] tensor pointer are 16-byte aligned and every row stride is a multiple
