@@ -272,8 +272,9 @@ TEST(RatioStats, MergeRejectsOtherOutput) {
 // add_row must give bit for bit what add() gives element by element: random
 // rows mixing ordinary values with zeros, NaN/Inf in got, ref, ideal and
 // bound, huge errors over tiny tolerances (err/tol overflowing to inf), bounds
-// that make comparisons uncertified, exact ties, and slow-path elements in the
-// middle of a row; for every output's budget (h_new: exact).
+// that make comparisons uncertified, exact ties, err/tol spread over every
+// histogram bin (1e-14 to 1e8), and slow-path elements in the middle of a
+// row; for every output's budget (h_new: exact).
 TEST(RatioStats, AddRowEqualsAddElementByElement) {
   using normgate::validators::testing::expect_same;
   normgate::test::Xorshift64 next(99);
@@ -298,6 +299,8 @@ TEST(RatioStats, AddRowEqualsAddElementByElement) {
         if (kind == 5) got[j] = ref[j] + tol;              // err/tol exactly ~1
         if (kind == 6) got[j] = ref[j];                    // exact
         if (kind == 7 && j > 0) got[j] = got[j - 1], ref[j] = ref[j - 1];  // a tie with the previous element
+        if (kind >= 8 && kind < 14) got[j] = ref[j] + std::pow(10.0, -14 + 22 * uni()) * tol;  // every bin
+        if (kind == 14) got[j] = ref[j] + 1e-8 * tol;  // at the underflow bin's edge
       }
       RatioStats a(o), b(o);
       for (int64_t j = 0; j < n; ++j) a.add(1000 + j, got[j], ref[j], bound[j], ideal[j]);
