@@ -80,6 +80,11 @@ oracle::Options oracle_options(oracle::RstdMode rstd, oracle::OracleMode mode = 
 /// are kept. Never throws.
 inline float round_to_bf16(double v);
 
+/// out[j] = static_cast<double>(round_to_bf16(v[j])) for j = 0..n-1, bit for
+/// bit (NaN payloads included); faster (vectorized; the validation sweep
+/// rounds the oracle's rows with it). v and out must not overlap. Never throws.
+void round_to_bf16_row(const double* v, int64_t n, double* out);
+
 /// Validate `got` for problem p. `ref` is the FP64 reference (RstdMode::fp64);
 /// `ideal` the same problem in RstdMode::fp32_rounded (used for the forced
 /// part of dx/dw errors; y/rstd forced parts come from rounding ref once).
