@@ -156,7 +156,7 @@ CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, con
                             const oracle::Reference& ideal, const Outputs* baseline, int threads = 0,
                             const std::vector<uint16_t>& h_new_expected = {});
 
-// Definition (inline: called once or twice per element in validation sweeps).
+// Definition (inline: called per element; the validation sweep rounds whole rows with round_to_bf16_row).
 inline float round_to_bf16(double v) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   constexpr double kMaxBf16 = 0x1.fep+127;  // largest finite BF16, 0x7F7F = (2 - 2^-7) * 2^127
