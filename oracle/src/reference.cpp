@@ -133,6 +133,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -391,23 +392,37 @@ float round_rstd_f32(double r, double lo, double e2, bool& certain) {
   return cand;
 }
 
+// The value-or-inf choices of eval_y / eval_dx as bit selects rather than
+// conditional expressions: GCC (with its default -ftrapping-math) will not
+// turn a conditional whose arm it has sunk floating-point work into into a
+// vector blend, so the row loops below stayed scalar. Same values as
+// `keep ? a : INF` and as inflate(): only the form of the choice differs.
+inline double keep_or_inf(bool keep, double a) {
+  const uint64_t m = 0 - static_cast<uint64_t>(keep);
+  return std::bit_cast<double>((std::bit_cast<uint64_t>(a) & m) | (std::bit_cast<uint64_t>(INF) & ~m));
+}
+inline double inflate_sel(double b) {  // inflate(b)
+  const double up = b * (1 + 0x1p-48) + 0x1p-1060;
+  return keep_or_inf(b <= std::numeric_limits<double>::max(), up);
+}
+
 inline void eval_y(double xv, double w, double hi, double lo, double yb, VB& out) {
   double xw = xv * w;  // exact
   double v = std::fma(xw, hi, xw * lo);
-  double b = inflate(UP * std::fabs(v) + std::fabs(xw) * yb + 2 * ETA);
+  double b = inflate_sel(UP * std::fabs(v) + std::fabs(xw) * yb + 2 * ETA);
   out.v = v;
-  out.bound = std::fabs(v) <= std::numeric_limits<double>::max() ? b : INF;  // non-finite v -> inf
+  out.bound = keep_or_inf(std::fabs(v) <= std::numeric_limits<double>::max(), b);  // non-finite v -> inf
 }
 
 inline void eval_dx(double xv, double dv, double w, double k, double kb, double use, double ub,
                     VB& out) {
   double g = dv * w;  // exact
   double t = std::fma(-xv, k, g);
-  double et = inflate(UP * std::fabs(t) + ETA + std::fabs(xv) * kb);
+  double et = inflate_sel(UP * std::fabs(t) + ETA + std::fabs(xv) * kb);
   double v = use * t;
-  double b = inflate(UP * std::fabs(v) + ETA + std::fabs(use) * et + std::fabs(t) * ub + ub * et);
+  double b = inflate_sel(UP * std::fabs(v) + ETA + std::fabs(use) * et + std::fabs(t) * ub + ub * et);
   out.v = v;
-  out.bound = std::fabs(v) <= std::numeric_limits<double>::max() ? b : INF;  // non-finite v -> inf
+  out.bound = keep_or_inf(std::fabs(v) <= std::numeric_limits<double>::max(), b);  // non-finite v -> inf
 }
 
 NG_CLONES void y_row_impl(const uint16_t* __restrict x, const double* __restrict w, int64_t n,

@@ -169,6 +169,35 @@ TEST(RoundToBf16, FastPathEqualsTheDefinition) {
   EXPECT_EQ(nv::round_to_bf16(-0x1.fefffp+127), -0x1.fep+127f);
 }
 
+// The row version against round_to_bf16 element by element, bit for bit:
+// doubles over every exponent (subnormal doubles to the largest), ties and
+// their neighbours, the overflow threshold, +-0, +-inf and NaN payloads,
+// in rows of every length (vector tails).
+TEST(RoundToBf16, RowEqualsElementByElement) {
+  normgate::test::Xorshift64 next(777);
+  const double special[] = {0.0, -0.0, INFINITY, -INFINITY, std::nan(""), -std::nan("7"),
+                            std::bit_cast<double>(uint64_t{0x7FF0000000000123}), 0x1.fep+127, 0x1.ffp+127,
+                            -0x1.fefffp+127, 0x1p-126, std::nextafter(0x1p-126, 0.0), 0x1p-133, 0x1p-134, 5e-324};
+  for (int rep = 0; rep < 300; ++rep) {
+    const int64_t n = static_cast<int64_t>(next() % 70);
+    std::vector<double> v(n), out(n, 12345.0);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t frac = next() & ((uint64_t{1} << 52) - 1);
+      uint64_t f = frac;
+      if (j % 4 == 0) f = (frac & ~((uint64_t{1} << 45) - 1)) | (uint64_t{1} << 44);  // a tie
+      if (j % 8 == 4) f += 1;
+      const int e = rep % 3 == 0 ? static_cast<int>(next() % 2047) : static_cast<int>(next() % 281) + 1023 - 140;
+      v[j] = std::bit_cast<double>((static_cast<uint64_t>(e) << 52) | (f & ((uint64_t{1} << 52) - 1))) *
+             ((next() & 1) ? -1.0 : 1.0);
+      if (next() % 10 == 0) v[j] = special[next() % std::size(special)];
+    }
+    nv::round_to_bf16_row(v.data(), n, out.data());
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(std::bit_cast<uint64_t>(out[j]), std::bit_cast<uint64_t>(static_cast<double>(nv::round_to_bf16(v[j]))))
+          << std::hexfloat << v[j];
+  }
+}
+
 TEST(RoundToBf16, SingleRoundingFromDouble) {
   // 1 + 2^-8 + 2^-30: above the midpoint between BF16 neighbours 1 and
   // 1 + 2^-7, so it rounds up. Through binary32 first it would become the

@@ -272,8 +272,9 @@ TEST(RatioStats, MergeRejectsOtherOutput) {
 // add_row must give bit for bit what add() gives element by element: random
 // rows mixing ordinary values with zeros, NaN/Inf in got, ref, ideal and
 // bound, huge errors over tiny tolerances (err/tol overflowing to inf), bounds
-// that make comparisons uncertified, exact ties, and slow-path elements in the
-// middle of a row; for every output's budget (h_new: exact).
+// that make comparisons uncertified, exact ties, err/tol spread over every
+// histogram bin (1e-14 to 1e8), and slow-path elements in the middle of a
+// row; for every output's budget (h_new: exact).
 TEST(RatioStats, AddRowEqualsAddElementByElement) {
   using normgate::validators::testing::expect_same;
   normgate::test::Xorshift64 next(99);
@@ -298,6 +299,8 @@ TEST(RatioStats, AddRowEqualsAddElementByElement) {
         if (kind == 5) got[j] = ref[j] + tol;              // err/tol exactly ~1
         if (kind == 6) got[j] = ref[j];                    // exact
         if (kind == 7 && j > 0) got[j] = got[j - 1], ref[j] = ref[j - 1];  // a tie with the previous element
+        if (kind >= 8 && kind < 14) got[j] = ref[j] + std::pow(10.0, -14 + 22 * uni()) * tol;  // every bin
+        if (kind == 14) got[j] = ref[j] + 1e-8 * tol;  // at the underflow bin's edge
       }
       RatioStats a(o), b(o);
       for (int64_t j = 0; j < n; ++j) a.add(1000 + j, got[j], ref[j], bound[j], ideal[j]);
@@ -317,8 +320,9 @@ TEST(RatioStats, AddRowEqualsAddElementByElement) {
 
 // add_bf16_exact_row must give bit for bit what add() gives element by
 // element on widened BF16 values: rows mostly equal to the expected bits, with
-// mismatches, NaNs (several payloads), +-0, +-Inf, and rows added out of index
-// order (a tie at ratio 0 with a lower index arriving later).
+// mismatches, NaNs (several payloads), +-0, +-Inf, rows added out of index
+// order (a tie at ratio 0 with a lower index arriving later), and rows with
+// no mismatch at all.
 TEST(RatioStats, ExactBf16RowEqualsAddElementByElement) {
   normgate::test::Xorshift64 next(7);
   const uint16_t special[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0x0001};
@@ -337,13 +341,23 @@ TEST(RatioStats, ExactBf16RowEqualsAddElementByElement) {
     }
     const int64_t base = static_cast<int64_t>(next() % 3) * 1000;
     RatioStats a(Output::h_new), b(Output::h_new);
-    // Second half first, then the first half: indices not in order.
     const int64_t h = n / 2;
+    SCOPED_TRACE("rep " + std::to_string(rep));
+    if (rep % 3 == 0) {
+      // In order, the second half all equal (the whole-row path once
+      // `worst` is set; ties at ratio 0 and equal NaNs included).
+      for (int64_t j = h; j < n; ++j) got[j] = expect[j];
+      for (int64_t j = 0; j < n; ++j) a.add(base + j, widen(got[j]), widen(expect[j]), 0.0, widen(expect[j]));
+      b.add_bf16_exact_row(base, got.data(), expect.data(), h);
+      b.add_bf16_exact_row(base + h, got.data() + h, expect.data() + h, n - h);
+      expect_same(a, b);
+      continue;
+    }
+    // Second half first, then the first half: indices not in order.
     for (int64_t j = h; j < n; ++j) a.add(base + j, widen(got[j]), widen(expect[j]), 0.0, widen(expect[j]));
     for (int64_t j = 0; j < h; ++j) a.add(base + j, widen(got[j]), widen(expect[j]), 0.0, widen(expect[j]));
     b.add_bf16_exact_row(base + h, got.data() + h, expect.data() + h, n - h);
     b.add_bf16_exact_row(base, got.data(), expect.data(), h);
-    SCOPED_TRACE("rep " + std::to_string(rep));
     expect_same(a, b);
   }
   RatioStats y(Output::y);

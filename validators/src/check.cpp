@@ -80,7 +80,52 @@ bool bitwise_equal(const V& a, const V& b, int nt) {
   return differ == 0;
 }
 
+// The sweep's per-row conversions, compiled twice (AVX2 and the build's
+// baseline) and picked at load time (GCC target_clones), as the oracle's hot
+// loops (oracle/src/eft.h); integer and IEEE operations only, so both clones
+// give the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NG_SWEEP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NG_SWEEP_CLONES
+#endif
+
+// out[j] = BF16 value of bits in[j], as a double (exact), j < n.
+NG_SWEEP_CLONES void widen_bf16_row(const uint16_t* __restrict in, int64_t n, double* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = static_cast<double>(bf16_to_float(in[j]));
+}
+
 }  // namespace
+
+// round_to_bf16's fast path (|v| in BF16's normal range) written without branches, so that
+// it vectorizes; the rare other elements (zeros, subnormals, NaN, inf) are
+// redone by round_to_bf16 itself. The fast path's result in bits: the
+// rounded magnitude r, or +inf's bits when r > the largest finite BF16
+// (round_to_bf16 returns +-inf there), with v's sign; as a double it equals
+// round_to_bf16's float widened (a BF16 value, or +-inf).
+NG_SWEEP_CLONES void round_to_bf16_row(const double* __restrict v, int64_t n, double* __restrict out) {
+  constexpr uint64_t kSign = 0x8000000000000000ull;
+  constexpr uint64_t kMinNormal = uint64_t{1023 - 126} << 52;  // 2^-126
+  constexpr uint64_t kTwo128 = uint64_t{1023 + 128} << 52;     // 2^128
+  constexpr uint64_t kMaxBf16 = 0x47EFE00000000000ull;         // bits of 0x1.fep+127
+  constexpr uint64_t kInfBits = 0x7FF0000000000000ull;
+  constexpr int kDrop = 52 - 7;
+  uint64_t slow = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t bits = std::bit_cast<uint64_t>(v[j]);
+    const uint64_t mag = bits & ~kSign;
+    const uint64_t lsb = (mag >> kDrop) & 1u;
+    uint64_t r = (mag + ((uint64_t{1} << (kDrop - 1)) - 1) + lsb) & ~((uint64_t{1} << kDrop) - 1);
+    r = r > kMaxBf16 ? kInfBits : r;
+    out[j] = std::bit_cast<double>(r | (bits & kSign));
+    slow |= static_cast<uint64_t>(mag < kMinNormal) | static_cast<uint64_t>(mag >= kTwo128);
+  }
+  if (slow == 0) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t mag = std::bit_cast<uint64_t>(v[j]) & ~kSign;
+    if (mag < kMinNormal || mag >= kTwo128) out[j] = static_cast<double>(round_to_bf16(v[j]));
+  }
+}
 
 Verdict CaseResult::verdict() const {
   Verdict v = Verdict::pass;
@@ -256,23 +301,23 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
           const int64_t n = std::min(kTile, cols - j0);
           if (any_y) {
             ref.y_row(r, j0, n, yv.data(), ybd.data());
-            for (int64_t j = 0; j < n; ++j) yideal[j] = static_cast<double>(round_to_bf16(yv[j]));
+            round_to_bf16_row(yv.data(), n, yideal.data());
           }
           if (any_dx) {
             ref.dx_row(r, j0, n, dv.data(), dbd.data());
             ideal.dx_row_values(r, j0, n, iv.data());
-            for (int64_t j = 0; j < n; ++j) dideal[j] = static_cast<double>(round_to_bf16(iv[j]));
+            round_to_bf16_row(iv.data(), n, dideal.data());
           }
           const int64_t base = r * cols + j0;
           for (size_t k = 0; k < ng; ++k) {
             const OutputsRef& got = gots[k];
             Four& s4 = st[k];
             if (ysrc[k] == k && got.y) {
-              for (int64_t j = 0; j < n; ++j) g[j] = static_cast<double>(bf16_to_float((*got.y)[base + j]));
+              widen_bf16_row(got.y->data() + base, n, g.data());
               s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), n);
             }
             if (dsrc[k] == k && got.dx) {
-              for (int64_t j = 0; j < n; ++j) g[j] = static_cast<double>(bf16_to_float((*got.dx)[base + j]));
+              widen_bf16_row(got.dx->data() + base, n, g.data());
               s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), n);
             }
             if (do_h && hsrc[k] == k && got.h_new)

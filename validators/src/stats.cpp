@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -36,28 +37,36 @@ const std::array<double, H::kLogBins + 1>& edges() {
   return e;
 }
 
-// Fast search: a ratio r in (e[0], e[kLogBins]] is a positive normal double;
-// its binary exponent x and the top kSubBits bits of its significand name a
-// slice [lo, hi) of the line with hi/lo <= 1 + 2^-kSubBits = 1.0625.
-// sub[slice] is the smallest i with e[i] >= lo. Edges are 10^(1/kPerDecade)
-// ~ 1.26 apart, more than a slice is wide, so at most one edge lies in a
-// slice and the answer (smallest i with r <= e[i]) is sub, or sub + 1 when
-// e[sub] < r (then e[sub] is in [lo, r) and e[sub + 1] >= 1.26 lo > r).
-// The edge array is padded with +inf so e[sub] is always readable.
+// Bin search without a search: a ratio r in (e[0], e[kLogBins]] is a
+// positive normal double; its binary exponent x and the top kSubBits bits of
+// its significand name a slice [lo, hi) of the line with hi/lo <= 1 +
+// 2^-kSubBits = 1.0625: slice = (bits(r) >> (52 - kSubBits)) - slice0.
+// With i the smallest index with e[i] >= lo: edges are 10^(1/kPerDecade) ~
+// 1.26 apart, more than a slice is wide, so at most one edge lies in a slice
+// and the answer (smallest i with r <= e[i]) is i, or i + 1 when e[i] < r
+// (then e[i] is in [lo, r) and e[i + 1] >= 1.26 lo > r). Per slice the table
+// holds the bin of that answer, base = i + 1 (log bin i + 1 is (e[i-1], e[i]]),
+// and edge = e[i] (+inf past the last edge): bin = base + (edge < r).
+// Every finite r >= 0 gets its bin this way: r <= e[0] is looked up at e[0]'s
+// slice (base 1, edge e[0]: bin 1) and r > e[kLogBins] at hi_clamp's (bin
+// kBins-2), with the comparison made on r itself; r == 0 uses an extra entry
+// zero_slice (base 0, edge +inf: bin 0).
 struct FastBins {
-  static constexpr int kPad = 4;
   static constexpr int kSubBits = 4;
-  int exp_min = 0, exp_max = 0;
-  std::vector<int16_t> sub;  // [(x - exp_min) << kSubBits | top bits]
-  std::array<double, H::kLogBins + 1 + kPad> e{};
-  /// Smallest i in [1, kLogBins] with r <= e[i], for r in (e[0], e[kLogBins]].
-  int index(double r) const {
-    const uint64_t bits = std::bit_cast<uint64_t>(r);
-    const int x = static_cast<int>(bits >> 52) - 1023;  // r is positive and normal
-    const int slice = ((x - exp_min) << kSubBits) | static_cast<int>((bits >> (52 - kSubBits)) & ((1u << kSubBits) - 1));
-    const int i = sub[static_cast<size_t>(slice)];
-    return i + (e[static_cast<size_t>(i)] < r);
+  int64_t slice0 = 0;      // bits >> (52 - kSubBits) of slice 0's lower end
+  int64_t zero_slice = 0;  // the entry for r == 0 (after the last slice)
+  double lo_clamp = 0;     // e[0]
+  double hi_clamp = 0;     // the double after e[kLogBins]
+  std::vector<int32_t> base;
+  std::vector<double> edge;
+  /// Table entry of a finite r >= 0.
+  int64_t slice(double r) const {
+    if (!(r > 0.0)) return zero_slice;
+    const double c = std::min(std::max(r, lo_clamp), hi_clamp);
+    return static_cast<int64_t>(std::bit_cast<uint64_t>(c) >> (52 - kSubBits)) - slice0;
   }
+  /// Histogram::bin(r) for r finite >= 0, given s = slice(r).
+  int bin(int64_t s, double r) const { return base[static_cast<size_t>(s)] + (edge[static_cast<size_t>(s)] < r); }
 };
 
 const FastBins& fast_bins() {
@@ -65,18 +74,174 @@ const FastBins& fast_bins() {
     static_assert(H::kPerDecade <= 10, "FastBins assumes at most one edge per slice (edges >= 1.0625 apart)");
     FastBins b;
     const auto& e = edges();
-    std::copy(e.begin(), e.end(), b.e.begin());
-    std::fill(b.e.begin() + e.size(), b.e.end(), kInf);
-    b.exp_min = std::ilogb(e.front());
-    b.exp_max = std::ilogb(e.back());
-    for (int x = b.exp_min; x <= b.exp_max; ++x)
+    b.lo_clamp = e.front();
+    b.hi_clamp = std::nextafter(e.back(), kInf);
+    const int x0 = std::ilogb(b.lo_clamp), x1 = std::ilogb(b.hi_clamp);
+    b.slice0 = static_cast<int64_t>(x0 + 1023) << FastBins::kSubBits;
+    for (int x = x0; x <= x1; ++x)
       for (int m = 0; m < (1 << FastBins::kSubBits); ++m) {
         const double lo = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -FastBins::kSubBits), x);  // exact
-        b.sub.push_back(static_cast<int16_t>(std::lower_bound(e.begin(), e.end(), lo) - e.begin()));
+        const size_t i = static_cast<size_t>(std::lower_bound(e.begin(), e.end(), lo) - e.begin());
+        b.base.push_back(static_cast<int32_t>(i) + 1);
+        b.edge.push_back(i < e.size() ? e[i] : kInf);
       }
+    b.zero_slice = static_cast<int64_t>(b.base.size());
+    b.base.push_back(0);
+    b.edge.push_back(kInf);
     return b;
   }();
   return f;
+}
+
+// --- RatioStats::add_row's fast path -----------------------------------------
+// An element is "fast" when everything add() computes for it is finite
+// without add()'s special cases: finite got, ref, ideal and bound, tol > 0,
+// finite ratios. Tested as sums, with fewer branches: a NaN or inf term makes
+// a sum NaN or inf; finite terms whose sum overflows only send the element to
+// add() as well, which is always exact (the test need only be sufficient).
+// Ratios of finite values over tol > 0 are >= 0, not NaN. fast_element (one
+// element) and scan_block (four at a time) perform the same IEEE operations,
+// so they agree on every element.
+constexpr double kUp = 1 + 0x1p-50, kDn = 1 - 0x1p-50;  // as certified() (budget.h)
+constexpr int64_t kBlock = 256;                         // elements per scan_block call
+
+struct FastElement {
+  bool fast, cert;  // cert: certified() for a fast element (exact == false)
+  double r, fr, err, tol;
+};
+
+inline FastElement fast_element(double g, double rf, double b, double id, double atol, double rtol) {
+  FastElement e;
+  e.tol = atol + rtol * std::fabs(rf);
+  e.err = std::fabs(g - rf);
+  e.r = e.err == 0.0 ? 0.0 : e.err / e.tol;
+  const double ferr = std::fabs(id - rf);
+  e.fr = ferr == 0.0 ? 0.0 : ferr / e.tol;
+  const double ab = std::fabs(b);
+  const double br = b == 0.0 ? 0.0 : ab / e.tol;
+  e.fast = std::fabs(g) + std::fabs(rf) + std::fabs(id) + ab <= kMax && e.tol > 0.0 && e.r + e.fr + br < kInf;
+  e.cert = true;
+  if (b != 0.0) {
+    const double m = (1 + rtol) * ab;
+    e.cert = e.r <= 1.0 ? (e.err + m) * kUp <= e.tol * kDn : e.err * kDn > (e.tol + m) * kUp;
+  }
+  return e;
+}
+
+// scan_block is compiled twice (AVX2 and the build's baseline) and picked at
+// load time (GCC target_clones), as the oracle's hot loops (oracle/src/eft.h):
+// both clones perform the same IEEE-754 operations, so the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NG_VAL_CLONES
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"  // vector helpers are internal (inlined), no ABI concern
+#endif
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+typedef uint64_t v4u __attribute__((vector_size(32)));
+
+struct BlockScan {
+  int64_t fast = 0, over = 0, over_certified = 0;
+  double max_forced = 0, max_bound_ratio = 0;  // over the fast elements (0 when none)
+  double max_r = -1;                           // over the fast elements (-1 when none)
+  bool special = false;  // some element is not fast, or fast and not certified
+};
+
+struct ScanAcc {
+  v4l fast{}, over{}, overc{}, special{};
+  v4d mf{}, mb{}, mr{-1, -1, -1, -1};
+};
+
+struct BinConsts {
+  double lo, hi;
+  int64_t slice0, zero_slice;
+};
+
+inline v4d vabs(v4d a) { return reinterpret_cast<v4d>(reinterpret_cast<v4l>(a) & 0x7FFFFFFFFFFFFFFFll); }
+
+// fast_element on four lanes; lanes where `valid` is 0 count nowhere. rb gets
+// r for fast lanes, -1 for the others; sb FastBins::slice(r) for fast lanes,
+// -1 for the others.
+__attribute__((always_inline)) inline void scan4(v4d G, v4d R, v4d B, v4d I, v4l valid, double atol, double rtol,
+                                                 const BinConsts& bc, double* rb, int64_t* sb, ScanAcc& a) {
+  const v4d zero = {0, 0, 0, 0};
+  const v4d tol = atol + rtol * vabs(R);
+  const v4d err = vabs(G - R);
+  const v4d r = err == 0.0 ? zero : err / tol;
+  const v4d ferr = vabs(I - R);
+  const v4d fr = ferr == 0.0 ? zero : ferr / tol;
+  const v4d ab = vabs(B);
+  const v4d br = B == 0.0 ? zero : ab / tol;
+  const v4l fast = valid & (vabs(G) + vabs(R) + vabs(I) + ab <= kMax) & (tol > 0.0) & (r + fr + br < kInf);
+  const v4d m = (1 + rtol) * ab;
+  const v4l cert_nz = r <= 1.0 ? ((err + m) * kUp <= tol * kDn) : (err * kDn > (tol + m) * kUp);
+  const v4l cert = B != 0.0 ? cert_nz : ~v4l{};
+  const v4l over = fast & (r > 1.0);
+  a.fast -= fast;
+  a.over -= over;
+  a.overc -= over & cert;
+  a.special |= (valid & ~fast) | (fast & ~cert);
+  a.mf = (fast & (fr > a.mf)) != 0 ? fr : a.mf;
+  a.mb = (fast & (br > a.mb)) != 0 ? br : a.mb;
+  const v4d rr = fast != 0 ? r : v4d{-1, -1, -1, -1};
+  a.mr = rr > a.mr ? rr : a.mr;
+  std::memcpy(rb, &rr, sizeof rr);
+  v4d c = r < bc.lo ? bc.lo : r;
+  c = c > bc.hi ? bc.hi : c;
+  v4l s = reinterpret_cast<v4l>(reinterpret_cast<v4u>(c) >> (52 - FastBins::kSubBits)) - bc.slice0;
+  s = r > 0.0 ? s : bc.zero_slice;
+  s = fast != 0 ? s : -1;
+  std::memcpy(sb, &s, sizeof s);
+}
+
+// fast_element over n <= kBlock elements: counts and maxima of the fast ones
+// into out; each element's r and slice into rb and sb (-1 for an element that
+// is not fast).
+NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* bd, const double* id, int64_t n,
+                              double atol, double rtol, const BinConsts& bc, double* rb, int64_t* sb,
+                              BlockScan& out) {
+  ScanAcc a;
+  const v4l all = ~v4l{};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    v4d G, R, B, I;
+    std::memcpy(&G, g + j, sizeof G);
+    std::memcpy(&R, rf + j, sizeof R);
+    std::memcpy(&B, bd + j, sizeof B);
+    std::memcpy(&I, id + j, sizeof I);
+    scan4(G, R, B, I, all, atol, rtol, bc, rb + j, sb + j, a);
+  }
+  if (j < n) {
+    v4d G{}, R{}, B{}, I{};
+    v4l valid{};
+    double rt[4];
+    int64_t st[4];
+    for (int64_t l = 0; j + l < n; ++l) {
+      G[l] = g[j + l];
+      R[l] = rf[j + l];
+      B[l] = bd[j + l];
+      I[l] = id[j + l];
+      valid[l] = -1;
+    }
+    scan4(G, R, B, I, valid, atol, rtol, bc, rt, st, a);
+    for (int64_t l = 0; j + l < n; ++l) {
+      rb[j + l] = rt[l];
+      sb[j + l] = st[l];
+    }
+  }
+  out = BlockScan{};
+  for (int l = 0; l < 4; ++l) {
+    out.fast += a.fast[l];
+    out.over += a.over[l];
+    out.over_certified += a.overc[l];
+    out.special = out.special || a.special[l] != 0;
+    out.max_forced = a.mf[l] > out.max_forced ? a.mf[l] : out.max_forced;
+    out.max_bound_ratio = a.mb[l] > out.max_bound_ratio ? a.mb[l] : out.max_bound_ratio;
+    out.max_r = a.mr[l] > out.max_r ? a.mr[l] : out.max_r;
+  }
 }
 
 void check_bin(int k) {
@@ -134,10 +299,7 @@ int Histogram::bin(double ratio) {
   if (ratio <= 0.0) return 0;
   if (std::isinf(ratio)) return kBins - 1;
   const FastBins& f = fast_bins();
-  if (ratio <= f.e[0]) return 1;
-  if (ratio > f.e[kLogBins]) return kBins - 2;
-  // Smallest i in [1, kLogBins] with ratio <= e[i]; log bin i+1 is (e[i-1], e[i]].
-  return f.index(ratio) + 1;
+  return f.bin(f.slice(ratio), ratio);
 }
 
 double Histogram::lower(int k) {
@@ -222,82 +384,56 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     return;
   }
   const FastBins& f = fast_bins();
+  const BinConsts bc{f.lo_clamp, f.hi_clamp, f.slice0, f.zero_slice};
   const double atol = budget_.atol, rtol = budget_.rtol;
-  constexpr double up = 1 + 0x1p-50, dn = 1 - 0x1p-50;  // as certified() (budget.h)
-  // Running state of the fast path, folded into the fields by flush().
-  int64_t cnt = 0, over_n = 0, overc_n = 0;
-  double best = -1;
-  int64_t best_j = -1;
-  auto flush = [&] {
-    n += cnt;
-    over += over_n;
-    over_certified += overc_n;
-    cnt = over_n = overc_n = 0;
-    if (best_j >= 0 && beats(best, base + best_j, worst)) {
-      const int64_t k = best_j;
-      const double tk = atol + rtol * std::fabs(ref[k]);
-      const double ferr = std::fabs(ideal[k] - ref[k]);
-      worst = Worst{base + k, best, got[k], ref[k], std::fabs(got[k] - ref[k]), tk, bound[k],
-                    ferr == 0.0 ? 0.0 : ferr / tk, ideal[k]};
+  double rb[kBlock];
+  int64_t sb[kBlock];
+  for (int64_t j0 = 0; j0 < len; j0 += kBlock) {
+    const int64_t nb = std::min<int64_t>(kBlock, len - j0);
+    const double* g = got + j0;
+    const double* rf = ref + j0;
+    const double* bd = bound + j0;
+    const double* id = ideal + j0;
+    // Counts and maxima of the fast elements, four at a time; their ratios
+    // and histogram slices in rb and sb (-1: not fast).
+    BlockScan sc;
+    scan_block(g, rf, bd, id, nb, atol, rtol, bc, rb, sb, sc);
+    n += sc.fast;
+    over += sc.over;
+    over_certified += sc.over_certified;
+    max_forced = sc.max_forced > max_forced ? sc.max_forced : max_forced;
+    max_bound_ratio = sc.max_bound_ratio > max_bound_ratio ? sc.max_bound_ratio : max_bound_ratio;
+    for (int64_t j = 0; j < nb; ++j)
+      if (sb[j] >= 0) ++hist.count[static_cast<size_t>(f.bin(sb[j], rb[j]))];
+    // The block's largest ratio, first index on ties (looked for only when it
+    // can beat `worst`, even at the block's first index).
+    if (sc.max_r >= 0 && beats(sc.max_r, base + j0, worst)) {
+      int64_t k = 0;
+      while (rb[k] != sc.max_r) ++k;
+      if (beats(sc.max_r, base + j0 + k, worst)) {
+        const double tk = atol + rtol * std::fabs(rf[k]);
+        const double ferr = std::fabs(id[k] - rf[k]);
+        worst = Worst{base + j0 + k, sc.max_r, g[k], rf[k], std::fabs(g[k] - rf[k]), tk, bd[k],
+                      ferr == 0.0 ? 0.0 : ferr / tk, id[k]};
+      }
     }
-    best = -1;
-    best_j = -1;
-  };
-  for (int64_t j = 0; j < len; ++j) {
-    const double g = got[j], rf = ref[j], b = bound[j], id = ideal[j];
-    const double tol = atol + rtol * std::fabs(rf);
-    const double err = std::fabs(g - rf);
-    const double r = err == 0.0 ? 0.0 : err / tol;
-    const double ferr = std::fabs(id - rf);
-    const double fr = ferr == 0.0 ? 0.0 : ferr / tol;
-    const double ab = std::fabs(b);
-    const double br = b == 0.0 ? 0.0 : ab / tol;
-    // The fast path needs what add() computes without its special cases:
-    // finite got, ref, ideal and bound, tol > 0, finite ratios. Else add().
-    // Tested as sums, with fewer branches: a NaN or inf term makes a sum
-    // NaN or inf; finite terms whose sum overflows only send the element
-    // to add() as well, which is always exact (the test need only be
-    // sufficient). Ratios of finite values over tol > 0 are >= 0, not NaN.
-    if (!(std::fabs(g) + std::fabs(rf) + std::fabs(id) + ab <= kMax && tol > 0.0 && r + fr + br < kInf)) {
-      flush();
-      add(base + j, g, rf, b, id);
-      continue;
-    }
-    max_forced = fr > max_forced ? fr : max_forced;
-    max_bound_ratio = br > max_bound_ratio ? br : max_bound_ratio;
-    ++cnt;
-    // Histogram::bin for a finite r >= 0.
-    int k;
-    if (r <= 0.0) {
-      k = 0;
-    } else if (r <= f.e[0]) {
-      k = 1;
-    } else if (r > f.e[H::kLogBins]) {
-      k = H::kBins - 2;
-    } else {
-      k = 1 + f.index(r);
-    }
-    ++hist.count[k];
-    bool cert = true;  // certified() for finite got/ref/bound, exact == false
-    if (b != 0.0) {
-      const double m = (1 + rtol) * ab;
-      cert = r <= 1.0 ? (err + m) * up <= tol * dn : err * dn > (tol + m) * up;
-    }
-    if (r > 1.0) {
-      ++over_n;
-      overc_n += cert ? 1 : 0;
-    }
-    if (r > best) {
-      best = r;
-      best_j = j;
-    }
-    if (!cert) {
-      ++uncertified;
-      const Worst w{base + j, r, g, rf, err, tol, b, fr, id};
-      if (beats_uncertain(bound_over_tol(w), base + j, uncertain)) uncertain = w;
+    if (!sc.special) continue;
+    // Rare: elements off the fast path go through add(); fast elements whose
+    // comparison is uncertified update `uncertified` and `uncertain`. The
+    // same arithmetic as scan_block decides which is which. (Every field is a
+    // count or a maximum with a lowest-index tie rule, so the order in which
+    // elements reach them does not matter.)
+    for (int64_t j = 0; j < nb; ++j) {
+      const FastElement e = fast_element(g[j], rf[j], bd[j], id[j], atol, rtol);
+      if (!e.fast) {
+        add(base + j0 + j, g[j], rf[j], bd[j], id[j]);
+      } else if (!e.cert) {
+        ++uncertified;
+        const Worst w{base + j0 + j, e.r, g[j], rf[j], e.err, e.tol, bd[j], e.fr, id[j]};
+        if (beats_uncertain(bound_over_tol(w), base + j0 + j, uncertain)) uncertain = w;
+      }
     }
   }
-  flush();
 }
 
 void RatioStats::add_bf16_exact_row(int64_t base, const uint16_t* got, const uint16_t* expected, int64_t len) {
@@ -309,6 +445,18 @@ void RatioStats::add_bf16_exact_row(int64_t base, const uint16_t* got, const uin
   // count the element in n and in histogram bin 0 and change nothing else,
   // unless the element became `worst` (none yet, or a tie at ratio 0 with a
   // higher index there). Those few go through add().
+  if (worst.index >= 0 && (worst.ratio > 0.0 || base >= worst.index)) {
+    // Then an equal element never becomes `worst` (the test below holds for
+    // every j): when all bits are equal, count them at once (a loop that
+    // vectorizes); else element by element below.
+    uint16_t diff = 0;
+    for (int64_t j = 0; j < len; ++j) diff |= static_cast<uint16_t>(got[j] ^ expected[j]);
+    if (diff == 0) {
+      n += len;
+      hist.count[0] += len;
+      return;
+    }
+  }
   int64_t same = 0;
   for (int64_t j = 0; j < len; ++j) {
     if (got[j] == expected[j] && worst.index >= 0 && (worst.ratio > 0.0 || base + j >= worst.index)) {

@@ -94,8 +94,8 @@ class RatioStats {
   double add(int64_t index, double got, double ref, double bound, double ideal);
   /// add(base + j, got[j], ref[j], bound[j], ideal[j]) for j = 0..len-1, in
   /// that order, with the same result bit for bit; faster (the common case of
-  /// finite values and a finite bound is done in one loop, anything else goes
-  /// through add()).
+  /// finite values and a finite bound is done four elements at a time,
+  /// anything else goes through add()).
   void add_row(int64_t base, const double* got, const double* ref, const double* bound, const double* ideal,
                int64_t len);
   /// For an exact budget (h_new), on BF16 bit patterns: add(base + j, g, e,
