@@ -35,7 +35,6 @@ struct FwdRows {
   float* rstd;
   int64_t T;
   int H;
-  float eps;
   int team;
   bool vec;
   int depth;       ///< ring stages, 1..kMaxPipelineDepth
@@ -43,6 +42,10 @@ struct FwdRows {
   int block_rows;  ///< rows per team per CTA (0: persistent grid-stride over all rows)
   Rows<const __nv_bfloat16> u{nullptr, 0};  ///< fused form res (kRes): the residual branch; x holds h
   Rows<__nv_bfloat16> h_new{nullptr, 0};    ///< fused form res (kRes): BF16(h + u), written here
+  // rstd.h's binary64 constants, computed once on the host (IEEE binary64:
+  // the bits the CPU model uses); kernel parameters cost no registers.
+  double inv_h = 0;  ///< 1.0 / H, correctly rounded
+  double eps64 = 0;  ///< eps as binary64 (exact)
 };
 
 /// h_new = BF16(h + u) of one 8-column group (sum_group: one rounding of
@@ -112,16 +115,18 @@ __global__ void __launch_bounds__(kMaxTeam)
   const int ti = static_cast<int>(threadIdx.x) / team;
   const int t = static_cast<int>(threadIdx.x) % team;
   const int first_warp = ti * (team >> 5);
-  const double inv_h = 1.0 / static_cast<double>(a.H);  // correctly rounded (rstd.h)
-  const double eps = static_cast<double>(a.eps);
   const int depth = a.depth;
 
+  // w stays in registers for the whole loop, except FP32 w with two slots
+  // (16 registers): re-read from L1 per row there, where caching it spilled
+  // once the sum of squares went binary64 (ptxas: 32 bytes at 64 registers).
+  constexpr bool kCacheW = !(kSlots == 2 && std::is_same_v<WT, float>);
   int col0[kSlots];
-  float w[kSlots][8];
+  float w[kCacheW ? kSlots : 1][8];
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     col0[k] = static_cast<int>(group_col0(team, k, t));
-    load_weights(a.w, col0[k], a.H, a.vec, w[k]);
+    if constexpr (kCacheW) load_weights(a.w, col0[k], a.H, a.vec, w[k]);
   }
   uint4* const mine = ring + threadIdx.x;
   auto slot = [&](int s, int k, int i = 0) { return mine + ((s * kIn + i) * kSlots + k) * nthr; };
@@ -172,11 +177,19 @@ __global__ void __launch_bounds__(kMaxTeam)
     const double tot = team_sum(sum_squares(cur), red[buf], team, first_warp);
     buf ^= 1;
     if (r < end) {
-      const float rs = row_rstd_fp64(tot, inv_h, eps);
+      const float rs = row_rstd_fp64(tot, a.inv_h, a.eps64);
       if (t == 0) a.rstd[r] = rs;
       __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) store_y_group(yr, col0[k], a.H, a.vec, cur[k], rs, w[k]);
+      for (int k = 0; k < kSlots; ++k) {
+        if constexpr (kCacheW) {
+          store_y_group(yr, col0[k], a.H, a.vec, cur[k], rs, w[k]);
+        } else {
+          float wk[8];
+          load_weights(a.w, col0[k], a.H, a.vec, wk);
+          store_y_group(yr, col0[k], a.H, a.vec, cur[k], rs, wk);
+        }
+      }
     }
     // Refill stage s with the row `depth` steps ahead. Issued after the team
     // sum, whose shuffles consumed every value read from the stage (in-order
@@ -224,7 +237,7 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
   }
   const double tot = team_sum(sum_squares(cur), red, team, ti * (team >> 5));
   if (!live) return;
-  const float rs = row_rstd_fp64(tot, 1.0 / static_cast<double>(a.H), static_cast<double>(a.eps));
+  const float rs = row_rstd_fp64(tot, a.inv_h, a.eps64);
   if (t == 0) a.rstd[r] = rs;
   __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
@@ -296,18 +309,20 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
     using WT = decltype(wtag);
     auto make = [&](auto heads_tag) {  // the kernel arguments, plain or per-head rows
       constexpr bool kHeads = decltype(heads_tag)::value;
-      return dev::FwdRows<WT, kHeads>{{reinterpret_cast<const __nv_bfloat16*>(xin), xin_stride, a.heads, a.x_stride_h},
+      dev::FwdRows<WT, kHeads> f{{reinterpret_cast<const __nv_bfloat16*>(xin), xin_stride, a.heads, a.x_stride_h},
                                       static_cast<const WT*>(a.w.p),
                                       {reinterpret_cast<__nv_bfloat16*>(a.y), a.y_stride, a.heads, a.y_stride_h},
                                       a.rstd,
                                       rows,
                                       static_cast<int>(a.H),
-                                      a.eps,
                                       geo.team,
                                       vec,
                                       depth,
                                       knobs.fwd_l2,
                                       knobs.fwd_block};
+      f.inv_h = 1.0 / static_cast<double>(a.H);  // rstd.h, as the CPU model
+      f.eps64 = static_cast<double>(a.eps);
+      return f;
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
       if (geo.slots != 1) throw std::invalid_argument("fwd_rowwise: per-head rows need one slot (H = 256)");
