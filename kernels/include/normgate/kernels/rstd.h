@@ -9,11 +9,13 @@
 // errors over every row: at [T, 24, 256] per-head views (24 T rows per
 // column) the gate measured dw err/tol up to 2.15 on the H200 (2026-11-30,
 // docs/perf.md session 7), 3.6x what a correctly rounded rstd forces. In
-// binary64 the sum of up to 2^24 squares of BF16 values neither overflows
-// nor loses more than ~2^-29 relative, so the FP32 result is the correctly
-// rounded rstd of the exact m in all but ~1e-8 of rows (those within 2^-29
-// relative of a rounding boundary), and rows whose FP32 sum of squares
-// overflowed (|x| > ~1e19) get their true rstd instead of 0.
+// binary64 the sum of up to 2^24 squares of BF16 values cannot overflow and
+// is off by at most H*2^-53 relative (typically ~sqrt(H)*2^-53), so the FP32
+// result is the correctly rounded rstd of the exact mean + eps except for rows
+// whose exact rstd lies that close to a rounding boundary: about one row in
+// 10^7 at H = 4096 (relative error 2^-47 against FP32's 2^-24 spacing).
+// Rows whose FP32 sum of squares overflowed (|x| > ~1e19) get their true
+// rstd instead of 0.
 #pragma once
 
 #include <cmath>
