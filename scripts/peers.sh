@@ -12,6 +12,23 @@ build="${NORMGATE_BUILD:-$root/build}"
 final="${OUT:-$root/out}"
 out="$final/peers"
 mkdir -p "$out"
+# A wheel too big for one call's carry (64 MiB: QuACK's nvidia-cutlass-dsl-libs
+# at 92 MB) travels split over two warm calls as .whlparts/NAME.whl.partNN
+# (scripts/split_wheel); the parts left by the earlier call are still there.
+if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
+  for w in $(ls "$root"/.whlparts/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
+    n=$(basename "$w")
+    want=$(cat "$w.sha256" 2>/dev/null | cut -d' ' -f1)
+    cat "$w".part* >"$root/.whl/$n"
+    got=$(sha256sum "$root/.whl/$n" | cut -d' ' -f1)
+    if [ -n "$want" ] && [ "$want" = "$got" ]; then
+      echo "peers: assembled $n from $(ls "$w".part* | wc -l) parts" | tee -a "$out/steps.log"
+    else
+      echo "peers: $n: parts missing or corrupt (sha256 $got, want ${want:-none}): not installed" | tee -a "$out/steps.log"
+      rm -f "$root/.whl/$n"
+    fi
+  done
+fi
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1 || echo "peers: wheel install failed (see pip.log)"
