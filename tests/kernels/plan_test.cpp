@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "normgate/kernels/accum.h"
@@ -232,6 +233,49 @@ TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
   EXPECT_GT(r, 0.0f);
   EXPECT_LT(r, std::numeric_limits<float>::min());
   EXPECT_EQ(r, static_cast<float>(1.0L / (0x1.8p127L)));
+}
+
+// The branch-free one-step rounding equals the stepping loop on 200000
+// log-uniform m over rstd.h's whole range and starts up to 3 ulps off.
+TEST(Rstd, FastEqualsLoopEverywhere) {
+  std::mt19937_64 g(20261130);
+  std::uniform_real_distribution<double> ex(-249.0, 270.0), mant(1.0, 2.0);
+  for (int i = 0; i < 200000; ++i) {
+    const double m = std::ldexp(mant(g), static_cast<int>(std::floor(ex(g))));
+    const float want = rstd_nearest(m, static_cast<float>(1.0 / std::sqrt(m)));
+    const int off = static_cast<int>(g() % 7) - 3;
+    const float r0 = bits_float(static_cast<uint32_t>(static_cast<int64_t>(float_bits(want)) + off));
+    ASSERT_EQ(rstd_nearest_fast(m, r0), want) << "m = " << m << ", start off by " << off;
+    ASSERT_EQ(rstd_nearest(m, r0), want) << "m = " << m << ", start off by " << off;
+    ASSERT_EQ(row_rstd_fp64(m, 1.0, 0.0), want) << "m = " << m;
+  }
+}
+
+// m whose 1/sqrt(m) lies within ~1e-16 relative of an FP32 midpoint (m =
+// binary64 1/mid^2 and its two neighbours), where only the exact test can
+// decide: the side comes from fmal(mid^2, m, -1) in long double (mid^2 exact
+// there, one rounding), independent of rstd.h's binary64 arithmetic.
+TEST(Rstd, NearMidpointsTheExactTestDecides) {
+  std::mt19937_64 g(7);
+  int ups = 0, downs = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const uint32_t lo_bits = 0x00800000u + static_cast<uint32_t>(g() % 0x7E000000u);  // normal floats below 2^125
+    const float lo = bits_float(lo_bits), hi = bits_float(lo_bits + 1u);
+    const long double mid = (static_cast<long double>(lo) + static_cast<long double>(hi)) / 2;
+    const double m0 = static_cast<double>(1.0L / (mid * mid));
+    for (double m : {std::nextafter(m0, 0.0), m0, std::nextafter(m0, 1e300)}) {
+      const long double side = std::fmal(mid * mid, static_cast<long double>(m), -1.0L);
+      ASSERT_NE(side, 0.0L);
+      const float want = side < 0 ? hi : lo;  // mid below 1/sqrt(m): round up
+      (side < 0 ? ups : downs) += 1;
+      ASSERT_EQ(rstd_nearest_fast(m, lo), want) << "m = " << m;
+      ASSERT_EQ(rstd_nearest_fast(m, hi), want) << "m = " << m;
+      ASSERT_EQ(rstd_nearest(m, lo), want) << "m = " << m;
+      ASSERT_EQ(rstd_nearest(m, hi), want) << "m = " << m;
+    }
+  }
+  EXPECT_GT(ups, 1000);  // both sides are exercised
+  EXPECT_GT(downs, 1000);
 }
 
 TEST(Plan, TeamSumInBinary64FollowsTheButterfly) {

@@ -54,6 +54,31 @@ NG_HD float rstd_nearest(double m, float r0) {
   return bits_float(b);
 }
 
+/// rstd_nearest in one step, branch-free (what row_rstd_fp64 uses; same
+/// result, tested against rstd_nearest): one Newton step from r0 in binary64,
+/// r1 = r0 - r0*e/2 with e = fma(r0*r0, m, -1) (r0*r0 exact), is within
+/// ~e^2 < 1e-12 relative of 1/sqrt(m) for any r0 within 1e-6 of it; f =
+/// FP32_rn(r1) is then the nearest FP32 value unless 1/sqrt(m) lies beyond
+/// the midpoint between f and its neighbour on r1's side, which one exact
+/// midpoint test (as in rstd_nearest) decides. Arguments as rstd_nearest,
+/// r0 within 1e-6 relative of 1/sqrt(m) and f's neighbours finite.
+NG_HD float rstd_nearest_fast(double m, float r0) {
+  const double r0d = static_cast<double>(r0);
+  const double e = dfma_rn(dmul_rn(r0d, r0d), m, -1.0);
+  const double r1 = dfma_rn(dmul_rn(-0.5, e), r0d, r0d);
+#if defined(__CUDA_ARCH__)
+  const float f = __double2float_rn(r1);
+#else
+  const float f = static_cast<float>(r1);
+#endif
+  const double fd = static_cast<double>(f);
+  const bool up = r1 >= fd;  // the midpoint to test lies on r1's side of f
+  const uint32_t nb = up ? float_bits(f) + 1u : float_bits(f) - 1u;
+  const double mid = dmul_rn(0.5, dadd_rn(fd, static_cast<double>(bits_float(nb))));
+  const double t = dfma_rn(dmul_rn(mid, mid), m, -1.0);  // sign of mid - 1/sqrt(m), exact
+  return (up ? t < 0.0 : t > 0.0) ? bits_float(nb) : f;
+}
+
 /// The row's rstd (see file comment) from ss (binary64 sum of its squares),
 /// inv_h = binary64 1/H (correctly rounded) and eps (>= 0, as binary64).
 /// Non-finite or zero m gives IEEE 1/sqrt(m): +inf for m = 0, 0 for
@@ -77,7 +102,10 @@ NG_HD float row_rstd_fp64(double ss, double inv_h, double eps) {
   // 1/sqrt(m) beyond FP32's range (eps = 0 and a row of tiny subnormals):
   // +inf is the nearest FP32 value, and rstd_nearest needs a finite start.
   if (!(r0 <= 3.4028234663852886e38f)) return r0;
-  return rstd_nearest(m, r0);
+  // rstd_nearest_fast needs f's neighbours finite: below FLT_MAX's midpoint
+  // to infinity (rstd near 3.4e38 needs m < 1e-77: eps = 0 and tiny rows).
+  if (m < 0x1p-250) return rstd_nearest(m, r0);
+  return rstd_nearest_fast(m, r0);
 }
 
 }  // namespace normgate::kernels
