@@ -19,7 +19,7 @@ constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static
 
 const std::array<Variant, 5> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
-     "forward: one thread team per row, FP64 sum of squares, correctly rounded FP32 rstd and y (BF16) per row",
+     "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
     {VariantId::bwd_det_chunked, "bwd_det_chunked", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "backward: fixed row chunks, FP64 dw partials of exact products, fixed-order FP64 combine",

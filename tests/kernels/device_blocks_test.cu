@@ -20,6 +20,8 @@
 
 #include "device_blocks.cuh"
 #include "normgate/core/bf16.h"
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels::dev {
 namespace {
@@ -158,6 +160,103 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   }
   cudaFree(da);
   cudaFree(db);
+  cudaFree(dout);
+}
+
+// team_sum<double> (the forward's binary64 sum of squares, session 7) on the
+// device against the host's model_team_sum, raw doubles bit for bit, for
+// every team size 32..1024 in one CTA: partials where the order matters
+// (2^53 absorbs a lone 1 but not two 1s added first) in chosen lanes and
+// warps, and random doubles. An order difference would move the FP32 rstd
+// in only ~1 row in 10^7, so the end-to-end tests could not see it.
+__global__ void team_sum_double_kernel(const double* p, double* out, int team) {
+  __shared__ double red[32];
+  const double v = team_sum(p[threadIdx.x], red, team, 0);
+  out[threadIdx.x] = v;
+}
+
+TEST(TeamSumDouble, EqualsTheHostModelForEveryTeamSize) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device: team_sum runs on the GPU only";
+  double *dp = nullptr, *dout = nullptr;
+  NG_CUDA_OK(cudaMalloc(&dp, 1024 * sizeof(double)));
+  NG_CUDA_OK(cudaMalloc(&dout, 1024 * sizeof(double)));
+  std::mt19937_64 g(99);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  int checked = 0;
+  for (int team = 32; team <= 1024; team += 32) {
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      std::vector<double> p(static_cast<size_t>(team), 0.0);
+      if (pattern == 0) {  // 2^53 in lane 0, 1s in lane 1 and in the last warp's lanes 0 and 1
+        p[0] = 0x1p53;
+        p[1] = 1.0;
+        p[static_cast<size_t>(team - 32)] += 1.0;
+        p[static_cast<size_t>(team - 31)] += 1.0;
+      } else if (pattern == 1) {  // 1s everywhere but a 2^53 in the middle warp
+        for (auto& v : p) v = 1.0;
+        p[static_cast<size_t>(team / 64 * 32 + 7)] = 0x1p53;
+      } else {  // squares of random values over many magnitudes
+        for (auto& v : p) {
+          const double x = std::ldexp(nd(g), static_cast<int>(g() % 40) - 20);
+          v = x * x;
+        }
+      }
+      NG_CUDA_OK(cudaMemcpy(dp, p.data(), p.size() * sizeof(double), cudaMemcpyHostToDevice));
+      team_sum_double_kernel<<<1, team>>>(dp, dout, team);
+      NG_CUDA_OK(cudaGetLastError());
+      std::vector<double> got(static_cast<size_t>(team));
+      NG_CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * sizeof(double), cudaMemcpyDeviceToHost));
+      const double want = model_team_sum(p.data(), team);
+      for (int t = 0; t < team; ++t)
+        ASSERT_EQ(std::memcmp(&got[static_cast<size_t>(t)], &want, sizeof(double)), 0)
+            << "team " << team << ", pattern " << pattern << ", thread " << t << ": got " << got[static_cast<size_t>(t)]
+            << ", model " << want;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 32 * 4);
+  cudaFree(dp);
+  cudaFree(dout);
+}
+
+// row_rstd_fp64 on the device (rsqrtf start for 2^-120 < m < 2^120, the
+// binary64 start elsewhere, the stepping loop below 2^-250, the FLT_MAX /
+// +inf boundary, m = 0, Inf, NaN: paths eps > 0 cases never reach) against
+// the host's, bit for bit.
+__global__ void row_rstd_kernel(const double* ss, float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = row_rstd_fp64(ss[i], 1.0, 0.0);
+}
+
+TEST(RowRstd, DeviceEqualsHostOnEveryPath) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device: row_rstd_fp64's device start runs on the GPU only";
+  std::vector<double> m = {0.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
+                           0x1p-266, 0x1.000001000000dp-256, 0x1p-256, 0x1p-250, 0x1p-121, 0x1p-120, 1.0, 0x1p120,
+                           0x1p121, 0x1p270, 7.0e76};
+  std::mt19937_64 g(5);
+  std::uniform_real_distribution<double> ex(-266.0, 271.0), mant(1.0, 2.0);
+  for (int i = 0; i < 200000; ++i) m.push_back(std::ldexp(mant(g), static_cast<int>(std::floor(ex(g)))));
+  const int n = static_cast<int>(m.size());
+  double* dm = nullptr;
+  float* dout = nullptr;
+  NG_CUDA_OK(cudaMalloc(&dm, m.size() * sizeof(double)));
+  NG_CUDA_OK(cudaMalloc(&dout, m.size() * sizeof(float)));
+  NG_CUDA_OK(cudaMemcpy(dm, m.data(), m.size() * sizeof(double), cudaMemcpyHostToDevice));
+  row_rstd_kernel<<<(n + 255) / 256, 256>>>(dm, dout, n);
+  NG_CUDA_OK(cudaGetLastError());
+  std::vector<float> got(m.size());
+  NG_CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const float want = row_rstd_fp64(m[static_cast<size_t>(i)], 1.0, 0.0);
+    if (std::isnan(want) && std::isnan(got[static_cast<size_t>(i)])) continue;
+    if (u_of(want) != u_of(got[static_cast<size_t>(i)]) && ++bad <= 10)
+      ADD_FAILURE() << "m = " << m[static_cast<size_t>(i)] << ": device " << got[static_cast<size_t>(i)] << ", host "
+                    << want;
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(got[4], std::numeric_limits<float>::max());  // the boundary case: FLT_MAX, not +inf
+  EXPECT_EQ(got[3], std::numeric_limits<float>::infinity());
+  cudaFree(dm);
   cudaFree(dout);
 }
 

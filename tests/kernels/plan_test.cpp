@@ -205,61 +205,108 @@ TEST(Acc64, TripleStaysExactWhereTheFp32ProductDoesNot) {
   EXPECT_NE(p.s, 0.0);
 }
 
-// rstd.h: the FP32 value nearest to 1/sqrt(m), whatever start within a few
-// ulps; checked against long double, where the answer is not near a tie.
+// An independent reference for rstd.h: the FP32 value nearest to 1/sqrt(m)
+// by long double arithmetic, the side of each candidate midpoint decided by
+// fmal(h*h, m, -1) (h*h exact in long double's 64 bits, one rounding); +inf
+// when 1/sqrt(m) passes IEEE's overflow threshold 2^128 - 2^103.
+float nearest_ld(double m) {
+  const long double x = 1.0L / std::sqrt(static_cast<long double>(m));
+  float f = static_cast<float>(x);
+  auto above = [&](long double h) { return std::fmal(h * h, static_cast<long double>(m), -1.0L) < 0; };
+  auto val = [](float v) { return std::isinf(v) ? 0x1p128L : static_cast<long double>(v); };
+  if (std::isinf(f)) f = std::numeric_limits<float>::max();
+  const float up = std::nextafter(f, std::numeric_limits<float>::infinity());
+  const float dn = std::nextafter(f, 0.0f);
+  if (above((val(f) + val(up)) / 2)) return up;
+  if (f > 0.0f && !above((val(f) + val(dn)) / 2)) return dn;
+  return f;
+}
+
+// rstd.h: the nearest FP32 value whatever the start, on edge values.
 TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
   const double ms[] = {1.0, 2.0, 3.0, 0.1, 1e-6, 12345.678, 0x1.fffffffffffffp-1, 1e30, 1e-30, 7.0e76, 3e-70};
   for (double m : ms) {
-    const long double exact = 1.0L / std::sqrt(static_cast<long double>(m));
-    const float want = static_cast<float>(exact);  // RN of a long double: ties do not arise here
-    for (int off = -4; off <= 4; ++off) {
-      uint32_t b = float_bits(want);
-      b = static_cast<uint32_t>(static_cast<int64_t>(b) + off);
-      EXPECT_EQ(rstd_nearest(m, bits_float(b)), want) << "m = " << m << ", start off by " << off;
+    const float want = nearest_ld(m);
+    for (int off = -16; off <= 16; ++off) {
+      const float r0 = bits_float(static_cast<uint32_t>(static_cast<int64_t>(float_bits(want)) + off));
+      EXPECT_EQ(rstd_nearest(m, r0), want) << "m = " << m << ", start off by " << off;
+      if (off >= -8 && off <= 8) {
+        EXPECT_EQ(rstd_nearest_fast(m, r0), want) << "m = " << m << ", start off by " << off;
+      }
     }
     EXPECT_EQ(row_rstd_fp64(m, 1.0, 0.0), want) << m;
   }
   // m = ss/H + eps: H = 3, eps = 1e-6 as the forward takes them.
-  const double m3 = std::fma(7.0, 1.0 / 3.0, 1e-6);
-  EXPECT_EQ(row_rstd_fp64(7.0, 1.0 / 3.0, 1e-6), static_cast<float>(1.0L / std::sqrt(static_cast<long double>(m3))));
+  EXPECT_EQ(row_rstd_fp64(7.0, 1.0 / 3.0, 1e-6), nearest_ld(std::fma(7.0, 1.0 / 3.0, 1e-6)));
   // Zero, Inf, NaN: IEEE 1/sqrt(m). A row of tiny subnormals with eps = 0:
   // beyond FP32's range, +Inf.
   EXPECT_EQ(row_rstd_fp64(0.0, 1.0, 0.0), std::numeric_limits<float>::infinity());
   EXPECT_EQ(row_rstd_fp64(std::numeric_limits<double>::infinity(), 1.0, 0.0), 0.0f);
   EXPECT_TRUE(std::isnan(row_rstd_fp64(std::numeric_limits<double>::quiet_NaN(), 1.0, 0.0)));
   EXPECT_EQ(row_rstd_fp64(0x1p-266, 1.0, 0.0), std::numeric_limits<float>::infinity());
+  // The overflow boundary (review, session 7): 1/sqrt(m) just below 2^128 -
+  // 2^103 is FLT_MAX, although its binary64 value rounds to +inf in FP32.
+  EXPECT_EQ(row_rstd_fp64(0x1.000001000000dp-256, 1.0, 0.0), std::numeric_limits<float>::max());
+  EXPECT_EQ(nearest_ld(0x1.000001000000dp-256), std::numeric_limits<float>::max());
   // Rows whose FP32 sum of squares overflows: a subnormal rstd, not 0.
   const float r = row_rstd_fp64(64.0 * 0x1.8p127 * 0x1.8p127, 1.0 / 64.0, 1e-6);
   EXPECT_GT(r, 0.0f);
   EXPECT_LT(r, std::numeric_limits<float>::min());
-  EXPECT_EQ(r, static_cast<float>(1.0L / (0x1.8p127L)));
+  EXPECT_EQ(r, nearest_ld(0x1.8p127 * 0x1.8p127 + 1e-6));
 }
 
-// The branch-free one-step rounding equals the stepping loop on 200000
-// log-uniform m over rstd.h's whole range and starts up to 3 ulps off.
-TEST(Rstd, FastEqualsLoopEverywhere) {
+// Every path of row_rstd_fp64 (the loop below 2^-250 up to +inf, the
+// one-step rounding above), rstd_nearest from starts 16 ulps off and
+// rstd_nearest_fast from starts 8 ulps (1e-6) off, against nearest_ld on
+// 200000 log-uniform m over [2^-266, 2^271) and 4000 m around the overflow
+// boundary.
+TEST(Rstd, EveryPathEqualsTheLongDoubleReference) {
   std::mt19937_64 g(20261130);
-  std::uniform_real_distribution<double> ex(-249.0, 270.0), mant(1.0, 2.0);
-  for (int i = 0; i < 200000; ++i) {
-    const double m = std::ldexp(mant(g), static_cast<int>(std::floor(ex(g))));
-    const float want = rstd_nearest(m, static_cast<float>(1.0 / std::sqrt(m)));
-    const int off = static_cast<int>(g() % 7) - 3;
-    const float r0 = bits_float(static_cast<uint32_t>(static_cast<int64_t>(float_bits(want)) + off));
-    ASSERT_EQ(rstd_nearest_fast(m, r0), want) << "m = " << m << ", start off by " << off;
-    ASSERT_EQ(rstd_nearest(m, r0), want) << "m = " << m << ", start off by " << off;
-    ASSERT_EQ(row_rstd_fp64(m, 1.0, 0.0), want) << "m = " << m;
+  std::uniform_real_distribution<double> ex(-266.0, 271.0), mant(1.0, 2.0);
+  std::vector<double> ms;
+  for (int i = 0; i < 200000; ++i) ms.push_back(std::ldexp(mant(g), static_cast<int>(std::floor(ex(g)))));
+  double b = 0x1.000001p-256;  // 1/sqrt(b) = 2^128 - 2^103, the overflow threshold
+  for (int i = 0; i < 2000; ++i) {
+    ms.push_back(b);
+    ms.push_back(std::nextafter(b, 0.0) - static_cast<double>(i) * 0x1p-300);
+    b = std::nextafter(b, 1.0);
   }
+  int at_max = 0, at_inf = 0;
+  for (double m : ms) {
+    const float want = nearest_ld(m);
+    ASSERT_EQ(row_rstd_fp64(m, 1.0, 0.0), want) << "m = " << m;
+    at_max += want == std::numeric_limits<float>::max();
+    at_inf += std::isinf(want);
+    if (std::isinf(want)) continue;
+    const int off = static_cast<int>(g() % 33) - 16;
+    const float r0 = bits_float(static_cast<uint32_t>(static_cast<int64_t>(float_bits(want)) + off));
+    if (std::isinf(r0) || std::isnan(r0)) continue;
+    ASSERT_EQ(rstd_nearest(m, r0), want) << "m = " << m << ", start off by " << off;
+    if (m >= 0x1p-250 && off >= -8 && off <= 8) {
+      ASSERT_EQ(rstd_nearest_fast(m, r0), want) << "m = " << m << ", start off by " << off;
+    }
+  }
+  EXPECT_GT(at_max, 100);  // both sides of the boundary were reached
+  EXPECT_GT(at_inf, 100);
 }
 
 // m whose 1/sqrt(m) lies within ~1e-16 relative of an FP32 midpoint (m =
 // binary64 1/mid^2 and its two neighbours), where only the exact test can
 // decide: the side comes from fmal(mid^2, m, -1) in long double (mid^2 exact
-// there, one rounding), independent of rstd.h's binary64 arithmetic.
+// there, one rounding), independent of rstd.h's binary64 arithmetic. lo runs
+// over random normal and subnormal FP32 values below 2^126 and every power
+// of two and its predecessor.
 TEST(Rstd, NearMidpointsTheExactTestDecides) {
   std::mt19937_64 g(7);
+  std::vector<uint32_t> los;
+  for (int i = 0; i < 3000; ++i) los.push_back(0x00800000u + static_cast<uint32_t>(g() % 0x7E000000u));
+  for (int i = 0; i < 1000; ++i) los.push_back(1u + static_cast<uint32_t>(g() % 0x007FFFFEu));  // subnormal
+  for (uint32_t e = 1; e < 253; ++e) {
+    los.push_back(e << 23);         // 2^(e-127)
+    los.push_back((e << 23) - 1u);  // its predecessor (hi = the power of two)
+  }
   int ups = 0, downs = 0;
-  for (int i = 0; i < 3000; ++i) {
-    const uint32_t lo_bits = 0x00800000u + static_cast<uint32_t>(g() % 0x7E000000u);  // normal floats below 2^125
+  for (uint32_t lo_bits : los) {
     const float lo = bits_float(lo_bits), hi = bits_float(lo_bits + 1u);
     const long double mid = (static_cast<long double>(lo) + static_cast<long double>(hi)) / 2;
     const double m0 = static_cast<double>(1.0L / (mid * mid));
@@ -268,14 +315,50 @@ TEST(Rstd, NearMidpointsTheExactTestDecides) {
       ASSERT_NE(side, 0.0L);
       const float want = side < 0 ? hi : lo;  // mid below 1/sqrt(m): round up
       (side < 0 ? ups : downs) += 1;
-      ASSERT_EQ(rstd_nearest_fast(m, lo), want) << "m = " << m;
-      ASSERT_EQ(rstd_nearest_fast(m, hi), want) << "m = " << m;
-      ASSERT_EQ(rstd_nearest(m, lo), want) << "m = " << m;
-      ASSERT_EQ(rstd_nearest(m, hi), want) << "m = " << m;
+      for (int off = -8; off <= 8; ++off) {
+        const uint32_t sb = static_cast<uint32_t>(static_cast<int64_t>(lo_bits) + off);
+        if (sb == 0u || sb > 0x7F7FFFFFu) continue;
+        ASSERT_EQ(rstd_nearest_fast(m, bits_float(sb)), want) << "m = " << m << ", start " << off;
+        ASSERT_EQ(rstd_nearest(m, bits_float(sb)), want) << "m = " << m << ", start " << off;
+      }
     }
   }
-  EXPECT_GT(ups, 1000);  // both sides are exercised
-  EXPECT_GT(downs, 1000);
+  EXPECT_GT(ups, 2000);  // both sides are exercised
+  EXPECT_GT(downs, 2000);
+}
+
+// add_triple equals add_product(FP32_rn(dy*x), r) bit for bit wherever dy*x
+// is exact in FP32 (including FP32-subnormal but exact products), on random
+// BF16 dy, x over the whole exponent range and random FP32 r (subnormal r
+// included); where dy*x is not exact, add_triple is the exact product.
+TEST(Acc64, TripleEqualsProductWhereFp32IsExact) {
+  std::mt19937_64 g(3);
+  auto bf16 = [&](int emin, int emax) {
+    const int e = emin + static_cast<int>(g() % static_cast<uint64_t>(emax - emin + 1));
+    const float mant = 1.0f + static_cast<float>(g() % 128) / 128.0f;  // 7 fraction bits: BF16
+    return std::ldexp((g() & 1) ? -mant : mant, e);
+  };
+  int exact = 0, inexact = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const float dy = bf16(-133, 127), x = bf16(-133, 127);
+    const float r = (i % 10 == 0) ? std::ldexp(1.0f + static_cast<float>(g() % 1024) / 1024.0f, -140)
+                                  : bf16(-60, 60) * (1.0f + 0x1p-20f * static_cast<float>(g() % 8));
+    Acc64 t, p;
+    t.add_triple(dy, x, r);
+    const float prod = dy * x;
+    const long double exact_prod = static_cast<long double>(dy) * static_cast<long double>(x);
+    if (static_cast<long double>(prod) == exact_prod) {
+      p.add_product(prod, r);
+      ASSERT_EQ(t.s, p.s) << dy << " * " << x << " * " << r;
+      ++exact;
+    } else {
+      ASSERT_EQ(static_cast<long double>(t.s), static_cast<long double>(static_cast<double>(exact_prod * r)))
+          << dy << " * " << x << " * " << r;
+      ++inexact;
+    }
+  }
+  EXPECT_GT(exact, 1000);
+  EXPECT_GT(inexact, 1000);
 }
 
 TEST(Plan, TeamSumInBinary64FollowsTheButterfly) {

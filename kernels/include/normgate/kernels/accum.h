@@ -32,7 +32,9 @@ namespace normgate::kernels {
 /// BF16 dy, x and FP32 r (binary64's exponent range holds them all), so it is
 /// add_product(FP32_rn(dy*x), r) bit for bit wherever dy*x is exact in FP32,
 /// and stays exact where dy*x overflows or underflows FP32 (the `huge` and
-/// `tiny` families). One more conversion per term than add_product.
+/// `tiny` families). Per term it costs two conversions (dy and x; r once per
+/// row) and an FP64 multiply where add_product took an FP32 multiply and one
+/// conversion: one more instruction in the issue-bound backward.
 struct Acc64 {
   double s = 0.0;  ///< the running sum
   NG_HD void add_product(float p, float r) { s = dfma_rn(static_cast<double>(p), static_cast<double>(r), s); }

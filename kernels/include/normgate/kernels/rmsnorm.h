@@ -13,7 +13,9 @@
 //     ss      = sum_j fma(x_j, x_j, .)       (binary64: cannot overflow)
 //     m       = fma(ss, 1/H, eps)            (binary64, 1/H rounded once)
 //     rstd_r  = FP32 nearest to 1/sqrt(m)    (rstd.h: an exact midpoint test;
-//               the correctly rounded rstd in all but ~1e-8 of rows)
+//               the correctly rounded rstd of the exact mean + eps except
+//               where m's own error, ~sqrt(H)*2^-53, straddles a rounding
+//               boundary: about one row in 10^7 at H = 4096)
 //     y_rj    = BF16_rn((x_rj * rstd_r) * w_j)  (two FP32 products, then RNE)
 //   backward, row r, with the forward's FP32 rstd_r:
 //     xhat = x*rstd;  g = dy*w;  s_r = sum_j fma(g, xhat, .)  (same geometry)
@@ -26,8 +28,11 @@
 // Range: every finite BF16 row has a finite sum of squares in binary64, so
 // rows with RMS above ~1.8e19 (the `huge` family) get their true rstd (down
 // to FP32 subnormals), and the backward's dw products are exact in binary64
-// for every finite input (dy*x above 3.4e38 included). Rows holding Inf or
-// NaN give rstd 0 or NaN.
+// for every finite input and finite rstd (dy*x above 3.4e38 included). Rows
+// holding Inf or NaN give rstd 0 or NaN. With eps = 0 (allowed), an all-zero
+// row, or one whose 1/sqrt(mean) exceeds FP32's range (tiny subnormals), gets
+// rstd = +inf, so its y is NaN (0 * inf) or +-inf, and the dw columns it
+// touches are NaN or +-inf.
 //
 // Vector path: 16-byte loads/stores are used when H % 8 == 0, w and every
 // [T, H] tensor pointer are 16-byte aligned and every row stride is a multiple

@@ -25,43 +25,59 @@
 
 namespace normgate::kernels {
 
+/// The value a bit pattern of a positive FP32 number stands for in the
+/// midpoint tests: +inf (0x7F800000) counts as 2^128, so that the midpoint
+/// between FLT_MAX and +inf is 2^128 - 2^103, IEEE's overflow threshold for
+/// round to nearest.
+NG_HD double rstd_bits_value(uint32_t b) {
+  return b == 0x7F800000u ? 0x1p128 : static_cast<double>(bits_float(b));
+}
+
+/// Whether 1/sqrt(m) lies above the midpoint of the FP32 values with bits b
+/// and b + 1 (b finite, >= 0): the sign of fma(h*h, m, -1), h the midpoint.
+/// Exact: h has at most 25 significant bits and h >= 2^-150, so h*h is exact
+/// in binary64 (normal range), and a single rounding never changes a sign;
+/// h*h*m == 1 cannot hold, since 1/h^2 is not dyadic unless h is a power of
+/// two, and the only midpoint that is one, 2^-150 (between 0 and the
+/// smallest subnormal), lies below every rstd this header produces (>=
+/// ~2.9e-39): there are no ties.
+NG_HD bool rstd_above_midpoint(uint32_t b, double m) {
+  const double h = dmul_rn(0.5, dadd_rn(rstd_bits_value(b), rstd_bits_value(b + 1u)));
+  return dfma_rn(dmul_rn(h, h), m, -1.0) < 0.0;
+}
+
 /// Rounds a start value r0 (FP32, finite, > 0, within a few ulps of
-/// 1/sqrt(m)) to the FP32 value nearest to 1/sqrt(m), for binary64 m > 0:
-/// steps one ulp while the midpoint to the next FP32 value on that side is
-/// still on the wrong side of 1/sqrt(m). The test is exact: a midpoint h of
-/// two FP32 values has at most 25 significant bits, so h*h is exact in
-/// binary64 and fma(h*h, m, -1) has the sign of h - 1/sqrt(m) (a single
-/// rounding never changes a sign, and h*h*m == 1 cannot hold: 1/h^2 is not
-/// dyadic for a non-power-of-two h). Since no tie exists, the result does not
-/// depend on r0. At most 8 steps (a start off by more is a caller bug: the
-/// result is then r0 moved by 8 ulps). Arguments: m in (0, +inf), r0 FP32.
+/// 1/sqrt(m)) to the FP32 value nearest to 1/sqrt(m) (IEEE round to
+/// nearest: +inf beyond 2^128 - 2^103), for binary64 m > 0: steps one ulp
+/// while the midpoint to the next FP32 value on that side is on the wrong
+/// side of 1/sqrt(m) (rstd_above_midpoint: exact, no ties), so the result
+/// does not depend on r0. At most 16 steps (a start off by more is a caller
+/// bug: the result is then r0 moved by 16 ulps).
 NG_HD float rstd_nearest(double m, float r0) {
   uint32_t b = float_bits(r0);
-  for (int i = 0; i < 8; ++i) {
-    const double r = static_cast<double>(bits_float(b));
-    const double hi = dmul_rn(0.5, dadd_rn(r, static_cast<double>(bits_float(b + 1u))));
-    if (dfma_rn(dmul_rn(hi, hi), m, -1.0) < 0.0) {  // hi < 1/sqrt(m): round up
-      ++b;
-      continue;
-    }
-    const double lo = dmul_rn(0.5, dadd_rn(r, static_cast<double>(bits_float(b - 1u))));
-    if (dfma_rn(dmul_rn(lo, lo), m, -1.0) > 0.0) {  // lo > 1/sqrt(m): round down
+  for (int i = 0; i < 16 && b != 0x7F800000u; ++i) {
+    if (rstd_above_midpoint(b, m)) {
+      ++b;  // up (to +inf when b was FLT_MAX: nothing lies beyond)
+    } else if (b > 0u && !rstd_above_midpoint(b - 1u, m)) {
       --b;
-      continue;
+    } else {
+      break;
     }
-    break;
   }
   return bits_float(b);
 }
 
 /// rstd_nearest in one step, branch-free (what row_rstd_fp64 uses; same
-/// result, tested against rstd_nearest): one Newton step from r0 in binary64,
-/// r1 = r0 - r0*e/2 with e = fma(r0*r0, m, -1) (r0*r0 exact), is within
-/// ~e^2 < 1e-12 relative of 1/sqrt(m) for any r0 within 1e-6 of it; f =
-/// FP32_rn(r1) is then the nearest FP32 value unless 1/sqrt(m) lies beyond
-/// the midpoint between f and its neighbour on r1's side, which one exact
-/// midpoint test (as in rstd_nearest) decides. Arguments as rstd_nearest,
-/// r0 within 1e-6 relative of 1/sqrt(m) and f's neighbours finite.
+/// result, tested against rstd_nearest and against long-double midpoint
+/// tests): one Newton step from r0 in binary64, r1 = r0 - r0*e/2 with e =
+/// fma(r0*r0, m, -1) (r0*r0 exact). For a start with relative error d, r1's
+/// relative error is at most ~1.5 d^2 + 2^-52: below 2e-12 for d <= 1e-6, far
+/// inside FP32's half-ulp (>= 2^-25 relative). So f = FP32_rn(r1) is the
+/// nearest FP32 value unless 1/sqrt(m) lies beyond the midpoint between f
+/// and its neighbour on r1's side (the only midpoint within reach), which one
+/// exact test decides. Arguments as rstd_nearest; r0 within 1e-6 relative
+/// of 1/sqrt(m), and 1/sqrt(m) <= 2^125 (f and its neighbours finite: m >=
+/// 2^-250).
 NG_HD float rstd_nearest_fast(double m, float r0) {
   const double r0d = static_cast<double>(r0);
   const double e = dfma_rn(dmul_rn(r0d, r0d), m, -1.0);
@@ -71,22 +87,23 @@ NG_HD float rstd_nearest_fast(double m, float r0) {
 #else
   const float f = static_cast<float>(r1);
 #endif
-  const double fd = static_cast<double>(f);
-  const bool up = r1 >= fd;  // the midpoint to test lies on r1's side of f
-  const uint32_t nb = up ? float_bits(f) + 1u : float_bits(f) - 1u;
-  const double mid = dmul_rn(0.5, dadd_rn(fd, static_cast<double>(bits_float(nb))));
-  const double t = dfma_rn(dmul_rn(mid, mid), m, -1.0);  // sign of mid - 1/sqrt(m), exact
-  return (up ? t < 0.0 : t > 0.0) ? bits_float(nb) : f;
+  const bool up = r1 >= static_cast<double>(f);  // the midpoint to test lies on r1's side of f
+  const uint32_t fb = float_bits(f);
+  const uint32_t lower = up ? fb : fb - 1u;  // the midpoint between lower and lower + 1
+  const bool above = rstd_above_midpoint(lower, m);
+  return bits_float(up ? (above ? fb + 1u : fb) : (above ? fb : fb - 1u));
 }
 
 /// The row's rstd (see file comment) from ss (binary64 sum of its squares),
 /// inv_h = binary64 1/H (correctly rounded) and eps (>= 0, as binary64).
-/// Non-finite or zero m gives IEEE 1/sqrt(m): +inf for m = 0, 0 for
-/// m = +inf, NaN for NaN (rows holding Inf or NaN).
+/// Non-finite or zero m gives IEEE 1/sqrt(m): +inf for m = 0 (eps = 0 and a
+/// zero row), 0 for m = +inf, NaN for NaN (rows holding Inf or NaN).
 /// Start value: on the device rsqrtf of m rounded to FP32 (MUFU, <= 2 ulp)
 /// when m is well inside the FP32 normal range, else binary64 1/sqrt(m)
-/// rounded to FP32; on the host always the latter. rstd_nearest makes both
-/// the same.
+/// rounded to FP32 (clamped to FLT_MAX); on the host always the latter.
+/// rstd_nearest_fast (m >= 2^-250) or rstd_nearest (below: only with eps = 0
+/// and rows of tiny values, where the start is the same on both) make the
+/// result independent of the start.
 NG_HD float row_rstd_fp64(double ss, double inv_h, double eps) {
   const double m = dfma_rn(ss, inv_h, eps);
   if (!(m > 0.0 && m <= 1.7976931348623157e308)) return static_cast<float>(1.0 / sqrt(m));  // 0, Inf, NaN
@@ -99,12 +116,10 @@ NG_HD float row_rstd_fp64(double ss, double inv_h, double eps) {
 #else
   r0 = static_cast<float>(1.0 / std::sqrt(m));
 #endif
-  // 1/sqrt(m) beyond FP32's range (eps = 0 and a row of tiny subnormals):
-  // +inf is the nearest FP32 value, and rstd_nearest needs a finite start.
-  if (!(r0 <= 3.4028234663852886e38f)) return r0;
-  // rstd_nearest_fast needs f's neighbours finite: below FLT_MAX's midpoint
-  // to infinity (rstd near 3.4e38 needs m < 1e-77: eps = 0 and tiny rows).
-  if (m < 0x1p-250) return rstd_nearest(m, r0);
+  if (m < 0x1p-250) {  // rstd above 2^125, up to beyond FP32's range (+inf)
+    if (!(r0 <= 3.4028234663852886e38f)) r0 = 3.4028234663852886e38f;
+    return rstd_nearest(m, r0);
+  }
   return rstd_nearest_fast(m, r0);
 }
 
