@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "cuda_check.h"
 
@@ -39,6 +40,46 @@ class DeviceBuffer {
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+};
+
+/// A byte range of device memory that a run uses: `bytes` is what it asked
+/// for (the buffer under it may be larger); null when bytes == 0.
+class Region {
+ public:
+  Region() = default;
+  Region(void* p, size_t bytes) : p_(bytes > 0 ? p : nullptr), bytes_(bytes) {}
+  void* get() const { return p_; }
+  template <class T>
+  T* as(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// The device memory of one run_gpu call (runner.cu). Inside a
+/// ReuseGpuBuffers scope (runner.h), when no other run holds them, get(i-th
+/// call) returns the kept buffer of slot i, grown (freed and reallocated) when
+/// too small, and the buffers stay allocated when the run ends; otherwise
+/// every get() is a fresh cudaMalloc freed with this object. Contents are
+/// whatever the slot held before: callers poison or write before reading.
+/// Not thread-safe (one run, one thread); throws std::runtime_error when
+/// cudaMalloc fails.
+class RunMemory {
+ public:
+  RunMemory();
+  ~RunMemory();
+  RunMemory(const RunMemory&) = delete;
+  RunMemory& operator=(const RunMemory&) = delete;
+  Region get(size_t bytes);
+
+ private:
+  bool pooled_ = false;
+  size_t next_ = 0;
+  std::vector<DeviceBuffer> own_;  // not pooled
 };
 
 }  // namespace normgate::kernels::detail

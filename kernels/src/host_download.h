@@ -11,6 +11,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -18,10 +22,40 @@ namespace normgate::kernels::detail {
 
 inline constexpr size_t kStageBytes = size_t{64} << 20;
 
+/// Receives the downloaded bytes in order: `bytes` bytes at `chunk` (pinned
+/// staging memory, valid only during the call), the next ones after those of
+/// the previous call.
+using DownloadSink = std::function<void(const void* chunk, size_t bytes)>;
+
 /// Copy `rows` rows of `width` bytes from device `src` (row pitch `pitch`
-/// bytes >= width) to host `dst` (rows packed, width bytes apart) on stream s;
-/// returns when dst holds the data. Throws std::runtime_error on CUDA errors.
+/// bytes >= width) on stream s into `sink`, rows packed (width bytes apart),
+/// in order; returns when the sink has had every byte. Throws
+/// std::runtime_error on CUDA errors, std::invalid_argument when pitch < width.
+void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
+
+/// As above into host `dst` (rows packed, width bytes apart).
 void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
+
+/// As above into `dst`, which is cleared and then holds rows*width bytes, as
+/// elements of T (width must be a multiple of sizeof(T)). The vector is
+/// filled by appending the chunks to reserved memory, so its elements are
+/// written once (resize() followed by a copy would first zero them: one more
+/// pass over every downloaded byte).
+template <class T>
+void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size_t pitch, size_t rows,
+                        cudaStream_t s) {
+  if (width % sizeof(T) != 0)
+    throw std::invalid_argument("download_rows_into: width " + std::to_string(width) + " is not a multiple of " +
+                                std::to_string(sizeof(T)));
+  dst.clear();
+  dst.reserve(rows * (width / sizeof(T)));
+  download_rows(
+      [&dst](const void* chunk, size_t bytes) {
+        const T* p = static_cast<const T*>(chunk);
+        dst.insert(dst.end(), p, p + bytes / sizeof(T));  // within the reserved capacity: no reallocation
+      },
+      src, width, pitch, rows, s);
+}
 
 /// Copy `bytes` contiguous bytes (as rows of 1 MiB and a last partial row).
 inline void download(void* dst, const void* src, size_t bytes, cudaStream_t s) {
@@ -30,6 +64,23 @@ inline void download(void* dst, const void* src, size_t bytes, cudaStream_t s) {
   if (full > 0) download_rows(dst, src, kRow, kRow, full, s);
   if (rest > 0)
     download_rows(static_cast<char*>(dst) + full * kRow, static_cast<const char*>(src) + full * kRow, rest, rest, 1, s);
+}
+
+/// `n` contiguous elements of T from device `src` into `dst` (cleared, then
+/// holding them; see download_rows_into).
+template <class T>
+void download_into(std::vector<T>& dst, const void* src, size_t n, cudaStream_t s) {
+  dst.clear();
+  dst.reserve(n);
+  const size_t bytes = n * sizeof(T);
+  constexpr size_t kRow = size_t{1} << 20;  // a multiple of sizeof(T)
+  const size_t full = bytes / kRow, rest = bytes % kRow;
+  const DownloadSink append = [&dst](const void* chunk, size_t b) {
+    const T* p = static_cast<const T*>(chunk);
+    dst.insert(dst.end(), p, p + b / sizeof(T));
+  };
+  if (full > 0) download_rows(append, src, kRow, kRow, full, s);
+  if (rest > 0) download_rows(append, static_cast<const char*>(src) + full * kRow, rest, rest, 1, s);
 }
 
 }  // namespace normgate::kernels::detail

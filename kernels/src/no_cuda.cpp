@@ -29,6 +29,8 @@ void generate_device_inputs(const seeds::CaseId&, const DeviceInputBuffers&, Str
   no_cuda("generate_device_inputs");
 }
 seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId&) { no_cuda("generate_inputs_on_gpu"); }
+ReuseGpuBuffers::ReuseGpuBuffers() = default;  // nothing to keep without CUDA
+ReuseGpuBuffers::~ReuseGpuBuffers() = default;
 Outputs run_gpu(const Variant&, const seeds::CaseId&, float, const GpuRunOptions&, GpuRunInfo*) {
   no_cuda("run_gpu");
 }

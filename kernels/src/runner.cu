@@ -1,6 +1,7 @@
 // kernels/src/runner.cu: gpu_available(), run_gpu() (runner.h) and the small
 // device utilities the launch API needs (launch_zero_f32).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -63,7 +64,7 @@ __global__ void differ_kernel(const uint32_t* a, const uint32_t* b, int64_t n, i
 
 namespace {
 
-void fill_words(const detail::DeviceBuffer& b, uint32_t pattern, uint32_t seed, bool garbage, cudaStream_t s) {
+void fill_words(const detail::Region& b, uint32_t pattern, uint32_t seed, bool garbage, cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(b.bytes() / 4);
   if (n == 0) return;
   const int64_t want = (n + 255) / 256;
@@ -77,10 +78,11 @@ void fill_words(const detail::DeviceBuffer& b, uint32_t pattern, uint32_t seed, 
 // Throws std::runtime_error when a kernel wrote outside its output view
 // (`inner` elements per token row of `stride`, starting `off` elements into
 // the NaN-poisoned buffer b). Synchronizes.
-void check_outside_view(const detail::DeviceBuffer& b, int64_t off, int64_t stride, int64_t inner, int64_t T,
-                        const char* what, std::string_view variant, cudaStream_t s) {
+// `count` is a device buffer of at least one unsigned long long (reset here).
+void check_outside_view(const detail::Region& b, int64_t off, int64_t stride, int64_t inner, int64_t T,
+                        const char* what, std::string_view variant, const detail::Region& count,
+                        cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(b.bytes() / 2);
-  detail::DeviceBuffer count(sizeof(unsigned long long));
   NG_CUDA(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), s));
   if (n > 0) {
     const int64_t want = (n + 255) / 256;
@@ -122,7 +124,8 @@ struct Staging {
 };
 }  // namespace
 
-void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s) {
+void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows,
+                   cudaStream_t s) {
   if (rows == 0 || width == 0) return;
   if (pitch < width) throw std::invalid_argument("download_rows: pitch " + std::to_string(pitch) + " < width " +
                                                  std::to_string(width));
@@ -130,25 +133,27 @@ void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_
   static Staging st;
   const std::lock_guard<std::mutex> lock(mu);
   st.ensure();
-  if (width > kStageBytes) {  // a row wider than a buffer (not reached by run_gpu: H <= 2^20)
-    NG_CUDA(cudaMemcpy2DAsync(dst, width, src, pitch, width, rows, cudaMemcpyDeviceToHost, s));
-    NG_CUDA(cudaStreamSynchronize(s));
-    return;
-  }
-  // Chunks of whole rows.
+  // Chunks of whole rows, or (a row wider than a buffer; not reached by
+  // run_gpu: H <= 2^20) of one row's kStageBytes pieces, in order.
   struct Chunk {
     const char* from;
-    char* to;
     size_t w, n, pitch;  // n rows of w bytes, source pitch
   };
-  auto* out = static_cast<char*>(dst);
   const auto* in = static_cast<const char*>(src);
-  const size_t rows_per = kStageBytes / width;
+  const bool wide = width > kStageBytes;
+  const size_t rows_per = wide ? 1 : kStageBytes / width;
+  const size_t pieces = wide ? (width + kStageBytes - 1) / kStageBytes : 1;  // per row
   auto chunk = [&](size_t k) -> Chunk {  // k-th chunk, or n == 0 past the end
+    if (wide) {
+      const size_t r = k / pieces, q = k % pieces;
+      if (r >= rows) return {nullptr, 0, 0, 0};
+      const size_t b0 = q * kStageBytes;
+      return {in + r * pitch + b0, std::min(kStageBytes, width - b0), 1, pitch};
+    }
     const size_t r0 = k * rows_per;
-    if (r0 >= rows) return {nullptr, nullptr, 0, 0, 0};
+    if (r0 >= rows) return {nullptr, 0, 0, 0};
     const size_t n = std::min(rows_per, rows - r0);
-    return {in + r0 * pitch, out + r0 * width, width, n, pitch};
+    return {in + r0 * pitch, width, n, pitch};
   };
   auto issue = [&](const Chunk& c, int b) {
     NG_CUDA(cudaMemcpy2DAsync(st.buf[b], c.w, c.from, c.pitch, c.w, c.n, cudaMemcpyDeviceToHost, s));
@@ -156,7 +161,7 @@ void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_
   };
   auto land = [&](const Chunk& c, int b) {
     NG_CUDA(cudaEventSynchronize(st.ev[b]));
-    std::memcpy(c.to, st.buf[b], c.w * c.n);
+    sink(st.buf[b], c.w * c.n);
   };
   Chunk prev = chunk(0);
   issue(prev, 0);
@@ -168,6 +173,87 @@ void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_
     prev = next;
   }
 }
+
+void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s) {
+  char* out = static_cast<char*>(dst);
+  download_rows(
+      [&out](const void* chunk, size_t bytes) {
+        std::memcpy(out, chunk, bytes);
+        out += bytes;
+      },
+      src, width, pitch, rows, s);
+}
+
+namespace {
+// The kept buffers (ReuseGpuBuffers): slot i is the i-th RunMemory::get of a
+// run. `busy` while a RunMemory uses them; the last scope to end frees them,
+// or the run holding them when it ends after that scope.
+struct Pool {
+  std::mutex mu;
+  int scopes = 0;
+  bool busy = false;
+  std::vector<DeviceBuffer> slots;
+};
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: no cudaFree after the runtime's teardown at exit
+  return *p;
+}
+}  // namespace
+
+RunMemory::RunMemory() {
+  Pool& p = pool();
+  const std::lock_guard<std::mutex> lock(p.mu);
+  if (p.scopes > 0 && !p.busy) {
+    p.busy = true;
+    pooled_ = true;
+  }
+}
+
+RunMemory::~RunMemory() {
+  if (!pooled_) return;
+  Pool& p = pool();
+  std::vector<DeviceBuffer> drop;
+  {
+    const std::lock_guard<std::mutex> lock(p.mu);
+    p.busy = false;
+    if (p.scopes == 0) drop.swap(p.slots);  // the last scope ended during the run
+  }
+}  // drop frees here
+
+Region RunMemory::get(size_t bytes) {
+  if (!pooled_) {
+    own_.emplace_back(bytes);
+    return Region{own_.back().get(), bytes};
+  }
+  Pool& p = pool();  // busy: only this run touches the slots
+  const size_t i = next_++;
+  if (p.slots.size() <= i) p.slots.resize(i + 1);
+  if (bytes == 0) return Region{};
+  if (p.slots[i].bytes() < bytes) {
+    p.slots[i] = DeviceBuffer();  // free the smaller one first
+    p.slots[i] = DeviceBuffer(bytes);
+  }
+  return Region{p.slots[i].get(), bytes};
+}
+
+}  // namespace detail
+
+ReuseGpuBuffers::ReuseGpuBuffers() {
+  detail::Pool& p = detail::pool();
+  const std::lock_guard<std::mutex> lock(p.mu);
+  ++p.scopes;
+}
+
+ReuseGpuBuffers::~ReuseGpuBuffers() {
+  detail::Pool& p = detail::pool();
+  std::vector<detail::DeviceBuffer> drop;
+  {
+    const std::lock_guard<std::mutex> lock(p.mu);
+    if (--p.scopes == 0 && !p.busy) drop.swap(p.slots);
+  }
+}  // drop frees here (DeviceBuffer's destructor ignores CUDA errors)
+
+namespace detail {
 
 void launch_zero_f32(float* p, int64_t n, Stream s) {
   NG_CUDA(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), s));
@@ -185,12 +271,19 @@ bool gpu_available() {
 }
 
 namespace {
-// share == nullptr: every result gets full copies. Otherwise results k > 0
-// get no y/rstd, and no dx when their dx equals (bitwise, compared on the
-// device) an earlier variant's; share->dx_source[k] names that variant.
+// dx_source == nullptr: every result gets full copies. Otherwise results
+// k > 0 get no y/rstd, and no dx when their dx equals (bitwise, compared on
+// the device) an earlier variant's; (*dx_source)[k] names that variant.
+// inputs_out != nullptr (generated inputs only, host == nullptr): the
+// generated x, dy, w (res: u, dh_new) are copied back into it, laid out like
+// seeds::generate_host's, and *seconds_inputs gets the wall time from the
+// start of this call to the end of that copy (allocation, poison,
+// generation, download).
 std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                                   const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host,
-                                  std::vector<size_t>* dx_source = nullptr) {
+                                  std::vector<size_t>* dx_source = nullptr, seeds::HostInputs* inputs_out = nullptr,
+                                  double* seconds_inputs = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
   if (bwds.empty()) bad_run("no backward variant given");
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
@@ -201,6 +294,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
   }
   if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
+  if (inputs_out != nullptr && host != nullptr) bad_run("download_inputs with given host inputs");
   if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
   if (opt.row_pad != 0 && c.heads() > 1)
     bad_run("row_pad = " + std::to_string(opt.row_pad) + ": the per-head layouts are fixed (heads4 contiguous, "
@@ -224,15 +318,24 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   size_t ws_bytes = 0;
   for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, R, H));
 
-  detail::DeviceBuffer bx(rows_bytes), bdy(rows_bytes), by(rows_bytes), bdx(rows_bytes);
+  // Device memory: kept between runs inside a ReuseGpuBuffers scope, else
+  // allocated here and freed on return (RunMemory). Every region is poisoned
+  // or fully written below before it is read, so what a kept buffer held
+  // before never shows.
+  detail::RunMemory mem;
+  const detail::Region bx = mem.get(rows_bytes), bdy = mem.get(rows_bytes), by = mem.get(rows_bytes),
+                       bdx = mem.get(rows_bytes);
   // Form res: the residual branch u, the forward's h_new (the normalized
   // input, also the backward's x) and the backward's dh_new.
   const bool res = c.form == Form::res;
-  detail::DeviceBuffer bu(res ? rows_bytes : 0), bhn(res ? rows_bytes : 0), bdn(res ? rows_bytes : 0);
-  detail::DeviceBuffer bw(wbytes), brstd(static_cast<size_t>(R > 0 ? R : 1) * 4), bdw(static_cast<size_t>(H) * 4);
-  detail::DeviceBuffer bws(ws_bytes);
+  const detail::Region bu = mem.get(res ? rows_bytes : 0), bhn = mem.get(res ? rows_bytes : 0),
+                       bdn = mem.get(res ? rows_bytes : 0);
+  const detail::Region bw = mem.get(wbytes), brstd = mem.get(static_cast<size_t>(R > 0 ? R : 1) * 4),
+                       bdw = mem.get(static_cast<size_t>(H) * 4);
+  const detail::Region bws = mem.get(ws_bytes);
   const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
   const int64_t stride_h = heads > 1 ? H : 0;      // a token's heads are contiguous
+  const detail::Region count = mem.get(sizeof(unsigned long long));  // check_outside_view's counter
   uint16_t* x = bx.as<uint16_t>(o);
   uint16_t* dy = bdy.as<uint16_t>(o);
   uint16_t* y = by.as<uint16_t>(o);
@@ -286,6 +389,28 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
                               wbytes, cudaMemcpyHostToDevice, s));
   }
 
+  if (inputs_out != nullptr) {  // the generated inputs, rows packed as generate_host lays them out
+    seeds::HostInputs& h = *inputs_out;
+    h = seeds::HostInputs{};
+    h.id = c;
+    h.rows = R;
+    h.cols = H;
+    const size_t ipitch = static_cast<size_t>(stride) * 2, iwidth = static_cast<size_t>(inner) * 2;
+    const size_t rows_t = static_cast<size_t>(T);
+    detail::download_rows_into(h.x, x, iwidth, ipitch, rows_t, s);
+    detail::download_rows_into(h.dy, dy, iwidth, ipitch, rows_t, s);
+    if (res) {
+      detail::download_rows_into(h.u, in.u, iwidth, ipitch, rows_t, s);
+      detail::download_rows_into(h.dh_new, in.dh_new, iwidth, ipitch, rows_t, s);
+    }
+    if (c.w == WDtype::bf16)
+      detail::download_into(h.w_bf16, bw.get(), static_cast<size_t>(H), s);
+    else
+      detail::download_into(h.w_f32, bw.get(), static_cast<size_t>(H), s);
+    if (seconds_inputs != nullptr)
+      *seconds_inputs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  }
+
   const WeightView wv{c.w, bw.get(), H};
   FwdArgs fa;
   fa.x = x;
@@ -314,18 +439,17 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     NG_CUDA(cudaMemcpyAsync(y + inner, &one, 2, cudaMemcpyHostToDevice, s));
     NG_CUDA(cudaStreamSynchronize(s));
   }
-  check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, s);
-  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, s);
+  check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, count, s);
+  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, count, s);
 
-  const size_t n = static_cast<size_t>(R * H);
   const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
   std::vector<Outputs> outs(bwds.size());
   const bool share = dx_source != nullptr;
   if (share) dx_source->assign(bwds.size(), 0);
   // Device copies of the distinct dx tensors seen so far (share mode), with
   // the index of the variant that produced each.
-  std::vector<std::pair<size_t, detail::DeviceBuffer>> distinct;
-  detail::DeviceBuffer flag(sizeof(int));
+  std::vector<std::pair<size_t, detail::Region>> distinct;
+  const detail::Region flag = mem.get(sizeof(int));
   // The backward arguments are the same for every variant but the workspace size.
   BwdArgs ba;
   ba.dy = dy;
@@ -370,11 +494,10 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       NG_CUDA(cudaMemcpyAsync(dx, &v, 2, cudaMemcpyHostToDevice, s));
       NG_CUDA(cudaStreamSynchronize(s));
     }
-    check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, s);
+    check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, count, s);
 
     Outputs& out = outs[k];
-    out.dw.resize(static_cast<size_t>(H));
-    detail::download(out.dw.data(), bdw.get(), static_cast<size_t>(H) * 4, s);
+    detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s);
     // dx: in share mode, compare with the distinct ones kept on the device.
     bool dx_needed = true;
     if (share && T > 0) {
@@ -398,38 +521,24 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     if (share) {
       if (dx_needed) {
         (*dx_source)[k] = k;
-        if (T > 0) {
-          detail::DeviceBuffer keep(bdx.bytes());
+        if (T > 0 && k + 1 < bwds.size()) {  // a later variant compares its dx with it
+          const detail::Region keep = mem.get(bdx.bytes());
           NG_CUDA(cudaMemcpyAsync(keep.get(), bdx.get(), bdx.bytes(), cudaMemcpyDeviceToDevice, s));
-          distinct.emplace_back(k, std::move(keep));
+          distinct.emplace_back(k, keep);
         }
       }
     }
-    if (dx_needed) {
-      out.dx.resize(n);
-      if (T > 0) detail::download_rows(out.dx.data(), dx, width, pitch, static_cast<size_t>(T), s);
-    }
+    if (dx_needed) detail::download_rows_into(out.dx, dx, width, pitch, static_cast<size_t>(T), s);
     // y and rstd are the one forward's outputs (device buffers untouched by
     // the backward): downloaded once; in full mode every result gets a copy.
-    if (k == 0 || !share) {
-      out.y.resize(n);
-      out.rstd.resize(static_cast<size_t>(R));
-      if (T > 0) {
-        if (k == 0) {
-          detail::download_rows(out.y.data(), y, width, pitch, static_cast<size_t>(T), s);
-        } else {
-          std::memcpy(out.y.data(), outs[0].y.data(), n * 2);
-        }
-        detail::download(out.rstd.data(), brstd.get(), static_cast<size_t>(R) * 4, s);
-        if (res) {
-          out.h_new.resize(n);
-          if (k == 0) {
-            detail::download_rows(out.h_new.data(), h_new, width, pitch, static_cast<size_t>(T), s);
-          } else {
-            std::memcpy(out.h_new.data(), outs[0].h_new.data(), n * 2);
-          }
-        }
-      }
+    if (k == 0) {
+      detail::download_rows_into(out.y, y, width, pitch, static_cast<size_t>(T), s);
+      detail::download_into(out.rstd, brstd.get(), static_cast<size_t>(R), s);
+      if (res) detail::download_rows_into(out.h_new, h_new, width, pitch, static_cast<size_t>(T), s);
+    } else if (!share) {
+      out.y = outs[0].y;
+      out.rstd = outs[0].rstd;
+      out.h_new = outs[0].h_new;
     }
   }
   return outs;
@@ -439,19 +548,23 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
 
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                              const GpuRunOptions& opt, GpuRunInfo* info) {
+  if (opt.download_inputs) bad_run("download_inputs is an option of run_gpu_shared");
   return run_gpu_impl(bwds, c, eps, opt, info, nullptr);
 }
 
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
                              const GpuRunOptions& opt) {
+  if (opt.download_inputs) bad_run("download_inputs is an option of run_gpu_shared");
   return run_gpu_impl(bwds, in.id, eps, opt, nullptr, &in);
 }
 
 SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds::CaseId& c,
                             const seeds::HostInputs* in, float eps, const GpuRunOptions& opt) {
   if (in != nullptr && !(in->id == c)) bad_run("host inputs are of case " + seeds::to_string(in->id));
+  if (in != nullptr && opt.download_inputs) bad_run("download_inputs with given host inputs (the caller has them)");
   SharedGpuRun r;
-  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source);
+  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source, opt.download_inputs ? &r.inputs : nullptr,
+                        &r.seconds_inputs);
   return r;
 }
 

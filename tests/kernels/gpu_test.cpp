@@ -359,6 +359,103 @@ TEST(BwdEdge, SharedRunSkipsOnlyIdenticalTensors) {
   EXPECT_EQ(bit_diff(flip.outs[2].dx, full[2].dx).count, 1);
 }
 
+// run_gpu_shared with download_inputs: the inputs it generated in its own
+// (padded, strided) buffers come back byte for byte as the host generator's
+// and generate_inputs_on_gpu's, and the outputs equal a run without it (the
+// pipeline's GPU half takes the inputs from there instead of generating
+// twice). T = 0 and every layout (plain, res, heads24's packed rows, heads4).
+TEST(BwdEdge, SharedRunDownloadsTheInputsItGenerated) {
+  NG_REQUIRE_GPU();
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("bwd_nondet_atomic")};
+  for (const char* id : {"H=1000,T=257,w=bf16,form=plain,family=cancel,seed=3",
+                         "H=777,T=65,w=fp32,form=plain,family=specials,seed=2",
+                         "H=512,T=33,w=bf16,form=res,family=llm,seed=77", "H=256,T=31,w=fp32,form=heads24,family=llm,seed=4",
+                         "H=256,T=17,w=bf16,form=heads4,family=normal,seed=5",
+                         "H=64,T=0,w=bf16,form=plain,family=normal,seed=1"}) {
+    SCOPED_TRACE(id);
+    const seeds::CaseId c = seeds::parse_case(id);
+    GpuRunOptions o;
+    o.download_inputs = true;
+    const SharedGpuRun with = run_gpu_shared(vs, c, nullptr, kEps, o);
+    const SharedGpuRun without = run_gpu_shared(vs, c, nullptr, kEps);
+    EXPECT_TRUE(without.inputs.x.empty());
+    EXPECT_EQ(without.seconds_inputs, 0.0);
+    EXPECT_GT(with.seconds_inputs, 0.0);
+    EXPECT_TRUE(with.inputs.id == c);
+    EXPECT_EQ(with.inputs.rows, c.rows());
+    EXPECT_EQ(with.inputs.cols, c.H);
+    const seeds::InputDigests dh = seeds::digest(seeds::generate_host(c)), dd = seeds::digest(with.inputs),
+                              dg = seeds::digest(generate_inputs_on_gpu(c));
+    EXPECT_EQ(dd.all, dh.all);
+    EXPECT_EQ(dd.all, dg.all);
+    EXPECT_EQ(dd.x, dh.x);
+    EXPECT_EQ(dd.u, dh.u);
+    EXPECT_EQ(dd.dh_new, dh.dh_new);
+    EXPECT_EQ(with.inputs.x.size(), static_cast<size_t>(c.rows() * c.H));
+    EXPECT_EQ(with.inputs.u.size(), c.form == Form::res ? with.inputs.x.size() : 0u);
+    ASSERT_EQ(with.outs.size(), without.outs.size());
+    EXPECT_EQ(with.dx_source, without.dx_source);
+    for (size_t k = 0; k < vs.size(); ++k) {
+      EXPECT_EQ(with.outs[k].y, without.outs[k].y);
+      EXPECT_EQ(with.outs[k].dx, without.outs[k].dx);
+      EXPECT_EQ(with.outs[k].h_new, without.outs[k].h_new);
+      EXPECT_EQ(0, std::memcmp(with.outs[k].rstd.data(), without.outs[k].rstd.data(), without.outs[k].rstd.size() * 4));
+      ASSERT_EQ(with.outs[k].dw.size(), static_cast<size_t>(c.H));
+      if (vs[k]->mode == Mode::det) {
+        EXPECT_EQ(0, std::memcmp(with.outs[k].dw.data(), without.outs[k].dw.data(), without.outs[k].dw.size() * 4));
+      }
+    }
+  }
+  // Only run_gpu_shared on generated inputs takes the option.
+  const seeds::CaseId c = seeds::parse_case("H=64,T=8,w=bf16,form=plain,family=normal,seed=1");
+  GpuRunOptions o;
+  o.download_inputs = true;
+  EXPECT_THROW(run_gpu(vs, c, kEps, o), std::invalid_argument);
+  const seeds::HostInputs h = seeds::generate_host(c);
+  EXPECT_THROW(run_gpu(vs, h, kEps, o), std::invalid_argument);
+  EXPECT_THROW(run_gpu_shared(vs, c, &h, kEps, o), std::invalid_argument);
+}
+
+// ReuseGpuBuffers: runs inside the scope reuse the kept buffers (larger,
+// holding the previous run's data) and give bitwise what runs without it
+// give, in every layout and in shrinking and growing order; the outside-view
+// check still sees a write into the (kept, re-poisoned) padding.
+TEST(BwdEdge, KeptDeviceBuffersGiveTheSameBits) {
+  NG_REQUIRE_GPU();
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("ctl_bf16_partials")};
+  const std::vector<seeds::CaseId> cs = {seeds::parse_case("H=1000,T=513,w=bf16,form=res,family=cancel,seed=3"),
+                                         seeds::parse_case("H=256,T=31,w=fp32,form=heads24,family=llm,seed=4"),
+                                         seeds::parse_case("H=777,T=65,w=bf16,form=plain,family=normal,seed=2"),
+                                         seeds::parse_case("H=64,T=0,w=bf16,form=plain,family=normal,seed=1"),
+                                         seeds::parse_case("H=2048,T=700,w=bf16,form=res,family=llm,seed=8")};
+  std::vector<SharedGpuRun> fresh;
+  for (const auto& c : cs) fresh.push_back(run_gpu_shared(vs, c, nullptr, kEps));
+  const ReuseGpuBuffers keep;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < cs.size(); ++i) {
+      SCOPED_TRACE(seeds::to_string(cs[i]));
+      GpuRunOptions o;
+      o.download_inputs = pass == 1;
+      const SharedGpuRun kept = run_gpu_shared(vs, cs[i], nullptr, kEps, o);
+      ASSERT_EQ(kept.outs.size(), fresh[i].outs.size());
+      EXPECT_EQ(kept.dx_source, fresh[i].dx_source);
+      for (size_t k = 0; k < vs.size(); ++k) {
+        EXPECT_EQ(kept.outs[k].y, fresh[i].outs[k].y);
+        EXPECT_EQ(kept.outs[k].dx, fresh[i].outs[k].dx);
+        EXPECT_EQ(kept.outs[k].h_new, fresh[i].outs[k].h_new);
+        ASSERT_EQ(kept.outs[k].rstd.size(), fresh[i].outs[k].rstd.size());
+        EXPECT_EQ(0, std::memcmp(kept.outs[k].rstd.data(), fresh[i].outs[k].rstd.data(), kept.outs[k].rstd.size() * 4));
+        ASSERT_EQ(kept.outs[k].dw.size(), fresh[i].outs[k].dw.size());
+        EXPECT_EQ(0, std::memcmp(kept.outs[k].dw.data(), fresh[i].outs[k].dw.data(), kept.outs[k].dw.size() * 4));
+      }
+    }
+  GpuRunOptions o;
+  o.test_write_outside_view = true;
+  EXPECT_THROW(run_gpu(variant("bwd_det_chunked"), seeds::parse_case("H=256,T=9,w=bf16,form=heads24,family=normal,seed=1"),
+                       kEps, o),
+               std::runtime_error);
+}
+
 // Per-head forms on the GPU: the strided [T, 24, 256] (q part of packed rows
 // of 40*256) and contiguous [T, 4, 256] views give bitwise what the plain
 // [T*heads, 256] rows of the same inputs give (every output of the det

@@ -234,29 +234,44 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   PreparedCheck pc;
   pc.request = req;
   pc.backend = backend;
-  auto t0 = Clock::now();
-  if (given != nullptr) {
-    pc.inputs = *given;
-    pc.inputs_from = "given inputs (a saved case), not the generator";
-  } else {
-    pc.inputs = backend == Backend::gpu ? kernels::generate_inputs_on_gpu(req.id) : seeds::generate_host(req.id, req.threads);
-    pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
-  }
-  pc.seconds_generate = since(t0);
-
   // GPU: every backward variant of the request runs on one generation of the
   // inputs after one forward (kernels::run_gpu over a list).
   std::vector<const kernels::Variant*> gpu_variants;
   if (backend == Backend::gpu)
     for (const auto& name : req.impls)
       if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
+  // With GPU variants and no given inputs, the run's own generation is the
+  // case's: its device buffers are copied back (download_inputs), the bytes
+  // generate_inputs_on_gpu would return, without a second generation.
+  const bool inputs_from_run = given == nullptr && !gpu_variants.empty();
+  auto t0 = Clock::now();
+  if (given != nullptr) {
+    pc.inputs = *given;
+    pc.inputs_from = "given inputs (a saved case), not the generator";
+  } else {
+    if (backend != Backend::gpu) {
+      pc.inputs = seeds::generate_host(req.id, req.threads);
+    } else if (!inputs_from_run) {
+      pc.inputs = kernels::generate_inputs_on_gpu(req.id);
+    }
+    pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  }
+  pc.seconds_generate = since(t0);
+
   if (!gpu_variants.empty()) {
     t0 = Clock::now();
+    kernels::GpuRunOptions opt;
+    opt.download_inputs = inputs_from_run;
     kernels::SharedGpuRun run = kernels::run_gpu_shared(gpu_variants, req.id, given != nullptr ? &pc.inputs : nullptr,
-                                                        static_cast<float>(req.id.eps));
+                                                        static_cast<float>(req.id.eps), opt);
     pc.gpu_outs = std::move(run.outs);
     pc.gpu_dx_source = std::move(run.dx_source);
     pc.seconds_gpu = since(t0);
+    if (inputs_from_run) {  // generation (and the inputs' download) is the first part of the run
+      pc.inputs = std::move(run.inputs);
+      pc.seconds_generate = run.seconds_inputs;
+      pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - run.seconds_inputs);
+    }
   }
   return pc;
 }
@@ -381,6 +396,10 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   // halves would compete for the same cores.
   const bool overlap = n > 1 && first && resolve_backend(first->backend) == Backend::gpu;
   st.overlapped = overlap;
+  // GPU runs keep their device buffers from case to case (freed when this
+  // returns, after the worker below has finished).
+  std::optional<kernels::ReuseGpuBuffers> keep_device_buffers;
+  if (first && resolve_backend(first->backend) == Backend::gpu) keep_device_buffers.emplace();
   std::future<Slot> ahead;
   Slot cur;
   for (size_t i = 0; i < n; ++i) {

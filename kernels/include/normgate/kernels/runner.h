@@ -53,6 +53,25 @@ void generate_device_inputs(const seeds::CaseId& c, const DeviceInputBuffers& b,
 /// HostInputs laid out like generate_host's (u, dh_new only for form res).
 seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId& c);
 
+/// While at least one ReuseGpuBuffers object lives (in any thread), run_gpu
+/// and run_gpu_shared keep their device buffers when they return and reuse
+/// them in the next run, grow-only (a buffer is freed and reallocated only
+/// when a run needs it larger), instead of a cudaMalloc and cudaFree of every
+/// buffer (several GB per large case) in every run. Results are unchanged:
+/// every buffer is still poisoned or fully written before each use. Memory:
+/// the largest runs' buffers stay allocated until the last object ends (or,
+/// if a run is using them then, until that run returns). One run at a time
+/// uses the kept buffers; a run overlapping it allocates its own as before.
+/// A gate or check pipeline (validators::run_checks) holds one; the library
+/// (C API) does not. In a build without CUDA it does nothing.
+class ReuseGpuBuffers {
+ public:
+  ReuseGpuBuffers();
+  ~ReuseGpuBuffers();
+  ReuseGpuBuffers(const ReuseGpuBuffers&) = delete;
+  ReuseGpuBuffers& operator=(const ReuseGpuBuffers&) = delete;
+};
+
 /// Knobs of a pipeline run (defaults: contiguous, aligned, poison seed 1).
 struct GpuRunOptions {
   int64_t row_pad = 0;          ///< row stride = H + row_pad (elements) for x, dy, y, dx
@@ -69,6 +88,12 @@ struct GpuRunOptions {
   /// the lowest bit of its dx element 0, so run_gpu_shared must see a dx that
   /// differs from the earlier variants' and copy it.
   int test_flip_dx_of = -1;
+  /// run_gpu_shared with generated inputs only (run_gpu, and run_gpu_shared
+  /// given host inputs, throw std::invalid_argument when it is set): also copy
+  /// the inputs it generated on the device back to the host, into
+  /// SharedGpuRun::inputs (what generate_inputs_on_gpu(c) returns, byte for
+  /// byte, without generating them a second time).
+  bool download_inputs = false;
 };
 
 /// What a pipeline run did besides its outputs.
@@ -120,6 +145,14 @@ std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seed
 struct SharedGpuRun {
   std::vector<Outputs> outs;
   std::vector<size_t> dx_source;
+  /// With GpuRunOptions::download_inputs: the case's inputs as the device
+  /// generated them, laid out like seeds::generate_host's (u, dh_new only for
+  /// form res); empty otherwise.
+  seeds::HostInputs inputs;
+  /// With download_inputs: seconds from the call's start to the end of the
+  /// inputs' download (device allocation, poison, generation, copy back);
+  /// 0 otherwise.
+  double seconds_inputs = 0;
 };
 
 /// run_gpu over a list without duplicate host copies (what a check needs: its

@@ -93,6 +93,10 @@ struct PreparedCheck {
   std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend);
                                    ///< kernels::run_gpu_shared: only [0] holds y and rstd
   std::vector<size_t> gpu_dx_source;  ///< gpu_outs[k]'s dx is gpu_outs[gpu_dx_source[k]]'s
+  /// seconds_generate: the inputs (GPU backend with GPU variants and no
+  /// given inputs: the first part of the GPU run, which generates them in its
+  /// own buffers and copies them back: allocation, poison, generation,
+  /// download); seconds_gpu: the GPU run (without that first part).
   double seconds_generate = 0, seconds_gpu = 0;
 };
 PreparedCheck prepare_check(const CheckRequest& req);
@@ -177,6 +181,8 @@ struct PipelineStats {
 /// and error set when request i threw (argument or CUDA error); an exception
 /// thrown by done() ends the run (after the worker finishes) and propagates.
 /// request(i) may be called from the worker thread, once per i, in order.
+/// On the GPU backend the GPU runs keep their device buffers from one case to
+/// the next (kernels::ReuseGpuBuffers) until run_checks returns.
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
 
