@@ -35,6 +35,13 @@ Usage (on the H200; the normgate library must be built, NORMGATE_LIB may name it
 Writes Markdown and JSON (atomically: temp file, then rename) and prints the
 Markdown last. Exit 0 on a completed run (speed is never asserted), 2 on usage
 errors, 1 when nothing could be measured.
+
+  python3 bench/peers.py --merge A.json B.json ... --json all.json --md all.md
+merges runs (shards of one matrix on several GPUs, or slices run in several
+sessions; no GPU or torch needed): rows in the order given, each keeping the
+copy ceiling of its own run for its "of copy" column; the header lists every
+run's GPU, driver, versions and command. Exit 2 when a file is not a peers.py
+result or two runs hold the same row.
 """
 from __future__ import annotations
 
@@ -769,8 +776,9 @@ def markdown(meta, rows, copy):
                 wo, wv = worst_output(row["impls"][n], op)
                 sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({wo} {fmt(wv, '{:.3g}')})"
             frac = ""
-            if r.get("ours_GBps") and copy.get("GBps"):
-                frac = f" ({r['ours_GBps'] / copy['GBps']:.2f})"
+            row_copy = row.get("copy_GBps") or copy.get("GBps")  # merged runs: the row's own run
+            if r.get("ours_GBps") and row_copy:
+                frac = f" ({r['ours_GBps'] / row_copy:.2f})"
             oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
                    for n in ("det", "ours")}
             L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "
@@ -805,7 +813,77 @@ def markdown(meta, rows, copy):
     return "\n".join(L) + "\n"
 
 
+def merge(argv):
+    """--merge J1 J2 ... [--json OUT] [--md OUT]: see the module docstring."""
+    files, out_json, out_md, i = [], "", "", 0
+    while i < len(argv):
+        if argv[i] in ("--json", "--md") and i + 1 < len(argv):
+            if argv[i] == "--json":
+                out_json = argv[i + 1]
+            else:
+                out_md = argv[i + 1]
+            i += 2
+        elif argv[i].startswith("--"):
+            die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
+        else:
+            files.append(argv[i])
+            i += 1
+    if not files:
+        die_usage("--merge needs at least one result JSON")
+    runs = []
+    for f in files:
+        try:
+            with open(f) as fh:
+                r = json.load(fh)
+            if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
+                raise ValueError("no meta/copy/rows: not a peers.py result")
+        except (OSError, ValueError) as e:
+            die_usage(f"--merge: {f}: {e}")
+        runs.append((f, r))
+    rows, seen = [], {}
+    for f, r in runs:
+        for row in r["rows"]:
+            key = (row.get("form", "plain"), row["H"], row["T"], row["w"])
+            if key in seen:
+                die_usage(f"--merge: row {workload(row)} is in both {seen[key]} and {f}")
+            seen[key] = f
+            row = dict(row)
+            row.setdefault("copy_GBps", r["copy"].get("GBps"))
+            rows.append(row)
+    m0 = runs[0][1]["meta"]
+    meta = dict(m0)
+    for k in ("gpu", "driver", "cuda", "torch", "triton", "normgate", "date", "command"):
+        vals = []
+        for _, r in runs:
+            v = str(r["meta"].get(k))
+            if v not in vals:
+                vals.append(v)
+        meta[k] = " / ".join(vals) if k != "command" else "; ".join(vals)
+    for k in ("replays", "rounds", "seeds", "family"):
+        if any(r["meta"].get(k) != m0.get(k) for _, r in runs):
+            die_usage(f"--merge: runs differ in {k} ({', '.join(str(r['meta'].get(k)) for _, r in runs)})")
+    meta["peer_errors"] = {}
+    for _, r in runs:
+        meta["peer_errors"].update(r["meta"].get("peer_errors") or {})
+    for k in ("skipped", "failed_rows"):
+        meta[k] = [x for _, r in runs for x in r["meta"].get(k, [])]
+    meta["stopped"] = "; ".join(r["meta"]["stopped"] for _, r in runs if r["meta"].get("stopped"))
+    meta["merged_from"] = files
+    # The header's copy ceiling: the lowest of the runs' (each row's column uses its own).
+    copies = [r["copy"] for _, r in runs if r["copy"].get("GBps")]
+    copy = dict(min(copies, key=lambda c: c["GBps"])) if copies else dict(runs[0][1]["copy"])
+    copy["by"] = f"{copy.get('by')}, lowest of {len(runs)} runs; each row's 'of copy' uses its own run's"
+    result = {"meta": meta, "copy": copy, "rows": rows}
+    atomic_write(out_json, json.dumps(result, indent=1))
+    md = markdown(meta, rows, copy)
+    atomic_write(out_md, md)
+    print(md)
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["--merge"]:
+        return merge(argv[1:])
     args = parse_args(argv)
     try:
         import torch
@@ -887,6 +965,7 @@ def main(argv):
                 break
             continue
         row["seconds"] = time.time() - t0
+        row["copy_GBps"] = copy.get("GBps")
         rows.append(row)
         for op, r in row["ops"].items():
             log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "

@@ -6,6 +6,8 @@
 #   4. pack logs into $OUT/peers.tgz (the device tool returns few files) and
 #      print the Markdown table last.
 # Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
+#        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" scripts/peers.sh
+#          (one peers.py per shard, on its own GPU; one merged table)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -47,10 +49,42 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 # NG_PEERS_TIMEOUT counts from the script's start (install and build included).
 budget=$(( ${NG_PEERS_TIMEOUT:-540} - SECONDS ))
 [ "$budget" -gt 30 ] || { echo "peers: no time left after install/build (${SECONDS}s)"; budget=30; }
-timeout "$budget" python3 "$root/bench/peers.py" ${NG_PEERS_ARGS:-} \
-  --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
-rc=$?
-tail -40 "$out/peers.log" | grep -v "^ *$" | tail -25
-echo "peers.py rc=$rc"
+if [ -z "${NG_PEERS_SHARDS:-}" ]; then
+  timeout "$budget" python3 "$root/bench/peers.py" ${NG_PEERS_ARGS:-} \
+    --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
+  rc=$?
+  tail -40 "$out/peers.log" | grep -v "^ *$" | tail -25
+  echo "peers.py rc=$rc"
+else
+  # NG_PEERS_SHARDS="ARGS_1|ARGS_2|...": one peers.py per shard, shard k on
+  # GPU k-1 (mod the GPU count), each with NG_PEERS_ARGS plus its own ARGS_k
+  # and cores/shards OpenMP threads for its accuracy runs; then one table
+  # (peers.py --merge). Each process times its own GPU: its ratios compare
+  # implementations measured side by side on that GPU.
+  IFS='|' read -r -a shards <<<"$NG_PEERS_SHARDS"
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  [ "$ngpu" -ge 1 ] || ngpu=1
+  nthr=$(( $(nproc) / ${#shards[@]} > 0 ? $(nproc) / ${#shards[@]} : 1 ))
+  pids=()
+  for k in "${!shards[@]}"; do
+    CUDA_VISIBLE_DEVICES=$(( k % ngpu )) OMP_NUM_THREADS=$nthr timeout "$budget" python3 "$root/bench/peers.py" \
+      ${NG_PEERS_ARGS:-} ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
+      >"$out/peers-$((k + 1)).stdout" 2>"$out/peers-$((k + 1)).log" &
+    pids+=($!)
+  done
+  rc=0
+  for k in "${!pids[@]}"; do
+    wait "${pids[$k]}" || rc=$?
+    echo "shard $((k + 1)) (${shards[$k]}): $(grep -cE ' (fwd|bwd|2xfwd\+bwd): det ' "$out/peers-$((k + 1)).log") op rows"
+    tail -5 "$out/peers-$((k + 1)).log"
+  done
+  jsons=()
+  for k in "${!shards[@]}"; do [ -f "$out/peers-$((k + 1)).json" ] && jsons+=("$out/peers-$((k + 1)).json"); done
+  if [ "${#jsons[@]}" -gt 0 ]; then
+    python3 "$root/bench/peers.py" --merge "${jsons[@]}" --json "$out/peers.json" --md "$out/peers.md" >/dev/null \
+      2>"$out/merge.log" || { echo "peers: merge failed:"; cat "$out/merge.log"; }
+  fi
+  echo "peers.py (${#shards[@]} shards) rc=$rc"
+fi
 [ -f "$out/peers.md" ] && cat "$out/peers.md"
 tar -czf "$final/peers.tgz" -C "$final" peers && rm -rf "$out"

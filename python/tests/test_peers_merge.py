@@ -1,0 +1,52 @@
+"""bench/peers.py --merge on stored H200 results (no GPU, no torch): rows of
+every run in order, each row's "of copy" from its own run's ceiling, every
+run's command in the header, and a row present in two runs refused (exit 2).
+Runs under pytest or as `python3 python/tests/test_peers_merge.py`."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+PEERS = os.path.join(ROOT, "bench", "peers.py")
+A = os.path.join(ROOT, "docs", "results", "h200-2026-11-30-s6", "call7", "peers", "peers.json")
+B = os.path.join(ROOT, "docs", "results", "h200-2026-11-29-s4", "call7", "peers.json")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, PEERS, "--merge", *args], capture_output=True, text=True)
+
+
+def test_merge_keeps_every_row_and_its_own_copy_ceiling():
+    with tempfile.TemporaryDirectory() as d:
+        out_j, out_m = os.path.join(d, "m.json"), os.path.join(d, "m.md")
+        r = run(A, B, "--json", out_j, "--md", out_m)
+        assert r.returncode == 0, r.stderr
+        m = json.load(open(out_j))
+        a, b = json.load(open(A)), json.load(open(B))
+        assert len(m["rows"]) == len(a["rows"]) + len(b["rows"])
+        assert [x["T"] for x in m["rows"]] == [x["T"] for x in a["rows"]] + [x["T"] for x in b["rows"]]
+        assert m["rows"][0]["copy_GBps"] == a["copy"]["GBps"]
+        assert m["rows"][-1]["copy_GBps"] == b["copy"]["GBps"]
+        md = open(out_m).read()
+        assert a["meta"]["command"] in md and b["meta"]["command"] in md
+        # The first row's "of copy" is ours GB/s over its own run's ceiling.
+        r0 = a["rows"][0]["ops"]["fwd"]
+        assert f"({r0['ours_GBps'] / a['copy']['GBps']:.2f})" in md
+
+
+def test_merge_refuses_a_row_in_two_runs_and_a_non_result():
+    r = run(A, A, "--json", os.devnull)
+    assert r.returncode == 2 and "is in both" in r.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write('{"rows": []}')
+    r = run(f.name)
+    os.unlink(f.name)
+    assert r.returncode == 2 and "not a peers.py result" in r.stderr
+
+
+if __name__ == "__main__":
+    test_merge_keeps_every_row_and_its_own_copy_ceiling()
+    test_merge_refuses_a_row_in_two_runs_and_a_non_result()
+    print("test_peers_merge: ok")
