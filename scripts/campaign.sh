@@ -19,7 +19,8 @@
 #      refinement) or scripts/journal_summary.py's partial summary,
 #   4. packs everything into $OUT/campaign.tgz (unpack it over CAMPAIGN_DIR
 #      on the dev machine and commit) and prints a short table last.
-# Environment: NG_CAMPAIGN_TABLE (routes/sm90a.toml), NG_CAMPAIGN_SEEDS
+# Environment: NG_CAMPAIGN_DEMO (1: the loader and control demo first),
+# NG_CAMPAIGN_TABLE (routes/sm90a.toml), NG_CAMPAIGN_SEEDS
 # (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default 540),
 # NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options).
 set -uo pipefail
@@ -42,6 +43,24 @@ cores=$(nproc)
 threads=$(( cores / nslice > 0 ? cores / nslice : 1 ))
 echo "campaign: $nslice slices on $ngpu GPUs, $threads threads each, deadline ${deadline}s, table $table, seeds $seeds" \
   | tee "$work/campaign.log"
+# NG_CAMPAIGN_DEMO=1: first, in the same run, the two controls the gate
+# issue asks for: the loader refuses a table routing a negative control
+# (exit 2), and with the explicit override the gate runs it and fails it on
+# `cancel` (exit 1). Output: demo.txt.
+if [ "${NG_CAMPAIGN_DEMO:-0}" = 1 ]; then
+  neg="$root/routes/negative/sm90a-ctl-fp32-seq.toml"
+  {
+    echo "\$ normgate gate $neg --plan"
+    "$bin" gate "$neg" --plan 2>&1 | tail -3
+    echo "rc=${PIPESTATUS[0]} (2 expected: the loader refuses a routed negative control)"
+    echo
+    echo "\$ normgate gate $neg --allow-controls --seeds cancel:0..1 --t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet --report-md demo_ctl.md"
+    "$bin" gate "$neg" --allow-controls --seeds cancel:0..1 --t-per-window 2 --dense-points 0 --fresh-factor 0 \
+      --quiet --report-md "$work/demo_ctl.md" 2>&1 | tail -4
+    echo "rc=${PIPESTATUS[0]} (1 expected: the control fails its dw budget on cancel)"
+  } >"$work/demo.txt" 2>&1
+  cat "$work/demo.txt"
+fi
 k=0
 declare -a pids
 for filter in "$@"; do
