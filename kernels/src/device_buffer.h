@@ -12,36 +12,6 @@
 
 namespace normgate::kernels::detail {
 
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) NG_CUDA(cudaMalloc(&p_, bytes));
-  }
-  ~DeviceBuffer() {
-    if (p_ != nullptr) cudaFree(p_);  // never throws; errors here are sticky and surface later
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return p_; }
-  template <class T>
-  T* as(size_t byte_offset = 0) const {
-    return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 /// A byte range of device memory that a run uses: `bytes` is what it asked
 /// for (the buffer under it may be larger); null when bytes == 0.
 class Region {
@@ -55,9 +25,33 @@ class Region {
   }
   size_t bytes() const { return bytes_; }
 
- private:
+ protected:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+};
+
+/// An owning cudaMalloc buffer (a Region that frees itself).
+class DeviceBuffer : public Region {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) {
+    bytes_ = bytes;
+    if (bytes > 0) NG_CUDA(cudaMalloc(&p_, bytes));
+  }
+  ~DeviceBuffer() {
+    if (p_ != nullptr) cudaFree(p_);  // never throws; errors here are sticky and surface later
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept {
+    p_ = std::exchange(o.p_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
 /// The device memory of one run_gpu call (runner.cu). Inside a
