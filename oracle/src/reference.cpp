@@ -490,19 +490,25 @@ NG_CLONES uint16_t absmax_bits(const uint16_t* __restrict p, int64_t n) {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// (5) for compute_pair: col_accum of two modes' rstd (hi0/lo0: the fp64
-// reference's, hi1/lo1: the ideal's) over the same rows and columns. The
-// exact product a = dy*x is formed once; each side then takes exactly
-// col_accum's steps into its own accumulators, so either side's bits equal
-// col_accum's (-ffp-contract=off: no operation is fused differently).
+// (5) for compute_pair: col_accum of both modes over the same rows and
+// columns (hi0/lo0: the fp64 reference's rstd, hi1: the ideal's, a binary32
+// value; its lo is 0). The exact product a = dy*x is formed once. Side 0
+// takes col_accum's steps. Side 1 takes them without the two terms that are
+// zero there: a*hi1 is exact (16 + 24 significand bits, in [2^-415, 2^384]
+// when non-zero, (0)), so TwoProduct's error rr is 0, and a*lo1 = a*0 is 0;
+// adding them changes at most the sign of a zero term, which s cannot see (s
+// starts at +0 and a round-to-nearest sum is -0 only when both addends are).
+// When a or hi1 is not finite, h and with it pi are not finite either way, and
+// that column is recomputed by the plain sum (finalization). So both sides'
+// bits equal col_accum's (-ffp-contract=off: nothing is fused differently).
 NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0,
-                          const double* lo0, const double* hi1, const double* lo1, int64_t nr, int64_t j0,
-                          int64_t nc, double* __restrict P0, double* __restrict S0, double* __restrict A0,
+                          const double* lo0, const double* hi1, int64_t nr, int64_t j0, int64_t nc,
+                          double* __restrict P0, double* __restrict S0, double* __restrict A0,
                           double* __restrict P1, double* __restrict S1, double* __restrict A1) {
   for (int64_t i = 0; i < nr; ++i) {
     const uint16_t* __restrict x = xr[i] + j0;
     const uint16_t* __restrict dy = dyr[i] + j0;
-    const double rh0 = hi0[i], rl0 = lo0[i], rh1 = hi1[i], rl1 = lo1[i];
+    const double rh0 = hi0[i], rl0 = lo0[i], rh1 = hi1[i];
     for (int64_t j = 0; j < nc; ++j) {
       double a = bf(dy[j]) * bf(x[j]);
       double h, rr, s, q;
@@ -511,10 +517,10 @@ NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr,
       P0[j] = s;
       S0[j] = S0[j] + ((q + rr) + a * rl0);
       A0[j] = A0[j] + std::fabs(h);
-      two_prod(a, rh1, h, rr);
+      h = a * rh1;  // exact
       two_sum(P1[j], h, s, q);
       P1[j] = s;
-      S1[j] = S1[j] + ((q + rr) + a * rl1);
+      S1[j] = S1[j] + q;
       A1[j] = A1[j] + std::fabs(h);
     }
   }
@@ -528,7 +534,7 @@ class ReferenceBuilder {
   // over the inputs. Everything but the backward's rstd (row sums, rstd and
   // its escalation, the y filter) does not depend on the mode and is
   // computed once; each Reference ends up bitwise what a run with n = 1 in
-  // its mode gives.
+  // its mode gives. With n = 2, modes must be {fp64, fp32_rounded}.
   static void run(Reference* const* refs, const RstdMode* modes, int n, const Problem& p, const Options& o);
 
  private:
@@ -775,7 +781,8 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   double *A0 = s0.ref->dw_abs_.data(), *A1 = s1.ref->dw_abs_.data();
   double *S0 = s0.Sacc.data(), *S1 = s1.Sacc.data();
   const double *hi0 = s0.ref->use_.data(), *hi1 = s1.ref->use_.data();
-  const double *lo0 = s0.use_lo.data(), *lo1 = s1.use_lo.data();
+  const double* lo0 = s0.use_lo.data();  // s1's lo is 0 (col_accum2)
+  if (ns == 2 && (s0.fp32 || !s1.fp32)) throw std::logic_error("ReferenceBuilder: pair must be (fp64, fp32_rounded)");
 
 #pragma omp parallel num_threads(nt)
   {
@@ -793,8 +800,8 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
         if (ns == 1)
           col_accum(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0);
         else
-          col_accum2(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, hi1 + rb, lo1 + rb, nr, j0, nc, P0 + j0, S0 + j0,
-                     A0 + j0, P1 + j0, S1 + j0, A1 + j0);
+          col_accum2(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0,
+                     P1 + j0, S1 + j0, A1 + j0);
       }
     }
   }
