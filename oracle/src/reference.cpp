@@ -129,6 +129,16 @@
 //       (RstdTable, built once per precision, only when a column escalates).
 //     Values with bound +inf from non-finite inputs (x, dy, w or the
 //     backward's rstd) are not escalated.
+//
+// (8) compute_pair: the two RstdModes differ only in the rstd the backward
+//     uses (use, its lo and bound). (1), (2), (3), the rstd escalation of (7)
+//     and the y part of the row filter do not depend on the mode and are
+//     computed once per row for both References; (4), the dx part of the
+//     filter, (5)'s finalization and the MPFR rows and columns run per mode
+//     on the same per-row data. (5)'s column pass reads x and dy once for both
+//     sums (col_accum2). Every operation of either mode is the one its own
+//     compute() performs, except two terms of the fp32 mode's dw step that are
+//     zeros there (col_accum2 says why), so the results are the same bits.
 // ===========================================================================
 #include <omp.h>
 
