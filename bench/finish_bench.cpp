@@ -5,11 +5,14 @@
 //   e.g. finish_bench H=4096,T=16384,w=bf16,form=plain,family=normal,seed=1
 // Inputs from the host generator and the variant's outputs from its CPU model
 // (neither timed). Then, `reps` times: the whole CaseOracle (as finish_check
-// builds it: expected h_new, the reference in RstdMode::fp64, the ideal kernel
-// in RstdMode::fp32_rounded, the FP32 baseline's rstd and dw), each of its
-// three parts alone on the same Problem, and validate_cases of the variant's
+// builds it: expected h_new, the reference in RstdMode::fp64 and the ideal
+// kernel in RstdMode::fp32_rounded from one Reference::compute_pair, the FP32
+// baseline's rstd and dw), its parts alone on the same Problem (the pair; the
+// reference and the ideal each by its own Reference::compute, for comparison;
+// the baseline), and validate_cases of the variant's
 // outputs (one implementation). Prints the minimum of each in seconds and the
-// oracle+validation total (CaseOracle + validation), then for the fastest
+// oracle+validation total (CaseOracle + validation), the same per element
+// (CaseOracle's "rest" is expected h_new and the Problem), then for the fastest
 // validation (and the fastest reference, for comparison) the process CPU
 // seconds it used (user + system, all threads) and that over its wall time: "cores busy" near the thread count with CPU
 // seconds near the 1-thread time says the work is spread evenly and not
@@ -64,7 +67,7 @@ int main(int argc, char** argv) {
 
   const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
   const bool res = id.form == normgate::Form::res;
-  std::vector<double> t_co, t_ref, t_ideal, t_base, t_val, cpu_ref, cpu_val;
+  std::vector<double> t_co, t_pair, t_ref, t_ideal, t_base, t_val, cpu_ref, cpu_val;
   normgate::Outputs got;
   double elements = 0;  // rows * cols of the problem (T * heads rows)
   for (int rep = 0; rep < reps; ++rep) {
@@ -79,6 +82,12 @@ int main(int argc, char** argv) {
       got = normgate::kernels::run_model(normgate::kernels::variant(variant), in.x_view(), p.dy, p.w,
                                          static_cast<float>(id.eps), threads, u, p.dx_add);
     }
+    t0 = clk::now();
+    {
+      const auto r =
+          no::Reference::compute_pair(p, nv::oracle_options(no::RstdMode::fp64, no::OracleMode::auto_, threads));
+    }
+    t_pair.push_back(secs(t0));
     double c0 = cpu_seconds();
     t0 = clk::now();
     { const auto r = no::Reference::compute(p, nv::oracle_options(no::RstdMode::fp64, no::OracleMode::auto_, threads)); }
@@ -103,8 +112,14 @@ int main(int argc, char** argv) {
   auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
               variant.c_str(), nt, omp_get_num_procs(), reps);
-  std::printf("CaseOracle %.3f s (ref %.3f, ideal %.3f, baseline %.3f) | validation %.3f s | total %.3f s\n",
-              mn(t_co), mn(t_ref), mn(t_ideal), mn(t_base), mn(t_val), mn(t_co) + mn(t_val));
+  std::printf("CaseOracle %.3f s (pair %.3f [alone: ref %.3f, ideal %.3f], baseline %.3f) | validation %.3f s | "
+              "total %.3f s\n",
+              mn(t_co), mn(t_pair), mn(t_ref), mn(t_ideal), mn(t_base), mn(t_val), mn(t_co) + mn(t_val));
+  if (elements > 0)
+    std::printf("ns per element: CaseOracle %.2f = pair %.2f + baseline %.2f + rest %.2f (alone: ref %.2f, ideal %.2f)\n",
+                1e9 * mn(t_co) / elements, 1e9 * mn(t_pair) / elements, 1e9 * mn(t_base) / elements,
+                1e9 * (mn(t_co) - mn(t_pair) - mn(t_base)) / elements, 1e9 * mn(t_ref) / elements,
+                1e9 * mn(t_ideal) / elements);
   auto cpu_line = [elements](const char* what, const std::vector<double>& t, const std::vector<double>& cpu) {
     const size_t b = static_cast<size_t>(std::min_element(t.begin(), t.end()) - t.begin());
     std::printf("%s CPU %.3f s, %.1f cores busy, %.1f CPU ns per element\n", what, cpu[b],

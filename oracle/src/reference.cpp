@@ -129,6 +129,16 @@
 //       (RstdTable, built once per precision, only when a column escalates).
 //     Values with bound +inf from non-finite inputs (x, dy, w or the
 //     backward's rstd) are not escalated.
+//
+// (8) compute_pair: the two RstdModes differ only in the rstd the backward
+//     uses (use, its lo and bound). (1), (2), (3), the rstd escalation of (7)
+//     and the y part of the row filter do not depend on the mode and are
+//     computed once per row for both References; (4), the dx part of the
+//     filter, (5)'s finalization and the MPFR rows and columns run per mode
+//     on the same per-row data. (5)'s column pass reads x and dy once for both
+//     sums (col_accum2). Every operation of either mode is the one its own
+//     compute() performs, except two terms of the fp32 mode's dw step that are
+//     zeros there (col_accum2 says why), so the results are the same bits.
 // ===========================================================================
 #include <omp.h>
 
@@ -490,48 +500,117 @@ NG_CLONES uint16_t absmax_bits(const uint16_t* __restrict p, int64_t n) {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// (5) for compute_pair: col_accum of both modes over the same rows and
+// columns (hi0/lo0: the fp64 reference's rstd, hi1: the ideal's, a binary32
+// value; its lo is 0). The exact product a = dy*x is formed once. Side 0
+// takes col_accum's steps. Side 1 takes them without the two terms that are
+// zero there: a*hi1 is exact (16 + 24 significand bits, in [2^-415, 2^384]
+// when non-zero, (0)), so TwoProduct's error rr is 0, and a*lo1 = a*0 is 0;
+// adding them changes at most the sign of a zero term, which s cannot see (s
+// starts at +0 and a round-to-nearest sum is -0 only when both addends are).
+// When a or hi1 is not finite, h and with it pi are not finite either way, and
+// that column is recomputed by the plain sum (finalization). So both sides'
+// bits equal col_accum's (-ffp-contract=off: nothing is fused differently).
+NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0,
+                          const double* lo0, const double* hi1, int64_t nr, int64_t j0, int64_t nc,
+                          double* __restrict P0, double* __restrict S0, double* __restrict A0,
+                          double* __restrict P1, double* __restrict S1, double* __restrict A1) {
+  for (int64_t i = 0; i < nr; ++i) {
+    const uint16_t* __restrict x = xr[i] + j0;
+    const uint16_t* __restrict dy = dyr[i] + j0;
+    const double rh0 = hi0[i], rl0 = lo0[i], rh1 = hi1[i];
+    for (int64_t j = 0; j < nc; ++j) {
+      double a = bf(dy[j]) * bf(x[j]);
+      double h, rr, s, q;
+      two_prod(a, rh0, h, rr);
+      two_sum(P0[j], h, s, q);
+      P0[j] = s;
+      S0[j] = S0[j] + ((q + rr) + a * rl0);
+      A0[j] = A0[j] + std::fabs(h);
+      h = a * rh1;  // exact
+      two_sum(P1[j], h, s, q);
+      P1[j] = s;
+      S1[j] = S1[j] + q;
+      A1[j] = A1[j] + std::fabs(h);
+    }
+  }
+}
+
 }  // namespace
 
 class ReferenceBuilder {
  public:
-  static void run(Reference& ref, const Problem& p, const Options& o);
+  // Fill refs[0..n) (n = 1 or 2), refs[i] in RstdMode modes[i], from one pass
+  // over the inputs. Everything but the backward's rstd (row sums, rstd and
+  // its escalation, the y filter) does not depend on the mode and is
+  // computed once; each Reference ends up bitwise what a run with n = 1 in
+  // its mode gives. With n = 2, modes must be {fp64, fp32_rounded}.
+  static void run(Reference* const* refs, const RstdMode* modes, int n, const Problem& p, const Options& o);
+
+ private:
+  // One RstdMode's state while run fills its Reference.
+  struct Side {
+    Reference* ref = nullptr;
+    bool fp32 = false;
+    std::vector<double> use_lo, use_e;  // [rows] lo and e2 of the rstd fed to the backward
+    std::vector<uint8_t> row_bad;       // [rows] x non-finite, or the backward's rstd non-finite
+    std::vector<uint8_t> row_flag;      // [rows] (7) 1: y triggered, 2: dx triggered (escalating only)
+    std::vector<double> Sacc;           // [cols] s of (5)
+  };
+  static void finish(Side& sd, const Problem& p, const Options& o, double secs, const std::vector<int32_t>& rs_bits,
+                     const std::vector<uint8_t>& rs_unmet);
 };
 
-void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
+void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns, const Problem& p,
+                           const Options& o) {
   const int64_t R = p.x.rows(), H = p.x.cols;
-  const bool fp32 = o.rstd == RstdMode::fp32_rounded;
   const int nt = o.threads > 0 ? o.threads : omp_get_max_threads();
   const EscalationPolicy& pol = o.escalation;
   const bool esc_all = o.oracle == OracleMode::mpfr;
   const bool escalating = o.oracle != OracleMode::fp64;
-  ref.p_ = p;
-  ref.o_ = o;
-  ref.rows_ = R;
-  ref.cols_ = H;
-
-  ref.w_.assign(H, 0.0);
-  for (int64_t j = 0; j < H && p.w.p != nullptr; ++j)  // w.p may be null when R == 0
-    ref.w_[j] = p.w.dtype == WDtype::bf16 ? bf(static_cast<const uint16_t*>(p.w.p)[j])
-                                          : static_cast<double>(static_cast<const float*>(p.w.p)[j]);
-  for (auto* v : {&ref.rs_hi_, &ref.rs_lo_, &ref.rs_e_, &ref.y_b_, &ref.use_, &ref.use_b_, &ref.c_,
-                  &ref.c_b_, &ref.k_, &ref.k_b_})
-    v->assign(R, 0.0);
-  ref.rs32_.assign(R, 0.0f);
-  ref.rs32_ok_.assign(R, 0);
-  ref.dw_.assign(H, 0.0);
-  ref.dw_b_.assign(H, 0.0);
-  ref.dw_abs_.assign(H, 0.0);
-  ref.row_slot_.assign(R, -1);
-  ref.rs_mp_.assign(R, 0);
-  ref.dw_mp_.assign(H, 0);
-  ref.esc_y_.clear();
-  ref.esc_dx_.clear();
-  ref.esc_ = Escalations{};
-  ref.esc_.mode = o.oracle;
+  std::vector<Side> sides(ns);
+  for (int s = 0; s < ns; ++s) {
+    Reference& ref = *refs[s];
+    sides[s].ref = &ref;
+    sides[s].fp32 = modes[s] == RstdMode::fp32_rounded;
+    ref.p_ = p;
+    ref.o_ = o;
+    ref.o_.rstd = modes[s];
+    ref.rows_ = R;
+    ref.cols_ = H;
+    if (s == 0) {
+      ref.w_.assign(H, 0.0);
+      for (int64_t j = 0; j < H && p.w.p != nullptr; ++j)  // w.p may be null when R == 0
+        ref.w_[j] = p.w.dtype == WDtype::bf16 ? bf(static_cast<const uint16_t*>(p.w.p)[j])
+                                              : static_cast<double>(static_cast<const float*>(p.w.p)[j]);
+    } else {
+      ref.w_ = refs[0]->w_;
+    }
+    for (auto* v : {&ref.rs_hi_, &ref.rs_lo_, &ref.rs_e_, &ref.y_b_, &ref.use_, &ref.use_b_, &ref.c_,
+                    &ref.c_b_, &ref.k_, &ref.k_b_})
+      v->assign(R, 0.0);
+    ref.rs32_.assign(R, 0.0f);
+    ref.rs32_ok_.assign(R, 0);
+    ref.dw_.assign(H, 0.0);
+    ref.dw_b_.assign(H, 0.0);
+    ref.dw_abs_.assign(H, 0.0);
+    ref.row_slot_.assign(R, -1);
+    ref.rs_mp_.assign(R, 0);
+    ref.dw_mp_.assign(H, 0);
+    ref.esc_y_.clear();
+    ref.esc_dx_.clear();
+    ref.esc_ = Escalations{};
+    ref.esc_.mode = o.oracle;
+  }
   if (R == 0) return;  // empty sums: dw = 0 exactly
 
-  std::vector<double> use_lo(R, 0.0), use_e(R, 0.0);
-  std::vector<uint8_t> row_bad(R, 0);  // x non-finite, or the backward's rstd non-finite
+  for (Side& sd : sides) {
+    sd.use_lo.assign(R, 0.0);
+    sd.use_e.assign(R, 0.0);
+    sd.row_bad.assign(R, 0);
+    sd.row_flag.assign(escalating ? R : 0, 0);
+    sd.Sacc.assign(H, 0.0);
+  }
 
   // Per-row constants of (1).
   const double Hd = static_cast<double>(H);
@@ -539,17 +618,16 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   const double gN = gamma_up(static_cast<double>(m + 2 * K));
   const double gN2 = inflate(gN * gN);
   const double eps = p.eps;
-  const double* w = ref.w_.data();
+  const double* w = refs[0]->w_.data();
 
-  // (7) escalation state: per-row flags (1: y triggered, 2: dx triggered),
-  // precision used by in-row rstd escalations, per-thread MPFR seconds.
+  // (7) escalation state: precision used by in-row rstd escalations (shared
+  // by the sides: the rstd is), per-thread MPFR seconds.
   double wmax = 0;
   bool w_finite = true;
   for (int64_t j = 0; j < H; ++j) {
     if (!std::isfinite(w[j])) w_finite = false;
     else wmax = std::max(wmax, std::fabs(w[j]));
   }
-  std::vector<uint8_t> row_flag(escalating ? R : 0, 0);
   std::vector<int32_t> rs_bits(escalating ? R : 0, 0);
   std::vector<uint8_t> rs_unmet(escalating ? R : 0, 0);
   std::vector<double> mp_secs(nt, 0.0);
@@ -588,6 +666,7 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
     bool certain = false;
     float f = ok ? round_rstd_f32(r0, lo, e2, certain) : static_cast<float>(r0);
     // (7) rstd escalation, before anything downstream reads rstd.
+    bool rs_mp = false;
     if (escalating && ok) {
       bool go = esc_all;
       if (!go) {
@@ -604,75 +683,93 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
         e2 = mr.e;
         f = mr.f;
         certain = mr.f_certain;
-        ref.rs_mp_[r] = 1;
+        rs_mp = true;
         rs_bits[r] = mr.bits;
         rs_unmet[r] = mr.met ? 0 : 1;
         mp_secs[omp_get_thread_num()] += since(t0);
       }
     }
-    ref.rs_hi_[r] = r0;
-    ref.rs_lo_[r] = lo;
-    ref.rs_e_[r] = e2;
-    ref.y_b_[r] = inflate(UP * std::fabs(lo) + e2);
-    ref.rs32_[r] = f;
-    ref.rs32_ok_[r] = certain ? 1 : 0;
-    double use, ulo, ue, ub;
-    if (fp32) {
-      use = f;
-      ulo = 0;
-      ue = 0;
-      ub = std::isfinite(f) && ok ? 0.0 : INF;
-    } else {
-      use = r0;
-      ulo = lo;
-      ue = e2;
-      ub = inflate(std::fabs(lo) + e2);
-    }
-    ref.use_[r] = use;
-    ref.use_b_[r] = ub;
-    use_lo[r] = ulo;
-    use_e[r] = ue;
-    row_bad[r] = (ok && std::isfinite(use) && use > 0) ? 0 : 1;
-    // (4)
-    double Dh = rs.d_pi + rs.d_sig;
-    double eD = inflate(UP * std::fabs(Dh) + gN2 * (rs.d_abs / (1 - gN)));
-    VB U{use, ub};
-    VB c = vb_div(vb_mul(U, {Dh, eD}), {Hd, 0});
-    VB k = vb_mul(U, c);
-    ref.c_[r] = c.v;
-    ref.c_b_[r] = c.bound;
-    ref.k_[r] = k.v;
-    ref.k_b_[r] = k.bound;
-    // (7) y / dx row filter (finite inputs only).
-    if (escalating && !row_bad[r] && w_finite) {
-      const uint16_t* xr = p.x.row(r);
-      const uint16_t* dr = p.dy.row(r);
-      const uint16_t dm = absmax_bits(dr, H);
-      if (dm < 0x7F80u) {
-        uint8_t flag = 0;
-        if (esc_all) {
-          flag = 3;
+    const double yb = inflate(UP * std::fabs(lo) + e2);
+    const uint16_t* xr = p.x.row(r);
+    const uint16_t* dr = p.dy.row(r);
+    // (7) the y part of the row filter depends on the rstd alone: evaluated
+    // once for both sides, when the first side reaches it. -1: not yet.
+    int yflag = -1;
+    uint16_t dm = 0;
+    double Xm = 0;
+    for (Side& sd : sides) {
+      Reference& ref = *sd.ref;
+      ref.rs_hi_[r] = r0;
+      ref.rs_lo_[r] = lo;
+      ref.rs_e_[r] = e2;
+      ref.y_b_[r] = yb;
+      ref.rs32_[r] = f;
+      ref.rs32_ok_[r] = certain ? 1 : 0;
+      ref.rs_mp_[r] = rs_mp ? 1 : 0;
+      double use, ulo, ue, ub;
+      if (sd.fp32) {
+        use = f;
+        ulo = 0;
+        ue = 0;
+        ub = std::isfinite(f) && ok ? 0.0 : INF;
+      } else {
+        use = r0;
+        ulo = lo;
+        ue = e2;
+        ub = inflate(std::fabs(lo) + e2);
+      }
+      ref.use_[r] = use;
+      ref.use_b_[r] = ub;
+      sd.use_lo[r] = ulo;
+      sd.use_e[r] = ue;
+      sd.row_bad[r] = (ok && std::isfinite(use) && use > 0) ? 0 : 1;
+      // (4)
+      double Dh = rs.d_pi + rs.d_sig;
+      double eD = inflate(UP * std::fabs(Dh) + gN2 * (rs.d_abs / (1 - gN)));
+      VB U{use, ub};
+      VB c = vb_div(vb_mul(U, {Dh, eD}), {Hd, 0});
+      VB k = vb_mul(U, c);
+      ref.c_[r] = c.v;
+      ref.c_b_[r] = c.bound;
+      ref.k_[r] = k.v;
+      ref.k_b_[r] = k.bound;
+      // (7) y / dx row filter (finite inputs only).
+      if (escalating && !sd.row_bad[r] && w_finite) {
+        if (yflag < 0) dm = absmax_bits(dr, H);
+        if (dm < 0x7F80u) {
+          uint8_t flag = 0;
+          if (esc_all) {
+            flag = 3;
+            yflag = 0;
+          } else {
+            std::vector<VB>& buf = scratch[omp_get_thread_num()];
+            if (yflag < 0) {
+              yflag = 0;
+              Xm = std::sqrt(Sup) * (1 + 0x1p-48);  // >= max_j |x_j| (one scan saved)
+              const double XW = Xm * wmax * (1 + 0x1p-48);
+              const double By = UP * XW * (std::fabs(r0) + std::fabs(lo)) * (1 + 0x1p-48) + XW * yb + 2 * ETA;
+              if (!(2 * By <= pol.fraction * pol.y.atol)) {
+                buf.resize(H);
+                y_row_impl(xr, w, H, r0, lo, yb, buf.data());  // the values y(r, j) will return
+                if (over_fraction(buf.data(), H, pol.y)) yflag = 1;
+              }
+            }
+            flag = static_cast<uint8_t>(yflag);
+            const double Gm = bf(dm) * wmax * (1 + 0x1p-48);
+            const double Tm = (Gm + Xm * std::fabs(k.v)) * (1 + 0x1p-48);
+            const double Et = UP * Tm + ETA + Xm * k.bound;
+            const double Bdx =
+                UP * std::fabs(use) * Tm * (1 + 0x1p-48) + ETA + std::fabs(use) * Et + Tm * ub + ub * Et;
+            if (!(2 * Bdx <= pol.fraction * pol.dx.atol)) {
+              buf.resize(H);
+              dx_row_impl(xr, dr, w, H, k.v, k.bound, use, ub, buf.data());  // the values dx(r, j) will return
+              if (over_fraction(buf.data(), H, pol.dx)) flag |= 2;
+            }
+          }
+          sd.row_flag[r] = flag;
         } else {
-          const double Xm = std::sqrt(Sup) * (1 + 0x1p-48);  // >= max_j |x_j| (one scan saved)
-          const double XW = Xm * wmax * (1 + 0x1p-48);
-          const double By = UP * XW * (std::fabs(r0) + std::fabs(lo)) * (1 + 0x1p-48) + XW * ref.y_b_[r] + 2 * ETA;
-          std::vector<VB>& buf = scratch[omp_get_thread_num()];
-          if (!(2 * By <= pol.fraction * pol.y.atol)) {
-            buf.resize(H);
-            y_row_impl(xr, w, H, r0, lo, ref.y_b_[r], buf.data());  // the values y(r, j) will return
-            if (over_fraction(buf.data(), H, pol.y)) flag |= 1;
-          }
-          const double Gm = bf(dm) * wmax * (1 + 0x1p-48);
-          const double Tm = (Gm + Xm * std::fabs(k.v)) * (1 + 0x1p-48);
-          const double Et = UP * Tm + ETA + Xm * k.bound;
-          const double Bdx = UP * std::fabs(use) * Tm * (1 + 0x1p-48) + ETA + std::fabs(use) * Et + Tm * ub + ub * Et;
-          if (!(2 * Bdx <= pol.fraction * pol.dx.atol)) {
-            buf.resize(H);
-            dx_row_impl(xr, dr, w, H, k.v, k.bound, use, ub, buf.data());  // the values dx(r, j) will return
-            if (over_fraction(buf.data(), H, pol.dx)) flag |= 2;
-          }
+          yflag = 0;  // dm is known: a non-finite dy row is never filtered
         }
-        row_flag[r] = flag;
       }
     }
   };
@@ -687,11 +784,15 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   CB = std::clamp<int64_t>((CB + 7) / 8 * 8, 16, 256);
   const int64_t ncb = (H + CB - 1) / CB;
   std::vector<const uint16_t*> xr(RB), dyr(RB);
-  double* P = ref.dw_.data();  // pi accumulators live in dw_ until finalization
-  std::vector<double> Sacc(H, 0.0);
-  double* A = ref.dw_abs_.data();
-  const double* hi = ref.use_.data();
-  const double* lov = use_lo.data();
+  Side& s0 = sides[0];
+  Side& s1 = sides[ns - 1];  // == s0 when ns == 1
+  // pi accumulators live in dw_ until finalization
+  double *P0 = s0.ref->dw_.data(), *P1 = s1.ref->dw_.data();
+  double *A0 = s0.ref->dw_abs_.data(), *A1 = s1.ref->dw_abs_.data();
+  double *S0 = s0.Sacc.data(), *S1 = s1.Sacc.data();
+  const double *hi0 = s0.ref->use_.data(), *hi1 = s1.ref->use_.data();
+  const double* lo0 = s0.use_lo.data();  // s1's lo is 0 (col_accum2)
+  if (ns == 2 && (s0.fp32 || !s1.fp32)) throw std::logic_error("ReferenceBuilder: pair must be (fp64, fp32_rounded)");
 
 #pragma omp parallel num_threads(nt)
   {
@@ -706,11 +807,40 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t cb = 0; cb < ncb; ++cb) {
         const int64_t j0 = cb * CB, nc = std::min(CB, H - j0);
-        col_accum(xr.data(), dyr.data(), hi + rb, lov + rb, nr, j0, nc, P + j0, Sacc.data() + j0,
-                  A + j0);
+        if (ns == 1)
+          col_accum(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0);
+        else
+          col_accum2(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0,
+                     P1 + j0, S1 + j0, A1 + j0);
       }
     }
   }
+  double secs = 0;  // in-row rstd escalations (shared: reported by each side)
+  for (double s : mp_secs) secs += s;
+  secs /= nt;
+  for (Side& sd : sides) finish(sd, p, o, secs, rs_bits, rs_unmet);
+}
+
+// (5) finalization and (7) escalation of rows and dw columns, for one side.
+void ReferenceBuilder::finish(Side& sd, const Problem& p, const Options& o, double secs,
+                              const std::vector<int32_t>& rs_bits, const std::vector<uint8_t>& rs_unmet) {
+  Reference& ref = *sd.ref;
+  const int64_t R = p.x.rows(), H = p.x.cols;
+  const bool fp32 = sd.fp32;
+  const int nt = o.threads > 0 ? o.threads : omp_get_max_threads();
+  const EscalationPolicy& pol = o.escalation;
+  const bool esc_all = o.oracle == OracleMode::mpfr;
+  const bool escalating = o.oracle != OracleMode::fp64;
+  const double eps = p.eps;
+  const double* w = ref.w_.data();
+  const std::vector<double>& use_lo = sd.use_lo;
+  const std::vector<double>& use_e = sd.use_e;
+  const std::vector<uint8_t>& row_bad = sd.row_bad;
+  const std::vector<uint8_t>& row_flag = sd.row_flag;
+  double* P = ref.dw_.data();
+  const double* Sacc = sd.Sacc.data();
+  double* A = ref.dw_abs_.data();
+  const double* hi = ref.use_.data();
 
   // (5) finalization.
   bool any_bad = false;
@@ -752,9 +882,6 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
 
   // (7) MPFR rows: c, y, dx of every flagged row. Slots in row order.
   Escalations& es = ref.esc_;
-  double secs = 0;
-  for (double s : mp_secs) secs += s;
-  secs /= nt;
   for (int64_t r = 0; r < R; ++r) {
     if (!ref.rs_mp_[r]) continue;
     ++es.rstd;
@@ -849,7 +976,8 @@ void ReferenceBuilder::run(Reference& ref, const Problem& p, const Options& o) {
   es.seconds = secs + since(t0);
 }
 
-Reference Reference::compute(const Problem& p, const Options& o) {
+namespace {
+void check_compute_args(const Problem& p, const Options& o) {
   validate(p);
   validate_policy(o.escalation);
   if (o.oracle == OracleMode::mpfr && p.x.rows() * p.x.cols > o.escalation.mpfr_max_elements)
@@ -857,9 +985,25 @@ Reference Reference::compute(const Problem& p, const Options& o) {
                                 std::to_string(p.x.rows() * p.x.cols) + " exceeds " +
                                 std::to_string(o.escalation.mpfr_max_elements) +
                                 " (EscalationPolicy::mpfr_max_elements); use OracleMode::auto_ (--oracle auto)");
+}
+}  // namespace
+
+Reference Reference::compute(const Problem& p, const Options& o) {
+  check_compute_args(p, o);
   Reference ref;
-  ReferenceBuilder::run(ref, p, o);
+  Reference* refs[1] = {&ref};
+  const RstdMode modes[1] = {o.rstd};
+  ReferenceBuilder::run(refs, modes, 1, p, o);
   return ref;
+}
+
+ReferencePair Reference::compute_pair(const Problem& p, const Options& o) {
+  check_compute_args(p, o);
+  ReferencePair out;
+  Reference* refs[2] = {&out.ref, &out.ideal};
+  const RstdMode modes[2] = {RstdMode::fp64, RstdMode::fp32_rounded};
+  ReferenceBuilder::run(refs, modes, 2, p, o);
+  return out;
 }
 
 VB Reference::rstd(int64_t r) const {

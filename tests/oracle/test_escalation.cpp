@@ -5,10 +5,12 @@
 //  - hand-built columns (+-2^e terms that cancel exactly, plus a small signal)
 //    and rows (dy = 2^100 x, eps = 1e-30) where the FP64 oracle is wrong beyond
 //    the budget and says so through its bound, and the escalated oracle is right;
-//  - the precision loop, the policy knobs, thread-count independence.
+//  - the precision loop, the policy knobs, thread-count independence;
+//  - Reference::compute_pair against the two compute() calls, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -522,6 +524,160 @@ TEST(EscalationThreads, BitwiseIdenticalFor1_2_5Threads) {
     const Reference m3 = Reference::compute(cs.problem(), opts(OracleMode::mpfr, mode, 3));
     expect_bitwise_same(m1, m3);
   }
+}
+
+
+// ---- (4) compute_pair: both references from one pass, bitwise the two computes ----------
+
+// Every accessor of `a` against `b`, escalation state and counts included
+// (seconds excepted: not deterministic).
+void expect_identical(const Reference& a, const Reference& b) {
+  ASSERT_EQ(a.rows(), b.rows());
+  ASSERT_EQ(a.cols(), b.cols());
+  ASSERT_EQ(a.options().rstd, b.options().rstd);
+  ASSERT_EQ(a.options().oracle, b.options().oracle);
+  const int64_t H = a.cols();
+  std::vector<VB> ra(H), rb(H);
+  std::vector<double> va(H), vb(H), ba(H), bb(H);
+  auto same_arr = [](const std::vector<double>& p, const std::vector<double>& q) {
+    return std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0;
+  };
+  for (int64_t r = 0; r < a.rows(); ++r) {
+    ASSERT_TRUE(same_vb(a.rstd(r), b.rstd(r))) << r;
+    ASSERT_EQ(std::bit_cast<uint32_t>(a.rstd_f32(r)), std::bit_cast<uint32_t>(b.rstd_f32(r))) << r;
+    ASSERT_EQ(a.rstd_f32_certain(r), b.rstd_f32_certain(r)) << r;
+    ASSERT_TRUE(same_vb(a.c(r), b.c(r))) << r;
+    ASSERT_EQ(a.row_escalated(r), b.row_escalated(r)) << r;
+    ASSERT_EQ(a.rstd_escalated(r), b.rstd_escalated(r)) << r;
+    a.y_row(r, ra.data());
+    b.y_row(r, rb.data());
+    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(VB)), 0) << "y row " << r;
+    a.dx_row(r, ra.data());
+    b.dx_row(r, rb.data());
+    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(VB)), 0) << "dx row " << r;
+    a.dx_row(r, 0, H, va.data(), ba.data());
+    b.dx_row(r, 0, H, vb.data(), bb.data());
+    ASSERT_TRUE(same_arr(va, vb) && same_arr(ba, bb)) << "dx split row " << r;
+    a.dx_row_values(r, 0, H, va.data());
+    b.dx_row_values(r, 0, H, vb.data());
+    ASSERT_TRUE(same_arr(va, vb)) << "dx values row " << r;
+  }
+  for (int64_t j = 0; j < H; ++j) {
+    ASSERT_TRUE(same_vb(a.dw(j), b.dw(j))) << j;
+    ASSERT_TRUE(same_bits(a.dw_abs(j), b.dw_abs(j))) << j;
+    ASSERT_EQ(a.dw_escalated(j), b.dw_escalated(j)) << j;
+  }
+  const Escalations &ea = a.escalations(), &eb = b.escalations();
+  EXPECT_EQ(ea.mode, eb.mode);
+  EXPECT_EQ(ea.rstd, eb.rstd);
+  EXPECT_EQ(ea.y, eb.y);
+  EXPECT_EQ(ea.dx, eb.dx);
+  EXPECT_EQ(ea.rows, eb.rows);
+  EXPECT_EQ(ea.dw, eb.dw);
+  EXPECT_EQ(ea.unmet, eb.unmet);
+  EXPECT_EQ(ea.skipped, eb.skipped);
+  EXPECT_EQ(ea.max_bits, eb.max_bits);
+}
+
+// compute_pair(p, o) against compute(p, o) in each mode; returns the pair's
+// escalation units (to check that the cases exercise escalation).
+int64_t expect_pair_matches(const Problem& p, Options o, const std::string& what) {
+  SCOPED_TRACE(what);
+  o.rstd = RstdMode::fp32_rounded;  // ignored by compute_pair
+  const oracle::ReferencePair pr = Reference::compute_pair(p, o);
+  EXPECT_EQ(pr.ref.options().rstd, RstdMode::fp64);
+  EXPECT_EQ(pr.ideal.options().rstd, RstdMode::fp32_rounded);
+  Options o64 = o, o32 = o;
+  o64.rstd = RstdMode::fp64;
+  {
+    SCOPED_TRACE("ref (fp64 rstd)");
+    expect_identical(pr.ref, Reference::compute(p, o64));
+  }
+  {
+    SCOPED_TRACE("ideal (fp32 rstd)");
+    expect_identical(pr.ideal, Reference::compute(p, o32));
+  }
+  const Escalations &a = pr.ref.escalations(), &b = pr.ideal.escalations();
+  return a.rstd + a.rows + a.dw + a.skipped + b.rstd + b.rows + b.dw + b.skipped;
+}
+
+TEST(ReferencePair, BitwiseTheTwoComputesEveryFamily) {
+  const char* ids[] = {
+      "H=96,T=24,w=bf16,family=normal,seed=1",      "H=80,T=20,w=fp32,family=llm,seed=2",
+      "H=64,T=48,w=bf16,family=cancel,seed=3",      "H=48,T=64,w=fp32,family=cancel,seed=4,kappa=1e12",
+      "H=64,T=20,w=bf16,family=zeros,seed=5",       "H=64,T=20,w=fp32,family=tiny,seed=6",
+      "H=64,T=24,w=bf16,family=huge,seed=7",        "H=128,T=32,w=fp32,family=specials,seed=8",
+      "H=1001,T=37,w=bf16,family=cancel,seed=9",    "H=7,T=300,w=bf16,family=llm,seed=10",
+      "H=64,T=20,w=bf16,family=zeros,seed=11,eps=1e-80",  // rstd 1e40: no FP32 rstd (ideal rows bad, ref rows not)
+      "H=64,T=20,w=bf16,family=normal,seed=12,eps=1e-300",  // eps < 2^-900: no Newton step
+  };
+  for (const char* id : ids) {
+    const Case cs = from_seeds(id);
+    for (OracleMode m : {OracleMode::auto_, OracleMode::fp64, OracleMode::mpfr})
+      for (int threads : {1, 3})
+        expect_pair_matches(cs.problem(), opts(m, RstdMode::fp64, threads),
+                            std::string(id) + " " + std::string(oracle::to_string(m)) + " threads " +
+                                std::to_string(threads));
+  }
+}
+
+TEST(ReferencePair, BitwiseTheTwoComputesWhenEscalating) {
+  // Escalating columns, escalating rows, ordinary data (as the threads test).
+  Case cs = cancel_columns(72, 24, 10, 24, 86, 102, 91);
+  const Case rows = cancel_rows(3, 24, 3, 100, 92, 10);
+  std::copy(rows.x.begin(), rows.x.end(), cs.x.begin() + 66 * 24);
+  std::copy(rows.dy.begin(), rows.dy.end(), cs.dy.begin() + 66 * 24);
+  cs.eps = 1e-30;
+  int64_t esc = 0;
+  for (int threads : {1, 2, 5}) {
+    esc += expect_pair_matches(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, threads), "auto");
+    esc += expect_pair_matches(cs.problem(), opts(OracleMode::mpfr, RstdMode::fp64, threads), "mpfr");
+  }
+  EXPECT_GT(esc, 0);
+  // The element budget: some units escalated, the rest skipped (counts per mode).
+  Options o = opts(OracleMode::auto_, RstdMode::fp64, 2);
+  o.escalation.max_elements = 2 * 24 + 3 * 72 + 5;
+  expect_pair_matches(cs.problem(), o, "budget");
+  // Non-finite inputs: an Inf in dy, then a NaN in x.
+  cs.dy[5 * 24 + 2] = 0x7F80;
+  expect_pair_matches(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, 2), "inf dy");
+  cs.x[3 * 24 + 1] = 0x7FC0;
+  expect_pair_matches(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, 2), "nan x");
+}
+
+TEST(ReferencePair, BitwiseTheTwoComputesWithAddendAndHeads) {
+  // dx_add (form res) and a strided heads view ([T=6, heads=3, 40] in rows of 200).
+  const int64_t T = 6, NH = 3, C = 40, RowLen = 200;
+  const Case flat = from_seeds("H=40,T=18,w=bf16,family=cancel,seed=13");
+  std::vector<uint16_t> xs(T * RowLen, 0x7FC0), ds(T * RowLen, 0x7FC0);  // NaN padding
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t j = 0; j < C; ++j) {
+        xs[t * RowLen + h * 50 + j] = flat.x[(t * NH + h) * C + j];
+        ds[t * RowLen + h * 50 + j] = flat.dy[(t * NH + h) * C + j];
+      }
+  Problem ps = flat.problem();
+  ps.x = {xs.data(), T, NH, C, RowLen, 50};
+  ps.dy = {ds.data(), T, NH, C, RowLen, 50};
+  expect_pair_matches(ps, opts(OracleMode::auto_, RstdMode::fp64, 2), "heads");
+  std::vector<uint16_t> add(flat.x.size());
+  std::mt19937_64 g(14);
+  std::normal_distribution<float> n01(0, 1);
+  for (auto& a : add) a = bf16(n01(g));
+  Problem pa = flat.problem();
+  pa.dx_add = plain_view(add.data(), flat.R, flat.H);
+  expect_pair_matches(pa, opts(OracleMode::auto_, RstdMode::fp64, 2), "dx_add");
+  // No rows, and the errors of compute().
+  Problem p0 = flat.problem();
+  p0.x.T_rows = 0;
+  p0.dy.T_rows = 0;
+  expect_pair_matches(p0, opts(OracleMode::auto_, RstdMode::fp64, 2), "T = 0");
+  Problem bad = flat.problem();
+  bad.eps = 0;
+  EXPECT_THROW((void)Reference::compute_pair(bad), std::invalid_argument);
+  Options big = opts(OracleMode::mpfr);
+  big.escalation.mpfr_max_elements = 10;
+  EXPECT_THROW((void)Reference::compute_pair(flat.problem(), big), std::invalid_argument);
 }
 
 }  // namespace

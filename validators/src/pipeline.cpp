@@ -203,11 +203,15 @@ Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int
 }  // namespace
 
 CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows)
-    : h_new_expected(expected_h_new(in, threads)),
-      problem(case_problem(in, h_new_expected)),
-      ref(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp64, mode, threads))),
-      ideal(oracle::Reference::compute(problem, oracle_options(oracle::RstdMode::fp32_rounded, mode, threads))),
-      baseline(case_baseline(in, problem, threads, baseline_rows)) {}
+    : h_new_expected(expected_h_new(in, threads)), problem(case_problem(in, h_new_expected)) {
+  // Both references from one pass over the inputs (the same bits as two
+  // Reference::compute calls, fp64 then fp32_rounded), then the baseline.
+  const oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
+  oracle::ReferencePair pair = oracle::Reference::compute_pair(problem, o);
+  ref = std::move(pair.ref);
+  ideal = std::move(pair.ideal);
+  baseline = case_baseline(in, problem, threads, baseline_rows);
+}
 
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 

@@ -108,9 +108,11 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
 /// The oracle's side of one case, computed once and shared by every
 /// implementation validated against it (finish_check; the C API's oracle
 /// handle, capi/): the expected h_new (form res), the Problem the oracle sees,
-/// the reference (RstdMode::fp64), the ideal kernel (RstdMode::fp32_rounded)
-/// and the FP32 baseline. Its views point into `in` and into h_new_expected:
-/// `in` must outlive it, and it is neither copied nor moved.
+/// the reference (RstdMode::fp64) and the ideal kernel (RstdMode::fp32_rounded),
+/// both from one oracle::Reference::compute_pair (the bits of two
+/// Reference::compute calls), and the FP32 baseline. Its views point into `in`
+/// and into h_new_expected: `in` must outlive it, and it is neither copied nor
+/// moved.
 struct CaseOracle {
   /// Compute everything for inputs `in` with oracle mode `mode` (auto: FP64
   /// with MPFR escalation, as every check) on `threads` OpenMP threads (<= 0:
