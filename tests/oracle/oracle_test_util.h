@@ -61,6 +61,23 @@ struct Case {
   double dyv(int64_t r, int64_t j) const { return fbf(dy[r * H + j]); }
 };
 
+/// A flat case's x and dy ([T*nh, C] rows) laid out as a per-head view [T,
+/// nh, C] inside rows of row_len elements, head h at h*stride, NaN (0x7FC0)
+/// everywhere else: what a strided slice of a wider buffer looks like.
+struct HeadsLayout {
+  std::vector<uint16_t> x, dy;
+};
+inline HeadsLayout strided_heads(const Case& flat, int64_t T, int64_t nh, int64_t C, int64_t row_len, int64_t stride) {
+  HeadsLayout l{std::vector<uint16_t>(T * row_len, 0x7FC0), std::vector<uint16_t>(T * row_len, 0x7FC0)};
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t j = 0; j < C; ++j) {
+        l.x[t * row_len + h * stride + j] = flat.x[(t * nh + h) * C + j];
+        l.dy[t * row_len + h * stride + j] = flat.dy[(t * nh + h) * C + j];
+      }
+  return l;
+}
+
 enum class Dist { normal, llm, wide, tiny, huge };
 
 /// One BF16 sample of a distribution.

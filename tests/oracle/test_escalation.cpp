@@ -474,61 +474,6 @@ TEST(EscalationPolicyKnobs, NonFiniteInputsAreNeverEscalated) {
 
 // ---- (3) thread-count independence with escalation ------------------------------------
 
-void expect_bitwise_same(const Reference& a, const Reference& b) {
-  ASSERT_EQ(a.rows(), b.rows());
-  ASSERT_EQ(a.cols(), b.cols());
-  std::vector<VB> ra(a.cols()), rb(a.cols());
-  for (int64_t r = 0; r < a.rows(); ++r) {
-    ASSERT_TRUE(same_vb(a.rstd(r), b.rstd(r))) << r;
-    ASSERT_EQ(a.rstd_f32(r), b.rstd_f32(r)) << r;
-    ASSERT_TRUE(same_vb(a.c(r), b.c(r))) << r;
-    ASSERT_EQ(a.row_escalated(r), b.row_escalated(r)) << r;
-    a.y_row(r, ra.data());
-    b.y_row(r, rb.data());
-    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(VB)), 0) << "y row " << r;
-    a.dx_row(r, ra.data());
-    b.dx_row(r, rb.data());
-    ASSERT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(VB)), 0) << "dx row " << r;
-  }
-  for (int64_t j = 0; j < a.cols(); ++j) ASSERT_TRUE(same_vb(a.dw(j), b.dw(j))) << j;
-  const Escalations &ea = a.escalations(), &eb = b.escalations();
-  EXPECT_EQ(ea.rstd, eb.rstd);
-  EXPECT_EQ(ea.y, eb.y);
-  EXPECT_EQ(ea.dx, eb.dx);
-  EXPECT_EQ(ea.rows, eb.rows);
-  EXPECT_EQ(ea.dw, eb.dw);
-  EXPECT_EQ(ea.max_bits, eb.max_bits);
-  EXPECT_EQ(ea.unmet, eb.unmet);
-}
-
-TEST(EscalationThreads, BitwiseIdenticalFor1_2_5Threads) {
-  // Escalating columns (0..9), escalating rows (0..2: dy = 2^100 x) and
-  // ordinary data in one case: both kinds of MPFR unit run in parallel.
-  Case cs = cancel_columns(72, 24, 10, 24, 86, 102, 91);
-  const Case rows = cancel_rows(3, 24, 3, 100, 92, 10);
-  std::copy(rows.x.begin(), rows.x.end(), cs.x.begin() + 66 * 24);
-  std::copy(rows.dy.begin(), rows.dy.end(), cs.dy.begin() + 66 * 24);
-  cs.eps = 1e-30;
-  for (RstdMode mode : {RstdMode::fp64, RstdMode::fp32_rounded}) {
-    SCOPED_TRACE(mode == RstdMode::fp64 ? "fp64-rstd" : "fp32-rstd");
-    const Reference r1 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 1));
-    const Reference r2 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 2));
-    const Reference r5 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 5));
-    EXPECT_GE(r1.escalations().dw, 10);
-    if (mode == RstdMode::fp64) {
-      EXPECT_EQ(r1.escalations().rows, 3);
-    }
-    expect_bitwise_same(r1, r2);
-    expect_bitwise_same(r1, r5);
-    const Reference m1 = Reference::compute(cs.problem(), opts(OracleMode::mpfr, mode, 1));
-    const Reference m3 = Reference::compute(cs.problem(), opts(OracleMode::mpfr, mode, 3));
-    expect_bitwise_same(m1, m3);
-  }
-}
-
-
-// ---- (4) compute_pair: both references from one pass, bitwise the two computes ----------
-
 // Every accessor of `a` against `b`, escalation state and counts included
 // (seconds excepted: not deterministic).
 void expect_identical(const Reference& a, const Reference& b) {
@@ -578,6 +523,35 @@ void expect_identical(const Reference& a, const Reference& b) {
   EXPECT_EQ(ea.skipped, eb.skipped);
   EXPECT_EQ(ea.max_bits, eb.max_bits);
 }
+
+TEST(EscalationThreads, BitwiseIdenticalFor1_2_5Threads) {
+  // Escalating columns (0..9), escalating rows (0..2: dy = 2^100 x) and
+  // ordinary data in one case: both kinds of MPFR unit run in parallel.
+  Case cs = cancel_columns(72, 24, 10, 24, 86, 102, 91);
+  const Case rows = cancel_rows(3, 24, 3, 100, 92, 10);
+  std::copy(rows.x.begin(), rows.x.end(), cs.x.begin() + 66 * 24);
+  std::copy(rows.dy.begin(), rows.dy.end(), cs.dy.begin() + 66 * 24);
+  cs.eps = 1e-30;
+  for (RstdMode mode : {RstdMode::fp64, RstdMode::fp32_rounded}) {
+    SCOPED_TRACE(mode == RstdMode::fp64 ? "fp64-rstd" : "fp32-rstd");
+    const Reference r1 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 1));
+    const Reference r2 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 2));
+    const Reference r5 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 5));
+    EXPECT_GE(r1.escalations().dw, 10);
+    if (mode == RstdMode::fp64) {
+      EXPECT_EQ(r1.escalations().rows, 3);
+    }
+    expect_identical(r1, r2);
+    expect_identical(r1, r5);
+    const Reference m1 = Reference::compute(cs.problem(), opts(OracleMode::mpfr, mode, 1));
+    const Reference m3 = Reference::compute(cs.problem(), opts(OracleMode::mpfr, mode, 3));
+    expect_identical(m1, m3);
+  }
+}
+
+
+// ---- (4) compute_pair: both references from one pass, bitwise the two computes ----------
+
 
 // compute_pair(p, o) against compute(p, o) in each mode; returns the pair's
 // escalation units (to check that the cases exercise escalation).
@@ -649,16 +623,10 @@ TEST(ReferencePair, BitwiseTheTwoComputesWithAddendAndHeads) {
   // dx_add (form res) and a strided heads view ([T=6, heads=3, 40] in rows of 200).
   const int64_t T = 6, NH = 3, C = 40, RowLen = 200;
   const Case flat = from_seeds("H=40,T=18,w=bf16,family=cancel,seed=13");
-  std::vector<uint16_t> xs(T * RowLen, 0x7FC0), ds(T * RowLen, 0x7FC0);  // NaN padding
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t j = 0; j < C; ++j) {
-        xs[t * RowLen + h * 50 + j] = flat.x[(t * NH + h) * C + j];
-        ds[t * RowLen + h * 50 + j] = flat.dy[(t * NH + h) * C + j];
-      }
+  const HeadsLayout hv = strided_heads(flat, T, NH, C, RowLen, 50);
   Problem ps = flat.problem();
-  ps.x = {xs.data(), T, NH, C, RowLen, 50};
-  ps.dy = {ds.data(), T, NH, C, RowLen, 50};
+  ps.x = {hv.x.data(), T, NH, C, RowLen, 50};
+  ps.dy = {hv.dy.data(), T, NH, C, RowLen, 50};
   expect_pair_matches(ps, opts(OracleMode::auto_, RstdMode::fp64, 2), "heads");
   std::vector<uint16_t> add(flat.x.size());
   std::mt19937_64 g(14);

@@ -465,16 +465,10 @@ TEST(ReferenceEdge, StridedHeadsViewMatchesContiguous) {
   // x as [T=6, heads=3, 40] inside rows of 200 elements (heads at stride 50).
   const int64_t T = 6, NH = 3, C = 40, RowLen = 200;
   Case flat = make_case(T * NH, C, WDtype::bf16, 11, Dist::llm, Dist::normal);
-  std::vector<uint16_t> xs(T * RowLen, 0x7FC0), ds(T * RowLen, 0x7FC0);  // NaN padding
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t j = 0; j < C; ++j) {
-        xs[t * RowLen + h * 50 + j] = flat.x[(t * NH + h) * C + j];
-        ds[t * RowLen + h * 50 + j] = flat.dy[(t * NH + h) * C + j];
-      }
+  const HeadsLayout hv = strided_heads(flat, T, NH, C, RowLen, 50);
   Problem ps = flat.problem();
-  ps.x = {xs.data(), T, NH, C, RowLen, 50};
-  ps.dy = {ds.data(), T, NH, C, RowLen, 50};
+  ps.x = {hv.x.data(), T, NH, C, RowLen, 50};
+  ps.dy = {hv.dy.data(), T, NH, C, RowLen, 50};
   Reference a = Reference::compute(flat.problem()), b = Reference::compute(ps);
   expect_bitwise_same(a, b);
 }
