@@ -35,8 +35,17 @@ class DeviceBuffer : public Region {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes) {
+    if (bytes == 0) return;
+    const cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e != cudaSuccess) {
+      // An out-of-memory is not sticky, but it stays the thread's last error:
+      // cleared, so the next launch check does not report it against
+      // whatever runs next (review, session 7).
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      NG_CUDA(e);
+    }
     bytes_ = bytes;
-    if (bytes > 0) NG_CUDA(cudaMalloc(&p_, bytes));
   }
   ~DeviceBuffer() {
     if (p_ != nullptr) cudaFree(p_);  // never throws; errors here are sticky and surface later

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -216,7 +217,10 @@ RunMemory::~RunMemory() {
   {
     const std::lock_guard<std::mutex> lock(p.mu);
     p.busy = false;
-    if (p.scopes == 0) drop.swap(p.slots);  // the last scope ended during the run
+    // The last scope ended during the run; or the run failed (an
+    // out-of-memory among them): the next case starts from an empty pool,
+    // not from the sum of every slot's largest size so far.
+    if (p.scopes == 0 || std::uncaught_exceptions() > 0) drop.swap(p.slots);
   }
 }  // drop frees here
 
@@ -231,7 +235,15 @@ Region RunMemory::get(size_t bytes) {
   if (bytes == 0) return Region{};
   if (p.slots[i].bytes() < bytes) {
     p.slots[i] = DeviceBuffer();  // free the smaller one first
-    p.slots[i] = DeviceBuffer(bytes);
+    try {
+      p.slots[i] = DeviceBuffer(bytes);
+    } catch (const std::runtime_error&) {
+      // The pool holds every slot's largest size so far, which can exceed
+      // what this run needs: free the slots this run has not reached yet and
+      // try once more; a second failure is this case's own out-of-memory.
+      for (size_t k = i + 1; k < p.slots.size(); ++k) p.slots[k] = DeviceBuffer();
+      p.slots[i] = DeviceBuffer(bytes);
+    }
   }
   return Region{p.slots[i].get(), bytes};
 }

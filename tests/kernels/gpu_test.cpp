@@ -388,7 +388,9 @@ TEST(BwdEdge, SharedRunDownloadsTheInputsItGenerated) {
                               dg = seeds::digest(generate_inputs_on_gpu(c));
     EXPECT_EQ(dd.all, dh.all);
     EXPECT_EQ(dd.all, dg.all);
-    EXPECT_EQ(dd.x, dh.x);
+    EXPECT_EQ(dd.x, dh.x);  // each tensor, not only the concatenation
+    EXPECT_EQ(dd.dy, dh.dy);
+    EXPECT_EQ(dd.w, dh.w);
     EXPECT_EQ(dd.u, dh.u);
     EXPECT_EQ(dd.dh_new, dh.dh_new);
     EXPECT_EQ(with.inputs.x.size(), static_cast<size_t>(c.rows() * c.H));
@@ -437,6 +439,14 @@ TEST(BwdEdge, KeptDeviceBuffersGiveTheSameBits) {
       GpuRunOptions o;
       o.download_inputs = pass == 1;
       const SharedGpuRun kept = run_gpu_shared(vs, cs[i], nullptr, kEps, o);
+      if (pass == 1) {  // the gate's path: inputs downloaded from kept (stale-holding) buffers
+        const seeds::InputDigests dk = seeds::digest(kept.inputs), dh = seeds::digest(seeds::generate_host(cs[i]));
+        EXPECT_EQ(dk.x, dh.x);
+        EXPECT_EQ(dk.dy, dh.dy);
+        EXPECT_EQ(dk.w, dh.w);
+        EXPECT_EQ(dk.u, dh.u);
+        EXPECT_EQ(dk.dh_new, dh.dh_new);
+      }
       ASSERT_EQ(kept.outs.size(), fresh[i].outs.size());
       EXPECT_EQ(kept.dx_source, fresh[i].dx_source);
       for (size_t k = 0; k < vs.size(); ++k) {
