@@ -631,5 +631,17 @@ TEST(Gate, OneJournalAcrossWindowFilters) {
   EXPECT_EQ(resumed.cases_total, a.cases_total + b.cases_total);
   EXPECT_EQ(strip_date(format_gate_markdown(resumed)), strip_date(format_gate_markdown(whole)));
   EXPECT_EQ(strip_date(gate_to_json(resumed)).dump(), strip_date(gate_to_json(whole)).dump());
+  // The journal's header names the source hashes of what the table routes
+  // (and the forward), not the whole registry: the negative controls, which
+  // small.toml does not route, are absent, so adding a variant to the
+  // registry leaves a running campaign's journal valid.
+  std::ifstream jf(o.journal_path);
+  std::string head;
+  std::getline(jf, head);
+  const auto hashes = nlohmann::json::parse(head)["campaign"]["variant_sha256"];
+  std::vector<std::string> names;
+  for (const auto& [k, v] : hashes.items()) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"bwd_det_chunked", "bwd_nondet_atomic", "fwd_rowwise"}));
+  EXPECT_EQ(hashes["bwd_det_chunked"], std::string(kernels::variant("bwd_det_chunked").source_sha256));
   std::filesystem::remove_all(dir);
 }

@@ -726,8 +726,25 @@ GateResult run_gate(const GateOptions& opt) {
   campaign["allow_controls"] = opt.allow_controls;
   campaign["backend"] = res.backend;
   campaign["device"] = backend == Backend::gpu ? res.device.name : std::string("cpu");
+  // The sources the journalled numbers depend on: every variant the table
+  // routes, the forward every run uses, and the backward variants that carry
+  // forward windows' cases. Not the rest of the registry, so a variant added
+  // later (a new route in the making) leaves a running campaign's journal
+  // valid; and the whole table, not the --windows slice, so that slices share
+  // one journal.
   nlohmann::json hashes = nlohmann::json::object();
-  for (const auto& v : kernels::variants()) hashes[std::string(v.name)] = std::string(v.source_sha256);
+  auto add_hash = [&](const kernels::Variant& v) { hashes[std::string(v.name)] = std::string(v.source_sha256); };
+  add_hash(kernels::default_fwd());
+  for (const Route& r : table.routes) {
+    add_hash(*r.variant);
+    if (r.op == Op::fwd) {
+      seeds::CaseId c;
+      c.H = r.H;
+      c.w = r.w;
+      c.form = r.form;
+      add_hash(kernels::variant(carrier_for(c)));
+    }
+  }
   campaign["variant_sha256"] = hashes;
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign);
   Store store;
