@@ -25,6 +25,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -37,6 +38,8 @@
 #include "normgate/kernels/runner.h"
 #include "normgate/kernels/timing.h"
 #include "normgate/seeds/case_id.h"
+
+#include "fwd_l2pass.cuh"
 
 namespace nk = normgate::kernels;
 using normgate::WDtype;
@@ -110,6 +113,7 @@ int main(int argc, char** argv) try {
   bool controls = true;
   bool res = false;  // also time form res (forward and real backward variants)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
+  bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -117,12 +121,14 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
-          "                     [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--res] [--copy-variants] [T,H ...]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--res] [--copy-variants] [--fwd-exp] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res)).\n"
           "--res adds form res; --copy-variants adds copy kernels that differ from the reference copy in\n"
-          "one way each. Needs a CUDA GPU. Source comment: bench/kernels_bench.cu.\n");
+          "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
+          "counts the rows where its rstd or y differs from the forward's. Needs a CUDA GPU.\n"
+          "Source comment: bench/kernels_bench.cu.\n");
       return 0;
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
@@ -134,6 +140,8 @@ int main(int argc, char** argv) try {
       res = true;
     } else if (a == "--copy-variants") {
       copy_variants = true;
+    } else if (a == "--fwd-exp") {
+      fwd_exp = true;
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
       try {
@@ -315,6 +323,39 @@ int main(int argc, char** argv) try {
         }
         rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
                         ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
+        if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
+          // The experiment into its own buffers, then compared with the forward's y and rstd (fa).
+          Buf ye(2 * n), re(4 * T);
+          auto run_exp = [&](cudaStream_t st) {
+            if (wd == WDtype::bf16)
+              fwdexp::launch_fwd_l2pass<__nv_bfloat16>(ib.x, w.p, static_cast<uint16_t*>(ye.p), static_cast<float*>(re.p),
+                                                       T, static_cast<int>(H), fa.eps, st);
+            else
+              fwdexp::launch_fwd_l2pass<float>(ib.x, w.p, static_cast<uint16_t*>(ye.p), static_cast<float*>(re.p), T,
+                                               static_cast<int>(H), fa.eps, st);
+            CK(cudaGetLastError());
+          };
+          run_exp(nullptr);
+          nk::rmsnorm_fwd(fwd, fa);  // the forward's own outputs again (the timing loop above rewrote them)
+          CK(cudaDeviceSynchronize());
+          std::vector<uint16_t> ya(static_cast<size_t>(n)), yb(static_cast<size_t>(n));
+          std::vector<float> ra(static_cast<size_t>(T)), rb(static_cast<size_t>(T));
+          CK(cudaMemcpy(ya.data(), fa.y, 2 * n, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(yb.data(), ye.p, 2 * n, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(ra.data(), fa.rstd, 4 * T, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(rb.data(), re.p, 4 * T, cudaMemcpyDeviceToHost));
+          int64_t rows_differ = 0;
+          for (int64_t r = 0; r < T; ++r) {
+            bool d = std::memcmp(&ra[static_cast<size_t>(r)], &rb[static_cast<size_t>(r)], 4) != 0;
+            d = d || std::memcmp(ya.data() + r * H, yb.data() + r * H, 2 * static_cast<size_t>(H)) != 0;
+            rows_differ += d;
+          }
+          const auto et = nk::time_graph([&](nk::Stream st) { run_exp(static_cast<cudaStream_t>(st)); }, reps);
+          const double eg = fwd_bytes / (et.median_ms * 1e-3) / 1e9;
+          rows.push_back({shape, std::string(normgate::to_string(wd)),
+                          "fwd l2pass experiment (" + std::to_string(rows_differ) + " rows differ)", et.median_ms * 1e3,
+                          et.min_ms * 1e3, eg, eg / copy_gbps});
+        }
 
         for (const auto& v : nk::variants()) {
           if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
