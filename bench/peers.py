@@ -87,7 +87,9 @@ def parse_list(s, conv, name):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Merge runs into one table (no GPU): peers.py --merge A.json B.json ... --json OUT --md OUT")
     p.add_argument("--H", default="1536,2048,4096,5120,6144")
     p.add_argument("--T", default="4097,65537,98304,131072")
     p.add_argument("--w", default="bf16,fp32")
@@ -823,6 +825,11 @@ def merge(argv):
             else:
                 out_md = argv[i + 1]
             i += 2
+        elif argv[i] in ("-h", "--help"):
+            print("usage: peers.py --merge RESULT.json [RESULT.json ...] [--json OUT] [--md OUT]\n"
+                  "Merges peers.py results (shards of one matrix, or runs of several sessions) into one table:\n"
+                  "rows in the order given, each with its own run's copy ceiling; a row in two runs is an error.")
+            sys.exit(0)
         elif argv[i].startswith("--"):
             die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
         else:

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# A gate campaign in slices, one `normgate gate` process per GPU, resumable
-# across calls and sessions (the device machine allows 10 minutes a command).
+# A gate campaign in slices, resumable across calls and sessions (the device
+# machine allows 10 minutes a command): every slice is one `normgate gate`
+# process, all slices at once, slice K on GPU (K-1) mod NGPU.
 #
 #   scripts/campaign.sh CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
 #
 # CAMPAIGN_DIR (in the repository, e.g. docs/results/campaign-sm90a) keeps one
 # journal per slice, gzipped: slice-K.jsonl.gz, K = 1, 2, ... in argument
 # order (slice K's window filter is its argument; the same slice must keep
-# the same filter and number from call to call). Each call:
+# the same filter and number from call to call). Slice the table so that
+# windows sharing cases (fwd, det and nondet of one H, w, form) are in the
+# same slice, e.g. by H or form: split by op or mode, the shared cases run
+# once per slice. Each call:
 #   1. unpacks every slice's journal (if any) into a work folder,
-#   2. runs slice K on GPU (K-1) mod NGPU, all slices at once, with
-#      cores/slices OpenMP threads each, `normgate gate TABLE --seeds SEEDS
-#      --windows FILTER --journal ... --quiet --report-md/json` and
-#      NG_CAMPAIGN_ARGS; a slice still running at the deadline is killed
-#      (kill -9: the journal keeps every finished case; the next call resumes),
-#   3. gzips the journals back and writes, per slice, its report when the
-#      gate finished (slice-K.md/.json: the verdict covers grid and
-#      refinement) or scripts/journal_summary.py's partial summary,
-#   4. packs everything into $OUT/campaign.tgz (unpack it over CAMPAIGN_DIR
-#      on the dev machine and commit) and prints a short table last.
+#   2. runs the slices at once, cores/slices OpenMP threads each, `normgate
+#      gate TABLE --seeds SEEDS --windows FILTER --journal ... --quiet
+#      --report-md/json` and NG_CAMPAIGN_ARGS; a slice still running at the
+#      deadline is killed (kill -9: the journal keeps every finished case;
+#      the next call resumes),
+#   3. gzips the journals back into CAMPAIGN_DIR (so a next call on the same
+#      machine resumes) and writes, per slice, its report when the gate
+#      finished (slice-K.md/.json: the verdict covers grid and refinement) or
+#      scripts/journal_summary.py's partial summary,
+#   4. packs everything into $OUT/campaign.tgz (on the device machine: unpack
+#      it over CAMPAIGN_DIR on the dev machine and commit, since the device's
+#      copy of the tree is gone after the call) and prints a short table last.
 # Environment: NG_CAMPAIGN_DEMO (1: the loader and control demo first),
-# NG_CAMPAIGN_TABLE (routes/sm90a.toml), NG_CAMPAIGN_SEEDS
-# (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default 540),
-# NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options).
+# NG_CAMPAIGN_APPROVE (1: a slice whose every window passed is run once more,
+# sequentially, with --approve, writing TABLE's approvals file next to it and
+# into the pack; default 0), NG_CAMPAIGN_TABLE (routes/sm90a.toml),
+# NG_CAMPAIGN_SEEDS (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default
+# 540), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-[ $# -ge 2 ] || { sed -n 2,25p "$0" >&2; exit 2; }
+case "${1:-}" in -h|--help) sed -n 2,37p "$0"; exit 0 ;; esac
+[ $# -ge 2 ] || { sed -n 2,37p "$0" >&2; exit 2; }
 dir="$1"; shift
 build="${NORMGATE_BUILD:-$root/build}"
 bin="$build/apps/normgate"
@@ -92,18 +101,20 @@ for k in $(seq 1 "$nslice"); do
     state="stopped at the deadline (resumes next call)"
     python3 "$root/scripts/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
   else
-    state="ERROR rc=$rc: $(tail -2 "$work/slice-$k.log" | tr '\n' ' ' | cut -c1-200)"
+    state="ERROR rc=$rc: $(grep -v '^ *$' "$work/slice-$k.log" | tail -4 | tr '\n' ' ' | cut -c1-600)"
   fi
   # A slice whose every window passed: once more, sequentially, with
   # --approve (resumes from the complete journal: runs no case), so that
   # concurrent slices never write the approvals file at the same time.
-  if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-1}" = 1 ]; then
+  if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-0}" = 1 ]; then
     # shellcheck disable=SC2086
     "$bin" gate "$table" --seeds "$seeds" --windows "$(cat "$work/slice-$k.filter")" --journal "$j" --quiet \
       --threads "$threads" --approve ${NG_CAMPAIGN_ARGS:-} >"$work/slice-$k.approve.log" 2>&1 &&
       state="$state, approved"
   fi
-  [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j"
+  [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j" && cp "$work/slice-$k.jsonl.gz" "$dir/"
+  cp "$work/slice-$k.filter" "$dir/"
+  for f in "$work/slice-$k.md" "$work/slice-$k.json" "$work/slice-$k.partial.md"; do [ -f "$f" ] && cp "$f" "$dir/"; done
   rows+=("| $k | \`$(cat "$work/slice-$k.filter")\` | $((lines > 0 ? lines - 1 : 0)) | $state |")
 done
 approvals="${table%.toml}.approvals.json"

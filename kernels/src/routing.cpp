@@ -168,7 +168,8 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
                         std::string(to_string(r.op)), &t);
   if (v.control && !opt.allow_controls)
     ctx.fail(vline, "variant " + vname + " is a NEGATIVE CONTROL and may not be routed (controls exist to prove "
-                    "that the gate fails bad kernels)", &t);
+                    "that the gate fails bad kernels; `normgate gate --allow-controls` runs one anyway, never "
+                    "approved)", &t);
   if (r.op == Op::bwd && r.mode == Mode::det && v.mode != Mode::det)
     ctx.fail(vline, "variant " + vname + " is non-deterministic and cannot serve a det route", &t);
   if (!v.supports_h(r.H))
@@ -526,7 +527,8 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;
     s.detail = "only a cpu-model approval" + from(*cpu_cur) +
-               ", which is not accepted: the GPU code is what ships (accept_cpu_model overrides)";
+               ", which is not accepted: the GPU code is what ships (the CLI's --accept-cpu-model, or "
+               "DispatchPolicy::accept_cpu_model, overrides)";
   } else if (stale) {
     s.state = ApprovalState::stale;
     s.record = stale;
