@@ -33,14 +33,21 @@ using DownloadSink = std::function<void(const void* chunk, size_t bytes)>;
 /// std::runtime_error on CUDA errors, std::invalid_argument when pitch < width.
 void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
 
-/// As above into host `dst` (rows packed, width bytes apart).
-void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
+/// A sink that appends the downloaded bytes, as elements of T, to `dst`
+/// (whose capacity the caller reserved: no reallocation while appending).
+template <class T>
+DownloadSink append_to(std::vector<T>& dst) {
+  return [&dst](const void* chunk, size_t bytes) {
+    const T* p = static_cast<const T*>(chunk);
+    dst.insert(dst.end(), p, p + bytes / sizeof(T));
+  };
+}
 
-/// As above into `dst`, which is cleared and then holds rows*width bytes, as
-/// elements of T (width must be a multiple of sizeof(T)). The vector is
-/// filled by appending the chunks to reserved memory, so its elements are
-/// written once (resize() followed by a copy would first zero them: one more
-/// pass over every downloaded byte).
+/// As download_rows into `dst`, which is cleared and then holds rows*width
+/// bytes, as elements of T (width must be a multiple of sizeof(T)). The
+/// vector is filled by appending the chunks to reserved memory, so its
+/// elements are written once (resize() followed by a copy would first zero
+/// them: one more pass over every downloaded byte).
 template <class T>
 void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size_t pitch, size_t rows,
                         cudaStream_t s) {
@@ -49,36 +56,20 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
                                 std::to_string(sizeof(T)));
   dst.clear();
   dst.reserve(rows * (width / sizeof(T)));
-  download_rows(
-      [&dst](const void* chunk, size_t bytes) {
-        const T* p = static_cast<const T*>(chunk);
-        dst.insert(dst.end(), p, p + bytes / sizeof(T));  // within the reserved capacity: no reallocation
-      },
-      src, width, pitch, rows, s);
-}
-
-/// Copy `bytes` contiguous bytes (as rows of 1 MiB and a last partial row).
-inline void download(void* dst, const void* src, size_t bytes, cudaStream_t s) {
-  constexpr size_t kRow = size_t{1} << 20;
-  const size_t full = bytes / kRow, rest = bytes % kRow;
-  if (full > 0) download_rows(dst, src, kRow, kRow, full, s);
-  if (rest > 0)
-    download_rows(static_cast<char*>(dst) + full * kRow, static_cast<const char*>(src) + full * kRow, rest, rest, 1, s);
+  download_rows(append_to(dst), src, width, pitch, rows, s);
 }
 
 /// `n` contiguous elements of T from device `src` into `dst` (cleared, then
-/// holding them; see download_rows_into).
+/// holding them; see download_rows_into), as rows of 1 MiB (a multiple of
+/// sizeof(T)) and a last partial row.
 template <class T>
 void download_into(std::vector<T>& dst, const void* src, size_t n, cudaStream_t s) {
   dst.clear();
   dst.reserve(n);
   const size_t bytes = n * sizeof(T);
-  constexpr size_t kRow = size_t{1} << 20;  // a multiple of sizeof(T)
+  constexpr size_t kRow = size_t{1} << 20;
   const size_t full = bytes / kRow, rest = bytes % kRow;
-  const DownloadSink append = [&dst](const void* chunk, size_t b) {
-    const T* p = static_cast<const T*>(chunk);
-    dst.insert(dst.end(), p, p + b / sizeof(T));
-  };
+  const DownloadSink append = append_to(dst);
   if (full > 0) download_rows(append, src, kRow, kRow, full, s);
   if (rest > 0) download_rows(append, static_cast<const char*>(src) + full * kRow, rest, rest, 1, s);
 }

@@ -2,7 +2,6 @@
 // device utilities the launch API needs (launch_zero_f32).
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
@@ -173,16 +172,6 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
     if (next.n == 0) break;
     prev = next;
   }
-}
-
-void download_rows(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s) {
-  char* out = static_cast<char*>(dst);
-  download_rows(
-      [&out](const void* chunk, size_t bytes) {
-        std::memcpy(out, chunk, bytes);
-        out += bytes;
-      },
-      src, width, pitch, rows, s);
 }
 
 namespace {
