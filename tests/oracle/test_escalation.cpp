@@ -524,14 +524,19 @@ void expect_identical(const Reference& a, const Reference& b) {
   EXPECT_EQ(ea.max_bits, eb.max_bits);
 }
 
-TEST(EscalationThreads, BitwiseIdenticalFor1_2_5Threads) {
-  // Escalating columns (0..9), escalating rows (0..2: dy = 2^100 x) and
-  // ordinary data in one case: both kinds of MPFR unit run in parallel.
+// Escalating columns (0..9), escalating rows (66..68: dy = 2^100 x) and
+// ordinary data in one case: both kinds of MPFR unit run in parallel.
+Case escalating_mix() {
   Case cs = cancel_columns(72, 24, 10, 24, 86, 102, 91);
   const Case rows = cancel_rows(3, 24, 3, 100, 92, 10);
   std::copy(rows.x.begin(), rows.x.end(), cs.x.begin() + 66 * 24);
   std::copy(rows.dy.begin(), rows.dy.end(), cs.dy.begin() + 66 * 24);
   cs.eps = 1e-30;
+  return cs;
+}
+
+TEST(EscalationThreads, BitwiseIdenticalFor1_2_5Threads) {
+  const Case cs = escalating_mix();
   for (RstdMode mode : {RstdMode::fp64, RstdMode::fp32_rounded}) {
     SCOPED_TRACE(mode == RstdMode::fp64 ? "fp64-rstd" : "fp32-rstd");
     const Reference r1 = Reference::compute(cs.problem(), opts(OracleMode::auto_, mode, 1));
@@ -596,12 +601,7 @@ TEST(ReferencePair, BitwiseTheTwoComputesEveryFamily) {
 }
 
 TEST(ReferencePair, BitwiseTheTwoComputesWhenEscalating) {
-  // Escalating columns, escalating rows, ordinary data (as the threads test).
-  Case cs = cancel_columns(72, 24, 10, 24, 86, 102, 91);
-  const Case rows = cancel_rows(3, 24, 3, 100, 92, 10);
-  std::copy(rows.x.begin(), rows.x.end(), cs.x.begin() + 66 * 24);
-  std::copy(rows.dy.begin(), rows.dy.end(), cs.dy.begin() + 66 * 24);
-  cs.eps = 1e-30;
+  Case cs = escalating_mix();  // made non-finite below
   int64_t esc = 0;
   for (int threads : {1, 2, 5}) {
     esc += expect_pair_matches(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, threads), "auto");
