@@ -44,11 +44,7 @@ __global__ void __launch_bounds__(512) fwd_l2pass_kernel(const __nv_bfloat16* __
     for (int g = t; g < nvec; g += team) {  // group k*team + t, k ascending (plan.h's slot order)
       Group8 v;
       v.u = __ldg(xr + g);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const double xd = static_cast<double>(dv::group_at(v, e));
-        ss = normgate::dfma_rn(xd, xd, ss);
-      }
+      ss = dv::add_squares(v, ss);
     }
   }
   const double tot = dv::team_sum(ss, red, team, ti * (team >> 5));
@@ -61,10 +57,7 @@ __global__ void __launch_bounds__(512) fwd_l2pass_kernel(const __nv_bfloat16* __
     v.u = __ldcs(xr + g);  // the second read: from L2, evict first
     float wv[8];
     dv::load_weights(w, 8 * g, H, true, wv);
-    float o[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = normgate::mul_rn(normgate::mul_rn(dv::group_at(v, e), rs), wv[e]);
-    dv::store_group(yr, 8 * g, H, true, o);
+    dv::store_y_group(yr, 8 * g, H, true, v, rs, wv);
   }
 }
 

@@ -157,6 +157,27 @@ __device__ __forceinline__ void load_weights(const __nv_bfloat16* w, int col0, i
   for (int e = 0; e < 8; ++e) out[e] = group_at(g, e);
 }
 
+/// ss + the squares of a group's 8 values in binary64, column ascending
+/// (dfma_rn each; x^2 is exact): the forward's sum of squares (rstd.h).
+__device__ __forceinline__ double add_squares(const Group8& g, double ss) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const double xd = static_cast<double>(group_at(g, e));
+    ss = dfma_rn(xd, xd, ss);
+  }
+  return ss;
+}
+
+/// y = BF16_rn((x * rstd) * w) for one 8-column group, stored at col0 of yr
+/// (the forward's output: two FP32 products, then RNE).
+__device__ __forceinline__ void store_y_group(__nv_bfloat16* yr, int col0, int H, bool vec, const Group8& x, float rs,
+                                              const float (&w)[8]) {
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(x, e), rs), w[e]);
+  store_group(yr, col0, H, vec, y);
+}
+
 /// Warp butterfly sum (plan.h): offsets 16, 8, 4, 2, 1, each lane adding its
 /// partner's value to its own. Every lane ends with the same bits (FP32
 /// addition is commutative, so partners compute the same sums).

@@ -63,22 +63,8 @@ template <int kSlots>
 __device__ __forceinline__ double sum_squares(const Group8 (&g)[kSlots]) {
   double ss = 0.0;
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const double xd = static_cast<double>(group_at(g[k], e));
-      ss = dfma_rn(xd, xd, ss);
-    }
+  for (int k = 0; k < kSlots; ++k) ss = add_squares(g[k], ss);
   return ss;
-}
-
-/// y = BF16_rn((x * rstd) * w) for one 8-column group, stored at col0 of yr.
-__device__ __forceinline__ void store_y_group(__nv_bfloat16* yr, int col0, int H, bool vec, const Group8& x, float rs,
-                                              const float (&w)[8]) {
-  float y[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) y[e] = mul_rn(mul_rn(group_at(x, e), rs), w[e]);
-  store_group(yr, col0, H, vec, y);
 }
 
 /// Form res, first step: h_new = BF16(h + u) element-wise (one rounding of
