@@ -182,8 +182,6 @@ __device__ __forceinline__ void store_y_group(__nv_bfloat16* yr, int col0, int H
 /// partner's value to its own. Every lane ends with the same bits (FP32
 /// addition is commutative, so partners compute the same sums).
 /// Also in binary64 (the forward's sum of squares, rstd.h), same order.
-__device__ __forceinline__ float sum_rn(float a, float b) { return add_rn(a, b); }
-__device__ __forceinline__ double sum_rn(double a, double b) { return dadd_rn(a, b); }
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -16,9 +16,6 @@ namespace normgate::kernels {
 
 namespace {
 
-float sum_rn(float a, float b) { return add_rn(a, b); }
-double sum_rn(double a, double b) { return dadd_rn(a, b); }
-
 /// Warp butterfly of device_blocks.cuh on 32 lane values: at offsets 16..1
 /// every lane i becomes v[i] + v[i ^ off]; returns lane 0 (all lanes agree).
 template <class T>

@@ -113,6 +113,11 @@ NG_HD double dsub_rn(double a, double b) {
 #endif
 }
 
+/// add_rn or dadd_rn by the operands' type: one spelling for reductions
+/// written once over float and double (the team sums of plan.h).
+NG_HD float sum_rn(float a, float b) { return add_rn(a, b); }
+NG_HD double sum_rn(double a, double b) { return dadd_rn(a, b); }
+
 /// Bit cast float -> uint32 (host and device).
 NG_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
