@@ -70,23 +70,30 @@ if [ "${NG_CAMPAIGN_DEMO:-0}" = 1 ]; then
   } >"$work/demo.txt" 2>&1
   cat "$work/demo.txt"
 fi
+# Every slice's filter checked before any slice starts.
 k=0
-declare -a pids
 for filter in "$@"; do
   k=$((k + 1))
-  j="$work/slice-$k.jsonl"
-  [ -f "$dir/slice-$k.jsonl.gz" ] && gunzip -c "$dir/slice-$k.jsonl.gz" >"$j"
   echo "$filter" >"$work/slice-$k.filter"
   if [ -f "$dir/slice-$k.filter" ] && ! cmp -s "$dir/slice-$k.filter" "$work/slice-$k.filter"; then
     echo "campaign: slice $k's filter '$filter' differs from the one it started with: $(cat "$dir/slice-$k.filter")" >&2
+    rm -rf "$work"
     exit 2
   fi
-  gpu=$(( (k - 1) % ngpu ))
-  # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$gpu timeout --signal=KILL "$deadline" "$bin" gate "$table" --seeds "$seeds" \
-    --windows "$filter" --journal "$j" --threads "$threads" --quiet \
-    --report-md "$work/slice-$k.md" --report-json "$work/slice-$k.json" ${NG_CAMPAIGN_ARGS:-} \
-    >"$work/slice-$k.log" 2>&1 &
+done
+# One slice's gate command (without the per-run options): set_slice_cmd K
+# fills the array `cmd`.
+set_slice_cmd() {
+  # shellcheck disable=SC2206
+  cmd=("$bin" gate "$table" --seeds "$seeds" --windows "$(cat "$work/slice-$1.filter")"
+       --journal "$work/slice-$1.jsonl" --threads "$threads" --quiet ${NG_CAMPAIGN_ARGS:-})
+}
+declare -a pids cmd
+for k in $(seq 1 "$nslice"); do
+  [ -f "$dir/slice-$k.jsonl.gz" ] && gunzip -c "$dir/slice-$k.jsonl.gz" >"$work/slice-$k.jsonl"
+  set_slice_cmd "$k"
+  CUDA_VISIBLE_DEVICES=$(( (k - 1) % ngpu )) timeout --signal=KILL "$deadline" "${cmd[@]}" \
+    --report-md "$work/slice-$k.md" --report-json "$work/slice-$k.json" >"$work/slice-$k.log" 2>&1 &
   pids[$k]=$!
 done
 declare -a rows
@@ -107,10 +114,8 @@ for k in $(seq 1 "$nslice"); do
   # --approve (resumes from the complete journal: runs no case), so that
   # concurrent slices never write the approvals file at the same time.
   if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-0}" = 1 ]; then
-    # shellcheck disable=SC2086
-    "$bin" gate "$table" --seeds "$seeds" --windows "$(cat "$work/slice-$k.filter")" --journal "$j" --quiet \
-      --threads "$threads" --approve ${NG_CAMPAIGN_ARGS:-} >"$work/slice-$k.approve.log" 2>&1 &&
-      state="$state, approved"
+    set_slice_cmd "$k"
+    "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1 && state="$state, approved"
   fi
   [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j" && cp "$work/slice-$k.jsonl.gz" "$dir/"
   cp "$work/slice-$k.filter" "$dir/"
