@@ -8,14 +8,15 @@
 // time, and is printed against a 16-byte vectorized device-to-device copy
 // timed the same way in the same run.
 //
-// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--copy-variants]
+// Usage: kernels_bench [--reps N] [--json FILE] [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--copy-variants]
 //                      [--res] [--w bf16|fp32|both] [T,H ...]
 // (default shapes 65537,4096 and 131072,6144; weight both). --depth times
-// every op at each forward pipeline setting F:L[:B[:R[:S[:Q]]]] (pipeline.h: ring
+// every op at each forward pipeline setting F:L[:B[:R[:S[:Q[:W]]]]] (pipeline.h: ring
 // depth F, L2 prefetch distance L, B rows per team per CTA instead of a
 // persistent grid, R = 1: form res fused (the default when R is omitted), 0: two
 // kernels; S = 1: the simple forward, one row per team, no ring; Q = 1 (the
-// default when omitted): the same for form res fused; outputs do
+// default when omitted): the same for form res fused; W = 1 (the default
+// when omitted): only a team's first warp computes rstd; outputs do
 // not depend on them), in
 // one run, so the rows compare side by side. --res adds the forward of form
 // res (h = x, u = dy's data) and each real backward of form res (dh_new =
@@ -121,10 +122,10 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
-          "                     [--depth F:L[:B[:R[:S[:Q]]]],...] [--no-controls] [--res] [--copy-variants] [--fwd-exp] [T,H ...]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--copy-variants] [--fwd-exp] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
-          "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res)).\n"
+          "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
           "--res adds form res; --copy-variants adds copy kernels that differ from the reference copy in\n"
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
           "counts the rows where its rstd or y differs from the forward's. Needs a CUDA GPU.\n"
@@ -158,7 +159,7 @@ int main(int argc, char** argv) try {
         size_t p1 = list.find(',', p0);
         if (p1 == std::string::npos) p1 = list.size();
         const std::string item = list.substr(p0, p1 - p0);
-        // F:L[:B[:R[:S[:Q]]]], each field a whole decimal number (R, S, Q: 0 or 1).
+        // F:L[:B[:R[:S[:Q[:W]]]]], each field a whole decimal number (R, S, Q, W: 0 or 1).
         std::vector<long> f;
         bool ok = !item.empty();
         for (size_t q0 = 0; ok && q0 <= item.size();) {
@@ -173,10 +174,10 @@ int main(int argc, char** argv) try {
         }
         bool flags_ok = true;
         for (size_t q = 3; q < f.size(); ++q) flags_ok = flags_ok && (f[q] == 0 || f[q] == 1);
-        if (!ok || f.size() < 2 || f.size() > 6 || !flags_ok) {
+        if (!ok || f.size() < 2 || f.size() > 7 || !flags_ok) {
           std::fprintf(stderr,
-                       "kernels_bench: bad --depth item '%s' (expected F:L, F:L:B, F:L:B:R, F:L:B:R:S or F:L:B:R:S:Q with "
-                       "R, S, Q 0 or 1)\n",
+                       "kernels_bench: bad --depth item '%s' (expected F:L, F:L:B, F:L:B:R, F:L:B:R:S, F:L:B:R:S:Q or "
+                       "F:L:B:R:S:Q:W with R, S, Q, W 0 or 1)\n",
                        item.c_str());
           return 2;
         }
@@ -187,6 +188,7 @@ int main(int argc, char** argv) try {
         d.fwd_res_fused = f.size() > 3 ? f[3] == 1 : nk::PipelineDepth{}.fwd_res_fused;  // R omitted: the default
         d.fwd_simple = f.size() > 4 ? f[4] == 1 : nk::PipelineDepth{}.fwd_simple;
         d.fwd_res_simple = f.size() > 5 ? f[5] == 1 : nk::PipelineDepth{}.fwd_res_simple;
+        d.fwd_rstd_warp = f.size() > 6 ? f[6] == 1 : nk::PipelineDepth{}.fwd_rstd_warp;
         try {
           nk::set_pipeline_depth(d);  // validates (throws naming the value)
         } catch (const std::invalid_argument& e) {
@@ -297,11 +299,11 @@ int main(int argc, char** argv) try {
       CK(cudaDeviceSynchronize());
       for (const nk::PipelineDepth depth : depths) {
         nk::set_pipeline_depth(depth);
-        // Every field spelled out (F:L:B:R:S:Q), so a label never depends on the defaults.
+        // Every field spelled out (F:L:B:R:S:Q:W), so a label never depends on the defaults.
         const std::string dtag = depths.size() > 1 ? " d" + std::to_string(depth.fwd) + ":" + std::to_string(depth.fwd_l2) +
                                                    ":" + std::to_string(depth.fwd_block) + ":" +
                                                    (depth.fwd_res_fused ? "1" : "0") + ":" + (depth.fwd_simple ? "1" : "0") + ":" +
-                                                   (depth.fwd_res_simple ? "1" : "0")
+                                                   (depth.fwd_res_simple ? "1" : "0") + ":" + (depth.fwd_rstd_warp ? "1" : "0")
                                                    : "";
         const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
         const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);

@@ -5,7 +5,8 @@
 // per-row arithmetic does not). Per row, each thread
 //   ss = fma(x, x, ss) in binary64 over its columns (k ascending, column
 //        ascending; x^2 is exact, the sum cannot overflow),
-//   team-reduces ss in binary64 (plan.h), and computes
+//   team-reduces ss in binary64 (plan.h), and computes (by default in the
+//   team's first warp only, handed on through shared memory: team_rstd)
 //   rstd = FP32 nearest to 1 / sqrt(fma(ss, 1/H, eps))  (rstd.h)
 //   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
 // Thread 0 of the team writes rstd. Each thread stages its groups of the
@@ -46,7 +47,31 @@ struct FwdRows {
   // the bits the CPU model uses); kernel parameters cost no registers.
   double inv_h = 0;  ///< 1.0 / H, correctly rounded
   double eps64 = 0;  ///< eps as binary64 (exact)
+  bool rstd_warp = true;  ///< pipeline.h fwd_rstd_warp: the team's first warp alone collects and computes rstd
 };
+
+/// The row's rstd for every thread of its team from this thread's share ss of
+/// the sum of squares (binary64): team_sum in binary64 (plan.h order), then
+/// row_rstd_fp64 (rstd.h). With one_warp and a team of several warps only the
+/// team's first warp collects the warp totals and computes rstd; lane 0 hands
+/// it to the team through rs_sh[team index] behind a second barrier (same
+/// bits: the same sums in the same order). Contains __syncthreads for teams
+/// of more than one warp: every thread of the CTA must call it. red and rs_sh
+/// must not be rewritten before every thread has passed one more barrier.
+template <class WT, bool kHeads>
+__device__ __forceinline__ float team_rstd(double ss, double* red, float* rs_sh, int team, int ti, int first_warp,
+                                           const FwdRows<WT, kHeads>& a) {
+  const double w_tot = team_sum_publish(ss, red);
+  if (team <= 32) return row_rstd_fp64(w_tot, a.inv_h, a.eps64);
+  __syncthreads();
+  if (!a.rstd_warp) return row_rstd_fp64(team_sum_collect(red, team, first_warp), a.inv_h, a.eps64);
+  if (static_cast<int>(threadIdx.x >> 5) == first_warp) {  // warp-uniform
+    const float rs = row_rstd_fp64(team_sum_collect(red, team, first_warp), a.inv_h, a.eps64);
+    if ((threadIdx.x & 31u) == 0u) rs_sh[ti] = rs;
+  }
+  __syncthreads();
+  return rs_sh[ti];
+}
 
 /// h_new = BF16(h + u) of one 8-column group (sum_group: one rounding of
 /// each exact sum), h given as its BF16 group.
@@ -95,6 +120,7 @@ __global__ void __launch_bounds__(kMaxTeam)
   // [depth][kIn][kSlots][blockDim.x]: slot (s, i, k) of thread j at ((s*kIn + i)*kSlots + k)*nthr + j
   extern __shared__ uint4 ring[];
   __shared__ double red[2][32];
+  __shared__ float rs_sh[2][32];
   const int team = a.team;
   const int nthr = static_cast<int>(blockDim.x);
   const int teams = nthr / team;
@@ -160,10 +186,9 @@ __global__ void __launch_bounds__(kMaxTeam)
         if (r < end) store_group_bits(a.h_new.row(r), col0[k], a.H, a.vec, cur[k]);
       }
     }
-    const double tot = team_sum(sum_squares(cur), red[buf], team, first_warp);
+    const float rs = team_rstd(sum_squares(cur), red[buf], rs_sh[buf], team, ti, first_warp, a);
     buf ^= 1;
     if (r < end) {
-      const float rs = row_rstd_fp64(tot, a.inv_h, a.eps64);
       if (t == 0) a.rstd[r] = rs;
       __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
@@ -197,6 +222,7 @@ template <int kSlots, class WT, bool kRes = false>
 __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 : 1)
     fwd_simple_kernel(const FwdRows<WT> a) {
   __shared__ double red[32];
+  __shared__ float rs_sh[32];
   const int team = a.team;
   const int teams = static_cast<int>(blockDim.x) / team;
   const int ti = static_cast<int>(threadIdx.x) / team;
@@ -221,9 +247,8 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
       if (live) store_group_bits(a.h_new.row(r), col0[k], a.H, true, cur[k]);
     }
   }
-  const double tot = team_sum(sum_squares(cur), red, team, ti * (team >> 5));
+  const float rs = team_rstd(sum_squares(cur), red, rs_sh, team, ti, ti * (team >> 5), a);
   if (!live) return;
-  const float rs = row_rstd_fp64(tot, a.inv_h, a.eps64);
   if (t == 0) a.rstd[r] = rs;
   __nv_bfloat16* yr = a.y.row(r);
 #pragma unroll
@@ -308,6 +333,7 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
                                       knobs.fwd_block};
       f.inv_h = 1.0 / static_cast<double>(a.H);  // rstd.h, as the CPU model
       f.eps64 = static_cast<double>(a.eps);
+      f.rstd_warp = knobs.fwd_rstd_warp;
       return f;
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot

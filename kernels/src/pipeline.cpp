@@ -10,11 +10,12 @@ namespace normgate::kernels {
 
 namespace {
 // fwd in bits 0-7, fwd_l2 in bits 8-15, fwd_block in bits 16-47,
-// fwd_res_fused in bit 48, fwd_simple in bit 49, fwd_res_simple in bit 50: one word.
+// fwd_res_fused in bit 48, fwd_simple in bit 49, fwd_res_simple in bit 50,
+// fwd_rstd_warp in bit 51: one word.
 constexpr uint64_t pack(const PipelineDepth& d) {
   return static_cast<uint64_t>(d.fwd) | (static_cast<uint64_t>(d.fwd_l2) << 8) |
          (static_cast<uint64_t>(d.fwd_block) << 16) | (static_cast<uint64_t>(d.fwd_res_fused ? 1 : 0) << 48) |
-         (static_cast<uint64_t>(d.fwd_simple ? 1 : 0) << 49) | (static_cast<uint64_t>(d.fwd_res_simple ? 1 : 0) << 50);
+         (static_cast<uint64_t>(d.fwd_simple ? 1 : 0) << 49) | (static_cast<uint64_t>(d.fwd_res_simple ? 1 : 0) << 50) | (static_cast<uint64_t>(d.fwd_rstd_warp ? 1 : 0) << 51);
 }
 std::atomic<uint64_t> g_packed{pack(PipelineDepth{})};
 
@@ -34,6 +35,7 @@ PipelineDepth pipeline_depth() {
   d.fwd_res_fused = ((p >> 48) & 1u) != 0;
   d.fwd_simple = ((p >> 49) & 1u) != 0;
   d.fwd_res_simple = ((p >> 50) & 1u) != 0;
+  d.fwd_rstd_warp = ((p >> 51) & 1u) != 0;
   return d;
 }
 

@@ -414,6 +414,7 @@ TEST(Validation, PipelineDepthRange) {
   EXPECT_EQ(saved.fwd_res_fused, PipelineDepth{}.fwd_res_fused);
   EXPECT_EQ(saved.fwd_simple, PipelineDepth{}.fwd_simple);
   EXPECT_EQ(saved.fwd_res_simple, PipelineDepth{}.fwd_res_simple);
+  EXPECT_EQ(saved.fwd_rstd_warp, PipelineDepth{}.fwd_rstd_warp);
   const auto rejects = [](PipelineDepth d, const std::string& named) {
     try {
       set_pipeline_depth(d);
@@ -438,7 +439,7 @@ TEST(Validation, PipelineDepthRange) {
     EXPECT_EQ(pipeline_depth().fwd_block, d.fwd_block);
     EXPECT_FALSE(pipeline_depth().fwd_res_fused);
   }
-  set_pipeline_depth({2, 1, kMaxFwdBlockRows, true});
+  set_pipeline_depth({2, 1, kMaxFwdBlockRows, true, false});
   EXPECT_TRUE(pipeline_depth().fwd_res_fused);
   EXPECT_FALSE(pipeline_depth().fwd_simple);
   set_pipeline_depth({3, 0, 5, false, true});
@@ -452,6 +453,10 @@ TEST(Validation, PipelineDepthRange) {
   EXPECT_TRUE(pipeline_depth().fwd_res_simple);
   EXPECT_FALSE(pipeline_depth().fwd_simple);
   EXPECT_EQ(pipeline_depth().fwd_block, 5);
+  EXPECT_TRUE(pipeline_depth().fwd_rstd_warp);  // the default
+  set_pipeline_depth({3, 0, 5, false, false, true, false});
+  EXPECT_FALSE(pipeline_depth().fwd_rstd_warp);
+  EXPECT_TRUE(pipeline_depth().fwd_res_simple);  // neighbouring bit intact
   set_pipeline_depth({2, 1, kMaxFwdBlockRows, true});
   EXPECT_EQ(pipeline_depth().fwd_block, kMaxFwdBlockRows);  // neighbouring fields intact
   EXPECT_EQ(pipeline_depth().fwd_l2, 1);

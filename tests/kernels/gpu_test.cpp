@@ -616,25 +616,32 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
     const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };
     const Variant& v = variant("bwd_det_chunked");
     const Outputs m = run_model(v, rows(in.x), rows(in.dy), in.w_view(), kEps, 0, rows(in.u), rows(in.dh_new));
-    // Ring depth 1 (no row ahead), 2, an odd one and the maximum; with and
-    // without the L2 prefetch; persistent and blocked grids (1 row per team:
-    // every CTA's ring ends after one row; 7: blocks end mid-ring).
-    for (const PipelineDepth d : {PipelineDepth{1, 0, 0}, PipelineDepth{2, 2, 0}, PipelineDepth{5, 7, 0},
-                                  PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth, 0}, PipelineDepth{3, 0, 1},
-                                  PipelineDepth{4, 1, 7}, PipelineDepth{kMaxPipelineDepth, 0, 64},
+    // The defaults (simple forward for plain and res rows), then the ring
+    // (fwd_simple off): depth 1 (no row ahead), 2, an odd one and the
+    // maximum; with and without the L2 prefetch; persistent and blocked grids
+    // (1 row per team: every CTA's ring ends after one row; 7: blocks end mid-ring).
+    for (const PipelineDepth d : {PipelineDepth{}, PipelineDepth{1, 0, 0, true, false}, PipelineDepth{2, 2, 0, true, false},
+                                  PipelineDepth{5, 7, 0, true, false},
+                                  PipelineDepth{kMaxPipelineDepth, kMaxPipelineDepth, 0, true, false},
+                                  PipelineDepth{3, 0, 1, true, false}, PipelineDepth{4, 1, 7, true, false},
+                                  PipelineDepth{kMaxPipelineDepth, 0, 64, true, false},
                                   // res fused through the ring (fwd_res_simple off; on is the default)
                                   PipelineDepth{3, 0, 0, true, false, false}, PipelineDepth{1, 0, 5, true, false, false},
                                   PipelineDepth{kMaxPipelineDepth, 2, 0, true, false, false},
-                                  // res unfused (own residual-add kernel), now that fused is the default
-                                  PipelineDepth{1, 0, 0, false}, PipelineDepth{3, 0, 0, false},
-                                  PipelineDepth{kMaxPipelineDepth, 2, 7, false},
+                                  // res unfused (own residual-add kernel) through the ring, and through the simple kernel
+                                  PipelineDepth{1, 0, 0, false, false}, PipelineDepth{3, 0, 0, false, false},
+                                  PipelineDepth{kMaxPipelineDepth, 2, 7, false, false},
                                   // the simple forward (no ring, one row per team), res fused and not
                                   PipelineDepth{3, 0, 0, true, true}, PipelineDepth{3, 0, 0, false, true},
                                   // res fused through the simple kernel while plain rows take the ring
-                                  PipelineDepth{3, 0, 0, true, false, true}}) {
+                                  PipelineDepth{3, 0, 0, true, false, true},
+                                  // every warp collects and computes rstd (fwd_rstd_warp off; on is the default)
+                                  PipelineDepth{3, 0, 0, true, false, true, false},
+                                  PipelineDepth{3, 0, 0, true, true, true, false}}) {
       SCOPED_TRACE(std::string(id) + " depth " + std::to_string(d.fwd) + " l2 " + std::to_string(d.fwd_l2) +
                    " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : "") +
-                   (d.fwd_simple ? " simple" : "") + (d.fwd_res_simple ? " res simple" : ""));
+                   (d.fwd_simple ? " simple" : "") + (d.fwd_res_simple ? " res simple" : "") +
+                   (d.fwd_rstd_warp ? "" : " rstd in every warp"));
       set_pipeline_depth(d);
       const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
       EXPECT_EQ(bit_diff(g.y, m.y).count, 0);

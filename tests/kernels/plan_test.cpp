@@ -45,10 +45,15 @@ TEST(RowGeometry, Values) {
   auto g = [](int64_t H) { return row_geometry(H); };
   EXPECT_EQ(g(1).team, 32);
   EXPECT_EQ(g(1).slots, 1);
-  EXPECT_EQ(g(4096).team, 512);
-  EXPECT_EQ(g(4096).slots, 1);
+  EXPECT_EQ(g(2048).team, 256);
+  EXPECT_EQ(g(2048).slots, 1);
+  EXPECT_EQ(g(2056).slots, 2);  // nvec 257
+  EXPECT_EQ(g(2056).team, 160);  // per 129 -> multiple of 32
+  EXPECT_EQ(g(4096).team, 256);
+  EXPECT_EQ(g(4096).slots, 2);
   EXPECT_EQ(g(4104).slots, 2);  // nvec 513
   EXPECT_EQ(g(4104).team, 288);
+  EXPECT_EQ(g(6144).team, 384);
   EXPECT_EQ(g(8192).team, 512);
   EXPECT_EQ(g(8200).team, 576);  // per 513 -> multiple of 64
   EXPECT_EQ(g(12288).team, 768);

@@ -45,13 +45,21 @@ struct PipelineDepth {
   /// registers (the shape of torch.compile's forward: many short CTAs at high
   /// occupancy). Vector path, plain rows and unfused res rows (fused res
   /// follows fwd_res_simple; per-head views and the scalar path keep the ring
-  /// kernel); fwd, fwd_l2 and fwd_block then do not apply. Same bits.
-  bool fwd_simple = false;
+  /// kernel); fwd, fwd_l2 and fwd_block then do not apply. Same bits. On by
+  /// default since the binary64 rstd: 0.84-0.99x the ring kernel's time at
+  /// every measured plain shape (docs/perf.md, session 8).
+  bool fwd_simple = true;
   /// The same simple forward for form res fused (fwd_res_fused), on by
   /// default: there it measured 0.86x (H=2048) and 0.91x (H=4096) of the
   /// ring kernel's time and equal at H=6144 (docs/perf.md, session 6), where
   /// the plain forward gained at H=2048 and 6144 but lost at 4096. Same bits.
   bool fwd_res_simple = true;
+  /// Teams of more than one warp: only the team's first warp collects the
+  /// warp totals and computes rstd (rstd.h), then hands it to the others
+  /// through shared memory (a second barrier per row), instead of every warp
+  /// doing both. The binary64 collect and rstd cost FP64, conversion and
+  /// shuffle issue slots in every warp (docs/perf.md, session 8). Same bits.
+  bool fwd_rstd_warp = true;
 };
 
 /// The settings the launchers use now (the defaults above until

@@ -10,9 +10,13 @@
 //    vector each). A "team" of `team` threads normalizes one row; thread t of
 //    the team owns the groups g = k*team + t for k < slots, i.e. the columns
 //    8*g .. 8*g+7 (those >= H are zero-filled and write nothing).
-//       slots = nvec <= 512 ? 1 : 2
+//       slots = nvec <= 256 ? 1 : 2
 //       per   = ceil(nvec / slots)
 //       team  = per <= 512 ? roundup(per, 32) : roundup(per, 64)   (32 .. 1024)
+//    (the forward's geometry: two slots from H > 2048 on halve the warps per
+//    row, and with them the per-row binary64 shuffles of the team sum; one
+//    slot up to H = 4096 measured 1.19x the time at [131072, 4096] on the
+//    H200, docs/perf.md session 8.)
 //    The backward has its own geometry (bwd_row_geometry), one slot as long
 //    as one CTA can hold the team:
 //       slots = nvec <= 1024 ? 1 : 2
@@ -87,7 +91,7 @@ struct RowGeometry {
 /// Row geometry of H (1 <= H <= kMaxH).
 NG_HD RowGeometry row_geometry(int64_t H) {
   const int64_t nvec = (H + kGroup - 1) / kGroup;
-  const int slots = nvec <= 512 ? 1 : 2;
+  const int slots = nvec <= 256 ? 1 : 2;
   const int64_t per = (nvec + slots - 1) / slots;
   const int64_t q = per <= 512 ? 32 : 64;
   RowGeometry g;
