@@ -14,7 +14,8 @@
 // every op at each forward pipeline setting F:L[:B[:R[:S[:Q[:W]]]]] (pipeline.h: ring
 // depth F, L2 prefetch distance L, B rows per team per CTA instead of a
 // persistent grid, R = 1: form res fused (the default when R is omitted), 0: two
-// kernels; S = 1: the simple forward, one row per team, no ring; Q = 1 (the
+// kernels; S = 1 (the default when omitted; 0 to time the ring at F, L, B):
+// the simple forward, one row per team, no ring; Q = 1 (the
 // default when omitted): the same for form res fused; W = 1 (the default
 // when omitted): only a team's first warp computes rstd; outputs do
 // not depend on them), in

@@ -2,7 +2,9 @@
 # Everything GPU-side in one call (on the H200 device machine, or any CUDA box):
 #   1. build if needed (or use a build made elsewhere and carried along),
 #   2. run every test binary (GPU tests run here instead of skipping),
-#   3. compute-sanitizer memcheck and racecheck on small cases of every variant,
+#   3. compute-sanitizer memcheck and racecheck on small cases of every variant
+#      (`normgate check`) and on the forward's ring kernel across rows
+#      (test_kernels Pipeline.RingCrossRowSmall),
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
@@ -103,6 +105,18 @@ if has sanitize; then
       [ "$rc" -le 1 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && clean=$((clean + 1))
       summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "$c" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
     done
+    # The forward's ring kernel across rows of one CTA (shared red/rs_sh and
+    # ring slots reused; the CLI cases above take the default simple kernel).
+    start=$SECONDS
+    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_kernels" \
+      --gtest_filter=Pipeline.RingCrossRowSmall >"$out/sanitizer.run" 2>&1
+    rc=$?
+    cat "$out/sanitizer.run" >>"$out/sanitizer.log"
+    said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
+    runs=$((runs + 1))
+    [ "$rc" -eq 0 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && grep -q "^\[  PASSED  \] 1 test" "$out/sanitizer.run" &&
+      clean=$((clean + 1))
+    summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "test_kernels Pipeline.RingCrossRowSmall" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"
   done
   rm -f "$out/sanitizer.run"
@@ -110,7 +124,7 @@ if has sanitize; then
 fi
 
 if has bench; then
-  # NG_BENCH_ARGS: kernels_bench options and shapes (e.g. "--depth 1:1,4:3 --no-controls 131072,4096")
+  # NG_BENCH_ARGS: kernels_bench options and shapes (e.g. "--depth 1:1:0:1:0,4:3:0:1:0 --no-controls 131072,4096": S = 0 for the ring)
   "$build/bench/kernels_bench" --json "$out/kernels_bench.json" ${NG_BENCH_ARGS:-} >"$out/kernels_bench.log" 2>&1
   summary+=("kernels_bench rc=$?")
 fi

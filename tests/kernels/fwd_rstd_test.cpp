@@ -24,7 +24,7 @@ TEST(ForwardRstd, CorrectlyRoundedOnEveryRowOfEveryFamily) {
   int rows_checked = 0;
   for (seeds::Family f : {seeds::Family::normal, seeds::Family::llm, seeds::Family::cancel, seeds::Family::zeros,
                           seeds::Family::tiny, seeds::Family::huge}) {
-    for (int64_t H : {64, 1001, 4096, 8200, 16384}) {  // one slot, and two (plan.h row geometry)
+    for (int64_t H : {64, 1001, 2056, 4096, 8200, 16384}) {  // one slot (64, 1001), two (plan.h row geometry)
       seeds::CaseId c;
       c.H = H;
       c.T = 96;
@@ -42,7 +42,7 @@ TEST(ForwardRstd, CorrectlyRoundedOnEveryRowOfEveryFamily) {
       }
     }
   }
-  EXPECT_EQ(rows_checked, 6 * 5 * 96);
+  EXPECT_EQ(rows_checked, 6 * 6 * 96);  // families x H x rows
 }
 
 }  // namespace

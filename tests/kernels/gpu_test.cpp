@@ -114,7 +114,7 @@ std::vector<VariantCase> pipeline_cases() {
   };
   // (Appended shapes go last: the seeds of the earlier ones stay.)
   const Shape shapes[] = {
-      {4096, 4099, Family::cancel},  // full 512-thread team, vector path
+      {4096, 4099, Family::cancel},  // bwd: full 512-thread team (fwd: 2 slots, 256), vector path
       {7, 1000, Family::normal},     // scalar path (H % 8 != 0)
       {1, 1, Family::normal},        // smallest
       {1, 513, Family::llm},
@@ -125,6 +125,8 @@ std::vector<VariantCase> pipeline_cases() {
       {8192, 40, Family::cancel, 0},  // bwd: team 1024 in one CTA (32 warps in the team sum)
       {8191, 64, Family::normal, 1},  // bwd: team 1024, scalar path, partial last group, FP32 w
       {6144, 300, Family::llm, 1},    // bwd: wide 768-thread team, FP32 w (re-read per row)
+      {2056, 301, Family::cancel},    // fwd: 2 slots, team 160 (plan.h: two slots from H > 2048)
+      {3072, 299, Family::llm},       // fwd: 2 slots, team 192
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {
@@ -556,7 +558,7 @@ TEST(ResidualForm, GpuEqualsTheModels) {
   // path (narrow and wide 1-slot kernels, 2-CTA cluster) and loads it
   // directly otherwise.
   for (const char* id : {"H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",   // 16-byte path, wide team 768
-                         "H=4096,T=2049,w=fp32,form=res,family=normal,seed=5",  // 1 slot, many rows per chunk
+                         "H=4096,T=2049,w=fp32,form=res,family=normal,seed=5",  // bwd: 1 slot, many rows per chunk
                          "H=16384,T=37,w=bf16,form=res,family=llm,seed=2",      // 2-CTA cluster
                          "H=2048,T=1,w=bf16,form=res,family=cancel,seed=6",     // one row
                          "H=1000,T=1001,w=fp32,form=res,family=llm,seed=11",    // unused columns, 1 slot
@@ -590,12 +592,13 @@ TEST(ResidualForm, GpuEqualsTheModels) {
 TEST(Pipeline, DepthNeverChangesTheBits) {
   NG_REQUIRE_GPU();
   DepthGuard guard;
-  // Cases with many rows per team (at 132 SMs: ~17 at H=4096 T=4500, ~24 at
-  // H=7 T=200000, ~19 for heads4 T=40000), so every ring slot is reused at
-  // every depth up to 8; a few rows (H=16384 T=9); row counts that leave some
-  // teams of a CTA past the end while others work; the 16-byte and scalar
-  // paths of the plain, residual (fused and not) and per-head forms, both
-  // weight dtypes. (Run it under compute-sanitizer racecheck too.)
+  // Cases with many rows per team (at 132 SMs: ~8-11 at H=4096 T=4500 with
+  // the 2-slot team of 256, ~24 at H=7 T=200000, ~19 for heads4 T=40000), so
+  // ring slots are reused at every depth up to 8; a few rows (H=16384 T=9);
+  // row counts that leave some teams of a CTA past the end while others
+  // work; the 16-byte and scalar paths of the plain, residual (fused and not)
+  // and per-head forms, both weight dtypes. (Pipeline.RingCrossRowSmall is
+  // the small version that scripts/h200.sh runs under racecheck.)
   for (const char* id : {"H=4096,T=4500,w=bf16,form=plain,family=llm,seed=2",
                          "H=7,T=200000,w=fp32,form=plain,family=cancel,seed=5",
                          "H=1001,T=3000,w=bf16,form=plain,family=normal,seed=6",
@@ -610,6 +613,10 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
                          "H=1000,T=1001,w=fp32,form=res,family=llm,seed=11",    // team 128, 2 per CTA
                          "H=4104,T=515,w=fp32,form=res,family=normal,seed=12",  // 2 slots, team 288
                          "H=8200,T=37,w=bf16,form=res,family=cancel,seed=13",   // 2-CTA cluster, team 576
+                         // the forward's 2-slot teams of 160, 192 and 224 threads (H = 2049..3584; plan.h)
+                         "H=2056,T=1500,w=bf16,form=plain,family=cancel,seed=16",
+                         "H=3072,T=1200,w=fp32,form=res,family=llm,seed=17",
+                         "H=3584,T=1100,w=bf16,form=res,family=normal,seed=18",
                          "H=64,T=1003,w=bf16,form=plain,family=normal,seed=14"}) {  // team 32, 8 per CTA
     const seeds::CaseId c = seeds::parse_case(id);
     const seeds::HostInputs in = seeds::generate_host(c);
@@ -649,6 +656,40 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
       EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
       EXPECT_EQ(bit_diff(g.dw, m.dw).count, 0);
       EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
+    }
+  }
+}
+
+// The ring kernel with blocked grids (4 or 3 rows per team per CTA), so that
+// every CTA works on several consecutive rows and reuses its shared `red` and
+// `rs_sh` buffers and ring slots, at T small enough for compute-sanitizer
+// (scripts/h200.sh runs this test under racecheck and memcheck): 1-slot
+// teams of 32 (8 per CTA, per-head views), 64 (4 per CTA) and 128 (2 per CTA),
+// 2-slot teams of 160 and 256, fused res; rstd by the first warp and by every
+// warp. Outputs must equal the CPU model's bits.
+TEST(Pipeline, RingCrossRowSmall) {
+  NG_REQUIRE_GPU();
+  DepthGuard guard;
+  for (const char* id : {"H=256,T=19,w=bf16,form=heads4,family=llm,seed=1",  // 76 rows, team 32
+                         "H=512,T=41,w=fp32,form=plain,family=cancel,seed=2",  // team 64, 4 per CTA
+                         "H=1024,T=23,w=bf16,form=res,family=normal,seed=3",   // team 128, 2 per CTA, fused res
+                         "H=2056,T=13,w=bf16,form=plain,family=llm,seed=4",    // 2 slots, team 160
+                         "H=4096,T=9,w=fp32,form=res,family=cancel,seed=5"}) {  // 2 slots, team 256, fused res
+    const seeds::CaseId c = seeds::parse_case(id);
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const auto rows = [&](const std::vector<uint16_t>& v) { return RowView<uint16_t>::plain(v.data(), in.rows, in.cols); };
+    const Variant& v = variant("bwd_det_chunked");
+    const Outputs m = run_model(v, rows(in.x), rows(in.dy), in.w_view(), kEps, 0, rows(in.u), rows(in.dh_new));
+    for (const PipelineDepth d : {PipelineDepth{3, 0, 4, true, false, false, true},
+                                  PipelineDepth{2, 0, 3, true, false, false, false}}) {
+      SCOPED_TRACE(std::string(id) + " block " + std::to_string(d.fwd_block) +
+                   (d.fwd_rstd_warp ? " rstd by the first warp" : " rstd in every warp"));
+      set_pipeline_depth(d);
+      const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
+      EXPECT_EQ(bit_diff(g.y, m.y).count, 0);
+      EXPECT_EQ(bit_diff(g.rstd, m.rstd).count, 0);
+      EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
+      EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
     }
   }
 }

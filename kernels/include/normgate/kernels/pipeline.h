@@ -1,6 +1,10 @@
 // normgate/kernels/pipeline.h: how the forward streams its rows.
 //
-// The forward stages each thread's columns of the rows its team will work on
+// By default (fwd_simple, fwd_res_simple) the forward runs one row per team
+// with each thread's columns loaded straight into registers; the ring below
+// serves per-head views, the scalar path (H % 8 != 0 or misaligned rows),
+// grids too large for one row per team, and fwd_simple = false.
+// The ring: the forward stages each thread's columns of the rows its team will work on
 // into shared memory (device_blocks.cuh: input rings): `fwd` stages, so while
 // one row is computed, the loads of the team's next fwd-1 rows are in flight.
 // It may also ask the L2 for a row further ahead (`fwd_l2`), and its CTAs
@@ -46,8 +50,9 @@ struct PipelineDepth {
   /// occupancy). Vector path, plain rows and unfused res rows (fused res
   /// follows fwd_res_simple; per-head views and the scalar path keep the ring
   /// kernel); fwd, fwd_l2 and fwd_block then do not apply. Same bits. On by
-  /// default since the binary64 rstd: 0.84-0.99x the ring kernel's time at
-  /// every measured plain shape (docs/perf.md, session 8).
+  /// default since the binary64 rstd: 0.88-0.99x the ring kernel's time at
+  /// the measured plain shapes, except 1.01x at [98304, 5120] (docs/perf.md,
+  /// session 8).
   bool fwd_simple = true;
   /// The same simple forward for form res fused (fwd_res_fused), on by
   /// default: there it measured 0.86x (H=2048) and 0.91x (H=4096) of the
