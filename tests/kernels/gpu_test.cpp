@@ -589,6 +589,18 @@ TEST(ResidualForm, GpuEqualsTheModels) {
 
 // --- input pipeline depth ------------------------------------------------------
 
+// Runs deterministic variant v on the GPU at forward setting d and expects
+// the CPU model's bits m in every output (y, rstd, h_new, dx, dw).
+void expect_model_bits_at(const PipelineDepth& d, const Variant& v, const seeds::HostInputs& in, const Outputs& m) {
+  set_pipeline_depth(d);
+  const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
+  EXPECT_EQ(bit_diff(g.y, m.y).count, 0);
+  EXPECT_EQ(bit_diff(g.rstd, m.rstd).count, 0);
+  EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
+  EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
+  EXPECT_EQ(bit_diff(g.dw, m.dw).count, 0);
+}
+
 TEST(Pipeline, DepthNeverChangesTheBits) {
   NG_REQUIRE_GPU();
   DepthGuard guard;
@@ -649,13 +661,7 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
                    " block " + std::to_string(d.fwd_block) + (d.fwd_res_fused ? " res fused" : "") +
                    (d.fwd_simple ? " simple" : "") + (d.fwd_res_simple ? " res simple" : "") +
                    (d.fwd_rstd_warp ? "" : " rstd in every warp"));
-      set_pipeline_depth(d);
-      const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
-      EXPECT_EQ(bit_diff(g.y, m.y).count, 0);
-      EXPECT_EQ(bit_diff(g.rstd, m.rstd).count, 0);
-      EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
-      EXPECT_EQ(bit_diff(g.dw, m.dw).count, 0);
-      EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
+      expect_model_bits_at(d, v, in, m);
     }
   }
 }
@@ -684,12 +690,7 @@ TEST(Pipeline, RingCrossRowSmall) {
                                   PipelineDepth{2, 0, 3, true, false, false, false}}) {
       SCOPED_TRACE(std::string(id) + " block " + std::to_string(d.fwd_block) +
                    (d.fwd_rstd_warp ? " rstd by the first warp" : " rstd in every warp"));
-      set_pipeline_depth(d);
-      const Outputs g = run_gpu(std::vector<const Variant*>{&v}, in, kEps).front();
-      EXPECT_EQ(bit_diff(g.y, m.y).count, 0);
-      EXPECT_EQ(bit_diff(g.rstd, m.rstd).count, 0);
-      EXPECT_EQ(bit_diff(g.h_new, m.h_new).count, 0);
-      EXPECT_EQ(bit_diff(g.dx, m.dx).count, 0);
+      expect_model_bits_at(d, v, in, m);
     }
   }
 }
