@@ -43,8 +43,9 @@ NG_CLONES void sum_squares(const uint16_t* const* x, int nr, int64_t H, float* s
   for (int i = 0; i < nr; ++i) ss[i] = acc[i];
 }
 
-// dw[j] for j in [j0, j1): ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ..., rows
-// r = 0..R-1 in order (independent columns side by side: vector lanes).
+// dw[j] for j in [j0, j1) += dy_rj*xhat_rj for rows r = r0..r1-1 in order
+// (independent columns side by side: vector lanes); over the row blocks in
+// order, ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ..., r = 0..R-1.
 inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict dy, float rs, int64_t n,
                        float* __restrict dw) {
   for (int64_t j = 0; j < n; ++j) {
@@ -53,9 +54,9 @@ inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict 
   }
 }
 
-NG_CLONES void dw_columns(const RowView<uint16_t>& xv, const RowView<uint16_t>& dyv, const float* rstd, int64_t R,
-                          int64_t j0, int64_t j1, float* dw) {
-  for (int64_t r = 0; r < R; ++r) dw_add_row(xv.row(r) + j0, dyv.row(r) + j0, rstd[r], j1 - j0, dw + j0);
+NG_CLONES void dw_columns(const RowView<uint16_t>& xv, const RowView<uint16_t>& dyv, const float* rstd, int64_t r0,
+                          int64_t r1, int64_t j0, int64_t j1, float* dw) {
+  for (int64_t r = r0; r < r1; ++r) dw_add_row(xv.row(r) + j0, dyv.row(r) + j0, rstd[r], j1 - j0, dw + j0);
 }
 
 }  // namespace
@@ -80,50 +81,69 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   const float eps32 = static_cast<float>(p.eps);
   const float Hf = static_cast<float>(H);
 
+  // Row blocks, as the reference's pass (reference.cpp): each block's rows
+  // (sums of squares, rstd, and y, dx when asked for), then its part of every
+  // dw column while the block's x and dy are still in cache. A dw column over
+  // all R rows at once (the former layout) read x and dy from memory a second
+  // time, strided: ~1.1 of its ~1.55 ns per element on one core of the dev box
+  // was that read (docs/perf.md). Blocks change only the schedule: every
+  // column still adds rows r = 0..R-1 in order (blocks in order, rows in order
+  // within one), every row is computed alone, so the bits are the same.
+  int64_t RB = std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
+  RB = std::max<int64_t>(RB, static_cast<int64_t>(kRows) * nt);
+  RB = (RB + kRows - 1) / kRows * kRows;  // whole groups of kRows rows (scheduling only)
+  RB = std::min<int64_t>(RB, R);
+  int64_t CB = (H + 4 * nt - 1) / (4 * nt);
+  CB = std::clamp<int64_t>((CB + 7) / 8 * 8, 16, 256);
+  const int64_t ncb = (H + CB - 1) / CB;
+
 #pragma omp parallel num_threads(nt)
   {
-    // Rows in groups of kRows (sum_squares), each row as before.
-    const int64_t ngroups = (R + kRows - 1) / kRows;
+    for (int64_t rb = 0; rb < R; rb += RB) {
+      const int64_t nr = std::min(RB, R - rb);
+      // Rows in groups of kRows (sum_squares), each row as before.
+      const int64_t ngroups = (nr + kRows - 1) / kRows;
 #pragma omp for schedule(static)
-    for (int64_t grp = 0; grp < ngroups; ++grp) {
-      const int64_t r0 = grp * kRows;
-      const int nr = static_cast<int>(std::min<int64_t>(kRows, R - r0));
-      const uint16_t* xs[kRows];
-      float ssq[kRows];
-      for (int i = 0; i < nr; ++i) xs[i] = p.x.row(r0 + i);
-      sum_squares(xs, nr, H, ssq);
-      for (int64_t r = r0; r < r0 + nr; ++r) {
-        const uint16_t* x = xs[r - r0];
-        const uint16_t* dy = p.dy.row(r);
-        const float ss = ssq[r - r0];
-        const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
-        out.rstd[r] = rstd;
-        if (!rows_outputs) continue;
-        uint16_t* y = out.y.data() + r * H;
-        float cs = 0.0f;
-        for (int64_t j = 0; j < H; ++j) {
-          float xh = mul_rn(bf16_to_float(x[j]), rstd);
-          y[j] = bf16_from_float(mul_rn(xh, w[j]));
-          float g = mul_rn(bf16_to_float(dy[j]), w[j]);
-          cs = add_rn(cs, mul_rn(g, xh));
-        }
-        const float c = div_rn(cs, Hf);
-        uint16_t* dx = out.dx.data() + r * H;
-        for (int64_t j = 0; j < H; ++j) {
-          float xh = mul_rn(bf16_to_float(x[j]), rstd);
-          float g = mul_rn(bf16_to_float(dy[j]), w[j]);
-          const float d = mul_rn(rstd, sub_rn(g, mul_rn(xh, c)));
-          dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
+      for (int64_t grp = 0; grp < ngroups; ++grp) {
+        const int64_t r0 = rb + grp * kRows;
+        const int n8 = static_cast<int>(std::min<int64_t>(kRows, rb + nr - r0));
+        const uint16_t* xs[kRows];
+        float ssq[kRows];
+        for (int i = 0; i < n8; ++i) xs[i] = p.x.row(r0 + i);
+        sum_squares(xs, n8, H, ssq);
+        for (int64_t r = r0; r < r0 + n8; ++r) {
+          const uint16_t* x = xs[r - r0];
+          const uint16_t* dy = p.dy.row(r);
+          const float ss = ssq[r - r0];
+          const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
+          out.rstd[r] = rstd;
+          if (!rows_outputs) continue;
+          uint16_t* y = out.y.data() + r * H;
+          float cs = 0.0f;
+          for (int64_t j = 0; j < H; ++j) {
+            float xh = mul_rn(bf16_to_float(x[j]), rstd);
+            y[j] = bf16_from_float(mul_rn(xh, w[j]));
+            float g = mul_rn(bf16_to_float(dy[j]), w[j]);
+            cs = add_rn(cs, mul_rn(g, xh));
+          }
+          const float c = div_rn(cs, Hf);
+          uint16_t* dx = out.dx.data() + r * H;
+          for (int64_t j = 0; j < H; ++j) {
+            float xh = mul_rn(bf16_to_float(x[j]), rstd);
+            float g = mul_rn(bf16_to_float(dy[j]), w[j]);
+            const float d = mul_rn(rstd, sub_rn(g, mul_rn(xh, c)));
+            dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
+          }
         }
       }
-    }
-    // dw: column blocks, rows in order r = 0..R-1 within each column.
-    const int64_t CB = 256;
-    const int64_t ncb = (H + CB - 1) / CB;
+      // dw: this block's rows, in order, into column blocks (the barrier
+      // after the loop above makes the block's rstd visible; the one after
+      // this loop orders the blocks).
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t cb = 0; cb < ncb; ++cb) {
-      const int64_t j0 = cb * CB, j1 = std::min(H, j0 + CB);
-      dw_columns(p.x, p.dy, out.rstd.data(), R, j0, j1, out.dw.data());
+      for (int64_t cb = 0; cb < ncb; ++cb) {
+        const int64_t j0 = cb * CB, j1 = std::min(H, j0 + CB);
+        dw_columns(p.x, p.dy, out.rstd.data(), rb, rb + nr, j0, j1, out.dw.data());
+      }
     }
   }
   return out;

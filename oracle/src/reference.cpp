@@ -794,11 +794,18 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   const double* lo0 = s0.use_lo.data();  // s1's lo is 0 (col_accum2)
   if (ns == 2 && (s0.fp32 || !s1.fp32)) throw std::logic_error("ReferenceBuilder: pair must be (fp64, fp32_rounded)");
 
+  // Rows of a block in dynamic chunks of about 16384 elements: a thread that
+  // runs slower (an SMT sibling, another process on its core) takes fewer
+  // rows rather than holding the block's barrier. Every row is computed alone
+  // (per-thread state: the filter's scratch row and MPFR seconds only), so
+  // the assignment does not change a bit.
+  const int64_t rchunk = std::max<int64_t>(1, 16384 / H);
+
 #pragma omp parallel num_threads(nt)
   {
     for (int64_t rb = 0; rb < R; rb += RB) {
       const int64_t nr = std::min(RB, R - rb);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, rchunk)
       for (int64_t i = 0; i < nr; ++i) {
         do_row(rb + i);
         xr[i] = p.x.row(rb + i);

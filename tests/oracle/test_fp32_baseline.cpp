@@ -88,6 +88,21 @@ TEST(Fp32Baseline, ThreadIndependent) {
   expect_same(a, oracle::fp32_baseline(c.problem(), 16));
 }
 
+// Wide rows: the pass runs in row blocks (about 4 MiB of x and dy each: 256 rows at
+// H = 4099, so three blocks here, the last partial) and column blocks; every
+// dw column still adds its rows in order: the scalar re-implementation's bits,
+// with and without the row outputs, for 1, 2 and 5 threads.
+TEST(Fp32Baseline, RowBlocksGiveTheScalarBits) {
+  Case c = make_case(531, 4099, WDtype::bf16, 77, Dist::wide, Dist::llm);
+  const normgate::Outputs want = scalar_fp32(c);
+  for (int t : {1, 2, 5}) {
+    expect_same(oracle::fp32_baseline(c.problem(), t), want);
+    const auto part = oracle::fp32_baseline(c.problem(), t, /*rows_outputs=*/false);
+    ASSERT_EQ(std::memcmp(part.rstd.data(), want.rstd.data(), want.rstd.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(part.dw.data(), want.dw.data(), want.dw.size() * 4), 0);
+  }
+}
+
 TEST(Fp32Baseline, EmptyRows) {
   std::vector<float> wf(4, 1.0f);
   Problem p;

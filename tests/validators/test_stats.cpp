@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -363,4 +364,77 @@ TEST(RatioStats, ExactBf16RowEqualsAddElementByElement) {
   RatioStats y(Output::y);
   const uint16_t one = 0x3F80;
   EXPECT_THROW(y.add_bf16_exact_row(0, &one, &one, 1), std::logic_error);
+}
+
+// The validation sweep and the oracle take rows in dynamic chunks (check.cpp):
+// which thread summarizes which rows, and in what order, varies from run to
+// run. That is exact only because a row's summary does not depend on what its
+// accumulator saw before. Here: a [40, 300] tensor swept row by row in tiles
+// of 256 columns (as check.cpp) with ties on the max ratio in different rows,
+// uncertified comparisons, NaN/Inf, and an h_new tensor of BF16 bits (equal
+// almost everywhere: ties at ratio 0), against 30 random row orders spread
+// over 1-6 partials merged in partial order: the same summary bit for bit.
+TEST(RatioStats, RowsInAnyOrderAndAnyPartialEqualTheSequentialSweep) {
+  normgate::test::Xorshift64 next(2024);
+  auto uni = [&] { return next.uniform(); };
+  constexpr int64_t R = 40, C = 300, kTile = 256;
+  for (Output o : {Output::y, Output::dx, Output::h_new}) {
+    SCOPED_TRACE(std::string(to_string(o)));
+    const bool exact = o == Output::h_new;
+    std::vector<double> got(R * C), ref(R * C), bound(R * C), ideal(R * C);
+    std::vector<uint16_t> gb(R * C), eb(R * C);
+    for (int64_t i = 0; i < R * C; ++i) {
+      ref[i] = (uni() - 0.5) * std::ldexp(1.0, static_cast<int>(next() % 30) - 15);
+      const double tol = budget(o).atol + budget(o).rtol * std::fabs(ref[i]);
+      got[i] = ref[i] + (uni() - 0.5) * 3 * tol;
+      ideal[i] = ref[i] + (uni() - 0.5) * tol;
+      bound[i] = next() % 3 == 0 ? 0.0 : uni() * 1e-12 * tol;
+      const uint64_t kind = next() % 60;
+      if (kind == 0) got[i] = nan_;
+      if (kind == 1) ref[i] = inf;
+      if (kind == 2) bound[i] = uni() * 0.5 * tol;  // likely uncertified
+      eb[i] = static_cast<uint16_t>(next());
+      gb[i] = next() % 40 == 0 ? static_cast<uint16_t>(eb[i] ^ 1) : eb[i];
+    }
+    // The same large finite error in rows 31, 7 and 19 (column 5): a tie
+    // (below the inf ratios of NaN got / Inf ref, which tie among themselves).
+    for (int64_t r : {31, 7, 19}) {
+      got[r * C + 5] = 1e6;
+      ref[r * C + 5] = 1.0;
+      bound[r * C + 5] = 0.0;
+      ideal[r * C + 5] = 1.0;
+    }
+    auto sweep_row = [&](RatioStats& s, int64_t r) {
+      for (int64_t j0 = 0; j0 < C; j0 += kTile) {
+        const int64_t n = std::min(kTile, C - j0), b = r * C + j0;
+        if (exact) {
+          s.add_bf16_exact_row(b, gb.data() + b, eb.data() + b, n);
+        } else {
+          s.add_row(b, got.data() + b, ref.data() + b, bound.data() + b, ideal.data() + b, n);
+        }
+      }
+    };
+    RatioStats seq(o);
+    for (int64_t r = 0; r < R; ++r) sweep_row(seq, r);
+    if (!exact) {  // the lowest index among the elements with the largest ratio (inf: NaN got, Inf ref)
+      int64_t first = -1;
+      double mx = -1;
+      for (int64_t i = 0; i < R * C; ++i)
+        if (const double q = nv::ratio(budget(o), got[i], ref[i]); q > mx) mx = q, first = i;
+      EXPECT_EQ(seq.worst.index, first);
+      EXPECT_GT(seq.over, 3);
+    }
+    for (int rep = 0; rep < 30; ++rep) {
+      SCOPED_TRACE(rep);
+      std::vector<int64_t> order(R);
+      for (int64_t r = 0; r < R; ++r) order[r] = r;
+      for (int64_t r = R - 1; r > 0; --r) std::swap(order[r], order[next() % (r + 1)]);
+      const int np = 1 + static_cast<int>(next() % 6);
+      std::vector<RatioStats> parts(np, RatioStats(o));
+      for (int64_t r : order) sweep_row(parts[next() % np], r);
+      RatioStats merged(o);
+      for (const RatioStats& p : parts) merged.merge(p);
+      expect_same(merged, seq);
+    }
+  }
 }

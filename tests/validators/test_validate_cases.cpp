@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
@@ -201,4 +205,50 @@ TEST(RunChecks, ResidualFormOnTheCpuModels) {
   EXPECT_FALSE(rep.impls[1].result.pass());
   EXPECT_GT(rep.impls[1].result.get(nv::Output::dw).worst.ratio, 1.0);
   EXPECT_EQ(rep.impls[2].result.get(nv::Output::h_new).n, 333 * 200);
+}
+
+// The oracle's row pass and the validation sweep take rows in dynamic chunks
+// (which thread takes which rows varies from run to run): every number of a
+// report must still be the same for any thread count and any run. Whole
+// checks (every variant and the FP32 baseline, CPU models) on families cancel
+// and huge, forms plain, res, heads24 and heads4, T = 1 and T = 0, oracle
+// modes auto and mpfr (every row from MPFR), against the 1-thread report,
+// "seconds" fields removed.
+TEST(RunChecks, ReportsIndependentOfThreadsAndSchedule) {
+  using nlohmann::json;
+  const std::function<void(json&)> drop_seconds = [&drop_seconds](json& j) {
+    if (j.is_object()) {
+      j.erase("seconds");
+      for (auto& [k, v] : j.items()) drop_seconds(v);
+    } else if (j.is_array()) {
+      for (auto& v : j) drop_seconds(v);
+    }
+  };
+  const std::pair<const char*, normgate::oracle::OracleMode> cases[] = {
+      {"H=1024,T=300,w=bf16,form=plain,family=cancel,seed=1", normgate::oracle::OracleMode::auto_},
+      {"H=256,T=77,w=bf16,form=heads24,family=cancel,seed=3", normgate::oracle::OracleMode::auto_},
+      {"H=256,T=301,w=fp32,form=heads4,family=huge,seed=4", normgate::oracle::OracleMode::auto_},
+      {"H=700,T=129,w=bf16,form=res,family=huge,seed=2", normgate::oracle::OracleMode::auto_},
+      {"H=1001,T=1,w=fp32,form=res,family=cancel,seed=7", normgate::oracle::OracleMode::auto_},
+      {"H=128,T=0,w=bf16,form=plain,family=normal,seed=0", normgate::oracle::OracleMode::auto_},
+      {"H=100,T=40,w=fp32,form=plain,family=huge,seed=5", normgate::oracle::OracleMode::mpfr},
+  };
+  for (const auto& [id, mode] : cases) {
+    SCOPED_TRACE(id);
+    nv::CheckRequest req;
+    req.id = normgate::seeds::parse_case(id);
+    req.impls = nv::expand_impls({"all", "fp32-baseline"});
+    req.backend = nv::Backend::cpu;
+    req.oracle = mode;
+    req.threads = 1;
+    json want = nv::to_json(nv::run_check(req));
+    drop_seconds(want);
+    for (int t : {2, 3, 5, 8, 3}) {
+      SCOPED_TRACE(t);
+      req.threads = t;
+      json got = nv::to_json(nv::run_check(req));
+      drop_seconds(got);
+      EXPECT_EQ(got.dump(), want.dump());  // text: -0.0 and 0.0 differ
+    }
+  }
 }

@@ -262,10 +262,17 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
     any_dx = any_dx || got.dx != nullptr;
   }
 
-  // --- y, rstd, dx (and h_new): OpenMP over rows, static schedule. Thread t
-  // owns a contiguous range of rows, so merging partials in thread order is
-  // merging in row (= index) order; the summary is the sequential one. The
-  // oracle's rows are evaluated once and serve every implementation.
+  // --- y, rstd, dx (and h_new): OpenMP over rows, dynamic schedule (chunks
+  // of about 8192 elements), so a thread that runs slower (an SMT sibling,
+  // another process on its core) takes fewer rows instead of holding the
+  // others at the end. Which thread summarizes which rows then varies from
+  // run to run; the result does not: every RatioStats field is a count, a
+  // sum of counts or a maximum with a lowest-index tie rule (stats.h), and a
+  // row's elements reach add_row / add_bf16_exact_row in the same tiles
+  // whatever thread takes it, so each element is summarized by the same
+  // arithmetic and merging the partials (in thread order) gives the
+  // sequential summary, bit for bit. The oracle's rows are evaluated once and
+  // serve every implementation.
   //
   // Each row is swept in tiles of kTile columns, tile after tile: every
   // RatioStats still sees its elements in index order (add_row over two
@@ -277,6 +284,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
   struct Four {
     RatioStats y{Output::y}, r{Output::rstd}, d{Output::dx}, h{Output::h_new};
   };
+  const int64_t chunk = std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1));  // rows per scheduling chunk
   std::vector<std::vector<Four>> part(nt, std::vector<Four>(ng));
   std::vector<std::exception_ptr> errs(nt);
 #pragma omp parallel num_threads(nt)
@@ -289,7 +297,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       // only.
       const size_t nc = static_cast<size_t>(std::min(cols, kTile));
       std::vector<double> yv(nc), ybd(nc), yideal(nc), dv(nc), dbd(nc), iv(nc), dideal(nc), g(nc);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
       for (int64_t r = 0; r < rows; ++r) {
         const oracle::VB rv = ref.rstd(r);
         // Ideal rstd: the exact rstd rounded once to FP32 (the oracle's RN).
