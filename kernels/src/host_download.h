@@ -7,8 +7,8 @@
 // buffers (double-buffered, kStageBytes each, one pair per process, used
 // under a mutex) and the calling
 // thread copies each finished chunk into the destination while the next chunk
-// is in flight: appending to a fresh vector, or, into a vector kept from an
-// earlier case (ReuseHostBuffers, host_pool.h), with copy_threads() threads.
+// is in flight, into a fresh vector or one kept from an earlier case
+// (ReuseHostBuffers, host_pool.h), optionally on copy_threads() threads.
 #pragma once
 
 #include <cstddef>
@@ -58,14 +58,16 @@ inline DownloadSink write_to(void* dst, size_t bytes, size_t* written) {
 }
 
 /// As download_rows into `dst`, which then holds rows*width bytes, as
-/// elements of T (width must be a multiple of sizeof(T)).
-/// A vector that is not empty and has the capacity (one from the pool of
-/// ReuseHostBuffers: its pages are mapped already) is resized, which writes
-/// only the elements past its old size, and overwritten with a copy split
-/// over copy_threads() threads. Any other vector is cleared and filled by
-/// appending the chunks to reserved memory, so its elements are written once
-/// (resize() followed by a copy would first zero them: one more pass over
-/// every downloaded byte, and every page faults in during that pass).
+/// elements of T (width must be a multiple of sizeof(T)). By default the
+/// vector is cleared and filled by appending the chunks to reserved memory,
+/// so its elements are written once (resize() followed by a copy would
+/// first zero them: one more pass over every downloaded byte, and a fresh
+/// vector's pages would all fault in during that pass). A vector from the
+/// pool of ReuseHostBuffers keeps its storage (clear() and reserve() do not
+/// reallocate), so the copy lands in pages mapped by an earlier case. With
+/// copy_threads() > 1, a non-empty vector with the capacity is resized
+/// instead (which zeroes only the elements past its old size) and
+/// overwritten with a copy split over that many threads.
 template <class T>
 void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size_t pitch, size_t rows,
                         cudaStream_t s) {
@@ -73,7 +75,7 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
     throw std::invalid_argument("download_rows_into: width " + std::to_string(width) + " is not a multiple of " +
                                 std::to_string(sizeof(T)));
   const size_t n = rows * (width / sizeof(T));
-  if (!dst.empty() && dst.capacity() >= n) {
+  if (copy_threads() > 1 && !dst.empty() && dst.capacity() >= n) {
     dst.resize(n);
     size_t written = 0;
     download_rows(write_to(dst.data(), n * sizeof(T), &written), src, width, pitch, rows, s);

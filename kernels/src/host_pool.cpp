@@ -85,7 +85,7 @@ std::vector<uint16_t> take_host_u16(size_t n) {
   }
   drop = std::vector<uint16_t>();
   std::vector<uint16_t> v;
-  v.reserve(n + n / 2);
+  v.reserve(2 * n);
   return v;
 }
 

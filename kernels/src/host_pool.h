@@ -21,9 +21,9 @@ namespace normgate::kernels::detail {
 /// calling thread). threads <= 1: one memcpy.
 void copy_bytes(void* dst, const void* src, size_t bytes, int threads);
 
-/// Threads for the copies out of the staging buffers into reused vectors:
-/// NORMGATE_COPY_THREADS when it is set to 1..64, else 1 (the calling thread
-/// alone, as before). Not more by default: in the gate the copies overlap
+/// Threads for the copies out of the staging buffers into reused vectors
+/// (host_download.h): NORMGATE_COPY_THREADS when it is set to 1..64, else 1
+/// (the calling thread alone, appending, as before). Not more by default: in the gate the copies overlap
 /// the oracle half, which runs on every core but one, and with the copies
 /// going to reused memory the GPU half is expected to be the shorter one, so
 /// extra copy threads would only take cores from the oracle (and on the
@@ -38,8 +38,8 @@ inline constexpr size_t kMaxPooled = 16;
 
 /// Inside a ReuseHostBuffers scope: a vector for a BF16 tensor of n elements,
 /// from the pool when one there has capacity >= n (the smallest such; it
-/// keeps its size and old contents: the caller overwrites all n elements),
-/// else an empty vector with capacity n + n/2 (room for larger later cases
+/// keeps its size and old contents: the caller clears or overwrites them),
+/// else an empty vector with capacity 2n (room for larger later cases
 /// without a new allocation; pages are mapped only where written). A pooled
 /// vector too small for n is freed first (the largest one, when none fits).
 /// Outside a scope, or for n < kMinPooledElems: an empty vector (the caller

@@ -78,11 +78,11 @@ class ReuseGpuBuffers {
 /// dh_new; those of at least 2^19 elements, 1 MiB) from a pool filled by
 /// recycle_host_buffers, instead of fresh vectors whose every page faults in
 /// (and is zeroed by the kernel) during the copy: several GB per large case.
-/// A pooled vector is used when its capacity suffices (the smallest such);
-/// its contents are fully overwritten by the copy out of the pinned staging
-/// buffers (on NORMGATE_COPY_THREADS threads when that is set to 2..64, else
-/// on the calling thread), so results are bitwise those of fresh vectors.
-/// New vectors get capacity for 1.5x the elements (grow-only: later, larger
+/// A pooled vector is used when its capacity suffices (the smallest such)
+/// and refilled by the copy out of the pinned staging buffers (on the
+/// calling thread, or split over NORMGATE_COPY_THREADS threads when that is
+/// set to 2..64), so results are bitwise those of fresh vectors.
+/// New vectors get capacity for 2x the elements (grow-only: later, larger
 /// cases fit; unwritten pages cost no memory). The vectors are ordinary
 /// std::vector memory, not registered with CUDA: their owner may free them
 /// at any time. Memory: up to 16 vectors handed back and not yet taken stay
