@@ -7,13 +7,14 @@
 //   fresh-resize  a new vector, resize() (zeroes it) + memcpy per chunk (the
 //                 path before wip/gpu-half, for reference);
 //   reused-1      one vector kept across repetitions (ReuseHostBuffers'
-//                 pool), resize + detail::copy_bytes with 1 thread;
+//                 pool), overwritten chunk by chunk (copy_bytes, 1 thread);
 //   reused-N      the same with N threads (detail::copy_bytes, as shipped).
 // Prints the median and best wall time of `reps` repetitions, GB/s and
-// minor page faults per repetition. Then the gate's pattern over 6 cases of
-// four such tensors each (the previous case held meanwhile): fresh vectors,
-// and the pool of ReuseHostBuffers (kernels/src/host_pool.cpp, as shipped)
-// with 1..N copy threads. Usage:
+// minor page faults per repetition. Then the pattern of session 8's gate
+// command (6 cases of four tensors, x, dy, y, dx, the first two half the
+// size; the previous case held meanwhile): fresh vectors, and the pool of
+// ReuseHostBuffers (kernels/src/host_pool.cpp, as shipped) with 1..N copy
+// threads. Usage:
 //   host_copy_bench [gib=1] [reps=5] [threads=omp_get_num_procs()] [kept-heap=0]
 // kept-heap=1 applies apps/main.cpp's mallopt settings (large blocks from
 // one heap, freed memory kept) before measuring.
@@ -120,52 +121,55 @@ int main(int argc, char** argv) {
   }
   kept = std::vector<uint16_t>();
 
-  // The gate's pattern: per case four tensors of `gib` GiB (x, dy, y, dx of
-  // a plain case: 4.3 GB at [131072, 4096] and gib = 1), downloaded while
-  // the previous case's four are still held (its oracle half), which are
-  // then freed (fresh) or handed back to the pool (ReuseHostBuffers), as
-  // download_rows_into does it.
-  auto download = [&](std::vector<uint16_t>& dst, int nt) {
-    if (!dst.empty() && dst.capacity() >= n) {
-      dst.resize(n);
-      for (size_t c = 0; c < chunks; ++c) copy_bytes(dst.data() + c * chunk_elems, stage.data(), kStage, nt);
+  // The gate's pattern: per case four tensors (x, dy, y, dx of a plain
+  // case), the sizes of session 8's gate command at gib = 1 (T = 65537,
+  // 65537, 131071, 131071, 131072, 131072 at H = 4096: half, half, then
+  // full), downloaded while the previous case's four are still held (its
+  // oracle half), which are then freed (fresh) or handed back to the pool
+  // (ReuseHostBuffers), as download_rows_into does it.
+  auto download = [&](std::vector<uint16_t>& dst, size_t elems, int nt) {
+    const size_t nc = elems / chunk_elems;
+    if (nt > 1 && !dst.empty() && dst.capacity() >= elems) {
+      dst.resize(elems);
+      for (size_t c = 0; c < nc; ++c) copy_bytes(dst.data() + c * chunk_elems, stage.data(), kStage, nt);
     } else {
       dst.clear();
-      dst.reserve(n);
-      for (size_t c = 0; c < chunks; ++c) dst.insert(dst.end(), stage.begin(), stage.end());
+      dst.reserve(elems);
+      for (size_t c = 0; c < nc; ++c) dst.insert(dst.end(), stage.begin(), stage.end());
     }
-    if (dst[n - 1] != stage.back()) std::abort();
+    if (dst[elems - 1] != stage.back()) std::abort();
   };
-  constexpr int kCases = 6;
-  std::printf("\ngate pattern: %d cases of 4 tensors of %.2f GiB (previous case held meanwhile), per case:\n",
-              kCases, double(bytes) / double(size_t{1} << 30));
-  std::printf("%-14s %24s %12s %12s\n", "mode", "case 0..5 s", "median 2..5", "faults 2..5");
+  const size_t half = chunks / 2 * chunk_elems;
+  const std::vector<size_t> sizes = {half, half, n, n, n, n};
+  std::printf("\ngate pattern: 6 cases of 4 tensors, %.2f GiB each in cases 0-1, %.2f GiB in 2-5 (previous case held):\n",
+              double(half) * 2 / double(size_t{1} << 30), double(n) * 2 / double(size_t{1} << 30));
+  std::printf("%-10s %36s %8s %8s %12s\n", "mode", "case 0..5 s", "sum s", "GB/s", "faults 2..5");
   auto gate = [&](const char* name, bool pool, int nt) {
     std::optional<normgate::kernels::ReuseHostBuffers> scope;
     if (pool) scope.emplace();
     std::vector<std::vector<uint16_t>> prev;
-    std::vector<double> t;
+    double sum = 0, gb = 0;
     long faults = 0;
     std::string line;
-    for (int k = 0; k < kCases; ++k) {
+    for (size_t k = 0; k < sizes.size(); ++k) {
       const long f0 = minor_faults();
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<std::vector<uint16_t>> cur(4);
       for (auto& v : cur) {
-        v = normgate::kernels::detail::take_host_u16(n);  // empty outside the scope
-        download(v, nt);
+        v = normgate::kernels::detail::take_host_u16(sizes[k]);  // empty outside the scope
+        download(v, sizes[k], nt);
       }
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      sum += t;
+      gb += 4.0 * double(sizes[k]) * 2 / 1e9;
       if (k >= 2) faults += minor_faults() - f0;
       for (auto& v : prev) normgate::kernels::detail::give_host_u16(v);  // freed outside the scope
       prev = std::move(cur);
       char buf[16];
-      std::snprintf(buf, sizeof buf, "%.2f ", t.back());
+      std::snprintf(buf, sizeof buf, "%.2f ", t);
       line += buf;
     }
-    std::vector<double> steady(t.begin() + 2, t.end());
-    std::sort(steady.begin(), steady.end());
-    std::printf("%-14s %24s %12.3f %12ld\n", name, line.c_str(), (steady[1] + steady[2]) / 2, faults / (kCases - 2));
+    std::printf("%-10s %36s %8.2f %8.2f %12ld\n", name, line.c_str(), sum, gb / sum, faults);
   };
   gate("fresh", false, 1);
   gate("pool-1", true, 1);
