@@ -7,7 +7,8 @@
 // buffers (double-buffered, kStageBytes each, one pair per process, used
 // under a mutex) and the calling
 // thread copies each finished chunk into the destination while the next chunk
-// is in flight.
+// is in flight, into a fresh vector or one kept from an earlier case
+// (ReuseHostBuffers, host_pool.h), optionally on copy_threads() threads.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+
+#include "host_pool.h"
 
 namespace normgate::kernels::detail {
 
@@ -43,19 +46,44 @@ DownloadSink append_to(std::vector<T>& dst) {
   };
 }
 
-/// As download_rows into `dst`, which is cleared and then holds rows*width
-/// bytes, as elements of T (width must be a multiple of sizeof(T)). The
-/// vector is filled by appending the chunks to reserved memory, so its
-/// elements are written once (resize() followed by a copy would first zero
-/// them: one more pass over every downloaded byte).
+/// A sink that writes the downloaded bytes in order into dst[0, bytes)
+/// (copy_bytes with copy_threads() threads); `*written` counts them. Throws
+/// std::logic_error when more than `bytes` arrive.
+inline DownloadSink write_to(void* dst, size_t bytes, size_t* written) {
+  return [dst, bytes, written](const void* chunk, size_t n) {
+    if (n > bytes - *written) throw std::logic_error("download: more bytes than the destination holds");
+    copy_bytes(static_cast<char*>(dst) + *written, chunk, n, copy_threads());
+    *written += n;
+  };
+}
+
+/// As download_rows into `dst`, which then holds rows*width bytes, as
+/// elements of T (width must be a multiple of sizeof(T)). By default the
+/// vector is cleared and filled by appending the chunks to reserved memory,
+/// so its elements are written once (resize() followed by a copy would
+/// first zero them: one more pass over every downloaded byte, and a fresh
+/// vector's pages would all fault in during that pass). A vector from the
+/// pool of ReuseHostBuffers keeps its storage (clear() and reserve() do not
+/// reallocate), so the copy lands in pages mapped by an earlier case. With
+/// copy_threads() > 1, a non-empty vector with the capacity is resized
+/// instead (which zeroes only the elements past its old size) and
+/// overwritten with a copy split over that many threads.
 template <class T>
 void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size_t pitch, size_t rows,
                         cudaStream_t s) {
   if (width % sizeof(T) != 0)
     throw std::invalid_argument("download_rows_into: width " + std::to_string(width) + " is not a multiple of " +
                                 std::to_string(sizeof(T)));
+  const size_t n = rows * (width / sizeof(T));
+  if (copy_threads() > 1 && !dst.empty() && dst.capacity() >= n) {
+    dst.resize(n);
+    size_t written = 0;
+    download_rows(write_to(dst.data(), n * sizeof(T), &written), src, width, pitch, rows, s);
+    if (written != n * sizeof(T)) throw std::logic_error("download_rows_into: fewer bytes than rows*width");
+    return;
+  }
   dst.clear();
-  dst.reserve(rows * (width / sizeof(T)));
+  dst.reserve(n);
   download_rows(append_to(dst), src, width, pitch, rows, s);
 }
 

@@ -12,6 +12,7 @@
 #include "device_blocks.cuh"
 #include "device_buffer.h"
 #include "host_download.h"
+#include "host_pool.h"
 #include "launch.h"
 #include "normgate/kernels/runner.h"
 
@@ -365,6 +366,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   in.stride_h = stride_h;
   fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
   fill_words(bdy, 0x7FC07FC0u, 0, false, s);
+  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;  // bytes
   if (host == nullptr) {
     generate_device_inputs(c, in, s);
   } else {  // the caller's inputs (a saved case): upload them
@@ -374,7 +376,6 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
         host->dy.size() != host->x.size() ||
         (c.w == WDtype::bf16 ? host->w_bf16.size() : host->w_f32.size()) != static_cast<size_t>(H))
       bad_run("host inputs do not match case " + seeds::to_string(c));
-    const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
     if (T > 0 && H > 0) {
       NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
       NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
@@ -390,19 +391,25 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
                               wbytes, cudaMemcpyHostToDevice, s));
   }
 
+  // Copy a BF16 tensor of the layout back, rows packed, into a vector from
+  // the pool of ReuseHostBuffers when a scope lives (its pages are mapped
+  // already; NORMGATE_COPY_THREADS may split its copy), else into a fresh one.
+  auto download_tensor = [&](std::vector<uint16_t>& dst, const uint16_t* from) {
+    dst = detail::take_host_u16(static_cast<size_t>(T) * static_cast<size_t>(inner));
+    detail::download_rows_into(dst, from, width, pitch, static_cast<size_t>(T), s);
+  };
+
   if (inputs_out != nullptr) {  // the generated inputs, rows packed as generate_host lays them out
     seeds::HostInputs& h = *inputs_out;
     h = seeds::HostInputs{};
     h.id = c;
     h.rows = R;
     h.cols = H;
-    const size_t ipitch = static_cast<size_t>(stride) * 2, iwidth = static_cast<size_t>(inner) * 2;
-    const size_t rows_t = static_cast<size_t>(T);
-    detail::download_rows_into(h.x, x, iwidth, ipitch, rows_t, s);
-    detail::download_rows_into(h.dy, dy, iwidth, ipitch, rows_t, s);
+    download_tensor(h.x, x);
+    download_tensor(h.dy, dy);
     if (res) {
-      detail::download_rows_into(h.u, in.u, iwidth, ipitch, rows_t, s);
-      detail::download_rows_into(h.dh_new, in.dh_new, iwidth, ipitch, rows_t, s);
+      download_tensor(h.u, in.u);
+      download_tensor(h.dh_new, in.dh_new);
     }
     if (c.w == WDtype::bf16)
       detail::download_into(h.w_bf16, bw.get(), static_cast<size_t>(H), s);
@@ -443,7 +450,6 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, count, s);
   if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, count, s);
 
-  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;
   std::vector<Outputs> outs(bwds.size());
   const bool share = dx_source != nullptr;
   if (share) dx_source->assign(bwds.size(), 0);
@@ -529,13 +535,13 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
         }
       }
     }
-    if (dx_needed) detail::download_rows_into(out.dx, dx, width, pitch, static_cast<size_t>(T), s);
+    if (dx_needed) download_tensor(out.dx, dx);
     // y and rstd are the one forward's outputs (device buffers untouched by
     // the backward): downloaded once; in full mode every result gets a copy.
     if (k == 0) {
-      detail::download_rows_into(out.y, y, width, pitch, static_cast<size_t>(T), s);
+      download_tensor(out.y, y);
       detail::download_into(out.rstd, brstd.get(), static_cast<size_t>(R), s);
-      if (res) detail::download_rows_into(out.h_new, h_new, width, pitch, static_cast<size_t>(T), s);
+      if (res) download_tensor(out.h_new, h_new);
     } else if (!share) {
       out.y = outs[0].y;
       out.rstd = outs[0].rstd;

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "kernel_test_util.h"
 #include "normgate/core/bf16.h"
@@ -466,6 +468,97 @@ TEST(BwdEdge, KeptDeviceBuffersGiveTheSameBits) {
   EXPECT_THROW(run_gpu(variant("bwd_det_chunked"), seeds::parse_case("H=256,T=9,w=bf16,form=heads24,family=normal,seed=1"),
                        kEps, o),
                std::runtime_error);
+}
+
+// ReuseHostBuffers, as the gate's pipeline uses it: each run's host vectors
+// are handed back (recycle_host_buffers) only after the next run, so a run
+// takes vectors of the run before the previous one (sizes growing and
+// shrinking, one under the pool's 1 MiB minimum, T = 0, a tensor of two
+// staging chunks; the second pass with the copies split over 3 threads,
+// NORMGATE_COPY_THREADS) and gives bitwise what fresh vectors give; it never
+// writes into the previous run's vectors, which are still being read (they
+// stay equal to the fresh results).
+TEST(BwdEdge, KeptHostBuffersGiveTheSameBits) {
+  NG_REQUIRE_GPU();
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("ctl_bf16_partials")};
+  const std::vector<seeds::CaseId> cs = {
+      seeds::parse_case("H=2048,T=700,w=bf16,form=res,family=llm,seed=8"),
+      seeds::parse_case("H=4096,T=9000,w=fp32,form=plain,family=cancel,seed=3"),  // 73.7 MB: 2 staging chunks
+      seeds::parse_case("H=1024,T=600,w=bf16,form=plain,family=normal,seed=2"),
+      seeds::parse_case("H=256,T=2100,w=bf16,form=heads24,family=llm,seed=4"),
+      seeds::parse_case("H=777,T=65,w=bf16,form=plain,family=normal,seed=2"),  // under the pool's minimum
+      seeds::parse_case("H=64,T=0,w=bf16,form=plain,family=normal,seed=1"),
+      seeds::parse_case("H=2048,T=900,w=bf16,form=res,family=cancel,seed=5")};
+  GpuRunOptions o;
+  o.download_inputs = true;
+  std::vector<SharedGpuRun> fresh;
+  for (const auto& c : cs) fresh.push_back(run_gpu_shared(vs, c, nullptr, kEps, o));
+  // Every BF16 row tensor's storage (what the pool hands out).
+  auto tensors = [](SharedGpuRun& r) {
+    std::vector<std::vector<uint16_t>*> t = {&r.inputs.x, &r.inputs.dy, &r.inputs.u, &r.inputs.dh_new};
+    for (auto& out : r.outs)
+      for (std::vector<uint16_t>* v : {&out.y, &out.dx, &out.h_new}) t.push_back(v);
+    return t;
+  };
+  auto expect_fresh_bits = [&](const SharedGpuRun& got, size_t i) {
+    const SharedGpuRun& want = fresh[i];
+    const seeds::InputDigests dg = seeds::digest(got.inputs), dw = seeds::digest(want.inputs);
+    EXPECT_EQ(dg.all, dw.all);
+    EXPECT_EQ(dg.x, dw.x);
+    EXPECT_EQ(dg.dy, dw.dy);
+    EXPECT_EQ(dg.u, dw.u);
+    EXPECT_EQ(dg.dh_new, dw.dh_new);
+    ASSERT_EQ(got.outs.size(), want.outs.size());
+    EXPECT_EQ(got.dx_source, want.dx_source);
+    for (size_t k = 0; k < got.outs.size(); ++k) {
+      EXPECT_EQ(got.outs[k].y, want.outs[k].y);
+      EXPECT_EQ(got.outs[k].dx, want.outs[k].dx);
+      EXPECT_EQ(got.outs[k].h_new, want.outs[k].h_new);
+      ASSERT_EQ(got.outs[k].rstd.size(), want.outs[k].rstd.size());
+      EXPECT_EQ(0, std::memcmp(got.outs[k].rstd.data(), want.outs[k].rstd.data(), got.outs[k].rstd.size() * 4));
+      ASSERT_EQ(got.outs[k].dw.size(), want.outs[k].dw.size());
+      EXPECT_EQ(0, std::memcmp(got.outs[k].dw.data(), want.outs[k].dw.data(), got.outs[k].dw.size() * 4));
+    }
+  };
+  const ReuseGpuBuffers keep_device;
+  const ReuseHostBuffers keep_host;
+  std::optional<SharedGpuRun> held;  // the previous run: its oracle half is still reading it
+  size_t held_i = 0, reused = 0;
+  std::vector<const uint16_t*> handed_back;
+  struct CopyThreads {  // pass 2: NORMGATE_COPY_THREADS=3, unset again on any exit
+    ~CopyThreads() { unsetenv("NORMGATE_COPY_THREADS"); }
+  } restore;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) setenv("NORMGATE_COPY_THREADS", "3", 1);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      SCOPED_TRACE(seeds::to_string(cs[i]) + (pass == 0 ? " (pass 1)" : " (pass 2, 3 copy threads)"));
+      SharedGpuRun run = run_gpu_shared(vs, cs[i], nullptr, kEps, o);
+      expect_fresh_bits(run, i);
+      for (std::vector<uint16_t>* a : tensors(run)) {
+        if (a->empty()) continue;
+        if (std::find(handed_back.begin(), handed_back.end(), a->data()) != handed_back.end()) ++reused;
+        if (!held) continue;
+        for (std::vector<uint16_t>* b : tensors(*held)) {
+          if (b->empty()) continue;
+          const bool disjoint = a->data() + a->size() <= b->data() || b->data() + b->size() <= a->data();
+          EXPECT_TRUE(disjoint) << "a run wrote into the previous run's vectors";
+        }
+      }
+      if (held) {
+        {
+          SCOPED_TRACE("previous run, after this one: " + seeds::to_string(cs[held_i]));
+          expect_fresh_bits(*held, held_i);
+        }
+        for (std::vector<uint16_t>* b : tensors(*held))
+          if (!b->empty()) handed_back.push_back(b->data());
+        recycle_host_buffers(held->inputs);
+        for (auto& out : held->outs) recycle_host_buffers(out);
+      }
+      held = std::move(run);
+      held_i = i;
+    }
+  }
+  EXPECT_GT(reused, 0u) << "no run took a vector handed back by an earlier one";
 }
 
 // Per-head forms on the GPU: the strided [T, 24, 256] (q part of packed rows

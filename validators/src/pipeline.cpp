@@ -273,6 +273,7 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     pc.seconds_gpu = since(t0);
     if (inputs_from_run) {  // generation (and the inputs' download) is the first part of the run
       pc.inputs = std::move(run.inputs);
+      pc.inputs_from_run = true;
       pc.seconds_generate = run.seconds_inputs;
       pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - run.seconds_inputs);
     }
@@ -360,6 +361,11 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
   }
   if (inspect) inspect(CheckInternals{p, ref, ideal, outs, refs});
+  // The GPU run's host vectors are done with (nothing below reads them):
+  // inside run_checks (kernels::ReuseHostBuffers) they go back to the pool
+  // for a later case's GPU half; elsewhere they are freed, as on return.
+  for (size_t pos : gpu_pos) kernels::recycle_host_buffers(outs[pos]);
+  if (pc.inputs_from_run) kernels::recycle_host_buffers(pc.inputs);
   return rep;
 }
 
@@ -403,7 +409,15 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   // GPU runs keep their device buffers from case to case (freed when this
   // returns, after the worker below has finished).
   std::optional<kernels::ReuseGpuBuffers> keep_device_buffers;
-  if (first && resolve_backend(first->backend) == Backend::gpu) keep_device_buffers.emplace();
+  // And their host vectors: finish_check hands case k's back when it is done
+  // with them, and the GPU half of case k+2 (or later) fills them again: no
+  // fresh pages to fault in. The GPU half of case k+1 runs while case k's
+  // are being read, and takes only vectors handed back before it.
+  std::optional<kernels::ReuseHostBuffers> keep_host_buffers;
+  if (first && resolve_backend(first->backend) == Backend::gpu) {
+    keep_device_buffers.emplace();
+    keep_host_buffers.emplace();
+  }
   std::future<Slot> ahead;
   Slot cur;
   for (size_t i = 0; i < n; ++i) {

@@ -72,6 +72,43 @@ class ReuseGpuBuffers {
   ReuseGpuBuffers& operator=(const ReuseGpuBuffers&) = delete;
 };
 
+/// While at least one ReuseHostBuffers object lives (in any thread), run_gpu
+/// and run_gpu_shared take the host vectors of the BF16 [rows, cols] tensors
+/// they copy back (Outputs::y, dx, h_new; SharedGpuRun::inputs' x, dy, u,
+/// dh_new; those of at least 2^19 elements, 1 MiB) from a pool filled by
+/// recycle_host_buffers, instead of fresh vectors whose every page faults in
+/// (and is zeroed by the kernel) during the copy: several GB per large case.
+/// A pooled vector is used when its capacity suffices (the smallest such)
+/// and refilled by the copy out of the pinned staging buffers (on the
+/// calling thread, or split over NORMGATE_COPY_THREADS threads when that is
+/// set to 2..64), so results are bitwise those of fresh vectors.
+/// New vectors get capacity for 2x the elements (grow-only: later, larger
+/// cases fit; unwritten pages cost no memory). The vectors are ordinary
+/// std::vector memory, not registered with CUDA: their owner may free them
+/// at any time. Memory: up to 16 vectors handed back and not yet taken stay
+/// allocated until the last scope ends. A gate or check pipeline
+/// (validators::run_checks) holds one and hands every GPU case's vectors
+/// back when the case is done, so its overlapped cases (the oracle of case
+/// k reads its vectors while the GPU half of case k+1 fills others) never
+/// share one. Works in a build without CUDA too (nothing takes from the
+/// pool there).
+class ReuseHostBuffers {
+ public:
+  ReuseHostBuffers();
+  ~ReuseHostBuffers();
+  ReuseHostBuffers(const ReuseHostBuffers&) = delete;
+  ReuseHostBuffers& operator=(const ReuseHostBuffers&) = delete;
+};
+
+/// Hand the storage of in.x, dy, u, dh_new (BF16 [rows, cols]) to the pool
+/// of ReuseHostBuffers; they are left empty (the other fields untouched).
+/// Outside a scope, or for vectors under 1 MiB, the storage is freed. The
+/// caller must not use what they held any more (a later run overwrites it).
+/// Never throws.
+void recycle_host_buffers(seeds::HostInputs& in) noexcept;
+/// As above for out.y, dx, h_new (rstd and dw are left as they are).
+void recycle_host_buffers(Outputs& out) noexcept;
+
 /// Knobs of a pipeline run (defaults: contiguous, aligned, poison seed 1).
 struct GpuRunOptions {
   int64_t row_pad = 0;          ///< row stride = H + row_pad (elements) for x, dy, y, dx

@@ -98,6 +98,10 @@ struct PreparedCheck {
   /// own buffers and copies them back: allocation, poison, generation,
   /// download); seconds_gpu: the GPU run (without that first part).
   double seconds_generate = 0, seconds_gpu = 0;
+  /// The inputs were copied back by the GPU run (that first part):
+  /// finish_check hands their vectors, with the GPU outputs', to
+  /// kernels::recycle_host_buffers when it is done with them.
+  bool inputs_from_run = false;
 };
 PreparedCheck prepare_check(const CheckRequest& req);
 /// As above on the caller's inputs instead of the generator's (a saved case);
@@ -162,6 +166,9 @@ struct CheckInternals {
 /// models on the CPU backend, one validation sweep. Consumes `pc`. When
 /// `inspect` is given it is called once, after validation, with the oracle and
 /// every implementation's outputs (repro.h uses it); what it throws propagates.
+/// Last, the GPU variants' BF16 output vectors and, when pc.inputs_from_run,
+/// the input vectors go to kernels::recycle_host_buffers (kept for a later
+/// case inside a kernels::ReuseHostBuffers scope, else freed).
 CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect = {});
 
 /// Time spent by run_checks (seconds, wall clock).
@@ -184,7 +191,8 @@ struct PipelineStats {
 /// thrown by done() ends the run (after the worker finishes) and propagates.
 /// request(i) may be called from the worker thread, once per i, in order.
 /// On the GPU backend the GPU runs keep their device buffers from one case to
-/// the next (kernels::ReuseGpuBuffers) until run_checks returns.
+/// the next (kernels::ReuseGpuBuffers) and reuse the host vectors of finished
+/// cases (kernels::ReuseHostBuffers) until run_checks returns.
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
 
