@@ -127,6 +127,45 @@ NG_SWEEP_CLONES void round_to_bf16_row(const double* __restrict v, int64_t n, do
   }
 }
 
+// round_to_bf16_row's fast path on the exact double sum, its result narrowed
+// to BF16 bits directly: a rounded magnitude r in [2^-126, 0x1.fep+127] is a
+// normal BF16 value, whose bits are r's exponent rebiased (1023 -> 127) over
+// its top 7 fraction bits, i.e. (r >> 45) - (896 << 7); above that, +inf
+// (0x7F80) as round_to_bf16_row. The rare other elements (sums that are zero,
+// subnormal, NaN, inf or >= 2^128) are redone element by element exactly as
+// the two-step path: bf16_from_float(round_to_bf16(sum)), a NaN a[j] giving
+// its own payload (quieted) also when b[j] is NaN.
+NG_SWEEP_CLONES void round_sum_to_bf16_row(const uint16_t* __restrict a, const uint16_t* __restrict b, int64_t n,
+                                           uint16_t* __restrict out) {
+  constexpr uint64_t kSign = 0x8000000000000000ull;
+  constexpr uint64_t kMinNormal = uint64_t{1023 - 126} << 52;  // 2^-126
+  constexpr uint64_t kTwo128 = uint64_t{1023 + 128} << 52;     // 2^128
+  constexpr int kDrop = 52 - 7;
+  constexpr uint64_t kMaxQ = 0x47EFE00000000000ull >> kDrop;  // bits of 0x1.fep+127, shifted
+  constexpr uint64_t kRebias = uint64_t{1023 - 127} << 7;
+  uint64_t slow = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double v = static_cast<double>(bf16_to_float(a[j])) + static_cast<double>(bf16_to_float(b[j]));
+    const uint64_t bits = std::bit_cast<uint64_t>(v);
+    const uint64_t mag = bits & ~kSign;
+    const uint64_t lsb = (mag >> kDrop) & 1u;
+    const uint64_t q = (mag + ((uint64_t{1} << (kDrop - 1)) - 1) + lsb) >> kDrop;
+    const uint64_t r = q > kMaxQ ? uint64_t{0x7F80} : q - kRebias;
+    out[j] = static_cast<uint16_t>(r | ((bits >> 48) & 0x8000u));
+    slow |= static_cast<uint64_t>(mag < kMinNormal) | static_cast<uint64_t>(mag >= kTwo128);
+  }
+  if (slow == 0) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const float fa = bf16_to_float(a[j]);
+    const double v = static_cast<double>(fa) + static_cast<double>(bf16_to_float(b[j]));
+    const uint64_t mag = std::bit_cast<uint64_t>(v) & ~kSign;
+    if (mag < kMinNormal || mag >= kTwo128) out[j] = bf16_from_float(round_to_bf16(v));
+    // Both NaN: IEEE leaves the payload to either operand (the hardware takes
+    // the first, a compiler may swap them); always a's, quieted.
+    if (std::isnan(fa)) out[j] = bf16_from_float(fa);
+  }
+}
+
 Verdict CaseResult::verdict() const {
   Verdict v = Verdict::pass;
   for (const RatioStats& s : tensors) v = combine(v, s.verdict());
@@ -174,14 +213,14 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
 
 CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
                          const oracle::Reference& ideal, const Outputs* baseline, int threads,
-                         const std::vector<uint16_t>& h_new_expected) {
+                         std::span<const uint16_t> h_new_expected) {
   return validate_cases(p, {&got}, ref, ideal, baseline, threads, h_new_expected).front();
 }
 
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads,
-                                       const std::vector<uint16_t>& h_new_expected) {
+                                       std::span<const uint16_t> h_new_expected) {
   std::vector<OutputsRef> refs;
   for (const Outputs* g : gots) {
     if (!g) throw std::invalid_argument("validate_cases: null outputs");
@@ -197,7 +236,7 @@ namespace {
 // skipped and left out of the result; otherwise a null pointer throws.
 std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
                               const oracle::Reference& ref, const oracle::Reference& ideal, const Outputs* baseline,
-                              int threads, const std::vector<uint16_t>& h_new_expected, bool allow_absent) {
+                              int threads, std::span<const uint16_t> h_new_expected, bool allow_absent) {
   const int64_t rows = p.x.rows();
   const int64_t cols = p.x.cols;
   const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
@@ -391,13 +430,13 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads,
-                                       const std::vector<uint16_t>& h_new_expected) {
+                                       std::span<const uint16_t> h_new_expected) {
   return sweep(p, gots, ref, ideal, baseline, threads, h_new_expected, false);
 }
 
 CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
                             const oracle::Reference& ideal, const Outputs* baseline, int threads,
-                            const std::vector<uint16_t>& h_new_expected) {
+                            std::span<const uint16_t> h_new_expected) {
   return sweep(p, {got}, ref, ideal, baseline, threads, h_new_expected, true).front();
 }
 
