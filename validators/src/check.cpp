@@ -127,42 +127,41 @@ NG_SWEEP_CLONES void round_to_bf16_row(const double* __restrict v, int64_t n, do
   }
 }
 
-// round_to_bf16_row's fast path on the exact double sum, its result narrowed
-// to BF16 bits directly: a rounded magnitude r in [2^-126, 0x1.fep+127] is a
-// normal BF16 value, whose bits are r's exponent rebiased (1023 -> 127) over
-// its top 7 fraction bits, i.e. (r >> 45) - (896 << 7); above that, +inf
-// (0x7F80) as round_to_bf16_row. The rare other elements (sums that are zero,
-// subnormal, NaN, inf or >= 2^128) are redone element by element exactly as
-// the two-step path: bf16_from_float(round_to_bf16(sum)), a NaN a[j] giving
-// its own payload (quieted) also when b[j] is NaN.
+// bf16_sum_rn (core/bf16.h) without branches, 8 lanes of binary32: TwoSum
+// gives s = RN_fp32(a + b) and its exact error e; when s is a BF16 midpoint
+// (low 16 bits 0x8000) and e != 0, the exact sum lies on e's side of it
+// (round away from zero when e has s's sign, toward zero otherwise), else
+// RN_bf16(s) (ties to even) is the sum rounded once. +-inf needs nothing more
+// (its low bits are 0); a NaN sum is redone element by element, a NaN a[j]
+// giving its own payload (quieted) also when b[j] is NaN. Equal bit for bit to
+// bf16_from_float(round_to_bf16(double sum)) for all 2^32 pairs of BF16
+// inputs (NaN + NaN aside, see check.h; checked exhaustively once, on a
+// stride over them in tests/validators/test_check.cpp).
 NG_SWEEP_CLONES void round_sum_to_bf16_row(const uint16_t* __restrict a, const uint16_t* __restrict b, int64_t n,
                                            uint16_t* __restrict out) {
-  constexpr uint64_t kSign = 0x8000000000000000ull;
-  constexpr uint64_t kMinNormal = uint64_t{1023 - 126} << 52;  // 2^-126
-  constexpr uint64_t kTwo128 = uint64_t{1023 + 128} << 52;     // 2^128
-  constexpr int kDrop = 52 - 7;
-  constexpr uint64_t kMaxQ = 0x47EFE00000000000ull >> kDrop;  // bits of 0x1.fep+127, shifted
-  constexpr uint64_t kRebias = uint64_t{1023 - 127} << 7;
-  uint64_t slow = 0;
+  uint32_t nan = 0;
   for (int64_t j = 0; j < n; ++j) {
-    const double v = static_cast<double>(bf16_to_float(a[j])) + static_cast<double>(bf16_to_float(b[j]));
-    const uint64_t bits = std::bit_cast<uint64_t>(v);
-    const uint64_t mag = bits & ~kSign;
-    const uint64_t lsb = (mag >> kDrop) & 1u;
-    const uint64_t q = (mag + ((uint64_t{1} << (kDrop - 1)) - 1) + lsb) >> kDrop;
-    const uint64_t r = q > kMaxQ ? uint64_t{0x7F80} : q - kRebias;
-    out[j] = static_cast<uint16_t>(r | ((bits >> 48) & 0x8000u));
-    slow |= static_cast<uint64_t>(mag < kMinNormal) | static_cast<uint64_t>(mag >= kTwo128);
+    const float fa = bf16_to_float(a[j]), fb = bf16_to_float(b[j]);
+    const float s = fa + fb;
+    const float bb = s - fa;
+    const float e = (fa - (s - bb)) + (fb - bb);  // exact: (a + b) - s (no contraction: -ffp-contract=off)
+    const uint32_t u = std::bit_cast<uint32_t>(s);
+    const uint32_t eb = std::bit_cast<uint32_t>(e);
+    // Masks and selects, no branches: the loop vectorizes.
+    const uint32_t mid = static_cast<uint32_t>((u & 0xFFFFu) == 0x8000u) & static_cast<uint32_t>((eb & 0x7FFFFFFFu) != 0);
+    const uint32_t away = static_cast<uint32_t>(((eb ^ u) >> 31) == 0);
+    const uint32_t rn = u + 0x7FFFu + ((u >> 16) & 1u);
+    const uint32_t off = away ? u + 0x8000u : u - 0x8000u;
+    out[j] = static_cast<uint16_t>((mid ? off : rn) >> 16);
+    nan |= static_cast<uint32_t>((u & 0x7FFFFFFFu) > 0x7F800000u);
   }
-  if (slow == 0) return;
+  if (nan == 0) return;
   for (int64_t j = 0; j < n; ++j) {
     const float fa = bf16_to_float(a[j]);
-    const double v = static_cast<double>(fa) + static_cast<double>(bf16_to_float(b[j]));
-    const uint64_t mag = std::bit_cast<uint64_t>(v) & ~kSign;
-    if (mag < kMinNormal || mag >= kTwo128) out[j] = bf16_from_float(round_to_bf16(v));
+    const float s = fa + bf16_to_float(b[j]);
     // Both NaN: IEEE leaves the payload to either operand (the hardware takes
     // the first, a compiler may swap them); always a's, quieted.
-    if (std::isnan(fa)) out[j] = bf16_from_float(fa);
+    if (std::isnan(s)) out[j] = bf16_from_float(std::isnan(fa) ? fa : s);
   }
 }
 

@@ -92,8 +92,8 @@ void round_to_bf16_row(const double* v, int64_t n, double* out);
 /// static_cast<double>(bf16_to_float(b[j])))), bit for bit, except that when
 /// both are NaN the result is always a[j]'s NaN, quieted (IEEE lets the sum
 /// take either payload; which one the expression gives depends on the
-/// compiler's operand order). Vectorized, no temporary doubles. out must not
-/// overlap a or b. Never throws.
+/// compiler's operand order). Computed as bf16_sum_rn (TwoSum in binary32)
+/// without branches, vectorized. out must not overlap a or b. Never throws.
 void round_sum_to_bf16_row(const uint16_t* a, const uint16_t* b, int64_t n, uint16_t* out);
 
 /// Validate `got` for problem p. `ref` is the FP64 reference (RstdMode::fp64);
