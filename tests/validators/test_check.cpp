@@ -198,6 +198,53 @@ TEST(RoundToBf16, RowEqualsElementByElement) {
   }
 }
 
+// Form res's h_new row: every BF16 h (a stride over all 65536 patterns and
+// the special ones: +-0, subnormals, the largest finite, +-inf, NaNs) against
+// every BF16 u, equal to the two-step path the oracle used before
+// (round_to_bf16 of the double sum, then its BF16 bits) bit for bit; when
+// both are NaN, h's NaN quieted. Also the same on short rows at odd offsets
+// (vector tails, unaligned). All 2^32 pairs were checked once the same way,
+// for the x86-64-v3 clone and the baseline one (branch wip/res-hnew: 0
+// differences).
+TEST(RoundToBf16, SumRowEqualsTheTwoStepPath) {
+  std::vector<uint16_t> b(65536), a(65536), got(65536);
+  for (int i = 0; i < 65536; ++i) b[static_cast<size_t>(i)] = static_cast<uint16_t>(i);
+  std::vector<int> as;
+  for (int i = 0; i < 65536; i += 37) as.push_back(i);
+  for (int i : {0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x7F7E, 0x7F80, 0xFF80, 0x7F81,
+                0x7FC0, 0xFFC0, 0x7FFF, 0x3F80, 0xBF80, 0x3F81, 0x4B80})
+    as.push_back(i);
+  auto want = [](uint16_t x, uint16_t y) {
+    const float fx = bf16_to_float(x);
+    if (std::isnan(fx)) return bf16_from_float(fx);
+    return bf16_from_float(nv::round_to_bf16(static_cast<double>(fx) + static_cast<double>(bf16_to_float(y))));
+  };
+  int64_t checked = 0;
+  for (int ai : as) {
+    std::fill(a.begin(), a.end(), static_cast<uint16_t>(ai));
+    nv::round_sum_to_bf16_row(a.data(), b.data(), 65536, got.data());
+    for (int j = 0; j < 65536; ++j)
+      ASSERT_EQ(got[static_cast<size_t>(j)], want(static_cast<uint16_t>(ai), static_cast<uint16_t>(j)))
+          << std::hex << "h " << ai << " u " << j;
+    checked += 65536;
+  }
+  EXPECT_GT(checked, int64_t{100000000});
+  normgate::test::Xorshift64 next(4242);
+  for (int rep = 0; rep < 2000; ++rep) {
+    const int64_t n = static_cast<int64_t>(next() % 70), off = static_cast<int64_t>(next() % 9);
+    for (int64_t j = 0; j < n + off; ++j) {
+      a[static_cast<size_t>(j)] = static_cast<uint16_t>(next());
+      b[static_cast<size_t>(j)] = static_cast<uint16_t>(next());
+    }
+    std::fill(got.begin(), got.begin() + n + off + 1, uint16_t{0x1234});
+    nv::round_sum_to_bf16_row(a.data() + off, b.data() + off, n, got.data() + off);
+    for (int64_t j = 0; j < off; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], 0x1234);
+    for (int64_t j = off; j < n + off; ++j)
+      ASSERT_EQ(got[static_cast<size_t>(j)], want(a[static_cast<size_t>(j)], b[static_cast<size_t>(j)]));
+    ASSERT_EQ(got[static_cast<size_t>(n + off)], 0x1234);
+  }
+}
+
 TEST(RoundToBf16, SingleRoundingFromDouble) {
   // 1 + 2^-8 + 2^-30: above the midpoint between BF16 neighbours 1 and
   // 1 + 2^-7, so it rounds up. Through binary32 first it would become the

@@ -141,6 +141,32 @@ TEST(ResForm, ZeroResidualGivesHBack) {
   EXPECT_EQ(checked, 65536 - 1 - 254);  // all but -0 and the 2 x 127 NaN patterns
 }
 
+// CaseOracle's expected h_new (round_sum_to_bf16_row by rows on OpenMP
+// threads, into an uninitialized vector) is, element for element, the
+// TwoSum-based bf16_sum_rn (an independent method) and the same at every
+// thread count; its Problem's x is it; the baseline's h_new is
+// RN_bf16(RN_fp32(h + u)). Families with sums that overflow (huge), are
+// subnormal or zero (tiny, zeros); H small and odd (many rows per chunk) and
+// large (one row per chunk).
+TEST(ResForm, CaseOracleHNewIsTheExactSumAtAnyThreadCount) {
+  for (const char* id : {"H=96,T=70,w=bf16,form=res,family=llm,seed=2", "H=3,T=9001,w=fp32,form=res,family=huge,seed=1",
+                         "H=1001,T=37,w=bf16,form=res,family=tiny,seed=3",
+                         "H=16384,T=3,w=bf16,form=res,family=zeros,seed=4",
+                         "H=513,T=64,w=bf16,form=res,family=specials,seed=5"}) {
+    const ResCase c = make(id);
+    for (int threads : {1, 2, 3, 5}) {
+      const nv::CaseOracle co(c.in, no::OracleMode::fp64, threads, true);
+      ASSERT_EQ(co.h_new_expected.size(), c.h_new.size()) << id;
+      for (size_t i = 0; i < c.h_new.size(); ++i)
+        ASSERT_EQ(co.h_new_expected[i], c.h_new[i]) << id << " threads " << threads << " at " << i;
+      EXPECT_EQ(co.problem.x.row(0), co.h_new_expected.data()) << id;
+      ASSERT_EQ(co.baseline.h_new.size(), c.h_new.size()) << id;
+      for (size_t i = 0; i < c.h_new.size(); ++i)
+        ASSERT_EQ(co.baseline.h_new[i], bf16_from_float(bf16_to_float(c.in.x[i]) + bf16_to_float(c.in.u[i]))) << id;
+    }
+  }
+}
+
 // check's grid over forms: head forms take only H = 256 from the H list; a
 // head form without 256 in it is an error naming the form.
 TEST(GridForms, HeadFormsTakeOnlyH256) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -205,6 +206,47 @@ TEST(RunChecks, ResidualFormOnTheCpuModels) {
   EXPECT_FALSE(rep.impls[1].result.pass());
   EXPECT_GT(rep.impls[1].result.get(nv::Output::dw).worst.ratio, 1.0);
   EXPECT_EQ(rep.impls[2].result.get(nv::Output::h_new).n, 333 * 200);
+}
+
+// finish_check moves the FP32 baseline into its implementation's entry
+// (no copy): named twice (a request not from expand_impls), both entries are
+// complete and equal, both results equal the one-entry check's, and the
+// "dw vs FP32" of another implementation does not change.
+TEST(RunChecks, BaselineNamedTwiceOrWithOthersGivesTheSameResults) {
+  using nlohmann::json;
+  nv::CheckRequest req;
+  req.id = normgate::seeds::parse_case("H=200,T=333,w=bf16,form=res,family=llm,seed=6");
+  req.backend = nv::Backend::cpu;
+  req.threads = 2;
+  auto impl_json = [](const nv::ImplResult& ir) {
+    json j;
+    for (const auto& t : ir.result.tensors) j[std::string(nv::to_string(t.output()))] = nv::to_json(t);
+    j["dw_vs_fp32_worst"] = ir.result.dw_vs_fp32_worst;
+    j["dw_vs_fp32_median"] = ir.result.dw_vs_fp32_median;
+    return j.dump();
+  };
+  req.impls = {"fp32-baseline"};
+  const nv::CheckReport one = nv::run_check(req);
+  req.impls = {"bwd_det_chunked"};
+  const nv::CheckReport det = nv::run_check(req);
+  req.impls = {"fp32-baseline", "bwd_det_chunked", "fp32-baseline"};
+  size_t seen = 0;
+  const nv::CheckReport three = nv::finish_check(nv::prepare_check(req), [&](const nv::CheckInternals& in) {
+    ASSERT_EQ(in.outs.size(), 3u);
+    const auto& a = in.outs[0];
+    const auto& b = in.outs[2];
+    EXPECT_EQ(a.y.size(), static_cast<size_t>(333 * 200));
+    EXPECT_EQ(a.h_new.size(), static_cast<size_t>(333 * 200));
+    EXPECT_EQ(a.dw.size(), 200u);
+    EXPECT_TRUE(a.y == b.y && a.dx == b.dx && a.h_new == b.h_new && a.rstd == b.rstd);
+    EXPECT_EQ(0, std::memcmp(a.dw.data(), b.dw.data(), a.dw.size() * sizeof(float)));
+    ++seen;
+  });
+  EXPECT_EQ(seen, 1u);
+  ASSERT_EQ(three.impls.size(), 3u);
+  EXPECT_EQ(impl_json(three.impls[0]), impl_json(one.impls[0]));
+  EXPECT_EQ(impl_json(three.impls[2]), impl_json(one.impls[0]));
+  EXPECT_EQ(impl_json(three.impls[1]), impl_json(det.impls[0]));
 }
 
 // The oracle's row pass and the validation sweep take rows in dynamic chunks

@@ -127,6 +127,44 @@ NG_SWEEP_CLONES void round_to_bf16_row(const double* __restrict v, int64_t n, do
   }
 }
 
+// bf16_sum_rn (core/bf16.h) without branches, 8 lanes of binary32: TwoSum
+// gives s = RN_fp32(a + b) and its exact error e; when s is a BF16 midpoint
+// (low 16 bits 0x8000) and e != 0, the exact sum lies on e's side of it
+// (round away from zero when e has s's sign, toward zero otherwise), else
+// RN_bf16(s) (ties to even) is the sum rounded once. +-inf needs nothing more
+// (its low bits are 0); a NaN sum is redone element by element, a NaN a[j]
+// giving its own payload (quieted) also when b[j] is NaN. Equal bit for bit to
+// bf16_from_float(round_to_bf16(double sum)) for all 2^32 pairs of BF16
+// inputs (NaN + NaN aside, see check.h; checked exhaustively once, on a
+// stride over them in tests/validators/test_check.cpp).
+NG_SWEEP_CLONES void round_sum_to_bf16_row(const uint16_t* __restrict a, const uint16_t* __restrict b, int64_t n,
+                                           uint16_t* __restrict out) {
+  uint32_t nan = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float fa = bf16_to_float(a[j]), fb = bf16_to_float(b[j]);
+    const float s = fa + fb;
+    const float bb = s - fa;
+    const float e = (fa - (s - bb)) + (fb - bb);  // exact: (a + b) - s (no contraction: -ffp-contract=off)
+    const uint32_t u = std::bit_cast<uint32_t>(s);
+    const uint32_t eb = std::bit_cast<uint32_t>(e);
+    // Masks and selects, no branches: the loop vectorizes.
+    const uint32_t mid = static_cast<uint32_t>((u & 0xFFFFu) == 0x8000u) & static_cast<uint32_t>((eb & 0x7FFFFFFFu) != 0);
+    const uint32_t away = static_cast<uint32_t>(((eb ^ u) >> 31) == 0);
+    const uint32_t rn = u + 0x7FFFu + ((u >> 16) & 1u);
+    const uint32_t off = away ? u + 0x8000u : u - 0x8000u;
+    out[j] = static_cast<uint16_t>((mid ? off : rn) >> 16);
+    nan |= static_cast<uint32_t>((u & 0x7FFFFFFFu) > 0x7F800000u);
+  }
+  if (nan == 0) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const float fa = bf16_to_float(a[j]);
+    const float s = fa + bf16_to_float(b[j]);
+    // Both NaN: IEEE leaves the payload to either operand (the hardware takes
+    // the first, a compiler may swap them); always a's, quieted.
+    if (std::isnan(s)) out[j] = bf16_from_float(std::isnan(fa) ? fa : s);
+  }
+}
+
 Verdict CaseResult::verdict() const {
   Verdict v = Verdict::pass;
   for (const RatioStats& s : tensors) v = combine(v, s.verdict());
@@ -174,14 +212,14 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
 
 CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
                          const oracle::Reference& ideal, const Outputs* baseline, int threads,
-                         const std::vector<uint16_t>& h_new_expected) {
+                         std::span<const uint16_t> h_new_expected) {
   return validate_cases(p, {&got}, ref, ideal, baseline, threads, h_new_expected).front();
 }
 
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads,
-                                       const std::vector<uint16_t>& h_new_expected) {
+                                       std::span<const uint16_t> h_new_expected) {
   std::vector<OutputsRef> refs;
   for (const Outputs* g : gots) {
     if (!g) throw std::invalid_argument("validate_cases: null outputs");
@@ -197,7 +235,7 @@ namespace {
 // skipped and left out of the result; otherwise a null pointer throws.
 std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
                               const oracle::Reference& ref, const oracle::Reference& ideal, const Outputs* baseline,
-                              int threads, const std::vector<uint16_t>& h_new_expected, bool allow_absent) {
+                              int threads, std::span<const uint16_t> h_new_expected, bool allow_absent) {
   const int64_t rows = p.x.rows();
   const int64_t cols = p.x.cols;
   const std::string rc = "rows*cols = " + std::to_string(rows) + "*" + std::to_string(cols);
@@ -391,13 +429,13 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads,
-                                       const std::vector<uint16_t>& h_new_expected) {
+                                       std::span<const uint16_t> h_new_expected) {
   return sweep(p, gots, ref, ideal, baseline, threads, h_new_expected, false);
 }
 
 CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
                             const oracle::Reference& ideal, const Outputs* baseline, int threads,
-                            const std::vector<uint16_t>& h_new_expected) {
+                            std::span<const uint16_t> h_new_expected) {
   return sweep(p, {got}, ref, ideal, baseline, threads, h_new_expected, true).front();
 }
 

@@ -150,37 +150,31 @@ bool CheckReport::pass() const { return verdict() == Verdict::pass; }
 namespace {
 
 // Form res: the normalized input is h_new = BF16(h + u), computed from the
-// inputs alone (round_to_bf16 of the double sum, exact for BF16 operands).
-// Elementwise, so in parallel, and in chunks whose rounding is
-// round_to_bf16_row (vectorized): element by element, this loop took ~5 ns
-// per element on one core (0.3 s at [16384, 4096] on the dev machine).
-std::vector<uint16_t> expected_h_new(const seeds::HostInputs& in, int threads) {
-  std::vector<uint16_t> h;
+// inputs alone (round_to_bf16 of the double sum, exact for BF16 operands), by
+// round_sum_to_bf16_row (vectorized; element by element this took ~5 ns per
+// element on one core). In parallel over rows, in chunks of ~16384 elements
+// (dynamic: a slower thread takes fewer), into an UninitVector: no serial
+// zero-fill first (it cost ~1 ns per element on one thread, mostly page
+// faults), each page is first touched by the thread that writes it.
+UninitVector<uint16_t> expected_h_new(const seeds::HostInputs& in, int threads) {
+  UninitVector<uint16_t> h;
   if (in.id.form != Form::res) return h;
-  h.resize(in.x.size());
-  const int64_t n = static_cast<int64_t>(in.x.size());
+  const int64_t rows = in.rows, cols = in.cols;
+  if (static_cast<int64_t>(in.x.size()) != rows * cols || in.u.size() != in.x.size())
+    throw std::invalid_argument("expected_h_new: x and u must be rows*cols elements");
+  h.resize(in.x.size());  // uninitialized: every element is written below
   const int nt = threads > 0 ? threads : omp_get_max_threads();
-  constexpr int64_t kChunk = 1024;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel num_threads(nt)
-  {
-    double sum[kChunk], rounded[kChunk];
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t i0 = c * kChunk, m = std::min(kChunk, n - i0);
-      const uint16_t* x = in.x.data() + i0;
-      const uint16_t* u = in.u.data() + i0;
-      for (int64_t j = 0; j < m; ++j)
-        sum[j] = static_cast<double>(bf16_to_float(x[j])) + static_cast<double>(bf16_to_float(u[j]));
-      round_to_bf16_row(sum, m, rounded);
-      for (int64_t j = 0; j < m; ++j) h[i0 + j] = bf16_from_float(static_cast<float>(rounded[j]));  // exact
-    }
-  }
+  const int64_t rchunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  const uint16_t* x = in.x.data();
+  const uint16_t* u = in.u.data();
+  uint16_t* out = h.data();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, rchunk)
+  for (int64_t r = 0; r < rows; ++r) round_sum_to_bf16_row(x + r * cols, u + r * cols, cols, out + r * cols);
   return h;
 }
 
 // dh = dx + dh_new for res (Problem::dx_add).
-oracle::Problem case_problem(const seeds::HostInputs& in, const std::vector<uint16_t>& h_new_expected) {
+oracle::Problem case_problem(const seeds::HostInputs& in, const UninitVector<uint16_t>& h_new_expected) {
   const bool res = in.id.form == Form::res;
   const RowView<uint16_t> x = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
   const RowView<uint16_t> dh_new =
@@ -293,11 +287,14 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   auto t0 = Clock::now();
   // The FP32 baseline's y and dx only when it is validated as an implementation.
   const bool baseline_rows = std::find(req.impls.begin(), req.impls.end(), kBaseline) != req.impls.end();
-  const CaseOracle co(in, req.oracle, req.threads, baseline_rows);
+  CaseOracle co(in, req.oracle, req.threads, baseline_rows);
   const oracle::Problem& p = co.problem;
   const oracle::Reference& ref = co.ref;
   const oracle::Reference& ideal = co.ideal;
-  const Outputs& baseline = co.baseline;
+  // The FP32 baseline: co.baseline until it is validated as an
+  // implementation, then that implementation's entry of outs (moved there: a
+  // copy would be a serial pass over its y, dx and h_new).
+  const Outputs* baseline = &co.baseline;
   const RowView<uint16_t> dh_new = p.dx_add;
   rep.seconds_oracle = since(t0);
   rep.escalations_ref = ref.escalations();
@@ -316,7 +313,12 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     t0 = Clock::now();
     if (name == kBaseline) {
       ir.ran_on = "cpu (FP32 baseline)";
-      outs.push_back(baseline);
+      if (baseline == &co.baseline) {
+        outs.push_back(std::move(co.baseline));
+        baseline = &outs.back();  // stable: outs holds req.impls.size() without reallocating
+      } else {
+        outs.push_back(*baseline);  // named twice
+      }
       ir.seconds_impl = since(t0);
     } else if (pc.backend == Backend::gpu) {
       if (next_gpu >= pc.gpu_outs.size())
@@ -351,7 +353,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;
   }
-  auto results = validate_cases(p, refs, ref, ideal, &baseline, req.threads, co.h_new_expected);
+  auto results = validate_cases(p, refs, ref, ideal, baseline, req.threads, co.h_new_expected);
   const double per = since(t0) / static_cast<double>(outs.size());
   for (size_t k = 0; k < rep.impls.size(); ++k) {
     ImplResult& ir = rep.impls[k];

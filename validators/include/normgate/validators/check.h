@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,16 @@ inline float round_to_bf16(double v);
 /// rounds the oracle's rows with it). v and out must not overlap. Never throws.
 void round_to_bf16_row(const double* v, int64_t n, double* out);
 
+/// Form res's h_new in one rounding: out[j] = the BF16 bits of
+/// round_to_bf16(BF16 a[j] + BF16 b[j]) (the sum exact in double), i.e.
+/// bf16_from_float(round_to_bf16(static_cast<double>(bf16_to_float(a[j])) +
+/// static_cast<double>(bf16_to_float(b[j])))), bit for bit, except that when
+/// both are NaN the result is always a[j]'s NaN, quieted (IEEE lets the sum
+/// take either payload; which one the expression gives depends on the
+/// compiler's operand order). Computed as bf16_sum_rn (TwoSum in binary32)
+/// without branches, vectorized. out must not overlap a or b. Never throws.
+void round_sum_to_bf16_row(const uint16_t* a, const uint16_t* b, int64_t n, uint16_t* out);
+
 /// Validate `got` for problem p. `ref` is the FP64 reference (RstdMode::fp64);
 /// `ideal` the same problem in RstdMode::fp32_rounded (used for the forced
 /// part of dx/dw errors; y/rstd forced parts come from rounding ref once).
@@ -108,7 +119,7 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
 /// got.h_new is not.
 CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref,
                          const oracle::Reference& ideal, const Outputs* baseline, int threads,
-                         const std::vector<uint16_t>& h_new_expected);
+                         std::span<const uint16_t> h_new_expected);
 
 /// Validate several implementations' outputs of the same problem in one sweep:
 /// the oracle's rows are evaluated once and serve every entry of `gots`, and a
@@ -119,7 +130,7 @@ CaseResult validate_case(const oracle::Problem& p, const Outputs& got, const ora
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<const Outputs*>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads = 0,
-                                       const std::vector<uint16_t>& h_new_expected = {});
+                                       std::span<const uint16_t> h_new_expected = {});
 
 /// The tensors of one implementation's outputs, by reference: several
 /// implementations may point at the same vector (a tensor they share, e.g.
@@ -140,7 +151,7 @@ struct OutputsRef {
 std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
                                        const oracle::Reference& ref, const oracle::Reference& ideal,
                                        const Outputs* baseline, int threads = 0,
-                                       const std::vector<uint16_t>& h_new_expected = {});
+                                       std::span<const uint16_t> h_new_expected = {});
 
 /// One implementation that produced only some of the outputs (a forward
 /// alone, a kernel under test from outside normgate: the C API's
@@ -154,7 +165,7 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
 /// tensor), and when every pointer of `got` is null.
 CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
                             const oracle::Reference& ideal, const Outputs* baseline, int threads = 0,
-                            const std::vector<uint16_t>& h_new_expected = {});
+                            std::span<const uint16_t> h_new_expected = {});
 
 // Definition (inline: called per element; the validation sweep rounds whole rows with round_to_bf16_row).
 inline float round_to_bf16(double v) {

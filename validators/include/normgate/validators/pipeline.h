@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "normgate/core/uninit.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
@@ -131,8 +132,9 @@ struct CaseOracle {
 
   /// Form res: BF16(h + u) [rows, cols], one rounding of the exact sum
   /// (round_to_bf16 of the double sum, exact for BF16 operands), against
-  /// which an h_new is checked bitwise. Empty for the other forms.
-  std::vector<uint16_t> h_new_expected;
+  /// which an h_new is checked bitwise. Empty for the other forms. Written
+  /// once, by rows on `threads` threads, without a serial zero-fill first.
+  UninitVector<uint16_t> h_new_expected;
   /// x: in.x, or h_new_expected for res; dy, w: the inputs; dx_add: dh_new
   /// for res (the backward output is then dh = dx + dh_new), else none.
   oracle::Problem problem;
