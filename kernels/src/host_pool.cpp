@@ -92,16 +92,23 @@ std::vector<uint16_t> take_host_u16(size_t n) {
 void give_host_u16(std::vector<uint16_t>& v) noexcept {
   std::vector<uint16_t> mine = std::move(v);
   v.clear();  // moved-from: make "left empty" explicit
-  std::vector<uint16_t> drop;  // both free after the lock is released
+  std::vector<std::vector<uint16_t>> drop;  // all free after the lock is released
   try {
     HostPool& p = host_pool();
     const std::lock_guard<std::mutex> lock(p.mu);
     if (p.scopes == 0 || mine.capacity() < kMinPooledElems) return;
+    drop.reserve(p.free.size() + 1);
     p.free.push_back(std::move(mine));  // on bad_alloc mine is unchanged, freed below
-    if (p.free.size() > kMaxPooled) {
+    // Over kMaxPooled vectors or kMaxPooledBytes of capacity: free the smallest first.
+    auto bytes = [&p] {
+      size_t b = 0;
+      for (const auto& v : p.free) b += v.capacity() * sizeof(uint16_t);
+      return b;
+    };
+    while (p.free.size() > kMaxPooled || (p.free.size() > 1 && bytes() > kMaxPooledBytes)) {
       auto smallest = std::min_element(p.free.begin(), p.free.end(),
                                        [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
-      drop = std::move(*smallest);
+      drop.push_back(std::move(*smallest));
       p.free.erase(smallest);
     }
   } catch (...) {

@@ -32,9 +32,14 @@ void copy_bytes(void* dst, const void* src, size_t bytes, int threads);
 int copy_threads();
 
 /// The pool's limits: vectors under kMinPooledElems elements are neither
-/// kept nor handed out; at most kMaxPooled vectors are kept.
+/// kept nor handed out; at most kMaxPooled vectors and kMaxPooledBytes of
+/// capacity (bytes) are kept (the smallest go first; a single vector is kept
+/// whatever its size). 24 GiB holds one res case at [131072, 6144] (seven
+/// 1.6 GB tensors, reserved at 2x) with room, without letting a long campaign
+/// keep 16 such vectors (~50 GB) per process.
 inline constexpr size_t kMinPooledElems = size_t{1} << 19;  // 1 MiB of BF16
 inline constexpr size_t kMaxPooled = 16;
+inline constexpr size_t kMaxPooledBytes = size_t{24} << 30;
 
 /// Inside a ReuseHostBuffers scope: a vector for a BF16 tensor of n elements,
 /// from the pool when one there has capacity >= n (the smallest such; it

@@ -72,7 +72,7 @@ TEST(HostPool, HandsBackTheSmallestVectorThatFits) {
   const ReuseHostBuffers keep;
   const size_t m = kMinPooledElems;
   std::vector<uint16_t> a = filled(4 * m, 1), b = filled(2 * m, 2), c = filled(8 * m, 3);
-  const uint16_t *pa = a.data(), *pb = b.data(), *pc = c.data();
+  const uint16_t *pa = a.data(), *pb = b.data();
   give_host_u16(a);
   give_host_u16(b);
   give_host_u16(c);
@@ -87,8 +87,8 @@ TEST(HostPool, HandsBackTheSmallestVectorThatFits) {
   EXPECT_EQ(u.data(), pb);
   // Larger than every pooled vector: the largest (c) is freed, a new empty
   // vector with room for 2x is returned.
+  // (Its address may come back from the allocator: only the pool count says c was freed.)
   std::vector<uint16_t> w = take_host_u16(9 * m);
-  EXPECT_NE(w.data(), pc);
   EXPECT_TRUE(w.empty());
   EXPECT_GE(w.capacity(), 18 * m);
   EXPECT_EQ(host_pool_stats().vectors, 0u);
