@@ -6,9 +6,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "host_pool.h"
 #include "normgate/kernels/runner.h"
@@ -207,6 +211,61 @@ TEST(HostPool, CpuPipelineKeepsNothing) {
       });
   EXPECT_EQ(done, 2u);
   EXPECT_EQ(host_pool_stats().vectors, 0u);
+}
+
+// Every key whose name holds "seconds" removed (timings differ run to run).
+void drop_timings(nlohmann::json& j) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end();) {
+      if (it.key().find("seconds") != std::string::npos) {
+        it = j.erase(it);
+      } else {
+        drop_timings(*it);
+        ++it;
+      }
+    }
+  } else if (j.is_array()) {
+    for (auto& e : j) drop_timings(e);
+  }
+}
+
+// The gate's own path through the pool on a GPU: run_checks (GPU backend,
+// overlapped cases, host vectors handed back by finish_check and taken by the
+// next cases' downloads) over cases of at least 2^19 elements that grow,
+// shrink and change form, against run_check of each case alone (outside any
+// scope: fresh vectors). Every report must be the same, timings aside.
+TEST(HostPool, GpuChecksThroughThePoolEqualSingleChecks) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  const char* ids[] = {"H=1024,T=1100,w=bf16,form=plain,family=cancel,seed=1",
+                       "H=1024,T=600,w=fp32,form=res,family=llm,seed=2",
+                       "H=256,T=100,w=bf16,form=heads24,family=normal,seed=3",
+                       "H=1024,T=1300,w=bf16,form=plain,family=llm,seed=4",
+                       "H=1024,T=700,w=bf16,form=res,family=cancel,seed=5"};
+  constexpr size_t n = sizeof(ids) / sizeof(ids[0]);
+  auto request = [&](size_t i) {
+    return validators::CheckRequest{seeds::parse_case(ids[i]), {"bwd_det_chunked", "fp32-baseline"},
+                                    validators::Backend::gpu, 2, oracle::OracleMode::auto_};
+  };
+  std::vector<nlohmann::json> pooled(n);
+  size_t most_pooled = 0;
+  const validators::PipelineStats st = validators::run_checks(
+      n, request, [&](size_t i, validators::CheckReport* rep, std::exception_ptr err) {
+        ASSERT_FALSE(err) << ids[i];
+        ASSERT_NE(rep, nullptr);
+        pooled[i] = validators::to_json(*rep);
+        most_pooled = std::max(most_pooled, host_pool_stats().vectors);
+      });
+  EXPECT_EQ(st.cases, static_cast<int64_t>(n));
+  EXPECT_GT(most_pooled, 0u);  // the pool was in use
+  EXPECT_EQ(host_pool_stats().vectors, 0u);  // and emptied with its scope
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(ids[i]);
+    nlohmann::json alone = validators::to_json(validators::run_check(request(i)));
+    drop_timings(alone);
+    drop_timings(pooled[i]);
+    EXPECT_EQ(pooled[i], alone);
+    EXPECT_EQ(alone["impls"].size(), 2u);
+  }
 }
 
 }  // namespace
