@@ -57,6 +57,12 @@ HostPool& host_pool() {
   static HostPool* p = new HostPool;  // never destroyed: usable from static destructors at exit
   return *p;
 }
+// Capacity of the pooled vectors in bytes (caller holds p.mu).
+size_t pooled_bytes(const HostPool& p) {
+  size_t b = 0;
+  for (const auto& v : p.free) b += v.capacity() * sizeof(uint16_t);
+  return b;
+}
 }  // namespace
 
 std::vector<uint16_t> take_host_u16(size_t n) {
@@ -100,12 +106,7 @@ void give_host_u16(std::vector<uint16_t>& v) noexcept {
     drop.reserve(p.free.size() + 1);
     p.free.push_back(std::move(mine));  // on bad_alloc mine is unchanged, freed below
     // Over kMaxPooled vectors or kMaxPooledBytes of capacity: free the smallest first.
-    auto bytes = [&p] {
-      size_t b = 0;
-      for (const auto& v : p.free) b += v.capacity() * sizeof(uint16_t);
-      return b;
-    };
-    while (p.free.size() > kMaxPooled || (p.free.size() > 1 && bytes() > kMaxPooledBytes)) {
+    while (p.free.size() > kMaxPooled || (p.free.size() > 1 && pooled_bytes(p) > kMaxPooledBytes)) {
       auto smallest = std::min_element(p.free.begin(), p.free.end(),
                                        [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
       drop.push_back(std::move(*smallest));
@@ -121,7 +122,7 @@ HostPoolStats host_pool_stats() {
   const std::lock_guard<std::mutex> lock(p.mu);
   HostPoolStats s;
   s.vectors = p.free.size();
-  for (const auto& v : p.free) s.bytes += v.capacity() * sizeof(uint16_t);
+  s.bytes = pooled_bytes(p);
   return s;
 }
 
