@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "eft.h"
+#include "row_blocks.h"
 #include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
 #include "normgate/oracle/reference.h"
@@ -89,12 +90,9 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   // was that read (docs/perf.md). Blocks change only the schedule: every
   // column still adds rows r = 0..R-1 in order (blocks in order, rows in order
   // within one), every row is computed alone, so the bits are the same.
-  int64_t RB = std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
-  RB = std::max<int64_t>(RB, static_cast<int64_t>(kRows) * nt);
-  RB = (RB + kRows - 1) / kRows * kRows;  // whole groups of kRows rows (scheduling only)
-  RB = std::min<int64_t>(RB, R);
-  int64_t CB = (H + 4 * nt - 1) / (4 * nt);
-  CB = std::clamp<int64_t>((CB + 7) / 8 * 8, 16, 256);
+  // (row_blocks.h; whole groups of kRows rows per block, a group per thread at least)
+  const int64_t RB = detail::row_block(R, H, static_cast<int64_t>(kRows) * nt, kRows);
+  const int64_t CB = detail::col_block(H, nt);
   const int64_t ncb = (H + CB - 1) / CB;
 
 #pragma omp parallel num_threads(nt)

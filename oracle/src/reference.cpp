@@ -151,6 +151,7 @@
 #include <string>
 
 #include "eft.h"
+#include "row_blocks.h"
 #include "mpfr_eval.h"
 #include "normgate/oracle/reference.h"
 
@@ -314,6 +315,17 @@ NG_CLONES void row_sums(const uint16_t* __restrict x, const uint16_t* __restrict
   *out = {spi, ssig, dpi, dsig, dabs};
 }
 
+// (5)'s step for one element: a = dy*x (exact), (P, S) += a*(rh + rl) by
+// TwoProduct and TwoSum (Dot2), A += |a*rh| rounded.
+inline void dot2_step(double a, double rh, double rl, double& P, double& S, double& A) {
+  double h, rr, s, q;
+  two_prod(a, rh, h, rr);
+  two_sum(P, h, s, q);
+  P = s;
+  S = S + ((q + rr) + a * rl);
+  A = A + std::fabs(h);
+}
+
 // (5): Dot2 accumulation of rows [0, nr) of a row block into columns
 // [j0, j0 + nc). xr/dyr: row pointers; hi/lo: rstd fed to the backward.
 NG_CLONES void col_accum(const uint16_t* const* xr, const uint16_t* const* dyr,
@@ -323,15 +335,7 @@ NG_CLONES void col_accum(const uint16_t* const* xr, const uint16_t* const* dyr,
     const uint16_t* __restrict x = xr[i] + j0;
     const uint16_t* __restrict dy = dyr[i] + j0;
     const double rh = hi[i], rl = lo[i];
-    for (int64_t j = 0; j < nc; ++j) {
-      double a = bf(dy[j]) * bf(x[j]);
-      double h, rr, s, q;
-      two_prod(a, rh, h, rr);
-      two_sum(P[j], h, s, q);
-      P[j] = s;
-      S[j] = S[j] + ((q + rr) + a * rl);
-      A[j] = A[j] + std::fabs(h);
-    }
+    for (int64_t j = 0; j < nc; ++j) dot2_step(bf(dy[j]) * bf(x[j]), rh, rl, P[j], S[j], A[j]);
   }
 }
 
@@ -520,14 +524,10 @@ NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr,
     const uint16_t* __restrict dy = dyr[i] + j0;
     const double rh0 = hi0[i], rl0 = lo0[i], rh1 = hi1[i];
     for (int64_t j = 0; j < nc; ++j) {
-      double a = bf(dy[j]) * bf(x[j]);
-      double h, rr, s, q;
-      two_prod(a, rh0, h, rr);
-      two_sum(P0[j], h, s, q);
-      P0[j] = s;
-      S0[j] = S0[j] + ((q + rr) + a * rl0);
-      A0[j] = A0[j] + std::fabs(h);
-      h = a * rh1;  // exact
+      const double a = bf(dy[j]) * bf(x[j]);
+      dot2_step(a, rh0, rl0, P0[j], S0[j], A0[j]);
+      const double h = a * rh1;  // exact
+      double s, q;
       two_sum(P1[j], h, s, q);
       P1[j] = s;
       S1[j] = S1[j] + q;
@@ -774,14 +774,10 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
     }
   };
 
-  // Row blocks: the rows of a block are read twice (row sums, then column
-  // accumulation) while still in cache. Block sizes only affect scheduling:
-  // every column is accumulated over r = 0..R-1 in order, every row alone.
-  int64_t RB = std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
-  RB = std::max<int64_t>(RB, 2 * nt);
-  RB = std::min<int64_t>(RB, R);
-  int64_t CB = (H + 4 * nt - 1) / (4 * nt);
-  CB = std::clamp<int64_t>((CB + 7) / 8 * 8, 16, 256);
+  // Row blocks (row_blocks.h): the rows of a block are read twice (row
+  // sums, then column accumulation) while still in cache.
+  const int64_t RB = detail::row_block(R, H, 2 * nt, 1);
+  const int64_t CB = detail::col_block(H, nt);
   const int64_t ncb = (H + CB - 1) / CB;
   std::vector<const uint16_t*> xr(RB), dyr(RB);
   Side& s0 = sides[0];
