@@ -220,10 +220,10 @@ if has audit; then
     for f in "$out"/cases/*.h5 "$out/maps.h5"; do
       [ -f "$f" ] || continue
       audit_run "inspect $(basename "$f")" "0 expected" "normgate-(case|maps)/1" inspect "$f"
-      mb=$(( ($(stat -c %s "$f") + 1048575) / 1048576 ))
-      if [ "$mb" -gt "$keep_mb" ]; then
+      bytes=$(stat -c %s "$f")
+      if [ "$bytes" -gt $(( keep_mb * 1048576 )) ]; then
         rm -f "$f"
-        summary+=("audit: removed $(basename "$f") (${mb} MB > NG_AUDIT_KEEP_MB=$keep_mb MB; its command is in audit.log)")
+        summary+=("audit: removed $(basename "$f") ($(awk -v b="$bytes" 'BEGIN{printf "%.1f", b/1048576}') MiB > NG_AUDIT_KEEP_MB=$keep_mb MiB; its command is in audit.log)")
       fi
     done
   fi
