@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# journal_merge_test.sh NORMGATE TABLE: scripts/journal_merge.py against the
+# gate itself, on the CPU models (no GPU):
+#   1. a gate of filter A and a gate of filter B, each into its own journal
+#      (A's gzipped), merged; a gate of "A|B" on the merged journal resumes
+#      every case, runs none, and writes the same Markdown report as a direct
+#      gate of "A|B" (except the date line);
+#   2. a journal of another campaign (other options) is refused: exit 2, no
+#      output file;
+#   3. a torn last line (a run killed mid-write) is dropped with a message,
+#      the rest merged.
+# Exit 0 pass, 1 fail, 77 skip (no python3).
+set -u
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+[ $# -eq 2 ] || { echo "usage: $0 NORMGATE TABLE" >&2; exit 1; }
+bin=$1 table=$2
+merge="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../../scripts/journal_merge.py"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+opts=(--seeds normal:0..1 --t-per-window 2 --dense-points 1 --fresh-factor 1 --quiet)
+A="w=bf16" B="w=fp32"
+"$bin" gate "$table" "${opts[@]}" --windows "$A" --journal "$d/a.jsonl" >"$d/a.log" 2>&1 || fail "gate $A: $(tail -3 "$d/a.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/b.jsonl" >"$d/b.log" 2>&1 || fail "gate $B: $(tail -3 "$d/b.log")"
+gzip "$d/a.jsonl"
+python3 "$merge" "$d/m.jsonl" "$d/a.jsonl.gz" "$d/b.jsonl" >"$d/merge.log" 2>&1 || fail "merge: $(cat "$d/merge.log")"
+na=$(zcat "$d/a.jsonl.gz" | tail -n +2 | wc -l) nb=$(tail -n +2 "$d/b.jsonl" | wc -l) nm=$(tail -n +2 "$d/m.jsonl" | wc -l)
+[ "$na" -gt 0 ] && [ "$nb" -gt 0 ] || fail "empty journals ($na, $nb case lines)"
+[ "$nm" -eq $((na + nb)) ] || fail "merged $nm case lines, expected $na + $nb (the filters share no case)"
+"$bin" gate "$table" "${opts[@]}" --windows "$A|${B#w=}" --journal "$d/m.jsonl" --report-md "$d/m.md" >"$d/m.log" 2>&1 \
+  || fail "gate on the merged journal: $(tail -3 "$d/m.log")"
+grep -q "$nm finished cases resumed, 0 run now" "$d/m.log" || fail "the merged journal was not fully resumed: $(grep journal "$d/m.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$A|${B#w=}" --report-md "$d/direct.md" >"$d/direct.log" 2>&1 \
+  || fail "direct gate: $(tail -3 "$d/direct.log")"
+diff <(grep -v '^- date:' "$d/direct.md") <(grep -v '^- date:' "$d/m.md") >"$d/diff.txt" \
+  || fail "report from the merged journal differs from a direct run: $(head -20 "$d/diff.txt")"
+# 2. another campaign's journal.
+"$bin" gate "$table" --seeds normal:0..0 --t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet --windows "$A,op=fwd" \
+  --journal "$d/o.jsonl" >"$d/o.log" 2>&1 || fail "gate (other campaign): $(tail -3 "$d/o.log")"
+python3 "$merge" "$d/x.jsonl" "$d/b.jsonl" "$d/o.jsonl" >"$d/x.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "merging two campaigns: exit $rc, expected 2"
+grep -q "belongs to a different campaign" "$d/x.log" || fail "no clear error: $(cat "$d/x.log")"
+[ ! -e "$d/x.jsonl" ] && [ ! -e "$d/x.jsonl.tmp" ] || fail "an output file was written on error"
+# 3. a torn last line.
+cp "$d/b.jsonl" "$d/t.jsonl"
+printf '{"case":"H=2048,T=5' >>"$d/t.jsonl"
+python3 "$merge" "$d/y.jsonl" "$d/t.jsonl" >"$d/y.log" 2>&1 || fail "torn line: exit $?: $(cat "$d/y.log")"
+grep -q "torn last line dropped" "$d/y.log" || fail "torn line not reported: $(cat "$d/y.log")"
+cmp -s "$d/y.jsonl" "$d/b.jsonl" || fail "torn line: the merged journal is not the journal without it"
+echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused"
