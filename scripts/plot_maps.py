@@ -124,16 +124,25 @@ def dataset(path, grp, name, shape):
         raise Bad(f"{path}: dataset {full} cannot be read ({str(e).splitlines()[0]})")
 
 
+HEADS = {"heads24": 24, "heads4": 4}  # rows per token of the per-head forms (seeds/case_id.h)
+
+
 def case_dims(case_id):
-    """T and H from a case_id such as 'H=300,T=600,...' (None where absent)."""
+    """Rows and columns of a case's [rows, H] maps from a case_id such as
+    'H=300,T=600,...' (None where absent), and its heads per token: rows =
+    T * heads (per-head forms store one row per (token, head), token-major),
+    heads = 1 for plain and res."""
     kv = dict(p.split("=", 1) for p in case_id.split(",") if "=" in p)
+    heads = HEADS.get(kv.get("form", "plain"), 1)
     out = []
     for k in ("T", "H"):
         try:
             out.append(int(kv[k]))
         except (KeyError, ValueError):
             out.append(None)
-    return out
+    if out[0] is not None:
+        out[0] *= heads
+    return out[0], out[1], heads
 
 
 def read_entry(path, grp, maps, key):
@@ -142,12 +151,13 @@ def read_entry(path, grp, maps, key):
     rows, cols, tile = (attr_int(path, maps, a) for a in ("rows", "cols", "tile"))
     if rows < 0 or cols < 0 or tile <= 0:
         raise Bad(f"{path}: {maps.name}: bad @rows/@cols/@tile = {rows}/{cols}/{tile}")
-    t_id, h_id = case_dims(prov["case_id"])
-    if (t_id is not None and t_id != rows) or (h_id is not None and h_id != cols):
+    r_id, h_id, heads = case_dims(prov["case_id"])
+    if (r_id is not None and r_id != rows) or (h_id is not None and h_id != cols):
+        want = f"{r_id}/{h_id}" + (f" (T x {heads} heads)" if heads > 1 else "")
         raise Bad(f"{path}: {maps.name}: @rows/@cols = {rows}/{cols} disagree with case_id "
-                  f"'{prov['case_id']}'")
+                  f"'{prov['case_id']}' (expected {want})")
     tr, tc = -(-rows // tile), -(-cols // tile)
-    e = {"key": key, "prov": prov, "rows": rows, "cols": cols, "tile": tile}
+    e = {"key": key, "prov": prov, "rows": rows, "cols": cols, "tile": tile, "heads": heads}
     e["dw_ratio"] = dataset(path, maps, "dw_ratio", (cols,)).astype(np.float64)
     e["dw_bound_over_tol"] = dataset(path, maps, "dw_bound_over_tol", (cols,)).astype(np.float64)
     e["dx_tiles"] = dataset(path, maps, "dx_tiles", (tr, tc)).astype(np.float64)
@@ -445,7 +455,10 @@ def plot_dx_tiles(e):
     if low.any():
         notes.append(f"< {FLOOR:g} or 0 drawn at {FLOOR:g}")
     ax.set_xlabel(f"column j  (tile = {tile} columns; {tc} tile cols)\n" + "; ".join(notes))
-    ax.set_ylabel(f"row r  (tile = {tile} rows; {tr} tile rows)")
+    if e["heads"] > 1:  # per-head forms: one row per (token, head), token-major
+        ax.set_ylabel(f"row r = token*{e['heads']} + head  (tile = {tile} rows; {tr} tile rows)")
+    else:
+        ax.set_ylabel(f"row r  (tile = {tile} rows; {tr} tile rows)")
     mx = exact_max(t)
     a_, c_ = np.unravel_index(int(np.argmax(np.where(np.isfinite(t), t, np.inf))), t.shape)
     colour_title(ax, e, f"dx max err/tol per {tile}x{tile} tile: max {fmt(mx)} in the tile of "
