@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -247,6 +248,54 @@ TEST(Gate, SmallTablePassesOnCpuModels) {
   EXPECT_EQ(j["windows"].size(), 6u);
 }
 
+// A window's verdict covers every case the gate ran inside it, whichever
+// window listed the case: each case runs every backward variant whose window
+// covers it, and each window counts those results (e.g. the forward window
+// [1, 700]'s grid and fresh seeds are backward cases of the det and nondet
+// windows they fall into). Checked against the journal itself: per backward
+// window, the cases inside it, each with a result of its variant, and the
+// largest dw err/tol among them.
+TEST(Gate, WindowsCountTheCasesOfOtherWindowsInsideThem) {
+  const std::string dir = temp_dir("others");
+  GateOptions o = small_opts();
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult r = run_gate(o);
+  ASSERT_EQ(r.windows.size(), 6u);
+  std::map<std::string, std::map<std::string, double>> dw;  // case -> impl -> dw err/tol
+  std::ifstream in(o.journal_path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const auto& x : j["results"]) dw[j["case"].get<std::string>()][x["impl"].get<std::string>()] = x["dw"][0];
+  }
+  int64_t others = 0;
+  for (const auto& w : r.windows) {
+    others += w.others.cases;
+    if (w.route.op != kernels::Op::bwd) continue;
+    int64_t inside = 0;
+    double worst = -1;
+    for (const auto& [id, impls] : dw) {
+      const seeds::CaseId c = seeds::parse_case(id);
+      if (c.H != w.route.H || c.w != w.route.w || c.T < w.route.t_lo || c.T > w.route.t_hi) continue;
+      ++inside;
+      const auto it = impls.find(w.impl);
+      ASSERT_NE(it, impls.end()) << id << " ran without " << w.impl << ", inside " << w.route.describe();
+      worst = std::max(worst, it->second);
+    }
+    EXPECT_EQ(w.cases, inside) << w.route.describe();
+    EXPECT_EQ(w.out[3].max_ratio, worst) << w.route.describe();
+  }
+  EXPECT_GT(others, 0);  // the fwd window [1, 700] shares cases with four bwd windows
+  const WindowResult& fwd = r.windows[0];
+  ASSERT_EQ(fwd.route.op, kernels::Op::fwd);
+  EXPECT_GT(fwd.others.cases, 0);  // the bwd windows' T points that its grid lacks
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("other windows' cases"), std::string::npos);
+  EXPECT_EQ(gate_to_json(r)["windows"][0]["others"]["cases"].get<int64_t>(), fwd.others.cases);
+  std::filesystem::remove_all(dir);
+}
+
 // --plan: the same windows, T points and grid cases the gate runs, counted
 // before anything runs; the refinement bound holds what the gate then did.
 TEST(Gate, PlanCountsWhatTheGateRuns) {
@@ -265,7 +314,8 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
   for (size_t i = 0; i < p.windows.size(); ++i) {
     const PlanWindow& w = p.windows[i];
     EXPECT_EQ(w.t, r.windows[i].t_points) << w.window;
-    EXPECT_EQ(w.grid_cases, r.windows[i].cases) << w.window;
+    // Its own grid, and the other windows' grid cases inside it (no refinement here).
+    EXPECT_EQ(w.grid_cases + r.windows[i].others.cases, r.windows[i].cases) << w.window;
     double elements = 0;  // 3 families x 1 seed, plain rows of H columns
     for (int64_t t : w.t) elements += 3.0 * static_cast<double>(t) * static_cast<double>(r.windows[i].route.H);
     EXPECT_EQ(w.grid_elements, elements) << w.window;

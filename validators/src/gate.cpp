@@ -133,9 +133,18 @@ struct Win {
   std::string impl;  // bwd: the variant; fwd: "" (any backward run of the case)
   std::vector<int64_t> tpts;
   Phase grid, dense, fresh;
+  // Cases of the other windows' phases that fall inside this window (same H,
+  // w, form; T in range) and are none of its own: evidence about its variant
+  // too. Every case runs every backward variant whose window covers it
+  // (Runner::run_phase), so these count in the verdict like the window's own.
+  Phase others;
   int64_t dense_center = 0;
   std::string fresh_family;
   int64_t fresh_t = 0;
+
+  bool covers(const seeds::CaseId& c) const {
+    return c.H == route->H && c.w == route->w && c.form == route->form && c.T >= route->t_lo && c.T <= route->t_hi;
+  }
 };
 
 // The output the refinement follows: the one whose error comes from the
@@ -187,6 +196,15 @@ class Runner {
           n.impls.push_back(w.impl);
         }
       }
+    // Every backward window covering a case runs its variant on it, whichever
+    // window listed the case: a result a window did not ask for is still a
+    // result of its variant inside its window (summarize() counts it), and
+    // one oracle serves them all. Without any, a forward window's case is
+    // carried by carrier_for (when nothing journalled has it yet).
+    for (auto& n : needs)
+      for (const auto& w : wins)
+        if (!w.fwd && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
+          n.impls.push_back(w.impl);
     for (auto& n : needs)
       if (n.any && n.impls.empty() && !store_.any_ok(seeds::to_string(n.c))) n.impls.push_back(carrier_for(n.c));
     GateProgress p;
@@ -381,6 +399,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
   do_phase(w.grid, wr.grid);
   do_phase(w.dense, wr.dense);
   do_phase(w.fresh, wr.fresh);
+  do_phase(w.others, wr.others);
   wr.cases = static_cast<int64_t>(seen.size());
   if (!medians.empty()) {
     std::sort(medians.begin(), medians.end());
@@ -797,6 +816,25 @@ GateResult run_gate(const GateOptions& opt) {
   }
   runner.run_phase("fresh", wins, &Win::fresh);
 
+  // Each window's share of the other windows' cases (run above with its
+  // variant, Runner::run_phase), in window, phase and case order.
+  for (auto& w : wins) {
+    std::set<std::string> own;
+    for (const Phase* ph : {&w.grid, &w.dense, &w.fresh})
+      for (const auto& c : ph->cases) own.insert(seeds::to_string(c));
+    std::set<int64_t> ts;
+    for (const auto& o : wins) {
+      if (&o == &w) continue;
+      for (const Phase* ph : {&o.grid, &o.dense, &o.fresh})
+        for (const auto& c : ph->cases)
+          if (w.covers(c) && own.insert(seeds::to_string(c)).second) {
+            w.others.cases.push_back(c);
+            ts.insert(c.T);
+          }
+    }
+    w.others.t.assign(ts.begin(), ts.end());
+  }
+
   for (const auto& w : wins) {
     WindowResult wr;
     wr.route = *w.route;
@@ -963,9 +1001,12 @@ std::string format_gate_markdown(const GateResult& r) {
   o << "\n## Refinement and margin\n\n"
     << "The refinement follows the output of the variant's long reduction: dw (a sum over T rows) in bwd "
        "windows, rstd (a sum over H columns) in fwd windows. \"worst\" columns: that output's largest err/tol in "
-       "each step (T of the case). \"closest to 1\": the largest err/tol of every gated output, all steps.\n\n"
-    << "| window | grid T | grid worst | dense grid | dense worst | fresh seeds | fresh worst | closest to 1 |\n"
-    << "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+       "each step (T of the case). \"other windows' cases\": cases the other gated windows ran inside this "
+       "window (same H, w, form), run with this window's variant too and counted in its verdict. \"closest to "
+       "1\": the largest err/tol of every gated output, all steps.\n\n"
+    << "| window | grid T | grid worst | dense grid | dense worst | fresh seeds | fresh worst | other windows' cases "
+       "| closest to 1 |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& w : r.windows) {
     auto worst_cell = [](const PhaseSummary& p) {
       if (p.worst_case.empty()) return std::string("-");
@@ -990,7 +1031,8 @@ std::string format_gate_markdown(const GateResult& r) {
     if (!w.fresh.seeds.empty()) fresh = w.fresh.seeds + " at T=" + std::to_string(w.fresh_t);
     o << "| " << w.route.window() << " | " << t_list(w.t_points) << " | " << worst_cell(w.grid) << " | " << dense
       << " | " << worst_cell(w.dense) << " | " << fresh << " | " << worst_cell(w.fresh) << " | "
-      << (w.worst_case.empty() ? std::string("-") : w.worst_output + " " + ratio_cell(w.worst) + ": " + headroom(w.worst))
+      << (w.others.cases == 0 ? std::string("-") : std::to_string(w.others.cases) + ": " + worst_cell(w.others))
+      << " | " << (w.worst_case.empty() ? std::string("-") : w.worst_output + " " + ratio_cell(w.worst) + ": " + headroom(w.worst))
       << " |\n";
   }
 
@@ -1107,6 +1149,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["dense"]["center"] = w.dense_center;
     x["fresh"] = phase(w.fresh);
     x["fresh"]["family"] = w.fresh_family;
+    x["others"] = phase(w.others);
     x["families"] = nlohmann::json::array();
     for (const auto& f : w.families)
       x["families"].push_back({{"family", f.family}, {"cases", f.cases}, {"failed", f.failed}});

@@ -197,6 +197,11 @@ struct WindowResult {
   };
   std::vector<FamilyCount> families;
   PhaseSummary grid, dense, fresh;
+  /// Cases of other windows' phases inside this window (same H, w, form, T in
+  /// range; none of its own), run with this window's variant too and counted
+  /// in its verdict (e.g. a forward window's fresh seeds, for the backward
+  /// window over the same T). `seeds` is "" (theirs vary).
+  PhaseSummary others;
   int64_t dense_center = 0;        ///< T the dense grid is centred on (0: no dense grid)
   std::string fresh_family;        ///< family of the fresh-seed re-run ("" when none)
   int64_t fresh_t = 0;             ///< T of the fresh-seed re-run
