@@ -204,9 +204,10 @@ void add_export(CLI::App& app, Commands& cmds) {
       std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
       const auto entries = validators::export_maps(items, eo);
       for (size_t i = 0; i < entries.size(); ++i)
-        std::printf("  %04zu %-12s %-20s dw %.3g dx %.3g  %s\n", i, entries[i].prov.verdict.c_str(),
+        std::printf("  %04zu %-12s %-20s dw %.3g dx %.3g  %s%s\n", i, entries[i].prov.verdict.c_str(),
                     entries[i].prov.impl.c_str(), entries[i].max_ratio[3], entries[i].max_ratio[2],
-                    entries[i].prov.case_id.c_str());
+                    entries[i].prov.case_id.c_str(),
+                    entries[i].prov.window.empty() ? "" : ("  [window " + entries[i].prov.window + "]").c_str());
       validators::write_maps_file(o->out, o->report, entries);
       std::printf("wrote    %s\n", o->out.c_str());
       return 0;

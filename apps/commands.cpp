@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +131,24 @@ std::vector<int64_t> parse_int_list(const std::string& what, const std::string& 
   return out;
 }
 
+// The closing line of a `check` that did not pass (exit 1): who did not
+// pass, and whether only the negative controls did. Nothing when all passed.
+void print_exit_note(const std::vector<std::string>& not_passed) {
+  if (not_passed.empty()) return;
+  std::string bad, ctl;
+  for (const auto& impl : not_passed) {
+    bool control = false;  // a registry variant marked control ("fp32-baseline" is not in the registry)
+    for (const auto& v : kernels::variants()) control = control || (v.name == impl && v.control);
+    std::string& list = control ? ctl : bad;
+    list += (list.empty() ? "" : ", ") + impl;
+  }
+  if (bad.empty())
+    std::printf("note     exit 1 only because of the negative controls (%s), which are built to fail; "
+                "every other implementation passes\n", ctl.c_str());
+  else
+    std::printf("note     not passed: %s%s\n", bad.c_str(), ctl.empty() ? "" : (" (and the controls " + ctl + ")").c_str());
+}
+
 void add_check(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("check", "Run cases through implementations and validate every element "
                                           "against the FP64 oracle");
@@ -185,21 +204,10 @@ void add_check(CLI::App& app, Commands& cmds) {
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
-        if (!rep.pass()) {  // one closing line: who failed, and whether only the negative controls did
-          std::string bad, ctl;
-          for (const auto& ir : rep.impls) {
-            if (ir.result.verdict() == validators::Verdict::pass) continue;
-            bool control = false;  // a registry variant marked control ("fp32-baseline" is not in the registry)
-            for (const auto& v : kernels::variants()) control = control || (v.name == ir.impl && v.control);
-            std::string& list = control ? ctl : bad;
-            list += (list.empty() ? "" : ", ") + ir.impl;
-          }
-          if (bad.empty())
-            std::printf("note     exit 1 only because of the negative controls (%s), which are built to fail; "
-                        "every other implementation passes\n", ctl.c_str());
-          else
-            std::printf("note     not passed: %s%s\n", bad.c_str(), ctl.empty() ? "" : (" (and the controls " + ctl + ")").c_str());
-        }
+        std::vector<std::string> not_passed;
+        for (const auto& ir : rep.impls)
+          if (ir.result.verdict() != validators::Verdict::pass) not_passed.push_back(ir.impl);
+        print_exit_note(not_passed);
         return rep.pass() ? 0 : 1;
       }
       if (o->seeds.empty() || o->H.empty() || o->T.empty())
@@ -248,10 +256,13 @@ void add_check(CLI::App& app, Commands& cmds) {
                                      " implementations; backend " + where + "; normgate " + NORMGATE_VERSION + " (" +
                                      NORMGATE_GIT_COMMIT + ").\n\n" + table);
       }
-      bool ok = true;
+      std::vector<std::string> not_passed;
       for (const auto& a : aggs)
-        if (a.failed || a.inconclusive) ok = false;
-      return ok ? 0 : 1;
+        if ((a.failed || a.inconclusive) &&
+            std::find(not_passed.begin(), not_passed.end(), a.impl) == not_passed.end())
+          not_passed.push_back(a.impl);
+      print_exit_note(not_passed);
+      return not_passed.empty() ? 0 : 1;
     };
   });
 }

@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
+  } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());
     return 2;
   }
   try {

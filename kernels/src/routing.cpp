@@ -573,6 +573,17 @@ Decision Dispatcher::inspect(const CallKey& k) const {
   return d;
 }
 
+namespace {
+// The gate's --windows filter that selects exactly route r's window.
+std::string window_filter(const Route& r) {
+  std::string f = std::string("op=") + (r.op == Op::fwd ? "fwd" : "bwd");
+  if (r.op == Op::bwd) f += std::string(",mode=") + (r.mode == Mode::det ? "det" : "nondet");
+  f += ",H=" + std::to_string(r.H) + ",w=" + (r.w == WDtype::bf16 ? "bf16" : "fp32") + ",form=" +
+       std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
+  return f;
+}
+}  // namespace
+
 Decision Dispatcher::pick(const CallKey& k) const {
   Decision d = inspect(k);
   if (!d.route)
@@ -582,8 +593,9 @@ Decision Dispatcher::pick(const CallKey& k) const {
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
                               ") has no current approval in " + approvals_.path + ": " +
                               std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
-                              ". Gate it (normgate gate " + table_.path +
-                              " --approve), or override: `normgate routes --allow-unapproved` on the CLI, "
+                              ". Gate this window (normgate gate " + table_.path + " --windows '" +
+                              window_filter(*d.route) +
+                              "' --approve), or override: `normgate routes --allow-unapproved` on the CLI, "
                               "DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;

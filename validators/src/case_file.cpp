@@ -392,6 +392,11 @@ std::string inspect_file(const std::string& path) {
     for (const auto& e : es) {
       o << "- window " << (e.prov.window.empty() ? "-" : e.prov.window) << "\n";
       line(e.prov, e.maps);
+      // A forward window's case is carried by a backward run (carrier_for):
+      // the window gates y and rstd; dx and dw are that backward's.
+      if (e.prov.window.rfind("fwd ", 0) == 0 && e.prov.impl != e.prov.fwd)
+        o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "; dx, dw and the verdict are "
+          << e.prov.impl << "'s, the backward run that carried the case)\n";
     }
   } else {
     throw std::runtime_error(path + ": unknown schema '" + schema + "'");
