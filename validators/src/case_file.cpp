@@ -11,6 +11,7 @@
 
 #include "h5.h"
 #include "normgate/core/bf16.h"
+#include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/budget.h"
 
@@ -380,6 +381,19 @@ std::string inspect_file(const std::string& path) {
       << " on "
       << p.backend << (p.gpu.empty() ? "" : " (" + p.gpu + ")") << ", oracle " << p.oracle << ", verdict " << p.verdict
       << "\n" << buf;
+    // Recorded sources that are not this build's: the numbers describe older
+    // (or newer) code of the variant; replay re-runs this build's.
+    std::string stale;
+    auto check = [&stale](const std::string& name, const std::string& rec) {
+      if (name.empty() || rec.empty()) return;
+      for (const auto& v : kernels::variants())
+        if (v.name == name && std::string(v.source_sha256) != rec)
+          stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
+                   std::string(v.source_sha256).substr(0, 12);
+    };
+    check(p.impl, p.impl_sha256);
+    if (p.fwd != p.impl) check(p.fwd, p.fwd_sha256);
+    if (!stale.empty()) o << "  note: the sources changed since this was recorded (" << stale << ")\n";
   };
   if (schema == kCaseSchema) {
     const SavedCase c = read_case_file(path);
