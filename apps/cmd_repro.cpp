@@ -249,6 +249,14 @@ void add_plot(CLI::App& app, Commands& cmds) {
   sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      // The script reads only the maps: check the whole file first, as inspect
+      // does (every dataset's Fletcher-32 checksum, a case's inputs digest), so
+      // a corrupted file is refused (exit 2, file and dataset named), not drawn.
+      try {
+        (void)validators::inspect_file(o->file);
+      } catch (const std::runtime_error& e) {  // a bad file is bad input (exit 2), as in inspect
+        throw std::invalid_argument(e.what());
+      }
       const char* script_env = std::getenv("NORMGATE_PLOT_SCRIPT");
       const std::string script = script_env ? script_env : std::string(NORMGATE_SOURCE_DIR) + "/scripts/plot_maps.py";
       // $PYTHON, else the first of python3 and /usr/bin/python3 (Debian's
