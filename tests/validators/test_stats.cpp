@@ -319,6 +319,54 @@ TEST(RatioStats, AddRowEqualsAddElementByElement) {
   }
 }
 
+// add_row skips the forced and bound divisions of a block that cannot raise
+// max_forced or max_bound_ratio: long rows (many blocks) whose forced and bound
+// ratios creep upward, repeat the running maximum exactly, sit just above or
+// below it (a few ulps), or start from maxima at the edges of that shortcut
+// (0, subnormal, 2^-1000, huge), must still match add() bit for bit.
+TEST(RatioStats, AddRowEqualsAddWhenMaximaSettle) {
+  using normgate::validators::testing::expect_same;
+  normgate::test::Xorshift64 next(5);
+  auto uni = [&] { return next.uniform(); };
+  const double seed_ratio[] = {0.0, 5e-324, 0x1p-1000, 0x1.0000000000001p-1000, 1e-300, 0.3, 1e300, 0x1p1020};
+  for (Output o : {Output::y, Output::dx}) {
+    const auto bu = budget(o);
+    for (int rep = 0; rep < 16; ++rep) {
+      const int64_t n = 2000 + static_cast<int64_t>(next() % 1500);
+      std::vector<double> got(n), ref(n), bound(n), ideal(n);
+      double top = 0.0;  // the largest forced ratio so far, as add() computes it
+      for (int64_t j = 0; j < n; ++j) {
+        ref[j] = (uni() - 0.5) * std::ldexp(1.0, static_cast<int>(next() % 30) - 15);
+        const double tol = bu.atol + bu.rtol * std::fabs(ref[j]);
+        got[j] = ref[j] + (uni() - 0.5) * 3 * tol;
+        const double creep = 0.1 + 0.4 * static_cast<double>(j) / static_cast<double>(n);
+        ideal[j] = ref[j] + uni() * creep * tol;
+        bound[j] = uni() * creep * 1e-9 * tol;
+        const uint64_t kind = next() % 16;
+        if (kind == 0) ideal[j] = ref[j] + top * tol;  // near or at the running maximum
+        if (kind == 1) ideal[j] = ref[j] + std::nextafter(top, INFINITY) * tol;
+        if (kind == 2) ideal[j] = ref[j];
+        if (kind == 3) bound[j] = 0.0;
+        const double f = std::fabs(ideal[j] - ref[j]);
+        if (f != 0.0) top = std::max(top, f / tol);
+      }
+      const double s = seed_ratio[rep % 8];
+      RatioStats a(o), b(o);
+      // A first element (index 0) that sets both maxima to about s.
+      const double t0 = bu.atol;
+      a.add(0, 0.0, 0.0, s * t0, s * t0);
+      b.add(0, 0.0, 0.0, s * t0, s * t0);
+      for (int64_t j = 0; j < n; ++j) a.add(1 + j, got[j], ref[j], bound[j], ideal[j]);
+      for (int64_t j0 = 0; j0 < n; j0 += 256) {
+        const int64_t m = std::min<int64_t>(256, n - j0);
+        b.add_row(1 + j0, got.data() + j0, ref.data() + j0, bound.data() + j0, ideal.data() + j0, m);
+      }
+      SCOPED_TRACE(std::string(to_string(o)) + " rep " + std::to_string(rep));
+      expect_same(a, b);
+    }
+  }
+}
+
 // add_bf16_exact_row must give bit for bit what add() gives element by
 // element on widened BF16 values: rows mostly equal to the expected bits, with
 // mismatches, NaNs (several payloads), +-0, +-Inf, rows added out of index

@@ -101,7 +101,8 @@ const FastBins& fast_bins() {
 // add() as well, which is always exact (the test need only be sufficient).
 // Ratios of finite values over tol > 0 are >= 0, not NaN. fast_element (one
 // element) and scan_block (four at a time) perform the same IEEE operations,
-// so they agree on every element.
+// so they agree on every element (scan_block's first pass skips fr and br only
+// where their test provably passes, see quiet_factor).
 constexpr double kUp = 1 + 0x1p-50, kDn = 1 - 0x1p-50;  // as certified() (budget.h)
 constexpr int64_t kBlock = 256;                         // elements per scan_block call
 
@@ -145,13 +146,13 @@ typedef uint64_t v4u __attribute__((vector_size(32)));
 
 struct BlockScan {
   int64_t fast = 0, over = 0, over_certified = 0;
-  double max_forced = 0, max_bound_ratio = 0;  // over the fast elements (0 when none)
+  double max_forced = 0, max_bound_ratio = 0;  // over the fast elements (0 when none; see scan_block)
   double max_r = -1;                           // over the fast elements (-1 when none)
   bool special = false;  // some element is not fast, or fast and not certified
 };
 
 struct ScanAcc {
-  v4l fast{}, over{}, overc{}, special{};
+  v4l fast{}, over{}, overc{}, special{}, loud{};
   v4d mf{}, mb{}, mr{-1, -1, -1, -1};
 };
 
@@ -160,22 +161,54 @@ struct BinConsts {
   int64_t slice0, zero_slice;
 };
 
+// The forced and bound ratios fr = ferr/tol and br = |bound|/tol enter the
+// summary only through their maxima and scan_block's fast test; two of its
+// three divisions go once those maxima stop moving. With M = max_forced so far
+// and q = fl(fl(M*kDn)*tol) >= 2^-1000 (normal, so each product is within a
+// factor 1 + 2^-53 of exact), ferr <= q means ferr/tol <= M*(1 - 2^-50)*(1 +
+// 2^-53)^2 < M exactly, so the rounded division gives fr <= M (monotone): fr
+// cannot raise the maximum. tol >= atol in IEEE arithmetic too, so
+// fl(fl(M*kDn)*atol) >= 2^-1000 makes every lane's q normal; otherwise the
+// factor is 0 and only ferr == 0 (fr = 0) passes. Likewise br with
+// max_bound_ratio. With r, M and its bound twin below 2^1020 as well, r + fr +
+// br is finite, so the fast test holds without fr and br.
+constexpr double kTiny = 0x1p-1000, kBig = 0x1p1020;
+
+inline double quiet_factor(double m, double atol) {
+  const double f = m * kDn;
+  return m >= kTiny && m < kBig && f * atol >= kTiny ? f : 0.0;
+}
+
 inline v4d vabs(v4d a) { return reinterpret_cast<v4d>(reinterpret_cast<v4l>(a) & 0x7FFFFFFFFFFFFFFFll); }
 
 // fast_element on four lanes; lanes where `valid` is 0 count nowhere. rb gets
 // r for fast lanes, -1 for the others; sb FastBins::slice(r) for fast lanes,
-// -1 for the others.
+// -1 for the others. Without kRatios fr and br are not computed (see
+// quiet_factor; qf, qb its factors): a lane that could be fast and might raise
+// a maximum, or fail the fast test only through r + fr + br, marks a.loud, and
+// the block is then scanned again with kRatios.
+template <bool kRatios>
 __attribute__((always_inline)) inline void scan4(v4d G, v4d R, v4d B, v4d I, v4l valid, double atol, double rtol,
-                                                 const BinConsts& bc, double* rb, int64_t* sb, ScanAcc& a) {
+                                                 double qf, double qb, const BinConsts& bc, double* rb, int64_t* sb,
+                                                 ScanAcc& a) {
   const v4d zero = {0, 0, 0, 0};
   const v4d tol = atol + rtol * vabs(R);
   const v4d err = vabs(G - R);
   const v4d r = err == 0.0 ? zero : err / tol;
   const v4d ferr = vabs(I - R);
-  const v4d fr = ferr == 0.0 ? zero : ferr / tol;
   const v4d ab = vabs(B);
-  const v4d br = B == 0.0 ? zero : ab / tol;
-  const v4l fast = valid & (vabs(G) + vabs(R) + vabs(I) + ab <= kMax) & (tol > 0.0) & (r + fr + br < kInf);
+  const v4l finite = valid & (vabs(G) + vabs(R) + vabs(I) + ab <= kMax) & (tol > 0.0);
+  v4l fast;
+  if constexpr (kRatios) {
+    const v4d fr = ferr == 0.0 ? zero : ferr / tol;
+    const v4d br = B == 0.0 ? zero : ab / tol;
+    fast = finite & (r + fr + br < kInf);
+    a.mf = (fast & (fr > a.mf)) != 0 ? fr : a.mf;
+    a.mb = (fast & (br > a.mb)) != 0 ? br : a.mb;
+  } else {
+    fast = finite;
+    a.loud |= finite & ~((r < kBig) & (ferr <= qf * tol) & (ab <= qb * tol));
+  }
   const v4d m = (1 + rtol) * ab;
   const v4l cert_nz = r <= 1.0 ? ((err + m) * kUp <= tol * kDn) : (err * kDn > (tol + m) * kUp);
   const v4l cert = B != 0.0 ? cert_nz : ~v4l{};
@@ -184,8 +217,6 @@ __attribute__((always_inline)) inline void scan4(v4d G, v4d R, v4d B, v4d I, v4l
   a.over -= over;
   a.overc -= over & cert;
   a.special |= (valid & ~fast) | (fast & ~cert);
-  a.mf = (fast & (fr > a.mf)) != 0 ? fr : a.mf;
-  a.mb = (fast & (br > a.mb)) != 0 ? br : a.mb;
   const v4d rr = fast != 0 ? r : v4d{-1, -1, -1, -1};
   a.mr = rr > a.mr ? rr : a.mr;
   std::memcpy(rb, &rr, sizeof rr);
@@ -197,13 +228,12 @@ __attribute__((always_inline)) inline void scan4(v4d G, v4d R, v4d B, v4d I, v4l
   std::memcpy(sb, &s, sizeof s);
 }
 
-// fast_element over n <= kBlock elements: counts and maxima of the fast ones
-// into out; each element's r and slice into rb and sb (-1 for an element that
-// is not fast).
-NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* bd, const double* id, int64_t n,
-                              double atol, double rtol, const BinConsts& bc, double* rb, int64_t* sb,
-                              BlockScan& out) {
-  ScanAcc a;
+// scan4 over n <= kBlock elements, four at a time, into a.
+template <bool kRatios>
+__attribute__((always_inline)) inline void scan_pass(const double* g, const double* rf, const double* bd,
+                                                     const double* id, int64_t n, double atol, double rtol, double qf,
+                                                     double qb, const BinConsts& bc, double* rb, int64_t* sb,
+                                                     ScanAcc& a) {
   const v4l all = ~v4l{};
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -212,7 +242,7 @@ NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* b
     std::memcpy(&R, rf + j, sizeof R);
     std::memcpy(&B, bd + j, sizeof B);
     std::memcpy(&I, id + j, sizeof I);
-    scan4(G, R, B, I, all, atol, rtol, bc, rb + j, sb + j, a);
+    scan4<kRatios>(G, R, B, I, all, atol, rtol, qf, qb, bc, rb + j, sb + j, a);
   }
   if (j < n) {
     v4d G{}, R{}, B{}, I{};
@@ -226,11 +256,29 @@ NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* b
       I[l] = id[j + l];
       valid[l] = -1;
     }
-    scan4(G, R, B, I, valid, atol, rtol, bc, rt, st, a);
+    scan4<kRatios>(G, R, B, I, valid, atol, rtol, qf, qb, bc, rt, st, a);
     for (int64_t l = 0; j + l < n; ++l) {
       rb[j + l] = rt[l];
       sb[j + l] = st[l];
     }
+  }
+}
+
+// fast_element over n <= kBlock elements: counts and maxima of the fast ones
+// into out; each element's r and slice into rb and sb (-1 for an element that
+// is not fast). max_forced and max_bound_ratio are the summary's so far: out's
+// maxima are over the fast elements when the block can raise them, else 0.
+NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* bd, const double* id, int64_t n,
+                              double atol, double rtol, double max_forced, double max_bound_ratio,
+                              const BinConsts& bc, double* rb, int64_t* sb, BlockScan& out) {
+  ScanAcc a;
+  scan_pass<false>(g, rf, bd, id, n, atol, rtol, quiet_factor(max_forced, atol), quiet_factor(max_bound_ratio, atol),
+                   bc, rb, sb, a);
+  bool loud = false;
+  for (int l = 0; l < 4; ++l) loud = loud || a.loud[l] != 0;
+  if (loud) {  // rare once the maxima settle: a new maximum, or a huge ratio
+    a = ScanAcc{};
+    scan_pass<true>(g, rf, bd, id, n, atol, rtol, 0, 0, bc, rb, sb, a);
   }
   out = BlockScan{};
   for (int l = 0; l < 4; ++l) {
@@ -397,7 +445,7 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     // Counts and maxima of the fast elements, four at a time; their ratios
     // and histogram slices in rb and sb (-1: not fast).
     BlockScan sc;
-    scan_block(g, rf, bd, id, nb, atol, rtol, bc, rb, sb, sc);
+    scan_block(g, rf, bd, id, nb, atol, rtol, max_forced, max_bound_ratio, bc, rb, sb, sc);
     n += sc.fast;
     over += sc.over;
     over_certified += sc.over_certified;
