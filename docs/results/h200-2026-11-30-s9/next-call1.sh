@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED (end of session 9): the backward changes first (wip/bwd-rstd; next-s10-call1.sh),
+# then every campaign restarts on the new kernels; this script was for the old ones.
 # Written at the end of session 9, for the next session's first call
 # (nvidia-h200-x2; carry ["build/dev"] after scripts/build && scripts/stage_carry):
 #   1. issue 6's audit on the first finished campaign (the res slice,
