@@ -373,9 +373,10 @@ std::string inspect_file(const std::string& path) {
     for (float v : m.y_tiles) my = std::max(my, static_cast<double>(v));
     for (float v : m.dx_tiles) mx = std::max(mx, static_cast<double>(v));
     char buf[256];
-    std::snprintf(buf, sizeof buf, "  max err/tol: y %.4g  rstd %.4g  dx %.4g  dw %.4g   (tiles %lldx%lld of %lld%s)\n", my,
-                  mr, mx, mdw, static_cast<long long>(m.tile_rows), static_cast<long long>(m.tile_cols),
-                  static_cast<long long>(m.tile), m.dx_full.empty() ? "" : ", full dx map");
+    std::snprintf(buf, sizeof buf, "  max err/tol: y %.4g  rstd %.4g  dx %.4g  dw %.4g   (%lldx%lld tiles of %lldx%lld%s)\n",
+                  my, mr, mx, mdw, static_cast<long long>(m.tile_rows), static_cast<long long>(m.tile_cols),
+                  static_cast<long long>(m.tile), static_cast<long long>(m.tile),
+                  m.dx_full.empty() ? "" : ", full dx map");
     o << "  case " << p.case_id << "\n  impl " << p.impl << " (sha256 " << p.impl_sha256.substr(0, 12) << ")"
       << (p.fwd.empty() || p.fwd == p.impl ? "" : ", forward " + p.fwd + " (sha256 " + p.fwd_sha256.substr(0, 12) + ")")
       << " on "

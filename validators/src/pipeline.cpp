@@ -477,7 +477,8 @@ std::string format_report(const CheckReport& rep) {
                     static_cast<long long>(s.uncertified));
       o << line;
     }
-    if (std::isnan(r.dw_vs_fp32_worst) && std::isnan(r.dw_vs_fp32_median))
+    // No column where the baseline has an error: the worst quotient is 0/0 (1 by convention) or absent.
+    if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
       o << "dw vs FP32 baseline: - (no column where the FP32 baseline has an error: T = 0, or exact sums)\n";
     else
       o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
