@@ -170,16 +170,18 @@ def make_impls(torch, names, eps, errors, device="cuda"):
         import normgate
 
         def fwd(inp):
+            x0 = inp["h"] if inp["form"] == "res" else inp["x"]
+            msq = torch.empty((x0.numel() // x0.shape[-1],), dtype=torch.float64, device=x0.device)
             if inp["form"] == "res":
-                y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], inp["w"], eps, residual=inp["u"])
-                return {"y": y, "rstd": rstd, "h_new": h_new}, (h_new, rstd)
-            y, rstd = normgate.rmsnorm_train_forward(inp["x"], inp["w"], eps)
-            return {"y": y, "rstd": rstd}, (inp["x"], rstd)
+                y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], inp["w"], eps, residual=inp["u"], msq=msq)
+                return {"y": y, "rstd": rstd, "h_new": h_new}, (h_new, rstd, msq)
+            y, rstd = normgate.rmsnorm_train_forward(inp["x"], inp["w"], eps, msq=msq)
+            return {"y": y, "rstd": rstd}, (inp["x"], rstd, msq)
 
         def bwd(inp, saved):
-            xs, rstd = saved
+            xs, rstd, msq = saved
             dx, dw = normgate.rmsnorm_train_backward(inp["dy"], xs, inp["w"], rstd, dh_new=inp.get("dh_new"),
-                                                     deterministic=deterministic)
+                                                     deterministic=deterministic, msq=msq)
             return {"dx": dx, "dw": dw}
 
         return fwd, bwd

@@ -165,6 +165,7 @@ int ng_fwd(const ng_fwd_args* a, void* stream) {
     f.u_stride = a->u_stride;
     f.h_new = static_cast<uint16_t*>(a->h_new);
     f.h_new_stride = a->h_new_stride;
+    f.msq = static_cast<double*>(a->msq);
     nk::rmsnorm_fwd(v, f, static_cast<nk::Stream>(stream));
   });
 }
@@ -194,6 +195,7 @@ int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream) {
     b.dx_stride_h = a->dx_stride_h;
     b.dh_new = u16(a->dh_new);
     b.dh_new_stride = a->dh_new_stride;
+    b.msq = static_cast<const double*>(a->msq);
     nk::rmsnorm_bwd(v, b, static_cast<nk::Stream>(stream), nk::ControlUse::refuse);
   });
 }

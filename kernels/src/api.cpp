@@ -85,6 +85,13 @@ Span check_f32(const Variant& v, const char* fn, const char* name, const void* p
   return {name, p, n * 4};
 }
 
+Span check_f64(const Variant& v, const char* fn, const char* name, const void* p, int64_t n) {
+  if (n == 0) return {name, p, 0};
+  if (p == nullptr) bad(v, fn, std::string(name) + " is null (" + std::to_string(n) + " binary64 values expected)");
+  if (addr(p) % 8 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 8-byte aligned (binary64)");
+  return {name, p, n * 8};
+}
+
 void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
   if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported");
 
@@ -167,6 +174,11 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   }
   check_disjoint(v, fn, y, {x, w, r});
   check_disjoint(v, fn, r, {x, w});
+  if (a.msq != nullptr) {  // optional
+    const Span m = check_f64(v, fn, "msq", a.msq, a.T * a.heads);
+    check_disjoint(v, fn, m, {x, w, y, r});
+    if (a.form == Form::res) check_disjoint(v, fn, m, {check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true)});
+  }
 }
 
 void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
@@ -203,6 +215,10 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   check_disjoint(v, fn, dx, {dy, x, w, r, dw, ws});
   check_disjoint(v, fn, dw, {dy, x, w, r, ws});
   check_disjoint(v, fn, ws, {dy, x, w, r});
+  if (a.msq != nullptr) {  // optional input
+    const Span m = check_f64(v, fn, "msq", a.msq, a.T * a.heads);
+    check_disjoint(v, fn, m, {dx, dw, ws});
+  }
 }
 
 bool fwd_vector_path(const FwdArgs& a) {

@@ -11,8 +11,9 @@
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
-//      barrier completes it adds dy*(x*rstd) to each owned column's Acc64
-//      (accum.h add_triple: one FP64 fma of an exact product),
+//      barrier completes it adds dy*(x*rstd') to each owned column's Acc64
+//      (accum.h add_triple: one FP64 fma), rstd' = rstd refined in binary64
+//      against the forward's msq when given (rstd.h rstd_refined), else rstd,
 //   3. writes dx = BF16_rn(rstd * fma(-xhat, c, g)), c = sum * FP32_rn(1/H)
 //      (a product, not a division: keeps the division's slow-path call, and
 //      the registers it pins, out of the row loop).
@@ -24,6 +25,7 @@
 
 #include "device_blocks.cuh"
 #include "normgate/kernels/rmsnorm.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels::dev {
 
@@ -142,6 +144,10 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
+    // The forward's m of this row (0 when none: rstd_refined keeps rs), read
+    // here rather than carried in the row double buffer (2 more registers
+    // per buffered row spilled at 64): consecutive rows share its cache lines.
+    const double rs_dw = rstd_refined(a.msq != nullptr ? __ldg(a.msq + r) : 0.0, rs);
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
@@ -163,7 +169,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       for (int k = 0; k < kSlots; ++k)
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          acc[k][e].add_triple(group_at(cur.dy[k], e), group_at(cur.x[k], e), rs);
+          acc[k][e].add_triple(group_at(cur.dy[k], e), group_at(cur.x[k], e), rs_dw);
     };
     float sum;
     if constexpr (kCtas == 1) {
@@ -254,7 +260,8 @@ inline cudaError_t enqueue_chunk_pass(const BwdArgs& a, bool vec, const Sink& si
                                  static_cast<int>(a.H),
                                  n,
                                  vec,
-                                 {reinterpret_cast<const __nv_bfloat16*>(a.dh_new), a.dh_new_stride}};
+                                 {reinterpret_cast<const __nv_bfloat16*>(a.dh_new), a.dh_new_stride},
+                                 a.msq};
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), so one slot and one CTA
       if (geo.slots != 1 || geo.team > kMaxCtaTeam) return cudaErrorInvalidConfiguration;

@@ -353,6 +353,7 @@ struct BwdRows {
   int64_t num_chunks;
   bool vec;
   Rows<const __nv_bfloat16> add{nullptr, 0};  ///< form res: dh_new, added to dx (p == nullptr: none)
+  const double* msq = nullptr;  ///< optional [T]: the forward's m per row (dw: rstd.h rstd_refined)
 };
 
 /// Grid-stride loop helper: [begin, n) with step gridDim*blockDim, 64-bit.

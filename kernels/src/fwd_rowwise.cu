@@ -48,6 +48,7 @@ struct FwdRows {
   double inv_h = 0;  ///< 1.0 / H, correctly rounded
   double eps64 = 0;  ///< eps as binary64 (exact)
   bool rstd_warp = true;  ///< pipeline.h fwd_rstd_warp: the team's first warp alone collects and computes rstd
+  double* msq = nullptr;  ///< optional [T]: each row's m (FwdArgs::msq)
 };
 
 /// The row's rstd for every thread of its team from this thread's share ss of
@@ -58,15 +59,24 @@ struct FwdRows {
 /// bits: the same sums in the same order). Contains __syncthreads for teams
 /// of more than one warp: every thread of the CTA must call it. red and rs_sh
 /// must not be rewritten before every thread has passed one more barrier.
+/// Row r's m = fma(ss, 1/H, eps) (when a.msq is given and r >= 0) is written
+/// by the team's thread 0 (first_warp's lane 0), which holds the team total,
+/// before the rstd is computed (so m is not kept live through it: at the
+/// simple kernels' 32 registers that spilled).
 template <class WT, bool kHeads>
 __device__ __forceinline__ float team_rstd(double ss, double* red, float* rs_sh, int team, int ti, int first_warp,
-                                           const FwdRows<WT, kHeads>& a) {
+                                           const FwdRows<WT, kHeads>& a, int64_t r) {
+  auto finish = [&](double tot) {
+    if (a.msq != nullptr && r >= 0 && static_cast<int>(threadIdx.x) == first_warp * 32)
+      a.msq[r] = dfma_rn(tot, a.inv_h, a.eps64);  // row_rstd_fp64's m, bit for bit
+    return row_rstd_fp64(tot, a.inv_h, a.eps64);
+  };
   const double w_tot = team_sum_publish(ss, red);
-  if (team <= 32) return row_rstd_fp64(w_tot, a.inv_h, a.eps64);
+  if (team <= 32) return finish(w_tot);
   __syncthreads();
-  if (!a.rstd_warp) return row_rstd_fp64(team_sum_collect(red, team, first_warp), a.inv_h, a.eps64);
+  if (!a.rstd_warp) return finish(team_sum_collect(red, team, first_warp));
   if (static_cast<int>(threadIdx.x >> 5) == first_warp) {  // warp-uniform
-    const float rs = row_rstd_fp64(team_sum_collect(red, team, first_warp), a.inv_h, a.eps64);
+    const float rs = finish(team_sum_collect(red, team, first_warp));
     if ((threadIdx.x & 31u) == 0u) rs_sh[ti] = rs;
   }
   __syncthreads();
@@ -186,7 +196,7 @@ __global__ void __launch_bounds__(kMaxTeam)
         if (r < end) store_group_bits(a.h_new.row(r), col0[k], a.H, a.vec, cur[k]);
       }
     }
-    const float rs = team_rstd(sum_squares(cur), red[buf], rs_sh[buf], team, ti, first_warp, a);
+    const float rs = team_rstd(sum_squares(cur), red[buf], rs_sh[buf], team, ti, first_warp, a, r < end ? r : -1);
     buf ^= 1;
     if (r < end) {
       if (t == 0) a.rstd[r] = rs;
@@ -247,7 +257,7 @@ __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? 4 
       if (live) store_group_bits(a.h_new.row(r), col0[k], a.H, true, cur[k]);
     }
   }
-  const float rs = team_rstd(sum_squares(cur), red, rs_sh, team, ti, ti * (team >> 5), a);
+  const float rs = team_rstd(sum_squares(cur), red, rs_sh, team, ti, ti * (team >> 5), a, live ? r : int64_t{-1});
   if (!live) return;
   if (t == 0) a.rstd[r] = rs;
   __nv_bfloat16* yr = a.y.row(r);
@@ -334,6 +344,7 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s) {
       f.inv_h = 1.0 / static_cast<double>(a.H);  // rstd.h, as the CPU model
       f.eps64 = static_cast<double>(a.eps);
       f.rstd_warp = knobs.fwd_rstd_warp;
+      f.msq = a.msq;
       return f;
     };
     if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot

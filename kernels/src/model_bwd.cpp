@@ -15,6 +15,7 @@
 #include "normgate/core/hd.h"
 #include "normgate/kernels/accum.h"
 #include "normgate/kernels/models.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels {
 
@@ -23,6 +24,7 @@ namespace {
 struct Inputs {
   RowView<uint16_t> x, dy, add;  // add: dx addend (res: dh_new), p == nullptr when none
   const std::vector<float>* rstd;
+  const std::vector<double>* msq;  // null: none
   std::vector<float> w;  // FP32 [H]
   int64_t R, H;
   int threads;
@@ -48,6 +50,7 @@ std::vector<double> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
         const uint16_t* xr = in.x.row(r);
         const uint16_t* dyr = in.dy.row(r);
         const float rs = (*in.rstd)[static_cast<size_t>(r)];
+        const double rs_dw = rstd_refined(in.msq ? (*in.msq)[static_cast<size_t>(r)] : 0.0, rs);  // as the kernel
         for (int t = 0; t < geo.team; ++t) {
           float p = 0.0f;
           for (int k = 0; k < geo.slots; ++k) {
@@ -70,7 +73,7 @@ std::vector<double> chunk_pass(const Inputs& in, std::vector<uint16_t>& dx) {
           const float g = mul_rn(dyf, in.w[static_cast<size_t>(j)]);
           const float d = mul_rn(rs, fma_rn(-xhat, cr, g));
           dxr[j] = in.add.p != nullptr ? bf16_sum_rn(d, bf16_to_float(in.add.row(r)[j])) : bf16_from_float(d);
-          acc[static_cast<size_t>(j)].add_triple(dyf, xf, rs);
+          acc[static_cast<size_t>(j)].add_triple(dyf, xf, rs_dw);
         }
       }
       double* out = partials.data() + c * H;
@@ -139,7 +142,8 @@ std::vector<float> column_sum_fp32(const Inputs& in) {
 }  // namespace
 
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                    const std::vector<float>& rstd, int threads, RowView<uint16_t> dx_add) {
+                    const std::vector<float>& rstd, int threads, RowView<uint16_t> dx_add,
+                    const std::vector<double>* msq) {
   if (v.op != Op::bwd) detail::model_bad(v, "not a backward variant");
   detail::check_view(v, "x", x);
   detail::check_view(v, "dy", dy);
@@ -158,7 +162,9 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
                                "] differs from x shape [" + std::to_string(x.rows()) + ", " +
                                std::to_string(x.cols) + "]");
   }
-  Inputs in{x, dy, dx_add, &rstd, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
+  if (msq != nullptr && static_cast<int64_t>(msq->size()) != x.rows())
+    detail::model_bad(v, "msq has " + std::to_string(msq->size()) + " values for " + std::to_string(x.rows()) + " rows");
+  Inputs in{x, dy, dx_add, &rstd, msq, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
   in.w.resize(static_cast<size_t>(in.H));
   for (int64_t j = 0; j < in.H; ++j) in.w[static_cast<size_t>(j)] = detail::weight_at(w, j);
 
@@ -214,7 +220,7 @@ Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy,
     x = RowView<uint16_t>::plain(h_new.data(), x.rows(), x.cols);
   }
   FwdResult f = model_fwd(default_fwd(), x, w, eps, threads);
-  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new);
+  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, &f.msq);
   Outputs o;
   o.h_new = std::move(h_new);
   o.y = std::move(f.y);

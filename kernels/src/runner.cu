@@ -338,6 +338,8 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
   const int64_t stride_h = heads > 1 ? H : 0;      // a token's heads are contiguous
   const detail::Region count = mem.get(sizeof(unsigned long long));  // check_outside_view's counter
+  // The forward's msq, handed to the backward (dw: rstd refined against it).
+  const detail::Region bmsq = mem.get(static_cast<size_t>(R > 0 ? R : 1) * 8);
   uint16_t* x = bx.as<uint16_t>(o);
   uint16_t* dy = bdy.as<uint16_t>(o);
   uint16_t* y = by.as<uint16_t>(o);
@@ -346,6 +348,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   cudaStream_t s = nullptr;
   fill_words(by, 0x7FC07FC0u, 0, false, s);  // BF16 NaN 0x7FC0 in both halves
   fill_words(brstd, 0x7FC00000u, 0, false, s);  // FP32 NaN
+  fill_words(bmsq, 0xFFFFFFFFu, 0, false, s);  // binary64 NaN: a row the forward missed keeps its FP32 rstd
 
   DeviceInputBuffers in;
   in.x = x;
@@ -427,6 +430,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   fa.y = y;
   fa.y_stride = stride;
   fa.rstd = brstd.as<float>();
+  fa.msq = bmsq.as<double>();
   fa.T = T;
   fa.H = H;
   fa.eps = eps;
@@ -465,6 +469,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   ba.x_stride = stride;
   ba.w = wv;
   ba.rstd = brstd.as<float>();
+  ba.msq = bmsq.as<double>();
   ba.dx = dx;
   ba.dx_stride = stride;
   ba.form = c.form;

@@ -135,7 +135,7 @@ def copy_vec16(dst, src):
         _lib.check(_lib.lib().ng_copy_vec16(_ptr(dst), _ptr(src), nbytes, _stream(src.device)))
 
 
-def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):
+def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None):
     """RMSNorm forward (training): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) per row.
 
     x: CUDA bfloat16 [T, H] or [T, heads, 256] (heads 24 or 4), last dim contiguous,
@@ -143,6 +143,10 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):
     float32(eps)). residual: u [T, H] bfloat16 for the fused residual add (form res;
     x is then h): h_new = bf16(h + u) (one rounding) is normalized and returned.
     out: optional preallocated y (same shape as x, bfloat16, last dim contiguous).
+    msq: optional CUDA float64 tensor of T*heads contiguous values that receives
+    each row's m = mean(x^2) + eps in binary64 (rstd rounds 1/sqrt(m) to
+    float32); pass it to rmsnorm_train_backward(msq=...) for a dw free of the
+    float32 rstd's rounding (the autograd Function does).
     Returns (y, rstd), or (y, rstd, h_new) with residual. y has x's shape
     (a new contiguous tensor unless out is given); rstd is float32 [T] ([T, heads]
     for the head forms); h_new is a new contiguous [T, H] bfloat16 tensor.
@@ -172,6 +176,9 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):
     a.rstd = rstd.data_ptr()
     a.T, a.H, a.heads = T, H, heads
     a.eps = float(eps)
+    if msq is not None:
+        _check_msq(msq, T * heads, dev)
+        a.msq = msq.data_ptr()
     h_new = None
     if res:
         _check_cuda("residual", residual, (torch.bfloat16,), dev)
@@ -184,7 +191,16 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None):
     return (y, rstd, h_new) if res else (y, rstd)
 
 
-def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, workspace=None, dx=None, dw=None):
+def _check_msq(msq, rows, dev):
+    torch = _torch()
+    _check_cuda("msq", msq, (torch.float64,), dev)
+    if msq.numel() != rows or not msq.is_contiguous():
+        raise ValueError("msq has shape %s (contiguous: %s); expected %d contiguous float64 values (T*heads)"
+                         % (tuple(msq.shape), msq.is_contiguous(), rows))
+
+
+def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, workspace=None, dx=None, dw=None,
+                           msq=None):
     """RMSNorm backward: dx (bfloat16, x's shape) and dw (float32 [H]).
 
     dy, x: as in the forward (x is the forward's input; with the fused residual
@@ -197,6 +213,10 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
     workspace: optional CUDA uint8 tensor of at least bwd_workspace_bytes(T*heads,
     H, deterministic) bytes (allocated per call when None). dx, dw: optional
     preallocated outputs (dx: x's shape, last dim contiguous; dw: float32 [H]).
+    msq: the forward's msq (float64, T*heads values; optional): dw then uses
+    each row's rstd refined against it in binary64. Without it dw takes the
+    float32 rstd as exact, whose rounding can put dw over the budget on long
+    columns (docs/perf.md, session 9).
     Returns (dx, dw); dw is float32 whatever w's dtype.
     """
     torch = _torch()
@@ -244,6 +264,9 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
     a.dw = dw.data_ptr()
     a.T, a.H, a.heads = T, H, heads
     a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    if msq is not None:
+        _check_msq(msq, T * heads, dev)
+        a.msq = msq.data_ptr()
     if res:
         _check_cuda("dh_new", dh_new, (torch.bfloat16,), dev)
         _, _, _, dns, _ = _rows_layout("dh_new", dh_new, x.shape)
@@ -269,20 +292,22 @@ def _autograd_function():
 
         @staticmethod
         def forward(ctx, x, w, eps=1e-6, deterministic=True):
-            y, rstd = rmsnorm_train_forward(x, w, eps)
-            ctx.save_for_backward(x, w, rstd)
+            T, heads = x.shape[0], (x.shape[1] if x.dim() == 3 else 1)
+            msq = torch.empty((T * heads,), dtype=torch.float64, device=x.device)
+            y, rstd = rmsnorm_train_forward(x, w, eps, msq=msq)
+            ctx.save_for_backward(x, w, rstd, msq)
             ctx.deterministic = deterministic
             return y
 
         @staticmethod
         def backward(ctx, dy):
-            x, w, rstd = ctx.saved_tensors
+            x, w, rstd, msq = ctx.saved_tensors
             if dy.dtype != torch.bfloat16:
                 dy = dy.to(torch.bfloat16)
             ok = dy.stride(-1) == 1 and (dy.dim() == 3 or dy.shape[0] <= 1 or dy.stride(0) >= dy.shape[1])
             if not ok:
                 dy = dy.contiguous()
-            dx, dw = rmsnorm_train_backward(dy, x, w, rstd, deterministic=ctx.deterministic)
+            dx, dw = rmsnorm_train_backward(dy, x, w, rstd, deterministic=ctx.deterministic, msq=msq)
             return dx, dw.to(w.dtype), None, None
 
     return RMSNormFunction

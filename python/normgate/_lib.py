@@ -41,7 +41,7 @@ class FwdArgs(ctypes.Structure):
         ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64),
         ("eps", ctypes.c_float),
         ("u", _vp), ("u_stride", _c_i64),
-        ("h_new", _vp), ("h_new_stride", _c_i64),
+        ("h_new", _vp), ("h_new_stride", _c_i64), ("msq", _vp),
     ]
 
 
@@ -57,7 +57,7 @@ class BwdArgs(ctypes.Structure):
         ("dw", _vp),
         ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64),
         ("workspace", _vp), ("workspace_bytes", _c_u64),
-        ("dh_new", _vp), ("dh_new_stride", _c_i64),
+        ("dh_new", _vp), ("dh_new_stride", _c_i64), ("msq", _vp),
     ]
 
 

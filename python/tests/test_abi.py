@@ -18,10 +18,10 @@ import normgate  # noqa: E402
 
 # (struct, size, {field: offset}) as in capi.h on x86-64 / aarch64 Linux.
 LAYOUTS = [
-    (_lib.FwdArgs, 144, {"variant": 0, "x": 8, "x_stride_h": 24, "w_dtype": 40, "form": 44, "y": 48, "rstd": 72,
-                         "T": 80, "heads": 96, "eps": 104, "u": 112, "h_new_stride": 136}),
-    (_lib.BwdArgs, 160, {"dy": 0, "x": 24, "w_dtype": 56, "form": 60, "rstd": 64, "dw": 96, "T": 104,
-                         "workspace": 128, "workspace_bytes": 136, "dh_new_stride": 152}),
+    (_lib.FwdArgs, 152, {"variant": 0, "x": 8, "x_stride_h": 24, "w_dtype": 40, "form": 44, "y": 48, "rstd": 72,
+                         "T": 80, "heads": 96, "eps": 104, "u": 112, "h_new_stride": 136, "msq": 144}),
+    (_lib.BwdArgs, 168, {"dy": 0, "x": 24, "w_dtype": 56, "form": 60, "rstd": 64, "dw": 96, "T": 104,
+                         "workspace": 128, "workspace_bytes": 136, "dh_new_stride": 152, "msq": 160}),
     (_lib.CaseInfo, 336, {"form": 32, "eps": 40, "seed": 56, "family": 64, "canonical": 80}),
     (_lib.HostInputs, 80, {"dh_new_elems": 72}),
     (_lib.Outputs, 80, {"h_new_elems": 72}),

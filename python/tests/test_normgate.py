@@ -140,13 +140,15 @@ def test_argument_errors_name_the_bad_value_without_a_gpu():
 def _kernels(deterministic=True):
     def impl(inp):
         w, eps = inp["w"], inp["eps"]
+        x0 = inp["h"] if inp["form"] == "res" else inp["x"]
+        msq = torch.empty((x0.numel() // x0.shape[-1],), dtype=torch.float64, device=x0.device)
         if inp["form"] == "res":
-            y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], w, eps, residual=inp["u"])
+            y, rstd, h_new = normgate.rmsnorm_train_forward(inp["h"], w, eps, residual=inp["u"], msq=msq)
             dx, dw = normgate.rmsnorm_train_backward(inp["dy"], h_new, w, rstd, dh_new=inp["dh_new"],
-                                                     deterministic=deterministic)
+                                                     deterministic=deterministic, msq=msq)
             return {"y": y, "rstd": rstd, "dx": dx, "dw": dw, "h_new": h_new}
-        y, rstd = normgate.rmsnorm_train_forward(inp["x"], w, eps)
-        dx, dw = normgate.rmsnorm_train_backward(inp["dy"], inp["x"], w, rstd, deterministic=deterministic)
+        y, rstd = normgate.rmsnorm_train_forward(inp["x"], w, eps, msq=msq)
+        dx, dw = normgate.rmsnorm_train_backward(inp["dy"], inp["x"], w, rstd, deterministic=deterministic, msq=msq)
         return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
     return impl
 

@@ -133,7 +133,7 @@ TEST(CApi, VersionNamesTheLibrary) {
 // them and python/tests/test_abi.py pins the same offsets.
 TEST(CApi, StructLayoutsArePinned) {
 #define NG_AT(S, f, off) EXPECT_EQ(offsetof(S, f), static_cast<size_t>(off)) << #S "." #f
-  EXPECT_EQ(sizeof(ng_fwd_args), 144u);
+  EXPECT_EQ(sizeof(ng_fwd_args), 152u);
   NG_AT(ng_fwd_args, variant, 0);
   NG_AT(ng_fwd_args, x, 8);
   NG_AT(ng_fwd_args, x_stride_h, 24);
@@ -146,7 +146,8 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_fwd_args, eps, 104);
   NG_AT(ng_fwd_args, u, 112);
   NG_AT(ng_fwd_args, h_new_stride, 136);
-  EXPECT_EQ(sizeof(ng_bwd_args), 160u);
+  NG_AT(ng_fwd_args, msq, 144);
+  EXPECT_EQ(sizeof(ng_bwd_args), 168u);
   NG_AT(ng_bwd_args, dy, 0);
   NG_AT(ng_bwd_args, x, 24);
   NG_AT(ng_bwd_args, w_dtype, 56);
@@ -157,6 +158,7 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_bwd_args, workspace, 128);
   NG_AT(ng_bwd_args, workspace_bytes, 136);
   NG_AT(ng_bwd_args, dh_new_stride, 152);
+  NG_AT(ng_bwd_args, msq, 160);
   EXPECT_EQ(sizeof(ng_case_info_t), 336u);
   NG_AT(ng_case_info_t, form, 32);
   NG_AT(ng_case_info_t, eps, 40);
@@ -501,6 +503,7 @@ void run_case(const char* id, const char* bwd) {
   Dev<uint16_t> x(xh.size()), dy(in.dy.size()), y(n), dx(n), u(res ? n : 0), h_new(res ? n : 0),
       dh_new(res ? n : 0);
   Dev<float> rstd(rows), dw(H);
+  Dev<double> msq(rows);  // the forward's m per row, handed to the backward (as the library's own runs)
   Dev<uint16_t> w16(H);
   Dev<float> w32(H);
   up(x, xh);
@@ -531,6 +534,7 @@ void run_case(const char* id, const char* bwd) {
   f.H = H;
   f.heads = heads;
   f.eps = static_cast<float>(c.eps);
+  f.msq = msq.p;
   if (res) {
     f.u = u.p;
     f.u_stride = H;
@@ -562,6 +566,7 @@ void run_case(const char* id, const char* bwd) {
   b.heads = heads;
   b.workspace = ws.p;
   b.workspace_bytes = ws_bytes;
+  b.msq = msq.p;
   if (res) {
     b.dh_new = dh_new.p;
     b.dh_new_stride = H;

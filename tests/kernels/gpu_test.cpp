@@ -101,7 +101,8 @@ const PipelineRun& run_once(const Variant& v, const seeds::CaseId& c) {
     r->in = seeds::generate_host(c);
     r->gpu = run_gpu(v, c, kEps, {}, &r->info);
     r->fwd_model = model_fwd(default_fwd(), r->in.x_view(), r->in.w_view(), kEps);
-    r->bwd_model = model_bwd(v, r->in.x_view(), r->in.dy_view(), r->in.w_view(), r->gpu.rstd);
+    r->bwd_model = model_bwd(v, r->in.x_view(), r->in.dy_view(), r->in.w_view(), r->gpu.rstd, 0, {},
+                             &r->fwd_model.msq);  // the run hands the forward's msq to the backward
     slot = std::move(r);
   }
   return *slot;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -152,6 +153,56 @@ TEST(Models, ZeroRowsGiveZeroDw) {
   EXPECT_TRUE(o.y.empty() && o.dx.empty() && o.rstd.empty());
   ASSERT_EQ(o.dw.size(), 96u);
   for (float v : o.dw) EXPECT_EQ(v, 0.0f);
+}
+
+// The forward's msq (binary64 m per row) handed to the backward removes the
+// FP32 rstd's rounding from dw (rstd.h rstd_refined): against the exact dw
+// (long double, rstd = 1/sqrt(mean x^2 + eps) of the exact row sums), the
+// error relative to sum|terms| per column drops from the FP32 rstd's ~1e-8
+// to ~1e-15 (binary64 accumulation); without msq it stays where it was.
+TEST(Models, MsqTakesTheFp32RstdRoundingOutOfDw) {
+  const seeds::CaseId c = make_case(64, 4096, seeds::Family::llm, 3);
+  const seeds::HostInputs in = seeds::generate_host(c);
+  const FwdResult f = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
+  ASSERT_EQ(f.msq.size(), static_cast<size_t>(c.T));
+  const BwdResult plain = model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd);
+  const BwdResult refined =
+      model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd, 0, {}, &f.msq);
+  const int64_t H = c.H;
+  std::vector<long double> exact(static_cast<size_t>(H), 0.0L), mag(static_cast<size_t>(H), 0.0L);
+  for (int64_t r = 0; r < c.T; ++r) {
+    const uint16_t* xr = in.x_view().row(r);
+    const uint16_t* dyr = in.dy_view().row(r);
+    long double ss = 0.0L;
+    for (int64_t j = 0; j < H; ++j) ss += static_cast<long double>(bf16_to_float(xr[j])) * bf16_to_float(xr[j]);
+    const long double rs = 1.0L / std::sqrt(ss / H + static_cast<long double>(kEps));
+    // The forward's m is this row's mean of squares + eps, rounded once or twice in binary64.
+    EXPECT_NEAR(static_cast<double>(f.msq[static_cast<size_t>(r)]), static_cast<double>(ss / H + kEps),
+                4e-16 * static_cast<double>(ss / H + kEps));
+    for (int64_t j = 0; j < H; ++j) {
+      const long double t = static_cast<long double>(bf16_to_float(dyr[j])) * bf16_to_float(xr[j]) * rs;
+      exact[static_cast<size_t>(j)] += t;
+      mag[static_cast<size_t>(j)] += std::fabs(t);
+    }
+  }
+  double worst_plain = 0, worst_refined = 0;
+  for (int64_t j = 0; j < H; ++j) {
+    const auto jj = static_cast<size_t>(j);
+    // dw is FP32: compare before its final rounding would hide the difference,
+    // i.e. only where |dw| is well below sum|terms| (cancellation), or use the
+    // error relative to sum|terms| with the FP32 output rounding subtracted out.
+    const long double round_out = std::fabs(exact[jj]) * 0x1p-24L;
+    worst_plain = std::max(worst_plain, static_cast<double>(
+        std::max(0.0L, std::fabs(plain.dw[jj] - exact[jj]) - round_out) / mag[jj]));
+    worst_refined = std::max(worst_refined, static_cast<double>(
+        std::max(0.0L, std::fabs(refined.dw[jj] - exact[jj]) - round_out) / mag[jj]));
+  }
+  std::printf("[ info ] dw error beyond its FP32 rounding / sum|terms|: FP32 rstd %.3g, refined %.3g\n", worst_plain,
+              worst_refined);
+  EXPECT_GT(worst_plain, 1e-10) << "the FP32 rstd's rounding should show in some column";
+  EXPECT_LT(worst_refined, worst_plain * 1e-2);
+  // dx does not change: it uses the FP32 rstd either way.
+  EXPECT_EQ(plain.dx, refined.dx);
 }
 
 TEST(Models, RejectBadArguments) {

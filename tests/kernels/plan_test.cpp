@@ -265,6 +265,40 @@ TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
 // rstd_nearest_fast from starts 8 ulps (1e-6) off, against nearest_ld on
 // 200000 log-uniform m over [2^-266, 2^271) and 4000 m around the overflow
 // boundary.
+// rstd.h rstd_refined: the backward's binary64 rstd for dw, from the
+// forward's FP32 rstd and m. It lands within 1.5*2^-48 + 2^-52 (~5.6e-15)
+// relative of 1/sqrt(m) (long double reference), where the FP32 value is up
+// to 2^-24 off; an m that is not this rstd's (another eps at m ~ 1; a start
+// 16 ulps off) and non-finite or zero cases keep the FP32 value.
+TEST(Rstd, RefinedIsNearExactAndKeepsAForeignRstd) {
+  std::mt19937_64 g(20261130);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  double worst_fp32 = 0, worst_refined = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const double ss = std::ldexp(mant(g), static_cast<int>(g() % 60) - 20);  // a row's sum of squares
+    const double inv_h = 1.0 / static_cast<double>(1 + g() % 8192), eps = 1e-6;
+    const double m = std::fma(ss, inv_h, eps);
+    const float r32 = row_rstd_fp64(ss, inv_h, eps);
+    const long double exact = 1.0L / std::sqrt(static_cast<long double>(m));
+    const double r = rstd_refined(m, r32);
+    worst_fp32 = std::max(worst_fp32, static_cast<double>(std::fabs((r32 - exact) / exact)));
+    worst_refined = std::max(worst_refined, static_cast<double>(std::fabs((r - exact) / exact)));
+  }
+  EXPECT_LT(worst_refined, 1.5 * 0x1p-48 + 0x1p-52);
+  EXPECT_GT(worst_fp32, 0x1p-26);  // what the refinement removes
+  const double m6 = std::fma(64.0, 1.0 / 64.0, 1e-6), m5 = std::fma(64.0, 1.0 / 64.0, 1e-5);
+  const float own = row_rstd_fp64(64.0, 1.0 / 64.0, 1e-6);
+  EXPECT_NE(rstd_refined(m6, own), static_cast<double>(own));
+  EXPECT_EQ(rstd_refined(m5, own), static_cast<double>(own));  // m of another eps
+  const float off16 = bits_float(float_bits(own) + 16u);
+  EXPECT_EQ(rstd_refined(m6, off16), static_cast<double>(off16));
+  // No m (0: the backward without msq), rows with Inf/NaN, a zero row with eps = 0.
+  EXPECT_EQ(rstd_refined(0.0, own), static_cast<double>(own));
+  EXPECT_EQ(rstd_refined(std::numeric_limits<double>::infinity(), 0.0f), 0.0);
+  EXPECT_TRUE(std::isnan(rstd_refined(std::nan(""), std::nanf(""))));
+  EXPECT_TRUE(std::isinf(rstd_refined(0.0, std::numeric_limits<float>::infinity())));
+}
+
 TEST(Rstd, EveryPathEqualsTheLongDoubleReference) {
   std::mt19937_64 g(20261130);
   std::uniform_real_distribution<double> ex(-266.0, 271.0), mant(1.0, 2.0);

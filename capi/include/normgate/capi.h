@@ -109,6 +109,10 @@ typedef struct ng_fwd_args {
   int64_t u_stride;
   void* h_new;
   int64_t h_new_stride;
+  /* Optional (NULL: not written): binary64 [T*heads] output, 8-byte aligned,
+   * each row's m = mean(x^2) + eps whose 1/sqrt rstd rounds to FP32. Pass
+   * it to ng_bwd (ng_bwd_args.msq) for a dw free of the FP32 rstd's rounding. */
+  void* msq;
 } ng_fwd_args;
 
 /* Backward arguments (normgate::kernels::BwdArgs). All pointers DEVICE.
@@ -138,6 +142,10 @@ typedef struct ng_bwd_args {
   /* Form res only (optional there; NULL otherwise): dh_new [T, H] BF16. */
   const void* dh_new;
   int64_t dh_new_stride;
+  /* Optional (NULL: dw uses rstd as it is): the forward's msq, binary64
+   * [T*heads]; dw then uses each row's rstd refined against it
+   * (kernels/rstd.h rstd_refined). A zero-initialized struct gives NULL. */
+  const void* msq;
 } ng_bwd_args;
 
 /* RMSNorm forward: y and rstd (and h_new for res). Arguments are validated

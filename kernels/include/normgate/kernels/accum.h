@@ -38,8 +38,11 @@ namespace normgate::kernels {
 struct Acc64 {
   double s = 0.0;  ///< the running sum
   NG_HD void add_product(float p, float r) { s = dfma_rn(static_cast<double>(p), static_cast<double>(r), s); }
-  NG_HD void add_triple(float dy, float x, float r) {
-    s = dfma_rn(static_cast<double>(dy), dmul_rn(static_cast<double>(x), static_cast<double>(r)), s);
+  NG_HD void add_triple(float dy, float x, float r) { add_triple(dy, x, static_cast<double>(r)); }
+  /// The same with a binary64 r (rstd_refined): x*r rounds once in binary64
+  /// (2^-53 relative), dy*(x*r) is exact inside the fma.
+  NG_HD void add_triple(float dy, float x, double r) {
+    s = dfma_rn(static_cast<double>(dy), dmul_rn(static_cast<double>(x), r), s);
   }
 };
 

@@ -31,6 +31,7 @@ namespace normgate::kernels {
 struct FwdResult {
   std::vector<uint16_t> y;
   std::vector<float> rstd;
+  std::vector<double> msq;  ///< each row's m (what FwdArgs::msq receives)
 };
 
 /// Backward outputs of a model: dx BF16 bits [rows, cols], dw FP32 [cols].
@@ -46,13 +47,16 @@ struct BwdResult {
 FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads = 0);
 
 /// Model of backward variant `v`, given the forward's rstd (rstd.size() ==
-/// rows). x, dy: plain views of equal shape; w.cols == cols. Form res:
+/// rows) and optionally its msq (null: none; else msq->size() == rows: dw
+/// uses rstd.h rstd_refined(msq, rstd), as BwdArgs::msq).
+/// x, dy: plain views of equal shape; w.cols == cols. Form res:
 /// dx_add (dh_new, same shape; p == nullptr: none) is added to each FP32 dx
 /// value with one rounding to BF16 (core/bf16.h bf16_sum_rn), so dx holds dh.
 /// Throws std::invalid_argument naming the bad argument otherwise. Rows = 0
 /// gives an empty dx and dw = 0.
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                    const std::vector<float>& rstd, int threads = 0, RowView<uint16_t> dx_add = {});
+                    const std::vector<float>& rstd, int threads = 0, RowView<uint16_t> dx_add = {},
+                    const std::vector<double>* msq = nullptr);
 
 /// The fused residual add of the res forward: h_new = BF16(h + u), one
 /// rounding of the exact sum per element (bf16_sum_rn), contiguous [rows,

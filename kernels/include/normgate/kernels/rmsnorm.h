@@ -89,12 +89,18 @@ struct FwdArgs {
   int64_t u_stride = 0;         ///< >= H
   uint16_t* h_new = nullptr;
   int64_t h_new_stride = 0;     ///< >= H
+  /// Optional binary64 [T] (T*heads), device, 8-byte aligned: each row's m =
+  /// fma(sum of x^2, 1/H, eps) in binary64, whose 1/sqrt the FP32 rstd rounds
+  /// (rstd.h). Null: not written. Hand it to the backward (BwdArgs::msq) for a
+  /// dw free of the FP32 rstd's rounding. Must not overlap the other buffers.
+  double* msq = nullptr;
 };
 
 /// Backward arguments. Shapes: dy, x, dx [T, H] BF16 ([T, heads, H] when heads > 1);
 /// rstd [T*heads] FP32 (from the
 /// forward); w [H]; dw [H] FP32. dx and dw must not overlap any input or the
-/// workspace. No eps: the backward uses the forward's rstd.
+/// workspace. No eps: the backward uses the forward's rstd (dx: rstd; dw:
+/// rstd refined against the forward's msq when given, rstd.h rstd_refined).
 struct BwdArgs {
   const uint16_t* dy = nullptr;  ///< BF16 bits, device
   int64_t dy_stride = 0;         ///< >= H
@@ -122,6 +128,12 @@ struct BwdArgs {
   /// res (null: dh = dx), must be null for the other forms.
   const uint16_t* dh_new = nullptr;
   int64_t dh_new_stride = 0;     ///< >= H
+  /// Optional binary64 [T*heads], device, 8-byte aligned: the forward's
+  /// FwdArgs::msq. dw then uses each row's rstd refined in binary64 against
+  /// it (rstd.h rstd_refined); null: rstd alone, whose FP32 rounding (up to
+  /// 2^-24 relative per row) adds up over a long column (dw err/tol 2.43 on
+  /// an H200 gate case, docs/perf.md session 9).
+  const double* msq = nullptr;
 };
 
 /// Whether a backward may run a negative control.

@@ -94,6 +94,26 @@ NG_HD float rstd_nearest_fast(double m, float r0) {
   return bits_float(up ? (above ? fb + 1u : fb) : (above ? fb : fb - 1u));
 }
 
+/// The backward's rstd of a row for dw, in binary64: r32 (the forward's
+/// FP32 rstd of the row) refined by one Newton step against m (the row's
+/// binary64 mean of squares plus eps, FwdArgs::msq: rstd = FP32_rn(1/sqrt(m))),
+/// r2 = r32 - r32*e/2, e = fma(r32*r32, m, -1): within 1.5 d^2 + 2^-52
+/// relative of 1/sqrt(m) for r32 off by d (d <= 2^-24: below 5.6e-15), where
+/// r32 alone is up to 2^-24 off. Why: dw = sum over rows of dy*x*rstd
+/// collects each row's rstd error; with the FP32 rstd taken as exact a long
+/// llm-family column reached 2.43x its budget on the H200 (session 9,
+/// docs/perf.md). Returns r32 (widened) where m or r32 is not finite and
+/// positive (rows holding Inf/NaN, a zero row with eps = 0) or where the
+/// step would move r32 by more than 2^-23 relative (m is not this rstd's:
+/// a caller's mistake; then dw is what it was without m).
+NG_HD double rstd_refined(double m, float r32) {
+  const double r0 = static_cast<double>(r32);
+  if (!(m > 0.0 && m <= 1.7976931348623157e308 && r0 > 0.0 && r0 <= 3.4028234663852886e38)) return r0;
+  const double e = dfma_rn(dmul_rn(r0, r0), m, -1.0);
+  if (!(e >= -0x1p-22 && e <= 0x1p-22)) return r0;  // |e| ~ 2|d|: |d| > 2^-23
+  return dfma_rn(dmul_rn(-0.5, e), r0, r0);
+}
+
 /// The row's rstd (see file comment) from ss (binary64 sum of its squares),
 /// inv_h = binary64 1/H (correctly rounded) and eps (>= 0, as binary64).
 /// Non-finite or zero m gives IEEE 1/sqrt(m): +inf for m = 0 (eps = 0 and a
