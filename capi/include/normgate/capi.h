@@ -4,7 +4,9 @@
  * host input generator and its FP64 oracle, for callers outside C++ (the
  * Python package python/normgate loads it with ctypes). Pure C (C99); every
  * struct is plain data in the field order shown, natural alignment, no
- * packing.
+ * packing. ABI history: 0.2.0 appended `msq` to ng_fwd_args (152 bytes) and
+ * ng_bwd_args (168 bytes); callers built against 0.1.0 headers must rebuild
+ * (check ng_version()).
  *
  * Tensors and units:
  *   - BF16 tensors are bit patterns (uint16_t per element); FP32 tensors are
@@ -69,7 +71,7 @@ extern "C" {
 /* A JSON buffer of this many bytes always holds ng_oracle_validate's report. */
 #define NG_REPORT_BYTES 65536
 
-/* Library version and commit, e.g. "normgate 0.1.0 (b814cc6ce1a7)". Static
+/* Library version and commit, e.g. "normgate 0.2.0 (b814cc6ce1a7)". Static
  * storage; never NULL. */
 NG_API const char* ng_version(void);
 
