@@ -275,6 +275,7 @@ int main(int argc, char** argv) try {
       const size_t wbytes = static_cast<size_t>(H) * (wd == WDtype::bf16 ? 2 : 4);
       Buf x(2 * n), dy(2 * n), w(wbytes), y(2 * n), dx(2 * n), rstd(4 * T), dw(4 * H);
       Buf y_res(res ? 2 * n : 16), rstd_res(res ? 4 * T : 16);
+      Buf msq(8 * T + 8), msq_res(res ? 8 * T + 8 : 16);  // the forward's m per row, for the backward (as the runner)
       nk::DeviceInputBuffers ib;
       ib.x = static_cast<uint16_t*>(x.p);
       ib.x_stride = H;
@@ -292,6 +293,7 @@ int main(int argc, char** argv) try {
       fa.y = static_cast<uint16_t*>(y.p);
       fa.y_stride = H;
       fa.rstd = static_cast<float*>(rstd.p);
+      fa.msq = static_cast<double*>(msq.p);
       fa.T = T;
       fa.H = H;
       fa.eps = 1e-6f;
@@ -313,6 +315,7 @@ int main(int argc, char** argv) try {
           nk::FwdArgs fr = fa;  // own y and rstd: the backward timings below keep the plain forward's rstd
           fr.y = static_cast<uint16_t*>(y_res.p);
           fr.rstd = static_cast<float*>(rstd_res.p);
+          fr.msq = static_cast<double*>(msq_res.p);
           fr.form = normgate::Form::res;
           fr.u = ib.dy;
           fr.u_stride = H;
@@ -371,6 +374,7 @@ int main(int argc, char** argv) try {
           ba.x_stride = H;
           ba.w = wv;
           ba.rstd = fa.rstd;
+          ba.msq = fa.msq;
           ba.dx = static_cast<uint16_t*>(dx.p);
           ba.dx_stride = H;
           ba.dw = static_cast<float*>(dw.p);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Written at the end of session 9, for session 10's first call (nvidia-h200),
-# AFTER merging branch wip/bwd-rstd into main, `scripts/build && scripts/stage_carry`;
+# on main (the refined-rstd backward, msq, merged as 79affb2), after `scripts/build && scripts/stage_carry`;
 # carry ["build/dev", "build/nd9"] (build/nd9/kernels_bench = the backward of
 # main 30e8714, before the refined rstd: the A side).
 #   1. every test binary and the sanitizer on the refined-rstd backward (the
@@ -8,10 +8,11 @@
 #      model changed with the kernel),
 #   2. the failing case of session 9 on the GPU: dw err/tol 2.431 before,
 #      0.00057 on the CPU model after (predicted: the same on the GPU),
-#   3. the backward's cost, A/B, two interleaved runs. Prediction: bwd
-#      1.03-1.10x at H >= 4096 (the dw accumulation no longer overlaps the
-#      row barrier; one more DFMA per element and a binary64 team sum per
-#      row), up to 1.15x at [262148, 256]; forward unchanged (1.00 +- A/A).
+#   3. the cost, A/B, two interleaved runs. Prediction: backward within
+#      1.03x (one 8-byte msq load and ~4 FP64 operations per row, nothing
+#      per element), forward within 1.01x (one 8-byte store per row).
+#      Note: kernels_bench passes no msq (BwdArgs::msq null): it times the
+#      kernels without the refinement's load unless it is taught to.
 # Run: bash docs/results/h200-2026-11-30-s9/next-s10-call1.sh   (pack: $OUT/call1.tgz)
 export PATH=/usr/local/cuda/bin:$PATH
 P=$OUT/p; mkdir -p $P
