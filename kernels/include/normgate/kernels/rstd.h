@@ -1,6 +1,8 @@
 // normgate/kernels/rstd.h: the forward's rstd of a row from its FP64 sum of
 // squares, shared by the kernel (fwd_rowwise.cu) and its CPU model
-// (model_fwd_rowwise.cpp), so both give the same bits.
+// (model_fwd_rowwise.cpp), so both give the same bits; and the backward's
+// binary64 refinement of it for dw (rstd_refined: bwd_chunk_pass.cuh and
+// model_bwd.cpp), from the m the forward hands over (FwdArgs::msq).
 //
 // rstd = the FP32 value nearest to 1/sqrt(m), m = fma(ss, 1/H, eps) in
 // binary64 (ss the row's sum of x^2 in binary64, 1/H rounded once). Why not
