@@ -162,11 +162,12 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
   const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H, a.heads, a.y_stride_h, true);
   const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
+  Span u{"u", nullptr, 0}, hn{"h_new", nullptr, 0};
   if (a.form == Form::res) {
     if (a.T > 0 && (a.u == nullptr || a.h_new == nullptr))
       bad(v, fn, std::string(a.u == nullptr ? "u" : "h_new") + " is null: form res needs u and h_new");
-    const Span u = check_rows(v, fn, "u", a.u, a.u_stride, a.T, a.H);
-    const Span hn = check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true);
+    u = check_rows(v, fn, "u", a.u, a.u_stride, a.T, a.H);
+    hn = check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true);
     check_disjoint(v, fn, hn, {x, u, w, y, r});
     check_disjoint(v, fn, y, {u});
   } else if (a.u != nullptr || a.h_new != nullptr) {
@@ -174,10 +175,9 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   }
   check_disjoint(v, fn, y, {x, w, r});
   check_disjoint(v, fn, r, {x, w});
-  if (a.msq != nullptr) {  // optional
+  if (a.msq != nullptr) {  // optional output
     const Span m = check_f64(v, fn, "msq", a.msq, a.T * a.heads);
-    check_disjoint(v, fn, m, {x, w, y, r});
-    if (a.form == Form::res) check_disjoint(v, fn, m, {check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true)});
+    check_disjoint(v, fn, m, {x, w, y, r, u, hn});
   }
 }
 

@@ -111,6 +111,9 @@ def library_path():
     return os.path.normpath(os.path.join(here, "..", "..", "build", "capi", "libnormgate_capi.so"))
 
 
+ABI_MIN = (0, 2)  # first library version with these struct layouts
+
+
 def lib():
     """The loaded library (loaded and declared once). Raises RuntimeError with
     the path tried and how to build it when it cannot be loaded."""
@@ -153,6 +156,16 @@ def lib():
                                          ctypes.POINTER(ctypes.c_size_t)]
         L.ng_oracle_close.restype = None
         L.ng_oracle_close.argtypes = [_vp]
+        # The structs above have the 0.2.0 layout (msq appended): an older
+        # library would read past them. "normgate 0.2.0 (commit)".
+        ver = L.ng_version().decode()
+        try:
+            major, minor = (int(p) for p in ver.split()[1].split(".")[:2])
+        except (IndexError, ValueError):
+            raise RuntimeError("normgate: " + path + " reports version " + repr(ver) + ", not 'normgate X.Y.Z ...'") from None
+        if (major, minor) < ABI_MIN:
+            raise RuntimeError("normgate: " + path + " is " + ver + "; this package needs %d.%d or later "
+                               "(the C ABI structs changed): rebuild it with scripts/build" % ABI_MIN)
         _lib = L
         return L
 

@@ -365,6 +365,48 @@ TEST(Validation, HeadViews) {
 namespace normgate::kernels {
 namespace {
 
+// msq (optional): the forward's output and the backward's input, binary64
+// [T*heads], 8-byte aligned; the forward's must overlap none of its buffers
+// (u and h_new too, for res), the backward's none of its outputs (it may
+// share memory with the inputs). Null is valid on both.
+TEST(Validation, MsqAlignmentAndOverlaps) {
+  Fixture x;
+  double* m = static_cast<double*>(x.a.take(kT * 8));
+  FwdArgs f = x.f;
+  f.msq = m;
+  EXPECT_NO_THROW(validate_fwd(fwd(), f));
+  FwdArgs g = f;
+  g.msq = reinterpret_cast<double*>(reinterpret_cast<uintptr_t>(m) + 4);
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "msq");
+  g = f;
+  g.msq = reinterpret_cast<double*>(const_cast<uint16_t*>(f.x));  // over x
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps x");
+  g = f;
+  g.msq = reinterpret_cast<double*>(f.rstd);  // over rstd
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps");
+  g = f;  // form res: not over u either (the ring reads u rows ahead)
+  g.form = Form::res;
+  g.u = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  g.u_stride = kH;
+  g.h_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  g.h_new_stride = kH;
+  EXPECT_NO_THROW(validate_fwd(fwd(), g));
+  g.msq = reinterpret_cast<double*>(const_cast<uint16_t*>(g.u));
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps u");
+  g.msq = reinterpret_cast<double*>(g.h_new);
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps h_new");
+
+  BwdArgs b = x.b;
+  b.msq = m;
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  b.msq = reinterpret_cast<const double*>(b.dy);  // an input may share memory with msq
+  EXPECT_NO_THROW(validate_bwd(det(), b));
+  b.msq = reinterpret_cast<const double*>(b.dw);
+  expect_invalid([&] { validate_bwd(det(), b); }, "msq overlaps dw");
+  b.msq = reinterpret_cast<const double*>(reinterpret_cast<uintptr_t>(m) + 4);
+  expect_invalid([&] { validate_bwd(det(), b); }, "8-byte aligned");
+}
+
 // Form res: u and h_new are required by the forward and must not overlap;
 // dh_new is optional in the backward; the vector path needs them aligned.
 TEST(Validation, ResidualForm) {

@@ -812,6 +812,81 @@ struct DevMem {
   }
 };
 
+// The forward's msq (binary64 m per row) equals the model's bit for bit on
+// every path (vector and scalar rows, one and two slots, per-head rows, the
+// first warp alone computing rstd or every warp), and the deterministic
+// backward equals its model both with msq (dw from the refined rstd) and
+// without it (dw from the FP32 rstd, as before msq existed). The runner
+// always hands msq over, so the null path is tested here directly.
+TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
+  NG_REQUIRE_GPU();
+  struct Shape {
+    int64_t H, T;
+    Form form;
+  };
+  const DepthGuard restore;
+  for (const Shape& sh : {Shape{4096, 67, Form::plain}, Shape{1000, 23, Form::plain}, Shape{6144, 9, Form::plain},
+                          Shape{256, 9, Form::heads4}}) {
+    seeds::CaseId c = make_case(sh.H, sh.T, seeds::Family::llm, 5);
+    c.form = sh.form;
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const int64_t rows = c.rows(), n = rows * sh.H;
+    DevMem x(static_cast<size_t>(n) * 2), dy(static_cast<size_t>(n) * 2), y(static_cast<size_t>(n) * 2),
+        dx(static_cast<size_t>(n) * 2), w(static_cast<size_t>(sh.H) * 2), rstd(static_cast<size_t>(rows) * 4),
+        msq(static_cast<size_t>(rows) * 8), dw(static_cast<size_t>(sh.H) * 4);
+    ASSERT_EQ(cudaMemcpy(x.p, in.x.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dy.p, in.dy.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(w.p, in.w_bf16.data(), static_cast<size_t>(sh.H) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const WeightView wv{WDtype::bf16, w.p, sh.H};
+    const FwdResult fm = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
+    for (bool rstd_warp : {true, false}) {
+      PipelineDepth d = pipeline_depth();
+      d.fwd_rstd_warp = rstd_warp;
+      set_pipeline_depth(d);
+      ASSERT_EQ(cudaMemset(msq.p, 0xFF, static_cast<size_t>(rows) * 8), cudaSuccess);  // NaN: unwritten rows show
+      FwdArgs fa{x.as<uint16_t>(), sh.H, wv, y.as<uint16_t>(), sh.H, rstd.as<float>(), sh.T, sh.H, kEps};
+      fa.form = sh.form;
+      fa.heads = c.heads();
+      fa.x_stride = fa.y_stride = c.heads() * sh.H;
+      fa.x_stride_h = fa.y_stride_h = c.heads() > 1 ? sh.H : 0;
+      fa.msq = msq.as<double>();
+      rmsnorm_fwd(default_fwd(), fa);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<double> got(static_cast<size_t>(rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), msq.p, got.size() * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(std::memcmp(got.data(), fm.msq.data(), got.size() * 8), 0)
+          << case_name(default_fwd(), c) << " rstd_warp " << rstd_warp;
+    }
+    const Variant& det = variant("bwd_det_chunked");
+    DevMem ws(std::max<size_t>(bwd_workspace_bytes(det, rows, sh.H), 16));
+    for (bool with_msq : {true, false}) {
+      BwdArgs ba;
+      ba.dy = dy.as<uint16_t>();
+      ba.x = x.as<uint16_t>();
+      ba.dy_stride = ba.x_stride = ba.dx_stride = c.heads() * sh.H;
+      ba.dy_stride_h = ba.x_stride_h = ba.dx_stride_h = c.heads() > 1 ? sh.H : 0;
+      ba.form = sh.form;
+      ba.heads = c.heads();
+      ba.w = wv;
+      ba.rstd = rstd.as<float>();
+      ba.msq = with_msq ? msq.as<double>() : nullptr;
+      ba.dx = dx.as<uint16_t>();
+      ba.dw = dw.as<float>();
+      ba.T = sh.T;
+      ba.H = sh.H;
+      ba.workspace = ws.p;
+      ba.workspace_bytes = bwd_workspace_bytes(det, rows, sh.H);
+      rmsnorm_bwd(det, ba);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> gdw(static_cast<size_t>(sh.H));
+      ASSERT_EQ(cudaMemcpy(gdw.data(), dw.p, gdw.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const BwdResult bm = model_bwd(det, in.x_view(), in.dy_view(), in.w_view(), fm.rstd, 0, {},
+                                     with_msq ? &fm.msq : nullptr);
+      EXPECT_EQ(bit_diff(gdw, bm.dw).count, 0) << case_name(det, c) << (with_msq ? " with msq" : " without msq");
+    }
+  }
+}
+
 TEST(Timing, CopyVec16CopiesAndIsTimed) {
   NG_REQUIRE_GPU();
   const size_t n = size_t{1} << 28;  // 256 MiB

@@ -12,6 +12,7 @@
 
 #include "kernel_test_util.h"
 #include "normgate/kernels/plan.h"
+#include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels::test {
 namespace {
@@ -165,6 +166,10 @@ TEST(Models, MsqTakesTheFp32RstdRoundingOutOfDw) {
   const seeds::HostInputs in = seeds::generate_host(c);
   const FwdResult f = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
   ASSERT_EQ(f.msq.size(), static_cast<size_t>(c.T));
+  // msq is exactly the m whose 1/sqrt the FP32 rstd rounds (rstd.h).
+  for (int64_t r = 0; r < c.T; ++r)
+    ASSERT_EQ(rstd_nearest(f.msq[static_cast<size_t>(r)], f.rstd[static_cast<size_t>(r)]), f.rstd[static_cast<size_t>(r)])
+        << "row " << r;
   const BwdResult plain = model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd);
   const BwdResult refined =
       model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd, 0, {}, &f.msq);

@@ -260,11 +260,6 @@ TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
   EXPECT_EQ(r, nearest_ld(0x1.8p127 * 0x1.8p127 + 1e-6));
 }
 
-// Every path of row_rstd_fp64 (the loop below 2^-250 up to +inf, the
-// one-step rounding above), rstd_nearest from starts 16 ulps off and
-// rstd_nearest_fast from starts 8 ulps (1e-6) off, against nearest_ld on
-// 200000 log-uniform m over [2^-266, 2^271) and 4000 m around the overflow
-// boundary.
 // rstd.h rstd_refined: the backward's binary64 rstd for dw, from the
 // forward's FP32 rstd and m. It lands within 1.5*2^-48 + 2^-52 (~5.6e-15)
 // relative of 1/sqrt(m) (long double reference), where the FP32 value is up
@@ -299,6 +294,11 @@ TEST(Rstd, RefinedIsNearExactAndKeepsAForeignRstd) {
   EXPECT_TRUE(std::isinf(rstd_refined(0.0, std::numeric_limits<float>::infinity())));
 }
 
+// Every path of row_rstd_fp64 (the loop below 2^-250 up to +inf, the
+// one-step rounding above), rstd_nearest from starts 16 ulps off and
+// rstd_nearest_fast from starts 8 ulps (1e-6) off, against nearest_ld on
+// 200000 log-uniform m over [2^-266, 2^271) and 4000 m around the overflow
+// boundary.
 TEST(Rstd, EveryPathEqualsTheLongDoubleReference) {
   std::mt19937_64 g(20261130);
   std::uniform_real_distribution<double> ex(-266.0, 271.0), mant(1.0, 2.0);

@@ -1048,8 +1048,8 @@ std::string format_gate_markdown(const GateResult& r) {
         o << "  - " << kOut[k] << " does not pass (over budget, or not certified) in " << a.cases_over << " of "
           << w.cases
           << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index << " of "
-          << a.worst_case << " (the interface forces " << ratio_cell(a.forced)
-          << " of it); rerun it with: normgate check --case " << a.worst_case << " --variant "
+          << a.worst_case << " (an ideal kernel on the FP32 rstd would have " << ratio_cell(a.forced)
+          << "); rerun it with: normgate check --case " << a.worst_case << " --variant "
           << (w.route.op == Op::bwd ? std::string(w.route.variant->name) : std::string("bwd_det_chunked")) << "\n";
       }
       o << "  - failing cases by family:";

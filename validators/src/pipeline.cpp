@@ -494,7 +494,7 @@ std::string format_report(const CheckReport& rep) {
         << "  got " << fmt("%.9g", w.got) << ", reference " << fmt("%.17g", w.ref) << " (oracle bound "
         << fmt("%.3g", w.bound) << ")\n"
         << "  err " << fmt("%.4g", w.err) << " > tol " << fmt("%.4g", w.tol) << "  (err/tol " << fmt("%.4g", w.ratio)
-        << "; the interface forces " << fmt("%.3g", w.forced) << " of it)\n";
+        << "; an ideal kernel on the FP32 rstd would have " << fmt("%.3g", w.forced) << ")\n";
       if (s.output() == Output::dw && w.ref != 0)
         o << "  column conditioning sum|dy*xhat| / |sum dy*xhat| = "
           << fmt("%.3g", ir.dw_worst_abs_sum / std::fabs(w.ref)) << "\n";
@@ -631,8 +631,9 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
 
 std::string format_aggregates(const std::vector<Aggregate>& aggs) {
   std::ostringstream o;
-  o << "Max err/tol per output over the cases; dw forced share = the part of the worst dw error that the "
-       "FP32-rstd/BF16 interface forces (ideal kernel) over that error; dw vs FP32 = worst over cases of "
+  o << "Max err/tol per output over the cases; dw forced share = the worst dw error of an ideal kernel that "
+       "takes the FP32 rstd as exact, over the implementation's (above 1: the implementation does better than "
+       "the FP32 rstd allows, as normgate's backward with msq does); dw vs FP32 = worst over cases of "
        "(max dw error / FP32 eager's max dw error); inconclusive = cases with an uncertified comparison "
        "and no certain failure (never counted as passing).\n\n"
     << "| impl | family | cases | failed | inconclusive | y | rstd | dx | dw | dw forced share | dw vs FP32 | worst dw case |\n"

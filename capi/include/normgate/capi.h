@@ -145,8 +145,9 @@ typedef struct ng_bwd_args {
   const void* dh_new;
   int64_t dh_new_stride;
   /* Optional (NULL: dw uses rstd as it is): the forward's msq, binary64
-   * [T*heads]; dw then uses each row's rstd refined against it
-   * (kernels/rstd.h rstd_refined). A zero-initialized struct gives NULL. */
+   * [T*heads], 8-byte aligned, not overlapping dx, dw or the workspace; dw
+   * then uses each row's rstd refined against it (kernels/rstd.h
+   * rstd_refined). A zero-initialized struct gives NULL. */
   const void* msq;
 } ng_bwd_args;
 

@@ -3,10 +3,11 @@
 // A model follows its variant's arithmetic step by step (same row geometry and
 // chunk plan from plan.h, same accumulators from accum.h, same order of every
 // FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
-//   fwd_rowwise:        y, rstd bitwise equal to the GPU
+//   fwd_rowwise:        y, rstd, msq bitwise equal to the GPU
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
 //   bwd_det_chunked, ctl_fp32_seq, ctl_bf16_partials:
-//                       dw bitwise equal to the GPU given the same rstd
+//                       dw bitwise equal to the GPU given the same rstd and
+//                       msq (or none)
 //   bwd_nondet_atomic:  dw combines the chunk partials in increasing chunk
 //                       order; the GPU's atomics use some order, so the GPU
 //                       differs by FP64 reassociation of the partials followed
@@ -65,7 +66,7 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
 std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> u);
 
 /// The whole step as the GPU pipeline runs it: model_fwd(default_fwd()) for
-/// y and rstd, then model_bwd(bwd, ..., that rstd). Outputs are contiguous
+/// y, rstd and msq, then model_bwd(bwd, ..., that rstd and msq). Outputs are contiguous
 /// (h_new empty). `bwd` must be a backward variant (controls allowed).
 /// Form res (u.p != nullptr): x holds h; h_new = model_residual_add(x, u) is
 /// normalized instead of x and returned in Outputs::h_new, and dh_new (may be

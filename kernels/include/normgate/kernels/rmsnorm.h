@@ -17,18 +17,23 @@
 //               where m's own error, ~sqrt(H)*2^-53, straddles a rounding
 //               boundary: about one row in 10^7 at H = 4096)
 //     y_rj    = BF16_rn((x_rj * rstd_r) * w_j)  (two FP32 products, then RNE)
-//   backward, row r, with the forward's FP32 rstd_r:
+//     msq_r   = m                            (optional output, binary64)
+//   backward, row r, with the forward's FP32 rstd_r (and optionally msq_r):
 //     xhat = x*rstd;  g = dy*w;  s_r = sum_j fma(g, xhat, .)  (same geometry)
 //     c_r  = s_r * FP32_rn(1/H)          (a product: exact division for H = 2^k)
 //     dx   = BF16_rn(rstd * fma(-xhat, c_r, g))
-//     dw_j = sum_r dy*x*rstd: per chunk of rows (plan.h) an FP64 sum of
-//            exact products (accum.h Acc64: s = fma(dy, x*rstd, s) in binary64),
-//            then the chunk partials combined in FP64 (variant-specific).
+//     r'_r = rstd.h rstd_refined(msq_r, rstd_r): one binary64 Newton step
+//            (~6e-15 relative of 1/sqrt(m)); (double)rstd_r without msq
+//     dw_j = sum_r dy*x*r': per chunk of rows (plan.h) an FP64 sum (accum.h
+//            Acc64: s = fma(dy, x*r', s) in binary64: x*r' rounds once with a
+//            binary64 r', is exact with an FP32 one), then the chunk
+//            partials combined in FP64 (variant-specific).
 //
 // Range: every finite BF16 row has a finite sum of squares in binary64, so
 // rows with RMS above ~1.8e19 (the `huge` family) get their true rstd (down
-// to FP32 subnormals), and the backward's dw products are exact in binary64
-// for every finite input and finite rstd (dy*x above 3.4e38 included). Rows
+// to FP32 subnormals), and the backward's dw products stay finite and
+// accurate in binary64 for every finite input and finite rstd (dy*x above
+// 3.4e38 included). Rows
 // holding Inf or NaN give rstd 0 or NaN. With eps = 0 (allowed), an all-zero
 // row, or one whose 1/sqrt(mean) exceeds FP32's range (tiny subnormals), gets
 // rstd = +inf, so its y is NaN (0 * inf) or +-inf, and the dw columns it
@@ -132,7 +137,9 @@ struct BwdArgs {
   /// FwdArgs::msq. dw then uses each row's rstd refined in binary64 against
   /// it (rstd.h rstd_refined); null: rstd alone, whose FP32 rounding (up to
   /// 2^-24 relative per row) adds up over a long column (dw err/tol 2.43 on
-  /// an H200 gate case, docs/perf.md session 9).
+  /// an H200 gate case, docs/perf.md session 9). Must not overlap dx, dw or
+  /// the workspace. An m that is not this rstd's is detected only when the
+  /// Newton step would move rstd by more than 2^-23 (then rstd is used).
   const double* msq = nullptr;
 };
 
@@ -155,14 +162,16 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H);
 /// form not supported; T < 0 or > kMaxT; H outside v's range; w.cols != H;
 /// w dtype not supported; eps not finite or < 0; a null or misaligned pointer
 /// (when T > 0); a stride < H or a row extent overflowing int64; y
-/// overlapping x, w or rstd, or rstd overlapping x or w.
+/// overlapping x, w or rstd, or rstd overlapping x or w; msq (when given)
+/// not 8-byte aligned or overlapping x, w, y, rstd, u or h_new.
 void validate_fwd(const Variant& v, const FwdArgs& a);
 
 /// Check backward arguments without launching anything. Throws
 /// std::invalid_argument naming the first bad value: as validate_fwd, plus
 /// v not a backward variant; v a control and ctl == refuse; dw null (any T);
 /// workspace null, misaligned or smaller than bwd_workspace_bytes(); dx or dw
-/// overlapping an input, each other or the workspace.
+/// overlapping an input, each other or the workspace; msq (when given) not
+/// 8-byte aligned or overlapping dx, dw or the workspace.
 void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl = ControlUse::refuse);
 
 /// True when rmsnorm_fwd would take the 16-byte vector path for these args.
@@ -170,17 +179,19 @@ bool fwd_vector_path(const FwdArgs& a);
 /// True when rmsnorm_bwd would take the 16-byte vector path for these args.
 bool bwd_vector_path(const BwdArgs& a);
 
-/// RMSNorm forward: writes y and rstd. validate_fwd() first, then enqueues
-/// (T == 0: nothing). Deterministic: bitwise identical for identical inputs,
-/// and bitwise equal to model_fwd() (models.h) except NaN payloads.
+/// RMSNorm forward: writes y and rstd (and h_new for res, msq when given).
+/// validate_fwd() first, then enqueues (T == 0: nothing). Deterministic:
+/// bitwise identical for identical inputs, and bitwise equal to model_fwd()
+/// (models.h) except NaN payloads.
 void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream = nullptr);
 
 /// RMSNorm backward: writes dx and dw, using the workspace. validate_bwd()
 /// first, then enqueues. T == 0 enqueues only dw = 0 (H values).
 /// dx: bitwise deterministic for every variant and equal to the CPU model.
 /// dw: bwd_det_chunked and the controls are bitwise deterministic (whatever
-/// the workspace held) and equal to their CPU model; bwd_nondet_atomic varies
-/// in the last bits with the order of the atomics.
+/// the workspace held) and equal to their CPU model given the same rstd and
+/// msq (or none); bwd_nondet_atomic varies in the last bits with the order of
+/// the atomics.
 void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream = nullptr,
                  ControlUse ctl = ControlUse::refuse);
 
