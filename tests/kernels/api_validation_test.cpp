@@ -365,6 +365,17 @@ TEST(Validation, HeadViews) {
 namespace normgate::kernels {
 namespace {
 
+// The fixture's forward as form res, with its own u and h_new.
+FwdArgs res_args(Fixture& x) {
+  FwdArgs f = x.f;
+  f.form = Form::res;
+  f.u = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  f.u_stride = kH;
+  f.h_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
+  f.h_new_stride = kH;
+  return f;
+}
+
 // msq (optional): the forward's output and the backward's input, binary64
 // [T*heads], 8-byte aligned; the forward's must overlap none of its buffers
 // (u and h_new too, for res), the backward's none of its outputs (it may
@@ -384,12 +395,8 @@ TEST(Validation, MsqAlignmentAndOverlaps) {
   g = f;
   g.msq = reinterpret_cast<double*>(f.rstd);  // over rstd
   expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps");
-  g = f;  // form res: not over u either (the ring reads u rows ahead)
-  g.form = Form::res;
-  g.u = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
-  g.u_stride = kH;
-  g.h_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
-  g.h_new_stride = kH;
+  g = res_args(x);  // form res: not over u either (the ring reads u rows ahead)
+  g.msq = m;
   EXPECT_NO_THROW(validate_fwd(fwd(), g));
   g.msq = reinterpret_cast<double*>(const_cast<uint16_t*>(g.u));
   expect_invalid([&] { validate_fwd(fwd(), g); }, "msq overlaps u");
@@ -411,12 +418,7 @@ TEST(Validation, MsqAlignmentAndOverlaps) {
 // dh_new is optional in the backward; the vector path needs them aligned.
 TEST(Validation, ResidualForm) {
   Fixture x;
-  FwdArgs f = x.f;
-  f.form = Form::res;
-  f.u = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
-  f.u_stride = kH;
-  f.h_new = static_cast<uint16_t*>(x.a.take(kT * kH * 2));
-  f.h_new_stride = kH;
+  FwdArgs f = res_args(x);
   EXPECT_NO_THROW(validate_fwd(fwd(), f));
   EXPECT_TRUE(fwd_vector_path(f));
   FwdArgs g = f;
