@@ -470,7 +470,10 @@ std::string format_report(const CheckReport& rep) {
       char line[256];
       std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
-                    where(s.output(), s.worst.index, cols).c_str(), static_cast<long long>(s.over), s.max_forced,
+                    // Every element exact: no element is "the worst" (the tie rule would name the first).
+                    (s.worst.ratio == 0.0 && s.n > 0 ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
+                        .c_str(),
+                    static_cast<long long>(s.over), s.max_forced,
                     s.max_bound_ratio,
                     // The histogram's last finite bin is (1e4, inf): say so rather than "inf".
                     (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
