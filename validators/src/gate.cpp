@@ -189,18 +189,14 @@ class Runner {
         const std::string id = seeds::to_string(c);
         auto [it, fresh] = index.emplace(id, needs.size());
         if (fresh) needs.push_back({c, {}, false, w.route->window()});
-        Need& n = needs[it->second];
-        if (w.fwd) {
-          n.any = true;
-        } else if (std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end()) {
-          n.impls.push_back(w.impl);
-        }
+        if (w.fwd) needs[it->second].any = true;
       }
     // Every backward window covering a case runs its variant on it, whichever
-    // window listed the case: a result a window did not ask for is still a
-    // result of its variant inside its window (summarize() counts it), and
-    // one oracle serves them all. Without any, a forward window's case is
-    // carried by carrier_for (when nothing journalled has it yet).
+    // window listed the case (a window covers every case it lists): a result
+    // a window did not ask for is still a result of its variant inside its
+    // window (summarize() counts it), and one oracle serves them all. Without
+    // any, a forward window's case is carried by carrier_for (when nothing
+    // journalled has it yet).
     for (auto& n : needs)
       for (const auto& w : wins)
         if (!w.fwd && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
