@@ -576,11 +576,10 @@ Decision Dispatcher::inspect(const CallKey& k) const {
 namespace {
 // The gate's --windows filter that selects exactly route r's window.
 std::string window_filter(const Route& r) {
-  std::string f = std::string("op=") + (r.op == Op::fwd ? "fwd" : "bwd");
-  if (r.op == Op::bwd) f += std::string(",mode=") + (r.mode == Mode::det ? "det" : "nondet");
-  f += ",H=" + std::to_string(r.H) + ",w=" + (r.w == WDtype::bf16 ? "bf16" : "fp32") + ",form=" +
-       std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
-  return f;
+  std::string f = "op=" + std::string(to_string(r.op));
+  if (r.op == Op::bwd) f += ",mode=" + std::string(to_string(r.mode));
+  return f + ",H=" + std::to_string(r.H) + ",w=" + std::string(to_string(r.w)) + ",form=" +
+         std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
 }
 }  // namespace
 
