@@ -78,18 +78,15 @@ Span check_rows(const Variant& v, const char* fn, const char* name, const void* 
   return {name, p, ((T - 1) * stride + inner) * 2};
 }
 
-Span check_f32(const Variant& v, const char* fn, const char* name, const void* p, int64_t n) {
+// n floating-point values of `bytes` bytes each (4: FP32, 8: binary64) at p:
+// non-null when n > 0, aligned to their size.
+Span check_floats(const Variant& v, const char* fn, const char* name, const void* p, int64_t n, int bytes) {
+  const std::string kind = bytes == 4 ? "FP32" : "binary64";
   if (n == 0) return {name, p, 0};
-  if (p == nullptr) bad(v, fn, std::string(name) + " is null (" + std::to_string(n) + " FP32 values expected)");
-  if (addr(p) % 4 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 4-byte aligned (FP32)");
-  return {name, p, n * 4};
-}
-
-Span check_f64(const Variant& v, const char* fn, const char* name, const void* p, int64_t n) {
-  if (n == 0) return {name, p, 0};
-  if (p == nullptr) bad(v, fn, std::string(name) + " is null (" + std::to_string(n) + " binary64 values expected)");
-  if (addr(p) % 8 != 0) bad(v, fn, std::string(name) + " = " + hex(p) + " is not 8-byte aligned (binary64)");
-  return {name, p, n * 8};
+  if (p == nullptr) bad(v, fn, std::string(name) + " is null (" + std::to_string(n) + " " + kind + " values expected)");
+  if (addr(p) % static_cast<uintptr_t>(bytes) != 0)
+    bad(v, fn, std::string(name) + " = " + hex(p) + " is not " + std::to_string(bytes) + "-byte aligned (" + kind + ")");
+  return {name, p, n * bytes};
 }
 
 void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
@@ -161,7 +158,7 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   const Span w = check_weight(v, fn, a.w, a.H);
   const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
   const Span y = check_rows(v, fn, "y", a.y, a.y_stride, a.T, a.H, a.heads, a.y_stride_h, true);
-  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
+  const Span r = check_floats(v, fn, "rstd", a.rstd, a.T * a.heads, 4);
   Span u{"u", nullptr, 0}, hn{"h_new", nullptr, 0};
   if (a.form == Form::res) {
     if (a.T > 0 && (a.u == nullptr || a.h_new == nullptr))
@@ -176,7 +173,7 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
   check_disjoint(v, fn, y, {x, w, r});
   check_disjoint(v, fn, r, {x, w});
   if (a.msq != nullptr) {  // optional output
-    const Span m = check_f64(v, fn, "msq", a.msq, a.T * a.heads);
+    const Span m = check_floats(v, fn, "msq", a.msq, a.T * a.heads, 8);
     check_disjoint(v, fn, m, {x, w, y, r, u, hn});
   }
 }
@@ -191,8 +188,8 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   const Span dy = check_rows(v, fn, "dy", a.dy, a.dy_stride, a.T, a.H, a.heads, a.dy_stride_h);
   const Span x = check_rows(v, fn, "x", a.x, a.x_stride, a.T, a.H, a.heads, a.x_stride_h);
   const Span dx = check_rows(v, fn, "dx", a.dx, a.dx_stride, a.T, a.H, a.heads, a.dx_stride_h, true);
-  const Span r = check_f32(v, fn, "rstd", a.rstd, a.T * a.heads);
-  const Span dw = check_f32(v, fn, "dw", a.dw, a.H);
+  const Span r = check_floats(v, fn, "rstd", a.rstd, a.T * a.heads, 4);
+  const Span dw = check_floats(v, fn, "dw", a.dw, a.H, 4);
   const size_t need = bwd_workspace_bytes(v, a.T * a.heads, a.H);
   Span ws{"workspace", a.workspace, 0};
   if (need > 0) {
@@ -216,7 +213,7 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   check_disjoint(v, fn, dw, {dy, x, w, r, ws});
   check_disjoint(v, fn, ws, {dy, x, w, r});
   if (a.msq != nullptr) {  // optional input
-    const Span m = check_f64(v, fn, "msq", a.msq, a.T * a.heads);
+    const Span m = check_floats(v, fn, "msq", a.msq, a.T * a.heads, 8);
     check_disjoint(v, fn, m, {dx, dw, ws});
   }
 }
