@@ -68,7 +68,7 @@ __device__ __forceinline__ float team_rstd(double ss, double* red, float* rs_sh,
                                            const FwdRows<WT, kHeads>& a, int64_t r) {
   auto finish = [&](double tot) {
     if (a.msq != nullptr && r >= 0 && static_cast<int>(threadIdx.x) == first_warp * 32)
-      a.msq[r] = dfma_rn(tot, a.inv_h, a.eps64);  // row_rstd_fp64's m, bit for bit
+      a.msq[r] = row_m(tot, a.inv_h, a.eps64);
     return row_rstd_fp64(tot, a.inv_h, a.eps64);
   };
   const double w_tot = team_sum_publish(ss, red);

@@ -82,7 +82,7 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
       const double tot = model_team_sum(part.data(), geo.team);
       const float rs = row_rstd_fp64(tot, inv_h, static_cast<double>(eps));
       out.rstd[static_cast<size_t>(r)] = rs;
-      out.msq[static_cast<size_t>(r)] = dfma_rn(tot, inv_h, static_cast<double>(eps));
+      out.msq[static_cast<size_t>(r)] = row_m(tot, inv_h, static_cast<double>(eps));
       uint16_t* yr = out.y.data() + r * H;
       for (int64_t j = 0; j < H; ++j)
         yr[j] = bf16_from_float(mul_rn(mul_rn(bf16_to_float(xr[j]), rs), wf[static_cast<size_t>(j)]));

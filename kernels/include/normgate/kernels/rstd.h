@@ -116,6 +116,11 @@ NG_HD double rstd_refined(double m, float r32) {
   return dfma_rn(dmul_rn(-0.5, e), r0, r0);
 }
 
+/// A row's m = fma(ss, inv_h, eps) in binary64 (ss its binary64 sum of
+/// squares, inv_h = binary64 1/H, eps >= 0): what row_rstd_fp64 rounds
+/// 1/sqrt of, and what the forward hands the backward (FwdArgs::msq).
+NG_HD double row_m(double ss, double inv_h, double eps) { return dfma_rn(ss, inv_h, eps); }
+
 /// The row's rstd (see file comment) from ss (binary64 sum of its squares),
 /// inv_h = binary64 1/H (correctly rounded) and eps (>= 0, as binary64).
 /// Non-finite or zero m gives IEEE 1/sqrt(m): +inf for m = 0 (eps = 0 and a
@@ -127,7 +132,7 @@ NG_HD double rstd_refined(double m, float r32) {
 /// and rows of tiny values, where the start is the same on both) make the
 /// result independent of the start.
 NG_HD float row_rstd_fp64(double ss, double inv_h, double eps) {
-  const double m = dfma_rn(ss, inv_h, eps);
+  const double m = row_m(ss, inv_h, eps);
   if (!(m > 0.0 && m <= 1.7976931348623157e308)) return static_cast<float>(1.0 / sqrt(m));  // 0, Inf, NaN
   float r0;
 #if defined(__CUDA_ARCH__)
