@@ -29,6 +29,10 @@
 
 namespace normgate::kernels::dev {
 
+/// Rows per batch of the forward's m staged in shared memory (one per lane
+/// of the CTA's first warp).
+inline constexpr int kMsqBatch = 32;
+
 /// One row's inputs for a thread's kSlots column groups.
 template <int kSlots>
 struct RowIn {
@@ -119,11 +123,31 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     cp_async_commit();
   }
 
+  // The forward's m of each row (a.msq; rstd_refined's input), staged 32 rows
+  // at a time into shared memory by the CTA's first warp: one 8-byte shared
+  // read per row instead of a global load whose latency (L2, ~0.3 us) the
+  // row could not hide (measured +8-20% backward time when each row loaded
+  // its own, docs/perf.md session 10), and no registers carried across rows
+  // (a double-buffered m spilled at 64 registers). Batch b lives in
+  // msq_s[b & 1]; the next batch is loaded at the end of its predecessor's
+  // first row, after that row's barrier (every read of the batch it replaces
+  // is behind it), and the next row's barrier publishes it.
+  __shared__ double msq_s[2][kMsqBatch];
+  const bool has_msq = a.msq != nullptr;
+  const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
+  auto stage_msq = [&](int first) {  // rows r0+first .. +kMsqBatch-1 into msq_s[(first / kMsqBatch) & 1]
+    const int j = first + static_cast<int>(threadIdx.x);
+    if (threadIdx.x < kMsqBatch && j < rows) msq_s[(first / kMsqBatch) & 1][threadIdx.x] = __ldg(a.msq + r0 + j);
+  };
+  if (has_msq) {
+    stage_msq(0);
+    __syncthreads();
+  }
+
   RowIn<kSlots> cur, nxt;
   load_row(cur, a, r0, col0);
   nxt = cur;
   int buf = 0;
-  const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
     if (l2_prefetch && i + 2 < rows) {
@@ -144,10 +168,8 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
-    // The forward's m of this row (0 when none: rstd_refined keeps rs), read
-    // here rather than carried in the row double buffer (2 more registers
-    // per buffered row spilled at 64): consecutive rows share its cache lines.
-    const double rs_dw = rstd_refined(a.msq != nullptr ? __ldg(a.msq + r) : 0.0, rs);
+    // This row's m from the staged batch (0 when none: rstd_refined keeps rs).
+    const double rs_dw = rstd_refined(has_msq ? msq_s[(i / kMsqBatch) & 1][i % kMsqBatch] : 0.0, rs);
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
@@ -209,6 +231,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
     }
+    if (has_msq && i % kMsqBatch == 0) stage_msq(i + kMsqBatch);
     cur = nxt;
   }
 #pragma unroll
