@@ -129,9 +129,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   // row could not hide (measured +8-20% backward time when each row loaded
   // its own, docs/perf.md session 10), and no registers carried across rows
   // (a double-buffered m spilled at 64 registers). Batch b lives in
-  // msq_s[b & 1]; the next batch is loaded at the end of its predecessor's
-  // first row, after that row's barrier (every read of the batch it replaces
-  // is behind it), and the next row's barrier publishes it.
+  // msq_s[b & 1]. Row j's m is read in row j-1's phase 2 (below). Batch b+1
+  // is written at the end of row 32b, after that row's barrier: the last
+  // read of batch b-1, whose buffer it takes, came before that barrier (in
+  // row 32b-2), and the barrier of row 32b+1 publishes it before its first
+  // read (in row 32b+31).
   __shared__ double msq_s[2][kMsqBatch];
   const bool has_msq = a.msq != nullptr;
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
@@ -147,6 +149,13 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   RowIn<kSlots> cur, nxt;
   load_row(cur, a, r0, col0);
   nxt = cur;
+  // The refined rstd for dw (rstd_refined), one row ahead: row i+1's is
+  // computed in row i's phase 2, where its dependent chain (a shared read
+  // and four FP64 operations) overlaps the dx arithmetic instead of
+  // delaying the accumulators before the barrier (measured +2-12% backward
+  // time when each row computed its own at its top, docs/perf.md session 10).
+  auto msq_of = [&](int i) { return has_msq ? msq_s[(i / kMsqBatch) & 1][i % kMsqBatch] : 0.0; };
+  double rs_dw_next = rows > 0 ? rstd_refined(msq_of(0), cur.rstd) : 0.0;
   int buf = 0;
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
@@ -168,8 +177,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
-    // This row's m from the staged batch (0 when none: rstd_refined keeps rs).
-    const double rs_dw = rstd_refined(has_msq ? msq_s[(i / kMsqBatch) & 1][i % kMsqBatch] : 0.0, rs);
+    const double rs_dw = rs_dw_next;  // this row's (m 0 when none: rstd_refined keeps rs)
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
@@ -231,6 +239,8 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
     }
+    // The next row's m was published by a barrier at or before this row's.
+    if (i + 1 < rows) rs_dw_next = rstd_refined(msq_of(i + 1), nxt.rstd);
     if (has_msq && i % kMsqBatch == 0) stage_msq(i + kMsqBatch);
     cur = nxt;
   }

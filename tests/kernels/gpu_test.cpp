@@ -818,15 +818,13 @@ struct DevMem {
 // backward equals its model both with msq (dw from the refined rstd) and
 // without it (dw from the FP32 rstd, as before msq existed). The runner
 // always hands msq over, so the null path is tested here directly.
-TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
-  NG_REQUIRE_GPU();
-  struct Shape {
-    int64_t H, T;
-    Form form;
-  };
-  const DepthGuard restore;
-  for (const Shape& sh : {Shape{4096, 67, Form::plain}, Shape{1000, 23, Form::plain}, Shape{6144, 9, Form::plain},
-                          Shape{256, 9, Form::heads4}}) {
+struct MsqShape {
+  int64_t H, T;
+  Form form;
+};
+
+void expect_msq_paths_equal_models(const MsqShape& sh) {
+  {
     seeds::CaseId c = make_case(sh.H, sh.T, seeds::Family::llm, 5);
     c.form = sh.form;
     const seeds::HostInputs in = seeds::generate_host(c);
@@ -884,6 +882,31 @@ TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
                                      with_msq ? &fm.msq : nullptr);
       EXPECT_EQ(bit_diff(gdw, bm.dw).count, 0) << case_name(det, c) << (with_msq ? " with msq" : " without msq");
     }
+  }
+}
+
+TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
+  NG_REQUIRE_GPU();
+  const DepthGuard restore;
+  for (const MsqShape& sh : {MsqShape{4096, 67, Form::plain}, MsqShape{1000, 23, Form::plain},
+                             MsqShape{6144, 9, Form::plain}, MsqShape{256, 9, Form::heads4}})
+    expect_msq_paths_equal_models(sh);
+}
+
+// The backward stages the forward's m 32 rows at a time in shared memory
+// (bwd_chunk_pass.cuh, two alternating batches) and reads each row's one row
+// ahead: chunks of more than 64 rows cross at least two batch boundaries, so a
+// batch written too early or read too late changes dw's bits. Chunks hold
+// ~16 rows below T = 16 * cap(H), so these shapes are large: one slot (a
+// 512-thread team), two slots (a 2-CTA cluster) and per-head rows (one warp).
+TEST(MsqPath, LongChunksCrossTheStagedBatchesOfM) {
+  NG_REQUIRE_GPU();
+  const DepthGuard restore;
+  for (const MsqShape& sh : {MsqShape{4096, 70000, Form::plain}, MsqShape{16384, 20000, Form::plain},
+                             MsqShape{256, 270000, Form::heads4}}) {
+    const int64_t rows = sh.T * (sh.form == Form::heads4 ? 4 : 1);
+    ASSERT_GT(rows / num_chunks(rows, sh.H), 64) << "H " << sh.H << " T " << sh.T;
+    expect_msq_paths_equal_models(sh);
   }
 }
 

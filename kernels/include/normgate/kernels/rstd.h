@@ -108,12 +108,16 @@ NG_HD float rstd_nearest_fast(double m, float r0) {
 /// positive (rows holding Inf/NaN, a zero row with eps = 0) or where the
 /// step would move r32 by more than 2^-23 relative (m is not this rstd's:
 /// a caller's mistake; then dw is what it was without m).
+/// Branch-free (one select; the backward computes it once per row and the
+/// H=256 teams have 8 columns a thread to hide it behind): the |e| test
+/// alone rejects every non-finite or non-positive m and an r32 of 0 or +Inf
+/// (e is then <= -1, +-Inf or NaN; r32*r32*m cannot overflow to a small e),
+/// and r32 > 0 rejects a negative or NaN r32.
 NG_HD double rstd_refined(double m, float r32) {
   const double r0 = static_cast<double>(r32);
-  if (!(m > 0.0 && m <= 1.7976931348623157e308 && r0 > 0.0 && r0 <= 3.4028234663852886e38)) return r0;
   const double e = dfma_rn(dmul_rn(r0, r0), m, -1.0);
-  if (!(e >= -0x1p-22 && e <= 0x1p-22)) return r0;  // |e| ~ 2|d|: |d| > 2^-23
-  return dfma_rn(dmul_rn(-0.5, e), r0, r0);
+  const double r = dfma_rn(dmul_rn(-0.5, e), r0, r0);
+  return fabs(e) <= 0x1p-22 && r32 > 0.0f ? r : r0;  // |e| ~ 2|d|: |d| > 2^-23 is refused
 }
 
 /// A row's m = fma(ss, inv_h, eps) in binary64 (ss its binary64 sum of
