@@ -7,7 +7,8 @@
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
 //      and an L2 prefetch of the row after (vector path); form res stages
-//      the next row's dh_new into a shared-memory ring (cp.async),
+//      the next row's dh_new into a shared-memory ring (cp.async); its rstd
+//      and refined rstd come from shared memory, staged 32 rows at a time,
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
@@ -29,11 +30,12 @@
 
 namespace normgate::kernels::dev {
 
-/// Rows per batch of the forward's m staged in shared memory (one per lane
-/// of the CTA's first warp).
-inline constexpr int kMsqBatch = 32;
+/// Rows per batch of rstd staged in shared memory (one per lane of the
+/// CTA's first warp).
+inline constexpr int kRstdBatch = 32;
 
-/// One row's inputs for a thread's kSlots column groups.
+/// One row's inputs for a thread's kSlots column groups (its rstd comes from
+/// the staged batch, see bwd_chunk_pass).
 template <int kSlots>
 struct RowIn {
   Group8 x[kSlots];
@@ -123,39 +125,35 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     cp_async_commit();
   }
 
-  // The forward's m of each row (a.msq; rstd_refined's input), staged 32 rows
-  // at a time into shared memory by the CTA's first warp: one 8-byte shared
-  // read per row instead of a global load whose latency (L2, ~0.3 us) the
-  // row could not hide (measured +8-20% backward time when each row loaded
-  // its own, docs/perf.md session 10), and no registers carried across rows
-  // (a double-buffered m spilled at 64 registers). Batch b lives in
-  // msq_s[b & 1]. Row j's m is read in row j-1's phase 2 (below). Batch b+1
-  // is written at the end of row 32b, after that row's barrier: the last
-  // read of batch b-1, whose buffer it takes, came before that barrier (in
-  // row 32b-2), and the barrier of row 32b+1 publishes it before its first
-  // read (in row 32b+31).
-  __shared__ double msq_s[2][kMsqBatch];
-  const bool has_msq = a.msq != nullptr;
+  // Each row's rstd and its refined binary64 rstd for dw (rstd_refined of
+  // the forward's m, a.msq; the FP32 rstd widened without it), computed 32
+  // rows at a time by the CTA's first warp (one row a lane) into shared
+  // memory. Per row the team then reads two shared values where it had a
+  // global load of rstd, and no row carries rstd_refined's dependent chain
+  // (a global load of m and four FP64 operations): each row computing its
+  // own cost +5-10% backward time on the H200 (docs/perf.md session 10).
+  // Batch b lives in slot b & 1. Batch b+1 is written at the end of row 32b,
+  // after that row's barrier: the last reads of batch b-1, whose slot it
+  // takes, came before that barrier (row 32b-1's rstd at the end of row
+  // 32b-2, its refined rstd at its own top), and the barrier of row 32b+1
+  // publishes it before its first read (at the end of row 32b+31).
+  __shared__ double rs_dw_s[2][kRstdBatch];
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
-  auto stage_msq = [&](int first) {  // rows r0+first .. +kMsqBatch-1 into msq_s[(first / kMsqBatch) & 1]
+  auto stage_rstd = [&](int first) {  // rows r0+first .. +kRstdBatch-1 into slot (first / kRstdBatch) & 1
     const int j = first + static_cast<int>(threadIdx.x);
-    if (threadIdx.x < kMsqBatch && j < rows) msq_s[(first / kMsqBatch) & 1][threadIdx.x] = __ldg(a.msq + r0 + j);
+    if (threadIdx.x < kRstdBatch && j < rows) {
+      const int slot = (first / kRstdBatch) & 1;
+      const float r = __ldg(a.rstd + r0 + j);
+      rs_dw_s[slot][threadIdx.x] = rstd_refined(a.msq != nullptr ? __ldg(a.msq + r0 + j) : 0.0, r);
+    }
   };
-  if (has_msq) {
-    stage_msq(0);
-    __syncthreads();
-  }
+  stage_rstd(0);
+  __syncthreads();
+  auto at = [](auto& batch, int i) -> auto& { return batch[(i / kRstdBatch) & 1][i % kRstdBatch]; };
 
   RowIn<kSlots> cur, nxt;
   load_row(cur, a, r0, col0);
   nxt = cur;
-  // The refined rstd for dw (rstd_refined), one row ahead: row i+1's is
-  // computed in row i's phase 2, where its dependent chain (a shared read
-  // and four FP64 operations) overlaps the dx arithmetic instead of
-  // delaying the accumulators before the barrier (measured +2-12% backward
-  // time when each row computed its own at its top, docs/perf.md session 10).
-  auto msq_of = [&](int i) { return has_msq ? msq_s[(i / kMsqBatch) & 1][i % kMsqBatch] : 0.0; };
-  double rs_dw_next = rows > 0 ? rstd_refined(msq_of(0), cur.rstd) : 0.0;
   int buf = 0;
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
@@ -177,7 +175,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
-    const double rs_dw = rs_dw_next;  // this row's (m 0 when none: rstd_refined keeps rs)
+    const double rs_dw = at(rs_dw_s, i);
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
@@ -239,9 +237,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
     }
-    // The next row's m was published by a barrier at or before this row's.
-    if (i + 1 < rows) rs_dw_next = rstd_refined(msq_of(i + 1), nxt.rstd);
-    if (has_msq && i % kMsqBatch == 0) stage_msq(i + kMsqBatch);
+    if (i % kRstdBatch == 0) stage_rstd(i + kRstdBatch);
     cur = nxt;
   }
 #pragma unroll
