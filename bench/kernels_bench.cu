@@ -308,7 +308,7 @@ int main(int argc, char** argv) try {
                                                    (depth.fwd_res_fused ? "1" : "0") + ":" + (depth.fwd_simple ? "1" : "0") + ":" +
                                                    (depth.fwd_res_simple ? "1" : "0") + ":" + (depth.fwd_rstd_warp ? "1" : "0")
                                                    : "";
-        const double fwd_bytes = 4.0 * n + wbytes + 4.0 * T;
+        const double fwd_bytes = 4.0 * n + wbytes + 12.0 * T;  // x read; y, rstd, msq written
         const auto ft = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fa, s); }, reps);
         const double fg = fwd_bytes / (ft.median_ms * 1e-3) / 1e9;
         if (res) {  // form res: h = x, u = dy's buffer (any BF16 data times the same), h_new into dx's
@@ -321,7 +321,7 @@ int main(int argc, char** argv) try {
           fr.u_stride = H;
           fr.h_new = static_cast<uint16_t*>(dx.p);
           fr.h_new_stride = H;
-          const double res_bytes = 8.0 * n + wbytes + 4.0 * T;  // h, u read; h_new, y written
+          const double res_bytes = 8.0 * n + wbytes + 12.0 * T;  // h, u read; h_new, y, rstd, msq written
           const auto rt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); }, reps);
           const double rg = res_bytes / (rt.median_ms * 1e-3) / 1e9;
           rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd res " + std::string(fwd.name) + dtag,
@@ -382,7 +382,7 @@ int main(int argc, char** argv) try {
           ba.H = H;
           ba.workspace = work.p;
           ba.workspace_bytes = ws;
-          const double bwd_bytes = 6.0 * n + wbytes + 4.0 * T + 4.0 * H;
+          const double bwd_bytes = 6.0 * n + wbytes + 12.0 * T + 4.0 * H;  // x, dy, rstd, msq read; dx, dw written
           const auto bt = nk::time_graph(
               [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
           const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
@@ -394,7 +394,7 @@ int main(int argc, char** argv) try {
             br.form = normgate::Form::res;
             br.dh_new = static_cast<const uint16_t*>(y.p);
             br.dh_new_stride = H;
-            const double rb_bytes = 8.0 * n + wbytes + 4.0 * T + 4.0 * H;  // dy, h_new, dh_new read; dh written
+            const double rb_bytes = 8.0 * n + wbytes + 12.0 * T + 4.0 * H;  // dy, h_new, dh_new, rstd, msq read; dh written
             const auto rbt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); }, reps);
             const double rbg = rb_bytes / (rbt.median_ms * 1e-3) / 1e9;
             rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd res " + std::string(v.name) + dtag,

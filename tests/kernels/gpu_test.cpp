@@ -939,7 +939,7 @@ TEST(Timing, VariantsAtLargeT) {
   for (const int64_t H : {int64_t{512}, int64_t{2048}, int64_t{4096}, int64_t{5120}, int64_t{8192}, int64_t{16384}}) {
     const int64_t T = (int64_t{1} << 30) / (H * 2);  // 1 GiB per [T, H] tensor
     const seeds::CaseId c = make_case(H, T, seeds::Family::normal, 1);
-    DevMem x(T * H * 2), dy(T * H * 2), y(T * H * 2), dx(T * H * 2), w(H * 2), rstd(T * 4), dw(H * 4);
+    DevMem x(T * H * 2), dy(T * H * 2), y(T * H * 2), dx(T * H * 2), w(H * 2), rstd(T * 4), msq(T * 8), dw(H * 4);
     size_t ws_bytes = 0;
     for (const Variant& v : variants())
       if (v.op == Op::bwd) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(v, T, H));
@@ -953,6 +953,7 @@ TEST(Timing, VariantsAtLargeT) {
     generate_device_inputs(c, b);
     const WeightView wv{WDtype::bf16, w.p, H};
     FwdArgs fa{x.as<uint16_t>(), H, wv, y.as<uint16_t>(), H, rstd.as<float>(), T, H, kEps};
+    fa.msq = msq.as<double>();  // as the runner: the forward hands m to the backward
     const TimingStats fs = time_graph([&](Stream s) { rmsnorm_fwd(default_fwd(), fa, s); }, 50);
     std::printf("[ info ] H=%5lld T=%7lld fwd_rowwise        %.4f ms  %.0f GB/s\n", static_cast<long long>(H),
                 static_cast<long long>(T), fs.median_ms, 2.0 * static_cast<double>(T * H * 2) / fs.median_ms / 1e6);
@@ -965,6 +966,7 @@ TEST(Timing, VariantsAtLargeT) {
       ba.x_stride = H;
       ba.w = wv;
       ba.rstd = rstd.as<float>();
+      ba.msq = fa.msq;
       ba.dx = dx.as<uint16_t>();
       ba.dx_stride = H;
       ba.dw = dw.as<float>();
