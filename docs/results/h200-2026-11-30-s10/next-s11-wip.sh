@@ -13,8 +13,16 @@
 #   1. the wip test_kernels (GPU = CPU model bit for bit; the change moves
 #      addresses only, so every GPU test must pass unchanged),
 #   2. A/B, main (A) against wip (B), two interleaved runs.
-# Prediction: backward 3-8% faster at every shape (B/A 0.92-0.97), forward
-# unchanged (same code: B/A within 0.005).
+#   3. EXPERIMENT (the branch's kernels_bench --chunk-waves W: W x 264 chunks
+#      instead of plan.h's cap): the backward's chunk count against whole
+#      waves. At 64 registers an SM holds floor(1024/team) chunk CTAs: 5 at
+#      H=1536 (a wave of 660 CTAs), 4 at H=2048 (528), 32 at H=256 (4224);
+#      the plan's 2112 chunks at H=1536 are 3.2 waves, 1848 at H=2048 3.5, and
+#      2112 at H=256 fill half the CTA slots. Waves tried: 5 (H=1536: 2
+#      waves), 6 (H=2048: 3), 8 (H=2048: 4), 10 (H=1536: 4), 16 (H=256: 1 full).
+# Predictions: backward 3-8% faster at every shape (B/A 0.92-0.97), forward
+# unchanged (same code: B/A within 0.005); whole waves 3-10% faster than the
+# plan's count at H=1536 and 2048, and 16 waves 10-30% faster at H=256.
 export PATH=/usr/local/cuda/bin:$PATH
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 P=$OUT/p; mkdir -p $P
@@ -24,6 +32,11 @@ for i in 1 2; do
   timeout 80 build/dev/bench/kernels_bench --res --no-controls --w both --json $P/A$i.json $S >$P/A$i.txt 2>&1
   timeout 80 build/wip-rowptr/kernels_bench --res --no-controls --w both --json $P/B$i.json $S >$P/B$i.txt 2>&1
 done
+W="65537,1536 65537,2048 131072,2048 262148,256"
+for w in 0 5 6 8 10 16; do
+  timeout 60 build/wip-rowptr/kernels_bench --no-controls --w bf16 --chunk-waves $w --json $P/cw-w$w.json $W >$P/cw-w$w.txt 2>&1
+done
 tar czf $OUT/wip.tgz -C $OUT p
 echo "== wip tests"; grep -E "^\[  (PASSED|FAILED)|rc=" $P/test_kernels_wip.txt | tail -6
+echo "== chunk waves (wip binary)"; python3 scripts/chunk_waves_table.py $P/cw-w*.json
 echo "== A/B (A main, B wip/bwd-rowptr)"; python3 scripts/ab_table.py $P/A1.json $P/B1.json $P/A2.json $P/B2.json | grep -E "bwd|copy|shape|---"
