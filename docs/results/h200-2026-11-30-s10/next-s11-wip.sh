@@ -36,7 +36,16 @@ W="65537,1536 65537,2048 131072,2048 262148,256"
 for w in 0 5 6 8 10 16; do
   timeout 60 build/wip-rowptr/kernels_bench --no-controls --w bf16 --chunk-waves $w --json $P/cw-w$w.json $W >$P/cw-w$w.txt 2>&1
 done
+# 4. The oracle half's per-thread speed on this host (campaigns are
+#    oracle-bound): session 9 measured 11.6 CPU ns/element for the reference
+#    and 20.0 for validation at 16 threads here, against 3.3 and 8.2 at one
+#    thread on the dev box. One case at 1, 4, 8 and 16 threads: flat CPU ns
+#    per element = a slower core; growing with threads = memory or SMT.
+for t in 1 4 8 16; do
+  timeout 60 build/dev/bench/finish_bench H=4096,T=16384,w=bf16,form=plain,family=llm,seed=1 bwd_det_chunked 2 $t >$P/finish-t$t.txt 2>&1
+done
 tar czf $OUT/wip.tgz -C $OUT p
 echo "== wip tests"; grep -E "^\[  (PASSED|FAILED)|rc=" $P/test_kernels_wip.txt | tail -6
+echo "== finish_bench CPU ns/element (threads 1 4 8 16)"; grep -h "CPU ns per element" $P/finish-t*.txt
 echo "== chunk waves (wip binary)"; python3 scripts/chunk_waves_table.py $P/cw-w*.json
 echo "== A/B (A main, B wip/bwd-rowptr)"; python3 scripts/ab_table.py $P/A1.json $P/B1.json $P/A2.json $P/B2.json | grep -E "bwd|copy|shape|---"
