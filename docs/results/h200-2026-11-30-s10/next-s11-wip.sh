@@ -46,6 +46,6 @@ for t in 1 4 8 16; do
 done
 tar czf $OUT/wip.tgz -C $OUT p
 echo "== wip tests"; grep -E "^\[  (PASSED|FAILED)|rc=" $P/test_kernels_wip.txt | tail -6
-echo "== finish_bench CPU ns/element (threads 1 4 8 16)"; grep -h "CPU ns per element" $P/finish-t*.txt
+echo "== finish_bench CPU ns/element"; for t in 1 4 8 16; do echo "threads $t: $(grep -h "CPU ns per element" $P/finish-t$t.txt | tr "\n" " ")"; done
 echo "== chunk waves (wip binary)"; python3 scripts/chunk_waves_table.py $P/cw-w*.json
 echo "== A/B (A main, B wip/bwd-rowptr)"; python3 scripts/ab_table.py $P/A1.json $P/B1.json $P/A2.json $P/B2.json | grep -E "bwd|copy|shape|---"
