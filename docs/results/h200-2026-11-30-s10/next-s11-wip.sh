@@ -35,7 +35,9 @@ done
 # Per-head forms (kernels_bench --heads; a separate run, so that a failure
 # there cannot take the plain rows with it): the branch also tracks per-head
 # rows as (pointer, head), removing the heads kernel's 64-bit divisions (6
-# call sites in its row loop). Prediction: heads backward B/A 0.75-0.9.
+# call sites in its row loop), and the forward's per-head ring kernel
+# divides by heads with a multiply (Rows::row(r, magic)). Predictions: heads
+# backward B/A 0.75-0.9, heads forward 0.85-0.95.
 for i in 1 2; do
   timeout 60 build/dev/bench/kernels_bench --heads --no-controls --w bf16 --json $P/HA$i.json 262148,256 1048576,256 >$P/HA$i.txt 2>&1
   timeout 60 build/wip-rowptr/kernels_bench --heads --no-controls --w bf16 --json $P/HB$i.json 262148,256 1048576,256 >$P/HB$i.txt 2>&1
