@@ -26,7 +26,9 @@
 export PATH=/usr/local/cuda/bin:$PATH
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 P=$OUT/p; mkdir -p $P
-timeout 240 build/wip-rowptr/test_kernels >$P/test_kernels_wip.txt 2>&1; echo "test_kernels rc=$?" >>$P/test_kernels_wip.txt
+# (the branch's binary checks its variant hashes against the files on disk,
+# which are main's here: that one test is left out)
+timeout 240 build/wip-rowptr/test_kernels --gtest_filter=-Registry.SourceHashMatchesTheFilesOnDisk >$P/test_kernels_wip.txt 2>&1; echo "test_kernels rc=$?" >>$P/test_kernels_wip.txt
 S="65537,2048 65537,6144 131072,4096 262148,256 65537,1536 65537,5120"
 for i in 1 2; do
   timeout 80 build/dev/bench/kernels_bench --res --no-controls --w both --json $P/A$i.json $S >$P/A$i.txt 2>&1
