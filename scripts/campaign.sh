@@ -30,11 +30,14 @@
 # sequentially, with --approve, writing TABLE's approvals file next to it and
 # into the pack; default 0), NG_CAMPAIGN_TABLE (routes/sm90a.toml),
 # NG_CAMPAIGN_SEEDS (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default
-# 540), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options).
+# 540), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options),
+# NG_CAMPAIGN_THREADS (OpenMP threads: one number for every slice, or a comma
+# list, one per slice; default cores/slices), NG_CAMPAIGN_GPUS (GPU index: one
+# for every slice, or a comma list, one per slice; default (K-1) mod NGPU).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-case "${1:-}" in -h|--help) sed -n 2,37p "$0"; exit 0 ;; esac
-[ $# -ge 2 ] || { sed -n 2,37p "$0" >&2; exit 2; }
+case "${1:-}" in -h|--help) sed -n 2,40p "$0"; exit 0 ;; esac
+[ $# -ge 2 ] || { sed -n 2,40p "$0" >&2; exit 2; }
 dir="$1"; shift
 build="${NORMGATE_BUILD:-$root/build}"
 bin="$build/apps/normgate"
@@ -50,7 +53,23 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 nslice=$#
 cores=$(nproc)
 threads=$(( cores / nslice > 0 ? cores / nslice : 1 ))
-echo "campaign: $nslice slices on $ngpu GPUs, $threads threads each, deadline ${deadline}s, table $table, seeds $seeds" \
+# per_slice LIST K DEFAULT: LIST's K-th comma field (its only field when it has
+# one; DEFAULT when LIST is empty); exit 2 on a field that is not a number.
+per_slice() {
+  local list=$1 k=$2 v
+  if [ -z "$list" ]; then v=$3
+  elif [[ "$list" == *,* ]]; then v=$(cut -d, -f"$k" <<<"$list")
+  else v=$list; fi
+  [[ "$v" =~ ^[0-9]+$ ]] || { echo "campaign: '$list' gives slice $k no number ('$v')" >&2; exit 2; }
+  echo "$v"
+}
+declare -a slice_threads slice_gpu
+for k in $(seq 1 "$nslice"); do
+  slice_threads[$k]=$(per_slice "${NG_CAMPAIGN_THREADS:-}" "$k" "$threads") || { rm -rf "$work"; exit 2; }
+  slice_gpu[$k]=$(per_slice "${NG_CAMPAIGN_GPUS:-}" "$k" $(( (k - 1) % ngpu ))) || { rm -rf "$work"; exit 2; }
+  [ "${slice_threads[$k]}" -ge 1 ] || { echo "campaign: slice $k: 0 threads" >&2; rm -rf "$work"; exit 2; }
+done
+echo "campaign: $nslice slices on $ngpu GPUs, threads ${slice_threads[*]}, GPUs ${slice_gpu[*]}, deadline ${deadline}s, table $table, seeds $seeds" \
   | tee "$work/campaign.log"
 # NG_CAMPAIGN_DEMO=1: first, in the same run, the two controls the gate
 # issue asks for: the loader refuses a table routing a negative control
@@ -86,13 +105,13 @@ done
 set_slice_cmd() {
   # shellcheck disable=SC2206
   cmd=("$bin" gate "$table" --seeds "$seeds" --windows "$(cat "$work/slice-$1.filter")"
-       --journal "$work/slice-$1.jsonl" --threads "$threads" --quiet ${NG_CAMPAIGN_ARGS:-})
+       --journal "$work/slice-$1.jsonl" --threads "${slice_threads[$1]}" --quiet ${NG_CAMPAIGN_ARGS:-})
 }
 declare -a pids cmd
 for k in $(seq 1 "$nslice"); do
   [ -f "$dir/slice-$k.jsonl.gz" ] && gunzip -c "$dir/slice-$k.jsonl.gz" >"$work/slice-$k.jsonl"
   set_slice_cmd "$k"
-  CUDA_VISIBLE_DEVICES=$(( (k - 1) % ngpu )) timeout --signal=KILL "$deadline" "${cmd[@]}" \
+  CUDA_VISIBLE_DEVICES=${slice_gpu[$k]} timeout --signal=KILL "$deadline" "${cmd[@]}" \
     --report-md "$work/slice-$k.md" --report-json "$work/slice-$k.json" >"$work/slice-$k.log" 2>&1 &
   pids[$k]=$!
 done
