@@ -140,6 +140,9 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
         c = replay->inputs.id;
         ro.inputs = &replay->inputs;
         ro.replay_file = o->file;
+        ro.recorded = &replay->outputs;
+        ro.recorded_impl = replay->prov.impl;
+        ro.recorded_backend = replay->prov.backend;
       } else {
         c = seeds::parse_case(case_text);
       }

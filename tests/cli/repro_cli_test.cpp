@@ -253,4 +253,26 @@ TEST(ReproShippedCase, ReplaysFromTheStoredInputs) {
   }
 }
 
+// The audit cases of issue 6, recorded on the H200 (session 11, kernels of
+// 44a0781): the worst case of the heads4 campaign (bwd_det_chunked, pass) and
+// the negative control on the same cancel inputs (ctl_fp32_seq, fail).
+// Replayed here on the CPU models, each gives the recorded verdict and the
+// recorded outputs bit for bit: the GPU kernels and their models agree on
+// these inputs. A kernel change that moves a bit (and the model with it)
+// fails here until the cases are recorded again on the H200.
+TEST(ReproShippedCase, H200RecordingsReplayBitForBitOnTheCpuModels) {
+  const std::string dir = std::string(NORMGATE_SOURCE_DIR) + "/datasets/cases/";
+  const std::string id = "H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2";
+  for (const auto& [variant, code] : {std::pair<std::string, int>{"bwd_det_chunked", 0}, {"ctl_fp32_seq", 1}}) {
+    const std::string f = dir + id + "," + variant + ".h5";
+    ASSERT_TRUE(std::filesystem::exists(f)) << f;
+    const CliRun r = run("repro --file '" + f + "' --variant " + variant + " --backend cpu");
+    EXPECT_EQ(r.code, code) << variant << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "recorded verdict of " + variant + ": " + (code == 0 ? "pass" : "fail"))) << r.out;
+    EXPECT_TRUE(contains(r.out, "recorded outputs (recorded by " + variant +
+                                    " on gpu): identical bit for bit (y, rstd, dx, dw)"))
+        << r.out;
+  }
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "normgate/core/bf16.h"
 #include "normgate/oracle/reference.h"
@@ -87,4 +88,62 @@ TEST(Repro, ReportNamesTheCaseAndACommand) {
             std::string::npos);
   req.impls = {"ctl_fp32_seq", "bwd_det_chunked"};
   EXPECT_THROW(nv::repro(req, 3), std::invalid_argument);
+}
+
+// A replay compares this run's outputs with the recorded ones bit for bit:
+// a recording of the same CPU model is identical; one flipped dx bit, a
+// changed dw and a NaN rstd are each counted with their output; a recording
+// of another implementation is not compared; a size mismatch throws.
+TEST(Repro, ReplayComparesWithTheRecordedOutputsBitForBit) {
+  nv::CheckRequest req;
+  req.id = normgate::seeds::parse_case("H=48,T=37,w=bf16,form=plain,family=llm,seed=3");
+  req.impls = {"bwd_det_chunked"};
+  req.backend = nv::Backend::cpu;
+  req.threads = 2;
+  nv::ReproOptions first;
+  first.k = 2;
+  first.keep_case = true;
+  const auto r0 = nv::repro(req, first);
+  ASSERT_TRUE(r0.saved.has_value());
+  EXPECT_TRUE(r0.vs_recorded.empty());  // nothing recorded
+  normgate::Outputs rec = r0.saved->outputs;
+  nv::ReproOptions again;
+  again.k = 2;
+  again.recorded = &rec;
+  again.recorded_impl = "bwd_det_chunked";
+  again.recorded_backend = "gpu";
+  auto r = nv::repro(req, again);
+  ASSERT_EQ(r.vs_recorded.size(), 4u);
+  for (const auto& d : r.vs_recorded) {
+    EXPECT_EQ(d.differ, 0) << d.output;
+    EXPECT_EQ(d.max_abs, 0.0) << d.output;
+  }
+  EXPECT_EQ(r.vs_recorded[2].elements, 37 * 48);
+  EXPECT_NE(nv::format_repro(r).find("recorded outputs (recorded by bwd_det_chunked on gpu): identical bit for bit "
+                                     "(y, rstd, dx, dw)"),
+            std::string::npos);
+  const float dx0 = normgate::bf16_to_float(rec.dx[100]);
+  rec.dx[100] ^= 0x0001;  // one ulp of one dx element
+  rec.dw[7] = std::nextafter(rec.dw[7], 1e30f);
+  rec.rstd[3] = std::nanf("");
+  r = nv::repro(req, again);
+  EXPECT_EQ(r.vs_recorded[0].differ, 0);  // y
+  EXPECT_EQ(r.vs_recorded[1].differ, 1);  // rstd: the NaN
+  EXPECT_EQ(r.vs_recorded[1].max_abs, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(r.vs_recorded[2].differ, 1);
+  EXPECT_EQ(r.vs_recorded[2].max_abs, std::fabs(static_cast<double>(normgate::bf16_to_float(rec.dx[100])) - dx0));
+  EXPECT_GT(r.vs_recorded[2].max_abs, 0.0);
+  EXPECT_EQ(r.vs_recorded[3].differ, 1);
+  const std::string text = nv::format_repro(r);
+  EXPECT_NE(text.find("DIFFER: rstd 1 of 37 elements differ (max |diff| inf); dx 1 of 1776 elements differ"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("; identical: y"), std::string::npos) << text;
+  again.recorded_impl = "ctl_fp32_seq";
+  r = nv::repro(req, again);
+  EXPECT_TRUE(r.vs_recorded.empty());
+  EXPECT_NE(nv::format_repro(r).find("not compared (this run is bwd_det_chunked)"), std::string::npos);
+  again.recorded_impl = "bwd_det_chunked";
+  rec.dw.pop_back();
+  EXPECT_THROW(nv::repro(req, again), std::runtime_error);
 }

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <ctime>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "normgate/core/bf16.h"
 #include "normgate/kernels/device.h"
@@ -155,6 +157,31 @@ DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64
   return c;
 }
 
+namespace {
+
+// Bitwise comparison of one output (T: uint16_t BF16 bits or float).
+template <class T>
+RecordedDiff diff_output(const char* name, const std::vector<T>& got, const std::vector<T>& rec) {
+  if (got.size() != rec.size())
+    throw std::runtime_error(std::string("repro: the recorded ") + name + " has " + std::to_string(rec.size()) +
+                             " elements, this run " + std::to_string(got.size()));
+  RecordedDiff d{name, static_cast<int64_t>(got.size()), 0, 0.0};
+  auto value = [](T v) {
+    if constexpr (std::is_same_v<T, uint16_t>) return static_cast<double>(bf16_to_float(v));
+    else return static_cast<double>(v);
+  };
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &rec[i], sizeof(T)) == 0) continue;
+    ++d.differ;
+    const double a = value(got[i]), b = value(rec[i]);
+    const double e = std::isfinite(a) && std::isfinite(b) ? std::fabs(a - b) : kInf;
+    d.max_abs = std::max(d.max_abs, e);
+  }
+  return d;
+}
+
+}  // namespace
+
 ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
   const int k = opt.k;
   if (req.impls.size() != 1)
@@ -166,6 +193,15 @@ ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
   if (opt.keep_case) inputs_copy = pc.inputs;
   r.check = finish_check(std::move(pc), [&](const CheckInternals& in) {
     const Outputs& got = in.outs.front();
+    if (opt.recorded != nullptr) {
+      r.recorded_note = "recorded by " + opt.recorded_impl + " on " + opt.recorded_backend;
+      if (opt.recorded_impl == req.impls.front()) {
+        const Outputs& rec = *opt.recorded;
+        r.vs_recorded = {diff_output("y", got.y, rec.y), diff_output("rstd", got.rstd, rec.rstd),
+                         diff_output("dx", got.dx, rec.dx), diff_output("dw", got.dw, rec.dw)};
+        if (!rec.h_new.empty()) r.vs_recorded.push_back(diff_output("h_new", got.h_new, rec.h_new));
+      }
+    }
     for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw})
       r.worst.push_back(worst_elements(in.problem, got, in.ref, in.ideal, o, k, req.threads));
     const auto& dw = r.worst.back();
@@ -201,6 +237,22 @@ std::string format_repro(const ReproReport& r) {
   using detail::fmt;
   std::ostringstream o;
   o << format_report(r.check);
+  if (!r.recorded_note.empty()) {
+    o << "recorded outputs (" << r.recorded_note << "): ";
+    if (r.vs_recorded.empty()) {
+      o << "not compared (this run is " << r.check.request.impls.front() << ")\n";
+    } else {
+      std::string same, diff;
+      for (const RecordedDiff& d : r.vs_recorded) {
+        if (d.differ == 0) same += (same.empty() ? "" : ", ") + d.output;
+        else
+          diff += (diff.empty() ? "" : "; ") + d.output + " " + std::to_string(d.differ) + " of " +
+                  std::to_string(d.elements) + " elements differ (max |diff| " + fmt("%.4g", d.max_abs) + ")";
+      }
+      if (diff.empty()) o << "identical bit for bit (" << same << ")\n";
+      else o << "DIFFER: " << diff << (same.empty() ? "" : "; identical: " + same) << "\n";
+    }
+  }
   const int64_t cols = r.check.request.id.H;
   const char* names[] = {"y", "rstd", "dx", "dw"};
   for (size_t t = 0; t < r.worst.size(); ++t) {

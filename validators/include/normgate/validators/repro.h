@@ -61,12 +61,28 @@ struct DwColumn {
 DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64_t j, int n);
 
 /// Everything `normgate repro` prints.
+/// One output of a replay compared with the outputs a case file recorded
+/// (ReproOptions::recorded): elements whose bits differ, and the largest
+/// |this run - recorded| over them (as doubles; +inf where either is NaN or
+/// Inf and the bits differ).
+struct RecordedDiff {
+  std::string output;    ///< "y", "rstd", "dx", "dw" or "h_new"
+  int64_t elements = 0;  ///< elements compared
+  int64_t differ = 0;    ///< elements whose bits differ
+  double max_abs = 0.0;  ///< max |this run - recorded| over those (0 when none differ)
+};
+
 struct ReproReport {
   CheckReport check;                       ///< the case, one implementation
   std::vector<std::vector<Element>> worst; ///< per output in CheckReport order (y, rstd, dx, dw)
   std::vector<DwColumn> dw_columns;        ///< the worst dw columns (at most 3)
   std::string command;                     ///< one line that reproduces this report
   std::optional<SavedCase> saved;          ///< the case as a case file holds it (ReproOptions::keep_case)
+  /// This run's outputs against the recorded ones, output by output (empty
+  /// when nothing was recorded or the recorded implementation differs; then
+  /// recorded_note says why).
+  std::vector<RecordedDiff> vs_recorded;
+  std::string recorded_note;               ///< e.g. "recorded by bwd_det_chunked on gpu"
 };
 
 struct ReproOptions {
@@ -76,12 +92,21 @@ struct ReproOptions {
   const seeds::HostInputs* inputs = nullptr;  ///< replay these inputs (a saved case) instead of generating
   std::string replay_file;                  ///< where `inputs` came from (for the reproduce command)
   std::string normgate_version, normgate_commit;  ///< provenance (keep_case)
+  /// Outputs a case file recorded for these inputs (a replay), by
+  /// recorded_impl on recorded_backend: when recorded_impl is the
+  /// implementation run, every output is compared bit for bit
+  /// (ReproReport::vs_recorded; a GPU recording replayed on the CPU models
+  /// must be identical for a deterministic variant).
+  const Outputs* recorded = nullptr;
+  std::string recorded_impl, recorded_backend;
 };
 
 /// Run req (exactly one implementation, a variant or "fp32-baseline") and
 /// collect the k worst elements per output and the worst dw columns (top 5
 /// rows each). Throws std::invalid_argument as run_check, for k < 1, or when
-/// req.impls does not hold exactly one implementation.
+/// req.impls does not hold exactly one implementation; std::runtime_error
+/// when ReproOptions::recorded holds an output of a size other than this
+/// run's (a case file inconsistent with its case id).
 ReproReport repro(const CheckRequest& req, const ReproOptions& opt);
 inline ReproReport repro(const CheckRequest& req, int k = 10) {
   ReproOptions o;
