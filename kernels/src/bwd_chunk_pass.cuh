@@ -44,10 +44,8 @@ struct RowIn {
 };
 
 template <int kSlots, class WT, bool kHeads>
-__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kHeads>& a, int64_t r,
-                                         const int (&col0)[kSlots]) {
-  const __nv_bfloat16* xr = a.x.row(r);
-  const __nv_bfloat16* dyr = a.dy.row(r);
+__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kHeads>& a, const __nv_bfloat16* xr,
+                                         const __nv_bfloat16* dyr, int64_t r, const int (&col0)[kSlots]) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     in.x[k] = load_group(xr, col0[k], a.H, a.vec);
@@ -151,18 +149,36 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   __syncthreads();
   auto at = [](auto& batch, int i) -> auto& { return batch[(i / kRstdBatch) & 1][i % kRstdBatch]; };
 
+  // Row addresses. Plain rows: each view's pointer to the current row r,
+  // advanced by one stride a row, so row r+d is p + d*stride (no 64-bit
+  // multiply by r in the loop: the backward is issue-bound, docs/perf.md
+  // session 5, and its per-row instructions are shared by only 8 columns a
+  // thread). Per-head rows: Rows::row (a division by heads), as before.
+  const __nv_bfloat16* px = a.x.row(r0);
+  const __nv_bfloat16* pdy = a.dy.row(r0);
+  __nv_bfloat16* pdx = a.dx.row(r0);
+  const __nv_bfloat16* padd = kRes ? a.add.row(r0) : nullptr;
+  auto row_at = [](const auto& view, auto* p, int64_t r, int d) {
+    if constexpr (kHeads) {
+      return view.row(r + d);
+    } else {
+      return p + d * view.stride;
+    }
+  };
+  auto add_at = [&](int d) { return padd + d * a.add.stride; };  // form res rows are plain
+
   RowIn<kSlots> cur, nxt;
-  load_row(cur, a, r0, col0);
+  load_row(cur, a, px, pdy, r0, col0);
   nxt = cur;
   int buf = 0;
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
     if (l2_prefetch && i + 2 < rows) {
-      prefetch_l2_bulk(a.x.row(r + 2), row_bytes);
-      prefetch_l2_bulk(a.dy.row(r + 2), row_bytes);
-      if constexpr (kRes) prefetch_l2_bulk(a.add.row(r + 2), row_bytes);
+      prefetch_l2_bulk(row_at(a.x, px, r, 2), row_bytes);
+      prefetch_l2_bulk(row_at(a.dy, pdy, r, 2), row_bytes);
+      if constexpr (kRes) prefetch_l2_bulk(add_at(2), row_bytes);
     }
-    if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
+    if (i + 1 < rows) load_row(nxt, a, row_at(a.x, px, r, 1), row_at(a.dy, pdy, r, 1), r + 1, col0);
     // Form res, vector path: dh_new of the next row into this thread's other
     // ring stage (cp.async: no registers held while it flies); this row's
     // stage is read at the dx store.
@@ -170,7 +186,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       if (i + 1 < rows) {
 #pragma unroll
         for (int k = 0; k < kSlots; ++k)
-          if (col0[k] < a.H) cp_async16(add_slot((i + 1) & 1, k), a.add.row(r + 1) + col0[k]);
+          if (col0[k] < a.H) cp_async16(add_slot((i + 1) & 1, k), add_at(1) + col0[k]);
       }
       cp_async_commit();  // one group per row, empty on the last
     }
@@ -215,7 +231,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     buf ^= 1;
 
     // Phase 2: dx.
-    __nv_bfloat16* dxr = a.dx.row(r);
+    __nv_bfloat16* dxr = row_at(a.dx, pdx, r, 0);
     if (stage_add) cp_async_wait_pending(1);  // this row's dh_new has landed (the next row's may fly)
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
@@ -231,13 +247,19 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       if constexpr (kRes) {  // form res: dh = BF16(dx + dh_new), one rounding
         Group8 add;
         if (stage_add) add.u = col0[k] < a.H ? *add_slot(i & 1, k) : make_uint4(0u, 0u, 0u, 0u);
-        else add = load_group(a.add.row(r), col0[k], a.H, a.vec);  // scalar path: a plain load
+        else add = load_group(add_at(0), col0[k], a.H, a.vec);  // scalar path: a plain load
         store_group_bits(dxr, col0[k], a.H, a.vec, sum_group_fast(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
     }
     if (i % kRstdBatch == 0) stage_rstd(i + kRstdBatch);
+    if constexpr (!kHeads) {
+      px += a.x.stride;
+      pdy += a.dy.stride;
+      pdx += a.dx.stride;
+    }
+    if constexpr (kRes) padd += a.add.stride;
     cur = nxt;
   }
 #pragma unroll
