@@ -4,7 +4,8 @@
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant
 #      (`normgate check`) and on the forward's ring kernel across rows
-#      (test_kernels Pipeline.RingCrossRowSmall),
+#      (test_kernels Pipeline.RingCrossRowSmall), and racecheck on two backward
+#      cases whose chunks exceed 64 rows (the staged batches of refined rstd),
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
@@ -117,6 +118,22 @@ if has sanitize; then
     [ "$rc" -eq 0 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && grep -q "^\[  PASSED  \] 1 test" "$out/sanitizer.run" &&
       clean=$((clean + 1))
     summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "test_kernels Pipeline.RingCrossRowSmall" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+    # Chunks of more than 64 rows (the cases above have at most ~16): the
+    # backward's batches of refined rstd in shared memory cross and are
+    # overwritten (bwd_chunk_pass.cuh); racecheck only, backward variants only.
+    if [ "$tool" = racecheck ]; then
+      for c in "H=64,T=210000,w=bf16,family=normal,seed=11" "H=256,T=35000,w=bf16,form=heads4,family=llm,seed=12"; do
+        start=$SECONDS
+        timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin" check --backend gpu \
+          --variant bwd_det_chunked --variant bwd_nondet_atomic --case "$c" >"$out/sanitizer.run" 2>&1
+        rc=$?
+        cat "$out/sanitizer.run" >>"$out/sanitizer.log"
+        said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
+        runs=$((runs + 1))
+        [ "$rc" -eq 0 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && clean=$((clean + 1))
+        summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "$c (long chunks)" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+      done
+    fi
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"
   done
   rm -f "$out/sanitizer.run"

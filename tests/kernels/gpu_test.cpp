@@ -893,17 +893,21 @@ TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
     expect_msq_paths_equal_models(sh);
 }
 
-// The backward stages the forward's m 32 rows at a time in shared memory
-// (bwd_chunk_pass.cuh, two alternating batches) and reads each row's one row
-// ahead: chunks of more than 64 rows cross at least two batch boundaries, so a
-// batch written too early or read too late changes dw's bits. Chunks hold
-// ~16 rows below T = 16 * cap(H), so these shapes are large: one slot (a
-// 512-thread team), two slots (a 2-CTA cluster) and per-head rows (one warp).
+// The backward's first warp computes the refined rstd of 32 rows at a time
+// into shared memory (bwd_chunk_pass.cuh, two alternating batches), and each
+// row reads its own at its top: chunks of more than 64 rows cross at least
+// two batch boundaries, and of more than 96 rows overwrite a batch, so a
+// wrong slot or row index changes dw's bits (a race would show only
+// sometimes: the sanitizer's long-chunk cases, scripts/h200.sh, look for
+// those). Chunks hold ~16 rows below T = 16 * cap(H), so these shapes are
+// large: one slot in a 512-thread team (113 rows a chunk) and in a
+// 768-thread one-CTA team (the wide kernel, 76), two slots in a 2-CTA
+// cluster (76) and per-head rows in one warp (512).
 TEST(MsqPath, LongChunksCrossTheStagedBatchesOfM) {
   NG_REQUIRE_GPU();
   const DepthGuard restore;
-  for (const MsqShape& sh : {MsqShape{4096, 70000, Form::plain}, MsqShape{16384, 20000, Form::plain},
-                             MsqShape{256, 270000, Form::heads4}}) {
+  for (const MsqShape& sh : {MsqShape{4096, 90000, Form::plain}, MsqShape{6144, 40000, Form::plain},
+                             MsqShape{16384, 20000, Form::plain}, MsqShape{256, 270000, Form::heads4}}) {
     const int64_t rows = sh.T * (sh.form == Form::heads4 ? 4 : 1);
     ASSERT_GT(rows / num_chunks(rows, sh.H), 64) << "H " << sh.H << " T " << sh.T;
     expect_msq_paths_equal_models(sh);

@@ -292,6 +292,9 @@ TEST(Rstd, RefinedIsNearExactAndKeepsAForeignRstd) {
   EXPECT_EQ(rstd_refined(std::numeric_limits<double>::infinity(), 0.0f), 0.0);
   EXPECT_TRUE(std::isnan(rstd_refined(std::nan(""), std::nanf(""))));
   EXPECT_TRUE(std::isinf(rstd_refined(0.0, std::numeric_limits<float>::infinity())));
+  // A negative rstd (never written by a forward) is kept although its square
+  // matches m: the r32 > 0 test, not the |e| test, refuses it.
+  EXPECT_EQ(rstd_refined(m6, -own), -static_cast<double>(own));
 }
 
 // Every path of row_rstd_fp64 (the loop below 2^-250 up to +inf, the
