@@ -7,8 +7,9 @@
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
 //      and an L2 prefetch of the row after (vector path); form res stages
-//      the next row's dh_new into a shared-memory ring (cp.async); its rstd
-//      and refined rstd come from shared memory, staged 32 rows at a time,
+//      the next row's dh_new into a shared-memory ring (cp.async); its
+//      refined rstd comes from shared memory, staged 32 rows at a time by
+//      the CTA's first warp,
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
@@ -30,12 +31,12 @@
 
 namespace normgate::kernels::dev {
 
-/// Rows per batch of rstd staged in shared memory (one per lane of the
+/// Rows per batch of refined rstd staged in shared memory (one per lane of the
 /// CTA's first warp).
 inline constexpr int kRstdBatch = 32;
 
-/// One row's inputs for a thread's kSlots column groups (its rstd comes from
-/// the staged batch, see bwd_chunk_pass).
+/// One row's inputs for a thread's kSlots column groups and the row's FP32
+/// rstd (its refined rstd comes from the staged batch, see bwd_chunk_pass).
 template <int kSlots>
 struct RowIn {
   Group8 x[kSlots];
@@ -123,18 +124,18 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     cp_async_commit();
   }
 
-  // Each row's rstd and its refined binary64 rstd for dw (rstd_refined of
-  // the forward's m, a.msq; the FP32 rstd widened without it), computed 32
-  // rows at a time by the CTA's first warp (one row a lane) into shared
-  // memory. Per row the team then reads two shared values where it had a
-  // global load of rstd, and no row carries rstd_refined's dependent chain
-  // (a global load of m and four FP64 operations): each row computing its
-  // own cost +5-10% backward time on the H200 (docs/perf.md session 10).
-  // Batch b lives in slot b & 1. Batch b+1 is written at the end of row 32b,
-  // after that row's barrier: the last reads of batch b-1, whose slot it
-  // takes, came before that barrier (row 32b-1's rstd at the end of row
-  // 32b-2, its refined rstd at its own top), and the barrier of row 32b+1
-  // publishes it before its first read (at the end of row 32b+31).
+  // Each row's refined binary64 rstd for dw (rstd_refined of the forward's
+  // m, a.msq; the FP32 rstd widened without it), computed 32 rows at a time
+  // by the CTA's first warp (one row a lane) into shared memory. Per row the
+  // team then reads one shared 8-byte value (the FP32 rstd is still loaded
+  // with the row), and no row carries rstd_refined's dependent chain (a
+  // global load of m and four FP64 operations): each row computing its own
+  // cost +1-12% backward time on the H200 (docs/perf.md session 10, calls
+  // 1-3). Batch b lives in slot b & 1. Batch b+1 is written at the end of
+  // row 32b, after that row's barrier: the last read of batch b-1, whose slot
+  // it takes, came before that barrier (row 32b-1's value, read at its own
+  // top), and the barrier of row 32b+1 publishes it before its first read
+  // (at the top of row 32b+32).
   __shared__ double rs_dw_s[2][kRstdBatch];
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
   auto stage_rstd = [&](int first) {  // rows r0+first .. +kRstdBatch-1 into slot (first / kRstdBatch) & 1
@@ -147,7 +148,6 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   };
   stage_rstd(0);
   __syncthreads();
-  auto at = [](auto& batch, int i) -> auto& { return batch[(i / kRstdBatch) & 1][i % kRstdBatch]; };
 
   // Row addresses. Plain rows: each view's pointer to the current row r,
   // advanced by one stride a row, so row r+d is p + d*stride (no 64-bit
@@ -191,7 +191,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
-    const double rs_dw = at(rs_dw_s, i);
+    const double rs_dw = rs_dw_s[(i / kRstdBatch) & 1][i % kRstdBatch];
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
