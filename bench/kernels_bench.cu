@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/kernels/plan.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -153,6 +154,8 @@ int main(int argc, char** argv) try {
         std::fprintf(stderr, "kernels_bench: bad --w: %s (or both)\n", e.what());
         return 2;
       }
+    } else if (a == "--chunk-waves" && i + 1 < argc) {  // EXPERIMENT (wip/bwd-rowptr): plan.h chunk_waves_override
+      nk::chunk_waves_override() = std::stol(argv[++i]);
     } else if (a == "--depth" && i + 1 < argc) {
       std::string list = argv[++i];
       depths.clear();

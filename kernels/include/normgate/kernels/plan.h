@@ -122,10 +122,20 @@ NG_HD int64_t group_col0(int team, int k, int t) {
 }
 
 /// Number of backward chunks for T rows of H columns (see file comment).
+/// EXPERIMENT (branch wip/bwd-rowptr only, never merged as is): > 0 replaces
+/// the cap's wave count (kernels_bench --chunk-waves), to time the backward
+/// at other chunk counts. Host only: the kernels get n from the host.
+inline int64_t& chunk_waves_override() {
+  static int64_t w = 0;
+  return w;
+}
 NG_HD int64_t num_chunks(int64_t T, int64_t H) {
   if (T <= 0) return 0;
   int64_t waves = kChunkBudget / (kChunkWave * (H < 1 ? 1 : H));
   waves = waves < 1 ? 1 : (waves > kMaxChunkWaves ? kMaxChunkWaves : waves);
+#if !defined(__CUDA_ARCH__)
+  if (chunk_waves_override() > 0) waves = chunk_waves_override();
+#endif
   const int64_t cap = kChunkWave * waves;
   const int64_t want = (T + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
   return want < cap ? want : cap;
