@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -285,11 +286,16 @@ void add_routes(CLI::App& app, Commands& cmds) {
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
                     d.approvals().path.c_str(), d.approvals().records.size());
+        std::map<std::string, int> states;  // approval state -> routes, for the closing count
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
+          ++states[std::string(kernels::to_string(s.state))];
         }
+        std::string count;
+        for (const auto& [state, n] : states) count += (count.empty() ? "" : ", ") + std::to_string(n) + " " + state;
+        std::printf("routes    %zu: %s\n", d.table().routes.size(), count.empty() ? "none" : count.c_str());
         return 0;
       }
       int rc = 0;

@@ -113,11 +113,14 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       const auto impls = validators::expand_impls({impl});
       if (impls.size() != 1) throw std::invalid_argument("--variant must name one implementation, not '" + impl + "'");
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
-      if (backend == validators::Backend::cpu)
-        std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
-      if (report_on_gpu && backend != validators::Backend::gpu)
-        std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");
-      std::fputs(from_line.c_str(), stdout);
+      // The notes come once the case is known (parsed, or its file read): a bad argument is the only output.
+      auto notes = [&] {
+        if (backend == validators::Backend::cpu)
+          std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
+        if (report_on_gpu && backend != validators::Backend::gpu)
+          std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");
+        std::fputs(from_line.c_str(), stdout);
+      };
       validators::ReproOptions ro;
       ro.k = o->k;
       ro.keep_case = !o->save.empty();
@@ -151,12 +154,15 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
         save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
       if (!save.empty()) check_writable(save);
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
+      notes();
       const auto r = validators::repro(req, ro);
       std::fputs(validators::format_repro(r).c_str(), stdout);
       if (!save.empty()) {
         validators::write_case_file(save, *r.saved);
         std::printf("saved    %s (%.1f MB)\n", save.c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
+        std::printf("replay   normgate repro --file '%s' --variant %s   (the stored inputs, no generator)\n",
+                    save.c_str(), impls.front().c_str());
       }
       return r.check.pass() ? 0 : 1;
     };
@@ -177,7 +183,7 @@ void add_export(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
   sub->add_option("-o,--output", o->out, "HDF5 file to write (atomically)")->required();
-  sub->add_option("--keep", o->keep, "Worst cases per window")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_option("--keep", o->keep, "Worst cases per window (up to this many distinct cases)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)");
   sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
   sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));

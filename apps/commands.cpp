@@ -196,11 +196,15 @@ void add_check(CLI::App& app, Commands& cmds) {
       }
       const auto impls = validators::expand_impls(o->impls);
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
-      if (backend == validators::Backend::cpu)
-        std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
+      // The note comes after the arguments are parsed: a bad one is the only output.
+      auto note_backend = [&] {
+        if (backend == validators::Backend::cpu)
+          std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
+      };
       if (!o->id.empty()) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle)};
+        note_backend();
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
@@ -221,6 +225,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       for (auto f : split_commas(o->forms)) g.forms.push_back(parse_form(f));
       g.seeds = seeds::parse_seed_set(o->seeds);
       const auto cases = g.cases();
+      note_backend();
       std::printf("grid     %zu cases x %zu implementations on %s\n", cases.size(), impls.size(),
                   std::string(validators::to_string(backend)).c_str());
       nlohmann::json all = nlohmann::json::array();

@@ -309,7 +309,13 @@ VERDICT_COLOUR = {"pass": "#1a7f37", "fail": "#c62828", "inconclusive": "#b26a00
 
 
 def colour_title(ax, e, what):
-    ax.set_title(title_for(e, what), fontsize=9.5, loc="left",
+    # Long lines (a tile's row range, a forward window's note) are wrapped to
+    # the figure's width: ~11.5 characters an inch at 9.5 pt (they ran past
+    # the right edge of the 8-inch heatmap).
+    width = max(40, int(ax.figure.get_figwidth() * 11.5))
+    text = "\n".join(textwrap.fill(line, width, subsequent_indent="  ")
+                     for line in title_for(e, what).split("\n"))
+    ax.set_title(text, fontsize=9.5, loc="left",
                  color=VERDICT_COLOUR.get(e["prov"]["verdict"], "black"))
 
 

@@ -594,7 +594,8 @@ Decision Dispatcher::pick(const CallKey& k) const {
                               std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
                               ". Gate this window (normgate gate " + table_.path + " --windows '" +
                               window_filter(*d.route) +
-                              "' --approve), or override: `normgate routes --allow-unapproved` on the CLI, "
+                              "' --seeds 3x16 --approve; add --plan first to see its cases: the default seed "
+                              "set 3x120 is large), or override: `normgate routes --allow-unapproved` on the CLI, "
                               "DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;

@@ -466,7 +466,9 @@ std::string format_report(const CheckReport& rep) {
     o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
       << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
     for (const auto& s : r.tensors) {
-      const double p99 = s.hist.quantile_upper(0.99);
+      // The histogram bin's upper edge, capped at the max (both bound p99; the bin edge can exceed the max).
+      double p99 = s.hist.quantile_upper(0.99);
+      if (std::isfinite(s.worst.ratio) && !(p99 <= s.worst.ratio)) p99 = std::isinf(p99) ? p99 : s.worst.ratio;
       char line[256];
       std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
@@ -479,6 +481,17 @@ std::string format_report(const CheckReport& rep) {
                     (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
                     static_cast<long long>(s.uncertified));
       o << line;
+    }
+    // Per-head forms: the rows above are normalized rows r = token*heads + head; decode the worst ones.
+    if (const int64_t heads = rep.request.id.heads(); heads > 1) {
+      std::string dec;
+      for (const auto& s : r.tensors) {
+        if (s.output() == Output::dw || s.worst.index < 0 || (s.worst.ratio == 0.0 && s.n > 0)) continue;
+        const int64_t row = s.output() == Output::rstd ? s.worst.index : s.worst.index / cols;
+        dec += (dec.empty() ? "" : "; ") + std::string(to_string(s.output())) + " row " + std::to_string(row) +
+               " = token " + std::to_string(row / heads) + ", head " + std::to_string(row % heads);
+      }
+      if (!dec.empty()) o << "rows are token*" << heads << " + head: " << dec << "\n";
     }
     // No column where the baseline has an error: the worst quotient is 0/0 (1 by convention) or absent.
     if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
