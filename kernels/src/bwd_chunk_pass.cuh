@@ -149,18 +149,22 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   stage_rstd(0);
   __syncthreads();
 
-  // Row addresses. Plain rows: each view's pointer to the current row r,
-  // advanced by one stride a row, so row r+d is p + d*stride (no 64-bit
-  // multiply by r in the loop: the backward is issue-bound, docs/perf.md
-  // session 5, and its per-row instructions are shared by only 8 columns a
-  // thread). Per-head rows: Rows::row (a division by heads), as before.
+  // Row addresses: each view's pointer to the current row r, advanced a row
+  // at a time, so the loop neither multiplies r by a stride (plain rows) nor
+  // divides it by heads (per-head rows; Rows::row's 64-bit division and
+  // remainder compiled to a call per view and row). The backward is
+  // issue-bound (docs/perf.md session 5) and its per-row instructions are
+  // shared by only 8 columns a thread. Plain rows: row r+d is p + d*stride.
+  // Per-head rows r = t*heads + h (hh = h, tracked): row r+d (d <= 2 <= heads)
+  // is p + d*stride_h within the token, else p + stride + (d - heads)*stride_h.
   const __nv_bfloat16* px = a.x.row(r0);
   const __nv_bfloat16* pdy = a.dy.row(r0);
   __nv_bfloat16* pdx = a.dx.row(r0);
   const __nv_bfloat16* padd = kRes ? a.add.row(r0) : nullptr;
-  auto row_at = [](const auto& view, auto* p, int64_t r, int d) {
+  int64_t hh = kHeads ? r0 % a.x.heads : 0;
+  auto row_at = [&](const auto& view, auto* p, int64_t, int d) {
     if constexpr (kHeads) {
-      return view.row(r + d);
+      return hh + d < view.heads ? p + d * view.stride_h : p + view.stride + (d - view.heads) * view.stride_h;
     } else {
       return p + d * view.stride;
     }
@@ -254,11 +258,10 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       }
     }
     if (i % kRstdBatch == 0) stage_rstd(i + kRstdBatch);
-    if constexpr (!kHeads) {
-      px += a.x.stride;
-      pdy += a.dy.stride;
-      pdx += a.dx.stride;
-    }
+    px = row_at(a.x, px, r, 1);
+    pdy = row_at(a.dy, pdy, r, 1);
+    pdx = row_at(a.dx, pdx, r, 1);
+    if constexpr (kHeads) hh = hh + 1 == a.x.heads ? 0 : hh + 1;
     if constexpr (kRes) padd += a.add.stride;
     cur = nxt;
   }
