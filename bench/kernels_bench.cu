@@ -115,6 +115,7 @@ int main(int argc, char** argv) try {
   std::vector<std::pair<int64_t, int64_t>> shapes;
   bool controls = true;
   bool res = false;  // also time form res (forward and real backward variants)
+  bool heads = false;  // also time the per-head forms at H = 256 (heads4 contiguous, heads24 strided)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
@@ -124,11 +125,13 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
-          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--copy-variants] [--fwd-exp] [T,H ...]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
-          "--res adds form res; --copy-variants adds copy kernels that differ from the reference copy in\n"
+          "--res adds form res; --heads adds, for shapes with H = 256, the per-head forms over the same T rows:\n"
+          "heads4 ([T/4, 4, 256], contiguous) and heads24 ([T/24, 24, 256] as the q part of a packed qkv row of\n"
+          "(24+8+8)*256); --copy-variants adds copy kernels that differ from the reference copy in\n"
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
           "counts the rows where its rstd or y differs from the forward's. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
@@ -141,6 +144,8 @@ int main(int argc, char** argv) try {
       controls = false;
     } else if (a == "--res") {
       res = true;
+    } else if (a == "--heads") {
+      heads = true;
     } else if (a == "--copy-variants") {
       copy_variants = true;
     } else if (a == "--fwd-exp") {
@@ -405,6 +410,65 @@ int main(int argc, char** argv) try {
           }
         }
       }  // depths
+
+      // Per-head forms at H = 256 over the same T normalized rows: heads4 as a
+      // contiguous [T/4, 4, 256] view of the plain buffers, heads24 as the q
+      // part of a packed qkv row ((24+8+8)*256 elements a token; x and dy
+      // copied in, y and dx written in the same layout). Bytes: the view's.
+      if (heads && H == 256) {
+        for (const int nh : {4, 24}) {
+          const int64_t tok = T / nh, hrows = tok * nh, hn = hrows * 256;
+          if (tok == 0) continue;
+          const int64_t rowlen = nh == 24 ? (24 + 8 + 8) * 256 : 4 * 256;  // elements a token
+          const size_t hbytes = static_cast<size_t>(tok * rowlen) * 2;
+          Buf hx(hbytes), hdy(hbytes), hy(hbytes), hdx(hbytes), hrs(4 * hrows), hmsq(8 * hrows + 8);
+          CK(cudaMemcpy2D(hx.p, rowlen * 2, ib.x, nh * 256 * 2, nh * 256 * 2, tok, cudaMemcpyDeviceToDevice));
+          CK(cudaMemcpy2D(hdy.p, rowlen * 2, ib.dy, nh * 256 * 2, nh * 256 * 2, tok, cudaMemcpyDeviceToDevice));
+          const normgate::Form form = nh == 4 ? normgate::Form::heads4 : normgate::Form::heads24;
+          const std::string tag = nh == 4 ? "heads4 " : "heads24 ";
+          nk::FwdArgs hf = fa;
+          hf.form = form;
+          hf.heads = nh;
+          hf.x = static_cast<const uint16_t*>(hx.p);
+          hf.y = static_cast<uint16_t*>(hy.p);
+          hf.x_stride = hf.y_stride = rowlen;
+          hf.x_stride_h = hf.y_stride_h = 256;
+          hf.rstd = static_cast<float*>(hrs.p);
+          hf.msq = static_cast<double*>(hmsq.p);
+          hf.T = tok;
+          const double hf_bytes = 4.0 * hn + wbytes + 12.0 * hrows;
+          const auto ht = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); }, reps);
+          const double hg = hf_bytes / (ht.median_ms * 1e-3) / 1e9;
+          rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + tag + std::string(fwd.name),
+                          ht.median_ms * 1e3, ht.min_ms * 1e3, hg, hg / copy_gbps});
+          for (const auto& v : nk::variants()) {
+            if (v.op != nk::Op::bwd || v.control) continue;
+            const size_t ws = nk::bwd_workspace_bytes(v, hrows, 256);
+            Buf work(ws);
+            nk::BwdArgs hb;
+            hb.form = form;
+            hb.heads = nh;
+            hb.dy = static_cast<const uint16_t*>(hdy.p);
+            hb.x = hf.x;
+            hb.dx = static_cast<uint16_t*>(hdx.p);
+            hb.dy_stride = hb.x_stride = hb.dx_stride = rowlen;
+            hb.dy_stride_h = hb.x_stride_h = hb.dx_stride_h = 256;
+            hb.w = wv;
+            hb.rstd = hf.rstd;
+            hb.msq = hf.msq;
+            hb.dw = static_cast<float*>(dw.p);
+            hb.T = tok;
+            hb.H = 256;
+            hb.workspace = work.p;
+            hb.workspace_bytes = ws;
+            const double hb_bytes = 6.0 * hn + wbytes + 12.0 * hrows + 4.0 * 256;
+            const auto bt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, hb, s, nk::ControlUse::allow); }, reps);
+            const double bg = hb_bytes / (bt.median_ms * 1e-3) / 1e9;
+            rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd " + tag + std::string(v.name),
+                            bt.median_ms * 1e3, bt.min_ms * 1e3, bg, bg / copy_gbps});
+          }
+        }
+      }
     }
   }
 

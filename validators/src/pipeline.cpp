@@ -482,6 +482,9 @@ std::string format_report(const CheckReport& rep) {
                     static_cast<long long>(s.uncertified));
       o << line;
     }
+    if (rep.request.id.form == Form::res &&
+        std::any_of(r.tensors.begin(), r.tensors.end(), [](const RatioStats& t) { return t.output() == Output::dx; }))
+      o << "res: dx above is dh = BF16(dx + dh_new), the one tensor the backward returns for h and u\n";
     // Per-head forms: the rows above are normalized rows r = token*heads + head; decode the worst ones.
     if (const int64_t heads = rep.request.id.heads(); heads > 1) {
       std::string dec;
