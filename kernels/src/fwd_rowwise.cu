@@ -166,10 +166,12 @@ __global__ void __launch_bounds__(kMaxTeam)
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * teams * (a.block_rows > 0 ? a.block_rows : 1);
   const int64_t step = a.block_rows > 0 ? teams : static_cast<int64_t>(gridDim.x) * teams;
   const int64_t end = a.block_rows > 0 ? min(a.T, row0 + static_cast<int64_t>(teams) * a.block_rows) : a.T;
+  // Per-head rows: the division by heads as a multiply (Rows::row(r, magic)).
+  const uint64_t hm = kHeads ? heads_magic(a.x.heads) : 0;
   // Stage this team's row r (if any) into ring stage s; one copy group per call.
   auto fill = [&](int s, int64_t r) {
     if (r < end) {
-      const __nv_bfloat16* xr = a.x.row(r);
+      const __nv_bfloat16* xr = a.x.row(r, hm);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kMaxTeam)
   int buf = 0;
   for (int64_t base = row0; base < end; base += step) {  // trip count uniform across the CTA
     const int64_t r = base + ti;
-    if (l2_ahead > 0 && r + l2_ahead < end) prefetch_l2_bulk(a.x.row(r + l2_ahead), row_bytes);
+    if (l2_ahead > 0 && r + l2_ahead < end) prefetch_l2_bulk(a.x.row(r + l2_ahead, hm), row_bytes);
     cp_async_wait_pending(depth - 1);  // this row's group (the oldest) has landed
     Group8 cur[kSlots];
 #pragma unroll
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kMaxTeam)
     buf ^= 1;
     if (r < end) {
       if (t == 0) a.rstd[r] = rs;
-      __nv_bfloat16* yr = a.y.row(r);
+      __nv_bfloat16* yr = a.y.row(r, hm);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         if constexpr (kCacheW) {
