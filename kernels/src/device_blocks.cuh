@@ -339,13 +339,13 @@ struct Rows {
     }
   }
   /// row(r) without a division: t = r / heads as the high word of r * magic,
-  /// magic = heads_magic(heads) (exact for 0 <= r < 2^32, and rows <= kMaxT
+  /// magic = plan.h heads_magic(heads) (exact for 0 <= r < 2^32, and rows <= kMaxT
   /// = 2^32: with magic = 2^64/heads + e, 0 < e <= 1, r*magic/2^64 exceeds
   /// r/heads by less than 2^-32 <= 1/heads, too little to reach the next
   /// integer). Rows::row's 64-bit division and remainder compile to a call.
   __device__ __forceinline__ P* row(int64_t r, uint64_t magic) const {
     if constexpr (kHeads) {
-      const int64_t t = static_cast<int64_t>(__umul64hi(static_cast<uint64_t>(r), magic));
+      const int64_t t = static_cast<int64_t>(div_by_magic(static_cast<uint64_t>(r), magic));
       return p + t * stride + (r - t * heads) * stride_h;
     } else {
       return p + r * stride;
@@ -353,14 +353,6 @@ struct Rows {
   }
 };
 
-/// floor(2^64 / heads) + 1 for Rows::row(r, magic); heads >= 2 (per-head
-/// views). One 64-bit division: call it once per thread, not per row.
-__device__ __forceinline__ uint64_t heads_magic(int64_t heads) {
-  const uint64_t d = static_cast<uint64_t>(heads);
-  const uint64_t q = ~uint64_t{0} / d;                    // floor((2^64 - 1) / d)
-  const uint64_t fl = q + (~uint64_t{0} % d == d - 1 ? 1 : 0);  // floor(2^64 / d): +1 when d divides 2^64
-  return fl + 1;
-}
 
 /// Kernel arguments of the backward chunk pass (bwd_chunk_pass.cuh).
 template <class WT, bool kHeads = false>

@@ -121,6 +121,28 @@ NG_HD int64_t group_col0(int team, int k, int t) {
   return static_cast<int64_t>(kGroup) * (static_cast<int64_t>(k) * team + t);
 }
 
+/// floor(2^64 / d) + 1, d >= 2: the magic of div_by_magic (per-head views
+/// divide row indices by heads with it; one 64-bit division, so compute it
+/// once per thread, not per row).
+NG_HD uint64_t heads_magic(int64_t heads) {
+  const uint64_t d = static_cast<uint64_t>(heads);
+  const uint64_t q = ~uint64_t{0} / d;                          // floor((2^64 - 1) / d)
+  const uint64_t fl = q + (~uint64_t{0} % d == d - 1 ? 1 : 0);  // floor(2^64 / d): +1 when d divides 2^64
+  return fl + 1;
+}
+
+/// r / d for 0 <= r < 2^32 and 2 <= d <= 2^32, as the high word of r *
+/// heads_magic(d): with magic = 2^64/d + e, 0 < e <= 1, r*magic/2^64 exceeds
+/// r/d by less than 2^-32 <= 1/d, too little to reach the next integer
+/// (rows <= kMaxT = 2^32, so every row index qualifies).
+NG_HD uint64_t div_by_magic(uint64_t r, uint64_t magic) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(r, magic);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * magic) >> 64);
+#endif
+}
+
 /// Number of backward chunks for T rows of H columns (see file comment).
 /// EXPERIMENT (branch wip/bwd-rowptr only, never merged as is): > 0 replaces
 /// the cap's wave count (kernels_bench --chunk-waves), to time the backward
