@@ -411,10 +411,11 @@ int main(int argc, char** argv) try {
         }
       }  // depths
 
-      // Per-head forms at H = 256 over the same T normalized rows: heads4 as a
-      // contiguous [T/4, 4, 256] view of the plain buffers, heads24 as the q
-      // part of a packed qkv row ((24+8+8)*256 elements a token; x and dy
-      // copied in, y and dx written in the same layout). Bytes: the view's.
+      // Per-head forms at H = 256 over the same T normalized rows (x and dy
+      // copied from the plain buffers into buffers of the form's layout; y
+      // and dx written in it): heads4 contiguous [T/4, 4, 256], heads24 the q
+      // part of a packed qkv row ((24+8+8)*256 elements a token). Bytes: the
+      // view's.
       if (heads && H == 256) {
         for (const int nh : {4, 24}) {
           const int64_t tok = T / nh, hrows = tok * nh, hn = hrows * 256;

@@ -914,6 +914,68 @@ TEST(MsqPath, LongChunksCrossTheStagedBatchesOfM) {
   }
 }
 
+// Per-head backward with an expanded dy (dy_stride = 0: one token's [heads,
+// 256] of dy for every token, as torch's expand gives): dx and dw equal the
+// CPU model run on the materialized dy (every token a copy), bit for bit.
+// The backward walks rows across token boundaries with its own pointer
+// arithmetic per view, so a stride of 0 must give the same addresses as
+// Rows::row (token-major chunks start mid-token: T*heads / chunks).
+TEST(HeadForms, ExpandedDyEqualsTheMaterializedModel) {
+  NG_REQUIRE_GPU();
+  for (const char* id : {"H=256,T=301,w=bf16,form=heads24,family=llm,seed=7",
+                         "H=256,T=2049,w=bf16,form=heads4,family=normal,seed=8"}) {
+    SCOPED_TRACE(id);
+    const seeds::CaseId c = seeds::parse_case(id);
+    seeds::HostInputs in = seeds::generate_host(c);
+    const int64_t heads = c.heads(), rows = c.rows(), n = rows * 256, tok = heads * 256;
+    for (int64_t t = 1; t < c.T; ++t)  // materialize the expansion: every token's dy is token 0's
+      std::copy(in.dy.begin(), in.dy.begin() + tok, in.dy.begin() + t * tok);
+    const FwdResult fm = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
+    const Variant& det = variant("bwd_det_chunked");
+    const BwdResult bm = model_bwd(det, in.x_view(), in.dy_view(), in.w_view(), fm.rstd, 0, {}, &fm.msq);
+    DevMem x(static_cast<size_t>(n) * 2), dy1(static_cast<size_t>(tok) * 2), y(static_cast<size_t>(n) * 2),
+        dx(static_cast<size_t>(n) * 2), w(512), rstd(static_cast<size_t>(rows) * 4), msq(static_cast<size_t>(rows) * 8),
+        dw(1024), ws(std::max<size_t>(bwd_workspace_bytes(det, rows, 256), 16));
+    ASSERT_EQ(cudaMemcpy(x.p, in.x.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dy1.p, in.dy.data(), static_cast<size_t>(tok) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(w.p, in.w_bf16.data(), 512, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dx.p, 0xFF, static_cast<size_t>(n) * 2), cudaSuccess);  // NaN poison
+    const WeightView wv{WDtype::bf16, w.p, 256};
+    FwdArgs fa{x.as<uint16_t>(), tok, wv, y.as<uint16_t>(), tok, rstd.as<float>(), c.T, 256, kEps};
+    fa.form = c.form;
+    fa.heads = heads;
+    fa.x_stride_h = fa.y_stride_h = 256;
+    fa.msq = msq.as<double>();
+    rmsnorm_fwd(default_fwd(), fa);
+    BwdArgs ba;
+    ba.dy = dy1.as<uint16_t>();
+    ba.dy_stride = 0;  // expanded over tokens
+    ba.dy_stride_h = 256;
+    ba.x = x.as<uint16_t>();
+    ba.x_stride = ba.dx_stride = tok;
+    ba.x_stride_h = ba.dx_stride_h = 256;
+    ba.form = c.form;
+    ba.heads = heads;
+    ba.w = wv;
+    ba.rstd = rstd.as<float>();
+    ba.msq = msq.as<double>();
+    ba.dx = dx.as<uint16_t>();
+    ba.dw = dw.as<float>();
+    ba.T = c.T;
+    ba.H = 256;
+    ba.workspace = ws.p;
+    ba.workspace_bytes = bwd_workspace_bytes(det, rows, 256);
+    rmsnorm_bwd(det, ba);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> gdx(static_cast<size_t>(n));
+    std::vector<float> gdw(256);
+    ASSERT_EQ(cudaMemcpy(gdx.data(), dx.p, gdx.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(gdw.data(), dw.p, 1024, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(bit_diff(gdx, bm.dx).count, 0);
+    EXPECT_EQ(bit_diff(gdw, bm.dw).count, 0);
+  }
+}
+
 TEST(Timing, CopyVec16CopiesAndIsTimed) {
   NG_REQUIRE_GPU();
   const size_t n = size_t{1} << 28;  // 256 MiB
