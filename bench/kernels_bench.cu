@@ -161,6 +161,10 @@ int main(int argc, char** argv) try {
       }
     } else if (a == "--chunk-waves" && i + 1 < argc) {  // EXPERIMENT (wip/bwd-rowptr): plan.h chunk_waves_override
       nk::chunk_waves_override() = std::stol(argv[++i]);
+      if (nk::chunk_waves_override() < 0 || nk::chunk_waves_override() > (1 << 16)) {
+        std::fprintf(stderr, "kernels_bench: --chunk-waves must be 0..65536\n");
+        return 2;
+      }
     } else if (a == "--depth" && i + 1 < argc) {
       std::string list = argv[++i];
       depths.clear();

@@ -161,10 +161,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   const __nv_bfloat16* pdy = a.dy.row(r0);
   __nv_bfloat16* pdx = a.dx.row(r0);
   const __nv_bfloat16* padd = kRes ? a.add.row(r0) : nullptr;
-  int64_t hh = kHeads ? r0 % a.x.heads : 0;
+  const int heads = static_cast<int>(a.x.heads);  // every view's (validated: a few dozen at most)
+  int hh = kHeads ? static_cast<int>(r0 % a.x.heads) : 0;
   auto row_at = [&](const auto& view, auto* p, int64_t, int d) {
     if constexpr (kHeads) {
-      return hh + d < view.heads ? p + d * view.stride_h : p + view.stride + (d - view.heads) * view.stride_h;
+      return hh + d < heads ? p + d * view.stride_h : p + view.stride + static_cast<int64_t>(d - heads) * view.stride_h;
     } else {
       return p + d * view.stride;
     }
@@ -235,7 +236,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     buf ^= 1;
 
     // Phase 2: dx.
-    __nv_bfloat16* dxr = row_at(a.dx, pdx, r, 0);
+    __nv_bfloat16* dxr = pdx;  // row r
     if (stage_add) cp_async_wait_pending(1);  // this row's dh_new has landed (the next row's may fly)
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
@@ -261,7 +262,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     px = row_at(a.x, px, r, 1);
     pdy = row_at(a.dy, pdy, r, 1);
     pdx = row_at(a.dx, pdx, r, 1);
-    if constexpr (kHeads) hh = hh + 1 == a.x.heads ? 0 : hh + 1;
+    if constexpr (kHeads) hh = hh + 1 == heads ? 0 : hh + 1;
     if constexpr (kRes) padd += a.add.stride;
     cur = nxt;
   }

@@ -338,11 +338,9 @@ struct Rows {
       return p + r * stride;
     }
   }
-  /// row(r) without a division: t = r / heads as the high word of r * magic,
-  /// magic = plan.h heads_magic(heads) (exact for 0 <= r < 2^32, and rows <= kMaxT
-  /// = 2^32: with magic = 2^64/heads + e, 0 < e <= 1, r*magic/2^64 exceeds
-  /// r/heads by less than 2^-32 <= 1/heads, too little to reach the next
-  /// integer). Rows::row's 64-bit division and remainder compile to a call.
+  /// row(r) without a division: t = r / heads by plan.h div_by_magic with
+  /// magic = heads_magic(heads) (exact for 0 <= r < 2^32; rows <= kMaxT =
+  /// 2^32). Rows::row's 64-bit division and remainder compile to a call.
   __device__ __forceinline__ P* row(int64_t r, uint64_t magic) const {
     if constexpr (kHeads) {
       const int64_t t = static_cast<int64_t>(div_by_magic(static_cast<uint64_t>(r), magic));

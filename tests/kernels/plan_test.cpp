@@ -430,8 +430,11 @@ TEST(Plan, DivByMagicEqualsDivisionForEveryRowIndex) {
     std::vector<uint64_t> rs = {0, 1, d - 1, d, d + 1, top, top - 1, top - top % d, top - top % d - 1};
     for (uint64_t k = top / d; k + 3 > top / d && k > 0; --k) rs.insert(rs.end(), {k * d - 1, k * d});
     for (int i = 0; i < 4000; ++i) rs.push_back(g() & top);
-    for (const uint64_t r : rs)
-      if (r <= top) ASSERT_EQ(div_by_magic(r, m), r / d) << "r " << r << " d " << d;
+    for (const uint64_t r : rs) {
+      if (r <= top) {
+        ASSERT_EQ(div_by_magic(r, m), r / d) << "r " << r << " d " << d;
+      }
+    }
   }
 }
 
