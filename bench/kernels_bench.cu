@@ -251,6 +251,12 @@ int main(int argc, char** argv) try {
     const double copy_gbps = 2.0 * cbytes / (ct.median_ms * 1e-3) / 1e9;
     const std::string shape = "[" + std::to_string(T) + ", " + std::to_string(H) + "]";
     rows.push_back({shape, "-", "copy (16 B vectors)", ct.median_ms * 1e3, ct.min_ms * 1e3, copy_gbps, 1.0});
+    // Times `launch` (graph replay, cold L2) and adds its row: w, op, the bytes the op moves once.
+    auto time_row = [&](const std::string& w, const std::string& op, double bytes, auto&& launch) {
+      const auto t = nk::time_graph(launch, reps);
+      const double g = bytes / (t.median_ms * 1e-3) / 1e9;
+      rows.push_back({shape, w, op, t.median_ms * 1e3, t.min_ms * 1e3, g, g / copy_gbps});
+    };
     if (copy_variants) {
       const int64_t words = static_cast<int64_t>(cbytes / 16);
       auto* d16 = static_cast<uint4*>(cdst.p);
@@ -267,18 +273,15 @@ int main(int argc, char** argv) try {
       };
       for (const auto& [name, launch] : kinds) {
         if (name.rfind("copy tile", 0) == 0 && words / 256 > 0x7FFFFFFF) continue;  // grid too large
-        const auto kt = nk::time_graph(
-            [&](nk::Stream st) {
-              launch(static_cast<cudaStream_t>(st));
-              CK(cudaGetLastError());
-            },
-            reps);
-        const double g = 2.0 * cbytes / (kt.median_ms * 1e-3) / 1e9;
-        rows.push_back({shape, "-", name, kt.median_ms * 1e3, kt.min_ms * 1e3, g, g / copy_gbps});
+        time_row("-", name, 2.0 * cbytes, [&](nk::Stream st) {
+          launch(static_cast<cudaStream_t>(st));
+          CK(cudaGetLastError());
+        });
       }
     }
 
     for (WDtype wd : wds) {
+      const std::string wname(normgate::to_string(wd));
       normgate::seeds::CaseId c;
       c.H = H;
       c.T = T;
@@ -334,12 +337,10 @@ int main(int argc, char** argv) try {
           fr.h_new = static_cast<uint16_t*>(dx.p);
           fr.h_new_stride = H;
           const double res_bytes = 8.0 * n + wbytes + 12.0 * T;  // h, u read; h_new, y, rstd, msq written
-          const auto rt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); }, reps);
-          const double rg = res_bytes / (rt.median_ms * 1e-3) / 1e9;
-          rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd res " + std::string(fwd.name) + dtag,
-                          rt.median_ms * 1e3, rt.min_ms * 1e3, rg, rg / copy_gbps});
+          time_row(wname, "fwd res " + std::string(fwd.name) + dtag, res_bytes,
+                   [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); });
         }
-        rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + std::string(fwd.name) + dtag,
+        rows.push_back({shape, wname, "fwd " + std::string(fwd.name) + dtag,
                         ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
         if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
           // The experiment into its own buffers, then compared with the forward's y and rstd (fa).
@@ -368,11 +369,8 @@ int main(int argc, char** argv) try {
             d = d || std::memcmp(ya.data() + r * H, yb.data() + r * H, 2 * static_cast<size_t>(H)) != 0;
             rows_differ += d;
           }
-          const auto et = nk::time_graph([&](nk::Stream st) { run_exp(static_cast<cudaStream_t>(st)); }, reps);
-          const double eg = fwd_bytes / (et.median_ms * 1e-3) / 1e9;
-          rows.push_back({shape, std::string(normgate::to_string(wd)),
-                          "fwd l2pass experiment (" + std::to_string(rows_differ) + " rows differ)", et.median_ms * 1e3,
-                          et.min_ms * 1e3, eg, eg / copy_gbps});
+          time_row(wname, "fwd l2pass experiment (" + std::to_string(rows_differ) + " rows differ)", fwd_bytes,
+                   [&](nk::Stream st) { run_exp(static_cast<cudaStream_t>(st)); });
         }
 
         for (const auto& v : nk::variants()) {
@@ -395,22 +393,16 @@ int main(int argc, char** argv) try {
           ba.workspace = work.p;
           ba.workspace_bytes = ws;
           const double bwd_bytes = 6.0 * n + wbytes + 12.0 * T + 4.0 * H;  // x, dy, rstd, msq read; dx, dw written
-          const auto bt = nk::time_graph(
-              [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); }, reps);
-          const double bg = bwd_bytes / (bt.median_ms * 1e-3) / 1e9;
-          rows.push_back({shape, std::string(normgate::to_string(wd)),
-                          "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bt.median_ms * 1e3,
-                          bt.min_ms * 1e3, bg, bg / copy_gbps});
+          time_row(wname, "bwd " + std::string(v.name) + (v.control ? " (control)" : "") + dtag, bwd_bytes,
+                   [&](nk::Stream s) { nk::rmsnorm_bwd(v, ba, s, nk::ControlUse::allow); });
           if (res && !v.control) {  // form res: dh = dx + dh_new (dh_new = the plain forward's y, any BF16 data)
             nk::BwdArgs br = ba;
             br.form = normgate::Form::res;
             br.dh_new = static_cast<const uint16_t*>(y.p);
             br.dh_new_stride = H;
             const double rb_bytes = 8.0 * n + wbytes + 12.0 * T + 4.0 * H;  // dy, h_new, dh_new, rstd, msq read; dh written
-            const auto rbt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); }, reps);
-            const double rbg = rb_bytes / (rbt.median_ms * 1e-3) / 1e9;
-            rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd res " + std::string(v.name) + dtag,
-                            rbt.median_ms * 1e3, rbt.min_ms * 1e3, rbg, rbg / copy_gbps});
+            time_row(wname, "bwd res " + std::string(v.name) + dtag, rb_bytes,
+                     [&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); });
           }
         }
       }  // depths
@@ -442,10 +434,8 @@ int main(int argc, char** argv) try {
           hf.msq = static_cast<double*>(hmsq.p);
           hf.T = tok;
           const double hf_bytes = 4.0 * hn + wbytes + 12.0 * hrows;
-          const auto ht = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); }, reps);
-          const double hg = hf_bytes / (ht.median_ms * 1e-3) / 1e9;
-          rows.push_back({shape, std::string(normgate::to_string(wd)), "fwd " + tag + std::string(fwd.name),
-                          ht.median_ms * 1e3, ht.min_ms * 1e3, hg, hg / copy_gbps});
+          time_row(wname, "fwd " + tag + std::string(fwd.name), hf_bytes,
+                   [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); });
           for (const auto& v : nk::variants()) {
             if (v.op != nk::Op::bwd || v.control) continue;
             const size_t ws = nk::bwd_workspace_bytes(v, hrows, 256);
@@ -467,10 +457,8 @@ int main(int argc, char** argv) try {
             hb.workspace = work.p;
             hb.workspace_bytes = ws;
             const double hb_bytes = 6.0 * hn + wbytes + 12.0 * hrows + 4.0 * 256;
-            const auto bt = nk::time_graph([&](nk::Stream s) { nk::rmsnorm_bwd(v, hb, s, nk::ControlUse::allow); }, reps);
-            const double bg = hb_bytes / (bt.median_ms * 1e-3) / 1e9;
-            rows.push_back({shape, std::string(normgate::to_string(wd)), "bwd " + tag + std::string(v.name),
-                            bt.median_ms * 1e3, bt.min_ms * 1e3, bg, bg / copy_gbps});
+            time_row(wname, "bwd " + tag + std::string(v.name), hb_bytes,
+                     [&](nk::Stream s) { nk::rmsnorm_bwd(v, hb, s, nk::ControlUse::allow); });
           }
         }
       }

@@ -89,6 +89,22 @@ if has sanitize; then
   declare -A clean_line=([memcheck]="ERROR SUMMARY: 0 errors"
                          [racecheck]="RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")
   san_totals=""
+  # One sanitizer run of the current $tool: san_run LABEL MAX_RC LIMIT_S
+  # EXTRA_PATTERN COMMAND...; clean when its exit status is at most MAX_RC,
+  # the tool's summary line says nothing was found, and EXTRA_PATTERN (when
+  # not empty) appears in its output.
+  san_run() {
+    local label=$1 max_rc=$2 limit=$3 extra=$4 start=$SECONDS rc said
+    shift 4
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$out/sanitizer.run" 2>&1
+    rc=$?
+    cat "$out/sanitizer.run" >>"$out/sanitizer.log"
+    said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
+    runs=$((runs + 1))
+    [ "$rc" -le "$max_rc" ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" &&
+      { [ -z "$extra" ] || grep -q "$extra" "$out/sanitizer.run"; } && clean=$((clean + 1))
+    summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "$label" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+  }
   for tool in memcheck racecheck; do
     runs=0 clean=0
     for c in "H=4096,T=67,w=bf16,family=normal,seed=1" "H=7,T=33,w=fp32,family=llm,seed=2" \
@@ -96,42 +112,19 @@ if has sanitize; then
              "H=256,T=9,w=bf16,form=heads24,family=llm,seed=5" "H=256,T=33,w=fp32,form=heads4,family=cancel,seed=6" \
              "H=6144,T=11,w=fp32,form=res,family=llm,seed=7" "H=1001,T=23,w=bf16,form=res,family=cancel,seed=8" \
              "H=4096,T=1,w=bf16,form=res,family=normal,seed=9" "H=16384,T=13,w=bf16,form=res,family=llm,seed=10"; do
-      start=$SECONDS
-      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" check --backend gpu --variant all --case "$c" \
-        >"$out/sanitizer.run" 2>&1
-      rc=$?
-      cat "$out/sanitizer.run" >>"$out/sanitizer.log"
-      said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
-      runs=$((runs + 1))
-      [ "$rc" -le 1 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && clean=$((clean + 1))
-      summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "$c" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+      san_run "$c" 1 120 "" "$bin" check --backend gpu --variant all --case "$c"
     done
     # The forward's ring kernel across rows of one CTA (shared red/rs_sh and
     # ring slots reused; the CLI cases above take the default simple kernel).
-    start=$SECONDS
-    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_kernels" \
-      --gtest_filter=Pipeline.RingCrossRowSmall >"$out/sanitizer.run" 2>&1
-    rc=$?
-    cat "$out/sanitizer.run" >>"$out/sanitizer.log"
-    said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
-    runs=$((runs + 1))
-    [ "$rc" -eq 0 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && grep -q "^\[  PASSED  \] 1 test" "$out/sanitizer.run" &&
-      clean=$((clean + 1))
-    summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "test_kernels Pipeline.RingCrossRowSmall" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+    san_run "test_kernels Pipeline.RingCrossRowSmall" 0 240 "^\[  PASSED  \] 1 test" \
+      "$build/tests/test_kernels" --gtest_filter=Pipeline.RingCrossRowSmall
     # Chunks of more than 64 rows (the cases above have at most ~16): the
     # backward's batches of refined rstd in shared memory cross and are
     # overwritten (bwd_chunk_pass.cuh); racecheck only, backward variants only.
     if [ "$tool" = racecheck ]; then
       for c in "H=64,T=210000,w=bf16,family=normal,seed=11" "H=256,T=35000,w=bf16,form=heads4,family=llm,seed=12"; do
-        start=$SECONDS
-        timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin" check --backend gpu \
-          --variant bwd_det_chunked --variant bwd_nondet_atomic --case "$c" >"$out/sanitizer.run" 2>&1
-        rc=$?
-        cat "$out/sanitizer.run" >>"$out/sanitizer.log"
-        said=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: .*" "$out/sanitizer.run" | tail -1)
-        runs=$((runs + 1))
-        [ "$rc" -eq 0 ] && grep -qF "${clean_line[$tool]}" "$out/sanitizer.run" && clean=$((clean + 1))
-        summary+=("$(printf '%-9s %-58s rc=%-3d %3ds %s' "$tool" "$c (long chunks)" "$rc" $((SECONDS - start)) "${said:-no summary line}")")
+        san_run "$c (long chunks)" 0 240 "" "$bin" check --backend gpu \
+          --variant bwd_det_chunked --variant bwd_nondet_atomic --case "$c"
       done
     fi
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"

@@ -465,15 +465,16 @@ std::string format_report(const CheckReport& rep) {
     const auto& r = ir.result;
     o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
       << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
+    // Every element exact: no element is "the worst" (the tie rule would name the first).
+    auto all_exact = [](const RatioStats& s) { return s.worst.ratio == 0.0 && s.n > 0; };
     for (const auto& s : r.tensors) {
       // The histogram bin's upper edge, capped at the max (both bound p99; the bin edge can exceed the max).
       double p99 = s.hist.quantile_upper(0.99);
-      if (std::isfinite(s.worst.ratio) && !(p99 <= s.worst.ratio)) p99 = std::isinf(p99) ? p99 : s.worst.ratio;
+      if (std::isfinite(p99) && p99 > s.worst.ratio) p99 = s.worst.ratio;
       char line[256];
       std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
-                    // Every element exact: no element is "the worst" (the tie rule would name the first).
-                    (s.worst.ratio == 0.0 && s.n > 0 ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
+                    (all_exact(s) ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
                         .c_str(),
                     static_cast<long long>(s.over), s.max_forced,
                     s.max_bound_ratio,
@@ -489,7 +490,7 @@ std::string format_report(const CheckReport& rep) {
     if (const int64_t heads = rep.request.id.heads(); heads > 1) {
       std::string dec;
       for (const auto& s : r.tensors) {
-        if (s.output() == Output::dw || s.worst.index < 0 || (s.worst.ratio == 0.0 && s.n > 0)) continue;
+        if (s.output() == Output::dw || s.worst.index < 0 || all_exact(s)) continue;
         const int64_t row = s.output() == Output::rstd ? s.worst.index : s.worst.index / cols;
         dec += (dec.empty() ? "" : "; ") + std::string(to_string(s.output())) + " row " + std::to_string(row) +
                " = token " + std::to_string(row / heads) + ", head " + std::to_string(row % heads);

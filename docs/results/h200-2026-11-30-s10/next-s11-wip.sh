@@ -3,7 +3,10 @@
 # ["build/dev/bench", "build/wip-rowptr"]; build/wip-rowptr holds
 # kernels_bench and test_kernels of branch wip/bwd-rowptr, built here on
 # 2026-11-30; build/dev/bench the kernels_bench of main after `scripts/build &&
-# scripts/stage_carry`).
+# scripts/stage_carry`). If build/wip-rowptr is gone (a fresh machine):
+#   git checkout wip/bwd-rowptr && scripts/build && mkdir -p build/wip-rowptr &&
+#   cp build/bench/kernels_bench build/tests/test_kernels build/wip-rowptr/ &&
+#   git checkout main && scripts/build && scripts/stage_carry
 # wip/bwd-rowptr: the backward's row pointers advance one stride a row
 # (plain rows) instead of a 64-bit multiply by r for each of x, dy, dx,
 # dh_new and the L2 prefetch rows; the row loop's SASS (1-slot bf16 kernel)
