@@ -7,8 +7,9 @@
 // rows in increasing order; for each row it
 //   1. has already issued the loads of the next row (register double buffer)
 //      and an L2 prefetch of the row after (vector path); form res stages
-//      the next row's dh_new into a shared-memory ring (cp.async); its rstd
-//      and refined rstd come from shared memory, staged 32 rows at a time,
+//      the next row's dh_new into a shared-memory ring (cp.async); its
+//      refined rstd comes from shared memory, staged 32 rows at a time by
+//      the CTA's first warp,
 //   2. forms part = sum over its columns of fma(g, xhat, .) with
 //      xhat = x*rstd, g = dy*w, and team-reduces it (one __syncthreads, or one
 //      cluster barrier, per row; two alternating shared buffers); while the
@@ -30,12 +31,12 @@
 
 namespace normgate::kernels::dev {
 
-/// Rows per batch of rstd staged in shared memory (one per lane of the
+/// Rows per batch of refined rstd staged in shared memory (one per lane of the
 /// CTA's first warp).
 inline constexpr int kRstdBatch = 32;
 
-/// One row's inputs for a thread's kSlots column groups (its rstd comes from
-/// the staged batch, see bwd_chunk_pass).
+/// One row's inputs for a thread's kSlots column groups and the row's FP32
+/// rstd (its refined rstd comes from the staged batch, see bwd_chunk_pass).
 template <int kSlots>
 struct RowIn {
   Group8 x[kSlots];
@@ -44,10 +45,8 @@ struct RowIn {
 };
 
 template <int kSlots, class WT, bool kHeads>
-__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kHeads>& a, int64_t r,
-                                         const int (&col0)[kSlots]) {
-  const __nv_bfloat16* xr = a.x.row(r);
-  const __nv_bfloat16* dyr = a.dy.row(r);
+__device__ __forceinline__ void load_row(RowIn<kSlots>& in, const BwdRows<WT, kHeads>& a, const __nv_bfloat16* xr,
+                                         const __nv_bfloat16* dyr, int64_t r, const int (&col0)[kSlots]) {
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     in.x[k] = load_group(xr, col0[k], a.H, a.vec);
@@ -125,18 +124,18 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     cp_async_commit();
   }
 
-  // Each row's rstd and its refined binary64 rstd for dw (rstd_refined of
-  // the forward's m, a.msq; the FP32 rstd widened without it), computed 32
-  // rows at a time by the CTA's first warp (one row a lane) into shared
-  // memory. Per row the team then reads two shared values where it had a
-  // global load of rstd, and no row carries rstd_refined's dependent chain
-  // (a global load of m and four FP64 operations): each row computing its
-  // own cost +5-10% backward time on the H200 (docs/perf.md session 10).
-  // Batch b lives in slot b & 1. Batch b+1 is written at the end of row 32b,
-  // after that row's barrier: the last reads of batch b-1, whose slot it
-  // takes, came before that barrier (row 32b-1's rstd at the end of row
-  // 32b-2, its refined rstd at its own top), and the barrier of row 32b+1
-  // publishes it before its first read (at the end of row 32b+31).
+  // Each row's refined binary64 rstd for dw (rstd_refined of the forward's
+  // m, a.msq; the FP32 rstd widened without it), computed 32 rows at a time
+  // by the CTA's first warp (one row a lane) into shared memory. Per row the
+  // team then reads one shared 8-byte value (the FP32 rstd is still loaded
+  // with the row), and no row carries rstd_refined's dependent chain (a
+  // global load of m and four FP64 operations): each row computing its own
+  // cost +1-12% backward time on the H200 (docs/perf.md session 10, calls
+  // 1-3). Batch b lives in slot b & 1. Batch b+1 is written at the end of
+  // row 32b, after that row's barrier: the last read of batch b-1, whose slot
+  // it takes, came before that barrier (row 32b-1's value, read at its own
+  // top), and the barrier of row 32b+1 publishes it before its first read
+  // (at the top of row 32b+32).
   __shared__ double rs_dw_s[2][kRstdBatch];
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
   auto stage_rstd = [&](int first) {  // rows r0+first .. +kRstdBatch-1 into slot (first / kRstdBatch) & 1
@@ -149,20 +148,42 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   };
   stage_rstd(0);
   __syncthreads();
-  auto at = [](auto& batch, int i) -> auto& { return batch[(i / kRstdBatch) & 1][i % kRstdBatch]; };
+
+  // Row addresses: each view's pointer to the current row r, advanced a row
+  // at a time, so the loop neither multiplies r by a stride (plain rows) nor
+  // divides it by heads (per-head rows; Rows::row's 64-bit division and
+  // remainder compiled to a call per view and row). The backward is
+  // issue-bound (docs/perf.md session 5) and its per-row instructions are
+  // shared by only 8 columns a thread. Plain rows: row r+d is p + d*stride.
+  // Per-head rows r = t*heads + h (hh = h, tracked): row r+d (d <= 2 <= heads)
+  // is p + d*stride_h within the token, else p + stride + (d - heads)*stride_h.
+  const __nv_bfloat16* px = a.x.row(r0);
+  const __nv_bfloat16* pdy = a.dy.row(r0);
+  __nv_bfloat16* pdx = a.dx.row(r0);
+  const __nv_bfloat16* padd = kRes ? a.add.row(r0) : nullptr;
+  const int heads = static_cast<int>(a.x.heads);  // every view's (validated: a few dozen at most)
+  int hh = kHeads ? static_cast<int>(r0 % a.x.heads) : 0;
+  auto row_at = [&](const auto& view, auto* p, int64_t, int d) {
+    if constexpr (kHeads) {
+      return hh + d < heads ? p + d * view.stride_h : p + view.stride + static_cast<int64_t>(d - heads) * view.stride_h;
+    } else {
+      return p + d * view.stride;
+    }
+  };
+  auto add_at = [&](int d) { return padd + d * a.add.stride; };  // form res rows are plain
 
   RowIn<kSlots> cur, nxt;
-  load_row(cur, a, r0, col0);
+  load_row(cur, a, px, pdy, r0, col0);
   nxt = cur;
   int buf = 0;
   for (int i = 0; i < rows; ++i) {
     const int64_t r = r0 + i;
     if (l2_prefetch && i + 2 < rows) {
-      prefetch_l2_bulk(a.x.row(r + 2), row_bytes);
-      prefetch_l2_bulk(a.dy.row(r + 2), row_bytes);
-      if constexpr (kRes) prefetch_l2_bulk(a.add.row(r + 2), row_bytes);
+      prefetch_l2_bulk(row_at(a.x, px, r, 2), row_bytes);
+      prefetch_l2_bulk(row_at(a.dy, pdy, r, 2), row_bytes);
+      if constexpr (kRes) prefetch_l2_bulk(add_at(2), row_bytes);
     }
-    if (i + 1 < rows) load_row(nxt, a, r + 1, col0);
+    if (i + 1 < rows) load_row(nxt, a, row_at(a.x, px, r, 1), row_at(a.dy, pdy, r, 1), r + 1, col0);
     // Form res, vector path: dh_new of the next row into this thread's other
     // ring stage (cp.async: no registers held while it flies); this row's
     // stage is read at the dx store.
@@ -170,12 +191,12 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       if (i + 1 < rows) {
 #pragma unroll
         for (int k = 0; k < kSlots; ++k)
-          if (col0[k] < a.H) cp_async16(add_slot((i + 1) & 1, k), a.add.row(r + 1) + col0[k]);
+          if (col0[k] < a.H) cp_async16(add_slot((i + 1) & 1, k), add_at(1) + col0[k]);
       }
       cp_async_commit();  // one group per row, empty on the last
     }
     const float rs = cur.rstd;
-    const double rs_dw = at(rs_dw_s, i);
+    const double rs_dw = rs_dw_s[(i / kRstdBatch) & 1][i % kRstdBatch];
 
     // Phase 1: this thread's share of sum(g * xhat), published for the team.
     float part = 0.0f;
@@ -215,7 +236,7 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
     buf ^= 1;
 
     // Phase 2: dx.
-    __nv_bfloat16* dxr = a.dx.row(r);
+    __nv_bfloat16* dxr = pdx;  // row r
     if (stage_add) cp_async_wait_pending(1);  // this row's dh_new has landed (the next row's may fly)
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
@@ -231,13 +252,18 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
       if constexpr (kRes) {  // form res: dh = BF16(dx + dh_new), one rounding
         Group8 add;
         if (stage_add) add.u = col0[k] < a.H ? *add_slot(i & 1, k) : make_uint4(0u, 0u, 0u, 0u);
-        else add = load_group(a.add.row(r), col0[k], a.H, a.vec);  // scalar path: a plain load
+        else add = load_group(add_at(0), col0[k], a.H, a.vec);  // scalar path: a plain load
         store_group_bits(dxr, col0[k], a.H, a.vec, sum_group_fast(d, add));
       } else {
         store_group(dxr, col0[k], a.H, a.vec, d);
       }
     }
     if (i % kRstdBatch == 0) stage_rstd(i + kRstdBatch);
+    px = row_at(a.x, px, r, 1);
+    pdy = row_at(a.dy, pdy, r, 1);
+    pdx = row_at(a.dx, pdx, r, 1);
+    if constexpr (kHeads) hh = hh + 1 == heads ? 0 : hh + 1;
+    if constexpr (kRes) padd += a.add.stride;
     cur = nxt;
   }
 #pragma unroll

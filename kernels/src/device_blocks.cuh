@@ -338,7 +338,19 @@ struct Rows {
       return p + r * stride;
     }
   }
+  /// row(r) without a division: t = r / heads by plan.h div_by_magic with
+  /// magic = heads_magic(heads) (exact for 0 <= r < 2^32; rows <= kMaxT =
+  /// 2^32). Rows::row's 64-bit division and remainder compile to a call.
+  __device__ __forceinline__ P* row(int64_t r, uint64_t magic) const {
+    if constexpr (kHeads) {
+      const int64_t t = static_cast<int64_t>(div_by_magic(static_cast<uint64_t>(r), magic));
+      return p + t * stride + (r - t * heads) * stride_h;
+    } else {
+      return p + r * stride;
+    }
+  }
 };
+
 
 /// Kernel arguments of the backward chunk pass (bwd_chunk_pass.cuh).
 template <class WT, bool kHeads = false>

@@ -1,16 +1,23 @@
 // kernels/src/fwd_rowwise.cu: variant fwd_rowwise (forward, deterministic).
 //
-// One team (plan.h row geometry) per row; a CTA holds max(1, 256/team) teams
-// and walks rows with a grid-stride loop (the grid depends on the device, the
-// per-row arithmetic does not). Per row, each thread
+// One team (plan.h row geometry) per row. Two kernels with the same per-row
+// arithmetic (same bits): the simple kernel (the default, pipeline.h
+// fwd_simple / fwd_res_simple: one row per team, a grid of ceil(rows / teams)
+// CTAs, each thread's groups loaded straight into registers) and the ring
+// kernel (per-head views, the scalar path, and the knobs that ask for it: a
+// CTA holds max(1, 256/team) teams and walks rows with a grid-stride loop or
+// in blocks, staging rows through shared memory; the grid depends on the
+// device, the per-row arithmetic does not). Per row, each thread
 //   ss = fma(x, x, ss) in binary64 over its columns (k ascending, column
 //        ascending; x^2 is exact, the sum cannot overflow),
 //   team-reduces ss in binary64 (plan.h), and computes (by default in the
 //   team's first warp only, handed on through shared memory: team_rstd)
 //   rstd = FP32 nearest to 1 / sqrt(fma(ss, 1/H, eps))  (rstd.h)
 //   y    = BF16_rn((x * rstd) * w)  (mul_rn twice, cvt.rn.bf16x2.f32)
-// Thread 0 of the team writes rstd. Each thread stages its groups of the
-// team's next `depth` rows into its own shared-memory ring slots
+// Thread 0 of the team writes rstd and, when FwdArgs::msq is given, the
+// row's binary64 m = fma(ss, 1/H, eps) for the backward's refined rstd
+// (rstd.h rstd_refined). In the ring kernel each thread stages its groups of
+// the team's next `depth` rows into its own shared-memory ring slots
 // (device_blocks.cuh input rings; pipeline.h depth), so that many rows of
 // loads are in flight without holding registers; optionally thread 0 of the
 // team asks the L2 for a row further ahead (pipeline.h fwd_l2). w is loaded
@@ -159,10 +166,12 @@ __global__ void __launch_bounds__(kMaxTeam)
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * teams * (a.block_rows > 0 ? a.block_rows : 1);
   const int64_t step = a.block_rows > 0 ? teams : static_cast<int64_t>(gridDim.x) * teams;
   const int64_t end = a.block_rows > 0 ? min(a.T, row0 + static_cast<int64_t>(teams) * a.block_rows) : a.T;
+  // Per-head rows: the division by heads as a multiply (Rows::row(r, magic)).
+  const uint64_t hm = kHeads ? heads_magic(a.x.heads) : 0;
   // Stage this team's row r (if any) into ring stage s; one copy group per call.
   auto fill = [&](int s, int64_t r) {
     if (r < end) {
-      const __nv_bfloat16* xr = a.x.row(r);
+      const __nv_bfloat16* xr = a.x.row(r, hm);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         stage_group(slot(s, k), xr, col0[k], a.H, a.vec);
@@ -182,7 +191,7 @@ __global__ void __launch_bounds__(kMaxTeam)
   int buf = 0;
   for (int64_t base = row0; base < end; base += step) {  // trip count uniform across the CTA
     const int64_t r = base + ti;
-    if (l2_ahead > 0 && r + l2_ahead < end) prefetch_l2_bulk(a.x.row(r + l2_ahead), row_bytes);
+    if (l2_ahead > 0 && r + l2_ahead < end) prefetch_l2_bulk(a.x.row(r + l2_ahead, hm), row_bytes);
     cp_async_wait_pending(depth - 1);  // this row's group (the oldest) has landed
     Group8 cur[kSlots];
 #pragma unroll
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(kMaxTeam)
     buf ^= 1;
     if (r < end) {
       if (t == 0) a.rstd[r] = rs;
-      __nv_bfloat16* yr = a.y.row(r);
+      __nv_bfloat16* yr = a.y.row(r, hm);
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         if constexpr (kCacheW) {

@@ -415,5 +415,28 @@ TEST(Plan, TeamSumInBinary64FollowsTheButterfly) {
   EXPECT_EQ(model_team_sum(p.data(), 32), 0x1p53);
 }
 
+// plan.h div_by_magic: the per-head views' r / heads without a division,
+// exact for every row index (r < 2^32) and divisor; checked against the
+// division at the edges (0, around multiples of d, 2^32 - 1) and 200000
+// random r for the head counts the forms use and a spread of others.
+TEST(Plan, DivByMagicEqualsDivisionForEveryRowIndex) {
+  std::mt19937_64 g(4242);
+  std::vector<uint64_t> ds = {2, 3, 4, 5, 6, 7, 8, 24, 40, 64, 96, 1000, 65535, 65536, 65537,
+                              (uint64_t{1} << 31) - 1, uint64_t{1} << 31, (uint64_t{1} << 32) - 1, uint64_t{1} << 32};
+  for (int i = 0; i < 50; ++i) ds.push_back(2 + g() % ((uint64_t{1} << 32) - 1));
+  const uint64_t top = (uint64_t{1} << 32) - 1;
+  for (const uint64_t d : ds) {
+    const uint64_t m = heads_magic(static_cast<int64_t>(d));
+    std::vector<uint64_t> rs = {0, 1, d - 1, d, d + 1, top, top - 1, top - top % d, top - top % d - 1};
+    for (uint64_t k = top / d; k + 3 > top / d && k > 0; --k) rs.insert(rs.end(), {k * d - 1, k * d});
+    for (int i = 0; i < 4000; ++i) rs.push_back(g() & top);
+    for (const uint64_t r : rs) {
+      if (r <= top) {
+        ASSERT_EQ(div_by_magic(r, m), r / d) << "r " << r << " d " << d;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normgate::kernels

@@ -121,6 +121,24 @@ NG_HD int64_t group_col0(int team, int k, int t) {
   return static_cast<int64_t>(kGroup) * (static_cast<int64_t>(k) * team + t);
 }
 
+/// floor((2^64 - 1) / d) + 1 for 2 <= d <= 2^32 (d = 1 would wrap to 0):
+/// the magic of div_by_magic, 2^64/d + e with 0 <= e <= 1 (e = 0 when d
+/// divides 2^64). Per-head views divide row indices by heads with it; one
+/// 64-bit division, so compute it once per thread, not per row.
+NG_HD uint64_t heads_magic(int64_t heads) { return ~uint64_t{0} / static_cast<uint64_t>(heads) + 1; }
+
+/// r / d for 0 <= r < 2^32 and 2 <= d <= 2^32, as the high word of r *
+/// heads_magic(d): with magic = 2^64/d + e, 0 <= e <= 1, r*magic/2^64 exceeds
+/// r/d by less than 2^-32 <= 1/d, too little to reach the next integer
+/// (rows <= kMaxT = 2^32, so every row index qualifies).
+NG_HD uint64_t div_by_magic(uint64_t r, uint64_t magic) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(r, magic);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * magic) >> 64);
+#endif
+}
+
 /// Number of backward chunks for T rows of H columns (see file comment).
 NG_HD int64_t num_chunks(int64_t T, int64_t H) {
   if (T <= 0) return 0;

@@ -108,16 +108,18 @@ NG_HD float rstd_nearest_fast(double m, float r0) {
 /// positive (rows holding Inf/NaN, a zero row with eps = 0) or where the
 /// step would move r32 by more than 2^-23 relative (m is not this rstd's:
 /// a caller's mistake; then dw is what it was without m).
-/// Branch-free (one select; the backward computes it once per row and the
-/// H=256 teams have 8 columns a thread to hide it behind): the |e| test
-/// alone rejects every non-finite or non-positive m and an r32 of 0 or +Inf
-/// (e is then <= -1, +-Inf or NaN; r32*r32*m cannot overflow to a small e),
-/// and r32 > 0 rejects a negative or NaN r32.
+/// Branch-free (one select; the backward's first warp computes it for 32
+/// rows at a time, bwd_chunk_pass.cuh): the |e| test alone rejects every
+/// non-finite or non-positive m and an r32 of 0 or +Inf (e is then <= -1,
+/// +-Inf or NaN; r32*r32*m cannot overflow to a small e), and r0 > 0 (in
+/// binary64, so a flush-to-zero build cannot treat a subnormal r32 as 0)
+/// rejects a negative or NaN r32. A subnormal r32 (rows whose squares
+/// overflow FP32) is usually kept: its rounding error exceeds 2^-23.
 NG_HD double rstd_refined(double m, float r32) {
   const double r0 = static_cast<double>(r32);
   const double e = dfma_rn(dmul_rn(r0, r0), m, -1.0);
   const double r = dfma_rn(dmul_rn(-0.5, e), r0, r0);
-  return fabs(e) <= 0x1p-22 && r32 > 0.0f ? r : r0;  // |e| ~ 2|d|: |d| > 2^-23 is refused
+  return fabs(e) <= 0x1p-22 && r0 > 0.0 ? r : r0;  // |e| ~ 2|d|: |d| > 2^-23 is refused
 }
 
 /// A row's m = fma(ss, inv_h, eps) in binary64 (ss its binary64 sum of
