@@ -28,7 +28,8 @@
 # Environment: NG_CAMPAIGN_DEMO (1: the loader and control demo first),
 # NG_CAMPAIGN_APPROVE (1: a slice whose every window passed is run once more,
 # sequentially, with --approve, writing TABLE's approvals file next to it and
-# into the pack; default 0), NG_CAMPAIGN_TABLE (routes/sm90a.toml),
+# into the pack, under flock(1) on TABLE's .approvals.lock so that campaigns
+# run side by side never write it at once; default 0), NG_CAMPAIGN_TABLE (routes/sm90a.toml),
 # NG_CAMPAIGN_SEEDS (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default
 # 540), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options),
 # NG_CAMPAIGN_THREADS (OpenMP threads: one number for every slice, or a comma
@@ -134,7 +135,9 @@ for k in $(seq 1 "$nslice"); do
   # concurrent slices never write the approvals file at the same time.
   if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-0}" = 1 ]; then
     set_slice_cmd "$k"
-    "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1 && state="$state, approved"
+    # (flock: campaigns run side by side write the same approvals file)
+    flock "${table%.toml}.approvals.lock" "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1 &&
+      state="$state, approved"
   fi
   [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j" && cp "$work/slice-$k.jsonl.gz" "$dir/"
   cp "$work/slice-$k.filter" "$dir/"
