@@ -32,6 +32,7 @@ if [ "${NG_SKIP_FINISH:-0}" != 1 ]; then
   done
 fi
 left=$(( ${NG_CALL_LIMIT:-560} - SECONDS ))
+[ "$left" -ge 100 ] || left=100
 NORMGATE_BUILD=$B NG_CAMPAIGN_DEADLINE=$(( left - 40 )) NG_CAMPAIGN_APPROVE=1 NG_CAMPAIGN_THREADS=4 NG_CAMPAIGN_GPUS=0,1,0,1 \
   OUT=$P/forms scripts/campaign.sh docs/results/campaign-v3-forms-b \
   "form=res,w=bf16" "form=res,w=fp32" "form=heads24,w=bf16" "form=heads24,w=fp32" >$P/forms.txt 2>&1 &
@@ -47,3 +48,4 @@ echo "== finish_bench CPU ns per element"
 for t in 1 4 8 16 32; do [ -f $P/finish-t$t.txt ] && echo "threads $t: $(grep -hE "CPU ns per element" $P/finish-t$t.txt | tr '\n' ' ')"; done
 echo "== forms v3-b"; grep -E "^\| [0-9]|^slice" $P/forms.txt
 echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt
+rm -rf $P
