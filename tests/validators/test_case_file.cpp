@@ -18,6 +18,7 @@
 #include "normgate/validators/case_file.h"
 #include "normgate/validators/export.h"
 #include "normgate/validators/repro.h"
+#include "cpu_request.h"
 
 namespace nv = normgate::validators;
 namespace fs = std::filesystem;
@@ -30,14 +31,7 @@ std::string temp_path(const std::string& name) {
   return (d / name).string();
 }
 
-nv::CheckRequest request(const char* id, const char* impl) {
-  nv::CheckRequest req;
-  req.id = normgate::seeds::parse_case(id);
-  req.impls = {impl};
-  req.backend = nv::Backend::cpu;
-  req.threads = 2;
-  return req;
-}
+nv::CheckRequest request(const char* id, const char* impl) { return nv::testing::cpu_request(id, impl); }
 
 nv::ReproReport saved_repro(const nv::CheckRequest& req) {
   nv::ReproOptions o;

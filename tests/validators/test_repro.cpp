@@ -12,9 +12,11 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
 #include "normgate/validators/repro.h"
+#include "cpu_request.h"
 
 namespace nv = normgate::validators;
 namespace no = normgate::oracle;
+using normgate::validators::testing::cpu_request;
 
 TEST(Repro, WorstElementsAgreeWithTheValidatorAndAreOrdered) {
   const auto c = normgate::seeds::parse_case("H=96,T=257,w=bf16,form=plain,family=llm,seed=4");
@@ -71,11 +73,7 @@ TEST(Repro, DwColumnConditioningAndTopRows) {
 }
 
 TEST(Repro, ReportNamesTheCaseAndACommand) {
-  nv::CheckRequest req;
-  req.id = normgate::seeds::parse_case("H=64,T=600,w=bf16,form=plain,family=cancel,seed=1");
-  req.impls = {"ctl_fp32_seq"};
-  req.backend = nv::Backend::cpu;
-  req.threads = 2;
+  nv::CheckRequest req = cpu_request("H=64,T=600,w=bf16,form=plain,family=cancel,seed=1", "ctl_fp32_seq");
   const auto r = nv::repro(req, 3);
   EXPECT_FALSE(r.check.pass());  // the control fails cancel
   ASSERT_EQ(r.worst.size(), 4u);
@@ -95,11 +93,7 @@ TEST(Repro, ReportNamesTheCaseAndACommand) {
 // changed dw and a NaN rstd are each counted with their output; a recording
 // of another implementation is not compared; a size mismatch throws.
 TEST(Repro, ReplayComparesWithTheRecordedOutputsBitForBit) {
-  nv::CheckRequest req;
-  req.id = normgate::seeds::parse_case("H=48,T=37,w=bf16,form=plain,family=llm,seed=3");
-  req.impls = {"bwd_det_chunked"};
-  req.backend = nv::Backend::cpu;
-  req.threads = 2;
+  const nv::CheckRequest req = cpu_request("H=48,T=37,w=bf16,form=plain,family=llm,seed=3", "bwd_det_chunked");
   nv::ReproOptions first;
   first.k = 2;
   first.keep_case = true;
