@@ -47,7 +47,8 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "repro",
       "Re-run one case for one implementation: verdict, the k worst elements of every output, the worst dw "
-      "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive");
+      "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive, "
+      "3 a replay (--file) whose outputs differ from the recorded ones");
   struct Opts {
     std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
     int k = 10, threads = 0;
@@ -56,7 +57,9 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   auto* id = sub->add_option("case", o->id, "Case id, e.g. 'H=4096,T=16256,w=bf16,form=plain,family=cancel,seed=1'");
   auto* file = sub->add_option("--file", o->file,
                                "Replay a saved case (normgate-case/1 HDF5): its stored inputs, digest-checked, "
-                               "instead of the generator");
+                               "instead of the generator; with the recorded variant, the outputs are compared "
+                               "with the recorded ones bit for bit (exit 3 when they differ; a non-deterministic "
+                               "variant's dw may)");
   auto* report = sub->add_option("--from-report", o->report,
                                  "Take the case from a report (gate --report-json, or check --json): the worst case "
                                  "of the window --window selects (largest err/tol over its outputs) and the "
@@ -166,6 +169,11 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
         std::printf("replay   normgate repro --file '%s' --variant %s   (the stored inputs, no generator)\n",
                     save.c_str(), impls.front().c_str());
+      }
+      if (r.recorded_mismatch()) {
+        std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 3)\n",
+                    o->file.c_str());
+        return 3;
       }
       return r.check.pass() ? 0 : 1;
     };

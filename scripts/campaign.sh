@@ -47,28 +47,40 @@ seeds="${NG_CAMPAIGN_SEEDS:-3x16}"
 deadline="${NG_CAMPAIGN_DEADLINE:-540}"
 final="${OUT:-$root/out}"
 work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir" "$final"
 [ -x "$bin" ] || { echo "campaign: no normgate binary at $bin" >&2; exit 2; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+have_gpu=$([ "$ngpu" -ge 1 ] && echo 1 || echo 0)
 [ "$ngpu" -ge 1 ] || ngpu=1
 nslice=$#
 cores=$(nproc)
 threads=$(( cores / nslice > 0 ? cores / nslice : 1 ))
-# per_slice LIST K DEFAULT: LIST's K-th comma field (its only field when it has
-# one; DEFAULT when LIST is empty); exit 2 on a field that is not a number.
+# per_slice NAME LIST K DEFAULT: LIST's K-th comma field (its only field when
+# it has none; DEFAULT when LIST is empty); exit 2, naming NAME, on a list
+# whose field count is not the slice count or a field that is not a number
+# of at most 6 digits.
 per_slice() {
-  local list=$1 k=$2 v
-  if [ -z "$list" ]; then v=$3
-  elif [[ "$list" == *,* ]]; then v=$(cut -d, -f"$k" <<<"$list")
+  local name=$1 list=$2 k=$3 v
+  if [ -z "$list" ]; then v=$4
+  elif [[ "$list" == *,* ]]; then
+    local n
+    n=$(tr -cd , <<<"$list" | wc -c)
+    [ $((n + 1)) -eq "$nslice" ] ||
+      { echo "campaign: $name='$list' has $((n + 1)) fields for $nslice slices" >&2; exit 2; }
+    v=$(cut -d, -f"$k" <<<"$list")
   else v=$list; fi
-  [[ "$v" =~ ^[0-9]+$ ]] || { echo "campaign: '$list' gives slice $k no number ('$v')" >&2; exit 2; }
+  [[ "$v" =~ ^[0-9]{1,6}$ ]] || { echo "campaign: $name='$list' gives slice $k no number ('$v')" >&2; exit 2; }
   echo "$v"
 }
 declare -a slice_threads slice_gpu
 for k in $(seq 1 "$nslice"); do
-  slice_threads[$k]=$(per_slice "${NG_CAMPAIGN_THREADS:-}" "$k" "$threads") || { rm -rf "$work"; exit 2; }
-  slice_gpu[$k]=$(per_slice "${NG_CAMPAIGN_GPUS:-}" "$k" $(( (k - 1) % ngpu ))) || { rm -rf "$work"; exit 2; }
-  [ "${slice_threads[$k]}" -ge 1 ] || { echo "campaign: slice $k: 0 threads" >&2; rm -rf "$work"; exit 2; }
+  slice_threads[$k]=$(per_slice NG_CAMPAIGN_THREADS "${NG_CAMPAIGN_THREADS:-}" "$k" "$threads") || exit 2
+  slice_gpu[$k]=$(per_slice NG_CAMPAIGN_GPUS "${NG_CAMPAIGN_GPUS:-}" "$k" $(( (k - 1) % ngpu ))) || exit 2
+  [ "${slice_threads[$k]}" -ge 1 ] || { echo "campaign: slice $k: 0 threads" >&2; exit 2; }
+  # A GPU index the host does not have would leave the slice on the CPU models.
+  [ "$have_gpu" = 0 ] || [ "${slice_gpu[$k]}" -lt "$ngpu" ] ||
+    { echo "campaign: slice $k: GPU ${slice_gpu[$k]}, but this host has $ngpu (0..$((ngpu - 1)))" >&2; exit 2; }
 done
 echo "campaign: $nslice slices on $ngpu GPUs, threads ${slice_threads[*]}, GPUs ${slice_gpu[*]}, deadline ${deadline}s, table $table, seeds $seeds" \
   | tee "$work/campaign.log"
@@ -97,7 +109,6 @@ for filter in "$@"; do
   echo "$filter" >"$work/slice-$k.filter"
   if [ -f "$dir/slice-$k.filter" ] && ! cmp -s "$dir/slice-$k.filter" "$work/slice-$k.filter"; then
     echo "campaign: slice $k's filter '$filter' differs from the one it started with: $(cat "$dir/slice-$k.filter")" >&2
-    rm -rf "$work"
     exit 2
   fi
 done
@@ -135,9 +146,13 @@ for k in $(seq 1 "$nslice"); do
   # concurrent slices never write the approvals file at the same time.
   if [ "$rc" -eq 0 ] && [ -f "$work/slice-$k.json" ] && [ "${NG_CAMPAIGN_APPROVE:-0}" = 1 ]; then
     set_slice_cmd "$k"
-    # (flock: campaigns run side by side write the same approvals file)
-    flock "${table%.toml}.approvals.lock" "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1 &&
+    # (flock: campaigns run side by side write the same approvals file; at
+    # most 120 s waiting for it)
+    if flock -w 120 "${table%.toml}.approvals.lock" "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1; then
       state="$state, approved"
+    else
+      state="$state, approve FAILED (slice-$k.approve.log)"
+    fi
   fi
   [ -f "$j" ] && gzip -c "$j" >"$work/slice-$k.jsonl.gz" && rm -f "$j" && cp "$work/slice-$k.jsonl.gz" "$dir/"
   cp "$work/slice-$k.filter" "$dir/"
@@ -152,4 +167,3 @@ echo "| slice | windows | cases journalled | state |"
 echo "| --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"
 for k in $(seq 1 "$nslice"); do grep -E "^(pipeline|verdict) " "$work/slice-$k.log" | sed "s/^/slice $k: /"; done
-rm -rf "$work"

@@ -275,4 +275,40 @@ TEST(ReproShippedCase, H200RecordingsReplayBitForBitOnTheCpuModels) {
   }
 }
 
+// The same heads4 recording replayed on the GPU (skips without one): the
+// kernels of this build against the H200's recording, bit for bit.
+TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
+  const std::string f = std::string(NORMGATE_SOURCE_DIR) +
+                        "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
+  const CliRun r = run("repro --file '" + f + "' --variant bwd_det_chunked --backend gpu");
+  if (contains(r.out, "no usable CUDA device")) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "recorded outputs (recorded by bwd_det_chunked on gpu): identical bit for bit")) << r.out;
+}
+
+// A recording whose dx was changed after the fact (one bit, with h5py):
+// the replay says which output differs and exits 3.
+TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits3) {
+  const char* py = nullptr;
+  for (const char* cand : {"python3", "/usr/bin/python3"})
+    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
+      py = cand;
+      break;
+    }
+  if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
+  const std::string src = std::string(NORMGATE_SOURCE_DIR) +
+                          "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
+  const std::string f = std::string(NORMGATE_BINARY_DIR) + "/altered_" + std::to_string(::getpid()) + ".h5";
+  std::filesystem::copy_file(src, f, std::filesystem::copy_options::overwrite_existing);
+  const std::string edit = std::string(py) + " -c \"import h5py; f = h5py.File('" + f +
+                           "', 'r+'); d = f['outputs/dx']; v = d[0, 5]; d[0, 5] = v ^ 1; f.close()\"";
+  ASSERT_EQ(std::system(edit.c_str()), 0) << edit;
+  const CliRun r = run("repro --file '" + f + "' --variant bwd_det_chunked --backend cpu");
+  std::filesystem::remove(f);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "DIFFER: dx 1 of 7168 elements differ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "identical: y, rstd, dw")) << r.out;
+  EXPECT_TRUE(contains(r.out, "replay   MISMATCH")) << r.out;
+}
+
 }  // namespace

@@ -141,3 +141,49 @@ TEST(Repro, ReplayComparesWithTheRecordedOutputsBitForBit) {
   rec.dw.pop_back();
   EXPECT_THROW(nv::repro(req, again), std::runtime_error);
 }
+
+// Form res: h_new is compared too (one flipped bit counted); a recording
+// without h_new against a run with one is a size mismatch. A
+// non-deterministic variant's dw may differ (not a mismatch); its dx may not.
+TEST(Repro, ReplayComparesHNewAndToleratesOnlyNondetDw) {
+  const nv::CheckRequest res = cpu_request("H=24,T=18,w=fp32,form=res,family=llm,seed=5", "bwd_det_chunked");
+  nv::ReproOptions keep;
+  keep.k = 1;
+  keep.keep_case = true;
+  const auto r0 = nv::repro(res, keep);
+  normgate::Outputs rec = r0.saved->outputs;
+  ASSERT_EQ(rec.h_new.size(), 18u * 24u);
+  nv::ReproOptions again;
+  again.recorded = &rec;
+  again.recorded_impl = "bwd_det_chunked";
+  again.recorded_backend = "cpu-model";
+  auto r = nv::repro(res, again);
+  ASSERT_EQ(r.vs_recorded.size(), 5u);
+  EXPECT_EQ(r.vs_recorded[4].output, "h_new");
+  EXPECT_FALSE(r.recorded_mismatch());
+  EXPECT_NE(nv::format_repro(r).find("identical bit for bit (y, rstd, dx, dw, h_new)"), std::string::npos);
+  rec.h_new[17] ^= 0x0001;
+  r = nv::repro(res, again);
+  EXPECT_EQ(r.vs_recorded[4].differ, 1);
+  EXPECT_TRUE(r.recorded_mismatch());
+  rec.h_new.clear();
+  EXPECT_THROW(nv::repro(res, again), std::runtime_error);
+
+  const nv::CheckRequest nd = cpu_request("H=40,T=21,w=bf16,form=plain,family=normal,seed=2", "bwd_nondet_atomic");
+  const auto n0 = nv::repro(nd, keep);
+  normgate::Outputs nrec = n0.saved->outputs;
+  again.recorded = &nrec;
+  again.recorded_impl = "bwd_nondet_atomic";
+  nrec.dw[3] = std::nextafter(nrec.dw[3], 1e30f);
+  r = nv::repro(nd, again);
+  EXPECT_TRUE(r.vs_recorded[3].may_differ);
+  EXPECT_EQ(r.vs_recorded[3].differ, 1);
+  EXPECT_FALSE(r.recorded_mismatch());
+  EXPECT_NE(nv::format_repro(r).find("identical bit for bit (y, rstd, dx); dw 1 of 40 elements differ"),
+            std::string::npos)
+      << nv::format_repro(r);
+  nrec.dx[0] ^= 0x0001;
+  r = nv::repro(nd, again);
+  EXPECT_FALSE(r.vs_recorded[2].may_differ);
+  EXPECT_TRUE(r.recorded_mismatch());
+}

@@ -60,18 +60,22 @@ struct DwColumn {
 /// Throws std::invalid_argument for j outside [0, cols) or n < 0.
 DwColumn dw_column(const oracle::Problem& p, const oracle::Reference& ref, int64_t j, int n);
 
-/// Everything `normgate repro` prints.
 /// One output of a replay compared with the outputs a case file recorded
 /// (ReproOptions::recorded): elements whose bits differ, and the largest
 /// |this run - recorded| over them (as doubles; +inf where either is NaN or
-/// Inf and the bits differ).
+/// Inf and the bits differ; 0 when none differ or only the sign of a zero
+/// does).
 struct RecordedDiff {
   std::string output;    ///< "y", "rstd", "dx", "dw" or "h_new"
   int64_t elements = 0;  ///< elements compared
   int64_t differ = 0;    ///< elements whose bits differ
-  double max_abs = 0.0;  ///< max |this run - recorded| over those (0 when none differ)
+  double max_abs = 0.0;  ///< max |this run - recorded| over those
+  /// A difference here is expected: dw of a non-deterministic variant
+  /// (registry Mode::nondet; its atomics' order varies run to run).
+  bool may_differ = false;
 };
 
+/// Everything `normgate repro` prints.
 struct ReproReport {
   CheckReport check;                       ///< the case, one implementation
   std::vector<std::vector<Element>> worst; ///< per output in CheckReport order (y, rstd, dx, dw)
@@ -83,6 +87,13 @@ struct ReproReport {
   /// recorded_note says why).
   std::vector<RecordedDiff> vs_recorded;
   std::string recorded_note;               ///< e.g. "recorded by bwd_det_chunked on gpu"
+  /// Some output that must replay bit for bit (every one but a
+  /// may_differ one) differs from the recording (`normgate repro` exits 3).
+  bool recorded_mismatch() const {
+    for (const RecordedDiff& d : vs_recorded)
+      if (d.differ > 0 && !d.may_differ) return true;
+    return false;
+  }
 };
 
 struct ReproOptions {
@@ -93,10 +104,11 @@ struct ReproOptions {
   std::string replay_file;                  ///< where `inputs` came from (for the reproduce command)
   std::string normgate_version, normgate_commit;  ///< provenance (keep_case)
   /// Outputs a case file recorded for these inputs (a replay), by
-  /// recorded_impl on recorded_backend: when recorded_impl is the
-  /// implementation run, every output is compared bit for bit
-  /// (ReproReport::vs_recorded; a GPU recording replayed on the CPU models
-  /// must be identical for a deterministic variant).
+  /// recorded_impl on recorded_backend: y, dx (and h_new, form res only) BF16
+  /// bits [rows, H], rstd FP32 [rows], dw FP32 [H], rows = T x heads. When
+  /// recorded_impl is the implementation run, every output is compared bit
+  /// for bit (ReproReport::vs_recorded; a GPU recording replayed on the CPU
+  /// models must be identical, except a non-deterministic variant's dw).
   const Outputs* recorded = nullptr;
   std::string recorded_impl, recorded_backend;
 };
@@ -106,7 +118,8 @@ struct ReproOptions {
 /// rows each). Throws std::invalid_argument as run_check, for k < 1, or when
 /// req.impls does not hold exactly one implementation; std::runtime_error
 /// when ReproOptions::recorded holds an output of a size other than this
-/// run's (a case file inconsistent with its case id).
+/// run's (a case file inconsistent with its case id; h_new is compared when
+/// either side has one).
 ReproReport repro(const CheckRequest& req, const ReproOptions& opt);
 inline ReproReport repro(const CheckRequest& req, int k = 10) {
   ReproOptions o;
