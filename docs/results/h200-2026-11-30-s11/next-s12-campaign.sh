@@ -3,12 +3,9 @@
 # ["build/dev"] after `scripts/build && scripts/stage_carry`; kernels of
 # 48e338b: `normgate routes routes/sm90a.toml` must list the six heads4
 # routes as [current], else the kernels changed and the v3 journals are
-# refused).
-#   0. (skipped when NG_SKIP_FINISH=1) finish_bench on the idle host at 1, 4,
-#      8, 16, 32 threads, one case (H=4096, T=16384, llm): CPU ns per element
-#      of the reference and of validation. Flat = a slower core than the dev
-#      box's (3.3 and 8.2 ns at one thread); growing with threads = memory,
-#      SMT or clock. Session 11's campaigns ran ~90 thread-ns per element.
+# refused). Run after next-s12-sweep.sh, and only if the sweep leaves plan.h
+# as it is (a new chunk rule changes the kernels: every campaign restarts on
+# new journals, v4).
 #   1. Two campaigns side by side (approvals serialized by campaign.sh's flock):
 #      docs/results/campaign-v3-forms-b (res and heads24 by w, 4 slices;
 #      ~1380 of ~1750 cases each journalled in session 11), 4 threads each;
@@ -17,20 +14,14 @@
 #      call with NG_CAMPAIGN_DEMO=1 (loader and control demonstration).
 # Then here: tar xzf each pack over the directory of its name and commit;
 # copy $OUT/sm90a.approvals.json to routes/ (written after both campaigns).
-# Repeat with NG_SKIP_FINISH=1 NG_CAMPAIGN_DEMO=0 until v3-b has reported.
-# Predictions: finish_bench's CPU ns per element grows with threads (memory
-# or SMT), about 2x from 1 to 16; v3-b reports PASS on all 24 windows within
+# Repeat with NG_CAMPAIGN_DEMO=0 until v3-b has reported.
+# Predictions: v3-b reports PASS on all 24 windows within
 # this call (worst dw ~6e-4, dx 0.389, as v2); the plain slices journal
 # about 4e11 elements (~1e3 cases each), no failure.
 export PATH=/usr/local/cuda/bin:$PATH
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 P=$OUT/p; mkdir -p $P
 B=build/dev
-if [ "${NG_SKIP_FINISH:-0}" != 1 ]; then
-  for t in 1 4 8 16 32; do
-    timeout 60 $B/bench/finish_bench H=4096,T=16384,w=bf16,form=plain,family=llm,seed=1 bwd_det_chunked 2 $t >$P/finish-t$t.txt 2>&1
-  done
-fi
 left=$(( ${NG_CALL_LIMIT:-560} - SECONDS ))
 [ "$left" -ge 100 ] || left=100
 NORMGATE_BUILD=$B NG_CAMPAIGN_DEADLINE=$(( left - 40 )) NG_CAMPAIGN_APPROVE=1 NG_CAMPAIGN_THREADS=4 NG_CAMPAIGN_GPUS=0,1,0,1 \
@@ -44,8 +35,6 @@ mv $P/forms/campaign.tgz $OUT/campaign-v3-forms-b.tgz
 mv $P/plain/campaign.tgz $OUT/campaign-v3-plain.tgz
 cp routes/sm90a.approvals.json $OUT/
 tar czf $OUT/logs.tgz -C $OUT p
-echo "== finish_bench CPU ns per element"
-for t in 1 4 8 16 32; do [ -f $P/finish-t$t.txt ] && echo "threads $t: $(grep -hE "CPU ns per element" $P/finish-t$t.txt | tr '\n' ' ')"; done
 echo "== forms v3-b"; grep -E "^\| [0-9]|^slice" $P/forms.txt
 echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt
 rm -rf $P
