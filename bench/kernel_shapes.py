@@ -10,6 +10,14 @@ the shape only: bench/peers.py is the timing.
 
 Usage: python3 bench/kernel_shapes.py [--case ID] [--impls TC,ours] [--trace DIR]
 Run with TORCH_LOGS=output_code to get torch.compile's generated kernels too.
+
+--ncu-window: instead of the profiler, after the warm-up run one fwd and one
+bwd of each implementation between cudaProfilerStart and cudaProfilerStop,
+for Nsight Compute's hardware counters on just those kernels (compilation
+and autotuning stay outside):
+  ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      python3 bench/kernel_shapes.py --impls ours,TC --ncu-window
 """
 import argparse
 import json
@@ -25,6 +33,8 @@ def main(argv):
     ap.add_argument("--impls", default="TC,ours")
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--trace", default=None, help="folder for the Chrome traces (optional)")
+    ap.add_argument("--ncu-window", action="store_true",
+                    help="run one fwd+bwd per implementation inside cudaProfilerStart/Stop (for ncu)")
     a = ap.parse_args(argv)
     import torch
     import normgate
@@ -45,6 +55,14 @@ def main(argv):
             _, saved = fwd(inp)
             bwd(inp, saved)
         torch.cuda.synchronize()
+        if a.ncu_window:
+            torch.cuda.profiler.start()
+            _, saved = fwd(inp)
+            bwd(inp, saved)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            print(f"{n}: one fwd and one bwd ran inside the profiler window")
+            continue
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             _, saved = fwd(inp)
             torch.cuda.synchronize()

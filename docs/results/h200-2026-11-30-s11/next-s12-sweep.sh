@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Written at the end of session 11 for session 12's FIRST call (nvidia-h200;
-# carry ["build/dev/bench", "build/wip-chunks"] after `scripts/build &&
-# scripts/stage_carry`; build/wip-chunks/kernels_bench is branch
+# carry ["build/dev/bench", "build/wip-chunks", "build/capi/libnormgate_capi.so"]
+# after `scripts/build && scripts/stage_carry`; build/wip-chunks/kernels_bench is branch
 # wip/chunk-sweep: main's kernels, 48e338b, plus a host-side override of the
 # backward's chunk cap; recipe: `git worktree add /work/cs wip/chunk-sweep &&
 # cd /work/cs && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
@@ -18,6 +18,14 @@
 #      3, 4, 6, 8 at H = 1536, 2048, 4096, 5120, 6144 and 256 x T = 16384,
 #      65537, 131072 (262148 at H=256), BF16 weight, then the same K in
 #      reverse (drift).
+#   3. Nsight Compute on the forward gap (TC's forward ran 0.78x of our time
+#      at [65537, 2048] in session 5): one fwd+bwd of ours and of TC at
+#      H=2048, T=65537, BF16 w, inside the profiler window (kernel_shapes.py
+#      --ncu-window; compilation and autotuning outside), sections
+#      SpeedOfLight, MemoryWorkloadAnalysis, Occupancy, WarpStateStats,
+#      LaunchStats; CSV in the pack. Prediction: our fwd_simple_kernel
+#      reaches < 80% of DRAM peak with warps mostly stalled on the barrier or
+#      the long scoreboard (the row's reduction and rstd), TC's > 85%.
 # Then here: scripts/chunk_waves_table.py over sw-*w<K>.json (K in the name)
 # gives B/A per shape; a rule goes into plan.h only if one K (or a K per H)
 # wins at every T of that H by more than the two passes' spread.
@@ -38,8 +46,22 @@ for pass in a b; do
     timeout 80 build/wip-chunks/kernels_bench --no-controls --w bf16 --chunk-sm-waves $k --json $P/sw-$pass-w$k.json $S >$P/sw-$pass-w$k.txt 2>&1
   done
 done
+export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
+timeout 240 ncu --clock-control none --profile-from-start off --csv --page details \
+  --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
+  python3 bench/kernel_shapes.py --case H=2048,T=65537,w=bf16,form=plain,family=normal,seed=0 --impls ours,TC --ncu-window \
+  >$P/ncu_fwd.csv 2>$P/ncu_fwd.err
+echo "ncu rc=$?" >>$P/ncu_fwd.err
 tar czf $OUT/sweep.tgz -C $OUT p
 echo "== finish_bench CPU ns per element"
 for t in 1 4 8 16; do echo "threads $t: $(grep -hE "CPU ns per element" $P/finish-t$t.txt | tr '\n' ' ')"; done
 echo "== sweep pass a"; python3 scripts/chunk_waves_table.py $P/sw-a-w*.json | grep -E "det|shape|---"
 echo "== sweep pass b"; python3 scripts/chunk_waves_table.py $P/sw-b-w*.json | grep -E "det|shape|---"
+echo "== ncu (kernels profiled, DRAM throughput % of peak)"; tail -2 $P/ncu_fwd.err
+python3 - $P/ncu_fwd.csv <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) >= 15]
+for r in rows[1:]:
+    if r[12] in ("DRAM Throughput", "Duration", "Achieved Occupancy", "Memory Throughput"):
+        print(f"{r[0]:>3} {r[4][:60]:60} {r[12]:20} {r[14]} {r[13]}")
+PY
