@@ -118,6 +118,15 @@ if has sanitize; then
     # ring slots reused; the CLI cases above take the default simple kernel).
     san_run "test_kernels Pipeline.RingCrossRowSmall" 0 240 "^\[  PASSED  \] 1 test" \
       "$build/tests/test_kernels" --gtest_filter=Pipeline.RingCrossRowSmall
+    # Views the CLI cases do not take (memcheck only): pointers one element
+    # off 16-byte alignment and padded rows (the scalar path, bitwise the
+    # vector path's), strided and expanded per-head views; the two largest
+    # layout shapes are left out for time.
+    if [ "$tool" = memcheck ]; then
+      san_run "test_kernels layouts and per-head views" 0 300 "^\[  PASSED  \]" \
+        "$build/tests/test_kernels" \
+        "--gtest_filter=Variants/Bwd.LayoutDoesNotChangeTheBits/bwd_det_chunked_*:HeadForms.*-*H4096_T4099*:*H64_T65537*"
+    fi
     # Chunks of more than 64 rows (the cases above have at most ~16): the
     # backward's batches of refined rstd in shared memory cross and are
     # overwritten (bwd_chunk_pass.cuh); racecheck only, backward variants only.
