@@ -140,6 +140,10 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
         std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n", o->file.c_str(),
                     replay->prov.case_id.c_str(), replay->inputs_sha256.substr(0, 16).c_str(),
                     replay->prov.impl.c_str(), replay->prov.verdict.c_str());
+        if (const std::string stale = validators::changed_sources(replay->prov); !stale.empty())
+          std::printf("note     the sources changed since this was recorded (%s): this build runs; "
+                      "\"recorded outputs\" below says whether its outputs changed too\n",
+                      stale.c_str());
         c = replay->inputs.id;
         ro.inputs = &replay->inputs;
         ro.replay_file = o->file;

@@ -585,9 +585,20 @@ std::string window_filter(const Route& r) {
 
 Decision Dispatcher::pick(const CallKey& k) const {
   Decision d = inspect(k);
-  if (!d.route)
+  if (!d.route) {
+    // What the table does cover for this (op, mode, H, w, form), if anything.
+    int64_t lo = -1, hi = -1;
+    for (const Route& r : table_.routes)
+      if (r.op == k.op && (k.op == Op::fwd || r.mode == k.mode) && r.H == k.H && r.w == k.w && r.form == k.form) {
+        lo = lo < 0 ? r.t_lo : std::min(lo, r.t_lo);
+        hi = std::max(hi, r.t_hi);
+      }
+    const std::string covered = lo < 0 ? " (the table has no route for this op, mode, H, w and form)"
+                                       : " (its windows for this op, mode, H, w and form cover T = " +
+                                             std::to_string(lo) + ".." + std::to_string(hi) + ")";
     throw std::invalid_argument("no route for " + to_string(k) + " in " + table_.path +
-                                (k.T < 0 ? " (T < 0)" : ""));
+                                (k.T < 0 ? " (T < 0)" : covered));
+  }
   if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
                               ") has no current approval in " + approvals_.path + ": " +

@@ -390,3 +390,33 @@ TEST(Approvals, RoundTripThroughTheFile) {
 }
 
 }  // namespace
+
+namespace normgate::kernels {
+namespace {
+
+// A call outside every window: the error says what the table covers for
+// that (op, mode, H, w, form), or that it covers nothing there.
+TEST(Dispatcher, NoRouteSaysWhatTheTableCovers) {
+  const RouteTable t = parse_route_table(kTwoGroups, "t.toml");
+  Approvals none;
+  none.path = "t.approvals.json";
+  const Dispatcher d(t, none, {.allow_unapproved = true});
+  auto message = [&](const CallKey& k) {
+    try {
+      (void)d.pick(k);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  const std::string past = message({Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain, 101});
+  EXPECT_NE(past.find("no route for bwd det H=2048 w=bf16 form=plain T=101 in t.toml"), std::string::npos) << past;
+  EXPECT_NE(past.find("cover T = 1..100"), std::string::npos) << past;
+  const std::string other_h = message({Op::bwd, Mode::det, 4096, WDtype::bf16, Form::plain, 5});
+  EXPECT_NE(other_h.find("the table has no route for this op, mode, H, w and form"), std::string::npos) << other_h;
+  const std::string negative = message({Op::fwd, Mode::det, 2048, WDtype::bf16, Form::plain, -1});
+  EXPECT_NE(negative.find("(T < 0)"), std::string::npos) << negative;
+}
+
+}  // namespace
+}  // namespace normgate::kernels

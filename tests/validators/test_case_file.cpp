@@ -325,3 +325,28 @@ TEST(CaseFile, SchemaDocumentsEveryNameWritten) {
   EXPECT_GT(checked, 40u);
   fs::remove_all(fs::path(pc).parent_path());
 }
+
+// changed_sources: a recorded hash that is this build's is not listed, one
+// that is not is listed with both hashes; an unregistered name (the FP32
+// baseline) and an empty hash are never listed.
+TEST(CaseFile, ChangedSourcesNamesOnlyRecordedHashesThatDiffer) {
+  const auto& det = normgate::kernels::variant("bwd_det_chunked");
+  const auto& fwd = normgate::kernels::variant("fwd_rowwise");
+  nv::Provenance p;
+  p.impl = "bwd_det_chunked";
+  p.impl_sha256 = std::string(det.source_sha256);
+  p.fwd = "fwd_rowwise";
+  p.fwd_sha256 = std::string(fwd.source_sha256);
+  EXPECT_EQ(nv::changed_sources(p), "");
+  p.impl_sha256 = std::string(64, '0');
+  EXPECT_EQ(nv::changed_sources(p),
+            "bwd_det_chunked recorded 000000000000, this build " + std::string(det.source_sha256).substr(0, 12));
+  p.fwd_sha256 = std::string(64, 'f');
+  EXPECT_NE(nv::changed_sources(p).find(", fwd_rowwise recorded ffffffffffff, this build "), std::string::npos);
+  p.impl = "fp32-baseline";
+  p.fwd = "fp32-baseline";
+  EXPECT_EQ(nv::changed_sources(p), "");
+  p.impl = "bwd_det_chunked";
+  p.impl_sha256.clear();
+  EXPECT_EQ(nv::changed_sources(p), "");
+}

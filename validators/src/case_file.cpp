@@ -343,6 +343,20 @@ std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* sour
   return out;
 }
 
+std::string changed_sources(const Provenance& p) {
+  std::string stale;
+  auto check = [&stale](const std::string& name, const std::string& rec) {
+    if (name.empty() || rec.empty()) return;
+    for (const auto& v : kernels::variants())
+      if (v.name == name && std::string(v.source_sha256) != rec)
+        stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
+                 std::string(v.source_sha256).substr(0, 12);
+  };
+  check(p.impl, p.impl_sha256);
+  if (p.fwd != p.impl) check(p.fwd, p.fwd_sha256);
+  return stale;
+}
+
 std::vector<std::string> list_layout(const std::string& path) {
   const h5::Reader f(path);
   std::vector<std::string> out = f.datasets();
@@ -384,17 +398,10 @@ std::string inspect_file(const std::string& path) {
       << "\n" << buf;
     // Recorded sources that are not this build's: the numbers describe older
     // (or newer) code of the variant; replay re-runs this build's.
-    std::string stale;
-    auto check = [&stale](const std::string& name, const std::string& rec) {
-      if (name.empty() || rec.empty()) return;
-      for (const auto& v : kernels::variants())
-        if (v.name == name && std::string(v.source_sha256) != rec)
-          stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
-                   std::string(v.source_sha256).substr(0, 12);
-    };
-    check(p.impl, p.impl_sha256);
-    if (p.fwd != p.impl) check(p.fwd, p.fwd_sha256);
-    if (!stale.empty()) o << "  note: the sources changed since this was recorded (" << stale << ")\n";
+    const std::string stale = changed_sources(p);
+    if (!stale.empty())
+      o << "  note: the sources changed since this was recorded (" << stale
+        << "); `normgate repro --file` on a case says whether the outputs did\n";
   };
   if (schema == kCaseSchema) {
     const SavedCase c = read_case_file(path);

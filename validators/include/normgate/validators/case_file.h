@@ -89,6 +89,13 @@ void write_maps_file(const std::string& path, const std::string& source, const s
 /// Read a maps file back. Throws as read_case_file.
 std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source = nullptr);
 
+/// The recorded variants (p.impl and, when it differs, p.fwd) whose
+/// source SHA-256 is not this build's registry hash, as "NAME recorded
+/// <12 hex>, this build <12 hex>" joined by ", "; empty when every recorded
+/// hash matches (or none was recorded, or the name is not a registered
+/// variant, e.g. fp32-baseline). Throws nothing.
+std::string changed_sources(const Provenance& p);
+
 /// Layout of any HDF5 file: every dataset path and, for "/" and every group,
 /// its attribute names as "OBJ@NAME" (for schema checks). Throws as
 /// read_case_file when the file cannot be opened.
