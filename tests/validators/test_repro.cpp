@@ -18,6 +18,29 @@ namespace nv = normgate::validators;
 namespace no = normgate::oracle;
 using normgate::validators::testing::cpu_request;
 
+namespace {
+// The outputs a case file would record for req (repro with keep_case).
+normgate::Outputs recorded_outputs(const nv::CheckRequest& req) {
+  nv::ReproOptions keep;
+  keep.k = 1;
+  keep.keep_case = true;
+  const auto r = nv::repro(req, keep);
+  EXPECT_TRUE(r.saved.has_value());
+  EXPECT_TRUE(r.vs_recorded.empty());  // nothing recorded for that run
+  return r.saved ? r.saved->outputs : normgate::Outputs{};
+}
+
+// A replay's options: `rec` recorded by `impl` on the GPU.
+nv::ReproOptions replay_of(const normgate::Outputs& rec, const char* impl) {
+  nv::ReproOptions o;
+  o.k = 2;
+  o.recorded = &rec;
+  o.recorded_impl = impl;
+  o.recorded_backend = "gpu";
+  return o;
+}
+}  // namespace
+
 TEST(Repro, WorstElementsAgreeWithTheValidatorAndAreOrdered) {
   const auto c = normgate::seeds::parse_case("H=96,T=257,w=bf16,form=plain,family=llm,seed=4");
   const auto in = normgate::seeds::generate_host(c);
@@ -94,18 +117,8 @@ TEST(Repro, ReportNamesTheCaseAndACommand) {
 // of another implementation is not compared; a size mismatch throws.
 TEST(Repro, ReplayComparesWithTheRecordedOutputsBitForBit) {
   const nv::CheckRequest req = cpu_request("H=48,T=37,w=bf16,form=plain,family=llm,seed=3", "bwd_det_chunked");
-  nv::ReproOptions first;
-  first.k = 2;
-  first.keep_case = true;
-  const auto r0 = nv::repro(req, first);
-  ASSERT_TRUE(r0.saved.has_value());
-  EXPECT_TRUE(r0.vs_recorded.empty());  // nothing recorded
-  normgate::Outputs rec = r0.saved->outputs;
-  nv::ReproOptions again;
-  again.k = 2;
-  again.recorded = &rec;
-  again.recorded_impl = "bwd_det_chunked";
-  again.recorded_backend = "gpu";
+  normgate::Outputs rec = recorded_outputs(req);
+  nv::ReproOptions again = replay_of(rec, "bwd_det_chunked");
   auto r = nv::repro(req, again);
   ASSERT_EQ(r.vs_recorded.size(), 4u);
   for (const auto& d : r.vs_recorded) {
@@ -147,33 +160,23 @@ TEST(Repro, ReplayComparesWithTheRecordedOutputsBitForBit) {
 // non-deterministic variant's dw may differ (not a mismatch); its dx may not.
 TEST(Repro, ReplayComparesHNewAndToleratesOnlyNondetDw) {
   const nv::CheckRequest res = cpu_request("H=24,T=18,w=fp32,form=res,family=llm,seed=5", "bwd_det_chunked");
-  nv::ReproOptions keep;
-  keep.k = 1;
-  keep.keep_case = true;
-  const auto r0 = nv::repro(res, keep);
-  normgate::Outputs rec = r0.saved->outputs;
+  normgate::Outputs rec = recorded_outputs(res);
   ASSERT_EQ(rec.h_new.size(), 18u * 24u);
-  nv::ReproOptions again;
-  again.recorded = &rec;
-  again.recorded_impl = "bwd_det_chunked";
-  again.recorded_backend = "cpu-model";
-  auto r = nv::repro(res, again);
+  auto r = nv::repro(res, replay_of(rec, "bwd_det_chunked"));
   ASSERT_EQ(r.vs_recorded.size(), 5u);
   EXPECT_EQ(r.vs_recorded[4].output, "h_new");
   EXPECT_FALSE(r.recorded_mismatch());
   EXPECT_NE(nv::format_repro(r).find("identical bit for bit (y, rstd, dx, dw, h_new)"), std::string::npos);
   rec.h_new[17] ^= 0x0001;
-  r = nv::repro(res, again);
+  r = nv::repro(res, replay_of(rec, "bwd_det_chunked"));
   EXPECT_EQ(r.vs_recorded[4].differ, 1);
   EXPECT_TRUE(r.recorded_mismatch());
   rec.h_new.clear();
-  EXPECT_THROW(nv::repro(res, again), std::runtime_error);
+  EXPECT_THROW(nv::repro(res, replay_of(rec, "bwd_det_chunked")), std::runtime_error);
 
   const nv::CheckRequest nd = cpu_request("H=40,T=21,w=bf16,form=plain,family=normal,seed=2", "bwd_nondet_atomic");
-  const auto n0 = nv::repro(nd, keep);
-  normgate::Outputs nrec = n0.saved->outputs;
-  again.recorded = &nrec;
-  again.recorded_impl = "bwd_nondet_atomic";
+  normgate::Outputs nrec = recorded_outputs(nd);
+  const nv::ReproOptions again = replay_of(nrec, "bwd_nondet_atomic");
   nrec.dw[3] = std::nextafter(nrec.dw[3], 1e30f);
   r = nv::repro(nd, again);
   EXPECT_TRUE(r.vs_recorded[3].may_differ);
