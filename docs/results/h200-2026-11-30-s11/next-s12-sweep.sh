@@ -36,6 +36,7 @@
 # the cap) except where 1 wave is fewer.
 export PATH=/usr/local/cuda/bin:$PATH
 P=$OUT/p; mkdir -p $P
+{ lscpu; grep -m1 -o -w "avx2\|avx512f\|fma" /proc/cpuinfo | sort -u; free -g; } >$P/host.txt 2>&1
 for t in 1 4 8 16; do
   timeout 60 build/dev/bench/finish_bench H=4096,T=16384,w=bf16,form=plain,family=llm,seed=1 bwd_det_chunked 2 $t >$P/finish-t$t.txt 2>&1
 done
@@ -53,6 +54,7 @@ timeout 240 ncu --clock-control none --profile-from-start off --csv --page detai
   >$P/ncu_fwd.csv 2>$P/ncu_fwd.err
 echo "ncu rc=$?" >>$P/ncu_fwd.err
 tar czf $OUT/sweep.tgz -C $OUT p
+echo "== host: $(grep -m1 'Model name' $P/host.txt | tr -s ' '); flags: $(grep -o -w 'avx2\|avx512f\|fma' $P/host.txt | sort -u | tr '\n' ' ')"
 echo "== finish_bench CPU ns per element"
 for t in 1 4 8 16; do echo "threads $t: $(grep -hE "CPU ns per element" $P/finish-t$t.txt | tr '\n' ' ')"; done
 echo "== sweep pass a"; python3 scripts/chunk_waves_table.py $P/sw-a-w*.json | grep -E "det|shape|---"
