@@ -48,7 +48,7 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
       "repro",
       "Re-run one case for one implementation: verdict, the k worst elements of every output, the worst dw "
       "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive, "
-      "3 a replay (--file) whose outputs differ from the recorded ones");
+      "4 a replay (--file) whose outputs differ from the recorded ones (3: a runtime failure)");
   struct Opts {
     std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
     int k = 10, threads = 0;
@@ -58,7 +58,7 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   auto* file = sub->add_option("--file", o->file,
                                "Replay a saved case (normgate-case/1 HDF5): its stored inputs, digest-checked, "
                                "instead of the generator; with the recorded variant, the outputs are compared "
-                               "with the recorded ones bit for bit (exit 3 when they differ; a non-deterministic "
+                               "with the recorded ones bit for bit (exit 4 when they differ; a non-deterministic "
                                "variant's dw may)");
   auto* report = sub->add_option("--from-report", o->report,
                                  "Take the case from a report (gate --report-json, or check --json): the worst case "
@@ -175,9 +175,9 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
                     save.c_str(), impls.front().c_str());
       }
       if (r.recorded_mismatch()) {
-        std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 3)\n",
+        std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 4)\n",
                     o->file.c_str());
-        return 3;
+        return 4;
       }
       return r.check.pass() ? 0 : 1;
     };

@@ -287,8 +287,8 @@ TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
 }
 
 // A recording whose dx was changed after the fact (one bit, with h5py):
-// the replay says which output differs and exits 3.
-TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits3) {
+// the replay says which output differs and exits 4.
+TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
   const char* py = nullptr;
   for (const char* cand : {"python3", "/usr/bin/python3"})
     if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
@@ -305,7 +305,7 @@ TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits3) {
   ASSERT_EQ(std::system(edit.c_str()), 0) << edit;
   const CliRun r = run("repro --file '" + f + "' --variant bwd_det_chunked --backend cpu");
   std::filesystem::remove(f);
-  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_TRUE(contains(r.out, "DIFFER: dx 1 of 7168 elements differ")) << r.out;
   EXPECT_TRUE(contains(r.out, "identical: y, rstd, dw")) << r.out;
   EXPECT_TRUE(contains(r.out, "replay   MISMATCH")) << r.out;

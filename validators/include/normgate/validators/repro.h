@@ -88,7 +88,7 @@ struct ReproReport {
   std::vector<RecordedDiff> vs_recorded;
   std::string recorded_note;               ///< e.g. "recorded by bwd_det_chunked on gpu"
   /// Some output that must replay bit for bit (every one but a
-  /// may_differ one) differs from the recording (`normgate repro` exits 3).
+  /// may_differ one) differs from the recording (`normgate repro` exits 4).
   bool recorded_mismatch() const {
     for (const RecordedDiff& d : vs_recorded)
       if (d.differ > 0 && !d.may_differ) return true;
