@@ -44,17 +44,21 @@ S="16384,1536 65537,1536 131072,1536 16384,2048 65537,2048 131072,2048 16384,409
 for pass in a b; do
   ks="0 1 2 3 4 6 8"; [ $pass = b ] && ks="8 6 4 3 2 1 0"
   for k in $ks; do
+    [ $SECONDS -lt 400 ] || { echo "pass $pass K=$k skipped at ${SECONDS}s (call limit)" >>$P/skipped.txt; continue; }
     timeout 80 build/wip-chunks/kernels_bench --no-controls --w bf16 --chunk-sm-waves $k --json $P/sw-$pass-w$k.json $S >$P/sw-$pass-w$k.txt 2>&1
   done
 done
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-timeout 240 ncu --clock-control none --profile-from-start off --csv --page details \
+ncu_left=$(( 560 - SECONDS ))
+[ $ncu_left -ge 60 ] || ncu_left=1   # no time left: ncu is skipped (timeout 1)
+timeout $ncu_left ncu --clock-control none --profile-from-start off --csv --page details \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
   python3 bench/kernel_shapes.py --case H=2048,T=65537,w=bf16,form=plain,family=normal,seed=0 --impls ours,TC --ncu-window \
   >$P/ncu_fwd.csv 2>$P/ncu_fwd.err
 echo "ncu rc=$?" >>$P/ncu_fwd.err
 tar czf $OUT/sweep.tgz -C $OUT p
 echo "== host: $(grep -m1 'Model name' $P/host.txt | tr -s ' '); flags: $(grep -o -w 'avx2\|avx512f\|fma' $P/host.txt | sort -u | tr '\n' ' ')"
+[ -f $P/skipped.txt ] && cat $P/skipped.txt
 echo "== finish_bench CPU ns per element"
 for t in 1 4 8 16; do echo "threads $t: $(grep -hE "CPU ns per element" $P/finish-t$t.txt | tr '\n' ' ')"; done
 echo "== sweep pass a"; python3 scripts/chunk_waves_table.py $P/sw-a-w*.json | grep -E "det|shape|---"
