@@ -137,8 +137,9 @@ void print_exit_note(const std::vector<std::string>& not_passed) {
   if (not_passed.empty()) return;
   std::string bad, ctl;
   for (const auto& impl : not_passed) {
-    bool control = false;  // a registry variant marked control ("fp32-baseline" is not in the registry)
-    for (const auto& v : kernels::variants()) control = control || (v.name == impl && v.control);
+    // a registry variant marked control ("fp32-baseline" is not in the registry)
+    const kernels::Variant* v = kernels::find_variant(impl);
+    const bool control = v != nullptr && v->control;
     std::string& list = control ? ctl : bad;
     list += (list.empty() ? "" : ", ") + impl;
   }

@@ -42,9 +42,14 @@ std::string_view to_string(Mode m) { return m == Mode::det ? "det" : "nondet"; }
 
 std::span<const Variant> variants() { return kVariants; }
 
-const Variant& variant(std::string_view name) {
+const Variant* find_variant(std::string_view name) {
   for (const Variant& v : kVariants)
-    if (v.name == name) return v;
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+const Variant& variant(std::string_view name) {
+  if (const Variant* v = find_variant(name)) return *v;
   std::string known;
   for (const Variant& v : kVariants) known += (known.empty() ? "" : ", ") + std::string(v.name);
   throw std::invalid_argument("unknown kernel variant '" + std::string(name) + "' (known: " + known + ")");

@@ -89,6 +89,14 @@ TEST(Registry, UnknownNameThrowsNamingIt) {
   }
 }
 
+// find_variant: the same variant as variant(name), or nullptr without throwing.
+TEST(Registry, FindVariantIsNullForUnknownNames) {
+  for (const Variant& v : variants()) EXPECT_EQ(find_variant(v.name), &variant(v.name)) << v.name;
+  EXPECT_EQ(find_variant("bwd_fast"), nullptr);
+  EXPECT_EQ(find_variant("fp32-baseline"), nullptr);
+  EXPECT_EQ(find_variant(""), nullptr);
+}
+
 TEST(Registry, DescribeNamesTheEssentials) {
   const std::string d = describe(variant("ctl_bf16_partials"));
   EXPECT_NE(d.find("ctl_bf16_partials"), std::string::npos) << d;

@@ -347,10 +347,10 @@ std::string changed_sources(const Provenance& p) {
   std::string stale;
   auto check = [&stale](const std::string& name, const std::string& rec) {
     if (name.empty() || rec.empty()) return;
-    for (const auto& v : kernels::variants())
-      if (v.name == name && std::string(v.source_sha256) != rec)
-        stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
-                 std::string(v.source_sha256).substr(0, 12);
+    const kernels::Variant* v = kernels::find_variant(name);
+    if (v != nullptr && std::string(v->source_sha256) != rec)
+      stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
+               std::string(v->source_sha256).substr(0, 12);
   };
   check(p.impl, p.impl_sha256);
   if (p.fwd != p.impl) check(p.fwd, p.fwd_sha256);

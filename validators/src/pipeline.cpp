@@ -119,10 +119,8 @@ std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
     } else if (n == kBaseline) {
       add(n);
     } else {
-      const kernels::Variant* vp = nullptr;
-      try {
-        vp = &kernels::variant(n);
-      } catch (const std::invalid_argument&) {
+      const kernels::Variant* vp = kernels::find_variant(n);
+      if (vp == nullptr) {
         std::string known = "fp32-baseline, all";
         for (const auto& v : kernels::variants())
           if (v.op == kernels::Op::bwd) known += ", " + std::string(v.name);

@@ -180,14 +180,6 @@ RecordedDiff diff_output(const char* name, const std::vector<T>& got, const std:
   return d;
 }
 
-// A registered backward variant of Mode::nondet (its dw depends on the order
-// of its atomics); anything else (fp32-baseline, deterministic variants) is not.
-bool nondeterministic(const std::string& impl) {
-  for (const kernels::Variant& v : kernels::variants())
-    if (v.name == impl) return v.mode == kernels::Mode::nondet;
-  return false;
-}
-
 }  // namespace
 
 ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
@@ -208,7 +200,9 @@ ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
         r.vs_recorded = {diff_output("y", got.y, rec.y), diff_output("rstd", got.rstd, rec.rstd),
                          diff_output("dx", got.dx, rec.dx), diff_output("dw", got.dw, rec.dw)};
         if (!rec.h_new.empty() || !got.h_new.empty()) r.vs_recorded.push_back(diff_output("h_new", got.h_new, rec.h_new));
-        r.vs_recorded[3].may_differ = nondeterministic(req.impls.front());
+        // dw of a Mode::nondet variant depends on the order of its atomics.
+        const kernels::Variant* v = kernels::find_variant(req.impls.front());
+        r.vs_recorded[3].may_differ = v != nullptr && v->mode == kernels::Mode::nondet;
       }
     }
     for (Output o : {Output::y, Output::rstd, Output::dx, Output::dw})

@@ -80,6 +80,10 @@ std::span<const Variant> variants();
 /// name and listing the known ones.
 const Variant& variant(std::string_view name);
 
+/// The variant called `name`, or nullptr when none is (e.g. the
+/// "fp32-baseline" implementation, which is not a kernel variant). Never throws.
+const Variant* find_variant(std::string_view name);
+
 /// The variant with identity `id`.
 const Variant& variant(VariantId id);
 
