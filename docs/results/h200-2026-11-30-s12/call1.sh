@@ -24,3 +24,4 @@ NG_CALL_LIMIT=$(( 560 - SECONDS )) bash docs/results/h200-2026-11-30-s11/next-s1
 echo "== host: $(grep -m1 'Model name' $F/host.txt | tr -s ' '); $(grep -E '^(Thread|Core|Socket|NUMA node\(s\))' $F/host.txt | tr -s ' ' | tr '\n' ';')"
 echo "== finish_bench (H=4096, T=16384, llm)"
 for f in $F/finish-t*.txt $F/finish-T65537-t16.txt; do echo "$(basename $f .txt): $(grep -hE '^(ns per element|validation CPU|total|CaseOracle)' $f | tr -s ' ' | cut -c1-150 | tr '\n' '|')"; done
+rm -rf $F
