@@ -574,6 +574,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     # illegal address: seen on the H200, docs/perf.md).
     graphs = {}
     keep = {}
+    phase0 = time.time()
     for name in names:
         fwd, bwd = impls[name]
         info = row["impls"].setdefault(name, {"us": {}, "error": None})
@@ -600,6 +601,11 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
             outs = saved = fn = pool = None
             gc.collect()
     outs = saved = fn = pool = None
+    # Wall seconds of the row's phases (setup: eager run + graph captures,
+    # torch.compile's autotuning included; timing; accuracy: every seed's
+    # generation, eager runs and oracle), to plan device time.
+    row["phase_s"] = {"setup": time.time() - phase0}
+    phase0 = time.time()
 
     # Timing: rounds interleaved, order rotated (the A/A copies at the far
     # end of the base order from their originals).
@@ -628,6 +634,8 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     del graphs
     del keep
     torch.cuda.empty_cache()
+    row["phase_s"]["timing"] = time.time() - phase0
+    phase0 = time.time()
 
     # Accuracy on --seeds seeds, every implementation's outputs through the
     # oracle. A failure here (inputs, oracle) costs the row its in-budget
@@ -650,6 +658,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
                 row["impls"][n].setdefault("acc_error", msg)
         ins = None
         torch.cuda.empty_cache()
+    row["phase_s"]["accuracy"] = time.time() - phase0
     for n in live:
         if n.endswith("#2"):
             base_info = row["impls"][n[:-2]]
@@ -979,6 +988,7 @@ def main(argv):
         for op, r in row["ops"].items():
             log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
                 f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
+        log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items()))
         atomic_write(args.json, json.dumps(result, indent=1))
         atomic_write(args.md, markdown(meta, rows, copy))
     # Again at the end: rows skipped or failed after the last measured row
