@@ -102,6 +102,11 @@ def parse_args(argv):
     p.add_argument("--forms", default="plain",
                    help="plain, res (at each --H), heads24, heads4 (H = 256, T tokens)")
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
+    p.add_argument("--done", default="",
+                   help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
+                        "skipped, so a matrix spread over several calls continues where it stopped")
+    p.add_argument("--plan", action="store_true",
+                   help="print the rows this run would measure (after --done) and exit; needs no GPU or torch")
     p.add_argument("--json", default="")
     p.add_argument("--md", default="")
     a = p.parse_args(argv)
@@ -850,18 +855,11 @@ def merge(argv):
         die_usage("--merge needs at least one result JSON")
     runs = []
     for f in files:
-        try:
-            with open(f) as fh:
-                r = json.load(fh)
-            if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
-                raise ValueError("no meta/copy/rows: not a peers.py result")
-        except (OSError, ValueError) as e:
-            die_usage(f"--merge: {f}: {e}")
-        runs.append((f, r))
+        runs.append((f, load_result(f, "--merge")))
     rows, seen = [], {}
     for f, r in runs:
         for row in r["rows"]:
-            key = (row.get("form", "plain"), row["H"], row["T"], row["w"])
+            key = row_key(row.get("form", "plain"), row["H"], row["T"], row["w"])
             if key in seen:
                 die_usage(f"--merge: row {workload(row)} is in both {seen[key]} and {f}")
             seen[key] = f
@@ -899,10 +897,56 @@ def merge(argv):
     return 0
 
 
+def row_key(form, H, T, w):
+    """A row's identity in a matrix (what --merge and --done compare)."""
+    return (form, int(H), int(T), w)
+
+
+def load_result(path, what):
+    """A peers.py result JSON, or a usage error (exit 2) naming the file."""
+    try:
+        with open(path) as fh:
+            r = json.load(fh)
+        if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
+            raise ValueError("no meta/copy/rows: not a peers.py result")
+    except (OSError, ValueError) as e:
+        die_usage(f"{what}: {path}: {e}")
+    return r
+
+
+def done_rows(spec):
+    """{row key: file} of the rows in the --done results. A pattern with glob
+    characters may match nothing (the first call of a matrix); a plain path
+    must exist."""
+    import glob
+    done = {}
+    for pat in [t.strip() for t in spec.split(",") if t.strip()]:
+        files = sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+        for f in files:
+            for row in load_result(f, "--done")["rows"]:
+                done.setdefault(row_key(row.get("form", "plain"), row["H"], row["T"], row["w"]), f)
+    return done
+
+
+def plan_rows(args):
+    """The rows of this run, in run order: (form, H, w, T) for each form, H
+    (256 for the per-head forms), weight dtype and T."""
+    return [(form, H, wname, T) for form in args.forms for H in (args.H if form in ("plain", "res") else [256])
+            for wname in args.w for T in args.T]
+
+
 def main(argv):
     if argv[:1] == ["--merge"]:
         return merge(argv[1:])
     args = parse_args(argv)
+    done = done_rows(args.done)
+    plan = [r for r in plan_rows(args) if row_key(r[0], r[1], r[3], r[2]) not in done]
+    if args.plan:
+        for form, H, wname, T in plan:
+            print(f"[{T}, {H}] {wname} {form}")
+        print(f"{len(plan)} rows to measure, {len(plan_rows(args)) - len(plan)} already done "
+              f"(in {len(set(done.values()))} --done files)")
+        return 0
     try:
         import torch
     except ImportError as e:
@@ -957,8 +1001,9 @@ def main(argv):
 
     rows = []
     result = {"meta": meta, "copy": copy, "rows": rows}
-    plan = [(form, H, wname, T) for form in args.forms for H in (args.H if form in ("plain", "res") else [256])
-            for wname in args.w for T in args.T]
+    for key, f in sorted(done.items()):
+        if key in {row_key(r[0], r[1], r[3], r[2]) for r in plan_rows(args)}:
+            log(f"row [{key[2]}, {key[1]}] {key[3]} {key[0]}: done in {f}, skipped")
     for form, H, wname, T in plan:
         label = f"[{T}, {H}] {wname} {form}"
         if args.deadline_s and time.time() - start > args.deadline_s:

@@ -8,6 +8,7 @@
 # Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
 #        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" scripts/peers.sh
 #          (one peers.py per shard, on its own GPU; one merged table)
+#        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 ... (every shard on GPU 0, 8 OpenMP threads each)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -65,9 +66,22 @@ else
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   [ "$ngpu" -ge 1 ] || ngpu=1
   nthr=$(( $(nproc) / ${#shards[@]} > 0 ? $(nproc) / ${#shards[@]} : 1 ))
+  # NG_PEERS_GPUS="0" puts every shard on the GPUs listed (shard k on entry k
+  # mod the list), e.g. to leave GPU 1 to a campaign; NG_PEERS_THREADS sets
+  # each shard's OpenMP threads (default: the cores over the shards).
+  IFS=',' read -r -a gpus <<<"${NG_PEERS_GPUS:-}"
+  if [ -n "${NG_PEERS_THREADS:-}" ]; then
+    [[ "$NG_PEERS_THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "peers: NG_PEERS_THREADS='$NG_PEERS_THREADS' is not a positive integer" >&2; exit 2; }
+    nthr=$NG_PEERS_THREADS
+  fi
+  for g in "${gpus[@]}"; do
+    [[ "$g" =~ ^[0-9]+$ ]] && [ "$g" -lt "$ngpu" ] || { echo "peers: NG_PEERS_GPUS entry '$g' is not a GPU index below $ngpu" >&2; exit 2; }
+  done
   pids=()
   for k in "${!shards[@]}"; do
-    CUDA_VISIBLE_DEVICES=$(( k % ngpu )) OMP_NUM_THREADS=$nthr timeout "$budget" python3 "$root/bench/peers.py" \
+    gpu=$(( k % ngpu ))
+    [ "${#gpus[@]}" -gt 0 ] && gpu=${gpus[$(( k % ${#gpus[@]} ))]}
+    CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$nthr timeout "$budget" python3 "$root/bench/peers.py" \
       ${NG_PEERS_ARGS:-} ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
       >"$out/peers-$((k + 1)).stdout" 2>"$out/peers-$((k + 1)).log" &
     pids+=($!)

@@ -1,6 +1,7 @@
 """bench/peers.py --merge on stored H200 results (no GPU, no torch): rows of
 every run in order, each row's "of copy" from its own run's ceiling, every
-run's command in the header, and a row present in two runs refused (exit 2).
+run's command in the header, and a row present in two runs refused (exit 2);
+--plan with --done: the rows of earlier results are skipped.
 Runs under pytest or as `python3 python/tests/test_peers_merge.py`."""
 import json
 import os
@@ -46,7 +47,38 @@ def test_merge_refuses_a_row_in_two_runs_and_a_non_result():
     assert r.returncode == 2 and "not a peers.py result" in r.stderr
 
 
+def plan(*args):
+    return subprocess.run([sys.executable, PEERS, "--plan", *args], capture_output=True, text=True)
+
+
+def test_plan_skips_the_rows_of_done_results():
+    # A's rows: [65537, 2048] and [65537, 6144] plain, [65537, 2048] res (BF16 w).
+    r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:-1] == ["[131072, 2048] bf16 plain", "[131072, 6144] bf16 plain", "[131072, 2048] bf16 res",
+                          "[65537, 6144] bf16 res", "[131072, 6144] bf16 res"], lines
+    assert lines[-1].startswith("5 rows to measure, 3 already done (in 1 --done files)")
+    # The whole issue-8 matrix: 5 H x 4 T x 2 w for plain and res, 4 T x 2 w per head form.
+    r = plan("--forms", "plain,res,heads24,heads4")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("96 rows to measure, 0 already done")
+
+
+def test_done_patterns_may_match_nothing_but_paths_must_exist():
+    r = plan("--done", os.path.join(ROOT, "docs", "results", "no-such-dir", "*.json"))
+    assert r.returncode == 0, r.stderr
+    r = plan("--done", os.path.join(ROOT, "no-such-file.json"))
+    assert r.returncode == 2 and "no-such-file.json" in r.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write('{"rows": []}')
+    r = plan("--done", f.name)
+    os.unlink(f.name)
+    assert r.returncode == 2 and "not a peers.py result" in r.stderr
+
+
 if __name__ == "__main__":
+    test_plan_skips_the_rows_of_done_results()
+    test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()
     test_merge_refuses_a_row_in_two_runs_and_a_non_result()
     print("test_peers_merge: ok")
