@@ -33,8 +33,16 @@ if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
   done
 fi
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1 || echo "peers: wheel install failed (see pip.log)"
+  # A warm machine keeps /tmp/site: the same wheels (by content) are not installed twice.
+  stamp=$(cd "$root/.whl" && sha256sum ./*.whl | sha256sum | cut -c1-16)
+  if [ "$(cat /tmp/site/.normgate-wheels 2>/dev/null)" = "$stamp" ]; then
+    echo "peers: wheels $stamp already installed in /tmp/site" | tee -a "$out/steps.log"
+  elif python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1; then
+    echo "$stamp" >/tmp/site/.normgate-wheels
+  else
+    echo "peers: wheel install failed (see pip.log)"
+  fi
   # pip --target does not run .pth files: add what nvidia_cutlass_dsl's .pth adds (QuACK needs it).
   export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
 fi
