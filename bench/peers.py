@@ -782,31 +782,17 @@ def markdown(meta, rows, copy):
                     if meta.get("failed_rows") else "") + "\n")
     if meta["peer_errors"]:
         L.append("Peers that could not run: " + "; ".join(f"{k}: `{v}`" for k, v in meta["peer_errors"].items()) + "\n")
-    L.append("| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy) | A/A floor |")
-    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        for op, r in row["ops"].items():
-            sota = "—"
-            if r.get("sota"):
-                sota = f"{r['sota_us']:.2f} {r['sota']}"
-            elif r.get("fastest_any"):
-                n = r["fastest_any"]
-                wo, wv = worst_output(row["impls"][n], op)
-                sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({wo} {fmt(wv, '{:.3g}')})"
-            frac = ""
-            row_copy = row.get("copy_GBps") or copy.get("GBps")  # merged runs: the row's own run
-            if r.get("ours_GBps") and row_copy:
-                frac = f" ({r['ours_GBps'] / row_copy:.2f})"
-            oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
-                   for n in ("det", "ours")}
-            L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "
-                     f"{fmt(r['ours_us'])}{oob['ours']} | {fmt(r.get('det_over_ours'), '{:.3f}x')} | "
-                     f"{fmt(r.get('sota_over_ours'), '{:.3f}x')} | {fmt(r.get('ours_GBps'), '{:.0f}')}{frac} | "
-                     f"{fmt(r['aa_floor'], '{:.4f}')} |")
-    L.append("\n! = no peer within the budget on every seed: the fastest peer is shown with "
+    L += summary_lines(rows)
+    forms = [f for f in FORMS if any(row.get("form", "plain") == f for row in rows)]
+    for form in forms:
+        L.append(f"## Form {form}\n")
+        L += form_table(copy, [row for row in rows if row.get("form", "plain") == form])
+    L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
              "its worst err/tol over the op's outputs; "
              "SOTA/ours is then left empty. (out of budget) = det or ours itself failed the budget "
-             "(or its accuracy run) for that op.\n")
+             "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
+             "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
+             "copies); unmarked: within the floor.\n")
     gone = [f"{workload(row)}: {n} ({i.get('error') or 'accuracy: ' + i['acc_error']})"[:200]
             for row in rows for n, i in row["impls"].items() if i.get("error") or i.get("acc_error")]
     if gone:
@@ -829,6 +815,83 @@ def markdown(meta, rows, copy):
                      (", ".join(op for op in OPS if in_budget(i, op)) or "none") +
                      (f" (accuracy run failed: `{i['acc_error'][:100]}`)" if i.get("acc_error") else "") + " |")
     return "\n".join(L) + "\n"
+
+
+def form_table(copy, rows):
+    """One form's rows as the seed's table (one line per workload and op)."""
+    L = ["| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy) | A/A floor |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        for op, r in row["ops"].items():
+            sota = "—"
+            if r.get("sota"):
+                sota = f"{r['sota_us']:.2f} {r['sota']}"
+            elif r.get("fastest_any"):
+                n = r["fastest_any"]
+                wo, wv = worst_output(row["impls"][n], op)
+                sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({wo} {fmt(wv, '{:.3g}')})"
+            frac = ""
+            row_copy = row.get("copy_GBps") or copy.get("GBps")  # merged runs: the row's own run
+            if r.get("ours_GBps") and row_copy:
+                frac = f" ({r['ours_GBps'] / row_copy:.2f})"
+            oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
+                   for n in ("det", "ours")}
+            L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "
+                     f"{fmt(r['ours_us'])}{oob['ours']} | {fmt(r.get('det_over_ours'), '{:.3f}x')}{nd_mark(r)} | "
+                     f"{fmt(r.get('sota_over_ours'), '{:.3f}x')} | {fmt(r.get('ours_GBps'), '{:.0f}')}{frac} | "
+                     f"{fmt(r['aa_floor'], '{:.4f}')} |")
+    L.append("")
+    return L
+
+
+def nd_mark(r):
+    """' +' / ' -' when det/ours is above / below 1 by more than the row's A/A floor."""
+    q, floor = r.get("det_over_ours"), r.get("aa_floor")
+    if q is None or floor is None:
+        return ""
+    return " +" if q - 1 > floor else " -" if 1 - q > floor else ""
+
+
+def geomean(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def summary_lines(rows):
+    """The seed's summary over all rows (per op: det/ours and SOTA/ours
+    geomean [min, max] and the rows below 1, from unrounded ratios), then
+    issue 8's targets: SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row and
+    1.1x geomean; deterministic=False not slower than True beyond the A/A
+    floor. Rows without an in-budget SOTA (!) are left out of SOTA/ours."""
+    L = [f"## Summary over all rows ({len(rows)} workloads x {len(OPS)} ops)\n",
+         "| op | det/ours geomean [min, max] | det/ours < 1 | ours slower than det beyond the A/A floor | "
+         "SOTA/ours geomean [min, max] | SOTA/ours < 1 |",
+         "| --- | --- | --- | --- | --- | --- |"]
+    short, slower, gm = [], [], {}
+    for op in OPS:
+        rs = [(row, row["ops"][op]) for row in rows if op in row.get("ops", {})]
+        dq = [r["det_over_ours"] for _, r in rs if r.get("det_over_ours")]
+        sq = [r["sota_over_ours"] for _, r in rs if r.get("sota_over_ours")]
+        sl = [f"{workload(row)} {op} ({r['det_over_ours']:.3f}x, floor {r['aa_floor']:.4f})"
+              for row, r in rs if nd_mark(r) == " -"]
+        slower += sl
+        if op != "fwd":
+            short += [f"{workload(row)} {op} ({r['sota_over_ours']:.3f}x vs {r['sota']})"
+                      for row, r in rs if r.get("sota_over_ours") is not None and r["sota_over_ours"] < 1]
+            gm[op] = geomean(sq) if sq else None
+
+        def span(v):
+            return f"{geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "—"
+        L.append(f"| {op} | {span(dq)} | {sum(q < 1 for q in dq)} of {len(dq)} | {len(sl)} of {len(dq)} | "
+                 f"{span(sq)} | {sum(q < 1 for q in sq)} of {len(sq)} |")
+    L.append("")
+    L.append("Targets (issue 8): SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row with an in-budget SOTA: "
+             + ("met." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
+             + " Geomean >= 1.1: "
+             + "; ".join(f"{op} {'—' if g is None else f'{g:.3f}x'} ({'met' if g is not None and g >= 1.1 else '**not met**'})"
+                         for op, g in gm.items())
+             + ". deterministic=False at least as fast as deterministic=True on every row (within the A/A floor): "
+             + ("met." if not slower else f"**not met** on {len(slower)} rows: " + "; ".join(slower) + ".") + "\n")
+    return L
 
 
 def merge(argv):

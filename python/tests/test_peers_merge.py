@@ -47,6 +47,34 @@ def test_merge_refuses_a_row_in_two_runs_and_a_non_result():
     assert r.returncode == 2 and "not a peers.py result" in r.stderr
 
 
+def test_summary_and_tables_per_form():
+    import math
+    import re
+    with tempfile.TemporaryDirectory() as d:
+        out_j, out_m = os.path.join(d, "m.json"), os.path.join(d, "m.md")
+        assert run(A, B, "--json", out_j, "--md", out_m).returncode == 0
+        rows = json.load(open(out_j))["rows"]
+        md = open(out_m).read()
+    # One table per form present, in FORMS order.
+    assert md.index("## Form plain") < md.index("## Form res") and "## Form heads4" not in md
+    # The summary's bwd SOTA/ours geomean, recomputed here from the rows.
+    q = [r["ops"]["bwd"]["sota_over_ours"] for r in rows if r["ops"]["bwd"].get("sota_over_ours")]
+    g = math.exp(sum(map(math.log, q)) / len(q))
+    line = next(ln for ln in md.splitlines() if ln.startswith("| bwd |"))
+    assert f"{g:.3f}x [{min(q):.2f}, {max(q):.2f}]" in line, line
+    assert line.endswith(f"| {sum(x < 1 for x in q)} of {len(q)} |"), line
+    # Every bwd row below 1.0 against an in-budget SOTA is named as a shortfall.
+    short = re.search(r"Targets \(issue 8\): .*?\*\*not met\*\* on (\d+) rows", md)
+    n = sum(1 for r in rows for op in ("bwd", "2xfwd+bwd") if (r["ops"][op].get("sota_over_ours") or 2) < 1)
+    assert short and int(short.group(1)) == n
+    # The + / - marks: a det/ours above 1 by more than the row's floor is '+'.
+    for r in rows:
+        o = r["ops"]["bwd"]
+        cell = f"{o['det_over_ours']:.3f}x"
+        mark = " +" if o["det_over_ours"] - 1 > o["aa_floor"] else " -" if 1 - o["det_over_ours"] > o["aa_floor"] else " |"
+        assert cell + mark in md, (cell, mark)
+
+
 def plan(*args):
     return subprocess.run([sys.executable, PEERS, "--plan", *args], capture_output=True, text=True)
 
@@ -77,6 +105,7 @@ def test_done_patterns_may_match_nothing_but_paths_must_exist():
 
 
 if __name__ == "__main__":
+    test_summary_and_tables_per_form()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()
