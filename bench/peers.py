@@ -885,7 +885,8 @@ def summary_lines(rows):
                  f"{span(sq)} | {sum(q < 1 for q in sq)} of {len(sq)} |")
     L.append("")
     L.append("Targets (issue 8): SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row with an in-budget SOTA: "
-             + ("met." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
+             + (f"met ({sum(1 for row in rows for op in gm if row['ops'].get(op, {}).get('sota_over_ours'))} "
+                f"rows with one)." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
              + " Geomean >= 1.1: "
              + "; ".join(f"{op} {'—' if g is None else f'{g:.3f}x'} ({'met' if g is not None and g >= 1.1 else '**not met**'})"
                          for op, g in gm.items())
@@ -985,6 +986,7 @@ def done_rows(spec):
     done = {}
     for pat in [t.strip() for t in spec.split(",") if t.strip()]:
         files = sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+        print(f"--done: {pat}: {len(files)} files", file=sys.stderr)
         for f in files:
             for row in load_result(f, "--done")["rows"]:
                 done.setdefault(row_key(row.get("form", "plain"), row["H"], row["T"], row["w"]), f)

@@ -8,7 +8,8 @@
 # Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
 #        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" scripts/peers.sh
 #          (one peers.py per shard, on its own GPU; one merged table)
-#        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 ... (every shard on GPU 0, 8 OpenMP threads each)
+#        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_SHARDS=... (with shards only: every shard on
+#          GPU 0, 8 OpenMP threads each)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -58,6 +59,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 # NG_PEERS_TIMEOUT counts from the script's start (install and build included).
 budget=$(( ${NG_PEERS_TIMEOUT:-540} - SECONDS ))
 [ "$budget" -gt 30 ] || { echo "peers: no time left after install/build (${SECONDS}s)"; budget=30; }
+# The args are split on blanks but never globbed: a --done pattern reaches
+# peers.py as written (bash would expand run-*.json into several words).
+set -f
 if [ -z "${NG_PEERS_SHARDS:-}" ]; then
   timeout "$budget" python3 "$root/bench/peers.py" ${NG_PEERS_ARGS:-} \
     --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
@@ -108,5 +112,6 @@ else
   fi
   echo "peers.py (${#shards[@]} shards) rc=$rc"
 fi
+set +f
 [ -f "$out/peers.md" ] && cat "$out/peers.md"
 tar -czf "$final/peers.tgz" -C "$final" peers && rm -rf "$out"

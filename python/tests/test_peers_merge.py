@@ -75,6 +75,27 @@ def test_summary_and_tables_per_form():
         assert cell + mark in md, (cell, mark)
 
 
+def test_summary_thresholds_on_synthetic_rows():
+    """Ratios on both sides of 1 and of the floor, which the stored rows lack."""
+    a = json.load(open(A))
+    row = a["rows"][0]
+    for op, o in row["ops"].items():
+        o["aa_floor"] = 0.01
+    row["ops"]["bwd"].update(det_over_ours=0.995, sota_over_ours=1.25)        # within the floor, SOTA met
+    row["ops"]["2xfwd+bwd"].update(det_over_ours=1.005, sota_over_ours=1.05)
+    a["rows"] = [row]
+    with tempfile.TemporaryDirectory() as d:
+        src, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
+        json.dump(a, open(src, "w"))
+        assert run(src, "--md", out_m).returncode == 0
+        md = open(out_m).read()
+    assert "0.995x |" in md and "0.995x -" not in md           # floor honoured
+    assert "| bwd | 0.995x [0.99, 0.99] | 1 of 1 | 0 of 1 | 1.250x [1.25, 1.25] | 0 of 1 |" in md
+    assert "| 2xfwd+bwd | 1.005x [1.00, 1.00] | 0 of 1 | 0 of 1 | 1.050x [1.05, 1.05] | 0 of 1 |" in md
+    assert "with an in-budget SOTA: met" in md and "bwd 1.250x (met); 2xfwd+bwd 1.050x (**not met**)" in md
+    assert "## Every implementation" in md
+
+
 def plan(*args):
     return subprocess.run([sys.executable, PEERS, "--plan", *args], capture_output=True, text=True)
 
@@ -106,6 +127,7 @@ def test_done_patterns_may_match_nothing_but_paths_must_exist():
 
 if __name__ == "__main__":
     test_summary_and_tables_per_form()
+    test_summary_thresholds_on_synthetic_rows()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()

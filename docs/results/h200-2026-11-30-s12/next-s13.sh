@@ -56,9 +56,12 @@ if [ $mode = both ]; then
     NG_PEERS_ARGS="--seeds 5" NG_PEERS_SHARDS="--H 2048 --T 65537 --w bf16 --forms plain" \
     OUT=$P/pa scripts/peers.sh >$P/peers-a.txt 2>&1
   tar xzf $P/pa/peers.tgz -C $P/pa
+  # run A's result only if it exists (a plain --done path must exist, else run B exits 2)
+  da=; [ -f $P/pa/peers/peers-1.json ] && da=,$P/pa/peers/peers-1.json
+  dl=$(( limit - 260 - SECONDS )); [ $dl -ge 1 ] || dl=1   # 0 would mean "no deadline"
   NORMGATE_BUILD=$PWD/build NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_TIMEOUT=$(( limit - 20 - SECONDS )) \
-    NG_PEERS_ARGS="--seeds 5 --forms plain,res,heads24,heads4 --deadline-s $(( limit - 260 - SECONDS ))" \
-    NG_PEERS_SHARDS="--done docs/results/peers-h200/run-*.json,$P/pa/peers/peers-1.json" \
+    NG_PEERS_ARGS="--seeds 5 --forms plain,res,heads24,heads4 --deadline-s $dl" \
+    NG_PEERS_SHARDS="--done docs/results/peers-h200/run-*.json$da" \
     OUT=$P/pb scripts/peers.sh >$P/peers-b.txt 2>&1
   tar xzf $P/pb/peers.tgz -C $P/pb
   mv $P/pa/peers.tgz $OUT/peers-a.tgz; mv $P/pb/peers.tgz $OUT/peers-b.tgz
@@ -67,7 +70,7 @@ wait
 mv $P/forms/campaign.tgz $OUT/campaign-v3-forms-b.tgz
 mv $P/plain/campaign.tgz $OUT/campaign-v3-plain.tgz
 cp routes/sm90a.approvals.json $OUT/
-tar czf $OUT/logs.tgz --exclude=p/pa --exclude=p/pb -C $OUT p
+tar czf $OUT/logs.tgz --exclude=p/pa/peers.tgz --exclude=p/pb/peers.tgz -C $OUT p
 echo "== forms v3-b"; grep -E "^\| [0-9]|^slice" $P/forms.txt
 echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt
 if [ $mode = both ]; then
