@@ -144,3 +144,47 @@ def test_op_fn_runs_the_op_it_names():
     step = peers.op_fn(impl, "2xfwd+bwd", inp, saved)()
     assert set(step) == {"dx", "dw"}
     assert torch.equal(step["dx"], dx) and torch.equal(step["dw"], impl[1](inp, saved)["dw"])
+
+
+class _CountingOracle:
+    """An Oracle that records which outputs each validate call was given."""
+
+    def __init__(self, orc):
+        self.orc, self.calls = orc, []
+
+    def validate(self, **outs):
+        self.calls.append(sorted(outs))
+        return self.orc.validate(**outs)
+
+
+@pytest.mark.parametrize("form", ["plain", "res"])
+def test_identical_outputs_are_validated_once_with_the_same_result(form):
+    H, T = (64, 33) if form == "plain" else (96, 17)
+    case = peers.case_id(form, H, T, "bf16", "normal", 2)
+    eps = normgate.case_info(case)["eps"]
+    impls = peers.make_impls(torch, {"eager", "F.rms_norm"}, eps, {})
+    inp = peers.form_inputs(torch, normgate.generate(case, device="cpu"))
+    fwd, bwd = impls["eager"]
+
+    def bumped_dx(inp_, saved):  # eager with dx one BF16 ulp up at one element: must not be reused
+        o = bwd(inp_, saved)
+        dx = o["dx"].clone()
+        flat = dx.view(-1).view(torch.int16)
+        flat[3] += 1
+        return dict(o, dx=dx)
+    with normgate.Oracle(case) as orc:
+        plain_infos = {}
+        for n, impl in (("eager", impls["eager"]), ("twin", impls["eager"]), ("bumped", (fwd, bumped_dx))):
+            plain_infos[n] = {}
+            peers.accuracy_into(torch, impl, inp, orc, plain_infos[n])
+        counting, seen, infos = _CountingOracle(orc), {}, {}
+        for n, impl in (("eager", impls["eager"]), ("twin", impls["eager"]), ("bumped", (fwd, bumped_dx))):
+            infos[n] = {}
+            peers.accuracy_into(torch, impl, inp, counting, infos[n], seen)
+    outs = ["dw", "dx", "rstd", "y"] + (["h_new"] if form == "res" else [])
+    # eager: every output; twin: none (all reused, no call); bumped: only its dx.
+    assert counting.calls == [sorted(outs), ["dx"]], counting.calls
+    assert infos["twin"]["reused"] == len(outs) and infos["bumped"]["reused"] == len(outs) - 1
+    for n in infos:  # same verdicts and err/tol with and without the reuse
+        for k in ("err_tol", "pass_out", "pass"):
+            assert infos[n][k] == plain_infos[n][k], (n, k)

@@ -96,6 +96,20 @@ def test_summary_thresholds_on_synthetic_rows():
     assert "## Every implementation" in md
 
 
+def test_split_known_reuses_only_identical_outputs():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    seen = {"y": [((1, 2, 3), {"err_tol": 0.25, "pass": True})], "dx": [((4, 5), {"err_tol": 2.0, "pass": False})]}
+    same = lambda a, b: a == b  # noqa: E731
+    todo, reused = peers.split_known({"y": (1, 2, 3), "dx": (4, 6), "dw": (7,)}, seen, same)
+    assert todo == {"dx": (4, 6), "dw": (7,)}
+    assert reused == {"y": {"err_tol": 0.25, "pass": True}}
+    todo, reused = peers.split_known({"dx": (4, 5)}, seen, same)
+    assert todo == {} and reused["dx"]["pass"] is False  # a failing entry is reused as failing
+    todo, reused = peers.split_known({"y": (1, 2, 3)}, {}, same)
+    assert todo == {"y": (1, 2, 3)} and reused == {}
+
+
 def plan(*args):
     return subprocess.run([sys.executable, PEERS, "--plan", *args], capture_output=True, text=True)
 
@@ -128,6 +142,7 @@ def test_done_patterns_may_match_nothing_but_paths_must_exist():
 if __name__ == "__main__":
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
+    test_split_known_reuses_only_identical_outputs()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()
