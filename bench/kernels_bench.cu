@@ -42,6 +42,7 @@
 #include "normgate/seeds/case_id.h"
 
 #include "fwd_l2pass.cuh"
+#include "fwd_rows.cuh"
 
 namespace nk = normgate::kernels;
 using normgate::WDtype;
@@ -117,6 +118,7 @@ int main(int argc, char** argv) try {
   bool heads = false;  // also time the per-head forms at H = 256 (heads4 contiguous, heads24 strided)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
+  std::vector<int> fwd_rows;   // also time bench/fwd_rows.cuh with these rows per team (--fwd-rows 2,4)
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -124,7 +126,8 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
-          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp] [T,H ...]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
+          "                     [--fwd-rows R,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -132,7 +135,9 @@ int main(int argc, char** argv) try {
           "heads4 ([T/4, 4, 256], contiguous) and heads24 ([T/24, 24, 256] as the q part of a packed qkv row of\n"
           "(24+8+8)*256); --copy-variants adds copy kernels that differ from the reference copy in\n"
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
-          "counts the rows where its rstd or y differs from the forward's. Needs a CUDA GPU.\n"
+          "counts the rows where its rstd or y differs from the forward's; --fwd-rows R adds bench/fwd_rows.cuh's\n"
+          "simple forward with R rows per team (2 or 4; plain rows, H % 8 == 0, teams <= 512) and counts the\n"
+          "rows where its rstd, msq or y differs. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
     } else if (a == "--reps" && i + 1 < argc) {
@@ -149,6 +154,20 @@ int main(int argc, char** argv) try {
       copy_variants = true;
     } else if (a == "--fwd-exp") {
       fwd_exp = true;
+    } else if (a == "--fwd-rows" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        const size_t e = std::min(v.find(',', pos), v.size());
+        const std::string tok = v.substr(pos, e - pos);
+        if (tok != "2" && tok != "4") {
+          std::fprintf(stderr, "kernels_bench: bad --fwd-rows '%s': rows per team are 2 or 4, comma-separated\n",
+                       v.c_str());
+          return 2;
+        }
+        fwd_rows.push_back(std::atoi(tok.c_str()));
+        pos = e + 1;
+      }
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
       try {
@@ -335,35 +354,63 @@ int main(int argc, char** argv) try {
         }
         rows.push_back({shape, wname, "fwd " + std::string(fwd.name) + dtag,
                         ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
-        if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
-          // The experiment into its own buffers, then compared with the forward's y and rstd (fa).
-          Buf ye(2 * n), re(4 * T);
-          auto run_exp = [&](cudaStream_t st) {
-            if (wd == WDtype::bf16)
-              fwdexp::launch_fwd_l2pass<__nv_bfloat16>(ib.x, w.p, static_cast<uint16_t*>(ye.p), static_cast<float*>(re.p),
-                                                       T, static_cast<int>(H), fa.eps, st);
-            else
-              fwdexp::launch_fwd_l2pass<float>(ib.x, w.p, static_cast<uint16_t*>(ye.p), static_cast<float*>(re.p), T,
-                                               static_cast<int>(H), fa.eps, st);
+        // A forward experiment into its own buffers (poisoned first), compared
+        // with the forward's y, rstd (and msq, when the experiment writes it),
+        // then timed. run_exp(stream, y, rstd, msq) returns false when it does
+        // not cover the shape (nothing timed).
+        auto experiment = [&](const std::string& label, bool with_msq, auto run_exp) {
+          Buf ye(2 * n), re(4 * T), me(8 * T);
+          CK(cudaMemset(ye.p, 0xFF, 2 * n));
+          CK(cudaMemset(re.p, 0xFF, 4 * T));
+          CK(cudaMemset(me.p, 0xFF, 8 * T));
+          auto go = [&](cudaStream_t st) {
+            const bool ok = run_exp(st, static_cast<uint16_t*>(ye.p), static_cast<float*>(re.p),
+                                    with_msq ? static_cast<double*>(me.p) : nullptr);
             CK(cudaGetLastError());
+            return ok;
           };
-          run_exp(nullptr);
+          if (!go(nullptr)) return;
           nk::rmsnorm_fwd(fwd, fa);  // the forward's own outputs again (the timing loop above rewrote them)
           CK(cudaDeviceSynchronize());
           std::vector<uint16_t> ya(static_cast<size_t>(n)), yb(static_cast<size_t>(n));
           std::vector<float> ra(static_cast<size_t>(T)), rb(static_cast<size_t>(T));
+          std::vector<double> ma(static_cast<size_t>(T)), mb(static_cast<size_t>(T));
           CK(cudaMemcpy(ya.data(), fa.y, 2 * n, cudaMemcpyDeviceToHost));
           CK(cudaMemcpy(yb.data(), ye.p, 2 * n, cudaMemcpyDeviceToHost));
           CK(cudaMemcpy(ra.data(), fa.rstd, 4 * T, cudaMemcpyDeviceToHost));
           CK(cudaMemcpy(rb.data(), re.p, 4 * T, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(ma.data(), fa.msq, 8 * T, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(mb.data(), me.p, 8 * T, cudaMemcpyDeviceToHost));
           int64_t rows_differ = 0;
           for (int64_t r = 0; r < T; ++r) {
-            bool d = std::memcmp(&ra[static_cast<size_t>(r)], &rb[static_cast<size_t>(r)], 4) != 0;
+            const size_t i = static_cast<size_t>(r);
+            bool d = std::memcmp(&ra[i], &rb[i], 4) != 0;
+            d = d || (with_msq && std::memcmp(&ma[i], &mb[i], 8) != 0);
             d = d || std::memcmp(ya.data() + r * H, yb.data() + r * H, 2 * static_cast<size_t>(H)) != 0;
             rows_differ += d;
           }
-          time_row(wname, "fwd l2pass experiment (" + std::to_string(rows_differ) + " rows differ)", fwd_bytes,
-                   [&](nk::Stream st) { run_exp(static_cast<cudaStream_t>(st)); });
+          time_row(wname, label + " (" + std::to_string(rows_differ) + " rows differ)", fwd_bytes,
+                   [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
+        };
+        if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
+          experiment("fwd l2pass experiment", false, [&](cudaStream_t st, uint16_t* ye, float* re, double*) {
+            if (wd == WDtype::bf16)
+              fwdexp::launch_fwd_l2pass<__nv_bfloat16>(ib.x, w.p, ye, re, T, static_cast<int>(H), fa.eps, st);
+            else
+              fwdexp::launch_fwd_l2pass<float>(ib.x, w.p, ye, re, T, static_cast<int>(H), fa.eps, st);
+            return true;
+          });
+        }
+        for (const int R : fwd_rows) {
+          if (H % 8 != 0 || depth.fwd != depths.front().fwd) break;
+          experiment("fwd rows x" + std::to_string(R) + " experiment", true,
+                     [&](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+                       return wd == WDtype::bf16
+                                  ? fwdrows::launch_fwd_rows<__nv_bfloat16>(R, ib.x, w.p, ye, re, me, T,
+                                                                            static_cast<int>(H), fa.eps, st)
+                                  : fwdrows::launch_fwd_rows<float>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H),
+                                                                    fa.eps, st);
+                     });
         }
 
         for (const auto& v : nk::variants()) {

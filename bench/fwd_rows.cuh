@@ -1,0 +1,130 @@
+// bench/fwd_rows.cuh: a forward experiment for kernels_bench --fwd-rows R (not
+// a variant; nothing routes it). fwd_rowwise's simple kernel (pipeline.h
+// fwd_simple: plan.h's row geometry, the row held in registers) with each
+// team working on R adjacent rows at once instead of one: every load of the
+// R rows is issued before the first sum (R x the bytes in flight per thread),
+// the R team sums share one barrier, the team's first warp computes the R
+// rstds (their FP64 sequences interleave), and the weights are loaded once
+// for the R rows. Per row the arithmetic is fwd_rowwise's in the same order
+// (the thread's groups slot-ascending into a binary64 sum, team_sum_publish /
+// team_sum_collect, row_rstd_fp64, store_y_group), so y, rstd and msq must be
+// bitwise fwd_rowwise's: kernels_bench counts the rows that differ (expected
+// 0). Why: a one-row team spends its CTA's life after the load on the team
+// sum, two barriers and the binary64 rstd, with no load in flight (docs/perf.md
+// session 12); TC's forward (session 4 call 5) keeps two rows per program.
+// Vector path only (H % 8 == 0, 16-byte aligned rows), plain rows.
+#pragma once
+
+#include "device_blocks.cuh"
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/rstd.h"
+
+namespace fwdrows {
+
+using normgate::kernels::dev::Group8;
+
+template <int kRows, int kSlots, class WT>
+__global__ void __launch_bounds__(512) fwd_rows_kernel(const __nv_bfloat16* __restrict__ x, const WT* __restrict__ w,
+                                                       __nv_bfloat16* __restrict__ y, float* __restrict__ rstd,
+                                                       double* __restrict__ msq, int64_t T, int H, int team,
+                                                       double inv_h, double eps) {
+  namespace dv = normgate::kernels::dev;
+  __shared__ double red[kRows][32];
+  __shared__ float rs_sh[kRows][32];
+  const int teams = static_cast<int>(blockDim.x) / team;
+  const int ti = static_cast<int>(threadIdx.x) / team;
+  const int t = static_cast<int>(threadIdx.x) % team;
+  const int first_warp = ti * (team >> 5);
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * teams + ti) * kRows;
+  int col0[kSlots];
+  Group8 cur[kRows][kSlots];
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) col0[k] = static_cast<int>(normgate::kernels::group_col0(team, k, t));
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    const bool live = r0 + q < T;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      cur[q][k].u = make_uint4(0u, 0u, 0u, 0u);
+      if (live) cur[q][k] = dv::load_group(x + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true);
+    }
+  }
+  double tot[kRows];
+#pragma unroll
+  for (int q = 0; q < kRows; ++q) {
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) ss = dv::add_squares(cur[q][k], ss);
+    tot[q] = dv::team_sum_publish(ss, red[q]);
+  }
+  float rs[kRows];
+  if (team > 32) {
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x >> 5) == first_warp) {  // warp-uniform: the team's first warp
+#pragma unroll
+      for (int q = 0; q < kRows; ++q) tot[q] = dv::team_sum_collect(red[q], team, first_warp);
+#pragma unroll
+      for (int q = 0; q < kRows; ++q) {
+        if (msq != nullptr && r0 + q < T && (threadIdx.x & 31u) == 0u)
+          msq[r0 + q] = normgate::kernels::row_m(tot[q], inv_h, eps);
+        const float v = normgate::kernels::row_rstd_fp64(tot[q], inv_h, eps);
+        if ((threadIdx.x & 31u) == 0u) rs_sh[q][ti] = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) rs[q] = rs_sh[q][ti];
+  } else {
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      if (msq != nullptr && r0 + q < T && t == 0) msq[r0 + q] = normgate::kernels::row_m(tot[q], inv_h, eps);
+      rs[q] = normgate::kernels::row_rstd_fp64(tot[q], inv_h, eps);
+    }
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int q = 0; q < kRows; ++q)
+      if (r0 + q < T) rstd[r0 + q] = rs[q];
+  }
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    float wv[8];
+    dv::load_weights(w, col0[k], H, true, wv);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q)
+      if (r0 + q < T) dv::store_y_group(y + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true, cur[q][k], rs[q], wv);
+  }
+}
+
+/// Launch on stream s for [T, H] contiguous rows (H % 8 == 0, 8 <= H <= 16384
+/// with one or two slots, i.e. plan.h teams of at most 1024 threads in one
+/// CTA), rows_per_team 2 or 4 (4 only with one slot). Returns false (nothing
+/// launched) for a shape or R it does not cover.
+template <class WT>
+bool launch_fwd_rows(int rows_per_team, const uint16_t* x, const void* w, uint16_t* y, float* rstd, double* msq,
+                     int64_t T, int H, float eps, cudaStream_t s) {
+  const normgate::kernels::RowGeometry geo = normgate::kernels::row_geometry(H);
+  if (H % 8 != 0 || geo.team > 512) return false;
+  const int teams = geo.team >= 256 ? 1 : 256 / geo.team;
+  const int block = geo.team * teams;
+  const int64_t per_cta = static_cast<int64_t>(teams) * rows_per_team;
+  const int64_t ctas = (T + per_cta - 1) / per_cta;
+  if (ctas == 0) return true;
+  if (ctas > 0x7FFFFFFF) return false;
+  auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
+  auto* wt = static_cast<const WT*>(w);
+  auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
+  const double inv_h = 1.0 / static_cast<double>(H), e64 = static_cast<double>(eps);
+  const unsigned g = static_cast<unsigned>(ctas);
+  if (rows_per_team == 2 && geo.slots == 1)
+    fwd_rows_kernel<2, 1, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
+  else if (rows_per_team == 2 && geo.slots == 2)
+    fwd_rows_kernel<2, 2, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
+  else if (rows_per_team == 4 && geo.slots == 1)
+    fwd_rows_kernel<4, 1, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
+  else
+    return false;
+  return true;
+}
+
+}  // namespace fwdrows
