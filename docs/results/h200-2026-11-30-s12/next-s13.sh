@@ -19,7 +19,8 @@
 # ~18 MB tree stay under 64 MiB; build/dev/apps and the .so stay on the warm machine):
 #   1. carry ["build/dev/apps", "build/capi/libnormgate_capi.so",
 #      ".whlparts/...part00"]: `... campaign`
-#   2. carry [".whlparts/...part01"]: `... campaign`
+#   2. carry [".whlparts/...part01", "build/dev/bench/kernels_bench"]:
+#      `NG_FWD_ROWS=1 ... campaign`
 #   3. carry [".whlparts/...part02", ".whlparts/...sha256", ".whl"] (never with an
 #      assembled 92 MB wheel in .whl/): `... both`
 #   (QuACK's runtime is the three parts; peers.sh assembles and checks it.)
@@ -36,6 +37,17 @@ export PATH=/usr/local/cuda/bin:$PATH
 P=$OUT/p; mkdir -p $P
 B=build/dev
 limit=${NG_CALL_LIMIT:-560}
+# NG_FWD_ROWS=1 (call 2): first, on the idle machine, kernels_bench's forward
+# experiment (bench/fwd_rows.cuh: 2 or 4 rows per team) against fwd_rowwise,
+# one pass, BF16 w (~1 min; needs build/dev/bench/kernels_bench carried).
+# Prediction: 0 rows differ everywhere; 2 rows per team 8-15% faster at
+# H = 1536..4096 (1.5x the bytes in flight per SM at 40 registers), 4 rows
+# no better than 2 (56 registers: 1024 threads an SM); within 3% at H=6144.
+if [ "${NG_FWD_ROWS:-0}" = 1 ]; then
+  timeout 150 build/dev/bench/kernels_bench --no-controls --w bf16 --fwd-rows 2,4 --json $P/fwdrows.json \
+    65537,1536 65537,2048 65537,4096 131072,4096 65537,6144 262148,256 >$P/fwdrows.txt 2>&1
+  echo "kernels_bench rc=$?" >>$P/fwdrows.txt
+fi
 left=$(( limit - SECONDS ))
 case $mode in
   campaign) FG=0,1,0,1; PG=1,0,1; FT=3,3,3,3; PT=5,5,10 ;;
@@ -71,6 +83,7 @@ mv $P/forms/campaign.tgz $OUT/campaign-v3-forms-b.tgz
 mv $P/plain/campaign.tgz $OUT/campaign-v3-plain.tgz
 cp routes/sm90a.approvals.json $OUT/
 tar czf $OUT/logs.tgz --exclude=p/pa/peers.tgz --exclude=p/pb/peers.tgz -C $OUT p
+if [ -f $P/fwdrows.txt ]; then echo "== fwd rows experiment"; grep -E "fwd |rc=|copy" $P/fwdrows.txt; fi
 echo "== forms v3-b"; grep -E "^\| [0-9]|^slice" $P/forms.txt
 echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt
 if [ $mode = both ]; then
