@@ -19,8 +19,8 @@
 # ~18 MB tree stay under 64 MiB; build/dev/apps and the .so stay on the warm machine):
 #   1. carry ["build/dev/apps", "build/capi/libnormgate_capi.so",
 #      ".whlparts/...part00"]: `... campaign`
-#   2. carry [".whlparts/...part01", "build/dev/bench/kernels_bench"]:
-#      `NG_FWD_ROWS=1 ... campaign`
+#   2. carry [".whlparts/...part01", "build/dev/bench/kernels_bench",
+#      "build/wip-chunks/kernels_bench"]: `NG_FWD_ROWS=1 ... campaign`
 #   3. carry [".whlparts/...part02", ".whlparts/...sha256", ".whl"] (never with an
 #      assembled 92 MB wheel in .whl/): `... both`
 #   (QuACK's runtime is the three parts; peers.sh assembles and checks it.)
@@ -47,6 +47,16 @@ if [ "${NG_FWD_ROWS:-0}" = 1 ]; then
   timeout 150 build/dev/bench/kernels_bench --no-controls --w bf16 --fwd-rows 2,4 --json $P/fwdrows.json \
     65537,1536 65537,2048 65537,4096 131072,4096 65537,6144 262148,256 >$P/fwdrows.txt 2>&1
   echo "kernels_bench rc=$?" >>$P/fwdrows.txt
+  # The chunk count at H = 1536 / 2048 (branch wip/chunk-sweep's kernels_bench,
+  # carried as build/wip-chunks/kernels_bench): the plan (K=0) against 2 and 3
+  # whole waves of chunk CTAs, ~75 s. Prediction (session 11's four points):
+  # K=2 best at H=1536 (-8 to -11% at T >= 65537), K=3 at H=2048 (-3%).
+  if [ -x build/wip-chunks/kernels_bench ]; then
+    for k in 0 2 3; do
+      timeout 60 build/wip-chunks/kernels_bench --no-controls --w bf16 --chunk-sm-waves $k --json $P/sw-w$k.json \
+        16384,1536 65537,1536 131072,1536 16384,2048 65537,2048 131072,2048 >$P/sw-w$k.txt 2>&1
+    done
+  fi
 fi
 left=$(( limit - SECONDS ))
 case $mode in
@@ -84,6 +94,7 @@ mv $P/plain/campaign.tgz $OUT/campaign-v3-plain.tgz
 cp routes/sm90a.approvals.json $OUT/
 tar czf $OUT/logs.tgz --exclude=p/pa/peers.tgz --exclude=p/pb/peers.tgz -C $OUT p
 if [ -f $P/fwdrows.txt ]; then echo "== fwd rows experiment"; grep -E "fwd |rc=|copy" $P/fwdrows.txt; fi
+if [ -f $P/sw-w0.json ]; then echo "== chunk waves (bwd, BF16 w)"; python3 scripts/chunk_waves_table.py $P/sw-w*.json | grep -E "det|shape|---"; fi
 echo "== forms v3-b"; grep -E "^\| [0-9]|^slice" $P/forms.txt
 echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt
 if [ $mode = both ]; then
