@@ -1,0 +1,66 @@
+"""scripts/campaign_summary.py on stored H200 gate reports (no GPU, no torch):
+one row per window, the latest report of a re-gated window wins, the values
+are the report's, mixed kernel versions are flagged, a non-report exits 2 and
+a failing window exits 1. Runs under pytest or as a script."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+TOOL = os.path.join(ROOT, "scripts", "campaign_summary.py")
+R = os.path.join(ROOT, "docs", "results")
+V2_HEADS4 = os.path.join(R, "campaign-forms-v2", "slice-3.json")   # heads4 on the kernels of 44a0781
+V3_HEADS4 = os.path.join(R, "campaign-v3-forms", "slice-1.json")   # heads4 bf16, re-gated on 48e338b
+V3_HEADS4F = os.path.join(R, "campaign-v3-forms", "slice-2.json")
+V2_RES = os.path.join(R, "campaign-forms-v2", "slice-1.json")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+
+
+def row_of(md, window):
+    return next(ln for ln in md.splitlines() if f"| {window} |" in ln)
+
+
+def test_latest_report_wins_and_values_are_the_reports():
+    r = run(V2_HEADS4, V3_HEADS4, V3_HEADS4F, V2_RES)
+    assert r.returncode == 0, r.stderr
+    md = r.stdout
+    v3 = json.load(open(V3_HEADS4))
+    w = next(x for x in v3["windows"] if x["window"].startswith("bwd det"))
+    line = row_of(md, w["window"])
+    assert "campaign-v3-forms/slice-1.json" in line and w["source_sha256"][:12] in line
+    assert f"| {w['outputs']['dw']['max_err_tol']:.3g} |" in line and f"| {w['cases']} |" in line
+    # heads4 (6 windows, v3 wins) + res (6): 12 rows, the 6 older heads4 rows superseded.
+    assert md.count("\n| sm90a.toml:") == 12
+    assert md.count("in `" + V2_HEADS4) == 6
+    # v2 res and v3 heads4 ran different kernels: flagged.
+    assert "**Mixed kernel versions**: " in md and "bwd_det_chunked gated at" in md
+
+
+def test_single_version_is_not_flagged_and_errors_exit_nonzero():
+    r = run(V3_HEADS4, V3_HEADS4F)
+    assert r.returncode == 0 and "Mixed kernel versions" not in r.stdout
+    assert "Windows: 6 of 6 pass" in r.stdout
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "bad.json")
+        json.dump({"rows": []}, open(bad, "w"))
+        r = run(bad)
+        assert r.returncode == 2 and "not a normgate gate report" in r.stderr
+        failing = json.load(open(V3_HEADS4))
+        failing["windows"][0]["pass"] = False
+        failing["windows"][0]["verdict"] = "fail"
+        f = os.path.join(d, "fail.json")
+        json.dump(failing, open(f, "w"))
+        out = os.path.join(d, "s.md")
+        r = run(f, "--md", out)
+        assert r.returncode == 1 and "Windows: 2 of 3 pass" in open(out).read()
+
+
+if __name__ == "__main__":
+    test_latest_report_wins_and_values_are_the_reports()
+    test_single_version_is_not_flagged_and_errors_exit_nonzero()
+    print("test_campaign_summary: ok")

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""One table over the gate reports of a campaign (every slice's
+`normgate gate --report-json`), for the campaign's summary in docs/results/.
+
+Usage: scripts/campaign_summary.py REPORT.json [REPORT.json ...] [--md OUT.md]
+
+Rows: one per window (by its name, e.g. "bwd det H=6144 w=bf16 form=res
+T=1..131072"), in route-line order: route (file:line), variant and the first
+12 hex digits of its source hash, cases, max err/tol of y, rstd, dx, dw (the
+window's worst per output over grid and refinement), the worst output's case,
+the verdict, and the report it comes from. A window in several reports (a
+re-gate) is taken from the latest report by date; the others are listed as
+superseded. The header gives every report's device, driver, CUDA runtime,
+seeds, commit and date; the footer the totals and how close the worst element
+came to its budget. Exit 0 when every window passes, 1 when one fails, 2 for
+usage errors (a file that is not a gate report). Writes OUT atomically.
+"""
+import json
+import os
+import sys
+import tempfile
+
+OUTS = ("y", "rstd", "dx", "dw")
+
+
+def die(msg):
+    print(f"campaign_summary: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            r = json.load(f)
+        if not isinstance(r, dict) or not isinstance(r.get("windows"), list) or "date" not in r:
+            raise ValueError("no windows/date: not a normgate gate report")
+    except (OSError, ValueError) as e:
+        die(f"{path}: {e}")
+    return r
+
+
+def route_key(route):
+    """(file name, line) of 'path/to/table.toml:87', for ordering and display."""
+    path, _, line = route.rpartition(":")
+    try:
+        return os.path.basename(path), int(line)
+    except ValueError:
+        return os.path.basename(route), 0
+
+
+def summarize(paths):
+    reports = [(p, load(p)) for p in paths]
+    chosen, superseded = {}, []
+    for p, r in reports:
+        for w in r["windows"]:
+            name = w["window"]
+            prev = chosen.get(name)
+            if prev is None or r["date"] > prev[1]["date"]:
+                if prev is not None:
+                    superseded.append((name, prev[0], prev[1]["date"]))
+                chosen[name] = (p, r, w)
+            else:
+                superseded.append((name, p, r["date"]))
+    rows = sorted(chosen.values(), key=lambda t: route_key(t[2].get("route", "")))
+    return reports, rows, superseded
+
+
+def fmt(v):
+    return "—" if v is None else f"{v:.3g}"
+
+
+def markdown(reports, rows, superseded):
+    L = ["# Campaign summary", ""]
+    L.append(f"{len(rows)} windows from {len(reports)} gate reports "
+             "(a window gated in several reports is taken from the latest):")
+    L.append("")
+    for p, r in reports:
+        d = r.get("device") or {}
+        L.append(f"- `{p}`: {r.get('backend')} on {d.get('name', '—')} (driver {d.get('driver', '—')}, CUDA "
+                 f"runtime {d.get('cuda_runtime', '—')}), seeds {r.get('seeds')}, table sha256 "
+                 f"{str(r.get('table_sha256', ''))[:12]}, normgate {r.get('normgate_commit')}, {r['date']}, "
+                 f"{len(r['windows'])} windows, {'PASS' if r.get('pass') else 'FAIL'}")
+    L.append("")
+    L.append("| route | window | variant (source) | cases | y | rstd | dx | dw | worst (output: case) | verdict | report |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    worst_all, cases = None, 0
+    for p, r, w in rows:
+        o = w.get("outputs") or {}
+        vals = {k: (o.get(k) or {}).get("max_err_tol") for k in OUTS}
+        wo = w.get("worst") or {}
+        f, line = route_key(w.get("route", ""))
+        cases += int(w.get("cases") or 0)
+        if wo.get("err_tol") is not None and (worst_all is None or wo["err_tol"] > worst_all[0]):
+            worst_all = (wo["err_tol"], wo.get("output"), wo.get("case"), w["window"])
+        L.append(f"| {f}:{line} | {w['window']} | {w.get('variant')} ({str(w.get('source_sha256', ''))[:12]}) | "
+                 f"{w.get('cases')} | " + " | ".join(fmt(vals[k]) for k in OUTS) +
+                 f" | {wo.get('output', '—')}: `{wo.get('case', '—')}` | {w.get('verdict')} | `{p}` |")
+    npass = sum(1 for _, _, w in rows if w.get("pass"))
+    L.append("")
+    L.append(f"Windows: {npass} of {len(rows)} pass; {cases} cases (a case shared by windows counts in each).")
+    if worst_all:
+        L.append(f"Closest to a budget: {worst_all[1]} err/tol {worst_all[0]:.4g} "
+                 f"({1 / worst_all[0]:.2f}x below it) in `{worst_all[2]}`, window {worst_all[3]}."
+                 if worst_all[0] > 0 else "Closest to a budget: every output exact.")
+    hashes = {}
+    for _, _, w in rows:
+        hashes.setdefault(w.get("variant"), {}).setdefault(str(w.get("source_sha256", ""))[:12], []).append(1)
+    mixed = {v: h for v, h in hashes.items() if len(h) > 1}
+    if mixed:
+        L.append("**Mixed kernel versions**: " + "; ".join(
+            f"{v} gated at " + ", ".join(f"{k} ({len(n)} windows)" for k, n in h.items()) for v, h in mixed.items())
+            + " (`normgate routes` says which approvals match the code now).")
+    if superseded:
+        L.append("")
+        L.append("Superseded (an older report of a window taken from a later one): "
+                 + "; ".join(f"{n} in `{p}` ({d})" for n, p, d in superseded) + ".")
+    return "\n".join(L) + "\n", npass == len(rows)
+
+
+def main(argv):
+    out, files, i = "", [], 0
+    while i < len(argv):
+        if argv[i] == "--md" and i + 1 < len(argv):
+            out, i = argv[i + 1], i + 2
+        elif argv[i] in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        elif argv[i].startswith("--"):
+            die(f"unknown option {argv[i]!r} (REPORT.json ..., --md OUT)")
+        else:
+            files.append(argv[i])
+            i += 1
+    if not files:
+        die("give at least one gate report (normgate gate --report-json)")
+    md, ok = markdown(*summarize(files))
+    if out:
+        d = os.path.dirname(os.path.abspath(out))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
+        with os.fdopen(fd, "w") as f:
+            f.write(md)
+        os.replace(tmp, out)
+    print(md, end="")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
