@@ -118,27 +118,18 @@ def markdown(reports, rows, superseded):
 
 
 def main(argv):
-    out, files, i = "", [], 0
-    while i < len(argv):
-        if argv[i] == "--md" and i + 1 < len(argv):
-            out, i = argv[i + 1], i + 2
-        elif argv[i] in ("-h", "--help"):
-            print(__doc__)
-            return 0
-        elif argv[i].startswith("--"):
-            die(f"unknown option {argv[i]!r} (REPORT.json ..., --md OUT)")
-        else:
-            files.append(argv[i])
-            i += 1
-    if not files:
-        die("give at least one gate report (normgate gate --report-json)")
-    md, ok = markdown(*summarize(files))
-    if out:
-        d = os.path.dirname(os.path.abspath(out))
+    import argparse
+    ap = argparse.ArgumentParser(description="One table over a campaign's gate reports (see the module docstring).")
+    ap.add_argument("reports", nargs="+", metavar="REPORT.json", help="normgate gate --report-json files")
+    ap.add_argument("--md", default="", help="also write the table here (atomically)")
+    a = ap.parse_args(argv)  # usage errors: exit 2
+    md, ok = markdown(*summarize(a.reports))
+    if a.md:
+        d = os.path.dirname(os.path.abspath(a.md))
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
         with os.fdopen(fd, "w") as f:
             f.write(md)
-        os.replace(tmp, out)
+        os.replace(tmp, a.md)
     print(md, end="")
     return 0 if ok else 1
 
