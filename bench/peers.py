@@ -1021,17 +1021,31 @@ def load_result(path, what):
     return r
 
 
-def done_rows(spec):
+def done_rows(spec, args=None):
     """{row key: file} of the rows in the --done results. A pattern with glob
     characters may match nothing (the first call of a matrix); a plain path
-    must exist."""
+    must exist. With args, a result counts only if it measured what this run
+    would: the same seeds, family, replays and rounds (else --merge refuses
+    to join them), and every peer of --peers available (its meta.peer_errors
+    names none of them: rows measured without a peer are measured again once
+    the peer runs; leave a peer that cannot run out of --peers)."""
     import glob
     done = {}
     for pat in [t.strip() for t in spec.split(",") if t.strip()]:
         files = sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
         print(f"--done: {pat}: {len(files)} files", file=sys.stderr)
         for f in files:
-            for row in load_result(f, "--done")["rows"]:
+            r = load_result(f, "--done")
+            if args is not None:
+                m = r["meta"]
+                differ = [k for k in ("seeds", "family", "replays", "rounds") if m.get(k) != getattr(args, k)]
+                missing = sorted(set(m.get("peer_errors") or {}) & set(args.peers))
+                if differ or missing:
+                    print(f"--done: {f}: not counted ("
+                          + ", ".join([f"{k} {m.get(k)} vs {getattr(args, k)}" for k in differ]
+                                      + [f"peer {p} could not run there" for p in missing]) + ")", file=sys.stderr)
+                    continue
+            for row in r["rows"]:
                 done.setdefault(row_key(row.get("form", "plain"), row["H"], row["T"], row["w"]), f)
     return done
 
@@ -1047,7 +1061,7 @@ def main(argv):
     if argv[:1] == ["--merge"]:
         return merge(argv[1:])
     args = parse_args(argv)
-    done = done_rows(args.done)
+    done = done_rows(args.done, args)
     plan = [r for r in plan_rows(args) if row_key(r[0], r[1], r[3], r[2]) not in done]
     if args.plan:
         for form, H, wname, T in plan:

@@ -116,12 +116,18 @@ def plan(*args):
 
 def test_plan_skips_the_rows_of_done_results():
     # A's rows: [65537, 2048] and [65537, 6144] plain, [65537, 2048] res (BF16 w).
-    r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A)
+    # A measured 2 seeds without QuACK (Q could not be imported there).
+    same = ("--seeds", "2", "--peers", "eager,TC,TCd,F.rms_norm,Liger")
+    r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A, *same)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[:-1] == ["[131072, 2048] bf16 plain", "[131072, 6144] bf16 plain", "[131072, 2048] bf16 res",
                           "[65537, 6144] bf16 res", "[131072, 6144] bf16 res"], lines
     assert lines[-1].startswith("5 rows to measure, 3 already done (in 1 --done files)")
+    # A run asking for 5 seeds and every peer (QuACK included) counts none of A's rows.
+    r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("8 rows to measure, 0 already done")
+    assert "not counted (seeds 2 vs 5, peer Q could not run there)" in r.stderr
     # The whole issue-8 matrix: 5 H x 4 T x 2 w for plain and res, 4 T x 2 w per head form.
     r = plan("--forms", "plain,res,heads24,heads4")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("96 rows to measure, 0 already done")

@@ -14,7 +14,9 @@
 #     session 6's quiet run show whether the campaign beside disturbs the
 #     timing; the A/A floor says it too) and run B (the whole matrix, 96 rows,
 #     skipping rows in docs/results/peers-h200/run-*.json and run A's; stops
-#     starting rows 260 s before the call's end).
+#     starting rows 260 s before the call's end). A run in which QuACK could
+#     not be imported does not count its rows as done (peers.py --done): if Q
+#     cannot run at all, later runs pass --peers without it, and perf.md says why.
 # Calls of session 13 (each within 30 s of the last; carry sizes with the
 # ~18 MB tree stay under 64 MiB; build/dev/apps and the .so stay on the warm machine):
 #   1. carry ["build/dev/apps", "build/capi/libnormgate_capi.so",
