@@ -64,6 +64,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 ALL_PEERS = ["eager", "TC", "TCd", "F.rms_norm", "Liger", "Q"]
 OPS = ["fwd", "bwd", "2xfwd+bwd"]
 FORMS = ["plain", "res", "heads24", "heads4"]
+# Method settings two results must share to sit in one table (--merge) or to
+# stand for each other's rows (--done).
+SAME_METHOD = ("replays", "rounds", "seeds", "family")
 
 
 def die_usage(msg):
@@ -966,7 +969,7 @@ def merge(argv):
     rows, seen = [], {}
     for f, r in runs:
         for row in r["rows"]:
-            key = row_key(row.get("form", "plain"), row["H"], row["T"], row["w"])
+            key = row_key(row)
             if key in seen:
                 die_usage(f"--merge: row {workload(row)} is in both {seen[key]} and {f}")
             seen[key] = f
@@ -982,7 +985,7 @@ def merge(argv):
             if v not in vals:
                 vals.append(v)
         meta[k] = " / ".join(vals) if k != "command" else "; ".join(vals)
-    for k in ("replays", "rounds", "seeds", "family"):
+    for k in SAME_METHOD:
         if any(r["meta"].get(k) != m0.get(k) for _, r in runs):
             die_usage(f"--merge: runs differ in {k} ({', '.join(str(r['meta'].get(k)) for _, r in runs)})")
     meta["peer_errors"] = {}
@@ -1004,9 +1007,10 @@ def merge(argv):
     return 0
 
 
-def row_key(form, H, T, w):
-    """A row's identity in a matrix (what --merge and --done compare)."""
-    return (form, int(H), int(T), w)
+def row_key(row):
+    """A result row's identity in a matrix, as plan_rows spells it: (form, H,
+    w, T) (what --merge and --done compare)."""
+    return (row.get("form", "plain"), int(row["H"]), row["w"], int(row["T"]))
 
 
 def load_result(path, what):
@@ -1038,7 +1042,7 @@ def done_rows(spec, args=None):
             r = load_result(f, "--done")
             if args is not None:
                 m = r["meta"]
-                differ = [k for k in ("seeds", "family", "replays", "rounds") if m.get(k) != getattr(args, k)]
+                differ = [k for k in SAME_METHOD if m.get(k) != getattr(args, k)]
                 missing = sorted(set(m.get("peer_errors") or {}) & set(args.peers))
                 if differ or missing:
                     print(f"--done: {f}: not counted ("
@@ -1046,13 +1050,13 @@ def done_rows(spec, args=None):
                                       + [f"peer {p} could not run there" for p in missing]) + ")", file=sys.stderr)
                     continue
             for row in r["rows"]:
-                done.setdefault(row_key(row.get("form", "plain"), row["H"], row["T"], row["w"]), f)
+                done.setdefault(row_key(row), f)
     return done
 
 
 def plan_rows(args):
     """The rows of this run, in run order: (form, H, w, T) for each form, H
-    (256 for the per-head forms), weight dtype and T."""
+    (256 for the per-head forms), weight dtype and T (row_key's spelling)."""
     return [(form, H, wname, T) for form in args.forms for H in (args.H if form in ("plain", "res") else [256])
             for wname in args.w for T in args.T]
 
@@ -1062,11 +1066,12 @@ def main(argv):
         return merge(argv[1:])
     args = parse_args(argv)
     done = done_rows(args.done, args)
-    plan = [r for r in plan_rows(args) if row_key(r[0], r[1], r[3], r[2]) not in done]
+    every = plan_rows(args)
+    plan = [r for r in every if r not in done]
     if args.plan:
         for form, H, wname, T in plan:
             print(f"[{T}, {H}] {wname} {form}")
-        print(f"{len(plan)} rows to measure, {len(plan_rows(args)) - len(plan)} already done "
+        print(f"{len(plan)} rows to measure, {len(every) - len(plan)} already done "
               f"(in {len(set(done.values()))} --done files)")
         return 0
     try:
@@ -1123,9 +1128,9 @@ def main(argv):
 
     rows = []
     result = {"meta": meta, "copy": copy, "rows": rows}
-    for key, f in sorted(done.items()):
-        if key in {row_key(r[0], r[1], r[3], r[2]) for r in plan_rows(args)}:
-            log(f"row [{key[2]}, {key[1]}] {key[3]} {key[0]}: done in {f}, skipped")
+    for form, H, wname, T in every:
+        if (form, H, wname, T) in done:
+            log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
     for form, H, wname, T in plan:
         label = f"[{T}, {H}] {wname} {form}"
         if args.deadline_s and time.time() - start > args.deadline_s:

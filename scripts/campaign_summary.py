@@ -17,6 +17,7 @@ usage errors (a file that is not a gate report). Writes OUT atomically.
 """
 import json
 import os
+from collections import Counter
 import sys
 import tempfile
 
@@ -102,13 +103,13 @@ def markdown(reports, rows, superseded):
         L.append(f"Closest to a budget: {worst_all[1]} err/tol {worst_all[0]:.4g} "
                  f"({1 / worst_all[0]:.2f}x below it) in `{worst_all[2]}`, window {worst_all[3]}."
                  if worst_all[0] > 0 else "Closest to a budget: every output exact.")
-    hashes = {}
+    hashes = {}  # variant -> Counter of its source hashes over the windows
     for _, _, w in rows:
-        hashes.setdefault(w.get("variant"), {}).setdefault(str(w.get("source_sha256", ""))[:12], []).append(1)
+        hashes.setdefault(w.get("variant"), Counter())[str(w.get("source_sha256", ""))[:12]] += 1
     mixed = {v: h for v, h in hashes.items() if len(h) > 1}
     if mixed:
         L.append("**Mixed kernel versions**: " + "; ".join(
-            f"{v} gated at " + ", ".join(f"{k} ({len(n)} windows)" for k, n in h.items()) for v, h in mixed.items())
+            f"{v} gated at " + ", ".join(f"{k} ({n} windows)" for k, n in h.items()) for v, h in mixed.items())
             + " (`normgate routes` says which approvals match the code now).")
     if superseded:
         L.append("")
