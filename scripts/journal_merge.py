@@ -16,7 +16,12 @@ lines the inputs inherited from one journal are identical copies). A case
 journalled twice with different content (a nondeterministic variant run
 twice) keeps both lines: the gate reads the first. A torn last line (a run
 killed mid-write) is dropped, as the gate drops it. Writes OUT.tmp, then
-renames. Exit 0 on success, 2 on bad input."""
+renames. Exit 0 on success, 2 on bad input.
+
+Two runs resumed from one journal (e.g. two device calls that both started
+from the committed journal) journal the same cases again; their lines differ
+only in "seconds", the case's wall time, which is no result. Such a line is
+the same case: the first is kept, the other dropped and counted."""
 import gzip
 import json
 import os
@@ -40,6 +45,8 @@ def main(argv):
     header, header_line = None, None
     seen = set()
     body = []
+    timing_dups = 0
+    body_lines = set()
     for path in ins:
         try:
             lines, torn = read_lines(path)
@@ -71,13 +78,23 @@ def main(argv):
             if not line.strip():
                 continue
             try:
-                json.loads(line)
+                rec = json.loads(line)
             except ValueError as e:
                 print(f"journal_merge: {path}:{n} is not JSON ({e})", file=sys.stderr)
                 return 2
-            if line not in seen:
-                seen.add(line)
-                body.append(line)
+            if isinstance(rec, dict):
+                # The case's content without its wall time: the identity of a line.
+                rec.pop("seconds", None)
+                key = json.dumps(rec, sort_keys=True)
+            else:
+                key = line
+            if key in seen:
+                if line not in body_lines:
+                    timing_dups += 1
+                continue
+            seen.add(key)
+            body_lines.add(line)
+            body.append(line)
     tmp = out + ".tmp"
     opener = gzip.open if out.endswith(".gz") else open
     with opener(tmp, "wt", encoding="utf-8") as f:
@@ -85,7 +102,8 @@ def main(argv):
         for line in body:
             f.write(line + "\n")
     os.replace(tmp, out)
-    print(f"journal_merge: {out}: {len(body)} case lines from {len(ins)} journals")
+    dropped = f"; {timing_dups} reruns of a case differing only in seconds dropped" if timing_dups else ""
+    print(f"journal_merge: {out}: {len(body)} case lines from {len(ins)} journals{dropped}")
     return 0
 
 
