@@ -67,7 +67,7 @@ tar xzf $P/pb/peers.tgz -C $P/pb
 mv $P/pb/peers.tgz $OUT/peers-b.tgz
 wait
 if [ "${NG_CACHES:-0}" = 1 ]; then
-  tar czf $OUT/caches.tgz -C / tmp/torchinductor_$(whoami) $(cd / && ls -d root/.triton/cache 2>/dev/null) 2>/dev/null
+  tar czf $OUT/caches.tgz -C / tmp/torchinductor_$(whoami) $(cd / && ls -d "${HOME#/}/.triton/cache" 2>/dev/null) 2>/dev/null
   ls -la $OUT/caches.tgz >$P/caches.txt
 fi
 mv $P/forms/campaign.tgz $OUT/campaign-v3-forms-b.tgz
