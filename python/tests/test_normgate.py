@@ -132,7 +132,16 @@ def test_argument_errors_name_the_bad_value_without_a_gpu():
         normgate.Oracle("H=64,T=10,w=bf16,form=plain,family=normal,seed=0,colour=red")
     with pytest.raises(ValueError, match="negative control"):
         _lib.bwd_workspace_bytes("ctl_fp32_seq", 10, 64)
-    assert normgate.bwd_workspace_bytes(10, 64, deterministic=False) == 8 * 64 * 8  # 8 FP64 replicas per column
+    # The workspace rule (kernels/src/api.cpp, nondet_replicas.h): FP64 chunk
+    # partials [num_chunks, H] for det, and for nondet when its chunks are
+    # shorter than 128 rows (10 rows: one chunk, the same bytes as det);
+    # 8 FP64 replicas per column when nondet uses atomics (131072 rows of
+    # 4096: ~165 rows per chunk).
+    det_10 = normgate.bwd_workspace_bytes(10, 64, deterministic=True)
+    assert det_10 == 1 * 64 * 8
+    assert normgate.bwd_workspace_bytes(10, 64, deterministic=False) == det_10
+    assert normgate.bwd_workspace_bytes(131072, 4096, deterministic=False) == 8 * 4096 * 8
+    assert normgate.bwd_workspace_bytes(131072, 4096, deterministic=True) > 100 * 4096 * 8
 
 
 # ---- GPU: the kernels ---------------------------------------------------------
