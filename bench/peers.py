@@ -982,6 +982,8 @@ def merge(argv):
         vals = []
         for _, r in runs:
             v = str(r["meta"].get(k))
+            if k == "driver":
+                v = v.splitlines()[0] if v.strip() else v  # older results: one line per GPU
             if v not in vals:
                 vals.append(v)
         meta[k] = " / ".join(vals) if k != "command" else "; ".join(vals)
@@ -991,8 +993,17 @@ def merge(argv):
     meta["peer_errors"] = {}
     for _, r in runs:
         meta["peer_errors"].update(r["meta"].get("peer_errors") or {})
+    # A row one run skipped (deadline) or failed may be measured by another:
+    # the merged table lists as missing only rows no run measured, each once.
+    measured = set(seen)
     for k in ("skipped", "failed_rows"):
-        meta[k] = [x for _, r in runs for x in r["meta"].get(k, [])]
+        meta[k], listed = [], set()
+        for _, r in runs:
+            for x in r["meta"].get(k, []):
+                key = (x[3], int(x[1]), x[2], int(x[0]))  # [T, H, w, form(, error)] as row_key spells it
+                if key not in measured and key not in listed:
+                    listed.add(key)
+                    meta[k].append(x)
     meta["stopped"] = "; ".join(r["meta"]["stopped"] for _, r in runs if r["meta"].get("stopped"))
     meta["merged_from"] = files
     # The header's copy ceiling: the lowest of the runs' (each row's column uses its own).
@@ -1103,6 +1114,7 @@ def main(argv):
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20).stdout.strip()
+        smi = smi.splitlines()[0] if smi else "unknown"  # one line per GPU; one driver
     except Exception:  # noqa: BLE001
         smi = "unknown"
     try:

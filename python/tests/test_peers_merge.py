@@ -75,6 +75,28 @@ def test_summary_and_tables_per_form():
         assert cell + mark in md, (cell, mark)
 
 
+def test_merge_lists_as_missing_only_rows_no_run_measured():
+    """Runs of several calls: a row one run skipped at its deadline and a later
+    run measured is not missing; a row skipped by two runs is listed once."""
+    a = json.load(open(A))
+    r1, r2 = dict(a), dict(a)
+    r1["rows"], r2["rows"] = a["rows"][:1], a["rows"][1:2]
+    t0, t1 = a["rows"][0], a["rows"][1]
+    spell = lambda row: [row["T"], row["H"], row["w"], row.get("form", "plain")]  # noqa: E731
+    r1["meta"] = dict(a["meta"], skipped=[spell(t1), [99999, 4096, "bf16", "plain"]])
+    r2["meta"] = dict(a["meta"], skipped=[[99999, 4096, "bf16", "plain"]],
+                      failed_rows=[spell(t0) + ["CUDA error: out of memory"]])
+    with tempfile.TemporaryDirectory() as d:
+        p1, p2, out_j = os.path.join(d, "1.json"), os.path.join(d, "2.json"), os.path.join(d, "m.json")
+        json.dump(r1, open(p1, "w"))
+        json.dump(r2, open(p2, "w"))
+        r = run(p1, p2, "--json", out_j, "--md", os.devnull)
+        assert r.returncode == 0, r.stderr
+        m = json.load(open(out_j))
+    assert m["meta"]["skipped"] == [[99999, 4096, "bf16", "plain"]]
+    assert m["meta"]["failed_rows"] == []
+
+
 def test_summary_thresholds_on_synthetic_rows():
     """Ratios on both sides of 1 and of the floor, which the stored rows lack."""
     a = json.load(open(A))
@@ -146,6 +168,7 @@ def test_done_patterns_may_match_nothing_but_paths_must_exist():
 
 
 if __name__ == "__main__":
+    test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
     test_split_known_reuses_only_identical_outputs()
