@@ -5,8 +5,9 @@ errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
-Usage: scripts/journal_summary.py JOURNAL [--md OUT.md]
+Usage: scripts/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
 Exit 0; 2 on a missing or unreadable journal."""
+import gzip
 import json
 import re
 import sys
@@ -21,7 +22,9 @@ def main(argv):
     path = argv[0]
     md_out = argv[argv.index("--md") + 1] if "--md" in argv else None
     try:
-        lines = open(path).read().splitlines()
+        opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
+        with opener(path, "rt", encoding="utf-8") as f:
+            lines = f.read().splitlines()
         head = json.loads(lines[0])
     except (OSError, ValueError, IndexError) as e:
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
