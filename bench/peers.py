@@ -995,13 +995,12 @@ def merge(argv):
         meta["peer_errors"].update(r["meta"].get("peer_errors") or {})
     # A row one run skipped (deadline) or failed may be measured by another:
     # the merged table lists as missing only rows no run measured, each once.
-    measured = set(seen)
     for k in ("skipped", "failed_rows"):
         meta[k], listed = [], set()
         for _, r in runs:
-            for x in r["meta"].get(k, []):
-                key = (x[3], int(x[1]), x[2], int(x[0]))  # [T, H, w, form(, error)] as row_key spells it
-                if key not in measured and key not in listed:
+            for x in r["meta"].get(k, []):  # [T, H, w, form(, error)]
+                key = row_key({"T": x[0], "H": x[1], "w": x[2], "form": x[3]})
+                if key not in seen and key not in listed:
                     listed.add(key)
                     meta[k].append(x)
     meta["stopped"] = "; ".join(r["meta"]["stopped"] for _, r in runs if r["meta"].get("stopped"))
