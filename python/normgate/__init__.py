@@ -6,8 +6,8 @@ no build against PyTorch. The library is found at $NORMGATE_LIB, else at
 makes it); a missing library is reported on first use, not at import.
 
 torch is imported inside the functions that need it, so `import normgate`
-works without torch (version(), device_available(), case_info() need no torch;
-everything else does).
+works without torch (version(), device_available(), case_info() and
+bwd_workspace_bytes() need no torch; everything else does).
 
 Tensors (torch):
   x, dy, y, dx, h_new, u, dh_new: CUDA bfloat16, [T, H] (plain, res) or

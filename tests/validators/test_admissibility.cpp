@@ -7,6 +7,7 @@
 // (docs/results/h200-2026-11-29).
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,16 @@ struct Adm {
   normgate::WDtype w;
 };
 
-std::string name(const testing::TestParamInfo<Adm>& i) {
-  return std::string(ns::to_string(i.param.f)) + "_H" + std::to_string(i.param.H) + "_T" +
-         std::to_string(i.param.T) + "_w" + std::string(normgate::to_string(i.param.w));
+std::string label(const Adm& a) {
+  return std::string(ns::to_string(a.f)) + "_H" + std::to_string(a.H) + "_T" + std::to_string(a.T) + "_w" +
+         std::string(normgate::to_string(a.w));
 }
+
+std::string name(const testing::TestParamInfo<Adm>& i) { return label(i.param); }
+
+// gtest prints a parameter in test listings (ctest's names): without this it
+// dumps the struct's bytes, padding included, which vary from run to run.
+void PrintTo(const Adm& a, std::ostream* os) { *os << label(a); }
 
 class Admissible : public testing::TestWithParam<Adm> {};
 
