@@ -653,8 +653,13 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
         c = case_id(form, H, T, wname, args.family, seed)
         ins = None
         try:
-            ins = form_inputs(torch, normgate.generate(c))
-            with normgate.Oracle(c) as orc:
+            g = normgate.generate(c)  # device generator on a CUDA device
+            ins = form_inputs(torch, g)
+            # The oracle takes these inputs (host copies, a sample checked
+            # against the generator) instead of generating them again on the
+            # host: session 13's rows spent about half their accuracy phase
+            # in the two host generations (docs/perf.md, session 14).
+            with normgate.Oracle(c, inputs=g) as orc:
                 seen = {}  # this seed's distinct outputs: identical ones are validated once
                 for n in acc:
                     accuracy_into(torch, impls[n], ins, orc, row["impls"][n], seen)

@@ -119,6 +119,30 @@ void check_elems(const char* what, const void* p, uint64_t got, int64_t want) {
     bad(std::string(what) + " has " + std::to_string(got) + " elements, the case needs " + std::to_string(want));
 }
 
+// The buffers of ng_host_inputs against case c: x, dy rows*H, w H, u and
+// dh_new rows*H for form res and NULL (0) otherwise.
+void check_input_buffers(const ns::CaseId& c, const ng_host_inputs* b) {
+  const int64_t n = c.rows() * c.H;  // case ids bound rows*H well inside int64
+  check_elems("x", b->x, b->x_elems, n);
+  check_elems("dy", b->dy, b->dy_elems, n);
+  check_elems("w", b->w, b->w_elems, c.H);
+  if (c.form == Form::res) {
+    check_elems("u", b->u, b->u_elems, n);
+    check_elems("dh_new", b->dh_new, b->dh_new_elems, n);
+  } else {
+    if (b->u != nullptr || b->u_elems != 0)
+      bad("u must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no u");
+    if (b->dh_new != nullptr || b->dh_new_elems != 0)
+      bad("dh_new must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no dh_new");
+  }
+}
+
+// Builds the handle's CaseOracle over o->inputs (oracle mode auto).
+void build_oracle(ng_oracle& o) {
+  o.oracle = std::make_unique<nv::CaseOracle>(o.inputs, normgate::oracle::OracleMode::auto_, o.threads,
+                                              /*baseline_rows=*/false);  // its dw only (dw vs FP32)
+}
+
 }  // namespace
 
 extern "C" {
@@ -236,20 +260,8 @@ int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
   return guard("ng_generate_host", [&] {
     const ns::CaseId c = parse(case_id);
     need(out, "out");
-    const int64_t n = c.rows() * c.H;  // case ids bound rows*H well inside int64
-    check_elems("x", out->x, out->x_elems, n);
-    check_elems("dy", out->dy, out->dy_elems, n);
-    check_elems("w", out->w, out->w_elems, c.H);
+    check_input_buffers(c, out);
     const bool res = c.form == Form::res;
-    if (res) {
-      check_elems("u", out->u, out->u_elems, n);
-      check_elems("dh_new", out->dh_new, out->dh_new_elems, n);
-    } else {
-      if (out->u != nullptr || out->u_elems != 0)
-        bad("u must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no u");
-      if (out->dh_new != nullptr || out->dh_new_elems != 0)
-        bad("dh_new must be NULL (0 elements): form " + std::string(normgate::to_string(c.form)) + " has no dh_new");
-    }
     const ns::HostInputs in = ns::generate_host(c);
     std::memcpy(out->x, in.x.data(), in.x.size() * 2);
     std::memcpy(out->dy, in.dy.data(), in.dy.size() * 2);
@@ -264,6 +276,25 @@ int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
   });
 }
 
+int ng_generate_device(const char* case_id, const ng_host_inputs* out, void* stream) {
+  return guard("ng_generate_device", [&] {
+    const ns::CaseId c = parse(case_id);
+    need(out, "out");
+    check_input_buffers(c, out);
+    nk::DeviceInputBuffers b;  // rows contiguous: row r of a tensor at p + r*H (heads folded into rows)
+    b.x = static_cast<uint16_t*>(out->x);
+    b.x_stride = c.H;
+    b.dy = static_cast<uint16_t*>(out->dy);
+    b.dy_stride = c.H;
+    b.w = out->w;
+    b.u = static_cast<uint16_t*>(out->u);
+    b.u_stride = c.H;
+    b.dh_new = static_cast<uint16_t*>(out->dh_new);
+    b.dh_new_stride = c.H;
+    nk::generate_device_inputs(c, b, static_cast<nk::Stream>(stream));
+  });
+}
+
 int ng_oracle_open(const char* case_id, int threads, ng_oracle** out) {
   return guard("ng_oracle_open", [&] {
     need(out, "out");
@@ -272,8 +303,37 @@ int ng_oracle_open(const char* case_id, int threads, ng_oracle** out) {
     auto o = std::make_unique<ng_oracle>();
     o->threads = threads;
     o->inputs = ns::generate_host(c, threads);
-    o->oracle = std::make_unique<nv::CaseOracle>(o->inputs, normgate::oracle::OracleMode::auto_, threads,
-                                                 /*baseline_rows=*/false);  // its dw only (dw vs FP32)
+    build_oracle(*o);
+    *out = o.release();
+  });
+}
+
+int ng_oracle_open_inputs(const char* case_id, const ng_host_inputs* in, int threads, ng_oracle** out) {
+  return guard("ng_oracle_open_inputs", [&] {
+    need(out, "out");
+    *out = nullptr;
+    const ns::CaseId c = parse(case_id);
+    need(in, "inputs");
+    check_input_buffers(c, in);
+    auto o = std::make_unique<ng_oracle>();
+    o->threads = threads;
+    ns::HostInputs& h = o->inputs;
+    h.id = c;
+    h.rows = c.rows();
+    h.cols = c.H;
+    const int64_t n = h.rows * h.cols;
+    h.x = host_copy<uint16_t>(in->x, n);
+    h.dy = host_copy<uint16_t>(in->dy, n);
+    if (c.form == Form::res) {
+      h.u = host_copy<uint16_t>(in->u, n);
+      h.dh_new = host_copy<uint16_t>(in->dh_new, n);
+    }
+    if (c.w == WDtype::bf16)
+      h.w_bf16 = host_copy<uint16_t>(in->w, c.H);
+    else
+      h.w_f32 = host_copy<float>(in->w, c.H);
+    ns::check_inputs_sample(h, 64, threads);  // another case's inputs: NG_EINVAL naming the element
+    build_oracle(*o);
     *out = o.release();
   });
 }

@@ -336,6 +336,9 @@ def generate(case_id, device="cuda"):
     Returns a dict: x (or h and u for form res), dy, dh_new (res), w (bfloat16
     or float32 per the case), eps (float), form (str), T, H, heads, case (the
     canonical id). Tensors are contiguous, [T, H] or [T, heads, 256], on `device`.
+    On a CUDA device they are made there by the device generator
+    (ng_generate_device, the same bits as the host generator: tested), on
+    torch's current stream; elsewhere by the host generator.
     """
     torch = _torch()
     info = _lib.case_info(case_id)
@@ -343,12 +346,15 @@ def generate(case_id, device="cuda"):
     shape = (T, H) if heads == 1 else (T, heads, H)
     n = rows * H
     res = info["form"] == "res"
+    dev = torch.device(device)
+    on_gpu = dev.type == "cuda"
 
     def bf16():
-        return torch.empty((n,), dtype=torch.bfloat16)
+        return torch.empty((n,), dtype=torch.bfloat16, device=dev if on_gpu else "cpu")
 
     x, dy = bf16(), bf16()
-    w = torch.empty((H,), dtype=torch.bfloat16 if info["w"] == "bf16" else torch.float32)
+    w = torch.empty((H,), dtype=torch.bfloat16 if info["w"] == "bf16" else torch.float32,
+                    device=dev if on_gpu else "cpu")
     b = _lib.HostInputs()
     b.x, b.x_elems = x.data_ptr(), n
     b.dy, b.dy_elems = dy.data_ptr(), n
@@ -358,7 +364,12 @@ def generate(case_id, device="cuda"):
         u, dh_new = bf16(), bf16()
         b.u, b.u_elems = u.data_ptr(), n
         b.dh_new, b.dh_new_elems = dh_new.data_ptr(), n
-    _lib.check(_lib.lib().ng_generate_host(case_id.encode(), ctypes.byref(b)))
+    if on_gpu:
+        with torch.cuda.device(dev):
+            _lib.check(_lib.lib().ng_generate_device(case_id.encode(), ctypes.byref(b),
+                                                     _stream(x.device)))
+    else:
+        _lib.check(_lib.lib().ng_generate_host(case_id.encode(), ctypes.byref(b)))
     out = {"dy": dy.view(shape).to(device), "w": w.to(device), "eps": info["eps"], "form": info["form"],
            "T": T, "H": H, "heads": heads, "case": info["case"]}
     if res:
@@ -374,20 +385,55 @@ _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "floa
 
 
 class Oracle:
-    """The FP64 oracle of one case (inputs generated on the host, reference with
-    MPFR escalation), computed once; validate() any number of implementations'
-    outputs against it. A context manager (close() frees it).
+    """The FP64 oracle of one case (reference with MPFR escalation), computed
+    once; validate() any number of implementations' outputs against it. A
+    context manager (close() frees it).
 
         with normgate.Oracle("H=4096,T=4097,w=bf16,form=plain,family=cancel,seed=0") as o:
             report = o.validate(y=y, rstd=rstd, dx=dx, dw=dw)
             assert report["pass"], report
+
+    inputs: None (the host generator makes the case's inputs again: tens of
+    CPU ns per element and tensor), or the dict generate(case_id, ...)
+    returned (its tensors on any device; COPIED to host memory): the oracle
+    uses those bits after checking a sample of them against the generator
+    (ng_oracle_open_inputs: 64 rows spread over each tensor, and w), so inputs
+    of another case raise ValueError naming the tensor, row and column.
+    threads: OpenMP threads (0: the default); results do not depend on it.
     """
 
-    def __init__(self, case_id, threads=0):
+    def __init__(self, case_id, threads=0, inputs=None):
         self._h = None
         self.info = _lib.case_info(case_id)
         self.case = self.info["case"]
-        self._h = _lib.oracle_open(case_id, threads)
+        if inputs is None:
+            self._h = _lib.oracle_open(case_id, threads)
+            return
+        torch = _torch()
+        if not isinstance(inputs, dict):
+            raise ValueError("inputs must be the dict generate() returns, got %s" % type(inputs).__name__)
+        res = self.info["form"] == "res"
+        names = ("h", "dy", "w", "u", "dh_new") if res else ("x", "dy", "w")
+        keep = {}
+        for name in names:
+            t = inputs.get(name)
+            if not isinstance(t, torch.Tensor):
+                raise ValueError("inputs[%r] must be a torch.Tensor (form %s), got %s"
+                                 % (name, self.info["form"], type(t).__name__))
+            keep[name] = t.detach().to("cpu").contiguous().reshape(-1)
+        b = _lib.HostInputs()
+        b.x, b.x_elems = keep[names[0]].data_ptr(), keep[names[0]].numel()
+        b.dy, b.dy_elems = keep["dy"].data_ptr(), keep["dy"].numel()
+        b.w, b.w_elems = keep["w"].data_ptr(), keep["w"].numel()
+        if res:
+            b.u, b.u_elems = keep["u"].data_ptr(), keep["u"].numel()
+            b.dh_new, b.dh_new_elems = keep["dh_new"].data_ptr(), keep["dh_new"].numel()
+        want_w = torch.bfloat16 if self.info["w"] == "bf16" else torch.float32
+        for name, t in keep.items():
+            want = want_w if name == "w" else torch.bfloat16
+            if t.dtype != want:
+                raise ValueError("inputs[%r] has dtype %s; expected %s" % (name, t.dtype, want))
+        self._h = _lib.oracle_open_inputs(case_id, b, threads)
 
     def close(self):
         h, self._h = self._h, None
@@ -445,11 +491,14 @@ def check(impl, case_id, device="cuda"):
     reported absent). Returns the Oracle's report (see Oracle.validate).
     """
     inputs = generate(case_id, device)
-    outs = impl(inputs)
-    if not isinstance(outs, dict):
-        raise ValueError("impl must return a dict of outputs, got %s" % type(outs).__name__)
-    unknown = sorted(set(outs) - set(_OUT_DTYPES))
-    if unknown:
-        raise ValueError("impl returned unknown outputs %s (expected any of y, rstd, dx, dw, h_new)" % unknown)
-    with Oracle(case_id) as o:
+    # The oracle copies the inputs before impl runs (an impl writing into its
+    # inputs cannot change what it is checked against), without a second
+    # host generation.
+    with Oracle(case_id, inputs=inputs) as o:
+        outs = impl(inputs)
+        if not isinstance(outs, dict):
+            raise ValueError("impl must return a dict of outputs, got %s" % type(outs).__name__)
+        unknown = sorted(set(outs) - set(_OUT_DTYPES))
+        if unknown:
+            raise ValueError("impl returned unknown outputs %s (expected any of y, rstd, dx, dw, h_new)" % unknown)
         return o.validate(**outs)

@@ -151,6 +151,11 @@ def lib():
         L.ng_generate_host.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs)]
         L.ng_oracle_open.restype = ctypes.c_int
         L.ng_oracle_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_vp)]
+        L.ng_generate_device.restype = ctypes.c_int
+        L.ng_generate_device.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), _vp]
+        L.ng_oracle_open_inputs.restype = ctypes.c_int
+        L.ng_oracle_open_inputs.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), ctypes.c_int,
+                                            ctypes.POINTER(_vp)]
         L.ng_oracle_validate.restype = ctypes.c_int
         L.ng_oracle_validate.argtypes = [_vp, ctypes.POINTER(Outputs), ctypes.c_char_p, ctypes.c_size_t,
                                          ctypes.POINTER(ctypes.c_size_t)]
@@ -228,6 +233,13 @@ def bwd_workspace_bytes(variant, rows, H):
 def oracle_open(case_id, threads=0):
     h = _vp()
     check(lib().ng_oracle_open(_bytes(case_id, "case_id"), int(threads), ctypes.byref(h)))
+    return h
+
+
+def oracle_open_inputs(case_id, inputs, threads=0):
+    """ng_oracle_open_inputs over a HostInputs of host pointers."""
+    h = _vp()
+    check(lib().ng_oracle_open_inputs(_bytes(case_id, "case_id"), ctypes.byref(inputs), int(threads), ctypes.byref(h)))
     return h
 
 

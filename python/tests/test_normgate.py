@@ -121,6 +121,53 @@ def test_check_runs_an_impl_against_the_oracle():
         normgate.check(lambda inp: {"z": inp["x"]}, "H=32,T=10,w=fp32,form=plain,family=normal,seed=0", device="cpu")
 
 
+@pytest.mark.parametrize("case", [
+    "H=96,T=70,w=bf16,form=plain,family=cancel,seed=2",
+    "H=64,T=33,w=fp32,form=res,family=llm,seed=5",
+])
+def test_oracle_over_given_inputs_reports_as_its_own_generation(case):
+    inp = normgate.generate(case, device="cpu")
+    out = reference(inp)
+    dx = out["dx"].clone().reshape(-1)
+    dx[7] += 8
+    out["dx"] = dx.reshape(out["dx"].shape)
+    with normgate.Oracle(case) as own, normgate.Oracle(case, inputs=inp) as over:
+        a, b = own.validate(**out), over.validate(**out)
+    assert a == b and not b["outputs"]["dx"]["pass"] and b["outputs"]["y"]["pass"]
+    other = normgate.generate(case.replace("seed=", "seed=1"), device="cpu")
+    with pytest.raises(ValueError, match=r"is 0x.*the generator gives"):
+        normgate.Oracle(case, inputs=other)
+    with pytest.raises(ValueError, match="inputs must be the dict"):
+        normgate.Oracle(case, inputs=[inp["dy"]])
+
+
+def test_check_validates_against_the_inputs_before_impl_ran():
+    case = "H=64,T=20,w=bf16,form=plain,family=normal,seed=4"
+
+    def scribbler(inp):
+        out = reference(inp)
+        inp["x"].fill_(0)  # an impl writing into its inputs does not move the reference
+        return out
+    assert normgate.check(scribbler, case, device="cpu")["pass"]
+
+
+@gpu
+@pytest.mark.parametrize("case", [
+    "H=2048,T=4097,w=bf16,form=plain,family=cancel,seed=0",
+    "H=256,T=9,w=fp32,form=heads24,family=llm,seed=1",
+    "H=48,T=21,w=bf16,form=res,family=normal,seed=8",
+])
+def test_generate_on_the_gpu_equals_the_host_generator(case):
+    g, h = normgate.generate(case, device="cuda"), normgate.generate(case, device="cpu")
+    for k, t in h.items():
+        if isinstance(t, torch.Tensor):
+            assert g[k].is_cuda and g[k].dtype == t.dtype and g[k].shape == t.shape, k
+            iv = torch.int16 if t.dtype == torch.bfloat16 else torch.int32
+            assert torch.equal(g[k].cpu().view(iv), t.view(iv)), k
+    with normgate.Oracle(case, inputs=g) as o:  # the GPU's bits pass the oracle's sample check
+        assert o.case == h["case"]
+
+
 def test_argument_errors_name_the_bad_value_without_a_gpu():
     x = torch.zeros((4, 64), dtype=torch.bfloat16)
     w = torch.ones((64,), dtype=torch.bfloat16)

@@ -5,6 +5,10 @@
 #include <openssl/evp.h>
 
 #include <bit>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <memory>
 #include <stdexcept>
 
@@ -98,6 +102,94 @@ HostInputs generate_host(const CaseId& c, int threads) {
     for (int64_t j = 0; j < cols; ++j) in.w_f32[j] = family_value(p, Tensor::w, 0, j);
   }
   return in;
+}
+
+void check_inputs_sample(const HostInputs& in, int samples, int threads) {
+  const CaseId& c = in.id;
+  validate_case(c);
+  if (samples < 2) throw std::invalid_argument("check_inputs_sample: samples = " + std::to_string(samples) + " < 2");
+  const int64_t rows = c.rows(), cols = c.H;
+  const std::string where = "inputs of " + to_string(c) + ": ";
+  if (in.rows != rows || in.cols != cols)
+    throw std::invalid_argument(where + "shape [" + std::to_string(in.rows) + ", " + std::to_string(in.cols) +
+                                "], expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  const bool res = c.form == Form::res;
+  const size_t n = static_cast<size_t>(rows * cols);
+  auto need_size = [&](const char* name, size_t got, size_t want) {
+    if (got != want)
+      throw std::invalid_argument(where + name + " has " + std::to_string(got) + " elements, expected " +
+                                  std::to_string(want));
+  };
+  need_size("x", in.x.size(), n);
+  need_size("dy", in.dy.size(), n);
+  need_size("u", in.u.size(), res ? n : 0);
+  need_size("dh_new", in.dh_new.size(), res ? n : 0);
+  need_size("w_bf16", in.w_bf16.size(), c.w == WDtype::bf16 ? static_cast<size_t>(cols) : 0);
+  need_size("w_f32", in.w_f32.size(), c.w == WDtype::fp32 ? static_cast<size_t>(cols) : 0);
+  const FamilyParams p = family_params(c);
+  auto hex = [](uint32_t v, int digits) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string s = "0x";
+    for (int k = digits - 1; k >= 0; --k) s += kHex[(v >> (4 * k)) & 0xFu];
+    return s;
+  };
+  for (int64_t j = 0; j < cols; ++j) {
+    const float v = family_value(p, Tensor::w, 0, j);
+    if (c.w == WDtype::bf16 ? in.w_bf16[j] != bf16_from_float(v) : std::bit_cast<uint32_t>(in.w_f32[j]) != std::bit_cast<uint32_t>(v)) {
+      const bool b = c.w == WDtype::bf16;
+      throw std::invalid_argument(where + "w[" + std::to_string(j) + "] is " +
+                                  (b ? hex(in.w_bf16[j], 4) : hex(std::bit_cast<uint32_t>(in.w_f32[j]), 8)) +
+                                  ", the generator gives " +
+                                  (b ? hex(bf16_from_float(v), 4) : hex(std::bit_cast<uint32_t>(v), 8)));
+    }
+  }
+  // Sampled rows: 0, rows-1 and evenly between (every row when few).
+  std::vector<int64_t> pick;
+  if (rows <= samples) {
+    for (int64_t r = 0; r < rows; ++r) pick.push_back(r);
+  } else {
+    for (int k = 0; k < samples; ++k) pick.push_back(static_cast<int64_t>(k) * (rows - 1) / (samples - 1));
+  }
+  struct Tsr {
+    const char* name;
+    Tensor t;
+    const std::vector<uint16_t>* v;
+  };
+  std::vector<Tsr> ts{{"x", Tensor::x, &in.x}, {"dy", Tensor::dy, &in.dy}};
+  if (res) {
+    ts.push_back({"u", Tensor::u, &in.u});
+    ts.push_back({"dh_new", Tensor::dh_new, &in.dh_new});
+  }
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  const int64_t npick = static_cast<int64_t>(pick.size());
+  // First mismatch in (tensor, sampled row) order, whatever the thread count.
+  int64_t first = INT64_MAX;
+  int64_t first_col = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t k = 0; k < npick * static_cast<int64_t>(ts.size()); ++k) {
+    const Tsr& t = ts[static_cast<size_t>(k / npick)];
+    const int64_t r = pick[static_cast<size_t>(k % npick)];
+    const uint16_t* row = t.v->data() + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      if (row[j] != bf16_from_float(family_value(p, t.t, r, j))) {
+#pragma omp critical(ng_check_inputs_sample)
+        if (k < first) {
+          first = k;
+          first_col = j;
+        }
+        break;
+      }
+    }
+  }
+  if (first != INT64_MAX) {
+    const Tsr& t = ts[static_cast<size_t>(first / npick)];
+    const int64_t r = pick[static_cast<size_t>(first % npick)];
+    throw std::invalid_argument(where + t.name + "[" + std::to_string(r) + ", " + std::to_string(first_col) +
+                                "] is " + hex((*t.v)[static_cast<size_t>(r * cols + first_col)], 4) +
+                                ", the generator gives " +
+                                hex(bf16_from_float(family_value(p, t.t, r, first_col)), 4) +
+                                " (sampled rows checked; not this case's inputs?)");
+  }
 }
 
 std::string sha256_hex(const void* data, size_t n) {

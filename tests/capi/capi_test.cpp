@@ -5,6 +5,7 @@
 // outputs (absent ones reported absent). GPU tests skip without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -421,6 +422,64 @@ TEST(CApi, OracleValidatesModelOutputs) {
   ng_oracle_close(o);
 }
 
+// ng_oracle_open_inputs: the caller's copy of the inputs gives the same
+// reports as the oracle's own generation; inputs of another case, one wrong
+// element in a sampled row, or a wrong size are NG_EINVAL naming them.
+TEST(CApi, OracleOverGivenInputsMatchesItsOwnGeneration) {
+  for (const char* id : {"H=96,T=300,w=bf16,form=plain,family=cancel,seed=1",
+                         "H=64,T=50,w=fp32,form=res,family=llm,seed=2",
+                         "H=256,T=9,w=bf16,form=heads4,family=normal,seed=4"}) {
+    const ns::HostInputs in = ns::generate_host(ns::parse_case(id));
+    Inputs given = generate(id);
+    const ng_host_inputs b = given.bufs();
+    ng_oracle *own = nullptr, *over = nullptr;
+    ASSERT_EQ(ng_oracle_open(id, 2, &own), NG_OK) << last_error();
+    ASSERT_EQ(ng_oracle_open_inputs(id, &b, 2, &over), NG_OK) << id << ": " << last_error();
+    // The handle copied the inputs: overwriting the caller's buffers changes nothing.
+    std::fill(given.x.begin(), given.x.end(), uint16_t{0x7FC0});
+    normgate::Outputs m = model_outputs(in, "bwd_det_chunked");
+    const size_t k = static_cast<size_t>(in.cols) + 3;  // one element off: a report with a failure in it
+    m.dx[k] = normgate::bf16_from_float(normgate::bf16_to_float(m.dx[k]) + 8.0f);
+    const json a = validate(own, all_of(m)), c = validate(over, all_of(m));
+    ASSERT_TRUE(a.is_object() && c.is_object()) << last_error();
+    EXPECT_EQ(a, c) << id;
+    EXPECT_EQ(c["outputs"]["dx"]["pass"], false) << id;
+    EXPECT_EQ(c["outputs"]["y"]["pass"], true) << id;
+    ng_oracle_close(own);
+    ng_oracle_close(over);
+  }
+
+  const char* id = "H=64,T=300,w=bf16,form=plain,family=normal,seed=0";
+  ng_oracle* o = nullptr;
+  // Another seed's inputs: the first sampled element differs (x[0, 0]).
+  Inputs other = generate("H=64,T=300,w=bf16,form=plain,family=normal,seed=1");
+  ng_host_inputs b = other.bufs();
+  EXPECT_EQ(ng_oracle_open_inputs(id, &b, 0, &o), NG_EINVAL);
+  EXPECT_EQ(o, nullptr);
+  EXPECT_NE(last_error().find("w[0] is 0x"), std::string::npos) << last_error();  // w comes first, seeded too
+  // The right w, x and dy from another seed: named at x[0, 0].
+  Inputs right = generate(id);
+  other.w16 = right.w16;
+  b = other.bufs();
+  EXPECT_EQ(ng_oracle_open_inputs(id, &b, 0, &o), NG_EINVAL);
+  EXPECT_NE(last_error().find("x[0, 0] is 0x"), std::string::npos) << last_error();
+  // One element in a sampled row (the last row, column 17, of dy): named.
+  right.dy[299 * 64 + 17] ^= 0x0001;
+  b = right.bufs();
+  EXPECT_EQ(ng_oracle_open_inputs(id, &b, 0, &o), NG_EINVAL);
+  EXPECT_NE(last_error().find("dy[299, 17] is 0x"), std::string::npos) << last_error();
+  right.dy[299 * 64 + 17] ^= 0x0001;
+  b = right.bufs();
+  b.dy_elems -= 1;
+  EXPECT_EQ(ng_oracle_open_inputs(id, &b, 0, &o), NG_EINVAL);
+  EXPECT_NE(last_error().find("dy has 19199 elements, the case needs 19200"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_oracle_open_inputs(id, nullptr, 0, &o), NG_EINVAL);
+  EXPECT_NE(last_error().find("inputs is NULL"), std::string::npos) << last_error();
+  b = right.bufs();
+  ASSERT_EQ(ng_oracle_open_inputs(id, &b, 0, &o), NG_OK) << last_error();
+  ng_oracle_close(o);
+}
+
 // Form res (h_new checked bitwise; dx holds dh) and a head form.
 TEST(CApi, OracleResAndHeads) {
   {
@@ -600,6 +659,55 @@ void run_case(const char* id, const char* bwd) {
 
 }  // namespace
 
+TEST(CApiGpu, GenerateDeviceEqualsGenerateHost) {
+  if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  for (const char* id : {"H=100,T=37,w=bf16,form=plain,family=cancel,seed=3",
+                         "H=256,T=9,w=fp32,form=heads4,family=llm,seed=1",
+                         "H=48,T=21,w=bf16,form=res,family=normal,seed=8",
+                         "H=2048,T=4097,w=fp32,form=plain,family=llm,seed=5"}) {
+    const Inputs h = generate(id);
+    const size_t n = h.x.size();
+    const bool res = h.info.form == NG_FORM_RES, bf = h.info.w_dtype == NG_W_BF16;
+    Dev<uint16_t> x(n), dy(n), u(res ? n : 0), dh(res ? n : 0), w16(h.info.H);
+    Dev<float> w32(h.info.H);
+    CUDA_OK(cudaMemset(x.p, 0xFF, n * 2));  // poison
+    CUDA_OK(cudaMemset(dy.p, 0xFF, n * 2));
+    if (res) {
+      CUDA_OK(cudaMemset(u.p, 0xFF, n * 2));
+      CUDA_OK(cudaMemset(dh.p, 0xFF, n * 2));
+    }
+    ng_host_inputs b{};
+    b.x = x.p;
+    b.x_elems = n;
+    b.dy = dy.p;
+    b.dy_elems = n;
+    b.w = bf ? static_cast<void*>(w16.p) : static_cast<void*>(w32.p);
+    b.w_elems = static_cast<uint64_t>(h.info.H);
+    if (res) {
+      b.u = u.p;
+      b.u_elems = n;
+      b.dh_new = dh.p;
+      b.dh_new_elems = n;
+    }
+    ASSERT_EQ(ng_generate_device(id, &b, nullptr), NG_OK) << id << ": " << last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(down(x.p, n), h.x) << id;
+    EXPECT_EQ(down(dy.p, n), h.dy) << id;
+    if (bf) {
+      EXPECT_EQ(down(w16.p, h.w16.size()), h.w16) << id;
+    } else {
+      EXPECT_EQ(down(w32.p, h.w32.size()), h.w32) << id;
+    }
+    if (res) {
+      EXPECT_EQ(down(u.p, n), h.u) << id;
+      EXPECT_EQ(down(dh.p, n), h.dh_new) << id;
+    }
+    b.dy_elems -= 1;
+    EXPECT_EQ(ng_generate_device(id, &b, nullptr), NG_EINVAL) << id;
+    EXPECT_NE(last_error().find("dy has"), std::string::npos) << last_error();
+  }
+}
+
 TEST(CApiGpu, KernelsThroughTheCAbiPassTheOracle) {
   if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
   for (const char* bwd : {"bwd_det_chunked", "bwd_nondet_atomic"}) {
@@ -610,6 +718,9 @@ TEST(CApiGpu, KernelsThroughTheCAbiPassTheOracle) {
   }
 }
 #else
+TEST(CApiGpu, GenerateDeviceEqualsGenerateHost) {
+  GTEST_SKIP() << "built without CUDA: ng_generate_device returns NG_EFAIL";
+}
 TEST(CApiGpu, KernelsThroughTheCAbiPassTheOracle) {
   GTEST_SKIP() << "built without CUDA: ng_fwd/ng_bwd return NG_EFAIL (KernelCallWithoutGpuFailsWithCodeOne)";
 }

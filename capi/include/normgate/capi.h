@@ -223,6 +223,15 @@ typedef struct ng_host_inputs {
  * buffer it lacks, or a size mismatch (the message names the tensor). */
 NG_API int ng_generate_host(const char* case_id, const ng_host_inputs* out);
 
+/* As ng_generate_host, on the GPU: *out's buffers are DEVICE pointers (same
+ * struct, layout and sizes, contiguous), filled by the device generator
+ * (kernels/runner.h generate_device_inputs: element by element with the host
+ * generator's function, so the bytes equal ng_generate_host's; tested in
+ * tests/capi). Enqueued on `stream` (NULL: the default stream), not
+ * synchronized. NG_EINVAL as ng_generate_host; NG_EFAIL on a CUDA error or
+ * in a library built without CUDA. */
+NG_API int ng_generate_device(const char* case_id, const ng_host_inputs* out, void* stream);
+
 /* ---- the oracle ---------------------------------------------------------- */
 
 /* One case's inputs and FP64 reference (with MPFR escalation, as every
@@ -235,6 +244,19 @@ typedef struct ng_oracle ng_oracle;
  * threads (<= 0: default; results do not depend on it). Memory: the inputs
  * plus O(rows + H) doubles. *out receives the handle (NULL on failure). */
 NG_API int ng_oracle_open(const char* case_id, int threads, ng_oracle** out);
+
+/* As ng_oracle_open, over the caller's copy of the case's inputs instead of
+ * the host generator's (HOST buffers, the layout and sizes of
+ * ng_generate_host; copied, so they may be freed after the call): for inputs
+ * already made, e.g. by ng_generate_device and copied to the host, it saves
+ * the host generation (tens of CPU ns per element and tensor). The inputs
+ * must be the case's generator output: a sample is recomputed
+ * (seeds/generate.h check_inputs_sample: every element of 64 rows spread over
+ * the tensor, first and last included, and all of w) and a difference is
+ * NG_EINVAL naming the tensor, row, column and both bit patterns; so is a
+ * wrong size or a NULL buffer the case needs. Same reports as ng_oracle_open
+ * for the same bits. */
+NG_API int ng_oracle_open_inputs(const char* case_id, const ng_host_inputs* in, int threads, ng_oracle** out);
 
 /* One implementation's outputs, HOST pointers, contiguous over rows (the
  * layout of ng_host_inputs). Any pointer may be NULL: that output was not

@@ -49,6 +49,22 @@ struct HostInputs {
 /// overflows or exceeds 2^40 elements; std::bad_alloc if memory runs out.
 HostInputs generate_host(const CaseId& c, int threads = 0);
 
+/// Check that `in` holds case in.id's inputs (for inputs made elsewhere, e.g.
+/// by the device generator, before an oracle relies on them), on a sample:
+/// every column of rows 0 and rows-1 and of up to `samples` - 2 rows spread
+/// evenly between (all rows when rows <= samples), for x, dy, and u, dh_new
+/// for form res, plus all of w, each element recomputed as generate_host
+/// writes it (family_value, BF16-rounded except w_f32). It catches inputs of
+/// another case (seed, family, kappa, shape, form, weight dtype) or layout;
+/// not a single wrong element in a row it does not visit. Cost: about
+/// samples * H generator calls per tensor (OpenMP over the sampled rows,
+/// threads <= 0: default).
+/// Throws std::invalid_argument when a tensor's size is not the case's
+/// (naming the tensor, its size and the expected one) or on the first sampled
+/// element that differs (naming the tensor, row, column and both BF16/FP32
+/// bit patterns), and for samples < 2.
+void check_inputs_sample(const HostInputs& in, int samples = 64, int threads = 0);
+
 /// SHA-256 digests (lowercase hex, 64 characters) of a case's input bytes,
 /// little-endian (BF16 tensors 2 bytes per element, w_f32 4 bytes): per
 /// tensor (x, dy, w = whichever of w_bf16/w_f32 the case uses, and u, dh_new
