@@ -2,7 +2,7 @@
 """One table over the gate reports of a campaign (every slice's
 `normgate gate --report-json`), for the campaign's summary in docs/results/.
 
-Usage: scripts/campaign_summary.py REPORT.json [REPORT.json ...] [--md OUT.md]
+Usage: scripts/campaign_summary.py REPORT.json [REPORT.json ...] [--table TABLE.toml] [--md OUT.md]
 
 Rows: one per window (by its name, e.g. "bwd det H=6144 w=bf16 form=res
 T=1..131072"), in route-line order: route (file:line), variant and the first
@@ -12,8 +12,12 @@ the verdict, and the report it comes from. A window in several reports (a
 re-gate) is taken from the latest report by date; the others are listed as
 superseded. The header gives every report's device, driver, CUDA runtime,
 seeds, commit and date; the footer the totals and how close the worst element
-came to its budget. Exit 0 when every window passes, 1 when one fails, 2 for
-usage errors (a file that is not a gate report). Writes OUT atomically.
+came to its budget. With --table (the route table the campaign gates), every
+route of the table that no report covers is a row too, verdict "not gated",
+and the footer counts them: the summary of an unfinished campaign says what
+is left. Exit 0 when every window passes (and, with --table, every route is
+gated), 1 when one fails or a route is not gated, 2 for usage errors (a file
+that is not a gate report, a table that is not TOML). Writes OUT atomically.
 """
 import json
 import os
@@ -66,11 +70,45 @@ def summarize(paths):
     return reports, rows, superseded
 
 
+def table_windows(path):
+    """[(route 'path:line', window name, variant)] of a route table, in file
+    order; names as the gate's reports spell them ('bwd det H=2048 w=bf16
+    form=plain T=1..65536'; fwd routes have no mode). Lines: the k-th line
+    that opens a route entry ('{ op = ...'), the table's one-route-a-line
+    layout (else the route's index)."""
+    import re
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        die(f"--table needs Python 3.11 or later (tomllib); this is {sys.version.split()[0]}")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        t = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        die(f"{path}: {e}")
+    routes = t.get("route")
+    if not isinstance(routes, list):
+        die(f"{path}: no [[route]] list: not a route table")
+    lines = [i + 1 for i, ln in enumerate(raw.decode("utf-8").splitlines()) if re.match(r"\s*\{\s*op\s*=", ln)]
+    out = []
+    for k, r in enumerate(routes):
+        try:
+            mode = f" {r['mode']}" if r.get("op") == "bwd" else ""
+            lo, hi = r["T"]
+            name = f"{r['op']}{mode} H={r['H']} w={r['w']} form={r.get('form', 'plain')} T={lo}..{hi}"
+        except (KeyError, TypeError, ValueError) as e:
+            die(f"{path}: route {k + 1} is malformed ({e!r}); `normgate routes {path}` names the entry")
+        line = lines[k] if len(lines) == len(routes) else k + 1
+        out.append((f"{path}:{line}", name, r.get("variant")))
+    return out
+
+
 def fmt(v):
     return "—" if v is None else f"{v:.3g}"
 
 
-def markdown(reports, rows, superseded):
+def markdown(reports, rows, superseded, missing=(), n_table=0):
     L = ["# Campaign summary", ""]
     L.append(f"{len(rows)} windows from {len(reports)} gate reports "
              "(a window gated in several reports is taken from the latest):")
@@ -85,6 +123,7 @@ def markdown(reports, rows, superseded):
     L.append("| route | window | variant (source) | cases | y | rstd | dx | dw | worst (output: case) | verdict | report |")
     L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     worst_all, cases = None, 0
+    body = []  # (route key, row): gated and not-gated routes in route-line order
     for p, r, w in rows:
         o = w.get("outputs") or {}
         vals = {k: (o.get(k) or {}).get("max_err_tol") for k in OUTS}
@@ -93,12 +132,20 @@ def markdown(reports, rows, superseded):
         cases += int(w.get("cases") or 0)
         if wo.get("err_tol") is not None and (worst_all is None or wo["err_tol"] > worst_all[0]):
             worst_all = (wo["err_tol"], wo.get("output"), wo.get("case"), w["window"])
-        L.append(f"| {f}:{line} | {w['window']} | {w.get('variant')} ({str(w.get('source_sha256', ''))[:12]}) | "
-                 f"{w.get('cases')} | " + " | ".join(fmt(vals[k]) for k in OUTS) +
-                 f" | {wo.get('output', '—')}: `{wo.get('case', '—')}` | {w.get('verdict')} | `{p}` |")
+        body.append(((f, line), f"| {f}:{line} | {w['window']} | {w.get('variant')} "
+                     f"({str(w.get('source_sha256', ''))[:12]}) | {w.get('cases')} | "
+                     + " | ".join(fmt(vals[k]) for k in OUTS) +
+                     f" | {wo.get('output', '—')}: `{wo.get('case', '—')}` | {w.get('verdict')} | `{p}` |"))
+    for route, name, variant in missing:
+        f, line = route_key(route)
+        body.append(((f, line), f"| {f}:{line} | {name} | {variant} | — | — | — | — | — | — | not gated | — |"))
+    L.extend(text for _, text in sorted(body, key=lambda b: b[0]))
     npass = sum(1 for _, _, w in rows if w.get("pass"))
     L.append("")
     L.append(f"Windows: {npass} of {len(rows)} pass; {cases} cases (a case shared by windows counts in each).")
+    if missing:
+        L.append(f"**Not gated**: {len(missing)} of the table's {n_table} routes have no report "
+                 "yet (rows marked 'not gated').")
     if worst_all:
         L.append(f"Closest to a budget: {worst_all[1]} err/tol {worst_all[0]:.4g} "
                  f"({1 / worst_all[0]:.2f}x below it) in `{worst_all[2]}`, window {worst_all[3]}."
@@ -115,7 +162,7 @@ def markdown(reports, rows, superseded):
         L.append("")
         L.append("Superseded (an older report of a window taken from a later one): "
                  + "; ".join(f"{n} in `{p}` ({d})" for n, p, d in superseded) + ".")
-    return "\n".join(L) + "\n", npass == len(rows)
+    return "\n".join(L) + "\n", npass == len(rows) and not missing
 
 
 def main(argv):
@@ -123,8 +170,16 @@ def main(argv):
     ap = argparse.ArgumentParser(description="One table over a campaign's gate reports (see the module docstring).")
     ap.add_argument("reports", nargs="+", metavar="REPORT.json", help="normgate gate --report-json files")
     ap.add_argument("--md", default="", help="also write the table here (atomically)")
+    ap.add_argument("--table", default="", help="the route table: list its routes no report covers as 'not gated'")
     a = ap.parse_args(argv)  # usage errors: exit 2
-    md, ok = markdown(*summarize(a.reports))
+    reports, rows, superseded = summarize(a.reports)
+    missing, n_table = [], 0
+    if a.table:
+        have = {w["window"] for _, _, w in rows}
+        listed = table_windows(a.table)
+        n_table = len(listed)
+        missing = [m for m in listed if m[1] not in have]
+    md, ok = markdown(reports, rows, superseded, missing, n_table)
     if a.md:
         d = os.path.dirname(os.path.abspath(a.md))
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")

@@ -60,7 +60,39 @@ def test_single_version_is_not_flagged_and_errors_exit_nonzero():
         assert r.returncode == 1 and "Windows: 2 of 3 pass" in open(out).read()
 
 
+
+def test_table_lists_the_routes_no_report_covers():
+    if sys.version_info < (3, 11):  # tomllib
+        r = run(V3_HEADS4, "--table", os.path.join(ROOT, "routes", "sm90a.toml"))
+        assert r.returncode == 2 and "needs Python 3.11" in r.stderr
+        return
+    with tempfile.TemporaryDirectory() as d:
+        # A table of three routes: the two heads4 bf16 ones the report gated and one it did not.
+        t = os.path.join(d, "t.toml")
+        open(t, "w").write(
+            'arch = "sm90a"\nroute = [\n'
+            '  { op = "fwd", H = 256, w = "bf16", form = "heads4", T = [1, 131072], variant = "fwd_rowwise" },\n'
+            '  { op = "bwd", mode = "det", H = 256, w = "bf16", form = "heads4", T = [1, 131072], '
+            'variant = "bwd_det_chunked" },\n'
+            '  { op = "bwd", mode = "det", H = 512, w = "bf16", form = "plain", T = [1, 64], '
+            'variant = "bwd_det_chunked" },\n]\n')
+        r = run(V3_HEADS4, "--table", t)
+        assert r.returncode == 1, r.stderr  # every gated window passes, one route is not gated
+        line = row_of(r.stdout, "bwd det H=512 w=bf16 form=plain T=1..64")
+        assert line.startswith("| t.toml:5 |") and "| not gated |" in line
+        assert "**Not gated**: 1 of the table's 3 routes" in r.stdout
+        # Without the uncovered route: exit 0, no 'not gated' row.
+        kept = open(t).read().splitlines()[:4]
+        open(t, "w").write("\n".join(kept) + "\n]\n")
+        r = run(V3_HEADS4, "--table", t)
+        assert r.returncode == 0 and "not gated" not in r.stdout, r.stdout + r.stderr
+        open(t, "w").write("route = [ { op = ")
+        r = run(V3_HEADS4, "--table", t)
+        assert r.returncode == 2 and "t.toml" in r.stderr
+
+
 if __name__ == "__main__":
     test_latest_report_wins_and_values_are_the_reports()
     test_single_version_is_not_flagged_and_errors_exit_nonzero()
+    test_table_lists_the_routes_no_report_covers()
     print("test_campaign_summary: ok")
