@@ -129,7 +129,7 @@ def test_oracle_over_given_inputs_reports_as_its_own_generation(case):
     inp = normgate.generate(case, device="cpu")
     out = reference(inp)
     dx = out["dx"].clone().reshape(-1)
-    dx[7] += 8
+    dx[7] += 64 + 2 * dx[7].abs()  # far outside atol + rtol|ref| whatever the family
     out["dx"] = dx.reshape(out["dx"].shape)
     with normgate.Oracle(case) as own, normgate.Oracle(case, inputs=inp) as over:
         a, b = own.validate(**out), over.validate(**out)
