@@ -32,6 +32,15 @@ Implementations (names as in the tables):
 Usage (on the H200; the normgate library must be built, NORMGATE_LIB may name it):
   python3 bench/peers.py --H 4096 --T 65537,131072 --w bf16,fp32 \
       --json out/peers.json --md out/peers.md
+Setup warm-up: while a row's accuracy phase runs (host-bound: the oracle),
+a child process (peers.py --warm-compile) runs the next row's torch.compile
+functions (TC, TCd) once, so that row's setup finds inductor's caches warm
+(autotuning is most of a row's setup: 17-103 s in session 13, 0.6 s warm).
+The child never overlaps a timing phase: it starts after the row's timing and
+the next row starts after it ends (a row records it as "prewarm": rc, the
+seconds the run waited for it, the child's per-function seconds). Its
+autotuning shares the GPU with the accuracy phase's eager runs (short: the
+GPU is idle most of that phase). --no-warm-next turns it off.
 Writes Markdown and JSON (atomically: temp file, then rename) and prints the
 Markdown last. Exit 0 on a completed run (speed is never asserted), 2 on usage
 errors, 1 when nothing could be measured.
@@ -110,6 +119,10 @@ def parse_args(argv):
                         "skipped, so a matrix spread over several calls continues where it stopped")
     p.add_argument("--plan", action="store_true",
                    help="print the rows this run would measure (after --done) and exit; needs no GPU or torch")
+    p.add_argument("--no-warm-next", action="store_true",
+                   help="do not compile the next row's TC/TCd in a child process during a row's accuracy phase")
+    p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
+                   help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
     p.add_argument("--json", default="", help="write the result JSON here (atomically; after every row)")
     p.add_argument("--md", default="", help="write the Markdown tables here (atomically; after every row)")
     a = p.parse_args(argv)
@@ -560,7 +573,7 @@ def case_id(form, H, T, wname, family, seed):
     return f"H={H},T={T},w={wname},form={form},family={family},seed={seed}"
 
 
-def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
+def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=None):
     import normgate
 
     case = case_id(form, H, T, wname, args.family, 0)
@@ -643,6 +656,8 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log):
     del keep
     torch.cuda.empty_cache()
     row["phase_s"]["timing"] = time.time() - phase0
+    if after_timing is not None:
+        after_timing()  # the next row's warm-up child starts here: never beside a timing phase
     phase0 = time.time()
 
     # Accuracy on --seeds seeds, every implementation's outputs through the
@@ -1076,10 +1091,104 @@ def plan_rows(args):
             for wname in args.w for T in args.T]
 
 
+def row_spec(form, H, T, wname):
+    """The --warm-compile argument of a row."""
+    return f"{form},{H},{T},{wname}"
+
+
+def warm_compile(args):
+    """The warm-up child: run the row's TC and TCd (forward, then backward
+    from its outputs) once on the row's inputs, as run_row's setup does, so
+    that torch.compile's compilation and autotuning land in inductor's
+    on-disk caches; exit 0, or 1 (the parent then compiles as usual)."""
+    try:
+        form, H, T, wname = args.warm_compile.split(",")
+        H, T = int(H), int(T)
+    except ValueError:
+        die_usage(f"--warm-compile {args.warm_compile!r}: expected FORM,H,T,W")
+    names = {n for n in args.peers if n in ("TC", "TCd")}
+    if not names:
+        return 0
+    import torch
+    import normgate
+    case = case_id(form, H, T, wname, args.family, 0)
+    errors = {}
+    # CUDA as in the parent; the CPU only to test this function without a GPU.
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    impls = make_impls(torch, names, normgate.case_info(case)["eps"], errors, device=dev)
+    inp = form_inputs(torch, normgate.generate(case, device=dev))
+    rc = 0
+    for n in sorted(names):
+        if n not in impls:
+            print(f"warm-compile {n}: unavailable: {errors.get(n)}", file=sys.stderr)
+            rc = 1
+            continue
+        t0 = time.time()
+        fwd, bwd = impls[n]
+        outs, saved = fwd(inp)
+        bwd(inp, saved)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        print(f"warm-compile {n} {args.warm_compile}: {time.time() - t0:.1f} s", file=sys.stderr)
+    return rc
+
+
+class WarmNext:
+    """At most one warm-up child at a time (see the module docstring)."""
+
+    def __init__(self, args, log):
+        self.args, self.log = args, log
+        self.enabled = not args.no_warm_next and any(n in ("TC", "TCd") for n in args.peers)
+        self.proc = self.spec = self.logf = None
+
+    def start(self, spec):
+        if not self.enabled or self.proc is not None:
+            return
+        import tempfile
+        cmd = [sys.executable, os.path.abspath(__file__), "--warm-compile", spec,
+               "--peers", ",".join(self.args.peers), "--family", self.args.family]
+        try:
+            self.logf = tempfile.TemporaryFile(mode="w+")
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.logf)
+        except OSError as e:  # the run goes on without warm-ups
+            self.log(f"  warm-up of {spec} could not start ({e}); warm-ups off for this run")
+            self.enabled, self.proc, self.logf = False, None, None
+            return
+        self.spec = spec
+
+    def finish(self, spec, timeout):
+        """Wait for the child that warms `spec` (kill it past timeout seconds)
+        and return its record for that row: {"rc", "waited_s" (what the
+        parent waited: the warm-up's cost to the run), "child" (its lines:
+        each compiled function's seconds)}; None when no child ran for that
+        row. A child for another row (the plan moved on) is killed."""
+        if self.proc is None:
+            return None
+        p, mine, w0 = self.proc, self.spec == spec, time.time()
+        try:
+            rc = p.wait(timeout=max(1.0, timeout) if mine else 0.01)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+            self.log(f"  warm-up of {self.spec}: " + (f"killed after {timeout:.0f} s of waiting" if mine
+                                                       else "not needed, killed"))
+        self.logf.seek(0)
+        text = self.logf.read()
+        self.logf.close()
+        rec = {"rc": rc, "waited_s": time.time() - w0,
+               "child": [ln for ln in text.splitlines() if ln.startswith("warm-compile ")]}
+        if rc != 0 and mine:
+            self.log(f"  warm-up of {self.spec} failed (rc {rc}); the row compiles as usual:\n{text[-2000:]}")
+        self.proc = self.spec = self.logf = None
+        return rec if mine else None
+
+
 def main(argv):
     if argv[:1] == ["--merge"]:
         return merge(argv[1:])
     args = parse_args(argv)
+    if args.warm_compile:
+        return warm_compile(args)
     done = done_rows(args.done, args)
     every = plan_rows(args)
     plan = [r for r in every if r not in done]
@@ -1147,16 +1256,22 @@ def main(argv):
     for form, H, wname, T in every:
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
-    for form, H, wname, T in plan:
+    warm = WarmNext(args, log)
+    for k, (form, H, wname, T) in enumerate(plan):
         label = f"[{T}, {H}] {wname} {form}"
         if args.deadline_s and time.time() - start > args.deadline_s:
+            warm.finish(None, 0)  # a child warming a row that will not run
             log(f"deadline: row {label} skipped")
             meta.setdefault("skipped", []).append([T, H, wname, form])
             continue
+        left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
+        prewarm = warm.finish(row_spec(form, H, T, wname), left)
+        nxt = plan[k + 1] if k + 1 < len(plan) else None
+        after = (lambda n=nxt: warm.start(row_spec(n[0], n[1], n[3], n[2]))) if nxt else None
         t0 = time.time()
         try:
             with torch.cuda.stream(timer.stream):
-                row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log)
+                row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=after)
         except Exception as e:  # noqa: BLE001
             log(f"row {label} failed: {type(e).__name__}: {e}")
             log(traceback.format_exc())
@@ -1171,14 +1286,18 @@ def main(argv):
                 break
             continue
         row["seconds"] = time.time() - t0
+        if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
+            row["prewarm"] = prewarm
         row["copy_GBps"] = copy.get("GBps")
         rows.append(row)
         for op, r in row["ops"].items():
             log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
                 f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
-        log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items()))
+        log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
+            + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
         atomic_write(args.json, json.dumps(result, indent=1))
         atomic_write(args.md, markdown(meta, rows, copy))
+    warm.finish(None, 0)  # no child outlives the run
     # Again at the end: rows skipped or failed after the last measured row
     # are recorded only here.
     atomic_write(args.json, json.dumps(result, indent=1))

@@ -188,3 +188,26 @@ def test_identical_outputs_are_validated_once_with_the_same_result(form):
     for n in infos:  # same verdicts and err/tol with and without the reuse
         for k in ("err_tol", "pass_out", "pass"):
             assert infos[n][k] == plain_infos[n][k], (n, k)
+
+
+def test_warm_next_child_compiles_the_row_and_a_stale_child_is_killed():
+    """peers.py's setup warm-up (WarmNext): the child compiles the row's TC and
+    TCd once (on the GPU when there is one; here possibly the CPU) and reports
+    each function's seconds; a child warming a row the run no longer needs is
+    killed, not waited for."""
+    args = peers.parse_args(["--peers", "TC,TCd"])
+    lines = []
+    w = peers.WarmNext(args, lines.append)
+    assert w.enabled
+    spec = peers.row_spec("plain", 64, 33, "bf16")
+    w.start(spec)
+    w.start(peers.row_spec("plain", 64, 34, "bf16"))  # one child at a time: ignored
+    rec = w.finish(spec, 600)
+    assert rec is not None and rec["rc"] == 0, lines
+    assert [ln.split()[1] for ln in rec["child"]] == ["TC", "TCd"], rec
+    assert w.finish(spec, 1) is None  # nothing running any more
+    w.start(peers.row_spec("plain", 64, 35, "bf16"))
+    assert w.finish(peers.row_spec("plain", 64, 36, "bf16"), 600) is None  # another row's child: killed
+    assert w.proc is None and any("not needed, killed" in ln for ln in lines), lines
+    assert not peers.WarmNext(peers.parse_args(["--peers", "eager,Liger"]), lines.append).enabled
+    assert not peers.WarmNext(peers.parse_args(["--peers", "TC", "--no-warm-next"]), lines.append).enabled

@@ -11,7 +11,8 @@
 #     python/tests on GPU 0 (~40 s), then the plain campaign's last two slices on
 #     GPU 1 with 24 threads (left: slice 1 ~50 refinement cases at H=6144, slice
 #     3 ~4e9 grid elements + its refinement, ~2e11 elements in all: ~330-450 s)
-#     beside the peers shard B on GPU 0 with 8 threads.
+#     beside, on GPU 0 with 8 threads: the warm-up check (two rows session 13
+#     measured, ~3 min), then peers shard B.
 #   NG_MODE=peers bash ...   (calls 2, 3): the peers alone, shard A on GPU 0 and
 #     shard B on GPU 1, 16 threads each (if the campaign has not reported yet,
 #     run NG_MODE=first again instead).
@@ -43,6 +44,16 @@ if [ "$mode" = first ]; then
     NG_CAMPAIGN_THREADS=${NG_THREADS:-8,2,14} NG_CAMPAIGN_GPUS=1,1,1 NG_CAMPAIGN_DEMO=0 \
     OUT=$P/plain scripts/campaign.sh docs/results/campaign-v3-plain \
     "form=plain,H=6144" "form=plain,H=5120" "form=plain,H=4096|2048|1536" >$P/plain.txt 2>&1 &
+  # Warm-up check (peers.py's new setup warm-up, session 14): two rows session
+  # 13 measured ([65537, 1536] and [98304, 1536] BF16 plain, call2/peers-b),
+  # the second warmed by a child during the first's accuracy phase. Prediction:
+  # TC's and TCd's us within the rows' run-to-run spread of session 13 (1.5%),
+  # the second row's setup under 10 s (was 59 s). Its JSON is a repeat: keep it
+  # out of docs/results/peers-h200/ (--merge refuses duplicate rows).
+  NORMGATE_BUILD=$PWD/build NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_TIMEOUT=300 \
+    NG_PEERS_ARGS="$PEERS" NG_PEERS_SHARDS="--H 1536 --T 65537,98304 --w bf16 --forms plain" \
+    OUT=$P/pa scripts/peers.sh >$P/peers-a.txt 2>&1
+  tar xzf $P/pa/peers.tgz -C $P/pa && mv $P/pa/peers.tgz $OUT/peers-warmcheck.tgz
   dl=$(( limit - 200 - SECONDS )); [ $dl -ge 1 ] || dl=1   # 0 would mean "no deadline"
   NORMGATE_BUILD=$PWD/build NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_TIMEOUT=$(( limit - 20 - SECONDS )) \
     NG_PEERS_ARGS="$PEERS --deadline-s $dl" NG_PEERS_SHARDS="$SHARD_B" \
@@ -57,9 +68,13 @@ else
     OUT=$P/pb scripts/peers.sh >$P/peers.txt 2>&1
 fi
 tar xzf $P/pb/peers.tgz -C $P/pb && mv $P/pb/peers.tgz $OUT/peers.tgz
-tar czf $OUT/logs.tgz --exclude=p/pb -C $OUT p
+tar czf $OUT/logs.tgz --exclude=p/pb --exclude=p/pa -C $OUT p
 [ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
 [ -f $P/pytest.txt ] && { echo "== pytest"; tail -2 $P/pytest.txt; }
 [ -f $P/plain.txt ] && { echo "== plain v3"; grep -E "^rc=|^\| [0-9]|^slice" $P/plain.txt; }
+if [ -d $P/pa/peers ]; then
+  echo "== warm-up check"; grep -hE ": det |phases" $P/pa/peers/peers-*.log
+  grep -E "^\| \[" $P/pa/peers/peers.md | head -6
+fi
 echo "== peers"; grep -E "^peers" $P/peers.txt; grep -hE "unavailable|: det |phases|failed" $P/pb/peers/peers-*.log | tail -24
 rm -rf $P
