@@ -1148,7 +1148,7 @@ class WarmNext:
         cmd = [sys.executable, os.path.abspath(__file__), "--warm-compile", spec,
                "--peers", ",".join(self.args.peers), "--family", self.args.family]
         try:
-            self.logf = tempfile.TemporaryFile(mode="w+")
+            self.logf = tempfile.TemporaryFile(mode="w+", errors="replace")
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.logf)
         except OSError as e:  # the run goes on without warm-ups
             self.log(f"  warm-up of {spec} could not start ({e}); warm-ups off for this run")
@@ -1265,7 +1265,11 @@ def main(argv):
             meta.setdefault("skipped", []).append([T, H, wname, form])
             continue
         left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
-        prewarm = warm.finish(row_spec(form, H, T, wname), left)
+        try:
+            prewarm = warm.finish(row_spec(form, H, T, wname), left)
+        except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
+            log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
+            prewarm, warm.proc, warm.enabled = None, None, False
         nxt = plan[k + 1] if k + 1 < len(plan) else None
         after = (lambda n=nxt: warm.start(row_spec(n[0], n[1], n[3], n[2]))) if nxt else None
         t0 = time.time()
