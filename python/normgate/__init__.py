@@ -355,15 +355,8 @@ def generate(case_id, device="cuda"):
     x, dy = bf16(), bf16()
     w = torch.empty((H,), dtype=torch.bfloat16 if info["w"] == "bf16" else torch.float32,
                     device=dev if on_gpu else "cpu")
-    b = _lib.HostInputs()
-    b.x, b.x_elems = x.data_ptr(), n
-    b.dy, b.dy_elems = dy.data_ptr(), n
-    b.w, b.w_elems = w.data_ptr(), H
-    u = dh_new = None
-    if res:
-        u, dh_new = bf16(), bf16()
-        b.u, b.u_elems = u.data_ptr(), n
-        b.dh_new, b.dh_new_elems = dh_new.data_ptr(), n
+    u, dh_new = (bf16(), bf16()) if res else (None, None)
+    b = _inputs_struct(x, dy, w, u, dh_new)
     if on_gpu:
         with torch.cuda.device(dev):
             _lib.check(_lib.lib().ng_generate_device(case_id.encode(), ctypes.byref(b),
@@ -379,6 +372,20 @@ def generate(case_id, device="cuda"):
     else:
         out["x"] = x.view(shape).to(device)
     return out
+
+
+def _inputs_struct(x, dy, w, u=None, dh_new=None):
+    """ng_host_inputs over contiguous tensors (pointers and element counts;
+    u, dh_new None: NULL, 0). The tensors must outlive the struct's use."""
+    b = _lib.HostInputs()
+    b.x, b.x_elems = x.data_ptr(), x.numel()
+    b.dy, b.dy_elems = dy.data_ptr(), dy.numel()
+    b.w, b.w_elems = w.data_ptr(), w.numel()
+    if u is not None:
+        b.u, b.u_elems = u.data_ptr(), u.numel()
+    if dh_new is not None:
+        b.dh_new, b.dh_new_elems = dh_new.data_ptr(), dh_new.numel()
+    return b
 
 
 _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
@@ -414,25 +421,19 @@ class Oracle:
             raise ValueError("inputs must be the dict generate() returns, got %s" % type(inputs).__name__)
         res = self.info["form"] == "res"
         names = ("h", "dy", "w", "u", "dh_new") if res else ("x", "dy", "w")
+        want_w = torch.bfloat16 if self.info["w"] == "bf16" else torch.float32
         keep = {}
-        for name in names:
+        for name in names:  # checked before any copy
             t = inputs.get(name)
             if not isinstance(t, torch.Tensor):
                 raise ValueError("inputs[%r] must be a torch.Tensor (form %s), got %s"
                                  % (name, self.info["form"], type(t).__name__))
-            keep[name] = t.detach().to("cpu").contiguous().reshape(-1)
-        b = _lib.HostInputs()
-        b.x, b.x_elems = keep[names[0]].data_ptr(), keep[names[0]].numel()
-        b.dy, b.dy_elems = keep["dy"].data_ptr(), keep["dy"].numel()
-        b.w, b.w_elems = keep["w"].data_ptr(), keep["w"].numel()
-        if res:
-            b.u, b.u_elems = keep["u"].data_ptr(), keep["u"].numel()
-            b.dh_new, b.dh_new_elems = keep["dh_new"].data_ptr(), keep["dh_new"].numel()
-        want_w = torch.bfloat16 if self.info["w"] == "bf16" else torch.float32
-        for name, t in keep.items():
             want = want_w if name == "w" else torch.bfloat16
             if t.dtype != want:
                 raise ValueError("inputs[%r] has dtype %s; expected %s" % (name, t.dtype, want))
+            keep[name] = t
+        keep = {name: t.detach().to("cpu").contiguous().reshape(-1) for name, t in keep.items()}
+        b = _inputs_struct(keep[names[0]], keep["dy"], keep["w"], keep.get("u"), keep.get("dh_new"))
         self._h = _lib.oracle_open_inputs(case_id, b, threads)
 
     def close(self):
