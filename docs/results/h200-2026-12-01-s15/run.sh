@@ -75,9 +75,12 @@ elif [ "$mode" = mixed ]; then
     peers_set "$ALLF $s" 1
   done
 else
-  for s in "--T 65537 --w bf16" "--T 65537 --w fp32" "--T 131072 --w bf16" \
-           "--T 131072 --w fp32" "--T 4097" "--T 98304"; do
-    peers_set "$ALLF $s" 1
+  # Call 3 (about 7 rows fit): the forms session 13 and call 2 did not reach
+  # first (res and the per-head forms at T=65537 BF16), then the rest.
+  for s in "--forms res,heads4 --H 1536,4096 --T 65537 --w bf16" \
+           "--forms heads24 --T 65537 --w bf16" "$ALLF --T 65537 --w bf16" \
+           "$ALLF --T 65537 --w fp32" "$ALLF --T 131072"; do
+    peers_set "$s" 1
   done
 fi
 tar czf $OUT/logs.tgz -C $OUT p
