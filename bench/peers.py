@@ -438,6 +438,20 @@ class Timer:
         # this one non-default stream: autograd runs a backward on the stream
         # of its forward, and the legacy default stream cannot join a capture.
         self.stream = torch.cuda.Stream()
+        # NVML counters around each timed block (bench/gpu_state.py): None
+        # where NVML is missing; then nothing is recorded.
+        self.gpu = None
+        try:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import gpu_state
+            props = torch.cuda.get_device_properties(0)
+            bus = None
+            if hasattr(props, "pci_bus_id"):
+                bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+            self.gpu = gpu_state.GpuState.open(bus)
+            self.accumulate = gpu_state.accumulate
+        except Exception:  # noqa: BLE001
+            self.gpu = None
 
     def flush(self):
         # A read of the whole buffer: only clean lines stay behind.
@@ -634,10 +648,14 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     base = [n for n in live if not n.endswith("#2")] + [n for n in live if n.endswith("#2")]
     per_round = [args.replays // args.rounds + (1 if r < args.replays % args.rounds else 0) for r in range(args.rounds)]
     samples = {(n, op): [] for n in live for op in args.ops}
+    rounds_us = {(n, op): [] for n in live for op in args.ops}
     for r in range(args.rounds):
         for n in round_order([m for m in base if m in live], r, args.rounds):
             try:
+                s0 = timer.gpu.sample() if timer.gpu else None
                 got = [(op, timer.time(graphs[(n, op)], per_round[r])) for op in args.ops]
+                if timer.gpu:
+                    timer.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, timer.gpu.sample())
             except Exception as e:  # noqa: BLE001
                 row["impls"][n]["error"] = f"timing: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 log(f"  {n}: {row['impls'][n]['error']}")
@@ -648,10 +666,17 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 continue
             for op, v in got:
                 samples[(n, op)] += v
+                rounds_us[(n, op)].append(statistics.median(v))
     for (n, op), v in samples.items():
         row["impls"][n]["us"][op] = statistics.median(v)
         row["impls"][n].setdefault("p10_p90", {})[op] = [
             sorted(v)[len(v) // 10], sorted(v)[(len(v) * 9) // 10]]
+        # Per-round medians (in round order): a slow block shows as one
+        # round apart from the others; gpu_state says whether the GPU was
+        # capped while it ran.
+        row["impls"][n].setdefault("round_us", {})[op] = rounds_us[(n, op)]
+    for line in spread_lines(row, args.ops):
+        log(line)
     del graphs
     del keep
     torch.cuda.empty_cache()
@@ -726,6 +751,26 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
         row["ops"][op] = r
     return row
+
+
+def spread_lines(row, ops, limit=1.03):
+    """Log lines for the implementations of a timed row whose p90/p10 over
+    the replays exceeds `limit`, with their per-round medians and the NVML
+    throttle counters of their blocks (where recorded)."""
+    out = []
+    for n, info in row["impls"].items():
+        for op in ops:
+            p = info.get("p10_p90", {}).get(op)
+            if not p or not p[0] or p[1] / p[0] <= limit:
+                continue
+            rounds = "/".join(f"{v:.1f}" for v in info.get("round_us", {}).get(op, []))
+            g = info.get("gpu_state") or {}
+            gs = ""
+            if g:
+                gs = (f"; blocks' power-cap {g.get('power_violation_ms', 0):.1f} ms, thermal {g.get('thermal_violation_ms', 0):.1f} ms, "
+                      f"SM {g.get('sm_mhz_min')}-{g.get('sm_mhz_max')} MHz, reasons 0x{g.get('reasons_or', 0):x}")
+            out.append(f"  spread: {n} {op} p90/p10 {p[1] / p[0]:.3f} (round medians {rounds} us{gs})")
+    return out
 
 
 CONTRACT = (("y", "bfloat16"), ("rstd", "float32"), ("h_new", "bfloat16"), ("dx", "bfloat16"), ("dw", "float32"))

@@ -167,6 +167,38 @@ def test_done_patterns_may_match_nothing_but_paths_must_exist():
     assert r.returncode == 2 and "not a peers.py result" in r.stderr
 
 
+
+def test_gpu_state_sums_counter_growth_and_keeps_extremes():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import gpu_state
+    assert gpu_state.GpuState.open(libname="libno-such-nvml.so.1") is None
+    s = lambda mhz, pw, pv, tv, r: {"sm_mhz": mhz, "power_w": pw, "temp_c": 50, "power_violation_ns": pv,
+                                    "thermal_violation_ns": tv, "reasons": r}
+    acc = {}
+    gpu_state.accumulate(acc, s(1980, 400.0, 1_000_000, 0, 0), s(1755, 690.5, 4_500_000, 0, 0x4))
+    gpu_state.accumulate(acc, s(1980, 300.0, 4_500_000, 7, 0), s(1980, 350.0, 3_000_000, 7, 0x1))
+    # 3.5 ms of power capping in the first block; a counter going backwards adds nothing
+    assert acc["power_violation_ms"] == 3.5 and acc["thermal_violation_ms"] == 0.0
+    assert (acc["sm_mhz_min"], acc["sm_mhz_max"], acc["power_w_max"]) == (1755, 1980, 690.5)
+    assert acc["reasons_or"] == 0x5 and acc["blocks"] == 2
+    gpu_state.accumulate(acc, None, s(1, 1.0, 0, 0, 0))  # no sample: nothing changes
+    assert acc["blocks"] == 2 and acc["sm_mhz_min"] == 1755
+
+
+def test_spread_lines_name_the_noisy_implementations_only():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    row = {"impls": {
+        "ours": {"p10_p90": {"fwd": [100.0, 101.0], "bwd": [100.0, 112.0]},
+                 "round_us": {"bwd": [101.0, 111.5, 100.5]},
+                 "gpu_state": {"power_violation_ms": 12.25, "sm_mhz_min": 1500, "sm_mhz_max": 1980, "reasons_or": 4}},
+        "TC": {"p10_p90": {"fwd": [90.0, 90.5], "bwd": [80.0, 82.0]}},
+    }}
+    lines = peers.spread_lines(row, ["fwd", "bwd"])
+    assert len(lines) == 1, lines
+    assert "ours bwd p90/p10 1.120" in lines[0] and "101.0/111.5/100.5" in lines[0]
+    assert "power-cap 12.2 ms" in lines[0] and "SM 1500-1980 MHz" in lines[0] and "0x4" in lines[0]
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -176,4 +208,6 @@ if __name__ == "__main__":
     test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()
     test_merge_refuses_a_row_in_two_runs_and_a_non_result()
+    test_gpu_state_sums_counter_growth_and_keeps_extremes()
+    test_spread_lines_name_the_noisy_implementations_only()
     print("test_peers_merge: ok")
