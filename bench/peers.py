@@ -693,6 +693,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
         c = case_id(form, H, T, wname, args.family, seed)
         ins = None
         try:
+            t_seed = time.time()
             g = normgate.generate(c)  # device generator on a CUDA device
             ins = form_inputs(torch, g)
             # The oracle takes these inputs (host copies, a sample checked
@@ -700,6 +701,9 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
             # host: session 13's rows spent about half their accuracy phase
             # in the two host generations (docs/perf.md, session 14).
             with normgate.Oracle(c, inputs=g) as orc:
+                # generation, host copies of the inputs and the oracle's
+                # reference (to plan the accuracy phase's cost per part)
+                row.setdefault("acc_open_s", []).append(time.time() - t_seed)
                 seen = {}  # this seed's distinct outputs: identical ones are validated once
                 for n in acc:
                     accuracy_into(torch, impls[n], ins, orc, row["impls"][n], seen)
@@ -751,6 +755,17 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
         row["ops"][op] = r
     return row
+
+
+def acc_parts(row):
+    """The accuracy phase's seconds by part: inputs + oracle open (all
+    seeds), then per implementation its eager runs and its validation."""
+    parts = [f"inputs+oracle {sum(row.get('acc_open_s', [])):.1f} s"]
+    for n, info in row["impls"].items():
+        a = info.get("acc_s")
+        if a:
+            parts.append(f"{n} run {a['run']:.1f} + validate {a['validate']:.1f} s")
+    return "; ".join(parts)
 
 
 def spread_lines(row, ops, limit=1.03):
@@ -810,11 +825,15 @@ def accuracy_into(torch, impl, ins, orc, info, seen=None):
     outputs bitwise identical to an earlier implementation's reuse its report
     entry (split_known); info["reused"] counts them."""
     fwd, bwd = impl
+    acc_s = info.setdefault("acc_s", {"run": 0.0, "validate": 0.0})
+    t0 = time.time()
     try:
         outs, saved = fwd(ins)
         outs.update(bwd(ins, saved))
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        acc_s["run"] += time.time() - t0
+        t0 = time.time()
         # The contract is y, dx, h_new BF16 and rstd, dw FP32: an output in
         # another dtype is converted (bf16 -> fp32 is exact) and the
         # conversion recorded against the implementation.
@@ -841,6 +860,7 @@ def accuracy_into(torch, impl, ins, orc, info, seen=None):
             rep = {"outputs": entries, "pass": all(bool(o.get("pass")) for o in entries.values()),
                    "reused": sorted(reused)}
             info["reused"] = info.get("reused", 0) + len(reused)
+        acc_s["validate"] += time.time() - t0
     except Exception as e:  # noqa: BLE001
         # Not info["error"]: the timings stay valid and shown; in_budget() is False.
         info.setdefault("acc_error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
@@ -1344,6 +1364,7 @@ def main(argv):
                 f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
         log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
             + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
+        log(f"{label} accuracy parts: " + acc_parts(row))
         atomic_write(args.json, json.dumps(result, indent=1))
         atomic_write(args.md, markdown(meta, rows, copy))
     warm.finish(None, 0)  # no child outlives the run

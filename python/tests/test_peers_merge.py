@@ -199,6 +199,13 @@ def test_spread_lines_name_the_noisy_implementations_only():
     assert "ours bwd p90/p10 1.120" in lines[0] and "101.0/111.5/100.5" in lines[0]
     assert "power-cap 12.2 ms" in lines[0] and "SM 1500-1980 MHz" in lines[0] and "0x4" in lines[0]
 
+def test_acc_parts_sums_the_seeds_and_names_each_implementation():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    row = {"acc_open_s": [1.25, 2.0], "impls": {"det": {"acc_s": {"run": 0.5, "validate": 3.0}}, "TC": {}}}
+    assert peers.acc_parts(row) == "inputs+oracle 3.2 s; det run 0.5 + validate 3.0 s"
+
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -210,4 +217,5 @@ if __name__ == "__main__":
     test_merge_refuses_a_row_in_two_runs_and_a_non_result()
     test_gpu_state_sums_counter_growth_and_keeps_extremes()
     test_spread_lines_name_the_noisy_implementations_only()
+    test_acc_parts_sums_the_seeds_and_names_each_implementation()
     print("test_peers_merge: ok")
