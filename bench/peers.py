@@ -695,6 +695,8 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
         try:
             t_seed = time.time()
             g = normgate.generate(c)  # device generator on a CUDA device
+            torch.cuda.synchronize()
+            row.setdefault("acc_generate_s", []).append(time.time() - t_seed)
             ins = form_inputs(torch, g)
             # The oracle takes these inputs (host copies, a sample checked
             # against the generator) instead of generating them again on the
@@ -708,6 +710,9 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 for n in acc:
                     accuracy_into(torch, impls[n], ins, orc, row["impls"][n], seen)
                 seen = None
+                tot = row.setdefault("acc_oracle_s", {})
+                for k, v in getattr(orc, "seconds", {}).items():
+                    tot[k] = tot.get(k, 0.0) + v
         except Exception as e:  # noqa: BLE001
             msg = f"seed {seed}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             log(f"  accuracy failed: {msg}")
@@ -758,9 +763,15 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
 
 
 def acc_parts(row):
-    """The accuracy phase's seconds by part: inputs + oracle open (all
-    seeds), then per implementation its eager runs and its validation."""
-    parts = [f"inputs+oracle {sum(row.get('acc_open_s', [])):.1f} s"]
+    """The accuracy phase's seconds by part, summed over the seeds: the
+    device generator, the inputs' host copies + the oracle's reference (open),
+    the Oracle's own split (host copies of inputs and outputs, reference,
+    validators: normgate.Oracle.seconds), then per implementation its eager
+    runs and its validation (host copies included)."""
+    parts = [f"generate {sum(row.get('acc_generate_s', [])):.1f} s, inputs+oracle open {sum(row.get('acc_open_s', [])):.1f} s"]
+    o = row.get("acc_oracle_s")
+    if o:
+        parts.append("of which, with the validations: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(o.items())))
     for n, info in row["impls"].items():
         a = info.get("acc_s")
         if a:

@@ -26,6 +26,7 @@ invalid argument, RuntimeError otherwise (e.g. a CUDA error).
 """
 
 import ctypes
+import time
 
 from . import _lib
 from ._lib import case_info, device_available, library_path, version
@@ -407,14 +408,21 @@ class Oracle:
     (ng_oracle_open_inputs: 64 rows spread over each tensor, and w), so inputs
     of another case raise ValueError naming the tensor, row and column.
     threads: OpenMP threads (0: the default); results do not depend on it.
+    seconds: wall seconds spent so far, by part (a dict, for planning
+    benchmarks): "copy" (inputs' and outputs' copies to host memory), "open"
+    (the oracle's reference, sample check included), "validate" (the
+    validators, outputs already on the host).
     """
 
     def __init__(self, case_id, threads=0, inputs=None):
         self._h = None
+        self.seconds = {"copy": 0.0, "open": 0.0, "validate": 0.0}
         self.info = _lib.case_info(case_id)
         self.case = self.info["case"]
         if inputs is None:
+            t0 = time.perf_counter()
             self._h = _lib.oracle_open(case_id, threads)
+            self.seconds["open"] += time.perf_counter() - t0
             return
         torch = _torch()
         if not isinstance(inputs, dict):
@@ -432,9 +440,13 @@ class Oracle:
             if t.dtype != want:
                 raise ValueError("inputs[%r] has dtype %s; expected %s" % (name, t.dtype, want))
             keep[name] = t
+        t0 = time.perf_counter()
         keep = {name: t.detach().to("cpu").contiguous().reshape(-1) for name, t in keep.items()}
+        t1 = time.perf_counter()
         b = _inputs_struct(keep[names[0]], keep["dy"], keep["w"], keep.get("u"), keep.get("dh_new"))
         self._h = _lib.oracle_open_inputs(case_id, b, threads)
+        self.seconds["copy"] += t1 - t0
+        self.seconds["open"] += time.perf_counter() - t1
 
     def close(self):
         h, self._h = self._h, None
@@ -469,6 +481,7 @@ class Oracle:
             raise ValueError("Oracle is closed")
         o = _lib.Outputs()
         keep = []
+        t0 = time.perf_counter()
         for name, t in (("y", y), ("rstd", rstd), ("dx", dx), ("dw", dw), ("h_new", h_new)):
             if t is None:
                 continue
@@ -481,7 +494,11 @@ class Oracle:
             keep.append(h)
             setattr(o, name, h.data_ptr())
             setattr(o, name + "_elems", h.numel())
-        return _lib.oracle_validate(self._h, o)
+        t1 = time.perf_counter()
+        rep = _lib.oracle_validate(self._h, o)
+        self.seconds["copy"] += t1 - t0
+        self.seconds["validate"] += time.perf_counter() - t1
+        return rep
 
 
 def check(impl, case_id, device="cuda"):

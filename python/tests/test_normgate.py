@@ -134,6 +134,9 @@ def test_oracle_over_given_inputs_reports_as_its_own_generation(case):
     with normgate.Oracle(case) as own, normgate.Oracle(case, inputs=inp) as over:
         a, b = own.validate(**out), over.validate(**out)
     assert a == b and not b["outputs"]["dx"]["pass"] and b["outputs"]["y"]["pass"]
+    # seconds by part (every part ran for the oracle over given inputs)
+    assert set(over.seconds) == {"copy", "open", "validate"}
+    assert over.seconds["open"] > 0 and over.seconds["validate"] > 0 and over.seconds["copy"] > 0
     other = normgate.generate(case.replace("seed=", "seed=1"), device="cpu")
     with pytest.raises(ValueError, match=r"is 0x.*the generator gives"):
         normgate.Oracle(case, inputs=other)

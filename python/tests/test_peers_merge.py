@@ -202,8 +202,11 @@ def test_spread_lines_name_the_noisy_implementations_only():
 def test_acc_parts_sums_the_seeds_and_names_each_implementation():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import peers
-    row = {"acc_open_s": [1.25, 2.0], "impls": {"det": {"acc_s": {"run": 0.5, "validate": 3.0}}, "TC": {}}}
-    assert peers.acc_parts(row) == "inputs+oracle 3.2 s; det run 0.5 + validate 3.0 s"
+    row = {"acc_generate_s": [0.5, 0.25], "acc_open_s": [1.25, 2.0],
+           "acc_oracle_s": {"copy": 1.5, "open": 0.75, "validate": 2.0},
+           "impls": {"det": {"acc_s": {"run": 0.5, "validate": 3.0}}, "TC": {}}}
+    assert peers.acc_parts(row) == ("generate 0.8 s, inputs+oracle open 3.2 s; of which, with the validations: "
+                                    "copy 1.5 s, open 0.8 s, validate 2.0 s; det run 0.5 + validate 3.0 s")
 
 
 if __name__ == "__main__":
