@@ -1333,52 +1333,65 @@ def main(argv):
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
     warm = WarmNext(args, log)
-    for k, (form, H, wname, T) in enumerate(plan):
-        label = f"[{T}, {H}] {wname} {form}"
-        if args.deadline_s and time.time() - start > args.deadline_s:
-            warm.finish(None, 0)  # a child warming a row that will not run
-            log(f"deadline: row {label} skipped")
-            meta.setdefault("skipped", []).append([T, H, wname, form])
-            continue
-        left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
-        try:
-            prewarm = warm.finish(row_spec(form, H, T, wname), left)
-        except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
-            log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
-            prewarm, warm.proc, warm.enabled = None, None, False
-        nxt = plan[k + 1] if k + 1 < len(plan) else None
-        after = (lambda n=nxt: warm.start(row_spec(n[0], n[1], n[3], n[2]))) if nxt else None
-        t0 = time.time()
-        try:
-            with torch.cuda.stream(timer.stream):
-                row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=after)
-        except Exception as e:  # noqa: BLE001
-            log(f"row {label} failed: {type(e).__name__}: {e}")
-            log(traceback.format_exc())
-            meta.setdefault("failed_rows", []).append([T, H, wname, form, f"{type(e).__name__}: {e}"])
+    try:
+        for k, (form, H, wname, T) in enumerate(plan):
+            label = f"[{T}, {H}] {wname} {form}"
+            if args.deadline_s and time.time() - start > args.deadline_s:
+                warm.finish(None, 0)  # a child warming a row that will not run
+                log(f"deadline: row {label} skipped")
+                meta.setdefault("skipped", []).append([T, H, wname, form])
+                continue
+            left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
             try:
-                torch.cuda.synchronize()
-            except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: every later row would fail
-                log(f"CUDA context unusable after row {label} ({type(e2).__name__}): stopping")
-                meta["stopped"] = f"CUDA context unusable after row {label}"
-                for f2, h2, w2, t2 in plan[plan.index((form, H, wname, T)) + 1:]:
-                    meta.setdefault("skipped", []).append([t2, h2, w2, f2])
-                break
-            continue
-        row["seconds"] = time.time() - t0
-        if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
-            row["prewarm"] = prewarm
-        row["copy_GBps"] = copy.get("GBps")
-        rows.append(row)
-        for op, r in row["ops"].items():
-            log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
-                f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
-        log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
-            + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
-        log(f"{label} accuracy parts: " + acc_parts(row))
-        atomic_write(args.json, json.dumps(result, indent=1))
-        atomic_write(args.md, markdown(meta, rows, copy))
-    warm.finish(None, 0)  # no child outlives the run
+                prewarm = warm.finish(row_spec(form, H, T, wname), left)
+            except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
+                log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
+                prewarm, warm.proc, warm.enabled = None, None, False
+            if args.deadline_s and time.time() - start > args.deadline_s:
+                # the wait for the child ran past the deadline
+                log(f"deadline (after {prewarm['waited_s']:.0f} s waiting for the warm-up): row {label} skipped"
+                    if prewarm else f"deadline: row {label} skipped")
+                meta.setdefault("skipped", []).append([T, H, wname, form])
+                continue
+            nxt = plan[k + 1] if k + 1 < len(plan) else None
+
+            def after(n=nxt):
+                # No child for a row the deadline will skip: it would only
+                # take cores from this row's accuracy phase (the oracle's).
+                if n is not None and not (args.deadline_s and time.time() - start > args.deadline_s):
+                    warm.start(row_spec(n[0], n[1], n[3], n[2]))
+            t0 = time.time()
+            try:
+                with torch.cuda.stream(timer.stream):
+                    row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=after)
+            except Exception as e:  # noqa: BLE001
+                log(f"row {label} failed: {type(e).__name__}: {e}")
+                log(traceback.format_exc())
+                meta.setdefault("failed_rows", []).append([T, H, wname, form, f"{type(e).__name__}: {e}"])
+                try:
+                    torch.cuda.synchronize()
+                except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: every later row would fail
+                    log(f"CUDA context unusable after row {label} ({type(e2).__name__}): stopping")
+                    meta["stopped"] = f"CUDA context unusable after row {label}"
+                    for f2, h2, w2, t2 in plan[plan.index((form, H, wname, T)) + 1:]:
+                        meta.setdefault("skipped", []).append([t2, h2, w2, f2])
+                    break
+                continue
+            row["seconds"] = time.time() - t0
+            if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
+                row["prewarm"] = prewarm
+            row["copy_GBps"] = copy.get("GBps")
+            rows.append(row)
+            for op, r in row["ops"].items():
+                log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
+                    f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
+            log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
+                + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
+            log(f"{label} accuracy parts: " + acc_parts(row))
+            atomic_write(args.json, json.dumps(result, indent=1))
+            atomic_write(args.md, markdown(meta, rows, copy))
+    finally:
+        warm.finish(None, 0)  # no child outlives the run (an exception or Ctrl-C included)
     # Again at the end: rows skipped or failed after the last measured row
     # are recorded only here.
     atomic_write(args.json, json.dumps(result, indent=1))
