@@ -1137,8 +1137,9 @@ def done_rows(spec, args=None):
     must exist. With args, a result counts only if it measured what this run
     would: the same seeds, family, replays and rounds (else --merge refuses
     to join them), and every peer of --peers available (its meta.peer_errors
-    names none of them: rows measured without a peer are measured again once
-    the peer runs; leave a peer that cannot run out of --peers)."""
+    names none of them, and every row has each of them: rows measured without
+    a peer, because it could not run or was not asked for, are measured again
+    once the peer runs; leave a peer that cannot run out of --peers)."""
     import glob
     done = {}
     for pat in [t.strip() for t in spec.split(",") if t.strip()]:
@@ -1155,8 +1156,18 @@ def done_rows(spec, args=None):
                           + ", ".join([f"{k} {m.get(k)} vs {getattr(args, k)}" for k in differ]
                                       + [f"peer {p} could not run there" for p in missing]) + ")", file=sys.stderr)
                     continue
+            unmeasured = set()
             for row in r["rows"]:
+                # A run that was not asked for a peer of --peers has no
+                # error for it either: its rows lack that peer's numbers.
+                lack = sorted(set(args.peers) - set(row.get("impls", {}))) if args is not None else []
+                if lack:
+                    unmeasured.update(lack)
+                    continue
                 done.setdefault(row_key(row), f)
+            if unmeasured:
+                print(f"--done: {f}: rows without peer {', '.join(sorted(unmeasured))} (not asked for there) not counted",
+                      file=sys.stderr)
     return done
 
 

@@ -150,6 +150,15 @@ def test_plan_skips_the_rows_of_done_results():
     r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A)
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("8 rows to measure, 0 already done")
     assert "not counted (seeds 2 vs 5, peer Q could not run there)" in r.stderr
+    # A run that was not asked for QuACK (the H200 matrix's runs) counts none of
+    # its rows for a run that asks for it, and all of them for one that does not.
+    h200 = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s15-c2-2.json")
+    r = plan("--H", "4096,5120", "--T", "65537", "--w", "bf16", "--forms", "plain", "--done", h200)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("2 rows to measure, 0 already done"), r.stdout
+    assert "rows without peer Q (not asked for there) not counted" in r.stderr
+    r = plan("--H", "4096,5120", "--T", "65537", "--w", "bf16", "--forms", "plain", "--done", h200,
+             "--peers", "eager,TC,TCd,F.rms_norm,Liger")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("0 rows to measure, 2 already done"), r.stdout
     # The whole issue-8 matrix: 5 H x 4 T x 2 w for plain and res, 4 T x 2 w per head form.
     r = plan("--forms", "plain,res,heads24,heads4")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("96 rows to measure, 0 already done")
