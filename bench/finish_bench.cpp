@@ -18,7 +18,13 @@
 // seconds near the 1-thread time says the work is spread evenly and not
 // duplicated; CPU seconds growing with threads says each thread got slower
 // (clock, SMT siblings, memory); cores busy well under the thread count says
-// threads waited (a serial part or imbalance). Asserts nothing.
+// threads waited (a serial part or imbalance). With impls=N > 1 (5th
+// argument), also N distinct implementations (the variant's outputs with one
+// element's lowest bit flipped in y and dx per copy, so none is bitwise equal
+// to another) validated in one validate_cases sweep (the oracle's y and dx
+// rows evaluated once for all) against N sweeps of one: what a caller
+// validating several implementations of one case (bench/peers.py) saves by
+// batching. Asserts nothing.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -56,7 +62,7 @@ int main(int argc, char** argv) {
   namespace nv = normgate::validators;
   namespace no = normgate::oracle;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0]\n");
+    std::fprintf(stderr, "usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0] [impls=1]\n");
     return 2;
   }
   const normgate::seeds::CaseId id = normgate::seeds::parse_case(argv[1]);
@@ -64,6 +70,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 3 ? std::atoi(argv[3]) : 3;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
   const int nt = threads > 0 ? threads : omp_get_max_threads();
+  const int impls = argc > 5 ? std::max(1, std::atoi(argv[5])) : 1;
 
   const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
   const bool res = id.form == normgate::Form::res;
@@ -110,6 +117,29 @@ int main(int argc, char** argv) {
     cpu_val.push_back(cpu_seconds() - c0);
   }
   auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  std::vector<double> t_batch, t_each;
+  if (impls > 1 && !got.y.empty() && !got.dx.empty()) {
+    const nv::CaseOracle co(in, no::OracleMode::auto_, threads, false);
+    std::vector<normgate::Outputs> copies(static_cast<size_t>(impls), got);
+    std::vector<const normgate::Outputs*> ptrs;
+    for (size_t k = 0; k < copies.size(); ++k) {
+      const size_t at = (k * 7919) % copies[k].y.size();
+      copies[k].y[at] ^= 1u;
+      copies[k].dx[at] ^= 1u;
+      ptrs.push_back(&copies[k]);
+    }
+    for (int rep = 0; rep < reps; ++rep) {
+      auto t0 = clk::now();
+      { const auto r = nv::validate_cases(co.problem, ptrs, co.ref, co.ideal, &co.baseline, threads, co.h_new_expected); }
+      t_batch.push_back(secs(t0));
+      t0 = clk::now();
+      for (const normgate::Outputs* q : ptrs) {
+        const auto r = nv::validate_cases(co.problem, std::vector<const normgate::Outputs*>{q}, co.ref, co.ideal,
+                                          &co.baseline, threads, co.h_new_expected);
+      }
+      t_each.push_back(secs(t0));
+    }
+  }
   std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
               variant.c_str(), nt, omp_get_num_procs(), reps);
   std::printf("CaseOracle %.3f s (pair %.3f [alone: ref %.3f, ideal %.3f], baseline %.3f) | validation %.3f s | "
@@ -127,5 +157,8 @@ int main(int argc, char** argv) {
   };
   cpu_line("validation", t_val, cpu_val);
   cpu_line("reference", t_ref, cpu_ref);
+  if (!t_batch.empty())
+    std::printf("%d implementations: one sweep %.3f s, %d sweeps of one %.3f s (%.2fx)\n", impls, mn(t_batch), impls,
+                mn(t_each), mn(t_each) / mn(t_batch));
   return 0;
 }

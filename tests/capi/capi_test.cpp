@@ -393,6 +393,29 @@ TEST(CApi, OracleValidatesModelOutputs) {
   EXPECT_EQ(r["outputs"]["y"], full["outputs"]["y"]);
   EXPECT_EQ(r["outputs"]["rstd"], full["outputs"]["rstd"]);
 
+  // Buffers validated in place, or copied first when not aligned for their
+  // element type: the same report either way, and the caller's bytes as they
+  // are now (a change after an earlier call counts).
+  {
+    std::vector<unsigned char> raw(m.dx.size() * 2 + m.dw.size() * 4 + 8);
+    unsigned char* dx1 = raw.data() + 1;  // odd address: not aligned for uint16_t
+    unsigned char* dw1 = raw.data() + 1 + m.dx.size() * 2 + 2;  // not aligned for float
+    std::memcpy(dx1, m.dx.data(), m.dx.size() * 2);
+    std::memcpy(dw1, m.dw.data(), m.dw.size() * 4);
+    ng_outputs mis = all_of(m);
+    mis.dx = dx1;
+    mis.dw = dw1;
+    EXPECT_EQ(validate(o, mis), full);
+    normgate::Outputs m2 = m;
+    const size_t k = 3 * 96 + 5;
+    m2.dx[k] = normgate::bf16_from_float(normgate::bf16_to_float(m2.dx[k]) + 64.0f);
+    const json in_place = validate(o, all_of(m2));
+    std::memcpy(dx1, m2.dx.data(), m2.dx.size() * 2);
+    const json copied = validate(o, mis);
+    EXPECT_EQ(in_place["outputs"]["dx"]["worst"], static_cast<int64_t>(k));
+    EXPECT_EQ(in_place, copied);
+  }
+
   // Errors: nothing given, a wrong size, h_new for form plain, a small buffer.
   int rc = 0;
   validate(o, ng_outputs{}, &rc);

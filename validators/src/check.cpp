@@ -258,14 +258,14 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       throw std::invalid_argument("validate_cases: null outputs");
     if (!got.y && !got.rstd && !got.dx && !got.dw && !got.h_new)
       throw std::invalid_argument("validate_present: no output given (every tensor pointer is null)");
-    if (got.y) check_size("got.y", got.y->size(), rows * cols, rc);
-    if (got.rstd) check_size("got.rstd", got.rstd->size(), rows, rs);
-    if (got.dx) check_size("got.dx", got.dx->size(), rows * cols, rc);
-    if (got.dw) check_size("got.dw", got.dw->size(), cols, cs);
+    if (got.y) check_size("got.y", got.y.size(), rows * cols, rc);
+    if (got.rstd) check_size("got.rstd", got.rstd.size(), rows, rs);
+    if (got.dx) check_size("got.dx", got.dx.size(), rows * cols, rc);
+    if (got.dw) check_size("got.dw", got.dw.size(), cols, cs);
     if (got.h_new && do_h) {
-      check_size("got.h_new", got.h_new->size(), rows * cols, rc);
-    } else if (got.h_new && !got.h_new->empty()) {
-      check_size("got.h_new (no h_new_expected given)", got.h_new->size(), 0, "nothing to compare with");
+      check_size("got.h_new", got.h_new.size(), rows * cols, rc);
+    } else if (got.h_new && !got.h_new.empty()) {
+      check_size("got.h_new (no h_new_expected given)", got.h_new.size(), 0, "nothing to compare with");
     }
   }
   if (baseline) check_size("baseline->dw", baseline->dw.size(), cols, cs);
@@ -284,7 +284,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       src[k] = k;
       if (!(gots[k].*member)) continue;
       for (size_t q = 0; q < k; ++q)
-        if (src[q] == q && gots[q].*member && bitwise_equal(*(gots[q].*member), *(gots[k].*member), nt)) {
+        if (src[q] == q && gots[q].*member && bitwise_equal(gots[q].*member, gots[k].*member, nt)) {
           src[k] = q;
           break;
         }
@@ -296,8 +296,8 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
   // The oracle's y and dx rows are evaluated only when some entry has them.
   bool any_y = false, any_dx = false;
   for (const OutputsRef& got : gots) {
-    any_y = any_y || got.y != nullptr;
-    any_dx = any_dx || got.dx != nullptr;
+    any_y = any_y || static_cast<bool>(got.y);
+    any_dx = any_dx || static_cast<bool>(got.dx);
   }
 
   // --- y, rstd, dx (and h_new): OpenMP over rows, dynamic schedule (chunks
@@ -342,7 +342,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
         const double rideal = static_cast<double>(ref.rstd_f32(r));
         for (size_t k = 0; k < ng; ++k)
           if (rsrc[k] == k && gots[k].rstd)
-            st[k].r.add(r, static_cast<double>((*gots[k].rstd)[r]), rv.v, rv.bound, rideal);
+            st[k].r.add(r, static_cast<double>(gots[k].rstd[r]), rv.v, rv.bound, rideal);
         for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
           const int64_t n = std::min(kTile, cols - j0);
           if (any_y) {
@@ -359,15 +359,15 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
             const OutputsRef& got = gots[k];
             Four& s4 = st[k];
             if (ysrc[k] == k && got.y) {
-              widen_bf16_row(got.y->data() + base, n, g.data());
+              widen_bf16_row(got.y.data() + base, n, g.data());
               s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), n);
             }
             if (dsrc[k] == k && got.dx) {
-              widen_bf16_row(got.dx->data() + base, n, g.data());
+              widen_bf16_row(got.dx.data() + base, n, g.data());
               s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), n);
             }
             if (do_h && hsrc[k] == k && got.h_new)
-              s4.h.add_bf16_exact_row(base, got.h_new->data() + base, h_new_expected.data() + base, n);
+              s4.h.add_bf16_exact_row(base, got.h_new.data() + base, h_new_expected.data() + base, n);
           }
         }
       }
@@ -397,7 +397,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
     if (baseline) quot.reserve(static_cast<size_t>(cols));
     for (int64_t j = 0; got.dw && j < cols; ++j) {
       const oracle::VB wv = ref.dw(j);
-      const double g = static_cast<double>((*got.dw)[j]);
+      const double g = static_cast<double>(got.dw[j]);
       sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
       cmax = std::max(cmax, condition(ref, j));
       if (baseline) {

@@ -132,17 +132,40 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
                                        const Outputs* baseline, int threads = 0,
                                        std::span<const uint16_t> h_new_expected = {});
 
+/// One output tensor by reference: a view of elements the caller owns (a
+/// vector, or a buffer handed in through the C API, validated in place), or
+/// "not given". Given-but-empty (T = 0) differs from not given.
+template <class T>
+class TensorRef {
+ public:
+  TensorRef() = default;
+  /// A vector's elements; nullptr: not given.
+  TensorRef(const std::vector<T>* v) : s_(v ? std::span<const T>(*v) : std::span<const T>()), given_(v != nullptr) {}
+  /// n elements at p (p may be null only when n == 0).
+  TensorRef(const T* p, size_t n) : s_(p, n), given_(true) {}
+  explicit operator bool() const { return given_; }
+  const T* data() const { return s_.data(); }
+  size_t size() const { return s_.size(); }
+  bool empty() const { return s_.empty(); }
+  const T& operator[](size_t i) const { return s_[i]; }
+  using value_type = T;
+
+ private:
+  std::span<const T> s_;
+  bool given_ = false;
+};
+
 /// The tensors of one implementation's outputs, by reference: several
-/// implementations may point at the same vector (a tensor they share, e.g.
-/// the y of one forward), which is then validated once without comparing.
-/// A null pointer is refused by validate_cases and means "not produced" to
-/// validate_present.
+/// implementations may point at the same elements (a tensor they share, e.g.
+/// the y of one forward), which are then validated once without comparing.
+/// A tensor not given is refused by validate_cases and means "not produced"
+/// to validate_present.
 struct OutputsRef {
-  const std::vector<uint16_t>* y = nullptr;
-  const std::vector<float>* rstd = nullptr;
-  const std::vector<uint16_t>* dx = nullptr;
-  const std::vector<float>* dw = nullptr;
-  const std::vector<uint16_t>* h_new = nullptr;
+  TensorRef<uint16_t> y;
+  TensorRef<float> rstd;
+  TensorRef<uint16_t> dx;
+  TensorRef<float> dw;
+  TensorRef<uint16_t> h_new;
   static OutputsRef of(const Outputs& o) { return {&o.y, &o.rstd, &o.dx, &o.dw, &o.h_new}; }
 };
 
