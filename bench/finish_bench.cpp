@@ -20,7 +20,7 @@
 // (clock, SMT siblings, memory); cores busy well under the thread count says
 // threads waited (a serial part or imbalance). With impls=N > 1 (5th
 // argument), also N distinct implementations (the variant's outputs with one
-// element's lowest bit flipped in y and dx per copy, so none is bitwise equal
+// element's lowest bit flipped in y, dx (and h_new) per copy, so none is bitwise equal
 // to another) validated in one validate_cases sweep (the oracle's y and dx
 // rows evaluated once for all) against N sweeps of one: what a caller
 // validating several implementations of one case (bench/peers.py) saves by
@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
       const size_t at = (k * 7919) % copies[k].y.size();
       copies[k].y[at] ^= 1u;
       copies[k].dx[at] ^= 1u;
+      if (!copies[k].h_new.empty()) copies[k].h_new[at] ^= 1u;  // res: h_new distinct too
       ptrs.push_back(&copies[k]);
     }
     for (int rep = 0; rep < reps; ++rep) {

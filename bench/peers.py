@@ -445,10 +445,11 @@ class Timer:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             import gpu_state
             props = torch.cuda.get_device_properties(0)
-            bus = None
+            # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
+            # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
             if hasattr(props, "pci_bus_id"):
                 bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-            self.gpu = gpu_state.GpuState.open(bus)
+                self.gpu = gpu_state.GpuState.open(bus)
             self.accumulate = gpu_state.accumulate
         except Exception:  # noqa: BLE001
             self.gpu = None
@@ -652,10 +653,11 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     for r in range(args.rounds):
         for n in round_order([m for m in base if m in live], r, args.rounds):
             try:
-                s0 = timer.gpu.sample() if timer.gpu else None
+                s0 = gpu_sample(timer, log)
                 got = [(op, timer.time(graphs[(n, op)], per_round[r])) for op in args.ops]
-                if timer.gpu:
-                    timer.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, timer.gpu.sample())
+                s1 = gpu_sample(timer, log)
+                if s0 is not None and s1 is not None:
+                    timer.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, s1)
             except Exception as e:  # noqa: BLE001
                 row["impls"][n]["error"] = f"timing: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 log(f"  {n}: {row['impls'][n]['error']}")
@@ -696,7 +698,8 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
             t_seed = time.time()
             g = normgate.generate(c)  # device generator on a CUDA device
             torch.cuda.synchronize()
-            row.setdefault("acc_generate_s", []).append(time.time() - t_seed)
+            t_open = time.time()
+            row.setdefault("acc_generate_s", []).append(t_open - t_seed)
             ins = form_inputs(torch, g)
             # The oracle takes these inputs (host copies, a sample checked
             # against the generator) instead of generating them again on the
@@ -705,7 +708,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
             with normgate.Oracle(c, inputs=g) as orc:
                 # generation, host copies of the inputs and the oracle's
                 # reference (to plan the accuracy phase's cost per part)
-                row.setdefault("acc_open_s", []).append(time.time() - t_seed)
+                row.setdefault("acc_open_s", []).append(time.time() - t_open)
                 seen = {}  # this seed's distinct outputs: identical ones are validated once
                 for n in acc:
                     accuracy_into(torch, impls[n], ins, orc, row["impls"][n], seen)
@@ -760,6 +763,19 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
         row["ops"][op] = r
     return row
+
+
+def gpu_sample(timer, log):
+    """The NVML sample around a timed block (bench/gpu_state.py), or None; an
+    NVML failure turns the sampling off for the run, never costs a timing."""
+    if timer.gpu is None:
+        return None
+    try:
+        return timer.gpu.sample()
+    except Exception as e:  # noqa: BLE001
+        log(f"  NVML sampling failed ({type(e).__name__}: {e}); off for this run")
+        timer.gpu = None
+        return None
 
 
 def acc_parts(row):
@@ -1398,9 +1414,12 @@ def main(argv):
                     f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
             log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
                 + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
-            log(f"{label} accuracy parts: " + acc_parts(row))
             atomic_write(args.json, json.dumps(result, indent=1))
             atomic_write(args.md, markdown(meta, rows, copy))
+            try:
+                log(f"{label} accuracy parts: " + acc_parts(row))
+            except Exception as e:  # noqa: BLE001 - a log line never costs the run
+                log(f"{label} accuracy parts: not available ({type(e).__name__}: {e})")
     finally:
         warm.finish(None, 0)  # no child outlives the run (an exception or Ctrl-C included)
     # Again at the end: rows skipped or failed after the last measured row

@@ -389,6 +389,8 @@ def _inputs_struct(x, dy, w, u=None, dh_new=None):
     return b
 
 
+_EMPTY = ctypes.c_uint64(0)  # the address given for an empty output tensor
+
 _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
 
 
@@ -492,7 +494,9 @@ class Oracle:
                 raise ValueError("%s has dtype %s; expected %s" % (name, t.dtype, want))
             h = t.detach().to("cpu").contiguous()
             keep.append(h)
-            setattr(o, name, h.data_ptr())
+            # An empty tensor (T = 0) has address 0, which the C ABI reads as
+            # "not given": point it at a live byte instead (nothing is read).
+            setattr(o, name, h.data_ptr() or ctypes.addressof(_EMPTY))
             setattr(o, name + "_elems", h.numel())
         t1 = time.perf_counter()
         rep = _lib.oracle_validate(self._h, o)

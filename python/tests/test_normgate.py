@@ -144,6 +144,26 @@ def test_oracle_over_given_inputs_reports_as_its_own_generation(case):
         normgate.Oracle(case, inputs=[inp["dy"]])
 
 
+@pytest.mark.parametrize("case", [
+    "H=64,T=0,w=bf16,form=plain,family=normal,seed=0",
+    "H=32,T=0,w=fp32,form=res,family=cancel,seed=1",
+])
+def test_an_empty_case_generates_and_validates(case):
+    # T = 0: empty row tensors (address 0 in torch) reach the C ABI as empty,
+    # not as missing; the outputs are present and pass, a nonzero dw fails.
+    g = normgate.generate(case, device="cpu")
+    assert g["dy"].numel() == 0 and g["w"].numel() == g["H"]
+    out = {"y": torch.empty(0, dtype=torch.bfloat16), "rstd": torch.empty(0),
+           "dx": torch.empty(0, dtype=torch.bfloat16), "dw": torch.zeros(g["H"])}
+    if g["form"] == "res":
+        out["h_new"] = torch.empty(0, dtype=torch.bfloat16)
+    with normgate.Oracle(case, inputs=g) as o:
+        r = o.validate(**out)
+        assert r["pass"] and r["absent"] == [], r
+        out["dw"][1] = 0.5
+        assert not o.validate(**out)["outputs"]["dw"]["pass"]
+
+
 def test_check_validates_against_the_inputs_before_impl_ran():
     case = "H=64,T=20,w=bf16,form=plain,family=normal,seed=4"
 

@@ -337,6 +337,42 @@ TEST(CApi, GenerateHostChecksBuffers) {
   EXPECT_NE(last_error().find("dh_new is NULL"), std::string::npos) << last_error();
 }
 
+// T = 0: the row tensors have no elements, so their buffers may be NULL in
+// ng_host_inputs (an empty tensor's address); outputs of 0 elements are given
+// with any non-NULL pointer and pass (dw must be all zeros: no rows).
+TEST(CApi, EmptyCaseTakesNullRowBuffers) {
+  for (const char* id : {"H=64,T=0,w=bf16,form=plain,family=normal,seed=0",
+                         "H=32,T=0,w=fp32,form=res,family=cancel,seed=2"}) {
+    ng_case_info_t info{};
+    ASSERT_EQ(ng_case_info(id, &info), NG_OK) << last_error();
+    const bool res = info.form == NG_FORM_RES;
+    std::vector<float> w(static_cast<size_t>(info.H), -1.0f);  // fp32 or bf16 bits: room for both
+    ng_host_inputs b{};
+    b.w = w.data();
+    b.w_elems = static_cast<uint64_t>(info.H);
+    ASSERT_EQ(ng_generate_host(id, &b), NG_OK) << id << ": " << last_error();
+    EXPECT_NE(w[0], -1.0f) << "w was not written";
+    ng_oracle* o = nullptr;
+    ASSERT_EQ(ng_oracle_open_inputs(id, &b, 1, &o), NG_OK) << id << ": " << last_error();
+    const uint64_t one = 0;
+    std::vector<float> dw(static_cast<size_t>(info.H), 0.0f);
+    ng_outputs g{};
+    g.y = g.rstd = g.dx = &one;
+    g.dw = dw.data();
+    g.dw_elems = dw.size();
+    if (res) g.h_new = &one;
+    json r = validate(o, g);
+    ASSERT_TRUE(r.is_object()) << id << ": " << last_error();
+    EXPECT_EQ(r["pass"], true) << r.dump(1);
+    EXPECT_TRUE(r["absent"].empty()) << r.dump(1);
+    EXPECT_EQ(r["outputs"]["dx"]["present"], true);
+    dw[3] = 1.0f;  // no rows: any nonzero dw is wrong
+    r = validate(o, g);
+    EXPECT_EQ(r["outputs"]["dw"]["pass"], false) << r.dump(1);
+    ng_oracle_close(o);
+  }
+}
+
 // The oracle handle: the models' outputs pass; one dx element far off fails
 // at that index; outputs not given are reported absent.
 TEST(CApi, OracleValidatesModelOutputs) {

@@ -202,7 +202,9 @@ NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
  * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
  * elements and must equal what the case needs: x, dy, u, dh_new rows*H
  * (BF16 bits); w H elements, BF16 bits for w=bf16, FP32 for w=fp32. u and
- * dh_new are form res only and must be NULL (size 0) for the other forms. */
+ * dh_new are form res only and must be NULL (size 0) for the other forms.
+ * A case with T = 0 needs 0 elements of x, dy, u, dh_new: their pointers may
+ * then be NULL. */
 typedef struct ng_host_inputs {
   void* x;              /* BF16 bits (form res: h) */
   uint64_t x_elems;
@@ -263,7 +265,8 @@ NG_API int ng_oracle_open_inputs(const char* case_id, const ng_host_inputs* in, 
  * produced and is reported absent. *_elems must equal the case's size of
  * each given tensor: y, dx, h_new rows*H (BF16 bits); rstd rows (FP32); dw
  * H (FP32). Form res: dx holds dh (= dx + dh_new), h_new the forward's
- * BF16(h + u); h_new must be NULL for the other forms. */
+ * BF16(h + u); h_new must be NULL for the other forms. A given tensor of 0
+ * elements (T = 0) still needs a non-NULL pointer (never read). */
 typedef struct ng_outputs {
   const void* y;
   uint64_t y_elems;
