@@ -240,6 +240,8 @@ def _kernels(deterministic=True):
     "H=256,T=300,w=bf16,form=heads24,family=cancel,seed=2",
     "H=256,T=129,w=fp32,form=heads4,family=normal,seed=3",
     "H=6144,T=64,w=bf16,form=res,family=cancel,seed=4",
+    "H=2048,T=0,w=bf16,form=plain,family=normal,seed=0",  # empty tensors (address 0) end to end
+    "H=1536,T=1,w=fp32,form=res,family=cancel,seed=5",
 ])
 def test_kernels_pass_the_oracle(case, deterministic):
     rep = normgate.check(_kernels(deterministic), case)
