@@ -3,8 +3,12 @@
 # peers matrix, 80 rows left (`python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --done 'docs/results/peers-h200/run-*.json'`).
 # Every kernel route is approved (68 of 68 current); no campaign is running.
-# Carry: ["build/capi/libnormgate_capi.so", ".whl"]  (.whl: Liger-Kernel 0.8.5)
-# Usage: bash docs/results/h200-2026-12-01-s15/next-s16.sh   (every call)
+# Before the first call, here: `ninja -C build` (session 15 changed the C ABI
+# after its last call). Carry: ["build/capi/libnormgate_capi.so",
+# "build/tests/test_capi", ".whl"]  (.whl: Liger-Kernel 0.8.5's wheel only)
+# NG_FIRST=1 (call 1): test_capi and python/tests first (session 15's new
+# cases: T = 0 and T = 1 through the Python kernels, empty-case ABI).
+# Usage: [NG_FIRST=1] bash docs/results/h200-2026-12-01-s15/next-s16.sh   (every call)
 #   One GPU (nvidia-h200): row sets in series, 16 threads, --done skipping
 #   what earlier calls measured. Two or more GPUs: shard A (plain/res H=4096,
 #   5120, heads24, heads4) on GPU 0 and shard B (plain/res H=1536, 2048,
@@ -29,6 +33,10 @@ ALLF="--forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144"
 DONE="--done docs/results/peers-h200/run-*.json"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${NG_FIRST:-0}" = 1 ]; then
+  OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
+  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q python/tests >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
+fi
 npeers=0
 peers_run() {  # $1: peers.py args; extra env passed through (shards)
   local left=$(( limit - 25 - SECONDS ))
@@ -53,6 +61,8 @@ else
   done
 fi
 tar czf $OUT/logs.tgz -C $OUT p
+[ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
+[ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
 for f in $P/peers-*.txt; do
   [ -f "$f" ] || continue
   echo "== $(basename $f)"; grep -E "peers.py|: det |phases|accuracy parts|spread:|unavailable|failed" "$f" | tail -20 | cut -c1-400
