@@ -69,6 +69,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+import gpu_state  # noqa: E402 - NVML counters around timed blocks (bench/gpu_state.py)
 
 ALL_PEERS = ["eager", "TC", "TCd", "F.rms_norm", "Liger", "Q"]
 OPS = ["fwd", "bwd", "2xfwd+bwd"]
@@ -440,19 +442,13 @@ class Timer:
         self.stream = torch.cuda.Stream()
         # NVML counters around each timed block (bench/gpu_state.py): None
         # where NVML is missing; then nothing is recorded.
+        # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
+        # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
         self.gpu = None
-        try:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-            import gpu_state
-            props = torch.cuda.get_device_properties(0)
-            # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
-            # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
-            if hasattr(props, "pci_bus_id"):
-                bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-                self.gpu = gpu_state.GpuState.open(bus)
-            self.accumulate = gpu_state.accumulate
-        except Exception:  # noqa: BLE001
-            self.gpu = None
+        props = torch.cuda.get_device_properties(0)
+        if hasattr(props, "pci_bus_id"):
+            bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+            self.gpu = gpu_state.GpuState.open(bus)
 
     def flush(self):
         # A read of the whole buffer: only clean lines stay behind.
@@ -657,7 +653,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 got = [(op, timer.time(graphs[(n, op)], per_round[r])) for op in args.ops]
                 s1 = gpu_sample(timer, log)
                 if s0 is not None and s1 is not None:
-                    timer.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, s1)
+                    gpu_state.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, s1)
             except Exception as e:  # noqa: BLE001
                 row["impls"][n]["error"] = f"timing: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 log(f"  {n}: {row['impls'][n]['error']}")
@@ -698,23 +694,22 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
             t_seed = time.time()
             g = normgate.generate(c)  # device generator on a CUDA device
             torch.cuda.synchronize()
-            t_open = time.time()
-            row.setdefault("acc_generate_s", []).append(t_open - t_seed)
+            row.setdefault("acc_generate_s", []).append(time.time() - t_seed)
             ins = form_inputs(torch, g)
             # The oracle takes these inputs (host copies, a sample checked
             # against the generator) instead of generating them again on the
             # host: session 13's rows spent about half their accuracy phase
             # in the two host generations (docs/perf.md, session 14).
             with normgate.Oracle(c, inputs=g) as orc:
-                # generation, host copies of the inputs and the oracle's
-                # reference (to plan the accuracy phase's cost per part)
-                row.setdefault("acc_open_s", []).append(time.time() - t_open)
+                # host copies of the inputs and the oracle's reference (to
+                # plan the accuracy phase's cost per part)
+                row.setdefault("acc_open_s", []).append(orc.seconds["copy"] + orc.seconds["open"])
                 seen = {}  # this seed's distinct outputs: identical ones are validated once
                 for n in acc:
                     accuracy_into(torch, impls[n], ins, orc, row["impls"][n], seen)
                 seen = None
                 tot = row.setdefault("acc_oracle_s", {})
-                for k, v in getattr(orc, "seconds", {}).items():
+                for k, v in orc.seconds.items():
                     tot[k] = tot.get(k, 0.0) + v
         except Exception as e:  # noqa: BLE001
             msg = f"seed {seed}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -1360,22 +1355,23 @@ def main(argv):
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
     warm = WarmNext(args, log)
+
+    def past_deadline():
+        return bool(args.deadline_s) and time.time() - start > args.deadline_s
+
     try:
         for k, (form, H, wname, T) in enumerate(plan):
             label = f"[{T}, {H}] {wname} {form}"
-            if args.deadline_s and time.time() - start > args.deadline_s:
+            prewarm = None
+            if not past_deadline():
+                left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
+                try:
+                    prewarm = warm.finish(row_spec(form, H, T, wname), left)
+                except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
+                    log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
+                    prewarm, warm.proc, warm.enabled = None, None, False
+            if past_deadline():  # already at the row's start, or after waiting for its warm-up
                 warm.finish(None, 0)  # a child warming a row that will not run
-                log(f"deadline: row {label} skipped")
-                meta.setdefault("skipped", []).append([T, H, wname, form])
-                continue
-            left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
-            try:
-                prewarm = warm.finish(row_spec(form, H, T, wname), left)
-            except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
-                log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
-                prewarm, warm.proc, warm.enabled = None, None, False
-            if args.deadline_s and time.time() - start > args.deadline_s:
-                # the wait for the child ran past the deadline
                 log(f"deadline (after {prewarm['waited_s']:.0f} s waiting for the warm-up): row {label} skipped"
                     if prewarm else f"deadline: row {label} skipped")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
@@ -1385,7 +1381,7 @@ def main(argv):
             def after(n=nxt):
                 # No child for a row the deadline will skip: it would only
                 # take cores from this row's accuracy phase (the oracle's).
-                if n is not None and not (args.deadline_s and time.time() - start > args.deadline_s):
+                if n is not None and not past_deadline():
                     warm.start(row_spec(n[0], n[1], n[3], n[2]))
             t0 = time.time()
             try:
