@@ -55,6 +55,14 @@ fi
 export NORMGATE_LIB="$lib"
 python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >"$out/env.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >>"$out/env.txt" 2>&1
+# Large host buffers (inputs' and outputs' host copies, the oracle's arrays)
+# on transparent huge pages where the kernel offers them on request (THP
+# "madvise"): glibc then madvises its mmap'd chunks, and a 1 GB buffer costs
+# 512 page faults instead of 262144. Measured on a 2-core machine: the
+# oracle's open at [16384, 5120] res 1.2-1.5 s -> 0.72-0.85 s, minor faults
+# 206k -> 3k (docs/perf.md, session 16). No effect on any result's bits.
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
+echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); GLIBC_TUNABLES=$GLIBC_TUNABLES" >>"$out/env.txt"
 # shellcheck disable=SC2086
 # NG_PEERS_TIMEOUT counts from the script's start (install and build included).
 budget=$(( ${NG_PEERS_TIMEOUT:-540} - SECONDS ))

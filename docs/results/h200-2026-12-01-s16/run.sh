@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 16's device calls (written at the end of session 15): issue 8's
+# Session 16's device calls (written at the end of session 15; from call 2:
+# pinned host copies in normgate.Oracle, glibc THP tunable in scripts/peers.sh): issue 8's
 # peers matrix, 80 rows left (`python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --done 'docs/results/peers-h200/run-*.json'`).
 # Every kernel route is approved (68 of 68 current); no campaign is running.
@@ -8,7 +9,7 @@
 # "build/tests/test_capi", ".whl"]  (.whl: Liger-Kernel 0.8.5's wheel only)
 # NG_FIRST=1 (call 1): test_capi and python/tests first (session 15's new
 # cases: T = 0 and T = 1 through the Python kernels, empty-case ABI).
-# Usage: [NG_FIRST=1] bash docs/results/h200-2026-12-01-s15/next-s16.sh   (every call)
+# Usage: [NG_FIRST=1] bash docs/results/h200-2026-12-01-s16/run.sh   (every call)
 #   One GPU (nvidia-h200): row sets in series, 16 threads, --done skipping
 #   what earlier calls measured. Two or more GPUs: shard A (plain/res H=4096,
 #   5120, heads24, heads4) on GPU 0 and shard B (plain/res H=1536, 2048,
@@ -47,6 +48,7 @@ peers_run() {  # $1: peers.py args; extra env passed through (shards)
     NG_PEERS_ARGS="$PEERS $1 $DONE --deadline-s $(( left - 110 ))" \
     OUT=$P/pk scripts/peers.sh >$P/peers-$npeers.txt 2>&1
   set +f
+  grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
   [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-$npeers.tgz
   rm -rf $P/pk
 }
@@ -61,6 +63,7 @@ else
   done
 fi
 tar czf $OUT/logs.tgz -C $OUT p
+[ -f $P/thp.txt ] && { echo "== THP"; sort -u $P/thp.txt; }
 [ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
 [ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
 for f in $P/peers-*.txt; do
