@@ -26,6 +26,7 @@ invalid argument, RuntimeError otherwise (e.g. a CUDA error).
 """
 
 import ctypes
+import os
 import time
 
 from . import _lib
@@ -36,7 +37,7 @@ from ._lib import case_info, device_available, library_path, version
 __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
-    "bwd_workspace_bytes", "copy_vec16",
+    "bwd_workspace_bytes", "copy_vec16", "default_threads",
 ]
 
 _HEADS = {24: "heads24", 4: "heads4"}
@@ -392,6 +393,38 @@ def _inputs_struct(x, dy, w, u=None, dh_new=None):
 _EMPTY = ctypes.c_uint64(0)  # the address given for an empty output tensor
 
 
+def default_threads():
+    """The OpenMP threads the oracle and validators use when given threads=0:
+    OMP_NUM_THREADS if set (a positive integer), else every CPU this process
+    may run on (os.sched_getaffinity).
+
+    Not the OpenMP runtime's own default: torch ships a libgomp.so.1 of its
+    own, the dynamic linker hands that same runtime to this library (same
+    soname, loaded first), and torch sets its thread count to
+    torch.get_num_threads() (physical cores, or what set_num_threads gave),
+    so the oracle's parallel regions would run on that many threads.
+    Measured here (2 CPUs): torch.set_num_threads(1) made Oracle(threads=0)'s
+    open at [4096, 5120] res 0.265 s instead of 0.209 s (docs/perf.md,
+    session 16). Raises ValueError if OMP_NUM_THREADS is set but not a
+    positive integer (a list such as "8,4" included: name one count)."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError("OMP_NUM_THREADS=%r is not a positive integer" % env)
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _threads(threads):
+    """threads as given (> 0), or default_threads() for 0; ValueError otherwise."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError("threads must be an int >= 0 (0: default_threads()), got %r" % (threads,))
+    return threads if threads > 0 else default_threads()
+
+
 def _host(t):
     """A contiguous host copy of tensor t for the C ABI (which reads it only
     during the call that takes it): a CPU tensor as it is (copied only if not
@@ -426,7 +459,9 @@ class Oracle:
     uses those bits after checking a sample of them against the generator
     (ng_oracle_open_inputs: 64 rows spread over each tensor, and w), so inputs
     of another case raise ValueError naming the tensor, row and column.
-    threads: OpenMP threads (0: the default); results do not depend on it.
+    threads: OpenMP threads (0: default_threads(), i.e. OMP_NUM_THREADS or
+    every CPU of the process's affinity, not the runtime's default, which
+    torch lowers); results do not depend on it. ValueError if negative.
     seconds: wall seconds spent so far, by part (a dict, for planning
     benchmarks): "copy" (inputs' and outputs' copies to host memory), "open"
     (the oracle's reference, sample check included), "validate" (the
@@ -438,6 +473,7 @@ class Oracle:
         self.seconds = {"copy": 0.0, "open": 0.0, "validate": 0.0}
         self.info = _lib.case_info(case_id)
         self.case = self.info["case"]
+        threads = _threads(threads)
         if inputs is None:
             t0 = time.perf_counter()
             self._h = _lib.oracle_open(case_id, threads)

@@ -348,3 +348,41 @@ def test_autograd_rms_norm_matches_the_direct_calls():
     x.grad = None
     normgate.rms_norm(x, w).sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+
+
+def test_oracle_threads_default_to_omp_num_threads_or_the_affinity_not_torch(monkeypatch):
+    # torch's own libgomp.so.1 is the runtime this library gets, and torch
+    # lowers its thread count: threads=0 must not mean "whatever torch set".
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert normgate.default_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert normgate.default_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "8,4")
+    with pytest.raises(ValueError, match="'8,4'"):
+        normgate.default_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    case = "H=96,T=33,w=bf16,form=res,family=cancel,seed=2"
+    with pytest.raises(ValueError, match="-1"):
+        normgate.Oracle(case, threads=-1)
+    # The report does not depend on the thread count (a perturbed dx, so that
+    # the worst element and its err/tol are not trivially zero).
+    inp = normgate.generate(case, device="cpu")
+    out = reference(inp)
+    out["dx"] = (out["dx"].float() * 1.01).to(torch.bfloat16)
+    reps = []
+    for t in (1, 3):
+        with normgate.Oracle(case, threads=t, inputs=inp) as o:
+            reps.append(o.validate(**out))
+    assert reps[0]["outputs"]["dx"]["err_tol"] > 0
+    assert reps[0] == reps[1]
+
+
+@gpu
+def test_host_copies_of_cuda_tensors_are_pinned_and_exact():
+    t = torch.randn(3, 1000, device="cuda").to(torch.bfloat16)[:, ::2]  # strided view
+    h = normgate._host(t)
+    assert h.device.type == "cpu" and h.is_pinned() and h.is_contiguous()
+    assert torch.equal(h.view(torch.int16), t.cpu().contiguous().view(torch.int16))
+    c = torch.arange(10, dtype=torch.float32)[::3]
+    hc = normgate._host(c)
+    assert hc.is_contiguous() and torch.equal(hc, c)
