@@ -1338,6 +1338,10 @@ def main(argv):
             "command": "python3 bench/peers.py " + " ".join(argv), "replays": args.replays, "rounds": args.rounds,
             "seeds": args.seeds, "family": args.family, "eps": eps, "peer_errors": errors,
             "method": "CUDA-graph replay, cold L2 (read flush), CUDA events, median; A/A copies of det and ours"}
+    # The accuracy phase's host threads (normgate.default_threads(), not the
+    # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
+    meta["threads"] = {"torch": torch.get_num_threads(), "oracle": normgate.default_threads()}
+    log(f"host threads: torch {meta['threads']['torch']}, oracle and validators {meta['threads']['oracle']}")
     for k, v in errors.items():
         log(f"peer {k} unavailable: {v}")
 
