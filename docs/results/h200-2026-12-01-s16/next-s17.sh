@@ -2,7 +2,9 @@
 # Session 17's device calls (written at the end of session 16): issue 8's
 # peers matrix, 67 rows left (`python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
-# 'docs/results/peers-h200/run-*.json'`). Same row sets as session 16's run.sh.
+# 'docs/results/peers-h200/run-*.json'`): session 16's run.sh as it is (same
+# row sets; the --done files skip what is measured). The "host threads" line
+# is in each peers-N.tgz's peers.log (logs.tgz too), not in the call's tail.
 # Before the first call, here: `ninja -C build` (session 16 changed the C ABI's
 # host_copy after its last call). Carry: ["build/capi/libnormgate_capi.so",
 # "build/tests/test_capi", ".whl"]  (.whl: Liger-Kernel 0.8.5's wheel only)
@@ -24,53 +26,4 @@
 # --merge docs/results/peers-h200/run-*.json --json
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
 # COMMIT before the next call (the --done files travel with the tree).
-export PATH=/usr/local/cuda/bin:$PATH
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-P=$OUT/p; mkdir -p $P
-limit=${NG_CALL_LIMIT:-570}
-export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5"
-ALLF="--forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144"
-DONE="--done docs/results/peers-h200/run-*.json"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${NG_FIRST:-0}" = 1 ]; then
-  OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
-  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q python/tests >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
-fi
-npeers=0
-peers_run() {  # $1: peers.py args; extra env passed through (shards)
-  local left=$(( limit - 25 - SECONDS ))
-  [ $left -ge 100 ] || return 0
-  set -f  # a set with no row left costs no peers.sh start (call 2: ~15 s)
-  python3 bench/peers.py --plan $PEERS $1 $DONE 2>/dev/null | tail -1 | grep -q '^0 rows' && { set +f; return 0; }
-  set +f
-  npeers=$(( npeers + 1 ))
-  set -f
-  NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
-    NG_PEERS_ARGS="$PEERS $1 $DONE --deadline-s $(( left - 110 ))" \
-    OUT=$P/pk scripts/peers.sh >$P/peers-$npeers.txt 2>&1
-  set +f
-  grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
-  [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-$npeers.tgz
-  rm -rf $P/pk
-}
-if [ "${ngpu:-0}" -ge 2 ]; then
-  NG_PEERS_GPUS=0,1 NG_PEERS_THREADS=16 \
-    NG_PEERS_SHARDS="--forms plain,res,heads24,heads4 --H 4096,5120|--forms plain,res --H 1536,2048,6144" \
-    peers_run ""
-else
-  for s in "$ALLF --T 65537 --w bf16" "$ALLF --T 65537 --w fp32" "$ALLF --T 131072 --w bf16" \
-           "$ALLF --T 131072 --w fp32" "$ALLF --T 4097" "$ALLF --T 98304"; do
-    peers_run "$s"
-  done
-fi
-tar czf $OUT/logs.tgz -C $OUT p
-[ -f $P/thp.txt ] && { echo "== THP"; sort -u $P/thp.txt; }
-[ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
-[ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
-for f in $P/peers-*.txt; do
-  [ -f "$f" ] || continue
-  echo "== $(basename $f)"; grep -E "peers.py|host threads|: det |phases|accuracy parts|spread:|unavailable|failed" "$f" | tail -20 | cut -c1-400
-done
-rm -rf $P
+exec bash "$(dirname "$0")/run.sh"
