@@ -163,6 +163,14 @@ void build_oracle(ng_oracle& o) {
                                               /*baseline_rows=*/false);  // its dw only (dw vs FP32)
 }
 
+// threads of a call: <= 0 means the runtime's default; more than
+// NG_MAX_THREADS is refused before any parallel region starts.
+int checked_threads(int threads) {
+  if (threads > NG_MAX_THREADS)
+    bad("threads = " + std::to_string(threads) + " exceeds NG_MAX_THREADS (" + std::to_string(NG_MAX_THREADS) + ")");
+  return threads;
+}
+
 }  // namespace
 
 extern "C" {
@@ -325,8 +333,8 @@ int ng_oracle_open(const char* case_id, int threads, ng_oracle** out) {
     *out = nullptr;
     const ns::CaseId c = parse(case_id);
     auto o = std::make_unique<ng_oracle>();
-    o->threads = threads;
-    o->inputs = ns::generate_host(c, threads);
+    o->threads = checked_threads(threads);
+    o->inputs = ns::generate_host(c, o->threads);
     build_oracle(*o);
     *out = o.release();
   });
@@ -340,7 +348,7 @@ int ng_oracle_open_inputs(const char* case_id, const ng_host_inputs* in, int thr
     need(in, "inputs");
     check_input_buffers(c, in);
     auto o = std::make_unique<ng_oracle>();
-    o->threads = threads;
+    o->threads = checked_threads(threads);
     ns::HostInputs& h = o->inputs;
     h.id = c;
     h.rows = c.rows();
@@ -356,7 +364,7 @@ int ng_oracle_open_inputs(const char* case_id, const ng_host_inputs* in, int thr
       h.w_bf16 = host_copy<uint16_t>(in->w, c.H);
     else
       h.w_f32 = host_copy<float>(in->w, c.H);
-    ns::check_inputs_sample(h, 64, threads);  // another case's inputs: NG_EINVAL naming the element
+    ns::check_inputs_sample(h, 64, o->threads);  // another case's inputs: NG_EINVAL naming the element
     build_oracle(*o);
     *out = o.release();
   });

@@ -26,8 +26,11 @@ invalid argument, RuntimeError otherwise (e.g. a CUDA error).
 """
 
 import ctypes
+import operator
 import os
+import re
 import time
+import warnings
 
 from . import _lib
 from ._lib import case_info, device_available, library_path, version
@@ -37,7 +40,7 @@ from ._lib import case_info, device_available, library_path, version
 __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
-    "bwd_workspace_bytes", "copy_vec16", "default_threads",
+    "bwd_workspace_bytes", "copy_vec16", "default_threads", "MAX_THREADS",
 ]
 
 _HEADS = {24: "heads24", 4: "heads4"}
@@ -393,10 +396,20 @@ def _inputs_struct(x, dy, w, u=None, dh_new=None):
 _EMPTY = ctypes.c_uint64(0)  # the address given for an empty output tensor
 
 
+MAX_THREADS = 4096  # the C ABI's NG_MAX_THREADS
+
+
 def default_threads():
-    """The OpenMP threads the oracle and validators use when given threads=0:
-    OMP_NUM_THREADS if set (a positive integer), else every CPU this process
-    may run on (os.sched_getaffinity).
+    """The OpenMP threads the oracle and validators use when given threads=0
+    (an int >= 1).
+
+    OMP_NUM_THREADS if it is set and valid: its first entry, as libgomp reads
+    it ("8,4" gives 8: the outer level's count), ASCII digits only, capped at
+    MAX_THREADS. A value libgomp would ignore (empty, not a number, 0) is
+    ignored here too, with a RuntimeWarning naming it. Otherwise every CPU
+    the calling thread may run on (os.sched_getaffinity; a CPU quota of a
+    cgroup is not seen, and a thread pinned by OMP_PROC_BIND or
+    GOMP_CPU_AFFINITY sees its own set only).
 
     Not the OpenMP runtime's own default: torch ships a libgomp.so.1 of its
     own, the dynamic linker hands that same runtime to this library (same
@@ -405,13 +418,14 @@ def default_threads():
     so the oracle's parallel regions would run on that many threads.
     Measured here (2 CPUs): torch.set_num_threads(1) made Oracle(threads=0)'s
     open at [4096, 5120] res 0.265 s instead of 0.209 s (docs/perf.md,
-    session 16). Raises ValueError if OMP_NUM_THREADS is set but not a
-    positive integer (a list such as "8,4" included: name one count)."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env:
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError("OMP_NUM_THREADS=%r is not a positive integer" % env)
-        return int(env)
+    session 16)."""
+    env = os.environ.get("OMP_NUM_THREADS")
+    if env is not None:
+        first = env.split(",")[0].strip()
+        if re.fullmatch(r"[0-9]+", first) and int(first) >= 1:
+            return min(int(first), MAX_THREADS)
+        warnings.warn("OMP_NUM_THREADS=%r is not a positive integer (or a list of them): ignored, "
+                      "using the CPU affinity" % env, RuntimeWarning, stacklevel=2)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -419,27 +433,47 @@ def default_threads():
 
 
 def _threads(threads):
-    """threads as given (> 0), or default_threads() for 0; ValueError otherwise."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+    """threads as given (1..MAX_THREADS), or default_threads() for 0.
+    Any integer type (numpy's included; not bool). ValueError naming the value
+    for a negative count, one above MAX_THREADS or a non-integer."""
+    if isinstance(threads, bool):
         raise ValueError("threads must be an int >= 0 (0: default_threads()), got %r" % (threads,))
-    return threads if threads > 0 else default_threads()
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        raise ValueError("threads must be an int >= 0 (0: default_threads()), got %r" % (threads,)) from None
+    if n < 0 or n > MAX_THREADS:
+        raise ValueError("threads = %d is outside 0..%d (0: default_threads())" % (n, MAX_THREADS))
+    return n if n > 0 else default_threads()
 
 
 def _host(t):
-    """A contiguous host copy of tensor t for the C ABI (which reads it only
-    during the call that takes it): a CPU tensor as it is (copied only if not
-    contiguous); a CUDA tensor into page-locked memory from torch's caching
-    host allocator, so that the copy is one DMA at PCIe rate and the pages are
-    reused by the next copy of that size instead of being faulted in again
-    (pageable .to("cpu"): ~2 GB/s on the H200 machine, 39 of a 74 s accuracy
-    phase; docs/perf.md, session 16)."""
+    """A contiguous host copy of tensor t for the C ABI, which reads it only
+    during the call that takes it.
+
+    A CPU tensor is returned as it is when contiguous (no copy; the C ABI
+    reads it in place), else a contiguous copy. A CUDA tensor is copied
+    synchronously into page-locked memory from torch's caching host
+    allocator: one DMA at PCIe rate, and the pages are reused by the next
+    copy of the same size class instead of being faulted in again (pageable
+    .to("cpu"): ~2 GB/s on the H200 machine, 39 of a 74 s accuracy phase;
+    docs/perf.md, session 16). torch rounds each such block up to a power of
+    two and keeps it page-locked for the rest of the process (the four
+    ~0.67 GB inputs of [65537, 5120] res hold ~4 GB; torch's
+    _host_emptyCache returns them). If page-locked memory cannot be had
+    (cudaHostAlloc fails, e.g. under a memory limit) the copy is made to
+    pageable memory instead (slower, same bits)."""
     torch = _torch()
     t = t.detach()
     if t.device.type != "cuda":
         return t.to("cpu").contiguous()
-    h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    try:
+        h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    except RuntimeError:
+        return t.to("cpu").contiguous()
     h.copy_(t)  # synchronous: the ABI reads h right after
     return h
+
 
 _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
 
@@ -455,13 +489,15 @@ class Oracle:
 
     inputs: None (the host generator makes the case's inputs again: tens of
     CPU ns per element and tensor), or the dict generate(case_id, ...)
-    returned (its tensors on any device; COPIED to host memory): the oracle
+    returned (its tensors on any device; copied to host memory by _host, and
+    again by the C ABI, which keeps its own copy): the oracle
     uses those bits after checking a sample of them against the generator
     (ng_oracle_open_inputs: 64 rows spread over each tensor, and w), so inputs
     of another case raise ValueError naming the tensor, row and column.
     threads: OpenMP threads (0: default_threads(), i.e. OMP_NUM_THREADS or
     every CPU of the process's affinity, not the runtime's default, which
-    torch lowers); results do not depend on it. ValueError if negative.
+    torch lowers); results do not depend on it. ValueError naming the value
+    if negative, above MAX_THREADS (4096) or not an integer.
     seconds: wall seconds spent so far, by part (a dict, for planning
     benchmarks): "copy" (inputs' and outputs' copies to host memory), "open"
     (the oracle's reference, sample check included), "validate" (the
@@ -525,9 +561,11 @@ class Oracle:
         return the report (a dict: case, pass, verdict, outputs{name: {present,
         err_tol, worst, pass, ...}}, absent, uncertified, dw_vs_fp32).
 
-        Tensors may be on any device and in any layout of the right shape: they
-        are COPIED to contiguous host memory first (this is the one place that
-        copies). dtypes: y, dx, h_new bfloat16; rstd, dw float32 (else
+        Tensors may be on any device and in any layout of the right shape: CUDA
+        tensors are copied to page-locked host memory (_host), non-contiguous
+        CPU tensors to contiguous ones; contiguous CPU tensors are read in
+        place during the call (a buffer misaligned for its dtype is copied by
+        the C ABI). dtypes: y, dx, h_new bfloat16; rstd, dw float32 (else
         ValueError). Shapes: y, dx, h_new T*heads*H elements (form res: dx is
         dh), rstd T*heads, dw H.
         """

@@ -350,22 +350,57 @@ def test_autograd_rms_norm_matches_the_direct_calls():
     assert x.grad is not None and torch.isfinite(x.grad.float()).all()
 
 
-def test_oracle_threads_default_to_omp_num_threads_or_the_affinity_not_torch(monkeypatch):
-    # torch's own libgomp.so.1 is the runtime this library gets, and torch
-    # lowers its thread count: threads=0 must not mean "whatever torch set".
+def test_default_threads_reads_omp_num_threads_as_libgomp_does(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert normgate.default_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "8,4")  # a list: the outer level's count
+    assert normgate.default_threads() == 8
+    monkeypatch.setenv("OMP_NUM_THREADS", "99999999999")
+    assert normgate.default_threads() == normgate.MAX_THREADS
     monkeypatch.delenv("OMP_NUM_THREADS")
-    assert normgate.default_threads() == len(os.sched_getaffinity(0))
-    monkeypatch.setenv("OMP_NUM_THREADS", "8,4")
-    with pytest.raises(ValueError, match="'8,4'"):
-        normgate.default_threads()
-    monkeypatch.delenv("OMP_NUM_THREADS")
+    ncpu = len(os.sched_getaffinity(0))
+    assert normgate.default_threads() == ncpu
+    for bad in ("two", "0", "\u00b2", "\u0663", ""):  # libgomp ignores these; so do we, loudly
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        with pytest.warns(RuntimeWarning, match="OMP_NUM_THREADS"):
+            assert normgate.default_threads() == ncpu
+
+
+def test_oracle_threads_default_is_not_torchs_count(monkeypatch):
+    # torch's own libgomp.so.1 is the runtime this library gets, and torch
+    # lowers its thread count: threads=0 must reach the C ABI as
+    # default_threads(), not as 0 ("whatever the runtime was set to").
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen = []
+    real = _lib.oracle_open_inputs
+
+    def spy(case_id, inputs, threads=0):
+        seen.append(threads)
+        return real(case_id, inputs, threads)
+    monkeypatch.setattr(_lib, "oracle_open_inputs", spy)
     case = "H=96,T=33,w=bf16,form=res,family=cancel,seed=2"
-    with pytest.raises(ValueError, match="-1"):
-        normgate.Oracle(case, threads=-1)
-    # The report does not depend on the thread count (a perturbed dx, so that
-    # the worst element and its err/tol are not trivially zero).
+    inp = normgate.generate(case, device="cpu")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with normgate.Oracle(case, inputs=inp):
+            pass
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [len(os.sched_getaffinity(0))]
+    import numpy as np
+    with normgate.Oracle(case, threads=np.int64(2), inputs=inp):
+        pass
+    assert seen[-1] == 2
+    for bad in (-1, normgate.MAX_THREADS + 1, 2.0, True):
+        with pytest.raises(ValueError, match=repr(bad) if isinstance(bad, (float, bool)) else str(bad)):
+            normgate.Oracle(case, threads=bad, inputs=inp)
+
+
+def test_oracle_reports_do_not_depend_on_the_thread_count():
+    # A perturbed dx, so that the worst element and its err/tol are not
+    # trivially zero.
+    case = "H=96,T=33,w=bf16,form=res,family=cancel,seed=2"
     inp = normgate.generate(case, device="cpu")
     out = reference(inp)
     out["dx"] = (out["dx"].float() * 1.01).to(torch.bfloat16)
@@ -378,11 +413,19 @@ def test_oracle_threads_default_to_omp_num_threads_or_the_affinity_not_torch(mon
 
 
 @gpu
-def test_host_copies_of_cuda_tensors_are_pinned_and_exact():
-    t = torch.randn(3, 1000, device="cuda").to(torch.bfloat16)[:, ::2]  # strided view
-    h = normgate._host(t)
-    assert h.device.type == "cpu" and h.is_pinned() and h.is_contiguous()
-    assert torch.equal(h.view(torch.int16), t.cpu().contiguous().view(torch.int16))
-    c = torch.arange(10, dtype=torch.float32)[::3]
-    hc = normgate._host(c)
-    assert hc.is_contiguous() and torch.equal(hc, c)
+def test_host_copies_of_cuda_tensors_are_pinned_complete_and_exact():
+    t = torch.empty(3, 2000, device="cuda", dtype=torch.bfloat16)
+    # A long kernel, then the fill on the same stream: a copy that did not
+    # wait for the stream would see the fill's bits only by luck.
+    torch.cuda._sleep(200_000_000)
+    t.fill_(1.5)
+    v = t[:, ::2]  # strided view
+    h = normgate._host(v)
+    assert h.device.type == "cpu" and h.is_pinned() and h.is_contiguous() and h.shape == (3, 1000)
+    assert bool((h == 1.5).all())
+    e = normgate._host(torch.empty(0, device="cuda", dtype=torch.bfloat16))
+    assert e.numel() == 0 and e.device.type == "cpu"
+    c = torch.arange(10, dtype=torch.float32)
+    assert normgate._host(c).data_ptr() == c.data_ptr()  # contiguous CPU: read in place
+    hc = normgate._host(c[::3])
+    assert hc.is_contiguous() and torch.equal(hc, c[::3])

@@ -56,6 +56,10 @@ extern "C" {
 #define NG_EFAIL 1
 #define NG_EINVAL 2
 
+/* The most OpenMP threads a call takes (threads above it: NG_EINVAL naming
+ * the value; libgomp fails to start ~1e5 threads and the process dies). */
+#define NG_MAX_THREADS 4096
+
 /* Weight dtypes (the w_dtype fields): values of normgate::WDtype. */
 #define NG_W_BF16 0
 #define NG_W_FP32 1
@@ -243,7 +247,8 @@ typedef struct ng_oracle ng_oracle;
 
 /* Generate the case's inputs on the host, compute the reference, the ideal
  * kernel and the FP32 baseline (oracle mode auto) with `threads` OpenMP
- * threads (<= 0: default; results do not depend on it). Memory: the inputs
+ * threads (<= 0: default; results do not depend on it; above NG_MAX_THREADS:
+ * NG_EINVAL). Memory: the inputs
  * plus O(rows + H) doubles. *out receives the handle (NULL on failure). */
 NG_API int ng_oracle_open(const char* case_id, int threads, ng_oracle** out);
 
