@@ -99,6 +99,7 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --rate 1e8", "--plan"},                    // --rate only with --plan
       {"gate " + kSmall + " --plan --journal j.jsonl", "--journal"},   // --plan runs nothing: no journal
       {"gate " + kSmall + " --plan --approve", "--approve"},
+      {"gate " + kSmall + " --threads 100000", "100000"},  // libgomp cannot start that many
   };
   for (const auto& b : cases) {
     const CliResult r = cli(b.args);
