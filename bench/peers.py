@@ -584,6 +584,90 @@ def case_id(form, H, T, wname, family, seed):
     return f"H={H},T={T},w={wname},form={form},family={family},seed={seed}"
 
 
+def is_oom(error):
+    """True for a recorded setup error that is CUDA running out of memory
+    (torch.cuda.OutOfMemoryError, or a CUDA/cuBLAS "out of memory")."""
+    return bool(error) and ("OutOfMemoryError" in error or "out of memory" in error.lower())
+
+
+def setup_graphs(torch, impls, names, inp, timer, ops, row, log):
+    """Each implementation's eager run on the row's inputs, then one CUDA
+    graph per op captured on timer.stream (in the pool timer.impl_pool()
+    gives). Returns (graphs {(name, op): graph}, keep {name: (outs, saved)}).
+    A failure is recorded against the implementation (row["impls"][name]
+    ["error"]) and frees what it held, so the implementations after it still
+    run; setup_s and reserved_GiB are recorded for the others.
+    A graph holds raw pointers, not references: every tensor a graph reads
+    that was made outside it (the eager forward's outputs and saved tensors)
+    must stay referenced until the graph is gone (keep), or the allocator
+    hands its memory to the next implementation (garbage inputs, or an
+    illegal address: seen on the H200, docs/perf.md)."""
+    graphs = {}
+    keep = {}
+    for name in names:
+        fwd, bwd = impls[name]
+        info = row["impls"].setdefault(name, {"us": {}, "error": None})
+        try:
+            t0 = time.time()
+            pool = timer.impl_pool()
+            outs, saved = fwd(inp)
+            keep[name] = (outs, saved)
+            torch.cuda.synchronize()
+            for op in ops:
+                graphs[(name, op)] = timer.capture(op_fn(impls[name], op, inp, saved), pool)
+            info["setup_s"] = time.time() - t0
+            info["reserved_GiB"] = torch.cuda.memory_reserved() / 2**30
+            log(f"  {name}: set up in {info['setup_s']:.1f} s; {info['reserved_GiB']:.1f} GiB reserved")
+        except Exception as e:  # noqa: BLE001
+            info["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            log(f"  {name}: setup failed: {info['error']}")
+            log(traceback.format_exc())
+            # Free what the failed implementation holds (graphs of its other
+            # ops, its eager outputs) for the implementations after it.
+            for op in ops:
+                graphs.pop((name, op), None)
+            keep.pop(name, None)
+            outs = saved = fn = pool = None
+            gc.collect()
+    outs = saved = pool = None
+    return graphs, keep
+
+
+def setup_row_graphs(torch, impls, names, inp, timer, ops, row, log):
+    """setup_graphs for a row, in the timer's pool mode; if that is a private
+    pool per graph (the default) and an implementation ran out of GPU memory,
+    the whole row again with one pool per implementation (recorded in
+    row["pool_mode"]; "private" or the NG_PEERS_SHARED_POOL mode otherwise).
+    At [65537, 6144] w fp32 res the nine implementations' private pools held
+    102 GiB, so rows at T >= 98304 outgrow the H200's 139 GiB (docs/perf.md,
+    session 16). An implementation that fails in both modes keeps its error.
+    Returns setup_graphs' (graphs, keep)."""
+    graphs, keep = setup_graphs(torch, impls, names, inp, timer, ops, row, log)
+    if timer.pool_mode == "" and any(is_oom(row["impls"][n]["error"]) for n in names):
+        # Private pools (one per graph) hold the sum of an implementation's
+        # three graphs; one pool per implementation holds about the largest
+        # (the captures free their temporaries before the next begins). The
+        # whole row is set up again that way, so that its implementations
+        # share one pool mode (recorded as the row's "pool_mode").
+        failed = [n for n in names if is_oom(row["impls"][n]["error"])]
+        log(f"  out of GPU memory with a private pool per graph ({', '.join(failed)}, "
+            f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB reserved): the row again with one pool per implementation")
+        del graphs, keep
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        row["impls"] = {}
+        timer.pool_mode = "impl"
+        try:
+            graphs, keep = setup_graphs(torch, impls, names, inp, timer, ops, row, log)
+        finally:
+            timer.pool_mode = ""
+        row["pool_mode"] = "impl (private pools ran out of memory at " + ", ".join(failed) + ")"
+    else:
+        row["pool_mode"] = timer.pool_mode or "private"
+    return graphs, keep
+
+
 def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=None):
     import normgate
 
@@ -598,40 +682,8 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     names = [n for n in CAPTURE_ORDER if n in impls] + [n for n in impls if n not in CAPTURE_ORDER]
     row = {"H": H, "T": T, "w": wname, "form": form, "heads": heads, "case": case, "impls": {}}
 
-    # Graphs per (impl, op); a failure is recorded against the implementation.
-    # A graph holds raw pointers, not references: every tensor a graph reads
-    # that was made outside it (the eager forward's outputs and saved
-    # tensors) must stay referenced until the graph is gone, or the allocator
-    # hands its memory to the next implementation (garbage inputs, or an
-    # illegal address: seen on the H200, docs/perf.md).
-    graphs = {}
-    keep = {}
     phase0 = time.time()
-    for name in names:
-        fwd, bwd = impls[name]
-        info = row["impls"].setdefault(name, {"us": {}, "error": None})
-        try:
-            t0 = time.time()
-            pool = timer.impl_pool()
-            outs, saved = fwd(inp)
-            keep[name] = (outs, saved)
-            torch.cuda.synchronize()
-            for op in args.ops:
-                graphs[(name, op)] = timer.capture(op_fn(impls[name], op, inp, saved), pool)
-            info["setup_s"] = time.time() - t0
-            info["reserved_GiB"] = torch.cuda.memory_reserved() / 2**30
-            log(f"  {name}: set up in {info['setup_s']:.1f} s; {info['reserved_GiB']:.1f} GiB reserved")
-        except Exception as e:  # noqa: BLE001
-            info["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            log(f"  {name}: setup failed: {info['error']}")
-            log(traceback.format_exc())
-            # Free what the failed implementation holds (graphs of its other
-            # ops, its eager outputs) for the implementations after it.
-            for op in args.ops:
-                graphs.pop((name, op), None)
-            keep.pop(name, None)
-            outs = saved = fn = pool = None
-            gc.collect()
+    graphs, keep = setup_row_graphs(torch, impls, names, inp, timer, args.ops, row, log)
     outs = saved = fn = pool = None
     # Wall seconds of the row's phases (setup: eager run + graph captures,
     # torch.compile's autotuning included; timing; accuracy: every seed's

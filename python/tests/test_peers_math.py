@@ -211,3 +211,105 @@ def test_warm_next_child_compiles_the_row_and_a_stale_child_is_killed():
     assert w.proc is None and any("not needed, killed" in ln for ln in lines), lines
     assert not peers.WarmNext(peers.parse_args(["--peers", "eager,Liger"]), lines.append).enabled
     assert not peers.WarmNext(peers.parse_args(["--peers", "TC", "--no-warm-next"]), lines.append).enabled
+
+
+class _FakeCuda:
+    """torch.cuda for setup_graphs on the CPU: pools are counted objects."""
+
+    def __init__(self):
+        self.pools = 0
+
+    def synchronize(self):
+        pass
+
+    def empty_cache(self):
+        pass
+
+    def memory_reserved(self):
+        return 0
+
+    def graph_pool_handle(self):
+        self.pools += 1
+        return ("pool", self.pools)
+
+
+class _FakeTorch:
+    def __init__(self):
+        self.cuda = _FakeCuda()
+
+
+class _FakeTimer:
+    """Timer.impl_pool's rule; capture() runs the op once and fails with a
+    CUDA out-of-memory error for the implementations in `big` while the
+    pools are private (pool None), as the H200 does once the row's private
+    pools outgrow its memory."""
+
+    def __init__(self, torch_, big, big_in_impl_mode=False):
+        self.torch, self.pool_mode, self.pool, self.big = torch_, "", None, big
+        self.big_in_impl_mode = big_in_impl_mode
+        self.current = None
+        self.captured = []
+
+    impl_pool = peers.Timer.impl_pool
+
+    def capture(self, fn, pool="row"):
+        fn()
+        if self.current in self.big and (pool is None or self.big_in_impl_mode):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 12.00 GiB")  # torch.OutOfMemoryError's text
+        self.captured.append((self.current, pool))
+        return object()
+
+
+def _fake_impls(timer, names):
+    def make(n):
+        def fwd(inp):
+            timer.current = n
+            return {"y": 1}, None
+
+        def bwd(inp, saved):
+            return {"dx": 1, "dw": 1}
+        return fwd, bwd
+    return {n: make(n) for n in names}
+
+
+@pytest.mark.parametrize("still_too_big", [False, True])
+def test_a_row_out_of_memory_in_private_pools_is_set_up_again_with_a_pool_per_implementation(still_too_big):
+    ft = _FakeTorch()
+    timer = _FakeTimer(ft, big={"eager"}, big_in_impl_mode=still_too_big)
+    names = ["det", "TC", "eager"]
+    impls = _fake_impls(timer, names)
+    row = {"impls": {}}
+    lines = []
+    graphs, keep = peers.setup_row_graphs(ft, impls, names, {}, timer, peers.OPS, row, lines.append)
+    assert any("out of GPU memory with a private pool per graph (eager" in s for s in lines), lines
+    assert row["pool_mode"] == "impl (private pools ran out of memory at eager)"
+    assert timer.pool_mode == ""  # the next row starts with private pools again
+    # Second setup: every implementation in its own pool, shared by its ops.
+    second = timer.captured[2 * len(peers.OPS):]
+    pools = {}
+    for n, pool in second:
+        assert pool is not None
+        pools.setdefault(n, set()).add(pool)
+    assert all(len(p) == 1 for p in pools.values()) and len({next(iter(p)) for p in pools.values()}) == len(pools)
+    if still_too_big:
+        assert peers.is_oom(row["impls"]["eager"]["error"]) and "eager" not in keep
+        assert set(pools) == {"det", "TC"} and len(graphs) == 2 * len(peers.OPS)
+    else:
+        assert row["impls"]["eager"]["error"] is None and set(pools) == set(names)
+        assert len(graphs) == len(names) * len(peers.OPS)
+
+
+def test_a_row_that_fits_keeps_private_pools_and_other_errors_do_not_retry():
+    ft = _FakeTorch()
+    timer = _FakeTimer(ft, big=set())
+    names = ["det", "TC"]
+    impls = _fake_impls(timer, names)
+
+    def broken(inp):
+        raise ValueError("Liger: unsupported dtype")
+    impls["Liger"] = (broken, None)
+    row = {"impls": {}}
+    graphs, keep = peers.setup_row_graphs(ft, impls, names + ["Liger"], {}, timer, peers.OPS, row, lambda s: None)
+    assert row["pool_mode"] == "private"
+    assert all(pool is None for _, pool in timer.captured) and len(timer.captured) == 2 * len(peers.OPS)
+    assert "unsupported dtype" in row["impls"]["Liger"]["error"] and not peers.is_oom(row["impls"]["Liger"]["error"])
