@@ -2,8 +2,8 @@
 # Session 17's device calls (written at the end of session 16): issue 8's
 # peers matrix, 67 rows left (`python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
-# 'docs/results/peers-h200/run-*.json'`): session 16's run.sh as it is (same
-# row sets; the --done files skip what is measured). The "host threads" line
+# 'docs/results/peers-h200/run-*.json'`): session 16's run.sh with NG_ONE_SET=1
+# (one row set of everything; the --done files skip what is measured). The "host threads" line
 # is in each peers-N.tgz's peers.log (logs.tgz too), not in the call's tail.
 # Before the first call, here: `ninja -C build` (session 16 changed the C ABI's
 # host_copy after its last call). Carry: ["build/capi/libnormgate_capi.so",
@@ -26,4 +26,6 @@
 # --merge docs/results/peers-h200/run-*.json --json
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
 # COMMIT before the next call (the --done files travel with the tree).
-exec bash "$(dirname "$0")/run.sh"
+# NG_ONE_SET=1: every row left in one peers.py per call (session 16's sets
+# each paid a cold TC compile of 30-55 s for their first row).
+NG_ONE_SET=1 exec bash "$(dirname "$0")/run.sh"

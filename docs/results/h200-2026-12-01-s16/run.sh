@@ -59,6 +59,10 @@ if [ "${ngpu:-0}" -ge 2 ]; then
   NG_PEERS_GPUS=0,1 NG_PEERS_THREADS=16 \
     NG_PEERS_SHARDS="--forms plain,res,heads24,heads4 --H 4096,5120|--forms plain,res --H 1536,2048,6144" \
     peers_run ""
+elif [ "${NG_ONE_SET:-0}" = 1 ]; then
+  # Session 17: every row left in one peers.py (one cold TC compile per call
+  # instead of one per set; the warm-up child carries over between T's).
+  peers_run "$ALLF --T 4097,65537,98304,131072 --w bf16,fp32"
 else
   for s in "$ALLF --T 65537 --w bf16" "$ALLF --T 65537 --w fp32" "$ALLF --T 131072 --w bf16" \
            "$ALLF --T 131072 --w fp32" "$ALLF --T 4097" "$ALLF --T 98304"; do
