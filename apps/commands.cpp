@@ -80,7 +80,7 @@ void add_case(CLI::App& app, Commands& cmds) {
   auto threads = std::make_shared<int>(0);
   sub->add_option("id", *id, "Case id, e.g. H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17")->required();
   sub->add_flag("--no-digest", *no_digest, "Only parse and print; do not generate the inputs");
-  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::Range(0, 4096));
+  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
   sub->callback([&cmds, id, no_digest, threads] {
     cmds.run = [id, no_digest, threads] {
       const auto c = seeds::parse_case(*id);
@@ -177,7 +177,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       ->capture_default_str()
       ->delimiter(',');
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
-  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::Range(0, 4096));
+  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
   add_oracle_option(sub, o->oracle,
                     "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
                     "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "

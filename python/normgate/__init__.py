@@ -353,6 +353,9 @@ def generate(case_id, device="cuda"):
     res = info["form"] == "res"
     dev = torch.device(device)
     on_gpu = dev.type == "cuda"
+    if on_gpu and not torch.cuda.is_available():
+        raise ValueError("device %r: torch sees no CUDA device; pass device=\"cpu\" for the host "
+                         "generator (the same bits)" % (device,))
 
     def bf16():
         return torch.empty((n,), dtype=torch.bfloat16, device=dev if on_gpu else "cpu")
@@ -405,7 +408,7 @@ def default_threads():
 
     OMP_NUM_THREADS if it is set and valid: its first entry, as libgomp reads
     it ("8,4" gives 8: the outer level's count), ASCII digits only, capped at
-    MAX_THREADS. A value libgomp would ignore (empty, not a number, 0) is
+    MAX_THREADS (with a RuntimeWarning). A value libgomp would ignore (empty, not a number, 0) is
     ignored here too, with a RuntimeWarning naming it. Otherwise every CPU
     the calling thread may run on (os.sched_getaffinity; a CPU quota of a
     cgroup is not seen, and a thread pinned by OMP_PROC_BIND or
@@ -423,6 +426,9 @@ def default_threads():
     if env is not None:
         first = env.split(",")[0].strip()
         if re.fullmatch(r"[0-9]+", first) and int(first) >= 1:
+            if int(first) > MAX_THREADS:
+                warnings.warn("OMP_NUM_THREADS=%r is above MAX_THREADS: %d threads" % (env, MAX_THREADS),
+                              RuntimeWarning, stacklevel=2)
             return min(int(first), MAX_THREADS)
         warnings.warn("OMP_NUM_THREADS=%r is not a positive integer (or a list of them): ignored, "
                       "using the CPU affinity" % env, RuntimeWarning, stacklevel=2)

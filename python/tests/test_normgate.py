@@ -356,7 +356,8 @@ def test_default_threads_reads_omp_num_threads_as_libgomp_does(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "8,4")  # a list: the outer level's count
     assert normgate.default_threads() == 8
     monkeypatch.setenv("OMP_NUM_THREADS", "99999999999")
-    assert normgate.default_threads() == normgate.MAX_THREADS
+    with pytest.warns(RuntimeWarning, match="above MAX_THREADS"):
+        assert normgate.default_threads() == normgate.MAX_THREADS
     monkeypatch.delenv("OMP_NUM_THREADS")
     ncpu = len(os.sched_getaffinity(0))
     assert normgate.default_threads() == ncpu
@@ -429,3 +430,14 @@ def test_host_copies_of_cuda_tensors_are_pinned_complete_and_exact():
     assert normgate._host(c).data_ptr() == c.data_ptr()  # contiguous CPU: read in place
     hc = normgate._host(c[::3])
     assert hc.is_contiguous() and torch.equal(hc, c[::3])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+def test_generate_and_check_on_a_machine_without_cuda_point_to_the_cpu_path():
+    case = "H=64,T=3,w=bf16,form=plain,family=normal,seed=0"
+    with pytest.raises(ValueError, match='device=\"cpu\"'):
+        normgate.generate(case)
+    with pytest.raises(ValueError, match='device=\"cpu\"'):
+        normgate.check(lambda g: {}, case)
+    rep = normgate.check(lambda g: {"rstd": torch.ones(3)}, case, device="cpu")  # rstd of 1: far off
+    assert rep["outputs"]["rstd"]["err_tol"] > 1 and not rep["pass"]

@@ -100,6 +100,7 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --plan --journal j.jsonl", "--journal"},   // --plan runs nothing: no journal
       {"gate " + kSmall + " --plan --approve", "--approve"},
       {"gate " + kSmall + " --threads 100000", "100000"},  // libgomp cannot start that many
+      {"gate " + kSmall + " --threads abc", "Failed parsing abc"},
   };
   for (const auto& b : cases) {
     const CliResult r = cli(b.args);
