@@ -121,6 +121,10 @@ def parse_args(argv):
                         "skipped, so a matrix spread over several calls continues where it stopped")
     p.add_argument("--plan", action="store_true",
                    help="print the rows this run would measure (after --done) and exit; needs no GPU or torch")
+    p.add_argument("--cupti", action="store_true",
+                   help="also record each timed replay's span from CUPTI's graph-level trace (GPU timestamps of the "
+                        "graph's first and last node, no launch latency) beside the CUDA events; the tables stay "
+                        "on events, the JSON gets cupti_us and the log compares the two")
     p.add_argument("--no-warm-next", action="store_true",
                    help="do not compile the next row's TC/TCd in a child process during a row's accuracy phase")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
@@ -445,6 +449,10 @@ class Timer:
         # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
         # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
         self.gpu = None
+        # CUPTI graph spans (--cupti): a (start, stop) pair from normgate's C
+        # ABI, or None; spans holds the last time() call's spans in us.
+        self.cupti = None
+        self.spans = None
         props = torch.cuda.get_device_properties(0)
         if hasattr(props, "pci_bus_id"):
             bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
@@ -486,15 +494,31 @@ class Timer:
         return g
 
     def time(self, g, n):
+        """n replays of graph g, each after an L2 flush: the CUDA-event
+        elapsed times in us. With CUPTI on (self.cupti), self.spans gets the
+        same n replays' spans in us from its graph-level trace (the flush is
+        not a graph, so the n records are the replays'); a CUPTI failure or
+        a record count other than n raises RuntimeError naming it."""
         torch = self.torch
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         g.replay()
+        self.spans = None
+        if self.cupti is not None:
+            torch.cuda.synchronize()  # the warm-up replay stays out of the recording
+            self.cupti[0]()
         for s, e in ev:
             self.flush()
             s.record()
             g.replay()
             e.record()
         torch.cuda.synchronize()
+        if self.cupti is not None:
+            recs = self.cupti[1](2 * n + 16)
+            spans = [(end - start) / 1e3 for _, _, start, end in recs if end > start]
+            if len(recs) != n or len(spans) != n or len({r[0] for r in recs}) != 1:
+                raise RuntimeError(f"CUPTI recorded {len(recs)} graph executions ({len(spans)} timed, graphs "
+                                   f"{sorted({r[0] for r in recs})}) for {n} replays of one graph")
+            self.spans = spans
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
 
@@ -697,12 +721,15 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     base = [n for n in live if not n.endswith("#2")] + [n for n in live if n.endswith("#2")]
     per_round = [args.replays // args.rounds + (1 if r < args.replays % args.rounds else 0) for r in range(args.rounds)]
     samples = {(n, op): [] for n in live for op in args.ops}
+    spans = {(n, op): [] for n in live for op in args.ops}  # CUPTI's, with --cupti
     rounds_us = {(n, op): [] for n in live for op in args.ops}
     for r in range(args.rounds):
         for n in round_order([m for m in base if m in live], r, args.rounds):
             try:
                 s0 = gpu_sample(timer, log)
-                got = [(op, timer.time(graphs[(n, op)], per_round[r])) for op in args.ops]
+                got = []
+                for op in args.ops:
+                    got.append((op, cupti_time(timer, graphs[(n, op)], per_round[r], spans[(n, op)], log)))
                 s1 = gpu_sample(timer, log)
                 if s0 is not None and s1 is not None:
                     gpu_state.accumulate(row["impls"][n].setdefault("gpu_state", {}), s0, s1)
@@ -725,7 +752,12 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
         # round apart from the others; gpu_state says whether the GPU was
         # capped while it ran.
         row["impls"][n].setdefault("round_us", {})[op] = rounds_us[(n, op)]
+        sp = spans.get((n, op))
+        if sp and len(sp) == len(v):  # every replay of the op also timed by CUPTI
+            row["impls"][n].setdefault("cupti_us", {})[op] = statistics.median(sp)
     for line in spread_lines(row, args.ops):
+        log(line)
+    for line in cupti_lines(row, args.ops):
         log(line)
     del graphs
     del keep
@@ -810,6 +842,39 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
                 r["fastest_any_over_ours"] = us(r["fastest_any"]) / r["ours_us"]
         row["ops"][op] = r
     return row
+
+
+def cupti_time(timer, g, n, spans, log):
+    """timer.time(g, n), appending CUPTI's spans of the same replays to
+    `spans` when CUPTI is on; a CUPTI failure turns CUPTI off for the run
+    (logged) and never costs the events' timing, which is redone."""
+    try:
+        us = timer.time(g, n)
+    except RuntimeError as e:
+        if timer.cupti is None:
+            raise
+        log(f"  CUPTI graph spans failed ({e}); off for this run")
+        timer.cupti = None
+        return timer.time(g, n)
+    if timer.spans is not None:
+        spans += timer.spans
+    return us
+
+
+def cupti_lines(row, ops):
+    """One log line per op of a row timed with --cupti: each implementation's
+    CUPTI span median over its CUDA-event median (below 1: the launch
+    latency events include), and SOTA/ours under each clock."""
+    out = []
+    for op in ops:
+        parts = []
+        for n, info in row["impls"].items():
+            c, e = info.get("cupti_us", {}).get(op), info.get("us", {}).get(op)
+            if c and e:
+                parts.append(f"{n} {c:.2f}/{e:.2f}")
+        if parts:
+            out.append(f"  cupti/events us, {op}: " + ", ".join(parts))
+    return out
 
 
 def gpu_sample(timer, log):
@@ -1373,6 +1438,15 @@ def main(argv):
         die_usage(f"--family {args.family!r} / --H / --T: {e}")
     impls = make_impls(torch, set(args.peers), eps, errors)
     timer = Timer(torch)
+    if args.cupti:
+        from normgate import _lib as nglib
+        try:  # one start/stop here: CUPTI missing or busy is said before any row
+            nglib.graph_spans_start()
+            nglib.graph_spans_stop(1 << 16)
+            timer.cupti = (nglib.graph_spans_start, nglib.graph_spans_stop)
+            log("CUPTI graph spans on (--cupti): recorded beside the CUDA events")
+        except (RuntimeError, ValueError) as e:
+            log(f"--cupti: CUPTI graph spans unavailable ({e}); CUDA events only")
     props = torch.cuda.get_device_properties(0)
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -1392,6 +1466,7 @@ def main(argv):
             "method": "CUDA-graph replay, cold L2 (read flush), CUDA events, median; A/A copies of det and ours"}
     # The accuracy phase's host threads (normgate.default_threads(), not the
     # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
+    meta["cupti"] = timer.cupti is not None  # cupti_us beside the events' us (tables: events)
     meta["threads"] = {"torch": torch.get_num_threads(), "oracle": normgate.default_threads()}
     log(f"host threads: torch {meta['threads']['torch']}, oracle and validators {meta['threads']['oracle']}")
     for k, v in errors.items():

@@ -4,6 +4,7 @@
 // exceptions into return codes and the thread-local message.
 #include "normgate/capi.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -191,6 +192,23 @@ int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream) {
     need(dst, "dst");
     need(src, "src");
     nk::copy_vec16(dst, src, static_cast<size_t>(bytes), static_cast<nk::Stream>(stream));
+  });
+}
+
+int ng_graph_spans_start(void) {
+  return guard("ng_graph_spans_start", [&] { nk::graph_spans_start(); });
+}
+
+int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n) {
+  return guard("ng_graph_spans_stop", [&] {
+    need(n, "n");
+    *n = 0;
+    if (cap > 0) need(out, "out");
+    const std::vector<nk::GraphSpan> spans = nk::graph_spans_stop();
+    *n = spans.size();
+    const size_t m = std::min<size_t>(spans.size(), static_cast<size_t>(cap));
+    for (size_t i = 0; i < m; ++i)
+      out[i] = ng_graph_span{spans[i].graph_id, spans[i].correlation_id, spans[i].start_ns, spans[i].end_ns};
   });
 }
 

@@ -145,6 +145,10 @@ def lib():
         L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
         L.ng_copy_vec16.restype = ctypes.c_int
         L.ng_copy_vec16.argtypes = [_vp, _vp, _c_u64, _vp]
+        L.ng_graph_spans_start.restype = ctypes.c_int
+        L.ng_graph_spans_start.argtypes = []
+        L.ng_graph_spans_stop.restype = ctypes.c_int
+        L.ng_graph_spans_stop.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
         L.ng_case_info.restype = ctypes.c_int
         L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
         L.ng_generate_host.restype = ctypes.c_int
@@ -228,6 +232,33 @@ def bwd_workspace_bytes(variant, rows, H):
     out = _c_u64(0)
     check(lib().ng_bwd_workspace_bytes(_bytes(variant, "variant"), int(rows), int(H), ctypes.byref(out)))
     return int(out.value)
+
+
+class GraphSpan(ctypes.Structure):
+    """ng_graph_span (capi.h): one CUDA-graph execution, GPU timestamps in ns."""
+    _fields_ = [("graph_id", ctypes.c_uint32), ("correlation_id", ctypes.c_uint32),
+                ("start_ns", _c_u64), ("end_ns", _c_u64)]
+
+
+def graph_spans_start():
+    """ng_graph_spans_start: record every CUDA graph launched from now on
+    (CUPTI graph-level trace). RuntimeError naming the cause if CUPTI is
+    missing, busy or already recording."""
+    check(lib().ng_graph_spans_start())
+
+
+def graph_spans_stop(cap):
+    """ng_graph_spans_stop: the executions recorded since graph_spans_start,
+    in launch order, as (graph_id, correlation_id, start_ns, end_ns) tuples.
+    cap: the most expected; RuntimeError if there were more (not recoverable:
+    the recording has ended) or if CUPTI dropped records."""
+    cap = int(cap)
+    buf = (GraphSpan * max(cap, 1))()
+    n = _c_u64(0)
+    check(lib().ng_graph_spans_stop(buf, cap, ctypes.byref(n)))
+    if n.value > cap:
+        raise RuntimeError("graph_spans_stop: %d graph executions recorded, more than the %d expected" % (n.value, cap))
+    return [(buf[i].graph_id, buf[i].correlation_id, buf[i].start_ns, buf[i].end_ns) for i in range(n.value)]
 
 
 def oracle_open(case_id, threads=0):

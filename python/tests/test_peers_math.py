@@ -313,3 +313,30 @@ def test_a_row_that_fits_keeps_private_pools_and_other_errors_do_not_retry():
     assert row["pool_mode"] == "private"
     assert all(pool is None for _, pool in timer.captured) and len(timer.captured) == 2 * len(peers.OPS)
     assert "unsupported dtype" in row["impls"]["Liger"]["error"] and not peers.is_oom(row["impls"]["Liger"]["error"])
+
+
+class _SpanTimer:
+    """timer.time() with CUPTI: spans of 0.9x the events, or a CUPTI failure
+    on the first call."""
+
+    def __init__(self, fail_first):
+        self.cupti, self.spans, self.fail_first, self.calls = ("start", "stop"), None, fail_first, 0
+
+    def time(self, g, n):
+        self.calls += 1
+        if self.cupti is not None and self.fail_first and self.calls == 1:
+            raise RuntimeError("CUPTI recorded 3 graph executions")
+        us = [10.0 + i for i in range(n)]
+        self.spans = [0.9 * u for u in us] if self.cupti is not None else None
+        return us
+
+
+def test_cupti_spans_ride_along_and_a_cupti_failure_keeps_the_events():
+    t, spans, lines = _SpanTimer(fail_first=False), [], []
+    assert peers.cupti_time(t, None, 3, spans, lines.append) == [10.0, 11.0, 12.0]
+    assert spans == pytest.approx([9.0, 9.9, 10.8]) and not lines
+    t, spans = _SpanTimer(fail_first=True), []
+    assert peers.cupti_time(t, None, 3, spans, lines.append) == [10.0, 11.0, 12.0]  # timed again, events only
+    assert spans == [] and t.cupti is None and "off for this run" in lines[0]
+    row = {"impls": {"ours": {"us": {"fwd": 12.0}, "cupti_us": {"fwd": 10.5}}, "TC": {"us": {"fwd": 11.0}}}}
+    assert peers.cupti_lines(row, ["fwd", "bwd"]) == ["  cupti/events us, fwd: ours 10.50/12.00"]

@@ -170,6 +170,10 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_host_inputs, dh_new_elems, 72);
   EXPECT_EQ(sizeof(ng_outputs), 80u);
   NG_AT(ng_outputs, h_new_elems, 72);
+  EXPECT_EQ(sizeof(ng_graph_span), 24u);
+  NG_AT(ng_graph_span, correlation_id, 4);
+  NG_AT(ng_graph_span, start_ns, 8);
+  NG_AT(ng_graph_span, end_ns, 16);
 #undef NG_AT
 }
 
@@ -244,6 +248,23 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheBadValue) {
   EXPECT_NE(last_error().find("threads = " + std::to_string(NG_MAX_THREADS + 1)), std::string::npos) << last_error();
   EXPECT_EQ(o, nullptr);
   ng_oracle_close(nullptr);  // a no-op
+}
+
+// CUPTI graph spans: argument errors are NG_EINVAL; a stop that was never
+// started fails with code 1 and says why, whichever the machine (no CUDA, no
+// CUPTI, or simply "not recording").
+TEST(CApi, GraphSpansArgumentsAndStopWithoutStart) {
+  uint64_t n = 7;
+  EXPECT_EQ(ng_graph_spans_stop(nullptr, 0, nullptr), NG_EINVAL);
+  EXPECT_NE(last_error().find("n is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_graph_spans_stop(nullptr, 4, &n), NG_EINVAL);
+  EXPECT_NE(last_error().find("out is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_graph_spans_stop(nullptr, 0, &n), NG_EFAIL);
+  EXPECT_EQ(n, 0u);
+  const std::string e = last_error();
+  EXPECT_TRUE(e.find("not recording") != std::string::npos || e.find("CUPTI") != std::string::npos ||
+              e.find("without CUDA") != std::string::npos)
+      << e;
 }
 
 // Without a GPU a kernel call gets past validation and then fails with code 1:

@@ -180,6 +180,32 @@ NG_API int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H
  * NG_EINVAL naming the value). stream: as ng_fwd. */
 NG_API int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream);
 
+/* One CUDA-graph execution from CUPTI's graph-level trace (kernels/timing.h
+ * GraphSpan): GPU timestamps in ns of its first node's start and its last
+ * node's end (both 0: CUPTI could not time it). 24 bytes. */
+typedef struct ng_graph_span {
+  uint32_t graph_id;
+  uint32_t correlation_id; /* the launch's; one per launch, increasing */
+  uint64_t start_ns;
+  uint64_t end_ns;
+} ng_graph_span;
+
+/* Start recording every CUDA graph launched in this process (any runtime:
+ * torch's too) with CUPTI's graph-level trace, for benchmarks that take the
+ * span of a replay from GPU timestamps rather than from CUDA events around
+ * the launch. CUPTI is dlopen'ed at the first call (libcupti.so.13 first).
+ * NG_EFAIL naming the cause: CUPTI missing or busy (another client such as
+ * torch.profiler), already recording, or a build without CUDA or cupti.h. */
+NG_API int ng_graph_spans_start(void);
+
+/* Stop recording and hand over the executions recorded since
+ * ng_graph_spans_start, in launch (correlation id) order: min(*n, cap) of
+ * them into out (out may be NULL when cap is 0), *n = how many there were
+ * (so a second call is not possible: size cap generously). Synchronize the
+ * launches' streams first. NG_EFAIL when not recording or when CUPTI dropped
+ * records (named count); NG_EINVAL for n NULL, or out NULL with cap > 0. */
+NG_API int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n);
+
 /* ---- cases and the host generator -------------------------------------- */
 
 /* What a case id (seeds/case_id.h, e.g.

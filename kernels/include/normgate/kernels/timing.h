@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "normgate/kernels/rmsnorm.h"
 
@@ -32,5 +34,37 @@ struct TimingStats {
 /// timed interval, and the previous replay's dirty lines are written back
 /// during the flush. Synchronizes the device.
 TimingStats time_graph(const std::function<void(Stream)>& enqueue, int reps = 50, int warmup = 3);
+
+/// One execution of a CUDA graph as CUPTI's graph-level trace records it
+/// (CUPTI_ACTIVITY_KIND_GRAPH_TRACE, CUpti_ActivityGraphTrace2): GPU
+/// timestamps in ns of the graph's first node's start and last node's end,
+/// so end_ns - start_ns is the graph's span without the launch latency in
+/// front of it that CUDA events around the launch include. start_ns =
+/// end_ns = 0 when CUPTI could not time that execution.
+struct GraphSpan {
+  uint32_t graph_id = 0;        ///< CUPTI's id of the launched graph
+  uint32_t correlation_id = 0;  ///< the launch's correlation id (one per launch, increasing)
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
+/// Start recording the graph-level trace of every CUDA graph any runtime in
+/// this process launches (torch's included) until graph_spans_stop().
+/// CUPTI is loaded at the first call with dlopen ("libcupti.so.13", the
+/// soname torch's own copy also has, then $CUDA_HOME/extras/CUPTI/lib64 and
+/// /usr/local/cuda/extras/CUPTI/lib64, /usr/local/cuda/lib64), so nothing
+/// links against it and a machine without CUPTI loses only this function.
+/// Throws std::runtime_error naming the cause when CUPTI cannot be loaded or
+/// refuses the activity kind (e.g. another CUPTI client, such as an active
+/// torch.profiler, holds it), or when recording has already started; without
+/// CUDA, std::runtime_error ("built without CUDA").
+void graph_spans_start();
+
+/// Flush CUPTI's buffers, stop recording, and return the executions
+/// recorded since graph_spans_start(), in correlation-id (launch) order.
+/// Synchronize the streams of the launches first: a graph still running is
+/// not yet in CUPTI's buffers. Throws std::runtime_error if recording was not
+/// started, or if CUPTI dropped records (its buffers overflowed: the count is
+/// named), since a list with holes cannot be matched to launches.
+std::vector<GraphSpan> graph_spans_stop();
 
 }  // namespace normgate::kernels
