@@ -8,9 +8,15 @@
 # Before the first call, here: `ninja -C build` (session 16 changed the C ABI's
 # host_copy after its last call). Carry: ["build/capi/libnormgate_capi.so",
 # "build/tests/test_capi", ".whl"]  (.whl: Liger-Kernel 0.8.5's wheel only)
-# NG_FIRST=1 (call 1): test_capi and python/tests first (session 16's new
-# tests: thread default, pinned host copies).
-# Usage: [NG_FIRST=1] bash docs/results/h200-2026-12-01-s16/next-s17.sh   (every call)
+# Call 1: NG_FIRST=1 NG_CUPTI_CHECK=1: test_capi and python/tests first
+# (session 16's new tests: thread default, pinned host copies, CUPTI graph
+# spans inside their events), then [4097, 1536] bf16 plain again with
+# --cupti and 1 seed, outside the matrix (cupti-check.tgz). Compare its det
+# and ours with the matrix's (docs/results/peers-h200/peers.md; session 15
+# re-measured that row within 1.5%): if they hold, later calls add NG_CUPTI=1
+# (CUPTI spans beside the events in every row's JSON); if not, leave it off
+# and say so in perf.md.
+# Usage: [NG_FIRST=1 NG_CUPTI_CHECK=1 | NG_CUPTI=1] bash docs/results/h200-2026-12-01-s16/next-s17.sh
 #   One GPU (nvidia-h200): row sets in series, --done skipping what earlier
 #   calls measured; a set with no row left is skipped. Two or more GPUs:
 #   shard A (plain/res H=4096, 5120, heads24, heads4) on GPU 0 and shard B

@@ -29,7 +29,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 P=$OUT/p; mkdir -p $P
 limit=${NG_CALL_LIMIT:-570}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5"
+PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"  # NG_CUPTI=1 (session 17 on): CUPTI spans beside the events
 ALLF="--forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144"
 DONE="--done docs/results/peers-h200/run-*.json"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
@@ -39,6 +39,17 @@ if [ "${NG_FIRST:-0}" = 1 ]; then
   OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q python/tests >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
 fi
 npeers=0
+if [ "${NG_CUPTI_CHECK:-0}" = 1 ]; then
+  # Session 17, call 1: an already-measured row again, with --cupti and 1
+  # seed, kept out of the matrix: det/ours against their matrix numbers say
+  # whether CUPTI's graph trace moves the events; cupti/events says how much
+  # launch latency the events hold at T=4097.
+  NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=200 \
+    NG_PEERS_ARGS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 1 --cupti --forms plain --H 1536 --T 4097 --w bf16 --no-warm-next" \
+    OUT=$P/ck scripts/peers.sh >$P/cupti-check.txt 2>&1
+  [ -f $P/ck/peers.tgz ] && mv $P/ck/peers.tgz $OUT/cupti-check.tgz
+  rm -rf $P/ck
+fi
 peers_run() {  # $1: peers.py args; extra env passed through (shards)
   local left=$(( limit - 25 - SECONDS ))
   [ $left -ge 100 ] || return 0
@@ -73,8 +84,9 @@ tar czf $OUT/logs.tgz -C $OUT p
 [ -f $P/thp.txt ] && { echo "== THP"; sort -u $P/thp.txt; }
 [ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
 [ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
+[ -f $P/cupti-check.txt ] && { echo "== cupti-check"; grep -E "CUPTI|cupti|: det " $P/cupti-check.txt | cut -c1-300; }
 for f in $P/peers-*.txt; do
   [ -f "$f" ] || continue
-  echo "== $(basename $f)"; grep -E "peers.py|: det |phases|accuracy parts|spread:|unavailable|failed" "$f" | tail -20 | cut -c1-400
+  echo "== $(basename $f)"; grep -E "peers.py|host threads|CUPTI|cupti|: det |phases|accuracy parts|spread:|unavailable|failed" "$f" | tail -20 | cut -c1-400
 done
 rm -rf $P
