@@ -453,6 +453,7 @@ class Timer:
         # ABI, or None; spans holds the last time() call's spans in us.
         self.cupti = None
         self.spans = None
+        self.cupti_off = None  # why CUPTI was turned off mid-run, if it was
         props = torch.cuda.get_device_properties(0)
         if hasattr(props, "pci_bus_id"):
             bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
@@ -496,29 +497,48 @@ class Timer:
     def time(self, g, n):
         """n replays of graph g, each after an L2 flush: the CUDA-event
         elapsed times in us. With CUPTI on (self.cupti), self.spans gets the
-        same n replays' spans in us from its graph-level trace (the flush is
-        not a graph, so the n records are the replays'); a CUPTI failure or
-        a record count other than n raises RuntimeError naming it."""
+        same n replays' spans in us from its graph-level trace (match_spans);
+        CUPTI's failures raise CuptiError, and the recording is stopped
+        whatever happens between start and stop. Without CUPTI the calls are
+        those of the events-only timer; with it, one more synchronize (after
+        the warm-up replay) and CUPTI's trace of each launch."""
         torch = self.torch
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         g.replay()
         self.spans = None
-        if self.cupti is not None:
-            torch.cuda.synchronize()  # the warm-up replay stays out of the recording
+        if self.cupti is None:
+            for s, e in ev:
+                self.flush()
+                s.record()
+                g.replay()
+                e.record()
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
+        torch.cuda.synchronize()  # the warm-up replay stays out of the recording
+        try:
             self.cupti[0]()
-        for s, e in ev:
-            self.flush()
-            s.record()
-            g.replay()
-            e.record()
-        torch.cuda.synchronize()
-        if self.cupti is not None:
-            recs = self.cupti[1](2 * n + 16)
-            spans = [(end - start) / 1e3 for _, _, start, end in recs if end > start]
-            if len(recs) != n or len(spans) != n or len({r[0] for r in recs}) != 1:
-                raise RuntimeError(f"CUPTI recorded {len(recs)} graph executions ({len(spans)} timed, graphs "
-                                   f"{sorted({r[0] for r in recs})}) for {n} replays of one graph")
-            self.spans = spans
+        except (RuntimeError, ValueError) as e:
+            raise CuptiError(str(e)) from None
+        stopped = False
+        try:
+            for s, e in ev:
+                self.flush()
+                s.record()
+                g.replay()
+                e.record()
+            torch.cuda.synchronize()
+            stopped = True
+            try:
+                recs = self.cupti[1](2 * n + 16)
+            except (RuntimeError, ValueError) as e:
+                raise CuptiError(str(e)) from None
+        finally:
+            if not stopped:  # a replay or the flush failed: end the recording, keep that error
+                try:
+                    self.cupti[1](1 << 20)
+                except Exception:  # noqa: BLE001
+                    pass
+        self.spans = match_spans(recs, n)
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
 
@@ -611,7 +631,8 @@ def case_id(form, H, T, wname, family, seed):
 def is_oom(error):
     """True for a recorded setup error that is CUDA running out of memory
     (torch.cuda.OutOfMemoryError, or a CUDA/cuBLAS "out of memory")."""
-    return bool(error) and ("OutOfMemoryError" in error or "out of memory" in error.lower())
+    return bool(error) and ("OutOfMemoryError" in error or "out of memory" in error.lower()
+                            or "CUBLAS_STATUS_ALLOC_FAILED" in error)
 
 
 def setup_graphs(torch, impls, names, inp, timer, ops, row, log):
@@ -844,17 +865,37 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     return row
 
 
+class CuptiError(RuntimeError):
+    """CUPTI's graph spans failed (start, stop, or records that do not match
+    the replays); the events' timing is not at fault."""
+
+
+def match_spans(recs, n):
+    """The spans in us of n replays of one graph from CUPTI's records
+    [(graph_id, correlation_id, start_ns, end_ns)] of one recording (the
+    L2 flush is not a graph: nothing else launches a graph between start and
+    stop). CuptiError unless there are exactly n records, all of one graph,
+    each with end > start (0/0: CUPTI could not time it)."""
+    graphs = sorted({r[0] for r in recs})
+    spans = [(end - start) / 1e3 for _, _, start, end in recs if end > start]
+    if len(recs) != n or len(spans) != n or len(graphs) != 1:
+        raise CuptiError(f"CUPTI recorded {len(recs)} graph executions ({len(spans)} timed, graphs {graphs}) "
+                         f"for {n} replays of one graph")
+    return spans
+
+
 def cupti_time(timer, g, n, spans, log):
     """timer.time(g, n), appending CUPTI's spans of the same replays to
-    `spans` when CUPTI is on; a CUPTI failure turns CUPTI off for the run
-    (logged) and never costs the events' timing, which is redone."""
+    `spans` when CUPTI is on; a CUPTI failure (CuptiError only: a CUDA error
+    of the replays is the implementation's) turns CUPTI off for the run
+    (logged, timer.cupti_off says why) and never costs the events' timing,
+    which is redone without CUPTI."""
     try:
         us = timer.time(g, n)
-    except RuntimeError as e:
-        if timer.cupti is None:
-            raise
+    except CuptiError as e:
         log(f"  CUPTI graph spans failed ({e}); off for this run")
         timer.cupti = None
+        timer.cupti_off = str(e)
         return timer.time(g, n)
     if timer.spans is not None:
         spans += timer.spans
@@ -1466,7 +1507,10 @@ def main(argv):
             "method": "CUDA-graph replay, cold L2 (read flush), CUDA events, median; A/A copies of det and ours"}
     # The accuracy phase's host threads (normgate.default_threads(), not the
     # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
-    meta["cupti"] = timer.cupti is not None  # cupti_us beside the events' us (tables: events)
+    # cupti_us beside the events' us (tables: events); the events of a run
+    # with CUPTI on are measured under its trace (one more synchronize per
+    # block, a trace record per launch).
+    meta["cupti"] = timer.cupti is not None
     meta["threads"] = {"torch": torch.get_num_threads(), "oracle": normgate.default_threads()}
     log(f"host threads: torch {meta['threads']['torch']}, oracle and validators {meta['threads']['oracle']}")
     for k, v in errors.items():
@@ -1535,6 +1579,8 @@ def main(argv):
             if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
                 row["prewarm"] = prewarm
             row["copy_GBps"] = copy.get("GBps")
+            if timer.cupti_off and not meta.get("cupti_off"):
+                meta["cupti_off"] = {"at_row": label, "why": timer.cupti_off}  # rows from there: events only
             rows.append(row)
             for op, r in row["ops"].items():
                 log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "

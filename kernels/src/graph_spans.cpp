@@ -17,6 +17,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "normgate/kernels/timing.h"
@@ -50,7 +51,7 @@ const Cupti& cupti() {
     void* h = nullptr;
     std::string tried;
     for (const auto& p : paths) {
-      h = dlopen(p.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (h != nullptr) {
         c.path = p;
         break;
@@ -92,8 +93,9 @@ void check(const Cupti& c, CUptiResult r, const char* what) {
 std::mutex g_mu;
 std::vector<GraphSpan> g_spans;
 bool g_recording = false;
-bool g_registered = false;  // the buffer callbacks: registered once per process
 size_t g_dropped = 0;
+size_t g_bad_buffers = 0;                // buffers whose records could not all be read
+std::unordered_set<uint8_t*> g_buffers;  // the buffers we handed CUPTI (only those are freed here)
 
 constexpr size_t kBufferBytes = 8u << 20;  // ~170k graph records a buffer
 constexpr size_t kAlign = 8;               // CUPTI's buffer alignment
@@ -102,13 +104,26 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
+  if (*buffer != nullptr) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_buffers.insert(*buffer);
+  }
 }
 
+// Reads a completed buffer's graph records into g_spans while recording
+// (records that arrive otherwise are stale: dropped). A buffer this file did
+// not allocate (another CUPTI client's, whose callbacks ours replaced) is
+// neither read nor freed.
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_buffers.erase(buffer) == 0) return;
+  }
   const Cupti& c = cupti();
   std::vector<GraphSpan> got;
   CUpti_Activity* rec = nullptr;
-  while (c.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+  CUptiResult r;
+  while ((r = c.next_record(buffer, valid, &rec)) == CUPTI_SUCCESS) {
     if (rec->kind != CUPTI_ACTIVITY_KIND_GRAPH_TRACE) continue;
     const auto* g = reinterpret_cast<const CUpti_ActivityGraphTrace2*>(rec);
     got.push_back(GraphSpan{g->graphId, g->correlationId, g->start, g->end});
@@ -117,8 +132,10 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
   c.dropped(ctx, stream, &dropped);
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_recording) return;
   g_spans.insert(g_spans.end(), got.begin(), got.end());
   g_dropped += dropped;
+  if (r != CUPTI_ERROR_MAX_LIMIT_REACHED) ++g_bad_buffers;  // stopped before the buffer's end
 }
 
 }  // namespace
@@ -128,15 +145,21 @@ void graph_spans_start() {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_recording) throw std::runtime_error("graph_spans_start: already recording (call graph_spans_stop first)");
+  }
+  // Records still in CUPTI's buffers from before (a graph that ended after
+  // the last stop) are delivered now, while not recording: dropped.
+  c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
     g_spans.clear();
     g_dropped = 0;
+    g_bad_buffers = 0;
     g_recording = true;
   }
   try {
-    if (!g_registered) {
-      check(c, c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
-      g_registered = true;
-    }
+    // Every start: the last registration wins in CUPTI, and another client
+    // (e.g. torch.profiler) may have registered since our last recording.
+    check(c, c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
     check(c, c.enable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE), "cuptiActivityEnable(GRAPH_TRACE)");
   } catch (...) {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -151,23 +174,27 @@ std::vector<GraphSpan> graph_spans_stop() {
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_recording) throw std::runtime_error("graph_spans_stop: not recording (call graph_spans_start first)");
   }
-  // Flush with the kind still enabled (records of finished graphs are all
-  // delivered), then disable.
-  const CUptiResult fr = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // Disable first (no new record after this point, as Kineto stops), then
+  // deliver every buffer while still recording.
   const CUptiResult dr = c.disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  const CUptiResult fr = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::vector<GraphSpan> out;
-  size_t dropped = 0;
+  size_t dropped = 0, bad = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_recording = false;
     out.swap(g_spans);
     dropped = g_dropped;
+    bad = g_bad_buffers;
   }
-  check(c, fr, "cuptiActivityFlushAll");
   check(c, dr, "cuptiActivityDisable(GRAPH_TRACE)");
+  check(c, fr, "cuptiActivityFlushAll");
   if (dropped > 0)
     throw std::runtime_error("graph_spans_stop: CUPTI dropped " + std::to_string(dropped) +
                              " records (buffers full); the spans cannot be matched to launches");
+  if (bad > 0)
+    throw std::runtime_error("graph_spans_stop: " + std::to_string(bad) +
+                             " CUPTI buffers could not be read to their end (an incomplete record)");
   std::sort(out.begin(), out.end(),
             [](const GraphSpan& a, const GraphSpan& b) { return a.correlation_id < b.correlation_id; });
   return out;

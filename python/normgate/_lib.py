@@ -243,7 +243,14 @@ class GraphSpan(ctypes.Structure):
 def graph_spans_start():
     """ng_graph_spans_start: record every CUDA graph launched from now on
     (CUPTI graph-level trace). RuntimeError naming the cause if CUPTI is
-    missing, busy or already recording."""
+    missing or refusing, if already recording, or if torch's profiler is
+    active (CUPTI's callbacks are process-wide: it would lose its records)."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        enabled = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "_is_profiler_enabled", False)
+        if enabled:
+            raise RuntimeError("graph_spans_start: torch.profiler is active (CUPTI's callbacks are process-wide)")
     check(lib().ng_graph_spans_start())
 
 

@@ -325,7 +325,7 @@ class _SpanTimer:
     def time(self, g, n):
         self.calls += 1
         if self.cupti is not None and self.fail_first and self.calls == 1:
-            raise RuntimeError("CUPTI recorded 3 graph executions")
+            raise peers.CuptiError("CUPTI recorded 3 graph executions")
         us = [10.0 + i for i in range(n)]
         self.spans = [0.9 * u for u in us] if self.cupti is not None else None
         return us
@@ -337,6 +337,94 @@ def test_cupti_spans_ride_along_and_a_cupti_failure_keeps_the_events():
     assert spans == pytest.approx([9.0, 9.9, 10.8]) and not lines
     t, spans = _SpanTimer(fail_first=True), []
     assert peers.cupti_time(t, None, 3, spans, lines.append) == [10.0, 11.0, 12.0]  # timed again, events only
-    assert spans == [] and t.cupti is None and "off for this run" in lines[0]
+    assert spans == [] and t.cupti is None and "off for this run" in lines[0] and "3 graph" in t.cupti_off
     row = {"impls": {"ours": {"us": {"fwd": 12.0}, "cupti_us": {"fwd": 10.5}}, "TC": {"us": {"fwd": 11.0}}}}
     assert peers.cupti_lines(row, ["fwd", "bwd"]) == ["  cupti/events us, fwd: ours 10.50/12.00"]
+
+
+def test_a_cuda_error_in_a_replay_is_not_blamed_on_cupti():
+    class Broken(_SpanTimer):
+        def time(self, g, n):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    t = Broken(fail_first=False)
+    with pytest.raises(RuntimeError, match="illegal memory"):
+        peers.cupti_time(t, None, 3, [], lambda s: None)
+    assert t.cupti is not None  # still on: the implementation failed, not CUPTI
+
+
+def test_match_spans_takes_exactly_the_replays_of_one_graph():
+    recs = [(7, 10 + i, 1000 * i, 1000 * i + 2500) for i in range(3)]
+    assert peers.match_spans(recs, 3) == [2.5, 2.5, 2.5]
+    for bad, why in ((recs[:2], "2 graph executions"), (recs + [(7, 20, 0, 900)], "4 graph"),
+                     (recs[:2] + [(8, 30, 0, 900)], "graphs \\[7, 8\\]"),
+                     (recs[:2] + [(7, 30, 0, 0)], "2 timed")):
+        with pytest.raises(peers.CuptiError, match=why):
+            peers.match_spans(bad, 3)
+
+
+class _CudaStub:
+    def __init__(self, log):
+        self.log = log
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def Event(self, enable_timing=True):  # noqa: N802 - torch's name
+        log = self.log
+
+        class E:
+            def record(self):
+                log.append("event")
+
+            def elapsed_time(self, other):
+                return 0.001
+        return E()
+
+
+class _TorchStub:
+    def __init__(self):
+        self.calls = []
+        self.cuda = _CudaStub(self.calls)
+
+
+class _Graph:
+    def __init__(self, calls, fail_at=None):
+        self.calls, self.fail_at, self.n = calls, fail_at, 0
+
+    def replay(self):
+        self.n += 1
+        if self.fail_at == self.n:
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        self.calls.append("replay")
+
+
+def _timer(ts, cupti):
+    t = peers.Timer.__new__(peers.Timer)  # no GPU: only what time() uses
+    t.torch, t.cupti, t.spans, t.cupti_off = ts, cupti, None, None
+    t.flush = lambda: ts.calls.append("flush")
+    return t
+
+
+def test_timer_without_cupti_issues_the_events_only_sequence():
+    ts = _TorchStub()
+    us = _timer(ts, None).time(_Graph(ts.calls), 2)
+    assert us == [1.0, 1.0]
+    assert ts.calls == ["replay"] + ["flush", "event", "replay", "event"] * 2 + ["sync"]
+
+
+def test_timer_with_cupti_stops_the_recording_when_a_replay_fails():
+    ts, state = _TorchStub(), {"on": False, "stops": 0}
+
+    def start():
+        state["on"] = True
+
+    def stop(cap):
+        state["on"] = False
+        state["stops"] += 1
+        return [(1, i, 0, 2000) for i in range(2)]
+    t = _timer(ts, (start, stop))
+    assert t.time(_Graph(ts.calls), 2) == [1.0, 1.0] and t.spans == [2.0, 2.0] and state["stops"] == 1
+    with pytest.raises(RuntimeError, match="launch failure") as e:
+        t.time(_Graph(ts.calls, fail_at=3), 2)
+    assert not isinstance(e.value, peers.CuptiError)
+    assert state == {"on": False, "stops": 2}  # the recording ended with the failure

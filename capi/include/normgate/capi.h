@@ -194,16 +194,19 @@ typedef struct ng_graph_span {
  * torch's too) with CUPTI's graph-level trace, for benchmarks that take the
  * span of a replay from GPU timestamps rather than from CUDA events around
  * the launch. CUPTI is dlopen'ed at the first call (libcupti.so.13 first).
- * NG_EFAIL naming the cause: CUPTI missing or busy (another client such as
- * torch.profiler), already recording, or a build without CUDA or cupti.h. */
+ * CUPTI's callbacks are process-wide: another CUPTI client (torch.profiler)
+ * loses its records while this records. NG_EFAIL naming the cause: CUPTI
+ * missing or refusing (no usable device), already recording, or a build
+ * without CUDA or cupti.h. */
 NG_API int ng_graph_spans_start(void);
 
 /* Stop recording and hand over the executions recorded since
  * ng_graph_spans_start, in launch (correlation id) order: min(*n, cap) of
  * them into out (out may be NULL when cap is 0), *n = how many there were
  * (so a second call is not possible: size cap generously). Synchronize the
- * launches' streams first. NG_EFAIL when not recording or when CUPTI dropped
- * records (named count); NG_EINVAL for n NULL, or out NULL with cap > 0. */
+ * launches' streams first. NG_EFAIL when not recording, or when CUPTI dropped
+ * records or left a buffer unread (named count; recording has ended either
+ * way); NG_EINVAL for n NULL, or out NULL with cap > 0. */
 NG_API int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n);
 
 /* ---- cases and the host generator -------------------------------------- */

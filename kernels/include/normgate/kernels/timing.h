@@ -53,18 +53,23 @@ struct GraphSpan {
 /// soname torch's own copy also has, then $CUDA_HOME/extras/CUPTI/lib64 and
 /// /usr/local/cuda/extras/CUPTI/lib64, /usr/local/cuda/lib64), so nothing
 /// links against it and a machine without CUPTI loses only this function.
+/// CUPTI's buffer callbacks are process-wide and the last registration wins:
+/// another CUPTI client (an active torch.profiler) loses its records while
+/// this records, so do not record under one (normgate's Python refuses).
+/// Records of graphs that finished before the start are discarded.
 /// Throws std::runtime_error naming the cause when CUPTI cannot be loaded or
-/// refuses the activity kind (e.g. another CUPTI client, such as an active
-/// torch.profiler, holds it), or when recording has already started; without
-/// CUDA, std::runtime_error ("built without CUDA").
+/// refuses the activity kind (no usable device, for one), or when recording
+/// has already started; without CUDA, std::runtime_error ("built without
+/// CUDA").
 void graph_spans_start();
 
 /// Flush CUPTI's buffers, stop recording, and return the executions
 /// recorded since graph_spans_start(), in correlation-id (launch) order.
 /// Synchronize the streams of the launches first: a graph still running is
 /// not yet in CUPTI's buffers. Throws std::runtime_error if recording was not
-/// started, or if CUPTI dropped records (its buffers overflowed: the count is
-/// named), since a list with holes cannot be matched to launches.
+/// started, if CUPTI dropped records (its buffers overflowed: the count is
+/// named) or a buffer could not be read to its end, since a list with holes
+/// cannot be matched to launches. Recording has ended either way.
 std::vector<GraphSpan> graph_spans_stop();
 
 }  // namespace normgate::kernels
