@@ -504,15 +504,18 @@ class Timer:
         the warm-up replay) and CUPTI's trace of each launch."""
         torch = self.torch
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        g.replay()
-        self.spans = None
-        if self.cupti is None:
+
+        def replays():
             for s, e in ev:
                 self.flush()
                 s.record()
                 g.replay()
                 e.record()
             torch.cuda.synchronize()
+        g.replay()
+        self.spans = None
+        if self.cupti is None:
+            replays()
             return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
         torch.cuda.synchronize()  # the warm-up replay stays out of the recording
         try:
@@ -521,12 +524,7 @@ class Timer:
             raise CuptiError(str(e)) from None
         stopped = False
         try:
-            for s, e in ev:
-                self.flush()
-                s.record()
-                g.replay()
-                e.record()
-            torch.cuda.synchronize()
+            replays()
             stopped = True
             try:
                 recs = self.cupti[1](2 * n + 16)
