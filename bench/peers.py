@@ -449,8 +449,8 @@ class Timer:
         # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
         # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
         self.gpu = None
-        # CUPTI graph spans (--cupti): a (start, stop) pair from normgate's C
-        # ABI, or None; spans holds the last time() call's spans in us.
+        # CUPTI graph spans (--cupti): (take,) from normgate's C ABI once the
+        # trace is on, or None; spans holds the last time() call's spans in us.
         self.cupti = None
         self.spans = None
         self.cupti_off = None  # why CUPTI was turned off mid-run, if it was
@@ -496,12 +496,13 @@ class Timer:
 
     def time(self, g, n):
         """n replays of graph g, each after an L2 flush: the CUDA-event
-        elapsed times in us. With CUPTI on (self.cupti), self.spans gets the
-        same n replays' spans in us from its graph-level trace (match_spans);
-        CUPTI's failures raise CuptiError, and the recording is stopped
-        whatever happens between start and stop. Without CUPTI the calls are
-        those of the events-only timer; with it, one more synchronize (after
-        the warm-up replay) and CUPTI's trace of each launch."""
+        elapsed times in us. With CUPTI on (self.cupti: (take,), its trace
+        enabled once before any graph was captured, see main), self.spans
+        gets the same n replays' spans in us from its graph-level trace
+        (match_spans); CUPTI's failures raise CuptiError. Without CUPTI the
+        calls are those of the events-only timer; with it, one more
+        synchronize (after the warm-up replay), two takes, and CUPTI's trace
+        of every launch."""
         torch = self.torch
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
 
@@ -517,25 +518,16 @@ class Timer:
         if self.cupti is None:
             replays()
             return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
-        torch.cuda.synchronize()  # the warm-up replay stays out of the recording
+        torch.cuda.synchronize()  # the warm-up replay's record goes with the take below
         try:
-            self.cupti[0]()
+            self.cupti[0](1 << 20)  # the trace has been on since before any capture: drop what came before
         except (RuntimeError, ValueError) as e:
             raise CuptiError(str(e)) from None
-        stopped = False
+        replays()
         try:
-            replays()
-            stopped = True
-            try:
-                recs = self.cupti[1](2 * n + 16)
-            except (RuntimeError, ValueError) as e:
-                raise CuptiError(str(e)) from None
-        finally:
-            if not stopped:  # a replay or the flush failed: end the recording, keep that error
-                try:
-                    self.cupti[1](1 << 20)
-                except Exception:  # noqa: BLE001
-                    pass
+            recs = self.cupti[0](2 * n + 16)
+        except (RuntimeError, ValueError) as e:
+            raise CuptiError(str(e)) from None
         self.spans = match_spans(recs, n)
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
@@ -1479,10 +1471,14 @@ def main(argv):
     timer = Timer(torch)
     if args.cupti:
         from normgate import _lib as nglib
-        try:  # one start/stop here: CUPTI missing or busy is said before any row
+        # On from here to the end, before any graph is captured: a graph
+        # instantiated before the trace was enabled crashed the process at
+        # its first replay under it (H200, session 16). Never disabled during
+        # the run (not even after a CuptiError), for the same reason.
+        try:
             nglib.graph_spans_start()
-            nglib.graph_spans_stop(1 << 16)
-            timer.cupti = (nglib.graph_spans_start, nglib.graph_spans_stop)
+            nglib.graph_spans_take(1 << 16)
+            timer.cupti = (nglib.graph_spans_take,)
             log("CUPTI graph spans on (--cupti): recorded beside the CUDA events")
         except (RuntimeError, ValueError) as e:
             log(f"--cupti: CUPTI graph spans unavailable ({e}); CUDA events only")

@@ -199,17 +199,27 @@ int ng_graph_spans_start(void) {
   return guard("ng_graph_spans_start", [&] { nk::graph_spans_start(); });
 }
 
-int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n) {
-  return guard("ng_graph_spans_stop", [&] {
+namespace {
+int graph_spans_out(const char* fn, bool stop, ng_graph_span* out, uint64_t cap, uint64_t* n) {
+  return guard(fn, [&] {
     need(n, "n");
     *n = 0;
     if (cap > 0) need(out, "out");
-    const std::vector<nk::GraphSpan> spans = nk::graph_spans_stop();
+    const std::vector<nk::GraphSpan> spans = stop ? nk::graph_spans_stop() : nk::graph_spans_take();
     *n = spans.size();
     const size_t m = std::min<size_t>(spans.size(), static_cast<size_t>(cap));
     for (size_t i = 0; i < m; ++i)
       out[i] = ng_graph_span{spans[i].graph_id, spans[i].correlation_id, spans[i].start_ns, spans[i].end_ns};
   });
+}
+}  // namespace
+
+int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n) {
+  return graph_spans_out("ng_graph_spans_stop", true, out, cap, n);
+}
+
+int ng_graph_spans_take(ng_graph_span* out, uint64_t cap, uint64_t* n) {
+  return graph_spans_out("ng_graph_spans_take", false, out, cap, n);
 }
 
 int ng_fwd(const ng_fwd_args* a, void* stream) {

@@ -168,36 +168,48 @@ void graph_spans_start() {
   }
 }
 
-std::vector<GraphSpan> graph_spans_stop() {
-  const Cupti& c = cupti();
+namespace {
+
+// The records delivered so far (after a forced flush), in launch order;
+// throws if CUPTI dropped records or a buffer could not be read to its end.
+std::vector<GraphSpan> take_records(const Cupti& c, bool stop) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_recording) throw std::runtime_error("graph_spans_stop: not recording (call graph_spans_start first)");
+    if (!g_recording)
+      throw std::runtime_error(std::string(stop ? "graph_spans_stop" : "graph_spans_take") +
+                               ": not recording (call graph_spans_start first)");
   }
-  // Disable first (no new record after this point, as Kineto stops), then
-  // deliver every buffer while still recording.
-  const CUptiResult dr = c.disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  // Stop: disable first (no new record after this point, as Kineto stops),
+  // then deliver every buffer while still recording.
+  const CUptiResult dr = stop ? c.disable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE) : CUPTI_SUCCESS;
   const CUptiResult fr = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::vector<GraphSpan> out;
   size_t dropped = 0, bad = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_recording = false;
+    if (stop) g_recording = false;
     out.swap(g_spans);
     dropped = g_dropped;
     bad = g_bad_buffers;
+    g_dropped = g_bad_buffers = 0;
   }
   check(c, dr, "cuptiActivityDisable(GRAPH_TRACE)");
   check(c, fr, "cuptiActivityFlushAll");
   if (dropped > 0)
-    throw std::runtime_error("graph_spans_stop: CUPTI dropped " + std::to_string(dropped) +
+    throw std::runtime_error("graph spans: CUPTI dropped " + std::to_string(dropped) +
                              " records (buffers full); the spans cannot be matched to launches");
   if (bad > 0)
-    throw std::runtime_error("graph_spans_stop: " + std::to_string(bad) +
+    throw std::runtime_error("graph spans: " + std::to_string(bad) +
                              " CUPTI buffers could not be read to their end (an incomplete record)");
   std::sort(out.begin(), out.end(),
             [](const GraphSpan& a, const GraphSpan& b) { return a.correlation_id < b.correlation_id; });
   return out;
 }
+
+}  // namespace
+
+std::vector<GraphSpan> graph_spans_take() { return take_records(cupti(), false); }
+
+std::vector<GraphSpan> graph_spans_stop() { return take_records(cupti(), true); }
 
 }  // namespace normgate::kernels

@@ -10,6 +10,9 @@ namespace normgate::kernels {
 void graph_spans_start() {
   throw std::runtime_error("graph_spans_start: built without CUPTI headers (cupti.h not found at configure time)");
 }
+std::vector<GraphSpan> graph_spans_take() {
+  throw std::runtime_error("graph_spans_take: built without CUPTI headers (cupti.h not found at configure time)");
+}
 std::vector<GraphSpan> graph_spans_stop() {
   throw std::runtime_error("graph_spans_stop: built without CUPTI headers (cupti.h not found at configure time)");
 }

@@ -48,6 +48,7 @@ SharedGpuRun run_gpu_shared(const std::vector<const Variant*>&, const seeds::Cas
 void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
 TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
 void graph_spans_start() { no_cuda("graph_spans_start"); }
+std::vector<GraphSpan> graph_spans_take() { no_cuda("graph_spans_take"); }
 std::vector<GraphSpan> graph_spans_stop() { no_cuda("graph_spans_stop"); }
 
 }  // namespace normgate::kernels

@@ -149,6 +149,8 @@ def lib():
         L.ng_graph_spans_start.argtypes = []
         L.ng_graph_spans_stop.restype = ctypes.c_int
         L.ng_graph_spans_stop.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
+        L.ng_graph_spans_take.restype = ctypes.c_int
+        L.ng_graph_spans_take.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
         L.ng_case_info.restype = ctypes.c_int
         L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
         L.ng_generate_host.restype = ctypes.c_int
@@ -242,7 +244,10 @@ class GraphSpan(ctypes.Structure):
 
 def graph_spans_start():
     """ng_graph_spans_start: record every CUDA graph launched from now on
-    (CUPTI graph-level trace). RuntimeError naming the cause if CUPTI is
+    (CUPTI graph-level trace). Call it BEFORE capturing the graphs to time:
+    on the H200 machine a graph instantiated before the start crashed the
+    process at its first replay under the trace (capi.h, kernels/timing.h).
+    RuntimeError naming the cause if CUPTI is
     missing or refusing, if already recording, or if torch's profiler is
     active (CUPTI's callbacks are process-wide: it would lose its records)."""
     import sys
@@ -254,18 +259,28 @@ def graph_spans_start():
     check(lib().ng_graph_spans_start())
 
 
-def graph_spans_stop(cap):
-    """ng_graph_spans_stop: the executions recorded since graph_spans_start,
-    in launch order, as (graph_id, correlation_id, start_ns, end_ns) tuples.
-    cap: the most expected; RuntimeError if there were more (not recoverable:
-    the recording has ended) or if CUPTI dropped records."""
+def _spans(fn, name, cap):
     cap = int(cap)
     buf = (GraphSpan * max(cap, 1))()
     n = _c_u64(0)
-    check(lib().ng_graph_spans_stop(buf, cap, ctypes.byref(n)))
+    check(fn(buf, cap, ctypes.byref(n)))
     if n.value > cap:
-        raise RuntimeError("graph_spans_stop: %d graph executions recorded, more than the %d expected" % (n.value, cap))
+        raise RuntimeError("%s: %d graph executions recorded, more than the %d expected" % (name, n.value, cap))
     return [(buf[i].graph_id, buf[i].correlation_id, buf[i].start_ns, buf[i].end_ns) for i in range(n.value)]
+
+
+def graph_spans_take(cap):
+    """ng_graph_spans_take: the executions recorded since graph_spans_start
+    or the last take, in launch order, as (graph_id, correlation_id,
+    start_ns, end_ns) tuples; recording goes on. cap: the most expected;
+    RuntimeError if there were more (those records are gone) or if CUPTI
+    dropped records. Start BEFORE capturing the graphs (capi.h)."""
+    return _spans(lib().ng_graph_spans_take, "graph_spans_take", cap)
+
+
+def graph_spans_stop(cap):
+    """ng_graph_spans_stop: as graph_spans_take, and the recording ends."""
+    return _spans(lib().ng_graph_spans_stop, "graph_spans_stop", cap)
 
 
 def oracle_open(case_id, threads=0):

@@ -445,34 +445,39 @@ def test_generate_and_check_on_a_machine_without_cuda_point_to_the_cpu_path():
 
 @gpu
 def test_cupti_graph_spans_time_each_replay_inside_its_events():
+    # The trace goes on BEFORE the graph is captured (a graph instantiated
+    # before it crashed the process at its first traced replay on the H200).
     try:
         _lib.graph_spans_start()
     except RuntimeError as e:
         pytest.skip(f"CUPTI unavailable here: {e}")
-    _lib.graph_spans_stop(16)
-    x = torch.ones(64 << 20, device="cuda")  # 256 MB: ~100 us a pass on an H200
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        x.mul_(1.0)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
+    try:
+        x = torch.ones(64 << 20, device="cuda")  # 256 MB: ~100 us a pass on an H200
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
             x.mul_(1.0)
-            x.add_(0.0)
-        torch.cuda.synchronize()
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(5)]
-        _lib.graph_spans_start()
-        for a, b in ev:
-            a.record()
-            g.replay()
-            b.record()
-        torch.cuda.synchronize()
-        recs = _lib.graph_spans_stop(64)
-    assert len(recs) == 5 and len({r[0] for r in recs}) == 1, recs
-    assert [r[1] for r in recs] == sorted(r[1] for r in recs)
-    for (a, b), (_, _, start, end) in zip(ev, recs):
-        span_us, ev_us = (end - start) / 1e3, a.elapsed_time(b) * 1e3
-        assert 0 < span_us <= ev_us + 2.0, (span_us, ev_us)  # inside the events (2 us: clock granularity)
-        assert span_us > 0.5 * ev_us, (span_us, ev_us)  # two 256 MB passes dwarf a launch
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                x.mul_(1.0)
+                x.add_(0.0)
+            torch.cuda.synchronize()
+            _lib.graph_spans_take(1 << 16)  # nothing of the capture is kept
+            for k in (5, 3):  # two blocks, each its own take
+                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
+                for a, b in ev:
+                    a.record()
+                    g.replay()
+                    b.record()
+                torch.cuda.synchronize()
+                recs = _lib.graph_spans_take(64)
+                assert len(recs) == k and len({r[0] for r in recs}) == 1, recs
+                assert [r[1] for r in recs] == sorted(r[1] for r in recs)
+                for (a, b), (_, _, start, end) in zip(ev, recs):
+                    span_us, ev_us = (end - start) / 1e3, a.elapsed_time(b) * 1e3
+                    assert 0 < span_us <= ev_us + 2.0, (span_us, ev_us)  # inside the events (2 us: clock granularity)
+                    assert span_us > 0.5 * ev_us, (span_us, ev_us)  # two 256 MB passes dwarf a launch
+    finally:
+        _lib.graph_spans_stop(1 << 16)
     with pytest.raises(RuntimeError, match="not recording"):
-        _lib.graph_spans_stop(1)
+        _lib.graph_spans_take(1)

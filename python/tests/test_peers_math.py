@@ -412,19 +412,22 @@ def test_timer_without_cupti_issues_the_events_only_sequence():
     assert ts.calls == ["replay"] + ["flush", "event", "replay", "event"] * 2 + ["sync"]
 
 
-def test_timer_with_cupti_stops_the_recording_when_a_replay_fails():
-    ts, state = _TorchStub(), {"on": False, "stops": 0}
+def test_timer_with_cupti_takes_the_blocks_records_and_blames_cupti_only_for_its_own():
+    ts, takes = _TorchStub(), []
 
-    def start():
-        state["on"] = True
-
-    def stop(cap):
-        state["on"] = False
-        state["stops"] += 1
-        return [(1, i, 0, 2000) for i in range(2)]
-    t = _timer(ts, (start, stop))
-    assert t.time(_Graph(ts.calls), 2) == [1.0, 1.0] and t.spans == [2.0, 2.0] and state["stops"] == 1
+    def take(cap):
+        takes.append(len(ts.calls))
+        # the first take (before the loop) drops the warm-up's record
+        return [(1, 0, 0, 500)] if len(takes) % 2 == 1 else [(1, i, 0, 2000) for i in range(1, 3)]
+    t = _timer(ts, (take,))
+    assert t.time(_Graph(ts.calls), 2) == [1.0, 1.0] and t.spans == [2.0, 2.0]
+    assert ts.calls[:3] == ["replay", "sync", "flush"] and len(takes) == 2  # warm-up, sync, take, loop, take
     with pytest.raises(RuntimeError, match="launch failure") as e:
         t.time(_Graph(ts.calls, fail_at=3), 2)
     assert not isinstance(e.value, peers.CuptiError)
-    assert state == {"on": False, "stops": 2}  # the recording ended with the failure
+
+    def broken(cap):
+        raise RuntimeError("ng_graph_spans_take: CUPTI dropped 3 records")
+    t = _timer(ts, (broken,))
+    with pytest.raises(peers.CuptiError, match="dropped"):
+        t.time(_Graph(ts.calls), 2)

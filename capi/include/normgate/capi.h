@@ -209,6 +209,13 @@ NG_API int ng_graph_spans_start(void);
  * way); NG_EINVAL for n NULL, or out NULL with cap > 0. */
 NG_API int ng_graph_spans_stop(ng_graph_span* out, uint64_t cap, uint64_t* n);
 
+/* As ng_graph_spans_stop, but recording goes on: the executions since the
+ * start or the last take. A benchmark starts once, BEFORE capturing its
+ * graphs (a graph instantiated before the start crashed at its first replay
+ * under the trace on the H200 machine: kernels/timing.h), and takes each
+ * timed block's records. */
+NG_API int ng_graph_spans_take(ng_graph_span* out, uint64_t cap, uint64_t* n);
+
 /* ---- cases and the host generator -------------------------------------- */
 
 /* What a case id (seeds/case_id.h, e.g.

@@ -49,6 +49,12 @@ struct GraphSpan {
 
 /// Start recording the graph-level trace of every CUDA graph any runtime in
 /// this process launches (torch's included) until graph_spans_stop().
+/// START BEFORE CAPTURING THE GRAPHS TO BE TIMED: on the H200 machine (CUDA
+/// 13.0, driver 580.159) a graph instantiated before the trace was enabled
+/// crashed the process (SIGSEGV) at its first replay under the trace, while
+/// a graph captured under it replayed and was recorded (session 16). So a
+/// benchmark enables it once, before any capture, keeps it on, and takes the
+/// records of each timed block with graph_spans_take().
 /// CUPTI is loaded at the first call with dlopen ("libcupti.so.13", the
 /// soname torch's own copy also has, then $CUDA_HOME/extras/CUPTI/lib64 and
 /// /usr/local/cuda/extras/CUPTI/lib64, /usr/local/cuda/lib64), so nothing
@@ -62,6 +68,11 @@ struct GraphSpan {
 /// has already started; without CUDA, std::runtime_error ("built without
 /// CUDA").
 void graph_spans_start();
+
+/// Flush CUPTI's buffers and return the executions recorded since
+/// graph_spans_start() or the last take, in launch order, still recording.
+/// Same errors as graph_spans_stop() (recording goes on).
+std::vector<GraphSpan> graph_spans_take();
 
 /// Flush CUPTI's buffers, stop recording, and return the executions
 /// recorded since graph_spans_start(), in correlation-id (launch) order.
