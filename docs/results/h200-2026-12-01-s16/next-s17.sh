@@ -9,8 +9,10 @@
 # host_copy after its last call). Carry: ["build/capi/libnormgate_capi.so",
 # "build/tests/test_capi", ".whl"]  (.whl: Liger-Kernel 0.8.5's wheel only)
 # Call 1: NG_FIRST=1 NG_CUPTI_CHECK=1: test_capi and python/tests first
-# (session 16's new tests: thread default, pinned host copies, CUPTI graph
-# spans inside their events), then [4097, 1536] bf16 plain again with
+# (session 16's new tests: thread default, pinned host copies, and the CUPTI
+# test as rewritten after its first version crashed the H200 process: the
+# trace before the capture; check its result first), then, only if pytest
+# passed, [4097, 1536] bf16 plain again with
 # --cupti and 1 seed, outside the matrix (cupti-check.tgz). Compare its det
 # and ours with the matrix's (docs/results/peers-h200/peers.md; session 15
 # re-measured that row within 1.5%): if they hold, later calls add NG_CUPTI=1

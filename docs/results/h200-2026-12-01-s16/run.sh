@@ -39,7 +39,7 @@ if [ "${NG_FIRST:-0}" = 1 ]; then
   OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q python/tests >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
 fi
 npeers=0
-if [ "${NG_CUPTI_CHECK:-0}" = 1 ]; then
+if [ "${NG_CUPTI_CHECK:-0}" = 1 ] && grep -q "pytest rc=0" $P/pytest.txt 2>/dev/null; then
   # Session 17, call 1: an already-measured row again, with --cupti and 1
   # seed, kept out of the matrix: det/ours against their matrix numbers say
   # whether CUPTI's graph trace moves the events; cupti/events says how much
