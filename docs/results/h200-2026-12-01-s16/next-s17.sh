@@ -36,4 +36,6 @@
 # COMMIT before the next call (the --done files travel with the tree).
 # NG_ONE_SET=1: every row left in one peers.py per call (session 16's sets
 # each paid a cold TC compile of 30-55 s for their first row).
-NG_ONE_SET=1 exec bash "$(dirname "$0")/run.sh"
+# NG_ROW_MARGIN=160: no row starts in the last 160 s of a call (rows at
+# T=131072 take ~110-150 s; session 16's 110 s margin was for T=65537).
+NG_ONE_SET=1 NG_ROW_MARGIN=160 exec bash "$(dirname "$0")/run.sh"

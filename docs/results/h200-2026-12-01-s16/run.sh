@@ -59,7 +59,7 @@ peers_run() {  # $1: peers.py args; extra env passed through (shards)
   npeers=$(( npeers + 1 ))
   set -f
   NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
-    NG_PEERS_ARGS="$PEERS $1 $DONE --deadline-s $(( left - 110 ))" \
+    NG_PEERS_ARGS="$PEERS $1 $DONE --deadline-s $(( left - ${NG_ROW_MARGIN:-110} ))" \
     OUT=$P/pk scripts/peers.sh >$P/peers-$npeers.txt 2>&1
   set +f
   grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
