@@ -449,7 +449,7 @@ class Timer:
         # Only by PCI bus id: NVML's index 0 may be another GPU than CUDA's
         # (NVML ignores CUDA_VISIBLE_DEVICES), so no bus id, no NVML.
         self.gpu = None
-        # CUPTI graph spans (--cupti): (take,) from normgate's C ABI once the
+        # CUPTI graph spans (--cupti): normgate's graph_spans_take once the
         # trace is on, or None; spans holds the last time() call's spans in us.
         self.cupti = None
         self.spans = None
@@ -496,8 +496,9 @@ class Timer:
 
     def time(self, g, n):
         """n replays of graph g, each after an L2 flush: the CUDA-event
-        elapsed times in us. With CUPTI on (self.cupti: (take,), its trace
-        enabled once before any graph was captured, see main), self.spans
+        elapsed times in us. With CUPTI on (self.cupti: normgate's
+        graph_spans_take, its trace enabled once before any graph was
+        captured, see main), self.spans
         gets the same n replays' spans in us from its graph-level trace
         (match_spans); CUPTI's failures raise CuptiError. Without CUPTI the
         calls are those of the events-only timer; with it, one more
@@ -518,17 +519,16 @@ class Timer:
         if self.cupti is None:
             replays()
             return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
+
+        def take(cap):
+            try:
+                return self.cupti(cap)
+            except (RuntimeError, ValueError) as e:
+                raise CuptiError(str(e)) from None
         torch.cuda.synchronize()  # the warm-up replay's record goes with the take below
-        try:
-            self.cupti[0](1 << 20)  # the trace has been on since before any capture: drop what came before
-        except (RuntimeError, ValueError) as e:
-            raise CuptiError(str(e)) from None
+        take(1 << 20)  # the trace has been on since before any capture: drop what came before
         replays()
-        try:
-            recs = self.cupti[0](2 * n + 16)
-        except (RuntimeError, ValueError) as e:
-            raise CuptiError(str(e)) from None
-        self.spans = match_spans(recs, n)
+        self.spans = match_spans(take(2 * n + 16), n)
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
 
@@ -663,9 +663,8 @@ def setup_graphs(torch, impls, names, inp, timer, ops, row, log):
             for op in ops:
                 graphs.pop((name, op), None)
             keep.pop(name, None)
-            outs = saved = fn = pool = None
+            outs = saved = pool = None
             gc.collect()
-    outs = saved = pool = None
     return graphs, keep
 
 
@@ -679,13 +678,13 @@ def setup_row_graphs(torch, impls, names, inp, timer, ops, row, log):
     session 16). An implementation that fails in both modes keeps its error.
     Returns setup_graphs' (graphs, keep)."""
     graphs, keep = setup_graphs(torch, impls, names, inp, timer, ops, row, log)
-    if timer.pool_mode == "" and any(is_oom(row["impls"][n]["error"]) for n in names):
+    failed = [n for n in names if is_oom(row["impls"][n]["error"])]
+    if timer.pool_mode == "" and failed:
         # Private pools (one per graph) hold the sum of an implementation's
         # three graphs; one pool per implementation holds about the largest
         # (the captures free their temporaries before the next begins). The
         # whole row is set up again that way, so that its implementations
         # share one pool mode (recorded as the row's "pool_mode").
-        failed = [n for n in names if is_oom(row["impls"][n]["error"])]
         log(f"  out of GPU memory with a private pool per graph ({', '.join(failed)}, "
             f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB reserved): the row again with one pool per implementation")
         del graphs, keep
@@ -720,7 +719,6 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
 
     phase0 = time.time()
     graphs, keep = setup_row_graphs(torch, impls, names, inp, timer, args.ops, row, log)
-    outs = saved = fn = pool = None
     # Wall seconds of the row's phases (setup: eager run + graph captures,
     # torch.compile's autotuning included; timing; accuracy: every seed's
     # generation, eager runs and oracle), to plan device time.
@@ -895,8 +893,8 @@ def cupti_time(timer, g, n, spans, log):
 
 def cupti_lines(row, ops):
     """One log line per op of a row timed with --cupti: each implementation's
-    CUPTI span median over its CUDA-event median (below 1: the launch
-    latency events include), and SOTA/ours under each clock."""
+    CUPTI span median and its CUDA-event median, in us (the difference: the
+    launch latency the events include)."""
     out = []
     for op in ops:
         parts = []
@@ -1482,7 +1480,7 @@ def main(argv):
         try:
             nglib.graph_spans_start()
             nglib.graph_spans_take(1 << 16)
-            timer.cupti = (nglib.graph_spans_take,)
+            timer.cupti = nglib.graph_spans_take
             log("CUPTI graph spans on (--cupti): recorded beside the CUDA events")
         except (RuntimeError, ValueError) as e:
             log(f"--cupti: CUPTI graph spans unavailable ({e}); CUDA events only")
@@ -1503,12 +1501,12 @@ def main(argv):
             "command": "python3 bench/peers.py " + " ".join(argv), "replays": args.replays, "rounds": args.rounds,
             "seeds": args.seeds, "family": args.family, "eps": eps, "peer_errors": errors,
             "method": "CUDA-graph replay, cold L2 (read flush), CUDA events, median; A/A copies of det and ours"}
-    # The accuracy phase's host threads (normgate.default_threads(), not the
-    # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
     # cupti_us beside the events' us (tables: events); the events of a run
     # with CUPTI on are measured under its trace (one more synchronize per
     # block, a trace record per launch).
     meta["cupti"] = timer.cupti is not None
+    # The accuracy phase's host threads (normgate.default_threads(), not the
+    # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
     meta["threads"] = {"torch": torch.get_num_threads(), "oracle": normgate.default_threads()}
     log(f"host threads: torch {meta['threads']['torch']}, oracle and validators {meta['threads']['oracle']}")
     for k, v in errors.items():

@@ -251,11 +251,9 @@ def graph_spans_start():
     missing or refusing, if already recording, or if torch's profiler is
     active (CUPTI's callbacks are process-wide: it would lose its records)."""
     import sys
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        enabled = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "_is_profiler_enabled", False)
-        if enabled:
-            raise RuntimeError("graph_spans_start: torch.profiler is active (CUPTI's callbacks are process-wide)")
+    # Loaded with torch; absent (no profiler running) without it.
+    if getattr(sys.modules.get("torch.autograd.profiler"), "_is_profiler_enabled", False):
+        raise RuntimeError("graph_spans_start: torch.profiler is active (CUPTI's callbacks are process-wide)")
     check(lib().ng_graph_spans_start())
 
 

@@ -481,3 +481,10 @@ def test_cupti_graph_spans_time_each_replay_inside_its_events():
         _lib.graph_spans_stop(1 << 16)
     with pytest.raises(RuntimeError, match="not recording"):
         _lib.graph_spans_take(1)
+
+
+def test_graph_spans_refuse_to_start_under_torch_profiler():
+    from torch.profiler import profile
+    with profile():
+        with pytest.raises(RuntimeError, match="torch.profiler is active"):
+            _lib.graph_spans_start()

@@ -214,13 +214,14 @@ def test_warm_next_child_compiles_the_row_and_a_stale_child_is_killed():
 
 
 class _FakeCuda:
-    """torch.cuda for setup_graphs on the CPU: pools are counted objects."""
+    """torch.cuda on the CPU for setup_graphs and Timer.time: pools are
+    counted objects; synchronize and event records are logged in order."""
 
-    def __init__(self):
-        self.pools = 0
+    def __init__(self, calls):
+        self.pools, self.calls = 0, calls
 
     def synchronize(self):
-        pass
+        self.calls.append("sync")
 
     def empty_cache(self):
         pass
@@ -232,10 +233,22 @@ class _FakeCuda:
         self.pools += 1
         return ("pool", self.pools)
 
+    def Event(self, enable_timing=True):  # noqa: N802 - torch's name
+        calls = self.calls
+
+        class E:
+            def record(self):
+                calls.append("event")
+
+            def elapsed_time(self, other):
+                return 0.001
+        return E()
+
 
 class _FakeTorch:
     def __init__(self):
-        self.cuda = _FakeCuda()
+        self.calls = []
+        self.cuda = _FakeCuda(self.calls)
 
 
 class _FakeTimer:
@@ -320,7 +333,7 @@ class _SpanTimer:
     on the first call."""
 
     def __init__(self, fail_first):
-        self.cupti, self.spans, self.fail_first, self.calls = ("start", "stop"), None, fail_first, 0
+        self.cupti, self.spans, self.fail_first, self.calls = (lambda cap: []), None, fail_first, 0
 
     def time(self, g, n):
         self.calls += 1
@@ -362,31 +375,6 @@ def test_match_spans_takes_exactly_the_replays_of_one_graph():
             peers.match_spans(bad, 3)
 
 
-class _CudaStub:
-    def __init__(self, log):
-        self.log = log
-
-    def synchronize(self):
-        self.log.append("sync")
-
-    def Event(self, enable_timing=True):  # noqa: N802 - torch's name
-        log = self.log
-
-        class E:
-            def record(self):
-                log.append("event")
-
-            def elapsed_time(self, other):
-                return 0.001
-        return E()
-
-
-class _TorchStub:
-    def __init__(self):
-        self.calls = []
-        self.cuda = _CudaStub(self.calls)
-
-
 class _Graph:
     def __init__(self, calls, fail_at=None):
         self.calls, self.fail_at, self.n = calls, fail_at, 0
@@ -406,20 +394,20 @@ def _timer(ts, cupti):
 
 
 def test_timer_without_cupti_issues_the_events_only_sequence():
-    ts = _TorchStub()
+    ts = _FakeTorch()
     us = _timer(ts, None).time(_Graph(ts.calls), 2)
     assert us == [1.0, 1.0]
     assert ts.calls == ["replay"] + ["flush", "event", "replay", "event"] * 2 + ["sync"]
 
 
 def test_timer_with_cupti_takes_the_blocks_records_and_blames_cupti_only_for_its_own():
-    ts, takes = _TorchStub(), []
+    ts, takes = _FakeTorch(), []
 
     def take(cap):
         takes.append(len(ts.calls))
         # the first take (before the loop) drops the warm-up's record
         return [(1, 0, 0, 500)] if len(takes) % 2 == 1 else [(1, i, 0, 2000) for i in range(1, 3)]
-    t = _timer(ts, (take,))
+    t = _timer(ts, take)
     assert t.time(_Graph(ts.calls), 2) == [1.0, 1.0] and t.spans == [2.0, 2.0]
     assert ts.calls[:3] == ["replay", "sync", "flush"] and len(takes) == 2  # warm-up, sync, take, loop, take
     with pytest.raises(RuntimeError, match="launch failure") as e:
@@ -428,6 +416,6 @@ def test_timer_with_cupti_takes_the_blocks_records_and_blames_cupti_only_for_its
 
     def broken(cap):
         raise RuntimeError("ng_graph_spans_take: CUPTI dropped 3 records")
-    t = _timer(ts, (broken,))
+    t = _timer(ts, broken)
     with pytest.raises(peers.CuptiError, match="dropped"):
         t.time(_Graph(ts.calls), 2)
