@@ -101,8 +101,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   add_oracle_option(sub, o->oracle,
                     "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
                     "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)");
-  sub->add_option("--threads", o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)")
-      ->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));  // as every other command: libgomp cannot start ~1e5 threads
+  add_threads_option(sub, o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)");
   auto* md_opt = sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
   auto* json_opt = sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
   auto* approve_flag = sub->add_flag("--approve", o->approve,

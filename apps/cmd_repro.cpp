@@ -82,7 +82,7 @@ void add_repro_commands(CLI::App& app, Commands& cmds) {
   sub->add_option("--k", o->k, "Worst elements to list per output")->capture_default_str()->check(CLI::Range(1, 100000));
   add_backend_option(sub, o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)");
-  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+  add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       if (o->id.empty() && o->file.empty() && o->report.empty())
@@ -204,7 +204,7 @@ void add_export(CLI::App& app, Commands& cmds) {
   sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   add_backend_option(sub, o->backend, "Where variants run: gpu, cpu (CPU models), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto, fp64, mpfr");
-  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+  add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       check_writable(o->out);

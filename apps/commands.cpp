@@ -80,7 +80,7 @@ void add_case(CLI::App& app, Commands& cmds) {
   auto threads = std::make_shared<int>(0);
   sub->add_option("id", *id, "Case id, e.g. H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17")->required();
   sub->add_flag("--no-digest", *no_digest, "Only parse and print; do not generate the inputs");
-  sub->add_option("--threads", *threads, "OpenMP threads for generation (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+  add_threads_option(sub, *threads, "OpenMP threads for generation (0: default)");
   sub->callback([&cmds, id, no_digest, threads] {
     cmds.run = [id, no_digest, threads] {
       const auto c = seeds::parse_case(*id);
@@ -177,7 +177,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       ->capture_default_str()
       ->delimiter(',');
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
-  sub->add_option("--threads", o->threads, "OpenMP threads (0: default)")->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+  add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
   add_oracle_option(sub, o->oracle,
                     "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
                     "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
@@ -303,6 +303,10 @@ CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::st
 
 CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help) {
   return sub->add_option("--oracle", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+}
+
+CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help) {
+  return sub->add_option("--threads", value, help)->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
 }
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder

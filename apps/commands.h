@@ -39,6 +39,11 @@ void add_plot(CLI::App& app, Commands& cmds);
 CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::string& help);
 CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help);
 
+/// `--threads N`: OpenMP threads, an integer in 0..4096 (0: OpenMP's
+/// default; the C ABI's NG_MAX_THREADS: libgomp cannot start ~1e5 threads,
+/// and the process died of it), with the given help.
+CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help);
+
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);
