@@ -33,14 +33,19 @@ Usage (on the H200; the normgate library must be built, NORMGATE_LIB may name it
   python3 bench/peers.py --H 4096 --T 65537,131072 --w bf16,fp32 \
       --json out/peers.json --md out/peers.md
 Setup warm-up: while a row's accuracy phase runs (host-bound: the oracle),
-a child process (peers.py --warm-compile) runs the next row's torch.compile
-functions (TC, TCd) once, so that row's setup finds inductor's caches warm
-(autotuning is most of a row's setup: 17-103 s in session 13, 0.6 s warm).
-The child never overlaps a timing phase: it starts after the row's timing and
-the next row starts after it ends (a row records it as "prewarm": rc, the
-seconds the run waited for it, the child's per-function seconds). Its
-autotuning shares the GPU with the accuracy phase's eager runs (short: the
-GPU is idle most of that phase). --no-warm-next turns it off.
+child processes (peers.py --warm-compile) run the next rows' torch.compile
+functions (TC, TCd) once, so that those rows' setups find inductor's caches
+warm (autotuning is most of a row's setup: 17-103 s in session 13, 0.6 s
+warm). When the next row is not warm, up to --warm-ahead (4) children start
+side by side, one per upcoming row (fewer where their GPU memory would pass
+half the free memory, or the deadline leaves no time for the rows); the next
+row starts after all of them end, so no child ever overlaps a timing phase,
+and the batch's later rows start without waiting (session 17: with one child,
+rows waited 20-67 s for the next row's compile while the cores were mostly
+idle). A row records it as "prewarm": rc, the seconds the run waited, the
+child's per-function seconds, the batch's rows. The autotuning shares the GPU
+with the accuracy phase's eager runs (short: the GPU is idle most of that
+phase). --no-warm-next (or --warm-ahead 0) turns it off.
 Writes Markdown and JSON (atomically: temp file, then rename) and prints the
 Markdown last. Exit 0 on a completed run (speed is never asserted), 2 on usage
 errors, 1 when nothing could be measured.
@@ -126,7 +131,10 @@ def parse_args(argv):
                         "graph's first and last node, no launch latency) beside the CUDA events; the tables stay "
                         "on events, the JSON gets cupti_us and the log compares the two")
     p.add_argument("--no-warm-next", action="store_true",
-                   help="do not compile the next row's TC/TCd in a child process during a row's accuracy phase")
+                   help="do not compile the next rows' TC/TCd in child processes during a row's accuracy phase")
+    p.add_argument("--warm-ahead", type=int, default=4, metavar="K",
+                   help="when the next row is not warm, compile the next K rows' TC/TCd side by side, one child "
+                        "each (default 4; fewer where their GPU memory would pass half the free memory)")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
                    help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
     p.add_argument("--json", default="", help="write the result JSON here (atomically; after every row)")
@@ -152,6 +160,8 @@ def parse_args(argv):
             die_usage(f"--peers: unknown peer {peer!r} ({', '.join(ALL_PEERS)})")
     if a.replays < 3 or a.rounds < 1 or a.replays < a.rounds:
         die_usage(f"--replays {a.replays} / --rounds {a.rounds}: need replays >= rounds >= 1, replays >= 3")
+    if not 0 <= a.warm_ahead <= 16:
+        die_usage(f"--warm-ahead {a.warm_ahead}: need 0..16 (0: no warm-up children)")
     if a.seeds < 1:
         die_usage(f"--seeds {a.seeds}: need >= 1")
     for h in a.H:
@@ -1381,54 +1391,114 @@ def warm_compile(args):
     return rc
 
 
-class WarmNext:
-    """At most one warm-up child at a time (see the module docstring)."""
+class WarmAhead:
+    """Warm-up children (see the module docstring): when the next row's
+    TC/TCd are not warm, up to --warm-ahead children start together after a
+    row's timing, one per upcoming row, and all of them are waited for before
+    the next row starts, so that none runs beside a timing phase. The
+    compiles run side by side (session 17: one row's max-autotune compile
+    took 25-100 s while the cores were mostly idle), and the rows of a batch
+    after the first start warm."""
 
     def __init__(self, args, log):
         self.args, self.log = args, log
-        self.enabled = not args.no_warm_next and any(n in ("TC", "TCd") for n in args.peers)
-        self.proc = self.spec = self.logf = None
+        self.ahead = 0 if args.no_warm_next else args.warm_ahead
+        self.enabled = self.ahead > 0 and any(n in ("TC", "TCd") for n in args.peers)
+        self.procs = {}  # spec -> (Popen, log file): children running
+        self.ready = {}  # spec -> record: children of a batch that ended, their rows not yet run
+        self.batch = []
 
-    def start(self, spec):
-        if not self.enabled or self.proc is not None:
+    def warm(self, spec):
+        """Whether `spec` is being warmed or was warmed by a batch not yet used."""
+        return spec in self.procs or spec in self.ready
+
+    def start(self, specs, free_bytes=None):
+        """Start one child per spec (at most --warm-ahead, nothing if children
+        run). free_bytes (the GPU's free memory, or None): the batch keeps
+        only as many rows as fit in half of it by row_bytes(), at least one."""
+        if not self.enabled or self.procs:
             return
+        specs = fit_batch([s for s in specs if s not in self.ready][:self.ahead], free_bytes)
         import tempfile
-        cmd = [sys.executable, os.path.abspath(__file__), "--warm-compile", spec,
-               "--peers", ",".join(self.args.peers), "--family", self.args.family]
-        try:
-            self.logf = tempfile.TemporaryFile(mode="w+", errors="replace")
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.logf)
-        except OSError as e:  # the run goes on without warm-ups
-            self.log(f"  warm-up of {spec} could not start ({e}); warm-ups off for this run")
-            self.enabled, self.proc, self.logf = False, None, None
-            return
-        self.spec = spec
+        for spec in specs:
+            cmd = [sys.executable, os.path.abspath(__file__), "--warm-compile", spec,
+                   "--peers", ",".join(self.args.peers), "--family", self.args.family]
+            try:
+                logf = tempfile.TemporaryFile(mode="w+", errors="replace")
+                self.procs[spec] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=logf), logf)
+            except OSError as e:  # the run goes on without (more) warm-ups
+                self.log(f"  warm-up of {spec} could not start ({e}); warm-ups off for this run")
+                self.enabled = False
+                break
+        self.batch = list(self.procs)
+        if len(self.batch) > 1:
+            self.log(f"  warm-up batch of {len(self.batch)} rows: {'; '.join(self.batch)}")
 
-    def finish(self, spec, timeout):
-        """Wait for the child that warms `spec` (kill it past timeout seconds)
-        and return its record for that row: {"rc", "waited_s" (what the
-        parent waited: the warm-up's cost to the run), "child" (its lines:
-        each compiled function's seconds)}; None when no child ran for that
-        row. A child for another row (the plan moved on) is killed."""
-        if self.proc is None:
-            return None
-        p, mine, w0 = self.proc, self.spec == spec, time.time()
+    def _end(self, spec, timeout):
+        p, logf = self.procs.pop(spec)
         try:
-            rc = p.wait(timeout=max(1.0, timeout) if mine else 0.01)
+            rc = p.wait(timeout=timeout)
+            killed = False
         except subprocess.TimeoutExpired:
             p.kill()
-            rc = p.wait()
-            self.log(f"  warm-up of {self.spec}: " + (f"killed after {timeout:.0f} s of waiting" if mine
-                                                       else "not needed, killed"))
-        self.logf.seek(0)
-        text = self.logf.read()
-        self.logf.close()
-        rec = {"rc": rc, "waited_s": time.time() - w0,
-               "child": [ln for ln in text.splitlines() if ln.startswith("warm-compile ")]}
-        if rc != 0 and mine:
-            self.log(f"  warm-up of {self.spec} failed (rc {rc}); the row compiles as usual:\n{text[-2000:]}")
-        self.proc = self.spec = self.logf = None
-        return rec if mine else None
+            rc, killed = p.wait(), True
+        logf.seek(0)
+        text = logf.read()
+        logf.close()
+        return rc, killed, text
+
+    def finish(self, spec, timeout):
+        """Before the row `spec` starts: wait for every running child (kill
+        those still running past timeout seconds) and return the row's record
+        {"rc", "waited_s" (what the parent waited: the warm-up's cost to the
+        run; 0 for a row warmed by an earlier row's wait), "child" (its lines:
+        each compiled function's seconds), "batch" (the rows warmed together)};
+        None when no child warmed that row. If `spec` is not among the running
+        children (the plan moved on, or spec None at the end), they are killed
+        and the ready records dropped."""
+        if spec is None or (self.procs and spec not in self.procs):
+            for s in list(self.procs):
+                self._end(s, 0.01)
+                self.log(f"  warm-up of {s}: not needed, killed")
+            if spec is None:
+                self.ready.clear()
+            return self.ready.pop(spec, None) if spec is not None else None
+        w0 = time.time()
+        for s in list(self.procs):
+            rc, killed, text = self._end(s, max(1.0, timeout - (time.time() - w0)))
+            if killed:
+                self.log(f"  warm-up of {s}: killed after {timeout:.0f} s of waiting")
+            elif rc != 0:
+                self.log(f"  warm-up of {s} failed (rc {rc}); the row compiles as usual:\n{text[-2000:]}")
+            self.ready[s] = {"rc": rc, "waited_s": 0.0, "batch": self.batch,
+                             "child": [ln for ln in text.splitlines() if ln.startswith("warm-compile ")]}
+        rec = self.ready.pop(spec, None)
+        if rec is not None:
+            rec["waited_s"] = time.time() - w0
+        return rec
+
+
+def fit_batch(specs, free_bytes):
+    """The leading specs whose row_bytes() sum stays within half of
+    free_bytes (the GPU's free memory; None: no limit), at least one."""
+    if free_bytes is None:
+        return list(specs)
+    keep, used = [], 0
+    for s in specs:
+        used += row_bytes(s)
+        if keep and used > free_bytes // 2:
+            break
+        keep.append(s)
+    return keep
+
+
+def row_bytes(spec):
+    """A crude bound on a warm-up child's GPU memory for row `spec`
+    (FORM,H,T,W): eight FP32 tensors of the row's [T, width] (its inputs, the
+    compiled functions' outputs and autotuning buffers)."""
+    form, H, T, _ = spec.split(",")
+    width = {"heads24": 24 * 256, "heads4": 4 * 256}.get(form, int(H))
+    return int(T) * width * 4 * 8
 
 
 def main(argv):
@@ -1525,7 +1595,10 @@ def main(argv):
     for form, H, wname, T in every:
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
-    warm = WarmNext(args, log)
+    warm = WarmAhead(args, log)
+    if plan:  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
+        warm.start([row_spec(n[0], n[1], n[3], n[2]) for n in plan[:max(1, args.warm_ahead)]],
+                   torch.cuda.mem_get_info()[0])
 
     def past_deadline():
         return bool(args.deadline_s) and time.time() - start > args.deadline_s
@@ -1540,20 +1613,26 @@ def main(argv):
                     prewarm = warm.finish(row_spec(form, H, T, wname), left)
                 except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
                     log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
-                    prewarm, warm.proc, warm.enabled = None, None, False
+                    prewarm, warm.enabled = None, False
+                    warm.finish(None, 0)
             if past_deadline():  # already at the row's start, or after waiting for its warm-up
                 warm.finish(None, 0)  # a child warming a row that will not run
                 log(f"deadline (after {prewarm['waited_s']:.0f} s waiting for the warm-up): row {label} skipped"
                     if prewarm else f"deadline: row {label} skipped")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
-            nxt = plan[k + 1] if k + 1 < len(plan) else None
+            upcoming = [row_spec(n[0], n[1], n[3], n[2]) for n in plan[k + 1:k + 1 + max(1, args.warm_ahead)]]
 
-            def after(n=nxt):
+            def after(ups=upcoming):
                 # No child for a row the deadline will skip: it would only
-                # take cores from this row's accuracy phase (the oracle's).
-                if n is not None and not past_deadline():
-                    warm.start(row_spec(n[0], n[1], n[3], n[2]))
+                # take cores from this row's accuracy phase (the oracle's);
+                # a batch only when the next row is not warm already, and no
+                # longer than the rows the deadline leaves time for (~60 s each).
+                if not ups or past_deadline() or warm.warm(ups[0]):
+                    return
+                if args.deadline_s:
+                    ups = ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
+                warm.start(ups, torch.cuda.mem_get_info()[0])
             t0 = time.time()
             try:
                 with torch.cuda.stream(timer.stream):

@@ -190,27 +190,47 @@ def test_identical_outputs_are_validated_once_with_the_same_result(form):
             assert infos[n][k] == plain_infos[n][k], (n, k)
 
 
-def test_warm_next_child_compiles_the_row_and_a_stale_child_is_killed():
-    """peers.py's setup warm-up (WarmNext): the child compiles the row's TC and
-    TCd once (on the GPU when there is one; here possibly the CPU) and reports
-    each function's seconds; a child warming a row the run no longer needs is
-    killed, not waited for."""
-    args = peers.parse_args(["--peers", "TC,TCd"])
+def test_warm_ahead_children_compile_their_rows_side_by_side_and_stale_ones_are_killed():
+    """peers.py's setup warm-up (WarmAhead): a batch of children, one per
+    upcoming row, compiles each row's TC and TCd once (on the GPU when there
+    is one; here possibly the CPU); the first row's finish waits for the whole
+    batch, the batch's later rows then start warm without waiting; a child
+    warming a row the run no longer needs is killed, not waited for."""
+    args = peers.parse_args(["--peers", "TC,TCd", "--warm-ahead", "2"])
     lines = []
-    w = peers.WarmNext(args, lines.append)
+    w = peers.WarmAhead(args, lines.append)
     assert w.enabled
-    spec = peers.row_spec("plain", 64, 33, "bf16")
-    w.start(spec)
-    w.start(peers.row_spec("plain", 64, 34, "bf16"))  # one child at a time: ignored
-    rec = w.finish(spec, 600)
-    assert rec is not None and rec["rc"] == 0, lines
-    assert [ln.split()[1] for ln in rec["child"]] == ["TC", "TCd"], rec
-    assert w.finish(spec, 1) is None  # nothing running any more
-    w.start(peers.row_spec("plain", 64, 35, "bf16"))
+    a, b, c = (peers.row_spec("plain", 64, t, "bf16") for t in (33, 34, 35))
+    w.start([a, b, c])  # at most --warm-ahead children: c is left out
+    assert sorted(w.procs) == sorted([a, b]) and w.warm(b) and not w.warm(c)
+    w.start([c])  # children running: ignored
+    assert c not in w.procs
+    ra = w.finish(a, 600)
+    assert not w.procs, "the first row's finish waits for the whole batch"
+    assert ra is not None and ra["rc"] == 0 and ra["batch"] == [a, b], (ra, lines)
+    assert [ln.split()[1] for ln in ra["child"]] == ["TC", "TCd"], ra
+    assert all(b in ln for ln in w.ready[b]["child"])  # b's own lines, not a's
+    rb = w.finish(b, 600)
+    assert rb is not None and rb["rc"] == 0 and rb["waited_s"] < 0.5 and ra["waited_s"] > rb["waited_s"]
+    assert w.finish(b, 1) is None  # used once
+    w.start([c])
     assert w.finish(peers.row_spec("plain", 64, 36, "bf16"), 600) is None  # another row's child: killed
-    assert w.proc is None and any("not needed, killed" in ln for ln in lines), lines
-    assert not peers.WarmNext(peers.parse_args(["--peers", "eager,Liger"]), lines.append).enabled
-    assert not peers.WarmNext(peers.parse_args(["--peers", "TC", "--no-warm-next"]), lines.append).enabled
+    assert not w.procs and any("not needed, killed" in ln for ln in lines), lines
+    # The memory guard keeps the first row and as many more as fit in half the free memory.
+    big = [peers.row_spec("res", 6144, 131072, "fp32")] * 3
+    assert peers.row_bytes(big[0]) == 131072 * 6144 * 32
+    assert peers.fit_batch(big[:1] + [a], 2 * peers.row_bytes(big[0]) - 1) == big[:1]  # at least one
+    assert peers.fit_batch(big + [a], 4 * peers.row_bytes(big[0])) == big[:2]
+    assert peers.fit_batch(big + [a], None) == big + [a]
+    w.start([a], free_bytes=1 << 40)
+    w.finish(None, 0)
+    assert not w.procs and not w.ready
+    assert not peers.WarmAhead(peers.parse_args(["--peers", "eager,Liger"]), lines.append).enabled
+    assert not peers.WarmAhead(peers.parse_args(["--peers", "TC", "--no-warm-next"]), lines.append).enabled
+    assert not peers.WarmAhead(peers.parse_args(["--peers", "TC", "--warm-ahead", "0"]), lines.append).enabled
+    with pytest.raises(SystemExit) as e:
+        peers.parse_args(["--warm-ahead", "-1"])
+    assert e.value.code == 2
 
 
 class _FakeCuda:
