@@ -470,6 +470,10 @@ def test_cupti_graph_spans_time_each_replay_inside_its_events():
             torch.cuda.synchronize()
             _lib.graph_spans_take(1 << 16)  # nothing of the capture or the warm-up replay is kept
             for k in (5, 3):  # two blocks, each its own take
+                # The first launch after a take stalls the host 0.7-6 ms
+                # inside the launch on the H200 (session 17, call 3), which
+                # events around it hold: one untimed replay first.
+                g.replay()
                 ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]
                 for a, b in ev:
                     a.record()
@@ -477,7 +481,8 @@ def test_cupti_graph_spans_time_each_replay_inside_its_events():
                     b.record()
                 torch.cuda.synchronize()
                 recs = _lib.graph_spans_take(64)
-                assert len(recs) == k and len({r[0] for r in recs}) == 1, recs
+                assert len(recs) == k + 1 and len({r[0] for r in recs}) == 1, recs
+                recs = recs[1:]
                 assert [r[1] for r in recs] == sorted(r[1] for r in recs)
                 for (a, b), (_, _, start, end) in zip(ev, recs):
                     span_us, ev_us = (end - start) / 1e3, a.elapsed_time(b) * 1e3

@@ -425,11 +425,14 @@ def test_timer_with_cupti_takes_the_blocks_records_and_blames_cupti_only_for_its
 
     def take(cap):
         takes.append(len(ts.calls))
-        # the first take (before the loop) drops the warm-up's record
-        return [(1, 0, 0, 500)] if len(takes) % 2 == 1 else [(1, i, 0, 2000) for i in range(1, 3)]
+        # the first take (before the loop) drops the warm-up's record; the
+        # second holds the untimed replay after it (99 us), then the block's
+        return [(1, 0, 0, 500)] if len(takes) % 2 == 1 else [(1, 9, 0, 99000)] + [(1, i, 0, 2000) for i in range(1, 3)]
     t = _timer(ts, take)
     assert t.time(_Graph(ts.calls), 2) == [1.0, 1.0] and t.spans == [2.0, 2.0]
-    assert ts.calls[:3] == ["replay", "sync", "flush"] and len(takes) == 2  # warm-up, sync, take, loop, take
+    # warm-up, sync, take, the untimed replay that takes the post-take stall, loop, take
+    assert ts.calls[:4] == ["replay", "sync", "replay", "flush"] and len(takes) == 2
+    assert takes[0] == 2 and ts.calls[2] == "replay"
     with pytest.raises(RuntimeError, match="launch failure") as e:
         t.time(_Graph(ts.calls, fail_at=3), 2)
     assert not isinstance(e.value, peers.CuptiError)
