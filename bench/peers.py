@@ -134,7 +134,8 @@ def parse_args(argv):
                    help="do not compile the next rows' TC/TCd in child processes during a row's accuracy phase")
     p.add_argument("--warm-ahead", type=int, default=4, metavar="K",
                    help="when the next row is not warm, compile the next K rows' TC/TCd side by side, one child "
-                        "each (default 4; fewer where their GPU memory would pass half the free memory)")
+                        "each (default 4; fewer where their GPU memory would pass half the free memory or the "
+                        "deadline leaves no time for the rows; 0: no warm-up children, as --no-warm-next)")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
                    help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
     p.add_argument("--json", default="", help="write the result JSON here (atomically; after every row)")
@@ -544,7 +545,9 @@ class Timer:
         g.replay()
         replays()
         recs = take(2 * n + 16)
-        self.spans = match_spans(recs[1:] if len(recs) == n + 1 else recs, n)
+        # recs[0] is the untimed replay's (no L2 flush before it): never a
+        # sample; match_spans then wants exactly the n timed replays.
+        self.spans = match_spans(recs[1:], n)
         return [s.elapsed_time(e) * 1e3 for s, e in ev]  # us
 
 
@@ -790,7 +793,7 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     torch.cuda.empty_cache()
     row["phase_s"]["timing"] = time.time() - phase0
     if after_timing is not None:
-        after_timing()  # the next row's warm-up child starts here: never beside a timing phase
+        after_timing()  # a warm-up batch for the next rows may start here: never beside a timing phase
     phase0 = time.time()
 
     # Accuracy on --seeds seeds, every implementation's outputs through the
@@ -1400,11 +1403,13 @@ def warm_compile(args):
 class WarmAhead:
     """Warm-up children (see the module docstring): when the next row's
     TC/TCd are not warm, up to --warm-ahead children start together after a
-    row's timing, one per upcoming row, and all of them are waited for before
-    the next row starts, so that none runs beside a timing phase. The
-    compiles run side by side (session 17: one row's max-autotune compile
-    took 25-100 s while the cores were mostly idle), and the rows of a batch
-    after the first start warm."""
+    row's timing (the first batch: after the copy ceiling, before the first
+    row), one per upcoming row, and all of them are waited for before the
+    next row starts, so that none runs beside a timing phase. The compiles
+    run side by side (session 17: one row's max-autotune compile took 25-100
+    s while the cores were mostly idle), and the rows of a batch after the
+    first start warm, without a child; the batch after it starts at the
+    timing's end of the last row before a row that is not warm."""
 
     def __init__(self, args, log):
         self.args, self.log = args, log
@@ -1429,10 +1434,13 @@ class WarmAhead:
         for spec in specs:
             cmd = [sys.executable, os.path.abspath(__file__), "--warm-compile", spec,
                    "--peers", ",".join(self.args.peers), "--family", self.args.family]
+            logf = None
             try:
                 logf = tempfile.TemporaryFile(mode="w+", errors="replace")
                 self.procs[spec] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=logf), logf)
             except OSError as e:  # the run goes on without (more) warm-ups
+                if logf is not None:
+                    logf.close()
                 self.log(f"  warm-up of {spec} could not start ({e}); warm-ups off for this run")
                 self.enabled = False
                 break
@@ -1441,13 +1449,17 @@ class WarmAhead:
             self.log(f"  warm-up batch of {len(self.batch)} rows: {'; '.join(self.batch)}")
 
     def _end(self, spec, timeout):
-        p, logf = self.procs.pop(spec)
+        # The child stays in self.procs until it is reaped: an exception in
+        # the wait (Ctrl-C during a long one included) leaves it there for
+        # the caller's finish(None, 0) to kill.
+        p, logf = self.procs[spec]
         try:
             rc = p.wait(timeout=timeout)
             killed = False
         except subprocess.TimeoutExpired:
             p.kill()
             rc, killed = p.wait(), True
+        del self.procs[spec]
         logf.seek(0)
         text = logf.read()
         logf.close()
@@ -1460,8 +1472,8 @@ class WarmAhead:
         run; 0 for a row warmed by an earlier row's wait), "child" (its lines:
         each compiled function's seconds), "batch" (the rows warmed together)};
         None when no child warmed that row. If `spec` is not among the running
-        children (the plan moved on, or spec None at the end), they are killed
-        and the ready records dropped."""
+        children (the plan moved on, or spec None at the end), they are killed;
+        spec None also drops the ready records."""
         if spec is None or (self.procs and spec not in self.procs):
             for s in list(self.procs):
                 self._end(s, 0.01)
@@ -1602,8 +1614,14 @@ def main(argv):
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
     warm = WarmAhead(args, log)
-    if plan:  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
-        warm.start([row_spec(n[0], n[1], n[3], n[2]) for n in plan[:max(1, args.warm_ahead)]],
+
+    def trim(ups):
+        """No more warm-ups than rows the deadline leaves time for (~60 s each)."""
+        if not args.deadline_s:
+            return ups
+        return ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
+    if plan and warm.enabled:  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
+        warm.start(trim([row_spec(n[0], n[1], n[3], n[2]) for n in plan[:max(1, args.warm_ahead)]]),
                    torch.cuda.mem_get_info()[0])
 
     def past_deadline():
@@ -1634,11 +1652,14 @@ def main(argv):
                 # take cores from this row's accuracy phase (the oracle's);
                 # a batch only when the next row is not warm already, and no
                 # longer than the rows the deadline leaves time for (~60 s each).
-                if not ups or past_deadline() or warm.warm(ups[0]):
+                if not warm.enabled or not ups or past_deadline() or warm.warm(ups[0]):
                     return
-                if args.deadline_s:
-                    ups = ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
-                warm.start(ups, torch.cuda.mem_get_info()[0])
+                try:  # a warm-up's failure never costs the row its timings
+                    warm.start(trim(ups), torch.cuda.mem_get_info()[0])
+                except Exception as e:  # noqa: BLE001
+                    log(f"  warm-up start failed ({type(e).__name__}: {e}); warm-ups off for this run")
+                    warm.enabled = False
+                    warm.finish(None, 0)
             t0 = time.time()
             try:
                 with torch.cuda.stream(timer.stream):

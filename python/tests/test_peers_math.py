@@ -233,6 +233,37 @@ def test_warm_ahead_children_compile_their_rows_side_by_side_and_stale_ones_are_
     assert e.value.code == 2
 
 
+def test_warm_ahead_child_interrupted_while_waited_for_is_still_killed_at_the_end():
+    """A Ctrl-C (or any exception) while finish() waits for a child must not
+    drop the child from WarmAhead's bookkeeping: main's finally
+    (finish(None, 0)) kills it, so that no child outlives the run."""
+    import tempfile
+
+    class _Proc:
+        def __init__(self):
+            self.killed, self.waits = False, 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            if self.waits == 1:
+                raise KeyboardInterrupt
+            if not self.killed:
+                raise peers.subprocess.TimeoutExpired("warm", timeout)
+            return -9
+
+        def kill(self):
+            self.killed = True
+
+    w = peers.WarmAhead(peers.parse_args(["--peers", "TC"]), lambda s: None)
+    spec = peers.row_spec("plain", 64, 33, "bf16")
+    p = _Proc()
+    w.procs[spec] = (p, tempfile.TemporaryFile(mode="w+"))
+    with pytest.raises(KeyboardInterrupt):
+        w.finish(spec, 600)
+    w.finish(None, 0)  # main's finally
+    assert p.killed and not w.procs
+
+
 class _FakeCuda:
     """torch.cuda on the CPU for setup_graphs and Timer.time: pools are
     counted objects; synchronize and event records are logged in order."""
@@ -433,6 +464,12 @@ def test_timer_with_cupti_takes_the_blocks_records_and_blames_cupti_only_for_its
     # warm-up, sync, take, the untimed replay that takes the post-take stall, loop, take
     assert ts.calls[:4] == ["replay", "sync", "replay", "flush"] and len(takes) == 2
     assert takes[0] == 2 and ts.calls[2] == "replay"
+    for extra in (0, 2):  # a record missing or one too many: the untimed replay is never taken as a sample
+        def take_k(cap, extra=extra):
+            takes.append(0)
+            return [(1, 0, 0, 500)] if len(takes) % 2 == 1 else [(1, i, 0, 2000) for i in range(2 + extra)]
+        with pytest.raises(peers.CuptiError, match=f"recorded {1 + extra} graph"):
+            _timer(_FakeTorch(), take_k).time(_Graph([]), 2)
     with pytest.raises(RuntimeError, match="launch failure") as e:
         t.time(_Graph(ts.calls, fail_at=3), 2)
     assert not isinstance(e.value, peers.CuptiError)
