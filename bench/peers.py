@@ -113,7 +113,9 @@ def parse_args(argv):
     p.add_argument("--T", default="4097,65537,98304,131072", help="tokens T (comma list; per-head forms: T tokens of 24 or 4 heads)")
     p.add_argument("--w", default="bf16,fp32", help="weight dtypes: bf16, fp32")
     p.add_argument("--ops", default=",".join(OPS), help="ops timed: " + ", ".join(OPS))
-    p.add_argument("--peers", default=",".join(ALL_PEERS), help="peers beside normgate: " + ", ".join(ALL_PEERS))
+    p.add_argument("--peers", default=",".join(ALL_PEERS),
+                   help="peers beside normgate (default: all of " + ", ".join(ALL_PEERS) + "; Q is QuACK, which "
+                        "cannot run on the H200 machine: the matrix uses eager,TC,TCd,F.rms_norm,Liger)")
     p.add_argument("--replays", type=int, default=201, help="timed graph replays per implementation and op (>= 201 for tables)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the replays are split over (order rotated)")
     p.add_argument("--seeds", type=int, default=5, help="accuracy seeds per row (worst counts)")
@@ -123,7 +125,9 @@ def parse_args(argv):
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
     p.add_argument("--done", default="",
                    help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
-                        "skipped, so a matrix spread over several calls continues where it stopped")
+                        "skipped, so a matrix spread over several calls continues where it stopped; a file counts "
+                        "only if it was measured with the same --seeds, --family, --replays, --rounds and every "
+                        "peer of --peers")
     p.add_argument("--plan", action="store_true",
                    help="print the rows this run would measure (after --done) and exit; needs no GPU or torch")
     p.add_argument("--cupti", action="store_true",
@@ -133,9 +137,9 @@ def parse_args(argv):
     p.add_argument("--no-warm-next", action="store_true",
                    help="do not compile the next rows' TC/TCd in child processes during a row's accuracy phase")
     p.add_argument("--warm-ahead", type=int, default=4, metavar="K",
-                   help="when the next row is not warm, compile the next K rows' TC/TCd side by side, one child "
-                        "each (default 4; fewer where their GPU memory would pass half the free memory or the "
-                        "deadline leaves no time for the rows; 0: no warm-up children, as --no-warm-next)")
+                   help="when the next row's TC/TCd are not compiled yet (inductor's caches cold), compile the "
+                        "next K rows' side by side, one child each (0..16, default 4; fewer where their GPU memory would pass half the free memory or the "
+                        "deadline leaves no time for the rows; 0: no warm-up children, as --no-warm-next, which wins over K)")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
                    help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
     p.add_argument("--json", default="", help="write the result JSON here (atomically; after every row)")
@@ -161,6 +165,8 @@ def parse_args(argv):
             die_usage(f"--peers: unknown peer {peer!r} ({', '.join(ALL_PEERS)})")
     if a.replays < 3 or a.rounds < 1 or a.replays < a.rounds:
         die_usage(f"--replays {a.replays} / --rounds {a.rounds}: need replays >= rounds >= 1, replays >= 3")
+    if a.deadline_s < 0:
+        die_usage(f"--deadline-s {a.deadline_s}: need >= 0 (0: no deadline)")
     if not 0 <= a.warm_ahead <= 16:
         die_usage(f"--warm-ahead {a.warm_ahead}: need 0..16 (0: no warm-up children)")
     if a.seeds < 1:
@@ -1320,10 +1326,8 @@ def done_rows(spec, args=None):
     names none of them, and every row has each of them: rows measured without
     a peer, because it could not run or was not asked for, are measured again
     once the peer runs; leave a peer that cannot run out of --peers)."""
-    import glob
     done = {}
-    for pat in [t.strip() for t in spec.split(",") if t.strip()]:
-        files = sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+    for pat, files in done_files(spec):
         print(f"--done: {pat}: {len(files)} files", file=sys.stderr)
         for f in files:
             r = load_result(f, "--done")
@@ -1349,6 +1353,14 @@ def done_rows(spec, args=None):
                 print(f"--done: {f}: rows without peer {', '.join(sorted(unmeasured))} (not asked for there) not counted",
                       file=sys.stderr)
     return done
+
+
+def done_files(spec):
+    """[(pattern, its files)] of a --done value: a pattern with glob
+    characters gives what it matches (sorted), a plain path itself."""
+    import glob
+    return [(pat, sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])
+            for pat in [t.strip() for t in spec.split(",") if t.strip()]]
 
 
 def plan_rows(args):
@@ -1531,8 +1543,12 @@ def main(argv):
     if args.plan:
         for form, H, wname, T in plan:
             print(f"[{T}, {H}] {wname} {form}")
+        n_read = len({f for _, fs in done_files(args.done) for f in fs})
+        n_used = len(set(done.values()))
         print(f"{len(plan)} rows to measure, {len(every) - len(plan)} already done "
-              f"(in {len(set(done.values()))} --done files)")
+              f"(in {n_used} of {n_read} --done files"
+              + (f"; {n_read - n_used} counted no row here: other rows, another method, or a peer of --peers "
+                 f"missing there, see the --done lines above)" if n_used < n_read else ")"))
         return 0
     try:
         import torch

@@ -145,11 +145,13 @@ def test_plan_skips_the_rows_of_done_results():
     lines = r.stdout.splitlines()
     assert lines[:-1] == ["[131072, 2048] bf16 plain", "[131072, 6144] bf16 plain", "[131072, 2048] bf16 res",
                           "[65537, 6144] bf16 res", "[131072, 6144] bf16 res"], lines
-    assert lines[-1].startswith("5 rows to measure, 3 already done (in 1 --done files)")
+    assert lines[-1] == "5 rows to measure, 3 already done (in 1 of 1 --done files)", lines[-1]
     # A run asking for 5 seeds and every peer (QuACK included) counts none of A's rows.
     r = plan("--H", "2048,6144", "--T", "65537,131072", "--w", "bf16", "--forms", "plain,res", "--done", A)
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("8 rows to measure, 0 already done")
     assert "not counted (seeds 2 vs 5, peer Q could not run there)" in r.stderr
+    # The summary says that the file was read but counted nothing, and where to look.
+    assert "(in 0 of 1 --done files; 1 counted no row here" in r.stdout.splitlines()[-1], r.stdout
     # A run that was not asked for QuACK (the H200 matrix's runs) counts none of
     # its rows for a run that asks for it, and all of them for one that does not.
     h200 = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s15-c2-2.json")
