@@ -80,6 +80,9 @@ import gpu_state  # noqa: E402 - NVML counters around timed blocks (bench/gpu_st
 ALL_PEERS = ["eager", "TC", "TCd", "F.rms_norm", "Liger", "Q"]
 OPS = ["fwd", "bwd", "2xfwd+bwd"]
 FORMS = ["plain", "res", "heads24", "heads4"]
+# The input families of a case id (seeds/include/normgate/seeds/case_id.h's
+# enum Family, in its order; a CPU test keeps the two lists equal).
+FAMILIES = ["normal", "llm", "cancel", "zeros", "tiny", "huge", "specials"]
 # Method settings two results must share to sit in one table (--merge) or to
 # stand for each other's rows (--done).
 SAME_METHOD = ("replays", "rounds", "seeds", "family")
@@ -119,7 +122,7 @@ def parse_args(argv):
     p.add_argument("--replays", type=int, default=201, help="timed graph replays per implementation and op (>= 201 for tables)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the replays are split over (order rotated)")
     p.add_argument("--seeds", type=int, default=5, help="accuracy seeds per row (worst counts)")
-    p.add_argument("--family", default="normal", help="input family of the accuracy seeds (normgate families)")
+    p.add_argument("--family", default="normal", help="input family of the accuracy seeds: " + ", ".join(FAMILIES))
     p.add_argument("--forms", default="plain",
                    help="plain, res (at each --H), heads24, heads4 (H = 256, T tokens)")
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
@@ -171,6 +174,8 @@ def parse_args(argv):
         die_usage(f"--warm-ahead {a.warm_ahead}: need 0..16 (0: no warm-up children)")
     if a.seeds < 1:
         die_usage(f"--seeds {a.seeds}: need >= 1")
+    if a.family not in FAMILIES:
+        die_usage(f"--family {a.family!r}: unknown family ({', '.join(FAMILIES)})")
     for h in a.H:
         if not 1 <= h <= 16384:
             die_usage(f"--H {h}: outside 1..16384")

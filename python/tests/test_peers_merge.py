@@ -233,3 +233,15 @@ if __name__ == "__main__":
     test_spread_lines_name_the_noisy_implementations_only()
     test_acc_parts_sums_the_seeds_and_names_each_implementation()
     print("test_peers_merge: ok")
+
+
+def test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_error():
+    import re
+    sys.path.insert(0, os.path.dirname(PEERS))
+    import peers
+    h = open(os.path.join(ROOT, "seeds", "include", "normgate", "seeds", "case_id.h")).read()
+    enum = re.search(r"enum class Family : \w+ \{([^}]*)\}", h).group(1)
+    assert [t.split("=")[0].strip() for t in enum.split(",")] == peers.FAMILIES
+    r = plan("--family", "nosuch")
+    assert r.returncode == 2 and "--family 'nosuch': unknown family" in r.stderr, r.stderr
+    assert plan("--family", "cancel").returncode == 0
