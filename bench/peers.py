@@ -1635,18 +1635,28 @@ def main(argv):
         if (form, H, wname, T) in done:
             log(f"row [{T}, {H}] {wname} {form}: done in {done[(form, H, wname, T)]}, skipped")
     warm = WarmAhead(args, log)
-
-    def trim(ups):
-        """No more warm-ups than rows the deadline leaves time for (~60 s each)."""
-        if not args.deadline_s:
-            return ups
-        return ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
-    if plan and warm.enabled:  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
-        warm.start(trim([row_spec(n[0], n[1], n[3], n[2]) for n in plan[:max(1, args.warm_ahead)]]),
-                   torch.cuda.mem_get_info()[0])
+    specs = [row_spec(form, H, T, wname) for form, H, wname, T in plan]  # plan's rows as warm-up specs
 
     def past_deadline():
         return bool(args.deadline_s) and time.time() - start > args.deadline_s
+
+    def start_batch(ups):
+        """Warm-ups for the rows `ups` (WarmAhead.start keeps --warm-ahead of
+        them), no more than the deadline leaves time for (~60 s a row). No
+        child for a row the deadline will skip (it would only take cores from
+        the accuracy phase, the oracle's), none if the next row is warm
+        already; a failure here turns warm-ups off, never costs a row."""
+        if not warm.enabled or not ups or past_deadline() or warm.warm(ups[0]):
+            return
+        if args.deadline_s:
+            ups = ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
+        try:
+            warm.start(ups, torch.cuda.mem_get_info()[0])
+        except Exception as e:  # noqa: BLE001
+            log(f"  warm-up start failed ({type(e).__name__}: {e}); warm-ups off for this run")
+            warm.enabled = False
+            warm.finish(None, 0)
+    start_batch(specs)  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
 
     try:
         for k, (form, H, wname, T) in enumerate(plan):
@@ -1655,7 +1665,7 @@ def main(argv):
             if not past_deadline():
                 left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
                 try:
-                    prewarm = warm.finish(row_spec(form, H, T, wname), left)
+                    prewarm = warm.finish(specs[k], left)
                 except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
                     log(f"  warm-up bookkeeping failed ({type(e).__name__}: {e}); row compiles as usual")
                     prewarm, warm.enabled = None, False
@@ -1666,21 +1676,9 @@ def main(argv):
                     if prewarm else f"deadline: row {label} skipped")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
-            upcoming = [row_spec(n[0], n[1], n[3], n[2]) for n in plan[k + 1:k + 1 + max(1, args.warm_ahead)]]
 
-            def after(ups=upcoming):
-                # No child for a row the deadline will skip: it would only
-                # take cores from this row's accuracy phase (the oracle's);
-                # a batch only when the next row is not warm already, and no
-                # longer than the rows the deadline leaves time for (~60 s each).
-                if not warm.enabled or not ups or past_deadline() or warm.warm(ups[0]):
-                    return
-                try:  # a warm-up's failure never costs the row its timings
-                    warm.start(trim(ups), torch.cuda.mem_get_info()[0])
-                except Exception as e:  # noqa: BLE001
-                    log(f"  warm-up start failed ({type(e).__name__}: {e}); warm-ups off for this run")
-                    warm.enabled = False
-                    warm.finish(None, 0)
+            def after(ups=specs[k + 1:]):
+                start_batch(ups)  # after this row's timing
             t0 = time.time()
             try:
                 with torch.cuda.stream(timer.stream):

@@ -220,6 +220,18 @@ def test_acc_parts_sums_the_seeds_and_names_each_implementation():
                                     "copy 1.5 s, open 0.8 s, validate 2.0 s; det run 0.5 + validate 3.0 s")
 
 
+def test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_error():
+    import re
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    h = open(os.path.join(ROOT, "seeds", "include", "normgate", "seeds", "case_id.h")).read()
+    enum = re.search(r"enum class Family : \w+ \{([^}]*)\}", h).group(1)
+    assert [t.split("=")[0].strip() for t in enum.split(",")] == peers.FAMILIES
+    r = plan("--family", "nosuch")
+    assert r.returncode == 2 and "--family 'nosuch': unknown family" in r.stderr, r.stderr
+    assert plan("--family", "cancel").returncode == 0
+
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -232,16 +244,5 @@ if __name__ == "__main__":
     test_gpu_state_sums_counter_growth_and_keeps_extremes()
     test_spread_lines_name_the_noisy_implementations_only()
     test_acc_parts_sums_the_seeds_and_names_each_implementation()
+    test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_error()
     print("test_peers_merge: ok")
-
-
-def test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_error():
-    import re
-    sys.path.insert(0, os.path.dirname(PEERS))
-    import peers
-    h = open(os.path.join(ROOT, "seeds", "include", "normgate", "seeds", "case_id.h")).read()
-    enum = re.search(r"enum class Family : \w+ \{([^}]*)\}", h).group(1)
-    assert [t.split("=")[0].strip() for t in enum.split(",")] == peers.FAMILIES
-    r = plan("--family", "nosuch")
-    assert r.returncode == 2 and "--family 'nosuch': unknown family" in r.stderr, r.stderr
-    assert plan("--family", "cancel").returncode == 0
