@@ -65,7 +65,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -1300,7 +1299,10 @@ def merge(argv):
     atomic_write(out_json, json.dumps(result, indent=1))
     md = markdown(meta, rows, copy)
     atomic_write(out_md, md)
-    print(md)
+    if out_md:  # the table is in the file: say what was merged, not the whole table again
+        print(f"merged {len(rows)} rows from {len(files)} runs into {out_md}" + (f" and {out_json}" if out_json else ""))
+    else:
+        print(md)
     return 0
 
 
@@ -1692,7 +1694,7 @@ def main(argv):
                 except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: every later row would fail
                     log(f"CUDA context unusable after row {label} ({type(e2).__name__}): stopping")
                     meta["stopped"] = f"CUDA context unusable after row {label}"
-                    for f2, h2, w2, t2 in plan[plan.index((form, H, wname, T)) + 1:]:
+                    for f2, h2, w2, t2 in plan[k + 1:]:
                         meta.setdefault("skipped", []).append([t2, h2, w2, f2])
                     break
                 continue

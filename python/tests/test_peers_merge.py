@@ -32,6 +32,11 @@ def test_merge_keeps_every_row_and_its_own_copy_ceiling():
         assert m["rows"][-1]["copy_GBps"] == b["copy"]["GBps"]
         md = open(out_m).read()
         assert a["meta"]["command"] in md and b["meta"]["command"] in md
+        # With --md the table goes to the file only; stdout says what was merged.
+        n = len(a["rows"]) + len(b["rows"])
+        assert r.stdout.strip() == f"merged {n} rows from 2 runs into {out_m} and {out_j}", r.stdout
+        r = run(A, B)  # no --md: the table on stdout
+        assert r.returncode == 0 and r.stdout.strip() == md.strip()
         # The first row's "of copy" is ours GB/s over its own run's ceiling.
         r0 = a["rows"][0]["ops"]["fwd"]
         assert f"({r0['ours_GBps'] / a['copy']['GBps']:.2f})" in md
