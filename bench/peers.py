@@ -1118,7 +1118,8 @@ def markdown(meta, rows, copy):
         L += form_table(copy, [row for row in rows if row.get("form", "plain") == form])
     L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
              "its worst err/tol over the op's outputs; "
-             "SOTA/ours is then left empty. (out of budget) = det or ours itself failed the budget "
+             "SOTA/ours is then left empty. (faster, over budget: ! ...) after a SOTA = a faster peer "
+             "that missed the budget, with its worst err/tol; SOTA/ours stays against the in-budget SOTA. (out of budget) = det or ours itself failed the budget "
              "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
              "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
              "copies); unmarked: within the floor.\n")
@@ -1155,6 +1156,10 @@ def form_table(copy, rows):
             sota = "—"
             if r.get("sota"):
                 sota = f"{r['sota_us']:.2f} {r['sota']}"
+                n = r.get("fastest_any")
+                if n and n != r["sota"]:  # a faster peer missed the budget: name it, as the '!' rows do
+                    wo, wv = worst_output(row["impls"][n], op)
+                    sota += f" (faster, over budget: ! {row['impls'][n]['us'][op]:.2f} {n}, {wo} {fmt(wv, '{:.3g}')})"
             elif r.get("fastest_any"):
                 n = r["fastest_any"]
                 wo, wv = worst_output(row["impls"][n], op)

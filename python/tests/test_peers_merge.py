@@ -123,6 +123,28 @@ def test_summary_thresholds_on_synthetic_rows():
     assert "## Every implementation" in md
 
 
+def test_a_faster_peer_over_budget_is_named_beside_the_sota():
+    """[98304, 2048] fp32 res bwd (session 18): TC is fastest but its dw is
+    over budget, so SOTA is F.rms_norm (13.3x slower than ours); the cell
+    must say TC was faster and why it is not SOTA."""
+    src = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s18-c2-1.json")
+    a = json.load(open(src))
+    row = next(r for r in a["rows"] if (r["T"], r["H"], r["w"], r["form"]) == (98304, 2048, "fp32", "res"))
+    b = row["ops"]["bwd"]
+    assert (b["sota"], b["fastest_any"]) == ("F.rms_norm", "TC")
+    tc = row["impls"]["TC"]
+    a["rows"] = [row]
+    with tempfile.TemporaryDirectory() as d:
+        s, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
+        json.dump(a, open(s, "w"))
+        assert run(s, "--md", out_m).returncode == 0
+        md = open(out_m).read()
+    line = next(x for x in md.splitlines() if x.startswith("| [98304, 2048] w fp32, res | bwd |"))
+    want = f"{b['sota_us']:.2f} F.rms_norm (faster, over budget: ! {tc['us']['bwd']:.2f} TC, dw {tc['err_tol']['dw']:.3g})"
+    assert want in line, line
+    assert tc["err_tol"]["dw"] > 1 and f"{b['sota_over_ours']:.3f}x" in line
+
+
 def test_split_known_reuses_only_identical_outputs():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import peers
@@ -241,6 +263,7 @@ if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
+    test_a_faster_peer_over_budget_is_named_beside_the_sota()
     test_split_known_reuses_only_identical_outputs()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()
