@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One device call that continues issue 8's H200 peers matrix (bench/peers.py
+# through scripts/peers.sh): the rows not yet in docs/results/peers-h200/run-*.json
+# (--done), as many as fit the call, then a short summary last.
+#
+# Runs in its repository's root (from any folder) on the GPU machine, with the capi library
+# built here and carried: ["build/capi/libnormgate_capi.so",
+# "build/tests/test_capi", ".whl"] (.whl: Liger-Kernel 0.8.5's wheel).
+# What is left, without a GPU: `python3 bench/peers.py --plan --forms
+# plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
+# 'docs/results/peers-h200/run-*.json'`.
+#
+# Environment:
+#   NG_CALL_LIMIT   seconds this call may take (default 590; the device
+#                   tool's limit is 600); peers.py gets what is left after
+#                   the tests minus 25 s for packing.
+#   NG_ROW_MARGIN   seconds before that end at which no new row starts
+#                   (default 100: session 18's largest rows took 52-110 s;
+#                   130 left ~140 s unused).
+#   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
+#                   and weight dtype; --done skips what is measured).
+#   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2", one peers.py per
+#                   GPU, each with NG_MATRIX_ARGS then its own ARGS (a later
+#                   --forms or --H wins); unset: one peers.py on GPU 0.
+#   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
+#                   the tests; default all of python/tests).
+#   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
+# Output under $OUT: peers-N.tgz (peers.json, or peers-K.json per shard, and
+# logs) and logs.tgz. After the call, here: each peers.json to
+# docs/results/peers-h200/run-sSS-cC-N.json, logs to docs/results/<day>-sSS/callC,
+# `python3 bench/peers.py --merge docs/results/peers-h200/run-*.json --json
+# docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
+# and commit before the next call (the --done files travel with the tree).
+set -u
+cd "$(dirname "$0")/.." || exit 2  # the repository root: every path below is relative to it
+export PATH=/usr/local/cuda/bin:$PATH
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }  # tests with baked paths
+: "${OUT:?OUT (the output folder) must be set}"
+P=$OUT/p; mkdir -p $P
+limit=${NG_CALL_LIMIT:-590}
+margin=${NG_ROW_MARGIN:-100}
+export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
+PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
+ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
+DONE="--done docs/results/peers-h200/run-*.json"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${NG_FIRST:-0}" = 1 ]; then
+  OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
+  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
+fi
+left=$(( limit - 25 - SECONDS ))
+set -f  # the --done pattern goes to peers.py unglobbed
+if [ $left -lt 100 ]; then
+  echo "peers_matrix: ${left} s left after the tests: no rows this call" >$P/peers-1.txt
+elif python3 bench/peers.py --plan $PEERS $ROWS $DONE 2>/dev/null | tail -1 | grep -q '^0 rows'; then
+  echo "peers_matrix: no row left in: $ROWS" >$P/peers-1.txt
+else
+  shards=""
+  [ "${ngpu:-0}" -ge 2 ] && [ -n "${NG_MATRIX_SHARDS:-}" ] && shards=$NG_MATRIX_SHARDS
+  NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
+    NG_PEERS_GPUS=${shards:+0,1} NG_PEERS_THREADS=${shards:+16} NG_PEERS_SHARDS=$shards \
+    NG_PEERS_ARGS="$PEERS $ROWS $DONE --deadline-s $(( left - margin ))" \
+    OUT=$P/pk scripts/peers.sh >$P/peers-1.txt 2>&1
+  grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
+  [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-1.tgz
+  rm -rf $P/pk
+fi
+set +f
+tar czf $OUT/logs.tgz -C $OUT p
+[ -s $P/thp.txt ] && { echo "== THP"; sort -u $P/thp.txt; }
+[ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
+[ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
+echo "== peers-1.txt"
+grep -E "peers_matrix|peers.py|host threads|CUPTI|cupti|: det |phases|unavailable|failed" $P/peers-1.txt | tail -20 | cut -c1-300
+rm -rf $P
