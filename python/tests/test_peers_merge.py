@@ -19,6 +19,16 @@ def run(*args):
     return subprocess.run([sys.executable, PEERS, "--merge", *args], capture_output=True, text=True)
 
 
+def table_of(result):
+    """The Markdown that --merge writes for one (edited) result."""
+    with tempfile.TemporaryDirectory() as d:
+        src, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
+        json.dump(result, open(src, "w"))
+        r = run(src, "--md", out_m)
+        assert r.returncode == 0, r.stderr
+        return open(out_m).read()
+
+
 def test_merge_keeps_every_row_and_its_own_copy_ceiling():
     with tempfile.TemporaryDirectory() as d:
         out_j, out_m = os.path.join(d, "m.json"), os.path.join(d, "m.md")
@@ -111,11 +121,7 @@ def test_summary_thresholds_on_synthetic_rows():
     row["ops"]["bwd"].update(det_over_ours=0.995, sota_over_ours=1.25)        # within the floor, SOTA met
     row["ops"]["2xfwd+bwd"].update(det_over_ours=1.005, sota_over_ours=1.05)
     a["rows"] = [row]
-    with tempfile.TemporaryDirectory() as d:
-        src, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
-        json.dump(a, open(src, "w"))
-        assert run(src, "--md", out_m).returncode == 0
-        md = open(out_m).read()
+    md = table_of(a)
     assert "0.995x |" in md and "0.995x -" not in md           # floor honoured
     assert "| bwd | 0.995x [0.99, 0.99] | 1 of 1 | 0 of 1 | 1.250x [1.25, 1.25] | 0 of 1 |" in md
     assert "| 2xfwd+bwd | 1.005x [1.00, 1.00] | 0 of 1 | 0 of 1 | 1.050x [1.05, 1.05] | 0 of 1 |" in md
@@ -134,11 +140,7 @@ def test_a_faster_peer_over_budget_is_named_beside_the_sota():
     assert (b["sota"], b["fastest_any"]) == ("F.rms_norm", "TC")
     tc = row["impls"]["TC"]
     a["rows"] = [row]
-    with tempfile.TemporaryDirectory() as d:
-        s, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
-        json.dump(a, open(s, "w"))
-        assert run(s, "--md", out_m).returncode == 0
-        md = open(out_m).read()
+    md = table_of(a)
     line = next(x for x in md.splitlines() if x.startswith("| [98304, 2048] w fp32, res | bwd |"))
     want = f"{b['sota_us']:.2f} F.rms_norm (faster, over budget: ! {tc['us']['bwd']:.2f} TC, dw {tc['err_tol']['dw']:.3g})"
     assert want in line, line
