@@ -46,6 +46,11 @@ idle). A row records it as "prewarm": rc, the seconds the run waited, the
 child's per-function seconds, the batch's rows. The autotuning shares the GPU
 with the accuracy phase's eager runs (short: the GPU is idle most of that
 phase). --no-warm-next (or --warm-ahead 0) turns it off.
+Time limits: --deadline-s starts no row after it; --end-s (scripts/peers.sh
+passes its timeout) starts no row predicted to end after it, from the rows
+this run measured scaled by element count (+10%, +100 s for a row without a
+warm-up), so that a large row late in a call is skipped, not killed halfway
+(session 18: rows of 52-110 s and a fixed margin that left 140 s idle).
 Writes Markdown and JSON (atomically: temp file, then rename) and prints the
 Markdown last. Exit 0 on a completed run (speed is never asserted), 2 on usage
 errors, 1 when nothing could be measured.
@@ -54,7 +59,8 @@ errors, 1 when nothing could be measured.
 merges runs (shards of one matrix on several GPUs, or slices run in several
 sessions; no GPU or torch needed): rows in the order given, each keeping the
 copy ceiling of its own run for its "of copy" column; the header lists every
-run's GPU, driver, versions and command. Exit 2 when a file is not a peers.py
+run's GPU, driver, versions and command; stdout gets the table, or with --md
+one line naming the files written. Exit 2 when a file is not a peers.py
 result or two runs hold the same row.
 """
 from __future__ import annotations
@@ -70,6 +76,8 @@ import subprocess
 import sys
 import time
 import traceback
+
+PROC_T0 = time.time()  # --end-s counts from here: the caller's timeout started with the process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -125,6 +133,10 @@ def parse_args(argv):
     p.add_argument("--forms", default="plain",
                    help="plain, res (at each --H), heads24, heads4 (H = 256, T tokens)")
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
+    p.add_argument("--end-s", type=float, default=0,
+                   help="the run is stopped this many seconds after its start (scripts/peers.sh's timeout): a row "
+                        "predicted to end later is not started, a smaller one may still be (prediction: the rows "
+                        "this run measured, scaled by element count, +10%%, +100 s without a warm-up; 0: none)")
     p.add_argument("--done", default="",
                    help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
                         "skipped, so a matrix spread over several calls continues where it stopped; a file counts "
@@ -169,6 +181,8 @@ def parse_args(argv):
         die_usage(f"--replays {a.replays} / --rounds {a.rounds}: need replays >= rounds >= 1, replays >= 3")
     if a.deadline_s < 0:
         die_usage(f"--deadline-s {a.deadline_s}: need >= 0 (0: no deadline)")
+    if a.end_s < 0:
+        die_usage(f"--end-s {a.end_s}: need >= 0 (0: no prediction)")
     if not 0 <= a.warm_ahead <= 16:
         die_usage(f"--warm-ahead {a.warm_ahead}: need 0..16 (0: no warm-up children)")
     if a.seeds < 1:
@@ -424,6 +438,14 @@ def worst_output(info, op):
     et = info.get("err_tol") or {}
     cand = [(o, et[o]) for o in OP_OUTPUTS[op] if o in et]
     return max(cand, key=lambda c: c[1]) if cand else (None, None)
+
+
+def why_out(info, op):
+    """Why a peer is not in budget for `op`, for the tables: its worst
+    output and err/tol ("dw 1.16"), or "not validated" when its accuracy run
+    gave no err/tol (it failed, so it is no SOTA candidate either)."""
+    wo, wv = worst_output(info, op)
+    return f"{wo} {fmt(wv, '{:.3g}')}" if wo else "not validated"
 
 
 def bytes_moved(op, rows, H, wbytes, form="plain"):
@@ -1103,7 +1125,7 @@ def markdown(meta, rows, copy):
     if meta.get("skipped") or meta.get("failed_rows") or meta.get("stopped"):
         L.append("**Incomplete run.** "
                  + (f"{meta['stopped']}: stopped. " if meta.get("stopped") else "")
-                 + (f"Rows not started (--deadline-s, or stopped) ({len(meta.get('skipped', []))}): "
+                 + (f"Rows not started (--deadline-s, --end-s, or stopped) ({len(meta.get('skipped', []))}): "
                     + ", ".join(f"[{t}, {h}] {w} {f}" for t, h, w, f in meta.get("skipped", [])) + ". "
                     if meta.get("skipped") else "")
                  + ("Rows that failed: " + "; ".join(f"[{t}, {h}] {w} {f}: `{e[:160]}`"
@@ -1158,12 +1180,10 @@ def form_table(copy, rows):
                 sota = f"{r['sota_us']:.2f} {r['sota']}"
                 n = r.get("fastest_any")
                 if n and n != r["sota"]:  # a faster peer missed the budget: name it, as the '!' rows do
-                    wo, wv = worst_output(row["impls"][n], op)
-                    sota += f" (faster, over budget: ! {row['impls'][n]['us'][op]:.2f} {n}, {wo} {fmt(wv, '{:.3g}')})"
+                    sota += f" (faster, over budget: ! {row['impls'][n]['us'][op]:.2f} {n}, {why_out(row['impls'][n], op)})"
             elif r.get("fastest_any"):
                 n = r["fastest_any"]
-                wo, wv = worst_output(row["impls"][n], op)
-                sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({wo} {fmt(wv, '{:.3g}')})"
+                sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({why_out(row['impls'][n], op)})"
             frac = ""
             row_copy = row.get("copy_GBps") or copy.get("GBps")  # merged runs: the row's own run
             if r.get("ours_GBps") and row_copy:
@@ -1245,7 +1265,8 @@ def merge(argv):
         elif argv[i] in ("-h", "--help"):
             print("usage: peers.py --merge RESULT.json [RESULT.json ...] [--json OUT] [--md OUT]\n"
                   "Merges peers.py results (shards of one matrix, or runs of several sessions) into one table:\n"
-                  "rows in the order given, each with its own run's copy ceiling; a row in two runs is an error.")
+                  "rows in the order given, each with its own run's copy ceiling; a row in two runs is an error.\n"
+                  "Prints the Markdown table, or with --md one line saying what went where.")
             sys.exit(0)
         elif argv[i].startswith("--"):
             die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
@@ -1380,6 +1401,28 @@ def plan_rows(args):
     (256 for the per-head forms), weight dtype and T (row_key's spelling)."""
     return [(form, H, wname, T) for form in args.forms for H in (args.H if form in ("plain", "res") else [256])
             for wname in args.w for T in args.T]
+
+
+def row_elements(form, H, T):
+    """Normalized elements of a matrix row: T * heads * H (heads: 24 or 4
+    for the per-head forms, 1 otherwise)."""
+    return T * H * {"heads24": 24, "heads4": 4}.get(form, 1)
+
+
+def predict_row_s(measured, elements, warm=True):
+    """Seconds a row of `elements` is predicted to take (setup + timing +
+    accuracy), from this run's measured rows [(elements, seconds), ...]:
+    the largest of seconds * elements / elements_i over the rows at least
+    half as big (their fixed costs are a small part), else the biggest row
+    scaled up; +10%; +100 s when the row has no warm-up (its torch.compile
+    peers then compile in its setup: 40-100 s on the H200, docs/perf.md
+    session 17). None without a measured row."""
+    if not measured:
+        return None
+    near = [(e, s) for e, s in measured if e >= elements / 2]
+    base = max(s * elements / e for e, s in near) if near else \
+        (lambda e, s: s * elements / e)(*max(measured))
+    return 1.1 * base + (0 if warm else 100)
 
 
 def row_spec(form, H, T, wname):
@@ -1671,6 +1714,8 @@ def main(argv):
             prewarm = None
             if not past_deadline():
                 left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
+                if args.end_s:  # no wait past the run's end
+                    left = min(left, args.end_s - (time.time() - PROC_T0))
                 try:
                     prewarm = warm.finish(specs[k], left)
                 except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
@@ -1681,6 +1726,15 @@ def main(argv):
                 warm.finish(None, 0)  # a child warming a row that will not run
                 log(f"deadline (after {prewarm['waited_s']:.0f} s waiting for the warm-up): row {label} skipped"
                     if prewarm else f"deadline: row {label} skipped")
+                meta.setdefault("skipped", []).append([T, H, wname, form])
+                continue
+
+            est = predict_row_s([(row_elements(r.get("form", "plain"), r["H"], r["T"]), r["seconds"]) for r in rows],
+                                row_elements(form, H, T),
+                                warm=(prewarm is not None and prewarm.get("rc") == 0) or not warm.enabled)
+            if args.end_s and est is not None and time.time() - PROC_T0 + est > args.end_s:
+                left = args.end_s - (time.time() - PROC_T0)
+                log(f"end: row {label} skipped (predicted {est:.0f} s, {left:.0f} s left before --end-s)")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
 

@@ -64,14 +64,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); GLIBC_TUNABLES=$GLIBC_TUNABLES" >>"$out/env.txt"
 # shellcheck disable=SC2086
-# NG_PEERS_TIMEOUT counts from the script's start (install and build included).
+# NG_PEERS_TIMEOUT counts from the script's start (install and build included);
+# peers.py gets what is left as --end-s, so that it starts no row predicted to
+# outlast the timeout (a later --end-s in NG_PEERS_ARGS wins).
 budget=$(( ${NG_PEERS_TIMEOUT:-540} - SECONDS ))
 [ "$budget" -gt 30 ] || { echo "peers: no time left after install/build (${SECONDS}s)"; budget=30; }
 # The args are split on blanks but never globbed: a --done pattern reaches
 # peers.py as written (bash would expand run-*.json into several words).
 set -f
 if [ -z "${NG_PEERS_SHARDS:-}" ]; then
-  timeout "$budget" python3 "$root/bench/peers.py" ${NG_PEERS_ARGS:-} \
+  timeout "$budget" python3 "$root/bench/peers.py" --end-s "$budget" ${NG_PEERS_ARGS:-} \
     --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
   rc=$?
   tail -40 "$out/peers.log" | grep -v "^ *$" | tail -25
@@ -102,7 +104,7 @@ else
     gpu=$(( k % ngpu ))
     [ "${#gpus[@]}" -gt 0 ] && gpu=${gpus[$(( k % ${#gpus[@]} ))]}
     CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$nthr timeout "$budget" python3 "$root/bench/peers.py" \
-      ${NG_PEERS_ARGS:-} ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
+      --end-s "$budget" ${NG_PEERS_ARGS:-} ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
       >"$out/peers-$((k + 1)).stdout" 2>"$out/peers-$((k + 1)).log" &
     pids+=($!)
   done

@@ -15,8 +15,11 @@
 #                   tool's limit is 600); peers.py gets what is left after
 #                   the tests minus 25 s for packing.
 #   NG_ROW_MARGIN   seconds before that end at which no new row starts
-#                   (default 100: session 18's largest rows took 52-110 s;
-#                   130 left ~140 s unused).
+#                   (default 45). Closer to the end, peers.py (--end-s from
+#                   scripts/peers.sh) starts only rows predicted to finish in
+#                   time (session 18's largest rows took 52-110 s; a fixed
+#                   margin of 130 s left ~140 s unused, 100 s no room for a
+#                   [131072, 6144] res row).
 #   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
 #                   and weight dtype; --done skips what is measured).
 #   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2", one peers.py per
@@ -38,7 +41,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 : "${OUT:?OUT (the output folder) must be set}"
 P=$OUT/p; mkdir -p $P
 limit=${NG_CALL_LIMIT:-590}
-margin=${NG_ROW_MARGIN:-100}
+margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
 PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
@@ -51,7 +54,7 @@ if [ "${NG_FIRST:-0}" = 1 ]; then
 fi
 left=$(( limit - 25 - SECONDS ))
 set -f  # the --done pattern goes to peers.py unglobbed
-if [ $left -lt 100 ]; then
+if [ $left -lt $(( margin + 60 )) ]; then  # never a --deadline-s of 0 (none) or below (usage error)
   echo "peers_matrix: ${left} s left after the tests: no rows this call" >$P/peers-1.txt
 elif python3 bench/peers.py --plan $PEERS $ROWS $DONE 2>/dev/null | tail -1 | grep -q '^0 rows'; then
   echo "peers_matrix: no row left in: $ROWS" >$P/peers-1.txt

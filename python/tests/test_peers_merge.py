@@ -145,6 +145,40 @@ def test_a_faster_peer_over_budget_is_named_beside_the_sota():
     want = f"{b['sota_us']:.2f} F.rms_norm (faster, over budget: ! {tc['us']['bwd']:.2f} TC, dw {tc['err_tol']['dw']:.3g})"
     assert want in line, line
     assert tc["err_tol"]["dw"] > 1 and f"{b['sota_over_ours']:.3f}x" in line
+    # fwd: TC is SOTA and the fastest peer, so no note.
+    assert row["ops"]["fwd"]["sota"] == row["ops"]["fwd"]["fastest_any"] == "TC"
+    fwd = next(x for x in md.splitlines() if x.startswith("| [98304, 2048] w fp32, res | fwd |"))
+    assert "faster, over budget" not in fwd, fwd
+    # A faster peer whose accuracy run gave no err/tol is "not validated", never "None".
+    del row["impls"]["TC"]["err_tol"]
+    line = next(x for x in table_of(a).splitlines() if x.startswith("| [98304, 2048] w fp32, res | bwd |"))
+    assert f"(faster, over budget: ! {tc['us']['bwd']:.2f} TC, not validated)" in line and "None" not in line, line
+
+
+def test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest():
+    m = os.path.join(ROOT, "docs", "results", "peers-h200")
+    rows = json.load(open(os.path.join(m, "peers.json")))["rows"]
+    want = sum(1 for r in rows for o in r["ops"].values() if o.get("sota") and o["fastest_any"] != o["sota"])
+    md = open(os.path.join(m, "peers.md")).read()
+    got = sum(1 for x in md.splitlines() if x.startswith("| [") and "(faster, over budget: !" in x)
+    assert want >= 13 and got == want, (want, got)
+
+
+def test_row_time_prediction_for_end_s():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    assert peers.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
+    assert peers.row_elements("res", 6144, 131072) == 131072 * 6144
+    assert peers.predict_row_s([], 10**9) is None
+    # Session 18: [131072, 4096] fp32 res 109.8 s (537M elements), [4097, 4096] fp32 res 5.9 s.
+    done = [(131072 * 4096, 109.8), (4097 * 4096, 5.9)]
+    e = 131072 * 6144  # [131072, 6144] res: only the big row is comparable (>= half its size)
+    assert abs(peers.predict_row_s(done, e) - 1.1 * 109.8 * 1.5) < 1e-9
+    assert abs(peers.predict_row_s(done, e, warm=False) - (1.1 * 109.8 * 1.5 + 100)) < 1e-9
+    # Nothing comparable: the biggest row scaled up (not the small row's higher per-element cost).
+    assert abs(peers.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096) - 1.1 * 160.0) < 1e-9
+    r = plan("--end-s", "-1")
+    assert r.returncode == 2 and "--end-s -1.0: need >= 0" in r.stderr, r.stderr
 
 
 def test_split_known_reuses_only_identical_outputs():
@@ -266,6 +300,8 @@ if __name__ == "__main__":
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
     test_a_faster_peer_over_budget_is_named_beside_the_sota()
+    test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest()
+    test_row_time_prediction_for_end_s()
     test_split_known_reuses_only_identical_outputs()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()

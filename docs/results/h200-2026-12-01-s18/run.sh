@@ -6,10 +6,10 @@
 # T=98304/131072 (6), heads24 (5: bf16 T=98304/131072, fp32 T=4097/98304/131072),
 # heads4 (7: bf16 T=4097/98304/131072, fp32 T=4097/65537/98304/131072).
 # scripts/peers_matrix.sh with its defaults (call limit 590 s, row margin
-# 100 s: session 18 calls 2-3 ran 10 and 7 rows, ending 479 and 488 s into
-# the call; a margin of 130 s in call 1 left ~140 s unused) and, on two GPUs,
-# shards for what is left: A (res, heads24: 11 rows) on GPU 0, B (heads4:
-# 7 rows) on GPU 1.
+# 45 s, and peers.py's --end-s prediction: session 18 calls 2-3 ran 10 and 7
+# rows with a fixed margin of 100 s, ending 479 and 488 s into the call) and,
+# on two GPUs, shards for what is left by estimated time: A (res: 6 rows,
+# ~620 s) on GPU 0, B (heads24 and heads4: 12 rows, ~665 s) on GPU 1.
 # Carry: ["build/capi/libnormgate_capi.so", "build/tests/test_capi", ".whl"]
 #   (.whl: Liger-Kernel 0.8.5's wheel only; a new checkout needs
 #   `scripts/build` first).
@@ -29,5 +29,5 @@
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`),
 # COMMIT before the next call (the --done files travel with the tree).
 # Usage: bash docs/results/h200-2026-12-01-s18/run.sh   (every call)
-NG_MATRIX_SHARDS="--forms res,heads24|--forms heads4" \
+NG_MATRIX_SHARDS="--forms res|--forms heads24,heads4" \
   exec bash "$(dirname "$0")/../../../scripts/peers_matrix.sh"
