@@ -109,7 +109,7 @@ def parse_list(s, conv, name):
         try:
             out.append(conv(tok))
         except ValueError:
-            die_usage(f"bad value {tok!r} in --{name}")
+            die_usage(f"bad value {tok!r} in --{name} (want {getattr(conv, '__name__', 'a value')}s, comma-separated)")
     if not out:
         die_usage(f"--{name} is empty")
     return out
@@ -117,15 +117,15 @@ def parse_list(s, conv, name):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Merge runs into one table (no GPU): peers.py --merge A.json B.json ... --json OUT --md OUT")
     p.add_argument("--H", default="1536,2048,4096,5120,6144", help="hidden sizes of plain and res rows (comma list)")
     p.add_argument("--T", default="4097,65537,98304,131072", help="tokens T (comma list; per-head forms: T tokens of 24 or 4 heads)")
     p.add_argument("--w", default="bf16,fp32", help="weight dtypes: bf16, fp32")
     p.add_argument("--ops", default=",".join(OPS), help="ops timed: " + ", ".join(OPS))
     p.add_argument("--peers", default=",".join(ALL_PEERS),
-                   help="peers beside normgate (default: all of " + ", ".join(ALL_PEERS) + "; Q is QuACK, which "
-                        "cannot run on the H200 machine: the matrix uses eager,TC,TCd,F.rms_norm,Liger)")
+                   help="peers beside normgate (Q is QuACK, which cannot run on the H200 machine: the matrix uses "
+                        "eager,TC,TCd,F.rms_norm,Liger)")
     p.add_argument("--replays", type=int, default=201, help="timed graph replays per implementation and op (>= 201 for tables)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the replays are split over (order rotated)")
     p.add_argument("--seeds", type=int, default=5, help="accuracy seeds per row (worst counts)")
@@ -152,7 +152,7 @@ def parse_args(argv):
                    help="do not compile the next rows' TC/TCd in child processes during a row's accuracy phase")
     p.add_argument("--warm-ahead", type=int, default=4, metavar="K",
                    help="when the next row's TC/TCd are not compiled yet (inductor's caches cold), compile the "
-                        "next K rows' side by side, one child each (0..16, default 4; fewer where their GPU memory would pass half the free memory or the "
+                        "next K rows' side by side, one child each (0..16; fewer where their GPU memory would pass half the free memory or the "
                         "deadline leaves no time for the rows; 0: no warm-up children, as --no-warm-next, which wins over K)")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
                    help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
@@ -193,8 +193,8 @@ def parse_args(argv):
         if not 1 <= h <= 16384:
             die_usage(f"--H {h}: outside 1..16384")
     for t in a.T:
-        if t < 1:
-            die_usage(f"--T {t}: need >= 1")
+        if not 1 <= t <= 2**31:
+            die_usage(f"--T {t}: outside 1..2^31 (case ids' range)")
     return a
 
 
@@ -1134,17 +1134,18 @@ def markdown(meta, rows, copy):
     if meta["peer_errors"]:
         L.append("Peers that could not run: " + "; ".join(f"{k}: `{v}`" for k, v in meta["peer_errors"].items()) + "\n")
     L += summary_lines(rows)
+    L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
+             "its worst err/tol over the op's outputs; "
+             "SOTA/ours is then left empty. (faster, over budget: ! ...) after a SOTA = the fastest peer, "
+             "which missed the budget, with its worst err/tol (other peers over budget: see Every implementation); "
+             "SOTA/ours stays against the in-budget SOTA. (out of budget) = det or ours itself failed the budget "
+             "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
+             "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
+             "copies); unmarked: within the floor.\n")
     forms = [f for f in FORMS if any(row.get("form", "plain") == f for row in rows)]
     for form in forms:
         L.append(f"## Form {form}\n")
         L += form_table(copy, [row for row in rows if row.get("form", "plain") == form])
-    L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
-             "its worst err/tol over the op's outputs; "
-             "SOTA/ours is then left empty. (faster, over budget: ! ...) after a SOTA = a faster peer "
-             "that missed the budget, with its worst err/tol; SOTA/ours stays against the in-budget SOTA. (out of budget) = det or ours itself failed the budget "
-             "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
-             "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
-             "copies); unmarked: within the floor.\n")
     gone = [f"{workload(row)}: {n} ({i.get('error') or 'accuracy: ' + i['acc_error']})"[:200]
             for row in rows for n, i in row["impls"].items() if i.get("error") or i.get("acc_error")]
     if gone:
@@ -1215,16 +1216,23 @@ def summary_lines(rows):
     geomean [min, max] and the rows below 1, from unrounded ratios), then
     issue 8's targets: SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row and
     1.1x geomean; deterministic=False not slower than True beyond the A/A
-    floor. Rows without an in-budget SOTA (!) are left out of SOTA/ours."""
+    floor. Rows without an in-budget SOTA (!) are left out of SOTA/ours;
+    the last column, fastest peer/ours with the budget aside, counts them
+    (and shows what a SOTA slower than an over-budget peer hides)."""
     L = [f"## Summary over all rows ({len(rows)} workloads x {len(OPS)} ops)\n",
          "| op | det/ours geomean [min, max] | det/ours < 1 | ours slower than det beyond the A/A floor | "
-         "SOTA/ours geomean [min, max] | SOTA/ours < 1 |",
-         "| --- | --- | --- | --- | --- | --- |"]
-    short, slower, gm = [], [], {}
+         "SOTA/ours geomean [min, max] | SOTA/ours < 1 | fastest peer/ours, budget aside |",
+         "| --- | --- | --- | --- | --- | --- | --- |"]
+    short, slower, gm, hidden = [], [], {}, {}
     for op in OPS:
         rs = [(row, row["ops"][op]) for row in rows if op in row.get("ops", {})]
         dq = [r["det_over_ours"] for _, r in rs if r.get("det_over_ours")]
         sq = [r["sota_over_ours"] for _, r in rs if r.get("sota_over_ours")]
+        fq = [r["fastest_any_over_ours"] for _, r in rs if r.get("fastest_any_over_ours")]
+        hidden[op] = ([r["sota_over_ours"] for _, r in rs
+                       if r.get("sota_over_ours") and r.get("fastest_any") != r.get("sota")],
+                      [r["sota_over_ours"] for _, r in rs
+                       if r.get("sota_over_ours") and r.get("fastest_any") == r.get("sota")])
         sl = [f"{workload(row)} {op} ({r['det_over_ours']:.3f}x, floor {r['aa_floor']:.4f})"
               for row, r in rs if nd_mark(r) == " -"]
         slower += sl
@@ -1236,8 +1244,15 @@ def summary_lines(rows):
         def span(v):
             return f"{geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "—"
         L.append(f"| {op} | {span(dq)} | {sum(q < 1 for q in dq)} of {len(dq)} | {len(sl)} of {len(dq)} | "
-                 f"{span(sq)} | {sum(q < 1 for q in sq)} of {len(sq)} |")
+                 f"{span(sq)} | {sum(q < 1 for q in sq)} of {len(sq)} | {span(fq)} ({len(fq)} rows) |")
     L.append("")
+    if any(h for h, _ in hidden.values()):
+        L.append("SOTA/ours counts the rows with an in-budget peer (those marked ! have none). On "
+                 + ", ".join(f"{len(h)} {op}" for op, (h, _) in hidden.items() if h)
+                 + " rows the SOTA is slower than a peer that missed the budget (named beside it in the "
+                 "tables), so SOTA/ours there is above what the fastest peer gives (up to "
+                 + f"{max(max(h) for h, _ in hidden.values() if h):.2f}x); SOTA/ours geomean without them: "
+                 + "; ".join(f"{op} {geomean(c):.3f}x" for op, (h, c) in hidden.items() if h and c) + ".\n")
     L.append("Targets (issue 8): SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row with an in-budget SOTA: "
              + (f"met ({sum(1 for row in rows for op in gm if row['ops'].get(op, {}).get('sota_over_ours'))} "
                 f"rows with one)." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
@@ -1254,9 +1269,13 @@ def summary_lines(rows):
 
 def merge(argv):
     """--merge J1 J2 ... [--json OUT] [--md OUT]: see the module docstring."""
+    import glob
     files, out_json, out_md, i = [], "", "", 0
     while i < len(argv):
-        if argv[i] in ("--json", "--md") and i + 1 < len(argv):
+        if argv[i] in ("--json", "--md"):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                die_usage(f"--merge: {argv[i]} needs a file name"
+                          + (f" (got {argv[i + 1]!r})" if i + 1 < len(argv) else ""))
             if argv[i] == "--json":
                 out_json = argv[i + 1]
             else:
@@ -1270,8 +1289,14 @@ def merge(argv):
             sys.exit(0)
         elif argv[i].startswith("--"):
             die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
-        else:
-            files.append(argv[i])
+        else:  # a quoted glob pattern works as with --done; it must match something
+            if glob.has_magic(argv[i]):
+                hits = sorted(glob.glob(argv[i]))
+                if not hits:
+                    die_usage(f"--merge: {argv[i]!r} matches no file")
+                files += hits
+            else:
+                files.append(argv[i])
             i += 1
     if not files:
         die_usage("--merge needs at least one result JSON")
@@ -1345,6 +1370,8 @@ def load_result(path, what):
             r = json.load(fh)
         if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
             raise ValueError("no meta/copy/rows: not a peers.py result")
+    except json.JSONDecodeError as e:
+        die_usage(f"{what}: {path}: not valid JSON ({e})")
     except (OSError, ValueError) as e:
         die_usage(f"{what}: {path}: {e}")
     return r
@@ -1589,6 +1616,8 @@ def row_bytes(spec):
 def main(argv):
     if argv[:1] == ["--merge"]:
         return merge(argv[1:])
+    if "--merge" in argv:
+        die_usage("--merge must come first: peers.py --merge A.json B.json ... [--json OUT] [--md OUT]")
     args = parse_args(argv)
     if args.warm_compile:
         return warm_compile(args)

@@ -77,7 +77,9 @@ def test_summary_and_tables_per_form():
     g = math.exp(sum(map(math.log, q)) / len(q))
     line = next(ln for ln in md.splitlines() if ln.startswith("| bwd |"))
     assert f"{g:.3f}x [{min(q):.2f}, {max(q):.2f}]" in line, line
-    assert line.endswith(f"| {sum(x < 1 for x in q)} of {len(q)} |"), line
+    f = [r["ops"]["bwd"]["fastest_any_over_ours"] for r in rows if r["ops"]["bwd"].get("fastest_any_over_ours")]
+    gf = math.exp(sum(map(math.log, f)) / len(f))
+    assert line.endswith(f"| {sum(x < 1 for x in q)} of {len(q)} | {gf:.3f}x [{min(f):.2f}, {max(f):.2f}] ({len(f)} rows) |"), line
     # Every bwd row below 1.0 against an in-budget SOTA is named as a shortfall.
     short = re.search(r"Targets \(issue 8\): .*?\*\*not met\*\* on (\d+) rows", md)
     n = sum(1 for r in rows for op in ("bwd", "2xfwd+bwd") if (r["ops"][op].get("sota_over_ours") or 2) < 1)
@@ -125,8 +127,36 @@ def test_summary_thresholds_on_synthetic_rows():
     assert "0.995x |" in md and "0.995x -" not in md           # floor honoured
     assert "| bwd | 0.995x [0.99, 0.99] | 1 of 1 | 0 of 1 | 1.250x [1.25, 1.25] | 0 of 1 |" in md
     assert "| 2xfwd+bwd | 1.005x [1.00, 1.00] | 0 of 1 | 0 of 1 | 1.050x [1.05, 1.05] | 0 of 1 |" in md
+    assert "SOTA is slower than a peer that missed" not in md  # the stored row's SOTA is its fastest peer
     assert "with an in-budget SOTA: met" in md and "bwd 1.250x (met); 2xfwd+bwd 1.050x (**not met**)" in md
     assert "## Every implementation" in md
+
+
+def test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded():
+    r = run(A, "--json")
+    assert r.returncode == 2 and "--json needs a file name" in r.stderr, r.stderr
+    r = run(A, "--json", "--md", os.devnull)  # --md is not a file name for --json
+    assert r.returncode == 2 and "--json needs a file name (got '--md')" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, PEERS, "--json", os.devnull, "--merge", A], capture_output=True, text=True)
+    assert r.returncode == 2 and "--merge must come first" in r.stderr, r.stderr
+    r = run(os.path.join(ROOT, "no-such-dir", "run-*.json"))
+    assert r.returncode == 2 and "matches no file" in r.stderr, r.stderr
+    with tempfile.TemporaryDirectory() as d:
+        bad = os.path.join(d, "bad.json")
+        open(bad, "w").write("{")
+        r = run(bad)
+        assert r.returncode == 2 and f"{bad}: not valid JSON" in r.stderr, r.stderr
+        # The matrix's own pattern, quoted: every run file, as the shell would list them.
+        pat = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s18-*.json")
+        out_m = os.path.join(d, "m.md")
+        r = run(pat, "--md", out_m)
+        import glob
+        n = sum(len(json.load(open(f))["rows"]) for f in glob.glob(pat))
+        assert r.returncode == 0 and r.stdout.startswith(f"merged {n} rows from {len(glob.glob(pat))} runs"), r.stdout
+    r = plan("--T", "4097,abc")
+    assert r.returncode == 2 and "bad value 'abc' in --T" in r.stderr
+    r = plan("--T", str(2**31 + 1))
+    assert r.returncode == 2 and "outside 1..2^31" in r.stderr
 
 
 def test_a_faster_peer_over_budget_is_named_beside_the_sota():
@@ -156,12 +186,21 @@ def test_a_faster_peer_over_budget_is_named_beside_the_sota():
 
 
 def test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest():
+    import math
     m = os.path.join(ROOT, "docs", "results", "peers-h200")
     rows = json.load(open(os.path.join(m, "peers.json")))["rows"]
     want = sum(1 for r in rows for o in r["ops"].values() if o.get("sota") and o["fastest_any"] != o["sota"])
     md = open(os.path.join(m, "peers.md")).read()
     got = sum(1 for x in md.splitlines() if x.startswith("| [") and "(faster, over budget: !" in x)
     assert want >= 13 and got == want, (want, got)
+    # The summary says how many, and the bwd geomean over the rows whose SOTA is the fastest peer.
+    hid = {op: sum(1 for r in rows if r["ops"][op].get("sota") and r["ops"][op]["fastest_any"] != r["ops"][op]["sota"])
+           for op in ("bwd", "2xfwd+bwd")}
+    clean = [r["ops"]["bwd"]["sota_over_ours"] for r in rows
+             if r["ops"]["bwd"].get("sota") and r["ops"]["bwd"]["fastest_any"] == r["ops"]["bwd"]["sota"]]
+    g = math.exp(sum(map(math.log, clean)) / len(clean))
+    assert f"On {hid['bwd']} bwd, {hid['2xfwd+bwd']} 2xfwd+bwd rows the SOTA is slower" in md
+    assert f"SOTA/ours geomean without them: bwd {g:.3f}x;" in md
 
 
 def test_row_time_prediction_for_end_s():
@@ -300,6 +339,7 @@ if __name__ == "__main__":
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
     test_a_faster_peer_over_budget_is_named_beside_the_sota()
+    test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded()
     test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest()
     test_row_time_prediction_for_end_s()
     test_split_known_reuses_only_identical_outputs()
