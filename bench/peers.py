@@ -1452,6 +1452,21 @@ def predict_row_s(measured, elements, warm=True):
     return 1.1 * base + (0 if warm else 100)
 
 
+def end_skip(end_s, elapsed, rows, form, H, T, warm):
+    """Why the row (form, H, T) must not start, elapsed seconds into a run
+    that is stopped at end_s (--end-s; 0: never), given the result rows this
+    run measured (each with "form", "H", "T", "seconds"): "predicted X s, Y s
+    left before --end-s", or "" when it may start (no end, no measured row
+    to predict from, or it fits)."""
+    if not end_s:
+        return ""
+    est = predict_row_s([(row_elements(r.get("form", "plain"), r["H"], r["T"]), r["seconds"]) for r in rows],
+                        row_elements(form, H, T), warm=warm)
+    if est is None or elapsed + est <= end_s:
+        return ""
+    return f"predicted {est:.0f} s, {end_s - elapsed:.0f} s left before --end-s"
+
+
 def row_spec(form, H, T, wname):
     """The --warm-compile argument of a row."""
     return f"{form},{H},{T},{wname}"
@@ -1758,12 +1773,10 @@ def main(argv):
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
 
-            est = predict_row_s([(row_elements(r.get("form", "plain"), r["H"], r["T"]), r["seconds"]) for r in rows],
-                                row_elements(form, H, T),
+            too_long = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T,
                                 warm=(prewarm is not None and prewarm.get("rc") == 0) or not warm.enabled)
-            if args.end_s and est is not None and time.time() - PROC_T0 + est > args.end_s:
-                left = args.end_s - (time.time() - PROC_T0)
-                log(f"end: row {label} skipped (predicted {est:.0f} s, {left:.0f} s left before --end-s)")
+            if too_long:
+                log(f"end: row {label} skipped ({too_long})")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
 

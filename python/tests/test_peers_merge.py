@@ -216,6 +216,18 @@ def test_row_time_prediction_for_end_s():
     assert abs(peers.predict_row_s(done, e, warm=False) - (1.1 * 109.8 * 1.5 + 100)) < 1e-9
     # Nothing comparable: the biggest row scaled up (not the small row's higher per-element cost).
     assert abs(peers.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096) - 1.1 * 160.0) < 1e-9
+    # The loop's decision, on session 18's call 3 rows: [131072, 4096] fp32 res took 109.8 s.
+    rows = [{"form": "res", "H": 4096, "T": 131072, "seconds": 109.8},
+            {"form": "heads24", "H": 256, "T": 4097, "seconds": 6.0}]
+    big = 1.1 * 109.8 * 1.5  # [131072, 6144] res: 181.2 s
+    assert peers.end_skip(0, 500, rows, "res", 6144, 131072, True) == ""                 # no --end-s
+    assert peers.end_skip(700, 500, [], "res", 6144, 131072, True) == ""                 # nothing to predict from
+    assert peers.end_skip(700, 700 - big - 1, rows, "res", 6144, 131072, True) == ""     # fits, 1 s to spare
+    why = peers.end_skip(700, 700 - big + 1, rows, "res", 6144, 131072, True)
+    assert why == f"predicted {big:.0f} s, {big - 1:.0f} s left before --end-s", why
+    assert peers.end_skip(700, 700 - big - 1, rows, "res", 6144, 131072, False)          # +100 s unwarmed
+    # A heads24 row at T=4097 (25M elements) still fits where the big row does not.
+    assert peers.end_skip(700, 700 - big + 1, rows, "heads24", 256, 4097, True) == ""
     r = plan("--end-s", "-1")
     assert r.returncode == 2 and "--end-s -1.0: need >= 0" in r.stderr, r.stderr
 
