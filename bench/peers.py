@@ -47,10 +47,13 @@ child's per-function seconds, the batch's rows. The autotuning shares the GPU
 with the accuracy phase's eager runs (short: the GPU is idle most of that
 phase). --no-warm-next (or --warm-ahead 0) turns it off.
 Time limits: --deadline-s starts no row after it; --end-s (scripts/peers.sh
-passes its timeout) starts no row predicted to end after it, from the rows
-this run measured scaled by element count (+10%, +100 s for a row without a
-warm-up), so that a large row late in a call is skipped, not killed halfway
-(session 18: rows of 52-110 s and a fixed margin that left 140 s idle).
+passes its timeout) starts no row predicted to end after it (predict_row_s:
+this run's rows' timing + accuracy scaled by element count, x1.3, +10 s,
++100 s for a row without a warm-up; 15 s kept for the end), waits for a
+warm-up no longer than leaves the row its time, and warms no row it will
+skip; a smaller row may still start after a skipped one. So a large row late
+in a call is skipped, not killed halfway (session 18: rows of 52-110 s, and a
+fixed margin that left 140 s idle).
 Writes Markdown and JSON (atomically: temp file, then rename) and prints the
 Markdown last. Exit 0 on a completed run (speed is never asserted), 2 on usage
 errors, 1 when nothing could be measured.
@@ -115,9 +118,21 @@ def parse_list(s, conv, name):
     return out
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """--help with each option's default, where it has one worth showing
+    (not for flags or empty values)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if action.default not in (None, "", False, argparse.SUPPRESS) and "%(default)" not in h \
+                and action.option_strings:
+            h += " (default: %(default)s)"
+        return h
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n")[0], formatter_class=DefaultsShown,
         epilog="Merge runs into one table (no GPU): peers.py --merge A.json B.json ... --json OUT --md OUT")
     p.add_argument("--H", default="1536,2048,4096,5120,6144", help="hidden sizes of plain and res rows (comma list)")
     p.add_argument("--T", default="4097,65537,98304,131072", help="tokens T (comma list; per-head forms: T tokens of 24 or 4 heads)")
@@ -135,8 +150,9 @@ def parse_args(argv):
     p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
     p.add_argument("--end-s", type=float, default=0,
                    help="the run is stopped this many seconds after its start (scripts/peers.sh's timeout): a row "
-                        "predicted to end later is not started, a smaller one may still be (prediction: the rows "
-                        "this run measured, scaled by element count, +10%%, +100 s without a warm-up; 0: none)")
+                        "predicted to end later is not started, a smaller one may still be (prediction: this run's "
+                        "rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s without a warm-up; "
+                        "0: none)")
     p.add_argument("--done", default="",
                    help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
                         "skipped, so a matrix spread over several calls continues where it stopped; a file counts "
@@ -1230,9 +1246,9 @@ def summary_lines(rows):
         sq = [r["sota_over_ours"] for _, r in rs if r.get("sota_over_ours")]
         fq = [r["fastest_any_over_ours"] for _, r in rs if r.get("fastest_any_over_ours")]
         hidden[op] = ([r["sota_over_ours"] for _, r in rs
-                       if r.get("sota_over_ours") and r.get("fastest_any") != r.get("sota")],
+                       if r.get("sota_over_ours") and r.get("fastest_any") not in (None, r.get("sota"))],
                       [r["sota_over_ours"] for _, r in rs
-                       if r.get("sota_over_ours") and r.get("fastest_any") == r.get("sota")])
+                       if r.get("sota_over_ours") and r.get("fastest_any") in (None, r.get("sota"))])
         sl = [f"{workload(row)} {op} ({r['det_over_ours']:.3f}x, floor {r['aa_floor']:.4f})"
               for row, r in rs if nd_mark(r) == " -"]
         slower += sl
@@ -1252,7 +1268,8 @@ def summary_lines(rows):
                  + " rows the SOTA is slower than a peer that missed the budget (named beside it in the "
                  "tables), so SOTA/ours there is above what the fastest peer gives (up to "
                  + f"{max(max(h) for h, _ in hidden.values() if h):.2f}x); SOTA/ours geomean without them: "
-                 + "; ".join(f"{op} {geomean(c):.3f}x" for op, (h, c) in hidden.items() if h and c) + ".\n")
+                 + "; ".join(f"{op} {geomean(c):.3f}x" if c else f"{op} — (no other row)"
+                             for op, (h, c) in hidden.items() if h) + ".\n")
     L.append("Targets (issue 8): SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row with an in-budget SOTA: "
              + (f"met ({sum(1 for row in rows for op in gm if row['ops'].get(op, {}).get('sota_over_ours'))} "
                 f"rows with one)." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
@@ -1437,32 +1454,51 @@ def row_elements(form, H, T):
 
 
 def predict_row_s(measured, elements, warm=True):
-    """Seconds a row of `elements` is predicted to take (setup + timing +
-    accuracy), from this run's measured rows [(elements, seconds), ...]:
-    the largest of seconds * elements / elements_i over the rows at least
-    half as big (their fixed costs are a small part), else the biggest row
-    scaled up; +10%; +100 s when the row has no warm-up (its torch.compile
+    """Seconds a row of `elements` is predicted to take, from this run's
+    measured rows [(elements, timing + accuracy seconds), ...]: the largest
+    of seconds * elements / elements_i over the rows at least half as big
+    (their fixed costs are a small part), else the biggest row scaled; x1.3,
+    +10 s of setup, +100 s when the row has no warm-up (its torch.compile
     peers then compile in its setup: 40-100 s on the H200, docs/perf.md
-    session 17). None without a measured row."""
+    session 17). Setup is left out of the scaling: a row that compiled in
+    its setup would otherwise predict its compile times the element ratio.
+    Replayed on sessions 16-18's 50 rows: at worst 8 s short ([131072, 4096]
+    fp32 res, 101 s for 110 s), at most 4.2x over. None without a measured
+    row."""
     if not measured:
         return None
     near = [(e, s) for e, s in measured if e >= elements / 2]
     base = max(s * elements / e for e, s in near) if near else \
         (lambda e, s: s * elements / e)(*max(measured))
-    return 1.1 * base + (0 if warm else 100)
+    return 1.3 * base + 10 + (0 if warm else 100)
+
+
+END_TAIL_S = 15  # what a run needs after its last row (JSON and Markdown written, children ended)
+
+
+def measured_for_end(rows):
+    """[(elements, timing + accuracy seconds)] of result rows, for predict_row_s."""
+    out = []
+    for r in rows:
+        ph = r.get("phase_s") or {}
+        sec = ph["timing"] + ph["accuracy"] if "timing" in ph and "accuracy" in ph else r["seconds"]
+        out.append((row_elements(r.get("form", "plain"), r["H"], r["T"]), sec))
+    return out
 
 
 def end_skip(end_s, elapsed, rows, form, H, T, warm):
     """Why the row (form, H, T) must not start, elapsed seconds into a run
     that is stopped at end_s (--end-s; 0: never), given the result rows this
-    run measured (each with "form", "H", "T", "seconds"): "predicted X s, Y s
-    left before --end-s", or "" when it may start (no end, no measured row
-    to predict from, or it fits)."""
+    run measured (each with "form", "H", "T", "phase_s" or "seconds"):
+    "predicted X s, Y s left before --end-s" (the prediction plus
+    END_TAIL_S does not fit), "no time left before --end-s", or "" when it
+    may start (no end, no measured row to predict from, or it fits)."""
     if not end_s:
         return ""
-    est = predict_row_s([(row_elements(r.get("form", "plain"), r["H"], r["T"]), r["seconds"]) for r in rows],
-                        row_elements(form, H, T), warm=warm)
-    if est is None or elapsed + est <= end_s:
+    if elapsed + END_TAIL_S >= end_s:
+        return "no time left before --end-s"
+    est = predict_row_s(measured_for_end(rows), row_elements(form, H, T), warm=warm)
+    if est is None or elapsed + est + END_TAIL_S <= end_s:
         return ""
     return f"predicted {est:.0f} s, {end_s - elapsed:.0f} s left before --end-s"
 
@@ -1531,6 +1567,14 @@ class WarmAhead:
     def warm(self, spec):
         """Whether `spec` is being warmed or was warmed by a batch not yet used."""
         return spec in self.procs or spec in self.ready
+
+    def drop(self, spec):
+        """The row `spec` will not run: kill its child if it still runs
+        (children of other rows go on) and forget its record."""
+        if spec in self.procs:
+            self._end(spec, 0.01)
+            self.log(f"  warm-up of {spec}: row skipped, killed")
+        self.ready.pop(spec, None)
 
     def start(self, specs, free_bytes=None):
         """Start one child per spec (at most --warm-ahead, nothing if children
@@ -1649,6 +1693,9 @@ def main(argv):
               + (f"; {n_read - n_used} counted no row here: other rows, another method, or a peer of --peers "
                  f"missing there, see the --done lines above)" if n_used < n_read else ")"))
         return 0
+    if not plan:  # e.g. a shard whose rows an earlier call measured: no GPU time, no empty result
+        print("peers.py: nothing to measure: every row of this run is in --done (no result written)", file=sys.stderr)
+        return 0
     try:
         import torch
     except ImportError as e:
@@ -1740,7 +1787,13 @@ def main(argv):
         child for a row the deadline will skip (it would only take cores from
         the accuracy phase, the oracle's), none if the next row is warm
         already; a failure here turns warm-ups off, never costs a row."""
-        if not warm.enabled or not ups or past_deadline() or warm.warm(ups[0]):
+        if not warm.enabled or not ups or past_deadline():
+            return
+        if args.end_s:  # no child for a row --end-s will skip; the first left is the next to run
+            ups = [u for u in ups if not end_skip(args.end_s, time.time() - PROC_T0, rows,
+                                                  u.split(",")[0], int(u.split(",")[1]), int(u.split(",")[2]),
+                                                  warm=True)]
+        if not ups or warm.warm(ups[0]):
             return
         if args.deadline_s:
             ups = ups[:max(1, int((args.deadline_s - (time.time() - start)) // 60))]
@@ -1756,10 +1809,13 @@ def main(argv):
         for k, (form, H, wname, T) in enumerate(plan):
             label = f"[{T}, {H}] {wname} {form}"
             prewarm = None
-            if not past_deadline():
+            # --end-s: a row that would not fit even warm is skipped before any wait for its warm-up.
+            why = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T, warm=True)
+            if not why and not past_deadline():
                 left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
-                if args.end_s:  # no wait past the run's end
-                    left = min(left, args.end_s - (time.time() - PROC_T0))
+                if args.end_s:  # wait no longer than leaves the row (warm) its predicted time
+                    est = predict_row_s(measured_for_end(rows), row_elements(form, H, T)) or 0
+                    left = min(left, max(0.0, args.end_s - (time.time() - PROC_T0) - est - END_TAIL_S))
                 try:
                     prewarm = warm.finish(specs[k], left)
                 except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
@@ -1772,12 +1828,15 @@ def main(argv):
                     if prewarm else f"deadline: row {label} skipped")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 continue
-
-            too_long = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T,
-                                warm=(prewarm is not None and prewarm.get("rc") == 0) or not warm.enabled)
-            if too_long:
-                log(f"end: row {label} skipped ({too_long})")
+            if not why:  # again, after the wait, knowing whether the row is warm
+                compiles = any(n in impls for n in ("TC", "TCd"))
+                why = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T,
+                               warm=not compiles or (prewarm is not None and prewarm.get("rc") == 0))
+            if why:
+                log(f"end: row {label} skipped ({why})")
                 meta.setdefault("skipped", []).append([T, H, wname, form])
+                warm.drop(specs[k])  # its own warm-up, if still running; children of later rows go on
+                start_batch(specs[k + 1:])  # a smaller row after it may still fit: warm it
                 continue
 
             def after(ups=specs[k + 1:]):

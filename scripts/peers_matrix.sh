@@ -14,8 +14,10 @@
 #   NG_CALL_LIMIT   seconds this call may take (default 590; the device
 #                   tool's limit is 600); peers.py gets what is left after
 #                   the tests minus 25 s for packing.
-#   NG_ROW_MARGIN   seconds before that end at which no new row starts
-#                   (default 45). Closer to the end, peers.py (--end-s from
+#   NG_ROW_MARGIN   --deadline-s is what is left minus this (default 45;
+#                   counted from peers.py's start, after scripts/peers.sh's
+#                   install and torch's import, so the real gap to the end is
+#                   a little less). Before it, peers.py (--end-s from
 #                   scripts/peers.sh) starts only rows predicted to finish in
 #                   time (session 18's largest rows took 52-110 s; a fixed
 #                   margin of 130 s left ~140 s unused, 100 s no room for a

@@ -29,6 +29,15 @@ def table_of(result):
         return open(out_m).read()
 
 
+def table_of_files(*paths):
+    """The Markdown that --merge writes for the given result files or patterns."""
+    with tempfile.TemporaryDirectory() as d:
+        out_m = os.path.join(d, "m.md")
+        r = run(*paths, "--md", out_m)
+        assert r.returncode == 0, r.stderr
+        return open(out_m).read()
+
+
 def test_merge_keeps_every_row_and_its_own_copy_ceiling():
     with tempfile.TemporaryDirectory() as d:
         out_j, out_m = os.path.join(d, "m.json"), os.path.join(d, "m.md")
@@ -128,6 +137,16 @@ def test_summary_thresholds_on_synthetic_rows():
     assert "| bwd | 0.995x [0.99, 0.99] | 1 of 1 | 0 of 1 | 1.250x [1.25, 1.25] | 0 of 1 |" in md
     assert "| 2xfwd+bwd | 1.005x [1.00, 1.00] | 0 of 1 | 0 of 1 | 1.050x [1.05, 1.05] | 0 of 1 |" in md
     assert "SOTA is slower than a peer that missed" not in md  # the stored row's SOTA is its fastest peer
+    # The same row with a faster peer over budget on bwd (fastest peer/ours 0.9): the last column
+    # shows it, and the line says SOTA/ours there is above what the fastest peer gives.
+    other = next(n for n in row["impls"] if n not in ("det", "ours", "det#2", "ours#2", row["ops"]["bwd"]["sota"]))
+    row["ops"]["bwd"].update(fastest_any=other, fastest_any_over_ours=0.9)
+    md = table_of(a)
+    line = next(ln for ln in md.splitlines() if ln.startswith("| bwd |"))
+    assert line.endswith("| 1.250x [1.25, 1.25] | 0 of 1 | 0.900x [0.90, 0.90] (1 rows) |"), line
+    assert ("On 1 bwd rows the SOTA is slower than a peer that missed the budget" in md
+            and "(up to 1.25x); SOTA/ours geomean without them: bwd — (no other row)." in md), md
+    assert md.index("## Summary") < md.index("! = no peer within the budget") < md.index("## Form ")  # legend under the summary
     assert "with an in-budget SOTA: met" in md and "bwd 1.250x (met); 2xfwd+bwd 1.050x (**not met**)" in md
     assert "## Every implementation" in md
 
@@ -191,6 +210,7 @@ def test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest(
     rows = json.load(open(os.path.join(m, "peers.json")))["rows"]
     want = sum(1 for r in rows for o in r["ops"].values() if o.get("sota") and o["fastest_any"] != o["sota"])
     md = open(os.path.join(m, "peers.md")).read()
+    assert table_of_files(os.path.join(m, "run-*.json")) == md  # the committed table is what --merge writes now
     got = sum(1 for x in md.splitlines() if x.startswith("| [") and "(faster, over budget: !" in x)
     assert want >= 13 and got == want, (want, got)
     # The summary says how many, and the bwd geomean over the rows whose SOTA is the fastest peer.
@@ -209,25 +229,34 @@ def test_row_time_prediction_for_end_s():
     assert peers.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
     assert peers.row_elements("res", 6144, 131072) == 131072 * 6144
     assert peers.predict_row_s([], 10**9) is None
-    # Session 18: [131072, 4096] fp32 res 109.8 s (537M elements), [4097, 4096] fp32 res 5.9 s.
-    done = [(131072 * 4096, 109.8), (4097 * 4096, 5.9)]
+    # Session 18, call 3: [131072, 4096] fp32 res: timing 36.4 s + accuracy 71.7 s (537M elements);
+    # [4097, 4096] fp32 res: 1.8 + 1.2 s.
+    done = [(131072 * 4096, 108.1), (4097 * 4096, 3.0)]
     e = 131072 * 6144  # [131072, 6144] res: only the big row is comparable (>= half its size)
-    assert abs(peers.predict_row_s(done, e) - 1.1 * 109.8 * 1.5) < 1e-9
-    assert abs(peers.predict_row_s(done, e, warm=False) - (1.1 * 109.8 * 1.5 + 100)) < 1e-9
+    big = 1.3 * 108.1 * 1.5 + 10
+    assert abs(peers.predict_row_s(done, e) - big) < 1e-9
+    assert abs(peers.predict_row_s(done, e, warm=False) - (big + 100)) < 1e-9
+    # Half the size is still comparable; below half it is not (then the biggest row is scaled).
+    assert abs(peers.predict_row_s([(100, 10.0), (49, 9.8)], 98) - (1.3 * 9.8 * 98 / 49 + 10)) < 1e-9
+    assert abs(peers.predict_row_s([(100, 10.0), (48, 9.8)], 98) - (1.3 * 10.0 * 98 / 100 + 10)) < 1e-9
     # Nothing comparable: the biggest row scaled up (not the small row's higher per-element cost).
-    assert abs(peers.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096) - 1.1 * 160.0) < 1e-9
-    # The loop's decision, on session 18's call 3 rows: [131072, 4096] fp32 res took 109.8 s.
-    rows = [{"form": "res", "H": 4096, "T": 131072, "seconds": 109.8},
+    assert abs(peers.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096)
+               - (1.3 * 160.0 + 10)) < 1e-9
+    # The loop's decision: rows as results hold them; phase_s's timing + accuracy, not setup, is
+    # scaled (a row that compiled in its setup would predict its compile x the element ratio).
+    rows = [{"form": "res", "H": 4096, "T": 131072, "seconds": 170.0,
+             "phase_s": {"setup": 61.9, "timing": 36.4, "accuracy": 71.7}},
             {"form": "heads24", "H": 256, "T": 4097, "seconds": 6.0}]
-    big = 1.1 * 109.8 * 1.5  # [131072, 6144] res: 181.2 s
-    assert peers.end_skip(0, 500, rows, "res", 6144, 131072, True) == ""                 # no --end-s
-    assert peers.end_skip(700, 500, [], "res", 6144, 131072, True) == ""                 # nothing to predict from
-    assert peers.end_skip(700, 700 - big - 1, rows, "res", 6144, 131072, True) == ""     # fits, 1 s to spare
-    why = peers.end_skip(700, 700 - big + 1, rows, "res", 6144, 131072, True)
-    assert why == f"predicted {big:.0f} s, {big - 1:.0f} s left before --end-s", why
-    assert peers.end_skip(700, 700 - big - 1, rows, "res", 6144, 131072, False)          # +100 s unwarmed
+    tail = peers.END_TAIL_S
+    assert peers.end_skip(0, 500, rows, "res", 6144, 131072, True) == ""                     # no --end-s
+    assert peers.end_skip(700, 500, [], "res", 6144, 131072, True) == ""                     # nothing to predict from
+    assert peers.end_skip(700, 700 - tail, [], "res", 6144, 131072, True) == "no time left before --end-s"
+    assert peers.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, True) == ""  # fits, 1 s to spare
+    why = peers.end_skip(700, 700 - big - tail + 1, rows, "res", 6144, 131072, True)
+    assert why == f"predicted {big:.0f} s, {big + tail - 1:.0f} s left before --end-s", why
+    assert peers.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, False)       # +100 s unwarmed
     # A heads24 row at T=4097 (25M elements) still fits where the big row does not.
-    assert peers.end_skip(700, 700 - big + 1, rows, "heads24", 256, 4097, True) == ""
+    assert peers.end_skip(700, 700 - big - tail + 1, rows, "heads24", 256, 4097, True) == ""
     r = plan("--end-s", "-1")
     assert r.returncode == 2 and "--end-s -1.0: need >= 0" in r.stderr, r.stderr
 
