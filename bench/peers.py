@@ -45,7 +45,11 @@ rows waited 20-67 s for the next row's compile while the cores were mostly
 idle). A row records it as "prewarm": rc, the seconds the run waited, the
 child's per-function seconds, the batch's rows. The autotuning shares the GPU
 with the accuracy phase's eager runs (short: the GPU is idle most of that
-phase). --no-warm-next (or --warm-ahead 0) turns it off.
+phase). --no-warm-next (or --warm-ahead 0) turns it off. --defer-accuracy
+times the rows a batch warmed back to back and runs their accuracy phases
+together beside the next batch's compiles, so that more of the compile is
+hidden than one row's accuracy phase covers (session 18: the runs waited
+517 of 1575 s for compiles).
 Time limits: --deadline-s starts no row after it; --end-s (scripts/peers.sh
 passes its timeout) starts no row predicted to end after it (predict_row_s:
 this run's rows' timing + accuracy scaled by element count, x1.3, +10 s,
@@ -153,6 +157,10 @@ def parse_args(argv):
                         "predicted to end later is not started, a smaller one may still be (prediction: this run's "
                         "rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s without a warm-up; "
                         "0: none)")
+    p.add_argument("--defer-accuracy", action="store_true",
+                   help="time the rows a warm-up batch warmed back to back and run their accuracy phases "
+                        "together, beside the next batch's compiles (more of the compile hidden than behind one "
+                        "row's accuracy phase); same measurements, rows written when their accuracy ends")
     p.add_argument("--done", default="",
                    help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
                         "skipped, so a matrix spread over several calls continues where it stopped; a file counts "
@@ -771,6 +779,20 @@ def setup_row_graphs(torch, impls, names, inp, timer, ops, row, log):
 
 
 def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=None):
+    """One row of the matrix: its timing phase (setup, graph captures,
+    interleaved rounds), then after_timing() (where a warm-up batch may
+    start: never beside a timing phase), then its accuracy phase; the result
+    row (see run_row_timing and run_row_accuracy)."""
+    row, live = run_row_timing(torch, args, impls, errors, form, H, T, wname, timer, log)
+    if after_timing is not None:
+        after_timing()
+    return run_row_accuracy(torch, args, impls, row, live, log)
+
+
+def run_row_timing(torch, args, impls, errors, form, H, T, wname, timer, log):
+    """A row's setup and timing phases: (row with every implementation's
+    "us", "p10_p90", "round_us" and phase_s setup/timing, the live
+    implementations' names). The graphs are freed before it returns."""
     import normgate
 
     case = case_id(form, H, T, wname, args.family, 0)
@@ -840,8 +862,18 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
     del keep
     torch.cuda.empty_cache()
     row["phase_s"]["timing"] = time.time() - phase0
-    if after_timing is not None:
-        after_timing()  # a warm-up batch for the next rows may start here: never beside a timing phase
+    return row, live
+
+
+def run_row_accuracy(torch, args, impls, row, live, log):
+    """A timed row's accuracy phase (--seeds seeds, every live
+    implementation's outputs through the oracle; the A/A copies take their
+    originals' verdicts), then its per-op ratios (row["ops"]); returns row.
+    Needs no graph of the timing phase: it may run after later rows' timing
+    (--defer-accuracy)."""
+    import normgate
+
+    form, H, T, wname, heads = row["form"], row["H"], row["T"], row["w"], row["heads"]
     phase0 = time.time()
 
     # Accuracy on --seeds seeds, every implementation's outputs through the
@@ -1805,17 +1837,61 @@ def main(argv):
             warm.finish(None, 0)
     start_batch(specs)  # the first rows compile side by side too (after the copy ceiling's timing, before any row's)
 
+    def finish_row(row, label, prewarm):
+        """A measured row into the result: logged, written (JSON and Markdown, atomically)."""
+        if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
+            row["prewarm"] = prewarm
+        row["copy_GBps"] = copy.get("GBps")
+        if timer.cupti_off and not meta.get("cupti_off"):
+            meta["cupti_off"] = {"at_row": label, "why": timer.cupti_off}  # rows from there: events only
+        rows.append(row)
+        for op, r in row["ops"].items():
+            log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
+                f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
+        log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
+            + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
+        atomic_write(args.json, json.dumps(result, indent=1))
+        atomic_write(args.md, markdown(meta, rows, copy))
+        try:
+            log(f"{label} accuracy parts: " + acc_parts(row))
+        except Exception as e:  # noqa: BLE001 - a log line never costs the run
+            log(f"{label} accuracy parts: not available ({type(e).__name__}: {e})")
+
+    pending = []  # --defer-accuracy: (row, live, label, prewarm) of rows timed, accuracy not yet run
+
+    def flush():
+        """--defer-accuracy: the pending rows' accuracy phases, in order;
+        each row is written when its own ends. A row whose accuracy phase
+        fails outside its seeds (each seed's failure is recorded in the row)
+        goes to failed_rows."""
+        while pending:
+            row, live, label, prewarm = pending.pop(0)
+            try:
+                with torch.cuda.stream(timer.stream):  # as run_row's accuracy phase
+                    run_row_accuracy(torch, args, impls, row, live, log)
+            except Exception as e:  # noqa: BLE001
+                log(f"row {label} failed in its accuracy phase: {type(e).__name__}: {e}")
+                log(traceback.format_exc())
+                meta.setdefault("failed_rows", []).append([row["T"], row["H"], row["w"], row["form"],
+                                                           f"accuracy: {type(e).__name__}: {e}"])
+                continue
+            row["seconds"] = sum(row["phase_s"].values())  # its own phases, not the rows timed between
+            finish_row(row, label, prewarm)
+
     try:
         for k, (form, H, wname, T) in enumerate(plan):
             label = f"[{T}, {H}] {wname} {form}"
             prewarm = None
-            # --end-s: a row that would not fit even warm is skipped before any wait for its warm-up.
-            why = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T, warm=True)
+            # --end-s: a row that would not fit even warm is skipped before any wait for its
+            # warm-up; rows timed with their accuracy still pending count as whole rows.
+            owed = sum(predict_row_s(measured_for_end(rows), row_elements(p[0]["form"], p[0]["H"], p[0]["T"])) or 0
+                       for p in pending)
+            why = end_skip(args.end_s, time.time() - PROC_T0 + owed, rows, form, H, T, warm=True)
             if not why and not past_deadline():
                 left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
                 if args.end_s:  # wait no longer than leaves the row (warm) its predicted time
                     est = predict_row_s(measured_for_end(rows), row_elements(form, H, T)) or 0
-                    left = min(left, max(0.0, args.end_s - (time.time() - PROC_T0) - est - END_TAIL_S))
+                    left = min(left, max(0.0, args.end_s - (time.time() - PROC_T0) - owed - est - END_TAIL_S))
                 try:
                     prewarm = warm.finish(specs[k], left)
                 except Exception as e:  # noqa: BLE001 - the warm-up never costs the run
@@ -1830,7 +1906,7 @@ def main(argv):
                 continue
             if not why:  # again, after the wait, knowing whether the row is warm
                 compiles = any(n in impls for n in ("TC", "TCd"))
-                why = end_skip(args.end_s, time.time() - PROC_T0, rows, form, H, T,
+                why = end_skip(args.end_s, time.time() - PROC_T0 + owed, rows, form, H, T,
                                warm=not compiles or (prewarm is not None and prewarm.get("rc") == 0))
             if why:
                 log(f"end: row {label} skipped ({why})")
@@ -1844,7 +1920,10 @@ def main(argv):
             t0 = time.time()
             try:
                 with torch.cuda.stream(timer.stream):
-                    row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=after)
+                    if args.defer_accuracy:
+                        row, live = run_row_timing(torch, args, impls, errors, form, H, T, wname, timer, log)
+                    else:
+                        row = run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_timing=after)
             except Exception as e:  # noqa: BLE001
                 log(f"row {label} failed: {type(e).__name__}: {e}")
                 log(traceback.format_exc())
@@ -1858,24 +1937,18 @@ def main(argv):
                         meta.setdefault("skipped", []).append([t2, h2, w2, f2])
                     break
                 continue
-            row["seconds"] = time.time() - t0
-            if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
-                row["prewarm"] = prewarm
-            row["copy_GBps"] = copy.get("GBps")
-            if timer.cupti_off and not meta.get("cupti_off"):
-                meta["cupti_off"] = {"at_row": label, "why": timer.cupti_off}  # rows from there: events only
-            rows.append(row)
-            for op, r in row["ops"].items():
-                log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
-                    f"sota {r.get('sota')} {fmt(r.get('sota_us'))} ({row['seconds']:.0f} s)")
-            log(f"{label} phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in row.get("phase_s", {}).items())
-                + (f"; warm-up waited {prewarm['waited_s']:.1f} s (rc {prewarm['rc']})" if prewarm else ""))
-            atomic_write(args.json, json.dumps(result, indent=1))
-            atomic_write(args.md, markdown(meta, rows, copy))
-            try:
-                log(f"{label} accuracy parts: " + acc_parts(row))
-            except Exception as e:  # noqa: BLE001 - a log line never costs the run
-                log(f"{label} accuracy parts: not available ({type(e).__name__}: {e})")
+            if not args.defer_accuracy:
+                row["seconds"] = time.time() - t0
+                finish_row(row, label, prewarm)
+                continue
+            pending.append((row, live, label, prewarm))
+            nxt = specs[k + 1] if k + 1 < len(specs) else None
+            if nxt is not None and nxt in warm.ready and not warm.procs and not past_deadline():
+                log(f"{label}: accuracy deferred (the next row is warm: timed first)")
+                continue
+            start_batch(specs[k + 1:])  # the next rows compile beside the pending accuracy phases
+            flush()
+        flush()  # rows timed before a deadline or end skip
     finally:
         warm.finish(None, 0)  # no child outlives the run (an exception or Ctrl-C included)
     # Again at the end: rows skipped or failed after the last measured row

@@ -30,6 +30,10 @@
 #   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
 #                   the tests; default all of python/tests).
 #   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
+#   NG_DEFER=1      peers.py --defer-accuracy: the rows a warm-up batch warmed
+#                   are timed back to back, their accuracy phases run beside
+#                   the next batch's compiles (session 18: compile waits were
+#                   517 of 1575 s).
 # Output under $OUT: peers-N.tgz (peers.json, or peers-K.json per shard, and
 # logs) and logs.tgz. After the call, here: each peers.json to
 # docs/results/peers-h200/run-sSS-cC-N.json, logs to docs/results/<day>-sSS/callC,
@@ -45,7 +49,7 @@ P=$OUT/p; mkdir -p $P
 limit=${NG_CALL_LIMIT:-590}
 margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
+PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}${NG_DEFER:+ --defer-accuracy}"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
 DONE="--done docs/results/peers-h200/run-*.json"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1

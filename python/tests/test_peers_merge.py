@@ -261,6 +261,25 @@ def test_row_time_prediction_for_end_s():
     assert r.returncode == 2 and "--end-s -1.0: need >= 0" in r.stderr, r.stderr
 
 
+def test_run_row_is_timing_then_after_timing_then_accuracy():
+    """run_row's phases in order (the warm-up batch starts between them, never
+    beside a timing phase), and --defer-accuracy runs the same two halves."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import peers
+    calls = []
+    saved = peers.run_row_timing, peers.run_row_accuracy
+    try:
+        peers.run_row_timing = lambda *a: (calls.append("timing"), ({"row": 1}, ["det"]))[1]
+        peers.run_row_accuracy = lambda torch, args, impls, row, live, log: (calls.append(("accuracy", row, live)),
+                                                                             row)[1]
+        row = peers.run_row(None, None, {}, {}, "plain", 64, 8, "bf16", None, None,
+                            after_timing=lambda: calls.append("after"))
+    finally:
+        peers.run_row_timing, peers.run_row_accuracy = saved
+    assert calls == ["timing", "after", ("accuracy", {"row": 1}, ["det"])] and row == {"row": 1}
+    assert peers.parse_args(["--defer-accuracy"]).defer_accuracy and not peers.parse_args([]).defer_accuracy
+
+
 def test_split_known_reuses_only_identical_outputs():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import peers
@@ -383,6 +402,7 @@ if __name__ == "__main__":
     test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded()
     test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest()
     test_row_time_prediction_for_end_s()
+    test_run_row_is_timing_then_after_timing_then_accuracy()
     test_split_known_reuses_only_identical_outputs()
     test_plan_skips_the_rows_of_done_results()
     test_done_patterns_may_match_nothing_but_paths_must_exist()

@@ -21,6 +21,11 @@
 # Prediction: 5-7 rows per GPU per call (these are the heaviest rows: session
 #   18's T >= 98304 res rows at H >= 4096 took 52-110 s each plus waits).
 # NG_FIRST=1 (any call): test_capi and python/tests first (~60-100 s).
+# NG_DEFER (default 1 here; NG_DEFER= turns it off): peers.py --defer-accuracy,
+#   new in session 18 and not yet run on a GPU: the first call is its test
+#   (watch "accuracy deferred" and "warm-up waited" lines; rows and their
+#   numbers as without it). Prediction: compile waits under 1/6 of the call
+#   (session 18: 517 of 1575 s).
 # Output: peers-1.tgz (peers/peers.json; with shards also peers-1/2.json) and logs.tgz.
 # After each call, here: peers-1.tgz's peers/peers.json (with shards: the
 # merged one) to docs/results/peers-h200/run-s19-cC-N.json, logs to
@@ -29,5 +34,5 @@
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`),
 # COMMIT before the next call (the --done files travel with the tree).
 # Usage: bash docs/results/h200-2026-12-01-s18/run.sh   (every call)
-NG_MATRIX_SHARDS="--forms res|--forms heads24,heads4" \
+NG_DEFER=${NG_DEFER-1} NG_MATRIX_SHARDS="--forms res|--forms heads24,heads4" \
   exec bash "$(dirname "$0")/../../../scripts/peers_matrix.sh"
