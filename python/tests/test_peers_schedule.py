@@ -1,0 +1,202 @@
+"""bench/peers.py's row loop (main) on a simulated clock, without a GPU or
+torch: the phases of each row, the warm-up children and the time they take
+are fakes, the scheduling is peers.py's own. Checks what no CPU test of the
+parts can: no warm-up child runs beside a timing phase; --defer-accuracy
+times warm rows back to back and waits less for compiles than the default,
+with every row measured either way; --end-s skips a row predicted to outlast
+the run but still measures a smaller one after it.
+Runs under pytest or as `python3 python/tests/test_peers_schedule.py`."""
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import types
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import peers  # noqa: E402
+
+COMPILE_S = 90.0  # a warm-up child's TC/TCd compile (session 17: 40-100 s)
+
+
+def row_seconds(form, H, T):
+    """(timing, accuracy) seconds of a row: session 18's rows scale about so."""
+    e = peers.row_elements(form, H, T) / 1e6
+    return 1.0 + 0.05 * e, 1.0 + 0.09 * e
+
+
+class Sim:
+    """The fakes for one run of peers.main, sharing one clock and one event log."""
+
+    def __init__(self):
+        self.t = 1000.0
+        self.events = []  # ("timing" | "accuracy" | "start", label or specs, clock)
+        self.waited = 0.0
+
+    # --- the clock (peers' `time` module) ---
+    def time(self):
+        return self.t
+
+    def run(self, s):
+        self.t += s
+
+
+def fake_warm_class(sim):
+    class FakeWarm:
+        """WarmAhead's contract (bench/peers.py): start() one child per spec
+        (at most --warm-ahead, none while children run); warm(); finish(spec,
+        timeout) waits for every child (kills those past timeout), moves them
+        to ready and returns spec's record; drop()."""
+
+        def __init__(self, args, log):
+            self.args, self.enabled = args, True
+            self.procs, self.ready, self.batch = {}, {}, []
+
+        def warm(self, spec):
+            return spec in self.procs or spec in self.ready
+
+        def start(self, specs, free_bytes=None):
+            if not self.enabled or self.procs:
+                return
+            self.batch = list(specs[:self.args.warm_ahead])
+            for s in self.batch:
+                self.procs[s] = sim.t + COMPILE_S  # side by side: each done COMPILE_S from now
+            sim.events.append(("start", tuple(self.batch), sim.t))
+
+        def drop(self, spec):
+            self.procs.pop(spec, None)
+            self.ready.pop(spec, None)
+
+        def finish(self, spec, timeout):
+            if spec is None or (self.procs and spec not in self.procs):
+                self.procs.clear()
+                if spec is None:
+                    self.ready.clear()
+                return self.ready.pop(spec, None) if spec is not None else None
+            t0 = sim.t
+            if self.procs:
+                wait = min(max(self.procs.values()) - sim.t, max(1.0, timeout))
+                sim.run(max(0.0, wait))
+            for s, done in self.procs.items():
+                self.ready[s] = {"rc": 0 if done <= sim.t else -9, "waited_s": 0.0, "batch": self.batch, "child": []}
+            self.procs.clear()
+            rec = self.ready.pop(spec, None)
+            if rec is not None:
+                rec["waited_s"] = sim.t - t0
+                sim.waited += sim.t - t0
+            return rec
+    return FakeWarm
+
+
+def run_main(argv, sim, warm_holder):
+    """peers.main(argv) with every GPU part faked; returns (rc, result JSON)."""
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: types.SimpleNamespace(name="FakeGPU"),
+                                   stream=lambda s: contextlib.nullcontext(), mem_get_info=lambda: (100 << 30, 140 << 30),
+                                   synchronize=lambda: None, empty_cache=lambda: None),
+        version=types.SimpleNamespace(cuda="0"), __version__="fake", get_num_threads=lambda: 16)
+    normgate = types.SimpleNamespace(case_info=lambda c: {"eps": 1e-6}, version=lambda: "fake", default_threads=lambda: 16)
+
+    def timing(torch_, args, impls, errors, form, H, T, wname, timer, log):
+        assert not warm_holder[0].procs, f"a warm-up child runs beside [{T}, {H}] {form}'s timing phase"
+        label = f"[{T}, {H}] {wname} {form}"
+        ts, _ = row_seconds(form, H, T)
+        sim.events.append(("timing", label, sim.t))
+        sim.run(ts)
+        row = {"H": H, "T": T, "w": wname, "form": form, "heads": 1, "impls": {}, "phase_s": {"setup": 0.0, "timing": ts}}
+        return row, ["det", "ours"]
+
+    def accuracy(torch_, args, impls, row, live, log):
+        _, acc = row_seconds(row["form"], row["H"], row["T"])
+        sim.events.append(("accuracy", f"[{row['T']}, {row['H']}] {row['w']} {row['form']}", sim.t))
+        sim.run(acc)
+        row["phase_s"]["accuracy"] = acc
+        row["ops"] = {"fwd": {"det_us": 1.0, "ours_us": 1.0}}
+        return row
+
+    def warm_factory(args, log):
+        warm_holder[0] = fake_warm_class(sim)(args, log)
+        return warm_holder[0]
+
+    saved = {k: getattr(peers, k) for k in ("time", "make_impls", "Timer", "copy_ceiling", "run_row_timing",
+                                            "run_row_accuracy", "WarmAhead", "markdown", "PROC_T0", "acc_parts")}
+    mods = {k: sys.modules.get(k) for k in ("torch", "normgate", "triton")}
+    try:
+        peers.time = types.SimpleNamespace(time=sim.time)
+        peers.PROC_T0 = sim.t
+        peers.make_impls = lambda torch_, names, eps, errors: {n: None for n in ("det", "ours", "TC", "TCd")}
+        peers.Timer = lambda torch_: types.SimpleNamespace(stream=None, cupti=None, cupti_off=None)
+        peers.copy_ceiling = lambda *a: {"GBps": 4000.0, "candidates": {}, "bytes": 1, "by": "fake"}
+        peers.run_row_timing, peers.run_row_accuracy = timing, accuracy
+        peers.WarmAhead = warm_factory
+        peers.markdown = lambda *a: ""
+        peers.acc_parts = lambda row: ""
+        sys.modules["torch"], sys.modules["normgate"], sys.modules["triton"] = torch, normgate, None
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
+                rc = peers.main(argv + ["--json", out])
+            return rc, json.load(open(out))
+    finally:
+        for k, v in saved.items():
+            setattr(peers, k, v)
+        for k, v in mods.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+ROWS = ["--peers", "TC,TCd", "--forms", "plain", "--H", "1024,2048", "--T", "4097,65537,98304,131072", "--w", "bf16"]
+
+
+def simulate(extra):
+    sim, holder = Sim(), [None]
+    rc, res = run_main(ROWS + extra, sim, holder)
+    return sim, rc, res
+
+
+def test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes():
+    for extra in ([], ["--defer-accuracy"]):
+        sim, rc, res = simulate(extra)  # timing() asserts the children rule at every row
+        assert rc == 0 and len(res["rows"]) == 8, (extra, rc, len(res["rows"]))
+        timed = [e[1] for e in sim.events if e[0] == "timing"]
+        assert timed == sorted(set(timed), key=timed.index) and len(timed) == 8
+        # Each row's accuracy phase after its own timing phase.
+        for lab in timed:
+            ev = [e[0] for e in sim.events if e[1] == lab]
+            assert ev == ["timing", "accuracy"], (lab, ev)
+
+
+def test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less():
+    plain, _, _ = simulate([])
+    defer, _, res = simulate(["--defer-accuracy"])
+    kinds = [e[0] for e in defer.events]
+    # The first batch's 4 rows are timed back to back, then the next batch starts,
+    # then their 4 accuracy phases run beside its compiles.
+    assert kinds[:7] == ["start", "timing", "timing", "timing", "timing", "start", "accuracy"], kinds
+    assert defer.waited < plain.waited, (defer.waited, plain.waited)
+    # Same rows, and each row's seconds are its own phases, not the rows timed between.
+    for r in res["rows"]:
+        ts, acc = row_seconds(r["form"], r["H"], r["T"])
+        assert abs(r["seconds"] - (ts + acc)) < 1e-9
+
+
+def test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_it():
+    # Row order: H=1024 at T=4097..131072, then H=2048. End the run where the
+    # big H=2048 rows cannot fit but [4097, 2048] still can.
+    full, _, _ = simulate([])
+    end = full.t - 1000.0 - 150.0
+    sim, rc, res = simulate(["--end-s", str(end), "--T", "131072,4097"])
+    got = [(r["T"], r["H"]) for r in res["rows"]]
+    skipped = [(x[0], x[1]) for x in res["meta"].get("skipped", [])]
+    assert rc == 0 and sim.t - 1000.0 <= end, (sim.t - 1000.0, end)
+    assert (131072, 2048) in skipped and (4097, 2048) in got, (got, skipped)
+
+
+if __name__ == "__main__":
+    test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes()
+    test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less()
+    test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_it()
+    print("test_peers_schedule: ok")
