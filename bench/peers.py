@@ -1813,6 +1813,15 @@ def main(argv):
     def past_deadline():
         return bool(args.deadline_s) and time.time() - start > args.deadline_s
 
+    pending = []  # --defer-accuracy: (row, live, label, prewarm) of rows timed, accuracy not yet run
+
+    def owed_s():
+        """Seconds the pending rows' accuracy phases are predicted to take
+        (each row's predicted whole time less its timing already done)."""
+        m = measured_for_end(rows)
+        return sum(max(0.0, (predict_row_s(m, row_elements(p[0]["form"], p[0]["H"], p[0]["T"])) or 0)
+                       - p[0]["phase_s"].get("setup", 0) - p[0]["phase_s"].get("timing", 0)) for p in pending)
+
     def start_batch(ups):
         """Warm-ups for the rows `ups` (WarmAhead.start keeps --warm-ahead of
         them), no more than the deadline leaves time for (~60 s a row). No
@@ -1822,7 +1831,7 @@ def main(argv):
         if not warm.enabled or not ups or past_deadline():
             return
         if args.end_s:  # no child for a row --end-s will skip; the first left is the next to run
-            ups = [u for u in ups if not end_skip(args.end_s, time.time() - PROC_T0, rows,
+            ups = [u for u in ups if not end_skip(args.end_s, time.time() - PROC_T0 + owed_s(), rows,
                                                   u.split(",")[0], int(u.split(",")[1]), int(u.split(",")[2]),
                                                   warm=True)]
         if not ups or warm.warm(ups[0]):
@@ -1842,8 +1851,6 @@ def main(argv):
         if prewarm is not None:  # the child that compiled this row's TC/TCd during the previous row
             row["prewarm"] = prewarm
         row["copy_GBps"] = copy.get("GBps")
-        if timer.cupti_off and not meta.get("cupti_off"):
-            meta["cupti_off"] = {"at_row": label, "why": timer.cupti_off}  # rows from there: events only
         rows.append(row)
         for op, r in row["ops"].items():
             log(f"{label} {op}: det {fmt(r['det_us'])} ours {fmt(r['ours_us'])} "
@@ -1856,8 +1863,6 @@ def main(argv):
             log(f"{label} accuracy parts: " + acc_parts(row))
         except Exception as e:  # noqa: BLE001 - a log line never costs the run
             log(f"{label} accuracy parts: not available ({type(e).__name__}: {e})")
-
-    pending = []  # --defer-accuracy: (row, live, label, prewarm) of rows timed, accuracy not yet run
 
     def flush():
         """--defer-accuracy: the pending rows' accuracy phases, in order;
@@ -1874,9 +1879,32 @@ def main(argv):
                 log(traceback.format_exc())
                 meta.setdefault("failed_rows", []).append([row["T"], row["H"], row["w"], row["form"],
                                                            f"accuracy: {type(e).__name__}: {e}"])
+                try:
+                    torch.cuda.synchronize()
+                except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: no later row can run
+                    log(f"CUDA context unusable after row {label}'s accuracy phase ({type(e2).__name__}): stopping")
+                    meta["stopped"] = f"CUDA context unusable after row {label}'s accuracy phase"
+                    unpend("accuracy not run: CUDA context unusable")
+                    return False
                 continue
-            row["seconds"] = sum(row["phase_s"].values())  # its own phases, not the rows timed between
+            # Its own phases (not the rows timed between): the default path's wall
+            # seconds less the seed-0 input generation before its timing.
+            row["seconds"] = sum(row["phase_s"].values())
             finish_row(row, label, prewarm)
+        return True
+
+    def skip_rest(k):
+        """The plan's rows after the k-th into meta["skipped"] (the run stops)."""
+        for f2, h2, w2, t2 in plan[k + 1:]:
+            meta.setdefault("skipped", []).append([t2, h2, w2, f2])
+
+    def unpend(why):
+        """Pending rows that will not get their accuracy phase go to
+        meta["skipped"] (a later run with --done measures them again)."""
+        while pending:
+            row, _, label, _ = pending.pop(0)
+            log(f"row {label}: timed, {why}: not written (skipped)")
+            meta.setdefault("skipped", []).append([row["T"], row["H"], row["w"], row["form"]])
 
     try:
         for k, (form, H, wname, T) in enumerate(plan):
@@ -1884,8 +1912,7 @@ def main(argv):
             prewarm = None
             # --end-s: a row that would not fit even warm is skipped before any wait for its
             # warm-up; rows timed with their accuracy still pending count as whole rows.
-            owed = sum(predict_row_s(measured_for_end(rows), row_elements(p[0]["form"], p[0]["H"], p[0]["T"])) or 0
-                       for p in pending)
+            owed = owed_s()
             why = end_skip(args.end_s, time.time() - PROC_T0 + owed, rows, form, H, T, warm=True)
             if not why and not past_deadline():
                 left = args.deadline_s - (time.time() - start) if args.deadline_s else 900
@@ -1913,6 +1940,9 @@ def main(argv):
                 meta.setdefault("skipped", []).append([T, H, wname, form])
                 warm.drop(specs[k])  # its own warm-up, if still running; children of later rows go on
                 start_batch(specs[k + 1:])  # a smaller row after it may still fit: warm it
+                if not flush():  # the pending accuracy phases beside that batch
+                    skip_rest(k)
+                    break
                 continue
 
             def after(ups=specs[k + 1:]):
@@ -1933,24 +1963,34 @@ def main(argv):
                 except Exception as e2:  # noqa: BLE001 - a sticky CUDA error: every later row would fail
                     log(f"CUDA context unusable after row {label} ({type(e2).__name__}): stopping")
                     meta["stopped"] = f"CUDA context unusable after row {label}"
-                    for f2, h2, w2, t2 in plan[k + 1:]:
-                        meta.setdefault("skipped", []).append([t2, h2, w2, f2])
+                    skip_rest(k)
+                    unpend("accuracy not run: CUDA context unusable")
                     break
                 continue
+            if timer.cupti_off and not meta.get("cupti_off"):
+                meta["cupti_off"] = {"at_row": label, "why": timer.cupti_off}  # rows from there: events only
             if not args.defer_accuracy:
                 row["seconds"] = time.time() - t0
                 finish_row(row, label, prewarm)
                 continue
             pending.append((row, live, label, prewarm))
             nxt = specs[k + 1] if k + 1 < len(specs) else None
-            if nxt is not None and nxt in warm.ready and not warm.procs and not past_deadline():
+            # Deferred only while --end-s can predict (a measured row: the first row's accuracy runs at once).
+            if nxt is not None and nxt in warm.ready and not warm.procs and not past_deadline() \
+                    and (rows or not args.end_s):
                 log(f"{label}: accuracy deferred (the next row is warm: timed first)")
                 continue
             start_batch(specs[k + 1:])  # the next rows compile beside the pending accuracy phases
-            flush()
+            if not flush():
+                skip_rest(k)
+                break
         flush()  # rows timed before a deadline or end skip
     finally:
         warm.finish(None, 0)  # no child outlives the run (an exception or Ctrl-C included)
+        if pending:  # an exception or Ctrl-C with rows timed but not validated: listed, never written
+            unpend("run interrupted before its accuracy phase")
+            atomic_write(args.json, json.dumps(result, indent=1))
+            atomic_write(args.md, markdown(meta, rows, copy))
     # Again at the end: rows skipped or failed after the last measured row
     # are recorded only here.
     atomic_write(args.json, json.dumps(result, indent=1))

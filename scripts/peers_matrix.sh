@@ -30,7 +30,7 @@
 #   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
 #                   the tests; default all of python/tests).
 #   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
-#   NG_DEFER=1      peers.py --defer-accuracy: the rows a warm-up batch warmed
+#   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py --defer-accuracy: the rows a warm-up batch warmed
 #                   are timed back to back, their accuracy phases run beside
 #                   the next batch's compiles (session 18: compile waits were
 #                   517 of 1575 s).
@@ -49,7 +49,8 @@ P=$OUT/p; mkdir -p $P
 limit=${NG_CALL_LIMIT:-590}
 margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}${NG_DEFER:+ --defer-accuracy}"
+PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
+[ "${NG_DEFER:-0}" = 1 ] && PEERS="$PEERS --defer-accuracy"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
 DONE="--done docs/results/peers-h200/run-*.json"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
@@ -81,5 +82,5 @@ tar czf $OUT/logs.tgz -C $OUT p
 [ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
 [ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
 echo "== peers-1.txt"
-grep -E "peers_matrix|peers.py|host threads|CUPTI|cupti|: det |phases|unavailable|failed" $P/peers-1.txt | tail -20 | cut -c1-300
+grep -E "peers_matrix|peers.py|host threads|CUPTI|cupti|: det |phases|unavailable|failed|accuracy deferred|end: row|not written" $P/peers-1.txt | tail -24 | cut -c1-300
 rm -rf $P

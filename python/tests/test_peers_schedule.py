@@ -29,10 +29,14 @@ def row_seconds(form, H, T):
 class Sim:
     """The fakes for one run of peers.main, sharing one clock and one event log."""
 
-    def __init__(self):
+    def __init__(self, fail_timing_at=None, interrupt_accuracy_at=None):
         self.t = 1000.0
         self.events = []  # ("timing" | "accuracy" | "start", label or specs, clock)
         self.waited = 0.0
+        self.violations = []  # timing phases with a warm-up child running (main catches what timing() raises)
+        self.fail_timing_at = fail_timing_at  # a row whose timing fails with a sticky CUDA error
+        self.interrupt_accuracy_at = interrupt_accuracy_at  # a row whose accuracy phase gets Ctrl-C
+        self.context_broken = False
 
     # --- the clock (peers' `time` module) ---
     def time(self):
@@ -90,17 +94,26 @@ def fake_warm_class(sim):
 
 
 def run_main(argv, sim, warm_holder):
-    """peers.main(argv) with every GPU part faked; returns (rc, result JSON)."""
+    """peers.main(argv) with every GPU part faked; returns (rc, result
+    JSON); rc is "interrupted" when main raised KeyboardInterrupt."""
+    def synchronize():
+        if sim.context_broken:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
     torch = types.SimpleNamespace(
         cuda=types.SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: types.SimpleNamespace(name="FakeGPU"),
                                    stream=lambda s: contextlib.nullcontext(), mem_get_info=lambda: (100 << 30, 140 << 30),
-                                   synchronize=lambda: None, empty_cache=lambda: None),
+                                   synchronize=synchronize, empty_cache=lambda: None),
         version=types.SimpleNamespace(cuda="0"), __version__="fake", get_num_threads=lambda: 16)
     normgate = types.SimpleNamespace(case_info=lambda c: {"eps": 1e-6}, version=lambda: "fake", default_threads=lambda: 16)
 
     def timing(torch_, args, impls, errors, form, H, T, wname, timer, log):
-        assert not warm_holder[0].procs, f"a warm-up child runs beside [{T}, {H}] {form}'s timing phase"
         label = f"[{T}, {H}] {wname} {form}"
+        if warm_holder[0].procs:
+            sim.violations.append(label)
+        if label == sim.fail_timing_at:
+            sim.context_broken = True
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         ts, _ = row_seconds(form, H, T)
         sim.events.append(("timing", label, sim.t))
         sim.run(ts)
@@ -109,7 +122,10 @@ def run_main(argv, sim, warm_holder):
 
     def accuracy(torch_, args, impls, row, live, log):
         _, acc = row_seconds(row["form"], row["H"], row["T"])
-        sim.events.append(("accuracy", f"[{row['T']}, {row['H']}] {row['w']} {row['form']}", sim.t))
+        label = f"[{row['T']}, {row['H']}] {row['w']} {row['form']}"
+        if label == sim.interrupt_accuracy_at:
+            raise KeyboardInterrupt
+        sim.events.append(("accuracy", label, sim.t))
         sim.run(acc)
         row["phase_s"]["accuracy"] = acc
         row["ops"] = {"fwd": {"det_us": 1.0, "ours_us": 1.0}}
@@ -133,11 +149,15 @@ def run_main(argv, sim, warm_holder):
         peers.markdown = lambda *a: ""
         peers.acc_parts = lambda row: ""
         sys.modules["torch"], sys.modules["normgate"], sys.modules["triton"] = torch, normgate, None
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, open(os.devnull, "w") as null:
             out = os.path.join(d, "r.json")
-            with contextlib.redirect_stdout(open(os.devnull, "w")), contextlib.redirect_stderr(open(os.devnull, "w")):
-                rc = peers.main(argv + ["--json", out])
-            return rc, json.load(open(out))
+            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+                try:
+                    rc = peers.main(argv + ["--json", out])
+                except KeyboardInterrupt:
+                    rc = "interrupted"
+            with open(out) as f:
+                return rc, json.load(f)
     finally:
         for k, v in saved.items():
             setattr(peers, k, v)
@@ -151,10 +171,19 @@ def run_main(argv, sim, warm_holder):
 ROWS = ["--peers", "TC,TCd", "--forms", "plain", "--H", "1024,2048", "--T", "4097,65537,98304,131072", "--w", "bf16"]
 
 
-def simulate(extra):
-    sim, holder = Sim(), [None]
-    rc, res = run_main(ROWS + extra, sim, holder)
+def simulate(extra, rows=ROWS, **faults):
+    sim, holder = Sim(**faults), [None]
+    rc, res = run_main(rows + extra, sim, holder)
+    assert not sim.violations, f"warm-up children ran beside the timing of {sim.violations}"
     return sim, rc, res
+
+
+def plan_keys(res):
+    """{(T, H, w, form)} of the rows measured, skipped and failed."""
+    got = {(r["T"], r["H"], r["w"], r["form"]) for r in res["rows"]}
+    skipped = {tuple(x[:4]) for x in res["meta"].get("skipped", [])}
+    failed = {tuple(x[:4]) for x in res["meta"].get("failed_rows", [])}
+    return got, skipped, failed
 
 
 def test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes():
@@ -184,8 +213,8 @@ def test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less():
 
 
 def test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_it():
-    # Row order: H=1024 at T=4097..131072, then H=2048. End the run where the
-    # big H=2048 rows cannot fit but [4097, 2048] still can.
+    # Row order (--T 131072,4097): H=1024 at T=131072, 4097, then H=2048. End
+    # the run where [131072, 2048] cannot fit but [4097, 2048] still can.
     full, _, _ = simulate([])
     end = full.t - 1000.0 - 150.0
     sim, rc, res = simulate(["--end-s", str(end), "--T", "131072,4097"])
@@ -195,8 +224,43 @@ def test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_i
     assert (131072, 2048) in skipped and (4097, 2048) in got, (got, skipped)
 
 
+# Session 19's rows: res at H=5120/6144 and T >= 98304 (row_seconds: ~40-75 s timing, ~70-135 s accuracy).
+HEAVY = ["--peers", "TC,TCd", "--forms", "res", "--H", "5120,6144", "--T", "98304,131072", "--w", "bf16,fp32"]
+
+
+def test_end_s_holds_with_deferred_accuracy():
+    """Pending rows' accuracy phases count against --end-s: the run never
+    ends after it (the caller's timeout would kill it with timed rows not
+    written), and a deferred row is never lost."""
+    for end in range(250, 1300, 50):
+        sim, rc, res = simulate(["--defer-accuracy", "--end-s", str(end)], rows=HEAVY)
+        assert sim.t - 1000.0 <= end, (end, sim.t - 1000.0)
+        got, skipped, failed = plan_keys(res)
+        assert len(got) + len(skipped) == 8 and not failed, (end, got, skipped)
+    assert any(e[0] == "timing" and e[1] == "[131072, 5120] bf16 res" for e in sim.events)  # the last run: rows ran
+
+
+def test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row():
+    """Rows timed but not yet validated when the run stops go to skipped
+    (so --done measures them again), never half-written and never lost."""
+    plan = 8
+    for extra in ([], ["--defer-accuracy"]):
+        sim, rc, res = simulate(extra, fail_timing_at="[98304, 1024] bf16 plain")
+        got, skipped, failed = plan_keys(res)
+        assert (98304, 1024, "bf16", "plain") in failed and res["meta"]["stopped"], res["meta"]
+        assert len(got) + len(skipped) + len(failed) == plan and not got & skipped, (extra, got, skipped)
+        if extra:  # [4097, 1024] and [65537, 1024] were timed, waiting for the batch's last row
+            assert {(4097, 1024, "bf16", "plain"), (65537, 1024, "bf16", "plain")} <= skipped
+    sim, rc, res = simulate(["--defer-accuracy"], interrupt_accuracy_at="[65537, 1024] bf16 plain")
+    got, skipped, failed = plan_keys(res)
+    assert rc == "interrupted" and (4097, 1024, "bf16", "plain") in got, (rc, got)
+    assert {(98304, 1024, "bf16", "plain"), (131072, 1024, "bf16", "plain")} <= skipped, skipped
+
+
 if __name__ == "__main__":
     test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes()
     test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less()
     test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_it()
+    test_end_s_holds_with_deferred_accuracy()
+    test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row()
     print("test_peers_schedule: ok")

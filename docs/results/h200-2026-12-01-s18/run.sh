@@ -21,7 +21,7 @@
 # Prediction: 5-7 rows per GPU per call (these are the heaviest rows: session
 #   18's T >= 98304 res rows at H >= 4096 took 52-110 s each plus waits).
 # NG_FIRST=1 (any call): test_capi and python/tests first (~60-100 s).
-# NG_DEFER (default 1 here; NG_DEFER= turns it off): peers.py --defer-accuracy,
+# NG_DEFER (default 1 here; NG_DEFER=0 turns it off): peers.py --defer-accuracy,
 #   new in session 18 and not yet run on a GPU: the first call is its test
 #   (watch "accuracy deferred" and "warm-up waited" lines; rows and their
 #   numbers as without it). Prediction: compile waits under 1/6 of the call
