@@ -1911,7 +1911,7 @@ def main(argv):
             label = f"[{T}, {H}] {wname} {form}"
             prewarm = None
             # --end-s: a row that would not fit even warm is skipped before any wait for its
-            # warm-up; rows timed with their accuracy still pending count as whole rows.
+            # warm-up; rows timed with their accuracy still pending owe its predicted share.
             owed = owed_s()
             why = end_skip(args.end_s, time.time() - PROC_T0 + owed, rows, form, H, T, warm=True)
             if not why and not past_deadline():
