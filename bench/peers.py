@@ -128,7 +128,8 @@ class DefaultsShown(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if action.default not in (None, "", False, argparse.SUPPRESS) and "%(default)" not in h \
+        d = action.default
+        if not (d is None or d is False or d == "" or d is argparse.SUPPRESS) and "%(default)" not in h \
                 and action.option_strings:
             h += " (default: %(default)s)"
         return h
@@ -151,16 +152,21 @@ def parse_args(argv):
     p.add_argument("--family", default="normal", help="input family of the accuracy seeds: " + ", ".join(FAMILIES))
     p.add_argument("--forms", default="plain",
                    help="plain, res (at each --H), heads24, heads4 (H = 256, T tokens)")
-    p.add_argument("--deadline-s", type=float, default=0, help="start no new row after this many seconds (0: none)")
+    p.add_argument("--deadline-s", type=float, default=0,
+                   help="start no new row after this many seconds, counted from after torch's import (a hard cut, "
+                        "no prediction; with --end-s both apply; 0: none)")
     p.add_argument("--end-s", type=float, default=0,
-                   help="the run is stopped this many seconds after its start (scripts/peers.sh's timeout): a row "
-                        "predicted to end later is not started, a smaller one may still be (prediction: this run's "
-                        "rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s without a warm-up; "
-                        "0: none)")
+                   help="the caller stops the run this many seconds after the process started (scripts/peers.sh "
+                        "passes its timeout; peers.py does not stop itself): a row predicted to end later, with the "
+                        "pending deferred accuracy phases, is not started, a smaller one may still be (prediction: "
+                        "this run's rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s without a "
+                        "warm-up; 0: none)")
     p.add_argument("--defer-accuracy", action="store_true",
                    help="time the rows a warm-up batch warmed back to back and run their accuracy phases "
                         "together, beside the next batch's compiles (more of the compile hidden than behind one "
-                        "row's accuracy phase); same measurements, rows written when their accuracy ends")
+                        "row's accuracy phase); same measurements, rows written when their accuracy ends. Needs "
+                        "warm-ups (nothing is deferred with --no-warm-next); with --end-s the first row's accuracy "
+                        "is not deferred; rows timed but not validated when the run stops are listed as skipped")
     p.add_argument("--done", default="",
                    help="comma-separated peers.py result JSONs (glob patterns allowed): rows already in them are "
                         "skipped, so a matrix spread over several calls continues where it stopped; a file counts "
@@ -176,8 +182,8 @@ def parse_args(argv):
                    help="do not compile the next rows' TC/TCd in child processes during a row's accuracy phase")
     p.add_argument("--warm-ahead", type=int, default=4, metavar="K",
                    help="when the next row's TC/TCd are not compiled yet (inductor's caches cold), compile the "
-                        "next K rows' side by side, one child each (0..16; fewer where their GPU memory would pass half the free memory or the "
-                        "deadline leaves no time for the rows; 0: no warm-up children, as --no-warm-next, which wins over K)")
+                        "next K rows' side by side, one child each (0..16; fewer where their GPU memory would pass half the free memory or "
+                        "--deadline-s / --end-s leaves no time for the rows; 0: no warm-up children, as --no-warm-next, which wins over K)")
     p.add_argument("--warm-compile", default="", metavar="FORM,H,T,W",
                    help=argparse.SUPPRESS)  # internal: the child of the warm-up (compile one row's TC/TCd, exit)
     p.add_argument("--json", default="", help="write the result JSON here (atomically; after every row)")
@@ -1182,14 +1188,6 @@ def markdown(meta, rows, copy):
     if meta["peer_errors"]:
         L.append("Peers that could not run: " + "; ".join(f"{k}: `{v}`" for k, v in meta["peer_errors"].items()) + "\n")
     L += summary_lines(rows)
-    L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
-             "its worst err/tol over the op's outputs; "
-             "SOTA/ours is then left empty. (faster, over budget: ! ...) after a SOTA = the fastest peer, "
-             "which missed the budget, with its worst err/tol (other peers over budget: see Every implementation); "
-             "SOTA/ours stays against the in-budget SOTA. (out of budget) = det or ours itself failed the budget "
-             "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
-             "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
-             "copies); unmarked: within the floor.\n")
     forms = [f for f in FORMS if any(row.get("form", "plain") == f for row in rows)]
     for form in forms:
         L.append(f"## Form {form}\n")
@@ -1294,6 +1292,15 @@ def summary_lines(rows):
         L.append(f"| {op} | {span(dq)} | {sum(q < 1 for q in dq)} of {len(dq)} | {len(sl)} of {len(dq)} | "
                  f"{span(sq)} | {sum(q < 1 for q in sq)} of {len(sq)} | {span(fq)} ({len(fq)} rows) |")
     L.append("")
+    L.append("! = no peer within the budget on every seed: the fastest peer is shown with "
+             "its worst err/tol over the op's outputs; "
+             "SOTA/ours is then left empty. (faster, over budget: ! ...) after a SOTA = the fastest peer, "
+             "which missed the budget, with its worst err/tol (other peers over budget: see Every implementation); "
+             "SOTA/ours stays against the in-budget SOTA. (out of budget) = det or ours itself failed the budget "
+             "(or its accuracy run) for that op. + / - after det/ours: ours (deterministic=False) faster / "
+             "slower than det by more than the row's A/A floor (the larger |1 - A/A| of the det and ours "
+             "copies); unmarked: within the floor. fastest peer/ours, budget aside: the fastest peer's time over "
+             "ours whether it is within budget or not, over every row (the ! rows too).\n")
     if any(h for h, _ in hidden.values()):
         L.append("SOTA/ours counts the rows with an in-budget peer (those marked ! have none). On "
                  + ", ".join(f"{len(h)} {op}" for op, (h, _) in hidden.items() if h)

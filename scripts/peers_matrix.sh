@@ -3,9 +3,12 @@
 # through scripts/peers.sh): the rows not yet in docs/results/peers-h200/run-*.json
 # (--done), as many as fit the call, then a short summary last.
 #
-# Runs in its repository's root (from any folder) on the GPU machine, with the capi library
-# built here and carried: ["build/capi/libnormgate_capi.so",
-# "build/tests/test_capi", ".whl"] (.whl: Liger-Kernel 0.8.5's wheel).
+# Runs in its repository's root (from any folder) on the GPU machine, with
+# the capi library built here (`scripts/bootstrap && scripts/build`) and
+# carried: ["build/capi/libnormgate_capi.so", "build/tests/test_capi", ".whl"]
+# (.whl: Liger-Kernel 0.8.5's wheel; README, "Benchmark against the peers").
+# The call prepared for the rows left (a wrapper setting the variables below)
+# is named in docs/perf.md's last "Next".
 # What is left, without a GPU: `python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
 # 'docs/results/peers-h200/run-*.json'`.
@@ -13,30 +16,36 @@
 # Environment:
 #   NG_CALL_LIMIT   seconds this call may take (default 590; the device
 #                   tool's limit is 600); peers.py gets what is left after
-#                   the tests minus 25 s for packing.
-#   NG_ROW_MARGIN   --deadline-s is what is left minus this (default 45;
-#                   counted from peers.py's start, after scripts/peers.sh's
-#                   install and torch's import, so the real gap to the end is
-#                   a little less). Before it, peers.py (--end-s from
-#                   scripts/peers.sh) starts only rows predicted to finish in
-#                   time (session 18's largest rows took 52-110 s; a fixed
-#                   margin of 130 s left ~140 s unused, 100 s no room for a
-#                   [131072, 6144] res row).
+#                   the tests minus 25 s for packing, as scripts/peers.sh's
+#                   timeout and peers.py's --end-s.
+#   NG_ROW_MARGIN   --deadline-s is that minus this (default 45; counted from
+#                   peers.py's start, after scripts/peers.sh's install and
+#                   torch's import, so the real gap to the end is a little
+#                   less). Before it, peers.py starts only rows predicted to
+#                   finish by --end-s (session 18's largest rows took 52-110
+#                   s; a fixed margin of 130 s left ~140 s unused, 100 s no
+#                   room for a [131072, 6144] res row).
 #   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
 #                   and weight dtype; --done skips what is measured).
-#   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2", one peers.py per
-#                   GPU, each with NG_MATRIX_ARGS then its own ARGS (a later
-#                   --forms or --H wins); unset: one peers.py on GPU 0.
+#   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2|...", one
+#                   peers.py per shard, shard k on GPU k mod the GPU count,
+#                   with cores/shards OpenMP threads, each with
+#                   NG_MATRIX_ARGS then its own ARGS (a later --forms or --H
+#                   wins); unset, or one GPU: one peers.py on GPU 0.
 #   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
 #                   the tests; default all of python/tests).
 #   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
-#   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py --defer-accuracy: the rows a warm-up batch warmed
-#                   are timed back to back, their accuracy phases run beside
-#                   the next batch's compiles (session 18: compile waits were
-#                   517 of 1575 s).
-# Output under $OUT: peers-N.tgz (peers.json, or peers-K.json per shard, and
-# logs) and logs.tgz. After the call, here: each peers.json to
-# docs/results/peers-h200/run-sSS-cC-N.json, logs to docs/results/<day>-sSS/callC,
+#   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py
+#                   --defer-accuracy: the rows a warm-up batch warmed are
+#                   timed back to back, their accuracy phases run beside the
+#                   next batch's compiles (session 18: compile waits were 517
+#                   of 1575 s).
+# Output under $OUT: peers-1.tgz (peers/peers.json: the run's rows, with
+# shards the merged table of the shards' peers-K.json; and the logs) and
+# logs.tgz. After the call, here: peers/peers.json (only it: the shards' rows
+# are in it, and --merge refuses a row found twice) to
+# docs/results/peers-h200/run-sSS-cC-1.json (SS: the session, C: the call),
+# the logs to docs/results/h200-<date>-sSS/callC,
 # `python3 bench/peers.py --merge docs/results/peers-h200/run-*.json --json
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
 # and commit before the next call (the --done files travel with the tree).
@@ -69,7 +78,7 @@ else
   shards=""
   [ "${ngpu:-0}" -ge 2 ] && [ -n "${NG_MATRIX_SHARDS:-}" ] && shards=$NG_MATRIX_SHARDS
   NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
-    NG_PEERS_GPUS=${shards:+0,1} NG_PEERS_THREADS=${shards:+16} NG_PEERS_SHARDS=$shards \
+    NG_PEERS_SHARDS=$shards \
     NG_PEERS_ARGS="$PEERS $ROWS $DONE --deadline-s $(( left - margin ))" \
     OUT=$P/pk scripts/peers.sh >$P/peers-1.txt 2>&1
   grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null

@@ -28,7 +28,7 @@
 #   (session 18: 517 of 1575 s).
 # Output: peers-1.tgz (peers/peers.json; with shards also peers-1/2.json) and logs.tgz.
 # After each call, here: peers-1.tgz's peers/peers.json (with shards: the
-# merged one) to docs/results/peers-h200/run-s19-cC-N.json, logs to
+# merged one) to docs/results/peers-h200/run-s19-cC-1.json, logs to
 # docs/results/h200-2026-12-0X-s19/callC, merge (`python3 bench/peers.py
 # --merge docs/results/peers-h200/run-*.json --json
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`),
