@@ -1325,7 +1325,6 @@ def summary_lines(rows):
 
 def merge(argv):
     """--merge J1 J2 ... [--json OUT] [--md OUT]: see the module docstring."""
-    import glob
     files, out_json, out_md, i = [], "", "", 0
     while i < len(argv):
         if argv[i] in ("--json", "--md"):
@@ -1346,13 +1345,10 @@ def merge(argv):
         elif argv[i].startswith("--"):
             die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
         else:  # a quoted glob pattern works as with --done; it must match something
-            if glob.has_magic(argv[i]):
-                hits = sorted(glob.glob(argv[i]))
-                if not hits:
-                    die_usage(f"--merge: {argv[i]!r} matches no file")
-                files += hits
-            else:
-                files.append(argv[i])
+            hits = expand_pattern(argv[i])
+            if not hits:
+                die_usage(f"--merge: {argv[i]!r} matches no file")
+            files += hits
             i += 1
     if not files:
         die_usage("--merge needs at least one result JSON")
@@ -1471,12 +1467,17 @@ def done_rows(spec, args=None):
     return done
 
 
-def done_files(spec):
-    """[(pattern, its files)] of a --done value: a pattern with glob
-    characters gives what it matches (sorted), a plain path itself."""
+def expand_pattern(pat):
+    """The files of a --done or --merge argument: a pattern with glob
+    characters gives what it matches (sorted, maybe nothing), a plain path
+    itself."""
     import glob
-    return [(pat, sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])
-            for pat in [t.strip() for t in spec.split(",") if t.strip()]]
+    return sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+
+
+def done_files(spec):
+    """[(pattern, its files)] of a --done value (comma-separated patterns)."""
+    return [(pat, expand_pattern(pat)) for pat in [t.strip() for t in spec.split(",") if t.strip()]]
 
 
 def plan_rows(args):
@@ -1547,14 +1548,20 @@ def row_spec(form, H, T, wname):
     return f"{form},{H},{T},{wname}"
 
 
+def parse_spec(spec):
+    """row_spec's inverse: (form, H, T, wname), H and T ints; ValueError
+    when spec is not FORM,H,T,W."""
+    form, H, T, wname = spec.split(",")
+    return form, int(H), int(T), wname
+
+
 def warm_compile(args):
     """The warm-up child: run the row's TC and TCd (forward, then backward
     from its outputs) once on the row's inputs, as run_row's setup does, so
     that torch.compile's compilation and autotuning land in inductor's
     on-disk caches; exit 0, or 1 (the parent then compiles as usual)."""
     try:
-        form, H, T, wname = args.warm_compile.split(",")
-        H, T = int(H), int(T)
+        form, H, T, wname = parse_spec(args.warm_compile)
     except ValueError:
         die_usage(f"--warm-compile {args.warm_compile!r}: expected FORM,H,T,W")
     names = {n for n in args.peers if n in ("TC", "TCd")}
@@ -1706,9 +1713,8 @@ def row_bytes(spec):
     """A crude bound on a warm-up child's GPU memory for row `spec`
     (FORM,H,T,W): eight FP32 tensors of the row's [T, width] (its inputs, the
     compiled functions' outputs and autotuning buffers)."""
-    form, H, T, _ = spec.split(",")
-    width = {"heads24": 24 * 256, "heads4": 4 * 256}.get(form, int(H))
-    return int(T) * width * 4 * 8
+    form, H, T, _ = parse_spec(spec)
+    return row_elements(form, H, T) * 4 * 8
 
 
 def main(argv):
@@ -1801,8 +1807,7 @@ def main(argv):
     for k, v in errors.items():
         log(f"peer {k} unavailable: {v}")
 
-    biggest = max(args.T) * max(max(args.H) if any(f in ("plain", "res") for f in args.forms) else 0,
-                                24 * 256 if "heads24" in args.forms else 4 * 256 if "heads4" in args.forms else 0) * 2 * 2
+    biggest = max(row_elements(form, H, T) for form, H, _, T in every) * 2 * 2
     with torch.cuda.stream(timer.stream):
         copy = copy_ceiling(torch, timer, biggest, args.replays)
     log("copy ceiling: " + ", ".join(f"{k} {v['GBps']:.0f} GB/s ({v['us']:.1f} us)"
@@ -1839,8 +1844,7 @@ def main(argv):
             return
         if args.end_s:  # no child for a row --end-s will skip; the first left is the next to run
             ups = [u for u in ups if not end_skip(args.end_s, time.time() - PROC_T0 + owed_s(), rows,
-                                                  u.split(",")[0], int(u.split(",")[1]), int(u.split(",")[2]),
-                                                  warm=True)]
+                                                  *parse_spec(u)[:3], warm=True)]
         if not ups or warm.warm(ups[0]):
             return
         if args.deadline_s:
