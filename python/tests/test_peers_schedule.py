@@ -1,6 +1,6 @@
 """bench/peers.py's row loop (main) on a simulated clock, without a GPU or
-torch: the phases of each row, the warm-up children and the time they take
-are fakes, the scheduling is peers.py's own. Checks what no CPU test of the
+torch: the phases of each row, the warm-up children's processes and the
+time they take are fakes; the scheduling and WarmAhead are peers.py's own. Checks what no CPU test of the
 parts can: no warm-up child runs beside a timing phase; --defer-accuracy
 times warm rows back to back and waits less for compiles than the default,
 with every row measured either way; --end-s skips a row predicted to outlast
@@ -31,8 +31,7 @@ class Sim:
 
     def __init__(self, fail_timing_at=None, interrupt_accuracy_at=None):
         self.t = 1000.0
-        self.events = []  # ("timing" | "accuracy" | "start", label or specs, clock)
-        self.waited = 0.0
+        self.events = []  # ("timing" | "accuracy" | "spawn", row label or warm-up spec, clock)
         self.violations = []  # timing phases with a warm-up child running (main catches what timing() raises)
         self.fail_timing_at = fail_timing_at  # a row whose timing fails with a sticky CUDA error
         self.interrupt_accuracy_at = interrupt_accuracy_at  # a row whose accuracy phase gets Ctrl-C
@@ -46,51 +45,29 @@ class Sim:
         self.t += s
 
 
-def fake_warm_class(sim):
-    class FakeWarm:
-        """WarmAhead's contract (bench/peers.py): start() one child per spec
-        (at most --warm-ahead, none while children run); warm(); finish(spec,
-        timeout) waits for every child (kills those past timeout), moves them
-        to ready and returns spec's record; drop()."""
+def fake_child_class(sim):
+    class FakeChild:
+        """subprocess.Popen for WarmAhead's warm-up children on the simulated
+        clock: each compiles for COMPILE_S from its start, side by side;
+        wait(timeout) lets the clock run to its end or to the timeout."""
 
-        def __init__(self, args, log):
-            self.args, self.enabled = args, True
-            self.procs, self.ready, self.batch = {}, {}, []
+        def __init__(self, cmd, stdout=None, stderr=None):
+            self.done_at, self.rc = sim.t + COMPILE_S, None
+            sim.events.append(("spawn", cmd[cmd.index("--warm-compile") + 1], sim.t))
 
-        def warm(self, spec):
-            return spec in self.procs or spec in self.ready
+        def wait(self, timeout=None):
+            if self.rc is None:
+                if timeout is not None and sim.t + timeout < self.done_at:
+                    sim.run(timeout)
+                    raise peers.subprocess.TimeoutExpired("warm-compile", timeout)
+                sim.run(max(0.0, self.done_at - sim.t))
+                self.rc = 0
+            return self.rc
 
-        def start(self, specs, free_bytes=None):
-            if not self.enabled or self.procs:
-                return
-            self.batch = list(specs[:self.args.warm_ahead])
-            for s in self.batch:
-                self.procs[s] = sim.t + COMPILE_S  # side by side: each done COMPILE_S from now
-            sim.events.append(("start", tuple(self.batch), sim.t))
-
-        def drop(self, spec):
-            self.procs.pop(spec, None)
-            self.ready.pop(spec, None)
-
-        def finish(self, spec, timeout):
-            if spec is None or (self.procs and spec not in self.procs):
-                self.procs.clear()
-                if spec is None:
-                    self.ready.clear()
-                return self.ready.pop(spec, None) if spec is not None else None
-            t0 = sim.t
-            if self.procs:
-                wait = min(max(self.procs.values()) - sim.t, max(1.0, timeout))
-                sim.run(max(0.0, wait))
-            for s, done in self.procs.items():
-                self.ready[s] = {"rc": 0 if done <= sim.t else -9, "waited_s": 0.0, "batch": self.batch, "child": []}
-            self.procs.clear()
-            rec = self.ready.pop(spec, None)
-            if rec is not None:
-                rec["waited_s"] = sim.t - t0
-                sim.waited += sim.t - t0
-            return rec
-    return FakeWarm
+        def kill(self):
+            if self.rc is None:
+                self.rc = -9
+    return FakeChild
 
 
 def run_main(argv, sim, warm_holder):
@@ -131,15 +108,19 @@ def run_main(argv, sim, warm_holder):
         row["ops"] = {"fwd": {"det_us": 1.0, "ours_us": 1.0}}
         return row
 
-    def warm_factory(args, log):
-        warm_holder[0] = fake_warm_class(sim)(args, log)
+    def warm_factory(args, log):  # the real WarmAhead, kept to see its children from timing()
+        warm_holder[0] = real_warm(args, log)
         return warm_holder[0]
 
-    saved = {k: getattr(peers, k) for k in ("time", "make_impls", "Timer", "copy_ceiling", "run_row_timing",
+    real_warm = peers.WarmAhead
+    saved = {k: getattr(peers, k) for k in ("time", "subprocess", "make_impls", "Timer", "copy_ceiling", "run_row_timing",
                                             "run_row_accuracy", "WarmAhead", "markdown", "PROC_T0", "acc_parts")}
     mods = {k: sys.modules.get(k) for k in ("torch", "normgate", "triton")}
     try:
         peers.time = types.SimpleNamespace(time=sim.time)
+        sp = saved["subprocess"]  # the real module stays as it is for everyone else
+        peers.subprocess = types.SimpleNamespace(Popen=fake_child_class(sim), TimeoutExpired=sp.TimeoutExpired,
+                                                 DEVNULL=sp.DEVNULL, run=sp.run)
         peers.PROC_T0 = sim.t
         peers.make_impls = lambda torch_, names, eps, errors: {n: None for n in ("det", "ours", "TC", "TCd")}
         peers.Timer = lambda torch_: types.SimpleNamespace(stream=None, cupti=None, cupti_off=None)
@@ -178,6 +159,11 @@ def simulate(extra, rows=ROWS, **faults):
     return sim, rc, res
 
 
+def waited(res):
+    """Seconds the run waited for warm-up compiles (the rows' prewarm records)."""
+    return sum(r["prewarm"]["waited_s"] for r in res["rows"] if r.get("prewarm"))
+
+
 def plan_keys(res):
     """{(T, H, w, form)} of the rows measured, skipped and failed."""
     got = {(r["T"], r["H"], r["w"], r["form"]) for r in res["rows"]}
@@ -199,13 +185,14 @@ def test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes():
 
 
 def test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less():
-    plain, _, _ = simulate([])
+    plain, _, res_plain = simulate([])
     defer, _, res = simulate(["--defer-accuracy"])
-    kinds = [e[0] for e in defer.events]
+    kinds = [e[0] for i, e in enumerate(defer.events)  # a batch's children: one "spawn"
+             if e[0] != "spawn" or i == 0 or defer.events[i - 1][0] != "spawn"]
     # The first batch's 4 rows are timed back to back, then the next batch starts,
     # then their 4 accuracy phases run beside its compiles.
-    assert kinds[:7] == ["start", "timing", "timing", "timing", "timing", "start", "accuracy"], kinds
-    assert defer.waited < plain.waited, (defer.waited, plain.waited)
+    assert kinds[:7] == ["spawn", "timing", "timing", "timing", "timing", "spawn", "accuracy"], kinds
+    assert waited(res) < waited(res_plain), (waited(res), waited(res_plain))
     # Same rows, and each row's seconds are its own phases, not the rows timed between.
     for r in res["rows"]:
         ts, acc = row_seconds(r["form"], r["H"], r["T"])
