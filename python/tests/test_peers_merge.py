@@ -19,16 +19,6 @@ def run(*args):
     return subprocess.run([sys.executable, PEERS, "--merge", *args], capture_output=True, text=True)
 
 
-def table_of(result):
-    """The Markdown that --merge writes for one (edited) result."""
-    with tempfile.TemporaryDirectory() as d:
-        src, out_m = os.path.join(d, "s.json"), os.path.join(d, "s.md")
-        json.dump(result, open(src, "w"))
-        r = run(src, "--md", out_m)
-        assert r.returncode == 0, r.stderr
-        return open(out_m).read()
-
-
 def table_of_files(*paths):
     """The Markdown that --merge writes for the given result files or patterns."""
     with tempfile.TemporaryDirectory() as d:
@@ -36,6 +26,15 @@ def table_of_files(*paths):
         r = run(*paths, "--md", out_m)
         assert r.returncode == 0, r.stderr
         return open(out_m).read()
+
+
+def table_of(result):
+    """The Markdown that --merge writes for one (edited) result."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "s.json")
+        with open(src, "w") as f:
+            json.dump(result, f)
+        return table_of_files(src)
 
 
 def test_merge_keeps_every_row_and_its_own_copy_ceiling():
