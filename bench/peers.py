@@ -5,7 +5,9 @@ Method (from the seed PR, ../shared/seed/, and docs/perf.md):
   * latency = median over replays of ONE CUDA-graph replay of the op, the L2
     flushed before each replay (a read of a buffer larger than twice the L2,
     outside the timed span), timed by CUDA events around the replay alone
-    (CUPTI is not used: torch's events are the fallback the issue allows);
+    (the tables' numbers; --cupti adds each replay's span from CUPTI's
+    graph trace beside them, which the tables do not use because the trace
+    itself lengthens the events: docs/perf.md, session 17);
   * each implementation's own setup, reduction, cast and copy kernels are
     inside the graph, hence inside the span;
   * --replays replays per implementation and op (>= 201), split over --rounds
@@ -43,7 +45,9 @@ row starts after all of them end, so no child ever overlaps a timing phase,
 and the batch's later rows start without waiting (session 17: with one child,
 rows waited 20-67 s for the next row's compile while the cores were mostly
 idle). A row records it as "prewarm": rc, the seconds the run waited, the
-child's per-function seconds, the batch's rows. The autotuning shares the GPU
+child's per-function seconds, the batch's rows. A child that is no longer
+needed, or waited for too long, is killed with every process under it
+(inductor's compile workers: kill_tree). The autotuning shares the GPU
 with the accuracy phase's eager runs (short: the GPU is idle most of that
 phase). --no-warm-next (or --warm-ahead 0) turns it off. --defer-accuracy
 times the rows a batch warmed back to back and runs their accuracy phases
@@ -73,6 +77,7 @@ result or two runs hold the same row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -1656,7 +1661,7 @@ class WarmAhead:
             rc = p.wait(timeout=timeout)
             killed = False
         except subprocess.TimeoutExpired:
-            p.kill()
+            kill_tree(p)
             rc, killed = p.wait(), True
         del self.procs[spec]
         logf.seek(0)
@@ -1693,6 +1698,60 @@ class WarmAhead:
         if rec is not None:
             rec["waited_s"] = time.time() - w0
         return rec
+
+
+def descendants(pid):
+    """The PIDs of every process under `pid` (its children, theirs, ...),
+    read from /proc/<pid>/stat's ppid field (proc(5)); [] where /proc
+    cannot be read (not Linux) or pid is None."""
+    kids = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone since the listing
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        kids.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(p):
+    """SIGKILL a warm-up child `p` (a subprocess.Popen) and every process
+    under it: torch.compile's compile sidecar and workers, which would
+    otherwise outlive a killed child (inductor's workers poll for a dead
+    parent only once a minute) and compile on beside the next row. The child
+    and each process found are stopped (SIGSTOP) before /proc is read again,
+    until a read finds no new one, so none can start another unseen; then
+    all get SIGKILL. Processes that exit meanwhile are skipped. The child
+    stays in the caller's process group, so a kill of the whole run (the
+    device call's timeout) still reaches it."""
+    import signal
+    p.send_signal(signal.SIGSTOP)  # Popen: nothing when the child has been reaped
+    seen = []
+    while True:
+        new = [d for d in descendants(p.pid) if d not in seen]
+        if not new:
+            break
+        for d in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(d, signal.SIGSTOP)
+            seen.append(d)
+    for d in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(d, signal.SIGKILL)
+    p.kill()
 
 
 def fit_batch(specs, free_bytes):

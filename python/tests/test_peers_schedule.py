@@ -9,8 +9,11 @@ Runs under pytest or as `python3 python/tests/test_peers_schedule.py`."""
 import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import types
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -63,6 +66,11 @@ def fake_child_class(sim):
                 sim.run(max(0.0, self.done_at - sim.t))
                 self.rc = 0
             return self.rc
+
+        pid = None  # no process: peers.kill_tree finds nothing under it
+
+        def send_signal(self, sig):
+            pass
 
         def kill(self):
             if self.rc is None:
@@ -244,10 +252,60 @@ def test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row():
     assert {(98304, 1024, "bf16", "plain"), (131072, 1024, "bf16", "plain")} <= skipped, skipped
 
 
+def _alive(pid):
+    """Whether pid is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def test_a_killed_warm_up_child_takes_the_processes_under_it_along():
+    """A warm-up child WarmAhead kills (row skipped, not needed, waited for
+    too long) goes with every process under it - torch.compile's compile
+    sidecar and workers in a real run, here a grandchild and its own child -
+    not alone: left behind, they would compile on beside the next rows."""
+    if not os.path.isdir("/proc/self"):
+        print("test_peers_schedule: no /proc here, kill_tree test skipped")
+        return
+    # child -> grandchild -> great-grandchild, each sleeping; the child prints their PIDs.
+    sleeper = "import time; time.sleep(120)"
+    mid = ("import subprocess, sys, time; "
+           f"g = subprocess.Popen([sys.executable, '-c', {sleeper!r}]); "
+           "print(g.pid, flush=True); time.sleep(120)")
+    top = ("import subprocess, sys, time; "
+           f"m = subprocess.Popen([sys.executable, '-c', {mid!r}], stdout=subprocess.PIPE, text=True); "
+           "print(m.pid, m.stdout.readline().strip(), flush=True); time.sleep(120)")
+    child = subprocess.Popen([sys.executable, "-c", top], stdout=subprocess.PIPE, text=True)
+    under = [int(x) for x in child.stdout.readline().split()]
+    try:
+        assert len(under) == 2 and all(_alive(x) for x in under), under
+        assert sorted(peers.descendants(child.pid)) == sorted(under)
+        lines = []
+        w = peers.WarmAhead(peers.parse_args(["--peers", "TC"]), lines.append)
+        spec = peers.row_spec("plain", 64, 33, "bf16")
+        w.procs[spec] = (child, tempfile.TemporaryFile(mode="w+"))
+        w.drop(spec)
+        assert child.returncode == -signal.SIGKILL and not w.procs, (child.returncode, lines)
+        end = time.time() + 5
+        while any(_alive(x) for x in under) and time.time() < end:
+            time.sleep(0.05)
+        assert not any(_alive(x) for x in under), f"left running after the child was killed: {under}"
+    finally:
+        child.kill()
+        child.wait()
+        for x in under:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(x, signal.SIGKILL)
+
+
 if __name__ == "__main__":
     test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes()
     test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less()
     test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_it()
     test_end_s_holds_with_deferred_accuracy()
     test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row()
+    test_a_killed_warm_up_child_takes_the_processes_under_it_along()
     print("test_peers_schedule: ok")
