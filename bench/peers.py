@@ -1734,24 +1734,35 @@ def kill_tree(p):
     parent only once a minute) and compile on beside the next row. The child
     and each process found are stopped (SIGSTOP) before /proc is read again,
     until a read finds no new one, so none can start another unseen; then
-    all get SIGKILL. Processes that exit meanwhile are skipped. The child
-    stays in the caller's process group, so a kill of the whole run (the
-    device call's timeout) still reaches it."""
+    all get SIGKILL (in a finally: an exception or Ctrl-C in between leaves
+    nothing stopped). A child that has already exited is only reaped: its
+    PID may name another process by now, and its orphans are no longer
+    under it. A process found but gone before its signal is skipped. The
+    child stays in the caller's process group, so a kill of the whole run
+    (the device call's timeout) still reaches it. Without SIGSTOP (not
+    POSIX) or /proc (not Linux): the child alone."""
     import signal
-    p.send_signal(signal.SIGSTOP)  # Popen: nothing when the child has been reaped
+    if not hasattr(signal, "SIGSTOP"):
+        p.kill()
+        return
+    p.send_signal(signal.SIGSTOP)  # Popen: polls first, nothing when the child has exited
+    if p.returncode is not None:  # exited and reaped: p.pid is free for reuse
+        return
     seen = []
-    while True:
-        new = [d for d in descendants(p.pid) if d not in seen]
-        if not new:
-            break
-        for d in new:
+    try:  # while stopped, the child is not reaped, so p.pid stays its own
+        while True:
+            new = [d for d in descendants(p.pid) if d not in seen]
+            if not new:
+                break
+            for d in new:  # parents come before their children (descendants' order)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(d, signal.SIGSTOP)
+                seen.append(d)
+    finally:
+        for d in seen:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(d, signal.SIGSTOP)
-            seen.append(d)
-    for d in seen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(d, signal.SIGKILL)
-    p.kill()
+                os.kill(d, signal.SIGKILL)
+        p.kill()
 
 
 def fit_batch(specs, free_bytes):

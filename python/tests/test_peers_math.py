@@ -251,7 +251,7 @@ def test_warm_ahead_child_interrupted_while_waited_for_is_still_killed_at_the_en
                 raise peers.subprocess.TimeoutExpired("warm", timeout)
             return -9
 
-        pid = None  # no process: peers.kill_tree finds nothing under it
+        pid, returncode = None, None  # no process: peers.kill_tree finds nothing under it
 
         def send_signal(self, sig):
             pass

@@ -69,6 +69,10 @@ def fake_child_class(sim):
 
         pid = None  # no process: peers.kill_tree finds nothing under it
 
+        @property
+        def returncode(self):
+            return self.rc
+
         def send_signal(self, sig):
             pass
 
@@ -301,6 +305,42 @@ def test_a_killed_warm_up_child_takes_the_processes_under_it_along():
                 os.kill(x, signal.SIGKILL)
 
 
+def test_kill_tree_reads_again_until_no_new_process_shows_and_leaves_an_exited_child_alone():
+    """kill_tree stops what it found and reads /proc again: a process that
+    shows up only in the second read (started under the child meanwhile) is
+    killed too, and the reads end with one that finds nothing new. A child
+    that has already exited is only reaped: no read under its PID (which
+    another process may hold by now). /proc's reads are faked here, the
+    processes and signals are real."""
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    procs = [subprocess.Popen(sleep) for _ in range(3)]
+    child, a, b = procs
+    reads, real = [], peers.descendants
+
+    def fake_descendants(pid):
+        reads.append(pid)
+        return [a.pid] if len(reads) == 1 else [a.pid, b.pid]
+    try:
+        peers.descendants = fake_descendants
+        peers.kill_tree(child)
+        for q in procs:
+            q.wait(timeout=5)
+        assert [q.returncode for q in procs] == [-signal.SIGKILL] * 3, [q.returncode for q in procs]
+        assert reads == [child.pid] * 3, reads  # [a], [a, b] (b new), [a, b] (nothing new)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        end = time.time() + 10
+        while _alive(gone.pid) and time.time() < end:  # exited, not yet reaped
+            time.sleep(0.02)
+        reads.clear()
+        peers.kill_tree(gone)
+        assert gone.returncode == 0 and reads == [], (gone.returncode, reads)
+    finally:
+        peers.descendants = real
+        for q in procs:
+            q.kill()
+            q.wait()
+
+
 if __name__ == "__main__":
     test_every_row_measured_and_no_child_beside_a_timing_phase_in_both_modes()
     test_defer_accuracy_times_a_warm_batch_back_to_back_and_waits_less()
@@ -308,4 +348,5 @@ if __name__ == "__main__":
     test_end_s_holds_with_deferred_accuracy()
     test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row()
     test_a_killed_warm_up_child_takes_the_processes_under_it_along()
+    test_kill_tree_reads_again_until_no_new_process_shows_and_leaves_an_exited_child_alone()
     print("test_peers_schedule: ok")
