@@ -69,8 +69,9 @@ errors, 1 when nothing could be measured.
   python3 bench/peers.py --merge A.json B.json ... --json all.json --md all.md
 merges runs (shards of one matrix on several GPUs, or slices run in several
 sessions; no GPU or torch needed): rows in the order given, each keeping the
-copy ceiling of its own run for its "of copy" column; the header lists every
-run's GPU, driver, versions and command; stdout gets the table, or with --md
+copy ceiling of its own run for its "of copy" column; the title gives the
+runs' date range, the header every run's GPU, driver and versions, and "Runs"
+at the end each run's file, date and command; stdout gets the table, or with --md
 one line naming the files written. Exit 2 when a file is not a peers.py
 result or two runs hold the same row.
 """
@@ -1170,9 +1171,16 @@ def fmt(v, f="{:.2f}"):
 
 def markdown(meta, rows, copy):
     L = []
-    L.append(f"# normgate vs peers on {meta['gpu']} ({meta['date']})\n")
-    L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
-             f"{meta['normgate']}. Command: `{meta['command']}`.\n")
+    runs = meta.get("runs") or []
+    if len(runs) > 1:  # a merge: its runs' dates as a range, their commands at the end
+        dates = sorted(str(r["date"]) for r in runs)
+        L.append(f"# normgate vs peers on {meta['gpu']} ({len(runs)} runs, {dates[0]} to {dates[-1]})\n")
+        L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
+                 f"{meta['normgate']}. Commands: the {len(runs)} runs' own, under Runs at the end.\n")
+    else:
+        L.append(f"# normgate vs peers on {meta['gpu']} ({meta['date']})\n")
+        L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
+                 f"{meta['normgate']}. Command: `{meta['command']}`.\n")
     L.append(f"Latency: median of {meta['replays']} CUDA-graph replays per implementation and op "
              f"({meta['rounds']} interleaved rounds, order rotated), L2 flushed before each, CUDA events. "
              f"Accuracy: worst of {meta['seeds']} seeds of family `{meta['family']}` through normgate's oracle. "
@@ -1180,7 +1188,8 @@ def markdown(meta, rows, copy):
              f"Copy ceiling (read + write, faster of normgate's 16-byte copy and a Triton copy: {copy.get('by')}): "
              f"{fmt(copy.get('GBps'), '{:.0f}')} GB/s"
              + "".join(f"; {k} {v['GBps']:.0f} GB/s" for k, v in copy.get('candidates', {}).items())
-             + "".join(f"; {k} failed: `{v}`" for k, v in (copy.get("errors") or {}).items()) + ".\n")
+             + "".join(f"; {k} failed: `{v}`" for k, v in (copy.get("errors") or {}).items()) + "."
+             + copy_note(rows, copy) + "\n")
     if meta.get("skipped") or meta.get("failed_rows") or meta.get("stopped"):
         L.append("**Incomplete run.** "
                  + (f"{meta['stopped']}: stopped. " if meta.get("stopped") else "")
@@ -1218,7 +1227,32 @@ def markdown(meta, rows, copy):
                      ("".join(f" ({k} was {v})" for k, v in (i.get("casts") or {}).items())) + " | " +
                      (", ".join(op for op in OPS if in_budget(i, op)) or "none") +
                      (f" (accuracy run failed: `{i['acc_error'][:100]}`)" if i.get("acc_error") else "") + " |")
+    if len(runs) > 1:
+        L.append("\n## Runs\n")
+        L += [f"{k}. {r['file']} ({r['date']}): `{r['command']}`" for k, r in enumerate(runs, 1)]
     return "\n".join(L) + "\n"
+
+
+def copy_note(rows, copy):
+    """A sentence for the header when an implementation moved more bytes per
+    second than its row's copy ceiling (the op's bytes over its median time):
+    then the copy kernels are not the HBM ceiling, and "of copy" above 1.0 is
+    possible. Empty otherwise."""
+    best = None
+    for row in rows:
+        ceil = row.get("copy_GBps") or copy.get("GBps")
+        for op, r in row.get("ops", {}).items():
+            for n, i in row["impls"].items():
+                us = (i.get("us") or {}).get(op)
+                if ceil and us and r.get("bytes"):
+                    q = r["bytes"] / us / 1e3 / ceil
+                    if best is None or q > best[0]:
+                        best = (q, n, workload(row), op)
+    if best is None or best[0] <= 1.0:
+        return ""
+    q, n, w, op = best
+    return (f" The copy kernels are not the HBM ceiling: {n} at {w} {op} moves {q:.2f}x its run's copy "
+            f"bandwidth (the op's bytes over its median time), so 'of copy' compares with our copy, not a bound.")
 
 
 def form_table(copy, rows):
@@ -1314,6 +1348,11 @@ def summary_lines(rows):
                  + f"{max(max(h) for h, _ in hidden.values() if h):.2f}x); SOTA/ours geomean without them: "
                  + "; ".join(f"{op} {geomean(c):.3f}x" if c else f"{op} — (no other row)"
                              for op, (h, c) in hidden.items() if h) + ".\n")
+    ahead = [f"{workload(row)} {op} {row['ops'][op]['sota_over_ours']:.2f}x" for row in rows for op in OPS
+             if (row.get("ops", {}).get(op) or {}).get("sota_over_ours", 0) >= 1]
+    if ahead:
+        L.append(f"Where ours is at least as fast as the in-budget SOTA ({len(ahead)} op-rows; SOTA/ours): "
+                 + "; ".join(ahead) + ".\n")
     L.append("Targets (issue 8): SOTA/ours >= 1.0 on every bwd and 2xfwd+bwd row with an in-budget SOTA: "
              + (f"met ({sum(1 for row in rows for op in gm if row['ops'].get(op, {}).get('sota_over_ours'))} "
                 f"rows with one)." if not short else f"**not met** on {len(short)} rows: " + "; ".join(short) + ".")
@@ -1399,6 +1438,9 @@ def merge(argv):
                     meta[k].append(x)
     meta["stopped"] = "; ".join(r["meta"]["stopped"] for _, r in runs if r["meta"].get("stopped"))
     meta["merged_from"] = files
+    # markdown: the dates as a range in the title, each run's command under "Runs" at the end
+    meta["runs"] = [{"file": os.path.basename(f), "date": r["meta"].get("date"), "command": r["meta"].get("command")}
+                    for f, r in runs]
     # The header's copy ceiling: the lowest of the runs' (each row's column uses its own).
     copies = [r["copy"] for _, r in runs if r["copy"].get("GBps")]
     copy = dict(min(copies, key=lambda c: c["GBps"])) if copies else dict(runs[0][1]["copy"])

@@ -49,7 +49,14 @@ def test_merge_keeps_every_row_and_its_own_copy_ceiling():
         assert m["rows"][0]["copy_GBps"] == a["copy"]["GBps"]
         assert m["rows"][-1]["copy_GBps"] == b["copy"]["GBps"]
         md = open(out_m).read()
-        assert a["meta"]["command"] in md and b["meta"]["command"] in md
+        # A merge: the title gives its runs' date range, the header no command; each run's
+        # command is listed under Runs at the end, with its file and date, in the order given.
+        d0, d1 = sorted([a["meta"]["date"], b["meta"]["date"]])
+        assert md.startswith(f"# normgate vs peers on {a['meta']['gpu']} (2 runs, {d0} to {d1})\n"), md[:200]
+        runs = md[md.index("\n## Runs\n"):]
+        assert "Commands: the 2 runs' own, under Runs at the end." in md and md.index("Commands:") < md.index("## Summary")
+        assert (f"1. peers.json ({a['meta']['date']}): `{a['meta']['command']}`\n"
+                f"2. peers.json ({b['meta']['date']}): `{b['meta']['command']}`\n") in runs, runs
         # With --md the table goes to the file only; stdout says what was merged.
         n = len(a["rows"]) + len(b["rows"])
         assert r.stdout.strip() == f"merged {n} rows from 2 runs into {out_m} and {out_j}", r.stdout
@@ -148,6 +155,23 @@ def test_summary_thresholds_on_synthetic_rows():
     assert md.index("## Summary") < md.index("! = no peer within the budget") < md.index("## Form ")  # legend under the summary
     assert "with an in-budget SOTA: met" in md and "bwd 1.250x (met); 2xfwd+bwd 1.050x (**not met**)" in md
     assert "## Every implementation" in md
+    # The op-rows where ours is at least as fast as the SOTA, listed (fwd, below 1, is not).
+    w = next(ln for ln in md.splitlines() if ln.startswith("| [")).split(" | ")[0][2:]
+    assert (f"Where ours is at least as fast as the in-budget SOTA (2 op-rows; SOTA/ours): {w} bwd 1.25x; "
+            f"{w} 2xfwd+bwd 1.05x.") in md, md
+    row["ops"]["bwd"]["sota_over_ours"] = 0.999
+    row["ops"]["2xfwd+bwd"]["sota_over_ours"] = 0.5
+    assert "Where ours is at least" not in table_of(a)
+    # The header says when an implementation moved more bytes per second than the copy ceiling.
+    a["copy"]["GBps"] = 1e9
+    assert "not the HBM ceiling" not in table_of(a)
+    rates = sorted(((row["ops"][op]["bytes"] / i["us"][op] / 1e3, n, op)
+                    for n, i in row["impls"].items() if not i.get("error") for op in i["us"]), reverse=True)
+    top, n, op = rates[0]
+    a["copy"]["GBps"] = (top + rates[1][0]) / 2  # only the fastest exceeds it
+    md = table_of(a)
+    assert (f"The copy kernels are not the HBM ceiling: {n} at {w} {op} moves "
+            f"{top / a['copy']['GBps']:.2f}x its run's copy bandwidth") in md, md[:1500]
 
 
 def test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded():
