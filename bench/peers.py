@@ -84,6 +84,7 @@ import gc
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -1172,15 +1173,13 @@ def fmt(v, f="{:.2f}"):
 def markdown(meta, rows, copy):
     L = []
     runs = meta.get("runs") or []
+    when, command = meta["date"], f"Command: `{meta['command']}`"
     if len(runs) > 1:  # a merge: its runs' dates as a range, their commands at the end
         dates = sorted(str(r["date"]) for r in runs)
-        L.append(f"# normgate vs peers on {meta['gpu']} ({len(runs)} runs, {dates[0]} to {dates[-1]})\n")
-        L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
-                 f"{meta['normgate']}. Commands: the {len(runs)} runs' own, under Runs at the end.\n")
-    else:
-        L.append(f"# normgate vs peers on {meta['gpu']} ({meta['date']})\n")
-        L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
-                 f"{meta['normgate']}. Command: `{meta['command']}`.\n")
+        when, command = f"{len(runs)} runs, {dates[0]} to {dates[-1]}", f"Commands: the {len(runs)} runs' own, under Runs at the end"
+    L.append(f"# normgate vs peers on {meta['gpu']} ({when})\n")
+    L.append(f"driver {meta['driver']}, CUDA {meta['cuda']}, torch {meta['torch']}, triton {meta.get('triton')}; "
+             f"{meta['normgate']}. {command}.\n")
     L.append(f"Latency: median of {meta['replays']} CUDA-graph replays per implementation and op "
              f"({meta['rounds']} interleaved rounds, order rotated), L2 flushed before each, CUDA events. "
              f"Accuracy: worst of {meta['seeds']} seeds of family `{meta['family']}` through normgate's oracle. "
@@ -1233,6 +1232,12 @@ def markdown(meta, rows, copy):
     return "\n".join(L) + "\n"
 
 
+def row_copy_GBps(row, copy):
+    """The copy ceiling a row's "of copy" compares with: its own run's (a
+    merge keeps each row's), else the result's."""
+    return row.get("copy_GBps") or copy.get("GBps")
+
+
 def copy_note(rows, copy):
     """A sentence for the header when an implementation moved more bytes per
     second than its row's copy ceiling (the op's bytes over its median time):
@@ -1240,7 +1245,7 @@ def copy_note(rows, copy):
     possible. Empty otherwise."""
     best = None
     for row in rows:
-        ceil = row.get("copy_GBps") or copy.get("GBps")
+        ceil = row_copy_GBps(row, copy)
         for op, r in row.get("ops", {}).items():
             for n, i in row["impls"].items():
                 us = (i.get("us") or {}).get(op)
@@ -1271,7 +1276,7 @@ def form_table(copy, rows):
                 n = r["fastest_any"]
                 sota = f"! {row['impls'][n]['us'][op]:.2f} {n} ({why_out(row['impls'][n], op)})"
             frac = ""
-            row_copy = row.get("copy_GBps") or copy.get("GBps")  # merged runs: the row's own run
+            row_copy = row_copy_GBps(row, copy)
             if r.get("ours_GBps") and row_copy:
                 frac = f" ({r['ours_GBps'] / row_copy:.2f})"
             oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
@@ -1742,25 +1747,32 @@ class WarmAhead:
         return rec
 
 
+def proc_state_ppid(pid):
+    """(state letter, parent PID) of process `pid` from /proc/<pid>/stat
+    (proc(5): "pid (comm) state ppid ...", comm may hold spaces and
+    parentheses); None when it cannot be read (gone, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+    return state, int(ppid)
+
+
 def descendants(pid):
     """The PIDs of every process under `pid` (its children, theirs, ...),
-    read from /proc/<pid>/stat's ppid field (proc(5)); [] where /proc
-    cannot be read (not Linux) or pid is None."""
+    from their /proc stat's ppid (proc_state_ppid); [] where /proc cannot
+    be read (not Linux) or pid is None."""
     kids = {}
     try:
         names = os.listdir("/proc")
     except OSError:
         return []
     for d in names:
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:  # gone since the listing
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        kids.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d))
+        st = proc_state_ppid(d) if d.isdigit() else None
+        if st is not None:  # None: not a process, or gone since the listing
+            kids.setdefault(st[1], []).append(int(d))
     out, todo = [], [pid]
     while todo:
         for c in kids.get(todo.pop(), []):
@@ -1783,7 +1795,6 @@ def kill_tree(p):
     child stays in the caller's process group, so a kill of the whole run
     (the device call's timeout) still reaches it. Without SIGSTOP (not
     POSIX) or /proc (not Linux): the child alone."""
-    import signal
     if not hasattr(signal, "SIGSTOP"):
         p.kill()
         return

@@ -7,8 +7,8 @@
 # the capi library built here (`scripts/bootstrap && scripts/build`) and
 # carried: ["build/capi/libnormgate_capi.so", "build/tests/test_capi", ".whl"]
 # (.whl: Liger-Kernel 0.8.5's wheel; README, "Benchmark against the peers").
-# The call prepared for the rows left (a wrapper setting the variables below)
-# is named in docs/perf.md's last "Next".
+# The matrix is complete since session 19: `--plan` below finds 0 rows and the
+# call measures nothing (re-measuring rows means removing their run JSONs).
 # What is left, without a GPU: `python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
 # 'docs/results/peers-h200/run-*.json'`.

@@ -258,12 +258,8 @@ def test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row():
 
 def _alive(pid):
     """Whether pid is a process that has not exited (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+    st = peers.proc_state_ppid(pid)
+    return st is not None and st[0] != "Z"
 
 
 def test_a_killed_warm_up_child_takes_the_processes_under_it_along():
