@@ -16,10 +16,10 @@
 
 #include "commands.h"
 #include "normgate/kernels/device.h"
-#include "normgate/kernels/routing.h"
-#include "normgate/kernels/runner.h"
+#include "normgate/routing/routing.h"
+#include "normgate/harness/runner.h"
 #include "normgate/oracle/reference.h"
-#include "normgate/validators/gate.h"
+#include "normgate/gate/gate.h"
 #include "normgate_version.h"
 
 namespace normgate::app {

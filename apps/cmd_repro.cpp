@@ -17,10 +17,10 @@
 #include "commands.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
-#include "normgate/validators/pipeline.h"
-#include "normgate/validators/repro.h"
-#include "normgate/validators/case_file.h"
-#include "normgate/validators/export.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/audit/repro.h"
+#include "normgate/audit/case_file.h"
+#include "normgate/audit/export.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -258,7 +258,7 @@ int run_quiet(std::vector<std::string> args) {
 
 void add_plot(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
-      "plot", "PNG pictures of a case or maps file (scripts/plot_maps.py: python3 with h5py, numpy, matplotlib): "
+      "plot", "PNG pictures of a case or maps file (plot_maps.py beside the binary: python3 with h5py, numpy, matplotlib): "
               "dw err/tol over H with the budget line, dx tile heatmap, err/tol histograms");
   struct Opts {
     std::string file, out;
@@ -279,7 +279,11 @@ void add_plot(CLI::App& app, Commands& cmds) {
         throw std::invalid_argument(e.what());
       }
       const char* script_env = std::getenv("NORMGATE_PLOT_SCRIPT");
-      const std::string script = script_env ? script_env : std::string(NORMGATE_SOURCE_DIR) + "/scripts/plot_maps.py";
+      // The script is installed beside this binary (audit/plot_maps.py; apps/CMakeLists.txt
+      // copies it into the build folder and installs it next to normgate).
+      const std::string script =
+          script_env ? script_env
+                     : (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "plot_maps.py").string();
       // $PYTHON, else the first of python3 and /usr/bin/python3 (Debian's
       // python3-h5py and python3-matplotlib, scripts/bootstrap) that imports them.
       const char* py_env = std::getenv("PYTHON");

@@ -18,7 +18,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/family_docs.h"
 #include "normgate/seeds/generate.h"
-#include "normgate/validators/pipeline.h"
+#include "normgate/harness/pipeline.h"
 #include "normgate_version.h"
 
 namespace normgate::app {

@@ -41,7 +41,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
-#include "normgate/validators/pipeline.h"
+#include "normgate/harness/pipeline.h"
 
 namespace {
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "host_pool.h"
-#include "normgate/kernels/runner.h"
+#include "normgate/harness/runner.h"
 
 namespace {
 

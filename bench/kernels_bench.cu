@@ -37,8 +37,8 @@
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
-#include "normgate/kernels/runner.h"
-#include "normgate/kernels/timing.h"
+#include "normgate/harness/runner.h"
+#include "normgate/bench/timing.h"
 #include "normgate/seeds/case_id.h"
 
 #include "fwd_l2pass.cuh"

@@ -21,13 +21,13 @@
 #include "normgate/core/types.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
-#include "normgate/kernels/runner.h"
-#include "normgate/kernels/timing.h"
+#include "normgate/harness/runner.h"
+#include "normgate/bench/timing.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
-#include "normgate/validators/pipeline.h"
+#include "normgate/harness/pipeline.h"
 #include "normgate_version.h"
 
 namespace nk = normgate::kernels;

@@ -6,7 +6,8 @@
 #include <string>
 
 #include "normgate/kernels/device.h"
-#include "normgate/kernels/runner.h"
+#include "cuda_check.h"
+#include "launch.h"
 
 namespace normgate::kernels {
 
@@ -30,6 +31,23 @@ std::string proc_driver_version() {
 }
 std::string api_version(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 }  // namespace
+
+bool gpu_available() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear: "no device" must not leak into later calls
+    return false;
+  }
+  return n > 0;
+}
+
+namespace detail {
+
+void launch_zero_f32(float* p, int64_t n, Stream s) {
+  NG_CUDA(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), s));
+}
+}  // namespace detail
 
 DeviceInfo device_info() {
   DeviceInfo d;

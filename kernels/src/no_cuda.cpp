@@ -1,11 +1,10 @@
-// kernels/src/no_cuda.cpp: the GPU entry points of a build without CUDA.
-// Validation (api.cpp) still runs first; then these throw.
+// kernels/src/no_cuda.cpp: the kernels' GPU entry points in a build without
+// CUDA. Validation (api.cpp) still runs first; then these throw.
 #include <stdexcept>
 #include <string>
 
 #include "launch.h"
-#include "normgate/kernels/runner.h"
-#include "normgate/kernels/timing.h"
+#include "normgate/kernels/device.h"
 
 namespace normgate::kernels {
 
@@ -25,30 +24,5 @@ void launch_zero_f32(float*, int64_t, Stream) { no_cuda("rmsnorm_bwd"); }
 }  // namespace detail
 
 bool gpu_available() { return false; }
-void generate_device_inputs(const seeds::CaseId&, const DeviceInputBuffers&, Stream) {
-  no_cuda("generate_device_inputs");
-}
-seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId&) { no_cuda("generate_inputs_on_gpu"); }
-ReuseGpuBuffers::ReuseGpuBuffers() = default;  // nothing to keep without CUDA
-ReuseGpuBuffers::~ReuseGpuBuffers() = default;
-Outputs run_gpu(const Variant&, const seeds::CaseId&, float, const GpuRunOptions&, GpuRunInfo*) {
-  no_cuda("run_gpu");
-}
-std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::CaseId&, float, const GpuRunOptions&,
-                             GpuRunInfo*) {
-  no_cuda("run_gpu");
-}
-std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::HostInputs&, float, const GpuRunOptions&) {
-  no_cuda("run_gpu");
-}
-SharedGpuRun run_gpu_shared(const std::vector<const Variant*>&, const seeds::CaseId&, const seeds::HostInputs*, float,
-                            const GpuRunOptions&) {
-  no_cuda("run_gpu_shared");
-}
-void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
-TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
-void graph_spans_start() { no_cuda("graph_spans_start"); }
-std::vector<GraphSpan> graph_spans_take() { no_cuda("graph_spans_take"); }
-std::vector<GraphSpan> graph_spans_stop() { no_cuda("graph_spans_stop"); }
 
 }  // namespace normgate::kernels

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel_test_util.h"
+#include "util/kernel_test_util.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/registry.h"

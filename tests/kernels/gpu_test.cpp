@@ -16,14 +16,14 @@
 #include <mutex>
 #include <optional>
 
-#include "kernel_test_util.h"
+#include "util/kernel_test_util.h"
 #include "normgate/core/bf16.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
-#include "normgate/kernels/runner.h"
-#include "normgate/kernels/timing.h"
+#include "normgate/harness/runner.h"
+#include "normgate/bench/timing.h"
 
 namespace normgate::kernels::test {
 namespace {

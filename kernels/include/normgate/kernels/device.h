@@ -15,6 +15,11 @@ struct DeviceInfo {
   std::string cuda_runtime;  ///< CUDA runtime version, e.g. "13.0"; "" when absent
 };
 
+/// True when a CUDA device can be used (cudaGetDeviceCount succeeds with at
+/// least one device). Never throws; false without a driver or device and in a
+/// build without CUDA.
+bool gpu_available();
+
 /// Query device 0. Never throws: a build without CUDA or a machine without a
 /// device returns present == false with empty strings.
 DeviceInfo device_info();

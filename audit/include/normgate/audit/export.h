@@ -1,0 +1,85 @@
+// normgate/audit/export.h: error maps of a report's worst cases, for
+// audit (`normgate export REPORT -o maps.h5`; file layout: case_file.h and
+// datasets/SCHEMA.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "normgate/audit/case_file.h"
+#include "normgate/harness/pipeline.h"
+
+namespace normgate::validators {
+
+/// One (case, implementation) to export, and where it came from.
+struct ExportItem {
+  std::string case_id, impl, window, seed_set;
+};
+
+/// What to export from a report (JSON as written by `normgate gate
+/// --report-json` or `normgate check --json`):
+/// - gate report: per window, the distinct worst cases of its outputs (and of
+///   dw vs FP32), largest err/tol first, at most `keep` (all of them when
+///   all == true), each with the window's variant (forward windows: the first
+///   non-control backward variant that supports the case);
+/// - check report of one case (an object with "case"), or of a grid (an
+///   array of them): per implementation, its cases ranked by their largest
+///   max_ratio over the outputs, at most `keep` (all of them when all == true).
+/// Throws std::invalid_argument naming the field when the JSON is neither, or
+/// keep < 1.
+std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep = 3, bool all = false);
+
+/// One window of a report and its worst case (`normgate repro --from-report`).
+struct ReportWindow {
+  size_t index = 0;        ///< 0-based position in the report
+  std::string label;       ///< gate report: the window ("bwd det H=2048 w=bf16 form=plain T=1..128");
+                           ///< check report: the implementation
+  std::string route;       ///< gate report: the route's FILE:LINE ("" for check reports)
+  std::string variant;     ///< gate report: the routed variant (fwd_* for forward windows); check: the implementation
+  std::string worst_case;  ///< case with the largest err/tol over every output ("" when none is named)
+  std::string output;      ///< the output of that maximum (y, rstd, dx, dw, h_new)
+  double ratio = 0;        ///< that err/tol (non-finite, spelled "inf"/"nan" in reports: inf)
+  /// Implementation that reproduces it: the window's variant (bwd), the first
+  /// non-control backward variant that supports the case (fwd windows, as
+  /// export_plan), or the check report's implementation. "" when no case.
+  std::string impl;
+};
+
+/// The windows of a report, in order: a gate report's windows (worst case:
+/// the largest max_err_tol over its outputs' worst cases, ties to the gate's
+/// own "worst" case, else to the first of y, rstd, dx, dw); a check report of
+/// one case or a grid: one window per implementation it names, first-seen
+/// order (worst case: the largest max_ratio over every case and output,
+/// ties to the first). Throws std::invalid_argument naming the field when
+/// the JSON is neither report or a field is malformed.
+std::vector<ReportWindow> report_windows(const nlohmann::json& report);
+
+/// The window `key` selects: its label, its route FILE:LINE (gate reports),
+/// or its 0-based index. Throws std::invalid_argument when the report names
+/// no case at all, when `key` matches no window (the message lists the
+/// windows, index and label), or when the selected window names no case.
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key);
+
+struct ExportOptions {
+  Backend backend = Backend::auto_;
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
+  int threads = 0;
+  int64_t tile = 256;
+  bool full = false;  ///< also the full [T, H] dx err/tol map
+  std::string normgate_version, normgate_commit;
+};
+
+/// Provenance of a one-implementation report: case, implementation and its
+/// source hash, backend (and the device when it ran on the GPU), oracle and
+/// escalations, family, budgets, verdict, version, commit, date (now, UTC).
+/// window and seed_set are left empty. Throws std::invalid_argument when the
+/// report does not hold exactly one implementation.
+Provenance provenance_of(const CheckReport& rep, const std::string& version, const std::string& commit);
+
+/// Re-run every item (generator, implementation, oracle) and compute its
+/// maps. Throws as run_check.
+std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const ExportOptions& opt);
+
+}  // namespace normgate::validators

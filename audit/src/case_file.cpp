@@ -1,0 +1,429 @@
+// audit/src/case_file.cpp: error maps and the normgate-case/1, normgate-maps/1 files.
+#include "normgate/audit/case_file.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "h5.h"
+#include "normgate/core/bf16.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/validators/budget.h"
+
+namespace normgate::validators {
+
+namespace {
+
+constexpr const char* kCaseSchema = "normgate-case/1";
+constexpr const char* kMapsSchema = "normgate-maps/1";
+constexpr const char* kHistNames[4] = {"hist_y", "hist_rstd", "hist_dx", "hist_dw"};
+
+using U = std::vector<uint64_t>;
+
+U dims1(int64_t n) { return {static_cast<uint64_t>(n)}; }
+U dims2(int64_t a, int64_t b) { return {static_cast<uint64_t>(a), static_cast<uint64_t>(b)}; }
+
+void need(bool ok, const std::string& msg) {
+  if (!ok) throw std::invalid_argument(msg);
+}
+
+// Provenance as string attributes of one object.
+const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_fields() {
+  static const std::vector<std::pair<const char*, std::string Provenance::*>> f = {
+      {"case_id", &Provenance::case_id},   {"impl", &Provenance::impl},
+      {"impl_sha256", &Provenance::impl_sha256}, {"backend", &Provenance::backend},
+      {"oracle", &Provenance::oracle},     {"escalations", &Provenance::escalations},
+      {"window", &Provenance::window},     {"seed_set", &Provenance::seed_set},
+      {"family", &Provenance::family},     {"budgets", &Provenance::budgets},
+      {"verdict", &Provenance::verdict},   {"gpu", &Provenance::gpu},
+      {"driver", &Provenance::driver},     {"cuda", &Provenance::cuda},
+      {"normgate_version", &Provenance::normgate_version}, {"normgate_commit", &Provenance::normgate_commit},
+      {"date", &Provenance::date}};
+  return f;
+}
+
+// Added later (2026-11-30): written always, read as empty when absent.
+const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_fields_optional() {
+  static const std::vector<std::pair<const char*, std::string Provenance::*>> f = {
+      {"fwd", &Provenance::fwd}, {"fwd_sha256", &Provenance::fwd_sha256}};
+  return f;
+}
+
+void write_prov(hid_t loc, const std::string& file, const Provenance& p) {
+  for (const auto& [name, m] : prov_fields()) h5::attr(loc, file, name, p.*m);
+  for (const auto& [name, m] : prov_fields_optional()) h5::attr(loc, file, name, p.*m);
+}
+
+Provenance read_prov(const h5::Reader& f, const std::string& obj) {
+  Provenance p;
+  for (const auto& [name, m] : prov_fields()) p.*m = h5::attr_string(f, obj, name);
+  for (const auto& [name, m] : prov_fields_optional())
+    if (h5::has_attr(f, obj, name)) p.*m = h5::attr_string(f, obj, name);
+  return p;
+}
+
+void write_maps(hid_t loc, const std::string& file, const ErrorMaps& m) {
+  need(m.dw_ratio.size() == static_cast<size_t>(m.cols) && m.dw_bound.size() == m.dw_ratio.size() &&
+           m.dw_bound_tol.size() == m.dw_ratio.size() && m.rstd_ratio.size() == static_cast<size_t>(m.rows) &&
+           m.y_tiles.size() == static_cast<size_t>(m.tile_rows * m.tile_cols) && m.dx_tiles.size() == m.y_tiles.size() &&
+           (m.dx_full.empty() || m.dx_full.size() == static_cast<size_t>(m.rows * m.cols)),
+       "error maps: inconsistent sizes");
+  h5::write(loc, file, "dw_ratio", h5::Type::f64, dims1(m.cols), m.dw_ratio.data());
+  h5::write(loc, file, "dw_bound", h5::Type::f64, dims1(m.cols), m.dw_bound.data());
+  h5::write(loc, file, "dw_bound_over_tol", h5::Type::f64, dims1(m.cols), m.dw_bound_tol.data());
+  h5::write(loc, file, "rstd_ratio", h5::Type::f64, dims1(m.rows), m.rstd_ratio.data());
+  h5::write(loc, file, "y_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.y_tiles.data());
+  h5::write(loc, file, "dx_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.dx_tiles.data());
+  if (!m.dx_full.empty()) h5::write(loc, file, "dx_ratio", h5::Type::f32, dims2(m.rows, m.cols), m.dx_full.data());
+  std::vector<double> upper(Histogram::kBins);
+  for (int k = 0; k < Histogram::kBins; ++k) upper[static_cast<size_t>(k)] = Histogram::upper(k);
+  h5::write(loc, file, "hist_upper", h5::Type::f64, dims1(Histogram::kBins), upper.data());
+  for (int o = 0; o < 4; ++o) {
+    need(m.hist[o].size() == static_cast<size_t>(Histogram::kBins), "error maps: histogram size");
+    h5::write(loc, file, kHistNames[o], h5::Type::i64, dims1(Histogram::kBins), m.hist[o].data());
+  }
+  h5::attr(loc, file, "rows", m.rows);
+  h5::attr(loc, file, "cols", m.cols);
+  h5::attr(loc, file, "tile", m.tile);
+}
+
+ErrorMaps read_maps(const h5::Reader& f, const std::string& g) {
+  ErrorMaps m;
+  m.rows = h5::attr_int(f, g, "rows");
+  m.cols = h5::attr_int(f, g, "cols");
+  m.tile = h5::attr_int(f, g, "tile");
+  if (m.rows < 0 || m.cols < 0 || m.tile < 1)
+    throw std::runtime_error(f.path() + ": " + g + " has rows " + std::to_string(m.rows) + ", cols " +
+                             std::to_string(m.cols) + ", tile " + std::to_string(m.tile));
+  U d;
+  auto expect = [&](const std::string& name, const U& want) {
+    if (d != want) throw std::runtime_error(f.path() + ": dataset " + g + "/" + name + " has the wrong shape");
+  };
+  m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", &d, 1), expect("dw_ratio", dims1(m.cols));
+  m.dw_bound = h5::read_f64(f, g + "/dw_bound", &d, 1), expect("dw_bound", dims1(m.cols));
+  m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", &d, 1), expect("dw_bound_over_tol", dims1(m.cols));
+  m.rstd_ratio = h5::read_f64(f, g + "/rstd_ratio", &d, 1), expect("rstd_ratio", dims1(m.rows));
+  m.tile_rows = (m.rows + m.tile - 1) / m.tile;
+  m.tile_cols = (m.cols + m.tile - 1) / m.tile;
+  m.y_tiles = h5::read_f32(f, g + "/y_tiles", &d, 2), expect("y_tiles", dims2(m.tile_rows, m.tile_cols));
+  m.dx_tiles = h5::read_f32(f, g + "/dx_tiles", &d, 2), expect("dx_tiles", dims2(m.tile_rows, m.tile_cols));
+  if (f.exists(g + "/dx_ratio")) m.dx_full = h5::read_f32(f, g + "/dx_ratio", &d, 2), expect("dx_ratio", dims2(m.rows, m.cols));
+  for (int o = 0; o < 4; ++o)
+    m.hist[o] = h5::read_i64(f, g + "/" + kHistNames[o], &d, 1), expect(kHistNames[o], dims1(Histogram::kBins));
+  return m;
+}
+
+std::string schema_of(const h5::Reader& f) {
+  if (!h5::has_attr(f, "/", "schema")) throw std::runtime_error(f.path() + ": no schema attribute: not a normgate file");
+  return h5::attr_string(f, "/", "schema");
+}
+
+}  // namespace
+
+ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle::Reference& ref, int64_t tile,
+                     bool full, int threads) {
+  need(tile >= 1, "error_maps: tile = " + std::to_string(tile) + " must be >= 1");
+  const int64_t rows = p.x.rows(), cols = p.x.cols;
+  need(got.y.size() == static_cast<size_t>(rows * cols) && got.dx.size() == got.y.size() &&
+           got.rstd.size() == static_cast<size_t>(rows) && got.dw.size() == static_cast<size_t>(cols),
+       "error_maps: outputs do not match the problem's [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  ErrorMaps m;
+  m.rows = rows;
+  m.cols = cols;
+  m.tile = tile;
+  m.tile_rows = (rows + tile - 1) / tile;
+  m.tile_cols = (cols + tile - 1) / tile;
+  for (auto& h : m.hist) h.assign(Histogram::kBins, 0);
+  const Budget by = budget(Output::y), br = budget(Output::rstd), bx = budget(Output::dx), bw = budget(Output::dw);
+  m.dw_ratio.resize(static_cast<size_t>(cols));
+  m.dw_bound.resize(m.dw_ratio.size());
+  m.dw_bound_tol.resize(m.dw_ratio.size());
+  for (int64_t j = 0; j < cols; ++j) {
+    const oracle::VB v = ref.dw(j);
+    const double r = ratio(bw, static_cast<double>(got.dw[j]), v.v);
+    m.dw_ratio[j] = r;
+    m.dw_bound[j] = v.bound;
+    const double tol = tolerance(bw, v.v);
+    m.dw_bound_tol[j] = tol > 0 ? v.bound / tol : std::numeric_limits<double>::infinity();
+    ++m.hist[3][Histogram::bin(r)];
+  }
+  m.rstd_ratio.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    m.rstd_ratio[r] = ratio(br, static_cast<double>(got.rstd[r]), ref.rstd(r).v);
+    ++m.hist[1][Histogram::bin(m.rstd_ratio[r])];
+  }
+  if (full) m.dx_full.assign(static_cast<size_t>(rows * cols), 0.0f);
+  const size_t ntiles = static_cast<size_t>(m.tile_rows * m.tile_cols);
+  const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
+  struct Part {
+    std::vector<float> yt, dt;
+    std::vector<int64_t> hy, hd;
+  };
+  std::vector<Part> part(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    Part& me = part[static_cast<size_t>(omp_get_thread_num())];
+    me.yt.assign(ntiles, 0.0f);
+    me.dt.assign(ntiles, 0.0f);
+    me.hy.assign(Histogram::kBins, 0);
+    me.hd.assign(Histogram::kBins, 0);
+    std::vector<oracle::VB> yb(static_cast<size_t>(cols)), db(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      ref.y_row(r, yb.data());
+      ref.dx_row(r, db.data());
+      const int64_t tr = r / tile;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double ry = ratio(by, static_cast<double>(bf16_to_float(got.y[r * cols + j])), yb[j].v);
+        const double rx = ratio(bx, static_cast<double>(bf16_to_float(got.dx[r * cols + j])), db[j].v);
+        ++me.hy[Histogram::bin(ry)];
+        ++me.hd[Histogram::bin(rx)];
+        const size_t t = static_cast<size_t>(tr * m.tile_cols + j / tile);
+        me.yt[t] = std::max(me.yt[t], static_cast<float>(ry));  // float(inf) stays inf
+        me.dt[t] = std::max(me.dt[t], static_cast<float>(rx));
+        if (full) m.dx_full[static_cast<size_t>(r * cols + j)] = static_cast<float>(rx);
+      }
+    }
+  }
+  m.y_tiles.assign(ntiles, 0.0f);
+  m.dx_tiles.assign(ntiles, 0.0f);
+  for (const Part& pt : part) {
+    if (pt.yt.empty()) continue;
+    for (size_t t = 0; t < ntiles; ++t) {
+      m.y_tiles[t] = std::max(m.y_tiles[t], pt.yt[t]);
+      m.dx_tiles[t] = std::max(m.dx_tiles[t], pt.dt[t]);
+    }
+    for (int k = 0; k < Histogram::kBins; ++k) {
+      m.hist[0][k] += pt.hy[k];
+      m.hist[2][k] += pt.hd[k];
+    }
+  }
+  return m;
+}
+
+void write_case_file(const std::string& path, const SavedCase& c) {
+  const seeds::CaseId& id = c.inputs.id;
+  const int64_t T = c.inputs.rows, H = c.inputs.cols;
+  const bool res = id.form == Form::res;
+  need(!res || (c.inputs.u.size() == c.inputs.x.size() && c.inputs.dh_new.size() == c.inputs.x.size() &&
+                c.outputs.h_new.size() == c.inputs.x.size()),
+       "write_case_file: a res case needs u, dh_new and h_new of rows*cols elements");
+  need(T == id.rows() && H == id.H && c.inputs.x.size() == static_cast<size_t>(T * H) &&
+           c.inputs.dy.size() == c.inputs.x.size() &&
+           (id.w == WDtype::bf16 ? c.inputs.w_bf16.size() : c.inputs.w_f32.size()) == static_cast<size_t>(H),
+       "write_case_file: inputs do not match case " + seeds::to_string(id));
+  need(c.outputs.y.size() == c.inputs.x.size() && c.outputs.dx.size() == c.inputs.x.size() &&
+           c.outputs.rstd.size() == static_cast<size_t>(T) && c.outputs.dw.size() == static_cast<size_t>(H),
+       "write_case_file: outputs do not match case " + seeds::to_string(id));
+  need(c.ref_rstd.size() == static_cast<size_t>(T) && c.ref_rstd_bound.size() == c.ref_rstd.size() &&
+           c.ref_dw.size() == static_cast<size_t>(H) && c.ref_dw_bound.size() == c.ref_dw.size(),
+       "write_case_file: references do not match case " + seeds::to_string(id));
+  need(c.maps.rows == T && c.maps.cols == H, "write_case_file: maps do not match case " + seeds::to_string(id));
+  h5::Writer w(path);
+  const std::string& f = w.path();
+  h5::attr(w.root(), f, "schema", std::string(kCaseSchema));
+  write_prov(w.root(), f, c.prov);
+  h5::attr(w.root(), f, "inputs_sha256", c.inputs_sha256);
+  h5::write(w.root(), f, "inputs/x", h5::Type::u16, dims2(T, H), c.inputs.x.data(), "bf16");
+  h5::write(w.root(), f, "inputs/dy", h5::Type::u16, dims2(T, H), c.inputs.dy.data(), "bf16");
+  if (id.w == WDtype::bf16)
+    h5::write(w.root(), f, "inputs/w", h5::Type::u16, dims1(H), c.inputs.w_bf16.data(), "bf16");
+  else
+    h5::write(w.root(), f, "inputs/w", h5::Type::f32, dims1(H), c.inputs.w_f32.data(), "fp32");
+  if (res) {
+    h5::write(w.root(), f, "inputs/u", h5::Type::u16, dims2(T, H), c.inputs.u.data(), "bf16");
+    h5::write(w.root(), f, "inputs/dh_new", h5::Type::u16, dims2(T, H), c.inputs.dh_new.data(), "bf16");
+    h5::write(w.root(), f, "outputs/h_new", h5::Type::u16, dims2(T, H), c.outputs.h_new.data(), "bf16");
+  }
+  h5::write(w.root(), f, "outputs/y", h5::Type::u16, dims2(T, H), c.outputs.y.data(), "bf16");
+  h5::write(w.root(), f, "outputs/dx", h5::Type::u16, dims2(T, H), c.outputs.dx.data(), "bf16");
+  h5::write(w.root(), f, "outputs/rstd", h5::Type::f32, dims1(T), c.outputs.rstd.data(), "fp32");
+  h5::write(w.root(), f, "outputs/dw", h5::Type::f32, dims1(H), c.outputs.dw.data(), "fp32");
+  h5::write(w.root(), f, "reference/rstd", h5::Type::f64, dims1(T), c.ref_rstd.data());
+  h5::write(w.root(), f, "reference/rstd_bound", h5::Type::f64, dims1(T), c.ref_rstd_bound.data());
+  h5::write(w.root(), f, "reference/dw", h5::Type::f64, dims1(H), c.ref_dw.data());
+  h5::write(w.root(), f, "reference/dw_bound", h5::Type::f64, dims1(H), c.ref_dw_bound.data());
+  const h5::Id g = w.group("maps");
+  write_maps(g.get(), f, c.maps);
+  w.commit();
+}
+
+SavedCase read_case_file(const std::string& path) {
+  const h5::Reader f(path);
+  const std::string schema = schema_of(f);
+  if (schema != kCaseSchema)
+    throw std::runtime_error(path + ": schema '" + schema + "', expected '" + kCaseSchema + "'");
+  SavedCase c;
+  c.prov = read_prov(f, "/");
+  c.inputs_sha256 = h5::attr_string(f, "/", "inputs_sha256");
+  seeds::CaseId id;
+  try {
+    id = seeds::parse_case(c.prov.case_id);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": attribute /@case_id: " + e.what());
+  }
+  const int64_t T = id.rows(), H = id.H;
+  U d;
+  auto expect = [&](const char* name, const U& want) {
+    if (d != want) throw std::runtime_error(path + ": dataset " + name + " has the wrong shape for " + c.prov.case_id);
+  };
+  c.inputs.id = id;
+  c.inputs.rows = T;
+  c.inputs.cols = H;
+  c.inputs.x = h5::read_u16(f, "inputs/x", &d, 2), expect("inputs/x", dims2(T, H));
+  c.inputs.dy = h5::read_u16(f, "inputs/dy", &d, 2), expect("inputs/dy", dims2(T, H));
+  if (id.w == WDtype::bf16)
+    c.inputs.w_bf16 = h5::read_u16(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
+  else
+    c.inputs.w_f32 = h5::read_f32(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
+  if (id.form == Form::res) {
+    c.inputs.u = h5::read_u16(f, "inputs/u", &d, 2), expect("inputs/u", dims2(T, H));
+    c.inputs.dh_new = h5::read_u16(f, "inputs/dh_new", &d, 2), expect("inputs/dh_new", dims2(T, H));
+    c.outputs.h_new = h5::read_u16(f, "outputs/h_new", &d, 2), expect("outputs/h_new", dims2(T, H));
+  }
+  const std::string dig = seeds::digest(c.inputs).all;
+  if (dig != c.inputs_sha256)
+    throw std::runtime_error(path + ": the inputs' SHA-256 is " + dig + " but the file records " + c.inputs_sha256 +
+                             " (modified inputs)");
+  c.outputs.y = h5::read_u16(f, "outputs/y", &d, 2), expect("outputs/y", dims2(T, H));
+  c.outputs.dx = h5::read_u16(f, "outputs/dx", &d, 2), expect("outputs/dx", dims2(T, H));
+  c.outputs.rstd = h5::read_f32(f, "outputs/rstd", &d, 1), expect("outputs/rstd", dims1(T));
+  c.outputs.dw = h5::read_f32(f, "outputs/dw", &d, 1), expect("outputs/dw", dims1(H));
+  c.ref_rstd = h5::read_f64(f, "reference/rstd", &d, 1), expect("reference/rstd", dims1(T));
+  c.ref_rstd_bound = h5::read_f64(f, "reference/rstd_bound", &d, 1), expect("reference/rstd_bound", dims1(T));
+  c.ref_dw = h5::read_f64(f, "reference/dw", &d, 1), expect("reference/dw", dims1(H));
+  c.ref_dw_bound = h5::read_f64(f, "reference/dw_bound", &d, 1), expect("reference/dw_bound", dims1(H));
+  c.maps = read_maps(f, "maps");
+  if (c.maps.rows != T || c.maps.cols != H) throw std::runtime_error(path + ": group maps does not match " + c.prov.case_id);
+  return c;
+}
+
+void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries) {
+  h5::Writer w(path);
+  const std::string& f = w.path();
+  h5::attr(w.root(), f, "schema", std::string(kMapsSchema));
+  h5::attr(w.root(), f, "source", source);
+  h5::attr(w.root(), f, "entries", static_cast<int64_t>(entries.size()));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "cases/%04zu", i);
+    const h5::Id g = w.group(name);
+    write_prov(g.get(), f, entries[i].prov);
+    const char* mx[4] = {"max_ratio_y", "max_ratio_rstd", "max_ratio_dx", "max_ratio_dw"};
+    for (int o = 0; o < 4; ++o) h5::attr(g.get(), f, mx[o], entries[i].max_ratio[o]);
+    write_maps(g.get(), f, entries[i].maps);
+  }
+  w.commit();
+}
+
+std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source) {
+  const h5::Reader f(path);
+  const std::string schema = schema_of(f);
+  if (schema != kMapsSchema)
+    throw std::runtime_error(path + ": schema '" + schema + "', expected '" + kMapsSchema + "'");
+  if (source) *source = h5::attr_string(f, "/", "source");
+  const int64_t n = h5::attr_int(f, "/", "entries");
+  std::vector<MapsEntry> out;
+  for (int64_t i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
+    if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
+    MapsEntry e;
+    e.prov = read_prov(f, name);
+    const char* mx[4] = {"max_ratio_y", "max_ratio_rstd", "max_ratio_dx", "max_ratio_dw"};
+    for (int o = 0; o < 4; ++o) e.max_ratio[o] = h5::attr_double(f, name, mx[o]);
+    e.maps = read_maps(f, name);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string changed_sources(const Provenance& p) {
+  std::string stale;
+  auto check = [&stale](const std::string& name, const std::string& rec) {
+    if (name.empty() || rec.empty()) return;
+    const kernels::Variant* v = kernels::find_variant(name);
+    if (v != nullptr && std::string(v->source_sha256) != rec)
+      stale += (stale.empty() ? "" : ", ") + name + " recorded " + rec.substr(0, 12) + ", this build " +
+               std::string(v->source_sha256).substr(0, 12);
+  };
+  check(p.impl, p.impl_sha256);
+  if (p.fwd != p.impl) check(p.fwd, p.fwd_sha256);
+  return stale;
+}
+
+std::vector<std::string> list_layout(const std::string& path) {
+  const h5::Reader f(path);
+  std::vector<std::string> out = f.datasets();
+  std::vector<std::string> objs = {"/"};
+  // Groups: every prefix of a dataset path.
+  for (const auto& d : f.datasets())
+    for (size_t pos = d.find('/'); pos != std::string::npos; pos = d.find('/', pos + 1)) objs.push_back(d.substr(0, pos));
+  std::sort(objs.begin(), objs.end());
+  objs.erase(std::unique(objs.begin(), objs.end()), objs.end());
+  for (const auto& o : objs)
+    for (const auto& a : f.attributes(o)) out.push_back((o == "/" ? "" : o) + "@" + a);
+  for (const auto& d : f.datasets())
+    for (const auto& a : f.attributes(d)) out.push_back(d + "@" + a);
+  return out;
+}
+
+std::string inspect_file(const std::string& path) {
+  std::string schema;
+  {
+    const h5::Reader f(path);
+    schema = schema_of(f);
+  }
+  std::ostringstream o;
+  auto line = [&o](const Provenance& p, const ErrorMaps& m) {
+    double mdw = 0, mr = 0, my = 0, mx = 0;
+    for (double v : m.dw_ratio) mdw = std::max(mdw, v);
+    for (double v : m.rstd_ratio) mr = std::max(mr, v);
+    for (float v : m.y_tiles) my = std::max(my, static_cast<double>(v));
+    for (float v : m.dx_tiles) mx = std::max(mx, static_cast<double>(v));
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "  max err/tol: y %.4g  rstd %.4g  dx %.4g  dw %.4g   (%lldx%lld tiles of %lldx%lld%s)\n",
+                  my, mr, mx, mdw, static_cast<long long>(m.tile_rows), static_cast<long long>(m.tile_cols),
+                  static_cast<long long>(m.tile), static_cast<long long>(m.tile),
+                  m.dx_full.empty() ? "" : ", full dx map");
+    o << "  case " << p.case_id << "\n  impl " << p.impl << " (sha256 " << p.impl_sha256.substr(0, 12) << ")"
+      << (p.fwd.empty() || p.fwd == p.impl ? "" : ", forward " + p.fwd + " (sha256 " + p.fwd_sha256.substr(0, 12) + ")")
+      << " on "
+      << p.backend << (p.gpu.empty() ? "" : " (" + p.gpu + ")") << ", oracle " << p.oracle << ", verdict " << p.verdict
+      << "\n" << buf;
+    // Recorded sources that are not this build's: the numbers describe older
+    // (or newer) code of the variant; replay re-runs this build's.
+    const std::string stale = changed_sources(p);
+    if (!stale.empty())
+      o << "  note: the sources changed since this was recorded (" << stale
+        << "); `normgate repro --file` on a case says whether the outputs did\n";
+  };
+  if (schema == kCaseSchema) {
+    const SavedCase c = read_case_file(path);
+    o << path << ": " << kCaseSchema << " (inputs SHA-256 " << c.inputs_sha256.substr(0, 16) << "..., verified)\n";
+    line(c.prov, c.maps);
+  } else if (schema == kMapsSchema) {
+    std::string src;
+    const auto es = read_maps_file(path, &src);
+    o << path << ": " << kMapsSchema << ", " << es.size() << " entries, exported from " << src << "\n";
+    for (const auto& e : es) {
+      o << "- window " << (e.prov.window.empty() ? "-" : e.prov.window) << "\n";
+      line(e.prov, e.maps);
+      // A forward window's case is carried by a backward run (carrier_for):
+      // the window gates y and rstd; dx and dw are that backward's.
+      if (e.prov.window.rfind("fwd ", 0) == 0 && e.prov.impl != e.prov.fwd)
+        o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "; dx, dw and the verdict are "
+          << e.prov.impl << "'s, the backward run that carried the case)\n";
+    }
+  } else {
+    throw std::runtime_error(path + ": unknown schema '" + schema + "'");
+  }
+  return o.str();
+}
+
+}  // namespace normgate::validators

@@ -1,0 +1,295 @@
+// audit/src/export.cpp: a report's worst cases, re-run and mapped (export.h).
+#include "normgate/audit/export.h"
+#include "normgate/gate/gate.h"
+
+#include <algorithm>
+#include <string>
+#include <cmath>
+#include <ctime>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/seeds/case_id.h"
+
+namespace normgate::validators {
+
+namespace {
+
+double as_ratio(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return INFINITY;  // reports spell non-finite ratios "inf" / "nan": rank them first
+  return 0.0;
+}
+
+std::string str_field(const nlohmann::json& j, const char* k, const std::string& where) {
+  if (!j.contains(k) || !j[k].is_string())
+    throw std::invalid_argument("export: " + where + " has no string field '" + k + "'");
+  return j[k].get<std::string>();
+}
+
+}  // namespace
+
+std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool all) {
+  if (keep < 1) throw std::invalid_argument("export: keep = " + std::to_string(keep) + " must be >= 1");
+  std::vector<ExportItem> out;
+  // Check reports: per implementation (in order of first appearance), its
+  // cases ranked by their largest max_ratio over the outputs.
+  std::vector<std::pair<std::string, std::vector<std::pair<double, std::string>>>> by_impl;
+  auto from_check = [&by_impl](const nlohmann::json& c, const std::string& where) {
+    const std::string id = str_field(c, "case", where);
+    if (!c.contains("impls") || !c["impls"].is_array()) throw std::invalid_argument("export: " + where + " has no 'impls' array");
+    for (const auto& i : c["impls"]) {
+      const std::string impl = str_field(i, "impl", where + ".impls[]");
+      double worst = 0.0;
+      if (i.contains("outputs") && i["outputs"].is_object())
+        for (const auto& [name, o] : i["outputs"].items())
+          if (o.is_object() && o.contains("max_ratio")) worst = std::max(worst, as_ratio(o["max_ratio"]));
+      auto it = std::find_if(by_impl.begin(), by_impl.end(), [&](const auto& e) { return e.first == impl; });
+      if (it == by_impl.end()) it = by_impl.insert(by_impl.end(), {impl, {}});
+      it->second.emplace_back(worst, id);
+    }
+  };
+  auto check_plan = [&]() {
+    for (auto& [impl, cases] : by_impl) {
+      std::stable_sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t k = 0; k < cases.size() && (all || static_cast<int>(k) < keep); ++k)
+        out.push_back({cases[k].second, impl, "", ""});
+    }
+    return out;
+  };
+  if (report.is_object() && report.contains("windows")) {
+    const std::string seeds = report.contains("seeds") && report["seeds"].is_string() ? report["seeds"].get<std::string>() : "";
+    const auto& ws = report["windows"];
+    if (!ws.is_array()) throw std::invalid_argument("export: 'windows' is not an array");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const auto& w = ws[i];
+      const std::string where = "windows[" + std::to_string(i) + "]";
+      const std::string window = str_field(w, "window", where);
+      const std::string op = str_field(w, "op", where);
+      std::vector<std::pair<double, std::string>> cand;
+      if (w.contains("outputs") && w["outputs"].is_object())
+        for (const auto& [name, o] : w["outputs"].items())
+          if (o.contains("worst_case") && o["worst_case"].is_string() && !o["worst_case"].get<std::string>().empty())
+            cand.emplace_back(o.contains("max_err_tol") ? as_ratio(o["max_err_tol"]) : 0.0, o["worst_case"].get<std::string>());
+      if (w.contains("dw_vs_fp32") && w["dw_vs_fp32"].contains("worst_case") && w["dw_vs_fp32"]["worst_case"].is_string() &&
+          !w["dw_vs_fp32"]["worst_case"].get<std::string>().empty())
+        cand.emplace_back(-1.0, w["dw_vs_fp32"]["worst_case"].get<std::string>());
+      std::stable_sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::set<std::string> seen;
+      for (const auto& [r, id] : cand) {
+        if (!seen.insert(id).second) continue;
+        if (!all && static_cast<int>(seen.size()) > keep) break;
+        const seeds::CaseId c = seeds::parse_case(id);
+        const std::string impl = op == "fwd" ? carrier_for(c) : str_field(w, "variant", where);
+        out.push_back({id, impl, window, seeds});
+      }
+    }
+    return out;
+  }
+  if (report.is_object() && report.contains("case")) {
+    from_check(report, "report");
+    return check_plan();
+  }
+  if (report.is_array()) {
+    for (size_t i = 0; i < report.size(); ++i) from_check(report[i], "report[" + std::to_string(i) + "]");
+    return check_plan();
+  }
+  throw std::invalid_argument("export: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
+}
+
+namespace {
+
+// Outputs in the order reports and ties use: y, rstd, dx, dw, then any other (h_new).
+std::vector<std::string> output_order(const nlohmann::json& outputs) {
+  std::vector<std::string> names;
+  for (const char* k : {"y", "rstd", "dx", "dw"})
+    if (outputs.contains(k)) names.emplace_back(k);
+  for (const auto& [k, v] : outputs.items())
+    if (std::find(names.begin(), names.end(), k) == names.end()) names.push_back(k);
+  return names;
+}
+
+const nlohmann::json* outputs_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.contains("outputs")) return nullptr;
+  if (!j["outputs"].is_object()) throw std::invalid_argument("report: " + where + ".outputs is not an object");
+  return &j["outputs"];
+}
+
+}  // namespace
+
+std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
+  std::vector<ReportWindow> out;
+  if (report.is_object() && report.contains("windows")) {
+    const auto& ws = report["windows"];
+    if (!ws.is_array()) throw std::invalid_argument("report: 'windows' is not an array");
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const auto& w = ws[i];
+      const std::string where = "windows[" + std::to_string(i) + "]";
+      if (!w.is_object()) throw std::invalid_argument("report: " + where + " is not an object");
+      ReportWindow r;
+      r.index = i;
+      r.label = str_field(w, "window", where);
+      if (w.contains("route") && w["route"].is_string()) r.route = w["route"].get<std::string>();
+      const std::string op = str_field(w, "op", where);
+      if (const auto* outs = outputs_of(w, where))
+        for (const auto& name : output_order(*outs)) {
+          const auto& o = (*outs)[name];
+          if (!o.is_object() || !o.contains("worst_case") || !o["worst_case"].is_string()) continue;
+          const std::string id = o["worst_case"].get<std::string>();
+          const double ratio = o.contains("max_err_tol") ? as_ratio(o["max_err_tol"]) : 0.0;
+          if (id.empty() || (!r.worst_case.empty() && !(ratio > r.ratio))) continue;
+          r.worst_case = id;
+          r.output = name;
+          r.ratio = ratio;
+        }
+      // Ties between outputs: the gate's own choice (its "worst"), which is
+      // one of the maxima when its err/tol equals theirs.
+      if (!r.worst_case.empty() && w.contains("worst") && w["worst"].is_object()) {
+        const auto& g = w["worst"];
+        if (g.contains("case") && g["case"].is_string() && !g["case"].get<std::string>().empty() &&
+            g.contains("err_tol") && as_ratio(g["err_tol"]) == r.ratio) {
+          r.worst_case = g["case"].get<std::string>();
+          if (g.contains("output") && g["output"].is_string()) r.output = g["output"].get<std::string>();
+        }
+      }
+      if (w.contains("variant") && w["variant"].is_string()) r.variant = w["variant"].get<std::string>();
+      if (!r.worst_case.empty())
+        r.impl = op == "fwd" ? carrier_for(seeds::parse_case(r.worst_case)) : str_field(w, "variant", where);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+  std::vector<const nlohmann::json*> cases;
+  if (report.is_object() && report.contains("case")) {
+    cases.push_back(&report);
+  } else if (report.is_array()) {
+    for (const auto& c : report) cases.push_back(&c);
+  } else {
+    throw std::invalid_argument(
+        "report: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
+  }
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const auto& c = *cases[n];
+    const std::string where = report.is_array() ? "report[" + std::to_string(n) + "]" : std::string("report");
+    if (!c.is_object()) throw std::invalid_argument("report: " + where + " is not a check report (an object)");
+    const std::string id = str_field(c, "case", where);
+    if (!c.contains("impls") || !c["impls"].is_array())
+      throw std::invalid_argument("report: " + where + " has no 'impls' array");
+    for (const auto& ji : c["impls"]) {
+      const std::string impl = str_field(ji, "impl", where + ".impls[]");
+      auto it = std::find_if(out.begin(), out.end(), [&](const ReportWindow& r) { return r.label == impl; });
+      if (it == out.end()) {
+        ReportWindow r;
+        r.index = out.size();
+        r.label = impl;
+        r.variant = impl;
+        it = out.insert(out.end(), std::move(r));
+      }
+      if (const auto* outs = outputs_of(ji, where + ".impls[]"))
+        for (const auto& name : output_order(*outs)) {
+          const auto& o = (*outs)[name];
+          const double ratio = o.is_object() && o.contains("max_ratio") ? as_ratio(o["max_ratio"]) : 0.0;
+          if (!it->worst_case.empty() && !(ratio > it->ratio)) continue;
+          it->worst_case = id;
+          it->output = name;
+          it->ratio = ratio;
+          it->impl = impl;
+        }
+    }
+  }
+  return out;
+}
+
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key) {
+  const auto ws = report_windows(report);
+  const bool any = std::any_of(ws.begin(), ws.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); });
+  if (!any)
+    throw std::invalid_argument(
+        ws.empty() ? std::string("it names no cases (") +
+                         (report.is_object() && report.contains("windows") ? "no windows" : "no check cases") + ")"
+                   : "it names no cases (none of its " + std::to_string(ws.size()) + " windows has a worst case)");
+  const ReportWindow* hit = nullptr;
+  for (const auto& r : ws)
+    if (r.label == key || (!r.route.empty() && r.route == key)) {
+      hit = &r;
+      break;
+    }
+  if (!hit && !key.empty() && key.size() < 10 && std::all_of(key.begin(), key.end(), [](char ch) {
+        return ch >= '0' && ch <= '9';
+      })) {
+    const size_t i = std::stoul(key);
+    if (i < ws.size()) hit = &ws[i];
+  }
+  if (!hit) {
+    std::string msg = "no window '" + key + "'; its windows (give the label, FILE:LINE or index):";
+    for (const auto& r : ws)
+      msg += "\n  " + std::to_string(r.index) + "  " + r.label + (r.route.empty() ? "" : "  (" + r.route + ")");
+    throw std::invalid_argument(msg);
+  }
+  if (hit->worst_case.empty())
+    throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + hit->label +
+                                "' names no worst case (did every case of it fail to run?)");
+  return *hit;
+}
+
+Provenance provenance_of(const CheckReport& rep, const std::string& version, const std::string& commit) {
+  if (rep.impls.size() != 1)
+    throw std::invalid_argument("provenance_of: the report has " + std::to_string(rep.impls.size()) +
+                                " implementations, expected 1");
+  const CheckRequest& req = rep.request;
+  const auto& ir = rep.impls.front();
+  const bool gpu = ir.ran_on == "gpu";
+  Provenance p;
+  p.case_id = seeds::to_string(req.id);
+  p.impl = ir.impl;
+  if (ir.impl != "fp32-baseline") {
+    p.impl_sha256 = std::string(kernels::variant(ir.impl).source_sha256);
+    p.fwd = std::string(kernels::default_fwd().name);  // every kernel row's y, rstd (h_new) come from it
+    p.fwd_sha256 = std::string(kernels::default_fwd().source_sha256);
+  } else {
+    p.fwd = ir.impl;
+  }
+  p.backend = gpu ? "gpu" : "cpu-model";
+  p.oracle = std::string(oracle::to_string(req.oracle));
+  p.escalations = oracle_line(rep);
+  p.family = std::string(seeds::to_string(req.id.family));
+  p.budgets = "y, dx: atol = rtol = 1e-2; rstd: rtol 1e-5; dw: atol 1e-4 + rtol 1e-4 (vs FP64)";
+  p.verdict = std::string(to_string(ir.result.verdict()));
+  if (gpu) {
+    const auto d = kernels::device_info();
+    p.gpu = d.name;
+    p.driver = d.driver;
+    p.cuda = d.cuda_runtime;
+  }
+  p.normgate_version = version;
+  p.normgate_commit = commit;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.date = date;
+  return p;
+}
+
+std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const ExportOptions& opt) {
+  std::vector<MapsEntry> out;
+  const Backend b = resolve_backend(opt.backend);
+  for (const auto& it : items) {
+    CheckRequest req{seeds::parse_case(it.case_id), {it.impl}, b, opt.threads, opt.oracle};
+    MapsEntry e;
+    const CheckReport rep = finish_check(prepare_check(req), [&](const CheckInternals& in) {
+      e.maps = error_maps(in.problem, in.outs.front(), in.ref, opt.tile, opt.full, opt.threads);
+    });
+    for (int o = 0; o < 4; ++o) e.max_ratio[o] = rep.impls.front().result.get(static_cast<Output>(o)).worst.ratio;
+    e.prov = provenance_of(rep, opt.normgate_version, opt.normgate_commit);
+    e.prov.window = it.window;
+    e.prov.seed_set = it.seed_set;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace normgate::validators

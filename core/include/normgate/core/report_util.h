@@ -1,0 +1,31 @@
+// normgate/core/report_util.h (internal): small formatting helpers shared by
+// the check pipeline's and the gate's reports.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/core/json_number.h"
+
+namespace normgate::validators::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// Seconds elapsed since t0.
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// printf-style formatting of one double (f is a format with one conversion).
+inline std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// A double as JSON (core/json_number.h: inf and nan as strings).
+inline nlohmann::json num(double v) { return json_number(v); }
+
+}  // namespace normgate::validators::detail

@@ -1,0 +1,316 @@
+// normgate/gate/gate.h: the accuracy gate over a route table.
+//
+// For every window (route) of a table (routing.h) the gate runs cases, checks
+// every element of every output against its budget (budget.h) with the FP64
+// oracle, and gives the window a verdict. Method (after the seed's B200 PR):
+//
+// 1. Grid. The window's T points (window_t_points): its first T (lo), its last
+//    T (hi), T on both sides of every power of two p in [lo, hi] (p-1 and p+1,
+//    those inside the window), and, up to --t-per-window points in all, the
+//    rest spread evenly over [lo, hi] (deterministic: a function of lo, hi
+//    and the count alone). Each T runs every (family, seed) of the seed set
+//    (default 3x120: normal, llm, cancel x seeds 0..119) with the window's H,
+//    weight dtype and form.
+// 2. Dense grid. Around the window's worst grid point (the case with the
+//    largest err/tol of the output that comes from the variant's long
+//    reduction: dw, a sum over T rows, for bwd windows; rstd, a sum over H
+//    columns, for fwd windows; dx and y are per-element roundings whose worst
+//    case does not move with T; ties: first in run order), T = T_worst + k*step
+//    for k = +-1..+-dense_points (default step 64, 16 points each side),
+//    those inside the window, with the worst case's family and seed
+//    (--dense-seeds worst, the default: the dense grid scans T, where a
+//    variant's chunking changes; seed variance is the fresh seeds' job) or
+//    every (family, seed) of the seed set (--dense-seeds all: what the seed's
+//    PR did in its one deepest window; 48x the cases at 3x16, which at
+//    T ~ 131072 puts a whole-table campaign out of reach).
+// 3. Fresh seeds. The worst (T, family) over grid and dense grid (same
+//    output), re-run with seeds never used before: fresh_factor (default 2)
+//    times the seed set's per-family count, starting right after its last
+//    seed.
+// The verdict covers all three: a window PASSES when every case ran and every
+// gated output passes in every case (RatioStats::pass(): no element over its
+// budget). bwd windows gate y, rstd, dx, dw (the whole training step with the
+// forward it ran with); fwd windows gate y and rstd. dw relative to the FP32 baseline (FP32 eager on the same
+// inputs) is reported, not gated (at small T FP32 eager is sometimes more
+// accurate while both are far inside the budget; docs/results/h200-2026-11-29).
+//
+// Every case goes through run_check: the oracle runs once per case and serves
+// every implementation that case needs, so det and nondet windows with the
+// same bounds share their cases (forward windows read y and rstd from any
+// backward run of the same case: every run uses the forward fwd_rowwise).
+// Kernel variants run on the GPU when one is usable (backend auto), else as
+// their CPU models; the report says which.
+//
+// Campaigns are resumable: with a journal (journal.h) every finished case is
+// on disk before the next starts, and a re-run with the same journal skips
+// them. The plan (which cases run) is a function of the table, the options and
+// the results, so a resumed run reaches the same report as an uninterrupted
+// one. Records are per (case, implementation), whichever window asked for
+// them, so one journal also serves gates of different --windows filters (and
+// --base): a long campaign can be run a filter at a time and finished by a
+// gate of the whole table that only reads the journal. Reports count only
+// the records their plan used. A case that throws (GPU out of memory, a kernel error) is journalled as
+// an error of that case; the windows that needed it fail and the run goes on.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "normgate/kernels/device.h"
+#include "normgate/routing/routing.h"
+#include "normgate/seeds/seed_set.h"
+#include "normgate/harness/pipeline.h"
+
+namespace normgate::validators {
+
+/// T points of a window [lo, hi] (1 <= lo <= hi), `target` points in all
+/// unless the mandatory ones (lo, hi, p-1 and p+1 of every power of two p in
+/// [lo, hi]) are more; then exactly the mandatory ones. The extra points are
+/// lo + round((hi - lo) * k / (m + 1)), k = 1..m (m = target - mandatory),
+/// each moved to the nearest free T (upward first) if taken. Sorted,
+/// distinct. Throws std::invalid_argument when lo < 1, lo > hi or target < 2.
+std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
+
+/// The run that carries a forward window's case (the forward runs inside
+/// every check): the first non-control backward variant of the registry that
+/// supports the case's H, weight dtype and form. Used by the gate and by
+/// export. Throws std::invalid_argument naming the case when none does.
+std::string carrier_for(const seeds::CaseId& c);
+
+/// One sentence saying where kernel variants run for a resolved backend (gpu:
+/// the device, driver and CUDA runtime; cpu: that CPU models run, not CUDA
+/// code, and whether a GPU was present). Never throws.
+std::string describe_backend(Backend resolved, const kernels::DeviceInfo& d);
+
+/// Selects windows: comma-separated terms key=value, all of which must hold.
+/// Keys: op (fwd|bwd), mode (det|nondet; fwd windows have no mode and never
+/// match a mode term), H, w (bf16|fp32), form, variant, and T (T=N: windows
+/// holding N; T=A..B: windows overlapping [A, B]). A value may list
+/// alternatives with '|': "H=2048|4096". Empty text selects every window.
+struct WindowFilter {
+  struct Term {
+    std::string key;
+    std::vector<std::string> values;
+  };
+  std::vector<Term> terms;
+  /// True when every term holds for r.
+  bool matches(const kernels::Route& r) const;
+};
+
+/// Parse a filter. Throws std::invalid_argument naming the bad term (unknown
+/// key, missing '=', empty value, bad number or range, unknown op/mode/w/form).
+WindowFilter parse_window_filter(std::string_view text);
+
+/// Progress of a running gate (GateOptions::progress).
+struct GateProgress {
+  std::string phase;           ///< "grid", "dense", "fresh"
+  int64_t done = 0;            ///< cases of this phase finished (journalled ones included)
+  int64_t total = 0;           ///< cases of this phase
+  int64_t run_now = 0;         ///< cases run by this process so far (all phases)
+  double seconds = 0;          ///< wall time of this process so far
+  double seconds_per_case = 0; ///< mean over the cases this process ran (0 before the first)
+  std::string window;          ///< first window the current case serves
+  double worst = 0;            ///< largest gated err/tol seen so far (all windows)
+};
+
+/// What to gate and how.
+struct GateOptions {
+  std::string table_path;              ///< route table (TOML)
+  std::string base_path;               ///< "" or an older table: gate only changed windows
+  std::string seeds = "3x120";         ///< seed-set spelling (seed_set.h)
+  int t_per_window = 8;                ///< target T points per window (>= 2)
+  int dense_points = 16;               ///< dense-grid points each side of the worst T (0: none)
+  int64_t dense_step = 64;             ///< dense-grid spacing in rows (>= 1)
+  /// Dense grid's seeds: false (default) the worst grid case's family and
+  /// seed only; true every (family, seed) of the seed set.
+  bool dense_all_seeds = false;
+  int fresh_factor = 2;                ///< fresh seeds = factor x per-family seed count (0: none)
+  std::string windows;                 ///< window filter ("" = all)
+  std::string journal_path;            ///< "" = no journal
+  Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
+  bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
+  int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
+  std::string normgate_version;        ///< provenance for reports and approvals
+  std::string normgate_commit;
+  /// Oracle for every case (pipeline.h CheckRequest::oracle): auto (FP64
+  /// with MPFR escalation, the default), fp64, or mpfr (small cases only).
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
+  std::function<void(const GateProgress&)> progress;  ///< called after every case (may be empty)
+  /// Called before a case runs, inside the case's error handling: what it
+  /// throws is journalled as that case's error, exactly like a GPU fault
+  /// (tests inject faults with it; may be empty).
+  std::function<void(const seeds::CaseId&, const std::vector<std::string>& impls)> before_case;
+  /// Called after every case is journalled, with the number of cases this
+  /// process ran so far; what it throws leaves run_gate (tests simulate a
+  /// crash with it; may be empty).
+  std::function<void(int64_t cases_run_now)> after_case;
+};
+
+/// Worst value of one output over a window's cases.
+struct OutputAgg {
+  double max_ratio = 0;     ///< max err/tol over every element of every case
+  std::string worst_case;   ///< case id of that maximum ("" when no case ran)
+  int64_t worst_index = -1; ///< flat element index in that case
+  double forced = 0;        ///< part of the maximum the interface forces
+  int64_t cases_over = 0;   ///< cases where this output does not pass (an element over budget,
+                            ///< or, where comparisons are certified, one not certified)
+  int64_t cases_inconclusive = 0;  ///< of those, cases with no element over budget: only
+                                   ///< uncertified comparisons (the oracle's bound straddles 1)
+};
+
+/// One refinement step of a window.
+struct PhaseSummary {
+  std::vector<int64_t> t;   ///< T values run in this phase
+  std::string seeds;        ///< seed-set spelling of this phase ("" when skipped)
+  int64_t cases = 0;        ///< cases of this phase (before de-duplication with earlier phases)
+  double worst = 0;         ///< largest err/tol of the refinement output in this phase's cases
+  std::string worst_output; ///< the refinement output: "dw" (bwd windows) or "rstd" (fwd windows)
+  std::string worst_case;   ///< case id of that maximum ("" when no case of the phase ran)
+};
+
+/// Verdict and numbers of one window.
+struct WindowResult {
+  kernels::Route route;            ///< the route (window + variant, file:line)
+  std::string impl;                ///< implementation run: the variant (bwd), or "any backward run" (fwd)
+  bool control = false;            ///< the variant is a negative control (routed by override)
+  std::vector<int64_t> t_points;   ///< grid T
+  int64_t cases = 0;               ///< distinct cases of all phases
+  int64_t errors = 0;              ///< cases that threw
+  std::vector<std::string> error_samples;  ///< up to 3 "case id: message"
+  std::array<OutputAgg, 4> out{};  ///< y, rstd, dx, dw (dx, dw unused for fwd windows)
+  double dw_vs_fp32_worst = 0;     ///< bwd: max over cases of CaseResult::dw_vs_fp32_worst (NaN: none)
+  std::string dw_vs_fp32_worst_case;
+  double dw_vs_fp32_median = 0;    ///< bwd: median over cases of CaseResult::dw_vs_fp32_median (NaN: none)
+  double worst = 0;                ///< largest gated err/tol of the window
+  std::string worst_output;        ///< its output
+  std::string worst_case;          ///< its case
+  /// Per input family (first-seen order): distinct cases, and cases where a
+  /// gated output does not pass.
+  struct FamilyCount {
+    std::string family;
+    int64_t cases = 0, failed = 0;
+  };
+  std::vector<FamilyCount> families;
+  PhaseSummary grid, dense, fresh;
+  /// Cases of other windows' phases inside this window (same H, w, form, T in
+  /// range; none of its own), run with this window's variant too and counted
+  /// in its verdict (e.g. a forward window's fresh seeds, for the backward
+  /// window over the same T). `seeds` is "" (theirs vary).
+  PhaseSummary others;
+  int64_t dense_center = 0;        ///< T the dense grid is centred on (0: no dense grid)
+  std::string fresh_family;        ///< family of the fresh-seed re-run ("" when none)
+  int64_t fresh_t = 0;             ///< T of the fresh-seed re-run
+  bool pass = false;
+  /// pass; fail (an element over budget, or a case threw); inconclusive (no
+  /// failure, but some comparison could not be certified against the
+  /// oracle's bound: not approved, re-run with --oracle mpfr on the case).
+  Verdict verdict = Verdict::fail;
+  /// Outputs gated in this window: 4 (y, rstd, dx, dw) for bwd, 2 (y, rstd) for fwd.
+  int gated_outputs() const { return route.op == kernels::Op::bwd ? 4 : 2; }
+};
+
+/// Everything a gate found.
+struct GateResult {
+  std::string table_path, table_sha256;
+  std::string base_path, base_sha256;  ///< "" without --base
+  std::string backend;                 ///< "gpu" or "cpu-model"
+  std::string backend_detail;          ///< one sentence for humans (device, or why CPU models)
+  kernels::DeviceInfo device;
+  std::string seeds;                   ///< canonical seed set
+  std::string oracle;                  ///< "auto", "fp64" or "mpfr"
+  int t_per_window = 0, dense_points = 0, fresh_factor = 0;
+  int64_t dense_step = 0;
+  bool dense_all_seeds = false;        ///< GateOptions::dense_all_seeds
+  std::string windows_filter;
+  bool allow_controls = false;
+  std::vector<WindowResult> windows;   ///< gated windows, table order
+  std::vector<std::string> skipped;    ///< "FILE:LINE window -> variant" unchanged against --base
+  std::vector<std::string> removed;    ///< windows of --base that the table no longer has
+  std::vector<std::string> filtered_out;  ///< windows the filter left out (count only in reports)
+  int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
+  int64_t cases_run_now = 0;           ///< run by this process
+  int64_t cases_resumed = 0;           ///< taken from the journal
+  int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume
+  std::string date;                    ///< UTC ISO 8601, when the gate finished
+  std::string normgate_version, normgate_commit;
+  /// How this process's cases ran (not part of the reports: a resumed run
+  /// differs). GPU backend: the GPU half of a case overlapped the oracle of
+  /// the one before.
+  PipelineStats pipeline;
+  /// True when every gated window passes; with --base and no changed window
+  /// (nothing gated, some skipped) also true.
+  bool pass() const;
+};
+
+/// Run the gate. Throws std::invalid_argument (kernels::RouteTableError
+/// included) for input errors: a bad table or base table (FILE:LINE), bad
+/// seeds, filter or numeric options, a filter selecting no window, backend
+/// gpu without a usable GPU, a journal of another campaign. Case failures
+/// and case errors are verdicts, not exceptions. std::runtime_error when the
+/// journal cannot be written.
+GateResult run_gate(const GateOptions& opt);
+
+/// One window of a gate plan (plan_gate).
+struct PlanWindow {
+  std::string window;             ///< "FILE:LINE window -> variant"
+  std::vector<int64_t> t;         ///< grid T points
+  int64_t grid_cases = 0;         ///< grid cases of this window (T points x seed set)
+  double grid_elements = 0;       ///< sum over them of rows*H (rows = T*heads)
+  int64_t refine_cases_max = 0;   ///< dense grid + fresh seeds, at most (their T follow the grid's worst point)
+  double refine_elements_max = 0; ///< their rows*H, at most (every refinement case at the window's upper T)
+};
+
+/// The size of a gate campaign, known before any case runs: which windows,
+/// how many cases, how many elements the oracle must check. Cases that
+/// several windows share (the det and nondet windows of one (H, w, form, T)
+/// run their variants on one generation, one forward and one oracle; forward
+/// windows ride on backward runs) count once in the distinct totals.
+struct GatePlan {
+  std::string table_path, seeds;
+  std::vector<PlanWindow> windows;        ///< gated windows, table order
+  std::vector<std::string> skipped;       ///< unchanged against --base
+  std::vector<std::string> filtered_out;  ///< left out by --windows
+  int64_t grid_cases_distinct = 0;        ///< distinct grid case ids over all windows
+  double grid_elements_distinct = 0;      ///< their rows*H
+  int64_t refine_cases_max = 0;           ///< sum over windows (an upper bound: no sharing assumed)
+  double refine_elements_max = 0;
+};
+
+/// Plan a gate without running anything (no GPU, no journal): the same
+/// window selection (--base, --windows) and grid T points as run_gate, and
+/// upper bounds for the refinement phases, whose T depend on results.
+/// Throws std::invalid_argument for the same input errors as run_gate
+/// (table, base table, seeds, filter, numeric options).
+GatePlan plan_gate(const GateOptions& opt);
+
+/// The plan as Markdown: one row per window (T points, grid cases and
+/// elements, refinement bound), totals, and the time the oracle needs at
+/// `elements_per_second` (> 0; the caller's measured rate, e.g. from
+/// docs/perf.md) for the distinct grid and for the refinement bound.
+std::string format_gate_plan(const GatePlan& p, double elements_per_second);
+
+/// The Markdown report: header (table, backend, seeds, method, provenance),
+/// one row per window (window, variant, max err/tol of y, rstd, dx, dw, dw
+/// vs FP32, worst case, cases, verdict), the closest approach to the budget,
+/// refinement per window, failures and errors, skipped windows. Deterministic:
+/// two runs with the same results differ only in the "date" line.
+std::string format_gate_markdown(const GateResult& r);
+
+/// Every number of the result as JSON (non-finite numbers as "inf"/"nan");
+/// only the "date" field depends on when it ran.
+nlohmann::json gate_to_json(const GateResult& r);
+
+/// Update approvals `a` from a gate result: every passing non-control window
+/// gets a record for (window, backend) replacing older records of that
+/// window and backend; a failing window loses its records of that backend;
+/// records whose window is not in the table are removed. Returns one line
+/// per change ("approved ...", "revoked ...", "removed ..."). Never throws.
+std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
+                                          const std::vector<kernels::Route>& table_routes);
+
+}  // namespace normgate::validators

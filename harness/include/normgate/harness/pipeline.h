@@ -1,0 +1,254 @@
+// normgate/harness/pipeline.h: checks end to end: generate a case, run the
+// implementations under test, compute the FP64 reference (and the ideal kernel
+// for the forced part of each error), validate every element.
+//
+// The oracle runs once per case and serves every implementation of the check.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "normgate/core/uninit.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/seeds/seed_set.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/validators/check.h"
+
+namespace normgate::validators {
+
+/// Where kernel variants run: their CUDA code on the GPU, or their CPU models
+/// (models.h: the same accumulation structure, step by step). `auto_` picks
+/// the GPU when one is available.
+enum class Backend : uint8_t { auto_ = 0, cpu = 1, gpu = 2 };
+/// "auto", "cpu", "gpu".
+std::string_view to_string(Backend b);
+/// Parse "auto" | "cpu" | "gpu"; std::invalid_argument naming the bad value.
+Backend parse_backend(std::string_view s);
+
+/// The implementations a check may name: "fp32-baseline" (the FP32 eager
+/// yardstick, oracle::fp32_baseline) and every backward kernel variant of the
+/// registry (each runs with the default forward variant). "all" expands to
+/// every backward variant, controls included.
+std::vector<std::string> expand_impls(const std::vector<std::string>& names);
+
+struct CheckRequest {
+  seeds::CaseId id;
+  std::vector<std::string> impls{"fp32-baseline"};  ///< after expand_impls
+  Backend backend = Backend::auto_;
+  int threads = 0;  ///< OpenMP threads for generator, oracle, validation (<= 0: default)
+  /// Oracle: auto (FP64 with MPFR escalation, the default), fp64 (no
+  /// escalation), mpfr (everything in MPFR; small cases only, else
+  /// run_check throws std::invalid_argument).
+  oracle::OracleMode oracle = oracle::OracleMode::auto_;
+};
+
+/// One implementation's result on one case.
+struct ImplResult {
+  std::string impl;
+  std::string ran_on;  ///< e.g. "gpu NVIDIA H200", "cpu model", "cpu (FP32 baseline)"
+  CaseResult result;
+  double dw_worst_abs_sum = 0;  ///< sum_r |dy*xhat| of the worst dw column
+  double seconds_impl = 0, seconds_validate = 0;
+};
+
+/// What a check found, with enough provenance to reproduce it.
+struct CheckReport {
+  CheckRequest request;
+  std::string inputs_from;  ///< "host generator" or "GPU generator"
+  std::vector<ImplResult> impls;
+  double seconds_generate = 0, seconds_oracle = 0;
+  /// What MPFR escalation did in the reference (RstdMode::fp64: the verdicts)
+  /// and in the ideal kernel (RstdMode::fp32_rounded: the forced parts).
+  oracle::Escalations escalations_ref{}, escalations_ideal{};
+  /// combine() of the implementations' verdicts.
+  Verdict verdict() const;
+  /// Every implementation passes, every comparison certified.
+  bool pass() const;
+  /// verdict() == inconclusive: no certain failure, some comparison uncertified.
+  bool inconclusive() const { return verdict() == Verdict::inconclusive; }
+};
+
+/// Resolve `auto_` to what this process will use (gpu if available).
+Backend resolve_backend(Backend b);
+
+/// Run one check. Throws std::invalid_argument for an unknown impl, a case
+/// an implementation does not support, or backend gpu without a usable GPU.
+/// Equal to finish_check(prepare_check(req)).
+CheckReport run_check(const CheckRequest& req);
+
+/// The first half of a check: argument checks, the inputs (GPU generator on
+/// the GPU backend, host generator otherwise) and, on the GPU backend, every
+/// GPU variant's outputs (kernels::run_gpu over the list: one forward). No
+/// oracle work. Throws as run_check (argument errors, CUDA errors).
+struct PreparedCheck {
+  CheckRequest request;
+  Backend backend = Backend::cpu;  ///< resolved
+  seeds::HostInputs inputs;
+  std::string inputs_from;
+  std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend);
+                                   ///< kernels::run_gpu_shared: only [0] holds y and rstd
+  std::vector<size_t> gpu_dx_source;  ///< gpu_outs[k]'s dx is gpu_outs[gpu_dx_source[k]]'s
+  /// seconds_generate: the inputs (GPU backend with GPU variants and no
+  /// given inputs: the first part of the GPU run, which generates them in its
+  /// own buffers and copies them back: allocation, poison, generation,
+  /// download); seconds_gpu: the GPU run (without that first part).
+  double seconds_generate = 0, seconds_gpu = 0;
+  /// The inputs were copied back by the GPU run (that first part):
+  /// finish_check hands their vectors, with the GPU outputs', to
+  /// kernels::recycle_host_buffers when it is done with them.
+  bool inputs_from_run = false;
+};
+PreparedCheck prepare_check(const CheckRequest& req);
+/// As above on the caller's inputs instead of the generator's (a saved case);
+/// given == nullptr generates. Throws std::invalid_argument when given->id is
+/// not req.id.
+PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given);
+
+/// The oracle's side of one case, computed once and shared by every
+/// implementation validated against it (finish_check; the C API's oracle
+/// handle, capi/): the expected h_new (form res), the Problem the oracle sees,
+/// the reference (RstdMode::fp64) and the ideal kernel (RstdMode::fp32_rounded),
+/// both from one oracle::Reference::compute_pair (the bits of two
+/// Reference::compute calls), and the FP32 baseline. Its views point into `in`
+/// and into h_new_expected: `in` must outlive it, and it is neither copied nor
+/// moved.
+struct CaseOracle {
+  /// Compute everything for inputs `in` with oracle mode `mode` (auto: FP64
+  /// with MPFR escalation, as every check) on `threads` OpenMP threads (<= 0:
+  /// default; results do not depend on it). Throws std::invalid_argument as
+  /// oracle::Reference::compute (e.g. mode mpfr on a large case).
+  /// baseline_rows == false: the baseline holds only rstd and dw (enough for
+  /// "dw vs FP32"; validating the FP32 baseline itself as an implementation
+  /// needs its y and dx).
+  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows = true);
+  CaseOracle(const CaseOracle&) = delete;
+  CaseOracle& operator=(const CaseOracle&) = delete;
+
+  /// Form res: BF16(h + u) [rows, cols], one rounding of the exact sum
+  /// (round_to_bf16 of the double sum, exact for BF16 operands), against
+  /// which an h_new is checked bitwise. Empty for the other forms. Written
+  /// once, by rows on `threads` threads, without a serial zero-fill first.
+  UninitVector<uint16_t> h_new_expected;
+  /// x: in.x, or h_new_expected for res; dy, w: the inputs; dx_add: dh_new
+  /// for res (the backward output is then dh = dx + dh_new), else none.
+  oracle::Problem problem;
+  oracle::Reference ref;    ///< RstdMode::fp64: the verdicts
+  oracle::Reference ideal;  ///< RstdMode::fp32_rounded: the forced parts
+  /// FP32 eager's outputs (dw is the yardstick of dw_vs_fp32); for res also
+  /// its h_new, RN_bf16(RN_fp32(h + u)) (the double rounding a kernel must avoid).
+  Outputs baseline;
+};
+
+/// Every statistic of one tensor's validation as JSON (the per-output object
+/// of to_json(CheckReport)): n, over, max_ratio, worst_index and the worst
+/// element's got/ref/err/tol/bound/forced, max_forced, max_bound_over_tol,
+/// p50/p99 upper bounds, histogram, uncertified, over_certified,
+/// least_certain, verdict, pass. Non-finite numbers as "inf"/"nan" strings.
+nlohmann::json to_json(const RatioStats& s);
+
+/// What finish_check computed, shown to an inspector before it is freed.
+struct CheckInternals {
+  const oracle::Problem& problem;
+  const oracle::Reference& ref;    ///< RstdMode::fp64
+  const oracle::Reference& ideal;  ///< RstdMode::fp32_rounded
+  /// One per impl, request order. On the GPU backend only the first GPU
+  /// variant's entry is complete (later ones may lack the shared y, rstd, dx:
+  /// use refs); a one-implementation check's outs.front() is complete.
+  const std::vector<Outputs>& outs;
+  const std::vector<OutputsRef>& refs;  ///< every impl's tensors (shared ones point to one copy)
+};
+
+/// The second half: oracle (reference, ideal kernel, FP32 baseline), CPU
+/// models on the CPU backend, one validation sweep. Consumes `pc`. When
+/// `inspect` is given it is called once, after validation, with the oracle and
+/// every implementation's outputs (repro.h uses it); what it throws propagates.
+/// Last, the GPU variants' BF16 output vectors and, when pc.inputs_from_run,
+/// the input vectors go to kernels::recycle_host_buffers (kept for a later
+/// case inside a kernels::ReuseHostBuffers scope, else freed).
+CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect = {});
+
+/// Time spent by run_checks (seconds, wall clock).
+struct PipelineStats {
+  int64_t cases = 0;
+  bool overlapped = false;               ///< GPU backend: prepare of k+1 ran during finish of k
+  double seconds_total = 0;
+  double seconds_prepare = 0;            ///< sum of prepare_check times (GPU + generator)
+  double seconds_finish = 0;             ///< sum of finish_check times (oracle + validation)
+  double seconds_waiting_for_prepare = 0;  ///< finish side idle, waiting for the next prepare
+};
+
+/// Run n checks in order, request(i) giving the i-th. On the GPU backend the
+/// prepare_check of request i+1 (GPU work, on a worker thread) overlaps the
+/// finish_check of request i (CPU oracle, then on one core fewer when the
+/// request leaves threads to the default), so at most two cases are in memory;
+/// on the CPU backend they run one after the other. done(i, report, error) is
+/// called in order i = 0..n-1 from the calling thread, with report == nullptr
+/// and error set when request i threw (argument or CUDA error); an exception
+/// thrown by done() ends the run (after the worker finishes) and propagates.
+/// request(i) may be called from the worker thread, once per i, in order.
+/// On the GPU backend the GPU runs keep their device buffers from one case to
+/// the next (kernels::ReuseGpuBuffers) and reuse the host vectors of finished
+/// cases (kernels::ReuseHostBuffers) until run_checks returns.
+PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
+
+/// One line on the oracle of a report: its mode and what MPFR escalation did
+/// in the reference and the ideal kernel.
+std::string oracle_line(const CheckReport& rep);
+
+/// Human-readable report: the oracle mode and its escalations, one table per
+/// implementation (max err/tol, worst index, over-budget count, forced part,
+/// oracle bound/tol, uncertified comparisons), the dw comparison with the FP32
+/// baseline, the verdict (PASS, FAIL or INCONCLUSIVE), for each failing output
+/// where it fails (index, value, reference, bound) and for each inconclusive
+/// output its least certain comparison.
+std::string format_report(const CheckReport& rep);
+
+/// Every number of the report as JSON (non-finite numbers as strings "inf", "nan").
+nlohmann::json to_json(const CheckReport& rep);
+
+/// A grid of cases: every combination of H, T, weight dtype and (family,
+/// seed) of the seed set, form plain, eps default.
+struct Grid {
+  std::vector<int64_t> H, T;
+  std::vector<WDtype> w;
+  seeds::SeedSet seeds;
+  /// Forms; the head forms (heads24, heads4) take only H = 256 from H (the
+  /// other H values apply to plain and res).
+  std::vector<Form> forms{Form::plain};
+  /// All case ids, in the order form, H, T, w, family, seed (outermost
+  /// first). Throws std::invalid_argument naming the form when a head form is
+  /// asked for and H has no 256.
+  std::vector<seeds::CaseId> cases() const;
+};
+
+/// Worst results of one (implementation, family) over a campaign.
+struct Aggregate {
+  std::string impl;
+  seeds::Family family{};
+  int64_t cases = 0, failed = 0;
+  int64_t inconclusive = 0;                 ///< cases with verdict inconclusive (not counted in failed)
+  double max_ratio[kNumOutputs] = {};       ///< max err/tol per output
+  std::string worst_case[kNumOutputs];      ///< case id of each max
+  double forced_at_worst[kNumOutputs] = {}; ///< forced part at that element
+  double dw_vs_fp32_worst = 0;              ///< max over cases
+};
+
+/// Run every case of a campaign (the oracle once per case, in mode `oracle`),
+/// calling `on_case` after each (for progress lines and journals). Returns one
+/// Aggregate per (impl, family) in impl-major order.
+std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                                    Backend backend, int threads,
+                                    const std::function<void(const CheckReport&)>& on_case,
+                                    oracle::OracleMode oracle = oracle::OracleMode::auto_);
+
+/// Markdown table of campaign aggregates (one row per impl and family).
+std::string format_aggregates(const std::vector<Aggregate>& aggs);
+
+}  // namespace normgate::validators

@@ -1,0 +1,67 @@
+// harness/src/host_pool.h (internal, no CUDA): the host side of a GPU run's
+// downloads: a pool of reused host vectors (ReuseHostBuffers, runner.h) and
+// a multi-threaded copy out of the pinned staging buffers (host_download.h).
+//
+// Why: a download into a fresh std::vector first faults in (and the kernel
+// zeroes) every page it writes, in the one thread that copies: about 4.3 GB
+// per plain [131072, 4096] case of the gate. A vector kept from an earlier
+// case has its pages mapped already, and its copy can be split over threads.
+// The vectors stay ordinary std::vector memory (not registered with CUDA), so
+// whoever ends up owning one may free it at any time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace normgate::kernels::detail {
+
+/// Copy `bytes` bytes from src to dst (not overlapping) with up to `threads`
+/// threads (OpenMP; at least 4 MiB per thread, so small copies stay on the
+/// calling thread). threads <= 1: one memcpy.
+void copy_bytes(void* dst, const void* src, size_t bytes, int threads);
+
+/// Threads for the copies out of the staging buffers into reused vectors
+/// (host_download.h): NORMGATE_COPY_THREADS when it is set to 1..64, else 1
+/// (the calling thread alone, appending, as before). Not more by default: in the gate the copies overlap
+/// the oracle half, which runs on every core but one, and with the copies
+/// going to reused memory the GPU half is expected to be the shorter one, so
+/// extra copy threads would only take cores from the oracle (and on the
+/// 2-core dev machine two threads were no faster in the gate's pattern:
+/// docs/perf.md). Read at every call.
+int copy_threads();
+
+/// The pool's limits: vectors under kMinPooledElems elements are neither
+/// kept nor handed out; at most kMaxPooled vectors and kMaxPooledBytes of
+/// capacity (bytes) are kept (the smallest go first; a single vector is kept
+/// whatever its size). 24 GiB holds one res case at [131072, 6144] (seven
+/// 1.6 GB tensors, reserved at 2x) with room, without letting a long campaign
+/// keep 16 such vectors (~50 GB) per process.
+inline constexpr size_t kMinPooledElems = size_t{1} << 19;  // 1 MiB of BF16
+inline constexpr size_t kMaxPooled = 16;
+inline constexpr size_t kMaxPooledBytes = size_t{24} << 30;
+
+/// Inside a ReuseHostBuffers scope: a vector for a BF16 tensor of n elements,
+/// from the pool when one there has capacity >= n (the smallest such; it
+/// keeps its size and old contents: the caller clears or overwrites them),
+/// else an empty vector with capacity 2n (room for larger later cases
+/// without a new allocation; pages are mapped only where written). A pooled
+/// vector too small for n is freed first (the largest one, when none fits).
+/// Outside a scope, or for n < kMinPooledElems: an empty vector (the caller
+/// allocates as before). May throw std::bad_alloc.
+std::vector<uint16_t> take_host_u16(size_t n);
+
+/// Hand v's storage to the pool (v is left empty). Kept only inside a
+/// ReuseHostBuffers scope, and only vectors of at least kMinPooledElems
+/// capacity; the pool holds at most kMaxPooled vectors (the smallest are
+/// freed beyond that); everything else is freed here.
+void give_host_u16(std::vector<uint16_t>& v) noexcept;
+
+/// Vectors in the pool now, and their total capacity in bytes (tests).
+struct HostPoolStats {
+  size_t vectors = 0;
+  size_t bytes = 0;
+};
+HostPoolStats host_pool_stats();
+
+}  // namespace normgate::kernels::detail

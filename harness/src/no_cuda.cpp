@@ -1,0 +1,36 @@
+// harness/src/no_cuda.cpp: the GPU runner (runner.h) in a build without CUDA: each throws.
+#include <stdexcept>
+#include <string>
+
+#include "normgate/harness/runner.h"
+
+namespace normgate::kernels {
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw std::runtime_error(std::string(what) + ": normgate_kernels was built without CUDA (no nvcc at configure time)");
+}
+}  // namespace
+
+void generate_device_inputs(const seeds::CaseId&, const DeviceInputBuffers&, Stream) {
+  no_cuda("generate_device_inputs");
+}
+seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId&) { no_cuda("generate_inputs_on_gpu"); }
+ReuseGpuBuffers::ReuseGpuBuffers() = default;  // nothing to keep without CUDA
+ReuseGpuBuffers::~ReuseGpuBuffers() = default;
+Outputs run_gpu(const Variant&, const seeds::CaseId&, float, const GpuRunOptions&, GpuRunInfo*) {
+  no_cuda("run_gpu");
+}
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::CaseId&, float, const GpuRunOptions&,
+                             GpuRunInfo*) {
+  no_cuda("run_gpu");
+}
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>&, const seeds::HostInputs&, float, const GpuRunOptions&) {
+  no_cuda("run_gpu");
+}
+SharedGpuRun run_gpu_shared(const std::vector<const Variant*>&, const seeds::CaseId&, const seeds::HostInputs*, float,
+                            const GpuRunOptions&) {
+  no_cuda("run_gpu_shared");
+}
+
+}  // namespace normgate::kernels

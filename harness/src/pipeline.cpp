@@ -1,0 +1,672 @@
+// harness/src/pipeline.cpp: the check pipeline (pipeline.h): generate, run on the GPU
+// or the CPU models, reference and validate, with the GPU and oracle halves overlapped.
+#include "normgate/harness/pipeline.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <future>
+#include <optional>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/core/report_util.h"
+
+#include "normgate/core/bf16.h"
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/harness/runner.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/generate.h"
+
+namespace normgate::validators {
+namespace {
+
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+
+constexpr std::string_view kBaseline = "fp32-baseline";
+
+
+
+// "row 12, col 7" for [rows, cols] tensors, "row 12" / "col 7" for vectors.
+std::string where(Output o, int64_t index, int64_t cols) {
+  if (index < 0) return "-";
+  switch (o) {
+    case Output::rstd: return "row " + std::to_string(index);
+    case Output::dw: return "col " + std::to_string(index);
+    default: return "row " + std::to_string(index / cols) + ", col " + std::to_string(index % cols);
+  }
+}
+
+std::string esc_counts(const oracle::Escalations& e) {
+  std::ostringstream o;
+  o << "rstd " << e.rstd << ", y " << e.y << ", dx " << e.dx << " rows, dw " << e.dw << " columns";
+  if (e.unmet) o << ", " << e.unmet << " units short of the stop rule";
+  if (e.skipped) o << ", " << e.skipped << " units NOT escalated (MPFR element budget; their comparisons may stay uncertified)";
+  return o.str();
+}
+
+
+nlohmann::json esc_json(const oracle::Escalations& e) {
+  return {{"rstd_rows", e.rstd}, {"y_rows", e.y},          {"dx_rows", e.dx},      {"mpfr_rows", e.rows},
+          {"dw_cols", e.dw},     {"unmet", e.unmet},       {"skipped", e.skipped},   {"max_bits", e.max_bits},
+          {"seconds", e.seconds}};
+}
+
+nlohmann::json worst_json(const Worst& w) {
+  return {{"index", w.index}, {"ratio", num(w.ratio)}, {"got", num(w.got)},     {"ref", num(w.ref)},
+          {"err", num(w.err)}, {"tol", num(w.tol)},     {"bound", num(w.bound)}};
+}
+
+}  // namespace
+
+std::string oracle_line(const CheckReport& rep) {
+  const auto& a = rep.escalations_ref;
+  const auto& b = rep.escalations_ideal;
+  switch (rep.request.oracle) {
+    case oracle::OracleMode::fp64:
+      return "FP64 only (--oracle fp64): compensated sums, per-element error bound, no MPFR escalation";
+    case oracle::OracleMode::mpfr:
+      return "MPFR for every element with finite inputs (--oracle mpfr), up to " +
+             std::to_string(std::max(a.max_bits, b.max_bits)) + " bits, " + fmt("%.2f", a.seconds + b.seconds) + " s";
+    default:
+      break;
+  }
+  std::string s = "FP64 with MPFR escalation (--oracle auto): escalated " + esc_counts(a) + "; ideal kernel: " +
+                  esc_counts(b);
+  if (a.any() || b.any())
+    s += "; up to " + std::to_string(std::max(a.max_bits, b.max_bits)) + " bits, " +
+         fmt("%.2f", a.seconds + b.seconds) + " s in MPFR";
+  return s;
+}
+
+std::string_view to_string(Backend b) {
+  switch (b) {
+    case Backend::cpu: return "cpu";
+    case Backend::gpu: return "gpu";
+    default: return "auto";
+  }
+}
+
+Backend parse_backend(std::string_view s) {
+  for (Backend b : {Backend::auto_, Backend::cpu, Backend::gpu})
+    if (s == to_string(b)) return b;
+  throw std::invalid_argument("bad backend '" + std::string(s) + "' (expected auto, cpu or gpu)");
+}
+
+Backend resolve_backend(Backend b) {
+  if (b == Backend::auto_) return kernels::gpu_available() ? Backend::gpu : Backend::cpu;
+  return b;
+}
+
+std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  auto add = [&out](std::string_view n) {
+    for (const auto& o : out)
+      if (o == n) return;
+    out.emplace_back(n);
+  };
+  for (const auto& n : names) {
+    if (n == "all") {
+      for (const auto& v : kernels::variants())
+        if (v.op == kernels::Op::bwd) add(v.name);
+    } else if (n == kBaseline) {
+      add(n);
+    } else {
+      const kernels::Variant* vp = kernels::find_variant(n);
+      if (vp == nullptr) {
+        std::string known = "fp32-baseline, all";
+        for (const auto& v : kernels::variants())
+          if (v.op == kernels::Op::bwd) known += ", " + std::string(v.name);
+        throw std::invalid_argument("unknown implementation '" + n + "' (known: " + known + ")");
+      }
+      const auto& v = *vp;
+      if (v.op != kernels::Op::bwd)
+        throw std::invalid_argument("'" + n + "' is a forward variant; name a backward variant "
+                                    "(every run uses the forward " + std::string(kernels::default_fwd().name) + ")");
+      add(n);
+    }
+  }
+  if (out.empty()) throw std::invalid_argument("no implementation given");
+  return out;
+}
+
+Verdict CheckReport::verdict() const {
+  Verdict v = Verdict::pass;
+  for (const auto& i : impls) v = combine(v, i.result.verdict());
+  return v;
+}
+
+bool CheckReport::pass() const { return verdict() == Verdict::pass; }
+
+namespace {
+
+// Form res: the normalized input is h_new = BF16(h + u), computed from the
+// inputs alone (round_to_bf16 of the double sum, exact for BF16 operands), by
+// round_sum_to_bf16_row (vectorized; element by element this took ~5 ns per
+// element on one core). In parallel over rows, in chunks of ~16384 elements
+// (dynamic: a slower thread takes fewer), into an UninitVector: no serial
+// zero-fill first (it cost ~1 ns per element on one thread, mostly page
+// faults), each page is first touched by the thread that writes it.
+UninitVector<uint16_t> expected_h_new(const seeds::HostInputs& in, int threads) {
+  UninitVector<uint16_t> h;
+  if (in.id.form != Form::res) return h;
+  const int64_t rows = in.rows, cols = in.cols;
+  if (static_cast<int64_t>(in.x.size()) != rows * cols || in.u.size() != in.x.size())
+    throw std::invalid_argument("expected_h_new: x and u must be rows*cols elements");
+  h.resize(in.x.size());  // uninitialized: every element is written below
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  const int64_t rchunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  const uint16_t* x = in.x.data();
+  const uint16_t* u = in.u.data();
+  uint16_t* out = h.data();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, rchunk)
+  for (int64_t r = 0; r < rows; ++r) round_sum_to_bf16_row(x + r * cols, u + r * cols, cols, out + r * cols);
+  return h;
+}
+
+// dh = dx + dh_new for res (Problem::dx_add).
+oracle::Problem case_problem(const seeds::HostInputs& in, const UninitVector<uint16_t>& h_new_expected) {
+  const bool res = in.id.form == Form::res;
+  const RowView<uint16_t> x = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
+  const RowView<uint16_t> dh_new =
+      res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
+  return oracle::Problem{x, in.dy_view(), in.w_view(), in.id.eps, dh_new};
+}
+
+Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads, bool rows) {
+  Outputs b = oracle::fp32_baseline(p, threads, rows);
+  if (rows && in.id.form == Form::res) {  // FP32 eager's h_new: RN_bf16(RN_fp32(h + u)), the double rounding a kernel must avoid
+    b.h_new.resize(in.x.size());
+    const int64_t n = static_cast<int64_t>(in.x.size());
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; ++i) b.h_new[i] = bf16_from_float(bf16_to_float(in.x[i]) + bf16_to_float(in.u[i]));
+  }
+  return b;
+}
+
+}  // namespace
+
+CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows)
+    : h_new_expected(expected_h_new(in, threads)), problem(case_problem(in, h_new_expected)) {
+  // Both references from one pass over the inputs (the same bits as two
+  // Reference::compute calls, fp64 then fp32_rounded), then the baseline.
+  const oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
+  oracle::ReferencePair pair = oracle::Reference::compute_pair(problem, o);
+  ref = std::move(pair.ref);
+  ideal = std::move(pair.ideal);
+  baseline = case_baseline(in, problem, threads, baseline_rows);
+}
+
+PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
+
+PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
+  if (given != nullptr && !(given->id == req.id))
+    throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
+                                ", the request of " + seeds::to_string(req.id));
+
+  if (req.oracle == oracle::OracleMode::mpfr &&
+      req.id.rows() * req.id.H > oracle::EscalationPolicy{}.mpfr_max_elements)
+    throw std::invalid_argument("--oracle mpfr is for small cases: rows*H = " + std::to_string(req.id.rows() * req.id.H) +
+                                " exceeds " + std::to_string(oracle::EscalationPolicy{}.mpfr_max_elements) +
+                                "; use --oracle auto (FP64 with MPFR escalation)");
+  const Backend backend = resolve_backend(req.backend);
+  if (backend == Backend::gpu && !kernels::gpu_available())
+    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+  for (const auto& name : req.impls) {
+    if (name == kBaseline) continue;
+    const auto& v = kernels::variant(name);
+    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
+      throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
+  }
+
+  PreparedCheck pc;
+  pc.request = req;
+  pc.backend = backend;
+  // GPU: every backward variant of the request runs on one generation of the
+  // inputs after one forward (kernels::run_gpu over a list).
+  std::vector<const kernels::Variant*> gpu_variants;
+  if (backend == Backend::gpu)
+    for (const auto& name : req.impls)
+      if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
+  // With GPU variants and no given inputs, the run's own generation is the
+  // case's: its device buffers are copied back (download_inputs), the bytes
+  // generate_inputs_on_gpu would return, without a second generation.
+  const bool inputs_from_run = given == nullptr && !gpu_variants.empty();
+  auto t0 = Clock::now();
+  if (given != nullptr) {
+    pc.inputs = *given;
+    pc.inputs_from = "given inputs (a saved case), not the generator";
+  } else {
+    if (backend != Backend::gpu) {
+      pc.inputs = seeds::generate_host(req.id, req.threads);
+    } else if (!inputs_from_run) {
+      pc.inputs = kernels::generate_inputs_on_gpu(req.id);
+    }
+    pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
+  }
+  pc.seconds_generate = since(t0);
+
+  if (!gpu_variants.empty()) {
+    t0 = Clock::now();
+    kernels::GpuRunOptions opt;
+    opt.download_inputs = inputs_from_run;
+    kernels::SharedGpuRun run = kernels::run_gpu_shared(gpu_variants, req.id, given != nullptr ? &pc.inputs : nullptr,
+                                                        static_cast<float>(req.id.eps), opt);
+    pc.gpu_outs = std::move(run.outs);
+    pc.gpu_dx_source = std::move(run.dx_source);
+    pc.seconds_gpu = since(t0);
+    if (inputs_from_run) {  // generation (and the inputs' download) is the first part of the run
+      pc.inputs = std::move(run.inputs);
+      pc.inputs_from_run = true;
+      pc.seconds_generate = run.seconds_inputs;
+      pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - run.seconds_inputs);
+    }
+  }
+  return pc;
+}
+
+CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect) {
+  const CheckRequest& req = pc.request;
+  CheckReport rep;
+  rep.request = req;
+  rep.inputs_from = pc.inputs_from;
+  rep.seconds_generate = pc.seconds_generate;
+  const seeds::HostInputs& in = pc.inputs;
+
+  const bool res = req.id.form == Form::res;
+  auto t0 = Clock::now();
+  // The FP32 baseline's y and dx only when it is validated as an implementation.
+  const bool baseline_rows = std::find(req.impls.begin(), req.impls.end(), kBaseline) != req.impls.end();
+  CaseOracle co(in, req.oracle, req.threads, baseline_rows);
+  const oracle::Problem& p = co.problem;
+  const oracle::Reference& ref = co.ref;
+  const oracle::Reference& ideal = co.ideal;
+  // The FP32 baseline: co.baseline until it is validated as an
+  // implementation, then that implementation's entry of outs (moved there: a
+  // copy would be a serial pass over its y, dx and h_new).
+  const Outputs* baseline = &co.baseline;
+  const RowView<uint16_t> dh_new = p.dx_add;
+  rep.seconds_oracle = since(t0);
+  rep.escalations_ref = ref.escalations();
+  rep.escalations_ideal = ideal.escalations();
+
+  // The GPU call's time is shared equally among its variants in the report.
+  const double gpu_seconds_each =
+      pc.gpu_outs.empty() ? 0.0 : pc.seconds_gpu / static_cast<double>(pc.gpu_outs.size());
+  std::vector<Outputs> outs;
+  outs.reserve(req.impls.size());
+  size_t next_gpu = 0;
+  std::vector<size_t> gpu_pos;  // position in outs of GPU variant g
+  for (const auto& name : req.impls) {
+    ImplResult ir;
+    ir.impl = name;
+    t0 = Clock::now();
+    if (name == kBaseline) {
+      ir.ran_on = "cpu (FP32 baseline)";
+      if (baseline == &co.baseline) {
+        outs.push_back(std::move(co.baseline));
+        baseline = &outs.back();  // stable: outs holds req.impls.size() without reallocating
+      } else {
+        outs.push_back(*baseline);  // named twice
+      }
+      ir.seconds_impl = since(t0);
+    } else if (pc.backend == Backend::gpu) {
+      if (next_gpu >= pc.gpu_outs.size())
+        throw std::logic_error("finish_check: fewer GPU outputs than GPU variants (prepare_check not called?)");
+      ir.ran_on = "gpu";
+      gpu_pos.push_back(outs.size());
+      outs.push_back(std::move(pc.gpu_outs[next_gpu++]));
+      ir.seconds_impl = gpu_seconds_each;
+    } else {
+      ir.ran_on = "cpu model (no GPU used)";
+      // The model gets h and u (it computes h_new itself, as the kernel does).
+      const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
+      outs.push_back(kernels::run_model(kernels::variant(name), in.x_view(), p.dy, p.w,
+                                        static_cast<float>(req.id.eps), req.threads, u, dh_new));
+      ir.seconds_impl = since(t0);
+    }
+    rep.impls.push_back(std::move(ir));
+  }
+  // One validation sweep for all implementations (the oracle's rows are
+  // evaluated once); its time is shared equally in the report.
+  t0 = Clock::now();
+  // GPU variants share the forward's y and rstd (and, where equal, dx) with
+  // the first GPU variant's host copy (kernels::run_gpu_shared).
+  std::vector<OutputsRef> refs;
+  for (const auto& o : outs) refs.push_back(OutputsRef::of(o));
+  for (size_t g = 0; g < gpu_pos.size(); ++g) {
+    OutputsRef& r = refs[gpu_pos[g]];
+    r.y = &outs[gpu_pos[0]].y;
+    r.rstd = &outs[gpu_pos[0]].rstd;
+    r.h_new = &outs[gpu_pos[0]].h_new;  // form res: the one forward's h_new
+    const size_t src = g < pc.gpu_dx_source.size() ? pc.gpu_dx_source[g] : g;
+    if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
+    r.dx = &outs[gpu_pos[src]].dx;
+  }
+  auto results = validate_cases(p, refs, ref, ideal, baseline, req.threads, co.h_new_expected);
+  const double per = since(t0) / static_cast<double>(outs.size());
+  for (size_t k = 0; k < rep.impls.size(); ++k) {
+    ImplResult& ir = rep.impls[k];
+    ir.result = std::move(results[k]);
+    ir.seconds_validate = per;
+    const auto& dw = ir.result.get(Output::dw);
+    if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
+  }
+  if (inspect) inspect(CheckInternals{p, ref, ideal, outs, refs});
+  // The GPU run's host vectors are done with (nothing below reads them):
+  // inside run_checks (kernels::ReuseHostBuffers) they go back to the pool
+  // for a later case's GPU half; elsewhere they are freed, as on return.
+  for (size_t pos : gpu_pos) kernels::recycle_host_buffers(outs[pos]);
+  if (pc.inputs_from_run) kernels::recycle_host_buffers(pc.inputs);
+  return rep;
+}
+
+CheckReport run_check(const CheckRequest& req) { return finish_check(prepare_check(req)); }
+
+PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done) {
+  PipelineStats st;
+  const auto t_all = Clock::now();
+  // Prepare request i (in the calling thread or a worker): never throws; an
+  // exception is carried to done().
+  struct Slot {
+    std::optional<PreparedCheck> pc;
+    std::exception_ptr err;
+    double seconds = 0;
+  };
+  if (n == 0) return st;
+  std::optional<CheckRequest> first;
+  std::exception_ptr first_err;  // request(0) is called once; its error belongs to case 0
+  try {
+    first.emplace(request(0));
+  } catch (...) {
+    first_err = std::current_exception();
+  }
+  auto prepare = [&request, &first, &first_err](size_t i) {
+    Slot s;
+    const auto t0 = Clock::now();
+    try {
+      if (i == 0 && first_err) std::rethrow_exception(first_err);
+      s.pc.emplace(prepare_check(i == 0 ? *first : request(i)));
+    } catch (...) {
+      s.err = std::current_exception();
+    }
+    s.seconds = since(t0);
+    return s;
+  };
+  // Overlap only pays when the first half runs on the GPU; on the CPU both
+  // halves would compete for the same cores.
+  const bool overlap = n > 1 && first && resolve_backend(first->backend) == Backend::gpu;
+  st.overlapped = overlap;
+  // GPU runs keep their device buffers from case to case (freed when this
+  // returns, after the worker below has finished).
+  std::optional<kernels::ReuseGpuBuffers> keep_device_buffers;
+  // And their host vectors: finish_check hands case k's back when it is done
+  // with them, and the GPU half of case k+2 (or later) fills them again: no
+  // fresh pages to fault in. The GPU half of case k+1 runs while case k's
+  // are being read, and takes only vectors handed back before it.
+  std::optional<kernels::ReuseHostBuffers> keep_host_buffers;
+  if (first && resolve_backend(first->backend) == Backend::gpu) {
+    keep_device_buffers.emplace();
+    keep_host_buffers.emplace();
+  }
+  std::future<Slot> ahead;
+  Slot cur;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 0 || !overlap) {
+      cur = prepare(i);
+    } else {
+      const auto tw = Clock::now();
+      cur = ahead.get();
+      st.seconds_waiting_for_prepare += since(tw);
+    }
+    st.seconds_prepare += cur.seconds;
+    if (overlap && i + 1 < n) ahead = std::async(std::launch::async, prepare, i + 1);
+    const auto t0 = Clock::now();
+    std::exception_ptr err = cur.err;
+    std::optional<CheckReport> rep;
+    // While the worker prepares the next case, the oracle leaves it one core
+    // (the result does not depend on the thread count).
+    if (!err && overlap && i + 1 < n && cur.pc->request.threads <= 0)
+      cur.pc->request.threads = std::max(1, omp_get_num_procs() - 1);
+    if (!err) {
+      try {
+        rep.emplace(finish_check(std::move(*cur.pc)));
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    cur = Slot{};
+    st.seconds_finish += since(t0);
+    ++st.cases;
+    done(i, rep ? &*rep : nullptr, err);  // may throw: a pending prepare is awaited by ~future
+  }
+  st.seconds_total = since(t_all);
+  return st;
+}
+
+std::string format_report(const CheckReport& rep) {
+  const int64_t cols = rep.request.id.H;
+  std::ostringstream o;
+  o << "case     " << seeds::to_string(rep.request.id) << "\n"
+    << "inputs   " << rep.inputs_from << "\n"
+    << "oracle   " << oracle_line(rep) << "\n";
+  for (const auto& ir : rep.impls) {
+    const auto& r = ir.result;
+    o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
+      << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
+    // Every element exact: no element is "the worst" (the tie rule would name the first).
+    auto all_exact = [](const RatioStats& s) { return s.worst.ratio == 0.0 && s.n > 0; };
+    for (const auto& s : r.tensors) {
+      // The histogram bin's upper edge, capped at the max (both bound p99; the bin edge can exceed the max).
+      double p99 = s.hist.quantile_upper(0.99);
+      if (std::isfinite(p99) && p99 > s.worst.ratio) p99 = s.worst.ratio;
+      char line[256];
+      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
+                    std::string(to_string(s.output())).c_str(), s.worst.ratio,
+                    (all_exact(s) ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
+                        .c_str(),
+                    static_cast<long long>(s.over), s.max_forced,
+                    s.max_bound_ratio,
+                    // The histogram's last finite bin is (1e4, inf): say so rather than "inf".
+                    (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
+                    static_cast<long long>(s.uncertified));
+      o << line;
+    }
+    if (rep.request.id.form == Form::res &&
+        std::any_of(r.tensors.begin(), r.tensors.end(), [](const RatioStats& t) { return t.output() == Output::dx; }))
+      o << "res: dx above is dh = BF16(dx + dh_new), the one tensor the backward returns for h and u\n";
+    // Per-head forms: the rows above are normalized rows r = token*heads + head; decode the worst ones.
+    if (const int64_t heads = rep.request.id.heads(); heads > 1) {
+      std::string dec;
+      for (const auto& s : r.tensors) {
+        if (s.output() == Output::dw || s.worst.index < 0 || all_exact(s)) continue;
+        const int64_t row = s.output() == Output::rstd ? s.worst.index : s.worst.index / cols;
+        dec += (dec.empty() ? "" : "; ") + std::string(to_string(s.output())) + " row " + std::to_string(row) +
+               " = token " + std::to_string(row / heads) + ", head " + std::to_string(row % heads);
+      }
+      if (!dec.empty()) o << "rows are token*" << heads << " + head: " << dec << "\n";
+    }
+    // No column where the baseline has an error: the worst quotient is 0/0 (1 by convention) or absent.
+    if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
+      o << "dw vs FP32 baseline: - (no column where the FP32 baseline has an error: T = 0, or exact sums)\n";
+    else
+      o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
+        << "x the baseline's max error; per column, median "
+        << (std::isnan(r.dw_vs_fp32_median) ? std::string("- (no column with a baseline error)")
+                                            : fmt("%.4g", r.dw_vs_fp32_median) + "x")
+        << " (<= 1: not worse than FP32 eager)\n";
+    for (const auto& s : r.tensors) {
+      if (s.verdict() != Verdict::fail) continue;
+      const auto& w = s.worst;
+      o << to_string(s.output()) << " FAILS: " << s.over << " of " << s.n << " elements over budget; worst at "
+        << where(s.output(), w.index, cols) << ":\n"
+        << "  got " << fmt("%.9g", w.got) << ", reference " << fmt("%.17g", w.ref) << " (oracle bound "
+        << fmt("%.3g", w.bound) << ")\n"
+        << "  err " << fmt("%.4g", w.err) << " > tol " << fmt("%.4g", w.tol) << "  (err/tol " << fmt("%.4g", w.ratio)
+        << "; an ideal kernel on the FP32 rstd would have " << fmt("%.3g", w.forced) << ")\n";
+      if (s.output() == Output::dw && w.ref != 0)
+        o << "  column conditioning sum|dy*xhat| / |sum dy*xhat| = "
+          << fmt("%.3g", ir.dw_worst_abs_sum / std::fabs(w.ref)) << "\n";
+    }
+    for (const auto& s : r.tensors) {
+      if (s.uncertified == 0) continue;
+      const auto& u = s.uncertain;
+      o << to_string(s.output()) << (s.verdict() == Verdict::inconclusive ? " INCONCLUSIVE: " : " also: ")
+        << s.uncertified << " of " << s.n
+        << " comparisons uncertified (err/tol could cross 1 within the oracle's bound); least certain at "
+        << where(s.output(), u.index, cols) << ":\n"
+        << "  got " << fmt("%.9g", u.got) << ", reference " << fmt("%.17g", u.ref) << " +- " << fmt("%.3g", u.bound)
+        << " (bound/tol " << fmt("%.3g", u.tol > 0 ? u.bound / u.tol : INFINITY) << "), err/tol "
+        << fmt("%.6g", u.ratio) << "\n";
+      if (std::isinf(u.bound))
+        o << "  (bound +inf: that reference is the IEEE propagation of non-finite inputs; there is no "
+             "real-number result to certify against)\n";
+      else
+        o << "  (small cases can be re-checked with --oracle mpfr)\n";
+    }
+    const Verdict v = r.verdict();
+    o << "verdict  "
+      << (v == Verdict::pass ? "PASS" : v == Verdict::fail ? "FAIL" : "INCONCLUSIVE (never a pass: see above)")
+      << "\n";
+  }
+  return o.str();
+}
+
+nlohmann::json to_json(const RatioStats& s) {
+  const auto& w = s.worst;
+  return nlohmann::json{{"n", s.n},
+                       {"over", s.over},
+                       {"max_ratio", num(w.ratio)},
+                       {"worst_index", w.index},
+                       {"got", num(w.got)},
+                       {"ref", num(w.ref)},
+                       {"err", num(w.err)},
+                       {"tol", num(w.tol)},
+                       {"bound", num(w.bound)},
+                       {"forced", num(w.forced)},
+                       {"max_forced", num(s.max_forced)},
+                       {"max_bound_over_tol", num(s.max_bound_ratio)},
+                       {"p50_upper", num(s.hist.quantile_upper(0.5))},
+                       {"p99_upper", num(s.hist.quantile_upper(0.99))},
+                       {"histogram", s.hist.count},
+                       {"uncertified", s.uncertified},
+                       {"over_certified", s.over_certified},
+                       {"least_certain", worst_json(s.uncertain)},
+                       {"verdict", std::string(to_string(s.verdict()))},
+                       {"pass", s.pass()}};
+}
+
+nlohmann::json to_json(const CheckReport& rep) {
+  nlohmann::json j;
+  j["case"] = seeds::to_string(rep.request.id);
+  j["inputs_from"] = rep.inputs_from;
+  j["pass"] = rep.pass();
+  j["verdict"] = std::string(to_string(rep.verdict()));
+  j["oracle"] = {{"mode", std::string(oracle::to_string(rep.request.oracle))},
+                 {"escalations", {{"ref", esc_json(rep.escalations_ref)}, {"ideal", esc_json(rep.escalations_ideal)}}}};
+  j["seconds"] = {{"generate", rep.seconds_generate}, {"oracle", rep.seconds_oracle}};
+  for (const auto& ir : rep.impls) {
+    nlohmann::json ji;
+    ji["impl"] = ir.impl;
+    ji["ran_on"] = ir.ran_on;
+    ji["pass"] = ir.result.pass();
+    ji["verdict"] = std::string(to_string(ir.result.verdict()));
+    ji["uncertified"] = ir.result.uncertified();
+    ji["dw_vs_fp32_worst"] = num(ir.result.dw_vs_fp32_worst);
+    ji["dw_vs_fp32_median"] = num(ir.result.dw_vs_fp32_median);
+    ji["dw_worst_condition"] = num(ir.result.dw_worst_condition);
+    ji["seconds"] = {{"impl", ir.seconds_impl}, {"validate", ir.seconds_validate}};
+    for (const auto& s : ir.result.tensors) ji["outputs"][std::string(to_string(s.output()))] = to_json(s);
+    j["impls"].push_back(std::move(ji));
+  }
+  return j;
+}
+
+std::vector<seeds::CaseId> Grid::cases() const {
+  std::vector<seeds::CaseId> out;
+  for (Form f : forms) {
+    const bool heads = f == Form::heads24 || f == Form::heads4;
+    if (heads && std::find(H.begin(), H.end(), int64_t{256}) == H.end())
+      throw std::invalid_argument("grid: form " + std::string(to_string(f)) + " needs H=256 in the H list");
+    for (int64_t h : H) {
+      if (heads && h != 256) continue;
+      for (int64_t t : T)
+        for (WDtype d : w) seeds::append_cases(seeds, h, t, d, f, out);
+    }
+  }
+  return out;
+}
+
+std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                                    Backend backend, int threads,
+                                    const std::function<void(const CheckReport&)>& on_case,
+                                    oracle::OracleMode oracle) {
+  std::vector<Aggregate> aggs;
+  auto slot = [&aggs](const std::string& impl, seeds::Family f) -> Aggregate& {
+    for (auto& a : aggs)
+      if (a.impl == impl && a.family == f) return a;
+    aggs.push_back({});
+    aggs.back().impl = impl;
+    aggs.back().family = f;
+    return aggs.back();
+  };
+  for (const auto& impl : impls)  // impl-major order, families in first-seen order
+    for (const auto& c : cases) slot(impl, c.family);
+  run_checks(
+      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle}; },
+      [&](size_t i, CheckReport* rep, std::exception_ptr err) {
+        if (err) std::rethrow_exception(err);
+        const seeds::CaseId& c = cases[i];
+        for (const auto& ir : rep->impls) {
+          Aggregate& a = slot(ir.impl, c.family);
+          ++a.cases;
+          const Verdict v = ir.result.verdict();
+          if (v == Verdict::fail) ++a.failed;
+          if (v == Verdict::inconclusive) ++a.inconclusive;
+          for (const auto& s : ir.result.tensors) {
+            const int k = static_cast<int>(s.output());
+            if (a.worst_case[k].empty() || s.worst.ratio > a.max_ratio[k]) {
+              a.max_ratio[k] = s.worst.ratio;
+              a.worst_case[k] = seeds::to_string(c);
+              a.forced_at_worst[k] = s.worst.forced;
+            }
+          }
+          if (!(ir.result.dw_vs_fp32_worst <= a.dw_vs_fp32_worst)) a.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
+        }
+        if (on_case) on_case(*rep);
+      });
+  return aggs;
+}
+
+std::string format_aggregates(const std::vector<Aggregate>& aggs) {
+  std::ostringstream o;
+  o << "Max err/tol per output over the cases; dw forced share = the worst dw error of an ideal kernel that "
+       "takes the FP32 rstd as exact, over the implementation's (above 1: the implementation does better than "
+       "the FP32 rstd allows, as normgate's backward with msq does); dw vs FP32 = worst over cases of "
+       "(max dw error / FP32 eager's max dw error); inconclusive = cases with an uncertified comparison "
+       "and no certain failure (never counted as passing).\n\n"
+    << "| impl | family | cases | failed | inconclusive | y | rstd | dx | dw | dw forced share | dw vs FP32 | worst dw case |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& a : aggs) {
+    const int dw = static_cast<int>(Output::dw);
+    const double share = a.max_ratio[dw] > 0 ? a.forced_at_worst[dw] / a.max_ratio[dw] : 0.0;
+    o << "| " << a.impl << " | " << seeds::to_string(a.family) << " | " << a.cases << " | " << a.failed << " | "
+      << a.inconclusive << " | " << fmt("%.3g", a.max_ratio[0]) << " | " << fmt("%.3g", a.max_ratio[1]) << " | " << fmt("%.3g", a.max_ratio[2])
+      << " | " << fmt("%.3g", a.max_ratio[dw]) << " | " << fmt("%.2f", share) << " | "
+      << fmt("%.3g", a.dw_vs_fp32_worst) << " | " << a.worst_case[dw] << " |\n";
+  }
+  return o.str();
+}
+
+}  // namespace normgate::validators

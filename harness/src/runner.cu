@@ -1,0 +1,570 @@
+// harness/src/runner.cu: run_gpu() (runner.h): one case end to end on the GPU,
+// poisoned outputs, inputs generated or uploaded, downloads through the host pool.
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_check.h"
+#include "device_blocks.cuh"
+#include "device_buffer.h"
+#include "host_download.h"
+#include "host_pool.h"
+#include "launch.h"
+#include "normgate/harness/runner.h"
+
+namespace normgate::kernels {
+namespace dev {
+namespace {
+
+/// Fill n 32-bit words: with `pattern`, or (garbage) with a hash of the index
+/// and `seed` (every bit pattern, NaNs and Infs included, is possible).
+__global__ void fill_words_kernel(uint32_t* p, int64_t n, uint32_t pattern, uint32_t seed, bool garbage) {
+  for (int64_t i = global_thread(); i < n; i += global_threads()) {
+    uint32_t v = pattern;
+    if (garbage) {  // murmur3 finalizer of (i, seed)
+      v = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) ^ (seed * 0x85EBCA77u);
+      v ^= v >> 16;
+      v *= 0x85EBCA6Bu;
+      v ^= v >> 13;
+      v *= 0xC2B2AE35u;
+      v ^= v >> 16;
+    }
+    p[i] = v;
+  }
+}
+
+/// Count BF16 elements of buf[0, n) outside the view (before `off`, in the
+/// gap of each token row past `inner`, after the last token) that are not the
+/// poison 0x7FC0.
+__global__ void outside_view_kernel(const uint16_t* buf, int64_t n, int64_t off, int64_t stride, int64_t inner,
+                                    int64_t T, unsigned long long* count) {
+  unsigned long long c = 0;
+  // Before the view, and after its last row.
+  const int64_t tail = T > 0 ? off + (T - 1) * stride + inner : off;
+  for (int64_t i = global_thread(); i < off; i += global_threads()) c += buf[i] != 0x7FC0u ? 1u : 0u;
+  for (int64_t i = tail + global_thread(); i < n; i += global_threads()) c += buf[i] != 0x7FC0u ? 1u : 0u;
+  // The gap after each row but the last: [t*stride + inner, (t+1)*stride).
+  for (int64_t t = blockIdx.x; t + 1 < T; t += gridDim.x)
+    for (int64_t j = inner + threadIdx.x; j < stride; j += blockDim.x) c += buf[off + t * stride + j] != 0x7FC0u ? 1u : 0u;
+  if (c != 0) atomicAdd(count, c);
+}
+
+/// *flag = 1 when the first n 32-bit words of a and b differ anywhere.
+__global__ void differ_kernel(const uint32_t* a, const uint32_t* b, int64_t n, int* flag) {
+  bool d = false;
+  for (int64_t i = global_thread(); i < n; i += global_threads()) d |= a[i] != b[i];
+  if (__syncthreads_or(d) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+}  // namespace
+}  // namespace dev
+
+namespace {
+
+void fill_words(const detail::Region& b, uint32_t pattern, uint32_t seed, bool garbage, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(b.bytes() / 4);
+  if (n == 0) return;
+  const int64_t want = (n + 255) / 256;
+  dev::fill_words_kernel<<<static_cast<unsigned>(want < 8192 ? want : 8192), 256, 0, s>>>(
+      b.as<uint32_t>(), n, pattern, seed, garbage);
+  NG_CUDA_LAUNCHED("fill_words_kernel");
+}
+
+[[noreturn]] void bad_run(const std::string& msg) { throw std::invalid_argument("run_gpu: " + msg); }
+
+// Throws std::runtime_error when a kernel wrote outside its output view
+// (`inner` elements per token row of `stride`, starting `off` elements into
+// the NaN-poisoned buffer b). Synchronizes.
+// `count` is a device buffer of at least one unsigned long long (reset here).
+void check_outside_view(const detail::Region& b, int64_t off, int64_t stride, int64_t inner, int64_t T,
+                        const char* what, std::string_view variant, const detail::Region& count,
+                        cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(b.bytes() / 2);
+  NG_CUDA(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), s));
+  if (n > 0) {
+    const int64_t want = (n + 255) / 256;
+    dev::outside_view_kernel<<<static_cast<unsigned>(want < 4096 ? want : 4096), 256, 0, s>>>(
+        b.as<uint16_t>(), n, off, stride, inner, T, count.as<unsigned long long>());
+    NG_CUDA_LAUNCHED("outside_view_kernel");
+  }
+  unsigned long long bad = 0;
+  NG_CUDA(cudaMemcpyAsync(&bad, count.get(), sizeof bad, cudaMemcpyDeviceToHost, s));
+  NG_CUDA(cudaStreamSynchronize(s));
+  if (bad != 0)
+    throw std::runtime_error("run_gpu: " + std::string(variant) + " wrote " + std::to_string(bad) + " " + what +
+                             " elements outside its view (row stride " + std::to_string(stride) + ", " +
+                             std::to_string(inner) + " elements per row)");
+}
+
+}  // namespace
+
+namespace detail {
+
+namespace {
+// Two pinned staging buffers and their events, one set per process (a
+// pipeline's short-lived worker threads reuse it), guarded by a mutex.
+struct Staging {
+  void* buf[2] = {nullptr, nullptr};
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  ~Staging() {
+    for (int b = 0; b < 2; ++b) {
+      if (buf[b] != nullptr) cudaFreeHost(buf[b]);
+      if (ev[b] != nullptr) cudaEventDestroy(ev[b]);
+    }
+  }
+  void ensure() {
+    for (int b = 0; b < 2; ++b) {
+      if (buf[b] == nullptr) NG_CUDA(cudaHostAlloc(&buf[b], kStageBytes, cudaHostAllocDefault));
+      if (ev[b] == nullptr) NG_CUDA(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming));
+    }
+  }
+};
+}  // namespace
+
+void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows,
+                   cudaStream_t s) {
+  if (rows == 0 || width == 0) return;
+  if (pitch < width) throw std::invalid_argument("download_rows: pitch " + std::to_string(pitch) + " < width " +
+                                                 std::to_string(width));
+  static std::mutex mu;
+  static Staging st;
+  const std::lock_guard<std::mutex> lock(mu);
+  st.ensure();
+  // Chunks of whole rows, or (a row wider than a buffer; not reached by
+  // run_gpu: H <= 2^20) of one row's kStageBytes pieces, in order.
+  struct Chunk {
+    const char* from;
+    size_t w, n, pitch;  // n rows of w bytes, source pitch
+  };
+  const auto* in = static_cast<const char*>(src);
+  const bool wide = width > kStageBytes;
+  const size_t rows_per = wide ? 1 : kStageBytes / width;
+  const size_t pieces = wide ? (width + kStageBytes - 1) / kStageBytes : 1;  // per row
+  auto chunk = [&](size_t k) -> Chunk {  // k-th chunk, or n == 0 past the end
+    if (wide) {
+      const size_t r = k / pieces, q = k % pieces;
+      if (r >= rows) return {nullptr, 0, 0, 0};
+      const size_t b0 = q * kStageBytes;
+      return {in + r * pitch + b0, std::min(kStageBytes, width - b0), 1, pitch};
+    }
+    const size_t r0 = k * rows_per;
+    if (r0 >= rows) return {nullptr, 0, 0, 0};
+    const size_t n = std::min(rows_per, rows - r0);
+    return {in + r0 * pitch, width, n, pitch};
+  };
+  auto issue = [&](const Chunk& c, int b) {
+    NG_CUDA(cudaMemcpy2DAsync(st.buf[b], c.w, c.from, c.pitch, c.w, c.n, cudaMemcpyDeviceToHost, s));
+    NG_CUDA(cudaEventRecord(st.ev[b], s));
+  };
+  auto land = [&](const Chunk& c, int b) {
+    NG_CUDA(cudaEventSynchronize(st.ev[b]));
+    sink(st.buf[b], c.w * c.n);
+  };
+  Chunk prev = chunk(0);
+  issue(prev, 0);
+  for (size_t k = 1;; ++k) {
+    const Chunk next = chunk(k);
+    if (next.n > 0) issue(next, static_cast<int>(k % 2));
+    land(prev, static_cast<int>((k - 1) % 2));
+    if (next.n == 0) break;
+    prev = next;
+  }
+}
+
+namespace {
+// The kept buffers (ReuseGpuBuffers): slot i is the i-th RunMemory::get of a
+// run. `busy` while a RunMemory uses them; the last scope to end frees them,
+// or the run holding them when it ends after that scope.
+struct Pool {
+  std::mutex mu;
+  int scopes = 0;
+  bool busy = false;
+  std::vector<DeviceBuffer> slots;
+};
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: no cudaFree after the runtime's teardown at exit
+  return *p;
+}
+}  // namespace
+
+RunMemory::RunMemory() {
+  Pool& p = pool();
+  const std::lock_guard<std::mutex> lock(p.mu);
+  if (p.scopes > 0 && !p.busy) {
+    p.busy = true;
+    pooled_ = true;
+  }
+}
+
+RunMemory::~RunMemory() {
+  if (!pooled_) return;
+  Pool& p = pool();
+  std::vector<DeviceBuffer> drop;
+  {
+    const std::lock_guard<std::mutex> lock(p.mu);
+    p.busy = false;
+    // The last scope ended during the run; or the run failed (an
+    // out-of-memory among them): the next case starts from an empty pool,
+    // not from the sum of every slot's largest size so far.
+    if (p.scopes == 0 || std::uncaught_exceptions() > 0) drop.swap(p.slots);
+  }
+}  // drop frees here
+
+Region RunMemory::get(size_t bytes) {
+  if (!pooled_) {
+    own_.emplace_back(bytes);
+    return Region{own_.back().get(), bytes};
+  }
+  Pool& p = pool();  // busy: only this run touches the slots
+  const size_t i = next_++;
+  if (p.slots.size() <= i) p.slots.resize(i + 1);
+  if (bytes == 0) return Region{};
+  if (p.slots[i].bytes() < bytes) {
+    p.slots[i] = DeviceBuffer();  // free the smaller one first
+    try {
+      p.slots[i] = DeviceBuffer(bytes);
+    } catch (const std::runtime_error&) {
+      // The pool holds every slot's largest size so far, which can exceed
+      // what this run needs: free the slots this run has not reached yet and
+      // try once more; a second failure is this case's own out-of-memory.
+      for (size_t k = i + 1; k < p.slots.size(); ++k) p.slots[k] = DeviceBuffer();
+      p.slots[i] = DeviceBuffer(bytes);
+    }
+  }
+  return Region{p.slots[i].get(), bytes};
+}
+
+}  // namespace detail
+
+ReuseGpuBuffers::ReuseGpuBuffers() {
+  detail::Pool& p = detail::pool();
+  const std::lock_guard<std::mutex> lock(p.mu);
+  ++p.scopes;
+}
+
+ReuseGpuBuffers::~ReuseGpuBuffers() {
+  detail::Pool& p = detail::pool();
+  std::vector<detail::DeviceBuffer> drop;
+  {
+    const std::lock_guard<std::mutex> lock(p.mu);
+    if (--p.scopes == 0 && !p.busy) drop.swap(p.slots);
+  }
+}  // drop frees here (DeviceBuffer's destructor ignores CUDA errors)
+
+namespace {
+// dx_source == nullptr: every result gets full copies. Otherwise results
+// k > 0 get no y/rstd, and no dx when their dx equals (bitwise, compared on
+// the device) an earlier variant's; (*dx_source)[k] names that variant.
+// inputs_out != nullptr (generated inputs only, host == nullptr): the
+// generated x, dy, w (res: u, dh_new) are copied back into it, laid out like
+// seeds::generate_host's, and *seconds_inputs gets the wall time from the
+// start of this call to the end of that copy (allocation, poison,
+// generation, download).
+std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                                  const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host,
+                                  std::vector<size_t>* dx_source = nullptr, seeds::HostInputs* inputs_out = nullptr,
+                                  double* seconds_inputs = nullptr) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (bwds.empty()) bad_run("no backward variant given");
+  for (const Variant* bwd : bwds) {
+    if (bwd == nullptr) bad_run("null variant");
+    if (bwd->op != Op::bwd) bad_run("variant " + std::string(bwd->name) + " is not a backward variant");
+    if (!bwd->supports(c.form))
+      bad_run("form " + std::string(to_string(c.form)) + " is not supported by " + std::string(bwd->name));
+    if (!bwd->supports_h(c.H))
+      bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
+  }
+  if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
+  if (inputs_out != nullptr && host != nullptr) bad_run("download_inputs with given host inputs");
+  if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
+  if (opt.row_pad != 0 && c.heads() > 1)
+    bad_run("row_pad = " + std::to_string(opt.row_pad) + ": the per-head layouts are fixed (heads4 contiguous, "
+            "heads24 in packed rows of 40*256)");
+  if (opt.misalign_elems < 0 || opt.misalign_elems > 64)
+    bad_run("misalign_elems = " + std::to_string(opt.misalign_elems) + " not in 0..64");
+
+  // Layout. plain: [T, H] rows, stride H + row_pad. heads4: contiguous
+  // [T, 4, 256]. heads24: [T, 24, 256] as the q part of a packed qkv row of
+  // (24+8+8)*256 elements (the k and v parts stay poisoned and are checked).
+  // In every layout a token's heads are contiguous (head stride = H), and
+  // R = T*heads rows are normalized.
+  const int64_t T = c.T, H = c.H, heads = c.heads(), off = opt.misalign_elems;
+  const int64_t inner = heads * H;  // a token's elements
+  const int64_t stride = c.form == Form::heads24 ? 40 * 256 : inner + opt.row_pad;
+  const int64_t R = T * heads;
+  // Rounded up to whole 4-byte words: fill_words poisons words, and the
+  // outside-view check and the dx compare read every element of the buffer.
+  const size_t rows_bytes = (static_cast<size_t>(T > 0 ? (T - 1) * stride + inner : 0) * 2 + 256 + 3) / 4 * 4;
+  const size_t wbytes = static_cast<size_t>(H) * (c.w == WDtype::bf16 ? 2 : 4);
+  size_t ws_bytes = 0;
+  for (const Variant* bwd : bwds) ws_bytes = std::max(ws_bytes, bwd_workspace_bytes(*bwd, R, H));
+
+  // Device memory: kept between runs inside a ReuseGpuBuffers scope, else
+  // allocated here and freed on return (RunMemory). Every region is poisoned
+  // or fully written below before it is read, so what a kept buffer held
+  // before never shows.
+  detail::RunMemory mem;
+  const detail::Region bx = mem.get(rows_bytes), bdy = mem.get(rows_bytes), by = mem.get(rows_bytes),
+                       bdx = mem.get(rows_bytes);
+  // Form res: the residual branch u, the forward's h_new (the normalized
+  // input, also the backward's x) and the backward's dh_new.
+  const bool res = c.form == Form::res;
+  const detail::Region bu = mem.get(res ? rows_bytes : 0), bhn = mem.get(res ? rows_bytes : 0),
+                       bdn = mem.get(res ? rows_bytes : 0);
+  const detail::Region bw = mem.get(wbytes), brstd = mem.get(static_cast<size_t>(R > 0 ? R : 1) * 4),
+                       bdw = mem.get(static_cast<size_t>(H) * 4);
+  const detail::Region bws = mem.get(ws_bytes);
+  const size_t o = static_cast<size_t>(off) * 2;  // cudaMalloc bases are 256-byte aligned
+  const int64_t stride_h = heads > 1 ? H : 0;      // a token's heads are contiguous
+  const detail::Region count = mem.get(sizeof(unsigned long long));  // check_outside_view's counter
+  // The forward's msq, handed to the backward (dw: rstd refined against it).
+  const detail::Region bmsq = mem.get(static_cast<size_t>(R > 0 ? R : 1) * 8);
+  uint16_t* x = bx.as<uint16_t>(o);
+  uint16_t* dy = bdy.as<uint16_t>(o);
+  uint16_t* y = by.as<uint16_t>(o);
+  uint16_t* dx = bdx.as<uint16_t>(o);
+
+  cudaStream_t s = nullptr;
+  fill_words(by, 0x7FC07FC0u, 0, false, s);  // BF16 NaN 0x7FC0 in both halves
+  fill_words(brstd, 0x7FC00000u, 0, false, s);  // FP32 NaN
+  fill_words(bmsq, 0xFFFFFFFFu, 0, false, s);  // binary64 NaN: a row the forward missed keeps its FP32 rstd
+
+  DeviceInputBuffers in;
+  in.x = x;
+  in.x_stride = stride;
+  in.dy = dy;
+  in.dy_stride = stride;
+  in.w = bw.get();
+  in.heads = heads;
+  if (res) {
+    in.u = bu.as<uint16_t>(o);
+    in.u_stride = stride;
+    in.dh_new = bdn.as<uint16_t>(o);
+    in.dh_new_stride = stride;
+    fill_words(bu, 0x7FC07FC0u, 0, false, s);
+    fill_words(bdn, 0x7FC07FC0u, 0, false, s);
+    fill_words(bhn, 0x7FC07FC0u, 0, false, s);
+  }
+  in.stride_h = stride_h;
+  fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
+  fill_words(bdy, 0x7FC07FC0u, 0, false, s);
+  const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;  // bytes
+  if (host == nullptr) {
+    generate_device_inputs(c, in, s);
+  } else {  // the caller's inputs (a saved case): upload them
+    if (res && (host->u.size() != host->x.size() || host->dh_new.size() != host->x.size()))
+      bad_run("host inputs of a res case need u and dh_new of " + std::to_string(host->x.size()) + " elements");
+    if (host->rows != R || host->cols != H || host->x.size() != static_cast<size_t>(R * H) ||
+        host->dy.size() != host->x.size() ||
+        (c.w == WDtype::bf16 ? host->w_bf16.size() : host->w_f32.size()) != static_cast<size_t>(H))
+      bad_run("host inputs do not match case " + seeds::to_string(c));
+    if (T > 0 && H > 0) {
+      NG_CUDA(cudaMemcpy2DAsync(x, pitch, host->x.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
+      NG_CUDA(cudaMemcpy2DAsync(dy, pitch, host->dy.data(), width, width, static_cast<size_t>(T), cudaMemcpyHostToDevice, s));
+      if (res) {
+        NG_CUDA(cudaMemcpy2DAsync(in.u, pitch, host->u.data(), width, width, static_cast<size_t>(T),
+                                  cudaMemcpyHostToDevice, s));
+        NG_CUDA(cudaMemcpy2DAsync(in.dh_new, pitch, host->dh_new.data(), width, width, static_cast<size_t>(T),
+                                  cudaMemcpyHostToDevice, s));
+      }
+    }
+    if (H > 0)
+      NG_CUDA(cudaMemcpyAsync(bw.get(), c.w == WDtype::bf16 ? static_cast<const void*>(host->w_bf16.data()) : host->w_f32.data(),
+                              wbytes, cudaMemcpyHostToDevice, s));
+  }
+
+  // Copy a BF16 tensor of the layout back, rows packed, into a vector from
+  // the pool of ReuseHostBuffers when a scope lives (its pages are mapped
+  // already; NORMGATE_COPY_THREADS may split its copy), else into a fresh one.
+  auto download_tensor = [&](std::vector<uint16_t>& dst, const uint16_t* from) {
+    dst = detail::take_host_u16(static_cast<size_t>(T) * static_cast<size_t>(inner));
+    detail::download_rows_into(dst, from, width, pitch, static_cast<size_t>(T), s);
+  };
+
+  if (inputs_out != nullptr) {  // the generated inputs, rows packed as generate_host lays them out
+    seeds::HostInputs& h = *inputs_out;
+    h = seeds::HostInputs{};
+    h.id = c;
+    h.rows = R;
+    h.cols = H;
+    download_tensor(h.x, x);
+    download_tensor(h.dy, dy);
+    if (res) {
+      download_tensor(h.u, in.u);
+      download_tensor(h.dh_new, in.dh_new);
+    }
+    if (c.w == WDtype::bf16)
+      detail::download_into(h.w_bf16, bw.get(), static_cast<size_t>(H), s);
+    else
+      detail::download_into(h.w_f32, bw.get(), static_cast<size_t>(H), s);
+    if (seconds_inputs != nullptr)
+      *seconds_inputs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  }
+
+  const WeightView wv{c.w, bw.get(), H};
+  FwdArgs fa;
+  fa.x = x;
+  fa.x_stride = stride;
+  fa.w = wv;
+  fa.y = y;
+  fa.y_stride = stride;
+  fa.rstd = brstd.as<float>();
+  fa.msq = bmsq.as<double>();
+  fa.T = T;
+  fa.H = H;
+  fa.eps = eps;
+  fa.form = c.form;
+  fa.heads = heads;
+  fa.x_stride_h = stride_h;
+  fa.y_stride_h = stride_h;
+  uint16_t* h_new = res ? bhn.as<uint16_t>(o) : nullptr;
+  if (res) {
+    fa.u = in.u;
+    fa.u_stride = stride;
+    fa.h_new = h_new;
+    fa.h_new_stride = stride;
+  }
+  rmsnorm_fwd(default_fwd(), fa, s);
+  if (opt.test_write_outside_view && T > 0 && stride > inner) {
+    const uint16_t one = 0x3F80;  // 1.0: anything but the poison
+    NG_CUDA(cudaMemcpyAsync(y + inner, &one, 2, cudaMemcpyHostToDevice, s));
+    NG_CUDA(cudaStreamSynchronize(s));
+  }
+  check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, count, s);
+  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, count, s);
+
+  std::vector<Outputs> outs(bwds.size());
+  const bool share = dx_source != nullptr;
+  if (share) dx_source->assign(bwds.size(), 0);
+  // Device copies of the distinct dx tensors seen so far (share mode), with
+  // the index of the variant that produced each.
+  std::vector<std::pair<size_t, detail::Region>> distinct;
+  const detail::Region flag = mem.get(sizeof(int));
+  // The backward arguments are the same for every variant but the workspace size.
+  BwdArgs ba;
+  ba.dy = dy;
+  ba.dy_stride = stride;
+  ba.x = res ? h_new : x;  // res: the backward normalizes h_new
+  ba.x_stride = stride;
+  ba.w = wv;
+  ba.rstd = brstd.as<float>();
+  ba.msq = bmsq.as<double>();
+  ba.dx = dx;
+  ba.dx_stride = stride;
+  ba.form = c.form;
+  ba.heads = heads;
+  ba.dy_stride_h = stride_h;
+  ba.x_stride_h = stride_h;
+  ba.dx_stride_h = stride_h;
+  if (res) {
+    ba.dh_new = in.dh_new;
+    ba.dh_new_stride = stride;
+  }
+  ba.dw = bdw.as<float>();
+  ba.T = T;
+  ba.H = H;
+  ba.workspace = bws.get();
+  for (size_t k = 0; k < bwds.size(); ++k) {
+    const Variant& bwd = *bwds[k];
+    const size_t ws_k = bwd_workspace_bytes(bwd, R, H);
+    fill_words(bdx, 0x7FC07FC0u, 0, false, s);
+    fill_words(bdw, 0x7FC00000u, 0, false, s);
+    fill_words(bws, 0, opt.poison_seed, true, s);
+    ba.workspace_bytes = ws_k;
+    if (info != nullptr && k == 0) {
+      info->fwd_vector = fwd_vector_path(fa);
+      info->bwd_vector = bwd_vector_path(ba);
+      info->workspace_bytes = ws_k;
+    }
+    rmsnorm_bwd(bwd, ba, s, opt.controls);
+    if (opt.test_flip_dx_of == static_cast<int>(k) && T > 0) {
+      uint16_t v = 0;
+      NG_CUDA(cudaMemcpyAsync(&v, dx, 2, cudaMemcpyDeviceToHost, s));
+      NG_CUDA(cudaStreamSynchronize(s));
+      v ^= 1u;
+      NG_CUDA(cudaMemcpyAsync(dx, &v, 2, cudaMemcpyHostToDevice, s));
+      NG_CUDA(cudaStreamSynchronize(s));
+    }
+    check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, count, s);
+
+    Outputs& out = outs[k];
+    detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s);
+    // dx: in share mode, compare with the distinct ones kept on the device.
+    bool dx_needed = true;
+    if (share && T > 0) {
+      const int64_t words = static_cast<int64_t>(bdx.bytes() / 4);
+      for (const auto& [src, buf] : distinct) {
+        NG_CUDA(cudaMemsetAsync(flag.get(), 0, sizeof(int), s));
+        const int64_t want = (words + 255) / 256;
+        dev::differ_kernel<<<static_cast<unsigned>(want < 4096 ? want : 4096), 256, 0, s>>>(
+            buf.as<uint32_t>(), bdx.as<uint32_t>(), words, flag.as<int>());
+        NG_CUDA_LAUNCHED("differ_kernel");
+        int differs = 1;
+        NG_CUDA(cudaMemcpyAsync(&differs, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, s));
+        NG_CUDA(cudaStreamSynchronize(s));
+        if (differs == 0) {  // buffers are whole words (rows_bytes), every byte compared
+          (*dx_source)[k] = src;
+          dx_needed = false;
+          break;
+        }
+      }
+    }
+    if (share) {
+      if (dx_needed) {
+        (*dx_source)[k] = k;
+        if (T > 0 && k + 1 < bwds.size()) {  // a later variant compares its dx with it
+          const detail::Region keep = mem.get(bdx.bytes());
+          NG_CUDA(cudaMemcpyAsync(keep.get(), bdx.get(), bdx.bytes(), cudaMemcpyDeviceToDevice, s));
+          distinct.emplace_back(k, keep);
+        }
+      }
+    }
+    if (dx_needed) download_tensor(out.dx, dx);
+    // y and rstd are the one forward's outputs (device buffers untouched by
+    // the backward): downloaded once; in full mode every result gets a copy.
+    if (k == 0) {
+      download_tensor(out.y, y);
+      detail::download_into(out.rstd, brstd.get(), static_cast<size_t>(R), s);
+      if (res) download_tensor(out.h_new, h_new);
+    } else if (!share) {
+      out.y = outs[0].y;
+      out.rstd = outs[0].rstd;
+      out.h_new = outs[0].h_new;
+    }
+  }
+  return outs;
+}
+
+}  // namespace
+
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
+                             const GpuRunOptions& opt, GpuRunInfo* info) {
+  if (opt.download_inputs) bad_run("download_inputs is an option of run_gpu_shared");
+  return run_gpu_impl(bwds, c, eps, opt, info, nullptr);
+}
+
+std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::HostInputs& in, float eps,
+                             const GpuRunOptions& opt) {
+  if (opt.download_inputs) bad_run("download_inputs is an option of run_gpu_shared");
+  return run_gpu_impl(bwds, in.id, eps, opt, nullptr, &in);
+}
+
+SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds::CaseId& c,
+                            const seeds::HostInputs* in, float eps, const GpuRunOptions& opt) {
+  if (in != nullptr && !(in->id == c)) bad_run("host inputs are of case " + seeds::to_string(in->id));
+  if (in != nullptr && opt.download_inputs) bad_run("download_inputs with given host inputs (the caller has them)");
+  SharedGpuRun r;
+  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source, opt.download_inputs ? &r.inputs : nullptr,
+                        &r.seconds_inputs);
+  return r;
+}
+
+Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {
+  return std::move(run_gpu(std::vector<const Variant*>{&bwd}, c, eps, opt, info).front());
+}
+
+}  // namespace normgate::kernels

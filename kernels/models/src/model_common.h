@@ -1,0 +1,47 @@
+// kernels/models/src/model_common.h (internal): argument checks and the host replay
+// of plan.h's team reduction, shared by the CPU models.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "normgate/core/bf16.h"
+#include "normgate/core/types.h"
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::kernels::detail {
+
+[[noreturn]] inline void model_bad(const Variant& v, const std::string& msg) {
+  throw std::invalid_argument("model(" + std::string(v.name) + "): " + msg);
+}
+
+/// Checks a plain BF16 row view (heads == 1, cols in the variant's range).
+inline void check_view(const Variant& v, const char* name, const RowView<uint16_t>& a) {
+  if (a.heads != 1) model_bad(v, std::string(name) + ".heads = " + std::to_string(a.heads) + " (plain views only)");
+  if (a.T_rows < 0) model_bad(v, std::string(name) + ".T_rows = " + std::to_string(a.T_rows) + " is negative");
+  if (!v.supports_h(a.cols))
+    model_bad(v, std::string(name) + ".cols = " + std::to_string(a.cols) + " is out of range " +
+                     std::to_string(v.h_min) + ".." + std::to_string(v.h_max));
+  if (a.T_rows > 0 && a.p == nullptr) model_bad(v, std::string(name) + " is null");
+  if (a.T_rows > 1 && a.stride_t < a.cols)
+    model_bad(v, std::string(name) + ".stride_t = " + std::to_string(a.stride_t) + " is less than cols");
+}
+
+inline void check_weight(const Variant& v, const WeightView& w, int64_t H) {
+  if (!v.supports(w.dtype)) model_bad(v, "weight dtype " + std::string(to_string(w.dtype)) + " is not supported");
+  if (w.cols != H) model_bad(v, "w.cols = " + std::to_string(w.cols) + " differs from H = " + std::to_string(H));
+  if (w.p == nullptr) model_bad(v, "w is null");
+}
+
+/// w_j as FP32 (exact).
+inline float weight_at(const WeightView& w, int64_t j) {
+  return w.dtype == WDtype::bf16 ? bf16_to_float(static_cast<const uint16_t*>(w.p)[j])
+                                 : static_cast<const float*>(w.p)[j];
+}
+
+/// BF16 element j of a row, +0 for j >= H (the kernels' zero fill).
+inline float elem(const uint16_t* row, int64_t j, int64_t H) { return j < H ? bf16_to_float(row[j]) : 0.0f; }
+
+}  // namespace normgate::kernels::detail

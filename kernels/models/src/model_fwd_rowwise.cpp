@@ -1,0 +1,94 @@
+// kernels/models/src/model_fwd_rowwise.cpp: CPU model of fwd_rowwise (and the team
+// reduction of plan.h). Same operations in the same order as
+// fwd_rowwise.cu, so y and rstd match the GPU bitwise (NaN payloads aside).
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "model_common.h"
+#include "normgate/core/hd.h"
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/rstd.h"
+
+namespace normgate::kernels {
+
+namespace {
+
+/// Warp butterfly of device_blocks.cuh on 32 lane values: at offsets 16..1
+/// every lane i becomes v[i] + v[i ^ off]; returns lane 0 (all lanes agree).
+template <class T>
+T warp_butterfly(std::array<T, 32> v) {
+  for (int off = 16; off > 0; off >>= 1) {
+    std::array<T, 32> n;
+    for (int i = 0; i < 32; ++i) n[i] = sum_rn(v[i], v[i ^ off]);
+    v = n;
+  }
+  return v[0];
+}
+
+template <class T>
+T team_sum_any(const T* partials, int team) {
+  const int nw = team / 32;
+  std::array<T, 32> tot{};
+  for (int w = 0; w < nw; ++w) {
+    std::array<T, 32> lanes;
+    for (int i = 0; i < 32; ++i) lanes[i] = partials[w * 32 + i];
+    tot[w] = warp_butterfly(lanes);
+  }
+  if (team <= 32) return tot[0];
+  return warp_butterfly(tot);  // lanes >= nw hold +0, as on the device
+}
+
+}  // namespace
+
+float model_team_sum(const float* partials, int team) { return team_sum_any(partials, team); }
+double model_team_sum(const double* partials, int team) { return team_sum_any(partials, team); }
+
+FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads) {
+  if (v.op != Op::fwd) detail::model_bad(v, "not a forward variant");
+  detail::check_view(v, "x", x);
+  detail::check_weight(v, w, x.cols);
+  if (!std::isfinite(eps) || eps < 0.0f) detail::model_bad(v, "eps is not finite and >= 0");
+  const int64_t R = x.rows(), H = x.cols;
+  const RowGeometry geo = row_geometry(H);
+  const double inv_h = 1.0 / static_cast<double>(H);  // as the kernel (rstd.h)
+  std::vector<float> wf(static_cast<size_t>(H));
+  for (int64_t j = 0; j < H; ++j) wf[static_cast<size_t>(j)] = detail::weight_at(w, j);
+
+  FwdResult out;
+  out.y.resize(static_cast<size_t>(R * H));
+  out.rstd.resize(static_cast<size_t>(R));
+  out.msq.resize(static_cast<size_t>(R));
+  const int nth = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nth) if (R > 64)
+  {
+    std::vector<double> part(static_cast<size_t>(geo.team));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      const uint16_t* xr = x.row(r);
+      for (int t = 0; t < geo.team; ++t) {
+        double ss = 0.0;
+        for (int k = 0; k < geo.slots; ++k) {
+          const int64_t c0 = group_col0(geo.team, k, t);
+          for (int e = 0; e < kGroup; ++e) {
+            const double xd = static_cast<double>(detail::elem(xr, c0 + e, H));
+            ss = dfma_rn(xd, xd, ss);
+          }
+        }
+        part[static_cast<size_t>(t)] = ss;
+      }
+      const double tot = model_team_sum(part.data(), geo.team);
+      const float rs = row_rstd_fp64(tot, inv_h, static_cast<double>(eps));
+      out.rstd[static_cast<size_t>(r)] = rs;
+      out.msq[static_cast<size_t>(r)] = row_m(tot, inv_h, static_cast<double>(eps));
+      uint16_t* yr = out.y.data() + r * H;
+      for (int64_t j = 0; j < H; ++j)
+        yr[j] = bf16_from_float(mul_rn(mul_rn(bf16_to_float(xr[j]), rs), wf[static_cast<size_t>(j)]));
+    }
+  }
+  return out;
+}
+
+}  // namespace normgate::kernels

@@ -1,0 +1,284 @@
+// normgate/routing/routing.h: route tables, approvals and the runtime
+// dispatcher.
+//
+// A route table (routes/<arch>.toml, hand-written TOML) maps windows of calls
+// to kernel variants. One route:
+//
+//   { op = "bwd", mode = "det", H = 2048, w = "bf16", form = "plain",
+//     T = [1, 65536], variant = "bwd_det_chunked" }
+//
+//   op       "fwd" | "bwd"
+//   mode     "det" | "nondet"        bwd only; a forward route serves both
+//                                    modes (they share the forward), so fwd
+//                                    routes must not have `mode`
+//   H        normalized length, 1..16384
+//   w        weight dtype "bf16" | "fp32"
+//   form     "plain" | "res" | "heads24" | "heads4"
+//   T        [lo, hi]: rows, both inclusive, 1 <= lo <= hi <= kMaxT
+//   variant  a registry name (registry.h)
+//
+// Top-level keys: `arch` (required, "sm90a": the only arch the registry
+// builds), `description` (optional string), `route` (array of tables; inline
+// tables in an array or [[route]] sections). Any other key is an error.
+//
+// The loader (load_route_table) rejects, naming FILE:LINE and the offending
+// entry: TOML syntax errors; unknown keys; missing keys; values of the wrong
+// type or outside their range; unknown variants; variants whose op differs
+// from the route's; a non-deterministic variant on a det route (a det variant
+// may serve a nondet route: it keeps the weaker promise); negative controls
+// (unless LoadOptions::allow_controls, an explicit override that exists only
+// to prove that the gate fails bad kernels); variants that do not support the
+// route's (H, w, form); lo > hi; and, within one (op, mode, H, w, form),
+// windows that overlap or leave a gap (every group must be one contiguous
+// range of T; it need not start at 1).
+//
+// Approvals (routes/<table stem>.approvals.json, written by `normgate gate
+// --approve`): one record per (window, backend) saying that the gate passed
+// that window's variant, with the variant's source hash. An approval is
+// CURRENT for a route when its window and variant equal the route's and its
+// source_sha256 equals the variant's source_sha256 (registry.h) in this build;
+// STALE when window and variant match but the source hash differs (the code
+// changed since the gate ran); MISSING otherwise.
+//
+// The dispatcher (Dispatcher) picks the route for a call and refuses a route
+// without a current approval unless DispatchPolicy::allow_unapproved is set
+// (explicit override). Approvals made by a gate of the CPU models (backend
+// "cpu-model") are NOT accepted by default: the models predict the GPU's bits
+// but the GPU code is what ships, so only DispatchPolicy::accept_cpu_model
+// lets them count. Controls are never dispatched, whatever the policy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::kernels {
+
+/// Error in a route table or an approvals file. what() starts "FILE:LINE: "
+/// (tables) or "FILE: " (approvals) and quotes the offending entry.
+class RouteTableError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// One route: a window of calls and the variant that serves it.
+struct Route {
+  Op op = Op::bwd;
+  Mode mode = Mode::det;   ///< fwd routes: Mode::det, meaning "both modes" (see file comment)
+  int64_t H = 0;
+  WDtype w = WDtype::bf16;
+  Form form = Form::plain;
+  int64_t t_lo = 0;        ///< first T of the window (inclusive, >= 1)
+  int64_t t_hi = 0;        ///< last T of the window (inclusive)
+  const Variant* variant = nullptr;  ///< never null in a loaded table
+  std::string file;        ///< table file the route was read from
+  int line = 0;            ///< 1-based line of the route in that file
+
+  /// The window without the variant, e.g. "bwd det H=2048 w=bf16 form=plain T=1..65536"
+  /// ("fwd H=2048 w=bf16 form=plain T=1..65536" for forward routes).
+  std::string window() const;
+  /// window() + " -> " + variant name.
+  std::string describe() const;
+  /// "FILE:LINE".
+  std::string where() const;
+  /// Same (op, mode, H, w, form, t_lo, t_hi); the variant may differ.
+  bool same_window(const Route& o) const;
+  /// True when a call (op, mode, H, w, form, T) falls in this window (mode is
+  /// ignored for forward routes).
+  bool covers(Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t T) const;
+};
+
+/// A loaded route table.
+struct RouteTable {
+  std::string path;          ///< as given to the loader
+  std::string arch;          ///< "sm90a"
+  std::string description;   ///< optional `description`, "" when absent
+  std::string sha256;        ///< SHA-256 (lowercase hex) of the file's bytes
+  std::vector<Route> routes; ///< in file order
+
+  /// The route whose window holds the call, or nullptr. T == 0 is looked up
+  /// as T == 1 (a call with no rows launches nothing but dw = 0, which every
+  /// backward variant writes the same way). Never throws.
+  const Route* find(Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t T) const;
+  /// The route with the same window as r (variant may differ), or nullptr.
+  const Route* find_window(const Route& r) const;
+};
+
+/// Loader knobs.
+struct LoadOptions {
+  /// Accept negative controls as route variants. An explicit override for
+  /// proving that the gate fails bad kernels; never for a shipped table
+  /// (the dispatcher refuses controls whatever this says).
+  bool allow_controls = false;
+};
+
+/// Parse route-table TOML `text`; `path` names the file in messages and in
+/// Route::file. Throws RouteTableError (message "PATH:LINE: what; entry: <the
+/// entry's source text>") for every rule in the file comment; the first
+/// problem found in file order is reported.
+RouteTable parse_route_table(std::string_view text, const std::string& path, const LoadOptions& opt = {});
+
+/// Read and parse the file at `path`. Throws RouteTableError when it cannot
+/// be read (naming the path and the OS error) or is invalid (as above).
+RouteTable load_route_table(const std::string& path, const LoadOptions& opt = {});
+
+// --- approvals ---------------------------------------------------------------
+
+/// Backend name of approvals made by a gate of the CPU models.
+inline constexpr std::string_view kCpuModelBackend = "cpu-model";
+/// Backend name of approvals made by a gate of the CUDA kernels.
+inline constexpr std::string_view kGpuBackend = "gpu";
+
+/// One approval record (see file comment; JSON field names in parentheses).
+struct Approval {
+  // the window (window: {op, mode (bwd only), H, w, form, T: [lo, hi]})
+  Op op = Op::bwd;
+  Mode mode = Mode::det;
+  int64_t H = 0;
+  WDtype w = WDtype::bf16;
+  Form form = Form::plain;
+  int64_t t_lo = 0, t_hi = 0;
+  std::string variant;        ///< (variant) registry name
+  std::string source_sha256;  ///< (source_sha256) the variant's hash when the gate ran
+  std::string backend;        ///< (backend) "gpu" or "cpu-model"
+  std::string gpu;            ///< (gpu) device name, "cpu-model" for CPU-model gates
+  std::string driver;         ///< (driver) NVIDIA driver version, "-" without GPU
+  std::string cuda;           ///< (cuda) CUDA runtime version, "-" without GPU
+  std::string seed_set;       ///< (seed_set) canonical seed-set spelling of the grid
+  std::vector<int64_t> t_points;  ///< (t_points) grid T of the window
+  int64_t cases = 0;          ///< (cases) cases run for the window, refinement included
+  /// (max_err_tol) max err/tol per gated output ("y", "rstd", "dx", "dw";
+  /// forward windows only y and rstd). Non-finite values are stored as strings.
+  std::map<std::string, double> max_err_tol;
+  std::string worst_case;     ///< (worst_case) case id of the largest err/tol
+  std::string date;           ///< (date) UTC, ISO 8601
+  std::string normgate_commit;   ///< (normgate_commit) git commit of the gate binary
+  std::string normgate_version;  ///< (normgate_version)
+
+  /// Window as Route::window() prints it.
+  std::string window() const;
+  /// True when the window (not the variant) equals r's.
+  bool same_window(const Route& r) const;
+};
+
+/// The approvals file of one table.
+struct Approvals {
+  std::string path;                ///< file read or to be written
+  std::vector<Approval> records;   ///< file order
+};
+
+/// Path of the approvals file next to a table: "dir/stem.approvals.json" for
+/// "dir/stem.toml" (any other name: name + ".approvals.json").
+std::string approvals_path_for(const std::string& table_path);
+
+/// Read approvals from `path`. A missing file gives an empty set (nothing is
+/// approved). Throws RouteTableError naming the path, and for a bad record its
+/// index and field, when the file is not valid JSON or a record is malformed
+/// (unknown op/mode/w/form, missing field, wrong type, lo > hi).
+Approvals load_approvals(const std::string& path);
+
+/// Serialize (format "normgate-approvals/1", records in the given order,
+/// 2-space indentation, trailing newline).
+std::string approvals_to_json_text(const Approvals& a);
+
+/// Write a.path atomically (temporary file beside it, fsync, rename). Throws
+/// std::runtime_error naming the path when writing fails.
+void save_approvals(const Approvals& a);
+
+/// Standing of a route's approval.
+enum class ApprovalState : uint8_t {
+  current = 0,         ///< a record of an accepted backend matches window, variant and source hash
+  missing = 1,         ///< no record of an accepted backend for this window and variant
+  stale = 2,           ///< records match window and variant, but none has the current source hash
+  cpu_model_only = 3,  ///< only a current cpu-model record, and cpu-model is not accepted
+};
+/// "current", "missing", "stale", "cpu-model only".
+std::string_view to_string(ApprovalState s);
+
+/// Approval state of one route, and a sentence saying why.
+struct ApprovalStatus {
+  ApprovalState state = ApprovalState::missing;
+  const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one
+  std::string detail;                ///< why, without the state word, e.g. "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
+};
+
+/// Look up r's approval. accept_cpu_model: whether backend "cpu-model"
+/// records count as current. GPU records are preferred when both are current.
+/// Never throws.
+ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
+
+// --- dispatcher --------------------------------------------------------------
+
+/// A call to dispatch. T: rows (0 is allowed, see RouteTable::find).
+struct CallKey {
+  Op op = Op::bwd;
+  Mode mode = Mode::det;  ///< ignored for op == fwd
+  int64_t H = 0;
+  WDtype w = WDtype::bf16;
+  Form form = Form::plain;
+  int64_t T = 0;
+};
+/// "bwd det H=2048 w=bf16 form=plain T=5000".
+std::string to_string(const CallKey& k);
+
+/// What the dispatcher accepts.
+struct DispatchPolicy {
+  bool accept_cpu_model = false;   ///< count approvals of CPU-model gates
+  bool allow_unapproved = false;   ///< explicit override: dispatch routes without a current approval
+};
+
+/// Thrown by Dispatcher::pick when the call's route has no current approval
+/// (and the policy does not override). what() names the call, the route
+/// (FILE:LINE, window, variant), the approvals file and why (missing, stale
+/// with both hashes, or cpu-model only).
+class UnapprovedRoute : public std::runtime_error {
+ public:
+  UnapprovedRoute(const std::string& what, ApprovalState s) : std::runtime_error(what), state(s) {}
+  ApprovalState state;
+};
+
+/// Result of dispatching one call.
+struct Decision {
+  const Route* route = nullptr;
+  const Variant* variant = nullptr;
+  ApprovalStatus approval;
+  bool overridden = false;  ///< dispatched only because allow_unapproved is set
+};
+
+/// Picks variants for calls from a route table and its approvals.
+class Dispatcher {
+ public:
+  /// Owns the table and approvals. Throws RouteTableError if the table routes
+  /// a negative control (loaded with allow_controls): controls are never
+  /// dispatched.
+  Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy policy = {});
+  /// Load `table_path` (controls refused) and the approvals next to it.
+  /// Throws RouteTableError as load_route_table / load_approvals.
+  static Dispatcher from_files(const std::string& table_path, DispatchPolicy policy = {});
+
+  /// The decision for a call. Throws std::invalid_argument naming the call
+  /// and the table when no route covers it (T < 0 included), and
+  /// UnapprovedRoute when the route has no current approval and the policy
+  /// does not override it.
+  Decision pick(const CallKey& k) const;
+  /// Like pick, but never refuses: returns the decision with its approval
+  /// state (route null when no route covers the call). Never throws.
+  Decision inspect(const CallKey& k) const;
+
+  const RouteTable& table() const { return table_; }
+  const Approvals& approvals() const { return approvals_; }
+  const DispatchPolicy& policy() const { return policy_; }
+
+ private:
+  RouteTable table_;
+  Approvals approvals_;
+  DispatchPolicy policy_;
+};
+
+}  // namespace normgate::kernels

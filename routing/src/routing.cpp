@@ -1,0 +1,615 @@
+// routing/src/routing.cpp: route-table loader, approvals file, dispatcher
+// (routing.h).
+#include "normgate/routing/routing.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "normgate/core/json_number.h"
+#include "normgate/kernels/plan.h"
+#include "normgate/seeds/generate.h"  // sha256_hex
+
+namespace normgate::kernels {
+
+namespace {
+
+constexpr std::string_view kRouteKeys[] = {"op", "mode", "H", "w", "form", "T", "variant"};
+constexpr std::string_view kTopKeys[] = {"arch", "description", "route"};
+constexpr std::string_view kArch = "sm90a";
+constexpr std::string_view kApprovalsFormat = "normgate-approvals/1";
+
+std::string join(std::span<const std::string_view> xs) {
+  std::string s;
+  for (auto x : xs) s += (s.empty() ? "" : ", ") + std::string(x);
+  return s;
+}
+
+std::string window_text(Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t lo, int64_t hi) {
+  std::string s(to_string(op));
+  if (op == Op::bwd) s += " " + std::string(to_string(mode));
+  s += " H=" + std::to_string(H) + " w=" + std::string(to_string(w)) + " form=" + std::string(to_string(form));
+  if (lo >= 0) s += " T=" + std::to_string(lo) + ".." + std::to_string(hi);
+  return s;
+}
+
+Op parse_op(std::string_view s) {
+  if (s == "fwd") return Op::fwd;
+  if (s == "bwd") return Op::bwd;
+  throw std::invalid_argument("bad op '" + std::string(s) + "' (expected fwd or bwd)");
+}
+Mode parse_mode(std::string_view s) {
+  if (s == "det") return Mode::det;
+  if (s == "nondet") return Mode::nondet;
+  throw std::invalid_argument("bad mode '" + std::string(s) + "' (expected det or nondet)");
+}
+
+// Lines [first, last] (1-based) of text, trimmed and joined by a space; capped.
+std::string source_lines(std::string_view text, int first, int last) {
+  std::string out;
+  int line = 1;
+  size_t pos = 0;
+  while (pos <= text.size() && line <= last) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    if (line >= first) {
+      std::string_view l = text.substr(pos, nl - pos);
+      while (!l.empty() && (l.front() == ' ' || l.front() == '\t')) l.remove_prefix(1);
+      while (!l.empty() && (l.back() == ' ' || l.back() == '\t' || l.back() == '\r' || l.back() == ','))
+        l.remove_suffix(1);
+      if (!l.empty()) out += (out.empty() ? "" : " ") + std::string(l);
+    }
+    pos = nl + 1;
+    ++line;
+  }
+  if (out.size() > 240) out = out.substr(0, 237) + "...";
+  return out;
+}
+
+// Loader context: the file's text and path, for messages.
+struct Ctx {
+  std::string_view text;
+  const std::string& path;
+  [[noreturn]] void fail(int line, const std::string& what, const toml::node* entry = nullptr) const {
+    std::string msg = path + ":" + std::to_string(line) + ": " + what;
+    if (entry) {
+      const auto& src = entry->source();
+      auto last = std::max(src.begin.line, src.end.line);
+      // A [[route]] section's region may end at its header: extend it to its last value.
+      if (const toml::table* t = entry->as_table())
+        for (auto&& [k, v] : *t) last = std::max({last, k.source().end.line, v.source().end.line});
+      msg += "; entry: " + source_lines(text, static_cast<int>(src.begin.line), static_cast<int>(last));
+    }
+    throw RouteTableError(msg);
+  }
+};
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+// Required/optional typed fields of one route table.
+template <class T>
+T get_value(const Ctx& ctx, const toml::table& t, std::string_view key, std::string_view type_name) {
+  const toml::node* n = t.get(key);
+  if (!n) ctx.fail(line_of(t), "missing key '" + std::string(key) + "'", &t);
+  auto v = n->value<T>();
+  if (!v || (std::is_same_v<T, int64_t> && !n->is_integer()) || (std::is_same_v<T, std::string> && !n->is_string()))
+    ctx.fail(line_of(*n), "key '" + std::string(key) + "' must be " + std::string(type_name), &t);
+  return *v;
+}
+
+Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt) {
+  const toml::table* tp = node.as_table();
+  if (!tp) ctx.fail(line_of(node), "a route must be a table, e.g. { op = \"bwd\", mode = \"det\", H = 2048, "
+                                   "w = \"bf16\", form = \"plain\", T = [1, 65536], variant = \"bwd_det_chunked\" }",
+                    &node);
+  const toml::table& t = *tp;
+  for (auto&& [k, v] : t) {
+    (void)v;
+    if (std::find(std::begin(kRouteKeys), std::end(kRouteKeys), k.str()) == std::end(kRouteKeys))
+      ctx.fail(static_cast<int>(k.source().begin.line),
+               "unknown key '" + std::string(k.str()) + "' (known: " + join(kRouteKeys) + ")", &t);
+  }
+  Route r;
+  r.file = ctx.path;
+  r.line = line_of(t);
+  auto field = [&](std::string_view key, auto&& parse) {
+    const std::string s = get_value<std::string>(ctx, t, key, "a string");
+    try {
+      return parse(s);
+    } catch (const std::invalid_argument& e) {
+      ctx.fail(line_of(*t.get(key)), e.what(), &t);
+    }
+  };
+  r.op = field("op", parse_op);
+  if (r.op == Op::bwd) {
+    r.mode = field("mode", parse_mode);
+  } else if (t.contains("mode")) {
+    ctx.fail(line_of(*t.get("mode")),
+             "a fwd route must not have 'mode': both modes share the forward, so one fwd route serves both", &t);
+  }
+  r.H = get_value<int64_t>(ctx, t, "H", "an integer");
+  if (r.H < kMinH || r.H > kMaxH)
+    ctx.fail(line_of(*t.get("H")),
+             "H " + std::to_string(r.H) + " out of range " + std::to_string(kMinH) + ".." + std::to_string(kMaxH), &t);
+  r.w = field("w", [](const std::string& s) { return parse_wdtype(s); });
+  r.form = field("form", [](const std::string& s) { return parse_form(s); });
+  const toml::node* tn = t.get("T");
+  if (!tn) ctx.fail(line_of(t), "missing key 'T'", &t);
+  const toml::array* ta = tn->as_array();
+  if (!ta || ta->size() != 2 || !(*ta)[0].is_integer() || !(*ta)[1].is_integer())
+    ctx.fail(line_of(*tn), "key 'T' must be [lo, hi], two integers (both inclusive)", &t);
+  r.t_lo = *(*ta)[0].value<int64_t>();
+  r.t_hi = *(*ta)[1].value<int64_t>();
+  if (r.t_lo < 1) ctx.fail(line_of(*tn), "T lo " + std::to_string(r.t_lo) + " < 1", &t);
+  if (r.t_hi > kMaxT) ctx.fail(line_of(*tn), "T hi " + std::to_string(r.t_hi) + " > " + std::to_string(kMaxT), &t);
+  if (r.t_lo > r.t_hi)
+    ctx.fail(line_of(*tn), "T lo " + std::to_string(r.t_lo) + " > hi " + std::to_string(r.t_hi), &t);
+  const std::string vname = get_value<std::string>(ctx, t, "variant", "a string");
+  const int vline = line_of(*t.get("variant"));
+  try {
+    r.variant = &variant(vname);
+  } catch (const std::invalid_argument& e) {
+    ctx.fail(vline, e.what(), &t);
+  }
+  const Variant& v = *r.variant;
+  if (v.op != r.op)
+    ctx.fail(vline, "variant " + vname + " is a " + std::string(to_string(v.op)) + " variant but the route is " +
+                        std::string(to_string(r.op)), &t);
+  if (v.control && !opt.allow_controls)
+    ctx.fail(vline, "variant " + vname + " is a NEGATIVE CONTROL and may not be routed (controls exist to prove "
+                    "that the gate fails bad kernels; `normgate gate --allow-controls` runs one anyway, never "
+                    "approved)", &t);
+  if (r.op == Op::bwd && r.mode == Mode::det && v.mode != Mode::det)
+    ctx.fail(vline, "variant " + vname + " is non-deterministic and cannot serve a det route", &t);
+  if (!v.supports_h(r.H))
+    ctx.fail(vline, "variant " + vname + " does not support H=" + std::to_string(r.H) + " (supports " +
+                        std::to_string(v.h_min) + ".." + std::to_string(v.h_max) + ")", &t);
+  if (!v.supports(r.w))
+    ctx.fail(vline, "variant " + vname + " does not support weight dtype " + std::string(to_string(r.w)), &t);
+  if (!v.supports(r.form))
+    ctx.fail(vline, "variant " + vname + " does not support form " + std::string(to_string(r.form)), &t);
+  if ((r.form == Form::heads24 || r.form == Form::heads4) && r.H != 256)
+    ctx.fail(vline, "form " + std::string(to_string(r.form)) + " normalizes heads of 256: H must be 256, not " +
+                        std::to_string(r.H), &t);
+  return r;
+}
+
+// Overlaps and gaps within one (op, mode, H, w, form). Reports the conflict
+// whose later-in-file route comes first in the file.
+void check_windows(const Ctx& ctx, const std::vector<Route>& routes, const std::vector<const toml::node*>& nodes) {
+  std::vector<size_t> idx(routes.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  auto group = [&](size_t i) {
+    const Route& r = routes[i];
+    return std::make_tuple(static_cast<int>(r.op), static_cast<int>(r.mode), r.H, static_cast<int>(r.w),
+                           static_cast<int>(r.form));
+  };
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    if (group(a) != group(b)) return group(a) < group(b);
+    return routes[a].t_lo < routes[b].t_lo;
+  });
+  size_t best = routes.size();  // index of the later route of the first conflict (by line)
+  std::string best_msg;
+  for (size_t k = 1; k < idx.size(); ++k) {
+    const size_t a = idx[k - 1], b = idx[k];
+    if (group(a) != group(b)) continue;
+    const Route& ra = routes[a];
+    const Route& rb = routes[b];
+    const bool overlap = rb.t_lo <= ra.t_hi;
+    const bool gap = rb.t_lo > ra.t_hi + 1;
+    if (!overlap && !gap) continue;
+    const size_t later = ra.line > rb.line ? a : b;
+    const Route& L = routes[later];
+    const Route& O = routes[later == a ? b : a];
+    auto span = [](const Route& r) { return "T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi); };
+    std::string msg;
+    if (overlap)
+      msg = span(L) + " overlaps " + span(O) + " of the route at " + O.where();
+    else
+      msg = "gap: T=" + std::to_string(ra.t_hi + 1) + ".." + std::to_string(rb.t_lo - 1) +
+            " is not routed between this route (" + span(L) + ") and the route at " + O.where() + " (" + span(O) + ")";
+    msg += ", same " + window_text(ra.op, ra.mode, ra.H, ra.w, ra.form, -1, -1);
+    if (best == routes.size() || routes[later].line < routes[best].line) {
+      best = later;
+      best_msg = msg;
+    }
+  }
+  if (best != routes.size()) ctx.fail(routes[best].line, best_msg, nodes[best]);
+}
+
+// ---- approvals JSON ---------------------------------------------------------
+
+
+nlohmann::json to_json(const Approval& a) {
+  nlohmann::json win;
+  win["op"] = to_string(a.op);
+  if (a.op == Op::bwd) win["mode"] = to_string(a.mode);
+  win["H"] = a.H;
+  win["w"] = to_string(a.w);
+  win["form"] = to_string(a.form);
+  win["T"] = {a.t_lo, a.t_hi};
+  nlohmann::json j;
+  j["window"] = win;
+  j["variant"] = a.variant;
+  j["source_sha256"] = a.source_sha256;
+  j["backend"] = a.backend;
+  j["gpu"] = a.gpu;
+  j["driver"] = a.driver;
+  j["cuda"] = a.cuda;
+  j["seed_set"] = a.seed_set;
+  j["t_points"] = a.t_points;
+  j["cases"] = a.cases;
+  nlohmann::json m = nlohmann::json::object();
+  for (const auto& [k, v] : a.max_err_tol) m[k] = json_number(v);
+  j["max_err_tol"] = m;
+  j["worst_case"] = a.worst_case;
+  j["date"] = a.date;
+  j["normgate_commit"] = a.normgate_commit;
+  j["normgate_version"] = a.normgate_version;
+  return j;
+}
+
+Approval from_json(const nlohmann::json& j) {
+  auto field = [&j](const char* k) -> const nlohmann::json& {
+    if (!j.is_object() || !j.contains(k)) throw std::invalid_argument(std::string("missing field '") + k + "'");
+    return j.at(k);
+  };
+  auto str = [&](const nlohmann::json& o, const char* k) {
+    if (!o.contains(k) || !o.at(k).is_string())
+      throw std::invalid_argument(std::string("field '") + k + "' must be a string");
+    return o.at(k).get<std::string>();
+  };
+  Approval a;
+  const auto& win = field("window");
+  if (!win.is_object()) throw std::invalid_argument("field 'window' must be an object");
+  a.op = parse_op(str(win, "op"));
+  if (a.op == Op::bwd) a.mode = parse_mode(str(win, "mode"));
+  if (!win.contains("H") || !win.at("H").is_number_integer())
+    throw std::invalid_argument("field 'window.H' must be an integer");
+  a.H = win.at("H").get<int64_t>();
+  a.w = parse_wdtype(str(win, "w"));
+  a.form = parse_form(str(win, "form"));
+  if (!win.contains("T") || !win.at("T").is_array() || win.at("T").size() != 2 || !win.at("T")[0].is_number_integer() ||
+      !win.at("T")[1].is_number_integer())
+    throw std::invalid_argument("field 'window.T' must be [lo, hi]");
+  a.t_lo = win.at("T")[0].get<int64_t>();
+  a.t_hi = win.at("T")[1].get<int64_t>();
+  if (a.t_lo > a.t_hi)
+    throw std::invalid_argument("window T lo " + std::to_string(a.t_lo) + " > hi " + std::to_string(a.t_hi));
+  a.variant = str(j, "variant");
+  a.source_sha256 = str(j, "source_sha256");
+  a.backend = str(j, "backend");
+  if (a.backend != kGpuBackend && a.backend != kCpuModelBackend)
+    throw std::invalid_argument("field 'backend' must be \"gpu\" or \"cpu-model\", got '" + a.backend + "'");
+  a.gpu = str(j, "gpu");
+  a.driver = str(j, "driver");
+  a.cuda = str(j, "cuda");
+  a.seed_set = str(j, "seed_set");
+  const auto& tp = field("t_points");
+  if (!tp.is_array()) throw std::invalid_argument("field 't_points' must be an array");
+  for (const auto& t : tp) {
+    if (!t.is_number_integer()) throw std::invalid_argument("field 't_points' must hold integers");
+    a.t_points.push_back(t.get<int64_t>());
+  }
+  if (!field("cases").is_number_integer()) throw std::invalid_argument("field 'cases' must be an integer");
+  a.cases = j.at("cases").get<int64_t>();
+  const auto& m = field("max_err_tol");
+  if (!m.is_object()) throw std::invalid_argument("field 'max_err_tol' must be an object");
+  for (const auto& [k, v] : m.items()) {
+    a.max_err_tol[k] = from_json_number(v, "max_err_tol." + k);
+  }
+  a.worst_case = str(j, "worst_case");
+  a.date = str(j, "date");
+  a.normgate_commit = str(j, "normgate_commit");
+  a.normgate_version = str(j, "normgate_version");
+  return a;
+}
+
+}  // namespace
+
+// ---- Route / RouteTable -------------------------------------------------------
+
+std::string Route::window() const { return window_text(op, mode, H, w, form, t_lo, t_hi); }
+std::string Route::describe() const { return window() + " -> " + std::string(variant ? variant->name : "?"); }
+std::string Route::where() const { return file + ":" + std::to_string(line); }
+
+bool Route::same_window(const Route& o) const {
+  return op == o.op && (op == Op::fwd || mode == o.mode) && H == o.H && w == o.w && form == o.form &&
+         t_lo == o.t_lo && t_hi == o.t_hi;
+}
+
+bool Route::covers(Op op_, Mode mode_, int64_t H_, WDtype w_, Form form_, int64_t T) const {
+  return op == op_ && (op == Op::fwd || mode == mode_) && H == H_ && w == w_ && form == form_ && T >= t_lo &&
+         T <= t_hi;
+}
+
+const Route* RouteTable::find(Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t T) const {
+  if (T == 0) T = 1;
+  for (const Route& r : routes)
+    if (r.covers(op, mode, H, w, form, T)) return &r;
+  return nullptr;
+}
+
+const Route* RouteTable::find_window(const Route& x) const {
+  for (const Route& r : routes)
+    if (r.same_window(x)) return &r;
+  return nullptr;
+}
+
+RouteTable parse_route_table(std::string_view text, const std::string& path, const LoadOptions& opt) {
+  const Ctx ctx{text, path};
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw RouteTableError(path + ":" + std::to_string(e.source().begin.line) + ": TOML syntax error: " +
+                          std::string(e.description()));
+  }
+  for (auto&& [k, v] : root) {
+    (void)v;
+    if (std::find(std::begin(kTopKeys), std::end(kTopKeys), k.str()) == std::end(kTopKeys))
+      ctx.fail(static_cast<int>(k.source().begin.line),
+               "unknown top-level key '" + std::string(k.str()) + "' (known: " + join(kTopKeys) + ")");
+  }
+  RouteTable t;
+  t.path = path;
+  t.sha256 = seeds::sha256_hex(text.data(), text.size());
+  const toml::node* arch = root.get("arch");
+  if (!arch) ctx.fail(1, "missing top-level key 'arch' (expected arch = \"" + std::string(kArch) + "\")");
+  if (!arch->is_string() || arch->value<std::string>() != kArch)
+    ctx.fail(line_of(*arch), "arch must be \"" + std::string(kArch) + "\" (the only arch the registry builds)");
+  t.arch = std::string(kArch);
+  if (const toml::node* d = root.get("description")) {
+    if (!d->is_string()) ctx.fail(line_of(*d), "description must be a string");
+    t.description = *d->value<std::string>();
+  }
+  const toml::node* rn = root.get("route");
+  if (!rn) ctx.fail(1, "missing key 'route' (an array of routes)");
+  const toml::array* ra = rn->as_array();
+  if (!ra) ctx.fail(line_of(*rn), "'route' must be an array of tables");
+  if (ra->empty()) ctx.fail(line_of(*rn), "'route' is empty: a table needs at least one route");
+  std::vector<const toml::node*> nodes;
+  for (const toml::node& n : *ra) {
+    t.routes.push_back(parse_route(ctx, n, opt));
+    nodes.push_back(&n);
+  }
+  check_windows(ctx, t.routes, nodes);
+  return t;
+}
+
+RouteTable load_route_table(const std::string& path, const LoadOptions& opt) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw RouteTableError(path + ": cannot read route table: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw RouteTableError(path + ": read error");
+  return parse_route_table(ss.str(), path, opt);
+}
+
+// ---- approvals ----------------------------------------------------------------
+
+std::string Approval::window() const { return window_text(op, mode, H, w, form, t_lo, t_hi); }
+
+bool Approval::same_window(const Route& r) const {
+  return op == r.op && (op == Op::fwd || mode == r.mode) && H == r.H && w == r.w && form == r.form &&
+         t_lo == r.t_lo && t_hi == r.t_hi;
+}
+
+std::string approvals_path_for(const std::string& table_path) {
+  const std::filesystem::path p(table_path);
+  if (p.extension() == ".toml") {
+    std::filesystem::path q = p;
+    q.replace_extension(".approvals.json");
+    return q.string();
+  }
+  return table_path + ".approvals.json";
+}
+
+Approvals load_approvals(const std::string& path) {
+  Approvals a;
+  a.path = path;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    if (!std::filesystem::exists(path)) return a;
+    throw RouteTableError(path + ": cannot read approvals: " + std::strerror(errno));
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw RouteTableError(path + ": approvals are not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("format") || j["format"] != kApprovalsFormat)
+    throw RouteTableError(path + ": not an approvals file (expected \"format\": \"" + std::string(kApprovalsFormat) +
+                          "\")");
+  if (!j.contains("approvals") || !j["approvals"].is_array())
+    throw RouteTableError(path + ": 'approvals' must be an array");
+  size_t i = 0;
+  for (const auto& rec : j["approvals"]) {
+    try {
+      a.records.push_back(from_json(rec));
+    } catch (const std::exception& e) {
+      throw RouteTableError(path + ": record " + std::to_string(i) + ": " + e.what());
+    }
+    ++i;
+  }
+  return a;
+}
+
+std::string approvals_to_json_text(const Approvals& a) {
+  nlohmann::json j;
+  j["format"] = kApprovalsFormat;
+  j["approvals"] = nlohmann::json::array();
+  for (const auto& r : a.records) j["approvals"].push_back(to_json(r));
+  return j.dump(2) + "\n";
+}
+
+void save_approvals(const Approvals& a) {
+  const std::string text = approvals_to_json_text(a);
+  const std::string tmp = a.path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error("cannot write '" + tmp + "': " + err);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), a.path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + a.path + "': " + err);
+  }
+  const std::string dir = std::filesystem::path(a.path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string_view to_string(ApprovalState s) {
+  switch (s) {
+    case ApprovalState::current: return "current";
+    case ApprovalState::stale: return "stale";
+    case ApprovalState::cpu_model_only: return "cpu-model only";
+    default: return "missing";
+  }
+}
+
+ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model) {
+  const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
+  const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
+  const Approval *gpu_cur = nullptr, *cpu_cur = nullptr, *stale = nullptr, *other_variant = nullptr;
+  for (const Approval& x : a.records) {
+    if (!x.same_window(r)) continue;
+    if (x.variant != vname) {
+      if (!other_variant) other_variant = &x;
+      continue;
+    }
+    if (x.source_sha256 == hash) {
+      if (x.backend == kGpuBackend && !gpu_cur) gpu_cur = &x;
+      if (x.backend == kCpuModelBackend && !cpu_cur) cpu_cur = &x;
+    } else if (!stale) {
+      stale = &x;
+    }
+  }
+  ApprovalStatus s;
+  auto from = [](const Approval& x) {
+    return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + ")";
+  };
+  if (gpu_cur || (cpu_cur && accept_cpu_model)) {
+    s.state = ApprovalState::current;
+    s.record = gpu_cur ? gpu_cur : cpu_cur;
+    s.detail = "approved" + from(*s.record);
+  } else if (cpu_cur) {
+    s.state = ApprovalState::cpu_model_only;
+    s.record = cpu_cur;
+    s.detail = "only a cpu-model approval" + from(*cpu_cur) +
+               ", which is not accepted: the GPU code is what ships (the CLI's --accept-cpu-model, or "
+               "DispatchPolicy::accept_cpu_model, overrides)";
+  } else if (stale) {
+    s.state = ApprovalState::stale;
+    s.record = stale;
+    s.detail = "approved source " + stale->source_sha256.substr(0, 12) + from(*stale) + ", code now " +
+               std::string(hash.substr(0, 12)) + " (the variant's sources changed since the gate)";
+  } else {
+    s.state = ApprovalState::missing;
+    s.detail = other_variant ? "the approval on file for this window is for variant " + other_variant->variant +
+                                   ", the table routes " + std::string(vname)
+                             : "no approval for this window and variant";
+  }
+  return s;
+}
+
+// ---- dispatcher ---------------------------------------------------------------
+
+std::string to_string(const CallKey& k) {
+  return window_text(k.op, k.mode, k.H, k.w, k.form, -1, -1) + " T=" + std::to_string(k.T);
+}
+
+Dispatcher::Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy policy)
+    : table_(std::move(table)), approvals_(std::move(approvals)), policy_(policy) {
+  for (const Route& r : table_.routes)
+    if (r.variant && r.variant->control)
+      throw RouteTableError(r.where() + ": the dispatcher never routes a negative control; entry: " + r.describe());
+}
+
+Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy policy) {
+  RouteTable t = load_route_table(table_path);
+  Approvals a = load_approvals(approvals_path_for(table_path));
+  return Dispatcher(std::move(t), std::move(a), policy);
+}
+
+Decision Dispatcher::inspect(const CallKey& k) const {
+  Decision d;
+  if (k.T < 0) return d;
+  d.route = table_.find(k.op, k.mode, k.H, k.w, k.form, k.T);
+  if (!d.route) return d;
+  d.variant = d.route->variant;
+  d.approval = approval_status(*d.route, approvals_, policy_.accept_cpu_model);
+  d.overridden = d.approval.state != ApprovalState::current && policy_.allow_unapproved;
+  return d;
+}
+
+namespace {
+// The gate's --windows filter that selects exactly route r's window.
+std::string window_filter(const Route& r) {
+  std::string f = "op=" + std::string(to_string(r.op));
+  if (r.op == Op::bwd) f += ",mode=" + std::string(to_string(r.mode));
+  return f + ",H=" + std::to_string(r.H) + ",w=" + std::string(to_string(r.w)) + ",form=" +
+         std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
+}
+}  // namespace
+
+Decision Dispatcher::pick(const CallKey& k) const {
+  Decision d = inspect(k);
+  if (!d.route) {
+    // What the table does cover for this (op, mode, H, w, form), if anything.
+    int64_t lo = -1, hi = -1;
+    for (const Route& r : table_.routes)
+      if (r.op == k.op && (k.op == Op::fwd || r.mode == k.mode) && r.H == k.H && r.w == k.w && r.form == k.form) {
+        lo = lo < 0 ? r.t_lo : std::min(lo, r.t_lo);
+        hi = std::max(hi, r.t_hi);
+      }
+    const std::string covered = lo < 0 ? " (the table has no route for this op, mode, H, w and form)"
+                                       : " (its windows for this op, mode, H, w and form cover T = " +
+                                             std::to_string(lo) + ".." + std::to_string(hi) + ")";
+    throw std::invalid_argument("no route for " + to_string(k) + " in " + table_.path +
+                                (k.T < 0 ? " (T < 0)" : covered));
+  }
+  if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
+    throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
+                              ") has no current approval in " + approvals_.path + ": " +
+                              std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
+                              ". Gate this window (normgate gate " + table_.path + " --windows '" +
+                              window_filter(*d.route) +
+                              "' --seeds 3x16 --approve; add --plan first to see its cases: the default seed "
+                              "set 3x120 is large), or override: `normgate routes --allow-unapproved` on the CLI, "
+                              "DispatchPolicy::allow_unapproved in C++",
+                          d.approval.state);
+  return d;
+}
+
+}  // namespace normgate::kernels

@@ -1,0 +1,140 @@
+// tests/audit/report_window_test.cpp: report_windows / select_report_window (export.h): a report's windows and
+// each one's worst case, for `normgate repro --from-report`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/audit/export.h"
+
+namespace nv = normgate::validators;
+
+namespace {
+
+nlohmann::json gate_window(const std::string& label, const std::string& op, const std::string& variant) {
+  nlohmann::json w;
+  w["route"] = "t.toml:" + std::to_string(label.size());
+  w["window"] = label;
+  w["op"] = op;
+  w["variant"] = variant;
+  return w;
+}
+
+std::string message_of(const nlohmann::json& rep, const std::string& key) {
+  try {
+    nv::select_report_window(rep, key);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+// A gate report: the worst case over every output of the window ("inf"
+// ranks first), the window's variant (a forward window's case runs with a
+// real backward variant), selected by label, FILE:LINE or index.
+TEST(ReportWindow, GateReportWorstCaseAndSelection) {
+  const std::string a = "H=64,T=99,w=bf16,form=plain,family=cancel,seed=0";
+  const std::string b = "H=64,T=33,w=bf16,form=plain,family=llm,seed=0";
+  const std::string c = "H=64,T=7,w=bf16,form=plain,family=normal,seed=0";
+  nlohmann::json w = gate_window("bwd det H=64 w=bf16 form=plain T=1..100", "bwd", "bwd_det_chunked");
+  w["outputs"]["y"] = {{"max_err_tol", 0.3}, {"worst_case", b}};
+  w["outputs"]["rstd"] = {{"max_err_tol", 0.01}, {"worst_case", c}};
+  w["outputs"]["dx"] = {{"max_err_tol", 0.38}, {"worst_case", b}};
+  w["outputs"]["dw"] = {{"max_err_tol", 0.2}, {"worst_case", a}};
+  nlohmann::json inf = gate_window("bwd det H=64 w=bf16 form=plain T=101..200", "bwd", "ctl_fp32_seq");
+  inf["outputs"]["y"] = {{"max_err_tol", 0.3}, {"worst_case", b}};
+  inf["outputs"]["dw"] = {{"max_err_tol", "nan"}, {"worst_case", a}};
+  nlohmann::json f = gate_window("fwd H=64 w=bf16 form=plain T=1..100", "fwd", "fwd_rowwise");
+  f["outputs"]["y"] = {{"max_err_tol", 0.25}, {"worst_case", c}};
+  f["outputs"]["rstd"] = {{"max_err_tol", 0.02}, {"worst_case", b}};
+  nlohmann::json none = gate_window("bwd det H=64 w=bf16 form=plain T=201..300", "bwd", "bwd_det_chunked");
+  none["outputs"]["y"] = {{"max_err_tol", 0}, {"worst_case", ""}};
+  nlohmann::json rep;
+  rep["windows"] = {w, inf, f, none};
+
+  const auto ws = nv::report_windows(rep);
+  ASSERT_EQ(ws.size(), 4u);
+  EXPECT_EQ(ws[0].worst_case, b);
+  EXPECT_EQ(ws[0].output, "dx");
+  EXPECT_DOUBLE_EQ(ws[0].ratio, 0.38);
+  EXPECT_EQ(ws[0].impl, "bwd_det_chunked");
+  EXPECT_EQ(ws[1].worst_case, a);  // "nan" counts as inf
+  EXPECT_EQ(ws[1].impl, "ctl_fp32_seq");
+  EXPECT_TRUE(std::isinf(ws[1].ratio));
+  EXPECT_EQ(ws[2].worst_case, c);
+  EXPECT_EQ(ws[2].impl, "bwd_det_chunked");
+  EXPECT_EQ(ws[2].variant, "fwd_rowwise");
+  EXPECT_TRUE(ws[3].worst_case.empty());
+
+  EXPECT_EQ(nv::select_report_window(rep, "1").worst_case, a);
+  EXPECT_EQ(nv::select_report_window(rep, "fwd H=64 w=bf16 form=plain T=1..100").index, 2u);
+  EXPECT_EQ(nv::select_report_window(rep, ws[1].route).index, 1u);
+
+  // Unknown window: the message names it and lists every window.
+  for (const std::string key : {"4", "bwd det", "", "99999999999999999999"}) {
+    const std::string m = message_of(rep, key);
+    EXPECT_NE(m.find("no window '" + key + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("0  bwd det H=64 w=bf16 form=plain T=1..100"), std::string::npos) << m;
+    EXPECT_NE(m.find("3  bwd det H=64 w=bf16 form=plain T=201..300"), std::string::npos) << m;
+  }
+  EXPECT_NE(message_of(rep, "3").find("names no worst case"), std::string::npos);
+}
+
+// Ties between outputs go to the gate's own "worst" case.
+TEST(ReportWindow, TiesFollowTheGatesWorst) {
+  const std::string a = "H=64,T=99,w=bf16,form=plain,family=cancel,seed=0";
+  const std::string b = "H=64,T=33,w=bf16,form=plain,family=llm,seed=0";
+  nlohmann::json w = gate_window("bwd det H=64 w=bf16 form=plain T=1..100", "bwd", "bwd_det_chunked");
+  w["outputs"]["y"] = {{"max_err_tol", 0.5}, {"worst_case", a}};
+  w["outputs"]["dx"] = {{"max_err_tol", 0.5}, {"worst_case", b}};
+  nlohmann::json rep;
+  rep["windows"] = {w};
+  EXPECT_EQ(nv::report_windows(rep)[0].worst_case, a);  // no "worst": the first output
+  rep["windows"][0]["worst"] = {{"err_tol", 0.5}, {"output", "dx"}, {"case", b}};
+  EXPECT_EQ(nv::report_windows(rep)[0].worst_case, b);
+  EXPECT_EQ(nv::report_windows(rep)[0].output, "dx");
+}
+
+// A check report (one case, or a grid): one window per implementation, its
+// worst case over every case and output.
+TEST(ReportWindow, CheckReportWindowsAreImplementations) {
+  auto check_case = [](const std::string& id, double ctl_dw) {
+    nlohmann::json c;
+    c["case"] = id;
+    nlohmann::json real, ctl;
+    real["impl"] = "bwd_det_chunked";
+    real["outputs"]["dx"] = {{"max_ratio", 0.3}};
+    real["outputs"]["dw"] = {{"max_ratio", 0.1}};
+    ctl["impl"] = "ctl_fp32_seq";
+    ctl["outputs"]["dw"] = {{"max_ratio", ctl_dw}};
+    c["impls"] = {real, ctl};
+    return c;
+  };
+  const std::string a = "H=64,T=99,w=bf16,form=plain,family=cancel,seed=0";
+  const std::string b = "H=64,T=33,w=bf16,form=plain,family=cancel,seed=1";
+  const nlohmann::json grid = {check_case(a, 20.0), check_case(b, 55.0)};
+  const auto ws = nv::report_windows(grid);
+  ASSERT_EQ(ws.size(), 2u);
+  EXPECT_EQ(ws[0].label, "bwd_det_chunked");
+  EXPECT_EQ(ws[0].worst_case, a);  // ties: the first case
+  EXPECT_EQ(ws[0].output, "dx");
+  EXPECT_EQ(nv::select_report_window(grid, "ctl_fp32_seq").worst_case, b);
+  EXPECT_EQ(nv::select_report_window(grid, "ctl_fp32_seq").impl, "ctl_fp32_seq");
+  EXPECT_EQ(nv::select_report_window(check_case(a, 1.0), "1").worst_case, a);  // a one-case report
+}
+
+// No cases, or not a report: std::invalid_argument with a message that says so.
+TEST(ReportWindow, EmptyOrForeignReports) {
+  EXPECT_NE(message_of(nlohmann::json{{"windows", nlohmann::json::array()}}, "0").find("names no cases"),
+            std::string::npos);
+  EXPECT_NE(message_of(nlohmann::json::array(), "0").find("names no cases"), std::string::npos);
+  EXPECT_NE(message_of(nlohmann::json::object(), "0").find("neither a gate report"), std::string::npos);
+  EXPECT_NE(message_of(nlohmann::json{{"windows", 3}}, "0").find("'windows' is not an array"), std::string::npos);
+  EXPECT_NE(message_of(nlohmann::json{{"windows", {{{"op", "bwd"}}}}}, "0").find("'window'"), std::string::npos);
+  EXPECT_NE(message_of(nlohmann::json{1, 2}, "0").find("report[0]"), std::string::npos);
+}

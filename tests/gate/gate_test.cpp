@@ -1,0 +1,697 @@
+// tests/gate/gate_test.cpp: the gate engine (gate.h) and its journal (journal.h).
+// Small tables (tests/data/routes/, H = 64 and 256, T <= 700) keep every gate
+// here under a few seconds on the CPU models.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/routing.h"
+#include "normgate/harness/runner.h"
+#include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
+#include "normgate/seeds/seed_set.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::validators;
+
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+const std::string kCtl = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/ctl_override.toml";
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_gate_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// Small, fast options: 3 families x 1 seed, 4 T per window, 2 dense points.
+GateOptions small_opts(const std::string& table = kSmall) {
+  GateOptions o;
+  o.table_path = table;
+  o.seeds = "3x1";
+  o.t_per_window = 4;
+  o.dense_points = 2;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  o.normgate_version = "test";
+  o.normgate_commit = "test";
+  return o;
+}
+
+std::string strip_date(const std::string& md) {
+  std::istringstream in(md);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("- date: ", 0) != 0) out += line + "\n";
+  return out;
+}
+
+nlohmann::json strip_date(nlohmann::json j) {
+  j.erase("date");
+  return j;
+}
+
+TEST(GateTPoints, EdgesPowersOfTwoAndSpread) {
+  const auto a = window_t_points(1, 65536, 8);
+  const std::set<int64_t> sa(a.begin(), a.end());
+  EXPECT_EQ(sa.size(), a.size());
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  for (int64_t t : {1, 3, 5, 7, 9, 15, 17, 32767, 32769, 65535, 65536}) EXPECT_TRUE(sa.count(t)) << t;
+  EXPECT_FALSE(sa.count(65537));  // outside the window
+  // More mandatory points than the target: exactly the mandatory ones.
+  // 1, 65536; 3 (p=2); 5 (p=4; 3 is taken); p-1, p+1 for p = 8..32768; 65535 (p=65536)
+  EXPECT_EQ(a.size(), 2u + 1 + 1 + 2 * 13 + 1);
+
+  const auto b = window_t_points(65537, 131072, 8);
+  EXPECT_EQ(b.size(), 8u);
+  EXPECT_EQ(b.front(), 65537);
+  EXPECT_EQ(b.back(), 131072);
+  EXPECT_TRUE(std::count(b.begin(), b.end(), 131071));
+  EXPECT_EQ(b, window_t_points(65537, 131072, 8));  // a function of the window alone
+
+  EXPECT_EQ(window_t_points(5, 7, 8), (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(window_t_points(10, 10, 8), (std::vector<int64_t>{10}));
+  EXPECT_EQ(window_t_points(100, 120, 2), (std::vector<int64_t>{100, 120}));
+  EXPECT_THROW(window_t_points(0, 10, 8), std::invalid_argument);
+  EXPECT_THROW(window_t_points(10, 9, 8), std::invalid_argument);
+  EXPECT_THROW(window_t_points(1, 10, 1), std::invalid_argument);
+}
+
+TEST(GateFilter, SelectsWindows) {
+  const auto t = kernels::load_route_table(kSmall);
+  auto count = [&](const std::string& f) {
+    const auto flt = parse_window_filter(f);
+    int n = 0;
+    for (const auto& r : t.routes) n += flt.matches(r);
+    return n;
+  };
+  EXPECT_EQ(count(""), 6);
+  EXPECT_EQ(count("op=fwd"), 1);
+  EXPECT_EQ(count("op=bwd,mode=det"), 3);
+  EXPECT_EQ(count("mode=det|nondet"), 5);  // fwd windows have no mode
+  EXPECT_EQ(count("H=256"), 1);
+  EXPECT_EQ(count("H=64,T=100"), 3);       // fwd 1..700, det 1..100, nondet 1..100
+  EXPECT_EQ(count("H=64,T=100..101,op=bwd"), 4);
+  EXPECT_EQ(count("variant=bwd_nondet_atomic"), 2);
+  EXPECT_EQ(count("w=fp32"), 1);
+  for (const char* bad : {"H", "colour=red", "H=", "H=x", "T=5..2", "op=up", "w=fp16", "variant=nope"}) {
+    try {
+      (void)parse_window_filter(bad);
+      ADD_FAILURE() << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GateJournal, RecordsRoundTripBitForBit) {
+  CaseRecord r;
+  r.case_id = "H=64,T=3,w=bf16,form=plain,family=cancel,seed=0";
+  r.impls = {"bwd_det_chunked"};
+  ImplRecord x;
+  x.impl = "bwd_det_chunked";
+  x.ran_on = "cpu model (no GPU used)";
+  x.out[0] = {0.1 + 0.2, 17, 0, 1.0 / 3.0, true};
+  x.out[3] = {std::numeric_limits<double>::infinity(), 5, 2, 1e-300, false};
+  x.dw_vs_fp32_worst = std::numeric_limits<double>::quiet_NaN();
+  x.dw_vs_fp32_median = 0.7;
+  r.results.push_back(x);
+  const CaseRecord b = case_record_from_json(nlohmann::json::parse(to_json(r).dump()));
+  ASSERT_EQ(b.results.size(), 1u);
+  EXPECT_EQ(b.results[0].out, x.out);
+  EXPECT_TRUE(std::isnan(b.results[0].dw_vs_fp32_worst));
+  EXPECT_EQ(b.results[0].dw_vs_fp32_median, 0.7);
+  EXPECT_THROW(case_record_from_json(nlohmann::json::parse(R"({"case": "x"})")), std::invalid_argument);
+}
+
+TEST(GateJournal, TornTailDroppedMismatchRefused) {
+  const std::string dir = temp_dir("journal");
+  const std::string path = dir + "/j.jsonl";
+  const nlohmann::json campaign = {{"seeds", "3x1"}, {"table_sha256", "abc"}};
+  CaseRecord r;
+  r.case_id = "c1";
+  r.error = "CUDA error: out of memory";
+  r.impls = {"bwd_det_chunked"};
+  {
+    Journal j = Journal::open(path, campaign);
+    EXPECT_TRUE(j.resumed().empty());
+    // A second writer is refused while the first holds the journal.
+    EXPECT_THROW((void)Journal::open(path, campaign), std::invalid_argument);
+    j.append(r);
+    r.case_id = "c2";
+    j.append(r);
+  }
+  {  // a record torn by a crash in the middle of its write
+    std::ofstream f(path, std::ios::app);
+    f << R"({"case": "c3", "impls": [)";
+  }
+  const auto size_before = std::filesystem::file_size(path);
+  {
+    Journal j = Journal::open(path, campaign);
+    ASSERT_EQ(j.resumed().size(), 2u);
+    EXPECT_EQ(j.resumed()[1].case_id, "c2");
+    EXPECT_EQ(j.resumed()[0].error, "CUDA error: out of memory");
+    EXPECT_GT(j.dropped_bytes(), 0);
+    EXPECT_EQ(std::filesystem::file_size(path), size_before - static_cast<uintmax_t>(j.dropped_bytes()));
+    r.case_id = "c3";
+    j.append(r);
+  }
+  EXPECT_EQ(Journal::open(path, campaign).resumed().size(), 3u);
+  // Another campaign: refused, naming the field.
+  try {
+    (void)Journal::open(path, {{"seeds", "3x2"}, {"table_sha256", "abc"}});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("seeds: journal \"3x1\", this run \"3x2\""), std::string::npos) << e.what();
+  }
+  // A corrupt complete line is an error with its line number.
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "garbage\n";
+  }
+  try {
+    (void)Journal::open(path, campaign);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("line 5"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Gate, SmallTablePassesOnCpuModels) {
+  GateOptions o = small_opts();
+  std::vector<std::string> phases;
+  o.progress = [&](const GateProgress& p) {
+    EXPECT_LE(p.done, p.total);
+    if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+  };
+  const GateResult r = run_gate(o);
+  EXPECT_TRUE(r.pass());
+  EXPECT_EQ(r.backend, "cpu-model");
+  EXPECT_NE(r.backend_detail.find("CPU model"), std::string::npos);
+  EXPECT_EQ(phases, (std::vector<std::string>{"grid", "dense", "fresh"}));
+  ASSERT_EQ(r.windows.size(), 6u);
+  for (const auto& w : r.windows) {
+    EXPECT_TRUE(w.pass) << w.route.describe();
+    EXPECT_GT(w.cases, 0);
+    EXPECT_EQ(w.errors, 0);
+    EXPECT_FALSE(w.worst_case.empty());
+    EXPECT_LE(w.worst, 1.0);
+    // Refinement: dense grid around a grid T, fresh seeds after the set's last seed.
+    EXPECT_TRUE(std::count(w.t_points.begin(), w.t_points.end(), w.dense_center)) << w.route.describe();
+    EXPECT_EQ(w.fresh.seeds, w.fresh_family + ":1..2");
+    for (int64_t t : w.dense.t) {
+      EXPECT_EQ((t - w.dense_center) % 64, 0);
+      EXPECT_GE(t, w.route.t_lo);
+      EXPECT_LE(t, w.route.t_hi);
+    }
+    // --dense-seeds worst (the default): one case per dense T, one family and one seed.
+    EXPECT_EQ(w.dense.cases, static_cast<int64_t>(w.dense.t.size())) << w.route.describe();
+    if (!w.dense.t.empty()) {
+      EXPECT_EQ(seeds::parse_seed_set(w.dense.seeds).families.size(), 1u) << w.dense.seeds;
+    }
+    int64_t fam_cases = 0;
+    for (const auto& f : w.families) fam_cases += f.cases;
+    EXPECT_EQ(fam_cases, w.cases);
+  }
+  // det and nondet windows with the same bounds ran the same cases (one oracle
+  // sweep each); their forward outputs agree exactly.
+  const WindowResult& det = r.windows[1];
+  const WindowResult& nondet = r.windows[3];
+  EXPECT_EQ(det.route.window().substr(4), nondet.route.window().substr(7));
+  EXPECT_EQ(det.out[0].max_ratio, nondet.out[0].max_ratio);
+  EXPECT_EQ(det.out[2].max_ratio, nondet.out[2].max_ratio);
+  // Every case of the campaign ran once.
+  EXPECT_EQ(r.cases_run_now, r.cases_total);
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("**PASS**"), std::string::npos);
+  EXPECT_NE(md.find("| bwd det H=64 w=bf16 form=plain T=1..100 | bwd_det_chunked |"), std::string::npos) << md;
+  EXPECT_NE(md.find("cpu-model"), std::string::npos);
+  const auto j = gate_to_json(r);
+  EXPECT_TRUE(j["pass"].get<bool>());
+  EXPECT_EQ(j["windows"].size(), 6u);
+}
+
+// A window's verdict covers every case the gate ran inside it, whichever
+// window listed the case: each case runs every backward variant whose window
+// covers it, and each window counts those results (e.g. the forward window
+// [1, 700]'s grid and fresh seeds are backward cases of the det and nondet
+// windows they fall into). Checked against the journal itself: per backward
+// window, the cases inside it, each with a result of its variant, and the
+// largest dw err/tol among them.
+TEST(Gate, WindowsCountTheCasesOfOtherWindowsInsideThem) {
+  const std::string dir = temp_dir("others");
+  GateOptions o = small_opts();
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult r = run_gate(o);
+  ASSERT_EQ(r.windows.size(), 6u);
+  std::map<std::string, std::map<std::string, double>> dw;  // case -> impl -> dw err/tol
+  std::ifstream in(o.journal_path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const auto& x : j["results"]) dw[j["case"].get<std::string>()][x["impl"].get<std::string>()] = x["dw"][0];
+  }
+  int64_t others = 0;
+  for (const auto& w : r.windows) {
+    others += w.others.cases;
+    if (w.route.op != kernels::Op::bwd) continue;
+    int64_t inside = 0;
+    double worst = -1;
+    for (const auto& [id, impls] : dw) {
+      const seeds::CaseId c = seeds::parse_case(id);
+      if (c.H != w.route.H || c.w != w.route.w || c.T < w.route.t_lo || c.T > w.route.t_hi) continue;
+      ++inside;
+      const auto it = impls.find(w.impl);
+      ASSERT_NE(it, impls.end()) << id << " ran without " << w.impl << ", inside " << w.route.describe();
+      worst = std::max(worst, it->second);
+    }
+    EXPECT_EQ(w.cases, inside) << w.route.describe();
+    EXPECT_EQ(w.out[3].max_ratio, worst) << w.route.describe();
+  }
+  EXPECT_GT(others, 0);  // the fwd window [1, 700] shares cases with four bwd windows
+  const WindowResult& fwd = r.windows[0];
+  ASSERT_EQ(fwd.route.op, kernels::Op::fwd);
+  EXPECT_GT(fwd.others.cases, 0);  // the bwd windows' T points that its grid lacks
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("other windows' cases"), std::string::npos);
+  EXPECT_EQ(gate_to_json(r)["windows"][0]["others"]["cases"].get<int64_t>(), fwd.others.cases);
+  std::filesystem::remove_all(dir);
+}
+
+// --plan: the same windows, T points and grid cases the gate runs, counted
+// before anything runs; the refinement bound holds what the gate then did.
+TEST(Gate, PlanCountsWhatTheGateRuns) {
+  GateOptions o = small_opts();
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult r = run_gate(o);
+  const GatePlan p = plan_gate(o);
+  ASSERT_EQ(p.windows.size(), r.windows.size());
+  EXPECT_EQ(p.grid_cases_distinct, r.cases_total);  // det/nondet/fwd windows share cases
+  EXPECT_LT(p.grid_cases_distinct, [&] {
+    int64_t sum = 0;
+    for (const auto& w : p.windows) sum += w.grid_cases;
+    return sum;
+  }());
+  for (size_t i = 0; i < p.windows.size(); ++i) {
+    const PlanWindow& w = p.windows[i];
+    EXPECT_EQ(w.t, r.windows[i].t_points) << w.window;
+    // Its own grid, and the other windows' grid cases inside it (no refinement here).
+    EXPECT_EQ(w.grid_cases + r.windows[i].others.cases, r.windows[i].cases) << w.window;
+    double elements = 0;  // 3 families x 1 seed, plain rows of H columns
+    for (int64_t t : w.t) elements += 3.0 * static_cast<double>(t) * static_cast<double>(r.windows[i].route.H);
+    EXPECT_EQ(w.grid_elements, elements) << w.window;
+    EXPECT_NE(w.window.find(r.windows[i].route.describe()), std::string::npos);
+  }
+
+  for (bool all : {false, true}) {
+    GateOptions refine = small_opts();  // dense 2 points each side, fresh 2x
+    refine.dense_all_seeds = all;
+    const GateResult rr = run_gate(refine);
+    const GatePlan rp = plan_gate(refine);
+    ASSERT_EQ(rp.windows.size(), rr.windows.size());
+    for (size_t i = 0; i < rp.windows.size(); ++i) {
+      const WindowResult& w = rr.windows[i];
+      const int64_t ran = w.dense.cases + w.fresh.cases;
+      EXPECT_GT(ran, 0) << rp.windows[i].window;
+      EXPECT_LE(ran, rp.windows[i].refine_cases_max) << rp.windows[i].window;
+      // all: every (family, seed) of the 3x1 set at each dense T; worst: one.
+      EXPECT_EQ(w.dense.cases, static_cast<int64_t>(w.dense.t.size()) * (all ? 3 : 1)) << rp.windows[i].window;
+    }
+    EXPECT_EQ(gate_to_json(rr)["dense_seeds"], all ? "all" : "worst");
+    EXPECT_NE(format_gate_markdown(rr).find(all ? "every family and seed of the set" : "the worst case's family and seed"),
+              std::string::npos);
+  }
+
+  const std::string md = format_gate_plan(p, 1e6);
+  EXPECT_NE(md.find("Nothing was run"), std::string::npos);
+  EXPECT_NE(md.find("Distinct grid cases (windows that share a case run it once): " +
+                    std::to_string(p.grid_cases_distinct)),
+            std::string::npos)
+      << md;
+  EXPECT_THROW(format_gate_plan(p, 0.0), std::invalid_argument);
+  EXPECT_THROW(format_gate_plan(p, -1.0), std::invalid_argument);
+  GateOptions bad = small_opts();
+  bad.windows = "H=77";
+  EXPECT_THROW(plan_gate(bad), std::invalid_argument);
+  // No room after the set's last seed for the fresh ones: both refuse, the
+  // gate before it runs a single case.
+  GateOptions full = small_opts();
+  full.seeds = "normal:18446744073709551614..18446744073709551615";
+  int64_t ran = 0;
+  full.after_case = [&](int64_t) { ++ran; };
+  EXPECT_THROW(plan_gate(full), std::invalid_argument);
+  EXPECT_THROW(run_gate(full), std::invalid_argument);
+  EXPECT_EQ(ran, 0);
+  full.fresh_factor = 0;  // no fresh seeds wanted: fine
+  EXPECT_NO_THROW(plan_gate(full));
+}
+
+// The negative control, routed by explicit override, fails the gate on the
+// cancellation family (and only there).
+TEST(Gate, ControlRoutedByOverrideFailsOnCancel) {
+  EXPECT_THROW((void)run_gate(small_opts(kCtl)), kernels::RouteTableError);
+  GateOptions o = small_opts(kCtl);
+  o.allow_controls = true;
+  const GateResult r = run_gate(o);
+  EXPECT_FALSE(r.pass());
+  ASSERT_EQ(r.windows.size(), 1u);
+  const WindowResult& w = r.windows[0];
+  EXPECT_TRUE(w.control);
+  EXPECT_FALSE(w.pass);
+  EXPECT_GT(w.out[3].max_ratio, 1.0);
+  EXPECT_NE(w.out[3].worst_case.find("family=cancel"), std::string::npos) << w.out[3].worst_case;
+  for (const auto& f : w.families) {
+    if (f.family == "cancel") EXPECT_GT(f.failed, 0);
+    else EXPECT_EQ(f.failed, 0) << f.family;
+  }
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("**FAIL**"), std::string::npos);
+  EXPECT_NE(md.find("NEGATIVE CONTROL"), std::string::npos);
+  // A failing control is never approved.
+  kernels::Approvals a;
+  const auto t = kernels::load_route_table(kCtl, {.allow_controls = true});
+  (void)update_approvals(a, r, t.routes);
+  EXPECT_TRUE(a.records.empty());
+}
+
+// A case that throws (a GPU fault, out of memory) fails the windows that need
+// it; the run continues and the rest is reported.
+TEST(Gate, CaseErrorsFailTheirWindowAndTheRunGoesOn) {
+  const std::string dir = temp_dir("errors");
+  GateOptions o = small_opts();
+  o.windows = "H=256";
+  o.journal_path = dir + "/j.jsonl";
+  int thrown = 0;
+  o.before_case = [&](const seeds::CaseId& c, const std::vector<std::string>&) {
+    if (c.T == 3 && c.family == seeds::Family::llm && c.seed == 0) {
+      ++thrown;
+      throw std::runtime_error("CUDA error: cudaMalloc: out of memory (injected)");
+    }
+  };
+  const GateResult r = run_gate(o);
+  EXPECT_EQ(thrown, 1);
+  ASSERT_EQ(r.windows.size(), 1u);
+  EXPECT_FALSE(r.windows[0].pass);
+  EXPECT_EQ(r.windows[0].errors, 1);
+  EXPECT_GT(r.windows[0].cases, 10);  // the others ran
+  ASSERT_EQ(r.windows[0].error_samples.size(), 1u);
+  EXPECT_NE(r.windows[0].error_samples[0].find("out of memory (injected)"), std::string::npos);
+  EXPECT_NE(format_gate_markdown(r).find("cases threw"), std::string::npos);
+  // The error is journalled: a resume does not retry it and reports the same.
+  o.before_case = nullptr;
+  const GateResult again = run_gate(o);
+  EXPECT_EQ(again.cases_run_now, 0);
+  EXPECT_EQ(strip_date(format_gate_markdown(again)), strip_date(format_gate_markdown(r)));
+  std::filesystem::remove_all(dir);
+}
+
+// Crash after some cases (the after_case hook throws out of run_gate), then
+// resume from the journal: nothing finished is redone and the report is the
+// one an uninterrupted run gives, byte for byte but the date.
+TEST(Gate, ResumeRedoesNothingAndGivesTheSameReport) {
+  const std::string dir = temp_dir("resume");
+  GateOptions o = small_opts();
+  o.windows = "H=64,T=1..100";
+  const GateResult full = run_gate(o);
+
+  o.journal_path = dir + "/j.jsonl";
+  o.after_case = [](int64_t n) {
+    if (n == 7) throw std::runtime_error("simulated crash");
+  };
+  EXPECT_THROW((void)run_gate(o), std::runtime_error);
+  o.after_case = nullptr;
+  const GateResult resumed = run_gate(o);
+  EXPECT_EQ(resumed.cases_resumed, 7);
+  EXPECT_EQ(resumed.cases_run_now, full.cases_total - 7);
+  EXPECT_EQ(resumed.cases_total, full.cases_total);
+  EXPECT_EQ(strip_date(format_gate_markdown(resumed)), strip_date(format_gate_markdown(full)));
+  EXPECT_EQ(strip_date(gate_to_json(resumed)).dump(), strip_date(gate_to_json(full)).dump());
+  // A journal of another campaign is refused.
+  o.seeds = "3x2";
+  EXPECT_THROW((void)run_gate(o), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Gate, BaseGatesOnlyChangedWindows) {
+  const std::string dir = temp_dir("base");
+  std::ifstream in(kSmall);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  // Move the det/nondet split of H=64 from 100/101 to 120/121.
+  for (const char* a : {"[  1, 100]", "[101, 700]"}) {
+    const std::string to = std::string(a) == "[  1, 100]" ? "[  1, 120]" : "[121, 700]";
+    for (size_t p = text.find(a); p != std::string::npos; p = text.find(a)) text.replace(p, std::strlen(a), to);
+  }
+  const std::string changed = dir + "/changed.toml";
+  std::ofstream(changed) << text;
+  GateOptions o = small_opts(changed);
+  o.base_path = kSmall;
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult r = run_gate(o);
+  EXPECT_EQ(r.windows.size(), 4u);   // the 4 moved windows
+  EXPECT_EQ(r.skipped.size(), 2u);   // fwd H=64 and det H=256 unchanged
+  EXPECT_EQ(r.removed.size(), 4u);   // the old windows
+  EXPECT_TRUE(r.pass());
+  EXPECT_NE(format_gate_markdown(r).find("## Skipped: unchanged against the base table"), std::string::npos);
+  // Against itself nothing changed: nothing to gate, and that passes.
+  o.table_path = kSmall;
+  const GateResult same = run_gate(o);
+  EXPECT_TRUE(same.windows.empty());
+  EXPECT_EQ(same.skipped.size(), 6u);
+  EXPECT_TRUE(same.pass());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Gate, InputErrorsAreInvalidArgument) {
+  auto fails = [](GateOptions o, const std::string& needle) {
+    try {
+      (void)run_gate(o);
+      ADD_FAILURE() << "accepted; expected " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  GateOptions o = small_opts();
+  o.seeds = "3x0";
+  fails(o, "3x0");
+  o = small_opts();
+  o.t_per_window = 1;
+  fails(o, "--t-per-window 1");
+  o = small_opts();
+  o.windows = "H=4096";
+  fails(o, "selects none");
+  o = small_opts("/nonexistent.toml");
+  fails(o, "/nonexistent.toml");
+  if (!kernels::gpu_available()) {
+    o = small_opts();
+    o.backend = Backend::gpu;
+    fails(o, "no usable CUDA device");
+  }
+}
+
+TEST(Gate, ApprovalsFromAPassingGate) {
+  GateOptions o = small_opts();
+  o.windows = "H=256";
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult r = run_gate(o);
+  ASSERT_TRUE(r.pass());
+  const auto t = kernels::load_route_table(kSmall);
+  kernels::Approvals a;
+  // A stale record of a window that is no longer in the table is removed.
+  kernels::Approval gone;
+  gone.H = 999;
+  gone.t_lo = 1;
+  gone.t_hi = 2;
+  gone.variant = "bwd_det_chunked";
+  gone.backend = "gpu";
+  a.records.push_back(gone);
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 1u);
+  EXPECT_EQ(changes.size(), 2u);
+  const auto& rec = a.records[0];
+  EXPECT_EQ(rec.backend, "cpu-model");
+  EXPECT_EQ(rec.gpu, "cpu-model");
+  EXPECT_EQ(rec.variant, "bwd_det_chunked");
+  EXPECT_EQ(rec.source_sha256, kernels::variant("bwd_det_chunked").source_sha256);
+  EXPECT_EQ(rec.seed_set, "3x1");
+  EXPECT_EQ(rec.max_err_tol.size(), 4u);
+  EXPECT_EQ(rec.cases, r.windows[0].cases);
+  // The dispatcher accepts it only when told to accept cpu-model approvals.
+  const kernels::CallKey k{kernels::Op::bwd, kernels::Mode::det, 256, WDtype::fp32, Form::plain, 200};
+  EXPECT_THROW((void)kernels::Dispatcher(t, a).pick(k), kernels::UnapprovedRoute);
+  EXPECT_EQ(kernels::Dispatcher(t, a, {.accept_cpu_model = true}).pick(k).variant->name, "bwd_det_chunked");
+}
+
+// With a GPU the same gate runs the CUDA kernels; their outputs are bitwise
+// the CPU models' (models.h) for y, rstd, dx and the deterministic dw, so the
+// numbers agree exactly.
+TEST(Gate, GpuBackendAgreesWithTheCpuModels) {
+  if (!kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device";
+  GateOptions o = small_opts();
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult cpu = run_gate(o);
+  o.backend = Backend::gpu;
+  const GateResult gpu = run_gate(o);
+  EXPECT_EQ(gpu.backend, "gpu");
+  EXPECT_FALSE(gpu.device.name.empty());
+  EXPECT_TRUE(gpu.pass()) << format_gate_markdown(gpu);
+  ASSERT_EQ(gpu.windows.size(), cpu.windows.size());
+  for (size_t i = 0; i < gpu.windows.size(); ++i) {
+    const auto& g = gpu.windows[i];
+    const auto& c = cpu.windows[i];
+    for (int k = 0; k < g.gated_outputs(); ++k) {
+      if (k == 3 && g.route.mode == kernels::Mode::nondet) continue;  // atomics: last-bit differences
+      EXPECT_EQ(g.out[k].max_ratio, c.out[k].max_ratio) << g.route.describe() << " output " << k;
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// A journal line of `impl` with one output's record replaced: [ratio, index,
+// over, forced, pass].
+void rewrite_output(const std::string& journal, const std::string& impl, const char* output,
+                    const nlohmann::json& rec) {
+  std::ifstream in(journal);
+  std::string line, out;
+  bool done = false;
+  while (std::getline(in, line)) {
+    if (!done && line.find("\"" + impl + "\"") != std::string::npos && line.find("\"results\"") != std::string::npos) {
+      auto j = nlohmann::json::parse(line);
+      for (auto& r : j["results"])
+        if (r["impl"] == impl) {
+          r[output] = rec;
+          done = true;
+        }
+      line = j.dump();
+    }
+    out += line + "\n";
+  }
+  ASSERT_TRUE(done) << "no journal line of " << impl;
+  std::ofstream(journal, std::ios::trunc) << out;
+}
+
+}  // namespace
+
+// A case whose comparison could not be certified (no element over budget,
+// RatioStats::pass() false) makes its window INCONCLUSIVE, not PASS and not
+// FAIL; an element over budget makes it FAIL. Driven through the journal: the
+// resumed gate reads the edited records and runs nothing.
+TEST(Gate, UncertifiedCaseMakesTheWindowInconclusive) {
+  const std::string dir = temp_dir("inconclusive");
+  GateOptions o = small_opts();
+  o.windows = "op=bwd,mode=det,H=64,T=1..100";
+  o.fresh_factor = 0;
+  o.dense_points = 0;
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult first = run_gate(o);
+  ASSERT_EQ(first.windows.size(), 1u);
+  ASSERT_TRUE(first.windows[0].pass);
+  EXPECT_EQ(first.windows[0].verdict, Verdict::pass);
+
+  rewrite_output(o.journal_path, "bwd_det_chunked", "dw", {0.5, 3, 0, 0.01, false});
+  const GateResult inc = run_gate(o);
+  EXPECT_EQ(inc.cases_run_now, 0);
+  ASSERT_EQ(inc.windows.size(), 1u);
+  EXPECT_FALSE(inc.windows[0].pass);
+  EXPECT_EQ(inc.windows[0].verdict, Verdict::inconclusive);
+  EXPECT_EQ(inc.windows[0].out[3].cases_inconclusive, 1);
+  const std::string md = format_gate_markdown(inc);
+  EXPECT_NE(md.find("**INCONCLUSIVE**"), std::string::npos);
+  EXPECT_NE(md.find("1 INCONCLUSIVE"), std::string::npos);
+  EXPECT_EQ(gate_to_json(inc)["windows"][0]["verdict"], "inconclusive");
+
+  rewrite_output(o.journal_path, "bwd_det_chunked", "dx", {1.5, 7, 1, 0.01, false});
+  const GateResult fail = run_gate(o);
+  EXPECT_EQ(fail.windows[0].verdict, Verdict::fail);
+  EXPECT_NE(format_gate_markdown(fail).find("**FAIL**"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// The oracle mode is part of the campaign: it is reported, and a journal of
+// another oracle mode is refused.
+TEST(Gate, OracleModeIsReportedAndPartOfTheCampaign) {
+  const std::string dir = temp_dir("oracle");
+  GateOptions o = small_opts();
+  o.windows = "op=fwd,H=64,w=bf16";
+  o.fresh_factor = 0;
+  o.dense_points = 0;
+  o.journal_path = dir + "/j.jsonl";
+  o.oracle = oracle::OracleMode::fp64;
+  const GateResult r = run_gate(o);
+  EXPECT_EQ(r.oracle, "fp64");
+  EXPECT_NE(format_gate_markdown(r).find("--oracle fp64"), std::string::npos);
+  EXPECT_EQ(gate_to_json(r)["oracle"], "fp64");
+  o.oracle = oracle::OracleMode::auto_;
+  EXPECT_THROW((void)run_gate(o), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
+// One journal serves gates with different window filters (records are per
+// case and implementation, whoever asked for them): gating H=64 then H=256
+// into one journal, a gate of the whole table runs nothing and reports what
+// an uninterrupted whole-table gate reports, case counts included.
+TEST(Gate, OneJournalAcrossWindowFilters) {
+  const std::string dir = temp_dir("filters");
+  GateOptions o = small_opts();
+  o.dense_points = 1;
+  const GateResult whole = run_gate(o);
+
+  o.journal_path = dir + "/j.jsonl";
+  o.windows = "H=64";
+  const GateResult a = run_gate(o);
+  o.windows = "H=256";
+  const GateResult b = run_gate(o);
+  EXPECT_EQ(b.cases_resumed, 0);  // H=256 shares no case with H=64
+  EXPECT_EQ(b.cases_run_now, b.cases_total);
+  o.windows = "H=64";
+  const GateResult a_again = run_gate(o);  // the H=256 records in the journal are not counted
+  EXPECT_EQ(a_again.cases_run_now, 0);
+  EXPECT_EQ(a_again.cases_total, a.cases_total);
+  EXPECT_EQ(a_again.cases_resumed, a.cases_total);
+  o.windows = "";
+  const GateResult resumed = run_gate(o);
+  EXPECT_EQ(resumed.cases_run_now, 0);
+  EXPECT_EQ(resumed.cases_total, whole.cases_total);
+  EXPECT_EQ(resumed.cases_total, a.cases_total + b.cases_total);
+  EXPECT_EQ(strip_date(format_gate_markdown(resumed)), strip_date(format_gate_markdown(whole)));
+  EXPECT_EQ(strip_date(gate_to_json(resumed)).dump(), strip_date(gate_to_json(whole)).dump());
+  // The journal's header names the source hashes of what the table routes
+  // (and the forward), not the whole registry: the negative controls, which
+  // small.toml does not route, are absent, so adding a variant to the
+  // registry leaves a running campaign's journal valid.
+  std::ifstream jf(o.journal_path);
+  std::string head;
+  std::getline(jf, head);
+  const auto hashes = nlohmann::json::parse(head)["campaign"]["variant_sha256"];
+  std::vector<std::string> names;
+  for (const auto& [k, v] : hashes.items()) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"bwd_det_chunked", "bwd_nondet_atomic", "fwd_rowwise"}));
+  EXPECT_EQ(hashes["bwd_det_chunked"], std::string(kernels::variant("bwd_det_chunked").source_sha256));
+  std::filesystem::remove_all(dir);
+}

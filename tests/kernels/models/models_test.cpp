@@ -1,0 +1,226 @@
+// tests/kernels/models/models_test.cpp: Tests of the CPU models (kernels/models/include/normgate/kernels/models.h) against
+// the double reference of kernel_test_util.h (CPU; always run). Parameterized
+// over the registry: registering a backward variant registers its cases.
+#include "normgate/kernels/models.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "util/kernel_test_util.h"
+#include "normgate/kernels/plan.h"
+#include "normgate/kernels/rstd.h"
+
+namespace normgate::kernels::test {
+namespace {
+
+// Budgets of the issue "CUDA kernels v1" for real variants.
+constexpr double kDxTol = 1e-2;                 // atol = rtol
+constexpr double kDwAtol = 1e-4, kDwRtol = 1e-4;
+constexpr double kYTol = 1e-2;
+constexpr float kEps = 1e-6f;
+
+std::vector<VariantCase> small_cases() {
+  using seeds::Family;
+  struct Shape {
+    int64_t H, T;
+  };
+  // H: tiny, not a multiple of 8, one warp, a full 512-team, 2 slots (fwd; the
+  // bwd's wide 640-thread team), 2-CTA team.
+  const Shape shapes[] = {{1, 5}, {7, 300}, {64, 65}, {1000, 37}, {4096, 40}, {5120, 9}, {16384, 6}};
+  const Family fams[] = {Family::normal, Family::llm, Family::cancel};
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants()) {
+    if (v.op != Op::bwd) continue;
+    uint64_t seed = 1;
+    for (const Shape& s : shapes)
+      for (Family f : fams) {
+        const WDtype w = seed % 2 ? WDtype::bf16 : WDtype::fp32;
+        out.push_back({&v, make_case(s.H, s.T, f, seed++, w)});
+      }
+  }
+  return out;
+}
+
+std::string param_name(const ::testing::TestParamInfo<VariantCase>& i) { return case_name(*i.param.v, i.param.c); }
+
+class ModelBwd : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(ModelBwd, WithinBudgetOrIsAControl) {
+  const VariantCase& p = GetParam();
+  const seeds::HostInputs in = seeds::generate_host(p.c);
+  const Outputs o = run_model(*p.v, in.x_view(), in.dy_view(), in.w_view(), kEps);
+  ASSERT_EQ(o.y.size(), static_cast<size_t>(p.c.T * p.c.H));
+  ASSERT_EQ(o.dw.size(), static_cast<size_t>(p.c.H));
+  const RefFwd rf = ref_fwd(in, kEps);
+  const RefBwd rb = ref_bwd(in, o.rstd);
+  const Budget y = budget_bf16(o.y, rf.y, kYTol, kYTol);
+  EXPECT_EQ(y.bad, 0) << "y: " << y.str();
+  const Budget rs = budget_f32(o.rstd, rf.rstd, 0.0, 1e-5);
+  EXPECT_EQ(rs.bad, 0) << "rstd: " << rs.str();
+  const Budget dx = budget_bf16(o.dx, rb.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+  const Budget dw = budget_f32(o.dw, rb.dw, kDwAtol, kDwRtol);
+  if (!p.v->control) {
+    EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+  }
+}
+
+TEST_P(ModelBwd, IndependentOfThreadCount) {
+  const VariantCase& p = GetParam();
+  const seeds::HostInputs in = seeds::generate_host(p.c);
+  const Outputs a = run_model(*p.v, in.x_view(), in.dy_view(), in.w_view(), kEps, 1);
+  const Outputs b = run_model(*p.v, in.x_view(), in.dy_view(), in.w_view(), kEps, 4);
+  EXPECT_EQ(bit_diff(a.y, b.y).count, 0);
+  EXPECT_EQ(bit_diff(a.rstd, b.rstd).count, 0);
+  EXPECT_EQ(bit_diff(a.dx, b.dx).count, 0);
+  EXPECT_EQ(bit_diff(a.dw, b.dw).count, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelBwd, ::testing::ValuesIn(small_cases()), param_name);
+
+// --- the negative controls must fail where the real variants pass ----------
+
+/// The cancel case of the controls, generated once and shared.
+struct CancelCase {
+  seeds::HostInputs in;
+  std::vector<float> rstd;
+  RefBwd ref;
+};
+const CancelCase& cancel_case() {
+  static std::once_flag once;
+  static std::unique_ptr<CancelCase> cc;
+  std::call_once(once, [] {
+    cc = std::make_unique<CancelCase>();
+    cc->in = seeds::generate_host(make_case(64, 65537, seeds::Family::cancel, 17));
+    cc->rstd = model_fwd(default_fwd(), cc->in.x_view(), cc->in.w_view(), kEps).rstd;
+    cc->ref = ref_bwd(cc->in, cc->rstd);
+  });
+  return *cc;
+}
+
+std::vector<VariantCase> cancel_params() {
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants())
+    if (v.op == Op::bwd) out.push_back({&v, make_case(64, 65537, seeds::Family::cancel, 17)});
+  return out;
+}
+
+class ModelCancel : public ::testing::TestWithParam<VariantCase> {};
+
+// Real variants keep dw within budget on a kappa = 1e8 cancellation case;
+// controls must exceed it (otherwise the gate could not tell them apart).
+TEST_P(ModelCancel, DwBudgetSeparatesControls) {
+  const VariantCase& p = GetParam();
+  const CancelCase& cc = cancel_case();
+  const BwdResult b = model_bwd(*p.v, cc.in.x_view(), cc.in.dy_view(), cc.in.w_view(), cc.rstd);
+  const Budget dw = budget_f32(b.dw, cc.ref.dw, kDwAtol, kDwRtol);
+  if (p.v->control) {
+    EXPECT_GT(dw.bad, 0) << "control " << p.v->name << " passed the dw budget: " << dw.str();
+  } else {
+    EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+  }
+  const Budget dx = budget_bf16(b.dx, cc.ref.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelCancel, ::testing::ValuesIn(cancel_params()), param_name);
+
+// --- model structure --------------------------------------------------------
+
+TEST(Models, DetAndNondetShareDxAndAgreeOnDw) {
+  const seeds::HostInputs in = seeds::generate_host(make_case(512, 3000, seeds::Family::llm, 5));
+  const Outputs d = run_model(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), kEps);
+  const Outputs n = run_model(variant("bwd_nondet_atomic"), in.x_view(), in.dy_view(), in.w_view(), kEps);
+  EXPECT_EQ(bit_diff(d.dx, n.dx).count, 0);
+  for (size_t j = 0; j < d.dw.size(); ++j) EXPECT_NEAR(d.dw[j], n.dw[j], 2e-6 * std::fabs(d.dw[j]) + 1e-30) << j;
+}
+
+TEST(Models, ControlsShareTheRealDx) {
+  const seeds::HostInputs in = seeds::generate_host(make_case(300, 100, seeds::Family::normal, 9));
+  const Outputs d = run_model(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), kEps);
+  for (const char* c : {"ctl_fp32_seq", "ctl_bf16_partials"}) {
+    const Outputs o = run_model(variant(c), in.x_view(), in.dy_view(), in.w_view(), kEps);
+    EXPECT_EQ(bit_diff(d.dx, o.dx).count, 0) << c;
+  }
+}
+
+TEST(Models, ZeroRowsGiveZeroDw) {
+  const seeds::HostInputs in = seeds::generate_host(make_case(96, 0, seeds::Family::normal, 1));
+  const Outputs o = run_model(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), kEps);
+  EXPECT_TRUE(o.y.empty() && o.dx.empty() && o.rstd.empty());
+  ASSERT_EQ(o.dw.size(), 96u);
+  for (float v : o.dw) EXPECT_EQ(v, 0.0f);
+}
+
+// The forward's msq (binary64 m per row) handed to the backward removes the
+// FP32 rstd's rounding from dw (rstd.h rstd_refined): against the exact dw
+// (long double, rstd = 1/sqrt(mean x^2 + eps) of the exact row sums), the
+// error relative to sum|terms| per column drops from the FP32 rstd's ~1e-8
+// to ~1e-15 (binary64 accumulation); without msq it stays where it was.
+TEST(Models, MsqTakesTheFp32RstdRoundingOutOfDw) {
+  const seeds::CaseId c = make_case(64, 4096, seeds::Family::llm, 3);
+  const seeds::HostInputs in = seeds::generate_host(c);
+  const FwdResult f = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
+  ASSERT_EQ(f.msq.size(), static_cast<size_t>(c.T));
+  // msq is exactly the m whose 1/sqrt the FP32 rstd rounds (rstd.h).
+  for (int64_t r = 0; r < c.T; ++r)
+    ASSERT_EQ(rstd_nearest(f.msq[static_cast<size_t>(r)], f.rstd[static_cast<size_t>(r)]), f.rstd[static_cast<size_t>(r)])
+        << "row " << r;
+  const BwdResult plain = model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd);
+  const BwdResult refined =
+      model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), f.rstd, 0, {}, &f.msq);
+  const int64_t H = c.H;
+  std::vector<long double> exact(static_cast<size_t>(H), 0.0L), mag(static_cast<size_t>(H), 0.0L);
+  for (int64_t r = 0; r < c.T; ++r) {
+    const uint16_t* xr = in.x_view().row(r);
+    const uint16_t* dyr = in.dy_view().row(r);
+    long double ss = 0.0L;
+    for (int64_t j = 0; j < H; ++j) ss += static_cast<long double>(bf16_to_float(xr[j])) * bf16_to_float(xr[j]);
+    const long double rs = 1.0L / std::sqrt(ss / H + static_cast<long double>(kEps));
+    // The forward's m is this row's mean of squares + eps, rounded once or twice in binary64.
+    EXPECT_NEAR(static_cast<double>(f.msq[static_cast<size_t>(r)]), static_cast<double>(ss / H + kEps),
+                4e-16 * static_cast<double>(ss / H + kEps));
+    for (int64_t j = 0; j < H; ++j) {
+      const long double t = static_cast<long double>(bf16_to_float(dyr[j])) * bf16_to_float(xr[j]) * rs;
+      exact[static_cast<size_t>(j)] += t;
+      mag[static_cast<size_t>(j)] += std::fabs(t);
+    }
+  }
+  double worst_plain = 0, worst_refined = 0;
+  for (int64_t j = 0; j < H; ++j) {
+    const auto jj = static_cast<size_t>(j);
+    // dw is FP32: compare before its final rounding would hide the difference,
+    // i.e. only where |dw| is well below sum|terms| (cancellation), or use the
+    // error relative to sum|terms| with the FP32 output rounding subtracted out.
+    const long double round_out = std::fabs(exact[jj]) * 0x1p-24L;
+    worst_plain = std::max(worst_plain, static_cast<double>(
+        std::max(0.0L, std::fabs(plain.dw[jj] - exact[jj]) - round_out) / mag[jj]));
+    worst_refined = std::max(worst_refined, static_cast<double>(
+        std::max(0.0L, std::fabs(refined.dw[jj] - exact[jj]) - round_out) / mag[jj]));
+  }
+  std::printf("[ info ] dw error beyond its FP32 rounding / sum|terms|: FP32 rstd %.3g, refined %.3g\n", worst_plain,
+              worst_refined);
+  EXPECT_GT(worst_plain, 1e-10) << "the FP32 rstd's rounding should show in some column";
+  EXPECT_LT(worst_refined, worst_plain * 1e-2);
+  // dx does not change: it uses the FP32 rstd either way.
+  EXPECT_EQ(plain.dx, refined.dx);
+}
+
+TEST(Models, RejectBadArguments) {
+  const seeds::HostInputs in = seeds::generate_host(make_case(16, 4, seeds::Family::normal, 1));
+  EXPECT_THROW(model_bwd(default_fwd(), in.x_view(), in.dy_view(), in.w_view(), std::vector<float>(4)),
+               std::invalid_argument);
+  EXPECT_THROW(model_bwd(variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), std::vector<float>(3)),
+               std::invalid_argument);
+  EXPECT_THROW(model_fwd(default_fwd(), in.x_view(), in.w_view(), -1.0f), std::invalid_argument);
+  RowView<uint16_t> heads = in.x_view();
+  heads.heads = 2;
+  EXPECT_THROW(model_fwd(default_fwd(), heads, in.w_view(), kEps), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace normgate::kernels::test
