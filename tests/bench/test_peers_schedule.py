@@ -5,7 +5,7 @@ parts can: no warm-up child runs beside a timing phase; --defer-accuracy
 times warm rows back to back and waits less for compiles than the default,
 with every row measured either way; --end-s skips a row predicted to outlast
 the run but still measures a smaller one after it.
-Runs under pytest or as `python3 python/tests/test_peers_schedule.py`."""
+Runs under pytest or as `python3 tests/bench/test_peers_schedule.py`."""
 import contextlib
 import json
 import os

@@ -2,7 +2,7 @@
 times must compute the op it claims, on every form, as normgate's oracle sees
 it; a wrong formulation (the public bug classes) must fail.
 
-Run: PYTHONPATH=python python3 -m pytest python/tests/test_peers_math.py
+Run: python3 -m pytest tests/bench/test_peers_math.py
 Needs torch (skipped without it) and libnormgate_capi.so; runs on the CPU
 (torch's eager math and F.rms_norm; the GPU-only peers are the benchmark's).
 """
@@ -14,10 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "python"))  # normgate from this checkout
 import normgate  # noqa: E402
 from normgate import _lib  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import peers  # noqa: E402
 
 

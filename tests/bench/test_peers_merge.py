@@ -2,7 +2,7 @@
 every run in order, each row's "of copy" from its own run's ceiling, every
 run's command in the header, and a row present in two runs refused (exit 2);
 --plan with --done: the rows of earlier results are skipped.
-Runs under pytest or as `python3 python/tests/test_peers_merge.py`."""
+Runs under pytest or as `python3 tests/bench/test_peers_merge.py`."""
 import json
 import os
 import subprocess
