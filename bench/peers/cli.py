@@ -81,7 +81,7 @@ def parse_args(argv):
                    help="start no new row after this many seconds, counted from after torch's import (a hard cut, "
                         "no prediction; with --end-s both apply; 0: none)")
     p.add_argument("--end-s", type=float, default=0,
-                   help="the caller stops the run this many seconds after the process started (scripts/peers.sh "
+                   help="the caller stops the run this many seconds after the process started (tools/peers.sh "
                         "passes its timeout; peers.py does not stop itself): a row predicted to end later, with the "
                         "pending deferred accuracy phases, is not started, a smaller one may still be (prediction: "
                         "this run's rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s without a "

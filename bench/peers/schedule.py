@@ -1,6 +1,6 @@
 """Which rows still fit before the run is stopped (--end-s).
 
---deadline-s starts no row after it; --end-s (scripts/peers.sh passes its
+--deadline-s starts no row after it; --end-s (tools/peers.sh passes its
 timeout) starts no row predicted to end after it (predict_row_s: this run's
 rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s for a
 row without a warm-up; 15 s kept for the end), waits for a warm-up no longer

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call that continues issue 8's H200 peers matrix (bench/peers.py
-# through scripts/peers.sh): the rows not yet in docs/results/peers-h200/run-*.json
+# through tools/peers.sh): the rows not yet in docs/results/peers-h200/run-*.json
 # (--done), as many as fit the call, then a short summary last.
 #
 # Runs in its repository's root (from any folder) on the GPU machine, with
@@ -16,10 +16,10 @@
 # Environment:
 #   NG_CALL_LIMIT   seconds this call may take (default 590; the device
 #                   tool's limit is 600); peers.py gets what is left after
-#                   the tests minus 25 s for packing, as scripts/peers.sh's
+#                   the tests minus 25 s for packing, as tools/peers.sh's
 #                   timeout and peers.py's --end-s.
 #   NG_ROW_MARGIN   --deadline-s is that minus this (default 45; counted from
-#                   peers.py's start, after scripts/peers.sh's install and
+#                   peers.py's start, after tools/peers.sh's install and
 #                   torch's import, so the real gap to the end is a little
 #                   less). Before it, peers.py starts only rows predicted to
 #                   finish by --end-s (session 18's largest rows took 52-110
@@ -33,7 +33,7 @@
 #                   NG_MATRIX_ARGS then its own ARGS (a later --forms or --H
 #                   wins); unset, or one GPU: one peers.py on GPU 0.
 #   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
-#                   the tests; default all of python/tests).
+#                   the tests; default python/tests and tests/bench).
 #   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
 #   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py
 #                   --defer-accuracy: the rows a warm-up batch warmed are
@@ -66,7 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit -
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then
   OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
-  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
+  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests tests/bench} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
 fi
 left=$(( limit - 25 - SECONDS ))
 set -f  # the --done pattern goes to peers.py unglobbed
@@ -80,7 +80,7 @@ else
   NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
     NG_PEERS_SHARDS=$shards \
     NG_PEERS_ARGS="$PEERS $ROWS $DONE --deadline-s $(( left - margin ))" \
-    OUT=$P/pk scripts/peers.sh >$P/peers-1.txt 2>&1
+    OUT=$P/pk tools/peers.sh >$P/peers-1.txt 2>&1
   grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
   [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-1.tgz
   rm -rf $P/pk

@@ -7,7 +7,7 @@ two new slices, run each with part of the windows (e.g. `form=heads24` and
 the two journals back and resume the original slice with its own filter: the
 gate finds every case journalled and runs none.
 
-  scripts/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
+  tools/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
 
 The inputs must share the header line (same campaign: table, seeds, oracle,
 refinement options, backend, device, variant hashes); otherwise exit 2 naming

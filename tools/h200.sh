@@ -16,7 +16,7 @@
 #      NG_GATE_JOURNAL (resumes when it exists; copied back to the output),
 #      stopped by the deadline (the journal keeps what finished),
 #   8. audit (not run by default; after `gate`, or on NG_AUDIT_REPORT): from the
-#      gate report (scripts/audit_pick.py picks the window with the highest worst
+#      gate report (tools/audit_pick.py picks the window with the highest worst
 #      err/tol and a cancel case of it): `normgate repro --from-report` of that
 #      window's worst case and `normgate repro CASE --variant ctl_fp32_seq` of
 #      the cancel case (a negative control: exit 1 expected), both --save'd to
@@ -28,9 +28,9 @@
 #   9. a short table last.
 # Logs go to $OUT (the device tool's output folder) or ./out: everything under
 # $OUT/logs, packed into $OUT/logs.tgz at the end.
-# Usage: scripts/h200.sh            (steps tests sanitize bench grid)
-#        NG_STEPS="tests sanitize" scripts/h200.sh
-#        NG_STEPS="gate audit" NG_GATE_WINDOWS=op=bwd,H=2048 scripts/h200.sh
+# Usage: tools/h200.sh            (steps tests sanitize bench grid)
+#        NG_STEPS="tests sanitize" tools/h200.sh
+#        NG_STEPS="gate audit" NG_GATE_WINDOWS=op=bwd,H=2048 tools/h200.sh
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -42,7 +42,7 @@ bin="$build/apps/normgate"
 declare -a summary
 # A build carried from the dev machine has /work/main baked into its test paths.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
-# A compact carried build (scripts/stage_carry, NORMGATE_BUILD=build/dev): the
+# A compact carried build (tools/stage_carry, NORMGATE_BUILD=build/dev): the
 # CLI tests look for the binary under build/apps.
 if [ "$build" != "$root/build" ] && [ ! -e "$root/build/apps/normgate" ] && [ -x "$build/apps/normgate" ]; then
   mkdir -p "$root/build" && ln -sfn "$(cd "$build" && pwd)/apps" "$root/build/apps"
@@ -222,7 +222,7 @@ if has audit; then
   }
   if [ ! -s "$report" ]; then
     summary+=("audit: skipped, no gate report $report (run the gate step first, or set NG_AUDIT_REPORT)")
-  elif ! pick=$(python3 "$root/scripts/audit_pick.py" "$report" 2>&1); then
+  elif ! pick=$(python3 "$root/tools/audit_pick.py" "$report" 2>&1); then
     summary+=("audit: skipped, $pick")
   else
     IFS=$'\t' read -r window cancel label <<<"$pick"

@@ -5,8 +5,8 @@
 #   3. python3 bench/peers.py $NG_PEERS_ARGS, writing peers.md / peers.json,
 #   4. pack logs into $OUT/peers.tgz (the device tool returns few files) and
 #      print the Markdown table last.
-# Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
-#        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" scripts/peers.sh
+# Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" tools/peers.sh
+#        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" tools/peers.sh
 #          (one peers.py per shard, on its own GPU; one merged table)
 #        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_SHARDS=... (with shards only: every shard on
 #          GPU 0, 8 OpenMP threads each)
@@ -18,7 +18,7 @@ out="$final/peers"
 mkdir -p "$out"
 # A wheel too big for one call's carry (64 MiB: QuACK's nvidia-cutlass-dsl-libs
 # at 92 MB) travels split over two warm calls as .whlparts/NAME.whl.partNN
-# (scripts/split_wheel); the parts left by the earlier call are still there.
+# (tools/split_wheel); the parts left by the earlier call are still there.
 if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
   for w in $(ls "$root"/.whlparts/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
     n=$(basename "$w")

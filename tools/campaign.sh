@@ -3,7 +3,7 @@
 # machine allows 10 minutes a command): every slice is one `normgate gate`
 # process, all slices at once, slice K on GPU (K-1) mod NGPU.
 #
-#   scripts/campaign.sh CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
+#   tools/campaign.sh CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
 #
 # CAMPAIGN_DIR (in the repository, e.g. docs/results/campaign-sm90a) keeps one
 # journal per slice, gzipped: slice-K.jsonl.gz, K = 1, 2, ... in argument
@@ -21,7 +21,7 @@
 #   3. gzips the journals back into CAMPAIGN_DIR (so a next call on the same
 #      machine resumes) and writes, per slice, its report when the gate
 #      finished (slice-K.md/.json: the verdict covers grid and refinement) or
-#      scripts/journal_summary.py's partial summary,
+#      tools/journal_summary.py's partial summary,
 #   4. packs everything into $OUT/campaign.tgz (on the device machine: unpack
 #      it over CAMPAIGN_DIR on the dev machine and commit, since the device's
 #      copy of the tree is gone after the call) and prints a short table last.
@@ -137,7 +137,7 @@ for k in $(seq 1 "$nslice"); do
     state="finished (rc=$rc: $([ $rc -eq 0 ] && echo all windows pass || echo some window FAILS))"
   elif [ "$rc" -eq 137 ]; then
     state="stopped at the deadline (resumes next call)"
-    python3 "$root/scripts/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
+    python3 "$root/tools/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
   else
     state="ERROR rc=$rc: $(grep -v '^ *$' "$work/slice-$k.log" | tail -4 | tr '\n' ' ' | cut -c1-600)"
   fi
