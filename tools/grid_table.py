@@ -2,7 +2,7 @@
 """One main-job table from several `normgate check --json` grid files.
 
 `tools/h200.sh` runs the grid one (T, H[, w]) at a time, so a grid that
-spans device calls (or sessions) leaves one JSON file per piece. This reads
+spans several runs leaves one JSON file per piece. This reads
 them all (plain or .gz) and prints, per (T, implementation, family), what
 `normgate check --md` prints per file: cases, failed, inconclusive, max
 err/tol of y, rstd, dx and dw, the forced share of y, dx and dw (the

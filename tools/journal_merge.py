@@ -18,7 +18,7 @@ twice) keeps both lines: the gate reads the first. A torn last line (a run
 killed mid-write) is dropped, as the gate drops it. Writes OUT.tmp, then
 renames. Exit 0 on success, 2 on bad input.
 
-Two runs resumed from one journal (e.g. two device calls that both started
+Two runs resumed from one journal (e.g. on two machines, both started
 from the committed journal) journal the same cases again; their lines differ
 only in "seconds", the case's wall time, which is no result. Such a line is
 the same case: the first is kept, the other dropped and counted."""
