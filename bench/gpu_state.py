@@ -1,6 +1,6 @@
 """The GPU's clock, power, temperature and throttle counters around a timed
 block, read through NVML (libnvidia-ml.so.1, loaded with ctypes: no Python
-package needed). bench/peers.py samples them before and after each
+package needed). bench/peers/timing.py samples them before and after each
 implementation's block of replays, so that a block slowed by the GPU (power or
 thermal capping, a lowered SM clock) shows in the result JSON beside its
 timings instead of passing for the implementation's own spread.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which kernels an implementation launches, and how (a look, not a timing).
 
-For each implementation named (bench/peers.py's make_impls: ours, det, TC,
+For each implementation named (bench/peers/impls.py's make_impls: ours, det, TC,
 TCd, eager, F.rms_norm, Liger), run fwd and bwd on one case, then once more
 under torch.profiler, and print every CUDA kernel with its launch shape as the
 profiler (CUPTI) records it: grid, block, registers per thread, shared memory,
@@ -38,7 +38,7 @@ def main(argv):
     a = ap.parse_args(argv)
     import torch
     import normgate
-    from peers import form_inputs, make_impls
+    from peers.impls import form_inputs, make_impls
 
     names = [n for n in a.impls.split(",") if n]
     errors = {}

@@ -240,7 +240,7 @@ int main(int argc, char** argv) try {
 
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::fprintf(stderr, "kernels_bench: no usable CUDA device (%s); it runs on the GPU machine (scripts/h200.sh)\n",
+    std::fprintf(stderr, "kernels_bench: no usable CUDA device (%s); it runs on the GPU machine (tools/h200.sh)\n",
                  cudaGetErrorString(cudaGetLastError()));
     return 1;
   }

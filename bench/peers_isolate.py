@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run each implementation of bench/peers.py alone, in its own process, on one
+"""Run each implementation of bench/peers/impls.py alone, in its own process, on one
 row: eager fwd+bwd twice, then graph capture and 5 replays of each op, each
 followed by a synchronize. Finds which implementation faults (an illegal
 address poisons the whole CUDA context, so one process per implementation).
@@ -13,26 +13,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def child(H, T, w, name):
     sys.path.insert(0, HERE)
-    import peers
+    from peers.impls import form_inputs, make_impls, op_fn
+    from peers.matrix import OPS, case_id
+    from peers.timing import Timer
     import torch
     import normgate
     errors = {}
-    case = peers.case_id("plain", H, T, w, "normal", 0)
-    impls = peers.make_impls(torch, {name}, normgate.case_info(case)["eps"], errors)
+    case = case_id("plain", H, T, w, "normal", 0)
+    impls = make_impls(torch, {name}, normgate.case_info(case)["eps"], errors)
     if name not in impls:
         print(f"{name}: unavailable: {errors.get(name)}")
         return 3
-    timer = peers.Timer(torch)
+    timer = Timer(torch)
     fwd, bwd = impls[name]
     with torch.cuda.stream(timer.stream):
-        inp = peers.form_inputs(torch, normgate.generate(case))
+        inp = form_inputs(torch, normgate.generate(case))
         for _ in range(2):
             outs, saved = fwd(inp)
             outs.update(bwd(inp, saved))
             torch.cuda.synchronize()
         print(f"{name}: eager ok (dx {outs['dx'].dtype}, dw {outs['dw'].dtype})", flush=True)
-        for op in peers.OPS:
-            g = timer.capture(peers.op_fn(impls[name], op, inp, saved))
+        for op in OPS:
+            g = timer.capture(op_fn(impls[name], op, inp, saved))
             for _ in range(5):
                 g.replay()
                 torch.cuda.synchronize()

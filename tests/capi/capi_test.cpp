@@ -745,7 +745,7 @@ void run_case(const char* id, const char* bwd) {
 }  // namespace
 
 TEST(CApiGpu, GenerateDeviceEqualsGenerateHost) {
-  if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (tools/h200.sh)";
   for (const char* id : {"H=100,T=37,w=bf16,form=plain,family=cancel,seed=3",
                          "H=256,T=9,w=fp32,form=heads4,family=llm,seed=1",
                          "H=48,T=21,w=bf16,form=res,family=normal,seed=8",
@@ -794,7 +794,7 @@ TEST(CApiGpu, GenerateDeviceEqualsGenerateHost) {
 }
 
 TEST(CApiGpu, KernelsThroughTheCAbiPassTheOracle) {
-  if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  if (!device()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (tools/h200.sh)";
   for (const char* bwd : {"bwd_det_chunked", "bwd_nondet_atomic"}) {
     run_case("H=2048,T=515,w=bf16,form=plain,family=cancel,seed=0", bwd);
     run_case("H=256,T=300,w=fp32,form=heads24,family=llm,seed=1", bwd);

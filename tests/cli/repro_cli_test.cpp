@@ -165,7 +165,7 @@ TEST_F(ReproFromReport, CheckReportWindowIsAnImplementation) {
   EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant ctl_fp32_seq")) << r.out;
 }
 
-// scripts/audit_pick.py (h200.sh's audit step) on the same report: the window
+// tools/audit_pick.py (h200.sh's audit step) on the same report: the window
 // with the highest worst err/tol, and a cancel case of it on which the
 // negative control fails.
 TEST_F(ReproFromReport, AuditPickChoosesTheWorstWindowAndACancelCase) {
@@ -178,7 +178,7 @@ TEST_F(ReproFromReport, AuditPickChoosesTheWorstWindowAndACancelCase) {
       best = ratio(j["windows"][i]["worst"]["err_tol"]);
       want = i;
     }
-  const std::string cmd = "python3 " + std::string(NORMGATE_SOURCE_DIR) + "/scripts/audit_pick.py " + report();
+  const std::string cmd = "python3 " + std::string(NORMGATE_SOURCE_DIR) + "/tools/audit_pick.py " + report();
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char buf[4096] = {};
@@ -281,7 +281,7 @@ TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
   const std::string f = std::string(NORMGATE_SOURCE_DIR) +
                         "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
   const CliRun r = run("repro --file '" + f + "' --variant bwd_det_chunked --backend gpu");
-  if (contains(r.out, "no usable CUDA device")) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  if (contains(r.out, "no usable CUDA device")) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (tools/h200.sh)";
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "recorded outputs (recorded by bwd_det_chunked on gpu): identical bit for bit")) << r.out;
 }

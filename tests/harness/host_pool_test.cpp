@@ -235,7 +235,7 @@ void drop_timings(nlohmann::json& j) {
 // shrink and change form, against run_check of each case alone (outside any
 // scope: fresh vectors). Every report must be the same, timings aside.
 TEST(HostPool, GpuChecksThroughThePoolEqualSingleChecks) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)";
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (tools/h200.sh)";
   const char* ids[] = {"H=1024,T=1100,w=bf16,form=plain,family=cancel,seed=1",
                        "H=1024,T=600,w=fp32,form=res,family=llm,seed=2",
                        "H=256,T=100,w=bf16,form=heads24,family=normal,seed=3",

@@ -1,5 +1,5 @@
 // GPU tests of the kernels (skipped without a CUDA device: they run on the
-// H200 through scripts/h200.sh). Parameterized over the registry: registering
+// H200 through tools/h200.sh). Parameterized over the registry: registering
 // a backward variant registers its cases.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ namespace {
 
 #define NG_REQUIRE_GPU()                                                               \
   do {                                                                                 \
-    if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (scripts/h200.sh)"; \
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device: GPU test runs on the H200 (tools/h200.sh)"; \
   } while (0)
 
 constexpr double kDxTol = 1e-2;
@@ -710,7 +710,7 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
   // row counts that leave some teams of a CTA past the end while others
   // work; the 16-byte and scalar paths of the plain, residual (fused and not)
   // and per-head forms, both weight dtypes. (Pipeline.RingCrossRowSmall is
-  // the small version that scripts/h200.sh runs under racecheck.)
+  // the small version that tools/h200.sh runs under racecheck.)
   for (const char* id : {"H=4096,T=4500,w=bf16,form=plain,family=llm,seed=2",
                          "H=7,T=200000,w=fp32,form=plain,family=cancel,seed=5",
                          "H=1001,T=3000,w=bf16,form=plain,family=normal,seed=6",
@@ -769,7 +769,7 @@ TEST(Pipeline, DepthNeverChangesTheBits) {
 // The ring kernel with blocked grids (4 or 3 rows per team per CTA), so that
 // every CTA works on several consecutive rows and reuses its shared `red` and
 // `rs_sh` buffers and ring slots, at T small enough for compute-sanitizer
-// (scripts/h200.sh runs this test under racecheck and memcheck): 1-slot
+// (tools/h200.sh runs this test under racecheck and memcheck): 1-slot
 // teams of 32 (8 per CTA, per-head views), 64 (4 per CTA) and 128 (2 per CTA),
 // 2-slot teams of 160 and 256, fused res; rstd by the first warp and by every
 // warp. Outputs must equal the CPU model's bits.
@@ -898,7 +898,7 @@ TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
 // row reads its own at its top: chunks of more than 64 rows cross at least
 // two batch boundaries, and of more than 96 rows overwrite a batch, so a
 // wrong slot or row index changes dw's bits (a race would show only
-// sometimes: the sanitizer's long-chunk cases, scripts/h200.sh, look for
+// sometimes: the sanitizer's long-chunk cases, tools/h200.sh, look for
 // those). Chunks hold ~16 rows below T = 16 * cap(H), so these shapes are
 // large: one slot in a 512-thread team (113 rows a chunk) and in a
 // 768-thread one-CTA team (the wide kernel, 76), two slots in a 2-CTA

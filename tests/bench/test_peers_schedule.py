@@ -1,11 +1,11 @@
-"""bench/peers.py's row loop (main) on a simulated clock, without a GPU or
+"""bench/peers' row loop (cli.main) on a simulated clock, without a GPU or
 torch: the phases of each row, the warm-up children's processes and the
-time they take are fakes; the scheduling and WarmAhead are peers.py's own. Checks what no CPU test of the
+time they take are fakes; the scheduling and WarmAhead are the package's own. Checks what no CPU test of the
 parts can: no warm-up child runs beside a timing phase; --defer-accuracy
 times warm rows back to back and waits less for compiles than the default,
 with every row measured either way; --end-s skips a row predicted to outlast
 the run but still measures a smaller one after it.
-Runs under pytest or as `python3 python/tests/test_peers_schedule.py`."""
+Runs under pytest or as `python3 tests/bench/test_peers_schedule.py`."""
 import contextlib
 import json
 import os
@@ -18,19 +18,25 @@ import types
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import peers  # noqa: E402
+from peers import cli, matrix, warmup  # noqa: E402
+
+
+def peers_modules():
+    """Every module of the bench/peers package: a fake goes into each module
+    that holds the name (a module's `from .x import name` is its own binding)."""
+    return [m for n, m in sorted(sys.modules.items()) if n.startswith("peers.")]
 
 COMPILE_S = 90.0  # a warm-up child's TC/TCd compile (session 17: 40-100 s)
 
 
 def row_seconds(form, H, T):
     """(timing, accuracy) seconds of a row: session 18's rows scale about so."""
-    e = peers.row_elements(form, H, T) / 1e6
+    e = matrix.row_elements(form, H, T) / 1e6
     return 1.0 + 0.05 * e, 1.0 + 0.09 * e
 
 
 class Sim:
-    """The fakes for one run of peers.main, sharing one clock and one event log."""
+    """The fakes for one run of cli.main, sharing one clock and one event log."""
 
     def __init__(self, fail_timing_at=None, interrupt_accuracy_at=None):
         self.t = 1000.0
@@ -40,7 +46,7 @@ class Sim:
         self.interrupt_accuracy_at = interrupt_accuracy_at  # a row whose accuracy phase gets Ctrl-C
         self.context_broken = False
 
-    # --- the clock (peers' `time` module) ---
+    # --- the clock (the `time` module of cli and warmup) ---
     def time(self):
         return self.t
 
@@ -62,12 +68,12 @@ def fake_child_class(sim):
             if self.rc is None:
                 if timeout is not None and sim.t + timeout < self.done_at:
                     sim.run(timeout)
-                    raise peers.subprocess.TimeoutExpired("warm-compile", timeout)
+                    raise subprocess.TimeoutExpired("warm-compile", timeout)
                 sim.run(max(0.0, self.done_at - sim.t))
                 self.rc = 0
             return self.rc
 
-        pid = None  # no process: peers.kill_tree finds nothing under it
+        pid = None  # no process: warmup.kill_tree finds nothing under it
 
         @property
         def returncode(self):
@@ -83,7 +89,7 @@ def fake_child_class(sim):
 
 
 def run_main(argv, sim, warm_holder):
-    """peers.main(argv) with every GPU part faked; returns (rc, result
+    """cli.main(argv) with every GPU part faked; returns (rc, result
     JSON); rc is "interrupted" when main raised KeyboardInterrupt."""
     def synchronize():
         if sim.context_broken:
@@ -124,36 +130,35 @@ def run_main(argv, sim, warm_holder):
         warm_holder[0] = real_warm(args, log)
         return warm_holder[0]
 
-    real_warm = peers.WarmAhead
-    saved = {k: getattr(peers, k) for k in ("time", "subprocess", "make_impls", "Timer", "copy_ceiling", "run_row_timing",
-                                            "run_row_accuracy", "WarmAhead", "markdown", "PROC_T0", "acc_parts")}
+    real_warm = warmup.WarmAhead
+    sp = subprocess  # the real module stays as it is for everyone else
+    fakes = {"time": types.SimpleNamespace(time=sim.time),
+             "subprocess": types.SimpleNamespace(Popen=fake_child_class(sim), TimeoutExpired=sp.TimeoutExpired,
+                                                 DEVNULL=sp.DEVNULL, run=sp.run),
+             "PROC_T0": sim.t,
+             "make_impls": lambda torch_, names, eps, errors: {n: None for n in ("det", "ours", "TC", "TCd")},
+             "Timer": lambda torch_: types.SimpleNamespace(stream=None, cupti=None, cupti_off=None),
+             "copy_ceiling": lambda *a: {"GBps": 4000.0, "candidates": {}, "bytes": 1, "by": "fake"},
+             "run_row_timing": timing, "run_row_accuracy": accuracy, "WarmAhead": warm_factory,
+             "markdown": lambda *a: "", "acc_parts": lambda row: ""}
+    saved = [(m, k, getattr(m, k)) for m in peers_modules() for k in fakes if hasattr(m, k)]
     mods = {k: sys.modules.get(k) for k in ("torch", "normgate", "triton")}
     try:
-        peers.time = types.SimpleNamespace(time=sim.time)
-        sp = saved["subprocess"]  # the real module stays as it is for everyone else
-        peers.subprocess = types.SimpleNamespace(Popen=fake_child_class(sim), TimeoutExpired=sp.TimeoutExpired,
-                                                 DEVNULL=sp.DEVNULL, run=sp.run)
-        peers.PROC_T0 = sim.t
-        peers.make_impls = lambda torch_, names, eps, errors: {n: None for n in ("det", "ours", "TC", "TCd")}
-        peers.Timer = lambda torch_: types.SimpleNamespace(stream=None, cupti=None, cupti_off=None)
-        peers.copy_ceiling = lambda *a: {"GBps": 4000.0, "candidates": {}, "bytes": 1, "by": "fake"}
-        peers.run_row_timing, peers.run_row_accuracy = timing, accuracy
-        peers.WarmAhead = warm_factory
-        peers.markdown = lambda *a: ""
-        peers.acc_parts = lambda row: ""
+        for m, k, _ in saved:
+            setattr(m, k, fakes[k])
         sys.modules["torch"], sys.modules["normgate"], sys.modules["triton"] = torch, normgate, None
         with tempfile.TemporaryDirectory() as d, open(os.devnull, "w") as null:
             out = os.path.join(d, "r.json")
             with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
                 try:
-                    rc = peers.main(argv + ["--json", out])
+                    rc = cli.main(argv + ["--json", out])
                 except KeyboardInterrupt:
                     rc = "interrupted"
             with open(out) as f:
                 return rc, json.load(f)
     finally:
-        for k, v in saved.items():
-            setattr(peers, k, v)
+        for m, k, v in saved:
+            setattr(m, k, v)
         for k, v in mods.items():
             if v is None:
                 sys.modules.pop(k, None)
@@ -258,7 +263,7 @@ def test_a_sticky_cuda_error_or_ctrl_c_lists_every_deferred_row():
 
 def _alive(pid):
     """Whether pid is a process that has not exited (a zombie has)."""
-    st = peers.proc_state_ppid(pid)
+    st = warmup.proc_state_ppid(pid)
     return st is not None and st[0] != "Z"
 
 
@@ -282,10 +287,10 @@ def test_a_killed_warm_up_child_takes_the_processes_under_it_along():
     under = [int(x) for x in child.stdout.readline().split()]
     try:
         assert len(under) == 2 and all(_alive(x) for x in under), under
-        assert sorted(peers.descendants(child.pid)) == sorted(under)
+        assert sorted(warmup.descendants(child.pid)) == sorted(under)
         lines = []
-        w = peers.WarmAhead(peers.parse_args(["--peers", "TC"]), lines.append)
-        spec = peers.row_spec("plain", 64, 33, "bf16")
+        w = warmup.WarmAhead(cli.parse_args(["--peers", "TC"]), lines.append)
+        spec = matrix.row_spec("plain", 64, 33, "bf16")
         w.procs[spec] = (child, tempfile.TemporaryFile(mode="w+"))
         w.drop(spec)
         assert child.returncode == -signal.SIGKILL and not w.procs, (child.returncode, lines)
@@ -311,14 +316,14 @@ def test_kill_tree_reads_again_until_no_new_process_shows_and_leaves_an_exited_c
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
     procs = [subprocess.Popen(sleep) for _ in range(3)]
     child, a, b = procs
-    reads, real = [], peers.descendants
+    reads, real = [], warmup.descendants
 
     def fake_descendants(pid):
         reads.append(pid)
         return [a.pid] if len(reads) == 1 else [a.pid, b.pid]
     try:
-        peers.descendants = fake_descendants
-        peers.kill_tree(child)
+        warmup.descendants = fake_descendants
+        warmup.kill_tree(child)
         for q in procs:
             q.wait(timeout=5)
         assert [q.returncode for q in procs] == [-signal.SIGKILL] * 3, [q.returncode for q in procs]
@@ -328,10 +333,10 @@ def test_kill_tree_reads_again_until_no_new_process_shows_and_leaves_an_exited_c
         while _alive(gone.pid) and time.time() < end:  # exited, not yet reaped
             time.sleep(0.02)
         reads.clear()
-        peers.kill_tree(gone)
+        warmup.kill_tree(gone)
         assert gone.returncode == 0 and reads == [], (gone.returncode, reads)
     finally:
-        peers.descendants = real
+        warmup.descendants = real
         for q in procs:
             q.kill()
             q.wait()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# journal_merge_test.sh NORMGATE TABLE: scripts/journal_merge.py against the
+# journal_merge_test.sh NORMGATE TABLE: tools/journal_merge.py against the
 # gate itself, on the CPU models (no GPU):
 #   1. a gate of filter A and a gate of filter B, each into its own journal
 #      (A's gzipped), merged; a gate of "A|B" on the merged journal resumes
@@ -14,7 +14,7 @@ set -u
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 [ $# -eq 2 ] || { echo "usage: $0 NORMGATE TABLE" >&2; exit 1; }
 bin=$1 table=$2
-merge="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../../scripts/journal_merge.py"
+merge="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../../tools/journal_merge.py"
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

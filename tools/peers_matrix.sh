@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# One device call that continues issue 8's H200 peers matrix (bench/peers.py
-# through scripts/peers.sh): the rows not yet in docs/results/peers-h200/run-*.json
-# (--done), as many as fit the call, then a short summary last.
+# Continues issue 8's peers matrix (bench/peers.py through tools/peers.sh)
+# on a CUDA machine: the rows not yet in docs/results/peers-h200/run-*.json
+# (--done), as many as fit before the deadline, then a short summary last.
 #
-# Runs in its repository's root (from any folder) on the GPU machine, with
-# the capi library built here (`scripts/bootstrap && scripts/build`) and
-# carried: ["build/capi/libnormgate_capi.so", "build/tests/test_capi", ".whl"]
-# (.whl: Liger-Kernel 0.8.5's wheel; README, "Benchmark against the peers").
+# Runs in its repository's root (from any folder), with the capi library
+# built (`scripts/bootstrap && scripts/build`: build/capi/libnormgate_capi.so,
+# build/tests/test_capi) and the peers' wheels in .whl/ (Liger-Kernel 0.8.5's;
+# README, "Benchmark against the peers").
 # The matrix is complete since session 19: `--plan` below finds 0 rows and the
-# call measures nothing (re-measuring rows means removing their run JSONs).
+# run measures nothing (re-measuring rows means removing their run JSONs).
 # What is left, without a GPU: `python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
 # 'docs/results/peers-h200/run-*.json'`.
 #
+# Usage: tools/peers_matrix.sh --out DIR [--deadline-s N]
+#   --out DIR       the output folder (default: $OUT; one of them is needed)
+#   --deadline-s N  seconds this run may take (default 590); peers.py gets
+#                   what is left after the tests minus 25 s for packing, as
+#                   tools/peers.sh's --deadline-s and peers.py's --end-s.
 # Environment:
-#   NG_CALL_LIMIT   seconds this call may take (default 590; the device
-#                   tool's limit is 600); peers.py gets what is left after
-#                   the tests minus 25 s for packing, as scripts/peers.sh's
-#                   timeout and peers.py's --end-s.
-#   NG_ROW_MARGIN   --deadline-s is that minus this (default 45; counted from
-#                   peers.py's start, after scripts/peers.sh's install and
-#                   torch's import, so the real gap to the end is a little
-#                   less). Before it, peers.py starts only rows predicted to
-#                   finish by --end-s (session 18's largest rows took 52-110
-#                   s; a fixed margin of 130 s left ~140 s unused, 100 s no
-#                   room for a [131072, 6144] res row).
+#   NG_ROW_MARGIN   peers.py's --deadline-s is that minus this (default 45;
+#                   counted from peers.py's start, after tools/peers.sh's
+#                   install and torch's import, so the real gap to the end is
+#                   a little less). Before it, peers.py starts only rows
+#                   predicted to finish by --end-s (session 18's largest rows
+#                   took 52-110 s; a fixed margin of 130 s left ~140 s
+#                   unused, 100 s no room for a [131072, 6144] res row).
 #   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
 #                   and weight dtype; --done skips what is measured).
 #   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2|...", one
@@ -32,30 +33,40 @@
 #                   with cores/shards OpenMP threads, each with
 #                   NG_MATRIX_ARGS then its own ARGS (a later --forms or --H
 #                   wins); unset, or one GPU: one peers.py on GPU 0.
-#   NG_FIRST=1      test_capi and python/tests first (NG_PYTEST_ARGS picks
-#                   the tests; default all of python/tests).
+#   NG_FIRST=1      test_capi and the Python tests first (NG_PYTEST_ARGS picks
+#                   the tests; default python/tests and tests/bench).
 #   NG_CUPTI=1      CUPTI spans beside the events (--cupti).
 #   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py
 #                   --defer-accuracy: the rows a warm-up batch warmed are
 #                   timed back to back, their accuracy phases run beside the
 #                   next batch's compiles (session 18: compile waits were 517
 #                   of 1575 s).
-# Output under $OUT: peers-1.tgz (peers/peers.json: the run's rows, with
+# Output under DIR: peers-1.tgz (peers/peers.json: the run's rows, with
 # shards the merged table of the shards' peers-K.json; and the logs) and
-# logs.tgz. After the call, here: peers/peers.json (only it: the shards' rows
-# are in it, and --merge refuses a row found twice) to
-# docs/results/peers-h200/run-sSS-cC-1.json (SS: the session, C: the call),
-# the logs to docs/results/h200-<date>-sSS/callC,
+# logs.tgz. Afterwards, in the repository: peers/peers.json (only it: the
+# shards' rows are in it, and --merge refuses a row found twice) to
+# docs/results/peers-h200/ under a name of its own (run-*.json), then
 # `python3 bench/peers.py --merge docs/results/peers-h200/run-*.json --json
 # docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
-# and commit before the next call (the --done files travel with the tree).
+# and commit before the next run (--done reads the files in the tree).
 set -u
+OUT=${OUT:-}
+limit=590
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { echo "peers_matrix: --out needs a folder" >&2; exit 2; }; OUT=$2; shift 2 ;;
+    --deadline-s) [ $# -ge 2 ] || { echo "peers_matrix: --deadline-s needs seconds" >&2; exit 2; }; limit=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "peers_matrix: unknown argument '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "peers_matrix: no output folder: --out DIR (or OUT)" >&2; exit 2; }
+[[ "$limit" =~ ^[0-9]+$ ]] || { echo "peers_matrix: --deadline-s '$limit' is not a whole number of seconds" >&2; exit 2; }
+case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac  # relative to the caller's folder
 cd "$(dirname "$0")/.." || exit 2  # the repository root: every path below is relative to it
 export PATH=/usr/local/cuda/bin:$PATH
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }  # tests with baked paths
-: "${OUT:?OUT (the output folder) must be set}"
 P=$OUT/p; mkdir -p $P
-limit=${NG_CALL_LIMIT:-590}
 margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
 PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
@@ -66,21 +77,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit -
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then
   OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
-  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
+  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests tests/bench} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
 fi
 left=$(( limit - 25 - SECONDS ))
 set -f  # the --done pattern goes to peers.py unglobbed
 if [ $left -lt $(( margin + 60 )) ]; then  # never a --deadline-s of 0 (none) or below (usage error)
-  echo "peers_matrix: ${left} s left after the tests: no rows this call" >$P/peers-1.txt
+  echo "peers_matrix: ${left} s left after the tests: no rows this run" >$P/peers-1.txt
 elif python3 bench/peers.py --plan $PEERS $ROWS $DONE 2>/dev/null | tail -1 | grep -q '^0 rows'; then
   echo "peers_matrix: no row left in: $ROWS" >$P/peers-1.txt
 else
   shards=""
   [ "${ngpu:-0}" -ge 2 ] && [ -n "${NG_MATRIX_SHARDS:-}" ] && shards=$NG_MATRIX_SHARDS
-  NORMGATE_BUILD=$PWD/build NG_PEERS_TIMEOUT=$left \
-    NG_PEERS_SHARDS=$shards \
+  NORMGATE_BUILD=$PWD/build NG_PEERS_SHARDS=$shards \
     NG_PEERS_ARGS="$PEERS $ROWS $DONE --deadline-s $(( left - margin ))" \
-    OUT=$P/pk scripts/peers.sh >$P/peers-1.txt 2>&1
+    tools/peers.sh --out $P/pk --deadline-s $left >$P/peers-1.txt 2>&1
   grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
   [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-1.tgz
   rm -rf $P/pk

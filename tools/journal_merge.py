@@ -7,7 +7,7 @@ two new slices, run each with part of the windows (e.g. `form=heads24` and
 the two journals back and resume the original slice with its own filter: the
 gate finds every case journalled and runs none.
 
-  scripts/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
+  tools/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
 
 The inputs must share the header line (same campaign: table, seeds, oracle,
 refinement options, backend, device, variant hashes); otherwise exit 2 naming
@@ -18,7 +18,7 @@ twice) keeps both lines: the gate reads the first. A torn last line (a run
 killed mid-write) is dropped, as the gate drops it. Writes OUT.tmp, then
 renames. Exit 0 on success, 2 on bad input.
 
-Two runs resumed from one journal (e.g. two device calls that both started
+Two runs resumed from one journal (e.g. on two machines, both started
 from the committed journal) journal the same cases again; their lines differ
 only in "seconds", the case's wall time, which is no result. Such a line is
 the same case: the first is kept, the other dropped and counted."""

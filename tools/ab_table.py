@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side table of kernels_bench JSON runs of two builds, interleaved.
 
-Usage: scripts/ab_table.py A1.json B1.json [A2.json B2.json ...] [--ops REGEX]
+Usage: tools/ab_table.py A1.json B1.json [A2.json B2.json ...] [--ops REGEX]
 Rows are matched on (shape, w, op); each build's value is the median over its
 runs of the per-run median_us, and B/A is printed from the unrounded values.
 Prints a Markdown table (A = old, B = new).

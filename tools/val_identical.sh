@@ -2,8 +2,8 @@
 # Validation-identity check: run `normgate check` on varied cases and two small
 # gates on the CPU, writing JSON reports (timings stripped) into DIR. Run it
 # before and after a change to the oracle or validators, then compare:
-#   scripts/val_identical.sh /tmp/before   # on the old build
-#   scripts/val_identical.sh /tmp/after    # on the new build
+#   tools/val_identical.sh /tmp/before   # on the old build
+#   tools/val_identical.sh /tmp/after    # on the new build
 #   diff -r /tmp/before /tmp/after          # must print nothing
 # NORMGATE_BUILD picks the build (default build). Takes about a minute on 2 cores.
 set -uo pipefail

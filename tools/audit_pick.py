@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""What scripts/h200.sh's audit step reproduces, picked from a gate report.
+"""What tools/h200.sh's audit step reproduces, picked from a gate report.
 
-Usage: scripts/audit_pick.py GATE.json
+Usage: tools/audit_pick.py GATE.json
 
 Prints one line, three fields separated by tabs:
   1. the 0-based index of the window with the highest worst err/tol (the

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One main-job table from several `normgate check --json` grid files.
 
-`scripts/h200.sh` runs the grid one (T, H[, w]) at a time, so a grid that
-spans device calls (or sessions) leaves one JSON file per piece. This reads
+`tools/h200.sh` runs the grid one (T, H[, w]) at a time, so a grid that
+spans several runs leaves one JSON file per piece. This reads
 them all (plain or .gz) and prints, per (T, implementation, family), what
 `normgate check --md` prints per file: cases, failed, inconclusive, max
 err/tol of y, rstd, dx and dw, the forced share of y, dx and dw (the
@@ -11,7 +11,7 @@ kernel's, over the worst err/tol; 1.00 = the whole error is forced; it can
 exceed 1 where our rounding happened to land closer than the ideal one), the
 worst "dw vs FP32" ratio and the worst dw case.
 
-Usage: scripts/grid_table.py FILE.json[.gz] [...]   (Markdown on stdout)
+Usage: tools/grid_table.py FILE.json[.gz] [...]   (Markdown on stdout)
 Non-finite err/tol ("inf", "nan" in the JSON) count as the worst. Exit 2
 naming the file when one cannot be read or is not a grid report, or when a
 (case, implementation) appears in two files.

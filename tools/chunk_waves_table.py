@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Table of backward times against the chunk plan's wave count, from
 kernels_bench JSON files named ...w<W>.json (W = --chunk-waves; 0 = the plan's
-own). Usage: scripts/chunk_waves_table.py FILE... (the experiment of branch
+own). Usage: tools/chunk_waves_table.py FILE... (the experiment of branch
 wip/bwd-rowptr: docs/results/h200-2026-11-30-s10/next-s11-wip.sh)."""
 import json
 import re

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one call (on the H200 device machine, or any CUDA box):
-#   1. build if needed (or use a build made elsewhere and carried along),
+# Everything GPU-side in one run, on a CUDA machine (written for the H200):
+#   1. build if needed (or use a build made elsewhere: NORMGATE_BUILD),
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant
 #      (`normgate check`) and on the forward's ring kernel across rows
@@ -9,40 +9,59 @@
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
-#      (NG_GRID_T, NG_GRID_H, NG_GRID_W, NG_GRID_SEEDS override the grid; NG_STEPS picks steps),
+#      (NG_GRID_T, NG_GRID_H, NG_GRID_W, NG_GRID_SEEDS override the grid; --steps picks steps),
 #   6. escbench: the MPFR escalation cost on this host's cores (bench/escalation_bench),
 #   7. gate: `normgate gate` over NG_GATE_TABLE (routes/sm90a.toml) with
 #      NG_GATE_SEEDS (3x16), NG_GATE_WINDOWS (all), NG_GATE_ARGS, journalled to
-#      NG_GATE_JOURNAL (resumes when it exists; copied back to the output),
+#      NG_GATE_JOURNAL (resumes when it exists; copied to the output folder),
 #      stopped by the deadline (the journal keeps what finished),
 #   8. audit (not run by default; after `gate`, or on NG_AUDIT_REPORT): from the
-#      gate report (scripts/audit_pick.py picks the window with the highest worst
+#      gate report (tools/audit_pick.py picks the window with the highest worst
 #      err/tol and a cancel case of it): `normgate repro --from-report` of that
 #      window's worst case and `normgate repro CASE --variant ctl_fp32_seq` of
 #      the cancel case (a negative control: exit 1 expected), both --save'd to
 #      cases/; `normgate export` of every window's worst case (maps.h5); and
 #      `normgate inspect` of every .h5. A .h5 over NG_AUDIT_KEEP_MB (default 4)
-#      is removed after its inspect, so that logs.tgz stays small enough to
-#      come back (the device tool returns files of at most 16 MiB).
+#      is removed after its inspect, so that logs.tgz stays small.
 #      NG_AUDIT_BACKEND=cpu runs it on the CPU models (a dry run without a GPU),
 #   9. a short table last.
-# Logs go to $OUT (the device tool's output folder) or ./out: everything under
-# $OUT/logs, packed into $OUT/logs.tgz at the end.
-# Usage: scripts/h200.sh            (steps tests sanitize bench grid)
-#        NG_STEPS="tests sanitize" scripts/h200.sh
-#        NG_STEPS="gate audit" NG_GATE_WINDOWS=op=bwd,H=2048 scripts/h200.sh
+# Logs go to the output folder DIR: everything under DIR/logs, packed into
+# DIR/logs.tgz at the end.
+# Usage: tools/h200.sh [--out DIR] [--deadline-s N] [--steps "STEP ..."]
+#   --out DIR       the output folder (default: $OUT if set, else out/ in the
+#                   repository)
+#   --deadline-s N  seconds after the start by which the grid, escbench, gate
+#                   and audit steps stop, so that the logs are packed in time
+#                   (default: $NG_DEADLINE, else 0: none)
+#   --steps LIST    the steps, blank-separated (default: $NG_STEPS, else
+#                   "tests sanitize bench grid")
+# e.g.   tools/h200.sh --out /tmp/h200 --deadline-s 540
+#        tools/h200.sh --steps "tests sanitize"
+#        NG_GATE_WINDOWS=op=bwd,H=2048 tools/h200.sh --steps "gate audit"
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
 final="${OUT:-$root/out}"
-out="$final/logs"   # everything lands here; packed into $final/logs.tgz at the end
+deadline="${NG_DEADLINE:-0}"
 steps="${NG_STEPS:-tests sanitize bench grid}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { echo "h200: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --deadline-s) [ $# -ge 2 ] || { echo "h200: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
+    --steps) [ $# -ge 2 ] || { echo "h200: --steps needs a list" >&2; exit 2; }; steps="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "h200: unknown argument '$1' (--out DIR, --deadline-s N, --steps LIST)" >&2; exit 2 ;;
+  esac
+done
+[[ "$deadline" =~ ^[0-9]+$ ]] || { echo "h200: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
+out="$final/logs"   # everything lands here; packed into $final/logs.tgz at the end
 mkdir -p "$out"
 bin="$build/apps/normgate"
 declare -a summary
-# A build carried from the dev machine has /work/main baked into its test paths.
+# A build made in a checkout at /work/main has that path baked into its tests:
+# it is linked to this checkout where it is missing.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$root" /work/main; }
-# A compact carried build (scripts/stage_carry, NORMGATE_BUILD=build/dev): the
+# A compact build (tools/stage_carry, NORMGATE_BUILD=build/dev): the
 # CLI tests look for the binary under build/apps.
 if [ "$build" != "$root/build" ] && [ ! -e "$root/build/apps/normgate" ] && [ -x "$build/apps/normgate" ]; then
   mkdir -p "$root/build" && ln -sfn "$(cd "$build" && pwd)/apps" "$root/build/apps"
@@ -50,7 +69,7 @@ fi
 
 # Builds made with NORMGATE_HOST_FMA (the default on FMA machines) need FMA here too.
 grep -qw fma /proc/cpuinfo 2>/dev/null ||
-  echo "h200: this CPU has no FMA: a carried build made with -mfma cannot run here (rebuild with -DNORMGATE_HOST_FMA=OFF)" | tee -a "$out/steps.log"
+  echo "h200: this CPU has no FMA: a build made elsewhere with -mfma cannot run here (rebuild with -DNORMGATE_HOST_FMA=OFF)" | tee -a "$out/steps.log"
 if ! "$bin" --version >/dev/null 2>&1 || ! [ -x "$build/bench/kernels_bench" ]; then
   echo "h200: no usable build in $build: building" | tee -a "$out/steps.log"
   "$root/scripts/build" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
@@ -64,8 +83,7 @@ fi
 gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
 has() { [[ " $steps " == *" $1 "* ]]; }
-# NG_DEADLINE (seconds after start, 0 = none): the grid stops in time to pack the logs.
-deadline="${NG_DEADLINE:-0}"
+# --deadline-s (seconds after start, 0 = none): the grid stops in time to pack the logs.
 left() { if [ "$deadline" -gt 0 ]; then echo $((deadline - SECONDS)); else echo 100000; fi; }
 
 if has tests; then
@@ -222,7 +240,7 @@ if has audit; then
   }
   if [ ! -s "$report" ]; then
     summary+=("audit: skipped, no gate report $report (run the gate step first, or set NG_AUDIT_REPORT)")
-  elif ! pick=$(python3 "$root/scripts/audit_pick.py" "$report" 2>&1); then
+  elif ! pick=$(python3 "$root/tools/audit_pick.py" "$report" 2>&1); then
     summary+=("audit: skipped, $pick")
   else
     IFS=$'\t' read -r window cancel label <<<"$pick"

@@ -1,51 +1,67 @@
 #!/usr/bin/env bash
-# A gate campaign in slices, resumable across calls and sessions (the device
-# machine allows 10 minutes a command): every slice is one `normgate gate`
-# process, all slices at once, slice K on GPU (K-1) mod NGPU.
+# A gate campaign in slices, on a CUDA machine, resumable across runs (each
+# run stops at its deadline): every slice is one `normgate gate` process, all
+# slices at once, slice K on GPU (K-1) mod NGPU.
 #
-#   scripts/campaign.sh CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
+#   tools/campaign.sh [--out DIR] [--deadline-s N] CAMPAIGN_DIR SLICE_FILTER [SLICE_FILTER ...]
+#
+#   --out DIR       where campaign.tgz goes (default: $OUT if set, else out/
+#                   in the repository)
+#   --deadline-s N  seconds from the start after which a slice still running
+#                   is killed (default: $NG_CAMPAIGN_DEADLINE, else 540)
 #
 # CAMPAIGN_DIR (in the repository, e.g. docs/results/campaign-sm90a) keeps one
 # journal per slice, gzipped: slice-K.jsonl.gz, K = 1, 2, ... in argument
 # order (slice K's window filter is its argument; the same slice must keep
-# the same filter and number from call to call). Slice the table so that
+# the same filter and number from run to run). Slice the table so that
 # windows sharing cases (fwd, det and nondet of one H, w, form) are in the
 # same slice, e.g. by H or form: split by op or mode, the shared cases run
-# once per slice. Each call:
+# once per slice. Each run:
 #   1. unpacks every slice's journal (if any) into a work folder,
 #   2. runs the slices at once, cores/slices OpenMP threads each, `normgate
 #      gate TABLE --seeds SEEDS --windows FILTER --journal ... --quiet
 #      --report-md/json` and NG_CAMPAIGN_ARGS; a slice still running at the
 #      deadline is killed (kill -9: the journal keeps every finished case;
-#      the next call resumes),
-#   3. gzips the journals back into CAMPAIGN_DIR (so a next call on the same
-#      machine resumes) and writes, per slice, its report when the gate
+#      the next run resumes),
+#   3. gzips the journals back into CAMPAIGN_DIR (so a next run in the same
+#      checkout resumes) and writes, per slice, its report when the gate
 #      finished (slice-K.md/.json: the verdict covers grid and refinement) or
-#      scripts/journal_summary.py's partial summary,
-#   4. packs everything into $OUT/campaign.tgz (on the device machine: unpack
-#      it over CAMPAIGN_DIR on the dev machine and commit, since the device's
-#      copy of the tree is gone after the call) and prints a short table last.
+#      tools/journal_summary.py's partial summary,
+#   4. packs everything into DIR/campaign.tgz (to unpack over CAMPAIGN_DIR in
+#      another checkout, where this one is not kept) and prints a short table
+#      last.
 # Environment: NG_CAMPAIGN_DEMO (1: the loader and control demo first),
 # NG_CAMPAIGN_APPROVE (1: a slice whose every window passed is run once more,
 # sequentially, with --approve, writing TABLE's approvals file next to it and
 # into the pack, under flock(1) on TABLE's .approvals.lock so that campaigns
 # run side by side never write it at once; default 0), NG_CAMPAIGN_TABLE (routes/sm90a.toml),
-# NG_CAMPAIGN_SEEDS (3x16), NG_CAMPAIGN_DEADLINE (seconds from start, default
-# 540), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options),
+# NG_CAMPAIGN_SEEDS (3x16), NORMGATE_BUILD (build), NG_CAMPAIGN_ARGS (more gate options),
 # NG_CAMPAIGN_THREADS (OpenMP threads: one number for every slice, or a comma
 # list, one per slice; default cores/slices), NG_CAMPAIGN_GPUS (GPU index: one
 # for every slice, or a comma list, one per slice; default (K-1) mod NGPU).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-case "${1:-}" in -h|--help) sed -n 2,40p "$0"; exit 0 ;; esac
-[ $# -ge 2 ] || { sed -n 2,40p "$0" >&2; exit 2; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+final="${OUT:-$root/out}"
+deadline="${NG_CAMPAIGN_DEADLINE:-540}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { echo "campaign: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --deadline-s) [ $# -ge 2 ] || { echo "campaign: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "campaign: unknown option '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 2 ] || { usage >&2; exit 2; }
+[[ "$deadline" =~ ^[0-9]+$ ]] && [ "$deadline" -gt 0 ] ||
+  { echo "campaign: --deadline-s '$deadline' is not a positive whole number of seconds" >&2; exit 2; }
 dir="$1"; shift
 build="${NORMGATE_BUILD:-$root/build}"
 bin="$build/apps/normgate"
 table="${NG_CAMPAIGN_TABLE:-$root/routes/sm90a.toml}"
 seeds="${NG_CAMPAIGN_SEEDS:-3x16}"
-deadline="${NG_CAMPAIGN_DEADLINE:-540}"
-final="${OUT:-$root/out}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir" "$final"
@@ -136,8 +152,8 @@ for k in $(seq 1 "$nslice"); do
   if [ -f "$work/slice-$k.json" ] && [ "$rc" -le 1 ]; then
     state="finished (rc=$rc: $([ $rc -eq 0 ] && echo all windows pass || echo some window FAILS))"
   elif [ "$rc" -eq 137 ]; then
-    state="stopped at the deadline (resumes next call)"
-    python3 "$root/scripts/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
+    state="stopped at the deadline (resumes next run)"
+    python3 "$root/tools/journal_summary.py" "$j" --md "$work/slice-$k.partial.md" >/dev/null 2>&1 || true
   else
     state="ERROR rc=$rc: $(grep -v '^ *$' "$work/slice-$k.log" | tail -4 | tr '\n' ' ' | cut -c1-600)"
   fi

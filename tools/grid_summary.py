@@ -7,7 +7,7 @@ This prints, per (implementation, family), the cases seen, how many failed,
 the worst dw err/tol and its case: a table for runs that were cut short
 before `normgate check` could write its own --md table.
 
-Usage: scripts/grid_summary.py LOG [LOG ...]
+Usage: tools/grid_summary.py LOG [LOG ...]
 """
 import re
 import sys

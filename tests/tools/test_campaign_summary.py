@@ -1,4 +1,4 @@
-"""scripts/campaign_summary.py on stored H200 gate reports (no GPU, no torch):
+"""tools/campaign_summary.py on stored H200 gate reports (no GPU, no torch):
 one row per window, the latest report of a re-gated window wins, the values
 are the report's, mixed kernel versions are flagged, a non-report exits 2 and
 a failing window exits 1. Runs under pytest or as a script."""
@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-TOOL = os.path.join(ROOT, "scripts", "campaign_summary.py")
+TOOL = os.path.join(ROOT, "tools", "campaign_summary.py")
 R = os.path.join(ROOT, "docs", "results")
 V2_HEADS4 = os.path.join(R, "campaign-forms-v2", "slice-3.json")   # heads4 on the kernels of 44a0781
 V3_HEADS4 = os.path.join(R, "campaign-v3-forms", "slice-1.json")   # heads4 bf16, re-gated on 48e338b

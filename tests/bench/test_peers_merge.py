@@ -2,7 +2,7 @@
 every run in order, each row's "of copy" from its own run's ceiling, every
 run's command in the header, and a row present in two runs refused (exit 2);
 --plan with --done: the rows of earlier results are skipped.
-Runs under pytest or as `python3 python/tests/test_peers_merge.py`."""
+Runs under pytest or as `python3 tests/bench/test_peers_merge.py`."""
 import json
 import os
 import subprocess
@@ -248,38 +248,38 @@ def test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest(
 
 def test_row_time_prediction_for_end_s():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
-    assert peers.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
-    assert peers.row_elements("res", 6144, 131072) == 131072 * 6144
-    assert peers.predict_row_s([], 10**9) is None
+    from peers import matrix, schedule
+    assert matrix.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
+    assert matrix.row_elements("res", 6144, 131072) == 131072 * 6144
+    assert schedule.predict_row_s([], 10**9) is None
     # Session 18, call 3: [131072, 4096] fp32 res: timing 36.4 s + accuracy 71.7 s (537M elements);
     # [4097, 4096] fp32 res: 1.8 + 1.2 s.
     done = [(131072 * 4096, 108.1), (4097 * 4096, 3.0)]
     e = 131072 * 6144  # [131072, 6144] res: only the big row is comparable (>= half its size)
     big = 1.3 * 108.1 * 1.5 + 10
-    assert abs(peers.predict_row_s(done, e) - big) < 1e-9
-    assert abs(peers.predict_row_s(done, e, warm=False) - (big + 100)) < 1e-9
+    assert abs(schedule.predict_row_s(done, e) - big) < 1e-9
+    assert abs(schedule.predict_row_s(done, e, warm=False) - (big + 100)) < 1e-9
     # Half the size is still comparable; below half it is not (then the biggest row is scaled).
-    assert abs(peers.predict_row_s([(100, 10.0), (49, 9.8)], 98) - (1.3 * 9.8 * 98 / 49 + 10)) < 1e-9
-    assert abs(peers.predict_row_s([(100, 10.0), (48, 9.8)], 98) - (1.3 * 10.0 * 98 / 100 + 10)) < 1e-9
+    assert abs(schedule.predict_row_s([(100, 10.0), (49, 9.8)], 98) - (1.3 * 9.8 * 98 / 49 + 10)) < 1e-9
+    assert abs(schedule.predict_row_s([(100, 10.0), (48, 9.8)], 98) - (1.3 * 10.0 * 98 / 100 + 10)) < 1e-9
     # Nothing comparable: the biggest row scaled up (not the small row's higher per-element cost).
-    assert abs(peers.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096)
+    assert abs(schedule.predict_row_s([(4097 * 4096, 5.9), (65537 * 4096, 40.0)], 4 * 65537 * 4096)
                - (1.3 * 160.0 + 10)) < 1e-9
     # The loop's decision: rows as results hold them; phase_s's timing + accuracy, not setup, is
     # scaled (a row that compiled in its setup would predict its compile x the element ratio).
     rows = [{"form": "res", "H": 4096, "T": 131072, "seconds": 170.0,
              "phase_s": {"setup": 61.9, "timing": 36.4, "accuracy": 71.7}},
             {"form": "heads24", "H": 256, "T": 4097, "seconds": 6.0}]
-    tail = peers.END_TAIL_S
-    assert peers.end_skip(0, 500, rows, "res", 6144, 131072, True) == ""                     # no --end-s
-    assert peers.end_skip(700, 500, [], "res", 6144, 131072, True) == ""                     # nothing to predict from
-    assert peers.end_skip(700, 700 - tail, [], "res", 6144, 131072, True) == "no time left before --end-s"
-    assert peers.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, True) == ""  # fits, 1 s to spare
-    why = peers.end_skip(700, 700 - big - tail + 1, rows, "res", 6144, 131072, True)
+    tail = schedule.END_TAIL_S
+    assert schedule.end_skip(0, 500, rows, "res", 6144, 131072, True) == ""                     # no --end-s
+    assert schedule.end_skip(700, 500, [], "res", 6144, 131072, True) == ""                     # nothing to predict from
+    assert schedule.end_skip(700, 700 - tail, [], "res", 6144, 131072, True) == "no time left before --end-s"
+    assert schedule.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, True) == ""  # fits, 1 s to spare
+    why = schedule.end_skip(700, 700 - big - tail + 1, rows, "res", 6144, 131072, True)
     assert why == f"predicted {big:.0f} s, {big + tail - 1:.0f} s left before --end-s", why
-    assert peers.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, False)       # +100 s unwarmed
+    assert schedule.end_skip(700, 700 - big - tail - 1, rows, "res", 6144, 131072, False)       # +100 s unwarmed
     # A heads24 row at T=4097 (25M elements) still fits where the big row does not.
-    assert peers.end_skip(700, 700 - big - tail + 1, rows, "heads24", 256, 4097, True) == ""
+    assert schedule.end_skip(700, 700 - big - tail + 1, rows, "heads24", 256, 4097, True) == ""
     r = plan("--end-s", "-1")
     assert r.returncode == 2 and "--end-s -1.0: need >= 0" in r.stderr, r.stderr
 
@@ -288,32 +288,32 @@ def test_run_row_is_timing_then_after_timing_then_accuracy():
     """run_row's phases in order (the warm-up batch starts between them, never
     beside a timing phase), and --defer-accuracy runs the same two halves."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
+    from peers import cli
     calls = []
-    saved = peers.run_row_timing, peers.run_row_accuracy
+    saved = cli.run_row_timing, cli.run_row_accuracy
     try:
-        peers.run_row_timing = lambda *a: (calls.append("timing"), ({"row": 1}, ["det"]))[1]
-        peers.run_row_accuracy = lambda torch, args, impls, row, live, log: (calls.append(("accuracy", row, live)),
+        cli.run_row_timing = lambda *a: (calls.append("timing"), ({"row": 1}, ["det"]))[1]
+        cli.run_row_accuracy = lambda torch, args, impls, row, live, log: (calls.append(("accuracy", row, live)),
                                                                              row)[1]
-        row = peers.run_row(None, None, {}, {}, "plain", 64, 8, "bf16", None, None,
+        row = cli.run_row(None, None, {}, {}, "plain", 64, 8, "bf16", None, None,
                             after_timing=lambda: calls.append("after"))
     finally:
-        peers.run_row_timing, peers.run_row_accuracy = saved
+        cli.run_row_timing, cli.run_row_accuracy = saved
     assert calls == ["timing", "after", ("accuracy", {"row": 1}, ["det"])] and row == {"row": 1}
-    assert peers.parse_args(["--defer-accuracy"]).defer_accuracy and not peers.parse_args([]).defer_accuracy
+    assert cli.parse_args(["--defer-accuracy"]).defer_accuracy and not cli.parse_args([]).defer_accuracy
 
 
 def test_split_known_reuses_only_identical_outputs():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
+    from peers import accuracy
     seen = {"y": [((1, 2, 3), {"err_tol": 0.25, "pass": True})], "dx": [((4, 5), {"err_tol": 2.0, "pass": False})]}
     same = lambda a, b: a == b  # noqa: E731
-    todo, reused = peers.split_known({"y": (1, 2, 3), "dx": (4, 6), "dw": (7,)}, seen, same)
+    todo, reused = accuracy.split_known({"y": (1, 2, 3), "dx": (4, 6), "dw": (7,)}, seen, same)
     assert todo == {"dx": (4, 6), "dw": (7,)}
     assert reused == {"y": {"err_tol": 0.25, "pass": True}}
-    todo, reused = peers.split_known({"dx": (4, 5)}, seen, same)
+    todo, reused = accuracy.split_known({"dx": (4, 5)}, seen, same)
     assert todo == {} and reused["dx"]["pass"] is False  # a failing entry is reused as failing
-    todo, reused = peers.split_known({"y": (1, 2, 3)}, {}, same)
+    todo, reused = accuracy.split_known({"y": (1, 2, 3)}, {}, same)
     assert todo == {"y": (1, 2, 3)} and reused == {}
 
 
@@ -383,35 +383,35 @@ def test_gpu_state_sums_counter_growth_and_keeps_extremes():
 
 def test_spread_lines_name_the_noisy_implementations_only():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
+    from peers import timing
     row = {"impls": {
         "ours": {"p10_p90": {"fwd": [100.0, 101.0], "bwd": [100.0, 112.0]},
                  "round_us": {"bwd": [101.0, 111.5, 100.5]},
                  "gpu_state": {"power_violation_ms": 12.25, "sm_mhz_min": 1500, "sm_mhz_max": 1980, "reasons_or": 4}},
         "TC": {"p10_p90": {"fwd": [90.0, 90.5], "bwd": [80.0, 82.0]}},
     }}
-    lines = peers.spread_lines(row, ["fwd", "bwd"])
+    lines = timing.spread_lines(row, ["fwd", "bwd"])
     assert len(lines) == 1, lines
     assert "ours bwd p90/p10 1.120" in lines[0] and "101.0/111.5/100.5" in lines[0]
     assert "power-cap 12.2 ms" in lines[0] and "SM 1500-1980 MHz" in lines[0] and "0x4" in lines[0]
 
 def test_acc_parts_sums_the_seeds_and_names_each_implementation():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
+    from peers import accuracy
     row = {"acc_generate_s": [0.5, 0.25], "acc_open_s": [1.25, 2.0],
            "acc_oracle_s": {"copy": 1.5, "open": 0.75, "validate": 2.0},
            "impls": {"det": {"acc_s": {"run": 0.5, "validate": 3.0}}, "TC": {}}}
-    assert peers.acc_parts(row) == ("generate 0.8 s, inputs+oracle open 3.2 s; of which, with the validations: "
+    assert accuracy.acc_parts(row) == ("generate 0.8 s, inputs+oracle open 3.2 s; of which, with the validations: "
                                     "copy 1.5 s, open 0.8 s, validate 2.0 s; det run 0.5 + validate 3.0 s")
 
 
 def test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_error():
     import re
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import peers
+    from peers import matrix
     h = open(os.path.join(ROOT, "seeds", "include", "normgate", "seeds", "case_id.h")).read()
     enum = re.search(r"enum class Family : \w+ \{([^}]*)\}", h).group(1)
-    assert [t.split("=")[0].strip() for t in enum.split(",")] == peers.FAMILIES
+    assert [t.split("=")[0].strip() for t in enum.split(",")] == matrix.FAMILIES
     r = plan("--family", "nosuch")
     assert r.returncode == 2 and "--family 'nosuch': unknown family" in r.stderr, r.stderr
     assert plan("--family", "cancel").returncode == 0

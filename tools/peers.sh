@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# The peer benchmark (bench/peers.py) on a CUDA machine, in one call:
+# The peer benchmark (bench/peers.py) on a CUDA machine, in one run:
 #   1. install the peers' wheels from .whl/ (if present) into /tmp/site,
-#   2. build libnormgate_capi.so if no usable build is there (or use a carried one),
-#   3. python3 bench/peers.py $NG_PEERS_ARGS, writing peers.md / peers.json,
-#   4. pack logs into $OUT/peers.tgz (the device tool returns few files) and
-#      print the Markdown table last.
-# Usage: NG_PEERS_ARGS="--H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2" scripts/peers.sh
-#        NG_PEERS_ARGS="--T 65537 --w bf16" NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" scripts/peers.sh
+#   2. build libnormgate_capi.so if no usable build is there (NORMGATE_BUILD
+#      may name a build made elsewhere),
+#   3. python3 bench/peers.py $NG_PEERS_ARGS PEERS_ARGS, writing peers.md /
+#      peers.json,
+#   4. pack logs into DIR/peers.tgz and print the Markdown table last.
+# Usage: tools/peers.sh [--out DIR] [--deadline-s N] [-- PEERS_ARGS ...]
+#   --out DIR       the output folder (default: $OUT if set, else out/ in the
+#                   repository)
+#   --deadline-s N  seconds from this script's start (install and build
+#                   included) after which the run is stopped (default:
+#                   $NG_PEERS_TIMEOUT, else 540); peers.py gets what is left
+#                   as --end-s
+#   PEERS_ARGS      bench/peers.py options, after those of NG_PEERS_ARGS
+# e.g.   tools/peers.sh --out /tmp/peers -- --H 4096 --T 65537,131072 --w bf16,fp32 --seeds 2
+#        NG_PEERS_SHARDS="--H 2048,6144|--H 4096,5120" tools/peers.sh -- --T 65537 --w bf16
 #          (one peers.py per shard, on its own GPU; one merged table)
 #        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_SHARDS=... (with shards only: every shard on
 #          GPU 0, 8 OpenMP threads each)
@@ -14,11 +23,23 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
 final="${OUT:-$root/out}"
+deadline="${NG_PEERS_TIMEOUT:-540}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { echo "peers: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --deadline-s) [ $# -ge 2 ] || { echo "peers: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "peers: unknown argument '$1' (--out DIR, --deadline-s N, then -- and peers.py's options)" >&2; exit 2 ;;
+  esac
+done
+[[ "$deadline" =~ ^[0-9]+$ ]] || { echo "peers: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
 out="$final/peers"
 mkdir -p "$out"
-# A wheel too big for one call's carry (64 MiB: QuACK's nvidia-cutlass-dsl-libs
-# at 92 MB) travels split over two warm calls as .whlparts/NAME.whl.partNN
-# (scripts/split_wheel); the parts left by the earlier call are still there.
+# A wheel may come split (a transfer with a file-size limit: QuACK's
+# nvidia-cutlass-dsl-libs is 92 MB) as .whlparts/NAME.whl.partNN with
+# NAME.whl.sha256 (tools/split_wheel): the parts are joined into .whl/ and
+# checked.
 if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
   for w in $(ls "$root"/.whlparts/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
     n=$(basename "$w")
@@ -34,7 +55,7 @@ if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
   done
 fi
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
-  # A warm machine keeps /tmp/site: the same wheels (by content) are not installed twice.
+  # /tmp/site stays between runs on one machine: the same wheels (by content) are not installed twice.
   stamp=$(cd "$root/.whl" && sha256sum ./*.whl | sha256sum | cut -c1-16)
   if [ "$(cat /tmp/site/.normgate-wheels 2>/dev/null)" = "$stamp" ]; then
     echo "peers: wheels $stamp already installed in /tmp/site" | tee -a "$out/steps.log"
@@ -64,23 +85,23 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); GLIBC_TUNABLES=$GLIBC_TUNABLES" >>"$out/env.txt"
 # shellcheck disable=SC2086
-# NG_PEERS_TIMEOUT counts from the script's start (install and build included);
+# --deadline-s counts from the script's start (install and build included);
 # peers.py gets what is left as --end-s, so that it starts no row predicted to
-# outlast the timeout (a later --end-s in NG_PEERS_ARGS wins).
-budget=$(( ${NG_PEERS_TIMEOUT:-540} - SECONDS ))
+# outlast it (a later --end-s in NG_PEERS_ARGS or PEERS_ARGS wins).
+budget=$(( deadline - SECONDS ))
 [ "$budget" -gt 30 ] || { echo "peers: no time left after install/build (${SECONDS}s)"; budget=30; }
 # The args are split on blanks but never globbed: a --done pattern reaches
 # peers.py as written (bash would expand run-*.json into several words).
 set -f
 if [ -z "${NG_PEERS_SHARDS:-}" ]; then
-  timeout "$budget" python3 "$root/bench/peers.py" --end-s "$budget" ${NG_PEERS_ARGS:-} \
+  timeout "$budget" python3 "$root/bench/peers.py" --end-s "$budget" ${NG_PEERS_ARGS:-} "$@" \
     --json "$out/peers.json" --md "$out/peers.md" >"$out/peers.stdout" 2>"$out/peers.log"
   rc=$?
   tail -40 "$out/peers.log" | grep -v "^ *$" | tail -25
   echo "peers.py rc=$rc"
 else
   # NG_PEERS_SHARDS="ARGS_1|ARGS_2|...": one peers.py per shard, shard k on
-  # GPU k-1 (mod the GPU count), each with NG_PEERS_ARGS plus its own ARGS_k
+  # GPU k-1 (mod the GPU count), each with NG_PEERS_ARGS, PEERS_ARGS and its own ARGS_k
   # and cores/shards OpenMP threads for its accuracy runs; then one table
   # (peers.py --merge). Each process times its own GPU: its ratios compare
   # implementations measured side by side on that GPU.
@@ -104,7 +125,7 @@ else
     gpu=$(( k % ngpu ))
     [ "${#gpus[@]}" -gt 0 ] && gpu=${gpus[$(( k % ${#gpus[@]} ))]}
     CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$nthr timeout "$budget" python3 "$root/bench/peers.py" \
-      --end-s "$budget" ${NG_PEERS_ARGS:-} ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
+      --end-s "$budget" ${NG_PEERS_ARGS:-} "$@" ${shards[$k]} --json "$out/peers-$((k + 1)).json" --md "$out/peers-$((k + 1)).md" \
       >"$out/peers-$((k + 1)).stdout" 2>"$out/peers-$((k + 1)).log" &
     pids+=($!)
   done

@@ -5,7 +5,7 @@ errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
-Usage: scripts/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
+Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
 Exit 0; 2 on a missing or unreadable journal."""
 import gzip
 import json

@@ -2,7 +2,7 @@
 """One table over the gate reports of a campaign (every slice's
 `normgate gate --report-json`), for the campaign's summary in docs/results/.
 
-Usage: scripts/campaign_summary.py REPORT.json [REPORT.json ...] [--table TABLE.toml] [--md OUT.md]
+Usage: tools/campaign_summary.py REPORT.json [REPORT.json ...] [--table TABLE.toml] [--md OUT.md]
 
 Rows: one per window (by its name, e.g. "bwd det H=6144 w=bf16 form=res
 T=1..131072"), in route-line order: route (file:line), variant and the first

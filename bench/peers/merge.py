@@ -1,0 +1,171 @@
+"""Results joined: --merge, and --done (the rows earlier results measured).
+
+  python3 bench/peers.py --merge A.json B.json ... --json all.json --md all.md
+merges runs (shards of one matrix on several GPUs, or slices run in several
+sessions; no GPU or torch needed): rows in the order given, each keeping the
+copy ceiling of its own run for its "of copy" column; the title gives the
+runs' date range, the header every run's GPU, driver and versions, and "Runs"
+at the end each run's file, date and command; stdout gets the table, or with --md
+one line naming the files written. Exit 2 when a file is not a peers.py
+result or two runs hold the same row."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .matrix import SAME_METHOD, atomic_write, die_usage, row_key, workload
+from .report import markdown
+
+def merge(argv):
+    """--merge J1 J2 ... [--json OUT] [--md OUT]: see the module docstring."""
+    files, out_json, out_md, i = [], "", "", 0
+    while i < len(argv):
+        if argv[i] in ("--json", "--md"):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                die_usage(f"--merge: {argv[i]} needs a file name"
+                          + (f" (got {argv[i + 1]!r})" if i + 1 < len(argv) else ""))
+            if argv[i] == "--json":
+                out_json = argv[i + 1]
+            else:
+                out_md = argv[i + 1]
+            i += 2
+        elif argv[i] in ("-h", "--help"):
+            print("usage: peers.py --merge RESULT.json [RESULT.json ...] [--json OUT] [--md OUT]\n"
+                  "Merges peers.py results (shards of one matrix, or runs of several sessions) into one table:\n"
+                  "rows in the order given, each with its own run's copy ceiling; a row in two runs is an error.\n"
+                  "Prints the Markdown table, or with --md one line saying what went where.")
+            sys.exit(0)
+        elif argv[i].startswith("--"):
+            die_usage(f"--merge: unknown option {argv[i]!r} (files, --json OUT, --md OUT)")
+        else:  # a quoted glob pattern works as with --done; it must match something
+            hits = expand_pattern(argv[i])
+            if not hits:
+                die_usage(f"--merge: {argv[i]!r} matches no file")
+            files += hits
+            i += 1
+    if not files:
+        die_usage("--merge needs at least one result JSON")
+    runs = []
+    for f in files:
+        runs.append((f, load_result(f, "--merge")))
+    rows, seen = [], {}
+    for f, r in runs:
+        for row in r["rows"]:
+            key = row_key(row)
+            if key in seen:
+                die_usage(f"--merge: row {workload(row)} is in both {seen[key]} and {f}")
+            seen[key] = f
+            row = dict(row)
+            row.setdefault("copy_GBps", r["copy"].get("GBps"))
+            rows.append(row)
+    m0 = runs[0][1]["meta"]
+    meta = dict(m0)
+    for k in ("gpu", "driver", "cuda", "torch", "triton", "normgate", "date", "command"):
+        vals = []
+        for _, r in runs:
+            v = str(r["meta"].get(k))
+            if k == "driver":
+                v = v.splitlines()[0] if v.strip() else v  # older results: one line per GPU
+            if v not in vals:
+                vals.append(v)
+        meta[k] = " / ".join(vals) if k != "command" else "; ".join(vals)
+    for k in SAME_METHOD:
+        if any(r["meta"].get(k) != m0.get(k) for _, r in runs):
+            die_usage(f"--merge: runs differ in {k} ({', '.join(str(r['meta'].get(k)) for _, r in runs)})")
+    meta["peer_errors"] = {}
+    for _, r in runs:
+        meta["peer_errors"].update(r["meta"].get("peer_errors") or {})
+    # A row one run skipped (deadline) or failed may be measured by another:
+    # the merged table lists as missing only rows no run measured, each once.
+    for k in ("skipped", "failed_rows"):
+        meta[k], listed = [], set()
+        for _, r in runs:
+            for x in r["meta"].get(k, []):  # [T, H, w, form(, error)]
+                key = row_key({"T": x[0], "H": x[1], "w": x[2], "form": x[3]})
+                if key not in seen and key not in listed:
+                    listed.add(key)
+                    meta[k].append(x)
+    meta["stopped"] = "; ".join(r["meta"]["stopped"] for _, r in runs if r["meta"].get("stopped"))
+    meta["merged_from"] = files
+    # markdown: the dates as a range in the title, each run's command under "Runs" at the end
+    meta["runs"] = [{"file": os.path.basename(f), "date": r["meta"].get("date"), "command": r["meta"].get("command")}
+                    for f, r in runs]
+    # The header's copy ceiling: the lowest of the runs' (each row's column uses its own).
+    copies = [r["copy"] for _, r in runs if r["copy"].get("GBps")]
+    copy = dict(min(copies, key=lambda c: c["GBps"])) if copies else dict(runs[0][1]["copy"])
+    copy["by"] = f"{copy.get('by')}, lowest of {len(runs)} runs; each row's 'of copy' uses its own run's"
+    result = {"meta": meta, "copy": copy, "rows": rows}
+    atomic_write(out_json, json.dumps(result, indent=1))
+    md = markdown(meta, rows, copy)
+    atomic_write(out_md, md)
+    if out_md:  # the table is in the file: say what was merged, not the whole table again
+        print(f"merged {len(rows)} rows from {len(files)} runs into {out_md}" + (f" and {out_json}" if out_json else ""))
+    else:
+        print(md)
+    return 0
+
+
+def load_result(path, what):
+    """A peers.py result JSON, or a usage error (exit 2) naming the file."""
+    try:
+        with open(path) as fh:
+            r = json.load(fh)
+        if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
+            raise ValueError("no meta/copy/rows: not a peers.py result")
+    except json.JSONDecodeError as e:
+        die_usage(f"{what}: {path}: not valid JSON ({e})")
+    except (OSError, ValueError) as e:
+        die_usage(f"{what}: {path}: {e}")
+    return r
+
+
+def done_rows(spec, args=None):
+    """{row key: file} of the rows in the --done results. A pattern with glob
+    characters may match nothing (the first call of a matrix); a plain path
+    must exist. With args, a result counts only if it measured what this run
+    would: the same seeds, family, replays and rounds (else --merge refuses
+    to join them), and every peer of --peers available (its meta.peer_errors
+    names none of them, and every row has each of them: rows measured without
+    a peer, because it could not run or was not asked for, are measured again
+    once the peer runs; leave a peer that cannot run out of --peers)."""
+    done = {}
+    for pat, files in done_files(spec):
+        print(f"--done: {pat}: {len(files)} files", file=sys.stderr)
+        for f in files:
+            r = load_result(f, "--done")
+            if args is not None:
+                m = r["meta"]
+                differ = [k for k in SAME_METHOD if m.get(k) != getattr(args, k)]
+                missing = sorted(set(m.get("peer_errors") or {}) & set(args.peers))
+                if differ or missing:
+                    print(f"--done: {f}: not counted ("
+                          + ", ".join([f"{k} {m.get(k)} vs {getattr(args, k)}" for k in differ]
+                                      + [f"peer {p} could not run there" for p in missing]) + ")", file=sys.stderr)
+                    continue
+            unmeasured = set()
+            for row in r["rows"]:
+                # A run that was not asked for a peer of --peers has no
+                # error for it either: its rows lack that peer's numbers.
+                lack = sorted(set(args.peers) - set(row.get("impls", {}))) if args is not None else []
+                if lack:
+                    unmeasured.update(lack)
+                    continue
+                done.setdefault(row_key(row), f)
+            if unmeasured:
+                print(f"--done: {f}: rows without peer {', '.join(sorted(unmeasured))} (not asked for there) not counted",
+                      file=sys.stderr)
+    return done
+
+
+def expand_pattern(pat):
+    """The files of a --done or --merge argument: a pattern with glob
+    characters gives what it matches (sorted, maybe nothing), a plain path
+    itself."""
+    import glob
+    return sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+
+
+def done_files(spec):
+    """[(pattern, its files)] of a --done value (comma-separated patterns)."""
+    return [(pat, expand_pattern(pat)) for pat in [t.strip() for t in spec.split(",") if t.strip()]]
