@@ -189,9 +189,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (!o->report_md.empty()) write_file_atomic(o->report_md, md);
       if (!o->report_json.empty()) write_file_atomic(o->report_json, validators::gate_to_json(res).dump(2) + "\n");
       if (o->approve) {
-        const auto table = kernels::load_route_table(o->g.table_path, {o->g.allow_controls});
-        const auto changes = validators::update_approvals(approvals, res, table.routes);
-        kernels::save_approvals(approvals);
+        const auto changes = validators::approve(approvals, res, o->g);
         std::printf("approvals %s (backend %s):%s\n", approvals.path.c_str(), res.backend.c_str(),
                     changes.empty() ? " no change" : "");
         for (const auto& c : changes) std::printf("  %s\n", c.c_str());

@@ -1,0 +1,108 @@
+// gate/src/approvals.cpp: approvals from a gate's result: update_approvals
+// (which records change) and approve (the table reloaded, the approvals file
+// written atomically beside it).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gate_internal.h"
+#include "normgate/core/report_util.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::validators {
+
+namespace {
+using kernels::Op;
+using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+using namespace gate_detail;
+}  // namespace
+
+std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
+                                          const std::vector<kernels::Route>& table_routes) {
+  std::vector<std::string> changes;
+  auto in_table = [&](const kernels::Approval& x) {
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.same_window(rt); });
+  };
+  std::vector<kernels::Approval> keep;
+  for (auto& x : a.records) {
+    if (!in_table(x)) {
+      changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
+                        " (window not in the table)");
+      continue;
+    }
+    keep.push_back(std::move(x));
+  }
+  a.records = std::move(keep);
+  for (const auto& w : r.windows) {
+    std::vector<kernels::Approval> rest;
+    bool had = false;
+    for (auto& x : a.records) {
+      if (x.same_window(w.route) && x.backend == r.backend) {
+        had = true;
+        continue;
+      }
+      rest.push_back(std::move(x));
+    }
+    a.records = std::move(rest);
+    if (!w.pass || w.control) {
+      if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.window() + " (the gate failed)");
+      continue;
+    }
+    kernels::Approval x;
+    x.op = w.route.op;
+    x.mode = w.route.mode;
+    x.H = w.route.H;
+    x.w = w.route.w;
+    x.form = w.route.form;
+    x.t_lo = w.route.t_lo;
+    x.t_hi = w.route.t_hi;
+    x.variant = std::string(w.route.variant->name);
+    x.source_sha256 = std::string(w.route.variant->source_sha256);
+    x.backend = r.backend;
+    const bool gpu = r.backend == kernels::kGpuBackend;
+    x.gpu = gpu ? r.device.name : std::string(kernels::kCpuModelBackend);
+    x.driver = gpu ? r.device.driver : "-";
+    x.cuda = gpu ? r.device.cuda_runtime : "-";
+    x.seed_set = r.seeds;
+    x.t_points = w.t_points;
+    x.cases = w.cases;
+    for (int k = 0; k < w.gated_outputs(); ++k) x.max_err_tol[kOut[k]] = w.out[k].max_ratio;
+    x.worst_case = w.worst_case;
+    x.date = r.date;
+    x.normgate_commit = r.normgate_commit;
+    x.normgate_version = r.normgate_version;
+    changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe());
+    a.records.push_back(std::move(x));
+  }
+  // Stable, readable order: table order, gpu before cpu-model.
+  auto rank = [&](const kernels::Approval& x) {
+    for (size_t i = 0; i < table_routes.size(); ++i)
+      if (x.same_window(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
+    return std::make_pair(table_routes.size(), 2);
+  };
+  std::stable_sort(a.records.begin(), a.records.end(),
+                   [&](const kernels::Approval& p, const kernels::Approval& q) { return rank(p) < rank(q); });
+  return changes;
+}
+
+std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt) {
+  const auto table = kernels::load_route_table(opt.table_path, {opt.allow_controls});
+  auto changes = update_approvals(a, r, table.routes);
+  kernels::save_approvals(a);
+  return changes;
+}
+
+}  // namespace normgate::validators

@@ -1,0 +1,117 @@
+// gate/src/report_json.cpp: the gate's JSON report (gate_to_json).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gate_internal.h"
+#include "normgate/core/report_util.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::validators {
+
+namespace {
+using kernels::Op;
+using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+using namespace gate_detail;
+}  // namespace
+
+nlohmann::json gate_to_json(const GateResult& r) {
+  nlohmann::json j;
+  j["table"] = r.table_path;
+  j["table_sha256"] = r.table_sha256;
+  j["base"] = r.base_path;
+  j["base_sha256"] = r.base_sha256;
+  j["pass"] = r.pass();
+  j["backend"] = r.backend;
+  j["backend_detail"] = r.backend_detail;
+  j["device"] = {{"present", r.device.present},
+                 {"name", r.device.name},
+                 {"cc", r.device.cc},
+                 {"driver", r.device.driver},
+                 {"cuda_runtime", r.device.cuda_runtime}};
+  j["seeds"] = r.seeds;
+  j["oracle"] = r.oracle;
+  j["t_per_window"] = r.t_per_window;
+  j["dense_points"] = r.dense_points;
+  j["dense_step"] = r.dense_step;
+  j["dense_seeds"] = r.dense_all_seeds ? "all" : "worst";
+  j["fresh_factor"] = r.fresh_factor;
+  j["windows_filter"] = r.windows_filter;
+  j["allow_controls"] = r.allow_controls;
+  j["cases"] = r.cases_total;
+  j["normgate_version"] = r.normgate_version;
+  j["normgate_commit"] = r.normgate_commit;
+  j["date"] = r.date;
+  j["skipped"] = r.skipped;
+  j["removed"] = r.removed;
+  j["filtered_out"] = r.filtered_out;
+  j["windows"] = nlohmann::json::array();
+  for (const auto& w : r.windows) {
+    nlohmann::json x;
+    x["route"] = w.route.where();
+    x["window"] = w.route.window();
+    x["op"] = kernels::to_string(w.route.op);
+    if (w.route.op == Op::bwd) x["mode"] = kernels::to_string(w.route.mode);
+    x["H"] = w.route.H;
+    x["w"] = to_string(w.route.w);
+    x["form"] = to_string(w.route.form);
+    x["T"] = {w.route.t_lo, w.route.t_hi};
+    x["variant"] = w.route.variant->name;
+    x["source_sha256"] = w.route.variant->source_sha256;
+    x["control"] = w.control;
+    x["impl"] = w.impl;
+    x["t_points"] = w.t_points;
+    x["cases"] = w.cases;
+    x["errors"] = w.errors;
+    x["error_samples"] = w.error_samples;
+    for (int k = 0; k < w.gated_outputs(); ++k) {
+      const auto& a = w.out[k];
+      x["outputs"][kOut[k]] = {{"max_err_tol", num(a.max_ratio)},
+                               {"worst_case", a.worst_case},
+                               {"worst_index", a.worst_index},
+                               {"forced", num(a.forced)},
+                               {"cases_over", a.cases_over}};
+    }
+    if (w.route.op == Op::bwd)
+      x["dw_vs_fp32"] = {{"worst", num(w.dw_vs_fp32_worst)},
+                         {"worst_case", w.dw_vs_fp32_worst_case},
+                         {"median", num(w.dw_vs_fp32_median)}};
+    x["worst"] = {{"err_tol", num(w.worst)}, {"output", w.worst_output}, {"case", w.worst_case}};
+    auto phase = [](const PhaseSummary& p) {
+      return nlohmann::json{{"t", p.t},
+                            {"seeds", p.seeds},
+                            {"cases", p.cases},
+                            {"worst", num(p.worst)},
+                            {"worst_output", p.worst_output},
+                            {"worst_case", p.worst_case}};
+    };
+    x["grid"] = phase(w.grid);
+    x["dense"] = phase(w.dense);
+    x["dense"]["center"] = w.dense_center;
+    x["fresh"] = phase(w.fresh);
+    x["fresh"]["family"] = w.fresh_family;
+    x["others"] = phase(w.others);
+    x["families"] = nlohmann::json::array();
+    for (const auto& f : w.families)
+      x["families"].push_back({{"family", f.family}, {"cases", f.cases}, {"failed", f.failed}});
+    x["pass"] = w.pass;
+    x["verdict"] = std::string(to_string(w.verdict));
+    j["windows"].push_back(std::move(x));
+  }
+  return j;
+}
+
+}  // namespace normgate::validators

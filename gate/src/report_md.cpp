@@ -1,0 +1,250 @@
+// gate/src/report_md.cpp: the gate's Markdown report (format_gate_markdown)
+// and the --plan summary (format_gate_plan).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gate_internal.h"
+#include "normgate/core/report_util.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::validators {
+
+namespace {
+using kernels::Op;
+using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+using namespace gate_detail;
+}  // namespace
+
+namespace {
+
+std::string ratio_cell(double v) { return std::isinf(v) ? std::string("inf") : fmt("%.3g", v); }
+
+std::string t_list(const std::vector<int64_t>& t) {
+  std::string s;
+  auto add = [&s](int64_t v) { s += (s.empty() ? "" : ", ") + std::to_string(v); };
+  if (t.size() <= 12) {
+    for (int64_t v : t) add(v);
+    return s;
+  }
+  for (size_t i = 0; i < 6; ++i) add(t[i]);
+  s += ", ... (" + std::to_string(t.size() - 10) + " more)";
+  for (size_t i = t.size() - 4; i < t.size(); ++i) add(t[i]);
+  return s;
+}
+
+std::string headroom(double worst) {
+  if (!(worst > 0)) return "no error at all";
+  if (std::isinf(worst)) return "infinitely over";
+  if (worst <= 1) return fmt("%.3g", 1.0 / worst) + "x below the budget";
+  return fmt("%.3g", worst) + "x OVER the budget";
+}
+
+std::string describe_seeds(const std::string& canonical) {
+  try {
+    const auto s = seeds::parse_seed_set(canonical);
+    std::string fams;
+    for (auto f : s.families) fams += (fams.empty() ? "" : ", ") + std::string(seeds::to_string(f));
+    return canonical + " (" + fams + " x seeds " + std::to_string(s.first) + ".." + std::to_string(s.last) + ")";
+  } catch (const std::exception&) {
+    return canonical;
+  }
+}
+
+}  // namespace
+
+std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
+  if (!(elements_per_second > 0) || !std::isfinite(elements_per_second))
+    throw std::invalid_argument("format_gate_plan: elements per second must be a positive number, got " +
+                                fmt("%g", elements_per_second));
+  auto hours = [&](double elements) {  // h above an hour, else min, else s
+    const double secs = elements / elements_per_second;
+    return secs >= 3600 ? fmt("%.3g h", secs / 3600) : secs >= 60 ? fmt("%.3g min", secs / 60) : fmt("%.3g s", secs);
+  };
+  auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
+  std::ostringstream o;
+  o << "# Gate plan: " << p.table_path << "\n\n"
+    << "Seed set " << p.seeds << "; " << p.windows.size() << " windows gated, " << p.skipped.size()
+    << " unchanged against --base, " << p.filtered_out.size() << " left out by --windows. Nothing was run.\n\n"
+    << "| window | T points | grid cases | grid elements (1e9) | refinement cases (at most) | refinement elements "
+       "(1e9, at most) |\n"
+    << "| --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& w : p.windows)
+    o << "| " << w.window << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
+      << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
+  o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
+    << fmt("%.3g", p.grid_elements_distinct) << " elements: " << hours(p.grid_elements_distinct)
+    << " of oracle time at " << fmt("%.3g", elements_per_second) << " elements/s.\n"
+    << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
+    << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
+    << hours(p.refine_elements_max)
+    << " (the bound puts every refinement case at its window's upper T and shares none between windows).\n";
+  return o.str();
+}
+
+std::string format_gate_markdown(const GateResult& r) {
+  std::ostringstream o;
+  int failing = 0, inconclusive = 0;
+  for (const auto& w : r.windows) {
+    failing += !w.pass;
+    inconclusive += w.verdict == Verdict::inconclusive;
+  }
+  o << "# normgate gate: " << r.table_path << "\n\n";
+  o << "- verdict: **" << (r.pass() ? "PASS" : "FAIL") << "**: " << (r.windows.size() - failing) << " of "
+    << r.windows.size() << " gated windows pass";
+  if (inconclusive > 0)
+    o << "; " << inconclusive << " INCONCLUSIVE (no element over budget, but some comparison is within the "
+      << "oracle's error bound of the budget: not approved; re-check those cases with --oracle mpfr)";
+  o << "\n";
+  o << "- backend: **" << r.backend << "**. " << r.backend_detail << "\n";
+  o << "- table: `" << r.table_path << "` (sha256 " << r.table_sha256.substr(0, 12) << ")";
+  if (!r.base_path.empty())
+    o << "; gated against base `" << r.base_path << "` (sha256 " << r.base_sha256.substr(0, 12)
+      << "): only new or changed windows";
+  o << "\n";
+  if (!r.windows_filter.empty())
+    o << "- window filter: `" << r.windows_filter << "` (" << r.filtered_out.size() << " windows left out)\n";
+  if (r.allow_controls) o << "- **negative controls allowed by explicit override** (--allow-controls)\n";
+  o << "- seeds: " << describe_seeds(r.seeds) << "; T points per window: " << r.t_per_window
+    << " (first and last T, both sides of every power of two inside, the rest spread evenly)\n";
+  o << "- refinement: ";
+  if (r.dense_points > 0)
+    o << "dense grid every " << r.dense_step << " rows, " << r.dense_points << " points each side of the worst T ("
+      << (r.dense_all_seeds ? "every family and seed of the set" : "the worst case's family and seed") << ")";
+  else
+    o << "no dense grid";
+  o << "; ";
+  if (r.fresh_factor > 0)
+    o << "fresh seeds: " << r.fresh_factor << "x the seed count at the worst (T, family)\n";
+  else
+    o << "no fresh seeds\n";
+  o << "- oracle: " << (r.oracle == "auto"   ? "FP64 with rigorous per-element bounds, escalating to MPFR where FP64 "
+                                               "cannot decide a comparison (--oracle auto)"
+                        : r.oracle == "fp64" ? "FP64 with rigorous per-element bounds, no escalation (--oracle fp64): "
+                                               "comparisons the bound cannot decide are INCONCLUSIVE"
+                                             : "MPFR for every element (--oracle mpfr)")
+    << "\n";
+  o << "- budgets (err/tol, pass <= 1): y, dx atol = rtol = 1e-2; rstd rtol 1e-5; dw atol 1e-4 + rtol 1e-4 vs "
+       "the FP64 oracle (rigorous per-element error bounds). bwd windows gate y, rstd, dx, dw (the step with its "
+       "forward); fwd windows gate y, rstd. dw vs FP32 (FP32 eager on the same inputs; <= 1: not worse) is "
+       "reported, not gated\n";
+  // closest approach over all windows
+  const WindowResult* top = nullptr;
+  for (const auto& w : r.windows)
+    if (!top || w.worst > top->worst) top = &w;
+  if (top)
+    o << "- closest to the budget: " << ratio_cell(top->worst) << " of it (" << top->worst_output << ", "
+      << top->route.window() << ", case " << top->worst_case << "): " << headroom(top->worst) << "\n";
+  o << "- cases: " << r.cases_total << " (each: inputs generated once, the oracle once, every implementation "
+       "that needs the case)\n";
+  o << "- normgate " << r.normgate_version << " (commit " << r.normgate_commit << ")\n";
+  o << "- date: " << r.date << "\n\n";
+
+  o << "## Windows\n\n"
+    << "Max err/tol per output over every case of the window (grid, dense grid, fresh seeds).\n\n"
+    << "| window | variant | y | rstd | dx | dw | dw vs FP32 worst / median | worst case (output) | cases | verdict |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& w : r.windows) {
+    const bool bwd = w.route.op == Op::bwd;
+    o << "| " << w.route.window() << " | " << w.route.variant->name << (w.control ? " (CONTROL)" : "") << " | "
+      << ratio_cell(w.out[0].max_ratio) << " | " << ratio_cell(w.out[1].max_ratio) << " | "
+      << (bwd ? ratio_cell(w.out[2].max_ratio) : "-") << " | " << (bwd ? ratio_cell(w.out[3].max_ratio) : "-")
+      << " | "
+      << (bwd ? (std::isnan(w.dw_vs_fp32_worst) ? std::string("-") : ratio_cell(w.dw_vs_fp32_worst)) + " / " +
+                    (std::isnan(w.dw_vs_fp32_median) ? std::string("-") : ratio_cell(w.dw_vs_fp32_median))
+              : std::string("-"))
+      << " | " << (w.worst_case.empty() ? "-" : w.worst_case + " (" + w.worst_output + ")") << " | " << w.cases
+      << " | "
+      << (w.pass ? "PASS" : w.verdict == Verdict::inconclusive ? "**INCONCLUSIVE**" : "**FAIL**") << " |\n";
+  }
+
+  o << "\n## Refinement and margin\n\n"
+    << "The refinement follows the output of the variant's long reduction: dw (a sum over T rows) in bwd "
+       "windows, rstd (a sum over H columns) in fwd windows. \"worst\" columns: that output's largest err/tol in "
+       "each step (T of the case). \"other windows' cases\": cases the other gated windows ran inside this "
+       "window (same H, w, form), run with this window's variant too and counted in its verdict. \"closest to "
+       "1\": the largest err/tol of every gated output, all steps.\n\n"
+    << "| window | grid T | grid worst | dense grid | dense worst | fresh seeds | fresh worst | other windows' cases "
+       "| closest to 1 |\n"
+    << "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& w : r.windows) {
+    auto worst_cell = [](const PhaseSummary& p) {
+      if (p.worst_case.empty()) return std::string("-");
+      std::string t = "?";
+      try {
+        t = std::to_string(seeds::parse_case(p.worst_case).T);
+      } catch (const std::exception&) {
+      }
+      return p.worst_output + " " + ratio_cell(p.worst) + " (T=" + t + ")";
+    };
+    std::string dense = "-";
+    if (w.dense.t.size() == 1)
+      dense = "T=" + std::to_string(w.dense.t.front()) + " (step " + std::to_string(r.dense_step) + " around " +
+              std::to_string(w.dense_center) + ")";
+    else if (!w.dense.t.empty())
+      dense = std::to_string(w.dense.t.front()) + ".." + std::to_string(w.dense.t.back()) + " step " +
+              std::to_string(r.dense_step) + " around " + std::to_string(w.dense_center) + " (" +
+              std::to_string(w.dense.t.size()) + " T)";
+    else if (w.dense_center)
+      dense = "none inside the window around " + std::to_string(w.dense_center);
+    std::string fresh = "-";
+    if (!w.fresh.seeds.empty()) fresh = w.fresh.seeds + " at T=" + std::to_string(w.fresh_t);
+    o << "| " << w.route.window() << " | " << t_list(w.t_points) << " | " << worst_cell(w.grid) << " | " << dense
+      << " | " << worst_cell(w.dense) << " | " << fresh << " | " << worst_cell(w.fresh) << " | "
+      << (w.others.cases == 0 ? std::string("-") : std::to_string(w.others.cases) + ": " + worst_cell(w.others))
+      << " | " << (w.worst_case.empty() ? std::string("-") : w.worst_output + " " + ratio_cell(w.worst) + ": " + headroom(w.worst))
+      << " |\n";
+  }
+
+  if (failing) {
+    o << "\n## Failures\n\n";
+    for (const auto& w : r.windows) {
+      if (w.pass) continue;
+      o << "- " << w.route.where() << " `" << w.route.describe() << "`"
+        << (w.control ? " (a NEGATIVE CONTROL, routed by explicit override)" : "") << ":\n";
+      for (int k = 0; k < w.gated_outputs(); ++k) {
+        const auto& a = w.out[k];
+        if (a.cases_over == 0 && a.max_ratio <= 1) continue;
+        o << "  - " << kOut[k] << " does not pass (over budget, or not certified) in " << a.cases_over << " of "
+          << w.cases
+          << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index << " of "
+          << a.worst_case << " (an ideal kernel on the FP32 rstd would have " << ratio_cell(a.forced)
+          << "); rerun it with: normgate check --case " << a.worst_case << " --variant "
+          << (w.route.op == Op::bwd ? std::string(w.route.variant->name) : std::string("bwd_det_chunked")) << "\n";
+      }
+      o << "  - failing cases by family:";
+      for (size_t i = 0; i < w.families.size(); ++i)
+        o << (i ? ", " : " ") << w.families[i].family << " " << w.families[i].failed << " of " << w.families[i].cases;
+      o << "\n";
+      if (w.errors) {
+        o << "  - " << w.errors << " cases threw (each fails the window):\n";
+        for (const auto& e : w.error_samples) o << "    - " << e << "\n";
+      }
+      if (w.cases == 0) o << "  - no case ran\n";
+    }
+  }
+  if (!r.skipped.empty()) {
+    o << "\n## Skipped: unchanged against the base table\n\n";
+    for (const auto& s : r.skipped) o << "- " << s << "\n";
+  }
+  if (!r.removed.empty()) {
+    o << "\n## Windows of the base table that this table no longer has\n\n";
+    for (const auto& s : r.removed) o << "- " << s << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace normgate::validators

@@ -1,0 +1,581 @@
+// gate/src/run.cpp: run_gate: every window's grid cases through the harness
+// (GPU variant or its CPU model, one oracle per case), refinement around the
+// worst point (dense grid, fresh seeds), the journal, and the verdicts.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gate_internal.h"
+#include "normgate/core/report_util.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/gate/journal.h"
+#include "normgate/harness/runner.h"
+
+namespace normgate::validators {
+
+namespace {
+
+using kernels::Op;
+using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+using namespace gate_detail;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- results store: (case id, impl) -> record or error ----------------------
+
+struct Store {
+  std::map<std::string, std::map<std::string, ImplRecord>> ok;
+  std::map<std::string, std::map<std::string, std::string>> err;
+  int64_t records = 0;
+  double worst = 0;  // largest err/tol of any output seen (progress only)
+  // Record number holding (case, impl), and the records this campaign's plan
+  // used (a journal may hold cases of other window filters: not counted).
+  std::map<std::string, std::map<std::string, int64_t>> rec_of;
+  std::set<int64_t> used;
+
+  void add(const CaseRecord& r) {
+    const int64_t id = records++;
+    for (const auto& i : r.impls) rec_of[r.case_id].emplace(i, id);
+    if (!r.error.empty()) {
+      for (const auto& i : r.impls) err[r.case_id].emplace(i, r.error);
+      return;
+    }
+    for (const auto& x : r.results) {
+      ok[r.case_id].emplace(x.impl, x);
+      for (const auto& o : x.out)
+        if (!(o.ratio <= worst)) worst = o.ratio;
+    }
+  }
+  void use(const std::string& c, const std::string& impl) {
+    auto a = rec_of.find(c);
+    if (a == rec_of.end()) return;
+    if (auto b = a->second.find(impl); b != a->second.end()) used.insert(b->second);
+  }
+  // Mark the record get(c, "") reads (a forward window's case).
+  void use_any(const std::string& c) {
+    auto a = ok.find(c);
+    if (a == ok.end()) return;
+    for (const auto& v : kernels::variants())
+      if (a->second.count(std::string(v.name))) {
+        use(c, std::string(v.name));
+        return;
+      }
+  }
+  bool done(const std::string& c, const std::string& impl) const {
+    auto a = ok.find(c);
+    if (a != ok.end() && a->second.count(impl)) return true;
+    auto b = err.find(c);
+    return b != err.end() && b->second.count(impl);
+  }
+  bool any_ok(const std::string& c) const {
+    auto a = ok.find(c);
+    return a != ok.end() && !a->second.empty();
+  }
+  // The record for (case, impl); impl "" = any implementation (registry
+  // order). Returns nullptr and sets *error when only an error is known.
+  const ImplRecord* get(const std::string& c, const std::string& impl, std::string* error) const {
+    auto a = ok.find(c);
+    if (a != ok.end()) {
+      if (impl.empty()) {
+        for (const auto& v : kernels::variants())
+          if (auto it = a->second.find(std::string(v.name)); it != a->second.end()) return &it->second;
+      } else if (auto it = a->second.find(impl); it != a->second.end()) {
+        return &it->second;
+      }
+    }
+    auto b = err.find(c);
+    if (b != err.end()) {
+      if (impl.empty() && !b->second.empty()) {
+        *error = b->second.begin()->second;
+      } else if (auto it = b->second.find(impl); it != b->second.end()) {
+        *error = it->second;
+      }
+    }
+    return nullptr;
+  }
+};
+
+// ---- per-window state -----------------------------------------------------------
+
+struct Phase {
+  std::vector<int64_t> t;
+  std::string seeds;
+  std::vector<seeds::CaseId> cases;
+};
+
+struct Win {
+  const Route* route = nullptr;
+  bool fwd = false;
+  std::string impl;  // bwd: the variant; fwd: "" (any backward run of the case)
+  std::vector<int64_t> tpts;
+  Phase grid, dense, fresh;
+  // Cases of the other windows' phases that fall inside this window (same H,
+  // w, form; T in range) and are none of its own: evidence about its variant
+  // too. Every case runs every backward variant whose window covers it
+  // (Runner::run_phase), so these count in the verdict like the window's own.
+  Phase others;
+  int64_t dense_center = 0;
+  std::string fresh_family;
+  int64_t fresh_t = 0;
+
+  bool covers(const seeds::CaseId& c) const {
+    return c.H == route->H && c.w == route->w && c.form == route->form && c.T >= route->t_lo && c.T <= route->t_hi;
+  }
+};
+
+// The output the refinement follows: the one whose error comes from the
+// variant's long reduction (dw: over T rows; rstd: over H columns). dx and y
+// are per-element roundings whose worst case does not move with T.
+std::vector<int> focus_outputs(const Win& w) { return w.fwd ? std::vector<int>{1} : std::vector<int>{3}; }
+int gated_count(const Win& w) { return w.fwd ? 2 : 4; }
+
+
+int registry_rank(const std::string& impl) {
+  int k = 0;
+  for (const auto& v : kernels::variants()) {
+    if (v.name == impl) return k;
+    ++k;
+  }
+  return k;
+}
+
+// Runs one phase: every case the windows' phase lists need, once, with every
+// implementation it needs that is not in the store yet.
+class Runner {
+ public:
+  Runner(const GateOptions& opt, Backend backend, Store& store, Journal& journal)
+      : opt_(opt), backend_(backend), store_(store), journal_(journal), t0_(Clock::now()) {}
+
+  void run_phase(const std::string& name, std::vector<Win>& wins, Phase Win::*phase) {
+    struct Need {
+      seeds::CaseId c;
+      std::vector<std::string> impls;
+      bool any = false;
+      std::string window;
+    };
+    std::vector<Need> needs;
+    std::map<std::string, size_t> index;
+    for (auto& w : wins)
+      for (const auto& c : (w.*phase).cases) {
+        const std::string id = seeds::to_string(c);
+        auto [it, fresh] = index.emplace(id, needs.size());
+        if (fresh) needs.push_back({c, {}, false, w.route->window()});
+        if (w.fwd) needs[it->second].any = true;
+      }
+    // Every backward window covering a case runs its variant on it, whichever
+    // window listed the case (a window covers every case it lists): a result
+    // a window did not ask for is still a result of its variant inside its
+    // window (summarize() counts it), and one oracle serves them all. Without
+    // any, a forward window's case is carried by carrier_for (when nothing
+    // journalled has it yet).
+    for (auto& n : needs)
+      for (const auto& w : wins)
+        if (!w.fwd && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
+          n.impls.push_back(w.impl);
+    for (auto& n : needs)
+      if (n.any && n.impls.empty() && !store_.any_ok(seeds::to_string(n.c))) n.impls.push_back(carrier_for(n.c));
+    GateProgress p;
+    p.phase = name;
+    p.total = static_cast<int64_t>(needs.size());
+    // What each need still lacks (journalled results are not redone).
+    std::vector<std::vector<std::string>> missing(needs.size());
+    std::vector<size_t> todo;  // needs with something to run, in order
+    for (size_t i = 0; i < needs.size(); ++i) {
+      const std::string id = seeds::to_string(needs[i].c);
+      if (needs[i].any && needs[i].impls.empty()) store_.use_any(id);
+      for (const auto& impl : needs[i].impls) {
+        if (!store_.done(id, impl)) missing[i].push_back(impl);
+        else store_.use(id, impl);
+      }
+      std::sort(missing[i].begin(), missing[i].end(),
+                [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
+      if (!missing[i].empty()) todo.push_back(i);
+    }
+    size_t reported = 0;  // needs[0..reported) are counted in the progress
+    auto progress_to = [&](size_t end) {
+      for (; reported < end; ++reported) {
+        ++p.done;
+        if (opt_.progress) {
+          p.run_now = run_now_;
+          p.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+          p.seconds_per_case = run_now_ ? seconds_run_ / static_cast<double>(run_now_) : 0.0;
+          p.window = needs[reported].window;
+          p.worst = store_.worst;
+          opt_.progress(p);
+        }
+      }
+    };
+    // The GPU half of case k+1 overlaps the oracle of case k (run_checks);
+    // each result is journalled, in order, before the next one is taken.
+    std::vector<Clock::time_point> started(todo.size());
+    const PipelineStats st = run_checks(
+        todo.size(),
+        [&](size_t k) {
+          const Need& n = needs[todo[k]];
+          started[k] = Clock::now();
+          if (opt_.before_case) opt_.before_case(n.c, missing[todo[k]]);
+          return CheckRequest{n.c, missing[todo[k]], backend_, opt_.threads, opt_.oracle};
+        },
+        [&](size_t k, CheckReport* rep, std::exception_ptr err) {
+          progress_to(todo[k]);
+          const double secs = std::chrono::duration<double>(Clock::now() - started[k]).count();
+          CaseRecord rec;
+          if (rep) {
+            rec = make_case_record(*rep, secs);
+          } else {
+            rec.case_id = seeds::to_string(needs[todo[k]].c);
+            rec.impls = missing[todo[k]];
+            try {
+              std::rethrow_exception(err);
+            } catch (const std::exception& e) {
+              rec.error = e.what();
+            } catch (...) {
+            }
+            if (rec.error.empty()) rec.error = "unknown error";
+            rec.seconds = secs;
+          }
+          journal_.append(rec);  // on disk (fsynced) before the next case is taken
+          store_.add(rec);
+          for (const auto& impl : rec.impls) store_.use(rec.case_id, impl);
+          ++run_now_;
+          seconds_run_ += rec.seconds;
+          if (opt_.after_case) opt_.after_case(run_now_);
+          progress_to(todo[k] + 1);
+        });
+    pipeline_.cases += st.cases;
+    pipeline_.overlapped = pipeline_.overlapped || st.overlapped;
+    pipeline_.seconds_total += st.seconds_total;
+    pipeline_.seconds_prepare += st.seconds_prepare;
+    pipeline_.seconds_finish += st.seconds_finish;
+    pipeline_.seconds_waiting_for_prepare += st.seconds_waiting_for_prepare;
+    progress_to(needs.size());
+  }
+
+  const PipelineStats& pipeline() const { return pipeline_; }
+
+  int64_t run_now() const { return run_now_; }
+
+ private:
+  const GateOptions& opt_;
+  Backend backend_;
+  Store& store_;
+  Journal& journal_;
+  Clock::time_point t0_;
+  int64_t run_now_ = 0;
+  double seconds_run_ = 0;
+  PipelineStats pipeline_;
+};
+
+// Worst case of a window over the given phases by its focus outputs.
+struct Pick {
+  double ratio = -1;
+  seeds::CaseId c;
+};
+Pick worst_of(const Win& w, const Store& s, std::initializer_list<const Phase*> phases) {
+  Pick best;
+  for (const Phase* ph : phases)
+    for (const auto& c : ph->cases) {
+      std::string e;
+      const ImplRecord* r = s.get(seeds::to_string(c), w.impl, &e);
+      if (!r) continue;
+      for (int k : focus_outputs(w)) {
+        const double v = std::isnan(r->out[k].ratio) ? std::numeric_limits<double>::infinity() : r->out[k].ratio;
+        if (v > best.ratio) {
+          best.ratio = v;
+          best.c = c;
+        }
+      }
+    }
+  return best;
+}
+
+void summarize(const Win& w, const Store& s, WindowResult& wr) {
+  wr.t_points = w.tpts;
+  wr.dense_center = w.dense_center;
+  wr.fresh_family = w.fresh_family;
+  wr.fresh_t = w.fresh_t;
+  std::set<std::string> seen;
+  std::vector<double> medians;
+  bool any_dw_vs = false;
+  wr.dw_vs_fp32_worst = kNaN;
+  wr.dw_vs_fp32_median = kNaN;
+  wr.worst = 0;
+  const int ng = gated_count(w);
+  const int focus = focus_outputs(w).front();
+  auto do_phase = [&](const Phase& ph, PhaseSummary& sum) {
+    sum.worst_output = kOut[focus];
+    sum.t = ph.t;
+    sum.seeds = ph.seeds;
+    sum.cases = static_cast<int64_t>(ph.cases.size());
+    for (const auto& c : ph.cases) {
+      const std::string id = seeds::to_string(c);
+      std::string err;
+      const ImplRecord* r = s.get(id, w.impl, &err);
+      const bool first = seen.insert(id).second;
+      if (!r) {
+        if (first) {
+          ++wr.errors;
+          if (wr.error_samples.size() < 3)
+            wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
+        }
+        continue;
+      }
+      for (int k = 0; k < ng; ++k) {
+        const OutputRecord& o = r->out[k];
+        const double ratio = std::isnan(o.ratio) ? std::numeric_limits<double>::infinity() : o.ratio;
+        OutputAgg& a = wr.out[k];
+        if (a.worst_case.empty() || ratio > a.max_ratio) {
+          a.max_ratio = ratio;
+          a.worst_case = id;
+          a.worst_index = o.index;
+          a.forced = o.forced;
+        }
+        if (first && (o.over > 0 || !o.pass)) ++a.cases_over;
+        if (first && o.over == 0 && !o.pass) ++a.cases_inconclusive;
+        if (k == focus && (sum.worst_case.empty() || ratio > sum.worst)) {
+          sum.worst = ratio;
+          sum.worst_case = id;
+        }
+        if (wr.worst_case.empty() || ratio > wr.worst) {
+          wr.worst = ratio;
+          wr.worst_output = kOut[k];
+          wr.worst_case = id;
+        }
+      }
+      if (first) {
+        const std::string fam(seeds::to_string(c.family));
+        auto it = std::find_if(wr.families.begin(), wr.families.end(),
+                               [&](const WindowResult::FamilyCount& f) { return f.family == fam; });
+        if (it == wr.families.end()) it = wr.families.insert(wr.families.end(), {fam, 0, 0});
+        ++it->cases;
+        bool failed = false;
+        for (int k = 0; k < ng; ++k)
+          failed = failed || r->out[k].over > 0 || !r->out[k].pass || !(r->out[k].ratio <= 1.0);
+        it->failed += failed;
+      }
+      if (!w.fwd && first) {
+        if (!std::isnan(r->dw_vs_fp32_worst) && (!any_dw_vs || r->dw_vs_fp32_worst > wr.dw_vs_fp32_worst)) {
+          wr.dw_vs_fp32_worst = r->dw_vs_fp32_worst;
+          wr.dw_vs_fp32_worst_case = id;
+          any_dw_vs = true;
+        }
+        if (!std::isnan(r->dw_vs_fp32_median)) medians.push_back(r->dw_vs_fp32_median);
+      }
+    }
+  };
+  do_phase(w.grid, wr.grid);
+  do_phase(w.dense, wr.dense);
+  do_phase(w.fresh, wr.fresh);
+  do_phase(w.others, wr.others);
+  wr.cases = static_cast<int64_t>(seen.size());
+  if (!medians.empty()) {
+    std::sort(medians.begin(), medians.end());
+    const size_t n = medians.size();
+    wr.dw_vs_fp32_median = n % 2 ? medians[n / 2] : 0.5 * (medians[n / 2 - 1] + medians[n / 2]);
+  }
+  bool fails = wr.cases == 0 || wr.errors > 0, inconclusive = false;
+  for (int k = 0; k < ng; ++k) {
+    const OutputAgg& a = wr.out[k];
+    fails = fails || a.cases_over > a.cases_inconclusive || !(a.max_ratio <= 1.0);
+    inconclusive = inconclusive || a.cases_inconclusive > 0;
+  }
+  wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
+  wr.pass = wr.verdict == Verdict::pass;
+}
+
+}  // namespace
+
+GateResult run_gate(const GateOptions& opt) {
+  const GateInputs in = load_gate_inputs(opt);
+  const seeds::SeedSet& seed_set = in.seed_set;
+  const WindowFilter& filter = in.filter;
+  const kernels::LoadOptions& lo = in.lo;
+  const kernels::RouteTable& table = in.table;
+
+  GateResult res;
+  res.table_path = opt.table_path;
+  res.table_sha256 = table.sha256;
+  res.seeds = seeds::to_string(seed_set);
+  // Checked before any case runs, not after the grid.
+  const uint64_t fresh_seeds = fresh_seed_count(seed_set, opt.fresh_factor, res.seeds);
+  res.oracle = std::string(oracle::to_string(opt.oracle));
+  res.t_per_window = opt.t_per_window;
+  res.dense_points = opt.dense_points;
+  res.dense_step = opt.dense_step;
+  res.dense_all_seeds = opt.dense_all_seeds;
+  res.fresh_factor = opt.fresh_factor;
+  res.windows_filter = opt.windows;
+  res.allow_controls = opt.allow_controls;
+  res.normgate_version = opt.normgate_version;
+  res.normgate_commit = opt.normgate_commit;
+
+  // Which windows: --base, then --windows.
+  Selection sel = select_windows(opt, table, filter, lo);
+  const std::vector<const Route*>& gated = sel.gated;
+  if (!opt.base_path.empty()) {
+    res.base_path = opt.base_path;
+    res.base_sha256 = sel.base_sha256;
+  }
+  res.skipped = std::move(sel.skipped);
+  res.removed = std::move(sel.removed);
+  res.filtered_out = std::move(sel.filtered_out);
+
+  // Backend.
+  const Backend backend = resolve_backend(opt.backend);
+  if (backend == Backend::gpu && !kernels::gpu_available())
+    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+  res.device = kernels::device_info();
+  res.backend = backend_name(backend);
+  res.backend_detail = describe_backend(backend, res.device);
+
+  // Windows and their grids.
+  std::vector<Win> wins;
+  for (const Route* r : gated) {
+    Win w;
+    w.route = r;
+    w.fwd = r->op == Op::fwd;
+    w.impl = w.fwd ? std::string() : std::string(r->variant->name);
+    check_gateable(*r);
+    w.tpts = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
+    w.grid.t = w.tpts;
+    w.grid.seeds = res.seeds;
+    w.grid.cases = expand(*r, w.tpts, seed_set);
+    wins.push_back(std::move(w));
+  }
+
+  // Journal: the campaign is everything the plan and the numbers depend on.
+  nlohmann::json campaign;
+  campaign["table_sha256"] = table.sha256;
+  campaign["seeds"] = res.seeds;
+  campaign["oracle"] = res.oracle;
+  campaign["t_per_window"] = opt.t_per_window;
+  campaign["dense_points"] = opt.dense_points;
+  campaign["dense_step"] = opt.dense_step;
+  if (opt.dense_all_seeds) campaign["dense_all_seeds"] = true;  // absent: the default (worst case's seed)
+  campaign["fresh_factor"] = opt.fresh_factor;
+  campaign["allow_controls"] = opt.allow_controls;
+  campaign["backend"] = res.backend;
+  campaign["device"] = backend == Backend::gpu ? res.device.name : std::string("cpu");
+  // The sources the journalled numbers depend on: every variant the table
+  // routes, the forward every run uses, and the backward variants that carry
+  // forward windows' cases. Not the rest of the registry, so a variant added
+  // later (a new route in the making) leaves a running campaign's journal
+  // valid; and the whole table, not the --windows slice, so that slices share
+  // one journal.
+  nlohmann::json hashes = nlohmann::json::object();
+  auto add_hash = [&](const kernels::Variant& v) { hashes[std::string(v.name)] = std::string(v.source_sha256); };
+  add_hash(kernels::default_fwd());
+  for (const Route& r : table.routes) {
+    add_hash(*r.variant);
+    if (r.op == Op::fwd) {
+      seeds::CaseId c;
+      c.H = r.H;
+      c.w = r.w;
+      c.form = r.form;
+      add_hash(kernels::variant(carrier_for(c)));
+    }
+  }
+  campaign["variant_sha256"] = hashes;
+  Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign);
+  Store store;
+  for (const auto& rec : journal.resumed()) store.add(rec);
+  const int64_t journal_records = static_cast<int64_t>(journal.resumed().size());
+  res.journal_dropped_bytes = journal.dropped_bytes();
+
+  Runner runner(opt, backend, store, journal);
+  runner.run_phase("grid", wins, &Win::grid);
+
+  // Dense grid around each window's worst grid point.
+  for (auto& w : wins) {
+    if (opt.dense_points == 0) break;
+    const Pick p = worst_of(w, store, {&w.grid});
+    if (p.ratio < 0) continue;
+    w.dense_center = p.c.T;
+    for (int k = -opt.dense_points; k <= opt.dense_points; ++k) {
+      if (k == 0) continue;
+      const int64_t t = p.c.T + k * opt.dense_step;
+      if (t >= w.route->t_lo && t <= w.route->t_hi) w.dense.t.push_back(t);
+    }
+    if (opt.dense_all_seeds) {
+      w.dense.seeds = res.seeds;
+      w.dense.cases = expand(*w.route, w.dense.t, seed_set);
+    } else {  // the worst grid case's family and seed at every dense T
+      seeds::SeedSet ds;
+      ds.families = {p.c.family};
+      ds.first = ds.last = p.c.seed;
+      w.dense.seeds = seeds::to_string(ds);
+      w.dense.cases = expand(*w.route, w.dense.t, ds);
+    }
+  }
+  runner.run_phase("dense", wins, &Win::dense);
+
+  // Fresh seeds at each window's worst (T, family).
+  if (opt.fresh_factor > 0) {
+    for (auto& w : wins) {
+      const Pick p = worst_of(w, store, {&w.grid, &w.dense});
+      if (p.ratio < 0) continue;
+      seeds::SeedSet fs;
+      fs.families = {p.c.family};
+      fs.first = seed_set.last + 1;
+      fs.last = seed_set.last + fresh_seeds;
+      w.fresh_t = p.c.T;
+      w.fresh_family = std::string(seeds::to_string(p.c.family));
+      w.fresh.t = {p.c.T};
+      w.fresh.seeds = seeds::to_string(fs);
+      w.fresh.cases = expand(*w.route, w.fresh.t, fs);
+    }
+  }
+  runner.run_phase("fresh", wins, &Win::fresh);
+
+  // Each window's share of the other windows' cases (run above with its
+  // variant, Runner::run_phase), in window, phase and case order.
+  for (auto& w : wins) {
+    std::set<std::string> own;
+    for (const Phase* ph : {&w.grid, &w.dense, &w.fresh})
+      for (const auto& c : ph->cases) own.insert(seeds::to_string(c));
+    std::set<int64_t> ts;
+    for (const auto& o : wins) {
+      if (&o == &w) continue;
+      for (const Phase* ph : {&o.grid, &o.dense, &o.fresh})
+        for (const auto& c : ph->cases)
+          if (w.covers(c) && own.insert(seeds::to_string(c)).second) {
+            w.others.cases.push_back(c);
+            ts.insert(c.T);
+          }
+    }
+    w.others.t.assign(ts.begin(), ts.end());
+  }
+
+  for (const auto& w : wins) {
+    WindowResult wr;
+    wr.route = *w.route;
+    wr.impl = w.fwd ? "any backward run (forward " + std::string(w.route->variant->name) + ")" : w.impl;
+    wr.control = w.route->variant->control;
+    summarize(w, store, wr);
+    res.windows.push_back(std::move(wr));
+  }
+  res.cases_run_now = runner.run_now();
+  res.pipeline = runner.pipeline();
+  // Records this plan used (an uninterrupted run uses all it made); records
+  // 0..journal_records-1 came from the journal.
+  res.cases_total = static_cast<int64_t>(store.used.size());
+  res.cases_resumed = static_cast<int64_t>(
+      std::distance(store.used.begin(), store.used.lower_bound(journal_records)));
+  res.date = utc_now();
+  return res;
+}
+
+}  // namespace normgate::validators

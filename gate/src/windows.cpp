@@ -1,0 +1,292 @@
+// gate/src/windows.cpp: a gate's windows and T points: the T points of a
+// window, the --windows filter, the --base selection, the input checks, and
+// plan_gate (the campaign's size without running it).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "gate_internal.h"
+#include "normgate/core/report_util.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::validators {
+
+namespace {
+using kernels::Op;
+using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
+}  // namespace
+
+namespace gate_detail {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void check_options(const GateOptions& o) {
+  if (o.table_path.empty()) throw std::invalid_argument("no route table given");
+  if (o.t_per_window < 2)
+    throw std::invalid_argument("--t-per-window " + std::to_string(o.t_per_window) +
+                                " < 2 (every window runs at least its first and last T)");
+  if (o.dense_points < 0) throw std::invalid_argument("--dense-points " + std::to_string(o.dense_points) + " < 0");
+  if (o.dense_step < 1) throw std::invalid_argument("--dense-step " + std::to_string(o.dense_step) + " < 1");
+  if (o.fresh_factor < 0) throw std::invalid_argument("--fresh-factor " + std::to_string(o.fresh_factor) + " < 0");
+}
+
+std::string backend_name(Backend b) { return b == Backend::gpu ? std::string(kernels::kGpuBackend)
+                                                                : std::string(kernels::kCpuModelBackend); }
+
+std::vector<seeds::CaseId> expand(const Route& r, const std::vector<int64_t>& ts, const seeds::SeedSet& s) {
+  std::vector<seeds::CaseId> out;
+  for (int64_t t : ts) seeds::append_cases(s, r.H, t, r.w, r.form, out);
+  return out;
+}
+
+GateInputs load_gate_inputs(const GateOptions& opt) {
+  check_options(opt);
+  GateInputs in{seeds::parse_seed_set(opt.seeds), parse_window_filter(opt.windows), kernels::LoadOptions{opt.allow_controls},
+                {}};
+  in.table = kernels::load_route_table(opt.table_path, in.lo);
+  return in;
+}
+
+
+Selection select_windows(const GateOptions& opt, const kernels::RouteTable& table, const WindowFilter& filter,
+                         const kernels::LoadOptions& lo) {
+  Selection sel;
+  if (!opt.base_path.empty()) {
+    const kernels::RouteTable base = kernels::load_route_table(opt.base_path, lo);
+    sel.base_sha256 = base.sha256;
+    for (const Route& r : table.routes) {
+      const Route* old = base.find_window(r);
+      if (old && old->variant == r.variant) sel.skipped.push_back(r.where() + " " + r.describe());
+      else if (filter.matches(r)) sel.gated.push_back(&r);
+      else sel.filtered_out.push_back(r.where() + " " + r.describe());
+    }
+    for (const Route& r : base.routes)
+      if (!table.find_window(r)) sel.removed.push_back(r.where() + " " + r.describe());
+  } else {
+    for (const Route& r : table.routes) {
+      if (filter.matches(r)) sel.gated.push_back(&r);
+      else sel.filtered_out.push_back(r.where() + " " + r.describe());
+    }
+  }
+  if (sel.gated.empty() && (opt.base_path.empty() || !sel.filtered_out.empty()))
+    throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
+                                std::to_string(table.routes.size()) + " routes of " + opt.table_path);
+  return sel;
+}
+
+double elements_of(const seeds::CaseId& c) { return static_cast<double>(c.rows()) * static_cast<double>(c.H); }
+
+void check_gateable(const Route& r) {
+  if (r.op == Op::fwd && r.variant != &kernels::default_fwd())
+    throw std::invalid_argument(r.where() + ": forward variant " + std::string(r.variant->name) +
+                                " cannot be gated: every pipeline run uses the forward " +
+                                std::string(kernels::default_fwd().name));
+}
+
+uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std::string& canonical) {
+  const uint64_t count = set.last - set.first + 1;
+  const uint64_t n = count * static_cast<uint64_t>(fresh_factor);
+  if (fresh_factor > 0 &&
+      (count > (uint64_t{1} << 40) || set.last > std::numeric_limits<uint64_t>::max() - n))
+    throw std::invalid_argument("seed set " + canonical + " leaves no room for fresh seeds");
+  return n;
+}
+
+}  // namespace gate_detail
+
+using namespace gate_detail;
+
+
+// ---- public: T points, filters ---------------------------------------------------
+
+std::string describe_backend(Backend resolved, const kernels::DeviceInfo& d) {
+  if (resolved == Backend::gpu)
+    return "GPU: every kernel variant ran as CUDA code on " + d.name + " (cc " + d.cc + ", driver " + d.driver +
+           ", CUDA runtime " + d.cuda_runtime + "); inputs generated on the GPU, oracle on the CPU";
+  return std::string(d.present ? "CPU models by request (--backend cpu): a GPU is present but was not used"
+                               : "CPU models: NO usable GPU in this process") +
+         "; every kernel variant ran as its CPU model (kernels/models.h: the variant's arithmetic step by step, "
+         "bitwise predictions of the GPU code), NOT as CUDA code. Approvals from this run are marked cpu-model";
+}
+
+std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target) {
+  if (lo < 1 || lo > hi)
+    throw std::invalid_argument("bad window T=" + std::to_string(lo) + ".." + std::to_string(hi));
+  if (target < 2) throw std::invalid_argument("T points per window " + std::to_string(target) + " < 2");
+  std::set<int64_t> s{lo, hi};
+  for (int64_t p = 2; p <= hi && p > 0; p *= 2) {
+    if (p < lo) continue;
+    if (p - 1 >= lo) s.insert(p - 1);
+    if (p + 1 <= hi) s.insert(p + 1);
+    if (p > (int64_t{1} << 61)) break;
+  }
+  const int64_t room = hi - lo + 1;
+  const int64_t want = std::min<int64_t>(target, room);
+  const int64_t m = want - static_cast<int64_t>(s.size());
+  for (int64_t k = 1; k <= m; ++k) {
+    // lo + round((hi - lo) * k / (m + 1)) in exact integer arithmetic
+    const __int128 num = static_cast<__int128>(hi - lo) * k * 2 + (m + 1);
+    int64_t c = lo + static_cast<int64_t>(num / (2 * (m + 1)));
+    if (s.count(c)) {
+      int64_t found = -1;
+      for (int64_t d = 1; d <= room && found < 0; ++d) {
+        if (c + d <= hi && !s.count(c + d)) found = c + d;
+        else if (c - d >= lo && !s.count(c - d)) found = c - d;
+      }
+      if (found < 0) break;
+      c = found;
+    }
+    s.insert(c);
+  }
+  return {s.begin(), s.end()};
+}
+
+bool WindowFilter::matches(const Route& r) const {
+  for (const auto& t : terms) {
+    bool any = false;
+    for (const auto& v : t.values) {
+      if (t.key == "op") any = any || v == kernels::to_string(r.op);
+      else if (t.key == "mode") any = any || (r.op == Op::bwd && v == kernels::to_string(r.mode));
+      else if (t.key == "H") any = any || std::to_string(r.H) == v;
+      else if (t.key == "w") any = any || v == to_string(r.w);
+      else if (t.key == "form") any = any || v == to_string(r.form);
+      else if (t.key == "variant") any = any || (r.variant && v == r.variant->name);
+      else if (t.key == "T") {
+        const auto dots = v.find("..");
+        const int64_t a = std::stoll(dots == std::string::npos ? v : v.substr(0, dots));
+        const int64_t b = dots == std::string::npos ? a : std::stoll(v.substr(dots + 2));
+        any = any || (a <= r.t_hi && b >= r.t_lo);
+      }
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+WindowFilter parse_window_filter(std::string_view text) {
+  WindowFilter f;
+  if (text.empty()) return f;
+  auto bad = [&](const std::string& term, const std::string& why) -> std::invalid_argument {
+    return std::invalid_argument("--windows '" + std::string(text) + "': term '" + term + "': " + why +
+                                 " (terms key=value[|value...], keys op, mode, H, w, form, variant, T; e.g. "
+                                 "op=bwd,H=2048|4096,T=65537..131072)");
+  };
+  std::string s(text);
+  std::stringstream ss(s);
+  std::string term;
+  while (std::getline(ss, term, ',')) {
+    const auto eq = term.find('=');
+    if (eq == std::string::npos) throw bad(term, "no '='");
+    WindowFilter::Term t;
+    t.key = term.substr(0, eq);
+    static const std::set<std::string> keys = {"op", "mode", "H", "w", "form", "variant", "T"};
+    if (!keys.count(t.key)) throw bad(term, "unknown key '" + t.key + "'");
+    std::stringstream vs(term.substr(eq + 1));
+    std::string v;
+    while (std::getline(vs, v, '|')) {
+      if (v.empty()) throw bad(term, "empty value");
+      auto is_uint = [](const std::string& x) {
+        return !x.empty() && x.size() <= 18 && std::all_of(x.begin(), x.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      };
+      if (t.key == "op" && v != "fwd" && v != "bwd") throw bad(term, "op '" + v + "' (expected fwd or bwd)");
+      if (t.key == "mode" && v != "det" && v != "nondet") throw bad(term, "mode '" + v + "' (expected det or nondet)");
+      try {
+        if (t.key == "w") (void)parse_wdtype(v);
+        if (t.key == "form") (void)parse_form(v);
+        if (t.key == "variant") (void)kernels::variant(v);
+      } catch (const std::invalid_argument& e) {
+        throw bad(term, e.what());
+      }
+      if (t.key == "H" && !is_uint(v)) throw bad(term, "H '" + v + "' is not a number");
+      if (t.key == "T") {
+        const auto dots = v.find("..");
+        const std::string a = dots == std::string::npos ? v : v.substr(0, dots);
+        const std::string b = dots == std::string::npos ? v : v.substr(dots + 2);
+        if (!is_uint(a) || !is_uint(b) || std::stoll(a) > std::stoll(b))
+          throw bad(term, "T '" + v + "' (expected N or A..B with A <= B)");
+      }
+      t.values.push_back(v);
+    }
+    if (t.values.empty()) throw bad(term, "empty value");
+    f.terms.push_back(std::move(t));
+  }
+  return f;
+}
+
+bool GateResult::pass() const {
+  if (windows.empty()) return !skipped.empty();  // --base: nothing changed
+  return std::all_of(windows.begin(), windows.end(), [](const WindowResult& w) { return w.pass; });
+}
+
+GatePlan plan_gate(const GateOptions& opt) {
+  const GateInputs in = load_gate_inputs(opt);
+  const seeds::SeedSet& seed_set = in.seed_set;
+  Selection sel = select_windows(opt, in.table, in.filter, in.lo);
+  GatePlan plan;
+  plan.table_path = opt.table_path;
+  plan.seeds = seeds::to_string(seed_set);
+  plan.skipped = std::move(sel.skipped);
+  plan.filtered_out = std::move(sel.filtered_out);
+  std::set<std::string> distinct;
+  const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
+  for (const Route* r : sel.gated) {
+    check_gateable(*r);
+    PlanWindow w;
+    w.window = r->where() + " " + r->describe();
+    w.t = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
+    const std::vector<seeds::CaseId> cases = expand(*r, w.t, seed_set);
+    w.grid_cases = static_cast<int64_t>(cases.size());
+    for (const auto& c : cases) {
+      w.grid_elements += elements_of(c);
+      if (distinct.insert(seeds::to_string(c)).second) plan.grid_elements_distinct += elements_of(c);
+    }
+    // Refinement bound: 2*dense_points T points with one case each (the worst
+    // grid case's family and seed) or the whole seed set (dense_all_seeds), and
+    // fresh_factor x per-family seeds of one family, every case at t_hi.
+    const int64_t span = r->t_hi - r->t_lo;
+    // (c - lo)/step + (hi - c)/step <= span/step points fit around any centre c.
+    const int64_t dense_t = std::min<int64_t>(2LL * opt.dense_points, span / opt.dense_step);
+    const int64_t per_t =
+        w.t.empty() ? 0 : opt.dense_all_seeds ? w.grid_cases / static_cast<int64_t>(w.t.size()) : 1;
+    w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
+    if (!cases.empty()) {
+      seeds::CaseId top = cases.back();
+      top.T = r->t_hi;
+      w.refine_elements_max = static_cast<double>(w.refine_cases_max) * elements_of(top);
+    }
+    plan.refine_cases_max += w.refine_cases_max;
+    plan.refine_elements_max += w.refine_elements_max;
+    plan.windows.push_back(std::move(w));
+  }
+  plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
+  return plan;
+}
+
+std::string carrier_for(const seeds::CaseId& c) {
+  for (const auto& v : kernels::variants())
+    if (v.op == Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
+      return std::string(v.name);
+  throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
+}
+
+}  // namespace normgate::validators
