@@ -1,5 +1,6 @@
 // oracle/src/eft.h (internal): error-free transformations and rigorous
-// value/bound arithmetic in binary64, used by reference.cpp.
+// value/bound arithmetic in binary64, used by reference.cpp and the files it
+// is split into (reference_parts.h).
 //
 // Notation. u = 2^-53 (unit roundoff of binary64, round to nearest),
 // eta = 2^-1074 (smallest subnormal), gamma_k = k u / (1 - k u) (Higham,

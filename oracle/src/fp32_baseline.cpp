@@ -82,7 +82,7 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   const float eps32 = static_cast<float>(p.eps);
   const float Hf = static_cast<float>(H);
 
-  // Row blocks, as the reference's pass (reference.cpp): each block's rows
+  // Row blocks, as the reference's pass (reference_pass.cpp): each block's rows
   // (sums of squares, rstd, and y, dx when asked for), then its part of every
   // dw column while the block's x and dy are still in cache. A dw column over
   // all R rows at once (the former layout) read x and dy from memory a second

@@ -1,5 +1,6 @@
 // oracle/src/mpfr_eval.h (internal): the RMSNorm math in MPFR, every value
-// with a rigorous bound, for the oracle's escalation (reference.cpp).
+// with a rigorous bound, for the oracle's escalation (reference.cpp (7):
+// reference_pass.cpp, reference_finish.cpp).
 //
 // ============================ DERIVATION ====================================
 // MPFR (Fousse, Hanrot, Lefevre, Pelissier, Zimmermann, "MPFR: A multiple-

@@ -1,5 +1,5 @@
 // oracle/src/row_blocks.h (internal): the block shape of the oracle's
-// row-block passes (reference.cpp's pass over x and dy, fp32_baseline.cpp).
+// row-block passes (reference_pass.cpp's pass over x and dy, fp32_baseline.cpp).
 // A pass takes R rows in blocks of row_block rows: first each row of the
 // block alone (row sums, per-row values), then the block's part of every dw
 // column, column blocks of col_block columns side by side, while the block's
