@@ -51,7 +51,7 @@ TOML
     echo "FAIL: gate exited $r, want 1 (the control's window fails): $(tail -3 "$tmp/gate.log")" >&2
     exit 1
   fi
-  if ! "$bin" export "$tmp/g.json" -o "$tmp/maps.h5" --backend cpu --tile 32 >"$tmp/export.log" 2>&1; then
+  if ! "$bin" export "$tmp/g.json" -o "$tmp/maps.h5" --backend cpu --tile 32 --keep 1 >"$tmp/export.log" 2>&1; then
     echo "FAIL: export: $(tail -3 "$tmp/export.log")" >&2
     exit 1
   fi
