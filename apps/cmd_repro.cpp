@@ -258,16 +258,21 @@ int run_quiet(std::vector<std::string> args) {
 
 void add_plot(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
-      "plot", "PNG pictures of a case or maps file (scripts/plot_maps.py: python3 with h5py, numpy, matplotlib): "
-              "dw err/tol over H with the budget line, dx tile heatmap, err/tol histograms");
+      "plot", "PNG pictures of a case or maps file and OUTPUT/index.html (scripts/plot_maps.py: python3 with h5py, "
+              "numpy, matplotlib): per case the outputs its window gates (forward: y tile heatmap, rstd per row; "
+              "backward: dx tile heatmap, dw per column) and their err/tol histograms; the index lists the windows "
+              "in the report's order, verdict first, with their pictures");
   struct Opts {
-    std::string file, out;
+    std::string file, out, report;
     int dpi = 0;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("file", o->file, "HDF5 file (normgate-case/1 or normgate-maps/1)")->required();
-  sub->add_option("-o,--output", o->out, "Folder for the PNGs (created if missing)")->required();
+  sub->add_option("-o,--output", o->out, "Folder for the PNGs and index.html (created if missing)")->required();
   sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
+  sub->add_option("--report", o->report,
+                  "Gate report the maps were exported from, for the index's window order and verdicts (default: "
+                  "the file's recorded source, when it is there and matches)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       // The script reads only the maps: check the whole file first, as inspect
@@ -298,6 +303,7 @@ void add_plot(CLI::App& app, Commands& cmds) {
         throw std::invalid_argument("plot script '" + script + "' not found (set NORMGATE_PLOT_SCRIPT)");
       std::vector<std::string> args = {py, script, o->file, "-o", o->out};
       if (o->dpi > 0) args.insert(args.end(), {"--dpi", std::to_string(o->dpi)});
+      if (!o->report.empty()) args.insert(args.end(), {"--report", o->report});
       std::fflush(stdout);
       const pid_t pid = ::fork();
       if (pid < 0) throw std::runtime_error("plot: fork failed");
