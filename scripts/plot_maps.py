@@ -431,7 +431,7 @@ def fixed_cmap():
 
 def edge_ticks(edges, n):
     """Tile edges as ticks, without one that would print over the last (a partial last tile)."""
-    ticks = [int(x) for x in edges[:-1] if n - x >= 0.04 * n] + [int(n)]
+    ticks = [int(x) for x in edges[:-1] if n - x >= 0.06 * n] + [int(n)]
     return ticks
 
 
@@ -578,7 +578,8 @@ def plot_series(e, out):
     # the worst element, marked and named
     k = int(np.argmax(np.where(np.isfinite(r), r, np.inf)))
     ax.annotate(f"max {fmt(mx)} at {unit} {k}", xy=(k, ax.get_ylim()[1] / 1.6 if inf[k] else max(r[k], FLOOR)),
-                xytext=(0, 14), textcoords="offset points", ha="center", fontsize=8.5,
+                xytext=(0, 14), textcoords="offset points", fontsize=8.5,
+                ha="left" if k < 0.15 * n else "right" if k > 0.85 * n else "center",
                 arrowprops=dict(arrowstyle="->", lw=0.8), zorder=7)
     ax.set_xlim(-0.5, max(n - 0.5, 0.5))
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -641,7 +642,9 @@ def plot_hist(e):
         mtxt = f"max {fmt(mr)}" if mr is not None else hist_max_text(c, up)
         n_over = int(c[np.concatenate([[False], up[1:] > 1])].sum())  # bins entirely above 1
         any_over |= over(mr) or n_over > 0
-        ax.stairs(v, x, color=HIST_STYLE[name], lw=1.6, baseline=None,
+        # y and dx often coincide: y wide and solid, dx dashed on top, so both show
+        ax.stairs(v, x, color=HIST_STYLE[name], lw=2.6 if name == "y" else 1.5, baseline=None,
+                  ls="--" if name == "dx" else "-", zorder=3 if name == "y" else 4,
                   label=f"{name}: n={n}, {mtxt}, {n_over} over budget")
         for k, what in ((0, "exactly 0"), (1, f"in (0, {lo_e:g}]"), (nb - 2, f"in ({hi_e:g}, inf)"),
                         (nb - 1, "inf/NaN")):
