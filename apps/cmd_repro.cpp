@@ -17,10 +17,10 @@
 #include "commands.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
-#include "normgate/harness/pipeline.h"
-#include "normgate/audit/repro.h"
-#include "normgate/audit/case_file.h"
-#include "normgate/audit/export.h"
+#include "normgate/validators/pipeline.h"
+#include "normgate/validators/repro.h"
+#include "normgate/validators/case_file.h"
+#include "normgate/validators/export.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -258,16 +258,21 @@ int run_quiet(std::vector<std::string> args) {
 
 void add_plot(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
-      "plot", "PNG pictures of a case or maps file (plot_maps.py beside the binary: python3 with h5py, numpy, matplotlib): "
-              "dw err/tol over H with the budget line, dx tile heatmap, err/tol histograms");
+      "plot", "PNG pictures of a case or maps file and OUTPUT/index.html (plot_maps.py beside the binary: python3 with h5py, "
+              "numpy, matplotlib): per case the outputs its window gates (forward: y tile heatmap, rstd per row; "
+              "backward: dx tile heatmap, dw per column) and their err/tol histograms; the index lists the windows "
+              "in the report's order, verdict first, with their pictures");
   struct Opts {
-    std::string file, out;
+    std::string file, out, report;
     int dpi = 0;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("file", o->file, "HDF5 file (normgate-case/1 or normgate-maps/1)")->required();
-  sub->add_option("-o,--output", o->out, "Folder for the PNGs (created if missing)")->required();
+  sub->add_option("-o,--output", o->out, "Folder for the PNGs and index.html (created if missing)")->required();
   sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
+  sub->add_option("--report", o->report,
+                  "Gate report the maps were exported from, for the index's window order and verdicts (default: "
+                  "the file's recorded source, when it is there and matches)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       // The script reads only the maps: check the whole file first, as inspect
@@ -302,6 +307,7 @@ void add_plot(CLI::App& app, Commands& cmds) {
         throw std::invalid_argument("plot script '" + script + "' not found (set NORMGATE_PLOT_SCRIPT)");
       std::vector<std::string> args = {py, script, o->file, "-o", o->out};
       if (o->dpi > 0) args.insert(args.end(), {"--dpi", std::to_string(o->dpi)});
+      if (!o->report.empty()) args.insert(args.end(), {"--report", o->report});
       std::fflush(stdout);
       const pid_t pid = ::fork();
       if (pid < 0) throw std::runtime_error("plot: fork failed");

@@ -1,39 +1,64 @@
 #!/usr/bin/env python3
-"""Render audit pictures from normgate HDF5 files (datasets/SCHEMA.md).
+"""Render audit pictures and an index page from normgate HDF5 files (datasets/SCHEMA.md).
 
 Reads a normgate-case/1 file (`normgate repro ... --save`, error maps in
 /maps, provenance on /) or a normgate-maps/1 file (`normgate export`, one
-entry per /cases/NNNN group) and writes, per entry, three PNGs into OUTDIR:
+entry per /cases/NNNN group) and writes into OUTDIR, per entry, the pictures
+of the outputs its window gates, then OUTDIR/index.html:
 
-  NNNN_<slug>_dw.png        dw err/tol per column j (log y), budget line at 1
-  NNNN_<slug>_dx_tiles.png  max dx err/tol per tile x tile block (log colours)
-  NNNN_<slug>_hist.png      err/tol histograms of y, rstd, dx, dw (log-log)
+  forward window (gates y, rstd):
+    NNNN_<slug>_y_tiles.png   max y err/tol per tile x tile block (heatmap)
+    NNNN_<slug>_rstd.png      rstd err/tol per row (log y), budget line at 1
+  backward window, check report or saved case (gates y, rstd, dx, dw):
+    NNNN_<slug>_dx_tiles.png  max dx err/tol per tile x tile block (heatmap)
+    NNNN_<slug>_dw.png        dw err/tol per column (log y), budget line at 1
+    (and _y_tiles / _rstd as well when y or rstd is over budget)
+  every entry:
+    NNNN_<slug>_hist.png      err/tol histograms of the gated outputs (log-log)
+  index.html                  one page: windows in the report's order, each
+                              with its verdict first, then per case its pictures
+
+Heatmaps share one fixed log colour scale (err/tol 1e-4 and below .. 10 and
+above, the budget 1 where viridis turns to reds; cells over 1 outlined black,
+the worst cell white; values written in cells large enough to hold them).
+Window order and verdicts come from the gate report the maps were exported
+from: --report, else the file's /@source (as recorded, else beside FILE.h5),
+used only when it holds every entry's window and case. Without one, the
+file's order is used and a window's verdict shows as FAIL when an exported
+case is over budget on a gated output, else UNKNOWN (a maps file does not
+record window verdicts); a check report's or a saved case's entries are
+grouped per implementation with their cases' own verdicts.
 
 NNNN is 0000 for a case file and the group name for a maps file; the slug is
-made from case_id and impl. PNGs are written to a temporary name in OUTDIR and
-renamed, so OUTDIR never holds a half-written picture.
+made from case_id and the variant under audit (a forward window's forward
+variant, else impl). Files are written to a temporary name in OUTDIR and
+renamed, so OUTDIR never holds a half-written picture or index.
 
-Usage: scripts/plot_maps.py FILE.h5 -o OUTDIR [--dpi N]
+Usage: plot_maps.py FILE.h5 -o OUTDIR [--dpi N] [--report REPORT.json]
 
-Exit status: 0 all pictures written; 2 bad usage or an unreadable/malformed
-file (one line on stderr naming the file and the dataset or attribute).
+Exit status: 0 all pictures and the index written; 2 bad usage, an
+unreadable/malformed file (one line on stderr naming the file and the dataset
+or attribute) or a --report that is not the maps' gate report.
 Needs python3 with h5py, numpy and matplotlib.
 """
 import argparse
 import hashlib
+import html
+import json
 import math
 import os
 import re
 import sys
 import tempfile
 import textwrap
+import urllib.parse
 
 PROG = "plot_maps.py"
 CASE_SCHEMA = "normgate-case/1"
 MAPS_SCHEMA = "normgate-maps/1"
 FLOOR = 1e-8  # err/tol values below this (exact zeros included) are drawn at FLOOR
 HIST_NAMES = ("hist_y", "hist_rstd", "hist_dx", "hist_dw")
-PROV_KEYS = ("case_id", "impl", "backend", "verdict", "oracle", "date", "gpu", "window")
+PROV_KEYS = ("case_id", "impl", "backend", "verdict", "oracle", "date", "gpu", "window", "fwd")
 
 
 class Bad(Exception):
@@ -161,6 +186,8 @@ def read_entry(path, grp, maps, key):
     e["dw_ratio"] = dataset(path, maps, "dw_ratio", (cols,)).astype(np.float64)
     e["dw_bound_over_tol"] = dataset(path, maps, "dw_bound_over_tol", (cols,)).astype(np.float64)
     e["dx_tiles"] = dataset(path, maps, "dx_tiles", (tr, tc)).astype(np.float64)
+    e["y_tiles"] = dataset(path, maps, "y_tiles", (tr, tc)).astype(np.float64)
+    e["rstd_ratio"] = dataset(path, maps, "rstd_ratio", (rows,)).astype(np.float64)
     if "hist_upper" not in maps:
         raise Bad(f"{path}: dataset {maps.name.rstrip('/')}/hist_upper is missing")
     if not isinstance(maps["hist_upper"], h5py.Dataset) or maps["hist_upper"].ndim != 1:
@@ -179,13 +206,9 @@ def read_entry(path, grp, maps, key):
     e["hist"] = {h: dataset(path, maps, h, (nb,)).astype(np.int64) for h in HIST_NAMES}
     e["max_ratio"] = {o: attr_float(path, grp, f"max_ratio_{o}") for o in ("y", "rstd", "dx", "dw")}
     # A case file records no max_ratio_*: the maps hold the exact maxima (tiles are max-pooled).
-    maps_max = {"y": ("y_tiles", (tr, tc)), "rstd": ("rstd_ratio", (rows,)), "dx": None, "dw": None}
-    for o, src in maps_max.items():
-        if e["max_ratio"][o] is not None:
-            continue
-        v = e["dx_tiles"] if o == "dx" else e["dw_ratio"] if o == "dw" else \
-            dataset(path, maps, src[0], src[1]).astype(np.float64)
-        e["max_ratio"][o] = exact_max(v)
+    for o, v in (("y", e["y_tiles"]), ("rstd", e["rstd_ratio"]), ("dx", e["dx_tiles"]), ("dw", e["dw_ratio"])):
+        if e["max_ratio"][o] is None:
+            e["max_ratio"][o] = exact_max(v)
     return e
 
 
@@ -215,7 +238,7 @@ def read_layout(path, f):
     if schema == CASE_SCHEMA:
         if "maps" not in f or not isinstance(f["maps"], h5py.Group):
             raise Bad(f"{path}: group /maps is missing")
-        return schema, [read_entry(path, f, f["maps"], "0000")]
+        return schema, "", [read_entry(path, f, f["maps"], "0000")]
     if schema == MAPS_SCHEMA:
         n = attr_int(path, f, "entries")
         out = []
@@ -225,7 +248,7 @@ def read_layout(path, f):
                 raise Bad(f"{path}: group /{name} is missing ({n} entries recorded in /@entries)")
             g = f[name]
             out.append(read_entry(path, g, g, f"{i:04d}"))
-        return schema, out
+        return schema, attr_str(path, f, "source", required=False), out
     raise Bad(f"{path}: schema '{schema}', expected '{CASE_SCHEMA}' or '{MAPS_SCHEMA}'")
 
 
@@ -264,17 +287,6 @@ def slug(case_id, impl, limit=56):
     return s
 
 
-def title_for(e, what):
-    p = e["prov"]
-    verdict = p["verdict"] or "?"
-    impl = p["impl"] + ("  (NEGATIVE CONTROL: built to fail dw on cancel)" if p["impl"].startswith("ctl_") else "")
-    where = f"\nwindow {p['window']}" if p.get("window") else ""
-    if p.get("window", "").startswith("fwd"):
-        where += "  (gates y, rstd; dx, dw: the backward run that carried it)"
-    return (f"{what}  [case verdict: {verdict}]\n{p['case_id']}\n"
-            f"impl {impl}  backend {p['backend'] or '?'}{where}")
-
-
 def fmt(v):
     if v is None:
         return "n/a"
@@ -305,170 +317,280 @@ def save(fig, outdir, name, dpi):
     return final
 
 
-VERDICT_COLOUR = {"pass": "#1a7f37", "fail": "#c62828", "inconclusive": "#b26a00"}
+def write_text(outdir, name, text):
+    """Write text to OUTDIR/name atomically (as save does for a PNG); returns the final path."""
+    final = os.path.join(outdir, name)
+    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=outdir)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return final
 
 
-def colour_title(ax, e, what):
-    # Long lines (a tile's row range, a forward window's note) are wrapped to
-    # the figure's width: ~11.5 characters an inch at 9.5 pt (they ran past
-    # the right edge of the 8-inch heatmap).
-    width = max(40, int(ax.figure.get_figwidth() * 11.5))
-    text = "\n".join(textwrap.fill(line, width, subsequent_indent="  ")
-                     for line in title_for(e, what).split("\n"))
-    ax.set_title(text, fontsize=9.5, loc="left",
-                 color=VERDICT_COLOUR.get(e["prov"]["verdict"], "black"))
+# --------------------------------------------------------------------------- what is gated
+
+OUTPUTS = ("y", "rstd", "dx", "dw")
+GATED = {"fwd": ("y", "rstd"), "bwd": OUTPUTS}  # the gate report's budgets line
+PICTURE = {"y": "y_tiles", "rstd": "rstd", "dx": "dx_tiles", "dw": "dw"}  # file suffix per output
+
+
+def entry_op(e):
+    """'fwd' for an entry of a forward window (it gates y and rstd only), else 'bwd' (a
+    backward window, a check report's implementation or a saved case: all four outputs)."""
+    return "fwd" if e["prov"]["window"].startswith("fwd") else "bwd"
+
+
+def over(v):
+    return v is not None and not (v <= 1)  # > 1, inf or NaN
+
+
+def pictured(e):
+    """Outputs drawn for an entry, in order: a forward window's y and rstd; a backward
+    step's dx and dw, then y and rstd as well when one of them is over budget (they are
+    gated too, but the backward's own outputs come first)."""
+    if entry_op(e) == "fwd":
+        return ["y", "rstd"]
+    return ["dx", "dw"] + [o for o in ("y", "rstd") if over(e["max_ratio"][o])]
+
+
+def audited(e):
+    """The variant under audit: a forward window's forward variant, else the implementation."""
+    p = e["prov"]
+    return (p["fwd"] or "fwd") if entry_op(e) == "fwd" and p["window"] else p["impl"]
+
+
+def variant_text(e):
+    """The code under audit: a forward window's forward variant, else the implementation."""
+    p = e["prov"]
+    if entry_op(e) == "fwd" and p["window"]:
+        v = p["fwd"] or "forward (not recorded)"
+        return f"{v}  (its case then ran backward {p['impl']}: not pictured, not gated here)"
+    v = p["impl"]
+    if p["fwd"]:
+        v += f"  (forward {p['fwd']})"
+    if p["impl"].startswith("ctl_"):
+        v += "  NEGATIVE CONTROL"
+    return v
+
+
+OK_COLOUR, OVER_COLOUR = "#1a7f37", "#c62828"
+
+
+def titles(fig, ax, e, out, what, mx):
+    """Headline (output, what is drawn, max err/tol; green within budget, red over) and two
+    lines naming window, variant and case. Long lines are wrapped to the figure's width."""
+    p = e["prov"]
+    bad = over(mx)
+    head = f"{out} err/tol {what}  --  max {fmt(mx)}  " + ("> 1: OVER BUDGET" if bad else "<= 1: within budget")
+    width = max(40, int(fig.get_figwidth() * 12.5))
+    lines = [f"window {p['window']}" if p["window"] else "no window (a saved case or a check report's case)",
+             f"variant {variant_text(e)}",
+             f"case {p['case_id']}   [{p['backend'] or '?'}]"]
+    sub = "\n".join(textwrap.fill(x, width, subsequent_indent="    ") for x in lines)
+    ax.set_title(sub, fontsize=8.5, loc="left", color="0.2")
+    fig.suptitle(head, x=0.01, ha="left", fontsize=11.5, fontweight="bold",
+                 color=OVER_COLOUR if bad else OK_COLOUR)
+
+
+def row_label(e):
+    if e["heads"] > 1:  # per-head forms: one row per (token, head), token-major
+        return f"rows r = token*{e['heads']} + head  ({e['rows']} rows = T x {e['heads']} heads)"
+    return f"rows r  (T = {e['rows']})"
 
 
 # --------------------------------------------------------------------------- pictures
 
-
-def plot_dw(e):
-    r = e["dw_ratio"]
-    b = e["dw_bound_over_tol"]
-    H = e["cols"]
-    j = np.arange(H)
-    fig, ax = plt.subplots(figsize=(9, 4.8), layout="constrained")
-    inf = ~np.isfinite(r)  # ratio() gives inf for a non-finite failure
-    fin = ~inf
-    low = fin & (r < FLOOR)
-    over = fin & (r > 1)
-    ok = fin & ~low & ~over
-    rc = np.where(fin, np.maximum(r, FLOOR), np.nan)
-
-    def cols(mask):
-        k = int(mask.sum())
-        return f"{k} col" + ("" if k == 1 else "s")
-
-    ms = 3.0 if H <= 2000 else 1.2
-    lw = 0.6 if H <= 2000 else 0.3
-    # the faint bound series first, so the ratios draw over it
-    # the bound is usually far below the floor: draw only the part above it
-    bfin = b[np.isfinite(b)]
-    bmax = float(bfin.max()) if bfin.size else float("nan")
-    bc = np.where(np.isfinite(b) & (b >= FLOOR), b, np.nan)
-    blab = f"oracle bound / tol (reference certainty), max {fmt(bmax)}"
-    if not np.isfinite(bc).any():
-        blab += f": below {FLOOR:g}, not drawn"
-    ax.plot(j, bc, color="0.55", lw=0.8, alpha=0.6, zorder=1, label=blab)
-    ax.plot(j, rc, color="#4a6fa5", lw=lw, alpha=0.5, zorder=2)
-    ax.plot(j[ok], rc[ok], "o", ms=ms, color="#1f4e9c", zorder=3,
-            label=f"err/tol <= 1: within budget ({cols(ok)})")
-    ax.plot(j[over], rc[over], "o", ms=ms, color="#d62728", zorder=4,
-            label=f"err/tol > 1: over budget ({cols(over)})")
-    ax.plot(j[low], rc[low], "v", ms=ms + 1, color="0.35", zorder=3,
-            label=f"err/tol < {FLOOR:g} or exactly 0, clipped to {FLOOR:g} ({cols(low)})")
-    ax.set_yscale("log")
-    finite_vals = np.concatenate([rc[fin], bc[np.isfinite(bc)], [1.0]])
-    lo = max(FLOOR, np.nanmin(finite_vals)) if finite_vals.size else FLOOR
-    hi = np.nanmax(finite_vals) if finite_vals.size else 1.0
-    ax.set_ylim(lo / 3, hi * (30 if inf.any() else 4))
-    ax.axhline(1.0, color="black", lw=1.6, ls="--", zorder=5)
-    ax.text(1.0, 1.0, " budget\n err/tol = 1", transform=ax.get_yaxis_transform(),
-            va="center", ha="left", fontsize=8.5, fontweight="bold", clip_on=False)
-    handles, labels = ax.get_legend_handles_labels()
-    handles.insert(0, Line2D([], [], color="black", lw=1.6, ls="--"))
-    labels.insert(0, "budget: err/tol = 1 (pass <= 1)")
-    if inf.any():
-        ytop = ax.get_ylim()[1] / 1.6
-        ax.plot(j[inf], np.full(int(inf.sum()), ytop), "X", ms=ms + 4, color="#7b1fa2", zorder=6,
-                clip_on=False)
-        handles.append(Line2D([], [], marker="X", ls="", color="#7b1fa2", ms=7))
-        labels.append(f"inf: non-finite result ({cols(inf)}), drawn at the top")
-    ax.set_xlim(-0.5 if H else 0, max(H - 0.5, 0.5))
-    ax.set_xlabel("column j (dw element)")
-    ax.set_ylabel("dw err/tol  (log)")
-    ax.grid(True, which="major", axis="y", alpha=0.3)
-    mx = np.max(r) if r.size else float("nan")
-    jm = int(np.argmax(r)) if r.size else -1
-    ax.legend(handles, labels, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13),
-              ncol=2, frameon=False)
-    colour_title(ax, e, f"dw err/tol per column: max {fmt(float(mx))} at col {jm}")
-    return fig
+# One colour scale for every heatmap of every export, so pictures compare at a glance:
+# log err/tol from 1e-4 (and below) to 10 (and above); 1, the budget, is where the
+# colours turn from viridis (dark: far below budget, yellow: near it) to reds (over).
+CMIN, CMAX = 1e-4, 10.0
 
 
-def two_sided_cmap(norm):
-    """Blues below err/tol = 1, reds above, the switch exactly at 1 on the log scale."""
-    lv, hv = math.log10(norm.vmin), math.log10(norm.vmax)
-    f = (0 - lv) / (hv - lv)  # position of 1 in [0, 1]
-    n = 256
-    nb = max(1, min(n - 1, int(round(f * n))))
-    below = plt.get_cmap("Blues_r")(np.linspace(0.15, 0.85, nb))
-    above = plt.get_cmap("Reds")(np.linspace(0.45, 1.0, n - nb))
-    cm = mcolors.ListedColormap(np.vstack([below, above]), name="below_above_1")
-    cm.set_bad("#6a1b9a")  # inf tiles
+def fixed_cmap():
+    n = 250
+    f = (0 - math.log10(CMIN)) / (math.log10(CMAX) - math.log10(CMIN))
+    nb = int(round(f * n))
+    below = plt.get_cmap("viridis")(np.linspace(0.0, 1.0, nb))
+    above = plt.get_cmap("Reds")(np.linspace(0.55, 0.95, n - nb))
+    cm = mcolors.ListedColormap(np.vstack([below, above]), name="errtol_fixed")
+    cm.set_under(below[0])
+    cm.set_over(plt.get_cmap("Reds")(1.0))
+    cm.set_bad("black")  # inf: a non-finite result
     return cm
 
 
-def plot_dx_tiles(e):
-    t = e["dx_tiles"]
+def edge_ticks(edges, n):
+    """Tile edges as ticks, without one that would print over the last (a partial last tile)."""
+    ticks = [int(x) for x in edges[:-1] if n - x >= 0.06 * n] + [int(n)]
+    return ticks
+
+
+def plot_tiles(e, out):
+    """Heatmap of an output's max err/tol per tile x tile block (y_tiles or dx_tiles)."""
+    t = e[f"{out}_tiles"]
     T, H, tile = e["rows"], e["cols"], e["tile"]
     tr, tc = t.shape
-    fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9.5, 6.6), layout="constrained")
+    mx = exact_max(t)
+    what = f"per {tile}x{tile} tile (max over the tile)"
     if t.size == 0:
-        ax.text(0.5, 0.5, "no dx tiles (T or H is 0)", ha="center", va="center", transform=ax.transAxes)
-        colour_title(ax, e, "dx max err/tol per tile")
+        ax.text(0.5, 0.5, f"no {out} tiles (T or H is 0)", ha="center", va="center", transform=ax.transAxes)
+        titles(fig, ax, e, out, what, mx)
         return fig
     inf = ~np.isfinite(t)
-    low = np.isfinite(t) & (t < FLOOR)
-    tcl = np.where(inf, np.nan, np.maximum(t, FLOOR))
-    fin = tcl[np.isfinite(tcl)]
-    vmin = min(fin.min() if fin.size else 0.1, 0.1)
-    vmax = max(fin.max() if fin.size else 10.0, 10.0)
-    # keep 1 in range with at least one decade either side, so the colour switch shows
-    norm = mcolors.LogNorm(vmin=vmin, vmax=vmax)
-    cmap = two_sided_cmap(norm)
+    norm = mcolors.LogNorm(vmin=CMIN, vmax=CMAX, clip=False)
+    cmap = fixed_cmap()
+    shown = np.ma.masked_invalid(np.where(t > 0, t, CMIN / 10))  # 0 is below the scale
     redges = np.minimum(np.arange(tr + 1) * tile, T)
     cedges = np.minimum(np.arange(tc + 1) * tile, H)
-    m = ax.pcolormesh(cedges, redges, np.ma.masked_invalid(tcl), cmap=cmap, norm=norm,
-                      edgecolors="white" if tr * tc <= 400 else "face", linewidth=0.5)
+    many = tr * tc > 400
+    m = ax.pcolormesh(cedges, redges, shown, cmap=cmap, norm=norm,
+                      edgecolors="face" if many else "white", linewidth=0 if many else 0.6)
     ax.set_xlim(0, H)
     ax.set_ylim(T, 0)  # row 0 at the top, as in the [T, H] tensor
-    cb = fig.colorbar(m, ax=ax, extend="neither", pad=0.02)
-    cb.set_label("dx err/tol (max over the tile; log)")
-    cb.ax.axhline(1.0, color="black", lw=2)
-    # outline every tile over budget
+    cb = fig.colorbar(m, ax=ax, extend="both", pad=0.02, aspect=30)
+    cb.set_label(f"{out} err/tol  (max over each tile; log; pass <= 1)")
+    cb.set_ticks([1e-4, 1e-3, 1e-2, 1e-1, 1, 10])
+    cb.set_ticklabels(["<=1e-4", "1e-3", "0.01", "0.1", "1 budget", ">=10"])
+    cb.ax.axhline(1.0, color="black", lw=2.5)
+    # over budget: outlined in black; the worst tile: white-and-black outline
     n_over = 0
     for a in range(tr):
         for c in range(tc):
-            v = t[a, c]
-            if not (v <= 1):  # > 1, inf or NaN
+            if over(t[a, c]):
                 n_over += 1
                 ax.add_patch(Rectangle((cedges[c], redges[a]), cedges[c + 1] - cedges[c],
                                        redges[a + 1] - redges[a], fill=False, ec="black",
-                                       lw=2.0 if tr * tc <= 400 else 0.8, zorder=4))
-    # values in the cells when the grid is small enough to read them
-    if tr * tc <= 64:
-        fs = 9 if tr * tc <= 24 else 7
+                                       lw=0.8 if many else 2.0, zorder=4))
+    a_, c_ = np.unravel_index(int(np.argmax(np.where(np.isfinite(t), t, np.inf))), t.shape)
+    for ec, lw in (("white", 4.0), ("black", 1.6)):
+        ax.add_patch(Rectangle((cedges[c_], redges[a_]), cedges[c_ + 1] - cedges[c_],
+                               redges[a_ + 1] - redges[a_], fill=False, ec=ec, lw=lw, zorder=5))
+    # values in the cells when they fit: font from the cell's size on the page
+    aw, ah = 9.5 - 2.3, 6.6 - 1.9  # axes size in inches, roughly
+    cw = aw * 72 * tile / max(H, 1)
+    ch = ah * 72 * tile / max(T, 1)
+    fs = min(9.0, cw / 2.6, ch * 0.7)
+    if fs >= 5.0 and tr * tc <= 1200:
         for a in range(tr):
             for c in range(tc):
                 v = t[a, c]
+                # a partial last tile (T or H not a multiple of the tile) may be too thin for text
+                if ((redges[a + 1] - redges[a]) * ah * 72 / max(T, 1) < fs * 1.2
+                        or (cedges[c + 1] - cedges[c]) * aw * 72 / max(H, 1) < fs * 2.4):
+                    continue
                 txt = "inf" if not np.isfinite(v) else ("0" if v == 0 else f"{v:.2g}")
-                val = tcl[a, c]
-                dark = (not np.isfinite(val)) or abs(math.log10(val)) > 0.5 * max(
-                    -math.log10(vmin), math.log10(vmax))
-                ax.text((cedges[c] + cedges[c + 1]) / 2, (redges[a] + redges[a + 1]) / 2, txt,
-                        ha="center", va="center", fontsize=fs, color="white" if dark else "black")
-    # ticks at tile edges when few, else let matplotlib choose
-    if tc <= 16:
-        ax.set_xticks(cedges)
-    if tr <= 16:
-        ax.set_yticks(redges)
+                r_, g_, b_, _ = cmap(norm(v)) if np.isfinite(v) and v > 0 else (0, 0, 0, 1)
+                dark = 0.299 * r_ + 0.587 * g_ + 0.114 * b_ < 0.55
+                ax.text((cedges[c] + min(cedges[c + 1], H)) / 2, (redges[a] + redges[a + 1]) / 2, txt,
+                        ha="center", va="center", fontsize=fs, color="white" if dark else "black", zorder=6)
+    ax.set_xticks(edge_ticks(cedges, H) if tc <= 16 else
+                  matplotlib.ticker.MaxNLocator(integer=True).tick_values(0, H))
+    ax.set_yticks(edge_ticks(redges, T) if tr <= 16 else
+                  matplotlib.ticker.MaxNLocator(integer=True).tick_values(0, T))
+    ax.set_xlim(0, H)
+    ax.set_ylim(T, 0)
     for lab in ax.get_xticklabels():
-        lab.set_rotation(45 if tc > 8 else 0)
-    notes = [f"tiles over budget (err/tol > 1, outlined black): {n_over} of {tr * tc}"]
+        lab.set_rotation(45 if 8 < tc <= 16 else 0)
+    notes = [f"{tr} x {tc} tiles; over budget (> 1, outlined black): {n_over}",
+             f"worst tile outlined white: rows {redges[a_]}..{redges[a_ + 1] - 1}, cols {cedges[c_]}..{cedges[c_ + 1] - 1}"]
     if inf.any():
-        notes.append(f"purple = inf ({int(inf.sum())})")
+        notes.append(f"black = inf ({int(inf.sum())})")
+    ax.set_xlabel(f"columns j  (H = {H})\n" + "; ".join(notes), fontsize=9)
+    ax.set_ylabel(row_label(e))
+    titles(fig, ax, e, out, what, mx)
+    return fig
+
+
+def plot_series(e, out):
+    """err/tol per element of a vector output: dw per column j, rstd per row r (log y),
+    the budget line at 1; dw with its oracle bound / tol. Over 20000 points are max-pooled."""
+    r = e["dw_ratio"] if out == "dw" else e["rstd_ratio"]
+    b = e["dw_bound_over_tol"] if out == "dw" else None
+    n = r.size
+    unit = "col" if out == "dw" else "row"
+    fig, ax = plt.subplots(figsize=(9.5, 5.2), layout="constrained")
+    mx = exact_max(r)
+    what = "per column j" if out == "dw" else "per row r"
+    if n == 0:
+        ax.text(0.5, 0.5, f"no {out} elements", ha="center", va="center", transform=ax.transAxes)
+        titles(fig, ax, e, out, what, mx)
+        return fig
+    inf = ~np.isfinite(r)  # ratio() gives inf for a non-finite failure
+    fin = ~inf
+    low = fin & (r < FLOOR)
+    ov = fin & (r > 1)
+
+    def count(mask):
+        k = int(mask.sum())
+        return f"{k} {unit}" + ("" if k == 1 else "s")
+
+    pool = 1
+    idx = np.arange(n)
+    rc = np.where(fin, np.maximum(r, FLOOR), np.nan)
+    if n > 20000:  # max-pool so the picture stays a picture
+        pool = -(-n // 5000)
+        pad = np.full(pool * (-(-n // pool)) - n, np.nan)
+        rc = np.nanmax(np.concatenate([rc, pad]).reshape(-1, pool), axis=1)
+        idx = np.arange(rc.size) * pool
+    ms = 3.0 if rc.size <= 2000 else 1.2
+    if b is not None:  # the faint bound series first; usually far below the floor: drawn above it only
+        bfin = b[np.isfinite(b)]
+        bc = np.where(np.isfinite(b) & (b >= FLOOR), b, np.nan)
+        blab = f"oracle bound / tol (reference certainty), max {fmt(float(bfin.max()) if bfin.size else None)}"
+        if not np.isfinite(bc).any():
+            blab += f": below {FLOOR:g}, not drawn"
+        ax.plot(np.arange(n), bc, color="0.55", lw=0.8, alpha=0.6, zorder=1, label=blab)
+    ax.plot(idx, rc, color="#4a6fa5", lw=0.4, alpha=0.5, zorder=2)
+    okm = np.isfinite(rc) & (rc <= 1) & (rc > FLOOR)
+    ovm = np.isfinite(rc) & (rc > 1)
+    lowm = np.isfinite(rc) & (rc <= FLOOR)
+    pl = f" (max of {pool} {unit}s a point)" if pool > 1 else ""
+    ax.plot(idx[okm], rc[okm], "o", ms=ms, color="#1f4e9c", zorder=3,
+            label=f"err/tol <= 1: within budget ({count(fin & ~ov & ~low)}){pl}")
+    ax.plot(idx[ovm], rc[ovm], "o", ms=ms + 1.5, color=OVER_COLOUR, zorder=4,
+            label=f"err/tol > 1: OVER BUDGET ({count(ov)})")
     if low.any():
-        notes.append(f"< {FLOOR:g} or 0 drawn at {FLOOR:g}")
-    ax.set_xlabel(f"column j  (tile = {tile} columns; {tc} tile cols)\n" + "; ".join(notes))
-    if e["heads"] > 1:  # per-head forms: one row per (token, head), token-major
-        ax.set_ylabel(f"row r = token*{e['heads']} + head  (tile = {tile} rows; {tr} tile rows)")
+        ax.plot(idx[lowm], rc[lowm], "v", ms=ms + 1, color="0.35", zorder=3,
+                label=f"err/tol < {FLOOR:g} or exactly 0, drawn at {FLOOR:g} ({count(low)})")
+    ax.set_yscale("log")
+    vals = np.concatenate([rc[np.isfinite(rc)], [1.0]])
+    lo, hi = max(FLOOR, float(np.min(vals))), float(np.max(vals))
+    ax.set_ylim(lo / 3, max(hi, 1.0) * (100 if inf.any() else 20))
+    ax.axhspan(1.0, ax.get_ylim()[1], color=OVER_COLOUR, alpha=0.06, lw=0, zorder=0)
+    ax.axhline(1.0, color="black", lw=1.6, ls="--", zorder=5)
+    ax.text(1.005, 1.0, "budget\nerr/tol = 1", transform=ax.get_yaxis_transform(),
+            va="center", ha="left", fontsize=8.5, fontweight="bold", clip_on=False)
+    if inf.any():
+        ytop = ax.get_ylim()[1] / 1.6
+        ax.plot(np.arange(n)[inf], np.full(int(inf.sum()), ytop), "X", ms=ms + 4, color="#7b1fa2",
+                zorder=6, clip_on=False, label=f"inf: non-finite result ({count(inf)}), drawn at the top")
+    # the worst element, marked and named
+    k = int(np.argmax(np.where(np.isfinite(r), r, np.inf)))
+    ax.annotate(f"max {fmt(mx)} at {unit} {k}", xy=(k, ax.get_ylim()[1] / 1.6 if inf[k] else max(r[k], FLOOR)),
+                xytext=(0, 14), textcoords="offset points", fontsize=8.5,
+                ha="left" if k < 0.15 * n else "right" if k > 0.85 * n else "center",
+                arrowprops=dict(arrowstyle="->", lw=0.8), zorder=7)
+    ax.set_xlim(-0.5, max(n - 0.5, 0.5))
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if out == "dw":
+        ax.set_xlabel(f"columns j  (H = {e['cols']}; one dw element per column)")
     else:
-        ax.set_ylabel(f"row r  (tile = {tile} rows; {tr} tile rows)")
-    mx = exact_max(t)
-    a_, c_ = np.unravel_index(int(np.argmax(np.where(np.isfinite(t), t, np.inf))), t.shape)
-    colour_title(ax, e, f"dx max err/tol per {tile}x{tile} tile: max {fmt(mx)} in the tile of "
-                 f"rows {redges[a_]}..{redges[a_ + 1] - 1}, cols {cedges[c_]}..{cedges[c_ + 1] - 1}")
+        ax.set_xlabel(row_label(e) + "; one rstd element per row")
+    ax.set_ylabel(f"{out} err/tol  (log)")
+    ax.grid(True, which="major", axis="y", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    titles(fig, ax, e, out, what, mx)
     return fig
 
 
@@ -487,7 +609,12 @@ def hist_max_text(c, up):
     return f"max <= {up[k]:.3g}"
 
 
+HIST_STYLE = {"y": "#1f77b4", "rstd": "#2ca02c", "dx": "#ff7f0e", "dw": "#d62728"}
+
+
 def plot_hist(e):
+    """err/tol histograms of the outputs the entry's window gates (log-log)."""
+    outs = GATED[entry_op(e)]
     up = e["hist_upper"]
     nb = up.size
     edges = up[1:-2]  # upper edges of bins 1 .. nb-3, all finite
@@ -503,22 +630,22 @@ def plot_hist(e):
     i0, i1 = hi_e * step ** 5, hi_e * step ** 7
     x = np.concatenate([[z0, z1, u0], edges, [o1, i0, i1]])
     fig, ax = plt.subplots(figsize=(9.5, 5.6), layout="constrained")
-    styles = {"hist_y": ("y", "#1f77b4"), "hist_rstd": ("rstd", "#2ca02c"),
-              "hist_dx": ("dx", "#ff7f0e"), "hist_dw": ("dw", "#d62728")}
     ymax = 1
     special = []
-    for h in HIST_NAMES:
-        name, col = styles[h]
-        c = e["hist"][h]
+    any_over = False
+    for name in outs:
+        c = e["hist"][f"hist_{name}"]
         n = int(c.sum())
-        # values per drawn slot: exact0, gap, underflow, log bins, overflow, gap, inf
         v = np.concatenate([[c[0], 0, c[1]], c[2:-2], [c[-2], 0, c[-1]]]).astype(float)
         ymax = max(ymax, int(c.max()) if c.size else 1)
         mr = e["max_ratio"][name]
         mtxt = f"max {fmt(mr)}" if mr is not None else hist_max_text(c, up)
-        over = int(c[np.concatenate([[False], up[1:] > 1])].sum())  # bins entirely above 1
-        ax.stairs(v, x, color=col, lw=1.5, baseline=None,
-                  label=f"{name}: n={n}, {mtxt}, {over} over budget")
+        n_over = int(c[np.concatenate([[False], up[1:] > 1])].sum())  # bins entirely above 1
+        any_over |= over(mr) or n_over > 0
+        # y and dx often coincide: y wide and solid, dx dashed on top, so both show
+        ax.stairs(v, x, color=HIST_STYLE[name], lw=2.6 if name == "y" else 1.5, baseline=None,
+                  ls="--" if name == "dx" else "-", zorder=3 if name == "y" else 4,
+                  label=f"{name}: n={n}, {mtxt}, {n_over} over budget")
         for k, what in ((0, "exactly 0"), (1, f"in (0, {lo_e:g}]"), (nb - 2, f"in ({hi_e:g}, inf)"),
                         (nb - 1, "inf/NaN")):
             if c[k]:
@@ -527,13 +654,11 @@ def plot_hist(e):
     ax.set_yscale("log")
     ax.set_xlim(z0 / step, i1 * step)
     ax.set_ylim(0.7, ymax * 4)
-    # special slots: grey background and a label each
-    for a_, b_, lab in ((z0, z1, "=0"), (u0, lo_e, f"<={lo_e:g}"), (hi_e, o1, f">{hi_e:g}"),
-                        (i0, i1, "inf")):
+    for a_, b_, lab in ((z0, z1, "=0"), (u0, lo_e, f"<={lo_e:g}"), (hi_e, o1, f">{hi_e:g}"), (i0, i1, "inf")):
         ax.axvspan(a_, b_, color="0.5", alpha=0.12, lw=0, zorder=0)
         ax.text(math.sqrt(a_ * b_), 0.985, lab, transform=ax.get_xaxis_transform(), ha="center",
                 va="top", fontsize=7, color="0.3", rotation=90)
-    ax.axvspan(1.0, hi_e, color="#d62728", alpha=0.06, lw=0, zorder=0)
+    ax.axvspan(1.0, hi_e, color=OVER_COLOUR, alpha=0.06, lw=0, zorder=0)
     ax.axvline(1.0, color="black", lw=1.6, ls="--", zorder=5)
     ax.text(1.0, 0.985, "budget err/tol = 1 ", transform=ax.get_xaxis_transform(), ha="right",
             va="top", fontsize=8.5, fontweight="bold")
@@ -542,8 +667,7 @@ def plot_hist(e):
     ticks = [10.0 ** k for k in range(int(math.ceil(math.log10(lo_e))), int(math.floor(math.log10(hi_e))) + 1, 2)]
     ax.set_xticks(ticks)
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_xlabel(f"err/tol  (log bins of 10^{d:.2g}; grey slots: exact 0, (0, {lo_e:g}], "
-                  f"({hi_e:g}, inf), inf)")
+    ax.set_xlabel(f"err/tol  (log bins of 10^{d:.2g}; grey slots: exact 0, (0, {lo_e:g}], ({hi_e:g}, inf), inf)")
     ax.set_ylabel("elements per bin (log)")
     ax.grid(True, which="major", alpha=0.25)
     handles, labels = ax.get_legend_handles_labels()
@@ -555,8 +679,237 @@ def plot_hist(e):
         txt = "\n".join(textwrap.wrap("special bins: " + "; ".join(special), 120))
         fig.text(0.5, 0.0, txt, ha="center", va="bottom", fontsize=7.5, color="0.25")
         fig.get_layout_engine().set(rect=(0, 0.035 * (txt.count("\n") + 1), 1, 1 - 0.035 * (txt.count("\n") + 1)))
-    colour_title(ax, e, "err/tol histograms per output")
+    mx = max((e["max_ratio"][o] for o in outs if e["max_ratio"][o] is not None), default=None)
+    titles(fig, ax, e, "/".join(outs), "histograms (the gated outputs)", mx)
     return fig
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def report_candidates(w):
+    """Cases a gate report names for a window (what export re-runs: worst per output, dw vs FP32)."""
+    out = set()
+    for o in (w.get("outputs") or {}).values():
+        if isinstance(o, dict) and isinstance(o.get("worst_case"), str) and o["worst_case"]:
+            out.add(o["worst_case"])
+    d = w.get("dw_vs_fp32")
+    if isinstance(d, dict) and isinstance(d.get("worst_case"), str) and d["worst_case"]:
+        out.add(d["worst_case"])
+    return out
+
+
+def load_report(explicit, source, maps_path, entries):
+    """The gate report the maps were exported from: --report, else the file's /@source
+    (as recorded, then beside the maps file). Returns (path, windows, note): windows is
+    None when no matching gate report was found, and note says why. A report whose windows
+    do not hold every entry (window label and case) is stale: an error with --report,
+    otherwise ignored."""
+    if explicit:
+        cands = [explicit]
+    else:
+        if not source:
+            return None, None, "the file records no report (/@source)"
+        cands = [source]
+        if not os.path.isabs(source):
+            cands.append(os.path.join(os.path.dirname(os.path.abspath(maps_path)), os.path.basename(source)))
+    for path in cands:
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                rep = json.load(fh)
+        except (OSError, ValueError) as err:
+            if explicit:
+                raise Bad(f"{path}: cannot read the report ({err})")
+            continue
+        ws = rep.get("windows") if isinstance(rep, dict) else None
+        if not isinstance(ws, list) or not all(isinstance(w, dict) and isinstance(w.get("window"), str) for w in ws):
+            why = f"{path} is not a gate report (no 'windows' list)"
+            if explicit:
+                raise Bad(why)
+            return None, None, why
+        for e in entries:
+            win, cid = e["prov"]["window"], e["prov"]["case_id"]
+            if not any(w["window"] == win and cid in report_candidates(w) for w in ws):
+                why = (f"{path} does not match the file (entry {e['key']}: window '{win}', case {cid} "
+                       "not in it; a newer report at the same path?)")
+                if explicit:
+                    raise Bad(why)
+                return None, None, why
+        return path, ws, ""
+    if explicit:
+        raise Bad(f"{explicit}: no such report")
+    return None, None, f"report {source} not found"
+
+
+VERDICTS = {"pass": ("PASS", "#1a7f37"), "fail": ("FAIL", "#c62828"),
+            "inconclusive": ("INCONCLUSIVE", "#b26a00"), "unknown": ("UNKNOWN", "#6e7781")}
+
+
+def groups_for(entries, windows):
+    """Index sections in order: one per report window (every window, even one with no
+    exported case), or, without a report, per window label (or implementation, when there
+    is no window) in the file's order. Each: label, verdict, how the verdict is known,
+    gated outputs, the report's max err/tol per output, entries."""
+    groups = []
+    if windows is not None:
+        left = list(entries)
+        for w in windows:
+            cand = report_candidates(w)
+            mine = [e for e in left if e["prov"]["window"] == w["window"] and e["prov"]["case_id"] in cand]
+            left = [e for e in left if e not in mine]
+            op = "fwd" if w.get("op") == "fwd" or w["window"].startswith("fwd") else "bwd"
+            outs = {}
+            for o, v in (w.get("outputs") or {}).items():
+                if isinstance(v, dict) and "max_err_tol" in v:
+                    outs[o] = v["max_err_tol"]
+            v = str(w.get("verdict") or ("pass" if w.get("pass") is True else "fail" if w.get("pass") is False else "unknown"))
+            groups.append({"label": w["window"], "route": w.get("route", ""), "variant": w.get("variant", ""),
+                           "op": op, "verdict": v if v in VERDICTS else "unknown",
+                           "verdict_src": "the gate report's window verdict", "report_max": outs,
+                           "cases": w.get("cases"), "errors": w.get("errors", 0), "entries": mine,
+                           "worst_of": {o: v.get("worst_case") for o, v in (w.get("outputs") or {}).items()
+                                        if isinstance(v, dict)}})
+        return groups
+    by = {}
+    for e in entries:
+        p = e["prov"]
+        key = p["window"] or ("impl " + p["impl"])
+        if key not in by:
+            by[key] = {"label": p["window"] or f"implementation {p['impl']}", "route": "", "op": entry_op(e),
+                       "variant": (p["fwd"] if entry_op(e) == "fwd" else p["impl"]), "report_max": {},
+                       "cases": None, "errors": 0, "entries": [], "worst_of": {}}
+            groups.append(by[key])
+        by[key]["entries"].append(e)
+    for g in groups:
+        gated = GATED[g["op"]]
+        if any(over(e["max_ratio"][o]) for e in g["entries"] for o in gated):
+            g["verdict"], g["verdict_src"] = "fail", "an exported case is over budget on a gated output"
+        elif g["label"].startswith("implementation"):  # no window: the cases' own verdicts are the verdict
+            vs = [e["prov"]["verdict"] for e in g["entries"]]
+            g["verdict"] = "fail" if "fail" in vs else "inconclusive" if "inconclusive" in vs else \
+                "pass" if vs and all(v == "pass" for v in vs) else "unknown"
+            g["verdict_src"] = "the verdict of the case(s) in the file"
+        else:
+            g["verdict"] = "unknown"
+            g["verdict_src"] = ("no report: the maps file does not record window verdicts (the exported "
+                                "worst cases are within budget on the gated outputs)")
+    return groups
+
+
+# --------------------------------------------------------------------------- the index
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.2em; color: #1f2328; max-width: 1500px; }
+h1 { font-size: 1.35em; margin-bottom: 0.2em; }
+.meta { color: #57606a; font-size: 0.9em; }
+table.toc { border-collapse: collapse; font-size: 0.9em; margin: 0.8em 0; }
+table.toc td, table.toc th { border: 1px solid #d0d7de; padding: 3px 8px; text-align: left; }
+table.toc td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.v { display: inline-block; min-width: 7.5em; text-align: center; color: white; font-weight: bold;
+     border-radius: 4px; padding: 2px 6px; margin-right: 0.6em; }
+section.window { border-top: 2px solid #d0d7de; margin-top: 1.4em; padding-top: 0.4em; }
+section.window h2 { font-size: 1.15em; margin: 0.3em 0; }
+.case { margin: 0.7em 0 0.3em 0; font-size: 0.92em; }
+.pics { display: grid; grid-template-columns: repeat(auto-fill, minmax(430px, 1fr)); gap: 10px; }
+.pics figure { margin: 0; }
+.pics img { width: 100%; border: 1px solid #d0d7de; }
+.pics figcaption { font-size: 0.82em; color: #57606a; }
+.over { color: #c62828; font-weight: bold; }
+.ok { color: #1a7f37; }
+.note { color: #57606a; font-size: 0.88em; }
+"""
+
+
+def badge(v):
+    text, col = VERDICTS.get(v, VERDICTS["unknown"])
+    return f'<span class="v" style="background:{col}">{text}</span>'
+
+
+def ratio_html(v):
+    if v is None:
+        return "-"
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return html.escape(str(v))  # a report writes inf as a string
+    return f'<span class="{"over" if over(v) else "ok"}">{fmt(v)}</span>'
+
+
+def write_index(outdir, file_path, schema, report_path, note, groups, pics):
+    """OUTDIR/index.html: self-contained, relative links to the PNGs; windows in the report's
+    order, each with its verdict first, then per exported case the pictures of the outputs
+    the window gates. pics: entry key -> [(output label, file name)]."""
+    esc = html.escape
+    q = lambda name: urllib.parse.quote(name)  # noqa: E731  file names hold '=', ',' and '+'
+    n_png = sum(len(v) for v in pics.values())
+    h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+         f"<title>normgate maps: {esc(os.path.basename(file_path))}</title>", f"<style>{CSS}</style></head><body>",
+         f"<h1>normgate maps: {esc(os.path.basename(file_path))}</h1>",
+         f'<p class="meta">{esc(schema)} file <code>{esc(file_path)}</code>; '
+         + (f"report <code>{esc(report_path)}</code>" if report_path else f"no gate report ({esc(note)})")
+         + f"; {sum(len(g['entries']) for g in groups)} exported case(s), {n_png} pictures.</p>"]
+    counts = {}
+    for g in groups:
+        counts[g["verdict"]] = counts.get(g["verdict"], 0) + 1
+    h.append('<p class="meta">' + " ".join(f"{badge(v)}{counts[v]}" for v in VERDICTS if v in counts) + "</p>")
+    h.append('<p class="note">Every picture is err/tol (error over the budget\'s tolerance; pass &lt;= 1). '
+             "Heatmaps share one fixed log colour scale (dark: far below budget, yellow: near it, red: over; "
+             "cells over 1 outlined black, the worst cell outlined white). Forward windows gate y and rstd; "
+             "backward windows gate y, rstd, dx and dw: their pictures are dx and dw (y and rstd too when over "
+             "budget), the histogram shows all four. Click a picture for full size.</p>")
+    # table of contents
+    h.append('<table class="toc"><tr><th>verdict</th><th>window</th><th>variant</th>'
+             + "".join(f"<th>{o}</th>" for o in OUTPUTS) + "<th>cases exported</th></tr>")
+    for i, g in enumerate(groups):
+        gated = GATED[g["op"]]
+        cells = []
+        for o in OUTPUTS:
+            if o not in gated:
+                cells.append('<td class="num note">not gated</td>')
+                continue
+            v = g["report_max"].get(o)
+            if v is None and g["entries"]:  # no report: the exported cases' max
+                vals = [e["max_ratio"][o] for e in g["entries"] if e["max_ratio"][o] is not None]
+                v = max(vals) if vals else None
+            cells.append(f'<td class="num">{ratio_html(v)}</td>')
+        h.append(f'<tr><td>{badge(g["verdict"])}</td><td><a href="#w{i}">{esc(g["label"])}</a></td>'
+                 f'<td>{esc(g["variant"])}</td>{"".join(cells)}<td class="num">{len(g["entries"])}</td></tr>')
+    h.append("</table>")
+    for i, g in enumerate(groups):
+        gated = GATED[g["op"]]
+        h.append(f'<section class="window" id="w{i}">')
+        h.append(f'<h2>{badge(g["verdict"])}{esc(g["label"])} &rarr; {esc(g["variant"])}</h2>')
+        bits = [f"verdict: {esc(g['verdict_src'])}"]
+        if g["route"]:
+            bits.append(f"route {esc(g['route'])}")
+        if g["cases"] is not None:
+            bits.append(f"{g['cases']} cases gated")
+        if g["errors"]:
+            bits.append(f'<span class="over">{g["errors"]} case(s) in error</span>')
+        bits.append("gates " + ", ".join(gated)
+                    + (": " + ", ".join(f"{o} max {ratio_html(g['report_max'][o])}" for o in gated
+                                        if o in g["report_max"]) if g["report_max"] else ""))
+        h.append(f'<p class="note">{"; ".join(bits)}</p>')
+        if not g["entries"]:
+            h.append('<p class="note">no case of this window in the file (nothing exported for it).</p>')
+        for e in g["entries"]:
+            p = e["prov"]
+            worst = [o for o, c in g["worst_of"].items() if c == p["case_id"]]
+            maxes = ", ".join(f"{o} {ratio_html(e['max_ratio'][o])}" for o in gated)
+            h.append(f'<div class="case">case <code>{esc(p["case_id"])}</code>'
+                     + (f" (the window's worst {', '.join(map(esc, worst))})" if worst else "")
+                     + f"; max err/tol {maxes}; ran {esc(variant_text(e))} on {esc(p['backend'] or '?')}"
+                     + f" [entry {esc(e['key'])}]</div>")
+            h.append('<div class="pics">')
+            for label, name in pics[e["key"]]:
+                h.append(f'<figure><a href="{q(name)}"><img src="{q(name)}" alt="{esc(label)}" loading="lazy"></a>'
+                         f"<figcaption>{esc(label)}: {esc(name)}</figcaption></figure>")
+            h.append("</div>")
+        h.append("</section>")
+    h.append("</body></html>\n")
+    return write_text(outdir, "index.html", "\n".join(h))
 
 
 # --------------------------------------------------------------------------- main
@@ -567,26 +920,45 @@ def main(argv):
     ap.add_argument("file", metavar="FILE.h5")
     ap.add_argument("-o", "--outdir", required=True, metavar="OUTDIR")
     ap.add_argument("--dpi", type=int, default=120, metavar="N", help="PNG resolution (default 120)")
+    ap.add_argument("--report", metavar="REPORT.json",
+                    help="gate report the maps were exported from, for the index's window order and "
+                         "verdicts (default: the file's /@source, when it is there and matches)")
     a = ap.parse_args(argv)
     try:
         if not (20 <= a.dpi <= 1200):
             raise Bad(f"--dpi {a.dpi}: want 20..1200")
-        _, entries = read_file(a.file)
+        schema, source, entries = read_file(a.file)
+        report_path, windows, note = load_report(a.report, source, a.file, entries)
+        if note and source:
+            print(f"{PROG}: note: {note}; the index shows no window verdicts it cannot know", file=sys.stderr)
+        groups = groups_for(entries, windows)
         try:
             os.makedirs(a.outdir, exist_ok=True)
         except OSError as e:
             raise Bad(f"{a.outdir}: cannot create output directory ({e.strerror})")
         if not os.access(a.outdir, os.W_OK):
             raise Bad(f"{a.outdir}: output directory is not writable")
+        pics = {}
         for e in entries:
-            base = f"{e['key']}_{slug(e['prov']['case_id'], e['prov']['impl'])}"
-            for suffix, fn in (("dw", plot_dw), ("dx_tiles", plot_dx_tiles), ("hist", plot_hist)):
+            base = f"{e['key']}_{slug(e['prov']['case_id'], audited(e))}"
+            todo = [(o, PICTURE[o], (lambda e, o=o: plot_tiles(e, o)) if o in ("y", "dx")
+                     else (lambda e, o=o: plot_series(e, o))) for o in pictured(e)]
+            todo.append(("histogram " + "/".join(GATED[entry_op(e)]), "hist", plot_hist))
+            pics[e["key"]] = []
+            for label, suffix, fn in todo:
+                name = f"{base}_{suffix}.png"
                 fig = fn(e)
                 try:
-                    out = save(fig, a.outdir, f"{base}_{suffix}.png", a.dpi)
+                    out = save(fig, a.outdir, name, a.dpi)
                 except OSError as err:
-                    raise Bad(f"{a.file}: cannot write {base}_{suffix}.png in {a.outdir} ({err})")
+                    raise Bad(f"{a.file}: cannot write {name} in {a.outdir} ({err})")
+                pics[e["key"]].append((label, name))
                 print(f"wrote {out}")
+        try:
+            out = write_index(a.outdir, a.file, schema, report_path, note, groups, pics)
+        except OSError as err:
+            raise Bad(f"{a.file}: cannot write index.html in {a.outdir} ({err})")
+        print(f"wrote {out}")
     except Bad as err:
         die(str(err))
     return 0

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# plot_maps_test.sh FILE.h5: run audit/plot_maps.py on FILE.h5 into a temp
-# dir and check that it wrote 3 non-empty PNGs (_dw, _dx_tiles, _hist) per
-# entry (1 for a normgate-case/1 file, @entries for a normgate-maps/1 file)
-# and nothing else.
+# plot_maps_test.sh FILE.h5 [REPORT.json]: run audit/plot_maps.py on FILE.h5
+# into a temp dir and check what it wrote: every printed file exists and is
+# non-empty (PNGs start with the PNG magic), nothing else is there (no temp
+# files), each entry has the pictures of the outputs its window gates (forward
+# window: _y_tiles, _rstd; otherwise _dx_tiles, _dw; always _hist), and
+# index.html links every PNG written (and nothing else), lists the windows in
+# the report's order (REPORT.json, else the file's order) and shows a verdict
+# before each window's label (with a report: the report's verdict).
+# plot_maps_test.sh --gate NORMGATE: a small gate (CPU models; a forward
+# window, a failing negative control, a passing backward window, in an order
+# that is not sorted), exported with 32-row tiles, then checked as above with
+# the report.
 # Exit 0 pass, 1 fail, 77 skip (python3 lacks h5py or matplotlib).
 # PYTHON=/path/to/python overrides the interpreter (default python3).
 set -u
@@ -16,84 +24,186 @@ if [ -z "$py" ]; then  # the first interpreter that has the modules (Debian's, w
   done
   py=${py:-python3}
 fi
-
-if [ $# -ne 1 ]; then
-  echo "usage: $0 FILE.h5" >&2
-  exit 1
-fi
-file=$1
-
 if ! "$py" -c 'import h5py, matplotlib, numpy' >/dev/null 2>&1; then
   echo "SKIP: $py cannot import h5py, matplotlib and numpy (pip install h5py matplotlib numpy)"
   exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/plot_maps_test.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+report=
+if [ $# -eq 2 ] && [ "$1" = --gate ]; then
+  bin=$2
+  cat >"$tmp/t.toml" <<'TOML'
+arch = "sm90a"
+description = "plot_maps_test: a forward window, a failing control, a passing backward window"
+route = [
+  { op = "fwd", H = 256, w = "bf16", form = "heads4", T = [1, 64], variant = "fwd_rowwise" },
+  { op = "bwd", mode = "det", H = 512, w = "fp32", form = "plain", T = [200, 1200], variant = "ctl_fp32_seq" },
+  { op = "bwd", mode = "det", H = 256, w = "bf16", form = "heads4", T = [1, 64], variant = "bwd_det_chunked" },
+]
+TOML
+  "$bin" gate "$tmp/t.toml" --seeds 'cancel:0..1' --t-per-window 2 --dense-points 0 --fresh-factor 0 \
+    --backend cpu --allow-controls --report-json "$tmp/g.json" --quiet >"$tmp/gate.log" 2>&1
+  r=$?
+  if [ $r -ne 1 ]; then  # the control fails its window: exit 1
+    echo "FAIL: gate exited $r, want 1 (the control's window fails): $(tail -3 "$tmp/gate.log")" >&2
+    exit 1
+  fi
+  if ! "$bin" export "$tmp/g.json" -o "$tmp/maps.h5" --backend cpu --tile 32 --keep 1 >"$tmp/export.log" 2>&1; then
+    echo "FAIL: export: $(tail -3 "$tmp/export.log")" >&2
+    exit 1
+  fi
+  file=$tmp/maps.h5
+  report=$tmp/g.json
+elif [ $# -eq 1 ] || [ $# -eq 2 ]; then
+  file=$1
+  report=${2:-}
+else
+  echo "usage: $0 FILE.h5 [REPORT.json] | $0 --gate NORMGATE" >&2
+  exit 1
 fi
 if [ ! -f "$file" ]; then
   echo "FAIL: $file: no such file" >&2
   exit 1
 fi
 
-# Expected entry count, from the file itself.
-entries=$("$py" - "$file" <<'EOF'
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    s = f.attrs.get("schema", b"")
-    s = s.decode() if isinstance(s, bytes) else str(s)
-    print(1 if s == "normgate-case/1" else int(f.attrs["entries"]) if s == "normgate-maps/1" else -1)
-EOF
-) || { echo "FAIL: cannot read the schema of $file" >&2; exit 1; }
-if [ "$entries" -lt 0 ]; then
-  echo "FAIL: $file is neither normgate-case/1 nor normgate-maps/1" >&2
-  exit 1
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/plot_maps_test.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
 out=$tmp/png
 log=$tmp/log
-
-if ! "$py" "$script" "$file" -o "$out" --dpi 60 >"$log" 2>&1; then
+args=("$file" -o "$out" --dpi 60)
+[ -n "$report" ] && args+=(--report "$report")
+if ! "$py" "$script" "${args[@]}" >"$log" 2>&1; then
   echo "FAIL: plot_maps.py exited non-zero on $file:" >&2
   cat "$log" >&2
   exit 1
 fi
-printed=$(grep -c '^wrote ' "$log")
 
-fail=0
-want=$((3 * entries))
-got=$(find "$out" -mindepth 1 | wc -l)
-if [ "$got" -ne "$want" ]; then
-  echo "FAIL: $got files in the output dir, want $want (3 per entry, no temp files left)" >&2
-  ls -la "$out" >&2
-  fail=1
-fi
-if [ "$printed" -ne "$want" ]; then
-  echo "FAIL: printed $printed 'wrote' lines, want $want" >&2
-  fail=1
-fi
-png_magic='89504e470d0a1a0a'
-for ((i = 0; i < entries; i++)); do
-  key=$(printf '%04d' "$i")
-  for kind in dw dx_tiles hist; do
-    set -- "$out/${key}_"*"_${kind}.png"
-    if [ $# -ne 1 ] || [ ! -f "$1" ]; then
-      echo "FAIL: entry $key: no single ${key}_*_${kind}.png" >&2
-      fail=1
-      continue
-    fi
-    if [ ! -s "$1" ]; then
-      echo "FAIL: $(basename "$1") is empty" >&2
-      fail=1
-      continue
-    fi
-    magic=$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')
-    if [ "$magic" != "$png_magic" ]; then
-      echo "FAIL: $(basename "$1") is not a PNG (starts with $magic)" >&2
-      fail=1
-    fi
-  done
-done
+"$py" - "$file" "$out" "$log" "$report" <<'PY'
+import html.parser, json, os, re, sys, urllib.parse
+import h5py
 
-if [ "$fail" -eq 0 ]; then
-  echo "PASS: $want PNGs for $entries entr$([ "$entries" -eq 1 ] && echo y || echo ies) of $file"
+path, out, log, report = sys.argv[1:5]
+fails = []
+def fail(msg):
+    fails.append(msg)
+
+def s(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+with h5py.File(path, "r") as f:
+    schema = s(f.attrs.get("schema", b""))
+    if schema == "normgate-case/1":
+        entries = [("0000", s(f.attrs.get("window", b"")), f["maps"].attrs, f.attrs)]
+    elif schema == "normgate-maps/1":
+        entries = []
+        for i in range(int(f.attrs["entries"])):
+            g = f[f"cases/{i:04d}"]
+            entries.append((f"{i:04d}", s(g.attrs.get("window", b"")), g.attrs, g.attrs))
+    else:
+        print(f"FAIL: {path} is neither normgate-case/1 nor normgate-maps/1", file=sys.stderr)
+        sys.exit(1)
+    # y/rstd over budget in a backward entry: pictured too
+    import numpy as np
+    over = {}
+    for key, win, _, a in entries:
+        g = f["maps"] if schema == "normgate-case/1" else f[f"cases/{key}"]
+        for o, ds in (("y", "y_tiles"), ("rstd", "rstd_ratio")):
+            v = a.get(f"max_ratio_{o}")
+            v = float(v) if v is not None else float(np.max(g[ds][()], initial=0))
+            over[(key, o)] = not (v <= 1)
+
+# what was printed and what is there
+written = [l[len("wrote "):].strip() for l in open(log) if l.startswith("wrote ")]
+names = [os.path.basename(w) for w in written]
+there = sorted(os.listdir(out))
+if sorted(names) != there:
+    fail(f"files in OUTDIR {there} differ from those printed {sorted(names)} (temp files left?)")
+if not names or names[-1] != "index.html":
+    fail("index.html is not the last file written")
+pngs = [n for n in names if n.endswith(".png")]
+for n in names:
+    p = os.path.join(out, n)
+    if not os.path.isfile(p) or os.path.getsize(p) == 0:
+        fail(f"{n}: missing or empty")
+    elif n.endswith(".png") and open(p, "rb").read(8) != b"\x89PNG\r\n\x1a\n":
+        fail(f"{n}: not a PNG")
+if len(pngs) != len(names) - 1:
+    fail(f"{len(names)} files printed: want PNGs and one index.html")
+
+# per entry: the pictures of the outputs its window gates
+for key, win, _, _ in entries:
+    kinds = sorted(re.sub(r"^.*_(y_tiles|rstd|dx_tiles|dw|hist)\.png$", r"\1", n)
+                   for n in pngs if n.startswith(key + "_"))
+    if win.startswith("fwd"):
+        want = ["hist", "rstd", "y_tiles"]
+    else:
+        want = sorted(["dx_tiles", "dw", "hist"] + [k for o, k in (("y", "y_tiles"), ("rstd", "rstd"))
+                                                    if over[(key, o)]])
+    if kinds != want:
+        fail(f"entry {key} ({win or 'no window'}): pictures {kinds}, want {want}")
+
+# the index
+class P(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.imgs, self.h2, self.in_h2 = set(), set(), [], False
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "a" and "href" in a and not a["href"].startswith("#"):
+            self.links.add(urllib.parse.unquote(a["href"]))
+        if tag == "img":
+            self.imgs.add(urllib.parse.unquote(a.get("src", "")))
+        if tag == "h2":
+            self.in_h2 = True
+            self.h2.append("")
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self.in_h2 = False
+    def handle_data(self, d):
+        if self.in_h2:
+            self.h2[-1] += d
+
+idx = os.path.join(out, "index.html")
+if os.path.isfile(idx):
+    p = P()
+    p.feed(open(idx, encoding="utf-8").read())
+    if p.links != set(pngs) or p.imgs != set(pngs):
+        fail(f"index.html links {sorted(p.links)} / shows {sorted(p.imgs)}, want every PNG written: {sorted(pngs)}")
+    heads = []
+    for h in p.h2:
+        m = re.match(r"\s*(PASS|FAIL|INCONCLUSIVE|UNKNOWN)\s*(.*?)\s*\u2192", h)
+        if not m:
+            fail(f"index.html: window heading without a verdict first: {h!r}")
+            continue
+        heads.append((m.group(1), m.group(2)))
+    if report:
+        ws = json.load(open(report))["windows"]
+        want = [(w["verdict"].upper(), w["window"]) for w in ws]
+    else:
+        want, seen = [], set()
+        for key, win, _, _ in entries:
+            if win and win not in seen:
+                seen.add(win)
+                want.append((None, win))
+    got_labels = [l for _, l in heads]
+    want_labels = [l for _, l in want]
+    if report or all(w for _, w, _, _ in entries):
+        if got_labels != want_labels:
+            fail(f"index.html windows {got_labels}, want in this order {want_labels}")
+    if report and [v for v, _ in heads] != [v for v, _ in want]:
+        fail(f"index.html verdicts {[v for v, _ in heads]}, want the report's {[v for v, _ in want]}")
+    if not heads:
+        fail("index.html has no window or implementation section")
+    print(f"{len(pngs)} PNGs for {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, index.html with "
+          f"{len(heads)} section(s): " + ", ".join(f"{v} {l}" for v, l in heads))
+for m in fails:
+    print("FAIL: " + m, file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
+rc=$?
+if [ $rc -ne 0 ]; then
+  echo "FAIL: plot_maps.py output for $file (listed above)" >&2
+  exit 1
 fi
-exit "$fail"
+echo "PASS: $file"
