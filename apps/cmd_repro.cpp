@@ -17,10 +17,10 @@
 #include "commands.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
-#include "normgate/validators/pipeline.h"
-#include "normgate/validators/repro.h"
-#include "normgate/validators/case_file.h"
-#include "normgate/validators/export.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/audit/repro.h"
+#include "normgate/audit/case_file.h"
+#include "normgate/audit/export.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
