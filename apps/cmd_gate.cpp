@@ -1,9 +1,9 @@
-// normgate gate / normgate routes: the accuracy gate over a route table, and
-// a look at a table's routes, approvals and dispatch decisions.
-// Thin: parse, call validators::run_gate / kernels::Dispatcher, print.
+// apps/cmd_gate.cpp.new: normgate gate TABLE: the accuracy gate over a route table
+// (validators::run_gate), its progress line, reports and approvals.
+#include "commands.h"
+
 #include <sys/ioctl.h>
 #include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -11,10 +11,7 @@
 #include <stdexcept>
 #include <map>
 #include <string>
-
 #include <nlohmann/json.hpp>
-
-#include "commands.h"
 #include "normgate/kernels/device.h"
 #include "normgate/routing/routing.h"
 #include "normgate/harness/runner.h"
@@ -59,6 +56,8 @@ void draw_progress(const validators::GateProgress& p) {
   if (p.done == p.total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
 }
+
+}  // namespace
 
 void add_gate(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
@@ -207,118 +206,6 @@ void add_gate(CLI::App& app, Commands& cmds) {
       return res.pass() ? 0 : 1;
     };
   });
-}
-
-// "op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain]" -> CallKey.
-kernels::CallKey parse_call(const std::string& text) {
-  kernels::CallKey k;
-  bool have_op = false, have_h = false, have_w = false, have_t = false;
-  std::stringstream ss(text);
-  std::string term;
-  auto bad = [&](const std::string& why) {
-    return std::invalid_argument("--pick '" + text + "': " + why +
-                                 " (expected op=fwd|bwd,mode=det|nondet,H=N,w=bf16|fp32,T=N[,form=plain])");
-  };
-  auto number = [&](const std::string& key, const std::string& v) {
-    size_t pos = 0;
-    long long n = -1;
-    try {
-      n = std::stoll(v, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != v.size() || v.empty() || n < 0) throw bad("bad " + key + " '" + v + "'");
-    return static_cast<int64_t>(n);
-  };
-  while (std::getline(ss, term, ',')) {
-    const auto eq = term.find('=');
-    if (eq == std::string::npos) throw bad("term '" + term + "' has no '='");
-    const std::string key = term.substr(0, eq), v = term.substr(eq + 1);
-    if (key == "op") {
-      if (v != "fwd" && v != "bwd") throw bad("bad op '" + v + "'");
-      k.op = v == "fwd" ? kernels::Op::fwd : kernels::Op::bwd;
-      have_op = true;
-    } else if (key == "mode") {
-      if (v != "det" && v != "nondet") throw bad("bad mode '" + v + "'");
-      k.mode = v == "det" ? kernels::Mode::det : kernels::Mode::nondet;
-    } else if (key == "H") {
-      k.H = number(key, v);
-      have_h = true;
-    } else if (key == "w") {
-      k.w = parse_wdtype(v);
-      have_w = true;
-    } else if (key == "form") {
-      k.form = parse_form(v);
-    } else if (key == "T") {
-      k.T = number(key, v);
-      have_t = true;
-    } else {
-      throw bad("unknown key '" + key + "'");
-    }
-  }
-  if (!have_op || !have_h || !have_w || !have_t) throw bad("op, H, w and T are required");
-  return k;
-}
-
-void add_routes(CLI::App& app, Commands& cmds) {
-  auto* sub = app.add_subcommand("routes",
-                                 "Load a route table (errors name FILE:LINE), list its routes with their approval "
-                                 "state, or show which variant the dispatcher picks for a call");
-  struct Opts {
-    std::string table;
-    std::vector<std::string> picks;
-    kernels::DispatchPolicy policy;
-  };
-  auto o = std::make_shared<Opts>();
-  sub->add_option("table", o->table, "Route table (TOML)")->required();
-  sub->add_option("--pick", o->picks, "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000 (repeatable); "
-                                      "exit 1 when a route is refused for want of a current approval");
-  sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
-  sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
-                "Explicit override: dispatch routes without a current approval");
-  sub->callback([&cmds, o] {
-    cmds.run = [o] {
-      const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
-      if (o->picks.empty()) {
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),
-                    d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    d.approvals().path.c_str(), d.approvals().records.size());
-        std::map<std::string, int> states;  // approval state -> routes, for the closing count
-        for (const auto& r : d.table().routes) {
-          const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
-          std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
-                      std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
-          ++states[std::string(kernels::to_string(s.state))];
-        }
-        std::string count;
-        for (const auto& [state, n] : states) count += (count.empty() ? "" : ", ") + std::to_string(n) + " " + state;
-        std::printf("routes    %zu: %s\n", d.table().routes.size(), count.empty() ? "none" : count.c_str());
-        return 0;
-      }
-      int rc = 0;
-      for (const auto& text : o->picks) {
-        const auto key = parse_call(text);
-        try {
-          const auto dec = d.pick(key);
-          std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
-                      std::string(dec.variant->name).c_str(), dec.route->where().c_str(),
-                      std::string(kernels::to_string(dec.approval.state)).c_str(),
-                      dec.overridden ? ", dispatched by explicit override" : "");
-        } catch (const kernels::UnapprovedRoute& e) {
-          std::printf("REFUSED %s\n", e.what());
-          rc = 1;
-        }
-      }
-      return rc;
-    };
-  });
-}
-
-}  // namespace
-
-void add_gate_commands(CLI::App& app, Commands& cmds) {
-  add_gate(app, cmds);
-  add_routes(app, cmds);
 }
 
 }  // namespace normgate::app

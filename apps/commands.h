@@ -1,10 +1,12 @@
-// Subcommand registration for the normgate CLI.
+// apps/commands.h: subcommand registration for the normgate CLI and what the
+// subcommands share (common.cpp).
 #pragma once
 
 #include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace normgate::app {
 
@@ -18,20 +20,23 @@ struct Commands {
 /// Register every subcommand on `app`; the chosen one stores its action in `cmds`.
 void register_commands(CLI::App& app, Commands& cmds);
 
-/// Register `gate` and `routes` (cmd_gate.cpp).
-void add_gate_commands(CLI::App& app, Commands& cmds);
+// One per subcommand (apps/cmd_<name>.cpp), registered in --help order by
+// register_commands (common.cpp).
+void add_families(CLI::App& app, Commands& cmds);
+void add_case(CLI::App& app, Commands& cmds);
+void add_check(CLI::App& app, Commands& cmds);
+void add_variants(CLI::App& app, Commands& cmds);
+void add_gate(CLI::App& app, Commands& cmds);
+void add_routes(CLI::App& app, Commands& cmds);
 
-/// Register `repro` (cmd_repro.cpp).
-void add_repro_commands(CLI::App& app, Commands& cmds);
+void add_repro(CLI::App& app, Commands& cmds);
+void add_inspect(CLI::App& app, Commands& cmds);
+void add_export(CLI::App& app, Commands& cmds);
+void add_plot(CLI::App& app, Commands& cmds);
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
 /// does not exist or is not writable ("" is accepted: nothing to write).
 void check_writable(const std::string& path);
-
-/// Register `inspect`, `export` and `plot` (cmd_repro.cpp).
-void add_inspect(CLI::App& app, Commands& cmds);
-void add_export(CLI::App& app, Commands& cmds);
-void add_plot(CLI::App& app, Commands& cmds);
 
 /// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and
 /// `--oracle` (auto|fp64|mpfr, oracle::parse_oracle_mode's names) with the
@@ -47,5 +52,9 @@ CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& he
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+/// A report (`gate --report-json` or `check --json`) as JSON; a missing,
+/// unreadable or unparsable file is std::invalid_argument (exit 2) naming it.
+nlohmann::json read_report(const std::string& path);
 
 }  // namespace normgate::app

@@ -1,3 +1,5 @@
+// apps/cmd_check.cpp: normgate check: cases through implementations, every element validated
+// against the FP64 oracle.
 #include "commands.h"
 
 #include <algorithm>
@@ -10,9 +12,7 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
-
 #include <nlohmann/json.hpp>
-
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
@@ -23,87 +23,7 @@
 
 namespace normgate::app {
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
-    f << text;
-    f.flush();
-    if (!f) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write '" + tmp + "'");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  }
-}
-
 namespace {
-
-constexpr seeds::Family kAllFamilies[] = {seeds::Family::normal, seeds::Family::llm,  seeds::Family::cancel,
-                                          seeds::Family::zeros,  seeds::Family::tiny, seeds::Family::huge,
-                                          seeds::Family::specials};
-
-
-void add_families(CLI::App& app, Commands& cmds) {
-  auto* sub = app.add_subcommand("families", "List the input families, or describe one");
-  auto name = std::make_shared<std::string>();
-  sub->add_option("name", *name, "Family to describe (default: list all)");
-  sub->callback([&cmds, name] {
-    cmds.run = [name] {
-      if (!name->empty()) {
-        const auto f = seeds::parse_family(*name);
-        std::printf("%s%s\n\n%s\n", std::string(seeds::to_string(f)).c_str(),
-                    seeds::is_gate_family(f) ? " (gate family)" : " (robustness family, not gated by default)",
-                    std::string(seeds::family_details(f)).c_str());
-        return 0;
-      }
-      std::printf("%-9s %-6s %s\n", "family", "gated", "purpose");
-      for (auto f : kAllFamilies)
-        std::printf("%-9s %-6s %s\n", std::string(seeds::to_string(f)).c_str(),
-                    seeds::is_gate_family(f) ? "yes" : "no", std::string(seeds::family_summary(f)).c_str());
-      std::printf("\n'normgate families NAME' describes one family's distributions.\n");
-      return 0;
-    };
-  });
-}
-
-void add_case(CLI::App& app, Commands& cmds) {
-  auto* sub = app.add_subcommand("case", "Parse a case id, print its canonical form and the SHA-256 of its inputs");
-  auto id = std::make_shared<std::string>();
-  auto no_digest = std::make_shared<bool>(false);
-  auto threads = std::make_shared<int>(0);
-  sub->add_option("id", *id, "Case id, e.g. H=4096,T=65537,w=bf16,form=plain,family=cancel,seed=17")->required();
-  sub->add_flag("--no-digest", *no_digest, "Only parse and print; do not generate the inputs");
-  add_threads_option(sub, *threads, "OpenMP threads for generation (0: default)");
-  sub->callback([&cmds, id, no_digest, threads] {
-    cmds.run = [id, no_digest, threads] {
-      const auto c = seeds::parse_case(*id);
-      std::printf("case    %s\n", seeds::to_string(c).c_str());
-      std::printf("shape   T=%lld rows x H=%lld, %lld normalized rows, weight %s, form %s, eps %g\n",
-                  static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.rows()),
-                  std::string(to_string(c.w)).c_str(), std::string(to_string(c.form)).c_str(), c.eps);
-      if (*no_digest) return 0;
-      const double values = static_cast<double>(c.rows()) * static_cast<double>(c.H) * (c.form == Form::res ? 4 : 2);
-      if (values > 1e8)  // large cases take a while on few cores: say so before going quiet
-        std::fprintf(stderr, "generating and hashing %.0f M input values on the CPU (--no-digest skips it)...\n",
-                     values / 1e6);
-      std::fflush(stdout);
-      const auto in = seeds::generate_host(c, *threads);
-      const auto d = seeds::digest(in);
-      std::printf("sha256  x      %s\n        dy     %s\n        w      %s\n", d.x.c_str(), d.dy.c_str(),
-                  d.w.c_str());
-      if (!d.u.empty()) std::printf("        u      %s\n        dh_new %s\n", d.u.c_str(), d.dh_new.c_str());
-      std::printf("        all    %s\n", d.all.c_str());
-      return 0;
-    };
-  });
-}
 
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
@@ -149,6 +69,8 @@ void print_exit_note(const std::vector<std::string>& not_passed) {
   else
     std::printf("note     not passed: %s%s\n", bad.c_str(), ctl.empty() ? "" : (" (and the controls " + ctl + ")").c_str());
 }
+
+}  // namespace
 
 void add_check(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("check", "Run cases through implementations and validate every element "
@@ -271,54 +193,6 @@ void add_check(CLI::App& app, Commands& cmds) {
       return not_passed.empty() ? 0 : 1;
     };
   });
-}
-
-void add_variants(CLI::App& app, Commands& cmds) {
-  auto* sub = app.add_subcommand("variants", "List the kernel variants of the registry, one a line");
-  sub->callback([&cmds] {
-    cmds.run = [] {
-      for (const auto& v : kernels::variants()) std::printf("%s\n", kernels::describe(v).c_str());
-      return 0;
-    };
-  });
-}
-
-}  // namespace
-
-void register_commands(CLI::App& app, Commands& cmds) {
-  add_families(app, cmds);
-  add_case(app, cmds);
-  add_check(app, cmds);
-  add_variants(app, cmds);
-  add_gate_commands(app, cmds);
-  add_repro_commands(app, cmds);
-  add_inspect(app, cmds);
-  add_export(app, cmds);
-  add_plot(app, cmds);
-}
-
-CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::string& help) {
-  return sub->add_option("--backend", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-}
-
-CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help) {
-  return sub->add_option("--oracle", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
-}
-
-CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help) {
-  return sub->add_option("--threads", value, help)->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
-}
-
-/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
-/// does not exist or is not writable, so a long check never fails at the end.
-void check_writable(const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
-                                "' does not exist or is not writable");
 }
 
 }  // namespace normgate::app

@@ -1,0 +1,79 @@
+// apps/cmd_export.cpp: normgate export REPORT: a report's worst cases re-run and their error maps
+// written (HDF5).
+#include "commands.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <vector>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <nlohmann/json.hpp>
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/audit/repro.h"
+#include "normgate/audit/case_file.h"
+#include "normgate/audit/export.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+void add_export(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "export",
+      "Re-run a report's worst cases and write their error maps (dw err/tol and bound per column, rstd per row, "
+      "y/dx max-pooled tiles, histograms; --full: the whole dx map) with provenance to an HDF5 file");
+  struct Opts {
+    std::string report, out, backend = "auto", oracle = "auto";
+    int keep = 3, threads = 0;
+    int64_t tile = 256;
+    bool all = false, full = false;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
+  sub->add_option("-o,--output", o->out, "HDF5 file to write (atomically)")->required();
+  sub->add_option("--keep", o->keep, "Worst cases per window (up to this many distinct cases)")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)");
+  sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
+  sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_backend_option(sub, o->backend, "Where variants run: gpu, cpu (CPU models), auto");
+  add_oracle_option(sub, o->oracle, "Reference: auto, fp64, mpfr");
+  add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      check_writable(o->out);
+      const nlohmann::json j = read_report(o->report);
+      const auto items = validators::export_plan(j, o->keep, o->all);
+      validators::ExportOptions eo;
+      eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
+      if (eo.backend == validators::Backend::cpu)
+        std::printf("note     no GPU in use: kernel variants run as their CPU models (recorded as backend cpu-model)\n");
+      if (j.is_object() && j.contains("backend") && j["backend"] == "gpu" && eo.backend != validators::Backend::gpu)
+        std::printf("note     the report ran on the GPU; these maps come from the CPU models\n");
+      eo.oracle = oracle::parse_oracle_mode(o->oracle);
+      eo.threads = o->threads;
+      eo.tile = o->tile;
+      eo.full = o->full;
+      eo.normgate_version = NORMGATE_VERSION;
+      eo.normgate_commit = NORMGATE_GIT_COMMIT;
+      std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
+      const auto entries = validators::export_maps(items, eo);
+      for (size_t i = 0; i < entries.size(); ++i)
+        std::printf("  %04zu %-12s %-20s dw %.3g dx %.3g  %s%s\n", i, entries[i].prov.verdict.c_str(),
+                    entries[i].prov.impl.c_str(), entries[i].max_ratio[3], entries[i].max_ratio[2],
+                    entries[i].prov.case_id.c_str(),
+                    entries[i].prov.window.empty() ? "" : ("  [window " + entries[i].prov.window + "]").c_str());
+      validators::write_maps_file(o->out, o->report, entries);
+      std::printf("wrote    %s\n", o->out.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace normgate::app

@@ -1,0 +1,120 @@
+// apps/cmd_plot.cpp: normgate plot FILE: pictures of a case or maps file and an index.html, by
+// plot_maps.py beside the binary.
+#include "commands.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <vector>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <nlohmann/json.hpp>
+#include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/audit/repro.h"
+#include "normgate/audit/case_file.h"
+#include "normgate/audit/export.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+namespace {
+
+// Run argv with stdout/stderr discarded; its exit status, or -1.
+int run_quiet(std::vector<std::string> args) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+void add_plot(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "plot", "PNG pictures of a case or maps file and OUTPUT/index.html (plot_maps.py beside the binary: python3 with h5py, "
+              "numpy, matplotlib): per case the outputs its window gates (forward: y tile heatmap, rstd per row; "
+              "backward: dx tile heatmap, dw per column) and their err/tol histograms; the index lists the windows "
+              "in the report's order, verdict first, with their pictures");
+  struct Opts {
+    std::string file, out, report;
+    int dpi = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("file", o->file, "HDF5 file (normgate-case/1 or normgate-maps/1)")->required();
+  sub->add_option("-o,--output", o->out, "Folder for the PNGs and index.html (created if missing)")->required();
+  sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
+  sub->add_option("--report", o->report,
+                  "Gate report the maps were exported from, for the index's window order and verdicts (default: "
+                  "the file's recorded source, when it is there and matches)");
+  sub->callback([&cmds, o] {
+    cmds.run = [o] {
+      // The script reads only the maps: check the whole file first, as inspect
+      // does (every dataset's Fletcher-32 checksum, a case's inputs digest), so
+      // a corrupted file is refused (exit 2, file and dataset named), not drawn.
+      try {
+        (void)validators::inspect_file(o->file);
+      } catch (const std::runtime_error& e) {  // a bad file is bad input (exit 2), as in inspect
+        throw std::invalid_argument(e.what());
+      }
+      const char* script_env = std::getenv("NORMGATE_PLOT_SCRIPT");
+      // The script is installed beside this binary (audit/plot_maps.py; apps/CMakeLists.txt
+      // copies it into the build folder and installs it next to normgate).
+      const std::string script =
+          script_env ? script_env
+                     : (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "plot_maps.py").string();
+      // $PYTHON, else the first of python3 and /usr/bin/python3 (Debian's
+      // python3-h5py and python3-matplotlib, scripts/bootstrap) that imports them.
+      const char* py_env = std::getenv("PYTHON");
+      std::string py = py_env ? py_env : "";
+      if (py.empty()) {
+        for (const char* cand : {"python3", "/usr/bin/python3"})
+          if (run_quiet({cand, "-c", "import h5py, matplotlib, numpy"}) == 0) {
+            py = cand;
+            break;
+          }
+        if (py.empty())
+          throw std::invalid_argument("no python3 with h5py, numpy and matplotlib found (scripts/bootstrap installs "
+                                      "them; or set PYTHON=/path/to/python)");
+      }
+      if (!std::filesystem::is_regular_file(script))
+        throw std::invalid_argument("plot script '" + script + "' not found (set NORMGATE_PLOT_SCRIPT)");
+      std::vector<std::string> args = {py, script, o->file, "-o", o->out};
+      if (o->dpi > 0) args.insert(args.end(), {"--dpi", std::to_string(o->dpi)});
+      if (!o->report.empty()) args.insert(args.end(), {"--report", o->report});
+      std::fflush(stdout);
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error("plot: fork failed");
+      if (pid == 0) {
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execvp(argv[0], argv.data());
+        std::fprintf(stderr, "normgate: error: cannot run '%s' (set PYTHON)\n", py.c_str());
+        ::_exit(2);
+      }
+      int status = 0;
+      if (::waitpid(pid, &status, 0) < 0) throw std::runtime_error("plot: waitpid failed");
+      if (!WIFEXITED(status)) throw std::runtime_error("plot: " + script + " was killed");
+      return WEXITSTATUS(status);  // 0 ok, 2 bad input (the script names it)
+    };
+  });
+}
+
+}  // namespace normgate::app

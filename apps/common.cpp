@@ -1,0 +1,99 @@
+// apps/common.cpp: what the subcommands share: their registration in --help order, the common
+// options, writable-path checks, atomic writes.
+#include "commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/family_docs.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
+    f << text;
+    f.flush();
+    if (!f) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("cannot write '" + tmp + "'");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  }
+}
+
+// A report (`gate --report-json` or `check --json`) as JSON; a missing,
+// unreadable or unparsable file is an input error (exit 2) naming it.
+nlohmann::json read_report(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw std::invalid_argument("cannot read report '" + path + "': " +
+                                (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("report '" + path + "' is not JSON: " + e.what());
+  }
+}
+
+void register_commands(CLI::App& app, Commands& cmds) {
+  add_families(app, cmds);
+  add_case(app, cmds);
+  add_check(app, cmds);
+  add_variants(app, cmds);
+  add_gate(app, cmds);
+  add_routes(app, cmds);
+  add_repro(app, cmds);
+  add_inspect(app, cmds);
+  add_export(app, cmds);
+  add_plot(app, cmds);
+}
+
+CLI::Option* add_backend_option(CLI::App* sub, std::string& value, const std::string& help) {
+  return sub->add_option("--backend", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+}
+
+CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::string& help) {
+  return sub->add_option("--oracle", value, help)->capture_default_str()->check(CLI::IsMember({"auto", "fp64", "mpfr"}));
+}
+
+CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help) {
+  return sub->add_option("--threads", value, help)->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+}
+
+/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
+/// does not exist or is not writable, so a long check never fails at the end.
+void check_writable(const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
+                                "' does not exist or is not writable");
+}
+
+}  // namespace normgate::app
