@@ -128,8 +128,8 @@ class Timer:
         torch.cuda.synchronize()  # the warm-up replay's record goes with the take below
         take(1 << 20)  # the trace has been on since before any capture: drop what came before
         # The first graph launch after a take stalls the host inside the
-        # launch for 0.7-6 ms on the H200 (session 17, call 3:
-        # docs/results/h200-2026-12-01-s17/cupti_events.txt), which the
+        # launch for 0.7-6 ms on the H200 (docs/perf/peers.md, D5; the probe:
+        # docs/results/peers/cupti/cupti_events.txt), which the
         # events around it would hold: one more untimed replay takes it.
         g.replay()
         replays()
