@@ -202,9 +202,10 @@ def test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded(
 
 
 def test_a_faster_peer_over_budget_is_named_beside_the_sota():
-    """[98304, 2048] fp32 res bwd (session 18): TC is fastest but its dw is
-    over budget, so SOTA is F.rms_norm (13.3x slower than ours); the cell
-    must say TC was faster and why it is not SOTA."""
+    """[98304, 2048] fp32 res bwd (run-s18-c2-1.json; docs/perf/peers.md, D4):
+    TC is fastest but its dw is over budget, so SOTA is F.rms_norm (13.3x
+    slower than ours); the cell must say TC was faster and why it is not
+    SOTA."""
     src = os.path.join(ROOT, "docs", "results", "peers", "run-s18-c2-1.json")
     a = json.load(open(src))
     row = next(r for r in a["rows"] if (r["T"], r["H"], r["w"], r["form"]) == (98304, 2048, "fp32", "res"))
@@ -252,8 +253,8 @@ def test_row_time_prediction_for_end_s():
     assert matrix.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
     assert matrix.row_elements("res", 6144, 131072) == 131072 * 6144
     assert schedule.predict_row_s([], 10**9) is None
-    # Session 18, call 3: [131072, 4096] fp32 res: timing 36.4 s + accuracy 71.7 s (537M elements);
-    # [4097, 4096] fp32 res: 1.8 + 1.2 s.
+    # docs/results/peers/run-s18-c3-1.json: [131072, 4096] fp32 res: timing
+    # 36.4 s + accuracy 71.7 s (537M elements); [4097, 4096] fp32 res: 1.8 + 1.2 s.
     done = [(131072 * 4096, 108.1), (4097 * 4096, 3.0)]
     e = 131072 * 6144  # [131072, 6144] res: only the big row is comparable (>= half its size)
     big = 1.3 * 108.1 * 1.5 + 10
