@@ -1,16 +1,17 @@
 // bench/fwd_l2pass.cuh: a forward experiment for kernels_bench --fwd-exp (not
-// a variant; nothing routes it). TC's forward shape (docs/perf.md session 4
-// call 5): CTAs of 512 threads, a team of min(roundup(H/8, 32), 256) threads
-// per row (so 2..16 rows per CTA), the row NOT kept in registers: pass 1
-// loads each of the thread's 16-byte groups, adds its squares to the binary64
-// sum and drops it; after the team sum and rstd (rstd.h, as fwd_rowwise),
-// pass 2 loads the groups again (from L2: evict-first loads) and writes y.
-// Few registers, full occupancy, many short-lived CTAs (call 1 of session 7:
-// a one-tile-per-CTA copy reaches 4.27 TB/s). Vector path only (H % 8 == 0,
-// 16-byte aligned rows). Its sum of squares has the rounding tree of its own
-// geometry; with rstd the nearest FP32 value of a binary64 m its bits equal
-// fwd_rowwise's except in rows where the two sums' last-bit difference
-// straddles a rounding boundary (~1e-7 of rows): kernels_bench counts them.
+// a variant; nothing routes it). TC's forward shape (docs/perf/forward.md,
+// "Tried and rejected": two-pass L2 forward): CTAs of 512 threads, a team of
+// min(roundup(H/8, 32), 256) threads per row (so 2..16 rows per CTA), the row
+// NOT kept in registers: pass 1 loads each of the thread's 16-byte groups,
+// adds its squares to the binary64 sum and drops it; after the team sum and
+// rstd (rstd.h, as fwd_rowwise), pass 2 loads the groups again (from L2:
+// evict-first loads) and writes y. Few registers, full occupancy, many
+// short-lived CTAs (docs/perf/peers.md, D2: a one-tile-per-CTA copy moves
+// 4.26-4.28 TB/s). Vector path only (H % 8 == 0, 16-byte aligned rows). Its
+// sum of squares has the rounding tree of its own geometry; with rstd the
+// nearest FP32 value of a binary64 m its bits equal fwd_rowwise's except in
+// rows where the two sums' last-bit difference straddles a rounding boundary
+// (~1e-7 of rows): kernels_bench counts them.
 #pragma once
 
 #include "device_blocks.cuh"

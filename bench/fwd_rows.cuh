@@ -10,8 +10,10 @@
 // team_sum_collect, row_rstd_fp64, store_y_group), so y, rstd and msq must be
 // bitwise fwd_rowwise's: kernels_bench counts the rows that differ (expected
 // 0). Why: a one-row team spends its CTA's life after the load on the team
-// sum, two barriers and the binary64 rstd, with no load in flight (docs/perf.md
-// session 12); TC's forward (session 4 call 5) keeps two rows per program.
+// sum, two barriers and the binary64 rstd, with no load in flight (per-row
+// work, not DRAM, bounds the forward: docs/perf/forward.md, D6); TC's forward
+// keeps two rows per program (forward.md, "Tried and rejected": two-pass L2
+// forward). Results: docs/perf/forward.md#open-leads (R rows per team).
 // Vector path only (H % 8 == 0, 16-byte aligned rows), plain rows.
 #pragma once
 

@@ -10,10 +10,11 @@
 //                 pool), overwritten chunk by chunk (copy_bytes, 1 thread);
 //   reused-N      the same with N threads (detail::copy_bytes, as shipped).
 // Prints the median and best wall time of `reps` repetitions, GB/s and
-// minor page faults per repetition. Then the pattern of session 8's gate
-// command (6 cases of four tensors, x, dy, y, dx, the first two half the
+// minor page faults per repetition. Then the pattern of the gate command of
+// docs/perf/oracle-and-gate-throughput.md#current-numbers ("The gate's two
+// halves"; D7) (6 cases of four tensors, x, dy, y, dx, the first two half the
 // size; the previous case held meanwhile): fresh vectors, and the pool of
-// ReuseHostBuffers (kernels/src/host_pool.cpp, as shipped) with 1..N copy
+// ReuseHostBuffers (harness/src/host_pool.cpp, as shipped) with 1..N copy
 // threads. Usage:
 //   host_copy_bench [gib=1] [reps=5] [threads=omp_get_num_procs()] [kept-heap=0]
 // kept-heap=1 applies apps/main.cpp's mallopt settings (large blocks from
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   kept = std::vector<uint16_t>();
 
   // The gate's pattern: per case four tensors (x, dy, y, dx of a plain
-  // case), the sizes of session 8's gate command at gib = 1 (T = 65537,
+  // case), the sizes of that gate command at gib = 1 (T = 65537,
   // 65537, 131071, 131071, 131072, 131072 at H = 4096: half, half, then
   // full), downloaded while the previous case's four are still held (its
   // oracle half), which are then freed (fresh) or handed back to the pool

@@ -69,8 +69,9 @@ struct Row {
 
 // --copy-variants: copy kernels that differ in one way each from
 // copy_vec16 (grid-stride, 4 loads in flight per thread, streaming hints), to
-// find what reaches the H200's DRAM ceiling (session 6: copy_vec16 3.87 TB/s,
-// a Triton copy 4.10, torch.compile's forward 4.25 moving the same bytes).
+// find what reaches the H200's DRAM ceiling (docs/perf/peers.md, D2:
+// copy_vec16 3.87 TB/s, a Triton copy 4.10, torch.compile's forward 4.25-4.34
+// moving the same bytes).
 // Bench-only kernels; the library's copy_vec16 is the reference row.
 namespace copyx {
 /// Grid-stride, kU loads in flight per thread; kHints: __ldcs/__stcs

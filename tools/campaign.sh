@@ -10,7 +10,7 @@
 #   --deadline-s N  seconds from the start after which a slice still running
 #                   is killed (default: $NG_CAMPAIGN_DEADLINE, else 540)
 #
-# CAMPAIGN_DIR (in the repository, e.g. docs/results/campaign-sm90a) keeps one
+# CAMPAIGN_DIR (in the repository, e.g. docs/results/campaigns/v3-plain) keeps one
 # journal per slice, gzipped: slice-K.jsonl.gz, K = 1, 2, ... in argument
 # order (slice K's window filter is its argument; the same slice must keep
 # the same filter and number from run to run). Slice the table so that

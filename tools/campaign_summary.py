@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """One table over the gate reports of a campaign (every slice's
-`normgate gate --report-json`), for the campaign's summary in docs/results/.
+`normgate gate --report-json`), for the campaign's summary in
+docs/results/campaigns/ (summary.md).
 
 Usage: tools/campaign_summary.py REPORT.json [REPORT.json ...] [--table TABLE.toml] [--md OUT.md]
 

@@ -2,7 +2,8 @@
 """Table of backward times against the chunk plan's wave count, from
 kernels_bench JSON files named ...w<W>.json (W = --chunk-waves; 0 = the plan's
 own). Usage: tools/chunk_waves_table.py FILE... (the experiment of branch
-wip/bwd-rowptr: docs/results/h200-2026-11-30-s10/next-s11-wip.sh)."""
+wip/bwd-rowptr: docs/perf/backward.md, D10; the script that ran it,
+next-s11-wip.sh, left the tree after commit 0877dcd: docs/results/README.md)."""
 import json
 import re
 import sys

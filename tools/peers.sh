@@ -81,7 +81,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 # "madvise"): glibc then madvises its mmap'd chunks, and a 1 GB buffer costs
 # 512 page faults instead of 262144. Measured on a 2-core machine: the
 # oracle's open at [16384, 5120] res 1.2-1.5 s -> 0.72-0.85 s, minor faults
-# 206k -> 3k (docs/perf.md, session 16). No effect on any result's bits.
+# 206k -> 3k (docs/perf/peers.md, D6). No effect on any result's bits.
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); GLIBC_TUNABLES=$GLIBC_TUNABLES" >>"$out/env.txt"
 # shellcheck disable=SC2086

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Continues issue 8's peers matrix (bench/peers.py through tools/peers.sh)
-# on a CUDA machine: the rows not yet in docs/results/peers-h200/run-*.json
+# on a CUDA machine: the rows not yet in docs/results/peers/run-*.json
 # (--done), as many as fit before the deadline, then a short summary last.
 #
 # Runs in its repository's root (from any folder), with the capi library
 # built (`scripts/bootstrap && scripts/build`: build/capi/libnormgate_capi.so,
 # build/tests/test_capi) and the peers' wheels in .whl/ (Liger-Kernel 0.8.5's;
 # README, "Benchmark against the peers").
-# The matrix is complete since session 19: `--plan` below finds 0 rows and the
+# The matrix is complete (96 of 96 rows since 2026-12-01:
+# docs/perf/peers.md#current-numbers): `--plan` below finds 0 rows and the
 # run measures nothing (re-measuring rows means removing their run JSONs).
 # What is left, without a GPU: `python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
-# 'docs/results/peers-h200/run-*.json'`.
+# 'docs/results/peers/run-*.json'`.
 #
 # Usage: tools/peers_matrix.sh --out DIR [--deadline-s N]
 #   --out DIR       the output folder (default: $OUT; one of them is needed)
@@ -23,9 +24,10 @@
 #                   counted from peers.py's start, after tools/peers.sh's
 #                   install and torch's import, so the real gap to the end is
 #                   a little less). Before it, peers.py starts only rows
-#                   predicted to finish by --end-s (session 18's largest rows
-#                   took 52-110 s; a fixed margin of 130 s left ~140 s
-#                   unused, 100 s no room for a [131072, 6144] res row).
+#                   predicted to finish by --end-s (docs/perf/peers.md, D7;
+#                   under "Tried and rejected" there: a fixed margin of 130 s
+#                   left ~140 s unused, and the rows left late were heavier
+#                   than 100 s).
 #   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
 #                   and weight dtype; --done skips what is measured).
 #   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2|...", one
@@ -39,15 +41,15 @@
 #   NG_DEFER=1      (only 1; unset, empty or 0: off) peers.py
 #                   --defer-accuracy: the rows a warm-up batch warmed are
 #                   timed back to back, their accuracy phases run beside the
-#                   next batch's compiles (session 18: compile waits were 517
-#                   of 1575 s).
+#                   next batch's compiles (compile waits were 517 of 1575 s
+#                   without it: docs/perf/peers.md, D7).
 # Output under DIR: peers-1.tgz (peers/peers.json: the run's rows, with
 # shards the merged table of the shards' peers-K.json; and the logs) and
 # logs.tgz. Afterwards, in the repository: peers/peers.json (only it: the
 # shards' rows are in it, and --merge refuses a row found twice) to
-# docs/results/peers-h200/ under a name of its own (run-*.json), then
-# `python3 bench/peers.py --merge docs/results/peers-h200/run-*.json --json
-# docs/results/peers-h200/peers.json --md docs/results/peers-h200/peers.md`,
+# docs/results/peers/ under a name of its own (run-*.json), then
+# `python3 bench/peers.py --merge docs/results/peers/run-*.json --json
+# docs/results/peers/peers.json --md docs/results/peers/peers.md`,
 # and commit before the next run (--done reads the files in the tree).
 set -u
 OUT=${OUT:-}
@@ -72,7 +74,7 @@ export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
 PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
 [ "${NG_DEFER:-0}" = 1 ] && PEERS="$PEERS --defer-accuracy"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
-DONE="--done docs/results/peers-h200/run-*.json"
+DONE="--done docs/results/peers/run-*.json"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then

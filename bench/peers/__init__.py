@@ -1,12 +1,12 @@
 """normgate against its peers on one GPU, in one process, at one accuracy budget.
 
-Method (from the seed PR, ../shared/seed/, and docs/perf.md):
+Method (from the seed PR, ../shared/seed/, and docs/perf/peers.md, D1):
   * latency = median over replays of ONE CUDA-graph replay of the op, the L2
     flushed before each replay (a read of a buffer larger than twice the L2,
     outside the timed span), timed by CUDA events around the replay alone
     (the tables' numbers; --cupti adds each replay's span from CUPTI's
     graph trace beside them, which the tables do not use because the trace
-    itself lengthens the events: docs/perf.md, session 17);
+    itself lengthens the events: docs/perf/peers.md, D5);
   * each implementation's own setup, reduction, cast and copy kernels are
     inside the graph, hence inside the span;
   * --replays replays per implementation and op (>= 201), split over --rounds

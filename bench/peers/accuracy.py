@@ -151,8 +151,9 @@ def run_row_accuracy(torch, args, impls, row, live, log):
             ins = form_inputs(torch, g)
             # The oracle takes these inputs (host copies, a sample checked
             # against the generator) instead of generating them again on the
-            # host: session 13's rows spent about half their accuracy phase
-            # in the two host generations (docs/perf.md, session 14).
+            # host: the host generator ran twice per seed before (the open
+            # 3.21 s against 0.43 s with the inputs given, [32768, 1536], dev
+            # machine: docs/perf/peers.md, D6).
             with normgate.Oracle(c, inputs=g) as orc:
                 # host copies of the inputs and the oracle's reference (to
                 # plan the accuracy phase's cost per part)

@@ -217,8 +217,9 @@ def main(argv):
         from normgate import _lib as nglib
         # On from here to the end, before any graph is captured: a graph
         # instantiated before the trace was enabled crashed the process at
-        # its first replay under it (H200, session 16). Never disabled during
-        # the run (not even after a CuptiError), for the same reason.
+        # its first replay under it (H200; docs/perf/peers.md, D5). Never
+        # disabled during the run (not even after a CuptiError), for the same
+        # reason.
         try:
             nglib.graph_spans_start()
             nglib.graph_spans_take(1 << 16)
@@ -248,7 +249,7 @@ def main(argv):
     # block, a trace record per launch).
     meta["cupti"] = timer.cupti is not None
     # The accuracy phase's host threads (normgate.default_threads(), not the
-    # OpenMP runtime's default that torch lowers; docs/perf.md, session 16).
+    # OpenMP runtime's default that torch lowers; docs/perf/peers.md, D6).
     meta["threads"] = {"torch": torch.get_num_threads(), "oracle": normgate.default_threads()}
     log(f"host threads: torch {meta['threads']['torch']}, oracle and validators {meta['threads']['oracle']}")
     for k, v in errors.items():

@@ -6,8 +6,9 @@ rows' timing + accuracy scaled by element count, x1.3, +10 s, +100 s for a
 row without a warm-up; 15 s kept for the end), waits for a warm-up no longer
 than leaves the row its time, and warms no row it will skip; a smaller row
 may still start after a skipped one. So a large row late in a run is
-skipped, not killed halfway (session 18: rows of 52-110 s, and a fixed
-margin that left 140 s idle). The row loop that applies both is cli.main."""
+skipped, not killed halfway (docs/perf/peers.md, D7; a fixed margin per
+call, which left ~140 s idle, is under "Tried and rejected" there). The row
+loop that applies both is cli.main."""
 from __future__ import annotations
 
 from .matrix import row_elements
@@ -18,12 +19,12 @@ def predict_row_s(measured, elements, warm=True):
     of seconds * elements / elements_i over the rows at least half as big
     (their fixed costs are a small part), else the biggest row scaled; x1.3,
     +10 s of setup, +100 s when the row has no warm-up (its torch.compile
-    peers then compile in its setup: 40-100 s on the H200, docs/perf.md
-    session 17). Setup is left out of the scaling: a row that compiled in
-    its setup would otherwise predict its compile times the element ratio.
-    Replayed on sessions 16-18's 50 rows: at worst 8 s short ([131072, 4096]
-    fp32 res, 101 s for 110 s), at most 4.2x over. None without a measured
-    row."""
+    peers then compile in its setup: 17-103 s cold on the H200,
+    docs/perf/peers.md, D7). Setup is left out of the scaling: a row that
+    compiled in its setup would otherwise predict its compile times the
+    element ratio. Replayed over 50 stored rows of the matrix (D7): at worst
+    8 s short ([131072, 4096] fp32 res, 101 s for 110 s), at most 4.2x
+    over. None without a measured row."""
     if not measured:
         return None
     near = [(e, s) for e, s in measured if e >= elements / 2]

@@ -31,13 +31,13 @@ class Timer:
         # every graph of a row saved memory but faulted (illegal address) in
         # the full-peer run at [131072, 4096] w fp32 on the H200, although each
         # implementation alone replays cleanly (bench/peers_isolate.py):
-        # docs/perf.md. NG_PEERS_SHARED_POOL=1 restores the shared pool;
-        # NG_PEERS_SHARED_POOL=impl shares one pool among the graphs of one
-        # implementation (its pools then hold the max, not the sum, of its
-        # three graphs' memory: see run_row). The fault's cause was found later
-        # (freed eager tensors, unmapped by the empty_cache() that
-        # torch.cuda.graph runs before each capture), so sharing should be
-        # safe now, but it has not been re-run on the H200.
+        # docs/perf/peers.md, D1 and D8. NG_PEERS_SHARED_POOL=1 restores the
+        # shared pool; NG_PEERS_SHARED_POOL=impl shares one pool among the
+        # graphs of one implementation (its pools then hold the max, not the
+        # sum, of its three graphs' memory: see run_row). The fault's cause
+        # was found later (freed eager tensors, unmapped by the empty_cache()
+        # that torch.cuda.graph runs before each capture), so sharing should
+        # be safe now, but it has not been re-run on the H200.
         self.pool_mode = os.environ.get("NG_PEERS_SHARED_POOL", "")
         self.pool = torch.cuda.graph_pool_handle() if self.pool_mode == "1" else None
         # Everything (inputs, eager runs, warm-up, capture, replays) runs on
@@ -128,8 +128,8 @@ class Timer:
         torch.cuda.synchronize()  # the warm-up replay's record goes with the take below
         take(1 << 20)  # the trace has been on since before any capture: drop what came before
         # The first graph launch after a take stalls the host inside the
-        # launch for 0.7-6 ms on the H200 (session 17, call 3:
-        # docs/results/h200-2026-12-01-s17/cupti_events.txt), which the
+        # launch for 0.7-6 ms on the H200 (docs/perf/peers.md, D5; the probe:
+        # docs/results/peers/cupti/cupti_events.txt), which the
         # events around it would hold: one more untimed replay takes it.
         g.replay()
         replays()
@@ -287,7 +287,7 @@ def setup_graphs(torch, impls, names, inp, timer, ops, row, log):
     that was made outside it (the eager forward's outputs and saved tensors)
     must stay referenced until the graph is gone (keep), or the allocator
     hands its memory to the next implementation (garbage inputs, or an
-    illegal address: seen on the H200, docs/perf.md)."""
+    illegal address: seen on the H200, docs/perf/peers.md, D1)."""
     graphs = {}
     keep = {}
     for name in names:
@@ -324,9 +324,9 @@ def setup_row_graphs(torch, impls, names, inp, timer, ops, row, log):
     the whole row again with one pool per implementation (recorded in
     row["pool_mode"]; "private" or the NG_PEERS_SHARED_POOL mode otherwise).
     At [65537, 6144] w fp32 res the nine implementations' private pools held
-    102 GiB, so rows at T >= 98304 outgrow the H200's 139 GiB (docs/perf.md,
-    session 16). An implementation that fails in both modes keeps its error.
-    Returns setup_graphs' (graphs, keep)."""
+    102 GiB, so rows at T >= 98304 outgrow the H200's 139 GiB
+    (docs/perf/peers.md, D8). An implementation that fails in both modes
+    keeps its error. Returns setup_graphs' (graphs, keep)."""
     graphs, keep = setup_graphs(torch, impls, names, inp, timer, ops, row, log)
     failed = [n for n in names if is_oom(row["impls"][n]["error"])]
     if timer.pool_mode == "" and failed:

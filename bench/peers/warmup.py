@@ -5,23 +5,24 @@ process under it.
 While a row's accuracy phase runs (host-bound: the oracle), child processes
 (peers.py --warm-compile) run the next rows' torch.compile functions (TC,
 TCd) once, so that those rows' setups find inductor's caches warm
-(autotuning is most of a row's setup: 17-103 s in session 13, 0.6 s warm).
+(autotuning is most of a row's setup: 17-103 s cold, 0.6 s warm;
+docs/perf/peers.md, D7).
 When the next row is not warm, up to --warm-ahead (4) children start side by
 side, one per upcoming row (fewer where their GPU memory would pass half the
 free memory, or the deadline leaves no time for the rows); the next row
 starts after all of them end, so no child ever overlaps a timing phase, and
-the batch's later rows start without waiting (session 17: with one child,
-rows waited 20-67 s for the next row's compile while the cores were mostly
-idle). A row records it as "prewarm": rc, the seconds the run waited, the
-child's per-function seconds, the batch's rows. A child that is no longer
+the batch's later rows start without waiting (with one child per row,
+rows waited 20-67 s for the next row's compile: D7). A row records it as
+"prewarm": rc, the seconds the run waited, the child's per-function
+seconds, the batch's rows. A child that is no longer
 needed, or waited for too long, is killed with every process under it
 (inductor's compile workers: kill_tree). The autotuning shares the GPU with
 the accuracy phase's eager runs (short: the GPU is idle most of that phase).
 --no-warm-next (or --warm-ahead 0) turns it off. --defer-accuracy times the
 rows a batch warmed back to back and runs their accuracy phases together
 beside the next batch's compiles, so that more of the compile is hidden than
-one row's accuracy phase covers (session 18: the runs waited 517 of 1575 s
-for compiles)."""
+one row's accuracy phase covers (without it the runs waited 517 of 1575 s
+for compiles: D7)."""
 from __future__ import annotations
 
 import contextlib
@@ -43,10 +44,11 @@ class WarmAhead:
     row's timing (the first batch: after the copy ceiling, before the first
     row), one per upcoming row, and all of them are waited for before the
     next row starts, so that none runs beside a timing phase. The compiles
-    run side by side (session 17: one row's max-autotune compile took 25-100
-    s while the cores were mostly idle), and the rows of a batch after the
-    first start warm, without a child; the batch after it starts at the
-    timing's end of the last row before a row that is not warm."""
+    run side by side (a cold max-autotune setup takes 17-103 s, and
+    side-by-side autotuning picked no worse: docs/perf/peers.md, D7), and
+    the rows of a batch after the first start warm, without a child; the
+    batch after it starts at the timing's end of the last row before a row
+    that is not warm."""
 
     def __init__(self, args, log):
         self.args, self.log = args, log

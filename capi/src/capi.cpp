@@ -110,8 +110,9 @@ const auto* u16(const void* p) { return static_cast<const uint16_t*>(p); }
 // Copy n elements of T from p into a vector (the validators take vectors).
 // p aligned for T: the vector is constructed from the range, one pass (a
 // copy) instead of a zero-fill then a copy (two serial passes over memory
-// just mapped: the oracle's inputs at [65537, 5120] res are 2.7 GB, and its
-// open took 3.3 s per seed on the H200 machine, docs/perf.md session 16).
+// just mapped: the oracle's inputs at [65537, 5120] res are 2.7 GB; one pass
+// took the open at [16384, 5120] res from 0.72-0.85 s to 0.48 s on the dev
+// machine, docs/perf/peers.md, D6).
 // p unaligned (the validate path copies such buffers): bytes copied as they
 // are, never read as T in place.
 template <class T>
@@ -410,7 +411,7 @@ int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, size_t 
       bad("h_new given, but form " + std::string(normgate::to_string(c.form)) + " has no h_new");
     // The given tensors (NULL: absent) are validated in place, without a
     // copy (two serial passes over each tensor: ~1/3 of a validation through
-    // this call, docs/perf.md session 15); a buffer not aligned for its
+    // this call, docs/perf/peers.md, D6); a buffer not aligned for its
     // element type is copied first.
     std::vector<uint16_t> y, dx, h_new;
     std::vector<float> rstd, dw;

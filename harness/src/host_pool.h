@@ -28,7 +28,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes, int threads);
 /// going to reused memory the GPU half is expected to be the shorter one, so
 /// extra copy threads would only take cores from the oracle (and on the
 /// 2-core dev machine two threads were no faster in the gate's pattern:
-/// docs/perf.md). Read at every call.
+/// docs/perf/oracle-and-gate-throughput.md, D7). Read at every call.
 int copy_threads();
 
 /// The pool's limits: vectors under kMinPooledElems elements are neither

@@ -130,12 +130,12 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   // team then reads one shared 8-byte value (the FP32 rstd is still loaded
   // with the row), and no row carries rstd_refined's dependent chain (a
   // global load of m and four FP64 operations): each row computing its own
-  // cost +1-12% backward time on the H200 (docs/perf.md session 10, calls
-  // 1-3). Batch b lives in slot b & 1. Batch b+1 is written at the end of
-  // row 32b, after that row's barrier: the last read of batch b-1, whose slot
-  // it takes, came before that barrier (row 32b-1's value, read at its own
-  // top), and the barrier of row 32b+1 publishes it before its first read
-  // (at the top of row 32b+32).
+  // cost +1-12% backward time on the H200 (docs/perf/backward.md, D3: the
+  // table of versions). Batch b lives in slot b & 1. Batch b+1 is written at
+  // the end of row 32b, after that row's barrier: the last read of batch b-1,
+  // whose slot it takes, came before that barrier (row 32b-1's value, read at
+  // its own top), and the barrier of row 32b+1 publishes it before its first
+  // read (at the top of row 32b+32).
   __shared__ double rs_dw_s[2][kRstdBatch];
   const int rows = static_cast<int>(r1 - r0);  // <= T / num_chunks + 1
   auto stage_rstd = [&](int first) {  // rows r0+first .. +kRstdBatch-1 into slot (first / kRstdBatch) & 1
@@ -153,10 +153,11 @@ __device__ __forceinline__ void bwd_chunk_pass(const BwdRows<WT, kHeads>& a, con
   // at a time, so the loop neither multiplies r by a stride (plain rows) nor
   // divides it by heads (per-head rows; Rows::row's 64-bit division and
   // remainder compiled to a call per view and row). The backward is
-  // issue-bound (docs/perf.md session 5) and its per-row instructions are
-  // shared by only 8 columns a thread. Plain rows: row r+d is p + d*stride.
-  // Per-head rows r = t*heads + h (hh = h, tracked): row r+d (d <= 2 <= heads)
-  // is p + d*stride_h within the token, else p + stride + (d - heads)*stride_h.
+  // issue-bound (docs/perf/backward.md, D2 and D9) and its per-row
+  // instructions are shared by only 8 columns a thread. Plain rows: row r+d
+  // is p + d*stride. Per-head rows r = t*heads + h (hh = h, tracked): row r+d
+  // (d <= 2 <= heads) is p + d*stride_h within the token, else
+  // p + stride + (d - heads)*stride_h.
   const __nv_bfloat16* px = a.x.row(r0);
   const __nv_bfloat16* pdy = a.dy.row(r0);
   __nv_bfloat16* pdx = a.dx.row(r0);

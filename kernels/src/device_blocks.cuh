@@ -90,7 +90,7 @@ __device__ __forceinline__ Group8 sum_group(const float (&a)[8], const Group8& b
 
 /// sum_group's bits for every input, in fewer instructions on the common
 /// case (the res backward's dh = BF16(dx + dh_new), an issue-bound kernel:
-/// docs/perf.md, session 6). bf16_sum_rn returns RN_bf16(s) for s =
+/// docs/perf/backward.md, D6). bf16_sum_rn returns RN_bf16(s) for s =
 /// RN_fp32(a + b) unless s is not finite or s is a BF16 midpoint (low 16
 /// bits 0x8000), and for finite s the hardware's RNE conversion
 /// (cvt.rn.bf16x2.f32) is that RN_bf16. So a group takes one FP32 add and

@@ -40,7 +40,7 @@ class DeviceBuffer : public Region {
     if (e != cudaSuccess) {
       // An out-of-memory is not sticky, but it stays the thread's last error:
       // cleared, so the next launch check does not report it against
-      // whatever runs next (review, session 7).
+      // whatever runs next (found in review; commit 0e31608).
       (void)cudaGetLastError();
       p_ = nullptr;
       NG_CUDA(e);

@@ -124,7 +124,7 @@ __global__ void residual_add_kernel(Rows<const __nv_bfloat16> h, Rows<const __nv
 
 // No minimum-blocks bound: forcing 32 registers (four 512-thread CTAs per
 // SM) or 40 (three) spilled and measured slower than 55 registers at two
-// CTAs per SM (docs/perf.md, session 4).
+// CTAs per SM (docs/perf/forward.md, D8).
 // kRes (fused form res, plain rows only): the ring stages h and u; each
 // thread forms h_new = BF16(h + u) of its groups (sum_group: the same rounding
 // as residual_add_kernel), stores it, and normalizes it: h_new is never read

@@ -22,7 +22,7 @@ inline constexpr int kAtomicReplicas = 8;
 /// combine instead (its dw is then deterministic, bitwise the det variant's):
 /// on the H200 the atomics measured 3.8% slower than the combine at [65537,
 /// 2048] (35 rows per chunk), within 1% at [65537, 4096] (83) and [65537,
-/// 6144] (124), and equal at [131072, 4096] (165) (docs/perf.md, session 6).
+/// 6144] (124), and equal at [131072, 4096] (165) (docs/perf/backward.md, D8).
 inline constexpr int64_t kAtomicMinRowsPerChunk = 128;
 
 /// Whether bwd_nondet_atomic uses its atomics for `rows` normalized rows of

@@ -87,9 +87,10 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   // dw column while the block's x and dy are still in cache. A dw column over
   // all R rows at once (the former layout) read x and dy from memory a second
   // time, strided: ~1.1 of its ~1.55 ns per element on one core of the dev box
-  // was that read (docs/perf.md). Blocks change only the schedule: every
-  // column still adds rows r = 0..R-1 in order (blocks in order, rows in order
-  // within one), every row is computed alone, so the bits are the same.
+  // was that read (docs/perf/oracle-and-gate-throughput.md, D6). Blocks
+  // change only the schedule: every column still adds rows r = 0..R-1 in
+  // order (blocks in order, rows in order within one), every row is computed
+  // alone, so the bits are the same.
   // (row_blocks.h; whole groups of kRows rows per block, a group per thread at least)
   const int64_t RB = detail::row_block(R, H, static_cast<int64_t>(kRows) * nt, kRows);
   const int64_t CB = detail::col_block(H, nt);

@@ -221,7 +221,7 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
     msq: the forward's msq (float64, T*heads values; optional): dw then uses
     each row's rstd refined against it in binary64. Without it dw takes the
     float32 rstd as exact, whose rounding can put dw over the budget on long
-    columns (docs/perf.md, session 9).
+    columns (docs/perf/numerics.md, D2 and D3).
     Returns (dx, dw); dw is float32 whatever w's dtype.
     """
     torch = _torch()
@@ -420,8 +420,8 @@ def default_threads():
     torch.get_num_threads() (physical cores, or what set_num_threads gave),
     so the oracle's parallel regions would run on that many threads.
     Measured here (2 CPUs): torch.set_num_threads(1) made Oracle(threads=0)'s
-    open at [4096, 5120] res 0.265 s instead of 0.209 s (docs/perf.md,
-    session 16)."""
+    open at [4096, 5120] res 0.265 s instead of 0.209 s (docs/perf/peers.md,
+    D6)."""
     env = os.environ.get("OMP_NUM_THREADS")
     if env is not None:
         first = env.split(",")[0].strip()
@@ -462,11 +462,11 @@ def _host(t):
     synchronously into page-locked memory from torch's caching host
     allocator: one DMA at PCIe rate, and the pages are reused by the next
     copy of the same size class instead of being faulted in again (pageable
-    .to("cpu"): ~2 GB/s on the H200 machine, 39 of a 74 s accuracy phase;
-    docs/perf.md, session 16). torch rounds each such block up to a power of
-    two and keeps it page-locked for the rest of the process (the four
-    ~0.67 GB inputs of [65537, 5120] res hold ~4 GB; torch's
-    _host_emptyCache returns them). If page-locked memory cannot be had
+    .to("cpu"): 38.8-40.4 s of a row's 68.8-73.9 s accuracy phase on the
+    H200, 0.7-3.3 s after; docs/perf/peers.md, D6). torch rounds each such
+    block up to a power of two and keeps it page-locked for the rest of the
+    process (the four ~0.67 GB inputs of [65537, 5120] res hold ~4 GB;
+    torch's _host_emptyCache returns them). If page-locked memory cannot be had
     (cudaHostAlloc fails, e.g. under a memory limit) the copy is made to
     pageable memory instead (slower, same bits)."""
     torch = _torch()

@@ -463,15 +463,16 @@ def test_cupti_graph_spans_time_each_replay_inside_its_events():
                 x.add_(0.0)
             torch.cuda.synchronize()
             # One replay first: a graph's first launch uploads it, which the
-            # events hold (4.0 ms against a 254 us span on the H200, session
-            # 17) and its span does not; the timed blocks of peers.py follow
-            # a warm-up replay too.
+            # events would hold and its span would not; the timed blocks of
+            # peers.py follow a warm-up replay too. (The 4 ms events against
+            # a 254 us span that the H200 showed were the stall after a take,
+            # below: docs/perf/peers.md, D5.)
             g.replay()
             torch.cuda.synchronize()
             _lib.graph_spans_take(1 << 16)  # nothing of the capture or the warm-up replay is kept
             for k in (5, 3):  # two blocks, each its own take
                 # The first launch after a take stalls the host 0.7-6 ms
-                # inside the launch on the H200 (session 17, call 3), which
+                # inside the launch on the H200 (docs/perf/peers.md, D5), which
                 # events around it hold: one untimed replay first.
                 g.replay()
                 ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(k)]

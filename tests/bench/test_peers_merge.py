@@ -11,8 +11,8 @@ import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PEERS = os.path.join(ROOT, "bench", "peers.py")
-A = os.path.join(ROOT, "docs", "results", "h200-2026-11-30-s6", "call7", "peers", "peers.json")
-B = os.path.join(ROOT, "docs", "results", "h200-2026-11-29-s4", "call7", "peers.json")
+A = os.path.join(ROOT, "docs", "results", "peers", "earlier", "2026-11-30", "peers.json")
+B = os.path.join(ROOT, "docs", "results", "peers", "earlier", "2026-11-29", "peers.json")
 
 
 def run(*args):
@@ -189,7 +189,7 @@ def test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded(
         r = run(bad)
         assert r.returncode == 2 and f"{bad}: not valid JSON" in r.stderr, r.stderr
         # The matrix's own pattern, quoted: every run file, as the shell would list them.
-        pat = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s18-*.json")
+        pat = os.path.join(ROOT, "docs", "results", "peers", "run-s18-*.json")
         out_m = os.path.join(d, "m.md")
         r = run(pat, "--md", out_m)
         import glob
@@ -202,10 +202,11 @@ def test_merge_usage_errors_name_the_bad_value_and_a_quoted_pattern_is_expanded(
 
 
 def test_a_faster_peer_over_budget_is_named_beside_the_sota():
-    """[98304, 2048] fp32 res bwd (session 18): TC is fastest but its dw is
-    over budget, so SOTA is F.rms_norm (13.3x slower than ours); the cell
-    must say TC was faster and why it is not SOTA."""
-    src = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s18-c2-1.json")
+    """[98304, 2048] fp32 res bwd (run-s18-c2-1.json; docs/perf/peers.md, D4):
+    TC is fastest but its dw is over budget, so SOTA is F.rms_norm (13.3x
+    slower than ours); the cell must say TC was faster and why it is not
+    SOTA."""
+    src = os.path.join(ROOT, "docs", "results", "peers", "run-s18-c2-1.json")
     a = json.load(open(src))
     row = next(r for r in a["rows"] if (r["T"], r["H"], r["w"], r["form"]) == (98304, 2048, "fp32", "res"))
     b = row["ops"]["bwd"]
@@ -229,7 +230,7 @@ def test_a_faster_peer_over_budget_is_named_beside_the_sota():
 
 def test_the_merged_matrix_notes_exactly_the_rows_where_sota_is_not_the_fastest():
     import math
-    m = os.path.join(ROOT, "docs", "results", "peers-h200")
+    m = os.path.join(ROOT, "docs", "results", "peers")
     rows = json.load(open(os.path.join(m, "peers.json")))["rows"]
     want = sum(1 for r in rows for o in r["ops"].values() if o.get("sota") and o["fastest_any"] != o["sota"])
     md = open(os.path.join(m, "peers.md")).read()
@@ -252,8 +253,8 @@ def test_row_time_prediction_for_end_s():
     assert matrix.row_elements("heads24", 256, 4097) == 4097 * 24 * 256
     assert matrix.row_elements("res", 6144, 131072) == 131072 * 6144
     assert schedule.predict_row_s([], 10**9) is None
-    # Session 18, call 3: [131072, 4096] fp32 res: timing 36.4 s + accuracy 71.7 s (537M elements);
-    # [4097, 4096] fp32 res: 1.8 + 1.2 s.
+    # docs/results/peers/run-s18-c3-1.json: [131072, 4096] fp32 res: timing
+    # 36.4 s + accuracy 71.7 s (537M elements); [4097, 4096] fp32 res: 1.8 + 1.2 s.
     done = [(131072 * 4096, 108.1), (4097 * 4096, 3.0)]
     e = 131072 * 6144  # [131072, 6144] res: only the big row is comparable (>= half its size)
     big = 1.3 * 108.1 * 1.5 + 10
@@ -339,7 +340,7 @@ def test_plan_skips_the_rows_of_done_results():
     assert "(in 0 of 1 --done files; 1 counted no row here" in r.stdout.splitlines()[-1], r.stdout
     # A run that was not asked for QuACK (the H200 matrix's runs) counts none of
     # its rows for a run that asks for it, and all of them for one that does not.
-    h200 = os.path.join(ROOT, "docs", "results", "peers-h200", "run-s15-c2-2.json")
+    h200 = os.path.join(ROOT, "docs", "results", "peers", "run-s15-c2-2.json")
     r = plan("--H", "4096,5120", "--T", "65537", "--w", "bf16", "--forms", "plain", "--done", h200)
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("2 rows to measure, 0 already done"), r.stdout
     assert "rows without peer Q (not asked for there) not counted" in r.stderr

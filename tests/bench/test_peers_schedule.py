@@ -26,11 +26,13 @@ def peers_modules():
     that holds the name (a module's `from .x import name` is its own binding)."""
     return [m for n, m in sorted(sys.modules.items()) if n.startswith("peers.")]
 
-COMPILE_S = 90.0  # a warm-up child's TC/TCd compile (session 17: 40-100 s)
+# a warm-up child's TC/TCd compile (a cold setup took 17-103 s: docs/perf/peers.md, D7)
+COMPILE_S = 90.0
 
 
 def row_seconds(form, H, T):
-    """(timing, accuracy) seconds of a row: session 18's rows scale about so."""
+    """(timing, accuracy) seconds of a row: the rows of
+    docs/results/peers/run-s18-*.json scale about so."""
     e = matrix.row_elements(form, H, T) / 1e6
     return 1.0 + 0.05 * e, 1.0 + 0.09 * e
 
@@ -228,7 +230,8 @@ def test_end_s_skips_a_row_that_would_not_fit_and_measures_a_smaller_one_after_i
     assert (131072, 2048) in skipped and (4097, 2048) in got, (got, skipped)
 
 
-# Session 19's rows: res at H=5120/6144 and T >= 98304 (row_seconds: ~40-75 s timing, ~70-135 s accuracy).
+# The matrix's last rows (docs/results/peers/run-s19-*.json): res at H=5120/6144 and T >= 98304
+# (row_seconds: ~40-75 s timing, ~70-135 s accuracy).
 HEAVY = ["--peers", "TC,TCd", "--forms", "res", "--H", "5120,6144", "--T", "98304,131072", "--w", "bf16,fp32"]
 
 

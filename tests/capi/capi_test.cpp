@@ -243,7 +243,8 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheBadValue) {
   EXPECT_NE(last_error().find("nope"), std::string::npos) << last_error();
   EXPECT_EQ(o, nullptr);
   // A thread count OpenMP could not start is refused before any parallel
-  // region (100000 threads killed the process through Python, session 16).
+  // region (100000 threads killed the process through Python; found in
+  // review, commit 430db66).
   EXPECT_EQ(ng_oracle_open("H=64,T=10,w=bf16,form=plain,family=normal,seed=0", NG_MAX_THREADS + 1, &o), NG_EINVAL);
   EXPECT_NE(last_error().find("threads = " + std::to_string(NG_MAX_THREADS + 1)), std::string::npos) << last_error();
   EXPECT_EQ(o, nullptr);

@@ -253,9 +253,10 @@ TEST(ReproShippedCase, ReplaysFromTheStoredInputs) {
   }
 }
 
-// The audit cases of issue 6, recorded on the H200 (session 11, kernels of
-// 44a0781): the worst case of the heads4 campaign (bwd_det_chunked, pass) and
-// the negative control on the same cancel inputs (ctl_fp32_seq, fail).
+// The audit cases of issue 6, recorded on the H200 (2026-11-30, kernels of
+// 44a0781; docs/results/audit/): the worst case of the heads4 campaign
+// (bwd_det_chunked, pass) and the negative control on the same cancel inputs
+// (ctl_fp32_seq, fail).
 // Replayed here on the CPU models, each gives the recorded verdict and the
 // recorded outputs bit for bit: the GPU kernels and their models agree on
 // these inputs. A kernel change that moves a bit (and the model with it)

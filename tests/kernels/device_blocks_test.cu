@@ -163,12 +163,13 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   cudaFree(dout);
 }
 
-// team_sum<double> (the forward's binary64 sum of squares, session 7) on the
-// device against the host's model_team_sum, raw doubles bit for bit, for
-// every team size 32..1024 in one CTA: partials where the order matters
-// (2^53 absorbs a lone 1 but not two 1s added first) in chosen lanes and
-// warps, and random doubles. An order difference would move the FP32 rstd
-// in only ~1 row in 10^7, so the end-to-end tests could not see it.
+// team_sum<double> (the forward's binary64 sum of squares:
+// docs/perf/numerics.md, D1) on the device against the host's
+// model_team_sum, raw doubles bit for bit, for every team size 32..1024 in
+// one CTA: partials where the order matters (2^53 absorbs a lone 1 but not
+// two 1s added first) in chosen lanes and warps, and random doubles. An
+// order difference would move the FP32 rstd in only ~1 row in 10^7, so the
+// end-to-end tests could not see it.
 __global__ void team_sum_double_kernel(const double* p, double* out, int team) {
   __shared__ double red[32];
   const double v = team_sum(p[threadIdx.x], red, team, 0);

@@ -249,8 +249,9 @@ TEST(Rstd, NearestFromAnyStartAndEdgeValues) {
   EXPECT_EQ(row_rstd_fp64(std::numeric_limits<double>::infinity(), 1.0, 0.0), 0.0f);
   EXPECT_TRUE(std::isnan(row_rstd_fp64(std::numeric_limits<double>::quiet_NaN(), 1.0, 0.0)));
   EXPECT_EQ(row_rstd_fp64(0x1p-266, 1.0, 0.0), std::numeric_limits<float>::infinity());
-  // The overflow boundary (review, session 7): 1/sqrt(m) just below 2^128 -
-  // 2^103 is FLT_MAX, although its binary64 value rounds to +inf in FP32.
+  // The overflow boundary (found in review; commit 579c61c): 1/sqrt(m) just
+  // below 2^128 - 2^103 is FLT_MAX, although its binary64 value rounds to
+  // +inf in FP32.
   EXPECT_EQ(row_rstd_fp64(0x1.000001000000dp-256, 1.0, 0.0), std::numeric_limits<float>::max());
   EXPECT_EQ(nearest_ld(0x1.000001000000dp-256), std::numeric_limits<float>::max());
   // Rows whose FP32 sum of squares overflows: a subnormal rstd, not 0.

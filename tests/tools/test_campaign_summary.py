@@ -11,10 +11,10 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TOOL = os.path.join(ROOT, "tools", "campaign_summary.py")
 R = os.path.join(ROOT, "docs", "results")
-V2_HEADS4 = os.path.join(R, "campaign-forms-v2", "slice-3.json")   # heads4 on the kernels of 44a0781
-V3_HEADS4 = os.path.join(R, "campaign-v3-forms", "slice-1.json")   # heads4 bf16, re-gated on 48e338b
-V3_HEADS4F = os.path.join(R, "campaign-v3-forms", "slice-2.json")
-V2_RES = os.path.join(R, "campaign-forms-v2", "slice-1.json")
+V2_HEADS4 = os.path.join(R, "campaigns", "superseded", "forms-v2", "slice-3.json")   # heads4 on the kernels of 44a0781
+V3_HEADS4 = os.path.join(R, "campaigns", "v3-forms", "slice-1.json")   # heads4 bf16, re-gated on 48e338b
+V3_HEADS4F = os.path.join(R, "campaigns", "v3-forms", "slice-2.json")
+V2_RES = os.path.join(R, "campaigns", "superseded", "forms-v2", "slice-1.json")
 
 
 def run(*args):
@@ -32,7 +32,7 @@ def test_latest_report_wins_and_values_are_the_reports():
     v3 = json.load(open(V3_HEADS4))
     w = next(x for x in v3["windows"] if x["window"].startswith("bwd det"))
     line = row_of(md, w["window"])
-    assert "campaign-v3-forms/slice-1.json" in line and w["source_sha256"][:12] in line
+    assert "campaigns/v3-forms/slice-1.json" in line and w["source_sha256"][:12] in line
     assert f"| {w['outputs']['dw']['max_err_tol']:.3g} |" in line and f"| {w['cases']} |" in line
     # heads4 (6 windows, v3 wins) + res (6): 12 rows, the 6 older heads4 rows superseded.
     assert md.count("\n| sm90a.toml:") == 12

@@ -4,7 +4,7 @@
 // every budget on every element. Otherwise a gate failure could be forced by
 // the interface itself, not by the kernel. CI runs small shapes; the H200 grid
 // reports the same "forced" part per case at T up to 131072
-// (docs/results/h200-2026-11-29).
+// (docs/results/main-job/; docs/perf/numerics.md, D7).
 #include <gtest/gtest.h>
 
 #include <ostream>

@@ -24,9 +24,9 @@ namespace normgate::kernels {
 /// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 4.2),
 /// below the (n*2^-24)^2*sum|v| of the FP32 TwoSum pair it replaced (Comp32,
 /// 10 FP32 operations per term where this is one conversion and one fma: the
-/// backward was issue-bound, docs/perf.md session 6).
+/// backward was issue-bound, docs/perf/backward.md, D2 and D4).
 ///
-/// add_triple(dy, x, r) with an FP32 r (session 7): s =
+/// add_triple(dy, x, r) with an FP32 r (docs/perf/numerics.md, D4): s =
 /// fma(dy, x*r, s) in binary64, where x*r (BF16 x FP32: at most 32
 /// significant bits) and dy*(x*r) (at most 40) are exact for every finite
 /// BF16 dy, x and FP32 r (binary64's exponent range holds them all), so it is
@@ -39,10 +39,10 @@ struct Acc64 {
   double s = 0.0;  ///< the running sum
   NG_HD void add_product(float p, float r) { s = dfma_rn(static_cast<double>(p), static_cast<double>(r), s); }
   NG_HD void add_triple(float dy, float x, float r) { add_triple(dy, x, static_cast<double>(r)); }
-  /// The step the backward takes since session 9, with the binary64 r of
-  /// rstd.h rstd_refined: x*r rounds once in binary64 (2^-53 relative; no
-  /// longer exact), dy*(x*r) is exact inside the fma. With r = (double)r32
-  /// (no msq) it is the FP32-r step above, bit for bit.
+  /// The step the backward takes with msq (docs/perf/backward.md, D3), with
+  /// the binary64 r of rstd.h rstd_refined: x*r rounds once in binary64 (2^-53
+  /// relative; no longer exact), dy*(x*r) is exact inside the fma. With r =
+  /// (double)r32 (no msq) it is the FP32-r step above, bit for bit.
   NG_HD void add_triple(float dy, float x, double r) {
     s = dfma_rn(static_cast<double>(dy), dmul_rn(static_cast<double>(x), r), s);
   }

@@ -12,12 +12,13 @@
 // take a fixed block of rows (`fwd_block` rows per team, a grid as large as
 // the rows need, scheduled by the hardware). (The backward keeps its own
 // register double buffer and L2 prefetch for x and dy: a shared-memory ring
-// for them measured slower there, docs/perf.md; only form res's dh_new goes
-// through a small one-row-ahead ring, bwd_chunk_pass.cuh.) None of these changes what is computed: every
-// row is normalized by one team with the same arithmetic, so outputs are
-// bitwise the same at every setting (tests/kernels check it on the GPU). They
-// are speed knobs outside the variants' numerics; routes are gated at the
-// defaults, and bench/kernels_bench --depth sweeps them.
+// for them measured slower there, docs/perf/backward.md, D1; only form res's
+// dh_new goes through a small one-row-ahead ring, bwd_chunk_pass.cuh and
+// backward.md, D7.) None of these changes what is computed: every row is
+// normalized by one team with the same arithmetic, so outputs are bitwise the
+// same at every setting (tests/kernels check it on the GPU). They are speed
+// knobs outside the variants' numerics; routes are gated at the defaults, and
+// bench/kernels_bench --depth sweeps them.
 #pragma once
 
 namespace normgate::kernels {
@@ -42,7 +43,7 @@ struct PipelineDepth {
   /// and u loaded beside each other: through the ring, or straight into
   /// registers under fwd_res_simple; h_new never read back) instead of by its
   /// own kernel first. Same bits either way. On by default: 0.86-0.92x the time
-  /// of the two-kernel path on the H200 (docs/perf.md, session 5).
+  /// of the two-kernel path on the H200 (docs/perf/forward.md, D3).
   bool fwd_res_fused = true;
   /// Forward without ring or persistent loop: one row per team, a grid of
   /// ceil(rows / teams) CTAs, each thread's groups loaded straight into
@@ -51,19 +52,21 @@ struct PipelineDepth {
   /// follows fwd_res_simple; per-head views and the scalar path keep the ring
   /// kernel); fwd, fwd_l2 and fwd_block then do not apply. Same bits. On by
   /// default since the binary64 rstd: 0.88-0.99x the ring kernel's time at
-  /// the measured plain shapes, except 1.01x at [98304, 5120] (docs/perf.md,
-  /// session 8).
+  /// the measured plain shapes, slower only at [98304, 5120] (575 vs 559 us;
+  /// docs/perf/forward.md, D1).
   bool fwd_simple = true;
   /// The same simple forward for form res fused (fwd_res_fused), on by
   /// default: there it measured 0.86x (H=2048) and 0.91x (H=4096) of the
-  /// ring kernel's time and equal at H=6144 (docs/perf.md, session 6), where
-  /// the plain forward gained at H=2048 and 6144 but lost at 4096. Same bits.
+  /// ring kernel's time and equal at H=6144 (docs/perf/forward.md, D2), where
+  /// the plain forward before the binary64 rstd gained at H=2048 but lost at
+  /// 4096 (D1). Same bits.
   bool fwd_res_simple = true;
   /// Teams of more than one warp: only the team's first warp collects the
   /// warp totals and computes rstd (rstd.h), then hands it to the others
   /// through shared memory (a second barrier per row), instead of every warp
   /// doing both. The binary64 collect and rstd cost FP64, conversion and
-  /// shuffle issue slots in every warp (docs/perf.md, session 8). Same bits.
+  /// shuffle issue slots in every warp (docs/perf/forward.md, D5 and D6).
+  /// Same bits.
   bool fwd_rstd_warp = true;
 };
 

@@ -14,9 +14,9 @@
 //       per   = ceil(nvec / slots)
 //       team  = per <= 512 ? roundup(per, 32) : roundup(per, 64)   (32 .. 1024)
 //    (the forward's geometry: two slots from H > 2048 on halve the warps per
-//    row, and with them the per-row binary64 shuffles of the team sum; one
-//    slot up to H = 4096 measured 1.19x the time at [131072, 4096] on the
-//    H200, docs/perf.md session 8.)
+//    row, and with them the per-row binary64 shuffles of the team sum; at
+//    [131072, 4096] on the H200 one slot took 662.0 us, two 541.5 us:
+//    docs/perf/forward.md, D1 and D4.)
 //    The backward has its own geometry (bwd_row_geometry), one slot as long
 //    as one CTA can hold the team:
 //       slots = nvec <= 1024 ? 1 : 2
@@ -25,7 +25,7 @@
 //    register file holds it), and a 2-slot team (H > 8192, 576..1024
 //    threads) runs as a cluster of two CTAs of team/2 threads; the arithmetic
 //    is that of one team. (Two slots for 4096 < H <= 8192 took 128 registers,
-//    12 warps per SM: issue-latency bound, docs/perf.md session 6.)
+//    12 warps per SM: issue-latency bound, docs/perf/backward.md, D2.)
 //    Row sums (sum of squares in the forward, sum of g*xhat in the backward)
 //    are reduced as: each thread accumulates its own columns in order
 //    (k ascending, then column ascending) with fma_rn; then a warp butterfly

@@ -137,7 +137,7 @@ struct BwdArgs {
   /// FwdArgs::msq. dw then uses each row's rstd refined in binary64 against
   /// it (rstd.h rstd_refined); null: rstd alone, whose FP32 rounding (up to
   /// 2^-24 relative per row) adds up over a long column (dw err/tol 2.43 on
-  /// an H200 gate case, docs/perf.md session 9). Must not overlap dx, dw or
+  /// an H200 gate case, docs/perf/numerics.md, D2). Must not overlap dx, dw or
   /// the workspace. An m that is not this rstd's is detected only when the
   /// Newton step would move rstd by more than 2^-23 (then rstd is used).
   const double* msq = nullptr;

@@ -10,10 +10,11 @@
 // of rstd, and the backward's dw = sum over rows of dy*x*rstd collects those
 // errors over every row: at [T, 24, 256] per-head views (24 T rows per
 // column) the gate measured dw err/tol up to 2.15 on the H200 (2026-11-30,
-// docs/perf.md session 7), 3.6x what a correctly rounded rstd forces. In
-// binary64 the sum of up to 2^24 squares of BF16 values cannot overflow and
-// is off by at most H*2^-53 relative (typically ~sqrt(H)*2^-53), so the FP32
-// result is the correctly rounded rstd of the exact mean + eps except for rows
+// docs/perf/numerics.md, D1), 3.6x the most a correctly rounded rstd forces
+// there (0.60: numerics.md, D7). In binary64 the sum of up to 2^24 squares
+// of BF16 values cannot overflow and is off by at most H*2^-53 relative
+// (typically ~sqrt(H)*2^-53), so the FP32 result is the correctly rounded
+// rstd of the exact mean + eps except for rows
 // whose exact rstd lies that close to a rounding boundary: about one row in
 // 10^7 at H = 4096 (relative error 2^-47 against FP32's 2^-24 spacing).
 // Rows whose FP32 sum of squares overflowed (|x| > ~1e19) get their true
@@ -103,11 +104,11 @@ NG_HD float rstd_nearest_fast(double m, float r0) {
 /// relative of 1/sqrt(m) for r32 off by d (d <= 2^-24: below 5.6e-15), where
 /// r32 alone is up to 2^-24 off. Why: dw = sum over rows of dy*x*rstd
 /// collects each row's rstd error; with the FP32 rstd taken as exact a long
-/// llm-family column reached 2.43x its budget on the H200 (session 9,
-/// docs/perf.md). Returns r32 (widened) where m or r32 is not finite and
-/// positive (rows holding Inf/NaN, a zero row with eps = 0) or where the
-/// step would move r32 by more than 2^-23 relative (m is not this rstd's:
-/// a caller's mistake; then dw is what it was without m).
+/// llm-family column reached 2.43x its budget on the H200
+/// (docs/perf/numerics.md, D2). Returns r32 (widened) where m or r32 is not
+/// finite and positive (rows holding Inf/NaN, a zero row with eps = 0) or
+/// where the step would move r32 by more than 2^-23 relative (m is not this
+/// rstd's: a caller's mistake; then dw is what it was without m).
 /// Branch-free (one select; the backward's first warp computes it for 32
 /// rows at a time, bwd_chunk_pass.cuh): the |e| test alone rejects every
 /// non-finite or non-positive m and an r32 of 0 or +Inf (e is then <= -1,

@@ -52,9 +52,9 @@ struct GraphSpan {
 /// START BEFORE CAPTURING THE GRAPHS TO BE TIMED: on the H200 machine (CUDA
 /// 13.0, driver 580.159) a graph instantiated before the trace was enabled
 /// crashed the process (SIGSEGV) at its first replay under the trace, while
-/// a graph captured under it replayed and was recorded (session 16). So a
-/// benchmark enables it once, before any capture, keeps it on, and takes the
-/// records of each timed block with graph_spans_take().
+/// a graph captured under it replayed and was recorded (docs/perf/peers.md,
+/// D5). So a benchmark enables it once, before any capture, keeps it on, and
+/// takes the records of each timed block with graph_spans_take().
 /// CUPTI is loaded at the first call with dlopen ("libcupti.so.13", the
 /// soname torch's own copy also has, then $CUDA_HOME/extras/CUPTI/lib64 and
 /// /usr/local/cuda/extras/CUPTI/lib64, /usr/local/cuda/lib64), so nothing

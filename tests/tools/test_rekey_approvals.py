@@ -1,0 +1,211 @@
+"""tools/rekey_approvals.py in a scratch git repository holding the variants'
+sources (copied from this tree): a comment-only change re-keys exactly the
+approvals of the old hashes (to the hashes CMake's manifest gives) and leaves
+every other byte; a changed code token is refused (exit 1) and nothing is
+written; usage errors exit 2. Plus the comment/code test on small snippets.
+Needs gcc and git (exit 77 without them when run as a script).
+Runs under pytest or as `python3 tests/tools/test_rekey_approvals.py`."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TOOL = os.path.join(ROOT, "tools", "rekey_approvals.py")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import rekey_approvals as rk  # noqa: E402
+
+if __name__ != "__main__" and (shutil.which("gcc") is None or shutil.which("git") is None):
+    import pytest
+    pytest.skip("no gcc or git", allow_module_level=True)
+
+
+def have_tools():
+    return shutil.which("gcc") is not None and shutil.which("git") is not None
+
+
+def run(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+
+
+def sh(repo, *args):
+    subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True)
+
+
+def lists():
+    with open(os.path.join(ROOT, "kernels", "CMakeLists.txt")) as f:
+        return rk.variant_files(f.read(), "kernels/CMakeLists.txt")
+
+
+def hashes(repo):
+    """CMake's hash of each variant, computed here from the files on disk."""
+    out = {}
+    for v, files in lists().items():
+        m = ""
+        for f in files:
+            with open(os.path.join(repo, "kernels", f), "rb") as fh:
+                m += hashlib.sha256(fh.read()).hexdigest() + "  " + f + "\n"
+        out[v] = hashlib.sha256(m.encode()).hexdigest()
+    return out
+
+
+def scratch_repo(d):
+    repo = os.path.join(d, "repo")
+    files = {f for fs in lists().values() for f in fs} | {"CMakeLists.txt"}
+    for f in files:
+        dst = os.path.normpath(os.path.join(repo, "kernels", f))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.normpath(os.path.join(ROOT, "kernels", f)), dst)
+    sh(d, "init", "-q", repo)
+    sh(repo, "add", "-A")
+    sh(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "A")
+    return repo
+
+
+def approvals_file(d, h):
+    entries = [
+        {"variant": "fwd_rowwise", "source_sha256": h["fwd_rowwise"], "cases": 2032,
+         "max_err_tol": {"rstd": 0.005959185655411634, "y": 0.38313068945667},
+         "window": {"H": 1536, "T": [1, 131072], "form": "plain", "op": "fwd", "w": "bf16"}},
+        {"variant": "bwd_det_chunked", "source_sha256": h["bwd_det_chunked"], "cases": 7,
+         "window": {"H": 4096, "T": [1, 65536], "form": "plain", "op": "bwd", "mode": "det", "w": "bf16"}},
+        {"variant": "bwd_det_chunked", "source_sha256": h["bwd_det_chunked"], "cases": 8,
+         "window": {"H": 4096, "T": [65537, 131072], "form": "plain", "op": "bwd", "mode": "det", "w": "bf16"}},
+        # stale before the change (another hash): left as it is
+        {"variant": "bwd_nondet_atomic", "source_sha256": "0" * 64, "cases": 1,
+         "window": {"H": 2048, "T": [1, 7], "form": "plain", "op": "bwd", "mode": "nondet", "w": "fp32"}},
+    ]
+    p = os.path.join(d, "t.approvals.json")
+    with open(p, "w") as f:
+        f.write(json.dumps({"approvals": entries, "format": "normgate-approvals/1"}, indent=2, sort_keys=True) + "\n")
+    return p
+
+
+def edit(repo, rel, old, new):
+    p = os.path.join(repo, rel)
+    with open(p) as f:
+        s = f.read()
+    assert s.count(old) >= 1, (rel, old)
+    with open(p, "w") as f:
+        f.write(s.replace(old, new, 1))
+
+
+def comment_only_change(repo):
+    edit(repo, "kernels/src/device_blocks.cuh", "#pragma once", "// (a new comment line)\n#pragma once")
+    edit(repo, "kernels/src/fwd_rowwise.cu", "// No minimum-blocks bound:", "/* see forward.md */ // No minimum-blocks bound:")
+
+
+def test_comment_only_change_rekeys_exactly_the_old_hashes():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        ap = approvals_file(d, before)
+        text = open(ap).read()
+        comment_only_change(repo)
+        after = hashes(repo)
+        assert after["fwd_rowwise"] != before["fwd_rowwise"] and after["bwd_det_chunked"] != before["bwd_det_chunked"]
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap, "--dry-run")
+        assert r.returncode == 0 and "3 approvals re-keyed" in r.stdout and "dry run" in r.stdout, r.stdout + r.stderr
+        assert open(ap).read() == text  # nothing written
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "kernels/src/device_blocks.cuh" in r.stdout and "kernels/src/fwd_rowwise.cu" in r.stdout
+        assert f"fwd_rowwise op=fwd H=1536 w=bf16 form=plain T=[1, 131072]: {before['fwd_rowwise'][:12]} -> " \
+               f"{after['fwd_rowwise'][:12]}" in r.stdout, r.stdout
+        assert "1 keyed by other hashes left as they are" in r.stdout, r.stdout
+        new = open(ap).read()
+        got = json.loads(new)["approvals"]
+        assert [a["source_sha256"] for a in got] == \
+            [after["fwd_rowwise"], after["bwd_det_chunked"], after["bwd_det_chunked"], "0" * 64]
+        # every other byte as it was
+        back = new.replace(after["fwd_rowwise"], before["fwd_rowwise"]).replace(
+            after["bwd_det_chunked"], before["bwd_det_chunked"])
+        assert back == text
+        assert not [f for f in os.listdir(d) if f.startswith(".rekey-")]  # no temporary left
+        # Run again: nothing left to re-key, the file stays as it is.
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 0 and "0 approvals re-keyed, 3 already current" in r.stdout, r.stdout
+        assert open(ap).read() == new
+
+
+def test_a_changed_code_token_is_refused_and_nothing_is_written():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        ap = approvals_file(d, hashes(repo))
+        text = open(ap).read()
+        comment_only_change(repo)
+        # One token of code: plan.h's chunk cap constant.
+        p = os.path.join(repo, "kernels", "include", "normgate", "kernels", "plan.h")
+        s = open(p).read()
+        i = s.index("264", s.index("#pragma once"))  # past the comments: code
+        open(p, "w").write(s[:i] + "265" + s[i + 3:])
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "kernels/include/normgate/kernels/plan.h: code differs" in r.stderr and "265" in r.stderr, r.stderr
+        assert "nothing written" in r.stderr
+        assert open(ap).read() == text
+        # A comment added where a token had none beside it is also refused (conservative).
+        sh(repo, "checkout", "-q", "--", ".")
+        edit(repo, "kernels/src/nondet_replicas.h", "kAtomicReplicas = 8;", "kAtomicReplicas = 8/**/;")
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 1 and "nondet_replicas.h: code differs" in r.stderr, r.stderr
+        assert open(ap).read() == text
+
+
+def test_usage_errors_exit_2():
+    r = run()
+    assert r.returncode == 2 and "--old-commit" in r.stderr, r.stderr
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        r = run("--repo", repo, "--old-commit", "no-such-commit-xyz")
+        assert r.returncode == 2 and "'no-such-commit-xyz' is not a commit" in r.stderr, r.stderr
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", os.path.join(d, "none.json"))
+        assert r.returncode == 2 and "none.json" in r.stderr, r.stderr
+        bad = os.path.join(d, "bad.json")
+        open(bad, "w").write('{"rows": []}')
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", bad)
+        assert r.returncode == 2 and "not an approvals file" in r.stderr, r.stderr
+        r = run("--repo", os.path.join(d, "nowhere"), "--old-commit", "HEAD")
+        assert r.returncode == 2 and "not a git repository" in r.stderr, r.stderr
+
+
+def test_comments_and_code_on_snippets():
+    gcc = shutil.which("gcc")
+    base = b"""// head
+#pragma once
+#define F(x) ((x) + 1)  // c
+#define S "a  b"
+int f(int a) { return a + +1; } /* x */
+const char* s = "x  y"; // tail
+"""
+    same = {
+        "comments edited": base.replace(b"// head", b"// a longer\n// head").replace(b"/* x */", b"/* y\n z */"),
+        "spaces in code": base.replace(b"a + +1", b"a  +\t+1"),
+    }
+    differ = {
+        "a token": base.replace(b"+ +1", b"+ +2"),
+        "two tokens merged": base.replace(b"+ +1", b"++1"),
+        "a string's spaces": base.replace(b'"x  y"', b'"x y"'),
+        "a function-like macro made object-like": base.replace(b"F(x)", b"F (x)"),
+        "a directive line joined": base.replace(b'"a  b"\nint', b'"a  b" int'),
+        "#pragma once dropped": base.replace(b"#pragma once\n", b""),
+        "a comment turned into code": base.replace(b"// tail", b"int z;"),
+    }
+    for k, v in same.items():
+        assert rk.code_difference(gcc, "t.h", base, v) is None, k
+    for k, v in differ.items():
+        assert rk.code_difference(gcc, "t.h", base, v) is not None, k
+
+
+if __name__ == "__main__":
+    if not have_tools():
+        print("skipped: no gcc or git")
+        sys.exit(77)
+    test_comments_and_code_on_snippets()
+    test_comment_only_change_rekeys_exactly_the_old_hashes()
+    test_a_changed_code_token_is_refused_and_nothing_is_written()
+    test_usage_errors_exit_2()
+    print("test_rekey_approvals: ok")

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Re-key route approvals after a comment-only change to a variant's sources.
+
+Each variant's source hash (registry.h: Variant::source_sha256) is the SHA-256
+of its manifest, the lines "sha256(file)  file\\n" over its files in order,
+paths relative to kernels/, as kernels/CMakeLists.txt computes it at configure
+time (the file lists ng_variant_<name> there). Editing a comment in one of
+those files changes the hash, and every approval keyed by the old hash turns
+stale. This tool re-keys them, and only when that is provably safe:
+
+  1. For each variant it reads the file list from kernels/CMakeLists.txt at
+     OLD (--old-commit) and in the working tree, and computes both hashes the
+     way CMake does. The lists must be the same.
+  2. Every listed file whose bytes differ is stripped of its comments by the
+     C preprocessor (`gcc -fpreprocessed -dD -E -P -x c++`: no includes, no
+     macro expansion, comments removed) and tokenized; the token streams (each
+     token with whether whitespace precedes it, directive lines kept as
+     lines, literals verbatim) must be identical, and so must the number of
+     `#pragma once` lines (which gcc drops from a main file). Any difference
+     is a code change: the tool prints the file and the first differing
+     tokens, exits 1 and writes nothing.
+  3. Only then, in each approvals file, an approval whose variant's hash was
+     OLD's is given the working tree's hash; every other field, and every
+     approval keyed by any other hash, is left as it is (the file's text is
+     changed in those "source_sha256" values only, and checked by parsing it
+     again). Each file is written atomically (a temporary file, then rename).
+     It prints what it re-keyed.
+
+What it does not prove: line numbers move with the comments (__LINE__, debug
+info), so an error message may name another line; nothing a kernel computes
+depends on them.
+
+Usage: tools/rekey_approvals.py --old-commit REV [--approvals FILE ...]
+                                [--repo DIR] [--dry-run]
+  --old-commit REV  the commit whose sources the approvals were made on
+  --approvals FILE  an approvals JSON (repeatable; default: the repository's
+                    routes/sm90a.approvals.json)
+  --repo DIR        the repository (default: the one this script is in)
+  --dry-run         check and print, write nothing
+NG_REKEY_GCC names the compiler driver (default gcc).
+Exit status: 0 re-keyed (or nothing to do), 1 refused (a file differs in
+code, the file lists differ, or an approvals file would change elsewhere),
+2 usage error or nothing could be checked (bad commit, no gcc, unreadable
+file).
+"""
+import argparse
+import copy
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+KERNELS = "kernels"
+
+
+class Refused(Exception):
+    """Exit 1: re-keying would not be safe."""
+
+
+class Unusable(Exception):
+    """Exit 2: the inputs could not be read or checked."""
+
+
+def git(repo, *args):
+    r = subprocess.run(["git", "-C", repo, *args], capture_output=True)
+    if r.returncode != 0:
+        raise Unusable(f"git {' '.join(args)}: {r.stderr.decode(errors='replace').strip()}")
+    return r.stdout
+
+
+def read_at(repo, rev, relpath):
+    """Bytes of repo-relative relpath at rev (None: the working tree); None if absent."""
+    if rev is None:
+        p = os.path.join(repo, relpath)
+        if not os.path.isfile(p):
+            return None
+        with open(p, "rb") as f:
+            return f.read()
+    r = subprocess.run(["git", "-C", repo, "show", f"{rev}:{relpath}"], capture_output=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def variant_files(cmake_text, where):
+    """{variant: [file, ...]} from kernels/CMakeLists.txt: the set() lists and
+    the foreach(v ...) that hashes ng_variant_${v}."""
+    text = "\n".join(line.split("#", 1)[0] for line in cmake_text.splitlines())
+    sets = {}
+    for m in re.finditer(r"\bset\(\s*([A-Za-z_][A-Za-z0-9_]*)\s+([^()]*)\)", text):
+        sets[m.group(1)] = m.group(2).split()
+
+    def expand(items, depth=0):
+        out = []
+        for it in items:
+            m = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", it)
+            if m:
+                if m.group(1) not in sets or depth > 16:
+                    raise Unusable(f"{where}: cannot expand {it}")
+                out += expand(sets[m.group(1)], depth + 1)
+            elif "$" in it:
+                raise Unusable(f"{where}: cannot read the list item {it!r}")
+            else:
+                out.append(it)
+        return out
+
+    m = re.search(r"\bforeach\(\s*v\s+([^()]*)\)(?=[\s\S]*?ng_variant_\$\{v\})", text)
+    if not m:
+        raise Unusable(f"{where}: no foreach(v ...) over ng_variant_${{v}}")
+    out = {}
+    for v in m.group(1).split():
+        if f"ng_variant_{v}" not in sets:
+            raise Unusable(f"{where}: no set(ng_variant_{v} ...)")
+        out[v] = expand(sets[f"ng_variant_{v}"])
+    if not out:
+        raise Unusable(f"{where}: no variants")
+    return out
+
+
+def manifest_hash(files, contents):
+    """CMake's: sha256 of the lines "sha256(file)  file\\n"."""
+    manifest = "".join(f"{hashlib.sha256(contents[f]).hexdigest()}  {f}\n" for f in files)
+    return hashlib.sha256(manifest.encode()).hexdigest()
+
+
+def repo_path(f):
+    return os.path.normpath(os.path.join(KERNELS, f))
+
+
+# --- comment-only proof ------------------------------------------------------
+
+PUNCT = sorted("""
+%:%: ... <=> <<= >>= ->* :: -> ++ -- << >> <= >= == != && || += -= *= /= %= &= |= ^= ## .* <: :> <% %> %:
+""".split(), key=len, reverse=True)
+TOKEN = re.compile(
+    r"(?P<raw>(?:u8|u|U|L)?R\"(?P<d>[^()\\\s\"]{0,16})\((?:.|\n)*?\)(?P=d)\")"
+    r"|(?P<str>(?:u8|u|U|L)?\"(?:\\(?:.|\n)|[^\"\\\n])*\")"
+    r"|(?P<chr>(?:u8|u|U|L)?'(?:\\(?:.|\n)|[^'\\\n])*')"
+    r"|(?P<num>\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*)"
+    r"|(?P<id>[A-Za-z_$][A-Za-z0-9_$]*)"
+    r"|(?P<punct>" + "|".join(re.escape(p) for p in PUNCT) + r")"
+    r"|(?P<splice>\\\n)"
+    r"|(?P<nl>\n)"
+    r"|(?P<ws>[ \t\f\v\r]+)"
+    r"|(?P<other>.)")
+PRAGMA_ONCE = re.compile(rb"^[ \t]*#[ \t]*pragma[ \t]+once\b", re.M)
+
+
+def strip_comments(gcc, data, name):
+    r = subprocess.run([gcc, "-fpreprocessed", "-dD", "-E", "-P", "-w", "-x", "c++", "-"],
+                       input=data, capture_output=True)
+    if r.returncode != 0:
+        raise Refused(f"{name}: the preprocessor could not read it: "
+                      f"{r.stderr.decode(errors='replace').strip()}")
+    return r.stdout.decode("utf-8", errors="surrogateescape")
+
+
+def tokens(text):
+    """[(token, whitespace before it)], with "<EOL>" closing each directive line."""
+    out = []
+    white = False      # whitespace since the last token
+    line_start = True  # no token yet on this logical line
+    directive = False
+    for m in TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind in ("ws", "splice"):
+            white = True
+        elif kind == "nl":
+            if directive:
+                out.append(("<EOL>", False))
+            white, line_start, directive = True, True, False
+        else:
+            if line_start:
+                directive = m.group() in ("#", "%:")
+                line_start = False
+            out.append((m.group(), white))
+            white = False
+    if directive:
+        out.append(("<EOL>", False))
+    return out
+
+
+def code_difference(gcc, name, old, new):
+    """None if old and new differ in comments only, else a line saying where."""
+    if old == new:
+        return None
+    po, pn = len(PRAGMA_ONCE.findall(old)), len(PRAGMA_ONCE.findall(new))
+    if po != pn:
+        return f"{name}: #pragma once lines {po} -> {pn}"
+    a, b = tokens(strip_comments(gcc, old, name)), tokens(strip_comments(gcc, new, name))
+    if a == b:
+        return None
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def show(ts):
+        s = "".join((" " if w else "") + t for t, w in ts[max(0, i - 6):i + 6]).strip()
+        return s if s else "(end of file)"
+    return f"{name}: code differs at token {i}: old `{show(a)}` / new `{show(b)}`"
+
+
+# --- approvals ---------------------------------------------------------------
+
+def parse_approvals(path, text):
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise Unusable(f"{path}: not JSON ({e})")
+    if not isinstance(doc, dict) or not isinstance(doc.get("approvals"), list):
+        raise Unusable(f"{path}: not an approvals file (no \"approvals\" list)")
+    for a in doc["approvals"]:
+        if not isinstance(a, dict):
+            raise Unusable(f"{path}: an approval that is not an object: {a!r}")
+    return doc
+
+
+def rekey_text(path, text, new_of_old):
+    """The approvals text with source_sha256 old -> new (new_of_old: {variant:
+    (old, new)}), and the list of (entry, old, new) re-keyed; Refused if the
+    text cannot be changed in those values alone."""
+    doc = parse_approvals(path, text)
+    want = copy.deepcopy(doc)
+    done, kept = [], []
+    targets = {}  # old hash -> (new hash, approvals re-keyed from it)
+    for a, w in zip(doc["approvals"], want["approvals"]):
+        v, h = a.get("variant"), a.get("source_sha256")
+        if v in new_of_old and h == new_of_old[v][0] and new_of_old[v][0] != new_of_old[v][1]:
+            n = new_of_old[v][1]
+            if targets.setdefault(h, (n, []))[0] != n:
+                raise Refused(f"{path}: hash {h[:12]} would map to two new hashes")
+            targets[h][1].append(a)
+            w["source_sha256"] = n
+            done.append((a, h, n))
+        else:
+            kept.append(a)
+    out = text
+    for h, (n, entries) in targets.items():
+        pat = re.compile(r'("source_sha256"\s*:\s*")' + h + r'(")')
+        if len(pat.findall(out)) != len(entries) or out.count(h) != len(entries):
+            raise Refused(f"{path}: {h[:12]} appears {out.count(h)} times, in {len(entries)} approvals to re-key")
+        out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
+    if json.loads(out) != want:
+        raise Refused(f"{path}: the re-keyed text does not parse to the re-keyed approvals")
+    return out, done, kept
+
+
+def describe(a):
+    w = a.get("window") or {}
+    return (f"{a.get('variant')} " + " ".join(f"{k}={w[k]}" for k in ("op", "H", "w", "form", "T") if k in w)
+            + (f" mode={w['mode']}" if "mode" in w else ""))
+
+
+def write_atomic(path, text):
+    d = os.path.dirname(os.path.abspath(path))
+    st = os.stat(path)
+    fd, tmp = tempfile.mkstemp(prefix=".rekey-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, st.st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(
+        prog="tools/rekey_approvals.py",
+        description="Re-key approvals after a comment-only change to variant sources (see the module docstring).")
+    ap.add_argument("--old-commit", required=True, metavar="REV", help="the commit the approvals were made on")
+    ap.add_argument("--approvals", action="append", metavar="FILE",
+                    help="approvals JSON to re-key (repeatable; default routes/sm90a.approvals.json)")
+    ap.add_argument("--repo", metavar="DIR", help="the repository (default: this script's)")
+    ap.add_argument("--dry-run", action="store_true", help="check and print, write nothing")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code not in (0, None) else 0
+    repo = args.repo or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    try:
+        repo = git(repo, "rev-parse", "--show-toplevel").decode().strip()
+    except Unusable as e:
+        print(f"rekey_approvals: --repo {repo}: not a git repository ({e})", file=sys.stderr)
+        return 2
+    approvals = args.approvals or [os.path.join(repo, "routes", "sm90a.approvals.json")]
+    try:
+        old_rev = git(repo, "rev-parse", "--verify", "--quiet", args.old_commit + "^{commit}").decode().strip()
+    except Unusable:
+        print(f"rekey_approvals: --old-commit {args.old_commit!r} is not a commit of {repo}", file=sys.stderr)
+        return 2
+    gcc = shutil.which(os.environ.get("NG_REKEY_GCC", "gcc"))
+    if not gcc:
+        print("rekey_approvals: gcc not found (needed to strip comments: gcc -fpreprocessed)", file=sys.stderr)
+        return 2
+    texts = {}
+    for p in approvals:
+        try:
+            with open(p, encoding="utf-8", newline="") as f:
+                texts[p] = f.read()
+            parse_approvals(p, texts[p])
+        except OSError as e:
+            print(f"rekey_approvals: --approvals {p}: {e.strerror}", file=sys.stderr)
+            return 2
+        except (Unusable, UnicodeDecodeError) as e:
+            print(f"rekey_approvals: {e}", file=sys.stderr)
+            return 2
+    try:
+        cm = os.path.join(KERNELS, "CMakeLists.txt")
+        old_cm, new_cm = read_at(repo, old_rev, cm), read_at(repo, None, cm)
+        if old_cm is None or new_cm is None:
+            raise Unusable(f"{cm} missing at {'the working tree' if new_cm is None else old_rev[:12]}")
+        old_lists = variant_files(old_cm.decode(), f"{cm} at {old_rev[:12]}")
+        new_lists = variant_files(new_cm.decode(), f"{cm} in the working tree")
+        if old_lists != new_lists:
+            raise Refused(f"the variants' file lists differ between {old_rev[:12]} and the working tree: "
+                          "not a comment-only change")
+        files = sorted({f for fs in new_lists.values() for f in fs})
+        old_c, new_c = {}, {}
+        for f in files:
+            old_c[f], new_c[f] = read_at(repo, old_rev, repo_path(f)), read_at(repo, None, repo_path(f))
+            if old_c[f] is None or new_c[f] is None:
+                raise Refused(f"{repo_path(f)} is missing at {'the working tree' if new_c[f] is None else old_rev[:12]}")
+        changed = [f for f in files if old_c[f] != new_c[f]]
+        diffs = [d for d in (code_difference(gcc, repo_path(f), old_c[f], new_c[f]) for f in changed) if d]
+        if diffs:
+            for d in diffs:
+                print(f"rekey_approvals: {d}", file=sys.stderr)
+            raise Refused(f"{len(diffs)} of {len(changed)} changed files differ in code, not only in comments")
+        hashes = {v: (manifest_hash(fs, old_c), manifest_hash(fs, new_c)) for v, fs in new_lists.items()}
+        print(f"old commit {old_rev[:12]}; files changed in comments only: "
+              + (", ".join(repo_path(f) for f in changed) if changed else "none"))
+        for v, (o, n) in hashes.items():
+            print(f"  {v}: {o[:12]} -> {n[:12]}" if o != n else f"  {v}: {o[:12]} (unchanged)")
+        results = {p: rekey_text(p, t, hashes) for p, t in texts.items()}
+    except Refused as e:
+        print(f"rekey_approvals: refused: {e}; nothing written", file=sys.stderr)
+        return 1
+    except Unusable as e:
+        print(f"rekey_approvals: {e}", file=sys.stderr)
+        return 2
+    for p, (out, done, kept) in results.items():
+        current = sum(1 for a in kept if a.get("variant") in hashes and a.get("source_sha256") == hashes[a["variant"]][1])
+        print(f"{p}: {len(done)} approvals re-keyed, {current} already current, "
+              f"{len(kept) - current} keyed by other hashes left as they are")
+        for a, o, n in done:
+            print(f"  {describe(a)}: {o[:12]} -> {n[:12]}")
+        if done and not args.dry_run:
+            write_atomic(p, out)
+    if args.dry_run:
+        print("dry run: nothing written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
