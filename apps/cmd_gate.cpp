@@ -115,7 +115,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   plan_flag->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(approve_flag);
   sub->add_option("--rate", o->rate,
                   "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
-                  "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf.md)")
+                  "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf/oracle-and-gate-throughput.md D11)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) {

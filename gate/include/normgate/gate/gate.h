@@ -32,7 +32,7 @@
 // budget). bwd windows gate y, rstd, dx, dw (the whole training step with the
 // forward it ran with); fwd windows gate y and rstd. dw relative to the FP32 baseline (FP32 eager on the same
 // inputs) is reported, not gated (at small T FP32 eager is sometimes more
-// accurate while both are far inside the budget; docs/results/h200-2026-11-29).
+// accurate while both are far inside the budget; docs/perf/numerics.md D6).
 //
 // Every case goes through run_check: the oracle runs once per case and serves
 // every implementation that case needs, so det and nondet windows with the
@@ -291,7 +291,7 @@ GatePlan plan_gate(const GateOptions& opt);
 /// The plan as Markdown: one row per window (T points, grid cases and
 /// elements, refinement bound), totals, and the time the oracle needs at
 /// `elements_per_second` (> 0; the caller's measured rate, e.g. from
-/// docs/perf.md) for the distinct grid and for the refinement bound.
+/// docs/perf/oracle-and-gate-throughput.md D11) for the distinct grid and for the refinement bound.
 std::string format_gate_plan(const GatePlan& p, double elements_per_second);
 
 /// The Markdown report: header (table, backend, seeds, method, provenance),
