@@ -20,15 +20,7 @@
 
 namespace normgate::validators {
 
-namespace {
-using kernels::Op;
-using kernels::Route;
-using detail::Clock;
-using detail::fmt;
-using detail::num;
-using detail::since;
 using namespace gate_detail;
-}  // namespace
 
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
                                           const std::vector<kernels::Route>& table_routes) {

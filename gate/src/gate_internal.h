@@ -8,13 +8,21 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/routing/routing.h"
 #include "normgate/seeds/seed_set.h"
 
 namespace normgate::validators::gate_detail {
 
+// Names every gate source uses unqualified (each .cpp says `using namespace
+// gate_detail;`).
+using kernels::Op;
 using kernels::Route;
+using detail::Clock;
+using detail::fmt;
+using detail::num;
+using detail::since;
 
 inline constexpr const char* kOut[4] = {"y", "rstd", "dx", "dw"};
 

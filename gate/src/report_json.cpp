@@ -18,15 +18,7 @@
 
 namespace normgate::validators {
 
-namespace {
-using kernels::Op;
-using kernels::Route;
-using detail::Clock;
-using detail::fmt;
-using detail::num;
-using detail::since;
 using namespace gate_detail;
-}  // namespace
 
 nlohmann::json gate_to_json(const GateResult& r) {
   nlohmann::json j;

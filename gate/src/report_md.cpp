@@ -19,15 +19,7 @@
 
 namespace normgate::validators {
 
-namespace {
-using kernels::Op;
-using kernels::Route;
-using detail::Clock;
-using detail::fmt;
-using detail::num;
-using detail::since;
 using namespace gate_detail;
-}  // namespace
 
 namespace {
 

@@ -22,15 +22,9 @@
 
 namespace normgate::validators {
 
-namespace {
-
-using kernels::Op;
-using kernels::Route;
-using detail::Clock;
-using detail::fmt;
-using detail::num;
-using detail::since;
 using namespace gate_detail;
+
+namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 

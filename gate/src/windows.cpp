@@ -20,15 +20,6 @@
 
 namespace normgate::validators {
 
-namespace {
-using kernels::Op;
-using kernels::Route;
-using detail::Clock;
-using detail::fmt;
-using detail::num;
-using detail::since;
-}  // namespace
-
 namespace gate_detail {
 
 std::string utc_now() {
