@@ -68,40 +68,40 @@ case $OUT in /*) ;; *) OUT=$PWD/$OUT ;; esac  # relative to the caller's folder
 cd "$(dirname "$0")/.." || exit 2  # the repository root: every path below is relative to it
 export PATH=/usr/local/cuda/bin:$PATH
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }  # tests with baked paths
-P=$OUT/p; mkdir -p $P
+P="$OUT"/p; mkdir -p "$P"
 margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
 PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
 [ "${NG_DEFER:-0}" = 1 ] && PEERS="$PEERS --defer-accuracy"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
 DONE="--done docs/results/peers/run-*.json"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >$P/gpu.txt 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >"$P"/gpu.txt 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then
-  OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >$P/test_capi.txt 2>&1; echo "test_capi rc=$?" >>$P/test_capi.txt
-  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests tests/bench} >$P/pytest.txt 2>&1; echo "pytest rc=$?" >>$P/pytest.txt
+  OMP_NUM_THREADS=4 timeout 120 build/tests/test_capi >"$P"/test_capi.txt 2>&1; echo "test_capi rc=$?" >>"$P"/test_capi.txt
+  OMP_NUM_THREADS=4 timeout 180 python3 -m pytest -q ${NG_PYTEST_ARGS:-python/tests tests/bench} >"$P"/pytest.txt 2>&1; echo "pytest rc=$?" >>"$P"/pytest.txt
 fi
 left=$(( limit - 25 - SECONDS ))
 set -f  # the --done pattern goes to peers.py unglobbed
 if [ $left -lt $(( margin + 60 )) ]; then  # never a --deadline-s of 0 (none) or below (usage error)
-  echo "peers_matrix: ${left} s left after the tests: no rows this run" >$P/peers-1.txt
+  echo "peers_matrix: ${left} s left after the tests: no rows this run" >"$P"/peers-1.txt
 elif python3 bench/peers.py --plan $PEERS $ROWS $DONE 2>/dev/null | tail -1 | grep -q '^0 rows'; then
-  echo "peers_matrix: no row left in: $ROWS" >$P/peers-1.txt
+  echo "peers_matrix: no row left in: $ROWS" >"$P"/peers-1.txt
 else
   shards=""
   [ "${ngpu:-0}" -ge 2 ] && [ -n "${NG_MATRIX_SHARDS:-}" ] && shards=$NG_MATRIX_SHARDS
   NORMGATE_BUILD=$PWD/build NG_PEERS_SHARDS=$shards \
     NG_PEERS_ARGS="$PEERS $ROWS $DONE --deadline-s $(( left - margin ))" \
-    tools/peers.sh --out $P/pk --deadline-s $left >$P/peers-1.txt 2>&1
-  grep -h transparent_hugepage $P/pk/peers/env.txt >>$P/thp.txt 2>/dev/null
-  [ -f $P/pk/peers.tgz ] && mv $P/pk/peers.tgz $OUT/peers-1.tgz
-  rm -rf $P/pk
+    tools/peers.sh --out "$P"/pk --deadline-s $left >"$P"/peers-1.txt 2>&1
+  grep -h transparent_hugepage "$P"/pk/peers/env.txt >>"$P"/thp.txt 2>/dev/null
+  [ -f "$P"/pk/peers.tgz ] && mv "$P"/pk/peers.tgz "$OUT"/peers-1.tgz
+  rm -rf "$P"/pk
 fi
 set +f
-tar czf $OUT/logs.tgz -C $OUT p
-[ -s $P/thp.txt ] && { echo "== THP"; sort -u $P/thp.txt; }
-[ -f $P/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" $P/test_capi.txt; }
-[ -f $P/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" $P/pytest.txt | tail -3; }
+tar czf "$OUT"/logs.tgz -C "$OUT" p
+[ -s "$P"/thp.txt ] && { echo "== THP"; sort -u "$P"/thp.txt; }
+[ -f "$P"/test_capi.txt ] && { echo "== test_capi"; grep -E "PASSED|FAILED|rc=" "$P"/test_capi.txt; }
+[ -f "$P"/pytest.txt ] && { echo "== pytest"; grep -E "passed|failed|rc=" "$P"/pytest.txt | tail -3; }
 echo "== peers-1.txt"
-grep -E "peers_matrix|peers.py|host threads|CUPTI|cupti|: det |phases|unavailable|failed|accuracy deferred|end: row|not written" $P/peers-1.txt | tail -24 | cut -c1-300
-rm -rf $P
+grep -E "peers_matrix|peers.py|host threads|CUPTI|cupti|: det |phases|unavailable|failed|accuracy deferred|end: row|not written" "$P"/peers-1.txt | tail -24 | cut -c1-300
+rm -rf "$P"

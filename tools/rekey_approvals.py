@@ -148,7 +148,15 @@ TOKEN = re.compile(
 PRAGMA_ONCE = re.compile(rb"^[ \t]*#[ \t]*pragma[ \t]+once\b", re.M)
 
 
+# Translation phase 2 before comments are seen: a backslash at the end of a
+# line (gcc also accepts blanks after it) joins the next line, so a `//`
+# comment ending in one swallows that line of code. gcc -fpreprocessed keeps
+# the lines apart; splicing first makes such an edit a code difference.
+SPLICE = re.compile(rb"\\[ \t]*\r?\n")
+
+
 def strip_comments(gcc, data, name):
+    data = SPLICE.sub(b"", data)
     r = subprocess.run([gcc, "-fpreprocessed", "-dD", "-E", "-P", "-w", "-x", "c++", "-"],
                        input=data, capture_output=True)
     if r.returncode != 0:

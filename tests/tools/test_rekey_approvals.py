@@ -193,6 +193,8 @@ const char* s = "x  y"; // tail
         "a directive line joined": base.replace(b'"a  b"\nint', b'"a  b" int'),
         "#pragma once dropped": base.replace(b"#pragma once\n", b""),
         "a comment turned into code": base.replace(b"// tail", b"int z;"),
+        "a comment's backslash swallowing the next line": base.replace(b"// c\n", b"// c \\\n"),
+        "the same with blanks after the backslash": base.replace(b"// c\n", b"// c \\  \n"),
     }
     for k, v in same.items():
         assert rk.code_difference(gcc, "t.h", base, v) is None, k
