@@ -137,8 +137,14 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;
       o->g.normgate_commit = NORMGATE_GIT_COMMIT;
+      // Everything this run will write is checked before any work.
+      check_writable(o->report_md);
+      check_writable(o->report_json);
       kernels::Approvals approvals;
-      if (o->approve) approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
+      if (o->approve) {
+        approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
+        check_writable(approvals.path);
+      }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const auto backend = validators::resolve_backend(o->g.backend);
       if (backend == validators::Backend::gpu && !kernels::gpu_available())

@@ -14,6 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
@@ -90,8 +97,43 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   return changes;
 }
 
+namespace {
+// flock(2) on PATH + ".lock" for the lifetime of the object: gates of the
+// same table run side by side approve one at a time. (Not the table's
+// .approvals.lock, which tools/campaign.sh holds with flock(1) around the
+// whole gate.)
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : path_(path + ".lock") {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        const int e = errno;
+        ::close(fd_);
+        throw std::runtime_error("cannot lock '" + path_ + "': " + std::strerror(e));
+      }
+  }
+  ~FileLock() { ::close(fd_); }  // closing releases the lock
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+}  // namespace
+
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt) {
   const auto table = kernels::load_route_table(opt.table_path, {opt.allow_controls});
+  if (table.sha256 != r.table_sha256)
+    throw std::invalid_argument("route table " + opt.table_path + " changed while the gate ran (sha256 " +
+                                r.table_sha256.substr(0, 12) + " gated, " + table.sha256.substr(0, 12) +
+                                " now): no approval written; gate the table as it is now");
+  const FileLock lock(a.path);
+  // What other gates approved since this one loaded the file is kept: the
+  // update applies to the file as it is now.
+  a = kernels::load_approvals(a.path);
   auto changes = update_approvals(a, r, table.routes);
   kernels::save_approvals(a);
   return changes;

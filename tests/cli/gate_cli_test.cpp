@@ -120,6 +120,17 @@ TEST(GateCli, PlanRunsNothing) {
     EXPECT_FALSE(contains(r.out, never)) << never << "\n" << r.out;
 }
 
+// Every file the gate will write is checked before any case runs: a report
+// or approvals folder that does not exist is a usage error (exit 2).
+TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
+  for (const std::string opt : {" --report-md /nonexistent-dir/g.md", " --report-json /nonexistent-dir/g.json"}) {
+    const CliResult r = cli("gate " + kSmall + kFast + opt);
+    EXPECT_EQ(r.code, 2) << opt << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "/nonexistent-dir")) << r.out;
+    EXPECT_FALSE(contains(r.out, "phase    grid")) << "cases ran before the refusal:\n" << r.out;
+  }
+}
+
 TEST(GateCli, SmallTablePassesAndSaysItRanCpuModels) {
   const std::string dir = temp_dir("pass");
   const CliResult r = cli("gate " + kSmall + kFast + " --report-md " + dir + "/r.md --report-json " + dir + "/r.json");

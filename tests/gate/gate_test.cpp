@@ -544,6 +544,43 @@ TEST(Gate, ApprovalsFromAPassingGate) {
   EXPECT_EQ(kernels::Dispatcher(t, a, {.accept_cpu_model = true}).pick(k).variant->name, "bwd_det_chunked");
 }
 
+// approve() writes against the file as it is at the end (another gate's
+// approval made meanwhile is kept) and refuses a table edited during the run.
+TEST(Gate, ApproveKeepsConcurrentApprovalsAndRefusesAChangedTable) {
+  const std::string dir = temp_dir("approve");
+  const std::string table = dir + "/t.toml";
+  std::filesystem::copy_file(kSmall, table);
+  GateOptions o = small_opts(table);
+  o.windows = "H=256";
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  const GateResult r = run_gate(o);
+  ASSERT_TRUE(r.pass());
+  kernels::Approvals a = kernels::load_approvals(kernels::approvals_path_for(table));
+  ASSERT_TRUE(a.records.empty());
+  // Meanwhile another gate approved a window of the same table.
+  GateOptions other = o;
+  other.windows = "op=fwd";
+  const GateResult r2 = run_gate(other);
+  ASSERT_TRUE(r2.pass());
+  kernels::Approvals b = kernels::load_approvals(a.path);
+  (void)approve(b, r2, other);
+  const size_t theirs = b.records.size();
+  ASSERT_GT(theirs, 0u);
+  // This gate's approve keeps them and adds its own.
+  const auto changes = approve(a, r, o);
+  EXPECT_EQ(changes.size(), 1u);
+  const kernels::Approvals on_disk = kernels::load_approvals(a.path);
+  EXPECT_EQ(on_disk.records.size(), theirs + 1);
+  EXPECT_EQ(a.records.size(), theirs + 1);
+  // A table edited after the run: refused, the file untouched.
+  { std::ofstream(table, std::ios::app) << "\n# edited\n"; }
+  kernels::Approvals c = kernels::load_approvals(a.path);
+  EXPECT_THROW((void)approve(c, r, o), std::invalid_argument);
+  EXPECT_EQ(kernels::load_approvals(a.path).records.size(), theirs + 1);
+  std::filesystem::remove_all(dir);
+}
+
 // With a GPU the same gate runs the CUDA kernels; their outputs are bitwise
 // the CPU models' (models.h) for y, rstd, dx and the deterministic dw, so the
 // numbers agree exactly.

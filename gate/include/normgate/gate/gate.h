@@ -313,13 +313,17 @@ nlohmann::json gate_to_json(const GateResult& r);
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
                                           const std::vector<kernels::Route>& table_routes);
 
-/// `gate --approve`: the table of opt.table_path reloaded (opt.allow_controls),
-/// `a` updated from `r` (update_approvals) and written atomically to a.path
-/// (kernels::save_approvals: temp file, then rename). `a` is the approvals
-/// file beside the table, loaded before the gate ran so that a damaged file
-/// is refused before any work. Returns update_approvals' lines. Throws
-/// std::invalid_argument when the table no longer loads, std::runtime_error
-/// when the file cannot be written.
+/// `gate --approve`: the table of opt.table_path reloaded (opt.allow_controls)
+/// and required to be the one gated (sha256 == r.table_sha256); then, under
+/// an exclusive flock(2) on a.path + ".lock", the approvals file reloaded
+/// into `a` (keeping what other gates approved meanwhile), updated from `r`
+/// (update_approvals) and written atomically (kernels::save_approvals: temp
+/// file, then rename). `a.path` names the approvals file beside the table,
+/// loaded once before the gate ran so that a damaged file is refused before
+/// any work. Returns update_approvals' lines. Throws std::invalid_argument
+/// when the table no longer loads or changed during the run (nothing
+/// written), kernels::RouteTableError when the approvals file is damaged,
+/// std::runtime_error when the lock or the file cannot be written.
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt);
 
 }  // namespace normgate::validators
