@@ -885,9 +885,9 @@ def write_index(outdir, file_path, schema, report_path, note, groups, pics):
         if g["route"]:
             bits.append(f"route {esc(g['route'])}")
         if g["cases"] is not None:
-            bits.append(f"{g['cases']} cases gated")
+            bits.append(f"{esc(str(g['cases']))} cases gated")
         if g["errors"]:
-            bits.append(f'<span class="over">{g["errors"]} case(s) in error</span>')
+            bits.append(f'<span class="over">{esc(str(g["errors"]))} case(s) in error</span>')
         bits.append("gates " + ", ".join(gated)
                     + (": " + ", ".join(f"{o} max {ratio_html(g['report_max'][o])}" for o in gated
                                         if o in g["report_max"]) if g["report_max"] else ""))
