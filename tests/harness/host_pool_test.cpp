@@ -1,7 +1,7 @@
 // tests/harness/host_pool_test.cpp: The host side of the GPU runs' downloads (harness/src/host_pool.h): the
 // pool of vectors behind ReuseHostBuffers and the multi-threaded copy out of
 // the staging buffers. Plain C++: runs without a GPU (the GPU path through
-// them: BwdEdge.KeptHostBuffersGiveTheSameBits in gpu_test.cpp).
+// them: BwdEdge.KeptHostBuffersGiveTheSameBits in tests/kernels/bwd_edge_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>

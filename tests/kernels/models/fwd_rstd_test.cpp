@@ -1,7 +1,7 @@
 // tests/kernels/models/fwd_rstd_test.cpp: The forward's rstd (rstd.h) against the oracle: the FP32 value nearest to
 // the exact 1/sqrt(mean(x^2) + eps) of every row, for every family, including
 // rows whose FP32 sum of squares overflows (`huge`) or underflows (`tiny`).
-// The CPU model is what the GPU kernel computes bit for bit (gpu_test.cpp),
+// The CPU model is what the GPU kernel computes bit for bit (tests/kernels/variant_driver.cpp),
 // so this holds on the GPU too. A row may differ only where the oracle cannot
 // certify its own FP32 rounding (rstd_f32_certain: the exact value within its
 // bound of a rounding boundary); none does in these cases.

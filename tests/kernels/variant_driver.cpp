@@ -1,0 +1,223 @@
+// tests/kernels/variant_driver.cpp: the generic GPU checks of every backward
+// variant, parameterized over the registry (kernels::variants()), as MPFR's
+// tests/tgeneric.c is one driver for all its functions: registering a variant
+// registers these cases, and a special case goes to the topic file beside
+// this one (bwd_edge_test.cpp, forms_test.cpp, pipeline_knobs_test.cpp). Each
+// case runs once on the GPU (poisoned outputs, the forward, then the
+// variant's backward) and must have every output element written, equal the
+// CPU models bit for bit (forward and backward), give the same bits whatever
+// the workspace held and in every layout, and stay within budget of the
+// double reference; at T = 65537 on the cancel family the dw budget fails the
+// negative controls and only them (BwdCancel). The test name is the repro:
+// Variants/Bwd.WithinBudget/bwd_det_chunked_H4096_T4099_cancel_s11. Skipped
+// without a CUDA device (they run on the H200 through tools/h200.sh).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "util/gpu_test_util.h"
+#include "util/kernel_test_util.h"
+#include "normgate/seeds/generate.h"
+#include "normgate/kernels/models.h"
+#include "normgate/harness/runner.h"
+
+namespace normgate::kernels::test {
+namespace {
+
+// --- per-variant pipeline tests -----------------------------------------------
+
+/// The GPU run of a case, its inputs and models, computed once per case.
+struct PipelineRun {
+  seeds::HostInputs in;
+  Outputs gpu;
+  GpuRunInfo info;
+  FwdResult fwd_model;
+  BwdResult bwd_model;  ///< given the GPU's rstd
+};
+const PipelineRun& run_once(const Variant& v, const seeds::CaseId& c) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<PipelineRun>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[case_name(v, c)];
+  if (!slot) {
+    auto r = std::make_unique<PipelineRun>();
+    r->in = seeds::generate_host(c);
+    r->gpu = run_gpu(v, c, kEps, {}, &r->info);
+    r->fwd_model = model_fwd(default_fwd(), r->in.x_view(), r->in.w_view(), kEps);
+    r->bwd_model = model_bwd(v, r->in.x_view(), r->in.dy_view(), r->in.w_view(), r->gpu.rstd, 0, {},
+                             &r->fwd_model.msq);  // the run hands the forward's msq to the backward
+    slot = std::move(r);
+  }
+  return *slot;
+}
+
+std::vector<VariantCase> pipeline_cases() {
+  using seeds::Family;
+  struct Shape {
+    int64_t H, T;
+    Family f;
+    int w = -1;  // 0 bf16, 1 fp32, -1: by the seed's parity
+  };
+  // (Appended shapes go last: the seeds of the earlier ones stay.)
+  const Shape shapes[] = {
+      {4096, 4099, Family::cancel},  // bwd: full 512-thread team (fwd: 2 slots, 256), vector path
+      {7, 1000, Family::normal},     // scalar path (H % 8 != 0)
+      {1, 1, Family::normal},        // smallest
+      {1, 513, Family::llm},
+      {5120, 700, Family::llm},      // fwd: 2 slots; bwd: one slot, wide 640-thread team
+      {8200, 96, Family::normal},    // 2 slots, team 576: 2-CTA cluster, scalar-free H % 8 == 0
+      {16384, 300, Family::cancel},  // largest H: 2-CTA cluster
+      {64, 65537, Family::cancel},   // many chunks (cap 2112)
+      {8192, 40, Family::cancel, 0},  // bwd: team 1024 in one CTA (32 warps in the team sum)
+      {8191, 64, Family::normal, 1},  // bwd: team 1024, scalar path, partial last group, FP32 w
+      {6144, 300, Family::llm, 1},    // bwd: wide 768-thread team, FP32 w (re-read per row)
+      {2056, 301, Family::cancel},    // fwd: 2 slots, team 160 (plan.h: two slots from H > 2048)
+      {3072, 299, Family::llm},       // fwd: 2 slots, team 192
+  };
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants()) {
+    if (v.op != Op::bwd) continue;
+    uint64_t seed = 11;
+    for (const Shape& s : shapes) {
+      const WDtype w = s.w == 0 ? WDtype::bf16 : s.w == 1 ? WDtype::fp32 : seed % 2 ? WDtype::bf16 : WDtype::fp32;
+      out.push_back({&v, make_case(s.H, s.T, s.f, seed++, w)});
+    }
+  }
+  return out;
+}
+
+class Bwd : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(Bwd, EveryOutputElementWritten) {
+  NG_REQUIRE_GPU();
+  const PipelineRun& r = run_once(*GetParam().v, GetParam().c);
+  // The families here are finite, so any NaN is poison left behind.
+  EXPECT_EQ(count_nan(r.gpu.y), 0);
+  EXPECT_EQ(count_nan(r.gpu.rstd), 0);
+  EXPECT_EQ(count_nan(r.gpu.dx), 0);
+  EXPECT_EQ(count_nan(r.gpu.dw), 0);
+}
+
+TEST_P(Bwd, ForwardMatchesModelBitwise) {
+  NG_REQUIRE_GPU();
+  const PipelineRun& r = run_once(*GetParam().v, GetParam().c);
+  EXPECT_EQ(bit_diff(r.gpu.rstd, r.fwd_model.rstd).count, 0) << bit_diff(r.gpu.rstd, r.fwd_model.rstd).str();
+  EXPECT_EQ(bit_diff(r.gpu.y, r.fwd_model.y).count, 0) << bit_diff(r.gpu.y, r.fwd_model.y).str();
+}
+
+TEST_P(Bwd, MatchesModel) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  const PipelineRun& r = run_once(*p.v, p.c);
+  const BitDiff dx = bit_diff(r.gpu.dx, r.bwd_model.dx);
+  EXPECT_EQ(dx.count, 0) << "dx: " << dx.str();
+  if (p.v->mode == Mode::det) {
+    const BitDiff dw = bit_diff(r.gpu.dw, r.bwd_model.dw);
+    EXPECT_EQ(dw.count, 0) << "dw: " << dw.str();
+  } else {  // atomics in another order: FP64 reassociation, one FP32 rounding
+    for (size_t j = 0; j < r.gpu.dw.size(); ++j)
+      ASSERT_NEAR(r.gpu.dw[j], r.bwd_model.dw[j], 2e-6 * std::fabs(r.bwd_model.dw[j]) + 1e-35) << "column " << j;
+  }
+}
+
+TEST_P(Bwd, DeterministicWhateverTheWorkspaceHeld) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->mode != Mode::det) GTEST_SKIP() << p.v->name << " is non-deterministic by design";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  GpuRunOptions o;
+  o.poison_seed = 0xBADC0DE;
+  const Outputs again = run_gpu(*p.v, p.c, kEps, o);
+  EXPECT_EQ(bit_diff(r.gpu.dx, again.dx).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.dw, again.dw).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.y, again.y).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.rstd, again.rstd).count, 0);
+}
+
+TEST_P(Bwd, WithinBudget) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->control) GTEST_SKIP() << p.v->name << " is a negative control";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  const RefFwd rf = ref_fwd(r.in, kEps);
+  const RefBwd rb = ref_bwd(r.in, r.gpu.rstd);
+  const Budget y = budget_bf16(r.gpu.y, rf.y, kYTol, kYTol);
+  EXPECT_EQ(y.bad, 0) << "y: " << y.str();
+  const Budget dx = budget_bf16(r.gpu.dx, rb.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+  const Budget dw = budget_f32(r.gpu.dw, rb.dw, kDwAtol, kDwRtol);
+  EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+}
+
+// The same bits whether the data is aligned (vector path), one element off
+// (scalar path) or in padded rows.
+TEST_P(Bwd, LayoutDoesNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.v->mode != Mode::det || p.c.T * p.c.H > (int64_t{1} << 24)) GTEST_SKIP() << "det variants, small cases";
+  const PipelineRun& r = run_once(*p.v, p.c);
+  GpuRunOptions mis;
+  mis.misalign_elems = 1;
+  GpuRunInfo info;
+  const Outputs m = run_gpu(*p.v, p.c, kEps, mis, &info);
+  EXPECT_FALSE(info.bwd_vector);
+  EXPECT_FALSE(info.fwd_vector);
+  EXPECT_EQ(r.info.bwd_vector, p.c.H % 8 == 0);
+  GpuRunOptions pad;
+  pad.row_pad = 24;
+  const Outputs q = run_gpu(*p.v, p.c, kEps, pad);
+  for (const Outputs* o : {&m, &q}) {
+    EXPECT_EQ(bit_diff(r.gpu.y, o->y).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.rstd, o->rstd).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dx, o->dx).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dw, o->dw).count, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Bwd, ::testing::ValuesIn(pipeline_cases()), param_name);
+
+// --- controls fail on the GPU too -----------------------------------------------
+
+std::vector<VariantCase> control_cases() {
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants())
+    if (v.op == Op::bwd) out.push_back({&v, make_case(4096, 65537, seeds::Family::cancel, 17)});
+  return out;
+}
+
+class BwdCancel : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(BwdCancel, DwBudgetSeparatesControls) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  static std::mutex mu;
+  static std::unique_ptr<seeds::HostInputs> in;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!in) in = std::make_unique<seeds::HostInputs>(seeds::generate_host(p.c));
+  }
+  const Outputs o = run_gpu(*p.v, p.c, kEps);
+  const RefBwd rb = ref_bwd(*in, o.rstd);
+  const Budget dw = budget_f32(o.dw, rb.dw, kDwAtol, kDwRtol);
+  if (p.v->control) {
+    EXPECT_GT(dw.bad, 0) << "control passed: " << dw.str();
+  } else {
+    EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
+  }
+  const Budget dx = budget_bf16(o.dx, rb.dx, kDxTol, kDxTol);
+  EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
+  std::printf("[ info ] %s: dw worst |err|/tol = %.3g (%lld of %lld columns over), dx worst = %.3g\n",
+              std::string(p.v->name).c_str(), dw.worst_ratio, static_cast<long long>(dw.bad),
+              static_cast<long long>(p.c.H), dx.worst_ratio);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, BwdCancel, ::testing::ValuesIn(control_cases()), param_name);
+
+}  // namespace
+}  // namespace normgate::kernels::test
