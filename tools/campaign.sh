@@ -46,7 +46,7 @@ final="${OUT:-$root/out}"
 deadline="${NG_CAMPAIGN_DEADLINE:-540}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) [ $# -ge 2 ] || { echo "campaign: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "campaign: --out needs a folder (not empty)" >&2; exit 2; }; final="$2"; shift 2 ;;
     --deadline-s) [ $# -ge 2 ] || { echo "campaign: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;

@@ -46,7 +46,7 @@ deadline="${NG_DEADLINE:-0}"
 steps="${NG_STEPS:-tests sanitize bench grid}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) [ $# -ge 2 ] || { echo "h200: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "h200: --out needs a folder (not empty)" >&2; exit 2; }; final="$2"; shift 2 ;;
     --deadline-s) [ $# -ge 2 ] || { echo "h200: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
     --steps) [ $# -ge 2 ] || { echo "h200: --steps needs a list" >&2; exit 2; }; steps="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;

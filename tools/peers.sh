@@ -26,7 +26,7 @@ final="${OUT:-$root/out}"
 deadline="${NG_PEERS_TIMEOUT:-540}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) [ $# -ge 2 ] || { echo "peers: --out needs a folder" >&2; exit 2; }; final="$2"; shift 2 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "peers: --out needs a folder (not empty)" >&2; exit 2; }; final="$2"; shift 2 ;;
     --deadline-s) [ $# -ge 2 ] || { echo "peers: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;

@@ -56,7 +56,7 @@ OUT=${OUT:-}
 limit=590
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) [ $# -ge 2 ] || { echo "peers_matrix: --out needs a folder" >&2; exit 2; }; OUT=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "peers_matrix: --out needs a folder (not empty)" >&2; exit 2; }; OUT=$2; shift 2 ;;
     --deadline-s) [ $# -ge 2 ] || { echo "peers_matrix: --deadline-s needs seconds" >&2; exit 2; }; limit=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "peers_matrix: unknown argument '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;

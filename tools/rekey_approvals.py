@@ -23,7 +23,8 @@ stale. This tool re-keys them, and only when that is provably safe:
      OLD's is given the working tree's hash; every other field, and every
      approval keyed by any other hash, is left as it is (the file's text is
      changed in those "source_sha256" values only, and checked by parsing it
-     again). Each file is written atomically (a temporary file, then rename).
+     again). Every file is written or none: each is staged in a temporary file
+     beside it, and only when all are staged are they renamed.
      It prints what it re-keyed.
 
 What it does not prove: line numbers move with the comments (__LINE__, debug
@@ -259,7 +260,9 @@ def describe(a):
             + (f" mode={w['mode']}" if "mode" in w else ""))
 
 
-def write_atomic(path, text):
+def stage(path, text):
+    """The new text in a temporary file beside `path` (same mode), fsynced;
+    its name. Raises OSError naming nothing written but the temporary."""
     d = os.path.dirname(os.path.abspath(path))
     st = os.stat(path)
     fd, tmp = tempfile.mkstemp(prefix=".rekey-", dir=d)
@@ -269,11 +272,25 @@ def write_atomic(path, text):
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, st.st_mode & 0o7777)
-        os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.unlink(tmp)
         raise
+    return tmp
+
+
+def write_all(outs):
+    """Write every {path: text} or none: each staged beside its file first;
+    only when all are staged are they renamed over the originals."""
+    staged = {}
+    try:
+        for p, text in outs.items():
+            staged[p] = stage(p, text)
+    except OSError as e:
+        for tmp in staged.values():
+            os.unlink(tmp)
+        raise OSError(e.errno, f"cannot write beside {p}: {e.strerror}; nothing written") from e
+    for p, tmp in staged.items():
+        os.replace(tmp, p)
 
 
 def main(argv):
@@ -357,10 +374,14 @@ def main(argv):
               f"{len(kept) - current} keyed by other hashes left as they are")
         for a, o, n in done:
             print(f"  {describe(a)}: {o[:12]} -> {n[:12]}")
-        if done and not args.dry_run:
-            write_atomic(p, out)
     if args.dry_run:
         print("dry run: nothing written")
+        return 0
+    try:
+        write_all({p: out for p, (out, done, _) in results.items() if done})
+    except OSError as e:
+        print(f"rekey_approvals: {e.strerror}", file=sys.stderr)
+        return 2
     return 0
 
 

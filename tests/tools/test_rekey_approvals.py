@@ -172,6 +172,25 @@ def test_usage_errors_exit_2():
         assert r.returncode == 2 and "not a git repository" in r.stderr, r.stderr
 
 
+def test_write_all_writes_every_file_or_none():
+    with tempfile.TemporaryDirectory() as d:
+        a = os.path.join(d, "a.json")
+        with open(a, "w") as f:
+            f.write("old a")
+        missing = os.path.join(d, "gone", "b.json")  # cannot be staged
+        try:
+            rk.write_all({a: "new a", missing: "new b"})
+            raise AssertionError("write_all did not fail")
+        except OSError as e:
+            assert "nothing written" in e.strerror, e.strerror
+        with open(a) as f:
+            assert f.read() == "old a"
+        assert sorted(os.listdir(d)) == ["a.json"], os.listdir(d)  # no temporary left
+        rk.write_all({a: "new a"})
+        with open(a) as f:
+            assert f.read() == "new a"
+
+
 def test_comments_and_code_on_snippets():
     gcc = shutil.which("gcc")
     base = b"""// head
@@ -207,6 +226,7 @@ if __name__ == "__main__":
         print("skipped: no gcc or git")
         sys.exit(77)
     test_comments_and_code_on_snippets()
+    test_write_all_writes_every_file_or_none()
     test_comment_only_change_rekeys_exactly_the_old_hashes()
     test_a_changed_code_token_is_refused_and_nothing_is_written()
     test_usage_errors_exit_2()
