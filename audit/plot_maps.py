@@ -724,8 +724,12 @@ def load_report(explicit, source, maps_path, entries):
                 raise Bad(f"{path}: cannot read the report ({err})")
             continue
         ws = rep.get("windows") if isinstance(rep, dict) else None
-        if not isinstance(ws, list) or not all(isinstance(w, dict) and isinstance(w.get("window"), str) for w in ws):
-            why = f"{path} is not a gate report (no 'windows' list)"
+        if not isinstance(ws, list) or not all(
+                isinstance(w, dict) and isinstance(w.get("window"), str)
+                and isinstance(w.get("outputs") or {}, dict) and isinstance(w.get("dw_vs_fp32") or {}, dict)
+                for w in ws):
+            why = (f"{path} is not a gate report (no 'windows' list of objects with a 'window' name and "
+                   "'outputs' and 'dw_vs_fp32' objects)")
             if explicit:
                 raise Bad(why)
             return None, None, why

@@ -419,6 +419,8 @@ std::string approvals_path_for(const std::string& table_path) {
 Approvals load_approvals(const std::string& path) {
   Approvals a;
   a.path = path;
+  if (std::filesystem::is_directory(path))
+    throw RouteTableError(path + ": cannot read approvals: is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) return a;

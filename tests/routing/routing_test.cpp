@@ -386,6 +386,16 @@ TEST(Approvals, RoundTripThroughTheFile) {
     f << "{not json";
   }
   EXPECT_THROW((void)load_approvals(a.path), RouteTableError);
+  // A folder where the file should be: an input error naming the path.
+  std::filesystem::remove(a.path);
+  std::filesystem::create_directories(a.path);
+  try {
+    (void)load_approvals(a.path);
+    FAIL();
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find(a.path + ": cannot read approvals: is a directory"), std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
