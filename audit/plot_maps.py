@@ -297,14 +297,24 @@ def fmt(v):
 
 def save(fig, outdir, name, dpi):
     """Write fig to OUTDIR/name atomically; returns the final path."""
+    try:
+        return write_atomic(outdir, name, "wb", lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+    finally:
+        plt.close(fig)
+
+
+def write_atomic(outdir, name, mode, write):
+    """write(fh) into a temporary file in OUTDIR opened with `mode`, then renamed to
+    OUTDIR/name (mode 0666 less the umask); returns the final path. Nothing is left
+    behind on failure."""
     final = os.path.join(outdir, name)
     fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=outdir)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=dpi)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            write(fh)
         os.replace(tmp, final)
     except BaseException:
         try:
@@ -312,29 +322,12 @@ def save(fig, outdir, name, dpi):
         except OSError:
             pass
         raise
-    finally:
-        plt.close(fig)
     return final
 
 
 def write_text(outdir, name, text):
     """Write text to OUTDIR/name atomically (as save does for a PNG); returns the final path."""
-    final = os.path.join(outdir, name)
-    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=outdir)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return final
+    return write_atomic(outdir, name, "w", lambda fh: fh.write(text))
 
 
 # --------------------------------------------------------------------------- what is gated
