@@ -1,24 +1,12 @@
 // apps/cmd_case.cpp: normgate case ID: the canonical case id and SHA-256 of its generated inputs.
 #include "commands.h"
 
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <stdexcept>
-#include <sstream>
+#include <memory>
 #include <string>
-#include <unistd.h>
-#include <vector>
-#include <nlohmann/json.hpp>
-#include "normgate/kernels/device.h"
-#include "normgate/kernels/registry.h"
+
 #include "normgate/seeds/case_id.h"
-#include "normgate/seeds/family_docs.h"
 #include "normgate/seeds/generate.h"
-#include "normgate/harness/pipeline.h"
-#include "normgate_version.h"
 
 namespace normgate::app {
 

@@ -4,19 +4,18 @@
 
 #include <sys/ioctl.h>
 #include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
-#include <map>
 #include <string>
-#include <nlohmann/json.hpp>
-#include "normgate/kernels/device.h"
-#include "normgate/routing/routing.h"
-#include "normgate/harness/runner.h"
-#include "normgate/oracle/reference.h"
+
 #include "normgate/gate/gate.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/kernels/device.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/routing/routing.h"
 #include "normgate_version.h"
 
 namespace normgate::app {

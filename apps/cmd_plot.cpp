@@ -4,23 +4,16 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <vector>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <nlohmann/json.hpp>
-#include "normgate/oracle/reference.h"
-#include "normgate/seeds/case_id.h"
-#include "normgate/harness/pipeline.h"
-#include "normgate/audit/repro.h"
+#include <vector>
+
 #include "normgate/audit/case_file.h"
-#include "normgate/audit/export.h"
-#include "normgate_version.h"
 
 namespace normgate::app {
 

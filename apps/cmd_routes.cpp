@@ -2,22 +2,15 @@
 // dispatcher's pick for a call (--pick).
 #include "commands.h"
 
-#include <sys/ioctl.h>
-#include <unistd.h>
 #include <cstdio>
-#include <cstdlib>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <map>
 #include <string>
-#include <nlohmann/json.hpp>
-#include "normgate/kernels/device.h"
+#include <vector>
+
 #include "normgate/routing/routing.h"
-#include "normgate/harness/runner.h"
-#include "normgate/oracle/reference.h"
-#include "normgate/gate/gate.h"
-#include "normgate_version.h"
 
 namespace normgate::app {
 

@@ -2,24 +2,14 @@
 // options, writable-path checks, atomic writes.
 #include "commands.h"
 
-#include <algorithm>
-#include <cstdio>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <stdexcept>
-#include <sstream>
 #include <string>
-#include <unistd.h>
-#include <vector>
+
 #include <nlohmann/json.hpp>
-#include "normgate/kernels/device.h"
-#include "normgate/kernels/registry.h"
-#include "normgate/seeds/case_id.h"
-#include "normgate/seeds/family_docs.h"
-#include "normgate/seeds/generate.h"
-#include "normgate/harness/pipeline.h"
-#include "normgate_version.h"
 
 namespace normgate::app {
 
