@@ -1,16 +1,10 @@
 // harness/src/no_cuda.cpp: the GPU runner (runner.h) in a build without CUDA: each throws.
-#include <stdexcept>
-#include <string>
-
+#include "built_without_cuda.h"
 #include "normgate/harness/runner.h"
 
 namespace normgate::kernels {
 
-namespace {
-[[noreturn]] void no_cuda(const char* what) {
-  throw std::runtime_error(std::string(what) + ": normgate_kernels was built without CUDA (no nvcc at configure time)");
-}
-}  // namespace
+using detail::no_cuda;
 
 void generate_device_inputs(const seeds::CaseId&, const DeviceInputBuffers&, Stream) {
   no_cuda("generate_device_inputs");

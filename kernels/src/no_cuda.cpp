@@ -1,18 +1,12 @@
 // kernels/src/no_cuda.cpp: the kernels' GPU entry points in a build without
 // CUDA. Validation (api.cpp) still runs first; then these throw.
-#include <stdexcept>
-#include <string>
-
+#include "built_without_cuda.h"
 #include "launch.h"
 #include "normgate/kernels/device.h"
 
 namespace normgate::kernels {
 
-namespace {
-[[noreturn]] void no_cuda(const char* what) {
-  throw std::runtime_error(std::string(what) + ": normgate_kernels was built without CUDA (no nvcc at configure time)");
-}
-}  // namespace
+using detail::no_cuda;
 
 namespace detail {
 void launch_fwd_rowwise(const FwdArgs&, bool, Stream) { no_cuda("fwd_rowwise"); }

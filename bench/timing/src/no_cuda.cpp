@@ -1,16 +1,10 @@
 // bench/timing/src/no_cuda.cpp: the timing entry points (timing.h) in a build without CUDA: each throws.
-#include <stdexcept>
-#include <string>
-
+#include "built_without_cuda.h"
 #include "normgate/bench/timing.h"
 
 namespace normgate::kernels {
 
-namespace {
-[[noreturn]] void no_cuda(const char* what) {
-  throw std::runtime_error(std::string(what) + ": normgate_kernels was built without CUDA (no nvcc at configure time)");
-}
-}  // namespace
+using detail::no_cuda;
 
 void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
 TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
