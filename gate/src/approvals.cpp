@@ -32,8 +32,16 @@ using namespace gate_detail;
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
                                           const std::vector<kernels::Route>& table_routes) {
   std::vector<std::string> changes;
+  // A record stays while its window overlaps one of the table's (approvals
+  // of wider or neighbouring windows cover the parts they hold: routing.h,
+  // approval_status), whatever variant the table routes there now: a
+  // derivation (derive.h) weighs every candidate's approvals.
+  auto overlaps = [](const kernels::Approval& x, const Route& rt) {
+    return x.op == rt.op && (x.op == Op::fwd || x.mode == rt.mode) && x.H == rt.H && x.w == rt.w &&
+           x.form == rt.form && x.t_lo <= rt.t_hi && rt.t_lo <= x.t_hi;
+  };
   auto in_table = [&](const kernels::Approval& x) {
-    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.same_window(rt); });
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return overlaps(x, rt); });
   };
   std::vector<kernels::Approval> keep;
   for (auto& x : a.records) {
@@ -49,7 +57,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {
-      if (x.same_window(w.route) && x.backend == r.backend) {
+      if (x.same_window(w.route) && x.backend == r.backend && x.variant == w.route.variant->name) {
         had = true;
         continue;
       }
@@ -57,7 +65,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     }
     a.records = std::move(rest);
     if (!w.pass || w.control) {
-      if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.window() + " (the gate failed)");
+      if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.describe() + " (the gate failed)");
       continue;
     }
     kernels::Approval x;
@@ -89,7 +97,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   // Stable, readable order: table order, gpu before cpu-model.
   auto rank = [&](const kernels::Approval& x) {
     for (size_t i = 0; i < table_routes.size(); ++i)
-      if (x.same_window(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
+      if (overlaps(x, table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
     return std::make_pair(table_routes.size(), 2);
   };
   std::stable_sort(a.records.begin(), a.records.end(),

@@ -131,6 +131,10 @@ struct GateOptions {
   bool dense_all_seeds = false;
   int fresh_factor = 2;                ///< fresh seeds = factor x per-family seed count (0: none)
   std::string windows;                 ///< window filter ("" = all)
+  /// In-process selection on top of `windows` (empty: every window the
+  /// filter keeps); `normgate derive` gates only the windows whose winner
+  /// lacks a current approval with it.
+  std::function<bool(const kernels::Route&)> select;
   std::string journal_path;            ///< "" = no journal
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
