@@ -80,9 +80,15 @@ __device__ __forceinline__ void ticket_and_combine(const OnepassSink& sink, int6
   __threadfence();  // acquire: the other CTAs' partials after their tickets
   const double* part = sink.part;
   const int H = sink.H;
+  // Lanes L >= n hold no chunk: combine_partials_kernel adds their (0, 0)
+  // into tot, which changes no bit (Comp64::add(+-0) leaves a finite s and
+  // its comp as they are, and value() of a non-finite s is s; no partial or
+  // lane sum is ever -0), so they are skipped: at small T (n << 32) the
+  // combine is then n lane steps and 2n tot steps a column instead of 64+.
+  const int lanes = n < kCombineLanes ? static_cast<int>(n) : kCombineLanes;
   for (int j = static_cast<int>(threadIdx.x); j < H; j += static_cast<int>(blockDim.x)) {
     Comp64 tot;
-    for (int L0 = 0; L0 < kCombineLanes; L0 += kLanesAtOnce) {
+    for (int L0 = 0; L0 < lanes; L0 += kLanesAtOnce) {
       Comp64 lane[kLanesAtOnce];
       for (int64_t c = L0; c < n; c += kCombineLanes) {  // lane L0+i takes chunk c+i
 #pragma unroll
@@ -91,8 +97,10 @@ __device__ __forceinline__ void ticket_and_combine(const OnepassSink& sink, int6
       }
 #pragma unroll
       for (int i = 0; i < kLanesAtOnce; ++i) {
-        tot.add(lane[i].s);
-        tot.add(lane[i].comp);
+        if (L0 + i < lanes) {
+          tot.add(lane[i].s);
+          tot.add(lane[i].comp);
+        }
       }
     }
     dw[j] = __double2float_rn(tot.value());
