@@ -13,11 +13,12 @@
 // L (0..31) sums chunks L, L+32, ... in increasing order into a Comp64, and
 // the lanes are added in order L = 0..31 (s then comp) into one Comp64, dw[j]
 // = FP32_rn(value()): plan.h's fixed order and bwd_det_chunked's
-// combine_partials_kernel's operations one for one, so dx and dw are bitwise
+// combine_partials_kernel's operations one for one (less the adds of empty
+// lanes, which change no bit: ticket_and_combine), so dx and dw are bitwise
 // those of bwd_det_chunked (and its CPU model). Lanes run two at a time for
-// instruction-level parallelism (four spilled registers in the res kernels'
-// 64-register budget); partials are read with ld.global.cg (L2, where the
-// other SMs' stores are) after an acquire fence.
+// instruction-level parallelism (four at a time spilled 36 bytes in the res
+// kernels' 64-register budget); partials are read with ld.global.cg (L2,
+// where the other SMs' stores are) after an acquire fence.
 //
 // The ticket counter lives in the workspace after the partials
 // (bwd_det_onepass.h). The workspace's contents on entry do not matter
