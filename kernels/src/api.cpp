@@ -145,6 +145,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::ctl_bf16_partials:
       return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);  // FP64 chunk partials
     case VariantId::fwd_rowwise:
+    case VariantId::fwd_multirow:
       break;
   }
   bad(v, fn, "no workspace rule for this variant");
@@ -237,6 +238,9 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {
     case VariantId::fwd_rowwise:
       detail::launch_fwd_rowwise(a, fwd_vector_path(a), stream);
       return;
+    case VariantId::fwd_multirow:
+      detail::launch_fwd_multirow(a, fwd_vector_path(a), stream);
+      return;
     default:
       bad(v, "rmsnorm_fwd", "no forward launcher");
   }
@@ -263,6 +267,7 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       detail::launch_ctl_bf16_partials(a, vec, stream);
       return;
     case VariantId::fwd_rowwise:
+    case VariantId::fwd_multirow:
       break;
   }
   bad(v, "rmsnorm_bwd", "no backward launcher");

@@ -17,7 +17,7 @@ constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << stati
 constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::res)) |
                            (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 
-const std::array<Variant, 5> kVariants = {{
+const std::array<Variant, 6> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -33,6 +33,9 @@ const std::array<Variant, 5> kVariants = {{
     {VariantId::ctl_bf16_partials, "ctl_bf16_partials", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, true,
      "NEGATIVE CONTROL: chunked dw with each chunk partial rounded to BF16",
      hashes::ctl_bf16_partials_files, hashes::ctl_bf16_partials_sha256},
+    {VariantId::fwd_multirow, "fwd_multirow", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
+     "forward: fwd_rowwise's rows and arithmetic (same bits), short CTAs, each team loading R(H) = 8/4/2 rows (H <= 512 / <= 2048 / above) into registers before reducing any; every form",
+     hashes::fwd_multirow_files, hashes::fwd_multirow_sha256},
 }};
 
 }  // namespace
