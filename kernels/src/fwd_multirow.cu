@@ -230,11 +230,11 @@ void launch_fwd_multirow(const FwdArgs& a, bool vec, Stream s) {
     auto run = [&](auto slots_tag, auto rows_tag) {
       constexpr int kS = decltype(slots_tag)::value;
       constexpr int kR = decltype(rows_tag)::value;
-      if (a.heads > 1) {  // per-head views: H = 256 (validated), one slot
-        if constexpr (kS == 1) {
+      if (a.heads > 1) {  // per-head views: H = 256 (validated): one slot, R = 8
+        if constexpr (kS == 1 && kR == 8) {
           dev::fwd_multirow_kernel<kS, kR, WT, true, false><<<grid, block, 0, s>>>(args(std::true_type{}));
         } else {
-          throw std::invalid_argument("fwd_multirow: per-head rows need one slot (H = 256)");
+          throw std::invalid_argument("fwd_multirow: per-head rows need H = 256 (one slot, R = 8)");
         }
         return;
       }
