@@ -94,8 +94,9 @@ void add_check(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   one->excludes(grid);
   sub->add_option("--impl,--variant", o->impls,
-                  "Implementations: fp32-baseline, a backward variant name (see 'normgate variants'), or all; "
-                  "repeatable")
+                  "Implementations: fp32-baseline, a variant name (see 'normgate variants': a backward variant runs "
+                  "after the default forward fwd_rowwise, a forward variant runs itself, then a carrier backward), "
+                  "or all; repeatable")
       ->capture_default_str()
       ->delimiter(',');
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");

@@ -58,8 +58,9 @@ void add_repro(CLI::App& app, Commands& cmds) {
                   "Write the case (inputs as stored bits, outputs, references, error maps, provenance) to this "
                   "HDF5 file, or into this directory as <case id>.h5 (e.g. datasets/cases/)");
   sub->add_option("--variant,--impl", o->impl,
-                  "One implementation: a backward variant (normgate variants), controls included, or fp32-baseline "
-                  "(required, except with --from-report)");
+                  "One implementation: a variant (normgate variants; a backward one runs after the default forward "
+                  "fwd_rowwise, a forward one runs itself, then a carrier backward), controls included, or "
+                  "fp32-baseline (required, except with --from-report)");
   sub->add_option("--k", o->k, "Worst elements to list per output")->capture_default_str()->check(CLI::Range(1, 100000));
   add_backend_option(sub, o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)");

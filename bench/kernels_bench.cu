@@ -352,7 +352,17 @@ int main(int argc, char** argv) try {
           const double res_bytes = 8.0 * n + wbytes + 12.0 * T;  // h, u read; h_new, y, rstd, msq written
           time_row(wname, "fwd res " + std::string(fwd.name) + dtag, res_bytes,
                    [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); });
+          for (const auto& v : nk::variants())  // the other forward variants (pipeline knobs do not apply)
+            if (v.op == nk::Op::fwd && &v != &fwd && depth.fwd == depths.front().fwd)
+              time_row(wname, "fwd res " + std::string(v.name), res_bytes,
+                       [&](nk::Stream s) { nk::rmsnorm_fwd(v, fr, s); });
         }
+        // The other forward variants on the same rows (the same bits: they
+        // rewrite fa's y, rstd, msq with what the default wrote; pipeline
+        // knobs do not apply to them, so once per shape).
+        for (const auto& v : nk::variants())
+          if (v.op == nk::Op::fwd && &v != &fwd && depth.fwd == depths.front().fwd)
+            time_row(wname, "fwd " + std::string(v.name), fwd_bytes, [&](nk::Stream s) { nk::rmsnorm_fwd(v, fa, s); });
         rows.push_back({shape, wname, "fwd " + std::string(fwd.name) + dtag,
                         ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
         // A forward experiment into its own buffers (poisoned first), compared
@@ -477,6 +487,10 @@ int main(int argc, char** argv) try {
           const double hf_bytes = 4.0 * hn + wbytes + 12.0 * hrows;
           time_row(wname, "fwd " + tag + std::string(fwd.name), hf_bytes,
                    [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); });
+          for (const auto& v : nk::variants())
+            if (v.op == nk::Op::fwd && &v != &fwd)
+              time_row(wname, "fwd " + tag + std::string(v.name), hf_bytes,
+                       [&](nk::Stream s) { nk::rmsnorm_fwd(v, hf, s); });
           for (const auto& v : nk::variants()) {
             if (v.op != nk::Op::bwd || v.control) continue;
             const size_t ws = nk::bwd_workspace_bytes(v, hrows, 256);

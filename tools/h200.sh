@@ -3,10 +3,12 @@
 #   1. build if needed (or use a build made elsewhere: NORMGATE_BUILD),
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant
-#      (`normgate check`), on the forward's ring kernel across rows
-#      (test_kernels Pipeline.RingCrossRowSmall) and on bwd_det_onepass's ticket
-#      and graph replays (test_kernels BwdOnepass.*), and racecheck on two
-#      backward cases whose chunks exceed 64 rows (the staged batches of refined rstd),
+#      (`normgate check --variant all`: every backward variant, then every
+#      forward variant but the default, fwd_multirow), on the forward's ring
+#      kernel across rows (test_kernels Pipeline.RingCrossRowSmall) and on
+#      bwd_det_onepass's ticket and graph replays (test_kernels BwdOnepass.*),
+#      and racecheck on two backward cases whose chunks exceed 64 rows (the
+#      staged batches of refined rstd),
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
@@ -141,12 +143,13 @@ if has sanitize; then
       "$build/tests/test_kernels" --gtest_filter=Pipeline.RingCrossRowSmall
     # Views the CLI cases do not take (memcheck only): pointers one element
     # off 16-byte alignment and padded rows (the scalar path, bitwise the
-    # vector path's), strided and expanded per-head views; the two largest
+    # vector path's), strided and expanded per-head views, of the backward
+    # and of fwd_multirow (Variants/Fwd, MultirowForms); the two largest
     # layout shapes are left out for time.
     if [ "$tool" = memcheck ]; then
       san_run "test_kernels layouts and per-head views" 0 300 "^\[  PASSED  \]" \
         "$build/tests/test_kernels" \
-        "--gtest_filter=Variants/Bwd.LayoutDoesNotChangeTheBits/bwd_det_chunked_*:HeadForms.*-*H4096_T4099*:*H64_T65537*"
+        "--gtest_filter=Variants/Bwd.LayoutDoesNotChangeTheBits/bwd_det_chunked_*:Variants/Fwd.DeterministicAndLayoutDoesNotChangeTheBits/*:HeadForms.*:MultirowForms.*-*H4096_T4099*:*H64_T65537*"
     fi
     # Chunks of more than 64 rows (the cases above have at most ~16): the
     # backward's batches of refined rstd in shared memory cross and are

@@ -419,6 +419,9 @@ std::string inspect_file(const std::string& path) {
       if (e.prov.window.rfind("fwd ", 0) == 0 && e.prov.impl != e.prov.fwd)
         o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "; dx, dw and the verdict are "
           << e.prov.impl << "'s, the backward run that carried the case)\n";
+      else if (e.prov.window.rfind("fwd ", 0) == 0)  // a forward variant's own run (harness impl_variants)
+        o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "'s own run; its dx, dw, and the verdict, "
+          << "include the carrier backward that ran after it)\n";
     }
   } else {
     throw std::runtime_error(path + ": unknown schema '" + schema + "'");

@@ -31,6 +31,17 @@ std::string str_field(const nlohmann::json& j, const char* k, const std::string&
   return j[k].get<std::string>();
 }
 
+// The implementation that re-runs a gate report window's case c: a bwd
+// window's variant; for a fwd window, its variant's own run when it is not
+// the default forward, else the backward run that carries the case
+// (carrier_for: its forward is the default).
+std::string window_impl(const nlohmann::json& w, const std::string& op, const std::string& where,
+                        const seeds::CaseId& c) {
+  if (op != "fwd") return str_field(w, "variant", where);
+  const std::string v = w.contains("variant") && w["variant"].is_string() ? w["variant"].get<std::string>() : "";
+  return v.empty() || v == kernels::default_fwd().name ? carrier_for(c) : v;
+}
+
 }  // namespace
 
 std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool all) {
@@ -84,7 +95,7 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
         if (!seen.insert(id).second) continue;
         if (!all && static_cast<int>(seen.size()) > keep) break;
         const seeds::CaseId c = seeds::parse_case(id);
-        const std::string impl = op == "fwd" ? carrier_for(c) : str_field(w, "variant", where);
+        const std::string impl = window_impl(w, op, where, c);
         out.push_back({id, impl, window, seeds});
       }
     }
@@ -158,7 +169,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
       }
       if (w.contains("variant") && w["variant"].is_string()) r.variant = w["variant"].get<std::string>();
       if (!r.worst_case.empty())
-        r.impl = op == "fwd" ? carrier_for(seeds::parse_case(r.worst_case)) : str_field(w, "variant", where);
+        r.impl = window_impl(w, op, where, seeds::parse_case(r.worst_case));
       out.push_back(std::move(r));
     }
     return out;
@@ -248,8 +259,11 @@ Provenance provenance_of(const CheckReport& rep, const std::string& version, con
   p.impl = ir.impl;
   if (ir.impl != "fp32-baseline") {
     p.impl_sha256 = std::string(kernels::variant(ir.impl).source_sha256);
-    p.fwd = std::string(kernels::default_fwd().name);  // every kernel row's y, rstd (h_new) come from it
-    p.fwd_sha256 = std::string(kernels::default_fwd().source_sha256);
+    // The forward whose y, rstd (h_new) the run checked: the default forward
+    // for a backward variant, the variant itself for a forward one.
+    const kernels::Variant& f = *impl_variants(ir.impl, req.id).fwd;
+    p.fwd = std::string(f.name);
+    p.fwd_sha256 = std::string(f.source_sha256);
   } else {
     p.fwd = ir.impl;
   }

@@ -59,11 +59,8 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
 /// rows x H of a case, as a double.
 double elements_of(const seeds::CaseId& c);
 
-// Input errors of a window or of the seed set that run_gate and plan_gate
-// both refuse (the same messages).
-void check_gateable(const Route& r);
-
-// Fresh seeds follow the set's last seed: fresh_factor x its per-family count.
+// Input errors of the seed set that run_gate and plan_gate both refuse (the
+// same messages). Fresh seeds follow the set's last seed: fresh_factor x its per-family count.
 uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std::string& canonical);
 
 }  // namespace normgate::validators::gate_detail

@@ -65,6 +65,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["source_sha256"] = w.route.variant->source_sha256;
     x["control"] = w.control;
     x["impl"] = w.impl;
+    x["fwd"] = w.fwd;  // the forward variant whose y, rstd the window's cases ran
     x["t_points"] = w.t_points;
     x["cases"] = w.cases;
     x["errors"] = w.errors;

@@ -133,6 +133,20 @@ std::string format_gate_markdown(const GateResult& r) {
        "the FP64 oracle (rigorous per-element error bounds). bwd windows gate y, rstd, dx, dw (the step with its "
        "forward); fwd windows gate y, rstd. dw vs FP32 (FP32 eager on the same inputs; <= 1: not worse) is "
        "reported, not gated\n";
+  // The forward variants the windows ran (bwd windows: the default forward).
+  {
+    std::vector<std::string> fwds;
+    for (const auto& w : r.windows)
+      if (std::find(fwds.begin(), fwds.end(), w.fwd) == fwds.end()) fwds.push_back(w.fwd);
+    if (!fwds.empty()) {
+      o << "- forward step: bwd windows run the default forward " << kernels::default_fwd().name
+        << " before their variant; a fwd window runs its own variant (fwd_rowwise: y and rstd of any backward "
+           "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated). "
+           "Forward variants run here:";
+      for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];
+      o << "\n";
+    }
+  }
   // closest approach over all windows
   const WindowResult* top = nullptr;
   for (const auto& w : r.windows)
@@ -215,7 +229,10 @@ std::string format_gate_markdown(const GateResult& r) {
           << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index << " of "
           << a.worst_case << " (an ideal kernel on the FP32 rstd would have " << ratio_cell(a.forced)
           << "); rerun it with: normgate check --case " << a.worst_case << " --variant "
-          << (w.route.op == Op::bwd ? std::string(w.route.variant->name) : std::string("bwd_det_chunked")) << "\n";
+          << (w.route.op == Op::bwd || w.route.variant != &kernels::default_fwd()
+                  ? std::string(w.route.variant->name)
+                  : std::string("bwd_det_chunked"))
+          << "\n";
       }
       o << "  - failing cases by family:";
       for (size_t i = 0; i < w.families.size(); ++i)

@@ -30,6 +30,16 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- results store: (case id, impl) -> record or error ----------------------
 
+// Whether a record of implementation v holds the default forward's y and
+// rstd: a backward variant's run (its forward step is always default_fwd())
+// or a run of default_fwd() itself. A run of another forward variant (its own
+// forward, then a carrier backward) never stands in for the default's, nor
+// the default's for it: records are keyed by implementation, and a forward
+// window of variant F reads only F's records.
+bool default_forward_run(const kernels::Variant& v) {
+  return v.op == Op::bwd || &v == &kernels::default_fwd();
+}
+
 struct Store {
   std::map<std::string, std::map<std::string, ImplRecord>> ok;
   std::map<std::string, std::map<std::string, std::string>> err;
@@ -58,12 +68,13 @@ struct Store {
     if (a == rec_of.end()) return;
     if (auto b = a->second.find(impl); b != a->second.end()) used.insert(b->second);
   }
-  // Mark the record get(c, "") reads (a forward window's case).
+  // Mark the record get(c, "") reads (a case of a forward window of the
+  // default forward).
   void use_any(const std::string& c) {
     auto a = ok.find(c);
     if (a == ok.end()) return;
     for (const auto& v : kernels::variants())
-      if (a->second.count(std::string(v.name))) {
+      if (default_forward_run(v) && a->second.count(std::string(v.name))) {
         use(c, std::string(v.name));
         return;
       }
@@ -76,24 +87,34 @@ struct Store {
   }
   bool any_ok(const std::string& c) const {
     auto a = ok.find(c);
-    return a != ok.end() && !a->second.empty();
+    if (a == ok.end()) return false;
+    for (const auto& [impl, rec] : a->second)
+      if (const kernels::Variant* v = kernels::find_variant(impl); v != nullptr && default_forward_run(*v)) return true;
+    return false;
   }
-  // The record for (case, impl); impl "" = any implementation (registry
-  // order). Returns nullptr and sets *error when only an error is known.
+  // The record for (case, impl); impl "" = any run whose forward was the
+  // default forward (default_forward_run, registry order): what a forward
+  // window of fwd_rowwise reads. Returns nullptr and sets *error when only
+  // an error is known.
   const ImplRecord* get(const std::string& c, const std::string& impl, std::string* error) const {
     auto a = ok.find(c);
     if (a != ok.end()) {
       if (impl.empty()) {
         for (const auto& v : kernels::variants())
-          if (auto it = a->second.find(std::string(v.name)); it != a->second.end()) return &it->second;
+          if (default_forward_run(v))
+            if (auto it = a->second.find(std::string(v.name)); it != a->second.end()) return &it->second;
       } else if (auto it = a->second.find(impl); it != a->second.end()) {
         return &it->second;
       }
     }
     auto b = err.find(c);
     if (b != err.end()) {
-      if (impl.empty() && !b->second.empty()) {
-        *error = b->second.begin()->second;
+      if (impl.empty()) {
+        for (const auto& [name, e] : b->second)
+          if (const kernels::Variant* v = kernels::find_variant(name); v != nullptr && default_forward_run(*v)) {
+            *error = e;
+            break;
+          }
       } else if (auto it = b->second.find(impl); it != b->second.end()) {
         *error = it->second;
       }
@@ -113,7 +134,11 @@ struct Phase {
 struct Win {
   const Route* route = nullptr;
   bool fwd = false;
-  std::string impl;  // bwd: the variant; fwd: "" (any backward run of the case)
+  // bwd: the variant (after the default forward); fwd of the default forward:
+  // "" (any run of the case with the default forward: every backward run);
+  // fwd of another forward variant: that variant (its own runs: the forward,
+  // then the case's carrier backward).
+  std::string impl;
   std::vector<int64_t> tpts;
   Phase grid, dense, fresh;
   // Cases of the other windows' phases that fall inside this window (same H,
@@ -167,20 +192,27 @@ class Runner {
         const std::string id = seeds::to_string(c);
         auto [it, fresh] = index.emplace(id, needs.size());
         if (fresh) needs.push_back({c, {}, false, w.route->window()});
-        if (w.fwd) needs[it->second].any = true;
+        if (w.impl.empty()) needs[it->second].any = true;
       }
-    // Every backward window covering a case runs its variant on it, whichever
-    // window listed the case (a window covers every case it lists): a result
-    // a window did not ask for is still a result of its variant inside its
-    // window (summarize() counts it), and one oracle serves them all. Without
-    // any, a forward window's case is carried by carrier_for (when nothing
-    // journalled has it yet).
+    // Every window with an implementation of its own (backward windows; forward
+    // windows of a non-default forward variant) covering a case runs it on the
+    // case, whichever window listed the case (a window covers every case it
+    // lists): a result a window did not ask for is still a result of its
+    // variant inside its window (summarize() counts it), and one oracle serves
+    // them all. Without any backward run, a case of a default-forward window
+    // is carried by carrier_for (when nothing journalled has it yet).
     for (auto& n : needs)
       for (const auto& w : wins)
-        if (!w.fwd && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
+        if (!w.impl.empty() && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
           n.impls.push_back(w.impl);
+    auto default_forward_impl = [](const std::string& impl) {
+      const kernels::Variant* v = kernels::find_variant(impl);
+      return v != nullptr && default_forward_run(*v);
+    };
     for (auto& n : needs)
-      if (n.any && n.impls.empty() && !store_.any_ok(seeds::to_string(n.c))) n.impls.push_back(carrier_for(n.c));
+      if (n.any && std::none_of(n.impls.begin(), n.impls.end(), default_forward_impl) &&
+          !store_.any_ok(seeds::to_string(n.c)))
+        n.impls.push_back(carrier_for(n.c));
     GateProgress p;
     p.phase = name;
     p.total = static_cast<int64_t>(needs.size());
@@ -189,7 +221,8 @@ class Runner {
     std::vector<size_t> todo;  // needs with something to run, in order
     for (size_t i = 0; i < needs.size(); ++i) {
       const std::string id = seeds::to_string(needs[i].c);
-      if (needs[i].any && needs[i].impls.empty()) store_.use_any(id);
+      if (needs[i].any && std::none_of(needs[i].impls.begin(), needs[i].impls.end(), default_forward_impl))
+        store_.use_any(id);
       for (const auto& impl : needs[i].impls) {
         if (!store_.done(id, impl)) missing[i].push_back(impl);
         else store_.use(id, impl);
@@ -441,8 +474,7 @@ GateResult run_gate(const GateOptions& opt) {
     Win w;
     w.route = r;
     w.fwd = r->op == Op::fwd;
-    w.impl = w.fwd ? std::string() : std::string(r->variant->name);
-    check_gateable(*r);
+    w.impl = w.fwd && r->variant == &kernels::default_fwd() ? std::string() : std::string(r->variant->name);
     w.tpts = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
     w.grid.t = w.tpts;
     w.grid.seeds = res.seeds;
@@ -464,8 +496,10 @@ GateResult run_gate(const GateOptions& opt) {
   campaign["backend"] = res.backend;
   campaign["device"] = backend == Backend::gpu ? res.device.name : std::string("cpu");
   // The sources the journalled numbers depend on: every variant the table
-  // routes, the forward every run uses, and the backward variants that carry
-  // forward windows' cases. Not the rest of the registry, so a variant added
+  // routes, the default forward (every backward variant's run uses it), and
+  // the backward variants that carry forward windows' cases. (Runs of
+  // different forward variants never share records: they are keyed by
+  // implementation, Store.) Not the rest of the registry, so a variant added
   // later (a new route in the making) leaves a running campaign's journal
   // valid; and the whole table, not the --windows slice, so that slices share
   // one journal.
@@ -556,7 +590,19 @@ GateResult run_gate(const GateOptions& opt) {
   for (const auto& w : wins) {
     WindowResult wr;
     wr.route = *w.route;
-    wr.impl = w.fwd ? "any backward run (forward " + std::string(w.route->variant->name) + ")" : w.impl;
+    if (!w.fwd) {
+      wr.impl = w.impl;
+      wr.fwd = std::string(kernels::default_fwd().name);
+    } else {
+      seeds::CaseId c;
+      c.H = w.route->H;
+      c.w = w.route->w;
+      c.form = w.route->form;
+      wr.fwd = std::string(w.route->variant->name);
+      wr.impl = w.impl.empty() ? "any backward run (forward " + wr.fwd + ")"
+                               : w.impl + " (its own runs: forward " + wr.fwd + ", then " + carrier_for(c) +
+                                     " for dx, dw, not gated)";
+    }
     wr.control = w.route->variant->control;
     summarize(w, store, wr);
     res.windows.push_back(std::move(wr));

@@ -87,13 +87,6 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
 
 double elements_of(const seeds::CaseId& c) { return static_cast<double>(c.rows()) * static_cast<double>(c.H); }
 
-void check_gateable(const Route& r) {
-  if (r.op == Op::fwd && r.variant != &kernels::default_fwd())
-    throw std::invalid_argument(r.where() + ": forward variant " + std::string(r.variant->name) +
-                                " cannot be gated: every pipeline run uses the forward " +
-                                std::string(kernels::default_fwd().name));
-}
-
 uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std::string& canonical) {
   const uint64_t count = set.last - set.first + 1;
   const uint64_t n = count * static_cast<uint64_t>(fresh_factor);
@@ -241,7 +234,6 @@ GatePlan plan_gate(const GateOptions& opt) {
   std::set<std::string> distinct;
   const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
   for (const Route* r : sel.gated) {
-    check_gateable(*r);
     PlanWindow w;
     w.window = r->where() + " " + r->describe();
     w.t = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
@@ -273,11 +265,6 @@ GatePlan plan_gate(const GateOptions& opt) {
   return plan;
 }
 
-std::string carrier_for(const seeds::CaseId& c) {
-  for (const auto& v : kernels::variants())
-    if (v.op == Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
-      return std::string(v.name);
-  throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
-}
+std::string carrier_for(const seeds::CaseId& c) { return fwd_carrier(c); }
 
 }  // namespace normgate::validators

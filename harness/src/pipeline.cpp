@@ -118,25 +118,35 @@ std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
     if (n == "all") {
       for (const auto& v : kernels::variants())
         if (v.op == kernels::Op::bwd) add(v.name);
+      for (const auto& v : kernels::variants())  // every backward run above has the default's y and rstd
+        if (v.op == kernels::Op::fwd && &v != &kernels::default_fwd()) add(v.name);
     } else if (n == kBaseline) {
       add(n);
     } else {
-      const kernels::Variant* vp = kernels::find_variant(n);
-      if (vp == nullptr) {
+      if (kernels::find_variant(n) == nullptr) {
         std::string known = "fp32-baseline, all";
-        for (const auto& v : kernels::variants())
-          if (v.op == kernels::Op::bwd) known += ", " + std::string(v.name);
+        for (const auto& v : kernels::variants()) known += ", " + std::string(v.name);
         throw std::invalid_argument("unknown implementation '" + n + "' (known: " + known + ")");
       }
-      const auto& v = *vp;
-      if (v.op != kernels::Op::bwd)
-        throw std::invalid_argument("'" + n + "' is a forward variant; name a backward variant "
-                                    "(every run uses the forward " + std::string(kernels::default_fwd().name) + ")");
       add(n);
     }
   }
   if (out.empty()) throw std::invalid_argument("no implementation given");
   return out;
+}
+
+std::string fwd_carrier(const seeds::CaseId& c) {
+  for (const auto& v : kernels::variants())
+    if (v.op == kernels::Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
+      return std::string(v.name);
+  throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
+}
+
+ImplVariants impl_variants(const std::string& impl, const seeds::CaseId& c) {
+  if (impl == kBaseline) throw std::invalid_argument("impl_variants: fp32-baseline is not a kernel variant");
+  const kernels::Variant& v = kernels::variant(impl);  // throws for an unknown name
+  if (v.op == kernels::Op::bwd) return {&kernels::default_fwd(), &v};
+  return {&v, &kernels::variant(fwd_carrier(c))};
 }
 
 Verdict CheckReport::verdict() const {
@@ -227,21 +237,45 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     const auto& v = kernels::variant(name);
     if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
+    (void)impl_variants(name, req.id);  // a forward variant needs a carrier backward for the case
   }
 
   PreparedCheck pc;
   pc.request = req;
   pc.backend = backend;
-  // GPU: every backward variant of the request runs on one generation of the
-  // inputs after one forward (kernels::run_gpu over a list).
-  std::vector<const kernels::Variant*> gpu_variants;
-  if (backend == Backend::gpu)
-    for (const auto& name : req.impls)
-      if (name != kBaseline) gpu_variants.push_back(&kernels::variant(name));
-  // With GPU variants and no given inputs, the run's own generation is the
-  // case's: its device buffers are copied back (download_inputs), the bytes
-  // generate_inputs_on_gpu would return, without a second generation.
-  const bool inputs_from_run = given == nullptr && !gpu_variants.empty();
+  // GPU: the backward variants of the request run on one generation of the
+  // inputs after one forward, the default (kernels::run_gpu_shared over a
+  // list); each forward variant named runs its own forward, then its
+  // carrier backward (one more run_gpu_shared each).
+  struct GpuRun {
+    const kernels::Variant* fwd = nullptr;  // nullptr: the default forward
+    std::vector<const kernels::Variant*> bwds;
+    std::vector<size_t> slots;  // positions among the request's kernel impls
+  };
+  std::vector<GpuRun> runs;
+  size_t gpu_impls = 0;
+  if (backend == Backend::gpu) {
+    GpuRun bwd_run;
+    std::vector<GpuRun> fwd_runs;
+    for (const auto& name : req.impls) {
+      if (name == kBaseline) continue;
+      const kernels::Variant& v = kernels::variant(name);
+      if (v.op == kernels::Op::bwd) {
+        bwd_run.bwds.push_back(&v);
+        bwd_run.slots.push_back(gpu_impls++);
+      } else {
+        const ImplVariants iv = impl_variants(name, req.id);
+        fwd_runs.push_back({iv.fwd, {iv.bwd}, {gpu_impls++}});
+      }
+    }
+    if (!bwd_run.bwds.empty()) runs.push_back(std::move(bwd_run));
+    for (auto& r : fwd_runs) runs.push_back(std::move(r));
+  }
+  // With GPU variants and no given inputs, the first run's own generation is
+  // the case's: its device buffers are copied back (download_inputs), the
+  // bytes generate_inputs_on_gpu would return, without a second generation
+  // (later runs generate the same bytes again on the device).
+  const bool inputs_from_run = given == nullptr && !runs.empty();
   auto t0 = Clock::now();
   if (given != nullptr) {
     pc.inputs = *given;
@@ -256,20 +290,34 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   }
   pc.seconds_generate = since(t0);
 
-  if (!gpu_variants.empty()) {
+  if (!runs.empty()) {
     t0 = Clock::now();
-    kernels::GpuRunOptions opt;
-    opt.download_inputs = inputs_from_run;
-    kernels::SharedGpuRun run = kernels::run_gpu_shared(gpu_variants, req.id, given != nullptr ? &pc.inputs : nullptr,
-                                                        static_cast<float>(req.id.eps), opt);
-    pc.gpu_outs = std::move(run.outs);
-    pc.gpu_dx_source = std::move(run.dx_source);
+    pc.gpu_outs.resize(gpu_impls);
+    pc.gpu_dx_source.resize(gpu_impls);
+    pc.gpu_fwd_source.resize(gpu_impls);
+    double seconds_inputs = 0;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const GpuRun& g = runs[k];
+      kernels::GpuRunOptions opt;
+      opt.download_inputs = inputs_from_run && k == 0;
+      opt.fwd = g.fwd;
+      kernels::SharedGpuRun run = kernels::run_gpu_shared(g.bwds, req.id, given != nullptr ? &pc.inputs : nullptr,
+                                                          static_cast<float>(req.id.eps), opt);
+      for (size_t i = 0; i < g.slots.size(); ++i) {
+        pc.gpu_outs[g.slots[i]] = std::move(run.outs[i]);
+        pc.gpu_dx_source[g.slots[i]] = g.slots[run.dx_source[i]];
+        pc.gpu_fwd_source[g.slots[i]] = g.slots[0];  // the run's one forward
+      }
+      if (opt.download_inputs) {  // generation (and the inputs' download) is the first part of the first run
+        pc.inputs = std::move(run.inputs);
+        pc.inputs_from_run = true;
+        seconds_inputs = run.seconds_inputs;
+      }
+    }
     pc.seconds_gpu = since(t0);
-    if (inputs_from_run) {  // generation (and the inputs' download) is the first part of the run
-      pc.inputs = std::move(run.inputs);
-      pc.inputs_from_run = true;
-      pc.seconds_generate = run.seconds_inputs;
-      pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - run.seconds_inputs);
+    if (pc.inputs_from_run) {
+      pc.seconds_generate = seconds_inputs;
+      pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - seconds_inputs);
     }
   }
   return pc;
@@ -310,6 +358,11 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   for (const auto& name : req.impls) {
     ImplResult ir;
     ir.impl = name;
+    if (name != kBaseline) {
+      const ImplVariants iv = impl_variants(name, req.id);
+      ir.fwd = iv.fwd->name;
+      ir.bwd = iv.bwd->name;
+    }
     t0 = Clock::now();
     if (name == kBaseline) {
       ir.ran_on = "cpu (FP32 baseline)";
@@ -331,7 +384,8 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       ir.ran_on = "cpu model (no GPU used)";
       // The model gets h and u (it computes h_new itself, as the kernel does).
       const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
-      outs.push_back(kernels::run_model(kernels::variant(name), in.x_view(), p.dy, p.w,
+      const ImplVariants iv = impl_variants(name, req.id);  // the forward and backward it runs
+      outs.push_back(kernels::run_model(*iv.fwd, *iv.bwd, in.x_view(), p.dy, p.w,
                                         static_cast<float>(req.id.eps), req.threads, u, dh_new));
       ir.seconds_impl = since(t0);
     }
@@ -340,15 +394,17 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   // One validation sweep for all implementations (the oracle's rows are
   // evaluated once); its time is shared equally in the report.
   t0 = Clock::now();
-  // GPU variants share the forward's y and rstd (and, where equal, dx) with
-  // the first GPU variant's host copy (kernels::run_gpu_shared).
+  // GPU variants share their run's forward y and rstd (and, where equal, dx)
+  // with the host copy of the run's first variant (kernels::run_gpu_shared).
   std::vector<OutputsRef> refs;
   for (const auto& o : outs) refs.push_back(OutputsRef::of(o));
   for (size_t g = 0; g < gpu_pos.size(); ++g) {
     OutputsRef& r = refs[gpu_pos[g]];
-    r.y = &outs[gpu_pos[0]].y;
-    r.rstd = &outs[gpu_pos[0]].rstd;
-    r.h_new = &outs[gpu_pos[0]].h_new;  // form res: the one forward's h_new
+    const size_t fsrc = g < pc.gpu_fwd_source.size() ? pc.gpu_fwd_source[g] : 0;
+    if (fsrc >= gpu_pos.size()) throw std::logic_error("finish_check: bad forward source");
+    r.y = &outs[gpu_pos[fsrc]].y;
+    r.rstd = &outs[gpu_pos[fsrc]].rstd;
+    r.h_new = &outs[gpu_pos[fsrc]].h_new;  // form res: that forward's h_new
     const size_t src = g < pc.gpu_dx_source.size() ? pc.gpu_dx_source[g] : g;
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;
@@ -463,7 +519,8 @@ std::string format_report(const CheckReport& rep) {
     << "oracle   " << oracle_line(rep) << "\n";
   for (const auto& ir : rep.impls) {
     const auto& r = ir.result;
-    o << "\nimpl     " << ir.impl << " on " << ir.ran_on << "\n"
+    o << "\nimpl     " << ir.impl << " on " << ir.ran_on
+      << (ir.fwd.empty() ? std::string() : " (forward " + ir.fwd + ", backward " + ir.bwd + ")") << "\n"
       << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
     // Every element exact: no element is "the worst" (the tie rule would name the first).
     auto all_exact = [](const RatioStats& s) { return s.worst.ratio == 0.0 && s.n > 0; };
@@ -580,6 +637,10 @@ nlohmann::json to_json(const CheckReport& rep) {
     nlohmann::json ji;
     ji["impl"] = ir.impl;
     ji["ran_on"] = ir.ran_on;
+    if (!ir.fwd.empty()) {  // the kernel variants it ran (impl_variants)
+      ji["fwd"] = ir.fwd;
+      ji["bwd"] = ir.bwd;
+    }
     ji["pass"] = ir.result.pass();
     ji["verdict"] = std::string(to_string(ir.result.verdict()));
     ji["uncertified"] = ir.result.uncertified();

@@ -278,6 +278,10 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     if (!bwd->supports_h(c.H))
       bad_run("H = " + std::to_string(c.H) + " is not supported by " + std::string(bwd->name));
   }
+  const Variant& fwd = opt.fwd != nullptr ? *opt.fwd : default_fwd();
+  if (fwd.op != Op::fwd) bad_run("variant " + std::string(fwd.name) + " is not a forward variant");
+  if (!fwd.supports(c.form) || !fwd.supports_h(c.H) || !fwd.supports(c.w))
+    bad_run("case " + seeds::to_string(c) + " is not supported by the forward " + std::string(fwd.name));
   if (c.T < 0 || c.T > kMaxT) bad_run("T = " + std::to_string(c.T) + " is out of range");
   if (inputs_out != nullptr && host != nullptr) bad_run("download_inputs with given host inputs");
   if (opt.row_pad < 0 || opt.row_pad > 1024) bad_run("row_pad = " + std::to_string(opt.row_pad) + " not in 0..1024");
@@ -428,14 +432,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     fa.h_new = h_new;
     fa.h_new_stride = stride;
   }
-  rmsnorm_fwd(default_fwd(), fa, s);
+  rmsnorm_fwd(fwd, fa, s);
   if (opt.test_write_outside_view && T > 0 && stride > inner) {
     const uint16_t one = 0x3F80;  // 1.0: anything but the poison
     NG_CUDA(cudaMemcpyAsync(y + inner, &one, 2, cudaMemcpyHostToDevice, s));
     NG_CUDA(cudaStreamSynchronize(s));
   }
-  check_outside_view(by, off, stride, inner, T, "y", default_fwd().name, count, s);
-  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", default_fwd().name, count, s);
+  check_outside_view(by, off, stride, inner, T, "y", fwd.name, count, s);
+  if (res) check_outside_view(bhn, off, stride, inner, T, "h_new", fwd.name, count, s);
 
   std::vector<Outputs> outs(bwds.size());
   const bool share = dx_source != nullptr;

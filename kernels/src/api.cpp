@@ -150,6 +150,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::bwd_fp32_blocked:  // FP32 chunk partials, rounded up to 16 bytes
       return (static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(float) + 15) / 16 * 16;
     case VariantId::fwd_rowwise:
+    case VariantId::fwd_multirow:
       break;
   }
   bad(v, fn, "no workspace rule for this variant");
@@ -242,6 +243,9 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {
     case VariantId::fwd_rowwise:
       detail::launch_fwd_rowwise(a, fwd_vector_path(a), stream);
       return;
+    case VariantId::fwd_multirow:
+      detail::launch_fwd_multirow(a, fwd_vector_path(a), stream);
+      return;
     default:
       bad(v, "rmsnorm_fwd", "no forward launcher");
   }
@@ -274,6 +278,7 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       detail::launch_bwd_fp32_blocked(a, vec, stream);
       return;
     case VariantId::fwd_rowwise:
+    case VariantId::fwd_multirow:
       break;
   }
   bad(v, "rmsnorm_bwd", "no backward launcher");

@@ -17,7 +17,7 @@ constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << stati
 constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::res)) |
                            (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 
-const std::array<Variant, 7> kVariants = {{
+const std::array<Variant, 8> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -39,6 +39,9 @@ const std::array<Variant, 7> kVariants = {{
     {VariantId::bwd_fp32_blocked, "bwd_fp32_blocked", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "backward, accuracy for speed: FP32 dw products (fmaf by rstd), uncompensated FP32 chunk partials, fixed-order FP32 combine",
      hashes::bwd_fp32_blocked_files, hashes::bwd_fp32_blocked_sha256},
+    {VariantId::fwd_multirow, "fwd_multirow", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
+     "forward: fwd_rowwise's rows and arithmetic (same bits), short CTAs, each team loading R(H) = 8/4/2 rows (H <= 512 / <= 2048 / above) into registers before reducing any; every form",
+     hashes::fwd_multirow_files, hashes::fwd_multirow_sha256},
 }};
 
 }  // namespace

@@ -732,3 +732,139 @@ TEST(Gate, OneJournalAcrossWindowFilters) {
   EXPECT_EQ(hashes["bwd_det_chunked"], std::string(kernels::variant("bwd_det_chunked").source_sha256));
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// A forward window routed to fwd_multirow (not the default forward) is gated
+// on its own runs: the gate no longer refuses it, every case of the window
+// ran the implementation fwd_multirow (its forward, then the carrier
+// backward), the reports name the forward each window ran, and since its
+// model is fwd_rowwise's its y and rstd numbers equal those of the same
+// window routed to fwd_rowwise. Tables written here: one per forward variant.
+std::string forward_table(const std::string& dir, const std::string& fwd) {
+  const std::string path = dir + "/" + fwd + ".toml";
+  std::ofstream f(path);
+  f << "arch = \"sm90a\"\ndescription = \"test table: a forward route to " << fwd << "\"\n\nroute = [\n"
+    << "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 300], variant = \"" << fwd << "\" },\n"
+    << "  { op = \"fwd\", H = 256, w = \"fp32\", form = \"heads4\", T = [1, 40], variant = \"" << fwd << "\" },\n"
+    << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 300], variant = "
+       "\"bwd_det_chunked\" },\n]\n";
+  return path;
+}
+
+// (case id -> implementations with a result) of a journal file.
+std::map<std::string, std::set<std::string>> journal_impls(const std::string& path) {
+  std::map<std::string, std::set<std::string>> out;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const auto& x : j["results"]) out[j["case"].get<std::string>()].insert(x["impl"].get<std::string>());
+  }
+  return out;
+}
+
+TEST(Gate, ForwardRouteRunsItsOwnVariant) {
+  const std::string dir = temp_dir("fwdroute");
+  GateOptions o = small_opts(forward_table(dir, "fwd_multirow"));
+  o.dense_points = 1;
+  o.journal_path = dir + "/multirow.jsonl";
+  const GateResult r = run_gate(o);  // no longer refused
+  EXPECT_TRUE(r.pass());
+  ASSERT_EQ(r.windows.size(), 3u);
+  for (int k : {0, 1}) {
+    const WindowResult& w = r.windows[k];
+    ASSERT_EQ(w.route.op, kernels::Op::fwd);
+    EXPECT_EQ(w.fwd, "fwd_multirow");
+    EXPECT_EQ(w.impl.rfind("fwd_multirow (its own runs: forward fwd_multirow, then bwd_det_chunked", 0), 0u) << w.impl;
+    EXPECT_GT(w.cases, 0);
+    EXPECT_EQ(w.errors, 0);
+  }
+  EXPECT_EQ(r.windows[2].fwd, "fwd_rowwise");  // a bwd window's forward step is the default
+  EXPECT_EQ(r.windows[2].impl, "bwd_det_chunked");
+  // Every case inside a fwd_multirow window has a result of fwd_multirow
+  // (run for it, not read from the backward window's runs of the same case).
+  const auto impls = journal_impls(o.journal_path);
+  int64_t inside = 0, shared = 0;
+  for (const auto& [id, names] : impls) {
+    const seeds::CaseId c = seeds::parse_case(id);
+    const bool in_fwd = (c.H == 64 && c.form == Form::plain) || (c.H == 256 && c.form == Form::heads4);
+    if (!in_fwd) continue;
+    ++inside;
+    EXPECT_TRUE(names.count("fwd_multirow")) << id;
+    shared += names.count("bwd_det_chunked");
+  }
+  EXPECT_EQ(inside, r.windows[0].cases + r.windows[1].cases);
+  EXPECT_GT(shared, 0);  // the H=64 cases ran both: the bwd window's variant and fwd_multirow
+  const auto j = gate_to_json(r);
+  EXPECT_EQ(j["windows"][0]["fwd"], "fwd_multirow");
+  EXPECT_EQ(j["windows"][0]["variant"], "fwd_multirow");
+  EXPECT_EQ(j["windows"][2]["fwd"], "fwd_rowwise");
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("| fwd H=64 w=bf16 form=plain T=1..300 | fwd_multirow |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Forward variants run here: fwd_multirow, fwd_rowwise"), std::string::npos) << md;
+  // The journal's campaign names fwd_multirow's source hash.
+  std::ifstream jf(o.journal_path);
+  std::string head;
+  std::getline(jf, head);
+  EXPECT_EQ(nlohmann::json::parse(head)["campaign"]["variant_sha256"]["fwd_multirow"],
+            std::string(kernels::variant("fwd_multirow").source_sha256));
+
+  // The same windows routed to fwd_rowwise: the same y and rstd numbers (one
+  // model), read from the backward runs instead.
+  GateOptions d = small_opts(forward_table(dir, "fwd_rowwise"));
+  d.dense_points = 1;
+  const GateResult rr = run_gate(d);
+  ASSERT_EQ(rr.windows.size(), 3u);
+  for (int k : {0, 1}) {
+    SCOPED_TRACE(r.windows[k].route.describe());
+    EXPECT_EQ(rr.windows[k].fwd, "fwd_rowwise");
+    EXPECT_EQ(rr.windows[k].impl, "any backward run (forward fwd_rowwise)");
+    EXPECT_EQ(rr.windows[k].cases, r.windows[k].cases);
+    for (int out : {0, 1}) {
+      EXPECT_EQ(rr.windows[k].out[out].max_ratio, r.windows[k].out[out].max_ratio) << out;
+      EXPECT_EQ(rr.windows[k].out[out].worst_case, r.windows[k].out[out].worst_case) << out;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A journal never hands one forward variant's runs to another's window:
+// records are keyed by implementation. The backward windows' runs (forward
+// fwd_rowwise) serve a fwd_rowwise window of the same cases from the journal
+// (nothing re-run), but a fwd_multirow window over the same cases runs all
+// of them again as fwd_multirow.
+TEST(Gate, JournalKeepsForwardVariantsApart) {
+  const std::string dir = temp_dir("fwdjournal");
+  for (const std::string fwd : {"fwd_rowwise", "fwd_multirow"}) {
+    SCOPED_TRACE(fwd);
+    GateOptions o = small_opts(forward_table(dir, fwd));
+    o.dense_points = 0;  // no refinement: the forward window's would follow its own worst point
+    o.fresh_factor = 0;
+    o.journal_path = dir + "/" + fwd + ".jsonl";
+    o.windows = "op=bwd";
+    const GateResult b = run_gate(o);
+    EXPECT_EQ(b.cases_resumed, 0);
+    // The H=64 fwd window's grid T are the bwd window's (same window, same options).
+    o.windows = "op=fwd,H=64";
+    const GateResult f = run_gate(o);
+    ASSERT_EQ(f.windows.size(), 1u);
+    EXPECT_TRUE(f.pass());
+    if (fwd == "fwd_rowwise") {
+      EXPECT_EQ(f.cases_run_now, 0);  // every case read from the backward runs
+      EXPECT_EQ(f.cases_resumed, f.cases_total);
+    } else {
+      EXPECT_EQ(f.cases_resumed, 0);  // none of the fwd_rowwise runs stands in for fwd_multirow
+      EXPECT_EQ(f.cases_run_now, f.cases_total);
+      EXPECT_EQ(f.cases_total, f.windows[0].cases);
+    }
+    // Resumed again: nothing more runs, either way.
+    const GateResult again = run_gate(o);
+    EXPECT_EQ(again.cases_run_now, 0);
+    EXPECT_EQ(strip_date(gate_to_json(again)).dump(), strip_date(gate_to_json(f)).dump());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

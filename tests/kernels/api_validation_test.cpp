@@ -83,6 +83,7 @@ const Variant& fwd() { return default_fwd(); }
 TEST(Validation, BaselineArgumentsAreValid) {
   Fixture x;
   EXPECT_NO_THROW(validate_fwd(fwd(), x.f));
+  EXPECT_NO_THROW(validate_fwd(variant("fwd_multirow"), x.f));  // every forward variant takes the same arguments
   for (const Variant& v : variants()) {
     if (v.op != Op::bwd) continue;
     x.b.workspace_bytes = bwd_workspace_bytes(v, kT, kH);
@@ -218,6 +219,11 @@ TEST(Validation, WrongOpIsRefused) {
   Fixture x;
   expect_invalid([&] { rmsnorm_bwd(fwd(), x.b); }, "not a backward variant");
   expect_invalid([&] { rmsnorm_fwd(det(), x.f); }, "not a forward variant");
+  expect_invalid([&] { rmsnorm_bwd(variant("fwd_multirow"), x.b); }, "rmsnorm_bwd(fwd_multirow): not a backward variant");
+  expect_invalid([] { bwd_workspace_bytes(variant("fwd_multirow"), 10, 10); }, "not a backward variant");
+  FwdArgs f = x.f;
+  f.H = 16385;  // fwd_multirow validates as fwd_rowwise, naming itself
+  expect_invalid([&] { rmsnorm_fwd(variant("fwd_multirow"), f); }, "rmsnorm_fwd(fwd_multirow): H = 16385");
 }
 
 TEST(Validation, EpsMustBeFiniteAndNonNegative) {
@@ -288,6 +294,12 @@ TEST(Validation, ValidCallsInACpuBuildThrowRuntimeError) {
   Fixture x;
   EXPECT_THROW(rmsnorm_bwd(det(), x.b), std::runtime_error);
   EXPECT_THROW(rmsnorm_fwd(fwd(), x.f), std::runtime_error);
+  try {
+    rmsnorm_fwd(variant("fwd_multirow"), x.f);
+    ADD_FAILURE() << "fwd_multirow ran without CUDA";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fwd_multirow"), std::string::npos) << e.what();
+  }
 }
 #endif
 

@@ -59,6 +59,47 @@ TEST(HeadForms, StridedViewsEqualContiguousRows) {
   }
 }
 
+// fwd_multirow takes every form on its direct-to-register path: its strided
+// [T, 24, 256] and contiguous [T, 4, 256] views give the bits of the plain
+// [T*heads, 256] rows (its plain kernel), of fwd_rowwise's ring kernel on the
+// same views, and of the model; its fused residual form those of
+// fwd_rowwise's fused path. (run_gpu checks the poisoned gaps every run.)
+TEST(MultirowForms, EveryFormEqualsTheDefaultForward) {
+  NG_REQUIRE_GPU();
+  const Variant& m = variant("fwd_multirow");
+  const std::vector<const Variant*> det = {&variant("bwd_det_chunked")};
+  GpuRunOptions om;
+  om.fwd = &m;
+  for (const char* id : {"H=256,T=301,w=bf16,form=heads24,family=llm,seed=4",
+                         "H=256,T=2049,w=fp32,form=heads4,family=cancel,seed=6",
+                         "H=256,T=9,w=fp32,form=heads24,family=normal,seed=7",
+                         "H=6144,T=515,w=bf16,form=res,family=cancel,seed=3",
+                         "H=2048,T=1,w=fp32,form=res,family=llm,seed=5"}) {
+    SCOPED_TRACE(id);
+    const seeds::CaseId c = seeds::parse_case(id);
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const Outputs a = run_gpu(det, in, kEps, om).front();
+    const Outputs d = run_gpu(det, in, kEps).front();
+    EXPECT_EQ(bit_diff(a.y, d.y).count, 0);
+    EXPECT_EQ(bit_diff(a.rstd, d.rstd).count, 0);
+    EXPECT_EQ(bit_diff(a.h_new, d.h_new).count, 0);
+    EXPECT_EQ(bit_diff(a.dw, d.dw).count, 0);  // the carrier's dw reads msq
+    if (c.heads() > 1) {
+      seeds::HostInputs flat = in;  // the same bytes as plain rows
+      flat.id.form = Form::plain;
+      flat.id.T = c.rows();
+      const Outputs b = run_gpu(det, flat, kEps, om).front();
+      EXPECT_EQ(bit_diff(a.y, b.y).count, 0);
+      EXPECT_EQ(bit_diff(a.rstd, b.rstd).count, 0);
+      const FwdResult fm = model_fwd(m, in.x_view(), in.w_view(), kEps);
+      EXPECT_EQ(bit_diff(a.y, fm.y).count, 0);
+      EXPECT_EQ(bit_diff(a.rstd, fm.rstd).count, 0);
+    } else {
+      EXPECT_EQ(a.h_new.size(), in.x.size());
+    }
+  }
+}
+
 // The outside-view check really looks: one element written into the gap after
 // y's first row (row padding; the k/v part of heads24) makes run_gpu throw.
 TEST(HeadForms, OutsideViewWritesAreCaught) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "normgate/kernels/multirow.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/generate.h"
 
@@ -37,18 +38,50 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-TEST(Registry, HasTheSevenVariantsInIdOrder) {
+TEST(Registry, HasTheVariantsInIdOrder) {
   const auto vs = variants();
-  ASSERT_EQ(vs.size(), 7u);
-  const char* names[] = {"fwd_rowwise",       "bwd_det_chunked", "bwd_nondet_atomic", "ctl_fp32_seq",
-                         "ctl_bf16_partials", "bwd_det_onepass", "bwd_fp32_blocked"};
+  // (name, VariantId): ids are never reused.
+  const std::vector<std::pair<std::string, int>> want = {
+      {"fwd_rowwise", 0},       {"bwd_det_chunked", 1}, {"bwd_nondet_atomic", 2}, {"ctl_fp32_seq", 3},
+      {"ctl_bf16_partials", 4}, {"bwd_det_onepass", 5}, {"bwd_fp32_blocked", 6},  {"fwd_multirow", 7}};
+  ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
-    EXPECT_EQ(vs[i].name, names[i]);
-    EXPECT_EQ(static_cast<size_t>(vs[i].id), i);
+    EXPECT_EQ(vs[i].name, want[i].first);
+    EXPECT_EQ(static_cast<int>(vs[i].id), want[i].second);
+    if (i > 0) EXPECT_LT(static_cast<int>(vs[i - 1].id), static_cast<int>(vs[i].id));
     EXPECT_EQ(&variant(vs[i].name), &vs[i]);
     EXPECT_EQ(&variant(vs[i].id), &vs[i]);
   }
   EXPECT_EQ(default_fwd().name, "fwd_rowwise");
+}
+
+// fwd_multirow: a second deterministic forward variant (not the default),
+// and its rows per team R(H) (multirow.h): 8 up to H = 512, 4 up to 2048,
+// 2 beyond (two slots); teams per CTA as fwd_rowwise's.
+TEST(Registry, MultirowForwardAndItsRowsPerTeam) {
+  const Variant& m = variant("fwd_multirow");
+  EXPECT_EQ(m.op, Op::fwd);
+  EXPECT_EQ(m.mode, Mode::det);
+  EXPECT_FALSE(m.control);
+  EXPECT_NE(&m, &default_fwd());
+  EXPECT_NE(m.source_sha256, default_fwd().source_sha256);
+  EXPECT_NE(std::string(m.sources).find("src/fwd_multirow.cu"), std::string::npos);
+  EXPECT_NE(std::string(m.sources).find("include/normgate/kernels/multirow.h"), std::string::npos);
+  // fwd_rowwise's hashed files do not include the new ones (its approvals stay current).
+  EXPECT_EQ(std::string(default_fwd().sources).find("multirow"), std::string::npos);
+  struct Want {
+    int64_t H;
+    int rows, teams;
+  };
+  for (const Want& w : {Want{1, 8, 8}, Want{64, 8, 8}, Want{256, 8, 8}, Want{257, 8, 4}, Want{512, 8, 4},
+                        Want{513, 4, 2}, Want{1024, 4, 2}, Want{2048, 4, 1}, Want{2049, 2, 1}, Want{4096, 2, 1},
+                        Want{6144, 2, 1}, Want{8192, 2, 1}, Want{8193, 2, 1}, Want{16384, 2, 1}}) {
+    EXPECT_EQ(fwd_multirow_rows(w.H), w.rows) << "H = " << w.H;
+    EXPECT_EQ(fwd_multirow_teams(w.H), w.teams) << "H = " << w.H;
+    // At most 8 16-byte loads of x per thread, and at least 4 KiB of x per team (rows of >= 256 columns).
+    EXPECT_LE(fwd_multirow_rows(w.H) * row_geometry(w.H).slots, 8) << "H = " << w.H;
+    if (w.H >= 256) EXPECT_GE(fwd_multirow_rows(w.H) * w.H * 2, 4096) << "H = " << w.H;
+  }
 }
 
 TEST(Registry, OpsModesAndControls) {

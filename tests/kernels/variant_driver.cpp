@@ -1,5 +1,6 @@
 // tests/kernels/variant_driver.cpp: the generic GPU checks of every backward
-// variant, parameterized over the registry (kernels::variants()), as MPFR's
+// variant and of every forward variant but the default (suite Fwd, below),
+// parameterized over the registry (kernels::variants()), as MPFR's
 // tests/tgeneric.c is one driver for all its functions: registering a variant
 // registers these cases, and a special case goes to the topic file beside
 // this one (bwd_edge_test.cpp, forms_test.cpp, pipeline_knobs_test.cpp). Each
@@ -188,6 +189,169 @@ TEST_P(Bwd, LayoutDoesNotChangeTheBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Bwd, ::testing::ValuesIn(pipeline_cases()), param_name);
+
+// --- per-variant forward tests ---------------------------------------------------
+
+// Every forward variant other than the default (whose outputs every case
+// above checks) runs as a check runs it (harness pipeline.h impl_variants):
+// its forward (GpuRunOptions::fwd), then the carrier backward bwd_det_chunked
+// on its rstd and msq. Each case must have every output written, y and rstd
+// (h_new) equal its CPU model bit for bit (models.h: fwd_multirow's model is
+// fwd_rowwise's) and equal the default forward's GPU run bit for bit, with
+// dx and dw of the carrier equal too (so msq was the same), in every layout,
+// and deterministic. Shapes: one and two slots, R(H) = 8, 4 and 2
+// (multirow.h), T around one CTA's rows (teams * R) and not a multiple of
+// it, the scalar path, and every form.
+struct FwdRun {
+  seeds::HostInputs in;
+  Outputs gpu, def;  ///< the variant's run; the default forward's run of the same case
+  GpuRunInfo info;
+  Outputs model;     ///< run_model(variant, carrier)
+};
+const Variant& carrier() { return variant("bwd_det_chunked"); }
+const FwdRun& fwd_run_once(const Variant& v, const seeds::CaseId& c) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<FwdRun>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[case_name(v, c)];
+  if (!slot) {
+    auto r = std::make_unique<FwdRun>();
+    r->in = seeds::generate_host(c);
+    GpuRunOptions o;
+    o.fwd = &v;
+    r->gpu = run_gpu(std::vector<const Variant*>{&carrier()}, r->in, kEps, o).front();
+    r->def = run_gpu(std::vector<const Variant*>{&carrier()}, r->in, kEps).front();
+    (void)run_gpu(carrier(), c, kEps, o, &r->info);
+    const auto rows = [&](const std::vector<uint16_t>& x) {
+      return x.empty() ? RowView<uint16_t>{} : RowView<uint16_t>::plain(x.data(), r->in.rows, r->in.cols);
+    };
+    r->model = run_model(v, carrier(), r->in.x_view(), r->in.dy_view(), r->in.w_view(), kEps, 0, rows(r->in.u),
+                         rows(r->in.dh_new));
+    slot = std::move(r);
+  }
+  return *slot;
+}
+
+std::vector<VariantCase> forward_cases() {
+  using seeds::Family;
+  struct Shape {
+    int64_t H, T;
+    Family f;
+    int w = -1;           // 0 bf16, 1 fp32, -1: by the seed's parity
+    Form form = Form::plain;
+  };
+  const Shape shapes[] = {
+      {64, 64, Family::cancel},              // 8 teams of 32 x R = 8: exactly one CTA
+      {64, 65, Family::normal},              // one row into a second CTA
+      {256, 1000, Family::llm},              // 1 slot, one warp per team
+      {1024, 37, Family::cancel},            // 2 teams of 4 warps: rows finished by warps 0..3 of each
+      {2048, 17, Family::llm, 1},            // 1 slot, 8 warps, FP32 w
+      {2056, 301, Family::cancel},           // 2 slots, team 160, R = 4
+      {4096, 4099, Family::normal},          // 2 slots, team 256, R = 4
+      {8192, 9, Family::llm, 0},             // team 512, R = 4: warps 4..15 finish no row
+      {8200, 7, Family::normal, 1},          // team 576, R = 2, w re-read per row
+      {16384, 5, Family::cancel},            // team 1024, R = 2
+      {7, 1000, Family::normal},             // scalar path (H % 8 != 0)
+      {1, 3, Family::normal},                // smallest
+      {6141, 33, Family::llm, 1},            // scalar path, 2 slots
+      {256, 301, Family::llm, 0, Form::heads24},   // strided per-head views
+      {256, 2049, Family::cancel, 1, Form::heads4},
+      {4096, 515, Family::cancel, 0, Form::res},   // fused residual, R = 4
+      {1001, 77, Family::llm, 1, Form::res},       // fused residual, scalar path
+      {16384, 3, Family::llm, 0, Form::res},       // fused residual, R = 2
+  };
+  std::vector<VariantCase> out;
+  for (const Variant& v : variants()) {
+    if (v.op != Op::fwd || &v == &default_fwd()) continue;
+    uint64_t seed = 31;
+    for (const Shape& s : shapes) {
+      const WDtype w = s.w == 0 ? WDtype::bf16 : s.w == 1 ? WDtype::fp32 : seed % 2 ? WDtype::bf16 : WDtype::fp32;
+      seeds::CaseId c = make_case(s.H, s.T, s.f, seed++, w);
+      c.form = s.form;
+      out.push_back({&v, c});
+    }
+  }
+  return out;
+}
+
+class Fwd : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(Fwd, EveryOutputElementWritten) {
+  NG_REQUIRE_GPU();
+  const FwdRun& r = fwd_run_once(*GetParam().v, GetParam().c);
+  EXPECT_EQ(count_nan(r.gpu.y), 0);
+  EXPECT_EQ(count_nan(r.gpu.rstd), 0);
+  EXPECT_EQ(count_nan(r.gpu.dx), 0);
+  EXPECT_EQ(count_nan(r.gpu.dw), 0);
+  if (GetParam().c.form == Form::res) {
+    EXPECT_EQ(r.gpu.h_new.size(), r.in.x.size());
+    EXPECT_EQ(count_nan(r.gpu.h_new), 0);
+  }
+}
+
+TEST_P(Fwd, MatchesModelBitwise) {
+  NG_REQUIRE_GPU();
+  const FwdRun& r = fwd_run_once(*GetParam().v, GetParam().c);
+  EXPECT_EQ(bit_diff(r.gpu.y, r.model.y).count, 0) << "y: " << bit_diff(r.gpu.y, r.model.y).str();
+  EXPECT_EQ(bit_diff(r.gpu.rstd, r.model.rstd).count, 0) << "rstd: " << bit_diff(r.gpu.rstd, r.model.rstd).str();
+  EXPECT_EQ(bit_diff(r.gpu.h_new, r.model.h_new).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.dx, r.model.dx).count, 0) << "dx: " << bit_diff(r.gpu.dx, r.model.dx).str();
+  EXPECT_EQ(bit_diff(r.gpu.dw, r.model.dw).count, 0) << "dw: " << bit_diff(r.gpu.dw, r.model.dw).str();
+}
+
+// The same bits as the default forward's GPU run: y, rstd, h_new, and the
+// carrier's dx and dw (dw reads msq: the same msq too).
+TEST_P(Fwd, EqualsTheDefaultForwardBitwise) {
+  NG_REQUIRE_GPU();
+  const FwdRun& r = fwd_run_once(*GetParam().v, GetParam().c);
+  EXPECT_EQ(bit_diff(r.gpu.y, r.def.y).count, 0) << "y: " << bit_diff(r.gpu.y, r.def.y).str();
+  EXPECT_EQ(bit_diff(r.gpu.rstd, r.def.rstd).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.h_new, r.def.h_new).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.dx, r.def.dx).count, 0);
+  EXPECT_EQ(bit_diff(r.gpu.dw, r.def.dw).count, 0);
+}
+
+TEST_P(Fwd, DeterministicAndLayoutDoesNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  const FwdRun& r = fwd_run_once(*p.v, p.c);
+  EXPECT_EQ(r.info.fwd_vector, p.c.H % 8 == 0);
+  GpuRunOptions again;
+  again.fwd = p.v;
+  again.poison_seed = 0xBADC0DE;
+  std::vector<Outputs> runs{run_gpu(carrier(), p.c, kEps, again)};
+  if (p.c.rows() * p.c.H <= (int64_t{1} << 24)) {
+    GpuRunOptions mis = again;
+    mis.misalign_elems = 1;
+    GpuRunInfo info;
+    runs.push_back(run_gpu(carrier(), p.c, kEps, mis, &info));
+    EXPECT_FALSE(info.fwd_vector);
+    if (p.c.heads() == 1) {  // the per-head layouts are fixed
+      GpuRunOptions pad = again;
+      pad.row_pad = 24;
+      runs.push_back(run_gpu(carrier(), p.c, kEps, pad));
+    }
+  }
+  for (const Outputs& o : runs) {
+    EXPECT_EQ(bit_diff(r.gpu.y, o.y).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.rstd, o.rstd).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.h_new, o.h_new).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dx, o.dx).count, 0);
+    EXPECT_EQ(bit_diff(r.gpu.dw, o.dw).count, 0);
+  }
+}
+
+TEST_P(Fwd, WithinBudget) {
+  NG_REQUIRE_GPU();
+  const VariantCase& p = GetParam();
+  if (p.c.form == Form::res) GTEST_SKIP() << "form res: the reference normalizes h_new (checked in MatchesModelBitwise)";
+  const FwdRun& r = fwd_run_once(*p.v, p.c);
+  const RefFwd rf = ref_fwd(r.in, kEps);
+  const Budget y = budget_bf16(r.gpu.y, rf.y, kYTol, kYTol);
+  EXPECT_EQ(y.bad, 0) << "y: " << y.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Fwd, ::testing::ValuesIn(forward_cases()), param_name);
 
 // --- controls fail on the GPU too -----------------------------------------------
 

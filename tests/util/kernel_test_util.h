@@ -18,17 +18,19 @@
 
 namespace normgate::kernels::test {
 
-/// A backward variant and a case: one parameter of the per-variant suites.
+/// A variant and a case: one parameter of the per-variant suites.
 struct VariantCase {
   const Variant* v = nullptr;
   seeds::CaseId c;
 };
 
-/// "bwd_det_chunked_H4096_T65537_cancel_s17" (+ "_wfp32" for FP32 weights).
+/// "bwd_det_chunked_H4096_T65537_cancel_s17" (+ "_wfp32" for FP32 weights, + "_heads24" etc. for a form
+/// other than plain).
 inline std::string case_name(const Variant& v, const seeds::CaseId& c) {
   std::string s = std::string(v.name) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_" +
                   std::string(seeds::to_string(c.family)) + "_s" + std::to_string(c.seed);
   if (c.w == WDtype::fp32) s += "_wfp32";
+  if (c.form != Form::plain) s += "_" + std::string(to_string(c.form));
   return s;
 }
 

@@ -199,6 +199,7 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
       out.dw = column_sum_fp32(in);
       break;
     case VariantId::fwd_rowwise:
+    case VariantId::fwd_multirow:
       detail::model_bad(v, "not a backward variant");
   }
   return out;
@@ -221,13 +222,19 @@ std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> 
 
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w, float eps,
                   int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new) {
+  return run_model(default_fwd(), bwd, x, dy, w, eps, threads, u, dh_new);
+}
+
+Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
+                  float eps, int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new) {
+  if (fwd.op != Op::fwd) detail::model_bad(fwd, "run_model needs a forward variant for its forward step");
   if (bwd.op != Op::bwd) detail::model_bad(bwd, "run_model needs a backward variant");
   std::vector<uint16_t> h_new;
   if (u.p != nullptr) {
     h_new = model_residual_add(x, u);
     x = RowView<uint16_t>::plain(h_new.data(), x.rows(), x.cols);
   }
-  FwdResult f = model_fwd(default_fwd(), x, w, eps, threads);
+  FwdResult f = model_fwd(fwd, x, w, eps, threads);
   BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, &f.msq);
   Outputs o;
   o.h_new = std::move(h_new);

@@ -1,6 +1,9 @@
 // kernels/models/src/model_fwd_rowwise.cpp: CPU model of fwd_rowwise (and the team
 // reduction of plan.h). Same operations in the same order as
 // fwd_rowwise.cu, so y and rstd match the GPU bitwise (NaN payloads aside).
+// It is also the model of fwd_multirow (fwd_multirow.cu: the same row
+// geometry and per-row arithmetic; only how many rows a team loads at once
+// differs, which changes no bit).
 #include <omp.h>
 
 #include <array>
@@ -48,6 +51,9 @@ double model_team_sum(const double* partials, int team) { return team_sum_any(pa
 
 FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads) {
   if (v.op != Op::fwd) detail::model_bad(v, "not a forward variant");
+  // Forward variants with this model (a new forward variant gets its own or is added here).
+  if (v.id != VariantId::fwd_rowwise && v.id != VariantId::fwd_multirow)
+    detail::model_bad(v, "no CPU model of this forward variant");
   detail::check_view(v, "x", x);
   detail::check_weight(v, w, x.cols);
   if (!std::isfinite(eps) || eps < 0.0f) detail::model_bad(v, "eps is not finite and >= 0");

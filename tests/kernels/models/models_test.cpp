@@ -212,6 +212,38 @@ TEST(Models, MsqTakesTheFp32RstdRoundingOutOfDw) {
   EXPECT_EQ(plain.dx, refined.dx);
 }
 
+// fwd_multirow's model is fwd_rowwise's (same rows, same arithmetic): the
+// same bits at one- and two-slot H, the scalar H and FP32 weights, and a
+// step run through it (run_model(fwd, bwd, ...)) equals the default step;
+// a variant without a forward model is refused by name.
+TEST(Models, MultirowForwardIsTheRowwiseModel) {
+  const Variant& m = variant("fwd_multirow");
+  for (const seeds::CaseId& c : {make_case(256, 77, seeds::Family::llm, 2), make_case(2056, 9, seeds::Family::cancel, 3),
+                                 make_case(1001, 13, seeds::Family::normal, 4, WDtype::fp32)}) {
+    SCOPED_TRACE(seeds::to_string(c));
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const FwdResult a = model_fwd(default_fwd(), in.x_view(), in.w_view(), kEps);
+    const FwdResult b = model_fwd(m, in.x_view(), in.w_view(), kEps);
+    EXPECT_EQ(a.y, b.y);
+    EXPECT_EQ(a.rstd, b.rstd);
+    EXPECT_EQ(a.msq, b.msq);
+    const Variant& det = variant("bwd_det_chunked");
+    const Outputs s0 = run_model(det, in.x_view(), in.dy_view(), in.w_view(), kEps);
+    const Outputs s1 = run_model(m, det, in.x_view(), in.dy_view(), in.w_view(), kEps);
+    EXPECT_EQ(s0.y, s1.y);
+    EXPECT_EQ(s0.dx, s1.dx);
+    EXPECT_EQ(bit_diff(s0.dw, s1.dw).count, 0);
+  }
+  const seeds::HostInputs in = seeds::generate_host(make_case(16, 4, seeds::Family::normal, 1));
+  try {
+    (void)run_model(variant("bwd_det_chunked"), variant("bwd_det_chunked"), in.x_view(), in.dy_view(), in.w_view(), kEps);
+    ADD_FAILURE() << "a backward variant accepted as the forward step";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("forward"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)run_model(m, m, in.x_view(), in.dy_view(), in.w_view(), kEps), std::invalid_argument);
+}
+
 TEST(Models, RejectBadArguments) {
   const seeds::HostInputs in = seeds::generate_host(make_case(16, 4, seeds::Family::normal, 1));
   EXPECT_THROW(model_bwd(default_fwd(), in.x_view(), in.dy_view(), in.w_view(), std::vector<float>(4)),

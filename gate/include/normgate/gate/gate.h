@@ -36,8 +36,15 @@
 //
 // Every case goes through run_check: the oracle runs once per case and serves
 // every implementation that case needs, so det and nondet windows with the
-// same bounds share their cases (forward windows read y and rstd from any
-// backward run of the same case: every run uses the forward fwd_rowwise).
+// same bounds share their cases. The forward step of a bwd window's run is
+// always the default forward, fwd_rowwise (kernels::default_fwd()), so a bwd
+// window gates its variant after fwd_rowwise. A fwd window routed to
+// fwd_rowwise reads y and rstd from any backward run of the same case; a fwd
+// window routed to another forward variant F runs F's own runs (the check
+// implementation F: forward F, then the case's carrier backward for dx and
+// dw, which the window does not gate: harness/pipeline.h impl_variants).
+// Records are keyed by (case, implementation), so a run of one forward
+// variant never stands in for another's.
 // Kernel variants run on the GPU when one is usable (backend auto), else as
 // their CPU models; the report says which.
 //
@@ -78,8 +85,9 @@ std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
 
 /// The run that carries a forward window's case (the forward runs inside
 /// every check): the first non-control backward variant of the registry that
-/// supports the case's H, weight dtype and form. Used by the gate and by
-/// export. Throws std::invalid_argument naming the case when none does.
+/// supports the case's H, weight dtype and form (pipeline.h fwd_carrier).
+/// Used by the gate and by export. Throws std::invalid_argument naming the
+/// case when none does.
 std::string carrier_for(const seeds::CaseId& c);
 
 /// One sentence saying where kernel variants run for a resolved backend (gpu:
@@ -180,7 +188,10 @@ struct PhaseSummary {
 /// Verdict and numbers of one window.
 struct WindowResult {
   kernels::Route route;            ///< the route (window + variant, file:line)
-  std::string impl;                ///< implementation run: the variant (bwd), or "any backward run" (fwd)
+  std::string impl;                ///< implementation run: the variant (bwd; fwd of a non-default forward:
+                                   ///< its own runs), or "any backward run" (fwd of fwd_rowwise)
+  std::string fwd;                 ///< the forward variant whose y and rstd the window's cases ran: the
+                                   ///< route's variant (fwd), the default forward fwd_rowwise (bwd)
   bool control = false;            ///< the variant is a negative control (routed by override)
   std::vector<int64_t> t_points;   ///< grid T
   int64_t cases = 0;               ///< distinct cases of all phases

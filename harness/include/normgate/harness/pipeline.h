@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "normgate/core/uninit.h"
+#include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
@@ -32,10 +33,31 @@ std::string_view to_string(Backend b);
 Backend parse_backend(std::string_view s);
 
 /// The implementations a check may name: "fp32-baseline" (the FP32 eager
-/// yardstick, oracle::fp32_baseline) and every backward kernel variant of the
-/// registry (each runs with the default forward variant). "all" expands to
-/// every backward variant, controls included.
+/// yardstick, oracle::fp32_baseline) and every kernel variant of the
+/// registry. A backward variant runs after the default forward
+/// (kernels::default_fwd(), fwd_rowwise); a forward variant runs its own
+/// forward, then the case's carrier backward (fwd_carrier) for dx and dw
+/// (impl_variants). "all" expands to every backward variant, controls
+/// included, then every forward variant other than the default (whose y
+/// and rstd every backward run already has). Throws std::invalid_argument
+/// naming an unknown name and listing the known ones, or for an empty list.
 std::vector<std::string> expand_impls(const std::vector<std::string>& names);
+
+/// The backward variant that carries a forward variant's run of case c (the
+/// forward runs inside every check): the first non-control backward variant
+/// of the registry that supports c's H, weight dtype and form. Throws
+/// std::invalid_argument naming the case when none does.
+std::string fwd_carrier(const seeds::CaseId& c);
+
+/// The two variants one kernel implementation of a check runs on case c.
+struct ImplVariants {
+  const kernels::Variant* fwd = nullptr;  ///< its forward step: y, rstd (msq, h_new)
+  const kernels::Variant* bwd = nullptr;  ///< its backward step: dx, dw
+};
+/// impl a backward variant B: {default_fwd(), B}; impl a forward variant F:
+/// {F, fwd_carrier(c)}. Throws std::invalid_argument for "fp32-baseline", an
+/// unknown name, or a case no backward variant carries.
+ImplVariants impl_variants(const std::string& impl, const seeds::CaseId& c);
 
 struct CheckRequest {
   seeds::CaseId id;
@@ -52,6 +74,9 @@ struct CheckRequest {
 struct ImplResult {
   std::string impl;
   std::string ran_on;  ///< e.g. "gpu NVIDIA H200", "cpu model", "cpu (FP32 baseline)"
+  /// The kernel variants it ran (impl_variants): the forward whose y, rstd
+  /// (h_new) and the backward whose dx, dw were checked; "" for fp32-baseline.
+  std::string fwd, bwd;
   CaseResult result;
   double dw_worst_abs_sum = 0;  ///< sum_r |dy*xhat| of the worst dw column
   double seconds_impl = 0, seconds_validate = 0;
@@ -84,16 +109,20 @@ CheckReport run_check(const CheckRequest& req);
 
 /// The first half of a check: argument checks, the inputs (GPU generator on
 /// the GPU backend, host generator otherwise) and, on the GPU backend, every
-/// GPU variant's outputs (kernels::run_gpu over the list: one forward). No
-/// oracle work. Throws as run_check (argument errors, CUDA errors).
+/// GPU variant's outputs (kernels::run_gpu_shared: one run, one forward, for
+/// the backward variants; one more run per forward variant named, that
+/// forward then its carrier backward). No oracle work. Throws as run_check
+/// (argument errors, CUDA errors).
 struct PreparedCheck {
   CheckRequest request;
   Backend backend = Backend::cpu;  ///< resolved
   seeds::HostInputs inputs;
   std::string inputs_from;
   std::vector<Outputs> gpu_outs;   ///< one per non-baseline impl, in request order (GPU backend);
-                                   ///< kernels::run_gpu_shared: only [0] holds y and rstd
+                                   ///< one kernels::run_gpu_shared per forward variant: only the first
+                                   ///< impl of each holds y, rstd (h_new)
   std::vector<size_t> gpu_dx_source;  ///< gpu_outs[k]'s dx is gpu_outs[gpu_dx_source[k]]'s
+  std::vector<size_t> gpu_fwd_source; ///< gpu_outs[k]'s y, rstd, h_new are gpu_outs[gpu_fwd_source[k]]'s
   /// seconds_generate: the inputs (GPU backend with GPU variants and no
   /// given inputs: the first part of the GPU run, which generates them in its
   /// own buffers and copies them back: allocation, poison, generation,

@@ -129,6 +129,11 @@ struct GpuRunOptions {
   /// SharedGpuRun::inputs (what generate_inputs_on_gpu(c) returns, byte for
   /// byte, without generating them a second time).
   bool download_inputs = false;
+  /// The forward variant to run (nullptr: default_fwd(), fwd_rowwise): a
+  /// forward variant's own run (pipeline.h impl_variants); its y, rstd, msq
+  /// (and h_new) feed every backward variant of the run. Must be a forward
+  /// variant supporting the case (std::invalid_argument otherwise).
+  const Variant* fwd = nullptr;
 };
 
 /// What a pipeline run did besides its outputs.
@@ -143,7 +148,7 @@ struct GpuRunInfo {
 /// of packed rows of 40*256; res: plain rows plus u, h_new, dh_new); generate
 /// c's inputs on the device; poison y, dx, h_new (BF16 NaN 0x7FC0), rstd and
 /// dw (FP32 NaN 0x7FC00000) and the workspace (pseudo-random words from
-/// opt.poison_seed); run rmsnorm_fwd(default_fwd()) with eps, then
+/// opt.poison_seed); run rmsnorm_fwd(opt.fwd, default default_fwd()) with eps, then
 /// rmsnorm_bwd(bwd) (res: on h_new, adding dh_new); synchronize; copy y,
 /// rstd, dx, dw (res: h_new) back, contiguous over normalized rows.
 /// After each kernel the poisoned memory outside its output view is checked

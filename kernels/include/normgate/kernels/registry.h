@@ -9,6 +9,9 @@
 //
 // Variants (names say what they do):
 //   fwd_rowwise         forward: one team of threads per row (plan.h)
+//   fwd_multirow        forward: fwd_rowwise's rows and arithmetic (the same
+//                       bits), each team loading R(H) rows into registers
+//                       before reducing any (multirow.h), every form
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
@@ -50,6 +53,7 @@ enum class VariantId : uint8_t {
   ctl_bf16_partials = 4,
   bwd_det_onepass = 5,
   bwd_fp32_blocked = 6,
+  fwd_multirow = 7,
 };
 
 /// "fwd" / "bwd".
@@ -96,7 +100,11 @@ const Variant* find_variant(std::string_view name);
 /// The variant with identity `id`.
 const Variant& variant(VariantId id);
 
-/// The forward variant every GPU pipeline run uses (fwd_rowwise).
+/// The default forward variant (fwd_rowwise): the forward step of every run
+/// of a backward variant (check, gate, repro, export), of the C ABI when no
+/// variant is named; a run of a forward variant (a forward window of the
+/// gate, `check --variant fwd_multirow`) uses that variant instead
+/// (harness/pipeline.h).
 const Variant& default_fwd();
 
 /// Human-readable one-line summary: name, op, mode, H range, dtypes, forms,

@@ -3,7 +3,9 @@
 // A model follows its variant's arithmetic step by step (same row geometry and
 // chunk plan from plan.h, same accumulators from accum.h, same order of every
 // FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
-//   fwd_rowwise:        y, rstd, msq bitwise equal to the GPU
+//   fwd_rowwise, fwd_multirow:
+//                       y, rstd, msq bitwise equal to the GPU (one model:
+//                       fwd_multirow has fwd_rowwise's rows and arithmetic)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
 //   bwd_det_chunked, bwd_det_onepass, ctl_fp32_seq, ctl_bf16_partials:
 //                       dw bitwise equal to the GPU given the same rstd and
@@ -46,9 +48,12 @@ struct BwdResult {
   std::vector<float> dw;
 };
 
-/// Model of the forward variant `v` (fwd_rowwise). x: plain view (heads == 1)
-/// with 1 <= cols <= kMaxH; w.cols == x.cols; eps finite >= 0.
-/// Throws std::invalid_argument naming the bad argument otherwise.
+/// Model of the forward variant `v` (fwd_rowwise or fwd_multirow: the same
+/// model, their bits are equal). x: plain view (heads == 1; per-head rows
+/// are passed as the plain [T*heads, 256] rows they are) with 1 <= cols <=
+/// kMaxH; w.cols == x.cols; eps finite >= 0. Throws std::invalid_argument
+/// naming the bad argument otherwise, and for a backward variant or a
+/// forward variant without a model.
 /// threads <= 0: OpenMP default.
 FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads = 0);
 
@@ -70,12 +75,18 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
 /// a shape mismatch.
 std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> u);
 
-/// The whole step as the GPU pipeline runs it: model_fwd(default_fwd()) for
-/// y, rstd and msq, then model_bwd(bwd, ..., that rstd and msq). Outputs are contiguous
-/// (h_new empty). `bwd` must be a backward variant (controls allowed).
+/// The whole step as the GPU pipeline runs it: model_fwd(fwd) for y, rstd
+/// and msq, then model_bwd(bwd, ..., that rstd and msq). Outputs are
+/// contiguous (h_new empty unless form res). `fwd` must be a forward variant
+/// with a model, `bwd` a backward variant (controls allowed); otherwise
+/// std::invalid_argument naming it.
 /// Form res (u.p != nullptr): x holds h; h_new = model_residual_add(x, u) is
 /// normalized instead of x and returned in Outputs::h_new, and dh_new (may be
 /// absent: p == nullptr) is added to dx (Outputs::dx holds dh).
+Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
+                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
+/// run_model(default_fwd(), bwd, ...): a backward variant's step (its
+/// forward is the default forward, fwd_rowwise).
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                   float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
 
