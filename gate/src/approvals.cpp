@@ -1,6 +1,7 @@
 // gate/src/approvals.cpp: approvals from a gate's result: update_approvals
-// (which records change) and approve (the table reloaded, the approvals file
-// written atomically beside it).
+// (which records change), the approval policy's checks (before the run:
+// check_approval_request; after it: approve's re-check) and approve (the
+// table reloaded, the approvals file written atomically beside it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,28 +25,33 @@
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
+#include "normgate/seeds/seed_set.h"
 
 namespace normgate::validators {
 
 using namespace gate_detail;
 
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
-                                          const std::vector<kernels::Route>& table_routes) {
+                                          const std::vector<kernels::Route>& table_routes,
+                                          const std::vector<std::string>& refused) {
   std::vector<std::string> changes;
+  // A record approves every table window its window contains (routing.h).
   auto in_table = [&](const kernels::Approval& x) {
-    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.same_window(rt); });
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.contains(rt); });
   };
   std::vector<kernels::Approval> keep;
   for (auto& x : a.records) {
     if (!in_table(x)) {
       changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
-                        " (window not in the table)");
+                        " (window not in the table, nor containing one of its windows)");
       continue;
     }
     keep.push_back(std::move(x));
   }
   a.records = std::move(keep);
-  for (const auto& w : r.windows) {
+  for (size_t wi = 0; wi < r.windows.size(); ++wi) {
+    const auto& w = r.windows[wi];
+    const std::string why_refused = wi < refused.size() ? refused[wi] : std::string();
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {
@@ -58,6 +64,11 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     a.records = std::move(rest);
     if (!w.pass || w.control) {
       if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.window() + " (the gate failed)");
+      continue;
+    }
+    if (!why_refused.empty()) {
+      changes.push_back("refused " + r.backend + " " + w.route.describe() + ": " + why_refused +
+                        (had ? "; its earlier " + r.backend + " approval is revoked" : std::string()));
       continue;
     }
     kernels::Approval x;
@@ -83,13 +94,22 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.date = r.date;
     x.normgate_commit = r.normgate_commit;
     x.normgate_version = r.normgate_version;
+    x.has_strength = true;
+    x.t_per_window = r.t_per_window;
+    x.dense_points = r.dense_points;
+    x.dense_step = r.dense_step;
+    x.dense_all_seeds = r.dense_all_seeds;
+    x.fresh_factor = r.fresh_factor;
+    x.fresh_seeds = w.fresh.seeds;
+    x.oracle = r.oracle;
+    x.dw_vs_fp32_worst = w.route.op == kernels::Op::bwd ? w.dw_vs_fp32_worst : std::numeric_limits<double>::quiet_NaN();
     changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe());
     a.records.push_back(std::move(x));
   }
   // Stable, readable order: table order, gpu before cpu-model.
   auto rank = [&](const kernels::Approval& x) {
     for (size_t i = 0; i < table_routes.size(); ++i)
-      if (x.same_window(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
+      if (x.contains(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
     return std::make_pair(table_routes.size(), 2);
   };
   std::stable_sort(a.records.begin(), a.records.end(),
@@ -124,17 +144,87 @@ class FileLock {
 };
 }  // namespace
 
+kernels::CampaignStrength requested_strength(const GateOptions& opt, Backend resolved) {
+  kernels::CampaignStrength c;
+  try {
+    c.seed_set = seeds::to_string(seeds::parse_seed_set(opt.seeds));
+  } catch (const std::invalid_argument&) {
+    c.seed_set = opt.seeds;
+  }
+  c.t_per_window = opt.t_per_window;
+  c.dense_points = opt.dense_points;
+  c.dense_step = opt.dense_step;
+  c.dense_all_seeds = opt.dense_all_seeds;
+  c.fresh_factor = opt.fresh_factor;
+  c.backend = backend_name(resolved);
+  return c;
+}
+
+kernels::CampaignStrength result_strength(const GateResult& r) {
+  kernels::CampaignStrength c;
+  c.seed_set = r.seeds;
+  c.t_per_window = r.t_per_window;
+  c.dense_points = r.dense_points;
+  c.dense_step = r.dense_step;
+  c.dense_all_seeds = r.dense_all_seeds;
+  c.fresh_factor = r.fresh_factor;
+  c.backend = r.backend;
+  return c;
+}
+
+kernels::ApprovalPolicy required_policy(const std::string& table_path) {
+  const std::string path = kernels::policy_path_for(table_path);
+  auto p = kernels::load_policy(path);
+  if (!p)
+    throw std::invalid_argument("--approve needs an approval policy, and " + table_path + " has none: write " + path +
+                                " (the minimum campaign an approval needs; format: routing/include/normgate/routing/"
+                                "policy.h, example: routes/sm90a.policy.toml); nothing was run or written");
+  return std::move(*p);
+}
+
+namespace {
+std::string bullet_list(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += "\n  - " + x;
+  return s;
+}
+}  // namespace
+
+void check_approval_request(const GateOptions& opt, Backend resolved) {
+  const kernels::ApprovalPolicy p = required_policy(opt.table_path);
+  const auto missing = p.minimum.shortfalls(requested_strength(opt, resolved));
+  if (!missing.empty())
+    throw std::invalid_argument("--approve refused: this campaign is weaker than the policy minimum of " +
+                                opt.table_path + " (" + p.path + ": " + p.minimum.describe() + "):" +
+                                bullet_list(missing) + "\nnothing was run or written");
+}
+
+std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, const GateResult& r) {
+  std::vector<std::string> out;
+  for (const auto& w : r.windows)
+    out.push_back(w.pass && !w.control ? p.minimum.window_shortfall(w.route.op, w.route.w, w.dw_vs_fp32_worst)
+                                       : std::string());
+  return out;
+}
+
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt) {
   const auto table = kernels::load_route_table(opt.table_path, {opt.allow_controls});
   if (table.sha256 != r.table_sha256)
     throw std::invalid_argument("route table " + opt.table_path + " changed while the gate ran (sha256 " +
                                 r.table_sha256.substr(0, 12) + " gated, " + table.sha256.substr(0, 12) +
                                 " now): no approval written; gate the table as it is now");
+  const kernels::ApprovalPolicy policy = required_policy(opt.table_path);
+  const auto missing = policy.minimum.shortfalls(result_strength(r));
+  if (!missing.empty())
+    throw std::invalid_argument("approval refused: the campaign that ran is weaker than the policy minimum of " +
+                                opt.table_path + " (" + policy.path + "):" + bullet_list(missing) +
+                                "\nno approval written");
+  const auto refused = approval_refusals(policy, r);
   const FileLock lock(a.path);
   // What other gates approved since this one loaded the file is kept: the
   // update applies to the file as it is now.
   a = kernels::load_approvals(a.path);
-  auto changes = update_approvals(a, r, table.routes);
+  auto changes = update_approvals(a, r, table.routes, refused);
   kernels::save_approvals(a);
   return changes;
 }
