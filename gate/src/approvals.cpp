@@ -62,7 +62,25 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       rest.push_back(std::move(x));
     }
     a.records = std::move(rest);
-    if (!w.pass || w.control) {
+    const bool fails = !w.pass || w.control;
+    if (fails || !why_refused.empty()) {
+      // A wider record of this backend, variant and source approves this
+      // window too (routing.h: containment); what was found here
+      // contradicts it, so it goes as well.
+      std::vector<kernels::Approval> kept;
+      for (auto& x : a.records) {
+        if (x.backend == r.backend && x.contains(w.route) && x.variant == w.route.variant->name &&
+            x.source_sha256 == w.route.variant->source_sha256) {
+          changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
+                            (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
+                            " inside it)");
+          continue;
+        }
+        kept.push_back(std::move(x));
+      }
+      a.records = std::move(kept);
+    }
+    if (fails) {
       if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.window() + " (the gate failed)");
       continue;
     }

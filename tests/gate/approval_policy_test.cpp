@@ -230,4 +230,46 @@ TEST(ApprovalPolicy, UpdateKeepsRecordsThatContainTableWindows) {
   EXPECT_NE(changes[0].find("removed gpu approval of bwd det H=128"), std::string::npos) << changes[0];
 }
 
+// A window that fails inside a wider approved window takes that approval
+// (same backend, variant and source) with it: it approved the failing part.
+TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
+  const auto t = kernels::load_route_table(kSmall);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100]
+  ASSERT_EQ(low.t_hi, 100);
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult w;
+  w.route = low;
+  w.pass = false;
+  r.windows.push_back(w);
+  kernels::Approval wide;
+  wide.op = kernels::Op::bwd;
+  wide.mode = kernels::Mode::det;
+  wide.H = 64;
+  wide.t_lo = 1;
+  wide.t_hi = 700;
+  wide.variant = "bwd_det_chunked";
+  wide.source_sha256 = std::string(low.variant->source_sha256);
+  wide.backend = "cpu-model";
+  kernels::Approval gpu = wide;  // another backend: its own evidence
+  gpu.backend = "gpu";
+  kernels::Approval old = wide;  // another source: stale anyway, left as it is
+  old.source_sha256 = std::string(64, 'd');
+  kernels::Approvals a;
+  a.records = {wide, gpu, old};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].backend, "gpu");
+  EXPECT_EQ(a.records[1].source_sha256, std::string(64, 'd'));
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..700 -> bwd_det_chunked "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  // A passing window leaves the wider record alone.
+  r.windows[0].pass = true;
+  r.windows[0].route = t.routes[2];  // [101, 700]
+  a.records = {wide};
+  (void)update_approvals(a, r, t.routes);
+  EXPECT_EQ(a.records.size(), 2u);  // the wider one and the new exact one
+}
+
 }  // namespace

@@ -311,7 +311,10 @@ nlohmann::json gate_to_json(const GateResult& r);
 /// window and backend, with the campaign's strength (Approval::has_strength
 /// and the fields after it; dw_vs_fp32_worst from the window); a failing
 /// window, and a passing one that `refused` names, loses its records of that
-/// backend; records whose window neither equals nor contains a window of the
+/// backend, and so does every wider record of that backend, variant and
+/// source hash that contains it (it approved this window too, and the gate
+/// or the policy now says otherwise); records whose window neither equals
+/// nor contains a window of the
 /// table are removed (a record of a wider window that contains a table
 /// window still approves it: routing.h). refused: empty, or one entry per
 /// r.windows (same order), "" for a window the policy accepts, else why it
