@@ -24,7 +24,9 @@
 #      `normgate inspect` of every .h5. A .h5 over NG_AUDIT_KEEP_MB (default 4)
 #      is removed after its inspect, so that logs.tgz stays small.
 #      NG_AUDIT_BACKEND=cpu runs it on the CPU models (a dry run without a GPU),
-#   9. a short table last.
+#   9. derive (not run by default): `normgate derive` of routes/sm90a.derive.toml
+#      into the output folder (NG_DERIVE_* below, at the step),
+#  10. a short table last.
 # Logs go to the output folder DIR: everything under DIR/logs, packed into
 # DIR/logs.tgz at the end.
 # Usage: tools/h200.sh [--out DIR] [--deadline-s N] [--steps "STEP ..."]
@@ -215,6 +217,37 @@ if has gate; then
   fi
   [ "$journal" = "$out/gate.jsonl" ] || cp "$journal" "$out/gate.jsonl"
   gzip -c "$out/gate.jsonl" >"$final/gate.jsonl.gz"
+fi
+
+if has derive; then
+  # `normgate derive` of NG_DERIVE_SPEC (routes/sm90a.derive.toml): the table
+  # to DIR/sm90a.toml, its approvals and approval policy beside it (seeded
+  # from the committed routes/sm90a.approvals.json and sm90a.policy.toml when
+  # absent), the report to DIR/derive/sm90a.*;
+  # NG_DERIVE_TIMINGS reuses an earlier run's timings, NG_DERIVE_JOURNAL the
+  # gate journal (resumed when it exists), NG_DERIVE_ARGS more options
+  # (e.g. "--approve --seeds 3x16"). Stopped by the deadline.
+  start=$SECONDS
+  budget=$(left)
+  mkdir -p "$final/derive"
+  [ -f "$final/sm90a.approvals.json" ] || cp "$root/routes/sm90a.approvals.json" "$final/sm90a.approvals.json"
+  # --approve needs the approval policy beside the output table (policy.h).
+  [ -f "$final/sm90a.policy.toml" ] || cp "$root/routes/sm90a.policy.toml" "$final/sm90a.policy.toml"
+  djournal="${NG_DERIVE_JOURNAL:-$final/derive/gate.jsonl}"
+  targs=()
+  [ -n "${NG_DERIVE_TIMINGS:-}" ] && targs=(--timings "$NG_DERIVE_TIMINGS")
+  if [ "$budget" -gt 30 ]; then
+    # shellcheck disable=SC2086
+    timeout --signal=KILL $((budget - 5)) "$bin" derive "${NG_DERIVE_SPEC:-$root/routes/sm90a.derive.toml}" \
+      --out "$final/sm90a.toml" --report "$final/derive/sm90a" --journal "$djournal" \
+      --deadline-s $((budget - 25)) "${targs[@]}" ${NG_DERIVE_ARGS:-} >"$out/derive.log" 2>&1
+    rc=$?
+    summary+=("derive rc=$rc $((SECONDS - start))s")
+    while read -r l; do summary+=("  $l"); done < <(grep -E "^(timings|table|stopped|gate) |^  (PASS|FAIL)" "$out/derive.log")
+    cp "$out/derive.log" "$final/derive/derive.log"
+  else
+    summary+=("derive skipped: deadline")
+  fi
 fi
 
 if has audit; then

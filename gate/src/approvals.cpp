@@ -35,15 +35,22 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
                                           const std::vector<kernels::Route>& table_routes,
                                           const std::vector<std::string>& refused) {
   std::vector<std::string> changes;
-  // A record approves every table window its window contains (routing.h).
+  // A record stays while its window overlaps one of the table's, whatever
+  // variant the table routes there now: one whose window contains a table
+  // window approves it (routing.h, approval_status), and a derivation
+  // (derive.h) weighs every candidate's approvals.
+  auto overlaps = [](const kernels::Approval& x, const Route& rt) {
+    return x.op == rt.op && (x.op == Op::fwd || x.mode == rt.mode) && x.H == rt.H && x.w == rt.w &&
+           x.form == rt.form && x.t_lo <= rt.t_hi && rt.t_lo <= x.t_hi;
+  };
   auto in_table = [&](const kernels::Approval& x) {
-    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.contains(rt); });
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return overlaps(x, rt); });
   };
   std::vector<kernels::Approval> keep;
   for (auto& x : a.records) {
     if (!in_table(x)) {
       changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
-                        " (window not in the table, nor containing one of its windows)");
+                        " (its window overlaps none of the table's)");
       continue;
     }
     keep.push_back(std::move(x));
@@ -55,7 +62,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {
-      if (x.same_window(w.route) && x.backend == r.backend) {
+      if (x.same_window(w.route) && x.backend == r.backend && x.variant == w.route.variant->name) {
         had = true;
         continue;
       }
@@ -81,7 +88,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       a.records = std::move(kept);
     }
     if (fails) {
-      if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.window() + " (the gate failed)");
+      if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.describe() + " (the gate failed)");
       continue;
     }
     if (!why_refused.empty()) {
@@ -127,7 +134,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   // Stable, readable order: table order, gpu before cpu-model.
   auto rank = [&](const kernels::Approval& x) {
     for (size_t i = 0; i < table_routes.size(); ++i)
-      if (x.contains(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
+      if (overlaps(x, table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
     return std::make_pair(table_routes.size(), 2);
   };
   std::stable_sort(a.records.begin(), a.records.end(),
@@ -190,11 +197,10 @@ kernels::CampaignStrength result_strength(const GateResult& r) {
   return c;
 }
 
-kernels::ApprovalPolicy required_policy(const std::string& table_path) {
-  const std::string path = kernels::policy_path_for(table_path);
-  auto p = kernels::load_policy(path);
+kernels::ApprovalPolicy required_policy(const std::string& policy_path) {
+  auto p = kernels::load_policy(policy_path);
   if (!p)
-    throw std::invalid_argument("--approve needs an approval policy, and " + table_path + " has none: write " + path +
+    throw std::invalid_argument("--approve needs an approval policy, and there is none: write " + policy_path +
                                 " (the minimum campaign an approval needs; format: routing/include/normgate/routing/"
                                 "policy.h, example: routes/sm90a.policy.toml); nothing was run or written");
   return std::move(*p);
@@ -208,8 +214,9 @@ std::string bullet_list(const std::vector<std::string>& xs) {
 }
 }  // namespace
 
-void check_approval_request(const GateOptions& opt, Backend resolved) {
-  const kernels::ApprovalPolicy p = required_policy(opt.table_path);
+void check_approval_request(const GateOptions& opt, Backend resolved, const std::string& policy_path) {
+  const kernels::ApprovalPolicy p =
+      required_policy(policy_path.empty() ? kernels::policy_path_for(opt.table_path) : policy_path);
   const auto missing = p.minimum.shortfalls(requested_strength(opt, resolved));
   if (!missing.empty())
     throw std::invalid_argument("--approve refused: this campaign is weaker than the policy minimum of " +
@@ -231,7 +238,7 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
     throw std::invalid_argument("route table " + opt.table_path + " changed while the gate ran (sha256 " +
                                 r.table_sha256.substr(0, 12) + " gated, " + table.sha256.substr(0, 12) +
                                 " now): no approval written; gate the table as it is now");
-  const kernels::ApprovalPolicy policy = required_policy(opt.table_path);
+  const kernels::ApprovalPolicy policy = required_policy(kernels::policy_path_for_approvals(a.path));
   const auto missing = policy.minimum.shortfalls(result_strength(r));
   if (!missing.empty())
     throw std::invalid_argument("approval refused: the campaign that ran is weaker than the policy minimum of " +

@@ -68,14 +68,14 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
     for (const Route& r : table.routes) {
       const Route* old = base.find_window(r);
       if (old && old->variant == r.variant) sel.skipped.push_back(r.where() + " " + r.describe());
-      else if (filter.matches(r)) sel.gated.push_back(&r);
+      else if (filter.matches(r) && (!opt.select || opt.select(r))) sel.gated.push_back(&r);
       else sel.filtered_out.push_back(r.where() + " " + r.describe());
     }
     for (const Route& r : base.routes)
       if (!table.find_window(r)) sel.removed.push_back(r.where() + " " + r.describe());
   } else {
     for (const Route& r : table.routes) {
-      if (filter.matches(r)) sel.gated.push_back(&r);
+      if (filter.matches(r) && (!opt.select || opt.select(r))) sel.gated.push_back(&r);
       else sel.filtered_out.push_back(r.where() + " " + r.describe());
     }
   }

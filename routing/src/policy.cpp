@@ -225,6 +225,14 @@ std::string policy_path_for(const std::string& table_path) {
   return table_path + ".policy.toml";
 }
 
+std::string policy_path_for_approvals(const std::string& approvals_path) {
+  constexpr std::string_view kSuffix = ".approvals.json";
+  if (approvals_path.size() > kSuffix.size() &&
+      approvals_path.compare(approvals_path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
+    return approvals_path.substr(0, approvals_path.size() - kSuffix.size()) + ".policy.toml";
+  return approvals_path + ".policy.toml";
+}
+
 ApprovalPolicy parse_policy(std::string_view text, const std::string& path) {
   toml::table root;
   try {

@@ -116,9 +116,14 @@ TEST(ApprovalPolicy, WeakCampaignRefusedBeforeAnyWork) {
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("--approve needs an approval policy"), std::string::npos) << m;
-    EXPECT_NE(m.find(dir + "/t.policy.toml"), std::string::npos) << m;
+    EXPECT_NE(m.find("write " + dir + "/t.policy.toml"), std::string::npos) << m;
   }
+  // An explicit policy path (normgate derive: its output table's policy).
   write_policy(dir);
+  std::filesystem::rename(dir + "/t.policy.toml", dir + "/out.policy.toml");
+  EXPECT_THROW(check_approval_request(o, Backend::cpu), std::invalid_argument);
+  EXPECT_NO_THROW(check_approval_request(o, Backend::cpu, dir + "/out.policy.toml"));
+  std::filesystem::rename(dir + "/out.policy.toml", dir + "/t.policy.toml");
   EXPECT_NO_THROW(check_approval_request(o, Backend::cpu));
   // The same campaign on the GPU backend is not accepted by this policy.
   try {

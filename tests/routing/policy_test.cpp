@@ -59,6 +59,8 @@ TEST(Policy, ParsesTheCommittedPolicies) {
   // Each policy file sits beside its table, at policy_path_for's path.
   EXPECT_EQ(policy_path_for("routes/sm90a.toml"), "routes/sm90a.policy.toml");
   EXPECT_EQ(policy_path_for("x/t.tbl"), "x/t.tbl.policy.toml");
+  EXPECT_EQ(policy_path_for_approvals("routes/sm90a.approvals.json"), "routes/sm90a.policy.toml");
+  EXPECT_EQ(policy_path_for_approvals("x/a.json"), "x/a.json.policy.toml");
   for (const char* t : {"/routes/sm90a-ci.toml", "/tests/data/routes/small.toml"})
     EXPECT_TRUE(load_policy(policy_path_for(kSrc + t)).has_value()) << t;
   // No file: no policy (not an error).

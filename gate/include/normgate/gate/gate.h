@@ -132,6 +132,10 @@ struct GateOptions {
   bool dense_all_seeds = false;
   int fresh_factor = 2;                ///< fresh seeds = factor x per-family seed count (0: none)
   std::string windows;                 ///< window filter ("" = all)
+  /// In-process selection on top of `windows` (empty: every window the
+  /// filter keeps); `normgate derive` gates only the windows whose winner
+  /// lacks a current approval with it.
+  std::function<bool(const kernels::Route&)> select;
   std::string journal_path;            ///< "" = no journal
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
@@ -313,10 +317,10 @@ nlohmann::json gate_to_json(const GateResult& r);
 /// window, and a passing one that `refused` names, loses its records of that
 /// backend, and so does every wider record of that backend, variant and
 /// source hash that contains it (it approved this window too, and the gate
-/// or the policy now says otherwise); records whose window neither equals
-/// nor contains a window of the
-/// table are removed (a record of a wider window that contains a table
-/// window still approves it: routing.h). refused: empty, or one entry per
+/// or the policy now says otherwise); records whose window overlaps none of
+/// the table's are removed (a record whose window contains a table window
+/// approves it: routing.h; one that overlaps is kept for derivations,
+/// derive.h). refused: empty, or one entry per
 /// r.windows (same order), "" for a window the policy accepts, else why it
 /// does not (approval_refusals). Returns one line per change ("approved
 /// ...", "revoked ...", "refused ...", "removed ..."). Never throws.
@@ -333,19 +337,23 @@ kernels::CampaignStrength requested_strength(const GateOptions& opt, Backend res
 /// Never throws.
 kernels::CampaignStrength result_strength(const GateResult& r);
 
-/// The approval policy of the table at `table_path` (kernels::policy_path_for).
-/// Throws std::invalid_argument saying that `--approve` needs one, and where
-/// to write it, when there is no policy file; kernels::PolicyError when it
-/// is invalid or unreadable.
-kernels::ApprovalPolicy required_policy(const std::string& table_path);
+/// The approval policy at `policy_path` (a table's: kernels::policy_path_for;
+/// an approvals file's: kernels::policy_path_for_approvals). Throws
+/// std::invalid_argument saying that `--approve` needs one, and where to
+/// write it, when there is no policy file; kernels::PolicyError when it is
+/// invalid or unreadable.
+kernels::ApprovalPolicy required_policy(const std::string& policy_path);
 
 /// `gate --approve` before any work: the requested campaign (requested_strength)
-/// against the policy minimum of opt.table_path (required_policy). Throws
-/// std::invalid_argument listing every missing requirement, one per line
-/// ("  - seeds 3x1 below the policy minimum 3x16 (routes/sm90a.policy.toml:7)",
-/// "  - no dense refinement (...)"), when the campaign falls short; as
-/// required_policy when the policy is missing or invalid.
-void check_approval_request(const GateOptions& opt, Backend resolved);
+/// against the policy minimum at `policy_path` ("" : the policy of
+/// opt.table_path, kernels::policy_path_for; `normgate derive` passes its
+/// output table's, since it gates candidate tables written elsewhere).
+/// Throws std::invalid_argument listing every missing requirement, one per
+/// line ("  - seeds 3x1 below the policy minimum 3x16
+/// (routes/sm90a.policy.toml:7)", "  - no dense refinement (...)"), when the
+/// campaign falls short; as required_policy when the policy is missing or
+/// invalid.
+void check_approval_request(const GateOptions& opt, Backend resolved, const std::string& policy_path = "");
 
 /// The policy minimum's window requirements on a finished gate: one entry
 /// per r.windows, "" when the window may be approved, else why not (today:
@@ -356,7 +364,9 @@ std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, con
 
 /// `gate --approve`: the table of opt.table_path reloaded (opt.allow_controls)
 /// and required to be the one gated (sha256 == r.table_sha256); the policy
-/// (required_policy) re-checked against the finished campaign
+/// of the approvals file (required_policy at
+/// kernels::policy_path_for_approvals(a.path): the table's policy for a
+/// table's approvals) re-checked against the finished campaign
 /// (result_strength: every shortfall refuses the whole run) and per window
 /// (approval_refusals: such a window is refused, its record of this backend
 /// revoked); then, under an exclusive flock(2) on a.path + ".lock", the

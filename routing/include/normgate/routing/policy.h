@@ -129,6 +129,10 @@ struct ApprovalPolicy {
 /// Path of a table's policy file: "dir/stem.policy.toml" for
 /// "dir/stem.toml" (any other name: name + ".policy.toml").
 std::string policy_path_for(const std::string& table_path);
+/// Path of the policy that governs an approvals file: "dir/stem.policy.toml"
+/// for "dir/stem.approvals.json" (the table's policy; any other name: name +
+/// ".policy.toml").
+std::string policy_path_for_approvals(const std::string& approvals_path);
 
 /// Parse policy TOML `text`; `path` names the file in messages. Throws
 /// PolicyError ("PATH:LINE: what") for TOML syntax errors and every rule of

@@ -1,0 +1,463 @@
+// apps/cmd_derive.cpp: normgate derive SPEC: a route table derived from
+// measurements (routing/derive.h): time every candidate, gate the winners,
+// write the table routing the fastest approved candidate per window and the
+// derivation report.
+#include "commands.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "normgate/bench/candidates.h"
+#include "normgate/gate/gate.h"
+#include "normgate/kernels/device.h"
+#include "normgate/oracle/reference.h"
+#include "normgate/routing/derive.h"
+#include "normgate/routing/policy.h"
+#include "normgate/routing/routing.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+namespace {
+
+using kernels::BenchKey;
+using kernels::BenchPoint;
+using kernels::DeriveGroup;
+using kernels::DeriveSpec;
+using kernels::DerivedWindow;
+using kernels::Exclusion;
+using kernels::Op;
+using kernels::Timings;
+using kernels::Variant;
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+struct DeadlineReached : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Candidates timed at one shape: the union of its groups' lists (det first,
+// then what nondet adds), so a det variant is timed once for both modes.
+std::vector<const Variant*> shape_candidates(const DeriveSpec& spec, Op op, int64_t H, WDtype w, Form form) {
+  std::vector<const Variant*> out;
+  for (const DeriveGroup& g : spec.groups)
+    if (g.op == op && g.H == H && g.w == w && g.form == form)
+      for (const Variant* v : spec.candidates(g))
+        if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  return out;
+}
+
+void bench_point(kernels::CandidateBench& b, const BenchKey& k, const std::vector<const Variant*>& cands,
+                 const DeriveSpec& spec, Timings& timings) {
+  const auto t = b.time(k.op, k.T, cands, spec.rounds, spec.reps);
+  BenchPoint p;
+  p.key = k;
+  p.aa_variant = std::string(cands[0]->name);
+  p.aa_floor = t.aa_floor;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    p.median_us[std::string(cands[i]->name)] = t.median_us[i];
+    p.rounds_us[std::string(cands[i]->name)] = t.rounds_us[i];
+  }
+  timings.points[k] = std::move(p);
+}
+
+// Benchmark every shape of the spec: the grid, then crossover_steps rounds of
+// bisection, one (H, w, form) at a time (its buffers freed before the next).
+Timings run_bench(const DeriveSpec& spec, double deadline_s, const std::chrono::steady_clock::time_point t0) {
+  const auto dev = kernels::device_info();
+  Timings tm;
+  tm.gpu = dev.name;
+  tm.driver = dev.driver;
+  tm.cuda = dev.cuda_runtime;
+  tm.normgate_commit = NORMGATE_GIT_COMMIT;
+  tm.rounds = spec.rounds;
+  tm.reps = spec.reps;
+  std::set<std::tuple<int64_t, WDtype, Form>> shapes;
+  for (const DeriveGroup& g : spec.groups) shapes.insert({g.H, g.w, g.form});
+  size_t done = 0;
+  for (const auto& [H, w, form] : shapes) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (deadline_s > 0 && el > deadline_s)
+      throw DeadlineReached("deadline reached while benchmarking (" + std::to_string(done) + " of " +
+                            std::to_string(shapes.size()) + " shapes timed)");
+    kernels::CandidateBench bench(H, w, form, spec.t_grid.back());
+    DeriveSpec sub = spec;  // this shape's groups only
+    sub.groups.clear();
+    for (const DeriveGroup& g : spec.groups)
+      if (g.H == H && g.w == w && g.form == form) sub.groups.push_back(g);
+    for (Op op : {Op::fwd, Op::bwd}) {
+      const auto cands = shape_candidates(spec, op, H, w, form);
+      if (cands.empty()) continue;
+      for (int64_t T : spec.t_grid) bench_point(bench, BenchKey{op, H, w, form, T}, cands, spec, tm);
+    }
+    for (int step = 0; step < spec.crossover_steps; ++step) {
+      const auto more = kernels::crossover_points(sub, tm, {});
+      if (more.empty()) break;
+      for (const BenchKey& k : more) bench_point(bench, k, shape_candidates(spec, k.op, H, w, form), spec, tm);
+    }
+    ++done;
+    std::printf("bench    %zu/%zu H=%lld w=%s form=%s (%.0f s)\n", done, shapes.size(), static_cast<long long>(H),
+                std::string(to_string(w)).c_str(), std::string(to_string(form)).c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+  }
+  tm.date = utc_now();
+  return tm;
+}
+
+kernels::Route route_of(const DerivedWindow& w, const std::string& file) {
+  kernels::Route r;
+  r.op = w.group.op;
+  r.mode = w.group.mode;
+  r.H = w.group.H;
+  r.w = w.group.w;
+  r.form = w.group.form;
+  r.t_lo = w.t_lo;
+  r.t_hi = w.t_hi;
+  r.variant = w.variant;
+  r.file = file;
+  return r;
+}
+
+// What the gate said about one (variant, window) in this run.
+struct GateNote {
+  std::string group, variant;
+  int64_t t_lo = 0, t_hi = 0;
+  bool pass = false;
+  double worst = 0;
+  std::string worst_output, worst_case, report;
+};
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+}  // namespace
+
+void add_derive(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "derive",
+      "Derive a route table: time every candidate of every group on the GPU (CUDA-graph replay, cold L2, "
+      "interleaved rounds, A/A floor), split windows at the measured crossovers, gate each window's winner, and "
+      "write the table routing the fastest approved candidate per window with its derivation report; exit 0 every "
+      "window's variant approved, 1 a window without an approved candidate, 2 usage or input error");
+  struct Opts {
+    std::string spec, out, report, timings, backend = "auto", oracle = "auto", gate = "winners";
+    bool bench_only = false, approve = false;
+    double deadline_s = 0;
+    validators::GateOptions g;
+  };
+  auto o = std::make_shared<Opts>();
+  o->g.seeds = "3x16";
+  sub->add_option("spec", o->spec, "Derivation spec (TOML), e.g. routes/sm90a.derive.toml")->required();
+  sub->add_option("--out", o->out, "Route table to write (atomically), e.g. routes/sm90a.toml; its approvals file "
+                                   "beside it is read (and with --approve written)")
+      ->required();
+  sub->add_option("--report", o->report,
+                  "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json and each gate round's table "
+                  "and reports (PREFIX.round-K.{toml,md,json})")
+      ->required();
+  sub->add_option("--timings", o->timings,
+                  "Use these timings (a PREFIX.timings.json of an earlier run) instead of benchmarking");
+  sub->add_flag("--bench-only", o->bench_only, "Benchmark, write PREFIX.timings.json, stop");
+  sub->add_option("--gate", o->gate,
+                  "winners: gate each window's winner that lacks a current approval (a rejected winner gives its "
+                  "window to the next candidate); none: derive from timings and existing approvals only")
+      ->check(CLI::IsMember({"winners", "none"}))
+      ->capture_default_str();
+  sub->add_flag("--approve", o->approve, "Write approvals of the windows the gate passes (as gate --approve)");
+  sub->add_option("--seeds", o->g.seeds, "Gate seed set")->capture_default_str();
+  sub->add_option("--t-per-window", o->g.t_per_window, "Gate T points per window")->capture_default_str();
+  sub->add_option("--dense-points", o->g.dense_points, "Dense-grid points each side of the worst T")
+      ->capture_default_str();
+  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")->capture_default_str();
+  sub->add_option("--fresh-factor", o->g.fresh_factor, "Fresh seeds: this many times the seed count")
+      ->capture_default_str();
+  sub->add_option("--journal", o->g.journal_path,
+                  "Gate write-ahead journal, shared by every round (rerun with the same file to resume)");
+  sub->add_option("--deadline-s", o->deadline_s,
+                  "Stop benchmarking or gating after this many seconds (0: none); what is unfinished is reported, "
+                  "and the table routes only approved candidates")
+      ->check(CLI::Range(0.0, 1e9));
+  add_backend_option(sub, o->backend, "Where the gate runs variants: gpu, cpu (CPU models), auto");
+  add_oracle_option(sub, o->oracle, "Gate oracle");
+  add_threads_option(sub, o->g.threads, "OpenMP threads for the gate (0: default)");
+  sub->callback([&cmds, o] {
+    cmds.run = [o]() -> int {
+      const auto t0 = std::chrono::steady_clock::now();
+      // Inputs and outputs checked before any work.
+      const DeriveSpec spec = kernels::load_derive_spec(o->spec);
+      check_writable(o->out);
+      check_writable(o->report + ".md");
+      if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
+      o->g.backend = validators::parse_backend(o->backend);
+      o->g.oracle = oracle::parse_oracle_mode(o->oracle);
+      o->g.normgate_version = NORMGATE_VERSION;
+      o->g.normgate_commit = NORMGATE_GIT_COMMIT;
+      const auto backend = validators::resolve_backend(o->g.backend);
+      const bool cpu_gate = backend != validators::Backend::gpu;
+      const std::string approvals_path = kernels::approvals_path_for(o->out);
+      kernels::Approvals approvals = kernels::load_approvals(approvals_path);
+      if (o->approve) {
+        check_writable(approvals_path);
+        // The output table's approval policy: a gate campaign weaker than
+        // its minimum is refused here, before any work (approve() re-checks).
+        validators::check_approval_request(o->g, backend, kernels::policy_path_for(o->out));
+      }
+
+      Timings timings;
+      if (!o->timings.empty()) {
+        timings = kernels::load_timings(o->timings);
+      } else {
+        if (!kernels::gpu_available())
+          throw std::invalid_argument(
+              "no usable CUDA device: derive times the candidates on the GPU; give --timings FILE (an earlier "
+              "run's PREFIX.timings.json) to derive without one");
+        try {
+          timings = run_bench(spec, o->deadline_s, t0);
+        } catch (const DeadlineReached& e) {
+          std::fprintf(stderr, "normgate derive: %s; nothing written\n", e.what());
+          return 1;
+        }
+        write_file_atomic(o->report + ".timings.json", kernels::timings_to_json_text(timings));
+        std::printf("timings  %s.timings.json (%zu points)\n", o->report.c_str(), timings.points.size());
+      }
+      if (o->bench_only) return 0;
+
+      // Derive, gate the winners without a current approval, exclude the
+      // rejected, derive again.
+      std::vector<Exclusion> excl;
+      std::vector<GateNote> notes;
+      std::set<std::string> passed_now;  // "group|variant|lo|hi" the gate passed in this run
+      auto wkey = [](const DerivedWindow& w) {
+        return w.group.key() + "|" + std::string(w.variant->name) + "|" + std::to_string(w.t_lo) + "|" +
+               std::to_string(w.t_hi);
+      };
+      auto derive_all = [&]() {
+        std::vector<DerivedWindow> all;
+        for (const DeriveGroup& g : spec.groups)
+          for (auto& w : kernels::derive_group(spec, g, timings, excl)) all.push_back(std::move(w));
+        return all;
+      };
+      auto approved = [&](const DerivedWindow& w) {
+        const auto st = kernels::approval_status(route_of(w, o->out), approvals, cpu_gate);
+        return st.state == kernels::ApprovalState::current;
+      };
+      bool stopped = false;
+      std::string stop_reason;
+      int round = 0;
+      for (; o->gate == "winners" && round < 12; ++round) {
+        const auto ws = derive_all();
+        std::set<std::string> need;
+        for (const auto& w : ws)
+          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) need.insert(wkey(w));
+        if (need.empty()) break;
+        const std::string table_path = o->report + ".round-" + std::to_string(round + 1) + ".toml";
+        write_file_atomic(table_path, kernels::route_table_text(spec, ws,
+                                                                "gate round " + std::to_string(round + 1) + " of `normgate derive " +
+                                                                    o->spec + "`: candidate table (not for use)"));
+        validators::GateOptions g = o->g;
+        g.table_path = table_path;
+        g.select = [&need](const kernels::Route& r) {
+          const std::string k = std::string(to_string(r.op)) +
+                                (r.op == Op::bwd ? " " + std::string(to_string(r.mode)) : std::string()) +
+                                " H=" + std::to_string(r.H) + " w=" + std::string(to_string(r.w)) +
+                                " form=" + std::string(to_string(r.form)) + "|" + std::string(r.variant->name) + "|" +
+                                std::to_string(r.t_lo) + "|" + std::to_string(r.t_hi);
+          return need.count(k) > 0;
+        };
+        if (o->deadline_s > 0)
+          g.after_case = [o, t0](int64_t) {
+            if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o->deadline_s)
+              throw DeadlineReached("deadline reached while gating (the journal keeps the finished cases)");
+          };
+        std::printf("gate     round %d: %zu window(s) without a current approval (%s)\n", round + 1, need.size(),
+                    table_path.c_str());
+        std::fflush(stdout);
+        validators::GateResult res;
+        try {
+          res = validators::run_gate(g);
+        } catch (const DeadlineReached& e) {
+          stopped = true;
+          stop_reason = e.what();
+          break;
+        }
+        const std::string md = validators::format_gate_markdown(res);
+        write_file_atomic(o->report + ".round-" + std::to_string(round + 1) + ".md", md);
+        write_file_atomic(o->report + ".round-" + std::to_string(round + 1) + ".json",
+                          validators::gate_to_json(res).dump(2) + "\n");
+        if (o->approve) {
+          const auto changes = validators::approve(approvals, res, g);
+          for (const auto& c : changes) std::printf("  %s\n", c.c_str());
+        }
+        for (const auto& w : res.windows) {
+          GateNote n;
+          n.group = DeriveGroup{w.route.op, w.route.mode, w.route.H, w.route.w, w.route.form}.key();
+          n.variant = std::string(w.route.variant->name);
+          n.t_lo = w.route.t_lo;
+          n.t_hi = w.route.t_hi;
+          n.pass = w.pass;
+          n.worst = w.worst;
+          n.worst_output = w.worst_output;
+          n.worst_case = w.worst_case;
+          n.report = o->report + ".round-" + std::to_string(round + 1) + ".md";
+          std::printf("  %s %s T=%lld..%lld -> %s: worst err/tol %.3g (%s)\n", w.pass ? "PASS" : "FAIL",
+                      n.group.c_str(), static_cast<long long>(n.t_lo), static_cast<long long>(n.t_hi),
+                      n.variant.c_str(), w.worst, w.worst_output.c_str());
+          if (w.pass) passed_now.insert(n.group + "|" + n.variant + "|" + std::to_string(n.t_lo) + "|" +
+                                        std::to_string(n.t_hi));
+          else excl.push_back({n.group, n.variant, n.t_lo, n.t_hi});
+          notes.push_back(std::move(n));
+        }
+      }
+      // The table: every window's winner approved (or passed now); where a
+      // winner is neither, it is excluded and the next candidate routed.
+      std::vector<DerivedWindow> ws;
+      for (int guard = 0; guard < 64; ++guard) {
+        ws = derive_all();
+        bool changed = false;
+        for (const auto& w : ws)
+          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) {
+            excl.push_back({w.group.key(), std::string(w.variant->name), w.t_lo, w.t_hi});
+            changed = true;
+          }
+        if (!changed) break;
+      }
+      int unapproved = 0;
+      for (const auto& w : ws) unapproved += w.no_candidate || !approved(w);
+
+      // Report.
+      nlohmann::ordered_json jr;
+      jr["format"] = "normgate-derivation/1";
+      jr["spec"] = o->spec;
+      jr["table"] = o->out;
+      jr["approvals"] = approvals_path;
+      jr["timings"] = {{"gpu", timings.gpu}, {"driver", timings.driver}, {"cuda", timings.cuda},
+                       {"date", timings.date}, {"normgate_commit", timings.normgate_commit},
+                       {"rounds", timings.rounds}, {"reps", timings.reps}};
+      jr["normgate_commit"] = NORMGATE_GIT_COMMIT;
+      jr["date"] = utc_now();
+      std::string md = "# Route derivation: " + o->out + "\n\n";
+      md += "- spec: `" + o->spec + "`; command: `normgate derive " + o->spec + " --out " + o->out + " --report " +
+            o->report + (o->timings.empty() ? "" : " --timings " + o->timings) + "`\n";
+      md += "- timings: " + timings.gpu + " (driver " + timings.driver + ", CUDA " + timings.cuda + "), " +
+            timings.date + ", normgate " + timings.normgate_commit + "; " + std::to_string(timings.rounds) +
+            " interleaved rounds x " + std::to_string(timings.reps) +
+            " graph replays (cold L2) per measurement; A/A floor = the first candidate timed twice per round\n";
+      md += "- gate: seeds " + o->g.seeds + ", " + std::to_string(o->g.t_per_window) + " T points per window, dense " +
+            std::to_string(o->g.dense_points) + " points each side every " + std::to_string(o->g.dense_step) +
+            " rows, fresh seeds x" + std::to_string(o->g.fresh_factor) + "; backend " +
+            (cpu_gate ? "cpu-model" : "gpu") + (stopped ? "; STOPPED: " + stop_reason : "") + "\n";
+      md += "- windows: " + std::to_string(ws.size()) + ", " + std::to_string(unapproved) +
+            " without a current approval\n\n";
+      md += "Per window: the routed variant, its approval (margin = 1 - worst err/tol), and every candidate's "
+            "median time at the window's timed points (us; `*` the winner, `x` rejected by the gate in this "
+            "window, `~` within the A/A floor of the fastest).\n\n";
+      md += "| window | variant | approval | margin | candidates at timed T (us) |\n| --- | --- | --- | --- | --- |\n";
+      nlohmann::ordered_json jw = nlohmann::ordered_json::array();
+      for (const auto& w : ws) {
+        const auto st = kernels::approval_status(route_of(w, o->out), approvals, cpu_gate);
+        double worst = std::nan("");
+        std::string appr = std::string(kernels::to_string(st.state));
+        if (st.record) {
+          worst = 0;
+          for (const auto& [k, v] : st.record->max_err_tol) worst = std::max(worst, v);
+          appr += " (" + st.record->backend + ", seeds " + st.record->seed_set + ", " +
+                  std::to_string(st.record->cases) + " cases, " + st.record->date.substr(0, 10) + ")";
+        }
+        const std::string vname(w.variant->name);
+        for (const auto& n : notes)
+          if (n.group == w.group.key() && n.variant == vname && n.t_lo == w.t_lo && n.t_hi == w.t_hi && n.pass &&
+              !st.record) {
+            worst = n.worst;
+            appr = "passed now, not approved (run with --approve)";
+          }
+        std::string cells;
+        nlohmann::ordered_json jpts = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < w.points.size(); ++i) {
+          const int64_t T = w.points[i];
+          const BenchPoint* p = timings.find(BenchKey{w.group.op, w.group.H, w.group.w, w.group.form, T});
+          std::string cell = "T=" + std::to_string(T) + ":";
+          double best = 1e300;
+          for (const auto& [v, us] : p->median_us) best = std::min(best, us);
+          for (const Variant* c : spec.candidates(w.group)) {
+            auto it = p->median_us.find(std::string(c->name));
+            if (it == p->median_us.end()) continue;
+            bool rej = false;
+            for (const auto& e : excl)
+              if (e.group == w.group.key() && e.variant == c->name && T >= e.t_lo && T <= e.t_hi) rej = true;
+            cell += " " + std::string(c->name) + " " + fmt("%.2f", it->second) + (c == w.variant ? "*" : "") +
+                    (rej ? "x" : "") + (c != w.variant && it->second <= best * (1 + p->aa_floor) ? "~" : "");
+          }
+          cell += " (A/A " + fmt("%.1f", 100 * p->aa_floor) + "%)";
+          cells += (cells.empty() ? "" : "<br>") + cell;
+          jpts.push_back({{"T", T}, {"median_us", p->median_us}, {"aa_floor", p->aa_floor}, {"reason", w.reasons[i]}});
+        }
+        char win[160];
+        std::snprintf(win, sizeof win, "%s T=%lld..%lld", w.group.key().c_str(), static_cast<long long>(w.t_lo),
+                      static_cast<long long>(w.t_hi));
+        md += "| " + std::string(win) + " | " + vname + " | " + appr + " | " +
+              (std::isnan(worst) ? "-" : fmt("%.3f", 1 - worst)) + " | " + cells + " |\n";
+        nlohmann::ordered_json e;
+        e["window"] = win;
+        e["variant"] = vname;
+        e["approval"] = appr;
+        e["worst_err_tol"] = std::isnan(worst) ? nlohmann::ordered_json() : nlohmann::ordered_json(worst);
+        e["points"] = jpts;
+        jw.push_back(e);
+      }
+      jr["windows"] = jw;
+      nlohmann::ordered_json jg = nlohmann::ordered_json::array();
+      if (!notes.empty()) {
+        md += "\n## Gate verdicts of this run\n\n| window | candidate | verdict | worst err/tol (output) | worst case | "
+              "report |\n| --- | --- | --- | --- | --- | --- |\n";
+        for (const auto& n : notes) {
+          md += "| " + n.group + " T=" + std::to_string(n.t_lo) + ".." + std::to_string(n.t_hi) + " | " + n.variant +
+                " | " + (n.pass ? "pass" : "**REJECTED**") + " | " + fmt("%.4g", n.worst) + " (" + n.worst_output +
+                ") | `" + n.worst_case + "` | `" + n.report + "` |\n";
+          jg.push_back({{"group", n.group}, {"variant", n.variant}, {"T", {n.t_lo, n.t_hi}}, {"pass", n.pass},
+                        {"worst_err_tol", n.worst}, {"worst_output", n.worst_output}, {"worst_case", n.worst_case},
+                        {"report", n.report}});
+        }
+      }
+      jr["gate_verdicts"] = jg;
+      jr["stopped"] = stopped ? nlohmann::ordered_json(stop_reason) : nlohmann::ordered_json();
+
+      const std::string header =
+          std::filesystem::path(o->out).filename().string() + ": which kernel variant serves which RMSNorm training "
+          "call.\nGENERATED by `normgate derive " + o->spec + " --out " + o->out + " --report " + o->report +
+          "`\n(" + utc_now() + ", normgate " + NORMGATE_GIT_COMMIT + "; timings " + timings.gpu + ", " +
+          timings.date + "). Do not edit by hand: edit the spec and derive again.\nPer window: the fastest "
+          "candidate with a current approval; the evidence (every candidate's time and verdict) is in " +
+          o->report + ".md.\nFormat: routing/include/normgate/routing/routing.h.";
+      const std::string table_text = kernels::route_table_text(spec, ws, header);
+      (void)kernels::parse_route_table(table_text, o->out);  // every rule of the loader, before writing
+      write_file_atomic(o->out, table_text);
+      write_file_atomic(o->report + ".md", md);
+      write_file_atomic(o->report + ".json", jr.dump(2) + "\n");
+      std::printf("table    %s: %zu windows, %d without a current approval\nreport   %s.md\n", o->out.c_str(),
+                  ws.size(), unapproved, o->report.c_str());
+      if (stopped) std::printf("stopped  %s\n", stop_reason.c_str());
+      return unapproved == 0 ? 0 : 1;
+    };
+  });
+}
+
+}  // namespace normgate::app

@@ -1,0 +1,194 @@
+// tests/routing/derive_test.cpp: derivation specs, timings and the window
+// derivation (derive.h) on synthetic timings.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "normgate/routing/derive.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::kernels;
+
+// Two det-capable backward candidates and the nondet one; one bwd group per mode.
+const std::string kSpec = R"(arch = "sm90a"
+description = "test"
+T = [1, 100, 1000, 10000]
+[candidates]
+bwd_det = ["bwd_det_chunked"]
+bwd_nondet = ["bwd_det_chunked", "bwd_nondet_atomic"]
+fwd = ["fwd_rowwise"]
+[bench]
+rounds = 3
+reps = 20
+crossover_steps = 2
+[[group]]
+op = "bwd"
+modes = ["det", "nondet"]
+H = 2048
+w = "bf16"
+form = "plain"
+[[group]]
+op = "fwd"
+H = [1536, 2048]
+w = ["bf16", "fp32"]
+form = "plain"
+)";
+
+BenchPoint point(Op op, int64_t H, int64_t T, double det_us, double nondet_us, double floor) {
+  BenchPoint p;
+  p.key = BenchKey{op, H, WDtype::bf16, Form::plain, T};
+  p.aa_variant = "bwd_det_chunked";
+  p.aa_floor = floor;
+  p.median_us["bwd_det_chunked"] = det_us;
+  if (nondet_us > 0) p.median_us["bwd_nondet_atomic"] = nondet_us;
+  return p;
+}
+
+Timings timings(std::initializer_list<std::tuple<int64_t, double, double>> pts, double floor = 0.01) {
+  Timings t;
+  t.gpu = "test";
+  t.rounds = 3;
+  t.reps = 20;
+  for (auto [T, a, b] : pts) {
+    auto p = point(Op::bwd, 2048, T, a, b, floor);
+    t.points[p.key] = p;
+  }
+  return t;
+}
+
+DeriveGroup nondet() { return DeriveGroup{Op::bwd, Mode::nondet, 2048, WDtype::bf16, Form::plain}; }
+
+TEST(DeriveSpec, ParsesAndExpandsGroups) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  EXPECT_EQ(s.t_grid, (std::vector<int64_t>{1, 100, 1000, 10000}));
+  ASSERT_EQ(s.groups.size(), 6u);  // 2 bwd modes + 2 H x 2 w fwd
+  EXPECT_EQ(s.groups[1].key(), "bwd nondet H=2048 w=bf16 form=plain");
+  EXPECT_EQ(s.groups[5].key(), "fwd H=2048 w=fp32 form=plain");
+  EXPECT_EQ(s.candidates(nondet()).size(), 2u);
+  EXPECT_EQ(s.crossover_steps, 2);
+}
+
+TEST(DeriveSpec, RejectsWithLine) {
+  auto bad = [](const std::string& from, const std::string& to) {
+    std::string t = kSpec;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {bad("T = [1, 100", "T = [2, 100"), "s.toml:3: T grid must start at 1"},
+      {bad("[1, 100, 1000", "[1, 1000, 100"), "strictly ascending"},
+      {bad("bwd_det = [\"bwd_det_chunked\"]", "bwd_det = [\"bwd_nondet_atomic\"]"), "non-deterministic"},
+      {bad("bwd_det = [\"bwd_det_chunked\"]", "bwd_det = [\"ctl_fp32_seq\"]"), "NEGATIVE CONTROL"},
+      {bad("bwd_det = [\"bwd_det_chunked\"]", "bwd_det = [\"fwd_rowwise\"]"), "is a fwd variant"},
+      {bad("bwd_det = [\"bwd_det_chunked\"]", "bwd_det = [\"nope\"]"), "unknown kernel variant 'nope'"},
+      {bad("rounds = 3", "rounds = 1"), "s.toml:9: bench.rounds = 1 out of range"},
+      {bad("form = \"plain\"\n[[group]]", "form = \"heads4\"\n[[group]]"), "H must be 256"},
+      {bad("reps = 20", "reps = 20\nfoo = 1"), "unknown key 'foo' in [bench]"},
+      {bad("H = [1536, 2048]", "H = [1536, 1536]"), "listed twice"},
+  };
+  for (const auto& [text, needle] : cases) {
+    try {
+      parse_derive_spec(text, "s.toml");
+      ADD_FAILURE() << "accepted; expected: " << needle;
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Derive, SplitsAtTheLastPointTheEarlierWinnerHolds) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  // det faster at 1 and 100, nondet faster (beyond the 1% floor) from 1000 on.
+  const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});
+  const auto ws = derive_group(s, nondet(), t, {});
+  ASSERT_EQ(ws.size(), 2u);
+  EXPECT_EQ(ws[0].variant->name, "bwd_det_chunked");
+  EXPECT_EQ(ws[0].t_lo, 1);
+  EXPECT_EQ(ws[0].t_hi, 100);
+  EXPECT_EQ(ws[1].variant->name, "bwd_nondet_atomic");
+  EXPECT_EQ(ws[1].t_lo, 101);
+  EXPECT_EQ(ws[1].t_hi, 10000);
+  // The crossover interval (100, 1000) is bisected at its geometric mean.
+  const auto more = crossover_points(s, t, {});
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].T, 316);
+  // A timed crossover point moves the split: nondet already wins at 316.
+  Timings t2 = t;
+  auto p = point(Op::bwd, 2048, 316, 20.0, 15.0, 0.01);
+  t2.points[p.key] = p;
+  const auto ws2 = derive_group(s, nondet(), t2, {});
+  ASSERT_EQ(ws2.size(), 2u);
+  EXPECT_EQ(ws2[0].t_hi, 100);
+  EXPECT_EQ(ws2[1].t_lo, 101);
+  EXPECT_EQ(ws2[1].points.front(), 316);
+  auto p2 = point(Op::bwd, 2048, 316, 15.0, 20.0, 0.01);  // det wins at 316 instead
+  t2.points[p2.key] = p2;
+  const auto ws3 = derive_group(s, nondet(), t2, {});
+  EXPECT_EQ(ws3[0].t_hi, 316);
+  EXPECT_EQ(ws3[1].t_lo, 317);
+}
+
+TEST(Derive, TiesWithinTheFloorGoToTheMoreAccurateCandidate) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  // nondet 3% faster everywhere: a win at a 1% floor, a tie at a 5% floor.
+  const auto near = [](double f) {
+    return timings({{1, 10.3, 10.0}, {100, 10.3, 10.0}, {1000, 103.0, 100.0}, {10000, 1030.0, 1000.0}}, f);
+  };
+  auto ws = derive_group(s, nondet(), near(0.01), {});
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0].variant->name, "bwd_nondet_atomic");
+  ws = derive_group(s, nondet(), near(0.05), {});
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0].variant->name, "bwd_det_chunked");  // listed first: the more accurate
+  EXPECT_NE(ws[0].reasons[0].find("within the A/A floor"), std::string::npos) << ws[0].reasons[0];
+}
+
+TEST(Derive, ExclusionHandsTheWindowToTheNextCandidate) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});
+  const std::vector<Exclusion> ex = {{nondet().key(), "bwd_nondet_atomic", 101, 10000}};
+  const auto ws = derive_group(s, nondet(), t, ex);
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0].variant->name, "bwd_det_chunked");
+  EXPECT_EQ(ws[0].t_hi, 10000);
+  // Every candidate excluded at a point: the fastest kept, flagged.
+  const std::vector<Exclusion> all = {{nondet().key(), "bwd_nondet_atomic", 1, 10000},
+                                      {nondet().key(), "bwd_det_chunked", 1000, 1000}};
+  const auto ws2 = derive_group(s, nondet(), t, all);
+  bool flagged = false;
+  for (const auto& w : ws2) flagged |= w.no_candidate;
+  EXPECT_TRUE(flagged);
+}
+
+TEST(Derive, MissingGridPointIsAnError) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {10000, 400.0, 300.0}});
+  try {
+    derive_group(s, nondet(), t, {});
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("T=1000"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Derive, TableTextLoadsAndTimingsRoundTrip) {
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});
+  std::vector<DerivedWindow> ws = derive_group(s, DeriveGroup{Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain}, t, {});
+  for (auto& w : derive_group(s, nondet(), t, {})) ws.push_back(w);
+  const std::string text = route_table_text(s, ws, "generated\nfor a test");
+  EXPECT_EQ(text.rfind("# generated\n# for a test\narch = \"sm90a\"\n", 0), 0u) << text;
+  const RouteTable rt = parse_route_table(text, "d.toml");
+  ASSERT_EQ(rt.routes.size(), 3u);
+  EXPECT_EQ(rt.find(Op::bwd, Mode::nondet, 2048, WDtype::bf16, Form::plain, 100)->variant->name, "bwd_det_chunked");
+  EXPECT_EQ(rt.find(Op::bwd, Mode::nondet, 2048, WDtype::bf16, Form::plain, 101)->variant->name, "bwd_nondet_atomic");
+  const Timings back = parse_timings(timings_to_json_text(t), "t.json");
+  ASSERT_EQ(back.points.size(), t.points.size());
+  EXPECT_DOUBLE_EQ(back.find(BenchKey{Op::bwd, 2048, WDtype::bf16, Form::plain, 1000})->median_us.at("bwd_nondet_atomic"),
+                   40.0);
+  EXPECT_THROW(parse_timings("{\"format\": \"x\"}", "t.json"), RouteTableError);
+}
+
+}  // namespace
