@@ -3,9 +3,10 @@
 #   1. build if needed (or use a build made elsewhere: NORMGATE_BUILD),
 #   2. run every test binary (GPU tests run here instead of skipping),
 #   3. compute-sanitizer memcheck and racecheck on small cases of every variant
-#      (`normgate check`) and on the forward's ring kernel across rows
-#      (test_kernels Pipeline.RingCrossRowSmall), and racecheck on two backward
-#      cases whose chunks exceed 64 rows (the staged batches of refined rstd),
+#      (`normgate check`), on the forward's ring kernel across rows
+#      (test_kernels Pipeline.RingCrossRowSmall) and on bwd_det_onepass's ticket
+#      and graph replays (test_kernels BwdOnepass.*), and racecheck on two
+#      backward cases whose chunks exceed 64 rows (the staged batches of refined rstd),
 #   4. the kernel benchmark (bench/kernels_bench; NG_BENCH_ARGS passes options),
 #   5. the main job on real input: `normgate check` over a grid of cases, one
 #      invocation per (T, H) so a deadline leaves complete tables
@@ -153,9 +154,17 @@ if has sanitize; then
     if [ "$tool" = racecheck ]; then
       for c in "H=64,T=210000,w=bf16,family=normal,seed=11" "H=256,T=35000,w=bf16,form=heads4,family=llm,seed=12"; do
         san_run "$c (long chunks)" 0 240 "" "$bin" check --backend gpu \
-          --variant bwd_det_chunked --variant bwd_nondet_atomic --case "$c"
+          --variant bwd_det_chunked --variant bwd_nondet_atomic --variant bwd_det_onepass --case "$c"
+        # The FP32 partials may miss the dw budget on long columns (exit 1 allowed).
+        san_run "$c (long chunks, FP32 partials)" 1 240 "" "$bin" check --backend gpu \
+          --variant bwd_fp32_blocked --case "$c"
       done
     fi
+    # bwd_det_onepass's ticket (garbage counter, repeated calls, graph
+    # replays) and last-CTA combine in every chunk-pass kernel, and
+    # bwd_fp32_blocked in a graph (tests/kernels/bwd_onepass_test.cpp).
+    san_run "test_kernels BwdOnepass.*:BwdFp32Blocked.*" 0 300 "^\[  PASSED  \]" \
+      "$build/tests/test_kernels" "--gtest_filter=BwdOnepass.*:BwdFp32Blocked.*"
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"
   done
   rm -f "$out/sanitizer.run"

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bwd_det_onepass.h"
 #include "launch.h"
 #include "nondet_replicas.h"
 #include "normgate/kernels/plan.h"
@@ -144,6 +145,10 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:
       return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);  // FP64 chunk partials
+    case VariantId::bwd_det_onepass:  // the FP64 partials, then the ticket counter (bwd_det_onepass.h)
+      return detail::onepass_workspace_bytes(T, H);
+    case VariantId::bwd_fp32_blocked:  // FP32 chunk partials, rounded up to 16 bytes
+      return (static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(float) + 15) / 16 * 16;
     case VariantId::fwd_rowwise:
       break;
   }
@@ -261,6 +266,12 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       return;
     case VariantId::ctl_bf16_partials:
       detail::launch_ctl_bf16_partials(a, vec, stream);
+      return;
+    case VariantId::bwd_det_onepass:
+      detail::launch_bwd_det_onepass(a, vec, stream);
+      return;
+    case VariantId::bwd_fp32_blocked:
+      detail::launch_bwd_fp32_blocked(a, vec, stream);
       return;
     case VariantId::fwd_rowwise:
       break;

@@ -17,7 +17,7 @@ constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << stati
 constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::res)) |
                            (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 
-const std::array<Variant, 5> kVariants = {{
+const std::array<Variant, 7> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -33,6 +33,12 @@ const std::array<Variant, 5> kVariants = {{
     {VariantId::ctl_bf16_partials, "ctl_bf16_partials", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, true,
      "NEGATIVE CONTROL: chunked dw with each chunk partial rounded to BF16",
      hashes::ctl_bf16_partials_files, hashes::ctl_bf16_partials_sha256},
+    {VariantId::bwd_det_onepass, "bwd_det_onepass", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
+     "backward: bwd_det_chunked's chunks, FP64 partials and fixed-order combine in one kernel (the last chunk CTA combines)",
+     hashes::bwd_det_onepass_files, hashes::bwd_det_onepass_sha256},
+    {VariantId::bwd_fp32_blocked, "bwd_fp32_blocked", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
+     "backward, accuracy for speed: FP32 dw products (fmaf by rstd), uncompensated FP32 chunk partials, fixed-order FP32 combine",
+     hashes::bwd_fp32_blocked_files, hashes::bwd_fp32_blocked_sha256},
 }};
 
 }  // namespace

@@ -99,6 +99,18 @@ TEST(Validation, WorkspaceSizes) {
             static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 8);  // 83 rows per chunk
   EXPECT_EQ(bwd_workspace_bytes(variant("bwd_nondet_atomic"), 1, 4096), 4096u * 8);  // one chunk of one row
   EXPECT_EQ(bwd_workspace_bytes(variant("ctl_bf16_partials"), 1000, 7), static_cast<size_t>(num_chunks(1000, 7)) * 7 * 8);
+  // onepass: the FP64 partials rounded up to 16 bytes, then 16 for the ticket
+  // counter: 63 chunks x 7 columns x 8 = 3528 -> 3536 + 16.
+  ASSERT_EQ(num_chunks(1000, 7), 63);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_det_onepass"), 1000, 7), 3536u + 16u);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_det_onepass"), 65537, 4096),
+            static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 8 + 16);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_det_onepass"), 0, 4096), 0u);
+  // fp32_blocked: FP32 partials (half the det bytes), rounded up to 16: 63 x 7 x 4 = 1764 -> 1776.
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_fp32_blocked"), 1000, 7), 1776u);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_fp32_blocked"), 65537, 4096),
+            static_cast<size_t>(num_chunks(65537, 4096)) * 4096 * 4);
+  EXPECT_EQ(bwd_workspace_bytes(variant("bwd_fp32_blocked"), 0, 4096), 0u);
   expect_invalid([] { bwd_workspace_bytes(fwd(), 10, 10); }, "not a backward variant");
   expect_invalid([] { bwd_workspace_bytes(det(), 10, 16385); }, "H = 16385");
   expect_invalid([] { bwd_workspace_bytes(det(), -1, 10); }, "T = -1");

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -36,10 +37,11 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-TEST(Registry, HasTheFiveVariantsInIdOrder) {
+TEST(Registry, HasTheSevenVariantsInIdOrder) {
   const auto vs = variants();
-  ASSERT_EQ(vs.size(), 5u);
-  const char* names[] = {"fwd_rowwise", "bwd_det_chunked", "bwd_nondet_atomic", "ctl_fp32_seq", "ctl_bf16_partials"};
+  ASSERT_EQ(vs.size(), 7u);
+  const char* names[] = {"fwd_rowwise",       "bwd_det_chunked", "bwd_nondet_atomic", "ctl_fp32_seq",
+                         "ctl_bf16_partials", "bwd_det_onepass", "bwd_fp32_blocked"};
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, names[i]);
     EXPECT_EQ(static_cast<size_t>(vs[i].id), i);
@@ -53,6 +55,12 @@ TEST(Registry, OpsModesAndControls) {
   EXPECT_EQ(variant("fwd_rowwise").op, Op::fwd);
   EXPECT_EQ(variant("bwd_det_chunked").mode, Mode::det);
   EXPECT_EQ(variant("bwd_nondet_atomic").mode, Mode::nondet);
+  // The two competing deterministic backwards are routable (not controls).
+  for (const char* n : {"bwd_det_onepass", "bwd_fp32_blocked"}) {
+    EXPECT_EQ(variant(n).op, Op::bwd) << n;
+    EXPECT_EQ(variant(n).mode, Mode::det) << n;
+    EXPECT_FALSE(variant(n).control) << n;
+  }
   std::set<std::string> controls;
   for (const Variant& v : variants()) {
     if (v.control) controls.insert(std::string(v.name));
@@ -125,6 +133,30 @@ TEST(Registry, SourceHashMatchesTheFilesOnDisk) {
   // Variants built from different code have different hashes.
   EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("bwd_nondet_atomic").source_sha256);
   EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("fwd_rowwise").source_sha256);
+  std::set<std::string_view> hashes;
+  for (const Variant& v : variants()) hashes.insert(v.source_sha256);
+  EXPECT_EQ(hashes.size(), variants().size() - 1) << "only the two controls share one file list";
+}
+
+// The new backwards hash the code they run: their own files first, then the
+// shared chunk pass (bwd_det_onepass runs bwd_chunk_pass.cuh itself;
+// bwd_fp32_blocked includes it for the row loads) and the device blocks.
+TEST(Registry, NewBackwardsHashTheirOwnFilesAndTheSharedPass) {
+  const auto onepass = split(variant("bwd_det_onepass").sources, ';');
+  const auto fp32 = split(variant("bwd_fp32_blocked").sources, ';');
+  ASSERT_GE(onepass.size(), 4u);
+  ASSERT_GE(fp32.size(), 4u);
+  EXPECT_EQ(onepass[0], "src/bwd_det_onepass.cu");
+  EXPECT_EQ(fp32[0], "src/bwd_fp32_blocked.cu");
+  for (const auto* files : {&onepass, &fp32}) {
+    for (const char* f : {"src/bwd_chunk_launch.cuh", "src/bwd_chunk_pass.cuh", "src/device_blocks.cuh",
+                          "include/normgate/kernels/plan.h"})
+      EXPECT_NE(std::find(files->begin(), files->end(), f), files->end()) << f;
+    // Not bwd_det_chunked's launcher: a change there must not re-key them.
+    EXPECT_EQ(std::find(files->begin(), files->end(), "src/bwd_det_chunked.cu"), files->end());
+  }
+  EXPECT_NE(std::find(fp32.begin(), fp32.end(), "src/bwd_chunk_pass_f32.cuh"), fp32.end());
+  EXPECT_NE(std::find(onepass.begin(), onepass.end(), "src/bwd_det_onepass.h"), onepass.end());
 }
 
 }  // namespace

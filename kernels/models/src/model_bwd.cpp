@@ -5,6 +5,10 @@
 //   combine_in_order()   bwd_nondet_atomic.cu    (atomics, taken in chunk order)
 //   round_partials_bf16  bwd_controls.cu         (partials_to_bf16_kernel)
 //   column_sum_fp32      bwd_controls.cu         (column_sum_fp32_kernel)
+// bwd_det_onepass runs bwd_det_chunked's arithmetic in one kernel (its last
+// chunk CTA does combine_partials_kernel's combine), so its model is
+// bwd_det_chunked's: chunk_pass() then combine_fixed(). bwd_fp32_blocked's dx
+// is chunk_pass()'s; its FP32 dw is model_bwd_fp32_blocked.cpp's.
 #include <omp.h>
 
 #include <array>
@@ -177,7 +181,11 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
   std::vector<double> partials = chunk_pass(in, out.dx);
   switch (v.id) {
     case VariantId::bwd_det_chunked:
+    case VariantId::bwd_det_onepass:  // the same partials and combine, in one kernel
       out.dw = combine_fixed(partials, n, in.H, in.threads);
+      break;
+    case VariantId::bwd_fp32_blocked:  // dx above; dw from FP32 partials (msq unused)
+      out.dw = detail::model_dw_fp32_blocked(in.x, in.dy, rstd, in.threads);
       break;
     case VariantId::bwd_nondet_atomic:  // short chunks: the det combine (nondet_replicas.h)
       out.dw = nondet_uses_atomics(in.R, in.H) ? combine_in_order(partials, n, in.H)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "normgate/core/bf16.h"
 #include "normgate/core/types.h"
@@ -43,5 +44,13 @@ inline float weight_at(const WeightView& w, int64_t j) {
 
 /// BF16 element j of a row, +0 for j >= H (the kernels' zero fill).
 inline float elem(const uint16_t* row, int64_t j, int64_t H) { return j < H ? bf16_to_float(row[j]) : 0.0f; }
+
+/// bwd_fp32_blocked's dw [cols] (model_bwd_fp32_blocked.cpp): per chunk of
+/// rows (plan.h) an FP32 sum from 0 of fmaf(FP32_rn(dy*x), rstd, .) in row
+/// order, then the FP32 partials combined in FP32 in plan.h's lane order.
+/// x, dy: checked plain views of equal shape; rstd: one value per row (msq
+/// is not used: the kernel's FP32 products take the FP32 rstd). threads > 0.
+std::vector<float> model_dw_fp32_blocked(RowView<uint16_t> x, RowView<uint16_t> dy, const std::vector<float>& rstd,
+                                         int threads);
 
 }  // namespace normgate::kernels::detail

@@ -64,7 +64,7 @@ TEST_P(ModelBwd, WithinBudgetOrIsAControl) {
   const Budget dx = budget_bf16(o.dx, rb.dx, kDxTol, kDxTol);
   EXPECT_EQ(dx.bad, 0) << "dx: " << dx.str();
   const Budget dw = budget_f32(o.dw, rb.dw, kDwAtol, kDwRtol);
-  if (!p.v->control) {
+  if (!p.v->control && !(lossy_dw(*p.v) && p.c.family == seeds::Family::cancel)) {
     EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
   }
 }
@@ -112,14 +112,16 @@ std::vector<VariantCase> cancel_params() {
 class ModelCancel : public ::testing::TestWithParam<VariantCase> {};
 
 // Real variants keep dw within budget on a kappa = 1e8 cancellation case;
-// controls must exceed it (otherwise the gate could not tell them apart).
+// controls must exceed it (otherwise the gate could not tell them apart), and
+// so must the accuracy-for-speed variant (lossy_dw: FP32 partials lose the
+// signal here, and the gate has to see it).
 TEST_P(ModelCancel, DwBudgetSeparatesControls) {
   const VariantCase& p = GetParam();
   const CancelCase& cc = cancel_case();
   const BwdResult b = model_bwd(*p.v, cc.in.x_view(), cc.in.dy_view(), cc.in.w_view(), cc.rstd);
   const Budget dw = budget_f32(b.dw, cc.ref.dw, kDwAtol, kDwRtol);
-  if (p.v->control) {
-    EXPECT_GT(dw.bad, 0) << "control " << p.v->name << " passed the dw budget: " << dw.str();
+  if (p.v->control || lossy_dw(*p.v)) {
+    EXPECT_GT(dw.bad, 0) << p.v->name << " passed the dw budget: " << dw.str();
   } else {
     EXPECT_EQ(dw.bad, 0) << "dw: " << dw.str();
   }

@@ -16,6 +16,13 @@
 //                       bwd_det_chunked's combine: nondet_replicas.h)
 //   ctl_fp32_seq        NEGATIVE CONTROL: dw as a plain FP32 sequential sum
 //   ctl_bf16_partials   NEGATIVE CONTROL: chunk partials rounded to BF16
+//   bwd_det_onepass     backward, deterministic: bwd_det_chunked's chunks,
+//                       partials and combine (dx, dw bitwise equal) in ONE
+//                       kernel: the last chunk CTA (atomic ticket) combines
+//   bwd_fp32_blocked    backward, deterministic, accuracy for speed: FP32
+//                       products (fmaf by rstd), uncompensated FP32 chunk
+//                       partials, FP32 fixed-order combine; routable where
+//                       the gate approves it (not a control)
 // Controls exist to prove that the gate fails bad kernels; no routing may
 // select them (control == true), and the launch API refuses them unless the
 // caller opts in explicitly.
@@ -41,6 +48,8 @@ enum class VariantId : uint8_t {
   bwd_nondet_atomic = 2,
   ctl_fp32_seq = 3,
   ctl_bf16_partials = 4,
+  bwd_det_onepass = 5,
+  bwd_fp32_blocked = 6,
 };
 
 /// "fwd" / "bwd".

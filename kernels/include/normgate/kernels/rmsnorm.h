@@ -28,6 +28,9 @@
 //            Acc64: s = fma(dy, x*r', s) in binary64: x*r' rounds once with a
 //            binary64 r', is exact with an FP32 one), then the chunk
 //            partials combined in FP64 (variant-specific).
+//            Except bwd_fp32_blocked (accuracy for speed): per chunk an FP32
+//            sum from 0 of fmaf(FP32_rn(dy*x), rstd_r, .) (FP32 rstd; msq
+//            unused), the FP32 partials combined in FP32 in plan.h's order.
 //
 // Range: every finite BF16 row has a finite sum of squares in binary64, so
 // rows with RMS above ~1.8e19 (the `huge` family) get their true rstd (down
@@ -153,6 +156,10 @@ enum class ControlUse : uint8_t { refuse = 0, allow = 1 };
 ///   bwd_nondet_atomic: 8*H*8 (8 FP64 accumulators per column), or for
 ///       short chunks (fewer than 128 rows each: nondet_replicas.h) the det
 ///       variant's num_chunks(T,H)*H*8
+///   bwd_det_onepass: roundup(num_chunks(T,H)*H*8, 16) + 16 (the FP64
+///       partials, then its ticket counter; the call zeroes the counter
+///       with a 4-byte cudaMemsetAsync before its one kernel)
+///   bwd_fp32_blocked: roundup(num_chunks(T,H)*H*4, 16) (FP32 partials)
 /// Throws std::invalid_argument if v is not a backward variant, T < 0 or
 /// T > kMaxT, or H is outside the variant's range.
 size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H);
@@ -188,10 +195,13 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream = nullptr);
 /// RMSNorm backward: writes dx and dw, using the workspace. validate_bwd()
 /// first, then enqueues. T == 0 enqueues only dw = 0 (H values).
 /// dx: bitwise deterministic for every variant and equal to the CPU model.
-/// dw: bwd_det_chunked and the controls are bitwise deterministic (whatever
-/// the workspace held) and equal to their CPU model given the same rstd and
-/// msq (or none); bwd_nondet_atomic varies in the last bits with the order of
-/// the atomics.
+/// dw: bwd_det_chunked, bwd_det_onepass, bwd_fp32_blocked and the controls
+/// are bitwise deterministic (whatever the workspace held) and equal to their
+/// CPU model given the same rstd and msq (or none); bwd_det_onepass's dx and
+/// dw equal bwd_det_chunked's bit for bit; bwd_nondet_atomic varies in the
+/// last bits with the order of the atomics. Every call is capturable in a
+/// CUDA graph and replays correctly; bwd_det_onepass enqueues a 4-byte memset
+/// and ONE kernel (bwd_det_chunked: two kernels).
 void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream = nullptr,
                  ControlUse ctl = ControlUse::refuse);
 

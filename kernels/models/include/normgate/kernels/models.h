@@ -5,9 +5,14 @@
 // FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
 //   fwd_rowwise:        y, rstd, msq bitwise equal to the GPU
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
-//   bwd_det_chunked, ctl_fp32_seq, ctl_bf16_partials:
+//   bwd_det_chunked, bwd_det_onepass, ctl_fp32_seq, ctl_bf16_partials:
 //                       dw bitwise equal to the GPU given the same rstd and
-//                       msq (or none)
+//                       msq (or none); bwd_det_onepass's model IS
+//                       bwd_det_chunked's (same partials, same combine order,
+//                       one kernel instead of two): their outputs are equal
+//   bwd_fp32_blocked:   dw bitwise equal to the GPU given the same rstd (msq
+//                       is not used: FP32 products with the FP32 rstd, FP32
+//                       chunk partials, FP32 combine in plan.h's lane order)
 //   bwd_nondet_atomic:  dw combines the chunk partials in increasing chunk
 //                       order; the GPU's atomics use some order, so the GPU
 //                       differs by FP64 reassociation of the partials followed
