@@ -20,6 +20,7 @@
 #include "normgate/kernels/device.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/routing/derive.h"
+#include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 #include "normgate_version.h"
 
@@ -214,7 +215,12 @@ void add_derive(CLI::App& app, Commands& cmds) {
       const bool cpu_gate = backend != validators::Backend::gpu;
       const std::string approvals_path = kernels::approvals_path_for(o->out);
       kernels::Approvals approvals = kernels::load_approvals(approvals_path);
-      if (o->approve) check_writable(approvals_path);
+      if (o->approve) {
+        check_writable(approvals_path);
+        // The output table's approval policy: a gate campaign weaker than
+        // its minimum is refused here, before any work (approve() re-checks).
+        validators::check_approval_request(o->g, backend, kernels::policy_path_for(o->out));
+      }
 
       Timings timings;
       if (!o->timings.empty()) {

@@ -1,4 +1,4 @@
-// apps/cmd_gate.cpp.new: normgate gate TABLE: the accuracy gate over a route table
+// apps/cmd_gate.cpp: normgate gate TABLE: the accuracy gate over a route table
 // (validators::run_gate), its progress line, reports and approvals.
 #include "commands.h"
 
@@ -103,7 +103,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto* md_opt = sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
   auto* json_opt = sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
   auto* approve_flag = sub->add_flag("--approve", o->approve,
-                "Write approvals of passing windows next to the table (TABLE stem + .approvals.json)");
+                "Write approvals of passing windows next to the table (TABLE stem + .approvals.json); the "
+                "campaign must meet the table's approval policy (TABLE stem + .policy.toml), checked before "
+                "any work: exit 2 naming what is missing");
   sub->add_flag("--allow-controls", o->g.allow_controls,
                 "Explicit override: accept negative controls as routes (to prove the gate fails them; never "
                 "approved)");
@@ -148,6 +150,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(o->g.backend);
       if (backend == validators::Backend::gpu && !kernels::gpu_available())
         throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+      // The approval policy beside the table: a campaign weaker than its
+      // minimum is refused here, before any case runs (approve() re-checks
+      // the finished result).
+      if (o->approve) validators::check_approval_request(o->g, backend);
       // Said once the table and options are accepted (the first progress
       // report), not before an input error.
       auto said = std::make_shared<bool>(false);

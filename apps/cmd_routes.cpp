@@ -1,5 +1,6 @@
-// apps/cmd_routes.cpp: normgate routes TABLE: a table's routes and their approval state, or the
-// dispatcher's pick for a call (--pick).
+// apps/cmd_routes.cpp: normgate routes TABLE: a table's routes, their approval state, the
+// approval's campaign strength and whether it meets the table's approval policy (minimum and
+// target, policy.h), or the dispatcher's pick for a call (--pick).
 #include "commands.h"
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 
 namespace normgate::app {
@@ -72,7 +74,8 @@ kernels::CallKey parse_call(const std::string& text) {
 void add_routes(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("routes",
                                  "Load a route table (errors name FILE:LINE), list its routes with their approval "
-                                 "state, or show which variant the dispatcher picks for a call");
+                                 "state, the approving campaign's strength and whether it meets the table's approval "
+                                 "policy (minimum and target), or show which variant the dispatcher picks for a call");
   struct Opts {
     std::string table;
     std::vector<std::string> picks;
@@ -92,16 +95,52 @@ void add_routes(CLI::App& app, Commands& cmds) {
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
                     d.approvals().path.c_str(), d.approvals().records.size());
+        const std::string policy_path = kernels::policy_path_for(o->table);
+        const auto policy = kernels::load_policy(policy_path);
+        if (!policy) {
+          std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
+                      "`gate --approve` refuses until one is written\n",
+                      policy_path.c_str());
+        } else {
+          auto level = [](const kernels::PolicyLevel& L) {
+            return (L.name.empty() ? std::string() : "\"" + L.name + "\": ") + L.describe();
+          };
+          std::printf("policy    %s\n  minimum %s\n  target  %s\n", policy->path.c_str(), level(policy->minimum).c_str(),
+                      policy->target ? level(*policy->target).c_str() : "none");
+        }
         std::map<std::string, int> states;  // approval state -> routes, for the closing count
+        int current = 0, meet_min = 0, meet_target = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
           ++states[std::string(kernels::to_string(s.state))];
+          if (!s.record) continue;
+          std::printf("    strength: %s\n", kernels::describe_strength(*s.record).c_str());
+          const bool cur = s.state == kernels::ApprovalState::current;
+          current += cur;
+          if (!policy) continue;
+          auto verdict = [](const std::vector<std::string>& miss) {
+            std::string v = miss.empty() ? "met" : "NOT met: ";
+            for (size_t i = 0; i < miss.size(); ++i) v += (i ? "; " : "") + miss[i];
+            return v;
+          };
+          const auto min_miss = policy->minimum.record_shortfalls(*s.record);
+          meet_min += cur && min_miss.empty();
+          std::string line = "    policy: minimum " + verdict(min_miss);
+          if (policy->target) {
+            const auto tgt_miss = policy->target->record_shortfalls(*s.record);
+            meet_target += cur && tgt_miss.empty();
+            line += "\n    policy: target " + verdict(tgt_miss);
+          }
+          std::printf("%s\n", line.c_str());
         }
         std::string count;
         for (const auto& [state, n] : states) count += (count.empty() ? "" : ", ") + std::to_string(n) + " " + state;
         std::printf("routes    %zu: %s\n", d.table().routes.size(), count.empty() ? "none" : count.c_str());
+        if (policy)
+          std::printf("strength  of %d current approvals: %d meet the policy minimum, %s\n", current, meet_min,
+                      policy->target ? (std::to_string(meet_target) + " meet the target").c_str() : "no target");
         return 0;
       }
       int rc = 0;

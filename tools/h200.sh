@@ -233,8 +233,9 @@ fi
 
 if has derive; then
   # `normgate derive` of NG_DERIVE_SPEC (routes/sm90a.derive.toml): the table
-  # to DIR/sm90a.toml, its approvals beside it (seeded from the committed
-  # routes/sm90a.approvals.json when absent), the report to DIR/derive/sm90a.*;
+  # to DIR/sm90a.toml, its approvals and approval policy beside it (seeded
+  # from the committed routes/sm90a.approvals.json and sm90a.policy.toml when
+  # absent), the report to DIR/derive/sm90a.*;
   # NG_DERIVE_TIMINGS reuses an earlier run's timings, NG_DERIVE_JOURNAL the
   # gate journal (resumed when it exists), NG_DERIVE_ARGS more options
   # (e.g. "--approve --seeds 3x16"). Stopped by the deadline.
@@ -242,6 +243,8 @@ if has derive; then
   budget=$(left)
   mkdir -p "$final/derive"
   [ -f "$final/sm90a.approvals.json" ] || cp "$root/routes/sm90a.approvals.json" "$final/sm90a.approvals.json"
+  # --approve needs the approval policy beside the output table (policy.h).
+  [ -f "$final/sm90a.policy.toml" ] || cp "$root/routes/sm90a.policy.toml" "$final/sm90a.policy.toml"
   djournal="${NG_DERIVE_JOURNAL:-$final/derive/gate.jsonl}"
   targs=()
   [ -n "${NG_DERIVE_TIMINGS:-}" ] && targs=(--timings "$NG_DERIVE_TIMINGS")

@@ -1,6 +1,7 @@
 // gate/src/approvals.cpp: approvals from a gate's result: update_approvals
-// (which records change) and approve (the table reloaded, the approvals file
-// written atomically beside it).
+// (which records change), the approval policy's checks (before the run:
+// check_approval_request; after it: approve's re-check) and approve (the
+// table reloaded, the approvals file written atomically beside it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,18 +25,20 @@
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
+#include "normgate/seeds/seed_set.h"
 
 namespace normgate::validators {
 
 using namespace gate_detail;
 
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
-                                          const std::vector<kernels::Route>& table_routes) {
+                                          const std::vector<kernels::Route>& table_routes,
+                                          const std::vector<std::string>& refused) {
   std::vector<std::string> changes;
-  // A record stays while its window overlaps one of the table's (approvals
-  // of wider or neighbouring windows cover the parts they hold: routing.h,
-  // approval_status), whatever variant the table routes there now: a
-  // derivation (derive.h) weighs every candidate's approvals.
+  // A record stays while its window overlaps one of the table's, whatever
+  // variant the table routes there now: one whose window contains a table
+  // window approves it (routing.h, approval_status), and a derivation
+  // (derive.h) weighs every candidate's approvals.
   auto overlaps = [](const kernels::Approval& x, const Route& rt) {
     return x.op == rt.op && (x.op == Op::fwd || x.mode == rt.mode) && x.H == rt.H && x.w == rt.w &&
            x.form == rt.form && x.t_lo <= rt.t_hi && rt.t_lo <= x.t_hi;
@@ -47,13 +50,15 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   for (auto& x : a.records) {
     if (!in_table(x)) {
       changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
-                        " (window not in the table)");
+                        " (its window overlaps none of the table's)");
       continue;
     }
     keep.push_back(std::move(x));
   }
   a.records = std::move(keep);
-  for (const auto& w : r.windows) {
+  for (size_t wi = 0; wi < r.windows.size(); ++wi) {
+    const auto& w = r.windows[wi];
+    const std::string why_refused = wi < refused.size() ? refused[wi] : std::string();
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {
@@ -64,8 +69,31 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       rest.push_back(std::move(x));
     }
     a.records = std::move(rest);
-    if (!w.pass || w.control) {
+    const bool fails = !w.pass || w.control;
+    if (fails || !why_refused.empty()) {
+      // A wider record of this backend, variant and source approves this
+      // window too (routing.h: containment); what was found here
+      // contradicts it, so it goes as well.
+      std::vector<kernels::Approval> kept;
+      for (auto& x : a.records) {
+        if (x.backend == r.backend && x.contains(w.route) && x.variant == w.route.variant->name &&
+            x.source_sha256 == w.route.variant->source_sha256) {
+          changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
+                            (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
+                            " inside it)");
+          continue;
+        }
+        kept.push_back(std::move(x));
+      }
+      a.records = std::move(kept);
+    }
+    if (fails) {
       if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.describe() + " (the gate failed)");
+      continue;
+    }
+    if (!why_refused.empty()) {
+      changes.push_back("refused " + r.backend + " " + w.route.describe() + ": " + why_refused +
+                        (had ? "; its earlier " + r.backend + " approval is revoked" : std::string()));
       continue;
     }
     kernels::Approval x;
@@ -91,6 +119,15 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.date = r.date;
     x.normgate_commit = r.normgate_commit;
     x.normgate_version = r.normgate_version;
+    x.has_strength = true;
+    x.t_per_window = r.t_per_window;
+    x.dense_points = r.dense_points;
+    x.dense_step = r.dense_step;
+    x.dense_all_seeds = r.dense_all_seeds;
+    x.fresh_factor = r.fresh_factor;
+    x.fresh_seeds = w.fresh.seeds;
+    x.oracle = r.oracle;
+    x.dw_vs_fp32_worst = w.route.op == kernels::Op::bwd ? w.dw_vs_fp32_worst : std::numeric_limits<double>::quiet_NaN();
     changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe());
     a.records.push_back(std::move(x));
   }
@@ -132,17 +169,87 @@ class FileLock {
 };
 }  // namespace
 
+kernels::CampaignStrength requested_strength(const GateOptions& opt, Backend resolved) {
+  kernels::CampaignStrength c;
+  try {
+    c.seed_set = seeds::to_string(seeds::parse_seed_set(opt.seeds));
+  } catch (const std::invalid_argument&) {
+    c.seed_set = opt.seeds;
+  }
+  c.t_per_window = opt.t_per_window;
+  c.dense_points = opt.dense_points;
+  c.dense_step = opt.dense_step;
+  c.dense_all_seeds = opt.dense_all_seeds;
+  c.fresh_factor = opt.fresh_factor;
+  c.backend = backend_name(resolved);
+  return c;
+}
+
+kernels::CampaignStrength result_strength(const GateResult& r) {
+  kernels::CampaignStrength c;
+  c.seed_set = r.seeds;
+  c.t_per_window = r.t_per_window;
+  c.dense_points = r.dense_points;
+  c.dense_step = r.dense_step;
+  c.dense_all_seeds = r.dense_all_seeds;
+  c.fresh_factor = r.fresh_factor;
+  c.backend = r.backend;
+  return c;
+}
+
+kernels::ApprovalPolicy required_policy(const std::string& policy_path) {
+  auto p = kernels::load_policy(policy_path);
+  if (!p)
+    throw std::invalid_argument("--approve needs an approval policy, and there is none: write " + policy_path +
+                                " (the minimum campaign an approval needs; format: routing/include/normgate/routing/"
+                                "policy.h, example: routes/sm90a.policy.toml); nothing was run or written");
+  return std::move(*p);
+}
+
+namespace {
+std::string bullet_list(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += "\n  - " + x;
+  return s;
+}
+}  // namespace
+
+void check_approval_request(const GateOptions& opt, Backend resolved, const std::string& policy_path) {
+  const kernels::ApprovalPolicy p =
+      required_policy(policy_path.empty() ? kernels::policy_path_for(opt.table_path) : policy_path);
+  const auto missing = p.minimum.shortfalls(requested_strength(opt, resolved));
+  if (!missing.empty())
+    throw std::invalid_argument("--approve refused: this campaign is weaker than the policy minimum of " +
+                                opt.table_path + " (" + p.path + ": " + p.minimum.describe() + "):" +
+                                bullet_list(missing) + "\nnothing was run or written");
+}
+
+std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, const GateResult& r) {
+  std::vector<std::string> out;
+  for (const auto& w : r.windows)
+    out.push_back(w.pass && !w.control ? p.minimum.window_shortfall(w.route.op, w.route.w, w.dw_vs_fp32_worst)
+                                       : std::string());
+  return out;
+}
+
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt) {
   const auto table = kernels::load_route_table(opt.table_path, {opt.allow_controls});
   if (table.sha256 != r.table_sha256)
     throw std::invalid_argument("route table " + opt.table_path + " changed while the gate ran (sha256 " +
                                 r.table_sha256.substr(0, 12) + " gated, " + table.sha256.substr(0, 12) +
                                 " now): no approval written; gate the table as it is now");
+  const kernels::ApprovalPolicy policy = required_policy(kernels::policy_path_for_approvals(a.path));
+  const auto missing = policy.minimum.shortfalls(result_strength(r));
+  if (!missing.empty())
+    throw std::invalid_argument("approval refused: the campaign that ran is weaker than the policy minimum of " +
+                                opt.table_path + " (" + policy.path + "):" + bullet_list(missing) +
+                                "\nno approval written");
+  const auto refused = approval_refusals(policy, r);
   const FileLock lock(a.path);
   // What other gates approved since this one loaded the file is kept: the
   // update applies to the file as it is now.
   a = kernels::load_approvals(a.path);
-  auto changes = update_approvals(a, r, table.routes);
+  auto changes = update_approvals(a, r, table.routes, refused);
   kernels::save_approvals(a);
   return changes;
 }

@@ -257,6 +257,16 @@ nlohmann::json to_json(const Approval& a) {
   j["date"] = a.date;
   j["normgate_commit"] = a.normgate_commit;
   j["normgate_version"] = a.normgate_version;
+  if (a.has_strength) {
+    j["t_per_window"] = a.t_per_window;
+    j["dense_points"] = a.dense_points;
+    j["dense_step"] = a.dense_step;
+    j["dense_seeds"] = a.dense_all_seeds ? "all" : "worst";
+    j["fresh_factor"] = a.fresh_factor;
+    j["fresh_seeds"] = a.fresh_seeds;
+    j["oracle"] = a.oracle;
+    if (a.op == Op::bwd) j["dw_vs_fp32_worst"] = json_number(a.dw_vs_fp32_worst);
+  }
   return j;
 }
 
@@ -313,6 +323,31 @@ Approval from_json(const nlohmann::json& j) {
   a.date = str(j, "date");
   a.normgate_commit = str(j, "normgate_commit");
   a.normgate_version = str(j, "normgate_version");
+  // Campaign strength: absent in records written before approvals carried it.
+  if (j.contains("t_per_window")) {
+    a.has_strength = true;
+    auto integer = [&](const char* k) {
+      if (!field(k).is_number_integer()) throw std::invalid_argument(std::string("field '") + k + "' must be an integer");
+      return j.at(k).get<int64_t>();
+    };
+    a.t_per_window = static_cast<int>(integer("t_per_window"));
+    a.dense_points = static_cast<int>(integer("dense_points"));
+    a.dense_step = integer("dense_step");
+    a.fresh_factor = static_cast<int>(integer("fresh_factor"));
+    if (a.t_per_window < 2 || a.dense_points < 0 || a.dense_step < 1 || a.fresh_factor < 0)
+      throw std::invalid_argument("campaign strength out of range (t_per_window >= 2, dense_points >= 0, "
+                                  "dense_step >= 1, fresh_factor >= 0)");
+    (void)field("dense_seeds");
+    const std::string ds = str(j, "dense_seeds");
+    if (ds != "worst" && ds != "all")
+      throw std::invalid_argument("field 'dense_seeds' must be \"worst\" or \"all\", got '" + ds + "'");
+    a.dense_all_seeds = ds == "all";
+    (void)field("fresh_seeds");
+    a.fresh_seeds = str(j, "fresh_seeds");
+    (void)field("oracle");
+    a.oracle = str(j, "oracle");
+    if (a.op == Op::bwd) a.dw_vs_fp32_worst = from_json_number(field("dw_vs_fp32_worst"), "dw_vs_fp32_worst");
+  }
   return a;
 }
 
@@ -404,6 +439,11 @@ std::string Approval::window() const { return window_text(op, mode, H, w, form, 
 bool Approval::same_window(const Route& r) const {
   return op == r.op && (op == Op::fwd || mode == r.mode) && H == r.H && w == r.w && form == r.form &&
          t_lo == r.t_lo && t_hi == r.t_hi;
+}
+
+bool Approval::contains(const Route& r) const {
+  return op == r.op && (op == Op::fwd || mode == r.mode) && H == r.H && w == r.w && form == r.form &&
+         t_lo <= r.t_lo && r.t_hi <= t_hi;
 }
 
 std::string approvals_path_for(const std::string& table_path) {
@@ -503,17 +543,25 @@ std::string_view to_string(ApprovalState s) {
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model) {
   const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
   const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
+  // Preference among records of one kind: the exact window, else the
+  // narrowest containing one, else the first in file order.
+  auto better = [&r](const Approval* cand, const Approval* best) {
+    if (!best) return true;
+    const bool ce = cand->same_window(r), be = best->same_window(r);
+    if (ce != be) return ce;
+    return cand->t_hi - cand->t_lo < best->t_hi - best->t_lo;
+  };
   const Approval *gpu_cur = nullptr, *cpu_cur = nullptr, *stale = nullptr, *other_variant = nullptr;
   for (const Approval& x : a.records) {
-    if (!x.same_window(r)) continue;
+    if (!x.contains(r)) continue;
     if (x.variant != vname) {
-      if (!other_variant) other_variant = &x;
+      if (better(&x, other_variant)) other_variant = &x;
       continue;
     }
     if (x.source_sha256 == hash) {
-      if (x.backend == kGpuBackend && !gpu_cur) gpu_cur = &x;
-      if (x.backend == kCpuModelBackend && !cpu_cur) cpu_cur = &x;
-    } else if (!stale) {
+      if (x.backend == kGpuBackend && better(&x, gpu_cur)) gpu_cur = &x;
+      if (x.backend == kCpuModelBackend && better(&x, cpu_cur)) cpu_cur = &x;
+    } else if (better(&x, stale)) {
       stale = &x;
     }
   }
@@ -521,27 +569,37 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   auto from = [](const Approval& x) {
     return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + ")";
   };
+  // " as part of T=LO..HI" when the record's window is wider than the route's.
+  auto part = [&r](const Approval& x) {
+    return x.same_window(r) ? std::string()
+                            : " as part of T=" + std::to_string(x.t_lo) + ".." + std::to_string(x.t_hi);
+  };
   if (gpu_cur || (cpu_cur && accept_cpu_model)) {
     s.state = ApprovalState::current;
     s.record = gpu_cur ? gpu_cur : cpu_cur;
-    s.detail = "approved" + from(*s.record);
+    s.detail = "approved" + part(*s.record) + from(*s.record);
   } else if (cpu_cur) {
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;
-    s.detail = "only a cpu-model approval" + from(*cpu_cur) +
+    s.detail = "only a cpu-model approval" + part(*cpu_cur) + from(*cpu_cur) +
                ", which is not accepted: the GPU code is what ships (the CLI's --accept-cpu-model, or "
                "DispatchPolicy::accept_cpu_model, overrides)";
   } else if (stale) {
     s.state = ApprovalState::stale;
     s.record = stale;
-    s.detail = "approved source " + stale->source_sha256.substr(0, 12) + from(*stale) + ", code now " +
-               std::string(hash.substr(0, 12)) + " (the variant's sources changed since the gate)";
+    s.detail = "approved source " + stale->source_sha256.substr(0, 12) + part(*stale) + from(*stale) +
+               ", code now " + std::string(hash.substr(0, 12)) + " (the variant's sources changed since the gate)";
   } else {
     s.state = ApprovalState::missing;
-    s.detail = other_variant ? "the approval on file for this window is for variant " + other_variant->variant +
-                                   ", the table routes " + std::string(vname)
+    s.detail = other_variant ? "the approval on file for this window" +
+                                   (other_variant->same_window(r) ? std::string()
+                                                                  : " (as part of T=" + std::to_string(other_variant->t_lo) +
+                                                                        ".." + std::to_string(other_variant->t_hi) + ")") +
+                                   " is for variant " + other_variant->variant + ", the table routes " +
+                                   std::string(vname)
                              : "no approval for this window and variant";
   }
+  s.wider = s.record && !s.record->same_window(r);
   return s;
 }
 

@@ -161,6 +161,9 @@ TEST(GateCli, ApproveThenDispatch) {
   const std::string dir = temp_dir("approve");
   const std::string table = dir + "/small.toml";
   std::filesystem::copy_file(kSmall, table);
+  // --approve needs the table's approval policy beside it (kFast meets its minimum).
+  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
+                             dir + "/small.policy.toml");
   const CliResult g = cli("gate " + table + kFast + " --windows H=256 --approve --quiet");
   EXPECT_EQ(g.code, 0) << g.out;
   EXPECT_TRUE(contains(g.out, "approved cpu-model bwd det H=256")) << g.out;

@@ -550,6 +550,9 @@ TEST(Gate, ApproveKeepsConcurrentApprovalsAndRefusesAChangedTable) {
   const std::string dir = temp_dir("approve");
   const std::string table = dir + "/t.toml";
   std::filesystem::copy_file(kSmall, table);
+  // approve() needs a policy beside the table; this one asks for no refinement.
+  std::ofstream(dir + "/t.policy.toml") << "[minimum]\nseeds = \"3x1\"\nt_per_window = 4\ndense_points = 0\n"
+                                           "fresh_factor = 0\nbackends = [\"cpu-model\"]\n";
   GateOptions o = small_opts(table);
   o.windows = "H=256";
   o.dense_points = 0;

@@ -69,6 +69,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "normgate/kernels/device.h"
+#include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 #include "normgate/seeds/seed_set.h"
 #include "normgate/harness/pipeline.h"
@@ -322,22 +323,73 @@ nlohmann::json gate_to_json(const GateResult& r);
 
 /// Update approvals `a` from a gate result: every passing non-control window
 /// gets a record for (window, backend) replacing older records of that
-/// window and backend; a failing window loses its records of that backend;
-/// records whose window is not in the table are removed. Returns one line
-/// per change ("approved ...", "revoked ...", "removed ..."). Never throws.
+/// window and backend, with the campaign's strength (Approval::has_strength
+/// and the fields after it; dw_vs_fp32_worst from the window); a failing
+/// window, and a passing one that `refused` names, loses its records of that
+/// backend, and so does every wider record of that backend, variant and
+/// source hash that contains it (it approved this window too, and the gate
+/// or the policy now says otherwise); records whose window overlaps none of
+/// the table's are removed (a record whose window contains a table window
+/// approves it: routing.h; one that overlaps is kept for derivations,
+/// derive.h). refused: empty, or one entry per
+/// r.windows (same order), "" for a window the policy accepts, else why it
+/// does not (approval_refusals). Returns one line per change ("approved
+/// ...", "revoked ...", "refused ...", "removed ..."). Never throws.
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
-                                          const std::vector<kernels::Route>& table_routes);
+                                          const std::vector<kernels::Route>& table_routes,
+                                          const std::vector<std::string>& refused = {});
+
+/// The campaign strength that `opt` asks for, run on backend `resolved`
+/// (gpu or cpu; resolve_backend's result): opt.seeds in canonical spelling
+/// (as written when it does not parse), t_per_window, dense_points,
+/// dense_step, dense_all_seeds, fresh_factor, backend name. Never throws.
+kernels::CampaignStrength requested_strength(const GateOptions& opt, Backend resolved);
+/// The campaign strength of a finished gate (its seeds, options and backend).
+/// Never throws.
+kernels::CampaignStrength result_strength(const GateResult& r);
+
+/// The approval policy at `policy_path` (a table's: kernels::policy_path_for;
+/// an approvals file's: kernels::policy_path_for_approvals). Throws
+/// std::invalid_argument saying that `--approve` needs one, and where to
+/// write it, when there is no policy file; kernels::PolicyError when it is
+/// invalid or unreadable.
+kernels::ApprovalPolicy required_policy(const std::string& policy_path);
+
+/// `gate --approve` before any work: the requested campaign (requested_strength)
+/// against the policy minimum at `policy_path` ("" : the policy of
+/// opt.table_path, kernels::policy_path_for; `normgate derive` passes its
+/// output table's, since it gates candidate tables written elsewhere).
+/// Throws std::invalid_argument listing every missing requirement, one per
+/// line ("  - seeds 3x1 below the policy minimum 3x16
+/// (routes/sm90a.policy.toml:7)", "  - no dense refinement (...)"), when the
+/// campaign falls short; as required_policy when the policy is missing or
+/// invalid.
+void check_approval_request(const GateOptions& opt, Backend resolved, const std::string& policy_path = "");
+
+/// The policy minimum's window requirements on a finished gate: one entry
+/// per r.windows, "" when the window may be approved, else why not (today:
+/// dw worse than FP32 eager on an FP32-weight backward window, when the
+/// policy asks for it). Failing windows and controls get "" (they are not
+/// approved anyway). Never throws.
+std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, const GateResult& r);
 
 /// `gate --approve`: the table of opt.table_path reloaded (opt.allow_controls)
-/// and required to be the one gated (sha256 == r.table_sha256); then, under
-/// an exclusive flock(2) on a.path + ".lock", the approvals file reloaded
-/// into `a` (keeping what other gates approved meanwhile), updated from `r`
-/// (update_approvals) and written atomically (kernels::save_approvals: temp
-/// file, then rename). `a.path` names the approvals file beside the table,
-/// loaded once before the gate ran so that a damaged file is refused before
-/// any work. Returns update_approvals' lines. Throws std::invalid_argument
-/// when the table no longer loads or changed during the run (nothing
-/// written), kernels::RouteTableError when the approvals file is damaged,
+/// and required to be the one gated (sha256 == r.table_sha256); the policy
+/// of the approvals file (required_policy at
+/// kernels::policy_path_for_approvals(a.path): the table's policy for a
+/// table's approvals) re-checked against the finished campaign
+/// (result_strength: every shortfall refuses the whole run) and per window
+/// (approval_refusals: such a window is refused, its record of this backend
+/// revoked); then, under an exclusive flock(2) on a.path + ".lock", the
+/// approvals file reloaded into `a` (keeping what other gates approved
+/// meanwhile), updated from `r` (update_approvals) and written atomically
+/// (kernels::save_approvals: temp file, then rename). `a.path` names the
+/// approvals file beside the table, loaded once before the gate ran so that
+/// a damaged file is refused before any work. Returns update_approvals'
+/// lines. Throws std::invalid_argument when the table no longer loads or
+/// changed during the run, or the policy is missing or not met by the
+/// campaign (nothing written); kernels::PolicyError when the policy is
+/// invalid; kernels::RouteTableError when the approvals file is damaged;
 /// std::runtime_error when the lock or the file cannot be written.
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt);
 

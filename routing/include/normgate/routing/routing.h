@@ -34,11 +34,20 @@
 //
 // Approvals (routes/<table stem>.approvals.json, written by `normgate gate
 // --approve`): one record per (window, backend) saying that the gate passed
-// that window's variant, with the variant's source hash. An approval is
-// CURRENT for a route when its window and variant equal the route's and its
-// source_sha256 equals the variant's source_sha256 (registry.h) in this build;
-// STALE when window and variant match but the source hash differs (the code
-// changed since the gate ran); MISSING otherwise.
+// that window's variant, with the variant's source hash and the strength of
+// the campaign that passed it (seed set, T points, dense grid, fresh seeds,
+// oracle; policy.h says what strength an approval needs). A record's window
+// CONTAINS a route's window when op, mode (bwd), H, w and form are equal and
+// the record's T range [lo, hi] includes the route's: the gate proved the
+// variant over the whole wider window, so over any part of it (route
+// derivation splits approved windows at measured crossovers). An approval is
+// CURRENT for a route when its window contains (or equals) the route's, its
+// variant is the route's and its source_sha256 equals the variant's
+// source_sha256 (registry.h) in this build; STALE when such a record exists
+// but with another source hash (the code changed since the gate ran);
+// MISSING otherwise. Exact-window records are preferred over wider ones, and
+// the status says when the approval is of a wider window ("approved as part
+// of T=1..131072").
 //
 // The dispatcher (Dispatcher) picks the route for a call and refuses a route
 // without a current approval unless DispatchPolicy::allow_unapproved is set
@@ -49,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -161,10 +171,30 @@ struct Approval {
   std::string normgate_commit;   ///< (normgate_commit) git commit of the gate binary
   std::string normgate_version;  ///< (normgate_version)
 
+  // Campaign strength (policy.h). Records written before approvals carried
+  // it have none of these fields: has_strength is false and the rest keep
+  // their defaults. With t_per_window present every field below is required
+  // (dw_vs_fp32_worst only for bwd windows).
+  bool has_strength = false;
+  int t_per_window = 0;       ///< (t_per_window) the gate's --t-per-window
+  int dense_points = 0;       ///< (dense_points) dense grid points each side of the worst T (0: none)
+  int64_t dense_step = 0;     ///< (dense_step) dense grid spacing in rows
+  bool dense_all_seeds = false;  ///< (dense_seeds) "all" (true) or "worst" (false)
+  int fresh_factor = 0;       ///< (fresh_factor) fresh seeds = factor x per-family seed count
+  std::string fresh_seeds;    ///< (fresh_seeds) seed set of the window's fresh re-run, "" when none ran
+  std::string oracle;         ///< (oracle) "auto", "fp64" or "mpfr"
+  /// (dw_vs_fp32_worst) bwd windows: the window's worst dw error relative to
+  /// FP32 eager's (<= 1: not worse). NaN for fwd windows (absent in JSON);
+  /// non-finite values are stored as strings.
+  double dw_vs_fp32_worst = std::numeric_limits<double>::quiet_NaN();
+
   /// Window as Route::window() prints it.
   std::string window() const;
   /// True when the window (not the variant) equals r's.
   bool same_window(const Route& r) const;
+  /// True when this window contains r's: same op, mode (bwd), H, w and form,
+  /// and t_lo <= r.t_lo && r.t_hi <= t_hi (equal windows included).
+  bool contains(const Route& r) const;
 };
 
 /// The approvals file of one table.
@@ -205,12 +235,18 @@ std::string_view to_string(ApprovalState s);
 struct ApprovalStatus {
   ApprovalState state = ApprovalState::missing;
   const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one
-  std::string detail;                ///< why, without the state word, e.g. "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
+  /// The record's window is wider than the route's (contains it; see file comment).
+  bool wider = false;
+  /// why, without the state word, e.g. "approved (gpu gate of ...)", "approved as part of T=1..131072 (gpu
+  /// gate of ...)", "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
+  std::string detail;
 };
 
-/// Look up r's approval. accept_cpu_model: whether backend "cpu-model"
-/// records count as current. GPU records are preferred when both are current.
-/// Never throws.
+/// Look up r's approval among the records whose window contains r's (file
+/// comment). accept_cpu_model: whether backend "cpu-model" records count as
+/// current. GPU records are preferred when both are current; among records of
+/// one backend the exact window, else the narrowest containing one (first in
+/// file order on ties). Never throws.
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
 
 // --- dispatcher --------------------------------------------------------------

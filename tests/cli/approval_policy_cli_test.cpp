@@ -1,0 +1,124 @@
+// tests/cli: the approval policy as a user meets it: `normgate gate --approve`
+// refuses a campaign weaker than the table's policy with exit 2 before any
+// case runs (the message names every missing requirement; no approvals file
+// is written), refuses without a policy, approves a campaign that meets it;
+// `normgate routes` lists each approval's strength and whether it meets the
+// policy's minimum and target, or says "no policy".
+#include <gtest/gtest.h>
+
+#include "cli_util.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+using normgate::test::contains;
+using normgate::test::run_normgate;
+
+const std::string kSrc = NORMGATE_SOURCE_DIR;
+const std::string kSmall = kSrc + "/tests/data/routes/small.toml";
+const std::string kSmallPolicy = kSrc + "/tests/data/routes/small.policy.toml";
+// The fast campaign of the CLI tests; it meets small.policy.toml's minimum.
+const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2";
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/policy_cli_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(ApprovalPolicyCli, WeakCampaignRefusedBeforeAnyWork) {
+  const std::string dir = temp_dir("weak");
+  const std::string table = dir + "/t.toml";
+  std::filesystem::copy_file(kSmall, table);
+  // No policy beside the table: refused, saying where to write one.
+  auto r = run_normgate("gate " + table + kFast + " --approve --quiet");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--approve needs an approval policy")) << r.out;
+  EXPECT_TRUE(contains(r.out, dir + "/t.policy.toml")) << r.out;
+  EXPECT_FALSE(contains(r.out, "phase")) << r.out;  // no case ran
+  // The sm90a minimum (3x16 with refinement, GPU) against the new-user campaign.
+  std::filesystem::copy_file(kSrc + "/routes/sm90a.policy.toml", dir + "/t.policy.toml");
+  const std::string p = dir + "/t.policy.toml";
+  r = run_normgate("gate " + table +
+                   " --backend cpu --threads 1 --seeds 3x1 --t-per-window 2 --dense-points 0 --fresh-factor 0 "
+                   "--approve --quiet");
+  EXPECT_EQ(r.code, 2) << r.out;
+  for (const std::string& needle :
+       {std::string("--approve refused: this campaign is weaker than the policy minimum"),
+        "seeds 3x1 below the policy minimum 3x16 (" + p + ":15)",
+        "T points per window 2 below the policy minimum 8 (--t-per-window; " + p + ":16)",
+        "no dense refinement (the policy minimum needs 16 points each side, step <= 64; " + p + ":17)",
+        "no fresh seeds (the policy minimum needs --fresh-factor >= 1; " + p + ":19)",
+        "backend cpu-model not accepted by the policy minimum (accepts gpu; " + p + ":20)",
+        std::string("nothing was run or written")})
+    EXPECT_TRUE(contains(r.out, needle)) << needle << "\n" << r.out;
+  EXPECT_FALSE(contains(r.out, "phase")) << r.out;
+  EXPECT_FALSE(contains(r.out, "backend  cpu-model")) << r.out;  // said only once the run starts
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.approvals.json"));
+  // A coarse dense grid alone is named too.
+  std::filesystem::remove(p);
+  std::filesystem::copy_file(kSmallPolicy, p);
+  r = run_normgate("gate " + table + kFast + " --dense-step 128 --approve --quiet");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "dense step 128 above the policy minimum's maximum 64 (--dense-step; " + p + ":12)"))
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.approvals.json"));
+  // An invalid policy is an input error naming FILE:LINE and the key.
+  std::ofstream(p, std::ios::app) << "colour = 1\n";
+  r = run_normgate("gate " + table + kFast + " --approve --quiet");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, p + ":25: [target] unknown key 'colour'")) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
+  const std::string dir = temp_dir("ok");
+  const std::string table = dir + "/t.toml";
+  std::filesystem::copy_file(kSmall, table);
+  // `routes` without a policy says so.
+  auto r = run_normgate("routes " + table);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "policy    no policy (" + dir + "/t.policy.toml does not exist)")) << r.out;
+  std::filesystem::copy_file(kSmallPolicy, dir + "/t.policy.toml");
+  r = run_normgate("gate " + table + kFast + " --windows H=256 --approve --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "approved cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked"))
+      << r.out;
+  r = run_normgate("routes " + table + " --accept-cpu-model");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "policy    " + dir + "/t.policy.toml")) << r.out;
+  EXPECT_TRUE(contains(r.out, "minimum \"tiny\": seeds 3x1, t-per-window 4, dense 2 x 64 (worst seed), fresh x1, "
+                              "backends gpu, cpu-model"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "[current] approved (cpu-model gate of")) << r.out;
+  // The strength of the H=256 approval: what kFast ran.
+  EXPECT_TRUE(contains(r.out, "    strength: seeds 3x1, T points ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(t-per-window 4), dense 2 x 64 (worst seed), fresh x2 (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "oracle auto, backend cpu-model, dw vs FP32 ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "    policy: minimum met\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "    policy: target NOT met: seeds 3x1 below the policy target 3x120 (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "backend cpu-model not accepted by the policy target")) << r.out;
+  EXPECT_TRUE(contains(r.out, "strength  of 1 current approvals: 1 meet the policy minimum, 0 meet the target"))
+      << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// The committed table: every route approved by a record that carries its
+// campaign's strength, meeting the sm90a minimum and not yet the target.
+TEST(ApprovalPolicyCli, CommittedApprovalsMeetTheSm90aMinimum) {
+  const auto r = run_normgate("routes " + kSrc + "/routes/sm90a.toml");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "strength  of ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "not recorded")) << r.out;
+  EXPECT_FALSE(contains(r.out, "policy: minimum NOT met")) << r.out;
+  EXPECT_TRUE(contains(r.out, "fresh x2 (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "policy: target NOT met: seeds 3x16 below the policy target 3x120")) << r.out;
+}
+
+}  // namespace

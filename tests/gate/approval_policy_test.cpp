@@ -1,0 +1,280 @@
+// tests/gate/approval_policy_test.cpp: the approval policy in the gate's
+// approve path (gate.h: check_approval_request, approve, update_approvals):
+// records carry the campaign's strength; a campaign weaker than the policy
+// minimum is refused before any work and again after it; a window failing the
+// policy's window requirement is refused. CPU models, small table.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "normgate/gate/gate.h"
+#include "normgate/routing/policy.h"
+#include "normgate/routing/routing.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::validators;
+
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+
+std::string temp_dir(const std::string& name) {
+  const std::string d =
+      std::string(NORMGATE_BINARY_DIR) + "/test_gate_policy_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+GateOptions small_opts(const std::string& table = kSmall) {
+  GateOptions o;
+  o.table_path = table;
+  o.seeds = "3x1";
+  o.t_per_window = 4;
+  o.dense_points = 2;
+  o.fresh_factor = 2;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  o.normgate_version = "test";
+  o.normgate_commit = "test";
+  return o;
+}
+
+// A policy for the copy of small.toml in `dir` (line numbers fixed).
+void write_policy(const std::string& dir, const std::string& extra = "") {
+  std::ofstream(dir + "/t.policy.toml") << "[minimum]\n"                          // 1
+                                           "seeds = \"3x1\"\n"                    // 2
+                                           "t_per_window = 4\n"                   // 3
+                                           "dense_points = 2\n"                   // 4
+                                           "dense_step = 64\n"                    // 5
+                                           "fresh_factor = 1\n"                   // 6
+                                           "backends = [\"cpu-model\"]\n"         // 7
+                                        << extra;                                 // 8
+}
+
+std::string copy_table(const std::string& dir) {
+  const std::string table = dir + "/t.toml";
+  std::filesystem::copy_file(kSmall, table);
+  return table;
+}
+
+TEST(ApprovalPolicy, RecordsCarryTheCampaignStrength) {
+  GateOptions o = small_opts();
+  o.windows = "H=256|64,op=bwd,T=1..100";  // bwd det H=256 fp32 [1, 300] and the H=64 [1, 100] windows
+  const GateResult r = run_gate(o);
+  ASSERT_TRUE(r.pass());
+  const auto t = kernels::load_route_table(kSmall);
+  kernels::Approvals a;
+  (void)update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), r.windows.size());
+  for (size_t i = 0; i < r.windows.size(); ++i) {
+    const WindowResult& w = r.windows[i];
+    const kernels::Approval* x = nullptr;
+    for (const auto& rec : a.records)
+      if (rec.same_window(w.route)) x = &rec;
+    ASSERT_NE(x, nullptr) << w.route.describe();
+    EXPECT_TRUE(x->has_strength);
+    EXPECT_EQ(x->seed_set, "3x1");
+    EXPECT_EQ(x->t_per_window, 4);
+    EXPECT_EQ(x->dense_points, 2);
+    EXPECT_EQ(x->dense_step, 64);
+    EXPECT_FALSE(x->dense_all_seeds);
+    EXPECT_EQ(x->fresh_factor, 2);
+    // 2 x 1 fresh seeds right after seed 0, in the worst family.
+    EXPECT_EQ(x->fresh_seeds, w.fresh.seeds);
+    EXPECT_EQ(x->fresh_seeds, w.fresh_family + ":1..2");
+    EXPECT_EQ(x->oracle, "auto");
+    ASSERT_TRUE(std::isfinite(w.dw_vs_fp32_worst));
+    EXPECT_EQ(x->dw_vs_fp32_worst, w.dw_vs_fp32_worst);
+  }
+  // A forward window's record has no dw vs FP32.
+  GateOptions f = small_opts();
+  f.windows = "op=fwd";
+  const GateResult rf = run_gate(f);
+  kernels::Approvals af;
+  (void)update_approvals(af, rf, t.routes);
+  ASSERT_EQ(af.records.size(), 1u);
+  EXPECT_TRUE(af.records[0].has_strength);
+  EXPECT_TRUE(std::isnan(af.records[0].dw_vs_fp32_worst));
+  EXPECT_EQ(kernels::approvals_to_json_text(af).find("dw_vs_fp32_worst"), std::string::npos);
+}
+
+TEST(ApprovalPolicy, WeakCampaignRefusedBeforeAnyWork) {
+  const std::string dir = temp_dir("request");
+  const std::string table = copy_table(dir);
+  // No policy: refused, saying where to write one.
+  GateOptions o = small_opts(table);
+  try {
+    check_approval_request(o, Backend::cpu);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--approve needs an approval policy"), std::string::npos) << m;
+    EXPECT_NE(m.find("write " + dir + "/t.policy.toml"), std::string::npos) << m;
+  }
+  // An explicit policy path (normgate derive: its output table's policy).
+  write_policy(dir);
+  std::filesystem::rename(dir + "/t.policy.toml", dir + "/out.policy.toml");
+  EXPECT_THROW(check_approval_request(o, Backend::cpu), std::invalid_argument);
+  EXPECT_NO_THROW(check_approval_request(o, Backend::cpu, dir + "/out.policy.toml"));
+  std::filesystem::rename(dir + "/out.policy.toml", dir + "/t.policy.toml");
+  EXPECT_NO_THROW(check_approval_request(o, Backend::cpu));
+  // The same campaign on the GPU backend is not accepted by this policy.
+  try {
+    check_approval_request(o, Backend::gpu);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("backend gpu not accepted by the policy minimum (accepts cpu-model; " + dir +
+                                         "/t.policy.toml:7)"),
+              std::string::npos)
+        << e.what();
+  }
+  // The new-user campaign: --seeds 3x1 --t-per-window 2, no refinement.
+  write_policy(dir);
+  std::ofstream(dir + "/t.policy.toml", std::ios::trunc)
+      << "[minimum]\nseeds = \"3x16\"\nt_per_window = 8\ndense_points = 16\ndense_step = 64\nfresh_factor = 1\n"
+         "backends = [\"cpu-model\"]\n";
+  o.t_per_window = 2;
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  try {
+    check_approval_request(o, Backend::cpu);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    const std::string p = dir + "/t.policy.toml";
+    for (const std::string& needle :
+         {"seeds 3x1 below the policy minimum 3x16 (" + p + ":2)",
+          "T points per window 2 below the policy minimum 8 (--t-per-window; " + p + ":3)",
+          "no dense refinement (the policy minimum needs 16 points each side, step <= 64; " + p + ":4)",
+          "no fresh seeds (the policy minimum needs --fresh-factor >= 1; " + p + ":6)",
+          std::string("nothing was run or written")})
+      EXPECT_NE(m.find(needle), std::string::npos) << needle << "\n" << m;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/t.approvals.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ApprovalPolicy, ApproveRechecksTheResultAndRefusesWindows) {
+  const std::string dir = temp_dir("approve");
+  const std::string table = copy_table(dir);
+  write_policy(dir, "dw_not_worse_than_fp32 = true\n");
+  GateOptions o = small_opts(table);
+  o.windows = "H=256";  // bwd det H=256 w=fp32 [1, 300]
+  GateResult r = run_gate(o);
+  ASSERT_TRUE(r.pass());
+  ASSERT_EQ(r.windows.size(), 1u);
+  const std::string apath = kernels::approvals_path_for(table);
+
+  // A result weaker than the policy (e.g. through the library, not the CLI):
+  // refused as a whole, nothing written.
+  GateResult weak = r;
+  weak.fresh_factor = 0;
+  kernels::Approvals a = kernels::load_approvals(apath);
+  try {
+    (void)approve(a, weak, o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no fresh seeds"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(apath));
+
+  // dw not worse than FP32 eager: approved at 0.5 ...
+  r.windows[0].dw_vs_fp32_worst = 0.5;
+  auto changes = approve(a, r, o);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rfind("approved cpu-model bwd det H=256", 0), 0u) << changes[0];
+  ASSERT_EQ(kernels::load_approvals(apath).records.size(), 1u);
+  EXPECT_EQ(kernels::load_approvals(apath).records[0].dw_vs_fp32_worst, 0.5);
+  // ... refused at 1.5, and the earlier approval of the window revoked.
+  r.windows[0].dw_vs_fp32_worst = 1.5;
+  changes = approve(a, r, o);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rfind("refused cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked: dw "
+                             "worse than FP32 eager (dw vs FP32 worst 1.5 > 1)",
+                             0),
+            0u)
+      << changes[0];
+  EXPECT_NE(changes[0].find(dir + "/t.policy.toml:8"), std::string::npos) << changes[0];
+  EXPECT_NE(changes[0].find("its earlier cpu-model approval is revoked"), std::string::npos) << changes[0];
+  EXPECT_TRUE(kernels::load_approvals(apath).records.empty());
+  std::filesystem::remove_all(dir);
+}
+
+// A record of a wider window survives a later approve of the table that
+// splits it; a record of a window the table no longer contains is removed.
+TEST(ApprovalPolicy, UpdateKeepsRecordsThatContainTableWindows) {
+  const auto t = kernels::load_route_table(kSmall);
+  GateResult r;  // nothing gated
+  r.backend = "cpu-model";
+  kernels::Approvals a;
+  kernels::Approval wide;
+  wide.op = kernels::Op::bwd;
+  wide.mode = kernels::Mode::det;
+  wide.H = 64;
+  wide.t_lo = 1;
+  wide.t_hi = 700;  // contains the table's [1, 100] and [101, 700]
+  wide.variant = "bwd_det_chunked";
+  wide.backend = "gpu";
+  kernels::Approval outside = wide;
+  outside.t_hi = 800;  // reaches past the table's windows... but still contains [1, 100]
+  kernels::Approval gone = wide;
+  gone.H = 128;  // no window of the table
+  a.records = {wide, outside, gone};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].t_hi, 700);
+  EXPECT_EQ(a.records[1].t_hi, 800);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_NE(changes[0].find("removed gpu approval of bwd det H=128"), std::string::npos) << changes[0];
+}
+
+// A window that fails inside a wider approved window takes that approval
+// (same backend, variant and source) with it: it approved the failing part.
+TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
+  const auto t = kernels::load_route_table(kSmall);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100]
+  ASSERT_EQ(low.t_hi, 100);
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult w;
+  w.route = low;
+  w.pass = false;
+  r.windows.push_back(w);
+  kernels::Approval wide;
+  wide.op = kernels::Op::bwd;
+  wide.mode = kernels::Mode::det;
+  wide.H = 64;
+  wide.t_lo = 1;
+  wide.t_hi = 700;
+  wide.variant = "bwd_det_chunked";
+  wide.source_sha256 = std::string(low.variant->source_sha256);
+  wide.backend = "cpu-model";
+  kernels::Approval gpu = wide;  // another backend: its own evidence
+  gpu.backend = "gpu";
+  kernels::Approval old = wide;  // another source: stale anyway, left as it is
+  old.source_sha256 = std::string(64, 'd');
+  kernels::Approvals a;
+  a.records = {wide, gpu, old};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].backend, "gpu");
+  EXPECT_EQ(a.records[1].source_sha256, std::string(64, 'd'));
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..700 -> bwd_det_chunked "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  // A passing window leaves the wider record alone.
+  r.windows[0].pass = true;
+  r.windows[0].route = t.routes[2];  // [101, 700]
+  a.records = {wide};
+  (void)update_approvals(a, r, t.routes);
+  EXPECT_EQ(a.records.size(), 2u);  // the wider one and the new exact one
+}
+
+}  // namespace
