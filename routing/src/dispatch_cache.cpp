@@ -177,6 +177,18 @@ Pick DispatchCache::pick(const CallKey& k, bool strict) const {
 Pick DispatchCache::inspect(const CallKey& k, bool strict) const { return decide(k, strict, true); }
 
 Pick DispatchCache::pick_variant(const CallKey& k, std::string_view name) const {
+  Pick p = check_variant(k, name);
+  if (k.H >= kMinH && k.H <= kMaxH) {
+    if (const Route* r = table().find(k.op, k.mode, k.H, k.w, k.form, k.T)) {
+      p.route = r;
+      for (const Window& w : *group(key(k.op, k.mode, k.H, k.w, k.form)))
+        if (w.route == r) p.state = w.state;
+    }
+  }
+  return p;
+}
+
+Pick DispatchCache::check_variant(const CallKey& k, std::string_view name) {
   if (k.T < 0) throw std::invalid_argument(to_string(k) + ": T < 0");
   const Variant& v = variant(name);  // throws, listing the known names
   const std::string what = to_string(k) + ": variant " + std::string(name);
@@ -191,14 +203,6 @@ Pick DispatchCache::pick_variant(const CallKey& k, std::string_view name) const 
   Pick p;
   p.variant = &v;
   p.kind = PickKind::explicit_variant;
-  if (k.H >= kMinH && k.H <= kMaxH) {
-    if (const Route* r = table().find(k.op, k.mode, k.H, k.w, k.form, k.T)) {
-      p.route = r;
-      const auto* g = group(key(k.op, k.mode, k.H, k.w, k.form));
-      for (const Window& w : *g)
-        if (w.route == r) p.state = w.state;
-    }
-  }
   return p;
 }
 

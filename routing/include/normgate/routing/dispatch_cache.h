@@ -118,6 +118,10 @@ class DispatchCache {
   /// the call's H, w or form.
   Pick pick_variant(const CallKey& k, std::string_view name) const;
 
+  /// pick_variant's checks without a table (route null, state missing): for
+  /// an explicit call where no table could be loaded. Throws as pick_variant.
+  static Pick check_variant(const CallKey& k, std::string_view name);
+
   const Dispatcher& dispatcher() const { return d_; }
   const RouteTable& table() const { return d_.table(); }
   /// Number of (op, mode, H, w, form) groups and of windows cached.
