@@ -642,8 +642,12 @@ Decision Dispatcher::pick(const CallKey& k) const {
     const std::string covered = lo < 0 ? " (the table has no route for this op, mode, H, w and form)"
                                        : " (its windows for this op, mode, H, w and form cover T = " +
                                              std::to_string(lo) + ".." + std::to_string(hi) + ")";
+    const Variant* fb = k.T < 0 ? nullptr : table_.fallback.for_call(k.op, k.mode);
+    const std::string fallback = fb ? "; at run time the table's fallback " + std::string(fb->name) +
+                                          " serves it with a warning (DispatchCache; strict mode refuses it)"
+                                    : "";
     throw std::invalid_argument("no route for " + to_string(k) + " in " + table_.path +
-                                (k.T < 0 ? " (T < 0)" : covered));
+                                (k.T < 0 ? " (T < 0)" : covered) + fallback);
   }
   if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +

@@ -300,6 +300,26 @@ TEST(DispatchCache, NoFallbackNamedRefusesOutsideTheWindows) {
   EXPECT_THROW((void)c.pick(call(Op::fwd, Mode::det, 64, WDtype::bf16, 3), false), NoRoute);
 }
 
+// The CLI's Dispatcher (normgate routes --pick) says a call outside every
+// window is served by the fallback at run time.
+TEST(DispatchCache, DispatcherNoRouteNamesTheFallback) {
+  const RouteTable t = parse_route_table(with_fallback("fallback = { bwd_det = \"bwd_det_chunked\" }"), "t.toml");
+  const Dispatcher d(t, {});
+  try {
+    (void)d.pick(call(Op::bwd, Mode::det, 128, WDtype::bf16, 5));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("at run time the table's fallback bwd_det_chunked serves it"),
+              std::string::npos) << e.what();
+  }
+  try {
+    (void)d.pick(call(Op::bwd, Mode::nondet, 128, WDtype::bf16, 5));  // no nondet fallback named
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("fallback"), std::string::npos) << e.what();
+  }
+}
+
 // Many threads hitting one fallback group: exactly one warning, every pick a fallback.
 TEST(DispatchCache, ConcurrentPicksWarnOnce) {
   const test::DispatchFixture fx("threads");
