@@ -13,7 +13,7 @@ namespace {
 // The group of a call without T: "bwd det H=2048 w=bf16 form=plain".
 std::string group_text(Op op, Mode mode, int64_t H, WDtype w, Form form) {
   std::string s(to_string(op));
-  if (op == Op::bwd) s += " " + std::string(to_string(mode));
+  if (op == Op::bwd) s.append(" ").append(to_string(mode));
   return s + " H=" + std::to_string(H) + " w=" + std::string(to_string(w)) + " form=" +
          std::string(to_string(form));
 }
