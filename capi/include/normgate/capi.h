@@ -6,7 +6,10 @@
  * struct is plain data in the field order shown, natural alignment, no
  * packing. ABI history: 0.2.0 appended `msq` to ng_fwd_args (152 bytes) and
  * ng_bwd_args (168 bytes); callers built against 0.1.0 headers must rebuild
- * (check ng_version()).
+ * (check ng_version()). Routed dispatch (same version; detect it by the
+ * symbol ng_route_for) added NG_EROUTE, ng_bwd_routed and the routing
+ * functions, and changed the meaning of a NULL ng_fwd_args.variant from
+ * "fwd_rowwise" to "the routed variant".
  *
  * Tensors and units:
  *   - BF16 tensors are bit patterns (uint16_t per element); FP32 tensors are
