@@ -4,8 +4,15 @@
 // exceptions into return codes and the thread-local message.
 #include "normgate/capi.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -28,6 +35,8 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/routing/dispatch_cache.h"
+#include "normgate/routing/routing.h"
 #include "normgate_version.h"
 
 namespace nk = normgate::kernels;
@@ -48,8 +57,15 @@ thread_local std::string g_error;
 
 [[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument(msg); }
 
-// Runs f; maps std::invalid_argument to NG_EINVAL, anything else to NG_EFAIL,
-// with "fn: message" as the thread's last error.
+// The route table cannot be loaded (NG_EROUTE).
+class RouteLoadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs f; maps routing refusals to NG_EROUTE, std::invalid_argument to
+// NG_EINVAL, anything else to NG_EFAIL, with "fn: message" as the thread's
+// last error.
 template <class F>
 int guard(const char* fn, F&& f) noexcept {
   auto fail = [fn](int rc, const char* msg) noexcept {
@@ -63,6 +79,12 @@ int guard(const char* fn, F&& f) noexcept {
     g_error.clear();
     f();
     return NG_OK;
+  } catch (const nk::UnapprovedRoute& e) {
+    return fail(NG_EROUTE, e.what());
+  } catch (const nk::NoRoute& e) {
+    return fail(NG_EROUTE, e.what());
+  } catch (const RouteLoadError& e) {
+    return fail(NG_EROUTE, e.what());
   } catch (const std::invalid_argument& e) {
     return fail(NG_EINVAL, e.what());
   } catch (const std::bad_alloc&) {
@@ -173,6 +195,193 @@ int checked_threads(int threads) {
   return threads;
 }
 
+// ---- routing ---------------------------------------------------------------
+
+// The table in use: loaded once, lazily; replaced only by ng_routes_load.
+// Caches are never freed (a decision's strings and a pick in flight on
+// another thread may still point into a replaced one); reloads are rare.
+std::mutex g_routes_mu;                          // loads
+std::atomic<const nk::DispatchCache*> g_routes{nullptr};
+std::vector<std::unique_ptr<nk::DispatchCache>> g_routes_all;  // owned, under g_routes_mu
+std::atomic<int> g_strict{-1};                   // -1: NORMGATE_STRICT_ROUTES decides
+std::atomic<int> g_warn_stderr{1};
+thread_local std::string g_warning;              // the last one-time warning of this thread
+thread_local std::string g_route_msg;            // ng_route_info::message of ng_route_for
+thread_local std::string g_last_msg;             // ... of ng_last_route
+thread_local ng_route_info g_last{};
+thread_local bool g_have_last = false;
+
+bool env_flag(const char* name) {
+  const char* e = std::getenv(name);
+  return e && *e && std::string_view(e) != "0";
+}
+
+bool strict_routes() {
+  int s = g_strict.load(std::memory_order_relaxed);
+  if (s < 0) {
+    s = env_flag("NORMGATE_STRICT_ROUTES") ? 1 : 0;
+    int unset = -1;
+    g_strict.compare_exchange_strong(unset, s);
+    s = g_strict.load(std::memory_order_relaxed);
+  }
+  return s != 0;
+}
+
+// NORMGATE_DISPATCH: comma-separated allow-unapproved, accept-cpu-model.
+nk::DispatchPolicy env_policy() {
+  nk::DispatchPolicy p;
+  const char* e = std::getenv("NORMGATE_DISPATCH");
+  if (!e) return p;
+  std::string_view v(e);
+  while (!v.empty()) {
+    const size_t c = v.find(',');
+    std::string_view tok = v.substr(0, c);
+    v = c == std::string_view::npos ? std::string_view{} : v.substr(c + 1);
+    while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
+    while (!tok.empty() && tok.back() == ' ') tok.remove_suffix(1);
+    if (tok.empty()) continue;
+    if (tok == "allow-unapproved")
+      p.allow_unapproved = true;
+    else if (tok == "accept-cpu-model")
+      p.accept_cpu_model = true;
+    else
+      throw RouteLoadError("NORMGATE_DISPATCH='" + std::string(e) + "': unknown token '" + std::string(tok) +
+                           "' (known: allow-unapproved, accept-cpu-model; comma-separated)");
+  }
+  return p;
+}
+
+// The folder of this shared library (dladdr), or "" when unknown.
+std::filesystem::path library_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&ng_version), &info) == 0 || !info.dli_fname) return {};
+  std::error_code ec;
+  auto p = std::filesystem::weakly_canonical(std::filesystem::path(info.dli_fname), ec);
+  return (ec ? std::filesystem::path(info.dli_fname) : p).parent_path();
+}
+
+// The default table (capi.h top): $NORMGATE_ROUTES, the installed one, the
+// source tree's for the build tree's library.
+std::string default_table() {
+  if (const char* e = std::getenv("NORMGATE_ROUTES"); e && *e) return e;
+  namespace fs = std::filesystem;
+  const fs::path dir = library_dir();
+  const fs::path installed = (dir / NORMGATE_ROUTES_REL / "sm90a.toml").lexically_normal();
+  std::error_code ec;
+  if (!dir.empty() && fs::exists(installed, ec)) return installed.string();
+#ifdef NORMGATE_BUILD_CAPI_DIR
+  if (!dir.empty() && fs::equivalent(dir, fs::path(NORMGATE_BUILD_CAPI_DIR), ec))
+    return std::string(NORMGATE_SOURCE_ROUTES_DIR) + "/sm90a.toml";
+#endif
+  throw RouteLoadError("no route table: none installed at " + installed.string() + " (beside " +
+                       (dir.empty() ? std::string("this library, whose path is unknown") : dir.string()) +
+                       ") and NORMGATE_ROUTES is not set; install the library (cmake --install) or set "
+                       "NORMGATE_ROUTES to a route table .toml");
+}
+
+const nk::DispatchCache* load_routes(const std::string& path_or_empty) {
+  const std::string path = path_or_empty.empty() ? default_table() : path_or_empty;
+  nk::DispatchCacheOptions o;
+  o.warn = [](const std::string& m) {
+    g_warning = m;
+    if (g_warn_stderr.load(std::memory_order_relaxed)) {
+      std::fprintf(stderr, "normgate: warning: %s\n", m.c_str());
+      std::fflush(stderr);
+    }
+  };
+  o.notice = [](const std::string& m) {
+    std::fprintf(stderr, "normgate: %s\n", m.c_str());  // the policy: always said, once per load
+    std::fflush(stderr);
+  };
+  o.override_hint = "name the variant explicitly (C: ng_fwd_args.variant or ng_bwd; Python: variant=\"...\"), or, "
+                    "for experiments, set NORMGATE_DISPATCH=allow-unapproved";
+  o.strict_hint = "NORMGATE_STRICT_ROUTES=1, ng_set_strict_routes(1), normgate.set_strict_routes(True)";
+  try {
+    auto c = std::make_unique<nk::DispatchCache>(nk::Dispatcher::from_files(path, env_policy()), std::move(o));
+    const nk::DispatchCache* raw = c.get();
+    g_routes_all.push_back(std::move(c));
+    return raw;
+  } catch (const nk::RouteTableError& e) {
+    throw RouteLoadError(std::string("route table ") + path + ": " + e.what());
+  }
+}
+
+// The table in use, loaded on first use (a failed load is retried by the next call).
+const nk::DispatchCache& routes() {
+  if (const nk::DispatchCache* c = g_routes.load(std::memory_order_acquire)) return *c;
+  std::lock_guard<std::mutex> lock(g_routes_mu);
+  if (const nk::DispatchCache* c = g_routes.load(std::memory_order_acquire)) return *c;
+  const nk::DispatchCache* c = load_routes("");
+  g_routes.store(c, std::memory_order_release);
+  return *c;
+}
+
+nk::Op op_of(int32_t op) {
+  if (op == NG_OP_FWD) return nk::Op::fwd;
+  if (op == NG_OP_BWD) return nk::Op::bwd;
+  bad("op = " + std::to_string(op) + " (expected 0 = NG_OP_FWD or 1 = NG_OP_BWD)");
+}
+nk::Mode mode_of(int32_t m) {
+  if (m == NG_MODE_DET) return nk::Mode::det;
+  if (m == NG_MODE_NONDET) return nk::Mode::nondet;
+  bad("mode = " + std::to_string(m) + " (expected 0 = NG_MODE_DET or 1 = NG_MODE_NONDET)");
+}
+
+int64_t heads_of(Form f) { return f == Form::heads24 ? 24 : f == Form::heads4 ? 4 : 1; }
+
+// The named override: checked against the call; the window holding it is
+// reported when a table loads, but a table that cannot load does not stop
+// an explicit call.
+nk::Pick explicit_pick(const nk::CallKey& k, std::string_view name) {
+  const nk::DispatchCache* c = nullptr;
+  try {
+    c = &routes();
+  } catch (const RouteLoadError&) {
+    return nk::DispatchCache::check_variant(k, name);
+  }
+  return c->pick_variant(k, name);
+}
+
+// The decision for a call: routed (name NULL or "") or the named override.
+nk::Pick decide(const nk::CallKey& k, const char* name) {
+  if (name != nullptr && name[0] != '\0') return explicit_pick(k, name);
+  return routes().pick(k, strict_routes());
+}
+
+void fill_info(const nk::Pick& p, const nk::CallKey& k, ng_route_info& out, std::string& msg) {
+  out = ng_route_info{};
+  out.variant = p.variant ? p.variant->name.data() : (p.route ? p.route->variant->name.data() : "");
+  const nk::DispatchCache* c = g_routes.load(std::memory_order_acquire);
+  out.table = c ? c->table().path.c_str() : "";
+  msg = p.kind == nk::PickKind::refused ? p.reason : (p.warned ? g_warning : std::string());
+  out.message = msg.c_str();
+  out.how = static_cast<int32_t>(p.kind);  // PickKind's values are NG_ROUTE_*'s
+  out.approval = p.route ? static_cast<int32_t>(p.state) : NG_APPROVAL_NONE;
+  out.t_lo = p.route ? p.route->t_lo : 0;
+  out.t_hi = p.route ? p.route->t_hi : 0;
+  out.op = static_cast<int32_t>(k.op);
+  out.mode = static_cast<int32_t>(k.mode);
+  out.warned = p.warned ? 1 : 0;
+  if (k.op == nk::Op::bwd && p.variant)
+    out.workspace_bytes = static_cast<uint64_t>(nk::bwd_workspace_bytes(*p.variant, k.T * heads_of(k.form), k.H));
+}
+
+// After a kernel call succeeded: what ng_last_route reports.
+void record(const nk::Pick& p, const nk::CallKey& k) {
+  fill_info(p, k, g_last, g_last_msg);
+  g_have_last = true;
+}
+
+static_assert(static_cast<int>(nk::PickKind::routed) == NG_ROUTE_ROUTED &&
+              static_cast<int>(nk::PickKind::unapproved) == NG_ROUTE_UNAPPROVED &&
+              static_cast<int>(nk::PickKind::fallback) == NG_ROUTE_FALLBACK &&
+              static_cast<int>(nk::PickKind::explicit_variant) == NG_ROUTE_EXPLICIT &&
+              static_cast<int>(nk::PickKind::refused) == NG_ROUTE_REFUSED);
+static_assert(static_cast<int>(nk::ApprovalState::current) == NG_APPROVAL_CURRENT &&
+              static_cast<int>(nk::ApprovalState::missing) == NG_APPROVAL_MISSING &&
+              static_cast<int>(nk::ApprovalState::stale) == NG_APPROVAL_STALE &&
+              static_cast<int>(nk::ApprovalState::cpu_model_only) == NG_APPROVAL_CPU_MODEL_ONLY);
+
 }  // namespace
 
 extern "C" {
@@ -226,8 +435,10 @@ int ng_graph_spans_take(ng_graph_span* out, uint64_t cap, uint64_t* n) {
 int ng_fwd(const ng_fwd_args* a, void* stream) {
   return guard("ng_fwd", [&] {
     need(a, "args");
-    const nk::Variant& v =
-        (a->variant == nullptr || a->variant[0] == '\0') ? nk::default_fwd() : nk::variant(a->variant);
+    const nk::CallKey key{nk::Op::fwd, nk::Mode::det, a->H, wdtype(a->w_dtype, "w_dtype"), form(a->form, "form"),
+                          a->T};
+    const nk::Pick pick = decide(key, a->variant);
+    const nk::Variant& v = *pick.variant;
     nk::FwdArgs f;
     f.x = u16(a->x);
     f.x_stride = a->x_stride;
@@ -248,36 +459,122 @@ int ng_fwd(const ng_fwd_args* a, void* stream) {
     f.h_new_stride = a->h_new_stride;
     f.msq = static_cast<double*>(a->msq);
     nk::rmsnorm_fwd(v, f, static_cast<nk::Stream>(stream));
+    record(pick, key);
   });
 }
+
+namespace {
+// ng_bwd and ng_bwd_routed: the decision, then the launch.
+void run_bwd(const nk::Pick& pick, const nk::CallKey& key, const ng_bwd_args* a, void* stream) {
+  const nk::Variant& v = *pick.variant;
+  nk::BwdArgs b;
+  b.dy = u16(a->dy);
+  b.dy_stride = a->dy_stride;
+  b.x = u16(a->x);
+  b.x_stride = a->x_stride;
+  b.w = normgate::WeightView{wdtype(a->w_dtype, "w_dtype"), a->w, a->H};
+  b.rstd = static_cast<const float*>(a->rstd);
+  b.dx = static_cast<uint16_t*>(a->dx);
+  b.dx_stride = a->dx_stride;
+  b.dw = static_cast<float*>(a->dw);
+  b.T = a->T;
+  b.H = a->H;
+  b.workspace = a->workspace;
+  b.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
+  b.form = form(a->form, "form");
+  b.heads = a->heads;
+  b.dy_stride_h = a->dy_stride_h;
+  b.x_stride_h = a->x_stride_h;
+  b.dx_stride_h = a->dx_stride_h;
+  b.dh_new = u16(a->dh_new);
+  b.dh_new_stride = a->dh_new_stride;
+  b.msq = static_cast<const double*>(a->msq);
+  nk::rmsnorm_bwd(v, b, static_cast<nk::Stream>(stream), nk::ControlUse::refuse);
+    record(pick, key);
+}
+
+nk::CallKey bwd_key(nk::Mode mode, const ng_bwd_args* a) {
+  return nk::CallKey{nk::Op::bwd, mode, a->H, wdtype(a->w_dtype, "w_dtype"), form(a->form, "form"), a->T};
+}
+}  // namespace
 
 int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream) {
   return guard("ng_bwd", [&] {
     const nk::Variant& v = bwd_variant(variant);
     need(a, "args");
-    nk::BwdArgs b;
-    b.dy = u16(a->dy);
-    b.dy_stride = a->dy_stride;
-    b.x = u16(a->x);
-    b.x_stride = a->x_stride;
-    b.w = normgate::WeightView{wdtype(a->w_dtype, "w_dtype"), a->w, a->H};
-    b.rstd = static_cast<const float*>(a->rstd);
-    b.dx = static_cast<uint16_t*>(a->dx);
-    b.dx_stride = a->dx_stride;
-    b.dw = static_cast<float*>(a->dw);
-    b.T = a->T;
-    b.H = a->H;
-    b.workspace = a->workspace;
-    b.workspace_bytes = static_cast<size_t>(a->workspace_bytes);
-    b.form = form(a->form, "form");
-    b.heads = a->heads;
-    b.dy_stride_h = a->dy_stride_h;
-    b.x_stride_h = a->x_stride_h;
-    b.dx_stride_h = a->dx_stride_h;
-    b.dh_new = u16(a->dh_new);
-    b.dh_new_stride = a->dh_new_stride;
-    b.msq = static_cast<const double*>(a->msq);
-    nk::rmsnorm_bwd(v, b, static_cast<nk::Stream>(stream), nk::ControlUse::refuse);
+    // The named variant's own mode: a det variant is checked as a det call.
+    const nk::CallKey key = bwd_key(v.mode, a);
+    run_bwd(explicit_pick(key, v.name), key, a, stream);
+  });
+}
+
+int ng_bwd_routed(int32_t mode, const ng_bwd_args* a, void* stream) {
+  return guard("ng_bwd_routed", [&] {
+    const nk::Mode m = mode_of(mode);
+    need(a, "args");
+    const nk::CallKey key = bwd_key(m, a);
+    run_bwd(decide(key, nullptr), key, a, stream);
+  });
+}
+
+int ng_route_for(int32_t op, int32_t mode, int64_t H, int64_t T, int32_t w_dtype, int32_t form_, const char* variant,
+                 ng_route_info* out) {
+  int rc_refused = NG_OK;
+  const int rc = guard("ng_route_for", [&] {
+    need(out, "out");
+    const nk::CallKey key{op_of(op), op == NG_OP_FWD ? nk::Mode::det : mode_of(mode), H, wdtype(w_dtype, "w_dtype"),
+                          form(form_, "form"), T};
+    const nk::DispatchCache& c = routes();
+    const nk::Pick p = (variant != nullptr && variant[0] != '\0') ? c.pick_variant(key, variant)
+                                                                  : c.inspect(key, strict_routes());
+    fill_info(p, key, *out, g_route_msg);
+    if (p.kind == nk::PickKind::refused) {
+      g_error = "ng_route_for: " + p.reason;
+      rc_refused = NG_EROUTE;
+    }
+  });
+  return rc != NG_OK ? rc : rc_refused;
+}
+
+int ng_last_route(ng_route_info* out) {
+  return guard("ng_last_route", [&] {
+    need(out, "out");
+    if (!g_have_last) bad("no kernel call (ng_fwd, ng_bwd, ng_bwd_routed) has succeeded on this thread yet");
+    *out = g_last;
+  });
+}
+
+int ng_routes_load(const char* path) {
+  return guard("ng_routes_load", [&] {
+    std::lock_guard<std::mutex> lock(g_routes_mu);
+    const nk::DispatchCache* c = load_routes(path ? std::string(path) : std::string());
+    g_routes.store(c, std::memory_order_release);
+  });
+}
+
+int ng_set_strict_routes(int on) {
+  g_error.clear();
+  g_strict.store(on != 0 ? 1 : 0);
+  return NG_OK;
+}
+
+int ng_set_route_warnings(int on) {
+  g_error.clear();
+  g_warn_stderr.store(on != 0 ? 1 : 0);
+  return NG_OK;
+}
+
+int ng_variant_info(const char* name, ng_variant_desc* out) {
+  return guard("ng_variant_info", [&] {
+    need(name, "name");
+    need(out, "out");
+    const nk::Variant& v = nk::variant(name);
+    *out = ng_variant_desc{};
+    out->name = v.name.data();
+    out->source_sha256 = v.source_sha256.data();
+    out->op = static_cast<int32_t>(v.op);
+    out->mode = static_cast<int32_t>(v.mode);
+    out->control = v.control ? 1 : 0;
   });
 }
 

@@ -18,6 +18,18 @@ Tensors (torch):
   w: CUDA [H] (one w[256] shared by all heads), bfloat16 or float32, contiguous.
   rstd: CUDA float32, [T] or [T, heads] (T*heads values, contiguous).
   dw: CUDA float32 [H].
+Which kernel runs: each call runs the variant the route table routes for its
+exact (op, mode, H, T, weight dtype, form), if that window's approval is
+current (capi.h, "Which kernel runs": the table is $NORMGATE_ROUTES, else the
+one installed with the library, else in a build tree the repository's
+routes/sm90a.toml). A window without a current approval raises RouteError
+naming it, unless the call names its variant (variant="...") or
+NORMGATE_DISPATCH=allow-unapproved is set when the table loads. A call outside
+every window runs the table's fallback variant with a RouteWarning once per
+(op, mode, H, w, form); set_strict_routes(True) or NORMGATE_STRICT_ROUTES=1
+makes it a RouteError. route_for() answers without a GPU; last_variant() says
+what the last call ran.
+
 Kernels run on torch's current CUDA stream of the tensors' device and return
 without synchronizing. Nothing is copied silently: a tensor of the wrong device,
 dtype or layout raises ValueError naming it (only Oracle.validate copies, to
@@ -29,16 +41,18 @@ import ctypes
 import operator
 import os
 import re
+import threading
 import time
 import warnings
 
 from . import _lib
-from ._lib import case_info, device_available, library_path, version
+from ._lib import RouteError, case_info, device_available, library_path, variant_info, version
 
 # RMSNormFunction is importable by name too (defined on first access, as it
 # subclasses a torch class); it is not in __all__ so `import *` needs no torch.
 __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
+    "route_for", "last_variant", "set_strict_routes", "load_routes", "variant_info", "RouteError", "RouteWarning",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
     "bwd_workspace_bytes", "copy_vec16", "default_threads", "MAX_THREADS",
 ]
@@ -116,9 +130,167 @@ def _rstd_shape(T, heads):
     return (T,) if heads == 1 else (T, heads)
 
 
-def bwd_workspace_bytes(T_rows, H, deterministic=True):
-    """Device workspace (bytes) the backward needs for T_rows = T*heads rows of length H."""
-    return _lib.bwd_workspace_bytes(_DET if deterministic else _NONDET, T_rows, H)
+class RouteWarning(RuntimeWarning):
+    """A call outside every window of the route table runs the table's
+    fallback variant, which the gate has not approved for it (warned once per
+    op, mode, H, w and form)."""
+
+
+_W_NAMES = {"bf16": _lib.NG_W_BF16, "bfloat16": _lib.NG_W_BF16, "torch.bfloat16": _lib.NG_W_BF16,
+            "fp32": _lib.NG_W_FP32, "float32": _lib.NG_W_FP32, "torch.float32": _lib.NG_W_FP32}
+_FORM_HEADS = {"plain": 1, "res": 1, "heads24": 24, "heads4": 4}
+_warned = set()           # fallback groups warned about (warn once per op, mode, H, w, form)
+_warn_lock = threading.Lock()
+_last = {}                # "fwd" / "bwd" / "any" -> the last call's route dict
+
+
+def _op_code(op):
+    if op not in ("fwd", "bwd"):
+        raise ValueError("op must be \"fwd\" or \"bwd\", got %r" % (op,))
+    return _lib.NG_OP_FWD if op == "fwd" else _lib.NG_OP_BWD
+
+
+def _w_code(w_dtype):
+    name = str(w_dtype)
+    if name not in _W_NAMES:
+        raise ValueError("w_dtype must be \"bf16\" or \"fp32\" (or the torch dtype), got %r" % (w_dtype,))
+    return _W_NAMES[name]
+
+
+def _form_code(form):
+    if form not in _lib.FORMS:
+        raise ValueError("form must be one of %s, got %r" % (", ".join(_lib.FORMS), form))
+    return _lib.FORMS[form]
+
+
+def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, variant=None):
+    """Which variant a call would run, without running it (no GPU or torch needed).
+
+    op: "fwd" or "bwd"; H: normalized length (256 for the head forms); T: tokens
+    (rows of [T, H], or T of [T, heads, 256]); w_dtype: "bf16" or "fp32" (or
+    torch.bfloat16 / torch.float32); form: "plain", "res", "heads24", "heads4";
+    deterministic: the backward's mode (ignored for fwd); variant: a name to
+    check as an explicit override (ValueError if it cannot serve the call).
+    Returns a dict: variant (name), how ("routed", "unapproved", "fallback",
+    "explicit", "refused"), approval of the window holding the call
+    ("current", "missing", "stale", "cpu-model only"; None when no window
+    holds it), window ((lo, hi) or None), table (path), op, deterministic,
+    workspace_bytes (what the backward needs), refused (the refusal's message
+    when how == "refused", else None). Never warns. RouteError when the table
+    cannot be loaded; ValueError for a bad argument.
+    """
+    mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
+    _, info = _lib.route_for(_op_code(op), mode, H, T, _w_code(w_dtype), _form_code(form), variant)
+    return _lib.route_info_dict(info)
+
+
+_route_cache = {}  # (op, deterministic, H, T, w, form, variant) -> route dict of a call that may run
+
+
+def _route(op, H, T, w, form, deterministic, variant):
+    """route_for for a kernel call: RouteError when refused, the one-time
+    RouteWarning for a fallback. Decisions that let a call run are cached
+    (a training loop repeats its shapes; ~10 us per miss through ctypes);
+    load_routes and set_strict_routes clear the cache."""
+    key = (op, deterministic, H, T, w, form, variant)
+    d = _route_cache.get(key)
+    if d is not None:
+        return d
+    mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
+    rc, info = _lib.route_for(_op_code(op), mode, H, T, w, _lib.FORMS[form], variant)
+    d = _lib.route_info_dict(info)
+    if rc == _lib.NG_EROUTE:
+        raise RouteError(d["refused"])
+    if d["how"] == "fallback":
+        key = (op, mode if op == "bwd" else None, H, w, form)
+        with _warn_lock:
+            first = key not in _warned
+            _warned.add(key)
+        if first:
+            group = op + ("" if op == "fwd" else (" det" if deterministic else " nondet"))
+            warnings.warn("normgate: %s H=%d w=%s form=%s (T=%d) is outside every window of %s: running the "
+                          "table's fallback %s, which the gate has not approved for these calls; warned once per "
+                          "op, mode, H, w and form (normgate.set_strict_routes(True) or NORMGATE_STRICT_ROUTES=1 "
+                          "makes it an error)" % (group, H, "bf16" if w == _lib.NG_W_BF16 else "fp32", form, T,
+                                                  d["table"], d["variant"]), RouteWarning, stacklevel=3)
+    if len(_route_cache) >= 4096:
+        _route_cache.clear()
+    _route_cache[key] = d
+    return d
+
+
+def _record(op):
+    """What the kernel call just made on this thread ran (ng_last_route),
+    kept raw; last_variant() converts it."""
+    info = _lib.last_route()
+    _last[op] = info
+    _last["any"] = info
+
+
+def last_variant(op=None):
+    """The route dict (as route_for returns; how is never "refused") of the
+    last kernel call made through this module, as the library reports it
+    (ng_last_route), on any thread (autograd runs the backward on its own
+    thread): op None: the last call; "fwd" / "bwd": the last call of that op.
+    None before any call. The same call gives the same (equal) dict."""
+    if op is not None:
+        _op_code(op)
+    info = _last.get("any" if op is None else op)
+    if info is None:
+        return None
+    d = _last_dicts.get(id(info))
+    if d is None or d[0] is not info:
+        d = (info, _lib.route_info_dict(info))
+        _last_dicts.clear()
+        _last_dicts[id(info)] = d
+    return d[1]
+
+
+_last_dicts = {}  # id(RouteInfo) -> (RouteInfo, its dict): last_variant() of one call is one object
+
+
+def set_strict_routes(on=True):
+    """on: calls outside every window of the route table raise RouteError
+    instead of running the fallback (for the whole process; overrides
+    NORMGATE_STRICT_ROUTES)."""
+    _lib.check(_lib.lib().ng_set_strict_routes(1 if on else 0))
+    _route_cache.clear()
+
+
+def load_routes(path=None):
+    """Load (or reload) the route table now: path None: the default search
+    ($NORMGATE_ROUTES, the installed table, the build tree's routes/); else
+    that .toml (approvals beside it). Re-reads NORMGATE_DISPATCH; the fallback
+    warnings start afresh. RouteError naming the problem (the table in use
+    stays). Returns the table's path."""
+    _lib.check(_lib.lib().ng_routes_load(None if path is None else _lib._bytes(os.fspath(path), "path")))
+    with _warn_lock:
+        _warned.clear()
+    _route_cache.clear()
+    return route_for("fwd", 1, 1)["table"]
+
+
+def _variant_for(variant, op):
+    """The name for op out of variant: None, a name (used for the op it
+    belongs to), or a dict {"fwd": name, "bwd": name} (keys optional)."""
+    if variant is None:
+        return None
+    if isinstance(variant, dict):
+        unknown = set(variant) - {"fwd", "bwd"}
+        if unknown:
+            raise ValueError("variant dict keys must be \"fwd\" and/or \"bwd\", got %s" % sorted(unknown))
+        return variant.get(op)
+    if isinstance(variant, str):
+        return variant if variant_info(variant)["op"] == op else None
+    raise ValueError("variant must be None, a variant name or {\"fwd\": ..., \"bwd\": ...}, got %r" % (variant,))
+
+
+def bwd_workspace_bytes(T_rows, H, deterministic=True, variant=None):
+    """Device workspace (bytes) the named backward variant needs for T_rows =
+    T*heads rows of length H (variant None: bwd_det_chunked, or
+    bwd_nondet_atomic when not deterministic). The routed variant's need for a
+    call: route_for("bwd", ...)["workspace_bytes"]."""
+    return _lib.bwd_workspace_bytes(variant or (_DET if deterministic else _NONDET), T_rows, H)
 
 
 def copy_vec16(dst, src):
@@ -140,7 +312,7 @@ def copy_vec16(dst, src):
         _lib.check(_lib.lib().ng_copy_vec16(_ptr(dst), _ptr(src), nbytes, _stream(src.device)))
 
 
-def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None):
+def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None, variant=None):
     """RMSNorm forward (training): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) per row.
 
     x: CUDA bfloat16 [T, H] or [T, heads, 256] (heads 24 or 4), last dim contiguous,
@@ -152,6 +324,9 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None):
     each row's m = mean(x^2) + eps in binary64 (rstd rounds 1/sqrt(m) to
     float32); pass it to rmsnorm_train_backward(msq=...) for a dw free of the
     float32 rstd's rounding (the autograd Function does).
+    variant: None runs the routed variant (module docstring: RouteError when
+    the call's window has no current approval); a forward variant's name runs
+    that one, an explicit override. last_variant("fwd") says what ran.
     Returns (y, rstd), or (y, rstd, h_new) with residual. y has x's shape
     (a new contiguous tensor unless out is given); rstd is float32 [T] ([T, heads]
     for the head forms); h_new is a new contiguous [T, H] bfloat16 tensor.
@@ -171,9 +346,11 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None):
         _check_cuda("out", out, (torch.bfloat16,), dev)
         y = out
     _, _, _, ys, ysh = _rows_layout("out", y, x.shape)
+    form = "res" if res else _HEADS.get(heads, "plain")
+    _route("fwd", H, T, wd, form, True, variant)
     rstd = torch.empty(_rstd_shape(T, heads), dtype=torch.float32, device=dev)
     a = _lib.FwdArgs()
-    a.variant = None
+    a.variant = None if variant is None else _lib._bytes(variant, "variant")
     a.x, a.x_stride, a.x_stride_h = x.data_ptr(), xs, xsh
     a.w, a.w_dtype = w.data_ptr(), wd
     a.form = _lib.FORMS["res" if res else _HEADS.get(heads, "plain")]
@@ -193,6 +370,7 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None):
         a.h_new, a.h_new_stride = h_new.data_ptr(), H
     with torch.cuda.device(dev):
         _lib.check(_lib.lib().ng_fwd(ctypes.byref(a), _stream(dev)))
+        _record("fwd")
     return (y, rstd, h_new) if res else (y, rstd)
 
 
@@ -205,7 +383,7 @@ def _check_msq(msq, rows, dev):
 
 
 def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, workspace=None, dx=None, dw=None,
-                           msq=None):
+                           msq=None, variant=None):
     """RMSNorm backward: dx (bfloat16, x's shape) and dw (float32 [H]).
 
     dy, x: as in the forward (x is the forward's input; with the fused residual
@@ -213,10 +391,15 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
     rstd: the forward's float32 rstd (T*heads values, contiguous). dh_new:
     [T, H] bfloat16 gradient reaching h_new from the residual stream (form
     res): dx then holds dh = bf16(dx + dh_new) (one rounding).
-    deterministic: True runs bwd_det_chunked (bitwise reproducible), False
-    bwd_nondet_atomic (FP64 atomics; dw may differ in the last bits).
-    workspace: optional CUDA uint8 tensor of at least bwd_workspace_bytes(T*heads,
-    H, deterministic) bytes (allocated per call when None). dx, dw: optional
+    deterministic: True runs the variant routed for deterministic backwards
+    (bitwise reproducible), False the one routed for nondet (dw may differ in
+    the last bits between runs; a det variant may serve it).
+    variant: None runs the routed variant (module docstring: RouteError when
+    the call's window has no current approval); a backward variant's name runs
+    that one, an explicit override (a nondet one only with deterministic=False).
+    last_variant("bwd") says what ran.
+    workspace: optional CUDA uint8 tensor of at least route_for("bwd", ...)
+    ["workspace_bytes"] bytes for this call (allocated per call when None). dx, dw: optional
     preallocated outputs (dx: x's shape, last dim contiguous; dw: float32 [H]).
     msq: the forward's msq (float64, T*heads values; optional): dw then uses
     each row's rstd refined against it in binary64. Without it dw takes the
@@ -239,7 +422,8 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
     if res and heads != 1:
         raise ValueError("dh_new is given but x has shape %s; the fused residual add is for [T, H] rows"
                          % (tuple(x.shape),))
-    variant = _DET if deterministic else _NONDET
+    form = "res" if res else _HEADS.get(heads, "plain")
+    route = _route("bwd", H, T, wd, form, deterministic, variant)
     if dx is None:
         dx = torch.empty(tuple(x.shape), dtype=torch.bfloat16, device=dev)
     else:
@@ -251,14 +435,14 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
         _check_cuda("dw", dw, (torch.float32,), dev)
         if tuple(dw.shape) != (H,) or (H > 1 and dw.stride(0) != 1):
             raise ValueError("dw has shape %s; expected a contiguous [%d]" % (tuple(dw.shape), H))
-    need = _lib.bwd_workspace_bytes(variant, T * heads, H)
+    need = route["workspace_bytes"]
     if workspace is None:
         workspace = torch.empty((max(need, 1),), dtype=torch.uint8, device=dev)
     else:
         _check_cuda("workspace", workspace, (torch.uint8,), dev)
         if not workspace.is_contiguous() or workspace.numel() < need:
             raise ValueError("workspace has %d bytes (contiguous: %s); %s needs %d contiguous bytes"
-                             % (workspace.numel(), workspace.is_contiguous(), variant, need))
+                             % (workspace.numel(), workspace.is_contiguous(), route["variant"], need))
     a = _lib.BwdArgs()
     a.dy, a.dy_stride, a.dy_stride_h = dy.data_ptr(), dys, dysh
     a.x, a.x_stride, a.x_stride_h = x.data_ptr(), xs, xsh
@@ -277,7 +461,12 @@ def rmsnorm_train_backward(dy, x, w, rstd, dh_new=None, deterministic=True, work
         _, _, _, dns, _ = _rows_layout("dh_new", dh_new, x.shape)
         a.dh_new, a.dh_new_stride = dh_new.data_ptr(), dns
     with torch.cuda.device(dev):
-        _lib.check(_lib.lib().ng_bwd(variant.encode(), ctypes.byref(a), _stream(dev)))
+        if variant is None:
+            mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
+            _lib.check(_lib.lib().ng_bwd_routed(mode, ctypes.byref(a), _stream(dev)))
+        else:
+            _lib.check(_lib.lib().ng_bwd(_lib._bytes(variant, "variant"), ctypes.byref(a), _stream(dev)))
+        _record("bwd")
     return dx, dw
 
 
@@ -287,7 +476,10 @@ def _autograd_function():
     class RMSNormFunction(torch.autograd.Function):
         """Autograd over normgate's kernels: y = rms_norm(x) * w.
 
-        forward(ctx, x, w, eps=1e-6, deterministic=True) -> y. backward returns
+        forward(ctx, x, w, eps=1e-6, deterministic=True, variant=None) -> y.
+        variant: None (both ops routed), a variant name (used for its own op,
+        the other routed) or {"fwd": name, "bwd": name} (either key
+        optional): explicit overrides. backward returns
         (dx, dw) with dw cast to w.dtype (the kernel's dw is float32; for a bf16 w
         autograd needs a bf16 gradient, so dw is rounded once to bf16 there). An
         incoming gradient whose layout the kernel cannot take (last dim not
@@ -296,12 +488,13 @@ def _autograd_function():
         """
 
         @staticmethod
-        def forward(ctx, x, w, eps=1e-6, deterministic=True):
+        def forward(ctx, x, w, eps=1e-6, deterministic=True, variant=None):
             T, heads = x.shape[0], (x.shape[1] if x.dim() == 3 else 1)
             msq = torch.empty((T * heads,), dtype=torch.float64, device=x.device)
-            y, rstd = rmsnorm_train_forward(x, w, eps, msq=msq)
+            y, rstd = rmsnorm_train_forward(x, w, eps, msq=msq, variant=_variant_for(variant, "fwd"))
             ctx.save_for_backward(x, w, rstd, msq)
             ctx.deterministic = deterministic
+            ctx.bwd_variant = _variant_for(variant, "bwd")
             return y
 
         @staticmethod
@@ -312,8 +505,9 @@ def _autograd_function():
             ok = dy.stride(-1) == 1 and (dy.dim() == 3 or dy.shape[0] <= 1 or dy.stride(0) >= dy.shape[1])
             if not ok:
                 dy = dy.contiguous()
-            dx, dw = rmsnorm_train_backward(dy, x, w, rstd, deterministic=ctx.deterministic, msq=msq)
-            return dx, dw.to(w.dtype), None, None
+            dx, dw = rmsnorm_train_backward(dy, x, w, rstd, deterministic=ctx.deterministic, msq=msq,
+                                            variant=ctx.bwd_variant)
+            return dx, dw.to(w.dtype), None, None, None
 
     return RMSNormFunction
 
@@ -321,18 +515,50 @@ def _autograd_function():
 _fn_cache = {}
 
 
+def _module_class():
+    torch = _torch()
+
+    class RMSNorm(torch.nn.Module):
+        """RMSNorm layer over normgate's kernels (rms_norm): a weight of ones
+        [H] in `dtype` (torch.bfloat16 or torch.float32), eps, the backward's
+        mode and an optional explicit variant (as rms_norm). Input: CUDA
+        bfloat16 [T, H] or [T, heads, 256] (H = 256)."""
+
+        def __init__(self, H, eps=1e-6, dtype=None, device=None, deterministic=True, variant=None):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(H, dtype=dtype or torch.float32, device=device))
+            self.eps = eps
+            self.deterministic = deterministic
+            self.variant = variant
+
+        def forward(self, x):
+            return rms_norm(x, self.weight, self.eps, self.deterministic, self.variant)
+
+        def extra_repr(self):
+            return "%d, eps=%g, deterministic=%s, variant=%r" % (self.weight.shape[0], self.eps, self.deterministic,
+                                                                 self.variant)
+
+    return RMSNorm
+
+
 def __getattr__(name):
-    # RMSNormFunction is defined on first access (it subclasses a torch class).
+    # RMSNormFunction and RMSNorm are defined on first access (they subclass torch classes).
     if name == "RMSNormFunction":
         if "f" not in _fn_cache:
             _fn_cache["f"] = _autograd_function()
         return _fn_cache["f"]
+    if name == "RMSNorm":
+        if "m" not in _fn_cache:
+            _fn_cache["m"] = _module_class()
+        return _fn_cache["m"]
     raise AttributeError("module 'normgate' has no attribute %r" % name)
 
 
-def rms_norm(x, w, eps=1e-6, deterministic=True):
-    """y = RMSNorm(x) * w with autograd (RMSNormFunction): dx bf16, dw in w's dtype."""
-    return __getattr__("RMSNormFunction").apply(x, w, eps, deterministic)
+def rms_norm(x, w, eps=1e-6, deterministic=True, variant=None):
+    """y = RMSNorm(x) * w with autograd (RMSNormFunction): dx bf16, dw in w's dtype.
+    Routed variants unless variant names one (a name for its own op, or
+    {"fwd": ..., "bwd": ...})."""
+    return __getattr__("RMSNormFunction").apply(x, w, eps, deterministic, variant)
 
 
 def generate(case_id, device="cuda"):

@@ -16,6 +16,13 @@ import threading
 NG_OK = 0
 NG_EFAIL = 1
 NG_EINVAL = 2
+NG_EROUTE = 3
+NG_OP_FWD = 0
+NG_OP_BWD = 1
+NG_MODE_DET = 0
+NG_MODE_NONDET = 1
+ROUTE_HOW = {0: "routed", 1: "unapproved", 2: "fallback", 3: "explicit", 4: "refused"}
+APPROVAL = {0: "current", 1: "missing", 2: "stale", 3: "cpu-model only", 4: None}
 NG_W_BF16 = 0
 NG_W_FP32 = 1
 FORMS = {"plain": 0, "res": 1, "heads24": 2, "heads4": 3}
@@ -98,6 +105,32 @@ class Outputs(ctypes.Structure):
     ]
 
 
+class RouteInfo(ctypes.Structure):
+    """ng_route_info (capi.h): a routing decision."""
+
+    _fields_ = [
+        ("variant", ctypes.c_char_p), ("table", ctypes.c_char_p), ("message", ctypes.c_char_p),
+        ("how", _c_i32), ("approval", _c_i32),
+        ("t_lo", _c_i64), ("t_hi", _c_i64),
+        ("op", _c_i32), ("mode", _c_i32), ("warned", _c_i32), ("reserved", _c_i32),
+        ("workspace_bytes", _c_u64),
+    ]
+
+
+class VariantDesc(ctypes.Structure):
+    """ng_variant_desc (capi.h)."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("source_sha256", ctypes.c_char_p),
+                ("op", _c_i32), ("mode", _c_i32), ("control", _c_i32), ("reserved", _c_i32)]
+
+
+class RouteError(RuntimeError):
+    """The route table refuses a call (NG_EROUTE): its window has no current
+    approval, or it is outside every window in strict mode, or the table
+    cannot be loaded. The message names the call, the window, the table and
+    approvals files and what is missing or stale."""
+
+
 _lock = threading.Lock()
 _lib = None
 
@@ -167,6 +200,27 @@ def lib():
                                          ctypes.POINTER(ctypes.c_size_t)]
         L.ng_oracle_close.restype = None
         L.ng_oracle_close.argtypes = [_vp]
+        if not hasattr(L, "ng_route_for"):
+            raise RuntimeError("normgate: " + path + " predates routed dispatch (no ng_route_for): rebuild it with "
+                               "scripts/build")
+        L.ng_bwd_routed.restype = ctypes.c_int
+        L.ng_bwd_routed.argtypes = [_c_i32, ctypes.POINTER(BwdArgs), _vp]
+        L.ng_route_for.restype = ctypes.c_int
+        L.ng_route_for.argtypes = [_c_i32, _c_i32, _c_i64, _c_i64, _c_i32, _c_i32, ctypes.c_char_p,
+                                   ctypes.POINTER(RouteInfo)]
+        L.ng_last_route.restype = ctypes.c_int
+        L.ng_last_route.argtypes = [ctypes.POINTER(RouteInfo)]
+        L.ng_routes_load.restype = ctypes.c_int
+        L.ng_routes_load.argtypes = [ctypes.c_char_p]
+        L.ng_set_strict_routes.restype = ctypes.c_int
+        L.ng_set_strict_routes.argtypes = [ctypes.c_int]
+        L.ng_set_route_warnings.restype = ctypes.c_int
+        L.ng_set_route_warnings.argtypes = [ctypes.c_int]
+        L.ng_variant_info.restype = ctypes.c_int
+        L.ng_variant_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(VariantDesc)]
+        # The fallback warnings reach Python users through warnings.warn
+        # (normgate/__init__.py), not the library's stderr.
+        L.ng_set_route_warnings(0)
         # The structs above have the 0.2.0 layout (msq appended): an older
         # library would read past them. "normgate 0.2.0 (commit)".
         ver = L.ng_version().decode()
@@ -198,6 +252,8 @@ def check(rc):
     msg = (lib().ng_last_error() or b"").decode("utf-8", "replace")
     if rc == NG_EINVAL:
         raise ValueError(msg)
+    if rc == NG_EROUTE:
+        raise RouteError(msg)
     raise RuntimeError(msg or "normgate: call failed with code %d" % rc)
 
 
@@ -234,6 +290,54 @@ def bwd_workspace_bytes(variant, rows, H):
     out = _c_u64(0)
     check(lib().ng_bwd_workspace_bytes(_bytes(variant, "variant"), int(rows), int(H), ctypes.byref(out)))
     return int(out.value)
+
+
+def _s(b):
+    return (b or b"").decode("utf-8", "replace")
+
+
+def route_info_dict(r):
+    """A RouteInfo as the dict normgate.route_for returns."""
+    how = ROUTE_HOW.get(r.how, str(r.how))
+    return {
+        "variant": _s(r.variant) or None,
+        "how": how,
+        "approval": APPROVAL.get(r.approval, str(r.approval)),
+        "window": (r.t_lo, r.t_hi) if r.t_hi > 0 else None,
+        "table": _s(r.table),
+        "op": "fwd" if r.op == NG_OP_FWD else "bwd",
+        "deterministic": r.mode == NG_MODE_DET if r.op == NG_OP_BWD else None,
+        "workspace_bytes": int(r.workspace_bytes),
+        "refused": _s(r.message) if how == "refused" else None,
+    }
+
+
+def route_for(op, mode, H, T, w_dtype, form, variant=None):
+    """ng_route_for: (rc, RouteInfo). rc NG_OK or NG_EROUTE (a refusal, info
+    filled); other codes raise as check() does."""
+    info = RouteInfo()
+    v = None if variant is None else _bytes(variant, "variant")
+    rc = lib().ng_route_for(int(op), int(mode), int(H), int(T), int(w_dtype), int(form), v, ctypes.byref(info))
+    if rc not in (NG_OK, NG_EROUTE):
+        check(rc)
+    if rc == NG_EROUTE and info.how != 4:  # the table did not load: nothing filled
+        check(rc)
+    return rc, info
+
+
+def last_route():
+    """ng_last_route: the RouteInfo of this thread's last successful kernel call."""
+    info = RouteInfo()
+    check(lib().ng_last_route(ctypes.byref(info)))
+    return info
+
+
+def variant_info(name):
+    """ng_variant_info as a dict: name, source_sha256, op, deterministic, control."""
+    d = VariantDesc()
+    check(lib().ng_variant_info(_bytes(name, "variant"), ctypes.byref(d)))
+    return {"name": _s(d.name), "source_sha256": _s(d.source_sha256), "op": "fwd" if d.op == NG_OP_FWD else "bwd",
+            "deterministic": d.mode == NG_MODE_DET, "control": bool(d.control)}
 
 
 class GraphSpan(ctypes.Structure):

@@ -500,3 +500,75 @@ def test_graph_spans_refuse_to_start_under_torch_profiler():
     with profile():
         with pytest.raises(RuntimeError, match="torch.profiler is active"):
             _lib.graph_spans_start()
+
+
+# ---- which kernel runs (route table and approvals) ----------------------------
+
+@gpu
+def test_a_python_call_runs_the_routed_variant(tmp_path):
+    """Through tests/data/routes/dispatch.toml (python/tests/test_dispatch.py
+    writes its approvals): the backward's variant changes at the window edge
+    T = 100 / 101, last_variant() says so for the direct calls, the autograd
+    Function (its backward runs on autograd's thread) and the module; a stale
+    window raises RouteError before anything runs; a call outside every window
+    warns once; variant= overrides."""
+    import test_dispatch
+    table = test_dispatch.make_table(str(tmp_path))
+    normgate.load_routes(table)
+    try:
+        for T, want in ((100, "bwd_det_chunked"), (101, "bwd_nondet_atomic")):
+            inp = normgate.generate("H=64,T=%d,w=bf16,form=plain,family=cancel,seed=1" % T)
+            x, dy, w = inp["x"], inp["dy"], inp["w"]
+            _, rstd = normgate.rmsnorm_train_forward(x, w)
+            f = normgate.last_variant("fwd")
+            assert (f["variant"], f["how"], f["approval"], f["window"]) == ("fwd_rowwise", "routed", "current",
+                                                                            (1, 700)), f
+            dx, dw = normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=False)
+            b = normgate.last_variant()
+            assert (b["variant"], b["how"], b["op"]) == (want, "routed", "bwd"), b
+            # The autograd Function and the module run the same routed variant.
+            xg = x.clone().requires_grad_(True)
+            normgate.rms_norm(xg, w.clone().requires_grad_(True), deterministic=False).backward(dy)
+            assert normgate.last_variant("bwd")["variant"] == want
+            assert torch.equal(xg.grad.view(torch.int16), dx.view(torch.int16))
+            m = normgate.RMSNorm(64, dtype=torch.bfloat16, device="cuda", deterministic=False)
+            m(x.clone().requires_grad_(True)).backward(dy)
+            assert normgate.last_variant("bwd")["variant"] == want
+        # Explicit override: the nondet window runs the det variant when told to.
+        inp = normgate.generate("H=64,T=300,w=bf16,form=plain,family=llm,seed=2")
+        x, dy, w = inp["x"], inp["dy"], inp["w"]
+        _, rstd = normgate.rmsnorm_train_forward(x, w)
+        normgate.rmsnorm_train_backward(dy, x, w, rstd, deterministic=False, variant="bwd_det_chunked")
+        assert normgate.last_variant()["how"] == "explicit"
+        assert normgate.last_variant()["variant"] == "bwd_det_chunked"
+        normgate.rms_norm(x.clone().requires_grad_(True), w, deterministic=False,
+                          variant={"bwd": "bwd_det_chunked"}).backward(dy)
+        assert normgate.last_variant("bwd")["how"] == "explicit"
+        assert normgate.last_variant("fwd")["how"] == "routed"
+        # A stale window: RouteError naming it, nothing runs.
+        w32 = w.float()
+        before = normgate.last_variant()
+        with pytest.raises(normgate.RouteError, match="window bwd det H=64 w=fp32 form=plain T=1..700"):
+            normgate.rmsnorm_train_backward(dy, x, w32, rstd)
+        assert normgate.last_variant() is before
+        # Outside every window: the fallback runs, with one RouteWarning.
+        inp = normgate.generate("H=128,T=7,w=bf16,form=plain,family=llm,seed=3")
+        with pytest.warns(normgate.RouteWarning, match="outside every window"):
+            normgate.rmsnorm_train_forward(inp["x"], inp["w"])
+        assert normgate.last_variant("fwd")["how"] == "fallback"
+    finally:
+        normgate.load_routes()
+
+
+@gpu
+def test_the_shipping_table_routes_plain_calls_with_current_approvals():
+    normgate.load_routes()
+    inp = normgate.generate("H=2048,T=4097,w=bf16,form=plain,family=llm,seed=0")
+    _, rstd = normgate.rmsnorm_train_forward(inp["x"], inp["w"])
+    f = normgate.last_variant("fwd")
+    assert (f["how"], f["approval"]) == ("routed", "current"), f
+    for det in (True, False):
+        normgate.rmsnorm_train_backward(inp["dy"], inp["x"], inp["w"], rstd, deterministic=det)
+        b = normgate.last_variant("bwd")
+        assert (b["how"], b["approval"]) == ("routed", "current"), b
+        assert b["variant"] == normgate.route_for("bwd", 2048, 4097, "bf16", deterministic=det)["variant"]

@@ -26,7 +26,8 @@ namespace normgate::kernels {
 namespace {
 
 constexpr std::string_view kRouteKeys[] = {"op", "mode", "H", "w", "form", "T", "variant"};
-constexpr std::string_view kTopKeys[] = {"arch", "description", "route"};
+constexpr std::string_view kTopKeys[] = {"arch", "description", "route", "fallback"};
+constexpr std::string_view kFallbackKeys[] = {"fwd", "bwd_det", "bwd_nondet"};
 constexpr std::string_view kArch = "sm90a";
 constexpr std::string_view kApprovalsFormat = "normgate-approvals/1";
 
@@ -183,6 +184,44 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
     ctx.fail(vline, "form " + std::string(to_string(r.form)) + " normalizes heads of 256: H must be 256, not " +
                         std::to_string(r.H), &t);
   return r;
+}
+
+// The optional top-level `fallback` table (routing.h, "Fallback").
+RouteFallback parse_fallback(const Ctx& ctx, const toml::node& node) {
+  const toml::table* tp = node.as_table();
+  if (!tp)
+    ctx.fail(line_of(node), "fallback must be a table, e.g. fallback = { fwd = \"fwd_rowwise\", bwd_det = "
+                            "\"bwd_det_chunked\", bwd_nondet = \"bwd_nondet_atomic\" }", &node);
+  const toml::table& t = *tp;
+  RouteFallback f;
+  f.line = line_of(t);
+  if (t.empty())
+    ctx.fail(line_of(t), "fallback is empty: name at least one of " + join(kFallbackKeys) + " (or drop the key)", &t);
+  for (auto&& [k, v] : t) {
+    const std::string key(k.str());
+    const int kline = static_cast<int>(k.source().begin.line);
+    if (std::find(std::begin(kFallbackKeys), std::end(kFallbackKeys), key) == std::end(kFallbackKeys))
+      ctx.fail(kline, "unknown fallback key '" + key + "' (known: " + join(kFallbackKeys) + ")", &t);
+    if (!v.is_string()) ctx.fail(kline, "fallback." + key + " must be a string (a variant name)", &t);
+    const std::string vname = *v.value<std::string>();
+    const Variant* var = nullptr;
+    try {
+      var = &variant(vname);  // throws, listing the known names
+    } catch (const std::invalid_argument& e) {
+      ctx.fail(kline, "fallback." + key + ": " + e.what(), &t);
+    }
+    const Op op = key == "fwd" ? Op::fwd : Op::bwd;
+    if (var->op != op)
+      ctx.fail(kline, "fallback." + key + ": variant " + vname + " is a " + std::string(to_string(var->op)) +
+                          " variant", &t);
+    if (var->control)
+      ctx.fail(kline, "fallback." + key + ": variant " + vname + " is a NEGATIVE CONTROL and may never serve calls",
+               &t);
+    if (key == "bwd_det" && var->mode != Mode::det)
+      ctx.fail(kline, "fallback.bwd_det: variant " + vname + " is non-deterministic and cannot serve det calls", &t);
+    (key == "fwd" ? f.fwd : key == "bwd_det" ? f.bwd_det : f.bwd_nondet) = var;
+  }
+  return f;
 }
 
 // Overlaps and gaps within one (op, mode, H, w, form). Reports the conflict
@@ -420,6 +459,7 @@ RouteTable parse_route_table(std::string_view text, const std::string& path, con
     nodes.push_back(&n);
   }
   check_windows(ctx, t.routes, nodes);
+  if (const toml::node* fb = root.get("fallback")) t.fallback = parse_fallback(ctx, *fb);
   return t;
 }
 
@@ -614,6 +654,10 @@ Dispatcher::Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy pol
   for (const Route& r : table_.routes)
     if (r.variant && r.variant->control)
       throw RouteTableError(r.where() + ": the dispatcher never routes a negative control; entry: " + r.describe());
+  for (const Variant* v : {table_.fallback.fwd, table_.fallback.bwd_det, table_.fallback.bwd_nondet})
+    if (v && v->control)
+      throw RouteTableError(table_.path + ":" + std::to_string(table_.fallback.line) +
+                            ": the dispatcher never runs a negative control; fallback " + std::string(v->name));
 }
 
 Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy policy) {
@@ -656,8 +700,12 @@ Decision Dispatcher::pick(const CallKey& k) const {
     const std::string covered = lo < 0 ? " (the table has no route for this op, mode, H, w and form)"
                                        : " (its windows for this op, mode, H, w and form cover T = " +
                                              std::to_string(lo) + ".." + std::to_string(hi) + ")";
+    const Variant* fb = k.T < 0 ? nullptr : table_.fallback.for_call(k.op, k.mode);
+    const std::string fallback = fb ? "; at run time the table's fallback " + std::string(fb->name) +
+                                          " serves it with a warning (DispatchCache; strict mode refuses it)"
+                                    : "";
     throw std::invalid_argument("no route for " + to_string(k) + " in " + table_.path +
-                                (k.T < 0 ? " (T < 0)" : covered));
+                                (k.T < 0 ? " (T < 0)" : covered) + fallback);
   }
   if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +

@@ -228,10 +228,11 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheBadValue) {
   f.form = NG_FORM_PLAIN;
   f.variant = "bwd_det_chunked";
   EXPECT_EQ(ng_fwd(&f, nullptr), NG_EINVAL);
-  EXPECT_NE(last_error().find("not a forward variant"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("variant bwd_det_chunked is a bwd variant, the call is fwd"), std::string::npos)
+      << last_error();
   std::vector<uint16_t> wbuf(64);
   f.w = wbuf.data();
-  f.variant = nullptr;  // the default forward; x is null with T = 4
+  f.variant = nullptr;  // the routed forward (H = 64: the fallback); x is null with T = 4
   EXPECT_EQ(ng_fwd(&f, nullptr), NG_EINVAL);
   EXPECT_NE(last_error().find("x is null"), std::string::npos) << last_error();
 

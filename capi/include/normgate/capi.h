@@ -6,7 +6,10 @@
  * struct is plain data in the field order shown, natural alignment, no
  * packing. ABI history: 0.2.0 appended `msq` to ng_fwd_args (152 bytes) and
  * ng_bwd_args (168 bytes); callers built against 0.1.0 headers must rebuild
- * (check ng_version()).
+ * (check ng_version()). Routed dispatch (same version; detect it by the
+ * symbol ng_route_for) added NG_EROUTE, ng_bwd_routed and the routing
+ * functions, and changed the meaning of a NULL ng_fwd_args.variant from
+ * "fwd_rowwise" to "the routed variant".
  *
  * Tensors and units:
  *   - BF16 tensors are bit patterns (uint16_t per element); FP32 tensors are
@@ -28,8 +31,44 @@
  *   NG_EINVAL (2)      an invalid argument (a null or misaligned pointer, a
  *                      bad case id, unknown variant, wrong size, ...): nothing
  *                      was enqueued or written;
+ *   NG_EROUTE (3)      the route table refuses the call (see "Which kernel
+ *                      runs" below: no current approval for its window, or
+ *                      outside every window in strict mode), or the table
+ *                      cannot be loaded: nothing was enqueued;
  *   NG_EFAIL (1)       any other failure (a CUDA error, a library built
  *                      without CUDA, out of memory).
+ *
+ * Which kernel runs (ng_fwd with a NULL variant, ng_bwd_routed): the variant
+ * the route table routes for the call's exact (op, mode, H, T, weight dtype,
+ * form), if its window has a CURRENT approval (routing/routing.h: approved
+ * by a GPU gate of the variant's present source hash; approvals of CPU-model
+ * gates do not count). The table is loaded once, lazily, on the first call
+ * that needs it (thread-safe), from
+ *   1. $NORMGATE_ROUTES (a route-table .toml; its approvals beside it,
+ *      <stem>.approvals.json), else
+ *   2. the table installed with the library:
+ *      <prefix>/share/normgate/routes/sm90a.toml, found relative to this
+ *      .so (<prefix>/lib/...), else
+ *   3. in the build tree only (the .so where the build made it): the source
+ *      tree's routes/sm90a.toml.
+ * Each call is then a cached lookup (two binary searches; tens of ns,
+ * bench/dispatch_bench.cpp), far below a kernel launch.
+ *   - A window without a current approval: NG_EROUTE; ng_last_error names
+ *     the call, the window, the table and approvals files, and what is
+ *     missing or stale. Overrides: name the variant (ng_fwd_args.variant,
+ *     ng_bwd), or, for experiments, NORMGATE_DISPATCH=allow-unapproved in the
+ *     environment when the table loads (announced once on stderr).
+ *     NORMGATE_DISPATCH=accept-cpu-model lets CPU-model approvals count
+ *     (tokens comma-separated; an unknown token: NG_EROUTE at load).
+ *   - Outside every window (an H or form the table does not route, T past
+ *     its windows): the table's `fallback` variant, with a warning on stderr
+ *     once per (op, mode, H, w, form) (ng_set_route_warnings turns stderr
+ *     off; ng_route_info.warned/message still report it); NG_EROUTE instead
+ *     in strict mode (NORMGATE_STRICT_ROUTES=1 in the environment at the
+ *     first call, or ng_set_strict_routes) or when the table names none.
+ *   - T = 0 is served by the window holding T = 1.
+ * ng_route_for answers the same question without running anything, and
+ * ng_last_route says what the last kernel call of this thread ran.
  * No C++ exception ever crosses this ABI. After a failing call,
  * ng_last_error() returns a message naming the function and the bad value;
  * it is thread-local and valid until the next ng_* call on the same thread
@@ -55,6 +94,7 @@ extern "C" {
 #define NG_OK 0
 #define NG_EFAIL 1
 #define NG_EINVAL 2
+#define NG_EROUTE 3
 
 /* The most OpenMP threads a call takes (threads above it: NG_EINVAL naming
  * the value; libgomp fails to start ~1e5 threads and the process dies). */
@@ -69,6 +109,26 @@ extern "C" {
 #define NG_FORM_RES 1     /* [T, H], fused residual add: h_new = BF16(h + u) */
 #define NG_FORM_HEADS24 2 /* [T, 24, 256] (q part of a packed qkv row) */
 #define NG_FORM_HEADS4 3  /* [T, 4, 256] */
+
+/* Ops and backward modes (ng_route_for, ng_bwd_routed). */
+#define NG_OP_FWD 0
+#define NG_OP_BWD 1
+#define NG_MODE_DET 0    /* bitwise deterministic backward */
+#define NG_MODE_NONDET 1 /* may differ in the last bits of dw between runs */
+
+/* ng_route_info::how: how the variant was chosen. */
+#define NG_ROUTE_ROUTED 0     /* the window holding the call; current approval */
+#define NG_ROUTE_UNAPPROVED 1 /* that window without a current approval, run by NORMGATE_DISPATCH=allow-unapproved */
+#define NG_ROUTE_FALLBACK 2   /* no window holds the call: the table's fallback variant */
+#define NG_ROUTE_EXPLICIT 3   /* the caller named the variant; no approval consulted */
+#define NG_ROUTE_REFUSED 4    /* ng_route_for only: a kernel call would fail with NG_EROUTE */
+
+/* ng_route_info::approval: the approval state of the window holding the call. */
+#define NG_APPROVAL_CURRENT 0
+#define NG_APPROVAL_MISSING 1
+#define NG_APPROVAL_STALE 2          /* approved, but the variant's sources changed since */
+#define NG_APPROVAL_CPU_MODEL_ONLY 3 /* only a CPU-model gate approved it (not accepted) */
+#define NG_APPROVAL_NONE 4           /* no window holds the call */
 
 /* Size of ng_case_info_t::canonical (bytes, including the terminating NUL). */
 #define NG_CASE_ID_BYTES 256
@@ -94,7 +154,9 @@ NG_API int ng_device_available(int* out);
  * [T, heads, 256], row (t, h) at p + t*stride + h*stride_h. rstd: FP32
  * [T*heads], contiguous. w: [H], BF16 (w_dtype NG_W_BF16) or FP32. */
 typedef struct ng_fwd_args {
-  const char* variant;  /* forward variant name; NULL or "": "fwd_rowwise" */
+  const char* variant;  /* NULL or "": the routed variant (capi.h top: "Which kernel
+                           runs"); a forward variant's name: that variant, an
+                           explicit override (no approval consulted) */
   const void* x;        /* BF16 bits */
   int64_t x_stride;     /* elements between tokens (>= H for plain/res) */
   int64_t x_stride_h;   /* head forms: elements between heads; else ignored (0) */
@@ -155,23 +217,106 @@ typedef struct ng_bwd_args {
   const void* msq;
 } ng_bwd_args;
 
-/* RMSNorm forward: y and rstd (and h_new for res). Arguments are validated
- * first (NG_EINVAL naming the first bad value; nothing enqueued), then the
- * kernel is enqueued on `stream`. A library built without CUDA returns
- * NG_EFAIL ("... built without CUDA") after validation. */
+/* RMSNorm forward: y and rstd (and h_new for res), with the routed variant
+ * for (fwd, H, T, w_dtype, form) (a->variant NULL or "") or the named one.
+ * The variant is chosen first (NG_EROUTE: refused, nothing enqueued; the
+ * decision is what ng_last_route reports after a success), then arguments
+ * are validated (NG_EINVAL naming the first bad value; nothing enqueued),
+ * then the kernel is enqueued on `stream`. A library built without CUDA
+ * returns NG_EFAIL ("... built without CUDA") after validation. */
 NG_API int ng_fwd(const ng_fwd_args* a, void* stream);
 
-/* RMSNorm backward with the named variant: "bwd_det_chunked" (bitwise
- * deterministic) or "bwd_nondet_atomic" (FP64 atomics; dw may vary in the
- * last bits). Negative controls (ctl_*) and forward variants are refused
- * (NG_EINVAL). Validation, enqueueing and errors as ng_fwd. */
+/* RMSNorm backward with the NAMED variant, an explicit override (no
+ * approval consulted): e.g. "bwd_det_chunked" (bitwise deterministic) or
+ * "bwd_nondet_atomic" (FP64 atomics; dw may vary in the last bits); any
+ * backward variant of ng_variant_info. Negative controls (ctl_*), forward
+ * variants and NULL are refused (NG_EINVAL; ng_bwd_routed runs the routed
+ * one). Validation, enqueueing and errors as ng_fwd. */
 NG_API int ng_bwd(const char* variant, const ng_bwd_args* a, void* stream);
+
+/* RMSNorm backward with the routed variant for (bwd, mode, H, T, w_dtype,
+ * form) (capi.h top: "Which kernel runs"). mode: NG_MODE_DET or
+ * NG_MODE_NONDET (a det variant may serve nondet). The workspace must hold
+ * what the routed variant needs: ng_route_for's workspace_bytes for the same
+ * call. NG_EROUTE when refused (nothing enqueued); otherwise as ng_bwd. */
+NG_API int ng_bwd_routed(int32_t mode, const ng_bwd_args* a, void* stream);
 
 /* Device workspace in bytes that ng_bwd(variant, ...) needs for T_rows
  * normalized rows (T*heads) of length H (0 when T_rows == 0). NG_EINVAL for
  * an unknown, forward or control variant, T_rows outside 0 .. 2^31, or H
  * outside the variant's range. */
 NG_API int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H, uint64_t* out);
+
+/* ---- routing: which variant serves a call ------------------------------ */
+
+/* A routing decision (72 bytes). Strings: variant and table have static
+ * storage (valid until the process ends); message is thread-local, valid
+ * until the next ng_* call on this thread. */
+typedef struct ng_route_info {
+  const char* variant;      /* registry name of the variant that runs (REFUSED with a
+                               window: the window's variant; REFUSED without: "") */
+  const char* table;        /* path of the route table in use */
+  const char* message;      /* REFUSED: why (as ng_last_error); a call that
+                               emitted the fallback warning: the warning; else "" */
+  int32_t how;              /* NG_ROUTE_* */
+  int32_t approval;         /* NG_APPROVAL_* of the window holding the call */
+  int64_t t_lo;             /* that window's T range, both inclusive; 0, 0 when none */
+  int64_t t_hi;
+  int32_t op;               /* NG_OP_* of the call */
+  int32_t mode;             /* NG_MODE_* of the call (the forward serves both) */
+  int32_t warned;           /* 1: this call emitted the one-time fallback warning */
+  int32_t reserved;         /* 0 */
+  uint64_t workspace_bytes; /* bwd: ng_bwd_routed's workspace for this call (the
+                               variant's need for T*heads rows); fwd, REFUSED: 0 */
+} ng_route_info;
+
+/* Which variant a kernel call (op, mode, H, T tokens, w_dtype, form) would
+ * run, without running it and without emitting the fallback warning.
+ * variant NULL or "": the routed decision, under the current strict setting
+ * and policy; a name: the explicit override's checks (NG_EINVAL naming the
+ * problem: unknown, other op, a control, nondet for a det call, H/w/form
+ * unsupported). Loads the table on first use. Returns NG_OK, or NG_EROUTE
+ * when a kernel call would be refused: *out is filled either way (how =
+ * NG_ROUTE_REFUSED, message = why); NG_EROUTE without filling *out when the
+ * table cannot be loaded; NG_EINVAL for a bad op, mode, w_dtype, form, T < 0,
+ * H outside 1..16384, or out NULL. */
+NG_API int ng_route_for(int32_t op, int32_t mode, int64_t H, int64_t T, int32_t w_dtype, int32_t form,
+                        const char* variant, ng_route_info* out);
+
+/* The decision of the last successful kernel call (ng_fwd, ng_bwd,
+ * ng_bwd_routed) of this thread. NG_EINVAL when there was none. */
+NG_API int ng_last_route(ng_route_info* out);
+
+/* Load (or reload) the route table now and use it from the next call on:
+ * path NULL or "": the default search (capi.h top); else that .toml, its
+ * approvals beside it. Re-reads NORMGATE_DISPATCH; the fallback warnings
+ * start afresh. A failing load (NG_EROUTE naming the file and the problem)
+ * keeps the table in use. Decisions already returned stay valid. */
+NG_API int ng_routes_load(const char* path);
+
+/* Strict routes: on != 0 refuses calls outside every window (NG_EROUTE)
+ * instead of running the fallback; 0 allows the fallback. Overrides
+ * NORMGATE_STRICT_ROUTES for the whole process. */
+NG_API int ng_set_strict_routes(int on);
+
+/* on != 0 (the default): the one-time fallback warnings and the policy
+ * notice go to stderr; 0: they do not (ng_route_info reports them). For
+ * hosts with their own warning channel (the Python package). */
+NG_API int ng_set_route_warnings(int on);
+
+/* A registered variant (kernels/registry.h), 32 bytes. */
+typedef struct ng_variant_desc {
+  const char* name;           /* static storage */
+  const char* source_sha256;  /* SHA-256 of its sources in this build (lowercase hex) */
+  int32_t op;                 /* NG_OP_* */
+  int32_t mode;               /* NG_MODE_*: its own promise */
+  int32_t control;            /* 1: a negative control (never run by this library) */
+  int32_t reserved;
+} ng_variant_desc;
+
+/* The variant called `name`. NG_EINVAL for an unknown name (the message lists
+ * the known ones) or NULL arguments. */
+NG_API int ng_variant_info(const char* name, ng_variant_desc* out);
 
 /* Benchmark ceiling: enqueue a device-to-device copy of `bytes` bytes with
  * 16-byte loads and stores (kernels/timing.h copy_vec16); the copy reads and

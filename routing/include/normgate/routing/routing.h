@@ -19,7 +19,21 @@
 //
 // Top-level keys: `arch` (required, "sm90a": the only arch the registry
 // builds), `description` (optional string), `route` (array of tables; inline
-// tables in an array or [[route]] sections). Any other key is an error.
+// tables in an array or [[route]] sections), `fallback` (optional table, see
+// below). Any other key is an error.
+//
+// Fallback: what serves a call that no window holds (an H or form the table
+// does not route, or T past its windows):
+//
+//   fallback = { fwd = "fwd_rowwise", bwd_det = "bwd_det_chunked",
+//                bwd_nondet = "bwd_nondet_atomic" }
+//
+// Each key is optional (a missing one: such calls have no fallback and are
+// refused); at least one must be given. Values are registry names of the
+// key's op; bwd_det must name a deterministic variant; controls are refused
+// whatever LoadOptions says. A fallback variant is not gated for the calls it
+// serves: the runtime (DispatchCache, dispatch_cache.h) runs it with a one-time
+// warning per (op, mode, H, w, form), or refuses in strict mode.
 //
 // The loader (load_route_table) rejects, naming FILE:LINE and the offending
 // entry: TOML syntax errors; unknown keys; missing keys; values of the wrong
@@ -104,6 +118,20 @@ struct Route {
   bool covers(Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t T) const;
 };
 
+/// The table's designated fallback variants (top-level `fallback`); null
+/// where the table names none.
+struct RouteFallback {
+  const Variant* fwd = nullptr;
+  const Variant* bwd_det = nullptr;
+  const Variant* bwd_nondet = nullptr;
+  int line = 0;  ///< 1-based line of the `fallback` key, 0 when absent
+
+  /// The fallback for calls of (op, mode) (mode ignored for fwd), or nullptr.
+  const Variant* for_call(Op op, Mode mode) const {
+    return op == Op::fwd ? fwd : (mode == Mode::det ? bwd_det : bwd_nondet);
+  }
+};
+
 /// A loaded route table.
 struct RouteTable {
   std::string path;          ///< as given to the loader
@@ -111,6 +139,7 @@ struct RouteTable {
   std::string description;   ///< optional `description`, "" when absent
   std::string sha256;        ///< SHA-256 (lowercase hex) of the file's bytes
   std::vector<Route> routes; ///< in file order
+  RouteFallback fallback;    ///< optional `fallback` (all null when absent)
 
   /// The route whose window holds the call, or nullptr. T == 0 is looked up
   /// as T == 1 (a call with no rows launches nothing but dw = 0, which every

@@ -1,0 +1,209 @@
+// routing/src/dispatch_cache.cpp: the cached runtime dispatch (dispatch_cache.h).
+#include "normgate/routing/dispatch_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "normgate/kernels/plan.h"
+
+namespace normgate::kernels {
+
+namespace {
+
+// The group of a call without T: "bwd det H=2048 w=bf16 form=plain".
+std::string group_text(Op op, Mode mode, int64_t H, WDtype w, Form form) {
+  std::string s(to_string(op));
+  if (op == Op::bwd) s.append(" ").append(to_string(mode));
+  return s + " H=" + std::to_string(H) + " w=" + std::string(to_string(w)) + " form=" +
+         std::string(to_string(form));
+}
+
+// The gate's --windows filter that selects exactly route r's window.
+std::string window_filter(const Route& r) {
+  std::string f = "op=" + std::string(to_string(r.op));
+  if (r.op == Op::bwd) f += ",mode=" + std::string(to_string(r.mode));
+  return f + ",H=" + std::to_string(r.H) + ",w=" + std::string(to_string(r.w)) + ",form=" +
+         std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
+}
+
+}  // namespace
+
+std::string_view to_string(PickKind k) {
+  switch (k) {
+    case PickKind::routed: return "routed";
+    case PickKind::unapproved: return "unapproved";
+    case PickKind::fallback: return "fallback";
+    case PickKind::explicit_variant: return "explicit";
+    default: return "refused";
+  }
+}
+
+uint64_t DispatchCache::key(Op op, Mode mode, int64_t H, WDtype w, Form form) {
+  if (op == Op::fwd) mode = Mode::det;  // one forward serves both modes
+  return (uint64_t{static_cast<uint8_t>(op)} << 56) | (uint64_t{static_cast<uint8_t>(mode)} << 48) |
+         (uint64_t{static_cast<uint8_t>(w)} << 40) | (uint64_t{static_cast<uint8_t>(form)} << 32) |
+         static_cast<uint32_t>(H);
+}
+
+DispatchCache::DispatchCache(Dispatcher d, DispatchCacheOptions options) : d_(std::move(d)), opt_(std::move(options)) {
+  const RouteTable& t = d_.table();
+  const bool cpu = d_.policy().accept_cpu_model;
+  for (const Route& r : t.routes) {
+    const uint64_t k = key(r.op, r.mode, r.H, r.w, r.form);
+    auto it = std::find_if(groups_.begin(), groups_.end(), [k](const Group& g) { return g.first == k; });
+    if (it == groups_.end()) {
+      groups_.emplace_back(k, std::vector<Window>{});
+      it = groups_.end() - 1;
+    }
+    it->second.push_back({r.t_lo, r.t_hi, &r, approval_status(r, d_.approvals(), cpu).state});
+  }
+  std::sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) { return a.first < b.first; });
+  for (Group& g : groups_)
+    std::sort(g.second.begin(), g.second.end(), [](const Window& a, const Window& b) { return a.t_lo < b.t_lo; });
+  if (d_.policy().allow_unapproved)
+    say(opt_.notice, "dispatch policy allow-unapproved: windows of " + t.path +
+         " without a current approval will run their variant anyway (experiments only; approvals in " +
+         d_.approvals().path + ")");
+  if (cpu)
+    say(opt_.notice, "dispatch policy accept-cpu-model: approvals made by a gate of the CPU models count as current for " +
+         t.path + " (the GPU code is what ships)");
+}
+
+size_t DispatchCache::windows() const {
+  size_t n = 0;
+  for (const Group& g : groups_) n += g.second.size();
+  return n;
+}
+
+void DispatchCache::say(const std::function<void(const std::string&)>& sink, const std::string& msg) const {
+  if (sink) {
+    sink(msg);
+    return;
+  }
+  std::fprintf(stderr, "normgate: warning: %s\n", msg.c_str());
+  std::fflush(stderr);
+}
+
+const std::vector<DispatchCache::Window>* DispatchCache::group(uint64_t k) const {
+  auto it = std::lower_bound(groups_.begin(), groups_.end(), k,
+                             [](const Group& g, uint64_t x) { return g.first < x; });
+  return it != groups_.end() && it->first == k ? &it->second : nullptr;
+}
+
+std::string DispatchCache::covered(const CallKey& k) const {
+  const auto* g = group(key(k.op, k.mode, k.H, k.w, k.form));
+  if (!g) return "the table has no window for this op, mode, H, w and form";
+  return "its windows for this op, mode, H, w and form cover T = " + std::to_string(g->front().t_lo) + ".." +
+         std::to_string(g->back().t_hi);
+}
+
+Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
+  if (k.T < 0) throw std::invalid_argument(to_string(k) + ": T < 0");
+  if (k.H < kMinH || k.H > kMaxH)
+    throw std::invalid_argument(to_string(k) + ": H outside " + std::to_string(kMinH) + ".." + std::to_string(kMaxH));
+  const int64_t T = k.T == 0 ? 1 : k.T;  // no rows: served by the window of T = 1
+  const uint64_t gk = key(k.op, k.mode, k.H, k.w, k.form);
+  Pick p;
+  if (const auto* g = group(gk)) {
+    auto it = std::lower_bound(g->begin(), g->end(), T, [](const Window& w, int64_t t) { return w.t_hi < t; });
+    if (it != g->end() && it->t_lo <= T) {
+      p.route = it->route;
+      p.state = it->state;
+      if (it->state == ApprovalState::current) {
+        p.variant = it->route->variant;
+        p.kind = PickKind::routed;
+        return p;
+      }
+      if (d_.policy().allow_unapproved) {
+        p.variant = it->route->variant;
+        p.kind = PickKind::unapproved;
+        return p;
+      }
+      // Cold path: the state's sentence again, for the message.
+      const ApprovalStatus s = approval_status(*it->route, d_.approvals(), d_.policy().accept_cpu_model);
+      p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
+                 std::string(it->route->variant->name) + ") has no current approval in " + d_.approvals().path +
+                 ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it (normgate gate " +
+                 table().path + " --windows '" + window_filter(*it->route) +
+                 "' --seeds 3x16 --approve; --plan first shows its cases), or " + opt_.override_hint;
+      return p;
+    }
+  }
+  // No window holds the call.
+  const Variant* fb = table().fallback.for_call(k.op, k.mode);
+  const std::string where = to_string(k) + " is outside every window of " + table().path + " (" + covered(k) + ")";
+  if (!fb) {
+    p.reason = where + ", and the table names no fallback for " +
+               (k.op == Op::fwd ? std::string("fwd") : "bwd " + std::string(to_string(k.mode))) +
+               " (its `fallback` key): nothing is approved to serve it";
+    return p;
+  }
+  if (strict) {
+    p.reason = where + "; strict routes are on, so its fallback variant " + std::string(fb->name) +
+               " does not run (" + opt_.strict_hint + ")";
+    return p;
+  }
+  if (!fb->supports_h(k.H) || !fb->supports(k.w) || !fb->supports(k.form)) {
+    p.reason = where + ", and its fallback variant " + std::string(fb->name) + " does not support it (" +
+               describe(*fb) + ")";
+    return p;
+  }
+  p.variant = fb;
+  p.kind = PickKind::fallback;
+  if (!query) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(warned_mu_);
+      first = warned_.insert(gk).second;
+    }
+    if (first) {
+      p.warned = true;
+      say(opt_.warn, group_text(k.op, k.mode, k.H, k.w, k.form) + " (T=" + std::to_string(k.T) +
+           ") is outside every window of " + table().path + " (" + covered(k) + "): running the table's fallback " +
+           std::string(fb->name) + ", which the gate has not approved for these calls; warned once per op, mode, "
+           "H, w and form (" + opt_.strict_hint + " makes it an error)");
+    }
+  }
+  return p;
+}
+
+Pick DispatchCache::pick(const CallKey& k, bool strict) const {
+  Pick p = decide(k, strict, false);
+  if (p.kind != PickKind::refused) return p;
+  if (p.route) throw UnapprovedRoute(p.reason, p.state);
+  throw NoRoute(p.reason);
+}
+
+Pick DispatchCache::inspect(const CallKey& k, bool strict) const { return decide(k, strict, true); }
+
+Pick DispatchCache::pick_variant(const CallKey& k, std::string_view name) const {
+  Pick p = check_variant(k, name);
+  if (k.H >= kMinH && k.H <= kMaxH) {
+    if (const Route* r = table().find(k.op, k.mode, k.H, k.w, k.form, k.T)) {
+      p.route = r;
+      for (const Window& w : *group(key(k.op, k.mode, k.H, k.w, k.form)))
+        if (w.route == r) p.state = w.state;
+    }
+  }
+  return p;
+}
+
+Pick DispatchCache::check_variant(const CallKey& k, std::string_view name) {
+  if (k.T < 0) throw std::invalid_argument(to_string(k) + ": T < 0");
+  const Variant& v = variant(name);  // throws, listing the known names
+  const std::string what = to_string(k) + ": variant " + std::string(name);
+  if (v.op != k.op)
+    throw std::invalid_argument(what + " is a " + std::string(to_string(v.op)) + " variant, the call is " +
+                                std::string(to_string(k.op)));
+  if (v.control) throw std::invalid_argument(what + " is a negative control: never run for callers");
+  if (k.op == Op::bwd && k.mode == Mode::det && v.mode != Mode::det)
+    throw std::invalid_argument(what + " is non-deterministic; the call asks for a deterministic backward");
+  if (!v.supports_h(k.H) || !v.supports(k.w) || !v.supports(k.form))
+    throw std::invalid_argument(what + " does not support this call (" + describe(v) + ")");
+  Pick p;
+  p.variant = &v;
+  p.kind = PickKind::explicit_variant;
+  return p;
+}
+
+}  // namespace normgate::kernels
