@@ -22,6 +22,7 @@
 #include "normgate/routing/derive.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -171,8 +172,8 @@ void add_derive(CLI::App& app, Commands& cmds) {
                                    "beside it is read (and with --approve written)")
       ->required();
   sub->add_option("--report", o->report,
-                  "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json and each gate round's table "
-                  "and reports (PREFIX.round-K.{toml,md,json})")
+                  "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json, each gate round's candidate "
+                  "table (PREFIX.candidates-SHA.toml) and each gated window's reports (PREFIX.gate-K.{md,json})")
       ->required();
   sub->add_option("--timings", o->timings,
                   "Use these timings (a PREFIX.timings.json of an earlier run) instead of benchmarking");
@@ -191,7 +192,8 @@ void add_derive(CLI::App& app, Commands& cmds) {
   sub->add_option("--fresh-factor", o->g.fresh_factor, "Fresh seeds: this many times the seed count")
       ->capture_default_str();
   sub->add_option("--journal", o->g.journal_path,
-                  "Gate write-ahead journal, shared by every round (rerun with the same file to resume)");
+                  "Gate write-ahead journal prefix: one journal per candidate table, PREFIX.SHA.jsonl (a rerun "
+                  "that derives the same table resumes it)");
   sub->add_option("--deadline-s", o->deadline_s,
                   "Stop benchmarking or gating after this many seconds (0: none); what is unfinished is reported, "
                   "and the table routes only approved candidates")
@@ -262,69 +264,120 @@ void add_derive(CLI::App& app, Commands& cmds) {
       };
       bool stopped = false;
       std::string stop_reason;
+      // Each round gates the windows that need it ONE AT A TIME, cheapest
+      // first (rows x H at the window's last T), so a deadline leaves whole
+      // windows gated and approved. A round's candidate table depends only on
+      // the windows (no round number in it), and its journal is named by the
+      // table's hash: a rerun that derives the same table resumes it.
       int round = 0;
-      for (; o->gate == "winners" && round < 12; ++round) {
+      int gated = 0;
+      for (; o->gate == "winners" && round < 12 && !stopped; ++round) {
         const auto ws = derive_all();
-        std::set<std::string> need;
+        std::vector<const DerivedWindow*> need;
         for (const auto& w : ws)
-          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) need.insert(wkey(w));
+          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) need.push_back(&w);
         if (need.empty()) break;
-        const std::string table_path = o->report + ".round-" + std::to_string(round + 1) + ".toml";
-        write_file_atomic(table_path, kernels::route_table_text(spec, ws,
-                                                                "gate round " + std::to_string(round + 1) + " of `normgate derive " +
-                                                                    o->spec + "`: candidate table (not for use)"));
-        validators::GateOptions g = o->g;
-        g.table_path = table_path;
-        g.select = [&need](const kernels::Route& r) {
-          const std::string k = std::string(to_string(r.op)) +
-                                (r.op == Op::bwd ? " " + std::string(to_string(r.mode)) : std::string()) +
-                                " H=" + std::to_string(r.H) + " w=" + std::string(to_string(r.w)) +
-                                " form=" + std::string(to_string(r.form)) + "|" + std::string(r.variant->name) + "|" +
-                                std::to_string(r.t_lo) + "|" + std::to_string(r.t_hi);
-          return need.count(k) > 0;
+        auto cost = [](const DerivedWindow* w) {
+          const double heads = w->group.form == Form::heads24 ? 24 : w->group.form == Form::heads4 ? 4 : 1;
+          return static_cast<double>(w->t_hi) * heads * static_cast<double>(w->group.H) *
+                 (w->group.op == Op::bwd ? 2.0 : 1.0);
         };
-        if (o->deadline_s > 0)
-          g.after_case = [o, t0](int64_t) {
-            if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o->deadline_s)
-              throw DeadlineReached("deadline reached while gating (the journal keeps the finished cases)");
-          };
-        std::printf("gate     round %d: %zu window(s) without a current approval (%s)\n", round + 1, need.size(),
-                    table_path.c_str());
+        std::stable_sort(need.begin(), need.end(),
+                         [&](const DerivedWindow* a, const DerivedWindow* b) { return cost(a) < cost(b); });
+        const std::string table_text = kernels::route_table_text(
+            spec, ws, "candidate table of a gate round of `normgate derive " + o->spec + "` (not for use)");
+        const std::string sha12 = kernels::parse_route_table(table_text, "candidate").sha256.substr(0, 12);
+        const std::string table_path = o->report + ".candidates-" + sha12 + ".toml";
+        write_file_atomic(table_path, table_text);
+        std::printf("gate     round %d: %zu window(s) without a current approval, cheapest first (%s)\n", round + 1,
+                    need.size(), table_path.c_str());
         std::fflush(stdout);
-        validators::GateResult res;
-        try {
-          res = validators::run_gate(g);
-        } catch (const DeadlineReached& e) {
-          stopped = true;
-          stop_reason = e.what();
-          break;
+        bool any_failed = false;
+        for (const DerivedWindow* w : need) {
+          validators::GateOptions g = o->g;
+          g.table_path = table_path;
+          if (!o->g.journal_path.empty()) g.journal_path = o->g.journal_path + "." + sha12 + ".jsonl";
+          const std::string want = wkey(*w);
+          g.select = [want](const kernels::Route& r) {
+            return DeriveGroup{r.op, r.mode, r.H, r.w, r.form}.key() + "|" + std::string(r.variant->name) + "|" +
+                       std::to_string(r.t_lo) + "|" + std::to_string(r.t_hi) ==
+                   want;
+          };
+          if (o->deadline_s > 0)
+            g.after_case = [o, t0](int64_t) {
+              if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o->deadline_s)
+                throw DeadlineReached("deadline reached while gating (the journal keeps the finished cases)");
+            };
+          validators::GateResult res;
+          try {
+            res = validators::run_gate(g);
+          } catch (const DeadlineReached& e) {
+            stopped = true;
+            stop_reason = e.what();
+            break;
+          }
+          ++gated;
+          const std::string stem = o->report + ".gate-" + std::to_string(gated);
+          write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
+          write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2) + "\n");
+          if (o->approve) {
+            const auto changes = validators::approve(approvals, res, g);
+            for (const auto& c : changes) std::printf("  %s\n", c.c_str());
+          }
+          for (const auto& wr : res.windows) {
+            GateNote n;
+            n.group = DeriveGroup{wr.route.op, wr.route.mode, wr.route.H, wr.route.w, wr.route.form}.key();
+            n.variant = std::string(wr.route.variant->name);
+            n.t_lo = wr.route.t_lo;
+            n.t_hi = wr.route.t_hi;
+            n.pass = wr.pass;
+            n.worst = wr.worst;
+            n.worst_output = wr.worst_output;
+            n.worst_case = wr.worst_case;
+            n.report = stem + ".md";
+            std::printf("  %s %s T=%lld..%lld -> %s: worst err/tol %.3g (%s), %lld cases, %.0f s\n",
+                        wr.pass ? "PASS" : "FAIL", n.group.c_str(), static_cast<long long>(n.t_lo),
+                        static_cast<long long>(n.t_hi), n.variant.c_str(), wr.worst, wr.worst_output.c_str(),
+                        static_cast<long long>(wr.cases),
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            std::fflush(stdout);
+            if (wr.pass) {
+              passed_now.insert(n.group + "|" + n.variant + "|" + std::to_string(n.t_lo) + "|" +
+                                std::to_string(n.t_hi));
+            } else {
+              // Exclude the candidate only between the timed points around
+              // the worst case's T: the rest of the window may be derived to
+              // it again and gated on its own (every window routed to it is
+              // still gated whole).
+              int64_t lo = n.t_lo, hi = n.t_hi;
+              try {
+                const int64_t tw = seeds::parse_case(n.worst_case).T;
+                for (int64_t p : kernels::timed_points(DeriveGroup{wr.route.op, wr.route.mode, wr.route.H,
+                                                                   wr.route.w, wr.route.form},
+                                                       timings)) {
+                  if (p < tw && p + 1 > lo && p + 1 <= hi) lo = p + 1;
+                  if (p >= tw && p < hi && p >= lo) {
+                    hi = p;
+                    break;
+                  }
+                }
+              } catch (const std::exception&) {
+                lo = n.t_lo;  // no parsable worst case: the whole window
+                hi = n.t_hi;
+              }
+              excl.push_back({n.group, n.variant, lo, hi});
+              any_failed = true;
+            }
+            notes.push_back(std::move(n));
+          }
         }
-        const std::string md = validators::format_gate_markdown(res);
-        write_file_atomic(o->report + ".round-" + std::to_string(round + 1) + ".md", md);
-        write_file_atomic(o->report + ".round-" + std::to_string(round + 1) + ".json",
-                          validators::gate_to_json(res).dump(2) + "\n");
-        if (o->approve) {
-          const auto changes = validators::approve(approvals, res, g);
-          for (const auto& c : changes) std::printf("  %s\n", c.c_str());
-        }
-        for (const auto& w : res.windows) {
-          GateNote n;
-          n.group = DeriveGroup{w.route.op, w.route.mode, w.route.H, w.route.w, w.route.form}.key();
-          n.variant = std::string(w.route.variant->name);
-          n.t_lo = w.route.t_lo;
-          n.t_hi = w.route.t_hi;
-          n.pass = w.pass;
-          n.worst = w.worst;
-          n.worst_output = w.worst_output;
-          n.worst_case = w.worst_case;
-          n.report = o->report + ".round-" + std::to_string(round + 1) + ".md";
-          std::printf("  %s %s T=%lld..%lld -> %s: worst err/tol %.3g (%s)\n", w.pass ? "PASS" : "FAIL",
-                      n.group.c_str(), static_cast<long long>(n.t_lo), static_cast<long long>(n.t_hi),
-                      n.variant.c_str(), w.worst, w.worst_output.c_str());
-          if (w.pass) passed_now.insert(n.group + "|" + n.variant + "|" + std::to_string(n.t_lo) + "|" +
-                                        std::to_string(n.t_hi));
-          else excl.push_back({n.group, n.variant, n.t_lo, n.t_hi});
-          notes.push_back(std::move(n));
+        // A rejection changes the derivation: derive again before gating
+        // more (the next round's table differs, and so does its journal).
+        if (!any_failed && !stopped) {
+          bool left = false;
+          for (const auto& w : derive_all())
+            left |= !w.no_candidate && !approved(w) && !passed_now.count(wkey(w));
+          if (!left) break;
         }
       }
       // The table: every window's winner approved (or passed now); where a

@@ -605,6 +605,37 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
       stale = &x;
     }
   }
+  // No single record holds the window: records of neighbouring windows
+  // (same group, variant, source hash and backend) whose union covers it
+  // without a gap count together, e.g. T=1..65536 and T=65537..131072 for
+  // a route T=2049..131072 (the gate proved the variant on each part).
+  std::vector<const Approval*> parts;
+  auto union_covers = [&](std::string_view backend) {
+    std::vector<const Approval*> xs;
+    for (const Approval& x : a.records)
+      if (x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
+          x.variant == vname && x.source_sha256 == hash && x.backend == backend && x.t_lo <= r.t_hi &&
+          r.t_lo <= x.t_hi)
+        xs.push_back(&x);
+    std::sort(xs.begin(), xs.end(), [](const Approval* p, const Approval* q) { return p->t_lo < q->t_lo; });
+    std::vector<const Approval*> used;
+    int64_t next = r.t_lo;  // first T not yet covered
+    for (const Approval* x : xs) {
+      if (x->t_lo > next) break;  // a gap
+      if (x->t_hi >= next) {
+        used.push_back(x);
+        next = x->t_hi + 1;
+      }
+      if (next > r.t_hi) {
+        parts = used;
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!gpu_cur && !(cpu_cur && accept_cpu_model)) {
+    if (!union_covers(kGpuBackend) && accept_cpu_model) union_covers(kCpuModelBackend);
+  }
   ApprovalStatus s;
   auto from = [](const Approval& x) {
     return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + ")";
@@ -614,7 +645,16 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     return x.same_window(r) ? std::string()
                             : " as part of T=" + std::to_string(x.t_lo) + ".." + std::to_string(x.t_hi);
   };
-  if (gpu_cur || (cpu_cur && accept_cpu_model)) {
+  if (!parts.empty()) {
+    s.state = ApprovalState::current;
+    s.record = parts.front();
+    s.parts = parts;
+    s.detail = "approved as parts";
+    for (const Approval* x : parts)
+      s.detail += std::string(x == parts.front() ? " " : " + ") + "T=" + std::to_string(x->t_lo) + ".." +
+                  std::to_string(x->t_hi);
+    s.detail += from(*parts.front());
+  } else if (gpu_cur || (cpu_cur && accept_cpu_model)) {
     s.state = ApprovalState::current;
     s.record = gpu_cur ? gpu_cur : cpu_cur;
     s.detail = "approved" + part(*s.record) + from(*s.record);

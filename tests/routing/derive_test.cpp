@@ -23,6 +23,8 @@ fwd = ["fwd_rowwise"]
 rounds = 3
 reps = 20
 crossover_steps = 2
+[fallback]
+fwd = "fwd_rowwise"
 [[group]]
 op = "bwd"
 modes = ["det", "nondet"]
@@ -68,6 +70,7 @@ TEST(DeriveSpec, ParsesAndExpandsGroups) {
   EXPECT_EQ(s.groups[5].key(), "fwd H=2048 w=fp32 form=plain");
   EXPECT_EQ(s.candidates(nondet()).size(), 2u);
   EXPECT_EQ(s.crossover_steps, 2);
+  ASSERT_EQ(s.fallback.size(), 1u);
 }
 
 TEST(DeriveSpec, RejectsWithLine) {

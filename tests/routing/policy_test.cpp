@@ -352,4 +352,38 @@ TEST(ApprovalContainment, ExactWindowPreferredThenTheNarrowest) {
   EXPECT_EQ(s.record, &mixed.records[1]);
 }
 
+TEST(ApprovalContainment, NeighbouringRecordsCoverTogetherWithoutAGap) {
+  // Route [4097, 131072] across today's split at 65536: the two records
+  // cover it together.
+  const RouteTable t = parse_route_table(kSplit, "t.toml");
+  const Route& high = t.routes[1];
+  Approvals a;
+  a.records.push_back(record(65537, 131072));
+  a.records.push_back(record(1, 65536));
+  ApprovalStatus s = approval_status(high, a, false);
+  EXPECT_EQ(s.state, ApprovalState::current);
+  ASSERT_EQ(s.parts.size(), 2u);
+  EXPECT_EQ(s.parts[0], &a.records[1]);  // T order
+  EXPECT_EQ(s.record, &a.records[1]);
+  EXPECT_NE(s.detail.find("approved as parts T=1..65536 + T=65537..131072"), std::string::npos) << s.detail;
+  // A gap of one T: not covered.
+  a.records[1].t_hi = 65535;
+  s = approval_status(high, a, false);
+  EXPECT_EQ(s.state, ApprovalState::missing) << s.detail;
+  EXPECT_TRUE(s.parts.empty());
+  // A part of another source hash does not count.
+  a.records[1].t_hi = 65536;
+  a.records[1].source_sha256 = std::string(64, 'd');
+  EXPECT_NE(approval_status(high, a, false).state, ApprovalState::current);
+  // cpu-model parts count only when accepted, and never mixed with gpu ones.
+  Approvals c;
+  c.records.push_back(record(1, 65536));
+  c.records.push_back(record(65537, 131072));
+  c.records[1].backend = "cpu-model";
+  EXPECT_NE(approval_status(high, c, true).state, ApprovalState::current);
+  c.records[0].backend = "cpu-model";
+  EXPECT_EQ(approval_status(high, c, true).state, ApprovalState::current);
+  EXPECT_NE(approval_status(high, c, false).state, ApprovalState::current);
+}
+
 }  // namespace

@@ -61,7 +61,10 @@
 // but with another source hash (the code changed since the gate ran);
 // MISSING otherwise. Exact-window records are preferred over wider ones, and
 // the status says when the approval is of a wider window ("approved as part
-// of T=1..131072").
+// of T=1..131072"). When no single record contains the route's window,
+// current records of neighbouring windows (same group, variant, hash and
+// backend) whose union covers it without a gap count together ("approved as
+// parts T=1..65536 + T=65537..131072"): the gate proved the variant on each.
 //
 // The dispatcher (Dispatcher) picks the route for a call and refuses a route
 // without a current approval unless DispatchPolicy::allow_unapproved is set
@@ -266,6 +269,11 @@ struct ApprovalStatus {
   const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one
   /// The record's window is wider than the route's (contains it; see file comment).
   bool wider = false;
+  /// When no single record contains the route's window but records of
+  /// neighbouring windows (same group, variant, source hash, backend) cover
+  /// it together without a gap: those records in T order (record = the
+  /// first); empty otherwise.
+  std::vector<const Approval*> parts;
   /// why, without the state word, e.g. "approved (gpu gate of ...)", "approved as part of T=1..131072 (gpu
   /// gate of ...)", "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
   std::string detail;
@@ -275,7 +283,8 @@ struct ApprovalStatus {
 /// comment). accept_cpu_model: whether backend "cpu-model" records count as
 /// current. GPU records are preferred when both are current; among records of
 /// one backend the exact window, else the narrowest containing one (first in
-/// file order on ties). Never throws.
+/// file order on ties); when none contains it, records whose union covers it
+/// (ApprovalStatus::parts). Never throws.
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
 
 // --- dispatcher --------------------------------------------------------------
