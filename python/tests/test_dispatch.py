@@ -181,7 +181,8 @@ def test_default_table_is_the_shipping_one():
         path = normgate.load_routes()  # the build tree's routes/ or the installed share/normgate/routes/
         assert os.path.basename(path) == "sm90a.toml", path
         r = normgate.route_for("bwd", 2048, 70000, "bf16", deterministic=False)
-        assert r["window"] == (65537, 131072) and r["table"] == path, r
+        lo, hi = r["window"]  # the table is derived: the window holding the call
+        assert lo <= 70000 <= hi and r["table"] == path and r["approval"] == "current", r
     finally:
         if saved is not None:
             os.environ["NORMGATE_ROUTES"] = saved

@@ -91,7 +91,8 @@ TEST(CApiRoutes, DefaultTableAndNormgateRoutes) {
   Q q = bwd(NG_MODE_NONDET, 70000, NG_W_BF16, 2048);
   ASSERT_EQ(q.run(), NG_OK) << last_error();
   EXPECT_EQ(std::string(q.info.table), std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a.toml");
-  EXPECT_EQ(q.info.t_lo, 65537);
+  EXPECT_LE(q.info.t_lo, 70000);  // the window holding the call (the table is derived)
+  EXPECT_GE(q.info.t_hi, 70000);
   const normgate::test::DispatchFixture fx("env");
   ::setenv("NORMGATE_ROUTES", fx.table.c_str(), 1);
   ASSERT_EQ(ng_routes_load(nullptr), NG_OK) << last_error();
@@ -324,6 +325,9 @@ void routed_case(int64_t T, int32_t mode, std::string& fwd_ran, std::string& bwd
   uint16_t *x = dev_copy(in.x), *dy = dev_copy(in.dy), *w = dev_copy(in.w_bf16);
   uint16_t *y = dev_copy(std::vector<uint16_t>{}, n), *dx = dev_copy(std::vector<uint16_t>{}, n);
   float *rstd = dev_copy(std::vector<float>{}, static_cast<size_t>(T)), *dw = dev_copy(std::vector<float>{}, 64);
+  // The forward's msq handed to the backward, as the CPU model's step does
+  // (without it dw uses the FP32 rstd alone and differs from the model).
+  double* msq = dev_copy(std::vector<double>{}, static_cast<size_t>(T));
   ng_fwd_args f{};
   f.x = x;
   f.x_stride = 64;
@@ -337,6 +341,7 @@ void routed_case(int64_t T, int32_t mode, std::string& fwd_ran, std::string& bwd
   f.H = 64;
   f.heads = 1;
   f.eps = static_cast<float>(in.id.eps);
+  f.msq = msq;
   ASSERT_EQ(ng_fwd(&f, nullptr), NG_OK) << last_error();
   ng_route_info r{};
   ASSERT_EQ(ng_last_route(&r), NG_OK);
@@ -361,6 +366,7 @@ void routed_case(int64_t T, int32_t mode, std::string& fwd_ran, std::string& bwd
   b.heads = 1;
   b.workspace = ws;
   b.workspace_bytes = q.info.workspace_bytes;
+  b.msq = msq;
   ASSERT_EQ(ng_bwd_routed(mode, &b, nullptr), NG_OK) << last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(ng_last_route(&r), NG_OK);
@@ -376,7 +382,8 @@ void routed_case(int64_t T, int32_t mode, std::string& fwd_ran, std::string& bwd
     EXPECT_EQ(host_copy(dw, 64), m.dw) << id << " " << bwd_ran;
   }
   for (void* p : {static_cast<void*>(x), static_cast<void*>(dy), static_cast<void*>(w), static_cast<void*>(y),
-                  static_cast<void*>(dx), static_cast<void*>(rstd), static_cast<void*>(dw), static_cast<void*>(ws)})
+                  static_cast<void*>(dx), static_cast<void*>(rstd), static_cast<void*>(dw), static_cast<void*>(ws),
+                  static_cast<void*>(msq)})
     cudaFree(p);
 }
 
