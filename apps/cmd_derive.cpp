@@ -23,6 +23,7 @@
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 #include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"  // sha256_hex
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -50,6 +51,15 @@ std::string utc_now() {
 
 struct DeadlineReached : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// A case of the window being gated went over budget: the window fails, and
+// the rest of its cases need not run (derive only needs the rejection and
+// its worst case to split the window).
+struct WindowRejected : std::runtime_error {
+  WindowRejected(double w, std::string c) : std::runtime_error("rejected"), worst(w), worst_case(std::move(c)) {}
+  double worst;
+  std::string worst_case;
 };
 
 // Candidates timed at one shape: the union of its groups' lists (det first,
@@ -271,7 +281,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // table's hash: a rerun that derives the same table resumes it.
       int round = 0;
       int gated = 0;
-      for (; o->gate == "winners" && round < 12 && !stopped; ++round) {
+      for (; o->gate == "winners" && round < 200 && !stopped; ++round) {
         const auto ws = derive_all();
         std::vector<const DerivedWindow*> need;
         for (const auto& w : ws)
@@ -294,10 +304,20 @@ void add_derive(CLI::App& app, Commands& cmds) {
         std::fflush(stdout);
         bool any_failed = false;
         for (const DerivedWindow* w : need) {
+          if (any_failed) break;  // derive again first: the rejection may make cheaper windows
+          bool early = false;
           validators::GateOptions g = o->g;
           g.table_path = table_path;
-          if (!o->g.journal_path.empty()) g.journal_path = o->g.journal_path + "." + sha12 + ".jsonl";
           const std::string want = wkey(*w);
+          // One journal per (candidate table, window): the gate's progress
+          // then sees this window's cases only (a rejection stops the window
+          // at its first case over budget).
+          if (!o->g.journal_path.empty())
+            g.journal_path = o->g.journal_path + "." + sha12 + "." +
+                             seeds::sha256_hex(want.data(), want.size()).substr(0, 12) + ".jsonl";
+          g.progress = [](const validators::GateProgress& p) {
+            if (p.worst > 1.0) throw WindowRejected(p.worst, p.worst_case);
+          };
           g.select = [want](const kernels::Route& r) {
             return DeriveGroup{r.op, r.mode, r.H, r.w, r.form}.key() + "|" + std::string(r.variant->name) + "|" +
                        std::to_string(r.t_lo) + "|" + std::to_string(r.t_hi) ==
@@ -315,12 +335,30 @@ void add_derive(CLI::App& app, Commands& cmds) {
             stopped = true;
             stop_reason = e.what();
             break;
+          } catch (const WindowRejected& e) {
+            // Synthesize the window's result: FAIL at its first case over budget.
+            validators::WindowResult wr;
+            wr.route = route_of(*w, table_path);
+            wr.pass = false;
+            wr.worst = e.worst;
+            wr.worst_case = e.worst_case;
+            wr.worst_output = "stopped at the first case over budget";
+            res.windows.push_back(wr);
+            res.backend = cpu_gate ? std::string(kernels::kCpuModelBackend) : std::string(kernels::kGpuBackend);
+            early = true;
           }
           ++gated;
           const std::string stem = o->report + ".gate-" + std::to_string(gated);
-          write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
-          write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2) + "\n");
-          if (o->approve) {
+          if (!early) {
+            write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
+            write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2) + "\n");
+          } else {
+            write_file_atomic(stem + ".md", "# Gate of " + want + ": REJECTED\n\nStopped at the first case over budget: `" +
+                                                 res.windows[0].worst_case + "`, err/tol " +
+                                                 fmt("%.4g", res.windows[0].worst) +
+                                                 " (`normgate repro` it to see the elements).\n");
+          }
+          if (o->approve && !early) {
             const auto changes = validators::approve(approvals, res, g);
             for (const auto& c : changes) std::printf("  %s\n", c.c_str());
           }

@@ -45,6 +45,7 @@ struct Store {
   std::map<std::string, std::map<std::string, std::string>> err;
   int64_t records = 0;
   double worst = 0;  // largest err/tol of any output seen (progress only)
+  std::string worst_case;  // its case id
   // Record number holding (case, impl), and the records this campaign's plan
   // used (a journal may hold cases of other window filters: not counted).
   std::map<std::string, std::map<std::string, int64_t>> rec_of;
@@ -60,7 +61,10 @@ struct Store {
     for (const auto& x : r.results) {
       ok[r.case_id].emplace(x.impl, x);
       for (const auto& o : x.out)
-        if (!(o.ratio <= worst)) worst = o.ratio;
+        if (!(o.ratio <= worst)) {
+          worst = o.ratio;
+          worst_case = r.case_id;
+        }
     }
   }
   void use(const std::string& c, const std::string& impl) {
@@ -241,6 +245,7 @@ class Runner {
           p.seconds_per_case = run_now_ ? seconds_run_ / static_cast<double>(run_now_) : 0.0;
           p.window = needs[reported].window;
           p.worst = store_.worst;
+          p.worst_case = store_.worst_case;
           opt_.progress(p);
         }
       }

@@ -125,6 +125,7 @@ struct GateProgress {
   double seconds_per_case = 0; ///< mean over the cases this process ran (0 before the first)
   std::string window;          ///< first window the current case serves
   double worst = 0;            ///< largest gated err/tol seen so far (all windows)
+  std::string worst_case;      ///< case id of that largest err/tol ("" before the first)
 };
 
 /// What to gate and how.
