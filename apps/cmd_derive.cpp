@@ -178,8 +178,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   o->g.seeds = "3x16";
   sub->add_option("spec", o->spec, "Derivation spec (TOML), e.g. routes/sm90a.derive.toml")->required();
-  sub->add_option("--out", o->out, "Route table to write (atomically), e.g. routes/sm90a.toml; its approvals file "
-                                   "beside it is read (and with --approve written)")
+  sub->add_option("--out", o->out, "Route table to write (atomically), e.g. routes/sm90a.toml; the approvals "
+                                   "file BESIDE IT (TABLE stem + .approvals.json) is what counts as approved (read, "
+                                   "and with --approve written); not written while a window has no approved candidate")
       ->required();
   sub->add_option("--report", o->report,
                   "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json, each gate round's candidate "
@@ -231,7 +232,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
         check_writable(approvals_path);
         // The output table's approval policy: a gate campaign weaker than
         // its minimum is refused here, before any work (approve() re-checks).
-        validators::check_approval_request(o->g, backend, kernels::policy_path_for(o->out));
+        validators::GateOptions req = o->g;
+        req.table_path = o->out;  // named in the refusal
+        validators::check_approval_request(req, backend, kernels::policy_path_for(o->out));
       }
 
       Timings timings;
@@ -255,7 +258,8 @@ void add_derive(CLI::App& app, Commands& cmds) {
 
       // Derive, gate the winners without a current approval, exclude the
       // rejected, derive again.
-      std::vector<Exclusion> excl;
+      std::vector<Exclusion> excl;      // rejected by the gate, or without a current approval
+      std::vector<Exclusion> rejected;  // rejected by the gate in this run
       std::vector<GateNote> notes;
       std::set<std::string> passed_now;  // "group|variant|lo|hi" the gate passed in this run
       auto wkey = [](const DerivedWindow& w) {
@@ -404,6 +408,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
                 hi = n.t_hi;
               }
               excl.push_back({n.group, n.variant, lo, hi});
+              rejected.push_back(excl.back());
               any_failed = true;
             }
             notes.push_back(std::move(n));
@@ -435,8 +440,19 @@ void add_derive(CLI::App& app, Commands& cmds) {
       for (const auto& w : ws) unapproved += w.no_candidate || !approved(w);
 
       // Report.
+      std::string cmdline = "normgate derive " + o->spec + " --out " + o->out + " --report " + o->report;
+      if (!o->timings.empty()) cmdline += " --timings " + o->timings;
+      if (o->gate == "none") {
+        cmdline += " --gate none";
+      } else {
+        cmdline += " --seeds " + o->g.seeds + " --t-per-window " + std::to_string(o->g.t_per_window) +
+                   " --dense-points " + std::to_string(o->g.dense_points) + " --dense-step " +
+                   std::to_string(o->g.dense_step) + " --fresh-factor " + std::to_string(o->g.fresh_factor);
+        if (o->approve) cmdline += " --approve";
+      }
       nlohmann::ordered_json jr;
       jr["format"] = "normgate-derivation/1";
+      jr["command"] = cmdline;
       jr["spec"] = o->spec;
       jr["table"] = o->out;
       jr["approvals"] = approvals_path;
@@ -446,21 +462,25 @@ void add_derive(CLI::App& app, Commands& cmds) {
       jr["normgate_commit"] = NORMGATE_GIT_COMMIT;
       jr["date"] = utc_now();
       std::string md = "# Route derivation: " + o->out + "\n\n";
-      md += "- spec: `" + o->spec + "`; command: `normgate derive " + o->spec + " --out " + o->out + " --report " +
-            o->report + (o->timings.empty() ? "" : " --timings " + o->timings) + "`\n";
+      md += "- spec: `" + o->spec + "`; command: `" + cmdline + "`\n";
+      md += "- approvals: `" + approvals_path + "` (read" + (o->approve ? " and written" : "") + ")\n";
       md += "- timings: " + timings.gpu + " (driver " + timings.driver + ", CUDA " + timings.cuda + "), " +
             timings.date + ", normgate " + timings.normgate_commit + "; " + std::to_string(timings.rounds) +
             " interleaved rounds x " + std::to_string(timings.reps) +
             " graph replays (cold L2) per measurement; A/A floor = the first candidate timed twice per round\n";
-      md += "- gate: seeds " + o->g.seeds + ", " + std::to_string(o->g.t_per_window) + " T points per window, dense " +
+      if (o->gate == "none")
+        md += "- gate: not run (--gate none): a window's route needs a current approval on file\n";
+      else
+        md += "- gate: seeds " + o->g.seeds + ", " + std::to_string(o->g.t_per_window) + " T points per window, dense " +
             std::to_string(o->g.dense_points) + " points each side every " + std::to_string(o->g.dense_step) +
             " rows, fresh seeds x" + std::to_string(o->g.fresh_factor) + "; backend " +
             (cpu_gate ? "cpu-model" : "gpu") + (stopped ? "; STOPPED: " + stop_reason : "") + "\n";
       md += "- windows: " + std::to_string(ws.size()) + ", " + std::to_string(unapproved) +
             " without a current approval\n\n";
       md += "Per window: the routed variant, its approval (margin = 1 - worst err/tol), and every candidate's "
-            "median time at the window's timed points (us; `*` the winner, `x` rejected by the gate in this "
-            "window, `~` within the A/A floor of the fastest).\n\n";
+            "median time at the window's timed points (us; `*` the routed candidate, `x` rejected by the gate in "
+            "this run, `u` no current approval (not gated, or gated without --approve), `~` within the A/A floor "
+            "of the fastest and listed later: a tie the more accurate candidate won).\n\n";
       md += "| window | variant | approval | margin | candidates at timed T (us) |\n| --- | --- | --- | --- | --- |\n";
       nlohmann::ordered_json jw = nlohmann::ordered_json::array();
       for (const auto& w : ws) {
@@ -491,11 +511,15 @@ void add_derive(CLI::App& app, Commands& cmds) {
           for (const Variant* c : spec.candidates(w.group)) {
             auto it = p->median_us.find(std::string(c->name));
             if (it == p->median_us.end()) continue;
-            bool rej = false;
-            for (const auto& e : excl)
-              if (e.group == w.group.key() && e.variant == c->name && T >= e.t_lo && T <= e.t_hi) rej = true;
+            auto in = [&](const std::vector<Exclusion>& xs) {
+              for (const auto& e : xs)
+                if (e.group == w.group.key() && e.variant == c->name && T >= e.t_lo && T <= e.t_hi) return true;
+              return false;
+            };
+            const bool rej = in(rejected), out = !rej && in(excl);
             cell += " " + std::string(c->name) + " " + fmt("%.2f", it->second) + (c == w.variant ? "*" : "") +
-                    (rej ? "x" : "") + (c != w.variant && it->second <= best * (1 + p->aa_floor) ? "~" : "");
+                    (rej ? "x" : "") + (out ? "u" : "") +
+                    (c != w.variant && !rej && !out && it->second <= best * (1 + p->aa_floor) ? "~" : "");
           }
           cell += " (A/A " + fmt("%.1f", 100 * p->aa_floor) + "%)";
           cells += (cells.empty() ? "" : "<br>") + cell;
@@ -533,18 +557,26 @@ void add_derive(CLI::App& app, Commands& cmds) {
 
       const std::string header =
           std::filesystem::path(o->out).filename().string() + ": which kernel variant serves which RMSNorm training "
-          "call.\nGENERATED by `normgate derive " + o->spec + " --out " + o->out + " --report " + o->report +
-          "`\n(" + utc_now() + ", normgate " + NORMGATE_GIT_COMMIT + "; timings " + timings.gpu + ", " +
+          "call.\nGENERATED by `" + cmdline + "`\n(" + utc_now() + ", normgate " + NORMGATE_GIT_COMMIT + "; timings " + timings.gpu + ", " +
           timings.date + "). Do not edit by hand: edit the spec and derive again.\nPer window: the fastest "
           "candidate with a current approval; the evidence (every candidate's time and verdict) is in " +
           o->report + ".md.\nFormat: routing/include/normgate/routing/routing.h.";
       const std::string table_text = kernels::route_table_text(spec, ws, header);
       (void)kernels::parse_route_table(table_text, o->out);  // every rule of the loader, before writing
-      write_file_atomic(o->out, table_text);
+      // A table with a window no approved candidate serves is not written:
+      // it would route a variant the gate never passed (or rejected).
+      if (unapproved == 0) write_file_atomic(o->out, table_text);
       write_file_atomic(o->report + ".md", md);
       write_file_atomic(o->report + ".json", jr.dump(2) + "\n");
-      std::printf("table    %s: %zu windows, %d without a current approval\nreport   %s.md\n", o->out.c_str(),
-                  ws.size(), unapproved, o->report.c_str());
+      if (unapproved == 0)
+        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", o->out.c_str(),
+                    ws.size(), o->report.c_str());
+      else
+        std::fprintf(stderr,
+                     "normgate derive: table NOT written: %d of %zu windows have no candidate with a current "
+                     "approval in %s (the approvals beside --out); gate them (--gate winners --approve) or point "
+                     "--out beside the approvals that cover them; report %s.md\n",
+                     unapproved, ws.size(), approvals_path.c_str(), o->report.c_str());
       if (stopped) std::printf("stopped  %s\n", stop_reason.c_str());
       return unapproved == 0 ? 0 : 1;
     };

@@ -98,6 +98,7 @@ TEST(DeriveCli, RefusesBeforeAnyWork) {
                                                 " --backend cpu --seeds 3x1 --t-per-window 2 --approve"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "T points per window 2 below the policy minimum 4")) << r.out;
+  EXPECT_TRUE(contains(r.out, "policy minimum of " + (d.p / "t.toml").string() + " (")) << r.out;
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
   // Without timings and without a GPU: it says what to do.
   if (!normgate::kernels::gpu_available()) {
@@ -113,6 +114,21 @@ TEST(DeriveCli, RefusesBeforeAnyWork) {
   EXPECT_TRUE(contains(r.out, "spec.toml:")) << r.out;
   EXPECT_TRUE(contains(r.out, "unknown key 'bogus'")) << r.out;
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
+}
+
+// Nothing approved beside --out and no gating: the table would route
+// variants no gate passed, so it is not written (the report is).
+TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
+  const Dir d;
+  const CliRun r = normgate::test::run_normgate(d.run("--timings " + (d.p / "timings.json").string() + " --gate none"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "table NOT written")) << r.out;
+  EXPECT_TRUE(contains(r.out, (d.p / "t.approvals.json").string())) << r.out;
+  EXPECT_FALSE(fs::exists(d.p / "t.toml"));
+  const std::string md = read(d.p / "r.md");
+  EXPECT_TRUE(contains(md, "gate: not run (--gate none)")) << md;
+  EXPECT_TRUE(contains(md, "--timings")) << md;  // the command names what shaped the result
+  EXPECT_FALSE(contains(md, "x (A/A") || contains(md, "x~")) << md;  // nothing was rejected by a gate
 }
 
 }  // namespace

@@ -40,8 +40,8 @@
 // approval_status); windows whose winner has none are gated, and a winner
 // the gate rejects is excluded from that window's T points, and the group
 // derived again, until every window's winner is approved or no candidate is
-// left (a window with no approved candidate is routed to its fastest
-// candidate and reported UNAPPROVED).
+// left. A table with a window that no approved candidate serves is not
+// written (`normgate derive` exits 1 and writes the report only).
 #pragma once
 
 #include <cstdint>
