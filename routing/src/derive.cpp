@@ -327,10 +327,25 @@ Timings parse_timings(std::string_view text, const std::string& path) {
       if (!(p.aa_floor >= 0)) throw RouteTableError(where + ": aa_floor must be >= 0");
       p.median_us = e.at("median_us").get<std::map<std::string, double>>();
       p.rounds_us = e.at("rounds_us").get<std::map<std::string, std::vector<double>>>();
-      for (const auto& [v, us] : p.median_us)
+      for (const auto& [v, us] : p.median_us) {
         if (!(us > 0) || !std::isfinite(us)) throw RouteTableError(where + ": median_us of " + v + " must be > 0");
+        auto r = p.rounds_us.find(v);
+        if (r == p.rounds_us.end() || r->second.empty())
+          throw RouteTableError(where + ": " + v + " has a median_us but no rounds_us");
+        for (double x : r->second)
+          if (!(x > 0) || !std::isfinite(x))
+            throw RouteTableError(where + ": rounds_us of " + v + " must be > 0 (got " + std::to_string(x) + ")");
+      }
+      for (const auto& [v, xs] : p.rounds_us)
+        if (!p.median_us.count(v)) throw RouteTableError(where + ": " + v + " has rounds_us but no median_us");
+      if (t.points.count(p.key))
+        throw RouteTableError(where + ": a second point of " + std::string(to_string(p.key.op)) + " H=" +
+                              std::to_string(p.key.H) + " w=" + std::string(to_string(p.key.w)) + " form=" +
+                              std::string(to_string(p.key.form)) + " T=" + std::to_string(p.key.T));
       t.points[p.key] = std::move(p);
     }
+  } catch (const RouteTableError&) {
+    throw;  // already names the path
   } catch (const nlohmann::json::exception& e) {
     throw RouteTableError(path + ": " + e.what());
   } catch (const std::invalid_argument& e) {
@@ -416,10 +431,17 @@ const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const Ben
 std::vector<DerivedWindow> derive_group(const DeriveSpec& spec, const DeriveGroup& g, const Timings& timings,
                                         const std::vector<Exclusion>& excl) {
   const int64_t t_end = spec.t_grid.back();
-  for (int64_t T : spec.t_grid)
-    if (!timings.find(key_of(g, T)))
+  for (int64_t T : spec.t_grid) {
+    const BenchPoint* p = timings.find(key_of(g, T));
+    if (!p)
       throw std::invalid_argument("derive: no timing of " + g.key() + " at T=" + std::to_string(T) +
                                   " (the grid point must be benchmarked)");
+    for (const Variant* v : spec.candidates(g))
+      if (!p->median_us.count(std::string(v->name)))
+        throw std::invalid_argument("derive: candidate " + std::string(v->name) + " of " + g.key() +
+                                    " has no timing at T=" + std::to_string(T) +
+                                    " (timings of another spec? time every candidate)");
+  }
   std::vector<int64_t> pts;
   for (int64_t T : timed_points(g, timings))
     if (T <= t_end) pts.push_back(T);

@@ -45,6 +45,7 @@ BenchPoint point(Op op, int64_t H, int64_t T, double det_us, double nondet_us, d
   p.aa_floor = floor;
   p.median_us["bwd_det_chunked"] = det_us;
   if (nondet_us > 0) p.median_us["bwd_nondet_atomic"] = nondet_us;
+  for (const auto& [v, us] : p.median_us) p.rounds_us[v] = {us, us, us};
   return p;
 }
 
@@ -192,6 +193,43 @@ TEST(Derive, TableTextLoadsAndTimingsRoundTrip) {
   EXPECT_DOUBLE_EQ(back.find(BenchKey{Op::bwd, 2048, WDtype::bf16, Form::plain, 1000})->median_us.at("bwd_nondet_atomic"),
                    40.0);
   EXPECT_THROW(parse_timings("{\"format\": \"x\"}", "t.json"), RouteTableError);
+}
+
+TEST(Derive, BadTimingsAreRefusedNamingTheField) {
+  const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});
+  const std::string good = timings_to_json_text(t);
+  // A point missing a candidate's timing: derive refuses naming it.
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  Timings missing = t;
+  missing.points.begin()->second.median_us.erase("bwd_nondet_atomic");
+  try {
+    derive_group(s, nondet(), missing, {});
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("candidate bwd_nondet_atomic"), std::string::npos) << e.what();
+  }
+  // rounds_us without a median, a negative round, a duplicate point: refused, the path named once.
+  Timings neg = t;
+  neg.points.begin()->second.rounds_us["bwd_det_chunked"] = {-1.0};
+  try {
+    parse_timings(timings_to_json_text(neg), "t.json");
+    FAIL() << "accepted";
+  } catch (const RouteTableError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rounds_us of bwd_det_chunked must be > 0"), std::string::npos) << m;
+    EXPECT_EQ(m.find("t.json: t.json"), std::string::npos) << m;
+  }
+  std::string dup = good;
+  const auto a = dup.find("{\n   \"op\"");
+  const auto b = dup.find("{\n   \"op\"", a + 1);
+  ASSERT_NE(b, std::string::npos);
+  dup.insert(b, dup.substr(a, b - a));
+  try {
+    parse_timings(dup, "t.json");
+    FAIL() << "accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("a second point of bwd H=2048"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -125,7 +125,10 @@ struct Timings {
 /// normgate_commit, rounds, reps, points: [{op, H, w, form, T, aa_variant,
 /// aa_floor, median_us: {variant: us}, rounds_us: {variant: [us...]}}]}.
 std::string timings_to_json_text(const Timings& t);
-/// Parse timings JSON; throws RouteTableError naming `path` and the bad field.
+/// Parse timings JSON; throws RouteTableError naming `path` and the bad
+/// field: wrong format, a non-positive or non-finite median or round time,
+/// a variant with a median but no rounds (or rounds but no median), a
+/// second point of the same shape.
 Timings parse_timings(std::string_view text, const std::string& path);
 Timings load_timings(const std::string& path);
 
@@ -162,7 +165,8 @@ const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const Ben
 /// Windows of one group: runs of equal winners over the timed points, split
 /// at the last point the earlier winner holds; the first window starts at 1
 /// and the last ends at spec.t_grid.back(). Throws std::invalid_argument
-/// naming the group and T when a grid point has no timing.
+/// naming the group and T when a grid point has no timing, or no timing of
+/// one of the group's candidates.
 std::vector<DerivedWindow> derive_group(const DeriveSpec& spec, const DeriveGroup& g, const Timings& timings,
                                         const std::vector<Exclusion>& excl);
 
