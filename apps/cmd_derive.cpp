@@ -131,6 +131,13 @@ Timings run_bench(const DeriveSpec& spec, double deadline_s, const std::chrono::
   return tm;
 }
 
+// "group|variant|lo|hi": one (candidate, window), as derive tracks what it gated.
+std::string window_key(const std::string& group, std::string_view variant, int64_t lo, int64_t hi) {
+  return group + "|" + std::string(variant) + "|" + std::to_string(lo) + "|" + std::to_string(hi);
+}
+
+DeriveGroup group_of(const kernels::Route& r) { return DeriveGroup{r.op, r.mode, r.H, r.w, r.form}; }
+
 kernels::Route route_of(const DerivedWindow& w, const std::string& file) {
   kernels::Route r;
   r.op = w.group.op;
@@ -263,8 +270,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       std::vector<GateNote> notes;
       std::set<std::string> passed_now;  // "group|variant|lo|hi" the gate passed in this run
       auto wkey = [](const DerivedWindow& w) {
-        return w.group.key() + "|" + std::string(w.variant->name) + "|" + std::to_string(w.t_lo) + "|" +
-               std::to_string(w.t_hi);
+        return window_key(w.group.key(), w.variant->name, w.t_lo, w.t_hi);
       };
       auto derive_all = [&]() {
         std::vector<DerivedWindow> all;
@@ -323,9 +329,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             if (p.worst > 1.0) throw WindowRejected(p.worst, p.worst_case);
           };
           g.select = [want](const kernels::Route& r) {
-            return DeriveGroup{r.op, r.mode, r.H, r.w, r.form}.key() + "|" + std::string(r.variant->name) + "|" +
-                       std::to_string(r.t_lo) + "|" + std::to_string(r.t_hi) ==
-                   want;
+            return window_key(group_of(r).key(), r.variant->name, r.t_lo, r.t_hi) == want;
           };
           if (o->deadline_s > 0)
             g.after_case = [o, t0](int64_t) {
@@ -368,7 +372,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
           }
           for (const auto& wr : res.windows) {
             GateNote n;
-            n.group = DeriveGroup{wr.route.op, wr.route.mode, wr.route.H, wr.route.w, wr.route.form}.key();
+            n.group = group_of(wr.route).key();
             n.variant = std::string(wr.route.variant->name);
             n.t_lo = wr.route.t_lo;
             n.t_hi = wr.route.t_hi;
@@ -384,8 +388,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             std::fflush(stdout);
             if (wr.pass) {
-              passed_now.insert(n.group + "|" + n.variant + "|" + std::to_string(n.t_lo) + "|" +
-                                std::to_string(n.t_hi));
+              passed_now.insert(window_key(n.group, n.variant, n.t_lo, n.t_hi));
             } else {
               // Exclude the candidate only between the timed points around
               // the worst case's T: the rest of the window may be derived to
@@ -394,9 +397,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
               int64_t lo = n.t_lo, hi = n.t_hi;
               try {
                 const int64_t tw = seeds::parse_case(n.worst_case).T;
-                for (int64_t p : kernels::timed_points(DeriveGroup{wr.route.op, wr.route.mode, wr.route.H,
-                                                                   wr.route.w, wr.route.form},
-                                                       timings)) {
+                for (int64_t p : kernels::timed_points(group_of(wr.route), timings)) {
                   if (p < tw && p + 1 > lo && p + 1 <= hi) lo = p + 1;
                   if (p >= tw && p < hi && p >= lo) {
                     hi = p;
