@@ -302,14 +302,25 @@ void add_derive(CLI::App& app, Commands& cmds) {
           return static_cast<double>(w->t_hi) * heads * static_cast<double>(w->group.H) *
                  (w->group.op == Op::bwd ? 2.0 : 1.0);
         };
-        std::stable_sort(need.begin(), need.end(),
-                         [&](const DerivedWindow* a, const DerivedWindow* b) { return cost(a) < cost(b); });
+        // Least accurate candidate first (the later in the spec's list, the
+        // likelier a rejection), then cheapest: a rejection re-derives the
+        // group, and gating the incumbent before the candidates next to it
+        // are decided re-gated it on every grown window (heads4 nondet:
+        // [1, 1], [1, 16], ... [1, 131072], 400 s of one GPU run).
+        auto rank = [&](const DerivedWindow* w) {
+          const auto cs = spec.candidates(w->group);
+          return static_cast<int>(std::find(cs.begin(), cs.end(), w->variant) - cs.begin());
+        };
+        std::stable_sort(need.begin(), need.end(), [&](const DerivedWindow* a, const DerivedWindow* b) {
+          const int ra = rank(a), rb = rank(b);
+          return ra != rb ? ra > rb : cost(a) < cost(b);
+        });
         const std::string table_text = kernels::route_table_text(
             spec, ws, "candidate table of a gate round of `normgate derive " + o->spec + "` (not for use)");
         const std::string sha12 = kernels::parse_route_table(table_text, "candidate").sha256.substr(0, 12);
         const std::string table_path = o->report + ".candidates-" + sha12 + ".toml";
         write_file_atomic(table_path, table_text);
-        std::printf("gate     round %d: %zu window(s) without a current approval, cheapest first (%s)\n", round + 1,
+        std::printf("gate     round %d: %zu window(s) without a current approval, least accurate candidate first, then cheapest (%s)\n", round + 1,
                     need.size(), table_path.c_str());
         std::fflush(stdout);
         bool any_failed = false;
