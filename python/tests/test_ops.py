@@ -484,3 +484,25 @@ def test_dispatch_through_the_operators(tmp_path):
             ("explicit", "bwd_det_chunked")
     finally:
         normgate.load_routes()
+
+
+# ---- tools/llama_compile.py, dry run (CPU) ---------------------------------------
+
+def test_llama_compile_dry_run_traces_the_normgate_models_with_no_graph_break(tmp_path):
+    import importlib.util
+    import json
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "llama_compile.py")
+    spec = importlib.util.spec_from_file_location("llama_compile", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    with pytest.raises(SystemExit) as e:
+        tool.parse_args(["--modes", "fp16"])
+    assert e.value.code == 2
+    assert tool.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    s = json.loads((tmp_path / "llama_compile.json").read_text())
+    assert s["norms"] == 5 and s["verdict"].startswith("PASS")  # 2 layers x 2 + the final norm
+    runs = {r["model"]: r for r in s["runs"]}
+    assert (runs["normgate"]["graph_breaks"], runs["normgate-res"]["graph_breaks"]) == (0, 0)
+    assert runs["normgate"]["graphs"] == 1 and 0 < runs["stock"]["loss"] < 10
+    assert "| bf16 | normgate | 0 | 1 |" in (tmp_path / "llama_compile.md").read_text()
