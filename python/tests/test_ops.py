@@ -426,9 +426,11 @@ def test_residual_form_h_new_and_gradients():
     assert normgate.last_variant("fwd")["variant"] is not None
     dy, dh_new = _data(2, 4, H, seed=32), _data(2, 4, H, seed=33)
     torch.autograd.backward([y, h_new], [dy, dh_new])
-    rows = h_new.detach().reshape(-1, H)
+    # The direct calls the operators make: the res forward, then the backward on h_new.
     msq = torch.empty((8,), dtype=torch.float64, device="cuda")
-    _, rstd = normgate.rmsnorm_train_forward(rows, m.weight.detach(), 1e-6, msq=msq)
+    _, rstd, rows = normgate.rmsnorm_train_forward(x.detach().reshape(-1, H), m.weight.detach(), 1e-6,
+                                                   residual=r.detach().reshape(-1, H), msq=msq)
+    assert torch.equal(rows.view(torch.int16), h_new.detach().reshape(-1, H).view(torch.int16))
     dh, dw = normgate.rmsnorm_train_backward(dy.reshape(-1, H), rows, m.weight.detach(), rstd,
                                              dh_new=dh_new.reshape(-1, H), msq=msq)
     assert torch.equal(x.grad.reshape(-1, H).view(torch.int16), dh.view(torch.int16))
@@ -474,7 +476,9 @@ def test_dispatch_through_the_operators(tmp_path):
         assert (b["variant"], b["how"]) == ("bwd_nondet_atomic", "routed")
         # The det fp32 window is stale: RouteError from inside the operator, unchanged.
         m32 = normgate.RMSNorm(64, device="cuda", dtype=F32)
-        y = m32(x)
+        with pytest.warns(normgate.RouteWarning, match="outside every window"):  # no fwd fp32 route
+            y = m32(x)
+        assert normgate.last_variant("fwd")["how"] == "fallback"
         with pytest.raises(normgate.RouteError, match="window bwd det H=64 w=fp32 form=plain T=1..700"):
             y.float().sum().backward()
         # An explicit override runs it.
