@@ -321,9 +321,14 @@ def main(argv=None):
     fail, cut = [], []
 
     def out(error=None):
-        summary["verdict"] = ("ERROR: the run stopped on %s" % error) if error else ("FAIL: " + "; ".join(fail)) if fail else (
-            ("INCOMPLETE: the deadline stopped the run before " + ", ".join(cut)) if cut else
-            "PASS: no graph break in the normgate models")
+        if error:
+            summary["verdict"] = "ERROR: the run stopped on %s" % error
+        elif fail:
+            summary["verdict"] = "FAIL: " + "; ".join(fail)
+        elif cut:
+            summary["verdict"] = "INCOMPLETE: the deadline stopped the run before " + ", ".join(cut)
+        else:
+            summary["verdict"] = "PASS: no graph break in the normgate models"
         if a.out:
             os.makedirs(a.out, exist_ok=True)
             write_atomic(os.path.join(a.out, "llama_compile.json"), json.dumps(summary, indent=1) + "\n")

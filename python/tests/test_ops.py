@@ -65,7 +65,8 @@ def test_module_on_meta_keeps_leading_dims_and_returns_bf16_and_w_dtype_grads(wd
 def test_op_fakes_give_rstd_msq_h_new_and_grad_shapes():
     x, w = meta(7, 2048), meta(2048, dtype=F32)
     y, rstd, msq = torch.ops.normgate.rms_norm_fwd(x, w, 1e-6)
-    assert [(tuple(t.shape), t.dtype) for t in (y, rstd, msq)] == [((7, 2048), BF16), ((7,), F32), ((7,), torch.float64)]
+    assert [(tuple(t.shape), t.dtype) for t in (y, rstd, msq)] == [((7, 2048), BF16), ((7,), F32),
+                                                                   ((7,), torch.float64)]
     xh = meta(5, 4, 256)
     y, rstd, msq = torch.ops.normgate.rms_norm_fwd(xh, meta(256), 1e-6)
     assert [tuple(t.shape) for t in (y, rstd, msq)] == [(5, 4, 256), (5, 4), (20,)]
