@@ -30,6 +30,13 @@ every window runs the table's fallback variant with a RouteWarning once per
 makes it a RouteError. route_for() answers without a GPU; last_variant() says
 what the last call ran.
 
+PyTorch integration (normgate.ops, imported on first use of RMSNorm, rms_norm
+or ops): the kernels as torch.library operators torch.ops.normgate.rms_norm_fwd,
+rms_norm_res_fwd and rms_norm_bwd (fake implementations for tracing, autograd
+registered), so torch.compile traces them with no graph break; rms_norm (the
+functional form) and RMSNorm (a drop-in for torch.nn.RMSNorm: any leading
+dims, autocast, the residual and per-head forms) run through them.
+
 Kernels run on torch's current CUDA stream of the tensors' device and return
 without synchronizing. Nothing is copied silently: a tensor of the wrong device,
 dtype or layout raises ValueError naming it (only Oracle.validate copies, to
@@ -48,8 +55,9 @@ import warnings
 from . import _lib
 from ._lib import RouteError, case_info, device_available, library_path, variant_info, version
 
-# RMSNormFunction is importable by name too (defined on first access, as it
-# subclasses a torch class); it is not in __all__ so `import *` needs no torch.
+# RMSNormFunction, RMSNorm and ops are importable by name too (on first access:
+# they need torch; normgate.ops registers the torch.library operators); they
+# are not in __all__ so `import *` needs no torch.
 __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
     "route_for", "last_variant", "set_strict_routes", "load_routes", "variant_info", "RouteError", "RouteWarning",
@@ -474,7 +482,10 @@ def _autograd_function():
     torch = _torch()
 
     class RMSNormFunction(torch.autograd.Function):
-        """Autograd over normgate's kernels: y = rms_norm(x) * w.
+        """Autograd over normgate's kernels: y = rms_norm(x) * w, as a plain
+        autograd.Function whose calls go through ctypes (torch.compile breaks
+        the graph at each). rms_norm and RMSNorm use the torch.library
+        operators of normgate.ops instead, which it traces.
 
         forward(ctx, x, w, eps=1e-6, deterministic=True, variant=None) -> y.
         variant: None (both ops routed), a variant name (used for its own op,
@@ -515,50 +526,29 @@ def _autograd_function():
 _fn_cache = {}
 
 
-def _module_class():
-    torch = _torch()
-
-    class RMSNorm(torch.nn.Module):
-        """RMSNorm layer over normgate's kernels (rms_norm): a weight of ones
-        [H] in `dtype` (torch.bfloat16 or torch.float32), eps, the backward's
-        mode and an optional explicit variant (as rms_norm). Input: CUDA
-        bfloat16 [T, H] or [T, heads, 256] (H = 256)."""
-
-        def __init__(self, H, eps=1e-6, dtype=None, device=None, deterministic=True, variant=None):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(H, dtype=dtype or torch.float32, device=device))
-            self.eps = eps
-            self.deterministic = deterministic
-            self.variant = variant
-
-        def forward(self, x):
-            return rms_norm(x, self.weight, self.eps, self.deterministic, self.variant)
-
-        def extra_repr(self):
-            return "%d, eps=%g, deterministic=%s, variant=%r" % (self.weight.shape[0], self.eps, self.deterministic,
-                                                                 self.variant)
-
-    return RMSNorm
-
-
 def __getattr__(name):
-    # RMSNormFunction and RMSNorm are defined on first access (they subclass torch classes).
+    # RMSNormFunction is defined on first access (it subclasses a torch class);
+    # RMSNorm, rms_norm's operators and `ops` live in normgate.ops (imports torch,
+    # registers the torch.library operators).
     if name == "RMSNormFunction":
         if "f" not in _fn_cache:
             _fn_cache["f"] = _autograd_function()
         return _fn_cache["f"]
-    if name == "RMSNorm":
-        if "m" not in _fn_cache:
-            _fn_cache["m"] = _module_class()
-        return _fn_cache["m"]
+    if name in ("RMSNorm", "ops"):
+        import importlib
+        ops = importlib.import_module(".ops", __name__)
+        return ops if name == "ops" else ops.RMSNorm
     raise AttributeError("module 'normgate' has no attribute %r" % name)
 
 
-def rms_norm(x, w, eps=1e-6, deterministic=True, variant=None):
-    """y = RMSNorm(x) * w with autograd (RMSNormFunction): dx bf16, dw in w's dtype.
-    Routed variants unless variant names one (a name for its own op, or
-    {"fwd": ..., "bwd": ...})."""
-    return __getattr__("RMSNormFunction").apply(x, w, eps, deterministic, variant)
+def rms_norm(x, w, eps=1e-6, deterministic=True, variant=None, residual=None):
+    """y = RMSNorm(x) * w with autograd, through the torch.library operators
+    of normgate.ops (torch.compile traces it): x [T, H] or [T, heads, 256]
+    bfloat16; dx bf16, dw in w's dtype. Routed variants unless variant names
+    one (a name for its own op, or {"fwd": ..., "bwd": ...}). residual [T, H]:
+    the fused residual add, returning (y, h_new). normgate.ops.rms_norm says
+    more; normgate.RMSNorm is the module (any leading dims, autocast)."""
+    return __getattr__("ops").rms_norm(x, w, eps, deterministic, variant, residual)
 
 
 def generate(case_id, device="cuda"):
