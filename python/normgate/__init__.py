@@ -47,6 +47,7 @@ import warnings
 
 from . import _lib
 from ._lib import RouteError, case_info, device_available, library_path, variant_info, version
+from .cases import CaseDigestError, load_case  # noqa: F401  saved case files (h5py, on call)
 
 # RMSNormFunction is importable by name too (defined on first access, as it
 # subclasses a torch class); it is not in __all__ so `import *` needs no torch.
