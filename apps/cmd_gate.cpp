@@ -5,11 +5,13 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "normgate/gate/gate.h"
 #include "normgate/harness/pipeline.h"
@@ -66,7 +68,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "window fails, 2 usage or input error");
   struct Opts {
     validators::GateOptions g;
-    std::string backend = "auto", oracle = "auto", report_md, report_json;
+    std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit;
     bool approve = false, quiet = false, plan = false;
     double rate = 1e8;
   };
@@ -100,8 +102,14 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
                     "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)");
   add_threads_option(sub, o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)");
-  auto* md_opt = sub->add_option("--report-md", o->report_md, "Write the Markdown report here (atomically)");
-  auto* json_opt = sub->add_option("--report-json", o->report_json, "Write the JSON report here (atomically)");
+  auto* md_opt = sub->add_option("--report-md", o->report_md,
+                                 "Write the Markdown report here (atomically); - : to stdout, everything else to stderr");
+  auto* json_opt = sub->add_option("--report-json", o->report_json,
+                                   "Write the JSON report here (atomically; schema docs/schemas.md); - : to stdout, "
+                                   "everything else to stderr");
+  auto* junit_opt = sub->add_option("--report-junit", o->report_junit,
+                                    "Write a JUnit XML report here for CI systems (atomically; a testcase per "
+                                    "window); - : to stdout, everything else to stderr");
   auto* approve_flag = sub->add_flag("--approve", o->approve,
                 "Write approvals of passing windows next to the table (TABLE stem + .approvals.json); the "
                 "campaign must meet the table's approval policy (TABLE stem + .policy.toml), checked before "
@@ -113,7 +121,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto* plan_flag = sub->add_flag("--plan", o->plan,
                                   "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
                                   "--rate) and exit without running anything");
-  plan_flag->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(approve_flag);
+  plan_flag->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(junit_opt)->excludes(approve_flag);
   sub->add_option("--rate", o->rate,
                   "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
                   "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf/oracle-and-gate-throughput.md D11)")
@@ -139,8 +147,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.normgate_version = NORMGATE_VERSION;
       o->g.normgate_commit = NORMGATE_GIT_COMMIT;
       // Everything this run will write is checked before any work.
-      check_writable(o->report_md);
-      check_writable(o->report_json);
+      const std::vector<ReportPath> reports = {
+          {"--report-md", o->report_md}, {"--report-json", o->report_json}, {"--report-junit", o->report_junit}};
+      check_report_paths(reports);
       kernels::Approvals approvals;
       if (o->approve) {
         approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
@@ -172,9 +181,13 @@ void add_gate(CLI::App& app, Commands& cmds) {
                       static_cast<long long>(p.total), static_cast<long long>(p.run_now), p.seconds);
         std::fflush(stdout);
       };
+      // A report to "-" takes stdout; from here on the rest goes to stderr.
+      const int report_fd = stdout_to_stderr_for(reports);
       std::printf("gate     %s\n", o->g.table_path.c_str());
       std::fflush(stdout);
+      const auto t0 = std::chrono::steady_clock::now();
       const auto res = validators::run_gate(o->g);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("windows  %zu gated, %zu skipped (unchanged vs base), %zu left out by --windows\n",
                   res.windows.size(), res.skipped.size(), res.filtered_out.size());
       if (!o->g.journal_path.empty())
@@ -195,9 +208,11 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                   : "no overlap: CPU models share the cores with the oracle");
       }
       const std::string md = validators::format_gate_markdown(res);
-      if (!o->quiet) std::printf("\n%s\n", md.c_str());
-      if (!o->report_md.empty()) write_file_atomic(o->report_md, md);
-      if (!o->report_json.empty()) write_file_atomic(o->report_json, validators::gate_to_json(res).dump(2) + "\n");
+      if (!o->quiet && o->report_md != "-") std::printf("\n%s\n", md.c_str());
+      std::fflush(stdout);
+      write_report(o->report_md, md, report_fd);
+      if (!o->report_json.empty()) write_report(o->report_json, validators::gate_to_json(res).dump(2) + "\n", report_fd);
+      if (!o->report_junit.empty()) write_report(o->report_junit, validators::format_gate_junit(res, wall), report_fd);
       if (o->approve) {
         const auto changes = validators::approve(approvals, res, o->g);
         std::printf("approvals %s (backend %s):%s\n", approvals.path.c_str(), res.backend.c_str(),

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -54,8 +55,34 @@ CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& he
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+/// A report option and its value ("" : not asked for; "-" : stdout).
+struct ReportPath {
+  const char* option;
+  std::string path;
+};
+
+/// Before any work: at most one report may go to stdout ("-"), else
+/// std::invalid_argument naming the options; every other report path must be
+/// writable (check_writable).
+void check_report_paths(const std::vector<ReportPath>& reports);
+
+/// When one of `reports` is "-": moves the process's stdout to stderr (what
+/// is printed from here on, by the command and the libraries, goes to
+/// stderr, so stdout carries the report alone) and returns a descriptor of
+/// the original stdout for write_report; else -1. Throws std::runtime_error
+/// when the descriptors cannot be duplicated.
+int stdout_to_stderr_for(const std::vector<ReportPath>& reports);
+
+/// `text` to `path`: "" nothing, "-" descriptor `fd` (stdout_to_stderr_for's),
+/// else write_file_atomic. Throws std::runtime_error when writing fails.
+void write_report(const std::string& path, const std::string& text, int fd);
+
 /// A report (`gate --report-json` or `check --json`) as JSON; a missing,
-/// unreadable or unparsable file is std::invalid_argument (exit 2) naming it.
+/// unreadable or unparsable file, or one whose "format" this normgate does
+/// not read (validators::report_format_version: another kind of document,
+/// an unknown major version), is std::invalid_argument (exit 2) naming it.
+/// A report without "format" (written before reports were versioned) is
+/// read, with a `note` line on stdout.
 nlohmann::json read_report(const std::string& path);
 
 }  // namespace normgate::app

@@ -4,12 +4,17 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "normgate/audit/export.h"
 
 namespace normgate::app {
 
@@ -33,6 +38,48 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
+void check_report_paths(const std::vector<ReportPath>& reports) {
+  const ReportPath* to_stdout = nullptr;
+  for (const auto& r : reports) {
+    if (r.path != "-") {
+      check_writable(r.path);
+      continue;
+    }
+    if (to_stdout)
+      throw std::invalid_argument(std::string(to_stdout->option) + " - and " + r.option +
+                                  " - : only one report can go to stdout");
+    to_stdout = &r;
+  }
+}
+
+int stdout_to_stderr_for(const std::vector<ReportPath>& reports) {
+  bool any = false;
+  for (const auto& r : reports) any = any || r.path == "-";
+  if (!any) return -1;
+  std::fflush(stdout);
+  const int fd = ::dup(STDOUT_FILENO);
+  if (fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+    throw std::runtime_error(std::string("cannot move stdout to stderr for a report to stdout: ") + std::strerror(errno));
+  return fd;
+}
+
+void write_report(const std::string& path, const std::string& text, int fd) {
+  if (path.empty()) return;
+  if (path != "-") {
+    write_file_atomic(path, text);
+    return;
+  }
+  if (fd < 0) throw std::logic_error("write_report: a report to stdout without stdout_to_stderr_for");
+  std::fflush(stdout);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("cannot write the report to stdout: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+}
+
 // A report (`gate --report-json` or `check --json`) as JSON; a missing,
 // unreadable or unparsable file is an input error (exit 2) naming it.
 nlohmann::json read_report(const std::string& path) {
@@ -42,11 +89,23 @@ nlohmann::json read_report(const std::string& path) {
                                 (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument("report '" + path + "' is not JSON: " + e.what());
   }
+  int version = 0;
+  try {
+    version = validators::report_format_version(j);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("report '" + path + "': " + e.what());
+  }
+  if (version == 0)
+    std::printf("note     %s has no \"format\" field: a report written before normgate versioned its reports, "
+                "read as version 0 (the fields of version 1; docs/schemas.md)\n",
+                path.c_str());
+  return j;
 }
 
 void register_commands(CLI::App& app, Commands& cmds) {

@@ -20,6 +20,8 @@ import json
 import math
 import sys
 
+from report_format import format_version
+
 OUTPUTS = ("y", "rstd", "dx", "dw")
 
 
@@ -66,6 +68,11 @@ def main(argv):
             rep = json.load(f)
     except (OSError, ValueError) as e:
         print(f"audit_pick.py: cannot read gate report '{path}': {e}", file=sys.stderr)
+        return 2
+    try:
+        format_version(rep, ("normgate-gate-report",))
+    except ValueError as e:
+        print(f"audit_pick.py: '{path}': {e}", file=sys.stderr)
         return 2
     if not isinstance(rep, dict) or not isinstance(rep.get("windows"), list):
         print(f"audit_pick.py: '{path}' is not a gate report (no 'windows' array)", file=sys.stderr)

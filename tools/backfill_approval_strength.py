@@ -57,6 +57,8 @@ import re
 import sys
 import tempfile
 
+from report_format import format_version
+
 STRENGTH_KEYS = ("t_per_window", "dense_points", "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds",
                  "oracle")
 WINDOW_KEYS = ("op", "H", "w", "form")
@@ -258,6 +260,10 @@ def main(argv):
                     rep = json.load(f)
             except (OSError, ValueError) as e:
                 raise Unusable(f"{p}: cannot read a gate report ({e})")
+            try:
+                format_version(rep, ("normgate-gate-report",))
+            except ValueError as e:
+                raise Unusable(f"{p}: {e}")
             if not isinstance(rep, dict) or not isinstance(rep.get("windows"), list):
                 raise Unusable(f"{p}: not a gate report (no windows list)")
             reports.append((p, rep))

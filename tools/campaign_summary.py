@@ -26,6 +26,8 @@ from collections import Counter
 import sys
 import tempfile
 
+from report_format import format_version
+
 OUTS = ("y", "rstd", "dx", "dw")
 
 
@@ -38,6 +40,7 @@ def load(path):
     try:
         with open(path) as f:
             r = json.load(f)
+        format_version(r, ("normgate-gate-report",))
         if not isinstance(r, dict) or not isinstance(r.get("windows"), list) or "date" not in r:
             raise ValueError("no windows/date: not a normgate gate report")
     except (OSError, ValueError) as e:

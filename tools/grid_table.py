@@ -22,6 +22,8 @@ import math
 import re
 import sys
 
+from report_format import format_version
+
 OUTPUTS = ("y", "rstd", "dx", "dw")
 
 
@@ -39,6 +41,11 @@ def load(path):
         fail(f"grid_table: cannot read {path}: {e}")
     if not isinstance(data, list) or not all(isinstance(c, dict) and "case" in c and "impls" in c for c in data):
         fail(f"grid_table: {path} is not a `normgate check --json` grid report (a list of cases)")
+    for i, c in enumerate(data):
+        try:
+            format_version(c, ("normgate-check-report",))
+        except ValueError as e:
+            fail(f"grid_table: {path}: case {i}: {e}")
     return data
 
 

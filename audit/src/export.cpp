@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/doc_format.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
@@ -43,6 +44,26 @@ std::string window_impl(const nlohmann::json& w, const std::string& op, const st
 }
 
 }  // namespace
+
+int report_format_version(const nlohmann::json& report) {
+  int version = 0;
+  if (report.is_array()) {
+    for (size_t i = 0; i < report.size(); ++i) {
+      int v = 0;
+      const std::string why = check_doc_format(report[i], {"normgate-check-report"}, 1, true, &v);
+      if (!why.empty()) throw std::invalid_argument("report[" + std::to_string(i) + "]: " + why);
+      if (i > 0 && v != version)
+        throw std::invalid_argument("report[" + std::to_string(i) + "]: format version " + std::to_string(v) +
+                                    " after version " + std::to_string(version) +
+                                    " (a grid report's cases come from one normgate)");
+      version = v;
+    }
+    return version;
+  }
+  const std::string why = check_doc_format(report, {"normgate-gate-report", "normgate-check-report"}, 1, true, &version);
+  if (!why.empty()) throw std::invalid_argument(why);
+  return version;
+}
 
 std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool all) {
   if (keep < 1) throw std::invalid_argument("export: keep = " + std::to_string(keep) + " must be >= 1");

@@ -22,6 +22,7 @@ using namespace gate_detail;
 
 nlohmann::json gate_to_json(const GateResult& r) {
   nlohmann::json j;
+  j["format"] = kGateReportFormat;
   j["table"] = r.table_path;
   j["table_sha256"] = r.table_sha256;
   j["base"] = r.base_path;

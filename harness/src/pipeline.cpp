@@ -626,6 +626,7 @@ nlohmann::json to_json(const RatioStats& s) {
 
 nlohmann::json to_json(const CheckReport& rep) {
   nlohmann::json j;
+  j["format"] = kCheckReportFormat;
   j["case"] = seeds::to_string(rep.request.id);
   j["inputs_from"] = rep.inputs_from;
   j["pass"] = rep.pass();

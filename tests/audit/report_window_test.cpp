@@ -138,3 +138,63 @@ TEST(ReportWindow, EmptyOrForeignReports) {
   EXPECT_NE(message_of(nlohmann::json{{"windows", {{{"op", "bwd"}}}}}, "0").find("'window'"), std::string::npos);
   EXPECT_NE(message_of(nlohmann::json{1, 2}, "0").find("report[0]"), std::string::npos);
 }
+
+namespace {
+
+std::string format_error(const nlohmann::json& rep) {
+  try {
+    nv::report_format_version(rep);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+// report_format_version: what `repro --from-report` and `export` accept.
+// Version 1 of either report kind; a report without "format" as version 0;
+// a newer major version, another document kind or a malformed format is
+// refused with the format in the message; a grid checks every case.
+TEST(ReportFormat, VersionsAcceptedAndRefused) {
+  nlohmann::json gate = {{"windows", nlohmann::json::array()}};
+  EXPECT_EQ(nv::report_format_version(gate), 0);
+  gate["format"] = "normgate-gate-report/1";
+  EXPECT_EQ(nv::report_format_version(gate), 1);
+  nlohmann::json check = {{"case", "H=64,T=5,w=bf16,form=plain,family=normal,seed=0"}, {"impls", nlohmann::json::array()}};
+  check["format"] = "normgate-check-report/1";
+  EXPECT_EQ(nv::report_format_version(check), 1);
+  EXPECT_EQ(nv::report_format_version(nlohmann::json::array({check, check})), 1);
+
+  gate["format"] = "normgate-gate-report/2";
+  std::string m = format_error(gate);
+  EXPECT_NE(m.find("\"normgate-gate-report/2\": major version 2 is unknown"), std::string::npos) << m;
+  EXPECT_NE(m.find("reads normgate-gate-report/1 or normgate-check-report/1"), std::string::npos) << m;
+  EXPECT_NE(m.find("newer normgate"), std::string::npos) << m;
+  gate["format"] = "normgate-gate-report/0";
+  EXPECT_NE(format_error(gate).find("major version 0 is unknown"), std::string::npos);
+  gate["format"] = "normgate-derivation/1";
+  m = format_error(gate);
+  EXPECT_NE(m.find("\"normgate-derivation/1\" is another kind of document"), std::string::npos) << m;
+  for (const char* bad : {"normgate-gate-report", "normgate-gate-report/1.1", "normgate-gate-report/x", "/1"}) {
+    gate["format"] = bad;
+    m = format_error(gate);
+    EXPECT_TRUE(m.find("is not NAME/MAJOR") != std::string::npos || m.find("another kind") != std::string::npos)
+        << bad << ": " << m;
+  }
+  gate["format"] = 1;
+  EXPECT_NE(format_error(gate).find("not a string"), std::string::npos);
+
+  // A gate report inside a grid array is not a check report.
+  nlohmann::json grid = nlohmann::json::array({check, check});
+  grid[1]["format"] = "normgate-gate-report/1";
+  m = format_error(grid);
+  EXPECT_NE(m.find("report[1]: "), std::string::npos) << m;
+  EXPECT_NE(m.find("another kind"), std::string::npos) << m;
+  // Old and new cases mixed in one grid: refused.
+  grid[1].erase("format");
+  m = format_error(grid);
+  EXPECT_NE(m.find("report[1]: format version 0 after version 1"), std::string::npos) << m;
+  EXPECT_NE(format_error(nlohmann::json::array({1})).find("report[0]"), std::string::npos);
+  EXPECT_EQ(format_error(nlohmann::json(3)).find("(no exception)"), std::string::npos);
+}

@@ -18,6 +18,18 @@ struct ExportItem {
   std::string case_id, impl, window, seed_set;
 };
 
+/// The schema version of a report that export_plan and report_windows read:
+/// a gate report (gate.h kGateReportFormat) or a check report (pipeline.h
+/// kCheckReportFormat; a grid: a JSON array of them, each checked). Returns
+/// 1, or 0 for a report without "format" (written before normgate versioned
+/// its reports; the fields are version 1's, read the same way). Throws
+/// std::invalid_argument saying why (core/doc_format.h check_doc_format: a
+/// format that is not a string "NAME/MAJOR", another kind of document such
+/// as normgate-derivation/1, an unknown major version; in a grid, which
+/// element) when the report is none of these. An array mixing versioned and
+/// unversioned elements is refused too.
+int report_format_version(const nlohmann::json& report);
+
 /// What to export from a report (JSON as written by `normgate gate
 /// --report-json` or `normgate check --json`):
 /// - gate report: per window, the distinct worst cases of its outputs (and of

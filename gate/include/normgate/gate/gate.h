@@ -318,9 +318,32 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second);
 /// two runs with the same results differ only in the "date" line.
 std::string format_gate_markdown(const GateResult& r);
 
-/// Every number of the result as JSON (non-finite numbers as "inf"/"nan");
-/// only the "date" field depends on when it ran.
+/// The "format" of gate_to_json's document (core/doc_format.h; fields:
+/// docs/schemas.md).
+inline constexpr const char* kGateReportFormat = "normgate-gate-report/1";
+
+/// Every number of the result as JSON (non-finite numbers as "inf"/"nan"),
+/// with "format" = kGateReportFormat; only the "date" field depends on when
+/// it ran.
 nlohmann::json gate_to_json(const GateResult& r);
+
+/// The result as JUnit XML for CI systems: <testsuites> holding one
+/// <testsuite> named after the table (tests, failures, errors, skipped, time
+/// = wall_seconds, timestamp = r.date, and <properties>: table SHA-256,
+/// backend, device, seeds, oracle, filter, base, version, commit) with one
+/// <testcase> per gated window: classname "normgate.bwd.det",
+/// "normgate.bwd.nondet" or "normgate.fwd", name the window and its variant
+/// (Route::describe), file its FILE:LINE, time wall_seconds shared out by
+/// the windows' case counts (windows share cases: an estimate). A failing
+/// window has <failure type="over budget"> whose message names the worst
+/// output, err/tol and case; a window whose cases threw has <error
+/// type="case error">, an INCONCLUSIVE one <error type="inconclusive">;
+/// their text and every testcase's <system-out> list each output's max
+/// err/tol, cases over budget and worst case, the families and a repro
+/// command. Windows unchanged against --base are <skipped/> testcases of
+/// classname "normgate.unchanged". Text is XML-escaped (control characters
+/// XML 1.0 cannot carry become '?'). Never throws but std::bad_alloc.
+std::string format_gate_junit(const GateResult& r, double wall_seconds);
 
 /// Update approvals `a` from a gate result: every passing non-control window
 /// gets a record for (window, backend) replacing older records of that

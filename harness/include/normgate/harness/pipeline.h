@@ -239,7 +239,13 @@ std::string oracle_line(const CheckReport& rep);
 /// output its least certain comparison.
 std::string format_report(const CheckReport& rep);
 
-/// Every number of the report as JSON (non-finite numbers as strings "inf", "nan").
+/// The "format" of to_json(CheckReport)'s document (core/doc_format.h;
+/// fields: docs/schemas.md). `check --json` of a grid writes a JSON array of
+/// such documents.
+inline constexpr const char* kCheckReportFormat = "normgate-check-report/1";
+
+/// Every number of the report as JSON (non-finite numbers as strings "inf",
+/// "nan"), with "format" = kCheckReportFormat.
 nlohmann::json to_json(const CheckReport& rep);
 
 /// A grid of cases: every combination of H, T, weight dtype and (family,
