@@ -148,6 +148,8 @@ std::string format_gate_markdown(const GateResult& r) {
            "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated). "
            "Forward variants run here:";
       for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];
+      if (!r.externals.empty())
+        o << ". A window routed to an external implementation runs its own step (its y and rstd too)";
       o << "\n";
     }
   }

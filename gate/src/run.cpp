@@ -499,7 +499,8 @@ GateResult run_gate(const GateOptions& opt) {
   res.backend = backend_name(backend);
   res.backend_detail = describe_backend(backend, res.device);
   if (!res.externals.empty())
-    res.backend_detail += " External implementations ran through their own callbacks, each where its "
+    res.backend_detail += std::string(!res.backend_detail.empty() && res.backend_detail.back() == '.' ? " " : ". ") +
+                          "External implementations ran through their own callbacks, each where its "
                           "registration says (reports: ran_on), whatever the backend.";
 
   // Windows and their grids.
