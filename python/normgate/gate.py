@@ -35,8 +35,10 @@ import inspect
 import numbers
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -613,9 +615,9 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
         written beside it when there is none.
     seeds, t_per_window, dense_points, dense_step, fresh_factor: as `normgate
         gate` (seed set spelling "3x120", "cancel:0..7", ...).
-    journal: write-ahead journal; the same call after an interruption (Ctrl-C:
-        KeyboardInterrupt is re-raised after the journal is closed) resumes
-        and reaches the same report.
+    journal: write-ahead journal; the same call after an interruption (Ctrl-C
+        stops the gate at the next case boundary, then KeyboardInterrupt is
+        raised) resumes and reaches the same report.
     report_md, report_json: where to write the reports (atomically).
     approve: write approvals beside the table (needs its policy).
     progress: a tqdm bar (when tqdm is importable, else a line on stderr).
@@ -731,6 +733,20 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
     out = _vp()
     if _active[0] is not None:
         raise RuntimeError("normgate.gate is already running in this process")
+    # Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
+    # next Python code, a callback, where it could escape the callback's own
+    # handling (ctypes prints and drops it). In the main thread a handler of
+    # our own sets the cancel flag instead: the gate stops at the next case
+    # boundary with its journal resumable, then KeyboardInterrupt is raised.
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(_signum, _frame):
+            state.interrupted = True
+            state.cancel.value = 1
+        try:
+            old_handler = signal.signal(signal.SIGINT, on_sigint)
+        except (ValueError, OSError):
+            old_handler = None
     _active[0] = state
     try:
         try:
@@ -741,6 +757,8 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
         bar.close()
     finally:
         _active[0] = None
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
     if rc == NG_ECANCEL or (rc is None):
         if out.value:
             L.ng_free_string(out)

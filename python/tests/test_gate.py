@@ -188,3 +188,28 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.gate(normgate.Implementation("bwd_det_chunked", fp64_step, source_sha256="ab" * 32, device="cpu"),
                       windows=win, table_out=str(out / "t.toml"))
     assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not normgate.device_available(),
+                    reason="needs a CUDA device (torch and libnormgate_capi.so built with CUDA)")
+def test_cuda_callable_beside_a_gpu_variant(tmp_path):
+    """On a GPU: the callable gets CUDA tensors, and a table routing a built-in
+    GPU variant in another window gates both in one campaign."""
+    seen = set()
+
+    def step(g):
+        seen.add(g["x"].device.type)
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_cuda_fp64", step, source_sha256="ef" * 32, deterministic=False)
+    table = tmp_path / "t.toml"
+    table.write_text('arch = "sm90a"\ndescription = "gpu mix"\nroute = [\n'
+                     '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 40], '
+                     'variant = "bwd_det_chunked" },\n'
+                     '  { op = "bwd", mode = "nondet", H = 64, w = "bf16", form = "plain", T = [1, 40], '
+                     'variant = "py_cuda_fp64" },\n]\n')
+    rep = normgate.gate(impl, table=str(table), backend="gpu", **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert rep["backend"] == "gpu"
+    assert seen == {"cuda"}
+    assert rep["externals"][0]["ran_on"] == "python callable on cuda"

@@ -300,3 +300,25 @@ TEST(External, CancelledIsNotJournalledAndResumeMatches) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(External, GpuBackendRunsBesideGpuVariants) {
+  if (!kernels::gpu_available()) GTEST_SKIP() << "needs a CUDA device (a build with CUDA and a usable GPU)";
+  // The external and a GPU variant on one case: both validated, the external
+  // on the inputs the GPU generator made (the same bits as the host's).
+  register_external(model_impl("ext_gpu_mix", "fwd_rowwise", "bwd_det_chunked"));
+  CheckRequest req;
+  req.id = seeds::parse_case("H=64,T=300,w=bf16,form=plain,family=cancel,seed=0");
+  req.impls = {"bwd_det_chunked", "ext_gpu_mix"};
+  req.backend = Backend::gpu;
+  const CheckReport rep = run_check(req);
+  ASSERT_EQ(rep.impls.size(), 2u);
+  EXPECT_EQ(rep.impls[0].ran_on, "gpu");
+  EXPECT_EQ(rep.impls[1].ran_on, "test callback on cpu");
+  EXPECT_TRUE(rep.pass()) << format_report(rep);
+  // The external is the model of the GPU variant: the same dw bits give the same statistics.
+  EXPECT_EQ(rep.impls[0].result.get(Output::dw).worst.ratio, rep.impls[1].result.get(Output::dw).worst.ratio);
+}
+
+}  // namespace
