@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,15 @@ CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::str
 /// default; the C ABI's NG_MAX_THREADS: libgomp cannot start ~1e5 threads,
 /// and the process died of it), with the given help.
 CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help);
+
+/// `--plugin LIB.so`, repeatable (one path per occurrence): plugin libraries
+/// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
+CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
+
+/// Load and register every plugin of `paths` (plugin/loader.h
+/// register_plugins), before any other work: a missing or bad library is
+/// std::invalid_argument (exit 2) naming it and the field at fault.
+void load_plugins(const std::vector<std::string>& paths);
 
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
