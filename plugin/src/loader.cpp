@@ -337,8 +337,14 @@ std::string check_variant(const std::string& path, size_t i, const ng_plugin_var
     std::string why;
     if (!detail::device_runs_possible(&why)) throw badv("a device-memory variant, but " + why);
   }
-  if (kernels::find_variant(name) != nullptr)
-    throw badv("name '" + name + "' is a registered variant of normgate (normgate variants lists them)");
+  if (const kernels::Variant* known = kernels::find_variant(name)) {
+    // The same library loaded again may register its names again (it replaces
+    // them with the same definitions); anyone else's name is a clash.
+    if (!known->external)
+      throw badv("name '" + name + "' is a registered variant of normgate (normgate variants lists them)");
+    if (known->sources != "plugin " + path)
+      throw badv("name '" + name + "' is already registered by " + std::string(known->sources));
+  }
   return name;
 }
 

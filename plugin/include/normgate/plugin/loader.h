@@ -37,7 +37,8 @@ namespace normgate::plugin {
 /// build one ExternalImpl per variant it describes, in its order, without
 /// registering them. Every field is validated (plugin.h: "What normgate
 /// checks"); a name equal to a registered variant (kernels::find_variant) is
-/// refused. Throws std::invalid_argument whose message starts
+/// refused, unless it is an external variant this same library registered
+/// (loading a library again re-registers the same definitions). Throws std::invalid_argument whose message starts
 /// "plugin 'PATH': " and names the variant and field at fault: no such file,
 /// dlopen's error, the missing entry symbol, a NULL table, another ABI
 /// version, a bad variant count, a bad field, a duplicate name, a device
