@@ -27,7 +27,7 @@ namespace {
 const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 // y = BF16 bits of x*w for BF16 w (here: x copied, the test only checks layout), rstd = 1.
-int fwd_ok(const ng_plugin_fwd_args* a, char*, size_t) {
+[[maybe_unused]] int fwd_ok(const ng_plugin_fwd_args* a, char*, size_t) {
   const int64_t rows = a->shape.T * a->shape.heads;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r / a->shape.heads, h = r % a->shape.heads;
@@ -44,12 +44,12 @@ int fwd_ok(const ng_plugin_fwd_args* a, char*, size_t) {
   return NG_PLUGIN_OK;
 }
 
-int fwd_einval(const ng_plugin_fwd_args* a, char* err, size_t n) {
+[[maybe_unused]] int fwd_einval(const ng_plugin_fwd_args* a, char* err, size_t n) {
   snprintf(err, n, "tp_einval: refuses H=%lld", static_cast<long long>(a->shape.H));
   return NG_PLUGIN_EINVAL;
 }
 
-int bwd_any(const ng_plugin_bwd_args*, char*, size_t) { return NG_PLUGIN_OK; }
+[[maybe_unused]] int bwd_any(const ng_plugin_bwd_args*, char*, size_t) { return NG_PLUGIN_OK; }
 
 #define TP_VARIANT(name, op, memory, sha, forms, f, b) \
   { name, op, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, forms, memory, sha, "test plugin", nullptr, f, b }
