@@ -81,6 +81,7 @@ void add_check(CLI::App& app, Commands& cmds) {
     int threads = 0;
     bool quiet = false;
     std::string oracle = "auto";
+    std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
   auto* one = sub->add_option("--case", o->id, "One case id, e.g. H=2048,T=65537,w=bf16,form=plain,family=cancel,seed=0");
@@ -108,8 +109,10 @@ void add_check(CLI::App& app, Commands& cmds) {
   sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
+  add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      load_plugins(o->plugins);
       if (!o->id.empty() && !o->md.empty())
         throw std::invalid_argument("--md writes the grid table; with --case use --json");
       for (const std::string* f : {&o->json, &o->md}) check_writable(*f);

@@ -25,6 +25,7 @@ void add_export(CLI::App& app, Commands& cmds) {
     int keep = 3, threads = 0;
     int64_t tile = 256;
     bool all = false, full = false;
+    std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
@@ -36,8 +37,10 @@ void add_export(CLI::App& app, Commands& cmds) {
   add_backend_option(sub, o->backend, "Where variants run: gpu, cpu (CPU models), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto, fp64, mpfr");
   add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
+  add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      load_plugins(o->plugins);
       check_writable(o->out);
       const nlohmann::json j = read_report(o->report);
       const auto items = validators::export_plan(j, o->keep, o->all);

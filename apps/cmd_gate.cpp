@@ -71,6 +71,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
     std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit;
     bool approve = false, quiet = false, plan = false;
     double rate = 1e8;
+    std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml")->required();
@@ -118,6 +119,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
                 "Explicit override: accept negative controls as routes (to prove the gate fails them; never "
                 "approved)");
   sub->add_flag("--quiet", o->quiet, "Do not print the Markdown report on stdout");
+  add_plugin_option(sub, o->plugins);
   auto* plan_flag = sub->add_flag("--plan", o->plan,
                                   "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
                                   "--rate) and exit without running anything");
@@ -138,6 +140,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->needs(plan_flag);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      load_plugins(o->plugins);
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
         return 0;

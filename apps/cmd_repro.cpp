@@ -33,6 +33,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
   struct Opts {
     std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
     int k = 10, threads = 0;
+    std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
   auto* id = sub->add_option("case", o->id, "Case id, e.g. 'H=4096,T=16256,w=bf16,form=plain,family=cancel,seed=1'");
@@ -65,8 +66,10 @@ void add_repro(CLI::App& app, Commands& cmds) {
   add_backend_option(sub, o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)");
   add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
+  add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      load_plugins(o->plugins);
       if (o->id.empty() && o->file.empty() && o->report.empty())
         throw std::invalid_argument("give a case id, --file FILE or --from-report REPORT --window W");
       // --from-report: the window's worst case and variant; then exactly `repro CASE --variant V`.

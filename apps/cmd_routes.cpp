@@ -80,6 +80,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
     std::string table;
     std::vector<std::string> picks;
     kernels::DispatchPolicy policy;
+    std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->table, "Route table (TOML)")->required();
@@ -88,8 +89,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
   sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
   sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
                 "Explicit override: dispatch routes without a current approval");
+  add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      load_plugins(o->plugins);
       const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
       if (o->picks.empty()) {
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),

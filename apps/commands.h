@@ -51,6 +51,15 @@ CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::str
 /// and the process died of it), with the given help.
 CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help);
 
+/// `--plugin LIB.so`, repeatable (one path per occurrence): plugin libraries
+/// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
+CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
+
+/// Load and register every plugin of `paths` (plugin/loader.h
+/// register_plugins), before any other work: a missing or bad library is
+/// std::invalid_argument (exit 2) naming it and the field at fault.
+void load_plugins(const std::vector<std::string>& paths);
+
 /// Write `text` to `path` atomically: a temporary file beside it, then rename.
 /// Throws std::runtime_error naming the path when writing fails.
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/audit/export.h"
+#include "normgate/plugin/loader.h"
 
 namespace normgate::app {
 
@@ -132,6 +133,18 @@ CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::str
 
 CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help) {
   return sub->add_option("--threads", value, help)->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+}
+
+CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths) {
+  return sub
+      ->add_option("--plugin", paths,
+                   "Plugin library (LIB.so, the C ABI of capi/include/normgate/plugin.h) whose variants routes, "
+                   "--variant and reports may name; repeatable, loaded before any work (a bad one: exit 2)")
+      ->allow_extra_args(false);
+}
+
+void load_plugins(const std::vector<std::string>& paths) {
+  if (!paths.empty()) plugin::register_plugins(paths);
 }
 
 /// Throws std::invalid_argument (exit 2) before any work when `path`'s folder

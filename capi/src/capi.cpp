@@ -5,8 +5,10 @@
 #include "normgate/capi.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +37,8 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/harness/external.h"
+#include "normgate/gate/gate.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/routing.h"
 #include "normgate_version.h"
@@ -79,6 +83,8 @@ int guard(const char* fn, F&& f) noexcept {
     g_error.clear();
     f();
     return NG_OK;
+  } catch (const nv::Cancelled& e) {
+    return fail(NG_ECANCEL, e.what());
   } catch (const nk::UnapprovedRoute& e) {
     return fail(NG_EROUTE, e.what());
   } catch (const nk::NoRoute& e) {
@@ -93,6 +99,24 @@ int guard(const char* fn, F&& f) noexcept {
     return fail(NG_EFAIL, e.what());
   } catch (...) {
     return fail(NG_EFAIL, "unknown exception");
+  }
+}
+
+// Write `text` to `path` atomically: a temporary file beside it, flushed,
+// then renamed over it (a reader never sees a partial report).
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
   }
 }
 
@@ -362,7 +386,7 @@ void fill_info(const nk::Pick& p, const nk::CallKey& k, ng_route_info& out, std:
   out.op = static_cast<int32_t>(k.op);
   out.mode = static_cast<int32_t>(k.mode);
   out.warned = p.warned ? 1 : 0;
-  if (k.op == nk::Op::bwd && p.variant)
+  if (k.op == nk::Op::bwd && p.variant && !p.variant->external)  // an external one has no workspace rule: 0
     out.workspace_bytes = static_cast<uint64_t>(nk::bwd_workspace_bytes(*p.variant, k.T * heads_of(k.form), k.H));
 }
 
@@ -372,6 +396,8 @@ void record(const nk::Pick& p, const nk::CallKey& k) {
   g_have_last = true;
 }
 
+static_assert(sizeof(ng_external_io) == 208 && sizeof(ng_external_desc) == 96 && sizeof(ng_gate_options) == 120,
+              "capi.h documents these sizes");
 static_assert(static_cast<int>(nk::PickKind::routed) == NG_ROUTE_ROUTED &&
               static_cast<int>(nk::PickKind::unapproved) == NG_ROUTE_UNAPPROVED &&
               static_cast<int>(nk::PickKind::fallback) == NG_ROUTE_FALLBACK &&
@@ -783,5 +809,190 @@ int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, size_t 
 }
 
 void ng_oracle_close(ng_oracle* o) { delete o; }
+
+int ng_register_external(const ng_external_desc* d) {
+  return guard("ng_register_external", [&] {
+    need(d, "desc");
+    if (d->struct_size < sizeof(ng_external_desc))
+      bad("struct_size = " + std::to_string(d->struct_size) + " is below sizeof(ng_external_desc) = " +
+          std::to_string(sizeof(ng_external_desc)) + " (set it to sizeof(ng_external_desc))");
+    need(d->name, "name");
+    need(d->source_sha256, "source_sha256");
+    need(d->origin, "origin");
+    need(d->ran_on, "ran_on");
+    if (d->run == nullptr) bad("run is NULL");
+    if (d->op != NG_OP_FWD && d->op != NG_OP_BWD)
+      bad("op = " + std::to_string(d->op) + " (expected NG_OP_FWD 0 or NG_OP_BWD 1)");
+    if (d->mode != NG_MODE_DET && d->mode != NG_MODE_NONDET)
+      bad("mode = " + std::to_string(d->mode) + " (expected NG_MODE_DET 0 or NG_MODE_NONDET 1)");
+    if (d->wdtypes > 0xFF || d->forms > 0xFF)
+      bad("wdtypes = " + std::to_string(d->wdtypes) + ", forms = " + std::to_string(d->forms) +
+          ": bit sets of 1 << NG_W_* and 1 << NG_FORM_*");
+    nv::ExternalImpl x;
+    x.name = d->name;
+    x.op = static_cast<nk::Op>(d->op);
+    x.mode = static_cast<nk::Mode>(d->mode);
+    x.h_min = d->h_min;
+    x.h_max = d->h_max;
+    x.wdtypes = d->wdtypes == 0 ? uint8_t{0b11} : static_cast<uint8_t>(d->wdtypes);
+    x.forms = d->forms == 0 ? uint8_t{0b1} : static_cast<uint8_t>(d->forms);
+    x.source_sha256 = d->source_sha256;
+    x.origin = d->origin;
+    x.description = d->description ? d->description : "";
+    x.ran_on = d->ran_on;
+    const ng_external_run_fn fn = d->run;
+    void* const user = d->user;
+    const std::string name = x.name;
+    x.run = [fn, user, name](const ns::HostInputs& in, normgate::Outputs& out) {
+      const std::string cid = ns::to_string(in.id);
+      const bool res = in.id.form == Form::res;
+      ng_external_io io{};
+      io.case_id = cid.c_str();
+      io.T = in.id.T;
+      io.H = in.cols;
+      io.heads = in.id.heads();
+      io.rows = in.rows;
+      io.form = static_cast<int32_t>(in.id.form);
+      io.w_dtype = static_cast<int32_t>(in.id.w);
+      io.eps = in.id.eps;
+      io.stride_t = io.heads * io.H;
+      io.stride_h = io.H;
+      io.x = in.x.data();
+      io.dy = in.dy.data();
+      io.w = in.id.w == WDtype::bf16 ? static_cast<const void*>(in.w_bf16.data()) : in.w_f32.data();
+      io.u = res ? in.u.data() : nullptr;
+      io.dh_new = res ? in.dh_new.data() : nullptr;
+      io.y = out.y.data();
+      io.rstd = out.rstd.data();
+      io.dx = out.dx.data();
+      io.dw = out.dw.data();
+      io.h_new = res ? out.h_new.data() : nullptr;
+      io.y_elems = out.y.size();
+      io.rstd_elems = out.rstd.size();
+      io.dx_elems = out.dx.size();
+      io.dw_elems = out.dw.size();
+      io.h_new_elems = res ? out.h_new.size() : 0;
+      char err[2048] = {0};
+      io.error = err;
+      io.error_cap = sizeof err;
+      const int rc = fn(user, &io);
+      err[sizeof err - 1] = '\0';
+      if (rc == NG_ECANCEL) throw nv::Cancelled("cancelled by external implementation " + name);
+      if (rc != 0)
+        throw std::runtime_error(std::string(err[0] ? err : "no message") + " (returned " + std::to_string(rc) + ")");
+    };
+    nv::register_external(std::move(x));
+  });
+}
+
+void ng_gate_options_init(ng_gate_options* o) {
+  if (o == nullptr) return;
+  *o = ng_gate_options{};
+  o->struct_size = sizeof(ng_gate_options);
+  o->t_per_window = 8;
+  o->dense_points = 16;
+  o->dense_step = 64;
+  o->fresh_factor = 2;
+}
+
+int ng_gate(const ng_gate_options* o, char** json_out) {
+  if (json_out != nullptr) *json_out = nullptr;
+  return guard("ng_gate", [&] {
+    need(o, "options");
+    need(json_out, "json_out");
+    if (o->struct_size < sizeof(ng_gate_options))
+      bad("struct_size = " + std::to_string(o->struct_size) + " is below sizeof(ng_gate_options) = " +
+          std::to_string(sizeof(ng_gate_options)) + " (fill the struct with ng_gate_options_init)");
+    if (o->table == nullptr || o->table[0] == '\0') bad("table is NULL or empty");
+    if (o->threads < 0 || o->threads > NG_MAX_THREADS)
+      bad("threads = " + std::to_string(o->threads) + " is outside 0.." + std::to_string(NG_MAX_THREADS));
+    nv::GateOptions g;
+    g.table_path = o->table;
+    if (o->seeds) g.seeds = o->seeds;
+    if (o->windows) g.windows = o->windows;
+    if (o->journal) g.journal_path = o->journal;
+    g.t_per_window = o->t_per_window;
+    g.dense_points = o->dense_points;
+    g.dense_step = o->dense_step;
+    g.dense_all_seeds = o->dense_all_seeds != 0;
+    g.fresh_factor = o->fresh_factor;
+    g.threads = o->threads;
+    g.backend = nv::parse_backend(o->backend ? o->backend : "auto");
+    g.normgate_version = NORMGATE_CAPI_VERSION;
+    g.normgate_commit = NORMGATE_GIT_COMMIT;
+    const std::string report_md = o->report_md ? o->report_md : "";
+    const std::string report_json = o->report_json ? o->report_json : "";
+    // Paths checked before any work: their directories must exist.
+    auto writable_dir = [](const std::string& path, const char* what) {
+      if (path.empty()) return;
+      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      const std::string d = dir.empty() ? std::string(".") : dir.string();
+      if (!std::filesystem::is_directory(d) || ::access(d.c_str(), W_OK) != 0)
+        bad(std::string(what) + " '" + path + "': directory '" + d + "' does not exist or is not writable");
+    };
+    writable_dir(report_md, "report_md");
+    writable_dir(report_json, "report_json");
+    writable_dir(g.journal_path, "journal");
+    const nv::Backend backend = nv::resolve_backend(g.backend);
+    if (backend == nv::Backend::gpu && !nk::gpu_available())
+      bad("backend gpu requested but no usable CUDA device is present");
+    (void)nv::plan_gate(g);  // the table, seeds, filter and numbers, before any work
+    nk::Approvals approvals;
+    if (o->approve) {
+      approvals = nk::load_approvals(nk::approvals_path_for(g.table_path));
+      writable_dir(approvals.path, "approvals");
+      nv::check_approval_request(g, backend);
+    }
+    const volatile int32_t* cancel = o->cancel;
+    auto check_cancel = [cancel] {
+      if (cancel != nullptr && *cancel != 0) throw nv::Cancelled("cancelled (ng_gate_options.cancel set)");
+    };
+    check_cancel();
+    if (o->progress != nullptr) {
+      const ng_gate_progress_fn fn = o->progress;
+      void* const user = o->progress_user;
+      g.progress = [fn, user, check_cancel](const nv::GateProgress& p) {
+        ng_gate_progress c{};
+        c.phase = p.phase.c_str();
+        c.done = p.done;
+        c.total = p.total;
+        c.run_now = p.run_now;
+        c.seconds = p.seconds;
+        c.seconds_per_case = p.seconds_per_case;
+        c.worst = p.worst;
+        c.window = p.window.c_str();
+        c.worst_case = p.worst_case.c_str();
+        fn(user, &c);
+        check_cancel();
+      };
+    } else {
+      g.progress = [check_cancel](const nv::GateProgress&) { check_cancel(); };
+    }
+    g.before_case = [check_cancel](const ns::CaseId&, const std::vector<std::string>&) { check_cancel(); };
+    g.after_case = [check_cancel](int64_t) { check_cancel(); };
+    const nv::GateResult res = nv::run_gate(g);
+    nlohmann::json j = nv::gate_to_json(res);
+    const std::string md = nv::format_gate_markdown(res);
+    if (!report_md.empty()) write_atomic(report_md, md);
+    if (!report_json.empty()) write_atomic(report_json, j.dump(2) + "\n");
+    j["approvals"] = nlohmann::json::array();
+    if (o->approve) {
+      j["approvals_file"] = approvals.path;
+      for (const auto& c : nv::approve(approvals, res, g)) j["approvals"].push_back(c);
+    }
+    j["journal"] = {{"path", g.journal_path}, {"resumed", res.cases_resumed}, {"run_now", res.cases_run_now}};
+    bool inconclusive = false;
+    for (const auto& w : res.windows) inconclusive = inconclusive || w.verdict == nv::Verdict::inconclusive;
+    j["verdict"] = res.pass() ? "PASS" : inconclusive ? "INCONCLUSIVE" : "FAIL";
+    j["markdown"] = md;
+    const std::string text = j.dump();
+    char* out = static_cast<char*>(std::malloc(text.size() + 1));
+    if (out == nullptr) throw std::bad_alloc();
+    std::memcpy(out, text.c_str(), text.size() + 1);
+    *json_out = out;
+  });
+}
+
+void ng_free_string(char* s) { std::free(s); }
 
 }  // extern "C"

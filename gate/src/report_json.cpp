@@ -51,6 +51,14 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["skipped"] = r.skipped;
   j["removed"] = r.removed;
   j["filtered_out"] = r.filtered_out;
+  j["externals"] = nlohmann::json::array();
+  for (const auto& e : r.externals)
+    j["externals"].push_back({{"name", e.name},
+                              {"op", e.op},
+                              {"origin", e.origin},
+                              {"ran_on", e.ran_on},
+                              {"source_sha256", e.source_sha256},
+                              {"description", e.description}});
   j["windows"] = nlohmann::json::array();
   for (const auto& w : r.windows) {
     nlohmann::json x;

@@ -102,6 +102,10 @@ std::string format_gate_markdown(const GateResult& r) {
       << "oracle's error bound of the budget: not approved; re-check those cases with --oracle mpfr)";
   o << "\n";
   o << "- backend: **" << r.backend << "**. " << r.backend_detail << "\n";
+  for (const auto& e : r.externals)
+    o << "- external implementation `" << e.name << "` (" << e.op << "): " << e.origin << ", ran as "
+      << e.ran_on << ", declared source sha256 " << e.source_sha256.substr(0, 12)
+      << (e.description.empty() ? std::string() : "; " + e.description) << "\n";
   o << "- table: `" << r.table_path << "` (sha256 " << r.table_sha256.substr(0, 12) << ")";
   if (!r.base_path.empty())
     o << "; gated against base `" << r.base_path << "` (sha256 " << r.base_sha256.substr(0, 12)
@@ -144,6 +148,8 @@ std::string format_gate_markdown(const GateResult& r) {
            "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated). "
            "Forward variants run here:";
       for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];
+      if (!r.externals.empty())
+        o << ". A window routed to an external implementation runs its own step (its y and rstd too)";
       o << "\n";
     }
   }

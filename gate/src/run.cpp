@@ -36,8 +36,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // forward, then a carrier backward) never stands in for the default's, nor
 // the default's for it: records are keyed by implementation, and a forward
 // window of variant F reads only F's records.
+// An external implementation's run is its own forward (harness/external.h):
+// never the default's.
 bool default_forward_run(const kernels::Variant& v) {
-  return v.op == Op::bwd || &v == &kernels::default_fwd();
+  return (v.op == Op::bwd && !v.external) || &v == &kernels::default_fwd();
 }
 
 struct Store {
@@ -264,6 +266,16 @@ class Runner {
         [&](size_t k, CheckReport* rep, std::exception_ptr err) {
           progress_to(todo[k]);
           const double secs = std::chrono::duration<double>(Clock::now() - started[k]).count();
+          // A cancellation (an external implementation's, or a hook's) ends the
+          // gate without journalling the case: a resumed run redoes it.
+          if (!rep && err) {
+            try {
+              std::rethrow_exception(err);
+            } catch (const Cancelled&) {
+              throw;
+            } catch (...) {
+            }
+          }
           CaseRecord rec;
           if (rep) {
             rec = make_case_record(*rep, secs);
@@ -465,6 +477,20 @@ GateResult run_gate(const GateOptions& opt) {
   res.removed = std::move(sel.removed);
   res.filtered_out = std::move(sel.filtered_out);
 
+  // External implementations the gated windows route: each must have a run
+  // (a table may name one registered only in the kernel registry).
+  for (const Route* r : gated) {
+    if (!r->variant->external) continue;
+    const ExternalImpl* x = find_external(*r->variant);
+    if (x == nullptr)
+      throw std::invalid_argument(r->describe() + ": external variant " + std::string(r->variant->name) +
+                                  " has no registered implementation to run");
+    if (std::none_of(res.externals.begin(), res.externals.end(),
+                     [&](const GateResult::External& e) { return e.name == x->name; }))
+      res.externals.push_back({x->name, std::string(kernels::to_string(x->op)), x->origin, x->ran_on,
+                               std::string(r->variant->source_sha256), x->description});
+  }
+
   // Backend.
   const Backend backend = resolve_backend(opt.backend);
   if (backend == Backend::gpu && !kernels::gpu_available())
@@ -472,6 +498,10 @@ GateResult run_gate(const GateOptions& opt) {
   res.device = kernels::device_info();
   res.backend = backend_name(backend);
   res.backend_detail = describe_backend(backend, res.device);
+  if (!res.externals.empty())
+    res.backend_detail += std::string(!res.backend_detail.empty() && res.backend_detail.back() == '.' ? " " : ". ") +
+                          "External implementations ran through their own callbacks, each where its "
+                          "registration says (reports: ran_on), whatever the backend.";
 
   // Windows and their grids.
   std::vector<Win> wins;
@@ -595,7 +625,11 @@ GateResult run_gate(const GateOptions& opt) {
   for (const auto& w : wins) {
     WindowResult wr;
     wr.route = *w.route;
-    if (!w.fwd) {
+    if (w.route->variant->external) {
+      const ExternalImpl* x = find_external(*w.route->variant);
+      wr.impl = w.impl + " (external, " + (x ? x->origin : std::string("?")) + ": its own step)";
+      wr.fwd = w.impl;
+    } else if (!w.fwd) {
       wr.impl = w.impl;
       wr.fwd = std::string(kernels::default_fwd().name);
     } else {

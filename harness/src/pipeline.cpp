@@ -137,7 +137,7 @@ std::vector<std::string> expand_impls(const std::vector<std::string>& names) {
 
 std::string fwd_carrier(const seeds::CaseId& c) {
   for (const auto& v : kernels::variants())
-    if (v.op == kernels::Op::bwd && !v.control && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
+    if (v.op == kernels::Op::bwd && !v.control && !v.external && v.supports_h(c.H) && v.supports(c.w) && v.supports(c.form))
       return std::string(v.name);
   throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
 }
@@ -145,6 +145,7 @@ std::string fwd_carrier(const seeds::CaseId& c) {
 ImplVariants impl_variants(const std::string& impl, const seeds::CaseId& c) {
   if (impl == kBaseline) throw std::invalid_argument("impl_variants: fp32-baseline is not a kernel variant");
   const kernels::Variant& v = kernels::variant(impl);  // throws for an unknown name
+  if (v.external) return {&v, &v};
   if (v.op == kernels::Op::bwd) return {&kernels::default_fwd(), &v};
   return {&v, &kernels::variant(fwd_carrier(c))};
 }
@@ -237,6 +238,8 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     const auto& v = kernels::variant(name);
     if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
+    if (v.external && find_external(v) == nullptr)
+      throw std::invalid_argument("external variant " + name + " has no registered implementation to run");
     (void)impl_variants(name, req.id);  // a forward variant needs a carrier backward for the case
   }
 
@@ -260,6 +263,7 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     for (const auto& name : req.impls) {
       if (name == kBaseline) continue;
       const kernels::Variant& v = kernels::variant(name);
+      if (v.external) continue;  // runs through its callback below
       if (v.op == kernels::Op::bwd) {
         bwd_run.bwds.push_back(&v);
         bwd_run.slots.push_back(gpu_impls++);
@@ -320,6 +324,15 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
       pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - seconds_inputs);
     }
   }
+  // External implementations, on the case's inputs as the oracle will see them.
+  for (const auto& name : req.impls) {
+    if (name == kBaseline) continue;
+    const kernels::Variant& v = kernels::variant(name);
+    if (!v.external) continue;
+    const ExternalImpl* x = find_external(v);
+    if (x == nullptr) throw std::invalid_argument("external variant " + name + " has no registered implementation");
+    pc.ext_runs.push_back(run_external(*x, pc.inputs));
+  }
   return pc;
 }
 
@@ -353,18 +366,36 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       pc.gpu_outs.empty() ? 0.0 : pc.seconds_gpu / static_cast<double>(pc.gpu_outs.size());
   std::vector<Outputs> outs;
   outs.reserve(req.impls.size());
-  size_t next_gpu = 0;
+  size_t next_gpu = 0, next_ext = 0;
   std::vector<size_t> gpu_pos;  // position in outs of GPU variant g
+  // Per impl: the outputs it was not required to produce and did not (an
+  // external forward implementation's dx, dw): left out of its validation.
+  std::vector<std::vector<Output>> absent(req.impls.size());
   for (const auto& name : req.impls) {
     ImplResult ir;
     ir.impl = name;
+    const kernels::Variant* var = name == kBaseline ? nullptr : &kernels::variant(name);
     if (name != kBaseline) {
       const ImplVariants iv = impl_variants(name, req.id);
       ir.fwd = iv.fwd->name;
       ir.bwd = iv.bwd->name;
     }
     t0 = Clock::now();
-    if (name == kBaseline) {
+    if (var != nullptr && var->external) {
+      if (next_ext >= pc.ext_runs.size())
+        throw std::logic_error("finish_check: fewer external runs than external implementations (prepare_check not called?)");
+      ExternalRun& run = pc.ext_runs[next_ext++];
+      const ExternalImpl* x = find_external(*var);
+      ir.ran_on = x ? x->ran_on : std::string("external");
+      ir.not_produced = run.not_produced;
+      if (var->op == kernels::Op::fwd)
+        for (const auto& np : run.not_produced) {
+          if (np == "dx") absent[outs.size()].push_back(Output::dx);
+          if (np == "dw") absent[outs.size()].push_back(Output::dw);
+        }
+      outs.push_back(std::move(run.out));
+      ir.seconds_impl = run.seconds;
+    } else if (name == kBaseline) {
       ir.ran_on = "cpu (FP32 baseline)";
       if (baseline == &co.baseline) {
         outs.push_back(std::move(co.baseline));
@@ -409,14 +440,36 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
     if (src >= gpu_pos.size()) throw std::logic_error("finish_check: bad dx source");
     r.dx = &outs[gpu_pos[src]].dx;
   }
-  auto results = validate_cases(p, refs, ref, ideal, baseline, req.threads, co.h_new_expected);
+  // Implementations with an output left out (absent) are validated on their
+  // own (validate_present); the rest in one sweep.
+  std::vector<OutputsRef> full;
+  std::vector<size_t> full_pos;
+  for (size_t k = 0; k < refs.size(); ++k)
+    if (absent[k].empty()) {
+      full.push_back(refs[k]);
+      full_pos.push_back(k);
+    }
+  std::vector<CaseResult> results(refs.size());
+  if (!full.empty()) {
+    auto swept = validate_cases(p, full, ref, ideal, baseline, req.threads, co.h_new_expected);
+    for (size_t i = 0; i < full_pos.size(); ++i) results[full_pos[i]] = std::move(swept[i]);
+  }
+  for (size_t k = 0; k < refs.size(); ++k) {
+    if (absent[k].empty()) continue;
+    OutputsRef r = refs[k];
+    for (Output o : absent[k]) {
+      if (o == Output::dx) r.dx = TensorRef<uint16_t>();
+      if (o == Output::dw) r.dw = TensorRef<float>();
+    }
+    results[k] = validate_present(p, r, ref, ideal, baseline, req.threads, co.h_new_expected);
+  }
   const double per = since(t0) / static_cast<double>(outs.size());
   for (size_t k = 0; k < rep.impls.size(); ++k) {
     ImplResult& ir = rep.impls[k];
     ir.result = std::move(results[k]);
     ir.seconds_validate = per;
-    const auto& dw = ir.result.get(Output::dw);
-    if (dw.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(dw.worst.index);
+    for (const auto& t : ir.result.tensors)  // dw may be absent (an external forward implementation's)
+      if (t.output() == Output::dw && t.worst.index >= 0) ir.dw_worst_abs_sum = ref.dw_abs(t.worst.index);
   }
   if (inspect) inspect(CheckInternals{p, ref, ideal, outs, refs});
   // The GPU run's host vectors are done with (nothing below reads them):
@@ -520,7 +573,10 @@ std::string format_report(const CheckReport& rep) {
   for (const auto& ir : rep.impls) {
     const auto& r = ir.result;
     o << "\nimpl     " << ir.impl << " on " << ir.ran_on
-      << (ir.fwd.empty() ? std::string() : " (forward " + ir.fwd + ", backward " + ir.bwd + ")") << "\n"
+      << (ir.fwd.empty() ? std::string()
+          : ir.fwd == ir.bwd ? " (external implementation: its own step)"
+                             : " (forward " + ir.fwd + ", backward " + ir.bwd + ")")
+      << "\n"
       << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
     // Every element exact: no element is "the worst" (the tie rule would name the first).
     auto all_exact = [](const RatioStats& s) { return s.worst.ratio == 0.0 && s.n > 0; };
@@ -539,6 +595,11 @@ std::string format_report(const CheckReport& rep) {
                     (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
                     static_cast<long long>(s.uncertified));
       o << line;
+    }
+    if (!ir.not_produced.empty()) {
+      o << "not produced (left poisoned):";
+      for (const auto& n : ir.not_produced) o << " " << n;
+      o << " (an output its op owes fails; dx, dw of a forward implementation are left out)\n";
     }
     if (rep.request.id.form == Form::res &&
         std::any_of(r.tensors.begin(), r.tensors.end(), [](const RatioStats& t) { return t.output() == Output::dx; }))
@@ -642,6 +703,7 @@ nlohmann::json to_json(const CheckReport& rep) {
       ji["fwd"] = ir.fwd;
       ji["bwd"] = ir.bwd;
     }
+    if (!ir.not_produced.empty()) ji["not_produced"] = ir.not_produced;
     ji["pass"] = ir.result.pass();
     ji["verdict"] = std::string(to_string(ir.result.verdict()));
     ji["uncertified"] = ir.result.uncertified();

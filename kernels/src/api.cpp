@@ -131,6 +131,7 @@ bool al16(const void* p) { return addr(p) % 16 == 0; }
 
 size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
   const char* fn = "bwd_workspace_bytes";
+  if (v.external) bad(v, fn, "an external variant (registered at run time) has no launcher: it runs through its own callback (harness/external.h)");
   if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
   if (T < 0 || T > kMaxT) bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT));
   if (!v.supports_h(H))
@@ -158,6 +159,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
 
 void validate_fwd(const Variant& v, const FwdArgs& a) {
   const char* fn = "rmsnorm_fwd";
+  if (v.external) bad(v, fn, "an external variant (registered at run time) has no launcher: it runs through its own callback (harness/external.h)");
   if (v.op != Op::fwd) bad(v, fn, "not a forward variant");
   check_shape(v, fn, a.form, a.T, a.H, a.heads);
   if (!std::isfinite(a.eps) || a.eps < 0.0f) bad(v, fn, "eps = " + std::to_string(a.eps) + " is not finite and >= 0");
@@ -186,6 +188,7 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
 
 void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   const char* fn = "rmsnorm_bwd";
+  if (v.external) bad(v, fn, "an external variant (registered at run time) has no launcher: it runs through its own callback (harness/external.h)");
   if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
   if (v.control && ctl != ControlUse::allow)
     bad(v, fn, "is a negative control; pass ControlUse::allow to run it on purpose");

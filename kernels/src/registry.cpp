@@ -2,6 +2,9 @@
 #include "normgate/kernels/registry.h"
 
 #include <array>
+#include <atomic>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -44,30 +47,141 @@ const std::array<Variant, 8> kVariants = {{
      hashes::fwd_multirow_files, hashes::fwd_multirow_sha256},
 }};
 
+// Built-in variants first, then up to kMaxExternalVariants external ones, in
+// slots that never move (variants() spans and Variant references stay valid
+// while registrations append). Writers hold `mu`; a slot is filled before
+// `n` is raised (release), so a reader that loads `n` (acquire) sees it whole.
+struct Store {
+  std::array<Variant, kVariants.size() + kMaxExternalVariants> all{};
+  std::atomic<size_t> n{kVariants.size()};
+  std::mutex mu;
+  // The external variants' strings (Variant holds views into them); an entry
+  // replaced by a re-registration keeps its old strings alive.
+  std::deque<std::string> strings;
+
+  Store() {
+    for (size_t i = 0; i < kVariants.size(); ++i) all[i] = kVariants[i];
+  }
+  std::string_view keep(std::string s) { return strings.emplace_back(std::move(s)); }
+};
+
+Store& store() {
+  static Store s;
+  return s;
+}
+
+bool hex64(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+bool name_ok(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+          c == '+' || c == '-'))
+      return false;
+  return true;
+}
+
+std::string known_names() {
+  std::string known;
+  for (const Variant& v : variants()) known += (known.empty() ? "" : ", ") + std::string(v.name);
+  return known;
+}
+
 }  // namespace
 
 std::string_view to_string(Op op) { return op == Op::fwd ? "fwd" : "bwd"; }
 std::string_view to_string(Mode m) { return m == Mode::det ? "det" : "nondet"; }
 
-std::span<const Variant> variants() { return kVariants; }
+std::span<const Variant> variants() {
+  Store& s = store();
+  return {s.all.data(), s.n.load(std::memory_order_acquire)};
+}
 
 const Variant* find_variant(std::string_view name) {
-  for (const Variant& v : kVariants)
+  for (const Variant& v : variants())
     if (v.name == name) return &v;
   return nullptr;
 }
 
 const Variant& variant(std::string_view name) {
   if (const Variant* v = find_variant(name)) return *v;
-  std::string known;
-  for (const Variant& v : kVariants) known += (known.empty() ? "" : ", ") + std::string(v.name);
-  throw std::invalid_argument("unknown kernel variant '" + std::string(name) + "' (known: " + known + ")");
+  throw std::invalid_argument("unknown kernel variant '" + std::string(name) + "' (known: " + known_names() + ")");
 }
 
 const Variant& variant(VariantId id) {
-  for (const Variant& v : kVariants)
+  for (const Variant& v : variants())
     if (v.id == id) return v;
   throw std::invalid_argument("unknown kernel variant id " + std::to_string(static_cast<int>(id)));
+}
+
+const Variant& add_external_variant(const ExternalVariantSpec& spec) {
+  auto bad = [&spec](const std::string& what) {
+    throw std::invalid_argument("external variant '" + spec.name + "': " + what);
+  };
+  if (!name_ok(spec.name))
+    bad("bad name (1 to 64 characters of A-Z a-z 0-9 _ . + -)");
+  if (spec.op != Op::fwd && spec.op != Op::bwd) bad("bad op " + std::to_string(static_cast<int>(spec.op)));
+  if (spec.mode != Mode::det && spec.mode != Mode::nondet)
+    bad("bad mode " + std::to_string(static_cast<int>(spec.mode)));
+  if (spec.h_min < kMinH || spec.h_max > kMaxH || spec.h_min > spec.h_max)
+    bad("H range " + std::to_string(spec.h_min) + ".." + std::to_string(spec.h_max) + " is not inside " +
+        std::to_string(kMinH) + ".." + std::to_string(kMaxH) + " (or h_min > h_max)");
+  if (spec.wdtypes == 0 || (spec.wdtypes & ~0b11u) != 0)
+    bad("wdtypes " + std::to_string(spec.wdtypes) + " must be a non-empty set of bits 1 (bf16), 2 (fp32)");
+  if (spec.forms == 0 || (spec.forms & ~0b1111u) != 0)
+    bad("forms " + std::to_string(spec.forms) + " must be a non-empty set of bits 1 (plain), 2 (res), 4 (heads24), 8 (heads4)");
+  std::string sha = spec.source_sha256;
+  for (char& c : sha)
+    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
+  if (!hex64(sha)) bad("source_sha256 '" + spec.source_sha256 + "' is not 64 hex digits");
+  if (spec.origin.empty()) bad("empty origin (say where its code lives, e.g. \"python\")");
+  if (spec.description.find('\n') != std::string::npos) bad("description must be one line");
+
+  Store& s = store();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const size_t n = s.n.load(std::memory_order_relaxed);
+  Variant* slot = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    if (s.all[i].name != spec.name) continue;
+    if (!s.all[i].external)
+      bad("the name is a built-in kernel variant's (built-in: " + [&] {
+        std::string b;
+        for (const Variant& v : kVariants) b += (b.empty() ? "" : ", ") + std::string(v.name);
+        return b;
+      }() + ")");
+    if (s.all[i].sources != spec.origin)
+      bad("the name is taken by an external variant of another origin (" + std::string(s.all[i].sources) +
+          "; this one: " + spec.origin + ")");
+    slot = &s.all[i];
+  }
+  if (slot == nullptr && n >= s.all.size())
+    bad("too many external variants (at most " + std::to_string(kMaxExternalVariants) + " per process)");
+  Variant v;
+  v.id = slot ? slot->id : static_cast<VariantId>(kFirstExternalId + (n - kVariants.size()));
+  v.name = slot ? slot->name : s.keep(spec.name);
+  v.op = spec.op;
+  v.mode = spec.mode;
+  v.h_min = spec.h_min;
+  v.h_max = spec.h_max;
+  v.wdtypes = spec.wdtypes;
+  v.forms = spec.forms;
+  v.control = false;
+  v.description = s.keep(spec.description);
+  v.sources = slot ? slot->sources : s.keep(spec.origin);
+  v.source_sha256 = s.keep(sha);
+  v.external = true;
+  if (slot != nullptr) {
+    *slot = v;
+    return *slot;
+  }
+  s.all[n] = v;
+  s.n.store(n + 1, std::memory_order_release);
+  return s.all[n];
 }
 
 const Variant& default_fwd() { return variant(VariantId::fwd_rowwise); }
@@ -88,7 +202,8 @@ std::string describe(const Variant& v) {
     if (v.supports(x)) append_item(f, to_string(x));
   return std::string(v.name) + " op=" + std::string(to_string(v.op)) + " mode=" + std::string(to_string(v.mode)) +
          " H=" + std::to_string(v.h_min) + ".." + std::to_string(v.h_max) + " w=" + w + " form=" + f +
-         (v.control ? " CONTROL" : "") + " src=" + std::string(v.source_sha256.substr(0, 12));
+         (v.control ? " CONTROL" : "") +
+         (v.external ? " EXTERNAL(" + std::string(v.sources) + ")" : std::string()) + " src=" + std::string(v.source_sha256.substr(0, 12));
 }
 
 }  // namespace normgate::kernels

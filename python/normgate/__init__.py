@@ -66,6 +66,10 @@ __all__ = [
     "bwd_workspace_bytes", "copy_vec16", "default_threads", "MAX_THREADS",
 ]
 
+# Gate your own implementation (normgate/gate.py): Implementation, gate, source_sha256.
+from .gate import Implementation, gate, source_sha256  # noqa: E402
+__all__ += ["Implementation", "gate", "source_sha256"]
+
 _HEADS = {24: "heads24", 4: "heads4"}
 _DET = "bwd_det_chunked"
 _NONDET = "bwd_nondet_atomic"

@@ -9,7 +9,11 @@
  * (check ng_version()). Routed dispatch (same version; detect it by the
  * symbol ng_route_for) added NG_EROUTE, ng_bwd_routed and the routing
  * functions, and changed the meaning of a NULL ng_fwd_args.variant from
- * "fwd_rowwise" to "the routed variant".
+ * "fwd_rowwise" to "the routed variant". External implementations and the
+ * gate (same version; detect them by the symbol ng_gate) added NG_ECANCEL,
+ * ng_register_external, ng_gate_options_init, ng_gate and ng_free_string; their structs start
+ * with their own size (struct_size), so that later versions can append
+ * fields and still accept callers built against this header.
  *
  * Tensors and units:
  *   - BF16 tensors are bit patterns (uint16_t per element); FP32 tensors are
@@ -95,6 +99,7 @@ extern "C" {
 #define NG_EFAIL 1
 #define NG_EINVAL 2
 #define NG_EROUTE 3
+#define NG_ECANCEL 4  /* ng_gate only: cancelled between cases; the journal resumes */
 
 /* The most OpenMP threads a call takes (threads above it: NG_EINVAL naming
  * the value; libgomp fails to start ~1e5 threads and the process dies). */
@@ -267,7 +272,7 @@ typedef struct ng_route_info {
   int32_t warned;           /* 1: this call emitted the one-time fallback warning */
   int32_t reserved;         /* 0 */
   uint64_t workspace_bytes; /* bwd: ng_bwd_routed's workspace for this call (the
-                               variant's need for T*heads rows); fwd, REFUSED: 0 */
+                               variant's need for T*heads rows); fwd, REFUSED, an external variant: 0 */
 } ng_route_info;
 
 /* Which variant a kernel call (op, mode, H, T tokens, w_dtype, form) would
@@ -489,6 +494,141 @@ NG_API int ng_oracle_validate(ng_oracle* o, const ng_outputs* outs, char* json, 
 
 /* Free the handle (NULL is a no-op). */
 NG_API void ng_oracle_close(ng_oracle* o);
+
+/* ---- external implementations and the gate ----------------------------- */
+
+/* What one run of an external implementation gets (ng_external_run_fn): the
+ * case, its inputs and its output buffers, all HOST memory owned by the
+ * library and valid during the call only. Row tensors are [rows, H]
+ * contiguous (head forms: [T, heads, 256], row r = t*heads + h); the strides
+ * say so explicitly: element (t, h, j) of a row tensor is at
+ * p[t*stride_t + h*stride_h + j] (elements). Inputs as ng_generate_host
+ * makes them (form res: x holds h, and u, dh_new are given; NULL
+ * otherwise). Outputs arrive filled with poison (BF16 NaN 0x7FC0, FP32 NaN
+ * 0x7FC00000); write every output you produce, in place (y, dx, h_new BF16
+ * bits; rstd, dw FP32; res: dx holds dh = dx + dh_new, h_new the forward's
+ * BF16(h + u); h_new is NULL for the other forms). An output left poisoned
+ * is "not produced": one the op owes (bwd: y, rstd, dx, dw; fwd: y, rstd;
+ * res: h_new) fails its window; dx, dw of a forward implementation are
+ * left out. 208 bytes. */
+typedef struct ng_external_io {
+  const char* case_id;   /* canonical case id */
+  int64_t T, H, heads, rows;
+  int32_t form;          /* NG_FORM_* */
+  int32_t w_dtype;       /* NG_W_* */
+  double eps;            /* the case's eps (binary64; kernels take float(eps)) */
+  int64_t stride_t;      /* elements between tokens of a row tensor: heads*H */
+  int64_t stride_h;      /* elements between heads of a token: H */
+  const uint16_t* x;     /* [rows, H] BF16 bits (form res: h) */
+  const uint16_t* dy;    /* [rows, H] BF16 bits */
+  const void* w;         /* [H]: BF16 bits (w_dtype NG_W_BF16) or FP32 */
+  const uint16_t* u;     /* res: [rows, H] BF16 bits, else NULL */
+  const uint16_t* dh_new;/* res: [rows, H] BF16 bits, else NULL */
+  uint16_t* y;           /* [rows, H] BF16 bits */
+  float* rstd;           /* [rows] */
+  uint16_t* dx;          /* [rows, H] BF16 bits */
+  float* dw;             /* [H] */
+  uint16_t* h_new;       /* res: [rows, H] BF16 bits, else NULL */
+  uint64_t y_elems, rstd_elems, dx_elems, dw_elems, h_new_elems;
+  char* error;           /* on failure write a NUL-terminated message here ... */
+  size_t error_cap;      /* ... of at most error_cap bytes (>= 256) */
+} ng_external_io;
+
+/* One training step of an external implementation on io's case. Return 0 on
+ * success; NG_ECANCEL to stop the whole gate at once (the case is not
+ * journalled: a resumed gate redoes it; Ctrl-C in a Python callable); any
+ * other value is a failure of this case (journalled as its error, with
+ * io->error's message): the windows needing the case fail and the gate goes
+ * on. May be called from a thread other than ng_gate's caller (on the GPU
+ * backend the next case is prepared on a worker thread), never from two at
+ * once. */
+typedef int (*ng_external_run_fn)(void* user, const ng_external_io* io);
+
+/* An external implementation (harness/external.h ExternalImpl): set
+ * struct_size = sizeof(ng_external_desc). Strings are copied. 96 bytes. */
+typedef struct ng_external_desc {
+  uint32_t struct_size;
+  int32_t op;              /* NG_OP_FWD (gated on y, rstd) or NG_OP_BWD (y, rstd, dx, dw) */
+  int32_t mode;            /* NG_MODE_*: det windows need NG_MODE_DET */
+  uint32_t wdtypes;        /* bits 1 << NG_W_*; 0: both */
+  uint32_t forms;          /* bits 1 << NG_FORM_*; 0: plain only */
+  int32_t reserved;        /* 0 */
+  int64_t h_min, h_max;    /* supported H, 1 <= h_min <= h_max <= 16384 */
+  const char* name;        /* [A-Za-z0-9_.+-]{1,64}; not a built-in variant's */
+  const char* source_sha256; /* 64 hex digits: the identity of its code (approvals go stale when it changes) */
+  const char* origin;      /* where its code lives, e.g. "python", "plugin /abs/libx.so" */
+  const char* description; /* one line; NULL: "" */
+  const char* ran_on;      /* for reports, e.g. "python callable on cuda:0" */
+  ng_external_run_fn run;
+  void* user;              /* passed to run; must stay valid while the process may run it */
+} ng_external_desc;
+
+/* Register (or, same name and origin, re-register: replaces its definition)
+ * an external implementation for this process: route tables may then route
+ * windows to it by name, and ng_gate runs it through `run`. NG_EINVAL naming
+ * the bad field, a built-in variant's name, or a name another origin took. */
+NG_API int ng_register_external(const ng_external_desc* d);
+
+/* Progress of a running gate (validators::GateProgress), given to
+ * ng_gate_options::progress after every case. Strings valid during the call. */
+typedef struct ng_gate_progress {
+  const char* phase;        /* "grid", "dense", "fresh" */
+  int64_t done, total;      /* cases of this phase finished (journalled ones included) / in all */
+  int64_t run_now;          /* cases this process ran so far */
+  double seconds;           /* wall time so far */
+  double seconds_per_case;  /* mean over the cases this process ran */
+  double worst;             /* largest gated err/tol so far */
+  const char* window;       /* first window the current case serves */
+  const char* worst_case;   /* case id of `worst` ("" before the first) */
+} ng_gate_progress;
+typedef void (*ng_gate_progress_fn)(void* user, const ng_gate_progress* p);
+
+/* What ng_gate runs: `normgate gate`'s options. Fill it with
+ * ng_gate_options_init (struct_size and every default), then set what
+ * differs; NULL strings mean "none" or the default given. 120 bytes. */
+typedef struct ng_gate_options {
+  uint32_t struct_size;
+  int32_t approve;          /* 1: write approvals beside the table (needs its policy, checked first) */
+  const char* table;        /* route table (TOML), required */
+  const char* seeds;        /* seed set, NULL: "3x120" */
+  const char* windows;      /* window filter (gate --windows), NULL: every window */
+  const char* journal;      /* write-ahead journal path, NULL: none (not resumable) */
+  const char* report_md;    /* Markdown report path, NULL: none (written atomically) */
+  const char* report_json;  /* JSON report path, NULL: none (written atomically) */
+  const char* backend;      /* "auto" (NULL), "cpu", "gpu": where built-in variants run */
+  int32_t t_per_window;     /* T points per window, >= 2 (default 8) */
+  int32_t dense_points;     /* dense-grid points each side of the worst T, >= 0 (default 16; 0: none) */
+  int64_t dense_step;       /* dense-grid spacing in rows, >= 1 (default 64) */
+  int32_t fresh_factor;     /* fresh seeds = factor x seeds per family, >= 0 (default 2; 0: none) */
+  int32_t threads;          /* OpenMP threads, 0: default; <= NG_MAX_THREADS */
+  ng_gate_progress_fn progress; /* NULL: none */
+  void* progress_user;
+  const volatile int32_t* cancel; /* NULL, or a flag: non-zero stops the gate at the next case boundary */
+  int32_t dense_all_seeds;  /* 1: the dense grid runs every (family, seed) */
+  int32_t reserved;         /* 0 */
+} ng_gate_options;
+
+/* Defaults: struct_size, t_per_window 8, dense_points 16, dense_step 64,
+ * fresh_factor 2, everything else 0 / NULL. o must not be NULL. */
+NG_API void ng_gate_options_init(ng_gate_options* o);
+
+/* Run the gate (validators::run_gate, as `normgate gate`): every input is
+ * checked before any case runs (NG_EINVAL naming it: bad table or window
+ * filter, bad seeds, a report or journal path whose directory does not
+ * exist, --approve without a policy or below it, an external routed but
+ * never registered). Then the reports are written (each atomically: a
+ * temporary file renamed), approvals when asked, and *json_out receives the
+ * JSON report (gate_to_json, plus "approvals": the changes, and
+ * "journal": {"path", "resumed", "run_now"}), NUL-terminated, allocated by
+ * the library: free it with ng_free_string. Returns NG_OK whether the
+ * windows pass or not (read "pass"); NG_ECANCEL when *cancel became non-zero
+ * or an external run returned NG_ECANCEL: the journal holds every finished
+ * case and the same call resumes (no report written, *json_out NULL);
+ * NG_EFAIL for a runtime failure (a journal that cannot be written). */
+NG_API int ng_gate(const ng_gate_options* o, char** json_out);
+
+/* Free a string the library allocated (ng_gate's report). NULL is a no-op. */
+NG_API void ng_free_string(char* s);
 
 #ifdef __cplusplus
 }  /* extern "C" */

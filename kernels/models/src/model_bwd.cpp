@@ -148,6 +148,7 @@ std::vector<float> column_sum_fp32(const Inputs& in) {
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                     const std::vector<float>& rstd, int threads, RowView<uint16_t> dx_add,
                     const std::vector<double>* msq) {
+  if (v.external) detail::model_bad(v, "an external variant has no CPU model (it runs through its own callback)");
   if (v.op != Op::bwd) detail::model_bad(v, "not a backward variant");
   detail::check_view(v, "x", x);
   detail::check_view(v, "dy", dy);

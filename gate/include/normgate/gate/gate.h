@@ -46,7 +46,12 @@
 // Records are keyed by (case, implementation), so a run of one forward
 // variant never stands in for another's.
 // Kernel variants run on the GPU when one is usable (backend auto), else as
-// their CPU models; the report says which.
+// their CPU models; the report says which. A window routed to an external
+// implementation (harness/external.h: a Python callable, a plugin) runs it
+// through its own callback, its y and rstd included (a forward window of
+// fwd_rowwise never reads its runs); the reports name its origin, where it
+// ran and its declared source identity, and the journal's campaign includes
+// that identity.
 //
 // Campaigns are resumable: with a journal (journal.h) every finished case is
 // on disk before the next starts, and a re-run with the same journal skips
@@ -249,6 +254,12 @@ struct GateResult {
   std::vector<std::string> skipped;    ///< "FILE:LINE window -> variant" unchanged against --base
   std::vector<std::string> removed;    ///< windows of --base that the table no longer has
   std::vector<std::string> filtered_out;  ///< windows the filter left out (count only in reports)
+  /// External implementations (harness/external.h) the gated windows route,
+  /// in window order: what ran and whose code the verdicts are about.
+  struct External {
+    std::string name, op, origin, ran_on, source_sha256, description;
+  };
+  std::vector<External> externals;
   int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
   int64_t cases_run_now = 0;           ///< run by this process
   int64_t cases_resumed = 0;           ///< taken from the journal

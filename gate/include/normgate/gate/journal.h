@@ -59,7 +59,9 @@ struct CaseRecord {
   double seconds = 0;              ///< wall time of the case (not part of reports)
 };
 
-/// Summarize a check report (every impl of rep) as a record.
+/// Summarize a check report (every impl of rep) as a record. An output an
+/// implementation did not produce (left out of its CaseResult) is recorded as
+/// ratio NaN, index -1, pass false.
 CaseRecord make_case_record(const CheckReport& rep, double seconds);
 
 /// JSON object of a record (one journal line without the newline).

@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "normgate/core/uninit.h"
+#include "normgate/harness/external.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
@@ -34,18 +35,21 @@ Backend parse_backend(std::string_view s);
 
 /// The implementations a check may name: "fp32-baseline" (the FP32 eager
 /// yardstick, oracle::fp32_baseline) and every kernel variant of the
-/// registry. A backward variant runs after the default forward
+/// registry, external ones (external.h) included: those run through their
+/// own callback, forward and backward in one step. A backward variant runs after the default forward
 /// (kernels::default_fwd(), fwd_rowwise); a forward variant runs its own
 /// forward, then the case's carrier backward (fwd_carrier) for dx and dw
 /// (impl_variants). "all" expands to every backward variant, controls
-/// included, then every forward variant other than the default (whose y
-/// and rstd every backward run already has). Throws std::invalid_argument
+/// included (external backward implementations too), then every forward
+/// variant other than the default (whose y and rstd every backward run
+/// already has). Throws std::invalid_argument
 /// naming an unknown name and listing the known ones, or for an empty list.
 std::vector<std::string> expand_impls(const std::vector<std::string>& names);
 
 /// The backward variant that carries a forward variant's run of case c (the
 /// forward runs inside every check): the first non-control backward variant
-/// of the registry that supports c's H, weight dtype and form. Throws
+/// of the registry that supports c's H, weight dtype and form (never an
+/// external one). Throws
 /// std::invalid_argument naming the case when none does.
 std::string fwd_carrier(const seeds::CaseId& c);
 
@@ -55,7 +59,8 @@ struct ImplVariants {
   const kernels::Variant* bwd = nullptr;  ///< its backward step: dx, dw
 };
 /// impl a backward variant B: {default_fwd(), B}; impl a forward variant F:
-/// {F, fwd_carrier(c)}. Throws std::invalid_argument for "fp32-baseline", an
+/// {F, fwd_carrier(c)}; impl an external variant E (external.h): {E, E}
+/// (its one step produces every output it produces). Throws std::invalid_argument for "fp32-baseline", an
 /// unknown name, or a case no backward variant carries.
 ImplVariants impl_variants(const std::string& impl, const seeds::CaseId& c);
 
@@ -77,6 +82,10 @@ struct ImplResult {
   /// The kernel variants it ran (impl_variants): the forward whose y, rstd
   /// (h_new) and the backward whose dx, dw were checked; "" for fp32-baseline.
   std::string fwd, bwd;
+  /// External implementations only: the outputs it left entirely poisoned
+  /// (external.h ExternalRun::not_produced). Owed ones are still in `result`
+  /// (and fail); dx, dw of a forward implementation are then left out of it.
+  std::vector<std::string> not_produced;
   CaseResult result;
   double dw_worst_abs_sum = 0;  ///< sum_r |dy*xhat| of the worst dw column
   double seconds_impl = 0, seconds_validate = 0;
@@ -111,8 +120,10 @@ CheckReport run_check(const CheckRequest& req);
 /// the GPU backend, host generator otherwise) and, on the GPU backend, every
 /// GPU variant's outputs (kernels::run_gpu_shared: one run, one forward, for
 /// the backward variants; one more run per forward variant named, that
-/// forward then its carrier backward). No oracle work. Throws as run_check
-/// (argument errors, CUDA errors).
+/// forward then its carrier backward), and every external implementation's
+/// run (run_external). No oracle work. Throws as run_check (argument errors,
+/// CUDA errors, an external implementation's failure; a Cancelled passes
+/// through).
 struct PreparedCheck {
   CheckRequest request;
   Backend backend = Backend::cpu;  ///< resolved
@@ -123,6 +134,10 @@ struct PreparedCheck {
                                    ///< impl of each holds y, rstd (h_new)
   std::vector<size_t> gpu_dx_source;  ///< gpu_outs[k]'s dx is gpu_outs[gpu_dx_source[k]]'s
   std::vector<size_t> gpu_fwd_source; ///< gpu_outs[k]'s y, rstd, h_new are gpu_outs[gpu_fwd_source[k]]'s
+  /// One per external implementation of the request, in request order: its
+  /// run on `inputs` (run_external), made after the inputs and the GPU runs,
+  /// on the thread that prepares the check.
+  std::vector<ExternalRun> ext_runs;
   /// seconds_generate: the inputs (GPU backend with GPU variants and no
   /// given inputs: the first part of the GPU run, which generates them in its
   /// own buffers and copies them back: allocation, poison, generation,

@@ -29,6 +29,15 @@
 // Controls exist to prove that the gate fails bad kernels; no routing may
 // select them (control == true), and the launch API refuses them unless the
 // caller opts in explicitly.
+//
+// External variants: implementations from outside the build (a Python
+// callable, a plugin library) registered at run time
+// (validators::register_external, harness/external.h, which calls
+// add_external_variant here). They join variants() after the built-in ones
+// (ids 128 and up, in registration order), so route tables, find_variant and
+// every list of known names see them; they are flagged `external`, have no
+// launcher (the launch API and the CPU models refuse them) and run through
+// their own callback in check, gate and repro.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +63,13 @@ enum class VariantId : uint8_t {
   bwd_det_onepass = 5,
   bwd_fp32_blocked = 6,
   fwd_multirow = 7,
+  // 128..255: external variants, in registration order (never a built-in).
 };
+
+/// The id of the first external variant; the k-th registered is kFirstExternalId + k.
+inline constexpr int kFirstExternalId = 128;
+/// How many external variants one process may register (ids 128..255).
+inline constexpr int kMaxExternalVariants = 128;
 
 /// "fwd" / "bwd".
 std::string_view to_string(Op op);
@@ -80,14 +95,46 @@ struct Variant {
   /// `sources` in order; reproducible with
   ///   cd kernels && sha256sum <sources in order> | sha256sum
   std::string_view source_sha256;
+  /// Registered at run time from outside the build (add_external_variant):
+  /// `sources` then holds its origin (e.g. "python", "plugin /abs/libx.so")
+  /// and source_sha256 the identity its registrant declared.
+  bool external = false;
 
   bool supports(WDtype d) const { return (wdtypes >> static_cast<int>(d)) & 1u; }
   bool supports(Form f) const { return (forms >> static_cast<int>(f)) & 1u; }
   bool supports_h(int64_t H) const { return H >= h_min && H <= h_max; }
 };
 
-/// All variants, in VariantId order.
+/// All variants: the built-in ones in VariantId order, then the external
+/// ones in registration order. The span and every Variant in it stay valid
+/// for the life of the process (external variants are stored in reserved
+/// slots that never move); a later registration makes a later call's span
+/// longer.
 std::span<const Variant> variants();
+
+/// What add_external_variant copies into the registry (it owns the strings).
+struct ExternalVariantSpec {
+  std::string name;           ///< [A-Za-z0-9_.+-]{1,64}, no built-in's name
+  Op op = Op::bwd;
+  Mode mode = Mode::det;
+  int64_t h_min = 1, h_max = 16384;  ///< 1 <= h_min <= h_max <= 16384
+  uint8_t wdtypes = 0b11;     ///< non-empty subset of bits (1 << WDtype)
+  uint8_t forms = 0b1;        ///< non-empty subset of bits (1 << Form)
+  std::string description;    ///< one line
+  std::string origin;         ///< where its code lives, e.g. "python", "plugin /abs/libx.so" (non-empty)
+  std::string source_sha256;  ///< 64 lowercase hex digits (upper case is folded)
+};
+
+/// Register (or re-register) an external variant; returns its registry
+/// entry, whose address never changes. Registering a name again with the
+/// same origin replaces that entry's fields in place (the same Variant
+/// object, now describing the new code: a notebook re-running its
+/// registration after an edit); do not re-register while another thread
+/// runs a check or gate of it. Thread-safe otherwise. Throws
+/// std::invalid_argument naming the field for a bad field, naming the name
+/// when it is a built-in variant's or an external of another origin, and
+/// when kMaxExternalVariants are registered.
+const Variant& add_external_variant(const ExternalVariantSpec& spec);
 
 /// The variant called `name`. Throws std::invalid_argument naming the bad
 /// name and listing the known ones.
@@ -97,7 +144,8 @@ const Variant& variant(std::string_view name);
 /// "fp32-baseline" implementation, which is not a kernel variant). Never throws.
 const Variant* find_variant(std::string_view name);
 
-/// The variant with identity `id`.
+/// The variant with identity `id` (built-in or external). Throws
+/// std::invalid_argument for an id nothing has.
 const Variant& variant(VariantId id);
 
 /// The default forward variant (fwd_rowwise): the forward step of every run
@@ -108,7 +156,8 @@ const Variant& variant(VariantId id);
 const Variant& default_fwd();
 
 /// Human-readable one-line summary: name, op, mode, H range, dtypes, forms,
-/// control flag, first 12 hex digits of the source hash.
+/// control flag, EXTERNAL(origin) for an external variant, first 12 hex
+/// digits of the source hash.
 std::string describe(const Variant& v);
 
 }  // namespace normgate::kernels

@@ -1,0 +1,778 @@
+"""normgate.gate: gate your own RMSNorm implementation with normgate's gate.
+
+An Implementation wraps a Python callable on torch tensors (one training
+step: forward, or forward and backward) with a declared source identity.
+gate() registers it with the library (ng_register_external, capi.h) and runs
+the same gate as `normgate gate` (ng_gate): the planner's T points per
+window, refinement (dense grid, fresh seeds), the FP64 oracle, the
+validators, the write-ahead journal and resume, the Markdown and JSON
+reports, and approvals that go stale when the declared sources change.
+
+    import normgate
+    impl = normgate.Implementation("my_rmsnorm", my_step, op="bwd", sources=[__file__])
+    rep = normgate.gate(impl, windows=[{"H": 2048, "T": (1, 4096)}], seeds="3x4",
+                        journal="out/my.journal", report_md="out/my.md")
+    print(rep["verdict"])
+
+The callable gets a dict like generate()'s: x (form res: h, u, dh_new), dy,
+w, eps, form, T, H, heads, case; tensors contiguous, [T, H] or
+[T, heads, 256], on the implementation's device (a copy: writing into them
+changes nothing). It returns a dict of outputs (torch tensors, any device):
+y, rstd (forward) and, for op "bwd", dx, dw; h_new for form res. dtypes: y,
+dx, h_new bfloat16; rstd, dw float32; sizes: y, dx, h_new T*heads*H
+elements, rstd T*heads, dw H. An output not returned stays poisoned: one the
+op owes (bwd: y, rstd, dx, dw; fwd: y, rstd; res: h_new) fails its window.
+An exception raised by the callable is that case's error (journalled; the
+windows needing the case fail; the gate goes on); a returned dict that
+breaks the rules above (not a dict, an unknown key, a wrong dtype or size)
+stops the gate with that exception, leaving a resumable journal, as Ctrl-C
+does (KeyboardInterrupt is re-raised).
+"""
+
+import ctypes
+import hashlib
+import inspect
+import numbers
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+import types
+
+from . import _lib
+
+__all__ = ["Implementation", "gate", "source_sha256"]
+
+NG_ECANCEL = 4
+_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z")
+_W_BITS = {"bf16": 1 << 0, "fp32": 1 << 1}
+_FORM_BITS = {"plain": 1 << 0, "res": 1 << 1, "heads24": 1 << 2, "heads4": 1 << 3}
+_OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
+
+_c_i64 = ctypes.c_int64
+_c_u64 = ctypes.c_uint64
+_c_i32 = ctypes.c_int32
+_c_u32 = ctypes.c_uint32
+_vp = ctypes.c_void_p
+
+
+class _ExternalIO(ctypes.Structure):
+    """ng_external_io (capi.h)."""
+
+    _fields_ = [
+        ("case_id", ctypes.c_char_p),
+        ("T", _c_i64), ("H", _c_i64), ("heads", _c_i64), ("rows", _c_i64),
+        ("form", _c_i32), ("w_dtype", _c_i32),
+        ("eps", ctypes.c_double),
+        ("stride_t", _c_i64), ("stride_h", _c_i64),
+        ("x", _vp), ("dy", _vp), ("w", _vp), ("u", _vp), ("dh_new", _vp),
+        ("y", _vp), ("rstd", _vp), ("dx", _vp), ("dw", _vp), ("h_new", _vp),
+        ("y_elems", _c_u64), ("rstd_elems", _c_u64), ("dx_elems", _c_u64), ("dw_elems", _c_u64),
+        ("h_new_elems", _c_u64),
+        ("error", _vp), ("error_cap", ctypes.c_size_t),
+    ]
+
+
+_RUN_FN = ctypes.CFUNCTYPE(ctypes.c_int, _vp, ctypes.POINTER(_ExternalIO))
+
+
+class _ExternalDesc(ctypes.Structure):
+    """ng_external_desc."""
+
+    _fields_ = [
+        ("struct_size", _c_u32), ("op", _c_i32), ("mode", _c_i32), ("wdtypes", _c_u32), ("forms", _c_u32),
+        ("reserved", _c_i32),
+        ("h_min", _c_i64), ("h_max", _c_i64),
+        ("name", ctypes.c_char_p), ("source_sha256", ctypes.c_char_p), ("origin", ctypes.c_char_p),
+        ("description", ctypes.c_char_p), ("ran_on", ctypes.c_char_p),
+        ("run", _RUN_FN), ("user", _vp),
+    ]
+
+
+class _Progress(ctypes.Structure):
+    """ng_gate_progress."""
+
+    _fields_ = [
+        ("phase", ctypes.c_char_p), ("done", _c_i64), ("total", _c_i64), ("run_now", _c_i64),
+        ("seconds", ctypes.c_double), ("seconds_per_case", ctypes.c_double), ("worst", ctypes.c_double),
+        ("window", ctypes.c_char_p), ("worst_case", ctypes.c_char_p),
+    ]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(None, _vp, ctypes.POINTER(_Progress))
+
+
+class _GateOptions(ctypes.Structure):
+    """ng_gate_options."""
+
+    _fields_ = [
+        ("struct_size", _c_u32), ("approve", _c_i32),
+        ("table", ctypes.c_char_p), ("seeds", ctypes.c_char_p), ("windows", ctypes.c_char_p),
+        ("journal", ctypes.c_char_p), ("report_md", ctypes.c_char_p), ("report_json", ctypes.c_char_p),
+        ("backend", ctypes.c_char_p),
+        ("t_per_window", _c_i32), ("dense_points", _c_i32), ("dense_step", _c_i64),
+        ("fresh_factor", _c_i32), ("threads", _c_i32),
+        ("progress", _PROGRESS_FN), ("progress_user", _vp), ("cancel", ctypes.POINTER(_c_i32)),
+        ("dense_all_seeds", _c_i32), ("reserved", _c_i32),
+    ]
+
+
+_declared = False
+
+
+def _L():
+    """The library with this module's functions declared."""
+    global _declared
+    L = _lib.lib()
+    if not _declared:
+        if not hasattr(L, "ng_gate"):
+            raise RuntimeError("normgate: " + _lib.library_path() + " predates the gate ABI (no ng_gate): "
+                               "rebuild it with scripts/build")
+        L.ng_register_external.restype = ctypes.c_int
+        L.ng_register_external.argtypes = [ctypes.POINTER(_ExternalDesc)]
+        L.ng_gate_options_init.restype = None
+        L.ng_gate_options_init.argtypes = [ctypes.POINTER(_GateOptions)]
+        L.ng_gate.restype = ctypes.c_int
+        L.ng_gate.argtypes = [ctypes.POINTER(_GateOptions), ctypes.POINTER(_vp)]
+        L.ng_free_string.restype = None
+        L.ng_free_string.argtypes = [_vp]
+        _declared = True
+    return L
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("normgate.gate needs torch (pip install torch)") from None
+    return torch
+
+
+# ---- source identity ---------------------------------------------------------
+
+def _source_bytes(s):
+    """(label, bytes) pairs of one declared source."""
+    if isinstance(s, (str, bytes, os.PathLike)):
+        p = os.fspath(s)
+        p = p.decode() if isinstance(p, bytes) else p
+        if os.path.isdir(p):
+            out = []
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for f in sorted(files):
+                    full = os.path.join(root, f)
+                    with open(full, "rb") as fh:
+                        out.append((os.path.relpath(full, p).replace(os.sep, "/"), fh.read()))
+            if not out:
+                raise ValueError("sources: directory %r holds no file" % p)
+            return out
+        if not os.path.isfile(p):
+            raise ValueError("sources: %r is not a file or directory" % p)
+        with open(p, "rb") as fh:
+            return [(os.path.basename(p), fh.read())]
+    if isinstance(s, types.ModuleType):
+        f = inspect.getsourcefile(s)
+        if f is None:
+            raise ValueError("sources: module %s has no source file" % s.__name__)
+        with open(f, "rb") as fh:
+            return [(s.__name__, fh.read())]
+    if inspect.isfunction(s) or inspect.ismethod(s) or inspect.isclass(s):
+        try:
+            src = inspect.getsource(s)
+        except (OSError, TypeError):
+            raise ValueError("sources: the source of %r cannot be read (defined interactively?); "
+                             "pass its file or source_sha256=" % (s,)) from None
+        return [("%s.%s" % (s.__module__, s.__qualname__), src.encode())]
+    raise TypeError("sources: %r is not a path, a module, a function or a class" % (s,))
+
+
+def source_sha256(sources):
+    """The SHA-256 identity of a list of sources: paths (a directory: every
+    file under it, sorted), modules (their source file) and functions or
+    classes (their source text). It is SHA-256 of the manifest
+    "sha256(bytes)  label\\n" per item in order (label: a file's basename, a
+    directory file's path below it, a module's name, a function's module and
+    qualified name), so the same code gives the same identity on any machine.
+    ValueError naming a source that cannot be read; TypeError for another
+    kind of object."""
+    if isinstance(sources, (str, bytes, os.PathLike)) or not hasattr(sources, "__iter__"):
+        sources = [sources]
+    lines = []
+    for s in sources:
+        for label, data in _source_bytes(s):
+            lines.append("%s  %s\n" % (hashlib.sha256(data).hexdigest(), label))
+    if not lines:
+        raise ValueError("sources: empty list (declare the files, modules or functions of the implementation)")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+# ---- implementations -----------------------------------------------------------
+
+def _names(value, allowed, what):
+    vals = [value] if isinstance(value, str) else list(value)
+    if not vals:
+        raise ValueError("%s: empty (any of %s)" % (what, ", ".join(allowed)))
+    for v in vals:
+        if v not in allowed:
+            raise ValueError("%s: %r is not one of %s" % (what, v, ", ".join(allowed)))
+    return vals
+
+
+def _int(v, what, lo, hi=None):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError("%s must be an int, got %r" % (what, v))
+    v = int(v)
+    if v < lo or (hi is not None and v > hi):
+        raise ValueError("%s = %d is outside %d..%s" % (what, v, lo, hi if hi is not None else "inf"))
+    return v
+
+
+class Implementation:
+    """An RMSNorm training step from outside normgate, to gate.
+
+    name: [A-Za-z0-9_.+-]{1,64}, not a built-in variant's name (route tables
+        name it; approvals are keyed by it).
+    fn: callable(inputs dict) -> outputs dict (module docstring).
+    op: "bwd" (gated on y, rstd, dx, dw: fn does forward and backward) or
+        "fwd" (y, rstd).
+    deterministic: whether repeated runs give the same bits (det windows need
+        True; nondet windows take either).
+    H: an int, or (h_min, h_max) inclusive, inside 1..16384.
+    w: weight dtypes it supports, "bf16" and/or "fp32".
+    forms: "plain", "res", "heads24", "heads4" (one or a list).
+    sources / source_sha256: its identity, exactly one of them: a list of
+        paths, modules, functions or classes (source_sha256() hashes them), or
+        64 hex digits you computed. Approvals record it and go stale when it
+        changes; a journal of other code is refused.
+    device: where fn gets its inputs, "cuda" when torch sees a GPU, else
+        "cpu" (None), or any torch device string.
+    description: one line for the reports (default: fn's qualified name).
+    Raises TypeError or ValueError naming a bad argument.
+    """
+
+    def __init__(self, name, fn, op="bwd", deterministic=True, H=(1, 16384), w=("bf16", "fp32"),
+                 forms=("plain",), sources=None, source_sha256=None, device=None, description=None):
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ValueError("name: %r is not 1 to 64 characters of A-Z a-z 0-9 _ . + -" % (name,))
+        if not callable(fn):
+            raise TypeError("fn must be callable, got %r" % (fn,))
+        if op not in ("fwd", "bwd"):
+            raise ValueError("op: %r is not 'fwd' or 'bwd'" % (op,))
+        if not isinstance(deterministic, bool):
+            raise TypeError("deterministic must be a bool, got %r" % (deterministic,))
+        if isinstance(H, numbers.Integral) and not isinstance(H, bool):
+            h_min = h_max = _int(H, "H", 1, 16384)
+        else:
+            try:
+                h_min, h_max = H
+            except (TypeError, ValueError):
+                raise TypeError("H must be an int or (h_min, h_max), got %r" % (H,)) from None
+            h_min, h_max = _int(h_min, "H[0]", 1, 16384), _int(h_max, "H[1]", 1, 16384)
+            if h_min > h_max:
+                raise ValueError("H = %r: h_min > h_max" % (H,))
+        self.w = _names(w, list(_W_BITS), "w")
+        self.forms = _names(forms, list(_FORM_BITS), "forms")
+        if (sources is None) == (source_sha256 is None):
+            raise ValueError("give exactly one of sources= (files, modules, functions) or source_sha256= "
+                             "(the identity of the implementation's code)")
+        if source_sha256 is not None:
+            if not isinstance(source_sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", source_sha256):
+                raise ValueError("source_sha256: %r is not 64 hex digits" % (source_sha256,))
+            self.source_sha256 = source_sha256.lower()
+        else:
+            self.source_sha256 = globals()["source_sha256"](sources)
+        self.sources = sources
+        if device is not None and not isinstance(device, str):
+            device = str(device)
+        self._device = device
+        if description is None:
+            description = getattr(fn, "__qualname__", type(fn).__name__)
+        if not isinstance(description, str) or "\n" in description:
+            raise ValueError("description must be one line of text, got %r" % (description,))
+        self.name, self.fn, self.op, self.deterministic = name, fn, op, deterministic
+        self.H = (h_min, h_max)
+        self.description = description
+
+    @property
+    def device(self):
+        """The torch device fn's inputs are on."""
+        if self._device is not None:
+            return self._device
+        torch = _torch()
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def __repr__(self):
+        return "Implementation(%r, op=%r, deterministic=%r, H=%r, sha256=%s)" % (
+            self.name, self.op, self.deterministic, self.H, self.source_sha256[:12])
+
+
+class _Stop(Exception):
+    """An interface violation of an implementation's return value: stops the gate."""
+
+
+class _State:
+    """What the callbacks of the gate now running report back."""
+
+    def __init__(self):
+        self.stop = None          # the exception to re-raise after ng_gate returns
+        self.interrupted = False  # Ctrl-C seen in a callback
+        self.cancel = _c_i32(0)
+
+
+_active = [None]   # the _State of the running gate (one at a time per process)
+_registered = {}   # name -> (impl, its CFUNCTYPE object): kept alive for the library
+
+
+def _host_tensor(ptr, n, dtype, torch):
+    """A torch view of n elements at a host address (valid during the callback only)."""
+    if n == 0:
+        return torch.empty((0,), dtype=dtype)
+    if dtype is torch.bfloat16:
+        buf = (ctypes.c_uint16 * n).from_address(ptr)
+        return torch.frombuffer(buf, dtype=torch.int16, count=n).view(torch.bfloat16)
+    buf = (ctypes.c_float * n).from_address(ptr)
+    return torch.frombuffer(buf, dtype=torch.float32, count=n)
+
+
+def _make_run(impl):
+    torch = _torch()
+
+    def run(_user, io_p):
+        state = _active[0]
+        io = io_p.contents
+        try:
+            dev = torch.device(impl.device)
+            T, H, heads, rows = io.T, io.H, io.heads, io.rows
+            shape = (T, H) if heads == 1 else (T, heads, H)
+            n = rows * H
+            res = io.form == _lib.FORMS["res"]
+            wdt = torch.bfloat16 if io.w_dtype == _lib.NG_W_BF16 else torch.float32
+
+            def inp(ptr, count, dtype, shp):
+                return _host_tensor(ptr, count, dtype, torch).reshape(shp).to(dev, copy=True)
+
+            inputs = {"dy": inp(io.dy, n, torch.bfloat16, shape), "w": inp(io.w, H, wdt, (H,)),
+                      "eps": io.eps, "form": _lib.FORM_NAMES[io.form], "T": T, "H": H, "heads": heads,
+                      "case": io.case_id.decode()}
+            if res:
+                inputs["h"] = inp(io.x, n, torch.bfloat16, shape)
+                inputs["u"] = inp(io.u, n, torch.bfloat16, shape)
+                inputs["dh_new"] = inp(io.dh_new, n, torch.bfloat16, shape)
+            else:
+                inputs["x"] = inp(io.x, n, torch.bfloat16, shape)
+            outs = impl.fn(inputs)
+            _write_outputs(impl, outs, io, torch)
+            return 0
+        except _Stop as e:  # carries the interface violation to raise after ng_gate returns
+            if state is not None:
+                state.stop = e.args[0]
+            return NG_ECANCEL
+        except (KeyboardInterrupt, SystemExit) as e:
+            if state is not None:
+                state.interrupted = True
+                if isinstance(e, SystemExit):
+                    state.stop = e
+            return NG_ECANCEL
+        except BaseException as e:  # the case's error, journalled
+            msg = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[: io.error_cap - 1]
+            ctypes.memmove(io.error, msg + b"\0", len(msg) + 1)
+            return 1
+
+    return run
+
+
+def _write_outputs(impl, outs, io, torch):
+    if not isinstance(outs, dict):
+        raise _Stop(TypeError("implementation %s returned %s, not a dict of outputs"
+                              % (impl.name, type(outs).__name__)))
+    want = {"y": (io.y, io.y_elems), "rstd": (io.rstd, io.rstd_elems), "dx": (io.dx, io.dx_elems),
+            "dw": (io.dw, io.dw_elems), "h_new": (io.h_new, io.h_new_elems)}
+    for key, t in outs.items():
+        if key not in _OUT_DTYPES:
+            raise _Stop(ValueError("implementation %s returned unknown output %r (expected any of %s)"
+                                   % (impl.name, key, ", ".join(_OUT_DTYPES))))
+        if key == "h_new" and not io.h_new:
+            raise _Stop(ValueError("implementation %s returned h_new for form %s (only form res has it)"
+                                   % (impl.name, _lib.FORM_NAMES[io.form])))
+        if not isinstance(t, torch.Tensor):
+            raise _Stop(TypeError("implementation %s: output %r is %s, not a torch.Tensor"
+                                  % (impl.name, key, type(t).__name__)))
+        dt = getattr(torch, _OUT_DTYPES[key])
+        if t.dtype != dt:
+            raise _Stop(TypeError("implementation %s: output %r has dtype %s; expected %s"
+                                  % (impl.name, key, t.dtype, dt)))
+        ptr, n = want[key]
+        if t.numel() != n:
+            raise _Stop(ValueError("implementation %s: output %r has %d elements (shape %s); the case needs %d"
+                                   % (impl.name, key, t.numel(), tuple(t.shape), n)))
+        if n:
+            _host_tensor(ptr, n, dt, torch).copy_(t.detach().reshape(-1))
+
+
+def _register(impl):
+    """ng_register_external for impl (again, if it was: the same name replaces
+    its definition, e.g. after an edit of its sources)."""
+    L = _L()
+    cfn = _RUN_FN(_make_run(impl))
+    d = _ExternalDesc()
+    d.struct_size = ctypes.sizeof(_ExternalDesc)
+    d.op = _lib.NG_OP_FWD if impl.op == "fwd" else _lib.NG_OP_BWD
+    d.mode = _lib.NG_MODE_DET if impl.deterministic else _lib.NG_MODE_NONDET
+    d.wdtypes = sum(_W_BITS[x] for x in set(impl.w))
+    d.forms = sum(_FORM_BITS[x] for x in set(impl.forms))
+    d.h_min, d.h_max = impl.H
+    d.name = impl.name.encode()
+    d.source_sha256 = impl.source_sha256.encode()
+    d.origin = b"python"
+    d.description = impl.description.encode()
+    d.ran_on = ("python callable on %s" % impl.device).encode()
+    d.run = cfn
+    _lib.check(L.ng_register_external(ctypes.byref(d)))
+    _registered[impl.name] = (impl, cfn)
+
+
+# ---- windows -> route table ----------------------------------------------------
+
+def _parse_window(win, k):
+    """{"H": int, "T": (lo, hi) | int | "lo..hi", "w": "bf16", "form": "plain"} or the same as a
+    string "H=2048,T=1..4096,w=bf16,form=plain"."""
+    what = "windows[%d]" % k
+    if isinstance(win, str):
+        d = {}
+        for term in win.split(","):
+            if "=" not in term:
+                raise ValueError("%s: term %r is not key=value" % (what, term))
+            key, val = (x.strip() for x in term.split("=", 1))
+            d[key] = val
+        win = d
+    if not isinstance(win, dict):
+        raise TypeError("%s must be a dict or 'H=..,T=lo..hi[,w=..,form=..]', got %r" % (what, win))
+    unknown = set(win) - {"H", "T", "w", "form"}
+    if unknown:
+        raise ValueError("%s: unknown keys %s (H, T, w, form)" % (what, sorted(unknown)))
+    if "H" not in win or "T" not in win:
+        raise ValueError("%s needs H and T" % what)
+    H = win["H"]
+    H = _int(int(H) if isinstance(H, str) and H.isdigit() else H, what + " H", 1, 16384)
+    T = win["T"]
+    if isinstance(T, str):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", T)
+        if not m:
+            raise ValueError("%s T: %r is not N or A..B" % (what, T))
+        T = (int(m.group(1)), int(m.group(2) or m.group(1)))
+    elif isinstance(T, numbers.Integral) and not isinstance(T, bool):
+        T = (int(T), int(T))
+    try:
+        lo, hi = T
+    except (TypeError, ValueError):
+        raise TypeError("%s T must be (lo, hi), an int or 'lo..hi', got %r" % (what, win["T"])) from None
+    lo, hi = _int(lo, what + " T lo", 1, 2 ** 31), _int(hi, what + " T hi", 1, 2 ** 31)
+    if lo > hi:
+        raise ValueError("%s T = %r: lo > hi" % (what, win["T"]))
+    w = win.get("w", "bf16")
+    if w not in _W_BITS:
+        raise ValueError("%s w: %r is not bf16 or fp32" % (what, w))
+    form = win.get("form", "plain")
+    if form not in _FORM_BITS:
+        raise ValueError("%s form: %r is not one of %s" % (what, form, ", ".join(_FORM_BITS)))
+    if form in ("heads24", "heads4") and H != 256:
+        raise ValueError("%s: form %s needs H = 256, got %d" % (what, form, H))
+    return {"H": H, "T": (lo, hi), "w": w, "form": form}
+
+
+def _table_text(impls, wins):
+    lines = ['# Written by normgate.gate() for its windows= argument: one route per',
+             '# (window, implementation). Re-running the same gate writes the same bytes.',
+             'arch = "sm90a"',
+             'description = "normgate.gate: %s"' % ", ".join(i.name for i in impls),
+             "route = ["]
+    seen = {}
+    for wi in wins:
+        for impl in impls:
+            mode = "det" if impl.deterministic else "nondet"
+            key = (impl.op, mode if impl.op == "bwd" else "", wi["H"], wi["w"], wi["form"])
+            lo, hi = wi["T"]
+            for other, (olo, ohi) in seen.get(key, []):
+                if lo <= ohi and olo <= hi:
+                    raise ValueError("implementations %s and %s would both serve %s H=%d w=%s form=%s T=%d..%d: "
+                                     "a route table routes each window to one implementation (gate them in "
+                                     "separate calls)" % (other, impl.name, " ".join(k for k in key[:2] if k),
+                                                          wi["H"], wi["w"], wi["form"], max(lo, olo), min(hi, ohi)))
+            seen.setdefault(key, []).append((impl.name, (lo, hi)))
+            if not (impl.H[0] <= wi["H"] <= impl.H[1]) or wi["w"] not in impl.w or wi["form"] not in impl.forms:
+                raise ValueError("implementation %s does not support window H=%d w=%s form=%s (H %d..%d, w %s, "
+                                 "forms %s)" % (impl.name, wi["H"], wi["w"], wi["form"], impl.H[0], impl.H[1],
+                                                "|".join(impl.w), "|".join(impl.forms)))
+            mode_txt = ', mode = "%s"' % mode if impl.op == "bwd" else ""
+            lines.append('  { op = "%s"%s, H = %d, w = "%s", form = "%s", T = [%d, %d], variant = "%s" },'
+                         % (impl.op, mode_txt, wi["H"], wi["w"], wi["form"], lo, hi, impl.name))
+    lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor):
+    return ("# Written by normgate.gate() beside its generated table: the minimum is the\n"
+            "# campaign it was first asked to run (edit it to demand more).\n"
+            'description = "normgate.gate campaign"\n\n[minimum]\n'
+            'seeds = "%s"\nt_per_window = %d\ndense_points = %d\ndense_step = %d\nfresh_factor = %d\n'
+            'backends = ["gpu", "cpu-model"]\n' % (seeds, t_per_window, dense_points, dense_step, fresh_factor))
+
+
+def _write_atomic(path, text):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---- progress ----------------------------------------------------------------------
+
+class _Bar:
+    """A tqdm bar per phase when tqdm is importable, else a plain line on stderr."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+        self.phase = None
+        self.bar = None
+        self.last = 0.0
+        try:
+            import tqdm  # noqa: F401
+            self.tqdm = tqdm.tqdm
+        except ImportError:
+            self.tqdm = None
+
+    def update(self, p):
+        if not self.enabled:
+            return
+        phase = p.phase.decode()
+        worst = "worst err/tol %.3g" % p.worst
+        if self.tqdm is not None:
+            if phase != self.phase:
+                self.close()
+                self.bar = self.tqdm(total=p.total, desc="gate " + phase, unit="case", leave=True)
+                self.phase = phase
+            self.bar.n = p.done
+            self.bar.set_postfix_str(worst, refresh=False)
+            self.bar.refresh()
+            return
+        now = time.monotonic()
+        if phase != self.phase or p.done == p.total or now - self.last > 1.0:
+            self.phase, self.last = phase, now
+            sys.stderr.write("\rgate %s %d/%d cases, %s " % (phase, p.done, p.total, worst))
+            if p.done == p.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+# ---- the gate ------------------------------------------------------------------------
+
+def _path(v, what):
+    if v is None:
+        return None
+    if not isinstance(v, (str, os.PathLike)):
+        raise TypeError("%s must be a path, got %r" % (what, v))
+    p = os.fspath(v)
+    d = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(d):
+        raise ValueError("%s %r: directory %r does not exist" % (what, p, d))
+    return p
+
+
+def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_points=16, dense_step=64,
+         fresh_factor=2, journal=None, report_md=None, report_json=None, approve=False, progress=True,
+         threads=0, backend="auto", table_out=None):
+    """Gate implementations the way `normgate gate` gates the built-in variants.
+
+    impls: an Implementation or a list of them (distinct names).
+    table: a route table (TOML) that routes windows to them by name (and may
+        route built-in variants too); windows: then an optional window filter
+        string as `gate --windows` takes ("op=bwd,H=2048").
+    windows: instead of a table, a list of windows, each a dict {"H": 2048,
+        "T": (1, 4096), "w": "bf16", "form": "plain"} (w, form optional) or
+        the string "H=2048,T=1..4096,w=bf16,form=plain"; every implementation
+        gets a route in every window (its op; bwd: mode det or nondet per
+        `deterministic`). The table is written to table_out (default
+        "normgate-gate.toml" beside the journal, else the JSON report, else
+        the Markdown report; else a temporary directory) so that the
+        campaign can be re-run and approvals have a table; with approve=True
+        a policy "<stem>.policy.toml" whose minimum is this campaign is
+        written beside it when there is none.
+    seeds, t_per_window, dense_points, dense_step, fresh_factor: as `normgate
+        gate` (seed set spelling "3x120", "cancel:0..7", ...).
+    journal: write-ahead journal; the same call after an interruption (Ctrl-C
+        stops the gate at the next case boundary, then KeyboardInterrupt is
+        raised) resumes and reaches the same report.
+    report_md, report_json: where to write the reports (atomically).
+    approve: write approvals beside the table (needs its policy).
+    progress: a tqdm bar (when tqdm is importable, else a line on stderr).
+    threads: OpenMP threads of the oracle (0: default); backend: where
+        built-in variants of the table run ("auto", "cpu", "gpu").
+    Returns the JSON report as a dict: "verdict" ("PASS", "FAIL",
+    "INCONCLUSIVE"), "pass", "windows" (per window: verdict, max err/tol per
+    output, worst case, ...), "externals", "approvals" (the changes),
+    "journal", "markdown" (the Markdown report's text), ...
+    Raises TypeError or ValueError naming a bad argument before any work.
+    """
+    if isinstance(impls, Implementation):
+        impls = [impls]
+    if not isinstance(impls, (list, tuple)) or not impls:
+        raise TypeError("impls must be an Implementation or a non-empty list of them, got %r" % (impls,))
+    for i, x in enumerate(impls):
+        if not isinstance(x, Implementation):
+            raise TypeError("impls[%d] is %s, not a normgate.Implementation" % (i, type(x).__name__))
+    names = [x.name for x in impls]
+    if len(set(names)) != len(names):
+        raise ValueError("impls: duplicate names %s" % sorted({n for n in names if names.count(n) > 1}))
+    if not isinstance(seeds, str) or not seeds:
+        raise TypeError("seeds must be a seed-set string such as '3x16', got %r" % (seeds,))
+    t_per_window = _int(t_per_window, "t_per_window", 2, 1 << 20)
+    dense_points = _int(dense_points, "dense_points", 0, 1 << 20)
+    dense_step = _int(dense_step, "dense_step", 1, 1 << 31)
+    fresh_factor = _int(fresh_factor, "fresh_factor", 0, 1 << 20)
+    threads = _int(threads, "threads", 0, 4096)
+    if not isinstance(approve, bool):
+        raise TypeError("approve must be a bool, got %r" % (approve,))
+    if not isinstance(progress, bool):
+        raise TypeError("progress must be a bool, got %r" % (progress,))
+    if backend not in ("auto", "cpu", "gpu"):
+        raise ValueError("backend: %r is not 'auto', 'cpu' or 'gpu'" % (backend,))
+    journal = _path(journal, "journal")
+    report_md = _path(report_md, "report_md")
+    report_json = _path(report_json, "report_json")
+    table_out = _path(table_out, "table_out")
+    window_filter = None
+    if (table is None) == (windows is None or isinstance(windows, str)):
+        raise ValueError("give table= (a route table path; windows= may then be a filter string) or windows= "
+                         "(a list of windows), not both or neither")
+    if table is not None:
+        table = _path(table, "table")
+        if not os.path.isfile(table):
+            raise ValueError("table %r is not a file" % table)
+        window_filter = windows
+    else:
+        if not isinstance(windows, (list, tuple)) or not windows:
+            raise TypeError("windows must be a non-empty list of windows, got %r" % (windows,))
+        wins = [_parse_window(w, k) for k, w in enumerate(windows)]
+        text = _table_text(impls, wins)
+        if table_out is None:
+            base = journal or report_json or report_md
+            if base is None:
+                if approve:
+                    raise ValueError("approve=True with windows= needs a place for the table and its approvals: "
+                                     "give table_out=, journal= or a report path")
+                table_out = os.path.join(tempfile.mkdtemp(prefix="normgate-gate-"), "normgate-gate.toml")
+            else:
+                table_out = os.path.join(os.path.dirname(os.path.abspath(base)), "normgate-gate.toml")
+        table = table_out
+    for x in impls:
+        x.device  # noqa: B018  (torch present, device resolvable)
+
+    # Work starts here: the implementations' registration (the library checks
+    # their names against the registry), then the table (windows=).
+    for x in impls:
+        _register(x)
+    if windows is not None and not isinstance(windows, str):
+        current = None
+        if os.path.exists(table):
+            with open(table) as f:
+                current = f.read()
+        if current != text:
+            _write_atomic(table, text)
+        stem = table[:-5] if table.endswith(".toml") else table
+        if approve and not os.path.exists(stem + ".policy.toml"):
+            _write_atomic(stem + ".policy.toml",
+                          _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+
+    L = _L()
+    o = _GateOptions()
+    L.ng_gate_options_init(ctypes.byref(o))
+    keep = []
+
+    def b(s):
+        if s is None:
+            return None
+        v = os.fsencode(s) if not isinstance(s, str) else s.encode()
+        keep.append(v)
+        return v
+
+    o.table, o.seeds, o.windows = b(table), b(seeds), b(window_filter)
+    o.journal, o.report_md, o.report_json, o.backend = b(journal), b(report_md), b(report_json), b(backend)
+    o.t_per_window, o.dense_points, o.dense_step, o.fresh_factor = t_per_window, dense_points, dense_step, fresh_factor
+    o.threads, o.approve = threads, 1 if approve else 0
+    state = _State()
+    bar = _Bar(progress)
+
+    def on_progress(_user, p):
+        try:
+            bar.update(p.contents)
+        except KeyboardInterrupt:
+            state.interrupted = True
+            state.cancel.value = 1
+        except Exception:  # a broken progress display never stops the gate
+            pass
+
+    cb = _PROGRESS_FN(on_progress)
+    o.progress = cb
+    o.cancel = ctypes.pointer(state.cancel)
+    out = _vp()
+    if _active[0] is not None:
+        raise RuntimeError("normgate.gate is already running in this process")
+    # Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
+    # next Python code, a callback, where it could escape the callback's own
+    # handling (ctypes prints and drops it). In the main thread a handler of
+    # our own sets the cancel flag instead: the gate stops at the next case
+    # boundary with its journal resumable, then KeyboardInterrupt is raised.
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(_signum, _frame):
+            state.interrupted = True
+            state.cancel.value = 1
+        try:
+            old_handler = signal.signal(signal.SIGINT, on_sigint)
+        except (ValueError, OSError):
+            old_handler = None
+    _active[0] = state
+    try:
+        try:
+            rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
+        except KeyboardInterrupt:  # arrived right after the call returned
+            state.interrupted = True
+            rc = None
+        bar.close()
+    finally:
+        _active[0] = None
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+    if rc == NG_ECANCEL or (rc is None):
+        if out.value:
+            L.ng_free_string(out)
+        if state.stop is not None:
+            raise state.stop
+        raise KeyboardInterrupt("normgate.gate interrupted; the journal %s resumes it"
+                                % (repr(journal) if journal else "(none given: nothing)"))
+    _lib.check(rc)
+    try:
+        import json
+        rep = json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        L.ng_free_string(out)
+    rep["table_path"] = table
+    if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
+        raise KeyboardInterrupt("normgate.gate interrupted after its last case")
+    return rep

@@ -1,0 +1,215 @@
+"""normgate.gate over Python implementations on the CPU (no GPU needed).
+
+An FP64 reference step passes; the same step with dw as an FP32 sequential
+column sum fails the cancel family (the negative control's arithmetic);
+changing the declared sources makes the approval stale; a gate interrupted
+by Ctrl-C resumes from its journal to an uninterrupted run's report; bad
+arguments raise naming the value, before anything is written. Windows are
+tiny (H = 64, a few T points, 3x1 seeds) so the file runs in seconds.
+"""
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="normgate.gate tests need torch")
+
+import normgate  # noqa: E402
+from normgate import _lib  # noqa: E402
+
+if not _lib.loadable():
+    pytest.skip("libnormgate_capi.so not found (build it, or set NORMGATE_LIB)", allow_module_level=True)
+
+SMALL = dict(seeds="3x1", t_per_window=2, dense_points=1, fresh_factor=1, progress=False, threads=1)
+
+
+def fp64_step(g):
+    """y, rstd, dx, dw in binary64, each rounded once to its output dtype."""
+    x, w, dy = g["x"].double(), g["w"].double(), g["dy"].double()
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + g["eps"])
+    xhat = x * rstd
+    gw = dy * w
+    dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+    dw = (dy * xhat).reshape(-1, x.shape[-1]).sum(0)
+    return {"y": (xhat * w).bfloat16(), "rstd": rstd.reshape(-1).float(), "dx": dx.bfloat16(), "dw": dw.float()}
+
+
+def fp32_sequential_dw_step(g):
+    """fp64_step, but dw summed over rows one at a time in FP32 (ctl_fp32_seq's dw)."""
+    out = fp64_step(g)
+    x, dy = g["x"].float(), g["dy"].float()
+    rstd = out["rstd"].reshape(-1, 1)
+    prod = dy.reshape(-1, x.shape[-1]) * (x.reshape(-1, x.shape[-1]) * rstd)
+    acc = torch.zeros(x.shape[-1], dtype=torch.float32)
+    for r in range(prod.shape[0]):
+        acc = acc + prod[r]
+    out["dw"] = acc
+    return out
+
+
+def windows_of(rep):
+    """The report's windows without what differs between a resumed and a fresh run."""
+    return [{k: v for k, v in w.items()} for w in rep["windows"]]
+
+
+def test_fp64_reference_passes(tmp_path):
+    impl = normgate.Implementation("py_fp64_ref", fp64_step, sources=[fp64_step], device="cpu")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 40)}], journal=str(tmp_path / "j"),
+                        report_json=str(tmp_path / "r.json"), report_md=str(tmp_path / "r.md"), **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    (w,) = rep["windows"]
+    assert w["variant"] == "py_fp64_ref"
+    assert w["source_sha256"] == impl.source_sha256
+    assert 0 < w["outputs"]["dw"]["max_err_tol"] <= 1
+    assert w["outputs"]["dx"]["max_err_tol"] > 0  # dx was checked
+    assert rep["externals"][0]["ran_on"] == "python callable on cpu"
+    # The reports on disk are the gate's; the table is beside them.
+    with open(tmp_path / "r.json") as f:
+        assert json.load(f)["windows"][0]["variant"] == "py_fp64_ref"
+    assert "external implementation `py_fp64_ref`" in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "normgate-gate.toml").read_text().count("py_fp64_ref") == 2  # description + route
+
+
+def test_fp32_sequential_dw_fails_cancel(tmp_path):
+    impl = normgate.Implementation("py_fp32_seq", fp32_sequential_dw_step, sources=[fp32_sequential_dw_step],
+                                   device="cpu")
+    rep = normgate.gate(impl, windows=["H=64,T=600..700"], table_out=str(tmp_path / "t.toml"), **SMALL)
+    assert rep["verdict"] == "FAIL"
+    (w,) = rep["windows"]
+    dw = w["outputs"]["dw"]
+    assert dw["max_err_tol"] > 1
+    assert "family=cancel" in dw["worst_case"]
+    fams = {f["family"]: f for f in w["families"]}
+    assert fams["cancel"]["failed"] > 0
+    assert fams["normal"]["failed"] == 0  # only cancel defeats an FP32 sequential sum here
+    # y, rstd, dx are fp64_step's: within budget
+    for o in ("y", "rstd", "dx"):
+        assert w["outputs"][o]["max_err_tol"] <= 1, o
+
+
+def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
+    src = tmp_path / "kernel_src.py"
+    src.write_text("# version 1\n")
+    impl = normgate.Implementation("py_stale", fp64_step, sources=[str(src)], device="cpu")
+    table = str(tmp_path / "t.toml")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 20)}], table_out=table, approve=True, **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert any(c.startswith("approved cpu-model") for c in rep["approvals"]), rep["approvals"]
+    with open(tmp_path / "t.approvals.json") as f:
+        (rec,) = json.load(f)["approvals"]
+    assert rec["variant"] == "py_stale" and rec["source_sha256"] == impl.source_sha256
+    monkeypatch.setenv("NORMGATE_DISPATCH", "accept-cpu-model")
+    try:
+        normgate.load_routes(table)
+        assert normgate.route_for("bwd", 64, 10, "bf16", deterministic=True)["approval"] == "current"
+        src.write_text("# version 2\n")
+        changed = normgate.Implementation("py_stale", fp64_step, sources=[str(src)], device="cpu")
+        assert changed.source_sha256 != impl.source_sha256
+        # Gating the changed code (without approve) registers its new identity.
+        normgate.gate(changed, windows=[{"H": 64, "T": (1, 20)}], table_out=table, **SMALL)
+        normgate.load_routes(table)
+        assert normgate.route_for("bwd", 64, 10, "bf16", deterministic=True)["approval"] == "stale"
+    finally:
+        monkeypatch.delenv("NORMGATE_DISPATCH")
+        normgate.load_routes()
+
+
+def test_interrupted_gate_resumes_to_the_same_report(tmp_path):
+    calls = {"n": 0, "stop_at": 5}
+
+    def step(g):
+        calls["n"] += 1
+        if calls["n"] == calls["stop_at"]:
+            raise KeyboardInterrupt  # what Ctrl-C raises inside the callable
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_resume", step, source_sha256="ab" * 32, device="cpu")
+    win = [{"H": 64, "T": (1, 40)}]
+    journal = str(tmp_path / "j.jsonl")
+    with pytest.raises(KeyboardInterrupt):
+        normgate.gate(impl, windows=win, journal=journal, **SMALL)
+    with open(journal) as f:
+        assert len(f.read().splitlines()) == 1 + 4  # header + the 4 cases finished before the interrupt
+    calls["stop_at"] = -1
+    resumed = normgate.gate(impl, windows=win, journal=journal, **SMALL)
+    assert resumed["journal"]["resumed"] == 4 and resumed["journal"]["run_now"] > 0
+    whole = normgate.gate(impl, windows=win, journal=str(tmp_path / "j2.jsonl"), **SMALL)
+    assert whole["journal"]["resumed"] == 0
+    assert windows_of(resumed) == windows_of(whole)
+    assert resumed["verdict"] == whole["verdict"] == "PASS"
+
+
+def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
+    impl = normgate.Implementation("py_badtype", lambda g: {"dw": torch.zeros(64, dtype=torch.float64)},
+                                   source_sha256="cd" * 32, device="cpu")
+    with pytest.raises(TypeError, match="output 'dw' has dtype torch.float64"):
+        normgate.gate(impl, windows=[{"H": 64, "T": (1, 4)}], journal=str(tmp_path / "j"), **SMALL)
+
+
+def test_bad_arguments_raise_naming_the_value(tmp_path):
+    with pytest.raises(ValueError, match="name: 'my kernel'"):
+        normgate.Implementation("my kernel", fp64_step, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match=r"H = \(10, 5\): h_min > h_max"):
+        normgate.Implementation("k", fp64_step, H=(10, 5), source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="exactly one of sources"):
+        normgate.Implementation("k", fp64_step)
+    with pytest.raises(ValueError, match="source_sha256: 'xyz'"):
+        normgate.Implementation("k", fp64_step, source_sha256="xyz")
+    with pytest.raises(ValueError, match="op: 'both'"):
+        normgate.Implementation("k", fp64_step, op="both", source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="w: 'fp16'"):
+        normgate.Implementation("k", fp64_step, w="fp16", source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="is not a file or directory"):
+        normgate.Implementation("k", fp64_step, sources=[str(tmp_path / "missing.cu")])
+    impl = normgate.Implementation("py_args", fp64_step, source_sha256="ab" * 32, device="cpu")
+    out = tmp_path / "out"
+    out.mkdir()
+    win = [{"H": 64, "T": (1, 4)}]
+    with pytest.raises(ValueError, match="t_per_window = 1"):
+        normgate.gate(impl, windows=win, t_per_window=1, journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] needs H and T"):
+        normgate.gate(impl, windows=[{"H": 64}], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] T: '5..x'"):
+        normgate.gate(impl, windows=["H=64,T=5..x"], journal=str(out / "j"))
+    with pytest.raises(ValueError, match="not both or neither"):
+        normgate.gate(impl, table=str(out / "t.toml"), windows=win)
+    with pytest.raises(ValueError, match="does not exist"):
+        normgate.gate(impl, windows=win, journal=str(tmp_path / "nowhere" / "j"))
+    with pytest.raises(ValueError, match="does not support window H=128"):
+        normgate.gate(normgate.Implementation("py_h64", fp64_step, H=64, source_sha256="ab" * 32, device="cpu"),
+                      windows=[{"H": 128, "T": 4}], journal=str(out / "j"))
+    with pytest.raises(TypeError, match="impls\\[0\\] is str"):
+        normgate.gate(["bwd_det_chunked"], windows=win)
+    with pytest.raises(ValueError, match="backend: 'tpu'"):
+        normgate.gate(impl, windows=win, backend="tpu")
+    # A built-in variant's name is refused by the library, naming it.
+    with pytest.raises(ValueError, match="built-in"):
+        normgate.gate(normgate.Implementation("bwd_det_chunked", fp64_step, source_sha256="ab" * 32, device="cpu"),
+                      windows=win, table_out=str(out / "t.toml"))
+    assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not normgate.device_available(),
+                    reason="needs a CUDA device (torch and libnormgate_capi.so built with CUDA)")
+def test_cuda_callable_beside_a_gpu_variant(tmp_path):
+    """On a GPU: the callable gets CUDA tensors, and a table routing a built-in
+    GPU variant in another window gates both in one campaign."""
+    seen = set()
+
+    def step(g):
+        seen.add(g["x"].device.type)
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_cuda_fp64", step, source_sha256="ef" * 32, deterministic=False)
+    table = tmp_path / "t.toml"
+    table.write_text('arch = "sm90a"\ndescription = "gpu mix"\nroute = [\n'
+                     '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 40], '
+                     'variant = "bwd_det_chunked" },\n'
+                     '  { op = "bwd", mode = "nondet", H = 64, w = "bf16", form = "plain", T = [1, 40], '
+                     'variant = "py_cuda_fp64" },\n]\n')
+    rep = normgate.gate(impl, table=str(table), backend="gpu", **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert rep["backend"] == "gpu"
+    assert seen == {"cuda"}
+    assert rep["externals"][0]["ran_on"] == "python callable on cuda"

@@ -1,0 +1,84 @@
+// tests/cli: `--plugin LIB.so` as a user runs it: the example route table
+// (examples/plugin/routes.toml) gated through the host reference plugin on
+// the CPU passes; a missing or bad library is exit 2 naming it, before any
+// work (no report written); variants, check and routes see the plugin's
+// variants.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "cli_util.h"
+
+namespace {
+
+using normgate::test::contains;
+using normgate::test::run_normgate;
+
+const std::string kTable = std::string(NORMGATE_SOURCE_DIR) + "/examples/plugin/routes.toml";
+const std::string kRef = NG_REF_PLUGIN;
+
+std::string scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ng_plugin_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+TEST(PluginCli, GateRoutesWindowsToThePlugin) {
+  const std::string json = scratch("gate.json");
+  const auto r = run_normgate("gate " + kTable + " --plugin " + kRef +
+                              " --backend cpu --threads 2 --seeds 3x1 --t-per-window 3 --dense-points 1 "
+                              "--fresh-factor 1 --quiet --report-json " + json);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: 4 of 4 windows pass")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(json));
+  const std::string report = [&] {
+    std::ifstream f(json);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_TRUE(contains(report, "ex_ref_bwd")) << report.substr(0, 2000);
+  EXPECT_TRUE(contains(report, "ex_ref_fwd"));
+}
+
+TEST(PluginCli, TableNamingPluginVariantsNeedsThePlugin) {
+  const auto r = run_normgate("gate " + kTable + " --backend cpu --seeds 3x1 --plan");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "ex_ref_")) << r.out;
+}
+
+TEST(PluginCli, MissingOrBadLibraryIsExit2BeforeAnyWork) {
+  const std::string json = scratch("never.json");
+  auto r = run_normgate("gate " + kTable + " --plugin /nonexistent/libnope.so --backend cpu --report-json " + json);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "normgate: error: plugin '/nonexistent/libnope.so': no such file")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(json));
+  const std::string bad = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_version.so";
+  r = run_normgate("check --case H=64,T=3,w=bf16,form=plain,family=normal,seed=0 --plugin " + bad);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "abi_version is 2, this normgate reads ABI version 1")) << r.out;
+  r = run_normgate("variants --plugin " + kRef + " --plugin " + kRef);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "variant 'ex_ref_fwd' is also a variant of plugin")) << r.out;
+}
+
+TEST(PluginCli, VariantsCheckAndRoutesSeeThePluginVariants) {
+  auto r = run_normgate("variants --plugin " + kRef);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "ex_ref_fwd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "ex_ref_bwd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bwd_det_chunked")) << r.out;  // the registry's own are still there
+  r = run_normgate("check --case H=64,T=40,w=bf16,form=plain,family=cancel,seed=0 --backend cpu --variant ex_ref_bwd "
+                   "--plugin " + kRef);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "ex_ref_bwd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "plugin on host")) << r.out;
+  r = run_normgate("routes " + kTable + " --plugin " + kRef);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "ex_ref_bwd")) << r.out;
+}
+
+}  // namespace

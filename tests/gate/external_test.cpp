@@ -1,0 +1,324 @@
+// tests/gate/external_test.cpp: implementations from outside the registry
+// (harness/external.h) through check and the gate: registration, poisoned
+// outputs, verdicts, approvals going stale when the declared identity changes.
+// The externals wrap CPU models (a correct backward, the FP32 sequential dw
+// control) so that the verdicts are known; windows are small (H = 64).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/gate/gate.h"
+#include "normgate/harness/external.h"
+#include "normgate/kernels/models.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/routing.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::validators;
+
+const std::string kShaA(64, 'a');
+const std::string kShaB(64, 'b');
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_external_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// An external whose step is the CPU model of forward `fwd` then backward `bwd`.
+ExternalImpl model_impl(const std::string& name, const char* fwd, const char* bwd, kernels::Op op = kernels::Op::bwd) {
+  ExternalImpl x;
+  x.name = name;
+  x.op = op;
+  x.mode = kernels::Mode::det;
+  x.h_min = 1;
+  x.h_max = 4096;
+  x.source_sha256 = kShaA;
+  x.origin = "test";
+  x.description = "CPU model of " + std::string(fwd) + " + " + bwd;
+  x.ran_on = "test callback on cpu";
+  const kernels::Variant* f = &kernels::variant(fwd);
+  const kernels::Variant* b = &kernels::variant(bwd);
+  x.run = [f, b](const seeds::HostInputs& in, Outputs& out) {
+    const bool res = in.id.form == Form::res;
+    const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
+    const RowView<uint16_t> dh =
+        res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
+    Outputs o = kernels::run_model(*f, *b, in.x_view(), in.dy_view(), in.w_view(), static_cast<float>(in.id.eps), 1, u, dh);
+    // Write into the (poisoned, sized) buffers, as a kernel writes its outputs.
+    std::copy(o.y.begin(), o.y.end(), out.y.begin());
+    std::copy(o.rstd.begin(), o.rstd.end(), out.rstd.begin());
+    std::copy(o.dx.begin(), o.dx.end(), out.dx.begin());
+    std::copy(o.dw.begin(), o.dw.end(), out.dw.begin());
+    std::copy(o.h_new.begin(), o.h_new.end(), out.h_new.begin());
+  };
+  return x;
+}
+
+// A table with one bwd det window H=64 bf16 plain T=1..600 routed to `variant`.
+std::string write_table(const std::string& dir, const std::string& variant, const char* op = "bwd") {
+  const std::string path = dir + "/ext.toml";
+  std::ofstream f(path);
+  f << "arch = \"sm90a\"\ndescription = \"external test\"\nroute = [\n  { op = \"" << op << "\""
+    << (std::string(op) == "bwd" ? ", mode = \"det\"" : "") << ", H = 64, w = \"bf16\", form = \"plain\", T = [1, 600], variant = \""
+    << variant << "\" },\n]\n";
+  return path;
+}
+
+GateOptions small_opts(const std::string& table) {
+  GateOptions o;
+  o.table_path = table;
+  o.seeds = "3x1";
+  o.t_per_window = 3;
+  o.dense_points = 1;
+  o.fresh_factor = 1;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  return o;
+}
+
+TEST(External, RegistersIntoTheRegistry) {
+  const kernels::Variant& v = register_external(model_impl("ext_reg", "fwd_rowwise", "bwd_det_chunked"));
+  EXPECT_TRUE(v.external);
+  EXPECT_GE(static_cast<int>(v.id), kernels::kFirstExternalId);
+  EXPECT_EQ(kernels::find_variant("ext_reg"), &v);
+  EXPECT_EQ(v.source_sha256, kShaA);
+  EXPECT_EQ(v.sources, "test");
+  ASSERT_NE(find_external(v), nullptr);
+  EXPECT_EQ(find_external(v)->ran_on, "test callback on cpu");
+  // Re-registration (same origin) replaces the definition in place: same object.
+  ExternalImpl again = model_impl("ext_reg", "fwd_rowwise", "bwd_det_chunked");
+  again.source_sha256 = std::string(64, 'C');  // upper case hex is folded
+  const kernels::Variant& w = register_external(again);
+  EXPECT_EQ(&w, &v);
+  EXPECT_EQ(v.source_sha256, std::string(64, 'c'));
+  // The list of known names in an error includes it.
+  try {
+    kernels::variant("no_such_variant");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ext_reg"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(kernels::describe(v).find("EXTERNAL(test)"), std::string::npos);
+}
+
+TEST(External, BadFieldsAndClashesThrowNamingThem) {
+  auto expect_throw = [](ExternalImpl x, const std::string& needle) {
+    try {
+      register_external(std::move(x));
+      FAIL() << "no throw; expected " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_throw(model_impl("bwd_det_chunked", "fwd_rowwise", "bwd_det_chunked"), "built-in");
+  ExternalImpl x = model_impl("ext_bad", "fwd_rowwise", "bwd_det_chunked");
+  x.source_sha256 = "abc";
+  expect_throw(x, "source_sha256 'abc'");
+  x = model_impl("ext_bad", "fwd_rowwise", "bwd_det_chunked");
+  x.h_max = 20000;
+  expect_throw(x, "H range 1..20000");
+  x = model_impl("ext bad", "fwd_rowwise", "bwd_det_chunked");
+  expect_throw(x, "bad name");
+  x = model_impl("ext_bad", "fwd_rowwise", "bwd_det_chunked");
+  x.run = nullptr;
+  expect_throw(x, "no run function");
+  x = model_impl("ext_bad", "fwd_rowwise", "bwd_det_chunked");
+  x.forms = 0;
+  expect_throw(x, "forms 0");
+  // Another origin under a registered external's name.
+  register_external(model_impl("ext_taken", "fwd_rowwise", "bwd_det_chunked"));
+  x = model_impl("ext_taken", "fwd_rowwise", "bwd_det_chunked");
+  x.origin = "plugin /tmp/libother.so";
+  expect_throw(x, "another origin");
+  EXPECT_EQ(kernels::find_variant("ext_bad"), nullptr);  // nothing half-registered
+}
+
+TEST(External, RunPoisonsAndReportsWhatWasNotProduced) {
+  ExternalImpl x = model_impl("ext_partial", "fwd_rowwise", "bwd_det_chunked");
+  x.run = [](const seeds::HostInputs&, Outputs& out) {
+    std::fill(out.y.begin(), out.y.end(), uint16_t{0x3F80});  // 1.0: wrong, but written
+    out.rstd[0] = 1.0f;                                       // one element written: produced
+  };
+  register_external(x);
+  const seeds::HostInputs in = seeds::generate_host(seeds::parse_case("H=64,T=5,w=bf16,form=plain,family=normal,seed=0"));
+  const ExternalRun r = run_external(*find_external(*kernels::find_variant("ext_partial")), in);
+  EXPECT_EQ(r.not_produced, (std::vector<std::string>{"dx", "dw"}));
+  EXPECT_EQ(r.out.dx.size(), 5u * 64u);
+  EXPECT_EQ(r.out.dx[7], kPoisonBf16);
+  // In a check, owed outputs it left poisoned fail.
+  CheckRequest req;
+  req.id = in.id;
+  req.impls = {"ext_partial"};
+  req.backend = Backend::cpu;
+  req.threads = 1;
+  const CheckReport rep = run_check(req);
+  ASSERT_EQ(rep.impls.size(), 1u);
+  EXPECT_EQ(rep.impls[0].ran_on, "test callback on cpu");
+  EXPECT_EQ(rep.impls[0].not_produced, (std::vector<std::string>{"dx", "dw"}));
+  EXPECT_FALSE(rep.impls[0].result.get(Output::dw).pass());
+  EXPECT_FALSE(rep.pass());
+  EXPECT_NE(format_report(rep).find("not produced (left poisoned): dx dw"), std::string::npos);
+}
+
+TEST(External, ResizingAnOutputOrThrowingIsTheCasesError) {
+  ExternalImpl x = model_impl("ext_throws", "fwd_rowwise", "bwd_det_chunked");
+  x.run = [](const seeds::HostInputs&, Outputs&) { throw std::runtime_error("kernel exploded"); };
+  register_external(x);
+  ExternalImpl y = model_impl("ext_resizes", "fwd_rowwise", "bwd_det_chunked");
+  y.run = [](const seeds::HostInputs&, Outputs& out) { out.dw.resize(3); };
+  register_external(y);
+  CheckRequest req;
+  req.id = seeds::parse_case("H=64,T=5,w=bf16,form=plain,family=normal,seed=0");
+  req.backend = Backend::cpu;
+  req.impls = {"ext_throws"};
+  try {
+    run_check(req);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel exploded"), std::string::npos) << e.what();
+  }
+  req.impls = {"ext_resizes"};
+  try {
+    run_check(req);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("resized output dw to 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(External, CorrectOnePassesAWindowWrongOneFailsCancel) {
+  register_external(model_impl("ext_good", "fwd_rowwise", "bwd_det_chunked"));
+  register_external(model_impl("ext_fp32seq", "fwd_rowwise", "ctl_fp32_seq"));
+  const std::string d = temp_dir("verdicts");
+  {
+    const GateResult r = run_gate(small_opts(write_table(d, "ext_good")));
+    ASSERT_EQ(r.windows.size(), 1u);
+    EXPECT_TRUE(r.windows[0].pass) << format_gate_markdown(r);
+    EXPECT_GT(r.windows[0].out[3].max_ratio, 0.0);  // dw was checked, not skipped
+    ASSERT_EQ(r.externals.size(), 1u);
+    EXPECT_EQ(r.externals[0].origin, "test");
+    const std::string md = format_gate_markdown(r);
+    EXPECT_NE(md.find("external implementation `ext_good`"), std::string::npos) << md;
+    EXPECT_NE(md.find("test callback on cpu"), std::string::npos);
+  }
+  {
+    const GateResult r = run_gate(small_opts(write_table(d, "ext_fp32seq")));
+    ASSERT_EQ(r.windows.size(), 1u);
+    EXPECT_FALSE(r.windows[0].pass);
+    EXPECT_GT(r.windows[0].out[3].max_ratio, 1.0);  // dw over budget
+    EXPECT_NE(r.windows[0].out[3].worst_case.find("family=cancel"), std::string::npos)
+        << r.windows[0].out[3].worst_case;
+    for (const auto& f : r.windows[0].families) {
+      if (f.family == "cancel") {
+        EXPECT_GT(f.failed, 0);
+      }
+    }
+  }
+  std::filesystem::remove_all(d);
+}
+
+TEST(External, ForwardExternalGatesAForwardWindowOnItsOwnRuns) {
+  // Forward only: y, rstd (fwd_rowwise's model); dx, dw never written.
+  ExternalImpl x = model_impl("ext_fwd", "fwd_rowwise", "bwd_det_chunked", kernels::Op::fwd);
+  auto full = x.run;
+  x.run = [full](const seeds::HostInputs& in, Outputs& out) {
+    Outputs tmp = out;
+    full(in, tmp);
+    out.y = tmp.y;
+    out.rstd = tmp.rstd;
+  };
+  register_external(x);
+  const std::string d = temp_dir("fwd");
+  const GateResult r = run_gate(small_opts(write_table(d, "ext_fwd", "fwd")));
+  ASSERT_EQ(r.windows.size(), 1u);
+  EXPECT_TRUE(r.windows[0].pass) << format_gate_markdown(r);
+  EXPECT_EQ(r.windows[0].fwd, "ext_fwd");
+  std::filesystem::remove_all(d);
+}
+
+TEST(External, ApprovalGoesStaleWhenTheDeclaredIdentityChanges) {
+  register_external(model_impl("ext_appr", "fwd_rowwise", "bwd_det_chunked"));
+  const std::string d = temp_dir("approve");
+  const std::string table = write_table(d, "ext_appr");
+  const GateResult r = run_gate(small_opts(table));
+  ASSERT_TRUE(r.pass());
+  const kernels::RouteTable t = kernels::load_route_table(table);
+  kernels::Approvals a;
+  a.path = kernels::approvals_path_for(table);
+  update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 1u);
+  EXPECT_EQ(a.records[0].variant, "ext_appr");
+  EXPECT_EQ(a.records[0].source_sha256, kShaA);
+  EXPECT_EQ(kernels::approval_status(t.routes[0], a, true).state, kernels::ApprovalState::current);
+  // The same code registered under a new identity: the approval is stale.
+  ExternalImpl changed = model_impl("ext_appr", "fwd_rowwise", "bwd_det_chunked");
+  changed.source_sha256 = kShaB;
+  register_external(changed);
+  const kernels::ApprovalStatus s = kernels::approval_status(t.routes[0], a, true);
+  EXPECT_EQ(s.state, kernels::ApprovalState::stale) << s.detail;
+  std::filesystem::remove_all(d);
+}
+
+TEST(External, CancelledIsNotJournalledAndResumeMatches) {
+  // The external cancels on its third case (as Ctrl-C in a Python callable
+  // does): the gate stops, that case is not journalled, and the resumed
+  // campaign ends equal to an uninterrupted run.
+  ExternalImpl x = model_impl("ext_cancel", "fwd_rowwise", "bwd_det_chunked");
+  auto step = x.run;
+  auto calls = std::make_shared<int>(0);
+  auto cancel_at = std::make_shared<int>(3);
+  x.run = [step, calls, cancel_at](const seeds::HostInputs& in, Outputs& out) {
+    if (++*calls == *cancel_at) throw Cancelled("cancelled by the test");
+    step(in, out);
+  };
+  register_external(x);
+  const std::string d = temp_dir("cancel");
+  const std::string table = write_table(d, "ext_cancel");
+  GateOptions o = small_opts(table);
+  o.journal_path = d + "/j.jsonl";
+  EXPECT_THROW(run_gate(o), Cancelled);
+  *cancel_at = -1;
+  const GateResult resumed = run_gate(o);
+  EXPECT_EQ(resumed.cases_resumed, 2);
+  EXPECT_GT(resumed.cases_run_now, 0);
+  const GateResult whole = run_gate(small_opts(table));
+  EXPECT_EQ(gate_to_json(resumed)["windows"], gate_to_json(whole)["windows"]);
+  EXPECT_EQ(resumed.windows[0].errors, 0);
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(External, GpuBackendRunsBesideGpuVariants) {
+  if (!kernels::gpu_available()) GTEST_SKIP() << "needs a CUDA device (a build with CUDA and a usable GPU)";
+  // The external and a GPU variant on one case: both validated, the external
+  // on the inputs the GPU generator made (the same bits as the host's).
+  register_external(model_impl("ext_gpu_mix", "fwd_rowwise", "bwd_det_chunked"));
+  CheckRequest req;
+  req.id = seeds::parse_case("H=64,T=300,w=bf16,form=plain,family=cancel,seed=0");
+  req.impls = {"bwd_det_chunked", "ext_gpu_mix"};
+  req.backend = Backend::gpu;
+  const CheckReport rep = run_check(req);
+  ASSERT_EQ(rep.impls.size(), 2u);
+  EXPECT_EQ(rep.impls[0].ran_on, "gpu");
+  EXPECT_EQ(rep.impls[1].ran_on, "test callback on cpu");
+  EXPECT_TRUE(rep.pass()) << format_report(rep);
+  // The external is the model of the GPU variant: the same dw bits give the same statistics.
+  EXPECT_EQ(rep.impls[0].result.get(Output::dw).worst.ratio, rep.impls[1].result.get(Output::dw).worst.ratio);
+}
+
+}  // namespace
