@@ -29,7 +29,11 @@
 #      NG_AUDIT_BACKEND=cpu runs it on the CPU models (a dry run without a GPU),
 #   9. derive (not run by default): `normgate derive` of routes/sm90a.derive.toml
 #      into the output folder (NG_DERIVE_* below, at the step),
-#  10. a short table last.
+#  10. plugin (not run by default): the example CUDA plugin gated from the CLI
+#      (NG_PLUGIN_* at the step),
+#  11. peers (not run by default): torch.compile, Liger and QuACK through
+#      normgate.gate (tools/gate_peers.py; NG_PEERS_ARGS),
+#  12. a short table last.
 # Logs go to the output folder DIR: everything under DIR/logs, packed into
 # DIR/logs.tgz at the end.
 # Usage: tools/h200.sh [--out DIR] [--deadline-s N] [--steps "STEP ..."]
@@ -259,6 +263,49 @@ if has derive; then
     cp "$out/derive.log" "$final/derive/derive.log"
   else
     summary+=("derive skipped: deadline")
+  fi
+fi
+
+if has plugin; then
+  # The example CUDA plugin (examples/plugin/) gated from the CLI over
+  # NG_PLUGIN_TABLE (examples/plugin/routes-cuda.toml) with NG_PLUGIN_SEEDS
+  # (3x4) and NG_PLUGIN_ARGS; reports to DIR/plugin/. Stopped by the deadline.
+  start=$SECONDS
+  budget=$(left)
+  mkdir -p "$final/plugin"
+  lib="$build/examples/plugin/libng_cuda_plugin.so"
+  if [ ! -f "$lib" ]; then
+    summary+=("plugin skipped: no $lib (a CUDA build makes it)")
+  elif [ "$budget" -gt 30 ]; then
+    # shellcheck disable=SC2086
+    timeout --signal=INT $((budget - 10)) "$bin" gate "${NG_PLUGIN_TABLE:-$root/examples/plugin/routes-cuda.toml}" \
+      --plugin "$lib" --seeds "${NG_PLUGIN_SEEDS:-3x4}" --journal "$final/plugin/gate.jsonl" \
+      --report-md "$final/plugin/plugin-gate.md" --report-json "$final/plugin/plugin-gate.json" \
+      ${NG_PLUGIN_ARGS:-} >"$out/plugin.log" 2>&1
+    rc=$?
+    summary+=("plugin rc=$rc $((SECONDS - start))s")
+    while read -r l; do summary+=("  $l"); done < <(grep -E "^(verdict|backend) " "$out/plugin.log")
+  else
+    summary+=("plugin skipped: deadline")
+  fi
+fi
+
+if has peers; then
+  # Other projects' kernels (torch.compile, Liger, QuACK) through normgate.gate
+  # (tools/gate_peers.py); NG_PEERS_ARGS passes options (--site DIR for
+  # packages installed outside python3's path). Reports to DIR/peers/.
+  start=$SECONDS
+  budget=$(left)
+  if [ "$budget" -gt 30 ]; then
+    # shellcheck disable=SC2086
+    NORMGATE_LIB="$build/capi/libnormgate_capi.so" PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" \
+      timeout --signal=KILL $((budget - 5)) python3 "$root/tools/gate_peers.py" --out "$final/peers" \
+      --deadline-s $((budget - 20)) ${NG_PEERS_ARGS:-} >"$out/peers.log" 2>&1
+    rc=$?
+    summary+=("peers rc=$rc $((SECONDS - start))s")
+    while read -r l; do summary+=("  $l"); done < <(grep -E '"verdict"|NOT RUN|"stopped"' "$out/peers.log")
+  else
+    summary+=("peers skipped: deadline")
   fi
 fi
 

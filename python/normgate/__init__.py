@@ -46,6 +46,7 @@ invalid argument, RuntimeError otherwise (e.g. a CUDA error).
 
 import ctypes
 import operator
+import numbers
 import os
 import re
 import threading
@@ -192,8 +193,14 @@ def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, varian
     when how == "refused", else None). Never warns. RouteError when the table
     cannot be loaded; ValueError for a bad argument.
     """
+    for name, v in (("H", H), ("T", T)):
+        # bool is an int to Python; 2048.0 would be truncated silently by ctypes
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError("route_for: %s must be an integer, got %r" % (name, v))
+    if not isinstance(deterministic, bool):
+        raise ValueError("route_for: deterministic must be True or False, got %r" % (deterministic,))
     mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
-    _, info = _lib.route_for(_op_code(op), mode, H, T, _w_code(w_dtype), _form_code(form), variant)
+    _, info = _lib.route_for(_op_code(op), mode, int(H), int(T), _w_code(w_dtype), _form_code(form), variant)
     return _lib.route_info_dict(info)
 
 

@@ -109,6 +109,12 @@ def test_route_for_changes_at_the_window_edge():
         assert "w_dtype" in raises(ValueError, normgate.route_for, "bwd", 64, 1, "fp16")
         assert "form must be" in raises(ValueError, normgate.route_for, "bwd", 64, 1, "bf16", "rows")
         assert "T < 0" in raises(ValueError, normgate.route_for, "bwd", 64, -1)
+        # ctypes would truncate 2048.9 to 2048: a float H or T is refused, naming it
+        assert "H must be an integer, got 64.5" in raises(ValueError, normgate.route_for, "bwd", 64.5, 1)
+        assert "T must be an integer, got 100.0" in raises(ValueError, normgate.route_for, "bwd", 64, 100.0)
+        assert "T must be an integer, got True" in raises(ValueError, normgate.route_for, "bwd", 64, True)
+        assert "deterministic must be True or False" in raises(ValueError, normgate.route_for, "bwd", 64, 1,
+                                                               deterministic="no")
 
 
 def test_missing_and_stale_approvals_are_refused_naming_the_window():
