@@ -2,8 +2,9 @@
 """Gate other projects' RMSNorm kernels with normgate.gate, on a CUDA machine.
 
 Each peer is wrapped as a normgate.Implementation (one training step on the
-case's tensors: forward, then backward) and gated over the same windows in
-one normgate.gate call, so a case's oracle serves every peer:
+case's tensors: forward, then backward) and gated over the same windows, one
+normgate.gate call per peer (a route table routes a window to one
+implementation):
 
   torch.compile   the explicit FP32-statistics math (bench/peers/impls.py's
                   formulation) compiled with dynamic shapes, forward and
@@ -13,8 +14,8 @@ one normgate.gate call, so a case's oracle serves every peer:
   quack           QuACK's rmsnorm_fwd(store_rstd=True) / rmsnorm_bwd
 
 A peer whose package does not import is reported and left out. The gate's
-reports (Markdown, JSON, JUnit-free) and journal go to --out; the journal
-makes a re-run with the same options resume.
+reports (PEER-gate.md, PEER-gate.json), table and journal go to --out, with
+peers-summary.json; the journals make a re-run with the same options resume.
 
 Usage: tools/gate_peers.py --out DIR [--deadline-s N] [--peers torch.compile,liger,quack]
            [--windows "H=2048,T=1..8192;H=4096,T=1..8192"] [--seeds 3x4]
@@ -152,24 +153,29 @@ def main(argv=None):
         signal.setitimer(signal.ITIMER_REAL, a.deadline_s)
     t0 = time.time()
     stopped = None
-    rep = None
-    try:
-        rep = normgate.gate(impls, windows=a.window_list, seeds=a.seeds, t_per_window=a.t_per_window,
-                            dense_points=a.dense_points, fresh_factor=a.fresh_factor,
-                            journal=os.path.join(a.out, "peers.journal"),
-                            report_md=os.path.join(a.out, "peers-gate.md"),
-                            report_json=os.path.join(a.out, "peers-gate.json"), progress=False)
-    except KeyboardInterrupt:
-        stopped = "deadline reached: the journal keeps the finished cases (same command resumes)"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    results = {}
+    # One gate per peer: a route table routes each window to one
+    # implementation, so each peer has its own table, journal and reports.
+    for impl in impls:
+        try:
+            rep = normgate.gate(impl, windows=a.window_list, seeds=a.seeds, t_per_window=a.t_per_window,
+                                dense_points=a.dense_points, fresh_factor=a.fresh_factor,
+                                journal=os.path.join(a.out, impl.name + ".journal"),
+                                report_md=os.path.join(a.out, impl.name + "-gate.md"),
+                                report_json=os.path.join(a.out, impl.name + "-gate.json"),
+                                table_out=os.path.join(a.out, impl.name + "-gate.toml"), progress=False)
+        except KeyboardInterrupt:
+            stopped = "deadline reached in %s: the journal keeps the finished cases (same command resumes)" % impl.name
+            break
+        results[impl.name] = {"verdict": rep.get("verdict"),
+                              "windows": [{k: w.get(k) for k in ("window", "variant", "verdict", "worst",
+                                                                 "worst_output", "worst_case", "cases")}
+                                          for w in rep.get("windows", [])]}
+        print("peer     %s: %s" % (impl.name, rep.get("verdict")))
+    signal.setitimer(signal.ITIMER_REAL, 0)
     summary = {"peers": list(steps), "not_run": errors, "seconds": round(time.time() - t0, 1),
                "stopped": stopped, "torch": torch.__version__,
-               "device": torch.cuda.get_device_name(0), "args": vars(a)}
-    if rep is not None:
-        summary["verdict"] = rep.get("verdict")
-        summary["windows"] = [{k: w.get(k) for k in ("window", "variant", "verdict", "worst", "worst_output",
-                                                     "worst_case", "cases")} for w in rep.get("windows", [])]
+               "device": torch.cuda.get_device_name(0), "args": vars(a), "results": results}
     tmp = os.path.join(a.out, "peers-summary.json.tmp")
     with open(tmp, "w") as f:
         json.dump(summary, f, indent=1, default=str)

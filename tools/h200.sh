@@ -303,7 +303,7 @@ if has peers; then
       --deadline-s $((budget - 20)) ${NG_PEERS_ARGS:-} >"$out/peers.log" 2>&1
     rc=$?
     summary+=("peers rc=$rc $((SECONDS - start))s")
-    while read -r l; do summary+=("  $l"); done < <(grep -E '"verdict"|NOT RUN|"stopped"' "$out/peers.log")
+    while read -r l; do summary+=("  $l"); done < <(grep -E '^peer |"stopped"' "$out/peers.log")
   else
     summary+=("peers skipped: deadline")
   fi

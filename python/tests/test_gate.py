@@ -93,7 +93,10 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
     src.write_text("# version 1\n")
     impl = normgate.Implementation("py_stale", fp64_step, sources=[str(src)], device="cpu")
     table = str(tmp_path / "t.toml")
-    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 20)}], table_out=table, approve=True, **SMALL)
+    # backend "cpu": the approval is a cpu-model one on any machine (on a GPU
+    # machine "auto" would record gpu, and the dispatcher would count it as is)
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 20)}], table_out=table, approve=True, backend="cpu",
+                        **SMALL)
     assert rep["verdict"] == "PASS", rep["markdown"]
     assert any(c.startswith("approved cpu-model") for c in rep["approvals"]), rep["approvals"]
     with open(tmp_path / "t.approvals.json") as f:
@@ -107,7 +110,7 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
         changed = normgate.Implementation("py_stale", fp64_step, sources=[str(src)], device="cpu")
         assert changed.source_sha256 != impl.source_sha256
         # Gating the changed code (without approve) registers its new identity.
-        normgate.gate(changed, windows=[{"H": 64, "T": (1, 20)}], table_out=table, **SMALL)
+        normgate.gate(changed, windows=[{"H": 64, "T": (1, 20)}], table_out=table, backend="cpu", **SMALL)
         normgate.load_routes(table)
         assert normgate.route_for("bwd", 64, 10, "bf16", deterministic=True)["approval"] == "stale"
     finally:
