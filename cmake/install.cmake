@@ -4,6 +4,9 @@
 # and gets:
 #   normgate::capi       libnormgate_capi.so with normgate/capi.h (the C ABI)
 #   normgate::cli        the normgate executable (imported)
+#   normgate::plugin_abi normgate/plugin.h, header only, for plugin libraries
+#   normgate_plugin_sha256(VAR files...)  a plugin's source identity
+#                        (cmake/NormgatePlugin.cmake)
 #   normgate_ROUTES_DIR  the installed route tables (share/normgate/routes)
 #   normgate_HAVE_CUDA   ON when the kernels were built for the GPU, OFF for
 #                        the CPU half (kernel calls then fail, saying so)
@@ -22,6 +25,7 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/normgateConfig.cmake.in
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/normgateConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/normgateConfig.cmake ${CMAKE_BINARY_DIR}/normgateConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/NormgatePlugin.cmake
         DESTINATION ${NORMGATE_INSTALL_CMAKEDIR})
 
 # The Python wheel (pyproject.toml; scikit-build-core sets SKBUILD and

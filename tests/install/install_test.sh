@@ -3,7 +3,8 @@
 # outside normgate (tests/install/consumer) finds it with find_package and
 # uses it: the files are where capi.h, cmake/install.cmake and the README
 # say; normgate::capi links and runs; the installed library loads the route
-# table installed beside it by itself; the version file refuses another
+# table installed beside it by itself; normgate::plugin_abi and
+# normgate_plugin_sha256 are there for plugins; the version file refuses another
 # minor version; the imported normgate::cli runs. CPU only; a few seconds.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR VERSION GENERATOR C_COMPILER
 set -euo pipefail
@@ -17,7 +18,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
 for f in bin/normgate bin/plot_maps.py lib/libnormgate_capi.so include/normgate/capi.h \
          lib/cmake/normgate/normgateConfig.cmake lib/cmake/normgate/normgateConfigVersion.cmake \
-         lib/cmake/normgate/normgateTargets.cmake \
+         lib/cmake/normgate/normgateTargets.cmake lib/cmake/normgate/NormgatePlugin.cmake \
+         include/normgate/plugin.h \
          share/normgate/routes/sm90a.toml share/normgate/routes/sm90a.approvals.json \
          share/normgate/routes/sm90a.policy.toml share/normgate/routes/sm90a-ci.toml \
          share/normgate/routes/sm90a-ci.policy.toml; do
@@ -34,6 +36,9 @@ major_minor=${version%.*}
 consumer "$tmp/c" -DNG_WANT_VERSION="$major_minor" >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; fail "consumer configure"; }
 grep -q "consumer: normgate $version routes=$prefix/share/normgate/routes cuda=" "$tmp/c.log" ||
   { cat "$tmp/c.log"; fail "find_package(normgate): version or normgate_ROUTES_DIR"; }
+# normgate_plugin_sha256 from the package: the hash of the manifest line, as sha256sum computes it
+want=$(cd "$src/tests/install/consumer" && sha256sum consumer.c | sha256sum | cut -d' ' -f1)
+grep -q "consumer: consumer.c sha256=$want" "$tmp/c.log" || { cat "$tmp/c.log"; fail "normgate_plugin_sha256 != $want"; }
 cmake --build "$tmp/c" >"$tmp/cb.log" 2>&1 || { cat "$tmp/cb.log"; fail "consumer build"; }
 out=$(env -u NORMGATE_ROUTES -u NORMGATE_DISPATCH "$tmp/c/consumer") || fail "consumer run: $out"
 echo "$out"

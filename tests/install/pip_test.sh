@@ -11,7 +11,7 @@
 #     packaged CLI (`normgate --version`, `normgate variants`);
 #   - the package is a CMake prefix: find_package(normgate) builds and runs
 #     tests/install/consumer against it.
-# Builds the package from scratch (53 objects; --no-cache-dir: never a wheel
+# Builds the package from scratch (~60 objects; --no-cache-dir: never a wheel
 # cached by an earlier run): about 360 s of CPU time, so about 3 minutes on 2
 # idle cores; ctest label "pip". Needs python3 with venv and pip, and PyPI for the build
 # requirements (scikit-build-core); skips (77) without venv or without PyPI.
