@@ -41,7 +41,14 @@ void keep_large_blocks() {
 int main(int argc, char** argv) {
   keep_large_blocks();
   CLI::App app{"normgate: RMSNorm training kernels for Hopper and the accuracy gate that checks them"};
-  app.set_version_flag("--version", std::string(NORMGATE_VERSION) + " (" + NORMGATE_GIT_COMMIT + ")");
+  // What this binary was built with: a `pip install .` without nvcc gets the
+  // CPU half, and says so here.
+#ifdef NORMGATE_KERNELS_HAVE_CUDA
+  const std::string built = "CUDA kernels for sm_90a";
+#else
+  const std::string built = "CPU half: built without CUDA, the variants run as their CPU models";
+#endif
+  app.set_version_flag("--version", std::string(NORMGATE_VERSION) + " (" + NORMGATE_GIT_COMMIT + "; " + built + ")");
   app.require_subcommand(1);
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);

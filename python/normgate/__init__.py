@@ -1,9 +1,11 @@
 """normgate: RMSNorm training kernels (H200, sm_90a) and their FP64 accuracy oracle, from Python.
 
 A thin ctypes layer over libnormgate_capi.so (capi/include/normgate/capi.h);
-no build against PyTorch. The library is found at $NORMGATE_LIB, else at
-../../build/capi/libnormgate_capi.so relative to this package (scripts/build
-makes it); a missing library is reported on first use, not at import.
+no build against PyTorch. The library is the one installed with this package
+(`pip install .`), else $NORMGATE_LIB, else ../../build/capi/libnormgate_capi.so
+relative to this package (scripts/build makes it; _lib.py); a missing library
+is reported on first use, not at import. __version__ is the CMake project's
+(_version.py).
 
 torch is imported inside the functions that need it, so `import normgate`
 works without torch (version(), device_available(), case_info() and
@@ -54,6 +56,7 @@ import time
 import warnings
 
 from . import _lib
+from ._version import __version__
 from ._lib import RouteError, case_info, device_available, library_path, variant_info, version
 from .cases import CaseDigestError, load_case  # noqa: F401  saved case files (h5py, on call)
 

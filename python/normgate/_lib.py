@@ -1,8 +1,13 @@
 """Loader and ctypes declarations of libnormgate_capi.so (capi/include/normgate/capi.h).
 
 The library is found, on first use (importing the package never fails):
-  1. at $NORMGATE_LIB (a path to the .so), else
-  2. at ../../build/capi/libnormgate_capi.so relative to this package
+  1. installed with this package (`pip install .`): lib/libnormgate_capi.so
+     inside the package folder. It comes first, even over $NORMGATE_LIB: the
+     ctypes declarations below are those of the library built with them, and
+     a variable left over from a source checkout cannot swap in another
+     build's library; else
+  2. at $NORMGATE_LIB (a path to the .so), else
+  3. at ../../build/capi/libnormgate_capi.so relative to this package
      (the repository's build folder: scripts/build makes it).
 Nothing here imports torch.
 """
@@ -135,8 +140,20 @@ _lock = threading.Lock()
 _lib = None
 
 
+def packaged_library_path():
+    """Where `pip install .` puts the library: lib/libnormgate_capi.so inside
+    this package (pyproject.toml). None when it is not there (a source tree)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "lib", "libnormgate_capi.so")
+    return path if os.path.isfile(path) else None
+
+
 def library_path():
-    """The path the library is loaded from ($NORMGATE_LIB, else the build folder)."""
+    """The path the library is loaded from: the one installed with this
+    package, else $NORMGATE_LIB, else the build folder (module docstring)."""
+    packaged = packaged_library_path()
+    if packaged:
+        return packaged
     env = os.environ.get("NORMGATE_LIB")
     if env:
         return env
@@ -159,7 +176,8 @@ def lib():
             raise RuntimeError(
                 "normgate: libnormgate_capi.so not found at " + path +
                 (" ($NORMGATE_LIB)" if os.environ.get("NORMGATE_LIB") else
-                 " (build it with scripts/build, or set NORMGATE_LIB to its path)"))
+                 " (install the package with `pip install .`, or build the library with scripts/build, "
+                 "or set NORMGATE_LIB to its path)"))
         try:
             L = ctypes.CDLL(path)
         except OSError as e:
