@@ -152,7 +152,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // Everything this run will write is checked before any work.
       const std::vector<ReportPath> reports = {
           {"--report-md", o->report_md}, {"--report-json", o->report_json}, {"--report-junit", o->report_junit}};
-      check_report_paths(reports);
+      check_report_paths(reports, o->g.journal_path);
+      check_writable(o->g.journal_path);
       kernels::Approvals approvals;
       if (o->approve) {
         approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));

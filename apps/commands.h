@@ -70,10 +70,11 @@ struct ReportPath {
   std::string path;
 };
 
-/// Before any work: at most one report may go to stdout ("-"), else
-/// std::invalid_argument naming the options; every other report path must be
-/// writable (check_writable).
-void check_report_paths(const std::vector<ReportPath>& reports);
+/// Before any work: at most one report may go to stdout ("-"), no two
+/// outputs (reports, the journal `journal`, "" for none) may name one file,
+/// else std::invalid_argument naming the options; every other report path
+/// must be writable (check_writable: a folder, a read-only file refused).
+void check_report_paths(const std::vector<ReportPath>& reports, const std::string& journal = "");
 
 /// When one of `reports` is "-": moves the process's stdout to stderr (what
 /// is printed from here on, by the command and the libraries, goes to

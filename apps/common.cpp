@@ -39,8 +39,25 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-void check_report_paths(const std::vector<ReportPath>& reports) {
+void check_report_paths(const std::vector<ReportPath>& reports, const std::string& journal) {
   const ReportPath* to_stdout = nullptr;
+  namespace fs = std::filesystem;
+  // Two outputs on one file: the later write would destroy the earlier (a
+  // report over the journal loses the campaign's resume).
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  };
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (r.path.empty() || r.path == "-") continue;
+    if (!journal.empty() && same(r.path, journal))
+      throw std::invalid_argument(std::string(r.option) + " '" + r.path + "' is the journal's file (--journal)");
+    for (size_t j = 0; j < i; ++j)
+      if (!reports[j].path.empty() && reports[j].path != "-" && same(r.path, reports[j].path))
+        throw std::invalid_argument(std::string(reports[j].option) + " and " + r.option + " name one file '" +
+                                    r.path + "'");
+  }
   for (const auto& r : reports) {
     if (r.path != "-") {
       check_writable(r.path);
@@ -157,6 +174,10 @@ void check_writable(const std::string& path) {
   if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
     throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
                                 "' does not exist or is not writable");
+  if (fs::is_directory(path, ec))
+    throw std::invalid_argument("cannot write '" + path + "': it is a folder (give a file name)");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write '" + path + "': the file exists and is not writable");
 }
 
 }  // namespace normgate::app

@@ -200,6 +200,8 @@ def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, varian
         # bool is an int to Python; 2048.0 would be truncated silently by ctypes
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise ValueError("route_for: %s must be an integer, got %r" % (name, v))
+        if not -(1 << 63) <= v < (1 << 63):  # ctypes would keep the low 64 bits
+            raise ValueError("route_for: %s = %d does not fit in 64 bits" % (name, v))
     if not isinstance(deterministic, bool):
         raise ValueError("route_for: deterministic must be True or False, got %r" % (deterministic,))
     mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET

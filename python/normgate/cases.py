@@ -7,6 +7,7 @@ normgate library; torch is used when it is importable.
 """
 
 import hashlib
+import os
 
 __all__ = ["load_case", "CaseDigestError", "CASE_SCHEMA"]
 
@@ -102,9 +103,13 @@ def load_case(path, as_torch=None):
     torch they are numpy arrays and the BF16 ones hold their raw bits as
     uint16 (the names in "bf16" say which).
     """
-    import h5py
-    import numpy as np
-
+    try:
+        import h5py
+        import numpy as np
+    except ImportError as e:
+        raise ImportError("normgate.load_case needs h5py and numpy (pip install h5py): %s" % e) from e
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError("load_case: path must be a file path, got %r" % (path,))
     path = str(path)
     torch = _want_torch(as_torch)
     with h5py.File(path, "r") as f:

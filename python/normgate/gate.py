@@ -32,6 +32,7 @@ does (KeyboardInterrupt is re-raised).
 import ctypes
 import hashlib
 import inspect
+import json
 import numbers
 import os
 import re
@@ -48,6 +49,10 @@ __all__ = ["Implementation", "gate", "source_sha256"]
 
 NG_ECANCEL = 4
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z")
+# The characters of a seed-set spelling (seeds/seed_set.h): counts, families,
+# ranges and lists; the library parses it, this keeps junk out of the files
+# written before it does.
+_SEEDS_RE = re.compile(r"[A-Za-z0-9_.,:=x-]{1,200}\Z")
 _W_BITS = {"bf16": 1 << 0, "fp32": 1 << 1}
 _FORM_BITS = {"plain": 1 << 0, "res": 1 << 1, "heads24": 1 << 2, "heads4": 1 << 3}
 _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
@@ -287,6 +292,8 @@ class Implementation:
         self.sources = sources
         if device is not None and not isinstance(device, str):
             device = str(device)
+        if device is not None and not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
+            raise ValueError("device: %r is not 'cpu', 'cuda' or 'cuda:N'" % (device,))
         self._device = device
         if description is None:
             description = getattr(fn, "__qualname__", type(fn).__name__)
@@ -484,7 +491,7 @@ def _parse_window(win, k):
 
 
 def _table_text(impls, wins):
-    lines = ['# Written by normgate.gate() for its windows= argument: one route per',
+    lines = [_TABLE_HEADER + ' for its windows= argument: one route per',
              '# (window, implementation). Re-running the same gate writes the same bytes.',
              'arch = "sm90a"',
              'description = "normgate.gate: %s"' % ", ".join(i.name for i in impls),
@@ -513,12 +520,15 @@ def _table_text(impls, wins):
     return "\n".join(lines) + "\n"
 
 
+_TABLE_HEADER = "# Written by normgate.gate()"
+
+
 def _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor):
     return ("# Written by normgate.gate() beside its generated table: the minimum is the\n"
             "# campaign it was first asked to run (edit it to demand more).\n"
             'description = "normgate.gate campaign"\n\n[minimum]\n'
-            'seeds = "%s"\nt_per_window = %d\ndense_points = %d\ndense_step = %d\nfresh_factor = %d\n'
-            'backends = ["gpu", "cpu-model"]\n' % (seeds, t_per_window, dense_points, dense_step, fresh_factor))
+            'seeds = %s\nt_per_window = %d\ndense_points = %d\ndense_step = %d\nfresh_factor = %d\n'
+            'backends = ["gpu", "cpu-model"]\n' % (json.dumps(seeds), t_per_window, dense_points, dense_step, fresh_factor))
 
 
 def _write_atomic(path, text):
@@ -641,6 +651,8 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
         raise ValueError("impls: duplicate names %s" % sorted({n for n in names if names.count(n) > 1}))
     if not isinstance(seeds, str) or not seeds:
         raise TypeError("seeds must be a seed-set string such as '3x16', got %r" % (seeds,))
+    if not _SEEDS_RE.match(seeds):
+        raise ValueError("seeds %r is not a seed set (e.g. '3x16', 'seeds=120..239', 'cancel:0..7')" % (seeds,))
     t_per_window = _int(t_per_window, "t_per_window", 2, 1 << 20)
     dense_points = _int(dense_points, "dense_points", 0, 1 << 20)
     dense_step = _int(dense_step, "dense_step", 1, 1 << 31)
@@ -692,6 +704,9 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
         if os.path.exists(table):
             with open(table) as f:
                 current = f.read()
+        if current is not None and current != text and not current.startswith(_TABLE_HEADER):
+            raise ValueError("table_out %r exists and was not written by normgate.gate(): not overwritten "
+                             "(give another path)" % table)
         if current != text:
             _write_atomic(table, text)
         stem = table[:-5] if table.endswith(".toml") else table

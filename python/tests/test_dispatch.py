@@ -113,6 +113,7 @@ def test_route_for_changes_at_the_window_edge():
         assert "H must be an integer, got 64.5" in raises(ValueError, normgate.route_for, "bwd", 64.5, 1)
         assert "T must be an integer, got 100.0" in raises(ValueError, normgate.route_for, "bwd", 64, 100.0)
         assert "T must be an integer, got True" in raises(ValueError, normgate.route_for, "bwd", 64, True)
+        assert "T = 1180591620717411303424 does not fit" in raises(ValueError, normgate.route_for, "bwd", 64, 2 ** 70)
         assert "deterministic must be True or False" in raises(ValueError, normgate.route_for, "bwd", 64, 1,
                                                                deterministic="no")
 

@@ -190,7 +190,19 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
     with pytest.raises(ValueError, match="built-in"):
         normgate.gate(normgate.Implementation("bwd_det_chunked", fp64_step, source_sha256="ab" * 32, device="cpu"),
                       windows=win, table_out=str(out / "t.toml"))
+    with pytest.raises(ValueError, match="device: 'tpu'"):
+        normgate.Implementation("k", fp64_step, source_sha256="ab" * 32, device="tpu")
+    # A seed set with characters no seed set has: refused before the table and
+    # policy are written (a quote would have broken the policy file).
+    with pytest.raises(ValueError, match="seeds '3x1\"' is not a seed set"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), approve=True, seeds='3x1"')
     assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
+    # A table_out that normgate.gate() did not write is never overwritten.
+    mine = tmp_path / "mine.toml"
+    mine.write_text("# my own table\n")
+    with pytest.raises(ValueError, match="was not written by normgate.gate"):
+        normgate.gate(impl, windows=win, table_out=str(mine))
+    assert mine.read_text() == "# my own table\n"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not normgate.device_available(),

@@ -45,7 +45,16 @@ def main():
         assert r.stdout == "" and "gate " not in r.stderr, (r.stdout, r.stderr)
         r = run("gate", table, *FAST, "--report-junit", os.path.join(d, "no", "j.xml"))
         assert r.returncode == 2 and "no/j.xml" in r.stderr and "does not exist" in r.stderr, r.stderr
-        assert not os.path.exists(journal)
+        # Two outputs on one file (a report over the journal would lose the
+        # resume), a folder as a report or journal: refused before any work.
+        r = run("gate", table, *FAST, "--journal", journal, "--report-json", journal)
+        assert r.returncode == 2 and "--report-json '%s' is the journal's file" % journal in r.stderr, r.stderr
+        r = run("gate", table, *FAST, "--report-md", junit, "--report-junit", junit)
+        assert r.returncode == 2 and "--report-md and --report-junit name one file" in r.stderr, r.stderr
+        for opt in ("--report-json", "--journal"):
+            r = run("gate", table, *FAST, opt, d)
+            assert r.returncode == 2 and "it is a folder" in r.stderr, (opt, r.stderr)
+        assert not os.path.exists(journal) and not os.path.exists(junit)
 
         r = run("gate", table, *FAST, "--journal", journal, "--report-junit", junit, "--report-json", "-")
         assert r.returncode == 1, (r.returncode, r.stderr)
