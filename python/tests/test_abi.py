@@ -67,14 +67,6 @@ def test_import_needs_no_torch():
 
 
 if __name__ == "__main__":
-    passed = failed = 0
-    for name, fn in sorted(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                passed += 1
-            except Exception as e:  # report and go on
-                failed += 1
-                print("FAILED %s: %r" % (name, e))
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    from plain_runner import run_module_tests  # python/tests/, on sys.path as the script's folder
+
+    run_module_tests(globals())
