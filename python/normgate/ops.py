@@ -61,6 +61,7 @@ __all__ = ["rms_norm", "RMSNorm", "FORMS", "DEFAULT_EPS"]
 FORMS = ("plain", "res", "heads24", "heads4")
 _HEADS = {"heads24": 24, "heads4": 4}
 HEAD_DIM = 256
+MAX_H = 16384  # the kernels' largest row (capi.h)
 # What torch.nn.functional.rms_norm adds when eps is None for bfloat16 and
 # float32 inputs: the float32 machine epsilon (its C++ uses the epsilon of the
 # input's compute type, float for both), not finfo(bfloat16).eps = 2^-7.
@@ -85,6 +86,8 @@ def _check_meta(x, w, residual=None, residual_name="residual"):
     elif x.dim() != 2:
         raise ValueError("x has %d dims; expected [T, H] or [T, heads, 256]" % x.dim())
     H = x.shape[-1]
+    if not 1 <= H <= MAX_H:
+        raise ValueError("x has rows of H = %d; the kernels take 1 <= H <= %d" % (H, MAX_H))
     if w.dim() != 1 or w.shape[0] != H:
         raise ValueError("w has shape %s; expected [%d]" % (tuple(w.shape), H))
     if w.dtype not in (torch.bfloat16, torch.float32):

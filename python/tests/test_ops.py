@@ -85,6 +85,10 @@ def test_fakes_reject_what_the_kernels_reject():
         torch.ops.normgate.rms_norm_fwd(meta(3, 1024), w, 1e-6)
     with pytest.raises(ValueError, match="per-head tensors"):
         torch.ops.normgate.rms_norm_fwd(meta(3, 8, 256), meta(256), 1e-6)
+    with pytest.raises(ValueError, match="rows of H = 20000; the kernels take 1 <= H <= 16384"):
+        torch.ops.normgate.rms_norm_fwd(meta(3, 20000), meta(20000), 1e-6)
+    with pytest.raises(ValueError, match="rows of H = 0"):
+        torch.ops.normgate.rms_norm_fwd(meta(3, 0), meta(0), 1e-6)
     with pytest.raises(ValueError, match="w has dtype torch.float16"):
         torch.ops.normgate.rms_norm_fwd(meta(3, 2048), meta(2048, dtype=torch.float16), 1e-6)
     with pytest.raises(ValueError, match=r"residual has shape \(3, 1024\)"):
