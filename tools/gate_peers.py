@@ -145,7 +145,8 @@ def main(argv=None):
             return fn(g)
 
         impls.append(normgate.Implementation(n.replace(".", "_"), guarded, op="bwd", deterministic=True,
-                                             sources=src, forms=["plain"]))
+                                             sources=src, forms=["plain"],
+                                             description="%s (tools/gate_peers.py, one step: fwd then bwd)" % n))
     if a.deadline_s > 0:
         def on_alarm(signum, frame):
             raise KeyboardInterrupt
