@@ -48,7 +48,9 @@ TEST(Registry, HasTheVariantsInIdOrder) {
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
     EXPECT_EQ(static_cast<int>(vs[i].id), want[i].second);
-    if (i > 0) EXPECT_LT(static_cast<int>(vs[i - 1].id), static_cast<int>(vs[i].id));
+    if (i > 0) {
+      EXPECT_LT(static_cast<int>(vs[i - 1].id), static_cast<int>(vs[i].id));
+    }
     EXPECT_EQ(&variant(vs[i].name), &vs[i]);
     EXPECT_EQ(&variant(vs[i].id), &vs[i]);
   }
@@ -80,7 +82,9 @@ TEST(Registry, MultirowForwardAndItsRowsPerTeam) {
     EXPECT_EQ(fwd_multirow_teams(w.H), w.teams) << "H = " << w.H;
     // At most 8 16-byte loads of x per thread, and at least 4 KiB of x per team (rows of >= 256 columns).
     EXPECT_LE(fwd_multirow_rows(w.H) * row_geometry(w.H).slots, 8) << "H = " << w.H;
-    if (w.H >= 256) EXPECT_GE(fwd_multirow_rows(w.H) * w.H * 2, 4096) << "H = " << w.H;
+    if (w.H >= 256) {
+      EXPECT_GE(fwd_multirow_rows(w.H) * w.H * 2, 4096) << "H = " << w.H;
+    }
   }
 }
 
