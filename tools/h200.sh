@@ -33,7 +33,10 @@
 #      (NG_PLUGIN_* at the step),
 #  11. peers (not run by default): torch.compile, Liger and QuACK through
 #      normgate.gate (tools/gate_peers.py; NG_PEERS_ARGS),
-#  12. a short table last.
+#  12. ceiling (not run by default): bench/ceiling_bench, the copies and the
+#      one-direction streams that bound a memory-bound kernel (NG_CEILING_ARGS;
+#      default --mib 1024 2048 --rounds 5); table in DIR/ceiling.txt,
+#  13. a short table last.
 # Logs go to the output folder DIR: everything under DIR/logs, packed into
 # DIR/logs.tgz at the end.
 # Usage: tools/h200.sh [--out DIR] [--deadline-s N] [--steps "STEP ..."]
@@ -182,6 +185,13 @@ if has bench; then
   # NG_BENCH_ARGS: kernels_bench options and shapes (e.g. "--depth 1:1:0:1:0,4:3:0:1:0 --no-controls 131072,4096": S = 0 for the ring)
   "$build/bench/kernels_bench" --json "$out/kernels_bench.json" ${NG_BENCH_ARGS:-} >"$out/kernels_bench.log" 2>&1
   summary+=("kernels_bench rc=$?")
+fi
+
+if has ceiling; then
+  # shellcheck disable=SC2086
+  timeout --signal=KILL $(( $(left) > 10 ? $(left) - 5 : 5 )) "$build/bench/ceiling_bench" \
+    ${NG_CEILING_ARGS:---mib 1024 2048 --rounds 5} >"$final/ceiling.txt" 2>"$out/ceiling.log"
+  summary+=("ceiling rc=$?")
 fi
 
 if has grid; then

@@ -26,10 +26,13 @@ def markdown(meta, rows, copy):
              f"({meta['rounds']} interleaved rounds, order rotated), L2 flushed before each, CUDA events. "
              f"Accuracy: worst of {meta['seeds']} seeds of family `{meta['family']}` through normgate's oracle. "
              f"det = normgate deterministic=True, ours = deterministic=False. "
-             f"Copy ceiling (read + write, faster of normgate's 16-byte copy and a Triton copy: {copy.get('by')}): "
+             f"Copy ceiling (read + write, the fastest copy the run timed: {copy.get('by')}): "
              f"{fmt(copy.get('GBps'), '{:.0f}')} GB/s"
              + "".join(f"; {k} {v['GBps']:.0f} GB/s" for k, v in copy.get('candidates', {}).items())
              + "".join(f"; {k} failed: `{v}`" for k, v in (copy.get("errors") or {}).items()) + "."
+             + ("" if not copy.get("directions") else " One direction alone (not copies, not the ceiling): "
+                + "; ".join(f"{k} {v['GBps']:.0f} GB/s" for k, v in copy["directions"].items()) + ".")
+             + f" 'of peak' is the fraction of the HBM peak, {HBM_PEAK_GBPS:.0f} GB/s (H200 HBM3e)."
              + copy_note(rows, copy) + "\n")
     if meta.get("skipped") or meta.get("failed_rows") or meta.get("stopped"):
         L.append("**Incomplete run.** "
@@ -74,6 +77,10 @@ def markdown(meta, rows, copy):
     return "\n".join(L) + "\n"
 
 
+HBM_PEAK_GBPS = 4800.0
+"""The H200's HBM3e peak (4.8 TB/s, NVIDIA's data sheet): the 'of peak' fraction."""
+
+
 def row_copy_GBps(row, copy):
     """The copy ceiling a row's "of copy" compares with: its own run's (a
     merge keeps each row's), else the result's."""
@@ -104,7 +111,7 @@ def copy_note(rows, copy):
 
 def form_table(copy, rows):
     """One form's rows as the seed's table (one line per workload and op)."""
-    L = ["| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy) | A/A floor |",
+    L = ["| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy, of peak) | A/A floor |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         for op, r in row["ops"].items():
@@ -120,7 +127,7 @@ def form_table(copy, rows):
             frac = ""
             row_copy = row_copy_GBps(row, copy)
             if r.get("ours_GBps") and row_copy:
-                frac = f" ({r['ours_GBps'] / row_copy:.2f})"
+                frac = f" ({r['ours_GBps'] / row_copy:.2f}, {r['ours_GBps'] / HBM_PEAK_GBPS:.2f})"
             oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
                    for n in ("det", "ours")}
             L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "

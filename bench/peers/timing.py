@@ -229,34 +229,47 @@ def triton_copy(torch):
 
 
 def copy_ceiling(torch, timer, nbytes, reps):
-    """The copy ceiling: bandwidth (bytes read + written, GB/s) of the faster of
-    normgate's 16-byte vectorized copy and a Triton copy, same buffers."""
+    """The copy ceiling: bandwidth (bytes read + written, GB/s) of the fastest
+    of normgate's ceiling copies (normgate.CEILING_KINDS: 16-byte vector copies
+    of several shapes, cudaMemcpyAsync, Hopper bulk copies) and a Triton copy,
+    same buffers, each timed like a row. The one-direction streams read_only
+    and write_only (bandwidth = bytes / time) are timed too and reported under
+    "directions": they are not copies and never the ceiling, but say how far
+    the mixed read/write traffic of a copy is from each direction alone."""
     import normgate
 
     n = (nbytes // 16) * 16
     src = torch.ones(n // 2, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
-    res = {}
-    cands = {"normgate copy_vec16": lambda: normgate.copy_vec16(dst, src)}
+    kinds = getattr(normgate, "CEILING_KINDS", ())
+    cands = {"normgate copy_vec16": (lambda: normgate.copy_vec16(dst, src), 2)}
+    for k in kinds:
+        if k == "vec16_grid4":  # the same kernel as copy_vec16
+            continue
+        copy = k not in ("read_only", "write_only")
+        cands[f"normgate {k}"] = ((lambda k=k: normgate.ceiling_stream(k, None if k == "read_only" else dst,
+                                                                        None if k == "write_only" else src)),
+                                  2 if copy else 1)
     tc = triton_copy(torch)
     if tc is not None:
-        cands["triton copy"] = lambda: tc(dst, src)
-    errs = {}
-    for name, fn in cands.items():
+        cands["triton copy"] = (lambda: tc(dst, src), 2)
+    res, dirs, errs = {}, {}, {}
+    for name, (fn, ways) in cands.items():
         # One failing candidate (a Triton or library error) must not end the run.
         try:
             g = timer.capture(fn)
             # cupti_time: a CUPTI failure turns CUPTI off, never costs the candidate
             t = statistics.median(cupti_time(timer, g, reps, [], lambda s: print(s, file=sys.stderr, flush=True)))
-            res[name] = {"us": t, "GBps": 2 * n / (t * 1e-6) / 1e9}
+            (res if ways == 2 else dirs)[name] = {"us": t, "GBps": ways * n / (t * 1e-6) / 1e9}
         except Exception as e:  # noqa: BLE001 - reported in the output
             errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         g = None
     if not res:
-        return {"GBps": None, "us": None, "by": None, "bytes": n, "candidates": {}, "errors": errs}
+        return {"GBps": None, "us": None, "by": None, "bytes": n, "candidates": {}, "directions": dirs,
+                "errors": errs}
     best = max(res, key=lambda k: res[k]["GBps"])
     return {"GBps": res[best]["GBps"], "us": res[best]["us"], "by": best, "bytes": n, "candidates": res,
-            "errors": errs}
+            "directions": dirs, "errors": errs}
 
 
 def round_order(base, r, rounds):

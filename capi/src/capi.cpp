@@ -431,6 +431,16 @@ int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream) {
   });
 }
 
+int ng_ceiling_stream(const char* kind, void* dst, const void* src, uint64_t bytes, void* stream) {
+  return guard("ng_ceiling_stream", [&] {
+    need(kind, "kind");
+    const bool copy = nk::ceiling_kind_is_copy(kind);  // std::invalid_argument naming an unknown kind
+    if (copy || std::string(kind) != "read_only") need(dst, "dst");
+    if (copy || std::string(kind) != "write_only") need(src, "src");
+    nk::run_ceiling_kind(kind, dst, src, static_cast<size_t>(bytes), static_cast<nk::Stream>(stream));
+  });
+}
+
 int ng_graph_spans_start(void) {
   return guard("ng_graph_spans_start", [&] { nk::graph_spans_start(); });
 }

@@ -67,7 +67,7 @@ __all__ = [
     "rmsnorm_train_forward", "rmsnorm_train_backward", "rms_norm",
     "route_for", "last_variant", "set_strict_routes", "load_routes", "variant_info", "RouteError", "RouteWarning",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
-    "bwd_workspace_bytes", "copy_vec16", "default_threads", "MAX_THREADS",
+    "bwd_workspace_bytes", "ceiling_stream", "CEILING_KINDS", "copy_vec16", "default_threads", "MAX_THREADS",
 ]
 
 # Gate your own implementation (normgate/gate.py): Implementation, gate, source_sha256.
@@ -335,6 +335,40 @@ def copy_vec16(dst, src):
         raise ValueError(f"copy_vec16: dst holds {dst.numel() * dst.element_size()} bytes, src {nbytes}")
     with torch.cuda.device(src.device):
         _lib.check(_lib.lib().ng_copy_vec16(_ptr(dst), _ptr(src), nbytes, _stream(src.device)))
+
+
+CEILING_KINDS = ("vec16_grid4", "vec16_tile1", "vec16_tile2", "vec16_tile4", "vec16_tile8", "vec16_tile16", "memcpy", "tma_bulk",
+                 "read_only", "write_only")
+"""The benchmark ceiling streams (bench/timing/src/ceiling.cu): the copies,
+then the one-direction streams read_only and write_only."""
+
+
+def ceiling_stream(kind, dst, src):
+    """Benchmark ceiling: run stream `kind` (one of CEILING_KINDS) on the
+    current stream. Copies copy src into dst (bandwidth = 2 * bytes / time);
+    "read_only" reads src (dst None), "write_only" writes dst (src None)
+    (bandwidth = bytes / time). Tensors: CUDA, contiguous, 16-byte aligned, a
+    multiple of 16 bytes, dst and src the same size. ValueError for an unknown
+    kind or a bad tensor."""
+    torch = _torch()
+    if kind not in CEILING_KINDS:
+        raise ValueError(f"ceiling_stream: kind {kind!r} is not one of {', '.join(CEILING_KINDS)}")
+    used = [(n, t) for n, t in (("dst", dst), ("src", src))
+            if not (n == "dst" and kind == "read_only") and not (n == "src" and kind == "write_only")]
+    for name, t in used:
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            raise ValueError(f"ceiling_stream: {name} must be a CUDA tensor, got {type(t).__name__}"
+                             f"{'' if not isinstance(t, torch.Tensor) else ' on ' + str(t.device)}")
+        if not t.is_contiguous():
+            raise ValueError(f"ceiling_stream: {name} must be contiguous (strides {tuple(t.stride())})")
+    sizes = {t.numel() * t.element_size() for _, t in used}
+    if len(sizes) != 1:
+        raise ValueError(f"ceiling_stream: dst and src hold different byte counts {sorted(sizes)}")
+    nbytes = sizes.pop()
+    dev = used[0][1].device
+    with torch.cuda.device(dev):
+        _lib.check(_lib.lib().ng_ceiling_stream(kind.encode(), _ptr(dst) if kind != "read_only" else None,
+                                                _ptr(src) if kind != "write_only" else None, nbytes, _stream(dev)))
 
 
 def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None, variant=None):

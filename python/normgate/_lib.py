@@ -196,6 +196,8 @@ def lib():
         L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
         L.ng_copy_vec16.restype = ctypes.c_int
         L.ng_copy_vec16.argtypes = [_vp, _vp, _c_u64, _vp]
+        L.ng_ceiling_stream.restype = ctypes.c_int
+        L.ng_ceiling_stream.argtypes = [ctypes.c_char_p, _vp, _vp, _c_u64, _vp]
         L.ng_graph_spans_start.restype = ctypes.c_int
         L.ng_graph_spans_start.argtypes = []
         L.ng_graph_spans_stop.restype = ctypes.c_int

@@ -64,7 +64,7 @@ def test_merge_keeps_every_row_and_its_own_copy_ceiling():
         assert r.returncode == 0 and r.stdout.strip() == md.strip()
         # The first row's "of copy" is ours GB/s over its own run's ceiling.
         r0 = a["rows"][0]["ops"]["fwd"]
-        assert f"({r0['ours_GBps'] / a['copy']['GBps']:.2f})" in md
+        assert f"({r0['ours_GBps'] / a['copy']['GBps']:.2f}, {r0['ours_GBps'] / 4800:.2f})" in md
 
 
 def test_merge_refuses_a_row_in_two_runs_and_a_non_result():

@@ -18,7 +18,54 @@
 namespace normgate::kernels::test {
 namespace {
 
+TEST(Timing, CeilingKindsNameCopiesAndDirections) {
+  const std::vector<std::string> k = ceiling_kinds();
+  ASSERT_GE(k.size(), 4u);
+  EXPECT_EQ(k.front(), "vec16_grid4");  // copy_vec16, the ceiling before the others
+  int copies = 0;
+  for (const auto& x : k) copies += ceiling_kind_is_copy(x);
+  EXPECT_EQ(copies, static_cast<int>(k.size()) - 2);
+  EXPECT_FALSE(ceiling_kind_is_copy("read_only"));
+  EXPECT_FALSE(ceiling_kind_is_copy("write_only"));
+  EXPECT_TRUE(ceiling_kind_is_copy("tma_bulk"));
+  try {
+    ceiling_kind_is_copy("vec16_tile3");
+    ADD_FAILURE() << "an unknown kind was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'vec16_tile3'"), std::string::npos) << e.what();
+  }
+}
+
 #if defined(NORMGATE_KERNELS_HAVE_CUDA)
+
+// Every ceiling copy reproduces its source exactly, at a size that leaves a
+// partial tile and a partial TMA chunk (a fast wrong copy is no ceiling), and
+// the one-direction streams touch only what they should.
+TEST(Timing, CeilingCopiesCopyExactly) {
+  NG_REQUIRE_GPU();
+  const size_t n = (size_t{3} << 20) + 48;  // 3 MiB + 3 words
+  DevMem a(n), b(n);
+  std::vector<unsigned char> src(n), got(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  ASSERT_EQ(cudaMemcpy(a.p, src.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const auto& k : ceiling_kinds()) {
+    ASSERT_EQ(cudaMemset(b.p, 0xA5, n), cudaSuccess);  // poison
+    if (k == "read_only") {
+      run_ceiling_kind(k, nullptr, a.p, n);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << k;
+      continue;
+    }
+    run_ceiling_kind(k, b.p, k == "write_only" ? nullptr : a.p, n);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << k;
+    ASSERT_EQ(cudaMemcpy(got.data(), b.p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i)
+      bad += k == "write_only" ? (i % 2 == 0 ? got[i] != 0x80 : got[i] != 0x3F) : got[i] != src[i];
+    EXPECT_EQ(bad, 0u) << k;
+  }
+  EXPECT_THROW(run_ceiling_kind("tma_bulk", b.p, a.p, 40), std::invalid_argument);  // not a multiple of 16
+  EXPECT_THROW(run_ceiling_kind("vec16_tile1", a.as<char>() + 16, a.p, 64), std::invalid_argument);  // overlap
+}
 
 TEST(Timing, CopyVec16CopiesAndIsTimed) {
   NG_REQUIRE_GPU();

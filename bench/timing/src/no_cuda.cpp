@@ -8,6 +8,7 @@ namespace normgate::kernels {
 using detail::no_cuda;
 
 void copy_vec16(void*, const void*, size_t, Stream) { no_cuda("copy_vec16"); }
+void run_ceiling_kind(const std::string&, void*, const void*, size_t, Stream) { no_cuda("run_ceiling_kind"); }
 TimingStats time_graph(const std::function<void(Stream)>&, int, int) { no_cuda("time_graph"); }
 void graph_spans_start() { no_cuda("graph_spans_start"); }
 std::vector<GraphSpan> graph_spans_take() { no_cuda("graph_spans_take"); }

@@ -330,6 +330,15 @@ NG_API int ng_variant_info(const char* name, ng_variant_desc* out);
  * NG_EINVAL naming the value). stream: as ng_fwd. */
 NG_API int ng_copy_vec16(void* dst, const void* src, uint64_t bytes, void* stream);
 
+/* Benchmark ceiling streams (bench/timing/include/normgate/bench/timing.h,
+ * ceiling_kinds): `kind` is one of "vec16_grid4" (= ng_copy_vec16),
+ * "vec16_tile1", "vec16_tile2", "vec16_tile4", "vec16_tile8", "vec16_tile16", "memcpy",
+ * "tma_bulk" (copies: read and write `bytes`, bandwidth 2*bytes/time) or
+ * "read_only" (reads src; dst may be NULL) / "write_only" (writes dst; src may
+ * be NULL), bandwidth bytes/time. Buffers as ng_copy_vec16. NG_EINVAL for an
+ * unknown kind (naming it) or a bad buffer. stream: as ng_fwd. */
+NG_API int ng_ceiling_stream(const char* kind, void* dst, const void* src, uint64_t bytes, void* stream);
+
 /* One CUDA-graph execution from CUPTI's graph-level trace (kernels/timing.h
  * GraphSpan): GPU timestamps in ns of its first node's start and its last
  * node's end (both 0: CUPTI could not time it). 24 bytes. */

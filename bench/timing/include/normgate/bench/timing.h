@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "normgate/kernels/rmsnorm.h"
@@ -17,6 +18,26 @@ namespace normgate::kernels {
 /// std::invalid_argument). It reads and writes `bytes` each: bandwidth =
 /// 2*bytes/time.
 void copy_vec16(void* dst, const void* src, size_t bytes, Stream stream = nullptr);
+
+/// Names of the streams that bound a memory-bound kernel from above
+/// (bench/timing/src/ceiling.cu says what each is): copies by several
+/// mechanisms ("vec16_grid4" = copy_vec16, "vec16_tile1" ... "vec16_tile16",
+/// "memcpy" = cudaMemcpyAsync, "tma_bulk" = Hopper cp.async.bulk through
+/// shared memory) and the one-direction streams "read_only" and
+/// "write_only". The copy ceiling of a run is the fastest copy among them.
+std::vector<std::string> ceiling_kinds();
+
+/// True for a copy (it reads and writes `bytes`: bandwidth = 2*bytes/time),
+/// false for read_only / write_only (bandwidth = bytes/time). Throws
+/// std::invalid_argument for a name not in ceiling_kinds().
+bool ceiling_kind_is_copy(const std::string& kind);
+
+/// Enqueue stream `kind` over `bytes` bytes: a copy src -> dst, read_only
+/// reads src (dst unused, may be null), write_only writes dst (src unused).
+/// Same preconditions as copy_vec16 on the buffers it uses (16-byte aligned,
+/// bytes % 16 == 0, copies without overlap), else std::invalid_argument;
+/// tma_bulk needs sm_90 or newer. Without CUDA: std::runtime_error.
+void run_ceiling_kind(const std::string& kind, void* dst, const void* src, size_t bytes, Stream stream = nullptr);
 
 /// Timing statistics in milliseconds over `reps` replays.
 struct TimingStats {
