@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <stdexcept>
 
 namespace normgate::validators::h5 {
