@@ -50,7 +50,7 @@ void add_plot(CLI::App& app, Commands& cmds) {
     int dpi = 0;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("file", o->file, "HDF5 file (normgate-case/1 or normgate-maps/1)")->required();
+  sub->add_option("file", o->file, "HDF5 file (normgate-case/2 or normgate-maps/2)")->required();
   sub->add_option("-o,--output", o->out, "Folder for the PNGs and index.html (created if missing)")->required();
   sub->add_option("--dpi", o->dpi, "Resolution (default: the script's)")->check(CLI::Range(20, 1200));
   sub->add_option("--report", o->report,

@@ -38,7 +38,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   auto* id = sub->add_option("case", o->id, "Case id, e.g. 'H=4096,T=16256,w=bf16,form=plain,family=cancel,seed=1'");
   auto* file = sub->add_option("--file", o->file,
-                               "Replay a saved case (normgate-case/1 HDF5): its stored inputs, digest-checked, "
+                               "Replay a saved case (normgate-case/2 HDF5): its stored inputs, digest-checked, "
                                "instead of the generator; with the recorded variant, the outputs are compared "
                                "with the recorded ones bit for bit (exit 4 when they differ; a non-deterministic "
                                "variant's dw may)");

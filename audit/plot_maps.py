@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Render audit pictures and an index page from normgate HDF5 files (datasets/SCHEMA.md).
 
-Reads a normgate-case/1 file (`normgate repro ... --save`, error maps in
-/maps, provenance on /) or a normgate-maps/1 file (`normgate export`, one
-entry per /cases/NNNN group) and writes into OUTDIR, per entry, the pictures
+Reads a normgate-case/2 file (`normgate repro ... --save`, error maps in
+/maps, provenance on /) or a normgate-maps/2 file (`normgate export`, one
+entry per /cases/NNNN group), after checking its content digest
+(/@content_sha256 over every attribute and dataset, as python/normgate/cases.py
+computes it), and writes into OUTDIR, per entry, the pictures
 of the outputs its window gates, then OUTDIR/index.html:
 
   forward window (gates y, rstd):
@@ -37,8 +39,10 @@ renamed, so OUTDIR never holds a half-written picture or index.
 Usage: plot_maps.py FILE.h5 -o OUTDIR [--dpi N] [--report REPORT.json]
 
 Exit status: 0 all pictures and the index written; 2 bad usage, an
-unreadable/malformed file (one line on stderr naming the file and the dataset
-or attribute) or a --report that is not the maps' gate report.
+unreadable/malformed file or one whose content digest does not match (one
+line on stderr naming the file and the dataset or attribute), a file of the
+older schemas without a digest, or a --report that is not the maps' gate
+report.
 Needs python3 with h5py, numpy and matplotlib.
 """
 import argparse
@@ -54,8 +58,10 @@ import textwrap
 import urllib.parse
 
 PROG = "plot_maps.py"
-CASE_SCHEMA = "normgate-case/1"
-MAPS_SCHEMA = "normgate-maps/1"
+CASE_SCHEMA = "normgate-case/2"
+MAPS_SCHEMA = "normgate-maps/2"
+OLD_SCHEMAS = ("normgate-case/1", "normgate-maps/1")  # no content digest: refused
+TYPES = {"<u2": "u16", "<i8": "i64", "<f4": "f32", "<f8": "f64"}  # stored types the manifest knows
 FLOOR = 1e-8  # err/tol values below this (exact zeros included) are drawn at FLOOR
 HIST_NAMES = ("hist_y", "hist_rstd", "hist_dx", "hist_dw")
 PROV_KEYS = ("case_id", "impl", "backend", "verdict", "oracle", "date", "gpu", "window", "fwd")
@@ -219,6 +225,58 @@ def exact_max(v):
     return math.inf if not np.all(np.isfinite(v)) else float(np.max(v))
 
 
+def content_sha256(path, f):
+    """The file's content digest (datasets/SCHEMA.md, "Content digest"; the
+    same computation as python/normgate/cases.py's content_sha256, which this
+    standalone script cannot import): SHA-256 of the sorted manifest lines
+    "TYPE DIMS SHA256(VALUE) KEY\n" of every attribute but /@content_sha256
+    and every dataset."""
+    lines = {}
+
+    def add(key, type_, dims, data):
+        if not all(" " < c < "\x7f" for c in key):
+            raise Bad(f"{path}: the name {key!r} has spaces or control characters")
+        lines[key] = f"{type_} {dims} {hashlib.sha256(data).hexdigest()} {key}\n"
+
+    def attrs_of(obj):
+        for name in obj.attrs:
+            key = ("/" if obj.name == "/" else obj.name) + "@" + name
+            if key == "/@content_sha256":
+                continue
+            aid = obj.attrs.get_id(name)
+            dt = aid.dtype
+            if aid.shape != ():
+                raise Bad(f"{path}: attribute {key} is not a scalar")
+            if dt.kind == "S":
+                add(key, "str", "-", bytes(obj.attrs[name]).rstrip(b"\0"))
+            elif dt.str in TYPES:
+                add(key, TYPES[dt.str], "-", np.asarray(obj.attrs[name], dtype=dt).tobytes())
+            else:
+                raise Bad(f"{path}: attribute {key} is stored as {dt}, not one of str, u16, i64, f32, f64")
+
+    def visit(name, obj):
+        attrs_of(obj)
+        if isinstance(obj, h5py.Dataset):
+            if obj.dtype.str not in TYPES:
+                raise Bad(f"{path}: dataset /{name} is stored as {obj.dtype}, not one of u16, i64, f32, f64")
+            data = np.ascontiguousarray(obj[()]).tobytes() if obj.size else b""
+            add("/" + name, TYPES[obj.dtype.str], "x".join(str(d) for d in obj.shape), data)
+        elif not isinstance(obj, h5py.Group):
+            raise Bad(f"{path}: object /{name} is neither a group nor a dataset")
+
+    attrs_of(f)
+    f.visititems(visit)
+    return hashlib.sha256("".join(lines[k] for k in sorted(lines)).encode()).hexdigest()
+
+
+def verify_content(path, f):
+    recorded = attr_str(path, f, "content_sha256")
+    found = content_sha256(path, f)
+    if found != recorded:
+        raise Bad(f"{path}: content SHA-256 mismatch: the file records {recorded}, its attributes and datasets "
+                  f"hash to {found} (modified or damaged after it was written)")
+
+
 def read_file(path):
     if not os.path.exists(path):
         raise Bad(f"{path}: no such file")
@@ -235,6 +293,12 @@ def read_file(path):
 
 def read_layout(path, f):
     schema = attr_str(path, f, "schema")
+    if schema in OLD_SCHEMAS:
+        raise Bad(f"{path}: schema '{schema}' was written before content digests and is no longer read; write it "
+                  "again (normgate repro --save, normgate export) or upgrade a file whose history you trust with "
+                  "normgate inspect FILE --upgrade NEW.h5")
+    if schema in (CASE_SCHEMA, MAPS_SCHEMA):
+        verify_content(path, f)
     if schema == CASE_SCHEMA:
         if "maps" not in f or not isinstance(f["maps"], h5py.Group):
             raise Bad(f"{path}: group /maps is missing")

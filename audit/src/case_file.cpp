@@ -19,9 +19,17 @@ namespace normgate::validators {
 
 namespace {
 
-constexpr const char* kCaseSchema = "normgate-case/1";
-constexpr const char* kMapsSchema = "normgate-maps/1";
+constexpr const char* kCaseSchema = "normgate-case/2";
+constexpr const char* kMapsSchema = "normgate-maps/2";
+// Written before the content digest (attributes covered by no digest):
+// refused, except by upgrade_file.
+constexpr const char* kCaseSchemaV1 = "normgate-case/1";
+constexpr const char* kMapsSchemaV1 = "normgate-maps/1";
 constexpr const char* kHistNames[4] = {"hist_y", "hist_rstd", "hist_dx", "hist_dw"};
+constexpr const char* kMaxNames[4] = {"max_ratio_y", "max_ratio_rstd", "max_ratio_dx", "max_ratio_dw"};
+// Largest tile edge (normgate export --tile) and maps file entry count a reader accepts.
+constexpr int64_t kMaxTile = int64_t{1} << 20;
+constexpr int64_t kMaxEntries = 1000000;
 
 using U = std::vector<uint64_t>;
 
@@ -43,84 +51,202 @@ const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_field
       {"verdict", &Provenance::verdict},   {"gpu", &Provenance::gpu},
       {"driver", &Provenance::driver},     {"cuda", &Provenance::cuda},
       {"normgate_version", &Provenance::normgate_version}, {"normgate_commit", &Provenance::normgate_commit},
-      {"date", &Provenance::date}};
+      {"date", &Provenance::date}, {"fwd", &Provenance::fwd}, {"fwd_sha256", &Provenance::fwd_sha256}};
   return f;
 }
 
-// Added later (2026-11-30): written always, read as empty when absent.
-const std::vector<std::pair<const char*, std::string Provenance::*>>& prov_fields_optional() {
-  static const std::vector<std::pair<const char*, std::string Provenance::*>> f = {
-      {"fwd", &Provenance::fwd}, {"fwd_sha256", &Provenance::fwd_sha256}};
-  return f;
+void write_prov(h5::Writer& w, hid_t loc, const Provenance& p) {
+  for (const auto& [name, m] : prov_fields()) h5::attr(w, loc, name, p.*m);
 }
 
-void write_prov(hid_t loc, const std::string& file, const Provenance& p) {
-  for (const auto& [name, m] : prov_fields()) h5::attr(loc, file, name, p.*m);
-  for (const auto& [name, m] : prov_fields_optional()) h5::attr(loc, file, name, p.*m);
-}
-
-Provenance read_prov(const h5::Reader& f, const std::string& obj) {
+// legacy: a /1 file, whose fwd and fwd_sha256 may be absent (read as empty).
+Provenance read_prov(const h5::Reader& f, const std::string& obj, bool legacy) {
   Provenance p;
-  for (const auto& [name, m] : prov_fields()) p.*m = h5::attr_string(f, obj, name);
-  for (const auto& [name, m] : prov_fields_optional())
-    if (h5::has_attr(f, obj, name)) p.*m = h5::attr_string(f, obj, name);
+  for (const auto& [name, m] : prov_fields()) {
+    const bool optional = legacy && (std::string(name) == "fwd" || std::string(name) == "fwd_sha256");
+    if (!optional || h5::has_attr(f, obj, name)) p.*m = h5::attr_string(f, obj, name);
+  }
   return p;
 }
 
-void write_maps(hid_t loc, const std::string& file, const ErrorMaps& m) {
+uint64_t maps_bytes(const ErrorMaps& m) {
+  return static_cast<uint64_t>(m.cols) * 24 + static_cast<uint64_t>(m.rows) * 8 + m.y_tiles.size() * 8 +
+         m.dx_full.size() * 4 + 5 * Histogram::kBins * 8;
+}
+
+void write_maps(h5::Writer& w, hid_t loc, const ErrorMaps& m) {
   need(m.dw_ratio.size() == static_cast<size_t>(m.cols) && m.dw_bound.size() == m.dw_ratio.size() &&
            m.dw_bound_tol.size() == m.dw_ratio.size() && m.rstd_ratio.size() == static_cast<size_t>(m.rows) &&
            m.y_tiles.size() == static_cast<size_t>(m.tile_rows * m.tile_cols) && m.dx_tiles.size() == m.y_tiles.size() &&
            (m.dx_full.empty() || m.dx_full.size() == static_cast<size_t>(m.rows * m.cols)),
        "error maps: inconsistent sizes");
-  h5::write(loc, file, "dw_ratio", h5::Type::f64, dims1(m.cols), m.dw_ratio.data());
-  h5::write(loc, file, "dw_bound", h5::Type::f64, dims1(m.cols), m.dw_bound.data());
-  h5::write(loc, file, "dw_bound_over_tol", h5::Type::f64, dims1(m.cols), m.dw_bound_tol.data());
-  h5::write(loc, file, "rstd_ratio", h5::Type::f64, dims1(m.rows), m.rstd_ratio.data());
-  h5::write(loc, file, "y_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.y_tiles.data());
-  h5::write(loc, file, "dx_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.dx_tiles.data());
-  if (!m.dx_full.empty()) h5::write(loc, file, "dx_ratio", h5::Type::f32, dims2(m.rows, m.cols), m.dx_full.data());
+  need(m.tile >= 1 && m.tile <= kMaxTile && m.tile_rows == (m.rows + m.tile - 1) / m.tile &&
+           m.tile_cols == (m.cols + m.tile - 1) / m.tile,
+       "error maps: tile " + std::to_string(m.tile) + " and the tile counts do not match");
+  for (int o = 0; o < 4; ++o)
+    need(m.hist[o].size() == static_cast<size_t>(Histogram::kBins), "error maps: histogram size");
+  h5::write(w, loc, "dw_ratio", h5::Type::f64, dims1(m.cols), m.dw_ratio.data());
+  h5::write(w, loc, "dw_bound", h5::Type::f64, dims1(m.cols), m.dw_bound.data());
+  h5::write(w, loc, "dw_bound_over_tol", h5::Type::f64, dims1(m.cols), m.dw_bound_tol.data());
+  h5::write(w, loc, "rstd_ratio", h5::Type::f64, dims1(m.rows), m.rstd_ratio.data());
+  h5::write(w, loc, "y_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.y_tiles.data());
+  h5::write(w, loc, "dx_tiles", h5::Type::f32, dims2(m.tile_rows, m.tile_cols), m.dx_tiles.data());
+  if (!m.dx_full.empty()) h5::write(w, loc, "dx_ratio", h5::Type::f32, dims2(m.rows, m.cols), m.dx_full.data());
   std::vector<double> upper(Histogram::kBins);
   for (int k = 0; k < Histogram::kBins; ++k) upper[static_cast<size_t>(k)] = Histogram::upper(k);
-  h5::write(loc, file, "hist_upper", h5::Type::f64, dims1(Histogram::kBins), upper.data());
-  for (int o = 0; o < 4; ++o) {
-    need(m.hist[o].size() == static_cast<size_t>(Histogram::kBins), "error maps: histogram size");
-    h5::write(loc, file, kHistNames[o], h5::Type::i64, dims1(Histogram::kBins), m.hist[o].data());
-  }
-  h5::attr(loc, file, "rows", m.rows);
-  h5::attr(loc, file, "cols", m.cols);
-  h5::attr(loc, file, "tile", m.tile);
+  h5::write(w, loc, "hist_upper", h5::Type::f64, dims1(Histogram::kBins), upper.data());
+  for (int o = 0; o < 4; ++o) h5::write(w, loc, kHistNames[o], h5::Type::i64, dims1(Histogram::kBins), m.hist[o].data());
+  h5::attr(w, loc, "rows", m.rows);
+  h5::attr(w, loc, "cols", m.cols);
+  h5::attr(w, loc, "tile", m.tile);
 }
 
-ErrorMaps read_maps(const h5::Reader& f, const std::string& g) {
+// The maps of group g, for a case of `rows` x `cols` (the case id's): every
+// shape is checked against them before anything is read.
+ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
   ErrorMaps m;
   m.rows = h5::attr_int(f, g, "rows");
   m.cols = h5::attr_int(f, g, "cols");
   m.tile = h5::attr_int(f, g, "tile");
-  if (m.rows < 0 || m.cols < 0 || m.tile < 1)
-    throw std::runtime_error(f.path() + ": " + g + " has rows " + std::to_string(m.rows) + ", cols " +
-                             std::to_string(m.cols) + ", tile " + std::to_string(m.tile));
-  U d;
-  auto expect = [&](const std::string& name, const U& want) {
-    if (d != want) throw std::runtime_error(f.path() + ": dataset " + g + "/" + name + " has the wrong shape");
-  };
-  m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", &d, 1), expect("dw_ratio", dims1(m.cols));
-  m.dw_bound = h5::read_f64(f, g + "/dw_bound", &d, 1), expect("dw_bound", dims1(m.cols));
-  m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", &d, 1), expect("dw_bound_over_tol", dims1(m.cols));
-  m.rstd_ratio = h5::read_f64(f, g + "/rstd_ratio", &d, 1), expect("rstd_ratio", dims1(m.rows));
+  if (m.rows != rows || m.cols != cols || m.tile < 1 || m.tile > kMaxTile)
+    throw std::runtime_error(f.path() + ": group " + g + " has rows " + std::to_string(m.rows) + ", cols " +
+                             std::to_string(m.cols) + ", tile " + std::to_string(m.tile) + "; its case has " +
+                             std::to_string(rows) + " x " + std::to_string(cols) + " (tile 1.." +
+                             std::to_string(kMaxTile) + ")");
   m.tile_rows = (m.rows + m.tile - 1) / m.tile;
   m.tile_cols = (m.cols + m.tile - 1) / m.tile;
-  m.y_tiles = h5::read_f32(f, g + "/y_tiles", &d, 2), expect("y_tiles", dims2(m.tile_rows, m.tile_cols));
-  m.dx_tiles = h5::read_f32(f, g + "/dx_tiles", &d, 2), expect("dx_tiles", dims2(m.tile_rows, m.tile_cols));
-  if (f.exists(g + "/dx_ratio")) m.dx_full = h5::read_f32(f, g + "/dx_ratio", &d, 2), expect("dx_ratio", dims2(m.rows, m.cols));
-  for (int o = 0; o < 4; ++o)
-    m.hist[o] = h5::read_i64(f, g + "/" + kHistNames[o], &d, 1), expect(kHistNames[o], dims1(Histogram::kBins));
+  m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", dims1(m.cols));
+  m.dw_bound = h5::read_f64(f, g + "/dw_bound", dims1(m.cols));
+  m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", dims1(m.cols));
+  m.rstd_ratio = h5::read_f64(f, g + "/rstd_ratio", dims1(m.rows));
+  m.y_tiles = h5::read_f32(f, g + "/y_tiles", dims2(m.tile_rows, m.tile_cols));
+  m.dx_tiles = h5::read_f32(f, g + "/dx_tiles", dims2(m.tile_rows, m.tile_cols));
+  if (f.exists(g + "/dx_ratio")) m.dx_full = h5::read_f32(f, g + "/dx_ratio", dims2(m.rows, m.cols));
+  (void)h5::read_f64(f, g + "/hist_upper", dims1(Histogram::kBins));  // part of the content digest
+  for (int o = 0; o < 4; ++o) m.hist[o] = h5::read_i64(f, g + "/" + kHistNames[o], dims1(Histogram::kBins));
   return m;
 }
 
 std::string schema_of(const h5::Reader& f) {
   if (!h5::has_attr(f, "/", "schema")) throw std::runtime_error(f.path() + ": no schema attribute: not a normgate file");
   return h5::attr_string(f, "/", "schema");
+}
+
+[[noreturn]] void refuse_v1(const std::string& path, const std::string& schema) {
+  const bool cas = schema == kCaseSchemaV1;
+  throw std::runtime_error(
+      path + ": schema '" + schema + "' was written before content digests (its attributes, the case id and verdict " +
+      "among them, are covered by no digest) and is no longer read; write it again: " +
+      (cas ? std::string("normgate repro CASE_ID --variant V --save NEW.h5 (the case id and variant it names)")
+           : std::string("normgate export REPORT -o NEW.h5 (the report it names as /@source)")) +
+      ", or, for a file whose history you trust (e.g. committed), normgate inspect '" + path +
+      "' --upgrade NEW.h5 re-reads it with the old format's checks and writes it with a digest");
+}
+
+// Rows and columns of the maps of a case id; throws naming the file and where.
+std::pair<int64_t, int64_t> case_shape(const std::string& path, const std::string& where, const std::string& id) {
+  try {
+    const seeds::CaseId c = seeds::parse_case(id);
+    return {c.rows(), c.H};
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": attribute " + where + ": " + e.what());
+  }
+}
+
+SavedCase read_case(const std::string& path, bool legacy, std::string* upgraded) {
+  const h5::Reader f(path);
+  const std::string schema = schema_of(f);
+  if (schema == kCaseSchemaV1 && !legacy) refuse_v1(path, schema);
+  const std::string want = legacy ? kCaseSchemaV1 : kCaseSchema;
+  if (schema != want) throw std::runtime_error(path + ": schema '" + schema + "', expected '" + want + "'");
+  SavedCase c;
+  c.prov = read_prov(f, "/", legacy);
+  c.inputs_sha256 = h5::attr_string(f, "/", "inputs_sha256");
+  if (!legacy && h5::has_attr(f, "/", "upgraded")) {
+    const std::string u = h5::attr_string(f, "/", "upgraded");
+    if (upgraded) *upgraded = u;
+  }
+  seeds::CaseId id;
+  try {
+    id = seeds::parse_case(c.prov.case_id);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": attribute /@case_id: " + e.what());
+  }
+  const int64_t T = id.rows(), H = id.H;
+  c.inputs.id = id;
+  c.inputs.rows = T;
+  c.inputs.cols = H;
+  c.inputs.x = h5::read_u16(f, "inputs/x", dims2(T, H));
+  c.inputs.dy = h5::read_u16(f, "inputs/dy", dims2(T, H));
+  if (id.w == WDtype::bf16)
+    c.inputs.w_bf16 = h5::read_u16(f, "inputs/w", dims1(H));
+  else
+    c.inputs.w_f32 = h5::read_f32(f, "inputs/w", dims1(H));
+  if (id.form == Form::res) {
+    c.inputs.u = h5::read_u16(f, "inputs/u", dims2(T, H));
+    c.inputs.dh_new = h5::read_u16(f, "inputs/dh_new", dims2(T, H));
+    c.outputs.h_new = h5::read_u16(f, "outputs/h_new", dims2(T, H));
+  }
+  c.outputs.y = h5::read_u16(f, "outputs/y", dims2(T, H));
+  c.outputs.dx = h5::read_u16(f, "outputs/dx", dims2(T, H));
+  c.outputs.rstd = h5::read_f32(f, "outputs/rstd", dims1(T));
+  c.outputs.dw = h5::read_f32(f, "outputs/dw", dims1(H));
+  c.ref_rstd = h5::read_f64(f, "reference/rstd", dims1(T));
+  c.ref_rstd_bound = h5::read_f64(f, "reference/rstd_bound", dims1(T));
+  c.ref_dw = h5::read_f64(f, "reference/dw", dims1(H));
+  c.ref_dw_bound = h5::read_f64(f, "reference/dw_bound", dims1(H));
+  c.maps = read_maps(f, "maps", T, H);
+  // Every dataset's "dtype" attribute is part of the content too.
+  for (const std::string& d : f.datasets())
+    if (h5::has_attr(f, d, "dtype")) (void)h5::attr_string(f, d, "dtype");
+  if (!legacy) f.verify_content(want);
+  const std::string dig = seeds::digest(c.inputs).all;
+  if (dig != c.inputs_sha256)
+    throw std::runtime_error(path + ": the inputs' SHA-256 is " + dig + " but the file records " + c.inputs_sha256 +
+                             " (modified inputs)");
+  return c;
+}
+
+std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, std::string* source,
+                                         std::string* upgraded) {
+  const h5::Reader f(path);
+  const std::string schema = schema_of(f);
+  if (schema == kMapsSchemaV1 && !legacy) refuse_v1(path, schema);
+  const std::string want = legacy ? kMapsSchemaV1 : kMapsSchema;
+  if (schema != want) throw std::runtime_error(path + ": schema '" + schema + "', expected '" + want + "'");
+  const std::string src = h5::attr_string(f, "/", "source");
+  if (source) *source = src;
+  if (!legacy && h5::has_attr(f, "/", "upgraded")) {
+    const std::string u = h5::attr_string(f, "/", "upgraded");
+    if (upgraded) *upgraded = u;
+  }
+  const int64_t n = h5::attr_int(f, "/", "entries");
+  if (n < 0 || n > kMaxEntries)
+    throw std::runtime_error(path + ": attribute /@entries is " + std::to_string(n) + " (0.." +
+                             std::to_string(kMaxEntries) + ")");
+  const size_t present = n > 0 || f.exists("cases") ? f.members("cases").size() : 0;
+  if (present != static_cast<size_t>(n))
+    throw std::runtime_error(path + ": /@entries is " + std::to_string(n) + " but group /cases holds " +
+                             std::to_string(present) + " groups");
+  std::vector<MapsEntry> out;
+  for (int64_t i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
+    if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
+    MapsEntry e;
+    e.prov = read_prov(f, name, legacy);
+    for (int o = 0; o < 4; ++o) e.max_ratio[o] = h5::attr_double(f, name, kMaxNames[o]);
+    std::string where = "/";
+    where += name;
+    where += "@case_id";
+    const auto [rows, cols] = case_shape(path, where, e.prov.case_id);
+    e.maps = read_maps(f, name, rows, cols);
+    out.push_back(std::move(e));
+  }
+  for (const std::string& d : f.datasets())
+    if (h5::has_attr(f, d, "dtype")) (void)h5::attr_string(f, d, "dtype");
+  if (!legacy) f.verify_content(want);
+  return out;
 }
 
 }  // namespace
@@ -206,7 +332,9 @@ ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle:
   return m;
 }
 
-void write_case_file(const std::string& path, const SavedCase& c) {
+namespace {
+
+void write_case(const std::string& path, const SavedCase& c, const std::string& upgraded) {
   const seeds::CaseId& id = c.inputs.id;
   const int64_t T = c.inputs.rows, H = c.inputs.cols;
   const bool res = id.form == Form::res;
@@ -217,6 +345,8 @@ void write_case_file(const std::string& path, const SavedCase& c) {
            c.inputs.dy.size() == c.inputs.x.size() &&
            (id.w == WDtype::bf16 ? c.inputs.w_bf16.size() : c.inputs.w_f32.size()) == static_cast<size_t>(H),
        "write_case_file: inputs do not match case " + seeds::to_string(id));
+  need(c.prov.case_id == seeds::to_string(id),
+       "write_case_file: provenance case_id '" + c.prov.case_id + "' is not the inputs' case " + seeds::to_string(id));
   need(c.outputs.y.size() == c.inputs.x.size() && c.outputs.dx.size() == c.inputs.x.size() &&
            c.outputs.rstd.size() == static_cast<size_t>(T) && c.outputs.dw.size() == static_cast<size_t>(H),
        "write_case_file: outputs do not match case " + seeds::to_string(id));
@@ -224,123 +354,105 @@ void write_case_file(const std::string& path, const SavedCase& c) {
            c.ref_dw.size() == static_cast<size_t>(H) && c.ref_dw_bound.size() == c.ref_dw.size(),
        "write_case_file: references do not match case " + seeds::to_string(id));
   need(c.maps.rows == T && c.maps.cols == H, "write_case_file: maps do not match case " + seeds::to_string(id));
-  h5::Writer w(path);
-  const std::string& f = w.path();
-  h5::attr(w.root(), f, "schema", std::string(kCaseSchema));
-  write_prov(w.root(), f, c.prov);
-  h5::attr(w.root(), f, "inputs_sha256", c.inputs_sha256);
-  h5::write(w.root(), f, "inputs/x", h5::Type::u16, dims2(T, H), c.inputs.x.data(), "bf16");
-  h5::write(w.root(), f, "inputs/dy", h5::Type::u16, dims2(T, H), c.inputs.dy.data(), "bf16");
+  const uint64_t n = static_cast<uint64_t>(T * H);
+  h5::Writer w(path, n * (res ? 10 : 4) * 2 + static_cast<uint64_t>(T) * 20 + static_cast<uint64_t>(H) * 20 +
+                         maps_bytes(c.maps));
+  h5::attr(w, w.root(), "schema", std::string(kCaseSchema));
+  write_prov(w, w.root(), c.prov);
+  h5::attr(w, w.root(), "inputs_sha256", c.inputs_sha256);
+  if (!upgraded.empty()) h5::attr(w, w.root(), "upgraded", upgraded);
+  h5::write(w, w.root(), "inputs/x", h5::Type::u16, dims2(T, H), c.inputs.x.data(), "bf16");
+  h5::write(w, w.root(), "inputs/dy", h5::Type::u16, dims2(T, H), c.inputs.dy.data(), "bf16");
   if (id.w == WDtype::bf16)
-    h5::write(w.root(), f, "inputs/w", h5::Type::u16, dims1(H), c.inputs.w_bf16.data(), "bf16");
+    h5::write(w, w.root(), "inputs/w", h5::Type::u16, dims1(H), c.inputs.w_bf16.data(), "bf16");
   else
-    h5::write(w.root(), f, "inputs/w", h5::Type::f32, dims1(H), c.inputs.w_f32.data(), "fp32");
+    h5::write(w, w.root(), "inputs/w", h5::Type::f32, dims1(H), c.inputs.w_f32.data(), "fp32");
   if (res) {
-    h5::write(w.root(), f, "inputs/u", h5::Type::u16, dims2(T, H), c.inputs.u.data(), "bf16");
-    h5::write(w.root(), f, "inputs/dh_new", h5::Type::u16, dims2(T, H), c.inputs.dh_new.data(), "bf16");
-    h5::write(w.root(), f, "outputs/h_new", h5::Type::u16, dims2(T, H), c.outputs.h_new.data(), "bf16");
+    h5::write(w, w.root(), "inputs/u", h5::Type::u16, dims2(T, H), c.inputs.u.data(), "bf16");
+    h5::write(w, w.root(), "inputs/dh_new", h5::Type::u16, dims2(T, H), c.inputs.dh_new.data(), "bf16");
+    h5::write(w, w.root(), "outputs/h_new", h5::Type::u16, dims2(T, H), c.outputs.h_new.data(), "bf16");
   }
-  h5::write(w.root(), f, "outputs/y", h5::Type::u16, dims2(T, H), c.outputs.y.data(), "bf16");
-  h5::write(w.root(), f, "outputs/dx", h5::Type::u16, dims2(T, H), c.outputs.dx.data(), "bf16");
-  h5::write(w.root(), f, "outputs/rstd", h5::Type::f32, dims1(T), c.outputs.rstd.data(), "fp32");
-  h5::write(w.root(), f, "outputs/dw", h5::Type::f32, dims1(H), c.outputs.dw.data(), "fp32");
-  h5::write(w.root(), f, "reference/rstd", h5::Type::f64, dims1(T), c.ref_rstd.data());
-  h5::write(w.root(), f, "reference/rstd_bound", h5::Type::f64, dims1(T), c.ref_rstd_bound.data());
-  h5::write(w.root(), f, "reference/dw", h5::Type::f64, dims1(H), c.ref_dw.data());
-  h5::write(w.root(), f, "reference/dw_bound", h5::Type::f64, dims1(H), c.ref_dw_bound.data());
-  const h5::Id g = w.group("maps");
-  write_maps(g.get(), f, c.maps);
+  h5::write(w, w.root(), "outputs/y", h5::Type::u16, dims2(T, H), c.outputs.y.data(), "bf16");
+  h5::write(w, w.root(), "outputs/dx", h5::Type::u16, dims2(T, H), c.outputs.dx.data(), "bf16");
+  h5::write(w, w.root(), "outputs/rstd", h5::Type::f32, dims1(T), c.outputs.rstd.data(), "fp32");
+  h5::write(w, w.root(), "outputs/dw", h5::Type::f32, dims1(H), c.outputs.dw.data(), "fp32");
+  h5::write(w, w.root(), "reference/rstd", h5::Type::f64, dims1(T), c.ref_rstd.data());
+  h5::write(w, w.root(), "reference/rstd_bound", h5::Type::f64, dims1(T), c.ref_rstd_bound.data());
+  h5::write(w, w.root(), "reference/dw", h5::Type::f64, dims1(H), c.ref_dw.data());
+  h5::write(w, w.root(), "reference/dw_bound", h5::Type::f64, dims1(H), c.ref_dw_bound.data());
+  {
+    const h5::Id g = w.group("maps");
+    write_maps(w, g.get(), c.maps);
+  }
   w.commit();
 }
 
-SavedCase read_case_file(const std::string& path) {
-  const h5::Reader f(path);
-  const std::string schema = schema_of(f);
-  if (schema != kCaseSchema)
-    throw std::runtime_error(path + ": schema '" + schema + "', expected '" + kCaseSchema + "'");
-  SavedCase c;
-  c.prov = read_prov(f, "/");
-  c.inputs_sha256 = h5::attr_string(f, "/", "inputs_sha256");
-  seeds::CaseId id;
-  try {
-    id = seeds::parse_case(c.prov.case_id);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": attribute /@case_id: " + e.what());
+void write_maps_entries(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries,
+                        const std::string& upgraded) {
+  uint64_t bytes = 0;
+  for (const auto& e : entries) {
+    bytes += maps_bytes(e.maps);
+    // What the reader checks: the maps have the shape of their case.
+    seeds::CaseId id;
+    try {
+      id = seeds::parse_case(e.prov.case_id);
+    } catch (const std::exception& ex) {
+      throw std::invalid_argument("write_maps_file: entry case_id '" + e.prov.case_id + "': " + ex.what());
+    }
+    need(e.maps.rows == id.rows() && e.maps.cols == id.H,
+         "write_maps_file: maps of " + std::to_string(e.maps.rows) + " x " + std::to_string(e.maps.cols) +
+             " do not match case " + e.prov.case_id);
   }
-  const int64_t T = id.rows(), H = id.H;
-  U d;
-  auto expect = [&](const char* name, const U& want) {
-    if (d != want) throw std::runtime_error(path + ": dataset " + name + " has the wrong shape for " + c.prov.case_id);
-  };
-  c.inputs.id = id;
-  c.inputs.rows = T;
-  c.inputs.cols = H;
-  c.inputs.x = h5::read_u16(f, "inputs/x", &d, 2), expect("inputs/x", dims2(T, H));
-  c.inputs.dy = h5::read_u16(f, "inputs/dy", &d, 2), expect("inputs/dy", dims2(T, H));
-  if (id.w == WDtype::bf16)
-    c.inputs.w_bf16 = h5::read_u16(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
-  else
-    c.inputs.w_f32 = h5::read_f32(f, "inputs/w", &d, 1), expect("inputs/w", dims1(H));
-  if (id.form == Form::res) {
-    c.inputs.u = h5::read_u16(f, "inputs/u", &d, 2), expect("inputs/u", dims2(T, H));
-    c.inputs.dh_new = h5::read_u16(f, "inputs/dh_new", &d, 2), expect("inputs/dh_new", dims2(T, H));
-    c.outputs.h_new = h5::read_u16(f, "outputs/h_new", &d, 2), expect("outputs/h_new", dims2(T, H));
-  }
-  const std::string dig = seeds::digest(c.inputs).all;
-  if (dig != c.inputs_sha256)
-    throw std::runtime_error(path + ": the inputs' SHA-256 is " + dig + " but the file records " + c.inputs_sha256 +
-                             " (modified inputs)");
-  c.outputs.y = h5::read_u16(f, "outputs/y", &d, 2), expect("outputs/y", dims2(T, H));
-  c.outputs.dx = h5::read_u16(f, "outputs/dx", &d, 2), expect("outputs/dx", dims2(T, H));
-  c.outputs.rstd = h5::read_f32(f, "outputs/rstd", &d, 1), expect("outputs/rstd", dims1(T));
-  c.outputs.dw = h5::read_f32(f, "outputs/dw", &d, 1), expect("outputs/dw", dims1(H));
-  c.ref_rstd = h5::read_f64(f, "reference/rstd", &d, 1), expect("reference/rstd", dims1(T));
-  c.ref_rstd_bound = h5::read_f64(f, "reference/rstd_bound", &d, 1), expect("reference/rstd_bound", dims1(T));
-  c.ref_dw = h5::read_f64(f, "reference/dw", &d, 1), expect("reference/dw", dims1(H));
-  c.ref_dw_bound = h5::read_f64(f, "reference/dw_bound", &d, 1), expect("reference/dw_bound", dims1(H));
-  c.maps = read_maps(f, "maps");
-  if (c.maps.rows != T || c.maps.cols != H) throw std::runtime_error(path + ": group maps does not match " + c.prov.case_id);
-  return c;
-}
-
-void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries) {
-  h5::Writer w(path);
-  const std::string& f = w.path();
-  h5::attr(w.root(), f, "schema", std::string(kMapsSchema));
-  h5::attr(w.root(), f, "source", source);
-  h5::attr(w.root(), f, "entries", static_cast<int64_t>(entries.size()));
+  h5::Writer w(path, bytes);
+  h5::attr(w, w.root(), "schema", std::string(kMapsSchema));
+  h5::attr(w, w.root(), "source", source);
+  h5::attr(w, w.root(), "entries", static_cast<int64_t>(entries.size()));
+  if (!upgraded.empty()) h5::attr(w, w.root(), "upgraded", upgraded);
   for (size_t i = 0; i < entries.size(); ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "cases/%04zu", i);
     const h5::Id g = w.group(name);
-    write_prov(g.get(), f, entries[i].prov);
-    const char* mx[4] = {"max_ratio_y", "max_ratio_rstd", "max_ratio_dx", "max_ratio_dw"};
-    for (int o = 0; o < 4; ++o) h5::attr(g.get(), f, mx[o], entries[i].max_ratio[o]);
-    write_maps(g.get(), f, entries[i].maps);
+    write_prov(w, g.get(), entries[i].prov);
+    for (int o = 0; o < 4; ++o) h5::attr(w, g.get(), kMaxNames[o], entries[i].max_ratio[o]);
+    write_maps(w, g.get(), entries[i].maps);
   }
   w.commit();
 }
 
+}  // namespace
+
+void write_case_file(const std::string& path, const SavedCase& c) { write_case(path, c, ""); }
+
+SavedCase read_case_file(const std::string& path) { return read_case(path, false, nullptr); }
+
+void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries) {
+  write_maps_entries(path, source, entries, "");
+}
+
 std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source) {
-  const h5::Reader f(path);
-  const std::string schema = schema_of(f);
-  if (schema != kMapsSchema)
-    throw std::runtime_error(path + ": schema '" + schema + "', expected '" + kMapsSchema + "'");
-  if (source) *source = h5::attr_string(f, "/", "source");
-  const int64_t n = h5::attr_int(f, "/", "entries");
-  std::vector<MapsEntry> out;
-  for (int64_t i = 0; i < n; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
-    if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
-    MapsEntry e;
-    e.prov = read_prov(f, name);
-    const char* mx[4] = {"max_ratio_y", "max_ratio_rstd", "max_ratio_dx", "max_ratio_dw"};
-    for (int o = 0; o < 4; ++o) e.max_ratio[o] = h5::attr_double(f, name, mx[o]);
-    e.maps = read_maps(f, name);
-    out.push_back(std::move(e));
+  return read_maps_entries(path, false, source, nullptr);
+}
+
+std::string upgrade_file(const std::string& path, const std::string& out, const std::string& note) {
+  std::string schema;
+  {
+    const h5::Reader f(path);
+    schema = schema_of(f);
   }
-  return out;
+  const std::string mark = "from " + schema + (note.empty() ? "" : " " + note) +
+                           ": its attributes were covered by no digest before";
+  if (schema == kCaseSchemaV1) {
+    write_case(out, read_case(path, true, nullptr), mark);
+    return kCaseSchema;
+  }
+  if (schema == kMapsSchemaV1) {
+    std::string src;
+    const std::vector<MapsEntry> es = read_maps_entries(path, true, &src, nullptr);
+    write_maps_entries(out, src, es, mark);
+    return kMapsSchema;
+  }
+  throw std::runtime_error(path + ": schema '" + schema + "': only " + kCaseSchemaV1 + " and " + kMapsSchemaV1 +
+                           " files are upgraded");
 }
 
 std::string changed_sources(const Provenance& p) {
@@ -403,14 +515,20 @@ std::string inspect_file(const std::string& path) {
       o << "  note: the sources changed since this was recorded (" << stale
         << "); `normgate repro --file` on a case says whether the outputs did\n";
   };
+  std::string upgraded;
+  if (schema == kCaseSchemaV1 || schema == kMapsSchemaV1) refuse_v1(path, schema);
   if (schema == kCaseSchema) {
-    const SavedCase c = read_case_file(path);
-    o << path << ": " << kCaseSchema << " (inputs SHA-256 " << c.inputs_sha256.substr(0, 16) << "..., verified)\n";
+    const SavedCase c = read_case(path, false, &upgraded);
+    o << path << ": " << kCaseSchema << " (content SHA-256 and inputs SHA-256 " << c.inputs_sha256.substr(0, 16)
+      << "... verified)\n";
+    if (!upgraded.empty()) o << "  upgraded " << upgraded << "\n";
     line(c.prov, c.maps);
   } else if (schema == kMapsSchema) {
     std::string src;
-    const auto es = read_maps_file(path, &src);
-    o << path << ": " << kMapsSchema << ", " << es.size() << " entries, exported from " << src << "\n";
+    const auto es = read_maps_entries(path, false, &src, &upgraded);
+    o << path << ": " << kMapsSchema << " (content SHA-256 verified), " << es.size() << " entries, exported from "
+      << src << "\n";
+    if (!upgraded.empty()) o << "  upgraded " << upgraded << "\n";
     for (const auto& e : es) {
       o << "- window " << (e.prov.window.empty() ? "-" : e.prov.window) << "\n";
       line(e.prov, e.maps);

@@ -58,7 +58,7 @@ import warnings
 from . import _lib
 from ._version import __version__
 from ._lib import RouteError, case_info, device_available, library_path, variant_info, version
-from .cases import CaseDigestError, load_case  # noqa: F401  saved case files (h5py, on call)
+from .cases import CaseContentError, CaseDigestError, load_case  # noqa: F401  saved case files (h5py, on call)
 
 # RMSNormFunction, RMSNorm and ops are importable by name too (on first access:
 # they need torch; normgate.ops registers the torch.library operators); they

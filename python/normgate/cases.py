@@ -1,17 +1,24 @@
-"""Saved cases (normgate-case/1 HDF5 files, datasets/SCHEMA.md) from Python.
+"""Saved cases (normgate-case/2 HDF5 files, datasets/SCHEMA.md) from Python.
 
 `normgate repro CASE --variant V --save DIR/` writes one; load_case reads it
-back with h5py, checks its inputs' SHA-256 exactly as `normgate repro --file`
-does, and returns its tensors and metadata. Needs h5py and numpy, not the
-normgate library; torch is used when it is importable.
+back with h5py, checks its content digest (/@content_sha256, over every
+attribute and dataset) and its inputs' SHA-256 exactly as `normgate repro
+--file` does, and returns its tensors and metadata. content_sha256(f)
+computes the content digest of any open normgate HDF5 file (case or maps).
+Needs h5py and numpy, not the normgate library; torch is used when it is
+importable.
 """
 
 import hashlib
 import os
 
-__all__ = ["load_case", "CaseDigestError", "CASE_SCHEMA"]
+__all__ = ["load_case", "content_sha256", "CaseDigestError", "CaseContentError", "CASE_SCHEMA"]
 
-CASE_SCHEMA = "normgate-case/1"
+CASE_SCHEMA = "normgate-case/2"
+# Schemas written before the content digest: refused (SCHEMA.md says how to upgrade).
+_OLD_SCHEMAS = ("normgate-case/1", "normgate-maps/1")
+# Stored element types the manifest knows (little-endian), by numpy's dtype.str.
+_TYPES = {"<u2": "u16", "<i8": "i64", "<f4": "f32", "<f8": "f64"}
 
 _HEADS = {"heads24": 24, "heads4": 4}
 # Inputs in the order their bytes are hashed (seeds::digest "all": x, dy, w,
@@ -29,6 +36,90 @@ class CaseDigestError(ValueError):
         self.path, self.expected, self.found = path, expected, found
         super().__init__("%s: the inputs' SHA-256 is %s but the file records %s (modified inputs)"
                          % (path, found, expected))
+
+
+class CaseContentError(ValueError):
+    """The attributes and datasets of a normgate HDF5 file do not hash to the
+    /@content_sha256 it records (modified or damaged after it was written),
+    or the file holds an item the digest cannot cover. `expected` is the
+    recorded digest, `found` the computed one ("" when none could be),
+    `path` the file."""
+
+    def __init__(self, path, expected, found, why=None):
+        self.path, self.expected, self.found = path, expected, found
+        super().__init__(why or ("%s: content SHA-256 mismatch: the file records %s, its attributes and datasets "
+                                 "hash to %s (modified or damaged after it was written)" % (path, expected, found)))
+
+
+def _plain(name):
+    return all(" " < c < "\x7f" for c in name)
+
+
+def content_sha256(f, path=None):
+    """The content digest of an open h5py File (datasets/SCHEMA.md, "Content
+    digest"): the SHA-256 of one manifest line per attribute (but
+    /@content_sha256) and per dataset, sorted by key,
+    "TYPE DIMS SHA256(VALUE) KEY\n" with KEY "/path" (dataset) or
+    "/path@name" ("/@name" on the root), TYPE str|u16|i64|f32|f64, DIMS "-"
+    for a (scalar) attribute, else the dims joined by "x", VALUE the
+    little-endian elements (a string: its stored bytes without trailing NULs).
+    An item of another type, a non-scalar attribute or a name with spaces or
+    control characters raises CaseContentError."""
+    import h5py
+    import numpy as np
+    path = path or f.filename
+
+    def bad(why):
+        raise CaseContentError(path, "", "", "%s: %s" % (path, why))
+
+    lines = {}
+
+    def add(key, type_, dims, data):
+        if not _plain(key):
+            bad("the name %r has spaces or control characters" % key)
+        lines[key] = "%s %s %s %s\n" % (type_, dims, hashlib.sha256(data).hexdigest(), key)
+
+    def attrs_of(obj):
+        for name in obj.attrs:
+            key = ("/" if obj.name == "/" else obj.name) + "@" + name
+            if key == "/@content_sha256":
+                continue
+            aid = obj.attrs.get_id(name)
+            if aid.shape != ():
+                bad("attribute %s is not a scalar" % key)
+            dt = aid.dtype
+            if dt.kind == "S":
+                v = obj.attrs[name]
+                add(key, "str", "-", bytes(v).rstrip(b"\0"))
+            elif dt.str in _TYPES:
+                add(key, _TYPES[dt.str], "-", np.asarray(obj.attrs[name], dtype=dt).tobytes())
+            else:
+                bad("attribute %s is stored as %s, not one of str, u16, i64, f32, f64" % (key, dt))
+
+    def visit(name, obj):
+        attrs_of(obj)
+        if isinstance(obj, h5py.Dataset):
+            key = "/" + name
+            if obj.dtype.str not in _TYPES:
+                bad("dataset %s is stored as %s, not one of u16, i64, f32, f64" % (key, obj.dtype))
+            data = np.ascontiguousarray(obj[()]).tobytes() if obj.size else b""
+            add(key, _TYPES[obj.dtype.str], "x".join(str(d) for d in obj.shape), data)
+        elif not isinstance(obj, h5py.Group):
+            bad("object /%s is neither a group nor a dataset" % name)
+
+    attrs_of(f)
+    f.visititems(visit)
+    return hashlib.sha256("".join(lines[k] for k in sorted(lines)).encode()).hexdigest()
+
+
+def verify_content(f, path):
+    """Raise CaseContentError unless f's /@content_sha256 is its content digest."""
+    expected = _text(f.attrs.get("content_sha256", b""))
+    if not expected:
+        raise CaseContentError(path, "", "", "%s: attribute /@content_sha256 is missing" % path)
+    found = content_sha256(f, path)
+    if found != expected:
+        raise CaseContentError(path, expected, found)
 
 
 def _text(v):
@@ -70,12 +161,16 @@ def _want_torch(as_torch):
 def load_case(path, as_torch=None):
     """Read a saved case (schema normgate-case/1) and verify its inputs.
 
-    The inputs' SHA-256 (the little-endian bytes of x, dy, w, then u and
-    dh_new for form res, concatenated: what `normgate case ID` prints as
-    "all" and `normgate repro --file` checks) must equal the file's
-    /@inputs_sha256, else CaseDigestError (a ValueError) naming both. A file
-    of another schema, or whose datasets do not have the case's shapes, is a
-    ValueError; a damaged dataset (Fletcher-32 checksum) is h5py's OSError.
+    The content digest (content_sha256: every attribute and dataset) must
+    equal the file's /@content_sha256, else CaseContentError (a ValueError)
+    naming both: a changed case id, verdict or value is never returned. The
+    inputs' SHA-256 (the little-endian bytes of x, dy, w, then u and dh_new
+    for form res, concatenated: what `normgate case ID` prints as "all" and
+    `normgate repro --file` checks) must equal the file's /@inputs_sha256,
+    else CaseDigestError (a ValueError) naming both. A file of another schema
+    (normgate-case/1 included: it has no content digest), or whose datasets do
+    not have the case's shapes, is a ValueError; a damaged dataset (Fletcher-32
+    or a metadata checksum) is h5py's OSError.
 
     as_torch: None (default) uses torch when it is importable, True requires
     it, False never uses it.
@@ -114,9 +209,15 @@ def load_case(path, as_torch=None):
     torch = _want_torch(as_torch)
     with h5py.File(path, "r") as f:
         meta = {k: _text(v) for k, v in f.attrs.items()}
+        if meta.get("schema") in _OLD_SCHEMAS:
+            raise ValueError("%s: schema '%s' was written before content digests and is no longer read; write it "
+                             "again (normgate repro CASE_ID --variant V --save NEW.h5), or upgrade a file whose "
+                             "history you trust: normgate inspect FILE --upgrade NEW.h5 (datasets/SCHEMA.md)"
+                             % (path, meta["schema"]))
         if meta.get("schema") != CASE_SCHEMA:
             raise ValueError("%s: schema '%s', expected '%s' (a case file written by normgate repro --save)"
                              % (path, meta.get("schema", ""), CASE_SCHEMA))
+        verify_content(f, path)
         c = _parse_case_id(meta.get("case_id", ""), path)
         rows, H = c["T"] * c["heads"], c["H"]
         arrays, bf16 = {}, []

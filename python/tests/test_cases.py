@@ -1,7 +1,9 @@
 """normgate.load_case (python/normgate/cases.py) on the case files shipped in
 datasets/cases/: metadata, shapes, BF16 bits restored (torch) or kept
-(numpy), recorded outputs against the file's own error maps, and the inputs'
-SHA-256: a tampered copy must raise with both digests.
+(numpy), recorded outputs against the file's own error maps, the content
+digest (an edited attribute or dataset raises CaseContentError, the issue's
+/@case_id and /@verdict edits included) and the inputs' SHA-256 (a tampered
+copy whose content digest was recomputed must still raise with both digests).
 
 Needs h5py and numpy (skips without them); the torch tests skip without
 torch. NORMGATE_RES_CASE names a form-res FP32-weight case file written by
@@ -56,7 +58,7 @@ def test_plain_case_numpy_keeps_the_bf16_bits():
     assert (c["T"], c["H"], c["heads"], c["form"], c["w"], c["eps"]) == (600, 64, 1, "plain", "bf16", 1e-6)
     m = c["meta"]
     assert (m["schema"], m["impl"], m["fwd"], m["backend"], m["verdict"]) == \
-        ("normgate-case/1", "ctl_fp32_seq", "fwd_rowwise", "cpu-model", "fail")
+        ("normgate-case/2", "ctl_fp32_seq", "fwd_rowwise", "cpu-model", "fail")
     assert m["inputs_sha256"] == PLAIN_SHA256
     assert c["bf16"] == ["inputs/dy", "inputs/w", "inputs/x", "outputs/dx", "outputs/y"]
     x = c["inputs"]["x"]
@@ -113,22 +115,60 @@ def test_heads_case_has_the_per_head_shapes():
     assert np.float64(c["maps"]["dw_ratio"].max()) < 1
 
 
-def tampered(src, d, edit):
+def tampered(src, d, edit, reseal=False):
+    """A copy of src edited with h5py; reseal: its content digest recomputed
+    afterwards (an editor who knows the format), so that only the checks
+    behind the content digest can tell."""
     import h5py
+    import numpy as np
     p = os.path.join(d, "case.h5")
     shutil.copyfile(src, p)
     with h5py.File(p, "r+") as f:
         edit(f)
+        if reseal:
+            f.attrs["content_sha256"] = np.bytes_(cases.content_sha256(f).encode())
     return p
 
 
+def expect_content_error(p):
+    try:
+        cases.load_case(p, as_torch=False)
+    except cases.CaseContentError as e:
+        assert len(e.expected) == 64 and len(e.found) == 64 and e.found != e.expected
+        assert e.expected in str(e) and e.found in str(e) and p in str(e)
+    else:
+        raise AssertionError("an edited file must raise CaseContentError")
+
+
+def test_edited_case_id_or_verdict_raises_content_error():
+    np = need("h5py", "numpy")
+    with tempfile.TemporaryDirectory() as d:
+        def seed0(f):  # the issue's one-bit edit: seed=1 -> seed=0, the inputs still hash to inputs_sha256
+            f.attrs["case_id"] = np.bytes_(b"H=64,T=600,w=bf16,form=plain,family=cancel,seed=0")
+        expect_content_error(tampered(PLAIN, d, seed0))
+
+        def passes(f):  # the failing control's verdict made "pass"
+            assert f.attrs["verdict"] == b"fail"
+            f.attrs["verdict"] = np.bytes_(b"pass")
+        expect_content_error(tampered(PLAIN, d, passes))
+
+        def dw(f):  # one recorded output value
+            f["outputs/dw"][0] = f["outputs/dw"][0] * 2
+        expect_content_error(tampered(PLAIN, d, dw))
+
+        def extra(f):  # an attribute the writer did not write
+            f["maps"].attrs["note"] = np.bytes_(b"x")
+        expect_content_error(tampered(PLAIN, d, extra))
+
+
 def test_a_tampered_input_raises_with_both_digests():
-    need("h5py", "numpy")
+    np = need("h5py", "numpy")
     with tempfile.TemporaryDirectory() as d:
         def flip(f):
             x = f["inputs/x"]
             x[599, 63] = x[599, 63] ^ 1  # one bit of the last element
-        p = tampered(PLAIN, d, flip)
+        expect_content_error(tampered(PLAIN, d, flip))
+        p = tampered(PLAIN, d, flip, reseal=True)
         try:
             cases.load_case(p, as_torch=False)
         except cases.CaseDigestError as e:
@@ -136,34 +176,49 @@ def test_a_tampered_input_raises_with_both_digests():
             assert PLAIN_SHA256 in str(e) and e.found in str(e) and p in str(e)
         else:
             raise AssertionError("a modified input must raise CaseDigestError")
-        # The same file with its recorded digest edited to match is accepted again:
-        # the check is of the stored bytes against the attribute, nothing else.
+        # The same file with both digests recomputed is accepted again: they
+        # detect damage and edits, not an editor who recomputes them.
         import h5py
         try:
             cases.load_case(p, as_torch=False)
         except cases.CaseDigestError as e:
             found = e.found
         with h5py.File(p, "r+") as f:
-            f.attrs["inputs_sha256"] = found.encode()
+            f.attrs["inputs_sha256"] = np.bytes_(found.encode())
+        expect_content_error(p)
+        with h5py.File(p, "r+") as f:
+            f.attrs["content_sha256"] = np.bytes_(cases.content_sha256(f).encode())
         assert cases.load_case(p, as_torch=False)["meta"]["inputs_sha256"] == found
 
 
 def test_another_schema_or_a_wrong_shape_is_refused():
-    need("h5py", "numpy")
+    np = need("h5py", "numpy")
     with tempfile.TemporaryDirectory() as d:
         def maps_schema(f):
-            f.attrs["schema"] = b"normgate-maps/1"
-        p = tampered(PLAIN, d, maps_schema)
+            f.attrs["schema"] = np.bytes_(b"normgate-maps/2")
+        p = tampered(PLAIN, d, maps_schema, reseal=True)
         try:
             cases.load_case(p, as_torch=False)
         except ValueError as e:
-            assert "normgate-maps/1" in str(e) and "normgate-case/1" in str(e), str(e)
+            assert "normgate-maps/2" in str(e) and "normgate-case/2" in str(e), str(e)
         else:
             raise AssertionError("another schema must raise ValueError")
+
+        def old_schema(f):  # written before the content digest: refused, saying how to upgrade
+            f.attrs["schema"] = np.bytes_(b"normgate-case/1")
+            del f.attrs["content_sha256"]
+        p = tampered(PLAIN, d, old_schema)
+        try:
+            cases.load_case(p, as_torch=False)
+        except ValueError as e:
+            assert "normgate-case/1" in str(e) and "--upgrade" in str(e) and p in str(e), str(e)
+        else:
+            raise AssertionError("the old schema must raise ValueError")
     with tempfile.TemporaryDirectory() as d:
         def other_T(f):
-            f.attrs["case_id"] = b"H=64,T=599,w=bf16,form=plain,family=cancel,seed=1"
-        p = tampered(PLAIN, d, other_T)
+            f.attrs["case_id"] = np.bytes_(b"H=64,T=599,w=bf16,form=plain,family=cancel,seed=1")
+        expect_content_error(tampered(PLAIN, d, other_T))
+        p = tampered(PLAIN, d, other_T, reseal=True)
         try:
             cases.load_case(p, as_torch=False)
         except cases.CaseDigestError:
@@ -189,7 +244,7 @@ def test_res_fp32_case_written_by_the_cli():
         def flip_u(f):
             f["inputs/u"][0, 0] = f["inputs/u"][0, 0] ^ 1
         try:
-            cases.load_case(tampered(p, d, flip_u), as_torch=False)
+            cases.load_case(tampered(p, d, flip_u, reseal=True), as_torch=False)
         except cases.CaseDigestError:
             pass
         else:

@@ -190,7 +190,7 @@ TEST(CaseFile, MapsFileRoundTrip) {
   es[0].maps = r.saved->maps;
   es[0].max_ratio = {0.25, 0.01, 0.3, 0.02};
   es[1] = es[0];
-  es[1].prov.case_id = "other";
+  es[1].prov.case_id = "H=96,T=130,w=bf16,form=plain,family=llm,seed=7";
   es[1].maps.dx_full.assign(static_cast<size_t>(130 * 96), 0.125f);
   const std::string path = temp_path("maps.h5");
   nv::write_maps_file(path, "report.json", es);
@@ -199,7 +199,7 @@ TEST(CaseFile, MapsFileRoundTrip) {
   EXPECT_EQ(src, "report.json");
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].prov.window, es[0].prov.window);
-  EXPECT_EQ(back[1].prov.case_id, "other");
+  EXPECT_EQ(back[1].prov.case_id, "H=96,T=130,w=bf16,form=plain,family=llm,seed=7");
   EXPECT_EQ(back[0].maps.rstd_ratio, es[0].maps.rstd_ratio);
   EXPECT_TRUE(back[0].maps.dx_full.empty());
   EXPECT_EQ(back[1].maps.dx_full, es[1].maps.dx_full);

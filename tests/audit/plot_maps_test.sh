@@ -93,21 +93,21 @@ def s(v):
 
 with h5py.File(path, "r") as f:
     schema = s(f.attrs.get("schema", b""))
-    if schema == "normgate-case/1":
+    if schema == "normgate-case/2":
         entries = [("0000", s(f.attrs.get("window", b"")), f["maps"].attrs, f.attrs)]
-    elif schema == "normgate-maps/1":
+    elif schema == "normgate-maps/2":
         entries = []
         for i in range(int(f.attrs["entries"])):
             g = f[f"cases/{i:04d}"]
             entries.append((f"{i:04d}", s(g.attrs.get("window", b"")), g.attrs, g.attrs))
     else:
-        print(f"FAIL: {path} is neither normgate-case/1 nor normgate-maps/1", file=sys.stderr)
+        print(f"FAIL: {path} is neither normgate-case/2 nor normgate-maps/2", file=sys.stderr)
         sys.exit(1)
     # y/rstd over budget in a backward entry: pictured too
     import numpy as np
     over = {}
     for key, win, _, a in entries:
-        g = f["maps"] if schema == "normgate-case/1" else f[f"cases/{key}"]
+        g = f["maps"] if schema == "normgate-case/2" else f[f"cases/{key}"]
         for o, ds in (("y", "y_tiles"), ("rstd", "rstd_ratio")):
             v = a.get(f"max_ratio_{o}")
             v = float(v) if v is not None else float(np.max(g[ds][()], initial=0))

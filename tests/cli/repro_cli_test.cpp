@@ -288,7 +288,9 @@ TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
 }
 
 // A recording whose dx was changed after the fact (one bit, with h5py):
-// the replay says which output differs and exits 4.
+// refused as modified (exit 2, the content digest); with the digest
+// recomputed too (normgate.cases.content_sha256), the replay says which
+// output differs and exits 4.
 TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
   const char* py = nullptr;
   for (const char* cand : {"python3", "/usr/bin/python3"})
@@ -304,6 +306,14 @@ TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
   const std::string edit = std::string(py) + " -c \"import h5py; f = h5py.File('" + f +
                            "', 'r+'); d = f['outputs/dx']; v = d[0, 5]; d[0, 5] = v ^ 1; f.close()\"";
   ASSERT_EQ(std::system(edit.c_str()), 0) << edit;
+  const CliRun m = run("repro --file '" + f + "' --variant bwd_det_chunked --backend cpu");
+  EXPECT_EQ(m.code, 2) << m.out;
+  EXPECT_TRUE(contains(m.out, f + ": content SHA-256 mismatch")) << m.out;
+  const std::string reseal = std::string(py) + " -c \"import sys, h5py, numpy; sys.path.insert(0, '" +
+                             NORMGATE_SOURCE_DIR + "/python'); from normgate.cases import content_sha256; " +
+                             "f = h5py.File('" + f + "', 'r+'); " +
+                             "f.attrs['content_sha256'] = numpy.bytes_(content_sha256(f).encode()); f.close()\"";
+  ASSERT_EQ(std::system(reseal.c_str()), 0) << reseal;
   const CliRun r = run("repro --file '" + f + "' --variant bwd_det_chunked --backend cpu");
   std::filesystem::remove(f);
   EXPECT_EQ(r.code, 4) << r.out;

@@ -1,14 +1,22 @@
 // normgate/audit/case_file.h: error maps, and the HDF5 files that keep
 // them for audit (schemas: datasets/SCHEMA.md).
 //
-// Case file (normgate-case/1, `normgate repro --save`): one case's inputs as
+// Case file (normgate-case/2, `normgate repro --save`): one case's inputs as
 // stored bits, one implementation's outputs, the oracle's rstd and dw with
 // their bounds, the error maps, and provenance; `normgate repro --file`
 // replays it without the generator after checking the inputs' SHA-256.
-// Maps file (normgate-maps/1, `normgate export`): error maps of several
+// Maps file (normgate-maps/2, `normgate export`): error maps of several
 // (case, implementation) pairs with provenance, no inputs.
-// Files are written to a temporary file and renamed; reading a corrupted or
-// truncated file throws std::runtime_error naming the file and the dataset.
+// Both carry /@content_sha256, the SHA-256 of a manifest of every other
+// attribute and every dataset (datasets/SCHEMA.md), checked on every read:
+// a changed case id, verdict, shape or value is an error naming the file.
+// Files are built in memory, written to a temporary file, fsynced and
+// renamed; reading a corrupted, truncated or modified file throws
+// std::runtime_error naming the file (and the dataset or attribute where one
+// is at fault), never std::bad_alloc: every shape is checked against the
+// case id before anything is allocated. Files of the older schemas
+// (normgate-case/1, normgate-maps/1: no content digest) are refused with a
+// message saying how to write them again (upgrade_file).
 #pragma once
 
 #include <array>
@@ -50,7 +58,7 @@ struct Provenance {
   std::string gpu, driver, cuda, normgate_version, normgate_commit, date;
   /// The forward that produced y, rstd (and h_new) and its source hash: a
   /// kernel variant (fwd_rowwise) for kernel rows, `fp32-baseline` for the
-  /// baseline. Read as empty from files written before these attributes.
+  /// baseline (empty in a normgate-case/1 file upgraded from before them).
   std::string fwd, fwd_sha256;
 };
 
@@ -64,15 +72,17 @@ struct SavedCase {
   ErrorMaps maps;
 };
 
-/// Write a case file atomically (temporary + rename). Throws
-/// std::invalid_argument for inconsistent sizes, std::runtime_error naming
-/// the file on I/O errors.
+/// Write a case file atomically (temporary + fsync + rename). Throws
+/// std::invalid_argument for inconsistent sizes (or a prov.case_id that is not
+/// the inputs' case), std::runtime_error naming the path and the system's
+/// error on I/O errors (disk full: nothing is left at path or beside it).
 void write_case_file(const std::string& path, const SavedCase& c);
 
-/// Read a case file: schema, shapes (from the case id) and the inputs' SHA-256
-/// are checked. Throws std::runtime_error naming the file and the dataset or
-/// attribute (missing, wrong shape, corrupted: Fletcher-32), or naming both
-/// digests on a mismatch.
+/// Read a case file: schema, shapes (from the case id), the content digest
+/// and the inputs' SHA-256 are checked. Throws std::runtime_error naming the
+/// file and the dataset or attribute (missing, wrong type or shape, corrupted:
+/// Fletcher-32 or HDF5's metadata checksums, not part of the schema), or
+/// naming both digests on a mismatch (content or inputs).
 SavedCase read_case_file(const std::string& path);
 
 /// One entry of a maps file.
@@ -82,12 +92,24 @@ struct MapsEntry {
   std::array<double, 4> max_ratio{};  ///< y, rstd, dx, dw
 };
 
-/// Write a maps file (normgate-maps/1) atomically; `source` is what it was
-/// exported from (a report path). Throws as write_case_file.
+/// Write a maps file (normgate-maps/2) atomically; `source` is what it was
+/// exported from (a report path). Each entry's prov.case_id must parse and
+/// its maps have that case's rows (T * heads) and H (std::invalid_argument).
+/// Throws as write_case_file.
 void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries);
 
 /// Read a maps file back. Throws as read_case_file.
 std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source = nullptr);
+
+/// Rewrite a file of an older schema (normgate-case/1, normgate-maps/1) as
+/// the current one (with its content digest) at `out`: it is read with every
+/// check the old schema had (Fletcher-32, shapes, the inputs' SHA-256), and
+/// the new file records /@upgraded = "from <old schema> <note>: its attributes
+/// were covered by no digest before". Only for files whose history is
+/// trusted (e.g. committed): the digest vouches for nothing older than the
+/// upgrade. Returns the new schema. Throws as read_case_file (and
+/// write_case_file); a file of another schema is a std::runtime_error.
+std::string upgrade_file(const std::string& path, const std::string& out, const std::string& note = "");
 
 /// The recorded variants (p.impl and, when it differs, p.fwd) whose
 /// source SHA-256 is not this build's registry hash, as "NAME recorded
@@ -101,8 +123,9 @@ std::string changed_sources(const Provenance& p);
 /// read_case_file when the file cannot be opened.
 std::vector<std::string> list_layout(const std::string& path);
 
-/// A few lines describing an HDF5 file of either schema (`normgate inspect`).
-/// Throws as read_case_file.
+/// A few lines describing an HDF5 file of either schema (`normgate inspect`),
+/// after every check read_case_file / read_maps_file makes. Throws as
+/// read_case_file.
 std::string inspect_file(const std::string& path);
 
 }  // namespace normgate::validators
