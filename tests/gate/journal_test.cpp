@@ -314,4 +314,65 @@ TEST(JournalRecord, ImpossibleValuesAreRefused) {
   EXPECT_TRUE(contains(error_of([&] { (void)case_record_from_json(to_json(empty)); }), "empty tensor"));
 }
 
+// run_gate checks every resumed record against the campaign's plan: a record
+// (with a valid digest) of a case no run of this campaign makes, or of an
+// implementation no window holding the case routes, stops the resume with
+// an error naming the journal and its line.
+TEST(JournalRecord, RecordOutsideTheCampaignsPlanIsAnError) {
+  const std::string dir = temp_dir("plan");
+  GateOptions o;
+  o.table_path = kSmall;
+  o.seeds = "3x1";  // seed 0; fresh seeds 1..2 (fresh factor 2)
+  o.t_per_window = 4;
+  o.dense_points = 1;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  o.windows = "op=bwd,mode=det,H=64,T=1..100";
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult first = run_gate(o);
+  ASSERT_TRUE(first.pass());
+  const std::string text = slurp(o.journal_path);
+  const nlohmann::json campaign = nlohmann::json::parse(text.substr(0, text.find('\n')))["campaign"];
+  const int next_line = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+  const GateResult again = run_gate(o);  // the journal as written resumes
+  EXPECT_EQ(again.cases_run_now, 0);
+
+  auto rec = [](const std::string& id, const std::string& impl) {
+    CaseRecord r = record(id, impl, 0.5);
+    r.results[0].ran_on = "cpu model (no GPU used)";
+    return r;
+  };
+  struct Bad {
+    CaseRecord r;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=7", "bwd_det_chunked"), "seed 7"},
+      {rec("H=64,T=51,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "no plan of this campaign: T=51"},
+      {rec("H=128,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "in no window of the table"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_fp32_blocked"), "implementation bwd_fp32_blocked"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0,eps=0.001", "bwd_det_chunked"), "eps or kappa"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=tiny,seed=0", "bwd_det_chunked"), "family tiny"},
+  };
+  for (const auto& b : bad) {
+    put(o.journal_path, text);
+    {
+      Journal j = Journal::open(o.journal_path, campaign);
+      j.append(b.r);
+    }
+    const std::string e = error_of([&] { (void)run_gate(o); });
+    EXPECT_TRUE(contains(e, o.journal_path) && contains(e, "line " + std::to_string(next_line)) &&
+                contains(e, b.needle))
+        << b.r.case_id << " " << b.r.impls[0] << ": " << (e.empty() ? "resumed without an error" : e);
+  }
+  // A record of the campaign made by another slice (another --windows) is fine.
+  put(o.journal_path, text);
+  {
+    Journal j = Journal::open(o.journal_path, campaign);
+    j.append(rec("H=64,T=700,w=bf16,form=plain,family=llm,seed=0", "bwd_nondet_atomic"));
+  }
+  EXPECT_EQ(error_of([&] { (void)run_gate(o); }), "");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
