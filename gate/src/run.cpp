@@ -191,11 +191,12 @@ int registry_rank(const std::string& impl) {
 //     grid T point, or a dense point (grid point + k * dense_step, 1 <= |k|
 //     <= dense_points; refinement centres on a grid point, fresh seeds on a
 //     grid or dense point);
-//   - impls: in registry order (the order the run loop records), each the
-//     variant of a window holding the case, or the carrier backward of a
-//     forward window of the default forward; a record holds a subset, not
-//     the full list, since a slice runs only its windows' variants and a
-//     resumed case only what was missing;
+//   - impls: each the variant of a window holding the case, or the carrier
+//     backward of a forward window of the default forward; a record holds a
+//     subset, not the full list, since a slice runs only its windows'
+//     variants and a resumed case only what was missing (their order is not
+//     checked: external variants rank in registration order, which another
+//     process may change);
 //   - an output recorded as not produced (ratio nan) only for dx, dw of an
 //     external forward implementation (harness/external.h).
 RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& set, const GateOptions& opt,
@@ -244,16 +245,10 @@ RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& s
                                   " is neither a grid T point of a window holding it (" + holders +
                                   ") nor a dense point near one (--dense-points " + std::to_string(opt.dense_points) +
                                   ", --dense-step " + std::to_string(opt.dense_step) + ")");
-    int last_rank = -1;
-    for (const auto& impl : rec.impls) {
+    for (const auto& impl : rec.impls)
       if (!allowed.count(impl))
         throw std::invalid_argument(at + "names implementation " + impl + ", which no window holding the case runs (" +
                                     holders + ")");
-      const int rank = registry_rank(impl);
-      if (rank <= last_rank)
-        throw std::invalid_argument(at + "lists its implementations out of registry order");
-      last_rank = rank;
-    }
     for (const auto& x : rec.results) {
       const kernels::Variant& v = kernels::variant(x.impl);
       for (int k = 0; k < 4; ++k)
