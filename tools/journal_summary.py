@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
-"""Summarize a gate journal (normgate-journal/1, JSON lines) without the gate:
+"""Summarize a gate journal (JSON lines, format 2; format 1, without digests,
+as stored by older campaigns, is read too) without the gate:
 per (H, w, form) and implementation, the cases journalled, failed and
 errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
+A format-2 line whose SHA-256 digest fails is skipped and named on stderr.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
 Exit 0; 2 on a missing or unreadable journal."""
 import gzip
+import hashlib
 import json
 import re
 import sys
 
 OUTS = ("y", "rstd", "dx", "dw")
+# The digest member a format-2 line ends in (journal_line in gate/src/journal.cpp).
+DIGEST = re.compile(r',"sha256":"([0-9a-f]{64})"\}$')
+
+
+def signed(line):
+    """True when a format-2 line's SHA-256 digest matches its bytes."""
+    m = DIGEST.search(line)
+    return bool(m) and hashlib.sha256((line[:m.start()] + "}").encode("utf-8")).hexdigest() == m.group(1)
 
 
 def main(argv):
@@ -29,7 +40,8 @@ def main(argv):
     except (OSError, ValueError, IndexError) as e:
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
         return 2
-    if head.get("normgate_journal") != 1:
+    fmt = head.get("normgate_journal") if isinstance(head, dict) else None
+    if fmt not in (1, 2) or (fmt == 2 and not signed(lines[0])):
         print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
         return 2
     groups = {}
@@ -38,8 +50,10 @@ def main(argv):
             continue
         try:
             rec = json.loads(line)
+            if fmt == 2 and not signed(line):
+                raise ValueError("digest")
         except ValueError:
-            print(f"journal_summary: {path}:{n}: torn or bad line skipped", file=sys.stderr)
+            print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
             continue
         case = rec["case"]
         kv = dict(p.split("=", 1) for p in case.split(","))

@@ -2,18 +2,24 @@
 #include "normgate/gate/journal.h"
 
 #include "normgate/core/json_number.h"
+#include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"  // sha256_hex
 
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 namespace normgate::validators {
 
@@ -21,6 +27,10 @@ namespace {
 
 constexpr const char* kOutNames[4] = {"y", "rstd", "dx", "dw"};
 
+// The digest member journal_line appends: ,"sha256":"<64 hex>"}
+constexpr std::string_view kDigestOpen = ",\"sha256\":\"";
+constexpr size_t kDigestLen = 64;
+constexpr size_t kDigestTail = kDigestOpen.size() + kDigestLen + 2;  // + "}
 
 const nlohmann::json& field(const nlohmann::json& j, const std::string& k) {
   if (!j.is_object() || !j.contains(k)) throw std::invalid_argument("missing field '" + k + "'");
@@ -32,6 +42,70 @@ std::string str(const nlohmann::json& j, const std::string& k) {
   if (!v.is_string()) throw std::invalid_argument("field '" + k + "' must be a string");
   return v.get<std::string>();
 }
+
+// Refuse members other than `known` (a record written by normgate has no others).
+void only_members(const nlohmann::json& j, std::initializer_list<const char*> known, const std::string& where) {
+  for (const auto& [k, v] : j.items()) {
+    bool ok = false;
+    for (const char* n : known) ok = ok || k == n;
+    if (!ok) throw std::invalid_argument(where + " has an unknown field '" + k + "'");
+  }
+}
+
+std::string num_text(double v) { return json_number(v).dump(); }
+
+// Element count of output k (y, rstd, dx, dw) for case c.
+int64_t numel_of(const seeds::CaseId& c, int k) {
+  const int64_t rows = c.rows();
+  switch (k) {
+    case 1: return rows;
+    case 3: return c.H;
+    default: return rows * c.H;
+  }
+}
+
+// One output's record checked against its element count (journal.h).
+void check_output(const OutputRecord& o, int64_t numel, const std::string& name) {
+  const std::string at = "field '" + name + "' ";
+  if (std::isnan(o.ratio)) {  // not produced
+    if (o.index != -1 || o.over != 0 || !std::isnan(o.forced) || o.pass)
+      throw std::invalid_argument(at + "has ratio nan (output not produced) but not index -1, over 0, forced nan, "
+                                  "pass false");
+    return;
+  }
+  if (!(o.ratio >= 0)) throw std::invalid_argument(at + "has ratio " + num_text(o.ratio) + " < 0");
+  if (!(o.forced >= 0)) throw std::invalid_argument(at + "has forced " + num_text(o.forced) + " (must be >= 0)");
+  if (numel == 0) {
+    if (o.index != -1 || o.ratio != 0 || o.over != 0 || !o.pass)
+      throw std::invalid_argument(at + "is of an empty tensor (0 elements): it must be [0, -1, 0, forced, true]");
+    return;
+  }
+  if (o.index < 0 || o.index >= numel)
+    throw std::invalid_argument(at + "has index " + std::to_string(o.index) + " outside [0, " + std::to_string(numel) +
+                                ") (the case's " + std::to_string(numel) + " elements)");
+  if (o.over < 0 || o.over > numel)
+    throw std::invalid_argument(at + "has over " + std::to_string(o.over) + " outside [0, " + std::to_string(numel) +
+                                "]");
+  if ((o.over > 0) != (o.ratio > 1))
+    throw std::invalid_argument(at + "has over " + std::to_string(o.over) + " with ratio " + num_text(o.ratio) +
+                                " (over > 0 exactly when the worst ratio is > 1)");
+  if (o.pass && o.over > 0)
+    throw std::invalid_argument(at + "has pass true with over " + std::to_string(o.over));
+}
+
+// The JSON of one implementation's results (a member of a record's "results").
+nlohmann::json impl_json(const ImplRecord& x) {
+  nlohmann::json o;
+  o["impl"] = x.impl;
+  o["ran_on"] = x.ran_on;
+  for (int k = 0; k < 4; ++k)
+    o[kOutNames[k]] = {json_number(x.out[k].ratio), x.out[k].index, x.out[k].over, json_number(x.out[k].forced),
+                       x.out[k].pass};
+  o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
+  return o;
+}
+
+std::string clip(const std::string& s, size_t n = 300) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
 [[noreturn]] void sys_fail(const std::string& what, const std::string& path) {
   throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
@@ -56,8 +130,8 @@ void fsync_dir_of(const std::string& path) {
   }
 }
 
-nlohmann::json header_line(const nlohmann::json& campaign) {
-  return nlohmann::json{{"normgate_journal", 1}, {"campaign", campaign}};
+std::string header_line(const nlohmann::json& campaign) {
+  return journal_line(nlohmann::json{{"normgate_journal", kJournalFormat}, {"campaign", campaign}});
 }
 
 }  // namespace
@@ -93,60 +167,128 @@ nlohmann::json to_json(const CaseRecord& r) {
   j["impls"] = r.impls;
   if (!r.error.empty()) j["error"] = r.error;
   j["results"] = nlohmann::json::array();
-  for (const auto& x : r.results) {
-    nlohmann::json o;
-    o["impl"] = x.impl;
-    o["ran_on"] = x.ran_on;
-    for (int k = 0; k < 4; ++k)
-      o[kOutNames[k]] = {json_number(x.out[k].ratio), x.out[k].index, x.out[k].over, json_number(x.out[k].forced), x.out[k].pass};
-    o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
-    j["results"].push_back(std::move(o));
-  }
+  for (const auto& x : r.results) j["results"].push_back(impl_json(x));
   j["seconds"] = r.seconds;
   return j;
 }
 
 CaseRecord case_record_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("a record must be a JSON object");
+  only_members(j, {"case", "impls", "error", "results", "seconds"}, "the record");
   CaseRecord r;
   r.case_id = str(j, "case");
-  const auto& impls = field(j, "impls");
-  if (!impls.is_array()) throw std::invalid_argument("field 'impls' must be an array");
-  for (const auto& i : impls) {
-    if (!i.is_string()) throw std::invalid_argument("field 'impls' must hold strings");
-    r.impls.push_back(i.get<std::string>());
+  seeds::CaseId c;
+  try {
+    c = seeds::parse_case(r.case_id);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("field 'case': ") + e.what());
   }
-  if (j.contains("error")) r.error = str(j, "error");
+  if (seeds::to_string(c) != r.case_id)
+    throw std::invalid_argument("field 'case' is '" + r.case_id + "', not in canonical spelling ('" +
+                                seeds::to_string(c) + "')");
+  const auto& impls = field(j, "impls");
+  if (!impls.is_array() || impls.empty()) throw std::invalid_argument("field 'impls' must be a non-empty array");
+  std::set<std::string> distinct;
+  for (const auto& i : impls) {
+    if (!i.is_string() || i.get<std::string>().empty())
+      throw std::invalid_argument("field 'impls' must hold non-empty strings");
+    r.impls.push_back(i.get<std::string>());
+    if (!distinct.insert(r.impls.back()).second)
+      throw std::invalid_argument("field 'impls' names " + r.impls.back() + " twice");
+  }
+  if (j.contains("error")) {
+    r.error = str(j, "error");
+    if (r.error.empty()) throw std::invalid_argument("field 'error' is empty");
+  }
   const auto& res = field(j, "results");
   if (!res.is_array()) throw std::invalid_argument("field 'results' must be an array");
   for (const auto& o : res) {
+    if (!o.is_object()) throw std::invalid_argument("field 'results' must hold objects");
+    only_members(o, {"impl", "ran_on", "y", "rstd", "dx", "dw", "dw_vs_fp32"}, "a result");
     ImplRecord x;
     x.impl = str(o, "impl");
     x.ran_on = str(o, "ran_on");
+    if (x.ran_on.empty()) throw std::invalid_argument("field 'ran_on' of " + x.impl + " is empty");
     for (int k = 0; k < 4; ++k) {
       const auto& a = field(o, kOutNames[k]);
       if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
           !a[4].is_boolean())
         throw std::invalid_argument(std::string("field '") + kOutNames[k] +
                                     "' must be [ratio, index, over, forced, pass]");
-      x.out[k] = {from_json_number(a[0], kOutNames[k]), a[1].get<int64_t>(), a[2].get<int64_t>(),
-                  from_json_number(a[3], kOutNames[k]),
-                  a[4].get<bool>()};
+      // An unsigned beyond int64 is out of every range below.
+      auto int_of = [&](const nlohmann::json& v) {
+        return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                   ? std::numeric_limits<int64_t>::min()
+                   : v.get<int64_t>();
+      };
+      x.out[k] = {from_json_number(a[0], kOutNames[k]), int_of(a[1]), int_of(a[2]),
+                  from_json_number(a[3], kOutNames[k]), a[4].get<bool>()};
+      check_output(x.out[k], numel_of(c, k), x.impl + "." + kOutNames[k]);
     }
     const auto& d = field(o, "dw_vs_fp32");
     if (!d.is_array() || d.size() != 2) throw std::invalid_argument("field 'dw_vs_fp32' must be [worst, median]");
     x.dw_vs_fp32_worst = from_json_number(d[0], "dw_vs_fp32");
     x.dw_vs_fp32_median = from_json_number(d[1], "dw_vs_fp32");
+    for (double v : {x.dw_vs_fp32_worst, x.dw_vs_fp32_median})
+      if (!(v >= 0) && !std::isnan(v))
+        throw std::invalid_argument("field 'dw_vs_fp32' of " + x.impl + " holds " + num_text(v) + " < 0");
     r.results.push_back(std::move(x));
   }
+  if (!r.error.empty() && !r.results.empty())
+    throw std::invalid_argument("record has both an error and " + std::to_string(r.results.size()) + " results");
   if (r.error.empty() && r.results.size() != r.impls.size())
     throw std::invalid_argument("record has " + std::to_string(r.results.size()) + " results for " +
                                 std::to_string(r.impls.size()) + " impls");
-  if (j.contains("seconds") && j["seconds"].is_number()) r.seconds = j["seconds"].get<double>();
+  for (size_t i = 0; i < r.results.size(); ++i)
+    if (r.results[i].impl != r.impls[i])
+      throw std::invalid_argument("result " + std::to_string(i + 1) + " is of " + r.results[i].impl + ", impls[" +
+                                  std::to_string(i) + "] is " + r.impls[i]);
+  const auto& sec = field(j, "seconds");
+  if (!sec.is_number() || !(sec.get<double>() >= 0) || !std::isfinite(sec.get<double>()))
+    throw std::invalid_argument("field 'seconds' must be a finite number >= 0");
+  r.seconds = sec.get<double>();
   return r;
 }
 
+std::string journal_line(const nlohmann::json& o) {
+  if (!o.is_object() || o.empty()) throw std::invalid_argument("journal_line: not a JSON object with members");
+  std::string s = o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string digest = seeds::sha256_hex(s.data(), s.size());
+  s.pop_back();  // the closing brace
+  s.append(kDigestOpen).append(digest).append("\"}");
+  return s;
+}
+
+nlohmann::json parse_journal_line(std::string_view line) {
+  auto is_hex = [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); };
+  bool shaped = line.size() > kDigestTail + 1 &&
+                line.substr(line.size() - kDigestTail, kDigestOpen.size()) == kDigestOpen &&
+                line.substr(line.size() - 2) == "\"}";
+  for (size_t i = shaped ? line.size() - kDigestLen - 2 : 0; shaped && i < line.size() - 2; ++i)
+    shaped = is_hex(line[i]);
+  if (!shaped) throw std::invalid_argument("the line does not end in its SHA-256 digest member (,\"sha256\":\"<64 hex>\"})");
+  const std::string_view digest = line.substr(line.size() - kDigestLen - 2, kDigestLen);
+  std::string body(line.substr(0, line.size() - kDigestTail));
+  body.push_back('}');
+  if (seeds::sha256_hex(body.data(), body.size()) != digest)
+    throw std::invalid_argument("the line's SHA-256 digest does not match its content (it was changed after normgate "
+                                "wrote it)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("the line is not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) throw std::invalid_argument("the line is not a JSON object");
+  return j;
+}
+
 Journal::Journal(Journal&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), resumed_(std::move(o.resumed_)), dropped_(o.dropped_) {
+    : path_(std::move(o.path_)),
+      fd_(o.fd_),
+      resumed_(std::move(o.resumed_)),
+      lines_(std::move(o.lines_)),
+      dropped_(o.dropped_) {
   o.fd_ = -1;
 }
 
@@ -156,6 +298,7 @@ Journal& Journal::operator=(Journal&& o) noexcept {
     path_ = std::move(o.path_);
     fd_ = o.fd_;
     resumed_ = std::move(o.resumed_);
+    lines_ = std::move(o.lines_);
     dropped_ = o.dropped_;
     o.fd_ = -1;
   }
@@ -166,7 +309,7 @@ Journal::~Journal() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Journal Journal::open(const std::string& path, const nlohmann::json& campaign) {
+Journal Journal::open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check) {
   Journal jr;
   jr.path_ = path;
   jr.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -184,59 +327,127 @@ Journal Journal::open(const std::string& path, const nlohmann::json& campaign) {
     if (n <= 0) sys_fail("cannot read journal", path);
     got += static_cast<size_t>(n);
   }
-  // Keep only complete lines; a torn tail (no newline) is a record whose
-  // write was interrupted: drop it.
+  const std::string header = header_line(campaign);
+  // Complete lines end in a newline. What follows the last newline is a line
+  // whose write was interrupted: dropped, unless its digest shows it complete
+  // (a write cut just before the newline).
   const size_t end = text.rfind('\n');
   const size_t keep = end == std::string::npos ? 0 : end + 1;
-  jr.dropped_ = static_cast<int64_t>(text.size() - keep);
-  if (keep == 0) {
-    // New (or only a torn header): start over with the header.
+  const std::string_view tail = std::string_view(text).substr(keep);
+  auto is_line = [](std::string_view l) {
+    try {
+      (void)parse_journal_line(l);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  };
+  const bool tail_complete = !tail.empty() && is_line(tail);
+  // A torn write is a prefix of one line: a tail holding a whole line and
+  // more (a newline turned into another byte, bytes glued on) is damage.
+  for (size_t p = tail.find("\"}"); !tail_complete && p != std::string_view::npos && p + 2 < tail.size();
+       p = tail.find("\"}", p + 1))
+    if (is_line(tail.substr(0, p + 2)))
+      throw std::invalid_argument("journal " + path + " line " +
+                                  std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
+                                  ": a complete line is followed by " + std::to_string(tail.size() - p - 2) +
+                                  " stray bytes where its newline belongs (the file was changed after normgate "
+                                  "wrote it); start a new --journal file");
+  if (keep == 0 && !tail_complete) {
+    // New, or only a torn header of this campaign: start over with the header.
+    // Anything else is not this campaign's journal: left as it is.
+    if (!tail.empty() && header.compare(0, tail.size(), tail) != 0)
+      throw std::invalid_argument("'" + path + "' is not a normgate gate journal of this campaign (its only line is " +
+                                  "incomplete and not this campaign's header); use a new --journal file");
     if (::ftruncate(jr.fd_, 0) != 0) sys_fail("cannot truncate journal", path);
     jr.dropped_ = static_cast<int64_t>(text.size());
     if (::lseek(jr.fd_, 0, SEEK_SET) < 0) sys_fail("cannot seek journal", path);
-    write_all(jr.fd_, header_line(campaign).dump() + "\n", path);
+    write_all(jr.fd_, header + "\n", path);
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
     fsync_dir_of(path);
     return jr;
   }
-  size_t pos = 0;
+  const std::string restart = "; a journal that fails its checks cannot be resumed: move it away and start a new "
+                              "--journal file (its cases run again)";
+  auto at = [&](int64_t n) { return "journal " + path + " line " + std::to_string(n) + ": "; };
+  auto check_header = [&](std::string_view line) {
+    nlohmann::json h;
+    try {
+      h = parse_journal_line(line);
+    } catch (const std::invalid_argument& e) {
+      // Format 1 had no digests: say so, and what to do.
+      nlohmann::json old = nlohmann::json::parse(line, nullptr, false);
+      if (old.is_object() && old.contains("normgate_journal") && old["normgate_journal"] == 1)
+        throw std::invalid_argument(
+            "journal " + path + " is format 1 (written by an older normgate): its lines carry no SHA-256 digests, " +
+            "so its records cannot be checked and are not used; start a new journal (another --journal path, or " +
+            "move this file away): its cases run again");
+      throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
+                                  e.what());
+    }
+    if (!h.contains("normgate_journal") || !h.contains("campaign") || h.size() != 2 || !h["campaign"].is_object())
+      throw std::invalid_argument("'" + path + "' is not a normgate gate journal (line 1 is no journal header)");
+    if (h["normgate_journal"] != kJournalFormat)
+      throw std::invalid_argument("journal " + path + " is format " + h["normgate_journal"].dump() +
+                                  "; this normgate reads format " + std::to_string(kJournalFormat) +
+                                  "; use a new --journal file");
+    const auto& old = h["campaign"];
+    if (old != campaign) {
+      std::string diff;
+      for (const auto& [k, v] : campaign.items()) {
+        const std::string was = old.contains(k) ? old[k].dump() : "(absent)";
+        if (!old.contains(k) || old[k] != v) diff += "\n  " + k + ": journal " + was + ", this run " + v.dump();
+      }
+      for (const auto& [k, v] : old.items())
+        if (!campaign.contains(k)) diff += "\n  " + k + ": journal " + v.dump() + ", this run (absent)";
+      throw std::invalid_argument("journal " + path + " belongs to a different campaign; differing fields:" + diff +
+                                  "\nresume with the same table and options, or use a new --journal file");
+    }
+  };
+  // (case, implementation) -> the first line holding it and its result (or error).
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, nlohmann::json>> seen;
   int64_t line_no = 0;
-  while (pos < keep) {
-    const size_t nl = text.find('\n', pos);
-    const std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
+  auto read_line = [&](std::string_view line) {
     ++line_no;
+    if (line_no == 1) return check_header(line);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument("journal " + path + " line " + std::to_string(line_no) + " is not valid JSON (" +
-                                  e.what() + "); the file was not written by normgate gate or was edited");
-    }
-    if (line_no == 1) {
-      if (!j.is_object() || !j.contains("normgate_journal") || !j.contains("campaign"))
-        throw std::invalid_argument("'" + path + "' is not a normgate gate journal (no header line)");
-      const auto& old = j["campaign"];
-      if (old != campaign) {
-        std::string diff;
-        for (const auto& [k, v] : campaign.items()) {
-          const std::string was = old.contains(k) ? old[k].dump() : "(absent)";
-          if (!old.contains(k) || old[k] != v) diff += "\n  " + k + ": journal " + was + ", this run " + v.dump();
-        }
-        for (const auto& [k, v] : old.items())
-          if (!campaign.contains(k)) diff += "\n  " + k + ": journal " + v.dump() + ", this run (absent)";
-        throw std::invalid_argument("journal " + path + " belongs to a different campaign; differing fields:" + diff +
-                                    "\nresume with the same table and options, or use a new --journal file");
-      }
-      continue;
-    }
-    try {
-      jr.resumed_.push_back(case_record_from_json(j));
+      j = parse_journal_line(line);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("journal " + path + " line " + std::to_string(line_no) + ": " + e.what());
+      throw std::invalid_argument(at(line_no) + e.what() + restart);
     }
+    CaseRecord r;
+    try {
+      r = case_record_from_json(j);
+      if (check) check(r);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(at(line_no) + e.what());
+    }
+    for (size_t i = 0; i < r.impls.size(); ++i) {
+      nlohmann::json what = r.error.empty() ? impl_json(r.results[i]) : nlohmann::json{{"error", r.error}};
+      auto [it, fresh] = seen.try_emplace({r.case_id, r.impls[i]}, line_no, what);
+      if (!fresh && it->second.second != what)
+        throw std::invalid_argument("journal " + path + " line " + std::to_string(line_no) + " contradicts line " +
+                                    std::to_string(it->second.first) + ": case " + r.case_id + ", implementation " +
+                                    r.impls[i] + ": line " + std::to_string(it->second.first) + " has " +
+                                    clip(it->second.second.dump()) + ", line " + std::to_string(line_no) + " has " +
+                                    clip(what.dump()) + restart);
+    }
+    jr.resumed_.push_back(std::move(r));
+    jr.lines_.push_back(line_no);
+  };
+  for (size_t pos = 0; pos < keep;) {
+    const size_t nl = text.find('\n', pos);
+    read_line(std::string_view(text).substr(pos, nl - pos));
+    pos = nl + 1;
   }
-  if (jr.dropped_ > 0) {
+  if (tail_complete) {
+    read_line(tail);
+    if (::lseek(jr.fd_, 0, SEEK_END) < 0) sys_fail("cannot seek journal", path);
+    write_all(jr.fd_, "\n", path);
+    if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
+  } else if (!tail.empty()) {
+    jr.dropped_ = static_cast<int64_t>(tail.size());
     if (::ftruncate(jr.fd_, static_cast<off_t>(keep)) != 0) sys_fail("cannot truncate journal", path);
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
   }
@@ -246,7 +457,7 @@ Journal Journal::open(const std::string& path, const nlohmann::json& campaign) {
 
 void Journal::append(const CaseRecord& r) {
   if (fd_ < 0) return;
-  write_all(fd_, to_json(r).dump() + "\n", path_);
+  write_all(fd_, journal_line(to_json(r)) + "\n", path_);
   if (::fsync(fd_) != 0) sys_fail("cannot sync journal", path_);
 }
 

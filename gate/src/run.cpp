@@ -177,6 +177,89 @@ int registry_rank(const std::string& impl) {
   return k;
 }
 
+// ---- resumed records against the campaign -------------------------------------
+
+// The journal's RecordCheck (journal.h) for this campaign: a resumed record
+// must be a case some run of this campaign could have made, run by
+// implementations the table's windows holding the case route. The journal
+// belongs to the whole table (slices of --windows or --base share it), so
+// the plan is the whole table's:
+//   - eps and kappa the defaults (every gate case has them);
+//   - (family, seed) from the seed set, or a fresh seed of one of its
+//     families (last+1 .. last+fresh seeds);
+//   - a window of the table (same H, w, form; T inside) whose plan has T: a
+//     grid T point, or a dense point (grid point + k * dense_step, 1 <= |k|
+//     <= dense_points; refinement centres on a grid point, fresh seeds on a
+//     grid or dense point);
+//   - impls: each the variant of a window holding the case, or the carrier
+//     backward of a forward window of the default forward; a record holds a
+//     subset, not the full list, since a slice runs only its windows'
+//     variants and a resumed case only what was missing (their order is not
+//     checked: external variants rank in registration order, which another
+//     process may change);
+//   - an output recorded as not produced (ratio nan) only for dx, dw of an
+//     external forward implementation (harness/external.h).
+RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& set, const GateOptions& opt,
+                       uint64_t fresh_seeds) {
+  std::vector<std::vector<int64_t>> tpts;
+  for (const Route& r : table.routes) tpts.push_back(window_t_points(r.t_lo, r.t_hi, opt.t_per_window));
+  const std::string set_name = seeds::to_string(set);
+  return [&table, &set, &opt, fresh_seeds, tpts, set_name](const CaseRecord& rec) {
+    const seeds::CaseId c = seeds::parse_case(rec.case_id);
+    const std::string at = "case " + rec.case_id + " ";
+    if (c.eps != seeds::kDefaultEps || c.kappa != seeds::kDefaultKappa)
+      throw std::invalid_argument(at + "has eps or kappa other than the defaults; no gate case does");
+    if (std::find(set.families.begin(), set.families.end(), c.family) == set.families.end())
+      throw std::invalid_argument(at + "is of family " + std::string(seeds::to_string(c.family)) +
+                                  ", not in the campaign's seed set " + set_name);
+    const bool grid_seed = c.seed >= set.first && c.seed <= set.last;
+    const bool fresh_seed = opt.fresh_factor > 0 && c.seed > set.last && c.seed - set.last <= fresh_seeds;
+    if (!grid_seed && !fresh_seed)
+      throw std::invalid_argument(at + "has seed " + std::to_string(c.seed) + ", neither in the seed set " + set_name +
+                                  " nor one of its " + std::to_string(fresh_seeds) + " fresh seeds");
+    auto planned = [&](const std::vector<int64_t>& ts) {
+      for (int64_t t : ts) {
+        if (t == c.T) return true;
+        const int64_t d = c.T > t ? c.T - t : t - c.T;
+        if (opt.dense_points > 0 && opt.dense_step > 0 && d % opt.dense_step == 0 &&
+            d / opt.dense_step <= opt.dense_points)
+          return true;
+      }
+      return false;
+    };
+    std::set<std::string> allowed;
+    std::string holders;
+    bool in_window = false, in_plan = false;
+    for (size_t i = 0; i < table.routes.size(); ++i) {
+      const Route& r = table.routes[i];
+      if (r.H != c.H || r.w != c.w || r.form != c.form || c.T < r.t_lo || c.T > r.t_hi) continue;
+      in_window = true;
+      in_plan = in_plan || planned(tpts[i]);
+      const bool default_fwd_window = r.op == Op::fwd && r.variant == &kernels::default_fwd();
+      allowed.insert(default_fwd_window ? carrier_for(c) : std::string(r.variant->name));
+      holders += (holders.empty() ? "" : ", ") + r.describe();
+    }
+    if (!in_window) throw std::invalid_argument(at + "is in no window of the table");
+    if (!in_plan)
+      throw std::invalid_argument(at + "is in no plan of this campaign: T=" + std::to_string(c.T) +
+                                  " is neither a grid T point of a window holding it (" + holders +
+                                  ") nor a dense point near one (--dense-points " + std::to_string(opt.dense_points) +
+                                  ", --dense-step " + std::to_string(opt.dense_step) + ")");
+    for (const auto& impl : rec.impls)
+      if (!allowed.count(impl))
+        throw std::invalid_argument(at + "names implementation " + impl + ", which no window holding the case runs (" +
+                                    holders + ")");
+    for (const auto& x : rec.results) {
+      const kernels::Variant& v = kernels::variant(x.impl);
+      for (int k = 0; k < 4; ++k)
+        if (std::isnan(x.out[k].ratio) && !(v.external && v.op == Op::fwd && k >= 2))
+          throw std::invalid_argument(at + "records output " + kOut[k] + " of " + x.impl +
+                                      " as not produced; only an external forward implementation leaves out dx or "
+                                      "dw");
+    }
+  };
+}
+
 // Runs one phase: every case the windows' phase lists need, once, with every
 // implementation it needs that is not in the store yet.
 class Runner {
@@ -552,7 +635,11 @@ GateResult run_gate(const GateOptions& opt) {
     }
   }
   campaign["variant_sha256"] = hashes;
-  Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign);
+  // Every resumed record is checked against this campaign's plan (plan_check);
+  // Journal::open checks its digest and fields first.
+  Journal journal = opt.journal_path.empty()
+                        ? Journal()
+                        : Journal::open(opt.journal_path, campaign, plan_check(table, seed_set, opt, fresh_seeds));
   Store store;
   for (const auto& rec : journal.resumed()) store.add(rec);
   const int64_t journal_records = static_cast<int64_t>(journal.resumed().size());

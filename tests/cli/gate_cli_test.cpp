@@ -184,6 +184,38 @@ TEST(GateCli, ApproveThenDispatch) {
   std::filesystem::remove_all(dir);
 }
 
+// One flipped bit in a journal never changes a verdict: a window routing the
+// negative control ctl_fp32_seq (bwd det, H = 64, T = [1, 5], cancel seed 0)
+// fails; "T=1" turned into "T=5" in the case id of the journal's second line
+// (one bit: '1' 0x31, '5' 0x35) made the record of T = 1 (which passes) stand
+// for T = 5. The resume must stop with an error naming the journal and the
+// line (exit 2), never report the window.
+TEST(GateCli, FlippedBitInAJournalIsAnErrorNamingTheLine) {
+  const std::string dir = temp_dir("flip");
+  const std::string table = dir + "/ctl.toml";
+  std::ofstream(table) << "arch = \"sm90a\"\nroute = [\n"
+                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 5], "
+                          "variant = \"ctl_fp32_seq\" },\n]\n";
+  const std::string journal = dir + "/j.jsonl";
+  const std::string args =
+      "gate " + table + " --allow-controls --backend cpu --threads 1 --seeds cancel:0..0 --quiet --journal " + journal;
+  const CliResult first = cli(args);
+  ASSERT_EQ(first.code, 1) << first.out;
+  EXPECT_TRUE(contains(first.out, "FAIL: 0 of 1 windows pass")) << first.out;
+  std::string text = slurp(journal);
+  const size_t line2 = text.find('\n') + 1;
+  const size_t at = text.find("T=1,", line2);
+  ASSERT_LT(at, text.find('\n', line2)) << "line 2 is not the case T = 1:\n" << text;
+  text[at + 2] = '5';
+  std::ofstream(journal, std::ios::binary | std::ios::trunc) << text;
+  const CliResult resumed = cli(args);
+  EXPECT_EQ(resumed.code, 2) << resumed.out;
+  EXPECT_TRUE(contains(resumed.out, "journal " + journal + " line 2:")) << resumed.out;
+  EXPECT_FALSE(contains(resumed.out, "PASS")) << resumed.out;
+  EXPECT_FALSE(contains(resumed.out, "verdict")) << resumed.out;
+  std::filesystem::remove_all(dir);
+}
+
 // kill -9 in the middle of a campaign, resume with the same journal: nothing
 // finished is redone and both reports equal the uninterrupted run's but the date.
 TEST(GateCli, ResumeAfterKill9GivesTheSameReport) {

@@ -23,6 +23,7 @@
 #include "normgate/harness/runner.h"
 #include "normgate/gate/gate.h"
 #include "normgate/gate/journal.h"
+#include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
 
 namespace {
@@ -128,16 +129,24 @@ TEST(GateJournal, RecordsRoundTripBitForBit) {
   x.impl = "bwd_det_chunked";
   x.ran_on = "cpu model (no GPU used)";
   x.out[0] = {0.1 + 0.2, 17, 0, 1.0 / 3.0, true};
+  x.out[1] = {0.25, 2, 0, 0.125, true};
+  x.out[2] = {2.5e-3, 100, 0, 1e-3, true};
   x.out[3] = {std::numeric_limits<double>::infinity(), 5, 2, 1e-300, false};
   x.dw_vs_fp32_worst = std::numeric_limits<double>::quiet_NaN();
   x.dw_vs_fp32_median = 0.7;
   r.results.push_back(x);
-  const CaseRecord b = case_record_from_json(nlohmann::json::parse(to_json(r).dump()));
+  const std::string line = journal_line(to_json(r));
+  const CaseRecord b = case_record_from_json(parse_journal_line(line));
   ASSERT_EQ(b.results.size(), 1u);
   EXPECT_EQ(b.results[0].out, x.out);
   EXPECT_TRUE(std::isnan(b.results[0].dw_vs_fp32_worst));
   EXPECT_EQ(b.results[0].dw_vs_fp32_median, 0.7);
   EXPECT_THROW(case_record_from_json(nlohmann::json::parse(R"({"case": "x"})")), std::invalid_argument);
+  // The line is the record's JSON with its digest appended: the SHA-256 of
+  // the bytes before it (and the closing brace).
+  const std::string body = to_json(r).dump();
+  EXPECT_EQ(line, body.substr(0, body.size() - 1) + ",\"sha256\":\"" + seeds::sha256_hex(body.data(), body.size()) +
+                      "\"}");
 }
 
 TEST(GateJournal, TornTailDroppedMismatchRefused) {
@@ -145,7 +154,7 @@ TEST(GateJournal, TornTailDroppedMismatchRefused) {
   const std::string path = dir + "/j.jsonl";
   const nlohmann::json campaign = {{"seeds", "3x1"}, {"table_sha256", "abc"}};
   CaseRecord r;
-  r.case_id = "c1";
+  r.case_id = "H=64,T=1,w=bf16,form=plain,family=normal,seed=0";
   r.error = "CUDA error: out of memory";
   r.impls = {"bwd_det_chunked"};
   {
@@ -154,22 +163,23 @@ TEST(GateJournal, TornTailDroppedMismatchRefused) {
     // A second writer is refused while the first holds the journal.
     EXPECT_THROW((void)Journal::open(path, campaign), std::invalid_argument);
     j.append(r);
-    r.case_id = "c2";
+    r.case_id = "H=64,T=2,w=bf16,form=plain,family=normal,seed=0";
     j.append(r);
   }
   {  // a record torn by a crash in the middle of its write
     std::ofstream f(path, std::ios::app);
-    f << R"({"case": "c3", "impls": [)";
+    f << R"({"case":"H=64,T=3,w=bf16,form=plain,family=normal,seed=0","impls":[)";
   }
   const auto size_before = std::filesystem::file_size(path);
   {
     Journal j = Journal::open(path, campaign);
     ASSERT_EQ(j.resumed().size(), 2u);
-    EXPECT_EQ(j.resumed()[1].case_id, "c2");
+    EXPECT_EQ(j.resumed()[1].case_id, "H=64,T=2,w=bf16,form=plain,family=normal,seed=0");
     EXPECT_EQ(j.resumed()[0].error, "CUDA error: out of memory");
+    EXPECT_EQ(j.resumed_lines(), (std::vector<int64_t>{2, 3}));
     EXPECT_GT(j.dropped_bytes(), 0);
     EXPECT_EQ(std::filesystem::file_size(path), size_before - static_cast<uintmax_t>(j.dropped_bytes()));
-    r.case_id = "c3";
+    r.case_id = "H=64,T=3,w=bf16,form=plain,family=normal,seed=0";
     j.append(r);
   }
   EXPECT_EQ(Journal::open(path, campaign).resumed().size(), 3u);
@@ -614,7 +624,7 @@ TEST(Gate, GpuBackendAgreesWithTheCpuModels) {
 namespace {
 
 // A journal line of `impl` with one output's record replaced: [ratio, index,
-// over, forced, pass].
+// over, forced, pass], and its digest recomputed.
 void rewrite_output(const std::string& journal, const std::string& impl, const char* output,
                     const nlohmann::json& rec) {
   std::ifstream in(journal);
@@ -622,13 +632,13 @@ void rewrite_output(const std::string& journal, const std::string& impl, const c
   bool done = false;
   while (std::getline(in, line)) {
     if (!done && line.find("\"" + impl + "\"") != std::string::npos && line.find("\"results\"") != std::string::npos) {
-      auto j = nlohmann::json::parse(line);
+      auto j = parse_journal_line(line);
       for (auto& r : j["results"])
         if (r["impl"] == impl) {
           r[output] = rec;
           done = true;
         }
-      line = j.dump();
+      line = journal_line(j);  // signed again: an edit the journal accepts
     }
     out += line + "\n";
   }

@@ -8,7 +8,12 @@
 #   2. a journal of another campaign (other options) is refused: exit 2, no
 #      output file;
 #   3. a torn last line (a run killed mid-write) is dropped with a message,
-#      the rest merged.
+#      the rest merged;
+#   4. a line whose SHA-256 digest fails (one flipped bit) is refused: exit 2
+#      naming FILE:LINE, no output file;
+#   5. a line contradicting an earlier one (the same case and implementation
+#      with another result, validly signed) is dropped and named, and the gate
+#      resumes the merged journal (it would refuse the contradiction).
 # Exit 0 pass, 1 fail, 77 skip (no python3).
 set -u
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
@@ -48,4 +53,26 @@ printf '{"case":"H=2048,T=5' >>"$d/t.jsonl"
 python3 "$merge" "$d/y.jsonl" "$d/t.jsonl" >"$d/y.log" 2>&1 || fail "torn line: exit $?: $(cat "$d/y.log")"
 grep -q "torn last line dropped" "$d/y.log" || fail "torn line not reported: $(cat "$d/y.log")"
 cmp -s "$d/y.jsonl" "$d/b.jsonl" || fail "torn line: the merged journal is not the journal without it"
+# 4. one flipped bit in a case line ('1' <-> '0' in its case id's seed).
+python3 -c 'import sys; t = open(sys.argv[1]).read().split("\n"); t[2] = t[2].replace("seed=1", "seed=0", 1) if "seed=1" in t[2] else t[2].replace("seed=0", "seed=1", 1); open(sys.argv[2], "w").write("\n".join(t))' \
+  "$d/b.jsonl" "$d/f.jsonl"
+python3 "$merge" "$d/z.jsonl" "$d/f.jsonl" >"$d/z.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a flipped bit: exit $rc, expected 2"
+grep -q "f.jsonl:3 fails its SHA-256 digest" "$d/z.log" || fail "flipped bit not named: $(cat "$d/z.log")"
+[ ! -e "$d/z.jsonl" ] || fail "an output file was written on error"
+# 5. a contradicting line, signed as the gate signs (the dw ratio of line 2's first result changed).
+python3 - "$d/b.jsonl" "$d/c.jsonl" <<'PY'
+import hashlib, json, sys
+lines = open(sys.argv[1]).read().split("\n")
+rec = json.loads(lines[1])
+rec.pop("sha256")
+rec["results"][0]["dw"][0] = 0.125 if rec["results"][0]["dw"][0] != 0.125 else 0.25
+body = json.dumps(rec, separators=(",", ":"), sort_keys=True)
+open(sys.argv[2], "w").write(lines[0] + "\n" + body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}\n')
+PY
+python3 "$merge" "$d/k.jsonl" "$d/b.jsonl" "$d/c.jsonl" >"$d/k.log" 2>&1 || fail "contradiction: exit $?: $(cat "$d/k.log")"
+grep -q "c.jsonl:2 dropped: contradicts .*b.jsonl:2" "$d/k.log" || fail "contradiction not named: $(cat "$d/k.log")"
+cmp -s "$d/k.jsonl" "$d/b.jsonl" || fail "contradiction: the merged journal is not the first journal"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/k.jsonl" >"$d/k2.log" 2>&1 || fail "gate on k.jsonl: $(tail -3 "$d/k2.log")"
 echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused"

@@ -1,15 +1,29 @@
 // normgate/gate/journal.h: the write-ahead journal of a gate campaign.
 //
-// A journal is a text file of JSON lines:
-//   line 1   {"normgate_journal": 1, "campaign": {...}}   what the campaign is
-//            (table hash, seeds, options, backend, variant hashes: see gate.cpp)
+// A journal is a text file of JSON lines (format 2, docs/schemas.md):
+//   line 1   {"campaign":{...},"normgate_journal":2,"sha256":"..."}   what the
+//            campaign is (table hash, seeds, options, backend, variant
+//            hashes: see run.cpp)
 //   line 2+  one finished case each: its id and, per implementation, the
 //            numbers the gate reports (CaseRecord), or the error it threw.
+// Every line is content-addressed, as git trusts its objects: it ends in a
+// member "sha256" holding the SHA-256 (lowercase hex) of the line's bytes
+// without that member (journal_line). Opening a journal checks every
+// complete line's digest, that it is JSON, and that it is a valid header or
+// record field by field (case_record_from_json, then the caller's
+// RecordCheck: the campaign's plan); any failure is an error naming the file
+// and the line, so a flipped bit anywhere in a line is an error, never a
+// changed number. Two records of the same (case, implementation) must agree
+// (below). A format-1 journal (no digests) is refused: it cannot be checked.
+//
 // Every record is appended as one line (write(), looping over partial
-// writes) and fsync()ed before the next case starts, so after a crash, kill -9 or power loss the file holds every
-// finished case and at most one torn last line (no newline), which opening
-// the journal drops (and truncates away). Resuming with a different campaign
-// header is refused, naming the fields that differ.
+// writes) and fsync()ed before the next case starts, so after a crash, kill
+// -9 or power loss the file holds every finished case and at most one torn
+// last line (no newline), which opening the journal drops (and truncates
+// away); an unterminated last line whose digest and fields are complete (a
+// write cut just before its newline) is kept and its newline written.
+// Resuming with a different campaign header is refused, naming the fields
+// that differ.
 //
 // Numbers are stored so that they read back bit for bit (shortest round-trip
 // decimal; non-finite values as the strings "inf", "-inf", "nan"): a report
@@ -18,7 +32,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,15 +77,56 @@ struct CaseRecord {
 
 /// Summarize a check report (every impl of rep) as a record. An output an
 /// implementation did not produce (left out of its CaseResult) is recorded as
-/// ratio NaN, index -1, pass false.
+/// ratio NaN, index -1, over 0, forced NaN, pass false.
 CaseRecord make_case_record(const CheckReport& rep, double seconds);
 
-/// JSON object of a record (one journal line without the newline).
+/// The journal format this build writes and reads (the header's
+/// "normgate_journal"; 1 had no digests and is refused).
+inline constexpr int kJournalFormat = 2;
+
+/// JSON object of a record (a journal line's content, without its digest).
 nlohmann::json to_json(const CaseRecord& r);
 
-/// Parse a record. Throws std::invalid_argument naming the missing or
-/// malformed field.
+/// Parse a record (the object of a journal line, its "sha256" member removed,
+/// as parse_journal_line returns it) and check it field by field, without
+/// knowing the campaign:
+///   - members exactly case, impls, results, seconds and (for a case that
+///     threw) error; each result exactly impl, ran_on, y, rstd, dx, dw,
+///     dw_vs_fp32;
+///   - case: a valid case id in canonical spelling (seeds::parse_case, then
+///     seeds::to_string gives it back unchanged);
+///   - impls: non-empty, distinct, non-empty names; results: one per impl, in
+///     the same order, impl equal; none with error, which is then non-empty;
+///   - ran_on non-empty; seconds finite and >= 0;
+///   - per output [ratio, index, over, forced, pass], numel the output's
+///     element count for the case's shape (y, dx: rows*H; rstd: rows; dw: H;
+///     rows = T * heads): either "not produced" (ratio NaN, index -1, over
+///     0, forced NaN, pass false), or ratio and forced >= 0 (inf allowed, NaN
+///     not), index -1 exactly when numel is 0 (then ratio 0, over 0, pass) and
+///     else in [0, numel), over in [0, numel], over > 0 exactly when ratio > 1,
+///     and pass only with over 0;
+///   - dw_vs_fp32 [worst, median]: each >= 0 or NaN.
+/// Throws std::invalid_argument naming the missing or malformed field.
 CaseRecord case_record_from_json(const nlohmann::json& j);
+
+/// The line the journal writes for JSON object `o` (no newline): o.dump()
+/// (UTF-8, invalid UTF-8 replaced by U+FFFD) with the member
+/// "sha256":"<SHA-256 of those bytes, lowercase hex>" appended before its
+/// closing brace. Throws std::invalid_argument when o is not an object with
+/// at least one member; std::runtime_error when OpenSSL fails.
+std::string journal_line(const nlohmann::json& o);
+
+/// The inverse of journal_line: check that `line` (no newline) ends in the
+/// digest member, that the digest equals the SHA-256 of the line without it,
+/// and parse those bytes. Returns the object without "sha256". Throws
+/// std::invalid_argument saying which check failed (no digest member, digest
+/// mismatch, not a JSON object).
+nlohmann::json parse_journal_line(std::string_view line);
+
+/// A check of one resumed record against what the caller knows (run_gate:
+/// the campaign's plan and implementations). Throws std::invalid_argument
+/// saying what is wrong; Journal::open adds the file and line.
+using RecordCheck = std::function<void(const CaseRecord&)>;
 
 /// An open journal (or an in-memory one when no path is given).
 class Journal {
@@ -83,25 +140,45 @@ class Journal {
   ~Journal();
 
   /// Open `path` for campaign `campaign` (a JSON object). A missing or empty
-  /// file is created with the header line (fsynced, directory too). An
-  /// existing file must start with a header whose campaign equals
-  /// `campaign`; its records are read into resumed(), a torn last line is
-  /// dropped and the file truncated to the last complete record.
+  /// file is created with the header line (fsynced, directory too); so is a
+  /// file holding only a torn header of this campaign (a prefix of its header
+  /// line, no newline). An existing file must start with a format-2 header
+  /// whose campaign equals `campaign`; its records are read into resumed(): each
+  /// complete line's digest is checked (parse_journal_line), then the record
+  /// (case_record_from_json), then `check` when given. A torn last line
+  /// (no newline) is dropped and the file truncated to the last complete
+  /// line, unless it passes every check (a write cut just before its
+  /// newline): then it is kept and its newline written.
+  ///
+  /// Duplicates: normgate journals each (case, implementation) once, but
+  /// journals merged from several machines (tools/journal_merge.py) or a
+  /// case rerun elsewhere may hold it twice. Two records of the same
+  /// (case, implementation) whose results (every number, pass flag and
+  /// ran_on; or the error text) are identical are accepted: the gate reads
+  /// either with the same outcome, and only the wall time (seconds), which no
+  /// report uses, may differ. Any other pair contradicts and is an error
+  /// naming both lines: which one is right cannot be known from the file.
+  ///
   /// The file stays locked (flock) while the journal is open. Throws
-  /// std::invalid_argument when another process holds the lock, when the
-  /// header differs (naming the differing keys and both values), a complete line is not a valid record
-  /// (naming the line number), or the file is not a journal; std::runtime_error
+  /// std::invalid_argument, naming the file (and the line where one is at
+  /// fault), when another process holds the lock, when the file is not a
+  /// journal or is format 1 (no digests: start a new journal), when the
+  /// header's campaign differs (naming the differing keys and both values),
+  /// when a complete line fails its digest, is not JSON or not a valid record
+  /// or `check` throws, or when two records contradict; std::runtime_error
   /// when it cannot be opened, read or written.
-  static Journal open(const std::string& path, const nlohmann::json& campaign);
+  static Journal open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
 
   /// Records found in the file when it was opened, in file order.
   const std::vector<CaseRecord>& resumed() const { return resumed_; }
+  /// Line number (1-based) of each record of resumed(), same order.
+  const std::vector<int64_t>& resumed_lines() const { return lines_; }
   /// Bytes of a torn last line dropped when the file was opened.
   int64_t dropped_bytes() const { return dropped_; }
   /// Path of the file ("" for an in-memory journal).
   const std::string& path() const { return path_; }
 
-  /// Append one record: its line and newline with write() (looping over
+  /// Append one record: its line (journal_line(to_json(r))) and newline with write() (looping over
   /// partial writes), then fsync(), before returning. Throws std::runtime_error naming the path
   /// when writing or syncing fails.
   void append(const CaseRecord& r);
@@ -110,6 +187,7 @@ class Journal {
   std::string path_;
   int fd_ = -1;
   std::vector<CaseRecord> resumed_;
+  std::vector<int64_t> lines_;
   int64_t dropped_ = 0;
 };
 

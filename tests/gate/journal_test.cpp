@@ -1,0 +1,378 @@
+// tests/gate/journal_test.cpp: the journal's records can be trusted
+// (journal.h): every line carries a SHA-256 digest, so a flipped bit anywhere
+// is an error naming the file and line, never a changed record; records are
+// checked field by field and against the campaign's plan (run_gate); two
+// records of one (case, implementation) that disagree stop the resume; a
+// format-1 journal (no digests) is refused. Each test uses only the journal's
+// entry points (open, append, to_json, case_record_from_json), so it runs on
+// any build of them.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::validators;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+const nlohmann::json kCampaign = {{"seeds", "3x1"}, {"table_sha256", "abc"}};
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_journal_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void put(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+// A plausible record of one implementation on a case with H = 64, T = 5
+// (y, dx: 320 elements; rstd: 5; dw: 64).
+CaseRecord record(const std::string& case_id, const std::string& impl, double dw_ratio) {
+  CaseRecord r;
+  r.case_id = case_id;
+  r.impls = {impl};
+  r.seconds = 0.25;
+  ImplRecord x;
+  x.impl = impl;
+  x.ran_on = "cpu model (no GPU used)";
+  x.out[0] = {0.0625, 17, 0, 0.0625, true};
+  x.out[1] = {0.002316, 2, 0, 0.002, true};
+  x.out[2] = {0.3861, 100, 0, 0.39, true};
+  const bool over = dw_ratio > 1;
+  x.out[3] = {dw_ratio, 5, over ? 3 : 0, 2.4e-7, !over};
+  x.dw_vs_fp32_worst = 1.5;
+  x.dw_vs_fp32_median = kNaN;
+  r.results.push_back(x);
+  return r;
+}
+
+const std::string kCase5 = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=0";
+const std::string kCase4 = "H=64,T=4,w=bf16,form=plain,family=cancel,seed=0";
+
+std::vector<std::string> dumps(const std::vector<CaseRecord>& rs) {
+  std::vector<std::string> out;
+  for (const auto& r : rs) out.push_back(to_json(r).dump());
+  return out;
+}
+
+// The message of the std::invalid_argument f throws ("" when it returns).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every bit of every line of a small journal (the header, three records of
+// each kind, their newlines), flipped one at a time: the journal is an error
+// naming the file and the flipped line, and the file is left as it was. A
+// flip that left the records as written would be harmless; none does (every
+// byte of a line is under its digest, and a newline flipped into another
+// byte leaves a complete line followed by a stray byte). Never a record
+// that differs from what was written.
+TEST(JournalDigest, EveryBitFlipIsAnErrorNamingTheLine) {
+  const std::string dir = temp_dir("flip");
+  const std::string path = dir + "/j.jsonl";
+  std::vector<CaseRecord> recs = {record(kCase5, "ctl_fp32_seq", 39.0625), record(kCase4, "bwd_det_chunked", 0.5)};
+  CaseRecord err;
+  err.case_id = "H=64,T=1,w=bf16,form=plain,family=normal,seed=0";
+  err.impls = {"bwd_det_chunked"};
+  err.error = "CUDA error: out of memory";
+  err.seconds = 1.5;
+  recs.push_back(err);
+  recs[1].results[0].out[3].ratio = kInf;  // "inf" and "nan" strings in a line too
+  recs[1].results[0].out[3].over = 64;
+  recs[1].results[0].out[3].pass = false;
+  {
+    Journal j = Journal::open(path, kCampaign);
+    for (const auto& r : recs) j.append(r);
+  }
+  const std::string text = slurp(path);
+  const std::vector<std::string> want = dumps(Journal::open(path, kCampaign).resumed());
+  ASSERT_EQ(want, dumps(recs));
+  // Line number of each byte (its newline belongs to the line).
+  std::vector<int> line_of(text.size());
+  for (size_t i = 0, line = 1; i < text.size(); ++i) {
+    line_of[i] = static_cast<int>(line);
+    if (text[i] == '\n') ++line;
+  }
+  // Flip bytes in place (pwrite; no truncation, which some file systems
+  // flush on close), and put each back.
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  auto poke = [&](size_t i, char c) { ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(i)), 1); };
+  int harmless = 0, errors = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      const char flipped = static_cast<char>(text[i] ^ (1 << bit));
+      poke(i, flipped);
+      std::vector<std::string> got;
+      const std::string e = error_of([&] { got = dumps(Journal::open(path, kCampaign).resumed()); });
+      const std::string where = "byte " + std::to_string(i) + " bit " + std::to_string(bit) + " (line " +
+                                std::to_string(line_of[i]) + ")";
+      const std::string now = slurp(path);
+      if (e.empty()) {
+        ++harmless;
+        ASSERT_EQ(got, want) << where << ": the journal opened with different records";
+      } else {
+        ++errors;
+        ASSERT_TRUE(contains(e, path)) << where << ": " << e;
+        ASSERT_TRUE(contains(e, "line " + std::to_string(line_of[i]))) << where << ": " << e;
+        ASSERT_EQ(now.size(), text.size()) << where << ": a failed open changed the file";
+        ASSERT_EQ(now[i], flipped) << where << ": a failed open changed the file";
+      }
+      poke(i, text[i]);
+    }
+  }
+  ::close(fd);
+  ASSERT_EQ(slurp(path), text);
+  EXPECT_EQ(harmless, 0);
+  EXPECT_EQ(errors, static_cast<int>(text.size()) * 8);
+  std::filesystem::remove_all(dir);
+}
+
+// Two records of one (case, implementation) that disagree stop the resume,
+// naming both lines; identical results (a rerun: only the wall time
+// differs) are accepted.
+TEST(JournalDigest, ContradictingRecordsAreAnError) {
+  const std::string dir = temp_dir("contradict");
+  const std::string path = dir + "/j.jsonl";
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
+    j.append(record(kCase4, "ctl_fp32_seq", 7.32421875));
+    CaseRecord again = record(kCase5, "ctl_fp32_seq", 39.0625);
+    again.seconds = 9.5;  // a rerun elsewhere: same results, other wall time
+    j.append(again);
+  }
+  EXPECT_EQ(Journal::open(path, kCampaign).resumed().size(), 3u);
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 0.5));  // line 5: says this case passes
+  }
+  const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
+  EXPECT_TRUE(contains(e, path)) << e;
+  EXPECT_TRUE(contains(e, "line 5 contradicts line 2")) << e;
+  EXPECT_TRUE(contains(e, kCase5)) << e;
+  EXPECT_TRUE(contains(e, "ctl_fp32_seq")) << e;
+  // A result against an error of the same (case, implementation) contradicts too.
+  {
+    put(path, "");
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase4, "bwd_det_chunked", 0.5));
+    CaseRecord err = record(kCase4, "bwd_det_chunked", 0.5);
+    err.results.clear();
+    err.error = "CUDA error: out of memory";
+    j.append(err);
+  }
+  EXPECT_TRUE(contains(error_of([&] { (void)Journal::open(path, kCampaign); }), "line 3 contradicts line 2"));
+  std::filesystem::remove_all(dir);
+}
+
+// A journal of format 1 (records without digests) is refused with what to
+// do, and left as it is.
+TEST(JournalDigest, FormatOneIsRefused) {
+  const std::string dir = temp_dir("format1");
+  const std::string path = dir + "/j.jsonl";
+  const std::string v1 = nlohmann::json{{"normgate_journal", 1}, {"campaign", kCampaign}}.dump() + "\n" +
+                         to_json(record(kCase5, "ctl_fp32_seq", 39.0625)).dump() + "\n";
+  put(path, v1);
+  const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
+  EXPECT_TRUE(contains(e, path)) << e;
+  EXPECT_TRUE(contains(e, "format 1")) << e;
+  EXPECT_TRUE(contains(e, "start a new journal")) << e;
+  EXPECT_EQ(slurp(path), v1);
+  std::filesystem::remove_all(dir);
+}
+
+// The end of the file: a last line cut just before its newline is complete
+// (its digest says so): kept, and the newline written; a torn one is dropped;
+// a file whose only line is not this campaign's header is no journal and is
+// left alone (never truncated).
+TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
+  const std::string dir = temp_dir("tail");
+  const std::string path = dir + "/j.jsonl";
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
+    j.append(record(kCase4, "ctl_fp32_seq", 7.32421875));
+  }
+  const std::string text = slurp(path);
+  put(path, text.substr(0, text.size() - 1));
+  {
+    const Journal j = Journal::open(path, kCampaign);
+    EXPECT_EQ(j.resumed().size(), 2u);
+    EXPECT_EQ(j.dropped_bytes(), 0);
+  }
+  EXPECT_EQ(slurp(path), text);
+  put(path, text.substr(0, text.size() - 10));
+  {
+    const Journal j = Journal::open(path, kCampaign);
+    EXPECT_EQ(j.resumed().size(), 1u);
+    EXPECT_GT(j.dropped_bytes(), 0);
+  }
+  EXPECT_EQ(text.substr(0, slurp(path).size()), slurp(path));
+  const std::string foreign = "{\"format\": \"normgate-gate-report/1\", \"pass\": true}";
+  put(path, foreign);
+  const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
+  EXPECT_TRUE(contains(e, path) && contains(e, "not a normgate gate journal")) << e;
+  EXPECT_EQ(slurp(path), foreign);
+  std::filesystem::remove_all(dir);
+}
+
+// Records are checked field by field (case_record_from_json): each of these
+// is refused, naming what is wrong.
+TEST(JournalRecord, ImpossibleValuesAreRefused) {
+  struct Bad {
+    const char* what;
+    std::function<void(CaseRecord&)> edit;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {"index past the tensor", [](CaseRecord& r) { r.results[0].out[3].index = 64; }, "index 64 outside [0, 64)"},
+      {"index below -1", [](CaseRecord& r) { r.results[0].out[0].index = -2; }, "index -2"},
+      {"index -1 of a non-empty tensor", [](CaseRecord& r) { r.results[0].out[1].index = -1; }, "index -1"},
+      {"over past the tensor", [](CaseRecord& r) { r.results[0].out[1] = {3.0, 1, 6, 0.0, false}; }, "over 6 outside"},
+      {"negative ratio", [](CaseRecord& r) { r.results[0].out[0].ratio = -0.5; }, "ratio -0.5 < 0"},
+      {"-inf ratio", [](CaseRecord& r) { r.results[0].out[0].ratio = -kInf; }, "ratio \"-inf\""},
+      {"negative forced", [](CaseRecord& r) { r.results[0].out[2].forced = -1.0; }, "forced -1.0"},
+      {"nan forced", [](CaseRecord& r) { r.results[0].out[2].forced = kNaN; }, "forced \"nan\""},
+      {"pass beside elements over", [](CaseRecord& r) { r.results[0].out[3] = {39.0, 5, 3, 0.0, true}; },
+       "pass true with over 3"},
+      {"ratio over 1, none over", [](CaseRecord& r) { r.results[0].out[3] = {39.0, 5, 0, 0.0, false}; },
+       "over 0 with ratio 39"},
+      {"elements over, ratio <= 1", [](CaseRecord& r) { r.results[0].out[3] = {0.5, 5, 2, 0.0, false}; },
+       "over 2 with ratio 0.5"},
+      {"nan ratio that passes", [](CaseRecord& r) { r.results[0].out[2] = {kNaN, -1, 0, kNaN, true}; },
+       "not produced"},
+      {"nan ratio with an index", [](CaseRecord& r) { r.results[0].out[2] = {kNaN, 4, 0, kNaN, false}; },
+       "not produced"},
+      {"negative dw_vs_fp32", [](CaseRecord& r) { r.results[0].dw_vs_fp32_worst = -1; }, "dw_vs_fp32"},
+      {"result of another impl", [](CaseRecord& r) { r.results[0].impl = "bwd_det_chunked"; }, "impls[0] is"},
+      {"impl twice", [](CaseRecord& r) { r.impls.push_back(r.impls[0]); r.results.push_back(r.results[0]); },
+       "twice"},
+      {"no impls", [](CaseRecord& r) { r.impls.clear(); r.results.clear(); }, "impls"},
+      {"error and results", [](CaseRecord& r) { r.error = "boom"; }, "both an error"},
+      {"empty ran_on", [](CaseRecord& r) { r.results[0].ran_on.clear(); }, "ran_on"},
+      {"negative seconds", [](CaseRecord& r) { r.seconds = -1; }, "seconds"},
+      {"bad case id", [](CaseRecord& r) { r.case_id = "H=64,T=x,w=bf16,form=plain,family=cancel,seed=0"; }, "case"},
+      {"case id not canonical", [](CaseRecord& r) { r.case_id = "T=5,H=64,w=bf16,form=plain,family=cancel,seed=0"; },
+       "canonical"},
+  };
+  const CaseRecord good = record(kCase5, "ctl_fp32_seq", 39.0625);
+  EXPECT_EQ(to_json(case_record_from_json(to_json(good))).dump(), to_json(good).dump());
+  for (const auto& b : bad) {
+    CaseRecord r = good;
+    b.edit(r);
+    const std::string e = error_of([&] { (void)case_record_from_json(to_json(r)); });
+    EXPECT_TRUE(contains(e, b.needle)) << b.what << ": " << (e.empty() ? "accepted" : e);
+  }
+  nlohmann::json extra = to_json(good);
+  extra["verdict"] = "pass";
+  EXPECT_TRUE(contains(error_of([&] { (void)case_record_from_json(extra); }), "unknown field 'verdict'"));
+  // T = 0: empty y, rstd, dx are [0, -1, 0, forced, true]; dw still has H elements.
+  CaseRecord empty = good;
+  empty.case_id = "H=64,T=0,w=bf16,form=plain,family=cancel,seed=0";
+  for (int k = 0; k < 3; ++k) empty.results[0].out[k] = {0.0, -1, 0, 0.0, true};
+  EXPECT_EQ(error_of([&] { (void)case_record_from_json(to_json(empty)); }), "");
+  empty.results[0].out[0].index = 0;
+  EXPECT_TRUE(contains(error_of([&] { (void)case_record_from_json(to_json(empty)); }), "empty tensor"));
+}
+
+// run_gate checks every resumed record against the campaign's plan: a record
+// (with a valid digest) of a case no run of this campaign makes, or of an
+// implementation no window holding the case routes, stops the resume with
+// an error naming the journal and its line.
+TEST(JournalRecord, RecordOutsideTheCampaignsPlanIsAnError) {
+  const std::string dir = temp_dir("plan");
+  GateOptions o;
+  o.table_path = kSmall;
+  o.seeds = "3x1";  // seed 0; fresh seeds 1..2 (fresh factor 2)
+  o.t_per_window = 4;
+  o.dense_points = 1;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  o.windows = "op=bwd,mode=det,H=64,T=1..100";
+  o.journal_path = dir + "/j.jsonl";
+  const GateResult first = run_gate(o);
+  ASSERT_TRUE(first.pass());
+  const std::string text = slurp(o.journal_path);
+  const nlohmann::json campaign = nlohmann::json::parse(text.substr(0, text.find('\n')))["campaign"];
+  const int next_line = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+  const GateResult again = run_gate(o);  // the journal as written resumes
+  EXPECT_EQ(again.cases_run_now, 0);
+
+  auto rec = [](const std::string& id, const std::string& impl) {
+    CaseRecord r = record(id, impl, 0.5);
+    r.results[0].ran_on = "cpu model (no GPU used)";
+    return r;
+  };
+  struct Bad {
+    CaseRecord r;
+    const char* needle;
+  };
+  const Bad bad[] = {
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=7", "bwd_det_chunked"), "seed 7"},
+      {rec("H=64,T=51,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "no plan of this campaign: T=51"},
+      {rec("H=128,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "in no window of the table"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_fp32_blocked"), "implementation bwd_fp32_blocked"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0,eps=0.001", "bwd_det_chunked"), "eps or kappa"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=tiny,seed=0", "bwd_det_chunked"), "family tiny"},
+  };
+  for (const auto& b : bad) {
+    put(o.journal_path, text);
+    {
+      Journal j = Journal::open(o.journal_path, campaign);
+      j.append(b.r);
+    }
+    const std::string e = error_of([&] { (void)run_gate(o); });
+    EXPECT_TRUE(contains(e, o.journal_path) && contains(e, "line " + std::to_string(next_line)) &&
+                contains(e, b.needle))
+        << b.r.case_id << " " << b.r.impls[0] << ": " << (e.empty() ? "resumed without an error" : e);
+  }
+  // A record of the campaign made by another slice (another --windows) is fine.
+  put(o.journal_path, text);
+  {
+    Journal j = Journal::open(o.journal_path, campaign);
+    j.append(rec("H=64,T=700,w=bf16,form=plain,family=llm,seed=0", "bwd_nondet_atomic"));
+  }
+  EXPECT_EQ(error_of([&] { (void)run_gate(o); }), "");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
