@@ -59,8 +59,8 @@ void add_plot(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       // The output folder, before any work: an existing writable folder, or
-      // one the script can create (under a writable folder); never
-      // an input file.
+      // one the script can create (under a writable folder); an existing
+      // file (the input file given twice, say) is refused.
       {
         namespace fs = std::filesystem;
         std::error_code ec;
@@ -76,8 +76,6 @@ void add_plot(CLI::App& app, Commands& cmds) {
             throw std::invalid_argument("--output '" + o->out + "': cannot create it: '" + up.string() +
                                         "' is not a writable folder");
         }
-        check_outputs({{"--output (index.html)", (fs::path(o->out) / "index.html").string()}},
-                      {{"file", o->file}, {"--report", o->report}});
       }
       // The script reads only the maps: check the whole file first, as inspect
       // does (every dataset's Fletcher-32 checksum, a case's inputs digest), so
