@@ -33,7 +33,9 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::vector<int64_t> parse_int_list(const std::string& what, const std::string& text) {
+// Comma-separated integers, each in lo..hi (else std::invalid_argument naming
+// `what` and the value).
+std::vector<int64_t> parse_int_list(const std::string& what, const std::string& text, int64_t lo, int64_t hi) {
   std::vector<int64_t> out;
   for (const auto& item : split_commas(text)) {
     size_t pos = 0;
@@ -43,8 +45,9 @@ std::vector<int64_t> parse_int_list(const std::string& what, const std::string& 
     } catch (const std::exception&) {
       pos = 0;
     }
-    if (pos != item.size() || item.empty() || v < 0)
-      throw std::invalid_argument("bad " + what + " value '" + item + "' in '" + text + "'");
+    if (pos != item.size() || item.empty() || v < lo || v > hi)
+      throw std::invalid_argument("bad " + what + " value '" + item + "' in '" + text + "' (an integer in " +
+                                  std::to_string(lo) + ".." + std::to_string(hi) + ")");
     out.push_back(v);
   }
   if (out.empty()) throw std::invalid_argument("empty " + what + " list");
@@ -115,7 +118,11 @@ void add_check(CLI::App& app, Commands& cmds) {
       load_plugins(o->plugins);
       if (!o->id.empty() && !o->md.empty())
         throw std::invalid_argument("--md writes the grid table; with --case use --json");
-      for (const std::string* f : {&o->json, &o->md}) check_writable(*f);
+      {
+        std::vector<PathArg> inputs;
+        for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
+        check_outputs({{"--json", o->json}, {"--md", o->md}}, inputs);
+      }
       if (o->id.empty()) {
         if (o->seeds.empty()) throw std::invalid_argument("give --case ID, or a grid: --seeds is missing");
         if (o->H.empty()) throw std::invalid_argument("grid mode: --H is missing");
@@ -144,8 +151,8 @@ void add_check(CLI::App& app, Commands& cmds) {
       if (o->seeds.empty() || o->H.empty() || o->T.empty())
         throw std::invalid_argument("give --case ID, or a grid with --seeds, --H and --T");
       validators::Grid g;
-      g.H = parse_int_list("--H", o->H);
-      g.T = parse_int_list("--T", o->T);
+      g.H = parse_int_list("--H", o->H, 1, seeds::kMaxH);
+      g.T = parse_int_list("--T", o->T, 0, seeds::kMaxT);
       g.w.clear();
       for (auto d : split_commas(o->w)) g.w.push_back(parse_wdtype(d));
       g.forms.clear();

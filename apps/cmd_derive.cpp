@@ -203,12 +203,18 @@ void add_derive(CLI::App& app, Commands& cmds) {
       ->capture_default_str();
   sub->add_flag("--approve", o->approve, "Write approvals of the windows the gate passes (as gate --approve)");
   sub->add_option("--seeds", o->g.seeds, "Gate seed set")->capture_default_str();
-  sub->add_option("--t-per-window", o->g.t_per_window, "Gate T points per window")->capture_default_str();
+  sub->add_option("--t-per-window", o->g.t_per_window, "Gate T points per window")
+      ->capture_default_str()
+      ->check(CLI::Range(2, kMaxCampaignCount));
   sub->add_option("--dense-points", o->g.dense_points, "Dense-grid points each side of the worst T")
-      ->capture_default_str();
-  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxCampaignCount));
+  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, seeds::kMaxT));
   sub->add_option("--fresh-factor", o->g.fresh_factor, "Fresh seeds: this many times the seed count")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxCampaignCount));
   sub->add_option("--journal", o->g.journal_path,
                   "Gate write-ahead journal prefix: one journal per candidate table, PREFIX.SHA.jsonl (a rerun "
                   "that derives the same table resumes it)");
@@ -224,8 +230,25 @@ void add_derive(CLI::App& app, Commands& cmds) {
       const auto t0 = std::chrono::steady_clock::now();
       // Inputs and outputs checked before any work.
       const DeriveSpec spec = kernels::load_derive_spec(o->spec);
-      check_writable(o->out);
-      check_writable(o->report + ".md");
+      {
+        // Every output: writable, each its own file, none over an input (the
+        // approvals file under --approve is the one read-modify-write). The
+        // gate rounds' files (PREFIX.candidates-*, PREFIX.gate-K.*, the
+        // journals) go to the folders checked here.
+        const std::string ap = kernels::approvals_path_for(o->out);
+        std::vector<PathArg> outputs = {{"--out", o->out},
+                                        {"--report (PREFIX.md)", o->report + ".md"},
+                                        {"--report (PREFIX.json)", o->report + ".json"}};
+        if (o->timings.empty()) outputs.push_back({"--report (PREFIX.timings.json)", o->report + ".timings.json"});
+        if (!o->g.journal_path.empty()) outputs.push_back({"--journal (PREFIX.*.jsonl)", o->g.journal_path + ".jsonl"});
+        if (o->approve) outputs.push_back({"--approve (approvals file beside --out)", ap});
+        std::vector<PathArg> inputs = {{"spec", o->spec}, {"--timings", o->timings},
+                                       {"the approval policy beside --out", kernels::policy_path_for(o->out)}};
+        if (!o->approve) inputs.push_back({"the approvals file beside --out", ap});
+        check_outputs(outputs, inputs);
+        if (o->approve) check_read_write(ap, "--approve (approvals file beside --out)");
+        else check_readable_if_present(ap, "the approvals file beside --out");
+      }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
@@ -236,7 +259,6 @@ void add_derive(CLI::App& app, Commands& cmds) {
       const std::string approvals_path = kernels::approvals_path_for(o->out);
       kernels::Approvals approvals = kernels::load_approvals(approvals_path);
       if (o->approve) {
-        check_writable(approvals_path);
         // The output table's approval policy: a gate campaign weaker than
         // its minimum is refused here, before any work (approve() re-checks).
         validators::GateOptions req = o->g;
@@ -577,9 +599,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
       (void)kernels::parse_route_table(table_text, o->out);  // every rule of the loader, before writing
       // A table with a window no approved candidate serves is not written:
       // it would route a variant the gate never passed (or rejected).
-      if (unapproved == 0) write_file_atomic(o->out, table_text);
-      write_file_atomic(o->report + ".md", md);
-      write_file_atomic(o->report + ".json", jr.dump(2) + "\n");
+      // The table and its report all or none (write_files_atomic).
+      write_files_atomic({{unapproved == 0 ? o->out : std::string(), table_text},
+                          {o->report + ".md", md},
+                          {o->report + ".json", jr.dump(2) + "\n"}});
       if (unapproved == 0)
         std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", o->out.c_str(),
                     ws.size(), o->report.c_str());

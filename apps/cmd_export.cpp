@@ -40,8 +40,12 @@ void add_export(CLI::App& app, Commands& cmds) {
   add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      {
+        std::vector<PathArg> inputs = {{"report", o->report}};
+        for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
+        check_outputs({{"--output", o->out}}, inputs);
+      }
       load_plugins(o->plugins);
-      check_writable(o->out);
       const nlohmann::json j = read_report(o->report);
       const auto items = validators::export_plan(j, o->keep, o->all);
       validators::ExportOptions eo;

@@ -17,7 +17,9 @@
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
 #include "normgate/oracle/reference.h"
+#include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -79,11 +81,15 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->add_option("--seeds", o->g.seeds, "Seed set: 3x120, seeds=120..239, cancel:0..7")->capture_default_str();
   sub->add_option("--t-per-window", o->g.t_per_window,
                   "T points per window (at least the first/last T and both sides of every power of two inside)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(2, kMaxCampaignCount));
   sub->add_option("--dense-points", o->g.dense_points,
                   "Dense-grid points each side of the worst T (0: no dense grid)")
-      ->capture_default_str();
-  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxCampaignCount));
+  sub->add_option("--dense-step", o->g.dense_step, "Dense-grid spacing in rows")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, seeds::kMaxT));
   sub->add_option_function<std::string>(
          "--dense-seeds", [o](const std::string& v) { o->g.dense_all_seeds = v == "all"; },
          "Dense grid's cases at each T: worst (the worst grid case's family and seed) or all (the whole seed set)")
@@ -91,7 +97,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->default_str("worst");
   sub->add_option("--fresh-factor", o->g.fresh_factor,
                   "Fresh seeds at the worst (T, family): this many times the seed count (0: none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxCampaignCount));
   sub->add_option("--windows", o->g.windows,
                   "Only windows matching all terms key=value[|value], keys op, mode, H, w, form, variant, T "
                   "(T=N or T=A..B), e.g. 'op=bwd,H=2048|4096' (quoted: | is the shell's pipe)");
@@ -149,15 +156,28 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;
       o->g.normgate_commit = NORMGATE_GIT_COMMIT;
-      // Everything this run will write is checked before any work.
+      // Everything this run will write is checked before any work: writable,
+      // each its own file, none over a file this run reads (the approvals
+      // file under --approve is the one read-modify-write).
       const std::vector<ReportPath> reports = {
           {"--report-md", o->report_md}, {"--report-json", o->report_json}, {"--report-junit", o->report_junit}};
-      check_report_paths(reports, o->g.journal_path);
-      check_writable(o->g.journal_path);
+      const std::string approvals_path = kernels::approvals_path_for(o->g.table_path);
+      std::vector<PathArg> outputs = {{"--journal", o->g.journal_path}};
+      for (const auto& r : reports) outputs.push_back({r.option, r.path});
+      if (o->approve) outputs.push_back({"--approve (approvals file)", approvals_path});
+      std::vector<PathArg> inputs = {{"table", o->g.table_path},
+                                     {"--base", o->g.base_path},
+                                     {"the table's approval policy", kernels::policy_path_for(o->g.table_path)}};
+      if (!o->approve) inputs.push_back({"the table's approvals file", approvals_path});
+      for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
+      if (o->g.journal_path == "-")
+        throw std::invalid_argument("--journal -: the journal is a file the gate reads back to resume, not stdout");
+      check_outputs(outputs, inputs, /*dash_is_stdout=*/true);
+      check_read_write(o->g.journal_path, "--journal");
       kernels::Approvals approvals;
       if (o->approve) {
-        approvals = kernels::load_approvals(kernels::approvals_path_for(o->g.table_path));
-        check_writable(approvals.path);
+        check_read_write(approvals_path, "--approve (approvals file)");
+        approvals = kernels::load_approvals(approvals_path);
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const auto backend = validators::resolve_backend(o->g.backend);
@@ -214,9 +234,28 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const std::string md = validators::format_gate_markdown(res);
       if (!o->quiet && o->report_md != "-") std::printf("\n%s\n", md.c_str());
       std::fflush(stdout);
-      write_report(o->report_md, md, report_fd);
-      if (!o->report_json.empty()) write_report(o->report_json, validators::gate_to_json(res).dump(2) + "\n", report_fd);
-      if (!o->report_junit.empty()) write_report(o->report_junit, validators::format_gate_junit(res, wall), report_fd);
+      // The report files all or none (a full disk must not leave a new .md
+      // beside an old .json); the one to stdout, if any, after them. A
+      // failure is exit 3 naming the file; the journal keeps every case.
+      std::vector<std::pair<std::string, std::string>> files;
+      std::string to_stdout;
+      for (const auto& r : reports) {
+        if (r.path.empty()) continue;
+        const std::string opt = r.option;
+        const std::string text = opt == "--report-md"     ? md
+                                 : opt == "--report-json" ? validators::gate_to_json(res).dump(2) + "\n"
+                                                          : validators::format_gate_junit(res, wall);
+        if (r.path == "-") to_stdout = text;
+        else files.emplace_back(r.path, text);
+      }
+      try {
+        write_files_atomic(files);
+      } catch (const std::runtime_error& e) {
+        if (o->g.journal_path.empty()) throw;
+        throw std::runtime_error(std::string(e.what()) + "; every finished case is in the journal '" +
+                                 o->g.journal_path + "': rerun with it to write the reports without running them again");
+      }
+      if (!to_stdout.empty()) write_report("-", to_stdout, report_fd);
       if (o->approve) {
         const auto changes = validators::approve(approvals, res, o->g);
         std::printf("approvals %s (backend %s):%s\n", approvals.path.c_str(), res.backend.c_str(),

@@ -58,6 +58,25 @@ void add_plot(CLI::App& app, Commands& cmds) {
                   "the file's recorded source, when it is there and matches)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      // The output folder, before any work: an existing writable folder, or
+      // one the script can create (under a writable folder); an existing
+      // file (the input file given twice, say) is refused.
+      {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        if (fs::exists(o->out, ec)) {
+          if (!fs::is_directory(o->out, ec))
+            throw std::invalid_argument("--output '" + o->out + "' exists and is not a folder");
+          if (::access(o->out.c_str(), W_OK) != 0)
+            throw std::invalid_argument("--output '" + o->out + "': the folder is not writable");
+        } else {  // created with its parents: the nearest existing one must be a writable folder
+          fs::path up = fs::absolute(o->out, ec).parent_path();
+          while (!up.empty() && !fs::exists(up, ec) && up != up.parent_path()) up = up.parent_path();
+          if (!fs::is_directory(up, ec) || ::access(up.c_str(), W_OK) != 0)
+            throw std::invalid_argument("--output '" + o->out + "': cannot create it: '" + up.string() +
+                                        "' is not a writable folder");
+        }
+      }
       // The script reads only the maps: check the whole file first, as inspect
       // does (every dataset's Fletcher-32 checksum, a case's inputs digest), so
       // a corrupted file is refused (exit 2, file and dataset named), not drawn.

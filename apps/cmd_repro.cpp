@@ -147,7 +147,11 @@ void add_repro(CLI::App& app, Commands& cmds) {
       }
       if (!save.empty() && std::filesystem::is_directory(save))
         save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
-      if (!save.empty()) check_writable(save);
+      if (!save.empty()) {
+        std::vector<PathArg> inputs = {{"--file", o->file}, {"--from-report", o->report}};
+        for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
+        check_outputs({{"--save", save}}, inputs);
+      }
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
       notes();
       const auto r = validators::repro(req, ro);

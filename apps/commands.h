@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -36,9 +37,52 @@ void add_inspect(CLI::App& app, Commands& cmds);
 void add_export(CLI::App& app, Commands& cmds);
 void add_plot(CLI::App& app, Commands& cmds);
 
-/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
-/// does not exist or is not writable ("" is accepted: nothing to write).
-void check_writable(const std::string& path);
+/// Upper limit of the gate's campaign counts (--t-per-window, --dense-points,
+/// --fresh-factor of gate and derive): about a million T points or seed
+/// multiples per window, each at least one case: more than any campaign can
+/// run (`gate --plan` sizes one), and far from the int and int64 arithmetic
+/// that counts them.
+inline constexpr int kMaxCampaignCount = 1 << 20;
+
+/// Throws std::invalid_argument (exit 2) before any work, naming `option`
+/// and `path`, when `path` cannot be written: its folder does not exist or
+/// is not writable, it is a folder, or it exists and is not writable ("" is
+/// accepted: nothing to write).
+void check_writable(const std::string& path, const std::string& option = "");
+
+/// A file a subcommand reads or writes and the option (or positional
+/// argument) that names it. `path` "" : not given.
+struct PathArg {
+  std::string option;
+  std::string path;
+};
+
+/// Before any work, every file a subcommand will write: each output is
+/// writable (check_writable); no two outputs are one file (same inode when
+/// both exist, else the same canonical path); no output is one of `inputs`
+/// (route table, base table, spec, timings, report, case file, plugin...:
+/// the write would destroy what the run reads). A read-modify-write of one
+/// file (the approvals file under --approve) is listed as an output only.
+/// "-" (stdout) is skipped where `dash_is_stdout`; at most one output may
+/// be "-". Throws std::invalid_argument (exit 2) naming both options.
+void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs = {},
+                   bool dash_is_stdout = false);
+
+/// A file that is read and then appended to or rewritten in place (the gate
+/// journal, an approvals file): when it exists it must be a regular file
+/// this process can read and write, else std::invalid_argument (exit 2)
+/// naming `option` and `path`; when it does not, check_writable.
+void check_read_write(const std::string& path, const std::string& option);
+
+/// A file that is read when it exists (an approvals file beside a table):
+/// a folder or an unreadable file is std::invalid_argument (exit 2) naming
+/// `option` and `path`; a missing file is accepted.
+void check_readable_if_present(const std::string& path, const std::string& option);
+
+/// Every option and positional argument of the selected subcommand of
+/// `app` that was given an empty value ("") is std::invalid_argument
+/// (exit 2) naming it: an empty path is never taken as "not given".
+void reject_empty_values(const CLI::App& app);
 
 /// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and
 /// `--oracle` (auto|fp64|mpfr, oracle::parse_oracle_mode's names) with the
@@ -60,9 +104,20 @@ CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 /// std::invalid_argument (exit 2) naming it and the field at fault.
 void load_plugins(const std::vector<std::string>& paths);
 
-/// Write `text` to `path` atomically: a temporary file beside it, then rename.
-/// Throws std::runtime_error naming the path when writing fails.
+/// Write `text` to `path` atomically: a temporary file beside it (written,
+/// fsync'ed, closed), then rename, then an fsync of the folder. Throws
+/// std::runtime_error (exit 3) naming `path` and the system's reason when
+/// any step fails (a full disk, an I/O error); the temporary file is removed
+/// and `path` keeps its previous contents.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+/// Several files (path, text) written all or none: every temporary file is
+/// written and fsync'ed before the first rename, and a rename that fails
+/// puts the files renamed before it back (from hard links of the previous
+/// files, PATH.old.PID, removed at the end), so a full disk or an I/O error
+/// leaves every path as it was (std::runtime_error naming the path; the
+/// temporaries removed). Paths "" are skipped.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 
 /// A report option and its value ("" : not asked for; "-" : stdout).
 struct ReportPath {
@@ -70,11 +125,6 @@ struct ReportPath {
   std::string path;
 };
 
-/// Before any work: at most one report may go to stdout ("-"), no two
-/// outputs (reports, the journal `journal`, "" for none) may name one file,
-/// else std::invalid_argument naming the options; every other report path
-/// must be writable (check_writable: a folder, a read-only file refused).
-void check_report_paths(const std::vector<ReportPath>& reports, const std::string& journal = "");
 
 /// When one of `reports` is "-": moves the process's stdout to stderr (what
 /// is printed from here on, by the command and the libraries, goes to

@@ -2,6 +2,8 @@
 // options, writable-path checks, atomic writes.
 #include "commands.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,54 +21,179 @@
 
 namespace normgate::app {
 
-void write_file_atomic(const std::string& path, const std::string& text) {
+namespace {
+
+// The system's reason for the last failed call.
+std::string sys_reason() { return std::strerror(errno); }
+
+// "OPTION 'PATH'" for messages ("'PATH'" when no option is known).
+std::string named(const std::string& option, const std::string& path) {
+  return (option.empty() ? "" : option + " ") + "'" + path + "'";
+}
+
+// True when `a` and `b` name one file: the same inode when both exist, else
+// the same canonical path (a symlink or ./ spelling of one new file).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return false;
+  std::error_code e1, e2;
+  const auto ca = std::filesystem::weakly_canonical(a, e1), cb = std::filesystem::weakly_canonical(b, e2);
+  return !e1 && !e2 && ca == cb;
+}
+
+// `text` into a new temporary file beside `path` (written, fsync'ed, closed);
+// its name. Any failure: the temporary removed, std::runtime_error naming
+// `path` and the system's reason.
+std::string write_temp(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw std::runtime_error("cannot open '" + tmp + "' for writing");
-    f << text;
-    f.flush();
-    if (!f) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write '" + tmp + "'");
-    }
+  auto fail = [&](const std::string& step, int fd) {
+    const std::string why = sys_reason();
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write '" + path + "' (" + step + " of its temporary file '" + tmp +
+                             "' failed: " + why + "); '" + path + "' was left as it was");
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const std::string why = sys_reason();
+    throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = ENOSPC;  // a write that writes nothing: the disk took no more
+    if (n <= 0) fail("a write", fd);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync", fd);
+  if (::close(fd) != 0) fail("close", -1);
+  return tmp;
+}
+
+// The temporary file `tmp` renamed to `path`, then the folder synced (best
+// effort: some file systems refuse to sync a folder; the data is safe).
+void commit_temp(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = sys_reason();
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write '" + path + "': the rename of its temporary file '" + tmp +
+                             "' failed: " + why + "; '" + path + "' was left as it was");
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
   }
 }
 
-void check_report_paths(const std::vector<ReportPath>& reports, const std::string& journal) {
-  const ReportPath* to_stdout = nullptr;
-  namespace fs = std::filesystem;
-  // Two outputs on one file: the later write would destroy the earlier (a
-  // report over the journal loses the campaign's resume).
-  auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ec;
-    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
-  };
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    if (r.path.empty() || r.path == "-") continue;
-    if (!journal.empty() && same(r.path, journal))
-      throw std::invalid_argument(std::string(r.option) + " '" + r.path + "' is the journal's file (--journal)");
-    for (size_t j = 0; j < i; ++j)
-      if (!reports[j].path.empty() && reports[j].path != "-" && same(r.path, reports[j].path))
-        throw std::invalid_argument(std::string(reports[j].option) + " and " + r.option + " name one file '" +
-                                    r.path + "'");
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text) { commit_temp(write_temp(path, text), path); }
+
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::pair<std::string, std::string>> temps;  // (temporary, path)
+  try {
+    for (const auto& [path, text] : files)
+      if (!path.empty()) temps.emplace_back(write_temp(path, text), path);
+  } catch (...) {
+    for (const auto& t : temps) ::unlink(t.first.c_str());
+    throw;
   }
-  for (const auto& r : reports) {
-    if (r.path != "-") {
-      check_writable(r.path);
+  // Before the renames, a hard link keeps each previous file, so a rename
+  // that fails (an I/O error) can put the earlier ones back.
+  std::vector<std::string> kept(temps.size());  // "" : no previous file (or no link)
+  for (size_t i = 0; i < temps.size(); ++i) {
+    const std::string old = temps[i].second + ".old." + std::to_string(::getpid());
+    ::unlink(old.c_str());
+    if (::link(temps[i].second.c_str(), old.c_str()) == 0) kept[i] = old;
+  }
+  for (size_t i = 0; i < temps.size(); ++i) {
+    try {
+      commit_temp(temps[i].first, temps[i].second);
+    } catch (...) {
+      for (size_t k = i + 1; k < temps.size(); ++k) ::unlink(temps[k].first.c_str());
+      for (size_t k = 0; k < i; ++k) {  // the ones already renamed: back to what they were
+        if (!kept[k].empty()) ::rename(kept[k].c_str(), temps[k].second.c_str());
+        else ::unlink(temps[k].second.c_str());
+      }
+      for (size_t k = i; k < temps.size(); ++k)
+        if (!kept[k].empty()) ::unlink(kept[k].c_str());
+      throw;
+    }
+  }
+  for (const auto& k : kept)
+    if (!k.empty()) ::unlink(k.c_str());
+}
+
+void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs, bool dash_is_stdout) {
+  const PathArg* to_stdout = nullptr;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& o = outputs[i];
+    if (o.path.empty()) continue;
+    if (dash_is_stdout && o.path == "-") {
+      if (to_stdout)
+        throw std::invalid_argument(to_stdout->option + " - and " + o.option + " - : only one report can go to stdout");
+      to_stdout = &o;
       continue;
     }
-    if (to_stdout)
-      throw std::invalid_argument(std::string(to_stdout->option) + " - and " + r.option +
-                                  " - : only one report can go to stdout");
-    to_stdout = &r;
+    check_writable(o.path, o.option);
+    // Two outputs on one file: the later write would destroy the earlier (a
+    // report over the journal loses the campaign's resume).
+    for (size_t j = 0; j < i; ++j) {
+      const auto& p = outputs[j];
+      if (p.path.empty() || (dash_is_stdout && p.path == "-")) continue;
+      if (same_file(o.path, p.path))
+        throw std::invalid_argument(named(p.option, p.path) + " and " + named(o.option, o.path) +
+                                    " name one file: each output needs a file of its own");
+    }
+    // An output over an input: the run would destroy what it reads.
+    for (const auto& in : inputs)
+      if (!in.path.empty() && same_file(o.path, in.path))
+        throw std::invalid_argument(named(o.option, o.path) + " is the input " + named(in.option, in.path) +
+                                    ": writing it would destroy what this run reads; give another file");
+  }
+}
+
+void check_read_write(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    check_writable(path, option);
+    return;
+  }
+  if (fs::is_directory(st)) throw std::invalid_argument(named(option, path) + " is a folder (give a file name)");
+  if (!fs::is_regular_file(st)) throw std::invalid_argument(named(option, path) + " is not a regular file");
+  if (::access(path.c_str(), R_OK | W_OK) != 0)
+    throw std::invalid_argument(named(option, path) + " cannot be read and written: " + sys_reason());
+}
+
+void check_readable_if_present(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!fs::exists(st)) return;
+  if (fs::is_directory(st)) throw std::invalid_argument(named(option, path) + " is a folder, not a file");
+  if (::access(path.c_str(), R_OK) != 0)
+    throw std::invalid_argument(named(option, path) + " cannot be read: " + sys_reason());
+}
+
+void reject_empty_values(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() == 0) continue;
+      for (const std::string& v : opt->results())
+        if (v.empty())
+          throw std::invalid_argument(sub->get_name() + " " + opt->get_name() +
+                                      ": an empty value (\"\"); give a value or leave the option out");
+    }
+    reject_empty_values(*sub);
   }
 }
 
@@ -164,20 +291,27 @@ void load_plugins(const std::vector<std::string>& paths) {
   if (!paths.empty()) plugin::register_plugins(paths);
 }
 
-/// Throws std::invalid_argument (exit 2) before any work when `path`'s folder
-/// does not exist or is not writable, so a long check never fails at the end.
-void check_writable(const std::string& path) {
+// Before any work, so a long run never fails at the end on its outputs.
+void check_writable(const std::string& path, const std::string& option) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
   std::error_code ec;
-  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write '" + path + "': folder '" + dir.string() +
-                                "' does not exist or is not writable");
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
+                                "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
+                                "' is not writable: " + sys_reason());
   if (fs::is_directory(path, ec))
-    throw std::invalid_argument("cannot write '" + path + "': it is a folder (give a file name)");
+    throw std::invalid_argument("cannot write " + named(option, path) + ": it is a folder (give a file name)");
+  // A device, FIFO or socket: the rename that ends an atomic write would put
+  // a regular file in its place (- is the way to stdout).
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    throw std::invalid_argument("cannot write " + named(option, path) +
+                                ": it exists and is not a regular file (the write would replace it)");
   if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write '" + path + "': the file exists and is not writable");
+    throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
 }
 
 }  // namespace normgate::app

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    normgate::app::reject_empty_values(app);
     return cmds.run();
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "normgate: error: %s\n", e.what());

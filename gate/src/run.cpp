@@ -654,7 +654,11 @@ GateResult run_gate(const GateOptions& opt) {
     const Pick p = worst_of(w, store, {&w.grid});
     if (p.ratio < 0) continue;
     w.dense_center = p.c.T;
-    for (int k = -opt.dense_points; k <= opt.dense_points; ++k) {
+    // Only the steps that can land inside the window: |k| <= span / step (an
+    // int loop to dense_points = INT_MAX never ended, and k * step overflowed
+    // for a step near INT64_MAX, wrapping back into the window).
+    const int64_t kmax = std::min<int64_t>(opt.dense_points, (w.route->t_hi - w.route->t_lo) / opt.dense_step);
+    for (int64_t k = -kmax; k <= kmax; ++k) {
       if (k == 0) continue;
       const int64_t t = p.c.T + k * opt.dense_step;
       if (t >= w.route->t_lo && t <= w.route->t_hi) w.dense.t.push_back(t);

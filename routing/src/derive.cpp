@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "normgate/kernels/plan.h"
+#include "normgate/seeds/case_id.h"
 
 namespace normgate::kernels {
 
@@ -141,7 +142,8 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
   const toml::node* tg = root.get("T");
   if (!tg) ctx.fail(nullptr, "missing key 'T' (the T grid, e.g. T = [1, 512, 4096, 65536, 131072])");
   for (auto [t, n] : integers(ctx, *tg, "T")) {
-    if (t < 1 || t > kMaxT) ctx.fail(n, "T grid value " + std::to_string(t) + " out of range 1.." + std::to_string(kMaxT));
+    if (t < 1 || t > seeds::kMaxT)  // the derived table's windows must stay gateable (routing.h)
+      ctx.fail(n, "T grid value " + std::to_string(t) + " out of range 1.." + std::to_string(seeds::kMaxT));
     if (!s.t_grid.empty() && t <= s.t_grid.back())
       ctx.fail(n, "T grid must be strictly ascending (" + std::to_string(t) + " after " +
                       std::to_string(s.t_grid.back()) + ")");

@@ -19,6 +19,7 @@
 
 #include "normgate/core/json_number.h"
 #include "normgate/kernels/plan.h"
+#include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
 
 namespace normgate::kernels {
@@ -153,7 +154,14 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
   r.t_lo = *(*ta)[0].value<int64_t>();
   r.t_hi = *(*ta)[1].value<int64_t>();
   if (r.t_lo < 1) ctx.fail(line_of(*tn), "T lo " + std::to_string(r.t_lo) + " < 1", &t);
-  if (r.t_hi > kMaxT) ctx.fail(line_of(*tn), "T hi " + std::to_string(r.t_hi) + " > " + std::to_string(kMaxT), &t);
+  // The gate names every case by its id, whose T stops at seeds::kMaxT
+  // (2^31; the kernels' own kMaxT is 2^32): a window beyond it could be
+  // dispatched but never gated, so it is refused here.
+  if (r.t_hi > seeds::kMaxT)
+    ctx.fail(line_of(*tn),
+             "T hi " + std::to_string(r.t_hi) + " > " + std::to_string(seeds::kMaxT) +
+                 " (the largest T a case id names: a window beyond it cannot be gated)",
+             &t);
   if (r.t_lo > r.t_hi)
     ctx.fail(line_of(*tn), "T lo " + std::to_string(r.t_lo) + " > hi " + std::to_string(r.t_hi), &t);
   const std::string vname = get_value<std::string>(ctx, t, "variant", "a string");

@@ -19,9 +19,10 @@ struct CliRun {
 /// Path of the normgate binary of this build.
 inline std::string normgate_bin() { return std::string(NORMGATE_BINARY_DIR) + "/apps/normgate"; }
 
-/// Run `normgate ARGS` through the shell, stderr merged into stdout.
-inline CliRun run_normgate(const std::string& args) {
-  const std::string cmd = normgate_bin() + " " + args + " 2>&1";
+/// Run `PREFIX normgate ARGS` through the shell, stderr merged into stdout
+/// (PREFIX: environment settings or a wrapper such as `timeout 60`).
+inline CliRun run_normgate_with(const std::string& prefix, const std::string& args) {
+  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + normgate_bin() + " " + args + " 2>&1";
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -31,6 +32,15 @@ inline CliRun run_normgate(const std::string& args) {
   const int st = pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+/// Run `normgate ARGS` through the shell, stderr merged into stdout.
+inline CliRun run_normgate(const std::string& args) { return run_normgate_with("", args); }
+
+/// `normgate ARGS` under coreutils' timeout: killed after `seconds` (exit
+/// 124), so a command that hangs fails its test instead of stalling it.
+inline CliRun run_normgate_timeout(const std::string& args, int seconds) {
+  return run_normgate_with("timeout " + std::to_string(seconds), args);
 }
 
 /// True when `needle` occurs in `s`.

@@ -87,7 +87,7 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --windows H=x", "H=x"},
       {"gate " + kSmall + " --windows H=4096", "selects none"},
       {"gate " + kSmall + " --backend tpu", "tpu"},
-      {"gate " + kSmall + " --t-per-window 1", "--t-per-window 1"},
+      {"gate " + kSmall + " --t-per-window 1", "--t-per-window: Value 1 not in range 2"},
       {"gate " + kCtl, "ctl_override.toml:8: variant ctl_fp32_seq is a NEGATIVE CONTROL"},
       {"gate " + gap, "gap.toml:4: gap: T=101..149"},
       {"routes " + gap, "gap.toml:4:"},

@@ -48,9 +48,9 @@ def main():
         # Two outputs on one file (a report over the journal would lose the
         # resume), a folder as a report or journal: refused before any work.
         r = run("gate", table, *FAST, "--journal", journal, "--report-json", journal)
-        assert r.returncode == 2 and "--report-json '%s' is the journal's file" % journal in r.stderr, r.stderr
+        assert r.returncode == 2 and "--journal '%s' and --report-json '%s' name one file" % (journal, journal) in r.stderr, r.stderr
         r = run("gate", table, *FAST, "--report-md", junit, "--report-junit", junit)
-        assert r.returncode == 2 and "--report-md and --report-junit name one file" in r.stderr, r.stderr
+        assert r.returncode == 2 and "--report-md '%s' and --report-junit '%s' name one file" % (junit, junit) in r.stderr, r.stderr
         for opt in ("--report-json", "--journal"):
             r = run("gate", table, *FAST, opt, d)
             assert r.returncode == 2 and "it is a folder" in r.stderr, (opt, r.stderr)

@@ -86,7 +86,7 @@ struct DeriveSpec {
 /// Parse spec TOML `text` (`path` names it in messages). Throws
 /// RouteTableError "PATH:LINE: what" for: TOML syntax, unknown or missing
 /// keys, a T grid that is empty, not ascending, not starting at 1 or beyond
-/// kMaxT; unknown variants; a candidate of the wrong op; a non-deterministic
+/// seeds::kMaxT (2^31: a route table's limit); unknown variants; a candidate of the wrong op; a non-deterministic
 /// candidate in bwd_det; a negative control; bench values out of range; a
 /// group with no candidate supporting it; groups repeated.
 DeriveSpec parse_derive_spec(std::string_view text, const std::string& path);

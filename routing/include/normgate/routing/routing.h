@@ -14,7 +14,8 @@
 //   H        normalized length, 1..16384
 //   w        weight dtype "bf16" | "fp32"
 //   form     "plain" | "res" | "heads24" | "heads4"
-//   T        [lo, hi]: rows, both inclusive, 1 <= lo <= hi <= kMaxT
+//   T        [lo, hi]: rows, both inclusive, 1 <= lo <= hi <= seeds::kMaxT
+//            (2^31, the largest T a case id names: the gate runs every window)
 //   variant  a registry name (registry.h)
 //
 // Top-level keys: `arch` (required, "sm90a": the only arch the registry

@@ -1,0 +1,203 @@
+// tests/cli: what every subcommand checks before any work: numeric options in
+// range (exit 2 naming the option and value, never a hang or a wrong grid),
+// empty values, output paths (a missing folder, a folder or a non-file as
+// the journal, two outputs on one file, an output over an input), and route
+// windows the gate cannot name (T beyond the case ids' 2^31).
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace {
+
+using normgate::test::CliRun;
+using normgate::test::contains;
+namespace fs = std::filesystem;
+
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+// One window (H = 256), CPU models, one thread: about a second.
+const std::string kOne = " --windows H=256 --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --quiet";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Dir {
+  fs::path p;
+  explicit Dir(const std::string& name) {
+    p = fs::path(NORMGATE_BINARY_DIR) / ("outputs_cli_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(p);
+    fs::create_directories(p);
+  }
+  ~Dir() { fs::remove_all(p); }
+  std::string operator/(const std::string& f) const { return (p / f).string(); }
+};
+
+// `normgate ARGS` under a 60 s timeout: a hang is exit 124, not a stuck test.
+CliRun cli(const std::string& args) { return normgate::test::run_normgate_timeout(args, 60); }
+
+struct Refusal {
+  std::string args;
+  std::vector<std::string> said;  // every one must be in the message
+};
+
+void expect_refused(const Refusal& r) {
+  const CliRun run = cli(r.args);
+  EXPECT_EQ(run.code, 2) << r.args << "\n" << run.out;
+  for (const auto& s : r.said) EXPECT_TRUE(contains(run.out, s)) << "'" << s << "' not said for: " << r.args << "\n" << run.out;
+  EXPECT_FALSE(contains(run.out, "phase    grid")) << "cases ran before the refusal: " << r.args << "\n" << run.out;
+}
+
+// --dense-points 2147483647 looped forever (an int loop bound at INT_MAX);
+// --dense-step 9223372036854775807 overflowed k * step and put dense points
+// 2 rows from the worst T. Every numeric campaign option is range-checked.
+TEST(OutputsCli, NumericOptionsOutOfRangeAreRefusedByName) {
+  const std::string g = "gate " + kSmall + kOne;
+  const Refusal cases[] = {
+      {g + " --dense-points 2147483647", {"--dense-points", "2147483647"}},
+      {g + " --dense-step 9223372036854775807", {"--dense-step", "9223372036854775807"}},
+      {g + " --dense-step 2147483649", {"--dense-step", "2147483649"}},
+      {g + " --dense-step 0", {"--dense-step", "0"}},
+      {g + " --dense-points -1", {"--dense-points", "-1"}},
+      {g + " --t-per-window 2147483647", {"--t-per-window", "2147483647"}},
+      {g + " --fresh-factor 2147483647", {"--fresh-factor", "2147483647"}},
+      {g + " --fresh-factor -1", {"--fresh-factor", "-1"}},
+      {"derive spec.toml --out t.toml --report r --dense-points 2147483647", {"--dense-points", "2147483647"}},
+      {"derive spec.toml --out t.toml --report r --dense-step 9223372036854775807", {"--dense-step"}},
+      {"check --seeds 3x1 --H 64 --T 2147483649 --backend cpu", {"--T", "2147483649"}},
+      {"check --seeds 3x1 --H 0 --T 5 --backend cpu", {"--H", "'0'"}},
+  };
+  for (const auto& c : cases) expect_refused(c);
+}
+
+// The largest values accepted still run (and end): the dense grid keeps only
+// the steps that land inside the window.
+TEST(OutputsCli, LargestDenseOptionsRunAndEnd) {
+  const Dir d("dense");
+  const CliRun r = cli("gate " + kSmall + kOne + " --dense-points 1048576 --dense-step 2147483648 --report-json " +
+                       (d / "r.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string json = slurp(d / "r.json");
+  EXPECT_TRUE(contains(json, "\"dense_points\": 1048576")) << json;
+  // No step of 2^31 rows lands inside T = 1..300: an empty dense grid.
+  EXPECT_TRUE(contains(json, "\"t\": []")) << json;
+}
+
+// An empty value was taken as "not given": `--report-md ""` ran the whole
+// gate and wrote no report, exit 0.
+TEST(OutputsCli, EmptyValuesAreRefusedByName) {
+  const Refusal cases[] = {
+      {"gate " + kSmall + kOne + " --report-md ''", {"--report-md", "empty"}},
+      {"gate " + kSmall + kOne + " --report-json ''", {"--report-json", "empty"}},
+      {"gate " + kSmall + kOne + " --journal ''", {"--journal", "empty"}},
+      {"gate " + kSmall + kOne + " --base ''", {"--base", "empty"}},
+      {"check --case H=64,T=5,w=bf16,family=normal,seed=0 --backend cpu --json ''", {"--json", "empty"}},
+      {"repro H=64,T=5,w=bf16,family=normal,seed=0 --variant bwd_det_chunked --backend cpu --save ''",
+       {"--save", "empty"}},
+      {"export report.json -o ''", {"--output", "empty"}},
+  };
+  for (const auto& c : cases) expect_refused(c);
+}
+
+// Two outputs on one file, or an output over a file the run reads: exit 2
+// naming both, before any work, and the file untouched.
+TEST(OutputsCli, OutputOverAnotherOutputOrAnInputIsRefused) {
+  const Dir d("clash");
+  const std::string t = d / "t.toml";
+  fs::copy_file(kSmall, t);
+  fs::copy_file(fs::path(NORMGATE_SOURCE_DIR) / "tests/data/routes/small.policy.toml", d / "t.policy.toml");
+  const std::string table = slurp(t);
+  const std::string g = "gate " + t + kOne;
+  const Refusal cases[] = {
+      {g + " --report-md " + t, {"--report-md", "table", t}},      // the report overwrote the route table
+      {g + " --journal " + t, {"--journal", "table"}},
+      {g + " --report-junit " + (d / "t.policy.toml"), {"--report-junit", "policy"}},
+      {g + " --report-json " + (d / "t.approvals.json") + " --approve", {"--report-json", "--approve"}},
+      {g + " --base " + t + " --report-json " + (d / "./t.toml"), {"--report-json", "table"}},
+      {g + " --journal " + (d / "j.jsonl") + " --report-json " + (d / "j.jsonl"), {"--journal", "--report-json"}},
+      {g + " --report-md " + (d / "r") + " --report-json " + (d / "../" + d.p.filename().string() + "/r"),
+       {"--report-md", "--report-json", "one file"}},
+      {"check --seeds 3x1 --H 64 --T 5 --backend cpu --json " + (d / "x") + " --md " + (d / "x"),
+       {"--json", "--md", "one file"}},
+  };
+  for (const auto& c : cases) expect_refused(c);
+  EXPECT_EQ(slurp(t), table);
+  EXPECT_FALSE(fs::exists(d / "t.approvals.json"));
+  // A symlink to the table is the table.
+  fs::create_symlink(t, d / "link.md");
+  expect_refused({g + " --report-md " + (d / "link.md"), {"--report-md", "table"}});
+  EXPECT_EQ(slurp(t), table);
+}
+
+// A missing folder is a usage error before any work (it was exit 3 after the
+// whole campaign for the journal prefix of derive).
+TEST(OutputsCli, MissingFolderIsRefusedBeforeAnyWork) {
+  const std::string g = "gate " + kSmall + kOne;
+  const Refusal cases[] = {
+      {g + " --report-md /nonexistent-ng/r.md", {"--report-md", "/nonexistent-ng"}},
+      {g + " --report-junit /nonexistent-ng/r.xml", {"--report-junit", "/nonexistent-ng"}},
+      {g + " --journal /nonexistent-ng/j.jsonl", {"--journal", "/nonexistent-ng"}},
+      {"check --case H=64,T=5,w=bf16,family=normal,seed=0 --backend cpu --json /nonexistent-ng/c.json",
+       {"--json", "/nonexistent-ng"}},
+      {"repro H=64,T=5,w=bf16,family=normal,seed=0 --variant bwd_det_chunked --backend cpu --save "
+       "/nonexistent-ng/c.h5",
+       {"--save", "/nonexistent-ng"}},
+  };
+  for (const auto& c : cases) expect_refused(c);
+}
+
+// A journal that is a folder, or not a regular file (a FIFO: the gate
+// blocked on it, or took the records and resumed nothing), is refused by
+// name; so is a report over a FIFO (the rename would replace it).
+TEST(OutputsCli, JournalThatIsNotAFileIsRefused) {
+  const Dir d("journal");
+  fs::create_directories(d / "jdir");
+  expect_refused({"gate " + kSmall + kOne + " --journal " + (d / "jdir"), {"--journal", "jdir", "folder"}});
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  expect_refused({"gate " + kSmall + kOne + " --journal " + (d / "fifo"), {"--journal", "fifo", "not a regular file"}});
+  expect_refused({"gate " + kSmall + kOne + " --report-md " + (d / "fifo"), {"--report-md", "not a regular file"}});
+  EXPECT_TRUE(fs::is_fifo(d / "fifo"));
+  if (::geteuid() != 0) {  // root reads any file
+    std::ofstream(d / "j.jsonl") << "x\n";
+    fs::permissions(d / "j.jsonl", fs::perms::owner_write);
+    expect_refused({"gate " + kSmall + kOne + " --journal " + (d / "j.jsonl"), {"--journal", "j.jsonl"}});
+  }
+  // The approvals file beside the table, a folder: refused by name.
+  fs::copy_file(kSmall, d / "t.toml");
+  fs::copy_file(fs::path(NORMGATE_SOURCE_DIR) / "tests/data/routes/small.policy.toml", d / "t.policy.toml");
+  fs::create_directories(d / "t.approvals.json");
+  expect_refused({"gate " + (d / "t.toml") + kOne + " --approve", {"t.approvals.json", "folder"}});
+}
+
+// Case ids stop at T = 2^31: a window beyond it could be dispatched but never
+// gated. The loader refuses it naming the file and line; 2^31 itself loads.
+TEST(OutputsCli, RouteWindowBeyondTheCaseIdLimitIsRefusedAtLoad) {
+  const Dir d("bigT");
+  auto table = [&](const std::string& hi) {
+    std::ofstream(d / "t.toml") << "arch = \"sm90a\"\nroute = [\n"
+                                   "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, "
+                                << hi << "], variant = \"bwd_det_chunked\" },\n]\n";
+    return d / "t.toml";
+  };
+  for (const std::string hi : {"2147483649", "4294967296"}) {
+    const std::string t = table(hi);
+    expect_refused({"routes " + t, {t + ":3:", hi, "2147483648"}});
+    expect_refused({"gate " + t + " --plan", {t + ":3:", hi}});
+  }
+  const CliRun ok = cli("routes " + table("2147483648"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(contains(ok.out, "T=1..2147483648")) << ok.out;
+}
+
+}  // namespace
