@@ -79,7 +79,16 @@ def die_usage(msg):
 
 
 def atomic_write(path, text):
+    """Write `text` to `path` through a temp file and a rename, so that a
+    crash leaves the old file or the new one. A path that exists and is not
+    a regular file (/dev/null, a FIFO, /dev/stdout) is written in place: a
+    rename would replace the device with a file (it did: /dev/null became a
+    regular file under root)."""
     if not path:
+        return
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w") as f:
+            f.write(text)
         return
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
