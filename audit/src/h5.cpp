@@ -57,12 +57,33 @@ hid_t file_type(Type t) {
 
 size_t type_size(Type t) { return t == Type::u16 ? 2 : t == Type::f32 ? 4 : 8; }
 
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::u16: return "uint16 little-endian";
+    case Type::i64: return "int64 little-endian";
+    case Type::f32: return "IEEE float32 little-endian";
+    case Type::f64: return "IEEE float64 little-endian";
+  }
+  return "?";
+}
+
+// The stored type of a dataset or attribute must be exactly the one normgate
+// writes: HDF5 converts any file type to the memory type on read, and a
+// corrupted type (e.g. a float64 whose size field says 2 MiB) makes that
+// conversion read past HDF5's own buffers.
+void need_type(const std::string& file, hid_t type_id, Type t, const std::string& what) {
+  Id ft(type_id, H5Tclose);
+  if (ft.get() < 0 || H5Tequal(ft.get(), file_type(t)) <= 0)
+    fail(file, what + " is not stored as " + type_name(t) + " (corrupted, or not written by normgate)");
+}
+
 template <class T>
 std::vector<T> read_any(const Reader& f, const std::string& name, Type t, std::vector<uint64_t>* dims, int rank) {
   quiet();
   if (!f.exists(name)) fail(f.path(), "dataset " + name + " is missing");
   Id d(H5Dopen2(f.root(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (d.get() < 0) fail(f.path(), "cannot open dataset " + name);
+  need_type(f.path(), H5Dget_type(d.get()), t, "dataset " + name);
   Id sp(H5Dget_space(d.get()), H5Sclose);
   const int r = H5Sget_simple_extent_ndims(sp.get());
   if (r < 0) fail(f.path(), "dataset " + name + ": cannot read its shape");
@@ -277,12 +298,14 @@ std::string attr_string(const Reader& f, const std::string& obj, const std::stri
 }
 double attr_double(const Reader& f, const std::string& obj, const std::string& name) {
   const Id a = open_attr(f, obj, name);
+  need_type(f.path(), H5Aget_type(a.get()), Type::f64, "attribute " + obj + "@" + name);
   double v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail(f.path(), "cannot read attribute " + obj + "@" + name);
   return v;
 }
 int64_t attr_int(const Reader& f, const std::string& obj, const std::string& name) {
   const Id a = open_attr(f, obj, name);
+  need_type(f.path(), H5Aget_type(a.get()), Type::i64, "attribute " + obj + "@" + name);
   int64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) fail(f.path(), "cannot read attribute " + obj + "@" + name);
   return v;
