@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "normgate/kernels/plan.h"
+#include "toml_guard.h"
 
 namespace normgate::kernels {
 
@@ -120,6 +121,8 @@ std::vector<const Variant*> DeriveSpec::candidates(const DeriveGroup& g) const {
 DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
   const Ctx ctx{path};
   toml::table root;
+  if (const auto bad = detail::toml_unclassifiable(text))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {

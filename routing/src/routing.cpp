@@ -20,6 +20,7 @@
 #include "normgate/core/json_number.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
+#include "toml_guard.h"
 
 namespace normgate::kernels {
 
@@ -424,6 +425,8 @@ const Route* RouteTable::find_window(const Route& x) const {
 RouteTable parse_route_table(std::string_view text, const std::string& path, const LoadOptions& opt) {
   const Ctx ctx{text, path};
   toml::table root;
+  if (const auto bad = detail::toml_unclassifiable(text))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
