@@ -1,8 +1,11 @@
-// Fuzz target: HDF5 case files (audit/case_file.h read_case_file, and the
-// readers of `normgate inspect`: inspect_file, list_layout). The input is
-// written to a scratch file. Contract: a value or std::runtime_error naming
-// the file, from each of them. A case that reads back has the shapes of its
-// case id.
+// Fuzz target: HDF5 case files (audit/case_file.h read_case_file, as
+// `normgate repro --file` reads them, and inspect_file, as `normgate inspect`
+// does). The input is written to a scratch file. Contract: a value or
+// std::runtime_error naming the file, from each of them. A case that reads
+// back has the shapes of its case id. Not list_layout (only tests call it):
+// HDF5 1.10's attribute iteration crashes inside the library on some
+// corrupted attribute messages (README.md, Findings), which would hide
+// everything else.
 #include <stdexcept>
 
 #include "fuzz_util.h"
@@ -27,11 +30,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     (void)inspect_file(path);
-  } catch (const std::runtime_error& e) {
-    names_file(e);
-  }
-  try {
-    (void)list_layout(path);
   } catch (const std::runtime_error& e) {
     names_file(e);
   }
