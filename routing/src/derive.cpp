@@ -14,6 +14,7 @@
 
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"
+#include "toml_guard.h"
 
 namespace normgate::kernels {
 
@@ -121,6 +122,8 @@ std::vector<const Variant*> DeriveSpec::candidates(const DeriveGroup& g) const {
 DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
   const Ctx ctx{path};
   toml::table root;
+  if (const auto bad = detail::toml_unclassifiable(text))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {

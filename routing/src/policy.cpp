@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "normgate/seeds/seed_set.h"
+#include "toml_guard.h"
 
 namespace normgate::kernels {
 
@@ -235,6 +236,8 @@ std::string policy_path_for_approvals(const std::string& approvals_path) {
 
 ApprovalPolicy parse_policy(std::string_view text, const std::string& path) {
   toml::table root;
+  if (const auto bad = detail::toml_unclassifiable(text))
+    throw PolicyError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {

@@ -21,6 +21,7 @@
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
+#include "toml_guard.h"
 
 namespace normgate::kernels {
 
@@ -432,6 +433,8 @@ const Route* RouteTable::find_window(const Route& x) const {
 RouteTable parse_route_table(std::string_view text, const std::string& path, const LoadOptions& opt) {
   const Ctx ctx{text, path};
   toml::table root;
+  if (const auto bad = detail::toml_unclassifiable(text))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
