@@ -59,7 +59,7 @@ def main():
         r = run("gate", table, *FAST, "--journal", journal, "--report-junit", junit, "--report-json", "-")
         assert r.returncode == 1, (r.returncode, r.stderr)
         rep = json.loads(r.stdout)  # stdout is the JSON report alone
-        assert rep["format"] == "normgate-gate-report/1"
+        assert rep["format"] == "normgate-gate-report/2"
         assert "verdict  FAIL: 2 of 3 windows pass (backend cpu-model)" in r.stderr, r.stderr
         assert "| window | variant |" in r.stderr  # the Markdown report, on stderr
 
