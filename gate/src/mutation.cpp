@@ -161,7 +161,7 @@ MutationResult run_mutation(const MutationOptions& opt) {
       const int st = kappa_state[i][l];
       if (st < 0) continue;
       if (st > 0) {
-        if (head < 0) head = 0;
+        if (head < 0) head = l == 0 ? 0 : -1;  // failing at a level with none below run: not measured
         break;
       }
       head = seeds::kKappaLevels[l];

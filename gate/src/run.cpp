@@ -662,7 +662,7 @@ double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families) {
     const auto it = std::find_if(families.begin(), families.end(),
                                  [&](const WindowResult::FamilyCount& f) { return f.family == label; });
     if (it == families.end() || it->cases == 0) continue;
-    if (it->failed > 0) return head < 0 ? 0 : head;
+    if (it->failed > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;  // -1: nothing below ran
     head = k;
   }
   return head;

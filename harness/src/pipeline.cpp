@@ -221,6 +221,19 @@ CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 
 PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
+  if (req.skip_unsupported) {  // "all": only the variants that support the case
+    CheckRequest r = req;
+    r.skip_unsupported = false;
+    r.impls.clear();
+    for (const auto& name : req.impls) {
+      const kernels::Variant* v = name == kBaseline ? nullptr : kernels::find_variant(name);
+      if (v == nullptr || (v->supports_h(req.id.H) && v->supports(req.id.w) && v->supports(req.id.form)))
+        r.impls.push_back(name);
+    }
+    if (r.impls.empty())
+      throw std::invalid_argument("no implementation of the request supports case " + seeds::to_string(req.id));
+    return prepare_check(r, given);
+  }
   if (given != nullptr && !(given->id == req.id))
     throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
                                 ", the request of " + seeds::to_string(req.id));
@@ -737,7 +750,7 @@ std::vector<seeds::CaseId> Grid::cases() const {
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
-                                    oracle::OracleMode oracle) {
+                                    oracle::OracleMode oracle, bool skip_unsupported) {
   std::vector<Aggregate> aggs;
   auto slot = [&aggs](const std::string& impl, const seeds::CaseId& c) -> Aggregate& {
     const std::string point = seeds::to_string(seeds::FamilyPoint{c.family, c.eps, c.kappa});
@@ -753,7 +766,7 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
   for (const auto& impl : impls)  // impl-major order, family points in first-seen order
     for (const auto& c : cases) slot(impl, c);
   run_checks(
-      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle}; },
+      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle, skip_unsupported}; },
       [&](size_t i, CheckReport* rep, std::exception_ptr err) {
         if (err) std::rethrow_exception(err);
         const seeds::CaseId& c = cases[i];
@@ -775,6 +788,7 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
         }
         if (on_case) on_case(*rep);
       });
+  std::erase_if(aggs, [](const Aggregate& a) { return a.cases == 0; });  // skipped everywhere (skip_unsupported)
   return aggs;
 }
 
@@ -805,7 +819,7 @@ std::string format_aggregates(const std::vector<Aggregate>& aggs) {
     const double h = aggregate_headroom(aggs, impl);
     int levels = 0;
     for (const auto& a : aggs) levels += a.impl == impl && a.kappa > 0;
-    if (levels < 2) continue;
+    if (levels < 2 || h < 0) continue;
     lines += "| " + impl + " | " + (h == 0 ? std::string("<") + fmt("%g", seeds::kKappaLevels[0]) : fmt("%g", h)) + " |\n";
   }
   if (!lines.empty())
@@ -822,7 +836,7 @@ double aggregate_headroom(const std::vector<Aggregate>& aggs, const std::string&
     for (const auto& a : aggs)
       if (a.impl == impl && a.kappa == k) at = &a;
     if (at == nullptr || at->cases == 0) continue;
-    if (at->failed > 0 || at->inconclusive > 0) return head < 0 ? 0 : head;
+    if (at->failed > 0 || at->inconclusive > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;
     head = k;
   }
   return head;

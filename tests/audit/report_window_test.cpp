@@ -198,7 +198,7 @@ TEST(ReportFormat, VersionsAcceptedAndRefused) {
   // Old and new cases mixed in one grid: refused.
   grid[1].erase("format");
   m = format_error(grid);
-  EXPECT_NE(m.find("report[1]: format version 0 after version 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("report[1]: format version 0 after version 2"), std::string::npos) << m;
   EXPECT_NE(format_error(nlohmann::json::array({1})).find("report[0]"), std::string::npos);
   EXPECT_EQ(format_error(nlohmann::json(3)).find("(no exception)"), std::string::npos);
 }

@@ -173,6 +173,8 @@ TEST(GateHeadroom, HeadroomIsTheHighestLevelWithEveryLevelBelowPassing) {
   EXPECT_EQ(kappa_headroom({{"normal", 3, 0}, {"cancel", 3, 0}}), 1e8);
   EXPECT_EQ(kappa_headroom({{"cancel,kappa=100", 1, 0}, {"cancel,kappa=10000", 1, 1}, {"cancel", 1, 0}}), 100);
   EXPECT_EQ(kappa_headroom({{"cancel,kappa=100", 1, 1}, {"cancel", 1, 0}}), 0);
+  // Failing at 1e8 with no lower level run (a 3xN set): not measured, not "below 1e2".
+  EXPECT_EQ(kappa_headroom({{"normal", 3, 0}, {"cancel", 3, 1}}), -1);
   EXPECT_EQ(kappa_headroom(std::vector<FC>{{"cancel,kappa=100", 1, 0}, {"cancel,kappa=1e+06", 2, 0}}), 1e6);
 }
 

@@ -11,6 +11,7 @@
 
 #include "util/kernel_test_util.h"
 #include "normgate/kernels/models.h"
+#include "normgate/kernels/rmsnorm.h"
 #include "normgate/kernels/rstd.h"
 
 namespace normgate::kernels::test {

@@ -223,8 +223,9 @@ struct WindowResult {
   std::vector<FamilyCount> families;
   /// Conditioning headroom (kappa_headroom(families)): the highest kappa of
   /// seeds::kKappaLevels whose cancel cases, and those of every lower level
-  /// run, all pass; 0 when the lowest level run fails; -1 when no cancel
-  /// case at a level ran.
+  /// run, all pass; 0 when it fails at the lowest level, 1e2; -1 when not
+  /// measured: no cancel case at a level ran, or the lowest level run is
+  /// above 1e2 and fails.
   double kappa_headroom = -1;
   PhaseSummary grid, dense, fresh;
   /// Cases of other windows' phases inside this window (same H, w, form, T in

@@ -61,7 +61,8 @@ struct MutationRow {
   /// The first failing case id ("" when none).
   std::string first_failure;
   /// Highest kappa of kKappaLevels with every cancel case at it and below
-  /// passing; 0 when it fails at the lowest; -1 when no cancel case applies.
+  /// passing; 0 when it fails at the lowest (1e2); -1 when not measured (no
+  /// cancel case applies, or it fails at the lowest level run above 1e2).
   double kappa_headroom = -1;
   bool killed() const { return cells.find('X') != std::string::npos; }
 };

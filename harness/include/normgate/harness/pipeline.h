@@ -73,6 +73,11 @@ struct CheckRequest {
   /// escalation), mpfr (everything in MPFR; small cases only, else
   /// run_check throws std::invalid_argument).
   oracle::OracleMode oracle = oracle::OracleMode::auto_;
+  /// Leave out the kernel variants that do not support the case (H, weight
+  /// dtype, form) instead of refusing the request: for "all" (expand_impls),
+  /// whose negative controls include some of one form or H range only.
+  /// prepare_check still throws when nothing is left.
+  bool skip_unsupported = false;
 };
 
 /// One implementation's result on one case.
@@ -297,10 +302,13 @@ struct Aggregate {
 /// Run every case of a campaign (the oracle once per case, in mode `oracle`),
 /// calling `on_case` after each (for progress lines and journals). Returns one
 /// Aggregate per (impl, family point) in impl-major order.
+/// skip_unsupported: CheckRequest::skip_unsupported for every case (an
+/// implementation that no case supports then has no aggregate).
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
-                                    oracle::OracleMode oracle = oracle::OracleMode::auto_);
+                                    oracle::OracleMode oracle = oracle::OracleMode::auto_,
+                                    bool skip_unsupported = false);
 
 /// Markdown table of campaign aggregates (one row per impl and family
 /// point), then, for implementations whose grid ran cancel at two or more
@@ -309,7 +317,8 @@ std::string format_aggregates(const std::vector<Aggregate>& aggs);
 
 /// The highest of seeds::kKappaLevels at which `impl` passes every cancel
 /// case of that level and of every lower level the aggregates hold (0: it
-/// fails, or is inconclusive, at the lowest; -1: no cancel level ran).
+/// fails, or is inconclusive, at 1e2; -1: not measured: no cancel level
+/// ran, or it fails at the lowest level run and that is above 1e2).
 double aggregate_headroom(const std::vector<Aggregate>& aggs, const std::string& impl);
 
 }  // namespace normgate::validators
