@@ -129,6 +129,8 @@ void add_check(CLI::App& app, Commands& cmds) {
         if (o->T.empty()) throw std::invalid_argument("grid mode: --T is missing");
       }
       const auto impls = validators::expand_impls(o->impls);
+      // "all" holds controls of one form or H range: each case runs those that support it.
+      const bool from_all = std::find(o->impls.begin(), o->impls.end(), "all") != o->impls.end();
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       // The note comes after the arguments are parsed: a bad one is the only output.
       auto note_backend = [&] {
@@ -137,7 +139,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       };
       if (!o->id.empty()) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
-                                     oracle::parse_oracle_mode(o->oracle)};
+                                     oracle::parse_oracle_mode(o->oracle), from_all};
         note_backend();
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
@@ -182,7 +184,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         }
         std::fflush(stdout);
         if (!o->json.empty()) all.push_back(validators::to_json(rep));
-      }, oracle::parse_oracle_mode(o->oracle));
+      }, oracle::parse_oracle_mode(o->oracle), from_all);
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
       if (!o->json.empty()) write_file_atomic(o->json, all.dump() + "\n");

@@ -13,8 +13,8 @@ namespace normgate::app {
 namespace {
 
 constexpr seeds::Family kAllFamilies[] = {seeds::Family::normal, seeds::Family::llm,  seeds::Family::cancel,
-                                          seeds::Family::zeros,  seeds::Family::tiny, seeds::Family::huge,
-                                          seeds::Family::specials};
+                                          seeds::Family::epsnear, seeds::Family::zeros, seeds::Family::tiny,
+                                          seeds::Family::huge,   seeds::Family::specials};
 
 }  // namespace
 

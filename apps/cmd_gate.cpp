@@ -78,7 +78,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml")->required();
   sub->add_option("--base", o->g.base_path, "Older table: gate only windows whose bounds or variant changed");
-  sub->add_option("--seeds", o->g.seeds, "Seed set: 3x120, seeds=120..239, cancel:0..7")->capture_default_str();
+  sub->add_option("--seeds", o->g.seeds,
+                  "Seed set: 5x120 (default: 9 family points, eps and kappa sweeps), 3x120 (normal, llm, cancel), "
+                  "seeds=120..239, cancel:0..7, cancel,kappa=1e4:0..7")
+      ->capture_default_str();
   sub->add_option("--t-per-window", o->g.t_per_window,
                   "T points per window (at least the first/last T and both sides of every power of two inside)")
       ->capture_default_str()

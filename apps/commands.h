@@ -31,6 +31,7 @@ void add_variants(CLI::App& app, Commands& cmds);
 void add_gate(CLI::App& app, Commands& cmds);
 void add_routes(CLI::App& app, Commands& cmds);
 void add_derive(CLI::App& app, Commands& cmds);
+void add_mutate(CLI::App& app, Commands& cmds);
 
 void add_repro(CLI::App& app, Commands& cmds);
 void add_inspect(CLI::App& app, Commands& cmds);

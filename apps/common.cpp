@@ -261,6 +261,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_gate(app, cmds);
   add_routes(app, cmds);
   add_derive(app, cmds);
+  add_mutate(app, cmds);
   add_repro(app, cmds);
   add_inspect(app, cmds);
   add_export(app, cmds);

@@ -1,5 +1,5 @@
 """The "format" field of normgate's JSON documents, for the tools that read
-them: "NAME/MAJOR", e.g. "normgate-gate-report/1" (docs/schemas.md; the C++
+them: "NAME/MAJOR", e.g. "normgate-gate-report/2" (docs/schemas.md; the C++
 readers use core/include/normgate/core/doc_format.h, the same rules).
 
 Imported by the tools beside it (they run as scripts from tools/)."""
@@ -9,7 +9,7 @@ import re
 _FORMAT = re.compile(r"^(.+)/([0-9]+)$")
 
 
-def format_version(doc, names, major=1):
+def format_version(doc, names, major=2):
     """The major version of document `doc` (parsed JSON) of one of the kinds
     `names`, or 0 for an object without "format" (a document written before
     normgate versioned them; its fields are version 1's). Raises ValueError

@@ -50,7 +50,7 @@ int report_format_version(const nlohmann::json& report) {
   if (report.is_array()) {
     for (size_t i = 0; i < report.size(); ++i) {
       int v = 0;
-      const std::string why = check_doc_format(report[i], {"normgate-check-report"}, 1, true, &v);
+      const std::string why = check_doc_format(report[i], {"normgate-check-report"}, 2, true, &v);
       if (!why.empty()) throw std::invalid_argument("report[" + std::to_string(i) + "]: " + why);
       if (i > 0 && v != version)
         throw std::invalid_argument("report[" + std::to_string(i) + "]: format version " + std::to_string(v) +
@@ -60,7 +60,7 @@ int report_format_version(const nlohmann::json& report) {
     }
     return version;
   }
-  const std::string why = check_doc_format(report, {"normgate-gate-report", "normgate-check-report"}, 1, true, &version);
+  const std::string why = check_doc_format(report, {"normgate-gate-report", "normgate-check-report"}, 2, true, &version);
   if (!why.empty()) throw std::invalid_argument(why);
   return version;
 }

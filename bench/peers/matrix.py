@@ -12,7 +12,7 @@ OPS = ["fwd", "bwd", "2xfwd+bwd"]
 FORMS = ["plain", "res", "heads24", "heads4"]
 # The input families of a case id (seeds/include/normgate/seeds/case_id.h's
 # enum Family, in its order; a CPU test keeps the two lists equal).
-FAMILIES = ["normal", "llm", "cancel", "zeros", "tiny", "huge", "specials"]
+FAMILIES = ["normal", "llm", "cancel", "zeros", "tiny", "huge", "specials", "epsnear"]
 # Method settings two results must share to sit in one table (--merge) or to
 # stand for each other's rows (--done).
 SAME_METHOD = ("replays", "rounds", "seeds", "family")

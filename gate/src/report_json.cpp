@@ -59,6 +59,15 @@ nlohmann::json gate_to_json(const GateResult& r) {
                               {"ran_on", e.ran_on},
                               {"source_sha256", e.source_sha256},
                               {"description", e.description}});
+  // Conditioning headroom per variant: the lowest of its windows' (those with cancel cases at a level).
+  j["kappa_levels"] = std::vector<double>(std::begin(seeds::kKappaLevels), std::end(seeds::kKappaLevels));
+  j["kappa_headroom"] = nlohmann::json::object();
+  for (const auto& w : r.windows) {
+    if (w.kappa_headroom < 0) continue;
+    const std::string v(w.route.variant->name);
+    if (!j["kappa_headroom"].contains(v) || w.kappa_headroom < j["kappa_headroom"][v].get<double>())
+      j["kappa_headroom"][v] = w.kappa_headroom;
+  }
   j["windows"] = nlohmann::json::array();
   for (const auto& w : r.windows) {
     nlohmann::json x;
@@ -85,6 +94,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
                                {"worst_case", a.worst_case},
                                {"worst_index", a.worst_index},
                                {"forced", num(a.forced)},
+                               {"kernel_excess", num(a.max_ratio - a.forced)},
                                {"cases_over", a.cases_over}};
     }
     if (w.route.op == Op::bwd)
@@ -109,6 +119,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["families"] = nlohmann::json::array();
     for (const auto& f : w.families)
       x["families"].push_back({{"family", f.family}, {"cases", f.cases}, {"failed", f.failed}});
+    x["kappa_headroom"] = w.kappa_headroom < 0 ? nlohmann::json(nullptr) : nlohmann::json(w.kappa_headroom);
     x["pass"] = w.pass;
     x["verdict"] = std::string(to_string(w.verdict));
     j["windows"].push_back(std::move(x));

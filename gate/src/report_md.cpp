@@ -15,6 +15,7 @@
 
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
+#include "normgate/gate/mutation.h"
 #include "normgate/kernels/registry.h"
 
 namespace normgate::validators {
@@ -45,11 +46,24 @@ std::string headroom(double worst) {
   return fmt("%.3g", worst) + "x OVER the budget";
 }
 
+double kernel_excess(const OutputAgg& a) { return a.max_ratio - a.forced; }
+
+std::string excess_cell(const OutputAgg& a) {
+  const double e = kernel_excess(a);
+  return std::isnan(e) ? std::string("-") : ratio_cell(e);
+}
+
+std::string kappa_levels_text() {
+  std::string s;
+  for (double k : seeds::kKappaLevels) s += (s.empty() ? "" : ", ") + format_headroom(k);
+  return s;
+}
+
 std::string describe_seeds(const std::string& canonical) {
   try {
     const auto s = seeds::parse_seed_set(canonical);
     std::string fams;
-    for (auto f : s.families) fams += (fams.empty() ? "" : ", ") + std::string(seeds::to_string(f));
+    for (const auto& p : s.points()) fams += (fams.empty() ? "" : ", ") + seeds::to_string(p);
     return canonical + " (" + fams + " x seeds " + std::to_string(s.first) + ".." + std::to_string(s.last) + ")";
   } catch (const std::exception&) {
     return canonical;
@@ -157,9 +171,30 @@ std::string format_gate_markdown(const GateResult& r) {
   const WindowResult* top = nullptr;
   for (const auto& w : r.windows)
     if (!top || w.worst > top->worst) top = &w;
-  if (top)
+  if (top) {
     o << "- closest to the budget: " << ratio_cell(top->worst) << " of it (" << top->worst_output << ", "
-      << top->route.window() << ", case " << top->worst_case << "): " << headroom(top->worst) << "\n";
+      << top->route.window() << ", case " << top->worst_case << "): " << headroom(top->worst);
+    for (int k = 0; k < top->gated_outputs(); ++k)
+      if (top->worst_output == kOut[k])
+        o << "; of it forced by the interface " << ratio_cell(top->out[k].forced) << ", the kernel's own excess "
+          << excess_cell(top->out[k]);
+    o << "\n";
+  }
+  // the closest approach of the kernels themselves (err/tol minus forced at each output's worst element)
+  {
+    const WindowResult* kw = nullptr;
+    int kk = 0;
+    for (const auto& w : r.windows)
+      for (int k = 0; k < w.gated_outputs(); ++k)
+        if (!w.out[k].worst_case.empty() && (!kw || kernel_excess(w.out[k]) > kernel_excess(kw->out[kk]))) {
+          kw = &w;
+          kk = k;
+        }
+    if (kw)
+      o << "- the kernels' own closest approach (err/tol minus the forced part, at each output's worst element): "
+        << excess_cell(kw->out[kk]) << " (" << kOut[kk] << ", " << kw->route.window() << ", case "
+        << kw->out[kk].worst_case << ")\n";
+  }
   o << "- cases: " << r.cases_total << " (each: inputs generated once, the oracle once, every implementation "
        "that needs the case)\n";
   o << "- normgate " << r.normgate_version << " (commit " << r.normgate_commit << ")\n";
@@ -219,6 +254,51 @@ std::string format_gate_markdown(const GateResult& r) {
       << (w.others.cases == 0 ? std::string("-") : std::to_string(w.others.cases) + ": " + worst_cell(w.others))
       << " | " << (w.worst_case.empty() ? std::string("-") : w.worst_output + " " + ratio_cell(w.worst) + ": " + headroom(w.worst))
       << " |\n";
+  }
+
+  o << "\n## Margins: forced and kernel\n\n"
+    << "At each output's worst element: err/tol, the part an ideal kernel gets there (forced: exact arithmetic on "
+       "the FP32 rstd, one rounding to the output dtype; the interface's own rounding) and the kernel's excess "
+       "over it (err/tol minus forced; negative: the kernel's rounding landed nearer the reference than the ideal "
+       "kernel's).\n\n"
+    << "| window | variant | y | rstd | dx | dw |\n| --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& w : r.windows) {
+    o << "| " << w.route.window() << " | " << w.route.variant->name << (w.control ? " (CONTROL)" : "");
+    for (int k = 0; k < 4; ++k) {
+      if (k >= w.gated_outputs() || w.out[k].worst_case.empty()) {
+        o << " | -";
+        continue;
+      }
+      o << " | " << ratio_cell(w.out[k].max_ratio) << " = forced " << ratio_cell(w.out[k].forced) << " + kernel "
+        << excess_cell(w.out[k]);
+    }
+    o << " |\n";
+  }
+
+  // Conditioning headroom: per variant, the lowest of its windows'.
+  {
+    std::vector<std::pair<std::string, std::vector<const WindowResult*>>> by_var;
+    for (const auto& w : r.windows) {
+      if (w.kappa_headroom < 0) continue;
+      const std::string v(w.route.variant->name);
+      auto it = std::find_if(by_var.begin(), by_var.end(), [&](const auto& e) { return e.first == v; });
+      if (it == by_var.end()) it = by_var.insert(by_var.end(), {v, {}});
+      it->second.push_back(&w);
+    }
+    if (!by_var.empty()) {
+      o << "\n## Conditioning headroom\n\n"
+        << "The highest cancel kappa (of " << kappa_levels_text()
+        << ") at which the variant passes every cancel case of that level and of every level below: per variant "
+           "the lowest over its windows (\"" << format_headroom(0) << "\": it fails at the lowest level run).\n\n"
+        << "| variant | windows | kappa headroom | lowest at |\n| --- | --- | --- | --- |\n";
+      for (const auto& [v, ws] : by_var) {
+        const WindowResult* low = ws.front();
+        for (const auto* w : ws)
+          if (w->kappa_headroom < low->kappa_headroom) low = w;
+        o << "| " << v << " | " << ws.size() << " | " << format_headroom(low->kappa_headroom) << " | "
+          << low->route.window() << " |\n";
+      }
+    }
   }
 
   if (failing) {

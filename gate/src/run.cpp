@@ -39,7 +39,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // An external implementation's run is its own forward (harness/external.h):
 // never the default's.
 bool default_forward_run(const kernels::Variant& v) {
-  return (v.op == Op::bwd && !v.external) || &v == &kernels::default_fwd();
+  // A model-only control may fault its forward (models.h run_model): its y
+  // and rstd are not the default forward's.
+  return (v.op == Op::bwd && !v.external && !v.model_only) || &v == &kernels::default_fwd();
 }
 
 struct Store {
@@ -483,7 +485,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
         }
       }
       if (first) {
-        const std::string fam(seeds::to_string(c.family));
+        const std::string fam = seeds::to_string(seeds::FamilyPoint{c.family, c.eps, c.kappa});  // its point
         auto it = std::find_if(wr.families.begin(), wr.families.end(),
                                [&](const WindowResult::FamilyCount& f) { return f.family == fam; });
         if (it == wr.families.end()) it = wr.families.insert(wr.families.end(), {fam, 0, 0});
@@ -521,6 +523,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
   }
   wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
   wr.pass = wr.verdict == Verdict::pass;
+  wr.kappa_headroom = kappa_headroom(wr.families);
 }
 
 }  // namespace
@@ -667,9 +670,7 @@ GateResult run_gate(const GateOptions& opt) {
       w.dense.seeds = res.seeds;
       w.dense.cases = expand(*w.route, w.dense.t, seed_set);
     } else {  // the worst grid case's family and seed at every dense T
-      seeds::SeedSet ds;
-      ds.families = {p.c.family};
-      ds.first = ds.last = p.c.seed;
+      const seeds::SeedSet ds = seeds::point_seed_set(p.c, p.c.seed, p.c.seed);  // its eps and kappa too
       w.dense.seeds = seeds::to_string(ds);
       w.dense.cases = expand(*w.route, w.dense.t, ds);
     }
@@ -681,10 +682,7 @@ GateResult run_gate(const GateOptions& opt) {
     for (auto& w : wins) {
       const Pick p = worst_of(w, store, {&w.grid, &w.dense});
       if (p.ratio < 0) continue;
-      seeds::SeedSet fs;
-      fs.families = {p.c.family};
-      fs.first = seed_set.last + 1;
-      fs.last = seed_set.last + fresh_seeds;
+      const seeds::SeedSet fs = seeds::point_seed_set(p.c, seed_set.last + 1, seed_set.last + fresh_seeds);
       w.fresh_t = p.c.T;
       w.fresh_family = std::string(seeds::to_string(p.c.family));
       w.fresh.t = {p.c.T};
@@ -746,6 +744,19 @@ GateResult run_gate(const GateOptions& opt) {
       std::distance(store.used.begin(), store.used.lower_bound(journal_records)));
   res.date = utc_now();
   return res;
+}
+
+double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families) {
+  double head = -1;
+  for (double k : seeds::kKappaLevels) {
+    const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
+    const auto it = std::find_if(families.begin(), families.end(),
+                                 [&](const WindowResult::FamilyCount& f) { return f.family == label; });
+    if (it == families.end() || it->cases == 0) continue;
+    if (it->failed > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;  // -1: nothing below ran
+    head = k;
+  }
+  return head;
 }
 
 }  // namespace normgate::validators

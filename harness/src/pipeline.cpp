@@ -221,6 +221,19 @@ CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 
 PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
+  if (req.skip_unsupported) {  // "all": only the variants that support the case
+    CheckRequest r = req;
+    r.skip_unsupported = false;
+    r.impls.clear();
+    for (const auto& name : req.impls) {
+      const kernels::Variant* v = name == kBaseline ? nullptr : kernels::find_variant(name);
+      if (v == nullptr || (v->supports_h(req.id.H) && v->supports(req.id.w) && v->supports(req.id.form)))
+        r.impls.push_back(name);
+    }
+    if (r.impls.empty())
+      throw std::invalid_argument("no implementation of the request supports case " + seeds::to_string(req.id));
+    return prepare_check(r, given);
+  }
   if (given != nullptr && !(given->id == req.id))
     throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
                                 ", the request of " + seeds::to_string(req.id));
@@ -264,6 +277,7 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
       if (name == kBaseline) continue;
       const kernels::Variant& v = kernels::variant(name);
       if (v.external) continue;  // runs through its callback below
+      if (v.model_only) continue;  // no GPU kernel: finish_check runs its CPU model
       if (v.op == kernels::Op::bwd) {
         bwd_run.bwds.push_back(&v);
         bwd_run.slots.push_back(gpu_impls++);
@@ -404,7 +418,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
         outs.push_back(*baseline);  // named twice
       }
       ir.seconds_impl = since(t0);
-    } else if (pc.backend == Backend::gpu) {
+    } else if (pc.backend == Backend::gpu && !(var != nullptr && var->model_only)) {
       if (next_gpu >= pc.gpu_outs.size())
         throw std::logic_error("finish_check: fewer GPU outputs than GPU variants (prepare_check not called?)");
       ir.ran_on = "gpu";
@@ -412,12 +426,12 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       outs.push_back(std::move(pc.gpu_outs[next_gpu++]));
       ir.seconds_impl = gpu_seconds_each;
     } else {
-      ir.ran_on = "cpu model (no GPU used)";
+      ir.ran_on = pc.backend == Backend::gpu ? "cpu model (a model-only control: no GPU kernel)" : "cpu model (no GPU used)";
       // The model gets h and u (it computes h_new itself, as the kernel does).
       const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
       const ImplVariants iv = impl_variants(name, req.id);  // the forward and backward it runs
       outs.push_back(kernels::run_model(*iv.fwd, *iv.bwd, in.x_view(), p.dy, p.w,
-                                        static_cast<float>(req.id.eps), req.threads, u, dh_new));
+                                        static_cast<float>(req.id.eps), req.threads, u, dh_new, req.id.heads()));
       ir.seconds_impl = since(t0);
     }
     rep.impls.push_back(std::move(ir));
@@ -577,7 +591,7 @@ std::string format_report(const CheckReport& rep) {
           : ir.fwd == ir.bwd ? " (external implementation: its own step)"
                              : " (forward " + ir.fwd + ", backward " + ir.bwd + ")")
       << "\n"
-      << "output  max err/tol  worst at              over budget  forced  bound/tol   p99 <=  uncertified\n";
+      << "output  max err/tol  worst at              over budget  forced   kernel  bound/tol   p99 <=  uncertified\n";
     // Every element exact: no element is "the worst" (the tie rule would name the first).
     auto all_exact = [](const RatioStats& s) { return s.worst.ratio == 0.0 && s.n > 0; };
     for (const auto& s : r.tensors) {
@@ -585,11 +599,11 @@ std::string format_report(const CheckReport& rep) {
       double p99 = s.hist.quantile_upper(0.99);
       if (std::isfinite(p99) && p99 > s.worst.ratio) p99 = s.worst.ratio;
       char line[256];
-      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %9.2g  %8s  %11lld\n",
+      std::snprintf(line, sizeof line, "%-6s  %11.4g  %-20s  %11lld  %6.2g  %7.2g  %9.2g  %8s  %11lld\n",
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
                     (all_exact(s) ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
                         .c_str(),
-                    static_cast<long long>(s.over), s.max_forced,
+                    static_cast<long long>(s.over), s.max_forced, s.worst.ratio - s.worst.forced,
                     s.max_bound_ratio,
                     // The histogram's last finite bin is (1e4, inf): say so rather than "inf".
                     (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
@@ -673,6 +687,7 @@ nlohmann::json to_json(const RatioStats& s) {
                        {"tol", num(w.tol)},
                        {"bound", num(w.bound)},
                        {"forced", num(w.forced)},
+                       {"kernel_excess", num(w.ratio - w.forced)},
                        {"max_forced", num(s.max_forced)},
                        {"max_bound_over_tol", num(s.max_bound_ratio)},
                        {"p50_upper", num(s.hist.quantile_upper(0.5))},
@@ -735,25 +750,28 @@ std::vector<seeds::CaseId> Grid::cases() const {
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
-                                    oracle::OracleMode oracle) {
+                                    oracle::OracleMode oracle, bool skip_unsupported) {
   std::vector<Aggregate> aggs;
-  auto slot = [&aggs](const std::string& impl, seeds::Family f) -> Aggregate& {
+  auto slot = [&aggs](const std::string& impl, const seeds::CaseId& c) -> Aggregate& {
+    const std::string point = seeds::to_string(seeds::FamilyPoint{c.family, c.eps, c.kappa});
     for (auto& a : aggs)
-      if (a.impl == impl && a.family == f) return a;
+      if (a.impl == impl && a.point == point) return a;
     aggs.push_back({});
     aggs.back().impl = impl;
-    aggs.back().family = f;
+    aggs.back().family = c.family;
+    aggs.back().point = point;
+    aggs.back().kappa = c.family == seeds::Family::cancel && c.eps == seeds::kDefaultEps ? c.kappa : 0;
     return aggs.back();
   };
-  for (const auto& impl : impls)  // impl-major order, families in first-seen order
-    for (const auto& c : cases) slot(impl, c.family);
+  for (const auto& impl : impls)  // impl-major order, family points in first-seen order
+    for (const auto& c : cases) slot(impl, c);
   run_checks(
-      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle}; },
+      cases.size(), [&](size_t i) { return CheckRequest{cases[i], impls, backend, threads, oracle, skip_unsupported}; },
       [&](size_t i, CheckReport* rep, std::exception_ptr err) {
         if (err) std::rethrow_exception(err);
         const seeds::CaseId& c = cases[i];
         for (const auto& ir : rep->impls) {
-          Aggregate& a = slot(ir.impl, c.family);
+          Aggregate& a = slot(ir.impl, c);
           ++a.cases;
           const Verdict v = ir.result.verdict();
           if (v == Verdict::fail) ++a.failed;
@@ -770,6 +788,7 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
         }
         if (on_case) on_case(*rep);
       });
+  std::erase_if(aggs, [](const Aggregate& a) { return a.cases == 0; });  // skipped everywhere (skip_unsupported)
   return aggs;
 }
 
@@ -785,12 +804,42 @@ std::string format_aggregates(const std::vector<Aggregate>& aggs) {
   for (const auto& a : aggs) {
     const int dw = static_cast<int>(Output::dw);
     const double share = a.max_ratio[dw] > 0 ? a.forced_at_worst[dw] / a.max_ratio[dw] : 0.0;
-    o << "| " << a.impl << " | " << seeds::to_string(a.family) << " | " << a.cases << " | " << a.failed << " | "
+    o << "| " << a.impl << " | " << a.point << " | " << a.cases << " | " << a.failed << " | "
       << a.inconclusive << " | " << fmt("%.3g", a.max_ratio[0]) << " | " << fmt("%.3g", a.max_ratio[1]) << " | " << fmt("%.3g", a.max_ratio[2])
       << " | " << fmt("%.3g", a.max_ratio[dw]) << " | " << fmt("%.2f", share) << " | "
       << fmt("%.3g", a.dw_vs_fp32_worst) << " | " << a.worst_case[dw] << " |\n";
   }
+  // Conditioning headroom per implementation, where the grid ran cancel at
+  // several kappa (a seed set such as 5xN).
+  std::vector<std::string> order;
+  for (const auto& a : aggs)
+    if (std::find(order.begin(), order.end(), a.impl) == order.end()) order.push_back(a.impl);
+  std::string lines;
+  for (const auto& impl : order) {
+    const double h = aggregate_headroom(aggs, impl);
+    int levels = 0;
+    for (const auto& a : aggs) levels += a.impl == impl && a.kappa > 0;
+    if (levels < 2 || h < 0) continue;
+    lines += "| " + impl + " | " + (h == 0 ? std::string("<") + fmt("%g", seeds::kKappaLevels[0]) : fmt("%g", h)) + " |\n";
+  }
+  if (!lines.empty())
+    o << "\nConditioning headroom: the highest cancel kappa at which the implementation passes every case of "
+         "that level and of every lower level run.\n\n| impl | kappa headroom |\n| --- | --- |\n"
+      << lines;
   return o.str();
+}
+
+double aggregate_headroom(const std::vector<Aggregate>& aggs, const std::string& impl) {
+  double head = -1;
+  for (double k : seeds::kKappaLevels) {
+    const Aggregate* at = nullptr;
+    for (const auto& a : aggs)
+      if (a.impl == impl && a.kappa == k) at = &a;
+    if (at == nullptr || at->cases == 0) continue;
+    if (at->failed > 0 || at->inconclusive > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;
+    head = k;
+  }
+  return head;
 }
 
 }  // namespace normgate::validators

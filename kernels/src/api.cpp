@@ -129,9 +129,15 @@ bool al16(const void* p) { return addr(p) % 16 == 0; }
 
 }  // namespace
 
+namespace {
+constexpr const char* kModelOnly =
+    "is a model-only negative control: it has no GPU kernel (registry.h); its CPU model runs it (--backend cpu)";
+}  // namespace
+
 size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
   const char* fn = "bwd_workspace_bytes";
   if (v.external) bad(v, fn, "an external variant (registered at run time) has no launcher: it runs through its own callback (harness/external.h)");
+  if (v.model_only) bad(v, fn, kModelOnly);
   if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
   if (T < 0 || T > kMaxT) bad(v, fn, "T = " + std::to_string(T) + " is out of range 0.." + std::to_string(kMaxT));
   if (!v.supports_h(H))
@@ -145,6 +151,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::bwd_det_chunked:
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:
+    case VariantId::ctl_warp64_dw:
       return static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);  // FP64 chunk partials
     case VariantId::bwd_det_onepass:  // the FP64 partials, then the ticket counter (bwd_det_onepass.h)
       return detail::onepass_workspace_bytes(T, H);
@@ -152,6 +159,8 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
       return (static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(float) + 15) / 16 * 16;
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
+      break;
+    default:  // the model-only controls (refused above)
       break;
   }
   bad(v, fn, "no workspace rule for this variant");
@@ -192,6 +201,7 @@ void validate_bwd(const Variant& v, const BwdArgs& a, ControlUse ctl) {
   if (v.op != Op::bwd) bad(v, fn, "not a backward variant");
   if (v.control && ctl != ControlUse::allow)
     bad(v, fn, "is a negative control; pass ControlUse::allow to run it on purpose");
+  if (v.model_only) bad(v, fn, kModelOnly);
   check_shape(v, fn, a.form, a.T, a.H, a.heads);
   const Span w = check_weight(v, fn, a.w, a.H);
   const Span dy = check_rows(v, fn, "dy", a.dy, a.dy_stride, a.T, a.H, a.heads, a.dy_stride_h);
@@ -274,6 +284,9 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
     case VariantId::ctl_bf16_partials:
       detail::launch_ctl_bf16_partials(a, vec, stream);
       return;
+    case VariantId::ctl_warp64_dw:
+      detail::launch_ctl_warp64_dw(a, vec, stream);
+      return;
     case VariantId::bwd_det_onepass:
       detail::launch_bwd_det_onepass(a, vec, stream);
       return;
@@ -282,6 +295,8 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       return;
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
+      break;
+    default:  // the model-only controls (validate_bwd refused them)
       break;
   }
   bad(v, "rmsnorm_bwd", "no backward launcher");

@@ -15,6 +15,7 @@ void launch_bwd_det_chunked(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s);
 void launch_ctl_fp32_seq(const BwdArgs& a, bool vec, Stream s);
 void launch_ctl_bf16_partials(const BwdArgs& a, bool vec, Stream s);
+void launch_ctl_warp64_dw(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_onepass(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_fp32_blocked(const BwdArgs& a, bool vec, Stream s);
 /// dw[0..H) = 0 (the T == 0 backward).

@@ -15,6 +15,7 @@ void launch_bwd_det_chunked(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_chu
 void launch_bwd_nondet_atomic(const BwdArgs&, bool, Stream) { no_cuda("bwd_nondet_atomic"); }
 void launch_ctl_fp32_seq(const BwdArgs&, bool, Stream) { no_cuda("ctl_fp32_seq"); }
 void launch_ctl_bf16_partials(const BwdArgs&, bool, Stream) { no_cuda("ctl_bf16_partials"); }
+void launch_ctl_warp64_dw(const BwdArgs&, bool, Stream) { no_cuda("ctl_warp64_dw"); }
 void launch_bwd_det_onepass(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_onepass"); }
 void launch_bwd_fp32_blocked(const BwdArgs&, bool, Stream) { no_cuda("bwd_fp32_blocked"); }
 void launch_zero_f32(float*, int64_t, Stream) { no_cuda("rmsnorm_bwd"); }

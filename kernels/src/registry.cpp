@@ -19,8 +19,18 @@ constexpr uint8_t kBothW = (1u << static_cast<int>(WDtype::bf16)) | (1u << stati
 // Every form: plain, res (fused residual add), and the per-head views.
 constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static_cast<int>(Form::res)) |
                            (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
+constexpr uint8_t kRes = 1u << static_cast<int>(Form::res);
+constexpr uint8_t kHeads = (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 
-const std::array<Variant, 8> kVariants = {{
+// A model-only negative control (registry.h): backward, det, never routable.
+constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_min, uint8_t forms,
+                                std::string_view description, std::string_view files, std::string_view sha,
+                                std::string_view source_of_class) {
+  return Variant{id,    name, Op::bwd, Mode::det, h_min, kMaxH, kBothW, forms, true, description, files, sha,
+                 false, true, source_of_class};
+}
+
+const std::array<Variant, 18> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -35,7 +45,7 @@ const std::array<Variant, 8> kVariants = {{
      hashes::ctl_fp32_seq_files, hashes::ctl_fp32_seq_sha256},
     {VariantId::ctl_bf16_partials, "ctl_bf16_partials", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, true,
      "NEGATIVE CONTROL: chunked dw with each chunk partial rounded to BF16",
-     hashes::ctl_bf16_partials_files, hashes::ctl_bf16_partials_sha256},
+     hashes::ctl_bf16_partials_files, hashes::ctl_bf16_partials_sha256, false, false, "Liger PR 950"},
     {VariantId::bwd_det_onepass, "bwd_det_onepass", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "backward: bwd_det_chunked's chunks, FP64 partials and fixed-order combine in one kernel (the last chunk CTA combines)",
      hashes::bwd_det_onepass_files, hashes::bwd_det_onepass_sha256},
@@ -45,6 +55,36 @@ const std::array<Variant, 8> kVariants = {{
     {VariantId::fwd_multirow, "fwd_multirow", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: fwd_rowwise's rows and arithmetic (same bits), short CTAs, each team loading R(H) = 8/4/2 rows (H <= 512 / <= 2048 / above) into registers before reducing any; every form",
      hashes::fwd_multirow_files, hashes::fwd_multirow_sha256},
+    model_control(VariantId::ctl_rstd_bf16, "ctl_rstd_bf16", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): rstd rounded to BF16 before use and as the output",
+                  hashes::ctl_rstd_bf16_files, hashes::ctl_rstd_bf16_sha256, "ROCm PR 1767"),
+    model_control(VariantId::ctl_eps_outside_sqrt, "ctl_eps_outside_sqrt", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): rstd = 1/(sqrt(mean x^2) + eps), eps outside the square root",
+                  hashes::ctl_eps_outside_sqrt_files, hashes::ctl_eps_outside_sqrt_sha256, "PyTorch 189581"),
+    model_control(VariantId::ctl_eps_dropped, "ctl_eps_dropped", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): rstd = 1/sqrt(mean x^2), eps dropped",
+                  hashes::ctl_eps_dropped_files, hashes::ctl_eps_dropped_sha256, "PyTorch 189581"),
+    model_control(VariantId::ctl_eps_bf16, "ctl_eps_bf16", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): eps rounded to BF16 before it is added to the mean square",
+                  hashes::ctl_eps_bf16_files, hashes::ctl_eps_bf16_sha256, "PyTorch 189581"),
+    model_control(VariantId::ctl_sumsq_bf16, "ctl_sumsq_bf16", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): each row's sum of squares accumulated in BF16, column order",
+                  hashes::ctl_sumsq_bf16_files, hashes::ctl_sumsq_bf16_sha256, "SGLang PR 27540"),
+    model_control(VariantId::ctl_res_grad_early, "ctl_res_grad_early", kMinH, kRes,
+                  "NEGATIVE CONTROL (model only, form res): dh_new added to dy before the norm backward, not to dx after",
+                  hashes::ctl_res_grad_early_files, hashes::ctl_res_grad_early_sha256, "QuACK PR 52/53"),
+    model_control(VariantId::ctl_padded_lanes, "ctl_padded_lanes", kMinH, kPlain,
+                  "NEGATIVE CONTROL (model only): mean of squares over the padded width bit_ceil(H) (visible where H is not a power of two)",
+                  hashes::ctl_padded_lanes_files, hashes::ctl_padded_lanes_sha256, "Triton 9838, Liger 518"),
+    {VariantId::ctl_warp64_dw, "ctl_warp64_dw", Op::bwd, Mode::det, 33, kMaxH, kBothW, kPlain, true,
+     "NEGATIVE CONTROL: dw combine indexed for 64-wide warps on 32 lanes: columns j mod 64 >= 32 left 0",
+     hashes::ctl_warp64_dw_files, hashes::ctl_warp64_dw_sha256, false, false, "PyTorch PR 183864"},
+    model_control(VariantId::ctl_heads_shared_stats, "ctl_heads_shared_stats", kMinH, kHeads,
+                  "NEGATIVE CONTROL (model only, head forms): one rstd per token over all its heads",
+                  hashes::ctl_heads_shared_stats_files, hashes::ctl_heads_shared_stats_sha256, "Mamba PR 547"),
+    model_control(VariantId::ctl_heads_dw_mixed, "ctl_heads_dw_mixed", kMinH, kHeads,
+                  "NEGATIVE CONTROL (model only, head forms): per-head dw partials, head h read from buffer h & ~1",
+                  hashes::ctl_heads_dw_mixed_files, hashes::ctl_heads_dw_mixed_sha256, "torch-xpu-ops PR 4790"),
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in
@@ -202,7 +242,7 @@ std::string describe(const Variant& v) {
     if (v.supports(x)) append_item(f, to_string(x));
   return std::string(v.name) + " op=" + std::string(to_string(v.op)) + " mode=" + std::string(to_string(v.mode)) +
          " H=" + std::to_string(v.h_min) + ".." + std::to_string(v.h_max) + " w=" + w + " form=" + f +
-         (v.control ? " CONTROL" : "") +
+         (v.control ? " CONTROL" : "") + (v.model_only ? " MODEL-ONLY" : "") +
          (v.external ? " EXTERNAL(" + std::string(v.sources) + ")" : std::string()) + " src=" + std::string(v.source_sha256.substr(0, 12));
 }
 

@@ -604,7 +604,7 @@ def _path(v, what):
     return p
 
 
-def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_points=16, dense_step=64,
+def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_points=16, dense_step=64,
          fresh_factor=2, journal=None, report_md=None, report_json=None, approve=False, progress=True,
          threads=0, backend="auto", table_out=None):
     """Gate implementations the way `normgate gate` gates the built-in variants.
@@ -624,7 +624,7 @@ def gate(impls, table=None, windows=None, seeds="3x120", t_per_window=8, dense_p
         a policy "<stem>.policy.toml" whose minimum is this campaign is
         written beside it when there is none.
     seeds, t_per_window, dense_points, dense_step, fresh_factor: as `normgate
-        gate` (seed set spelling "3x120", "cancel:0..7", ...).
+        gate` (seed set spelling "5x120" (the default), "3x120", "cancel:0..7", ...).
     journal: write-ahead journal; the same call after an interruption (Ctrl-C
         stops the gate at the next case boundary, then KeyboardInterrupt is
         raised) resumes and reaches the same report.

@@ -16,8 +16,8 @@ namespace normgate::seeds {
 
 namespace {
 
-constexpr std::array<Family, 7> kFamilies = {Family::normal, Family::llm,  Family::cancel,  Family::zeros,
-                                             Family::tiny,   Family::huge, Family::specials};
+constexpr std::array<Family, 8> kFamilies = {Family::normal, Family::llm,  Family::cancel,   Family::epsnear,
+                                             Family::zeros,  Family::tiny, Family::huge,     Family::specials};
 constexpr std::string_view kKnownKeys = "H,T,w,form,family,seed,eps,kappa";
 
 [[noreturn]] void fail(std::string_view input, const std::string& what) {
@@ -44,6 +44,7 @@ std::string_view to_string(Family f) {
     case Family::tiny: return "tiny";
     case Family::huge: return "huge";
     case Family::specials: return "specials";
+    case Family::epsnear: return "epsnear";
   }
   return "?";
 }
@@ -52,10 +53,12 @@ Family parse_family(std::string_view s) {
   for (Family f : kFamilies)
     if (s == to_string(f)) return f;
   throw std::invalid_argument("bad family '" + std::string(s) +
-                              "' (expected normal, llm, cancel, zeros, tiny, huge or specials)");
+                              "' (expected normal, llm, cancel, epsnear, zeros, tiny, huge or specials)");
 }
 
-bool is_gate_family(Family f) { return f == Family::normal || f == Family::llm || f == Family::cancel; }
+bool is_gate_family(Family f) {
+  return f == Family::normal || f == Family::llm || f == Family::cancel || f == Family::epsnear;
+}
 
 int64_t CaseId::heads() const {
   switch (form) {
@@ -83,7 +86,7 @@ void validate_case(const CaseId& c) {
     throw std::invalid_argument(ctx + "kappa is only valid with family=cancel (got family=" +
                                 std::string(to_string(c.family)) + ")");
   }
-  if (static_cast<uint8_t>(c.family) > static_cast<uint8_t>(Family::specials))
+  if (static_cast<uint8_t>(c.family) > static_cast<uint8_t>(Family::epsnear))
     throw std::invalid_argument(ctx + "invalid family value " + std::to_string(static_cast<int>(c.family)));
 }
 

@@ -153,7 +153,7 @@ std::string format_error(const nlohmann::json& rep) {
 }  // namespace
 
 // report_format_version: what `repro --from-report` and `export` accept.
-// Version 1 of either report kind; a report without "format" as version 0;
+// Versions 1 and 2 of either report kind; a report without "format" as version 0;
 // a newer major version, another document kind or a malformed format is
 // refused with the format in the message; a grid checks every case.
 TEST(ReportFormat, VersionsAcceptedAndRefused) {
@@ -165,11 +165,15 @@ TEST(ReportFormat, VersionsAcceptedAndRefused) {
   check["format"] = "normgate-check-report/1";
   EXPECT_EQ(nv::report_format_version(check), 1);
   EXPECT_EQ(nv::report_format_version(nlohmann::json::array({check, check})), 1);
-
   gate["format"] = "normgate-gate-report/2";
+  EXPECT_EQ(nv::report_format_version(gate), 2);
+  check["format"] = "normgate-check-report/2";
+  EXPECT_EQ(nv::report_format_version(check), 2);
+
+  gate["format"] = "normgate-gate-report/3";
   std::string m = format_error(gate);
-  EXPECT_NE(m.find("\"normgate-gate-report/2\": major version 2 is unknown"), std::string::npos) << m;
-  EXPECT_NE(m.find("reads normgate-gate-report/1 or normgate-check-report/1"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"normgate-gate-report/3\": major version 3 is unknown"), std::string::npos) << m;
+  EXPECT_NE(m.find("reads normgate-gate-report/2 or normgate-check-report/2"), std::string::npos) << m;
   EXPECT_NE(m.find("newer normgate"), std::string::npos) << m;
   gate["format"] = "normgate-gate-report/0";
   EXPECT_NE(format_error(gate).find("major version 0 is unknown"), std::string::npos);
@@ -194,7 +198,7 @@ TEST(ReportFormat, VersionsAcceptedAndRefused) {
   // Old and new cases mixed in one grid: refused.
   grid[1].erase("format");
   m = format_error(grid);
-  EXPECT_NE(m.find("report[1]: format version 0 after version 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("report[1]: format version 0 after version 2"), std::string::npos) << m;
   EXPECT_NE(format_error(nlohmann::json::array({1})).find("report[0]"), std::string::npos);
   EXPECT_EQ(format_error(nlohmann::json(3)).find("(no exception)"), std::string::npos);
 }

@@ -25,7 +25,7 @@ CliRun run(const std::string& args) { return normgate::test::run_normgate(args);
 
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"families", "case", "check", "variants", "repro", "export", "inspect"}) {
+  for (const char* sub : {"families", "case", "check", "variants", "repro", "export", "inspect", "mutate"}) {
     const CliRun r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
@@ -57,6 +57,11 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5"},
       {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu", "/nonexistent/report.json"},
       {"export /nonexistent/report.json -o /nonexistent-dir/x.h5 --backend cpu", "/nonexistent-dir"},
+      {"mutate --seeds 4x1", "4x1"},
+      {"mutate --expect-fail ctl_fp32_seq", "ctl_fp32_seq"},
+      {"mutate --expect-fail bwd_magic", "bwd_magic"},
+      {"mutate --json /nonexistent-dir/m.json", "/nonexistent-dir"},
+      {"case H=64,T=3,w=bf16,family=cancel,seed=0,eps=0", "eps"},
   };
   for (const auto& b : cases) {
     const CliRun r = run(b.args);
@@ -93,8 +98,9 @@ TEST(Cli, CaseDigestMatchesTheLibrary) {
 TEST(Cli, FamiliesListsGateFamilies) {
   const CliRun r = run("families");
   ASSERT_EQ(r.code, 0);
-  for (const char* f : {"normal", "llm", "cancel", "zeros", "tiny", "huge", "specials"})
+  for (const char* f : {"normal", "llm", "cancel", "epsnear", "zeros", "tiny", "huge", "specials"})
     EXPECT_TRUE(contains(r.out, f)) << f;
+  EXPECT_TRUE(contains(r.out, "epsnear   yes")) << r.out;  // gated by default
   EXPECT_EQ(run("families cancel").code, 0);
 }
 
@@ -111,7 +117,9 @@ TEST(Cli, VariantsMarkControls) {
     EXPECT_EQ(is_ctl, contains(line, "CONTROL")) << line;
     controls += is_ctl;
   }
-  EXPECT_EQ(controls, 2);
+  EXPECT_EQ(controls, 12);
+  EXPECT_TRUE(contains(r.out, "ctl_eps_dropped op=bwd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "CONTROL MODEL-ONLY")) << r.out;
 }
 
 // The FP32 baseline fails dw on a cancellation case and the report says where;

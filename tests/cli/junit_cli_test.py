@@ -59,7 +59,7 @@ def main():
         r = run("gate", table, *FAST, "--journal", journal, "--report-junit", junit, "--report-json", "-")
         assert r.returncode == 1, (r.returncode, r.stderr)
         rep = json.loads(r.stdout)  # stdout is the JSON report alone
-        assert rep["format"] == "normgate-gate-report/1"
+        assert rep["format"] == "normgate-gate-report/2"
         assert "verdict  FAIL: 2 of 3 windows pass (backend cpu-model)" in r.stderr, r.stderr
         assert "| window | variant |" in r.stderr  # the Markdown report, on stderr
 
@@ -99,10 +99,10 @@ def main():
         assert [c.find("failure") is not None for c in again.iter("testcase")] == [True, False, False]
         assert "verdict  FAIL" in r.stderr
 
-        # repro --from-report: versioned report read; unversioned noted; /2 refused.
+        # repro --from-report: versioned report read; unversioned noted; /3 refused.
         p = os.path.join(d, "rep.json")
-        for fmt, code, text in ((None, 0, "has no \"format\" field"), ("normgate-gate-report/2", 2,
-                                "\"normgate-gate-report/2\": major version 2 is unknown")):
+        for fmt, code, text in ((None, 0, "has no \"format\" field"), ("normgate-gate-report/3", 2,
+                                "\"normgate-gate-report/3\": major version 3 is unknown")):
             doc = dict(rep)
             if fmt is None:
                 del doc["format"]

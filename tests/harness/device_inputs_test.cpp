@@ -39,7 +39,7 @@ std::vector<seeds::CaseId> input_cases() {
   std::vector<seeds::CaseId> out;
   uint64_t seed = 3;
   for (Family f : {Family::normal, Family::llm, Family::cancel, Family::zeros, Family::tiny, Family::huge,
-                   Family::specials})
+                   Family::specials, Family::epsnear})
     for (WDtype w : {WDtype::bf16, WDtype::fp32}) out.push_back(make_case(f == Family::cancel ? 64 : 1000, 257, f, seed++, w));
   seeds::CaseId res = make_case(256, 33, Family::llm, 77);
   res.form = Form::res;

@@ -43,7 +43,10 @@ TEST(Registry, HasTheVariantsInIdOrder) {
   // (name, VariantId): ids are never reused.
   const std::vector<std::pair<std::string, int>> want = {
       {"fwd_rowwise", 0},       {"bwd_det_chunked", 1}, {"bwd_nondet_atomic", 2}, {"ctl_fp32_seq", 3},
-      {"ctl_bf16_partials", 4}, {"bwd_det_onepass", 5}, {"bwd_fp32_blocked", 6},  {"fwd_multirow", 7}};
+      {"ctl_bf16_partials", 4}, {"bwd_det_onepass", 5}, {"bwd_fp32_blocked", 6},  {"fwd_multirow", 7},
+      {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
+      {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
+      {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -108,11 +111,25 @@ TEST(Registry, OpsModesAndControls) {
       EXPECT_NE(v.description.find("NEGATIVE CONTROL"), std::string_view::npos) << v.name;
     }
   }
-  EXPECT_EQ(controls, (std::set<std::string>{"ctl_fp32_seq", "ctl_bf16_partials"}));
+  EXPECT_EQ(controls, (std::set<std::string>{"ctl_fp32_seq", "ctl_bf16_partials", "ctl_rstd_bf16",
+                                             "ctl_eps_outside_sqrt", "ctl_eps_dropped", "ctl_eps_bf16",
+                                             "ctl_sumsq_bf16", "ctl_res_grad_early", "ctl_padded_lanes",
+                                             "ctl_warp64_dw", "ctl_heads_shared_stats", "ctl_heads_dw_mixed"}));
+  // Every control but the sequential FP32 sum names the public report of its bug class;
+  // the model-only ones are exactly the new ones, hashed on their model file.
+  for (const Variant& v : variants()) {
+    if (!v.control) continue;
+    EXPECT_EQ(v.source_of_class.empty(), v.name == "ctl_fp32_seq") << v.name;
+    EXPECT_EQ(v.model_only, v.name != "ctl_fp32_seq" && v.name != "ctl_bf16_partials" && v.name != "ctl_warp64_dw")
+        << v.name;
+    if (v.model_only) EXPECT_EQ(v.sources, "models/src/model_controls.cpp") << v.name;
+  }
 }
 
 TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
   for (const Variant& v : variants()) {
+    // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their forms).
+    if (v.model_only || v.id == VariantId::ctl_warp64_dw) continue;
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
     EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
@@ -171,8 +188,13 @@ TEST(Registry, SourceHashMatchesTheFilesOnDisk) {
   EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("bwd_nondet_atomic").source_sha256);
   EXPECT_NE(variant("bwd_det_chunked").source_sha256, variant("fwd_rowwise").source_sha256);
   std::set<std::string_view> hashes;
-  for (const Variant& v : variants()) hashes.insert(v.source_sha256);
-  EXPECT_EQ(hashes.size(), variants().size() - 1) << "only the two controls share one file list";
+  int64_t model_only = 0;
+  for (const Variant& v : variants()) {
+    hashes.insert(v.source_sha256);
+    model_only += v.model_only;
+  }
+  // The two GPU controls share one file list, and the model-only controls one model file.
+  EXPECT_EQ(hashes.size(), variants().size() - 1 - (model_only - 1)) << "only the controls share file lists";
 }
 
 // The new backwards hash the code they run: their own files first, then the

@@ -150,12 +150,14 @@ TEST(CaseId, ValidateProgrammaticCases) {
 }
 
 TEST(CaseId, FamilyNames) {
-  for (Family f : {Family::normal, Family::llm, Family::cancel, Family::zeros, Family::tiny, Family::huge, Family::specials})
+  for (Family f : {Family::normal, Family::llm, Family::cancel, Family::zeros, Family::tiny, Family::huge, Family::specials,
+                   Family::epsnear})
     EXPECT_EQ(parse_family(to_string(f)), f);
   EXPECT_THROW(parse_family("Normal"), std::invalid_argument);
   EXPECT_TRUE(is_gate_family(Family::normal));
   EXPECT_TRUE(is_gate_family(Family::llm));
   EXPECT_TRUE(is_gate_family(Family::cancel));
+  EXPECT_TRUE(is_gate_family(Family::epsnear));
   EXPECT_FALSE(is_gate_family(Family::zeros));
   EXPECT_FALSE(is_gate_family(Family::specials));
 }

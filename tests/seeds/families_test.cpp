@@ -15,14 +15,14 @@ namespace normgate::seeds {
 namespace {
 
 FamilyParams params(Family f, int64_t rows, int64_t cols, uint64_t seed = 7, WDtype w = WDtype::bf16,
-                    float kappa = static_cast<float>(kDefaultKappa)) {
-  return FamilyParams{f, seed, rows, cols, w, kappa};
+                    float kappa = static_cast<float>(kDefaultKappa), float eps = static_cast<float>(kDefaultEps)) {
+  return FamilyParams{f, seed, rows, cols, w, kappa, eps};
 }
 
 bool bf16_exact(float v) { return std::isnan(v) ? true : float_bits(round_bf16(v)) == float_bits(v); }
 
-constexpr Family kAll[] = {Family::normal, Family::llm,  Family::cancel,  Family::zeros,
-                           Family::tiny,   Family::huge, Family::specials};
+constexpr Family kAll[] = {Family::normal, Family::llm,  Family::cancel,   Family::zeros,
+                           Family::tiny,   Family::huge, Family::specials, Family::epsnear};
 constexpr Tensor kActs[] = {Tensor::x, Tensor::dy, Tensor::u, Tensor::dh_new};
 
 // --- contract: purity, BF16 exactness, dependence on the right inputs -------
@@ -40,7 +40,8 @@ TEST(Families, ValuesAreBf16ExactAndDeterministic) {
 }
 
 TEST(Families, SeedsTensorsAndFamiliesGiveDifferentStreams) {
-  for (Family f : {Family::normal, Family::llm, Family::zeros, Family::huge, Family::specials, Family::tiny}) {
+  for (Family f : {Family::normal, Family::llm, Family::zeros, Family::huge, Family::specials, Family::tiny,
+                   Family::epsnear}) {
     int same_seed = 0, same_tensor = 0;
     for (int64_t j = 0; j < 256; ++j) {
       const float a = family_value(params(f, 4, 256, 1), Tensor::x, 1, j);
@@ -353,6 +354,37 @@ TEST(Families, TinyMagnitudes) {
       }
   EXPECT_NEAR(static_cast<double>(sub) / n, 7.0 / 13.0, 0.01);
   EXPECT_EQ(family_value(p, Tensor::x, 0, 0) * family_value(p, Tensor::x, 0, 0), 0.0f);  // x^2 underflows
+}
+
+// epsnear: each row's mean square lies near the case's eps (eps/16 .. 16 eps,
+// row scale log-uniform over 8 octaves), following eps; dy and w are normal's.
+TEST(Families, EpsnearRowsHaveMeanSquareNearEps) {
+  for (float eps : {1e-6f, 1e-5f, 0x1p-23f}) {
+    const FamilyParams p = params(Family::epsnear, 400, 512, 7, WDtype::bf16, static_cast<float>(kDefaultKappa), eps);
+    double lo = 1e300, hi = 0;
+    for (int64_t r = 0; r < 400; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < 512; ++j) {
+        const double v = family_value(p, Tensor::x, r, j);
+        ss += v * v;
+      }
+      const double ratio = ss / 512 / eps;  // ~ 2^u, u uniform in [-4, 4], times a chi-square/512 factor
+      lo = std::min(lo, ratio);
+      hi = std::max(hi, ratio);
+      ASSERT_GT(ratio, 1.0 / 16 / 1.4) << "eps " << eps << " row " << r;
+      ASSERT_LT(ratio, 16 * 1.4) << "eps " << eps << " row " << r;
+    }
+    EXPECT_LT(lo, 1.0 / 8) << eps;  // the rows spread over the whole range, both ends
+    EXPECT_GT(hi, 8.0) << eps;
+    // dy is N(0,1) at unit scale, not scaled with eps
+    double dss = 0;
+    for (int64_t j = 0; j < 512; ++j) dss += std::pow(family_value(p, Tensor::dy, 3, j), 2);
+    EXPECT_NEAR(dss / 512, 1.0, 0.3);
+  }
+  // The same seed at another eps scales the same normals: the rows follow eps.
+  const FamilyParams a = params(Family::epsnear, 4, 64, 9, WDtype::bf16, static_cast<float>(kDefaultKappa), 1e-6f);
+  const FamilyParams b = params(Family::epsnear, 4, 64, 9, WDtype::bf16, static_cast<float>(kDefaultKappa), 1e-4f);
+  EXPECT_NEAR(std::fabs(family_value(b, Tensor::x, 1, 5) / family_value(a, Tensor::x, 1, 5)), 10.0, 0.1);
 }
 
 TEST(Families, HugeRows) {

@@ -51,6 +51,10 @@ const Pinned kPinned[] = {
     {"H=64,T=33,w=fp32,form=plain,family=specials,seed=42", "015edf8e9e62c7a5d2070cbb8bc394f36594ddfad8779e533da12b503f569831"},
     {"H=64,T=33,w=bf16,form=res,family=llm,seed=42", "74d85da1cfb415a5db17be6cbf613c2d1300025d3b631b2452ce8a02e969ed8b"},
     {"H=256,T=3,w=fp32,form=heads4,family=cancel,seed=7,kappa=1e+06", "56dcaf4a0caff9f965e29defe2cfd8015bc2f8a2d7e3c52337a6ccf324b49372"},
+    // epsnear (added with the family; host bytes: the device comparison is
+    // tests/seeds/device/families_device_test.cu's).
+    {"H=64,T=33,w=bf16,form=plain,family=epsnear,seed=42", "5c343e57b7033a259dbd8daae907022e4ca86c6240ee6d719ba3da55dfdf673d"},
+    {"H=256,T=3,w=fp32,form=res,family=epsnear,seed=7,eps=1e-05", "c75c76402d30a533ab8cfadf2e1f2a9f10989715a55ee8040d08e0a34c183205"},
 };
 
 TEST(Generate, PinnedDigests) {

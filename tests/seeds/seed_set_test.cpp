@@ -52,14 +52,22 @@ TEST(SeedSet, Spellings) {
 }
 
 TEST(SeedSet, RoundTrips) {
-  for (const char* s : {"3x1", "3x120", "seeds=1..1", "seeds=120..239", "llm:3..9", "tiny:0..0", "3x1000000"})
+  for (const char* s : {"3x1", "3x120", "seeds=1..1", "seeds=120..239", "llm:3..9", "tiny:0..0", "3x1000000", "5x1",
+                        "5x120", "sweep=120..239", "cancel,kappa=10000:0..3", "epsnear,eps=1e-05:2..2",
+                        "cancel,eps=1e-05,kappa=100:0..0"})
     EXPECT_EQ(to_string(parse_seed_set(s)), s);
 }
 
 TEST(SeedSet, Errors) {
   expect_error("", "empty");
   expect_error("3x0", "count must be >= 1");
-  expect_error("2x5", "only the 3 gate families");
+  expect_error("2x5", "only the 3 seed families or the 5 gate families");
+  expect_error("normal,kappa=1e4:0..3", "kappa is only valid with family=cancel");
+  expect_error("cancel,kappa=10:0..3", "out of range (1e2..1e12)");
+  expect_error("epsnear,eps=-1:0..3", "must be finite and > 0");
+  expect_error("epsnear,eps=x:0..3", "eps 'x' is not a number");
+  expect_error("cancel,sigma=2:0..3", "is not eps=<value> or kappa=<value>");
+  expect_error("cancel,kappa=1e4,kappa=1e5:0..3", "given twice");
   expect_error("3x", "seed count '' is empty");
   expect_error("3x-4", "not a non-negative integer");
   expect_error("3x1.5", "not a non-negative integer");
@@ -73,6 +81,42 @@ TEST(SeedSet, Errors) {
   expect_error("normal", "unrecognized");
   expect_error("seeds=0..18446744073709551615", "too many");
   expect_error("3x18446744073709551615", "too many");
+}
+
+// The default gate set: the seed's three families as before, epsnear at each
+// eps of the sweep, cancel at each lower kappa; "3x" keeps its meaning.
+TEST(SeedSet, DefaultSetSweepsEpsAndKappa) {
+  const SeedSet g = parse_seed_set("5x2");
+  EXPECT_TRUE(g.sweep);
+  EXPECT_EQ(g.families, (std::vector<Family>{Family::normal, Family::llm, Family::cancel, Family::epsnear}));
+  const std::vector<FamilyPoint> want = {{Family::normal},
+                                         {Family::llm},
+                                         {Family::cancel},
+                                         {Family::epsnear, 1e-6},
+                                         {Family::epsnear, 1e-5},
+                                         {Family::epsnear, 0x1p-23},
+                                         {Family::cancel, kDefaultEps, 1e2},
+                                         {Family::cancel, kDefaultEps, 1e4},
+                                         {Family::cancel, kDefaultEps, 1e6}};
+  EXPECT_EQ(g.points(), want);
+  EXPECT_EQ(g.size(), 18u);
+  EXPECT_EQ(to_string(parse_seed_set("sweep=0..1")), "5x2");
+  const SeedSet three = parse_seed_set("3x2");
+  EXPECT_FALSE(three.sweep);
+  EXPECT_EQ(three.points().size(), 3u);
+  EXPECT_NE(three, g);
+  EXPECT_EQ(to_string(FamilyPoint{Family::cancel, kDefaultEps, 1e4}), "cancel,kappa=10000");
+  EXPECT_EQ(to_string(FamilyPoint{Family::epsnear, 1e-5}), "epsnear,eps=1e-05");
+  EXPECT_EQ(to_string(FamilyPoint{Family::llm}), "llm");
+  // One family at a point; point_seed_set keeps a case's eps and kappa.
+  const SeedSet k = parse_seed_set("cancel,kappa=1e4:3..4");
+  EXPECT_EQ(k.points(), (std::vector<FamilyPoint>{{Family::cancel, kDefaultEps, 1e4}}));
+  CaseId c;
+  c.H = 64;
+  c.family = Family::epsnear;
+  c.eps = 1e-5;
+  c.seed = 9;
+  EXPECT_EQ(to_string(point_seed_set(c, 10, 12)), "epsnear,eps=1e-05:10..12");
 }
 
 TEST(SeedSet, UnprintableSets) {
@@ -104,4 +148,13 @@ TEST(SeedSet, AppendCasesInOrderAndValidated) {
   EXPECT_EQ(out[6].seed, 18446744073709551615ull);
   EXPECT_THROW(seeds::append_cases(seeds::parse_seed_set("3x1"), 64, 3, WDtype::bf16, Form::heads24, out),
                std::invalid_argument);
+  // The default set: its points in order, each case with the point's eps and kappa.
+  out.clear();
+  seeds::append_cases(seeds::parse_seed_set("5x1"), 64, 9, WDtype::bf16, Form::plain, out);
+  ASSERT_EQ(out.size(), 9u);
+  EXPECT_EQ(seeds::to_string(out[2]), "H=64,T=9,w=bf16,form=plain,family=cancel,seed=0");
+  EXPECT_EQ(seeds::to_string(out[3]), "H=64,T=9,w=bf16,form=plain,family=epsnear,seed=0");
+  EXPECT_EQ(seeds::to_string(out[4]), "H=64,T=9,w=bf16,form=plain,family=epsnear,seed=0,eps=1e-05");
+  EXPECT_EQ(seeds::to_string(out[5]), "H=64,T=9,w=bf16,form=plain,family=epsnear,seed=0,eps=1.1920928955078125e-07");
+  EXPECT_EQ(seeds::to_string(out[8]), "H=64,T=9,w=bf16,form=plain,family=cancel,seed=0,kappa=1e+06");
 }

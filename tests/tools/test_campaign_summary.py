@@ -93,13 +93,13 @@ def test_table_lists_the_routes_no_report_covers():
 
 def test_report_format_versions():
     # The committed reports predate "format" (version 0, accepted); a report
-    # naming normgate-gate-report/1 reads the same; a newer major version, or
+    # naming normgate-gate-report/1 or /2 reads the same; a newer major version, or
     # another kind of document, exits 2 naming the format.
     with tempfile.TemporaryDirectory() as d:
         rep = json.load(open(V3_HEADS4))
         assert "format" not in rep
         want = run(V3_HEADS4).stdout
-        for fmt, code in (("normgate-gate-report/1", 0), ("normgate-gate-report/2", 2),
+        for fmt, code in (("normgate-gate-report/1", 0), ("normgate-gate-report/2", 0), ("normgate-gate-report/3", 2),
                           ("normgate-check-report/1", 2), ("normgate-gate-report", 2)):
             rep["format"] = fmt
             p = os.path.join(d, "r.json")
@@ -109,7 +109,7 @@ def test_report_format_versions():
             if code == 0:
                 assert r.stdout.replace(p, V3_HEADS4).replace("r.json", "slice-1.json") == want
             else:
-                assert repr(fmt) in r.stderr and "normgate-gate-report/1" in r.stderr, r.stderr
+                assert repr(fmt) in r.stderr and "normgate-gate-report/2" in r.stderr, r.stderr
 
 
 if __name__ == "__main__":

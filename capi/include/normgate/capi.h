@@ -599,7 +599,7 @@ typedef struct ng_gate_options {
   uint32_t struct_size;
   int32_t approve;          /* 1: write approvals beside the table (needs its policy, checked first) */
   const char* table;        /* route table (TOML), required */
-  const char* seeds;        /* seed set, NULL: "3x120" */
+  const char* seeds;        /* seed set, NULL: "5x120" (the default families) */
   const char* windows;      /* window filter (gate --windows), NULL: every window */
   const char* journal;      /* write-ahead journal path, NULL: none (not resumable) */
   const char* report_md;    /* Markdown report path, NULL: none (written atomically) */

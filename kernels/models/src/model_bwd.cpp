@@ -147,7 +147,7 @@ std::vector<float> column_sum_fp32(const Inputs& in) {
 
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                     const std::vector<float>& rstd, int threads, RowView<uint16_t> dx_add,
-                    const std::vector<double>* msq) {
+                    const std::vector<double>* msq, int64_t heads) {
   if (v.external) detail::model_bad(v, "an external variant has no CPU model (it runs through its own callback)");
   if (v.op != Op::bwd) detail::model_bad(v, "not a backward variant");
   detail::check_view(v, "x", x);
@@ -169,6 +169,16 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
   }
   if (msq != nullptr && static_cast<int64_t>(msq->size()) != x.rows())
     detail::model_bad(v, "msq has " + std::to_string(msq->size()) + " values for " + std::to_string(x.rows()) + " rows");
+  if (heads < 1 || x.rows() % heads != 0)
+    detail::model_bad(v, "heads = " + std::to_string(heads) + " does not divide the " + std::to_string(x.rows()) + " rows");
+  // ctl_res_grad_early: dh_new goes into the gradient the norm backward sees
+  // (dy' = BF16(dy + dh_new), one rounding) and is not added to dx after.
+  std::vector<uint16_t> dy_early;
+  if (v.id == VariantId::ctl_res_grad_early && dx_add.p != nullptr) {
+    dy_early = model_residual_add(dy, dx_add);
+    dy = RowView<uint16_t>::plain(dy_early.data(), x.rows(), x.cols);
+    dx_add = {};
+  }
   Inputs in{x, dy, dx_add, &rstd, msq, {}, x.rows(), x.cols, threads > 0 ? threads : omp_get_max_threads()};
   in.w.resize(static_cast<size_t>(in.H));
   for (int64_t j = 0; j < in.H; ++j) in.w[static_cast<size_t>(j)] = detail::weight_at(w, j);
@@ -199,6 +209,23 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
     case VariantId::ctl_fp32_seq:
       out.dw = column_sum_fp32(in);
       break;
+    case VariantId::ctl_rstd_bf16:  // faults in the forward (run_model): bwd_det_chunked's backward
+    case VariantId::ctl_eps_outside_sqrt:
+    case VariantId::ctl_eps_dropped:
+    case VariantId::ctl_eps_bf16:
+    case VariantId::ctl_sumsq_bf16:
+    case VariantId::ctl_padded_lanes:
+    case VariantId::ctl_heads_shared_stats:
+    case VariantId::ctl_res_grad_early:  // its fault is dy above
+      out.dw = combine_fixed(partials, n, in.H, in.threads);
+      break;
+    case VariantId::ctl_warp64_dw:
+      out.dw = combine_fixed(partials, n, in.H, in.threads);
+      detail::drop_warp64_columns(out.dw);
+      break;
+    case VariantId::ctl_heads_dw_mixed:
+      out.dw = detail::model_dw_heads_mixed(in.x, in.dy, rstd, msq, heads);
+      break;
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
       detail::model_bad(v, "not a backward variant");
@@ -222,12 +249,12 @@ std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> 
 }
 
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w, float eps,
-                  int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new) {
-  return run_model(default_fwd(), bwd, x, dy, w, eps, threads, u, dh_new);
+                  int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new, int64_t heads) {
+  return run_model(default_fwd(), bwd, x, dy, w, eps, threads, u, dh_new, heads);
 }
 
 Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                  float eps, int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new) {
+                  float eps, int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new, int64_t heads) {
   if (fwd.op != Op::fwd) detail::model_bad(fwd, "run_model needs a forward variant for its forward step");
   if (bwd.op != Op::bwd) detail::model_bad(bwd, "run_model needs a backward variant");
   std::vector<uint16_t> h_new;
@@ -235,8 +262,11 @@ Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, R
     h_new = model_residual_add(x, u);
     x = RowView<uint16_t>::plain(h_new.data(), x.rows(), x.cols);
   }
-  FwdResult f = model_fwd(fwd, x, w, eps, threads);
-  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, &f.msq);
+  // A control whose fault is in the forward runs its own forward instead
+  // (model_controls.cpp); its backward then has no msq (rstd alone).
+  const bool fwd_fault = detail::control_forward_fault(bwd);
+  FwdResult f = fwd_fault ? detail::model_fwd_control(bwd, x, w, eps, heads, threads) : model_fwd(fwd, x, w, eps, threads);
+  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, fwd_fault ? nullptr : &f.msq, heads);
   Outputs o;
   o.h_new = std::move(h_new);
   o.y = std::move(f.y);

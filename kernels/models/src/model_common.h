@@ -10,6 +10,7 @@
 #include "normgate/core/bf16.h"
 #include "normgate/core/types.h"
 #include "normgate/kernels/plan.h"
+#include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 
 namespace normgate::kernels::detail {
@@ -52,5 +53,24 @@ inline float elem(const uint16_t* row, int64_t j, int64_t H) { return j < H ? bf
 /// is not used: the kernel's FP32 products take the FP32 rstd). threads > 0.
 std::vector<float> model_dw_fp32_blocked(RowView<uint16_t> x, RowView<uint16_t> dy, const std::vector<float>& rstd,
                                          int threads);
+
+/// The model-only negative controls (model_controls.cpp, registry.h).
+/// True for a control whose fault is in its forward step (rstd): run_model
+/// then runs model_fwd_control instead of the forward variant.
+bool control_forward_fault(const Variant& v);
+/// The forward step of such a control: fwd_rowwise's rows (row geometry,
+/// binary64 team sum of squares) with the control's fault in rstd; y =
+/// BF16((x * rstd) * w) with that rstd; msq holds fma(ss, 1/H, eps) (not
+/// used by run_model). heads: rows per token (ctl_heads_shared_stats groups
+/// them); rows % heads == 0.
+FwdResult model_fwd_control(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int64_t heads,
+                            int threads);
+/// ctl_warp64_dw: dw[j] = 0 for every j with j mod 64 >= 32.
+void drop_warp64_columns(std::vector<float>& dw);
+/// ctl_heads_dw_mixed's dw [cols]: per head h an FP64 partial over the
+/// tokens in order (Acc64 of dy * x * r', r' = rstd_refined(msq, rstd)),
+/// then dw_j = FP32(sum over h in order of partial[h & ~1][j]) in binary64.
+std::vector<float> model_dw_heads_mixed(RowView<uint16_t> x, RowView<uint16_t> dy, const std::vector<float>& rstd,
+                                        const std::vector<double>* msq, int64_t heads);
 
 }  // namespace normgate::kernels::detail

@@ -102,6 +102,9 @@ TEST(SeedsDevice, KernelGeneratesTheHostBytes) {
       "H=512,T=257,w=fp32,form=res,family=tiny,seed=47",
       "H=512,T=257,w=bf16,form=plain,family=huge,seed=48",
       "H=256,T=300,w=fp32,form=heads4,family=specials,seed=49",
+      "H=1000,T=257,w=bf16,form=plain,family=epsnear,seed=50",
+      "H=256,T=100,w=fp32,form=res,family=epsnear,seed=51,eps=1e-05",
+      "H=256,T=40,w=bf16,form=heads24,family=epsnear,seed=52,eps=1.1920928955078125e-07",
       // The pinned cases of generate_test.cpp (same digests expected).
       "H=64,T=33,w=bf16,form=plain,family=llm,seed=42",
       "H=64,T=33,w=bf16,form=res,family=llm,seed=42",

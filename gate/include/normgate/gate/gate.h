@@ -9,7 +9,8 @@
 //    those inside the window), and, up to --t-per-window points in all, the
 //    rest spread evenly over [lo, hi] (deterministic: a function of lo, hi
 //    and the count alone). Each T runs every (family, seed) of the seed set
-//    (default 3x120: normal, llm, cancel x seeds 0..119) with the window's H,
+//    (default 5x120: normal, llm, cancel, epsnear at 3 eps values and cancel
+//    at kappa 1e2, 1e4, 1e6 x seeds 0..119; seed_set.h) with the window's H,
 //    weight dtype and form.
 // 2. Dense grid. Around the window's worst grid point (the case with the
 //    largest err/tol of the output that comes from the variant's long
@@ -137,7 +138,7 @@ struct GateProgress {
 struct GateOptions {
   std::string table_path;              ///< route table (TOML)
   std::string base_path;               ///< "" or an older table: gate only changed windows
-  std::string seeds = "3x120";         ///< seed-set spelling (seed_set.h)
+  std::string seeds = "5x120";         ///< seed-set spelling (seed_set.h): the default set, 9 points
   int t_per_window = 8;                ///< target T points per window (>= 2)
   int dense_points = 16;               ///< dense-grid points each side of the worst T (0: none)
   int64_t dense_step = 64;             ///< dense-grid spacing in rows (>= 1)
@@ -211,13 +212,21 @@ struct WindowResult {
   double worst = 0;                ///< largest gated err/tol of the window
   std::string worst_output;        ///< its output
   std::string worst_case;          ///< its case
-  /// Per input family (first-seen order): distinct cases, and cases where a
-  /// gated output does not pass.
+  /// Per family point (first-seen order): distinct cases, and cases where a
+  /// gated output does not pass. `family` is the point's label
+  /// (seeds::to_string(FamilyPoint)): the family name, then ",eps=E" /
+  /// ",kappa=K" when not the case id defaults (e.g. "cancel,kappa=10000").
   struct FamilyCount {
     std::string family;
     int64_t cases = 0, failed = 0;
   };
   std::vector<FamilyCount> families;
+  /// Conditioning headroom (kappa_headroom(families)): the highest kappa of
+  /// seeds::kKappaLevels whose cancel cases, and those of every lower level
+  /// run, all pass; 0 when it fails at the lowest level, 1e2; -1 when not
+  /// measured: no cancel case at a level ran, or the lowest level run is
+  /// above 1e2 and fails.
+  double kappa_headroom = -1;
   PhaseSummary grid, dense, fresh;
   /// Cases of other windows' phases inside this window (same H, w, form, T in
   /// range; none of its own), run with this window's variant too and counted
@@ -275,6 +284,9 @@ struct GateResult {
   bool pass() const;
 };
 
+/// The conditioning headroom of a window's family counts (WindowResult::kappa_headroom).
+double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families);
+
 /// Run the gate. Throws std::invalid_argument (kernels::RouteTableError
 /// included) for input errors: a bad table or base table (FILE:LINE), bad
 /// seeds, filter or numeric options, a filter selecting no window, backend
@@ -324,14 +336,16 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second);
 
 /// The Markdown report: header (table, backend, seeds, method, provenance),
 /// one row per window (window, variant, max err/tol of y, rstd, dx, dw, dw
-/// vs FP32, worst case, cases, verdict), the closest approach to the budget,
+/// vs FP32, kappa headroom, worst case, cases, verdict), the conditioning
+/// headroom per variant, the closest approach to the budget (with the
+/// kernel's excess over the forced part),
 /// refinement per window, failures and errors, skipped windows. Deterministic:
 /// two runs with the same results differ only in the "date" line.
 std::string format_gate_markdown(const GateResult& r);
 
 /// The "format" of gate_to_json's document (core/doc_format.h; fields:
 /// docs/schemas.md).
-inline constexpr const char* kGateReportFormat = "normgate-gate-report/1";
+inline constexpr const char* kGateReportFormat = "normgate-gate-report/2";
 
 /// Every number of the result as JSON (non-finite numbers as "inf"/"nan"),
 /// with "format" = kGateReportFormat; only the "date" field depends on when

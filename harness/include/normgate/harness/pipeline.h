@@ -73,6 +73,11 @@ struct CheckRequest {
   /// escalation), mpfr (everything in MPFR; small cases only, else
   /// run_check throws std::invalid_argument).
   oracle::OracleMode oracle = oracle::OracleMode::auto_;
+  /// Leave out the kernel variants that do not support the case (H, weight
+  /// dtype, form) instead of refusing the request: for "all" (expand_impls),
+  /// whose negative controls include some of one form or H range only.
+  /// prepare_check still throws when nothing is left.
+  bool skip_unsupported = false;
 };
 
 /// One implementation's result on one case.
@@ -120,7 +125,9 @@ CheckReport run_check(const CheckRequest& req);
 /// the GPU backend, host generator otherwise) and, on the GPU backend, every
 /// GPU variant's outputs (kernels::run_gpu_shared: one run, one forward, for
 /// the backward variants; one more run per forward variant named, that
-/// forward then its carrier backward), and every external implementation's
+/// forward then its carrier backward; a model-only negative control
+/// (registry.h) has no GPU kernel and runs its CPU model in finish_check, on
+/// the same inputs, its ImplResult::ran_on saying so), and every external implementation's
 /// run (run_external). No oracle work. Throws as run_check (argument errors,
 /// CUDA errors, an external implementation's failure; a Cancelled passes
 /// through).
@@ -257,7 +264,7 @@ std::string format_report(const CheckReport& rep);
 /// The "format" of to_json(CheckReport)'s document (core/doc_format.h;
 /// fields: docs/schemas.md). `check --json` of a grid writes a JSON array of
 /// such documents.
-inline constexpr const char* kCheckReportFormat = "normgate-check-report/1";
+inline constexpr const char* kCheckReportFormat = "normgate-check-report/2";
 
 /// Every number of the report as JSON (non-finite numbers as strings "inf",
 /// "nan"), with "format" = kCheckReportFormat.
@@ -278,10 +285,12 @@ struct Grid {
   std::vector<seeds::CaseId> cases() const;
 };
 
-/// Worst results of one (implementation, family) over a campaign.
+/// Worst results of one (implementation, family point) over a campaign.
 struct Aggregate {
   std::string impl;
   seeds::Family family{};
+  std::string point;  ///< the family point's label (seeds::to_string(FamilyPoint): "cancel,kappa=10000")
+  double kappa = 0;   ///< cancel at the default eps: its kappa; 0 otherwise
   int64_t cases = 0, failed = 0;
   int64_t inconclusive = 0;                 ///< cases with verdict inconclusive (not counted in failed)
   double max_ratio[kNumOutputs] = {};       ///< max err/tol per output
@@ -292,13 +301,24 @@ struct Aggregate {
 
 /// Run every case of a campaign (the oracle once per case, in mode `oracle`),
 /// calling `on_case` after each (for progress lines and journals). Returns one
-/// Aggregate per (impl, family) in impl-major order.
+/// Aggregate per (impl, family point) in impl-major order.
+/// skip_unsupported: CheckRequest::skip_unsupported for every case (an
+/// implementation that no case supports then has no aggregate).
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
-                                    oracle::OracleMode oracle = oracle::OracleMode::auto_);
+                                    oracle::OracleMode oracle = oracle::OracleMode::auto_,
+                                    bool skip_unsupported = false);
 
-/// Markdown table of campaign aggregates (one row per impl and family).
+/// Markdown table of campaign aggregates (one row per impl and family
+/// point), then, for implementations whose grid ran cancel at two or more
+/// kappa levels, their conditioning headroom (aggregate_headroom).
 std::string format_aggregates(const std::vector<Aggregate>& aggs);
+
+/// The highest of seeds::kKappaLevels at which `impl` passes every cancel
+/// case of that level and of every lower level the aggregates hold (0: it
+/// fails, or is inconclusive, at 1e2; -1: not measured: no cancel level
+/// ran, or it fails at the lowest level run and that is above 1e2).
+double aggregate_headroom(const std::vector<Aggregate>& aggs, const std::string& impl);
 
 }  // namespace normgate::validators

@@ -19,6 +19,10 @@
 //                       bwd_det_chunked's combine: nondet_replicas.h)
 //   ctl_fp32_seq        NEGATIVE CONTROL: dw as a plain FP32 sequential sum
 //   ctl_bf16_partials   NEGATIVE CONTROL: chunk partials rounded to BF16
+//                       (the class of Liger PR 950)
+//   ctl_warp64_dw       NEGATIVE CONTROL: the dw combine indexed for 64-wide
+//                       warps on 32 lanes: columns j with j mod 64 >= 32 keep
+//                       dw = 0 (PyTorch PR 183864); H >= 33 (bwd_ctl_warp64.cu)
 //   bwd_det_onepass     backward, deterministic: bwd_det_chunked's chunks,
 //                       partials and combine (dx, dw bitwise equal) in ONE
 //                       kernel: the last chunk CTA (atomic ticket) combines
@@ -29,6 +33,34 @@
 // Controls exist to prove that the gate fails bad kernels; no routing may
 // select them (control == true), and the launch API refuses them unless the
 // caller opts in explicitly.
+//
+// Model-only negative controls (model_only == true: a CPU model, no GPU
+// kernel; kernels/models/src/model_controls.cpp). Each imitates one public
+// bug class, named after it; each is registered as a backward variant whose
+// step (models.h run_model) carries the fault wherever it sits, forward or
+// backward. Registered for every H and weight dtype unless said otherwise:
+//   ctl_rstd_bf16          rstd rounded to BF16 before use (y, dx, dw) and
+//                          as the output (ROCm PR 1767)
+//   ctl_eps_outside_sqrt   rstd = 1/(sqrt(mean x^2) + eps) (PyTorch 189581)
+//   ctl_eps_dropped        rstd = 1/sqrt(mean x^2), no eps (PyTorch 189581)
+//   ctl_eps_bf16           eps rounded to BF16 before the add (PyTorch 189581)
+//   ctl_sumsq_bf16         the row's sum of squares accumulated in BF16
+//                          (SGLang PR 27540: outlier channels)
+//   ctl_res_grad_early     form res only: dh_new added to dy BEFORE the norm
+//                          backward instead of to its dx after (QuACK PR 52/53)
+//   ctl_padded_lanes       the mean of squares over the padded width
+//                          bit_ceil(H) instead of H: padded lanes counted
+//                          (Triton 9838, Liger 518); H not a power of two
+//   ctl_heads_shared_stats forms heads24/heads4 only: one rstd per token over
+//                          all its heads instead of one per head (Mamba PR 547)
+//   ctl_heads_dw_mixed     forms heads24/heads4 only: dw from per-head
+//                          partials, head h's read from buffer h & ~1 (odd
+//                          heads replaced by their even neighbour)
+//                          (torch-xpu-ops PR 4790)
+// On the GPU backend a check runs a model-only control's CPU model on the
+// case's inputs and says so (harness/pipeline.h prepare_check: ran_on "cpu
+// model (a model-only control: no GPU kernel)"); the launch API refuses it
+// (rmsnorm_bwd, bwd_workspace_bytes name it): never another kernel in its place.
 //
 // External variants: implementations from outside the build (a Python
 // callable, a plugin library) registered at run time
@@ -63,6 +95,16 @@ enum class VariantId : uint8_t {
   bwd_det_onepass = 5,
   bwd_fp32_blocked = 6,
   fwd_multirow = 7,
+  ctl_rstd_bf16 = 8,
+  ctl_eps_outside_sqrt = 9,
+  ctl_eps_dropped = 10,
+  ctl_eps_bf16 = 11,
+  ctl_sumsq_bf16 = 12,
+  ctl_res_grad_early = 13,
+  ctl_padded_lanes = 14,
+  ctl_warp64_dw = 15,
+  ctl_heads_shared_stats = 16,
+  ctl_heads_dw_mixed = 17,
   // 128..255: external variants, in registration order (never a built-in).
 };
 
@@ -99,6 +141,12 @@ struct Variant {
   /// `sources` then holds its origin (e.g. "python", "plugin /abs/libx.so")
   /// and source_sha256 the identity its registrant declared.
   bool external = false;
+  /// A negative control with a CPU model and no GPU kernel (see the file
+  /// comment): the GPU backend refuses it; `sources` names its model file.
+  bool model_only = false;
+  /// Controls: the public report of the bug class it imitates (e.g.
+  /// "PyTorch 189581"); "" otherwise.
+  std::string_view source_of_class = {};
 
   bool supports(WDtype d) const { return (wdtypes >> static_cast<int>(d)) & 1u; }
   bool supports(Form f) const { return (forms >> static_cast<int>(f)) & 1u; }
@@ -156,8 +204,8 @@ const Variant& variant(VariantId id);
 const Variant& default_fwd();
 
 /// Human-readable one-line summary: name, op, mode, H range, dtypes, forms,
-/// control flag, EXTERNAL(origin) for an external variant, first 12 hex
-/// digits of the source hash.
+/// control flag (CONTROL, MODEL-ONLY), EXTERNAL(origin) for an external
+/// variant, first 12 hex digits of the source hash.
 std::string describe(const Variant& v);
 
 }  // namespace normgate::kernels

@@ -7,9 +7,11 @@
 //   T       tokens (rows of the leading dimension), 0..2^31
 //   w       weight dtype: bf16 | fp32
 //   form    plain | res | heads24 | heads4                (default plain)
-//   family  normal | llm | cancel | zeros | tiny | huge | specials
+//   family  normal | llm | cancel | epsnear | zeros | tiny | huge | specials
 //   seed    0..2^64-1
-//   eps     RMSNorm epsilon, finite > 0                    (default 1e-6)
+//   eps     RMSNorm epsilon, finite > 0                    (default 1e-6);
+//           family epsnear also scales its rows by it (their mean
+//           square is near eps), every other family ignores it
 //   kappa   cancel only: target per-column condition number
 //           sum|dy*xhat| / |sum dy*xhat|, 1e2..1e12       (default 1e8)
 // Keys may come in any order when parsed; to_string() prints the canonical
@@ -26,14 +28,25 @@
 
 namespace normgate::seeds {
 
-/// Input families. Gate families: normal, llm, cancel. Robustness: the rest.
-enum class Family : uint8_t { normal = 0, llm = 1, cancel = 2, zeros = 3, tiny = 4, huge = 5, specials = 6 };
+/// Input families. Gate families: normal, llm, cancel, epsnear. Robustness:
+/// the rest. (The value is part of the Philox counter: never reused.)
+enum class Family : uint8_t {
+  normal = 0,
+  llm = 1,
+  cancel = 2,
+  zeros = 3,
+  tiny = 4,
+  huge = 5,
+  specials = 6,
+  epsnear = 7
+};
 
 /// Family name as used in case ids.
 std::string_view to_string(Family f);
 /// Parse a family name; throws std::invalid_argument naming the bad value.
 Family parse_family(std::string_view s);
-/// True for the three families gated by default (normal, llm, cancel).
+/// True for the families the gate runs by default (normal, llm, cancel,
+/// epsnear: seed_set.h's 5xN).
 bool is_gate_family(Family f);
 
 inline constexpr double kDefaultEps = 1e-6;

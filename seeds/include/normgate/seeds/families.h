@@ -4,7 +4,7 @@
 //   NG_HD float family_value(const FamilyParams& p, Tensor which, int64_t r, int64_t j)
 // returns element (r, j) of tensor `which` for the case described by p, where
 // r is the normalized row (t*heads + h) and j the column (r is ignored for w).
-// The result depends only on (family, seed, shape, kappa, which, r, j): no
+// The result depends only on (family, seed, shape, kappa, eps, which, r, j): no
 // state, no order. Values of x, dy, u, dh_new are exactly representable in
 // BF16; w is BF16-representable when p.w == bf16.
 // All arithmetic uses normgate/core/hd.h's explicitly rounded operations and
@@ -84,6 +84,16 @@
 //            (random sign) with probability 2^-12; the rest ~ N(0,1).
 //            w ~ 1 + 0.1 N. res: u, dh_new ~ N(0,1) (no specials).
 //            Purpose: NaN/Inf propagation. Not gated.
+//   epsnear  Rows whose mean square is near the case's eps: row r has the
+//            scale s_r = exp2((log2(eps) + u_r) / 2), u_r uniform in [-4, 4]
+//            (per-row draw), and x = s_r * N(0,1), so its mean square is
+//            about eps * 2^u_r (eps/16 .. 16 eps). dy ~ N(0,1); w ~ 1 + 0.1 N.
+//            res: u likewise (its own normals, the same row scale), so h_new
+//            stays near eps too; dh_new ~ N(0,1).
+//            Purpose: how eps enters rstd (eps added outside the square
+//            root, dropped, rounded to BF16), which rows of mean square ~1
+//            hide (eps changes their rstd by under 1e-6 relative). Gated,
+//            over several eps values (seed_set.h's 5xN).
 // Forms: `res` as above (x holds h); head forms have rows = T*heads, cols = 256
 // and nothing else special.
 #pragma once
@@ -112,11 +122,12 @@ struct FamilyParams {
   int64_t cols;   ///< normalized length (H); no family depends on it today
   WDtype w;       ///< weight dtype; only llm's weight depends on it
   float kappa;    ///< cancel only: target condition number (binary32 of CaseId::kappa)
+  float eps;      ///< epsnear only: the case's eps (binary32 of CaseId::eps), which its rows' mean square is near
 };
 
 /// FamilyParams of a case id (host only; does not validate c).
 inline FamilyParams family_params(const CaseId& c) {
-  return FamilyParams{c.family, c.seed, c.rows(), c.H, c.w, static_cast<float>(c.kappa)};
+  return FamilyParams{c.family, c.seed, c.rows(), c.H, c.w, static_cast<float>(c.kappa), static_cast<float>(c.eps)};
 }
 
 namespace detail {
@@ -265,6 +276,14 @@ NG_HD bool huge_row(const FamilyParams& p, int64_t r) {
   return detail::draw(p, detail::Domain::row, Tensor::x, r, 0).v[0] < (1u << 29);
 }
 
+/// epsnear family: the scale s_r of row r, exp2_approx((log2_approx(eps) +
+/// u) / 2) with u = fma(8, U(0,1), -4) from a per-row draw, so s_r^2 lies
+/// in about [eps/16, 16 eps].
+NG_HD float epsnear_row_scale(const FamilyParams& p, int64_t r) {
+  const float u = fma_rn(8.0f, u01_open(detail::draw(p, detail::Domain::row, Tensor::x, r, 0).v[0]), -4.0f);
+  return exp2_approx(mul_rn(0.5f, add_rn(log2_approx(p.eps), u)));
+}
+
 namespace detail {
 
 NG_HD float normal_family(const FamilyParams& p, Tensor which, int64_t r, int64_t j) {
@@ -361,6 +380,20 @@ NG_HD float huge_family(const FamilyParams& p, Tensor which, int64_t r, int64_t 
   return round_bf16(normal_elem(p, which, r, j));
 }
 
+NG_HD float epsnear_family(const FamilyParams& p, Tensor which, int64_t r, int64_t j) {
+  switch (which) {
+    case Tensor::x:
+    case Tensor::u:
+      return round_bf16(mul_rn(epsnear_row_scale(p, r), normal_elem(p, which, r, j)));
+    case Tensor::dy:
+    case Tensor::dh_new:
+      return round_bf16(normal_elem(p, which, r, j));
+    case Tensor::w:
+      return weight_1p01n(p, j);
+  }
+  return 0.0f;
+}
+
 NG_HD float specials_family(const FamilyParams& p, Tensor which, int64_t r, int64_t j) {
   if (which == Tensor::w) return weight_1p01n(p, j);
   const Philox4 d = draw(p, Domain::element, which, r, j);
@@ -378,7 +411,7 @@ NG_HD float specials_family(const FamilyParams& p, Tensor which, int64_t r, int6
 /// r: normalized row in [0, p.rows) (ignored for Tensor::w); j: column in
 /// [0, p.cols). x, dy, u, dh_new values are BF16-exact (NaN as 0x7FC00000);
 /// w is BF16-exact unless p.family == llm and p.w == fp32. Pure function of
-/// (p.family, p.seed, p.rows, p.kappa, p.w, which, r, j); bitwise identical
+/// (p.family, p.seed, p.rows, p.kappa, p.eps, p.w, which, r, j); bitwise identical
 /// on host and device. Distributions: file comment and docs/families.md.
 /// Unknown family values return NaN. Never throws.
 NG_HD float family_value(const FamilyParams& p, Tensor which, int64_t r, int64_t j) {
@@ -390,6 +423,7 @@ NG_HD float family_value(const FamilyParams& p, Tensor which, int64_t r, int64_t
     case Family::tiny: return detail::tiny_family(p, which, r, j);
     case Family::huge: return detail::huge_family(p, which, r, j);
     case Family::specials: return detail::specials_family(p, which, r, j);
+    case Family::epsnear: return detail::epsnear_family(p, which, r, j);
   }
   return bits_float(0x7FC00000u);
 }

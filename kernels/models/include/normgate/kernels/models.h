@@ -7,7 +7,7 @@
 //                       y, rstd, msq bitwise equal to the GPU (one model:
 //                       fwd_multirow has fwd_rowwise's rows and arithmetic)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
-//   bwd_det_chunked, bwd_det_onepass, ctl_fp32_seq, ctl_bf16_partials:
+//   bwd_det_chunked, bwd_det_onepass, ctl_fp32_seq, ctl_bf16_partials, ctl_warp64_dw:
 //                       dw bitwise equal to the GPU given the same rstd and
 //                       msq (or none); bwd_det_onepass's model IS
 //                       bwd_det_chunked's (same partials, same combine order,
@@ -63,11 +63,17 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
 /// x, dy: plain views of equal shape; w.cols == cols. Form res:
 /// dx_add (dh_new, same shape; p == nullptr: none) is added to each FP32 dx
 /// value with one rounding to BF16 (core/bf16.h bf16_sum_rn), so dx holds dh.
+/// heads: rows per token (24, 4 for the head forms, else 1; rows % heads
+/// == 0); only ctl_heads_dw_mixed's dw depends on it.
+/// Model-only controls (registry.h): those whose fault is in the forward
+/// run bwd_det_chunked's backward here; ctl_res_grad_early adds dx_add to dy
+/// (BF16, one rounding) before the backward instead of to dx after;
+/// ctl_warp64_dw and ctl_heads_dw_mixed fault dw.
 /// Throws std::invalid_argument naming the bad argument otherwise. Rows = 0
 /// gives an empty dx and dw = 0.
 BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                     const std::vector<float>& rstd, int threads = 0, RowView<uint16_t> dx_add = {},
-                    const std::vector<double>* msq = nullptr);
+                    const std::vector<double>* msq = nullptr, int64_t heads = 1);
 
 /// The fused residual add of the res forward: h_new = BF16(h + u), one
 /// rounding of the exact sum per element (bf16_sum_rn), contiguous [rows,
@@ -83,12 +89,19 @@ std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> 
 /// Form res (u.p != nullptr): x holds h; h_new = model_residual_add(x, u) is
 /// normalized instead of x and returned in Outputs::h_new, and dh_new (may be
 /// absent: p == nullptr) is added to dx (Outputs::dx holds dh).
+/// heads: rows per token (head forms 24 or 4, else 1), for the controls
+/// that depend on the head structure. A model-only control whose fault sits
+/// in the forward (rstd: ctl_rstd_bf16, ctl_eps_*, ctl_sumsq_bf16,
+/// ctl_padded_lanes, ctl_heads_shared_stats) runs its own forward in place
+/// of `fwd` and hands its backward no msq.
 Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
+                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {},
+                  int64_t heads = 1);
 /// run_model(default_fwd(), bwd, ...): a backward variant's step (its
 /// forward is the default forward, fwd_rowwise).
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {});
+                  float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {},
+                  int64_t heads = 1);
 
 /// The team reduction of plan.h, on the host: partials[team] (one value
 /// per thread of the team, team a multiple of 32, <= 1024) reduced by the
