@@ -36,7 +36,7 @@ void add_mutate(CLI::App& app, Commands& cmds) {
   add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
   sub->callback([&cmds, o] {
     cmds.run = [o] {
-      check_report_paths({{"--json", o->json}});
+      check_outputs({{"--json", o->json}}, {}, true);
       validators::MutationOptions mo;
       mo.seeds = o->seeds;
       mo.expect_fail = o->expect_fail;
