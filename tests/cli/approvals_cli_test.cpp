@@ -142,7 +142,8 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
     });
     const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
     EXPECT_EQ(list.code, 1) << list.out;
-    EXPECT_FALSE(contains(list.out, " current")) << list.out;
+    EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
+    EXPECT_TRUE(contains(list.out, "routes    6: 1 invalid, 5 missing")) << list.out;
     EXPECT_TRUE(contains(list.out, "[invalid] record 0: " + std::string(b.reason))) << list.out;
     EXPECT_TRUE(contains(list.out, "1 INVALID record in " + d + "/small.approvals.json")) << list.out;
     const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
@@ -164,7 +165,7 @@ TEST_F(ApprovalsCli, AFlippedBitFailsTheDigest) {
   const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
   EXPECT_EQ(list.code, 1) << list.out;
   EXPECT_TRUE(contains(list.out, "[invalid] record 0: record_sha256 mismatch")) << list.out;
-  EXPECT_FALSE(contains(list.out, " current")) << list.out;
+  EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
   std::filesystem::remove_all(d);
 }
 
@@ -209,7 +210,7 @@ TEST_F(ApprovalsCli, ApproveKeepsInvalidRecords) {
   ASSERT_NE(origin_, nullptr);
   const std::string d = with_record("keep", [](json& r) {
     r = sealed(r);
-    r["cases"] = 1;  // not re-sealed: digest mismatch
+    r["cases"] = r["cases"].get<int64_t>() + 1;  // not re-sealed: digest mismatch
   });
   const std::string f = d + "/small.approvals.json";
   const json bad = json::parse(slurp(f))["approvals"][0];
@@ -249,7 +250,8 @@ std::vector<std::string> gate_args(const std::string& dir, const std::string& wi
 TEST(ApprovalsLock, GateApproveWaitsForTheLock) {
   const std::string d = scratch("lock");
   const std::string lock = d + "/small.approvals.json.lock";
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  // O_CLOEXEC: a gate forked below must not inherit (and so hold) this lock.
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
   const pid_t pid = spawn(gate_args(d, "H=256", d + "/r.md"), d + "/gate.log");
