@@ -234,6 +234,11 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     pl.overlapped ? "GPU half of the next case overlapped the oracle of this one"
                                   : "no overlap: CPU models share the cores with the oracle");
       }
+      for (const auto& w : res.windows)
+        if (w.control_passed())
+          std::fprintf(stderr, "warning: negative control %s PASSED %s: controls are built to fail; this window "
+                               "cannot tell a broken kernel from a good one\n",
+                       std::string(w.route.variant->name).c_str(), w.route.window().c_str());
       const std::string md = validators::format_gate_markdown(res);
       if (!o->quiet && o->report_md != "-") std::printf("\n%s\n", md.c_str());
       std::fflush(stdout);

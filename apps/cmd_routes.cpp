@@ -75,7 +75,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand("routes",
                                  "Load a route table (errors name FILE:LINE), list its routes with their approval "
                                  "state, the approving campaign's strength and whether it meets the table's approval "
-                                 "policy (minimum and target), or show which variant the dispatcher picks for a call");
+                                 "policy (minimum and target), or show which variant the dispatcher picks for a call. "
+                                 "Exit 1 when the approvals file holds an INVALID record (listed with its reason; it "
+                                 "approves nothing) or a --pick is refused");
   struct Opts {
     std::string table;
     std::vector<std::string> picks;
@@ -95,9 +97,11 @@ void add_routes(CLI::App& app, Commands& cmds) {
       load_plugins(o->plugins);
       const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
       if (o->picks.empty()) {
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records)\n", o->table.c_str(),
+        const size_t n_invalid = kernels::invalid_count(d.approvals());
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records%s)\n", o->table.c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    d.approvals().path.c_str(), d.approvals().records.size());
+                    d.approvals().path.c_str(), d.approvals().records.size(),
+                    n_invalid ? (", " + std::to_string(n_invalid) + " INVALID").c_str() : "");
         const std::string policy_path = kernels::policy_path_for(o->table);
         const auto policy = kernels::load_policy(policy_path);
         if (!policy) {
@@ -144,7 +148,14 @@ void add_routes(CLI::App& app, Commands& cmds) {
         if (policy)
           std::printf("strength  of %d current approvals: %d meet the policy minimum, %s\n", current, meet_min,
                       policy->target ? (std::to_string(meet_target) + " meet the target").c_str() : "no target");
-        return 0;
+        // Invalid records approve nothing; a file holding one was damaged or
+        // written by something other than normgate: exit 1 (README).
+        for (const auto& x : d.approvals().records)
+          if (!x.invalid.empty()) std::printf("INVALID   %s\n", x.invalid.c_str());
+        if (n_invalid)
+          std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
+                      n_invalid == 1 ? "" : "s", d.approvals().path.c_str());
+        return n_invalid ? 1 : 0;
       }
       int rc = 0;
       for (const auto& text : o->picks) {

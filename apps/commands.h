@@ -30,6 +30,7 @@ void add_check(CLI::App& app, Commands& cmds);
 void add_variants(CLI::App& app, Commands& cmds);
 void add_gate(CLI::App& app, Commands& cmds);
 void add_routes(CLI::App& app, Commands& cmds);
+void add_approvals(CLI::App& app, Commands& cmds);
 void add_derive(CLI::App& app, Commands& cmds);
 void add_mutate(CLI::App& app, Commands& cmds);
 

@@ -33,7 +33,9 @@ writes it (sorted keys, 2-space indentation, trailing newline; the tool first
 checks that the file is in that form, so no other byte moves), then parsed
 again and compared with the original: every other field must be unchanged.
 All or nothing: the new text is staged in a temporary file beside the
-original and renamed over it.
+original and renamed over it. Records without strength predate record
+digests too (routing.h, "Validation"): `normgate approvals --seal FILE`
+seals them afterwards.
 
 Usage: tools/backfill_approval_strength.py [--approvals FILE] [--rekeyed OLD=NEW ...]
                                            [--max-delay-s N] [--dry-run] REPORT.json ...

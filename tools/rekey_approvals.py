@@ -22,7 +22,9 @@ stale. This tool re-keys them, and only when that is provably safe:
   3. Only then, in each approvals file, an approval whose variant's hash was
      OLD's is given the working tree's hash; every other field, and every
      approval keyed by any other hash, is left as it is (the file's text is
-     changed in those "source_sha256" values only, and checked by parsing it
+     changed in those "source_sha256" values only, and in the "record_sha256"
+     of a re-keyed record that carries one: checked against the record's
+     bytes first, recomputed after; and checked by parsing it
      again). Every file is written or none: each is staged in a temporary file
      beside it, and only when all are staged are they renamed.
      It prints what it re-keyed.
@@ -224,6 +226,17 @@ def parse_approvals(path, text):
     return doc
 
 
+def record_digest(a):
+    """record_sha256 of an approval record (routing.h, "Validation"): SHA-256
+    of its compact JSON without that field, keys sorted, as
+    nlohmann::json::dump() writes it (Python's repr of a float is the same
+    shortest round-trip text; rekey_text checks the old digest first, so a
+    difference refuses instead of writing a wrong one)."""
+    body = {k: v for k, v in a.items() if k != "record_sha256"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
 def rekey_text(path, text, new_of_old):
     """The approvals text with source_sha256 old -> new (new_of_old: {variant:
     (old, new)}), and the list of (entry, old, new) re-keyed; Refused if the
@@ -231,6 +244,7 @@ def rekey_text(path, text, new_of_old):
     doc = parse_approvals(path, text)
     want = copy.deepcopy(doc)
     done, kept = [], []
+    digests = []  # (old record_sha256, new) of the re-keyed sealed records
     targets = {}  # old hash -> (new hash, approvals re-keyed from it)
     for a, w in zip(doc["approvals"], want["approvals"]):
         v, h = a.get("variant"), a.get("source_sha256")
@@ -240,6 +254,14 @@ def rekey_text(path, text, new_of_old):
                 raise Refused(f"{path}: hash {h[:12]} would map to two new hashes")
             targets[h][1].append(a)
             w["source_sha256"] = n
+            if "record_sha256" in a:
+                # A sealed record: its digest must hold before, and is
+                # recomputed after (a re-key never seals a damaged record).
+                if record_digest(a) != a["record_sha256"]:
+                    raise Refused(f"{path}: the record_sha256 of {describe(a)} does not match its bytes (a damaged "
+                                  "record: `normgate approvals FILE` says more)")
+                w["record_sha256"] = record_digest(w)
+                digests.append((a["record_sha256"], w["record_sha256"]))
             done.append((a, h, n))
         else:
             kept.append(a)
@@ -248,6 +270,11 @@ def rekey_text(path, text, new_of_old):
         pat = re.compile(r'("source_sha256"\s*:\s*")' + h + r'(")')
         if len(pat.findall(out)) != len(entries) or out.count(h) != len(entries):
             raise Refused(f"{path}: {h[:12]} appears {out.count(h)} times, in {len(entries)} approvals to re-key")
+        out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
+    for o, n in digests:
+        pat = re.compile(r'("record_sha256"\s*:\s*")' + o + r'(")')
+        if len(pat.findall(out)) != 1:
+            raise Refused(f"{path}: record_sha256 {o[:12]} appears {len(pat.findall(out))} times")
         out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
     if json.loads(out) != want:
         raise Refused(f"{path}: the re-keyed text does not parse to the re-keyed approvals")

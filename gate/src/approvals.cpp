@@ -15,13 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
@@ -46,9 +39,11 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   auto in_table = [&](const kernels::Approval& x) {
     return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return overlaps(x, rt); });
   };
+  // Invalid records (routing.h, "Validation") are kept as they are, in
+  // place: never dropped, renewed, revoked or re-sealed here.
   std::vector<kernels::Approval> keep;
   for (auto& x : a.records) {
-    if (!in_table(x)) {
+    if (x.invalid.empty() && !in_table(x)) {
       changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
                         " (its window overlaps none of the table's)");
       continue;
@@ -62,7 +57,8 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {
-      if (x.same_window(w.route) && x.backend == r.backend && x.variant == w.route.variant->name) {
+      if (x.invalid.empty() && x.same_window(w.route) && x.backend == r.backend &&
+          x.variant == w.route.variant->name) {
         had = true;
         continue;
       }
@@ -76,7 +72,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       // contradicts it, so it goes as well.
       std::vector<kernels::Approval> kept;
       for (auto& x : a.records) {
-        if (x.backend == r.backend && x.contains(w.route) && x.variant == w.route.variant->name &&
+        if (x.invalid.empty() && x.backend == r.backend && x.contains(w.route) && x.variant == w.route.variant->name &&
             x.source_sha256 == w.route.variant->source_sha256) {
           changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
                             (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
@@ -133,41 +129,19 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   }
   // Stable, readable order: table order, gpu before cpu-model.
   auto rank = [&](const kernels::Approval& x) {
+    if (!x.invalid.empty()) return std::make_pair(table_routes.size(), 3);  // last, in file order
     for (size_t i = 0; i < table_routes.size(); ++i)
       if (overlaps(x, table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
     return std::make_pair(table_routes.size(), 2);
   };
   std::stable_sort(a.records.begin(), a.records.end(),
                    [&](const kernels::Approval& p, const kernels::Approval& q) { return rank(p) < rank(q); });
+  for (const auto& x : a.records)
+    if (!x.invalid.empty())
+      changes.push_back("kept INVALID " + x.invalid + " as it is (it approves nothing; delete it by hand once its "
+                        "window is re-gated)");
   return changes;
 }
-
-namespace {
-// flock(2) on PATH + ".lock" for the lifetime of the object: gates of the
-// same table run side by side approve one at a time. (Not the table's
-// .approvals.lock, which tools/campaign.sh holds with flock(1) around the
-// whole gate.)
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) : path_(path + ".lock") {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0)
-      if (errno != EINTR) {
-        const int e = errno;
-        ::close(fd_);
-        throw std::runtime_error("cannot lock '" + path_ + "': " + std::strerror(e));
-      }
-  }
-  ~FileLock() { ::close(fd_); }  // closing releases the lock
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
-}  // namespace
 
 kernels::CampaignStrength requested_strength(const GateOptions& opt, Backend resolved) {
   kernels::CampaignStrength c;
@@ -245,7 +219,10 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
                                 opt.table_path + " (" + policy.path + "):" + bullet_list(missing) +
                                 "\nno approval written");
   const auto refused = approval_refusals(policy, r);
-  const FileLock lock(a.path);
+  // flock(2) on PATH.lock from the re-read to after the rename: gates of the
+  // same table approve one at a time. (Not the table's .approvals.lock, which
+  // tools/campaign.sh holds with flock(1) around the whole gate.)
+  const kernels::ApprovalsLock lock(a.path);
   // What other gates approved since this one loaded the file is kept: the
   // update applies to the file as it is now.
   a = kernels::load_approvals(a.path);

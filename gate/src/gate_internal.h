@@ -51,6 +51,7 @@ GateInputs load_gate_inputs(const GateOptions& opt);
 struct Selection {
   std::vector<const Route*> gated;
   std::vector<std::string> skipped, removed, filtered_out;
+  std::vector<std::string> source_changed;  ///< --base: same window and variant, sources not proven the same
   std::string base_sha256;
 };
 Selection select_windows(const GateOptions& opt, const kernels::RouteTable& table, const WindowFilter& filter,

@@ -50,6 +50,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["date"] = r.date;
   j["skipped"] = r.skipped;
   j["removed"] = r.removed;
+  j["source_changed"] = r.source_changed;
   j["filtered_out"] = r.filtered_out;
   j["externals"] = nlohmann::json::array();
   for (const auto& e : r.externals)
@@ -82,6 +83,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["variant"] = w.route.variant->name;
     x["source_sha256"] = w.route.variant->source_sha256;
     x["control"] = w.control;
+    x["control_passed"] = w.control_passed();
     x["impl"] = w.impl;
     x["fwd"] = w.fwd;  // the forward variant whose y, rstd the window's cases ran
     x["t_points"] = w.t_points;

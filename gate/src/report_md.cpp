@@ -128,6 +128,11 @@ std::string format_gate_markdown(const GateResult& r) {
   if (!r.windows_filter.empty())
     o << "- window filter: `" << r.windows_filter << "` (" << r.filtered_out.size() << " windows left out)\n";
   if (r.allow_controls) o << "- **negative controls allowed by explicit override** (--allow-controls)\n";
+  for (const auto& w : r.windows)
+    if (w.control_passed())
+      o << "- **WARNING: negative control " << w.route.variant->name << " PASSED " << w.route.window()
+        << "**: controls are built to fail, so this window cannot tell a broken kernel from a good one (too few "
+           "rows, or too small an H, for the control's defect to show)\n";
   o << "- seeds: " << describe_seeds(r.seeds) << "; T points per window: " << r.t_per_window
     << " (first and last T, both sides of every power of two inside, the rest spread evenly)\n";
   o << "- refinement: ";
@@ -330,6 +335,10 @@ std::string format_gate_markdown(const GateResult& r) {
       }
       if (w.cases == 0) o << "  - no case ran\n";
     }
+  }
+  if (!r.source_changed.empty()) {
+    o << "\n## Gated although the base table routes the same window and variant: sources changed or unproven\n\n";
+    for (const auto& s : r.source_changed) o << "- " << s << "\n";
   }
   if (!r.skipped.empty()) {
     o << "\n## Skipped: unchanged against the base table\n\n";

@@ -561,6 +561,7 @@ GateResult run_gate(const GateOptions& opt) {
   }
   res.skipped = std::move(sel.skipped);
   res.removed = std::move(sel.removed);
+  res.source_changed = std::move(sel.source_changed);
   res.filtered_out = std::move(sel.filtered_out);
 
   // External implementations the gated windows route: each must have a run

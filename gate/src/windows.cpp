@@ -65,11 +65,37 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
   if (!opt.base_path.empty()) {
     const kernels::RouteTable base = kernels::load_route_table(opt.base_path, lo);
     sel.base_sha256 = base.sha256;
+    // A window whose bounds and variant are the base's is unchanged only
+    // when an approval proves its variant's sources are the ones approved
+    // then: a current record (any backend) in the base's approvals or the
+    // table's own. Else the kernel may have changed: gated.
+    const kernels::Approvals base_appr = kernels::load_approvals(kernels::approvals_path_for(opt.base_path));
+    const kernels::Approvals own_appr = kernels::load_approvals(kernels::approvals_path_for(opt.table_path));
+    auto source_unchanged = [&](const Route& r, std::string& why) {
+      std::string stale;
+      for (const kernels::Approvals* a : {&base_appr, &own_appr}) {
+        const auto s = kernels::approval_status(r, *a, true);
+        if (s.state == kernels::ApprovalState::current) return true;
+        if (s.state == kernels::ApprovalState::stale && stale.empty()) stale = s.detail;
+      }
+      why = !stale.empty() ? "sources changed: " + stale
+                           : "no current approval in " + base_appr.path + " or " + own_appr.path +
+                                 " proves the variant's sources unchanged (source " +
+                                 std::string(r.variant->source_sha256.substr(0, 12)) + ")";
+      return false;
+    };
     for (const Route& r : table.routes) {
       const Route* old = base.find_window(r);
-      if (old && old->variant == r.variant) sel.skipped.push_back(r.where() + " " + r.describe());
-      else if (filter.matches(r) && (!opt.select || opt.select(r))) sel.gated.push_back(&r);
-      else sel.filtered_out.push_back(r.where() + " " + r.describe());
+      std::string why;
+      const bool same = old && old->variant == r.variant && source_unchanged(r, why);
+      if (same) {
+        sel.skipped.push_back(r.where() + " " + r.describe());
+      } else if (filter.matches(r) && (!opt.select || opt.select(r))) {
+        sel.gated.push_back(&r);
+        if (!why.empty()) sel.source_changed.push_back(r.where() + " " + r.describe() + ": " + why);
+      } else {
+        sel.filtered_out.push_back(r.where() + " " + r.describe());
+      }
     }
     for (const Route& r : base.routes)
       if (!table.find_window(r)) sel.removed.push_back(r.where() + " " + r.describe());

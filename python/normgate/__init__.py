@@ -190,7 +190,7 @@ def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, varian
     check as an explicit override (ValueError if it cannot serve the call).
     Returns a dict: variant (name), how ("routed", "unapproved", "fallback",
     "explicit", "refused"), approval of the window holding the call
-    ("current", "missing", "stale", "cpu-model only"; None when no window
+    ("current", "missing", "stale", "cpu-model only", "invalid"; None when no window
     holds it), window ((lo, hi) or None), table (path), op, deterministic,
     workspace_bytes (what the backward needs), refused (the refusal's message
     when how == "refused", else None). Never warns. RouteError when the table

@@ -10,6 +10,7 @@ ctest's python_dispatch test does, with NORMGATE_LIB set); prints "N passed,
 N failed".
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -47,10 +48,17 @@ def make_table(d):
         if mode:
             win["mode"] = mode
         sha = "e" * 64 if w == "fp32" else normgate.variant_info(var)["source_sha256"]  # fp32: stale
-        recs.append({"window": win, "variant": var, "source_sha256": sha, "backend": "gpu", "gpu": "NVIDIA H200",
-                     "driver": "-", "cuda": "-", "seed_set": "3x16", "t_points": [lo, hi], "cases": 96,
-                     "max_err_tol": {"y": 0.3}, "worst_case": "-", "date": "2026-12-01T00:00:00Z",
-                     "normgate_commit": "test", "normgate_version": "0.2.0"})
+        err = {"y": 0.3, "rstd": 0.01} if op == "fwd" else {"y": 0.3, "rstd": 0.01, "dx": 0.4, "dw": 0.02}
+        rec = {"window": win, "variant": var, "source_sha256": sha, "backend": "gpu", "gpu": "NVIDIA H200",
+               "driver": "-", "cuda": "-", "seed_set": "3x16", "t_points": [lo, hi], "cases": 96,
+               "max_err_tol": err, "worst_case": "H=64,T=%d,w=%s,form=plain,family=normal,seed=0" % (lo, w),
+               "date": "2026-12-01T00:00:00Z", "normgate_commit": "test", "normgate_version": "0.2.0"}
+        # record_sha256 (routing.h, "Validation"): SHA-256 of the record's
+        # compact dump with sorted keys (what nlohmann::json::dump() gives
+        # for these ASCII strings and short decimals).
+        canon = json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        rec["record_sha256"] = hashlib.sha256(canon.encode()).hexdigest()
+        recs.append(rec)
     with open(os.path.join(d, "dispatch.approvals.json"), "w") as f:
         json.dump({"format": "normgate-approvals/1", "approvals": recs}, f)
     return path

@@ -3,6 +3,7 @@
 #include "normgate/routing/routing.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
+#include "normgate/seeds/seed_set.h"
 #include "toml_guard.h"
 
 namespace normgate::kernels {
@@ -318,73 +320,99 @@ nlohmann::json to_json(const Approval& a) {
   return j;
 }
 
-Approval from_json(const nlohmann::json& j) {
+// The record's fields (routing.h, "Validation"); "record_sha256" too.
+constexpr std::string_view kRecordKeys[] = {
+    "window", "variant", "source_sha256", "backend", "gpu", "driver", "cuda", "seed_set", "t_points", "cases",
+    "max_err_tol", "worst_case", "date", "normgate_commit", "normgate_version", "t_per_window", "dense_points",
+    "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds", "oracle", "dw_vs_fp32_worst", "record_sha256"};
+constexpr std::string_view kWindowKeys[] = {"op", "mode", "H", "w", "form", "T"};
+
+// Read record j into a. The window is read first and assigned whole (a record
+// whose window cannot be read keeps H = 0: it contains no route's window).
+// Throws std::invalid_argument naming the first malformed field.
+void from_json(const nlohmann::json& j, Approval& a) {
+  if (!j.is_object()) throw std::invalid_argument("a record must be a JSON object");
   auto field = [&j](const char* k) -> const nlohmann::json& {
-    if (!j.is_object() || !j.contains(k)) throw std::invalid_argument(std::string("missing field '") + k + "'");
+    if (!j.contains(k)) throw std::invalid_argument(std::string("missing field '") + k + "'");
     return j.at(k);
   };
-  auto str = [&](const nlohmann::json& o, const char* k) {
+  auto str = [&](const nlohmann::json& o, const char* k, const char* where = "") {
     if (!o.contains(k) || !o.at(k).is_string())
-      throw std::invalid_argument(std::string("field '") + k + "' must be a string");
+      throw std::invalid_argument(std::string("field '") + where + k + "' must be a string");
     return o.at(k).get<std::string>();
   };
-  Approval a;
-  const auto& win = field("window");
-  if (!win.is_object()) throw std::invalid_argument("field 'window' must be an object");
-  a.op = parse_op(str(win, "op"));
-  if (a.op == Op::bwd) a.mode = parse_mode(str(win, "mode"));
-  if (!win.contains("H") || !win.at("H").is_number_integer())
-    throw std::invalid_argument("field 'window.H' must be an integer");
-  a.H = win.at("H").get<int64_t>();
-  a.w = parse_wdtype(str(win, "w"));
-  a.form = parse_form(str(win, "form"));
-  if (!win.contains("T") || !win.at("T").is_array() || win.at("T").size() != 2 || !win.at("T")[0].is_number_integer() ||
-      !win.at("T")[1].is_number_integer())
-    throw std::invalid_argument("field 'window.T' must be [lo, hi]");
-  a.t_lo = win.at("T")[0].get<int64_t>();
-  a.t_hi = win.at("T")[1].get<int64_t>();
-  if (a.t_lo > a.t_hi)
-    throw std::invalid_argument("window T lo " + std::to_string(a.t_lo) + " > hi " + std::to_string(a.t_hi));
+  auto integer = [&](const nlohmann::json& v, const std::string& name) {
+    if (!v.is_number_integer()) throw std::invalid_argument("field '" + name + "' must be an integer");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw std::invalid_argument("field '" + name + "' out of range");
+    return v.get<int64_t>();
+  };
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    if (std::find(std::begin(kRecordKeys), std::end(kRecordKeys), k) == std::end(kRecordKeys))
+      throw std::invalid_argument("unknown field '" + k + "'");
+  }
+  {
+    const auto& win = field("window");
+    if (!win.is_object()) throw std::invalid_argument("field 'window' must be an object");
+    for (const auto& [k, v] : win.items()) {
+      (void)v;
+      if (std::find(std::begin(kWindowKeys), std::end(kWindowKeys), k) == std::end(kWindowKeys))
+        throw std::invalid_argument("unknown field 'window." + k + "'");
+    }
+    Approval w;
+    w.op = parse_op(str(win, "op", "window."));
+    if (w.op == Op::bwd) w.mode = parse_mode(str(win, "mode", "window."));
+    else if (win.contains("mode")) throw std::invalid_argument("a fwd window has no 'window.mode'");
+    if (!win.contains("H")) throw std::invalid_argument("missing field 'window.H'");
+    w.H = integer(win.at("H"), "window.H");
+    w.w = parse_wdtype(str(win, "w", "window."));
+    w.form = parse_form(str(win, "form", "window."));
+    if (!win.contains("T") || !win.at("T").is_array() || win.at("T").size() != 2)
+      throw std::invalid_argument("field 'window.T' must be [lo, hi]");
+    w.t_lo = integer(win.at("T")[0], "window.T[0]");
+    w.t_hi = integer(win.at("T")[1], "window.T[1]");
+    a.op = w.op;
+    a.mode = w.mode;
+    a.H = w.H;
+    a.w = w.w;
+    a.form = w.form;
+    a.t_lo = w.t_lo;
+    a.t_hi = w.t_hi;
+  }
   a.variant = str(j, "variant");
   a.source_sha256 = str(j, "source_sha256");
   a.backend = str(j, "backend");
-  if (a.backend != kGpuBackend && a.backend != kCpuModelBackend)
-    throw std::invalid_argument("field 'backend' must be \"gpu\" or \"cpu-model\", got '" + a.backend + "'");
   a.gpu = str(j, "gpu");
   a.driver = str(j, "driver");
   a.cuda = str(j, "cuda");
   a.seed_set = str(j, "seed_set");
   const auto& tp = field("t_points");
   if (!tp.is_array()) throw std::invalid_argument("field 't_points' must be an array");
-  for (const auto& t : tp) {
-    if (!t.is_number_integer()) throw std::invalid_argument("field 't_points' must hold integers");
-    a.t_points.push_back(t.get<int64_t>());
-  }
-  if (!field("cases").is_number_integer()) throw std::invalid_argument("field 'cases' must be an integer");
-  a.cases = j.at("cases").get<int64_t>();
+  for (size_t i = 0; i < tp.size(); ++i) a.t_points.push_back(integer(tp[i], "t_points[" + std::to_string(i) + "]"));
+  a.cases = integer(field("cases"), "cases");
   const auto& m = field("max_err_tol");
   if (!m.is_object()) throw std::invalid_argument("field 'max_err_tol' must be an object");
-  for (const auto& [k, v] : m.items()) {
-    a.max_err_tol[k] = from_json_number(v, "max_err_tol." + k);
-  }
+  for (const auto& [k, v] : m.items()) a.max_err_tol[k] = from_json_number(v, "max_err_tol." + k);
   a.worst_case = str(j, "worst_case");
   a.date = str(j, "date");
   a.normgate_commit = str(j, "normgate_commit");
   a.normgate_version = str(j, "normgate_version");
   // Campaign strength: absent in records written before approvals carried it.
-  if (j.contains("t_per_window")) {
+  const bool any_strength = std::any_of(std::begin(kRecordKeys) + 15, std::begin(kRecordKeys) + 23,
+                                        [&j](std::string_view k) { return j.contains(std::string(k)); });
+  if (any_strength) {
     a.has_strength = true;
-    auto integer = [&](const char* k) {
-      if (!field(k).is_number_integer()) throw std::invalid_argument(std::string("field '") + k + "' must be an integer");
-      return j.at(k).get<int64_t>();
+    auto small = [&](const char* k) {
+      const int64_t v = integer(field(k), k);
+      if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+        throw std::invalid_argument(std::string("field '") + k + "' " + std::to_string(v) + " out of range");
+      return static_cast<int>(v);
     };
-    a.t_per_window = static_cast<int>(integer("t_per_window"));
-    a.dense_points = static_cast<int>(integer("dense_points"));
-    a.dense_step = integer("dense_step");
-    a.fresh_factor = static_cast<int>(integer("fresh_factor"));
-    if (a.t_per_window < 2 || a.dense_points < 0 || a.dense_step < 1 || a.fresh_factor < 0)
-      throw std::invalid_argument("campaign strength out of range (t_per_window >= 2, dense_points >= 0, "
-                                  "dense_step >= 1, fresh_factor >= 0)");
+    a.t_per_window = small("t_per_window");
+    a.dense_points = small("dense_points");
+    a.dense_step = integer(field("dense_step"), "dense_step");
+    a.fresh_factor = small("fresh_factor");
     (void)field("dense_seeds");
     const std::string ds = str(j, "dense_seeds");
     if (ds != "worst" && ds != "all")
@@ -395,11 +423,134 @@ Approval from_json(const nlohmann::json& j) {
     (void)field("oracle");
     a.oracle = str(j, "oracle");
     if (a.op == Op::bwd) a.dw_vs_fp32_worst = from_json_number(field("dw_vs_fp32_worst"), "dw_vs_fp32_worst");
+    else if (j.contains("dw_vs_fp32_worst")) throw std::invalid_argument("a fwd record has no 'dw_vs_fp32_worst'");
   }
-  return a;
+  if (j.contains("record_sha256")) a.record_sha256 = str(j, "record_sha256");
+}
+
+bool lower_hex64(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// "YYYY-MM-DDTHH:MM:SSZ", a real calendar time.
+bool iso8601_utc(const std::string& s) {
+  if (s.size() != 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != 'Z')
+    return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18})
+    if (s[i] < '0' || s[i] > '9') return false;
+  auto num = [&s](size_t at, size_t n) { return std::stoi(s.substr(at, n)); };
+  const int y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2), se = num(17, 2);
+  if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || se > 59) return false;
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return d <= kDays[mo - 1] + (mo == 2 && leap ? 1 : 0);
+}
+
+// Why the seed-set spelling s is not a canonical seed set, or "".
+std::string seed_set_problem(const std::string& s) {
+  try {
+    const std::string canon = seeds::to_string(seeds::parse_seed_set(s));
+    if (canon != s) return "'" + s + "' is not canonical (" + canon + ")";
+    return {};
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
+std::string num_text(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  return o.str();
 }
 
 }  // namespace
+
+std::string validate_approval(const Approval& a) {
+  try {
+    const std::string win = "window " + a.window();
+    if (a.H < kMinH || a.H > kMaxH)
+      return win + ": H " + std::to_string(a.H) + " outside " + std::to_string(kMinH) + ".." + std::to_string(kMaxH);
+    if ((a.form == Form::heads24 || a.form == Form::heads4) && a.H != 256)
+      return win + ": form " + std::string(to_string(a.form)) + " needs H = 256";
+    if (a.t_lo < 1 || a.t_hi < a.t_lo || a.t_hi > kMaxT)
+      return win + ": T needs 1 <= lo <= hi <= " + std::to_string(kMaxT);
+    if (a.variant.empty() || a.variant.find_first_of(" \t\r\n") != std::string::npos)
+      return "variant '" + a.variant + "' is not a variant name";
+    if (!lower_hex64(a.source_sha256)) return "source_sha256 '" + a.source_sha256 + "' is not 64 lower-case hex digits";
+    if (a.backend != kGpuBackend && a.backend != kCpuModelBackend)
+      return "backend '" + a.backend + "' (expected \"gpu\" or \"cpu-model\")";
+    if (a.backend == kCpuModelBackend && a.gpu != kCpuModelBackend)
+      return "gpu '" + a.gpu + "' of a cpu-model record (expected \"cpu-model\")";
+    const std::pair<const char*, const std::string*> texts[] = {{"gpu", &a.gpu},
+                                                                 {"driver", &a.driver},
+                                                                 {"cuda", &a.cuda},
+                                                                 {"normgate_commit", &a.normgate_commit},
+                                                                 {"normgate_version", &a.normgate_version}};
+    for (const auto& [name, v] : texts)
+      if (v->empty()) return std::string(name) + " is empty";
+    // max_err_tol: exactly the gated outputs, each a pass.
+    const std::vector<std::string> want = a.op == Op::bwd ? std::vector<std::string>{"dw", "dx", "rstd", "y"}
+                                                          : std::vector<std::string>{"rstd", "y"};
+    std::vector<std::string> have;
+    for (const auto& [k, v] : a.max_err_tol) have.push_back(k);
+    if (have != want) {
+      std::string w, h;
+      for (const auto& k : want) w += (w.empty() ? "" : ", ") + k;
+      for (const auto& k : have) h += (h.empty() ? "" : ", ") + k;
+      return "max_err_tol has {" + h + "}; a " + std::string(to_string(a.op)) + " approval records {" + w + "}";
+    }
+    for (const auto& [k, v] : a.max_err_tol)
+      if (!std::isfinite(v) || v < 0 || v > 1)
+        return "max_err_tol." + k + " " + num_text(v) + " outside [0, 1] (an approval records a pass)";
+    if (a.t_points.empty()) return "t_points is empty";
+    for (size_t i = 0; i < a.t_points.size(); ++i) {
+      const int64_t t = a.t_points[i];
+      if (t < a.t_lo || t > a.t_hi)
+        return "t_points[" + std::to_string(i) + "] " + std::to_string(t) + " outside the window T=" +
+               std::to_string(a.t_lo) + ".." + std::to_string(a.t_hi);
+      if (i > 0 && t <= a.t_points[i - 1])
+        return "t_points not strictly increasing at [" + std::to_string(i) + "] " + std::to_string(t);
+    }
+    if (a.cases < 1 || a.cases < static_cast<int64_t>(a.t_points.size()))
+      return "cases " + std::to_string(a.cases) + " (needs >= 1 and >= the " + std::to_string(a.t_points.size()) +
+             " t_points)";
+    if (const auto p = seed_set_problem(a.seed_set); !p.empty()) return "seed_set: " + p;
+    seeds::CaseId c;
+    try {
+      c = seeds::parse_case(a.worst_case);
+    } catch (const std::invalid_argument& e) {
+      return "worst_case: " + std::string(e.what());
+    }
+    if (c.H != a.H || c.w != a.w || c.form != a.form || c.T < a.t_lo || c.T > a.t_hi)
+      return "worst_case '" + a.worst_case + "' is not inside " + win;
+    if (!iso8601_utc(a.date)) return "date '" + a.date + "' is not ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ)";
+    if (a.has_strength) {
+      constexpr int kBig = 1000000;
+      if (a.t_per_window < 2 || a.t_per_window > kBig)
+        return "t_per_window " + std::to_string(a.t_per_window) + " outside 2.." + std::to_string(kBig);
+      if (a.dense_points < 0 || a.dense_points > kBig)
+        return "dense_points " + std::to_string(a.dense_points) + " outside 0.." + std::to_string(kBig);
+      if (a.dense_step < 1 || a.dense_step > kMaxT)
+        return "dense_step " + std::to_string(a.dense_step) + " outside 1.." + std::to_string(kMaxT);
+      if (a.fresh_factor < 0 || a.fresh_factor > kBig)
+        return "fresh_factor " + std::to_string(a.fresh_factor) + " outside 0.." + std::to_string(kBig);
+      if (!a.fresh_seeds.empty())
+        if (const auto p = seed_set_problem(a.fresh_seeds); !p.empty()) return "fresh_seeds: " + p;
+      if (a.oracle != "auto" && a.oracle != "fp64" && a.oracle != "mpfr")
+        return "oracle '" + a.oracle + "' (expected auto, fp64 or mpfr)";
+      // inf: FP32 eager's dw error was 0 and the variant's not; nan: no FP32 baseline.
+      if (a.op == Op::bwd && a.dw_vs_fp32_worst < 0)
+        return "dw_vs_fp32_worst " + num_text(a.dw_vs_fp32_worst) + " (needs >= 0, inf or nan)";
+    }
+    return {};
+  } catch (const std::exception& e) {  // never throws
+    return e.what();
+  }
+}
+
 
 // ---- Route / RouteTable -------------------------------------------------------
 
@@ -507,19 +658,12 @@ std::string approvals_path_for(const std::string& table_path) {
   return table_path + ".approvals.json";
 }
 
-Approvals load_approvals(const std::string& path) {
+Approvals parse_approvals(std::string_view text, const std::string& path) {
   Approvals a;
   a.path = path;
-  if (std::filesystem::is_directory(path))
-    throw RouteTableError(path + ": cannot read approvals: is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (!std::filesystem::exists(path)) return a;
-    throw RouteTableError(path + ": cannot read approvals: " + std::strerror(errno));
-  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw RouteTableError(path + ": approvals are not valid JSON: " + e.what());
   }
@@ -528,25 +672,112 @@ Approvals load_approvals(const std::string& path) {
                           "\")");
   if (!j.contains("approvals") || !j["approvals"].is_array())
     throw RouteTableError(path + ": 'approvals' must be an array");
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    if (k != "format" && k != "approvals") throw RouteTableError(path + ": unknown top-level key '" + k + "'");
+  }
   size_t i = 0;
   for (const auto& rec : j["approvals"]) {
+    Approval x;
+    x.index = i;
+    std::string why;
     try {
-      a.records.push_back(from_json(rec));
+      from_json(rec, x);
+      why = validate_approval(x);
+      if (why.empty()) {
+        // The digest, over the record as read (routing.h, "Validation").
+        nlohmann::json body = rec;
+        body.erase("record_sha256");
+        const std::string dump = body.dump();
+        const std::string sha = seeds::sha256_hex(dump.data(), dump.size());
+        x.unsealed = !rec.contains("record_sha256");
+        if (x.unsealed)
+          why = "no record_sha256 (a record written before approvals carried digests: `normgate approvals --seal " +
+                path + "` seals the records that pass every other check)";
+        else if (!lower_hex64(x.record_sha256))
+          why = "record_sha256 '" + x.record_sha256 + "' is not 64 lower-case hex digits";
+        else if (sha != x.record_sha256)
+          why = "record_sha256 mismatch: the record's bytes hash to " + sha.substr(0, 12) + ", it says " +
+                x.record_sha256.substr(0, 12) + " (changed after it was written)";
+      }
     } catch (const std::exception& e) {
-      throw RouteTableError(path + ": record " + std::to_string(i) + ": " + e.what());
+      why = e.what();
     }
+    if (!why.empty()) {
+      x.invalid = "record " + std::to_string(i) + ": " + why;
+      x.raw_json = rec.dump();
+    }
+    a.records.push_back(std::move(x));
     ++i;
   }
   return a;
+}
+
+Approvals load_approvals(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw RouteTableError(path + ": cannot read approvals: is a directory");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    if (!std::filesystem::exists(path)) {
+      Approvals a;
+      a.path = path;
+      return a;
+    }
+    throw RouteTableError(path + ": cannot read approvals: " + std::strerror(errno));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw RouteTableError(path + ": cannot read approvals: read error");
+  return parse_approvals(ss.str(), path);
+}
+
+std::string approval_canonical_bytes(const Approval& a) { return to_json(a).dump(); }
+
+std::string approval_record_sha256(const Approval& a) {
+  const std::string b = approval_canonical_bytes(a);
+  return seeds::sha256_hex(b.data(), b.size());
+}
+
+size_t invalid_count(const Approvals& a) {
+  return static_cast<size_t>(
+      std::count_if(a.records.begin(), a.records.end(), [](const Approval& x) { return !x.invalid.empty(); }));
 }
 
 std::string approvals_to_json_text(const Approvals& a) {
   nlohmann::json j;
   j["format"] = kApprovalsFormat;
   j["approvals"] = nlohmann::json::array();
-  for (const auto& r : a.records) j["approvals"].push_back(to_json(r));
+  size_t i = 0;
+  for (const auto& r : a.records) {
+    if (!r.invalid.empty()) {
+      // Kept as read: an invalid record is never dropped or re-sealed.
+      j["approvals"].push_back(nlohmann::json::parse(r.raw_json));
+    } else {
+      if (const std::string why = validate_approval(r); !why.empty())
+        throw std::invalid_argument(a.path + ": refusing to write record " + std::to_string(i) + " (" + r.window() +
+                                    " -> " + r.variant + "): " + why);
+      nlohmann::json x = to_json(r);
+      const std::string dump = x.dump();
+      x["record_sha256"] = seeds::sha256_hex(dump.data(), dump.size());
+      j["approvals"].push_back(std::move(x));
+    }
+    ++i;
+  }
   return j.dump(2) + "\n";
 }
+
+ApprovalsLock::ApprovalsLock(const std::string& approvals_path) : path_(approvals_path + ".lock") {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
+  while (::flock(fd_, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      const int e = errno;
+      ::close(fd_);
+      throw std::runtime_error("cannot lock '" + path_ + "': " + std::strerror(e));
+    }
+}
+
+ApprovalsLock::~ApprovalsLock() { ::close(fd_); }  // closing releases the lock
 
 void save_approvals(const Approvals& a) {
   const std::string text = approvals_to_json_text(a);
@@ -587,6 +818,7 @@ std::string_view to_string(ApprovalState s) {
     case ApprovalState::current: return "current";
     case ApprovalState::stale: return "stale";
     case ApprovalState::cpu_model_only: return "cpu-model only";
+    case ApprovalState::invalid: return "invalid";
     default: return "missing";
   }
 }
@@ -602,9 +834,14 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     if (ce != be) return ce;
     return cand->t_hi - cand->t_lo < best->t_hi - best->t_lo;
   };
-  const Approval *gpu_cur = nullptr, *cpu_cur = nullptr, *stale = nullptr, *other_variant = nullptr;
+  const Approval *gpu_cur = nullptr, *cpu_cur = nullptr, *stale = nullptr, *other_variant = nullptr,
+                 *invalid = nullptr;
   for (const Approval& x : a.records) {
     if (!x.contains(r)) continue;
+    if (!x.invalid.empty()) {  // never approves anything (routing.h, "Validation")
+      if (!invalid) invalid = &x;
+      continue;
+    }
     if (x.variant != vname) {
       if (better(&x, other_variant)) other_variant = &x;
       continue;
@@ -625,7 +862,8 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     std::vector<const Approval*> xs;
     for (const Approval& x : a.records)
       if (x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
-          x.variant == vname && x.source_sha256 == hash && x.backend == backend && x.t_lo <= r.t_hi &&
+          x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
+          x.t_lo <= r.t_hi &&
           r.t_lo <= x.t_hi)
         xs.push_back(&x);
     std::sort(xs.begin(), xs.end(), [](const Approval* p, const Approval* q) { return p->t_lo < q->t_lo; });
@@ -669,6 +907,12 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     s.state = ApprovalState::current;
     s.record = gpu_cur ? gpu_cur : cpu_cur;
     s.detail = "approved" + part(*s.record) + from(*s.record);
+  } else if (invalid) {
+    // Before cpu-model only, stale and missing: the file holds a record for
+    // this window that cannot be trusted, which is what must be fixed.
+    s.state = ApprovalState::invalid;  // record stays null: nothing of it is to be read
+    s.detail = invalid->invalid + " (" + a.path + ": an invalid record never approves; re-gate the window with "
+               "--approve and delete the record)";
   } else if (cpu_cur) {
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;

@@ -25,6 +25,7 @@
 #include "normgate/gate/journal.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
+#include "util/approval_fixture.h"
 
 namespace {
 
@@ -474,8 +475,16 @@ TEST(Gate, BaseGatesOnlyChangedWindows) {
   }
   const std::string changed = dir + "/changed.toml";
   std::ofstream(changed) << text;
+  // The base with approvals beside it: they prove its variants' sources are
+  // this build's (routing.h; without them every window counts as changed).
+  const std::string base = dir + "/base.toml";
+  std::filesystem::copy_file(kSmall, base);
+  kernels::Approvals ba;
+  ba.path = kernels::approvals_path_for(base);
+  for (const auto& rt : kernels::load_route_table(base).routes) ba.records.push_back(normgate::test::valid_approval(rt));
+  kernels::save_approvals(ba);
   GateOptions o = small_opts(changed);
-  o.base_path = kSmall;
+  o.base_path = base;
   o.dense_points = 0;
   o.fresh_factor = 0;
   const GateResult r = run_gate(o);
@@ -485,7 +494,7 @@ TEST(Gate, BaseGatesOnlyChangedWindows) {
   EXPECT_TRUE(r.pass());
   EXPECT_NE(format_gate_markdown(r).find("## Skipped: unchanged against the base table"), std::string::npos);
   // Against itself nothing changed: nothing to gate, and that passes.
-  o.table_path = kSmall;
+  o.table_path = base;
   const GateResult same = run_gate(o);
   EXPECT_TRUE(same.windows.empty());
   EXPECT_EQ(same.skipped.size(), 6u);

@@ -221,6 +221,42 @@ const char* s = "x  y"; // tail
         assert rk.code_difference(gcc, "t.h", base, v) is not None, k
 
 
+def test_record_digest_is_normgates():
+    """The tool's record_sha256 is the one normgate writes: every record of
+    the committed approvals (sealed by `normgate approvals --seal`) checks."""
+    with open(os.path.join(ROOT, "routes", "sm90a.approvals.json")) as f:
+        recs = json.load(f)["approvals"]
+    assert recs and all(rk.record_digest(a) == a["record_sha256"] for a in recs)
+
+
+def test_sealed_records_get_their_digest_recomputed():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        ap = approvals_file(d, before)
+        doc = json.load(open(ap))
+        for a in doc["approvals"]:
+            a["record_sha256"] = rk.record_digest(a)
+        sealed = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        comment_only_change(repo)
+        after = hashes(repo)
+        # A damaged sealed record is refused, nothing written.
+        doc["approvals"][0]["cases"] += 1
+        damaged = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        open(ap, "w").write(damaged)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 1 and "does not match its bytes" in r.stderr, r.stdout + r.stderr
+        assert open(ap).read() == damaged
+        # Intact: re-keyed, each re-keyed record's digest recomputed.
+        open(ap, "w").write(sealed)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got = json.load(open(ap))["approvals"]
+        assert [a["source_sha256"] for a in got][:3] == \
+            [after["fwd_rowwise"], after["bwd_det_chunked"], after["bwd_det_chunked"]]
+        assert all(rk.record_digest(a) == a["record_sha256"] for a in got)
+        assert got[3] == json.loads(sealed)["approvals"][3]  # another hash: untouched, digest and all
+
 if __name__ == "__main__":
     if not have_tools():
         print("skipped: no gcc or git")
@@ -230,4 +266,6 @@ if __name__ == "__main__":
     test_comment_only_change_rekeys_exactly_the_old_hashes()
     test_a_changed_code_token_is_refused_and_nothing_is_written()
     test_usage_errors_exit_2()
+    test_record_digest_is_normgates()
+    test_sealed_records_get_their_digest_recomputed()
     print("test_rekey_approvals: ok")

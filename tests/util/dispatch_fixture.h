@@ -11,6 +11,7 @@
 #include <string>
 
 #include "normgate/routing/routing.h"
+#include "util/approval_fixture.h"
 
 namespace normgate::test {
 
@@ -32,28 +33,8 @@ struct DispatchFixture {
     for (const kernels::Route& r : t.routes) {
       const bool fp32 = r.w == WDtype::fp32;
       if (fp32 && r.mode == kernels::Mode::nondet) continue;  // missing
-      kernels::Approval x;
-      x.op = r.op;
-      x.mode = r.mode;
-      x.H = r.H;
-      x.w = r.w;
-      x.form = r.form;
-      x.t_lo = r.t_lo;
-      x.t_hi = r.t_hi;
-      x.variant = std::string(r.variant->name);
-      x.source_sha256 = fp32 ? std::string(64, 'e') : std::string(r.variant->source_sha256);  // fp32: stale
-      x.backend = fp32 ? "gpu" : backend;
-      x.gpu = x.backend == "gpu" ? "NVIDIA H200" : "cpu-model";
-      x.driver = "-";
-      x.cuda = "-";
-      x.seed_set = "3x16";
-      x.t_points = {r.t_lo, r.t_hi};
-      x.cases = 96;
-      x.max_err_tol = {{"y", 0.3}};
-      x.worst_case = "-";
-      x.date = "2026-12-01T00:00:00Z";
-      x.normgate_commit = "test";
-      x.normgate_version = "0.2.0";
+      // fp32: stale (a foreign source hash)
+      kernels::Approval x = valid_approval(r, fp32 ? std::string(64, 'e') : std::string(), fp32 ? "gpu" : backend);
       a.records.push_back(x);
     }
     kernels::save_approvals(a);

@@ -134,6 +134,7 @@ extern "C" {
 #define NG_APPROVAL_STALE 2          /* approved, but the variant's sources changed since */
 #define NG_APPROVAL_CPU_MODEL_ONLY 3 /* only a CPU-model gate approved it (not accepted) */
 #define NG_APPROVAL_NONE 4           /* no window holds the call */
+#define NG_APPROVAL_INVALID 5        /* no current approval; an INVALID record of the approvals file holds the window */
 
 /* Size of ng_case_info_t::canonical (bytes, including the terminating NUL). */
 #define NG_CASE_ID_BYTES 256

@@ -243,6 +243,12 @@ struct WindowResult {
   Verdict verdict = Verdict::fail;
   /// Outputs gated in this window: 4 (y, rstd, dx, dw) for bwd, 2 (y, rstd) for fwd.
   int gated_outputs() const { return route.op == kernels::Op::bwd ? 4 : 2; }
+  /// A negative control that PASSED the window: the window is too easy to
+  /// catch the defect the control is built with (e.g. ctl_fp32_seq on
+  /// T = 1..3: too few rows for cancellation to cost an FP32 sum anything). The
+  /// reports flag it (JSON "control_passed", a Markdown line; `normgate gate`
+  /// warns on stderr); the verdict stands.
+  bool control_passed() const { return control && pass; }
 };
 
 /// Everything a gate found.
@@ -262,6 +268,10 @@ struct GateResult {
   std::vector<WindowResult> windows;   ///< gated windows, table order
   std::vector<std::string> skipped;    ///< "FILE:LINE window -> variant" unchanged against --base
   std::vector<std::string> removed;    ///< windows of --base that the table no longer has
+  /// --base: windows with the base's bounds and variant, gated because no
+  /// current approval (the base's approvals, else the table's own) proves the
+  /// variant's sources unchanged: "FILE:LINE window -> variant: why".
+  std::vector<std::string> source_changed;
   std::vector<std::string> filtered_out;  ///< windows the filter left out (count only in reports)
   /// External implementations (harness/external.h) the gated windows route,
   /// in window order: what ran and whose code the verdicts are about.

@@ -67,6 +67,39 @@
 // backend) whose union covers it without a gap count together ("approved as
 // parts T=1..65536 + T=65537..131072"): the gate proved the variant on each.
 //
+// Validation. load_approvals checks every record field by field; a record
+// that fails is INVALID: kept in the file as it was read (a rewrite by `gate
+// --approve` never drops it, never re-seals it), reported with its reason
+// ("invalid: record 3: max_err_tol.y 5 outside [0, 1]"), and never current,
+// stale or cpu-model only: never dispatched, never counted by `normgate
+// routes` or `normgate derive`. A record is valid when
+//   - window: op, mode (bwd), w, form known; H in 1..16384 (256 for the head
+//     forms); 1 <= T lo <= T hi <= kMaxT;
+//   - variant a non-empty name; source_sha256 64 lower-case hex digits;
+//     backend "gpu" or "cpu-model" (gpu "cpu-model" for the latter); gpu,
+//     driver, cuda, normgate_commit, normgate_version non-empty strings;
+//   - max_err_tol has exactly the outputs the op gates (fwd: y, rstd; bwd: y,
+//     rstd, dx, dw), each a finite number in [0, 1] (an approval records a
+//     pass);
+//   - t_points non-empty, strictly increasing, inside [T lo, T hi]; cases an
+//     integer >= 1 and >= the number of t_points;
+//   - seed_set parses (seeds/seed_set.h) and is canonical (as to_string
+//     spells it); worst_case parses as a case id (seeds/case_id.h) whose H,
+//     w and form are the window's and whose T is inside it;
+//   - date ISO 8601 UTC, "YYYY-MM-DDTHH:MM:SSZ", a real calendar time;
+//   - strength (when t_per_window is present): t_per_window 2..1000000,
+//     dense_points 0..1000000, dense_step 1..kMaxT, fresh_factor 0..1000000,
+//     dense_seeds "worst" | "all", fresh_seeds "" or a canonical seed set,
+//     oracle "auto" | "fp64" | "mpfr", dw_vs_fp32_worst (bwd only, required)
+//     >= 0, "inf" (FP32 eager's dw error was 0) or "nan" (no FP32 baseline);
+//   - no field but those above, and record_sha256: SHA-256 of the record's
+//     canonical bytes (the record's JSON object without record_sha256,
+//     dumped by nlohmann::json::dump(): sorted keys, no whitespace), computed
+//     over the record as read, so a flipped bit anywhere in it makes it
+//     invalid ("record_sha256 mismatch"). Records written before approvals
+//     carried the digest have none: invalid until `normgate approvals --seal`
+//     (which seals only records that pass every other check) adds it.
+//
 // The dispatcher (Dispatcher) picks the route for a call and refuses a route
 // without a current approval unless DispatchPolicy::allow_unapproved is set
 // (explicit override). Approvals made by a gate of the CPU models (backend
@@ -221,6 +254,25 @@ struct Approval {
   /// non-finite values are stored as strings.
   double dw_vs_fp32_worst = std::numeric_limits<double>::quiet_NaN();
 
+  /// (record_sha256) SHA-256 (64 lower-case hex) of the record's canonical
+  /// bytes (approval_record_sha256). save_approvals writes it for every
+  /// valid record; load_approvals checks it.
+  std::string record_sha256;
+  /// Why the record is INVALID, "" when it is valid (set by load_approvals;
+  /// see "Validation" in the file comment). An invalid record is never
+  /// current, stale or cpu-model only, never dispatched or derived from;
+  /// approval_status reports it as ApprovalState::invalid.
+  std::string invalid;
+  /// Invalid only for want of record_sha256 (a record written before records
+  /// carried digests; every other check passes): `normgate approvals --seal`
+  /// may seal it.
+  bool unsealed = false;
+  /// 0-based index of the record in the file as read.
+  size_t index = 0;
+  /// Invalid records: the record's JSON as read; save_approvals writes it
+  /// back as it is (an invalid record is never dropped or re-sealed).
+  std::string raw_json;
+
   /// Window as Route::window() prints it.
   std::string window() const;
   /// True when the window (not the variant) equals r's.
@@ -240,19 +292,64 @@ struct Approvals {
 /// "dir/stem.toml" (any other name: name + ".approvals.json").
 std::string approvals_path_for(const std::string& table_path);
 
-/// Read approvals from `path`. A missing file gives an empty set (nothing is
-/// approved). Throws RouteTableError naming the path, and for a bad record its
-/// index and field, when the file is not valid JSON or a record is malformed
-/// (unknown op/mode/w/form, missing field, wrong type, lo > hi).
+/// Parse an approvals document `text` (`path` names it in messages and in
+/// Approvals::path). Throws RouteTableError naming the path when the text is
+/// not JSON, not format "normgate-approvals/1" or has no 'approvals' array.
+/// Every record is then read and validated on its own (file comment,
+/// "Validation"): a record that fails is kept with Approval::invalid set
+/// ("record N: field 'x': why"), its JSON in Approval::raw_json. Never throws
+/// for a bad record. The fuzz targets call this entry point.
+Approvals parse_approvals(std::string_view text, const std::string& path);
+
+/// Read approvals from `path` (parse_approvals). A missing file gives an empty
+/// set (nothing is approved). Throws RouteTableError naming the path when it
+/// cannot be read (a directory, no permission) or is not an approvals file.
 Approvals load_approvals(const std::string& path);
 
+/// Why record `a` is invalid by its fields (everything in the file comment's
+/// "Validation" but the digest), or "" when it is valid. Never throws.
+std::string validate_approval(const Approval& a);
+
+/// The record's canonical bytes: its JSON object as save_approvals writes
+/// it, without 'record_sha256', dumped compactly (nlohmann::json::dump():
+/// keys sorted, no spaces). Valid records only (a.invalid empty).
+std::string approval_canonical_bytes(const Approval& a);
+/// SHA-256 (lower-case hex) of approval_canonical_bytes(a).
+std::string approval_record_sha256(const Approval& a);
+
+/// The number of invalid records in a.
+size_t invalid_count(const Approvals& a);
+
 /// Serialize (format "normgate-approvals/1", records in the given order,
-/// 2-space indentation, trailing newline).
+/// 2-space indentation, trailing newline). Valid records get their
+/// record_sha256; invalid ones are written as read (raw_json). Throws
+/// std::invalid_argument naming the record and field when a record without
+/// Approval::invalid fails validate_approval (a writer never seals an
+/// impossible record).
 std::string approvals_to_json_text(const Approvals& a);
 
 /// Write a.path atomically (temporary file beside it, fsync, rename). Throws
+/// std::invalid_argument as approvals_to_json_text (nothing written), and
 /// std::runtime_error naming the path when writing fails.
 void save_approvals(const Approvals& a);
+
+/// An exclusive flock(2) on PATH + ".lock" for the object's lifetime: every
+/// normgate writer of an approvals file holds it from its re-read to after
+/// the rename, so writers side by side never lose each other's records.
+/// Blocks until the lock is free. Throws std::runtime_error naming the lock
+/// file when it cannot be opened or locked.
+class ApprovalsLock {
+ public:
+  explicit ApprovalsLock(const std::string& approvals_path);
+  ~ApprovalsLock();
+  ApprovalsLock(const ApprovalsLock&) = delete;
+  ApprovalsLock& operator=(const ApprovalsLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 /// Standing of a route's approval.
 enum class ApprovalState : uint8_t {
@@ -260,14 +357,16 @@ enum class ApprovalState : uint8_t {
   missing = 1,         ///< no record of an accepted backend for this window and variant
   stale = 2,           ///< records match window and variant, but none has the current source hash
   cpu_model_only = 3,  ///< only a current cpu-model record, and cpu-model is not accepted
+  // 4 is NG_APPROVAL_NONE in the C ABI (no window holds the call)
+  invalid = 5,         ///< no current record, and an INVALID record's window contains the route's
 };
-/// "current", "missing", "stale", "cpu-model only".
+/// "current", "missing", "stale", "cpu-model only", "invalid".
 std::string_view to_string(ApprovalState s);
 
 /// Approval state of one route, and a sentence saying why.
 struct ApprovalStatus {
   ApprovalState state = ApprovalState::missing;
-  const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one
+  const Approval* record = nullptr;  ///< the current record, or the stale/cpu-model one (null: missing, invalid)
   /// The record's window is wider than the route's (contains it; see file comment).
   bool wider = false;
   /// When no single record contains the route's window but records of
@@ -285,7 +384,10 @@ struct ApprovalStatus {
 /// current. GPU records are preferred when both are current; among records of
 /// one backend the exact window, else the narrowest containing one (first in
 /// file order on ties); when none contains it, records whose union covers it
-/// (ApprovalStatus::parts). Never throws.
+/// (ApprovalStatus::parts). Invalid records (Approval::invalid) count for
+/// nothing; when no current approval exists and an invalid record's window
+/// contains r's (whatever its variant), the state is `invalid` and the detail
+/// starts with that record's reason. Never throws.
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
 
 // --- dispatcher --------------------------------------------------------------

@@ -1,0 +1,299 @@
+// tests/cli/approvals_cli_test.cpp: the approvals file as a user meets it:
+// records with impossible values are INVALID (never current; `normgate
+// routes` lists them and exits 1, `--pick` refuses), a changed byte fails the
+// record's digest, `normgate approvals` checks and seals files, and gates that
+// approve side by side keep every record (the binary locks PATH.lock from
+// its re-read to after the rename).
+#include <gtest/gtest.h>
+
+#include "cli_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/seeds/generate.h"  // sha256_hex
+
+namespace {
+
+using normgate::test::contains;
+using normgate::test::CliRun;
+using nlohmann::json;
+
+const std::string kBin = normgate::test::normgate_bin();
+const std::string kData = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes";
+// The CLI tests' fast campaign (meets small.policy.toml's minimum on the CPU models).
+const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --quiet";
+// The call that the H=256 window (bwd det w=fp32 T=1..300) of small.toml serves.
+const std::string kPick = " --pick op=bwd,mode=det,H=256,w=fp32,T=200 --accept-cpu-model";
+
+CliRun cli(const std::string& args) { return normgate::test::run_normgate(args); }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// A scratch folder holding small.toml and its policy.
+std::string scratch(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_cli_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  std::filesystem::copy_file(kData + "/small.toml", d + "/small.toml");
+  std::filesystem::copy_file(kData + "/small.policy.toml", d + "/small.policy.toml");
+  return d;
+}
+
+// The record's digest as routing.h defines it: SHA-256 of its compact dump
+// without record_sha256.
+json sealed(json rec) {
+  rec.erase("record_sha256");
+  const std::string d = rec.dump();
+  rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());
+  return rec;
+}
+
+// One real approval (gate --approve of the H=256 window), made once.
+class ApprovalsCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string d = scratch("origin");
+    const CliRun g = cli("gate " + d + "/small.toml" + kFast + " --windows H=256 --approve");
+    ASSERT_EQ(g.code, 0) << g.out;
+    origin_ = new json(json::parse(slurp(d + "/small.approvals.json")));
+    ASSERT_EQ((*origin_)["approvals"].size(), 1u);
+    std::filesystem::remove_all(d);
+  }
+  static void TearDownTestSuite() {
+    delete origin_;
+    origin_ = nullptr;
+  }
+  // small.toml in a scratch folder with the approval after edit(record).
+  static std::string with_record(const std::string& name, const std::function<void(json&)>& edit) {
+    const std::string d = scratch(name);
+    json doc = *origin_;
+    edit(doc["approvals"][0]);
+    spit(d + "/small.approvals.json", doc.dump(2) + "\n");
+    return d;
+  }
+  static json* origin_;
+};
+json* ApprovalsCli::origin_ = nullptr;
+
+TEST_F(ApprovalsCli, AGatedRecordIsCurrent) {
+  ASSERT_NE(origin_, nullptr);
+  // Re-sealed as it is (the tests' digest is routing.h's): still current.
+  const std::string d = with_record("same", [](json& r) { r = sealed(r); });
+  const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_TRUE(contains(list.out, "1 current")) << list.out;
+  const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
+  EXPECT_EQ(pick.code, 0) << pick.out;
+  EXPECT_TRUE(contains(pick.out, "approval current")) << pick.out;
+  std::filesystem::remove_all(d);
+}
+
+// Issue 35, point 2: each impossible value, in a record whose digest is
+// right (a writer that sealed nonsense), is INVALID with its reason: never
+// current, listed by `routes` (exit 1), refused by `--pick`.
+TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
+  ASSERT_NE(origin_, nullptr);
+  struct Bad {
+    const char* name;
+    std::function<void(json&)> edit;
+    const char* reason;
+  };
+  const std::vector<Bad> bad = {
+      {"y_5", [](json& r) { r["max_err_tol"]["y"] = 5.0; }, "max_err_tol.y 5 outside [0, 1]"},
+      {"y_nan", [](json& r) { r["max_err_tol"]["y"] = "nan"; }, "max_err_tol.y nan outside [0, 1]"},
+      {"y_inf", [](json& r) { r["max_err_tol"]["y"] = "inf"; }, "max_err_tol.y inf outside [0, 1]"},
+      {"y_neg", [](json& r) { r["max_err_tol"]["y"] = -3; }, "max_err_tol.y -3 outside [0, 1]"},
+      {"y_obj", [](json& r) { r["max_err_tol"]["y"] = json::object(); }, "field 'max_err_tol.y' must be a number"},
+      {"mx_empty", [](json& r) { r["max_err_tol"] = json::object(); }, "max_err_tol has {}"},
+      {"cases_0", [](json& r) { r["cases"] = 0; }, "cases 0 (needs >= 1"},
+      {"cases_neg", [](json& r) { r["cases"] = -5; }, "cases -5 (needs >= 1"},
+      {"seeds_empty", [](json& r) { r["seed_set"] = ""; }, "seed_set: "},
+      {"seeds_garbage", [](json& r) { r["seed_set"] = "garbage"; }, "seed_set: "},
+      {"t_empty", [](json& r) { r["t_points"] = json::array(); }, "t_points is empty"},
+      {"t_outside", [](json& r) { r["t_points"] = {1, 301}; }, "t_points[1] 301 outside the window T=1..300"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.name);
+    const std::string d = with_record(b.name, [&b](json& r) {
+      b.edit(r);
+      r = sealed(r);
+    });
+    const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
+    EXPECT_EQ(list.code, 1) << list.out;
+    EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
+    EXPECT_TRUE(contains(list.out, "routes    6: 1 invalid, 5 missing")) << list.out;
+    EXPECT_TRUE(contains(list.out, "[invalid] record 0: " + std::string(b.reason))) << list.out;
+    EXPECT_TRUE(contains(list.out, "1 INVALID record in " + d + "/small.approvals.json")) << list.out;
+    const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
+    EXPECT_EQ(pick.code, 1) << pick.out;
+    EXPECT_TRUE(contains(pick.out, "REFUSED")) << pick.out;
+    EXPECT_TRUE(contains(pick.out, "invalid: record 0: " + std::string(b.reason))) << pick.out;
+    std::filesystem::remove_all(d);
+  }
+}
+
+// Issue 35, point 2 and "Done when": one changed bit in a field (not
+// re-sealed) fails the digest.
+TEST_F(ApprovalsCli, AFlippedBitFailsTheDigest) {
+  ASSERT_NE(origin_, nullptr);
+  const std::string d = with_record("flip", [](json& r) {
+    r = sealed(r);
+    r["cases"] = r["cases"].get<int64_t>() ^ 1;  // one bit of one field
+  });
+  const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(list.code, 1) << list.out;
+  EXPECT_TRUE(contains(list.out, "[invalid] record 0: record_sha256 mismatch")) << list.out;
+  EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
+  std::filesystem::remove_all(d);
+}
+
+// `normgate approvals`: lists; --seal seals only a file whose every other
+// record is valid, else writes nothing.
+TEST_F(ApprovalsCli, CheckAndSeal) {
+  ASSERT_NE(origin_, nullptr);
+  const std::string d = with_record("seal", [](json& r) { r.erase("record_sha256"); });
+  const std::string f = d + "/small.approvals.json";
+  const CliRun check = cli("approvals " + f);
+  EXPECT_EQ(check.code, 1) << check.out;
+  EXPECT_TRUE(contains(check.out, "1 records, 0 valid, 1 without record_sha256, 0 INVALID")) << check.out;
+  const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(before.code, 1) << before.out;
+  EXPECT_TRUE(contains(before.out, "[invalid] record 0: no record_sha256")) << before.out;
+  // A second file with a really bad record: nothing of either is written.
+  const std::string d2 = with_record("seal_bad", [](json& r) { r["cases"] = 0; });
+  const std::string f2 = d2 + "/small.approvals.json";
+  const std::string f_text = slurp(f), f2_text = slurp(f2);
+  const CliRun refused = cli("approvals --seal " + f + " " + f2);
+  EXPECT_EQ(refused.code, 1) << refused.out;
+  EXPECT_TRUE(contains(refused.out, "refused")) << refused.out;
+  EXPECT_EQ(slurp(f), f_text);
+  EXPECT_EQ(slurp(f2), f2_text);
+  // Alone, it is sealed: current again, the same digest as the gate wrote.
+  const CliRun seal = cli("approvals --seal " + f);
+  EXPECT_EQ(seal.code, 0) << seal.out;
+  EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
+  EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], (*origin_)["approvals"][0]["record_sha256"]);
+  const CliRun after = cli("routes " + d + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(after.code, 0) << after.out;
+  EXPECT_TRUE(contains(after.out, "1 current")) << after.out;
+  EXPECT_EQ(cli("approvals " + f).code, 0);
+  EXPECT_EQ(cli("approvals " + d + "/nonexistent.json").code, 2);
+  std::filesystem::remove_all(d);
+  std::filesystem::remove_all(d2);
+}
+
+// A gate --approve keeps an invalid record as it was (never dropped, never
+// re-sealed) and says so.
+TEST_F(ApprovalsCli, ApproveKeepsInvalidRecords) {
+  ASSERT_NE(origin_, nullptr);
+  const std::string d = with_record("keep", [](json& r) {
+    r = sealed(r);
+    r["cases"] = r["cases"].get<int64_t>() + 1;  // not re-sealed: digest mismatch
+  });
+  const std::string f = d + "/small.approvals.json";
+  const json bad = json::parse(slurp(f))["approvals"][0];
+  const CliRun g = cli("gate " + d + "/small.toml" + kFast + " --windows op=fwd --approve");
+  EXPECT_EQ(g.code, 0) << g.out;
+  EXPECT_TRUE(contains(g.out, "kept INVALID record 0: record_sha256 mismatch")) << g.out;
+  const json after = json::parse(slurp(f))["approvals"];
+  ASSERT_EQ(after.size(), 2u) << after.dump(2);
+  EXPECT_EQ(after[1], bad);  // as it was read
+  std::filesystem::remove_all(d);
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::vector<std::string> gate_args(const std::string& dir, const std::string& windows, const std::string& md) {
+  return {kBin,       "gate",    dir + "/small.toml", "--backend", "cpu",     "--threads", "1",
+          "--seeds",  "3x1",     "--t-per-window",    "4",         "--dense-points", "2", "--quiet",
+          "--windows", windows,  "--approve",         "--report-md", md};
+}
+
+// The binary locks the approvals file for its read-modify-write: while
+// another process holds PATH.lock, a finished gate waits before writing.
+TEST(ApprovalsLock, GateApproveWaitsForTheLock) {
+  const std::string d = scratch("lock");
+  const std::string lock = d + "/small.approvals.json.lock";
+  // O_CLOEXEC: a gate forked below must not inherit (and so hold) this lock.
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  const pid_t pid = spawn(gate_args(d, "H=256", d + "/r.md"), d + "/gate.log");
+  ASSERT_GT(pid, 0);
+  // The report is written before the approvals: once it is there, the gate
+  // has only the approvals left.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!std::filesystem::exists(d + "/r.md") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(std::filesystem::exists(d + "/r.md")) << slurp(d + "/gate.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int st = 0;
+  EXPECT_EQ(::waitpid(pid, &st, WNOHANG), 0) << "the gate did not wait for the lock: " << slurp(d + "/gate.log");
+  EXPECT_FALSE(std::filesystem::exists(d + "/small.approvals.json")) << slurp(d + "/gate.log");
+  ::close(fd);  // releases the lock
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st)) << slurp(d + "/gate.log");
+  EXPECT_EQ(WEXITSTATUS(st), 0) << slurp(d + "/gate.log");
+  EXPECT_EQ(json::parse(slurp(d + "/small.approvals.json"))["approvals"].size(), 1u);
+  std::filesystem::remove_all(d);
+}
+
+// Four gates approving different windows of one table side by side: every
+// window's record survives.
+TEST(ApprovalsLock, ConcurrentGatesKeepEveryRecord) {
+  const std::string d = scratch("concurrent");
+  const std::vector<std::string> windows = {"op=fwd", "H=256", "op=bwd,mode=nondet", "op=bwd,mode=det,H=64"};
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < windows.size(); ++i)
+    pids.push_back(spawn(gate_args(d, windows[i], d + "/r" + std::to_string(i) + ".md"),
+                         d + "/gate" + std::to_string(i) + ".log"));
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int st = 0;
+    ASSERT_EQ(::waitpid(pids[i], &st, 0), pids[i]);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(d + "/gate" + std::to_string(i) + ".log");
+  }
+  const json recs = json::parse(slurp(d + "/small.approvals.json"))["approvals"];
+  EXPECT_EQ(recs.size(), 6u) << recs.dump(1);
+  const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_TRUE(contains(list.out, "routes    6: 6 current")) << list.out;
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace

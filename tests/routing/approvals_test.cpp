@@ -1,0 +1,283 @@
+// tests/routing/approvals_test.cpp: approval records validated field by
+// field and sealed by record_sha256 (routing.h, "Validation"): every rule
+// on its own, every single-bit flip of a written file (an error naming the
+// file, or an invalid record: never a changed current record), invalid
+// records kept as read on rewrite, never current, refused by the dispatcher
+// and the runtime cache.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/dispatch_cache.h"
+#include "normgate/routing/routing.h"
+
+namespace normgate::kernels {
+namespace {
+
+const char* kTable = R"(arch = "sm90a"
+route = [
+  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 700], variant = "bwd_det_chunked" },
+  { op = "fwd", H = 64, w = "bf16", form = "plain", T = [1, 700], variant = "fwd_rowwise" },
+]
+)";
+
+// A valid record of route r, as `gate --approve` writes one.
+Approval good(const Route& r) {
+  Approval a;
+  a.op = r.op;
+  a.mode = r.mode;
+  a.H = r.H;
+  a.w = r.w;
+  a.form = r.form;
+  a.t_lo = r.t_lo;
+  a.t_hi = r.t_hi;
+  a.variant = std::string(r.variant->name);
+  a.source_sha256 = std::string(r.variant->source_sha256);
+  a.backend = "gpu";
+  a.gpu = "NVIDIA H200";
+  a.driver = "580.159.04";
+  a.cuda = "13.0";
+  a.seed_set = "3x16";
+  a.t_points = {1, 63, 65, 700};
+  a.cases = 400;
+  a.max_err_tol = {{"y", 0.38}, {"rstd", 0.006}};
+  if (r.op == Op::bwd) a.max_err_tol.insert({{"dx", 0.41}, {"dw", 2.3e-07}});
+  a.worst_case = "H=64,T=600,w=bf16,form=plain,family=cancel,seed=1";
+  a.date = "2026-12-01T03:03:23Z";
+  a.normgate_commit = "7f3941123e32";
+  a.normgate_version = "0.2.0";
+  a.has_strength = true;
+  a.t_per_window = 8;
+  a.dense_points = 16;
+  a.dense_step = 64;
+  a.fresh_factor = 2;
+  a.fresh_seeds = "cancel:16..47";
+  a.oracle = "auto";
+  a.dw_vs_fp32_worst = r.op == Op::bwd ? 0.61 : std::numeric_limits<double>::quiet_NaN();
+  return a;
+}
+
+std::string dir() {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(ApprovalValidation, AGoodRecordIsValid) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  EXPECT_EQ(validate_approval(good(t.routes[0])), "");
+  EXPECT_EQ(validate_approval(good(t.routes[1])), "");
+}
+
+// Every rule of routing.h's "Validation", one broken at a time: the reason
+// names the field and the value.
+TEST(ApprovalValidation, EachRuleOnItsOwn) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    int route;
+    std::function<void(Approval&)> edit;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {0, [](Approval& a) { a.max_err_tol["y"] = 5.0; }, "max_err_tol.y 5 outside [0, 1]"},
+      {0, [&](Approval& a) { a.max_err_tol["y"] = nan; }, "max_err_tol.y nan outside [0, 1]"},
+      {0, [&](Approval& a) { a.max_err_tol["dw"] = inf; }, "max_err_tol.dw inf outside [0, 1]"},
+      {0, [](Approval& a) { a.max_err_tol["rstd"] = -3; }, "max_err_tol.rstd -3 outside [0, 1]"},
+      {0, [](Approval& a) { a.max_err_tol["y"] = 1.0000000000000002; }, "max_err_tol.y 1.0000000000000002"},
+      {0, [](Approval& a) { a.max_err_tol.clear(); }, "max_err_tol has {}; a bwd approval records {dw, dx, rstd, y}"},
+      {0, [](Approval& a) { a.max_err_tol.erase("dw"); }, "max_err_tol has {dx, rstd, y}"},
+      {1, [](Approval& a) { a.max_err_tol["dx"] = 0.1; }, "max_err_tol has {dx, rstd, y}; a fwd approval records {rstd, y}"},
+      {0, [](Approval& a) { a.cases = 0; }, "cases 0 (needs >= 1 and >= the 4 t_points)"},
+      {0, [](Approval& a) { a.cases = -5; }, "cases -5"},
+      {0, [](Approval& a) { a.cases = 3; }, "cases 3 (needs >= 1 and >= the 4 t_points)"},
+      {0, [](Approval& a) { a.seed_set = ""; }, "seed_set: "},
+      {0, [](Approval& a) { a.seed_set = "garbage"; }, "seed_set: "},
+      {0, [](Approval& a) { a.seed_set = "seeds=0..15"; }, "seed_set: 'seeds=0..15' is not canonical (3x16)"},
+      {0, [](Approval& a) { a.t_points.clear(); }, "t_points is empty"},
+      {0, [](Approval& a) { a.t_points.back() = 701; }, "t_points[3] 701 outside the window T=1..700"},
+      {0, [](Approval& a) { a.t_points.front() = 0; }, "t_points[0] 0 outside the window"},
+      {0, [](Approval& a) { a.t_points = {1, 65, 63}; }, "t_points not strictly increasing at [2] 63"},
+      {0, [](Approval& a) { a.t_points = {1, 1}; }, "t_points not strictly increasing at [1] 1"},
+      {0, [](Approval& a) { a.source_sha256[5] = 'A'; }, "source_sha256"},
+      {0, [](Approval& a) { a.source_sha256.pop_back(); }, "source_sha256"},
+      {0, [](Approval& a) { a.backend = "tpu"; }, "backend 'tpu'"},
+      {0, [](Approval& a) { a.backend = "cpu-model"; }, "gpu 'NVIDIA H200' of a cpu-model record"},
+      {0, [](Approval& a) { a.worst_case = std::string(1, '-'); }, "worst_case: case id"},  // not "-": GCC 12 -Wrestrict
+      {0, [](Approval& a) { a.worst_case = "H=128,T=600,w=bf16,form=plain,family=cancel,seed=1"; }, "is not inside"},
+      {0, [](Approval& a) { a.worst_case = "H=64,T=701,w=bf16,form=plain,family=cancel,seed=1"; }, "is not inside"},
+      {0, [](Approval& a) { a.worst_case = "H=64,T=600,w=fp32,form=plain,family=cancel,seed=1"; }, "is not inside"},
+      {0, [](Approval& a) { a.date = "2026-12-01 03:03:23"; }, "date '2026-12-01 03:03:23' is not ISO 8601 UTC"},
+      {0, [](Approval& a) { a.date = "2026-02-29T03:03:23Z"; }, "is not ISO 8601 UTC"},
+      {0, [](Approval& a) { a.date = "2026-12-01T24:03:23Z"; }, "is not ISO 8601 UTC"},
+      {0, [](Approval& a) { a.H = 0; }, "H 0 outside 1..16384"},
+      {0, [](Approval& a) { a.t_lo = 0; }, "T needs 1 <= lo <= hi"},
+      {0, [](Approval& a) { a.variant = ""; }, "variant '' is not a variant name"},
+      {0, [](Approval& a) { a.gpu = ""; }, "gpu is empty"},
+      {0, [](Approval& a) { a.t_per_window = 1; }, "t_per_window 1 outside 2..1000000"},
+      {0, [](Approval& a) { a.dense_points = -1; }, "dense_points -1"},
+      {0, [](Approval& a) { a.dense_step = 0; }, "dense_step 0"},
+      {0, [](Approval& a) { a.fresh_factor = -2; }, "fresh_factor -2"},
+      {0, [](Approval& a) { a.fresh_seeds = "cancel:47..16"; }, "fresh_seeds: "},
+      {0, [](Approval& a) { a.oracle = "fp16"; }, "oracle 'fp16'"},
+      {0, [&](Approval& a) { a.dw_vs_fp32_worst = -inf; }, "dw_vs_fp32_worst -inf"},
+      {0, [](Approval& a) { a.dw_vs_fp32_worst = -0.5; }, "dw_vs_fp32_worst -0.5"},
+  };
+  for (const auto& c : cases) {
+    Approval a = good(t.routes[c.route]);
+    c.edit(a);
+    const std::string why = validate_approval(a);
+    EXPECT_NE(why.find(c.reason), std::string::npos) << "expected '" << c.reason << "', got '" << why << "'";
+    // A writer never seals it.
+    Approvals file;
+    file.path = "x.approvals.json";
+    file.records.push_back(a);
+    EXPECT_THROW((void)approvals_to_json_text(file), std::invalid_argument) << c.reason;
+  }
+}
+
+// Every single-bit flip anywhere in a written approvals file: the file is
+// refused with an error naming it, or the record is invalid; a record that
+// still loads valid is byte for byte the record that was written (never a
+// changed value counted current).
+TEST(ApprovalDigest, EverySingleBitFlipIsCaught) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "flip.approvals.json";
+  a.records.push_back(good(t.routes[0]));
+  const std::string text = approvals_to_json_text(a);
+  const Approvals back = parse_approvals(text, a.path);
+  ASSERT_EQ(invalid_count(back), 0u);
+  ASSERT_EQ(approval_status(t.routes[0], back, false).state, ApprovalState::current);
+  const std::string canon = approval_canonical_bytes(back.records[0]);
+  int refused = 0, invalid = 0, same = 0;
+  for (size_t i = 0; i < text.size(); ++i)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string s = text;
+      s[i] = static_cast<char>(s[i] ^ (1 << bit));
+      try {
+        const Approvals x = parse_approvals(s, a.path);
+        ASSERT_EQ(x.records.size(), 1u) << "byte " << i << " bit " << bit;
+        if (!x.records[0].invalid.empty()) {
+          ++invalid;
+          EXPECT_NE(approval_status(t.routes[0], x, true).state, ApprovalState::current);
+          continue;
+        }
+        // Still valid: only a flip that changes no value (e.g. 'e' -> 'E'
+        // in 2.3e-07: the same number).
+        EXPECT_EQ(approval_canonical_bytes(x.records[0]), canon) << "byte " << i << " bit " << bit << ": " << s;
+        ++same;
+      } catch (const RouteTableError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(a.path + ": ", 0), 0u) << e.what();
+        ++refused;
+      }
+    }
+  EXPECT_EQ(refused + invalid + same, static_cast<int>(text.size() * 8));
+  EXPECT_GT(invalid, 1000);  // most flips land in a record
+  EXPECT_LT(same, 8);        // harmless flips are rare
+}
+
+// The digest is over the record as read: a value spelled differently but
+// equal (5e-1 for 0.5) is no change, a different value is.
+TEST(ApprovalDigest, CoversTheRecordAsRead) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "d.approvals.json";
+  a.records.push_back(good(t.routes[1]));
+  nlohmann::json doc = nlohmann::json::parse(approvals_to_json_text(a));
+  auto& rec = doc["approvals"][0];
+  EXPECT_EQ(rec["record_sha256"], approval_record_sha256(a.records[0]));
+  // Another writer's extra field (sealed or not) is not a record of this format.
+  rec["note"] = "x";
+  EXPECT_NE(parse_approvals(doc.dump(), a.path).records[0].invalid.find("unknown field 'note'"), std::string::npos);
+  rec.erase("note");
+  rec["max_err_tol"]["y"] = 0.3800000000000001;
+  EXPECT_NE(parse_approvals(doc.dump(), a.path).records[0].invalid.find("record_sha256 mismatch"), std::string::npos);
+  rec.erase("record_sha256");
+  rec["max_err_tol"]["y"] = 0.38;
+  const Approval unsealed = parse_approvals(doc.dump(), a.path).records[0];
+  EXPECT_TRUE(unsealed.unsealed);
+  EXPECT_NE(unsealed.invalid.find("no record_sha256"), std::string::npos) << unsealed.invalid;
+}
+
+// Invalid records: never current (whatever else the file holds for the
+// window, a valid current record wins), kept as read on rewrite, refused by
+// the dispatcher and the runtime cache with the reason.
+TEST(InvalidApprovals, NeverCurrentKeptAndRefused) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const std::string d = dir();
+  Approvals a;
+  a.path = d + "/t.approvals.json";
+  a.records.push_back(good(t.routes[0]));
+  nlohmann::json doc = nlohmann::json::parse(approvals_to_json_text(a));
+  doc["approvals"][0]["max_err_tol"]["dw"] = 0.5;  // not re-sealed
+  {
+    std::ofstream(a.path) << doc.dump(2);
+  }
+  Approvals b = load_approvals(a.path);
+  ASSERT_EQ(invalid_count(b), 1u);
+  EXPECT_EQ(b.records[0].invalid.rfind("record 0: record_sha256 mismatch", 0), 0u) << b.records[0].invalid;
+  const ApprovalStatus s = approval_status(t.routes[0], b, true);
+  EXPECT_EQ(s.state, ApprovalState::invalid);
+  EXPECT_EQ(s.record, nullptr);
+  EXPECT_EQ(to_string(s.state), "invalid");
+  EXPECT_NE(s.detail.find("record 0: record_sha256 mismatch"), std::string::npos) << s.detail;
+  const CallKey k{Op::bwd, Mode::det, 64, WDtype::bf16, Form::plain, 100};
+  try {
+    (void)Dispatcher(t, b).pick(k);
+    FAIL() << "an invalid record was dispatched";
+  } catch (const UnapprovedRoute& e) {
+    EXPECT_EQ(e.state, ApprovalState::invalid);
+    EXPECT_NE(std::string(e.what()).find("invalid: record 0: record_sha256 mismatch"), std::string::npos) << e.what();
+  }
+  const DispatchCache cache(Dispatcher(t, b));
+  const Pick p = cache.inspect(k, false);
+  EXPECT_EQ(p.state, ApprovalState::invalid);
+  EXPECT_EQ(p.variant, nullptr);
+  EXPECT_NE(p.reason.find("invalid: record 0"), std::string::npos) << p.reason;
+  // Rewritten: the invalid record exactly as read, a new valid one sealed.
+  b.records.push_back(good(t.routes[1]));
+  save_approvals(b);
+  const nlohmann::json again = nlohmann::json::parse(std::ifstream(a.path));
+  EXPECT_EQ(again["approvals"][0], doc["approvals"][0]);
+  const Approvals c = load_approvals(a.path);
+  EXPECT_EQ(invalid_count(c), 1u);
+  EXPECT_EQ(approval_status(t.routes[1], c, false).state, ApprovalState::current);
+  // A valid current record of the window beside the invalid one: current.
+  Approvals both = c;
+  both.records.push_back(good(t.routes[0]));
+  EXPECT_EQ(approval_status(t.routes[0], both, false).state, ApprovalState::current);
+  std::filesystem::remove_all(d);
+}
+
+// Records whose window cannot be read match no route, but are kept and counted.
+TEST(InvalidApprovals, UnreadableWindowIsKept) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const std::string text =
+      R"({"format": "normgate-approvals/1", "approvals": [{"window": {"op": "bwe"}}, 7]})";
+  const Approvals a = parse_approvals(text, "u.approvals.json");
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(invalid_count(a), 2u);
+  EXPECT_NE(a.records[0].invalid.find("record 0: bad op 'bwe'"), std::string::npos) << a.records[0].invalid;
+  EXPECT_EQ(a.records[1].invalid, "record 1: a record must be a JSON object");
+  EXPECT_EQ(approval_status(t.routes[0], a, true).state, ApprovalState::missing);
+  EXPECT_NE(approvals_to_json_text(a).find("\"bwe\""), std::string::npos);
+  // Not an approvals file at all: an error naming it.
+  EXPECT_THROW((void)parse_approvals("{\"format\": \"normgate-approvals/2\", \"approvals\": []}", "v.json"),
+               RouteTableError);
+  EXPECT_THROW((void)parse_approvals("[]", "v.json"), RouteTableError);
+}
+
+}  // namespace
+}  // namespace normgate::kernels
