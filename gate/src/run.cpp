@@ -186,9 +186,10 @@ int registry_rank(const std::string& impl) {
 // implementations the table's windows holding the case route. The journal
 // belongs to the whole table (slices of --windows or --base share it), so
 // the plan is the whole table's:
-//   - eps and kappa the defaults (every gate case has them);
-//   - (family, seed) from the seed set, or a fresh seed of one of its
-//     families (last+1 .. last+fresh seeds);
+//   - (family, eps, kappa) one of the seed set's points (SeedSet::points:
+//     5xN has epsnear at several eps and cancel at several kappa);
+//   - seed from the seed set, or one of its fresh seeds (last+1 ..
+//     last+fresh seeds);
 //   - a window of the table (same H, w, form; T inside) whose plan has T: a
 //     grid T point, or a dense point (grid point + k * dense_step, 1 <= |k|
 //     <= dense_points; refinement centres on a grid point, fresh seeds on a
@@ -206,14 +207,16 @@ RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& s
   std::vector<std::vector<int64_t>> tpts;
   for (const Route& r : table.routes) tpts.push_back(window_t_points(r.t_lo, r.t_hi, opt.t_per_window));
   const std::string set_name = seeds::to_string(set);
-  return [&table, &set, &opt, fresh_seeds, tpts, set_name](const CaseRecord& rec) {
+  const std::vector<seeds::FamilyPoint> points = set.points();
+  return [&table, &set, &opt, fresh_seeds, tpts, set_name, points](const CaseRecord& rec) {
     const seeds::CaseId c = seeds::parse_case(rec.case_id);
     const std::string at = "case " + rec.case_id + " ";
-    if (c.eps != seeds::kDefaultEps || c.kappa != seeds::kDefaultKappa)
-      throw std::invalid_argument(at + "has eps or kappa other than the defaults; no gate case does");
-    if (std::find(set.families.begin(), set.families.end(), c.family) == set.families.end())
-      throw std::invalid_argument(at + "is of family " + std::string(seeds::to_string(c.family)) +
-                                  ", not in the campaign's seed set " + set_name);
+    // The case's (family, eps, kappa) must be one of the seed set's points
+    // (5xN: epsnear at several eps, cancel at several kappa).
+    const seeds::FamilyPoint point{c.family, c.eps, c.kappa};
+    if (std::find(points.begin(), points.end(), point) == points.end())
+      throw std::invalid_argument(at + "is at family point " + seeds::to_string(point) +
+                                  ", not one of the campaign's seed set " + set_name);
     const bool grid_seed = c.seed >= set.first && c.seed <= set.last;
     const bool fresh_seed = opt.fresh_factor > 0 && c.seed > set.last && c.seed - set.last <= fresh_seeds;
     if (!grid_seed && !fresh_seed)

@@ -216,6 +216,29 @@ TEST(GateCli, FlippedBitInAJournalIsAnErrorNamingTheLine) {
   std::filesystem::remove_all(dir);
 }
 
+// A journal of the default family set (5xN: epsnear at several eps, cancel
+// at several kappa) resumes: its cases are in the campaign's plan. (The plan
+// check first accepted only the case id defaults of eps and kappa, and
+// refused every finished 5xN journal on resume.)
+TEST(GateCli, AJournalOfTheDefaultFamilyPointsResumes) {
+  const std::string dir = temp_dir("points");
+  const std::string journal = dir + "/j.jsonl";
+  const std::string args = "gate " + kSmall + " --backend cpu --threads 1 --seeds 5x1 --t-per-window 2 --quiet --journal " +
+                           journal;
+  const CliResult first = cli(args + " --report-json " + dir + "/a.json");
+  ASSERT_EQ(first.code, 0) << first.out;
+  ASSERT_TRUE(contains(slurp(journal), ",eps=1e-05\"")) << "no epsnear case at eps 1e-5 in the journal";
+  ASSERT_TRUE(contains(slurp(journal), ",kappa=10000\"")) << "no cancel case at kappa 1e4 in the journal";
+  const CliResult again = cli(args + " --report-json " + dir + "/b.json");
+  ASSERT_EQ(again.code, 0) << again.out;
+  auto without_date = [](std::string t) {
+    const size_t at = t.find("\"date\"");
+    return at == std::string::npos ? t : t.erase(at, t.find('\n', at) - at);
+  };
+  EXPECT_EQ(without_date(slurp(dir + "/a.json")), without_date(slurp(dir + "/b.json")));
+  std::filesystem::remove_all(dir);
+}
+
 // kill -9 in the middle of a campaign, resume with the same journal: nothing
 // finished is redone and both reports equal the uninterrupted run's but the date.
 TEST(GateCli, ResumeAfterKill9GivesTheSameReport) {
