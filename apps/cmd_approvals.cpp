@@ -4,8 +4,6 @@
 // record of every file passes every other check (all files written or none).
 #include "commands.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,35 +18,6 @@
 #include "normgate/routing/routing.h"
 
 namespace normgate::app {
-
-namespace {
-
-// Write text to a temporary file beside path (fsynced); returns its name.
-std::string stage(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".seal." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write '" + tmp + "': " + err);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot flush '" + tmp + "': " + err);
-  }
-  return tmp;
-}
-
-}  // namespace
 
 void add_approvals(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
@@ -117,20 +86,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         if (n) texts.emplace_back(a.path, kernels::approvals_to_json_text(a));
         std::printf("seal     %s: %zu record%s sealed\n", a.path.c_str(), n, n == 1 ? "" : "s");
       }
-      std::vector<std::string> staged;
-      try {
-        for (const auto& [path, text] : texts) staged.push_back(stage(path, text));
-      } catch (...) {
-        for (const auto& t : staged) ::unlink(t.c_str());
-        throw;
-      }
-      for (size_t i = 0; i < texts.size(); ++i)
-        if (::rename(staged[i].c_str(), texts[i].first.c_str()) != 0) {
-          const std::string err = std::strerror(errno);
-          for (size_t k = i; k < staged.size(); ++k) ::unlink(staged[k].c_str());
-          throw std::runtime_error("cannot rename '" + staged[i] + "' to '" + texts[i].first + "': " + err +
-                                   (i ? " (the files before it are written)" : ""));
-        }
+      write_files_atomic(texts);  // all files or none (apps/commands.h)
       return 0;
     };
   });
