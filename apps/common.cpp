@@ -2,6 +2,8 @@
 // options, writable-path checks, atomic writes.
 #include "commands.h"
 
+#include "normgate/core/file_target.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,13 +94,21 @@ void commit_temp(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& text) { commit_temp(write_temp(path, text), path); }
+// A symbolic link is written through: the file it points to is replaced,
+// never the link (core/file_target.h).
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string real = core::rename_target(path);
+  commit_temp(write_temp(real, text), real);
+}
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<std::pair<std::string, std::string>> temps;  // (temporary, path)
   try {
     for (const auto& [path, text] : files)
-      if (!path.empty()) temps.emplace_back(write_temp(path, text), path);
+      if (!path.empty()) {
+        const std::string real = core::rename_target(path);  // a link is written through
+        temps.emplace_back(write_temp(real, text), real);
+      }
   } catch (...) {
     for (const auto& t : temps) ::unlink(t.first.c_str());
     throw;
@@ -141,6 +151,14 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
       continue;
     }
     check_writable(o.path, o.option);
+    // A link into /proc or /dev (/dev/stdout -> /proc/self/fd/1) is no file
+    // to replace: the rename would put a file where the system's link was.
+    {
+      const std::string real = core::rename_target(o.path);
+      if (real != o.path && (real.rfind("/proc/", 0) == 0 || real.rfind("/dev/", 0) == 0))
+        throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
+                                    ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
+    }
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).
     for (size_t j = 0; j < i; ++j) {

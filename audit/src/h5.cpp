@@ -1,6 +1,8 @@
 // audit/src/h5.cpp: the HDF5 layer (h5.h).
 #include "h5.h"
 
+#include "normgate/core/file_target.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -264,7 +266,8 @@ herr_t image_free(void* p, H5FD_file_image_op_t op, void* ud) {
 
 Writer::Writer(std::string path, uint64_t size_hint) : path_(std::move(path)), image_(std::make_unique<Image>()) {
   quiet();
-  tmp_ = path_ + ".tmp-" + std::to_string(::getpid());
+  target_ = normgate::core::rename_target(path_);  // a link is written through, never replaced
+  tmp_ = target_ + ".tmp-" + std::to_string(::getpid());
   // Built in memory (HDF5's core driver, no backing store) and written out by
   // commit() with plain write()s: an I/O error or a full disk is then an
   // error of ours, and HDF5 never holds a file it could not flush (its exit
@@ -345,7 +348,7 @@ void Writer::commit() {
     throw std::runtime_error(path_ + ": closing " + tmp_ + " failed: " + std::strerror(e) + " (nothing written at " +
                              path_ + ")");
   }
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp_.c_str());
     throw std::runtime_error(path_ + ": cannot rename " + tmp_ + " onto it: " + std::strerror(e));

@@ -87,7 +87,7 @@ class Writer {
   struct Image;  ///< the memory image (h5.cpp)
 
  private:
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // target_: path_, or the file its link points to
   std::unique_ptr<Image> image_;
   Id file_;
   Manifest manifest_;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
@@ -781,7 +782,8 @@ ApprovalsLock::~ApprovalsLock() { ::close(fd_); }  // closing releases the lock
 
 void save_approvals(const Approvals& a) {
   const std::string text = approvals_to_json_text(a);
-  const std::string tmp = a.path + ".tmp." + std::to_string(::getpid());
+  const std::string target = core::rename_target(a.path);  // a link is written through, never replaced
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
   size_t off = 0;
@@ -800,7 +802,7 @@ void save_approvals(const Approvals& a) {
     ::unlink(tmp.c_str());
     throw std::runtime_error("cannot flush '" + tmp + "': " + std::strerror(errno));
   }
-  if (::rename(tmp.c_str(), a.path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string err = std::strerror(errno);
     ::unlink(tmp.c_str());
     throw std::runtime_error("cannot rename '" + tmp + "' to '" + a.path + "': " + err);

@@ -201,3 +201,33 @@ TEST(OutputsCli, RouteWindowBeyondTheCaseIdLimitIsRefusedAtLoad) {
 }
 
 }  // namespace
+
+// An output that is a symbolic link is written through: the file it points
+// to gets the report and the link stays a link (the rename replaced the link
+// with a plain file and left its target stale). The approvals file of
+// --approve linked to a shared copy likewise. A link into /dev or /proc
+// (/dev/stdout) is refused before work: it is no file to replace.
+TEST(OutputsCli, ALinkedOutputIsWrittenThroughAndStaysALink) {
+  const Dir d("link");
+  fs::create_directories(d.p / "shared");
+  std::ofstream(d / "shared/target.json") << "old\n";
+  fs::create_symlink(d.p / "shared/target.json", d.p / "link.json");
+  const CliRun r = cli("gate " + kSmall + kOne + " --report-json " + (d / "link.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(d.p / "link.json"));
+  EXPECT_TRUE(contains(slurp(d / "shared/target.json"), "\"windows\"")) << "the link's target was not written";
+
+  // --approve through a linked approvals file beside a copied table.
+  fs::copy_file(kSmall, d.p / "small.toml");
+  const std::string policy = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml";
+  if (fs::exists(policy)) fs::copy_file(policy, d.p / "small.policy.toml");
+  std::ofstream(d / "shared/small.approvals.json") << "{\"format\": \"normgate-approvals/1\", \"approvals\": []}\n";
+  fs::create_symlink(d.p / "shared/small.approvals.json", d.p / "small.approvals.json");
+  const CliRun a = cli("gate " + (d / "small.toml") + kOne + " --approve");
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_TRUE(fs::is_symlink(d.p / "small.approvals.json"));
+  EXPECT_TRUE(contains(slurp(d / "shared/small.approvals.json"), "record_sha256")) << "the shared approvals are stale";
+
+  fs::create_symlink("/proc/self/fd/1", d.p / "stdout.json");
+  expect_refused({"gate " + kSmall + kOne + " --report-json " + (d / "stdout.json"), {"--report-json", "stdout.json"}});
+}
