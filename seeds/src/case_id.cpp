@@ -79,6 +79,10 @@ void validate_case(const CaseId& c) {
                                 std::to_string(c.H) + ")");
   if (!(std::isfinite(c.eps) && c.eps > 0.0))
     throw std::invalid_argument(ctx + "eps=" + detail::format_double(c.eps) + " must be finite and > 0");
+  // The kernels take float32(eps): a larger eps is infinite there.
+  if (c.eps > static_cast<double>(std::numeric_limits<float>::max()))
+    throw std::invalid_argument(ctx + "eps=" + detail::format_double(c.eps) +
+                                " is above the largest float32 (3.4028234663852886e+38): the kernels use float32(eps)");
   if (c.family == Family::cancel) {
     if (!(c.kappa >= kMinKappa && c.kappa <= kMaxKappa))
       throw std::invalid_argument(ctx + "kappa=" + detail::format_double(c.kappa) + " is out of range (1e2..1e12)");

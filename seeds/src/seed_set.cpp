@@ -42,7 +42,9 @@ std::pair<uint64_t, uint64_t> range(std::string_view input, std::string_view r) 
 
 void check_size(std::string_view input, const SeedSet& s) {
   const uint64_t n = s.last - s.first;  // count - 1, no overflow
-  if (n == kU64Max || (n + 1) > kU64Max / s.points().size()) fail(input, "too many (point, seed) pairs for 64 bits");
+  if (n >= kMaxSeedCount)
+    fail(input, (n == kU64Max ? std::string("2^64") : std::to_string(n + 1)) + " seeds, more than " +
+                    std::to_string(kMaxSeedCount) + " (kMaxSeedCount)");
 }
 
 // "family[,eps=E][,kappa=K]" of a one-family spelling.

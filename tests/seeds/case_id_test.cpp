@@ -60,7 +60,7 @@ TEST(CaseId, RoundTrips) {
   }
   // Doubles round-trip exactly through the shortest spelling.
   CaseId c = parse_case("H=64,T=1,w=bf16,family=cancel,seed=1");
-  for (double v : {1e-6 * 1.1, 0.1 + 0.2, 4.9406564584124654e-300, 1.7976931348623157e308}) {
+  for (double v : {1e-6 * 1.1, 0.1 + 0.2, 4.9406564584124654e-300, 3.4028234663852886e38}) {
     c.eps = v;
     EXPECT_EQ(parse_case(to_string(c)).eps, v);
   }
@@ -82,6 +82,11 @@ TEST(CaseId, StructuralErrors) {
   expect_error("Hx=4096,T=1,w=bf16,family=normal,seed=0",
                {"unknown key 'Hx'", "known: H,T,w,form,family,seed,eps,kappa", "'Hx=4096,T=1,w=bf16,family=normal,seed=0'"});
   expect_error("H=4096,H=4096,T=1,w=bf16,family=normal,seed=0", {"duplicate key 'H'"});
+  // eps above the largest float32 is infinite in the kernels (float32(eps)):
+  // refused by the parser, not later as "eps is not finite" by a model.
+  expect_error("H=64,T=3,w=bf16,family=normal,eps=1e308,seed=0", {"eps=1e+308", "largest float32"});
+  expect_error("H=64,T=3,w=bf16,family=normal,eps=3.5e38,seed=0", {"largest float32"});
+  EXPECT_EQ(parse_case("H=64,T=3,w=bf16,family=normal,eps=3.4e38,seed=0").eps, 3.4e38);
   expect_error("H=4096,T=1,w=bf16,family=normal", {"missing required key(s) 'seed'"});
   expect_error("H=4096,w=bf16,family=normal", {"'T'", "'seed'"});
   expect_error("H=4096,T=1,w=bf16,family=normal,seed=0,", {"empty key=value pair"});

@@ -52,7 +52,7 @@ TEST(SeedSet, Spellings) {
 }
 
 TEST(SeedSet, RoundTrips) {
-  for (const char* s : {"3x1", "3x120", "seeds=1..1", "seeds=120..239", "llm:3..9", "tiny:0..0", "3x1000000", "5x1",
+  for (const char* s : {"3x1", "3x120", "seeds=1..1", "seeds=120..239", "llm:3..9", "tiny:0..0", "3x65536", "5x1",
                         "5x120", "sweep=120..239", "cancel,kappa=10000:0..3", "epsnear,eps=1e-05:2..2",
                         "cancel,eps=1e-05,kappa=100:0..0"})
     EXPECT_EQ(to_string(parse_seed_set(s)), s);
@@ -79,8 +79,15 @@ TEST(SeedSet, Errors) {
   expect_error("gauss:0..7", "bad family 'gauss'");
   expect_error("normal:7..0", "first seed 7 > last seed 0");
   expect_error("normal", "unrecognized");
-  expect_error("seeds=0..18446744073709551615", "too many");
-  expect_error("3x18446744073709551615", "too many");
+  expect_error("seeds=0..18446744073709551615", "2^64 seeds, more than 65536");
+  expect_error("3x18446744073709551615", "18446744073709551615 seeds, more than 65536");
+  // kMaxSeedCount: --plan holds every case, so 3x1000000 ran out of memory
+  // (std::bad_alloc, nothing named) before the bound.
+  expect_error("3x1000000", "1000000 seeds, more than 65536");
+  expect_error("5x65537", "65537 seeds");
+  expect_error("cancel:10..65546", "65537 seeds");
+  EXPECT_EQ(parse_seed_set("3x65536").last, 65535u);
+  EXPECT_EQ(parse_seed_set("normal:18446744073709486080..18446744073709551615").first, 18446744073709486080ull);
 }
 
 // The default gate set: the seed's three families as before, epsnear at each

@@ -69,6 +69,12 @@ struct SeedSet {
   bool operator==(const SeedSet&) const = default;
 };
 
+/// Most seeds a set may hold (last - first + 1): 65,536, about 550 times the
+/// seed's standard of 120 per family. A plan holds every (point, seed, T)
+/// case in memory, so a larger set ran out of memory (std::bad_alloc, no
+/// value named) instead of being refused.
+inline constexpr uint64_t kMaxSeedCount = uint64_t{1} << 16;
+
 /// Parse a seed-set spelling (above). Seeds are decimal digits only (no
 /// sign, no spaces), 0..2^64-1; ranges are inclusive with first <= last.
 /// Families are in the order normal, llm, cancel (then epsnear for 5x and
@@ -77,7 +83,7 @@ struct SeedSet {
 /// other than "3x" or "5x", count 0, non-integer or out-of-range seed,
 /// missing "..", first > last, unknown family, an unknown parameter, kappa
 /// for a family other than cancel, an eps or kappa a case id refuses, more
-/// than 2^64-1 (point, seed) pairs.
+/// than kMaxSeedCount seeds.
 SeedSet parse_seed_set(std::string_view s);
 /// Canonical spelling: "3x120" / "5x120" when it is the three / the default
 /// set from seed 0, "seeds=A..B" / "sweep=A..B" otherwise,
