@@ -245,6 +245,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
         std::vector<PathArg> inputs = {{"spec", o->spec}, {"--timings", o->timings},
                                        {"the approval policy beside --out", kernels::policy_path_for(o->out)}};
         if (!o->approve) inputs.push_back({"the approvals file beside --out", ap});
+        else inputs.push_back({"the approvals lock file", ap + ".lock"});  // as gate --approve
         check_outputs(outputs, inputs);
         if (o->approve) check_read_write(ap, "--approve (approvals file beside --out)");
         else check_readable_if_present(ap, "the approvals file beside --out");

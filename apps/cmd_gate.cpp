@@ -172,6 +172,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                      {"--base", o->g.base_path},
                                      {"the table's approval policy", kernels::policy_path_for(o->g.table_path)}};
       if (!o->approve) inputs.push_back({"the table's approvals file", approvals_path});
+      // The approvals lock (routing.h ApprovalsLock): a rename over it would
+      // give it a new inode, and an approver holding the old one would no
+      // longer exclude the next.
+      else inputs.push_back({"the approvals lock file", approvals_path + ".lock"});
       for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
       if (o->g.journal_path == "-")
         throw std::invalid_argument("--journal -: the journal is a file the gate reads back to resume, not stdout");

@@ -170,7 +170,8 @@ def load_case(path, as_torch=None):
     else CaseDigestError (a ValueError) naming both. A file of another schema
     (normgate-case/1 included: it has no content digest), or whose datasets do
     not have the case's shapes, is a ValueError; a damaged dataset (Fletcher-32
-    or a metadata checksum) is h5py's OSError.
+    or a metadata checksum) is CaseContentError naming the file; a missing
+    file is FileNotFoundError.
 
     as_torch: None (default) uses torch when it is importable, True requires
     it, False never uses it.
@@ -207,32 +208,47 @@ def load_case(path, as_torch=None):
         raise TypeError("load_case: path must be a file path, got %r" % (path,))
     path = str(path)
     torch = _want_torch(as_torch)
-    with h5py.File(path, "r") as f:
-        meta = {k: _text(v) for k, v in f.attrs.items()}
-        if meta.get("schema") in _OLD_SCHEMAS:
-            raise ValueError("%s: schema '%s' was written before content digests and is no longer read; write it "
-                             "again (normgate repro CASE_ID --variant V --save NEW.h5), or upgrade a file whose "
-                             "history you trust: normgate inspect FILE --upgrade NEW.h5 (datasets/SCHEMA.md)"
-                             % (path, meta["schema"]))
-        if meta.get("schema") != CASE_SCHEMA:
-            raise ValueError("%s: schema '%s', expected '%s' (a case file written by normgate repro --save)"
-                             % (path, meta.get("schema", ""), CASE_SCHEMA))
-        verify_content(f, path)
-        c = _parse_case_id(meta.get("case_id", ""), path)
-        rows, H = c["T"] * c["heads"], c["H"]
-        arrays, bf16 = {}, []
-        for group in ("inputs", "outputs", "reference"):
-            for name, ds in f[group].items():
-                key = group + "/" + name
-                arrays[key] = ds[()]
-                if _text(ds.attrs.get("dtype", "")) == "bf16":
-                    if arrays[key].dtype != np.uint16:
-                        raise ValueError("%s: dataset %s is marked bf16 but stored as %s, not uint16"
-                                         % (path, key, arrays[key].dtype))
-                    bf16.append(key)
-        maps = {name: ds[()] for name, ds in f["maps"].items()} if "maps" in f else {}
-        if "maps" in f:
-            maps.update({k: int(v) for k, v in f["maps"].attrs.items()})
+    def read():
+        with h5py.File(path, "r") as f:
+            meta = {k: _text(v) for k, v in f.attrs.items()}
+            if meta.get("schema") in _OLD_SCHEMAS:
+                raise ValueError("%s: schema '%s' was written before content digests and is no longer read; write it "
+                                 "again (normgate repro CASE_ID --variant V --save NEW.h5), or upgrade a file whose "
+                                 "history you trust: normgate inspect FILE --upgrade NEW.h5 (datasets/SCHEMA.md)"
+                                 % (path, meta["schema"]))
+            if meta.get("schema") != CASE_SCHEMA:
+                raise ValueError("%s: schema '%s', expected '%s' (a case file written by normgate repro --save)"
+                                 % (path, meta.get("schema", ""), CASE_SCHEMA))
+            verify_content(f, path)
+            c = _parse_case_id(meta.get("case_id", ""), path)
+            rows, H = c["T"] * c["heads"], c["H"]
+            arrays, bf16 = {}, []
+            for group in ("inputs", "outputs", "reference"):
+                for name, ds in f[group].items():
+                    key = group + "/" + name
+                    arrays[key] = ds[()]
+                    if _text(ds.attrs.get("dtype", "")) == "bf16":
+                        if arrays[key].dtype != np.uint16:
+                            raise ValueError("%s: dataset %s is marked bf16 but stored as %s, not uint16"
+                                             % (path, key, arrays[key].dtype))
+                        bf16.append(key)
+            maps = {name: ds[()] for name, ds in f["maps"].items()} if "maps" in f else {}
+            if "maps" in f:
+                maps.update({k: int(v) for k, v in f["maps"].attrs.items()})
+
+        return meta, c, rows, H, arrays, bf16, maps
+
+    try:
+        meta, c, rows, H, arrays, bf16, maps = read()
+    except (OSError, KeyError, RuntimeError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        # A damaged dataset (its Fletcher-32 or a metadata checksum fails:
+        # h5py raises OSError, KeyError opening a damaged object, RuntimeError
+        # visiting one) or a file HDF5 cannot parse: name the file, as the
+        # CLI does.
+        raise CaseContentError(path, "", "", "%s: damaged or not a case file, HDF5 cannot read it: %s"
+                               % (path, e)) from e
 
     res = c["form"] == "res"
     want = {"inputs/x": (rows, H), "inputs/dy": (rows, H), "inputs/w": (H,), "outputs/y": (rows, H),

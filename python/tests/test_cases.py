@@ -161,6 +161,31 @@ def test_edited_case_id_or_verdict_raises_content_error():
         expect_content_error(tampered(PLAIN, d, extra))
 
 
+def test_a_damaged_file_is_an_error_naming_it():
+    """Bytes flipped anywhere in a case file: load_case returns the case
+    unchanged or raises a ValueError (CaseContentError among them) naming the
+    file, never h5py's bare OSError (a damaged chunk gave "Can't synchronously
+    read data (filter returned failure during read)", no file named)."""
+    need("h5py", "numpy")
+    data = open(PLAIN, "rb").read()
+    good = cases.load_case(PLAIN, as_torch=False)
+    errors = 0
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "damaged.h5")
+        for off in range(512, len(data), max(1, (len(data) - 512) // 60)):
+            b = bytearray(data)
+            b[off] ^= 0x5A
+            open(p, "wb").write(bytes(b))
+            try:
+                got = cases.load_case(p, as_torch=False)
+            except ValueError as e:
+                assert p in str(e), (off, str(e))
+                errors += 1
+                continue
+            assert got["meta"] == good["meta"] and got["case"] == good["case"], off
+    assert errors > 40, errors  # nearly every flip lands in something the digest or HDF5 checks
+
+
 def test_a_tampered_input_raises_with_both_digests():
     np = need("h5py", "numpy")
     with tempfile.TemporaryDirectory() as d:

@@ -231,3 +231,16 @@ TEST(OutputsCli, ALinkedOutputIsWrittenThroughAndStaysALink) {
   fs::create_symlink("/proc/self/fd/1", d.p / "stdout.json");
   expect_refused({"gate " + kSmall + kOne + " --report-json " + (d / "stdout.json"), {"--report-json", "stdout.json"}});
 }
+
+// Under --approve, a report over the approvals lock file (PATH.lock) is
+// refused: the rename would give the lock a new inode, and an approver
+// holding the old one would no longer exclude the next.
+TEST(OutputsCli, AReportOverTheApprovalsLockIsRefused) {
+  const Dir d("lock");
+  fs::copy_file(kSmall, d.p / "small.toml");
+  const std::string policy = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml";
+  if (fs::exists(policy)) fs::copy_file(policy, d.p / "small.policy.toml");
+  std::ofstream(d / "small.approvals.json.lock") << "";
+  expect_refused({"gate " + (d / "small.toml") + kOne + " --approve --report-junit " + (d / "small.approvals.json.lock"),
+                  {"--report-junit", "approvals lock"}});
+}
