@@ -351,8 +351,13 @@ TEST(JournalRecord, RecordOutsideTheCampaignsPlanIsAnError) {
       {rec("H=64,T=51,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "no plan of this campaign: T=51"},
       {rec("H=128,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_det_chunked"), "in no window of the table"},
       {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0", "bwd_fp32_blocked"), "implementation bwd_fp32_blocked"},
-      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0,eps=0.001", "bwd_det_chunked"), "eps or kappa"},
-      {rec("H=64,T=5,w=bf16,form=plain,family=tiny,seed=0", "bwd_det_chunked"), "family tiny"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0,eps=0.001", "bwd_det_chunked"),
+       "family point cancel,eps=0.001, not one of the campaign's seed set 3x1"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=tiny,seed=0", "bwd_det_chunked"), "family point tiny,"},
+      // 5x points are not 3x points: epsnear, and cancel at kappa 1e4.
+      {rec("H=64,T=5,w=bf16,form=plain,family=epsnear,seed=0", "bwd_det_chunked"), "family point epsnear,"},
+      {rec("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0,kappa=10000", "bwd_det_chunked"),
+       "family point cancel,kappa=10000,"},
   };
   for (const auto& b : bad) {
     put(o.journal_path, text);
