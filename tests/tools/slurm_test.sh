@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # slurm_test.sh NORMGATE TABLE: a sharded gate on a real one-node Slurm
 # (tools/slurm/), on the CPU models:
-#   1. starts munged, slurmctld and slurmd of its own (config, keys, state and
-#      spool under a temporary folder, ports 16817/16818 (others when taken), munge on its own
-#      socket), and stops them on exit, failure included;
+#   1. starts munged, slurmctld and slurmd of its own (config, keys, state
+#      and spool under a temporary folder, ports 16817/16818 or free ones
+#      when taken, munge on its own socket), and stops them on exit, failure
+#      included;
 #   2. tools/slurm/submit.sh: a 3-shard job array and the dependent merge and
 #      refinement; the merged gate.json and gate.md equal an unsharded run's
 #      (but the date);
-#   3. shard 2 of a second campaign killed mid-run (its file-size limit cuts
-#      the journal in the middle of a line: SIGXFSZ, a torn last line): the
+#   3. shards 1 and 3 of a second campaign and their merge: INCOMPLETE
+#      (exit 1) naming shard 2; shard 2 killed mid-run (its file-size limit
+#      cuts the journal in the middle of a line: SIGXFSZ, a torn line): the
 #      merge that follows it says INCOMPLETE (exit 1), never PASS; shard 2
 #      resubmitted alone resumes its journal (only the missing cases run),
 #      the merge resubmitted gives the unsharded reports again.
@@ -117,7 +119,7 @@ same_reports() {  # DIR WHAT: DIR/gate.{json,md} equal the unsharded run's but t
 }
 
 # --- 2. the unsharded run, then 3 shards and the merge on Slurm
-opts=(--backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --fresh-factor 1)
+opts=(--backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --fresh-factor 1 --windows w=bf16)
 "$bin" gate "$table" "${opts[@]}" --quiet --report-json "$d/full.json" --report-md "$d/full.md" >"$d/full.log" 2>&1 ||
   fail "unsharded gate: $(tail -3 "$d/full.log")"
 export NORMGATE="$bin"
@@ -146,6 +148,10 @@ limit=$(((cut + line5 / 2) / 1024))
 NORMGATE_ARRAY=1,3 "$src/tools/slurm/submit.sh" "$table" "$d/b" 3 "${opts[@]}" >"$d/ids1" || fail "submit.sh 1,3"
 merge1=$(awk '$1 == "merge" {print $2}' "$d/ids1")
 st=$(wait_job "$merge1" 120)
+# Shard 2 never ran: its merge fails with INCOMPLETE windows, naming the shard.
+[[ "$st" == "JobState=FAILED ExitCode=1:0" ]] || fail "merge without shard 2: $st, expected FAILED with exit 1"
+grep -q '^verdict  INCOMPLETE: .*(shards not given: 2/3)' "$d/b/slurm-normgate-merge-$merge1.out" ||
+  fail "the merge without shard 2 did not say INCOMPLETE naming it: $(tail -2 "$d/b/slurm-normgate-merge-$merge1.out")"
 # shellcheck disable=SC2016
 killed=$(bash -c 'ulimit -c 0; ulimit -f '"$limit"'; exec sbatch --parsable --propagate=FSIZE,CORE --chdir="$1" --array=2 "$2" "$3" "$1" 3 "${@:4}"' \
   _ "$d/b" "$src/tools/slurm/gate-array.sbatch" "$table" "${opts[@]}") || fail "sbatch of the killed shard"
