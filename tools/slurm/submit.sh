@@ -25,10 +25,11 @@ shift 3
 [ -r "$table" ] || { echo "submit: TABLE '$table' is not a readable file" >&2; exit 2; }
 command -v sbatch >/dev/null || { echo "submit: sbatch not found: is this a Slurm login node?" >&2; exit 3; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Checked here, not in a job: bad options fail now, not N times later.
+"${NORMGATE:-normgate}" gate "$table" --plan "$@" >/dev/null ||
+  { echo "submit: '${NORMGATE:-normgate} gate $table --plan' refuses these options (or does not run)" >&2; exit 2; }
 mkdir -p "$out" || exit 3
 table=$(realpath "$table") out=$(realpath "$out")
-# Checked here, not in a job: bad options fail now, not N times later.
-"${NORMGATE:-normgate}" gate "$table" --plan "$@" >/dev/null || { echo "submit: normgate gate refuses these options" >&2; exit 2; }
 read -r -a common <<<"${NORMGATE_SBATCH_ARGS:-}"
 read -r -a shard_args <<<"${NORMGATE_SBATCH_SHARD_ARGS:-}"
 read -r -a merge_args <<<"${NORMGATE_SBATCH_MERGE_ARGS:-}"
