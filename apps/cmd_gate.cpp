@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <tuple>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -70,7 +72,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "window fails, 2 usage or input error");
   struct Opts {
     validators::GateOptions g;
-    std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit;
+    std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard;
     bool approve = false, quiet = false, plan = false;
     double rate = 1e8;
     std::vector<std::string> plugins;
@@ -130,10 +132,23 @@ void add_gate(CLI::App& app, Commands& cmds) {
                 "approved)");
   sub->add_flag("--quiet", o->quiet, "Do not print the Markdown report on stdout");
   add_plugin_option(sub, o->plugins);
+  auto* shard_opt = sub->add_option(
+      "--shard", o->shard,
+      "K/N: run only shard K of N of the grid cases (a hash of each case id: every case in exactly one shard, "
+      "whatever the --windows filter or thread count) into --journal, then stop: no refinement, every window "
+      "INCOMPLETE, exit 0 once the shard's cases are journalled. Merge the shards with --merge");
+  auto* merge_opt = sub->add_option(
+      "--merge", o->g.merge_paths,
+      "Shard journals (--shard K/N runs of this campaign) to merge into --journal: every line checked (digest, "
+      "plan, its shard; contradictions refused naming file and line), then refinement runs and the reports are "
+      "an unsharded run's; a shard not given leaves its cases missing and their windows INCOMPLETE (exit 1)");
+  merge_opt->expected(1, -1)->excludes(shard_opt);
+  shard_opt->needs(journal_opt);
+  shard_opt->excludes(approve_flag);
   auto* plan_flag = sub->add_flag("--plan", o->plan,
                                   "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
                                   "--rate) and exit without running anything");
-  plan_flag->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(junit_opt)->excludes(approve_flag);
+  plan_flag->excludes(shard_opt)->excludes(merge_opt)->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(junit_opt)->excludes(approve_flag);
   sub->add_option("--rate", o->rate,
                   "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
                   "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf/oracle-and-gate-throughput.md D11)")
@@ -150,6 +165,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->needs(plan_flag);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);
+      for (const auto& m : o->g.merge_paths)
+        if (::access(m.c_str(), R_OK) != 0 || !std::filesystem::is_regular_file(m))
+          throw std::invalid_argument("--merge " + m + ": no readable shard journal there");
       load_plugins(o->plugins);
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
@@ -177,6 +196,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // longer exclude the next.
       else inputs.push_back({"the approvals lock file", approvals_path + ".lock"});
       for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
+      for (const auto& m : o->g.merge_paths) inputs.push_back({"--merge", m});
       if (o->g.journal_path == "-")
         throw std::invalid_argument("--journal -: the journal is a file the gate reads back to resume, not stdout");
       check_outputs(outputs, inputs, /*dash_is_stdout=*/true);
@@ -277,8 +297,28 @@ void add_gate(CLI::App& app, Commands& cmds) {
           std::printf("  note: cpu-model approvals are not accepted by the dispatcher unless it is told to "
                       "(DispatchPolicy::accept_cpu_model): the GPU code is what ships\n");
       }
-      int failing = 0;
-      for (const auto& w : res.windows) failing += !w.pass;
+      int failing = 0, incomplete = 0;
+      for (const auto& w : res.windows) {
+        failing += !w.pass;
+        incomplete += w.incomplete;
+      }
+      if (!res.shard.empty()) {
+        // A shard is no verdict; exit 0 says its cases are journalled (a job
+        // array's dependent merge runs after it), whatever they found.
+        std::printf("verdict  INCOMPLETE: shard %s of the grid journalled in %s (%lld cases run now); merge every "
+                    "shard's journal (--merge) for the verdicts\n",
+                    res.shard.c_str(), o->g.journal_path.c_str(), static_cast<long long>(res.cases_run_now));
+        return 0;
+      }
+      if (incomplete > 0) {
+        std::string missing;
+        for (const auto& k : res.shards_missing) missing += (missing.empty() ? "" : ", ") + k;
+        std::printf("verdict  INCOMPLETE: %d of %zu windows lack cases no merged shard holds%s; not a pass (backend "
+                    "%s)\n",
+                    incomplete, res.windows.size(), missing.empty() ? "" : (" (shards not given: " + missing + ")").c_str(),
+                    res.backend.c_str());
+        return 1;
+      }
       if (res.windows.empty())
         std::printf("verdict  PASS: no window changed against the base table\n");
       else

@@ -54,6 +54,11 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   for (size_t wi = 0; wi < r.windows.size(); ++wi) {
     const auto& w = r.windows[wi];
     const std::string why_refused = wi < refused.size() ? refused[wi] : std::string();
+    if (w.incomplete) {  // not gated to the end (a shard missing): no evidence either way
+      changes.push_back("kept " + r.backend + " approvals of " + w.route.describe() +
+                        " as they were (the window is INCOMPLETE)");
+      continue;
+    }
     std::vector<kernels::Approval> rest;
     bool had = false;
     for (auto& x : a.records) {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -288,7 +289,8 @@ Journal::Journal(Journal&& o) noexcept
       fd_(o.fd_),
       resumed_(std::move(o.resumed_)),
       lines_(std::move(o.lines_)),
-      dropped_(o.dropped_) {
+      dropped_(o.dropped_),
+      read_only_(o.read_only_) {
   o.fd_ = -1;
 }
 
@@ -297,6 +299,7 @@ Journal& Journal::operator=(Journal&& o) noexcept {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(o.path_);
     fd_ = o.fd_;
+    read_only_ = o.read_only_;
     resumed_ = std::move(o.resumed_);
     lines_ = std::move(o.lines_);
     dropped_ = o.dropped_;
@@ -310,12 +313,44 @@ Journal::~Journal() {
 }
 
 Journal Journal::open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check) {
+  return load(path, campaign, check, false);
+}
+
+Journal Journal::read(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check) {
+  return load(path, campaign, check, true);
+}
+
+nlohmann::json journal_campaign(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) sys_fail("cannot open journal", path);
+  std::string line;
+  std::getline(in, line);
+  if (in.bad()) sys_fail("cannot read journal", path);
+  nlohmann::json h;
+  try {
+    h = parse_journal_line(line);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
+                                e.what());
+  }
+  if (!h.contains("normgate_journal") || h["normgate_journal"] != kJournalFormat || !h.contains("campaign") ||
+      !h["campaign"].is_object())
+    throw std::invalid_argument("'" + path + "' is not a normgate gate journal of format " +
+                                std::to_string(kJournalFormat) + " (line 1 is no such header)");
+  return h["campaign"];
+}
+
+Journal Journal::load(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check,
+                      bool read_only) {
   Journal jr;
   jr.path_ = path;
-  jr.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  jr.read_only_ = read_only;
+  jr.fd_ = read_only ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC) : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (jr.fd_ < 0) sys_fail("cannot open journal", path);
-  // One writer per journal: a second gate on the same file would interleave records.
-  if (::flock(jr.fd_, LOCK_EX | LOCK_NB) != 0)
+  // One writer per journal: a second gate on the same file would interleave
+  // records; a reader waits for no writer either (it would see a journal
+  // still growing).
+  if (::flock(jr.fd_, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
     throw std::invalid_argument("journal " + path + " is in use by another running normgate gate");
   struct stat st{};
   if (::fstat(jr.fd_, &st) != 0) sys_fail("cannot stat journal", path);
@@ -353,6 +388,9 @@ Journal Journal::open(const std::string& path, const nlohmann::json& campaign, c
                                   ": a complete line is followed by " + std::to_string(tail.size() - p - 2) +
                                   " stray bytes where its newline belongs (the file was changed after normgate "
                                   "wrote it); start a new --journal file");
+  if (keep == 0 && !tail_complete && read_only)
+    throw std::invalid_argument("'" + path + "' holds no complete journal header line (" + std::to_string(text.size()) +
+                                " bytes): nothing to read");
   if (keep == 0 && !tail_complete) {
     // New, or only a torn header of this campaign: start over with the header.
     // Anything else is not this campaign's journal: left as it is.
@@ -441,6 +479,11 @@ Journal Journal::open(const std::string& path, const nlohmann::json& campaign, c
     read_line(std::string_view(text).substr(pos, nl - pos));
     pos = nl + 1;
   }
+  if (read_only) {
+    if (tail_complete) read_line(tail);
+    else jr.dropped_ = static_cast<int64_t>(tail.size());
+    return jr;
+  }
   if (tail_complete) {
     read_line(tail);
     if (::lseek(jr.fd_, 0, SEEK_END) < 0) sys_fail("cannot seek journal", path);
@@ -456,6 +499,7 @@ Journal Journal::open(const std::string& path, const nlohmann::json& campaign, c
 }
 
 void Journal::append(const CaseRecord& r) {
+  if (read_only_) throw std::logic_error("journal " + path_ + " was opened read-only (Journal::read)");
   if (fd_ < 0) return;
   write_all(fd_, journal_line(to_json(r)) + "\n", path_);
   if (::fsync(fd_) != 0) sys_fail("cannot sync journal", path_);

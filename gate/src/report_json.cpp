@@ -48,6 +48,10 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["normgate_version"] = r.normgate_version;
   j["normgate_commit"] = r.normgate_commit;
   j["date"] = r.date;
+  if (!r.shard.empty()) j["shard"] = r.shard;
+  if (std::any_of(r.windows.begin(), r.windows.end(), [](const WindowResult& w) { return w.incomplete; }) &&
+      r.merged_shard_count > 0)
+    j["shards_missing"] = r.shards_missing;
   j["skipped"] = r.skipped;
   j["removed"] = r.removed;
   j["source_changed"] = r.source_changed;
@@ -124,6 +128,11 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["kappa_headroom"] = w.kappa_headroom < 0 ? nlohmann::json(nullptr) : nlohmann::json(w.kappa_headroom);
     x["pass"] = w.pass;
     x["verdict"] = std::string(to_string(w.verdict));
+    if (w.incomplete) {  // only then: a complete report is the same with or without shards
+      x["verdict"] = "incomplete";
+      x["incomplete"] = true;
+      x["missing_cases"] = w.missing;
+    }
     j["windows"].push_back(std::move(x));
   }
   return j;

@@ -83,7 +83,7 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds) {
   int64_t failures = 0, errors = 0, total_cases = 0;
   for (const auto& w : r.windows) {
     total_cases += w.cases;
-    if (w.errors > 0 || w.verdict == Verdict::inconclusive) ++errors;
+    if (w.errors > 0 || w.incomplete || w.verdict == Verdict::inconclusive) ++errors;
     else if (!w.pass) ++failures;
   }
   const size_t tests = r.windows.size() + r.skipped.size();
@@ -118,6 +118,12 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds) {
       << attr(w.route.where()) << "\" time=\"" << seconds(t) << "\"";
     if (w.pass) {
       o << ">\n";
+    } else if (w.incomplete) {
+      o << ">\n      <error type=\"incomplete\" message=\""
+        << attr("INCOMPLETE: " +
+                (r.shard.empty() ? std::to_string(w.missing) + " cases without a result (shards not run or not merged)"
+                                 : "shard " + r.shard + " (grid cases of one shard, no refinement)"))
+        << "\">" << text(details(w)) << "</error>\n";
     } else if (w.errors > 0) {
       o << ">\n      <error type=\"case error\" message=\""
         << attr(std::to_string(w.errors) + " of " + std::to_string(w.cases) + " cases threw" +

@@ -101,16 +101,36 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
   return o.str();
 }
 
+namespace {
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+}  // namespace
+
 std::string format_gate_markdown(const GateResult& r) {
   std::ostringstream o;
-  int failing = 0, inconclusive = 0;
+  int failing = 0, inconclusive = 0, incomplete = 0;
+  int64_t missing = 0;
   for (const auto& w : r.windows) {
     failing += !w.pass;
     inconclusive += w.verdict == Verdict::inconclusive;
+    incomplete += w.incomplete;
+    missing += w.missing;
   }
   o << "# normgate gate: " << r.table_path << "\n\n";
-  o << "- verdict: **" << (r.pass() ? "PASS" : "FAIL") << "**: " << (r.windows.size() - failing) << " of "
-    << r.windows.size() << " gated windows pass";
+  if (!r.shard.empty())
+    o << "- **shard " << r.shard << "**: this run ran only the grid cases of its shard (`--shard`), no "
+      << "refinement: every window is INCOMPLETE. The verdicts come from merging every shard's journal "
+      << "(`normgate gate ... --merge`).\n";
+  else if (incomplete > 0)
+    o << "- **INCOMPLETE**: " << incomplete << " of " << r.windows.size() << " windows lack " << missing
+      << " cases (counted per window) that no merged shard journal holds"
+      << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
+      << "; those windows had no refinement and are not passed: run the missing shards and merge again.\n";
+  o << "- verdict: **" << (r.pass() ? "PASS" : incomplete > 0 ? "INCOMPLETE" : "FAIL") << "**: "
+    << (r.windows.size() - failing) << " of " << r.windows.size() << " gated windows pass";
   if (inconclusive > 0)
     o << "; " << inconclusive << " INCONCLUSIVE (no element over budget, but some comparison is within the "
       << "oracle's error bound of the budget: not approved; re-check those cases with --oracle mpfr)";
@@ -220,7 +240,11 @@ std::string format_gate_markdown(const GateResult& r) {
               : std::string("-"))
       << " | " << (w.worst_case.empty() ? "-" : w.worst_case + " (" + w.worst_output + ")") << " | " << w.cases
       << " | "
-      << (w.pass ? "PASS" : w.verdict == Verdict::inconclusive ? "**INCONCLUSIVE**" : "**FAIL**") << " |\n";
+      << (w.pass                                ? "PASS"
+          : w.incomplete                        ? "**INCOMPLETE**"
+          : w.verdict == Verdict::inconclusive ? "**INCONCLUSIVE**"
+                                                : "**FAIL**")
+      << " |\n";
   }
 
   o << "\n## Refinement and margin\n\n"
@@ -312,6 +336,11 @@ std::string format_gate_markdown(const GateResult& r) {
       if (w.pass) continue;
       o << "- " << w.route.where() << " `" << w.route.describe() << "`"
         << (w.control ? " (a NEGATIVE CONTROL, routed by explicit override)" : "") << ":\n";
+      if (w.incomplete)
+        o << "  - INCOMPLETE: " << (w.missing > 0 ? std::to_string(w.missing) + " cases without a result (their shard "
+                                                     "was not run or not merged); "
+                                               : std::string())
+          << "no refinement" << (r.shard.empty() ? "" : " (a shard runs only grid cases)") << "\n";
       for (int k = 0; k < w.gated_outputs(); ++k) {
         const auto& a = w.out[k];
         if (a.cases_over == 0 && a.max_ratio <= 1) continue;

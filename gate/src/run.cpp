@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -157,6 +158,7 @@ struct Win {
   int64_t dense_center = 0;
   std::string fresh_family;
   int64_t fresh_t = 0;
+  bool refine = true;  // every grid case has a result (--shard, --merge: not always)
 
   bool covers(const seeds::CaseId& c) const {
     return c.H == route->H && c.w == route->w && c.form == route->form && c.T >= route->t_lo && c.T <= route->t_hi;
@@ -272,7 +274,10 @@ class Runner {
   Runner(const GateOptions& opt, Backend backend, Store& store, Journal& journal)
       : opt_(opt), backend_(backend), store_(store), journal_(journal), t0_(Clock::now()) {}
 
-  void run_phase(const std::string& name, std::vector<Win>& wins, Phase Win::*phase) {
+  // take (may be empty: every case): whether this process runs the case of
+  // that id (--shard: its shard's cases; --merge: none of the grid's).
+  void run_phase(const std::string& name, std::vector<Win>& wins, Phase Win::*phase,
+                 const std::function<bool(const std::string&)>& take = {}) {
     struct Need {
       seeds::CaseId c;
       std::vector<std::string> impls;
@@ -323,7 +328,7 @@ class Runner {
       }
       std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
-      if (!missing[i].empty()) todo.push_back(i);
+      if (!missing[i].empty() && (!take || take(id))) todo.push_back(i);
     }
     size_t reported = 0;  // needs[0..reported) are counted in the progress
     auto progress_to = [&](size_t end) {
@@ -434,7 +439,10 @@ Pick worst_of(const Win& w, const Store& s, std::initializer_list<const Phase*> 
   return best;
 }
 
-void summarize(const Win& w, const Store& s, WindowResult& wr) {
+// partial (--shard, --merge): a case with neither a result nor an error is
+// missing (its shard did not run or was not merged), not an error; any
+// missing case, and every window of a shard, makes the window INCOMPLETE.
+void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, bool shard) {
   wr.t_points = w.tpts;
   wr.dense_center = w.dense_center;
   wr.fresh_family = w.fresh_family;
@@ -458,6 +466,10 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
       const ImplRecord* r = s.get(id, w.impl, &err);
       const bool first = seen.insert(id).second;
       if (!r) {
+        if (partial && err.empty()) {
+          wr.missing += first;
+          continue;
+        }
         if (first) {
           ++wr.errors;
           if (wr.error_samples.size() < 3)
@@ -527,6 +539,94 @@ void summarize(const Win& w, const Store& s, WindowResult& wr) {
   wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
   wr.pass = wr.verdict == Verdict::pass;
   wr.kappa_headroom = kappa_headroom(wr.families);
+  if (wr.missing > 0 || shard) {
+    wr.incomplete = true;
+    wr.pass = false;
+    wr.verdict = Verdict::fail;
+  }
+}
+
+// --merge: the shards' journals into `journal` and `store`. Each journal must
+// be a shard's of this campaign (its header's campaign equal to `campaign`
+// but "shard": "K/N"; one N for all, each K once), every line must pass the
+// journal's checks (digest, fields, `in_plan`) and hold only cases of its
+// shard. A (case, implementation) already known (from the journal being
+// resumed or an earlier shard) must have the same result, else the merge
+// stops naming both places, before anything is written; then the records
+// bringing anything new are appended to the journal (fsynced) and the store.
+void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const RecordCheck& in_plan,
+                  Journal& journal, Store& store, GateResult& res) {
+  std::map<std::pair<std::string, std::string>, std::pair<std::string, nlohmann::json>> known;
+  auto what_of = [](const CaseRecord& r, size_t i) {
+    return r.error.empty() ? to_json(r)["results"][i] : nlohmann::json{{"error", r.error}};
+  };
+  auto learn = [&](const CaseRecord& r, const std::string& where) {
+    bool fresh = false;
+    for (size_t i = 0; i < r.impls.size(); ++i) {
+      nlohmann::json what = what_of(r, i);
+      auto [it, added] = known.try_emplace({r.case_id, r.impls[i]}, where, what);
+      fresh = fresh || added;
+      if (!added && it->second.second != what)
+        throw std::invalid_argument("--merge: " + where + " contradicts " + it->second.first + ": case " + r.case_id +
+                                    ", implementation " + r.impls[i] + ": " + it->second.first + " has " +
+                                    it->second.second.dump() + ", " + where + " has " + what.dump() +
+                                    " (which one is right cannot be known: rerun that shard into a new journal)");
+    }
+    return fresh;
+  };
+  const std::string own = opt.journal_path.empty() ? std::string("(in memory)") : opt.journal_path;
+  for (size_t i = 0; i < journal.resumed().size(); ++i)
+    learn(journal.resumed()[i], "journal " + own + " line " + std::to_string(journal.resumed_lines()[i]));
+  std::map<int, std::string> given;  // K -> path
+  std::vector<CaseRecord> add;        // records that bring something new, in shard and line order
+  int n = 0;
+  std::string n_from;
+  for (const std::string& path : opt.merge_paths) {
+    const nlohmann::json c = journal_campaign(path);
+    if (!c.contains("shard") || !c["shard"].is_string())
+      throw std::invalid_argument("--merge " + path + ": not a shard's journal (its campaign names no shard; "
+                                  "a journal of a whole campaign is resumed with --journal, not merged)");
+    std::pair<int, int> kn;
+    try {
+      kn = parse_shard(c["shard"].get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("--merge " + path + ": its campaign's shard: " + e.what());
+    }
+    const auto [k, nk] = kn;
+    if (n == 0) {
+      n = nk;
+      n_from = path;
+    } else if (nk != n) {
+      throw std::invalid_argument("--merge " + path + " is shard " + c["shard"].get<std::string>() + " of " +
+                                  std::to_string(nk) + ", but " + n_from + " is one of " + std::to_string(n) +
+                                  " shards: merge the shards of one split");
+    }
+    if (auto [it, added] = given.emplace(k, path); !added)
+      throw std::invalid_argument("--merge: shard " + c["shard"].get<std::string>() + " given twice: " + it->second +
+                                  " and " + path);
+    nlohmann::json sc = campaign;
+    sc["shard"] = c["shard"];
+    const int kk = k, nn = n;
+    const Journal sj = Journal::read(path, sc, [&in_plan, kk, nn](const CaseRecord& r) {
+      in_plan(r);
+      if (const int at = shard_of(r.case_id, nn); at != kk)
+        throw std::invalid_argument("case " + r.case_id + " belongs to shard " + std::to_string(at) + "/" +
+                                    std::to_string(nn) + ", not to this journal's shard " + std::to_string(kk) + "/" +
+                                    std::to_string(nn));
+    });
+    res.journal_dropped_bytes += sj.dropped_bytes();
+    for (size_t i = 0; i < sj.resumed().size(); ++i)
+      if (learn(sj.resumed()[i], "journal " + path + " line " + std::to_string(sj.resumed_lines()[i])))
+        add.push_back(sj.resumed()[i]);
+  }
+  // Every shard checked: only now is the journal written to.
+  for (const CaseRecord& r : add) {
+    journal.append(r);
+    store.add(r);
+  }
+  res.merged_shard_count = n;
+  for (int k = 1; k <= n; ++k)
+    if (!given.count(k)) res.shards_missing.push_back(std::to_string(k) + "/" + std::to_string(n));
 }
 
 }  // namespace
@@ -642,22 +742,53 @@ GateResult run_gate(const GateOptions& opt) {
     }
   }
   campaign["variant_sha256"] = hashes;
+  const bool sharded = opt.shard_count > 0, merging = !opt.merge_paths.empty();
+  if (sharded) {
+    // A shard's journal says which shard it is: resuming it as another
+    // shard, or as the whole campaign, is refused; --merge reads it.
+    res.shard = std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count);
+    campaign["shard"] = res.shard;
+  }
   // Every resumed record is checked against this campaign's plan (plan_check);
   // Journal::open checks its digest and fields first.
-  Journal journal = opt.journal_path.empty()
-                        ? Journal()
-                        : Journal::open(opt.journal_path, campaign, plan_check(table, seed_set, opt, fresh_seeds));
+  const RecordCheck in_plan = plan_check(table, seed_set, opt, fresh_seeds);
+  const RecordCheck check =
+      !sharded ? in_plan : RecordCheck([&in_plan, &opt](const CaseRecord& r) {
+        in_plan(r);
+        if (const int k = shard_of(r.case_id, opt.shard_count); k != opt.shard_index)
+          throw std::invalid_argument("case " + r.case_id + " belongs to shard " + std::to_string(k) + "/" +
+                                      std::to_string(opt.shard_count) + ", not to this journal's shard " +
+                                      std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count));
+      });
+  Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign, check);
   Store store;
   for (const auto& rec : journal.resumed()) store.add(rec);
-  const int64_t journal_records = static_cast<int64_t>(journal.resumed().size());
   res.journal_dropped_bytes = journal.dropped_bytes();
+  if (merging) merge_shards(opt, campaign, in_plan, journal, store, res);
+  // Records 0..journal_records-1 came from journals (this one's, the shards').
+  const int64_t journal_records = store.records;
 
   Runner runner(opt, backend, store, journal);
-  runner.run_phase("grid", wins, &Win::grid);
+  std::function<bool(const std::string&)> take;  // every case
+  if (sharded) take = [&opt](const std::string& id) { return shard_of(id, opt.shard_count) == opt.shard_index; };
+  if (merging) take = [](const std::string&) { return false; };  // the shards ran the grid
+  runner.run_phase("grid", wins, &Win::grid, take);
+
+  // Refinement needs every grid result of its window: a shard runs none; a
+  // merge none for a window whose grid lacks cases (a shard missing).
+  for (auto& w : wins) {
+    w.refine = !sharded;
+    for (const auto& c : w.grid.cases) {
+      if (!w.refine) break;
+      std::string e;
+      w.refine = store.get(seeds::to_string(c), w.impl, &e) != nullptr || !e.empty();
+    }
+  }
 
   // Dense grid around each window's worst grid point.
   for (auto& w : wins) {
     if (opt.dense_points == 0) break;
+    if (!w.refine) continue;
     const Pick p = worst_of(w, store, {&w.grid});
     if (p.ratio < 0) continue;
     w.dense_center = p.c.T;
@@ -684,6 +815,7 @@ GateResult run_gate(const GateOptions& opt) {
   // Fresh seeds at each window's worst (T, family).
   if (opt.fresh_factor > 0) {
     for (auto& w : wins) {
+      if (!w.refine) continue;
       const Pick p = worst_of(w, store, {&w.grid, &w.dense});
       if (p.ratio < 0) continue;
       const seeds::SeedSet fs = seeds::point_seed_set(p.c, seed_set.last + 1, seed_set.last + fresh_seeds);
@@ -736,13 +868,13 @@ GateResult run_gate(const GateOptions& opt) {
                                      " for dx, dw, not gated)";
     }
     wr.control = w.route->variant->control;
-    summarize(w, store, wr);
+    summarize(w, store, wr, sharded || merging, sharded);
     res.windows.push_back(std::move(wr));
   }
   res.cases_run_now = runner.run_now();
   res.pipeline = runner.pipeline();
   // Records this plan used (an uninterrupted run uses all it made); records
-  // 0..journal_records-1 came from the journal.
+  // 0..journal_records-1 came from journals.
   res.cases_total = static_cast<int64_t>(store.used.size());
   res.cases_resumed = static_cast<int64_t>(
       std::distance(store.used.begin(), store.used.lower_bound(journal_records)));

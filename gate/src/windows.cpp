@@ -39,6 +39,14 @@ void check_options(const GateOptions& o) {
   if (o.dense_points < 0) throw std::invalid_argument("--dense-points " + std::to_string(o.dense_points) + " < 0");
   if (o.dense_step < 1) throw std::invalid_argument("--dense-step " + std::to_string(o.dense_step) + " < 1");
   if (o.fresh_factor < 0) throw std::invalid_argument("--fresh-factor " + std::to_string(o.fresh_factor) + " < 0");
+  if (o.shard_count != 0 || o.shard_index != 0) {
+    const std::string k = std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count);
+    (void)parse_shard(k);  // 1 <= K <= N
+    if (o.journal_path.empty())
+      throw std::invalid_argument("--shard " + k + " needs --journal: a shard's results are its journal, which "
+                                  "--merge reads");
+    if (!o.merge_paths.empty()) throw std::invalid_argument("--shard " + k + " and --merge exclude each other");
+  }
 }
 
 std::string backend_name(Backend b) { return b == Backend::gpu ? std::string(kernels::kGpuBackend)
@@ -244,6 +252,7 @@ WindowFilter parse_window_filter(std::string_view text) {
 }
 
 bool GateResult::pass() const {
+  if (!shard.empty()) return false;  // a shard is never a verdict
   if (windows.empty()) return !skipped.empty();  // --base: nothing changed
   return std::all_of(windows.begin(), windows.end(), [](const WindowResult& w) { return w.pass; });
 }

@@ -70,6 +70,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -169,7 +171,34 @@ struct GateOptions {
   /// process ran so far; what it throws leaves run_gate (tests simulate a
   /// crash with it; may be empty).
   std::function<void(int64_t cases_run_now)> after_case;
+  /// --shard K/N (shard_count 0: not sharded; else 1 <= shard_index <=
+  /// shard_count): run only the grid cases of shard K (shard_of), into the
+  /// journal (required; its campaign gets "shard": "K/N"), and stop: no
+  /// refinement, every window INCOMPLETE (WindowResult::incomplete).
+  int shard_index = 0;
+  int shard_count = 0;
+  /// --merge J...: journals of shards of this campaign (same campaign but
+  /// "shard"; one N, each K at most once). Their records are checked (digest,
+  /// fields, the plan, the shard of every case) and copied into the journal
+  /// (journal_path; in memory when ""), which may hold records already (a
+  /// merge resumed); then the grid runs nothing (a grid case no shard holds
+  /// is missing: its windows are INCOMPLETE, no refinement), and refinement
+  /// (dense grid, fresh seeds) runs for every window whose grid is complete.
+  /// Given every shard, the result equals an unsharded run's.
+  std::vector<std::string> merge_paths;
 };
+
+/// The shard (1..n) that runs the grid case `case_id` under --shard K/n: 1 +
+/// (the first 8 bytes of the SHA-256 of the canonical case-id string, read
+/// as a big-endian unsigned integer) mod n. A function of the case alone, so
+/// every case is in exactly one shard whatever the thread count, the backend
+/// or the --windows filter, and cases of every size spread evenly over the
+/// shards. Throws std::invalid_argument when n < 1.
+int shard_of(std::string_view case_id, int n);
+
+/// Parse "K/N" (decimal integers, 1 <= K <= N <= 65536) into {K, N}. Throws
+/// std::invalid_argument naming the value and what is wrong.
+std::pair<int, int> parse_shard(std::string_view text);
 
 /// Worst value of one output over a window's cases.
 struct OutputAgg {
@@ -236,6 +265,14 @@ struct WindowResult {
   int64_t dense_center = 0;        ///< T the dense grid is centred on (0: no dense grid)
   std::string fresh_family;        ///< family of the fresh-seed re-run ("" when none)
   int64_t fresh_t = 0;             ///< T of the fresh-seed re-run
+  /// Grid cases (and other windows' cases inside it) with no result because
+  /// their shard was not run or not merged (--shard, --merge); 0 otherwise.
+  int64_t missing = 0;
+  /// INCOMPLETE: a shard's window (--shard: grid cases of one shard, no
+  /// refinement), or a merged window with missing cases (no refinement).
+  /// Never passes: pass is false, verdict fail, and the reports say
+  /// "incomplete", not "fail".
+  bool incomplete = false;
   bool pass = false;
   /// pass; fail (an element over budget, or a case threw); inconclusive (no
   /// failure, but some comparison could not be certified against the
@@ -279,6 +316,11 @@ struct GateResult {
     std::string name, op, origin, ran_on, source_sha256, description;
   };
   std::vector<External> externals;
+  std::string shard;                   ///< "K/N" for a --shard run, else ""
+  /// --merge: shard count N of the journals merged (0 without --merge), and
+  /// the shards of 1..N no journal was given for ("K/N").
+  int merged_shard_count = 0;
+  std::vector<std::string> shards_missing;
   int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
   int64_t cases_run_now = 0;           ///< run by this process
   int64_t cases_resumed = 0;           ///< taken from the journal

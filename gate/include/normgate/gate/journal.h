@@ -169,6 +169,15 @@ class Journal {
   /// when it cannot be opened, read or written.
   static Journal open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
 
+  /// Read `path` as open() does, every check included, without changing it:
+  /// the file must exist (std::runtime_error naming the path otherwise) and
+  /// hold at least a complete header line; it is opened read-only under a
+  /// shared flock (std::invalid_argument naming the file while a gate holds
+  /// it), a torn last line is dropped from resumed() (dropped_bytes) but left
+  /// in the file, and append() throws std::logic_error. What `gate --merge`
+  /// reads the shards' journals with.
+  static Journal read(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
+
   /// Records found in the file when it was opened, in file order.
   const std::vector<CaseRecord>& resumed() const { return resumed_; }
   /// Line number (1-based) of each record of resumed(), same order.
@@ -180,15 +189,25 @@ class Journal {
 
   /// Append one record: its line (journal_line(to_json(r))) and newline with write() (looping over
   /// partial writes), then fsync(), before returning. Throws std::runtime_error naming the path
-  /// when writing or syncing fails.
+  /// when writing or syncing fails; std::logic_error on a journal opened by read().
   void append(const CaseRecord& r);
 
  private:
+  static Journal load(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check,
+                      bool read_only);
   std::string path_;
   int fd_ = -1;
   std::vector<CaseRecord> resumed_;
   std::vector<int64_t> lines_;
   int64_t dropped_ = 0;
+  bool read_only_ = false;
 };
+
+/// The campaign of the journal at `path`: line 1's "campaign" object, its
+/// digest checked (nothing else is read). `gate --merge` learns each shard
+/// journal's shard from it before reading the file against the campaign.
+/// Throws std::invalid_argument naming the file when line 1 is no format-2
+/// journal header; std::runtime_error when the file cannot be read.
+nlohmann::json journal_campaign(const std::string& path);
 
 }  // namespace normgate::validators

@@ -1,0 +1,357 @@
+// tests/gate/shard_test.cpp: a campaign split into shards (--shard K/N) and
+// merged (--merge) gives exactly the unsharded run's reports; every grid case
+// runs in exactly one shard; a missing shard leaves its windows INCOMPLETE,
+// never PASS; a tampered, contradicting or misplaced shard record is refused
+// naming the file and line; a killed shard resumes from its journal.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
+
+namespace {
+
+using namespace normgate;
+using namespace normgate::validators;
+
+const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_shard_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::istringstream in(slurp(path));
+  std::vector<std::string> v;
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+void put_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (const auto& l : lines) f << l << "\n";
+}
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+// Small, fast options (the gate tests' own): 3 families x 1 seed, 4 T per
+// window, 2 dense points each side, fresh seeds 2x.
+GateOptions small_opts() {
+  GateOptions o;
+  o.table_path = kSmall;
+  o.seeds = "3x1";
+  o.t_per_window = 4;
+  o.dense_points = 2;
+  o.backend = Backend::cpu;
+  o.threads = 1;
+  o.normgate_version = "test";
+  o.normgate_commit = "test";
+  return o;
+}
+
+std::string strip_date(const std::string& md) {
+  std::istringstream in(md);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("- date: ", 0) != 0) out += line + "\n";
+  return out;
+}
+
+std::string json_without_date(const GateResult& r) {
+  nlohmann::json j = gate_to_json(r);
+  j.erase("date");
+  return j.dump(1);
+}
+
+// Case ids of a journal's records.
+std::vector<std::string> journal_cases(const std::string& path) {
+  std::vector<std::string> v;
+  const auto ls = lines_of(path);
+  for (size_t i = 1; i < ls.size(); ++i) v.push_back(parse_journal_line(ls[i])["case"].get<std::string>());
+  return v;
+}
+
+GateResult run_shard(GateOptions o, const std::string& dir, int k, int n) {
+  o.shard_index = k;
+  o.shard_count = n;
+  o.journal_path = dir + "/shard-" + std::to_string(k) + "-of-" + std::to_string(n) + ".jsonl";
+  return run_gate(o);
+}
+
+std::string shard_path(const std::string& dir, int k, int n) {
+  return dir + "/shard-" + std::to_string(k) + "-of-" + std::to_string(n) + ".jsonl";
+}
+
+GateResult merge(GateOptions o, const std::string& out, const std::vector<std::string>& shards) {
+  o.journal_path = out;
+  o.merge_paths = shards;
+  return run_gate(o);
+}
+
+std::string thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+TEST(Shard, ParseRefusesBadValuesNamingThem) {
+  EXPECT_EQ(parse_shard("1/1"), std::make_pair(1, 1));
+  EXPECT_EQ(parse_shard("3/7"), std::make_pair(3, 7));
+  for (const char* bad : {"0/3", "4/3", "3", "", "/3", "1/", "a/3", "1/b", "-1/3", "1/0", "1/-2", "1/3x", " 1/3",
+                          "1/99999999999", "1/65537"}) {
+    const std::string e = thrown([&] { (void)parse_shard(bad); });
+    EXPECT_TRUE(contains(e, "--shard '" + std::string(bad) + "'")) << bad << ": " << e;
+  }
+  EXPECT_THROW((void)shard_of("H=64,T=1,w=bf16,form=plain,family=normal,seed=0", 0), std::invalid_argument);
+}
+
+// Every grid case of the plan runs in exactly one shard, for N = 1, 2, 3, 7;
+// a shard runs no refinement, reports every window INCOMPLETE, and a
+// --windows filter keeps each case in the shard it has without the filter.
+TEST(Shard, EveryGridCaseInExactlyOneShard) {
+  const std::string dir = temp_dir("partition");
+  GateOptions o = small_opts();
+  o.dense_points = 0;  // the grid alone: what the shards split
+  o.fresh_factor = 0;
+  o.journal_path = dir + "/full.jsonl";
+  const GateResult full = run_gate(o);
+  o.journal_path.clear();
+  std::vector<std::string> all = journal_cases(dir + "/full.jsonl");
+  const std::multiset<std::string> expect(all.begin(), all.end());
+  ASSERT_GT(expect.size(), 50u);
+  o = small_opts();
+  for (int n : {1, 2, 3, 7}) {
+    std::multiset<std::string> got;
+    for (int k = 1; k <= n; ++k) {
+      const GateResult r = run_shard(o, dir, k, n);
+      EXPECT_EQ(r.shard, std::to_string(k) + "/" + std::to_string(n));
+      EXPECT_FALSE(r.pass());
+      for (const auto& w : r.windows) {
+        EXPECT_TRUE(w.incomplete) << w.route.window();
+        EXPECT_FALSE(w.pass);
+        EXPECT_TRUE(w.dense.t.empty() && w.fresh.t.empty()) << "a shard ran refinement";
+      }
+      EXPECT_TRUE(contains(format_gate_markdown(r), "**shard " + r.shard + "**"));
+      EXPECT_EQ(gate_to_json(r)["windows"][0]["verdict"], "incomplete");
+      const auto cases = journal_cases(shard_path(dir, k, n));
+      if (n > 1) {
+        EXPECT_LT(cases.size(), expect.size()) << "shard " << k << "/" << n << " ran everything";
+      }
+      for (const auto& c : cases) EXPECT_EQ(shard_of(c, n), k) << c;
+      got.insert(cases.begin(), cases.end());
+    }
+    EXPECT_EQ(got, expect) << "N = " << n << ": the shards' cases are not the grid's, each once";
+  }
+  // A filter keeps each case in its shard: shard 2/3 of the H=256 windows
+  // holds exactly the H=256 cases of shard 2/3 of the whole table.
+  std::set<std::string> whole;
+  for (const auto& c : journal_cases(shard_path(dir, 2, 3)))
+    if (contains(c, "H=256,")) whole.insert(c);
+  ASSERT_FALSE(whole.empty());
+  std::filesystem::create_directories(dir + "/f");
+  GateOptions f = small_opts();
+  f.windows = "H=256";
+  (void)run_shard(f, dir + "/f", 2, 3);
+  const auto sub = journal_cases(shard_path(dir + "/f", 2, 3));
+  EXPECT_EQ(std::set<std::string>(sub.begin(), sub.end()), whole);
+  (void)full;
+  std::filesystem::remove_all(dir);
+}
+
+// Merged shards give the unsharded run's reports (but the date), with the
+// refinement run by the merge; a merge missing a shard is INCOMPLETE on the
+// windows that lack its cases, and merging it later (the same output journal)
+// completes it to the unsharded reports again.
+TEST(Shard, MergeEqualsUnshardedAndMissingShardIsIncomplete) {
+  const std::string dir = temp_dir("merge");
+  const GateOptions o = small_opts();
+  const GateResult full = run_gate(o);
+  for (int k = 1; k <= 3; ++k) (void)run_shard(o, dir, k, 3);
+  const std::vector<std::string> shards = {shard_path(dir, 1, 3), shard_path(dir, 2, 3), shard_path(dir, 3, 3)};
+
+  const GateResult m = merge(o, dir + "/merged.jsonl", shards);
+  EXPECT_TRUE(m.pass());
+  EXPECT_EQ(m.cases_total, full.cases_total);
+  EXPECT_EQ(strip_date(format_gate_markdown(m)), strip_date(format_gate_markdown(full)));
+  EXPECT_EQ(json_without_date(m), json_without_date(full));
+  EXPECT_GT(m.cases_run_now, 0) << "the merge ran no refinement";
+
+  // Shard 3 missing.
+  const GateResult part = merge(o, dir + "/part.jsonl", {shards[0], shards[1]});
+  EXPECT_FALSE(part.pass());
+  EXPECT_EQ(part.shards_missing, std::vector<std::string>{"3/3"});
+  int incomplete = 0;
+  const std::set<std::string> in3 = [&] {
+    const auto v = journal_cases(shards[2]);
+    return std::set<std::string>(v.begin(), v.end());
+  }();
+  for (const auto& w : part.windows) {
+    // A window is incomplete exactly when shard 3 holds one of its grid cases.
+    bool lacks = false;
+    for (const auto& c : in3) {
+      const seeds::CaseId id = seeds::parse_case(c);
+      lacks = lacks || (id.H == w.route.H && id.w == w.route.w && id.T >= w.route.t_lo && id.T <= w.route.t_hi);
+    }
+    EXPECT_EQ(w.incomplete, lacks) << w.route.window();
+    if (w.incomplete) {
+      ++incomplete;
+      EXPECT_FALSE(w.pass);
+      EXPECT_GT(w.missing, 0);
+      EXPECT_EQ(w.errors, 0) << "missing cases are not errors";
+      EXPECT_TRUE(w.dense.t.empty() && w.fresh.t.empty());
+    }
+  }
+  ASSERT_GT(incomplete, 0);
+  const nlohmann::json pj = gate_to_json(part);
+  EXPECT_EQ(pj["shards_missing"], nlohmann::json::array({"3/3"}));
+  EXPECT_FALSE(pj["pass"].get<bool>());
+  const std::string md = format_gate_markdown(part);
+  EXPECT_TRUE(contains(md, "- verdict: **INCOMPLETE**")) << md;
+  EXPECT_TRUE(contains(md, "shards not given: 3/3")) << md;
+  EXPECT_TRUE(contains(md, "| **INCOMPLETE** |")) << md;
+  EXPECT_TRUE(contains(format_gate_junit(part, 1.0), "type=\"incomplete\""));
+
+  // The missing shard merged later into the same journal: the full reports.
+  const GateResult done = merge(o, dir + "/part.jsonl", shards);
+  EXPECT_TRUE(done.shards_missing.empty());
+  EXPECT_EQ(strip_date(format_gate_markdown(done)), strip_date(format_gate_markdown(full)));
+  EXPECT_EQ(json_without_date(done), json_without_date(full));
+  std::filesystem::remove_all(dir);
+}
+
+// What a merge refuses, naming the file and line: a flipped bit, a record
+// contradicting one already merged, a case of another shard, a shard given
+// twice, shards of different splits, a whole campaign's journal. Nothing is
+// merged then.
+TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
+  const std::string dir = temp_dir("tamper");
+  GateOptions o = small_opts();
+  o.windows = "H=64";
+  for (int k = 1; k <= 3; ++k) (void)run_shard(o, dir, k, 3);
+  const std::vector<std::string> shards = {shard_path(dir, 1, 3), shard_path(dir, 2, 3), shard_path(dir, 3, 3)};
+  (void)merge(o, dir + "/m.jsonl", shards);
+  const std::string merged = slurp(dir + "/m.jsonl");
+
+  // A flipped bit in line 3 of shard 1.
+  auto ls = lines_of(shards[0]);
+  ASSERT_GE(ls.size(), 3u);
+  const std::string flipped = dir + "/flipped.jsonl";
+  auto fl = ls;
+  fl[2][fl[2].find("seed=") + 5] ^= 1;
+  put_lines(flipped, fl);
+  std::string e = thrown([&] { (void)merge(o, dir + "/x.jsonl", {flipped, shards[1]}); });
+  EXPECT_TRUE(contains(e, "journal " + flipped + " line 3")) << e;
+  EXPECT_TRUE(contains(e, "SHA-256")) << e;
+
+  // A validly signed line with another dw ratio: contradicts the merged journal.
+  nlohmann::json rec = parse_journal_line(ls[1]);
+  nlohmann::json& dw = rec["results"][0]["dw"];
+  dw[0] = dw[0].get<double>() * 0.5 + 1e-3;  // still <= 1: a valid record, another result
+  auto cl = ls;
+  cl[1] = journal_line(rec);
+  const std::string contra = dir + "/contra.jsonl";
+  put_lines(contra, cl);
+  e = thrown([&] { (void)merge(o, dir + "/m.jsonl", {contra, shards[1], shards[2]}); });
+  EXPECT_TRUE(contains(e, "journal " + contra + " line 2 contradicts journal " + dir + "/m.jsonl line ")) << e;
+  EXPECT_EQ(slurp(dir + "/m.jsonl"), merged) << "a refused merge changed the output journal";
+
+  // A case of shard 2 copied into shard 1's journal.
+  auto mis = ls;
+  mis.push_back(lines_of(shards[1])[1]);
+  const std::string misplaced = dir + "/misplaced.jsonl";
+  put_lines(misplaced, mis);
+  e = thrown([&] { (void)merge(o, dir + "/y.jsonl", {misplaced}); });
+  EXPECT_TRUE(contains(e, "journal " + misplaced + " line " + std::to_string(mis.size()))) << e;
+  EXPECT_TRUE(contains(e, "belongs to shard 2/3, not to this journal's shard 1/3")) << e;
+
+  // The same shard twice; shards of two splits; a whole campaign's journal.
+  e = thrown([&] { (void)merge(o, "", {shards[0], shards[0]}); });
+  EXPECT_TRUE(contains(e, "shard 1/3 given twice")) << e;
+  (void)run_shard(o, dir, 1, 2);
+  e = thrown([&] { (void)merge(o, "", {shards[0], shard_path(dir, 1, 2)}); });
+  EXPECT_TRUE(contains(e, "one of 3 shards")) << e;
+  e = thrown([&] { (void)merge(o, "", {dir + "/m.jsonl"}); });
+  EXPECT_TRUE(contains(e, "not a shard's journal")) << e;
+  // Another campaign's shard (other seeds): named with the differing field.
+  GateOptions other = o;
+  other.seeds = "3x2";
+  std::filesystem::create_directories(dir + "/other");
+  (void)run_shard(other, dir + "/other", 3, 3);
+  e = thrown([&] { (void)merge(o, "", {shards[0], shard_path(dir + "/other", 3, 3)}); });
+  EXPECT_TRUE(contains(e, "belongs to a different campaign")) << e;
+  EXPECT_TRUE(contains(e, "seeds")) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// A shard killed after some cases resumes from its journal (only its own
+// missing cases run), a torn last line of a shard's journal is dropped by the
+// merge without changing the file, and the merge equals the unsharded run.
+TEST(Shard, KilledShardResumesAndMergesToTheSameReport) {
+  const std::string dir = temp_dir("resume");
+  GateOptions o = small_opts();
+  o.windows = "H=64";
+  const GateResult full = run_gate(o);
+  (void)run_shard(o, dir, 1, 3);
+  (void)run_shard(o, dir, 3, 3);
+  GateOptions killed = o;
+  killed.after_case = [](int64_t n) {
+    if (n == 4) throw std::runtime_error("simulated kill");
+  };
+  EXPECT_THROW((void)run_shard(killed, dir, 2, 3), std::runtime_error);
+  EXPECT_EQ(journal_cases(shard_path(dir, 2, 3)).size(), 4u);
+  // Its partial journal merged: INCOMPLETE, never PASS.
+  const GateResult early = merge(o, "", {shard_path(dir, 1, 3), shard_path(dir, 2, 3), shard_path(dir, 3, 3)});
+  EXPECT_FALSE(early.pass());
+  EXPECT_TRUE(early.shards_missing.empty());
+  bool any_incomplete = false;
+  for (const auto& w : early.windows) any_incomplete = any_incomplete || w.incomplete;
+  EXPECT_TRUE(any_incomplete);
+  // Resumed: the 4 journalled cases are not run again.
+  const GateResult resumed = run_shard(o, dir, 2, 3);
+  EXPECT_EQ(resumed.cases_resumed, 4);
+  EXPECT_GT(resumed.cases_run_now, 0);
+  // Resuming shard 2's journal as shard 1 is refused (its campaign names its shard).
+  GateOptions as1 = o;
+  as1.shard_index = 1;
+  as1.shard_count = 3;
+  as1.journal_path = shard_path(dir, 2, 3);
+  EXPECT_TRUE(contains(thrown([&] { (void)run_gate(as1); }), "shard: journal \"2/3\", this run \"1/3\""));
+  // A torn last line (a shard killed mid-write) is dropped, the file kept.
+  const std::string tail = "{\"case\":\"H=64,T=1";
+  { std::ofstream(shard_path(dir, 3, 3), std::ios::app) << tail; }
+  const std::string torn = slurp(shard_path(dir, 3, 3));
+  const GateResult m = merge(o, dir + "/m.jsonl", {shard_path(dir, 1, 3), shard_path(dir, 2, 3), shard_path(dir, 3, 3)});
+  EXPECT_EQ(m.journal_dropped_bytes, static_cast<int64_t>(tail.size()));
+  EXPECT_EQ(slurp(shard_path(dir, 3, 3)), torn) << "the merge changed a shard's journal";
+  EXPECT_EQ(strip_date(format_gate_markdown(m)), strip_date(format_gate_markdown(full)));
+  EXPECT_EQ(json_without_date(m), json_without_date(full));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
