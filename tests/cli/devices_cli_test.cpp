@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/kernels/device.h"
+
 namespace {
 
 using normgate::test::contains;
@@ -93,6 +95,61 @@ TEST(DevicesCli, StatsJsonHasEveryPhase) {
   std::stringstream ss;
   ss << m.rdbuf();
   EXPECT_FALSE(contains(ss.str(), "elements/s")) << ss.str();
+  std::filesystem::remove_all(dir);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A report without its date lines (Markdown "- date: ", JSON "date").
+std::string without_dates(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
+  return out;
+}
+
+// A journal's lines without each case's wall time and the digest over it.
+std::string journal_without_seconds(const std::string& path) {
+  std::istringstream in(slurp(path));
+  std::string line, out;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("seconds");
+    j.erase("sha256");
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+// GPU only: the same small gate with --devices 0 and --devices 0,0,0 (three
+// workers on one GPU) writes the same reports and journal but for dates and
+// wall times.
+TEST(DevicesCli, RepeatedDeviceGivesTheSameReportsAndJournal) {
+  if (!normgate::kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device";
+  const std::string dir = temp_dir("gpu");
+  for (const char* d : {"0", "0,0,0"}) {
+    const std::string tag = std::string(d) == "0" ? "one" : "three";
+    const auto r = run_normgate("gate " + kSmall +
+                                " --backend gpu --seeds 3x2 --t-per-window 4 --dense-points 2 --quiet --devices " + d +
+                                " --journal " + dir + "/" + tag + ".jsonl --report-md " + dir + "/" + tag +
+                                ".md --report-json " + dir + "/" + tag + ".json --stats-json " + dir + "/" + tag +
+                                ".stats.json");
+    ASSERT_EQ(r.code, 0) << d << "\n" << r.out;
+  }
+  EXPECT_EQ(without_dates(slurp(dir + "/three.md")), without_dates(slurp(dir + "/one.md")));
+  EXPECT_EQ(without_dates(slurp(dir + "/three.json")), without_dates(slurp(dir + "/one.json")));
+  EXPECT_EQ(journal_without_seconds(dir + "/three.jsonl"), journal_without_seconds(dir + "/one.jsonl"));
+  const auto one = nlohmann::json::parse(slurp(dir + "/one.stats.json"));
+  const auto three = nlohmann::json::parse(slurp(dir + "/three.stats.json"));
+  EXPECT_EQ(three.at("devices"), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(three.at("elements"), one.at("elements"));
+  EXPECT_GT(three.at("phases").at("downloads").at("seconds").get<double>(), 0.0);
   std::filesystem::remove_all(dir);
 }
 
