@@ -18,6 +18,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/family_docs.h"
 #include "normgate/seeds/generate.h"
+#include "normgate/harness/devices.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate_version.h"
 
@@ -84,6 +85,7 @@ void add_check(CLI::App& app, Commands& cmds) {
     int threads = 0;
     bool quiet = false;
     std::string oracle = "auto";
+    std::string devices = "all";
     std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
@@ -105,6 +107,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       ->delimiter(',');
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
   add_threads_option(sub, o->threads, "OpenMP threads (0: default)");
+  add_devices_option(sub, o->devices);
   add_oracle_option(sub, o->oracle,
                     "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
                     "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
@@ -132,6 +135,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       // "all" holds controls of one form or H range: each case runs those that support it.
       const bool from_all = std::find(o->impls.begin(), o->impls.end(), "all") != o->impls.end();
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
+      const std::vector<int> devices = parse_devices_option(o->devices);
       // The note comes after the arguments are parsed: a bad one is the only output.
       auto note_backend = [&] {
         if (backend == validators::Backend::cpu)
@@ -141,6 +145,8 @@ void add_check(CLI::App& app, Commands& cmds) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle), from_all};
         note_backend();
+        // One case: its GPU half on the first device of the list.
+        if (backend == validators::Backend::gpu && !devices.empty()) kernels::use_device(devices.front());
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2) + "\n");
@@ -184,7 +190,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         }
         std::fflush(stdout);
         if (!o->json.empty()) all.push_back(validators::to_json(rep));
-      }, oracle::parse_oracle_mode(o->oracle), from_all);
+      }, oracle::parse_oracle_mode(o->oracle), from_all, devices);
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
       if (!o->json.empty()) write_file_atomic(o->json, all.dump() + "\n");

@@ -5,6 +5,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -72,7 +73,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "window fails, 2 usage or input error");
   struct Opts {
     validators::GateOptions g;
-    std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard;
+    std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard, stats_json;
+    std::string devices = "all";
     bool approve = false, quiet = false, plan = false;
     double rate = 1e8;
     std::vector<std::string> plugins;
@@ -115,6 +117,12 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
                     "undecided comparisons are INCONCLUSIVE), mpfr (every element; small cases only)");
   add_threads_option(sub, o->g.threads, "OpenMP threads for generator, oracle, validation (0: default)");
+  add_devices_option(sub, o->devices);
+  auto* stats_opt = sub->add_option(
+      "--stats-json", o->stats_json,
+      "Write the run's throughput here (atomically; schema docs/schemas.md): elements/s per phase (generation, "
+      "kernels, downloads, reference, validation, journal) and end to end, and the host's copy bandwidth measured "
+      "at the end of the run; never part of the reports");
   auto* md_opt = sub->add_option("--report-md", o->report_md,
                                  "Write the Markdown report here (atomically); - : to stdout, everything else to stderr");
   auto* json_opt = sub->add_option("--report-json", o->report_json,
@@ -148,7 +156,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto* plan_flag = sub->add_flag("--plan", o->plan,
                                   "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
                                   "--rate) and exit without running anything");
-  plan_flag->excludes(shard_opt)->excludes(merge_opt)->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)->excludes(junit_opt)->excludes(approve_flag);
+  plan_flag->excludes(shard_opt)->excludes(merge_opt)->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)
+      ->excludes(junit_opt)->excludes(approve_flag)->excludes(stats_opt);
   sub->add_option("--rate", o->rate,
                   "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
                   "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf/oracle-and-gate-throughput.md D11)")
@@ -184,7 +193,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const std::vector<ReportPath> reports = {
           {"--report-md", o->report_md}, {"--report-json", o->report_json}, {"--report-junit", o->report_junit}};
       const std::string approvals_path = kernels::approvals_path_for(o->g.table_path);
-      std::vector<PathArg> outputs = {{"--journal", o->g.journal_path}};
+      if (o->stats_json == "-")
+        throw std::invalid_argument("--stats-json -: give a file (stdout carries the progress and the report)");
+      std::vector<PathArg> outputs = {{"--journal", o->g.journal_path}, {"--stats-json", o->stats_json}};
       for (const auto& r : reports) outputs.push_back({r.option, r.path});
       if (o->approve) outputs.push_back({"--approve (approvals file)", approvals_path});
       std::vector<PathArg> inputs = {{"table", o->g.table_path},
@@ -210,6 +221,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(o->g.backend);
       if (backend == validators::Backend::gpu && !kernels::gpu_available())
         throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+      o->g.devices = parse_devices_option(o->devices);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
       // the finished result).
@@ -258,6 +270,18 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     pl.overlapped ? "GPU half of the next case overlapped the oracle of this one"
                                   : "no overlap: CPU models share the cores with the oracle");
       }
+      // Throughput per phase on stderr (and --stats-json): not in the reports,
+      // which must not depend on how fast or where the cases ran. The copy
+      // bandwidth is measured now, in this process, on 8 bytes per element
+      // checked, at least 64 MiB and at most 1 GiB.
+      std::string stats_text;
+      if (res.pipeline.cases > 0 || !o->stats_json.empty()) {
+        const double want = static_cast<double>(res.pipeline.elements) * validators::kBytesPerElement;
+        const size_t copy_bytes = static_cast<size_t>(std::clamp(want, 64.0 * (1 << 20), 1024.0 * (1 << 20)));
+        const auto copy = validators::measure_host_copy(copy_bytes, 3);
+        std::fputs(validators::format_pipeline_stats(res.pipeline, copy).c_str(), stderr);
+        if (!o->stats_json.empty()) stats_text = validators::to_json(res.pipeline, copy).dump(2) + "\n";
+      }
       for (const auto& w : res.windows)
         if (w.control_passed())
           std::fprintf(stderr, "warning: negative control %s PASSED %s: controls are built to fail; this window "
@@ -280,6 +304,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
         if (r.path == "-") to_stdout = text;
         else files.emplace_back(r.path, text);
       }
+      if (!o->stats_json.empty()) files.emplace_back(o->stats_json, stats_text);
       try {
         write_files_atomic(files);
       } catch (const std::runtime_error& e) {

@@ -97,6 +97,15 @@ CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::str
 /// and the process died of it), with the given help.
 CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help);
 
+/// --devices LIST (default "all"): the GPUs a pipeline spreads its cases'
+/// GPU halves over (validators::run_checks).
+CLI::Option* add_devices_option(CLI::App* sub, std::string& value);
+
+/// The --devices value read for this process's devices
+/// (kernels::parse_devices with kernels::device_count()), before any work;
+/// std::invalid_argument (exit 2) naming --devices and the bad value.
+std::vector<int> parse_devices_option(const std::string& text);
+
 /// `--plugin LIB.so`, repeatable (one path per occurrence): plugin libraries
 /// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
 CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/audit/export.h"
+#include "normgate/harness/devices.h"
 #include "normgate/plugin/loader.h"
 
 namespace normgate::app {
@@ -297,6 +298,23 @@ CLI::Option* add_oracle_option(CLI::App* sub, std::string& value, const std::str
 
 CLI::Option* add_threads_option(CLI::App* sub, int& value, const std::string& help) {
   return sub->add_option("--threads", value, help)->check(CLI::TypeValidator<int>("an integer"))->check(CLI::Range(0, 4096));
+}
+
+CLI::Option* add_devices_option(CLI::App* sub, std::string& value) {
+  return sub
+      ->add_option("--devices", value,
+                   "GPU backend: the devices the cases' GPU halves are spread over, one worker each, cases "
+                   "finished in order (reports do not depend on it): all (every visible device) or indices, e.g. "
+                   "0,1,2,3; a device may repeat (0,0: two workers on device 0)")
+      ->capture_default_str();
+}
+
+std::vector<int> parse_devices_option(const std::string& text) {
+  try {
+    return kernels::parse_devices(text, kernels::device_count());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--devices: " + std::string(e.what()));
+  }
 }
 
 CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths) {

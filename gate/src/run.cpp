@@ -391,13 +391,9 @@ class Runner {
           seconds_run_ += rec.seconds;
           if (opt_.after_case) opt_.after_case(run_now_);
           progress_to(todo[k] + 1);
-        });
-    pipeline_.cases += st.cases;
-    pipeline_.overlapped = pipeline_.overlapped || st.overlapped;
-    pipeline_.seconds_total += st.seconds_total;
-    pipeline_.seconds_prepare += st.seconds_prepare;
-    pipeline_.seconds_finish += st.seconds_finish;
-    pipeline_.seconds_waiting_for_prepare += st.seconds_waiting_for_prepare;
+        },
+        opt_.devices);
+    pipeline_ += st;
     progress_to(needs.size());
   }
 

@@ -1,10 +1,16 @@
 // harness/src/no_cuda.cpp: the GPU runner (runner.h) in a build without CUDA: each throws.
+#include <string>
+
 #include "built_without_cuda.h"
+#include "normgate/harness/devices.h"
 #include "normgate/harness/runner.h"
 
 namespace normgate::kernels {
 
 using detail::no_cuda;
+
+int device_count() { return 0; }
+void use_device(int device) { no_cuda(("use_device(" + std::to_string(device) + ")").c_str()); }
 
 void generate_device_inputs(const seeds::CaseId&, const DeviceInputBuffers&, Stream) {
   no_cuda("generate_device_inputs");

@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <future>
+#include <mutex>
+#include <condition_variable>
+#include <thread>
 #include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,7 +24,9 @@
 #include "normgate/core/bf16.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
+#include "normgate/harness/devices.h"
 #include "normgate/harness/runner.h"
+#include "host_pool.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/generate.h"
 
@@ -307,13 +313,14 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     pc.inputs_from = backend == Backend::gpu ? "GPU generator (same Philox code as the host)" : "host generator";
   }
   pc.seconds_generate = since(t0);
+  pc.phases.generation = pc.seconds_generate;
 
   if (!runs.empty()) {
     t0 = Clock::now();
     pc.gpu_outs.resize(gpu_impls);
     pc.gpu_dx_source.resize(gpu_impls);
     pc.gpu_fwd_source.resize(gpu_impls);
-    double seconds_inputs = 0;
+    double seconds_inputs = 0, seconds_generation = 0;
     for (size_t k = 0; k < runs.size(); ++k) {
       const GpuRun& g = runs[k];
       kernels::GpuRunOptions opt;
@@ -326,13 +333,17 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
         pc.gpu_dx_source[g.slots[i]] = g.slots[run.dx_source[i]];
         pc.gpu_fwd_source[g.slots[i]] = g.slots[0];  // the run's one forward
       }
+      pc.phases.downloads += run.seconds_downloads;
       if (opt.download_inputs) {  // generation (and the inputs' download) is the first part of the first run
         pc.inputs = std::move(run.inputs);
         pc.inputs_from_run = true;
         seconds_inputs = run.seconds_inputs;
+        seconds_generation = run.seconds_generation;
       }
     }
     pc.seconds_gpu = since(t0);
+    if (pc.inputs_from_run) pc.phases.generation = seconds_generation;
+    pc.phases.kernels = std::max(0.0, pc.seconds_gpu - (pc.inputs_from_run ? seconds_generation : 0.0) - pc.phases.downloads);
     if (pc.inputs_from_run) {
       pc.seconds_generate = seconds_inputs;
       pc.seconds_gpu = std::max(0.0, pc.seconds_gpu - seconds_inputs);
@@ -345,7 +356,12 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
     if (!v.external) continue;
     const ExternalImpl* x = find_external(v);
     if (x == nullptr) throw std::invalid_argument("external variant " + name + " has no registered implementation");
+    // One external run at a time in the process, as with one prepare worker
+    // (run_checks may prepare several cases at once on several devices).
+    static std::mutex external_mu;
+    const std::lock_guard<std::mutex> lock(external_mu);
     pc.ext_runs.push_back(run_external(*x, pc.inputs));
+    pc.phases.kernels += pc.ext_runs.back().seconds;
   }
   return pc;
 }
@@ -496,8 +512,32 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
 
 CheckReport run_check(const CheckRequest& req) { return finish_check(prepare_check(req)); }
 
+PhaseSeconds& PhaseSeconds::operator+=(const PhaseSeconds& o) {
+  generation += o.generation;
+  kernels += o.kernels;
+  downloads += o.downloads;
+  reference += o.reference;
+  validation += o.validation;
+  journal += o.journal;
+  return *this;
+}
+
+PipelineStats& PipelineStats::operator+=(const PipelineStats& o) {
+  cases += o.cases;
+  overlapped = overlapped || o.overlapped;
+  if (devices.empty()) devices = o.devices;
+  seconds_total += o.seconds_total;
+  seconds_prepare += o.seconds_prepare;
+  seconds_finish += o.seconds_finish;
+  seconds_waiting_for_prepare += o.seconds_waiting_for_prepare;
+  elements += o.elements;
+  phases += o.phases;
+  return *this;
+}
+
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
-                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done) {
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done,
+                         const std::vector<int>& devices) {
   PipelineStats st;
   const auto t_all = Clock::now();
   // Prepare request i (in the calling thread or a worker): never throws; an
@@ -515,12 +555,61 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   } catch (...) {
     first_err = std::current_exception();
   }
-  auto prepare = [&request, &first, &first_err](size_t i) {
+  // The GPU workers' devices, checked before any work. Backend gpu without
+  // a device and no list: each prepare_check throws (that case's error), as
+  // on one thread.
+  const int count = first && resolve_backend(first->backend) == Backend::gpu ? kernels::device_count() : 0;
+  const bool gpu = first && resolve_backend(first->backend) == Backend::gpu && (count > 0 || !devices.empty());
+  std::vector<int> devs;
+  if (gpu) {
+    devs = devices.empty() ? kernels::parse_devices("all", count) : devices;
+    for (int d : devs)
+      if (d < 0 || d >= count)
+        throw std::invalid_argument("run_checks: device " + std::to_string(d) + " does not exist (" +
+                                    std::to_string(count) + " visible CUDA devices)");
+    st.devices = devs;
+  }
+  // request(i) once per i, in order, one at a time: a worker waits for the
+  // call of request(i-1) to return before it calls request(i).
+  std::mutex req_mu;
+  std::condition_variable req_cv;
+  size_t next_request = 1;
+  // dev >= 0: on a worker thread, which makes that device current before
+  // anything else (a failure is this case's error, after its request's turn,
+  // so the next request still gets its turn).
+  auto prepare = [&](size_t i, int dev) {
     Slot s;
     const auto t0 = Clock::now();
+    std::exception_ptr dev_err;
+    if (dev >= 0) {
+      try {
+        kernels::use_device(dev);
+      } catch (...) {
+        dev_err = std::current_exception();
+      }
+    }
     try {
       if (i == 0 && first_err) std::rethrow_exception(first_err);
-      s.pc.emplace(prepare_check(i == 0 ? *first : request(i)));
+      std::optional<CheckRequest> r;
+      if (i == 0) {
+        r = *first;
+      } else {
+        std::unique_lock<std::mutex> lock(req_mu);
+        req_cv.wait(lock, [&] { return next_request == i; });
+        struct Next {  // the next request's turn, however request(i) ends
+          std::unique_lock<std::mutex>& l;
+          std::condition_variable& cv;
+          size_t& next;
+          ~Next() {
+            ++next;
+            l.unlock();
+            cv.notify_all();
+          }
+        } turn{lock, req_cv, next_request};
+        r.emplace(request(i));
+      }
+      if (dev_err) std::rethrow_exception(dev_err);
+      s.pc.emplace(prepare_check(*r));
     } catch (...) {
       s.err = std::current_exception();
     }
@@ -529,40 +618,53 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   };
   // Overlap only pays when the first half runs on the GPU; on the CPU both
   // halves would compete for the same cores.
-  const bool overlap = n > 1 && first && resolve_backend(first->backend) == Backend::gpu;
+  const bool overlap = n > 1 && gpu;
   st.overlapped = overlap;
   // GPU runs keep their device buffers from case to case (freed when this
-  // returns, after the worker below has finished).
+  // returns, after the workers below have finished).
   std::optional<kernels::ReuseGpuBuffers> keep_device_buffers;
   // And their host vectors: finish_check hands case k's back when it is done
-  // with them, and the GPU half of case k+2 (or later) fills them again: no
-  // fresh pages to fault in. The GPU half of case k+1 runs while case k's
-  // are being read, and takes only vectors handed back before it.
+  // with them, and a later case's GPU half fills them again: no fresh pages
+  // to fault in. The GPU halves running while case k is finished take only
+  // vectors handed back before they ask.
   std::optional<kernels::ReuseHostBuffers> keep_host_buffers;
-  if (first && resolve_backend(first->backend) == Backend::gpu) {
+  if (gpu) {
     keep_device_buffers.emplace();
     keep_host_buffers.emplace();
   }
-  std::future<Slot> ahead;
+  const size_t G = gpu ? devs.size() : 1;
+  // GPU backend: ahead[i % G] prepares case i on device devs[i % G], on its
+  // own thread (which sets that device before any CUDA call).
+  std::vector<std::future<Slot>> ahead(G);
+  auto launch = [&](size_t i) {
+    const int dev = devs[i % G];
+    ahead[i % G] = std::async(std::launch::async, [&prepare, i, dev] { return prepare(i, dev); });
+  };
+  if (gpu)
+    for (size_t i = 0; i < std::min(n, G); ++i) launch(i);
   Slot cur;
   for (size_t i = 0; i < n; ++i) {
-    if (i == 0 || !overlap) {
-      cur = prepare(i);
+    if (!gpu) {
+      cur = prepare(i, -1);
     } else {
       const auto tw = Clock::now();
-      cur = ahead.get();
+      cur = ahead[i % G].get();
       st.seconds_waiting_for_prepare += since(tw);
+      if (i + G < n) launch(i + G);  // the worker of device devs[i % G] is free
     }
     st.seconds_prepare += cur.seconds;
-    if (overlap && i + 1 < n) ahead = std::async(std::launch::async, prepare, i + 1);
     const auto t0 = Clock::now();
     std::exception_ptr err = cur.err;
     std::optional<CheckReport> rep;
-    // While the worker prepares the next case, the oracle leaves it one core
+    // While workers prepare later cases, the oracle leaves them a core each
     // (the result does not depend on the thread count).
     if (!err && overlap && i + 1 < n && cur.pc->request.threads <= 0)
-      cur.pc->request.threads = std::max(1, omp_get_num_procs() - 1);
+      cur.pc->request.threads = std::max(1, omp_get_num_procs() - static_cast<int>(G));
+    PhaseSeconds ph;
+    int64_t elems = 0;
     if (!err) {
+      ph = cur.pc->phases;
+      elems = cur.pc->request.id.rows() * cur.pc->request.id.H;
       try {
         rep.emplace(finish_check(std::move(*cur.pc)));
       } catch (...) {
@@ -572,10 +674,128 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
     cur = Slot{};
     st.seconds_finish += since(t0);
     ++st.cases;
-    done(i, rep ? &*rep : nullptr, err);  // may throw: a pending prepare is awaited by ~future
+    if (rep) {  // this case's phases (a case that threw counts in none)
+      ph.reference = rep->seconds_oracle;
+      for (const auto& ir : rep->impls) {
+        ph.validation += ir.seconds_validate;
+        if (ir.ran_on.rfind("cpu model", 0) == 0) ph.kernels += ir.seconds_impl;
+      }
+      st.elements += elems;
+    }
+    const auto tj = Clock::now();
+    done(i, rep ? &*rep : nullptr, err);  // may throw: the prepares in flight are awaited by ~future
+    if (rep) {
+      ph.journal = since(tj);
+      st.phases += ph;
+    }
   }
   st.seconds_total = since(t_all);
   return st;
+}
+
+HostCopyBandwidth measure_host_copy(size_t bytes, int repetitions, int threads) {
+  if (bytes == 0) throw std::invalid_argument("measure_host_copy: bytes = 0");
+  if (repetitions < 1)
+    throw std::invalid_argument("measure_host_copy: repetitions = " + std::to_string(repetitions) + " < 1");
+  const int nt = threads > 0 ? threads : omp_get_num_procs();
+  // Both buffers are written first, by the threads that copy (their pages are
+  // mapped before the timed copies), with distinct bytes.
+  UninitVector<unsigned char> a, b;
+  a.resize(bytes);
+  b.resize(bytes);
+  const int64_t nb = static_cast<int64_t>(bytes);
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < nb; i += 4096) {
+    const size_t len = std::min<size_t>(4096, bytes - static_cast<size_t>(i));
+    std::memset(a.data() + i, 0x5A, len);
+    std::memset(b.data() + i, 0xA5, len);
+  }
+  HostCopyBandwidth r;
+  r.bytes = bytes;
+  r.repetitions = repetitions;
+  r.threads = nt;
+  r.best_seconds = INFINITY;
+  for (int k = 0; k < repetitions; ++k) {
+    const auto t0 = Clock::now();
+    kernels::detail::copy_bytes(k % 2 ? a.data() : b.data(), k % 2 ? b.data() : a.data(), bytes, nt);
+    r.best_seconds = std::min(r.best_seconds, since(t0));
+  }
+  r.bytes_per_second = r.best_seconds > 0 ? static_cast<double>(bytes) / r.best_seconds : 0.0;
+  return r;
+}
+
+namespace {
+struct PhaseRow {
+  const char* name;
+  double seconds;
+};
+std::vector<PhaseRow> phase_rows(const PipelineStats& st) {
+  const PhaseSeconds& p = st.phases;
+  return {{"generation", p.generation}, {"kernels", p.kernels},       {"downloads", p.downloads},
+          {"reference", p.reference},   {"validation", p.validation}, {"journal", p.journal}};
+}
+std::string pad(std::string s) {  // a phase name in a column of 11
+  s.resize(std::max<size_t>(s.size(), 11), ' ');
+  return s;
+}
+double rate(int64_t elements, double seconds) {
+  return seconds > 0 ? static_cast<double>(elements) / seconds : 0.0;
+}
+}  // namespace
+
+nlohmann::json to_json(const PipelineStats& st, const HostCopyBandwidth& copy) {
+  auto phase = [&st](double seconds) {
+    nlohmann::json j{{"seconds", seconds}};
+    j["elements_per_second"] = seconds > 0 ? nlohmann::json(rate(st.elements, seconds)) : nlohmann::json(nullptr);
+    return j;
+  };
+  nlohmann::json j;
+  j["format"] = kPipelineStatsFormat;
+  j["cases"] = st.cases;
+  j["elements"] = st.elements;
+  j["elements_are"] = "sum over the cases with a report of rows*H of the case (T*H; T*heads*H for head forms), once "
+                      "per case";
+  j["devices"] = st.devices;
+  j["overlapped"] = st.overlapped;
+  j["seconds"] = {{"total", st.seconds_total},
+                  {"prepare", st.seconds_prepare},
+                  {"finish", st.seconds_finish},
+                  {"waiting_for_prepare", st.seconds_waiting_for_prepare}};
+  for (const auto& r : phase_rows(st)) j["phases"][r.name] = phase(r.seconds);
+  j["end_to_end"] = phase(st.seconds_total);
+  j["host_copy"] = {{"bytes", copy.bytes},
+                    {"repetitions", copy.repetitions},
+                    {"threads", copy.threads},
+                    {"best_seconds", copy.best_seconds},
+                    {"bytes_per_second", copy.bytes_per_second}};
+  j["bytes_per_element"] = kBytesPerElement;
+  const double e2e = rate(st.elements, st.seconds_total);
+  j["end_to_end_fraction_of_host_copy"] =
+      copy.bytes_per_second > 0 && st.seconds_total > 0 ? nlohmann::json(e2e * kBytesPerElement / copy.bytes_per_second)
+                                                        : nlohmann::json(nullptr);
+  return j;
+}
+
+std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwidth& copy) {
+  std::ostringstream o;
+  o << "throughput " << st.cases << " cases, " << fmt("%.4g", static_cast<double>(st.elements))
+    << " elements (rows*H per case) in " << fmt("%.2f", st.seconds_total) << " s";
+  if (!st.devices.empty()) o << " on devices " << kernels::to_string(st.devices);
+  o << "\n";
+  const double e2e = rate(st.elements, st.seconds_total);
+  for (const auto& r : phase_rows(st))
+    o << "  " << pad(r.name) << fmt("%9.2f", r.seconds) << " s  "
+      << (r.seconds > 0 ? fmt("%.3g", rate(st.elements, r.seconds)) + " elements/s" : std::string("-")) << "\n";
+  o << "  " << pad("end to end") << fmt("%9.2f", st.seconds_total) << " s  " << fmt("%.3g", e2e)
+    << " elements/s";
+  if (copy.bytes_per_second > 0)
+    o << " = " << fmt("%.3g", e2e * kBytesPerElement / 1e9) << " GB/s at " << fmt("%g", kBytesPerElement)
+      << " B/element, " << fmt("%.1f", 100.0 * e2e * kBytesPerElement / copy.bytes_per_second)
+      << "% of the host copy bandwidth " << fmt("%.3g", copy.bytes_per_second / 1e9) << " GB/s (best of "
+      << copy.repetitions << " copies of " << fmt("%.3g", static_cast<double>(copy.bytes) / (1 << 30)) << " GiB, "
+      << copy.threads << " threads)";
+  o << "\n";
+  return o.str();
 }
 
 std::string format_report(const CheckReport& rep) {
@@ -750,7 +970,8 @@ std::vector<seeds::CaseId> Grid::cases() const {
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
-                                    oracle::OracleMode oracle, bool skip_unsupported) {
+                                    oracle::OracleMode oracle, bool skip_unsupported,
+                                    const std::vector<int>& devices) {
   std::vector<Aggregate> aggs;
   auto slot = [&aggs](const std::string& impl, const seeds::CaseId& c) -> Aggregate& {
     const std::string point = seeds::to_string(seeds::FamilyPoint{c.family, c.eps, c.kappa});
@@ -787,7 +1008,8 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
           if (!(ir.result.dw_vs_fp32_worst <= a.dw_vs_fp32_worst)) a.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
         }
         if (on_case) on_case(*rep);
-      });
+      },
+      devices);
   std::erase_if(aggs, [](const Aggregate& a) { return a.cases == 0; });  // skipped everywhere (skip_unsupported)
   return aggs;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include "host_download.h"
 #include "host_pool.h"
 #include "launch.h"
+#include "normgate/harness/devices.h"
 #include "normgate/harness/runner.h"
 
 namespace normgate::kernels {
@@ -105,17 +107,15 @@ void check_outside_view(const detail::Region& b, int64_t off, int64_t stride, in
 namespace detail {
 
 namespace {
-// Two pinned staging buffers and their events, one set per process (a
-// pipeline's short-lived worker threads reuse it), guarded by a mutex.
+// Two pinned staging buffers and their events per device (pinned memory and
+// events belong to the device that was current when they were made), each
+// set reused by every thread of that device under its own mutex; made on
+// first use, never destroyed (no cudaFreeHost after the runtime's teardown
+// at exit).
 struct Staging {
+  std::mutex mu;
   void* buf[2] = {nullptr, nullptr};
   cudaEvent_t ev[2] = {nullptr, nullptr};
-  ~Staging() {
-    for (int b = 0; b < 2; ++b) {
-      if (buf[b] != nullptr) cudaFreeHost(buf[b]);
-      if (ev[b] != nullptr) cudaEventDestroy(ev[b]);
-    }
-  }
   void ensure() {
     for (int b = 0; b < 2; ++b) {
       if (buf[b] == nullptr) NG_CUDA(cudaHostAlloc(&buf[b], kStageBytes, cudaHostAllocDefault));
@@ -123,6 +123,17 @@ struct Staging {
     }
   }
 };
+Staging& staging_of_current_device() {
+  static std::mutex mu;
+  static auto* sets = new std::vector<std::unique_ptr<Staging>>;
+  int dev = 0;
+  NG_CUDA(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  if (sets->size() <= static_cast<size_t>(dev)) sets->resize(static_cast<size_t>(dev) + 1);
+  auto& st = (*sets)[static_cast<size_t>(dev)];
+  if (!st) st = std::make_unique<Staging>();
+  return *st;
+}
 }  // namespace
 
 void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows,
@@ -130,9 +141,8 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
   if (rows == 0 || width == 0) return;
   if (pitch < width) throw std::invalid_argument("download_rows: pitch " + std::to_string(pitch) + " < width " +
                                                  std::to_string(width));
-  static std::mutex mu;
-  static Staging st;
-  const std::lock_guard<std::mutex> lock(mu);
+  Staging& st = staging_of_current_device();
+  const std::lock_guard<std::mutex> lock(st.mu);
   st.ensure();
   // Chunks of whole rows, or (a row wider than a buffer; not reached by
   // run_gpu: H <= 2^20) of one row's kStageBytes pieces, in order.
@@ -176,28 +186,56 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
 }
 
 namespace {
-// The kept buffers (ReuseGpuBuffers): slot i is the i-th RunMemory::get of a
-// run. `busy` while a RunMemory uses them; the last scope to end frees them,
-// or the run holding them when it ends after that scope.
+// The kept buffers (ReuseGpuBuffers), in sets of one device each: slot i of
+// a set is the i-th RunMemory::get of a run. A set is `busy` while a
+// RunMemory uses it; the last scope to end frees the sets (with their device
+// current), or the run holding one frees it when it ends after that scope.
+struct SlotSet {
+  int device = 0;
+  bool busy = false;
+  std::vector<DeviceBuffer> slots;
+};
 struct Pool {
   std::mutex mu;
   int scopes = 0;
-  bool busy = false;
-  std::vector<DeviceBuffer> slots;
+  std::vector<std::unique_ptr<SlotSet>> sets;
 };
 Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: no cudaFree after the runtime's teardown at exit
   return *p;
 }
+// Free buffers of `device` with it current (the calling thread's device is
+// restored after). Never throws.
+void free_on_device(int device, std::vector<DeviceBuffer>& bufs) noexcept {
+  int cur = 0;
+  const bool know = cudaGetDevice(&cur) == cudaSuccess;
+  const bool switched = know && cur != device && cudaSetDevice(device) == cudaSuccess;
+  bufs.clear();
+  if (switched) (void)cudaSetDevice(cur);
+  (void)cudaGetLastError();
+}
 }  // namespace
 
 RunMemory::RunMemory() {
+  int dev = 0;
+  NG_CUDA(cudaGetDevice(&dev));
   Pool& p = pool();
   const std::lock_guard<std::mutex> lock(p.mu);
-  if (p.scopes > 0 && !p.busy) {
-    p.busy = true;
-    pooled_ = true;
+  if (p.scopes == 0) return;
+  SlotSet* set = nullptr;
+  for (auto& s : p.sets)
+    if (s->device == dev && !s->busy) {
+      set = s.get();
+      break;
+    }
+  if (set == nullptr) {  // every set of this device is in use by another run: one more
+    p.sets.push_back(std::make_unique<SlotSet>());
+    set = p.sets.back().get();
+    set->device = dev;
   }
+  set->busy = true;
+  set_ = set;
+  pooled_ = true;
 }
 
 RunMemory::~RunMemory() {
@@ -206,36 +244,38 @@ RunMemory::~RunMemory() {
   std::vector<DeviceBuffer> drop;
   {
     const std::lock_guard<std::mutex> lock(p.mu);
-    p.busy = false;
+    auto* s = static_cast<SlotSet*>(set_);
+    s->busy = false;
     // The last scope ended during the run; or the run failed (an
-    // out-of-memory among them): the next case starts from an empty pool,
+    // out-of-memory among them): the next case starts from an empty set,
     // not from the sum of every slot's largest size so far.
-    if (p.scopes == 0 || std::uncaught_exceptions() > 0) drop.swap(p.slots);
+    if (p.scopes == 0 || std::uncaught_exceptions() > 0) drop.swap(s->slots);
+    if (p.scopes == 0) std::erase_if(p.sets, [s](const auto& x) { return x.get() == s; });
   }
-}  // drop frees here
+}  // drop frees here (this run's device is current)
 
 Region RunMemory::get(size_t bytes) {
   if (!pooled_) {
     own_.emplace_back(bytes);
     return Region{own_.back().get(), bytes};
   }
-  Pool& p = pool();  // busy: only this run touches the slots
+  auto& slots = static_cast<SlotSet*>(set_)->slots;  // busy: only this run touches them
   const size_t i = next_++;
-  if (p.slots.size() <= i) p.slots.resize(i + 1);
+  if (slots.size() <= i) slots.resize(i + 1);
   if (bytes == 0) return Region{};
-  if (p.slots[i].bytes() < bytes) {
-    p.slots[i] = DeviceBuffer();  // free the smaller one first
+  if (slots[i].bytes() < bytes) {
+    slots[i] = DeviceBuffer();  // free the smaller one first
     try {
-      p.slots[i] = DeviceBuffer(bytes);
+      slots[i] = DeviceBuffer(bytes);
     } catch (const std::runtime_error&) {
-      // The pool holds every slot's largest size so far, which can exceed
+      // The set holds every slot's largest size so far, which can exceed
       // what this run needs: free the slots this run has not reached yet and
       // try once more; a second failure is this case's own out-of-memory.
-      for (size_t k = i + 1; k < p.slots.size(); ++k) p.slots[k] = DeviceBuffer();
-      p.slots[i] = DeviceBuffer(bytes);
+      for (size_t k = i + 1; k < slots.size(); ++k) slots[k] = DeviceBuffer();
+      slots[i] = DeviceBuffer(bytes);
     }
   }
-  return Region{p.slots[i].get(), bytes};
+  return Region{slots[i].get(), bytes};
 }
 
 }  // namespace detail
@@ -248,27 +288,48 @@ ReuseGpuBuffers::ReuseGpuBuffers() {
 
 ReuseGpuBuffers::~ReuseGpuBuffers() {
   detail::Pool& p = detail::pool();
-  std::vector<detail::DeviceBuffer> drop;
+  std::vector<std::unique_ptr<detail::SlotSet>> drop;  // the sets no run holds
   {
     const std::lock_guard<std::mutex> lock(p.mu);
-    if (--p.scopes == 0 && !p.busy) drop.swap(p.slots);
+    if (--p.scopes == 0) {
+      std::vector<std::unique_ptr<detail::SlotSet>> keep;
+      for (auto& s : p.sets) (s->busy ? keep : drop).push_back(std::move(s));
+      p.sets.swap(keep);
+    }
   }
-}  // drop frees here (DeviceBuffer's destructor ignores CUDA errors)
+  for (auto& s : drop) detail::free_on_device(s->device, s->slots);  // each with its device current
+}
 
 namespace {
+// Host wall-clock phases of one run (SharedGpuRun): inputs, with generated
+// inputs copied back only: the call's start to the end of that copy;
+// generation, same condition: the call's start until the host saw the
+// generation finish; downloads: time inside device-to-host copies.
+struct RunTimes {
+  double inputs = 0, generation = 0, downloads = 0;
+};
+
 // dx_source == nullptr: every result gets full copies. Otherwise results
 // k > 0 get no y/rstd, and no dx when their dx equals (bitwise, compared on
 // the device) an earlier variant's; (*dx_source)[k] names that variant.
 // inputs_out != nullptr (generated inputs only, host == nullptr): the
 // generated x, dy, w (res: u, dh_new) are copied back into it, laid out like
-// seeds::generate_host's, and *seconds_inputs gets the wall time from the
+// seeds::generate_host's, and times->inputs gets the wall time from the
 // start of this call to the end of that copy (allocation, poison,
 // generation, download).
 std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                                   const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host,
                                   std::vector<size_t>* dx_source = nullptr, seeds::HostInputs* inputs_out = nullptr,
-                                  double* seconds_inputs = nullptr) {
+                                  RunTimes* times = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
+  RunTimes local;
+  RunTimes& tm = times != nullptr ? *times : local;
+  // Host time inside the device-to-host copies (RunTimes::downloads).
+  auto timed = [&tm](auto&& copy) {
+    const auto t0 = std::chrono::steady_clock::now();
+    copy();
+    tm.downloads += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   if (bwds.empty()) bad_run("no backward variant given");
   for (const Variant* bwd : bwds) {
     if (bwd == nullptr) bad_run("null variant");
@@ -385,11 +446,17 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   // the pool of ReuseHostBuffers when a scope lives (its pages are mapped
   // already; NORMGATE_COPY_THREADS may split its copy), else into a fresh one.
   auto download_tensor = [&](std::vector<uint16_t>& dst, const uint16_t* from) {
-    dst = detail::take_host_u16(static_cast<size_t>(T) * static_cast<size_t>(inner));
-    detail::download_rows_into(dst, from, width, pitch, static_cast<size_t>(T), s);
+    timed([&] {
+      dst = detail::take_host_u16(static_cast<size_t>(T) * static_cast<size_t>(inner));
+      detail::download_rows_into(dst, from, width, pitch, static_cast<size_t>(T), s);
+    });
   };
 
   if (inputs_out != nullptr) {  // the generated inputs, rows packed as generate_host lays them out
+    // The downloads below wait for the generation anyway; waiting here first
+    // keeps the generation's time out of theirs (RunTimes).
+    NG_CUDA(cudaStreamSynchronize(s));
+    tm.generation = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     seeds::HostInputs& h = *inputs_out;
     h = seeds::HostInputs{};
     h.id = c;
@@ -401,12 +468,13 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
       download_tensor(h.u, in.u);
       download_tensor(h.dh_new, in.dh_new);
     }
-    if (c.w == WDtype::bf16)
-      detail::download_into(h.w_bf16, bw.get(), static_cast<size_t>(H), s);
-    else
-      detail::download_into(h.w_f32, bw.get(), static_cast<size_t>(H), s);
-    if (seconds_inputs != nullptr)
-      *seconds_inputs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    timed([&] {
+      if (c.w == WDtype::bf16)
+        detail::download_into(h.w_bf16, bw.get(), static_cast<size_t>(H), s);
+      else
+        detail::download_into(h.w_f32, bw.get(), static_cast<size_t>(H), s);
+    });
+    tm.inputs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   }
 
   const WeightView wv{c.w, bw.get(), H};
@@ -496,7 +564,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, count, s);
 
     Outputs& out = outs[k];
-    detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s);
+    timed([&] { detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s); });
     // dx: in share mode, compare with the distinct ones kept on the device.
     bool dx_needed = true;
     if (share && T > 0) {
@@ -532,7 +600,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     // the backward): downloaded once; in full mode every result gets a copy.
     if (k == 0) {
       download_tensor(out.y, y);
-      detail::download_into(out.rstd, brstd.get(), static_cast<size_t>(R), s);
+      timed([&] { detail::download_into(out.rstd, brstd.get(), static_cast<size_t>(R), s); });
       if (res) download_tensor(out.h_new, h_new);
     } else if (!share) {
       out.y = outs[0].y;
@@ -544,6 +612,23 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
 }
 
 }  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear: "no device" must not leak into later calls
+    return 0;
+  }
+  return n;
+}
+
+void use_device(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(e));
+  }
+}
 
 std::vector<Outputs> run_gpu(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                              const GpuRunOptions& opt, GpuRunInfo* info) {
@@ -562,8 +647,11 @@ SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds
   if (in != nullptr && !(in->id == c)) bad_run("host inputs are of case " + seeds::to_string(in->id));
   if (in != nullptr && opt.download_inputs) bad_run("download_inputs with given host inputs (the caller has them)");
   SharedGpuRun r;
-  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source, opt.download_inputs ? &r.inputs : nullptr,
-                        &r.seconds_inputs);
+  RunTimes tm;
+  r.outs = run_gpu_impl(bwds, c, eps, opt, nullptr, in, &r.dx_source, opt.download_inputs ? &r.inputs : nullptr, &tm);
+  r.seconds_inputs = tm.inputs;
+  r.seconds_generation = tm.generation;
+  r.seconds_downloads = tm.downloads;
   return r;
 }
 

@@ -63,11 +63,13 @@ class DeviceBuffer : public Region {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-/// The device memory of one run_gpu call (runner.cu). Inside a
-/// ReuseGpuBuffers scope (runner.h), when no other run holds them, get(i-th
-/// call) returns the kept buffer of slot i, grown (freed and reallocated) when
-/// too small, and the buffers stay allocated when the run ends; otherwise
-/// every get() is a fresh cudaMalloc freed with this object. Contents are
+/// The device memory of one run_gpu call (runner.cu), on the calling
+/// thread's current device. Inside a ReuseGpuBuffers scope (runner.h) it
+/// holds a kept set of that device's buffers that no other run holds (a new
+/// set when every one is in use): get(i-th call) returns the set's buffer of
+/// slot i, grown (freed and reallocated) when too small, and the buffers stay
+/// allocated when the run ends; outside a scope every get() is a fresh
+/// cudaMalloc freed with this object. Contents are
 /// whatever the slot held before: callers poison or write before reading.
 /// Not thread-safe (one run, one thread); throws std::runtime_error when
 /// cudaMalloc fails.
@@ -81,6 +83,7 @@ class RunMemory {
 
  private:
   bool pooled_ = false;
+  void* set_ = nullptr;  // the kept set (runner.cu) when pooled_
   size_t next_ = 0;
   std::vector<DeviceBuffer> own_;  // not pooled
 };

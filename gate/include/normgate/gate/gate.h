@@ -157,6 +157,10 @@ struct GateOptions {
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
   int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
+  /// GPU backend: the devices the cases' GPU halves are spread over
+  /// (validators::run_checks; harness/devices.h parse_devices); empty: every
+  /// visible device. Reports do not depend on it.
+  std::vector<int> devices;
   std::string normgate_version;        ///< provenance for reports and approvals
   std::string normgate_commit;
   /// Oracle for every case (pipeline.h CheckRequest::oracle): auto (FP64

@@ -121,6 +121,31 @@ Backend resolve_backend(Backend b);
 /// Equal to finish_check(prepare_check(req)).
 CheckReport run_check(const CheckRequest& req);
 
+/// Wall-clock seconds of a check's phases (PipelineStats), each measured on
+/// the host around the calls that do the work (no synchronization added that
+/// delays anything; runner.h SharedGpuRun):
+/// - generation: the case's inputs. Host generator: generate_host. GPU run
+///   that generates them: from the run's start until the host saw the device
+///   generation finish (device allocation, poison, generation); their copy
+///   back is in downloads. GPU generator without a kernel run
+///   (generate_inputs_on_gpu), given inputs: that call, the copy of the
+///   given inputs.
+/// - kernels: the implementations under test. GPU runs: their time less
+///   generation and downloads (uploads, poison, forward, backward, the
+///   outside-view and dx checks); CPU models (finish_check, ImplResult::ran_on
+///   "cpu model..."); external implementations' runs.
+/// - downloads: device-to-host copies of inputs and outputs (host time
+///   inside them; each starts after a synchronization).
+/// - reference: the oracle (CaseOracle: h_new, reference and ideal kernel,
+///   FP32 baseline; CheckReport::seconds_oracle).
+/// - validation: the validation sweep (sum of ImplResult::seconds_validate).
+/// - journal: run_checks' done callback (the gate: journal append and fsync,
+///   aggregates, progress).
+struct PhaseSeconds {
+  double generation = 0, kernels = 0, downloads = 0, reference = 0, validation = 0, journal = 0;
+  PhaseSeconds& operator+=(const PhaseSeconds& o);
+};
+
 /// The first half of a check: argument checks, the inputs (GPU generator on
 /// the GPU backend, host generator otherwise) and, on the GPU backend, every
 /// GPU variant's outputs (kernels::run_gpu_shared: one run, one forward, for
@@ -154,6 +179,9 @@ struct PreparedCheck {
   /// finish_check hands their vectors, with the GPU outputs', to
   /// kernels::recycle_host_buffers when it is done with them.
   bool inputs_from_run = false;
+  /// This half's phases: generation, kernels (GPU runs, external runs),
+  /// downloads; the others stay 0.
+  PhaseSeconds phases;
 };
 PreparedCheck prepare_check(const CheckRequest& req);
 /// As above on the caller's inputs instead of the generator's (a saved case);
@@ -224,30 +252,90 @@ struct CheckInternals {
 /// case inside a kernels::ReuseHostBuffers scope, else freed).
 CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const CheckInternals&)>& inspect = {});
 
-/// Time spent by run_checks (seconds, wall clock).
+/// Time spent by run_checks (seconds, wall clock), and what it got through.
 struct PipelineStats {
   int64_t cases = 0;
-  bool overlapped = false;               ///< GPU backend: prepare of k+1 ran during finish of k
+  bool overlapped = false;               ///< GPU backend: prepares ran during earlier cases' finish
+  /// GPU backend: the device of each prepare worker (run_checks' device
+  /// list); empty on the CPU backend.
+  std::vector<int> devices;
   double seconds_total = 0;
   double seconds_prepare = 0;            ///< sum of prepare_check times (GPU + generator)
   double seconds_finish = 0;             ///< sum of finish_check times (oracle + validation)
   double seconds_waiting_for_prepare = 0;  ///< finish side idle, waiting for the next prepare
+  /// Elements checked: the sum over the cases that gave a report (a case that
+  /// threw is not counted) of rows * H of the case (CaseId::rows() * H: the
+  /// elements of one [rows, H] tensor such as x; T * H for form plain and
+  /// res, T * heads * H for the head forms), once per case however many
+  /// implementations it validated.
+  int64_t elements = 0;
+  /// Per-phase seconds summed over those cases (PhaseSeconds). Phases of
+  /// different cases overlap in time (GPU backend), so they may add up to
+  /// more than seconds_total.
+  PhaseSeconds phases;
+  /// Accumulate another run's stats (the gate's phases): counts and seconds
+  /// add, overlapped ors, devices are kept when already set.
+  PipelineStats& operator+=(const PipelineStats& o);
 };
 
+/// Bytes per element of the memory bound the end-to-end rate is compared
+/// with: each element's x, dy read and y, dx written once as BF16 (2 bytes
+/// each), the least a check of a backward step moves through host memory.
+inline constexpr double kBytesPerElement = 8;
+
+/// The host's copy bandwidth (measure_host_copy): bytes copied per second
+/// (each byte read once and written once) of the best of `repetitions`
+/// copies of `bytes` bytes between two buffers touched beforehand, on
+/// `threads` threads.
+struct HostCopyBandwidth {
+  size_t bytes = 0;
+  int repetitions = 0, threads = 0;
+  double best_seconds = 0;
+  double bytes_per_second = 0;
+};
+/// Measure it: bytes > 0 (e.g. 1 GiB; allocates twice that), repetitions >=
+/// 1, threads <= 0: every core (omp_get_num_procs). Throws
+/// std::invalid_argument naming a bad argument, std::bad_alloc.
+HostCopyBandwidth measure_host_copy(size_t bytes = size_t{1} << 30, int repetitions = 3, int threads = 0);
+
+/// The "format" of to_json(PipelineStats, ...) (fields: docs/schemas.md).
+inline constexpr const char* kPipelineStatsFormat = "normgate-pipeline-stats/1";
+
+/// The stats as JSON: cases, elements (and their definition), devices,
+/// seconds, per phase and end to end {seconds, elements_per_second (null
+/// when seconds is 0)}, the host copy bandwidth and the end-to-end rate's
+/// bytes (kBytesPerElement per element) as a fraction of it.
+nlohmann::json to_json(const PipelineStats& st, const HostCopyBandwidth& copy);
+
+/// The same as lines for a summary on stderr (each ends with a newline).
+std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwidth& copy);
+
 /// Run n checks in order, request(i) giving the i-th. On the GPU backend the
-/// prepare_check of request i+1 (GPU work, on a worker thread) overlaps the
-/// finish_check of request i (CPU oracle, then on one core fewer when the
-/// request leaves threads to the default), so at most two cases are in memory;
-/// on the CPU backend they run one after the other. done(i, report, error) is
-/// called in order i = 0..n-1 from the calling thread, with report == nullptr
-/// and error set when request i threw (argument or CUDA error); an exception
-/// thrown by done() ends the run (after the worker finishes) and propagates.
-/// request(i) may be called from the worker thread, once per i, in order.
-/// On the GPU backend the GPU runs keep their device buffers from one case to
-/// the next (kernels::ReuseGpuBuffers) and reuse the host vectors of finished
-/// cases (kernels::ReuseHostBuffers) until run_checks returns.
+/// prepare_check of request i (GPU work) runs on a worker thread for device
+/// devices[i % G], G = devices.size() (empty: every visible device, 0..
+/// kernels::device_count()-1; harness/devices.h parse_devices reads a list,
+/// which may repeat a device: "0,0" is two workers on device 0): the worker
+/// calls cudaSetDevice first. Up to G cases are prepared ahead of the one
+/// being finished: while finish_check of request i runs (CPU oracle, on G
+/// cores fewer when the request leaves threads to the default), the
+/// prepares of i+1..i+G run or wait, so at most G+1 cases are in host
+/// memory. Cases are finished strictly in order, so the reports and what
+/// done() sees do not depend on G. On the CPU backend (no devices) checks
+/// run one after the other on the calling thread. done(i, report, error) is
+/// called in order i = 0..n-1 from the calling thread, with report ==
+/// nullptr and error set when request i threw (argument or CUDA error); an
+/// exception thrown by done() ends the run (after the prepares in flight
+/// finish) and propagates. request(i) is called once per i, in order (one
+/// call returns before the next starts), from the calling thread (i = 0)
+/// or a worker. On the GPU backend the GPU runs keep their device buffers
+/// from one case to the next (kernels::ReuseGpuBuffers, per device) and reuse
+/// the host vectors of finished cases (kernels::ReuseHostBuffers) until
+/// run_checks returns. Throws std::invalid_argument, before any work, when a
+/// device of the list does not exist (index >= device_count(), or negative)
+/// on the GPU backend; the list is ignored on the CPU backend.
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
-                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done);
+                         const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done,
+                         const std::vector<int>& devices = {});
 
 /// One line on the oracle of a report: its mode and what MPFR escalation did
 /// in the reference and the ideal kernel.
@@ -303,12 +391,13 @@ struct Aggregate {
 /// calling `on_case` after each (for progress lines and journals). Returns one
 /// Aggregate per (impl, family point) in impl-major order.
 /// skip_unsupported: CheckRequest::skip_unsupported for every case (an
-/// implementation that no case supports then has no aggregate).
+/// implementation that no case supports then has no aggregate). devices: the
+/// GPU workers (run_checks).
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,
                                     oracle::OracleMode oracle = oracle::OracleMode::auto_,
-                                    bool skip_unsupported = false);
+                                    bool skip_unsupported = false, const std::vector<int>& devices = {});
 
 /// Markdown table of campaign aggregates (one row per impl and family
 /// point), then, for implementations whose grid ran cancel at two or more

@@ -58,10 +58,14 @@ seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId& c);
 /// buffer (several GB per large case) in every run. Results are unchanged:
 /// every buffer is still poisoned or fully written before each use. Memory:
 /// the largest runs' buffers stay allocated until the last object ends (or,
-/// if a run is using them then, until that run returns). One run at a time
-/// uses the kept buffers; a run overlapping it allocates its own as before.
-/// A gate or check pipeline (validators::run_checks) holds one; the library
-/// (C API) does not. In a build without CUDA it does nothing.
+/// if a run is using them then, until that run returns). Buffers are kept
+/// per device (the calling thread's current device, cudaGetDevice): a run
+/// only ever gets buffers of its own device. Each kept set serves one run at
+/// a time; a run that finds every set of its device busy (two threads on
+/// one device: `--devices 0,0`) starts another set, kept as well, so a
+/// device holds as many sets as runs ever overlapped on it. A gate or check
+/// pipeline (validators::run_checks) holds one; the library (C API) does
+/// not. In a build without CUDA it does nothing.
 class ReuseGpuBuffers {
  public:
   ReuseGpuBuffers();
@@ -193,6 +197,16 @@ struct SharedGpuRun {
   /// inputs' download (device allocation, poison, generation, copy back);
   /// 0 otherwise.
   double seconds_inputs = 0;
+  /// Host wall-clock phases of the call (validators::PipelineStats):
+  /// seconds_generation, with download_inputs only (else 0), from the call's
+  /// start until the host saw the device generation finish (allocation,
+  /// poison, generation; the inputs' download waits for it anyway, so the
+  /// wait adds no synchronization that delays anything); seconds_downloads,
+  /// the time inside device-to-host copies of inputs and outputs (each
+  /// starts after a synchronization, so no kernel time is in it). The rest
+  /// of the call (poison, forward, backward, outside-view checks, uploads)
+  /// is the caller's "kernels" time.
+  double seconds_generation = 0, seconds_downloads = 0;
 };
 
 /// run_gpu over a list without duplicate host copies (what a check needs: its
