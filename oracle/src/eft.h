@@ -32,12 +32,16 @@
 #include "normgate/core/bf16.h"
 #include "normgate/oracle/reference.h"
 
-// Hot loops are compiled twice (AVX2+FMA and baseline) and picked at load time
-// through an ifunc (GCC target_clones). Both clones perform the same IEEE-754
+// Hot loops are compiled three times (x86-64-v4: AVX-512; x86-64-v3: AVX2+FMA;
+// the build's baseline) and the best one the CPU runs is picked at load time
+// through an ifunc (GCC target_clones). Every clone performs the same IEEE-754
 // operations in the same order (no contraction: -ffp-contract=off; std::fma
-// is one correctly rounded operation in both), so results are bitwise equal.
+// is one correctly rounded operation in each; no reciprocal approximations
+// without -ffast-math), only on wider registers, so results are bitwise equal
+// (tests/oracle/clone_bits_test.cpp pins digests taken before the AVX-512
+// clone existed).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define NG_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define NG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define NG_CLONES
 #endif

@@ -80,12 +80,12 @@ bool bitwise_equal(const V& a, const V& b, int nt) {
   return differ == 0;
 }
 
-// The sweep's per-row conversions, compiled twice (AVX2 and the build's
-// baseline) and picked at load time (GCC target_clones), as the oracle's hot
-// loops (oracle/src/eft.h); integer and IEEE operations only, so both clones
-// give the same bits.
+// The sweep's per-row conversions, compiled three times (AVX-512, AVX2 and
+// the build's baseline) and picked at load time (GCC target_clones), as the
+// oracle's hot loops (oracle/src/eft.h); integer and IEEE operations only, so
+// every clone gives the same bits.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define NG_SWEEP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define NG_SWEEP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define NG_SWEEP_CLONES
 #endif

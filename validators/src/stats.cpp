@@ -129,11 +129,12 @@ inline FastElement fast_element(double g, double rf, double b, double id, double
   return e;
 }
 
-// scan_block is compiled twice (AVX2 and the build's baseline) and picked at
-// load time (GCC target_clones), as the oracle's hot loops (oracle/src/eft.h):
-// both clones perform the same IEEE-754 operations, so the same bits.
+// scan_block is compiled three times (AVX-512, AVX2 and the build's baseline)
+// and picked at load time (GCC target_clones), as the oracle's hot loops
+// (oracle/src/eft.h): every clone performs the same IEEE-754 operations, so the
+// same bits (tests/validators/sweep_equiv_test.cpp: against add()).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define NG_VAL_CLONES
 #endif
