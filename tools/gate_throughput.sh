@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The gate's throughput on this host, phase by phase (written for a CUDA
+# machine; runs on the CPU models without one, where the GPU phases are 0):
+#   1. finish_bench (one case's oracle + validation, what finish_check does
+#      after the kernel) on NG_TP_BENCH_CASE at 1 thread and at every core:
+#      the oracle half's cost per element on this CPU,
+#   2. one `normgate gate` over NG_TP_WINDOWS of NG_TP_TABLE with
+#      NG_TP_SEEDS and NG_TP_ARGS, --stats-json: elements/s per phase
+#      (generation, kernels, downloads, reference, validation, journal), end
+#      to end, and as a fraction of the host's copy bandwidth measured in the
+#      same run (docs/schemas.md, normgate-pipeline-stats/1),
+#   3. a short table last (also DIR/throughput.md).
+#
+#   tools/gate_throughput.sh [--out DIR] [--deadline-s N]
+#
+#   --out DIR       the output folder (default: $OUT if set, else out/ in the
+#                   repository): throughput.md, stats.json, gate.json, gate.md,
+#                   finish_bench-*.txt, gate.log
+#   --deadline-s N  seconds after the start by which the gate is stopped
+#                   (default 0: none); a stopped gate writes no stats
+# Environment: NORMGATE_BUILD (build), NG_TP_TABLE (routes/sm90a.toml),
+# NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain"), NG_TP_SEEDS
+# (3x1), NG_TP_ARGS ("--t-per-window 2 --dense-points 0 --fresh-factor 0"),
+# NG_TP_BENCH_CASE (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1),
+# NG_TP_BENCH_REPS (3).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+out="${OUT:-$root/out}"
+deadline=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "gate_throughput: --out needs a folder (not empty)" >&2; exit 2; }; out="$2"; shift 2 ;;
+    --deadline-s) [ $# -ge 2 ] || { echo "gate_throughput: --deadline-s needs seconds" >&2; exit 2; }; deadline="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gate_throughput: unknown argument '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;
+  esac
+done
+[[ "$deadline" =~ ^[0-9]+$ ]] ||
+  { echo "gate_throughput: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
+build="${NORMGATE_BUILD:-$root/build}"
+bin="$build/apps/normgate"
+bench="$build/bench/finish_bench"
+for f in "$bin" "$bench"; do
+  [ -x "$f" ] || { echo "gate_throughput: $f is missing (build first, or set NORMGATE_BUILD)" >&2; exit 2; }
+done
+command -v python3 >/dev/null || { echo "gate_throughput: python3 is needed for the table" >&2; exit 2; }
+table="${NG_TP_TABLE:-$root/routes/sm90a.toml}"
+windows="${NG_TP_WINDOWS:-op=bwd,mode=det,H=6144,w=bf16,form=plain}"
+seeds="${NG_TP_SEEDS:-3x1}"
+args="${NG_TP_ARGS:---t-per-window 2 --dense-points 0 --fresh-factor 0}"
+bcase="${NG_TP_BENCH_CASE:-H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1}"
+reps="${NG_TP_BENCH_REPS:-3}"
+mkdir -p "$out" || { echo "gate_throughput: cannot create $out" >&2; exit 3; }
+cores=$(nproc)
+{
+  echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+  "$bin" --version 2>&1 | head -2
+} >"$out/env.txt"
+
+# 1. The oracle half per element at 1 thread and at every core.
+for t in 1 "$cores"; do
+  "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$out/finish_bench-$t.txt" 2>&1 ||
+    echo "gate_throughput: finish_bench at $t threads failed (see $out/finish_bench-$t.txt)" >&2
+done
+
+# 2. One gate with its stats.
+rm -f "$out/stats.json"
+limit=$(( deadline > 0 ? deadline - SECONDS : 0 ))
+if [ "$deadline" -gt 0 ] && [ "$limit" -le 0 ]; then
+  echo "gate_throughput: no time left for the gate" >&2
+else
+  tcmd=()
+  [ "$limit" -gt 0 ] && tcmd=(timeout --signal=KILL "$limit")
+  # shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
+  "${tcmd[@]}" "$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --quiet \
+    --stats-json "$out/stats.json" --report-json "$out/gate.json" --report-md "$out/gate.md" >"$out/gate.log" 2>&1
+  echo "gate_throughput: gate exit $?" >>"$out/gate.log"
+fi
+
+# 3. The table.
+python3 - "$out" "$cores" <<'PY' | tee "$out/throughput.md"
+import json, os, re, sys
+out, cores = sys.argv[1], sys.argv[2]
+print(open(os.path.join(out, "env.txt")).read().strip().replace("\n", "; "))
+print()
+print("| finish_bench | threads | text |")
+print("| --- | --- | --- |")
+for t in ("1", cores):
+    p = os.path.join(out, f"finish_bench-{t}.txt")
+    lines = [l.strip() for l in open(p)] if os.path.exists(p) else ["(missing)"]
+    keep = [l for l in lines if re.search(r"ns/el|ns per el|CaseOracle|validation|total", l)] or lines[-3:]
+    print(f"| | {t} | {'<br>'.join(keep)} |")
+print()
+p = os.path.join(out, "stats.json")
+if not os.path.exists(p):
+    print("gate: no stats (stopped or failed; see gate.log)")
+    sys.exit(0)
+s = json.load(open(p))
+def rate(x):
+    return "-" if x is None else f"{x:.3g}"
+print(f"gate: {s['cases']} cases, {s['elements']:.4g} elements, devices {s['devices']}")
+print()
+print("| phase | seconds | elements/s |")
+print("| --- | --- | --- |")
+for k, v in s["phases"].items():
+    print(f"| {k} | {v['seconds']:.2f} | {rate(v['elements_per_second'])} |")
+e = s["end_to_end"]
+print(f"| end to end | {e['seconds']:.2f} | {rate(e['elements_per_second'])} |")
+hc = s["host_copy"]
+print()
+print(f"host copy {hc['bytes_per_second'] / 1e9:.1f} GB/s ({hc['threads']} threads); end to end at "
+      f"{s['bytes_per_element']} B/element = {rate(s['end_to_end_fraction_of_host_copy'])} of it")
+PY
