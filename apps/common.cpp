@@ -35,14 +35,23 @@ std::string named(const std::string& option, const std::string& path) {
 }
 
 // True when `a` and `b` name one file: the same inode when both exist, else
-// the same canonical path (a symlink or ./ spelling of one new file).
+// the same canonical path of the file a write would create (a symlink,
+// dangling or not, or a ./ or absolute spelling of one new file). The path
+// is made absolute first: weakly_canonical leaves a relative path whose
+// every component is missing ("x.json") as it is, while "./x.json" becomes
+// absolute, so the two spellings of one new file compared unequal.
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa{}, sb{};
   const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
   if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   if (ea != eb) return false;
+  namespace fs = std::filesystem;
+  auto where = [](const std::string& p, std::error_code& e) {
+    const fs::path abs = fs::absolute(core::rename_target(p), e);
+    return e ? fs::path() : fs::weakly_canonical(abs, e);
+  };
   std::error_code e1, e2;
-  const auto ca = std::filesystem::weakly_canonical(a, e1), cb = std::filesystem::weakly_canonical(b, e2);
+  const auto ca = where(a, e1), cb = where(b, e2);
   return !e1 && !e2 && ca == cb;
 }
 

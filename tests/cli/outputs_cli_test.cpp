@@ -140,6 +140,29 @@ TEST(OutputsCli, OutputOverAnotherOutputOrAnInputIsRefused) {
   EXPECT_EQ(slurp(t), table);
 }
 
+// Two spellings of one NEW file, relative to the working folder: "x.json"
+// and "./x.json", or a dangling link and its target. weakly_canonical left
+// the bare name relative and made "./x.json" absolute, so the two compared
+// unequal: the stats JSON replaced the journal (the campaign's resume lost),
+// or both reports were lost after the whole run (exit 3).
+TEST(OutputsCli, TwoSpellingsOfOneNewFileAreRefused) {
+  const Dir d("spellings");
+  const fs::path back = fs::current_path();
+  fs::current_path(d.p);
+  fs::create_symlink("k.jsonl", "kl");  // dangling: k.jsonl does not exist yet
+  const std::string g = "gate " + kSmall + kOne;
+  const Refusal cases[] = {
+      {g + " --journal j.jsonl --stats-json ./j.jsonl", {"--journal", "--stats-json", "one file"}},
+      {g + " --report-json x.json --report-md ./x.json", {"--report-md", "--report-json", "one file"}},
+      {g + " --report-json x.json --stats-json " + (d / "x.json"), {"--report-json", "--stats-json", "one file"}},
+      {g + " --journal kl --stats-json k.jsonl", {"--journal", "--stats-json", "one file"}},
+  };
+  for (const auto& c : cases) expect_refused(c);
+  const bool made = fs::exists("j.jsonl") || fs::exists("x.json") || fs::exists("k.jsonl");
+  fs::current_path(back);
+  EXPECT_FALSE(made) << "a refused run wrote a file";
+}
+
 // A missing folder is a usage error before any work (it was exit 3 after the
 // whole campaign for the journal prefix of derive).
 TEST(OutputsCli, MissingFolderIsRefusedBeforeAnyWork) {
@@ -227,6 +250,14 @@ TEST(OutputsCli, ALinkedOutputIsWrittenThroughAndStaysALink) {
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_TRUE(fs::is_symlink(d.p / "small.approvals.json"));
   EXPECT_TRUE(contains(slurp(d / "shared/small.approvals.json"), "record_sha256")) << "the shared approvals are stale";
+
+  // A dangling link (relative, its target not made yet): the target is
+  // created and the link kept (the rename replaced the link itself).
+  fs::create_symlink("shared/new.json", d.p / "dangling.json");
+  const CliRun n = cli("gate " + kSmall + kOne + " --report-json " + (d / "dangling.json"));
+  ASSERT_EQ(n.code, 0) << n.out;
+  EXPECT_TRUE(fs::is_symlink(d.p / "dangling.json"));
+  EXPECT_TRUE(contains(slurp(d / "shared/new.json"), "\"windows\"")) << "the dangling link's target was not made";
 
   fs::create_symlink("/proc/self/fd/1", d.p / "stdout.json");
   expect_refused({"gate " + kSmall + kOne + " --report-json " + (d / "stdout.json"), {"--report-json", "stdout.json"}});
