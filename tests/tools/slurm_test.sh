@@ -128,7 +128,16 @@ opts=(--backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --
 "$bin" gate "$table" "${opts[@]}" --quiet --report-json "$d/full.json" --report-md "$d/full.md" >"$d/full.log" 2>&1 ||
   fail "unsharded gate: $(tail -3 "$d/full.log")"
 export NORMGATE="$bin"
-ids=$("$src/tools/slurm/submit.sh" "$table" "$d/a" 3 "${opts[@]}") || fail "submit.sh: $ids"
+# Bad array indices are refused before OUTDIR is made (they failed every job).
+for bad in 5 0 1-4 2,x; do
+  NORMGATE_ARRAY=$bad "$src/tools/slurm/submit.sh" "$table" "$d/bad" 3 "${opts[@]}" >/dev/null 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && [ ! -e "$d/bad" ] || fail "submit.sh took NORMGATE_ARRAY=$bad for 3 shards (exit $rc)"
+done
+# A --dependency of the user's (here singleton) must not replace the merge's
+# afterany on the array: the merge started at once and found no journal.
+ids=$(NORMGATE_SBATCH_ARGS="--dependency=singleton" "$src/tools/slurm/submit.sh" "$table" "$d/a" 3 "${opts[@]}") ||
+  fail "submit.sh: $ids"
 array=$(awk '$1 == "array" {print $2}' <<<"$ids") merge=$(awk '$1 == "merge" {print $2}' <<<"$ids")
 [ -n "$array" ] && [ -n "$merge" ] || fail "submit.sh printed no job ids: $ids"
 st=$(wait_job "$merge" 120)
