@@ -335,7 +335,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     res.shard.c_str(), o->g.journal_path.c_str(), static_cast<long long>(res.cases_run_now));
         return 0;
       }
-      if (incomplete > 0) {
+      if (incomplete > 0 && failing == incomplete) {  // a failed window outranks them: FAIL below
         std::string missing;
         for (const auto& k : res.shards_missing) missing += (missing.empty() ? "" : ", ") + k;
         std::printf("verdict  INCOMPLETE: %d of %zu windows lack cases no merged shard holds%s; not a pass (backend "
@@ -347,8 +347,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (res.windows.empty())
         std::printf("verdict  PASS: no window changed against the base table\n");
       else
-        std::printf("verdict  %s: %zu of %zu windows pass (backend %s)\n", res.pass() ? "PASS" : "FAIL",
-                    res.windows.size() - failing, res.windows.size(), res.backend.c_str());
+        std::printf("verdict  %s: %zu of %zu windows pass (backend %s)%s\n", res.pass() ? "PASS" : "FAIL",
+                    res.windows.size() - failing, res.windows.size(), res.backend.c_str(),
+                    incomplete > 0 ? (" and " + std::to_string(incomplete) + " INCOMPLETE (cases missing)").c_str() : "");
       return res.pass() ? 0 : 1;
     };
   });

@@ -129,7 +129,8 @@ std::string format_gate_markdown(const GateResult& r) {
       << " cases (counted per window) that no merged shard journal holds"
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; those windows had no refinement and are not passed: run the missing shards and merge again.\n";
-  o << "- verdict: **" << (r.pass() ? "PASS" : incomplete > 0 ? "INCOMPLETE" : "FAIL") << "**: "
+  // A failed window outranks the incomplete ones: more cases cannot pass it.
+  o << "- verdict: **" << (r.pass() ? "PASS" : failing > incomplete || incomplete == 0 ? "FAIL" : "INCOMPLETE") << "**: "
     << (r.windows.size() - failing) << " of " << r.windows.size() << " gated windows pass";
   if (inconclusive > 0)
     o << "; " << inconclusive << " INCONCLUSIVE (no element over budget, but some comparison is within the "

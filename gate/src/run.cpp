@@ -535,7 +535,13 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
   wr.pass = wr.verdict == Verdict::pass;
   wr.kappa_headroom = kappa_headroom(wr.families);
-  if (wr.missing > 0 || shard) {
+  // Cases missing (a merge without every shard) or a shard's own run: not
+  // a verdict, INCOMPLETE; except in a merge whose cases already fail the
+  // window (over budget, an error): more cases cannot pass it, so it is
+  // FAIL. A shard's run is INCOMPLETE whatever it found (its exit 0 lets
+  // the dependent merge run).
+  const bool known_fail = !shard && wr.cases > 0 && fails;
+  if ((wr.missing > 0 || shard) && !known_fail) {
     wr.incomplete = true;
     wr.pass = false;
     wr.verdict = Verdict::fail;

@@ -245,6 +245,42 @@ TEST(Shard, MergeEqualsUnshardedAndMissingShardIsIncomplete) {
   std::filesystem::remove_all(dir);
 }
 
+// A merge missing a shard whose cases so far already fail a window (the
+// negative control over budget on cancel) reports that window FAIL, not
+// INCOMPLETE: more cases cannot pass it. Windows whose known cases pass stay
+// INCOMPLETE.
+TEST(Shard, KnownFailureOutranksMissingCases) {
+  const std::string dir = temp_dir("known_fail");
+  GateOptions o = small_opts();
+  o.table_path = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/ctl_override.toml";
+  o.allow_controls = true;
+  for (int k = 1; k <= 3; ++k) (void)run_shard(o, dir, k, 3);
+  int failed_known = 0;
+  for (int skip = 1; skip <= 3; ++skip) {
+    std::vector<std::string> given;
+    for (int k = 1; k <= 3; ++k)
+      if (k != skip) given.push_back(shard_path(dir, k, 3));
+    const GateResult m = merge(o, dir + "/m" + std::to_string(skip) + ".jsonl", given);
+    ASSERT_EQ(m.windows.size(), 1u);
+    const WindowResult& w = m.windows[0];
+    ASSERT_GT(w.missing, 0) << "shard " << skip << " held none of the window's cases";
+    bool over = false;
+    for (const auto& a : w.out) over = over || a.max_ratio > 1.0;
+    EXPECT_FALSE(m.pass());
+    EXPECT_EQ(w.incomplete, !over) << "without shard " << skip;
+    const std::string md = format_gate_markdown(m);
+    if (over) {
+      ++failed_known;
+      EXPECT_EQ(gate_to_json(m)["windows"][0]["verdict"], "fail");
+      EXPECT_TRUE(contains(md, "- verdict: **FAIL**")) << md;
+    } else {
+      EXPECT_TRUE(contains(md, "- verdict: **INCOMPLETE**")) << md;
+    }
+  }
+  EXPECT_GT(failed_known, 0) << "no merge held a failing cancel case: the test checks nothing";
+  std::filesystem::remove_all(dir);
+}
+
 // What a merge refuses, naming the file and line: a flipped bit, a record
 // contradicting one already merged, a case of another shard, a shard given
 // twice, shards of different splits, a whole campaign's journal. Nothing is

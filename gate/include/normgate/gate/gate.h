@@ -273,7 +273,9 @@ struct WindowResult {
   /// their shard was not run or not merged (--shard, --merge); 0 otherwise.
   int64_t missing = 0;
   /// INCOMPLETE: a shard's window (--shard: grid cases of one shard, no
-  /// refinement), or a merged window with missing cases (no refinement).
+  /// refinement), or a merged window with missing cases (no refinement)
+  /// whose cases so far pass (a merged window whose known cases already
+  /// fail, over budget or an error, is FAIL: more cases cannot pass it).
   /// Never passes: pass is false, verdict fail, and the reports say
   /// "incomplete", not "fail".
   bool incomplete = false;
