@@ -33,6 +33,9 @@ std::pair<int, int> parse_shard(std::string_view text) {
   auto number = [&](std::string_view s, const char* name) {
     int v = 0;
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range && p == s.data() + s.size())
+      throw std::invalid_argument(what + name + " '" + std::string(s) + "' is too large (at most " +
+                                  std::to_string(kMaxShards) + ")");
     if (s.empty() || ec != std::errc() || p != s.data() + s.size())
       throw std::invalid_argument(what + name + " '" + std::string(s) + "' is not a decimal integer");
     return v;

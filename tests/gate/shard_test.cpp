@@ -128,6 +128,9 @@ TEST(Shard, ParseRefusesBadValuesNamingThem) {
     const std::string e = thrown([&] { (void)parse_shard(bad); });
     EXPECT_TRUE(contains(e, "--shard '" + std::string(bad) + "'")) << bad << ": " << e;
   }
+  // Past int: said to be too large, not "not a decimal integer".
+  for (const char* big : {"1/99999999999", "99999999999/3", "1/4294967297"})
+    EXPECT_TRUE(contains(thrown([&] { (void)parse_shard(big); }), "too large (at most 65536)")) << big;
   EXPECT_THROW((void)shard_of("H=64,T=1,w=bf16,form=plain,family=normal,seed=0", 0), std::invalid_argument);
 }
 
