@@ -80,7 +80,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
     std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml")->required();
+  // Required, checked in the callback: --merge takes every argument after
+  // it, a table after the journals among them, and the message says so.
+  sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml (required)");
   sub->add_option("--base", o->g.base_path, "Older table: gate only windows whose bounds or variant changed");
   sub->add_option("--seeds", o->g.seeds,
                   "Seed set: 5x120 (default: 9 family points, eps and kappa sweeps), 3x120 (normal, llm, cancel), "
@@ -174,6 +176,15 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->needs(plan_flag);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      if (o->g.table_path.empty()) {
+        const auto& m = o->g.merge_paths;
+        const bool eaten = !m.empty() && m.back().size() > 5 && m.back().compare(m.back().size() - 5, 5, ".toml") == 0;
+        throw std::invalid_argument(
+            "table is required" +
+            (eaten ? ": --merge took '" + m.back() + "' as a shard journal (it takes every argument after it); give "
+                     "the table before --merge"
+                   : std::string()));
+      }
       if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);
       for (const auto& m : o->g.merge_paths)
         if (::access(m.c_str(), R_OK) != 0 || !std::filesystem::is_regular_file(m))

@@ -60,6 +60,15 @@ TEST(ShardCli, BadShardValuesExit2NamingThem) {
   r = cli("gate " + kSmall + kFast + " --merge " + dir + "/absent.jsonl");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--merge " + dir + "/absent.jsonl")) << r.out;
+  // The table after the journals: --merge takes it too, and the message
+  // says so (it said only "table is required").
+  std::ofstream(dir + "/a.jsonl") << "x\n";
+  r = cli("gate --merge " + dir + "/a.jsonl " + kSmall + kFast);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "table is required: --merge took '" + kSmall + "'")) << r.out;
+  r = cli("gate" + kFast);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "table is required")) << r.out;
   std::filesystem::remove_all(dir);
 }
 
