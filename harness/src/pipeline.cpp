@@ -786,8 +786,12 @@ std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwid
   for (const auto& r : phase_rows(st))
     o << "  " << pad(r.name) << fmt("%9.2f", r.seconds) << " s  "
       << (r.seconds > 0 ? fmt("%.3g", rate(st.elements, r.seconds)) + " elements/s" : std::string("-")) << "\n";
-  o << "  " << pad("end to end") << fmt("%9.2f", st.seconds_total) << " s  " << fmt("%.3g", e2e)
-    << " elements/s";
+  o << "  " << pad("end to end") << fmt("%9.2f", st.seconds_total) << " s  ";
+  if (st.elements == 0) {  // nothing checked (a resumed run with nothing left): no rate to state
+    o << "- (no case checked in this process)\n";
+    return o.str();
+  }
+  o << fmt("%.3g", e2e) << " elements/s";
   if (copy.bytes_per_second > 0)
     o << " = " << fmt("%.3g", e2e * kBytesPerElement / 1e9) << " GB/s at " << fmt("%g", kBytesPerElement)
       << " B/element, " << fmt("%.1f", 100.0 * e2e * kBytesPerElement / copy.bytes_per_second)

@@ -179,6 +179,14 @@ TEST(PipelineStats, JsonHasEveryPhaseRateAndTheCopyFraction) {
                            "end to end", "5e+05 elements/s", "0.1% of the host copy bandwidth 4 GB/s",
                            "devices 0,0"})
     EXPECT_TRUE(has(text, part)) << part << "\n" << text;
+  // Nothing checked (a resumed run with nothing left): no "0 elements/s",
+  // no "0.0% of the host copy bandwidth".
+  nv::PipelineStats none;
+  none.seconds_total = 0.01;
+  const std::string empty = nv::format_pipeline_stats(none, copy);
+  EXPECT_TRUE(has(empty, "no case checked")) << empty;
+  EXPECT_FALSE(has(empty, "elements/s")) << empty;
+  EXPECT_FALSE(has(empty, "host copy bandwidth")) << empty;
 }
 
 // GPU only: the same cases over devices "0" and "0,0,0" (three workers on
