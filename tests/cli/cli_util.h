@@ -3,9 +3,13 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace normgate::test {
@@ -45,5 +49,32 @@ inline CliRun run_normgate_timeout(const std::string& args, int seconds) {
 
 /// True when `needle` occurs in `s`.
 inline bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+/// The whole content of the file at `path` ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// A report without the lines that hold the time of the run (Markdown
+/// "- date: ...", JSON "date": ...): what must equal between two runs.
+inline std::string without_dates(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
+  return out;
+}
+
+/// A fresh, empty folder NORMGATE_BINARY_DIR/PREFIX_NAME_PID (removed first
+/// if a killed run left it); its path.
+inline std::string fresh_dir(const std::string& prefix, const std::string& name) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/" + prefix + "_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
 
 }  // namespace normgate::test

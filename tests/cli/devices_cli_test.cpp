@@ -20,18 +20,15 @@
 namespace {
 
 using normgate::test::contains;
+using normgate::test::slurp;
+using normgate::test::without_dates;
 using normgate::test::run_normgate;
 
 const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const std::string kFast =
     " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --windows 'H=64,T=1..100'";
 
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/devices_cli_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return normgate::test::fresh_dir("devices_cli", name); }
 
 TEST(DevicesCli, BadDeviceListsExit2BeforeAnyWork) {
   const std::string dir = temp_dir("bad");
@@ -96,22 +93,6 @@ TEST(DevicesCli, StatsJsonHasEveryPhase) {
   ss << m.rdbuf();
   EXPECT_FALSE(contains(ss.str(), "elements/s")) << ss.str();
   std::filesystem::remove_all(dir);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// A report without its date lines (Markdown "- date: ", JSON "date").
-std::string without_dates(const std::string& text) {
-  std::istringstream in(text);
-  std::string line, out;
-  while (std::getline(in, line))
-    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
-  return out;
 }
 
 // A journal's lines without each case's wall time and the digest over it.

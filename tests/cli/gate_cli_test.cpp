@@ -34,30 +34,11 @@ const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window
 
 using CliResult = normgate::test::CliRun;
 using normgate::test::contains;
+using normgate::test::slurp;
+using normgate::test::without_dates;
 CliResult cli(const std::string& args) { return normgate::test::run_normgate(args); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Drop the lines that hold the time of the run (Markdown "- date: ...", JSON "date": ...).
-std::string without_dates(const std::string& text) {
-  std::istringstream in(text);
-  std::string line, out;
-  while (std::getline(in, line))
-    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
-  return out;
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/gate_cli_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return normgate::test::fresh_dir("gate_cli", name); }
 
 int count_lines(const std::string& path) {
   const std::string s = slurp(path);

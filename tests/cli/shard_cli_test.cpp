@@ -17,32 +17,14 @@
 namespace {
 
 using normgate::test::contains;
+using normgate::test::slurp;
+using normgate::test::without_dates;
 const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --windows H=64";
 
 normgate::test::CliRun cli(const std::string& args) { return normgate::test::run_normgate(args); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string without_dates(const std::string& text) {
-  std::istringstream in(text);
-  std::string line, out;
-  while (std::getline(in, line))
-    if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
-  return out;
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/shard_cli_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string temp_dir(const std::string& name) { return normgate::test::fresh_dir("shard_cli", name); }
 
 TEST(ShardCli, BadShardValuesExit2NamingThem) {
   const std::string dir = temp_dir("bad");
