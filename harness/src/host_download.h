@@ -36,6 +36,20 @@ using DownloadSink = std::function<void(const void* chunk, size_t bytes)>;
 /// std::runtime_error on CUDA errors, std::invalid_argument when pitch < width.
 void download_rows(const DownloadSink& sink, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
 
+/// download_path()'s direct path (host_pool.h): copy `rows` rows of `width`
+/// bytes from device `src` (row pitch `pitch` >= width) on stream s into
+/// host `dst` (rows*width bytes, rows packed). The whole pages inside dst are
+/// page-locked (cudaHostRegister) for this copy only and written by the DMA
+/// engine; the rows (or, when pitch == width, the bytes) that share a page
+/// with memory outside dst go through the staging buffers (download_rows).
+/// Returns when every byte has landed and the pages are unlocked again.
+/// Returns false, having written nothing, when the tensor is under
+/// kDirectMinBytes, too small to hold whole pages, or the driver refuses the
+/// registration (counted in direct_download_stats().refused); the caller then
+/// stages the copy. Throws std::runtime_error on CUDA errors of the copies
+/// (the pages are unlocked first).
+bool download_rows_direct(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
+
 /// A sink that appends the downloaded bytes, as elements of T, to `dst`
 /// (whose capacity the caller reserved: no reallocation while appending).
 template <class T>
@@ -58,7 +72,10 @@ inline DownloadSink write_to(void* dst, size_t bytes, size_t* written) {
 }
 
 /// As download_rows into `dst`, which then holds rows*width bytes, as
-/// elements of T (width must be a multiple of sizeof(T)). By default the
+/// elements of T (width must be a multiple of sizeof(T)). With
+/// download_path() direct (the default) and at least kDirectMinBytes, dst is
+/// resized to its elements and download_rows_direct fills it. Staged (or
+/// when that returns false): by default the
 /// vector is cleared and filled by appending the chunks to reserved memory,
 /// so its elements are written once (resize() followed by a copy would
 /// first zero them: one more pass over every downloaded byte, and a fresh
@@ -75,6 +92,14 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
     throw std::invalid_argument("download_rows_into: width " + std::to_string(width) + " is not a multiple of " +
                                 std::to_string(sizeof(T)));
   const size_t n = rows * (width / sizeof(T));
+  if (download_path() == DownloadPath::direct && n * sizeof(T) >= kDirectMinBytes) {
+    if (dst.capacity() < n) {
+      dst.clear();
+      dst.reserve(n);
+    }
+    dst.resize(n);  // zeroes only the elements past the old size (a pooled vector keeps its pages)
+    if (download_rows_direct(dst.data(), src, width, pitch, rows, s)) return;
+  }
   if (copy_threads() > 1 && !dst.empty() && dst.capacity() >= n) {
     dst.resize(n);
     size_t written = 0;
@@ -88,10 +113,19 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
 }
 
 /// `n` contiguous elements of T from device `src` into `dst` (cleared, then
-/// holding them; see download_rows_into), as rows of 1 MiB (a multiple of
-/// sizeof(T)) and a last partial row.
+/// holding them; see download_rows_into): by the direct path when
+/// download_path() says so and it applies, else staged as rows of 1 MiB (a
+/// multiple of sizeof(T)) and a last partial row.
 template <class T>
 void download_into(std::vector<T>& dst, const void* src, size_t n, cudaStream_t s) {
+  if (download_path() == DownloadPath::direct && n * sizeof(T) >= kDirectMinBytes) {
+    if (dst.capacity() < n) {
+      dst.clear();
+      dst.reserve(n);
+    }
+    dst.resize(n);
+    if (download_rows_direct(dst.data(), src, n * sizeof(T), n * sizeof(T), 1, s)) return;
+  }
   dst.clear();
   dst.reserve(n);
   const size_t bytes = n * sizeof(T);

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -45,6 +46,30 @@ int copy_threads() {
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   return end != nullptr && *end == '\0' && v >= 1 && v <= 64 ? static_cast<int>(v) : 1;
+}
+
+DownloadPath download_path() {
+  const char* e = std::getenv("NORMGATE_DOWNLOAD");
+  return e != nullptr && std::strcmp(e, "staged") == 0 ? DownloadPath::staged : DownloadPath::direct;
+}
+
+namespace {
+std::atomic<uint64_t> g_direct_bytes{0}, g_direct_refused{0};
+std::atomic<int64_t> g_direct_live{0};
+}  // namespace
+
+DirectDownloadStats direct_download_stats() {
+  DirectDownloadStats s;
+  s.bytes = g_direct_bytes.load();
+  s.refused = g_direct_refused.load();
+  s.live = g_direct_live.load();
+  return s;
+}
+
+void note_direct_download(uint64_t bytes, uint64_t refused, int64_t live_delta) noexcept {
+  g_direct_bytes += bytes;
+  g_direct_refused += refused;
+  g_direct_live += live_delta;
 }
 
 namespace {

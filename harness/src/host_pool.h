@@ -31,6 +31,36 @@ void copy_bytes(void* dst, const void* src, size_t bytes, int threads);
 /// docs/perf/oracle-and-gate-throughput.md, D7). Read at every call.
 int copy_threads();
 
+/// How run_gpu's BF16 [rows, cols] tensors reach host memory
+/// (host_download.h download_rows_into), from NORMGATE_DOWNLOAD, read at
+/// every call: "staged" copies them out of the pinned staging buffers on
+/// the CPU (copy_threads() threads); "direct" (the default, and what any
+/// other value gives) page-locks the destination vector's pages for the one
+/// copy (cudaHostRegister), lets the DMA engine write them, and unlocks them
+/// before returning, so no CPU copies the bulk of the bytes; the first and
+/// last rows that share a page with other memory, and tensors under
+/// kDirectMinBytes, still go through the staging buffers, as does a tensor
+/// whose registration the driver refuses. Same bytes either way.
+enum class DownloadPath { direct, staged };
+DownloadPath download_path();
+
+/// Tensors smaller than this many bytes are always staged.
+inline constexpr size_t kDirectMinBytes = size_t{4} << 20;
+
+/// Counters of the direct path since the process started (tests): bytes the
+/// DMA engine wrote straight into registered vectors, downloads that fell
+/// back to staging because a registration failed, and registrations live
+/// now (0 whenever no download is running: each is undone before its
+/// download returns).
+struct DirectDownloadStats {
+  uint64_t bytes = 0;
+  uint64_t refused = 0;
+  int64_t live = 0;
+};
+DirectDownloadStats direct_download_stats();
+/// Update the counters (host_download.h's direct path only).
+void note_direct_download(uint64_t bytes, uint64_t refused, int64_t live_delta) noexcept;
+
 /// The pool's limits: vectors under kMinPooledElems elements are neither
 /// kept nor handed out; at most kMaxPooled vectors and kMaxPooledBytes of
 /// capacity (bytes) are kept (the smallest go first; a single vector is kept

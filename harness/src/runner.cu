@@ -1,7 +1,10 @@
 // harness/src/runner.cu: run_gpu() (runner.h): one case end to end on the GPU,
 // poisoned outputs, inputs generated or uploaded, downloads through the host pool.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -183,6 +186,69 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
     if (next.n == 0) break;
     prev = next;
   }
+}
+
+bool download_rows_direct(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s) {
+  if (pitch < width) throw std::invalid_argument("download_rows_direct: pitch " + std::to_string(pitch) + " < width " +
+                                                 std::to_string(width));
+  const size_t total = width * rows;
+  if (rows == 0 || width == 0 || total < kDirectMinBytes) return false;
+  if (pitch == width) {  // contiguous: one run of bytes, split at pages rather than rows
+    width = pitch = total;
+    rows = 1;
+  }
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto p = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t a = (p + page - 1) / page * page, b = (p + total) / page * page;  // whole pages inside dst
+  if (b <= a || b - a < kDirectMinBytes / 2) return false;
+  // The direct part: bytes [lo, hi) of dst, inside [a, b); rows [r0, r1).
+  size_t r0 = 0, r1 = 1, lo = a - p, hi = b - p;
+  if (rows > 1) {
+    r0 = (a - p + width - 1) / width;
+    r1 = (b - p) / width;
+    if (r1 <= r0) return false;
+    lo = r0 * width;
+    hi = r1 * width;
+  }
+  void* const locked = reinterpret_cast<void*>(a);
+  if (cudaHostRegister(locked, b - a, cudaHostRegisterPortable) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it and stage instead
+    note_direct_download(0, 1, 0);
+    return false;
+  }
+  note_direct_download(0, 0, 1);
+  struct Unlock {  // on every exit: no copy in flight into the pages, then unlock them
+    void* ptr;
+    cudaStream_t st;
+    ~Unlock() {
+      (void)cudaStreamSynchronize(st);
+      (void)cudaHostUnregister(ptr);
+      note_direct_download(0, 0, -1);
+    }
+  } unlock{locked, s};
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  if (rows == 1)
+    NG_CUDA(cudaMemcpyAsync(out + lo, in + lo, hi - lo, cudaMemcpyDeviceToHost, s));
+  else
+    NG_CUDA(cudaMemcpy2DAsync(out + lo, width, in + r0 * pitch, pitch, width, r1 - r0, cudaMemcpyDeviceToHost, s));
+  // The pieces outside the whole pages, staged (download_rows waits for its
+  // own chunks, which the stream orders after the direct copy).
+  auto staged = [&](size_t b0, size_t b1, const char* from, size_t w, size_t n) {
+    size_t written = 0;
+    if (b1 > b0) download_rows(write_to(out + b0, b1 - b0, &written), from, w, rows == 1 ? w : pitch, n, s);
+    if (written != b1 - b0) throw std::logic_error("download_rows_direct: a staged piece came back short");
+  };
+  if (rows == 1) {
+    staged(0, lo, in, lo, 1);
+    staged(hi, total, in + hi, total - hi, 1);
+  } else {
+    staged(0, lo, in, width, r0);
+    staged(hi, total, in + r1 * pitch, width, rows - r1);
+  }
+  NG_CUDA(cudaStreamSynchronize(s));
+  note_direct_download(hi - lo, 0, 0);
+  return true;
 }
 
 namespace {

@@ -63,6 +63,23 @@ TEST(HostCopy, ThreadsFromTheEnvironment) {
     unsetenv("NORMGATE_COPY_THREADS");
 }
 
+TEST(HostCopy, DownloadPathFromTheEnvironment) {
+  const char* old = std::getenv("NORMGATE_DOWNLOAD");
+  const std::string saved = old != nullptr ? old : "";
+  unsetenv("NORMGATE_DOWNLOAD");
+  EXPECT_EQ(detail::download_path(), detail::DownloadPath::direct);
+  setenv("NORMGATE_DOWNLOAD", "staged", 1);
+  EXPECT_EQ(detail::download_path(), detail::DownloadPath::staged);
+  for (const char* other : {"", "direct", "Staged", "staged ", "0"}) {
+    setenv("NORMGATE_DOWNLOAD", other, 1);
+    EXPECT_EQ(detail::download_path(), detail::DownloadPath::direct) << "'" << other << "'";
+  }
+  if (old != nullptr)
+    setenv("NORMGATE_DOWNLOAD", saved.c_str(), 1);
+  else
+    unsetenv("NORMGATE_DOWNLOAD");
+}
+
 TEST(HostPool, OutsideAScopeNothingIsKept) {
   EXPECT_TRUE(take_host_u16(kMinPooledElems * 4).empty());
   EXPECT_EQ(take_host_u16(kMinPooledElems * 4).capacity(), 0u);  // the caller allocates, as before

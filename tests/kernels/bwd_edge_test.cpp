@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "host_pool.h"
 #include "util/gpu_test_util.h"
 #include "util/kernel_test_util.h"
 #include "normgate/seeds/generate.h"
@@ -227,8 +228,10 @@ TEST(BwdEdge, KeptDeviceBuffersGiveTheSameBits) {
 // are handed back (recycle_host_buffers) only after the next run, so a run
 // takes vectors of the run before the previous one (sizes growing and
 // shrinking, one under the pool's 1 MiB minimum, T = 0, a tensor of two
-// staging chunks; the second pass with the copies split over 3 threads,
-// NORMGATE_COPY_THREADS) and gives bitwise what fresh vectors give; it never
+// staging chunks; the first pass by the direct path (NORMGATE_DOWNLOAD, host_pool.h),
+// the second with the staged copies split over 3 threads,
+// NORMGATE_COPY_THREADS, the third staged) and gives bitwise what fresh
+// vectors filled through the staging buffers give; it never
 // writes into the previous run's vectors, which are still being read (they
 // stay equal to the fresh results).
 TEST(BwdEdge, KeptHostBuffersGiveTheSameBits) {
@@ -244,8 +247,18 @@ TEST(BwdEdge, KeptHostBuffersGiveTheSameBits) {
       seeds::parse_case("H=2048,T=900,w=bf16,form=res,family=cancel,seed=5")};
   GpuRunOptions o;
   o.download_inputs = true;
+  struct Env {  // NORMGATE_DOWNLOAD and NORMGATE_COPY_THREADS unset again on any exit
+    ~Env() {
+      unsetenv("NORMGATE_DOWNLOAD");
+      unsetenv("NORMGATE_COPY_THREADS");
+    }
+  } restore;
+  // The reference: fresh vectors filled through the staging buffers (the
+  // passes below take the direct path, then stage again).
+  setenv("NORMGATE_DOWNLOAD", "staged", 1);
   std::vector<SharedGpuRun> fresh;
   for (const auto& c : cs) fresh.push_back(run_gpu_shared(vs, c, nullptr, kEps, o));
+  unsetenv("NORMGATE_DOWNLOAD");
   // Every BF16 row tensor's storage (what the pool hands out).
   auto tensors = [](SharedGpuRun& r) {
     std::vector<std::vector<uint16_t>*> t = {&r.inputs.x, &r.inputs.dy, &r.inputs.u, &r.inputs.dh_new};
@@ -278,13 +291,17 @@ TEST(BwdEdge, KeptHostBuffersGiveTheSameBits) {
   std::optional<SharedGpuRun> held;  // the previous run: its oracle half is still reading it
   size_t held_i = 0, reused = 0;
   std::vector<const uint16_t*> handed_back;
-  struct CopyThreads {  // pass 2: NORMGATE_COPY_THREADS=3, unset again on any exit
-    ~CopyThreads() { unsetenv("NORMGATE_COPY_THREADS"); }
-  } restore;
-  for (int pass = 0; pass < 2; ++pass) {
+  const detail::DirectDownloadStats before = detail::direct_download_stats();
+  for (int pass = 0; pass < 3; ++pass) {
     if (pass == 1) setenv("NORMGATE_COPY_THREADS", "3", 1);
+    if (pass == 2) {
+      ASSERT_GT(detail::direct_download_stats().bytes, before.bytes) << "the direct path never ran";
+      setenv("NORMGATE_DOWNLOAD", "staged", 1);
+    }
     for (size_t i = 0; i < cs.size(); ++i) {
-      SCOPED_TRACE(seeds::to_string(cs[i]) + (pass == 0 ? " (pass 1)" : " (pass 2, 3 copy threads)"));
+      SCOPED_TRACE(seeds::to_string(cs[i]) + (pass == 0   ? " (pass 1, direct)"
+                                              : pass == 1 ? " (pass 2, direct, 3 copy threads)"
+                                                          : " (pass 3, staged, 3 copy threads)"));
       SharedGpuRun run = run_gpu_shared(vs, cs[i], nullptr, kEps, o);
       expect_fresh_bits(run, i);
       for (std::vector<uint16_t>* a : tensors(run)) {
@@ -318,6 +335,9 @@ TEST(BwdEdge, KeptHostBuffersGiveTheSameBits) {
     }
   }
   EXPECT_GT(reused, 0u) << "no run took a vector handed back by an earlier one";
+  const detail::DirectDownloadStats after = detail::direct_download_stats();
+  EXPECT_EQ(after.live, 0) << "a direct download left its pages locked";
+  EXPECT_EQ(after.refused, before.refused) << "the driver refused a registration";
 }
 
 }  // namespace

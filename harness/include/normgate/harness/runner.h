@@ -81,13 +81,15 @@ class ReuseGpuBuffers {
 /// recycle_host_buffers, instead of fresh vectors whose every page faults in
 /// (and is zeroed by the kernel) during the copy: several GB per large case.
 /// A pooled vector is used when its capacity suffices (the smallest such)
-/// and refilled by the copy out of the pinned staging buffers (on the
-/// calling thread, or split over NORMGATE_COPY_THREADS threads when that is
-/// set to 2..64), so results are bitwise those of fresh vectors.
+/// and refilled by the download (by default the DMA engine writes its
+/// pages, page-locked for that copy only; NORMGATE_DOWNLOAD=staged copies
+/// out of the pinned staging buffers instead, on the calling thread or split
+/// over NORMGATE_COPY_THREADS threads when that is set to 2..64), so results
+/// are bitwise those of fresh vectors.
 /// New vectors get capacity for 2x the elements (grow-only: later, larger
 /// cases fit; unwritten pages cost no memory). The vectors are ordinary
-/// std::vector memory, not registered with CUDA: their owner may free them
-/// at any time. Memory: up to 16 vectors handed back and not yet taken stay
+/// std::vector memory, registered with CUDA only while a copy into them
+/// runs: their owner may free them at any time. Memory: up to 16 vectors handed back and not yet taken stay
 /// allocated until the last scope ends. A gate or check pipeline
 /// (validators::run_checks) holds one and hands every GPU case's vectors
 /// back when the case is done, so its overlapped cases (the oracle of case
