@@ -1,0 +1,81 @@
+"""tools/timings_merge.py: the groups of NEW replace those groups in BASE,
+every other point of BASE is kept as it was, OUT is written whole (temp file
+then rename); a bad input or OUT naming an input exits 2 and writes nothing.
+Runs under pytest or as `python3 tests/tools/test_timings_merge.py`."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TOOL = os.path.join(ROOT, "tools", "timings_merge.py")
+
+
+def point(op, H, w, form, T, us):
+    return {"op": op, "H": H, "w": w, "form": form, "T": T, "aa_variant": "a", "aa_floor": 0.01,
+            "median_us": us, "rounds_us": {k: [v] * 3 for k, v in us.items()}}
+
+
+def timings(points, date, commit):
+    return {"format": "normgate-timings/1", "gpu": "G", "driver": "d", "cuda": "c", "date": date,
+            "normgate_commit": commit, "rounds": 3, "reps": 50, "points": points}
+
+
+def run(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+
+
+def test_new_groups_replace_old_ones():
+    with tempfile.TemporaryDirectory() as d:
+        base = timings([point("fwd", 256, "bf16", "heads24", 1, {"a": 5.0}),
+                        point("fwd", 256, "bf16", "heads24", 16, {"a": 6.0}),
+                        point("fwd", 256, "fp32", "heads24", 1, {"a": 7.0}),
+                        point("bwd", 4096, "bf16", "plain", 1, {"b": 9.0})], "2026-12-01T00:00:00Z", "aaa")
+        new = timings([point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0})], "2026-12-02T00:00:00Z", "bbb")
+        paths = [os.path.join(d, n) for n in ("base.json", "new.json", "out.json")]
+        for p, t in zip(paths, (base, new)):
+            with open(p, "w") as f:
+                json.dump(t, f)
+        r = run(*paths)
+        assert r.returncode == 0, r.stderr
+        out = json.load(open(paths[2]))
+        keys = sorted((p["op"], p["w"], p["form"], p["T"]) for p in out["points"])
+        # bf16 heads24 T=16 was in the replaced group: gone; the others kept.
+        assert keys == [("bwd", "bf16", "plain", 1), ("fwd", "bf16", "heads24", 1), ("fwd", "fp32", "heads24", 1)]
+        got = {(p["op"], p["w"], p["T"]): p["median_us"] for p in out["points"]}
+        assert got[("fwd", "bf16", 1)] == {"a": 5.5, "n": 4.0}
+        assert got[("fwd", "fp32", 1)] == {"a": 7.0}
+        assert out["normgate_commit"] == "bbb" and out["date"] == "2026-12-02T00:00:00Z"
+        assert [m["normgate_commit"] for m in out["merged_from"]] == ["aaa", "bbb"]
+        assert [m["points"] for m in out["merged_from"]] == [2, 1]
+        assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")]
+
+
+def test_bad_inputs_exit_2_and_write_nothing():
+    with tempfile.TemporaryDirectory() as d:
+        good = os.path.join(d, "good.json")
+        with open(good, "w") as f:
+            json.dump(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"), f)
+        bad = os.path.join(d, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"format": "other"}')
+        other_reps = os.path.join(d, "reps.json")
+        t = timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y")
+        t["reps"] = 100
+        with open(other_reps, "w") as f:
+            json.dump(t, f)
+        out = os.path.join(d, "out.json")
+        for args, needle in (((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
+                             ((good, other_reps, out), "rounds/reps"), ((good, good, good), "one of the inputs"),
+                             ((good,), "Usage")):
+            r = run(*args)
+            assert r.returncode == 2, (args, r.returncode)
+            assert needle in r.stderr or needle == "Usage" and "tools/timings_merge.py BASE NEW OUT" in r.stderr, r.stderr
+            assert not os.path.exists(out)
+
+
+if __name__ == "__main__":
+    test_new_groups_replace_old_ones()
+    test_bad_inputs_exit_2_and_write_nothing()
+    print("ok")
