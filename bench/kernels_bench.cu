@@ -42,6 +42,7 @@
 #include "normgate/seeds/case_id.h"
 
 #include "fwd_l2pass.cuh"
+#include "fwd_narrow.cuh"
 #include "fwd_rows.cuh"
 
 namespace nk = normgate::kernels;
@@ -120,6 +121,7 @@ int main(int argc, char** argv) try {
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<int> fwd_rows;   // also time bench/fwd_rows.cuh with these rows per team (--fwd-rows 2,4)
+  std::vector<std::pair<int, int>> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R,...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -128,7 +130,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -138,7 +140,9 @@ int main(int argc, char** argv) try {
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
           "counts the rows where its rstd or y differs from the forward's; --fwd-rows R adds bench/fwd_rows.cuh's\n"
           "simple forward with R rows per team (2 or 4; plain rows, H % 8 == 0, teams <= 512) and counts the\n"
-          "rows where its rstd, msq or y differs. Needs a CUDA GPU.\n"
+          "rows where its rstd, msq or y differs. --fwd-narrow L:R adds bench/fwd_narrow.cuh's forward for rows of 256\n"
+          "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4) on plain H = 256 and, with --heads, on\n"
+          "the per-head views, counting the rows that differ from the routed forward. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
     } else if (a == "--reps" && i + 1 < argc) {
@@ -167,6 +171,22 @@ int main(int argc, char** argv) try {
           return 2;
         }
         fwd_rows.push_back(std::atoi(tok.c_str()));
+        pos = e + 1;
+      }
+    } else if (a == "--fwd-narrow" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        const size_t e = std::min(v.find(',', pos), v.size());
+        const std::string tok = v.substr(pos, e - pos);
+        if (tok != "8:1" && tok != "8:2" && tok != "16:1" && tok != "16:2" && tok != "32:2" && tok != "32:4") {
+          std::fprintf(stderr,
+                       "kernels_bench: bad --fwd-narrow '%s': L:R is one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4, "
+                       "comma-separated\n",
+                       v.c_str());
+          return 2;
+        }
+        fwd_narrow.emplace_back(std::atoi(tok.c_str()), std::atoi(tok.c_str() + tok.find(':') + 1));
         pos = e + 1;
       }
     } else if (a == "--w" && i + 1 < argc) {
@@ -423,6 +443,17 @@ int main(int argc, char** argv) try {
                                                                     fa.eps, st);
                      });
         }
+        for (const auto& [L, R] : fwd_narrow) {
+          if (H != 256 || depth.fwd != depths.front().fwd) break;
+          experiment("fwd narrow " + std::to_string(L) + ":" + std::to_string(R) + " experiment", true,
+                     [&, L = L, R = R](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+                       return wd == WDtype::bf16
+                                  ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re,
+                                                                               me, T, 1, fa.eps, st)
+                                  : fwdnarrow::launch_fwd_narrow<float>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re, me, T,
+                                                                        1, fa.eps, st);
+                     });
+        }
 
         for (const auto& v : nk::variants()) {
           if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
@@ -491,6 +522,49 @@ int main(int argc, char** argv) try {
             if (v.op == nk::Op::fwd && &v != &fwd)
               time_row(wname, "fwd " + tag + std::string(v.name), hf_bytes,
                        [&](nk::Stream s) { nk::rmsnorm_fwd(v, hf, s); });
+          // bench/fwd_narrow.cuh on the view, into its own buffers (poisoned),
+          // compared row by row with the routed forward's y, rstd and msq.
+          for (const auto& [L, R] : fwd_narrow) {
+            Buf ny(hbytes), nrs(4 * hrows), nmsq(8 * hrows + 8);
+            CK(cudaMemset(ny.p, 0xFF, hbytes));
+            CK(cudaMemset(nrs.p, 0xFF, 4 * hrows));
+            CK(cudaMemset(nmsq.p, 0xFF, 8 * hrows));
+            auto go = [&, L = L, R = R](cudaStream_t st) {
+              const bool ok =
+                  wd == WDtype::bf16
+                      ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(
+                            L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p), rowlen, 256,
+                            static_cast<float*>(nrs.p), static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st)
+                      : fwdnarrow::launch_fwd_narrow<float>(L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p),
+                                                            rowlen, 256, static_cast<float*>(nrs.p),
+                                                            static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st);
+              CK(cudaGetLastError());
+              return ok;
+            };
+            if (!go(nullptr)) continue;
+            nk::rmsnorm_fwd(fwd, hf);
+            CK(cudaDeviceSynchronize());
+            std::vector<uint16_t> ya(hbytes / 2), yb(hbytes / 2);
+            std::vector<float> ra(static_cast<size_t>(hrows)), rb(static_cast<size_t>(hrows));
+            std::vector<double> ma(static_cast<size_t>(hrows)), mb(static_cast<size_t>(hrows));
+            CK(cudaMemcpy(ya.data(), hy.p, hbytes, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(yb.data(), ny.p, hbytes, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(ra.data(), hrs.p, 4 * hrows, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(rb.data(), nrs.p, 4 * hrows, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(ma.data(), hmsq.p, 8 * hrows, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(mb.data(), nmsq.p, 8 * hrows, cudaMemcpyDeviceToHost));
+            int64_t differ = 0;
+            for (int64_t r = 0; r < hrows; ++r) {
+              const size_t i = static_cast<size_t>(r);
+              const size_t at = static_cast<size_t>((r / nh) * rowlen + (r % nh) * 256);
+              differ += std::memcmp(&ra[i], &rb[i], 4) != 0 || std::memcmp(&ma[i], &mb[i], 8) != 0 ||
+                        std::memcmp(ya.data() + at, yb.data() + at, 512) != 0;
+            }
+            time_row(wname,
+                     "fwd " + tag + "narrow " + std::to_string(L) + ":" + std::to_string(R) + " experiment (" +
+                         std::to_string(differ) + " rows differ)",
+                     hf_bytes, [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
+          }
           for (const auto& v : nk::variants()) {
             if (v.op != nk::Op::bwd || v.control) continue;
             const size_t ws = nk::bwd_workspace_bytes(v, hrows, 256);
