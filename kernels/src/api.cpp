@@ -159,6 +159,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
       return (static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(float) + 15) / 16 * 16;
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
+    case VariantId::fwd_narrow:
       break;
     default:  // the model-only controls (refused above)
       break;
@@ -259,6 +260,9 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {
     case VariantId::fwd_multirow:
       detail::launch_fwd_multirow(a, fwd_vector_path(a), stream);
       return;
+    case VariantId::fwd_narrow:
+      detail::launch_fwd_narrow(a, fwd_vector_path(a), stream);
+      return;
     default:
       bad(v, "rmsnorm_fwd", "no forward launcher");
   }
@@ -295,6 +299,7 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       return;
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
+    case VariantId::fwd_narrow:
       break;
     default:  // the model-only controls (validate_bwd refused them)
       break;

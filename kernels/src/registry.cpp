@@ -21,6 +21,8 @@ constexpr uint8_t kPlain = (1u << static_cast<int>(Form::plain)) | (1u << static
                            (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 constexpr uint8_t kRes = 1u << static_cast<int>(Form::res);
 constexpr uint8_t kHeads = (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
+// Plain rows and the per-head views (no fused residual).
+constexpr uint8_t kRows = (1u << static_cast<int>(Form::plain)) | kHeads;
 
 // A model-only negative control (registry.h): backward, det, never routable.
 constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_min, uint8_t forms,
@@ -30,7 +32,7 @@ constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_m
                  false, true, source_of_class};
 }
 
-const std::array<Variant, 18> kVariants = {{
+const std::array<Variant, 19> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -85,6 +87,9 @@ const std::array<Variant, 18> kVariants = {{
     model_control(VariantId::ctl_heads_dw_mixed, "ctl_heads_dw_mixed", kMinH, kHeads,
                   "NEGATIVE CONTROL (model only, head forms): per-head dw partials, head h read from buffer h & ~1",
                   hashes::ctl_heads_dw_mixed_files, hashes::ctl_heads_dw_mixed_sha256, "torch-xpu-ops PR 4790"),
+    {VariantId::fwd_narrow, "fwd_narrow", Op::fwd, Mode::det, 256, 256, kBothW, kRows, false,
+     "forward for rows of 256 (plain and per-head): 16 lanes a row, two rows side by side in a warp and two a lane, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
+     hashes::fwd_narrow_files, hashes::fwd_narrow_sha256},
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in

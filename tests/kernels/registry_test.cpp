@@ -46,7 +46,7 @@ TEST(Registry, HasTheVariantsInIdOrder) {
       {"ctl_bf16_partials", 4}, {"bwd_det_onepass", 5}, {"bwd_fp32_blocked", 6},  {"fwd_multirow", 7},
       {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
       {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
-      {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}};
+      {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -128,8 +128,9 @@ TEST(Registry, OpsModesAndControls) {
 
 TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
   for (const Variant& v : variants()) {
-    // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their forms).
-    if (v.model_only || v.id == VariantId::ctl_warp64_dw) continue;
+    // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their
+    // forms); fwd_narrow is a forward for rows of 256 (its own test below).
+    if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow) continue;
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
     EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
@@ -139,6 +140,21 @@ TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
     EXPECT_FALSE(v.description.empty()) << v.name;
     EXPECT_EQ(v.description.find('\n'), std::string_view::npos) << v.name << ": one line";
   }
+}
+
+// fwd_narrow: a deterministic forward for rows of exactly 256, plain and
+// per-head, both weight dtypes, not the fused residual form, not the default.
+TEST(Registry, FwdNarrowTakesRowsOf256) {
+  const Variant& n = variant("fwd_narrow");
+  EXPECT_EQ(n.op, Op::fwd);
+  EXPECT_EQ(n.mode, Mode::det);
+  EXPECT_FALSE(n.control);
+  EXPECT_TRUE(n.supports_h(256) && !n.supports_h(255) && !n.supports_h(257) && !n.supports_h(512));
+  EXPECT_TRUE(n.supports(WDtype::bf16) && n.supports(WDtype::fp32));
+  EXPECT_TRUE(n.supports(Form::plain) && n.supports(Form::heads24) && n.supports(Form::heads4));
+  EXPECT_FALSE(n.supports(Form::res));
+  EXPECT_NE(&default_fwd(), &n);
+  EXPECT_NE(std::string(n.sources).find("src/fwd_narrow.cu"), std::string::npos);
 }
 
 TEST(Registry, UnknownNameThrowsNamingIt) {

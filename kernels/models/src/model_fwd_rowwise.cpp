@@ -3,7 +3,8 @@
 // fwd_rowwise.cu, so y and rstd match the GPU bitwise (NaN payloads aside).
 // It is also the model of fwd_multirow (fwd_multirow.cu: the same row
 // geometry and per-row arithmetic; only how many rows a team loads at once
-// differs, which changes no bit).
+// differs, which changes no bit), and of fwd_narrow (fwd_narrow.cu: rows of
+// 256 on 16 lanes of two groups each, its own order of the binary64 sum).
 #include <omp.h>
 
 #include <array>
@@ -31,6 +32,17 @@ T warp_butterfly(std::array<T, 32> v) {
   return v[0];
 }
 
+/// The same butterfly over the 16 lanes of a half warp (offsets 8..1), as
+/// fwd_narrow.cu reduces a row's 16 lane sums; returns lane 0.
+double half_warp_butterfly(std::array<double, 16> v) {
+  for (int off = 8; off > 0; off >>= 1) {
+    std::array<double, 16> n;
+    for (int i = 0; i < 16; ++i) n[i] = sum_rn(v[i], v[i ^ off]);
+    v = n;
+  }
+  return v[0];
+}
+
 template <class T>
 T team_sum_any(const T* partials, int team) {
   const int nw = team / 32;
@@ -52,13 +64,16 @@ double model_team_sum(const double* partials, int team) { return team_sum_any(pa
 FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float eps, int threads) {
   if (v.op != Op::fwd) detail::model_bad(v, "not a forward variant");
   // Forward variants with this model (a new forward variant gets its own or is added here).
-  if (v.id != VariantId::fwd_rowwise && v.id != VariantId::fwd_multirow)
+  if (v.id != VariantId::fwd_rowwise && v.id != VariantId::fwd_multirow && v.id != VariantId::fwd_narrow)
     detail::model_bad(v, "no CPU model of this forward variant");
+  const bool narrow = v.id == VariantId::fwd_narrow;
   detail::check_view(v, "x", x);
   detail::check_weight(v, w, x.cols);
   if (!std::isfinite(eps) || eps < 0.0f) detail::model_bad(v, "eps is not finite and >= 0");
   const int64_t R = x.rows(), H = x.cols;
-  const RowGeometry geo = row_geometry(H);
+  // fwd_narrow (H = 256 only: check_view refused any other H): lane t of 16
+  // holds the groups k = 0, 1 at columns (16*k + t)*8, group_col0(16, k, t).
+  const RowGeometry geo = narrow ? RowGeometry{16, 2} : row_geometry(H);
   const double inv_h = 1.0 / static_cast<double>(H);  // as the kernel (rstd.h)
   std::vector<float> wf(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) wf[static_cast<size_t>(j)] = detail::weight_at(w, j);
@@ -85,7 +100,14 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
         }
         part[static_cast<size_t>(t)] = ss;
       }
-      const double tot = model_team_sum(part.data(), geo.team);
+      double tot = 0.0;
+      if (narrow) {
+        std::array<double, 16> lanes;
+        for (int t = 0; t < 16; ++t) lanes[static_cast<size_t>(t)] = part[static_cast<size_t>(t)];
+        tot = half_warp_butterfly(lanes);
+      } else {
+        tot = model_team_sum(part.data(), geo.team);
+      }
       const float rs = row_rstd_fp64(tot, inv_h, static_cast<double>(eps));
       out.rstd[static_cast<size_t>(r)] = rs;
       out.msq[static_cast<size_t>(r)] = row_m(tot, inv_h, static_cast<double>(eps));

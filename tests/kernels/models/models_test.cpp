@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -160,6 +164,44 @@ TEST(Models, ZeroRowsGiveZeroDw) {
   EXPECT_TRUE(o.y.empty() && o.dx.empty() && o.rstd.empty());
   ASSERT_EQ(o.dw.size(), 96u);
   for (float v : o.dw) EXPECT_EQ(v, 0.0f);
+}
+
+// fwd_narrow's model sums a row of 256 in fwd_narrow.cu's order: lane t of
+// 16 adds the squares of columns (16k + t)*8 .. +7, k = 0 then 1, one dfma
+// at a time, then the half-warp butterfly; fwd_rowwise's lane t of 32 adds
+// only columns 8t .. 8t+7 before its butterfly. Row 0 is built so the two
+// orders round differently: x[0] = 1 and x[128..130] = 2^-27 (squares
+// 2^-54, each under half an ulp of 1). fwd_narrow's lane 0 adds them to 1
+// one at a time (each lost): ss = 1; fwd_rowwise's lane 16 first sums them
+// to 1.5 * 2^-53, which then rounds 1 up: ss = 1 + 2^-52. msq = fma(ss,
+// 1/256, eps) shows the difference; row 1 (nothing rounds) is equal.
+TEST(Models, FwdNarrowSumsInItsOwnOrder) {
+  const int64_t H = 256;
+  std::vector<uint16_t> x(2 * H, 0);
+  x[0] = bf16_from_float(1.0f);
+  for (int j = 128; j <= 130; ++j) x[static_cast<size_t>(j)] = bf16_from_float(std::ldexp(1.0f, -27));
+  for (int64_t j = 0; j < H; ++j) x[static_cast<size_t>(H + j)] = bf16_from_float(static_cast<float>(j % 7) - 3.0f);
+  std::vector<uint16_t> w(H, bf16_from_float(1.0f));
+  const WeightView wv{WDtype::bf16, w.data(), H};
+  const auto xv = RowView<uint16_t>::plain(x.data(), 2, H);
+  const FwdResult n = model_fwd(variant("fwd_narrow"), xv, wv, kEps, 1);
+  const FwdResult r = model_fwd(default_fwd(), xv, wv, kEps, 1);
+  const double inv_h = 1.0 / 256.0, e = static_cast<double>(kEps);
+  EXPECT_EQ(n.msq[0], std::fma(1.0, inv_h, e));
+  EXPECT_EQ(r.msq[0], std::fma(1.0 + std::ldexp(1.0, -52), inv_h, e));
+  EXPECT_NE(n.msq[0], r.msq[0]);
+  EXPECT_EQ(n.msq[1], r.msq[1]);
+  EXPECT_EQ(n.rstd[1], r.rstd[1]);
+  EXPECT_EQ(n.y, r.y);  // the rstd of row 0 is the same FP32 value either way
+  // H other than 256 is refused, naming the variant.
+  const auto wide = RowView<uint16_t>::plain(x.data(), 1, 2 * H);
+  std::vector<uint16_t> w2(2 * H, bf16_from_float(1.0f));
+  try {
+    (void)model_fwd(variant("fwd_narrow"), wide, WeightView{WDtype::bf16, w2.data(), 2 * H}, kEps, 1);
+    ADD_FAILURE() << "fwd_narrow's model took H = 512";
+  } catch (const std::invalid_argument& ex) {
+    EXPECT_NE(std::string(ex.what()).find("fwd_narrow"), std::string::npos) << ex.what();
+  }
 }
 
 // The forward's msq (binary64 m per row) handed to the backward removes the

@@ -12,6 +12,9 @@
 //   fwd_multirow        forward: fwd_rowwise's rows and arithmetic (the same
 //                       bits), each team loading R(H) rows into registers
 //                       before reducing any (multirow.h), every form
+//   fwd_narrow          forward for rows of H = 256 (plain, heads4, heads24):
+//                       16 lanes a row, two rows a warp and two a lane, its
+//                       own order of the binary64 sum (fwd_narrow.cu)
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
@@ -105,6 +108,7 @@ enum class VariantId : uint8_t {
   ctl_warp64_dw = 15,
   ctl_heads_shared_stats = 16,
   ctl_heads_dw_mixed = 17,
+  fwd_narrow = 18,
   // 128..255: external variants, in registration order (never a built-in).
 };
 
