@@ -27,36 +27,22 @@
 
 #include "normgate/gate/gate.h"
 #include "normgate/gate/journal.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::contains;
+using test::error_of;
+using test::put;
+using test::slurp;
+
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_journal", name); }
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const nlohmann::json kCampaign = {{"seeds", "3x1"}, {"table_sha256", "abc"}};
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_journal_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void put(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 // A plausible record of one implementation on a case with H = 64, T = 5
 // (y, dx: 320 elements; rstd: 5; dw: 64).
@@ -86,16 +72,6 @@ std::vector<std::string> dumps(const std::vector<CaseRecord>& rs) {
   std::vector<std::string> out;
   for (const auto& r : rs) out.push_back(to_json(r).dump());
   return out;
-}
-
-// The message of the std::invalid_argument f throws ("" when it returns).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Every bit of every line of a small journal (the header, three records of
@@ -321,7 +297,7 @@ TEST(JournalRecord, ImpossibleValuesAreRefused) {
 TEST(JournalRecord, RecordOutsideTheCampaignsPlanIsAnError) {
   const std::string dir = temp_dir("plan");
   GateOptions o;
-  o.table_path = kSmall;
+  o.table_path = test::kSmallTable;
   o.seeds = "3x1";  // seed 0; fresh seeds 1..2 (fresh factor 2)
   o.t_per_window = 4;
   o.dense_points = 1;
