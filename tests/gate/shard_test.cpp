@@ -31,6 +31,7 @@ using test::contains;
 using test::error_of;
 using test::json_without_date;
 using test::lines_of;
+using test::put;
 using test::put_lines;
 using test::slurp;
 using test::small_opts;
@@ -288,6 +289,38 @@ TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
   e = error_of([&] { (void)merge(o, "", {shards[0], shard_path(dir + "/other", 3, 3)}); });
   EXPECT_TRUE(contains(e, "belongs to a different campaign")) << e;
   EXPECT_TRUE(contains(e, "seeds")) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// A shard journal ending in blank lines (an editor's newline, `echo >>`)
+// merges as it is without them; a blank line between its records is refused
+// naming the file and the line.
+TEST(Shard, MergeTakesBlankLinesAtTheEndOfAShardOnly) {
+  const std::string dir = temp_dir("blank");
+  GateOptions o = small_opts();
+  o.windows = "H=64";
+  for (int k = 1; k <= 2; ++k) (void)run_shard(o, dir, k, 2);
+  const std::vector<std::string> shards = {shard_path(dir, 1, 2), shard_path(dir, 2, 2)};
+  const GateResult plain = merge(o, dir + "/plain.jsonl", shards);
+  const std::string ended = dir + "/ended.jsonl";
+  put(ended, slurp(shards[0]) + "\n \n");
+  std::string e;
+  GateResult got;
+  e = error_of([&] { got = merge(o, dir + "/ended-merged.jsonl", {ended, shards[1]}); });
+  ASSERT_EQ(e, "");
+  EXPECT_EQ(strip_date(format_gate_markdown(got)), strip_date(format_gate_markdown(plain)));
+  EXPECT_EQ(json_without_date(got), json_without_date(plain));
+  EXPECT_EQ(got.journal_dropped_bytes, 0);
+  EXPECT_EQ(slurp(ended), slurp(shards[0]) + "\n \n") << "the merge changed a shard's journal";
+
+  auto ls = lines_of(shards[0]);
+  ASSERT_GE(ls.size(), 3u);
+  ls.insert(ls.begin() + 2, "");
+  const std::string gap = dir + "/gap.jsonl";
+  put_lines(gap, ls);
+  e = error_of([&] { (void)merge(o, dir + "/gap-merged.jsonl", {gap, shards[1]}); });
+  EXPECT_TRUE(contains(e, "journal " + gap + " line 3: ")) << e;
+  EXPECT_TRUE(contains(e, "blank")) << e;
   std::filesystem::remove_all(dir);
 }
 
