@@ -174,8 +174,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
           },
           "RATE > 0"))
       ->needs(plan_flag);
-  sub->callback([&cmds, o] {
-    cmds.run = [o] {
+  sub->callback([&cmds, o, sub] {
+    cmds.run = [o, devices_given = sub->count("--devices") > 0] {
       if (o->g.table_path.empty()) {
         const auto& m = o->g.merge_paths;
         const bool eaten = !m.empty() && m.back().size() > 5 && m.back().compare(m.back().size() - 5, 5, ".toml") == 0;
@@ -232,7 +232,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(o->g.backend);
       if (backend == validators::Backend::gpu && !kernels::gpu_available())
         throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
-      o->g.devices = parse_devices_option(o->devices);
+      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
       // the finished result).
