@@ -459,10 +459,10 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
   int64_t line_no = 0;
   auto read_line = [&](std::string_view line) {
     ++line_no;
+    if (line_no == 1) return check_header(line);
     if (line.find_first_not_of(kBlank) == std::string_view::npos)
       throw std::invalid_argument(at(line_no) + "the line is blank and records follow it (blank lines may only end "
                                   "the file: the file was changed after normgate wrote it)" + restart);
-    if (line_no == 1) return check_header(line);
     nlohmann::json j;
     try {
       j = parse_journal_line(line);

@@ -285,6 +285,10 @@ TEST(JournalTail, BlankLinesEndingTheFileAreFormatting) {
       EXPECT_EQ(slurp(path), bad);
     }
   }
+  // A blank first line: the file does not start with a journal header.
+  put(path, "\n" + text);
+  EXPECT_TRUE(contains(error_of([&] { (void)Journal::read(path, kCampaign); }), "line 1 is no journal header"));
+  EXPECT_EQ(slurp(path), "\n" + text);
   // Not blank: a torn record, dropped as ever.
   put(path, text + "  x");
   EXPECT_EQ(Journal::read(path, kCampaign).dropped_bytes(), 3);
