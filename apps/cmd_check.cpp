@@ -116,8 +116,8 @@ void add_check(CLI::App& app, Commands& cmds) {
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
   add_plugin_option(sub, o->plugins);
-  sub->callback([&cmds, o] {
-    cmds.run = [o] {
+  sub->callback([&cmds, o, sub] {
+    cmds.run = [o, devices_given = sub->count("--devices") > 0] {
       load_plugins(o->plugins);
       if (!o->id.empty() && !o->md.empty())
         throw std::invalid_argument("--md writes the grid table; with --case use --json");
@@ -135,7 +135,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       // "all" holds controls of one form or H range: each case runs those that support it.
       const bool from_all = std::find(o->impls.begin(), o->impls.end(), "all") != o->impls.end();
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
-      const std::vector<int> devices = parse_devices_option(o->devices);
+      const std::vector<int> devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The note comes after the arguments are parsed: a bad one is the only output.
       auto note_backend = [&] {
         if (backend == validators::Backend::cpu)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
 #include "normgate/oracle/reference.h"
@@ -80,8 +81,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
     std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
-  // Required, checked in the callback: --merge takes every argument after
-  // it, a table after the journals among them, and the message says so.
+  // Required, checked in the callback: --merge takes every argument up to
+  // the next option, a table after the journals among them, and the message
+  // says so.
   sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml (required)");
   sub->add_option("--base", o->g.base_path, "Older table: gate only windows whose bounds or variant changed");
   sub->add_option("--seeds", o->g.seeds,
@@ -151,7 +153,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "--merge", o->g.merge_paths,
       "Shard journals (--shard K/N runs of this campaign) to merge into --journal: every line checked (digest, "
       "plan, its shard; contradictions refused naming file and line), then refinement runs and the reports are "
-      "an unsharded run's; a shard not given leaves its cases missing and their windows INCOMPLETE (exit 1)");
+      "an unsharded run's; a shard not given leaves its cases missing and their windows INCOMPLETE (exit 1). "
+      "Takes every argument up to the next option: give the table first (gate TABLE --merge J1 J2 [options]) "
+      "or after -- (gate [options] --merge J1 J2 -- TABLE)");
   merge_opt->expected(1, -1)->excludes(shard_opt);
   shard_opt->needs(journal_opt);
   shard_opt->excludes(approve_flag);
@@ -174,21 +178,30 @@ void add_gate(CLI::App& app, Commands& cmds) {
           },
           "RATE > 0"))
       ->needs(plan_flag);
-  sub->callback([&cmds, o] {
-    cmds.run = [o] {
+  sub->callback([&cmds, o, sub] {
+    cmds.run = [o, devices_given = sub->count("--devices") > 0] {
+      const std::string merge_spelling =
+          "--merge takes every argument up to the next option: give the table before --merge (gate TABLE --merge "
+          "J1 J2 [options]) or after -- (gate [options] --merge J1 J2 -- TABLE)";
       if (o->g.table_path.empty()) {
         const auto& m = o->g.merge_paths;
-        const bool eaten = !m.empty() && m.back().size() > 5 && m.back().compare(m.back().size() - 5, 5, ".toml") == 0;
-        throw std::invalid_argument(
-            "table is required" +
-            (eaten ? ": --merge took '" + m.back() + "' as a shard journal (it takes every argument after it); give "
-                     "the table before --merge"
-                   : std::string()));
+        throw std::invalid_argument("table is required" +
+                                    (m.empty() ? std::string()
+                                               : ": --merge took '" + m.back() + "' as a shard journal; " +
+                                                     merge_spelling));
       }
       if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);
-      for (const auto& m : o->g.merge_paths)
+      // Each a journal (its header line read), before any work: an argument
+      // meant as something else (a second table) is named here.
+      for (const auto& m : o->g.merge_paths) {
         if (::access(m.c_str(), R_OK) != 0 || !std::filesystem::is_regular_file(m))
           throw std::invalid_argument("--merge " + m + ": no readable shard journal there");
+        try {
+          (void)validators::journal_campaign(m);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("--merge " + m + ": not a shard journal (" + e.what() + "); " + merge_spelling);
+        }
+      }
       load_plugins(o->plugins);
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
@@ -232,7 +245,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(o->g.backend);
       if (backend == validators::Backend::gpu && !kernels::gpu_available())
         throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
-      o->g.devices = parse_devices_option(o->devices);
+      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
       // the finished result).

@@ -104,7 +104,10 @@ CLI::Option* add_devices_option(CLI::App* sub, std::string& value);
 /// The --devices value read for this process's devices
 /// (kernels::parse_devices with kernels::device_count()), before any work;
 /// std::invalid_argument (exit 2) naming --devices and the bad value.
-std::vector<int> parse_devices_option(const std::string& text);
+/// `given`: --devices was on the command line; `backend`: the --backend
+/// value as given (auto|cpu|gpu). --devices given with --backend cpu is
+/// std::invalid_argument (exit 2) naming both: the CPU models use no device.
+std::vector<int> parse_devices_option(const std::string& text, bool given, const std::string& backend);
 
 /// `--plugin LIB.so`, repeatable (one path per occurrence): plugin libraries
 /// whose variants (capi/include/normgate/plugin.h) the subcommand may name.

@@ -314,11 +314,18 @@ CLI::Option* add_devices_option(CLI::App* sub, std::string& value) {
       ->add_option("--devices", value,
                    "GPU backend: the devices the cases' GPU halves are spread over, one worker each, cases "
                    "finished in order (reports do not depend on it): all (every visible device) or indices, e.g. "
-                   "0,1,2,3; a device may repeat (0,0: two workers on device 0)")
+                   "0,1,2,3; a device may repeat (0,0: two workers on device 0). Refused with --backend cpu (the "
+                   "CPU models run on no device)")
       ->capture_default_str();
 }
 
-std::vector<int> parse_devices_option(const std::string& text) {
+std::vector<int> parse_devices_option(const std::string& text, bool given, const std::string& backend) {
+  // As for other options that cannot apply (--md with --case, --rate
+  // without --plan): refused, not ignored, so that a wrong belief about
+  // where the cases run is said rather than kept.
+  if (given && backend == "cpu")
+    throw std::invalid_argument("--devices " + text + " has no effect with --backend cpu: the CPU models run on no "
+                                "device; drop --devices, or use --backend gpu (or auto) to spread the cases over GPUs");
   try {
     return kernels::parse_devices(text, kernels::device_count());
   } catch (const std::invalid_argument& e) {

@@ -33,6 +33,9 @@ constexpr std::string_view kDigestOpen = ",\"sha256\":\"";
 constexpr size_t kDigestLen = 64;
 constexpr size_t kDigestTail = kDigestOpen.size() + kDigestLen + 2;  // + "}
 
+// What a blank line holds: nothing else than these.
+constexpr const char* kBlank = " \t\r\n";
+
 const nlohmann::json& field(const nlohmann::json& j, const std::string& k) {
   if (!j.is_object() || !j.contains(k)) throw std::invalid_argument("missing field '" + k + "'");
   return j.at(k);
@@ -363,6 +366,15 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     got += static_cast<size_t>(n);
   }
   const std::string header = header_line(campaign);
+  // Blank lines (only spaces, tabs, CRs) after the last newline-ended line
+  // are formatting (an editor's or `echo >>`'s newline), not records: not
+  // read, and cut off before this journal is appended to (a record after a
+  // blank line would make it a blank line between records: damage, refused
+  // in read_line). A file of nothing but blanks has no last line: as before.
+  size_t blank_tail = 0;
+  if (const size_t last = text.find_last_not_of(kBlank); last != std::string::npos)
+    if (const size_t nl = text.find('\n', last); nl != std::string::npos) blank_tail = text.size() - (nl + 1);
+  text.resize(text.size() - blank_tail);
   // Complete lines end in a newline. What follows the last newline is a line
   // whose write was interrupted: dropped, unless its digest shows it complete
   // (a write cut just before the newline).
@@ -448,6 +460,9 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
   auto read_line = [&](std::string_view line) {
     ++line_no;
     if (line_no == 1) return check_header(line);
+    if (line.find_first_not_of(kBlank) == std::string_view::npos)
+      throw std::invalid_argument(at(line_no) + "the line is blank and records follow it (blank lines may only end "
+                                  "the file: the file was changed after normgate wrote it)" + restart);
     nlohmann::json j;
     try {
       j = parse_journal_line(line);
@@ -489,8 +504,8 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (::lseek(jr.fd_, 0, SEEK_END) < 0) sys_fail("cannot seek journal", path);
     write_all(jr.fd_, "\n", path);
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
-  } else if (!tail.empty()) {
-    jr.dropped_ = static_cast<int64_t>(tail.size());
+  } else if (!tail.empty() || blank_tail > 0) {
+    jr.dropped_ = static_cast<int64_t>(tail.size());  // a torn record; blank lines are no loss
     if (::ftruncate(jr.fd_, static_cast<off_t>(keep)) != 0) sys_fail("cannot truncate journal", path);
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
   }

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "util/scratch_files.h"  // contains, slurp, fresh_dir
+
 namespace normgate::test {
 
 /// Exit code (-1 when the process did not exit normally) and stdout+stderr.
@@ -47,17 +49,6 @@ inline CliRun run_normgate_timeout(const std::string& args, int seconds) {
   return run_normgate_with("timeout " + std::to_string(seconds), args);
 }
 
-/// True when `needle` occurs in `s`.
-inline bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
-
-/// The whole content of the file at `path` ("" when it cannot be read).
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 /// A report without the lines that hold the time of the run (Markdown
 /// "- date: ...", JSON "date": ...): what must equal between two runs.
 inline std::string without_dates(const std::string& text) {
@@ -66,15 +57,6 @@ inline std::string without_dates(const std::string& text) {
   while (std::getline(in, line))
     if (!contains(line, "- date: ") && !contains(line, "\"date\":")) out += line + "\n";
   return out;
-}
-
-/// A fresh, empty folder NORMGATE_BINARY_DIR/PREFIX_NAME_PID (removed first
-/// if a killed run left it); its path.
-inline std::string fresh_dir(const std::string& prefix, const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/" + prefix + "_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
 }
 
 }  // namespace normgate::test

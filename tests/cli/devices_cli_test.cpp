@@ -25,8 +25,9 @@ using normgate::test::without_dates;
 using normgate::test::run_normgate;
 
 const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-const std::string kFast =
-    " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --windows 'H=64,T=1..100'";
+const std::string kFastAnyBackend =
+    " --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --windows 'H=64,T=1..100'";
+const std::string kFast = " --backend cpu" + kFastAnyBackend;
 
 std::string temp_dir(const std::string& name) { return normgate::test::fresh_dir("devices_cli", name); }
 
@@ -37,19 +38,42 @@ TEST(DevicesCli, BadDeviceListsExit2BeforeAnyWork) {
     std::string value, says;
   };
   // 4096 exceeds any host's device count (and this machine may have none).
+  // --backend auto: with --backend cpu, --devices is refused whatever its value.
   for (const Bad& b : {Bad{"0,x", "'x' is not a device index"}, Bad{"4096", "device 4096 does not exist"},
                        Bad{"-1", "device -1 is negative"}, Bad{"0,,1", "an empty entry"}}) {
-    const auto r = run_normgate("gate " + kSmall + kFast + " --journal " + journal + " --devices=" + b.value);
+    const auto r = run_normgate("gate " + kSmall + " --backend auto" + kFastAnyBackend + " --journal " + journal +
+                                " --devices=" + b.value);
     EXPECT_EQ(r.code, 2) << b.value << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, "--devices") && contains(r.out, b.says) &&
                 contains(r.out, "'" + b.value + "'"))
         << b.value << "\n" << r.out;
     EXPECT_FALSE(std::filesystem::exists(journal)) << b.value;  // nothing ran
-    const auto c = run_normgate("check --case H=64,T=10,w=bf16,form=plain,family=normal,seed=0 --backend cpu "
+    const auto c = run_normgate("check --case H=64,T=10,w=bf16,form=plain,family=normal,seed=0 --backend auto "
                                 "--devices=" + b.value);
     EXPECT_EQ(c.code, 2) << b.value << "\n" << c.out;
     EXPECT_TRUE(contains(c.out, "--devices") && contains(c.out, b.says)) << c.out;
   }
+}
+
+// The CPU models run on no device: --devices with --backend cpu is a usage
+// error naming both options (exit 2, before any work), on a machine with a
+// GPU as on one without; not "device 0 does not exist".
+TEST(DevicesCli, DevicesWithBackendCpuIsAUsageError) {
+  const std::string dir = temp_dir("cpu");
+  const std::string journal = dir + "/j.jsonl";
+  for (const std::string value : {"0", "all", "0,0"}) {
+    const auto r = run_normgate("gate " + kSmall + kFast + " --journal " + journal + " --devices " + value);
+    EXPECT_EQ(r.code, 2) << value << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "--devices " + value) && contains(r.out, "no effect with --backend cpu")) << r.out;
+    EXPECT_FALSE(contains(r.out, "does not exist")) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(journal)) << value;  // nothing ran
+    const auto c = run_normgate("check --case H=64,T=10,w=bf16,form=plain,family=normal,seed=0 --backend cpu "
+                                "--devices " + value);
+    EXPECT_EQ(c.code, 2) << value << "\n" << c.out;
+    EXPECT_TRUE(contains(c.out, "--devices " + value) && contains(c.out, "no effect with --backend cpu")) << c.out;
+    EXPECT_FALSE(contains(c.out, "note     no GPU")) << c.out;  // refused before the run's first line
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DevicesCli, StatsJsonHasEveryPhase) {

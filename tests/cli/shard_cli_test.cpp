@@ -2,7 +2,8 @@
 // bad --shard values exit 2 naming the value before any work; a shard exits
 // 0 with an INCOMPLETE verdict; merging every shard writes the unsharded
 // run's JSON and Markdown reports (but the date) and exits 0; merging 2 of 3
-// shards exits 1, INCOMPLETE; a merge input that is not there exits 2.
+// shards exits 1, INCOMPLETE; a merge input that is not there, or not a
+// journal (a table after the journals), exits 2 naming it.
 #include <gtest/gtest.h>
 
 #include "cli_util.h"
@@ -77,6 +78,50 @@ TEST(ShardCli, MergedShardsWriteTheUnshardedReports) {
   EXPECT_TRUE(contains(r.out, "verdict  PASS")) << r.out;
   EXPECT_EQ(without_dates(slurp(dir + "/all.json")), without_dates(slurp(dir + "/full.json")));
   EXPECT_EQ(without_dates(slurp(dir + "/all.md")), without_dates(slurp(dir + "/full.md")));
+  std::filesystem::remove_all(dir);
+}
+
+// --merge takes every argument up to the next option: a table after the
+// journals is taken as one. The spellings that work: the table before
+// --merge, after an option that follows the journals, or after --. A
+// table after the journals is a usage error naming it, whatever its name,
+// before any work; so is any --merge value that is not a journal.
+TEST(ShardCli, TableAfterTheMergeJournals) {
+  const std::string dir = temp_dir("spelling");
+  const std::string s1 = dir + "/s1.jsonl", s2 = dir + "/s2.jsonl";
+  for (int k = 1; k <= 2; ++k)
+    ASSERT_EQ(cli("gate " + kSmall + kFast + " --quiet --shard " + std::to_string(k) + "/2 --journal " + dir + "/s" +
+                  std::to_string(k) + ".jsonl").code, 0);
+  const std::string journals = " --merge " + s1 + " " + s2;
+  auto r = cli("gate " + kSmall + kFast + " --quiet" + journals + " --report-json " + dir + "/first.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string first = without_dates(slurp(dir + "/first.json"));
+  for (const std::string& spelling : {"gate" + kFast + " --quiet" + journals + " --report-json " + dir + "/r.json " + kSmall,
+                                      "gate" + kFast + " --quiet" + journals + " --report-json " + dir + "/r.json -- " + kSmall}) {
+    std::filesystem::remove(dir + "/r.json");
+    r = cli(spelling);
+    EXPECT_EQ(r.code, 0) << spelling << "\n" << r.out;
+    EXPECT_EQ(without_dates(slurp(dir + "/r.json")), first) << spelling;
+  }
+  // A table not named *.toml after the journals: named, with what to do.
+  const std::string table = dir + "/table";
+  std::filesystem::copy_file(kSmall, table);
+  r = cli("gate" + kFast + journals + " " + table);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--merge took '" + table + "' as a shard journal")) << r.out;
+  EXPECT_TRUE(contains(r.out, "gate TABLE --merge J1 J2") && contains(r.out, "--merge J1 J2 -- TABLE")) << r.out;
+  // The table given, and another after the journals: not a journal, named
+  // before any work (no "gate" line, no journal written).
+  const std::string other = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
+  r = cli("gate " + kSmall + kFast + journals + " " + other + " --journal " + dir + "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--merge " + other + ": not a shard journal")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--merge takes every argument up to the next option")) << r.out;
+  EXPECT_FALSE(contains(r.out, "gate     ")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl"));
+  // gate --help says how to spell it.
+  r = cli("gate --help");
+  EXPECT_TRUE(contains(r.out, "--merge J1 J2 -- TABLE")) << r.out;
   std::filesystem::remove_all(dir);
 }
 

@@ -16,35 +16,15 @@
 #include "normgate/gate/gate.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::small_opts;
 
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-
-std::string temp_dir(const std::string& name) {
-  const std::string d =
-      std::string(NORMGATE_BINARY_DIR) + "/test_gate_policy_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-GateOptions small_opts(const std::string& table = kSmall) {
-  GateOptions o;
-  o.table_path = table;
-  o.seeds = "3x1";
-  o.t_per_window = 4;
-  o.dense_points = 2;
-  o.fresh_factor = 2;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
-  return o;
-}
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_gate_policy", name); }
 
 // A policy for the copy of small.toml in `dir` (line numbers fixed).
 void write_policy(const std::string& dir, const std::string& extra = "") {
@@ -60,7 +40,7 @@ void write_policy(const std::string& dir, const std::string& extra = "") {
 
 std::string copy_table(const std::string& dir) {
   const std::string table = dir + "/t.toml";
-  std::filesystem::copy_file(kSmall, table);
+  std::filesystem::copy_file(test::kSmallTable, table);
   return table;
 }
 
@@ -69,7 +49,7 @@ TEST(ApprovalPolicy, RecordsCarryTheCampaignStrength) {
   o.windows = "H=256|64,op=bwd,T=1..100";  // bwd det H=256 fp32 [1, 300] and the H=64 [1, 100] windows
   const GateResult r = run_gate(o);
   ASSERT_TRUE(r.pass());
-  const auto t = kernels::load_route_table(kSmall);
+  const auto t = kernels::load_route_table(test::kSmallTable);
   kernels::Approvals a;
   (void)update_approvals(a, r, t.routes);
   ASSERT_EQ(a.records.size(), r.windows.size());
@@ -210,7 +190,7 @@ TEST(ApprovalPolicy, ApproveRechecksTheResultAndRefusesWindows) {
 // A record of a wider window survives a later approve of the table that
 // splits it; a record of a window the table no longer contains is removed.
 TEST(ApprovalPolicy, UpdateKeepsRecordsThatContainTableWindows) {
-  const auto t = kernels::load_route_table(kSmall);
+  const auto t = kernels::load_route_table(test::kSmallTable);
   GateResult r;  // nothing gated
   r.backend = "cpu-model";
   kernels::Approvals a;
@@ -238,7 +218,7 @@ TEST(ApprovalPolicy, UpdateKeepsRecordsThatContainTableWindows) {
 // A window that fails inside a wider approved window takes that approval
 // (same backend, variant and source) with it: it approved the failing part.
 TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
-  const auto t = kernels::load_route_table(kSmall);
+  const auto t = kernels::load_route_table(test::kSmallTable);
   const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100]
   ASSERT_EQ(low.t_hi, 100);
   GateResult r;

@@ -16,34 +16,15 @@
 #include "normgate/gate/gate.h"
 #include "normgate/routing/routing.h"
 #include "util/approval_fixture.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::grid_only_opts;
 
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_gate_bc_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-GateOptions fast(const std::string& table) {
-  GateOptions o;
-  o.table_path = table;
-  o.seeds = "3x1";
-  o.t_per_window = 4;
-  o.dense_points = 0;
-  o.fresh_factor = 0;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
-  return o;
-}
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_gate_bc", name); }
 
 // Approvals beside `table` for every route; `stale_line` (0: none): the
 // route at that line approved with another source hash.
@@ -60,12 +41,12 @@ void approve_all(const std::string& table, int stale_line) {
 TEST(GateBase, AChangedKernelIsGated) {
   const std::string dir = temp_dir("hash");
   const std::string base = dir + "/base.toml", table = dir + "/table.toml";
-  std::filesystem::copy_file(kSmall, base);
-  std::filesystem::copy_file(kSmall, table);
+  std::filesystem::copy_file(test::kSmallTable, base);
+  std::filesystem::copy_file(test::kSmallTable, table);
   const int h256 = kernels::load_route_table(base).routes.back().line;  // bwd det H=256 fp32
   // Every window approved with this build's sources: nothing changed.
   approve_all(base, 0);
-  GateOptions o = fast(table);
+  GateOptions o = grid_only_opts(table);
   o.base_path = base;
   const GateResult same = run_gate(o);
   EXPECT_TRUE(same.windows.empty());
@@ -103,7 +84,7 @@ TEST(GateControl, AControlThatPassesIsFlagged) {
   const std::string table = dir + "/ctl.toml";
   std::ofstream(table) << "arch = \"sm90a\"\nroute = [\n  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", "
                           "form = \"plain\", T = [1, 3], variant = \"ctl_fp32_seq\" },\n]\n";
-  GateOptions o = fast(table);
+  GateOptions o = grid_only_opts(table);
   o.allow_controls = true;
   o.seeds = "3x2";
   const GateResult r = run_gate(o);

@@ -18,25 +18,18 @@
 #include <vector>
 
 #include "normgate/gate/gate.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate::validators;
 
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-
 // The H = 256 window of small.toml (T = 1..300), CPU models, one seed per family.
 GateOptions one_window(int dense_points, int64_t dense_step) {
-  GateOptions o;
-  o.table_path = kSmall;
+  GateOptions o = normgate::test::grid_only_opts();
   o.windows = "H=256";
-  o.seeds = "3x1";
-  o.t_per_window = 4;
   o.dense_points = dense_points;
   o.dense_step = dense_step;
-  o.fresh_factor = 0;
-  o.backend = Backend::cpu;
-  o.threads = 1;
   return o;
 }
 

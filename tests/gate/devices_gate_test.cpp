@@ -17,6 +17,7 @@
 #include "normgate/gate/gate.h"
 #include "normgate/gate/journal.h"
 #include "normgate/kernels/device.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
@@ -40,16 +41,7 @@ std::vector<std::string> journal_without_seconds(const std::string& path) {
 // The pipeline's element count is the plan's: rows*H summed over the
 // distinct cases (no refinement here, so the grid is the whole campaign).
 TEST(GateDevices, StatsCountThePlansElements) {
-  GateOptions o;
-  o.table_path = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-  o.seeds = "3x1";
-  o.t_per_window = 4;
-  o.dense_points = 0;
-  o.fresh_factor = 0;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
+  const GateOptions o = test::grid_only_opts();
   const GatePlan plan = plan_gate(o);
   const GateResult r = run_gate(o);
   ASSERT_GT(plan.grid_cases_distinct, 0);
@@ -64,18 +56,11 @@ TEST(GateDevices, StatsCountThePlansElements) {
 
 TEST(GateDevices, RepeatedDeviceGivesTheReportsAndJournalOfOneWorker) {
   if (!kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device";
-  const std::string dir =
-      std::string(NORMGATE_BINARY_DIR) + "/test_gate_devices_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  GateOptions o;
-  o.table_path = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+  const std::string dir = test::fresh_dir("test_gate_devices", "workers");
+  GateOptions o = test::small_opts();
   o.seeds = "3x2";
-  o.t_per_window = 4;
-  o.dense_points = 2;
   o.backend = Backend::gpu;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
+  o.threads = 0;
   o.devices = {0};
   o.journal_path = dir + "/one.jsonl";
   const GateResult one = run_gate(o);
@@ -87,24 +72,8 @@ TEST(GateDevices, RepeatedDeviceGivesTheReportsAndJournalOfOneWorker) {
   EXPECT_EQ(three.pipeline.devices, (std::vector<int>{0, 0, 0}));
   EXPECT_GT(three.cases_run_now, 3);  // more cases than workers
   EXPECT_EQ(three.pipeline.elements, one.pipeline.elements);
-  auto md = [](const GateResult& r) {
-    std::string s = format_gate_markdown(r), out;
-    size_t pos = 0;
-    while (pos < s.size()) {
-      const size_t nl = s.find('\n', pos);
-      const std::string line = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos + 1);
-      if (line.rfind("- date: ", 0) != 0) out += line;
-      pos = nl == std::string::npos ? s.size() : nl + 1;
-    }
-    return out;
-  };
-  auto js = [](const GateResult& r) {
-    nlohmann::json j = gate_to_json(r);
-    j.erase("date");
-    return j.dump();
-  };
-  EXPECT_EQ(md(three), md(one));
-  EXPECT_EQ(js(three), js(one));
+  EXPECT_EQ(test::strip_date(format_gate_markdown(three)), test::strip_date(format_gate_markdown(one)));
+  EXPECT_EQ(test::json_without_date(three), test::json_without_date(one));
   EXPECT_EQ(journal_without_seconds(dir + "/three.jsonl"), journal_without_seconds(dir + "/one.jsonl"));
   std::filesystem::remove_all(dir);
 }

@@ -20,21 +20,17 @@
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/routing.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
 
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_external", name); }
+
 const std::string kShaA(64, 'a');
 const std::string kShaB(64, 'b');
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_external_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
 
 // An external whose step is the CPU model of forward `fwd` then backward `bwd`.
 ExternalImpl model_impl(const std::string& name, const char* fwd, const char* bwd, kernels::Op op = kernels::Op::bwd) {

@@ -26,48 +26,18 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/seeds/seed_set.h"
 #include "util/approval_fixture.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::small_opts;
+using test::strip_date;
 
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_gate", name); }
+
 const std::string kCtl = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/ctl_override.toml";
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_gate_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-// Small, fast options: 3 families x 1 seed, 4 T per window, 2 dense points.
-GateOptions small_opts(const std::string& table = kSmall) {
-  GateOptions o;
-  o.table_path = table;
-  o.seeds = "3x1";
-  o.t_per_window = 4;
-  o.dense_points = 2;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
-  return o;
-}
-
-std::string strip_date(const std::string& md) {
-  std::istringstream in(md);
-  std::string line, out;
-  while (std::getline(in, line))
-    if (line.rfind("- date: ", 0) != 0) out += line + "\n";
-  return out;
-}
-
-nlohmann::json strip_date(nlohmann::json j) {
-  j.erase("date");
-  return j;
-}
 
 TEST(GateTPoints, EdgesPowersOfTwoAndSpread) {
   const auto a = window_t_points(1, 65536, 8);
@@ -96,7 +66,7 @@ TEST(GateTPoints, EdgesPowersOfTwoAndSpread) {
 }
 
 TEST(GateFilter, SelectsWindows) {
-  const auto t = kernels::load_route_table(kSmall);
+  const auto t = kernels::load_route_table(test::kSmallTable);
   auto count = [&](const std::string& f) {
     const auto flt = parse_window_filter(f);
     int n = 0;
@@ -464,7 +434,7 @@ TEST(Gate, ResumeRedoesNothingAndGivesTheSameReport) {
 
 TEST(Gate, BaseGatesOnlyChangedWindows) {
   const std::string dir = temp_dir("base");
-  std::ifstream in(kSmall);
+  std::ifstream in(test::kSmallTable);
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
@@ -478,7 +448,7 @@ TEST(Gate, BaseGatesOnlyChangedWindows) {
   // The base with approvals beside it: they prove its variants' sources are
   // this build's (routing.h; without them every window counts as changed).
   const std::string base = dir + "/base.toml";
-  std::filesystem::copy_file(kSmall, base);
+  std::filesystem::copy_file(test::kSmallTable, base);
   kernels::Approvals ba;
   ba.path = kernels::approvals_path_for(base);
   for (const auto& rt : kernels::load_route_table(base).routes) ba.records.push_back(normgate::test::valid_approval(rt));
@@ -536,7 +506,7 @@ TEST(Gate, ApprovalsFromAPassingGate) {
   o.fresh_factor = 0;
   const GateResult r = run_gate(o);
   ASSERT_TRUE(r.pass());
-  const auto t = kernels::load_route_table(kSmall);
+  const auto t = kernels::load_route_table(test::kSmallTable);
   kernels::Approvals a;
   // A stale record of a window that is no longer in the table is removed.
   kernels::Approval gone;
@@ -568,7 +538,7 @@ TEST(Gate, ApprovalsFromAPassingGate) {
 TEST(Gate, ApproveKeepsConcurrentApprovalsAndRefusesAChangedTable) {
   const std::string dir = temp_dir("approve");
   const std::string table = dir + "/t.toml";
-  std::filesystem::copy_file(kSmall, table);
+  std::filesystem::copy_file(test::kSmallTable, table);
   // approve() needs a policy beside the table; this one asks for no refinement.
   std::ofstream(dir + "/t.policy.toml") << "[minimum]\nseeds = \"3x1\"\nt_per_window = 4\ndense_points = 0\n"
                                            "fresh_factor = 0\nbackends = [\"cpu-model\"]\n";

@@ -27,36 +27,22 @@
 
 #include "normgate/gate/gate.h"
 #include "normgate/gate/journal.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::contains;
+using test::error_of;
+using test::put;
+using test::slurp;
+
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_journal", name); }
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const nlohmann::json kCampaign = {{"seeds", "3x1"}, {"table_sha256", "abc"}};
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_journal_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void put(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 // A plausible record of one implementation on a case with H = 64, T = 5
 // (y, dx: 320 elements; rstd: 5; dw: 64).
@@ -86,16 +72,6 @@ std::vector<std::string> dumps(const std::vector<CaseRecord>& rs) {
   std::vector<std::string> out;
   for (const auto& r : rs) out.push_back(to_json(r).dump());
   return out;
-}
-
-// The message of the std::invalid_argument f throws ("" when it returns).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Every bit of every line of a small journal (the header, three records of
@@ -220,6 +196,17 @@ TEST(JournalDigest, FormatOneIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// A new journal at `path`: its header and two records (cases T = 5 and T =
+// 4 of ctl_fp32_seq), three lines; its text.
+std::string two_record_journal(const std::string& path) {
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
+    j.append(record(kCase4, "ctl_fp32_seq", 7.32421875));
+  }
+  return slurp(path);
+}
+
 // The end of the file: a last line cut just before its newline is complete
 // (its digest says so): kept, and the newline written; a torn one is dropped;
 // a file whose only line is not this campaign's header is no journal and is
@@ -227,12 +214,7 @@ TEST(JournalDigest, FormatOneIsRefused) {
 TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
   const std::string dir = temp_dir("tail");
   const std::string path = dir + "/j.jsonl";
-  {
-    Journal j = Journal::open(path, kCampaign);
-    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
-    j.append(record(kCase4, "ctl_fp32_seq", 7.32421875));
-  }
-  const std::string text = slurp(path);
+  const std::string text = two_record_journal(path);
   put(path, text.substr(0, text.size() - 1));
   {
     const Journal j = Journal::open(path, kCampaign);
@@ -252,6 +234,64 @@ TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
   const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
   EXPECT_TRUE(contains(e, path) && contains(e, "not a normgate gate journal")) << e;
   EXPECT_EQ(slurp(path), foreign);
+  std::filesystem::remove_all(dir);
+}
+
+// Blank lines (spaces, tabs, CRs) after the last record are formatting (an
+// editor's or `echo >>`'s newline): read and resume see the records, read
+// leaves the file alone, resume cuts them off so that appended records
+// follow the last one. A blank line before a record is damage: refused
+// naming the file and the line, the file left alone. Bytes after the last
+// newline that are not all blank stay a torn record (dropped).
+TEST(JournalTail, BlankLinesEndingTheFileAreFormatting) {
+  const std::string dir = temp_dir("blank");
+  const std::string path = dir + "/j.jsonl";
+  const std::string text = two_record_journal(path);
+  for (const std::string blank : {"\n", "\n\n", "  \n", " ", "\t", "\r\n", " \n\t\n  "}) {
+    put(path, text + blank);
+    {
+      std::vector<std::string> got;
+      const std::string e = error_of([&] {
+        const Journal j = Journal::read(path, kCampaign);
+        got = dumps(j.resumed());
+        EXPECT_EQ(j.dropped_bytes(), 0);
+      });
+      EXPECT_EQ(e, "") << testing::PrintToString(blank);
+      EXPECT_EQ(got.size(), 2u) << testing::PrintToString(blank);
+    }
+    EXPECT_EQ(slurp(path), text + blank) << "read changed the file";
+    const std::string e = error_of([&] {
+      Journal j = Journal::open(path, kCampaign);
+      EXPECT_EQ(j.resumed().size(), 2u);
+      EXPECT_EQ(j.dropped_bytes(), 0);
+      j.append(record(kCase5, "bwd_det_chunked", 0.5));
+    });
+    EXPECT_EQ(e, "") << testing::PrintToString(blank);
+    EXPECT_EQ(Journal::read(path, kCampaign).resumed().size(), 3u) << testing::PrintToString(blank);
+    EXPECT_EQ(slurp(path).substr(0, text.size() + 1), text + "{") << testing::PrintToString(blank);
+  }
+  // A blank line before a record (line 3 of 4), or before the end of a torn one.
+  const size_t second = text.find('\n', text.find('\n') + 1) + 1;  // where line 3 starts
+  for (const std::string& bad : {text.substr(0, second) + "\n" + text.substr(second), text + " \n{\"case\":"}) {
+    const int64_t line = bad.size() > text.size() + 2 ? 4 : 3;
+    put(path, bad);
+    for (bool read_only : {true, false}) {
+      const std::string e = error_of([&] {
+        if (read_only) (void)Journal::read(path, kCampaign);
+        else (void)Journal::open(path, kCampaign);
+      });
+      EXPECT_TRUE(contains(e, "journal " + path + " line " + std::to_string(line) + ": ")) << e;
+      EXPECT_TRUE(contains(e, "blank")) << e;
+      EXPECT_EQ(slurp(path), bad);
+    }
+  }
+  // A blank first line: the file does not start with a journal header.
+  put(path, "\n" + text);
+  EXPECT_TRUE(contains(error_of([&] { (void)Journal::read(path, kCampaign); }), "line 1 is no journal header"));
+  EXPECT_EQ(slurp(path), "\n" + text);
+  // Not blank: a torn record, dropped as ever.
+  put(path, text + "  x");
+  EXPECT_EQ(Journal::read(path, kCampaign).dropped_bytes(), 3);
   std::filesystem::remove_all(dir);
 }
 
@@ -321,7 +361,7 @@ TEST(JournalRecord, ImpossibleValuesAreRefused) {
 TEST(JournalRecord, RecordOutsideTheCampaignsPlanIsAnError) {
   const std::string dir = temp_dir("plan");
   GateOptions o;
-  o.table_path = kSmall;
+  o.table_path = test::kSmallTable;
   o.seeds = "3x1";  // seed 0; fresh seeds 1..2 (fresh factor 2)
   o.t_per_window = 4;
   o.dense_points = 1;

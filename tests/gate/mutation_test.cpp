@@ -14,6 +14,7 @@
 
 #include "normgate/gate/gate.h"
 #include "normgate/kernels/registry.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
@@ -132,16 +133,9 @@ TEST(Mutation, BadOptionsAreRefusedBeforeWork) {
 // The gate's reports: each window's conditioning headroom and, per output,
 // the kernel's excess over the forced part.
 TEST(GateHeadroom, ReportsShowHeadroomAndKernelMargins) {
-  GateOptions o;
-  o.table_path = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/headroom.toml";
+  GateOptions o = test::grid_only_opts(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/headroom.toml");
   o.seeds = "5x1";
   o.t_per_window = 2;
-  o.dense_points = 0;
-  o.fresh_factor = 0;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
   const GateResult r = run_gate(o);
   ASSERT_EQ(r.windows.size(), 2u);
   EXPECT_TRUE(r.windows[0].pass);

@@ -21,70 +21,23 @@
 
 #include "normgate/gate/gate.h"
 #include "normgate/gate/journal.h"
+#include "gate/gate_test_util.h"
 
 namespace {
 
 using namespace normgate;
 using namespace normgate::validators;
+using test::contains;
+using test::error_of;
+using test::json_without_date;
+using test::lines_of;
+using test::put;
+using test::put_lines;
+using test::slurp;
+using test::small_opts;
+using test::strip_date;
 
-const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/test_shard_" + name + "_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> lines_of(const std::string& path) {
-  std::istringstream in(slurp(path));
-  std::vector<std::string> v;
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
-}
-
-void put_lines(const std::string& path, const std::vector<std::string>& lines) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  for (const auto& l : lines) f << l << "\n";
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
-
-// Small, fast options (the gate tests' own): 3 families x 1 seed, 4 T per
-// window, 2 dense points each side, fresh seeds 2x.
-GateOptions small_opts() {
-  GateOptions o;
-  o.table_path = kSmall;
-  o.seeds = "3x1";
-  o.t_per_window = 4;
-  o.dense_points = 2;
-  o.backend = Backend::cpu;
-  o.threads = 1;
-  o.normgate_version = "test";
-  o.normgate_commit = "test";
-  return o;
-}
-
-std::string strip_date(const std::string& md) {
-  std::istringstream in(md);
-  std::string line, out;
-  while (std::getline(in, line))
-    if (line.rfind("- date: ", 0) != 0) out += line + "\n";
-  return out;
-}
-
-std::string json_without_date(const GateResult& r) {
-  nlohmann::json j = gate_to_json(r);
-  j.erase("date");
-  return j.dump(1);
-}
+std::string temp_dir(const std::string& name) { return test::fresh_dir("test_shard", name); }
 
 // Case ids of a journal's records.
 std::vector<std::string> journal_cases(const std::string& path) {
@@ -111,26 +64,17 @@ GateResult merge(GateOptions o, const std::string& out, const std::vector<std::s
   return run_gate(o);
 }
 
-std::string thrown(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
-
 TEST(Shard, ParseRefusesBadValuesNamingThem) {
   EXPECT_EQ(parse_shard("1/1"), std::make_pair(1, 1));
   EXPECT_EQ(parse_shard("3/7"), std::make_pair(3, 7));
   for (const char* bad : {"0/3", "4/3", "3", "", "/3", "1/", "a/3", "1/b", "-1/3", "1/0", "1/-2", "1/3x", " 1/3",
                           "1/99999999999", "1/65537"}) {
-    const std::string e = thrown([&] { (void)parse_shard(bad); });
+    const std::string e = error_of([&] { (void)parse_shard(bad); });
     EXPECT_TRUE(contains(e, "--shard '" + std::string(bad) + "'")) << bad << ": " << e;
   }
   // Past int: said to be too large, not "not a decimal integer".
   for (const char* big : {"1/99999999999", "99999999999/3", "1/4294967297"})
-    EXPECT_TRUE(contains(thrown([&] { (void)parse_shard(big); }), "too large (at most 65536)")) << big;
+    EXPECT_TRUE(contains(error_of([&] { (void)parse_shard(big); }), "too large (at most 65536)")) << big;
   EXPECT_THROW((void)shard_of("H=64,T=1,w=bf16,form=plain,family=normal,seed=0", 0), std::invalid_argument);
 }
 
@@ -304,7 +248,7 @@ TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
   auto fl = ls;
   fl[2][fl[2].find("seed=") + 5] ^= 1;
   put_lines(flipped, fl);
-  std::string e = thrown([&] { (void)merge(o, dir + "/x.jsonl", {flipped, shards[1]}); });
+  std::string e = error_of([&] { (void)merge(o, dir + "/x.jsonl", {flipped, shards[1]}); });
   EXPECT_TRUE(contains(e, "journal " + flipped + " line 3")) << e;
   EXPECT_TRUE(contains(e, "SHA-256")) << e;
 
@@ -316,7 +260,7 @@ TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
   cl[1] = journal_line(rec);
   const std::string contra = dir + "/contra.jsonl";
   put_lines(contra, cl);
-  e = thrown([&] { (void)merge(o, dir + "/m.jsonl", {contra, shards[1], shards[2]}); });
+  e = error_of([&] { (void)merge(o, dir + "/m.jsonl", {contra, shards[1], shards[2]}); });
   EXPECT_TRUE(contains(e, "journal " + contra + " line 2 contradicts journal " + dir + "/m.jsonl line ")) << e;
   EXPECT_EQ(slurp(dir + "/m.jsonl"), merged) << "a refused merge changed the output journal";
 
@@ -325,26 +269,58 @@ TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
   mis.push_back(lines_of(shards[1])[1]);
   const std::string misplaced = dir + "/misplaced.jsonl";
   put_lines(misplaced, mis);
-  e = thrown([&] { (void)merge(o, dir + "/y.jsonl", {misplaced}); });
+  e = error_of([&] { (void)merge(o, dir + "/y.jsonl", {misplaced}); });
   EXPECT_TRUE(contains(e, "journal " + misplaced + " line " + std::to_string(mis.size()))) << e;
   EXPECT_TRUE(contains(e, "belongs to shard 2/3, not to this journal's shard 1/3")) << e;
 
   // The same shard twice; shards of two splits; a whole campaign's journal.
-  e = thrown([&] { (void)merge(o, "", {shards[0], shards[0]}); });
+  e = error_of([&] { (void)merge(o, "", {shards[0], shards[0]}); });
   EXPECT_TRUE(contains(e, "shard 1/3 given twice")) << e;
   (void)run_shard(o, dir, 1, 2);
-  e = thrown([&] { (void)merge(o, "", {shards[0], shard_path(dir, 1, 2)}); });
+  e = error_of([&] { (void)merge(o, "", {shards[0], shard_path(dir, 1, 2)}); });
   EXPECT_TRUE(contains(e, "one of 3 shards")) << e;
-  e = thrown([&] { (void)merge(o, "", {dir + "/m.jsonl"}); });
+  e = error_of([&] { (void)merge(o, "", {dir + "/m.jsonl"}); });
   EXPECT_TRUE(contains(e, "not a shard's journal")) << e;
   // Another campaign's shard (other seeds): named with the differing field.
   GateOptions other = o;
   other.seeds = "3x2";
   std::filesystem::create_directories(dir + "/other");
   (void)run_shard(other, dir + "/other", 3, 3);
-  e = thrown([&] { (void)merge(o, "", {shards[0], shard_path(dir + "/other", 3, 3)}); });
+  e = error_of([&] { (void)merge(o, "", {shards[0], shard_path(dir + "/other", 3, 3)}); });
   EXPECT_TRUE(contains(e, "belongs to a different campaign")) << e;
   EXPECT_TRUE(contains(e, "seeds")) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// A shard journal ending in blank lines (an editor's newline, `echo >>`)
+// merges as it is without them; a blank line between its records is refused
+// naming the file and the line.
+TEST(Shard, MergeTakesBlankLinesAtTheEndOfAShardOnly) {
+  const std::string dir = temp_dir("blank");
+  GateOptions o = small_opts();
+  o.windows = "H=64";
+  for (int k = 1; k <= 2; ++k) (void)run_shard(o, dir, k, 2);
+  const std::vector<std::string> shards = {shard_path(dir, 1, 2), shard_path(dir, 2, 2)};
+  const GateResult plain = merge(o, dir + "/plain.jsonl", shards);
+  const std::string ended = dir + "/ended.jsonl";
+  put(ended, slurp(shards[0]) + "\n \n");
+  std::string e;
+  GateResult got;
+  e = error_of([&] { got = merge(o, dir + "/ended-merged.jsonl", {ended, shards[1]}); });
+  ASSERT_EQ(e, "");
+  EXPECT_EQ(strip_date(format_gate_markdown(got)), strip_date(format_gate_markdown(plain)));
+  EXPECT_EQ(json_without_date(got), json_without_date(plain));
+  EXPECT_EQ(got.journal_dropped_bytes, 0);
+  EXPECT_EQ(slurp(ended), slurp(shards[0]) + "\n \n") << "the merge changed a shard's journal";
+
+  auto ls = lines_of(shards[0]);
+  ASSERT_GE(ls.size(), 3u);
+  ls.insert(ls.begin() + 2, "");
+  const std::string gap = dir + "/gap.jsonl";
+  put_lines(gap, ls);
+  e = error_of([&] { (void)merge(o, dir + "/gap-merged.jsonl", {gap, shards[1]}); });
+  EXPECT_TRUE(contains(e, "journal " + gap + " line 3: ")) << e;
+  EXPECT_TRUE(contains(e, "blank")) << e;
   std::filesystem::remove_all(dir);
 }
 
@@ -380,7 +356,7 @@ TEST(Shard, KilledShardResumesAndMergesToTheSameReport) {
   as1.shard_index = 1;
   as1.shard_count = 3;
   as1.journal_path = shard_path(dir, 2, 3);
-  EXPECT_TRUE(contains(thrown([&] { (void)run_gate(as1); }), "shard: journal \"2/3\", this run \"1/3\""));
+  EXPECT_TRUE(contains(error_of([&] { (void)run_gate(as1); }), "shard: journal \"2/3\", this run \"1/3\""));
   // A torn last line (a shard killed mid-write) is dropped, the file kept.
   const std::string tail = "{\"case\":\"H=64,T=1";
   { std::ofstream(shard_path(dir, 3, 3), std::ios::app) << tail; }

@@ -136,12 +136,15 @@ for bad in 5 0 1-4 2,x; do
 done
 # A --dependency of the user's (here singleton) must not replace the merge's
 # afterany on the array: the merge started at once and found no journal.
-ids=$(NORMGATE_SBATCH_ARGS="--dependency=singleton" "$src/tools/slurm/submit.sh" "$table" "$d/a" 3 "${opts[@]}") ||
-  fail "submit.sh: $ids"
+# An sbatch option after -- whose value has spaces reaches the jobs whole.
+ids=$(NORMGATE_SBATCH_ARGS="--dependency=singleton" "$src/tools/slurm/submit.sh" "$table" "$d/a" 3 "${opts[@]}" \
+  -- --comment="normgate slurm test") || fail "submit.sh: $ids"
 array=$(awk '$1 == "array" {print $2}' <<<"$ids") merge=$(awk '$1 == "merge" {print $2}' <<<"$ids")
 [ -n "$array" ] && [ -n "$merge" ] || fail "submit.sh printed no job ids: $ids"
 st=$(wait_job "$merge" 120)
 [[ "$st" == "JobState=COMPLETED ExitCode=0:0" ]] || fail "merge job $merge: $st: $(cat "$d"/a/slurm-normgate-merge-*.out)"
+scontrol show job -o "$merge" | grep -q "Comment=normgate slurm test" ||
+  fail "the merge job's comment is not 'normgate slurm test': $(scontrol show job -o "$merge" | grep -o 'Comment=[^=]*')"
 for k in 1 2 3; do
   [ -s "$d/a/shard-$k-of-3.jsonl" ] || fail "shard $k/3 wrote no journal"
 done

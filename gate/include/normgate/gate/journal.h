@@ -148,7 +148,12 @@ class Journal {
   /// (case_record_from_json), then `check` when given. A torn last line
   /// (no newline) is dropped and the file truncated to the last complete
   /// line, unless it passes every check (a write cut just before its
-  /// newline): then it is kept and its newline written.
+  /// newline): then it is kept and its newline written. Blank lines (only
+  /// spaces, tabs, CRs) after the last newline-ended line are formatting (an
+  /// editor's or `echo >>`'s trailing newline), not a torn line: ignored,
+  /// not counted in dropped_bytes(), and truncated away so that appended
+  /// records follow the last one. A blank line before a record is an error
+  /// naming the line.
   ///
   /// Duplicates: normgate journals each (case, implementation) once, but
   /// journals merged from several machines (tools/journal_merge.py) or a
@@ -164,7 +169,8 @@ class Journal {
   /// fault), when another process holds the lock, when the file is not a
   /// journal or is format 1 (no digests: start a new journal), when the
   /// header's campaign differs (naming the differing keys and both values),
-  /// when a complete line fails its digest, is not JSON or not a valid record
+  /// when a complete line is blank but not at the end, fails its digest, is
+  /// not JSON or not a valid record
   /// or `check` throws, or when two records contradict; std::runtime_error
   /// when it cannot be opened, read or written.
   static Journal open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
@@ -173,8 +179,9 @@ class Journal {
   /// the file must exist (std::runtime_error naming the path otherwise) and
   /// hold at least a complete header line; it is opened read-only under a
   /// shared flock (std::invalid_argument naming the file while a gate holds
-  /// it), a torn last line is dropped from resumed() (dropped_bytes) but left
-  /// in the file, and append() throws std::logic_error. What `gate --merge`
+  /// it), a torn last line is dropped from resumed() (dropped_bytes) and
+  /// blank lines ending it ignored, both left in the file, and append()
+  /// throws std::logic_error. What `gate --merge`
   /// reads the shards' journals with.
   static Journal read(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
 
