@@ -10,6 +10,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -319,8 +320,16 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
   // in L1 instead of 8 * H * 8 B = 256 KiB at H = 4096 (L2 traffic of ~100 B
   // per element, shared by SMT siblings).
   constexpr int64_t kTile = 256;
-  struct Four {
+  // Each thread's summaries and tile buffers start on a cache line of their
+  // own and fill whole lines (alignas(64)): written at every tile, they would
+  // otherwise share the first or last line with another thread's when one
+  // heap serves every thread (apps/main.cpp's M_ARENA_MAX = 1, D7) and
+  // their chunks happen to lie next to each other.
+  struct alignas(64) Four {
     RatioStats y{Output::y}, r{Output::rstd}, d{Output::dx}, h{Output::h_new};
+  };
+  struct alignas(64) Tile {
+    double yv[kTile], ybd[kTile], yideal[kTile], dv[kTile], dbd[kTile], iv[kTile], dideal[kTile], g[kTile];
   };
   const int64_t chunk = std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1));  // rows per scheduling chunk
   std::vector<std::vector<Four>> part(nt, std::vector<Four>(ng));
@@ -333,8 +342,9 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       // The oracle's values in one tile as RatioStats::add_row reads them
       // (values and bounds in separate arrays); the ideal kernel's dx values
       // only.
-      const size_t nc = static_cast<size_t>(std::min(cols, kTile));
-      std::vector<double> yv(nc), ybd(nc), yideal(nc), dv(nc), dbd(nc), iv(nc), dideal(nc), g(nc);
+      const std::unique_ptr<Tile> tile = std::make_unique<Tile>();
+      double *yv = tile->yv, *ybd = tile->ybd, *yideal = tile->yideal, *dv = tile->dv, *dbd = tile->dbd,
+             *iv = tile->iv, *dideal = tile->dideal, *g = tile->g;
 #pragma omp for schedule(dynamic, chunk)
       for (int64_t r = 0; r < rows; ++r) {
         const oracle::VB rv = ref.rstd(r);
@@ -346,25 +356,25 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
         for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
           const int64_t n = std::min(kTile, cols - j0);
           if (any_y) {
-            ref.y_row(r, j0, n, yv.data(), ybd.data());
-            round_to_bf16_row(yv.data(), n, yideal.data());
+            ref.y_row(r, j0, n, yv, ybd);
+            round_to_bf16_row(yv, n, yideal);
           }
           if (any_dx) {
-            ref.dx_row(r, j0, n, dv.data(), dbd.data());
-            ideal.dx_row_values(r, j0, n, iv.data());
-            round_to_bf16_row(iv.data(), n, dideal.data());
+            ref.dx_row(r, j0, n, dv, dbd);
+            ideal.dx_row_values(r, j0, n, iv);
+            round_to_bf16_row(iv, n, dideal);
           }
           const int64_t base = r * cols + j0;
           for (size_t k = 0; k < ng; ++k) {
             const OutputsRef& got = gots[k];
             Four& s4 = st[k];
             if (ysrc[k] == k && got.y) {
-              widen_bf16_row(got.y.data() + base, n, g.data());
-              s4.y.add_row(base, g.data(), yv.data(), ybd.data(), yideal.data(), n);
+              widen_bf16_row(got.y.data() + base, n, g);
+              s4.y.add_row(base, g, yv, ybd, yideal, n);
             }
             if (dsrc[k] == k && got.dx) {
-              widen_bf16_row(got.dx.data() + base, n, g.data());
-              s4.d.add_row(base, g.data(), dv.data(), dbd.data(), dideal.data(), n);
+              widen_bf16_row(got.dx.data() + base, n, g);
+              s4.d.add_row(base, g, dv, dbd, dideal, n);
             }
             if (do_h && hsrc[k] == k && got.h_new)
               s4.h.add_bf16_exact_row(base, got.h_new.data() + base, h_new_expected.data() + base, n);
