@@ -111,6 +111,34 @@ __global__ void __launch_bounds__(256) tile_copy(uint4* __restrict__ dst, const 
 }
 }  // namespace copyx
 
+namespace {
+/// Rows whose rstd, msq (when with_msq) or y differ bitwise between two
+/// forward runs on the device: a (rstd ra, msq ma, y ya) and b; `ybytes`
+/// bytes of y each, row r's H elements at element offset row_at(r).
+template <class RowAt>
+int64_t rows_differ(const void* ya, const void* yb, size_t ybytes, const float* ra, const float* rb, const double* ma,
+                    const double* mb, int64_t rows, int64_t H, bool with_msq, RowAt row_at) {
+  std::vector<uint16_t> ha(ybytes / 2), hb(ybytes / 2);
+  std::vector<float> fa(static_cast<size_t>(rows)), fb(static_cast<size_t>(rows));
+  std::vector<double> da(static_cast<size_t>(rows)), db(static_cast<size_t>(rows));
+  CK(cudaMemcpy(ha.data(), ya, ybytes, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb.data(), yb, ybytes, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(fa.data(), ra, 4 * rows, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(fb.data(), rb, 4 * rows, cudaMemcpyDeviceToHost));
+  if (with_msq) {
+    CK(cudaMemcpy(da.data(), ma, 8 * rows, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(db.data(), mb, 8 * rows, cudaMemcpyDeviceToHost));
+  }
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t i = static_cast<size_t>(r), at = row_at(r);
+    n += std::memcmp(&fa[i], &fb[i], 4) != 0 || (with_msq && std::memcmp(&da[i], &db[i], 8) != 0) ||
+         std::memcmp(ha.data() + at, hb.data() + at, 2 * static_cast<size_t>(H)) != 0;
+  }
+  return n;
+}
+}  // namespace
+
 int main(int argc, char** argv) try {
   int reps = 100;
   std::string json;
@@ -403,24 +431,10 @@ int main(int argc, char** argv) try {
           if (!go(nullptr)) return;
           nk::rmsnorm_fwd(fwd, fa);  // the forward's own outputs again (the timing loop above rewrote them)
           CK(cudaDeviceSynchronize());
-          std::vector<uint16_t> ya(static_cast<size_t>(n)), yb(static_cast<size_t>(n));
-          std::vector<float> ra(static_cast<size_t>(T)), rb(static_cast<size_t>(T));
-          std::vector<double> ma(static_cast<size_t>(T)), mb(static_cast<size_t>(T));
-          CK(cudaMemcpy(ya.data(), fa.y, 2 * n, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(yb.data(), ye.p, 2 * n, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(ra.data(), fa.rstd, 4 * T, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(rb.data(), re.p, 4 * T, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(ma.data(), fa.msq, 8 * T, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(mb.data(), me.p, 8 * T, cudaMemcpyDeviceToHost));
-          int64_t rows_differ = 0;
-          for (int64_t r = 0; r < T; ++r) {
-            const size_t i = static_cast<size_t>(r);
-            bool d = std::memcmp(&ra[i], &rb[i], 4) != 0;
-            d = d || (with_msq && std::memcmp(&ma[i], &mb[i], 8) != 0);
-            d = d || std::memcmp(ya.data() + r * H, yb.data() + r * H, 2 * static_cast<size_t>(H)) != 0;
-            rows_differ += d;
-          }
-          time_row(wname, label + " (" + std::to_string(rows_differ) + " rows differ)", fwd_bytes,
+          const int64_t differ = rows_differ(fa.y, ye.p, 2 * static_cast<size_t>(n), fa.rstd, static_cast<float*>(re.p), fa.msq,
+                                             static_cast<double*>(me.p), T, H, with_msq,
+                                             [&](int64_t r) { return static_cast<size_t>(r * H); });
+          time_row(wname, label + " (" + std::to_string(differ) + " rows differ)", fwd_bytes,
                    [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
         };
         if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
@@ -544,22 +558,10 @@ int main(int argc, char** argv) try {
             if (!go(nullptr)) continue;
             nk::rmsnorm_fwd(fwd, hf);
             CK(cudaDeviceSynchronize());
-            std::vector<uint16_t> ya(hbytes / 2), yb(hbytes / 2);
-            std::vector<float> ra(static_cast<size_t>(hrows)), rb(static_cast<size_t>(hrows));
-            std::vector<double> ma(static_cast<size_t>(hrows)), mb(static_cast<size_t>(hrows));
-            CK(cudaMemcpy(ya.data(), hy.p, hbytes, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(yb.data(), ny.p, hbytes, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ra.data(), hrs.p, 4 * hrows, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(rb.data(), nrs.p, 4 * hrows, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ma.data(), hmsq.p, 8 * hrows, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(mb.data(), nmsq.p, 8 * hrows, cudaMemcpyDeviceToHost));
-            int64_t differ = 0;
-            for (int64_t r = 0; r < hrows; ++r) {
-              const size_t i = static_cast<size_t>(r);
-              const size_t at = static_cast<size_t>((r / nh) * rowlen + (r % nh) * 256);
-              differ += std::memcmp(&ra[i], &rb[i], 4) != 0 || std::memcmp(&ma[i], &mb[i], 8) != 0 ||
-                        std::memcmp(ya.data() + at, yb.data() + at, 512) != 0;
-            }
+            const int64_t differ = rows_differ(
+                hy.p, ny.p, hbytes, static_cast<float*>(hrs.p), static_cast<float*>(nrs.p), static_cast<double*>(hmsq.p),
+                static_cast<double*>(nmsq.p), hrows, 256, true,
+                [&](int64_t r) { return static_cast<size_t>((r / nh) * rowlen + (r % nh) * 256); });
             time_row(wname,
                      "fwd " + tag + "narrow " + std::to_string(L) + ":" + std::to_string(R) + " experiment (" +
                          std::to_string(differ) + " rows differ)",

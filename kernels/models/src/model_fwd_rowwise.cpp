@@ -20,24 +20,14 @@ namespace normgate::kernels {
 
 namespace {
 
-/// Warp butterfly of device_blocks.cuh on 32 lane values: at offsets 16..1
+/// Warp butterfly of device_blocks.cuh on N lane values (N = 32: a warp,
+/// offsets 16..1; N = 16: the half warp of a fwd_narrow row, offsets 8..1):
 /// every lane i becomes v[i] + v[i ^ off]; returns lane 0 (all lanes agree).
-template <class T>
-T warp_butterfly(std::array<T, 32> v) {
-  for (int off = 16; off > 0; off >>= 1) {
-    std::array<T, 32> n;
-    for (int i = 0; i < 32; ++i) n[i] = sum_rn(v[i], v[i ^ off]);
-    v = n;
-  }
-  return v[0];
-}
-
-/// The same butterfly over the 16 lanes of a half warp (offsets 8..1), as
-/// fwd_narrow.cu reduces a row's 16 lane sums; returns lane 0.
-double half_warp_butterfly(std::array<double, 16> v) {
-  for (int off = 8; off > 0; off >>= 1) {
-    std::array<double, 16> n;
-    for (int i = 0; i < 16; ++i) n[i] = sum_rn(v[i], v[i ^ off]);
+template <class T, size_t N>
+T lane_butterfly(std::array<T, N> v) {
+  for (size_t off = N / 2; off > 0; off >>= 1) {
+    std::array<T, N> n;
+    for (size_t i = 0; i < N; ++i) n[i] = sum_rn(v[i], v[i ^ off]);
     v = n;
   }
   return v[0];
@@ -50,10 +40,10 @@ T team_sum_any(const T* partials, int team) {
   for (int w = 0; w < nw; ++w) {
     std::array<T, 32> lanes;
     for (int i = 0; i < 32; ++i) lanes[i] = partials[w * 32 + i];
-    tot[w] = warp_butterfly(lanes);
+    tot[w] = lane_butterfly(lanes);
   }
   if (team <= 32) return tot[0];
-  return warp_butterfly(tot);  // lanes >= nw hold +0, as on the device
+  return lane_butterfly(tot);  // lanes >= nw hold +0, as on the device
 }
 
 }  // namespace
@@ -104,7 +94,7 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
       if (narrow) {
         std::array<double, 16> lanes;
         for (int t = 0; t < 16; ++t) lanes[static_cast<size_t>(t)] = part[static_cast<size_t>(t)];
-        tot = half_warp_butterfly(lanes);
+        tot = lane_butterfly(lanes);
       } else {
         tot = model_team_sum(part.data(), geo.team);
       }
