@@ -177,7 +177,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       "write the table routing the fastest approved candidate per window with its derivation report; exit 0 every "
       "window's variant approved, 1 a window without an approved candidate, 2 usage or input error");
   struct Opts {
-    std::string spec, out, report, timings, backend = "auto", oracle = "auto", gate = "winners";
+    std::string spec, out, report, timings, backend = "auto", oracle = "auto", gate = "winners", gate_windows;
     bool bench_only = false, approve = false;
     double deadline_s = 0;
     validators::GateOptions g;
@@ -201,6 +201,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
                   "window to the next candidate); none: derive from timings and existing approvals only")
       ->check(CLI::IsMember({"winners", "none"}))
       ->capture_default_str();
+  sub->add_option("--gate-windows", o->gate_windows,
+                  "With --gate winners: gate only the windows this filter selects (gate --windows syntax, e.g. "
+                  "variant=fwd_narrow or op=fwd,H=256); the other windows without a current approval are left "
+                  "ungated this run and routed to approved candidates, as with --gate none");
   sub->add_flag("--approve", o->approve, "Write approvals of the windows the gate passes (as gate --approve)");
   sub->add_option("--seeds", o->g.seeds, "Gate seed set")->capture_default_str();
   sub->add_option("--t-per-window", o->g.t_per_window, "Gate T points per window")
@@ -251,6 +255,16 @@ void add_derive(CLI::App& app, Commands& cmds) {
         else check_readable_if_present(ap, "the approvals file beside --out");
       }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
+      if (!o->gate_windows.empty() && o->gate != "winners")
+        throw std::invalid_argument("--gate-windows '" + o->gate_windows + "' needs --gate winners (got --gate " +
+                                    o->gate + ")");
+      const validators::WindowFilter gate_filter = [&] {
+        try {
+          return validators::parse_window_filter(o->gate_windows);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("--gate-windows: " + std::string(e.what()));
+        }
+      }();
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;
@@ -318,7 +332,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
         const auto ws = derive_all();
         std::vector<const DerivedWindow*> need;
         for (const auto& w : ws)
-          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) need.push_back(&w);
+          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w)) &&
+              gate_filter.matches(route_of(w, o->out)))
+            need.push_back(&w);
         if (need.empty()) break;
         auto cost = [](const DerivedWindow* w) {
           const double heads = w->group.form == Form::heads24 ? 24 : w->group.form == Form::heads4 ? 4 : 1;

@@ -116,6 +116,35 @@ TEST(DeriveCli, RefusesBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
 }
 
+// --gate-windows: only the windows the filter selects are gated. With T=1
+// the faster candidate is gated on [1, 600] (rejected), then on [1, 1]
+// (approved), and never on [2, 600], which the filter leaves out; with a
+// filter no window matches nothing is gated. Bad filters and --gate none
+// are refused before any work.
+TEST(DeriveCli, GateWindowsGatesOnlyWhatTheFilterSelects) {
+  const Dir d;
+  const std::string timings = " --timings " + (d.p / "timings.json").string();
+  CliRun r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve --gate-windows T=1"));
+  EXPECT_TRUE(contains(r.out, "FAIL bwd det H=64 w=bf16 form=plain T=1..600 -> bwd_fp32_blocked")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=1..1 -> bwd_fp32_blocked")) << r.out;
+  EXPECT_FALSE(contains(r.out, "T=2..600 ->")) << r.out;  // never gated: outside the filter
+  EXPECT_EQ(r.code, 1) << r.out;  // [2, 600] has no approved candidate: no table
+  EXPECT_FALSE(fs::exists(d.p / "t.toml"));
+
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate-windows variant=bwd_det_chunked"));
+  EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;
+
+  for (const std::string bad : {" --gate-windows H=abc", " --gate-windows colour=red"}) {
+    r = normgate::test::run_normgate(d.run(timings + kCampaign + bad));
+    EXPECT_EQ(r.code, 2) << bad << r.out;
+    EXPECT_TRUE(contains(r.out, "--gate-windows")) << r.out;
+  }
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate none --gate-windows T=1"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "needs --gate winners")) << r.out;
+}
+
 // Nothing approved beside --out and no gating: the table would route
 // variants no gate passed, so it is not written (the report is).
 TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
