@@ -13,11 +13,13 @@ just them) and merge, instead of timing every group again. Exit 2 on a
 usage or input error (naming the file), 0 otherwise.
 """
 import json
+import math
 import os
 import sys
 import tempfile
 
 FORMAT = "normgate-timings/1"
+KEYS = ("op", "H", "w", "form", "T", "aa_variant", "aa_floor", "median_us", "rounds_us")
 
 
 def die(msg):
@@ -28,11 +30,24 @@ def die(msg):
 def load(path):
     try:
         with open(path, encoding="utf-8") as f:
-            t = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+            t = json.load(f, parse_constant=lambda c: die(f"{path}: {c} is not a number"))
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as e:
         die(f"{path}: {e}")
     if not isinstance(t, dict) or t.get("format") != FORMAT or not isinstance(t.get("points"), list):
         die(f"{path}: not a {FORMAT} file")
+    seen = set()
+    for i, p in enumerate(t["points"]):
+        where = f"{path}: points[{i}]"
+        if not isinstance(p, dict) or any(k not in p for k in KEYS):
+            die(f"{where}: not a timed point (needs {', '.join(KEYS)})")
+        key = (p["op"], p["H"], p["w"], p["form"], p["T"])
+        if key in seen:
+            die(f"{where}: a second point of {key}")
+        seen.add(key)
+        med = p["median_us"]
+        if not isinstance(med, dict) or not med or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in med.values()):
+            die(f"{where}: median_us must map each candidate to a time > 0")
     return t
 
 
@@ -48,35 +63,59 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         die(f"needs BASE NEW OUT, got {len(argv) - 1} argument(s)")
     base, new, out = argv[1], argv[2], argv[3]
-    if os.path.abspath(out) in (os.path.abspath(base), os.path.abspath(new)):
+    real_out = os.path.realpath(out)
+    if real_out in (os.path.realpath(base), os.path.realpath(new)):
         die(f"OUT {out} is one of the inputs")
+    if os.path.isdir(real_out) or not out:
+        die(f"OUT '{out}' is a folder or empty")
     b, n = load(base), load(new)
     if (b.get("rounds"), b.get("reps")) != (n.get("rounds"), n.get("reps")):
         die(f"{new}: rounds/reps {n.get('rounds')}/{n.get('reps')} differ from {base}'s "
             f"{b.get('rounds')}/{b.get('reps')}")
+    for k in ("gpu", "driver", "cuda"):
+        if b.get(k) != n.get(k):
+            die(f"{new}: {k} {n.get(k)!r} differs from {base}'s {b.get(k)!r} (timings of one machine only)")
     replaced = {group(p) for p in n["points"]}
     if not replaced:
         die(f"{new}: no points")
+    # Each replaced group: NEW spans BASE's T range (its bisection points may
+    # differ: crossovers move), with one set of candidates at every point.
+    for g in replaced:
+        old_t = {p["T"] for p in b["points"] if group(p) == g}
+        new_t = {p["T"] for p in n["points"] if group(p) == g}
+        ends = {min(old_t), max(old_t)} if old_t else set()
+        if not ends <= new_t:
+            die(f"{new}: group {g} lacks T = {sorted(ends - new_t)}, the ends of the T range {base} timed")
+        cands = {frozenset(p["median_us"]) for p in n["points"] if group(p) == g}
+        if len(cands) != 1:
+            die(f"{new}: group {g} times different candidates at different T")
     kept = [p for p in b["points"] if group(p) not in replaced]
     merged = dict(b)
     merged["points"] = kept + n["points"]
-    merged["merged_from"] = [
+    earlier = b.get("merged_from", [])
+    merged["merged_from"] = earlier + [
         {"file": os.path.basename(base), "date": b.get("date"), "normgate_commit": b.get("normgate_commit"),
          "points": len(kept)},
         {"file": os.path.basename(new), "date": n.get("date"), "normgate_commit": n.get("normgate_commit"),
          "points": len(n["points"])},
     ]
-    merged["date"] = max(str(b.get("date")), str(n.get("date")))
+    merged["date"] = max(str(b.get("date", "")), str(n.get("date", "")))
     merged["normgate_commit"] = n.get("normgate_commit")
-    d = os.path.dirname(os.path.abspath(out))
+    d = os.path.dirname(real_out)
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".timings_merge.")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(merged, f, indent=1)
+            json.dump(merged, f, indent=1, allow_nan=False)
             f.write("\n")
-        os.replace(tmp, out)
-    except OSError as e:
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, real_out)
+        tmp = None
+    except (OSError, ValueError) as e:
         die(f"{out}: {e}")
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
     print(f"timings_merge: {len(kept)} points of {base} kept, {len(n['points'])} of {new} added "
           f"({len(replaced)} groups replaced) -> {out}")
 

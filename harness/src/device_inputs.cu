@@ -123,7 +123,7 @@ seeds::HostInputs generate_inputs_on_gpu(const seeds::CaseId& c) {
   h.rows = rows;
   h.cols = cols;
   auto down = [&](std::vector<uint16_t>& dst, const detail::DeviceBuffer& src) {
-    detail::download_into(dst, src.get(), n, nullptr);  // written once, not zeroed first
+    detail::download_into(dst, src.get(), n, nullptr);  // staged: written once; direct: sized, then DMA
   };
   down(h.x, x);
   down(h.dy, dy);

@@ -46,8 +46,9 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
 /// Returns false, having written nothing, when the tensor is under
 /// kDirectMinBytes, too small to hold whole pages, or the driver refuses the
 /// registration (counted in direct_download_stats().refused); the caller then
-/// stages the copy. Throws std::runtime_error on CUDA errors of the copies
-/// (the pages are unlocked first).
+/// stages the copy. Throws std::runtime_error on CUDA errors of the copies,
+/// std::logic_error if a staged piece comes back short (the pages are
+/// unlocked first, after the stream has finished).
 bool download_rows_direct(void* dst, const void* src, size_t width, size_t pitch, size_t rows, cudaStream_t s);
 
 /// A sink that appends the downloaded bytes, as elements of T, to `dst`

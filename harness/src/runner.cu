@@ -200,7 +200,7 @@ bool download_rows_direct(void* dst, const void* src, size_t width, size_t pitch
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto p = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t a = (p + page - 1) / page * page, b = (p + total) / page * page;  // whole pages inside dst
-  if (b <= a || b - a < kDirectMinBytes / 2) return false;
+  if (b <= a) return false;
   // The direct part: bytes [lo, hi) of dst, inside [a, b); rows [r0, r1).
   size_t r0 = 0, r1 = 1, lo = a - p, hi = b - p;
   if (rows > 1) {

@@ -32,7 +32,8 @@ def test_new_groups_replace_old_ones():
                         point("fwd", 256, "bf16", "heads24", 16, {"a": 6.0}),
                         point("fwd", 256, "fp32", "heads24", 1, {"a": 7.0}),
                         point("bwd", 4096, "bf16", "plain", 1, {"b": 9.0})], "2026-12-01T00:00:00Z", "aaa")
-        new = timings([point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0})], "2026-12-02T00:00:00Z", "bbb")
+        new = timings([point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0}),
+                       point("fwd", 256, "bf16", "heads24", 16, {"a": 6.5, "n": 5.0})], "2026-12-02T00:00:00Z", "bbb")
         paths = [os.path.join(d, n) for n in ("base.json", "new.json", "out.json")]
         for p, t in zip(paths, (base, new)):
             with open(p, "w") as f:
@@ -41,14 +42,17 @@ def test_new_groups_replace_old_ones():
         assert r.returncode == 0, r.stderr
         out = json.load(open(paths[2]))
         keys = sorted((p["op"], p["w"], p["form"], p["T"]) for p in out["points"])
-        # bf16 heads24 T=16 was in the replaced group: gone; the others kept.
-        assert keys == [("bwd", "bf16", "plain", 1), ("fwd", "bf16", "heads24", 1), ("fwd", "fp32", "heads24", 1)]
+        # the bf16 heads24 group replaced, the others kept.
+        assert keys == [("bwd", "bf16", "plain", 1), ("fwd", "bf16", "heads24", 1), ("fwd", "bf16", "heads24", 16),
+                        ("fwd", "fp32", "heads24", 1)]
         got = {(p["op"], p["w"], p["T"]): p["median_us"] for p in out["points"]}
         assert got[("fwd", "bf16", 1)] == {"a": 5.5, "n": 4.0}
+        assert got[("fwd", "bf16", 16)] == {"a": 6.5, "n": 5.0}
         assert got[("fwd", "fp32", 1)] == {"a": 7.0}
         assert out["normgate_commit"] == "bbb" and out["date"] == "2026-12-02T00:00:00Z"
         assert [m["normgate_commit"] for m in out["merged_from"]] == ["aaa", "bbb"]
-        assert [m["points"] for m in out["merged_from"]] == [2, 1]
+        assert [m["points"] for m in out["merged_from"]] == [2, 2]
+        assert oct(os.stat(paths[2]).st_mode & 0o777) == "0o644"
         assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")]
 
 
@@ -65,14 +69,39 @@ def test_bad_inputs_exit_2_and_write_nothing():
         t["reps"] = 100
         with open(other_reps, "w") as f:
             json.dump(t, f)
+        def write(name, pts, **over):
+            t = timings(pts, "x", "y")
+            t.update(over)
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                json.dump(t, f)
+            return path
+        base2 = write("base2.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0}),
+                                      point("fwd", 256, "bf16", "heads4", 16, {"a": 1.0})])
+        short = write("short.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0, "n": 1.0})])
+        dup = write("dup.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})] * 2)
+        gpu = write("gpu.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], gpu="other")
+        mixed = write("mixed.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0, "n": 1.0}),
+                                      point("fwd", 256, "bf16", "heads4", 16, {"a": 2.0})])
+        nan = os.path.join(d, "nan.json")
+        with open(nan, "w") as f:
+            f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
+                    .replace('"a": 1.0}, "rounds_us"', '"a": NaN}, "rounds_us"'))
+        os.symlink(d, os.path.join(d, "link"))
+        os.mkdir(os.path.join(d, "folder"))
         out = os.path.join(d, "out.json")
-        for args, needle in (((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
+        for args, needle in (((base2, short, out), "lacks T = [16], the ends"), ((base2, dup, out), "a second point"),
+                             ((base2, gpu, out), "gpu 'other' differs"), ((base2, mixed, out), "different candidates"),
+                             ((base2, nan, out), "NaN is not a number"),
+                             ((good, base2, os.path.join(d, "link", "good.json")), "one of the inputs"),
+                             ((good, base2, os.path.join(d, "folder")), "is a folder"),((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
                              ((good, other_reps, out), "rounds/reps"), ((good, good, good), "one of the inputs"),
                              ((good,), "Usage")):
             r = run(*args)
             assert r.returncode == 2, (args, r.returncode)
             assert needle in r.stderr or needle == "Usage" and "tools/timings_merge.py BASE NEW OUT" in r.stderr, r.stderr
             assert not os.path.exists(out)
+            assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")], args
 
 
 if __name__ == "__main__":

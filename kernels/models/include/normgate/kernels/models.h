@@ -3,9 +3,10 @@
 // A model follows its variant's arithmetic step by step (same row geometry and
 // chunk plan from plan.h, same accumulators from accum.h, same order of every
 // FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
-//   fwd_rowwise, fwd_multirow:
+//   fwd_rowwise, fwd_multirow, fwd_narrow:
 //                       y, rstd, msq bitwise equal to the GPU (one model:
-//                       fwd_multirow has fwd_rowwise's rows and arithmetic)
+//                       fwd_multirow has fwd_rowwise's rows and arithmetic;
+//                       fwd_narrow its own 16-lane order of the sum)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
 //   bwd_det_chunked, bwd_det_onepass, ctl_fp32_seq, ctl_bf16_partials, ctl_warp64_dw:
 //                       dw bitwise equal to the GPU given the same rstd and
@@ -49,7 +50,8 @@ struct BwdResult {
 };
 
 /// Model of the forward variant `v` (fwd_rowwise or fwd_multirow: the same
-/// model, their bits are equal). x: plain view (heads == 1; per-head rows
+/// model, their bits are equal; fwd_narrow: H = 256 only, its own order of
+/// the binary64 sum, fwd_narrow.cu). x: plain view (heads == 1; per-head rows
 /// are passed as the plain [T*heads, 256] rows they are) with 1 <= cols <=
 /// kMaxH; w.cols == x.cols; eps finite >= 0. Throws std::invalid_argument
 /// naming the bad argument otherwise, and for a backward variant or a
