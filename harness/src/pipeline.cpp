@@ -255,8 +255,17 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   for (const auto& name : req.impls) {
     if (name == kBaseline) continue;
     const auto& v = kernels::variant(name);
-    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form))
-      throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id));
+    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form)) {
+      std::string why;  // what of the case the variant does not take
+      if (!v.supports_h(req.id.H))
+        why = "H = " + std::to_string(req.id.H) + " outside " + std::to_string(v.h_min) + ".." + std::to_string(v.h_max);
+      else if (!v.supports(req.id.w))
+        why = "weight dtype " + std::string(to_string(req.id.w));
+      else
+        why = "form " + std::string(to_string(req.id.form));
+      throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id) + " (" +
+                                  why + ")");
+    }
     if (v.external && find_external(v) == nullptr)
       throw std::invalid_argument("external variant " + name + " has no registered implementation to run");
     (void)impl_variants(name, req.id);  // a forward variant needs a carrier backward for the case

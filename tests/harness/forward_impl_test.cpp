@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,26 @@ TEST(ForwardImpl, VariantsOfAnImplementation) {
   EXPECT_EQ(nv::impl_variants("fwd_rowwise", c).fwd, &nk::default_fwd());
   EXPECT_THROW((void)nv::impl_variants("fp32-baseline", c), std::invalid_argument);
   EXPECT_THROW((void)nv::impl_variants("nope", c), std::invalid_argument);
+}
+
+// A check naming a variant that does not take the case says what it does
+// not take (fwd_narrow: rows of 256, no form res), before any work.
+TEST(ForwardImpl, UnsupportedCaseNamesWhatTheVariantDoesNotTake) {
+  for (const auto& [id, want] : std::vector<std::pair<std::string, std::string>>{
+           {"H=512,T=3,w=bf16,form=plain,family=normal,seed=1", "(H = 512 outside 256..256)"},
+           {"H=256,T=3,w=bf16,form=res,family=normal,seed=1", "(form res)"}}) {
+    nv::CheckRequest req;
+    req.id = normgate::seeds::parse_case(id);
+    req.impls = {"fwd_narrow"};
+    req.backend = nv::Backend::cpu;
+    try {
+      (void)nv::run_check(req);
+      ADD_FAILURE() << id << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("variant fwd_narrow does not support case"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
 }
 
 // One check, a backward variant and fwd_multirow side by side, in every
