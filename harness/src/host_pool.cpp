@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -50,7 +51,15 @@ int copy_threads() {
 
 DownloadPath download_path() {
   const char* e = std::getenv("NORMGATE_DOWNLOAD");
-  return e != nullptr && std::strcmp(e, "staged") == 0 ? DownloadPath::staged : DownloadPath::direct;
+  if (e != nullptr && std::strcmp(e, "staged") == 0) return DownloadPath::staged;
+  if (e != nullptr && *e != '\0' && std::strcmp(e, "direct") != 0) {
+    // Read mid-run, where failing would lose work: said once, then direct.
+    static std::once_flag said;
+    std::call_once(said, [e] {
+      std::fprintf(stderr, "normgate: NORMGATE_DOWNLOAD='%s' is neither 'direct' nor 'staged'; using direct\n", e);
+    });
+  }
+  return DownloadPath::direct;
 }
 
 namespace {

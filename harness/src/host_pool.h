@@ -33,7 +33,8 @@ int copy_threads();
 
 /// How run_gpu's BF16 [rows, cols] tensors reach host memory
 /// (host_download.h download_rows_into), from NORMGATE_DOWNLOAD, read at
-/// every call: "staged" copies them out of the pinned staging buffers on
+/// every call (any other non-empty value than "direct" or "staged" is said
+/// once on stderr and taken as direct): "staged" copies them out of the pinned staging buffers on
 /// the CPU (copy_threads() threads); "direct" (the default, and what any
 /// other value gives) page-locks the destination vector's pages for the one
 /// copy (cudaHostRegister), lets the DMA engine write them, and unlocks them

@@ -70,10 +70,20 @@ TEST(HostCopy, DownloadPathFromTheEnvironment) {
   EXPECT_EQ(detail::download_path(), detail::DownloadPath::direct);
   setenv("NORMGATE_DOWNLOAD", "staged", 1);
   EXPECT_EQ(detail::download_path(), detail::DownloadPath::staged);
-  for (const char* other : {"", "direct", "Staged", "staged ", "0"}) {
+  for (const char* other : {"", "direct"}) {
+    setenv("NORMGATE_DOWNLOAD", other, 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(detail::download_path(), detail::DownloadPath::direct) << "'" << other << "'";
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "'" << other << "'";
+  }
+  // Anything else: direct, and said once (the first such value of the process).
+  testing::internal::CaptureStderr();
+  for (const char* other : {"Staged", "staged ", "0"}) {
     setenv("NORMGATE_DOWNLOAD", other, 1);
     EXPECT_EQ(detail::download_path(), detail::DownloadPath::direct) << "'" << other << "'";
   }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "normgate: NORMGATE_DOWNLOAD='Staged' is neither 'direct' nor 'staged'; using direct\n");
   if (old != nullptr)
     setenv("NORMGATE_DOWNLOAD", saved.c_str(), 1);
   else
