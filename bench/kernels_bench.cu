@@ -112,6 +112,18 @@ __global__ void __launch_bounds__(256) tile_copy(uint4* __restrict__ dst, const 
 }  // namespace copyx
 
 namespace {
+/// The comma-separated items of v, empty ones included ("2,,4" -> "2", "", "4";
+/// "" -> one empty item), so an option's check refuses them.
+std::vector<std::string> comma_items(const std::string& v) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= v.size();) {
+    const size_t e = std::min(v.find(',', pos), v.size());
+    out.push_back(v.substr(pos, e - pos));
+    pos = e + 1;
+  }
+  return out;
+}
+
 /// Rows whose rstd, msq (when with_msq) or y differ bitwise between two
 /// forward runs on the device: a (rstd ra, msq ma, y ya) and b; `ybytes`
 /// bytes of y each, row r's H elements at element offset row_at(r).
@@ -189,24 +201,17 @@ int main(int argc, char** argv) try {
       fwd_exp = true;
     } else if (a == "--fwd-rows" && i + 1 < argc) {
       const std::string v = argv[++i];
-      size_t pos = 0;
-      while (pos <= v.size()) {
-        const size_t e = std::min(v.find(',', pos), v.size());
-        const std::string tok = v.substr(pos, e - pos);
+      for (const std::string& tok : comma_items(v)) {
         if (tok != "2" && tok != "4") {
           std::fprintf(stderr, "kernels_bench: bad --fwd-rows '%s': rows per team are 2 or 4, comma-separated\n",
                        v.c_str());
           return 2;
         }
         fwd_rows.push_back(std::atoi(tok.c_str()));
-        pos = e + 1;
       }
     } else if (a == "--fwd-narrow" && i + 1 < argc) {
       const std::string v = argv[++i];
-      size_t pos = 0;
-      while (pos <= v.size()) {
-        const size_t e = std::min(v.find(',', pos), v.size());
-        const std::string tok = v.substr(pos, e - pos);
+      for (const std::string& tok : comma_items(v)) {
         if (tok != "8:1" && tok != "8:2" && tok != "16:1" && tok != "16:2" && tok != "32:2" && tok != "32:4") {
           std::fprintf(stderr,
                        "kernels_bench: bad --fwd-narrow '%s': L:R is one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4, "
@@ -215,7 +220,6 @@ int main(int argc, char** argv) try {
           return 2;
         }
         fwd_narrow.emplace_back(std::atoi(tok.c_str()), std::atoi(tok.c_str() + tok.find(':') + 1));
-        pos = e + 1;
       }
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
