@@ -144,6 +144,10 @@ void add_check(CLI::App& app, Commands& cmds) {
       if (!o->id.empty()) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle), from_all};
+        if (from_all)  // what "all" leaves out of this case, and why (also in the report and the JSON)
+          for (const auto& impl : impls)
+            if (const std::string why = validators::unsupported_reason(impl, req.id); !why.empty())
+              std::fprintf(stderr, "%s skipped: %s\n", impl.c_str(), why.c_str());
         note_backend();
         // One case: its GPU half on the first device of the list.
         if (backend == validators::Backend::gpu && !devices.empty()) kernels::use_device(devices.front());
@@ -167,6 +171,22 @@ void add_check(CLI::App& app, Commands& cmds) {
       for (auto f : split_commas(o->forms)) g.forms.push_back(parse_form(f));
       g.seeds = seeds::parse_seed_set(o->seeds);
       const auto cases = g.cases();
+      // Before any work: a named implementation must support every case of
+      // the grid (exit 2 naming it, its first unsupported case and why);
+      // "all" leaves out of each case the implementations that do not
+      // support it, said here once per implementation.
+      std::vector<validators::GridSkip> skips;
+      if (from_all)
+        skips = validators::grid_skips(cases, impls);
+      else
+        validators::require_supported(cases, impls);
+      std::string skip_lines;
+      for (const auto& sk : skips) {
+        const std::string line = sk.impl + " skipped on " + std::to_string(sk.cases) + " of " +
+                                 std::to_string(cases.size()) + " cases (first " + sk.first_case + ": " + sk.why + ")";
+        std::fprintf(stderr, "%s\n", line.c_str());
+        skip_lines += "- " + line + "\n";
+      }
       note_backend();
       std::printf("grid     %zu cases x %zu implementations on %s\n", cases.size(), impls.size(),
                   std::string(validators::to_string(backend)).c_str());
@@ -201,7 +221,11 @@ void add_check(CLI::App& app, Commands& cmds) {
                                                  : " (CPU models of the variants, NOT the CUDA code)");
         write_file_atomic(o->md, "Grid: " + std::to_string(cases.size()) + " cases x " + std::to_string(impls.size()) +
                                      " implementations; backend " + where + "; normgate " + NORMGATE_VERSION + " (" +
-                                     NORMGATE_GIT_COMMIT + ").\n\n" + table);
+                                     NORMGATE_GIT_COMMIT + ").\n\n" +
+                                     (skip_lines.empty() ? std::string()
+                                                         : "Left out of the cases they do not support (--variant all):\n\n" +
+                                                               skip_lines + "\n") +
+                                     table);
       }
       std::vector<std::string> not_passed;
       for (const auto& a : aggs)

@@ -17,8 +17,10 @@ fails is an error naming FILE:LINE (exit 2): the gate would refuse it too.
 Case lines are kept verbatim (their digests stay valid), in input order,
 each distinct line once (the lines the inputs inherited from one journal
 are identical copies). A torn last line (a run killed mid-write) is
-dropped, as the gate drops it. Writes OUT.tmp, then renames. Exit 0 on
-success, 2 on bad input.
+dropped, as the gate drops it. Blank lines ending a journal (an editor's
+newline) are ignored, as the gate ignores them; a blank line with records
+after it is an error naming FILE:LINE (exit 2), as in the gate. Writes
+OUT.tmp, then renames. Exit 0 on success, 2 on bad input.
 
 Two runs resumed from one journal (e.g. on two machines, both started
 from the committed journal) journal the same cases again; their lines differ
@@ -57,10 +59,22 @@ def verify(line):
     return obj if isinstance(obj, dict) else None
 
 
+# What the gate's journal reader counts as blank (kBlank in gate/src/journal.cpp).
+BLANK = " \t\r\n"
+
+
 def read_lines(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         text = f.read()
+    # Blank lines (spaces, tabs, CRs) after the last newline-ended line are
+    # formatting (an editor's or `echo >>`'s newline), not records: cut off,
+    # as the gate's reader does. A blank line between records stays, and is
+    # refused below as the gate refuses it.
+    last = len(text.rstrip(BLANK))
+    nl = text.find("\n", last)
+    if last > 0 and nl != -1:
+        text = text[:nl + 1]
     lines = text.split("\n")
     # Everything after the last newline is a torn line (or empty).
     return lines[:-1], lines[-1]
@@ -117,6 +131,10 @@ def main(argv):
         if torn:
             print(f"journal_merge: {path}: torn last line dropped ({len(torn)} bytes)", file=sys.stderr)
         for n, line in enumerate(lines[1:], start=2):
+            if not line.strip(BLANK):
+                print(f"journal_merge: {path}:{n} is blank and records follow it (blank lines may only end the "
+                      f"file: changed after normgate wrote it?)", file=sys.stderr)
+                return 2
             rec = verify(line)
             if rec is None or not isinstance(rec.get("impls"), list) or "case" not in rec:
                 print(f"journal_merge: {path}:{n} fails its SHA-256 digest or is no record (changed after "

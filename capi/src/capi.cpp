@@ -494,6 +494,11 @@ int ng_fwd(const ng_fwd_args* a, void* stream) {
     f.h_new = static_cast<uint16_t*>(a->h_new);
     f.h_new_stride = a->h_new_stride;
     f.msq = static_cast<double*>(a->msq);
+    nk::validate_fwd(v, f);  // the kernels' checks first (their messages), then the C ABI's eps rule:
+    // eps normal in binary32 (seeds/case_id.h kMinEps..kMaxEps, as every entry
+    // point): the kernels take any finite eps >= 0, but a subnormal one is not
+    // the problem a case's oracle solves, and 0 makes an all-zero row's y NaN.
+    if (const std::string why = ns::eps_problem(static_cast<double>(a->eps)); !why.empty()) bad(why);
     nk::rmsnorm_fwd(v, f, static_cast<nk::Stream>(stream));
     record(pick, key);
   });

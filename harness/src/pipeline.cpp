@@ -148,6 +148,62 @@ std::string fwd_carrier(const seeds::CaseId& c) {
   throw std::invalid_argument("no backward variant supports case " + seeds::to_string(c));
 }
 
+std::string unsupported_reason(const std::string& impl, const seeds::CaseId& c) {
+  if (impl == kBaseline) return "";
+  const kernels::Variant& v = kernels::variant(impl);  // throws for an unknown name
+  if (!v.supports_h(c.H))
+    return "H = " + std::to_string(c.H) + " outside " + std::to_string(v.h_min) + ".." + std::to_string(v.h_max);
+  if (!v.supports(c.w)) return "weight dtype " + std::string(to_string(c.w));
+  if (!v.supports(c.form)) return "form " + std::string(to_string(c.form));
+  if (!v.external && v.op == kernels::Op::fwd) {  // impl_variants: a carrier backward after it
+    try {
+      (void)fwd_carrier(c);
+    } catch (const std::invalid_argument&) {
+      return "no backward variant carries its forward on this case";
+    }
+  }
+  return "";
+}
+
+void require_supported(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls) {
+  for (const auto& impl : impls) {
+    const seeds::CaseId* first = nullptr;
+    std::string why;
+    int64_t n = 0;
+    for (const auto& c : cases) {
+      std::string r = unsupported_reason(impl, c);
+      if (r.empty()) continue;
+      if (first == nullptr) {
+        first = &c;
+        why = std::move(r);
+      }
+      ++n;
+    }
+    if (first != nullptr)
+      throw std::invalid_argument("variant " + impl + " does not support case " + seeds::to_string(*first) + " (" +
+                                  why + "); it does not support " + std::to_string(n) + " of the grid's " +
+                                  std::to_string(cases.size()) + " cases; nothing was run");
+  }
+}
+
+std::vector<GridSkip> grid_skips(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls) {
+  std::vector<GridSkip> out;
+  for (const auto& impl : impls) {
+    GridSkip g;
+    g.impl = impl;
+    for (const auto& c : cases) {
+      std::string r = unsupported_reason(impl, c);
+      if (r.empty()) continue;
+      if (g.cases++ == 0) {
+        g.first_case = seeds::to_string(c);
+        g.why = std::move(r);
+      }
+    }
+    if (g.cases > 0) out.push_back(std::move(g));
+  }
+  return out;
+}
+
 ImplVariants impl_variants(const std::string& impl, const seeds::CaseId& c) {
   if (impl == kBaseline) throw std::invalid_argument("impl_variants: fp32-baseline is not a kernel variant");
   const kernels::Variant& v = kernels::variant(impl);  // throws for an unknown name
@@ -190,13 +246,15 @@ UninitVector<uint16_t> expected_h_new(const seeds::HostInputs& in, int threads) 
   return h;
 }
 
-// dh = dx + dh_new for res (Problem::dx_add).
+// dh = dx + dh_new for res (Problem::dx_add). eps: the kernels' float32(eps),
+// exactly (seeds::kernel_eps), so that the oracle solves the problem the
+// kernels and their models are given, not one eps apart.
 oracle::Problem case_problem(const seeds::HostInputs& in, const UninitVector<uint16_t>& h_new_expected) {
   const bool res = in.id.form == Form::res;
   const RowView<uint16_t> x = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
   const RowView<uint16_t> dh_new =
       res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
-  return oracle::Problem{x, in.dy_view(), in.w_view(), in.id.eps, dh_new};
+  return oracle::Problem{x, in.dy_view(), in.w_view(), seeds::kernel_eps(in.id.eps), dh_new};
 }
 
 Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads, bool rows) {
@@ -227,18 +285,23 @@ CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
 
 PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* given) {
-  if (req.skip_unsupported) {  // "all": only the variants that support the case
+  if (req.skip_unsupported) {  // "all": only the variants that support the case; the others said
     CheckRequest r = req;
     r.skip_unsupported = false;
     r.impls.clear();
+    std::vector<Skipped> skipped;
     for (const auto& name : req.impls) {
-      const kernels::Variant* v = name == kBaseline ? nullptr : kernels::find_variant(name);
-      if (v == nullptr || (v->supports_h(req.id.H) && v->supports(req.id.w) && v->supports(req.id.form)))
+      std::string why = unsupported_reason(name, req.id);  // throws for an unknown name
+      if (why.empty())
         r.impls.push_back(name);
+      else
+        skipped.push_back({name, std::move(why)});
     }
     if (r.impls.empty())
       throw std::invalid_argument("no implementation of the request supports case " + seeds::to_string(req.id));
-    return prepare_check(r, given);
+    PreparedCheck pc = prepare_check(r, given);
+    pc.skipped = std::move(skipped);
+    return pc;
   }
   if (given != nullptr && !(given->id == req.id))
     throw std::invalid_argument("prepare_check: the given inputs are of case " + seeds::to_string(given->id) +
@@ -255,17 +318,9 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
   for (const auto& name : req.impls) {
     if (name == kBaseline) continue;
     const auto& v = kernels::variant(name);
-    if (!v.supports_h(req.id.H) || !v.supports(req.id.w) || !v.supports(req.id.form)) {
-      std::string why;  // what of the case the variant does not take
-      if (!v.supports_h(req.id.H))
-        why = "H = " + std::to_string(req.id.H) + " outside " + std::to_string(v.h_min) + ".." + std::to_string(v.h_max);
-      else if (!v.supports(req.id.w))
-        why = "weight dtype " + std::string(to_string(req.id.w));
-      else
-        why = "form " + std::string(to_string(req.id.form));
+    if (const std::string why = unsupported_reason(name, req.id); !why.empty())
       throw std::invalid_argument("variant " + name + " does not support case " + seeds::to_string(req.id) + " (" +
                                   why + ")");
-    }
     if (v.external && find_external(v) == nullptr)
       throw std::invalid_argument("external variant " + name + " has no registered implementation to run");
     (void)impl_variants(name, req.id);  // a forward variant needs a carrier backward for the case
@@ -379,6 +434,7 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   const CheckRequest& req = pc.request;
   CheckReport rep;
   rep.request = req;
+  rep.skipped = pc.skipped;
   rep.inputs_from = pc.inputs_from;
   rep.seconds_generate = pc.seconds_generate;
   const seeds::HostInputs& in = pc.inputs;
@@ -817,6 +873,7 @@ std::string format_report(const CheckReport& rep) {
   o << "case     " << seeds::to_string(rep.request.id) << "\n"
     << "inputs   " << rep.inputs_from << "\n"
     << "oracle   " << oracle_line(rep) << "\n";
+  for (const auto& sk : rep.skipped) o << "skipped  " << sk.impl << ": " << sk.why << "\n";
   for (const auto& ir : rep.impls) {
     const auto& r = ir.result;
     o << "\nimpl     " << ir.impl << " on " << ir.ran_on
@@ -943,6 +1000,8 @@ nlohmann::json to_json(const CheckReport& rep) {
   j["oracle"] = {{"mode", std::string(oracle::to_string(rep.request.oracle))},
                  {"escalations", {{"ref", esc_json(rep.escalations_ref)}, {"ideal", esc_json(rep.escalations_ideal)}}}};
   j["seconds"] = {{"generate", rep.seconds_generate}, {"oracle", rep.seconds_oracle}};
+  j["skipped"] = nlohmann::json::array();
+  for (const auto& sk : rep.skipped) j["skipped"].push_back({{"impl", sk.impl}, {"why", sk.why}});
   for (const auto& ir : rep.impls) {
     nlohmann::json ji;
     ji["impl"] = ir.impl;
@@ -997,6 +1056,7 @@ std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, con
     aggs.back().kappa = c.family == seeds::Family::cancel && c.eps == seeds::kDefaultEps ? c.kappa : 0;
     return aggs.back();
   };
+  if (!skip_unsupported) require_supported(cases, impls);  // before any work
   for (const auto& impl : impls)  // impl-major order, family points in first-seen order
     for (const auto& c : cases) slot(impl, c);
   run_checks(

@@ -146,6 +146,18 @@ void download_rows(const DownloadSink& sink, const void* src, size_t width, size
                                                  std::to_string(width));
   Staging& st = staging_of_current_device();
   const std::lock_guard<std::mutex> lock(st.mu);
+  // On an error (a failing copy, event or sink) a copy issued into a staging
+  // buffer may still be in flight when the exception leaves: wait for the
+  // stream before `lock` is released (this guard is destroyed first), so the
+  // next user of the buffers cannot race with it. The first error is the one
+  // thrown; the wait's own status is ignored (a sticky error repeats it).
+  struct DrainOnError {
+    cudaStream_t s;
+    int pending = std::uncaught_exceptions();
+    ~DrainOnError() {
+      if (std::uncaught_exceptions() > pending) (void)cudaStreamSynchronize(s);
+    }
+  } drain{s};
   st.ensure();
   // Chunks of whole rows, or (a row wider than a buffer; not reached by
   // run_gpu: H <= 2^20) of one row's kStageBytes pieces, in order.

@@ -47,6 +47,7 @@ invalid argument, RuntimeError otherwise (e.g. a CUDA error).
 """
 
 import ctypes
+import math
 import operator
 import numbers
 import os
@@ -68,6 +69,7 @@ __all__ = [
     "route_for", "last_variant", "set_strict_routes", "load_routes", "variant_info", "RouteError", "RouteWarning",
     "generate", "Oracle", "check", "case_info", "device_available", "version", "library_path",
     "bwd_workspace_bytes", "ceiling_stream", "CEILING_KINDS", "copy_vec16", "default_threads", "MAX_THREADS",
+    "EPS_MIN", "EPS_MAX",
 ]
 
 # Gate your own implementation (normgate/gate.py): Implementation, gate, source_sha256.
@@ -371,12 +373,42 @@ def ceiling_stream(kind, dst, src):
                                                 _ptr(src) if kind != "write_only" else None, nbytes, _stream(dev)))
 
 
+# The eps every entry point accepts (seeds/case_id.h kMinEps, kMaxEps; the C
+# ABI's ng_fwd refuses the rest too): the normal float32 numbers, since the
+# kernels take float32(eps). Below FLT_MIN it is a subnormal or 0 there (0:
+# an all-zero row's y is NaN); above FLT_MAX infinite.
+EPS_MIN = 2.0 ** -126                      # FLT_MIN, 1.1754943508222875e-38
+EPS_MAX = (2.0 - 2.0 ** -23) * 2.0 ** 127  # FLT_MAX, 3.4028234663852886e+38
+
+
+def _check_eps(eps, what="eps"):
+    """eps as a Python float, or ValueError naming the value when it is not a
+    real number in EPS_MIN..EPS_MAX (finite, normal in float32). The kernels
+    use float32(eps)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise ValueError("%s must be a float, got %r" % (what, eps))
+    try:
+        e = float(eps)
+    except OverflowError:  # an int past the float range
+        e = math.inf
+    if math.isfinite(e) and EPS_MIN <= e <= EPS_MAX:
+        return e
+    there = ""
+    if math.isfinite(e) and 0 < e < EPS_MIN:
+        f = ctypes.c_float(e).value
+        there = " (0 there)" if f == 0.0 else " (a subnormal %r there)" % f
+    raise ValueError("%s = %r is outside %r..%r (the normal float32 numbers): the kernels take float32(eps)%s"
+                     % (what, eps, EPS_MIN, EPS_MAX, there))
+
+
 def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None, variant=None):
     """RMSNorm forward (training): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) per row.
 
     x: CUDA bfloat16 [T, H] or [T, heads, 256] (heads 24 or 4), last dim contiguous,
-    other strides free. w: CUDA [H] bfloat16 or float32. eps: float (the kernel uses
-    float32(eps)). residual: u [T, H] bfloat16 for the fused residual add (form res;
+    other strides free. w: CUDA [H] bfloat16 or float32. eps: float, finite and in
+    EPS_MIN..EPS_MAX (the normal float32 range, 1.1754943508222875e-38 ..
+    3.4028234663852886e+38; the kernel uses float32(eps)), else ValueError naming
+    it before anything runs. residual: u [T, H] bfloat16 for the fused residual add (form res;
     x is then h): h_new = bf16(h + u) (one rounding) is normalized and returned.
     out: optional preallocated y (same shape as x, bfloat16, last dim contiguous).
     msq: optional CUDA float64 tensor of T*heads contiguous values that receives
@@ -390,6 +422,7 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None, var
     (a new contiguous tensor unless out is given); rstd is float32 [T] ([T, heads]
     for the head forms); h_new is a new contiguous [T, H] bfloat16 tensor.
     """
+    eps = _check_eps(eps)  # before anything else: needs no torch, no GPU
     torch = _torch()
     _check_cuda("x", x, (torch.bfloat16,))
     dev = x.device
@@ -416,7 +449,7 @@ def rmsnorm_train_forward(x, w, eps=1e-6, residual=None, out=None, msq=None, var
     a.y, a.y_stride, a.y_stride_h = y.data_ptr(), ys, ysh
     a.rstd = rstd.data_ptr()
     a.T, a.H, a.heads = T, H, heads
-    a.eps = float(eps)
+    a.eps = eps
     if msq is not None:
         _check_msq(msq, T * heads, dev)
         a.msq = msq.data_ptr()

@@ -54,7 +54,7 @@ from typing import Optional
 
 import torch
 
-from . import rmsnorm_train_backward, rmsnorm_train_forward, _variant_for
+from . import rmsnorm_train_backward, rmsnorm_train_forward, _check_eps, _variant_for
 
 __all__ = ["rms_norm", "RMSNorm", "FORMS", "DEFAULT_EPS"]
 
@@ -236,7 +236,8 @@ def rms_norm(x, w, eps=1e-6, deterministic=True, variant=None, residual=None):
     """y = x * rstd * w over rows, with autograd, through the operators above.
 
     x: bfloat16 [T, H] or [T, heads, 256] (heads 24 or 4) on CUDA (meta
-    tensors trace). w: [H] bfloat16 or float32. eps: float (default 1e-6).
+    tensors trace). w: [H] bfloat16 or float32. eps: float (default 1e-6), in
+    normgate.EPS_MIN..EPS_MAX (the normal float32 numbers), else ValueError.
     deterministic: the backward's mode. variant: None (routed), a variant name
     (used for its own op, the other routed) or {"fwd": name, "bwd": name}; a
     name is looked up in the library when rms_norm is called, so under
@@ -246,10 +247,11 @@ def rms_norm(x, w, eps=1e-6, deterministic=True, variant=None, residual=None):
     Gradients: dx bfloat16 (with residual: dh, for x and residual alike), dw
     in w's dtype (the kernel's float32 dw, rounded once for a bfloat16 w).
     """
+    eps = _check_eps(eps)  # before tracing: a bad eps is named here, not inside an operator
     fv, bv = _variant_for(variant, "fwd"), _variant_for(variant, "bwd")
     if residual is None:
-        return rms_norm_fwd(x, w, float(eps), bool(deterministic), fv, bv)[0]
-    y, h_new, _, _ = rms_norm_res_fwd(x, residual, w, float(eps), bool(deterministic), fv, bv)
+        return rms_norm_fwd(x, w, eps, bool(deterministic), fv, bv)[0]
+    y, h_new, _, _ = rms_norm_res_fwd(x, residual, w, eps, bool(deterministic), fv, bv)
     return y, h_new
 
 
@@ -267,7 +269,8 @@ class RMSNorm(torch.nn.Module):
         machine epsilon 1.1920929e-07, which is what torch.nn.RMSNorm adds for
         bfloat16 and float32 inputs (its docs say finfo(x.dtype).eps, but its
         kernel uses the compute type's epsilon; finfo(bfloat16).eps would be
-        2^-7). The kernels use float32(eps).
+        2^-7). The kernels use float32(eps); eps must be in
+        normgate.EPS_MIN..EPS_MAX (the normal float32 numbers), else ValueError.
     elementwise_affine: True: a weight [H] of ones, parameter "weight" (the
         state_dict of torch.nn.RMSNorm, loadable both ways). False: no
         parameter (state_dict empty, as torch's); the kernels get a
@@ -317,9 +320,8 @@ class RMSNorm(torch.nn.Module):
             raise ValueError("form must be one of %s, got %r" % (", ".join(FORMS), form))
         if form in _HEADS and shape[0] != HEAD_DIM:
             raise ValueError("form %s normalizes rows of %d; normalized_shape = %d" % (form, HEAD_DIM, shape[0]))
-        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)
-                                or not math.isfinite(eps) or eps < 0):
-            raise ValueError("eps must be None or a finite float >= 0, got %r" % (eps,))
+        if eps is not None:
+            _check_eps(eps)  # ValueError naming it: outside normgate.EPS_MIN..EPS_MAX
         if not isinstance(deterministic, bool):
             raise ValueError("deterministic must be True or False, got %r" % (deterministic,))
         wdtype = torch.get_default_dtype() if dtype is None else dtype

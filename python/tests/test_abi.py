@@ -59,6 +59,46 @@ def test_loader_version_case_info_and_errors():
     assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 1 * 64 * 8  # one chunk of 10 rows
 
 
+def _raises(f, *args, **kwargs):
+    """The exception f(*args, **kwargs) raises (AssertionError when none)."""
+    try:
+        f(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001  the caller checks its type and message
+        return e
+    raise AssertionError("%s%r accepted" % (f.__name__, args))
+
+
+def test_eps_rule_at_the_python_entry_points():
+    # The normal float32 range: what the kernels take as float32(eps) without
+    # turning it into 0 (1e-50: an all-zero row's y NaN) or a subnormal (1e-45).
+    assert normgate.EPS_MIN == 1.1754943508222875e-38 == ctypes.c_float(normgate.EPS_MIN).value
+    assert normgate.EPS_MAX == 3.4028234663852886e+38 == ctypes.c_float(normgate.EPS_MAX).value
+    # The kernel call: a ValueError naming the value before anything else (no
+    # torch, no tensors needed to see it).
+    for eps, there in ((1e-50, "(0 there)"), (1e-45, "(a subnormal 1.401298464324817e-45 there)"),
+                       (-1e-6, ""), (float("inf"), ""), (1e39, "")):
+        e = _raises(normgate.rmsnorm_train_forward, None, None, eps=eps)
+        assert isinstance(e, ValueError), repr(e)
+        assert ("eps = %r is outside 1.1754943508222875e-38..3.4028234663852886e+38" % eps) in str(e), str(e)
+        assert there in str(e), str(e)
+    # A valid tiny eps and the default pass the eps check (what fails then is x).
+    for eps in (normgate.EPS_MIN, 1e-6):
+        e = _raises(normgate.rmsnorm_train_forward, None, None, eps=eps)
+        assert "eps" not in str(e), str(e)
+        assert normgate._check_eps(eps) == eps
+    e = _raises(normgate.rmsnorm_train_forward, None, None)
+    assert "eps" not in str(e), str(e)
+    # Case ids (the generator, the oracle, check): the library's rule, as a ValueError.
+    base = "H=64,T=3,w=bf16,form=plain,family=epsnear,seed=0"
+    for eps, words in (("1e-50", "which is 0 there"), ("1e-45", "a subnormal 1.401298464324817e-45 there")):
+        e = _raises(normgate.case_info, base + ",eps=" + eps)
+        assert isinstance(e, ValueError), repr(e)
+        assert "eps=" + eps + " is below the smallest normal float32 1.1754943508222875e-38" in str(e), str(e)
+        assert words in str(e), str(e)
+    assert normgate.case_info(base + ",eps=1.1754943508222875e-38")["eps"] == normgate.EPS_MIN
+    assert normgate.case_info(base)["eps"] == 1e-6
+
+
 def test_import_needs_no_torch():
     pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     env = dict(os.environ, PYTHONPATH=pkg)

@@ -180,8 +180,11 @@ def test_variant_overrides_are_resolved_once_and_reach_both_operators():
     (dict(normalized_shape=True), "normalized_shape must be"),
     (dict(normalized_shape=64, form="heads8"), "form must be one of plain, res, heads24, heads4, got 'heads8'"),
     (dict(normalized_shape=128, form="heads4"), "form heads4 normalizes rows of 256; normalized_shape = 128"),
-    (dict(normalized_shape=64, eps=-1e-6), "eps must be None or a finite float >= 0, got -1e-06"),
-    (dict(normalized_shape=64, eps=float("nan")), "eps must be None or a finite float"),
+    (dict(normalized_shape=64, eps=-1e-6), r"eps = -1e-06 is outside 1.1754943508222875e-38\.\.3.40"),
+    (dict(normalized_shape=64, eps=float("nan")), r"eps = nan is outside"),
+    (dict(normalized_shape=64, eps=1e-50), r"eps = 1e-50 is outside .*float32\(eps\) \(0 there\)"),
+    (dict(normalized_shape=64, eps=1e-45), r"eps = 1e-45 is outside .*\(a subnormal 1.401298464324817e-45 there\)"),
+    (dict(normalized_shape=64, eps="1e-6"), r"eps must be a float, got '1e-6'"),
     (dict(normalized_shape=64, dtype=torch.float16), "dtype torch.float16: normgate's weights"),
     (dict(normalized_shape=64, deterministic=1), "deterministic must be True or False, got 1"),
 ])

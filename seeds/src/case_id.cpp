@@ -68,6 +68,25 @@ int64_t CaseId::heads() const {
   }
 }
 
+std::string eps_problem(double eps) {
+  static_assert(kMinEps == static_cast<double>(std::numeric_limits<float>::min()));
+  static_assert(kMaxEps == static_cast<double>(std::numeric_limits<float>::max()));
+  const std::string e = "eps=" + detail::format_double(eps);
+  if (!(std::isfinite(eps) && eps > 0.0)) return e + " must be finite and > 0";
+  // The kernels take float32(eps): a larger eps is infinite there.
+  if (eps > kMaxEps)
+    return e + " is above the largest float32 (3.4028234663852886e+38): the kernels use float32(eps)";
+  // A smaller one is a subnormal there (or 0: then an all-zero row's rstd is
+  // inf and its y NaN), not the problem the oracle would solve.
+  if (eps < kMinEps) {
+    const float f = static_cast<float>(eps);
+    return e + " is below the smallest normal float32 1.1754943508222875e-38: the kernels use float32(eps), " +
+           (f == 0.0f ? std::string("which is 0") : "a subnormal " + detail::format_double(static_cast<double>(f))) +
+           " there";
+  }
+  return "";
+}
+
 void validate_case(const CaseId& c) {
   const std::string ctx = "case id: ";
   if (c.H < 1 || c.H > kMaxH)
@@ -77,12 +96,7 @@ void validate_case(const CaseId& c) {
   if ((c.form == Form::heads24 || c.form == Form::heads4) && c.H != 256)
     throw std::invalid_argument(ctx + "form=" + std::string(to_string(c.form)) + " needs H=256 (got H=" +
                                 std::to_string(c.H) + ")");
-  if (!(std::isfinite(c.eps) && c.eps > 0.0))
-    throw std::invalid_argument(ctx + "eps=" + detail::format_double(c.eps) + " must be finite and > 0");
-  // The kernels take float32(eps): a larger eps is infinite there.
-  if (c.eps > static_cast<double>(std::numeric_limits<float>::max()))
-    throw std::invalid_argument(ctx + "eps=" + detail::format_double(c.eps) +
-                                " is above the largest float32 (3.4028234663852886e+38): the kernels use float32(eps)");
+  if (const std::string why = eps_problem(c.eps); !why.empty()) throw std::invalid_argument(ctx + why);
   if (c.family == Family::cancel) {
     if (!(c.kappa >= kMinKappa && c.kappa <= kMaxKappa))
       throw std::invalid_argument(ctx + "kappa=" + detail::format_double(c.kappa) + " is out of range (1e2..1e12)");

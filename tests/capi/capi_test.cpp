@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -293,6 +294,58 @@ TEST(CApi, KernelCallWithoutGpuFailsWithCodeOne) {
 #ifndef NORMGATE_KERNELS_HAVE_CUDA
   EXPECT_NE(last_error().find("built without CUDA"), std::string::npos) << last_error();
 #endif
+}
+
+// eps must be a normal float32 at the C ABI too (seeds/case_id.h kMinEps):
+// ng_fwd refuses a subnormal (1e-45f) or zero (1e-50 as float) eps with
+// NG_EINVAL naming it, before anything is enqueued; FLT_MIN and the default
+// pass validation (then, without a GPU, fail with code 1 as any kernel call).
+// Case ids with such an eps are NG_EINVAL for the generator and the oracle.
+TEST(CApi, EpsMustBeANormalFloat32) {
+  std::vector<uint16_t> x(4 * 64), y(4 * 64), w(64);
+  std::vector<float> rstd(4);
+  ng_fwd_args f{};
+  f.variant = "fwd_rowwise";
+  f.x = x.data();
+  f.x_stride = 64;
+  f.w = w.data();
+  f.w_dtype = NG_W_BF16;
+  f.form = NG_FORM_PLAIN;
+  f.y = y.data();
+  f.y_stride = 64;
+  f.rstd = rstd.data();
+  f.T = 4;
+  f.H = 64;
+  f.heads = 1;
+  f.eps = 1e-45f;
+  EXPECT_EQ(ng_fwd(&f, nullptr), NG_EINVAL);
+  EXPECT_NE(last_error().find("ng_fwd: eps=1.401298464324817e-45 is below the smallest normal float32"),
+            std::string::npos)
+      << last_error();
+  f.eps = static_cast<float>(1e-50);  // 0 in float32
+  EXPECT_EQ(ng_fwd(&f, nullptr), NG_EINVAL);
+  EXPECT_NE(last_error().find("ng_fwd: eps=0 must be finite and > 0"), std::string::npos) << last_error();
+  if (!device()) {  // with a GPU these host buffers would reach a kernel
+    for (float eps : {std::numeric_limits<float>::min(), 1e-6f}) {
+      f.eps = eps;
+      EXPECT_EQ(ng_fwd(&f, nullptr), NG_EFAIL) << eps;
+      EXPECT_EQ(last_error().find("eps"), std::string::npos) << last_error();
+    }
+  }
+  const std::string base = "H=64,T=3,w=bf16,form=plain,family=epsnear,seed=0";
+  ng_case_info_t info{};
+  for (const char* eps : {"1e-50", "1e-45"}) {
+    EXPECT_EQ(ng_case_info((base + ",eps=" + eps).c_str(), &info), NG_EINVAL) << eps;
+    EXPECT_NE(last_error().find(std::string("eps=") + eps + " is below the smallest normal float32"), std::string::npos)
+        << last_error();
+    ng_oracle* o = nullptr;
+    EXPECT_EQ(ng_oracle_open((base + ",eps=" + eps).c_str(), 1, &o), NG_EINVAL) << eps;
+    EXPECT_EQ(o, nullptr);
+  }
+  ASSERT_EQ(ng_case_info((base + ",eps=1.1754943508222875e-38").c_str(), &info), NG_OK) << last_error();
+  EXPECT_EQ(info.eps, static_cast<double>(std::numeric_limits<float>::min()));
+  ASSERT_EQ(ng_case_info(base.c_str(), &info), NG_OK) << last_error();
+  EXPECT_EQ(info.eps, 1e-6);
 }
 
 TEST(CApi, CaseInfo) {

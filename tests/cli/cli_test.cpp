@@ -70,6 +70,34 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
   }
 }
 
+// eps must be a normal float32 (the kernels take float32(eps)): 1e-50 (0 in
+// the kernels: a zeros row's y NaN) and 1e-45 (a subnormal there, another
+// problem than the oracle's) are usage errors naming the value, exit 2 before
+// any work, in a case id and in a seed set; FLT_MIN and the default run and pass.
+TEST(Cli, EpsOutsideTheNormalFloat32RangeIsAUsageError) {
+  const std::string zeros = "H=64,T=3,w=bf16,form=plain,family=zeros,seed=0";
+  for (const char* eps : {"1e-50", "1e-45"}) {
+    const std::string e = std::string("eps=") + eps;
+    for (const std::string& args :
+         {"case " + zeros + "," + e,
+          "check --backend cpu --variant bwd_det_chunked --case " + zeros + "," + e,
+          "repro " + zeros + "," + e + " --backend cpu --variant bwd_det_chunked",
+          "check --backend cpu --variant bwd_det_chunked --seeds epsnear," + e + ":0..0 --H 64 --T 3 --w bf16"}) {
+      const CliRun r = run(args);
+      EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+      EXPECT_TRUE(contains(r.out, e + " is below the smallest normal float32 1.1754943508222875e-38")) << args << "\n"
+                                                                                                     << r.out;
+      EXPECT_FALSE(contains(r.out, "verdict")) << args << "\n" << r.out;
+    }
+  }
+  for (const std::string& id : {zeros + ",eps=1.1754943508222875e-38", zeros,
+                                std::string("H=64,T=3,w=bf16,form=plain,family=epsnear,seed=0,eps=1.1754943508222875e-38")}) {
+    const CliRun r = run("check --backend cpu --variant bwd_det_chunked --case " + id);
+    EXPECT_EQ(r.code, 0) << id << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "verdict  PASS")) << id << "\n" << r.out;
+  }
+}
+
 // repro: exit 1 when the implementation fails, 0 when it passes; the report
 // ends with a command that reproduces it.
 TEST(Cli, ReproExitCodesAndCommand) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -50,7 +52,7 @@ TEST(CaseId, RoundTrips) {
       "H=256,T=4096,w=fp32,form=heads24,family=llm,seed=18446744073709551615",
       "H=256,T=1,w=bf16,form=heads4,family=specials,seed=0,eps=0.1",
       "H=16384,T=2147483648,w=fp32,form=res,family=tiny,seed=5,eps=1.0000000000000002e-06",
-      "H=7,T=3,w=bf16,form=plain,family=cancel,seed=9,eps=3e-300,kappa=123456.789",
+      "H=7,T=3,w=bf16,form=plain,family=cancel,seed=9,eps=3e-38,kappa=123456.789",
       "H=64,T=33,w=bf16,form=plain,family=cancel,seed=1,kappa=1e+12",
   };
   for (const char* s : ids) {
@@ -60,7 +62,7 @@ TEST(CaseId, RoundTrips) {
   }
   // Doubles round-trip exactly through the shortest spelling.
   CaseId c = parse_case("H=64,T=1,w=bf16,family=cancel,seed=1");
-  for (double v : {1e-6 * 1.1, 0.1 + 0.2, 4.9406564584124654e-300, 3.4028234663852886e38}) {
+  for (double v : {1e-6 * 1.1, 0.1 + 0.2, 1.1754943508222875e-38, 1.2345678901234567e-37, 3.4028234663852886e38}) {
     c.eps = v;
     EXPECT_EQ(parse_case(to_string(c)).eps, v);
   }
@@ -120,6 +122,33 @@ TEST(CaseId, NumberErrors) {
   expect_error("H=8,T=1,w=bf16,family=normal,seed=0,eps=-1e-6", {"eps='-1e-6'", "> 0"});
   expect_error("H=8,T=1,w=bf16,family=cancel,seed=0,kappa=10", {"kappa='10'", "out of range"});
   expect_error("H=8,T=1,w=bf16,family=cancel,seed=0,kappa=1e13", {"kappa='1e13'", "out of range"});
+}
+
+// eps must be a normal float32 (the kernels take float32(eps)): below FLT_MIN
+// it would be 0 (1e-50: an all-zero row's y NaN) or a subnormal (1e-45, not
+// the oracle's problem) in the kernels. Both ends of the range are accepted.
+TEST(CaseId, EpsMustBeANormalFloat32) {
+  const std::string base = "H=64,T=3,w=bf16,family=epsnear,seed=0";
+  expect_error(base + ",eps=1e-50",
+               {"eps=1e-50 is below the smallest normal float32 1.1754943508222875e-38", "which is 0 there"});
+  expect_error(base + ",eps=1e-45", {"eps=1e-45 is below", "a subnormal 1.401298464324817e-45 there"});
+  expect_error(base + ",eps=1.1754943508222874e-38", {"eps=1.1754943508222874e-38 is below"});
+  EXPECT_EQ(parse_case(base + ",eps=1.1754943508222875e-38").eps, kMinEps);
+  EXPECT_EQ(parse_case(base + ",eps=3.4028234663852886e+38").eps, kMaxEps);
+  EXPECT_EQ(parse_case(base).eps, kDefaultEps);
+  EXPECT_EQ(kMinEps, static_cast<double>(std::numeric_limits<float>::min()));
+  EXPECT_EQ(kMaxEps, static_cast<double>(std::numeric_limits<float>::max()));
+  // The same rule for a programmatic case, and as eps_problem says it.
+  CaseId c = parse_case(base);
+  c.eps = std::nextafter(kMinEps, 0.0);
+  EXPECT_THROW(validate_case(c), std::invalid_argument);
+  c.eps = kMinEps;
+  EXPECT_NO_THROW(validate_case(c));
+  EXPECT_EQ(eps_problem(kMinEps), "");
+  EXPECT_EQ(eps_problem(kDefaultEps), "");
+  EXPECT_NE(eps_problem(1e-45).find("eps=1e-45 is below"), std::string::npos) << eps_problem(1e-45);
+  EXPECT_NE(eps_problem(0.0).find("eps=0 must be finite and > 0"), std::string::npos) << eps_problem(0.0);
+  EXPECT_NE(eps_problem(3.5e38).find("largest float32"), std::string::npos) << eps_problem(3.5e38);
 }
 
 TEST(CaseId, SemanticErrors) {

@@ -65,6 +65,10 @@ TEST(SeedSet, Errors) {
   expect_error("normal,kappa=1e4:0..3", "kappa is only valid with family=cancel");
   expect_error("cancel,kappa=10:0..3", "out of range (1e2..1e12)");
   expect_error("epsnear,eps=-1:0..3", "must be finite and > 0");
+  // A one-family point's eps follows the case ids' rule: a normal float32.
+  expect_error("epsnear,eps=1e-50:0..3", "eps=1e-50 is below the smallest normal float32");
+  expect_error("epsnear,eps=1e-45:0..3", "a subnormal 1.401298464324817e-45 there");
+  EXPECT_EQ(parse_seed_set("epsnear,eps=1.1754943508222875e-38:0..3").eps, kMinEps);
   expect_error("epsnear,eps=x:0..3", "eps 'x' is not a number");
   expect_error("cancel,sigma=2:0..3", "is not eps=<value> or kappa=<value>");
   expect_error("cancel,kappa=1e4,kappa=1e5:0..3", "given twice");

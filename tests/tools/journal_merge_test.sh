@@ -13,7 +13,10 @@
 #      naming FILE:LINE, no output file;
 #   5. a line contradicting an earlier one (the same case and implementation
 #      with another result, validly signed) is dropped and named, and the gate
-#      resumes the merged journal (it would refuse the contradiction).
+#      resumes the merged journal (it would refuse the contradiction);
+#   6. blank lines ending a journal are ignored, as the gate ignores them (the
+#      gate resumes that file too); a blank line between records is refused
+#      (exit 2 naming FILE:LINE, no output file), as the gate refuses it.
 # Exit 0 pass, 1 fail, 77 skip (no python3).
 set -u
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
@@ -75,4 +78,18 @@ python3 "$merge" "$d/k.jsonl" "$d/b.jsonl" "$d/c.jsonl" >"$d/k.log" 2>&1 || fail
 grep -q "c.jsonl:2 dropped: contradicts .*b.jsonl:2" "$d/k.log" || fail "contradiction not named: $(cat "$d/k.log")"
 cmp -s "$d/k.jsonl" "$d/b.jsonl" || fail "contradiction: the merged journal is not the first journal"
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/k.jsonl" >"$d/k2.log" 2>&1 || fail "gate on k.jsonl: $(tail -3 "$d/k2.log")"
+# 6. blank lines: at the end accepted (by the gate as well), between records refused.
+{ cat "$d/b.jsonl"; printf '\n \t\r\n\n'; } >"$d/e.jsonl"
+python3 "$merge" "$d/e-out.jsonl" "$d/e.jsonl" >"$d/e.log" 2>&1 || fail "trailing blank lines: exit $?: $(cat "$d/e.log")"
+cmp -s "$d/e-out.jsonl" "$d/b.jsonl" || fail "trailing blank lines: the merged journal is not the journal without them"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/e.jsonl" >"$d/e2.log" 2>&1 \
+  || fail "the gate on a journal ending in blank lines: $(tail -3 "$d/e2.log")"
+grep -q "$nb finished cases resumed, 0 run now" "$d/e2.log" || fail "the gate did not resume e.jsonl: $(grep journal "$d/e2.log")"
+python3 -c 'import sys; t = open(sys.argv[1]).read().split("\n"); t.insert(2, ""); open(sys.argv[2], "w").write("\n".join(t))' \
+  "$d/b.jsonl" "$d/g.jsonl"
+python3 "$merge" "$d/g-out.jsonl" "$d/g.jsonl" >"$d/g.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a blank line between records: exit $rc, expected 2"
+grep -q "g.jsonl:3 is blank and records follow it" "$d/g.log" || fail "blank line not named: $(cat "$d/g.log")"
+[ ! -e "$d/g-out.jsonl" ] || fail "an output file was written on error"
 echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused"

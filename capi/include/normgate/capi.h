@@ -176,7 +176,9 @@ typedef struct ng_fwd_args {
   int64_t T;            /* tokens; T*heads in 0 .. 2^31 (0: nothing is launched) */
   int64_t H;            /* normalized length, 1 .. 16384 (256 for head forms) */
   int64_t heads;        /* 1 (plain, res), 24 (heads24) or 4 (heads4) */
-  float eps;            /* binary32, finite, >= 0 (the kernel's own eps) */
+  float eps;            /* binary32 (the kernel's own eps), normal: finite and
+                           1.17549435e-38 (FLT_MIN) <= eps <= FLT_MAX; a subnormal,
+                           zero or negative eps is NG_EINVAL naming the value */
   /* Form res only (NULL/0 otherwise): u [T, H] BF16, the residual branch;
    * h_new [T, H] BF16 output = BF16(h + u) (one rounding), what is normalized. */
   const void* u;
@@ -387,7 +389,9 @@ typedef struct ng_case_info_t {
   int64_t rows;     /* T*heads: rows of x, dy, y, dx; length of rstd */
   int32_t form;     /* NG_FORM_* */
   int32_t w_dtype;  /* NG_W_* */
-  double eps;       /* the case's eps (binary64; kernels take float(eps)) */
+  double eps;       /* the case's eps (binary64; finite, FLT_MIN..FLT_MAX, else
+                       the case id is NG_EINVAL); the kernels and the oracle
+                       use float(eps) */
   double kappa;     /* cancel's target condition number (1e8 when not given) */
   uint64_t seed;
   char family[16];  /* "normal", "llm", "cancel", "zeros", "tiny", "huge", "specials" */
@@ -526,7 +530,8 @@ typedef struct ng_external_io {
   int64_t T, H, heads, rows;
   int32_t form;          /* NG_FORM_* */
   int32_t w_dtype;       /* NG_W_* */
-  double eps;            /* the case's eps (binary64; kernels take float(eps)) */
+  double eps;            /* the case's eps (binary64; the kernels and the oracle
+                            use float(eps), in FLT_MIN..FLT_MAX) */
   int64_t stride_t;      /* elements between tokens of a row tensor: heads*H */
   int64_t stride_h;      /* elements between heads of a token: H */
   const uint16_t* x;     /* [rows, H] BF16 bits (form res: h) */

@@ -53,6 +53,35 @@ std::vector<std::string> expand_impls(const std::vector<std::string>& names);
 /// std::invalid_argument naming the case when none does.
 std::string fwd_carrier(const seeds::CaseId& c);
 
+/// Why implementation `impl` cannot run case c, or "" when it can: what of
+/// the case the variant does not take ("H = 512 outside 256..256", "weight
+/// dtype fp32", "form res"), or, for a forward variant, that no backward
+/// variant carries the case (fwd_carrier). "fp32-baseline" runs every case.
+/// Throws std::invalid_argument for an unknown name.
+std::string unsupported_reason(const std::string& impl, const seeds::CaseId& c);
+
+/// The check of a grid before any of its work: every implementation of
+/// `impls` (after expand_impls) must support every case of `cases`. Throws
+/// std::invalid_argument naming the first implementation (in `impls` order)
+/// that does not, its first unsupported case (in `cases` order) and why
+/// (unsupported_reason), e.g. "variant fwd_narrow does not support case
+/// H=512,...,seed=0 (H = 512 outside 256..256); it does not support 4 of the
+/// grid's 8 cases; nothing was run".
+void require_supported(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls);
+
+/// An implementation left out of a grid's cases because it does not support
+/// them (CheckRequest::skip_unsupported, "all"): how many, the first and why.
+struct GridSkip {
+  std::string impl;
+  int64_t cases = 0;       ///< cases of the grid that leave it out (>= 1)
+  std::string first_case;  ///< the first of them (canonical id)
+  std::string why;         ///< unsupported_reason at first_case
+};
+/// The implementations of `impls` that some case of `cases` does not support,
+/// in `impls` order (an implementation every case supports is not listed).
+/// Throws as unsupported_reason.
+std::vector<GridSkip> grid_skips(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls);
+
 /// The two variants one kernel implementation of a check runs on case c.
 struct ImplVariants {
   const kernels::Variant* fwd = nullptr;  ///< its forward step: y, rstd (msq, h_new)
@@ -76,8 +105,16 @@ struct CheckRequest {
   /// Leave out the kernel variants that do not support the case (H, weight
   /// dtype, form) instead of refusing the request: for "all" (expand_impls),
   /// whose negative controls include some of one form or H range only.
-  /// prepare_check still throws when nothing is left.
+  /// prepare_check still throws when nothing is left. The implementations
+  /// left out are in CheckReport::skipped.
   bool skip_unsupported = false;
+};
+
+/// An implementation a check left out (CheckRequest::skip_unsupported) and
+/// why: unsupported_reason, e.g. "H = 512 outside 256..256".
+struct Skipped {
+  std::string impl;
+  std::string why;
 };
 
 /// One implementation's result on one case.
@@ -98,9 +135,13 @@ struct ImplResult {
 
 /// What a check found, with enough provenance to reproduce it.
 struct CheckReport {
-  CheckRequest request;
+  CheckRequest request;  ///< as run: without the implementations in `skipped`
   std::string inputs_from;  ///< "host generator" or "GPU generator"
   std::vector<ImplResult> impls;
+  /// The implementations of the request left out because they do not support
+  /// the case (CheckRequest::skip_unsupported), in request order; in the
+  /// text report ("skipped" lines) and the JSON ("skipped").
+  std::vector<Skipped> skipped;
   double seconds_generate = 0, seconds_oracle = 0;
   /// What MPFR escalation did in the reference (RstdMode::fp64: the verdicts)
   /// and in the ideal kernel (RstdMode::fp32_rounded: the forced parts).
@@ -157,7 +198,8 @@ struct PhaseSeconds {
 /// CUDA errors, an external implementation's failure; a Cancelled passes
 /// through).
 struct PreparedCheck {
-  CheckRequest request;
+  CheckRequest request;  ///< without the implementations in `skipped`
+  std::vector<Skipped> skipped;  ///< CheckReport::skipped
   Backend backend = Backend::cpu;  ///< resolved
   seeds::HostInputs inputs;
   std::string inputs_from;
@@ -215,7 +257,9 @@ struct CaseOracle {
   /// once, by rows on `threads` threads, without a serial zero-fill first.
   UninitVector<uint16_t> h_new_expected;
   /// x: in.x, or h_new_expected for res; dy, w: the inputs; dx_add: dh_new
-  /// for res (the backward output is then dh = dx + dh_new), else none.
+  /// for res (the backward output is then dh = dx + dh_new), else none; eps:
+  /// seeds::kernel_eps(in.id.eps), float32(eps) as the kernels take it
+  /// (exactly: the oracle solves the kernels' problem, not one eps apart).
   oracle::Problem problem;
   oracle::Reference ref;    ///< RstdMode::fp64: the verdicts
   oracle::Reference ideal;  ///< RstdMode::fp32_rounded: the forced parts
@@ -391,8 +435,10 @@ struct Aggregate {
 /// calling `on_case` after each (for progress lines and journals). Returns one
 /// Aggregate per (impl, family point) in impl-major order.
 /// skip_unsupported: CheckRequest::skip_unsupported for every case (an
-/// implementation that no case supports then has no aggregate). devices: the
-/// GPU workers (run_checks).
+/// implementation that no case supports then has no aggregate; grid_skips
+/// says which are left out where); without it every implementation must
+/// support every case, checked before any work (require_supported throws).
+/// devices: the GPU workers (run_checks).
 std::vector<Aggregate> run_campaign(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                                     Backend backend, int threads,
                                     const std::function<void(const CheckReport&)>& on_case,

@@ -9,7 +9,10 @@
 //   form    plain | res | heads24 | heads4                (default plain)
 //   family  normal | llm | cancel | epsnear | zeros | tiny | huge | specials
 //   seed    0..2^64-1
-//   eps     RMSNorm epsilon, finite > 0                    (default 1e-6);
+//   eps     RMSNorm epsilon, finite, in kMinEps..kMaxEps (the normal
+//           binary32 range, 1.1754943508222875e-38..3.4028234663852886e+38;
+//           default 1e-6): the kernels take float32(eps), and the oracle
+//           solves the problem with that same value (kernel_eps);
 //           family epsnear also scales its rows by it (their mean
 //           square is near eps), every other family ignores it
 //   kappa   cancel only: target per-column condition number
@@ -50,6 +53,23 @@ Family parse_family(std::string_view s);
 bool is_gate_family(Family f);
 
 inline constexpr double kDefaultEps = 1e-6;
+/// The eps range of every entry point (case ids, seed sets, the C ABI's
+/// ng_fwd, the Python package): the normal binary32 numbers. The kernels
+/// take eps as float32: below FLT_MIN it would be a subnormal (or 0, and an
+/// all-zero row's y NaN) there, above FLT_MAX infinite.
+inline constexpr double kMinEps = 0x1p-126;                    ///< FLT_MIN, 1.1754943508222875e-38
+inline constexpr double kMaxEps = 0x1.fffffep127;              ///< FLT_MAX, 3.4028234663852886e+38
+
+/// "" when eps is finite and in kMinEps..kMaxEps, else why not, naming the
+/// value as given (shortest round-trip text), e.g. "eps=1e-45 is below the
+/// smallest normal float32 1.1754943508222875e-38 (the kernels take
+/// float32(eps): 1e-45 would be a subnormal there)".
+std::string eps_problem(double eps);
+
+/// The eps a case's kernels and oracle use: float32(eps), the kernels' own
+/// value, exactly (as a double for the oracle). For a valid eps it is
+/// normal and within 2^-24 relative of eps.
+inline double kernel_eps(double eps) { return static_cast<double>(static_cast<float>(eps)); }
 inline constexpr double kDefaultKappa = 1e8;
 inline constexpr int64_t kMaxH = 16384;                 ///< largest H a case id accepts
 inline constexpr int64_t kMaxT = int64_t{1} << 31;      ///< largest T a case id accepts
@@ -82,7 +102,8 @@ struct CaseId {
 std::string to_string(const CaseId& c);
 
 /// Check a programmatically built case against the rules parse_case enforces
-/// (H in 1..16384, T in 0..2^31, H == 256 for head forms, eps finite > 0,
+/// (H in 1..16384, T in 0..2^31, H == 256 for head forms, eps finite in
+/// kMinEps..kMaxEps (eps_problem),
 /// kappa in [1e2, 1e12] for cancel and == kDefaultKappa otherwise, a known
 /// family). Throws std::invalid_argument naming the offending field.
 void validate_case(const CaseId& c);

@@ -1,0 +1,89 @@
+// tests/cli/check_support_cli_test.cpp: `normgate check` and the
+// implementations that do not support a case. `--variant all` says on
+// stderr which variants it leaves out and why (and records it: the report,
+// --json, --md); a grid naming a variant that does not support one of its
+// cases exits 2 before any case runs, naming the variant, the case and why.
+// On the CPU models.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+namespace {
+
+using normgate::test::contains;
+using normgate::test::fresh_dir;
+using normgate::test::slurp;
+
+// `normgate ARGS` with stdout and stderr apart (stderr through a file).
+struct Split {
+  int code = -1;
+  std::string out, err;
+};
+Split run_split(const std::string& args, const std::string& dir) {
+  const std::string err_path = dir + "/stderr.txt";
+  const std::string cmd = normgate::test::normgate_bin() + " " + args + " 2>" + err_path;
+  Split r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = slurp(err_path);
+  return r;
+}
+
+constexpr const char* kH512 = "H=512,T=3,w=bf16,form=plain,family=normal,seed=0";
+
+TEST(CheckSupportCli, AllSaysOnStderrWhichVariantsItSkipsAndWhy) {
+  const std::string d = fresh_dir("cli", "skip_all_case");
+  const Split r = run_split(std::string("check --backend cpu --variant all --case ") + kH512 + " --json " + d + "/c.json", d);
+  EXPECT_LE(r.code, 1) << r.out << r.err;  // 1 when a negative control fails, as it may
+  EXPECT_TRUE(contains(r.err, "fwd_narrow skipped: H = 512 outside 256..256\n")) << r.err;
+  EXPECT_FALSE(contains(r.err, "fwd_multirow skipped")) << r.err;
+  EXPECT_TRUE(contains(r.out, "skipped  fwd_narrow: H = 512 outside 256..256")) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(d + "/c.json"));
+  bool found = false;
+  for (const auto& s : j.at("skipped")) found = found || (s["impl"] == "fwd_narrow" && s["why"] == "H = 512 outside 256..256");
+  EXPECT_TRUE(found) << j["skipped"].dump();
+  for (const auto& i : j.at("impls")) EXPECT_NE(i["impl"], "fwd_narrow");
+  std::filesystem::remove_all(d);
+}
+
+TEST(CheckSupportCli, GridWithAllSaysPerVariantHowManyCasesItSkips) {
+  const std::string d = fresh_dir("cli", "skip_all_grid");
+  const Split r = run_split("check --backend cpu --variant all --seeds normal:0..0 --H 256,512 --T 3 --w bf16 --quiet --md " +
+                                d + "/g.md",
+                            d);
+  EXPECT_LE(r.code, 1) << r.out << r.err;
+  const std::string line = "fwd_narrow skipped on 1 of 2 cases (first " + std::string(kH512) + ": H = 512 outside 256..256)";
+  EXPECT_TRUE(contains(r.err, line + "\n")) << r.err;
+  EXPECT_TRUE(contains(slurp(d + "/g.md"), "- " + line + "\n")) << slurp(d + "/g.md");
+  EXPECT_FALSE(contains(r.err, "bwd_det_chunked skipped")) << r.err;
+  std::filesystem::remove_all(d);
+}
+
+TEST(CheckSupportCli, GridNamingAnUnsupportedVariantExits2BeforeAnyWork) {
+  const std::string d = fresh_dir("cli", "skip_named_grid");
+  // H = 256 comes first in the grid: its cases would run before H = 512's.
+  const Split r = run_split("check --backend cpu --variant bwd_det_chunked,fwd_narrow --seeds normal:0..1 --H 256,512 "
+                            "--T 3 --w bf16 --quiet --json " + d + "/g.json --md " + d + "/g.md",
+                            d);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, std::string("variant fwd_narrow does not support case ") + kH512 +
+                                  " (H = 512 outside 256..256); it does not support 2 of the grid's 4 cases"))
+      << r.err;
+  EXPECT_EQ(r.out, "") << "work started before the refusal";
+  EXPECT_FALSE(std::filesystem::exists(d + "/g.json"));
+  EXPECT_FALSE(std::filesystem::exists(d + "/g.md"));
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace
