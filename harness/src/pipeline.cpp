@@ -246,15 +246,13 @@ UninitVector<uint16_t> expected_h_new(const seeds::HostInputs& in, int threads) 
   return h;
 }
 
-// dh = dx + dh_new for res (Problem::dx_add). eps: the kernels' float32(eps),
-// exactly (seeds::kernel_eps), so that the oracle solves the problem the
-// kernels and their models are given, not one eps apart.
+// dh = dx + dh_new for res (Problem::dx_add).
 oracle::Problem case_problem(const seeds::HostInputs& in, const UninitVector<uint16_t>& h_new_expected) {
   const bool res = in.id.form == Form::res;
   const RowView<uint16_t> x = res ? RowView<uint16_t>::plain(h_new_expected.data(), in.rows, in.cols) : in.x_view();
   const RowView<uint16_t> dh_new =
       res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
-  return oracle::Problem{x, in.dy_view(), in.w_view(), seeds::kernel_eps(in.id.eps), dh_new};
+  return oracle::Problem{x, in.dy_view(), in.w_view(), in.id.eps, dh_new};
 }
 
 Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int threads, bool rows) {

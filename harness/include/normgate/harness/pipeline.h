@@ -257,9 +257,7 @@ struct CaseOracle {
   /// once, by rows on `threads` threads, without a serial zero-fill first.
   UninitVector<uint16_t> h_new_expected;
   /// x: in.x, or h_new_expected for res; dy, w: the inputs; dx_add: dh_new
-  /// for res (the backward output is then dh = dx + dh_new), else none; eps:
-  /// seeds::kernel_eps(in.id.eps), float32(eps) as the kernels take it
-  /// (exactly: the oracle solves the kernels' problem, not one eps apart).
+  /// for res (the backward output is then dh = dx + dh_new), else none.
   oracle::Problem problem;
   oracle::Reference ref;    ///< RstdMode::fp64: the verdicts
   oracle::Reference ideal;  ///< RstdMode::fp32_rounded: the forced parts

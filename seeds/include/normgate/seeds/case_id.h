@@ -11,8 +11,8 @@
 //   seed    0..2^64-1
 //   eps     RMSNorm epsilon, finite, in kMinEps..kMaxEps (the normal
 //           binary32 range, 1.1754943508222875e-38..3.4028234663852886e+38;
-//           default 1e-6): the kernels take float32(eps), and the oracle
-//           solves the problem with that same value (kernel_eps);
+//           default 1e-6): the kernels take float32(eps); the oracle
+//           solves the problem with the binary64 eps as given;
 //           family epsnear also scales its rows by it (their mean
 //           square is near eps), every other family ignores it
 //   kappa   cancel only: target per-column condition number
@@ -66,10 +66,6 @@ inline constexpr double kMaxEps = 0x1.fffffep127;              ///< FLT_MAX, 3.4
 /// float32(eps): 1e-45 would be a subnormal there)".
 std::string eps_problem(double eps);
 
-/// The eps a case's kernels and oracle use: float32(eps), the kernels' own
-/// value, exactly (as a double for the oracle). For a valid eps it is
-/// normal and within 2^-24 relative of eps.
-inline double kernel_eps(double eps) { return static_cast<double>(static_cast<float>(eps)); }
 inline constexpr double kDefaultKappa = 1e8;
 inline constexpr int64_t kMaxH = 16384;                 ///< largest H a case id accepts
 inline constexpr int64_t kMaxT = int64_t{1} << 31;      ///< largest T a case id accepts
