@@ -24,6 +24,7 @@
 #include "normgate/routing/routing.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
+#include "normgate/seeds/seed_set.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -255,6 +256,14 @@ void add_derive(CLI::App& app, Commands& cmds) {
         else check_readable_if_present(ap, "the approvals file beside --out");
       }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
+      // The gate rounds' seed set, checked here (with --gate none too: a bad
+      // value is a usage error whether or not a round would read it), before
+      // the benchmark or a candidate table is written.
+      try {
+        (void)seeds::parse_seed_set(o->g.seeds);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("--seeds '" + o->g.seeds + "': " + e.what());
+      }
       if (!o->gate_windows.empty() && o->gate != "winners")
         throw std::invalid_argument("--gate-windows '" + o->gate_windows + "' needs --gate winners (got --gate " +
                                     o->gate + ")");

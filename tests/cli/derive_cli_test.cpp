@@ -107,6 +107,19 @@ TEST(DeriveCli, RefusesBeforeAnyWork) {
     EXPECT_TRUE(contains(r.out, "no usable CUDA device")) << r.out;
     EXPECT_TRUE(contains(r.out, "--timings")) << r.out;
   }
+  // A bad seed set (here an eps the kernels cannot hold) is refused before
+  // the first gate round writes its candidate table, and with --gate none
+  // too (it was accepted there, and the reports written).
+  for (const std::string gate : {"", " --gate none"}) {
+    r = normgate::test::run_normgate(d.run("--timings " + (d.p / "timings.json").string() +
+                                           " --backend cpu --seeds 'normal,eps=1e-50:0..0'" + gate));
+    EXPECT_EQ(r.code, 2) << gate << r.out;
+    EXPECT_TRUE(contains(r.out, "--seeds 'normal,eps=1e-50:0..0'")) << r.out;
+    EXPECT_FALSE(fs::exists(d.p / "t.toml")) << gate;
+    EXPECT_FALSE(fs::exists(d.p / "r.md")) << gate;
+    for (const auto& e : fs::directory_iterator(d.p))
+      EXPECT_FALSE(contains(e.path().filename().string(), "candidates")) << e.path();
+  }
   // A bad spec names the file and line.
   std::ofstream(d.p / "spec.toml", std::ios::app) << "bogus = 1\n";
   r = normgate::test::run_normgate(d.run("--timings " + (d.p / "timings.json").string() + kCampaign));
