@@ -396,7 +396,14 @@ def _check_eps(eps, what="eps"):
     there = ""
     if math.isfinite(e) and 0 < e < EPS_MIN:
         f = ctypes.c_float(e).value
-        there = " (0 there)" if f == 0.0 else " (a subnormal %r there)" % f
+        if f == 0.0:
+            there = " (0 there)"
+        elif f < EPS_MIN:
+            there = " (a subnormal %r there)" % f
+        else:  # within half an ulp below EPS_MIN: float32(eps) is EPS_MIN itself
+            there = " (it rounds up to EPS_MIN there, but the oracle would use eps as given: give EPS_MIN)"
+    elif math.isfinite(e) and EPS_MAX < e < 2.0 ** 128 - 2.0 ** 103:
+        there = " (it rounds down to EPS_MAX there, but the oracle would use eps as given: give EPS_MAX)"
     raise ValueError("%s = %r is outside %r..%r (the normal float32 numbers): the kernels take float32(eps)%s"
                      % (what, eps, EPS_MIN, EPS_MAX, there))
 

@@ -81,6 +81,11 @@ def test_eps_rule_at_the_python_entry_points():
         assert isinstance(e, ValueError), repr(e)
         assert ("eps = %r is outside 1.1754943508222875e-38..3.4028234663852886e+38" % eps) in str(e), str(e)
         assert there in str(e), str(e)
+    # Just outside the range but rounding to the bounds in float32: refused,
+    # and not called a subnormal (float32 of it is EPS_MIN / EPS_MAX itself).
+    for eps, words in ((1.1754943e-38, "rounds up to EPS_MIN"), (3.4028235e38, "rounds down to EPS_MAX")):
+        e = _raises(normgate.rmsnorm_train_forward, None, None, eps=eps)
+        assert isinstance(e, ValueError) and words in str(e) and "subnormal" not in str(e), str(e)
     # A valid tiny eps and the default pass the eps check (what fails then is x).
     for eps in (normgate.EPS_MIN, 1e-6):
         e = _raises(normgate.rmsnorm_train_forward, None, None, eps=eps)

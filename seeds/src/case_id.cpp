@@ -74,15 +74,26 @@ std::string eps_problem(double eps) {
   const std::string e = "eps=" + detail::format_double(eps);
   if (!(std::isfinite(eps) && eps > 0.0)) return e + " must be finite and > 0";
   // The kernels take float32(eps): a larger eps is infinite there.
+  // (Within half an ulp of FLT_MAX float32(eps) would still be FLT_MAX, but
+  // the oracle would use the binary64 eps above it: the range is on eps.)
   if (eps > kMaxEps)
-    return e + " is above the largest float32 (3.4028234663852886e+38): the kernels use float32(eps)";
+    return e + " is above the largest float32 3.4028234663852886e+38" +
+           (eps < 0x1p128 - 0x1p103 ? std::string(" (float32(eps) rounds down to it, but the oracle would use eps as "
+                                                  "given: give at most 3.4028234663852886e+38)")
+                                    : std::string(": the kernels use float32(eps), which is inf there"));
   // A smaller one is a subnormal there (or 0: then an all-zero row's rstd is
   // inf and its y NaN), not the problem the oracle would solve.
   if (eps < kMinEps) {
     const float f = static_cast<float>(eps);
-    return e + " is below the smallest normal float32 1.1754943508222875e-38: the kernels use float32(eps), " +
-           (f == 0.0f ? std::string("which is 0") : "a subnormal " + detail::format_double(static_cast<double>(f))) +
-           " there";
+    std::string there;
+    if (f == 0.0f)
+      there = ": the kernels use float32(eps), which is 0 there";
+    else if (static_cast<double>(f) < kMinEps)
+      there = ": the kernels use float32(eps), a subnormal " + detail::format_double(static_cast<double>(f)) + " there";
+    else  // within half an ulp below FLT_MIN: float32(eps) is FLT_MIN itself
+      there = " (float32(eps) rounds up to it, but the oracle would use eps as given: give at least "
+              "1.1754943508222875e-38)";
+    return e + " is below the smallest normal float32 1.1754943508222875e-38" + there;
   }
   return "";
 }

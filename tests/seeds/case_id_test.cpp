@@ -133,6 +133,13 @@ TEST(CaseId, EpsMustBeANormalFloat32) {
                {"eps=1e-50 is below the smallest normal float32 1.1754943508222875e-38", "which is 0 there"});
   expect_error(base + ",eps=1e-45", {"eps=1e-45 is below", "a subnormal 1.401298464324817e-45 there"});
   expect_error(base + ",eps=1.1754943508222874e-38", {"eps=1.1754943508222874e-38 is below"});
+  // Just outside the range but rounding to FLT_MIN / FLT_MAX in float32 (how
+  // 8-digit printouts of them read): refused, and the message says that
+  // float32(eps) is the normal bound itself, not a subnormal or inf.
+  expect_error(base + ",eps=1.1754943e-38", {"rounds up to it", "give at least 1.1754943508222875e-38"});
+  EXPECT_EQ(eps_problem(1.1754943e-38).find("subnormal"), std::string::npos) << eps_problem(1.1754943e-38);
+  expect_error(base + ",eps=3.4028235e+38", {"rounds down to it", "give at most 3.4028234663852886e+38"});
+  expect_error(base + ",eps=3.4028237e+38", {"which is inf there"});  // past FLT_MAX + half an ulp
   EXPECT_EQ(parse_case(base + ",eps=1.1754943508222875e-38").eps, kMinEps);
   EXPECT_EQ(parse_case(base + ",eps=3.4028234663852886e+38").eps, kMaxEps);
   EXPECT_EQ(parse_case(base).eps, kDefaultEps);
