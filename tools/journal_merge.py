@@ -38,6 +38,7 @@ import json
 import os
 import re
 import sys
+import zlib
 
 # The digest member every journal line ends in (journal_line in gate/src/journal.cpp).
 DIGEST = re.compile(r',"sha256":"([0-9a-f]{64})"\}$')
@@ -64,20 +65,41 @@ BLANK = " \t\r\n"
 
 
 def read_lines(path):
+    """(lines, torn): the newline-ended lines of a journal and what follows
+    the last newline, read as the gate's reader does (gate/src/journal.cpp):
+    bytes, split at LF only (a CR is the line's own byte: a CRLF journal
+    fails its digests, as in the gate), blank lines at the end cut off, a
+    torn tail that is not UTF-8 dropped like any torn tail. Raises ValueError
+    for damage the gate refuses too: a complete line followed by stray bytes
+    where its newline belongs."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
+    with opener(path, "rb") as f:
+        data = f.read()
     # Blank lines (spaces, tabs, CRs) after the last newline-ended line are
     # formatting (an editor's or `echo >>`'s newline), not records: cut off,
     # as the gate's reader does. A blank line between records stays, and is
     # refused below as the gate refuses it.
-    last = len(text.rstrip(BLANK))
-    nl = text.find("\n", last)
+    last = len(data.rstrip(BLANK.encode()))
+    nl = data.find(b"\n", last)
     if last > 0 and nl != -1:
-        text = text[:nl + 1]
-    lines = text.split("\n")
-    # Everything after the last newline is a torn line (or empty).
-    return lines[:-1], lines[-1]
+        data = data[:nl + 1]
+    end = data.rfind(b"\n")
+    keep, tail = data[:end + 1], data[end + 1:]
+    lines = keep.decode("utf-8").split("\n")[:-1]  # UnicodeDecodeError: damage inside the records
+    try:
+        torn = tail.decode("utf-8")
+    except UnicodeDecodeError:
+        return lines, tail.decode("utf-8", "replace")  # a torn write cut inside a character: dropped
+    if verify(torn) is None:
+        # A torn write is a prefix of one line: a tail holding a whole line and
+        # more (its newline turned into another byte, bytes glued on) is damage.
+        p = torn.find('"}')
+        while p != -1 and p + 2 < len(torn):
+            if verify(torn[:p + 2]) is not None:
+                raise ValueError(f"line {len(lines) + 1}: a complete line is followed by {len(torn) - p - 2} stray "
+                                 f"bytes where its newline belongs (changed after normgate wrote it?)")
+            p = torn.find('"}', p + 1)
+    return lines, torn
 
 
 def main(argv):
@@ -85,6 +107,14 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     out, ins = argv[0], argv[1:]
+    # OUT checked before any work: a file name in an existing folder.
+    if not out or out.endswith(os.sep) or os.path.isdir(out):
+        print(f"journal_merge: OUT {out!r} must be a file name (not empty, not a folder)", file=sys.stderr)
+        return 2
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        print(f"journal_merge: OUT {out!r}: its folder {os.path.dirname(os.path.abspath(out))!r} does not exist",
+              file=sys.stderr)
+        return 2
     header, header_line = None, None
     seen = set()
     body = []
@@ -95,8 +125,11 @@ def main(argv):
     for path in ins:
         try:
             lines, torn = read_lines(path)
-        except (OSError, EOFError, UnicodeDecodeError) as e:
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
             print(f"journal_merge: cannot read {path!r}: {e}", file=sys.stderr)
+            return 2
+        except ValueError as e:
+            print(f"journal_merge: {path}: {e}", file=sys.stderr)
             return 2
         if torn and verify(torn) is not None:  # complete but for its newline: a line
             lines, torn = lines + [torn], ""
@@ -104,6 +137,10 @@ def main(argv):
             print(f"journal_merge: {path!r} has no header line", file=sys.stderr)
             return 2
         h = verify(lines[0])
+        if h is None and lines[0].endswith("\r"):
+            print(f"journal_merge: {path}:1 ends in CR (CRLF line ends: the file was rewritten after normgate "
+                  f"wrote it; the gate refuses it too)", file=sys.stderr)
+            return 2
         if h is None:
             try:
                 old = json.loads(lines[0])
@@ -131,6 +168,10 @@ def main(argv):
         if torn:
             print(f"journal_merge: {path}: torn last line dropped ({len(torn)} bytes)", file=sys.stderr)
         for n, line in enumerate(lines[1:], start=2):
+            if line.endswith("\r"):
+                print(f"journal_merge: {path}:{n} ends in CR (CRLF line ends: the file was rewritten after normgate "
+                      f"wrote it; the gate refuses it too)", file=sys.stderr)
+                return 2
             if not line.strip(BLANK):
                 print(f"journal_merge: {path}:{n} is blank and records follow it (blank lines may only end the "
                       f"file: changed after normgate wrote it?)", file=sys.stderr)
@@ -171,11 +212,17 @@ def main(argv):
             body.append(line)
     tmp = out + ".tmp"
     opener = gzip.open if out.endswith(".gz") else open
-    with opener(tmp, "wt", encoding="utf-8") as f:
-        f.write(header_line + "\n")  # the first input's header, verbatim
-        for line in body:
-            f.write(line + "\n")
-    os.replace(tmp, out)
+    try:
+        with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
+            f.write(header_line + "\n")  # the first input's header, verbatim
+            for line in body:
+                f.write(line + "\n")
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        print(f"journal_merge: cannot write {out!r}: {e}", file=sys.stderr)
+        return 2
     dropped = f"; {timing_dups} reruns of a case differing only in seconds dropped" if timing_dups else ""
     if contradictions:
         dropped += f"; {contradictions} lines contradicting an earlier one dropped"

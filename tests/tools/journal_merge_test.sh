@@ -92,4 +92,30 @@ rc=$?
 [ $rc -eq 2 ] || fail "a blank line between records: exit $rc, expected 2"
 grep -q "g.jsonl:3 is blank and records follow it" "$d/g.log" || fail "blank line not named: $(cat "$d/g.log")"
 [ ! -e "$d/g-out.jsonl" ] || fail "an output file was written on error"
+# 7. damage the gate refuses, refused alike: CRLF line ends; a complete last
+# line with stray bytes where its newline belongs. A torn tail cut inside a
+# UTF-8 character is dropped like any torn tail (the gate resumes it).
+sed 's/$/\r/' "$d/b.jsonl" >"$d/crlf.jsonl"
+{ cat "$d/b.jsonl" | head -c -1; printf 'XYZ'; } >"$d/junk.jsonl"
+for bad in crlf junk; do
+  python3 "$merge" "$d/$bad-out.jsonl" "$d/$bad.jsonl" >"$d/$bad.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "$bad: exit $rc, expected 2: $(cat "$d/$bad.log")"
+  "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/$bad.jsonl" >"$d/$bad-gate.log" 2>&1
+  [ $? -eq 2 ] || fail "$bad: the gate accepted what the merge refuses: $(tail -2 "$d/$bad-gate.log")"
+  [ ! -e "$d/$bad-out.jsonl" ] && [ ! -e "$d/$bad-out.jsonl.tmp" ] || fail "$bad: an output file was written on error"
+done
+grep -q "ends in CR" "$d/crlf.log" || fail "CRLF not named: $(cat "$d/crlf.log")"
+grep -q "stray bytes where its newline belongs" "$d/junk.log" || fail "stray bytes not named: $(cat "$d/junk.log")"
+{ cat "$d/b.jsonl"; printf '{"case\xc3'; } >"$d/u8.jsonl"
+python3 "$merge" "$d/u8-out.jsonl" "$d/u8.jsonl" >"$d/u8.log" 2>&1 || fail "torn UTF-8 tail: exit $?: $(cat "$d/u8.log")"
+cmp -s "$d/u8-out.jsonl" "$d/b.jsonl" || fail "torn UTF-8 tail: the merged journal is not the journal without it"
+# 8. OUT is checked before any work: a folder, empty, or in a missing folder.
+for out in "$d" "" "$d/no/such/o.jsonl"; do
+  python3 "$merge" "$out" "$d/b.jsonl" >"$d/o.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "OUT '$out': exit $rc, expected 2: $(cat "$d/o.log")"
+  grep -q "OUT" "$d/o.log" || fail "OUT '$out' not named: $(cat "$d/o.log")"
+done
+[ ! -e "$d.tmp" ] && [ ! -e ".tmp" ] || fail "a .tmp was left behind"
 echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused"
