@@ -5,7 +5,7 @@
 
 BASE and NEW are `normgate derive --bench-only` timings
 (normgate-timings/1, PREFIX.timings.json). Every point of BASE whose group
-(op, mode, H, w, form) has a point in NEW is dropped, NEW's points are added,
+(op, H, w, form) has a point in NEW is dropped, NEW's points are added,
 and OUT gets the result (written to a temp file, then renamed), with
 "merged_from" recording both inputs' dates and commits. Use it when a
 variant joins a few groups' candidates: time only those groups (a spec with
@@ -27,6 +27,11 @@ def die(msg):
     sys.exit(2)
 
 
+def time(v):
+    """A timed median: a finite number > 0 (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def load(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -35,24 +40,45 @@ def load(path):
         die(f"{path}: {e}")
     if not isinstance(t, dict) or t.get("format") != FORMAT or not isinstance(t.get("points"), list):
         die(f"{path}: not a {FORMAT} file")
+    for k in ("date", "normgate_commit", "gpu", "driver", "cuda"):
+        if not isinstance(t.get(k), str):
+            die(f"{path}: {k} must be a string, got {t.get(k)!r}")
+    if not isinstance(t.get("merged_from", []), list):
+        die(f"{path}: merged_from must be a list")
     seen = set()
     for i, p in enumerate(t["points"]):
         where = f"{path}: points[{i}]"
-        if not isinstance(p, dict) or any(k not in p for k in KEYS):
-            die(f"{where}: not a timed point (needs {', '.join(KEYS)})")
+        # Exactly the keys derive writes and reads (routing/src/derive.cpp):
+        # an extra key (a "mode", say) would be silently ignored by derive.
+        if not isinstance(p, dict) or set(p) != set(KEYS):
+            die(f"{where}: not a timed point (exactly the keys {', '.join(KEYS)})")
+        if p["op"] not in ("fwd", "bwd") or p["w"] not in ("bf16", "fp32") or \
+                p["form"] not in ("plain", "res", "heads24", "heads4"):
+            die(f"{where}: op/w/form {p['op']!r}/{p['w']!r}/{p['form']!r} not fwd|bwd / bf16|fp32 / "
+                f"plain|res|heads24|heads4")
+        for k in ("H", "T"):
+            if not (isinstance(p[k], int) and not isinstance(p[k], bool) and p[k] >= 1):
+                die(f"{where}: {k} must be a whole number >= 1, got {p[k]!r}")
+        if not (isinstance(p["aa_floor"], (int, float)) and not isinstance(p["aa_floor"], bool)
+                and math.isfinite(p["aa_floor"]) and p["aa_floor"] >= 0):
+            die(f"{where}: aa_floor must be a number >= 0, got {p['aa_floor']!r}")
         key = (p["op"], p["H"], p["w"], p["form"], p["T"])
         if key in seen:
             die(f"{where}: a second point of {key}")
         seen.add(key)
-        med = p["median_us"]
-        if not isinstance(med, dict) or not med or not all(
-                isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in med.values()):
+        med, rounds = p["median_us"], p["rounds_us"]
+        if not isinstance(med, dict) or not med or not all(time(v) for v in med.values()):
             die(f"{where}: median_us must map each candidate to a time > 0")
+        if not isinstance(rounds, dict) or set(rounds) != set(med) or not all(
+                isinstance(r, list) and r and all(time(v) for v in r) for r in rounds.values()):
+            die(f"{where}: rounds_us must map the candidates of median_us to lists of times > 0")
+        if not isinstance(p["aa_variant"], str) or not p["aa_variant"]:
+            die(f"{where}: aa_variant must be a variant name, got {p['aa_variant']!r}")
     return t
 
 
 def group(p):
-    return (p.get("op"), p.get("mode"), p.get("H"), p.get("w"), p.get("form"))
+    return (p["op"], p["H"], p["w"], p["form"])
 
 
 def main(argv):
@@ -66,7 +92,7 @@ def main(argv):
     real_out = os.path.realpath(out)
     if real_out in (os.path.realpath(base), os.path.realpath(new)):
         die(f"OUT {out} is one of the inputs")
-    if os.path.isdir(real_out) or not out:
+    if not out or out.endswith(os.sep) or os.path.isdir(real_out):
         die(f"OUT '{out}' is a folder or empty")
     b, n = load(base), load(new)
     if (b.get("rounds"), b.get("reps")) != (n.get("rounds"), n.get("reps")):
@@ -78,6 +104,13 @@ def main(argv):
     replaced = {group(p) for p in n["points"]}
     if not replaced:
         die(f"{new}: no points")
+    # The T grid every group of BASE was timed at (the spec's grid; each
+    # group's bisection points come on top): derive needs each at every
+    # group, so a replaced group must have them all.
+    groups_t = {}
+    for p in b["points"]:
+        groups_t.setdefault(group(p), set()).add(p["T"])
+    grid = set.intersection(*groups_t.values()) if groups_t else set()
     # Each replaced group: NEW spans BASE's T range (its bisection points may
     # differ: crossovers move), with one set of candidates at every point.
     for g in replaced:
@@ -86,20 +119,22 @@ def main(argv):
         ends = {min(old_t), max(old_t)} if old_t else set()
         if not ends <= new_t:
             die(f"{new}: group {g} lacks T = {sorted(ends - new_t)}, the ends of the T range {base} timed")
+        if not grid <= new_t:
+            die(f"{new}: group {g} lacks T = {sorted(grid - new_t)} of the T grid every group of {base} has")
         cands = {frozenset(p["median_us"]) for p in n["points"] if group(p) == g}
         if len(cands) != 1:
             die(f"{new}: group {g} times different candidates at different T")
     kept = [p for p in b["points"] if group(p) not in replaced]
     merged = dict(b)
     merged["points"] = kept + n["points"]
-    earlier = b.get("merged_from", [])
+    earlier = b.get("merged_from", []) + n.get("merged_from", [])
     merged["merged_from"] = earlier + [
         {"file": os.path.basename(base), "date": b.get("date"), "normgate_commit": b.get("normgate_commit"),
          "points": len(kept)},
         {"file": os.path.basename(new), "date": n.get("date"), "normgate_commit": n.get("normgate_commit"),
          "points": len(n["points"])},
     ]
-    merged["date"] = max(str(b.get("date", "")), str(n.get("date", "")))
+    merged["date"] = max(b["date"], n["date"])
     merged["normgate_commit"] = n.get("normgate_commit")
     d = os.path.dirname(real_out)
     tmp = None

@@ -87,6 +87,27 @@ def test_bad_inputs_exit_2_and_write_nothing():
         with open(nan, "w") as f:
             f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
                     .replace('"a": 1.0}, "rounds_us"', '"a": NaN}, "rounds_us"'))
+        out = os.path.join(d, "out.json")
+        # What derive would read wrongly or refuse later: a key it ignores,
+        # times that are not numbers, a grid T missing from a replaced group.
+        moded = dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), mode="det")
+        mode = write("mode.json", [moded])
+        strs = write("strs.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), rounds_us={"a": ["1"]})])
+        floor = write("floor.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_floor=-1)])
+        hstr = write("hstr.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), H="256")])
+        grid_base = write("grid_base.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)] +
+                          [point("bwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)])
+        no8 = write("no8.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0, "n": 0.5}) for t in (1, 16)])
+        nodate = write("nodate.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], date=None)
+        for args, needle in (((base2, mode, out), "exactly the keys"), ((base2, strs, out), "rounds_us must map"),
+                             ((base2, floor, out), "aa_floor must be a number >= 0"),
+                             ((base2, hstr, out), "H must be a whole number"),
+                             ((grid_base, no8, out), "lacks T = [8] of the T grid"),
+                             ((base2, nodate, out), "date must be a string"),
+                             ((good, base2, os.path.join(d, "x") + os.sep), "is a folder or empty")):
+            r = run(*args)
+            assert r.returncode == 2 and needle in r.stderr, (args, r.returncode, r.stderr)
+            assert not os.path.exists(out) and not os.path.exists(os.path.join(d, "x"))
         os.symlink(d, os.path.join(d, "link"))
         os.mkdir(os.path.join(d, "folder"))
         out = os.path.join(d, "out.json")
