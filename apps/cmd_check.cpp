@@ -134,6 +134,12 @@ void add_check(CLI::App& app, Commands& cmds) {
       const auto impls = validators::expand_impls(o->impls);
       // "all" holds controls of one form or H range: each case runs those that support it.
       const bool from_all = std::find(o->impls.begin(), o->impls.end(), "all") != o->impls.end();
+      // What the user named besides "all" is not skipped: it must support
+      // every case (checked before any work, as without "all").
+      std::vector<std::string> named;
+      for (const auto& n : o->impls)
+        if (n != "all") named.push_back(n);
+      if (!named.empty()) named = validators::expand_impls(named);
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       const std::vector<int> devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The note comes after the arguments are parsed: a bad one is the only output.
@@ -144,6 +150,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       if (!o->id.empty()) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle), from_all};
+        validators::require_supported({req.id}, named);  // before the note: a refusal is the only output
         if (from_all)  // what "all" leaves out of this case, and why (also in the report and the JSON)
           for (const auto& impl : impls)
             if (const std::string why = validators::unsupported_reason(impl, req.id); !why.empty())
@@ -176,10 +183,8 @@ void add_check(CLI::App& app, Commands& cmds) {
       // "all" leaves out of each case the implementations that do not
       // support it, said here once per implementation.
       std::vector<validators::GridSkip> skips;
-      if (from_all)
-        skips = validators::grid_skips(cases, impls);
-      else
-        validators::require_supported(cases, impls);
+      validators::require_supported(cases, named);
+      if (from_all) skips = validators::grid_skips(cases, impls);
       std::string skip_lines;
       for (const auto& sk : skips) {
         const std::string line = sk.impl + " skipped on " + std::to_string(sk.cases) + " of " +
@@ -188,8 +193,9 @@ void add_check(CLI::App& app, Commands& cmds) {
         skip_lines += "- " + line + "\n";
       }
       note_backend();
-      std::printf("grid     %zu cases x %zu implementations on %s\n", cases.size(), impls.size(),
-                  std::string(validators::to_string(backend)).c_str());
+      std::printf("grid     %zu cases x %zu implementations on %s%s\n", cases.size(), impls.size(),
+                  std::string(validators::to_string(backend)).c_str(),
+                  skips.empty() ? "" : (", " + std::to_string(skips.size()) + " of them skipped on some cases").c_str());
       nlohmann::json all = nlohmann::json::array();
       size_t done = 0;
       const auto aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {

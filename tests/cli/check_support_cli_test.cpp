@@ -86,4 +86,28 @@ TEST(CheckSupportCli, GridNamingAnUnsupportedVariantExits2BeforeAnyWork) {
   std::filesystem::remove_all(d);
 }
 
+// A variant named besides "all" is not skipped: it must support every case,
+// as when named alone (exit 2 before any work, nothing on stdout: not even
+// the backend note). The single case and the grid alike.
+TEST(CheckSupportCli, AVariantNamedBesideAllIsNotSkipped) {
+  const std::string d = fresh_dir("cli", "skip_named_all");
+  for (const std::string where : {std::string("--case ") + kH512,
+                                  std::string("--seeds normal:0..0 --H 256,512 --T 3 --w bf16 --quiet")}) {
+    const Split r = run_split("check --backend cpu --variant fwd_narrow --variant all " + where + " --json " + d +
+                                  "/x.json",
+                              d);
+    EXPECT_EQ(r.code, 2) << where << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, std::string("variant fwd_narrow does not support case ") + kH512 +
+                                    " (H = 512 outside 256..256)"))
+        << r.err;
+    EXPECT_EQ(r.out, "") << where << ": output before the refusal";
+    EXPECT_FALSE(std::filesystem::exists(d + "/x.json"));
+  }
+  // Named alone on a single case: the refusal is the only output too.
+  const Split r = run_split(std::string("check --backend cpu --variant fwd_narrow --case ") + kH512, d);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(r.out, "") << "the backend note came before the refusal";
+  std::filesystem::remove_all(d);
+}
+
 }  // namespace
