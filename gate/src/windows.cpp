@@ -210,9 +210,13 @@ WindowFilter parse_window_filter(std::string_view text) {
                                  "op=bwd,H=2048|4096,T=65537..131072)");
   };
   std::string s(text);
+  // getline drops a last empty field: "op=bwd," and "H=64|" would pass as
+  // "op=bwd" and "H=64", so empty fields at the ends are refused here.
+  if (s.back() == ',') throw bad(s, "empty term after the last ','");
   std::stringstream ss(s);
   std::string term;
   while (std::getline(ss, term, ',')) {
+    if (!term.empty() && term.back() == '|') throw bad(term, "empty value after the last '|'");
     const auto eq = term.find('=');
     if (eq == std::string::npos) throw bad(term, "no '='");
     WindowFilter::Term t;

@@ -82,7 +82,8 @@ TEST(GateFilter, SelectsWindows) {
   EXPECT_EQ(count("H=64,T=100..101,op=bwd"), 4);
   EXPECT_EQ(count("variant=bwd_nondet_atomic"), 2);
   EXPECT_EQ(count("w=fp32"), 1);
-  for (const char* bad : {"H", "colour=red", "H=", "H=x", "T=5..2", "op=up", "w=fp16", "variant=nope"}) {
+  for (const char* bad : {"H", "colour=red", "H=", "H=x", "T=5..2", "op=up", "w=fp16", "variant=nope", "op=bwd,",
+                          "H=64|", "op=bwd|", "H=64,,op=bwd", "H=64||128"}) {
     try {
       (void)parse_window_filter(bad);
       ADD_FAILURE() << bad;
