@@ -21,6 +21,7 @@
 #include "normgate/oracle/reference.h"
 #include "normgate/routing/derive.h"
 #include "normgate/routing/policy.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
@@ -58,9 +59,10 @@ struct DeadlineReached : std::runtime_error {
 // the rest of its cases need not run (derive only needs the rejection and
 // its worst case to split the window).
 struct WindowRejected : std::runtime_error {
-  WindowRejected(double w, std::string c) : std::runtime_error("rejected"), worst(w), worst_case(std::move(c)) {}
+  WindowRejected(double w, std::string c, std::string o)
+      : std::runtime_error("rejected"), worst(w), worst_case(std::move(c)), worst_output(std::move(o)) {}
   double worst;
-  std::string worst_case;
+  std::string worst_case, worst_output;
 };
 
 // Candidates timed at one shape: the union of its groups' lists (det first,
@@ -179,7 +181,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       "window's variant approved, 1 a window without an approved candidate, 2 usage or input error");
   struct Opts {
     std::string spec, out, report, timings, backend = "auto", oracle = "auto", gate = "winners", gate_windows;
-    bool bench_only = false, approve = false;
+    bool bench_only = false, approve = false, forget_rejections = false;
     double deadline_s = 0;
     validators::GateOptions g;
   };
@@ -206,6 +208,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
                   "With --gate winners: gate only the windows this filter selects (gate --windows syntax, e.g. "
                   "variant=fwd_narrow or op=fwd,H=256); the other windows without a current approval are left "
                   "ungated this run and routed to approved candidates, as with --gate none");
+  sub->add_flag("--forget-rejections", o->forget_rejections,
+                "With --gate winners: do not use the rejections remembered beside --out (TABLE stem + "
+                ".rejections.json): gate those candidates again (this run's rejections are still recorded)");
   sub->add_flag("--approve", o->approve, "Write approvals of the windows the gate passes (as gate --approve)");
   sub->add_option("--seeds", o->g.seeds, "Gate seed set")->capture_default_str();
   sub->add_option("--t-per-window", o->g.t_per_window, "Gate T points per window")
@@ -247,13 +252,20 @@ void add_derive(CLI::App& app, Commands& cmds) {
         if (o->timings.empty()) outputs.push_back({"--report (PREFIX.timings.json)", o->report + ".timings.json"});
         if (!o->g.journal_path.empty()) outputs.push_back({"--journal (PREFIX.*.jsonl)", o->g.journal_path + ".jsonl"});
         if (o->approve) outputs.push_back({"--approve (approvals file beside --out)", ap});
+        // --gate winners reads and appends the rejections beside --out
+        // (rejections.h), under the approvals lock; --gate none never
+        // touches them.
+        const std::string rp = kernels::rejections_path_for(o->out);
+        if (o->gate == "winners") outputs.push_back({"--gate winners (rejections file beside --out)", rp});
         std::vector<PathArg> inputs = {{"spec", o->spec}, {"--timings", o->timings},
                                        {"the approval policy beside --out", kernels::policy_path_for(o->out)}};
         if (!o->approve) inputs.push_back({"the approvals file beside --out", ap});
-        else inputs.push_back({"the approvals lock file", ap + ".lock"});  // as gate --approve
+        if (o->approve || o->gate == "winners")
+          inputs.push_back({"the approvals lock file", ap + ".lock"});  // as gate --approve
         check_outputs(outputs, inputs);
         if (o->approve) check_read_write(ap, "--approve (approvals file beside --out)");
         else check_readable_if_present(ap, "the approvals file beside --out");
+        if (o->gate == "winners") check_read_write(rp, "--gate winners (rejections file beside --out)");
       }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
       // The gate rounds' seed set, checked here (with --gate none too: a bad
@@ -264,6 +276,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument("--seeds '" + o->g.seeds + "': " + e.what());
       }
+      if (o->forget_rejections && o->gate != "winners")
+        throw std::invalid_argument("--forget-rejections needs --gate winners (got --gate " + o->gate +
+                                    "): --gate none neither reads nor writes rejections");
       if (!o->gate_windows.empty() && o->gate != "winners")
         throw std::invalid_argument("--gate-windows '" + o->gate_windows + "' needs --gate winners (got --gate " +
                                     o->gate + ")");
@@ -282,6 +297,29 @@ void add_derive(CLI::App& app, Commands& cmds) {
       const bool cpu_gate = backend != validators::Backend::gpu;
       const std::string approvals_path = kernels::approvals_path_for(o->out);
       kernels::Approvals approvals = kernels::load_approvals(approvals_path);
+      // Remembered rejections (rejections.h): read, and every record checked
+      // (a tampered one stops the run here, before any work), whenever the
+      // run will append to the file; used unless --forget-rejections.
+      const std::string rejections_path = kernels::rejections_path_for(o->out);
+      const std::string gate_backend(cpu_gate ? kernels::kCpuModelBackend : kernels::kGpuBackend);
+      std::vector<kernels::Rejection> remembered, stale;  // of this spec's groups and this backend
+      if (o->gate == "winners") {
+        const kernels::Rejections stored = kernels::load_rejections(rejections_path);
+        std::set<std::string> groups;
+        for (const DeriveGroup& g : spec.groups) groups.insert(g.key());
+        for (const auto& r : stored.records) {
+          if (r.backend != gate_backend || !groups.count(r.group())) continue;
+          const Variant* v = kernels::find_variant(r.variant);
+          if (v && v->source_sha256 == r.source_sha256) remembered.push_back(r);
+          else stale.push_back(r);
+        }
+        if (!stored.records.empty())
+          std::printf("rejected %s: %zu record(s): %zu of this spec's groups and backend %s (%s), %zu stale "
+                      "(source changed since)\n",
+                      rejections_path.c_str(), stored.records.size(), remembered.size(), gate_backend.c_str(),
+                      o->forget_rejections ? "NOT used: --forget-rejections" : "used: not gated again", stale.size());
+        if (o->forget_rejections) remembered.clear();
+      }
       if (o->approve) {
         // The output table's approval policy: a gate campaign weaker than
         // its minimum is refused here, before any work (approve() re-checks).
@@ -313,6 +351,11 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // rejected, derive again.
       std::vector<Exclusion> excl;      // rejected by the gate, or without a current approval
       std::vector<Exclusion> rejected;  // rejected by the gate in this run
+      std::vector<Exclusion> recalled;  // rejected by an earlier run (remembered, source unchanged)
+      for (const auto& r : remembered) {
+        excl.push_back({r.group(), r.variant, r.t_lo, r.t_hi});
+        recalled.push_back(excl.back());
+      }
       std::vector<GateNote> notes;
       std::set<std::string> passed_now;  // "group|variant|lo|hi" the gate passed in this run
       auto wkey = [](const DerivedWindow& w) {
@@ -385,7 +428,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             g.journal_path = o->g.journal_path + "." + sha12 + "." +
                              seeds::sha256_hex(want.data(), want.size()).substr(0, 12) + ".jsonl";
           g.progress = [](const validators::GateProgress& p) {
-            if (p.worst > 1.0) throw WindowRejected(p.worst, p.worst_case);
+            if (p.worst > 1.0) throw WindowRejected(p.worst, p.worst_case, p.worst_output);
           };
           g.select = [want](const kernels::Route& r) {
             return window_key(group_of(r).key(), r.variant->name, r.t_lo, r.t_hi) == want;
@@ -409,7 +452,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             wr.pass = false;
             wr.worst = e.worst;
             wr.worst_case = e.worst_case;
-            wr.worst_output = "stopped at the first case over budget";
+            wr.worst_output = e.worst_output + ", stopped at the first case over budget";
             res.windows.push_back(wr);
             res.backend = cpu_gate ? std::string(kernels::kCpuModelBackend) : std::string(kernels::kGpuBackend);
             early = true;
@@ -470,6 +513,38 @@ void add_derive(CLI::App& app, Commands& cmds) {
               excl.push_back({n.group, n.variant, lo, hi});
               rejected.push_back(excl.back());
               any_failed = true;
+              // Remember it (rejections.h): only a case over budget proves a
+              // rejection (not an error, INCONCLUSIVE or incomplete window).
+              if (wr.worst > 1.0 && !wr.worst_case.empty()) {
+                kernels::Rejection x;
+                x.op = wr.route.op;
+                x.mode = wr.route.mode;
+                x.H = wr.route.H;
+                x.w = wr.route.w;
+                x.form = wr.route.form;
+                x.t_lo = lo;
+                x.t_hi = hi;
+                x.gated_lo = n.t_lo;
+                x.gated_hi = n.t_hi;
+                x.variant = n.variant;
+                x.source_sha256 = std::string(wr.route.variant->source_sha256);
+                x.backend = gate_backend;
+                x.gpu = cpu_gate ? gate_backend : kernels::device_info().name;
+                if (x.gpu.empty()) x.gpu = "gpu";
+                x.worst_case = wr.worst_case;
+                x.worst_err_tol = wr.worst;
+                x.worst_output = wr.worst_output.substr(0, wr.worst_output.find(','));
+                x.date = utc_now();
+                x.normgate_commit = NORMGATE_GIT_COMMIT;
+                x.normgate_version = NORMGATE_VERSION;
+                try {
+                  if (kernels::record_rejections(rejections_path, approvals_path, {x}))
+                    std::printf("  remembered in %s: %s T=%lld..%lld\n", rejections_path.c_str(), n.variant.c_str(),
+                                static_cast<long long>(lo), static_cast<long long>(hi));
+                } catch (const std::exception& e) {
+                  std::fprintf(stderr, "normgate derive: warning: rejection not remembered: %s\n", e.what());
+                }
+              }
             }
             notes.push_back(std::move(n));
           }
@@ -509,6 +584,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
                    " --dense-points " + std::to_string(o->g.dense_points) + " --dense-step " +
                    std::to_string(o->g.dense_step) + " --fresh-factor " + std::to_string(o->g.fresh_factor);
         if (o->approve) cmdline += " --approve";
+        if (o->forget_rejections) cmdline += " --forget-rejections";
       }
       nlohmann::ordered_json jr;
       jr["format"] = "normgate-derivation/1";
@@ -534,12 +610,17 @@ void add_derive(CLI::App& app, Commands& cmds) {
         md += "- gate: seeds " + o->g.seeds + ", " + std::to_string(o->g.t_per_window) + " T points per window, dense " +
             std::to_string(o->g.dense_points) + " points each side every " + std::to_string(o->g.dense_step) +
             " rows, fresh seeds x" + std::to_string(o->g.fresh_factor) + "; backend " +
-            (cpu_gate ? "cpu-model" : "gpu") + (stopped ? "; STOPPED: " + stop_reason : "") + "\n";
+            (cpu_gate ? "cpu-model" : "gpu") + (stopped ? "; STOPPED: " + stop_reason : "") + "\n" +
+            "- rejections: `" + rejections_path + "` (read and appended; " +
+            (o->forget_rejections ? "earlier runs' NOT used: --forget-rejections"
+                                  : std::to_string(remembered.size()) + " remembered used, " +
+                                        std::to_string(stale.size()) + " stale") +
+            ")\n";
       md += "- windows: " + std::to_string(ws.size()) + ", " + std::to_string(unapproved) +
             " without a current approval\n\n";
       md += "Per window: the routed variant, its approval (margin = 1 - worst err/tol), and every candidate's "
             "median time at the window's timed points (us; `*` the routed candidate, `x` rejected by the gate in "
-            "this run, `u` no current approval (not gated, or gated without --approve), `~` within the A/A floor "
+            "this run, `r` rejected by an earlier run (remembered, source unchanged), `u` no current approval (not gated, or gated without --approve), `~` within the A/A floor "
             "of the fastest and listed later: a tie the more accurate candidate won).\n\n";
       md += "| window | variant | approval | margin | candidates at timed T (us) |\n| --- | --- | --- | --- | --- |\n";
       nlohmann::ordered_json jw = nlohmann::ordered_json::array();
@@ -576,10 +657,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
                 if (e.group == w.group.key() && e.variant == c->name && T >= e.t_lo && T <= e.t_hi) return true;
               return false;
             };
-            const bool rej = in(rejected), out = !rej && in(excl);
+            const bool rej = in(rejected), rem = !rej && in(recalled), out = !rej && !rem && in(excl);
             cell += " " + std::string(c->name) + " " + fmt("%.2f", it->second) + (c == w.variant ? "*" : "") +
-                    (rej ? "x" : "") + (out ? "u" : "") +
-                    (c != w.variant && !rej && !out && it->second <= best * (1 + p->aa_floor) ? "~" : "");
+                    (rej ? "x" : "") + (rem ? "r" : "") + (out ? "u" : "") +
+                    (c != w.variant && !rej && !rem && !out && it->second <= best * (1 + p->aa_floor) ? "~" : "");
           }
           cell += " (A/A " + fmt("%.1f", 100 * p->aa_floor) + "%)";
           cells += (cells.empty() ? "" : "<br>") + cell;
@@ -613,6 +694,41 @@ void add_derive(CLI::App& app, Commands& cmds) {
         }
       }
       jr["gate_verdicts"] = jg;
+      // Remembered rejections: the ones this run used (`r`), and the stale
+      // ones (the variant's source changed since: gated again if it wins).
+      nlohmann::ordered_json jrej;
+      if (o->gate == "winners") {
+        auto rec_json = [](const kernels::Rejection& r) {
+          return nlohmann::ordered_json{{"group", r.group()},          {"variant", r.variant},
+                                        {"T", {r.t_lo, r.t_hi}},        {"gated_T", {r.gated_lo, r.gated_hi}},
+                                        {"worst_err_tol", r.worst_err_tol}, {"worst_output", r.worst_output},
+                                        {"worst_case", r.worst_case},  {"source_sha256", r.source_sha256},
+                                        {"backend", r.backend},        {"date", r.date},
+                                        {"normgate_commit", r.normgate_commit}, {"record_sha256", r.record_sha256}};
+        };
+        jrej["file"] = rejections_path;
+        jrej["forgotten"] = o->forget_rejections;
+        jrej["used"] = nlohmann::ordered_json::array();
+        jrej["stale"] = nlohmann::ordered_json::array();
+        for (const auto& r : remembered) jrej["used"].push_back(rec_json(r));
+        for (const auto& r : stale) jrej["stale"].push_back(rec_json(r));
+        if (!remembered.empty() || !stale.empty()) {
+          md += "\n## Remembered rejections (`" + rejections_path + "`)\n\nRejected by earlier runs' gates on this "
+                "backend; `used` (source unchanged: not gated again, `r` above), `stale` (the variant's source "
+                "changed since: gated again where it wins). `--forget-rejections` gates them all again.\n\n"
+                "| excluded window | candidate | status | worst err/tol (output) | worst case | gated window | date | "
+                "source |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+          auto row = [&](const kernels::Rejection& r, const char* status) {
+            md += "| " + r.window() + " | " + r.variant + " | " + status + " | " + fmt("%.4g", r.worst_err_tol) +
+                  " (" + r.worst_output + ") | `" + r.worst_case + "` | T=" + std::to_string(r.gated_lo) + ".." +
+                  std::to_string(r.gated_hi) + " | " + r.date.substr(0, 10) + " | " + r.source_sha256.substr(0, 12) +
+                  " |\n";
+          };
+          for (const auto& r : remembered) row(r, "used");
+          for (const auto& r : stale) row(r, "**stale**");
+        }
+      }
+      jr["remembered_rejections"] = jrej;
       jr["stopped"] = stopped ? nlohmann::ordered_json(stop_reason) : nlohmann::ordered_json();
 
       const std::string header =

@@ -51,6 +51,7 @@ struct Store {
   int64_t records = 0;
   double worst = 0;  // largest err/tol of any output seen (progress only)
   std::string worst_case;  // its case id
+  std::string worst_output;  // its output ("y", "rstd", "dx", "dw")
   // Record number holding (case, impl), and the records this campaign's plan
   // used (a journal may hold cases of other window filters: not counted).
   std::map<std::string, std::map<std::string, int64_t>> rec_of;
@@ -65,10 +66,11 @@ struct Store {
     }
     for (const auto& x : r.results) {
       ok[r.case_id].emplace(x.impl, x);
-      for (const auto& o : x.out)
-        if (!(o.ratio <= worst)) {
-          worst = o.ratio;
+      for (size_t k = 0; k < x.out.size(); ++k)
+        if (!(x.out[k].ratio <= worst)) {
+          worst = x.out[k].ratio;
           worst_case = r.case_id;
+          worst_output = kOut[k];
         }
     }
   }
@@ -341,6 +343,7 @@ class Runner {
           p.window = needs[reported].window;
           p.worst = store_.worst;
           p.worst_case = store_.worst_case;
+          p.worst_output = store_.worst_output;
           opt_.progress(p);
         }
       }

@@ -1,6 +1,7 @@
 // routing/src/routing.cpp: route-table loader, approvals file, dispatcher
 // (routing.h).
 #include "normgate/routing/routing.h"
+#include "normgate/routing/rejections.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -319,6 +320,15 @@ nlohmann::json to_json(const Approval& a) {
     if (a.op == Op::bwd) j["dw_vs_fp32_worst"] = json_number(a.dw_vs_fp32_worst);
   }
   return j;
+}
+
+// The seal of a record (approvals and rejections alike, routing.h
+// "Validation"): SHA-256 of the JSON object without record_sha256, dumped
+// compactly (sorted keys, no whitespace).
+std::string record_digest(nlohmann::json rec) {
+  rec.erase("record_sha256");
+  const std::string dump = rec.dump();
+  return seeds::sha256_hex(dump.data(), dump.size());
 }
 
 // The record's fields (routing.h, "Validation"); "record_sha256" too.
@@ -687,10 +697,7 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
       why = validate_approval(x);
       if (why.empty()) {
         // The digest, over the record as read (routing.h, "Validation").
-        nlohmann::json body = rec;
-        body.erase("record_sha256");
-        const std::string dump = body.dump();
-        const std::string sha = seeds::sha256_hex(dump.data(), dump.size());
+        const std::string sha = record_digest(rec);
         x.unsealed = !rec.contains("record_sha256");
         if (x.unsealed)
           why = "no record_sha256 (a record written before approvals carried digests: `normgate approvals --seal " +
@@ -758,8 +765,7 @@ std::string approvals_to_json_text(const Approvals& a) {
         throw std::invalid_argument(a.path + ": refusing to write record " + std::to_string(i) + " (" + r.window() +
                                     " -> " + r.variant + "): " + why);
       nlohmann::json x = to_json(r);
-      const std::string dump = x.dump();
-      x["record_sha256"] = seeds::sha256_hex(dump.data(), dump.size());
+      x["record_sha256"] = record_digest(x);
       j["approvals"].push_back(std::move(x));
     }
     ++i;
@@ -780,9 +786,12 @@ ApprovalsLock::ApprovalsLock(const std::string& approvals_path) : path_(approval
 
 ApprovalsLock::~ApprovalsLock() { ::close(fd_); }  // closing releases the lock
 
-void save_approvals(const Approvals& a) {
-  const std::string text = approvals_to_json_text(a);
-  const std::string target = core::rename_target(a.path);  // a link is written through, never replaced
+namespace {
+
+// Write text to path atomically: a temporary file beside it, fsync, rename,
+// fsync of the folder (a link is written through, never replaced).
+void write_sealed_file(const std::string& path, const std::string& text) {
+  const std::string target = core::rename_target(path);  // a link is written through, never replaced
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
@@ -805,15 +814,19 @@ void save_approvals(const Approvals& a) {
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string err = std::strerror(errno);
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + a.path + "': " + err);
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + err);
   }
-  const std::string dir = std::filesystem::path(a.path).parent_path().string();
+  const std::string dir = std::filesystem::path(path).parent_path().string();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);
   }
 }
+
+}  // namespace
+
+void save_approvals(const Approvals& a) { write_sealed_file(a.path, approvals_to_json_text(a)); }
 
 std::string_view to_string(ApprovalState s) {
   switch (s) {
@@ -1015,6 +1028,260 @@ Decision Dispatcher::pick(const CallKey& k) const {
                               "DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;
+}
+
+// ---- rejections (rejections.h) ---------------------------------------------
+
+namespace {
+
+constexpr std::string_view kRejectionsFormat = "normgate-rejections/1";
+constexpr std::string_view kRejectionKeys[] = {
+    "window",       "gated_T", "variant", "source_sha256",   "backend",          "gpu",          "worst_case",
+    "worst_err_tol", "worst_output", "date", "normgate_commit", "normgate_version", "record_sha256"};
+
+nlohmann::json to_json(const Rejection& r) {
+  nlohmann::json win;
+  win["op"] = to_string(r.op);
+  if (r.op == Op::bwd) win["mode"] = to_string(r.mode);
+  win["H"] = r.H;
+  win["w"] = to_string(r.w);
+  win["form"] = to_string(r.form);
+  win["T"] = {r.t_lo, r.t_hi};
+  nlohmann::json j;
+  j["window"] = win;
+  j["gated_T"] = {r.gated_lo, r.gated_hi};
+  j["variant"] = r.variant;
+  j["source_sha256"] = r.source_sha256;
+  j["backend"] = r.backend;
+  j["gpu"] = r.gpu;
+  j["worst_case"] = r.worst_case;
+  j["worst_err_tol"] = json_number(r.worst_err_tol);
+  j["worst_output"] = r.worst_output;
+  j["date"] = r.date;
+  j["normgate_commit"] = r.normgate_commit;
+  j["normgate_version"] = r.normgate_version;
+  return j;
+}
+
+// Read record j into r; throws std::invalid_argument naming the first
+// malformed field (the fields' values are checked by validate_rejection).
+void from_json(const nlohmann::json& j, Rejection& r) {
+  if (!j.is_object()) throw std::invalid_argument("a record must be a JSON object");
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    if (std::find(std::begin(kRejectionKeys), std::end(kRejectionKeys), k) == std::end(kRejectionKeys))
+      throw std::invalid_argument("unknown field '" + k + "'");
+  }
+  auto str = [](const nlohmann::json& o, const char* k, const char* where = "") {
+    if (!o.contains(k) || !o.at(k).is_string())
+      throw std::invalid_argument(std::string("field '") + where + k + "' must be a string");
+    return o.at(k).get<std::string>();
+  };
+  auto integer = [](const nlohmann::json& v, const std::string& name) {
+    if (!v.is_number_integer()) throw std::invalid_argument("field '" + name + "' must be an integer");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw std::invalid_argument("field '" + name + "' out of range");
+    return v.get<int64_t>();
+  };
+  auto pair = [&](const nlohmann::json& o, const char* k, const char* name, int64_t& lo, int64_t& hi) {
+    if (!o.contains(k) || !o.at(k).is_array() || o.at(k).size() != 2)
+      throw std::invalid_argument(std::string("field '") + name + "' must be [lo, hi]");
+    lo = integer(o.at(k)[0], std::string(name) + "[0]");
+    hi = integer(o.at(k)[1], std::string(name) + "[1]");
+  };
+  if (!j.contains("window") || !j.at("window").is_object())
+    throw std::invalid_argument("field 'window' must be an object");
+  const auto& win = j.at("window");
+  for (const auto& [k, v] : win.items()) {
+    (void)v;
+    if (std::find(std::begin(kWindowKeys), std::end(kWindowKeys), k) == std::end(kWindowKeys))
+      throw std::invalid_argument("unknown field 'window." + k + "'");
+  }
+  r.op = parse_op(str(win, "op", "window."));
+  if (r.op == Op::bwd) r.mode = parse_mode(str(win, "mode", "window."));
+  else if (win.contains("mode")) throw std::invalid_argument("a fwd window has no 'window.mode'");
+  if (!win.contains("H")) throw std::invalid_argument("missing field 'window.H'");
+  r.H = integer(win.at("H"), "window.H");
+  r.w = parse_wdtype(str(win, "w", "window."));
+  r.form = parse_form(str(win, "form", "window."));
+  pair(win, "T", "window.T", r.t_lo, r.t_hi);
+  pair(j, "gated_T", "gated_T", r.gated_lo, r.gated_hi);
+  r.variant = str(j, "variant");
+  r.source_sha256 = str(j, "source_sha256");
+  r.backend = str(j, "backend");
+  r.gpu = str(j, "gpu");
+  r.worst_case = str(j, "worst_case");
+  if (!j.contains("worst_err_tol")) throw std::invalid_argument("missing field 'worst_err_tol'");
+  r.worst_err_tol = from_json_number(j.at("worst_err_tol"), "worst_err_tol");
+  r.worst_output = str(j, "worst_output");
+  r.date = str(j, "date");
+  r.normgate_commit = str(j, "normgate_commit");
+  r.normgate_version = str(j, "normgate_version");
+  r.record_sha256 = str(j, "record_sha256");
+}
+
+}  // namespace
+
+std::string Rejection::group() const { return window_text(op, mode, H, w, form, -1, -1); }
+std::string Rejection::window() const { return window_text(op, mode, H, w, form, t_lo, t_hi); }
+bool Rejection::same_claim(const Rejection& o) const {
+  return window() == o.window() && variant == o.variant && source_sha256 == o.source_sha256 && backend == o.backend;
+}
+
+std::string rejections_path_for(const std::string& table_path) {
+  const std::filesystem::path p(table_path);
+  if (p.extension() == ".toml") {
+    std::filesystem::path q = p;
+    q.replace_extension(".rejections.json");
+    return q.string();
+  }
+  return table_path + ".rejections.json";
+}
+
+std::string validate_rejection(const Rejection& r) {
+  try {
+    const std::string win = "window " + r.window();
+    if (r.H < kMinH || r.H > kMaxH)
+      return win + ": H " + std::to_string(r.H) + " outside " + std::to_string(kMinH) + ".." + std::to_string(kMaxH);
+    if ((r.form == Form::heads24 || r.form == Form::heads4) && r.H != 256)
+      return win + ": form " + std::string(to_string(r.form)) + " needs H = 256";
+    if (r.t_lo < 1 || r.t_hi < r.t_lo || r.t_hi > kMaxT)
+      return win + ": T needs 1 <= lo <= hi <= " + std::to_string(kMaxT);
+    if (r.gated_lo > r.t_lo || r.gated_hi < r.t_hi)
+      return "gated_T [" + std::to_string(r.gated_lo) + ", " + std::to_string(r.gated_hi) +
+             "] does not contain the excluded " + win;
+    if (r.variant.empty() || r.variant.find_first_of(" \t\r\n") != std::string::npos)
+      return "variant '" + r.variant + "' is not a variant name";
+    if (!lower_hex64(r.source_sha256)) return "source_sha256 '" + r.source_sha256 + "' is not 64 lower-case hex digits";
+    if (r.backend != kGpuBackend && r.backend != kCpuModelBackend)
+      return "backend '" + r.backend + "' (expected \"gpu\" or \"cpu-model\")";
+    if (r.gpu.empty()) return "gpu is empty";
+    if (r.backend == kCpuModelBackend && r.gpu != kCpuModelBackend)
+      return "gpu '" + r.gpu + "' of a cpu-model record (expected \"cpu-model\")";
+    seeds::CaseId c;
+    try {
+      c = seeds::parse_case(r.worst_case);
+    } catch (const std::invalid_argument& e) {
+      return "worst_case: " + std::string(e.what());
+    }
+    if (c.H != r.H || c.w != r.w || c.form != r.form || c.T < r.gated_lo || c.T > r.gated_hi)
+      return "worst_case '" + r.worst_case + "' is not inside the gated window T=" + std::to_string(r.gated_lo) +
+             ".." + std::to_string(r.gated_hi) + " of " + r.group();
+    if (std::isnan(r.worst_err_tol) || !(r.worst_err_tol > 1))
+      return "worst_err_tol " + num_text(r.worst_err_tol) + " is not > 1 (a rejection records a case over budget)";
+    const bool out_ok = r.worst_output == "y" || r.worst_output == "rstd" ||
+                        (r.op == Op::bwd && (r.worst_output == "dx" || r.worst_output == "dw"));
+    if (!out_ok)
+      return "worst_output '" + r.worst_output + "' is not an output a " + std::string(to_string(r.op)) +
+             " window gates";
+    if (!iso8601_utc(r.date)) return "date '" + r.date + "' is not ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ)";
+    if (r.normgate_commit.empty()) return "normgate_commit is empty";
+    if (r.normgate_version.empty()) return "normgate_version is empty";
+    return {};
+  } catch (const std::exception& e) {  // never throws
+    return e.what();
+  }
+}
+
+std::string rejection_record_sha256(const Rejection& r) { return record_digest(to_json(r)); }
+
+Rejections parse_rejections(std::string_view text, const std::string& path) {
+  Rejections out;
+  out.path = path;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw RouteTableError(path + ": rejections are not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("format") || j["format"] != kRejectionsFormat)
+    throw RouteTableError(path + ": not a rejections file (expected \"format\": \"" + std::string(kRejectionsFormat) +
+                          "\")");
+  if (!j.contains("rejections") || !j["rejections"].is_array())
+    throw RouteTableError(path + ": 'rejections' must be an array");
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    if (k != "format" && k != "rejections") throw RouteTableError(path + ": unknown top-level key '" + k + "'");
+  }
+  size_t i = 0;
+  for (const auto& rec : j["rejections"]) {
+    Rejection x;
+    x.index = i;
+    std::string why;
+    try {
+      from_json(rec, x);
+      why = validate_rejection(x);
+      if (why.empty()) {
+        const std::string sha = record_digest(rec);  // over the record as read
+        if (!lower_hex64(x.record_sha256))
+          why = "record_sha256 '" + x.record_sha256 + "' is not 64 lower-case hex digits";
+        else if (sha != x.record_sha256)
+          why = "record_sha256 mismatch: the record's bytes hash to " + sha.substr(0, 12) + ", it says " +
+                x.record_sha256.substr(0, 12) + " (changed after it was written)";
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty())
+      throw RouteTableError(path + ": record " + std::to_string(i) + " (" + x.window() + " -> " + x.variant +
+                            "): " + why + "; a remembered rejection re-routes windows, so derive stops (remove the "
+                            "record, or the file, to gate again)");
+    out.records.push_back(std::move(x));
+    ++i;
+  }
+  return out;
+}
+
+Rejections load_rejections(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw RouteTableError(path + ": cannot read rejections: is a directory");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    if (!std::filesystem::exists(path)) {
+      Rejections r;
+      r.path = path;
+      return r;
+    }
+    throw RouteTableError(path + ": cannot read rejections: " + std::strerror(errno));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw RouteTableError(path + ": cannot read rejections: read error");
+  return parse_rejections(ss.str(), path);
+}
+
+std::string rejections_to_json_text(const Rejections& r) {
+  nlohmann::json j;
+  j["format"] = kRejectionsFormat;
+  j["rejections"] = nlohmann::json::array();
+  size_t i = 0;
+  for (const auto& x : r.records) {
+    if (const std::string why = validate_rejection(x); !why.empty())
+      throw std::invalid_argument(r.path + ": refusing to write record " + std::to_string(i) + " (" + x.window() +
+                                  " -> " + x.variant + "): " + why);
+    nlohmann::json o = to_json(x);
+    o["record_sha256"] = record_digest(o);
+    j["rejections"].push_back(std::move(o));
+    ++i;
+  }
+  return j.dump(2) + "\n";
+}
+
+size_t record_rejections(const std::string& path, const std::string& approvals_path,
+                         const std::vector<Rejection>& add) {
+  for (const auto& x : add)
+    if (const std::string why = validate_rejection(x); !why.empty())
+      throw std::invalid_argument(path + ": refusing to record " + x.window() + " -> " + x.variant + ": " + why);
+  const ApprovalsLock lock(approvals_path);
+  Rejections cur = load_rejections(path);  // re-read under the lock: other writers' records are kept
+  size_t added = 0;
+  for (const auto& x : add) {
+    if (std::any_of(cur.records.begin(), cur.records.end(), [&](const Rejection& y) { return y.same_claim(x); }))
+      continue;
+    cur.records.push_back(x);
+    ++added;
+  }
+  if (added) write_sealed_file(path, rejections_to_json_text(cur));
+  return added;
 }
 
 }  // namespace normgate::kernels

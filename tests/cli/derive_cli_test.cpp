@@ -7,11 +7,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "cli_util.h"
 #include "normgate/kernels/device.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 
 namespace {
@@ -144,7 +146,10 @@ TEST(DeriveCli, GateWindowsGatesOnlyWhatTheFilterSelects) {
   EXPECT_EQ(r.code, 1) << r.out;  // [2, 600] has no approved candidate: no table
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
 
-  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate-windows variant=bwd_det_chunked"));
+  // (--forget-rejections: the first run's remembered rejections would make
+  // bwd_det_chunked the winner of [2, 8] and so a window the filter selects.)
+  r = normgate::test::run_normgate(
+      d.run(timings + kCampaign + " --gate-windows variant=bwd_det_chunked --forget-rejections"));
   EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
   EXPECT_EQ(r.code, 1) << r.out;
 
@@ -171,6 +176,131 @@ TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
   EXPECT_TRUE(contains(md, "gate: not run (--gate none)")) << md;
   EXPECT_TRUE(contains(md, "--timings")) << md;  // the command names what shaped the result
   EXPECT_FALSE(contains(md, "x (A/A") || contains(md, "x~")) << md;  // nothing was rejected by a gate
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The routes of a table as "window -> variant" lines (the header, with its
+// date, left out).
+std::string routes_of(const fs::path& table) {
+  std::string s;
+  for (const auto& r : normgate::kernels::load_route_table(table.string()).routes) s += r.describe() + "\n";
+  return s;
+}
+
+// Rejections are remembered beside --out (t.rejections.json): a second run
+// with the same inputs gates nothing and derives the same table from them; a
+// record whose source hash is not the variant's is stale (listed, ignored:
+// the candidate is gated again); a record changed after it was sealed stops
+// derive naming the file and record (--gate none never reads the file);
+// --forget-rejections gates again without duplicating records.
+TEST(DeriveCli, RemembersRejectionsBetweenRuns) {
+  namespace k = normgate::kernels;
+  const Dir d;
+  const std::string timings = " --timings " + (d.p / "timings.json").string();
+  const fs::path rp = d.p / "t.rejections.json";
+  EXPECT_EQ(k::rejections_path_for((d.p / "t.toml").string()), rp.string());
+
+  CliRun r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t fails1 = count(r.out, "  FAIL ");
+  ASSERT_GE(fails1, 1u) << r.out;
+  EXPECT_TRUE(contains(r.out, "remembered in " + rp.string())) << r.out;
+  const std::string table1 = routes_of(d.p / "t.toml");
+  const auto rej1 = k::load_rejections(rp.string());
+  ASSERT_EQ(rej1.records.size(), fails1);  // one record per window rejected
+  const k::Variant* blocked = k::find_variant("bwd_fp32_blocked");
+  ASSERT_NE(blocked, nullptr);
+  for (const auto& x : rej1.records) {
+    EXPECT_EQ(x.variant, "bwd_fp32_blocked");
+    EXPECT_EQ(x.source_sha256, std::string(blocked->source_sha256));
+    EXPECT_EQ(x.backend, "cpu-model");
+    EXPECT_EQ(x.group(), "bwd det H=64 w=bf16 form=plain");
+    EXPECT_GT(x.worst_err_tol, 1.0);
+    EXPECT_TRUE(x.worst_output == "dw" || x.worst_output == "dx" || x.worst_output == "y" ||
+                x.worst_output == "rstd")
+        << x.worst_output;
+    EXPECT_GE(x.t_lo, 2);  // T = 1 passes: never excluded
+    EXPECT_TRUE(contains(x.worst_case, "family=cancel")) << x.worst_case;
+  }
+
+  // Second run, same inputs: nothing gated, the same table, the remembered
+  // rejections marked `r` and listed as used.
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  EXPECT_EQ(count(r.out, "  FAIL "), 0u) << r.out;
+  EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  std::string md = read(d.p / "r.md");
+  EXPECT_TRUE(contains(md, "## Remembered rejections")) << md;
+  EXPECT_EQ(count(md, " | bwd_fp32_blocked | used | "), rej1.records.size()) << md;
+  EXPECT_TRUE(contains(md, "r (A/A")) << md;
+  EXPECT_FALSE(contains(md, "x (A/A")) << md;  // nothing rejected today
+  auto jr = nlohmann::json::parse(read(d.p / "r.json"));
+  EXPECT_EQ(jr["remembered_rejections"]["used"].size(), rej1.records.size());
+  EXPECT_EQ(jr["gate_verdicts"].size(), 0u);
+
+  // --forget-rejections: gated (and rejected) again; no duplicate records.
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve --forget-rejections"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "  FAIL "), fails1) << r.out;
+  EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  EXPECT_EQ(k::load_rejections(rp.string()).records.size(), rej1.records.size());
+
+  // A record for another source hash (resealed with the project's sealing):
+  // stale, listed as such, and the candidate is gated again.
+  {
+    k::Rejections other = rej1;
+    for (auto& x : other.records) x.source_sha256 = std::string(64, 'a');
+    std::ofstream(rp) << k::rejections_to_json_text(other);
+    ASSERT_EQ(k::load_rejections(rp.string()).records.size(), rej1.records.size());  // the seal holds
+  }
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "  FAIL "), fails1) << r.out;
+  EXPECT_TRUE(contains(r.out, std::to_string(rej1.records.size()) + " stale")) << r.out;
+  EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  md = read(d.p / "r.md");
+  EXPECT_EQ(count(md, " | bwd_fp32_blocked | **stale** | "), rej1.records.size()) << md;
+  jr = nlohmann::json::parse(read(d.p / "r.json"));
+  EXPECT_EQ(jr["remembered_rejections"]["stale"].size(), rej1.records.size());
+  EXPECT_EQ(jr["remembered_rejections"]["used"].size(), 0u);
+  // The new rejections are recorded beside the stale ones.
+  EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 2 * rej1.records.size());
+
+  // Tampered: one value of the last record changed, its seal kept.
+  {
+    auto j = nlohmann::json::parse(read(rp));
+    auto& last = j["rejections"].back();
+    last["worst_err_tol"] = last["worst_err_tol"].get<double>() * 2;
+    std::ofstream(rp) << j.dump(2) << "\n";
+  }
+  const std::string tampered = read(rp);
+  const std::string report_before = read(d.p / "r.md");
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, rp.string())) << r.out;
+  EXPECT_TRUE(contains(r.out, "record " + std::to_string(2 * rej1.records.size() - 1) + " ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "record_sha256 mismatch")) << r.out;
+  EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  EXPECT_EQ(read(d.p / "r.md"), report_before);  // refused before any work
+  EXPECT_EQ(read(rp), tampered);
+  // --gate none neither needs nor touches the file; --forget-rejections needs --gate winners.
+  // (--gate none derives from approvals alone, rejections unused: its one
+  // window T=1..600 has no approved candidate, so exit 1, no table: not 2.)
+  r = normgate::test::run_normgate(d.run(timings + " --gate none"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "table NOT written")) << r.out;
+  EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  EXPECT_EQ(read(rp), tampered);
+  EXPECT_FALSE(contains(read(d.p / "r.md"), "rejections")) << read(d.p / "r.md");
+  r = normgate::test::run_normgate(d.run(timings + " --gate none --forget-rejections"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--forget-rejections needs --gate winners")) << r.out;
 }
 
 }  // namespace

@@ -134,6 +134,7 @@ struct GateProgress {
   std::string window;          ///< first window the current case serves
   double worst = 0;            ///< largest gated err/tol seen so far (all windows)
   std::string worst_case;      ///< case id of that largest err/tol ("" before the first)
+  std::string worst_output;    ///< its output: "y", "rstd", "dx" or "dw" ("" before the first)
 };
 
 /// What to gate and how.

@@ -1,0 +1,127 @@
+// normgate/routing/rejections.h: the gate's remembered rejections.
+//
+// `normgate derive --gate winners` records every window the gate rejects
+// (a case over budget: err/tol > 1) in the rejections file beside the output
+// table, "dir/stem.rejections.json" for "dir/stem.toml", so a later derive
+// does not gate that candidate on that window again while the variant's
+// source is unchanged. A record holds the proof: the failing case id, its
+// err/tol and output; derive excludes the variant from the recorded T range
+// (Exclusion, derive.h) when the variant's source_sha256 in this build is
+// the recorded one and the record's backend is the gate's (a GPU rejection
+// counts for GPU derives only, a CPU-model one for CPU-model derives only).
+//
+// A sibling file, not a key of the approvals file: the approvals loader
+// refuses unknown top-level keys (older binaries, the C ABI and the Python
+// package read approvals), approvals ship with the package and feed the
+// dispatcher while rejections are derive's bookkeeping, and a bad approval
+// record is kept and counts for nothing while a bad rejection record stops
+// derive (it would silently re-route a window).
+//
+// Format "normgate-rejections/1":
+//
+//   { "format": "normgate-rejections/1", "rejections": [ RECORD, ... ] }
+//
+//   RECORD: {
+//     "window": {op, mode (bwd only), H, w, form, T: [lo, hi]}
+//                    the EXCLUDED range: derive routes the variant nowhere in
+//                    it (the timed points around the failing case's T)
+//     "gated_T": [lo, hi]   the window the gate ran; contains window.T
+//     "variant", "source_sha256" (64 lower-case hex: the variant's hash when
+//     the gate ran, registry.h), "backend" ("gpu" | "cpu-model"),
+//     "gpu" (device name; "cpu-model" for cpu-model records),
+//     "worst_case" (a case id whose H, w, form are the window's and whose T
+//     is inside gated_T), "worst_err_tol" (a number > 1, or "inf"),
+//     "worst_output" ("y" | "rstd" | "dx" | "dw"; fwd only y, rstd),
+//     "date" (YYYY-MM-DDTHH:MM:SSZ), "normgate_commit", "normgate_version"
+//     (non-empty), "record_sha256" }
+//
+// record_sha256 is the approvals' seal (routing.h, "Validation"): SHA-256 of
+// the record's JSON object without record_sha256, dumped compactly (sorted
+// keys, no whitespace), over the record as read. Unlike approvals, a record
+// that fails any check (a field, an unknown field, the seal) makes the whole
+// file an error: load_rejections throws naming the file and the record.
+//
+// Writers hold ApprovalsLock (routing.h) of the table's approvals file, so
+// rejections and approvals of one table have one lock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normgate/core/types.h"
+#include "normgate/kernels/registry.h"
+
+namespace normgate::kernels {
+
+/// One rejection record (JSON names in the file comment).
+struct Rejection {
+  Op op = Op::bwd;
+  Mode mode = Mode::det;       ///< fwd: Mode::det (absent in JSON)
+  int64_t H = 0;
+  WDtype w = WDtype::bf16;
+  Form form = Form::plain;
+  int64_t t_lo = 0, t_hi = 0;  ///< excluded T range, rows, inclusive
+  int64_t gated_lo = 0, gated_hi = 0;  ///< the gated window's T range, rows, inclusive
+  std::string variant;         ///< registry name
+  std::string source_sha256;   ///< the variant's source hash when the gate ran
+  std::string backend;         ///< "gpu" or "cpu-model"
+  std::string gpu;             ///< device name, "cpu-model" for cpu-model records
+  std::string worst_case;      ///< the case over budget (case id)
+  double worst_err_tol = 0;    ///< its err/tol (> 1; +inf allowed)
+  std::string worst_output;    ///< "y", "rstd", "dx" or "dw"
+  std::string date;            ///< UTC, ISO 8601
+  std::string normgate_commit, normgate_version;
+  std::string record_sha256;   ///< set by parse_rejections and rejections_to_json_text
+  size_t index = 0;            ///< 0-based index in the file as read
+
+  /// DeriveGroup::key() of the window: "bwd det H=64 w=bf16 form=plain".
+  std::string group() const;
+  /// group() + " T=lo..hi" (the excluded range).
+  std::string window() const;
+  /// Same window, variant, source hash and backend (what makes a duplicate).
+  bool same_claim(const Rejection& o) const;
+};
+
+/// The rejections file of one table.
+struct Rejections {
+  std::string path;
+  std::vector<Rejection> records;  ///< file order
+};
+
+/// "dir/stem.rejections.json" for "dir/stem.toml" (any other name: name +
+/// ".rejections.json").
+std::string rejections_path_for(const std::string& table_path);
+
+/// Why `r` is invalid by its fields (file comment), "" when valid. Never throws.
+std::string validate_rejection(const Rejection& r);
+
+/// SHA-256 (lower-case hex) of r's canonical bytes (file comment).
+std::string rejection_record_sha256(const Rejection& r);
+
+/// Parse `text` (`path` names it in messages). Throws RouteTableError
+/// (routing.h) "PATH: record N: why" for the first bad record (a field, an
+/// unknown field, "record_sha256 mismatch ..."), and "PATH: why" when the
+/// text is not JSON or not format "normgate-rejections/1".
+Rejections parse_rejections(std::string_view text, const std::string& path);
+
+/// Read `path` (parse_rejections); a missing file is an empty set. Throws
+/// RouteTableError naming the path when it cannot be read or is invalid.
+Rejections load_rejections(const std::string& path);
+
+/// Serialize (format above, records in order, each sealed, 2-space indent,
+/// trailing newline). Throws std::invalid_argument naming the record when a
+/// record fails validate_rejection (a writer never seals a bad record).
+std::string rejections_to_json_text(const Rejections& r);
+
+/// Under ApprovalsLock(approvals_path): re-read `path`, append each record of
+/// `add` that no record there already claims (Rejection::same_claim), write
+/// atomically (temporary file, fsync, rename) when anything was added.
+/// Returns the number added. Throws RouteTableError when the file on disk is
+/// invalid, std::invalid_argument for a bad record of `add` (nothing
+/// written), std::runtime_error naming the path when writing fails.
+size_t record_rejections(const std::string& path, const std::string& approvals_path,
+                         const std::vector<Rejection>& add);
+
+}  // namespace normgate::kernels

@@ -1,0 +1,134 @@
+// tests/routing/rejections_test.cpp: remembered rejections (rejections.h):
+// sealed as approvals are (the same digest), every single-bit flip of a
+// written file an error naming the file, field rules, and record_rejections
+// keeping the records on disk and adding no duplicate claim.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/rejections.h"
+#include "normgate/routing/routing.h"
+
+namespace normgate::kernels {
+namespace {
+
+// A valid record, as derive writes one.
+Rejection good() {
+  Rejection r;
+  r.op = Op::bwd;
+  r.mode = Mode::det;
+  r.H = 64;
+  r.w = WDtype::bf16;
+  r.form = Form::plain;
+  r.t_lo = 2;
+  r.t_hi = 8;
+  r.gated_lo = 1;
+  r.gated_hi = 600;
+  r.variant = "bwd_fp32_blocked";
+  r.source_sha256 = std::string(find_variant("bwd_fp32_blocked")->source_sha256);
+  r.backend = "cpu-model";
+  r.gpu = "cpu-model";
+  r.worst_case = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=1";
+  r.worst_err_tol = 3.5;
+  r.worst_output = "dw";
+  r.date = "2026-12-01T03:03:23Z";
+  r.normgate_commit = "7f3941123e32";
+  r.normgate_version = "0.2.0";
+  return r;
+}
+
+std::string dir() {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/rejections_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(Rejections, SealIsTheApprovalsDigestAndEveryBitFlipIsAnError) {
+  Rejections a;
+  a.path = "x.rejections.json";
+  a.records = {good()};
+  const std::string text = rejections_to_json_text(a);
+  const Rejections back = parse_rejections(text, a.path);
+  ASSERT_EQ(back.records.size(), 1u);
+  EXPECT_EQ(back.records[0].record_sha256, rejection_record_sha256(good()));
+  EXPECT_EQ(back.records[0].window(), "bwd det H=64 w=bf16 form=plain T=2..8");
+  // The digest is the approvals' rule: SHA-256 of the compact dump without record_sha256.
+  auto j = nlohmann::json::parse(text)["rejections"][0];
+  EXPECT_EQ(j["record_sha256"], back.records[0].record_sha256);
+  for (size_t i = 0; i < text.size(); ++i)
+    for (int b = 0; b < 8; ++b) {
+      std::string t = text;
+      t[i] = static_cast<char>(t[i] ^ (1 << b));
+      try {
+        (void)parse_rejections(t, "x.rejections.json");
+        ADD_FAILURE() << "byte " << i << " bit " << b << " accepted";
+      } catch (const RouteTableError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("x.rejections.json: ", 0), 0u) << e.what();
+      }
+    }
+}
+
+TEST(Rejections, FieldRules) {
+  EXPECT_EQ(validate_rejection(good()), "");
+  auto why = [](auto change) {
+    Rejection r = good();
+    change(r);
+    return validate_rejection(r);
+  };
+  EXPECT_NE(why([](Rejection& r) { r.worst_err_tol = 1.0; }).find("not > 1"), std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.worst_err_tol = std::numeric_limits<double>::quiet_NaN(); }).find("not > 1"),
+            std::string::npos);
+  EXPECT_EQ(why([](Rejection& r) { r.worst_err_tol = std::numeric_limits<double>::infinity(); }), "");
+  EXPECT_NE(why([](Rejection& r) { r.gated_hi = 7; }).find("does not contain"), std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.worst_case = "H=64,T=700,w=bf16,form=plain,family=cancel,seed=1"; })
+                .find("not inside the gated window"),
+            std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.gpu = "NVIDIA H200"; }).find("of a cpu-model record"), std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.op = Op::fwd; }).find("worst_output 'dw'"), std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.source_sha256[0] = 'G'; }).find("source_sha256"), std::string::npos);
+  Rejections bad;
+  bad.path = "p.json";
+  bad.records = {good()};
+  bad.records[0].worst_err_tol = 0.5;
+  EXPECT_THROW((void)rejections_to_json_text(bad), std::invalid_argument);
+}
+
+TEST(Rejections, RecordKeepsWhatIsOnDiskAndAddsNoDuplicateClaim) {
+  const std::string d = dir();
+  const std::string table = d + "/t.toml";
+  const std::string path = rejections_path_for(table);
+  EXPECT_EQ(path, d + "/t.rejections.json");
+  std::filesystem::remove(path);
+  EXPECT_TRUE(load_rejections(path).records.empty());  // missing: none
+  EXPECT_EQ(record_rejections(path, approvals_path_for(table), {good()}), 1u);
+  Rejection same = good();
+  same.worst_case = "H=64,T=6,w=bf16,form=plain,family=cancel,seed=2";  // another proof of the same claim
+  same.date = "2026-12-02T00:00:00Z";
+  EXPECT_EQ(record_rejections(path, approvals_path_for(table), {same}), 0u);
+  Rejection gpu = good();
+  gpu.backend = "gpu";
+  gpu.gpu = "NVIDIA H200";
+  EXPECT_EQ(record_rejections(path, approvals_path_for(table), {gpu}), 1u);
+  const Rejections r = load_rejections(path);
+  ASSERT_EQ(r.records.size(), 2u);
+  EXPECT_EQ(r.records[0].worst_case, good().worst_case);
+  EXPECT_EQ(r.records[1].backend, "gpu");
+  EXPECT_TRUE(std::filesystem::exists(approvals_path_for(table) + ".lock"));  // the approvals' lock
+  Rejection bad = good();
+  bad.worst_err_tol = 0.9;
+  EXPECT_THROW((void)record_rejections(path, approvals_path_for(table), {bad}), std::invalid_argument);
+  EXPECT_EQ(load_rejections(path).records.size(), 2u);
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace
+}  // namespace normgate::kernels
