@@ -86,6 +86,7 @@ void add_check(CLI::App& app, Commands& cmds) {
     bool quiet = false;
     std::string oracle = "auto";
     std::string devices = "all";
+    std::string outputs = "all";
     std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
@@ -112,6 +113,11 @@ void add_check(CLI::App& app, Commands& cmds) {
                     "Reference: auto (FP64; values whose error bound exceeds 1e-3 tol recomputed in MPFR), fp64 "
                     "(no escalation), mpfr (every value in MPFR: small cases only). A comparison the reference's "
                     "bound cannot decide makes the verdict INCONCLUSIVE (exit 1), never a pass");
+  sub->add_option("--outputs", o->outputs,
+                  "Outputs checked: all, or fwd (y, rstd and h_new only: the oracle skips the backward's "
+                  "reference and the FP32 baseline, dx and dw are left out of the report; one --case only)")
+      ->check(CLI::IsMember({"all", "fwd"}))
+      ->capture_default_str();
   sub->add_option("--json", o->json, "Write every number as JSON to this file (atomically)");
   sub->add_option("--md", o->md, "Grid: write the aggregate table as Markdown to this file (atomically)");
   sub->add_flag("--quiet", o->quiet, "Grid: one line per case instead of full reports");
@@ -126,6 +132,8 @@ void add_check(CLI::App& app, Commands& cmds) {
         for (const auto& p : o->plugins) inputs.push_back({"--plugin", p});
         check_outputs({{"--json", o->json}, {"--md", o->md}}, inputs);
       }
+      if (o->id.empty() && o->outputs != "all")
+        throw std::invalid_argument("--outputs " + o->outputs + " checks one --case (a grid's table has every output)");
       if (o->id.empty()) {
         if (o->seeds.empty()) throw std::invalid_argument("give --case ID, or a grid: --seeds is missing");
         if (o->H.empty()) throw std::invalid_argument("grid mode: --H is missing");
@@ -149,7 +157,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       };
       if (!o->id.empty()) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
-                                     oracle::parse_oracle_mode(o->oracle), from_all};
+                                     oracle::parse_oracle_mode(o->oracle), from_all, o->outputs == "fwd"};
         validators::require_supported({req.id}, named);  // before the note: a refusal is the only output
         if (from_all)  // what "all" leaves out of this case, and why (also in the report and the JSON)
           for (const auto& impl : impls)

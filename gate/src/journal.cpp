@@ -97,17 +97,21 @@ void check_output(const OutputRecord& o, int64_t numel, const std::string& name)
     throw std::invalid_argument(at + "has pass true with over " + std::to_string(o.over));
 }
 
-// The JSON of one implementation's results (a member of a record's "results").
-nlohmann::json impl_json(const ImplRecord& x) {
+// The JSON of one implementation's results (a member of a record's
+// "results"); of a forward-only record: y and rstd only.
+nlohmann::json impl_json(const ImplRecord& x, bool forward_only) {
   nlohmann::json o;
   o["impl"] = x.impl;
   o["ran_on"] = x.ran_on;
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < (forward_only ? 2 : 4); ++k)
     o[kOutNames[k]] = {json_number(x.out[k].ratio), x.out[k].index, x.out[k].over, json_number(x.out[k].forced),
                        x.out[k].pass};
-  o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
+  if (!forward_only) o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
   return o;
 }
+
+constexpr OutputRecord kNotProduced{std::numeric_limits<double>::quiet_NaN(), -1, 0,
+                                    std::numeric_limits<double>::quiet_NaN(), false};
 
 std::string clip(const std::string& s, size_t n = 300) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
@@ -145,6 +149,7 @@ CaseRecord make_case_record(const CheckReport& rep, double seconds) {
   r.case_id = seeds::to_string(rep.request.id);
   r.impls = rep.request.impls;
   r.seconds = seconds;
+  r.forward_only = rep.request.forward_only;
   for (const auto& ir : rep.impls) {
     ImplRecord x;
     x.impl = ir.impl;
@@ -153,7 +158,7 @@ CaseRecord make_case_record(const CheckReport& rep, double seconds) {
       // An output left out of the validation (not produced by an external
       // forward implementation, harness/external.h) is NaN and failing, so
       // that no window can ever pass on it.
-      x.out[k] = {std::numeric_limits<double>::quiet_NaN(), -1, 0, std::numeric_limits<double>::quiet_NaN(), false};
+      x.out[k] = kNotProduced;
       for (const auto& s : ir.result.tensors)
         if (s.output() == static_cast<Output>(k))
           x.out[k] = {s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
@@ -170,15 +175,17 @@ nlohmann::json to_json(const CaseRecord& r) {
   j["case"] = r.case_id;
   j["impls"] = r.impls;
   if (!r.error.empty()) j["error"] = r.error;
+  const bool fwd = r.forward_only && r.error.empty();
+  if (fwd) j["outputs"] = "fwd";
   j["results"] = nlohmann::json::array();
-  for (const auto& x : r.results) j["results"].push_back(impl_json(x));
+  for (const auto& x : r.results) j["results"].push_back(impl_json(x, fwd));
   j["seconds"] = r.seconds;
   return j;
 }
 
 CaseRecord case_record_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("a record must be a JSON object");
-  only_members(j, {"case", "impls", "error", "results", "seconds"}, "the record");
+  only_members(j, {"case", "impls", "error", "results", "seconds", "outputs"}, "the record");
   CaseRecord r;
   r.case_id = str(j, "case");
   seeds::CaseId c;
@@ -204,16 +211,27 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
     r.error = str(j, "error");
     if (r.error.empty()) throw std::invalid_argument("field 'error' is empty");
   }
+  if (j.contains("outputs")) {  // a forward-only record (CaseRecord::forward_only)
+    if (str(j, "outputs") != "fwd")
+      throw std::invalid_argument("field 'outputs' is '" + str(j, "outputs") + "' (only \"fwd\": a forward-only record)");
+    if (!r.error.empty()) throw std::invalid_argument("record has both an error and 'outputs'");
+    r.forward_only = true;
+  }
+  const int nout = r.forward_only ? 2 : 4;
   const auto& res = field(j, "results");
   if (!res.is_array()) throw std::invalid_argument("field 'results' must be an array");
   for (const auto& o : res) {
     if (!o.is_object()) throw std::invalid_argument("field 'results' must hold objects");
-    only_members(o, {"impl", "ran_on", "y", "rstd", "dx", "dw", "dw_vs_fp32"}, "a result");
+    if (r.forward_only)
+      only_members(o, {"impl", "ran_on", "y", "rstd"}, "a result of a forward-only record");
+    else
+      only_members(o, {"impl", "ran_on", "y", "rstd", "dx", "dw", "dw_vs_fp32"}, "a result");
     ImplRecord x;
     x.impl = str(o, "impl");
     x.ran_on = str(o, "ran_on");
     if (x.ran_on.empty()) throw std::invalid_argument("field 'ran_on' of " + x.impl + " is empty");
-    for (int k = 0; k < 4; ++k) {
+    for (int k = nout; k < 4; ++k) x.out[k] = kNotProduced;  // forward only: dx, dw not checked
+    for (int k = 0; k < nout; ++k) {
       const auto& a = field(o, kOutNames[k]);
       if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
           !a[4].is_boolean())
@@ -228,6 +246,11 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
       x.out[k] = {from_json_number(a[0], kOutNames[k]), int_of(a[1]), int_of(a[2]),
                   from_json_number(a[3], kOutNames[k]), a[4].get<bool>()};
       check_output(x.out[k], numel_of(c, k), x.impl + "." + kOutNames[k]);
+    }
+    if (r.forward_only) {
+      x.dw_vs_fp32_worst = x.dw_vs_fp32_median = std::numeric_limits<double>::quiet_NaN();
+      r.results.push_back(std::move(x));
+      continue;
     }
     const auto& d = field(o, "dw_vs_fp32");
     if (!d.is_array() || d.size() != 2) throw std::invalid_argument("field 'dw_vs_fp32' must be [worst, median]");
@@ -252,6 +275,15 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
     throw std::invalid_argument("field 'seconds' must be a finite number >= 0");
   r.seconds = sec.get<double>();
   return r;
+}
+
+bool results_agree(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a == b) return true;
+  if (a.contains("error") || b.contains("error")) return false;
+  if (a.contains("dx") && b.contains("dx")) return false;  // two full results: only identical ones agree
+  for (const char* k : {"impl", "ran_on", "y", "rstd"})
+    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) return false;
+  return true;
 }
 
 std::string journal_line(const nlohmann::json& o) {
@@ -477,9 +509,15 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       throw std::invalid_argument(at(line_no) + e.what());
     }
     for (size_t i = 0; i < r.impls.size(); ++i) {
-      nlohmann::json what = r.error.empty() ? impl_json(r.results[i]) : nlohmann::json{{"error", r.error}};
+      nlohmann::json what =
+          r.error.empty() ? impl_json(r.results[i], r.forward_only) : nlohmann::json{{"error", r.error}};
       auto [it, fresh] = seen.try_emplace({r.case_id, r.impls[i]}, line_no, what);
-      if (!fresh && it->second.second != what)
+      // A full result after a forward-only one of the same numbers: later
+      // records are compared with the full one.
+      if (!fresh && results_agree(it->second.second, what) && !it->second.second.contains("dx") &&
+          what.contains("dx"))
+        it->second = {line_no, what};
+      else if (!fresh && !results_agree(it->second.second, what))
         throw std::invalid_argument("journal " + path + " line " + std::to_string(line_no) + " contradicts line " +
                                     std::to_string(it->second.first) + ": case " + r.case_id + ", implementation " +
                                     r.impls[i] + ": line " + std::to_string(it->second.first) + " has " +

@@ -45,9 +45,14 @@ bool default_forward_run(const kernels::Variant& v) {
   return (v.op == Op::bwd && !v.external && !v.model_only) || &v == &kernels::default_fwd();
 }
 
+// A forward-only record (CaseRecord::forward_only: y and rstd checked, dx and
+// dw not) serves forward windows only: a backward window's need of the same
+// (case, impl) is not done by it (the case runs again, in full), and a full
+// record that arrives later replaces it.
 struct Store {
   std::map<std::string, std::map<std::string, ImplRecord>> ok;
   std::map<std::string, std::map<std::string, std::string>> err;
+  std::set<std::pair<std::string, std::string>> fwd_only;  // (case, impl) whose record is forward-only
   int64_t records = 0;
   double worst = 0;  // largest err/tol of any output seen (progress only)
   std::string worst_case;  // its case id
@@ -59,14 +64,28 @@ struct Store {
 
   void add(const CaseRecord& r) {
     const int64_t id = records++;
-    for (const auto& i : r.impls) rec_of[r.case_id].emplace(i, id);
-    if (!r.error.empty()) {
-      for (const auto& i : r.impls) err[r.case_id].emplace(i, r.error);
-      return;
-    }
-    for (const auto& x : r.results) {
+    const bool fwd = r.forward_only && r.error.empty();
+    for (size_t i = 0; i < r.impls.size(); ++i) {
+      const std::string& impl = r.impls[i];
+      const std::pair<std::string, std::string> key{r.case_id, impl};
+      auto& of = rec_of[r.case_id];
+      if (of.count(impl)) {
+        if (fwd || !fwd_only.count(key)) continue;  // the first record of (case, impl) stays
+        // A full record after a forward-only one: it replaces it.
+        of.erase(impl);
+        ok[r.case_id].erase(impl);
+        err[r.case_id].erase(impl);
+        fwd_only.erase(key);
+      }
+      of.emplace(impl, id);
+      if (fwd) fwd_only.insert(key);
+      if (!r.error.empty()) {
+        err[r.case_id].emplace(impl, r.error);
+        continue;
+      }
+      const ImplRecord& x = r.results[i];
       ok[r.case_id].emplace(x.impl, x);
-      for (size_t k = 0; k < x.out.size(); ++k)
+      for (size_t k = 0; k < (fwd ? size_t{2} : x.out.size()); ++k)  // a forward-only record holds y, rstd
         if (!(x.out[k].ratio <= worst)) {
           worst = x.out[k].ratio;
           worst_case = r.case_id;
@@ -74,6 +93,7 @@ struct Store {
         }
     }
   }
+  bool forward_only(const std::string& c, const std::string& impl) const { return fwd_only.count({c, impl}) > 0; }
   void use(const std::string& c, const std::string& impl) {
     auto a = rec_of.find(c);
     if (a == rec_of.end()) return;
@@ -90,7 +110,9 @@ struct Store {
         return;
       }
   }
-  bool done(const std::string& c, const std::string& impl) const {
+  // bwd: a backward window needs the record (a forward-only one does not do).
+  bool done(const std::string& c, const std::string& impl, bool bwd) const {
+    if (bwd && forward_only(c, impl)) return false;
     auto a = ok.find(c);
     if (a != ok.end() && a->second.count(impl)) return true;
     auto b = err.find(c);
@@ -106,8 +128,10 @@ struct Store {
   // The record for (case, impl); impl "" = any run whose forward was the
   // default forward (default_forward_run, registry order): what a forward
   // window of fwd_rowwise reads. Returns nullptr and sets *error when only
-  // an error is known.
-  const ImplRecord* get(const std::string& c, const std::string& impl, std::string* error) const {
+  // an error is known. bwd (a backward window's read): a forward-only record
+  // is no record (nullptr, no error: the case is missing).
+  const ImplRecord* get(const std::string& c, const std::string& impl, std::string* error, bool bwd) const {
+    if (bwd && forward_only(c, impl)) return nullptr;
     auto a = ok.find(c);
     if (a != ok.end()) {
       if (impl.empty()) {
@@ -205,7 +229,8 @@ int registry_rank(const std::string& impl) {
 //     checked: external variants rank in registration order, which another
 //     process may change);
 //   - an output recorded as not produced (ratio nan) only for dx, dw of an
-//     external forward implementation (harness/external.h).
+//     external forward implementation (harness/external.h), or of a
+//     forward-only record (which has no dx, dw).
 RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& set, const GateOptions& opt,
                        uint64_t fresh_seeds) {
   std::vector<std::vector<int64_t>> tpts;
@@ -260,7 +285,7 @@ RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& s
                                     holders + ")");
     for (const auto& x : rec.results) {
       const kernels::Variant& v = kernels::variant(x.impl);
-      for (int k = 0; k < 4; ++k)
+      for (int k = 0; k < (rec.forward_only ? 2 : 4); ++k)  // forward only: dx, dw not produced
         if (std::isnan(x.out[k].ratio) && !(v.external && v.op == Op::fwd && k >= 2))
           throw std::invalid_argument(at + "records output " + kOut[k] + " of " + x.impl +
                                       " as not produced; only an external forward implementation leaves out dx or "
@@ -284,6 +309,7 @@ class Runner {
       seeds::CaseId c;
       std::vector<std::string> impls;
       bool any = false;
+      bool bwd = false;  // a backward window of this gate covers the case: its dx, dw are read
       std::string window;
     };
     std::vector<Need> needs;
@@ -292,7 +318,7 @@ class Runner {
       for (const auto& c : (w.*phase).cases) {
         const std::string id = seeds::to_string(c);
         auto [it, fresh] = index.emplace(id, needs.size());
-        if (fresh) needs.push_back({c, {}, false, w.route->window()});
+        if (fresh) needs.push_back({c, {}, false, false, w.route->window()});
         if (w.impl.empty()) needs[it->second].any = true;
       }
     // Every window with an implementation of its own (backward windows; forward
@@ -306,6 +332,14 @@ class Runner {
       for (const auto& w : wins)
         if (!w.impl.empty() && w.covers(n.c) && std::find(n.impls.begin(), n.impls.end(), w.impl) == n.impls.end())
           n.impls.push_back(w.impl);
+    // Forward only: a case no backward window of this gate covers has its dx
+    // and dw read by no window (summarize reads y, rstd of forward windows),
+    // so its check skips the backward's oracle and validation
+    // (CheckRequest::forward_only) and its record says so; a later gate
+    // with a backward window over it runs it again in full (Store::done).
+    for (auto& n : needs)
+      for (const auto& w : wins)
+        if (!w.fwd && w.covers(n.c)) n.bwd = true;
     auto default_forward_impl = [](const std::string& impl) {
       const kernels::Variant* v = kernels::find_variant(impl);
       return v != nullptr && default_forward_run(*v);
@@ -325,7 +359,7 @@ class Runner {
       if (needs[i].any && std::none_of(needs[i].impls.begin(), needs[i].impls.end(), default_forward_impl))
         store_.use_any(id);
       for (const auto& impl : needs[i].impls) {
-        if (!store_.done(id, impl)) missing[i].push_back(impl);
+        if (!store_.done(id, impl, needs[i].bwd)) missing[i].push_back(impl);
         else store_.use(id, impl);
       }
       std::sort(missing[i].begin(), missing[i].end(),
@@ -357,7 +391,7 @@ class Runner {
           const Need& n = needs[todo[k]];
           started[k] = Clock::now();
           if (opt_.before_case) opt_.before_case(n.c, missing[todo[k]]);
-          return CheckRequest{n.c, missing[todo[k]], backend_, opt_.threads, opt_.oracle};
+          return CheckRequest{n.c, missing[todo[k]], backend_, opt_.threads, opt_.oracle, false, !n.bwd};
         },
         [&](size_t k, CheckReport* rep, std::exception_ptr err) {
           progress_to(todo[k]);
@@ -425,7 +459,7 @@ Pick worst_of(const Win& w, const Store& s, std::initializer_list<const Phase*> 
   for (const Phase* ph : phases)
     for (const auto& c : ph->cases) {
       std::string e;
-      const ImplRecord* r = s.get(seeds::to_string(c), w.impl, &e);
+      const ImplRecord* r = s.get(seeds::to_string(c), w.impl, &e, !w.fwd);
       if (!r) continue;
       for (int k : focus_outputs(w)) {
         const double v = std::isnan(r->out[k].ratio) ? std::numeric_limits<double>::infinity() : r->out[k].ratio;
@@ -462,7 +496,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
     for (const auto& c : ph.cases) {
       const std::string id = seeds::to_string(c);
       std::string err;
-      const ImplRecord* r = s.get(id, w.impl, &err);
+      const ImplRecord* r = s.get(id, w.impl, &err, !w.fwd);
       const bool first = seen.insert(id).second;
       if (!r) {
         if (partial && err.empty()) {
@@ -571,7 +605,13 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
       nlohmann::json what = what_of(r, i);
       auto [it, added] = known.try_emplace({r.case_id, r.impls[i]}, where, what);
       fresh = fresh || added;
-      if (!added && it->second.second != what)
+      // A full result where only a forward-only one was known brings dx, dw.
+      if (!added && results_agree(it->second.second, what) && !it->second.second.contains("dx") &&
+          what.contains("dx")) {
+        it->second = {where, what};
+        fresh = true;
+      }
+      if (!added && !results_agree(it->second.second, what))
         throw std::invalid_argument("--merge: " + where + " contradicts " + it->second.first + ": case " + r.case_id +
                                     ", implementation " + r.impls[i] + ": " + it->second.first + " has " +
                                     it->second.second.dump() + ", " + where + " has " + what.dump() +
@@ -786,7 +826,7 @@ GateResult run_gate(const GateOptions& opt) {
     for (const auto& c : w.grid.cases) {
       if (!w.refine) break;
       std::string e;
-      w.refine = store.get(seeds::to_string(c), w.impl, &e) != nullptr || !e.empty();
+      w.refine = store.get(seeds::to_string(c), w.impl, &e, !w.fwd) != nullptr || !e.empty();
     }
   }
 

@@ -269,15 +269,19 @@ Outputs case_baseline(const seeds::HostInputs& in, const oracle::Problem& p, int
 
 }  // namespace
 
-CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows)
+CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows,
+                       bool forward_only)
     : h_new_expected(expected_h_new(in, threads)), problem(case_problem(in, h_new_expected)) {
   // Both references from one pass over the inputs (the same bits as two
   // Reference::compute calls, fp64 then fp32_rounded), then the baseline.
-  const oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
+  oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
+  o.forward_only = forward_only;
   oracle::ReferencePair pair = oracle::Reference::compute_pair(problem, o);
   ref = std::move(pair.ref);
   ideal = std::move(pair.ideal);
-  baseline = case_baseline(in, problem, threads, baseline_rows);
+  // Forward only: the baseline's dw (the "dw vs FP32" yardstick) is not
+  // read; the baseline is computed only when it is itself validated.
+  if (!forward_only || baseline_rows) baseline = case_baseline(in, problem, threads, baseline_rows);
 }
 
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }
@@ -441,14 +445,14 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
   auto t0 = Clock::now();
   // The FP32 baseline's y and dx only when it is validated as an implementation.
   const bool baseline_rows = std::find(req.impls.begin(), req.impls.end(), kBaseline) != req.impls.end();
-  CaseOracle co(in, req.oracle, req.threads, baseline_rows);
+  CaseOracle co(in, req.oracle, req.threads, baseline_rows, req.forward_only);
   const oracle::Problem& p = co.problem;
   const oracle::Reference& ref = co.ref;
   const oracle::Reference& ideal = co.ideal;
   // The FP32 baseline: co.baseline until it is validated as an
   // implementation, then that implementation's entry of outs (moved there: a
   // copy would be a serial pass over its y, dx and h_new).
-  const Outputs* baseline = &co.baseline;
+  const Outputs* baseline = req.forward_only && !baseline_rows ? nullptr : &co.baseline;
   const RowView<uint16_t> dh_new = p.dx_add;
   rep.seconds_oracle = since(t0);
   rep.escalations_ref = ref.escalations();
@@ -543,6 +547,18 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       full_pos.push_back(k);
     }
   std::vector<CaseResult> results(refs.size());
+  if (req.forward_only) {
+    // Forward outputs only: dx and dw of every implementation left out (the
+    // oracle has no backward reference), the rest in one sweep.
+    std::vector<OutputsRef> fwd = refs;
+    for (OutputsRef& r : fwd) {
+      r.dx = TensorRef<uint16_t>();
+      r.dw = TensorRef<float>();
+    }
+    results = validate_present(p, fwd, ref, ideal, nullptr, req.threads, co.h_new_expected);
+    full.clear();
+    for (auto& a : absent) a.clear();
+  }
   if (!full.empty()) {
     auto swept = validate_cases(p, full, ref, ideal, baseline, req.threads, co.h_new_expected);
     for (size_t i = 0; i < full_pos.size(); ++i) results[full_pos[i]] = std::move(swept[i]);
@@ -871,6 +887,9 @@ std::string format_report(const CheckReport& rep) {
   o << "case     " << seeds::to_string(rep.request.id) << "\n"
     << "inputs   " << rep.inputs_from << "\n"
     << "oracle   " << oracle_line(rep) << "\n";
+  if (rep.request.forward_only)
+    o << "outputs  forward only (--outputs fwd): y, rstd" << (rep.request.id.form == Form::res ? ", h_new" : "")
+      << " checked; dx, dw not checked (the backward's reference was not computed)\n";
   for (const auto& sk : rep.skipped) o << "skipped  " << sk.impl << ": " << sk.why << "\n";
   for (const auto& ir : rep.impls) {
     const auto& r = ir.result;
@@ -918,7 +937,9 @@ std::string format_report(const CheckReport& rep) {
       if (!dec.empty()) o << "rows are token*" << heads << " + head: " << dec << "\n";
     }
     // No column where the baseline has an error: the worst quotient is 0/0 (1 by convention) or absent.
-    if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
+    if (rep.request.forward_only)
+      ;  // no dw: nothing to compare (the outputs line says so)
+    else if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
       o << "dw vs FP32 baseline: - (no column where the FP32 baseline has an error: T = 0, or exact sums)\n";
     else
       o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
@@ -993,6 +1014,7 @@ nlohmann::json to_json(const CheckReport& rep) {
   j["format"] = kCheckReportFormat;
   j["case"] = seeds::to_string(rep.request.id);
   j["inputs_from"] = rep.inputs_from;
+  if (rep.request.forward_only) j["outputs"] = "fwd";  // absent: every output checked
   j["pass"] = rep.pass();
   j["verdict"] = std::string(to_string(rep.verdict()));
   j["oracle"] = {{"mode", std::string(oracle::to_string(rep.request.oracle))},

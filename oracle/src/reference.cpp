@@ -315,6 +315,12 @@ ReferencePair Reference::compute_pair(const Problem& p, const Options& o) {
   return out;
 }
 
+void Reference::not_computed(const char* what) {
+  throw std::logic_error(std::string("normgate::oracle::Reference: ") + what +
+                         " is not computed: this reference was computed with Options::forward_only (y and rstd "
+                         "only)");
+}
+
 VB Reference::rstd(int64_t r) const {
   return {rs_hi_[r], std::isfinite(rs_hi_[r]) ? inflate(std::fabs(rs_lo_[r]) + rs_e_[r]) : INF};
 }
@@ -344,6 +350,7 @@ inline void split_escalated(const VB* e, int64_t n, double* v, double* bound) {
 }  // namespace
 
 VB Reference::dx(int64_t r, int64_t j) const {
+  if (o_.forward_only) not_computed("dx");
   VB out;
   if (const int32_t s = row_slot_[r]; s >= 0) {
     out = esc_dx_[static_cast<size_t>(s) * cols_ + j];
@@ -363,6 +370,7 @@ void Reference::y_row(int64_t r, VB* out) const {
 }
 
 void Reference::dx_row(int64_t r, VB* out) const {
+  if (o_.forward_only) not_computed("dx_row");
   if (const int32_t s = row_slot_[r]; s >= 0) {
     std::copy_n(esc_dx_.begin() + static_cast<size_t>(s) * cols_, cols_, out);
   } else {
@@ -383,6 +391,7 @@ void Reference::y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound
 }
 
 void Reference::dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const {
+  if (o_.forward_only) not_computed("dx_row");
   if (const int32_t s = row_slot_[r]; s >= 0) {
     split_escalated(esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0, n, v, bound);
   } else {
@@ -401,6 +410,7 @@ void Reference::dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* boun
 }
 
 void Reference::dx_row_values(int64_t r, int64_t j0, int64_t n, double* v) const {
+  if (o_.forward_only) not_computed("dx_row_values");
   if (const int32_t s = row_slot_[r]; s >= 0) {
     const VB* e = esc_dx_.data() + static_cast<size_t>(s) * cols_ + j0;
     for (int64_t j = 0; j < n; ++j) v[j] = e[j].v;

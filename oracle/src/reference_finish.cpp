@@ -39,6 +39,9 @@ void ReferenceBuilder::finish(Side& sd, const Problem& p, const Options& o, doub
   double* A = ref.dw_abs_.data();
   const double* hi = ref.use_.data();
 
+  // forward_only: no (5) and no MPFR dw columns; the MPFR rows of (7) below
+  // still run (a row escalated for its dx has its y from MPFR too).
+  const bool fwd_only = o.forward_only;
   // (5) finalization.
   bool any_bad = false;
   double lambda = 0, rho = 0;
@@ -54,7 +57,7 @@ void ReferenceBuilder::finish(Side& sd, const Problem& p, const Options& o, doub
   const double gR = gamma_up(Rd), gR2 = gamma_up(Rd + 2);
   const double coef = inflate(inflate(gR2 * (gR + lambda) + rho) / (1 - gR));
   std::vector<int64_t> bad_cols;
-  for (int64_t j = 0; j < H; ++j) {
+  for (int64_t j = 0; j < H && !fwd_only; ++j) {
     double v = P[j] + Sacc[j];
     P[j] = v;
     if (!std::isfinite(v)) {
@@ -126,7 +129,7 @@ void ReferenceBuilder::finish(Side& sd, const Problem& p, const Options& o, doub
   }
 
   // (7) MPFR dw columns.
-  if (!any_bad) {
+  if (!any_bad && !fwd_only) {
     std::vector<int64_t> todo;
     for (int64_t j = 0; j < H; ++j) {
       const double v = P[j];

@@ -2,6 +2,7 @@
 // (derivation in reference.cpp): row sums (1), rstd (2) and its FP32 rounding
 // (3), c and k (4), the dw column accumulation (5), and the rstd escalation
 // and y / dx row filter of (7); the end of each mode is reference_finish.cpp.
+// Options::forward_only skips (5) (the column pass; the row pass is the same).
 #include <omp.h>
 
 #include <algorithm>
@@ -277,12 +278,14 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
       v->assign(R, 0.0);
     ref.rs32_.assign(R, 0.0f);
     ref.rs32_ok_.assign(R, 0);
-    ref.dw_.assign(H, 0.0);
-    ref.dw_b_.assign(H, 0.0);
-    ref.dw_abs_.assign(H, 0.0);
+    // forward_only: no column pass; dw stays empty (its accessors throw).
+    const int64_t ncols_dw = o.forward_only ? 0 : H;
+    ref.dw_.assign(ncols_dw, 0.0);
+    ref.dw_b_.assign(ncols_dw, 0.0);
+    ref.dw_abs_.assign(ncols_dw, 0.0);
+    ref.dw_mp_.assign(ncols_dw, 0);
     ref.row_slot_.assign(R, -1);
     ref.rs_mp_.assign(R, 0);
-    ref.dw_mp_.assign(H, 0);
     ref.esc_y_.clear();
     ref.esc_dx_.clear();
     ref.esc_ = Escalations{};
@@ -295,7 +298,7 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
     sd.use_e.assign(R, 0.0);
     sd.row_bad.assign(R, 0);
     sd.row_flag.assign(escalating ? R : 0, 0);
-    sd.Sacc.assign(H, 0.0);
+    sd.Sacc.assign(o.forward_only ? 0 : H, 0.0);
   }
 
   // Per-row constants of (1).
@@ -461,11 +464,13 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   };
 
   // Row blocks (row_blocks.h): the rows of a block are read twice (row
-  // sums, then column accumulation) while still in cache.
-  const int64_t RB = detail::row_block(R, H, 2 * nt, 1);
+  // sums, then column accumulation) while still in cache. forward_only: no
+  // column accumulation, so one block of every row (each row is computed
+  // alone: the same bits in any blocking).
+  const int64_t RB = o.forward_only ? R : detail::row_block(R, H, 2 * nt, 1);
   const int64_t CB = detail::col_block(H, nt);
   const int64_t ncb = (H + CB - 1) / CB;
-  std::vector<const uint16_t*> xr(RB), dyr(RB);
+  std::vector<const uint16_t*> xr(o.forward_only ? 0 : RB), dyr(o.forward_only ? 0 : RB);
   Side& s0 = sides[0];
   Side& s1 = sides[ns - 1];  // == s0 when ns == 1
   // pi accumulators live in dw_ until finalization
@@ -490,9 +495,11 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
 #pragma omp for schedule(dynamic, rchunk)
       for (int64_t i = 0; i < nr; ++i) {
         do_row(rb + i);
+        if (o.forward_only) continue;
         xr[i] = p.x.row(rb + i);
         dyr[i] = p.dy.row(rb + i);
       }
+      if (o.forward_only) continue;  // (5) skipped: nobody reads dw
 #pragma omp for schedule(dynamic, 1)
       for (int64_t cb = 0; cb < ncb; ++cb) {
         const int64_t j0 = cb * CB, nc = std::min(CB, H - j0);

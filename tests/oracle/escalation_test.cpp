@@ -6,7 +6,8 @@
 //    and rows (dy = 2^100 x, eps = 1e-30) where the FP64 oracle is wrong beyond
 //    the budget and says so through its bound, and the escalated oracle is right;
 //  - the precision loop, the policy knobs, thread-count independence;
-//  - Reference::compute_pair against the two compute() calls, bit for bit.
+//  - Reference::compute_pair against the two compute() calls, bit for bit;
+//  - Options::forward_only against the full pass: y, rstd, c the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "normgate/seeds/case_id.h"
@@ -652,6 +654,113 @@ TEST(ReferencePair, BitwiseTheTwoComputesWithAddendAndHeads) {
   Options big = opts(OracleMode::mpfr);
   big.escalation.mpfr_max_elements = 10;
   EXPECT_THROW((void)Reference::compute_pair(flat.problem(), big), std::invalid_argument);
+}
+
+// ---- (5) forward_only: the forward's values the same bits as the full pass ----------
+
+
+// Every forward value of `fo` (Options::forward_only) against `full`: rstd,
+// rstd_f32 (and its certainty), y (VB and split accessors), c, which rows
+// and rstds come from MPFR, and the escalation counts but dw; dx and dw of
+// `fo` throw std::logic_error. Returns the MPFR units of `full`.
+int64_t expect_forward_same(const Reference& full, const Reference& fo) {
+  EXPECT_FALSE(full.forward_only());
+  EXPECT_TRUE(fo.forward_only());
+  EXPECT_EQ(full.options().rstd, fo.options().rstd);
+  EXPECT_EQ(full.rows(), fo.rows());
+  EXPECT_EQ(full.cols(), fo.cols());
+  const int64_t R = full.rows(), H = full.cols();
+  std::vector<double> v1(H), b1(H), v2(H), b2(H);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    bad += !same_vb(full.rstd(r), fo.rstd(r));
+    bad += !same_vb(full.c(r), fo.c(r));
+    bad += std::bit_cast<uint32_t>(full.rstd_f32(r)) != std::bit_cast<uint32_t>(fo.rstd_f32(r));
+    bad += full.rstd_f32_certain(r) != fo.rstd_f32_certain(r);
+    bad += full.row_escalated(r) != fo.row_escalated(r);
+    bad += full.rstd_escalated(r) != fo.rstd_escalated(r);
+    full.y_row(r, 0, H, v1.data(), b1.data());
+    fo.y_row(r, 0, H, v2.data(), b2.data());
+    for (int64_t j = 0; j < H; ++j) {
+      bad += !same_bits(v1[j], v2[j]) || !same_bits(b1[j], b2[j]);
+      bad += !same_vb(full.y(r, j), fo.y(r, j));
+    }
+  }
+  EXPECT_EQ(bad, 0) << "forward values differ between forward_only and the full pass";
+  const Escalations &a = full.escalations(), &b = fo.escalations();
+  EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.rstd, b.rstd);
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.dx, b.dx);
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(b.dw, 0);
+  if (R > 0) {
+    VB buf[1];
+    double d = 0;
+    EXPECT_THROW((void)fo.dx(0, 0), std::logic_error);
+    EXPECT_THROW(fo.dx_row(0, buf), std::logic_error);
+    EXPECT_THROW(fo.dx_row(0, 0, 1, &d, &d), std::logic_error);
+    EXPECT_THROW(fo.dx_row_values(0, 0, 1, &d), std::logic_error);
+  }
+  EXPECT_THROW((void)fo.dw(0), std::logic_error);
+  EXPECT_THROW((void)fo.dw_abs(0), std::logic_error);
+  return a.rstd + a.rows + a.dw;
+}
+
+int64_t expect_pair_forward_same(const Problem& p, Options o, const std::string& what) {
+  SCOPED_TRACE(what);
+  const oracle::ReferencePair full = Reference::compute_pair(p, o);
+  o.forward_only = true;
+  const oracle::ReferencePair fo = Reference::compute_pair(p, o);
+  int64_t esc = 0;
+  {
+    SCOPED_TRACE("ref");
+    esc += expect_forward_same(full.ref, fo.ref);
+  }
+  {
+    SCOPED_TRACE("ideal");
+    esc += expect_forward_same(full.ideal, fo.ideal);
+  }
+  Options c = o;  // compute() too, in the ideal's mode
+  c.rstd = RstdMode::fp32_rounded;
+  c.forward_only = false;
+  Options f = c;
+  f.forward_only = true;
+  expect_forward_same(Reference::compute(p, c), Reference::compute(p, f));
+  return esc;
+}
+
+TEST(ForwardOnly, SameForwardBitsEveryGateFamily) {
+  const char* ids[] = {
+      "H=96,T=24,w=bf16,family=normal,seed=1",       "H=80,T=20,w=fp32,family=llm,seed=2",
+      "H=64,T=48,w=bf16,family=cancel,seed=3",       "H=48,T=64,w=fp32,family=cancel,seed=4,kappa=1e12",
+      "H=72,T=40,w=bf16,family=epsnear,seed=5",      "H=100,T=30,w=fp32,family=epsnear,seed=6,eps=1e-5",
+      "H=1001,T=37,w=bf16,family=cancel,seed=9",     "H=64,T=1,w=bf16,family=cancel,seed=10",
+      "H=64,T=1,w=fp32,family=epsnear,seed=11",      "H=64,T=0,w=bf16,family=normal,seed=12",
+      "H=128,T=32,w=fp32,family=specials,seed=8",
+  };
+  for (const char* id : ids)
+    for (OracleMode m : {OracleMode::auto_, OracleMode::fp64})
+      for (int threads : {1, 3})
+        expect_pair_forward_same(from_seeds(id).problem(), opts(m, RstdMode::fp64, threads),
+                                 std::string(id) + " " + std::string(oracle::to_string(m)) + " threads " +
+                                     std::to_string(threads));
+}
+
+// Rows escalated for their dx alone take y from MPFR too: forward_only must
+// still run the dx part of the row filter, or those rows' y would differ.
+TEST(ForwardOnly, SameForwardBitsWhenRowsEscalateForDx) {
+  const Case rows = cancel_rows(6, 24, 3, 100, 92, 10);
+  const Reference full = Reference::compute(rows.problem(), opts(OracleMode::auto_));
+  ASSERT_GT(full.escalations().dx, 0);
+  ASSERT_GT(full.escalations().dx, full.escalations().y);  // some rows escalate for dx only
+  EXPECT_GT(expect_pair_forward_same(rows.problem(), opts(OracleMode::auto_, RstdMode::fp64, 2), "dx rows"), 0);
+  Case cs = escalating_mix();
+  for (int threads : {1, 2})
+    EXPECT_GT(expect_pair_forward_same(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, threads), "mix"), 0);
+  expect_pair_forward_same(cs.problem(), opts(OracleMode::mpfr, RstdMode::fp64, 2), "mix mpfr");
+  cs.x[3 * 24 + 1] = 0x7FC0;  // a NaN row
+  expect_pair_forward_same(cs.problem(), opts(OracleMode::auto_, RstdMode::fp64, 2), "nan x");
 }
 
 }  // namespace

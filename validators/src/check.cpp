@@ -449,4 +449,11 @@ CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, con
   return sweep(p, {got}, ref, ideal, baseline, threads, h_new_expected, true).front();
 }
 
+std::vector<CaseResult> validate_present(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                                         const oracle::Reference& ref, const oracle::Reference& ideal,
+                                         const Outputs* baseline, int threads,
+                                         std::span<const uint16_t> h_new_expected) {
+  return sweep(p, gots, ref, ideal, baseline, threads, h_new_expected, true);
+}
+
 }  // namespace normgate::validators

@@ -73,11 +73,19 @@ struct CaseRecord {
   std::vector<ImplRecord> results; ///< one per impl, same order; empty when error is set
   std::string error;               ///< non-empty: run_check threw this (GPU fault, OOM, ...)
   double seconds = 0;              ///< wall time of the case (not part of reports)
+  /// The check ran forward outputs only (CheckRequest::forward_only: no
+  /// window of the gate read the case's backward): each result holds y and
+  /// rstd; its dx and dw are "not produced" (ratio NaN, index -1, over 0,
+  /// forced NaN, pass false) and dw_vs_fp32 NaN in memory, and absent from
+  /// the journal line, which says "outputs":"fwd". Never set with `error`
+  /// (an error is the case's, whatever was checked).
+  bool forward_only = false;
 };
 
 /// Summarize a check report (every impl of rep) as a record. An output an
 /// implementation did not produce (left out of its CaseResult) is recorded as
-/// ratio NaN, index -1, over 0, forced NaN, pass false.
+/// ratio NaN, index -1, over 0, forced NaN, pass false. A report of a
+/// forward-only check (rep.request.forward_only) gives a forward-only record.
 CaseRecord make_case_record(const CheckReport& rep, double seconds);
 
 /// The journal format this build writes and reads (the header's
@@ -91,8 +99,10 @@ nlohmann::json to_json(const CaseRecord& r);
 /// as parse_journal_line returns it) and check it field by field, without
 /// knowing the campaign:
 ///   - members exactly case, impls, results, seconds and (for a case that
-///     threw) error; each result exactly impl, ran_on, y, rstd, dx, dw,
-///     dw_vs_fp32;
+///     threw) error, or (a forward-only record, CaseRecord::forward_only)
+///     outputs = "fwd"; each result exactly impl, ran_on, y, rstd, dx, dw,
+///     dw_vs_fp32, or impl, ran_on, y, rstd in a forward-only record (records
+///     without "outputs", every journal written before it, are full);
 ///   - case: a valid case id in canonical spelling (seeds::parse_case, then
 ///     seeds::to_string gives it back unchanged);
 ///   - impls: non-empty, distinct, non-empty names; results: one per impl, in
@@ -108,6 +118,14 @@ nlohmann::json to_json(const CaseRecord& r);
 ///   - dw_vs_fp32 [worst, median]: each >= 0 or NaN.
 /// Throws std::invalid_argument naming the missing or malformed field.
 CaseRecord case_record_from_json(const nlohmann::json& j);
+
+/// Whether two records' results for one (case, implementation) agree: the
+/// JSON of each (a member of to_json(CaseRecord)'s "results", or
+/// {"error": text} for a record with an error) equal, or one of them from a
+/// forward-only record (no "dx") and both results with equal impl, ran_on,
+/// y and rstd (a full run of the case later gives the forward's same
+/// numbers and adds dx, dw). An error never agrees with a result.
+bool results_agree(const nlohmann::json& a, const nlohmann::json& b);
 
 /// The line the journal writes for JSON object `o` (no newline): o.dump()
 /// (UTF-8, invalid UTF-8 replaced by U+FFFD) with the member
@@ -157,12 +175,15 @@ class Journal {
   ///
   /// Duplicates: normgate journals each (case, implementation) once, but
   /// journals merged from several machines (tools/journal_merge.py) or a
-  /// case rerun elsewhere may hold it twice. Two records of the same
-  /// (case, implementation) whose results (every number, pass flag and
-  /// ran_on; or the error text) are identical are accepted: the gate reads
-  /// either with the same outcome, and only the wall time (seconds), which no
-  /// report uses, may differ. Any other pair contradicts and is an error
-  /// naming both lines: which one is right cannot be known from the file.
+  /// case rerun elsewhere may hold it twice, and a case first run forward
+  /// only (a gate of forward windows) is run again in full when a backward
+  /// window needs it. Two records of the same (case, implementation) whose
+  /// results agree (results_agree: every number, pass flag and ran_on, or
+  /// the error text, identical; a forward-only result and a full one: the
+  /// same ran_on, y and rstd) are accepted: the gate reads either with the
+  /// same outcome, and only the wall time (seconds), which no report uses,
+  /// may differ. Any other pair contradicts and is an error naming both
+  /// lines: which one is right cannot be known from the file.
   ///
   /// The file stays locked (flock) while the journal is open. Throws
   /// std::invalid_argument, naming the file (and the line where one is at

@@ -108,6 +108,16 @@ struct CheckRequest {
   /// prepare_check still throws when nothing is left. The implementations
   /// left out are in CheckReport::skipped.
   bool skip_unsupported = false;
+  /// Check the forward outputs only: y, rstd (and h_new for form res). The
+  /// implementations run as always (a backward variant's run still includes
+  /// its backward), but the oracle skips the backward's reference
+  /// (oracle::Options::forward_only: no dw column pass), the FP32 baseline is
+  /// not computed unless "fp32-baseline" is one of `impls`, and validation
+  /// leaves dx and dw out of every CaseResult (dw_vs_fp32 NaN). y, rstd and
+  /// h_new are validated to the same statistics, bit for bit, as without it.
+  /// The gate sets it for a case that only forward windows need; `normgate
+  /// check --outputs fwd`.
+  bool forward_only = false;
 };
 
 /// An implementation a check left out (CheckRequest::skip_unsupported) and
@@ -247,7 +257,11 @@ struct CaseOracle {
   /// baseline_rows == false: the baseline holds only rstd and dw (enough for
   /// "dw vs FP32"; validating the FP32 baseline itself as an implementation
   /// needs its y and dx).
-  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows = true);
+  /// forward_only: the references in oracle::Options::forward_only (y, rstd
+  /// only: their dx and dw accessors throw std::logic_error) and, unless
+  /// baseline_rows, no FP32 baseline at all (`baseline` stays empty).
+  CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int threads, bool baseline_rows = true,
+             bool forward_only = false);
   CaseOracle(const CaseOracle&) = delete;
   CaseOracle& operator=(const CaseOracle&) = delete;
 

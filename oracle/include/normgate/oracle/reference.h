@@ -145,6 +145,15 @@ struct Options {
   RstdMode rstd = RstdMode::fp64;
   OracleMode oracle = OracleMode::auto_;  ///< see OracleMode
   EscalationPolicy escalation{};          ///< thresholds and precisions of the escalation
+  /// Forward outputs only (a check whose dx and dw nobody reads: a gate case
+  /// that only forward windows need). The row pass runs as always (row sums,
+  /// rstd and rstd_f32, c, k, the y and dx row filter and the MPFR rows it
+  /// triggers: a row escalated for its dx takes its y from MPFR too, so y and
+  /// rstd are the same bits as without the flag, escalation counts included);
+  /// the dw column pass (5), its finalization and the MPFR dw columns are
+  /// skipped. The Reference then serves rstd, rstd_f32, y and c; dx, dx_row,
+  /// dx_row_values, dw and dw_abs throw std::logic_error.
+  bool forward_only = false;
 };
 
 /// The inputs of one plain-form problem (views; nothing is copied).
@@ -229,13 +238,22 @@ class Reference {
   void y_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
   void dx_row(int64_t r, int64_t j0, int64_t n, double* v, double* bound) const;
   void dx_row_values(int64_t r, int64_t j0, int64_t n, double* v) const;
-  /// dw(j) (uses the mode's rstd).
-  VB dw(int64_t j) const { return {dw_[j], dw_b_[j]}; }
+  /// dw(j) (uses the mode's rstd). Throws std::logic_error when computed
+  /// with Options::forward_only (so do dw_abs and the dx accessors).
+  VB dw(int64_t j) const {
+    if (o_.forward_only) not_computed("dw");
+    return {dw_[j], dw_b_[j]};
+  }
   /// c_r = mean_j(g*xhat) with bound (uses the mode's rstd).
   VB c(int64_t r) const { return {c_[r], c_b_[r]}; }
   /// Sum over rows of |dy_rj * xhat_rj| for column j (conditioning numerator;
   /// mode's rstd; an FP64 sum, relative error <= R u, not a bound).
-  double dw_abs(int64_t j) const { return dw_abs_[j]; }
+  double dw_abs(int64_t j) const {
+    if (o_.forward_only) not_computed("dw_abs");
+    return dw_abs_[j];
+  }
+  /// True when computed with Options::forward_only (no dx, dw).
+  bool forward_only() const { return o_.forward_only; }
 
   /// What escalation did (counts per tensor, precision, time).
   const Escalations& escalations() const { return esc_; }
@@ -264,6 +282,8 @@ class Reference {
   std::vector<VB> esc_y_, esc_dx_;            // [slots * cols]
   std::vector<uint8_t> rs_mp_, dw_mp_;        // [rows], [cols]
   Escalations esc_{};
+  // Throws std::logic_error: `what` is not computed in forward_only mode.
+  [[noreturn]] static void not_computed(const char* what);
   friend class ReferenceBuilder;
 };
 

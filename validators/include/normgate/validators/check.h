@@ -189,6 +189,16 @@ std::vector<CaseResult> validate_cases(const oracle::Problem& p, const std::vect
 CaseResult validate_present(const oracle::Problem& p, const OutputsRef& got, const oracle::Reference& ref,
                             const oracle::Reference& ideal, const Outputs* baseline, int threads = 0,
                             std::span<const uint16_t> h_new_expected = {});
+/// validate_present for several implementations of one problem in one sweep,
+/// sharing the oracle's rows and bitwise-identical tensors as validate_cases
+/// does; each result equals validate_present's for that entry alone. The
+/// dx and dw of a Reference computed with oracle::Options::forward_only
+/// throw std::logic_error: leave them absent in every entry. Throws as
+/// validate_present (for any entry).
+std::vector<CaseResult> validate_present(const oracle::Problem& p, const std::vector<OutputsRef>& gots,
+                                         const oracle::Reference& ref, const oracle::Reference& ideal,
+                                         const Outputs* baseline, int threads = 0,
+                                         std::span<const uint16_t> h_new_expected = {});
 
 // Definition (inline: called per element; the validation sweep rounds whole rows with round_to_bf16_row).
 inline float round_to_bf16(double v) {
