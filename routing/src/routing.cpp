@@ -669,24 +669,30 @@ std::string approvals_path_for(const std::string& table_path) {
   return table_path + ".approvals.json";
 }
 
-Approvals parse_approvals(std::string_view text, const std::string& path) {
-  Approvals a;
-  a.path = path;
+// The envelope of a file of sealed records (approvals, rejections): JSON, the
+// "format" string, one array of records named `key`, no other top-level key.
+static nlohmann::json parse_sealed_file(std::string_view text, const std::string& path, const std::string& key,
+                                 const std::string& a_file, std::string_view format) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw RouteTableError(path + ": approvals are not valid JSON: " + e.what());
+    throw RouteTableError(path + ": " + key + " are not valid JSON: " + e.what());
   }
-  if (!j.is_object() || !j.contains("format") || j["format"] != kApprovalsFormat)
-    throw RouteTableError(path + ": not an approvals file (expected \"format\": \"" + std::string(kApprovalsFormat) +
-                          "\")");
-  if (!j.contains("approvals") || !j["approvals"].is_array())
-    throw RouteTableError(path + ": 'approvals' must be an array");
+  if (!j.is_object() || !j.contains("format") || j["format"] != format)
+    throw RouteTableError(path + ": not " + a_file + " (expected \"format\": \"" + std::string(format) + "\")");
+  if (!j.contains(key) || !j[key].is_array()) throw RouteTableError(path + ": '" + key + "' must be an array");
   for (const auto& [k, v] : j.items()) {
     (void)v;
-    if (k != "format" && k != "approvals") throw RouteTableError(path + ": unknown top-level key '" + k + "'");
+    if (k != "format" && k != key) throw RouteTableError(path + ": unknown top-level key '" + k + "'");
   }
+  return j;
+}
+
+Approvals parse_approvals(std::string_view text, const std::string& path) {
+  Approvals a;
+  a.path = path;
+  const nlohmann::json j = parse_sealed_file(text, path, "approvals", "an approvals file", kApprovalsFormat);
   size_t i = 0;
   for (const auto& rec : j["approvals"]) {
     Approval x;
@@ -1188,21 +1194,7 @@ std::string rejection_record_sha256(const Rejection& r) { return record_digest(t
 Rejections parse_rejections(std::string_view text, const std::string& path) {
   Rejections out;
   out.path = path;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw RouteTableError(path + ": rejections are not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("format") || j["format"] != kRejectionsFormat)
-    throw RouteTableError(path + ": not a rejections file (expected \"format\": \"" + std::string(kRejectionsFormat) +
-                          "\")");
-  if (!j.contains("rejections") || !j["rejections"].is_array())
-    throw RouteTableError(path + ": 'rejections' must be an array");
-  for (const auto& [k, v] : j.items()) {
-    (void)v;
-    if (k != "format" && k != "rejections") throw RouteTableError(path + ": unknown top-level key '" + k + "'");
-  }
+  const nlohmann::json j = parse_sealed_file(text, path, "rejections", "a rejections file", kRejectionsFormat);
   size_t i = 0;
   for (const auto& rec : j["rejections"]) {
     Rejection x;
