@@ -689,6 +689,17 @@ static nlohmann::json parse_sealed_file(std::string_view text, const std::string
   return j;
 }
 
+// "" when a sealed record's record_sha256 (`claimed`) is well formed and is
+// the digest of the record as read (routing.h, "Validation"), else why not.
+static std::string seal_problem(const nlohmann::json& rec, const std::string& claimed) {
+  if (!lower_hex64(claimed)) return "record_sha256 '" + claimed + "' is not 64 lower-case hex digits";
+  const std::string sha = record_digest(rec);
+  if (sha != claimed)
+    return "record_sha256 mismatch: the record's bytes hash to " + sha.substr(0, 12) + ", it says " +
+           claimed.substr(0, 12) + " (changed after it was written)";
+  return "";
+}
+
 Approvals parse_approvals(std::string_view text, const std::string& path) {
   Approvals a;
   a.path = path;
@@ -702,17 +713,12 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
       from_json(rec, x);
       why = validate_approval(x);
       if (why.empty()) {
-        // The digest, over the record as read (routing.h, "Validation").
-        const std::string sha = record_digest(rec);
         x.unsealed = !rec.contains("record_sha256");
         if (x.unsealed)
           why = "no record_sha256 (a record written before approvals carried digests: `normgate approvals --seal " +
                 path + "` seals the records that pass every other check)";
-        else if (!lower_hex64(x.record_sha256))
-          why = "record_sha256 '" + x.record_sha256 + "' is not 64 lower-case hex digits";
-        else if (sha != x.record_sha256)
-          why = "record_sha256 mismatch: the record's bytes hash to " + sha.substr(0, 12) + ", it says " +
-                x.record_sha256.substr(0, 12) + " (changed after it was written)";
+        else
+          why = seal_problem(rec, x.record_sha256);
       }
     } catch (const std::exception& e) {
       why = e.what();
@@ -1204,12 +1210,7 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
       from_json(rec, x);
       why = validate_rejection(x);
       if (why.empty()) {
-        const std::string sha = record_digest(rec);  // over the record as read
-        if (!lower_hex64(x.record_sha256))
-          why = "record_sha256 '" + x.record_sha256 + "' is not 64 lower-case hex digits";
-        else if (sha != x.record_sha256)
-          why = "record_sha256 mismatch: the record's bytes hash to " + sha.substr(0, 12) + ", it says " +
-                x.record_sha256.substr(0, 12) + " (changed after it was written)";
+        why = seal_problem(rec, x.record_sha256);
       }
     } catch (const std::exception& e) {
       why = e.what();
