@@ -19,6 +19,9 @@
 #          (one peers.py per shard, on its own GPU; one merged table)
 #        NG_PEERS_GPUS=0 NG_PEERS_THREADS=8 NG_PEERS_SHARDS=... (with shards only: every shard on
 #          GPU 0, 8 OpenMP threads each)
+#        NG_PEERS_OVERLAY=/tmp/cu13x tools/peers.sh -- --peers TC,Q ...
+#          (a wheel unpacked into /tmp/cu13x beforehand, copied over the
+#          installed wheels: QuACK's cu13 runtime, docs/perf/peers.md D3)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${NORMGATE_BUILD:-$root/build}"
@@ -64,6 +67,18 @@ if compgen -G "$root/.whl/*.whl" >/dev/null; then
     echo "$stamp" >/tmp/site/.normgate-wheels
   else
     echo "peers: wheel install failed (see pip.log)"
+  fi
+  # NG_PEERS_OVERLAY=DIR: a folder of unpacked wheel contents copied over
+  # /tmp/site after the install, for a wheel over a transfer's size limit
+  # (QuACK's nvidia-cutlass-dsl-libs-cu13 4.7.0, 88 MB: unpacked elsewhere,
+  # e.g. from an xz tarball). Copied last because pip --upgrade replaces the
+  # shared nvidia_cutlass_dsl/ folder that every cutlass wheel writes into.
+  if [ -n "${NG_PEERS_OVERLAY:-}" ]; then
+    if [ -d "$NG_PEERS_OVERLAY" ] && cp -a "$NG_PEERS_OVERLAY"/. /tmp/site/; then
+      echo "peers: $NG_PEERS_OVERLAY copied over /tmp/site" | tee -a "$out/steps.log"
+    else
+      echo "peers: NG_PEERS_OVERLAY '$NG_PEERS_OVERLAY' is not a folder that copies: not applied" | tee -a "$out/steps.log"
+    fi
   fi
   # pip --target does not run .pth files: add what nvidia_cutlass_dsl's .pth adds (QuACK needs it).
   export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"

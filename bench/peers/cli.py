@@ -69,8 +69,8 @@ def parse_args(argv):
     p.add_argument("--w", default="bf16,fp32", help="weight dtypes: bf16, fp32")
     p.add_argument("--ops", default=",".join(OPS), help="ops timed: " + ", ".join(OPS))
     p.add_argument("--peers", default=",".join(ALL_PEERS),
-                   help="peers beside normgate (Q is QuACK, which cannot run on the H200 machine: the matrix uses "
-                        "eager,TC,TCd,F.rms_norm,Liger)")
+                   help="peers beside normgate (Q is QuACK: it needs nvidia-cutlass-dsl 4.7 with its cu13 libs, "
+                        "docs/perf/peers.md D3; the committed matrix ran eager,TC,TCd,F.rms_norm,Liger)")
     p.add_argument("--replays", type=int, default=201, help="timed graph replays per implementation and op (>= 201 for tables)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the replays are split over (order rotated)")
     p.add_argument("--seeds", type=int, default=5, help="accuracy seeds per row (worst counts)")
