@@ -25,6 +25,10 @@
 # NG_TP_BENCH_REPS (3).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# glibc madvises its large chunks for transparent huge pages (THP "madvise"):
+# the oracle's arrays fault in 512x fewer pages (the downloads' vectors ask
+# for them in any case; docs/perf/oracle-and-gate-throughput.md, D17).
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 out="${OUT:-$root/out}"
 deadline=0

@@ -52,6 +52,10 @@
 #        NG_GATE_WINDOWS=op=bwd,H=2048 tools/h200.sh --steps "gate audit"
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# glibc madvises its large chunks for transparent huge pages (THP "madvise"):
+# the oracle's arrays fault in 512x fewer pages (the downloads' vectors ask
+# for them in any case; docs/perf/oracle-and-gate-throughput.md, D17).
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 build="${NORMGATE_BUILD:-$root/build}"
 final="${OUT:-$root/out}"
 deadline="${NG_DEADLINE:-0}"

@@ -28,7 +28,8 @@ Implementations (names as in the tables):
   TCd           the same, inductor default mode
   F.rms_norm    torch.nn.functional.rms_norm + autograd (no rstd output)
   Liger         Liger-Kernel rms_norm_forward/backward, casting_mode "gemma", offset 0
-  Q             QuACK rmsnorm_fwd(store_rstd=True)/rmsnorm_bwd, heuristic config
+  Q             QuACK rmsnorm_fwd(store_rstd=True)/rmsnorm_bwd, heuristic config; per-head
+                forms through its per-head path (the shared w repeated per head)
 
 Run it as `python3 bench/peers.py ARGS` (the command every result records;
 `python3 bench/peers ARGS` is the same): cli.py says what it writes and how

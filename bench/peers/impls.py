@@ -172,16 +172,34 @@ def make_impls(torch, names, eps, errors, device="cuda"):
             from quack.rmsnorm import rmsnorm_bwd as q_bwd_fn
             from quack.rmsnorm import rmsnorm_fwd as q_fwd_fn
 
+            import sys
+            per_head_ok = [True]
+
             def q_fwd(x, w):
-                # QuACK takes 2-D rows (as QuACK's own autograd wrapper
-                # reshapes): a strided per-head view is copied (in the span).
+                # Per-head forms: QuACK's own per-head path (x [T, heads, N]
+                # as it is, one weight row per head, [heads, N]: the shared w
+                # repeated, inside the span); if QuACK refuses the view, 2-D
+                # rows (as QuACK's autograd wrapper reshapes: a strided view
+                # is copied, in the span), said once on stderr.
+                if x.dim() == 3 and per_head_ok[0]:
+                    w2 = w.unsqueeze(0).expand(x.shape[1], -1).contiguous()
+                    try:
+                        out, _, rstd = q_fwd_fn(x, w2, eps=eps, store_rstd=True)
+                        return out, rstd, (x, rstd, w2)
+                    except Exception as e:  # noqa: BLE001 - reported, then the 2-D path
+                        per_head_ok[0] = False
+                        print(f"Q: per-head path refused ({type(e).__name__}: {e}); 2-D rows from here on",
+                              file=sys.stderr)
                 x2 = x.reshape(-1, x.shape[-1])
                 out, _, rstd = q_fwd_fn(x2, w, eps=eps, store_rstd=True)
-                return out.view(x.shape), rstd, (x2, rstd)
+                return out.view(x.shape), rstd, (x2, rstd, None)
 
             def q_bwd(dy, x, w, saved):
-                x2, rstd = saved
-                dx, dw, _, _ = q_bwd_fn(x2, w, dy.reshape(-1, dy.shape[-1]), rstd)
+                xs, rstd, w2 = saved
+                if w2 is not None:  # per-head: dw [heads, N] summed over the heads
+                    dx, dw, _, _ = q_bwd_fn(xs, w2, dy, rstd)
+                    return dx, dw.sum(0)
+                dx, dw, _, _ = q_bwd_fn(xs, w, dy.reshape(-1, dy.shape[-1]), rstd)
                 return dx.view(dy.shape), dw
 
             impls["Q"] = core_impl(q_fwd, q_bwd)

@@ -97,6 +97,7 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
     if (dst.capacity() < n) {
       dst.clear();
       dst.reserve(n);
+      advise_huge_pages(dst.data(), dst.capacity() * sizeof(T));  // before resize touches its pages
     }
     dst.resize(n);  // zeroes only the elements past the old size (a pooled vector keeps its pages)
     if (download_rows_direct(dst.data(), src, width, pitch, rows, s)) return;
@@ -108,8 +109,12 @@ void download_rows_into(std::vector<T>& dst, const void* src, size_t width, size
     if (written != n * sizeof(T)) throw std::logic_error("download_rows_into: fewer bytes than rows*width");
     return;
   }
+  if (dst.capacity() < n) {
+    dst.clear();
+    dst.reserve(n);
+    advise_huge_pages(dst.data(), dst.capacity() * sizeof(T));
+  }
   dst.clear();
-  dst.reserve(n);
   download_rows(append_to(dst), src, width, pitch, rows, s);
 }
 
@@ -123,6 +128,7 @@ void download_into(std::vector<T>& dst, const void* src, size_t n, cudaStream_t 
     if (dst.capacity() < n) {
       dst.clear();
       dst.reserve(n);
+      advise_huge_pages(dst.data(), dst.capacity() * sizeof(T));
     }
     dst.resize(n);
     if (download_rows_direct(dst.data(), src, n * sizeof(T), n * sizeof(T), 1, s)) return;

@@ -13,10 +13,29 @@
 #include <string>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "normgate/harness/runner.h"
 
 namespace normgate::kernels {
 namespace detail {
+
+void advise_huge_pages(const void* p, size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lo = (a + kHuge - 1) & ~(kHuge - 1), hi = (a + bytes) & ~(kHuge - 1);
+  if (bytes < kHugeAdviceMinBytes || hi <= lo) return;
+  // Advice only: refused (no THP in this kernel, a non-anonymous mapping),
+  // the memory works as before.
+  (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 void copy_bytes(void* dst, const void* src, size_t bytes, int threads) {
   constexpr size_t kMinPerThread = size_t{4} << 20;
@@ -126,6 +145,7 @@ std::vector<uint16_t> take_host_u16(size_t n) {
   drop = std::vector<uint16_t>();
   std::vector<uint16_t> v;
   v.reserve(2 * n);
+  advise_huge_pages(v.data(), v.capacity() * sizeof(uint16_t));  // before any page of it is touched
   return v;
 }
 

@@ -16,6 +16,20 @@
 
 namespace normgate::kernels::detail {
 
+/// Ask the kernel to back [p, p + bytes) with transparent huge pages
+/// (madvise MADV_HUGEPAGE on the 2 MiB-aligned part; Linux only, where THP is
+/// "madvise" or "always"; a refusal is ignored, nothing else changes), for
+/// the host vectors of the downloads, called before their pages are first
+/// touched. Why: the direct path page-locks each destination for its copy
+/// (cudaHostRegister) and a fresh vector faults in every page; on 2 MiB
+/// pages both cost 512x fewer page operations. Measured on the H200 host
+/// with glibc's equivalent (GLIBC_TUNABLES=glibc.malloc.hugetlb=1): a
+/// forward window's downloads 7.1e8-8.0e8 -> 1.4e9-1.5e9 elements/s
+/// (docs/perf/oracle-and-gate-throughput.md, D17). Ranges under
+/// kHugeAdviceMinBytes are left alone.
+void advise_huge_pages(const void* p, size_t bytes) noexcept;
+inline constexpr size_t kHugeAdviceMinBytes = size_t{4} << 20;
+
 /// Copy `bytes` bytes from src to dst (not overlapping) with up to `threads`
 /// threads (OpenMP; at least 4 MiB per thread, so small copies stay on the
 /// calling thread). threads <= 1: one memcpy.

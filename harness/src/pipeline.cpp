@@ -392,6 +392,9 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
       kernels::GpuRunOptions opt;
       opt.download_inputs = inputs_from_run && k == 0;
       opt.fwd = g.fwd;
+      // A forward-only check reads no dx, dw: they are not downloaded (D16 of
+      // docs/perf/oracle-and-gate-throughput.md; validation leaves them out).
+      opt.forward_outputs_only = req.forward_only;
       kernels::SharedGpuRun run = kernels::run_gpu_shared(g.bwds, req.id, given != nullptr ? &pc.inputs : nullptr,
                                                           static_cast<float>(req.id.eps), opt);
       for (size_t i = 0; i < g.slots.size(); ++i) {

@@ -642,10 +642,12 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     check_outside_view(bdx, off, stride, inner, T, "dx", bwd.name, count, s);
 
     Outputs& out = outs[k];
-    timed([&] { detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s); });
+    // forward_outputs_only: dx and dw stay on the device (nobody reads them).
+    const bool bwd_outputs = !opt.forward_outputs_only;
+    if (bwd_outputs) timed([&] { detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s); });
     // dx: in share mode, compare with the distinct ones kept on the device.
-    bool dx_needed = true;
-    if (share && T > 0) {
+    bool dx_needed = bwd_outputs;
+    if (share && T > 0 && bwd_outputs) {
       const int64_t words = static_cast<int64_t>(bdx.bytes() / 4);
       for (const auto& [src, buf] : distinct) {
         NG_CUDA(cudaMemsetAsync(flag.get(), 0, sizeof(int), s));
@@ -663,7 +665,8 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
         }
       }
     }
-    if (share) {
+    if (share && !bwd_outputs) (*dx_source)[k] = k;  // no dx at all: each is its own (empty)
+    if (share && bwd_outputs) {
       if (dx_needed) {
         (*dx_source)[k] = k;
         if (T > 0 && k + 1 < bwds.size()) {  // a later variant compares its dx with it

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/gpu_test_util.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
@@ -20,11 +21,11 @@ namespace nv = normgate::validators;
 namespace {
 
 nv::CheckReport check(const std::string& id, const std::vector<std::string>& impls, bool forward_only,
-                      int threads) {
+                      int threads, nv::Backend backend = nv::Backend::cpu) {
   nv::CheckRequest req;
   req.id = normgate::seeds::parse_case(id);
   req.impls = impls;
-  req.backend = nv::Backend::cpu;
+  req.backend = backend;
   req.threads = threads;
   req.forward_only = forward_only;
   return nv::run_check(req);
@@ -72,6 +73,48 @@ TEST(ForwardOnlyCheck, ForwardStatisticsEqualTheFullCheck) {
     EXPECT_FALSE(nv::to_json(full).contains("outputs"));
     EXPECT_NE(nv::format_report(fwd).find("outputs  forward only"), std::string::npos);
     EXPECT_EQ(nv::format_report(full).find("outputs  forward only"), std::string::npos);
+  }
+}
+
+// On the GPU: the forward-only check downloads no dx, dw (the kernels'
+// GpuRunOptions::forward_outputs_only) and validates y, rstd (h_new) to the
+// full GPU check's statistics, field by field; a forward variant's own run
+// (fwd_narrow) and a backward variant's run in one request.
+TEST(ForwardOnlyCheck, GpuForwardStatisticsEqualTheFullCheck) {
+  using normgate::kernels::gpu_available;
+  NG_REQUIRE_GPU();
+  for (const char* id : {"H=256,T=300,w=bf16,form=heads24,family=cancel,seed=1",
+                         "H=1000,T=65,w=fp32,form=res,family=llm,seed=2"}) {
+    SCOPED_TRACE(id);
+    std::vector<std::string> use;
+    for (const char* i : {"bwd_det_chunked", "fwd_narrow"})
+      if (nv::unsupported_reason(i, normgate::seeds::parse_case(id)).empty()) use.push_back(i);
+    const nv::CheckReport full = check(id, use, false, 4, nv::Backend::gpu);
+    std::vector<bool> dx_seen;
+    nv::CheckRequest req;
+    req.id = normgate::seeds::parse_case(id);
+    req.impls = use;
+    req.backend = nv::Backend::gpu;
+    req.threads = 4;
+    req.forward_only = true;
+    const nv::CheckReport fwd = nv::finish_check(nv::prepare_check(req), [&](const nv::CheckInternals& ci) {
+      for (const auto& o : ci.outs) dx_seen.push_back(!o.dx.empty() || !o.dw.empty());
+    });
+    ASSERT_EQ(dx_seen.size(), use.size());
+    for (bool seen : dx_seen) EXPECT_FALSE(seen);  // not downloaded
+    ASSERT_EQ(full.impls.size(), fwd.impls.size());
+    const bool res = req.id.form == normgate::Form::res;
+    for (size_t k = 0; k < full.impls.size(); ++k) {
+      SCOPED_TRACE(full.impls[k].impl);
+      EXPECT_EQ(fwd.impls[k].ran_on, "gpu");
+      const nv::CaseResult &a = full.impls[k].result, &b = fwd.impls[k].result;
+      std::vector<nv::Output> want{nv::Output::y, nv::Output::rstd};
+      if (res) want.push_back(nv::Output::h_new);
+      ASSERT_EQ(b.tensors.size(), want.size());
+      for (size_t t = 0; t < want.size(); ++t)
+        EXPECT_EQ(nv::to_json(b.tensors[t]).dump(), nv::to_json(a.get(want[t])).dump());
+      EXPECT_EQ(b.verdict(), nv::Verdict::pass);
+    }
   }
 }
 

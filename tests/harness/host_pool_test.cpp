@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,64 @@ TEST(HostCopy, DownloadPathFromTheEnvironment) {
     setenv("NORMGATE_DOWNLOAD", saved.c_str(), 1);
   else
     unsetenv("NORMGATE_DOWNLOAD");
+}
+
+// The THP mode of this kernel ("always", "madvise", "never"), "" without one.
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string all;
+  std::getline(f, all);
+  const size_t a = all.find('['), b = all.find(']');
+  return a == std::string::npos || b == std::string::npos || b < a ? "" : all.substr(a + 1, b - a - 1);
+}
+
+// /proc/self/smaps' THPeligible of the mapping holding address p: 1 or 0,
+// -1 when not found.
+int thp_eligible(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream h(line);
+    if (h >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("THPeligible:", 0) == 0) return std::stoi(line.substr(12));
+  }
+  return -1;
+}
+
+// New pooled vectors (and advise_huge_pages itself) ask for transparent
+// huge pages, which make the direct downloads' page-locking and the first
+// touch of their pages cheaper (host_pool.h advise_huge_pages). Checked
+// where the kernel's THP mode is "madvise", so that the advice is what
+// decides: a vector allocated without it stays ineligible.
+TEST(HostPool, NewVectorsAskForHugePages) {
+  if (thp_mode() != "madvise") GTEST_SKIP() << "THP mode '" << thp_mode() << "': the advice decides nothing here";
+  const size_t n = size_t{8} << 20;  // 16 MiB of BF16: several whole 2 MiB pages
+  const uintptr_t huge = uintptr_t{2} << 20;
+  auto inner = [&](const void* p) {  // the first 2 MiB boundary inside, plus one page
+    return reinterpret_cast<const void*>(((reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1)) + 4096);
+  };
+  std::vector<uint16_t> plain;
+  plain.reserve(2 * n);
+  ASSERT_EQ(thp_eligible(inner(plain.data())), 0) << "a plain allocation is already eligible: nothing to tell apart";
+  {
+    const ReuseHostBuffers keep;
+    std::vector<uint16_t> v = take_host_u16(n);
+    ASSERT_GE(v.capacity(), 2 * n);
+    EXPECT_EQ(thp_eligible(inner(v.data())), 1);
+    v.assign(n, 7);  // the memory works as before
+    EXPECT_EQ(v[n - 1], 7);
+  }
+  std::vector<uint16_t> w;
+  w.reserve(2 * n);
+  detail::advise_huge_pages(w.data(), w.capacity() * sizeof(uint16_t));
+  EXPECT_EQ(thp_eligible(inner(w.data())), 1);
 }
 
 TEST(HostPool, OutsideAScopeNothingIsKept) {

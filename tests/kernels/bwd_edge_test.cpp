@@ -176,6 +176,49 @@ TEST(BwdEdge, SharedRunDownloadsTheInputsItGenerated) {
   EXPECT_THROW(run_gpu_shared(vs, c, &h, kEps, o), std::invalid_argument);
 }
 
+// forward_outputs_only: the same y, rstd, h_new and inputs as a full run,
+// no dx or dw copied back (the forward-only check's downloads), with a
+// non-default forward (fwd_narrow on heads24) and form res; T = 0.
+TEST(BwdEdge, ForwardOutputsOnlySkipsDxAndDw) {
+  NG_REQUIRE_GPU();
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &variant("bwd_nondet_atomic")};
+  struct Row {
+    const char* id;
+    const char* fwd;
+  };
+  for (const Row& row : {Row{"H=1000,T=257,w=bf16,form=plain,family=cancel,seed=3", nullptr},
+                         Row{"H=512,T=33,w=bf16,form=res,family=llm,seed=77", nullptr},
+                         Row{"H=256,T=31,w=fp32,form=heads24,family=llm,seed=4", "fwd_narrow"},
+                         Row{"H=64,T=0,w=bf16,form=plain,family=normal,seed=1", nullptr}}) {
+    SCOPED_TRACE(row.id);
+    const seeds::CaseId c = seeds::parse_case(row.id);
+    GpuRunOptions full_opt;
+    full_opt.download_inputs = true;
+    if (row.fwd != nullptr) full_opt.fwd = &variant(row.fwd);
+    GpuRunOptions fwd_opt = full_opt;
+    fwd_opt.forward_outputs_only = true;
+    const SharedGpuRun full = run_gpu_shared(vs, c, nullptr, kEps, full_opt);
+    const SharedGpuRun fwd = run_gpu_shared(vs, c, nullptr, kEps, fwd_opt);
+    ASSERT_EQ(fwd.outs.size(), vs.size());
+    ASSERT_EQ(fwd.dx_source.size(), vs.size());
+    EXPECT_EQ(seeds::digest(fwd.inputs).all, seeds::digest(full.inputs).all);
+    EXPECT_EQ(fwd.outs[0].y, full.outs[0].y);
+    EXPECT_EQ(fwd.outs[0].h_new, full.outs[0].h_new);
+    if (c.T > 0) EXPECT_EQ(c.form == Form::res, !fwd.outs[0].h_new.empty());
+    ASSERT_EQ(fwd.outs[0].rstd.size(), full.outs[0].rstd.size());
+    EXPECT_EQ(0, std::memcmp(fwd.outs[0].rstd.data(), full.outs[0].rstd.data(), full.outs[0].rstd.size() * 4));
+    if (c.T > 0) {
+      EXPECT_FALSE(full.outs[0].y.empty());
+      EXPECT_FALSE(full.outs[0].dx.empty());  // the full run did copy them: the option is what removes them
+    }
+    for (size_t k = 0; k < vs.size(); ++k) {
+      EXPECT_TRUE(fwd.outs[k].dx.empty()) << vs[k]->name;
+      EXPECT_TRUE(fwd.outs[k].dw.empty()) << vs[k]->name;
+      EXPECT_EQ(fwd.dx_source[k], k) << vs[k]->name;
+    }
+  }
+}
+
 // ReuseGpuBuffers: runs inside the scope reuse the kept buffers (larger,
 // holding the previous run's data) and give bitwise what runs without it
 // give, in every layout and in shrinking and growing order; the outside-view

@@ -115,6 +115,9 @@ struct CheckRequest {
   /// not computed unless "fp32-baseline" is one of `impls`, and validation
   /// leaves dx and dw out of every CaseResult (dw_vs_fp32 NaN). y, rstd and
   /// h_new are validated to the same statistics, bit for bit, as without it.
+  /// On the GPU the backward's dx and dw are not copied back
+  /// (kernels::GpuRunOptions::forward_outputs_only), so CheckInternals::outs
+  /// holds them empty for GPU variants.
   /// The gate sets it for a case that only forward windows need; `normgate
   /// check --outputs fwd`.
   bool forward_only = false;

@@ -140,6 +140,14 @@ struct GpuRunOptions {
   /// (and h_new) feed every backward variant of the run. Must be a forward
   /// variant supporting the case (std::invalid_argument otherwise).
   const Variant* fwd = nullptr;
+  /// Forward outputs only (what a forward-only check reads,
+  /// validators::CheckRequest::forward_only): the backward variants still
+  /// run (poisoned first, their writes outside the view still checked), but
+  /// their dx and dw are not copied back: every result's dx and dw stay
+  /// empty (in run_gpu_shared dx_source[k] = k). y, rstd and h_new, and the
+  /// inputs with download_inputs, are copied as without it. Saves one BF16
+  /// tensor of downloads per case (x, dy, y are still copied).
+  bool forward_outputs_only = false;
 };
 
 /// What a pipeline run did besides its outputs.
