@@ -176,12 +176,15 @@ def make_impls(torch, names, eps, errors, device="cuda"):
             per_head_ok = [True]
 
             def q_fwd(x, w):
-                # Per-head forms: QuACK's own per-head path (x [T, heads, N]
-                # as it is, one weight row per head, [heads, N]: the shared w
-                # repeated, inside the span); if QuACK refuses the view, 2-D
-                # rows (as QuACK's autograd wrapper reshapes: a strided view
-                # is copied, in the span), said once on stderr.
-                if x.dim() == 3 and per_head_ok[0]:
+                # A strided per-head view (heads24's q slice): QuACK's own
+                # per-head path (x [T, heads, N] as it is, one weight row per
+                # head, [heads, N]: the shared w repeated, inside the span);
+                # if QuACK refuses the view, 2-D rows (as QuACK's autograd
+                # wrapper reshapes: the view is copied, in the span), said
+                # once on stderr. A contiguous one (heads4) as 2-D rows, a
+                # free view, which measured faster there (docs/results/peers/
+                # quack-2026-12-02: 132.7 against 147.4 us at T = 131072).
+                if x.dim() == 3 and not x.is_contiguous() and per_head_ok[0]:
                     w2 = w.unsqueeze(0).expand(x.shape[1], -1).contiguous()
                     try:
                         out, _, rstd = q_fwd_fn(x, w2, eps=eps, store_rstd=True)
