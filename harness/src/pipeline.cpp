@@ -516,8 +516,9 @@ CheckReport finish_check(PreparedCheck&& pc, const std::function<void(const Chec
       // The model gets h and u (it computes h_new itself, as the kernel does).
       const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
       const ImplVariants iv = impl_variants(name, req.id);  // the forward and backward it runs
-      outs.push_back(kernels::run_model(*iv.fwd, *iv.bwd, in.x_view(), p.dy, p.w,
-                                        static_cast<float>(req.id.eps), req.threads, u, dh_new, req.id.heads()));
+      // A forward-only check reads no dx, dw: the model's backward is not run.
+      outs.push_back(kernels::run_model(*iv.fwd, *iv.bwd, in.x_view(), p.dy, p.w, static_cast<float>(req.id.eps),
+                                        req.threads, u, dh_new, req.id.heads(), req.forward_only));
       ir.seconds_impl = since(t0);
     }
     rep.impls.push_back(std::move(ir));

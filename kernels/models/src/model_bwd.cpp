@@ -255,7 +255,8 @@ Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy,
 }
 
 Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
-                  float eps, int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new, int64_t heads) {
+                  float eps, int threads, RowView<uint16_t> u, RowView<uint16_t> dh_new, int64_t heads,
+                  bool forward_only) {
   if (fwd.op != Op::fwd) detail::model_bad(fwd, "run_model needs a forward variant for its forward step");
   if (bwd.op != Op::bwd) detail::model_bad(bwd, "run_model needs a backward variant");
   std::vector<uint16_t> h_new;
@@ -267,7 +268,8 @@ Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, R
   // (model_controls.cpp); its backward then has no msq (rstd alone).
   const bool fwd_fault = detail::control_forward_fault(bwd);
   FwdResult f = fwd_fault ? detail::model_fwd_control(bwd, x, w, eps, heads, threads) : model_fwd(fwd, x, w, eps, threads);
-  BwdResult b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, fwd_fault ? nullptr : &f.msq, heads);
+  BwdResult b;
+  if (!forward_only) b = model_bwd(bwd, x, dy, w, f.rstd, threads, dh_new, fwd_fault ? nullptr : &f.msq, heads);
   Outputs o;
   o.h_new = std::move(h_new);
   o.y = std::move(f.y);

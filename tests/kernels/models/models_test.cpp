@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,7 @@
 #include <mutex>
 
 #include "util/kernel_test_util.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rstd.h"
 
@@ -155,6 +157,42 @@ TEST(Models, ControlsShareTheRealDx) {
   for (const char* c : {"ctl_fp32_seq", "ctl_bf16_partials"}) {
     const Outputs o = run_model(variant(c), in.x_view(), in.dy_view(), in.w_view(), kEps);
     EXPECT_EQ(bit_diff(d.dx, o.dx).count, 0) << c;
+  }
+}
+
+// forward_only (what a forward-only check runs on the CPU backend): the
+// step's y, rstd and h_new bit for bit, no backward (dx, dw empty), for the
+// default forward, fwd_narrow on heads24, form res and a control whose fault
+// sits in the forward (it still runs its own forward).
+TEST(Models, ForwardOnlyStepKeepsTheForwardBits) {
+  struct Row {
+    const char* id;
+    const char* fwd;
+    const char* bwd;
+  };
+  for (const Row& r : {Row{"H=1000,T=37,w=bf16,form=plain,family=cancel,seed=2", "fwd_rowwise", "bwd_det_chunked"},
+                       Row{"H=256,T=9,w=fp32,form=heads24,family=llm,seed=3", "fwd_narrow", "bwd_nondet_atomic"},
+                       Row{"H=96,T=20,w=bf16,form=res,family=llm,seed=1", "fwd_rowwise", "bwd_det_chunked"},
+                       Row{"H=64,T=33,w=bf16,form=plain,family=epsnear,seed=4", "fwd_rowwise", "ctl_eps_dropped"}}) {
+    SCOPED_TRACE(r.id);
+    const seeds::CaseId c = seeds::parse_case(r.id);
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const bool res = c.form == Form::res;
+    const RowView<uint16_t> u = res ? RowView<uint16_t>::plain(in.u.data(), in.rows, in.cols) : RowView<uint16_t>{};
+    const RowView<uint16_t> dh = res ? RowView<uint16_t>::plain(in.dh_new.data(), in.rows, in.cols) : RowView<uint16_t>{};
+    const Outputs full = run_model(variant(r.fwd), variant(r.bwd), in.x_view(), in.dy_view(), in.w_view(), kEps, 2, u, dh,
+                                   c.heads());
+    const Outputs fwd = run_model(variant(r.fwd), variant(r.bwd), in.x_view(), in.dy_view(), in.w_view(), kEps, 2, u, dh,
+                                  c.heads(), true);
+    ASSERT_FALSE(full.dx.empty());
+    ASSERT_FALSE(full.dw.empty());
+    EXPECT_TRUE(fwd.dx.empty());
+    EXPECT_TRUE(fwd.dw.empty());
+    EXPECT_EQ(fwd.y, full.y);
+    EXPECT_EQ(fwd.h_new, full.h_new);
+    EXPECT_EQ(res, !fwd.h_new.empty());
+    ASSERT_EQ(fwd.rstd.size(), full.rstd.size());
+    EXPECT_EQ(0, std::memcmp(fwd.rstd.data(), full.rstd.data(), full.rstd.size() * sizeof(float)));
   }
 }
 

@@ -108,9 +108,10 @@ struct CheckRequest {
   /// prepare_check still throws when nothing is left. The implementations
   /// left out are in CheckReport::skipped.
   bool skip_unsupported = false;
-  /// Check the forward outputs only: y, rstd (and h_new for form res). The
-  /// implementations run as always (a backward variant's run still includes
-  /// its backward), but the oracle skips the backward's reference
+  /// Check the forward outputs only: y, rstd (and h_new for form res). On
+  /// the GPU the implementations run as always (a backward variant's run
+  /// still includes its backward); a CPU model runs its forward only
+  /// (kernels::run_model's forward_only). The oracle skips the backward's reference
   /// (oracle::Options::forward_only: no dw column pass), the FP32 baseline is
   /// not computed unless "fp32-baseline" is one of `impls`, and validation
   /// leaves dx and dw out of every CaseResult (dw_vs_fp32 NaN). y, rstd and

@@ -96,9 +96,12 @@ std::vector<uint16_t> model_residual_add(RowView<uint16_t> h, RowView<uint16_t> 
 /// in the forward (rstd: ctl_rstd_bf16, ctl_eps_*, ctl_sumsq_bf16,
 /// ctl_padded_lanes, ctl_heads_shared_stats) runs its own forward in place
 /// of `fwd` and hands its backward no msq.
+/// forward_only: the backward step is not run (what a forward-only check
+/// reads, validators::CheckRequest::forward_only): Outputs::dx and dw stay
+/// empty; y, rstd and h_new are those of the whole step, bit for bit.
 Outputs run_model(const Variant& fwd, const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
                   float eps, int threads = 0, RowView<uint16_t> u = {}, RowView<uint16_t> dh_new = {},
-                  int64_t heads = 1);
+                  int64_t heads = 1, bool forward_only = false);
 /// run_model(default_fwd(), bwd, ...): a backward variant's step (its
 /// forward is the default forward, fwd_rowwise).
 Outputs run_model(const Variant& bwd, RowView<uint16_t> x, RowView<uint16_t> dy, WeightView w,
