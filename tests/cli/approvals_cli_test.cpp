@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/routing/rejections.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
 
 namespace {
@@ -202,6 +203,62 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   EXPECT_EQ(cli("approvals " + d + "/nonexistent.json").code, 2);
   std::filesystem::remove_all(d);
   std::filesystem::remove_all(d2);
+}
+
+// `normgate approvals` on a rejections file (told apart by its "format"):
+// every record valid and sealed passes; one changed value (seal kept) makes
+// the file INVALID, named with the record; --seal refuses beside it and
+// writes nothing.
+TEST(ApprovalsCliRejections, ChecksRejectionsFiles) {
+  namespace k = normgate::kernels;
+  k::Rejection r;
+  r.op = k::Op::bwd;
+  r.mode = k::Mode::det;
+  r.H = 64;
+  r.w = normgate::WDtype::bf16;
+  r.form = normgate::Form::plain;
+  r.t_lo = 2;
+  r.t_hi = 8;
+  r.gated_lo = 1;
+  r.gated_hi = 600;
+  r.variant = "bwd_fp32_blocked";
+  r.source_sha256 = std::string(k::find_variant("bwd_fp32_blocked")->source_sha256);
+  r.backend = "cpu-model";
+  r.gpu = "cpu-model";
+  r.worst_case = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=1";
+  r.worst_err_tol = 3.5;
+  r.worst_output = "dw";
+  r.date = "2026-12-01T03:03:23Z";
+  r.normgate_commit = "7f3941123e32";
+  r.normgate_version = "0.2.0";
+  k::Rejections rs;
+  rs.records = {r, r};
+  rs.records[1].t_lo = 9;
+  rs.records[1].t_hi = 20;
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_cli_rej_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  const std::string f = d + "/small.rejections.json";
+  spit(f, k::rejections_to_json_text(rs));
+  const CliRun ok = cli("approvals " + f);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(contains(ok.out, "2 rejection records, 2 valid, 0 INVALID")) << ok.out;
+  // Tampered: record 1's worst_err_tol changed, its seal kept.
+  json doc = json::parse(slurp(f));
+  ASSERT_TRUE(doc.contains("rejections")) << doc.dump();
+  doc["rejections"][1]["worst_err_tol"] = 1.5;
+  const std::string tampered = doc.dump(2) + "\n";
+  spit(f, tampered);
+  const CliRun bad = cli("approvals " + f);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "rejections file INVALID")) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "record 1")) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "record_sha256")) << bad.out;
+  const CliRun seal = cli("approvals --seal " + f);
+  EXPECT_EQ(seal.code, 1) << seal.out;
+  EXPECT_TRUE(contains(seal.out, "refused")) << seal.out;
+  EXPECT_EQ(slurp(f), tampered);
+  std::filesystem::remove_all(d);
 }
 
 // A gate --approve keeps an invalid record as it was (never dropped, never
