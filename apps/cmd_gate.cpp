@@ -277,6 +277,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("windows  %zu gated, %zu skipped (unchanged vs base), %zu left out by --windows\n",
                   res.windows.size(), res.skipped.size(), res.filtered_out.size());
+      // --base: windows gated although bounds and variant are the base's (the
+      // reports list each with its reason).
+      for (const auto& s : res.source_changed) std::printf("base     gated with the base's bounds and variant: %s\n", s.c_str());
       if (!o->g.journal_path.empty())
         std::printf("journal  %s: %lld finished cases resumed, %lld run now%s\n", o->g.journal_path.c_str(),
                     static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),

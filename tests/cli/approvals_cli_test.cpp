@@ -261,6 +261,19 @@ TEST(ApprovalsCliRejections, ChecksRejectionsFiles) {
   std::filesystem::remove_all(d);
 }
 
+// --base against a table without approvals: a window with the base's bounds
+// and variant is still gated (nothing proves its sources unchanged), and the
+// gate says so on stdout, window by window, with the reason.
+TEST(GateBaseCli, SaysWhyAWindowLikeTheBaseIsGated) {
+  const std::string d = scratch("base");
+  const CliRun r = cli("gate " + d + "/small.toml --base " + d + "/small.toml --windows H=256" + kFast);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "windows  1 gated, 0 skipped (unchanged vs base)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "base     gated with the base's bounds and variant: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no current approval in")) << r.out;
+  std::filesystem::remove_all(d);
+}
+
 // A gate --approve keeps an invalid record as it was (never dropped, never
 // re-sealed) and says so.
 TEST_F(ApprovalsCli, ApproveKeepsInvalidRecords) {
