@@ -68,24 +68,46 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         if (f.empty()) throw std::invalid_argument("an approvals path is empty");
         if (!fs::is_regular_file(f)) throw std::invalid_argument(f + ": no such approvals file");
       }
-      // Locks in one order (sorted paths), held until every file is written.
-      std::vector<std::string> order = o->files;
-      std::sort(order.begin(), order.end());
-      order.erase(std::unique(order.begin(), order.end()), order.end());
+      // One entry per file, whatever its spelling (./a and a, a symlink and
+      // its target: the same file checked once, and locked once: two flocks
+      // of one file from this process would wait on each other forever).
+      // Sorted by the resolved path, the order the locks are taken in.
+      std::vector<std::pair<std::string, std::string>> resolved;  // resolved path, path as given
+      for (const auto& f : o->files) {
+        std::error_code ec;
+        fs::path c = fs::canonical(f, ec);
+        resolved.emplace_back(ec ? fs::absolute(f).lexically_normal().string() : c.string(), f);
+      }
+      std::stable_sort(resolved.begin(), resolved.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      resolved.erase(std::unique(resolved.begin(), resolved.end(),
+                                 [](const auto& a, const auto& b) { return a.first == b.first; }),
+                     resolved.end());
+      std::vector<std::string> order;
+      std::vector<bool> rejections;
+      for (const auto& [c, f] : resolved) {
+        order.push_back(f);
+        rejections.push_back(is_rejections_file(f));
+      }
+      // Locks, held until every file is written: approvals files only (a
+      // rejections file is never written here; its writers hold its table's
+      // approvals lock, rejections.h).
       std::vector<std::unique_ptr<kernels::ApprovalsLock>> locks;
       if (o->seal)
-        for (const auto& f : order) locks.push_back(std::make_unique<kernels::ApprovalsLock>(f));
+        for (size_t i = 0; i < order.size(); ++i)
+          if (!rejections[i]) locks.push_back(std::make_unique<kernels::ApprovalsLock>(order[i]));
       std::vector<kernels::Approvals> files;
-      size_t bad = 0, unsealed = 0;
-      for (const auto& f : order) {
-        if (is_rejections_file(f)) {  // all sealed and valid, or the first bad record names the file INVALID
+      size_t bad = 0, unsealed = 0, bad_files = 0;  // INVALID approvals records; INVALID rejections files
+      for (size_t i = 0; i < order.size(); ++i) {
+        const std::string& f = order[i];
+        if (rejections[i]) {  // all sealed and valid, or the first bad record names the file INVALID
           try {
             const kernels::Rejections r = kernels::load_rejections(f);
             std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", f.c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
             std::printf("%s: rejections file INVALID\n  INVALID  %s\n", f.c_str(), e.what());
-            ++bad;
+            ++bad_files;
           }
           continue;
         }
@@ -104,9 +126,14 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         bad += n_invalid;
         unsealed += n_unsealed;
       }
-      if (!o->seal) return bad + unsealed ? 1 : 0;
-      if (bad) {
-        std::printf("seal     refused: %zu INVALID record%s (above); nothing written\n", bad, bad == 1 ? "" : "s");
+      if (!o->seal) return bad + unsealed + bad_files ? 1 : 0;
+      if (bad || bad_files) {
+        std::string what;
+        if (bad) what = std::to_string(bad) + " INVALID record" + (bad == 1 ? "" : "s");
+        if (bad_files)
+          what += (what.empty() ? "" : ", ") + std::to_string(bad_files) + " INVALID rejections file" +
+                  (bad_files == 1 ? "" : "s");
+        std::printf("seal     refused: %s (above); nothing written\n", what.c_str());
         return 1;
       }
       // Every text first (a record the writer refuses stops everything), then

@@ -57,27 +57,43 @@ if compgen -G "$root/.whlparts/*.part*" >/dev/null; then
     fi
   done
 fi
+# NG_PEERS_OVERLAY=DIR: a folder of unpacked wheel contents copied over
+# /tmp/site after the install, for a wheel over a transfer's size limit
+# (QuACK's nvidia-cutlass-dsl-libs-cu13 4.7.0, 88 MB: unpacked elsewhere,
+# e.g. from an xz tarball). Copied last because pip --upgrade replaces the
+# shared nvidia_cutlass_dsl/ folder that every cutlass wheel writes into.
+# Asked for and not usable (no such folder, no wheels to lay it over): exit 2
+# before anything is installed.
+overlay="${NG_PEERS_OVERLAY:-}"
+if [ -n "$overlay" ]; then
+  [ -d "$overlay" ] || { echo "peers: NG_PEERS_OVERLAY '$overlay' is not a folder" >&2; exit 2; }
+  compgen -G "$root/.whl/*.whl" >/dev/null ||
+    { echo "peers: NG_PEERS_OVERLAY '$overlay' given but no wheels in $root/.whl to lay it over" >&2; exit 2; }
+  overlay="$(cd "$overlay" && pwd)"
+fi
 if compgen -G "$root/.whl/*.whl" >/dev/null; then
-  # /tmp/site stays between runs on one machine: the same wheels (by content) are not installed twice.
-  stamp=$(cd "$root/.whl" && sha256sum ./*.whl | sha256sum | cut -c1-16)
+  # /tmp/site stays between runs on one machine: the same wheels (by content)
+  # and the same overlay (by its file list and sizes) are not installed
+  # twice; anything else starts from an empty /tmp/site, so that no earlier
+  # overlay's files outlive the run that asked for them.
+  wheels=$(cd "$root/.whl" && sha256sum ./*.whl | sha256sum | cut -c1-16)
+  ovl=none
+  [ -n "$overlay" ] && ovl="$overlay:$(cd "$overlay" && find . -type f -printf '%P %s\n' | sort | sha256sum | cut -c1-16)"
+  stamp="$wheels $ovl"
   if [ "$(cat /tmp/site/.normgate-wheels 2>/dev/null)" = "$stamp" ]; then
-    echo "peers: wheels $stamp already installed in /tmp/site" | tee -a "$out/steps.log"
-  elif python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1; then
-    echo "$stamp" >/tmp/site/.normgate-wheels
+    echo "peers: wheels $wheels (overlay: $ovl) already installed in /tmp/site" | tee -a "$out/steps.log"
   else
-    echo "peers: wheel install failed (see pip.log)"
-  fi
-  # NG_PEERS_OVERLAY=DIR: a folder of unpacked wheel contents copied over
-  # /tmp/site after the install, for a wheel over a transfer's size limit
-  # (QuACK's nvidia-cutlass-dsl-libs-cu13 4.7.0, 88 MB: unpacked elsewhere,
-  # e.g. from an xz tarball). Copied last because pip --upgrade replaces the
-  # shared nvidia_cutlass_dsl/ folder that every cutlass wheel writes into.
-  if [ -n "${NG_PEERS_OVERLAY:-}" ]; then
-    if [ -d "$NG_PEERS_OVERLAY" ] && cp -a "$NG_PEERS_OVERLAY"/. /tmp/site/; then
-      echo "peers: $NG_PEERS_OVERLAY copied over /tmp/site" | tee -a "$out/steps.log"
+    rm -rf /tmp/site
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$root"/.whl/*.whl >"$out/pip.log" 2>&1; then
+      echo "peers: wheel install failed (see pip.log)" | tee -a "$out/steps.log"
+    elif [ -n "$overlay" ] && ! cp -a -- "$overlay"/. /tmp/site/ 2>>"$out/steps.log"; then
+      # A partial copy: no stamp, so the next run starts again from an empty /tmp/site.
+      echo "peers: NG_PEERS_OVERLAY '$overlay': copy over /tmp/site failed part way (steps.log)" >&2
+      exit 2
     else
-      echo "peers: NG_PEERS_OVERLAY '$NG_PEERS_OVERLAY' is not a folder that copies: not applied" | tee -a "$out/steps.log"
+      [ -n "$overlay" ] && echo "peers: $overlay copied over /tmp/site" | tee -a "$out/steps.log"
+      echo "$stamp" >/tmp/site/.normgate-wheels
     fi
   fi
   # pip --target does not run .pth files: add what nvidia_cutlass_dsl's .pth adds (QuACK needs it).

@@ -70,6 +70,7 @@ GateInputs load_gate_inputs(const GateOptions& opt) {
 Selection select_windows(const GateOptions& opt, const kernels::RouteTable& table, const WindowFilter& filter,
                          const kernels::LoadOptions& lo) {
   Selection sel;
+  size_t skipped_selected = 0;  // --base: windows the filter selects that are unchanged (skipped, not an error)
   if (!opt.base_path.empty()) {
     const kernels::RouteTable base = kernels::load_route_table(opt.base_path, lo);
     sel.base_sha256 = base.sha256;
@@ -98,6 +99,7 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
       const bool same = old && old->variant == r.variant && source_unchanged(r, why);
       if (same) {
         sel.skipped.push_back(r.where() + " " + r.describe());
+        if (filter.matches(r) && (!opt.select || opt.select(r))) ++skipped_selected;
       } else if (filter.matches(r) && (!opt.select || opt.select(r))) {
         sel.gated.push_back(&r);
         if (!why.empty()) sel.source_changed.push_back(r.where() + " " + r.describe() + ": " + why);
@@ -113,7 +115,7 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
       else sel.filtered_out.push_back(r.where() + " " + r.describe());
     }
   }
-  if (sel.gated.empty() && (opt.base_path.empty() || !sel.filtered_out.empty()))
+  if (sel.gated.empty() && (opt.base_path.empty() || (!sel.filtered_out.empty() && skipped_selected == 0)))
     throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
                                 std::to_string(table.routes.size()) + " routes of " + opt.table_path);
   return sel;

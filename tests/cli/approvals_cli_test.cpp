@@ -52,6 +52,12 @@ std::string slurp(const std::string& path) {
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + what.size())) ++n;
+  return n;
+}
+
 // A scratch folder holding small.toml and its policy.
 std::string scratch(const std::string& name) {
   const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_cli_" + name + "_" + std::to_string(::getpid());
@@ -271,6 +277,32 @@ TEST(GateBaseCli, SaysWhyAWindowLikeTheBaseIsGated) {
   EXPECT_TRUE(contains(r.out, "windows  1 gated, 0 skipped (unchanged vs base)")) << r.out;
   EXPECT_TRUE(contains(r.out, "base     gated with the base's bounds and variant: ")) << r.out;
   EXPECT_TRUE(contains(r.out, "no current approval in")) << r.out;
+  // Approved: the window is unchanged vs the base, skipped; with the filter
+  // selecting only it that is no error (nothing to gate, exit 0).
+  ASSERT_EQ(cli("gate " + d + "/small.toml --windows H=256 --approve" + kFast).code, 0);
+  const CliRun again = cli("gate " + d + "/small.toml --base " + d + "/small.toml --windows H=256" + kFast);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "windows  0 gated, 1 skipped (unchanged vs base)")) << again.out;
+  EXPECT_FALSE(contains(again.out, "base     gated")) << again.out;
+  std::filesystem::remove_all(d);
+}
+
+// approvals --seal on one file under two spellings (./F and F): checked and
+// locked once (two flocks of one file would wait forever), and no lock file
+// beside a rejections file, which --seal never writes.
+TEST(ApprovalsCliRejections, OneFileUnderTwoNamesIsCheckedOnce) {
+  const std::string d = scratch("twonames");
+  ASSERT_EQ(cli("gate " + d + "/small.toml --windows H=256 --approve" + kFast).code, 0);
+  const std::string f = d + "/small.approvals.json";
+  const CliRun r = normgate::test::run_normgate_timeout("approvals --seal " + f + " " + d + "/./small.approvals.json", 60);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(occurrences(r.out, "small.approvals.json: 1 records"), 1u) << r.out;
+  const std::string rj = d + "/small.rejections.json";
+  spit(rj, "{\"format\": \"normgate-rejections/1\", \"rejections\": []}\n");
+  const CliRun s = normgate::test::run_normgate_timeout("approvals --seal " + rj + " " + d + "/./small.rejections.json", 60);
+  EXPECT_EQ(s.code, 0) << s.out;
+  EXPECT_EQ(occurrences(s.out, "0 rejection records"), 1u) << s.out;
+  EXPECT_FALSE(std::filesystem::exists(rj + ".lock"));
   std::filesystem::remove_all(d);
 }
 
