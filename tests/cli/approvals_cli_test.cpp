@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/routing/rejections.h"
+#include "util/rejection_fixture.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
 
 namespace {
@@ -217,26 +218,7 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
 // writes nothing.
 TEST(ApprovalsCliRejections, ChecksRejectionsFiles) {
   namespace k = normgate::kernels;
-  k::Rejection r;
-  r.op = k::Op::bwd;
-  r.mode = k::Mode::det;
-  r.H = 64;
-  r.w = normgate::WDtype::bf16;
-  r.form = normgate::Form::plain;
-  r.t_lo = 2;
-  r.t_hi = 8;
-  r.gated_lo = 1;
-  r.gated_hi = 600;
-  r.variant = "bwd_fp32_blocked";
-  r.source_sha256 = std::string(k::find_variant("bwd_fp32_blocked")->source_sha256);
-  r.backend = "cpu-model";
-  r.gpu = "cpu-model";
-  r.worst_case = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=1";
-  r.worst_err_tol = 3.5;
-  r.worst_output = "dw";
-  r.date = "2026-12-01T03:03:23Z";
-  r.normgate_commit = "7f3941123e32";
-  r.normgate_version = "0.2.0";
+  const k::Rejection r = normgate::test::valid_rejection();
   k::Rejections rs;
   rs.records = {r, r};
   rs.records[1].t_lo = 9;

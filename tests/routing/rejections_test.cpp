@@ -4,6 +4,8 @@
 // keeping the records on disk and adding no duplicate claim.
 #include <gtest/gtest.h>
 
+#include "util/rejection_fixture.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,29 +24,7 @@ namespace normgate::kernels {
 namespace {
 
 // A valid record, as derive writes one.
-Rejection good() {
-  Rejection r;
-  r.op = Op::bwd;
-  r.mode = Mode::det;
-  r.H = 64;
-  r.w = WDtype::bf16;
-  r.form = Form::plain;
-  r.t_lo = 2;
-  r.t_hi = 8;
-  r.gated_lo = 1;
-  r.gated_hi = 600;
-  r.variant = "bwd_fp32_blocked";
-  r.source_sha256 = std::string(find_variant("bwd_fp32_blocked")->source_sha256);
-  r.backend = "cpu-model";
-  r.gpu = "cpu-model";
-  r.worst_case = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=1";
-  r.worst_err_tol = 3.5;
-  r.worst_output = "dw";
-  r.date = "2026-12-01T03:03:23Z";
-  r.normgate_commit = "7f3941123e32";
-  r.normgate_version = "0.2.0";
-  return r;
-}
+Rejection good() { return test::valid_rejection(); }
 
 std::string dir() {
   const std::string d = std::string(NORMGATE_BINARY_DIR) + "/rejections_test_" + std::to_string(::getpid());
