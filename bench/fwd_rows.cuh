@@ -15,6 +15,20 @@
 // keeps two rows per program (forward.md, "Tried and rejected": two-pass L2
 // forward). Results: docs/perf/forward.md#open-leads (R rows per team).
 // Vector path only (H % 8 == 0, 16-byte aligned rows), plain rows.
+//
+// Three more knobs (kernels_bench --fwd-rows R:S:B:F), for the issue-bound
+// forward (docs/perf/forward.md, "Current numbers": ours issues 1.37x TC's
+// instructions at 75% occupancy where TC runs 100%):
+//  S  column groups of 8 per thread (0: plan.h's row_geometry), the team
+//     then roundup(ceil(H/8/S), 32): more columns per thread amortize the
+//     per-row work (butterfly, barriers, rstd) over more elements. Another S
+//     sums the row in another order, so msq (and, rarely, rstd) may differ.
+//  B  __launch_bounds__(512, B) (0: none): B = 4 caps the kernel at 32
+//     registers, 100% occupancy at 2048 threads per SM.
+//  F  1: the sum of squares in FP32 per thread (one binary64 conversion per
+//     thread and row instead of one per element), a bound on what the
+//     per-element binary64 arithmetic costs; its rstd is not the correctly
+//     rounded one, so rows differ by design.
 #pragma once
 
 #include "device_blocks.cuh"
@@ -25,8 +39,8 @@ namespace fwdrows {
 
 using normgate::kernels::dev::Group8;
 
-template <int kRows, int kSlots, class WT>
-__global__ void __launch_bounds__(512) fwd_rows_kernel(const __nv_bfloat16* __restrict__ x, const WT* __restrict__ w,
+template <int kRows, int kSlots, int kMinB, int kF32, class WT>
+__global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(const __nv_bfloat16* __restrict__ x, const WT* __restrict__ w,
                                                        __nv_bfloat16* __restrict__ y, float* __restrict__ rstd,
                                                        double* __restrict__ msq, int64_t T, int H, int team,
                                                        double inv_h, double eps) {
@@ -55,8 +69,20 @@ __global__ void __launch_bounds__(512) fwd_rows_kernel(const __nv_bfloat16* __re
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
     double ss = 0.0;
+    if constexpr (kF32 != 0) {
+      float s32 = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) ss = dv::add_squares(cur[q][k], ss);
+      for (int k = 0; k < kSlots; ++k)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float v = dv::group_at(cur[q][k], e);
+          s32 = __fmaf_rn(v, v, s32);
+        }
+      ss = static_cast<double>(s32);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) ss = dv::add_squares(cur[q][k], ss);
+    }
     tot[q] = dv::team_sum_publish(ss, red[q]);
   }
   float rs[kRows];
@@ -98,18 +124,41 @@ __global__ void __launch_bounds__(512) fwd_rows_kernel(const __nv_bfloat16* __re
   }
 }
 
-/// Launch on stream s for [T, H] contiguous rows (H % 8 == 0, 8 <= H <= 16384
-/// with one or two slots, i.e. plan.h teams of at most 1024 threads in one
-/// CTA), rows_per_team 2 or 4 (4 only with one slot). Returns false (nothing
-/// launched) for a shape or R it does not cover.
+/// One experiment setting (kernels_bench --fwd-rows R:S:B:F; see the file comment).
+struct RowsSetting {
+  int rows = 2;   ///< R: rows per team
+  int slots = 0;  ///< S: groups of 8 per thread (0: plan.h's)
+  int min_b = 0;  ///< B: __launch_bounds__ minimum blocks (0: none)
+  int f32 = 0;    ///< F: 1 = FP32 sum of squares per thread
+};
+
+/// The settings this file instantiates, as "R:S:B:F" (kernels_bench checks
+/// --fwd-rows against it).
+inline const char* const kRowsSettings[] = {"1:0:0:0", "1:1:0:0", "1:2:0:0", "1:4:0:0", "2:0:0:0", "2:1:0:0",
+                                            "2:2:0:0", "2:4:0:0", "4:0:0:0", "4:1:0:0", "4:2:0:0", "1:1:4:0",
+                                            "1:2:4:0", "2:1:4:0", "1:0:0:1", "1:2:0:1", "1:4:0:1", "2:2:0:1"};
+
+template <int R, int S, int B, int F, class WT>
+void launch_rows_kernel(unsigned g, int block, const __nv_bfloat16* x, const WT* w, __nv_bfloat16* y, float* rstd,
+                        double* msq, int64_t T, int H, int team, double inv_h, double eps, cudaStream_t s) {
+  fwd_rows_kernel<R, S, B, F, WT><<<g, block, 0, s>>>(x, w, y, rstd, msq, T, H, team, inv_h, eps);
+}
+
+/// Launch on stream s for [T, H] contiguous rows (H % 8 == 0, a team of at
+/// most 512 threads) with setting st (one of kRowsSettings, S resolved).
+/// Returns false (nothing launched) for a shape or setting it does not cover.
 template <class WT>
-bool launch_fwd_rows(int rows_per_team, const uint16_t* x, const void* w, uint16_t* y, float* rstd, double* msq,
+bool launch_fwd_rows(RowsSetting st, const uint16_t* x, const void* w, uint16_t* y, float* rstd, double* msq,
                      int64_t T, int H, float eps, cudaStream_t s) {
   const normgate::kernels::RowGeometry geo = normgate::kernels::row_geometry(H);
-  if (H % 8 != 0 || geo.team > 512) return false;
-  const int teams = geo.team >= 256 ? 1 : 256 / geo.team;
-  const int block = geo.team * teams;
-  const int64_t per_cta = static_cast<int64_t>(teams) * rows_per_team;
+  if (H % 8 != 0) return false;
+  const int slots = st.slots == 0 ? geo.slots : st.slots;
+  const int nvec = H / 8;
+  const int team = st.slots == 0 ? geo.team : ((nvec + slots - 1) / slots + 31) / 32 * 32;
+  if (team > 512 || (slots > 1 && team * (slots - 1) >= nvec)) return false;  // no empty slot
+  const int teams = team >= 256 ? 1 : 256 / team;
+  const int block = team * teams;
+  const int64_t per_cta = static_cast<int64_t>(teams) * st.rows;
   const int64_t ctas = (T + per_cta - 1) / per_cta;
   if (ctas == 0) return true;
   if (ctas > 0x7FFFFFFF) return false;
@@ -118,15 +167,31 @@ bool launch_fwd_rows(int rows_per_team, const uint16_t* x, const void* w, uint16
   auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
   const double inv_h = 1.0 / static_cast<double>(H), e64 = static_cast<double>(eps);
   const unsigned g = static_cast<unsigned>(ctas);
-  if (rows_per_team == 2 && geo.slots == 1)
-    fwd_rows_kernel<2, 1, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
-  else if (rows_per_team == 2 && geo.slots == 2)
-    fwd_rows_kernel<2, 2, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
-  else if (rows_per_team == 4 && geo.slots == 1)
-    fwd_rows_kernel<4, 1, WT><<<g, block, 0, s>>>(xb, wt, yb, rstd, msq, T, H, geo.team, inv_h, e64);
-  else
-    return false;
-  return true;
+  const int key = st.rows * 1000 + slots * 100 + st.min_b * 10 + st.f32;
+  switch (key) {
+#define NG_ROWS_CASE(R, S, B, F) \
+  case R * 1000 + S * 100 + B * 10 + F: \
+    launch_rows_kernel<R, S, B, F, WT>(g, block, xb, wt, yb, rstd, msq, T, H, team, inv_h, e64, s); \
+    return true;
+    NG_ROWS_CASE(1, 1, 0, 0)
+    NG_ROWS_CASE(1, 2, 0, 0)
+    NG_ROWS_CASE(1, 4, 0, 0)
+    NG_ROWS_CASE(2, 1, 0, 0)
+    NG_ROWS_CASE(2, 2, 0, 0)
+    NG_ROWS_CASE(2, 4, 0, 0)
+    NG_ROWS_CASE(4, 1, 0, 0)
+    NG_ROWS_CASE(4, 2, 0, 0)
+    NG_ROWS_CASE(1, 1, 4, 0)
+    NG_ROWS_CASE(1, 2, 4, 0)
+    NG_ROWS_CASE(2, 1, 4, 0)
+    NG_ROWS_CASE(1, 1, 0, 1)
+    NG_ROWS_CASE(1, 2, 0, 1)
+    NG_ROWS_CASE(1, 4, 0, 1)
+    NG_ROWS_CASE(2, 2, 0, 1)
+#undef NG_ROWS_CASE
+    default:
+      return false;
+  }
 }
 
 }  // namespace fwdrows

@@ -160,7 +160,7 @@ int main(int argc, char** argv) try {
   bool heads = false;  // also time the per-head forms at H = 256 (heads4 contiguous, heads24 strided)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
-  std::vector<int> fwd_rows;   // also time bench/fwd_rows.cuh with these rows per team (--fwd-rows 2,4)
+  std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
   std::vector<std::pair<int, int>> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R,...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
@@ -178,9 +178,10 @@ int main(int argc, char** argv) try {
           "heads4 ([T/4, 4, 256], contiguous) and heads24 ([T/24, 24, 256] as the q part of a packed qkv row of\n"
           "(24+8+8)*256); --copy-variants adds copy kernels that differ from the reference copy in\n"
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
-          "counts the rows where its rstd or y differs from the forward's; --fwd-rows R adds bench/fwd_rows.cuh's\n"
-          "simple forward with R rows per team (2 or 4; plain rows, H % 8 == 0, teams <= 512) and counts the\n"
-          "rows where its rstd, msq or y differs. --fwd-narrow L:R adds bench/fwd_narrow.cuh's forward for rows of 256\n"
+          "counts the rows where its rstd or y differs from the forward's; --fwd-rows R or R:S:B:F adds bench/fwd_rows.cuh's\n"
+          "simple forward with R rows per team, S groups of 8 per thread, launch bound B, FP32 sum F (file comment;\n"
+          "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
+          "those, where rstd or y does). --fwd-narrow L:R adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4) on plain H = 256 and, with --heads, on\n"
           "the per-head views, counting the rows that differ from the routed forward. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
@@ -201,13 +202,20 @@ int main(int argc, char** argv) try {
       fwd_exp = true;
     } else if (a == "--fwd-rows" && i + 1 < argc) {
       const std::string v = argv[++i];
-      for (const std::string& tok : comma_items(v)) {
-        if (tok != "2" && tok != "4") {
-          std::fprintf(stderr, "kernels_bench: bad --fwd-rows '%s': rows per team are 2 or 4, comma-separated\n",
-                       v.c_str());
+      for (std::string tok : comma_items(v)) {
+        if (tok == "2" || tok == "4") tok += ":0:0:0";  // R alone: plan.h's slots
+        bool known = false;
+        for (const char* k : fwdrows::kRowsSettings) known = known || tok == k;
+        if (!known) {
+          std::string list;
+          for (const char* k : fwdrows::kRowsSettings) list += std::string(list.empty() ? "" : ", ") + k;
+          std::fprintf(stderr, "kernels_bench: bad --fwd-rows item '%s' in '%s': R (2 or 4) or R:S:B:F, one of %s\n",
+                       tok.c_str(), v.c_str(), list.c_str());
           return 2;
         }
-        fwd_rows.push_back(std::atoi(tok.c_str()));
+        fwdrows::RowsSetting st;
+        std::sscanf(tok.c_str(), "%d:%d:%d:%d", &st.rows, &st.slots, &st.min_b, &st.f32);
+        fwd_rows.push_back(st);
       }
     } else if (a == "--fwd-narrow" && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -405,7 +413,7 @@ int main(int argc, char** argv) try {
           time_row(wname, "fwd res " + std::string(fwd.name) + dtag, res_bytes,
                    [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, fr, s); });
           for (const auto& v : nk::variants())  // the other forward variants (pipeline knobs do not apply)
-            if (v.op == nk::Op::fwd && &v != &fwd && depth.fwd == depths.front().fwd)
+            if (v.op == nk::Op::fwd && &v != &fwd && v.supports_h(H) && depth.fwd == depths.front().fwd)
               time_row(wname, "fwd res " + std::string(v.name), res_bytes,
                        [&](nk::Stream s) { nk::rmsnorm_fwd(v, fr, s); });
         }
@@ -413,7 +421,7 @@ int main(int argc, char** argv) try {
         // rewrite fa's y, rstd, msq with what the default wrote; pipeline
         // knobs do not apply to them, so once per shape).
         for (const auto& v : nk::variants())
-          if (v.op == nk::Op::fwd && &v != &fwd && depth.fwd == depths.front().fwd)
+          if (v.op == nk::Op::fwd && &v != &fwd && v.supports_h(H) && depth.fwd == depths.front().fwd)
             time_row(wname, "fwd " + std::string(v.name), fwd_bytes, [&](nk::Stream s) { nk::rmsnorm_fwd(v, fa, s); });
         rows.push_back({shape, wname, "fwd " + std::string(fwd.name) + dtag,
                         ft.median_ms * 1e3, ft.min_ms * 1e3, fg, fg / copy_gbps});
@@ -438,7 +446,16 @@ int main(int argc, char** argv) try {
           const int64_t differ = rows_differ(fa.y, ye.p, 2 * static_cast<size_t>(n), fa.rstd, static_cast<float*>(re.p), fa.msq,
                                              static_cast<double*>(me.p), T, H, with_msq,
                                              [&](int64_t r) { return static_cast<size_t>(r * H); });
-          time_row(wname, label + " (" + std::to_string(differ) + " rows differ)", fwd_bytes,
+          // Of those, the rows whose rstd or y differs (msq alone follows the sum's order).
+          const int64_t differ_ry =
+              with_msq ? rows_differ(fa.y, ye.p, 2 * static_cast<size_t>(n), fa.rstd, static_cast<float*>(re.p),
+                                     fa.msq, static_cast<double*>(me.p), T, H, false,
+                                     [&](int64_t r) { return static_cast<size_t>(r * H); })
+                       : differ;
+          time_row(wname,
+                   label + " (" + std::to_string(differ) + " rows differ, " + std::to_string(differ_ry) +
+                       " in rstd or y)",
+                   fwd_bytes,
                    [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
         };
         if (fwd_exp && H % 8 == 0 && depth.fwd == depths.front().fwd) {
@@ -450,16 +467,16 @@ int main(int argc, char** argv) try {
             return true;
           });
         }
-        for (const int R : fwd_rows) {
+        for (const fwdrows::RowsSetting& R : fwd_rows) {
           if (H % 8 != 0 || depth.fwd != depths.front().fwd) break;
-          experiment("fwd rows x" + std::to_string(R) + " experiment", true,
-                     [&](cudaStream_t st, uint16_t* ye, float* re, double* me) {
-                       return wd == WDtype::bf16
-                                  ? fwdrows::launch_fwd_rows<__nv_bfloat16>(R, ib.x, w.p, ye, re, me, T,
-                                                                            static_cast<int>(H), fa.eps, st)
-                                  : fwdrows::launch_fwd_rows<float>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H),
-                                                                    fa.eps, st);
-                     });
+          const std::string tag = std::to_string(R.rows) + ":" + std::to_string(R.slots) + ":" +
+                                  std::to_string(R.min_b) + ":" + std::to_string(R.f32);
+          experiment("fwd rows " + tag + " experiment", true, [&](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+            return wd == WDtype::bf16
+                       ? fwdrows::launch_fwd_rows<__nv_bfloat16>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H),
+                                                                 fa.eps, st)
+                       : fwdrows::launch_fwd_rows<float>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H), fa.eps, st);
+          });
         }
         for (const auto& [L, R] : fwd_narrow) {
           if (H != 256 || depth.fwd != depths.front().fwd) break;
@@ -537,7 +554,7 @@ int main(int argc, char** argv) try {
           time_row(wname, "fwd " + tag + std::string(fwd.name), hf_bytes,
                    [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); });
           for (const auto& v : nk::variants())
-            if (v.op == nk::Op::fwd && &v != &fwd)
+            if (v.op == nk::Op::fwd && &v != &fwd && v.supports_h(H))
               time_row(wname, "fwd " + tag + std::string(v.name), hf_bytes,
                        [&](nk::Stream s) { nk::rmsnorm_fwd(v, hf, s); });
           // bench/fwd_narrow.cuh on the view, into its own buffers (poisoned),
