@@ -23,6 +23,8 @@ constexpr uint8_t kRes = 1u << static_cast<int>(Form::res);
 constexpr uint8_t kHeads = (1u << static_cast<int>(Form::heads24)) | (1u << static_cast<int>(Form::heads4));
 // Plain rows and the per-head views (no fused residual).
 constexpr uint8_t kRows = (1u << static_cast<int>(Form::plain)) | kHeads;
+// Plain rows and the fused residual form (no per-head views).
+constexpr uint8_t kPlainRes = (1u << static_cast<int>(Form::plain)) | kRes;
 
 // A model-only negative control (registry.h): backward, det, never routable.
 constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_min, uint8_t forms,
@@ -32,7 +34,7 @@ constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_m
                  false, true, source_of_class};
 }
 
-const std::array<Variant, 19> kVariants = {{
+const std::array<Variant, 20> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -90,6 +92,9 @@ const std::array<Variant, 19> kVariants = {{
     {VariantId::fwd_narrow, "fwd_narrow", Op::fwd, Mode::det, 256, 256, kBothW, kRows, false,
      "forward for rows of 256 (plain and per-head): 16 lanes a row, two rows side by side in a warp and two a lane, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
      hashes::fwd_narrow_files, hashes::fwd_narrow_sha256},
+    {VariantId::fwd_wide, "fwd_wide", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlainRes, false,
+     "forward, plain rows and form res: up to 32 columns a thread (teams of H/32), one row a team, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
+     hashes::fwd_wide_files, hashes::fwd_wide_sha256},
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in

@@ -31,6 +31,7 @@ TEST(ForwardImpl, ExpandAcceptsForwardVariantsAndAllAppendsThem) {
     if (v.op == nk::Op::bwd) want.emplace_back(v.name);
   want.emplace_back("fwd_multirow");
   want.emplace_back("fwd_narrow");
+  want.emplace_back("fwd_wide");
   EXPECT_EQ(all, want);
   EXPECT_EQ(std::count(all.begin(), all.end(), "fwd_rowwise"), 0);
   try {

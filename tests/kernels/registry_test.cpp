@@ -11,6 +11,7 @@
 
 #include "normgate/kernels/multirow.h"
 #include "normgate/kernels/plan.h"
+#include "normgate/kernels/wide.h"
 #include "normgate/seeds/generate.h"
 
 namespace normgate::kernels {
@@ -46,7 +47,7 @@ TEST(Registry, HasTheVariantsInIdOrder) {
       {"ctl_bf16_partials", 4}, {"bwd_det_onepass", 5}, {"bwd_fp32_blocked", 6},  {"fwd_multirow", 7},
       {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
       {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
-      {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}};
+      {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}, {"fwd_wide", 19}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -129,8 +130,11 @@ TEST(Registry, OpsModesAndControls) {
 TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
   for (const Variant& v : variants()) {
     // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their
-    // forms); fwd_narrow is a forward for rows of 256 (its own test below).
-    if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow) continue;
+    // forms); fwd_narrow is a forward for rows of 256, fwd_wide one for plain rows and form res (their own
+    // tests below).
+    if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow ||
+        v.id == VariantId::fwd_wide)
+      continue;
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
     EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385)) << v.name;
@@ -155,6 +159,45 @@ TEST(Registry, FwdNarrowTakesRowsOf256) {
   EXPECT_FALSE(n.supports(Form::res));
   EXPECT_NE(&default_fwd(), &n);
   EXPECT_NE(std::string(n.sources).find("src/fwd_narrow.cu"), std::string::npos);
+}
+
+// fwd_wide: a deterministic forward for plain rows and form res over the
+// full H range, both weight dtypes, not the per-head views, not the default;
+// its geometry (wide.h): teams of roundup(ceil(H/32), 32), up to four groups
+// of 8 a thread, every column covered once, no thread's last group empty
+// but where the rounding of the team leaves it so (H = 264: 33 groups on 32
+// threads of two slots).
+TEST(Registry, FwdWideAndItsGeometry) {
+  const Variant& v = variant("fwd_wide");
+  EXPECT_EQ(v.op, Op::fwd);
+  EXPECT_EQ(v.mode, Mode::det);
+  EXPECT_FALSE(v.control);
+  EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385));
+  EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32));
+  EXPECT_TRUE(v.supports(Form::plain) && v.supports(Form::res));
+  EXPECT_FALSE(v.supports(Form::heads24) || v.supports(Form::heads4));
+  EXPECT_NE(&default_fwd(), &v);
+  EXPECT_NE(std::string(v.sources).find("src/fwd_wide.cu"), std::string::npos);
+  EXPECT_NE(std::string(v.sources).find("include/normgate/kernels/wide.h"), std::string::npos);
+  // fwd_rowwise's hashed files do not include the new ones (its approvals stay current).
+  EXPECT_EQ(std::string(default_fwd().sources).find("wide"), std::string::npos);
+  struct Want {
+    int64_t H;
+    int team, slots, teams;
+  };
+  for (const Want& w : {Want{1, 32, 1, 8}, Want{8, 32, 1, 8}, Want{256, 32, 1, 8}, Want{264, 32, 2, 8},
+                        Want{1024, 32, 4, 8}, Want{1032, 64, 3, 4}, Want{1536, 64, 3, 4}, Want{2048, 64, 4, 4},
+                        Want{4096, 128, 4, 2}, Want{5120, 160, 4, 1}, Want{6144, 192, 4, 1},
+                        Want{8192, 256, 4, 1}, Want{16384, 512, 4, 1}, Want{16383, 512, 4, 1}}) {
+    const RowGeometry g = fwd_wide_geometry(w.H);
+    EXPECT_EQ(g.team, w.team) << "H = " << w.H;
+    EXPECT_EQ(g.slots, w.slots) << "H = " << w.H;
+    EXPECT_EQ(fwd_wide_teams(w.H), w.teams) << "H = " << w.H;
+    const int64_t nvec = (w.H + 7) / 8;
+    EXPECT_GE(static_cast<int64_t>(g.team) * g.slots, nvec) << "H = " << w.H;        // every group has a thread
+    EXPECT_LT(static_cast<int64_t>(g.team) * (g.slots - 1), nvec) << "H = " << w.H;  // the last slot is used
+    EXPECT_LE(g.slots, kWideMaxSlots) << "H = " << w.H;
+  }
 }
 
 TEST(Registry, UnknownNameThrowsNamingIt) {

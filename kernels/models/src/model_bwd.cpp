@@ -229,6 +229,7 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
     case VariantId::fwd_rowwise:
     case VariantId::fwd_multirow:
     case VariantId::fwd_narrow:
+    case VariantId::fwd_wide:
       detail::model_bad(v, "not a backward variant");
   }
   return out;

@@ -242,6 +242,34 @@ TEST(Models, FwdNarrowSumsInItsOwnOrder) {
   }
 }
 
+// fwd_wide's model sums a row in wide.h's geometry: at H = 2048 thread t of
+// a team of 64 holds columns 8(64k + t) .. +7 for k = 0..3, where
+// fwd_rowwise's thread t of 256 holds 8t .. 8t+7 alone. Row 0 has x[0] = 1
+// and x[512..514] = 2^-27 (squares 2^-54): fwd_wide's thread 0 adds them to
+// 1 one at a time (each lost): ss = 1; fwd_rowwise's thread 64 first sums
+// them to 1.5 * 2^-53, which rounds 1 up in the team sum: ss = 1 + 2^-52.
+// Row 1 (nothing rounds) is equal. The form res path of the model runs the
+// same sum on h_new.
+TEST(Models, FwdWideSumsInItsOwnOrder) {
+  const int64_t H = 2048;
+  std::vector<uint16_t> x(2 * H, 0);
+  x[0] = bf16_from_float(1.0f);
+  for (int j = 512; j <= 514; ++j) x[static_cast<size_t>(j)] = bf16_from_float(std::ldexp(1.0f, -27));
+  for (int64_t j = 0; j < H; ++j) x[static_cast<size_t>(H + j)] = bf16_from_float(static_cast<float>(j % 7) - 3.0f);
+  std::vector<uint16_t> w(H, bf16_from_float(1.0f));
+  const WeightView wv{WDtype::bf16, w.data(), H};
+  const auto xv = RowView<uint16_t>::plain(x.data(), 2, H);
+  const FwdResult n = model_fwd(variant("fwd_wide"), xv, wv, kEps, 1);
+  const FwdResult r = model_fwd(default_fwd(), xv, wv, kEps, 1);
+  const double inv_h = 1.0 / 2048.0, e = static_cast<double>(kEps);
+  EXPECT_EQ(n.msq[0], std::fma(1.0, inv_h, e));
+  EXPECT_EQ(r.msq[0], std::fma(1.0 + std::ldexp(1.0, -52), inv_h, e));
+  EXPECT_NE(n.msq[0], r.msq[0]);
+  EXPECT_EQ(n.msq[1], r.msq[1]);
+  EXPECT_EQ(n.rstd[1], r.rstd[1]);
+  EXPECT_EQ(n.y, r.y);  // the rstd of row 0 is the same FP32 value either way
+}
+
 // The forward's msq (binary64 m per row) handed to the backward removes the
 // FP32 rstd's rounding from dw (rstd.h rstd_refined): against the exact dw
 // (long double, rstd = 1/sqrt(mean x^2 + eps) of the exact row sums), the

@@ -15,6 +15,9 @@
 //   fwd_narrow          forward for rows of H = 256 (plain, heads4, heads24):
 //                       16 lanes a row, two rows a warp and two a lane, its
 //                       own order of the binary64 sum (fwd_narrow.cu)
+//   fwd_wide            forward, plain rows and form res: up to 32 columns a
+//                       thread (teams of H/32, wide.h), one row a team, its
+//                       own order of the binary64 sum (fwd_wide.cu)
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
@@ -109,6 +112,7 @@ enum class VariantId : uint8_t {
   ctl_heads_shared_stats = 16,
   ctl_heads_dw_mixed = 17,
   fwd_narrow = 18,
+  fwd_wide = 19,
   // 128..255: external variants, in registration order (never a built-in).
 };
 
