@@ -213,25 +213,36 @@ TEST(Models, ZeroRowsGiveZeroDw) {
 // one at a time (each lost): ss = 1; fwd_rowwise's lane 16 first sums them
 // to 1.5 * 2^-53, which then rounds 1 up: ss = 1 + 2^-52. msq = fma(ss,
 // 1/256, eps) shows the difference; row 1 (nothing rounds) is equal.
-TEST(Models, FwdNarrowSumsInItsOwnOrder) {
-  const int64_t H = 256;
+// Row 0 of two rows of H: x[0] = 1 and x[tiny..tiny+2] = 2^-27 (squares
+// 2^-54, each under half an ulp of 1), where the forward variant v adds the
+// three to 1 one at a time (each lost: ss = 1) and fwd_rowwise first sums
+// them in another thread (1.5 * 2^-53, which rounds 1 up: ss = 1 + 2^-52);
+// row 1 (nothing rounds) is equal. Checks both models' msq against those
+// values and that rstd and y agree.
+void expect_own_sum_order(const char* v, int64_t H, int tiny) {
   std::vector<uint16_t> x(2 * H, 0);
   x[0] = bf16_from_float(1.0f);
-  for (int j = 128; j <= 130; ++j) x[static_cast<size_t>(j)] = bf16_from_float(std::ldexp(1.0f, -27));
+  for (int j = tiny; j <= tiny + 2; ++j) x[static_cast<size_t>(j)] = bf16_from_float(std::ldexp(1.0f, -27));
   for (int64_t j = 0; j < H; ++j) x[static_cast<size_t>(H + j)] = bf16_from_float(static_cast<float>(j % 7) - 3.0f);
   std::vector<uint16_t> w(H, bf16_from_float(1.0f));
   const WeightView wv{WDtype::bf16, w.data(), H};
   const auto xv = RowView<uint16_t>::plain(x.data(), 2, H);
-  const FwdResult n = model_fwd(variant("fwd_narrow"), xv, wv, kEps, 1);
+  const FwdResult n = model_fwd(variant(v), xv, wv, kEps, 1);
   const FwdResult r = model_fwd(default_fwd(), xv, wv, kEps, 1);
-  const double inv_h = 1.0 / 256.0, e = static_cast<double>(kEps);
-  EXPECT_EQ(n.msq[0], std::fma(1.0, inv_h, e));
-  EXPECT_EQ(r.msq[0], std::fma(1.0 + std::ldexp(1.0, -52), inv_h, e));
-  EXPECT_NE(n.msq[0], r.msq[0]);
-  EXPECT_EQ(n.msq[1], r.msq[1]);
-  EXPECT_EQ(n.rstd[1], r.rstd[1]);
-  EXPECT_EQ(n.y, r.y);  // the rstd of row 0 is the same FP32 value either way
+  const double inv_h = 1.0 / static_cast<double>(H), e = static_cast<double>(kEps);
+  EXPECT_EQ(n.msq[0], std::fma(1.0, inv_h, e)) << v;
+  EXPECT_EQ(r.msq[0], std::fma(1.0 + std::ldexp(1.0, -52), inv_h, e)) << v;
+  EXPECT_NE(n.msq[0], r.msq[0]) << v;
+  EXPECT_EQ(n.msq[1], r.msq[1]) << v;
+  EXPECT_EQ(n.rstd[1], r.rstd[1]) << v;
+  EXPECT_EQ(n.y, r.y) << v;  // the rstd of row 0 is the same FP32 value either way
+}
+
+TEST(Models, FwdNarrowSumsInItsOwnOrder) {
+  const int64_t H = 256;
+  expect_own_sum_order("fwd_narrow", H, 128);
   // H other than 256 is refused, naming the variant.
+  std::vector<uint16_t> x(2 * H, 0);
   const auto wide = RowView<uint16_t>::plain(x.data(), 1, 2 * H);
   std::vector<uint16_t> w2(2 * H, bf16_from_float(1.0f));
   try {
@@ -250,25 +261,7 @@ TEST(Models, FwdNarrowSumsInItsOwnOrder) {
 // them to 1.5 * 2^-53, which rounds 1 up in the team sum: ss = 1 + 2^-52.
 // Row 1 (nothing rounds) is equal. The form res path of the model runs the
 // same sum on h_new.
-TEST(Models, FwdWideSumsInItsOwnOrder) {
-  const int64_t H = 2048;
-  std::vector<uint16_t> x(2 * H, 0);
-  x[0] = bf16_from_float(1.0f);
-  for (int j = 512; j <= 514; ++j) x[static_cast<size_t>(j)] = bf16_from_float(std::ldexp(1.0f, -27));
-  for (int64_t j = 0; j < H; ++j) x[static_cast<size_t>(H + j)] = bf16_from_float(static_cast<float>(j % 7) - 3.0f);
-  std::vector<uint16_t> w(H, bf16_from_float(1.0f));
-  const WeightView wv{WDtype::bf16, w.data(), H};
-  const auto xv = RowView<uint16_t>::plain(x.data(), 2, H);
-  const FwdResult n = model_fwd(variant("fwd_wide"), xv, wv, kEps, 1);
-  const FwdResult r = model_fwd(default_fwd(), xv, wv, kEps, 1);
-  const double inv_h = 1.0 / 2048.0, e = static_cast<double>(kEps);
-  EXPECT_EQ(n.msq[0], std::fma(1.0, inv_h, e));
-  EXPECT_EQ(r.msq[0], std::fma(1.0 + std::ldexp(1.0, -52), inv_h, e));
-  EXPECT_NE(n.msq[0], r.msq[0]);
-  EXPECT_EQ(n.msq[1], r.msq[1]);
-  EXPECT_EQ(n.rstd[1], r.rstd[1]);
-  EXPECT_EQ(n.y, r.y);  // the rstd of row 0 is the same FP32 value either way
-}
+TEST(Models, FwdWideSumsInItsOwnOrder) { expect_own_sum_order("fwd_wide", 2048, 512); }
 
 // The forward's msq (binary64 m per row) handed to the backward removes the
 // FP32 rstd's rounding from dw (rstd.h rstd_refined): against the exact dw
