@@ -126,10 +126,11 @@ std::vector<std::string> comma_items(const std::string& v) {
 
 /// Rows whose rstd, msq (when with_msq) or y differ bitwise between two
 /// forward runs on the device: a (rstd ra, msq ma, y ya) and b; `ybytes`
-/// bytes of y each, row r's H elements at element offset row_at(r).
+/// bytes of y each, row r's H elements at element offset row_at(r). When
+/// ry is given, *ry gets the rows of those whose rstd or y differs.
 template <class RowAt>
 int64_t rows_differ(const void* ya, const void* yb, size_t ybytes, const float* ra, const float* rb, const double* ma,
-                    const double* mb, int64_t rows, int64_t H, bool with_msq, RowAt row_at) {
+                    const double* mb, int64_t rows, int64_t H, bool with_msq, RowAt row_at, int64_t* ry = nullptr) {
   std::vector<uint16_t> ha(ybytes / 2), hb(ybytes / 2);
   std::vector<float> fa(static_cast<size_t>(rows)), fb(static_cast<size_t>(rows));
   std::vector<double> da(static_cast<size_t>(rows)), db(static_cast<size_t>(rows));
@@ -141,12 +142,15 @@ int64_t rows_differ(const void* ya, const void* yb, size_t ybytes, const float* 
     CK(cudaMemcpy(da.data(), ma, 8 * rows, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(db.data(), mb, 8 * rows, cudaMemcpyDeviceToHost));
   }
-  int64_t n = 0;
+  int64_t n = 0, n_ry = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const size_t i = static_cast<size_t>(r), at = row_at(r);
-    n += std::memcmp(&fa[i], &fb[i], 4) != 0 || (with_msq && std::memcmp(&da[i], &db[i], 8) != 0) ||
-         std::memcmp(ha.data() + at, hb.data() + at, 2 * static_cast<size_t>(H)) != 0;
+    const bool d_ry = std::memcmp(&fa[i], &fb[i], 4) != 0 ||
+                      std::memcmp(ha.data() + at, hb.data() + at, 2 * static_cast<size_t>(H)) != 0;
+    n_ry += d_ry;
+    n += d_ry || (with_msq && std::memcmp(&da[i], &db[i], 8) != 0);
   }
+  if (ry != nullptr) *ry = n_ry;
   return n;
 }
 }  // namespace
@@ -443,15 +447,10 @@ int main(int argc, char** argv) try {
           if (!go(nullptr)) return;
           nk::rmsnorm_fwd(fwd, fa);  // the forward's own outputs again (the timing loop above rewrote them)
           CK(cudaDeviceSynchronize());
+          int64_t differ_ry = 0;  // of those, the rows whose rstd or y differs (msq alone follows the sum's order)
           const int64_t differ = rows_differ(fa.y, ye.p, 2 * static_cast<size_t>(n), fa.rstd, static_cast<float*>(re.p), fa.msq,
                                              static_cast<double*>(me.p), T, H, with_msq,
-                                             [&](int64_t r) { return static_cast<size_t>(r * H); });
-          // Of those, the rows whose rstd or y differs (msq alone follows the sum's order).
-          const int64_t differ_ry =
-              with_msq ? rows_differ(fa.y, ye.p, 2 * static_cast<size_t>(n), fa.rstd, static_cast<float*>(re.p),
-                                     fa.msq, static_cast<double*>(me.p), T, H, false,
-                                     [&](int64_t r) { return static_cast<size_t>(r * H); })
-                       : differ;
+                                             [&](int64_t r) { return static_cast<size_t>(r * H); }, &differ_ry);
           time_row(wname,
                    label + " (" + std::to_string(differ) + " rows differ, " + std::to_string(differ_ry) +
                        " in rstd or y)",
