@@ -212,6 +212,65 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   std::filesystem::remove_all(d2);
 }
 
+// `normgate approvals FILES --merge-into TARGET` (docs/perf/routes.md D8):
+// a record already there (same digest) is skipped, one of the same window,
+// variant and backend replaces the file's only when it is newer, another
+// variant's is appended; an INVALID record anywhere writes nothing; the
+// target itself, --seal beside it, or a missing target are usage errors.
+TEST_F(ApprovalsCli, MergeInto) {
+  ASSERT_NE(origin_, nullptr);
+  const json a = (*origin_)["approvals"][0];
+  ASSERT_EQ(a["date"].get<std::string>().size(), 20u) << a.dump();  // YYYY-MM-DDTHH:MM:SSZ
+  json newer = a, older = a, other = a;
+  newer["date"] = "2999-01-01T00:00:00Z";
+  newer["cases"] = a["cases"].get<int64_t>() + 7;
+  older["date"] = "2000-01-01T00:00:00Z";
+  other["variant"] = "bwd_det_onepass";  // another slot: appended (its source hash makes it stale, not invalid)
+  const std::string d = scratch("merge");
+  const std::string target = d + "/small.approvals.json";
+  spit(target, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({a})}}.dump(2) + "\n");
+  const std::string src1 = d + "/one.approvals.json", src2 = d + "/two.approvals.json";
+  spit(src1, json{{"format", "normgate-approvals/1"},
+                  {"approvals", json::array({sealed(a), sealed(older), sealed(other)})}}.dump(2) + "\n");
+  spit(src2, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(newer)})}}.dump(2) + "\n");
+  const CliRun m = cli("approvals " + src1 + " " + src2 + " --merge-into " + target);
+  ASSERT_EQ(m.code, 0) << m.out;
+  EXPECT_TRUE(contains(m.out, "1 added, 1 replaced, 1 already there, 1 not newer than the file's")) << m.out;
+  const json got = json::parse(slurp(target));
+  ASSERT_EQ(got["approvals"].size(), 2u) << got.dump(1);
+  EXPECT_EQ(got["approvals"][0]["date"], "2999-01-01T00:00:00Z");  // replaced in place
+  EXPECT_EQ(got["approvals"][0]["cases"], a["cases"].get<int64_t>() + 7);
+  EXPECT_EQ(got["approvals"][0]["record_sha256"], sealed(newer)["record_sha256"]);
+  EXPECT_EQ(got["approvals"][1]["variant"], "bwd_det_onepass");
+  EXPECT_EQ(cli("approvals " + target).code, 0);
+  // Again: nothing changes, the file is not rewritten.
+  const std::string merged = slurp(target);
+  const CliRun again = cli("approvals " + src1 + " " + src2 + " --merge-into " + target);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "0 added, 0 replaced, 2 already there, 2 not newer")) << again.out;
+  EXPECT_EQ(slurp(target), merged);
+  // An INVALID record in a source (a value changed under its seal): refused, nothing written.
+  json tampered = sealed(other);
+  tampered["variant"] = "fwd_rowwise";
+  const std::string bad = d + "/bad.approvals.json";
+  spit(bad, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(a), tampered})}}.dump(2) + "\n");
+  const CliRun refused = cli("approvals " + bad + " --merge-into " + target);
+  EXPECT_EQ(refused.code, 1) << refused.out;
+  EXPECT_TRUE(contains(refused.out, "merge    refused: 1 INVALID or unsealed record")) << refused.out;
+  EXPECT_EQ(slurp(target), merged);
+  // Usage errors, before any work.
+  const CliRun self = cli("approvals " + target + " --merge-into " + target);
+  EXPECT_EQ(self.code, 2) << self.out;
+  EXPECT_TRUE(contains(self.out, "is the --merge-into file itself")) << self.out;
+  const CliRun seal = cli("approvals --seal " + src1 + " --merge-into " + target);
+  EXPECT_EQ(seal.code, 2) << seal.out;
+  const CliRun missing = cli("approvals " + src1 + " --merge-into " + d + "/none.approvals.json");
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_TRUE(contains(missing.out, "none.approvals.json: no such approvals file")) << missing.out;
+  EXPECT_EQ(slurp(target), merged);
+  std::filesystem::remove_all(d);
+}
+
 // `normgate approvals` on a rejections file (told apart by its "format"):
 // every record valid and sealed passes; one changed value (seal kept) makes
 // the file INVALID, named with the record; --seal refuses beside it and
