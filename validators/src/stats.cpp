@@ -2,23 +2,31 @@
 #include "normgate/validators/stats.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "normgate/core/bf16.h"
+#include "scan.h"
 
 namespace normgate::validators {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kMax = std::numeric_limits<double>::max();
+using scan::BinConsts;
+using scan::BlockScan;
+using scan::kBig;
+using scan::kBlock;
+using scan::kDn;
+using scan::kInf;
+using scan::kMax;
+using scan::kTiny;
+using scan::kUp;
 using H = Histogram;
 
 // Log-bin edges e[i] = 10^(kMinDecade + i/kPerDecade), i = 0..kLogBins. The
@@ -52,7 +60,7 @@ const std::array<double, H::kLogBins + 1>& edges() {
 // kBins-2), with the comparison made on r itself; r == 0 uses an extra entry
 // zero_slice (base 0, edge +inf: bin 0).
 struct FastBins {
-  static constexpr int kSubBits = 4;
+  static constexpr int kSubBits = scan::kSubBits;
   int64_t slice0 = 0;      // bits >> (52 - kSubBits) of slice 0's lower end
   int64_t zero_slice = 0;  // the entry for r == 0 (after the last slice)
   double lo_clamp = 0;     // e[0]
@@ -100,11 +108,9 @@ const FastBins& fast_bins() {
 // a sum NaN or inf; finite terms whose sum overflows only send the element to
 // add() as well, which is always exact (the test need only be sufficient).
 // Ratios of finite values over tol > 0 are >= 0, not NaN. fast_element (one
-// element) and scan_block (four at a time) perform the same IEEE operations,
-// so they agree on every element (scan_block's first pass skips fr and br only
-// where their test provably passes, see quiet_factor).
-constexpr double kUp = 1 + 0x1p-50, kDn = 1 - 0x1p-50;  // as certified() (budget.h)
-constexpr int64_t kBlock = 256;                         // elements per scan_block call
+// element) and scan_block (four or eight at a time) perform the same IEEE
+// operations, so they agree on every element (scan_block's first pass skips
+// fr and br only where their test provably passes, see quiet_factor).
 
 struct FastElement {
   bool fast, cert;  // cert: certified() for a fast element (exact == false)
@@ -129,10 +135,12 @@ inline FastElement fast_element(double g, double rf, double b, double id, double
   return e;
 }
 
-// scan_block is compiled three times (AVX-512, AVX2 and the build's baseline)
-// and picked at load time (GCC target_clones), as the oracle's hot loops
-// (oracle/src/eft.h): every clone performs the same IEEE-754 operations, so the
-// same bits (tests/validators/sweep_equiv_test.cpp: against add()).
+// scan_block_clones is compiled three times (AVX-512, AVX2 and the build's
+// baseline) and picked at load time (GCC target_clones), as the oracle's hot
+// loops (oracle/src/eft.h): every clone performs the same IEEE-754 operations,
+// so the same bits (tests/validators/sweep_equiv_test.cpp: against add()).
+// Where the CPU has AVX-512F/DQ/VL, scan_block calls scan_avx512.cpp's eight
+// lanes instead (the same operations again; block_scan_test.cpp).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -145,21 +153,9 @@ typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 typedef uint64_t v4u __attribute__((vector_size(32)));
 
-struct BlockScan {
-  int64_t fast = 0, over = 0, over_certified = 0;
-  double max_forced = 0, max_bound_ratio = 0;  // over the fast elements (0 when none; see scan_block)
-  double max_r = -1;                           // over the fast elements (-1 when none)
-  bool special = false;  // some element is not fast, or fast and not certified
-};
-
 struct ScanAcc {
   v4l fast{}, over{}, overc{}, special{}, loud{};
   v4d mf{}, mb{}, mr{-1, -1, -1, -1};
-};
-
-struct BinConsts {
-  double lo, hi;
-  int64_t slice0, zero_slice;
 };
 
 // The forced and bound ratios fr = ferr/tol and br = |bound|/tol enter the
@@ -173,8 +169,6 @@ struct BinConsts {
 // factor is 0 and only ferr == 0 (fr = 0) passes. Likewise br with
 // max_bound_ratio. With r, M and its bound twin below 2^1020 as well, r + fr +
 // br is finite, so the fast test holds without fr and br.
-constexpr double kTiny = 0x1p-1000, kBig = 0x1p1020;
-
 inline double quiet_factor(double m, double atol) {
   const double f = m * kDn;
   return m >= kTiny && m < kBig && f * atol >= kTiny ? f : 0.0;
@@ -265,16 +259,12 @@ __attribute__((always_inline)) inline void scan_pass(const double* g, const doub
   }
 }
 
-// fast_element over n <= kBlock elements: counts and maxima of the fast ones
-// into out; each element's r and slice into rb and sb (-1 for an element that
-// is not fast). max_forced and max_bound_ratio are the summary's so far: out's
-// maxima are over the fast elements when the block can raise them, else 0.
-NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* bd, const double* id, int64_t n,
-                              double atol, double rtol, double max_forced, double max_bound_ratio,
-                              const BinConsts& bc, double* rb, int64_t* sb, BlockScan& out) {
+// scan_block four lanes at a time (qf, qb: quiet_factor of the maxima).
+NG_VAL_CLONES void scan_block_clones(const double* g, const double* rf, const double* bd, const double* id,
+                                     int64_t n, double atol, double rtol, double qf, double qb, const BinConsts& bc,
+                                     double* rb, int64_t* sb, BlockScan& out) {
   ScanAcc a;
-  scan_pass<false>(g, rf, bd, id, n, atol, rtol, quiet_factor(max_forced, atol), quiet_factor(max_bound_ratio, atol),
-                   bc, rb, sb, a);
+  scan_pass<false>(g, rf, bd, id, n, atol, rtol, qf, qb, bc, rb, sb, a);
   bool loud = false;
   for (int l = 0; l < 4; ++l) loud = loud || a.loud[l] != 0;
   if (loud) {  // rare once the maxima settle: a new maximum, or a huge ratio
@@ -291,6 +281,42 @@ NG_VAL_CLONES void scan_block(const double* g, const double* rf, const double* b
     out.max_bound_ratio = a.mb[l] > out.max_bound_ratio ? a.mb[l] : out.max_bound_ratio;
     out.max_r = a.mr[l] > out.max_r ? a.mr[l] : out.max_r;
   }
+}
+
+// The AVX-512 scan (scan_avx512.cpp) where it is built in and the CPU runs
+// it; set_block_scan(clones) turns it off for tests and benchmarks.
+bool cpu_runs_avx512_scan() {
+#ifdef NORMGATE_SCAN_AVX512
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("popcnt");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_force_clones{false};
+
+// fast_element over n <= kBlock elements: counts and maxima of the fast ones
+// into out; each element's r and slice into rb and sb (-1 for an element that
+// is not fast). max_forced and max_bound_ratio are the summary's so far: out's
+// maxima are over the fast elements when the block can raise them, else 0.
+// Eight lanes with AVX-512 where the CPU has it, else four (scan_block_clones):
+// the same operations per element, so the same results.
+void scan_block(const double* g, const double* rf, const double* bd, const double* id, int64_t n, double atol,
+                double rtol, double max_forced, double max_bound_ratio, const BinConsts& bc, double* rb, int64_t* sb,
+                BlockScan& out) {
+  const double qf = quiet_factor(max_forced, atol), qb = quiet_factor(max_bound_ratio, atol);
+#ifdef NORMGATE_SCAN_AVX512
+  if (cpu_runs_avx512_scan() && !g_force_clones.load(std::memory_order_relaxed)) {
+    scan::scan_block_avx512(g, rf, bd, id, n, atol, rtol, qf, qb, bc, rb, sb, out);
+    return;
+  }
+#endif
+  scan_block_clones(g, rf, bd, id, n, atol, rtol, qf, qb, bc, rb, sb, out);
 }
 
 void check_bin(int k) {
@@ -321,6 +347,13 @@ bool beats_uncertain(double br, int64_t index, const Worst& u) {
 }
 
 }  // namespace
+
+BlockScanImpl set_block_scan(BlockScanImpl impl) {
+  const bool was = g_force_clones.exchange(impl == BlockScanImpl::clones);
+  return was ? BlockScanImpl::clones : BlockScanImpl::best;
+}
+
+bool block_scan_avx512() { return cpu_runs_avx512_scan(); }
 
 std::string_view to_string(Verdict v) {
   switch (v) {
@@ -435,16 +468,16 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
   const FastBins& f = fast_bins();
   const BinConsts bc{f.lo_clamp, f.hi_clamp, f.slice0, f.zero_slice};
   const double atol = budget_.atol, rtol = budget_.rtol;
-  double rb[kBlock];
-  int64_t sb[kBlock];
+  alignas(64) double rb[kBlock];  // whole cache lines for the eight-lane stores
+  alignas(64) int64_t sb[kBlock];
   for (int64_t j0 = 0; j0 < len; j0 += kBlock) {
     const int64_t nb = std::min<int64_t>(kBlock, len - j0);
     const double* g = got + j0;
     const double* rf = ref + j0;
     const double* bd = bound + j0;
     const double* id = ideal + j0;
-    // Counts and maxima of the fast elements, four at a time; their ratios
-    // and histogram slices in rb and sb (-1: not fast).
+    // Counts and maxima of the fast elements, four or eight at a time; their
+    // ratios and histogram slices in rb and sb (-1: not fast).
     BlockScan sc;
     scan_block(g, rf, bd, id, nb, atol, rtol, max_forced, max_bound_ratio, bc, rb, sb, sc);
     n += sc.fast;

@@ -94,7 +94,7 @@ class RatioStats {
   double add(int64_t index, double got, double ref, double bound, double ideal);
   /// add(base + j, got[j], ref[j], bound[j], ideal[j]) for j = 0..len-1, in
   /// that order, with the same result bit for bit; faster (the common case of
-  /// finite values and a finite bound is done four elements at a time,
+  /// finite values and a finite bound is done four or eight elements at a time,
   /// anything else goes through add()).
   void add_row(int64_t base, const double* got, const double* ref, const double* bound, const double* ideal,
                int64_t len);
@@ -136,5 +136,18 @@ class RatioStats {
   Output out_;
   Budget budget_;
 };
+
+/// Which implementation of RatioStats::add_row's block scan runs; both give
+/// the same results bit for bit. `best` (the default) is eight lanes with
+/// AVX-512 mask registers (validators/src/scan_avx512.cpp) where the build has
+/// it (GCC on x86-64) and the CPU has AVX-512F, DQ and VL, else `clones`: four
+/// lanes, compiled for AVX-512, AVX2 and the baseline, picked at load time.
+enum class BlockScanImpl : uint8_t { best, clones };
+/// For tests and benchmarks that compare the two: the implementation of
+/// add_row calls made after it returns, process-wide; returns the previous
+/// setting.
+BlockScanImpl set_block_scan(BlockScanImpl impl);
+/// True when `best` is the AVX-512 scan in this build on this CPU.
+bool block_scan_avx512();
 
 }  // namespace normgate::validators
