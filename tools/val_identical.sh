@@ -4,7 +4,7 @@
 # before and after a change to the oracle or validators, then compare:
 #   tools/val_identical.sh /tmp/before   # on the old build
 #   tools/val_identical.sh /tmp/after    # on the new build
-#   diff -r /tmp/before /tmp/after          # must print nothing
+#   diff -r -x raw /tmp/before /tmp/after   # must print nothing (raw/ keeps the unstripped reports)
 # NORMGATE_BUILD picks the build (default build). Takes about a minute on 2 cores.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
