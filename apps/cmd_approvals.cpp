@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -25,6 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/file_target.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/policy.h"
 #include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 
@@ -44,15 +48,6 @@ bool is_rejections_file(const std::string& path) {
   return f != j.end() && f->is_string() && f->get<std::string>().rfind("normgate-rejections/", 0) == 0;
 }
 
-// The same window (op, mode for bwd, H, w, form, T range), variant and
-// backend: the key under which gate --approve keeps one record
-// (gate/src/approvals.cpp, update_approvals).
-bool same_slot(const kernels::Approval& a, const kernels::Approval& b) {
-  return a.op == b.op && (a.op == kernels::Op::fwd || a.mode == b.mode) && a.H == b.H && a.w == b.w &&
-         a.form == b.form && a.t_lo == b.t_lo && a.t_hi == b.t_hi && a.variant == b.variant &&
-         a.backend == b.backend;
-}
-
 std::string resolve(const std::string& f) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -65,71 +60,165 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   if (target.empty()) throw std::invalid_argument("--merge-into needs an approvals file (got an empty path)");
   if (seal) throw std::invalid_argument("--merge-into and --seal do not go together: seal first, then merge");
   if (!fs::is_regular_file(target))
-    throw std::invalid_argument("--merge-into " + target + ": no such approvals file");
+    throw std::invalid_argument("--merge-into " + target + ": no such approvals file" +
+                                (fs::exists(target) ? " (it exists and is not a regular file)" : ""));
   if (is_rejections_file(target))
     throw std::invalid_argument("--merge-into " + target + ": a rejections file, not an approvals file");
+  const std::string real = core::rename_target(target);  // the file written, and whose lock is taken
+  check_writable(real, "--merge-into");
   const std::string target_c = resolve(target);
   for (const auto& f : sources) {
-    if (resolve(f) == target_c)
+    if (std::error_code ec; resolve(f) == target_c || fs::equivalent(f, target, ec))
       throw std::invalid_argument(f + " is the --merge-into file itself: nothing to merge");
     if (is_rejections_file(f))
       throw std::invalid_argument(f + ": a rejections file; --merge-into takes approvals files");
   }
-  const kernels::ApprovalsLock lock(target);  // from the read to after the rename, as gate --approve
-  kernels::Approvals into = kernels::load_approvals(target);
+  // Every record is judged against the policy of TARGET's table, as gate
+  // --approve judges the campaigns it writes (gate/src/approvals.cpp).
+  // TARGET's name says whose table it is; a link named otherwise than the
+  // file it points to falls back to the policy beside that file.
+  std::string policy_path = kernels::policy_path_for_approvals(target);
+  auto policy = kernels::load_policy(policy_path);
+  if (!policy && real != target) {
+    const std::string beside_real = kernels::policy_path_for_approvals(real);
+    if ((policy = kernels::load_policy(beside_real))) policy_path = beside_real;
+  }
+  if (!policy)
+    throw std::invalid_argument("--merge-into " + target + " needs its table's approval policy, and there is none: " +
+                                policy_path + " (as gate --approve); nothing was merged");
   std::vector<kernels::Approvals> from;
   std::set<std::string> seen;  // resolved paths: a source named twice is read once
   for (const auto& f : sources)
     if (seen.insert(resolve(f)).second) from.push_back(kernels::load_approvals(f));
+  const kernels::ApprovalsLock lock(real);  // from the read to after the rename, as gate --approve
+  if (!fs::is_regular_file(real))           // moved or removed while this waited for the lock
+    throw std::invalid_argument("--merge-into " + target + ": no such approvals file (gone while waiting for " +
+                                lock.path() + ")");
+  kernels::Approvals into = kernels::load_approvals(real);
+  into.path = real;
   size_t bad = 0;
-  auto report = [&bad](const kernels::Approvals& a) {
+  auto report = [&bad](const kernels::Approvals& a, const char* role) {
     size_t n_bad = 0;
+    for (const auto& x : a.records) n_bad += !x.invalid.empty();
+    std::printf("%s: %zu records, %zu valid (%s)\n", a.path.c_str(), a.records.size(), a.records.size() - n_bad,
+                role);
     for (const auto& x : a.records)
-      if (!x.invalid.empty()) {
-        std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", x.invalid.c_str());
-        ++n_bad;
-      }
-    std::printf("%s: %zu records, %zu valid\n", a.path.c_str(), a.records.size(), a.records.size() - n_bad);
+      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", x.invalid.c_str());
     bad += n_bad;
   };
-  for (const auto& a : from) report(a);
-  report(into);
+  for (const auto& a : from) report(a, "source");
+  report(into, "target");
   if (bad) {
     std::printf("merge    refused: %zu INVALID or unsealed record%s (above); nothing written\n", bad,
                 bad == 1 ? "" : "s");
     return 1;
   }
-  size_t added = 0, replaced = 0, present = 0, older = 0;
+  // The current source hash of a variant ("" when this build has no such
+  // variant): a record of another hash is stale (routing.h, approval_status).
+  auto current_hash = [](const kernels::Approval& x) {
+    const kernels::Variant* v = kernels::find_variant(x.variant);
+    return v ? std::string(v->source_sha256) : std::string();
+  };
+  auto slot_key = [](const kernels::Approval& x) {
+    return x.window() + " -> " + x.variant + " (" + x.backend + ")";
+  };
+  std::set<std::string> digests;
+  std::map<std::string, size_t> slot_at;       // slot -> index in into.records
+  std::map<std::string, std::string> slot_from;  // slot -> the file its record came from
+  for (size_t i = 0; i < into.records.size(); ++i) {
+    digests.insert(into.records[i].record_sha256);
+    slot_at.emplace(slot_key(into.records[i]), i);
+    slot_from.emplace(slot_key(into.records[i]), "the target");
+  }
+  size_t added = 0, replaced = 0, present = 0, kept = 0, refused = 0;
   for (const auto& a : from)
     for (const auto& x : a.records) {
-      auto same_digest = std::find_if(into.records.begin(), into.records.end(),
-                                      [&](const kernels::Approval& y) { return y.record_sha256 == x.record_sha256; });
-      if (same_digest != into.records.end()) {
+      if (digests.count(x.record_sha256)) {
         ++present;
         continue;
       }
-      auto slot = std::find_if(into.records.begin(), into.records.end(),
-                               [&](const kernels::Approval& y) { return same_slot(x, y); });
-      if (slot == into.records.end()) {
+      const auto gaps = policy->minimum.record_shortfalls(x);
+      if (!gaps.empty()) {
+        std::printf("  REFUSED  %s, %s: below %s (%s):", slot_key(x).c_str(), a.path.c_str(),
+                    policy->minimum.label().c_str(), policy->path.c_str());
+        for (const auto& g : gaps) std::printf(" %s;", g.c_str());
+        std::printf("\n");
+        ++refused;
+        continue;
+      }
+      const std::string key = slot_key(x);
+      const auto at = slot_at.find(key);
+      if (at == slot_at.end()) {
+        slot_at.emplace(key, into.records.size());
+        slot_from.emplace(key, a.path);
         into.records.push_back(x);
+        digests.insert(x.record_sha256);
         ++added;
-        std::printf("  added    %s -> %s (%s, %s)\n", x.window().c_str(), x.variant.c_str(), x.backend.c_str(),
-                    x.date.c_str());
-      } else if (x.date > slot->date) {  // ISO 8601 UTC: the string order is the time order
-        std::printf("  replaced %s -> %s (%s, %s; the file's of %s)\n", x.window().c_str(), x.variant.c_str(),
-                    x.backend.c_str(), x.date.c_str(), slot->date.c_str());
-        *slot = x;
+        std::printf("  added    %s, %s of %s\n", key.c_str(), a.path.c_str(), x.date.c_str());
+        continue;
+      }
+      kernels::Approval& y = into.records[at->second];
+      const std::string& y_from = slot_from[key];
+      if (x.date == y.date) {  // two different records of one slot and one time: a person decides
+        std::printf("  REFUSED  %s: %s and %s hold different records of the same date %s\n", key.c_str(),
+                    y_from.c_str(), a.path.c_str(), x.date.c_str());
+        ++refused;
+        continue;
+      }
+      const std::string cur = current_hash(x);
+      const bool x_current = !cur.empty() && x.source_sha256 == cur;
+      const bool y_current = !cur.empty() && y.source_sha256 == cur;
+      // The newer record wins, but never a stale one over a current one.
+      if (x_current == y_current ? x.date > y.date : x_current) {
+        std::printf("  replaced %s: %s's of %s over %s's of %s%s\n", key.c_str(), a.path.c_str(), x.date.c_str(),
+                    y_from.c_str(), y.date.c_str(), x_current && !y_current ? " (that one stale)" : "");
+        y = x;
+        slot_from[key] = a.path;
+        digests.insert(x.record_sha256);
         ++replaced;
       } else {
-        std::printf("  kept     %s -> %s (%s): the file's record of %s is not older than %s's of %s\n",
-                    slot->window().c_str(), slot->variant.c_str(), slot->backend.c_str(), slot->date.c_str(),
-                    a.path.c_str(), x.date.c_str());
-        ++older;
+        std::printf("  kept     %s: %s's of %s, not %s's of %s%s\n", key.c_str(), y_from.c_str(), y.date.c_str(),
+                    a.path.c_str(), x.date.c_str(),
+                    y_current && !x_current ? " (stale: another source hash)" : " (not newer)");
+        ++kept;
       }
     }
+  if (refused) {
+    std::printf("merge    refused: %zu record%s (above); nothing written\n", refused, refused == 1 ? "" : "s");
+    return 1;
+  }
+  // Records of windows the target's table does not have stay in the file,
+  // but the next gate --approve or derive --approve of that table removes
+  // them (gate/src/approvals.cpp, update_approvals): said here.
+  {
+    std::string table = target;
+    const std::string suffix = ".approvals.json";
+    if (table.size() > suffix.size() && table.compare(table.size() - suffix.size(), suffix.size(), suffix) == 0)
+      table = table.substr(0, table.size() - suffix.size()) + ".toml";
+    std::error_code ec;
+    if (table != target && fs::is_regular_file(table, ec)) {
+      try {
+        const auto t = kernels::load_route_table(table);
+        size_t outside = 0;
+        for (const auto& x : into.records) {
+          const bool in = std::any_of(t.routes.begin(), t.routes.end(), [&](const kernels::Route& r) {
+            return x.op == r.op && (x.op == kernels::Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w &&
+                   x.form == r.form && x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
+          });
+          outside += !in;
+        }
+        if (outside)
+          std::printf("note     %zu record%s of %s approve%s no window of %s: kept here, but the next gate "
+                      "--approve or derive --approve of that table removes %s\n",
+                      outside, outside == 1 ? "" : "s", target.c_str(), outside == 1 ? "s" : "", table.c_str(),
+                      outside == 1 ? "it" : "them");
+      } catch (const std::exception&) {  // a table that does not load says so where it is used
+      }
+    }
+  }
   if (added + replaced) write_files_atomic({{into.path, kernels::approvals_to_json_text(into)}});
-  std::printf("merge    %s: %zu added, %zu replaced, %zu already there, %zu not newer than the file's%s\n",
-              target.c_str(), added, replaced, present, older, added + replaced ? "" : " (file unchanged)");
+  std::printf("merge    %s: %zu added, %zu replaced, %zu already there, %zu kept as they were%s\n", target.c_str(),
+              added, replaced, present, kept, added + replaced ? "" : " (file unchanged)");
   return 0;
 }
 }  // namespace
@@ -157,11 +246,15 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                 "written) while any record of any file is invalid for another reason; every file written or none");
   auto* merge_opt = sub->add_option("--merge-into", o->merge_into,
                   "Add every record of the FILES (approvals files) to this approvals file: a record whose "
-                  "record_sha256 is there already is skipped; one of the same window, variant and backend as a "
-                  "record there replaces it when its date is later (else the file's is kept); the rest are "
-                  "appended. Refused (exit 1, nothing written) while any record of any file or of TARGET is "
-                  "INVALID or unsealed. Never removes a record: a revocation in a FILE (a window that failed there) "
-                  "is not carried over. Written atomically under TARGET.lock (as gate --approve)");
+                  "record_sha256 is there already is skipped; each other record must meet the minimum of TARGET's "
+                  "table policy (TABLE stem + .policy.toml, as gate --approve), else the merge is refused; one of the "
+                  "same window, variant and backend as a record there replaces it when it is newer (its date), "
+                  "never a record of the variant's current source hash by one of another (stale); two different "
+                  "records of one slot with one date are refused; the rest are appended. Refused (exit 1, nothing "
+                  "written) while any record of any file or of TARGET is INVALID or unsealed. Never removes a "
+                  "record: a revocation in a FILE (a window that failed there) is not carried over. Waits for and "
+                  "holds TARGET.lock (of the file a link points to) from its read to the rename, as gate --approve; "
+                  "written atomically");
   sub->callback([&cmds, o, merge_opt] {
     const bool merging = merge_opt->count() > 0;
     cmds.run = [o, merging]() -> int {

@@ -785,7 +785,11 @@ std::string approvals_to_json_text(const Approvals& a) {
   return j.dump(2) + "\n";
 }
 
-ApprovalsLock::ApprovalsLock(const std::string& approvals_path) : path_(approvals_path + ".lock") {
+// The lock belongs to the file written (a link is written through: its
+// target's lock), so that writers naming one file by a link and by its
+// target exclude each other.
+ApprovalsLock::ApprovalsLock(const std::string& approvals_path)
+    : path_(core::rename_target(approvals_path) + ".lock") {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
   while (::flock(fd_, LOCK_EX) != 0)

@@ -214,9 +214,12 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
 
 // `normgate approvals FILES --merge-into TARGET` (docs/perf/routes.md D8):
 // a record already there (same digest) is skipped, one of the same window,
-// variant and backend replaces the file's only when it is newer, another
-// variant's is appended; an INVALID record anywhere writes nothing; the
-// target itself, --seal beside it, or a missing target are usage errors.
+// variant and backend replaces the file's only when it is newer and not
+// stale where the file's is current, another variant's is appended; an
+// INVALID record anywhere, one below the table's policy minimum, or two
+// records of one slot and date write nothing; the target itself, --seal
+// beside it, or a missing target are usage errors; a link to the target
+// takes the target's lock.
 TEST_F(ApprovalsCli, MergeInto) {
   ASSERT_NE(origin_, nullptr);
   const json a = (*origin_)["approvals"][0];
@@ -235,7 +238,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   spit(src2, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(newer)})}}.dump(2) + "\n");
   const CliRun m = cli("approvals " + src1 + " " + src2 + " --merge-into " + target);
   ASSERT_EQ(m.code, 0) << m.out;
-  EXPECT_TRUE(contains(m.out, "1 added, 1 replaced, 1 already there, 1 not newer than the file's")) << m.out;
+  EXPECT_TRUE(contains(m.out, "1 added, 1 replaced, 1 already there, 1 kept as they were")) << m.out;
   const json got = json::parse(slurp(target));
   ASSERT_EQ(got["approvals"].size(), 2u) << got.dump(1);
   EXPECT_EQ(got["approvals"][0]["date"], "2999-01-01T00:00:00Z");  // replaced in place
@@ -247,7 +250,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   const std::string merged = slurp(target);
   const CliRun again = cli("approvals " + src1 + " " + src2 + " --merge-into " + target);
   EXPECT_EQ(again.code, 0) << again.out;
-  EXPECT_TRUE(contains(again.out, "0 added, 0 replaced, 2 already there, 2 not newer")) << again.out;
+  EXPECT_TRUE(contains(again.out, "0 added, 0 replaced, 2 already there, 2 kept as they were")) << again.out;
   EXPECT_EQ(slurp(target), merged);
   // An INVALID record in a source (a value changed under its seal): refused, nothing written.
   json tampered = sealed(other);
@@ -258,6 +261,60 @@ TEST_F(ApprovalsCli, MergeInto) {
   EXPECT_EQ(refused.code, 1) << refused.out;
   EXPECT_TRUE(contains(refused.out, "merge    refused: 1 INVALID or unsealed record")) << refused.out;
   EXPECT_EQ(slurp(target), merged);
+  // A later record of another source hash (stale) does not replace the current one.
+  json stale = newer;
+  stale["date"] = "3000-01-01T00:00:00Z";
+  stale["source_sha256"] = std::string(64, '0');
+  const std::string st = d + "/stale.approvals.json";
+  spit(st, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(stale)})}}.dump(2) + "\n");
+  const CliRun keep = cli("approvals " + st + " --merge-into " + target);
+  EXPECT_EQ(keep.code, 0) << keep.out;
+  EXPECT_TRUE(contains(keep.out, "(stale: another source hash)")) << keep.out;
+  EXPECT_EQ(slurp(target), merged);
+  // Below the policy minimum of the target's table (small.policy.toml: dense 2 x 64): refused.
+  json weak = other;
+  weak["variant"] = "bwd_nondet_atomic";
+  weak["dense_step"] = 128;
+  const std::string wk = d + "/weak.approvals.json";
+  spit(wk, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(weak)})}}.dump(2) + "\n");
+  const CliRun weak_run = cli("approvals " + wk + " --merge-into " + target);
+  EXPECT_EQ(weak_run.code, 1) << weak_run.out;
+  EXPECT_TRUE(contains(weak_run.out, "REFUSED")) << weak_run.out;
+  EXPECT_TRUE(contains(weak_run.out, "small.policy.toml")) << weak_run.out;
+  EXPECT_EQ(slurp(target), merged);
+  // Two different records of one new slot with one date: refused.
+  json twin = other;
+  twin["variant"] = "bwd_nondet_atomic";
+  json twin2 = twin;
+  twin2["cases"] = twin["cases"].get<int64_t>() + 1;
+  const std::string tw = d + "/twins.approvals.json";
+  spit(tw, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(twin), sealed(twin2)})}}.dump(2) +
+               "\n");
+  const CliRun twins = cli("approvals " + tw + " --merge-into " + target);
+  EXPECT_EQ(twins.code, 1) << twins.out;
+  EXPECT_TRUE(contains(twins.out, "different records of the same date")) << twins.out;
+  EXPECT_EQ(slurp(target), merged);
+  // Through a link: the target's own lock (held here, so the merge waits),
+  // and the file behind the link is written.
+  const std::string link = d + "/link.approvals.json";
+  std::filesystem::create_symlink(target, link);
+  json more = twin;
+  const std::string mo = d + "/more.approvals.json";
+  spit(mo, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(more)})}}.dump(2) + "\n");
+  {
+    const int fd = ::open((target + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    const CliRun blocked = normgate::test::run_normgate_timeout("approvals " + mo + " --merge-into " + link, 2);
+    EXPECT_NE(blocked.code, 0) << "merged through a link while the target's lock was held: " << blocked.out;
+    ::close(fd);
+  }
+  EXPECT_EQ(slurp(target), merged);
+  const CliRun via = cli("approvals " + mo + " --merge-into " + link);
+  EXPECT_EQ(via.code, 0) << via.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(json::parse(slurp(target))["approvals"].size(), 3u);
+  const std::string merged3 = slurp(target);
   // Usage errors, before any work.
   const CliRun self = cli("approvals " + target + " --merge-into " + target);
   EXPECT_EQ(self.code, 2) << self.out;
@@ -267,7 +324,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   const CliRun missing = cli("approvals " + src1 + " --merge-into " + d + "/none.approvals.json");
   EXPECT_EQ(missing.code, 2) << missing.out;
   EXPECT_TRUE(contains(missing.out, "none.approvals.json: no such approvals file")) << missing.out;
-  EXPECT_EQ(slurp(target), merged);
+  EXPECT_EQ(slurp(target), merged3);
   std::filesystem::remove_all(d);
 }
 

@@ -333,7 +333,9 @@ std::string approvals_to_json_text(const Approvals& a);
 /// std::runtime_error naming the path when writing fails.
 void save_approvals(const Approvals& a);
 
-/// An exclusive flock(2) on PATH + ".lock" for the object's lifetime: every
+/// An exclusive flock(2) on PATH + ".lock" for the object's lifetime (PATH
+/// after core::rename_target: a link's target, the file the writers rename
+/// onto, so that naming the file by a link or by its target takes one lock): every
 /// normgate writer of an approvals file holds it from its re-read to after
 /// the rename, so writers side by side never lose each other's records.
 /// Blocks until the lock is free. Throws std::runtime_error naming the lock
