@@ -78,6 +78,11 @@ json sealed(json rec) {
   return rec;
 }
 
+// An approvals file holding `records` as they are (sealed or not).
+void spit_approvals(const std::string& path, const json& records) {
+  spit(path, json{{"format", "normgate-approvals/1"}, {"approvals", records}}.dump(2) + "\n");
+}
+
 // One real approval (gate --approve of the H=256 window), made once.
 class ApprovalsCli : public ::testing::Test {
  protected:
@@ -231,11 +236,10 @@ TEST_F(ApprovalsCli, MergeInto) {
   other["variant"] = "bwd_det_onepass";  // another slot: appended (its source hash makes it stale, not invalid)
   const std::string d = scratch("merge");
   const std::string target = d + "/small.approvals.json";
-  spit(target, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({a})}}.dump(2) + "\n");
+  spit_approvals(target, json::array({a}));
   const std::string src1 = d + "/one.approvals.json", src2 = d + "/two.approvals.json";
-  spit(src1, json{{"format", "normgate-approvals/1"},
-                  {"approvals", json::array({sealed(a), sealed(older), sealed(other)})}}.dump(2) + "\n");
-  spit(src2, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(newer)})}}.dump(2) + "\n");
+  spit_approvals(src1, json::array({sealed(a), sealed(older), sealed(other)}));
+  spit_approvals(src2, json::array({sealed(newer)}));
   const CliRun m = cli("approvals " + src1 + " " + src2 + " --merge-into " + target);
   ASSERT_EQ(m.code, 0) << m.out;
   EXPECT_TRUE(contains(m.out, "1 added, 1 replaced, 1 already there, 1 kept as they were")) << m.out;
@@ -256,7 +260,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   json tampered = sealed(other);
   tampered["variant"] = "fwd_rowwise";
   const std::string bad = d + "/bad.approvals.json";
-  spit(bad, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(a), tampered})}}.dump(2) + "\n");
+  spit_approvals(bad, json::array({sealed(a), tampered}));
   const CliRun refused = cli("approvals " + bad + " --merge-into " + target);
   EXPECT_EQ(refused.code, 1) << refused.out;
   EXPECT_TRUE(contains(refused.out, "merge    refused: 1 INVALID or unsealed record")) << refused.out;
@@ -266,7 +270,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   stale["date"] = "3000-01-01T00:00:00Z";
   stale["source_sha256"] = std::string(64, '0');
   const std::string st = d + "/stale.approvals.json";
-  spit(st, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(stale)})}}.dump(2) + "\n");
+  spit_approvals(st, json::array({sealed(stale)}));
   const CliRun keep = cli("approvals " + st + " --merge-into " + target);
   EXPECT_EQ(keep.code, 0) << keep.out;
   EXPECT_TRUE(contains(keep.out, "(stale: another source hash)")) << keep.out;
@@ -276,7 +280,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   weak["variant"] = "bwd_nondet_atomic";
   weak["dense_step"] = 128;
   const std::string wk = d + "/weak.approvals.json";
-  spit(wk, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(weak)})}}.dump(2) + "\n");
+  spit_approvals(wk, json::array({sealed(weak)}));
   const CliRun weak_run = cli("approvals " + wk + " --merge-into " + target);
   EXPECT_EQ(weak_run.code, 1) << weak_run.out;
   EXPECT_TRUE(contains(weak_run.out, "REFUSED")) << weak_run.out;
@@ -288,8 +292,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   json twin2 = twin;
   twin2["cases"] = twin["cases"].get<int64_t>() + 1;
   const std::string tw = d + "/twins.approvals.json";
-  spit(tw, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(twin), sealed(twin2)})}}.dump(2) +
-               "\n");
+  spit_approvals(tw, json::array({sealed(twin), sealed(twin2)}));
   const CliRun twins = cli("approvals " + tw + " --merge-into " + target);
   EXPECT_EQ(twins.code, 1) << twins.out;
   EXPECT_TRUE(contains(twins.out, "different records of the same date")) << twins.out;
@@ -300,7 +303,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   std::filesystem::create_symlink(target, link);
   json more = twin;
   const std::string mo = d + "/more.approvals.json";
-  spit(mo, json{{"format", "normgate-approvals/1"}, {"approvals", json::array({sealed(more)})}}.dump(2) + "\n");
+  spit_approvals(mo, json::array({sealed(more)}));
   {
     const int fd = ::open((target + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     ASSERT_GE(fd, 0);
