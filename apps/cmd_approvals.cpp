@@ -261,7 +261,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       namespace fs = std::filesystem;
       for (const auto& f : o->files) {
         if (f.empty()) throw std::invalid_argument("an approvals path is empty");
-        if (!fs::is_regular_file(f)) throw std::invalid_argument(f + ": no such approvals file");
+        if (!fs::is_regular_file(f))
+          throw std::invalid_argument(f + (fs::is_directory(f) ? ": a folder, not an approvals file (give the file, "
+                                                                 "e.g. FOLDER/sm90a.approvals.json)"
+                                                               : ": no such approvals file"));
       }
       if (merging) return merge_approvals(o->files, o->merge_into, o->seal);
       // One entry per file, whatever its spelling (./a and a, a symlink and

@@ -436,7 +436,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
           if (o->deadline_s > 0)
             g.after_case = [o, t0](int64_t) {
               if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > o->deadline_s)
-                throw DeadlineReached("deadline reached while gating (the journal keeps the finished cases)");
+                throw DeadlineReached(o->g.journal_path.empty()
+                                          ? "deadline reached while gating (no --journal: this window's finished "
+                                            "cases are not kept)"
+                                          : "deadline reached while gating (the journal keeps the finished cases)");
             };
           validators::GateResult res;
           try {

@@ -1040,7 +1040,7 @@ Decision Dispatcher::pick(const CallKey& k) const {
                               ". Gate this window (normgate gate " + table_.path + " --windows '" +
                               window_filter(*d.route) +
                               "' --seeds 3x16 --approve; add --plan first to see its cases: the default seed "
-                              "set 3x120 is large), or override: `normgate routes --allow-unapproved` on the CLI, "
+                              "set 5x120 is large), or override: `normgate routes --allow-unapproved` on the CLI, "
                               "DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;
