@@ -48,12 +48,15 @@ bool is_rejections_file(const std::string& path) {
   return f != j.end() && f->is_string() && f->get<std::string>().rfind("normgate-rejections/", 0) == 0;
 }
 
+// One spelling per file: its canonical path (links, ./ and .. resolved), or
+// the absolute, normalized path where it cannot be resolved.
 std::string resolve(const std::string& f) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path c = fs::canonical(f, ec);
   return ec ? fs::absolute(f).lexically_normal().string() : c.string();
 }
+
 // normgate approvals FILES --merge-into TARGET (see the option's help).
 int merge_approvals(const std::vector<std::string>& sources, const std::string& target, bool seal) {
   namespace fs = std::filesystem;
@@ -66,9 +69,8 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     throw std::invalid_argument("--merge-into " + target + ": a rejections file, not an approvals file");
   const std::string real = core::rename_target(target);  // the file written, and whose lock is taken
   check_writable(real, "--merge-into");
-  const std::string target_c = resolve(target);
   for (const auto& f : sources) {
-    if (std::error_code ec; resolve(f) == target_c || fs::equivalent(f, target, ec))
+    if (std::error_code ec; fs::equivalent(f, target, ec))  // any spelling, link or hard link of TARGET
       throw std::invalid_argument(f + " is the --merge-into file itself: nothing to merge");
     if (is_rejections_file(f))
       throw std::invalid_argument(f + ": a rejections file; --merge-into takes approvals files");
@@ -201,10 +203,8 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
         const auto t = kernels::load_route_table(table);
         size_t outside = 0;
         for (const auto& x : into.records) {
-          const bool in = std::any_of(t.routes.begin(), t.routes.end(), [&](const kernels::Route& r) {
-            return x.op == r.op && (x.op == kernels::Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w &&
-                   x.form == r.form && x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
-          });
+          const bool in = std::any_of(t.routes.begin(), t.routes.end(),
+                                      [&](const kernels::Route& r) { return x.overlaps(r); });
           outside += !in;
         }
         if (outside)
@@ -272,11 +272,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       // of one file from this process would wait on each other forever).
       // Sorted by the resolved path, the order the locks are taken in.
       std::vector<std::pair<std::string, std::string>> resolved;  // resolved path, path as given
-      for (const auto& f : o->files) {
-        std::error_code ec;
-        fs::path c = fs::canonical(f, ec);
-        resolved.emplace_back(ec ? fs::absolute(f).lexically_normal().string() : c.string(), f);
-      }
+      for (const auto& f : o->files) resolved.emplace_back(resolve(f), f);
       std::stable_sort(resolved.begin(), resolved.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });
       resolved.erase(std::unique(resolved.begin(), resolved.end(),

@@ -32,12 +32,8 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   // variant the table routes there now: one whose window contains a table
   // window approves it (routing.h, approval_status), and a derivation
   // (derive.h) weighs every candidate's approvals.
-  auto overlaps = [](const kernels::Approval& x, const Route& rt) {
-    return x.op == rt.op && (x.op == Op::fwd || x.mode == rt.mode) && x.H == rt.H && x.w == rt.w &&
-           x.form == rt.form && x.t_lo <= rt.t_hi && rt.t_lo <= x.t_hi;
-  };
   auto in_table = [&](const kernels::Approval& x) {
-    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return overlaps(x, rt); });
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.overlaps(rt); });
   };
   // Invalid records (routing.h, "Validation") are kept as they are, in
   // place: never dropped, renewed, revoked or re-sealed here.
@@ -136,7 +132,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   auto rank = [&](const kernels::Approval& x) {
     if (!x.invalid.empty()) return std::make_pair(table_routes.size(), 3);  // last, in file order
     for (size_t i = 0; i < table_routes.size(); ++i)
-      if (overlaps(x, table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
+      if (x.overlaps(table_routes[i])) return std::make_pair(i, x.backend == kernels::kGpuBackend ? 0 : 1);
     return std::make_pair(table_routes.size(), 2);
   };
   std::stable_sort(a.records.begin(), a.records.end(),

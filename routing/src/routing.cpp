@@ -659,6 +659,11 @@ bool Approval::contains(const Route& r) const {
          t_lo <= r.t_lo && r.t_hi <= t_hi;
 }
 
+bool Approval::overlaps(const Route& r) const {
+  return op == r.op && (op == Op::fwd || mode == r.mode) && H == r.H && w == r.w && form == r.form &&
+         t_lo <= r.t_hi && r.t_lo <= t_hi;
+}
+
 std::string approvals_path_for(const std::string& table_path) {
   const std::filesystem::path p(table_path);
   if (p.extension() == ".toml") {

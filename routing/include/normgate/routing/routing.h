@@ -280,6 +280,9 @@ struct Approval {
   /// True when this window contains r's: same op, mode (bwd), H, w and form,
   /// and t_lo <= r.t_lo && r.t_hi <= t_hi (equal windows included).
   bool contains(const Route& r) const;
+  /// True when this window and r's share a T: same op, mode (bwd), H, w and
+  /// form, and t_lo <= r.t_hi && r.t_lo <= t_hi.
+  bool overlaps(const Route& r) const;
 };
 
 /// The approvals file of one table.
