@@ -76,8 +76,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "Load a route table (errors name FILE:LINE), list its routes with their approval "
                                  "state, the approving campaign's strength and whether it meets the table's approval "
                                  "policy (minimum and target), or show which variant the dispatcher picks for a call. "
-                                 "Exit 1 when the approvals file holds an INVALID record (listed with its reason; it "
-                                 "approves nothing) or a --pick is refused");
+                                 "Exit 1 when a route has no current approval (the dispatcher refuses its calls; "
+                                 "not with --allow-unapproved), the approvals file holds an INVALID record (listed "
+                                 "with its reason; it approves nothing) or a --pick is refused");
   struct Opts {
     std::string table;
     std::vector<std::string> picks;
@@ -116,32 +117,50 @@ void add_routes(CLI::App& app, Commands& cmds) {
                       policy->target ? level(*policy->target).c_str() : "none");
         }
         std::map<std::string, int> states;  // approval state -> routes, for the closing count
-        int current = 0, meet_min = 0, meet_target = 0;
+        // A policy verdict's shortfalls are the same sentence on most routes
+        // (every approval of one campaign misses the target the same way):
+        // each distinct one is printed once at the end as P1, P2, ... and
+        // the routes cite it.
+        std::vector<std::pair<std::string, int>> shortfalls;  // text, routes citing it
+        auto cite = [&shortfalls](const std::vector<std::string>& miss) {
+          std::string text;
+          for (size_t i = 0; i < miss.size(); ++i) text += (i ? "; " : "") + miss[i];
+          for (size_t i = 0; i < shortfalls.size(); ++i)
+            if (shortfalls[i].first == text) {
+              ++shortfalls[i].second;
+              return "P" + std::to_string(i + 1);
+            }
+          shortfalls.emplace_back(text, 1);
+          return "P" + std::to_string(shortfalls.size());
+        };
+        auto verdict = [&cite](const std::vector<std::string>& miss) {
+          return miss.empty() ? std::string("met") : "NOT met (" + cite(miss) + ")";
+        };
+        int current = 0, meet_min = 0, meet_target = 0, refused = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
           ++states[std::string(kernels::to_string(s.state))];
-          if (!s.record) continue;
-          std::printf("    strength: %s\n", kernels::describe_strength(*s.record).c_str());
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;
+          refused += !cur;
+          if (!s.record) continue;
+          std::printf("    strength: %s\n", kernels::describe_strength(*s.record).c_str());
           if (!policy) continue;
-          auto verdict = [](const std::vector<std::string>& miss) {
-            std::string v = miss.empty() ? "met" : "NOT met: ";
-            for (size_t i = 0; i < miss.size(); ++i) v += (i ? "; " : "") + miss[i];
-            return v;
-          };
           const auto min_miss = policy->minimum.record_shortfalls(*s.record);
           meet_min += cur && min_miss.empty();
           std::string line = "    policy: minimum " + verdict(min_miss);
           if (policy->target) {
             const auto tgt_miss = policy->target->record_shortfalls(*s.record);
             meet_target += cur && tgt_miss.empty();
-            line += "\n    policy: target " + verdict(tgt_miss);
+            line += ", target " + verdict(tgt_miss);
           }
           std::printf("%s\n", line.c_str());
         }
+        for (size_t i = 0; i < shortfalls.size(); ++i)
+          std::printf("P%zu        %s (%d route%s)\n", i + 1, shortfalls[i].first.c_str(), shortfalls[i].second,
+                      shortfalls[i].second == 1 ? "" : "s");
         std::string count;
         for (const auto& [state, n] : states) count += (count.empty() ? "" : ", ") + std::to_string(n) + " " + state;
         std::printf("routes    %zu: %s\n", d.table().routes.size(), count.empty() ? "none" : count.c_str());
@@ -155,7 +174,21 @@ void add_routes(CLI::App& app, Commands& cmds) {
         if (n_invalid)
           std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
                       n_invalid == 1 ? "" : "s", d.approvals().path.c_str());
-        return n_invalid ? 1 : 0;
+        // A route without a current approval is one the dispatcher refuses
+        // (README, "Approvals"): exit 1, so that a CI step running
+        // `normgate routes TABLE` fails on a stale table, unless the
+        // override that makes the dispatcher run it anyway is given.
+        if (refused && !o->policy.allow_unapproved)
+          std::printf("verdict   %d of %zu route%s without a current approval%s: the dispatcher refuses %s calls "
+                      "(exit 1)\n",
+                      refused, d.table().routes.size(), d.table().routes.size() == 1 ? "" : "s",
+                      o->policy.accept_cpu_model ? "" : " (CPU-model approvals not counted: --accept-cpu-model)",
+                      refused == 1 ? "its" : "their");
+        else if (refused)
+          std::printf("verdict   %d of %zu route%s without a current approval, dispatched by explicit override "
+                      "(--allow-unapproved)\n",
+                      refused, d.table().routes.size(), d.table().routes.size() == 1 ? "" : "s");
+        return (n_invalid || (refused && !o->policy.allow_unapproved)) ? 1 : 0;
       }
       int rc = 0;
       for (const auto& text : o->picks) {

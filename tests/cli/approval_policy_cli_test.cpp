@@ -82,16 +82,27 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   const std::string table = dir + "/t.toml";
   std::filesystem::copy_file(kSmall, table);
   // `routes` without a policy says so.
+  // `routes` without a policy says so; no route has an approval yet, so
+  // the dispatcher would refuse every call: exit 1, and the verdict says so.
   auto r = run_normgate("routes " + table);
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "policy    no policy (" + dir + "/t.policy.toml does not exist)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval (CPU-model approvals not counted: "
+                              "--accept-cpu-model): the dispatcher refuses their calls (exit 1)"))
+      << r.out;
+  // With the explicit override the dispatcher runs them: exit 0, said so.
+  r = run_normgate("routes " + table + " --allow-unapproved");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval, dispatched by explicit override"))
+      << r.out;
   std::filesystem::copy_file(kSmallPolicy, dir + "/t.policy.toml");
   r = run_normgate("gate " + table + kFast + " --windows H=256 --approve --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "approved cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked"))
       << r.out;
   r = run_normgate("routes " + table + " --accept-cpu-model");
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;  // the other five routes have no approval
+  EXPECT_TRUE(contains(r.out, "verdict   5 of 6 routes without a current approval: the dispatcher refuses")) << r.out;
   EXPECT_TRUE(contains(r.out, "policy    " + dir + "/t.policy.toml")) << r.out;
   EXPECT_TRUE(contains(r.out, "minimum \"tiny\": seeds 3x1, t-per-window 4, dense 2 x 64 (worst seed), fresh x1, "
                               "backends gpu, cpu-model"))
@@ -101,9 +112,12 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   EXPECT_TRUE(contains(r.out, "    strength: seeds 3x1, T points ")) << r.out;
   EXPECT_TRUE(contains(r.out, "(t-per-window 4), dense 2 x 64 (worst seed), fresh x2 (")) << r.out;
   EXPECT_TRUE(contains(r.out, "oracle auto, backend cpu-model, dw vs FP32 ")) << r.out;
-  EXPECT_TRUE(contains(r.out, "    policy: minimum met\n")) << r.out;
-  EXPECT_TRUE(contains(r.out, "    policy: target NOT met: seeds 3x1 below the policy target 3x120 (")) << r.out;
+  // The target's shortfalls are printed once, as P1, and cited by the route.
+  EXPECT_TRUE(contains(r.out, "    policy: minimum met, target NOT met (P1)\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nP1        seeds 3x1 below the policy target 3x120 (")) << r.out;
   EXPECT_TRUE(contains(r.out, "backend cpu-model not accepted by the policy target")) << r.out;
+  EXPECT_TRUE(contains(r.out, " (1 route)\n")) << r.out;
+  EXPECT_FALSE(contains(r.out, "\nP2 ")) << r.out;
   EXPECT_TRUE(contains(r.out, "strength  of 1 current approvals: 1 meet the policy minimum, 0 meet the target"))
       << r.out;
   std::filesystem::remove_all(dir);
@@ -118,7 +132,10 @@ TEST(ApprovalPolicyCli, CommittedApprovalsMeetTheSm90aMinimum) {
   EXPECT_FALSE(contains(r.out, "not recorded")) << r.out;
   EXPECT_FALSE(contains(r.out, "policy: minimum NOT met")) << r.out;
   EXPECT_TRUE(contains(r.out, "fresh x2 (")) << r.out;
-  EXPECT_TRUE(contains(r.out, "policy: target NOT met: seeds 3x16 below the policy target 3x120")) << r.out;
+  // One shortfall, printed once and cited by every route.
+  EXPECT_TRUE(contains(r.out, "\nP1        seeds 3x16 below the policy target 3x120")) << r.out;
+  EXPECT_FALSE(contains(r.out, "\nP2 ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "verdict ")) << r.out;
 }
 
 }  // namespace

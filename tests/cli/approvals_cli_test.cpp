@@ -114,9 +114,12 @@ TEST_F(ApprovalsCli, AGatedRecordIsCurrent) {
   ASSERT_NE(origin_, nullptr);
   // Re-sealed as it is (the tests' digest is routing.h's): still current.
   const std::string d = with_record("same", [](json& r) { r = sealed(r); });
+  // One route current, five without a record: the dispatcher refuses those
+  // five, so the listing exits 1 and says so.
   const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
-  EXPECT_EQ(list.code, 0) << list.out;
-  EXPECT_TRUE(contains(list.out, "1 current")) << list.out;
+  EXPECT_EQ(list.code, 1) << list.out;
+  EXPECT_TRUE(contains(list.out, "routes    6: 1 current, 5 missing")) << list.out;
+  EXPECT_TRUE(contains(list.out, "verdict   5 of 6 routes without a current approval")) << list.out;
   const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
   EXPECT_EQ(pick.code, 0) << pick.out;
   EXPECT_TRUE(contains(pick.out, "approval current")) << pick.out;
@@ -153,7 +156,9 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
       b.edit(r);
       r = sealed(r);
     });
-    const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
+    // --allow-unapproved: the five routes without a record do not count
+    // toward the exit code, so exit 1 is the invalid record's alone.
+    const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
     EXPECT_EQ(list.code, 1) << list.out;
     EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
     EXPECT_TRUE(contains(list.out, "routes    6: 1 invalid, 5 missing")) << list.out;
@@ -175,8 +180,8 @@ TEST_F(ApprovalsCli, AFlippedBitFailsTheDigest) {
     r = sealed(r);
     r["cases"] = r["cases"].get<int64_t>() ^ 1;  // one bit of one field
   });
-  const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model");
-  EXPECT_EQ(list.code, 1) << list.out;
+  const CliRun list = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
+  EXPECT_EQ(list.code, 1) << list.out;  // the invalid record alone (see above)
   EXPECT_TRUE(contains(list.out, "[invalid] record 0: record_sha256 mismatch")) << list.out;
   EXPECT_FALSE(contains(list.out, "[current]")) << list.out;
   std::filesystem::remove_all(d);
@@ -191,8 +196,8 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   const CliRun check = cli("approvals " + f);
   EXPECT_EQ(check.code, 1) << check.out;
   EXPECT_TRUE(contains(check.out, "1 records, 0 valid, 1 without record_sha256, 0 INVALID")) << check.out;
-  const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model");
-  EXPECT_EQ(before.code, 1) << before.out;
+  const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
+  EXPECT_EQ(before.code, 1) << before.out;  // the unsealed record alone: the other routes are overridden
   EXPECT_TRUE(contains(before.out, "[invalid] record 0: no record_sha256")) << before.out;
   // A second file with a really bad record: nothing of either is written.
   const std::string d2 = with_record("seal_bad", [](json& r) { r["cases"] = 0; });
@@ -208,9 +213,9 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   EXPECT_EQ(seal.code, 0) << seal.out;
   EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
   EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], (*origin_)["approvals"][0]["record_sha256"]);
-  const CliRun after = cli("routes " + d + "/small.toml --accept-cpu-model");
+  const CliRun after = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(after.code, 0) << after.out;
-  EXPECT_TRUE(contains(after.out, "1 current")) << after.out;
+  EXPECT_TRUE(contains(after.out, "routes    6: 1 current, 5 missing")) << after.out;
   EXPECT_EQ(cli("approvals " + f).code, 0);
   EXPECT_EQ(cli("approvals " + d + "/nonexistent.json").code, 2);
   std::filesystem::remove_all(d);

@@ -159,9 +159,12 @@ TEST(GateCli, ApproveThenDispatch) {
   const CliResult missing = cli("routes " + table + " --pick op=bwd,mode=nondet,H=64,w=bf16,T=5 --accept-cpu-model");
   EXPECT_EQ(missing.code, 1) << missing.out;
   EXPECT_TRUE(contains(missing.out, "missing")) << missing.out;
+  // Without --accept-cpu-model the CPU-model approval does not count: the
+  // dispatcher refuses that route too, and the listing exits 1.
   const CliResult list = cli("routes " + table);
-  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_EQ(list.code, 1) << list.out;
   EXPECT_TRUE(contains(list.out, "[cpu-model only]")) << list.out;
+  EXPECT_TRUE(contains(list.out, "(CPU-model approvals not counted: --accept-cpu-model)")) << list.out;
   std::filesystem::remove_all(dir);
 }
 

@@ -76,9 +76,12 @@ TEST(PluginCli, VariantsCheckAndRoutesSeeThePluginVariants) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "ex_ref_bwd")) << r.out;
   EXPECT_TRUE(contains(r.out, "plugin on host")) << r.out;
+  // The example table's routes have no approval on file: listed, and exit 1
+  // (the dispatcher would refuse them) naming the plugin's variant.
   r = run_normgate("routes " + kTable + " --plugin " + kRef);
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "ex_ref_bwd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "without a current approval")) << r.out;
 }
 
 }  // namespace
