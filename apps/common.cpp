@@ -72,6 +72,10 @@ std::string write_temp(const std::string& path, const std::string& text) {
     const std::string why = sys_reason();
     throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
+  // A rewrite keeps the old file's permission bits; a new file is 0644 less
+  // the umask.
+  struct stat old {};
+  if (::stat(path.c_str(), &old) == 0 && ::fchmod(fd, old.st_mode & 07777) != 0) fail("fchmod", fd);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);

@@ -5,10 +5,12 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -797,6 +799,14 @@ ApprovalsLock::ApprovalsLock(const std::string& approvals_path)
     : path_(core::rename_target(approvals_path) + ".lock") {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
+  // Free: taken at once, silently. Held: say so once before blocking, so a
+  // writer that waits is not mistaken for one that hangs.
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  if (errno == EWOULDBLOCK)
+    std::fprintf(stderr,
+                 "normgate: waiting for the lock '%s': another writer of the approvals file holds it "
+                 "(gate --approve, derive --approve, approvals --seal or --merge-into)\n",
+                 path_.c_str());
   while (::flock(fd_, LOCK_EX) != 0)
     if (errno != EINTR) {
       const int e = errno;
@@ -816,6 +826,16 @@ void write_sealed_file(const std::string& path, const std::string& text) {
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
+  // A rewrite keeps the file's permission bits (a file someone made
+  // read-only to the group, or group-writable, stays so); a new one is 0644
+  // less the umask.
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0 && ::fchmod(fd, st.st_mode & 07777) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot give '" + tmp + "' the mode of '" + target + "': " + err);
+  }
   size_t off = 0;
   while (off < text.size()) {
     const ssize_t n = ::write(fd, text.data() + off, text.size() - off);

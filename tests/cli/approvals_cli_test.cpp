@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,11 +209,18 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   EXPECT_TRUE(contains(refused.out, "refused")) << refused.out;
   EXPECT_EQ(slurp(f), f_text);
   EXPECT_EQ(slurp(f2), f2_text);
-  // Alone, it is sealed: current again, the same digest as the gate wrote.
+  // Alone, it is sealed: current again, the same digest as the gate wrote,
+  // and the file keeps the mode it had.
+  ASSERT_EQ(::chmod(f.c_str(), 0640), 0);
   const CliRun seal = cli("approvals --seal " + f);
   EXPECT_EQ(seal.code, 0) << seal.out;
   EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
   EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], (*origin_)["approvals"][0]["record_sha256"]);
+  {
+    struct stat st {};
+    ASSERT_EQ(::stat(f.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+  }
   const CliRun after = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(after.code, 0) << after.out;
   EXPECT_TRUE(contains(after.out, "routes    6: 1 current, 5 missing")) << after.out;
@@ -474,6 +482,10 @@ TEST(ApprovalsLock, GateApproveWaitsForTheLock) {
   int st = 0;
   EXPECT_EQ(::waitpid(pid, &st, WNOHANG), 0) << "the gate did not wait for the lock: " << slurp(d + "/gate.log");
   EXPECT_FALSE(std::filesystem::exists(d + "/small.approvals.json")) << slurp(d + "/gate.log");
+  // It said why it waits, naming the lock, once.
+  const std::string log = slurp(d + "/gate.log");
+  EXPECT_TRUE(contains(log, "normgate: waiting for the lock '")) << log;
+  EXPECT_TRUE(contains(log, "small.approvals.json.lock': another writer of the approvals file holds it")) << log;
   ::close(fd);  // releases the lock
   ASSERT_EQ(::waitpid(pid, &st, 0), pid);
   ASSERT_TRUE(WIFEXITED(st)) << slurp(d + "/gate.log");

@@ -94,6 +94,29 @@ TEST(OutputsCli, LargestDenseOptionsRunAndEnd) {
   EXPECT_TRUE(contains(json, "\"t\": []")) << json;
 }
 
+// An output written over an existing file keeps that file's permission
+// bits (it used to come back 0644 whatever they were); a new one is 0644
+// less the umask.
+TEST(OutputsCli, ARewriteKeepsTheFilesMode) {
+  const Dir d("mode");
+  const std::string out = (d.p / "c.json").string(), fresh = (d.p / "n.json").string();
+  std::ofstream(out) << "old\n";
+  ASSERT_EQ(::chmod(out.c_str(), 0640), 0);
+  const std::string c = "check --case H=64,T=5,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_det_chunked";
+  const CliRun r = cli(c + " --json " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(slurp(out), "old\n");  // rewritten
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  const CliRun n = cli(c + " --json " + fresh);
+  ASSERT_EQ(n.code, 0) << n.out;
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u & ~mask);
+}
+
 // An empty value was taken as "not given": `--report-md ""` ran the whole
 // gate and wrote no report, exit 0.
 TEST(OutputsCli, EmptyValuesAreRefusedByName) {

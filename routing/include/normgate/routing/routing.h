@@ -331,7 +331,9 @@ size_t invalid_count(const Approvals& a);
 /// impossible record).
 std::string approvals_to_json_text(const Approvals& a);
 
-/// Write a.path atomically (temporary file beside it, fsync, rename). Throws
+/// Write a.path atomically (temporary file beside it, fsync, rename); a
+/// rewrite keeps the old file's permission bits, a new file is 0644 less the
+/// umask. Throws
 /// std::invalid_argument as approvals_to_json_text (nothing written), and
 /// std::runtime_error naming the path when writing fails.
 void save_approvals(const Approvals& a);
@@ -341,8 +343,12 @@ void save_approvals(const Approvals& a);
 /// onto, so that naming the file by a link or by its target takes one lock): every
 /// normgate writer of an approvals file holds it from its re-read to after
 /// the rename, so writers side by side never lose each other's records.
-/// Blocks until the lock is free. Throws std::runtime_error naming the lock
-/// file when it cannot be opened or locked.
+/// Blocks until the lock is free; when it is held, first prints one line to
+/// stderr naming the lock file ("normgate: waiting for the lock ..."). The
+/// lock file is left in place afterwards: unlinking it while another writer
+/// waits on it would let a third lock a new file of the same name. Throws
+/// std::runtime_error naming the lock file when it cannot be opened or
+/// locked.
 class ApprovalsLock {
  public:
   explicit ApprovalsLock(const std::string& approvals_path);
