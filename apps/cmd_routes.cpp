@@ -18,15 +18,20 @@ namespace normgate::app {
 
 namespace {
 
-// "op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain]" -> CallKey.
+// "op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain]" -> CallKey. A
+// backward call needs its mode (deterministic or not picks different
+// routes); a forward call may give one (one forward route serves both).
+// Each key at most once.
 kernels::CallKey parse_call(const std::string& text) {
   kernels::CallKey k;
-  bool have_op = false, have_h = false, have_w = false, have_t = false;
+  bool have_op = false, have_mode = false, have_h = false, have_w = false, have_t = false;
+  std::map<std::string, int> seen;
   std::stringstream ss(text);
   std::string term;
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("--pick '" + text + "': " + why +
-                                 " (expected op=fwd|bwd,mode=det|nondet,H=N,w=bf16|fp32,T=N[,form=plain])");
+                                 " (expected op=fwd|bwd,H=N,w=bf16|fp32,T=N, mode=det|nondet for op=bwd, "
+                                 "[form=plain|res|heads24|heads4], e.g. op=bwd,mode=det,H=2048,w=bf16,T=5000)");
   };
   auto number = [&](const std::string& key, const std::string& v) {
     size_t pos = 0;
@@ -43,6 +48,7 @@ kernels::CallKey parse_call(const std::string& text) {
     const auto eq = term.find('=');
     if (eq == std::string::npos) throw bad("term '" + term + "' has no '='");
     const std::string key = term.substr(0, eq), v = term.substr(eq + 1);
+    if (seen[key]++) throw bad(key + " given twice");
     if (key == "op") {
       if (v != "fwd" && v != "bwd") throw bad("bad op '" + v + "'");
       k.op = v == "fwd" ? kernels::Op::fwd : kernels::Op::bwd;
@@ -50,14 +56,23 @@ kernels::CallKey parse_call(const std::string& text) {
     } else if (key == "mode") {
       if (v != "det" && v != "nondet") throw bad("bad mode '" + v + "'");
       k.mode = v == "det" ? kernels::Mode::det : kernels::Mode::nondet;
+      have_mode = true;
     } else if (key == "H") {
       k.H = number(key, v);
       have_h = true;
     } else if (key == "w") {
-      k.w = parse_wdtype(v);
+      try {
+        k.w = parse_wdtype(v);
+      } catch (const std::invalid_argument& e) {
+        throw bad(e.what());
+      }
       have_w = true;
     } else if (key == "form") {
-      k.form = parse_form(v);
+      try {
+        k.form = parse_form(v);
+      } catch (const std::invalid_argument& e) {
+        throw bad(e.what());
+      }
     } else if (key == "T") {
       k.T = number(key, v);
       have_t = true;
@@ -66,6 +81,8 @@ kernels::CallKey parse_call(const std::string& text) {
     }
   }
   if (!have_op || !have_h || !have_w || !have_t) throw bad("op, H, w and T are required");
+  if (k.op == kernels::Op::bwd && !have_mode)
+    throw bad("op=bwd needs mode=det or mode=nondet (deterministic=True or False route differently)");
   return k;
 }
 

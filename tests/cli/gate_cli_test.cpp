@@ -73,6 +73,10 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + gap, "gap.toml:4: gap: T=101..149"},
       {"routes " + gap, "gap.toml:4:"},
       {"routes " + kSmall + " --pick op=bwd,H=64", "required"},
+      // A backward call without its mode was dispatched as det: refused now.
+      {"routes " + kSmall + " --pick op=bwd,H=64,w=bf16,T=5", "op=bwd needs mode=det or mode=nondet"},
+      {"routes " + kSmall + " --pick op=fwd,H=64,H=128,w=bf16,T=5", "H given twice"},
+      {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5,form=heads8", "--pick 'op=fwd,H=64,w=bf16,T=5,form=heads8': bad form 'heads8'"},
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
       {"gate " + kSmall + " --plan --rate 0", "got '0'"},
       {"gate " + kSmall + " --plan --rate fast", "got 'fast'"},
