@@ -193,12 +193,9 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   // but the next gate --approve or derive --approve of that table removes
   // them (gate/src/approvals.cpp, update_approvals): said here.
   {
-    std::string table = target;
-    const std::string suffix = ".approvals.json";
-    if (table.size() > suffix.size() && table.compare(table.size() - suffix.size(), suffix.size(), suffix) == 0)
-      table = table.substr(0, table.size() - suffix.size()) + ".toml";
+    const std::string table = kernels::table_path_for_approvals(target);
     std::error_code ec;
-    if (table != target && fs::is_regular_file(table, ec)) {
+    if (!table.empty() && fs::is_regular_file(table, ec)) {
       try {
         const auto t = kernels::load_route_table(table);
         size_t outside = 0;

@@ -227,11 +227,9 @@ std::string policy_path_for(const std::string& table_path) {
 }
 
 std::string policy_path_for_approvals(const std::string& approvals_path) {
-  constexpr std::string_view kSuffix = ".approvals.json";
-  if (approvals_path.size() > kSuffix.size() &&
-      approvals_path.compare(approvals_path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0)
-    return approvals_path.substr(0, approvals_path.size() - kSuffix.size()) + ".policy.toml";
-  return approvals_path + ".policy.toml";
+  const std::string table = table_path_for_approvals(approvals_path);  // "dir/stem.toml" or ""
+  return table.empty() ? approvals_path + ".policy.toml"
+                       : table.substr(0, table.size() - std::string_view(".toml").size()) + ".policy.toml";
 }
 
 ApprovalPolicy parse_policy(std::string_view text, const std::string& path) {

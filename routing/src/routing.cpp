@@ -666,6 +666,14 @@ bool Approval::overlaps(const Route& r) const {
          t_lo <= r.t_hi && r.t_lo <= t_hi;
 }
 
+std::string table_path_for_approvals(const std::string& approvals_path) {
+  constexpr std::string_view kSuffix = ".approvals.json";
+  if (approvals_path.size() <= kSuffix.size() ||
+      approvals_path.compare(approvals_path.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    return {};
+  return approvals_path.substr(0, approvals_path.size() - kSuffix.size()) + ".toml";
+}
+
 std::string approvals_path_for(const std::string& table_path) {
   const std::filesystem::path p(table_path);
   if (p.extension() == ".toml") {

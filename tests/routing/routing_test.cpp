@@ -225,6 +225,12 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
 TEST(Approvals, PathNextToTheTable) {
   EXPECT_EQ(approvals_path_for("routes/sm90a.toml"), "routes/sm90a.approvals.json");
   EXPECT_EQ(approvals_path_for("x/t"), "x/t.approvals.json");
+  // The inverse, for the names approvals_path_for gives *.toml tables.
+  EXPECT_EQ(table_path_for_approvals("routes/sm90a.approvals.json"), "routes/sm90a.toml");
+  EXPECT_EQ(table_path_for_approvals(approvals_path_for("a.b/c.d.toml")), "a.b/c.d.toml");
+  EXPECT_EQ(table_path_for_approvals("x/t.json"), "");
+  EXPECT_EQ(table_path_for_approvals(".approvals.json"), "");  // no stem
+  EXPECT_EQ(table_path_for_approvals("x/t.approvals.json.bak"), "");
 }
 
 Approval approval_for(const Route& r, std::string backend, std::string hash) {

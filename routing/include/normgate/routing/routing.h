@@ -294,6 +294,12 @@ struct Approvals {
 /// Path of the approvals file next to a table: "dir/stem.approvals.json" for
 /// "dir/stem.toml" (any other name: name + ".approvals.json").
 std::string approvals_path_for(const std::string& table_path);
+/// The inverse for the usual names: "dir/stem.toml" for
+/// "dir/stem.approvals.json"; "" for any other name (a table not named
+/// *.toml, whose approvals are "name.approvals.json", is not recovered:
+/// the caller says the table is unknown). Whether the file exists is the
+/// caller's to check.
+std::string table_path_for_approvals(const std::string& approvals_path);
 
 /// Parse an approvals document `text` (`path` names it in messages and in
 /// Approvals::path). Throws RouteTableError naming the path when the text is
