@@ -263,7 +263,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
         if (o->approve || o->gate == "winners")
           inputs.push_back({"the approvals lock file", ap + ".lock"});  // as gate --approve
         check_outputs(outputs, inputs);
-        if (o->approve) check_read_write(ap, "--approve (approvals file beside --out)");
+        if (o->approve) {
+          check_read_write(ap, "--approve (approvals file beside --out)");
+          check_writable(ap, "--approve (approvals file beside --out)");  // its folder: the rename and the lock
+        }
         else check_readable_if_present(ap, "the approvals file beside --out");
         if (o->gate == "winners") check_read_write(rp, "--gate winners (rejections file beside --out)");
       }

@@ -239,6 +239,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       kernels::Approvals approvals;
       if (o->approve) {
         check_read_write(approvals_path, "--approve (approvals file)");
+        check_writable(approvals_path, "--approve (approvals file)");  // its folder: the rename and the lock
         approvals = kernels::load_approvals(approvals_path);
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;

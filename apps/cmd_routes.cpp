@@ -94,8 +94,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "state, the approving campaign's strength and whether it meets the table's approval "
                                  "policy (minimum and target), or show which variant the dispatcher picks for a call. "
                                  "Exit 1 when a route has no current approval (the dispatcher refuses its calls; "
-                                 "not with --allow-unapproved), the approvals file holds an INVALID record (listed "
-                                 "with its reason; it approves nothing) or a --pick is refused");
+                                 "not with --allow-unapproved), a current approval is below the policy minimum, "
+                                 "the approvals file holds an INVALID record (listed with its reason; it approves "
+                                 "nothing) or a --pick is refused");
   struct Opts {
     std::string table;
     std::vector<std::string> picks;
@@ -153,7 +154,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         auto verdict = [&cite](const std::vector<std::string>& miss) {
           return miss.empty() ? std::string("met") : "NOT met (" + cite(miss) + ")";
         };
-        int current = 0, meet_min = 0, meet_target = 0, refused = 0;
+        int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
@@ -162,6 +163,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;
           refused += !cur;
+          cpu_only += s.state == kernels::ApprovalState::cpu_model_only;
           if (!s.record) continue;
           std::printf("    strength: %s\n", kernels::describe_strength(*s.record).c_str());
           if (!policy) continue;
@@ -181,9 +183,11 @@ void add_routes(CLI::App& app, Commands& cmds) {
         std::string count;
         for (const auto& [state, n] : states) count += (count.empty() ? "" : ", ") + std::to_string(n) + " " + state;
         std::printf("routes    %zu: %s\n", d.table().routes.size(), count.empty() ? "none" : count.c_str());
+        auto meet = [](int n) { return std::to_string(n) + (n == 1 ? " meets" : " meet"); };
         if (policy)
-          std::printf("strength  of %d current approvals: %d meet the policy minimum, %s\n", current, meet_min,
-                      policy->target ? (std::to_string(meet_target) + " meet the target").c_str() : "no target");
+          std::printf("strength  of %d current approval%s: %s the policy minimum, %s\n", current,
+                      current == 1 ? "" : "s", meet(meet_min).c_str(),
+                      policy->target ? (meet(meet_target) + " the target").c_str() : "no target");
         // Invalid records approve nothing; a file holding one was damaged or
         // written by something other than normgate: exit 1 (README).
         for (const auto& x : d.approvals().records)
@@ -195,21 +199,40 @@ void add_routes(CLI::App& app, Commands& cmds) {
         // (README, "Approvals"): exit 1, so that a CI step running
         // `normgate routes TABLE` fails on a stale table, unless the
         // override that makes the dispatcher run it anyway is given.
+        const size_t n_routes = d.table().routes.size();
         if (refused && !o->policy.allow_unapproved)
           std::printf("verdict   %d of %zu route%s without a current approval%s: the dispatcher refuses %s calls "
                       "(exit 1)\n",
-                      refused, d.table().routes.size(), d.table().routes.size() == 1 ? "" : "s",
-                      o->policy.accept_cpu_model ? "" : " (CPU-model approvals not counted: --accept-cpu-model)",
+                      refused, n_routes, n_routes == 1 ? "" : "s",
+                      cpu_only ? (" (" + std::to_string(cpu_only) +
+                                  " approved by CPU-model gates only, not counted without --accept-cpu-model)")
+                                     .c_str()
+                               : "",
                       refused == 1 ? "its" : "their");
         else if (refused)
           std::printf("verdict   %d of %zu route%s without a current approval, dispatched by explicit override "
                       "(--allow-unapproved)\n",
-                      refused, d.table().routes.size(), d.table().routes.size() == 1 ? "" : "s");
-        return (n_invalid || (refused && !o->policy.allow_unapproved)) ? 1 : 0;
+                      refused, n_routes, n_routes == 1 ? "" : "s");
+        // A current approval below the table's policy minimum (the policy was
+        // raised after the gate): the dispatcher runs it, but gate --approve
+        // would not write it today, so the table does not meet its own rule.
+        const int below_min = policy ? current - meet_min : 0;
+        if (below_min)
+          std::printf("verdict   %d current approval%s below the policy minimum of %s: gate %s windows again "
+                      "(exit 1)\n",
+                      below_min, below_min == 1 ? "" : "s", policy->path.c_str(), below_min == 1 ? "its" : "their");
+        const bool ok = !n_invalid && !(refused && !o->policy.allow_unapproved) && !below_min;
+        if (ok && !refused)
+          std::printf("verdict   every route current%s\n",
+                      policy ? ", every approval at the policy minimum" : " (no policy to check the approvals against)");
+        return ok ? 0 : 1;
       }
+      // Every --pick parsed before any is answered: a bad one is exit 2
+      // with nothing printed for the others.
+      std::vector<kernels::CallKey> keys;
+      for (const auto& text : o->picks) keys.push_back(parse_call(text));
       int rc = 0;
-      for (const auto& text : o->picks) {
-        const auto key = parse_call(text);
+      for (const auto& key : keys) {
         try {
           const auto dec = d.pick(key);
           std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
@@ -221,6 +244,12 @@ void add_routes(CLI::App& app, Commands& cmds) {
           rc = 1;
         }
       }
+      // The picks' exit status is theirs; a damaged approvals file is still
+      // said (the listing exits 1 on it).
+      if (const size_t n_invalid = kernels::invalid_count(d.approvals()))
+        std::printf("note      %s holds %zu INVALID record%s (they approve nothing; `normgate routes %s` lists "
+                    "them and exits 1)\n",
+                    d.approvals().path.c_str(), n_invalid, n_invalid == 1 ? "" : "s", o->table.c_str());
       return rc;
     };
   });

@@ -67,15 +67,18 @@ std::string write_temp(const std::string& path, const std::string& text) {
     throw std::runtime_error("cannot write '" + path + "' (" + step + " of its temporary file '" + tmp +
                              "' failed: " + why + "); '" + path + "' was left as it was");
   };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A rewrite keeps the old file's permission bits (not setuid, setgid or
+  // sticky); a new file is 0644 less the umask. The temporary is created
+  // with those bits, never wider, then set exactly (the umask may narrow).
+  struct stat old {};
+  const bool had = ::stat(path.c_str(), &old) == 0;
+  const mode_t mode = had ? (old.st_mode & 0777) : 0644;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) {
     const std::string why = sys_reason();
     throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
-  // A rewrite keeps the old file's permission bits; a new file is 0644 less
-  // the umask.
-  struct stat old {};
-  if (::stat(path.c_str(), &old) == 0 && ::fchmod(fd, old.st_mode & 07777) != 0) fail("fchmod", fd);
+  if (had && ::fchmod(fd, mode) != 0) fail("fchmod", fd);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -353,14 +356,18 @@ void load_plugins(const std::vector<std::string>& paths) {
 void check_writable(const std::string& path, const std::string& option) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  // The atomic write (and an approvals file's lock) goes to the folder of
+  // the file a link points to, not the link's: check that one.
+  const std::string real = core::rename_target(path);
+  const fs::path dir = fs::path(real).has_parent_path() ? fs::path(real).parent_path() : fs::path(".");
+  const std::string via = real == path ? "" : " (the folder of '" + real + "', where its link points)";
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' does not exist");
+                                "' does not exist" + via);
   if (::access(dir.c_str(), W_OK) != 0)
     throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' is not writable: " + sys_reason());
+                                "' is not writable" + via + ": " + sys_reason());
   if (fs::is_directory(path, ec))
     throw std::invalid_argument("cannot write " + named(option, path) + ": it is a folder (give a file name)");
   // A device, FIFO or socket: the rename that ends an atomic write would put

@@ -751,6 +751,13 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
 Approvals load_approvals(const std::string& path) {
   if (std::filesystem::is_directory(path))
     throw RouteTableError(path + ": cannot read approvals: is a directory");
+  // A FIFO, socket or device would block the read or never end: refused.
+  {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+      throw RouteTableError(path + ": cannot read approvals: not a regular file");
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {
@@ -805,7 +812,16 @@ std::string approvals_to_json_text(const Approvals& a) {
 // target exclude each other.
 ApprovalsLock::ApprovalsLock(const std::string& approvals_path)
     : path_(core::rename_target(approvals_path) + ".lock") {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // The lock file takes the approvals file's read and write bits (less the
+  // umask), so whoever may write the approvals may lock them: a group-
+  // writable file in a shared folder gets a group-writable lock. flock
+  // needs no write access, so a lock file someone else created read-only
+  // is opened read-only.
+  mode_t mode = 0644;
+  struct stat st {};
+  if (::stat(core::rename_target(approvals_path).c_str(), &st) == 0) mode = st.st_mode & 0666;
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode);
+  if (fd_ < 0 && errno == EACCES) fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error("cannot open lock file '" + path_ + "': " + std::strerror(errno));
   // Free: taken at once, silently. Held: say so once before blocking, so a
   // writer that waits is not mistaken for one that hangs.
@@ -832,13 +848,17 @@ namespace {
 void write_sealed_file(const std::string& path, const std::string& text) {
   const std::string target = core::rename_target(path);  // a link is written through, never replaced
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
   // A rewrite keeps the file's permission bits (a file someone made
-  // read-only to the group, or group-writable, stays so); a new one is 0644
-  // less the umask.
+  // read-only to the group, or group-writable, stays so), not its setuid,
+  // setgid or sticky bits; a new one is 0644 less the umask. The temporary
+  // is created with those bits (never wider than the file it replaces),
+  // then set exactly (the umask may have narrowed them).
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0 && ::fchmod(fd, st.st_mode & 07777) != 0) {
+  const bool had = ::stat(target.c_str(), &st) == 0;
+  const mode_t mode = had ? (st.st_mode & 0777) : 0644;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
+  if (had && ::fchmod(fd, mode) != 0) {
     const std::string err = std::strerror(errno);
     ::close(fd);
     ::unlink(tmp.c_str());

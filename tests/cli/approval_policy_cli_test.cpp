@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -87,8 +88,9 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   auto r = run_normgate("routes " + table);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "policy    no policy (" + dir + "/t.policy.toml does not exist)")) << r.out;
-  EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval (CPU-model approvals not counted: "
-                              "--accept-cpu-model): the dispatcher refuses their calls (exit 1)"))
+  // (no CPU-model approval exists, so no hint about --accept-cpu-model)
+  EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval: the dispatcher refuses their "
+                              "calls (exit 1)"))
       << r.out;
   // With the explicit override the dispatcher runs them: exit 0, said so.
   r = run_normgate("routes " + table + " --allow-unapproved");
@@ -118,7 +120,27 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   EXPECT_TRUE(contains(r.out, "backend cpu-model not accepted by the policy target")) << r.out;
   EXPECT_TRUE(contains(r.out, " (1 route)\n")) << r.out;
   EXPECT_FALSE(contains(r.out, "\nP2 ")) << r.out;
-  EXPECT_TRUE(contains(r.out, "strength  of 1 current approvals: 1 meet the policy minimum, 0 meet the target"))
+  EXPECT_TRUE(contains(r.out, "strength  of 1 current approval: 1 meets the policy minimum, 0 meet the target"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "below the policy minimum")) << r.out;
+  // The policy raised after the gate (minimum seeds 3x2): the approval is
+  // still current, but below the table's own rule: said, and exit 1 even
+  // under the override that takes the five unapproved routes out.
+  {
+    std::ifstream in(kSmallPolicy);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    const auto at = text.find("seeds = \"3x1\"");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, std::string("seeds = \"3x1\"").size(), "seeds = \"3x2\"");
+    std::ofstream(dir + "/t.policy.toml") << text;
+  }
+  r = run_normgate("routes " + table + " --accept-cpu-model --allow-unapproved");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "strength  of 1 current approval: 0 meet the policy minimum")) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict   1 current approval below the policy minimum of " + dir +
+                              "/t.policy.toml: gate its windows again (exit 1)"))
       << r.out;
   std::filesystem::remove_all(dir);
 }
@@ -135,7 +157,7 @@ TEST(ApprovalPolicyCli, CommittedApprovalsMeetTheSm90aMinimum) {
   // One shortfall, printed once and cited by every route.
   EXPECT_TRUE(contains(r.out, "\nP1        seeds 3x16 below the policy target 3x120")) << r.out;
   EXPECT_FALSE(contains(r.out, "\nP2 ")) << r.out;
-  EXPECT_FALSE(contains(r.out, "verdict ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nverdict   every route current, every approval at the policy minimum\n")) << r.out;
 }
 
 }  // namespace

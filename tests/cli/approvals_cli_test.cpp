@@ -169,6 +169,7 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
     EXPECT_EQ(pick.code, 1) << pick.out;
     EXPECT_TRUE(contains(pick.out, "REFUSED")) << pick.out;
     EXPECT_TRUE(contains(pick.out, "invalid: record 0: " + std::string(b.reason))) << pick.out;
+    EXPECT_TRUE(contains(pick.out, "note      " + d + "/small.approvals.json holds 1 INVALID record (")) << pick.out;
     std::filesystem::remove_all(d);
   }
 }
@@ -212,6 +213,7 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   // Alone, it is sealed: current again, the same digest as the gate wrote,
   // and the file keeps the mode it had.
   ASSERT_EQ(::chmod(f.c_str(), 0640), 0);
+  std::filesystem::remove(f + ".lock");  // made anew by the seal, with the file's bits
   const CliRun seal = cli("approvals --seal " + f);
   EXPECT_EQ(seal.code, 0) << seal.out;
   EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
@@ -220,6 +222,12 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
     struct stat st {};
     ASSERT_EQ(::stat(f.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0640u);
+    // The lock takes the approvals file's read/write bits less the umask,
+    // so whoever may write the approvals may also lock them.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ASSERT_EQ(::stat((f + ".lock").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u & ~mask);
   }
   const CliRun after = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(after.code, 0) << after.out;

@@ -76,6 +76,8 @@ TEST(GateCli, HelpAndUsageErrors) {
       // A backward call without its mode was dispatched as det: refused now.
       {"routes " + kSmall + " --pick op=bwd,H=64,w=bf16,T=5", "op=bwd needs mode=det or mode=nondet"},
       {"routes " + kSmall + " --pick op=fwd,H=64,H=128,w=bf16,T=5", "H given twice"},
+      // Every --pick is parsed before any is answered.
+      {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=fwd", "required"},
       {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5,form=heads8", "--pick 'op=fwd,H=64,w=bf16,T=5,form=heads8': bad form 'heads8'"},
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
       {"gate " + kSmall + " --plan --rate 0", "got '0'"},
@@ -91,6 +93,10 @@ TEST(GateCli, HelpAndUsageErrors) {
     const CliResult r = cli(b.args);
     EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
+  }
+  {  // the bad second --pick: nothing answered for the first
+    const CliResult r = cli("routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=fwd");
+    EXPECT_FALSE(contains(r.out, "REFUSED") || contains(r.out, " -> ")) << r.out;
   }
   std::filesystem::remove_all(dir);
 }
@@ -168,7 +174,8 @@ TEST(GateCli, ApproveThenDispatch) {
   const CliResult list = cli("routes " + table);
   EXPECT_EQ(list.code, 1) << list.out;
   EXPECT_TRUE(contains(list.out, "[cpu-model only]")) << list.out;
-  EXPECT_TRUE(contains(list.out, "(CPU-model approvals not counted: --accept-cpu-model)")) << list.out;
+  EXPECT_TRUE(contains(list.out, "(1 approved by CPU-model gates only, not counted without --accept-cpu-model)"))
+      << list.out;
   std::filesystem::remove_all(dir);
 }
 

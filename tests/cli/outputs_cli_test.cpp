@@ -109,12 +109,26 @@ TEST(OutputsCli, ARewriteKeepsTheFilesMode) {
   struct stat st {};
   ASSERT_EQ(::stat(out.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
+  // setuid, setgid and sticky are not carried over to new contents.
+  ASSERT_EQ(::chmod(out.c_str(), 07750), 0);
+  ASSERT_EQ(cli(c + " --json " + out).code, 0);
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
   const CliRun n = cli(c + " --json " + fresh);
   ASSERT_EQ(n.code, 0) << n.out;
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0644u & ~mask);
+}
+
+// An approvals file that is a FIFO blocked `routes` forever: refused, exit 2.
+TEST(OutputsCli, AnApprovalsFileThatIsNoRegularFileIsRefused) {
+  const Dir d("fifo");
+  const std::string t = (d.p / "t.toml").string();
+  fs::copy_file(kSmall, t);
+  ASSERT_EQ(::mkfifo((d.p / "t.approvals.json").c_str(), 0644), 0);
+  expect_refused({"routes " + t, {"t.approvals.json: cannot read approvals: not a regular file"}});
 }
 
 // An empty value was taken as "not given": `--report-md ""` ran the whole
