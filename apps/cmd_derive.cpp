@@ -83,6 +83,7 @@ void bench_point(kernels::CandidateBench& b, const BenchKey& k, const std::vecto
   p.key = k;
   p.aa_variant = std::string(cands[0]->name);
   p.aa_floor = t.aa_floor;
+  p.aa_rounds_us = t.aa_rounds_us;
   for (size_t i = 0; i < cands.size(); ++i) {
     p.median_us[std::string(cands[i]->name)] = t.median_us[i];
     p.rounds_us[std::string(cands[i]->name)] = t.rounds_us[i];
@@ -627,7 +628,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
       md += "Per window: the routed variant, its approval (margin = 1 - worst err/tol), and every candidate's "
             "median time at the window's timed points (us; `*` the routed candidate, `x` rejected by the gate in "
             "this run, `r` rejected by an earlier run (remembered, source unchanged), `u` no current approval (not gated, or gated without --approve), `~` within the A/A floor "
-            "of the fastest and listed later: a tie the more accurate candidate won).\n\n";
+            "of the fastest and listed later: a tie the more accurate candidate won; `A/A` the tie rule's floor at that "
+            "T, `round by round, max M%` where the ratios and the A/A gaps are taken round by round and their "
+            "medians compared, docs/perf/routes.md D1).\n\n";
       md += "| window | variant | approval | margin | candidates at timed T (us) |\n| --- | --- | --- | --- | --- |\n";
       nlohmann::ordered_json jw = nlohmann::ordered_json::array();
       for (const auto& w : ws) {
@@ -654,7 +657,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
           const BenchPoint* p = timings.find(BenchKey{w.group.op, w.group.H, w.group.w, w.group.form, T});
           std::string cell = "T=" + std::to_string(T) + ":";
           double best = 1e300;
-          for (const auto& [v, us] : p->median_us) best = std::min(best, us);
+          std::string fastest;
+          for (const auto& [v, us] : p->median_us)
+            if (us < best) best = us, fastest = v;
           for (const Variant* c : spec.candidates(w.group)) {
             auto it = p->median_us.find(std::string(c->name));
             if (it == p->median_us.end()) continue;
@@ -666,9 +671,14 @@ void add_derive(CLI::App& app, Commands& cmds) {
             const bool rej = in(rejected), rem = !rej && in(recalled), out = !rej && !rem && in(excl);
             cell += " " + std::string(c->name) + " " + fmt("%.2f", it->second) + (c == w.variant ? "*" : "") +
                     (rej ? "x" : "") + (rem ? "r" : "") + (out ? "u" : "") +
-                    (c != w.variant && !rej && !rem && !out && it->second <= best * (1 + p->aa_floor) ? "~" : "");
+                    (c != w.variant && !rej && !rem && !out &&
+                             (c->name == fastest || kernels::ties_with(*p, std::string(c->name), fastest))
+                         ? "~"
+                         : "");
           }
-          cell += " (A/A " + fmt("%.1f", 100 * p->aa_floor) + "%)";
+          cell += " (A/A " + fmt("%.1f", 100 * kernels::tie_floor(*p)) + "%" +
+                  (p->aa_rounds_us.empty() ? "" : " round by round, max " + fmt("%.1f", 100 * p->aa_floor) + "%") +
+                  ")";
           cells += (cells.empty() ? "" : "<br>") + cell;
           jpts.push_back({{"T", T}, {"median_us", p->median_us}, {"aa_floor", p->aa_floor}, {"reason", w.reasons[i]}});
         }

@@ -289,6 +289,7 @@ std::string timings_to_json_text(const Timings& t) {
     e["T"] = k.T;
     e["aa_variant"] = p.aa_variant;
     e["aa_floor"] = p.aa_floor;
+    if (!p.aa_rounds_us.empty()) e["aa_rounds_us"] = p.aa_rounds_us;
     e["median_us"] = p.median_us;
     e["rounds_us"] = p.rounds_us;
     pts.push_back(e);
@@ -343,6 +344,16 @@ Timings parse_timings(std::string_view text, const std::string& path) {
       }
       for (const auto& [v, xs] : p.rounds_us)
         if (!p.median_us.count(v)) throw RouteTableError(where + ": " + v + " has rounds_us but no median_us");
+      if (e.contains("aa_rounds_us")) {
+        p.aa_rounds_us = e.at("aa_rounds_us").get<std::vector<double>>();
+        for (double x : p.aa_rounds_us)
+          if (!(x > 0) || !std::isfinite(x))
+            throw RouteTableError(where + ": aa_rounds_us must be > 0 (got " + std::to_string(x) + ")");
+        const auto a = p.rounds_us.find(p.aa_variant);
+        if (a == p.rounds_us.end() || a->second.size() != p.aa_rounds_us.size())
+          throw RouteTableError(where + ": aa_rounds_us needs one value per round of aa_variant '" + p.aa_variant +
+                                "' (" + std::to_string(p.aa_rounds_us.size()) + " values)");
+      }
       if (t.points.count(p.key))
         throw RouteTableError(where + ": a second point of " + std::string(to_string(p.key.op)) + " H=" +
                               std::to_string(p.key.H) + " w=" + std::string(to_string(p.key.w)) + " form=" +
@@ -397,6 +408,45 @@ std::vector<int64_t> timed_points(const DeriveGroup& g, const Timings& timings) 
   return out;
 }
 
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// The per-round A/A gaps, or empty when p lacks what the paired rule needs.
+std::vector<double> aa_gaps(const BenchPoint& p) {
+  const auto a = p.rounds_us.find(p.aa_variant);
+  if (p.aa_rounds_us.empty() || a == p.rounds_us.end() || a->second.size() != p.aa_rounds_us.size()) return {};
+  std::vector<double> g;
+  for (size_t r = 0; r < p.aa_rounds_us.size(); ++r) {
+    const double x = a->second[r], y = p.aa_rounds_us[r];
+    g.push_back(std::fabs(x - y) / std::min(x, y));
+  }
+  return g;
+}
+
+}  // namespace
+
+double tie_floor(const BenchPoint& p) {
+  const auto g = aa_gaps(p);
+  return g.empty() ? p.aa_floor : median_of(g);
+}
+
+bool ties_with(const BenchPoint& p, const std::string& v, const std::string& fastest) {
+  const auto g = aa_gaps(p);
+  const auto tv = p.rounds_us.find(v), tf = p.rounds_us.find(fastest);
+  if (!g.empty() && tv != p.rounds_us.end() && tf != p.rounds_us.end() && tv->second.size() == g.size() &&
+      tf->second.size() == g.size()) {
+    std::vector<double> ratio;
+    for (size_t r = 0; r < g.size(); ++r) ratio.push_back(tv->second[r] / tf->second[r]);
+    return median_of(ratio) <= 1.0 + median_of(g);
+  }
+  return p.median_us.at(v) <= p.median_us.at(fastest) * (1.0 + p.aa_floor);
+}
+
 const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const BenchPoint& p,
                          const std::vector<Exclusion>& excl, std::string* reason) {
   const std::string gk = g.key();
@@ -416,14 +466,15 @@ const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const Ben
   if (!fastest) return nullptr;
   for (const Variant* v : live) {
     const double t = p.median_us.at(std::string(v->name));
-    if (t <= best * (1.0 + p.aa_floor)) {
+    if (v == fastest || ties_with(p, std::string(v->name), std::string(fastest->name))) {
       if (reason) {
         if (v == fastest) {
           *reason = "fastest (" + us(t) + " us)";
         } else {
-          char b[160];
-          std::snprintf(b, sizeof b, "%.2f us, within the A/A floor %.2f%% of %s (%.2f us); more accurate", t,
-                        100.0 * p.aa_floor, std::string(fastest->name).c_str(), best);
+          char b[200];
+          std::snprintf(b, sizeof b, "%.2f us, within the A/A floor %.2f%% of %s (%.2f us)%s; more accurate", t,
+                        100.0 * tie_floor(p), std::string(fastest->name).c_str(), best,
+                        p.aa_rounds_us.empty() ? "" : " round by round");
           *reason = b;
         }
       }

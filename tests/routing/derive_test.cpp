@@ -149,6 +149,63 @@ TEST(Derive, TiesWithinTheFloorGoToTheMoreAccurateCandidate) {
   EXPECT_NE(ws[0].reasons[0].find("within the A/A floor"), std::string::npos) << ws[0].reasons[0];
 }
 
+// The point of docs/perf/routes.md D9 (res H = 2048 bf16 T = 131072 on the
+// H200): the power cap slowed one round of everything, and one round's A/A
+// gap of 23.8% made the max-over-rounds floor call a 14% difference a tie.
+// With the per-round A/A repeats the paired rule sees the difference.
+TEST(Derive, PairedRoundsSeeThroughADriftingRound) {
+  BenchPoint p;
+  p.key = BenchKey{Op::bwd, 2048, WDtype::bf16, Form::plain, 131072};
+  p.aa_variant = "bwd_det_chunked";  // listed first (more accurate), slower
+  p.rounds_us["bwd_det_chunked"] = {622.0, 712.0, 660.0};
+  p.rounds_us["bwd_nondet_atomic"] = {540.0, 606.0, 577.0};
+  p.median_us["bwd_det_chunked"] = 660.0;
+  p.median_us["bwd_nondet_atomic"] = 577.0;
+  p.aa_floor = 0.238;
+  // Without the repeats: the old rule, 660 <= 577 * 1.238, a tie.
+  EXPECT_TRUE(ties_with(p, "bwd_det_chunked", "bwd_nondet_atomic"));
+  EXPECT_DOUBLE_EQ(tie_floor(p), 0.238);
+  // With them: gaps 0.5%, 23.8% (the drifting round), 1%: median 1%;
+  // ratios 1.152, 1.175, 1.144: median 1.152 > 1.01, no tie.
+  p.aa_rounds_us = {625.11, 575.1, 666.6};
+  EXPECT_NEAR(tie_floor(p), 0.01, 1e-3);
+  EXPECT_FALSE(ties_with(p, "bwd_det_chunked", "bwd_nondet_atomic"));
+  // A real tie stays one: the slower candidate within 0.5% every round.
+  p.rounds_us["bwd_nondet_atomic"] = {619.0, 709.0, 657.0};
+  EXPECT_TRUE(ties_with(p, "bwd_det_chunked", "bwd_nondet_atomic"));
+  // One round's large ratio is outvoted by the two others (median, not max).
+  p.rounds_us["bwd_nondet_atomic"] = {619.0, 600.0, 657.0};
+  EXPECT_TRUE(ties_with(p, "bwd_det_chunked", "bwd_nondet_atomic"));
+  // winner_at uses it, and says why.
+  const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
+  p.rounds_us["bwd_nondet_atomic"] = {540.0, 606.0, 577.0};
+  std::string why;
+  EXPECT_EQ(winner_at(s, nondet(), p, {}, &why)->name, "bwd_nondet_atomic") << why;
+  p.rounds_us["bwd_nondet_atomic"] = {619.0, 709.0, 657.0};
+  p.median_us["bwd_nondet_atomic"] = 657.0;
+  EXPECT_EQ(winner_at(s, nondet(), p, {}, &why)->name, "bwd_det_chunked");
+  EXPECT_NE(why.find("round by round"), std::string::npos) << why;
+  // The repeats survive the JSON round trip; a count that does not match the
+  // rounds, or a non-positive repeat, is refused naming the field.
+  Timings t;
+  t.gpu = "test";
+  t.rounds = 3;
+  t.reps = 20;
+  t.points[p.key] = p;
+  const Timings back = parse_timings(timings_to_json_text(t), "t.json");
+  EXPECT_EQ(back.find(p.key)->aa_rounds_us, p.aa_rounds_us);
+  for (const std::vector<double>& bad : {std::vector<double>{600.0, 600.0}, std::vector<double>{600.0, 0.0, 600.0}}) {
+    Timings b = t;
+    b.points[p.key].aa_rounds_us = bad;
+    try {
+      parse_timings(timings_to_json_text(b), "t.json");
+      ADD_FAILURE() << "accepted " << bad.size() << " repeats";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("aa_rounds_us"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Derive, ExclusionHandsTheWindowToTheNextCandidate) {
   const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
   const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});

@@ -210,6 +210,7 @@ CandidateTimes CandidateBench::time(Op op, int64_t T, std::span<const Variant* c
     const double a = out.rounds_us[0][static_cast<size_t>(r)], b = a2[static_cast<size_t>(r)];
     out.aa_floor = std::max(out.aa_floor, std::fabs(a - b) / std::min(a, b));
   }
+  out.aa_rounds_us = a2;
   return out;
 }
 

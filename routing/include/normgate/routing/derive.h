@@ -110,7 +110,27 @@ struct BenchPoint {
   std::map<std::string, std::vector<double>> rounds_us;   ///< per variant: each round's median of reps
   std::string aa_variant;                                 ///< the variant timed twice per round
   double aa_floor = 0;  ///< max over rounds of |A - A'| / min(A, A') (relative, >= 0)
+  /// The A/A repeat A' of each round (aa_variant timed again at the end of
+  /// the round), us; empty in timings written before 2026-12-03 (then the
+  /// tie rule falls back to aa_floor, see ties_with).
+  std::vector<double> aa_rounds_us;
 };
+
+/// Whether candidate `v` ties with the fastest candidate `fastest` at point
+/// p, i.e. is not measurably slower (both names must have rounds_us).
+/// With aa_rounds_us (one per round, every round of both candidates
+/// present): the median over rounds of t_v/t_fastest is at most 1 + the
+/// median over rounds of the A/A gap |A - A'| / min(A, A'). Each round's
+/// candidates run milliseconds apart, so the per-round ratio cancels drift
+/// that moves whole rounds (the H200's power cap moves SM clocks by up to
+/// 17% between rounds: docs/perf/routes.md D9), and one noisy round can
+/// neither make nor break a tie. Without aa_rounds_us: median_v <=
+/// median_fastest * (1 + aa_floor), the rule the older timings were
+/// derived with.
+bool ties_with(const BenchPoint& p, const std::string& v, const std::string& fastest);
+/// The relative floor ties_with applies at p: the median per-round A/A gap
+/// with aa_rounds_us, else aa_floor (for reports).
+double tie_floor(const BenchPoint& p);
 
 /// Every timing of a derivation, with where it was measured.
 struct Timings {
@@ -123,7 +143,8 @@ struct Timings {
 
 /// JSON ("normgate-timings/1"): {format, gpu, driver, cuda, date,
 /// normgate_commit, rounds, reps, points: [{op, H, w, form, T, aa_variant,
-/// aa_floor, median_us: {variant: us}, rounds_us: {variant: [us...]}}]}.
+/// aa_floor, [aa_rounds_us: [us...] (one per round),] median_us: {variant:
+/// us}, rounds_us: {variant: [us...]}}]}.
 std::string timings_to_json_text(const Timings& t);
 /// Parse timings JSON; throws RouteTableError naming `path` and the bad
 /// field: wrong format, a non-positive or non-finite median or round time,
@@ -156,8 +177,7 @@ struct DerivedWindow {
 std::vector<int64_t> timed_points(const DeriveGroup& g, const Timings& timings);
 
 /// The winner at one point: the first candidate (spec order) not excluded at
-/// T whose median is within the point's A/A floor of the fastest non-excluded
-/// candidate. nullptr when no candidate is left or the point has no timing of
+/// T that ties (ties_with) with the fastest non-excluded candidate. nullptr when no candidate is left or the point has no timing of
 /// any remaining candidate. `reason` (may be null) receives why.
 const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const BenchPoint& p,
                          const std::vector<Exclusion>& excl, std::string* reason);

@@ -25,7 +25,8 @@ namespace normgate::kernels {
 struct CandidateTimes {
   std::vector<double> median_us;               ///< per candidate, in the order given
   std::vector<std::vector<double>> rounds_us;  ///< per candidate, each round's median
-  double aa_floor = 0;                         ///< relative, >= 0
+  double aa_floor = 0;                         ///< relative, >= 0: max over rounds of the A/A gap
+  std::vector<double> aa_rounds_us;            ///< candidate 0 timed again at the end of each round
 };
 
 /// Device buffers of one (H, w, form) up to t_max tokens, filled with the
