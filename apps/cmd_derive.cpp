@@ -573,8 +573,22 @@ void add_derive(CLI::App& app, Commands& cmds) {
         bool changed = false;
         for (const auto& w : ws)
           if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w))) {
-            excl.push_back({w.group.key(), std::string(w.variant->name), w.t_lo, w.t_hi});
-            changed = true;
+            // Exclude the winner only at the timed points no approval of it
+            // covers: a winner approved for part of the window (fwd_rowwise
+            // approved for T = 1..5793 winning 1..131072 once fwd_wide is
+            // excluded above 4467) keeps that part, instead of every
+            // candidate being excluded there in turn. When every timed point
+            // is covered but the window is not (it starts between timed
+            // points, below where the approval starts; or two approvals side
+            // by side), nothing is excluded: the window stays, reported
+            // without a current approval, for a gate to settle.
+            for (int64_t T : w.points) {
+              DerivedWindow one = w;
+              one.t_lo = one.t_hi = T;
+              if (approved(one)) continue;
+              excl.push_back({w.group.key(), std::string(w.variant->name), T, T});
+              changed = true;
+            }
           }
         if (!changed) break;
       }

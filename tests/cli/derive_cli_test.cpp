@@ -163,6 +163,29 @@ TEST(DeriveCli, GateWindowsGatesOnlyWhatTheFilterSelects) {
   EXPECT_TRUE(contains(r.out, "needs --gate winners")) << r.out;
 }
 
+// --gate none routes approved candidates where the winner is not approved.
+// It used to exclude an unapproved winner over its whole window, so a
+// candidate approved for part of that window lost the part too, and every
+// candidate ended excluded there ("no candidate left"). Now only the timed
+// points no approval covers are excluded: bwd_fp32_blocked, approved for
+// T = 1..1 alone, keeps T = 1.
+TEST(DeriveCli, GateNoneKeepsTheApprovedPartOfAWindow) {
+  const Dir d;
+  const std::string timings = " --timings " + (d.p / "timings.json").string();
+  CliRun r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve --gate-windows T=1"));
+  ASSERT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=1..1 -> bwd_fp32_blocked")) << r.out;
+  r = normgate::test::run_normgate(d.run(timings + " --backend cpu --gate none"));
+  EXPECT_EQ(r.code, 1) << r.out;  // T = 2..600: nothing approved there
+  EXPECT_TRUE(contains(r.out, "1 of 2 windows")) << r.out;
+  const std::string md = read(d.p / "r.md");
+  EXPECT_TRUE(contains(md, "| bwd det H=64 w=bf16 form=plain T=1..1 | bwd_fp32_blocked | current")) << md;
+  const auto j = nlohmann::json::parse(read(d.p / "r.json"));
+  ASSERT_EQ(j["windows"].size(), 2u) << j.dump(1);
+  EXPECT_EQ(j["windows"][0]["points"][0]["T"], 1);
+  EXPECT_EQ(j["windows"][0]["points"][0]["reason"].get<std::string>().find("no candidate"), std::string::npos)
+      << j["windows"][0].dump(1);
+}
+
 // Nothing approved beside --out and no gating: the table would route
 // variants no gate passed, so it is not written (the report is).
 TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
@@ -290,11 +313,14 @@ TEST(DeriveCli, RemembersRejectionsBetweenRuns) {
   EXPECT_EQ(read(d.p / "r.md"), report_before);  // refused before any work
   EXPECT_EQ(read(rp), tampered);
   // --gate none neither needs nor touches the file; --forget-rejections needs --gate winners.
-  // (--gate none derives from approvals alone, rejections unused: its one
-  // window T=1..600 has no approved candidate, so exit 1, no table: not 2.)
+  // (--gate none derives from approvals alone, rejections unused: the
+  // approvals the --approve runs wrote, bwd_fp32_blocked for T = 1 and
+  // bwd_det_chunked above, give the same table again, exit 0, not 2. Before
+  // 2026-12-03 it excluded bwd_fp32_blocked over all of T = 1..600, lost its
+  // approved T = 1, and wrote no table: DeriveCli.GateNoneKeepsTheApprovedPartOfAWindow.)
   r = normgate::test::run_normgate(d.run(timings + " --gate none"));
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_TRUE(contains(r.out, "table NOT written")) << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "every route with a current approval")) << r.out;
   EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
   EXPECT_EQ(read(rp), tampered);
   EXPECT_FALSE(contains(read(d.p / "r.md"), "rejections")) << read(d.p / "r.md");
