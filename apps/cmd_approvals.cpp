@@ -92,12 +92,6 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   std::set<std::string> seen;  // resolved paths: a source named twice is read once
   for (const auto& f : sources)
     if (seen.insert(resolve(f)).second) from.push_back(kernels::load_approvals(f));
-  const kernels::ApprovalsLock lock(real);  // from the read to after the rename, as gate --approve
-  if (!fs::is_regular_file(real))           // moved or removed while this waited for the lock
-    throw std::invalid_argument("--merge-into " + target + ": no such approvals file (gone while waiting for " +
-                                lock.path() + ")");
-  kernels::Approvals into = kernels::load_approvals(real);
-  into.path = real;
   size_t bad = 0;
   auto report = [&bad](const kernels::Approvals& a, const char* role) {
     size_t n_bad = 0;
@@ -108,13 +102,23 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
       if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", x.invalid.c_str());
     bad += n_bad;
   };
-  for (const auto& a : from) report(a, "source");
-  report(into, "target");
-  if (bad) {
+  auto refuse = [&bad] {
     std::printf("merge    refused: %zu INVALID or unsealed record%s (above); nothing written\n", bad,
                 bad == 1 ? "" : "s");
     return 1;
-  }
+  };
+  // The sources are judged before the lock is taken: a bad source is
+  // refused at once, without waiting for another writer.
+  for (const auto& a : from) report(a, "source");
+  if (bad) return refuse();
+  const kernels::ApprovalsLock lock(real);  // from the read to after the rename, as gate --approve
+  if (!fs::is_regular_file(real))           // moved or removed while this waited for the lock
+    throw std::invalid_argument("--merge-into " + target + ": no such approvals file (gone while waiting for " +
+                                lock.path() + ")");
+  kernels::Approvals into = kernels::load_approvals(real);
+  into.path = real;
+  report(into, "target");
+  if (bad) return refuse();
   // The current source hash of a variant ("" when this build has no such
   // variant): a record of another hash is stale (routing.h, approval_status).
   auto current_hash = [](const kernels::Approval& x) {

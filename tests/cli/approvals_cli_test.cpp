@@ -282,9 +282,16 @@ TEST_F(ApprovalsCli, MergeInto) {
   tampered["variant"] = "fwd_rowwise";
   const std::string bad = d + "/bad.approvals.json";
   spit_approvals(bad, json::array({sealed(a), tampered}));
-  const CliRun refused = cli("approvals " + bad + " --merge-into " + target);
+  // The source is judged before the lock: refused at once while another
+  // writer holds the target's lock (the run would block otherwise).
+  const int lock_fd = ::open((target + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(lock_fd, 0);
+  ASSERT_EQ(::flock(lock_fd, LOCK_EX), 0);
+  const CliRun refused = normgate::test::run_normgate_timeout("approvals " + bad + " --merge-into " + target, 30);
+  ::close(lock_fd);
   EXPECT_EQ(refused.code, 1) << refused.out;
   EXPECT_TRUE(contains(refused.out, "merge    refused: 1 INVALID or unsealed record")) << refused.out;
+  EXPECT_FALSE(contains(refused.out, "waiting for the lock")) << refused.out;
   EXPECT_EQ(slurp(target), merged);
   // A later record of another source hash (stale) does not replace the current one.
   json stale = newer;
