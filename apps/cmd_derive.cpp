@@ -578,17 +578,22 @@ void add_derive(CLI::App& app, Commands& cmds) {
             // approved for T = 1..5793 winning 1..131072 once fwd_wide is
             // excluded above 4467) keeps that part, instead of every
             // candidate being excluded there in turn. When every timed point
-            // is covered but the window is not (it starts between timed
-            // points, below where the approval starts; or two approvals side
-            // by side), nothing is excluded: the window stays, reported
-            // without a current approval, for a gate to settle.
+            // is covered but the window is not, the uncovered span lies
+            // below its first point (the window starts right after the
+            // previous window's last point, below where the approval
+            // starts): the winner is excluded at that first point, which
+            // moves the split up by one timed point.
+            bool any = false;
             for (int64_t T : w.points) {
               DerivedWindow one = w;
               one.t_lo = one.t_hi = T;
               if (approved(one)) continue;
               excl.push_back({w.group.key(), std::string(w.variant->name), T, T});
-              changed = true;
+              any = true;
             }
+            if (!any)
+              excl.push_back({w.group.key(), std::string(w.variant->name), w.points.front(), w.points.front()});
+            changed = true;
           }
         if (!changed) break;
       }
@@ -670,31 +675,45 @@ void add_derive(CLI::App& app, Commands& cmds) {
           const int64_t T = w.points[i];
           const BenchPoint* p = timings.find(BenchKey{w.group.op, w.group.H, w.group.w, w.group.form, T});
           std::string cell = "T=" + std::to_string(T) + ":";
-          double best = 1e300;
-          std::string fastest;
-          for (const auto& [v, us] : p->median_us)
-            if (us < best) best = us, fastest = v;
+          // Each candidate's flags; `~` (a tie the winner took, listed
+          // earlier) by winner_at's own test: a live candidate measurably
+          // slower than no other live one.
+          struct Cand {
+            const Variant* c;
+            bool rej, rem, out;
+          };
+          std::vector<Cand> cs;
           for (const Variant* c : spec.candidates(w.group)) {
-            auto it = p->median_us.find(std::string(c->name));
-            if (it == p->median_us.end()) continue;
+            if (!p->median_us.count(std::string(c->name))) continue;
             auto in = [&](const std::vector<Exclusion>& xs) {
               for (const auto& e : xs)
                 if (e.group == w.group.key() && e.variant == c->name && T >= e.t_lo && T <= e.t_hi) return true;
               return false;
             };
             const bool rej = in(rejected), rem = !rej && in(recalled), out = !rej && !rem && in(excl);
-            cell += " " + std::string(c->name) + " " + fmt("%.2f", it->second) + (c == w.variant ? "*" : "") +
-                    (rej ? "x" : "") + (rem ? "r" : "") + (out ? "u" : "") +
-                    (c != w.variant && !rej && !rem && !out &&
-                             (c->name == fastest || kernels::ties_with(*p, std::string(c->name), fastest))
-                         ? "~"
-                         : "");
+            cs.push_back({c, rej, rem, out});
+          }
+          for (const auto& x : cs) {
+            bool tie = x.c != w.variant && !x.rej && !x.rem && !x.out;
+            for (const auto& u : cs)
+              tie = tie && (u.c == x.c || u.rej || u.rem || u.out ||
+                            !kernels::measurably_slower(*p, std::string(x.c->name), std::string(u.c->name)));
+            cell += " " + std::string(x.c->name) + " " + fmt("%.2f", p->median_us.at(std::string(x.c->name))) +
+                    (x.c == w.variant ? "*" : "") + (x.rej ? "x" : "") + (x.rem ? "r" : "") + (x.out ? "u" : "") +
+                    (tie ? "~" : "");
           }
           cell += " (A/A " + fmt("%.1f", 100 * kernels::tie_floor(*p)) + "%" +
-                  (p->aa_rounds_us.empty() ? "" : " round by round, max " + fmt("%.1f", 100 * p->aa_floor) + "%") +
+                  (kernels::paired_rounds(*p) ? " round by round, max " + fmt("%.1f", 100 * p->aa_floor) + "%" : "") +
                   ")";
           cells += (cells.empty() ? "" : "<br>") + cell;
-          jpts.push_back({{"T", T}, {"median_us", p->median_us}, {"aa_floor", p->aa_floor}, {"reason", w.reasons[i]}});
+          nlohmann::ordered_json jp = {{"T", T}, {"median_us", p->median_us}, {"aa_floor", p->aa_floor}};
+          if (kernels::paired_rounds(*p)) {  // the floor the paired rule applied, and its inputs
+            jp["tie_floor"] = kernels::tie_floor(*p);
+            jp["rounds_us"] = p->rounds_us;
+            jp["aa_rounds_us"] = p->aa_rounds_us;
+          }
+          jp["reason"] = w.reasons[i];
+          jpts.push_back(jp);
         }
         char win[160];
         std::snprintf(win, sizeof win, "%s T=%lld..%lld", w.group.key().c_str(), static_cast<long long>(w.t_lo),

@@ -349,10 +349,14 @@ Timings parse_timings(std::string_view text, const std::string& path) {
         for (double x : p.aa_rounds_us)
           if (!(x > 0) || !std::isfinite(x))
             throw RouteTableError(where + ": aa_rounds_us must be > 0 (got " + std::to_string(x) + ")");
-        const auto a = p.rounds_us.find(p.aa_variant);
-        if (a == p.rounds_us.end() || a->second.size() != p.aa_rounds_us.size())
-          throw RouteTableError(where + ": aa_rounds_us needs one value per round of aa_variant '" + p.aa_variant +
-                                "' (" + std::to_string(p.aa_rounds_us.size()) + " values)");
+        if (!p.rounds_us.count(p.aa_variant))
+          throw RouteTableError(where + ": aa_rounds_us given, but aa_variant '" + p.aa_variant +
+                                "' has no rounds_us");
+        for (const auto& [v, xs] : p.rounds_us)
+          if (xs.size() != p.aa_rounds_us.size())
+            throw RouteTableError(where + ": aa_rounds_us needs one value per round: " +
+                                  std::to_string(p.aa_rounds_us.size()) + " values, but " + v + " has " +
+                                  std::to_string(xs.size()) + " rounds");
       }
       if (t.points.count(p.key))
         throw RouteTableError(where + ": a second point of " + std::string(to_string(p.key.op)) + " H=" +
@@ -418,8 +422,8 @@ double median_of(std::vector<double> v) {
 
 // The per-round A/A gaps, or empty when p lacks what the paired rule needs.
 std::vector<double> aa_gaps(const BenchPoint& p) {
+  if (!paired_rounds(p)) return {};
   const auto a = p.rounds_us.find(p.aa_variant);
-  if (p.aa_rounds_us.empty() || a == p.rounds_us.end() || a->second.size() != p.aa_rounds_us.size()) return {};
   std::vector<double> g;
   for (size_t r = 0; r < p.aa_rounds_us.size(); ++r) {
     const double x = a->second[r], y = p.aa_rounds_us[r];
@@ -430,6 +434,13 @@ std::vector<double> aa_gaps(const BenchPoint& p) {
 
 }  // namespace
 
+bool paired_rounds(const BenchPoint& p) {
+  if (p.aa_rounds_us.empty() || !p.rounds_us.count(p.aa_variant)) return false;
+  for (const auto& [v, xs] : p.rounds_us)
+    if (xs.size() != p.aa_rounds_us.size()) return false;
+  return true;
+}
+
 double tie_floor(const BenchPoint& p) {
   const auto g = aa_gaps(p);
   return g.empty() ? p.aa_floor : median_of(g);
@@ -437,14 +448,18 @@ double tie_floor(const BenchPoint& p) {
 
 bool ties_with(const BenchPoint& p, const std::string& v, const std::string& fastest) {
   const auto g = aa_gaps(p);
-  const auto tv = p.rounds_us.find(v), tf = p.rounds_us.find(fastest);
-  if (!g.empty() && tv != p.rounds_us.end() && tf != p.rounds_us.end() && tv->second.size() == g.size() &&
-      tf->second.size() == g.size()) {
+  if (!g.empty()) {
+    const auto& tv = p.rounds_us.at(v);
+    const auto& tf = p.rounds_us.at(fastest);
     std::vector<double> ratio;
-    for (size_t r = 0; r < g.size(); ++r) ratio.push_back(tv->second[r] / tf->second[r]);
+    for (size_t r = 0; r < g.size(); ++r) ratio.push_back(tv[r] / tf[r]);
     return median_of(ratio) <= 1.0 + median_of(g);
   }
   return p.median_us.at(v) <= p.median_us.at(fastest) * (1.0 + p.aa_floor);
+}
+
+bool measurably_slower(const BenchPoint& p, const std::string& v, const std::string& u) {
+  return p.median_us.at(v) > p.median_us.at(u) && !ties_with(p, v, u);
 }
 
 const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const BenchPoint& p,
@@ -464,24 +479,31 @@ const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const Ben
     }
   }
   if (!fastest) return nullptr;
+  // The first candidate measurably slower than no live candidate. Against
+  // every candidate, not only the fastest by median: the paired rule is not
+  // transitive, and a candidate tying with the fastest could still be
+  // measurably slower than a third one (which might be the det route of the
+  // same shape: D1's promise that nondet is never routed slower than det).
   for (const Variant* v : live) {
-    const double t = p.median_us.at(std::string(v->name));
-    if (v == fastest || ties_with(p, std::string(v->name), std::string(fastest->name))) {
-      if (reason) {
-        if (v == fastest) {
-          *reason = "fastest (" + us(t) + " us)";
-        } else {
-          char b[200];
-          std::snprintf(b, sizeof b, "%.2f us, within the A/A floor %.2f%% of %s (%.2f us)%s; more accurate", t,
-                        100.0 * tie_floor(p), std::string(fastest->name).c_str(), best,
-                        p.aa_rounds_us.empty() ? "" : " round by round");
-          *reason = b;
-        }
+    const std::string vn(v->name);
+    bool ok = true;
+    for (const Variant* u : live) ok = ok && (u == v || !measurably_slower(p, vn, std::string(u->name)));
+    if (!ok) continue;
+    const double t = p.median_us.at(vn);
+    if (reason) {
+      if (v == fastest) {
+        *reason = "fastest (" + us(t) + " us)";
+      } else {
+        char b[200];
+        std::snprintf(b, sizeof b, "%.2f us, within the A/A floor %.2f%% of %s (%.2f us)%s; more accurate", t,
+                      100.0 * tie_floor(p), std::string(fastest->name).c_str(), best,
+                      paired_rounds(p) ? " round by round" : "");
+        *reason = b;
       }
-      return v;
     }
+    return v;
   }
-  return fastest;  // unreachable: the fastest is within its own floor
+  return fastest;  // unreachable: the fastest by median is measurably slower than none
 }
 
 std::vector<DerivedWindow> derive_group(const DeriveSpec& spec, const DeriveGroup& g, const Timings& timings,

@@ -206,6 +206,65 @@ TEST(Derive, PairedRoundsSeeThroughADriftingRound) {
   }
 }
 
+// D1's promise under the paired rule, which is not transitive: bwd_det_onepass
+// ties with bwd_nondet_atomic (per-round ratios 1.3, 1.0, 1.05: median 1.05
+// within the 10% floor) yet is measurably slower than bwd_det_chunked
+// (1.16, 0.89, 1.875: median 1.16), the det route. Checking ties against the
+// fastest alone routed nondet to bwd_det_onepass at 130 us beside det's
+// 112 us; the winner must be measurably slower than no live candidate.
+TEST(Derive, NondetIsNeverRoutedMeasurablySlowerThanDet) {
+  const std::string spec = R"(arch = "sm90a"
+T = [1, 100]
+[candidates]
+bwd_det = ["bwd_det_chunked", "bwd_det_onepass"]
+bwd_nondet = ["bwd_det_chunked", "bwd_det_onepass", "bwd_nondet_atomic"]
+[bench]
+crossover_steps = 0
+[[group]]
+op = "bwd"
+modes = ["det", "nondet"]
+H = 2048
+w = "bf16"
+form = "plain"
+)";
+  const DeriveSpec s = parse_derive_spec(spec, "s.toml");
+  BenchPoint p;
+  p.key = BenchKey{Op::bwd, 2048, WDtype::bf16, Form::plain, 100};
+  p.aa_variant = "bwd_det_chunked";
+  p.rounds_us["bwd_nondet_atomic"] = {100.0, 100.0, 200.0};
+  p.rounds_us["bwd_det_chunked"] = {112.0, 112.0, 112.0};
+  p.rounds_us["bwd_det_onepass"] = {130.0, 100.0, 210.0};
+  p.median_us = {{"bwd_nondet_atomic", 100.0}, {"bwd_det_chunked", 112.0}, {"bwd_det_onepass", 130.0}};
+  p.aa_rounds_us = {123.2, 112.0, 100.0};  // gaps 10%, 0, 12%: median 10%
+  p.aa_floor = 0.12;
+  ASSERT_TRUE(paired_rounds(p));
+  EXPECT_TRUE(ties_with(p, "bwd_det_onepass", "bwd_nondet_atomic"));
+  EXPECT_TRUE(measurably_slower(p, "bwd_det_onepass", "bwd_det_chunked"));
+  const DeriveGroup det{Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain};
+  const Variant* d = winner_at(s, det, p, {}, nullptr);
+  const Variant* n = winner_at(s, nondet(), p, {}, nullptr);
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(d->name, "bwd_det_chunked");
+  EXPECT_EQ(n->name, "bwd_nondet_atomic");
+  EXPECT_FALSE(measurably_slower(p, std::string(n->name), std::string(d->name)));
+  // Round counts that differ from the repeats' are refused when read (the
+  // rule would otherwise fall back silently while the report said "round by
+  // round").
+  Timings t;
+  t.gpu = "test";
+  t.rounds = 3;
+  t.reps = 20;
+  p.rounds_us["bwd_det_onepass"] = {130.0, 100.0};
+  t.points[p.key] = p;
+  try {
+    parse_timings(timings_to_json_text(t), "t.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("bwd_det_onepass has 2 rounds"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Derive, ExclusionHandsTheWindowToTheNextCandidate) {
   const DeriveSpec s = parse_derive_spec(kSpec, "s.toml");
   const Timings t = timings({{1, 5.0, 6.0}, {100, 8.0, 9.0}, {1000, 50.0, 40.0}, {10000, 400.0, 300.0}});

@@ -128,6 +128,13 @@ struct BenchPoint {
 /// median_fastest * (1 + aa_floor), the rule the older timings were
 /// derived with.
 bool ties_with(const BenchPoint& p, const std::string& v, const std::string& fastest);
+/// v measurably slower than u at p: v's median is larger and v does not tie
+/// with u (ties_with). The winner at a point (winner_at) is the first
+/// candidate measurably slower than no other live candidate.
+bool measurably_slower(const BenchPoint& p, const std::string& v, const std::string& u);
+/// Whether p carries what the paired rule needs: aa_rounds_us, and as many
+/// rounds of every variant (parse_timings refuses points where they differ).
+bool paired_rounds(const BenchPoint& p);
 /// The relative floor ties_with applies at p: the median per-round A/A gap
 /// with aa_rounds_us, else aa_floor (for reports).
 double tie_floor(const BenchPoint& p);
@@ -177,7 +184,9 @@ struct DerivedWindow {
 std::vector<int64_t> timed_points(const DeriveGroup& g, const Timings& timings);
 
 /// The winner at one point: the first candidate (spec order) not excluded at
-/// T that ties (ties_with) with the fastest non-excluded candidate. nullptr when no candidate is left or the point has no timing of
+/// T that is measurably slower (measurably_slower) than no other
+/// non-excluded candidate. Without aa_rounds_us this is the older rule, a
+/// median within aa_floor of the fastest. nullptr when no candidate is left or the point has no timing of
 /// any remaining candidate. `reason` (may be null) receives why.
 const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const BenchPoint& p,
                          const std::vector<Exclusion>& excl, std::string* reason);
