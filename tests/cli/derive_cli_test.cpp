@@ -186,6 +186,63 @@ TEST(DeriveCli, GateNoneKeepsTheApprovedPartOfAWindow) {
       << j["windows"][0].dump(1);
 }
 
+// --gate none, a winner whose timed points are approved but whose window
+// starts below its approval: bwd_det_chunked wins T = 2..600 (points 16
+// and 600) with an approval of T = 9..600 only. It is excluded at its first
+// point, so bwd_det_onepass (approved T = 1..600) takes 1..16 and
+// bwd_det_chunked keeps 17..600: a table, every route approved.
+TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
+  const Dir d;
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
+                                      "bwd_det = [\"bwd_det_chunked\", \"bwd_det_onepass\"]\n"
+                                      "[bench]\ncrossover_steps = 0\n"
+                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
+  {  // onepass fastest at T = 1, chunked at 16 and 600 (beyond the 1% floor)
+    std::ofstream t(d.p / "timings.json");
+    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
+         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
+    const int ts[] = {1, 16, 600};
+    const double chunked[] = {12, 20, 60}, onepass[] = {10, 30, 90};
+    for (int i = 0; i < 3; ++i)
+      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
+        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": "
+        << chunked[i] << ", \"bwd_det_onepass\": " << onepass[i] << "}, \"rounds_us\": {\"bwd_det_chunked\": ["
+        << chunked[i] << "], \"bwd_det_onepass\": [" << onepass[i] << "]}}";
+    t << "]}\n";
+  }
+  // Approvals: onepass for T = 1..600, chunked for T = 9..600, each gated
+  // through a table of its own, then put together beside --out.
+  auto gate = [&](const std::string& name, const std::string& routes, const std::string& windows) {
+    std::ofstream(d.p / (name + ".toml")) << "arch = \"sm90a\"\nroute = [\n" << routes << "]\n";
+    fs::copy_file(d.p / "t.policy.toml", d.p / (name + ".policy.toml"));
+    const CliRun g = normgate::test::run_normgate("gate " + (d.p / (name + ".toml")).string() + kCampaign +
+                                                  " --windows " + windows + " --approve --quiet");
+    EXPECT_EQ(g.code, 0) << g.out;
+    return nlohmann::json::parse(read(d.p / (name + ".approvals.json")));
+  };
+  const std::string row = "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", ";
+  auto all = gate("a", row + "T = [1, 600], variant = \"bwd_det_onepass\" },\n", "variant=bwd_det_onepass");
+  const auto b = gate("b",
+                      row + "T = [1, 8], variant = \"bwd_det_onepass\" },\n" + row +
+                          "T = [9, 600], variant = \"bwd_det_chunked\" },\n",
+                      "variant=bwd_det_chunked");
+  ASSERT_EQ(all["approvals"].size(), 1u);
+  ASSERT_EQ(b["approvals"].size(), 1u);
+  all["approvals"].push_back(b["approvals"][0]);
+  std::ofstream(d.p / "t.approvals.json") << all.dump(2) << "\n";
+
+  const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() +
+                                                      " --backend cpu --gate none"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(fs::exists(d.p / "t.toml")) << r.out;
+  const auto t = normgate::kernels::load_route_table((d.p / "t.toml").string());
+  ASSERT_EQ(t.routes.size(), 2u) << read(d.p / "t.toml");
+  EXPECT_EQ(t.routes[0].variant->name, "bwd_det_onepass");
+  EXPECT_EQ(t.routes[0].t_hi, 16);
+  EXPECT_EQ(t.routes[1].variant->name, "bwd_det_chunked");
+  EXPECT_EQ(t.routes[1].t_lo, 17);
+}
+
 // Nothing approved beside --out and no gating: the table would route
 // variants no gate passed, so it is not written (the report is).
 TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
