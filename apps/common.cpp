@@ -67,18 +67,12 @@ std::string write_temp(const std::string& path, const std::string& text) {
     throw std::runtime_error("cannot write '" + path + "' (" + step + " of its temporary file '" + tmp +
                              "' failed: " + why + "); '" + path + "' was left as it was");
   };
-  // A rewrite keeps the old file's permission bits (not setuid, setgid or
-  // sticky); a new file is 0644 less the umask. The temporary is created
-  // with those bits, never wider, then set exactly (the umask may narrow).
-  struct stat old {};
-  const bool had = ::stat(path.c_str(), &old) == 0;
-  const mode_t mode = had ? (old.st_mode & 0777) : 0644;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  // A rewrite keeps the old file's permission bits (core::create_replacement).
+  const int fd = core::create_replacement(tmp, path);
   if (fd < 0) {
     const std::string why = sys_reason();
     throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
-  if (had && ::fchmod(fd, mode) != 0) fail("fchmod", fd);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);

@@ -1,6 +1,11 @@
 // core/src/file_target.cpp: rename_target (file_target.h).
 #include "normgate/core/file_target.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 
@@ -23,6 +28,19 @@ std::string rename_target(const std::string& path) {
   }
   const fs::path real = fs::weakly_canonical(p, ec);
   return ec || real.empty() ? path : real.string();
+}
+
+int create_replacement(const std::string& tmp, const std::string& target) {
+  struct stat st {};
+  const bool had = ::stat(target.c_str(), &st) == 0;
+  const mode_t mode = had ? (st.st_mode & 0777) : 0644;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0 || !had || ::fchmod(fd, mode) == 0) return fd;
+  const int e = errno;
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  errno = e;
+  return -1;
 }
 
 }  // namespace normgate::core

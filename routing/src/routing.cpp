@@ -848,22 +848,9 @@ namespace {
 void write_sealed_file(const std::string& path, const std::string& text) {
   const std::string target = core::rename_target(path);  // a link is written through, never replaced
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
-  // A rewrite keeps the file's permission bits (a file someone made
-  // read-only to the group, or group-writable, stays so), not its setuid,
-  // setgid or sticky bits; a new one is 0644 less the umask. The temporary
-  // is created with those bits (never wider than the file it replaces),
-  // then set exactly (the umask may have narrowed them).
-  struct stat st {};
-  const bool had = ::stat(target.c_str(), &st) == 0;
-  const mode_t mode = had ? (st.st_mode & 0777) : 0644;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  // A rewrite keeps the file's permission bits (core::create_replacement).
+  const int fd = core::create_replacement(tmp, target);
   if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));
-  if (had && ::fchmod(fd, mode) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot give '" + tmp + "' the mode of '" + target + "': " + err);
-  }
   size_t off = 0;
   while (off < text.size()) {
     const ssize_t n = ::write(fd, text.data() + off, text.size() - off);

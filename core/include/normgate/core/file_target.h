@@ -15,4 +15,14 @@ namespace normgate::core {
 /// gives `path`, and the write then fails or replaces the link as before.
 std::string rename_target(const std::string& path);
 
+/// Create (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC) the temporary `tmp`
+/// that will be renamed onto `target` (rename_target's result), with the
+/// permission bits the result should have: those of `target` when it exists
+/// (rwx for user, group and other; never setuid, setgid or sticky), else
+/// 0644 less the umask. It is created with those bits, so it is never
+/// readable by more than `target` was, then set to them exactly (the umask
+/// may have narrowed them). Returns the descriptor, or -1 with errno set;
+/// on a failed chmod the temporary is closed and removed.
+int create_replacement(const std::string& tmp, const std::string& target);
+
 }  // namespace normgate::core
