@@ -693,11 +693,12 @@ void add_derive(CLI::App& app, Commands& cmds) {
             const bool rej = in(rejected), rem = !rej && in(recalled), out = !rej && !rem && in(excl);
             cs.push_back({c, rej, rem, out});
           }
+          std::vector<std::string> live;
+          for (const auto& x : cs)
+            if (!x.rej && !x.rem && !x.out) live.emplace_back(x.c->name);
           for (const auto& x : cs) {
-            bool tie = x.c != w.variant && !x.rej && !x.rem && !x.out;
-            for (const auto& u : cs)
-              tie = tie && (u.c == x.c || u.rej || u.rem || u.out ||
-                            !kernels::measurably_slower(*p, std::string(x.c->name), std::string(u.c->name)));
+            const bool tie = x.c != w.variant && !x.rej && !x.rem && !x.out &&
+                             kernels::slower_than_none(*p, std::string(x.c->name), live);
             cell += " " + std::string(x.c->name) + " " + fmt("%.2f", p->median_us.at(std::string(x.c->name))) +
                     (x.c == w.variant ? "*" : "") + (x.rej ? "x" : "") + (x.rem ? "r" : "") + (x.out ? "u" : "") +
                     (tie ? "~" : "");

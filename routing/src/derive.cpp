@@ -462,6 +462,12 @@ bool measurably_slower(const BenchPoint& p, const std::string& v, const std::str
   return p.median_us.at(v) > p.median_us.at(u) && !ties_with(p, v, u);
 }
 
+bool slower_than_none(const BenchPoint& p, const std::string& v, const std::vector<std::string>& live) {
+  for (const auto& u : live)
+    if (u != v && measurably_slower(p, v, u)) return false;
+  return true;
+}
+
 const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const BenchPoint& p,
                          const std::vector<Exclusion>& excl, std::string* reason) {
   const std::string gk = g.key();
@@ -484,11 +490,11 @@ const Variant* winner_at(const DeriveSpec& spec, const DeriveGroup& g, const Ben
   // transitive, and a candidate tying with the fastest could still be
   // measurably slower than a third one (which might be the det route of the
   // same shape: D1's promise that nondet is never routed slower than det).
+  std::vector<std::string> names;
+  for (const Variant* v : live) names.emplace_back(v->name);
   for (const Variant* v : live) {
     const std::string vn(v->name);
-    bool ok = true;
-    for (const Variant* u : live) ok = ok && (u == v || !measurably_slower(p, vn, std::string(u->name)));
-    if (!ok) continue;
+    if (!slower_than_none(p, vn, names)) continue;
     const double t = p.median_us.at(vn);
     if (reason) {
       if (v == fastest) {

@@ -132,6 +132,10 @@ bool ties_with(const BenchPoint& p, const std::string& v, const std::string& fas
 /// with u (ties_with). The winner at a point (winner_at) is the first
 /// candidate measurably slower than no other live candidate.
 bool measurably_slower(const BenchPoint& p, const std::string& v, const std::string& u);
+/// v measurably slower than none of `live` (v itself may be among them):
+/// what makes a candidate eligible at a point; winner_at takes the first
+/// eligible one in spec order, the report marks the others `~`.
+bool slower_than_none(const BenchPoint& p, const std::string& v, const std::vector<std::string>& live);
 /// Whether p carries what the paired rule needs: aa_rounds_us, and as many
 /// rounds of every variant (parse_timings refuses points where they differ).
 bool paired_rounds(const BenchPoint& p);
