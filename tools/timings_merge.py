@@ -20,6 +20,9 @@ import tempfile
 
 FORMAT = "normgate-timings/1"
 KEYS = ("op", "H", "w", "form", "T", "aa_variant", "aa_floor", "median_us", "rounds_us")
+# Written by the bench since the A/A repeat is recorded round by round
+# (docs/perf/routes.md D9); older points lack it.
+OPTIONAL = ("aa_rounds_us",)
 
 
 def die(msg):
@@ -50,8 +53,9 @@ def load(path):
         where = f"{path}: points[{i}]"
         # Exactly the keys derive writes and reads (routing/src/derive.cpp):
         # an extra key (a "mode", say) would be silently ignored by derive.
-        if not isinstance(p, dict) or set(p) != set(KEYS):
-            die(f"{where}: not a timed point (exactly the keys {', '.join(KEYS)})")
+        if not isinstance(p, dict) or not set(KEYS) <= set(p) or not set(p) <= set(KEYS + OPTIONAL):
+            die(f"{where}: not a timed point (exactly the keys {', '.join(KEYS)}, "
+                f"and {', '.join(OPTIONAL)} where the A/A repeat was recorded per round)")
         if p["op"] not in ("fwd", "bwd") or p["w"] not in ("bf16", "fp32") or \
                 p["form"] not in ("plain", "res", "heads24", "heads4"):
             die(f"{where}: op/w/form {p['op']!r}/{p['w']!r}/{p['form']!r} not fwd|bwd / bf16|fp32 / "
@@ -74,6 +78,16 @@ def load(path):
             die(f"{where}: rounds_us must map the candidates of median_us to lists of times > 0")
         if not isinstance(p["aa_variant"], str) or not p["aa_variant"]:
             die(f"{where}: aa_variant must be a variant name, got {p['aa_variant']!r}")
+        if "aa_rounds_us" in p:
+            aa = p["aa_rounds_us"]
+            if not isinstance(aa, list) or not all(time(v) for v in aa):
+                die(f"{where}: aa_rounds_us must be a list of times > 0")
+            if p["aa_variant"] not in rounds:
+                die(f"{where}: aa_rounds_us given, but aa_variant {p['aa_variant']!r} has no rounds_us")
+            for v, r in rounds.items():
+                if len(r) != len(aa):
+                    die(f"{where}: aa_rounds_us needs one value per round: {len(aa)} values, "
+                        f"but {v} has {len(r)} rounds")
     return t
 
 

@@ -32,7 +32,9 @@ def test_new_groups_replace_old_ones():
                         point("fwd", 256, "bf16", "heads24", 16, {"a": 6.0}),
                         point("fwd", 256, "fp32", "heads24", 1, {"a": 7.0}),
                         point("bwd", 4096, "bf16", "plain", 1, {"b": 9.0})], "2026-12-01T00:00:00Z", "aaa")
-        new = timings([point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0}),
+        # NEW carries the per-round A/A repeats (docs/perf/routes.md D9); BASE
+        # predates them: both kinds of point survive the merge as they were.
+        new = timings([dict(point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0}), aa_rounds_us=[5.4, 5.6, 5.5]),
                        point("fwd", 256, "bf16", "heads24", 16, {"a": 6.5, "n": 5.0})], "2026-12-02T00:00:00Z", "bbb")
         paths = [os.path.join(d, n) for n in ("base.json", "new.json", "out.json")]
         for p, t in zip(paths, (base, new)):
@@ -49,6 +51,8 @@ def test_new_groups_replace_old_ones():
         assert got[("fwd", "bf16", 1)] == {"a": 5.5, "n": 4.0}
         assert got[("fwd", "bf16", 16)] == {"a": 6.5, "n": 5.0}
         assert got[("fwd", "fp32", 1)] == {"a": 7.0}
+        aa = {(p["w"], p["T"]): p.get("aa_rounds_us") for p in out["points"] if p["op"] == "fwd"}
+        assert aa == {("bf16", 1): [5.4, 5.6, 5.5], ("bf16", 16): None, ("fp32", 1): None}
         assert out["normgate_commit"] == "bbb" and out["date"] == "2026-12-02T00:00:00Z"
         assert [m["normgate_commit"] for m in out["merged_from"]] == ["aaa", "bbb"]
         assert [m["points"] for m in out["merged_from"]] == [2, 2]
@@ -94,6 +98,9 @@ def test_bad_inputs_exit_2_and_write_nothing():
         mode = write("mode.json", [moded])
         strs = write("strs.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), rounds_us={"a": ["1"]})])
         floor = write("floor.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_floor=-1)])
+        aa2 = write("aa2.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[2.0, 2.1])])
+        aa0 = write("aa0.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[2.0, 0, 2.1])])
+        aav = write("aav.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"b": 2.0}), aa_rounds_us=[2.0] * 3)])
         hstr = write("hstr.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), H="256")])
         grid_base = write("grid_base.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)] +
                           [point("bwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)])
@@ -102,6 +109,9 @@ def test_bad_inputs_exit_2_and_write_nothing():
         for args, needle in (((base2, mode, out), "exactly the keys"), ((base2, strs, out), "rounds_us must map"),
                              ((base2, floor, out), "aa_floor must be a number >= 0"),
                              ((base2, hstr, out), "H must be a whole number"),
+                             ((base2, aa2, out), "2 values, but a has 3 rounds"),
+                             ((base2, aa0, out), "aa_rounds_us must be a list of times > 0"),
+                             ((base2, aav, out), "aa_variant 'a' has no rounds_us"),
                              ((grid_base, no8, out), "lacks T = [8] of the T grid"),
                              ((base2, nodate, out), "date must be a string"),
                              ((good, base2, os.path.join(d, "x") + os.sep), "is a folder or empty")):
