@@ -333,7 +333,8 @@ void Writer::commit() {
     throw std::runtime_error(path_ + ": the HDF5 image in memory ends at " + std::to_string(eof) + " of " +
                              std::to_string(image_->size) + " bytes");
   // Temporary, fsync, rename: PATH is either the old file or the whole new one.
-  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A rewrite keeps the old file's permission bits (core::create_replacement).
+  const int fd = normgate::core::create_replacement(tmp_, target_);
   if (fd < 0) throw std::runtime_error(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
   if (!write_all(fd, static_cast<const char*>(image_->mem), static_cast<size_t>(eof)) || ::fsync(fd) != 0) {
     const int e = errno;

@@ -4,6 +4,7 @@
 // inputs) give errors naming the file, never a crash or silent garbage.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -109,6 +110,33 @@ TEST(CaseFile, RoundTripReplayAndNoHalfFiles) {
   }
   EXPECT_NE(again.command.find("--file '" + path + "'"), std::string::npos) << again.command;
   EXPECT_NE(nv::inspect_file(path).find("verified"), std::string::npos);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+// A case file written over an existing one keeps that file's permission
+// bits (its temporary was created 0644 whatever they were: a 0600 case file
+// of a private model came back world-readable); a new one is 0644 less the
+// umask; setuid, setgid and sticky are not carried over.
+TEST(CaseFile, ARewriteKeepsTheFilesMode) {
+  const auto r = saved_repro(request("H=64,T=8,w=bf16,form=plain,family=normal,seed=1", "bwd_det_chunked"));
+  ASSERT_TRUE(r.saved.has_value());
+  const std::string path = temp_path("mode.h5"), fresh = temp_path("fresh.h5");
+  std::ofstream(path) << "old\n";
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  nv::write_case_file(path, *r.saved);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(nv::read_case_file(path).prov.impl, "bwd_det_chunked");  // rewritten
+  ASSERT_EQ(::chmod(path.c_str(), 02750), 0);
+  nv::write_case_file(path, *r.saved);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  nv::write_case_file(fresh, *r.saved);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u & ~mask);
   fs::remove_all(fs::path(path).parent_path());
 }
 
