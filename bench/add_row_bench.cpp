@@ -33,6 +33,7 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
 #include "normgate/validators/stats.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -68,18 +69,21 @@ bool same(const nv::RatioStats& a, const nv::RatioStats& b) {
   return s;
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: add_row_bench CASE_ID [variant=bwd_det_chunked] [rows=2] [samples=30]\n"
+    "  e.g. add_row_bench H=4096,T=16384,w=bf16,form=plain,family=llm,seed=1\n"
+    "  rows >= 1; samples >= 1\n";
+
+int bench(const cli::Args& a) {
   namespace no = normgate::oracle;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: add_row_bench CASE_ID [variant=bwd_det_chunked] [rows=2] [samples=30]\n");
-    return 2;
-  }
-  const normgate::seeds::CaseId id = normgate::seeds::parse_case(argv[1]);
-  const std::string variant = argc > 2 ? argv[2] : "bwd_det_chunked";
-  const int64_t want_rows = argc > 3 ? std::max(1, std::atoi(argv[3])) : 2;
-  const int samples = argc > 4 ? std::max(1, std::atoi(argv[4])) : 30;
+  const normgate::seeds::CaseId id =
+      cli::as_usage("CASE_ID", [&] { return normgate::seeds::parse_case(a.required(1, "CASE_ID")); });
+  const std::string variant = a.has(2) ? a.at(2) : "bwd_det_chunked";
+  cli::as_usage("variant", [&] { return &normgate::kernels::variant(variant); });
+  const int64_t want_rows = cli::int_arg<int64_t>(a, 3, "rows", 2, 1);
+  const int samples = cli::int_arg(a, 4, "samples", 30, 1);
   constexpr int kPasses = 20;
   constexpr int64_t kTile = 256;
 
@@ -145,3 +149,7 @@ int main(int argc, char** argv) {
               1e9 * best[1] / elements, same(sy[0], sy[1]) && same(sd[0], sd[1]) ? "identical" : "DIFFER");
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("add_row_bench", kUsage, argc, argv, 4, bench); }

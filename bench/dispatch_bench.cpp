@@ -18,12 +18,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "normgate/capi.h"
 #include "normgate/routing/dispatch_cache.h"
+#include "cli_args.h"
 
 #ifdef NORMGATE_BENCH_CUDA
 #include <cuda_runtime.h>
@@ -47,11 +49,17 @@ double best_ns_per_call(int64_t calls, F&& f) {
   return best;
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
-  const std::string table = argc > 1 ? argv[1] : std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a.toml";
-  const int64_t calls = argc > 2 ? std::atoll(argv[2]) : 2000000;
+constexpr const char* kUsage =
+    "usage: dispatch_bench [table=routes/sm90a.toml of the source tree] [calls=2000000]\n"
+    "  table: a route table file; calls >= 4 (per round of the cache; a quarter of that through ng_route_for)\n";
+
+int bench(const cli::Args& a) {
+  const std::string table = a.has(1) ? a.at(1) : std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a.toml";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(table, ec)) throw cli::UsageError("table: no such file '" + table + "'");
+  const int64_t calls = cli::int_arg<int64_t>(a, 2, "calls", 2000000, 4);
   nk::DispatchCacheOptions opt;
   opt.notice = [](const std::string&) {};
   const nk::DispatchCache cache(nk::Dispatcher::from_files(table, {.allow_unapproved = true}), opt);
@@ -114,3 +122,7 @@ int main(int argc, char** argv) {
 #endif
   return sink == 1 ? 2 : 0;  // sink keeps the loops
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("dispatch_bench", kUsage, argc, argv, 2, bench); }

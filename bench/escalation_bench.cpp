@@ -32,6 +32,7 @@
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -54,35 +55,53 @@ std::vector<std::string> split(const std::string& s, char c) {
   return out;
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: escalation_bench [T=131072] [H=6144] [families=normal,llm,cancel] [reps=3] [threads=0]\n"
+    "  T in 1..2147483648; H in 1..16384; reps >= 1; threads >= 0 (0: every core)\n"
+    "  families: comma-separated family names, each optionally with \":kappa=K\" (cancel only)\n"
+    "  or \":inject=N\" (N >= 0 columns cancelling exactly), e.g. normal,llm,cancel:kappa=1e12,normal:inject=64\n";
+
+struct FamilyRun {
+  std::string spec;
+  normgate::seeds::CaseId c;
+  long long inject = 0;
+};
+
+int bench(const cli::Args& a) {
   namespace no = normgate::oracle;
-  const long long T = argc > 1 ? std::atoll(argv[1]) : 131072;
-  const long long H = argc > 2 ? std::atoll(argv[2]) : 6144;
-  const std::string fams = argc > 3 ? argv[3] : "normal,llm,cancel";
-  const int reps = argc > 4 ? std::atoi(argv[4]) : 3;
-  const int threads = argc > 5 ? std::atoi(argv[5]) : 0;
-  if (T < 1 || H < 1 || reps < 1 || threads < 0) {
-    std::fprintf(stderr, "usage: escalation_bench [T>=1] [H>=1] [families] [reps>=1] [threads>=0]\n");
-    return 2;
+  const long long T = cli::int_arg<long long>(a, 1, "T", 131072, 1, normgate::seeds::kMaxT);
+  const long long H = cli::int_arg<long long>(a, 2, "H", 6144, 1, normgate::seeds::kMaxH);
+  const std::string fams = a.has(3) ? a.at(3) : "normal,llm,cancel";
+  const int reps = cli::int_arg(a, 4, "reps", 3, 1);
+  const int threads = cli::int_arg(a, 5, "threads", 0, 0);
+  std::vector<FamilyRun> runs;  // every family's case id checked before any work
+  for (const std::string& spec : split(fams, ',')) {
+    std::string id = "H=" + std::to_string(H) + ",T=" + std::to_string(T) + ",w=bf16,form=plain,seed=0,family=";
+    const auto parts = split(spec, ':');
+    if (parts.empty()) throw cli::UsageError("families: no family name in '" + spec + "'");
+    id += parts.at(0);
+    long long inject = 0;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (parts[i].rfind("inject=", 0) == 0)
+        inject = cli::parse_int<long long>("families: inject", parts[i].substr(7), 0);
+      else
+        id += "," + parts[i];
+    }
+    runs.push_back({spec, cli::as_usage("families", [&] { return normgate::seeds::parse_case(id); }), inject});
   }
+  if (runs.empty()) throw cli::UsageError("families must name at least one family, got '" + fams + "'");
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   std::printf("escalation_bench: [T=%lld, H=%lld], %d threads (%d cores), min of %d interleaved runs\n", T, H, nt,
               omp_get_num_procs(), reps);
   std::printf("%-22s %9s %9s %8s %9s %9s %8s | %-26s | %-26s | %s\n", "family", "fp64 s", "auto s", "overhead",
               "fp64 cpu", "auto cpu", "cpu ovh", "ref: rstd/y/dx rows, dw", "ideal: rstd/y/dx rows, dw",
               "rate, MPFR s, bits");
-  for (const std::string& spec : split(fams, ',')) {
-    std::string id = "H=" + std::to_string(H) + ",T=" + std::to_string(T) + ",w=bf16,form=plain,seed=0,family=";
-    const auto parts = split(spec, ':');
-    id += parts.at(0);
-    long long inject = 0;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (parts[i].rfind("inject=", 0) == 0) inject = std::atoll(parts[i].c_str() + 7);
-      else id += "," + parts[i];
-    }
-    const normgate::seeds::CaseId c = normgate::seeds::parse_case(id);
+  for (const FamilyRun& run : runs) {
+    const std::string& spec = run.spec;
+    const normgate::seeds::CaseId& c = run.c;
+    const long long inject = run.inject;
     normgate::seeds::HostInputs in = normgate::seeds::generate_host(c, nt);
     if (inject > 0) {
       const long long half = T / 2, nc = std::min(inject, H);
@@ -145,3 +164,7 @@ int main(int argc, char** argv) {
               "columns (max of the two references); MPFR s = Escalations::seconds of both references.\n");
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("escalation_bench", kUsage, argc, argv, 5, bench); }

@@ -1,7 +1,7 @@
 // bench/finish_bench.cpp: where the oracle+validation half of one check
 // (validators::finish_check without the kernel) spends its time.
 //
-// Usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0]
+// Usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0] [impls=1]
 //   e.g. finish_bench H=4096,T=16384,w=bf16,form=plain,family=normal,seed=1
 // Inputs from the host generator and the variant's outputs from its CPU model
 // (neither timed). Then, `reps` times: the whole CaseOracle (as finish_check
@@ -42,6 +42,7 @@
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -56,21 +57,24 @@ double cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0] [impls=1]\n"
+    "  e.g. finish_bench H=4096,T=16384,w=bf16,form=plain,family=normal,seed=1\n"
+    "  reps >= 1; threads >= 0 (0: every core); impls >= 1\n";
+
+int bench(const cli::Args& a) {
   namespace nv = normgate::validators;
   namespace no = normgate::oracle;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: finish_bench CASE_ID [variant=bwd_det_chunked] [reps=3] [threads=0] [impls=1]\n");
-    return 2;
-  }
-  const normgate::seeds::CaseId id = normgate::seeds::parse_case(argv[1]);
-  const std::string variant = argc > 2 ? argv[2] : "bwd_det_chunked";
-  const int reps = argc > 3 ? std::atoi(argv[3]) : 3;
-  const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const normgate::seeds::CaseId id =
+      cli::as_usage("CASE_ID", [&] { return normgate::seeds::parse_case(a.required(1, "CASE_ID")); });
+  const std::string variant = a.has(2) ? a.at(2) : "bwd_det_chunked";
+  cli::as_usage("variant", [&] { return &normgate::kernels::variant(variant); });
+  const int reps = cli::int_arg(a, 3, "reps", 3, 1);
+  const int threads = cli::int_arg(a, 4, "threads", 0, 0);
   const int nt = threads > 0 ? threads : omp_get_max_threads();
-  const int impls = argc > 5 ? std::max(1, std::atoi(argv[5])) : 1;
+  const int impls = cli::int_arg(a, 5, "impls", 1, 1);
 
   const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
   const bool res = id.form == normgate::Form::res;
@@ -163,3 +167,7 @@ int main(int argc, char** argv) {
                 mn(t_each), mn(t_each) / mn(t_batch));
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("finish_bench", kUsage, argc, argv, 5, bench); }

@@ -37,6 +37,7 @@
 
 #include "host_pool.h"
 #include "normgate/harness/runner.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -67,13 +68,18 @@ Result measure(int reps, const std::function<void()>& body) {
   return {t[t.size() / 2], t.front(), faults / reps};
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
-  const double gib = argc > 1 ? std::atof(argv[1]) : 1.0;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
-  const int threads = argc > 3 ? std::atoi(argv[3]) : omp_get_num_procs();
-  const bool kept_heap = argc > 4 && std::string(argv[4]) == "1";
+constexpr const char* kUsage =
+    "usage: host_copy_bench [gib=1] [reps=5] [threads=omp_get_num_procs()] [kept-heap=0]\n"
+    "  gib in 0.125..65536 (at least two 64 MiB chunks); reps >= 1; threads >= 1;\n"
+    "  kept-heap 0 or 1 (1: apps/main.cpp's mallopt settings before measuring)\n";
+
+int bench(const cli::Args& a) {
+  const double gib = a.has(1) ? cli::parse_number("gib", a.at(1), 0.125, 65536) : 1.0;
+  const int reps = cli::int_arg(a, 2, "reps", 5, 1);
+  const int threads = cli::int_arg(a, 3, "threads", omp_get_num_procs(), 1);
+  const bool kept_heap = cli::int_arg(a, 4, "kept-heap", 0, 0, 1) == 1;
   if (kept_heap) {
     mallopt(M_MMAP_THRESHOLD, INT_MAX);
     mallopt(M_TRIM_THRESHOLD, INT_MAX);
@@ -177,3 +183,7 @@ int main(int argc, char** argv) {
   for (int nt = 2; nt <= threads; nt *= 2) gate(("pool-" + std::to_string(nt)).c_str(), true, nt);
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("host_copy_bench", kUsage, argc, argv, 4, bench); }

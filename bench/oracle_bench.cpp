@@ -21,6 +21,7 @@
 
 #include "normgate/core/bf16.h"
 #include "normgate/oracle/reference.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -64,16 +65,16 @@ double copy_bw(std::vector<char>& src, std::vector<char>& dst, int nt) {
   return 2.0 * n / best;  // read + write
 }
 
-}  // namespace
+namespace cli = normgate::bench_cli;
 
-int main(int argc, char** argv) {
-  const int64_t T = argc > 1 ? std::atoll(argv[1]) : 65536;
-  const int64_t H = argc > 2 ? std::atoll(argv[2]) : 4096;
-  const int64_t copy_mib = argc > 3 ? std::atoll(argv[3]) : 1024;
-  if (T < 1 || H < 1 || copy_mib < 1) {
-    std::fprintf(stderr, "usage: oracle_bench [T>=1] [H>=1] [copy_MiB>=1]\n");
-    return 2;
-  }
+constexpr const char* kUsage =
+    "usage: oracle_bench [T=65536] [H=4096] [copy_MiB=1024]\n"
+    "  T >= 1; H >= 1; copy_MiB in 1..1073741824 (the size of each copy buffer)\n";
+
+int bench(const cli::Args& a) {
+  const int64_t T = cli::int_arg<int64_t>(a, 1, "T", 65536, 1);
+  const int64_t H = cli::int_arg<int64_t>(a, 2, "H", 4096, 1);
+  const int64_t copy_mib = cli::int_arg<int64_t>(a, 3, "copy_MiB", 1024, 1, int64_t{1} << 30);
   const int ncores = omp_get_num_procs();
   std::vector<int> threads = {1, 2, ncores};
   std::sort(threads.begin(), threads.end());
@@ -142,3 +143,7 @@ int main(int argc, char** argv) {
               "elements, sweep/el s = the same through y(r,j)+dx(r,j); elem/s of the row sweep.\n");
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_main("oracle_bench", kUsage, argc, argv, 3, bench); }
