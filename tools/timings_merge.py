@@ -6,7 +6,8 @@
 BASE and NEW are `normgate derive --bench-only` timings
 (normgate-timings/1, PREFIX.timings.json). Every point of BASE whose group
 (op, H, w, form) has a point in NEW is dropped, NEW's points are added,
-and OUT gets the result (written to a temp file, then renamed), with
+and OUT gets the result (written to a temp file, then renamed; an
+existing OUT keeps its permission bits), with
 "merged_from" recording both inputs' dates and commits. Use it when a
 variant joins a few groups' candidates: time only those groups (a spec with
 just them) and merge, instead of timing every group again. Exit 2 on a
@@ -35,12 +36,30 @@ def time(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
+# The committed timings are a few MB; anything far larger is not one.
+MAX_BYTES = 64 << 20
+
+
+def shown(v, n=80):
+    """repr(v) cut to n characters, for messages."""
+    r = repr(v)
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
 def load(path):
     try:
+        size = os.stat(path).st_size
+        if size > MAX_BYTES:
+            die(f"{path}: {size} bytes, more than a timings file has (at most {MAX_BYTES})")
         with open(path, encoding="utf-8") as f:
             t = json.load(f, parse_constant=lambda c: die(f"{path}: {c} is not a number"))
-    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as e:
+        return check(path, t)
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError, ValueError, OverflowError,
+            MemoryError) as e:
         die(f"{path}: {e}")
+
+
+def check(path, t):
     if not isinstance(t, dict) or t.get("format") != FORMAT or not isinstance(t.get("points"), list):
         die(f"{path}: not a {FORMAT} file")
     for k in ("date", "normgate_commit", "gpu", "driver", "cuda"):
@@ -76,12 +95,15 @@ def load(path):
         if not isinstance(rounds, dict) or set(rounds) != set(med) or not all(
                 isinstance(r, list) and r and all(time(v) for v in r) for r in rounds.values()):
             die(f"{where}: rounds_us must map the candidates of median_us to lists of times > 0")
+        if isinstance(t.get("rounds"), int) and any(len(r) != t["rounds"] for r in rounds.values()):
+            die(f"{where}: rounds_us has {sorted({len(r) for r in rounds.values()})} rounds, the file says "
+                f"rounds = {t['rounds']}")
         if not isinstance(p["aa_variant"], str) or not p["aa_variant"]:
             die(f"{where}: aa_variant must be a variant name, got {p['aa_variant']!r}")
         if "aa_rounds_us" in p:
             aa = p["aa_rounds_us"]
             if not isinstance(aa, list) or not all(time(v) for v in aa):
-                die(f"{where}: aa_rounds_us must be a list of times > 0")
+                die(f"{where}: aa_rounds_us must be a list of times > 0, got {shown(aa)}")
             if p["aa_variant"] not in rounds:
                 die(f"{where}: aa_rounds_us given, but aa_variant {p['aa_variant']!r} has no rounds_us")
             for v, r in rounds.items():
@@ -138,6 +160,10 @@ def main(argv):
         cands = {frozenset(p["median_us"]) for p in n["points"] if group(p) == g}
         if len(cands) != 1:
             die(f"{new}: group {g} times different candidates at different T")
+        # One run times a group one way: with the per-round A/A repeats at
+        # every point or at none (a mix is two runs spliced together).
+        if len({"aa_rounds_us" in p for p in n["points"] if group(p) == g}) != 1:
+            die(f"{new}: group {g} has points with aa_rounds_us and points without")
     kept = [p for p in b["points"] if group(p) not in replaced]
     merged = dict(b)
     merged["points"] = kept + n["points"]
@@ -153,11 +179,19 @@ def main(argv):
     d = os.path.dirname(real_out)
     tmp = None
     try:
+        # OUT keeps the mode of the file it replaces (as normgate's writers,
+        # core::create_replacement), else 0644 less the umask.
+        try:
+            mode = os.stat(real_out).st_mode & 0o777
+        except FileNotFoundError:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o644 & ~mask
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".timings_merge.")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(merged, f, indent=1, allow_nan=False)
             f.write("\n")
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, real_out)
         tmp = None
     except (OSError, ValueError) as e:

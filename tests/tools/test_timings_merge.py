@@ -35,7 +35,8 @@ def test_new_groups_replace_old_ones():
         # NEW carries the per-round A/A repeats (docs/perf/routes.md D9); BASE
         # predates them: both kinds of point survive the merge as they were.
         new = timings([dict(point("fwd", 256, "bf16", "heads24", 1, {"a": 5.5, "n": 4.0}), aa_rounds_us=[5.4, 5.6, 5.5]),
-                       point("fwd", 256, "bf16", "heads24", 16, {"a": 6.5, "n": 5.0})], "2026-12-02T00:00:00Z", "bbb")
+                       dict(point("fwd", 256, "bf16", "heads24", 16, {"a": 6.5, "n": 5.0}), aa_rounds_us=[6.5] * 3)],
+                      "2026-12-02T00:00:00Z", "bbb")
         paths = [os.path.join(d, n) for n in ("base.json", "new.json", "out.json")]
         for p, t in zip(paths, (base, new)):
             with open(p, "w") as f:
@@ -52,12 +53,17 @@ def test_new_groups_replace_old_ones():
         assert got[("fwd", "bf16", 16)] == {"a": 6.5, "n": 5.0}
         assert got[("fwd", "fp32", 1)] == {"a": 7.0}
         aa = {(p["w"], p["T"]): p.get("aa_rounds_us") for p in out["points"] if p["op"] == "fwd"}
-        assert aa == {("bf16", 1): [5.4, 5.6, 5.5], ("bf16", 16): None, ("fp32", 1): None}
+        assert aa == {("bf16", 1): [5.4, 5.6, 5.5], ("bf16", 16): [6.5] * 3, ("fp32", 1): None}
         assert out["normgate_commit"] == "bbb" and out["date"] == "2026-12-02T00:00:00Z"
         assert [m["normgate_commit"] for m in out["merged_from"]] == ["aaa", "bbb"]
         assert [m["points"] for m in out["merged_from"]] == [2, 2]
         assert oct(os.stat(paths[2]).st_mode & 0o777) == "0o644"
         assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")]
+        # A merge over an existing OUT keeps its mode (it came back 0644).
+        os.chmod(paths[2], 0o600)
+        r = run(*paths)
+        assert r.returncode == 0, r.stderr
+        assert oct(os.stat(paths[2]).st_mode & 0o777) == "0o600"
 
 
 def test_bad_inputs_exit_2_and_write_nothing():
@@ -101,6 +107,22 @@ def test_bad_inputs_exit_2_and_write_nothing():
         aa2 = write("aa2.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[2.0, 2.1])])
         aa0 = write("aa0.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[2.0, 0, 2.1])])
         aav = write("aav.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"b": 2.0}), aa_rounds_us=[2.0] * 3)])
+        aab = write("aab.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[True] * 3)])
+        aan = write("aan.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=-1.5)])
+        two = write("two.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), rounds_us={"a": [2.0, 2.0]})])
+        mixaa = write("mixaa.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), aa_rounds_us=[2.0] * 3),
+                                     point("fwd", 256, "bf16", "heads4", 16, {"a": 2.0})])
+        huge = os.path.join(d, "huge.json")
+        with open(huge, "w") as f:
+            f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
+                    .replace('"aa_floor": 0.01', '"aa_floor": 1' + "0" * 400))
+        giant = os.path.join(d, "giant.json")
+        with open(giant, "w") as f:
+            f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
+                    .replace('"aa_floor": 0.01', '"aa_floor": 1' + "0" * 5000))
+        big = os.path.join(d, "big.json")
+        with open(big, "w") as f:
+            f.truncate(65 << 20)  # sparse: a size, no data
         hstr = write("hstr.json", [dict(point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0}), H="256")])
         grid_base = write("grid_base.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)] +
                           [point("bwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)])
@@ -112,6 +134,13 @@ def test_bad_inputs_exit_2_and_write_nothing():
                              ((base2, aa2, out), "2 values, but a has 3 rounds"),
                              ((base2, aa0, out), "aa_rounds_us must be a list of times > 0"),
                              ((base2, aav, out), "aa_variant 'a' has no rounds_us"),
+                             ((base2, aab, out), "list of times > 0, got [True, True, True]"),
+                             ((base2, aan, out), "list of times > 0, got -1.5"),
+                             ((base2, two, out), "rounds_us has [2] rounds, the file says rounds = 3"),
+                             ((base2, mixaa, out), "has points with aa_rounds_us and points without"),
+                             ((base2, huge, out), "huge.json"),
+                             ((base2, giant, out), "giant.json"),
+                             ((base2, big, out), "more than a timings file has"),
                              ((grid_base, no8, out), "lacks T = [8] of the T grid"),
                              ((base2, nodate, out), "date must be a string"),
                              ((good, base2, os.path.join(d, "x") + os.sep), "is a folder or empty")):
