@@ -201,8 +201,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
                   "Use these timings (a PREFIX.timings.json of an earlier run) instead of benchmarking");
   sub->add_flag("--bench-only", o->bench_only, "Benchmark, write PREFIX.timings.json, stop");
   sub->add_option("--gate", o->gate,
-                  "winners: gate each window's winner that lacks a current approval (a rejected winner gives its "
-                  "window to the next candidate); none: derive from timings and existing approvals only")
+                  "winners: gate each window's winner that lacks a current approval, on the parts of the window "
+                  "its approvals do not cover (a rejected winner gives its window to the next candidate); none: "
+                  "derive from timings and existing approvals only")
       ->check(CLI::IsMember({"winners", "none"}))
       ->capture_default_str();
   sub->add_option("--gate-windows", o->gate_windows,
@@ -385,12 +386,59 @@ void add_derive(CLI::App& app, Commands& cmds) {
       int round = 0;
       int gated = 0;
       for (; o->gate == "winners" && round < 200 && !stopped; ++round) {
-        const auto ws = derive_all();
+        // A window without a current approval is gated only where no
+        // approval of its winner covers it (uncovered_spans, routes.md D12):
+        // in the candidate table it is split at the edges of what is
+        // covered, and each uncovered piece is a window of its own there,
+        // gated and approved on its own; the approvals' union then covers
+        // the window (D4). A window none of whose T is covered is gated whole.
+        std::vector<DerivedWindow> ws;
+        std::vector<size_t> need_at;  // indices into ws
+        for (auto& w : derive_all()) {
+          if (w.no_candidate || approved(w) || passed_now.count(wkey(w)) ||
+              !gate_filter.matches(route_of(w, o->out))) {
+            ws.push_back(std::move(w));
+            continue;
+          }
+          const auto gaps = kernels::uncovered_spans(route_of(w, o->out), approvals, gate_backend);
+          if (gaps.empty() || (gaps.size() == 1 && gaps[0].first == w.t_lo && gaps[0].second == w.t_hi)) {
+            need_at.push_back(ws.size());
+            ws.push_back(std::move(w));
+            continue;
+          }
+          // Pieces in T order: covered spans and gaps alternate.
+          std::vector<std::pair<std::pair<int64_t, int64_t>, bool>> pieces;  // span, uncovered
+          int64_t next = w.t_lo;
+          for (const auto& g : gaps) {
+            if (g.first > next) pieces.push_back({{next, g.first - 1}, false});
+            pieces.push_back({g, true});
+            next = g.second + 1;
+          }
+          if (next <= w.t_hi) pieces.push_back({{next, w.t_hi}, false});
+          bool left = false;
+          for (const auto& [span, open] : pieces) {
+            DerivedWindow p = w;
+            p.t_lo = span.first;
+            p.t_hi = span.second;
+            p.points.clear();
+            p.reasons.clear();
+            for (size_t i = 0; i < w.points.size(); ++i)
+              if (w.points[i] >= p.t_lo && w.points[i] <= p.t_hi) {
+                p.points.push_back(w.points[i]);
+                if (i < w.reasons.size()) p.reasons.push_back(w.reasons[i]);
+              }
+            if (open && !passed_now.count(wkey(p))) {
+              need_at.push_back(ws.size());
+              left = true;
+            }
+            ws.push_back(std::move(p));
+          }
+          // Every gap passed in this run (gated without --approve): the
+          // window has passed (its other parts are approved).
+          if (!left) passed_now.insert(wkey(w));
+        }
         std::vector<const DerivedWindow*> need;
-        for (const auto& w : ws)
-          if (!w.no_candidate && !approved(w) && !passed_now.count(wkey(w)) &&
-              gate_filter.matches(route_of(w, o->out)))
-            need.push_back(&w);
+        for (size_t i : need_at) need.push_back(&ws[i]);
         if (need.empty()) break;
         auto cost = [](const DerivedWindow* w) {
           const double heads = w->group.form == Form::heads24 ? 24 : w->group.form == Form::heads4 ? 4 : 1;

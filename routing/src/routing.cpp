@@ -894,6 +894,28 @@ std::string_view to_string(ApprovalState s) {
   }
 }
 
+std::vector<std::pair<int64_t, int64_t>> uncovered_spans(const Route& r, const Approvals& a,
+                                                          std::string_view backend) {
+  const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
+  const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
+  std::vector<std::pair<int64_t, int64_t>> xs;  // the matching records' windows
+  for (const Approval& x : a.records)
+    if (x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
+        x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
+        x.t_lo <= r.t_hi && r.t_lo <= x.t_hi)
+      xs.emplace_back(x.t_lo, x.t_hi);
+  std::sort(xs.begin(), xs.end());
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  int64_t next = r.t_lo;  // first T not yet covered
+  for (const auto& [lo, hi] : xs) {
+    if (next > r.t_hi) break;
+    if (lo > next) gaps.emplace_back(next, std::min(lo - 1, r.t_hi));
+    next = std::max(next, hi + 1);  // hi < INT64_MAX: windows end at kMaxT at most
+  }
+  if (next <= r.t_hi) gaps.emplace_back(next, r.t_hi);
+  return gaps;
+}
+
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model) {
   const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
   const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};

@@ -186,18 +186,16 @@ TEST(DeriveCli, GateNoneKeepsTheApprovedPartOfAWindow) {
       << j["windows"][0].dump(1);
 }
 
-// --gate none, a winner whose timed points are approved but whose window
-// starts below its approval: bwd_det_chunked wins T = 2..600 (points 16
-// and 600) with an approval of T = 9..600 only. It is excluded at its first
-// point, so bwd_det_onepass (approved T = 1..600) takes 1..16 and
-// bwd_det_chunked keeps 17..600: a table, every route approved.
-TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
-  const Dir d;
+// Two det candidates over T = [1, 16, 600]: bwd_det_onepass fastest at
+// T = 1, bwd_det_chunked at 16 and 600 (beyond the 1% floor), so chunked
+// wins T = 2..600. Approvals beside --out: onepass for T = 1..600, chunked
+// for T = 9..600 only, each gated through a table of its own.
+void split_approvals_setup(const Dir& d) {
   std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
                                       "bwd_det = [\"bwd_det_chunked\", \"bwd_det_onepass\"]\n"
                                       "[bench]\ncrossover_steps = 0\n"
                                       "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
-  {  // onepass fastest at T = 1, chunked at 16 and 600 (beyond the 1% floor)
+  {
     std::ofstream t(d.p / "timings.json");
     t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
          "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
@@ -210,8 +208,6 @@ TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
         << chunked[i] << "], \"bwd_det_onepass\": [" << onepass[i] << "]}}";
     t << "]}\n";
   }
-  // Approvals: onepass for T = 1..600, chunked for T = 9..600, each gated
-  // through a table of its own, then put together beside --out.
   auto gate = [&](const std::string& name, const std::string& routes, const std::string& windows) {
     std::ofstream(d.p / (name + ".toml")) << "arch = \"sm90a\"\nroute = [\n" << routes << "]\n";
     fs::copy_file(d.p / "t.policy.toml", d.p / (name + ".policy.toml"));
@@ -230,7 +226,15 @@ TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
   ASSERT_EQ(b["approvals"].size(), 1u);
   all["approvals"].push_back(b["approvals"][0]);
   std::ofstream(d.p / "t.approvals.json") << all.dump(2) << "\n";
+}
 
+// --gate none, a winner whose timed points are approved but whose window
+// starts below its approval (split_approvals_setup): bwd_det_chunked is
+// excluded at its first point, so bwd_det_onepass takes 1..16 and
+// bwd_det_chunked keeps 17..600: a table, every route approved.
+TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
+  const Dir d;
+  split_approvals_setup(d);
   const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() +
                                                       " --backend cpu --gate none"));
   EXPECT_EQ(r.code, 0) << r.out;
@@ -241,6 +245,43 @@ TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
   EXPECT_EQ(t.routes[0].t_hi, 16);
   EXPECT_EQ(t.routes[1].variant->name, "bwd_det_chunked");
   EXPECT_EQ(t.routes[1].t_lo, 17);
+}
+
+// --gate winners gates only the part of a window its winner's approvals do
+// not cover (routes.md D12): bwd_det_chunked wins T = 2..600 with an
+// approval of 9..600 (split_approvals_setup), so the gate runs T = 2..8,
+// not 2..600; its approval and the old one cover the window together, and
+// the table routes chunked on all of it. It used to gate 2..600 whole.
+TEST(DeriveCli, GateWinnersGatesOnlyTheUncoveredPartOfAWindow) {
+  const Dir d;
+  split_approvals_setup(d);
+  const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
+                                                      " --approve"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=2..8 -> bwd_det_chunked")) << r.out;
+  EXPECT_FALSE(contains(r.out, "T=2..600 -> bwd_det_chunked")) << r.out;
+  // The candidate table splits the window at the approval's edge.
+  bool split = false;
+  for (const auto& e : fs::directory_iterator(d.p))
+    if (e.path().filename().string().rfind("r.candidates-", 0) == 0) {
+      const auto c = normgate::kernels::load_route_table(e.path().string());
+      for (const auto& x : c.routes) split |= x.t_lo == 2 && x.t_hi == 8 && x.variant->name == "bwd_det_chunked";
+    }
+  EXPECT_TRUE(split);
+  const auto a = nlohmann::json::parse(read(d.p / "t.approvals.json"));
+  ASSERT_EQ(a["approvals"].size(), 3u) << a.dump(1);
+  int piece = 0;
+  for (const auto& x : a["approvals"])
+    piece += x["variant"] == "bwd_det_chunked" && x["window"]["T"] == nlohmann::json::array({2, 8});
+  EXPECT_EQ(piece, 1) << a.dump(1);
+  ASSERT_TRUE(fs::exists(d.p / "t.toml")) << r.out;
+  const auto t = normgate::kernels::load_route_table((d.p / "t.toml").string());
+  ASSERT_EQ(t.routes.size(), 2u) << read(d.p / "t.toml");
+  EXPECT_EQ(t.routes[1].variant->name, "bwd_det_chunked");
+  EXPECT_EQ(t.routes[1].t_lo, 2);
+  EXPECT_EQ(t.routes[1].t_hi, 600);
+  const CliRun st = normgate::test::run_normgate("routes " + (d.p / "t.toml").string() + " --accept-cpu-model");
+  EXPECT_TRUE(contains(st.out, "approved as parts T=2..8 + T=9..600")) << st.out;
 }
 
 // Nothing approved beside --out and no gating: the table would route

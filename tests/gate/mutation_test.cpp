@@ -112,8 +112,11 @@ TEST(Mutation, ShapeAndFormControlsRunOnlyWhereTheyApply) {
   const nlohmann::json j = to_json(default_score());
   EXPECT_EQ(j["format"], kMutationFormat);
   EXPECT_TRUE(j["pass"].get<bool>());
-  for (const auto& r : j["rows"])
-    if (r["control"].get<bool>()) EXPECT_FALSE(r["killed_by"].empty()) << r.dump();
+  for (const auto& r : j["rows"]) {
+    if (r["control"].get<bool>()) {
+      EXPECT_FALSE(r["killed_by"].empty()) << r.dump();
+    }
+  }
 }
 
 TEST(Mutation, BadOptionsAreRefusedBeforeWork) {

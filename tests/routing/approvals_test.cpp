@@ -280,4 +280,41 @@ TEST(InvalidApprovals, UnreadableWindowIsKept) {
 }
 
 }  // namespace
+// uncovered_spans: the parts of a window no current record of one backend
+// covers, from the records of the route's group, variant and source hash.
+TEST(UncoveredSpans, GapsBetweenTheRecordsOfOneBackend) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const Route& r = t.routes[0];  // bwd det T = 1..700
+  using Spans = std::vector<std::pair<int64_t, int64_t>>;
+  auto rec = [&](int64_t lo, int64_t hi) {
+    Approval a = good(r);
+    a.t_lo = lo;
+    a.t_hi = hi;
+    return a;
+  };
+  Approvals a;
+  EXPECT_EQ(uncovered_spans(r, a, "gpu"), (Spans{{1, 700}}));  // nothing on file
+  a.records = {rec(9, 700)};
+  EXPECT_EQ(uncovered_spans(r, a, "gpu"), (Spans{{1, 8}}));
+  a.records = {rec(300, 400), rec(1, 99), rec(350, 650)};  // unsorted, overlapping
+  EXPECT_EQ(uncovered_spans(r, a, "gpu"), (Spans{{100, 299}, {651, 700}}));
+  a.records.push_back(rec(100, 299));
+  a.records.push_back(rec(600, 900));  // past the window's end
+  EXPECT_TRUE(uncovered_spans(r, a, "gpu").empty());
+  EXPECT_EQ(approval_status(r, a, false).state, ApprovalState::current);  // the same union
+  // Records that do not count: another backend, source, variant, group, or
+  // an invalid record.
+  Approvals b;
+  b.records = {rec(1, 700), rec(1, 700), rec(1, 700), rec(1, 700), rec(1, 700), rec(1, 349)};
+  b.records[0].backend = "cpu-model";
+  b.records[1].source_sha256 = std::string(64, 'a');
+  b.records[2].variant = "bwd_det_onepass";
+  b.records[3].H = 128;
+  b.records[4].invalid = "record 4: test";
+  EXPECT_EQ(uncovered_spans(r, b, "gpu"), (Spans{{350, 700}}));
+  EXPECT_EQ(uncovered_spans(r, b, "cpu-model"), Spans{});
+  b.records[5].mode = Mode::nondet;  // a backward record of the other mode
+  EXPECT_EQ(uncovered_spans(r, b, "gpu"), (Spans{{1, 700}}));
+}
+
 }  // namespace normgate::kernels

@@ -114,6 +114,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "normgate/core/types.h"
@@ -406,6 +407,18 @@ struct ApprovalStatus {
 /// contains r's (whatever its variant), the state is `invalid` and the detail
 /// starts with that record's reason. Never throws.
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
+
+/// The parts of r's window [t_lo, t_hi] that no current record of `backend`
+/// covers: records of r's group (op, mode for bwd, H, w, form), variant and
+/// source hash, valid, of that backend, whose windows overlap r's. Disjoint
+/// [lo, hi] spans in T order; empty when their union covers the window (then
+/// approval_status is current for that backend, alone or through
+/// ApprovalStatus::parts), {[t_lo, t_hi]} when none overlaps. What a gate of
+/// that backend must still pass before r is approved: `normgate derive`
+/// gates these spans, not the whole window (docs/perf/routes.md, D12).
+/// Never throws.
+std::vector<std::pair<int64_t, int64_t>> uncovered_spans(const Route& r, const Approvals& a,
+                                                          std::string_view backend);
 
 // --- dispatcher --------------------------------------------------------------
 
