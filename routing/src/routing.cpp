@@ -894,16 +894,24 @@ std::string_view to_string(ApprovalState s) {
   }
 }
 
-std::vector<std::pair<int64_t, int64_t>> uncovered_spans(const Route& r, const Approvals& a,
-                                                          std::string_view backend) {
+namespace {
+// Whether x may cover part of r's window: a valid record of r's group (op,
+// mode for bwd, H, w, form), variant and source hash, of `backend`, whose
+// window overlaps r's (approval_status's parts, uncovered_spans).
+bool covers_part(const Approval& x, const Route& r, std::string_view backend) {
   const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
   const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
+  return x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
+         x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
+         x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
+}
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> uncovered_spans(const Route& r, const Approvals& a,
+                                                          std::string_view backend) {
   std::vector<std::pair<int64_t, int64_t>> xs;  // the matching records' windows
   for (const Approval& x : a.records)
-    if (x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
-        x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
-        x.t_lo <= r.t_hi && r.t_lo <= x.t_hi)
-      xs.emplace_back(x.t_lo, x.t_hi);
+    if (covers_part(x, r, backend)) xs.emplace_back(x.t_lo, x.t_hi);
   std::sort(xs.begin(), xs.end());
   std::vector<std::pair<int64_t, int64_t>> gaps;
   int64_t next = r.t_lo;  // first T not yet covered
@@ -954,11 +962,7 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   auto union_covers = [&](std::string_view backend) {
     std::vector<const Approval*> xs;
     for (const Approval& x : a.records)
-      if (x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
-          x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
-          x.t_lo <= r.t_hi &&
-          r.t_lo <= x.t_hi)
-        xs.push_back(&x);
+      if (covers_part(x, r, backend)) xs.push_back(&x);
     std::sort(xs.begin(), xs.end(), [](const Approval* p, const Approval* q) { return p->t_lo < q->t_lo; });
     std::vector<const Approval*> used;
     int64_t next = r.t_lo;  // first T not yet covered
