@@ -388,59 +388,66 @@ void add_derive(CLI::App& app, Commands& cmds) {
       for (; o->gate == "winners" && round < 200 && !stopped; ++round) {
         // A window without a current approval is gated only where no
         // approval of its winner covers it (uncovered_spans, routes.md D12):
-        // in the candidate table it is split at the edges of what is
-        // covered, and each uncovered piece is a window of its own there,
-        // gated and approved on its own; the approvals' union then covers
-        // the window (D4). A window none of whose T is covered is gated whole.
-        std::vector<DerivedWindow> ws;
-        std::vector<size_t> need_at;  // indices into ws
-        for (auto& w : derive_all()) {
-          if (w.no_candidate || approved(w) || passed_now.count(wkey(w)) ||
-              !gate_filter.matches(route_of(w, o->out))) {
-            ws.push_back(std::move(w));
-            continue;
-          }
-          const auto gaps = kernels::uncovered_spans(route_of(w, o->out), approvals, gate_backend);
-          if (gaps.empty() || (gaps.size() == 1 && gaps[0].first == w.t_lo && gaps[0].second == w.t_hi)) {
-            need_at.push_back(ws.size());
-            ws.push_back(std::move(w));
-            continue;
-          }
-          // Pieces in T order: covered spans and gaps alternate.
-          std::vector<std::pair<std::pair<int64_t, int64_t>, bool>> pieces;  // span, uncovered
-          int64_t next = w.t_lo;
-          for (const auto& g : gaps) {
-            if (g.first > next) pieces.push_back({{next, g.first - 1}, false});
-            pieces.push_back({g, true});
-            next = g.second + 1;
-          }
-          if (next <= w.t_hi) pieces.push_back({{next, w.t_hi}, false});
+        // each uncovered span, up to the next timed point, is gated as a
+        // window of its own (a piece),
+        // through a candidate table where only its own window is split, at
+        // the piece's edges. That table depends on the derived windows and
+        // the piece alone, not on what other windows' approvals cover, so a
+        // rerun after other pieces were approved derives the same table and
+        // resumes its journal. A window none of whose T is covered is gated
+        // whole through the round's table. --gate-windows selects pieces.
+        const std::vector<DerivedWindow> ws = derive_all();
+        struct Need {
+          DerivedWindow piece;  // the window to gate: ws[parent] or a span of it
+          size_t parent = 0;    // index into ws
+        };
+        std::vector<Need> needs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const DerivedWindow& w = ws[i];
+          if (w.no_candidate || approved(w) || passed_now.count(wkey(w))) continue;
           bool left = false;
-          for (const auto& [span, open] : pieces) {
-            DerivedWindow p = w;
-            p.t_lo = span.first;
-            p.t_hi = span.second;
-            p.points.clear();
-            p.reasons.clear();
-            for (size_t i = 0; i < w.points.size(); ++i)
-              if (w.points[i] >= p.t_lo && w.points[i] <= p.t_hi) {
-                p.points.push_back(w.points[i]);
-                if (i < w.reasons.size()) p.reasons.push_back(w.reasons[i]);
+          // A piece ends at a timed point, as every derived window does
+          // (w.t_hi is one): a rejection's exclusion, between the timed
+          // points around the worst case, then holds one (exclusions act at
+          // timed points only; one in a piece without any would exclude
+          // nothing, and the piece be gated again every round). Pieces that
+          // then overlap are one.
+          std::vector<std::pair<int64_t, int64_t>> spans;
+          for (auto [lo, hi] : kernels::uncovered_spans(route_of(w, o->out), approvals, gate_backend)) {
+            for (int64_t p : w.points)
+              if (p >= hi) {
+                hi = p;
+                break;
               }
-            if (open && !passed_now.count(wkey(p))) {
-              need_at.push_back(ws.size());
-              left = true;
-            }
-            ws.push_back(std::move(p));
+            if (!spans.empty() && lo <= spans.back().second)
+              spans.back().second = std::max(spans.back().second, hi);
+            else
+              spans.emplace_back(lo, hi);
           }
-          // Every gap passed in this run (gated without --approve): the
-          // window has passed (its other parts are approved).
+          for (const auto& [lo, hi] : spans) {
+            Need n{w, i};
+            n.piece.t_lo = lo;
+            n.piece.t_hi = hi;
+            n.piece.points.clear();
+            n.piece.reasons.clear();
+            for (size_t k = 0; k < w.points.size(); ++k)
+              if (w.points[k] >= lo && w.points[k] <= hi) {
+                n.piece.points.push_back(w.points[k]);
+                if (k < w.reasons.size()) n.piece.reasons.push_back(w.reasons[k]);
+              }
+            if (passed_now.count(wkey(n.piece))) continue;
+            left = true;
+            if (gate_filter.matches(route_of(n.piece, o->out))) needs.push_back(std::move(n));
+          }
+          // Every uncovered span passed in this run (gated without
+          // --approve): the window has passed, its other parts approved.
           if (!left) passed_now.insert(wkey(w));
         }
-        std::vector<const DerivedWindow*> need;
-        for (size_t i : need_at) need.push_back(&ws[i]);
-        if (need.empty()) break;
-        auto cost = [](const DerivedWindow* w) {
+        if (needs.empty()) break;
+        std::vector<const Need*> need;
+        for (const Need& n : needs) need.push_back(&n);
+        auto cost = [](const Need* n) {
+          const DerivedWindow* w = &n->piece;
           const double heads = w->group.form == Form::heads24 ? 24 : w->group.form == Form::heads4 ? 4 : 1;
           return static_cast<double>(w->t_hi) * heads * static_cast<double>(w->group.H) *
                  (w->group.op == Op::bwd ? 2.0 : 1.0);
@@ -450,27 +457,51 @@ void add_derive(CLI::App& app, Commands& cmds) {
         // group, and gating the incumbent before the candidates next to it
         // are decided re-gated it on every grown window (heads4 nondet:
         // [1, 1], [1, 16], ... [1, 131072], 400 s of one GPU run).
-        auto rank = [&](const DerivedWindow* w) {
-          const auto cs = spec.candidates(w->group);
-          return static_cast<int>(std::find(cs.begin(), cs.end(), w->variant) - cs.begin());
+        auto rank = [&](const Need* n) {
+          const auto cs = spec.candidates(n->piece.group);
+          return static_cast<int>(std::find(cs.begin(), cs.end(), n->piece.variant) - cs.begin());
         };
-        std::stable_sort(need.begin(), need.end(), [&](const DerivedWindow* a, const DerivedWindow* b) {
+        std::stable_sort(need.begin(), need.end(), [&](const Need* a, const Need* b) {
           const int ra = rank(a), rb = rank(b);
           return ra != rb ? ra > rb : cost(a) < cost(b);
         });
-        const std::string table_text = kernels::route_table_text(
-            spec, ws, "candidate table of a gate round of `normgate derive " + o->spec + "` (not for use)");
-        const std::string sha12 = kernels::parse_route_table(table_text, "candidate").sha256.substr(0, 12);
-        const std::string table_path = o->report + ".candidates-" + sha12 + ".toml";
-        write_file_atomic(table_path, table_text);
+        // The candidate table a need is gated through (written once per
+        // text), its path and the first 12 hex digits of its hash.
+        auto candidate_table = [&](const Need* n) {
+          std::vector<DerivedWindow> tw;
+          for (size_t i = 0; i < ws.size(); ++i) {
+            const DerivedWindow& w = ws[i];
+            if (i != n->parent || (n->piece.t_lo == w.t_lo && n->piece.t_hi == w.t_hi)) {
+              tw.push_back(w);
+              continue;
+            }
+            if (n->piece.t_lo > w.t_lo) {
+              tw.push_back(w);
+              tw.back().t_hi = n->piece.t_lo - 1;
+            }
+            tw.push_back(n->piece);
+            if (n->piece.t_hi < w.t_hi) {
+              tw.push_back(w);
+              tw.back().t_lo = n->piece.t_hi + 1;
+            }
+          }
+          const std::string text = kernels::route_table_text(
+              spec, tw, "candidate table of a gate round of `normgate derive " + o->spec + "` (not for use)");
+          const std::string sha12 = kernels::parse_route_table(text, "candidate").sha256.substr(0, 12);
+          const std::string path = o->report + ".candidates-" + sha12 + ".toml";
+          write_file_atomic(path, text);
+          return std::make_pair(path, sha12);
+        };
         std::printf("gate     round %d: %zu window(s) without a current approval, least accurate candidate first, then cheapest (%s)\n", round + 1,
-                    need.size(), table_path.c_str());
+                    need.size(), candidate_table(need.front()).first.c_str());
         std::fflush(stdout);
         bool any_failed = false;
-        for (const DerivedWindow* w : need) {
+        for (const Need* nd : need) {
           if (any_failed) break;  // derive again first: the rejection may make cheaper windows
+          const DerivedWindow* w = &nd->piece;
           bool early = false;
           validators::GateOptions g = o->g;
+          const auto [table_path, sha12] = candidate_table(nd);
           g.table_path = table_path;
           const std::string want = wkey(*w);
           // One journal per (candidate table, window): the gate's progress

@@ -186,6 +186,23 @@ TEST(DeriveCli, GateNoneKeepsTheApprovedPartOfAWindow) {
       << j["windows"][0].dump(1);
 }
 
+// Approvals of the routes (TOML rows) of a table NAME.toml of their own in
+// d, gated with `normgate gate ... --windows WINDOWS --approve` and the
+// campaign options given, under the tests' policy or the one given.
+nlohmann::json approve_table(const Dir& d, const std::string& name, const std::string& routes,
+                             const std::string& windows, const std::string& campaign,
+                             const std::string& policy = "") {
+  std::ofstream(d.p / (name + ".toml")) << "arch = \"sm90a\"\nroute = [\n" << routes << "]\n";
+  if (policy.empty())
+    fs::copy_file(d.p / "t.policy.toml", d.p / (name + ".policy.toml"), fs::copy_options::overwrite_existing);
+  else
+    std::ofstream(d.p / (name + ".policy.toml")) << policy;
+  const CliRun g = normgate::test::run_normgate("gate " + (d.p / (name + ".toml")).string() + campaign +
+                                                " --windows " + windows + " --approve --quiet");
+  EXPECT_EQ(g.code, 0) << g.out;
+  return nlohmann::json::parse(read(d.p / (name + ".approvals.json")));
+}
+
 // Two det candidates over T = [1, 16, 600]: bwd_det_onepass fastest at
 // T = 1, bwd_det_chunked at 16 and 600 (beyond the 1% floor), so chunked
 // wins T = 2..600. Approvals beside --out: onepass for T = 1..600, chunked
@@ -208,15 +225,10 @@ void split_approvals_setup(const Dir& d) {
         << chunked[i] << "], \"bwd_det_onepass\": [" << onepass[i] << "]}}";
     t << "]}\n";
   }
-  auto gate = [&](const std::string& name, const std::string& routes, const std::string& windows) {
-    std::ofstream(d.p / (name + ".toml")) << "arch = \"sm90a\"\nroute = [\n" << routes << "]\n";
-    fs::copy_file(d.p / "t.policy.toml", d.p / (name + ".policy.toml"));
-    const CliRun g = normgate::test::run_normgate("gate " + (d.p / (name + ".toml")).string() + kCampaign +
-                                                  " --windows " + windows + " --approve --quiet");
-    EXPECT_EQ(g.code, 0) << g.out;
-    return nlohmann::json::parse(read(d.p / (name + ".approvals.json")));
-  };
   const std::string row = "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", ";
+  auto gate = [&](const std::string& name, const std::string& routes, const std::string& windows) {
+    return approve_table(d, name, routes, windows, kCampaign);
+  };
   auto all = gate("a", row + "T = [1, 600], variant = \"bwd_det_onepass\" },\n", "variant=bwd_det_onepass");
   const auto b = gate("b",
                       row + "T = [1, 8], variant = \"bwd_det_onepass\" },\n" + row +
@@ -248,31 +260,32 @@ TEST(DeriveCli, GateNoneMovesASplitBelowAnApprovalUpOnePoint) {
 }
 
 // --gate winners gates only the part of a window its winner's approvals do
-// not cover (routes.md D12): bwd_det_chunked wins T = 2..600 with an
-// approval of 9..600 (split_approvals_setup), so the gate runs T = 2..8,
-// not 2..600; its approval and the old one cover the window together, and
-// the table routes chunked on all of it. It used to gate 2..600 whole.
+// not cover, up to the next timed point (routes.md D12): bwd_det_chunked
+// wins T = 2..600 with an approval of 9..600 (split_approvals_setup), so the
+// gate runs T = 2..16, not 2..600; its approval and the old one cover the
+// window together, and the table routes chunked on all of it. It used to
+// gate 2..600 whole.
 TEST(DeriveCli, GateWinnersGatesOnlyTheUncoveredPartOfAWindow) {
   const Dir d;
   split_approvals_setup(d);
   const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
                                                       " --approve"));
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=2..8 -> bwd_det_chunked")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=2..16 -> bwd_det_chunked")) << r.out;
   EXPECT_FALSE(contains(r.out, "T=2..600 -> bwd_det_chunked")) << r.out;
   // The candidate table splits the window at the approval's edge.
   bool split = false;
   for (const auto& e : fs::directory_iterator(d.p))
     if (e.path().filename().string().rfind("r.candidates-", 0) == 0) {
       const auto c = normgate::kernels::load_route_table(e.path().string());
-      for (const auto& x : c.routes) split |= x.t_lo == 2 && x.t_hi == 8 && x.variant->name == "bwd_det_chunked";
+      for (const auto& x : c.routes) split |= x.t_lo == 2 && x.t_hi == 16 && x.variant->name == "bwd_det_chunked";
     }
   EXPECT_TRUE(split);
   const auto a = nlohmann::json::parse(read(d.p / "t.approvals.json"));
   ASSERT_EQ(a["approvals"].size(), 3u) << a.dump(1);
   int piece = 0;
   for (const auto& x : a["approvals"])
-    piece += x["variant"] == "bwd_det_chunked" && x["window"]["T"] == nlohmann::json::array({2, 8});
+    piece += x["variant"] == "bwd_det_chunked" && x["window"]["T"] == nlohmann::json::array({2, 16});
   EXPECT_EQ(piece, 1) << a.dump(1);
   ASSERT_TRUE(fs::exists(d.p / "t.toml")) << r.out;
   const auto t = normgate::kernels::load_route_table((d.p / "t.toml").string());
@@ -281,7 +294,68 @@ TEST(DeriveCli, GateWinnersGatesOnlyTheUncoveredPartOfAWindow) {
   EXPECT_EQ(t.routes[1].t_lo, 2);
   EXPECT_EQ(t.routes[1].t_hi, 600);
   const CliRun st = normgate::test::run_normgate("routes " + (d.p / "t.toml").string() + " --accept-cpu-model");
-  EXPECT_TRUE(contains(st.out, "approved as parts T=2..8 + T=9..600")) << st.out;
+  EXPECT_TRUE(contains(st.out, "approved as parts T=2..16 + T=9..600")) << st.out;
+}
+
+// A piece that fails between two timed points: bwd_fp32_blocked, faster
+// everywhere, approved for T = 9..600 by a campaign of `normal` seeds alone
+// (it fails `cancel` from T = 2), wins 1..600; its uncovered span 1..8 is
+// gated up to the timed point 16 and fails, so it is rejected once, excluded
+// at 16 and remembered, and bwd_det_chunked routes T = 2..16. A first
+// version gated 1..8 alone: its exclusion held no timed point, and the same
+// piece was gated and rejected in all 200 rounds.
+TEST(DeriveCli, GateWinnersRejectsAFailingPieceOnce) {
+  const Dir d;
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
+                                      "bwd_det = [\"bwd_det_chunked\", \"bwd_fp32_blocked\"]\n"
+                                      "[bench]\ncrossover_steps = 0\n"
+                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
+  {
+    std::ofstream t(d.p / "timings.json");
+    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
+         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
+    const int ts[] = {1, 16, 600};
+    const double chunked[] = {12, 20, 60}, blocked[] = {10, 16, 50};
+    for (int i = 0; i < 3; ++i)
+      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
+        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": "
+        << chunked[i] << ", \"bwd_fp32_blocked\": " << blocked[i] << "}, \"rounds_us\": {\"bwd_det_chunked\": ["
+        << chunked[i] << "], \"bwd_fp32_blocked\": [" << blocked[i] << "]}}";
+    t << "]}\n";
+  }
+  const std::string row = "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", ";
+  auto all = approve_table(d, "a", row + "T = [1, 600], variant = \"bwd_det_chunked\" },\n",
+                           "variant=bwd_det_chunked", kCampaign);
+  const std::string weak = " --backend cpu --seeds normal:0..0 --t-per-window 4 --dense-points 2 --fresh-factor 1";
+  const std::string weak_policy =
+      "[minimum]\nname = \"weak\"\nseeds = \"normal:0..0\"\nt_per_window = 4\ndense_points = 2\n"
+      "dense_step = 64\nfresh_factor = 1\nbackends = [\"cpu-model\"]\n";
+  const auto b = approve_table(d, "b",
+                               row + "T = [1, 8], variant = \"bwd_det_chunked\" },\n" + row +
+                                   "T = [9, 600], variant = \"bwd_fp32_blocked\" },\n",
+                               "variant=bwd_fp32_blocked", weak, weak_policy);
+  ASSERT_EQ(all["approvals"].size(), 1u);
+  ASSERT_EQ(b["approvals"].size(), 1u);
+  all["approvals"].push_back(b["approvals"][0]);
+  std::ofstream(d.p / "t.approvals.json") << all.dump(2) << "\n";
+
+  const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
+                                                      " --approve"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  size_t fails = 0;
+  for (size_t at = r.out.find(" FAIL "); at != std::string::npos; at = r.out.find(" FAIL ", at + 1)) ++fails;
+  EXPECT_EQ(fails, 1u) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL bwd det H=64 w=bf16 form=plain T=1..16 -> bwd_fp32_blocked")) << r.out;
+  ASSERT_TRUE(fs::exists(d.p / "t.toml")) << r.out;
+  const auto t = normgate::kernels::load_route_table((d.p / "t.toml").string());
+  ASSERT_EQ(t.routes.size(), 3u) << read(d.p / "t.toml");
+  EXPECT_EQ(t.routes[1].variant->name, "bwd_det_chunked");
+  EXPECT_EQ(t.routes[1].t_lo, 2);
+  EXPECT_EQ(t.routes[1].t_hi, 16);
+  const auto rej = normgate::kernels::load_rejections((d.p / "t.rejections.json").string());
+  ASSERT_EQ(rej.records.size(), 1u);
+  EXPECT_EQ(rej.records[0].t_lo, 2);
+  EXPECT_EQ(rej.records[0].t_hi, 16);
 }
 
 // Nothing approved beside --out and no gating: the table would route
