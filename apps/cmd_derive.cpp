@@ -207,8 +207,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
       ->check(CLI::IsMember({"winners", "none"}))
       ->capture_default_str();
   sub->add_option("--gate-windows", o->gate_windows,
-                  "With --gate winners: gate only the windows this filter selects (gate --windows syntax, e.g. "
-                  "variant=fwd_narrow or op=fwd,H=256); the other windows without a current approval are left "
+                  "With --gate winners: gate only the windows (or, of a window partly approved, the uncovered "
+                  "pieces) this filter selects (gate --windows syntax, e.g. variant=fwd_narrow or op=fwd,H=256); "
+                  "the other windows without a current approval are left "
                   "ungated this run and routed to approved candidates, as with --gate none");
   sub->add_flag("--forget-rejections", o->forget_rejections,
                 "With --gate winners: do not use the rejections remembered beside --out (TABLE stem + "
