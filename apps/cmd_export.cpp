@@ -62,11 +62,21 @@ void add_export(CLI::App& app, Commands& cmds) {
       eo.normgate_commit = NORMGATE_GIT_COMMIT;
       std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
       const auto entries = validators::export_maps(items, eo);
-      for (size_t i = 0; i < entries.size(); ++i)
-        std::printf("  %04zu %-12s %-20s dw %.3g dx %.3g  %s%s\n", i, entries[i].prov.verdict.c_str(),
-                    entries[i].prov.impl.c_str(), entries[i].max_ratio[3], entries[i].max_ratio[2],
-                    entries[i].prov.case_id.c_str(),
-                    entries[i].prov.window.empty() ? "" : ("  [window " + entries[i].prov.window + "]").c_str());
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const auto& e = entries[i];
+        // A forward window's case re-runs through its carrier backward; the
+        // window gates the forward's y and rstd, so those are listed, under
+        // the forward's name (as the gate report and `plot` name it).
+        const bool fwd = e.prov.window.rfind("fwd ", 0) == 0;
+        const std::string who = fwd ? e.prov.fwd + " (via " + e.prov.impl + ")" : e.prov.impl;
+        char ratios[64];
+        if (fwd)
+          std::snprintf(ratios, sizeof ratios, "y %.3g rstd %.3g", e.max_ratio[0], e.max_ratio[1]);
+        else
+          std::snprintf(ratios, sizeof ratios, "dw %.3g dx %.3g", e.max_ratio[3], e.max_ratio[2]);
+        std::printf("  %04zu %-12s %-20s %s  %s%s\n", i, e.prov.verdict.c_str(), who.c_str(), ratios,
+                    e.prov.case_id.c_str(), e.prov.window.empty() ? "" : ("  [window " + e.prov.window + "]").c_str());
+      }
       validators::write_maps_file(o->out, o->report, entries);
       std::printf("wrote    %s\n", o->out.c_str());
       return 0;

@@ -55,6 +55,13 @@ TOML
     echo "FAIL: export: $(tail -3 "$tmp/export.log")" >&2
     exit 1
   fi
+  # The forward window's case is listed under the forward and with y and
+  # rstd (it re-runs through the carrier backward, whose dx, dw it listed).
+  if ! grep -qE 'fwd_rowwise \(via bwd_[a-z_]+\) +y [0-9.e+-]+ rstd [0-9.e+-]+ .*\[window fwd ' "$tmp/export.log"; then
+    echo "FAIL: export lists the forward window's case without the forward's y and rstd:" >&2
+    cat "$tmp/export.log" >&2
+    exit 1
+  fi
   file=$tmp/maps.h5
   report=$tmp/g.json
 elif [ $# -eq 1 ] || [ $# -eq 2 ]; then
