@@ -203,28 +203,34 @@ nlohmann::json approve_table(const Dir& d, const std::string& name, const std::s
   return nlohmann::json::parse(read(d.p / (name + ".approvals.json")));
 }
 
+// A spec of one det group (H = 64 BF16 plain) over T = [1, 16, 600] with
+// the candidates `first` then `second` (spec order), and timings with their
+// medians at those T (one round; chunked is the A/A variant).
+void two_candidates(const Dir& d, const char* first, const double (&t1)[3], const char* second,
+                    const double (&t2)[3]) {
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\nbwd_det = [\"" << first
+                                   << "\", \"" << second
+                                   << "\"]\n[bench]\ncrossover_steps = 0\n"
+                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
+  std::ofstream t(d.p / "timings.json");
+  t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
+       "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
+  const int ts[] = {1, 16, 600};
+  for (int i = 0; i < 3; ++i)
+    t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
+      << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"" << first << "\": " << t1[i]
+      << ", \"" << second << "\": " << t2[i] << "}, \"rounds_us\": {\"" << first << "\": [" << t1[i] << "], \"" << second
+      << "\": [" << t2[i] << "]}}";
+  t << "]}\n";
+}
+
 // Two det candidates over T = [1, 16, 600]: bwd_det_onepass fastest at
 // T = 1, bwd_det_chunked at 16 and 600 (beyond the 1% floor), so chunked
 // wins T = 2..600. Approvals beside --out: onepass for T = 1..600, chunked
 // for T = 9..600 only, each gated through a table of its own.
 void split_approvals_setup(const Dir& d) {
-  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
-                                      "bwd_det = [\"bwd_det_chunked\", \"bwd_det_onepass\"]\n"
-                                      "[bench]\ncrossover_steps = 0\n"
-                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
-  {
-    std::ofstream t(d.p / "timings.json");
-    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
-         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
-    const int ts[] = {1, 16, 600};
-    const double chunked[] = {12, 20, 60}, onepass[] = {10, 30, 90};
-    for (int i = 0; i < 3; ++i)
-      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
-        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": "
-        << chunked[i] << ", \"bwd_det_onepass\": " << onepass[i] << "}, \"rounds_us\": {\"bwd_det_chunked\": ["
-        << chunked[i] << "], \"bwd_det_onepass\": [" << onepass[i] << "]}}";
-    t << "]}\n";
-  }
+  const double chunked[] = {12, 20, 60}, onepass[] = {10, 30, 90};
+  two_candidates(d, "bwd_det_chunked", chunked, "bwd_det_onepass", onepass);
   const std::string row = "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", ";
   auto gate = [&](const std::string& name, const std::string& routes, const std::string& windows) {
     return approve_table(d, name, routes, windows, kCampaign);
@@ -306,23 +312,8 @@ TEST(DeriveCli, GateWinnersGatesOnlyTheUncoveredPartOfAWindow) {
 // piece was gated and rejected in all 200 rounds.
 TEST(DeriveCli, GateWinnersRejectsAFailingPieceOnce) {
   const Dir d;
-  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
-                                      "bwd_det = [\"bwd_det_chunked\", \"bwd_fp32_blocked\"]\n"
-                                      "[bench]\ncrossover_steps = 0\n"
-                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
-  {
-    std::ofstream t(d.p / "timings.json");
-    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
-         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
-    const int ts[] = {1, 16, 600};
-    const double chunked[] = {12, 20, 60}, blocked[] = {10, 16, 50};
-    for (int i = 0; i < 3; ++i)
-      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
-        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": "
-        << chunked[i] << ", \"bwd_fp32_blocked\": " << blocked[i] << "}, \"rounds_us\": {\"bwd_det_chunked\": ["
-        << chunked[i] << "], \"bwd_fp32_blocked\": [" << blocked[i] << "]}}";
-    t << "]}\n";
-  }
+  const double chunked[] = {12, 20, 60}, blocked[] = {10, 16, 50};
+  two_candidates(d, "bwd_det_chunked", chunked, "bwd_fp32_blocked", blocked);
   const std::string row = "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", ";
   auto all = approve_table(d, "a", row + "T = [1, 600], variant = \"bwd_det_chunked\" },\n",
                            "variant=bwd_det_chunked", kCampaign);
