@@ -41,7 +41,6 @@
 #include "normgate/bench/timing.h"
 #include "normgate/seeds/case_id.h"
 
-#include "bwd_wreg.cuh"
 #include "fwd_l2pass.cuh"
 #include "fwd_narrow.cuh"
 #include "fwd_rows.cuh"
@@ -165,7 +164,6 @@ int main(int argc, char** argv) try {
   bool heads = false;  // also time the per-head forms at H = 256 (heads4 contiguous, heads24 strided)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
-  bool bwd_wreg = false;       // also time bench/bwd_wreg.cuh's backward experiment
   std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
   std::vector<std::pair<int, int>> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R,...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
@@ -175,7 +173,7 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
-          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp] [--bwd-wreg]\n"
+          "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
           "                     [--fwd-rows R,...] [--fwd-narrow L:R,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
@@ -189,10 +187,7 @@ int main(int argc, char** argv) try {
           "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
           "those, where rstd or y does). --fwd-narrow L:R adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4) on plain H = 256 and, with --heads, on\n"
-          "the per-head views, counting the rows that differ from the routed forward. --bwd-wreg adds\n"
-          "bench/bwd_wreg.cuh's backward (a wide kernel bounded for 768 threads, FP32 w kept in registers;\n"
-          "H % 8 == 0, teams of 544..768 threads), plain and with --res res, counting the dx and dw elements\n"
-          "that differ from bwd_det_chunked's. Needs a CUDA GPU.\n"
+          "the per-head views, counting the rows that differ from the routed forward. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
     } else if (a == "--reps" && i + 1 < argc) {
@@ -209,8 +204,6 @@ int main(int argc, char** argv) try {
       copy_variants = true;
     } else if (a == "--fwd-exp") {
       fwd_exp = true;
-    } else if (a == "--bwd-wreg") {
-      bwd_wreg = true;
     } else if (a == "--fwd-rows" && i + 1 < argc) {
       const std::string v = argv[++i];
       for (std::string tok : comma_items(v)) {
@@ -497,7 +490,7 @@ int main(int argc, char** argv) try {
         }
 
         for (const auto& v : nk::variants()) {
-          if (v.op != nk::Op::bwd || (v.control && !controls)) continue;
+          if (v.op != nk::Op::bwd || (v.control && !controls) || !v.supports_h(H)) continue;
           const size_t ws = nk::bwd_workspace_bytes(v, T, H);
           Buf work(ws);
           nk::BwdArgs ba;
@@ -526,64 +519,6 @@ int main(int argc, char** argv) try {
             const double rb_bytes = 8.0 * n + wbytes + 12.0 * T + 4.0 * H;  // dy, h_new, dh_new, rstd, msq read; dh written
             time_row(wname, "bwd res " + std::string(v.name) + dtag, rb_bytes,
                      [&](nk::Stream s) { nk::rmsnorm_bwd(v, br, s, nk::ControlUse::allow); });
-          }
-        }
-        // The backward experiment (bench/bwd_wreg.cuh) into its own dx, dw and
-        // partials (poisoned first), compared element by element with
-        // bwd_det_chunked's dx and dw, then timed; plain, and res with --res.
-        if (bwd_wreg && bwdwreg::covers(H) && depth.fwd == depths.front().fwd) {
-          const nk::Variant* det = nullptr;
-          for (const auto& v : nk::variants())
-            if (std::string(v.name) == "bwd_det_chunked") det = &v;
-          if (det == nullptr) throw std::runtime_error("kernels_bench: no bwd_det_chunked variant");
-          for (const bool with_res : {false, true}) {
-            if (with_res && !res) break;
-            const size_t ws = nk::bwd_workspace_bytes(*det, T, H);
-            Buf work(ws), dxe(2 * n), dwe(4 * H);
-            nk::BwdArgs ba;
-            ba.dy = ib.dy;
-            ba.dy_stride = H;
-            ba.x = ib.x;
-            ba.x_stride = H;
-            ba.w = wv;
-            ba.rstd = fa.rstd;
-            ba.msq = fa.msq;
-            ba.dx = static_cast<uint16_t*>(dx.p);
-            ba.dx_stride = H;
-            ba.dw = static_cast<float*>(dw.p);
-            ba.T = T;
-            ba.H = H;
-            ba.workspace = work.p;
-            ba.workspace_bytes = ws;
-            if (with_res) {
-              ba.form = normgate::Form::res;
-              ba.dh_new = static_cast<const uint16_t*>(y.p);
-              ba.dh_new_stride = H;
-            }
-            nk::BwdArgs be = ba;
-            be.dx = static_cast<uint16_t*>(dxe.p);
-            be.dw = static_cast<float*>(dwe.p);
-            CK(cudaMemset(dxe.p, 0xFF, 2 * n));
-            CK(cudaMemset(dwe.p, 0xFF, 4 * H));
-            CK(cudaMemset(work.p, 0xFF, ws));
-            CK(bwdwreg::launch(be, nullptr));
-            CK(cudaDeviceSynchronize());
-            std::vector<uint16_t> da(static_cast<size_t>(n)), db(static_cast<size_t>(n));
-            std::vector<float> wa(static_cast<size_t>(H)), wb(static_cast<size_t>(H));
-            CK(cudaMemcpy(db.data(), dxe.p, 2 * n, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(wb.data(), dwe.p, 4 * H, cudaMemcpyDeviceToHost));
-            nk::rmsnorm_bwd(*det, ba, nullptr, nk::ControlUse::allow);
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(da.data(), dx.p, 2 * n, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(wa.data(), dw.p, 4 * H, cudaMemcpyDeviceToHost));
-            int64_t ddx = 0, ddw = 0;
-            for (size_t i = 0; i < da.size(); ++i) ddx += da[i] != db[i];
-            for (size_t i = 0; i < wa.size(); ++i) ddw += std::memcmp(&wa[i], &wb[i], 4) != 0;
-            const double bytes = (with_res ? 8.0 : 6.0) * n + wbytes + 12.0 * T + 4.0 * H;
-            time_row(wname,
-                     std::string(with_res ? "bwd res" : "bwd") + " wreg experiment (" + std::to_string(ddx) +
-                         " dx, " + std::to_string(ddw) + " dw differ)",
-                     bytes, [&](nk::Stream st) { CK(bwdwreg::launch(be, static_cast<cudaStream_t>(st))); });
           }
         }
       }  // depths
@@ -653,7 +588,7 @@ int main(int argc, char** argv) try {
                      hf_bytes, [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
           }
           for (const auto& v : nk::variants()) {
-            if (v.op != nk::Op::bwd || v.control) continue;
+            if (v.op != nk::Op::bwd || v.control || !v.supports_h(256) || !v.supports(form)) continue;
             const size_t ws = nk::bwd_workspace_bytes(v, hrows, 256);
             Buf work(ws);
             nk::BwdArgs hb;

@@ -179,6 +179,10 @@ if has sanitize; then
     # bwd_fp32_blocked in a graph (tests/kernels/bwd_onepass_test.cpp).
     san_run "test_kernels BwdOnepass.*:BwdFp32Blocked.*" 0 300 "^\[  PASSED  \]" \
       "$build/tests/test_kernels" "--gtest_filter=BwdOnepass.*:BwdFp32Blocked.*"
+    # bwd_det_wide's 768-thread kernel against bwd_det_chunked, both paths,
+    # plain and res (tests/kernels/bwd_det_wide_test.cpp).
+    san_run "test_kernels BwdDetWide.*" 0 300 "^\[  PASSED  \]" \
+      "$build/tests/test_kernels" "--gtest_filter=BwdDetWide.*"
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"
   done
   rm -f "$out/sanitizer.run"

@@ -149,6 +149,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
       return nondet_uses_atomics(T, H) ? static_cast<size_t>(kAtomicReplicas) * static_cast<size_t>(H) * sizeof(double)
                                        : static_cast<size_t>(num_chunks(T, H)) * static_cast<size_t>(H) * sizeof(double);
     case VariantId::bwd_det_chunked:
+    case VariantId::bwd_det_wide:
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:
     case VariantId::ctl_warp64_dw:
@@ -282,6 +283,9 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
   switch (v.id) {
     case VariantId::bwd_det_chunked:
       detail::launch_bwd_det_chunked(a, vec, stream);
+      return;
+    case VariantId::bwd_det_wide:
+      detail::launch_bwd_det_wide(a, vec, stream);
       return;
     case VariantId::bwd_nondet_atomic:
       detail::launch_bwd_nondet_atomic(a, vec, stream);

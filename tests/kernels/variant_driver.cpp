@@ -372,8 +372,11 @@ INSTANTIATE_TEST_SUITE_P(Variants, Fwd, ::testing::ValuesIn(forward_cases()), pa
 
 std::vector<VariantCase> control_cases() {
   std::vector<VariantCase> out;
+  // One shared case (BwdCancel generates its inputs once): variants without
+  // H = 4096 (bwd_det_wide) are left to their own tests.
   for (const Variant& v : variants())
-    if (v.op == Op::bwd && !v.model_only) out.push_back({&v, make_case(4096, 65537, seeds::Family::cancel, 17)});
+    if (v.op == Op::bwd && !v.model_only && v.supports_h(4096))
+      out.push_back({&v, make_case(4096, 65537, seeds::Family::cancel, 17)});
   return out;
 }
 

@@ -114,8 +114,11 @@ const CancelCase& cancel_case() {
 
 std::vector<VariantCase> cancel_params() {
   std::vector<VariantCase> out;
+  // One shared case at H = 64: variants without it (bwd_det_wide, whose
+  // model is bwd_det_chunked's) are left to their own tests.
   for (const Variant& v : variants())
-    if (v.op == Op::bwd && !v.model_only) out.push_back({&v, make_case(64, 65537, seeds::Family::cancel, 17)});
+    if (v.op == Op::bwd && !v.model_only && v.supports_h(64))
+      out.push_back({&v, make_case(64, 65537, seeds::Family::cancel, 17)});
   return out;
 }
 

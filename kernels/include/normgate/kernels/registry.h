@@ -32,6 +32,10 @@
 //   bwd_det_onepass     backward, deterministic: bwd_det_chunked's chunks,
 //                       partials and combine (dx, dw bitwise equal) in ONE
 //                       kernel: the last chunk CTA (atomic ticket) combines
+//   bwd_det_wide        backward, deterministic, H = 4097..6144 (plain, res):
+//                       bwd_det_chunked's chunk pass and combine (dx, dw
+//                       bitwise equal) in a kernel bounded for 768 threads,
+//                       FP32 w held in registers (bwd_det_wide.cu)
 //   bwd_fp32_blocked    backward, deterministic, accuracy for speed: FP32
 //                       products (fmaf by rstd), uncompensated FP32 chunk
 //                       partials, FP32 fixed-order combine; routable where
@@ -113,6 +117,7 @@ enum class VariantId : uint8_t {
   ctl_heads_dw_mixed = 17,
   fwd_narrow = 18,
   fwd_wide = 19,
+  bwd_det_wide = 20,
   // 128..255: external variants, in registration order (never a built-in).
 };
 
