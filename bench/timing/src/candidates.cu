@@ -192,13 +192,10 @@ CandidateTimes CandidateBench::time(Op op, int64_t T, std::span<const Variant* c
   out.rounds_us.assign(n, {});
   std::vector<double> a2;  // the A/A repeat of candidate 0, per round
   for (int r = 0; r < rounds; ++r) {
-    for (size_t k = 0; k < n; ++k) {
-      const size_t i = (k + static_cast<size_t>(r)) % n;
-      const auto t = time_graph([&](Stream s) { enqueue(cands[i], s); }, reps);
-      out.rounds_us[i].push_back(t.median_ms * 1e3);
+    for (const size_t i : round_order(n, r)) {
+      const auto t = time_graph([&](Stream s) { enqueue(cands[i == n ? 0 : i], s); }, reps);
+      (i == n ? a2 : out.rounds_us[i]).push_back(t.median_ms * 1e3);
     }
-    const auto t = time_graph([&](Stream s) { enqueue(cands[0], s); }, reps);
-    a2.push_back(t.median_ms * 1e3);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

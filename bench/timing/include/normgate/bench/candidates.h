@@ -4,8 +4,9 @@
 // Method (the seed PR's): each measurement is time_graph (timing.h): one call
 // captured in a CUDA graph, replayed `reps` times with the L2 flushed before
 // every replay, the median of the replays. A point is `rounds` interleaved
-// rounds; in round r the candidates are timed in the order rotated by r, and
-// the first candidate is timed a second time at the end of the round (A/A).
+// rounds; each round times every candidate once and the first candidate a
+// second time (A/A), n + 1 slots in the order round_order gives: rotated by
+// the round, so no slot (the repeat included) always runs last.
 // A candidate's time is the median of its per-round medians; the A/A floor
 // is max over rounds of |A - A'| / min(A, A').
 // Declared in every build; without CUDA the functions throw std::runtime_error.
@@ -26,8 +27,15 @@ struct CandidateTimes {
   std::vector<double> median_us;               ///< per candidate, in the order given
   std::vector<std::vector<double>> rounds_us;  ///< per candidate, each round's median
   double aa_floor = 0;                         ///< relative, >= 0: max over rounds of the A/A gap
-  std::vector<double> aa_rounds_us;            ///< candidate 0 timed again at the end of each round
+  std::vector<double> aa_rounds_us;            ///< candidate 0 timed again in each round (round_order)
 };
+
+/// The slots of round r (0-based) of n >= 1 candidates, in timing order:
+/// each of 0..n-1 once and n (the A/A repeat of candidate 0) once; round r
+/// is round 0 rotated left by r (mod n + 1), round 0 being 0, 1, .., n.
+/// Before 2026-12-03 the repeat ran last in every round (docs/perf/routes.md
+/// D9). Throws std::invalid_argument for n < 1 or r < 0.
+std::vector<size_t> round_order(size_t n, int r);
 
 /// Device buffers of one (H, w, form) up to t_max tokens, filled with the
 /// `normal` family's inputs (harness/device_inputs), and the forward's rstd
