@@ -570,9 +570,14 @@ class _Bar:
         if self.tqdm is not None:
             if phase != self.phase:
                 self.close()
-                self.bar = self.tqdm(total=p.total, desc="gate " + phase, unit="case", leave=True)
+                # initial: the cases done before this report (resumed from a
+                # journal, or run before the first report), so that tqdm's
+                # rate counts only the cases run while the bar is up; setting
+                # n to p.done showed thousands of cases a second on a resume.
+                self.bar = self.tqdm(total=p.total, initial=p.done, desc="gate " + phase, unit="case", leave=True)
                 self.phase = phase
-            self.bar.n = p.done
+            if p.done > self.bar.n:
+                self.bar.update(p.done - self.bar.n)
             self.bar.set_postfix_str(worst, refresh=False)
             self.bar.refresh()
             return

@@ -228,3 +228,45 @@ def test_cuda_callable_beside_a_gpu_variant(tmp_path):
     assert rep["backend"] == "gpu"
     assert seen == {"cuda"}
     assert rep["externals"][0]["ran_on"] == "python callable on cuda"
+
+
+def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
+    """A resumed gate reports thousands of cases done at its first report: the
+    bar starts there (tqdm's initial), so its rate is the cases run since."""
+    import importlib
+
+    g = importlib.import_module("normgate.gate")
+
+    made = []
+
+    class FakeTqdm:
+        def __init__(self, total, initial=0, **kw):
+            self.total, self.initial, self.n, self.updates = total, initial, initial, []
+            made.append(self)
+
+        def update(self, k):
+            self.updates.append(k)
+            self.n += k
+
+        def set_postfix_str(self, s, refresh=True):
+            self.postfix = s
+
+        def refresh(self):
+            pass
+
+        def close(self):
+            pass
+
+    def report(phase, done, total):
+        p = g._Progress()
+        p.phase, p.done, p.total, p.worst = phase, done, total, 0.25
+        return p
+
+    bar = g._Bar(True)
+    bar.tqdm = FakeTqdm
+    bar.update(report(b"grid", 900, 1000))  # 900 resumed from the journal
+    bar.update(report(b"grid", 903, 1000))
+    bar.update(report(b"grid", 903, 1000))  # no new case: no update
+    bar.update(report(b"refine", 2, 40))     # a new phase: a new bar
+    assert [(b.total, b.initial, b.n, b.updates) for b in made] == [(1000, 900, 903, [3]), (40, 2, 2, [])]
+    assert made[0].postfix == "worst err/tol 0.25"
