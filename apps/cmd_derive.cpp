@@ -466,13 +466,47 @@ void add_derive(CLI::App& app, Commands& cmds) {
           const int ra = rank(a), rb = rank(b);
           return ra != rb ? ra > rb : cost(a) < cost(b);
         });
-        // The candidate table a need is gated through (written once per
-        // text), its path and the first 12 hex digits of its hash.
-        auto candidate_table = [&](const Need* n) {
+        // A det variant winning the det and the nondet window of one shape
+        // over the same piece is gated on both at once (routes.md D13): the
+        // two windows hold the same cases and the gate runs each case once
+        // for every window of that variant covering it, so the nondet window
+        // costs no GPU time of its own. A batch is one need, or such a pair,
+        // the det window first (its journal name is the one a lone det
+        // window had, so a journal of that window resumes).
+        std::vector<std::vector<const Need*>> batches;
+        {
+          std::vector<bool> used(need.size(), false);
+          auto same_but_mode = [](const Need* a, const Need* b) {
+            const DerivedWindow &x = a->piece, &y = b->piece;
+            return x.group.op == Op::bwd && y.group.op == Op::bwd && x.group.mode != y.group.mode &&
+                   x.group.H == y.group.H && x.group.w == y.group.w && x.group.form == y.group.form &&
+                   x.variant == y.variant && x.variant->mode == kernels::Mode::det && x.t_lo == y.t_lo && x.t_hi == y.t_hi;
+          };
+          for (size_t i = 0; i < need.size(); ++i) {
+            if (used[i]) continue;
+            used[i] = true;
+            std::vector<const Need*> b{need[i]};
+            for (size_t j = i + 1; j < need.size(); ++j)
+              if (!used[j] && same_but_mode(need[i], need[j])) {
+                used[j] = true;
+                b.push_back(need[j]);
+                break;
+              }
+            if (b.size() == 2 && b[0]->piece.group.mode != kernels::Mode::det) std::swap(b[0], b[1]);
+            batches.push_back(std::move(b));
+          }
+        }
+        // The candidate table a batch is gated through (written once per
+        // text), its path and the first 12 hex digits of its hash: each
+        // member's window split at its piece's edges.
+        auto candidate_table = [&](const std::vector<const Need*>& batch) {
           std::vector<DerivedWindow> tw;
           for (size_t i = 0; i < ws.size(); ++i) {
             const DerivedWindow& w = ws[i];
-            if (i != n->parent || (n->piece.t_lo == w.t_lo && n->piece.t_hi == w.t_hi)) {
+            const Need* n = nullptr;
+            for (const Need* m : batch)
+              if (m->parent == i) n = m;
+            if (n == nullptr || (n->piece.t_lo == w.t_lo && n->piece.t_hi == w.t_hi)) {
               tw.push_back(w);
               continue;
             }
@@ -494,28 +528,30 @@ void add_derive(CLI::App& app, Commands& cmds) {
           return std::make_pair(path, sha12);
         };
         std::printf("gate     round %d: %zu window(s) without a current approval, least accurate candidate first, then cheapest (%s)\n", round + 1,
-                    need.size(), candidate_table(need.front()).first.c_str());
+                    need.size(), candidate_table(batches.front()).first.c_str());
         std::fflush(stdout);
         bool any_failed = false;
-        for (const Need* nd : need) {
+        for (const auto& batch : batches) {
           if (any_failed) break;  // derive again first: the rejection may make cheaper windows
-          const DerivedWindow* w = &nd->piece;
+          const DerivedWindow* w = &batch.front()->piece;
           bool early = false;
           validators::GateOptions g = o->g;
-          const auto [table_path, sha12] = candidate_table(nd);
+          const auto [table_path, sha12] = candidate_table(batch);
           g.table_path = table_path;
           const std::string want = wkey(*w);
-          // One journal per (candidate table, window): the gate's progress
-          // then sees this window's cases only (a rejection stops the window
-          // at its first case over budget).
+          std::set<std::string> wants;
+          for (const Need* m : batch) wants.insert(wkey(m->piece));
+          // One journal per (candidate table, batch), named by its first
+          // window: the gate's progress then sees this batch's cases only (a
+          // rejection stops the batch at its first case over budget).
           if (!o->g.journal_path.empty())
             g.journal_path = o->g.journal_path + "." + sha12 + "." +
                              seeds::sha256_hex(want.data(), want.size()).substr(0, 12) + ".jsonl";
           g.progress = [](const validators::GateProgress& p) {
             if (p.worst > 1.0) throw WindowRejected(p.worst, p.worst_case, p.worst_output);
           };
-          g.select = [want](const kernels::Route& r) {
-            return window_key(group_of(r).key(), r.variant->name, r.t_lo, r.t_hi) == want;
+          g.select = [wants](const kernels::Route& r) {
+            return wants.count(window_key(group_of(r).key(), r.variant->name, r.t_lo, r.t_hi)) > 0;
           };
           if (o->deadline_s > 0)
             g.after_case = [o, t0](int64_t) {
@@ -533,14 +569,17 @@ void add_derive(CLI::App& app, Commands& cmds) {
             stop_reason = e.what();
             break;
           } catch (const WindowRejected& e) {
-            // Synthesize the window's result: FAIL at its first case over budget.
-            validators::WindowResult wr;
-            wr.route = route_of(*w, table_path);
-            wr.pass = false;
-            wr.worst = e.worst;
-            wr.worst_case = e.worst_case;
-            wr.worst_output = e.worst_output + ", stopped at the first case over budget";
-            res.windows.push_back(wr);
+            // Synthesize the batch's results: FAIL at its first case over
+            // budget (a pair's windows hold the same cases of one det variant).
+            for (const Need* m : batch) {
+              validators::WindowResult wr;
+              wr.route = route_of(m->piece, table_path);
+              wr.pass = false;
+              wr.worst = e.worst;
+              wr.worst_case = e.worst_case;
+              wr.worst_output = e.worst_output + ", stopped at the first case over budget";
+              res.windows.push_back(wr);
+            }
             res.backend = cpu_gate ? std::string(kernels::kCpuModelBackend) : std::string(kernels::kGpuBackend);
             early = true;
           }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -347,6 +348,60 @@ TEST(DeriveCli, GateWinnersRejectsAFailingPieceOnce) {
   ASSERT_EQ(rej.records.size(), 1u);
   EXPECT_EQ(rej.records[0].t_lo, 2);
   EXPECT_EQ(rej.records[0].t_hi, 16);
+}
+
+// A det variant winning the det and the nondet window of one shape is gated
+// on both in one gate run (routes.md D13): bwd_det_onepass, fastest at
+// every point, wins T = 1..600 in both modes; one gate report, one journal,
+// both windows PASS with the same cases and approved, and the table routes
+// it in both. It was gated twice, once per window, each with its own
+// journal (the nondet run repeated every case).
+TEST(DeriveCli, GateWinnersGatesADetVariantsTwoModesInOneRun) {
+  const Dir d;
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\n"
+                                      "bwd_det = [\"bwd_det_chunked\", \"bwd_det_onepass\"]\n"
+                                      "bwd_nondet = [\"bwd_det_chunked\", \"bwd_det_onepass\", \"bwd_nondet_atomic\"]\n"
+                                      "[bench]\ncrossover_steps = 0\n[[group]]\nop = \"bwd\"\nmodes = [\"det\", \"nondet\"]\n"
+                                      "H = 64\nw = \"bf16\"\nform = \"plain\"\n";
+  {
+    std::ofstream t(d.p / "timings.json");
+    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
+         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
+    const int ts[] = {1, 16, 600};
+    for (int i = 0; i < 3; ++i)
+      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
+        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": 20, "
+           "\"bwd_det_onepass\": 10, \"bwd_nondet_atomic\": 20}, \"rounds_us\": {\"bwd_det_chunked\": [20], "
+           "\"bwd_det_onepass\": [10], \"bwd_nondet_atomic\": [20]}}";
+    t << "]}\n";
+  }
+  const std::string journal = (d.p / "j").string();
+  const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
+                                                      " --approve --journal " + journal));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS bwd det H=64 w=bf16 form=plain T=1..600 -> bwd_det_onepass")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS bwd nondet H=64 w=bf16 form=plain T=1..600 -> bwd_det_onepass")) << r.out;
+  EXPECT_TRUE(fs::exists(d.p / "r.gate-1.md")) << r.out;
+  EXPECT_FALSE(fs::exists(d.p / "r.gate-2.md")) << r.out;
+  int journals = 0;
+  for (const auto& e : fs::directory_iterator(d.p)) journals += e.path().filename().string().rfind("j.", 0) == 0;
+  EXPECT_EQ(journals, 1);
+  // Both windows report the same cases: the nondet window read the det one's.
+  const auto g = nlohmann::json::parse(read(d.p / "r.gate-1.json"));
+  ASSERT_EQ(g["windows"].size(), 2u) << g.dump(1).substr(0, 2000);
+  EXPECT_EQ(g["windows"][0]["cases"], g["windows"][1]["cases"]);
+  EXPECT_GT(g["windows"][0]["cases"].get<int64_t>(), 0);
+  const auto a = nlohmann::json::parse(read(d.p / "t.approvals.json"));
+  ASSERT_EQ(a["approvals"].size(), 2u) << a.dump(1);
+  std::set<std::string> modes;
+  for (const auto& x : a["approvals"]) {
+    EXPECT_EQ(x["variant"], "bwd_det_onepass");
+    modes.insert(x["window"]["mode"].get<std::string>());
+  }
+  EXPECT_EQ(modes, (std::set<std::string>{"det", "nondet"}));
+  const auto t = normgate::kernels::load_route_table((d.p / "t.toml").string());
+  ASSERT_EQ(t.routes.size(), 2u) << read(d.p / "t.toml");
+  for (const auto& x : t.routes) EXPECT_EQ(x.variant->name, "bwd_det_onepass") << x.describe();
 }
 
 // Nothing approved beside --out and no gating: the table would route
