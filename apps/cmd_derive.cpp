@@ -520,8 +520,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
               tw.back().t_lo = n->piece.t_hi + 1;
             }
           }
-          const std::string text = kernels::route_table_text(
-              spec, tw, "candidate table of a gate round of `normgate derive " + o->spec + "` (not for use)");
+          // No path in the text: its hash names the journal, and a rerun
+          // from another folder (another machine's checkout) must resume it.
+          const std::string text =
+              kernels::route_table_text(spec, tw, "candidate table of a gate round of `normgate derive` (not for use)");
           const std::string sha12 = kernels::parse_route_table(text, "candidate").sha256.substr(0, 12);
           const std::string path = o->report + ".candidates-" + sha12 + ".toml";
           write_file_atomic(path, text);

@@ -404,6 +404,35 @@ TEST(DeriveCli, GateWinnersGatesADetVariantsTwoModesInOneRun) {
   for (const auto& x : t.routes) EXPECT_EQ(x.variant->name, "bwd_det_onepass") << x.describe();
 }
 
+// The candidate tables (whose hashes name the gate journals) do not depend
+// on where the spec lies: the same spec from another folder derives the
+// same tables, so a run from another checkout resumes the journals. The
+// table's text named the spec's path, and a run on another machine started
+// its journals anew.
+TEST(DeriveCli, CandidateTablesDoNotDependOnTheSpecsPath) {
+  const Dir d;
+  fs::create_directories(d.p / "elsewhere");
+  fs::copy_file(d.p / "spec.toml", d.p / "elsewhere" / "other-name.toml");
+  auto tables = [&](const std::string& prefix) {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(d.p)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind(prefix + ".candidates-", 0) == 0) out.insert(f.substr(prefix.size()));
+    }
+    return out;
+  };
+  // The second run forgets the first one's rejections (remembered beside
+  // --out), so both derive the same rounds.
+  const std::string common = " --timings " + (d.p / "timings.json").string() + kCampaign;
+  const CliRun a = normgate::test::run_normgate(d.run(common));
+  const CliRun b = normgate::test::run_normgate("derive " + (d.p / "elsewhere" / "other-name.toml").string() +
+                                                " --out " + (d.p / "t.toml").string() + " --report " +
+                                                (d.p / "r2").string() + common + " --forget-rejections");
+  EXPECT_EQ(a.code, b.code) << a.out << "\n---\n" << b.out;
+  ASSERT_FALSE(tables("r").empty()) << a.out;
+  EXPECT_EQ(tables("r"), tables("r2")) << a.out << "\n---\n" << b.out;
+}
+
 // Nothing approved beside --out and no gating: the table would route
 // variants no gate passed, so it is not written (the report is).
 TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
