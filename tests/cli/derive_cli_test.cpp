@@ -5,12 +5,15 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_util.h"
 #include "normgate/kernels/device.h"
@@ -204,25 +207,36 @@ nlohmann::json approve_table(const Dir& d, const std::string& name, const std::s
   return nlohmann::json::parse(read(d.p / (name + ".approvals.json")));
 }
 
+// Timings of H = 64 BF16 plain at T = [1, 16, 600]: each candidate's
+// median at those T (one round; bwd_det_chunked is the A/A variant).
+void write_timings(const Dir& d, const std::vector<std::pair<std::string, std::array<double, 3>>>& cands) {
+  std::ofstream t(d.p / "timings.json");
+  t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
+       "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
+  const int ts[] = {1, 16, 600};
+  for (int i = 0; i < 3; ++i) {
+    std::string med, rounds;
+    for (const auto& [name, us] : cands) {
+      med += (med.empty() ? "\"" : ", \"") + name + "\": " + std::to_string(us[i]);
+      rounds += (rounds.empty() ? "\"" : ", \"") + name + "\": [" + std::to_string(us[i]) + "]";
+    }
+    t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
+      << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {" << med << "}, \"rounds_us\": {"
+      << rounds << "}}";
+  }
+  t << "]}\n";
+}
+
 // A spec of one det group (H = 64 BF16 plain) over T = [1, 16, 600] with
 // the candidates `first` then `second` (spec order), and timings with their
-// medians at those T (one round; chunked is the A/A variant).
+// medians at those T (write_timings).
 void two_candidates(const Dir& d, const char* first, const double (&t1)[3], const char* second,
                     const double (&t2)[3]) {
   std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 16, 600]\n[candidates]\nbwd_det = [\"" << first
                                    << "\", \"" << second
                                    << "\"]\n[bench]\ncrossover_steps = 0\n"
                                       "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\nw = \"bf16\"\nform = \"plain\"\n";
-  std::ofstream t(d.p / "timings.json");
-  t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
-       "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
-  const int ts[] = {1, 16, 600};
-  for (int i = 0; i < 3; ++i)
-    t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
-      << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"" << first << "\": " << t1[i]
-      << ", \"" << second << "\": " << t2[i] << "}, \"rounds_us\": {\"" << first << "\": [" << t1[i] << "], \"" << second
-      << "\": [" << t2[i] << "]}}";
-  t << "]}\n";
+  write_timings(d, {{first, {t1[0], t1[1], t1[2]}}, {second, {t2[0], t2[1], t2[2]}}});
 }
 
 // Two det candidates over T = [1, 16, 600]: bwd_det_onepass fastest at
@@ -363,18 +377,8 @@ TEST(DeriveCli, GateWinnersGatesADetVariantsTwoModesInOneRun) {
                                       "bwd_nondet = [\"bwd_det_chunked\", \"bwd_det_onepass\", \"bwd_nondet_atomic\"]\n"
                                       "[bench]\ncrossover_steps = 0\n[[group]]\nop = \"bwd\"\nmodes = [\"det\", \"nondet\"]\n"
                                       "H = 64\nw = \"bf16\"\nform = \"plain\"\n";
-  {
-    std::ofstream t(d.p / "timings.json");
-    t << "{\"format\": \"normgate-timings/1\", \"gpu\": \"synthetic\", \"driver\": \"-\", \"cuda\": \"-\", "
-         "\"date\": \"2026-12-03T00:00:00Z\", \"normgate_commit\": \"test\", \"rounds\": 1, \"reps\": 50, \"points\": [";
-    const int ts[] = {1, 16, 600};
-    for (int i = 0; i < 3; ++i)
-      t << (i ? "," : "") << "{\"op\": \"bwd\", \"H\": 64, \"w\": \"bf16\", \"form\": \"plain\", \"T\": " << ts[i]
-        << ", \"aa_variant\": \"bwd_det_chunked\", \"aa_floor\": 0.01, \"median_us\": {\"bwd_det_chunked\": 20, "
-           "\"bwd_det_onepass\": 10, \"bwd_nondet_atomic\": 20}, \"rounds_us\": {\"bwd_det_chunked\": [20], "
-           "\"bwd_det_onepass\": [10], \"bwd_nondet_atomic\": [20]}}";
-    t << "]}\n";
-  }
+  write_timings(d, {{"bwd_det_chunked", {20, 20, 20}}, {"bwd_det_onepass", {10, 10, 10}},
+                    {"bwd_nondet_atomic", {20, 20, 20}}});
   const std::string journal = (d.p / "j").string();
   const CliRun r = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
                                                       " --approve --journal " + journal));
