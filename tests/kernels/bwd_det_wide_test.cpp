@@ -4,7 +4,8 @@
 // bound), it takes bwd_det_chunked's workspace and refuses other H and the
 // per-head forms (CPU, always run); on the GPU its dx and dw are
 // bwd_det_chunked's bit for bit on both paths, both weight dtypes, plain and
-// res, one row to many chunks (skipped without a CUDA device).
+// res, one row to many chunks, and res layouts (misaligned, padded) give the
+// same bits (skipped without a CUDA device).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -153,6 +154,34 @@ TEST(BwdDetWide, EqualsDetChunkedBitForBit) {
     int64_t nonzero = 0;
     for (float d : o[1].dw) nonzero += std::isfinite(d) && d != 0.0f;
     EXPECT_GT(nonzero, s.H / 2) << seeds::to_string(c);
+  }
+}
+
+// Form res (the dh_new ring) and FP32 w off the vector path and with padded
+// rows: the same bits as the contiguous run (variant_driver's layout test
+// covers plain rows only for this variant).
+TEST(BwdDetWide, ResLayoutsDoNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  const Variant& v = wide();
+  for (const WDtype w : {WDtype::fp32, WDtype::bf16}) {
+    seeds::CaseId c = make_case(6144, 97, seeds::Family::llm, 41, w);
+    c.form = Form::res;
+    GpuRunInfo base_info;
+    const Outputs base = run_gpu(v, c, kEps, {}, &base_info);
+    EXPECT_TRUE(base_info.bwd_vector);
+    GpuRunOptions mis;
+    mis.misalign_elems = 1;
+    GpuRunInfo mis_info;
+    const Outputs m = run_gpu(v, c, kEps, mis, &mis_info);
+    EXPECT_FALSE(mis_info.bwd_vector);
+    GpuRunOptions pad;
+    pad.row_pad = 24;
+    const Outputs q = run_gpu(v, c, kEps, pad);
+    EXPECT_EQ(count_nan(base.dx), 0);
+    for (const Outputs* o : {&m, &q}) {
+      EXPECT_EQ(bit_diff(base.dx, o->dx).count, 0) << seeds::to_string(c);
+      EXPECT_EQ(bit_diff(base.dw, o->dw).count, 0) << seeds::to_string(c);
+    }
   }
 }
 
