@@ -24,7 +24,8 @@
 // to another) validated in one validate_cases sweep (the oracle's y and dx
 // rows evaluated once for all) against N sweeps of one: what a caller
 // validating several implementations of one case (bench/peers.py) saves by
-// batching. Asserts nothing.
+// batching. Also prints the pair's MPFR escalations (counts, seconds) for each
+// RstdMode, so that a slow pair can be told from a pair busy in MPFR. Asserts nothing.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normgate/kernels/models.h"
@@ -79,6 +81,7 @@ int bench(const cli::Args& a) {
   const normgate::seeds::HostInputs in = normgate::seeds::generate_host(id, threads);
   const bool res = id.form == normgate::Form::res;
   std::vector<double> t_co, t_pair, t_ref, t_ideal, t_base, t_val, cpu_ref, cpu_val;
+  no::Escalations esc_ref, esc_ideal;  // the pair's, last rep (the same every rep)
   normgate::Outputs got;
   double elements = 0;  // rows * cols of the problem (T * heads rows)
   for (int rep = 0; rep < reps; ++rep) {
@@ -97,6 +100,8 @@ int bench(const cli::Args& a) {
     {
       const auto r =
           no::Reference::compute_pair(p, nv::oracle_options(no::RstdMode::fp64, no::OracleMode::auto_, threads));
+      esc_ref = r.ref.escalations();
+      esc_ideal = r.ideal.escalations();
     }
     t_pair.push_back(secs(t0));
     double c0 = cpu_seconds();
@@ -155,6 +160,15 @@ int bench(const cli::Args& a) {
                 1e9 * mn(t_co) / elements, 1e9 * mn(t_pair) / elements, 1e9 * mn(t_base) / elements,
                 1e9 * (mn(t_co) - mn(t_pair) - mn(t_base)) / elements, 1e9 * mn(t_ref) / elements,
                 1e9 * mn(t_ideal) / elements);
+  // The pair's MPFR work (Reference::escalations): what of the pair's time
+  // is escalation, and how many units it had to spread over the threads.
+  for (const auto& [what, e] : {std::pair<const char*, const no::Escalations&>{"reference", esc_ref},
+                                std::pair<const char*, const no::Escalations&>{"ideal", esc_ideal}})
+    std::printf("pair's %s: MPFR %.3f s: rstd %lld rows, y %lld, dx %lld, rows %lld, dw %lld columns, "
+                "unmet %lld, skipped %lld, max bits %d\n",
+                what, e.seconds, static_cast<long long>(e.rstd), static_cast<long long>(e.y),
+                static_cast<long long>(e.dx), static_cast<long long>(e.rows), static_cast<long long>(e.dw),
+                static_cast<long long>(e.unmet), static_cast<long long>(e.skipped), e.max_bits);
   auto cpu_line = [elements](const char* what, const std::vector<double>& t, const std::vector<double>& cpu) {
     const size_t b = static_cast<size_t>(std::min_element(t.begin(), t.end()) - t.begin());
     std::printf("%s CPU %.3f s, %.1f cores busy, %.1f CPU ns per element\n", what, cpu[b],
