@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -618,6 +619,17 @@ PipelineStats& PipelineStats::operator+=(const PipelineStats& o) {
   return *this;
 }
 
+bool pipeline_overlap() {
+  const char* e = std::getenv("NORMGATE_OVERLAP");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  static std::once_flag said;
+  std::call_once(said, [e] {
+    std::fprintf(stderr, "normgate: NORMGATE_OVERLAP='%s' is neither '0' nor '1'; overlapping as by default\n", e);
+  });
+  return true;
+}
+
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done,
                          const std::vector<int>& devices) {
@@ -701,7 +713,7 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
   };
   // Overlap only pays when the first half runs on the GPU; on the CPU both
   // halves would compete for the same cores.
-  const bool overlap = n > 1 && gpu;
+  const bool overlap = n > 1 && gpu && pipeline_overlap();
   st.overlapped = overlap;
   // GPU runs keep their device buffers from case to case (freed when this
   // returns, after the workers below have finished).
@@ -723,8 +735,10 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
     const int dev = devs[i % G];
     ahead[i % G] = std::async(std::launch::async, [&prepare, i, dev] { return prepare(i, dev); });
   };
+  // Without overlap one case is in flight: case i+1 is launched after case
+  // i is finished (below).
   if (gpu)
-    for (size_t i = 0; i < std::min(n, G); ++i) launch(i);
+    for (size_t i = 0; i < std::min(n, overlap ? G : size_t{1}); ++i) launch(i);
   Slot cur;
   for (size_t i = 0; i < n; ++i) {
     if (!gpu) {
@@ -733,7 +747,7 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
       const auto tw = Clock::now();
       cur = ahead[i % G].get();
       st.seconds_waiting_for_prepare += since(tw);
-      if (i + G < n) launch(i + G);  // the worker of device devs[i % G] is free
+      if (overlap && i + G < n) launch(i + G);  // the worker of device devs[i % G] is free
     }
     st.seconds_prepare += cur.seconds;
     const auto t0 = Clock::now();
@@ -771,6 +785,7 @@ PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& re
       ph.journal = since(tj);
       st.phases += ph;
     }
+    if (gpu && !overlap && i + 1 < n) launch(i + 1);  // NORMGATE_OVERLAP=0: now, with the host idle
   }
   st.seconds_total = since(t_all);
   return st;

@@ -2,11 +2,15 @@
 // (harness/devices.h parse_devices) and its per-phase throughput
 // (pipeline.h PipelineStats, measure_host_copy, to_json of the stats); on a
 // GPU, run_checks over a device list that repeats device 0 gives the reports
-// of one worker.
+// of one worker, and so does run_checks without overlap (NORMGATE_OVERLAP=0,
+// pipeline_overlap), one case in flight at a time.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -192,6 +196,58 @@ TEST(PipelineStats, JsonHasEveryPhaseRateAndTheCopyFraction) {
 // GPU only: the same cases over devices "0" and "0,0,0" (three workers on
 // one GPU, cases finished in order) give identical reports; the stats name
 // the workers' devices and count the downloads.
+// NORMGATE_OVERLAP (pipeline.h pipeline_overlap): "0" off; unset, empty,
+// "1" and anything else on. The variable is restored however the test ends.
+struct OverlapEnv {
+  std::optional<std::string> saved;
+  OverlapEnv() {
+    if (const char* e = std::getenv("NORMGATE_OVERLAP")) saved = e;
+  }
+  ~OverlapEnv() {
+    if (saved) setenv("NORMGATE_OVERLAP", saved->c_str(), 1);
+    else unsetenv("NORMGATE_OVERLAP");
+  }
+  void set(const char* v) {
+    if (v) setenv("NORMGATE_OVERLAP", v, 1);
+    else unsetenv("NORMGATE_OVERLAP");
+  }
+};
+
+TEST(PipelineOverlap, ReadsNormgateOverlap) {
+  OverlapEnv env;
+  env.set(nullptr);
+  EXPECT_TRUE(nv::pipeline_overlap());
+  env.set("");
+  EXPECT_TRUE(nv::pipeline_overlap());
+  env.set("1");
+  EXPECT_TRUE(nv::pipeline_overlap());
+  env.set("0");
+  EXPECT_FALSE(nv::pipeline_overlap());
+  env.set("off");  // not a value it knows: said once, the default kept
+  EXPECT_TRUE(nv::pipeline_overlap());
+  env.set("00");
+  EXPECT_TRUE(nv::pipeline_overlap());
+}
+
+// The CPU backend never overlaps, whatever NORMGATE_OVERLAP says.
+TEST(PipelineOverlap, CpuBackendNeverOverlaps) {
+  OverlapEnv env;
+  for (const char* v : {"1", "0"}) {
+    env.set(v);
+    nv::CheckRequest r;
+    r.id = seeds::parse_case("H=64,T=9,w=bf16,form=plain,family=llm,seed=1");
+    r.impls = {"bwd_det_chunked"};
+    r.backend = nv::Backend::cpu;
+    const nv::PipelineStats st = nv::run_checks(
+        2, [&](size_t) { return r; }, [](size_t, nv::CheckReport* rep, std::exception_ptr err) {
+          EXPECT_FALSE(err);
+          EXPECT_NE(rep, nullptr);
+        });
+    EXPECT_FALSE(st.overlapped) << v;
+    EXPECT_EQ(st.cases, 2) << v;
+  }
+}
+
 TEST(RunChecksDevices, RepeatedDeviceGivesTheReportsOfOneWorker) {
   if (!kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device";
   std::vector<nv::CheckRequest> reqs;
@@ -203,11 +259,22 @@ TEST(RunChecksDevices, RepeatedDeviceGivesTheReportsOfOneWorker) {
       r.backend = nv::Backend::gpu;
       reqs.push_back(r);
     }
+  // requested: how many requests the pipeline has asked for when done(i)
+  // runs (request(i) is called by the prepare of case i).
+  std::atomic<size_t> requested{0};
+  std::vector<size_t> requested_at_done;
   auto run = [&](const std::vector<int>& devices, nv::PipelineStats* st) {
     std::vector<std::string> out;
+    requested = 0;
+    requested_at_done.clear();
     *st = nv::run_checks(
-        reqs.size(), [&](size_t i) { return reqs[i]; },
+        reqs.size(),
+        [&](size_t i) {
+          ++requested;
+          return reqs[i];
+        },
         [&](size_t i, nv::CheckReport* rep, std::exception_ptr err) {
+          requested_at_done.push_back(requested.load());
           ASSERT_FALSE(err) << i;
           // Everything but wall times (the JSON's seconds; MPFR's seconds in
           // the text's oracle line).
@@ -223,11 +290,25 @@ TEST(RunChecksDevices, RepeatedDeviceGivesTheReportsOfOneWorker) {
         devices);
     return out;
   };
-  nv::PipelineStats one, three;
+  nv::PipelineStats one, three, serial;
   const auto a = run({0}, &one);
   const auto b = run({0, 0, 0}, &three);
   ASSERT_EQ(a.size(), reqs.size());
   EXPECT_EQ(a, b);
+  EXPECT_TRUE(one.overlapped);
+  EXPECT_TRUE(three.overlapped);
+  {
+    // NORMGATE_OVERLAP=0: the same reports, one case in flight at a time
+    // (case i+1 not yet requested when case i is done), no overlap in stats.
+    OverlapEnv env;
+    env.set("0");
+    const auto c = run({0, 0, 0}, &serial);
+    EXPECT_EQ(a, c);
+    EXPECT_FALSE(serial.overlapped);
+    ASSERT_EQ(requested_at_done.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(requested_at_done[i], i + 1) << i;
+    EXPECT_EQ(serial.elements, one.elements);
+  }
   EXPECT_EQ(one.devices, (std::vector<int>{0}));
   EXPECT_EQ(three.devices, (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(one.elements, three.elements);

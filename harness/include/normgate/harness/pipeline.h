@@ -370,6 +370,18 @@ nlohmann::json to_json(const PipelineStats& st, const HostCopyBandwidth& copy);
 /// The same as lines for a summary on stderr (each ends with a newline).
 std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwidth& copy);
 
+/// Whether run_checks overlaps the two halves on the GPU backend, from
+/// NORMGATE_OVERLAP, read at each run_checks call: "0" turns the overlap off
+/// (a measurement aid: the GPU half of case i+1 starts only when case i's
+/// finish_check has returned, so each half runs with the host to itself and
+/// the oracle on every core; the same reports, more wall time); unset, empty
+/// or "1": on (the default). Any other value is said once on stderr and taken
+/// as "1" (read where failing would stop a gate). Why: the backward gate's
+/// reference phase did not speed up with changes that sped up the oracle
+/// alone (docs/perf/oracle-and-gate-throughput.md, Open leads); measuring
+/// the halves apart tells whether the overlap costs the oracle.
+bool pipeline_overlap();
+
 /// Run n checks in order, request(i) giving the i-th. On the GPU backend the
 /// prepare_check of request i (GPU work) runs on a worker thread for device
 /// devices[i % G], G = devices.size() (empty: every visible device, 0..
@@ -392,7 +404,10 @@ std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwid
 /// the host vectors of finished cases (kernels::ReuseHostBuffers) until
 /// run_checks returns. Throws std::invalid_argument, before any work, when a
 /// device of the list does not exist (index >= device_count(), or negative)
-/// on the GPU backend; the list is ignored on the CPU backend.
+/// on the GPU backend; the list is ignored on the CPU backend. With
+/// pipeline_overlap() false, one case at a time is prepared (each after the
+/// previous finish_check), on devices[i % G] as above, and stats.overlapped
+/// is false.
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done,
                          const std::vector<int>& devices = {});
