@@ -291,6 +291,8 @@ TEST(RunChecksDevices, RepeatedDeviceGivesTheReportsOfOneWorker) {
     return out;
   };
   nv::PipelineStats one, three, serial;
+  OverlapEnv env;  // the default first, whatever the caller's environment says
+  env.set(nullptr);
   const auto a = run({0}, &one);
   const auto b = run({0, 0, 0}, &three);
   ASSERT_EQ(a.size(), reqs.size());
@@ -300,7 +302,6 @@ TEST(RunChecksDevices, RepeatedDeviceGivesTheReportsOfOneWorker) {
   {
     // NORMGATE_OVERLAP=0: the same reports, one case in flight at a time
     // (case i+1 not yet requested when case i is done), no overlap in stats.
-    OverlapEnv env;
     env.set("0");
     const auto c = run({0, 0, 0}, &serial);
     EXPECT_EQ(a, c);
