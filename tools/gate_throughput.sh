@@ -22,7 +22,9 @@
 # NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain"), NG_TP_SEEDS
 # (3x1), NG_TP_ARGS ("--t-per-window 2 --dense-points 0 --fresh-factor 0"),
 # NG_TP_BENCH_CASE (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1),
-# NG_TP_BENCH_REPS (3).
+# NG_TP_BENCH_REPS (3); NORMGATE_OVERLAP=0 runs the gate's GPU and oracle
+# halves one after the other (harness pipeline.h pipeline_overlap), and the
+# table says which way it ran.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # glibc madvises its large chunks for transparent huge pages (THP "madvise"):
@@ -104,7 +106,10 @@ if not os.path.exists(p):
 s = json.load(open(p))
 def rate(x):
     return "-" if x is None else f"{x:.3g}"
-print(f"gate: {s['cases']} cases, {s['elements']:.4g} elements, devices {s['devices']}")
+ov = "overlapped" if s.get("overlapped") else "not overlapped"
+env_ov = os.environ.get("NORMGATE_OVERLAP")
+print(f"gate: {s['cases']} cases, {s['elements']:.4g} elements, devices {s['devices']}, halves {ov}"
+      + (f" (NORMGATE_OVERLAP={env_ov})" if env_ov is not None else ""))
 print()
 print("| phase | seconds | elements/s |")
 print("| --- | --- | --- |")
