@@ -203,12 +203,17 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
       }
       load_plugins(o->plugins);
+      // The backend and oracle are checked before --plan answers too: a
+      // caller that validates its arguments with --plan before deleting
+      // anything (scripts/main) must see the refusal the run would give.
+      o->g.backend = validators::parse_backend(o->backend);
+      o->g.oracle = oracle::parse_oracle_mode(o->oracle);
+      if (validators::resolve_backend(o->g.backend) == validators::Backend::gpu && !kernels::gpu_available())
+        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
         return 0;
       }
-      o->g.backend = validators::parse_backend(o->backend);
-      o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;
       o->g.normgate_commit = NORMGATE_GIT_COMMIT;
       // Everything this run will write is checked before any work: writable,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_util.h"
+#include "normgate/kernels/device.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -86,6 +87,10 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --rate 1e8", "--plan"},                    // --rate only with --plan
       {"gate " + kSmall + " --plan --journal j.jsonl", "--journal"},   // --plan runs nothing: no journal
       {"gate " + kSmall + " --plan --approve", "--approve"},
+      // --plan checks the backend and oracle as the run would (scripts/main
+      // validates with --plan before it deletes the last run's journal).
+      {"gate " + kSmall + " --plan --backend tpu", "tpu"},
+      {"gate " + kSmall + " --plan --oracle fp16", "fp16"},
       {"gate " + kSmall + " --threads 100000", "100000"},  // libgomp cannot start that many
       {"gate " + kSmall + " --threads abc", "Failed parsing abc"},
   };
@@ -99,6 +104,19 @@ TEST(GateCli, HelpAndUsageErrors) {
     EXPECT_FALSE(contains(r.out, "REFUSED") || contains(r.out, " -> ")) << r.out;
   }
   std::filesystem::remove_all(dir);
+}
+
+// --backend gpu without a usable device: --plan refuses it as the run does,
+// so scripts/main's check (a --plan before it deletes the last run's
+// journal and reports) catches it before anything is deleted.
+TEST(GateCli, PlanRefusesGpuBackendWithoutADevice) {
+  if (normgate::kernels::gpu_available()) GTEST_SKIP() << "a usable CUDA device is present";
+  for (const std::string plan : {" --plan", ""}) {
+    const CliResult r = cli("gate " + kSmall + " --backend gpu --threads 1 --seeds 3x1 --t-per-window 4" + plan);
+    EXPECT_EQ(r.code, 2) << plan << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "backend gpu requested but no usable CUDA device is present")) << plan << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "Nothing was run")) << r.out;
+  }
 }
 
 // --plan runs nothing: no GPU, no case, exit 0, a table of the windows.
