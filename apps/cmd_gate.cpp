@@ -248,9 +248,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
         approvals = kernels::load_approvals(approvals_path);
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
-      const auto backend = validators::resolve_backend(o->g.backend);
-      if (backend == validators::Backend::gpu && !kernels::gpu_available())
-        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+      const auto backend = validators::resolve_backend(o->g.backend);  // a GPU, if asked for, is there (above)
       o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
