@@ -293,13 +293,18 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                               : "");
       if (res.pipeline.cases > 0) {
         const auto& pl = res.pipeline;
+        // Why the halves did not overlap (harness run_checks: a GPU backend,
+        // more than one case, pipeline_overlap()).
+        const char* how = pl.overlapped ? "GPU half of the next case overlapped the oracle of this one"
+                          : res.backend != kernels::kGpuBackend
+                              ? "no overlap: CPU models share the cores with the oracle"
+                          : !validators::pipeline_overlap() ? "no overlap: NORMGATE_OVERLAP=0"
+                                                         : "no overlap: one case at a time";
         std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): GPU+generator half %.1f s, oracle+validation "
                     "half %.1f s, oracle side idle waiting for the GPU %.1f s (%s)\n",
                     static_cast<long long>(pl.cases), pl.seconds_total,
                     pl.seconds_total > 0 ? 60.0 * static_cast<double>(pl.cases) / pl.seconds_total : 0.0,
-                    pl.seconds_prepare, pl.seconds_finish, pl.seconds_waiting_for_prepare,
-                    pl.overlapped ? "GPU half of the next case overlapped the oracle of this one"
-                                  : "no overlap: CPU models share the cores with the oracle");
+                    pl.seconds_prepare, pl.seconds_finish, pl.seconds_waiting_for_prepare, how);
       }
       // Throughput per phase on stderr (and --stats-json): not in the reports,
       // which must not depend on how fast or where the cases ran. The copy

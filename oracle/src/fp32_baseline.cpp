@@ -7,6 +7,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "eft.h"
@@ -93,8 +96,21 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   // alone, so the bits are the same.
   // (row_blocks.h; whole groups of kRows rows per block, a group per thread at least)
   const int64_t RB = detail::row_block(R, H, static_cast<int64_t>(kRows) * nt, kRows);
-  const int64_t CB = detail::col_block(H, nt);
+  // Column blocks of whole cache lines of dw (16 floats), accumulated in a
+  // 64-byte aligned copy of dw: no line of it is written by two threads (as
+  // reference_pass.cpp's accumulators; the blocks only schedule the work).
+  const int64_t CB = (detail::col_block(H, nt) + 15) / 16 * 16;
   const int64_t ncb = (H + CB - 1) / CB;
+  const int64_t Hp = (H + 15) / 16 * 16;
+  struct FreeAligned {
+    void operator()(float* q) const { std::free(q); }
+  };
+  std::unique_ptr<float[], FreeAligned> dw_acc;
+  if (Hp > 0) {
+    dw_acc.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(Hp) * sizeof(float))));  // a multiple of 64
+    if (!dw_acc) throw std::bad_alloc();
+    std::fill_n(dw_acc.get(), static_cast<size_t>(Hp), 0.0f);
+  }
 
 #pragma omp parallel num_threads(nt)
   {
@@ -141,10 +157,11 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t cb = 0; cb < ncb; ++cb) {
         const int64_t j0 = cb * CB, j1 = std::min(H, j0 + CB);
-        dw_columns(p.x, p.dy, out.rstd.data(), rb, rb + nr, j0, j1, out.dw.data());
+        dw_columns(p.x, p.dy, out.rstd.data(), rb, rb + nr, j0, j1, dw_acc.get());
       }
     }
   }
+  if (Hp > 0) std::copy_n(dw_acc.get(), H, out.dw.begin());
   return out;
 }
 

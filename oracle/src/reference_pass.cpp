@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -473,10 +476,32 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   std::vector<const uint16_t*> xr(o.forward_only ? 0 : RB), dyr(o.forward_only ? 0 : RB);
   Side& s0 = sides[0];
   Side& s1 = sides[ns - 1];  // == s0 when ns == 1
-  // pi accumulators live in dw_ until finalization
-  double *P0 = s0.ref->dw_.data(), *P1 = s1.ref->dw_.data();
-  double *A0 = s0.ref->dw_abs_.data(), *A1 = s1.ref->dw_abs_.data();
-  double *S0 = s0.Sacc.data(), *S1 = s1.Sacc.data();
+  // The column pass's accumulators (pi, sigma, |h| of each side) in one
+  // zeroed buffer aligned to 64 bytes, each array padded to whole cache
+  // lines: a column block starts at a multiple of 8 columns (row_blocks.h),
+  // so no cache line of an accumulator is written by two threads. In the
+  // sides' own vectors (16-byte aligned) the lines at the blocks' edges were
+  // shared and written by two threads once per row (docs/perf/oracle-and-
+  // gate-throughput.md, D19). Copied into
+  // dw_ (pi, until finalization), Sacc and dw_abs_ after the pass.
+  const int64_t Hp = o.forward_only ? 0 : (H + 7) / 8 * 8;
+  const int narr = ns == 2 ? 6 : 3;
+  struct FreeAligned {
+    void operator()(double* q) const { std::free(q); }
+  };
+  std::unique_ptr<double[], FreeAligned> acc;
+  if (Hp > 0) {
+    const size_t bytes = static_cast<size_t>(narr) * static_cast<size_t>(Hp) * sizeof(double);  // a multiple of 64
+    acc.reset(static_cast<double*>(std::aligned_alloc(64, bytes)));
+    if (!acc) throw std::bad_alloc();
+    std::fill_n(acc.get(), static_cast<size_t>(narr) * static_cast<size_t>(Hp), 0.0);
+  }
+  double* const P0 = acc.get();
+  double* const S0 = P0 + Hp;
+  double* const A0 = S0 + Hp;
+  double* const P1 = ns == 2 ? A0 + Hp : P0;
+  double* const S1 = ns == 2 ? P1 + Hp : S0;
+  double* const A1 = ns == 2 ? S1 + Hp : A0;
   const double *hi0 = s0.ref->use_.data(), *hi1 = s1.ref->use_.data();
   const double* lo0 = s0.use_lo.data();  // s1's lo is 0 (col_accum2)
   if (ns == 2 && (s0.fp32 || !s1.fp32)) throw std::logic_error("ReferenceBuilder: pair must be (fp64, fp32_rounded)");
@@ -509,6 +534,16 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
           col_accum2(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0,
                      P1 + j0, S1 + j0, A1 + j0);
       }
+    }
+  }
+  if (Hp > 0) {
+    std::copy_n(P0, H, s0.ref->dw_.begin());
+    std::copy_n(S0, H, s0.Sacc.begin());
+    std::copy_n(A0, H, s0.ref->dw_abs_.begin());
+    if (ns == 2) {
+      std::copy_n(P1, H, s1.ref->dw_.begin());
+      std::copy_n(S1, H, s1.Sacc.begin());
+      std::copy_n(A1, H, s1.ref->dw_abs_.begin());
     }
   }
   double secs = 0;  // in-row rstd escalations (shared: reported by each side)

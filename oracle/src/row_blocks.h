@@ -23,11 +23,15 @@ inline int64_t row_block(int64_t R, int64_t H, int64_t min_rows, int64_t multipl
   return std::min<int64_t>(rb, R);
 }
 
-/// Columns per column block for H columns on nt threads: about 4 blocks per
-/// thread, a multiple of 8 in 16..256.
+/// Columns per column block for H columns on nt threads (nt >= 1): about one
+/// block per thread, a multiple of 8 in 16..1024. Fewer, wider blocks than
+/// the 4 per thread (at most 256 columns) before: on a 16-core Xeon at
+/// H = 6144 they took the reference pair's column phase from 0.066-0.080 s
+/// to 0.026-0.031 s at 16 threads and were no slower on 1 thread
+/// (docs/perf/oracle-and-gate-throughput.md, D19).
 inline int64_t col_block(int64_t H, int nt) {
-  const int64_t cb = (H + 4 * nt - 1) / (4 * nt);
-  return std::clamp<int64_t>((cb + 7) / 8 * 8, 16, 256);
+  const int64_t cb = (H + nt - 1) / nt;
+  return std::clamp<int64_t>((cb + 7) / 8 * 8, 16, 1024);
 }
 
 }  // namespace normgate::oracle::detail
