@@ -5,7 +5,8 @@
 #      may name a build made elsewhere),
 #   3. python3 bench/peers.py $NG_PEERS_ARGS PEERS_ARGS, writing peers.md /
 #      peers.json,
-#   4. pack logs into DIR/peers.tgz and print the Markdown table last.
+#   4. copy peers.json and peers.md into DIR, pack everything (logs
+#      included) into DIR/peers.tgz, and print the Markdown table last.
 # Usage: tools/peers.sh [--out DIR] [--deadline-s N] [-- PEERS_ARGS ...]
 #   --out DIR       the output folder (default: $OUT if set, else out/ in the
 #                   repository)
@@ -176,4 +177,7 @@ else
 fi
 set +f
 [ -f "$out/peers.md" ] && cat "$out/peers.md"
+# The tables themselves stay beside the archive (DIR/peers.json, DIR/peers.md):
+# a caller that looks for them need not unpack the logs.
+for f in peers.json peers.md; do [ -f "$out/$f" ] && cp "$out/$f" "$final/$f"; done
 tar -czf "$final/peers.tgz" -C "$final" peers && rm -rf "$out"
