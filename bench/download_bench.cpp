@@ -19,8 +19,8 @@
 // --load-threads N > 0, N threads run a triad (a[i] = b[i] + s * c[i] over
 // three arrays of --load-mib MiB in all) for the whole row, and the row says
 // the GB/s they moved meanwhile. A benchmark, not a test: it asserts no speed.
-// docs/perf/oracle-and-gate-throughput.md, Open leads ("The GPU half's
-// downloads slow down beside the oracle").
+// docs/perf/oracle-and-gate-throughput.md, Open leads ("The GPU half after
+// the oracle half").
 #include <cuda_runtime.h>
 #include <sys/mman.h>
 
