@@ -3,6 +3,8 @@
 // Exit codes: 0 success / pass, 1 a check or gate failed, 2 usage or input error.
 #include <malloc.h>
 
+#include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -34,6 +37,60 @@ void keep_large_blocks() {
   mallopt(M_MMAP_THRESHOLD, INT_MAX);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
   mallopt(M_ARENA_MAX, 1);
+}
+
+// Levenshtein distance of two option names (short: no need for speed).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// For CLI11's "arguments were not expected" (which lists the stray values
+// before the option): the first "--name" or "-x" in argv that the
+// subcommand argv[1] does not know, with the closest known long option when
+// one is within 2 edits or extends it ("--seed" -> "--seeds"). Empty when
+// every option is known (the extras are stray values).
+std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return "";
+  CLI::App* sub = nullptr;
+  try {
+    sub = app.get_subcommand(argv[1]);
+  } catch (const CLI::OptionNotFound&) {
+    return "";
+  }
+  std::vector<std::string> longs, shorts;
+  for (CLI::App* a : {&app, sub})
+    for (const CLI::Option* o : a->get_options()) {
+      for (const auto& n : o->get_lnames()) longs.push_back(n);
+      for (const auto& n : o->get_snames()) shorts.push_back(n);
+    }
+  for (int i = 2; i < argc; ++i) {
+    const std::string t = argv[i];
+    if (t == "--") break;
+    if (t.rfind("--", 0) == 0 && t.size() > 2) {
+      const std::string name = t.substr(2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
+      if (std::find(longs.begin(), longs.end(), name) != longs.end()) continue;
+      std::string best;
+      size_t bd = 3;
+      for (const auto& l : longs) {
+        const size_t d = l.rfind(name, 0) == 0 ? 1 : edit_distance(name, l);
+        if (d < bd) bd = d, best = l;
+      }
+      return "unknown option '--" + name + "' for 'normgate " + sub->get_name() + "'" +
+             (best.empty() ? std::string() : " (did you mean '--" + best + "'?)");
+    }
+    if (t.size() == 2 && t[0] == '-' && t[1] != '-' && !std::isdigit(static_cast<unsigned char>(t[1])) &&
+        std::find(shorts.begin(), shorts.end(), t.substr(1)) == shorts.end())
+      return "unknown option '" + t + "' for 'normgate " + sub->get_name() + "'";
+  }
+  return "";
 }
 
 }  // namespace
@@ -73,6 +130,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
+    const std::string m = unknown_option_message(app, argc, argv);
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 m.empty() ? e.what() : (m + "; " + e.what()).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());
     return 2;

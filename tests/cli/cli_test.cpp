@@ -70,6 +70,35 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
   }
 }
 
+// A mistyped option: exit 2 before any work, naming the option (CLI11 lists
+// the stray value first) and the closest known one; an option with no near
+// name is named alone.
+TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
+  struct Want {
+    std::string args, says;
+  };
+  const Want cases[] = {
+      {"check --backend cpu --case H=8,T=1,w=bf16,family=normal,seed=0 --seed 3x3",
+       "unknown option '--seed' for 'normgate check' (did you mean '--seeds'?)"},
+      {"check --backnd cpu --case H=8,T=1,w=bf16,family=normal,seed=0",
+       "unknown option '--backnd' for 'normgate check' (did you mean '--backend'?)"},
+      {"mutate --expectfail ctl_fp32_seq",
+       "unknown option '--expectfail' for 'normgate mutate' (did you mean '--expect-fail'?)"},
+      {"check --backend cpu --zzzzzz 1", "unknown option '--zzzzzz' for 'normgate check'; "},
+      {"check --backend cpu -Q", "unknown option '-Q' for 'normgate check'"},
+  };
+  for (const auto& w : cases) {
+    const CliRun r = run(w.args);
+    EXPECT_EQ(r.code, 2) << w.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
+  }
+  // A stray value with every option known: CLI11's message alone.
+  const CliRun r = run("case H=8,T=1,w=bf16,family=normal,seed=0 extra");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_FALSE(contains(r.out, "unknown option")) << r.out;
+  EXPECT_TRUE(contains(r.out, "extra")) << r.out;
+}
+
 // eps must be a normal float32 (the kernels take float32(eps)): 1e-50 (0 in
 // the kernels: a zeros row's y NaN) and 1e-45 (a subnormal there, another
 // problem than the oracle's) are usage errors naming the value, exit 2 before
