@@ -53,11 +53,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // For CLI11's "arguments were not expected" (which lists the stray values
-// before the option): the first "--name" or "-x" in argv that the
-// subcommand argv[1] does not know, with the closest known long option when
-// one is within 2 edits or extends it ("--seed" -> "--seeds"). Empty when
-// every option is known (the extras are stray values).
-std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
+// before the option): among the tokens CLI11 lists as not expected (`what`,
+// after its ": "), the first "--name" or "-x" that the subcommand argv[1]
+// does not know, with the closest of its long options: the same name in
+// another case ("--t" -> "--T"), the options it begins (all of them, when
+// several), else those within 2 edits. --help and --version are never
+// suggested. Empty when no listed token is an unknown option (stray values).
+std::string unknown_option_message(CLI::App& app, int argc, char** argv, const std::string& what) {
   if (argc < 2) return "";
   CLI::App* sub = nullptr;
   try {
@@ -65,26 +67,51 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::OptionNotFound&) {
     return "";
   }
+  std::vector<std::string> stray;  // CLI11's list: "...: a b c"
+  const size_t colon = what.find(": ");
+  if (colon == std::string::npos) return "";
+  {
+    std::string t;
+    for (size_t k = colon + 2; k <= what.size(); ++k)
+      if (k == what.size() || what[k] == ' ') {
+        if (!t.empty()) stray.push_back(t);
+        t.clear();
+      } else {
+        t += what[k];
+      }
+  }
   std::vector<std::string> longs, shorts;
-  for (CLI::App* a : {&app, sub})
-    for (const CLI::Option* o : a->get_options()) {
-      for (const auto& n : o->get_lnames()) longs.push_back(n);
-      for (const auto& n : o->get_snames()) shorts.push_back(n);
-    }
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const auto& n : o->get_lnames())
+      if (n != "help") longs.push_back(n);
+    for (const auto& n : o->get_snames()) shorts.push_back(n);
+  }
+  auto lower = [](std::string x) {
+    for (char& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return x;
+  };
   for (int i = 2; i < argc; ++i) {
     const std::string t = argv[i];
     if (t == "--") break;
+    if (std::find(stray.begin(), stray.end(), t) == stray.end()) continue;  // taken by CLI11 as an option or value
     if (t.rfind("--", 0) == 0 && t.size() > 2) {
       const std::string name = t.substr(2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
-      if (std::find(longs.begin(), longs.end(), name) != longs.end()) continue;
-      std::string best;
+      if (name.empty() || std::find(longs.begin(), longs.end(), name) != longs.end()) continue;
+      std::vector<std::string> best;
       size_t bd = 3;
       for (const auto& l : longs) {
-        const size_t d = l.rfind(name, 0) == 0 ? 1 : edit_distance(name, l);
-        if (d < bd) bd = d, best = l;
+        const size_t d = lower(l) == lower(name) ? 0 : l.rfind(name, 0) == 0 ? 1 : edit_distance(name, l) + 1;
+        if (d < bd) bd = d, best.clear();
+        if (d == bd) best.push_back(l);
       }
-      return "unknown option '--" + name + "' for 'normgate " + sub->get_name() + "'" +
-             (best.empty() ? std::string() : " (did you mean '--" + best + "'?)");
+      std::string hint;
+      if (best.size() == 1) hint = " (did you mean '--" + best[0] + "'?)";
+      if (best.size() > 1) {
+        hint = " (did you mean one of";
+        for (size_t k = 0; k < best.size() && k < 5; ++k) hint += (k ? ", '--" : " '--") + best[k] + "'";
+        hint += best.size() > 5 ? ", ...?)" : "?)";
+      }
+      return "unknown option '--" + name + "' for 'normgate " + sub->get_name() + "'" + hint;
     }
     if (t.size() == 2 && t[0] == '-' && t[1] != '-' && !std::isdigit(static_cast<unsigned char>(t[1])) &&
         std::find(shorts.begin(), shorts.end(), t.substr(1)) == shorts.end())
@@ -131,7 +158,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
-    const std::string m = unknown_option_message(app, argc, argv);
+    const std::string m = unknown_option_message(app, argc, argv, e.what());
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
                  m.empty() ? e.what() : (m + "; " + e.what()).c_str());
     return 2;

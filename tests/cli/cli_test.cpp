@@ -86,11 +86,23 @@ TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
        "unknown option '--expectfail' for 'normgate mutate' (did you mean '--expect-fail'?)"},
       {"check --backend cpu --zzzzzz 1", "unknown option '--zzzzzz' for 'normgate check'; "},
       {"check --backend cpu -Q", "unknown option '-Q' for 'normgate check'"},
+      // the same name in another case first; every option a prefix begins
+      {"check --backend cpu --seeds 3x1 --H 8 --t 5", "unknown option '--t' for 'normgate check' (did you mean '--T'?)"},
+      {"gate routes/sm90a-ci.toml --s 1",
+       "unknown option '--s' for 'normgate gate' (did you mean one of '--seeds', '--stats-json', '--shard'?)"},
   };
   for (const auto& w : cases) {
     const CliRun r = run(w.args);
     EXPECT_EQ(r.code, 2) << w.args << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
+  }
+  // A token CLI11 took as an option's value is not the stray one: here
+  // "--seedz" is --base's value and "extra" is what was not expected.
+  {
+    const CliRun r = run("gate routes/sm90a-ci.toml --base --seedz extra");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_FALSE(contains(r.out, "unknown option")) << r.out;
+    EXPECT_TRUE(contains(r.out, "extra")) << r.out;
   }
   // A stray value with every option known: CLI11's message alone.
   const CliRun r = run("case H=8,T=1,w=bf16,family=normal,seed=0 extra");
