@@ -7,9 +7,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
-#include <new>
 #include <vector>
 
 #include "eft.h"
@@ -99,18 +96,9 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   // Column blocks of whole cache lines of dw (16 floats), accumulated in a
   // 64-byte aligned copy of dw: no line of it is written by two threads (as
   // reference_pass.cpp's accumulators; the blocks only schedule the work).
-  const int64_t CB = (detail::col_block(H, nt) + 15) / 16 * 16;
+  const int64_t CB = detail::whole_lines<float>(detail::col_block(H, nt));
   const int64_t ncb = (H + CB - 1) / CB;
-  const int64_t Hp = (H + 15) / 16 * 16;
-  struct FreeAligned {
-    void operator()(float* q) const { std::free(q); }
-  };
-  std::unique_ptr<float[], FreeAligned> dw_acc;
-  if (Hp > 0) {
-    dw_acc.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(Hp) * sizeof(float))));  // a multiple of 64
-    if (!dw_acc) throw std::bad_alloc();
-    std::fill_n(dw_acc.get(), static_cast<size_t>(Hp), 0.0f);
-  }
+  const detail::LineArray<float> dw_acc(detail::whole_lines<float>(H));
 
 #pragma omp parallel num_threads(nt)
   {
@@ -161,7 +149,7 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
       }
     }
   }
-  if (Hp > 0) std::copy_n(dw_acc.get(), H, out.dw.begin());
+  if (H > 0) std::copy_n(dw_acc.get(), H, out.dw.begin());
   return out;
 }
 

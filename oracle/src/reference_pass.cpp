@@ -7,11 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <new>
 #include <stdexcept>
 #include <vector>
 
@@ -484,18 +481,8 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   // shared and written by two threads once per row (docs/perf/oracle-and-
   // gate-throughput.md, D19). Copied into
   // dw_ (pi, until finalization), Sacc and dw_abs_ after the pass.
-  const int64_t Hp = o.forward_only ? 0 : (H + 7) / 8 * 8;
-  const int narr = ns == 2 ? 6 : 3;
-  struct FreeAligned {
-    void operator()(double* q) const { std::free(q); }
-  };
-  std::unique_ptr<double[], FreeAligned> acc;
-  if (Hp > 0) {
-    const size_t bytes = static_cast<size_t>(narr) * static_cast<size_t>(Hp) * sizeof(double);  // a multiple of 64
-    acc.reset(static_cast<double*>(std::aligned_alloc(64, bytes)));
-    if (!acc) throw std::bad_alloc();
-    std::fill_n(acc.get(), static_cast<size_t>(narr) * static_cast<size_t>(Hp), 0.0);
-  }
+  const int64_t Hp = o.forward_only ? 0 : detail::whole_lines<double>(H);
+  const detail::LineArray<double> acc((ns == 2 ? 6 : 3) * Hp);
   double* const P0 = acc.get();
   double* const S0 = P0 + Hp;
   double* const A0 = S0 + Hp;

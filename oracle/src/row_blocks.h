@@ -9,7 +9,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 
 namespace normgate::oracle::detail {
 
@@ -33,5 +36,36 @@ inline int64_t col_block(int64_t H, int nt) {
   const int64_t cb = (H + nt - 1) / nt;
   return std::clamp<int64_t>((cb + 7) / 8 * 8, 16, 1024);
 }
+
+/// n rounded up to whole 64-byte cache lines of T (8 doubles, 16 floats).
+template <class T>
+constexpr int64_t whole_lines(int64_t n) {
+  constexpr int64_t k = 64 / static_cast<int64_t>(sizeof(T));
+  return (n + k - 1) / k * k;
+}
+
+/// A zeroed array of n elements of T starting on a cache line, for the
+/// column accumulators of a pass: with arrays of whole_lines<T> elements and
+/// column blocks starting at multiples of whole_lines<T>(1) columns, no line
+/// is written by two threads (D19 of docs/perf/oracle-and-gate-throughput.md).
+/// n must be a multiple of whole_lines<T>(1); n == 0 holds nothing (get() is
+/// null). Throws std::bad_alloc.
+template <class T>
+class LineArray {
+ public:
+  explicit LineArray(int64_t n) {
+    if (n <= 0) return;
+    p_ = static_cast<T*>(std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(T)));
+    if (p_ == nullptr) throw std::bad_alloc();
+    std::fill_n(p_, static_cast<size_t>(n), T{});
+  }
+  ~LineArray() { std::free(p_); }
+  LineArray(const LineArray&) = delete;
+  LineArray& operator=(const LineArray&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+};
 
 }  // namespace normgate::oracle::detail

@@ -11,6 +11,8 @@
 
 namespace {
 using normgate::oracle::detail::col_block;
+using normgate::oracle::detail::LineArray;
+using normgate::oracle::detail::whole_lines;
 using normgate::oracle::detail::row_block;
 
 TEST(ColBlock, AboutOneBlockPerThreadInWholeCacheLines) {
@@ -28,7 +30,9 @@ TEST(ColBlock, AboutOneBlockPerThreadInWholeCacheLines) {
       EXPECT_GE(cb, 16);
       EXPECT_LE(cb, 1024);
       const int64_t blocks = (H + cb - 1) / cb;
-      if (cb < 1024) EXPECT_LE(blocks, nt) << H << " " << nt;  // no more blocks than threads unless capped
+      if (cb < 1024) {
+        EXPECT_LE(blocks, nt) << H << " " << nt;  // no more blocks than threads unless capped
+      }
     }
 }
 
@@ -39,5 +43,17 @@ TEST(RowBlock, AboutFourMiBOfXAndDyAtLeastMinRowsAtMostR) {
   EXPECT_EQ(row_block(100, 6144, 1, 1), 100);     // at most R
   EXPECT_EQ(row_block(131072, 64, 1, 1), 4096);   // at most 4096
   EXPECT_EQ(row_block(131072, 1 << 20, 1, 1), 16);  // at least 16
+}
+TEST(LineArray, ZeroedOnACacheLineInWholeLines) {
+  EXPECT_EQ(whole_lines<double>(1), 8);
+  EXPECT_EQ(whole_lines<double>(8), 8);
+  EXPECT_EQ(whole_lines<double>(6145), 6152);
+  EXPECT_EQ(whole_lines<float>(1000), 1008);
+  EXPECT_EQ(whole_lines<float>(0), 0);
+  const LineArray<double> a(3 * whole_lines<double>(1000));
+  ASSERT_NE(a.get(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.get()) % 64, 0u);
+  for (int64_t i = 0; i < 3 * whole_lines<double>(1000); ++i) ASSERT_EQ(a.get()[i], 0.0) << i;
+  EXPECT_EQ(LineArray<float>(0).get(), nullptr);
 }
 }  // namespace
