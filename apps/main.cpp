@@ -53,13 +53,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 // For CLI11's "arguments were not expected" (which lists the stray values
-// before the option): among the tokens CLI11 lists as not expected (`what`,
-// after its ": "), the first "--name" or "-x" that the subcommand argv[1]
+// before the option): among the tokens CLI11 left over (App::remaining of
+// the app and its subcommand), the first "--name" or "-x" that the subcommand argv[1]
 // does not know, with the closest of its long options: the same name in
 // another case ("--t" -> "--T"), the options it begins (all of them, when
 // several), else those within 2 edits. --help and --version are never
 // suggested. Empty when no listed token is an unknown option (stray values).
-std::string unknown_option_message(CLI::App& app, int argc, char** argv, const std::string& what) {
+std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
   if (argc < 2) return "";
   CLI::App* sub = nullptr;
   try {
@@ -67,19 +67,7 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv, const s
   } catch (const CLI::OptionNotFound&) {
     return "";
   }
-  std::vector<std::string> stray;  // CLI11's list: "...: a b c"
-  const size_t colon = what.find(": ");
-  if (colon == std::string::npos) return "";
-  {
-    std::string t;
-    for (size_t k = colon + 2; k <= what.size(); ++k)
-      if (k == what.size() || what[k] == ' ') {
-        if (!t.empty()) stray.push_back(t);
-        t.clear();
-      } else {
-        t += what[k];
-      }
-  }
+  const std::vector<std::string> stray = app.remaining(true);  // what ExtrasError lists
   std::vector<std::string> longs, shorts;
   for (const CLI::Option* o : sub->get_options()) {
     for (const auto& n : o->get_lnames())
@@ -95,7 +83,8 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv, const s
     if (t == "--") break;
     if (std::find(stray.begin(), stray.end(), t) == stray.end()) continue;  // taken by CLI11 as an option or value
     if (t.rfind("--", 0) == 0 && t.size() > 2) {
-      const std::string name = t.substr(2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
+      const size_t eq = t.find('=');
+      const std::string name = t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       if (name.empty() || std::find(longs.begin(), longs.end(), name) != longs.end()) continue;
       std::vector<std::string> best;
       size_t bd = 3;
@@ -158,7 +147,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
-    const std::string m = unknown_option_message(app, argc, argv, e.what());
+    const std::string m = unknown_option_message(app, argc, argv);
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
                  m.empty() ? e.what() : (m + "; " + e.what()).c_str());
     return 2;
