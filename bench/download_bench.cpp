@@ -22,7 +22,6 @@
 // docs/perf/oracle-and-gate-throughput.md, Open leads ("The GPU half after
 // the oracle half").
 #include <cuda_runtime.h>
-#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -36,6 +35,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "host_pool.h"
 
 namespace {
 
@@ -56,16 +57,14 @@ double median(std::vector<double> v) {
 
 constexpr size_t kHuge = size_t{2} << 20;
 
-// Page-aligned (2 MiB) anonymous memory, huge pages advised; pages untouched.
+// 2 MiB-aligned memory, huge pages advised (host_pool.h); pages untouched.
 struct HostBlock {
   void* p = nullptr;
   size_t bytes = 0;
   explicit HostBlock(size_t n) : bytes((n + kHuge - 1) / kHuge * kHuge) {
     p = std::aligned_alloc(kHuge, bytes);
     if (p == nullptr) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);  // advice only, as host_pool.h's advise_huge_pages
-#endif
+    normgate::kernels::detail::advise_huge_pages(p, bytes);  // as take_host_u16 does, before any page is touched
   }
   ~HostBlock() { std::free(p); }
   HostBlock(const HostBlock&) = delete;
