@@ -553,7 +553,7 @@ int main(int argc, char** argv) try {
           time_row(wname, "fwd " + tag + std::string(fwd.name), hf_bytes,
                    [&](nk::Stream s) { nk::rmsnorm_fwd(fwd, hf, s); });
           for (const auto& v : nk::variants())
-            if (v.op == nk::Op::fwd && &v != &fwd && v.supports_h(H))
+            if (v.op == nk::Op::fwd && &v != &fwd && v.supports_h(H) && v.supports(form))
               time_row(wname, "fwd " + tag + std::string(v.name), hf_bytes,
                        [&](nk::Stream s) { nk::rmsnorm_fwd(v, hf, s); });
           // bench/fwd_narrow.cuh on the view, into its own buffers (poisoned),
