@@ -13,8 +13,9 @@
 //
 // Geometry: lane l (0..15) of a row holds the groups k = 0, 1 at columns
 // c(k, l) = (16*k + l)*8 .. +7 (the 16 lanes of a row read adjacent 16-byte
-// pieces). Warp w of CTA b takes rows R0 + 2*q + s, R0 = (8*b + w)*4, for
-// q = 0, 1 (the lane's two rows) and s = lane / 16 (the half of the warp).
+// pieces). Warp w of CTA b takes rows R0 + 2*q + s, R0 = row_begin + (8*b +
+// w)*4, for q = 0, 1 (the lane's two rows) and s = lane / 16 (the half of
+// the warp); one launch (row_begin 0) unless the grid would pass 2^31 - 1.
 // Per row, in this order (the CPU model, model_fwd_rowwise.cpp, repeats it):
 //   ss_l = fma(x, x, ss_l) in binary64 over k ascending, then the 8 columns
 //          of the group ascending (x^2 is exact, the sum cannot overflow);
@@ -30,7 +31,7 @@
 // of 1/sqrt(m) (rstd.h), and msq may differ in its last bit.
 // Lane 0 of a row writes rstd and (when FwdArgs::msq is given) m. The
 // scalar path (rows, w or strides not 16-byte aligned) is the same kernel
-// with load_group's guarded 2-byte loads.
+// instantiated with kVec = false: load_group's guarded 2-byte loads.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -59,53 +60,61 @@ struct NarrowArgs {
   float* rstd = nullptr;
   double* msq = nullptr;  ///< optional [rows] (FwdArgs::msq)
   int64_t rows = 0;       ///< normalized rows (T * heads)
-  bool vec = false;
+  int64_t row_begin = 0;  ///< first row of this launch's CTA 0 (launches of at most 2^31 - 1 CTAs)
   double inv_h = 0;  ///< 1.0 / 256 (exact)
   double eps64 = 0;  ///< eps as binary64 (exact)
+  /// plan.h heads_magic(x.heads) for the per-head views (0 for plain rows),
+  /// computed once on the host: on the device it is a 64-bit division,
+  /// which every thread of these short CTAs would pay for its four rows
+  /// (forward.md, D13).
+  uint64_t heads_magic = 0;
 };
 
-template <class WT, bool kHeads>
+// kVec: the 16-byte path (rows, strides and w 16-byte aligned), a template
+// parameter so that each kernel holds one path only (forward.md, D13).
+template <class WT, bool kHeads, bool kVec>
 __global__ void __launch_bounds__(kNarrowThreads) fwd_narrow_kernel(const NarrowArgs<WT, kHeads> a) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int half = lane / kNarrowLanes, l = lane % kNarrowLanes;
-  int col0[kNarrowGroups];
-  float w[kNarrowGroups][8];
+  const uint64_t hm = a.heads_magic;
+  const int64_t r0 = a.row_begin + static_cast<int64_t>(blockIdx.x) * kNarrowRowsCta +
+                     static_cast<int64_t>(warp) * (2 * kNarrowRowsLane) + half;  // row of q = 0
+  // Every load of both rows first, straight into registers.
+  Group8 cur[kNarrowRowsLane][kNarrowGroups];
+#pragma unroll
+  for (int q = 0; q < kNarrowRowsLane; ++q) {
+    const int64_t r = r0 + 2 * q;
+#pragma unroll
+    for (int k = 0; k < kNarrowGroups; ++k) {
+      cur[q][k].u = make_uint4(0u, 0u, 0u, 0u);
+      if (r < a.rows) cur[q][k] = load_group(a.x.row(r, hm), (k * kNarrowLanes + l) * 8, kNarrowH, kVec);
+    }
+  }
+  // Both rows' sums and rstd, then y group by group (w loaded once per group,
+  // after the sums, so it holds no registers while the loads are in flight).
+  float rs[kNarrowRowsLane];
+#pragma unroll
+  for (int q = 0; q < kNarrowRowsLane; ++q) {
+    const int64_t r = r0 + 2 * q;
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < kNarrowGroups; ++k) ss = add_squares(cur[q][k], ss);
+#pragma unroll
+    for (int off = kNarrowLanes / 2; off > 0; off >>= 1) ss = sum_rn(ss, __shfl_xor_sync(0xFFFFFFFFu, ss, off));
+    if (l == 0 && r < a.rows && a.msq != nullptr) a.msq[r] = row_m(ss, a.inv_h, a.eps64);
+    rs[q] = row_rstd_fp64(ss, a.inv_h, a.eps64);
+    if (l == 0 && r < a.rows) a.rstd[r] = rs[q];
+  }
 #pragma unroll
   for (int k = 0; k < kNarrowGroups; ++k) {
-    col0[k] = (k * kNarrowLanes + l) * 8;
-    load_weights(a.w, col0[k], kNarrowH, a.vec, w[k]);
-  }
-  const uint64_t hm = kHeads ? heads_magic(a.x.heads) : 0;
-  // One trip unless the grid was capped at 2^31 - 1 CTAs.
-  for (int64_t cta0 = static_cast<int64_t>(blockIdx.x) * kNarrowRowsCta; cta0 < a.rows;
-       cta0 += static_cast<int64_t>(gridDim.x) * kNarrowRowsCta) {
-    const int64_t r0 = cta0 + static_cast<int64_t>(warp) * (2 * kNarrowRowsLane) + half;  // row of q = 0
-    Group8 cur[kNarrowRowsLane][kNarrowGroups];
+    const int col0 = (k * kNarrowLanes + l) * 8;
+    float w[8];
+    load_weights(a.w, col0, kNarrowH, kVec, w);
 #pragma unroll
     for (int q = 0; q < kNarrowRowsLane; ++q) {
       const int64_t r = r0 + 2 * q;
-#pragma unroll
-      for (int k = 0; k < kNarrowGroups; ++k) {
-        cur[q][k].u = make_uint4(0u, 0u, 0u, 0u);
-        if (r < a.rows) cur[q][k] = load_group(a.x.row(r, hm), col0[k], kNarrowH, a.vec);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kNarrowRowsLane; ++q) {
-      const int64_t r = r0 + 2 * q;
-      double ss = 0.0;
-#pragma unroll
-      for (int k = 0; k < kNarrowGroups; ++k) ss = add_squares(cur[q][k], ss);
-#pragma unroll
-      for (int off = kNarrowLanes / 2; off > 0; off >>= 1) ss = sum_rn(ss, __shfl_xor_sync(0xFFFFFFFFu, ss, off));
-      if (l == 0 && r < a.rows && a.msq != nullptr) a.msq[r] = row_m(ss, a.inv_h, a.eps64);
-      const float rs = row_rstd_fp64(ss, a.inv_h, a.eps64);
-      if (r >= a.rows) continue;
-      if (l == 0) a.rstd[r] = rs;
-      __nv_bfloat16* yr = a.y.row(r, hm);
-#pragma unroll
-      for (int k = 0; k < kNarrowGroups; ++k) store_y_group(yr, col0[k], kNarrowH, a.vec, cur[q][k], rs, w[k]);
+      if (r < a.rows) store_y_group(a.y.row(r, hm), col0, kNarrowH, kVec, cur[q][k], rs[q], w);
     }
   }
 }
@@ -120,9 +129,7 @@ void launch_fwd_narrow(const FwdArgs& a, bool vec, Stream s) {
     throw std::invalid_argument("fwd_narrow: rows of H = 256, plain or per-head (got H = " + std::to_string(a.H) +
                                 ", form " + std::string(to_string(a.form)) + ")");
   const int64_t rows = a.T * a.heads;  // normalized rows
-  const int64_t need = (rows + dev::kNarrowRowsCta - 1) / dev::kNarrowRowsCta;
-  const unsigned grid = static_cast<unsigned>(need < 0x7FFFFFFF ? need : 0x7FFFFFFF);  // the kernel strides beyond
-  auto go = [&](auto wtag, auto heads_tag) {
+  auto go = [&](auto wtag, auto heads_tag, auto vec_tag) {
     using WT = decltype(wtag);
     constexpr bool kHeads = decltype(heads_tag)::value;
     dev::NarrowArgs<WT, kHeads> f;
@@ -132,22 +139,36 @@ void launch_fwd_narrow(const FwdArgs& a, bool vec, Stream s) {
     f.rstd = a.rstd;
     f.msq = a.msq;
     f.rows = rows;
-    f.vec = vec;
     f.inv_h = 1.0 / static_cast<double>(dev::kNarrowH);  // rstd.h, as the CPU model
     f.eps64 = static_cast<double>(a.eps);
-    dev::fwd_narrow_kernel<WT, kHeads><<<grid, dev::kNarrowThreads, 0, s>>>(f);
+    f.heads_magic = kHeads ? heads_magic(a.heads) : 0;
+    // One launch of ceil(rows / 32) CTAs (at most 2^27 for rows <= 2^32);
+    // launches of at most 2^31 - 1 CTAs each beyond that.
+    constexpr int64_t kMaxGrid = 0x7FFFFFFF;
+    for (int64_t begin = 0; begin < rows; begin += kMaxGrid * dev::kNarrowRowsCta) {
+      const int64_t need = (rows - begin + dev::kNarrowRowsCta - 1) / dev::kNarrowRowsCta;
+      f.row_begin = begin;
+      dev::fwd_narrow_kernel<WT, kHeads, decltype(vec_tag)::value>
+          <<<static_cast<unsigned>(need < kMaxGrid ? need : kMaxGrid), dev::kNarrowThreads, 0, s>>>(f);
+    }
+  };
+  auto with_vec = [&](auto wtag, auto heads_tag) {
+    if (vec)
+      go(wtag, heads_tag, std::true_type{});
+    else
+      go(wtag, heads_tag, std::false_type{});
   };
   const bool fp32 = a.w.dtype == WDtype::fp32;
   if (a.heads > 1) {
     if (fp32)
-      go(float{}, std::true_type{});
+      with_vec(float{}, std::true_type{});
     else
-      go(__nv_bfloat16{}, std::true_type{});
+      with_vec(__nv_bfloat16{}, std::true_type{});
   } else {
     if (fp32)
-      go(float{}, std::false_type{});
+      with_vec(float{}, std::false_type{});
     else
-      go(__nv_bfloat16{}, std::false_type{});
+      with_vec(__nv_bfloat16{}, std::false_type{});
   }
   NG_CUDA_LAUNCHED("fwd_narrow_kernel");
 }
