@@ -86,6 +86,14 @@ void check_readable_if_present(const std::string& path, const std::string& optio
 /// (exit 2) naming it: an empty path is never taken as "not given".
 void reject_empty_values(const CLI::App& app);
 
+/// Make every integer option of `app` and its subcommands (CLI11 type name
+/// INT or UINT) read its values as decimal integers only: an optional sign
+/// and the digits 0-9. CLI11 alone reads "010" as octal 8 and accepts "0x10",
+/// "0b10" and digit separators ("1'000", "1_000"); here "010" is 10 and the
+/// others are a usage error (exit 2) naming the option and the value. Call
+/// after the options are registered and before parsing.
+void decimal_integer_options(CLI::App& app);
+
 /// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and
 /// `--oracle` (auto|fp64|mpfr, oracle::parse_oracle_mode's names) with the
 /// given help, default shown: the value sets of every subcommand in one place.

@@ -226,6 +226,28 @@ void reject_empty_values(const CLI::App& app) {
   }
 }
 
+void decimal_integer_options(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& v) -> std::string {
+        const size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+        bool digits = v.size() > sign;
+        for (size_t k = sign; k < v.size() && digits; ++k) digits = v[k] >= '0' && v[k] <= '9';
+        if (!digits)
+          return "'" + v + "' is not a decimal integer (an optional sign and the digits 0-9: no 0x, 0b or 0o prefix, "
+                 "no separators)";
+        size_t z = sign;  // leading zeros dropped, so that 010 is ten (CLI11 would read octal)
+        while (z + 1 < v.size() && v[z] == '0') ++z;
+        v.erase(sign, z - sign);
+        return {};
+      },
+      "", "decimal");
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string t = opt->get_type_name();
+    if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) opt->transform(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integer_options(*sub);
+}
+
 int stdout_to_stderr_for(const std::vector<ReportPath>& reports) {
   bool any = false;
   for (const auto& r : reports) any = any || r.path == "-";

@@ -58,7 +58,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // does not know, with the closest of its long options: the same name in
 // another case ("--t" -> "--T"), the options it begins (all of them, when
 // several), else those within 2 edits. --help and --version are never
-// suggested. Empty when no listed token is an unknown option (stray values).
+// suggested. When none is, an empty stray token is named as such. Empty
+// when no listed token is an unknown option or empty (stray values).
 std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
   if (argc < 2) return "";
   CLI::App* sub = nullptr;
@@ -106,6 +107,9 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
         std::find(shorts.begin(), shorts.end(), t.substr(1)) == shorts.end())
       return "unknown option '" + t + "' for 'normgate " + sub->get_name() + "'";
   }
+  // CLI11's own message would end in an empty name ("...not expected: ").
+  if (std::find(stray.begin(), stray.end(), std::string()) != stray.end())
+    return "an empty argument (\"\") was not expected by 'normgate " + sub->get_name() + "'";
   return "";
 }
 
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);
+  normgate::app::decimal_integer_options(app);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
@@ -148,8 +153,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
     const std::string m = unknown_option_message(app, argc, argv);
+    const bool empty_arg = m.rfind("an empty argument", 0) == 0;  // CLI11's text would end in the empty name
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 m.empty() ? e.what() : (m + "; " + e.what()).c_str());
+                 m.empty() ? e.what() : empty_arg ? m.c_str() : (m + "; " + e.what()).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());

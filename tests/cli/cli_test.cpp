@@ -73,6 +73,36 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
 // A mistyped option: exit 2 before any work, naming the option (CLI11 lists
 // the stray value first) and the closest known one; an option with no near
 // name is named alone.
+// CLI11 alone reads 010 as octal 8 and takes 0x10, 0b10 and digit
+// separators; every integer option of every command is decimal only
+// (apps/commands.h decimal_integer_options).
+TEST(Cli, IntegerOptionsAreDecimal) {
+  struct Want {
+    std::string args, says;
+  };
+  const Want bad[] = {
+      {"gate routes/sm90a-ci.toml --plan --threads 0x10", "--threads: '0x10' is not a decimal integer"},
+      {"gate routes/sm90a-ci.toml --plan --t-per-window 0b11", "--t-per-window: '0b11' is not a decimal integer"},
+      {"gate routes/sm90a-ci.toml --plan --dense-step 1_000", "--dense-step: '1_000' is not a decimal integer"},
+      {"gate routes/sm90a-ci.toml --plan --dense-points 0o7", "--dense-points: '0o7' is not a decimal integer"},
+      {"check --backend cpu --case H=8,T=1,w=bf16,family=normal,seed=0 --threads 1e3",
+       "--threads: '1e3' is not a decimal integer"},
+  };
+  for (const auto& w : bad) {
+    const CliRun r = run(w.args);
+    EXPECT_EQ(r.code, 2) << w.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
+  }
+  // Leading zeros are decimal: 010 plans what 10 plans (octal would be 8).
+  const std::string plan = "gate routes/sm90a-ci.toml --plan --seeds 3x1 --dense-points 0 --t-per-window ";
+  const CliRun zero10 = run(plan + "010"), ten = run(plan + "10"), eight = run(plan + "8");
+  ASSERT_EQ(zero10.code, 0) << zero10.out;
+  ASSERT_EQ(ten.code, 0) << ten.out;
+  ASSERT_EQ(eight.code, 0) << eight.out;
+  EXPECT_EQ(zero10.out, ten.out);
+  EXPECT_NE(zero10.out, eight.out);
+}
+
 TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
   struct Want {
     std::string args, says;
@@ -95,6 +125,13 @@ TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
     const CliRun r = run(w.args);
     EXPECT_EQ(r.code, 2) << w.args << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
+  }
+  // An empty stray argument is named as such, not as CLI11's empty name.
+  {
+    const CliRun r = run("gate routes/sm90a-ci.toml '' --plan");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "an empty argument (\"\") was not expected by 'normgate gate'")) << r.out;
+    EXPECT_FALSE(contains(r.out, "not expected: \n")) << r.out;
   }
   // A token CLI11 took as an option's value is not the stray one: here
   // "--seedz" is --base's value and "extra" is what was not expected.

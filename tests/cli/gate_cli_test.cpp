@@ -92,7 +92,7 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --plan --backend tpu", "tpu"},
       {"gate " + kSmall + " --plan --oracle fp16", "fp16"},
       {"gate " + kSmall + " --threads 100000", "100000"},  // libgomp cannot start that many
-      {"gate " + kSmall + " --threads abc", "Failed parsing abc"},
+      {"gate " + kSmall + " --threads abc", "--threads: 'abc' is not a decimal integer"},
   };
   for (const auto& b : cases) {
     const CliResult r = cli(b.args);
