@@ -107,9 +107,14 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
         std::find(shorts.begin(), shorts.end(), t.substr(1)) == shorts.end())
       return "unknown option '" + t + "' for 'normgate " + sub->get_name() + "'";
   }
-  // CLI11's own message would end in an empty name ("...not expected: ").
-  if (std::find(stray.begin(), stray.end(), std::string()) != stray.end())
-    return "an empty argument (\"\") was not expected by 'normgate " + sub->get_name() + "'";
+  // CLI11's own message would show an empty token as nothing at all: list
+  // every stray token quoted instead.
+  if (std::find(stray.begin(), stray.end(), std::string()) != stray.end()) {
+    std::string list;
+    for (const auto& t : stray) list += (list.empty() ? "\"" : ", \"") + t + "\"";
+    return std::string(stray.size() == 1 ? "an empty argument (\"\") was" : "arguments " + list + " (one of them empty) were") +
+           " not expected by 'normgate " + sub->get_name() + "'";
+  }
   return "";
 }
 
@@ -153,7 +158,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
     const std::string m = unknown_option_message(app, argc, argv);
-    const bool empty_arg = m.rfind("an empty argument", 0) == 0;  // CLI11's text would end in the empty name
+    // An empty stray token: m lists every stray token itself (CLI11's list shows the empty one as nothing).
+    const bool empty_arg = m.find(" not expected by 'normgate ") != std::string::npos;
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
                  m.empty() ? e.what() : empty_arg ? m.c_str() : (m + "; " + e.what()).c_str());
     return 2;

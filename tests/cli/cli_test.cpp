@@ -133,6 +133,13 @@ TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
     EXPECT_TRUE(contains(r.out, "an empty argument (\"\") was not expected by 'normgate gate'")) << r.out;
     EXPECT_FALSE(contains(r.out, "not expected: \n")) << r.out;
   }
+  {  // with other stray tokens, every one is named
+    const CliRun r = run("gate routes/sm90a-ci.toml --plan foo '' bar");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "(one of them empty) were not expected by 'normgate gate'")) << r.out;
+    EXPECT_TRUE(contains(r.out, "\"foo\"") && contains(r.out, "\"bar\"") && contains(r.out, "\"\"")) << r.out;
+    EXPECT_FALSE(contains(r.out, "The following arguments")) << r.out;
+  }
   // A token CLI11 took as an option's value is not the stray one: here
   // "--seedz" is --base's value and "extra" is what was not expected.
   {
