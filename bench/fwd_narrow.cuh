@@ -33,9 +33,8 @@ namespace fwdnarrow {
 using normgate::kernels::dev::Group8;
 
 constexpr int kCols = 256;
-constexpr int kThreads = 256;
 
-template <int kL, int kR, class WT, bool kHeads>
+template <int kL, int kR, int kThreads, class WT, bool kHeads>
 __global__ void __launch_bounds__(kThreads)
     fwd_narrow_kernel(normgate::kernels::dev::Rows<const __nv_bfloat16, kHeads> x, const WT* __restrict__ w,
                       normgate::kernels::dev::Rows<__nv_bfloat16, kHeads> y, float* __restrict__ rstd,
@@ -93,9 +92,10 @@ __global__ void __launch_bounds__(kThreads)
 template <class WT>
 bool launch_fwd_narrow(int lanes, int rows_per_lane, const uint16_t* x, int64_t x_stride, int64_t x_stride_h,
                        const void* w, uint16_t* y, int64_t y_stride, int64_t y_stride_h, float* rstd, double* msq,
-                       int64_t rows, int heads, float eps, cudaStream_t s) {
+                       int64_t rows, int heads, float eps, cudaStream_t s, int threads = 256) {
   namespace dv = normgate::kernels::dev;
-  const int64_t per_cta = static_cast<int64_t>(kThreads / 32) * (32 / lanes) * rows_per_lane;
+  if (threads != 128 && threads != 256) return false;
+  const int64_t per_cta = static_cast<int64_t>(threads / 32) * (32 / lanes) * rows_per_lane;
   const int64_t ctas = (rows + per_cta - 1) / per_cta;
   if (ctas == 0) return true;
   if (ctas > 0x7FFFFFFF || rows > (int64_t{1} << 32)) return false;
@@ -107,8 +107,12 @@ bool launch_fwd_narrow(int lanes, int rows_per_lane, const uint16_t* x, int64_t 
     constexpr bool kH = decltype(heads_tag)::value;
     dv::Rows<const __nv_bfloat16, kH> xr{reinterpret_cast<const __nv_bfloat16*>(x), x_stride, heads, x_stride_h};
     dv::Rows<__nv_bfloat16, kH> yr{reinterpret_cast<__nv_bfloat16*>(y), y_stride, heads, y_stride_h};
-    fwd_narrow_kernel<decltype(l_tag)::value, decltype(r_tag)::value, WT, kH>
-        <<<g, kThreads, 0, s>>>(xr, wt, yr, rstd, msq, rows, magic, inv_h, e64);
+    if (threads == 128)
+      fwd_narrow_kernel<decltype(l_tag)::value, decltype(r_tag)::value, 128, WT, kH>
+          <<<g, 128, 0, s>>>(xr, wt, yr, rstd, msq, rows, magic, inv_h, e64);
+    else
+      fwd_narrow_kernel<decltype(l_tag)::value, decltype(r_tag)::value, 256, WT, kH>
+          <<<g, 256, 0, s>>>(xr, wt, yr, rstd, msq, rows, magic, inv_h, e64);
   };
   auto pick = [&](auto l_tag, auto r_tag) {
     if (heads > 1)

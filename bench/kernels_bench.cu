@@ -165,7 +165,11 @@ int main(int argc, char** argv) try {
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
-  std::vector<std::pair<int, int>> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R,...) on rows of 256
+  struct NarrowSetting {
+    int L, R, C;  // lanes a row, rows a lane, threads a CTA
+    std::string name() const { return std::to_string(L) + ":" + std::to_string(R) + (C == 256 ? "" : ":" + std::to_string(C)); }
+  };
+  std::vector<NarrowSetting> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R[:C],...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
@@ -174,7 +178,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [--fwd-narrow L:R,...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C],...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -185,8 +189,8 @@ int main(int argc, char** argv) try {
           "counts the rows where its rstd or y differs from the forward's; --fwd-rows R or R:S:B:F adds bench/fwd_rows.cuh's\n"
           "simple forward with R rows per team, S groups of 8 per thread, launch bound B, FP32 sum F (file comment;\n"
           "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
-          "those, where rstd or y does). --fwd-narrow L:R adds bench/fwd_narrow.cuh's forward for rows of 256\n"
-          "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4) on plain H = 256 and, with --heads, on\n"
+          "those, where rstd or y does). --fwd-narrow L:R[:C] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
+          "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256) on plain H = 256 and, with --heads, on\n"
           "the per-head views, counting the rows that differ from the routed forward. Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
@@ -224,14 +228,18 @@ int main(int argc, char** argv) try {
     } else if (a == "--fwd-narrow" && i + 1 < argc) {
       const std::string v = argv[++i];
       for (const std::string& tok : comma_items(v)) {
-        if (tok != "8:1" && tok != "8:2" && tok != "16:1" && tok != "16:2" && tok != "32:2" && tok != "32:4") {
+        const size_t c2 = tok.find(':', tok.find(':') + 1);
+        const std::string lr = tok.substr(0, c2);
+        const std::string c = c2 == std::string::npos ? "256" : tok.substr(c2 + 1);
+        if ((lr != "8:1" && lr != "8:2" && lr != "16:1" && lr != "16:2" && lr != "32:2" && lr != "32:4") ||
+            (c != "128" && c != "256")) {
           std::fprintf(stderr,
                        "kernels_bench: bad --fwd-narrow '%s': L:R is one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4, "
-                       "comma-separated\n",
+                       "optionally :C with C = 128 or 256 threads a CTA (default 256), comma-separated\n",
                        v.c_str());
           return 2;
         }
-        fwd_narrow.emplace_back(std::atoi(tok.c_str()), std::atoi(tok.c_str() + tok.find(':') + 1));
+        fwd_narrow.push_back({std::atoi(lr.c_str()), std::atoi(lr.c_str() + lr.find(':') + 1), std::atoi(c.c_str())});
       }
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -477,15 +485,15 @@ int main(int argc, char** argv) try {
                        : fwdrows::launch_fwd_rows<float>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H), fa.eps, st);
           });
         }
-        for (const auto& [L, R] : fwd_narrow) {
+        for (const auto& ns : fwd_narrow) {
           if (H != 256 || depth.fwd != depths.front().fwd) break;
-          experiment("fwd narrow " + std::to_string(L) + ":" + std::to_string(R) + " experiment", true,
-                     [&, L = L, R = R](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+          experiment("fwd narrow " + ns.name() + " experiment", true,
+                     [&, L = ns.L, R = ns.R, C = ns.C](cudaStream_t st, uint16_t* ye, float* re, double* me) {
                        return wd == WDtype::bf16
                                   ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re,
-                                                                               me, T, 1, fa.eps, st)
+                                                                               me, T, 1, fa.eps, st, C)
                                   : fwdnarrow::launch_fwd_narrow<float>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re, me, T,
-                                                                        1, fa.eps, st);
+                                                                        1, fa.eps, st, C);
                      });
         }
 
@@ -558,20 +566,21 @@ int main(int argc, char** argv) try {
                        [&](nk::Stream s) { nk::rmsnorm_fwd(v, hf, s); });
           // bench/fwd_narrow.cuh on the view, into its own buffers (poisoned),
           // compared row by row with the routed forward's y, rstd and msq.
-          for (const auto& [L, R] : fwd_narrow) {
+          for (const auto& ns : fwd_narrow) {
+            const int L = ns.L, R = ns.R, C = ns.C;
             Buf ny(hbytes), nrs(4 * hrows), nmsq(8 * hrows + 8);
             CK(cudaMemset(ny.p, 0xFF, hbytes));
             CK(cudaMemset(nrs.p, 0xFF, 4 * hrows));
             CK(cudaMemset(nmsq.p, 0xFF, 8 * hrows));
-            auto go = [&, L = L, R = R](cudaStream_t st) {
+            auto go = [&](cudaStream_t st) {
               const bool ok =
                   wd == WDtype::bf16
                       ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(
                             L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p), rowlen, 256,
-                            static_cast<float*>(nrs.p), static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st)
+                            static_cast<float*>(nrs.p), static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C)
                       : fwdnarrow::launch_fwd_narrow<float>(L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p),
                                                             rowlen, 256, static_cast<float*>(nrs.p),
-                                                            static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st);
+                                                            static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C);
               CK(cudaGetLastError());
               return ok;
             };
@@ -583,7 +592,7 @@ int main(int argc, char** argv) try {
                 static_cast<double*>(nmsq.p), hrows, 256, true,
                 [&](int64_t r) { return static_cast<size_t>((r / nh) * rowlen + (r % nh) * 256); });
             time_row(wname,
-                     "fwd " + tag + "narrow " + std::to_string(L) + ":" + std::to_string(R) + " experiment (" +
+                     "fwd " + tag + "narrow " + ns.name() + " experiment (" +
                          std::to_string(differ) + " rows differ)",
                      hf_bytes, [&](nk::Stream st) { go(static_cast<cudaStream_t>(st)); });
           }
