@@ -90,8 +90,12 @@ void reject_empty_values(const CLI::App& app);
 /// INT or UINT) read its values as decimal integers only: an optional sign
 /// and the digits 0-9. CLI11 alone reads "010" as octal 8 and accepts "0x10",
 /// "0b10" and digit separators ("1'000", "1_000"); here "010" is 10 and the
-/// others are a usage error (exit 2) naming the option and the value. Call
-/// after the options are registered and before parsing.
+/// others are a usage error (exit 2) naming the option and the value. Every
+/// floating-point option (type FLOAT) likewise takes decimal notation only:
+/// an optional sign, digits with an optional point, an optional exponent
+/// (1e8, 2.5, .5, 1E-3); CLI11 alone also reads hexadecimal ("0x10" as
+/// 16, "0x1p3"), digit separators and surrounding blanks. Call after the
+/// options are registered and before parsing.
 void decimal_integer_options(CLI::App& app);
 
 /// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and

@@ -241,9 +241,35 @@ void decimal_integer_options(CLI::App& app) {
         return {};
       },
       "", "decimal");
+  const CLI::Validator decimal_real(
+      [](std::string& v) -> std::string {
+        size_t k = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+        auto digits = [&] {
+          const size_t from = k;
+          while (k < v.size() && v[k] >= '0' && v[k] <= '9') ++k;
+          return k - from;
+        };
+        size_t mant = digits();
+        if (k < v.size() && v[k] == '.') {
+          ++k;
+          mant += digits();
+        }
+        bool ok = mant > 0;
+        if (ok && k < v.size() && (v[k] == 'e' || v[k] == 'E')) {
+          ++k;
+          if (k < v.size() && (v[k] == '-' || v[k] == '+')) ++k;
+          ok = digits() > 0;
+        }
+        if (!ok || k != v.size())
+          return "'" + v + "' is not a decimal number (an optional sign, digits with an optional point and an "
+                 "optional exponent, e.g. 1e8 or 2.5: no hexadecimal, no separators)";
+        return {};
+      },
+      "", "decimal");
   for (CLI::Option* opt : app.get_options()) {
     const std::string t = opt->get_type_name();
     if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) opt->transform(decimal);
+    if (t.rfind("FLOAT", 0) == 0) opt->transform(decimal_real);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integer_options(*sub);
 }

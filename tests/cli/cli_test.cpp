@@ -87,6 +87,13 @@ TEST(Cli, IntegerOptionsAreDecimal) {
       {"gate routes/sm90a-ci.toml --plan --dense-points 0o7", "--dense-points: '0o7' is not a decimal integer"},
       {"check --backend cpu --case H=8,T=1,w=bf16,family=normal,seed=0 --threads 1e3",
        "--threads: '1e3' is not a decimal integer"},
+      // floating-point options: decimal notation only
+      {"gate routes/sm90a-ci.toml --plan --rate 0x10", "--rate: '0x10' is not a decimal number"},
+      {"gate routes/sm90a-ci.toml --plan --rate 0x1p3", "--rate: '0x1p3' is not a decimal number"},
+      {"gate routes/sm90a-ci.toml --plan --rate 1_000", "--rate: '1_000' is not a decimal number"},
+      {"gate routes/sm90a-ci.toml --plan --rate ' 5'", "--rate: ' 5' is not a decimal number"},
+      {"gate routes/sm90a-ci.toml --plan --rate 1e", "--rate: '1e' is not a decimal number"},
+      {"derive routes/sm90a.derive.toml --out x.toml --deadline-s 0x10", "--deadline-s: '0x10' is not a decimal number"},
   };
   for (const auto& w : bad) {
     const CliRun r = run(w.args);
@@ -101,6 +108,12 @@ TEST(Cli, IntegerOptionsAreDecimal) {
   ASSERT_EQ(eight.code, 0) << eight.out;
   EXPECT_EQ(zero10.out, ten.out);
   EXPECT_NE(zero10.out, eight.out);
+  // Decimal floating-point notations still read as before.
+  for (const char* rate : {"1e8", "1E+8", "100000000", "100000000.", "+1e8", ".1e9"}) {
+    const CliRun r = run(std::string("gate routes/sm90a-ci.toml --plan --seeds 3x1 --rate ") + rate);
+    EXPECT_EQ(r.code, 0) << rate << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "at 1e+08 elements/s")) << rate << "\n" << r.out;
+  }
 }
 
 TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {

@@ -82,7 +82,7 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5,form=heads8", "--pick 'op=fwd,H=64,w=bf16,T=5,form=heads8': bad form 'heads8'"},
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
       {"gate " + kSmall + " --plan --rate 0", "got '0'"},
-      {"gate " + kSmall + " --plan --rate fast", "got 'fast'"},
+      {"gate " + kSmall + " --plan --rate fast", "--rate: 'fast' is not a decimal number"},
       {"gate " + kSmall + " --plan --windows H=4096", "selects none"},
       {"gate " + kSmall + " --rate 1e8", "--plan"},                    // --rate only with --plan
       {"gate " + kSmall + " --plan --journal j.jsonl", "--journal"},   // --plan runs nothing: no journal
