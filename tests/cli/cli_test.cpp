@@ -101,7 +101,8 @@ TEST(Cli, IntegerOptionsAreDecimal) {
     EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
   }
   // Leading zeros are decimal: 010 plans what 10 plans (octal would be 8).
-  const std::string plan = "gate routes/sm90a-ci.toml --plan --seeds 3x1 --dense-points 0 --t-per-window ";
+  const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
+  const std::string plan = "gate " + table + " --plan --seeds 3x1 --dense-points 0 --t-per-window ";
   const CliRun zero10 = run(plan + "010"), ten = run(plan + "10"), eight = run(plan + "8");
   ASSERT_EQ(zero10.code, 0) << zero10.out;
   ASSERT_EQ(ten.code, 0) << ten.out;
@@ -110,7 +111,7 @@ TEST(Cli, IntegerOptionsAreDecimal) {
   EXPECT_NE(zero10.out, eight.out);
   // Decimal floating-point notations still read as before.
   for (const char* rate : {"1e8", "1E+8", "100000000", "100000000.", "+1e8", ".1e9"}) {
-    const CliRun r = run(std::string("gate routes/sm90a-ci.toml --plan --seeds 3x1 --rate ") + rate);
+    const CliRun r = run("gate " + table + " --plan --seeds 3x1 --rate " + rate);
     EXPECT_EQ(r.code, 0) << rate << "\n" << r.out;
     EXPECT_TRUE(contains(r.out, "at 1e+08 elements/s")) << rate << "\n" << r.out;
   }
