@@ -62,25 +62,7 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"mutate --expect-fail bwd_magic", "bwd_magic"},
       {"mutate --json /nonexistent-dir/m.json", "/nonexistent-dir"},
       {"case H=64,T=3,w=bf16,family=cancel,seed=0,eps=0", "eps"},
-  };
-  for (const auto& b : cases) {
-    const CliRun r = run(b.args);
-    EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
-    EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
-  }
-}
-
-// A mistyped option: exit 2 before any work, naming the option (CLI11 lists
-// the stray value first) and the closest known one; an option with no near
-// name is named alone.
-// CLI11 alone reads 010 as octal 8 and takes 0x10, 0b10 and digit
-// separators; every integer option of every command is decimal only
-// (apps/commands.h decimal_integer_options).
-TEST(Cli, IntegerOptionsAreDecimal) {
-  struct Want {
-    std::string args, says;
-  };
-  const Want bad[] = {
+      // integer options: decimal only (CLI11 alone takes these prefixes and separators)
       {"gate routes/sm90a-ci.toml --plan --threads 0x10", "--threads: '0x10' is not a decimal integer"},
       {"gate routes/sm90a-ci.toml --plan --t-per-window 0b11", "--t-per-window: '0b11' is not a decimal integer"},
       {"gate routes/sm90a-ci.toml --plan --dense-step 1_000", "--dense-step: '1_000' is not a decimal integer"},
@@ -95,11 +77,18 @@ TEST(Cli, IntegerOptionsAreDecimal) {
       {"gate routes/sm90a-ci.toml --plan --rate 1e", "--rate: '1e' is not a decimal number"},
       {"derive routes/sm90a.derive.toml --out x.toml --deadline-s 0x10", "--deadline-s: '0x10' is not a decimal number"},
   };
-  for (const auto& w : bad) {
-    const CliRun r = run(w.args);
-    EXPECT_EQ(r.code, 2) << w.args << "\n" << r.out;
-    EXPECT_TRUE(contains(r.out, w.says)) << w.args << "\n" << r.out;
+  for (const auto& b : cases) {
+    const CliRun r = run(b.args);
+    EXPECT_EQ(r.code, 2) << b.args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, b.needle)) << b.args << "\n" << r.out;
   }
+}
+
+// CLI11 alone reads 010 as octal 8 (the refused spellings are in
+// UsageErrorsExit2AndNameTheBadValue); every integer option of every
+// command is decimal, and floating-point ones keep their decimal spellings
+// (apps/commands.h decimal_integer_options).
+TEST(Cli, IntegerOptionsAreDecimal) {
   // Leading zeros are decimal: 010 plans what 10 plans (octal would be 8).
   const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
   const std::string plan = "gate " + table + " --plan --seeds 3x1 --dense-points 0 --t-per-window ";
@@ -117,6 +106,9 @@ TEST(Cli, IntegerOptionsAreDecimal) {
   }
 }
 
+// A mistyped option: exit 2 before any work, naming the option (CLI11 lists
+// the stray value first) and the closest known one; an option with no near
+// name is named alone.
 TEST(Cli, UnknownOptionNamedWithTheClosestKnownOne) {
   struct Want {
     std::string args, says;
