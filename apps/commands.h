@@ -96,7 +96,7 @@ void reject_empty_values(const CLI::App& app);
 /// (1e8, 2.5, .5, 1E-3); CLI11 alone also reads hexadecimal ("0x10" as
 /// 16, "0x1p3"), digit separators and surrounding blanks. Call after the
 /// options are registered and before parsing.
-void decimal_integer_options(CLI::App& app);
+void decimal_number_options(CLI::App& app);
 
 /// `--backend` (auto|cpu|gpu, validators::parse_backend's names) and
 /// `--oracle` (auto|fp64|mpfr, oracle::parse_oracle_mode's names) with the

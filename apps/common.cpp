@@ -226,7 +226,7 @@ void reject_empty_values(const CLI::App& app) {
   }
 }
 
-void decimal_integer_options(CLI::App& app) {
+void decimal_number_options(CLI::App& app) {
   const CLI::Validator decimal(
       [](std::string& v) -> std::string {
         const size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
@@ -271,7 +271,7 @@ void decimal_integer_options(CLI::App& app) {
     if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) opt->transform(decimal);
     if (t.rfind("FLOAT", 0) == 0) opt->transform(decimal_real);
   }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integer_options(*sub);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_number_options(*sub);
 }
 
 int stdout_to_stderr_for(const std::vector<ReportPath>& reports) {

@@ -58,15 +58,20 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // does not know, with the closest of its long options: the same name in
 // another case ("--t" -> "--T"), the options it begins (all of them, when
 // several), else those within 2 edits. --help and --version are never
-// suggested. When none is, an empty stray token is named as such. Empty
-// when no listed token is an unknown option or empty (stray values).
-std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
-  if (argc < 2) return "";
+// suggested. When none is and a stray token is empty, every stray token is
+// listed quoted, as the whole message (CLI11's list shows an empty token as
+// nothing). Empty text when no listed token is an unknown option or empty.
+struct ExtrasMessage {
+  std::string text;
+  bool whole = false;  ///< replaces CLI11's message instead of preceding it
+};
+ExtrasMessage unknown_option_message(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return {};
   CLI::App* sub = nullptr;
   try {
     sub = app.get_subcommand(argv[1]);
   } catch (const CLI::OptionNotFound&) {
-    return "";
+    return {};
   }
   const std::vector<std::string> stray = app.remaining(true);  // what ExtrasError lists
   std::vector<std::string> longs, shorts;
@@ -101,21 +106,21 @@ std::string unknown_option_message(CLI::App& app, int argc, char** argv) {
         for (size_t k = 0; k < best.size() && k < 5; ++k) hint += (k ? ", '--" : " '--") + best[k] + "'";
         hint += best.size() > 5 ? ", ...?)" : "?)";
       }
-      return "unknown option '--" + name + "' for 'normgate " + sub->get_name() + "'" + hint;
+      return {"unknown option '--" + name + "' for 'normgate " + sub->get_name() + "'" + hint};
     }
     if (t.size() == 2 && t[0] == '-' && t[1] != '-' && !std::isdigit(static_cast<unsigned char>(t[1])) &&
         std::find(shorts.begin(), shorts.end(), t.substr(1)) == shorts.end())
-      return "unknown option '" + t + "' for 'normgate " + sub->get_name() + "'";
+      return {"unknown option '" + t + "' for 'normgate " + sub->get_name() + "'"};
   }
-  // CLI11's own message would show an empty token as nothing at all: list
-  // every stray token quoted instead.
   if (std::find(stray.begin(), stray.end(), std::string()) != stray.end()) {
     std::string list;
     for (const auto& t : stray) list += (list.empty() ? "\"" : ", \"") + t + "\"";
-    return std::string(stray.size() == 1 ? "an empty argument (\"\") was" : "arguments " + list + " (one of them empty) were") +
-           " not expected by 'normgate " + sub->get_name() + "'";
+    return {std::string(stray.size() == 1 ? "an empty argument (\"\") was"
+                                          : "arguments " + list + " (one of them empty) were") +
+                " not expected by 'normgate " + sub->get_name() + "'",
+            true};
   }
-  return "";
+  return {};
 }
 
 }  // namespace
@@ -134,7 +139,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);
-  normgate::app::decimal_integer_options(app);
+  normgate::app::decimal_number_options(app);
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
@@ -157,11 +162,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
-    const std::string m = unknown_option_message(app, argc, argv);
-    // An empty stray token: m lists every stray token itself (CLI11's list shows the empty one as nothing).
-    const bool empty_arg = m.find(" not expected by 'normgate ") != std::string::npos;
-    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 m.empty() ? e.what() : empty_arg ? m.c_str() : (m + "; " + e.what()).c_str());
+    const ExtrasMessage m = unknown_option_message(app, argc, argv);
+    const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", text.c_str());
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());

@@ -87,7 +87,7 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
 // CLI11 alone reads 010 as octal 8 (the refused spellings are in
 // UsageErrorsExit2AndNameTheBadValue); every integer option of every
 // command is decimal, and floating-point ones keep their decimal spellings
-// (apps/commands.h decimal_integer_options).
+// (apps/commands.h decimal_number_options).
 TEST(Cli, IntegerOptionsAreDecimal) {
   // Leading zeros are decimal: 010 plans what 10 plans (octal would be 8).
   const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
