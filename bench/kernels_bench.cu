@@ -498,7 +498,9 @@ int main(int argc, char** argv) try {
         }
 
         for (const auto& v : nk::variants()) {
-          if (v.op != nk::Op::bwd || (v.control && !controls) || !v.supports_h(H)) continue;
+          if (v.op != nk::Op::bwd || (v.control && !controls) || !v.supports_h(H) ||
+              !v.supports(normgate::Form::plain))  // bwd_det_heads: the per-head views only (timed below)
+            continue;
           const size_t ws = nk::bwd_workspace_bytes(v, T, H);
           Buf work(ws);
           nk::BwdArgs ba;

@@ -87,6 +87,7 @@ TEST(Validation, BaselineArgumentsAreValid) {
   for (const Variant& v : variants()) {
     if (v.op != Op::bwd || v.model_only) continue;  // model-only controls: refused (ModelOnlyControlsAreRefused)
     if (!v.supports_h(kH)) continue;                // bwd_det_wide: H = 4097..6144 (its own tests)
+    if (!v.supports(x.b.form)) continue;            // bwd_det_heads: the per-head views (its own tests)
     x.b.workspace_bytes = bwd_workspace_bytes(v, kT, kH);
     EXPECT_NO_THROW(validate_bwd(v, x.b, ControlUse::allow)) << v.name;
   }

@@ -36,6 +36,10 @@
 //                       bwd_det_chunked's chunk pass and combine (dx, dw
 //                       bitwise equal) in a kernel bounded for 768 threads,
 //                       FP32 w held in registers (bwd_det_wide.cu)
+//   bwd_det_heads       backward, deterministic, the per-head views (H =
+//                       256): bwd_det_chunked's chunk pass and combine (dx,
+//                       dw bitwise equal) in a 32-thread kernel of its own,
+//                       FP32 w held in registers (bwd_det_heads.cu)
 //   bwd_fp32_blocked    backward, deterministic, accuracy for speed: FP32
 //                       products (fmaf by rstd), uncompensated FP32 chunk
 //                       partials, FP32 fixed-order combine; routable where
@@ -118,6 +122,7 @@ enum class VariantId : uint8_t {
   fwd_narrow = 18,
   fwd_wide = 19,
   bwd_det_wide = 20,
+  bwd_det_heads = 21,
   // 128..255: external variants, in registration order (never a built-in).
 };
 
