@@ -34,7 +34,7 @@ constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_m
                  false, true, source_of_class};
 }
 
-const std::array<Variant, 22> kVariants = {{
+const std::array<Variant, 23> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -103,6 +103,10 @@ const std::array<Variant, 22> kVariants = {{
     {VariantId::bwd_det_heads, "bwd_det_heads", Op::bwd, Mode::det, 256, 256, kBothW, kHeads, false,
      "backward, the per-head views (H = 256): bwd_det_chunked's chunks, FP64 partials and combine (the same bits) in a 32-thread kernel of its own, FP32 w held in registers",
      hashes::bwd_det_heads_files, hashes::bwd_det_heads_sha256},
+    // H = 1..4096: plan.h's backward team is one CTA of at most 512 threads there.
+    {VariantId::bwd_det_wreg, "bwd_det_wreg", Op::bwd, Mode::det, kMinH, 4096, kBothW, kPlainRes, false,
+     "backward, plain rows and form res at H = 1..4096: bwd_det_chunked's chunks, FP64 partials and combine (the same bits) in a kernel of its narrow bound, FP32 w held in registers",
+     hashes::bwd_det_wreg_files, hashes::bwd_det_wreg_sha256},
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in

@@ -48,7 +48,7 @@ TEST(Registry, HasTheVariantsInIdOrder) {
       {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
       {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
       {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}, {"fwd_wide", 19},
-      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}};
+      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}, {"bwd_det_wreg", 22}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -98,7 +98,7 @@ TEST(Registry, OpsModesAndControls) {
   EXPECT_EQ(variant("bwd_det_chunked").mode, Mode::det);
   EXPECT_EQ(variant("bwd_nondet_atomic").mode, Mode::nondet);
   // The two competing deterministic backwards are routable (not controls).
-  for (const char* n : {"bwd_det_onepass", "bwd_fp32_blocked", "bwd_det_wide", "bwd_det_heads"}) {
+  for (const char* n : {"bwd_det_onepass", "bwd_fp32_blocked", "bwd_det_wide", "bwd_det_heads", "bwd_det_wreg"}) {
     EXPECT_EQ(variant(n).op, Op::bwd) << n;
     EXPECT_EQ(variant(n).mode, Mode::det) << n;
     EXPECT_FALSE(variant(n).control) << n;
@@ -133,9 +133,11 @@ TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
     // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their
     // forms); fwd_narrow is a forward for rows of 256, fwd_wide one for plain rows and form res (their own
     // tests below), bwd_det_wide a backward for H = 4097..6144 (tests/kernels/bwd_det_wide_test.cpp),
-    // bwd_det_heads one for the per-head views (tests/kernels/bwd_det_heads_test.cpp).
+    // bwd_det_heads one for the per-head views (tests/kernels/bwd_det_heads_test.cpp), bwd_det_wreg one for
+    // H = 1..4096, plain and res (tests/kernels/bwd_det_wreg_test.cpp).
     if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow ||
-        v.id == VariantId::fwd_wide || v.id == VariantId::bwd_det_wide || v.id == VariantId::bwd_det_heads)
+        v.id == VariantId::fwd_wide || v.id == VariantId::bwd_det_wide || v.id == VariantId::bwd_det_heads ||
+        v.id == VariantId::bwd_det_wreg)
       continue;
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
@@ -292,16 +294,20 @@ TEST(Registry, BwdDetWideHashesThePassAndTheCombineItRuns) {
   EXPECT_NE(variant("bwd_det_wide").source_sha256, variant("bwd_det_chunked").source_sha256);
 }
 
-// bwd_det_heads likewise (its own kernel over the shared pass and combine).
-TEST(Registry, BwdDetHeadsHashesThePassAndTheCombineItRuns) {
-  const auto files = split(variant("bwd_det_heads").sources, ';');
-  ASSERT_FALSE(files.empty());
-  EXPECT_EQ(files[0], "src/bwd_det_heads.cu");
-  for (const char* f : {"src/bwd_det_chunked.cu", "src/bwd_det_chunked.h", "src/bwd_chunk_launch.cuh",
-                        "src/bwd_chunk_pass.cuh", "src/device_blocks.cuh", "include/normgate/kernels/plan.h"})
-    EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
-  EXPECT_NE(variant("bwd_det_heads").source_sha256, variant("bwd_det_chunked").source_sha256);
-  EXPECT_NE(variant("bwd_det_heads").source_sha256, variant("bwd_det_wide").source_sha256);
+// bwd_det_heads and bwd_det_wreg likewise (each its own kernel over the
+// shared pass and combine).
+TEST(Registry, BwdDetHeadsAndWregHashThePassAndTheCombineTheyRun) {
+  for (const char* name : {"bwd_det_heads", "bwd_det_wreg"}) {
+    const auto files = split(variant(name).sources, ';');
+    ASSERT_FALSE(files.empty()) << name;
+    EXPECT_EQ(files[0], "src/" + std::string(name) + ".cu");
+    for (const char* f : {"src/bwd_det_chunked.cu", "src/bwd_det_chunked.h", "src/bwd_chunk_launch.cuh",
+                          "src/bwd_chunk_pass.cuh", "src/device_blocks.cuh", "include/normgate/kernels/plan.h"})
+      EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << name << ": " << f;
+    EXPECT_NE(variant(name).source_sha256, variant("bwd_det_chunked").source_sha256) << name;
+    EXPECT_NE(variant(name).source_sha256, variant("bwd_det_wide").source_sha256) << name;
+  }
+  EXPECT_NE(variant("bwd_det_heads").source_sha256, variant("bwd_det_wreg").source_sha256);
 }
 
 }  // namespace

@@ -40,6 +40,10 @@
 //                       256): bwd_det_chunked's chunk pass and combine (dx,
 //                       dw bitwise equal) in a 32-thread kernel of its own,
 //                       FP32 w held in registers (bwd_det_heads.cu)
+//   bwd_det_wreg        backward, deterministic, H = 1..4096 (plain, res):
+//                       bwd_det_chunked's chunk pass and combine (dx, dw
+//                       bitwise equal) in its narrow kernel's bound, FP32 w
+//                       held in registers (bwd_det_wreg.cu)
 //   bwd_fp32_blocked    backward, deterministic, accuracy for speed: FP32
 //                       products (fmaf by rstd), uncompensated FP32 chunk
 //                       partials, FP32 fixed-order combine; routable where
@@ -123,6 +127,7 @@ enum class VariantId : uint8_t {
   fwd_wide = 19,
   bwd_det_wide = 20,
   bwd_det_heads = 21,
+  bwd_det_wreg = 22,
   // 128..255: external variants, in registration order (never a built-in).
 };
 

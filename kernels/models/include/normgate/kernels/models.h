@@ -8,7 +8,7 @@
 //                       fwd_multirow has fwd_rowwise's rows and arithmetic;
 //                       fwd_narrow its own 16-lane order of the sum)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
-//   bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads, ctl_fp32_seq, ctl_bf16_partials,
+//   bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads, bwd_det_wreg, ctl_fp32_seq, ctl_bf16_partials,
 //   ctl_warp64_dw:
 //                       dw bitwise equal to the GPU given the same rstd and
 //                       msq (or none); bwd_det_onepass's model IS
