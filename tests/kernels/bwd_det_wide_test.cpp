@@ -1,20 +1,16 @@
-// tests/kernels/bwd_det_wide_test.cpp: bwd_det_wide (registry.h) beyond the
-// generic checks of variant_driver.cpp. Its H range is exactly where plan.h
-// gives the backward one wide CTA of at most 768 threads (the kernel's
-// bound), it takes bwd_det_chunked's workspace and refuses other H and the
-// per-head forms (CPU, always run); on the GPU its dx and dw are
+// tests/kernels/bwd_det_wide_test.cpp: bwd_det_wide (registry.h) on the GPU,
+// beyond the generic checks of variant_driver.cpp (its H range, workspace
+// and refusals: bwd_own_kernel_test.cpp): its dx and dw are
 // bwd_det_chunked's bit for bit on both paths, both weight dtypes, plain and
 // res, one row to many chunks, and res layouts (misaligned, padded) give the
 // same bits (skipped without a CUDA device).
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "normgate/harness/runner.h"
-#include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "util/gpu_test_util.h"
 #include "util/kernel_test_util.h"
@@ -23,102 +19,6 @@ namespace normgate::kernels::test {
 namespace {
 
 const Variant& wide() { return variant("bwd_det_wide"); }
-
-TEST(BwdDetWide, RangeIsWherePlanGivesOneCtaOfAtMost768Threads) {
-  const Variant& v = wide();
-  EXPECT_EQ(v.op, Op::bwd);
-  EXPECT_EQ(v.mode, Mode::det);
-  EXPECT_FALSE(v.control);
-  int64_t covered = 0;
-  for (int64_t H = 1; H <= kMaxH; ++H) {
-    const RowGeometry g = bwd_row_geometry(H);
-    const bool one_wide_cta = g.slots == 1 && g.team > kMaxCtaTeam && g.team <= 768;
-    ASSERT_EQ(v.supports_h(H), one_wide_cta) << "H = " << H << ": team " << g.team << ", slots " << g.slots;
-    covered += one_wide_cta;
-  }
-  EXPECT_EQ(covered, 6144 - 4097 + 1);
-  EXPECT_EQ(bwd_row_geometry(4097).team, 544);
-  EXPECT_EQ(bwd_row_geometry(6144).team, 768);
-  EXPECT_TRUE(v.supports(Form::plain));
-  EXPECT_TRUE(v.supports(Form::res));
-  EXPECT_FALSE(v.supports(Form::heads24));
-  EXPECT_FALSE(v.supports(Form::heads4));
-  EXPECT_TRUE(v.supports(WDtype::bf16));
-  EXPECT_TRUE(v.supports(WDtype::fp32));
-}
-
-TEST(BwdDetWide, TakesBwdDetChunkedsWorkspace) {
-  for (const auto& [T, H] : {std::pair<int64_t, int64_t>{1, 4097}, {65537, 5120}, {131072, 6144}, {0, 6144}})
-    EXPECT_EQ(bwd_workspace_bytes(wide(), T, H), bwd_workspace_bytes(variant("bwd_det_chunked"), T, H))
-        << T << " x " << H;
-}
-
-TEST(BwdDetWide, RefusesHOutsideItsRangeNamingIt) {
-  for (int64_t H : {int64_t{4096}, int64_t{6145}, int64_t{256}}) {
-    try {
-      (void)bwd_workspace_bytes(wide(), 100, H);
-      ADD_FAILURE() << "H = " << H << " accepted";
-    } catch (const std::invalid_argument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("H = " + std::to_string(H)), std::string::npos) << m;
-      EXPECT_NE(m.find("4097..6144"), std::string::npos) << m;
-    }
-  }
-}
-
-// The launch API's own checks (validate_bwd, before any launch): host memory
-// stands in for device memory, which validation never dereferences.
-TEST(BwdDetWide, LaunchApiRefusesOtherHAndPerHeadFormsNamingThem) {
-  const int64_t T = 8;
-  std::vector<double> arena(size_t{1} << 20);  // 8 MiB: two calls' buffers (about 1.2 MiB each) fit
-  auto* base = reinterpret_cast<unsigned char*>(arena.data());
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    if (used + n > arena.size() * sizeof(double)) throw std::runtime_error("test arena too small");
-    void* p = base + used;
-    used += (n + 255) / 256 * 256;
-    return p;
-  };
-  auto args = [&](int64_t H) {
-    BwdArgs b;
-    b.dy = static_cast<uint16_t*>(take(T * H * 2));
-    b.dy_stride = H;
-    b.x = static_cast<uint16_t*>(take(T * H * 2));
-    b.x_stride = H;
-    b.w = WeightView{WDtype::fp32, take(H * 4), H};
-    b.rstd = static_cast<float*>(take(T * 4));
-    b.dx = static_cast<uint16_t*>(take(T * H * 2));
-    b.dx_stride = H;
-    b.dw = static_cast<float*>(take(H * 4));
-    b.T = T;
-    b.H = H;
-    b.workspace_bytes = bwd_workspace_bytes(variant("bwd_det_chunked"), T, H);
-    b.workspace = take(b.workspace_bytes);
-    return b;
-  };
-  EXPECT_NO_THROW(validate_bwd(wide(), args(6144)));
-  EXPECT_NO_THROW(validate_bwd(wide(), args(4097)));
-  for (int64_t H : {int64_t{4096}, int64_t{6145}}) {
-    used = 0;
-    try {
-      validate_bwd(wide(), args(H));
-      ADD_FAILURE() << "H = " << H << " accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("H = " + std::to_string(H) + " is out of range 4097..6144"),
-                std::string::npos)
-          << e.what();
-    }
-  }
-  used = 0;
-  BwdArgs h = args(6144);
-  h.form = Form::heads4;
-  try {
-    validate_bwd(wide(), h);
-    ADD_FAILURE() << "form heads4 accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("heads4"), std::string::npos) << e.what();
-  }
-}
 
 TEST(BwdDetWide, EqualsDetChunkedBitForBit) {
   NG_REQUIRE_GPU();

@@ -132,9 +132,8 @@ TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
   for (const Variant& v : variants()) {
     // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their
     // forms); fwd_narrow is a forward for rows of 256, fwd_wide one for plain rows and form res (their own
-    // tests below), bwd_det_wide a backward for H = 4097..6144 (tests/kernels/bwd_det_wide_test.cpp),
-    // bwd_det_heads one for the per-head views (tests/kernels/bwd_det_heads_test.cpp), bwd_det_wreg one for
-    // H = 1..4096, plain and res (tests/kernels/bwd_det_wreg_test.cpp).
+    // tests below), bwd_det_wide a backward for H = 4097..6144, bwd_det_heads one for the per-head views,
+    // bwd_det_wreg one for H = 1..4096, plain and res (tests/kernels/bwd_own_kernel_test.cpp).
     if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow ||
         v.id == VariantId::fwd_wide || v.id == VariantId::bwd_det_wide || v.id == VariantId::bwd_det_heads ||
         v.id == VariantId::bwd_det_wreg)
