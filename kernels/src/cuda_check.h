@@ -8,9 +8,19 @@
 
 namespace normgate::kernels::detail {
 
+/// The call as the message names it: its text, or for a long one (a call
+/// taking a lambda, hundreds of characters of source) the callee and "(...)".
+inline std::string cuda_call_text(const char* what) {
+  std::string s(what);
+  constexpr size_t kLong = 72;
+  if (s.size() <= kLong) return s;
+  const size_t paren = s.find('(');
+  return (paren != std::string::npos && paren <= kLong ? s.substr(0, paren) : s.substr(0, kLong)) + "(...)";
+}
+
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
-  throw std::runtime_error(std::string("CUDA error: ") + what + " at " + file + ":" + std::to_string(line) +
-                           ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  throw std::runtime_error(std::string("CUDA error: ") + cuda_call_text(what) + " at " + file + ":" +
+                           std::to_string(line) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 }  // namespace normgate::kernels::detail

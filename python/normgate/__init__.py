@@ -199,11 +199,7 @@ def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, varian
     cannot be loaded; ValueError for a bad argument.
     """
     for name, v in (("H", H), ("T", T)):
-        # bool is an int to Python; 2048.0 would be truncated silently by ctypes
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError("route_for: %s must be an integer, got %r" % (name, v))
-        if not -(1 << 63) <= v < (1 << 63):  # ctypes would keep the low 64 bits
-            raise ValueError("route_for: %s = %d does not fit in 64 bits" % (name, v))
+        _int64("route_for", name, v)
     if not isinstance(deterministic, bool):
         raise ValueError("route_for: deterministic must be True or False, got %r" % (deterministic,))
     mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
@@ -312,12 +308,25 @@ def _variant_for(variant, op):
     raise ValueError("variant must be None, a variant name or {\"fwd\": ..., \"bwd\": ...}, got %r" % (variant,))
 
 
+def _int64(fn, name, v):
+    """v as an int, or ValueError naming fn, the argument and the value: ctypes
+    would truncate 2048.9 to 2048, take True as 1 and keep the low 64 bits of
+    2**64 + 5."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValueError("%s: %s must be an integer, got %r" % (fn, name, v))
+    if not -(1 << 63) <= v < (1 << 63):
+        raise ValueError("%s: %s = %d does not fit in 64 bits" % (fn, name, v))
+    return int(v)
+
+
 def bwd_workspace_bytes(T_rows, H, deterministic=True, variant=None):
     """Device workspace (bytes) the named backward variant needs for T_rows =
     T*heads rows of length H (variant None: bwd_det_chunked, or
     bwd_nondet_atomic when not deterministic). The routed variant's need for a
-    call: route_for("bwd", ...)["workspace_bytes"]."""
-    return _lib.bwd_workspace_bytes(variant or (_DET if deterministic else _NONDET), T_rows, H)
+    call: route_for("bwd", ...)["workspace_bytes"]. ValueError for an unknown
+    variant, a T_rows or H it refuses, or one that is not an integer of 64 bits."""
+    rows, h = _int64("bwd_workspace_bytes", "T_rows", T_rows), _int64("bwd_workspace_bytes", "H", H)
+    return _lib.bwd_workspace_bytes(variant or (_DET if deterministic else _NONDET), rows, h)
 
 
 def copy_vec16(dst, src):

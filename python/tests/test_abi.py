@@ -57,6 +57,20 @@ def test_loader_version_case_info_and_errors():
     # nondet: 8 FP64 replicas per column where chunks are long; the det partials where short
     assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 131072, 4096) == 8 * 4096 * 8
     assert _lib.bwd_workspace_bytes("bwd_nondet_atomic", 10, 64) == 1 * 64 * 8  # one chunk of 10 rows
+    # ctypes would take 2**64 as 0 rows, 256.9 as 256 and True as 1: refused, naming the value
+    for rows, H, said in ((2 ** 64, 4096, "T_rows = 18446744073709551616 does not fit in 64 bits"),
+                          (2 ** 64 + 100000, 4096, "T_rows = 18446744073709651616 does not fit"),
+                          (100, 256.9, "H must be an integer, got 256.9"),
+                          (True, 256, "T_rows must be an integer, got True"),
+                          (8.7, 256, "T_rows must be an integer, got 8.7")):
+        try:
+            normgate.bwd_workspace_bytes(rows, H, variant="bwd_det_wreg")
+        except ValueError as e:
+            assert said in str(e), str(e)
+        else:
+            raise AssertionError("bwd_workspace_bytes(%r, %r) must raise ValueError" % (rows, H))
+    assert normgate.bwd_workspace_bytes(100000, 4096, variant="bwd_det_wreg") == \
+        _lib.bwd_workspace_bytes("bwd_det_chunked", 100000, 4096)
 
 
 def _raises(f, *args, **kwargs):

@@ -263,3 +263,36 @@ TEST(RowRstd, DeviceEqualsHostOnEveryPath) {
 
 }  // namespace
 }  // namespace normgate::kernels::dev
+
+// --- CUDA error messages (cuda_check.h; host code, runs without a GPU) -------
+
+#include "cuda_check.h"
+
+namespace normgate::kernels::detail {
+namespace {
+
+// A failed NG_CUDA(call) names the call: short calls whole, a long one (a
+// callee taking a lambda) by the callee alone, not hundreds of characters of
+// source.
+TEST(CudaCheck, MessagesNameTheCallNotItsSource) {
+  EXPECT_EQ(cuda_call_text("cudaMemsetAsync(p, 0, n, s)"), "cudaMemsetAsync(p, 0, n, s)");
+  const std::string lambda =
+      "dev::dispatch_chunk_pass(a, vec, [&](auto kind, auto res_tag, const auto& r, const dev::ChunkLaunch& cfg) "
+      "{ constexpr bool kRes = decltype(res_tag)::value; if constexpr (decltype(kind)::value == "
+      "dev::ChunkKernel::narrow) { launched = true; } })";
+  EXPECT_EQ(cuda_call_text(lambda.c_str()), "dev::dispatch_chunk_pass(...)");
+  const std::string no_paren(100, 'x');
+  EXPECT_EQ(cuda_call_text(no_paren.c_str()), std::string(72, 'x') + "(...)");
+  try {
+    throw_cuda(cudaErrorInsufficientDriver, lambda.c_str(), "bwd_det_heads.cu", 84);
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find("[&]"), std::string::npos) << m;
+    EXPECT_NE(m.find("CUDA error: dev::dispatch_chunk_pass(...) at bwd_det_heads.cu:84: cudaErrorInsufficientDriver"),
+              std::string::npos)
+        << m;
+  }
+}
+
+}  // namespace
+}  // namespace normgate::kernels::detail
