@@ -144,8 +144,12 @@ Form form(int32_t f, const char* field) {
 const nk::Variant& bwd_variant(const char* name) {
   need(name, "variant");
   const nk::Variant& v = nk::variant(name);  // throws, listing the known names
-  if (v.op != nk::Op::bwd)
-    bad("variant '" + std::string(name) + "' is a forward variant (expected bwd_det_chunked or bwd_nondet_atomic)");
+  if (v.op != nk::Op::bwd) {
+    std::string expected;  // the registry's backward variants the C API runs
+    for (const nk::Variant& b : nk::variants())
+      if (b.op == nk::Op::bwd && !b.control) expected += (expected.empty() ? "" : ", ") + std::string(b.name);
+    bad("variant '" + std::string(name) + "' is a forward variant (expected a backward one: " + expected + ")");
+  }
   if (v.control)
     bad("variant '" + std::string(name) + "' is a negative control; the C API does not run controls");
   return v;

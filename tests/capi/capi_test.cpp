@@ -197,6 +197,10 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheBadValue) {
   EXPECT_NE(last_error().find("negative control"), std::string::npos) << last_error();
   EXPECT_EQ(ng_bwd_workspace_bytes("fwd_rowwise", 100, 64, &ws), NG_EINVAL);
   EXPECT_NE(last_error().find("forward variant"), std::string::npos) << last_error();
+  // The backward variants it could have named: every routable one, no control.
+  for (const char* b : {"bwd_det_chunked", "bwd_nondet_atomic", "bwd_det_wide", "bwd_det_heads", "bwd_det_wreg"})
+    EXPECT_NE(last_error().find(b), std::string::npos) << b << ": " << last_error();
+  EXPECT_EQ(last_error().find("ctl_"), std::string::npos) << last_error();
   EXPECT_EQ(ng_bwd_workspace_bytes("bwd_det_chunked", 100, 0, &ws), NG_EINVAL);
   EXPECT_NE(last_error().find("H = 0"), std::string::npos) << last_error();
   EXPECT_EQ(ng_bwd_workspace_bytes(nullptr, 100, 64, &ws), NG_EINVAL);
