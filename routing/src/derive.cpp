@@ -194,7 +194,14 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
     if (!fb->is_table()) ctx.fail(fb, "[fallback] must be a table");
     for (auto&& [k, v] : *fb->as_table()) {
       if (!v.is_string()) ctx.fail(&v, "fallback." + std::string(k.str()) + " must be a variant name");
-      s.fallback.emplace_back(std::string(k.str()), *v.value<std::string>());
+      const std::string key(k.str()), name = *v.value<std::string>();
+      if (key != "fwd" && key != "bwd_det" && key != "bwd_nondet")
+        ctx.fail(&v, "unknown fallback key '" + key + "' (known: fwd, bwd_det, bwd_nondet)");
+      const Variant* var = find_variant(name);
+      if (var == nullptr) ctx.fail(&v, "fallback." + key + ": unknown kernel variant '" + name + "'");
+      // The table derive writes names it; refuse here what its loader would.
+      if (const std::string why = fallback_problem(key, *var); !why.empty()) ctx.fail(&v, "fallback." + key + ": " + why);
+      s.fallback.emplace_back(key, name);
     }
   }
 

@@ -225,15 +225,7 @@ RouteFallback parse_fallback(const Ctx& ctx, const toml::node& node) {
     } catch (const std::invalid_argument& e) {
       ctx.fail(kline, "fallback." + key + ": " + e.what(), &t);
     }
-    const Op op = key == "fwd" ? Op::fwd : Op::bwd;
-    if (var->op != op)
-      ctx.fail(kline, "fallback." + key + ": variant " + vname + " is a " + std::string(to_string(var->op)) +
-                          " variant", &t);
-    if (var->control)
-      ctx.fail(kline, "fallback." + key + ": variant " + vname + " is a NEGATIVE CONTROL and may never serve calls",
-               &t);
-    if (key == "bwd_det" && var->mode != Mode::det)
-      ctx.fail(kline, "fallback.bwd_det: variant " + vname + " is non-deterministic and cannot serve det calls", &t);
+    if (const std::string why = fallback_problem(key, *var); !why.empty()) ctx.fail(kline, "fallback." + key + ": " + why, &t);
     (key == "fwd" ? f.fwd : key == "bwd_det" ? f.bwd_det : f.bwd_nondet) = var;
   }
   return f;
@@ -1036,6 +1028,23 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
 }
 
 // ---- dispatcher ---------------------------------------------------------------
+
+std::string fallback_problem(const std::string& key, const Variant& var) {
+  const std::string v = "variant " + std::string(var.name);
+  const Op op = key == "fwd" ? Op::fwd : Op::bwd;
+  if (var.op != op) return v + " is a " + std::string(to_string(var.op)) + " variant";
+  if (var.control) return v + " is a NEGATIVE CONTROL and may never serve calls";
+  if (key == "bwd_det" && var.mode != Mode::det) return v + " is non-deterministic and cannot serve det calls";
+  // Every call outside the windows: any H, both weight dtypes, every form (a
+  // narrower variant would be refused at run time).
+  bool every_call = var.h_min <= kMinH && var.h_max >= kMaxH;
+  for (const WDtype d : {WDtype::bf16, WDtype::fp32}) every_call = every_call && var.supports(d);
+  for (const Form x : {Form::plain, Form::res, Form::heads24, Form::heads4}) every_call = every_call && var.supports(x);
+  if (!every_call)
+    return v + " cannot serve every call outside the windows (" + describe(var) + "; a fallback needs H = " +
+           std::to_string(kMinH) + ".." + std::to_string(kMaxH) + ", both weight dtypes, every form)";
+  return "";
+}
 
 std::string to_string(const CallKey& k) {
   return window_text(k.op, k.mode, k.H, k.w, k.form, -1, -1) + " T=" + std::to_string(k.T);

@@ -91,6 +91,15 @@ TEST(DeriveSpec, RejectsWithLine) {
       {bad("form = \"plain\"\n[[group]]", "form = \"heads4\"\n[[group]]"), "H must be 256"},
       {bad("reps = 20", "reps = 20\nfoo = 1"), "unknown key 'foo' in [bench]"},
       {bad("H = [1536, 2048]", "H = [1536, 1536]"), "listed twice"},
+      // the fallback the written table will name: refused as its loader would (routing.h fallback_problem)
+      {bad("fwd = \"fwd_rowwise\"\n[[group]]", "bwd_det = \"bwd_det_heads\"\n[[group]]"),
+       "s.toml:13: fallback.bwd_det: variant bwd_det_heads cannot serve every call outside the windows"},
+      {bad("fwd = \"fwd_rowwise\"\n[[group]]", "fwd = \"fwd_wide\"\n[[group]]"), "variant fwd_wide cannot serve"},
+      {bad("fwd = \"fwd_rowwise\"\n[[group]]", "bwd_det = \"bwd_nondet_atomic\"\n[[group]]"),
+       "fallback.bwd_det: variant bwd_nondet_atomic is non-deterministic"},
+      {bad("fwd = \"fwd_rowwise\"\n[[group]]", "bwd = \"bwd_det_chunked\"\n[[group]]"), "unknown fallback key 'bwd'"},
+      {bad("fwd = \"fwd_rowwise\"\n[[group]]", "fwd = \"fwd_nope\"\n[[group]]"),
+       "fallback.fwd: unknown kernel variant 'fwd_nope'"},
   };
   for (const auto& [text, needle] : cases) {
     try {

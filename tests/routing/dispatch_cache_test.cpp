@@ -73,6 +73,12 @@ TEST(RouteTableFallback, ParsedAndValidated) {
       {"fallback = { bwd_nondet = \"fwd_rowwise\" }", "is a fwd variant"},
       {"fallback = { bwd_det = \"bwd_nondet_atomic\" }", "non-deterministic and cannot serve det calls"},
       {"fallback = { bwd_det = \"ctl_fp32_seq\" }", "NEGATIVE CONTROL"},
+      // a fallback serves every call outside the windows: a variant of some H or forms only cannot
+      {"fallback = { bwd_det = \"bwd_det_heads\" }",
+       "fallback.bwd_det: variant bwd_det_heads cannot serve every call outside the windows (bwd_det_heads op=bwd "
+       "mode=det H=256..256 w=bf16|fp32 form=heads24|heads4"},
+      {"fallback = { bwd_nondet = \"bwd_det_wreg\" }", "variant bwd_det_wreg cannot serve every call"},
+      {"fallback = { fwd = \"fwd_wide\" }", "variant fwd_wide cannot serve every call"},
       {"fallback = { bwd_det = \"bwd_magic\" }", "unknown kernel variant 'bwd_magic'"},
       {"fallback = { bwd_det = 3 }", "fallback.bwd_det must be a string"},
       {"fallback = {}", "fallback is empty"},
