@@ -180,7 +180,7 @@ if has sanitize; then
     san_run "test_kernels BwdOnepass.*:BwdFp32Blocked.*" 0 300 "^\[  PASSED  \]" \
       "$build/tests/test_kernels" "--gtest_filter=BwdOnepass.*:BwdFp32Blocked.*"
     # bwd_det_wide's 768-thread kernel against bwd_det_chunked, both paths,
-    # plain and res (tests/kernels/bwd_det_wide_test.cpp).
+    # plain and res (tests/kernels/bwd_own_kernel_test.cpp).
     san_run "test_kernels BwdDetWide.*" 0 300 "^\[  PASSED  \]" \
       "$build/tests/test_kernels" "--gtest_filter=BwdDetWide.*"
     san_totals+="${san_totals:+, }$tool $clean/$runs clean"

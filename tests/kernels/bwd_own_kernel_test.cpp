@@ -4,17 +4,21 @@
 // table. Each serves exactly the H where plan.h gives the kernel it was
 // built for, and only its forms; it takes bwd_det_chunked's workspace; the
 // workspace query and the launch API refuse other H and forms, naming them.
-// CPU only, always run. Their GPU bits (equal to bwd_det_chunked's) are
-// checked in bwd_det_wide_test.cpp, bwd_det_heads_test.cpp and
-// bwd_det_wreg_test.cpp.
+// CPU, always run. On the GPU (skipped without a CUDA device), suites named
+// after each variant: its dx and dw are bwd_det_chunked's bit for bit on
+// both paths, both weight dtypes, its forms, one row to many chunks, and
+// form res layouts (misaligned, padded) give the same bits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "normgate/harness/runner.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
+#include "util/gpu_test_util.h"
 #include "util/kernel_test_util.h"
 
 namespace normgate::kernels::test {
@@ -160,6 +164,128 @@ TEST(BwdOwnKernel, LaunchApiRefusesOtherHAndFormsNamingThem) {
       }
     }
   }
+}
+
+// --- on the GPU ----------------------------------------------------------------
+
+struct GpuShape {
+  int64_t H, T;  // T: tokens (per-head forms: T*heads rows)
+  Form form;
+  WDtype w;
+  int64_t misalign = 0;  // GpuRunOptions::misalign_elems (1: the scalar path)
+};
+
+// Each shape's dx and dw from `v` equal bwd_det_chunked's bit for bit (with
+// check_path, on the path the layout asks for: the vector path unless
+// misaligned); not equal on poison or zeros: every output written (the
+// poison is NaN, which bit_diff counts as equal to NaN) and dw mostly nonzero.
+void expect_bits_of_chunked(const Variant& v, const std::vector<GpuShape>& shapes, uint64_t seed, bool check_path) {
+  const std::vector<const Variant*> vs = {&variant("bwd_det_chunked"), &v};
+  for (const GpuShape& s : shapes) {
+    seeds::CaseId c = make_case(s.H, s.T, seeds::Family::cancel, seed++, s.w);
+    c.form = s.form;
+    GpuRunOptions opt;
+    opt.misalign_elems = s.misalign;
+    GpuRunInfo info;
+    const std::vector<Outputs> o = run_gpu(vs, c, kEps, opt, &info);
+    if (check_path) {
+      EXPECT_EQ(info.bwd_vector, s.misalign == 0) << v.name << " " << seeds::to_string(c);
+    }
+    ASSERT_EQ(o.size(), 2u);
+    const int64_t rows = s.T * (s.form == Form::heads24 ? 24 : s.form == Form::heads4 ? 4 : 1);
+    ASSERT_EQ(o[0].dx.size(), static_cast<size_t>(rows * s.H)) << seeds::to_string(c);
+    EXPECT_EQ(bit_diff(o[0].dx, o[1].dx).count, 0) << v.name << " " << seeds::to_string(c);
+    ASSERT_EQ(o[1].dw.size(), static_cast<size_t>(s.H));
+    EXPECT_EQ(bit_diff(o[0].dw, o[1].dw).count, 0)
+        << v.name << " " << seeds::to_string(c) << ": " << bit_diff(o[0].dw, o[1].dw).str();
+    EXPECT_EQ(count_nan(o[1].dx), 0) << v.name << " " << seeds::to_string(c);
+    EXPECT_EQ(count_nan(o[1].dw), 0) << v.name << " " << seeds::to_string(c);
+    int64_t nonzero = 0;
+    for (float d : o[1].dw) nonzero += std::isfinite(d) && d != 0.0f;
+    EXPECT_GT(nonzero, s.H / 2) << v.name << " " << seeds::to_string(c);
+  }
+}
+
+// Form res (the dh_new ring) and FP32 w off the vector path and with padded
+// rows: the same bits as the contiguous run (variant_driver's layout test
+// covers plain rows only for these variants).
+void expect_res_layouts_keep_the_bits(const Variant& v, int64_t H) {
+  for (const WDtype w : {WDtype::fp32, WDtype::bf16}) {
+    seeds::CaseId c = make_case(H, 97, seeds::Family::llm, 41, w);
+    c.form = Form::res;
+    GpuRunInfo base_info;
+    const Outputs base = run_gpu(v, c, kEps, {}, &base_info);
+    EXPECT_TRUE(base_info.bwd_vector);
+    GpuRunOptions mis;
+    mis.misalign_elems = 1;
+    GpuRunInfo mis_info;
+    const Outputs m = run_gpu(v, c, kEps, mis, &mis_info);
+    EXPECT_FALSE(mis_info.bwd_vector);
+    GpuRunOptions pad;
+    pad.row_pad = 24;
+    const Outputs q = run_gpu(v, c, kEps, pad);
+    EXPECT_EQ(count_nan(base.dx), 0);
+    for (const Outputs* o : {&m, &q}) {
+      EXPECT_EQ(bit_diff(base.dx, o->dx).count, 0) << v.name << " " << seeds::to_string(c);
+      EXPECT_EQ(bit_diff(base.dw, o->dw).count, 0) << v.name << " " << seeds::to_string(c);
+    }
+  }
+}
+
+TEST(BwdDetWide, EqualsDetChunkedBitForBit) {
+  NG_REQUIRE_GPU();
+  expect_bits_of_chunked(variant("bwd_det_wide"),
+                         {
+                             {4097, 300, Form::plain, WDtype::fp32},     // scalar path, team 544, a last group of one column
+                             {4104, 77, Form::plain, WDtype::bf16},      // vector path, team 544 (513 groups)
+                             {5120, 1, Form::plain, WDtype::fp32},       // one row, one chunk
+                             {5120, 700, Form::res, WDtype::bf16},       // dh_new ring, team 640
+                             {6144, 3000, Form::plain, WDtype::fp32},    // team 768, more chunks than the combine's 32 lanes
+                             {6144, 50, Form::res, WDtype::fp32},        // res with FP32 w in registers
+                             {6143, 41, Form::res, WDtype::bf16},        // res on the scalar path
+                         },
+                         23, false);
+}
+
+TEST(BwdDetWide, ResLayoutsDoNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  expect_res_layouts_keep_the_bits(variant("bwd_det_wide"), 6144);
+}
+
+TEST(BwdDetWreg, EqualsDetChunkedBitForBit) {
+  NG_REQUIRE_GPU();
+  expect_bits_of_chunked(variant("bwd_det_wreg"),
+                         {
+                             {4095, 300, Form::plain, WDtype::fp32},     // scalar path, team 512, a last group of seven columns
+                             {4096, 77, Form::plain, WDtype::bf16},      // vector path, team 512
+                             {1536, 1, Form::plain, WDtype::fp32},       // one row, one chunk, team 192
+                             {2048, 700, Form::res, WDtype::fp32},       // dh_new ring with FP32 w in registers, team 256
+                             {1536, 3000, Form::plain, WDtype::fp32},    // more chunks than the combine's 32 lanes
+                             {4096, 50, Form::res, WDtype::bf16},        // res, team 512
+                             {1001, 41, Form::res, WDtype::fp32},        // res on the scalar path
+                             {3, 5, Form::plain, WDtype::fp32},          // a team of one warp, one partial group
+                         },
+                         23, false);
+}
+
+TEST(BwdDetWreg, ResLayoutsDoNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  expect_res_layouts_keep_the_bits(variant("bwd_det_wreg"), 2048);
+}
+
+TEST(BwdDetHeads, EqualsDetChunkedBitForBit) {
+  NG_REQUIRE_GPU();
+  expect_bits_of_chunked(variant("bwd_det_heads"),
+                         {
+                             {256, 1, Form::heads24, WDtype::fp32},        // one token: 24 rows, one chunk
+                             {256, 1, Form::heads4, WDtype::bf16},         // 4 rows
+                             {256, 77, Form::heads24, WDtype::fp32},       // 1848 rows
+                             {256, 3000, Form::heads4, WDtype::fp32},      // 12000 rows: more chunks than the combine's 32 lanes
+                             {256, 3000, Form::heads24, WDtype::bf16},     // 72000 rows
+                             {256, 513, Form::heads4, WDtype::fp32, 1},    // scalar path (misaligned views), FP32 w
+                             {256, 41, Form::heads24, WDtype::bf16, 1},    // scalar path, BF16 w
+                         },
+                         31, true);
 }
 
 }  // namespace
