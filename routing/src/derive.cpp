@@ -195,8 +195,6 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
     for (auto&& [k, v] : *fb->as_table()) {
       if (!v.is_string()) ctx.fail(&v, "fallback." + std::string(k.str()) + " must be a variant name");
       const std::string key(k.str()), name = *v.value<std::string>();
-      if (key != "fwd" && key != "bwd_det" && key != "bwd_nondet")
-        ctx.fail(&v, "unknown fallback key '" + key + "' (known: fwd, bwd_det, bwd_nondet)");
       const Variant* var = find_variant(name);
       if (var == nullptr) ctx.fail(&v, "fallback." + key + ": unknown kernel variant '" + name + "'");
       // The table derive writes names it; refuse here what its loader would.

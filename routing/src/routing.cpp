@@ -215,8 +215,6 @@ RouteFallback parse_fallback(const Ctx& ctx, const toml::node& node) {
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
     const int kline = static_cast<int>(k.source().begin.line);
-    if (std::find(std::begin(kFallbackKeys), std::end(kFallbackKeys), key) == std::end(kFallbackKeys))
-      ctx.fail(kline, "unknown fallback key '" + key + "' (known: " + join(kFallbackKeys) + ")", &t);
     if (!v.is_string()) ctx.fail(kline, "fallback." + key + " must be a string (a variant name)", &t);
     const std::string vname = *v.value<std::string>();
     const Variant* var = nullptr;
@@ -1030,6 +1028,8 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
 // ---- dispatcher ---------------------------------------------------------------
 
 std::string fallback_problem(const std::string& key, const Variant& var) {
+  if (std::find(std::begin(kFallbackKeys), std::end(kFallbackKeys), key) == std::end(kFallbackKeys))
+    return "unknown fallback key '" + key + "' (known: " + join(kFallbackKeys) + ")";
   const std::string v = "variant " + std::string(var.name);
   const Op op = key == "fwd" ? Op::fwd : Op::bwd;
   if (var.op != op) return v + " is a " + std::string(to_string(var.op)) + " variant";

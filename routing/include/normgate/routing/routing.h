@@ -170,12 +170,12 @@ struct RouteFallback {
   }
 };
 
-/// Why `var` cannot be a table's fallback for `key` ("fwd", "bwd_det" or
-/// "bwd_nondet"), or "" when it can: a fallback runs every call of its op
+/// Why `var` cannot be a table's fallback for `key`, or "" when it can: the
+/// key must be "fwd", "bwd_det" or "bwd_nondet", and a fallback runs every call of its op
 /// (and, for bwd_det, mode) outside the windows, so it must be a variant of
 /// that op, not a negative control, deterministic for bwd_det, and serve H =
 /// kMinH..kMaxH, both weight dtypes and every form (plan.h, registry.h). The
-/// message starts with "variant NAME". Used by the route-table loader and by
+/// message starts with "unknown fallback key" or "variant NAME". Used by the route-table loader and by
 /// derive for its spec's [fallback]. Never throws.
 std::string fallback_problem(const std::string& key, const Variant& var);
 
