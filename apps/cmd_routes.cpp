@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "normgate/kernels/plan.h"
+#include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 
@@ -96,7 +98,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "Exit 1 when a route has no current approval (the dispatcher refuses its calls; "
                                  "not with --allow-unapproved), a current approval is below the policy minimum, "
                                  "the approvals file holds an INVALID record (listed with its reason; it approves "
-                                 "nothing) or a --pick is refused");
+                                 "nothing) or a --pick is refused or falls back");
   struct Opts {
     std::string table;
     std::vector<std::string> picks;
@@ -105,8 +107,12 @@ void add_routes(CLI::App& app, Commands& cmds) {
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->table, "Route table (TOML)")->required();
-  sub->add_option("--pick", o->picks, "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000 (repeatable); "
-                                      "exit 1 when a route is refused for want of a current approval");
+  sub->add_option("--pick", o->picks,
+                  "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain|res|heads24|heads4] "
+                  "(repeatable; per-head forms are rows of 256: H=256). Says what the dispatcher runs for it, as at "
+                  "run time without strict mode: the window's variant, or the table's fallback for a call outside "
+                  "every window. Exit 1 when a pick is refused (no current approval) or falls back (no approved "
+                  "window holds the call)");
   sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
   sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
                 "Explicit override: dispatch routes without a current approval");
@@ -229,19 +235,49 @@ void add_routes(CLI::App& app, Commands& cmds) {
       }
       // Every --pick parsed before any is answered: a bad one is exit 2
       // with nothing printed for the others.
+      // A bad call (H outside 1..16384, a per-head form at H != 256) is a
+      // usage error too, found here before any pick is printed.
       std::vector<kernels::CallKey> keys;
-      for (const auto& text : o->picks) keys.push_back(parse_call(text));
+      for (const auto& text : o->picks) {
+        keys.push_back(parse_call(text));
+        const kernels::CallKey& k = keys.back();
+        if (k.H < kernels::kMinH || k.H > kernels::kMaxH)
+          throw std::invalid_argument("--pick '" + text + "': H " + std::to_string(k.H) + " is outside " +
+                                      std::to_string(kernels::kMinH) + ".." + std::to_string(kernels::kMaxH));
+        if ((k.form == Form::heads24 || k.form == Form::heads4) && k.H != 256)
+          throw std::invalid_argument("--pick '" + text + "': form " + std::string(to_string(k.form)) +
+                                      " is rows of 256 (H=256), not H " + std::to_string(k.H));
+      }
+      // What the run-time dispatcher (DispatchCache, not strict) does with
+      // each call; its warnings are this listing's lines instead.
+      kernels::DispatchCacheOptions copts;
+      copts.warn = [](const std::string&) {};
+      copts.notice = [](const std::string&) {};
+      const kernels::DispatchCache cache(d, copts);
+      std::vector<kernels::Pick> picks;
+      for (const auto& key : keys) picks.push_back(cache.inspect(key, false));
       int rc = 0;
-      for (const auto& key : keys) {
-        try {
-          const auto dec = d.pick(key);
-          std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
-                      std::string(dec.variant->name).c_str(), dec.route->where().c_str(),
-                      std::string(kernels::to_string(dec.approval.state)).c_str(),
-                      dec.overridden ? ", dispatched by explicit override" : "");
-        } catch (const kernels::UnapprovedRoute& e) {
-          std::printf("REFUSED %s\n", e.what());
-          rc = 1;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const kernels::CallKey& key = keys[i];
+        const kernels::Pick& p = picks[i];
+        switch (p.kind) {
+          case kernels::PickKind::routed:
+          case kernels::PickKind::unapproved:
+            std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
+                        std::string(p.variant->name).c_str(), p.route->where().c_str(),
+                        std::string(kernels::to_string(p.state)).c_str(),
+                        p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
+            break;
+          case kernels::PickKind::fallback:
+            std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "
+                        "one-time warning; strict mode refuses it)\n",
+                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), o->table.c_str());
+            rc = 1;
+            break;
+          default:
+            std::printf("REFUSED %s\n", p.reason.c_str());
+            rc = 1;
+            break;
         }
       }
       // The picks' exit status is theirs; a damaged approvals file is still

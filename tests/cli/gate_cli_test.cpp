@@ -80,7 +80,10 @@ TEST(GateCli, HelpAndUsageErrors) {
       // Every --pick is parsed before any is answered.
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=fwd", "required"},
       {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5,form=heads8", "--pick 'op=fwd,H=64,w=bf16,T=5,form=heads8': bad form 'heads8'"},
-      {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=701", "no route"},
+      // A call the library refuses is a usage error of --pick, before any answer.
+      {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5 --pick op=fwd,H=16385,w=bf16,T=5", "H 16385 is outside 1..16384"},
+      {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5 --pick op=fwd,H=4096,w=bf16,T=5,form=heads4",
+       "form heads4 is rows of 256 (H=256), not H 4096"},
       {"gate " + kSmall + " --plan --rate 0", "got '0'"},
       {"gate " + kSmall + " --plan --rate fast", "--rate: 'fast' is not a decimal number"},
       {"gate " + kSmall + " --plan --windows H=4096", "selects none"},
@@ -102,6 +105,20 @@ TEST(GateCli, HelpAndUsageErrors) {
   {  // the bad second --pick: nothing answered for the first
     const CliResult r = cli("routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=fwd");
     EXPECT_FALSE(contains(r.out, "REFUSED") || contains(r.out, " -> ")) << r.out;
+  }
+  {  // a well-formed call outside every window is the table's answer, not a usage error: exit 1,
+     // each call answered in order
+    const CliResult r = cli("routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=bwd,mode=det,H=64,w=bf16,T=701");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_TRUE(contains(r.out, "REFUSED bwd det H=64 w=bf16 form=plain T=5: window")) << r.out;  // no approvals
+    EXPECT_TRUE(contains(r.out, "REFUSED bwd det H=64 w=bf16 form=plain T=701 is outside every window")) << r.out;
+    EXPECT_TRUE(contains(r.out, "names no fallback for bwd det")) << r.out;
+  }
+  {  // a table with a fallback: the call outside its windows is served by it, said, and exit 1
+    const CliResult r = cli("routes " + std::string(NORMGATE_SOURCE_DIR) +
+                            "/tests/data/routes/dispatch.toml --pick op=bwd,mode=nondet,H=128,w=fp32,form=res,T=3");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_TRUE(contains(r.out, "FALLBACK bwd nondet H=128 w=fp32 form=res T=3 -> bwd_nondet_atomic")) << r.out;
   }
   std::filesystem::remove_all(dir);
 }

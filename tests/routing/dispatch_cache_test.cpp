@@ -306,7 +306,7 @@ TEST(DispatchCache, NoFallbackNamedRefusesOutsideTheWindows) {
   EXPECT_THROW((void)c.pick(call(Op::fwd, Mode::det, 64, WDtype::bf16, 3), false), NoRoute);
 }
 
-// The CLI's Dispatcher (normgate routes --pick) says a call outside every
+// Dispatcher::pick (the uncached dispatcher) says a call outside every
 // window is served by the fallback at run time.
 TEST(DispatchCache, DispatcherNoRouteNamesTheFallback) {
   const RouteTable t = parse_route_table(with_fallback("fallback = { bwd_det = \"bwd_det_chunked\" }"), "t.toml");
