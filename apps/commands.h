@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "normgate/seeds/case_id.h"
+
 namespace normgate::app {
 
 /// Holds the action of the subcommand that was selected; run() returns the
@@ -124,6 +126,15 @@ std::vector<int> parse_devices_option(const std::string& text, bool given, const
 /// `--plugin LIB.so`, repeatable (one path per occurrence): plugin libraries
 /// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
 CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
+
+/// The least host memory, in bytes, that checking `cases` with `n_impls`
+/// implementations needs: the largest case's x and each implementation's y,
+/// BF16 [rows, H] each (2 * rows * H * (1 + n_impls); what the check holds
+/// at once is more: dy, dx, the oracle's rows). Throws std::invalid_argument
+/// naming the largest case, this bound and the host's physical memory
+/// (sysconf) when the bound exceeds it: a check that cannot fit is refused
+/// before any work, not ended by std::bad_alloc or the OOM killer.
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls);
 
 /// Load and register every plugin of `paths` (plugin/loader.h
 /// register_plugins), before any other work: a missing or bad library is

@@ -421,4 +421,28 @@ void check_writable(const std::string& path, const std::string& option) {
     throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
 }
 
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls) {
+  const seeds::CaseId* big = nullptr;
+  unsigned __int128 most = 0;
+  for (const auto& c : cases) {
+    const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
+                                static_cast<uint64_t>(c.H) * (1 + n_impls);
+    if (big == nullptr || b > most) most = b, big = &c;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (big == nullptr || pages <= 0 || page <= 0) return;  // nothing to check, or the host does not say
+  const unsigned __int128 have = static_cast<unsigned __int128>(pages) * static_cast<uint64_t>(page);
+  if (most <= have) return;
+  auto gib = [](unsigned __int128 b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
+                              std::to_string(big->H) + ") needs at least " + gib(most) +
+                              " of host memory (BF16 x, and y of " + std::to_string(n_impls) +
+                              (n_impls == 1 ? " implementation" : " implementations") + "), more than this host's " + gib(have) +
+                              ": choose a smaller T or fewer implementations");
+}
+
 }  // namespace normgate::app
