@@ -173,7 +173,7 @@ typedef struct ng_fwd_args {
   int64_t y_stride;
   int64_t y_stride_h;
   void* rstd;           /* FP32 [T*heads], output */
-  int64_t T;            /* tokens; T*heads in 0 .. 2^31 (0: nothing is launched) */
+  int64_t T;            /* tokens; T*heads in 0 .. 2^32 (0: nothing is launched) */
   int64_t H;            /* normalized length, 1 .. 16384 (256 for head forms) */
   int64_t heads;        /* 1 (plain, res), 24 (heads24) or 4 (heads4) */
   float eps;            /* binary32 (the kernel's own eps), normal: finite and
@@ -251,7 +251,7 @@ NG_API int ng_bwd_routed(int32_t mode, const ng_bwd_args* a, void* stream);
 
 /* Device workspace in bytes that ng_bwd(variant, ...) needs for T_rows
  * normalized rows (T*heads) of length H (0 when T_rows == 0). NG_EINVAL for
- * an unknown, forward or control variant, T_rows outside 0 .. 2^31, or H
+ * an unknown, forward or control variant, T_rows outside 0 .. 2^32, or H
  * outside the variant's range. */
 NG_API int ng_bwd_workspace_bytes(const char* variant, int64_t T_rows, int64_t H, uint64_t* out);
 
