@@ -157,6 +157,23 @@ TEST(CApiRoutes, RouteForChangesAtTheWindowEdge) {
   bad = bwd(NG_MODE_DET, 1, NG_W_BF16, 0);
   EXPECT_EQ(bad.run(), NG_EINVAL);
   EXPECT_EQ(ng_route_for(NG_OP_BWD, NG_MODE_DET, 64, 1, NG_W_BF16, NG_FORM_PLAIN, nullptr, nullptr), NG_EINVAL);
+  // The call's own limits, in tokens: T*heads rows up to 2^32, heads of 256.
+  // A fallback pick past them would only fail at the launch; the workspace
+  // of a backward one named the rows T.
+  Q heads = bwd(NG_MODE_DET, 178956971, NG_W_BF16, 256);
+  heads.form = NG_FORM_HEADS24;
+  EXPECT_EQ(heads.run(), NG_EINVAL);
+  EXPECT_NE(last_error().find("T = 178956971 is out of range 0..178956970 (T*heads <= 4294967296)"),
+            std::string::npos) << last_error();
+  heads.T = 178956970;  // the last T that fits: routed or a fallback, not a usage error
+  EXPECT_NE(heads.run(), NG_EINVAL) << last_error();
+  Q plain = bwd(NG_MODE_DET, (int64_t{1} << 32) + 1);
+  EXPECT_EQ(plain.run(), NG_EINVAL);
+  EXPECT_NE(last_error().find("T = 4294967297 is out of range 0..4294967296"), std::string::npos) << last_error();
+  Q narrow = bwd(NG_MODE_DET, 5, NG_W_BF16, 128);
+  narrow.form = NG_FORM_HEADS4;
+  EXPECT_EQ(narrow.run(), NG_EINVAL);
+  EXPECT_NE(last_error().find("H = 128: form 'heads4' normalizes heads of 256"), std::string::npos) << last_error();
 }
 
 TEST(CApiRoutes, MissingAndStaleApprovalsAreRefusedNamingTheWindow) {
