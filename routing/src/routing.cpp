@@ -482,6 +482,17 @@ std::string validate_approval(const Approval& a) {
       return win + ": T needs 1 <= lo <= hi <= " + std::to_string(kMaxT);
     if (a.variant.empty() || a.variant.find_first_of(" \t\r\n") != std::string::npos)
       return "variant '" + a.variant + "' is not a variant name";
+    // A registered variant must serve the window it approves (a name not
+    // registered here may be a plugin's, loaded by another process).
+    if (const Variant* v = find_variant(a.variant)) {
+      if (v->op != a.op)
+        return "variant " + a.variant + " is a " + std::string(to_string(v->op)) + " variant; " + win + " is " +
+               std::string(to_string(a.op));
+      if (a.op == Op::bwd && a.mode == Mode::det && v->mode != Mode::det)
+        return "variant " + a.variant + " is non-deterministic; " + win + " is deterministic";
+      if (!v->supports_h(a.H) || !v->supports(a.w) || !v->supports(a.form))
+        return "variant " + a.variant + " does not serve " + win + " (" + describe(*v) + ")";
+    }
     if (!lower_hex64(a.source_sha256)) return "source_sha256 '" + a.source_sha256 + "' is not 64 lower-case hex digits";
     if (a.backend != kGpuBackend && a.backend != kCpuModelBackend)
       return "backend '" + a.backend + "' (expected \"gpu\" or \"cpu-model\")";

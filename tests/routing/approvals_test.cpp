@@ -124,6 +124,12 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.H = 0; }, "H 0 outside 1..16384"},
       {0, [](Approval& a) { a.t_lo = 0; }, "T needs 1 <= lo <= hi"},
       {0, [](Approval& a) { a.variant = ""; }, "variant '' is not a variant name"},
+      // A registered variant must serve the window it approves.
+      {0, [](Approval& a) { a.variant = "fwd_rowwise"; }, "variant fwd_rowwise is a fwd variant; window bwd det H=64"},
+      {0, [](Approval& a) { a.variant = "bwd_nondet_atomic"; },
+       "variant bwd_nondet_atomic is non-deterministic; window bwd det H=64 w=bf16 form=plain T=1..700 is deterministic"},
+      {0, [](Approval& a) { a.variant = "bwd_det_heads"; }, "variant bwd_det_heads does not serve window bwd det H=64"},
+      {0, [](Approval& a) { a.variant = "bwd_det_wide"; }, "variant bwd_det_wide does not serve window bwd det H=64"},
       {0, [](Approval& a) { a.gpu = ""; }, "gpu is empty"},
       {0, [](Approval& a) { a.t_per_window = 1; }, "t_per_window 1 outside 2..1000000"},
       {0, [](Approval& a) { a.dense_points = -1; }, "dense_points -1"},
