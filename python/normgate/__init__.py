@@ -378,7 +378,7 @@ def ceiling_stream(kind, dst, src):
     nbytes = sizes.pop()
     dev = used[0][1].device
     with torch.cuda.device(dev):
-        _lib.check(_lib.lib().ng_ceiling_stream(kind.encode(), _ptr(dst) if kind != "read_only" else None,
+        _lib.check(_lib.lib().ng_ceiling_stream(_lib._bytes(kind, "kind"), _ptr(dst) if kind != "read_only" else None,
                                                 _ptr(src) if kind != "write_only" else None, nbytes, _stream(dev)))
 
 
@@ -683,10 +683,10 @@ def generate(case_id, device="cuda"):
     b = _inputs_struct(x, dy, w, u, dh_new)
     if on_gpu:
         with torch.cuda.device(dev):
-            _lib.check(_lib.lib().ng_generate_device(case_id.encode(), ctypes.byref(b),
+            _lib.check(_lib.lib().ng_generate_device(_lib._bytes(case_id, "case_id"), ctypes.byref(b),
                                                      _stream(x.device)))
     else:
-        _lib.check(_lib.lib().ng_generate_host(case_id.encode(), ctypes.byref(b)))
+        _lib.check(_lib.lib().ng_generate_host(_lib._bytes(case_id, "case_id"), ctypes.byref(b)))
     out = {"dy": dy.view(shape).to(device), "w": w.to(device), "eps": info["eps"], "form": info["form"],
            "T": T, "H": H, "heads": heads, "case": info["case"]}
     if res:

@@ -278,9 +278,17 @@ def check(rc):
 
 
 def _bytes(s, what):
+    """s as the NUL-terminated UTF-8 the C ABI reads; ValueError naming `what`
+    and the value for a non-str, an embedded NUL (C would stop there and read
+    a shorter name) or a lone surrogate (no UTF-8 spelling)."""
     if not isinstance(s, str):
         raise ValueError("%s must be a str, got %r" % (what, type(s).__name__))
-    return s.encode("utf-8")
+    if "\0" in s:
+        raise ValueError("%s %r contains a NUL character" % (what, s))
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError("%s %r is not valid Unicode text (%s)" % (what, s, e.reason)) from None
 
 
 def version():

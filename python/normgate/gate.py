@@ -299,6 +299,7 @@ class Implementation:
             description = getattr(fn, "__qualname__", type(fn).__name__)
         if not isinstance(description, str) or "\n" in description:
             raise ValueError("description must be one line of text, got %r" % (description,))
+        _lib._bytes(description, "description")  # a NUL or a lone surrogate: ValueError here, not at registration
         self.name, self.fn, self.op, self.deterministic = name, fn, op, deterministic
         self.H = (h_min, h_max)
         self.description = description
@@ -434,7 +435,7 @@ def _register(impl):
     d.name = impl.name.encode()
     d.source_sha256 = impl.source_sha256.encode()
     d.origin = b"python"
-    d.description = impl.description.encode()
+    d.description = _lib._bytes(impl.description, "description")
     d.ran_on = ("python callable on %s" % impl.device).encode()
     d.run = cfn
     _lib.check(L.ng_register_external(ctypes.byref(d)))

@@ -150,6 +150,16 @@ def test_overrides_by_name_and_by_policy():
                                              variant="bwd_nondet_atomic")
         assert "negative control" in raises(ValueError, normgate.route_for, "bwd", 64, 5, "fp32",
                                             variant="ctl_fp32_seq")
+        # A name C would read shorter (an embedded NUL), or with no UTF-8 spelling: ValueError naming it
+        assert "variant 'bwd_det_chunked\\x00x' contains a NUL" in raises(
+            ValueError, normgate.route_for, "bwd", 64, 5, "fp32", variant="bwd_det_chunked\0x")
+        assert "is not valid Unicode text" in raises(ValueError, normgate.route_for, "bwd", 64, 5, "fp32",
+                                                     variant="bwd_\ud800")
+        assert "contains a NUL" in raises(ValueError, normgate.bwd_workspace_bytes, 8, 64, variant="bwd_det_chunked\0")
+        # The C ABI's limits in tokens: T*heads rows up to 2^32, heads of 256
+        assert "T = 178956971 is out of range 0..178956970" in raises(
+            ValueError, normgate.route_for, "bwd", 256, 178956971, "bf16", "heads24")
+        assert "normalizes heads of 256" in raises(ValueError, normgate.route_for, "fwd", 128, 5, "bf16", "heads4")
         assert normgate._variant_for("bwd_nondet_atomic", "bwd") == "bwd_nondet_atomic"
         assert normgate._variant_for("bwd_nondet_atomic", "fwd") is None
         assert normgate._variant_for({"fwd": "fwd_rowwise"}, "bwd") is None
