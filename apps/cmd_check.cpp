@@ -159,7 +159,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle), from_all, o->outputs == "fwd"};
         validators::require_supported({req.id}, named);  // before the note: a refusal is the only output
-        require_host_memory({req.id}, impls.size());
+        require_host_memory({req.id}, impls.size(), o->outputs == "fwd");
         if (from_all)  // what "all" leaves out of this case, and why (also in the report and the JSON)
           for (const auto& impl : impls)
             if (const std::string why = validators::unsupported_reason(impl, req.id); !why.empty())

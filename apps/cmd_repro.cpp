@@ -138,6 +138,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
       } else {
         c = seeds::parse_case(case_text);
       }
+      require_host_memory({c}, impls.size());  // before the --save folder is made: nothing done on a refusal
       std::string save = o->save;
       // A path ending in '/' names a folder: create it (with parents) if missing.
       if (!save.empty() && save.back() == '/' && !std::filesystem::exists(save)) {

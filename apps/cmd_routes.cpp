@@ -35,17 +35,20 @@ kernels::CallKey parse_call(const std::string& text) {
                                  " (expected op=fwd|bwd,H=N,w=bf16|fp32,T=N, mode=det|nondet for op=bwd, "
                                  "[form=plain|res|heads24|heads4], e.g. op=bwd,mode=det,H=2048,w=bf16,T=5000)");
   };
+  // Decimal digits only (no sign, no spaces), at most 2^63 - 1.
   auto number = [&](const std::string& key, const std::string& v) {
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("bad " + key + " '" + v + "' (decimal digits only)");
     size_t pos = 0;
     long long n = -1;
     try {
       n = std::stoll(v, &pos);
     } catch (const std::exception&) {
-      pos = 0;
+      throw bad(key + " '" + v + "' is larger than 2^63 - 1");
     }
-    if (pos != v.size() || v.empty() || n < 0) throw bad("bad " + key + " '" + v + "'");
     return static_cast<int64_t>(n);
   };
+  if (!text.empty() && text.back() == ',') throw bad("a trailing ','");
   while (std::getline(ss, term, ',')) {
     const auto eq = term.find('=');
     if (eq == std::string::npos) throw bad("term '" + term + "' has no '='");
@@ -247,12 +250,18 @@ void add_routes(CLI::App& app, Commands& cmds) {
         if ((k.form == Form::heads24 || k.form == Form::heads4) && k.H != 256)
           throw std::invalid_argument("--pick '" + text + "': form " + std::string(to_string(k.form)) +
                                       " is rows of 256 (H=256), not H " + std::to_string(k.H));
+        const int64_t heads = k.form == Form::heads24 ? 24 : k.form == Form::heads4 ? 4 : 1;
+        if (k.T > kernels::kMaxT / heads)  // a launch's limit: T*heads rows <= 2^32 (api.cpp)
+          throw std::invalid_argument("--pick '" + text + "': T " + std::to_string(k.T) + " is out of range 0.." +
+                                      std::to_string(kernels::kMaxT / heads) +
+                                      (heads > 1 ? " (T*heads <= " + std::to_string(kernels::kMaxT) + ")" : ""));
       }
       // What the run-time dispatcher (DispatchCache, not strict) does with
       // each call; its warnings are this listing's lines instead.
       kernels::DispatchCacheOptions copts;
       copts.warn = [](const std::string&) {};
       copts.notice = [](const std::string&) {};
+      copts.override_hint = "pass --allow-unapproved (experiments only)";
       const kernels::DispatchCache cache(d, copts);
       std::vector<kernels::Pick> picks;
       for (const auto& key : keys) picks.push_back(cache.inspect(key, false));

@@ -127,14 +127,21 @@ std::vector<int> parse_devices_option(const std::string& text, bool given, const
 /// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
 CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 
-/// The least host memory, in bytes, that checking `cases` with `n_impls`
-/// implementations needs: the largest case's x and each implementation's y,
-/// BF16 [rows, H] each (2 * rows * H * (1 + n_impls); what the check holds
-/// at once is more: dy, dx, the oracle's rows). Throws std::invalid_argument
-/// naming the largest case, this bound and the host's physical memory
-/// (sysconf) when the bound exceeds it: a check that cannot fit is refused
-/// before any work, not ended by std::bad_alloc or the OOM killer.
-void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls);
+/// The least host memory, in bytes, that checking one of `cases` at a time
+/// with `n_impls` implementations needs: its BF16 [rows, H] tensors held at
+/// once, the inputs (x, and dy for a backward check; form res adds u, and
+/// dh_new for a backward check) and each implementation's outputs (y, and
+/// dx for a backward check), 2 bytes an element each. `forward_only`: the
+/// check validates the forward only (check --outputs fwd). The oracle's
+/// per-row and per-column data, the validation tiles and any case prepared
+/// ahead come on top (measured: 8.0 bytes an element at plain [32768, 4096]
+/// with one implementation, where this bound is 8). Throws
+/// std::invalid_argument naming the largest case, this bound and the host's
+/// physical memory (sysconf; a cgroup limit is not read) when the bound
+/// exceeds it, so a check that cannot fit is refused before any work rather
+/// than ended by std::bad_alloc or the OOM killer; one that passes may
+/// still need more than the host has free.
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only = false);
 
 /// Load and register every plugin of `paths` (plugin/loader.h
 /// register_plugins), before any other work: a missing or bad library is

@@ -421,12 +421,15 @@ void check_writable(const std::string& path, const std::string& option) {
     throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
 }
 
-void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls) {
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only) {
   const seeds::CaseId* big = nullptr;
   unsigned __int128 most = 0;
   for (const auto& c : cases) {
+    // BF16 tensors an element: inputs x [, dy] [, u [, dh_new]], each implementation's y [, dx].
+    const uint64_t per_tensor = forward_only ? 1 : 2;
+    const uint64_t inputs = per_tensor * (c.form == normgate::Form::res ? 2 : 1);
     const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
-                                static_cast<uint64_t>(c.H) * (1 + n_impls);
+                                static_cast<uint64_t>(c.H) * (inputs + per_tensor * n_impls);
     if (big == nullptr || b > most) most = b, big = &c;
   }
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
@@ -440,7 +443,7 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls
   };
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + ") needs at least " + gib(most) +
-                              " of host memory (BF16 x, and y of " + std::to_string(n_impls) +
+                              " of host memory (its BF16 inputs and the outputs of " + std::to_string(n_impls) +
                               (n_impls == 1 ? " implementation" : " implementations") + "), more than this host's " + gib(have) +
                               ": choose a smaller T or fewer implementations");
 }

@@ -432,8 +432,8 @@ def _register(impl):
     d.wdtypes = sum(_W_BITS[x] for x in set(impl.w))
     d.forms = sum(_FORM_BITS[x] for x in set(impl.forms))
     d.h_min, d.h_max = impl.H
-    d.name = impl.name.encode()
-    d.source_sha256 = impl.source_sha256.encode()
+    d.name = _lib._bytes(impl.name, "name")
+    d.source_sha256 = _lib._bytes(impl.source_sha256, "source_sha256")
     d.origin = b"python"
     d.description = _lib._bytes(impl.description, "description")
     d.ran_on = ("python callable on %s" % impl.device).encode()
@@ -604,6 +604,10 @@ def _path(v, what):
     if not isinstance(v, (str, os.PathLike)):
         raise TypeError("%s must be a path, got %r" % (what, v))
     p = os.fspath(v)
+    # The C ABI reads a NUL-terminated name: a NUL inside would cut it to
+    # another path (os.fsencode keeps a lone surrogate as the byte it stands for).
+    if "\0" in (p if isinstance(p, str) else p.decode("latin-1")):
+        raise ValueError("%s %r contains a NUL character" % (what, p))
     d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
         raise ValueError("%s %r: directory %r does not exist" % (what, p, d))
@@ -670,6 +674,8 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise TypeError("progress must be a bool, got %r" % (progress,))
     if backend not in ("auto", "cpu", "gpu"):
         raise ValueError("backend: %r is not 'auto', 'cpu' or 'gpu'" % (backend,))
+    if isinstance(windows, str):  # a filter string for the C side
+        _lib._bytes(windows, "windows")
     journal = _path(journal, "journal")
     report_md = _path(report_md, "report_md")
     report_json = _path(report_json, "report_json")
@@ -728,7 +734,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     def b(s):
         if s is None:
             return None
-        v = os.fsencode(s) if not isinstance(s, str) else s.encode()
+        v = os.fsencode(s)  # paths and checked strings (_path, _lib._bytes above): no NUL, any surrogate-escaped byte
         keep.append(v)
         return v
 

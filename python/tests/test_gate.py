@@ -196,6 +196,11 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
     # policy are written (a quote would have broken the policy file).
     with pytest.raises(ValueError, match="seeds '3x1\"' is not a seed set"):
         normgate.gate(impl, windows=win, journal=str(out / "j"), approve=True, seeds='3x1"')
+    # A path C would read shorter (a NUL inside), or a filter with a lone surrogate: refused before any work.
+    with pytest.raises(ValueError, match="journal .* contains a NUL"):
+        normgate.gate(impl, windows=win, journal=str(out / "j.journal") + "\0evil")
+    with pytest.raises(ValueError, match="report_md .* contains a NUL"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), report_md=str(out / "r.md") + "\0x")
     assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
     # A table_out that normgate.gate() did not write is never overwritten.
     mine = tmp_path / "mine.toml"

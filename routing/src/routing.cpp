@@ -480,11 +480,16 @@ std::string validate_approval(const Approval& a) {
       return win + ": form " + std::string(to_string(a.form)) + " needs H = 256";
     if (a.t_lo < 1 || a.t_hi < a.t_lo || a.t_hi > kMaxT)
       return win + ": T needs 1 <= lo <= hi <= " + std::to_string(kMaxT);
-    if (a.variant.empty() || a.variant.find_first_of(" \t\r\n") != std::string::npos)
-      return "variant '" + a.variant + "' is not a variant name";
+    // Every variant name a process can register (built-in, plugin,
+    // external) is 1 to 64 of A-Z a-z 0-9 _ . + - (registry.h).
+    if (a.variant.empty() || a.variant.size() > 64 ||
+        a.variant.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-") !=
+            std::string::npos)
+      return "variant " + nlohmann::json(a.variant).dump() + " is not a variant name (1 to 64 of A-Z a-z 0-9 _ . + -)";
     // A registered variant must serve the window it approves (a name not
     // registered here may be a plugin's, loaded by another process).
     if (const Variant* v = find_variant(a.variant)) {
+      if (v->control) return "variant " + a.variant + " is a negative control: never routed, never approved";
       if (v->op != a.op)
         return "variant " + a.variant + " is a " + std::string(to_string(v->op)) + " variant; " + win + " is " +
                std::string(to_string(a.op));

@@ -305,7 +305,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   EXPECT_EQ(slurp(target), merged);
   // Below the policy minimum of the target's table (small.policy.toml: dense 2 x 64): refused.
   json weak = other;
-  weak["variant"] = "bwd_nondet_atomic";
+  weak["variant"] = "bwd_det_wreg";
   weak["dense_step"] = 128;
   const std::string wk = d + "/weak.approvals.json";
   spit_approvals(wk, json::array({sealed(weak)}));
@@ -316,7 +316,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   EXPECT_EQ(slurp(target), merged);
   // Two different records of one new slot with one date: refused.
   json twin = other;
-  twin["variant"] = "bwd_nondet_atomic";
+  twin["variant"] = "bwd_det_wreg";
   json twin2 = twin;
   twin2["cases"] = twin["cases"].get<int64_t>() + 1;
   const std::string tw = d + "/twins.approvals.json";

@@ -112,8 +112,8 @@ TEST(CheckSupportCli, AVariantNamedBesideAllIsNotSkipped) {
 
 }  // namespace
 
-// A case too large for any host's memory (2^31 + 16 rows of 256: 2 TiB of
-// BF16 x alone) is refused before any work, exit 2 naming the case and the
+// A case too large for any host's memory (2^31 + 16 rows of 256: 4 TiB of
+// BF16 x, dy, y and dx) is refused before any work, exit 2 naming the case and the
 // bound, instead of ending in std::bad_alloc (exit 3) or the OOM killer.
 // The single case and the grid (its largest case) alike.
 TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
@@ -121,8 +121,8 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   const std::string big = "H=256,T=89478486,w=bf16,form=heads24,family=normal,seed=1";
   const Split one = run_split("check --backend cpu --case " + big + " --json " + d + "/c.json", d);
   EXPECT_EQ(one.code, 2) << one.out << one.err;
-  EXPECT_TRUE(contains(one.err, "case " + big + " (2147483664 rows of 256) needs at least 2048.0 GiB of host memory "
-                                "(BF16 x, and y of 1 implementation)"))
+  EXPECT_TRUE(contains(one.err, "case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB of host memory "
+                                "(its BF16 inputs and the outputs of 1 implementation)"))
       << one.err;
   EXPECT_EQ(one.out, "") << "work started before the refusal";
   EXPECT_FALSE(std::filesystem::exists(d + "/c.json"));
@@ -130,8 +130,15 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
                                "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
                                d);
   EXPECT_EQ(grid.code, 2) << grid.out << grid.err;
-  EXPECT_TRUE(contains(grid.err, "T=89478486") && contains(grid.err, "and y of 2 implementations)")) << grid.err;
+  EXPECT_TRUE(contains(grid.err, "T=89478486") && contains(grid.err, "6144.0 GiB") && contains(grid.err, "the outputs of 2 implementations)")) << grid.err;
   EXPECT_EQ(grid.out, "") << "work started before the refusal";
   EXPECT_FALSE(std::filesystem::exists(d + "/g.md"));
+  // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
+  const Split rep = run_split("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 "
+                              "--variant fwd_rowwise --save " + d + "/saved/",
+                              d);
+  EXPECT_EQ(rep.code, 2) << rep.out << rep.err;
+  EXPECT_TRUE(contains(rep.err, "needs at least 256.0 GiB of host memory")) << rep.err;
+  EXPECT_FALSE(std::filesystem::exists(d + "/saved"));
   std::filesystem::remove_all(d);
 }

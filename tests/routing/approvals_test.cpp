@@ -123,7 +123,13 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.date = "2026-12-01T24:03:23Z"; }, "is not ISO 8601 UTC"},
       {0, [](Approval& a) { a.H = 0; }, "H 0 outside 1..16384"},
       {0, [](Approval& a) { a.t_lo = 0; }, "T needs 1 <= lo <= hi"},
-      {0, [](Approval& a) { a.variant = ""; }, "variant '' is not a variant name"},
+      {0, [](Approval& a) { a.variant = ""; }, "variant \"\" is not a variant name"},
+      // A name no process can register: C would read "bwd_det_chunked" at the NUL.
+      {0, [](Approval& a) { a.variant = std::string("bwd_det_chunked\0x", 17); },
+       "variant \"bwd_det_chunked\\u0000x\" is not a variant name (1 to 64 of A-Z a-z 0-9 _ . + -)"},
+      {0, [](Approval& a) { a.variant = "bwd_det_chunked\u00a0"; }, "is not a variant name"},
+      {0, [](Approval& a) { a.variant = std::string(65, 'k'); }, "is not a variant name"},
+      {0, [](Approval& a) { a.variant = "ctl_fp32_seq"; }, "variant ctl_fp32_seq is a negative control"},
       // A registered variant must serve the window it approves.
       {0, [](Approval& a) { a.variant = "fwd_rowwise"; }, "variant fwd_rowwise is a fwd variant; window bwd det H=64"},
       {0, [](Approval& a) { a.variant = "bwd_nondet_atomic"; },

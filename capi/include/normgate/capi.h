@@ -286,7 +286,8 @@ typedef struct ng_route_info {
  * unsupported). Loads the table on first use. Returns NG_OK, or NG_EROUTE
  * when a kernel call would be refused: *out is filled either way (how =
  * NG_ROUTE_REFUSED, message = why); NG_EROUTE without filling *out when the
- * table cannot be loaded; NG_EINVAL for a bad op, mode, w_dtype, form, T < 0,
+ * table cannot be loaded; NG_EINVAL for a bad op, mode (op bwd: a forward
+ * call ignores mode), w_dtype, form, T < 0,
  * T*heads over 2^32, H outside 1..16384, a head form at H != 256, or out
  * NULL (the limits of a launch, checked here too). */
 NG_API int ng_route_for(int32_t op, int32_t mode, int64_t H, int64_t T, int32_t w_dtype, int32_t form,
