@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -118,27 +119,25 @@ TEST(CheckSupportCli, AVariantNamedBesideAllIsNotSkipped) {
 // The single case and the grid (its largest case) alike.
 TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   const std::string d = fresh_dir("cli", "host_memory");
+  // Each command: exit 2, stderr holding every needle, nothing on stdout, `output` not created.
+  auto refused = [&](const std::string& args, const std::vector<std::string>& needles, const std::string& output) {
+    const Split r = run_split(args, d);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    for (const auto& n : needles) EXPECT_TRUE(contains(r.err, n)) << n << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << "work started before the refusal: " << args;
+    EXPECT_FALSE(std::filesystem::exists(output)) << output;
+  };
   const std::string big = "H=256,T=89478486,w=bf16,form=heads24,family=normal,seed=1";
-  const Split one = run_split("check --backend cpu --case " + big + " --json " + d + "/c.json", d);
-  EXPECT_EQ(one.code, 2) << one.out << one.err;
-  EXPECT_TRUE(contains(one.err, "case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB of host memory "
-                                "(its BF16 inputs and the outputs of 1 implementation)"))
-      << one.err;
-  EXPECT_EQ(one.out, "") << "work started before the refusal";
-  EXPECT_FALSE(std::filesystem::exists(d + "/c.json"));
-  const Split grid = run_split("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
-                               "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
-                               d);
-  EXPECT_EQ(grid.code, 2) << grid.out << grid.err;
-  EXPECT_TRUE(contains(grid.err, "T=89478486") && contains(grid.err, "6144.0 GiB") && contains(grid.err, "the outputs of 2 implementations)")) << grid.err;
-  EXPECT_EQ(grid.out, "") << "work started before the refusal";
-  EXPECT_FALSE(std::filesystem::exists(d + "/g.md"));
+  refused("check --backend cpu --case " + big + " --json " + d + "/c.json",
+          {"case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB of host memory "
+                           "(its BF16 inputs and the outputs of 1 implementation)"},
+          d + "/c.json");
+  refused("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
+          "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
+          {"T=89478486", "6144.0 GiB", "the outputs of 2 implementations)"}, d + "/g.md");
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
-  const Split rep = run_split("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 "
-                              "--variant fwd_rowwise --save " + d + "/saved/",
-                              d);
-  EXPECT_EQ(rep.code, 2) << rep.out << rep.err;
-  EXPECT_TRUE(contains(rep.err, "needs at least 256.0 GiB of host memory")) << rep.err;
-  EXPECT_FALSE(std::filesystem::exists(d + "/saved"));
+  refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
+              d + "/saved/",
+          {"needs at least 256.0 GiB of host memory"}, d + "/saved");
   std::filesystem::remove_all(d);
 }
