@@ -164,7 +164,7 @@ _last = {}                # "fwd" / "bwd" / "any" -> the last call's route dict
 
 
 def _op_code(op):
-    if op not in ("fwd", "bwd"):
+    if not isinstance(op, str) or op not in ("fwd", "bwd"):
         raise ValueError("op must be \"fwd\" or \"bwd\", got %r" % (op,))
     return _lib.NG_OP_FWD if op == "fwd" else _lib.NG_OP_BWD
 
@@ -177,7 +177,7 @@ def _w_code(w_dtype):
 
 
 def _form_code(form):
-    if form not in _lib.FORMS:
+    if not isinstance(form, str) or form not in _lib.FORMS:  # a list is unhashable: ValueError, not TypeError
         raise ValueError("form must be one of %s, got %r" % (", ".join(_lib.FORMS), form))
     return _lib.FORMS[form]
 
@@ -202,6 +202,8 @@ def route_for(op, H, T, w_dtype="bf16", form="plain", deterministic=True, varian
         _int64("route_for", name, v)
     if not isinstance(deterministic, bool):
         raise ValueError("route_for: deterministic must be True or False, got %r" % (deterministic,))
+    if variant is not None and (not isinstance(variant, str) or not variant):
+        raise ValueError("route_for: variant must be a variant name or None, got %r" % (variant,))
     mode = _lib.NG_MODE_DET if deterministic else _lib.NG_MODE_NONDET
     _, info = _lib.route_for(_op_code(op), mode, int(H), int(T), _w_code(w_dtype), _form_code(form), variant)
     return _lib.route_info_dict(info)
@@ -326,7 +328,11 @@ def bwd_workspace_bytes(T_rows, H, deterministic=True, variant=None):
     call: route_for("bwd", ...)["workspace_bytes"]. ValueError for an unknown
     variant, a T_rows or H it refuses, or one that is not an integer of 64 bits."""
     rows, h = _int64("bwd_workspace_bytes", "T_rows", T_rows), _int64("bwd_workspace_bytes", "H", H)
-    return _lib.bwd_workspace_bytes(variant or (_DET if deterministic else _NONDET), rows, h)
+    if not isinstance(deterministic, bool):
+        raise ValueError("bwd_workspace_bytes: deterministic must be True or False, got %r" % (deterministic,))
+    if variant is not None and (not isinstance(variant, str) or not variant):
+        raise ValueError("bwd_workspace_bytes: variant must be a variant name or None, got %r" % (variant,))
+    return _lib.bwd_workspace_bytes(variant if variant is not None else (_DET if deterministic else _NONDET), rows, h)
 
 
 def copy_vec16(dst, src):

@@ -124,6 +124,14 @@ def test_route_for_changes_at_the_window_edge():
         assert "T = 1180591620717411303424 does not fit" in raises(ValueError, normgate.route_for, "bwd", 64, 2 ** 70)
         assert "deterministic must be True or False" in raises(ValueError, normgate.route_for, "bwd", 64, 1,
                                                                deterministic="no")
+        assert "form must be one of" in raises(ValueError, normgate.route_for, "bwd", 64, 1, "bf16", ["plain"])
+        assert "op must be" in raises(ValueError, normgate.route_for, ["fwd"], 64, 1)
+        assert "variant must be a variant name or None, got ''" in raises(ValueError, normgate.route_for, "bwd", 64, 1,
+                                                                          variant="")
+        assert "deterministic must be True or False" in raises(ValueError, normgate.bwd_workspace_bytes, 8, 64,
+                                                               deterministic="no")
+        assert "variant must be a variant name or None" in raises(ValueError, normgate.bwd_workspace_bytes, 8, 64,
+                                                                  variant="")
 
 
 def test_missing_and_stale_approvals_are_refused_naming_the_window():

@@ -645,6 +645,9 @@ RouteTable parse_route_table(std::string_view text, const std::string& path, con
 }
 
 RouteTable load_route_table(const std::string& path, const LoadOptions& opt) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder and reads nothing
+    throw RouteTableError(path + ": cannot read route table: it is a directory (give the table's .toml file)");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw RouteTableError(path + ": cannot read route table: " + std::strerror(errno));
   std::stringstream ss;

@@ -164,6 +164,14 @@ TEST(RouteTable, MissingFileNamesThePath) {
   } catch (const RouteTableError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/x.toml"), std::string::npos);
   }
+  // A folder opens as an empty stream: said as a folder, not as "missing key 'arch'".
+  try {
+    (void)load_route_table(kSrc + "/routes");
+    FAIL();
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("/routes: cannot read route table: it is a directory"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The shipped table covers H in {1536, 2048, 4096, 5120, 6144}, T 1..131072,
