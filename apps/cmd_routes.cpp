@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "normgate/kernels/plan.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
@@ -236,26 +235,12 @@ void add_routes(CLI::App& app, Commands& cmds) {
                       policy ? ", every approval at the policy minimum" : " (no policy to check the approvals against)");
         return ok ? 0 : 1;
       }
-      // Every --pick parsed before any is answered: a bad one is exit 2
-      // with nothing printed for the others.
-      // A bad call (H outside 1..16384, a per-head form at H != 256) is a
-      // usage error too, found here before any pick is printed.
+      // Every --pick parsed, then inspected, before any is answered: a bad
+      // one is exit 2 with nothing printed for the others (a call no launch
+      // accepts, e.g. H outside 1..16384, a per-head form at H != 256 or
+      // T*heads over 2^32, is std::invalid_argument from inspect).
       std::vector<kernels::CallKey> keys;
-      for (const auto& text : o->picks) {
-        keys.push_back(parse_call(text));
-        const kernels::CallKey& k = keys.back();
-        if (k.H < kernels::kMinH || k.H > kernels::kMaxH)
-          throw std::invalid_argument("--pick '" + text + "': H " + std::to_string(k.H) + " is outside " +
-                                      std::to_string(kernels::kMinH) + ".." + std::to_string(kernels::kMaxH));
-        if ((k.form == Form::heads24 || k.form == Form::heads4) && k.H != 256)
-          throw std::invalid_argument("--pick '" + text + "': form " + std::string(to_string(k.form)) +
-                                      " is rows of 256 (H=256), not H " + std::to_string(k.H));
-        const int64_t heads = k.form == Form::heads24 ? 24 : k.form == Form::heads4 ? 4 : 1;
-        if (k.T > kernels::kMaxT / heads)  // a launch's limit: T*heads rows <= 2^32 (api.cpp)
-          throw std::invalid_argument("--pick '" + text + "': T " + std::to_string(k.T) + " is out of range 0.." +
-                                      std::to_string(kernels::kMaxT / heads) +
-                                      (heads > 1 ? " (T*heads <= " + std::to_string(kernels::kMaxT) + ")" : ""));
-      }
+      for (const auto& text : o->picks) keys.push_back(parse_call(text));
       // What the run-time dispatcher (DispatchCache, not strict) does with
       // each call; its warnings are this listing's lines instead.
       kernels::DispatchCacheOptions copts;

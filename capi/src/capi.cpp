@@ -28,7 +28,6 @@
 
 #include "normgate/core/json_number.h"
 #include "normgate/core/types.h"
-#include "normgate/kernels/plan.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "normgate/harness/runner.h"
@@ -570,15 +569,6 @@ int ng_route_for(int32_t op, int32_t mode, int64_t H, int64_t T, int32_t w_dtype
     need(out, "out");
     const nk::CallKey key{op_of(op), op == NG_OP_FWD ? nk::Mode::det : mode_of(mode), H, wdtype(w_dtype, "w_dtype"),
                           form(form_, "form"), T};
-    // The call's own limits, as a launch checks them (api.cpp check_shape),
-    // in the caller's terms: T is tokens, the rows are T*heads.
-    const int64_t heads = key.form == normgate::Form::heads24 ? 24 : key.form == normgate::Form::heads4 ? 4 : 1;
-    if (heads > 1 && H != 256)
-      bad("H = " + std::to_string(H) + ": form '" + std::string(normgate::to_string(key.form)) +
-          "' normalizes heads of 256");
-    if (T > normgate::kernels::kMaxT / heads)
-      bad("T = " + std::to_string(T) + " is out of range 0.." + std::to_string(normgate::kernels::kMaxT / heads) +
-          (heads > 1 ? " (T*heads <= " + std::to_string(normgate::kernels::kMaxT) + ")" : std::string()));
     const nk::DispatchCache& c = routes();
     const nk::Pick p = (variant != nullptr && variant[0] != '\0') ? c.pick_variant(key, variant)
                                                                   : c.inspect(key, strict_routes());

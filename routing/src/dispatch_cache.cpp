@@ -26,6 +26,25 @@ std::string window_filter(const Route& r) {
          std::string(to_string(r.form)) + ",T=" + std::to_string(r.t_lo) + ".." + std::to_string(r.t_hi);
 }
 
+// A call no launch accepts, whatever the table (api.cpp check_shape's
+// call-level limits, in the caller's terms: T is tokens, rows are T*heads):
+// std::invalid_argument naming the call and the value.
+void check_call(const CallKey& k) {
+  const std::string call = to_string(k);
+  if (k.T < 0) throw std::invalid_argument(call + ": T < 0");
+  if (k.H < kMinH || k.H > kMaxH)
+    throw std::invalid_argument(call + ": H = " + std::to_string(k.H) + " outside " + std::to_string(kMinH) + ".." +
+                                std::to_string(kMaxH));
+  const int64_t heads = k.form == Form::heads24 ? 24 : k.form == Form::heads4 ? 4 : 1;
+  if (heads > 1 && k.H != 256)
+    throw std::invalid_argument(call + ": H = " + std::to_string(k.H) + ": form '" + std::string(to_string(k.form)) +
+                                "' normalizes heads of 256");
+  if (k.T > kMaxT / heads)
+    throw std::invalid_argument(call + ": T = " + std::to_string(k.T) + " is out of range 0.." +
+                                std::to_string(kMaxT / heads) +
+                                (heads > 1 ? " (T*heads <= " + std::to_string(kMaxT) + ")" : std::string()));
+}
+
 }  // namespace
 
 std::string_view to_string(PickKind k) {
@@ -98,9 +117,7 @@ std::string DispatchCache::covered(const CallKey& k) const {
 }
 
 Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
-  if (k.T < 0) throw std::invalid_argument(to_string(k) + ": T < 0");
-  if (k.H < kMinH || k.H > kMaxH)
-    throw std::invalid_argument(to_string(k) + ": H outside " + std::to_string(kMinH) + ".." + std::to_string(kMaxH));
+  check_call(k);
   const int64_t T = k.T == 0 ? 1 : k.T;  // no rows: served by the window of T = 1
   const uint64_t gk = key(k.op, k.mode, k.H, k.w, k.form);
   Pick p;
@@ -189,7 +206,7 @@ Pick DispatchCache::pick_variant(const CallKey& k, std::string_view name) const 
 }
 
 Pick DispatchCache::check_variant(const CallKey& k, std::string_view name) {
-  if (k.T < 0) throw std::invalid_argument(to_string(k) + ": T < 0");
+  check_call(k);
   const Variant& v = variant(name);  // throws, listing the known names
   const std::string what = to_string(k) + ": variant " + std::string(name);
   if (v.op != k.op)

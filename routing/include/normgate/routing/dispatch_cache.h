@@ -100,7 +100,9 @@ class DispatchCache {
 
   /// The variant for call k (see the file comment). strict: a call outside
   /// every window is refused instead of falling back. Throws
-  /// std::invalid_argument for T < 0 or H outside 1..16384 (a bad call),
+  /// std::invalid_argument for a call no launch accepts (T < 0, H outside
+  /// 1..16384, a per-head form at H != 256, T*heads over 2^32 rows: the
+  /// call-level limits of api.cpp's launch checks), naming the call and value,
   /// UnapprovedRoute (window without a current approval), NoRoute (no window,
   /// no usable fallback).
   Pick pick(const CallKey& k, bool strict) const;
