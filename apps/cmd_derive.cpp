@@ -449,7 +449,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
         for (const Need& n : needs) need.push_back(&n);
         auto cost = [](const Need* n) {
           const DerivedWindow* w = &n->piece;
-          const double heads = w->group.form == Form::heads24 ? 24 : w->group.form == Form::heads4 ? 4 : 1;
+          const double heads = static_cast<double>(heads_of(w->group.form));
           return static_cast<double>(w->t_hi) * heads * static_cast<double>(w->group.H) *
                  (w->group.op == Op::bwd ? 2.0 : 1.0);
         };

@@ -355,8 +355,6 @@ nk::Mode mode_of(int32_t m) {
   bad("mode = " + std::to_string(m) + " (expected 0 = NG_MODE_DET or 1 = NG_MODE_NONDET)");
 }
 
-int64_t heads_of(Form f) { return f == Form::heads24 ? 24 : f == Form::heads4 ? 4 : 1; }
-
 // The named override: checked against the call; the window holding it is
 // reported when a table loads, but a table that cannot load does not stop
 // an explicit call.

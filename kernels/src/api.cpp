@@ -93,7 +93,7 @@ Span check_floats(const Variant& v, const char* fn, const char* name, const void
 void check_shape(const Variant& v, const char* fn, Form form, int64_t T, int64_t H, int64_t heads) {
   if (!v.supports(form)) bad(v, fn, "form '" + std::string(to_string(form)) + "' is not supported");
 
-  const int64_t want = form == Form::heads24 ? 24 : form == Form::heads4 ? 4 : 1;
+  const int64_t want = heads_of(form);
   if (heads != want)
     bad(v, fn, "heads = " + std::to_string(heads) + " does not match form '" + std::string(to_string(form)) +
                    "' (" + std::to_string(want) + ")");

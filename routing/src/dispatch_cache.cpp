@@ -35,7 +35,7 @@ void check_call(const CallKey& k) {
   if (k.H < kMinH || k.H > kMaxH)
     throw std::invalid_argument(call + ": H = " + std::to_string(k.H) + " outside " + std::to_string(kMinH) + ".." +
                                 std::to_string(kMaxH));
-  const int64_t heads = k.form == Form::heads24 ? 24 : k.form == Form::heads4 ? 4 : 1;
+  const int64_t heads = heads_of(k.form);
   if (heads > 1 && k.H != 256)
     throw std::invalid_argument(call + ": H = " + std::to_string(k.H) + ": form '" + std::string(to_string(k.form)) +
                                 "' normalizes heads of 256");

@@ -60,13 +60,7 @@ bool is_gate_family(Family f) {
   return f == Family::normal || f == Family::llm || f == Family::cancel || f == Family::epsnear;
 }
 
-int64_t CaseId::heads() const {
-  switch (form) {
-    case Form::heads24: return 24;
-    case Form::heads4: return 4;
-    default: return 1;
-  }
-}
+int64_t CaseId::heads() const { return heads_of(form); }
 
 std::string eps_problem(double eps) {
   static_assert(kMinEps == static_cast<double>(std::numeric_limits<float>::min()));

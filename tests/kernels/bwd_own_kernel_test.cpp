@@ -192,7 +192,7 @@ void expect_bits_of_chunked(const Variant& v, const std::vector<GpuShape>& shape
       EXPECT_EQ(info.bwd_vector, s.misalign == 0) << v.name << " " << seeds::to_string(c);
     }
     ASSERT_EQ(o.size(), 2u);
-    const int64_t rows = s.T * (s.form == Form::heads24 ? 24 : s.form == Form::heads4 ? 4 : 1);
+    const int64_t rows = s.T * heads_of(s.form);
     ASSERT_EQ(o[0].dx.size(), static_cast<size_t>(rows * s.H)) << seeds::to_string(c);
     EXPECT_EQ(bit_diff(o[0].dx, o[1].dx).count, 0) << v.name << " " << seeds::to_string(c);
     ASSERT_EQ(o[1].dw.size(), static_cast<size_t>(s.H));

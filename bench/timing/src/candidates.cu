@@ -21,10 +21,6 @@ namespace normgate::kernels {
 
 using detail::DeviceBuffer;
 
-namespace {
-int64_t heads_of(Form f) { return f == Form::heads24 ? 24 : f == Form::heads4 ? 4 : 1; }
-}  // namespace
-
 struct CandidateBench::Impl {
   int64_t heads = 1, stride = 0, stride_h = 0;  // elements
   DeviceBuffer x, dy, y, dx, u, h_new, dh_new, w, rstd, msq, dw, work;

@@ -23,6 +23,11 @@ enum class WDtype : uint8_t { bf16 = 0, fp32 = 1 };
 /// packed row of 40*256 elements. `heads4`: contiguous [T,4,256].
 enum class Form : uint8_t { plain = 0, res = 1, heads24 = 2, heads4 = 3 };
 
+/// Heads a token of form f holds, each a row of its own: 24 (heads24), 4
+/// (heads4), 1 (plain, res). A call of T tokens normalizes T * heads_of(f)
+/// rows.
+constexpr int64_t heads_of(Form f) { return f == Form::heads24 ? 24 : f == Form::heads4 ? 4 : 1; }
+
 /// Name of a weight dtype: "bf16" or "fp32".
 std::string_view to_string(WDtype d);
 /// Name of a form: "plain", "res", "heads24", "heads4".
