@@ -8,7 +8,7 @@
 //   rows, in a kernel of its own. bwd_det_chunked runs these rows in its
 //   narrow kernel template, where FP32 w is re-read from L1 twice a row
 //   (bwd_chunk_pass.cuh kChunkCacheW: one group a thread at 64 registers);
-//   here FP32 w enters the pass as WregF32 (below), whose kChunkCacheW is
+//   here FP32 w enters the pass as HeadsWregF32 (below), whose kChunkCacheW is
 //   true, so the lane's 8 weights stay in registers for the whole chunk, as
 //   BF16 w already does.
 // Stage 2: bwd_det_chunked's combine (bwd_det_chunked.h), unchanged.
@@ -33,7 +33,7 @@ constexpr int kHeadsTeam = 32;
 /// CTAs an SM must be able to hold: the kernel's register bound, 65536 / (32
 /// x 16) = 128 a thread (ptxas: 108 with BF16 w, 111 with FP32 w, no spill).
 /// Bounds for 24 and 32 CTAs (80 and 64 registers, no spill either) ran
-/// 1-5% slower on both weight dtypes (docs/perf/backward.md, D12).
+/// slower: FP32 w 2-3% and 4%, BF16 w 0.1-0.6% and 3-3.5% (docs/perf/backward.md, D12).
 constexpr int kHeadsMinCtas = 16;
 
 /// An FP32 weight the chunk pass keeps in registers: kChunkCacheW<1,

@@ -13,7 +13,7 @@
 //   for the whole chunk. ptxas (nvcc 13.0) fits that in 64 registers without
 //   spilling, plain and res.
 // Stage 2: bwd_det_chunked's combine (bwd_det_chunked.h), unchanged.
-// Why: FP32 w cost 5-8% over BF16 w at H = 1536-4096 on bwd_det_chunked
+// Why: FP32 w cost 2.5-8.1% over BF16 w at H = 1536-4096 on bwd_det_chunked
 // (docs/perf/backward.md, D13).
 #include <stdexcept>
 #include <string>
