@@ -215,6 +215,12 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
         const Route* n = t.find(Op::bwd, Mode::nondet, H, w, Form::plain, T);
         ASSERT_NE(n, nullptr) << H << " " << T;
         EXPECT_EQ(n->variant->op, Op::bwd);
+        // Form res's backward at every production H (routes.md D18; until
+        // then H = 1536-5120 ran the fallback).
+        const Route* rd = t.find(Op::bwd, Mode::det, H, w, Form::res, T);
+        ASSERT_NE(rd, nullptr) << "res " << H << " " << T;
+        EXPECT_EQ(rd->variant->mode, Mode::det) << rd->describe();
+        ASSERT_NE(t.find(Op::bwd, Mode::nondet, H, w, Form::res, T), nullptr) << "res " << H << " " << T;
       }
   for (const Route& r : t.routes) {
     EXPECT_FALSE(r.variant->control) << r.describe();
@@ -222,7 +228,7 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
   }
   EXPECT_EQ(t.find(Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain, 131073), nullptr);
   EXPECT_EQ(t.find(Op::bwd, Mode::det, 3072, WDtype::bf16, Form::plain, 100), nullptr);
-  EXPECT_EQ(t.find(Op::bwd, Mode::det, 2048, WDtype::bf16, Form::res, 100), nullptr);
+  EXPECT_EQ(t.find(Op::bwd, Mode::det, 3072, WDtype::bf16, Form::res, 100), nullptr);
   // Each group's windows end at 131072; each route knows its line.
   const Route* d = t.find(Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain, 131072);
   EXPECT_EQ(d->t_hi, 131072);
