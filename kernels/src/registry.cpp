@@ -268,4 +268,16 @@ std::string describe(const Variant& v) {
          (v.external ? " EXTERNAL(" + std::string(v.sources) + ")" : std::string()) + " src=" + std::string(v.source_sha256.substr(0, 12));
 }
 
+ServeGap serve_gap(const Variant& v, Op op, Mode mode, const CallShape* shape, bool controls_ok) {
+  if (v.op != op) return ServeGap::op;
+  if (v.control && !controls_ok) return ServeGap::control;
+  if (op == Op::bwd && mode == Mode::det && v.mode != Mode::det) return ServeGap::nondet;
+  if (shape != nullptr) {
+    if (!v.supports_h(shape->H)) return ServeGap::h;
+    if (!v.supports(shape->w)) return ServeGap::w;
+    if (!v.supports(shape->form)) return ServeGap::form;
+  }
+  return ServeGap::none;
+}
+
 }  // namespace normgate::kernels

@@ -170,10 +170,16 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
           ctx.fail(e, err.what());
         }
       }
-      if (v->op != op) ctx.fail(e, "candidate " + name + " is a " + op_name(v->op) + " variant, listed under " + std::string(key));
-      if (v->control) ctx.fail(e, "candidate " + name + " is a NEGATIVE CONTROL: never routable");
-      if (op == Op::bwd && mode == Mode::det && v->mode != Mode::det)
-        ctx.fail(e, "candidate " + name + " is non-deterministic and cannot serve bwd_det");
+      switch (serve_gap(*v, op, mode)) {
+        case ServeGap::op:
+          ctx.fail(e, "candidate " + name + " is a " + op_name(v->op) + " variant, listed under " + std::string(key));
+        case ServeGap::control:
+          ctx.fail(e, "candidate " + name + " is a NEGATIVE CONTROL: never routable");
+        case ServeGap::nondet:
+          ctx.fail(e, "candidate " + name + " is non-deterministic and cannot serve bwd_det");
+        default:  // none (no shape was given, so never h, w or form)
+          break;
+      }
       if (std::find(out.begin(), out.end(), v) != out.end()) ctx.fail(e, "candidate " + name + " listed twice");
       out.push_back(v);
     }

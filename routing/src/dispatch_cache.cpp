@@ -209,14 +209,22 @@ Pick DispatchCache::check_variant(const CallKey& k, std::string_view name) {
   check_call(k);
   const Variant& v = variant(name);  // throws, listing the known names
   const std::string what = to_string(k) + ": variant " + std::string(name);
-  if (v.op != k.op)
-    throw std::invalid_argument(what + " is a " + std::string(to_string(v.op)) + " variant, the call is " +
-                                std::string(to_string(k.op)));
-  if (v.control) throw std::invalid_argument(what + " is a negative control: never run for callers");
-  if (k.op == Op::bwd && k.mode == Mode::det && v.mode != Mode::det)
-    throw std::invalid_argument(what + " is non-deterministic; the call asks for a deterministic backward");
-  if (!v.supports_h(k.H) || !v.supports(k.w) || !v.supports(k.form))
-    throw std::invalid_argument(what + " does not support this call (" + describe(v) + ")");
+  const CallShape shape{k.H, k.w, k.form};
+  switch (serve_gap(v, k.op, k.mode, &shape)) {
+    case ServeGap::none:
+      break;
+    case ServeGap::op:
+      throw std::invalid_argument(what + " is a " + std::string(to_string(v.op)) + " variant, the call is " +
+                                  std::string(to_string(k.op)));
+    case ServeGap::control:
+      throw std::invalid_argument(what + " is a negative control: never run for callers");
+    case ServeGap::nondet:
+      throw std::invalid_argument(what + " is non-deterministic; the call asks for a deterministic backward");
+    case ServeGap::h:
+    case ServeGap::w:
+    case ServeGap::form:
+      throw std::invalid_argument(what + " does not support this call (" + describe(v) + ")");
+  }
   Pick p;
   p.variant = &v;
   p.kind = PickKind::explicit_variant;

@@ -179,22 +179,27 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
     ctx.fail(vline, e.what(), &t);
   }
   const Variant& v = *r.variant;
-  if (v.op != r.op)
-    ctx.fail(vline, "variant " + vname + " is a " + std::string(to_string(v.op)) + " variant but the route is " +
-                        std::string(to_string(r.op)), &t);
-  if (v.control && !opt.allow_controls)
-    ctx.fail(vline, "variant " + vname + " is a NEGATIVE CONTROL and may not be routed (controls exist to prove "
-                    "that the gate fails bad kernels; `normgate gate --allow-controls` runs one anyway, never "
-                    "approved)", &t);
-  if (r.op == Op::bwd && r.mode == Mode::det && v.mode != Mode::det)
-    ctx.fail(vline, "variant " + vname + " is non-deterministic and cannot serve a det route", &t);
-  if (!v.supports_h(r.H))
-    ctx.fail(vline, "variant " + vname + " does not support H=" + std::to_string(r.H) + " (supports " +
-                        std::to_string(v.h_min) + ".." + std::to_string(v.h_max) + ")", &t);
-  if (!v.supports(r.w))
-    ctx.fail(vline, "variant " + vname + " does not support weight dtype " + std::string(to_string(r.w)), &t);
-  if (!v.supports(r.form))
-    ctx.fail(vline, "variant " + vname + " does not support form " + std::string(to_string(r.form)), &t);
+  const CallShape shape{r.H, r.w, r.form};
+  switch (serve_gap(v, r.op, r.mode, &shape, opt.allow_controls)) {
+    case ServeGap::none:
+      break;
+    case ServeGap::op:
+      ctx.fail(vline, "variant " + vname + " is a " + std::string(to_string(v.op)) + " variant but the route is " +
+                          std::string(to_string(r.op)), &t);
+    case ServeGap::control:
+      ctx.fail(vline, "variant " + vname + " is a NEGATIVE CONTROL and may not be routed (controls exist to prove "
+                      "that the gate fails bad kernels; `normgate gate --allow-controls` runs one anyway, never "
+                      "approved)", &t);
+    case ServeGap::nondet:
+      ctx.fail(vline, "variant " + vname + " is non-deterministic and cannot serve a det route", &t);
+    case ServeGap::h:
+      ctx.fail(vline, "variant " + vname + " does not support H=" + std::to_string(r.H) + " (supports " +
+                          std::to_string(v.h_min) + ".." + std::to_string(v.h_max) + ")", &t);
+    case ServeGap::w:
+      ctx.fail(vline, "variant " + vname + " does not support weight dtype " + std::string(to_string(r.w)), &t);
+    case ServeGap::form:
+      ctx.fail(vline, "variant " + vname + " does not support form " + std::string(to_string(r.form)), &t);
+  }
   if ((r.form == Form::heads24 || r.form == Form::heads4) && r.H != 256)
     ctx.fail(vline, "form " + std::string(to_string(r.form)) + " normalizes heads of 256: H must be 256, not " +
                         std::to_string(r.H), &t);
@@ -489,14 +494,22 @@ std::string validate_approval(const Approval& a) {
     // A registered variant must serve the window it approves (a name not
     // registered here may be a plugin's, loaded by another process).
     if (const Variant* v = find_variant(a.variant)) {
-      if (v->control) return "variant " + a.variant + " is a negative control: never routed, never approved";
-      if (v->op != a.op)
-        return "variant " + a.variant + " is a " + std::string(to_string(v->op)) + " variant; " + win + " is " +
-               std::string(to_string(a.op));
-      if (a.op == Op::bwd && a.mode == Mode::det && v->mode != Mode::det)
-        return "variant " + a.variant + " is non-deterministic; " + win + " is deterministic";
-      if (!v->supports_h(a.H) || !v->supports(a.w) || !v->supports(a.form))
-        return "variant " + a.variant + " does not serve " + win + " (" + describe(*v) + ")";
+      const CallShape shape{a.H, a.w, a.form};
+      switch (serve_gap(*v, a.op, a.mode, &shape)) {
+        case ServeGap::none:
+          break;
+        case ServeGap::op:
+          return "variant " + a.variant + " is a " + std::string(to_string(v->op)) + " variant; " + win + " is " +
+                 std::string(to_string(a.op));
+        case ServeGap::control:
+          return "variant " + a.variant + " is a negative control: never routed, never approved";
+        case ServeGap::nondet:
+          return "variant " + a.variant + " is non-deterministic; " + win + " is deterministic";
+        case ServeGap::h:
+        case ServeGap::w:
+        case ServeGap::form:
+          return "variant " + a.variant + " does not serve " + win + " (" + describe(*v) + ")";
+      }
     }
     if (!lower_hex64(a.source_sha256)) return "source_sha256 '" + a.source_sha256 + "' is not 64 lower-case hex digits";
     if (a.backend != kGpuBackend && a.backend != kCpuModelBackend)
@@ -1051,9 +1064,16 @@ std::string fallback_problem(const std::string& key, const Variant& var) {
     return "unknown fallback key '" + key + "' (known: " + join(kFallbackKeys) + ")";
   const std::string v = "variant " + std::string(var.name);
   const Op op = key == "fwd" ? Op::fwd : Op::bwd;
-  if (var.op != op) return v + " is a " + std::string(to_string(var.op)) + " variant";
-  if (var.control) return v + " is a NEGATIVE CONTROL and may never serve calls";
-  if (key == "bwd_det" && var.mode != Mode::det) return v + " is non-deterministic and cannot serve det calls";
+  switch (serve_gap(var, op, key == "bwd_nondet" ? Mode::nondet : Mode::det)) {
+    case ServeGap::op:
+      return v + " is a " + std::string(to_string(var.op)) + " variant";
+    case ServeGap::control:
+      return v + " is a NEGATIVE CONTROL and may never serve calls";
+    case ServeGap::nondet:
+      return v + " is non-deterministic and cannot serve det calls";
+    default:  // none (no shape was given, so never h, w or form)
+      break;
+  }
   // Every call outside the windows: any H, both weight dtypes, every form (a
   // narrower variant would be refused at run time).
   bool every_call = var.h_min <= kMinH && var.h_max >= kMaxH;

@@ -229,6 +229,41 @@ TEST(Registry, DescribeNamesTheEssentials) {
   EXPECT_NE(d.find("H=1..16384"), std::string::npos) << d;
 }
 
+// serve_gap: the first failed test, in the documented order (op, control,
+// mode, H, w, form); the shape only when given; controls_ok skips one test.
+TEST(Registry, ServeGapNamesTheFirstFailedTest) {
+  const CallShape plain{4096, WDtype::fp32, Form::plain};
+  EXPECT_EQ(serve_gap(variant("bwd_det_chunked"), Op::bwd, Mode::det, &plain), ServeGap::none);
+  EXPECT_EQ(serve_gap(variant("bwd_det_chunked"), Op::fwd, Mode::det, &plain), ServeGap::op);
+  // A control of the other op reports the op first.
+  EXPECT_EQ(serve_gap(variant("ctl_fp32_seq"), Op::fwd, Mode::det, &plain), ServeGap::op);
+  EXPECT_EQ(serve_gap(variant("ctl_fp32_seq"), Op::bwd, Mode::det, &plain), ServeGap::control);
+  EXPECT_EQ(serve_gap(variant("ctl_fp32_seq"), Op::bwd, Mode::det, &plain, true), ServeGap::none);
+  // Mode counts for the backward only: a nondet variant serves nondet calls.
+  EXPECT_EQ(serve_gap(variant("bwd_nondet_atomic"), Op::bwd, Mode::det, &plain), ServeGap::nondet);
+  EXPECT_EQ(serve_gap(variant("bwd_nondet_atomic"), Op::bwd, Mode::nondet, &plain), ServeGap::none);
+  EXPECT_EQ(serve_gap(variant("fwd_rowwise"), Op::fwd, Mode::nondet, &plain), ServeGap::none);
+  // bwd_det_wreg: FP32 w, plain and res, H <= 4096 (registry.cpp).
+  const Variant& wreg = variant("bwd_det_wreg");
+  const CallShape wide{6144, WDtype::fp32, Form::plain}, heads{256, WDtype::fp32, Form::heads24};
+  EXPECT_EQ(serve_gap(wreg, Op::bwd, Mode::det, &wide), ServeGap::h);
+  EXPECT_EQ(serve_gap(wreg, Op::bwd, Mode::det, &heads), ServeGap::form);
+  // Without a shape, H, w and form are not tested.
+  EXPECT_EQ(serve_gap(wreg, Op::bwd, Mode::det), ServeGap::none);
+  // bwd_det_heads: per-head forms only, both weight dtypes.
+  const CallShape h_plain{256, WDtype::bf16, Form::plain};
+  EXPECT_EQ(serve_gap(variant("bwd_det_heads"), Op::bwd, Mode::det, &h_plain), ServeGap::form);
+  // Every built-in takes both weight dtypes: a copy that takes BF16 only.
+  Variant bf16_only = variant("bwd_det_chunked");
+  bf16_only.wdtypes = 1u << static_cast<int>(WDtype::bf16);
+  EXPECT_EQ(serve_gap(bf16_only, Op::bwd, Mode::det, &plain), ServeGap::w);
+  const CallShape bf16_plain{4096, WDtype::bf16, Form::plain};
+  EXPECT_EQ(serve_gap(bf16_only, Op::bwd, Mode::det, &bf16_plain), ServeGap::none);
+  // H is tested before w and form.
+  const CallShape all_wrong{6144, WDtype::fp32, Form::heads4};
+  EXPECT_EQ(serve_gap(wreg, Op::bwd, Mode::det, &all_wrong), ServeGap::h);
+}
+
 // The hash in the registry must be the SHA-256 of the manifest of the files
 // as they are now: a stale configure (or a hand-edited hash) fails here.
 TEST(Registry, SourceHashMatchesTheFilesOnDisk) {

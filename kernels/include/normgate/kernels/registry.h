@@ -231,4 +231,32 @@ const Variant& default_fwd();
 /// variant, first 12 hex digits of the source hash.
 std::string describe(const Variant& v);
 
+/// Why a variant cannot serve a call (or a window, route, approval or
+/// fallback): the first of these tests to fail, in this order.
+enum class ServeGap : uint8_t {
+  none,     ///< every test passed
+  op,       ///< a forward variant for a backward call, or the reverse
+  control,  ///< a negative control: built to fail, never serves callers
+  nondet,   ///< non-deterministic, and the call is a deterministic backward
+  h,        ///< H outside [h_min, h_max]
+  w,        ///< the weight dtype is not supported
+  form,     ///< the form is not supported
+};
+
+/// The H, weight dtype and form of a call or window (serve_gap's shape).
+struct CallShape {
+  int64_t H;
+  WDtype w;
+  Form form;
+};
+
+/// The first test v fails to serve calls of `op` in `mode` (mode counts for
+/// a backward only: a det call needs a det variant). With `shape`, H, the
+/// weight dtype and the form are tested after those; without it, only op,
+/// control and mode. `controls_ok` skips the control test (`gate
+/// --allow-controls`). Every place that decides whether a variant may serve
+/// something (route tables, derive specs, fallbacks, approvals, explicit
+/// variants of the dispatcher) asks this and words its own message.
+ServeGap serve_gap(const Variant& v, Op op, Mode mode, const CallShape* shape = nullptr, bool controls_ok = false);
+
 }  // namespace normgate::kernels
