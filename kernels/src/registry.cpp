@@ -190,6 +190,9 @@ const Variant& add_external_variant(const ExternalVariantSpec& spec) {
   if (spec.op != Op::fwd && spec.op != Op::bwd) bad("bad op " + std::to_string(static_cast<int>(spec.op)));
   if (spec.mode != Mode::det && spec.mode != Mode::nondet)
     bad("bad mode " + std::to_string(static_cast<int>(spec.mode)));
+  if (spec.op == Op::fwd && spec.mode != Mode::det)
+    bad("mode nondet for a forward variant: one forward serves deterministic and non-deterministic training "
+        "alike (its rstd feeds the backward), so a forward variant must be deterministic");
   if (spec.h_min < kMinH || spec.h_max > kMaxH || spec.h_min > spec.h_max)
     bad("H range " + std::to_string(spec.h_min) + ".." + std::to_string(spec.h_max) + " is not inside " +
         std::to_string(kMinH) + ".." + std::to_string(kMaxH) + " (or h_min > h_max)");
@@ -271,7 +274,7 @@ std::string describe(const Variant& v) {
 ServeGap serve_gap(const Variant& v, Op op, Mode mode, const CallShape* shape, bool controls_ok) {
   if (v.op != op) return ServeGap::op;
   if (v.control && !controls_ok) return ServeGap::control;
-  if (op == Op::bwd && mode == Mode::det && v.mode != Mode::det) return ServeGap::nondet;
+  if ((op == Op::fwd || mode == Mode::det) && v.mode != Mode::det) return ServeGap::nondet;
   if (shape != nullptr) {
     if (!v.supports_h(shape->H)) return ServeGap::h;
     if (!v.supports(shape->w)) return ServeGap::w;

@@ -244,7 +244,8 @@ class Implementation:
     op: "bwd" (gated on y, rstd, dx, dw: fn does forward and backward) or
         "fwd" (y, rstd).
     deterministic: whether repeated runs give the same bits (det windows need
-        True; nondet windows take either).
+        True; nondet windows take either; op="fwd" needs True, since one
+        forward serves both modes).
     H: an int, or (h_min, h_max) inclusive, inside 1..16384.
     w: weight dtypes it supports, "bf16" and/or "fp32".
     forms: "plain", "res", "heads24", "heads4" (one or a list).
@@ -268,6 +269,10 @@ class Implementation:
             raise ValueError("op: %r is not 'fwd' or 'bwd'" % (op,))
         if not isinstance(deterministic, bool):
             raise TypeError("deterministic must be a bool, got %r" % (deterministic,))
+        if op == "fwd" and not deterministic:
+            raise ValueError("deterministic=False with op='fwd': one forward serves deterministic and "
+                             "non-deterministic training alike (its rstd feeds the backward), so a forward "
+                             "implementation must be deterministic")
         if isinstance(H, numbers.Integral) and not isinstance(H, bool):
             h_min = h_max = _int(H, "H", 1, 16384)
         else:

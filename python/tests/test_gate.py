@@ -161,6 +161,8 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.Implementation("k", fp64_step, source_sha256="xyz")
     with pytest.raises(ValueError, match="op: 'both'"):
         normgate.Implementation("k", fp64_step, op="both", source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="deterministic=False with op='fwd'"):
+        normgate.Implementation("k", fp64_step, op="fwd", deterministic=False, source_sha256="ab" * 32)
     with pytest.raises(ValueError, match="w: 'fp16'"):
         normgate.Implementation("k", fp64_step, w="fp16", source_sha256="ab" * 32)
     with pytest.raises(ValueError, match="is not a file or directory"):

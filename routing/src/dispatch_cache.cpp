@@ -45,6 +45,16 @@ void check_call(const CallKey& k) {
                                 (heads > 1 ? " (T*heads <= " + std::to_string(kMaxT) + ")" : std::string()));
 }
 
+// Why variant v, checked when the table was loaded, cannot serve call k now
+// ("" when it can): only an external variant re-registered since with
+// another op, mode or masks gets here.
+std::string no_longer_serves(const Variant& v, const CallKey& k) {
+  const CallShape shape{k.H, k.w, k.form};
+  if (serve_gap(v, k.op, k.mode, &shape) == ServeGap::none) return "";
+  return "the variant no longer serves this call (" + describe(v) +
+         "; re-registered after the table was loaded?): load the table again";
+}
+
 }  // namespace
 
 std::string_view to_string(PickKind k) {
@@ -126,6 +136,13 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
     if (it != g->end() && it->t_lo <= T) {
       p.route = it->route;
       p.state = it->state;
+      // The loader checked the route's variant; an external variant
+      // re-registered since (add_external_variant) may no longer serve it.
+      if (const std::string gap = no_longer_serves(*it->route->variant, k); !gap.empty()) {
+        p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
+                   std::string(it->route->variant->name) + "): " + gap;
+        return p;
+      }
       if (it->state == ApprovalState::current) {
         p.variant = it->route->variant;
         p.kind = PickKind::routed;
@@ -160,8 +177,10 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
                " does not run (" + opt_.strict_hint + ")";
     return p;
   }
-  if (!fb->supports_h(k.H) || !fb->supports(k.w) || !fb->supports(k.form)) {
-    p.reason = where + ", and its fallback variant " + std::string(fb->name) + " does not support it (" +
+  if (const CallShape shape{k.H, k.w, k.form}; serve_gap(*fb, k.op, k.mode, &shape) != ServeGap::none) {
+    // H, w, form: a fallback may be narrower than the calls (the loader
+    // checks op, control and mode); op, control, mode: re-registered since.
+    p.reason = where + ", and its fallback variant " + std::string(fb->name) + " does not serve it (" +
                describe(*fb) + ")";
     return p;
   }

@@ -259,6 +259,26 @@ TEST(Registry, ServeGapNamesTheFirstFailedTest) {
   EXPECT_EQ(serve_gap(bf16_only, Op::bwd, Mode::det, &plain), ServeGap::w);
   const CallShape bf16_plain{4096, WDtype::bf16, Form::plain};
   EXPECT_EQ(serve_gap(bf16_only, Op::bwd, Mode::det, &bf16_plain), ServeGap::none);
+  // A forward needs a deterministic variant in either mode (one forward
+  // serves both), and add_external_variant refuses a nondet forward.
+  Variant fwd_nd = variant("fwd_rowwise");
+  fwd_nd.mode = Mode::nondet;
+  EXPECT_EQ(serve_gap(fwd_nd, Op::fwd, Mode::nondet, &plain), ServeGap::nondet);
+  EXPECT_EQ(serve_gap(variant("fwd_rowwise"), Op::fwd, Mode::nondet, &plain), ServeGap::none);
+  ExternalVariantSpec spec;
+  spec.name = "registry_test_fwd_nondet";
+  spec.op = Op::fwd;
+  spec.mode = Mode::nondet;
+  spec.origin = "registry_test";
+  spec.source_sha256 = std::string(64, 'b');
+  try {
+    (void)add_external_variant(spec);
+    FAIL() << "a nondet forward was registered";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'registry_test_fwd_nondet': mode nondet for a forward variant"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(find_variant("registry_test_fwd_nondet"), nullptr);
   // H is tested before w and form.
   const CallShape all_wrong{6144, WDtype::fp32, Form::heads4};
   EXPECT_EQ(serve_gap(wreg, Op::bwd, Mode::det, &all_wrong), ServeGap::h);

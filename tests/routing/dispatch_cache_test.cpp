@@ -306,6 +306,54 @@ TEST(DispatchCache, NoFallbackNamedRefusesOutsideTheWindows) {
   EXPECT_THROW((void)c.pick(call(Op::fwd, Mode::det, 64, WDtype::bf16, 3), false), NoRoute);
 }
 
+// An external variant re-registered after the table was loaded, with
+// another mode, op or masks: the cached dispatcher refuses the calls it no
+// longer serves, routed or as the fallback, naming it (the loader checked it
+// as it was). Same name and origin, so add_external_variant replaces it.
+TEST(DispatchCache, ReRegisteredExternalIsCheckedAtEachPick) {
+  ExternalVariantSpec spec;
+  spec.name = "dc_test_rereg";
+  spec.op = Op::bwd;
+  spec.mode = Mode::det;
+  spec.forms = 0b1111;  // a fallback serves every form
+  spec.description = "dispatch_cache_test";
+  spec.origin = "dispatch_cache_test";
+  spec.source_sha256 = std::string(64, 'a');
+  (void)add_external_variant(spec);
+  const std::string table =
+      "arch = \"sm90a\"\n"
+      "fallback = { bwd_det = \"dc_test_rereg\" }\n"
+      "route = [\n"
+      "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 9], variant = "
+      "\"dc_test_rereg\" },\n"
+      "]\n";
+  Sink sink;
+  const RouteTable t = parse_route_table(table, "t.toml");
+  const DispatchCache c(Dispatcher(t, {}, {.allow_unapproved = true}), sink.options());
+  const CallKey routed = call(Op::bwd, Mode::det, 64, WDtype::bf16, 5), outside = call(Op::bwd, Mode::det, 128, WDtype::bf16, 5);
+  EXPECT_EQ(c.pick(routed, false).kind, PickKind::unapproved);
+  EXPECT_EQ(c.pick(outside, false).kind, PickKind::fallback);
+  auto refused = [&](const CallKey& k, const std::string& want) {
+    const Pick p = c.inspect(k, false);
+    EXPECT_EQ(p.kind, PickKind::refused) << p.reason;
+    EXPECT_NE(p.reason.find(want), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("dc_test_rereg"), std::string::npos) << p.reason;
+    EXPECT_ANY_THROW((void)c.pick(k, false));
+  };
+  spec.mode = Mode::nondet;  // now non-deterministic: no det call may run it
+  (void)add_external_variant(spec);
+  refused(routed, "the variant no longer serves this call");
+  refused(outside, "its fallback variant dc_test_rereg does not serve it");
+  spec.mode = Mode::det;
+  spec.wdtypes = 1u << static_cast<int>(WDtype::fp32);  // BF16 w no longer
+  (void)add_external_variant(spec);
+  refused(routed, "re-registered after the table was loaded?");
+  EXPECT_EQ(c.pick(call(Op::bwd, Mode::det, 128, WDtype::fp32, 5), false).kind, PickKind::fallback);
+  spec.wdtypes = 0b11;  // as loaded: served again
+  (void)add_external_variant(spec);
+  EXPECT_EQ(c.pick(routed, false).kind, PickKind::unapproved);
+}
+
 // Dispatcher::pick (the uncached dispatcher) says a call outside every
 // window is served by the fallback at run time.
 TEST(DispatchCache, DispatcherNoRouteNamesTheFallback) {

@@ -566,7 +566,8 @@ typedef int (*ng_external_run_fn)(void* user, const ng_external_io* io);
 typedef struct ng_external_desc {
   uint32_t struct_size;
   int32_t op;              /* NG_OP_FWD (gated on y, rstd) or NG_OP_BWD (y, rstd, dx, dw) */
-  int32_t mode;            /* NG_MODE_*: det windows need NG_MODE_DET */
+  int32_t mode;            /* NG_MODE_*: det windows need NG_MODE_DET; a forward must be NG_MODE_DET
+                              (one forward serves both modes) */
   uint32_t wdtypes;        /* bits 1 << NG_W_*; 0: both */
   uint32_t forms;          /* bits 1 << NG_FORM_*; 0: plain only */
   int32_t reserved;        /* 0 */
@@ -583,7 +584,11 @@ typedef struct ng_external_desc {
 /* Register (or, same name and origin, re-register: replaces its definition)
  * an external implementation for this process: route tables may then route
  * windows to it by name, and ng_gate runs it through `run`. NG_EINVAL naming
- * the bad field, a built-in variant's name, or a name another origin took. */
+ * the bad field (a forward of NG_MODE_NONDET too), a built-in variant's
+ * name, or a name another origin took. A route table loaded before a
+ * re-registration re-checks each call against the new definition: a call
+ * it no longer serves (op, mode, H, weight dtype or form) is refused with
+ * NG_EROUTE, naming the variant; load the table again. */
 NG_API int ng_register_external(const ng_external_desc* d);
 
 /* Progress of a running gate (validators::GateProgress), given to

@@ -204,7 +204,10 @@ struct ExternalVariantSpec {
 /// runs a check or gate of it. Thread-safe otherwise. Throws
 /// std::invalid_argument naming the field for a bad field, naming the name
 /// when it is a built-in variant's or an external of another origin, and
-/// when kMaxExternalVariants are registered.
+/// when kMaxExternalVariants are registered, and for a forward variant of
+/// mode nondet (one forward serves both modes: it must be deterministic).
+/// A re-registration may change op, mode and masks: a DispatchCache built
+/// before re-checks every pick against the entry as it is now (serve_gap).
 const Variant& add_external_variant(const ExternalVariantSpec& spec);
 
 /// The variant called `name`. Throws std::invalid_argument naming the bad
@@ -237,7 +240,7 @@ enum class ServeGap : uint8_t {
   none,     ///< every test passed
   op,       ///< a forward variant for a backward call, or the reverse
   control,  ///< a negative control: built to fail, never serves callers
-  nondet,   ///< non-deterministic, and the call is a deterministic backward
+  nondet,   ///< non-deterministic, and the call is a forward or a deterministic backward
   h,        ///< H outside [h_min, h_max]
   w,        ///< the weight dtype is not supported
   form,     ///< the form is not supported
@@ -250,8 +253,9 @@ struct CallShape {
   Form form;
 };
 
-/// The first test v fails to serve calls of `op` in `mode` (mode counts for
-/// a backward only: a det call needs a det variant). With `shape`, H, the
+/// The first test v fails to serve calls of `op` in `mode`: a det backward
+/// call needs a det variant, and so does every forward (one forward window
+/// serves both modes; add_external_variant refuses a nondet forward). With `shape`, H, the
 /// weight dtype and the form are tested after those; without it, only op,
 /// control and mode. `controls_ok` skips the control test (`gate
 /// --allow-controls`). Every place that decides whether a variant may serve
