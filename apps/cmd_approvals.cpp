@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/file_target.h"
+#include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/rejections.h"
@@ -222,6 +224,163 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
               added, replaced, present, kept, added + replaced ? "" : " (file unchanged)");
   return 0;
 }
+// A digests file (`normgate digest`, apps/cmd_digest.cpp), read and checked.
+struct DigestEntry {
+  std::string variant, window, source_sha256, lines_sha256;
+  std::vector<std::string> lines;
+};
+struct DigestFile {
+  std::string path, sha256, backend, gpu, commit;
+  std::map<std::string, std::string> variants;    // name -> the build's source_sha256
+  std::map<std::string, DigestEntry> entries;     // by the approval's record_sha256
+};
+
+DigestFile read_digests(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("--carry " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  auto bad = [&path](const std::string& why) { return std::invalid_argument("--carry " + path + ": " + why); };
+  if (j.is_discarded() || !j.is_object()) throw bad("not a JSON object (a digests file of `normgate digest`?)");
+  if (j.value("format", "") != "normgate-digests/1") throw bad("format is not \"normgate-digests/1\"");
+  if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
+  DigestFile d;
+  d.path = path;
+  d.sha256 = j["file_sha256"].get<std::string>();
+  j.erase("file_sha256");
+  const std::string body = j.dump();
+  if (seeds::sha256_hex(body.data(), body.size()) != d.sha256)
+    throw bad("file_sha256 does not match its contents (changed after it was written)");
+  try {
+    d.backend = j.at("backend").get<std::string>();
+    d.gpu = j.at("gpu").get<std::string>();
+    d.commit = j.at("normgate_commit").get<std::string>();
+    for (const auto& [k, v] : j.at("variants").items()) d.variants[k] = v.get<std::string>();
+    for (const auto& e : j.at("entries")) {
+      DigestEntry x;
+      x.variant = e.at("variant").get<std::string>();
+      x.window = e.at("window").get<std::string>();
+      x.source_sha256 = e.at("source_sha256").get<std::string>();
+      x.lines_sha256 = e.at("lines_sha256").get<std::string>();
+      x.lines = e.at("lines").get<std::vector<std::string>>();
+      std::string all;
+      for (const auto& l : x.lines) all += l + "\n";
+      if (seeds::sha256_hex(all.data(), all.size()) != x.lines_sha256)
+        throw bad("entry of " + x.window + ": lines_sha256 does not match its lines");
+      if (!d.entries.emplace(e.at("record_sha256").get<std::string>(), std::move(x)).second)
+        throw bad("two entries of one record");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("malformed: ") + e.what());
+  }
+  return d;
+}
+
+std::string carry_now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+// normgate approvals FILE --carry OLD NEW (see the option's help).
+int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path) {
+  const DigestFile d_old = read_digests(old_path), d_new = read_digests(new_path);
+  if (d_old.sha256 == d_new.sha256) throw std::invalid_argument("--carry: OLD and NEW are the same digests file");
+  if (d_old.backend != d_new.backend || d_old.gpu != d_new.gpu)
+    throw std::invalid_argument("--carry: OLD ran on " + d_old.backend + " (" + d_old.gpu + "), NEW on " +
+                                d_new.backend + " (" + d_new.gpu + "): the bits are compared on one kind of device");
+  check_writable(core::rename_target(path), "APPROVALS");
+  kernels::ApprovalsLock lock(path);
+  kernels::Approvals a = kernels::load_approvals(path);
+  std::vector<std::string> refused, notes;
+  size_t carried = 0, compared = 0;
+  const std::string date = carry_now_utc();
+  for (auto& x : a.records) {
+    if (!x.invalid.empty()) continue;
+    const auto io = d_old.entries.find(x.record_sha256);
+    const auto in = d_new.entries.find(x.record_sha256);
+    const std::string who = x.backend + " approval of " + x.window() + " -> " + x.variant;
+    if (io == d_old.entries.end() || in == d_new.entries.end()) {
+      const bool in_one = io != d_old.entries.end() || in != d_new.entries.end();
+      if (in_one) notes.push_back(who + ": in one digests file only; left as it is");
+      continue;
+    }
+    const kernels::Variant* v = nullptr;
+    try {
+      v = &kernels::variant(x.variant);
+    } catch (const std::invalid_argument&) {
+      refused.push_back(who + ": this normgate has no variant " + x.variant);
+      continue;
+    }
+    const std::string now(v->source_sha256);
+    if (x.backend != d_new.backend) {
+      refused.push_back(who + ": the digests ran on backend " + d_new.backend);
+      continue;
+    }
+    if (x.source_sha256 == now) {
+      notes.push_back(who + ": already keyed to this build's source; left as it is");
+      continue;
+    }
+    const auto vo = d_old.variants.find(x.variant), vn = d_new.variants.find(x.variant);
+    if (vo == d_old.variants.end() || vo->second != x.source_sha256 || io->second.source_sha256 != x.source_sha256) {
+      refused.push_back(who + ": OLD was not run by the build it was gated on (source " + x.source_sha256.substr(0, 12) +
+                        ", OLD's build " + (vo == d_old.variants.end() ? "none" : vo->second.substr(0, 12)) + ")");
+      continue;
+    }
+    if (vn == d_new.variants.end() || vn->second != now) {
+      refused.push_back(who + ": NEW was not run by this build (source " + now.substr(0, 12) + ", NEW's build " +
+                        (vn == d_new.variants.end() ? "none" : vn->second.substr(0, 12)) + ")");
+      continue;
+    }
+    const auto& lo = io->second.lines;
+    const auto& ln = in->second.lines;
+    if (lo.empty() || lo.size() != ln.size()) {
+      refused.push_back(who + ": OLD compared " + std::to_string(lo.size()) + " cases, NEW " + std::to_string(ln.size()));
+      continue;
+    }
+    size_t k = 0;
+    while (k < lo.size() && lo[k] == ln[k]) ++k;
+    if (k < lo.size()) {
+      refused.push_back(who + ": outputs differ at case " + std::to_string(k + 1) + " of " + std::to_string(lo.size()) +
+                        ":\n      OLD " + lo[k] + "\n      NEW " + ln[k] + "\n    (a change of bits: gate it again)");
+      continue;
+    }
+    kernels::Approval::Carry c;
+    c.from_source_sha256 = x.source_sha256;
+    c.to_source_sha256 = now;
+    c.digests_old = d_old.sha256;
+    c.digests_new = d_new.sha256;
+    c.cases = static_cast<int64_t>(lo.size());
+    c.gpu = d_new.gpu;
+    c.date = date;
+    c.normgate_commit = d_new.commit;
+    std::printf("carry    %s: %s -> %s, %zu cases bit for bit\n", who.c_str(), x.source_sha256.substr(0, 12).c_str(),
+                now.substr(0, 12).c_str(), lo.size());
+    x.carried.push_back(std::move(c));
+    x.source_sha256 = now;
+    ++carried;
+    compared += lo.size();
+  }
+  for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
+  if (!refused.empty()) {
+    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
+    std::printf("carry    refused: %zu record%s above; nothing written\n", refused.size(),
+                refused.size() == 1 ? "" : "s");
+    return 1;
+  }
+  if (carried == 0) {
+    std::printf("carry    nothing to carry in %s (file unchanged)\n", path.c_str());
+    return 0;
+  }
+  write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
+  std::printf("carry    %s: %zu record%s carried on %zu cases\n", path.c_str(), carried, carried == 1 ? "" : "s",
+              compared);
+  return 0;
+}
 }  // namespace
 
 void add_approvals(CLI::App& app, Commands& cmds) {
@@ -236,6 +395,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
     std::vector<std::string> files;
     bool seal = false;
     std::string merge_into;
+    std::vector<std::string> carry;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("files", o->files,
@@ -256,9 +416,30 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                   "record: a revocation in a FILE (a window that failed there) is not carried over. Waits for and "
                   "holds TARGET.lock (of the file a link points to) from its read to the rename, as gate --approve; "
                   "written atomically");
-  sub->callback([&cmds, o, merge_opt] {
+  auto* carry_opt =
+      sub->add_option("--carry", o->carry,
+                      "OLD NEW: carry each record of FILE that both digests files (`normgate digest`) ran to this "
+                      "build's source of its variant, when OLD was run by the build the record names "
+                      "(source_sha256), NEW by this one, on one kind of device, and every output of every case is "
+                      "bit for bit the same; the record keeps its verdict and gains a 'carried' entry naming both "
+                      "files' file_sha256 (docs/perf/routes.md D19). Any record refused: exit 1, nothing written. "
+                      "One approvals FILE; holds FILE.lock; written atomically")
+          ->expected(2);
+  sub->callback([&cmds, o, merge_opt, carry_opt] {
     const bool merging = merge_opt->count() > 0;
-    cmds.run = [o, merging]() -> int {
+    const bool carrying = carry_opt->count() > 0;
+    cmds.run = [o, merging, carrying]() -> int {
+      if (carrying) {
+        if (merging || o->seal) throw std::invalid_argument("--carry goes alone (not with --seal or --merge-into)");
+        if (o->files.size() != 1)
+          throw std::invalid_argument("--carry takes one approvals file, got " + std::to_string(o->files.size()));
+        if (o->carry.size() != 2) throw std::invalid_argument("--carry needs two digests files, OLD and NEW");
+        if (!std::filesystem::is_regular_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": no such approvals file");
+        if (is_rejections_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": a rejections file; --carry takes an approvals file");
+        return carry_approvals(o->files[0], o->carry[0], o->carry[1]);
+      }
       namespace fs = std::filesystem;
       for (const auto& f : o->files) {
         if (f.empty()) throw std::invalid_argument("an approvals path is empty");

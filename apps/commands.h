@@ -33,6 +33,7 @@ void add_variants(CLI::App& app, Commands& cmds);
 void add_gate(CLI::App& app, Commands& cmds);
 void add_routes(CLI::App& app, Commands& cmds);
 void add_approvals(CLI::App& app, Commands& cmds);
+void add_digest(CLI::App& app, Commands& cmds);
 void add_derive(CLI::App& app, Commands& cmds);
 void add_mutate(CLI::App& app, Commands& cmds);
 

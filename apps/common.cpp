@@ -338,6 +338,7 @@ void register_commands(CLI::App& app, Commands& cmds) {
   add_gate(app, cmds);
   add_routes(app, cmds);
   add_approvals(app, cmds);
+  add_digest(app, cmds);
   add_derive(app, cmds);
   add_mutate(app, cmds);
   add_repro(app, cmds);

@@ -136,6 +136,37 @@ uint64_t fresh_seed_count(const seeds::SeedSet& set, int fresh_factor, const std
 
 using namespace gate_detail;
 
+std::vector<seeds::CaseId> approval_cases(const kernels::Approval& a) {
+  const std::string who = "approval of " + a.window() + " -> " + a.variant;
+  if (!a.invalid.empty()) throw std::invalid_argument(who + " is INVALID: " + a.invalid);
+  if (!a.has_strength)
+    throw std::invalid_argument(who + " records no campaign strength (written before records carried it): its "
+                                "cases cannot be listed");
+  if (a.t_points.empty()) throw std::invalid_argument(who + " lists no T points");
+  const seeds::SeedSet set = seeds::parse_seed_set(a.seed_set);
+  std::vector<seeds::CaseId> out;
+  for (int64_t t : a.t_points) {
+    if (t < a.t_lo || t > a.t_hi)
+      throw std::invalid_argument(who + ": T point " + std::to_string(t) + " outside the window");
+    seeds::append_cases(set, a.H, t, a.w, a.form, out);
+  }
+  const seeds::CaseId worst = seeds::parse_case(a.worst_case);
+  if (worst.H != a.H || worst.w != a.w || worst.form != a.form || worst.T < a.t_lo || worst.T > a.t_hi)
+    throw std::invalid_argument(who + ": worst case " + a.worst_case + " is outside the window");
+  if (a.dense_points > 0 && a.dense_step > 0) {
+    const int64_t kmax = std::min<int64_t>(a.dense_points, (a.t_hi - a.t_lo) / a.dense_step);
+    std::vector<int64_t> ts;
+    for (int64_t k = -kmax; k <= kmax; ++k) {
+      const int64_t t = worst.T + k * a.dense_step;
+      if (k != 0 && t >= a.t_lo && t <= a.t_hi) ts.push_back(t);
+    }
+    const seeds::SeedSet ds = a.dense_all_seeds ? set : seeds::point_seed_set(worst, worst.seed, worst.seed);
+    for (int64_t t : ts) seeds::append_cases(ds, a.H, t, a.w, a.form, out);
+  }
+  if (!a.fresh_seeds.empty()) seeds::append_cases(seeds::parse_seed_set(a.fresh_seeds), a.H, worst.T, a.w, a.form, out);
+  return out;
+}
+
 
 // ---- public: T points, filters ---------------------------------------------------
 

@@ -32,5 +32,8 @@ SharedGpuRun run_gpu_shared(const std::vector<const Variant*>&, const seeds::Cas
                             const GpuRunOptions&) {
   no_cuda("run_gpu_shared");
 }
+OutputDigests run_gpu_digests(const Variant&, const seeds::CaseId&, float, const GpuRunOptions&) {
+  no_cuda("run_gpu_digests");
+}
 
 }  // namespace normgate::kernels

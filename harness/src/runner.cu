@@ -18,6 +18,7 @@
 #include "host_download.h"
 #include "host_pool.h"
 #include "launch.h"
+#include "normgate/core/output_digest.h"
 #include "normgate/harness/devices.h"
 #include "normgate/harness/runner.h"
 
@@ -65,10 +66,44 @@ __global__ void differ_kernel(const uint32_t* a, const uint32_t* b, int64_t n, i
   if (__syncthreads_or(d) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
+/// *sum += the digest terms (core/output_digest.h) of the rows x cols view at
+/// p (row r at p + r*pitch), element (r, c) at packed index r*cols + c.
+/// Grid: x over columns, y over rows (strided). The sum is order-free.
+template <class E>
+__global__ void digest_kernel(const E* p, int64_t rows, int64_t cols, int64_t pitch, unsigned long long* sum) {
+  uint64_t acc = 0;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      acc += core::digest_term(static_cast<uint64_t>(r * cols + c), p[r * pitch + c]);
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xFFFFFFFFu, acc, o);
+  if ((threadIdx.x & 31) == 0 && acc != 0) atomicAdd(sum, static_cast<unsigned long long>(acc));
+}
+
 }  // namespace
 }  // namespace dev
 
 namespace {
+
+// The digest (core/output_digest.h) of a rows x cols view of E at p, row
+// pitch `pitch` elements, computed on the device; `scratch` holds 8 bytes.
+template <class E>
+uint64_t device_digest(const E* p, int64_t rows, int64_t cols, int64_t pitch, const detail::Region& scratch,
+                       cudaStream_t s) {
+  const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  unsigned long long sum = 0;
+  if (n > 0) {
+    NG_CUDA(cudaMemsetAsync(scratch.get(), 0, sizeof(unsigned long long), s));
+    const int64_t gx = std::min<int64_t>((cols + 255) / 256, 1024);
+    const int64_t gy = std::min<int64_t>(rows, std::max<int64_t>(1, 8192 / gx));
+    dev::digest_kernel<E><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), 256, 0, s>>>(
+        p, rows, cols, pitch, scratch.as<unsigned long long>());
+    NG_CUDA_LAUNCHED("digest_kernel");
+    NG_CUDA(cudaMemcpyAsync(&sum, scratch.get(), sizeof(sum), cudaMemcpyDeviceToHost, s));
+    NG_CUDA(cudaStreamSynchronize(s));
+  }
+  return core::digest_finish(sum, n, sizeof(E));
+}
 
 void fill_words(const detail::Region& b, uint32_t pattern, uint32_t seed, bool garbage, cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(b.bytes() / 4);
@@ -398,7 +433,7 @@ struct RunTimes {
 std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const seeds::CaseId& c, float eps,
                                   const GpuRunOptions& opt, GpuRunInfo* info, const seeds::HostInputs* host,
                                   std::vector<size_t>* dx_source = nullptr, seeds::HostInputs* inputs_out = nullptr,
-                                  RunTimes* times = nullptr) {
+                                  RunTimes* times = nullptr, OutputDigests* digests = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
   RunTimes local;
   RunTimes& tm = times != nullptr ? *times : local;
@@ -644,6 +679,20 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     Outputs& out = outs[k];
     // forward_outputs_only: dx and dw stay on the device (nobody reads them).
     const bool bwd_outputs = !opt.forward_outputs_only;
+    if (digests != nullptr) {  // run_gpu_digests: one backward variant, nothing copied back
+      OutputDigests& d = *digests;
+      const detail::Region sc = mem.get(sizeof(unsigned long long));
+      d.y = device_digest<uint16_t>(y, T, inner, stride, sc, s);
+      d.rstd = device_digest<uint32_t>(brstd.as<uint32_t>(), 1, R, R, sc, s);
+      d.has_h_new = res;
+      if (res) d.h_new = device_digest<uint16_t>(h_new, T, inner, stride, sc, s);
+      d.has_bwd = bwd_outputs;
+      if (bwd_outputs) {
+        d.dx = device_digest<uint16_t>(dx, T, inner, stride, sc, s);
+        d.dw = device_digest<uint32_t>(bdw.as<uint32_t>(), 1, H, H, sc, s);
+      }
+      continue;
+    }
     if (bwd_outputs) timed([&] { detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s); });
     // dx: in share mode, compare with the distinct ones kept on the device.
     bool dx_needed = bwd_outputs;
@@ -738,6 +787,13 @@ SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds
 
 Outputs run_gpu(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt, GpuRunInfo* info) {
   return std::move(run_gpu(std::vector<const Variant*>{&bwd}, c, eps, opt, info).front());
+}
+
+OutputDigests run_gpu_digests(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt) {
+  if (opt.download_inputs) bad_run("download_inputs is an option of run_gpu_shared");
+  OutputDigests d;
+  run_gpu_impl({&bwd}, c, eps, opt, nullptr, nullptr, nullptr, nullptr, nullptr, &d);
+  return d;
 }
 
 }  // namespace normgate::kernels

@@ -316,6 +316,14 @@ nlohmann::json to_json(const Approval& a) {
     j["oracle"] = a.oracle;
     if (a.op == Op::bwd) j["dw_vs_fp32_worst"] = json_number(a.dw_vs_fp32_worst);
   }
+  if (!a.carried.empty()) {  // absent otherwise: a gate's record keeps its bytes and seal
+    nlohmann::json cs = nlohmann::json::array();
+    for (const auto& c : a.carried)
+      cs.push_back({{"from_source_sha256", c.from_source_sha256}, {"to_source_sha256", c.to_source_sha256},
+                    {"digests_old", c.digests_old}, {"digests_new", c.digests_new}, {"cases", c.cases},
+                    {"gpu", c.gpu}, {"date", c.date}, {"normgate_commit", c.normgate_commit}});
+    j["carried"] = cs;
+  }
   return j;
 }
 
@@ -332,8 +340,12 @@ std::string record_digest(nlohmann::json rec) {
 constexpr std::string_view kRecordKeys[] = {
     "window", "variant", "source_sha256", "backend", "gpu", "driver", "cuda", "seed_set", "t_points", "cases",
     "max_err_tol", "worst_case", "date", "normgate_commit", "normgate_version", "t_per_window", "dense_points",
-    "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds", "oracle", "dw_vs_fp32_worst", "record_sha256"};
+    "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds", "oracle", "dw_vs_fp32_worst", "record_sha256",
+    "carried"};
 constexpr std::string_view kWindowKeys[] = {"op", "mode", "H", "w", "form", "T"};
+
+bool lower_hex64(const std::string& s);
+bool iso8601_utc(const std::string& s);
 
 // Read record j into a. The window is read first and assigned whole (a record
 // whose window cannot be read keeps H = 0: it contains no route's window).
@@ -432,6 +444,44 @@ void from_json(const nlohmann::json& j, Approval& a) {
     a.oracle = str(j, "oracle");
     if (a.op == Op::bwd) a.dw_vs_fp32_worst = from_json_number(field("dw_vs_fp32_worst"), "dw_vs_fp32_worst");
     else if (j.contains("dw_vs_fp32_worst")) throw std::invalid_argument("a fwd record has no 'dw_vs_fp32_worst'");
+  }
+  if (j.contains("carried")) {
+    const auto& cs = j.at("carried");
+    if (!cs.is_array() || cs.empty()) throw std::invalid_argument("field 'carried' must be a non-empty array");
+    std::string prev = "";
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const std::string at = "carried[" + std::to_string(i) + "].";
+      const auto& c = cs[i];
+      if (!c.is_object() || c.size() != 8) throw std::invalid_argument("field '" + at.substr(0, at.size() - 1) +
+                                                                       "' must be an object of 8 fields");
+      Approval::Carry x;
+      auto hex = [&](const char* k) {
+        const std::string v = str(c, k, at.c_str());
+        if (!lower_hex64(v)) throw std::invalid_argument("field '" + at + k + "' must be 64 lower-case hex digits");
+        return v;
+      };
+      x.from_source_sha256 = hex("from_source_sha256");
+      x.to_source_sha256 = hex("to_source_sha256");
+      x.digests_old = hex("digests_old");
+      x.digests_new = hex("digests_new");
+      if (!c.contains("cases")) throw std::invalid_argument("missing field '" + at + "cases'");
+      x.cases = integer(c.at("cases"), at + "cases");
+      if (x.cases < 1) throw std::invalid_argument("field '" + at + "cases' must be at least 1");
+      x.gpu = str(c, "gpu", at.c_str());
+      x.date = str(c, "date", at.c_str());
+      if (!iso8601_utc(x.date)) throw std::invalid_argument("field '" + at + "date' must be UTC ISO 8601");
+      x.normgate_commit = str(c, "normgate_commit", at.c_str());
+      // A chain: each carry starts where the last one ended, and the last
+      // ends at the record's source.
+      if (i > 0 && x.from_source_sha256 != prev)
+        throw std::invalid_argument("field '" + at + "from_source_sha256' is not the previous carry's to_source_sha256");
+      if (x.from_source_sha256 == x.to_source_sha256)
+        throw std::invalid_argument("field '" + at + "to_source_sha256' equals its from_source_sha256");
+      prev = x.to_source_sha256;
+      a.carried.push_back(std::move(x));
+    }
+    if (prev != a.source_sha256)
+      throw std::invalid_argument("field 'carried': the last carry's to_source_sha256 is not the record's source_sha256");
   }
   if (j.contains("record_sha256")) a.record_sha256 = str(j, "record_sha256");
 }

@@ -92,6 +92,21 @@ namespace normgate::validators {
 /// distinct. Throws std::invalid_argument when lo < 1, lo > hi or target < 2.
 std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
 
+/// The cases of approval a's campaign as far as its record gives them, in
+/// phase order: the grid (a.t_points x a.seed_set), the dense grid around
+/// a.worst_case (T = worst T + k * dense_step, 1 <= |k| <= dense_points,
+/// inside the window; the worst case's family point and seed, or the whole
+/// seed set when dense_seeds is "all"), then a.fresh_seeds at the worst
+/// case's T. The gate (run.cpp) centres the dense grid on the worst grid
+/// case and the fresh seeds on the worst of grid and dense, which a record
+/// does not keep: where its worst case is a grid case the list is the
+/// gate's, else it differs in the dense and fresh points only. `normgate
+/// digest` runs it (docs/perf/routes.md D19). Throws std::invalid_argument
+/// for an invalid record, one without campaign strength, or a seed set,
+/// fresh seed set or worst case that does not parse or lies outside the
+/// window.
+std::vector<seeds::CaseId> approval_cases(const kernels::Approval& a);
+
 /// The run that carries a forward window's case (the forward runs inside
 /// every check): the first non-control backward variant of the registry that
 /// supports the case's H, weight dtype and form (pipeline.h fwd_carrier).

@@ -226,4 +226,22 @@ struct SharedGpuRun {
 SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds::CaseId& c,
                             const seeds::HostInputs* in, float eps, const GpuRunOptions& opt = {});
 
+/// Digests (core/output_digest.h) of one run's outputs, each over the tensor
+/// packed over normalized rows as Outputs holds it: y, h_new, dx BF16 bits
+/// [rows, cols]; rstd FP32 [rows]; dw FP32 [cols].
+struct OutputDigests {
+  uint64_t y = 0, rstd = 0, h_new = 0, dx = 0, dw = 0;
+  bool has_h_new = false;  ///< form res: h_new was digested
+  bool has_bwd = false;    ///< dx and dw were digested (not forward_outputs_only)
+};
+
+/// run_gpu(bwd, c, eps, opt) with each output digested on the device where
+/// it lies instead of copied back (8 bytes per tensor cross the bus): the
+/// same layout, poisoning, generation, forward (opt.fwd), backward and
+/// outside-view checks. With opt.forward_outputs_only, dx and dw are not
+/// digested (has_bwd false). The digests equal those the host computes over
+/// run_gpu's Outputs (core::digest_u16 / digest_u32), which a test checks.
+/// Throws as run_gpu; std::invalid_argument for opt.download_inputs.
+OutputDigests run_gpu_digests(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt = {});
+
 }  // namespace normgate::kernels

@@ -264,6 +264,25 @@ struct Approval {
   /// non-finite values are stored as strings.
   double dw_vs_fp32_worst = std::numeric_limits<double>::quiet_NaN();
 
+  /// (carried) Carries of this approval to a later source of its variant,
+  /// oldest first; absent (empty) for an approval as a gate wrote it. Each
+  /// says that the build of `source_sha256` then (from_source_sha256) and
+  /// the build it was carried to computed bitwise identical outputs on
+  /// `cases` cases of the approval's campaign (gate.h approval_cases), by
+  /// the digest files whose file_sha256 are digests_old and digests_new
+  /// (`normgate digest`; `normgate approvals --carry`; docs/perf/routes.md
+  /// D19). The verdict's other fields stay the gate's.
+  struct Carry {
+    std::string from_source_sha256;  ///< the variant's hash the record had before
+    std::string to_source_sha256;    ///< the hash it was given
+    std::string digests_old, digests_new;  ///< file_sha256 of the two digest files
+    int64_t cases = 0;               ///< cases compared, every output bit for bit
+    std::string gpu;                 ///< device both digest runs used ("cpu-model" without one)
+    std::string date;                ///< UTC, ISO 8601
+    std::string normgate_commit;     ///< commit of the build it was carried to
+  };
+  std::vector<Carry> carried;
+
   /// (record_sha256) SHA-256 (64 lower-case hex) of the record's canonical
   /// bytes (approval_record_sha256). save_approvals writes it for every
   /// valid record; load_approvals checks it.

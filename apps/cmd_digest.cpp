@@ -1,0 +1,175 @@
+// apps/cmd_digest.cpp: normgate digest APPROVALS --variant V --out FILE: run
+// the campaign of each of V's approvals again (gate.h approval_cases) and
+// record a digest of every output of every case (harness/digest.h) instead
+// of validating it. Two such files, one from the build an approval was
+// gated on and one from a changed build, let `normgate approvals --carry`
+// carry the approval over when every output is bit for bit the same
+// (docs/perf/routes.md D19).
+#include "commands.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "normgate/gate/gate.h"
+#include "normgate/harness/digest.h"
+#include "normgate/harness/pipeline.h"
+#include "normgate/harness/runner.h"
+#include "normgate/kernels/device.h"
+#include "normgate/kernels/registry.h"
+#include "normgate/routing/routing.h"
+#include "normgate/seeds/generate.h"
+#include "normgate_version.h"
+
+namespace normgate::app {
+
+namespace {
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+struct DigestOptions {
+  std::string approvals;
+  std::vector<std::string> variants;
+  std::string backend = "auto";
+  std::string out;
+  int threads = 0;
+  double deadline = 0;  // seconds; 0: none
+};
+
+int run_digest(const DigestOptions& o) {
+  using validators::Backend;
+  // Everything checked before any case runs.
+  check_outputs({{"--out", o.out}}, {{"APPROVALS", o.approvals}});
+  if (o.deadline < 0) throw std::invalid_argument("--deadline " + std::to_string(o.deadline) + " must be >= 0");
+  const Backend b = validators::resolve_backend(validators::parse_backend(o.backend));
+  if (b == Backend::gpu && !kernels::gpu_available())
+    throw std::invalid_argument("--backend gpu: no usable CUDA device");
+  const std::string backend_name(b == Backend::gpu ? kernels::kGpuBackend : kernels::kCpuModelBackend);
+  std::set<std::string> names;
+  for (const auto& v : o.variants) {
+    const kernels::Variant& var = kernels::variant(v);  // throws, naming an unknown one
+    if (var.external) throw std::invalid_argument("--variant " + v + ": an external implementation; digest runs "
+                                                  "registered kernel variants only");
+    names.insert(std::string(var.name));
+  }
+  const kernels::Approvals file = kernels::load_approvals(o.approvals);
+  std::vector<const kernels::Approval*> todo;
+  size_t invalid = 0;
+  for (const auto& a : file.records) {
+    if (!names.count(a.variant) || a.backend != backend_name) continue;
+    if (!a.invalid.empty()) {
+      ++invalid;
+      continue;
+    }
+    todo.push_back(&a);
+  }
+  if (todo.empty())
+    throw std::invalid_argument(o.approvals + " holds no valid " + backend_name + " approval of the variants asked for (" +
+                                std::to_string(invalid) + " invalid); nothing was run or written");
+  // Every record's cases listed first: a record whose campaign cannot be
+  // listed stops the run before any work.
+  std::vector<std::vector<seeds::CaseId>> cases;
+  size_t total = 0;
+  for (const auto* a : todo) {
+    cases.push_back(validators::approval_cases(*a));
+    total += cases.back().size();
+  }
+  if (invalid > 0) std::printf("note: %zu invalid records of these variants left out\n", invalid);
+  std::printf("digest: %zu approvals, %zu cases, backend %s\n", todo.size(), total, backend_name.c_str());
+  std::fflush(stdout);
+
+  std::unique_ptr<kernels::ReuseGpuBuffers> keep_gpu;
+  if (b == Backend::gpu) keep_gpu = std::make_unique<kernels::ReuseGpuBuffers>();
+  nlohmann::json doc;
+  doc["format"] = "normgate-digests/1";
+  doc["normgate_commit"] = NORMGATE_GIT_COMMIT;
+  doc["normgate_version"] = NORMGATE_VERSION;
+  doc["date"] = now_utc();
+  doc["backend"] = backend_name;
+  const kernels::DeviceInfo dev = kernels::device_info();
+  doc["gpu"] = b == Backend::gpu ? dev.name : std::string(kernels::kCpuModelBackend);
+  doc["driver"] = b == Backend::gpu ? dev.driver : std::string("-");
+  doc["approvals_file"] = o.approvals;
+  nlohmann::json vs = nlohmann::json::object();
+  for (const auto& n : names) vs[n] = std::string(kernels::variant(n).source_sha256);
+  doc["variants"] = vs;
+  nlohmann::json entries = nlohmann::json::array();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  size_t done_cases = 0, stopped = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const kernels::Approval& a = *todo[i];
+    if (o.deadline > 0 && seconds() > o.deadline) {
+      stopped = todo.size() - i;
+      break;
+    }
+    const bool fwd_only = a.op == kernels::Op::fwd;
+    nlohmann::json lines = nlohmann::json::array();
+    std::string all;
+    const double s0 = seconds();
+    for (const auto& c : cases[i]) {
+      const std::string line =
+          seeds::to_string(c) + " " + validators::to_string(validators::digest_case(a.variant, c, b, fwd_only, o.threads));
+      all += line + "\n";
+      lines.push_back(line);
+    }
+    done_cases += cases[i].size();
+    nlohmann::json e;
+    e["record_sha256"] = a.record_sha256;
+    e["variant"] = a.variant;
+    e["window"] = a.window();
+    e["source_sha256"] = a.source_sha256;
+    e["approval_cases"] = a.cases;
+    e["cases"] = cases[i].size();
+    e["lines_sha256"] = seeds::sha256_hex(all.data(), all.size());
+    e["lines"] = lines;
+    entries.push_back(std::move(e));
+    std::printf("[%zu/%zu] %s -> %s: %zu cases (the record says %lld) in %.1f s\n", i + 1, todo.size(),
+                a.window().c_str(), a.variant.c_str(), cases[i].size(), static_cast<long long>(a.cases),
+                seconds() - s0);
+    std::fflush(stdout);
+  }
+  doc["entries"] = entries;
+  const std::string body = doc.dump();
+  doc["file_sha256"] = seeds::sha256_hex(body.data(), body.size());
+  write_file_atomic(o.out, doc.dump(1) + "\n");
+  std::printf("wrote %s: %zu approvals, %zu cases in %.1f s%s\n", o.out.c_str(), entries.size(), done_cases, seconds(),
+              stopped ? (", " + std::to_string(stopped) + " approvals not reached before --deadline").c_str() : "");
+  return stopped > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void add_digest(CLI::App& app, Commands& cmds) {
+  auto* sub = app.add_subcommand(
+      "digest",
+      "Run the campaigns of a variant's approvals again and record a digest of every output (no oracle): the "
+      "evidence `approvals --carry` needs (docs/perf/routes.md D19)");
+  auto o = std::make_shared<DigestOptions>();
+  sub->add_option("APPROVALS", o->approvals, "Approvals file whose records' campaigns are run")->required();
+  sub->add_option("--variant", o->variants, "Variant whose approvals are run (repeatable)")->required();
+  add_backend_option(sub, o->backend, "Where the variants run: gpu (their kernels), cpu (their CPU models), auto");
+  sub->add_option("--out", o->out, "The digests file to write (JSON, written whole or not at all)")->required();
+  add_threads_option(sub, o->threads, "OpenMP threads for host generation and CPU models (0: default)");
+  sub->add_option("--deadline", o->deadline,
+                  "Start no further approval after this many seconds (0: none); the file holds those done, "
+                  "and the exit status is 1");
+  sub->callback([&cmds, o] { cmds.run = [o] { return run_digest(*o); }; });
+}
+
+}  // namespace normgate::app
