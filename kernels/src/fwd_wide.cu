@@ -35,6 +35,7 @@
 // grid past 2^31 - 1 CTAs).
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "device_blocks.cuh"
@@ -67,8 +68,15 @@ struct WideArgs {
 };
 
 // Teams of up to 512 threads (H <= 16384): one CTA.
+// Registers (forward.md, Open leads "Issue-bound forward"): with no minimum
+// of CTAs an SM, ptxas holds the plain FP32-w kernel at 40 registers and
+// spills 12 bytes at four slots, 3.5-4.4% of its time at H = 2048-6144; a
+// minimum of one CTA an SM lets it take 48 and spill nothing. The other
+// kernels keep no minimum (ptxas reads 0 as none): the res kernels lose
+// 4-11% at the 66 registers a minimum of one gives them.
 template <int kSlots, class WT, bool kRes>
-__global__ void __launch_bounds__(2 * kWideCtaThreads) fwd_wide_kernel(const WideArgs<WT> a) {
+__global__ void __launch_bounds__(2 * kWideCtaThreads, std::is_same_v<WT, float> && !kRes ? 1 : 0)
+    fwd_wide_kernel(const WideArgs<WT> a) {
   __shared__ double red[2 * kWideCtaThreads / 32];  // [warp of the CTA]: warp totals
   __shared__ float rs_sh[kWideMaxTeams];           // [team]: rstd handed to the team
   const int team = a.team;

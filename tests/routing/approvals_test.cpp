@@ -5,6 +5,7 @@
 // records kept as read on rewrite, never current, refused by the dispatcher
 // and the runtime cache.
 #include <gtest/gtest.h>
+#include "normgate/seeds/generate.h"
 
 #include <unistd.h>
 
@@ -221,6 +222,65 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
   const Approval unsealed = parse_approvals(doc.dump(), a.path).records[0];
   EXPECT_TRUE(unsealed.unsealed);
   EXPECT_NE(unsealed.invalid.find("no record_sha256"), std::string::npos) << unsealed.invalid;
+}
+
+// A carried record (routing.h, Approval::carried) round-trips sealed; a
+// chain that does not link, a carry to its own hash, a malformed hash or
+// date, or no cases makes the record INVALID.
+TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "c.approvals.json";
+  a.records.push_back(good(t.routes[1]));
+  Approval::Carry c;
+  c.from_source_sha256 = std::string(64, 'e');
+  c.to_source_sha256 = std::string(64, 'f');
+  c.digests_old = std::string(64, '1');
+  c.digests_new = std::string(64, '2');
+  c.cases = 22036;
+  c.gpu = "NVIDIA H200";
+  c.date = "2026-12-04T12:36:00Z";
+  c.normgate_commit = "103d70420e6e";
+  Approval::Carry c2 = c;
+  c2.from_source_sha256 = c.to_source_sha256;
+  c2.to_source_sha256 = a.records[0].source_sha256;
+  a.records[0].carried = {c, c2};
+  const std::string text = approvals_to_json_text(a);
+  const Approvals back = parse_approvals(text, a.path);
+  ASSERT_EQ(back.records.size(), 1u);
+  ASSERT_EQ(back.records[0].invalid, "");
+  ASSERT_EQ(back.records[0].carried.size(), 2u);
+  EXPECT_EQ(back.records[0].carried[1].from_source_sha256, std::string(64, 'f'));
+  EXPECT_EQ(back.records[0].carried[0].cases, 22036);
+  EXPECT_EQ(approval_status(t.routes[1], back, false).state, ApprovalState::current);
+  // A record without carries has no 'carried' field: a gate's record keeps its bytes.
+  Approvals plain = a;
+  plain.records[0].carried.clear();
+  EXPECT_EQ(approvals_to_json_text(plain).find("carried"), std::string::npos);
+  struct Bad {
+    std::function<void(nlohmann::json&)> edit;
+    const char* reason;
+  };
+  const Bad bads[] = {
+      {[](nlohmann::json& r) { r["carried"][1]["from_source_sha256"] = std::string(64, 'd'); }, "previous carry"},
+      {[](nlohmann::json& r) { r["carried"][0]["to_source_sha256"] = r["carried"][0]["from_source_sha256"]; },
+       "equals its from_source_sha256"},
+      {[](nlohmann::json& r) { r["carried"][0]["digests_old"] = "xyz"; }, "64 lower-case hex"},
+      {[](nlohmann::json& r) { r["carried"][0]["cases"] = 0; }, "at least 1"},
+      {[](nlohmann::json& r) { r["carried"][0]["date"] = "2026-13-04T12:36:00Z"; }, "ISO 8601"},
+      {[](nlohmann::json& r) { r["carried"][0]["extra"] = 1; }, "object of 8 fields"},
+      {[](nlohmann::json& r) { r["carried"] = nlohmann::json::array(); }, "non-empty array"},
+  };
+  for (const auto& b : bads) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    auto& rec = doc["approvals"][0];
+    b.edit(rec);
+    rec.erase("record_sha256");
+    const std::string d = rec.dump();
+    rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());  // sealed again: the check is the field's
+    const Approvals x = parse_approvals(doc.dump(), a.path);
+    EXPECT_NE(x.records[0].invalid.find(b.reason), std::string::npos) << b.reason << ": " << x.records[0].invalid;
+  }
 }
 
 // Invalid records: never current (whatever else the file holds for the

@@ -257,6 +257,33 @@ def test_sealed_records_get_their_digest_recomputed():
         assert all(rk.record_digest(a) == a["record_sha256"] for a in got)
         assert got[3] == json.loads(sealed)["approvals"][3]  # another hash: untouched, digest and all
 
+def test_a_carried_records_chain_keeps_the_hash_its_digests_compared():
+    """A record carried to a source (normgate approvals --carry) names that
+    hash again in its chain's to_source_sha256; a comment-only re-key changes
+    the record's source_sha256 alone and leaves the chain as the digests
+    proved it."""
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        ap = approvals_file(d, before)
+        doc = json.load(open(ap))
+        carry = {"from_source_sha256": "e" * 64, "to_source_sha256": before["fwd_rowwise"],
+                 "digests_old": "1" * 64, "digests_new": "2" * 64, "cases": 5, "gpu": "NVIDIA H200",
+                 "date": "2026-12-04T12:00:00Z", "normgate_commit": "103d70420e6e"}
+        doc["approvals"][0]["carried"] = [carry]
+        for a in doc["approvals"]:
+            a["record_sha256"] = rk.record_digest(a)
+        open(ap, "w").write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        comment_only_change(repo)
+        after = hashes(repo)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got = json.load(open(ap))["approvals"]
+        assert got[0]["source_sha256"] == after["fwd_rowwise"]
+        assert got[0]["carried"] == [carry]  # the chain as the digests proved it
+        assert all(rk.record_digest(a) == a["record_sha256"] for a in got)
+
+
 if __name__ == "__main__":
     if not have_tools():
         print("skipped: no gcc or git")
@@ -268,4 +295,5 @@ if __name__ == "__main__":
     test_usage_errors_exit_2()
     test_record_digest_is_normgates()
     test_sealed_records_get_their_digest_recomputed()
+    test_a_carried_records_chain_keeps_the_hash_its_digests_compared()
     print("test_rekey_approvals: ok")
