@@ -68,14 +68,15 @@ struct WideArgs {
 };
 
 // Teams of up to 512 threads (H <= 16384): one CTA.
-// Registers (forward.md, Open leads "Issue-bound forward"): with no minimum
-// of CTAs an SM, ptxas holds the plain FP32-w kernel at 40 registers and
-// spills 12 bytes at four slots, 3.5-4.4% of its time at H = 2048-6144; a
-// minimum of one CTA an SM lets it take 48 and spill nothing. The other
-// kernels keep no minimum (ptxas reads 0 as none): the res kernels lose
-// 4-11% at the 66 registers a minimum of one gives them.
+// Registers (forward.md, D14): with no minimum of CTAs an SM, ptxas holds
+// the four-slot plain FP32-w kernel at 40 registers and spills 12 bytes,
+// 3.5-4.4% of its time at H = 2048-6144; a minimum of one CTA an SM lets it
+// take 48 and spill nothing. Every other kernel keeps no minimum (ptxas
+// reads 0 as none): the res kernels lose 4-11% at the 66 registers a
+// minimum gives them, the three-slot plain FP32-w kernel (H = 1536) 4-5%
+// at 44 registers (5 CTAs an SM where 40 fit 6).
 template <int kSlots, class WT, bool kRes>
-__global__ void __launch_bounds__(2 * kWideCtaThreads, std::is_same_v<WT, float> && !kRes ? 1 : 0)
+__global__ void __launch_bounds__(2 * kWideCtaThreads, std::is_same_v<WT, float> && !kRes && kSlots == 4 ? 1 : 0)
     fwd_wide_kernel(const WideArgs<WT> a) {
   __shared__ double red[2 * kWideCtaThreads / 32];  // [warp of the CTA]: warp totals
   __shared__ float rs_sh[kWideMaxTeams];           // [team]: rstd handed to the team
