@@ -1055,7 +1055,13 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   }
   ApprovalStatus s;
   auto from = [](const Approval& x) {
-    return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + ")";
+    std::string carried;
+    if (!x.carried.empty())  // D19 of docs/perf/routes.md: the verdict is the gate's, the source a later one
+      carried = "; carried by digests " +
+                (x.carried.size() == 1 ? std::string("once") : std::to_string(x.carried.size()) + " times") +
+                ", last " + x.carried.back().date + ", " + std::to_string(x.carried.back().cases) +
+                " cases bit for bit";
+    return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + carried + ")";
   };
   // " as part of T=LO..HI" when the record's window is wider than the route's.
   auto part = [&r](const Approval& x) {

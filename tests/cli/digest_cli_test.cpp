@@ -39,6 +39,11 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + what.size())) ++n;
+  return n;
+}
 
 json sealed(json rec) {
   rec.erase("record_sha256");
@@ -132,6 +137,9 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
     EXPECT_EQ(sealed(r), r);  // sealed again over the new bytes
   }
   EXPECT_EQ(carried, 3u);
+  // `normgate routes` says which approvals were carried.
+  const CliRun routes = cli("routes " + dir + "/small.toml --accept-cpu-model");
+  EXPECT_EQ(occurrences(routes.out, "carried by digests once"), 3u) << routes.out;
   // The file is valid, and a second carry finds nothing left to do.
   const CliRun v = cli("approvals " + approvals);
   EXPECT_EQ(v.code, 0) << v.out;
