@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/file_target.h"
+#include "normgate/core/report_util.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
@@ -277,15 +278,6 @@ DigestFile read_digests(const std::string& path) {
   return d;
 }
 
-std::string carry_now_utc() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
-
 // normgate approvals FILE --carry OLD NEW (see the option's help).
 int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path) {
   const DigestFile d_old = read_digests(old_path), d_new = read_digests(new_path);
@@ -298,7 +290,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   kernels::Approvals a = kernels::load_approvals(path);
   std::vector<std::string> refused, notes;
   size_t carried = 0, compared = 0;
-  const std::string date = carry_now_utc();
+  const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
     if (!x.invalid.empty()) continue;
     const auto io = d_old.entries.find(x.record_sha256);

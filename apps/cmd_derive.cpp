@@ -2,6 +2,7 @@
 // measurements (routing/derive.h): time every candidate, gate the winners,
 // write the table routing the fastest approved candidate per window and the
 // derivation report.
+#include "normgate/core/report_util.h"
 #include "commands.h"
 
 #include <chrono>
@@ -42,14 +43,7 @@ using kernels::Op;
 using kernels::Timings;
 using kernels::Variant;
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string utc_now() { return validators::detail::utc_now(); }
 
 struct DeadlineReached : std::runtime_error {
   using std::runtime_error::runtime_error;

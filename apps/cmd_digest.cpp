@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
 #include "normgate/harness/pipeline.h"
@@ -32,15 +33,6 @@
 namespace normgate::app {
 
 namespace {
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
 
 struct DigestOptions {
   std::string approvals;
@@ -99,7 +91,7 @@ int run_digest(const DigestOptions& o) {
   doc["format"] = "normgate-digests/1";
   doc["normgate_commit"] = NORMGATE_GIT_COMMIT;
   doc["normgate_version"] = NORMGATE_VERSION;
-  doc["date"] = now_utc();
+  doc["date"] = validators::detail::utc_now();
   doc["backend"] = backend_name;
   const kernels::DeviceInfo dev = kernels::device_info();
   doc["gpu"] = b == Backend::gpu ? dev.name : std::string(kernels::kCpuModelBackend);

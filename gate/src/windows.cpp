@@ -22,14 +22,7 @@ namespace normgate::validators {
 
 namespace gate_detail {
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string utc_now() { return detail::utc_now(); }
 
 void check_options(const GateOptions& o) {
   if (o.table_path.empty()) throw std::invalid_argument("no route table given");

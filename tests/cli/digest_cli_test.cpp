@@ -32,18 +32,9 @@ const std::string kFake(64, 'a');  // the "older source" of bwd_det_chunked
 
 CliRun cli(const std::string& args) { return normgate::test::run_normgate(args); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-size_t occurrences(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + what.size())) ++n;
-  return n;
-}
+using normgate::test::occurrences;
+using normgate::test::slurp;
+using normgate::test::spit;
 
 json sealed(json rec) {
   rec.erase("record_sha256");

@@ -24,6 +24,16 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+/// Write `text` to the file at `path` (created or truncated).
+inline void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+/// How many times `what` occurs in `s` (not overlapping).
+inline size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + what.size())) ++n;
+  return n;
+}
+
 /// A fresh, empty folder NORMGATE_BINARY_DIR/PREFIX_NAME_PID (removed first
 /// if a killed run left it); its path.
 inline std::string fresh_dir(const std::string& prefix, const std::string& name) {

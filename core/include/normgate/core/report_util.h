@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,17 @@
 namespace normgate::validators::detail {
 
 using Clock = std::chrono::steady_clock;
+
+/// The current time as UTC ISO 8601, "YYYY-MM-DDTHH:MM:SSZ" (the dates of
+/// reports, approvals, timings and digests files).
+inline std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 /// Seconds elapsed since t0.
 inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
