@@ -29,6 +29,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/report_util.h"
+#include "normgate/gate/gate.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
@@ -237,27 +238,36 @@ struct DigestFile {
 };
 
 DigestFile read_digests(const std::string& path) {
+  auto bad = [&path](const std::string& why) { return std::invalid_argument("--carry " + path + ": " + why); };
+  if (std::filesystem::is_directory(path)) throw bad("a folder, not a digests file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("--carry " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  if (!in) throw bad(std::string("cannot be read (") + std::strerror(errno) + ")");
   std::ostringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  auto bad = [&path](const std::string& why) { return std::invalid_argument("--carry " + path + ": " + why); };
-  if (j.is_discarded() || !j.is_object()) throw bad("not a JSON object (a digests file of `normgate digest`?)");
-  if (j.value("format", "") != "normgate-digests/1") throw bad("format is not \"normgate-digests/1\"");
-  if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw bad(std::string("not JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) throw bad("not a JSON object (a digests file of `normgate digest`?)");
   DigestFile d;
   d.path = path;
-  d.sha256 = j["file_sha256"].get<std::string>();
-  j.erase("file_sha256");
-  const std::string body = j.dump();
-  if (seeds::sha256_hex(body.data(), body.size()) != d.sha256)
-    throw bad("file_sha256 does not match its contents (changed after it was written)");
   try {
+    if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != "normgate-digests/1")
+      throw bad("format is not \"normgate-digests/1\"");
+    if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
+    d.sha256 = j["file_sha256"].get<std::string>();
+    j.erase("file_sha256");
+    const std::string body = j.dump();
+    if (seeds::sha256_hex(body.data(), body.size()) != d.sha256)
+      throw bad("file_sha256 does not match its contents (changed after it was written)");
     d.backend = j.at("backend").get<std::string>();
     d.gpu = j.at("gpu").get<std::string>();
     d.commit = j.at("normgate_commit").get<std::string>();
+    if (!j.at("variants").is_object()) throw bad("'variants' is not an object");
     for (const auto& [k, v] : j.at("variants").items()) d.variants[k] = v.get<std::string>();
+    if (!j.at("entries").is_array()) throw bad("'entries' is not an array");
     for (const auto& e : j.at("entries")) {
       DigestEntry x;
       x.variant = e.at("variant").get<std::string>();
@@ -285,10 +295,14 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   if (d_old.backend != d_new.backend || d_old.gpu != d_new.gpu)
     throw std::invalid_argument("--carry: OLD ran on " + d_old.backend + " (" + d_old.gpu + "), NEW on " +
                                 d_new.backend + " (" + d_new.gpu + "): the bits are compared on one kind of device");
+  const bool dirty = d_old.commit.find("-dirty") != std::string::npos || d_new.commit.find("-dirty") != std::string::npos;
+  if (d_old.commit == d_new.commit && !dirty)
+    throw std::invalid_argument("--carry: OLD and NEW both say normgate " + d_old.commit +
+                                ": one commit holds one source of each variant");
   check_writable(core::rename_target(path), "APPROVALS");
   kernels::ApprovalsLock lock(path);
   kernels::Approvals a = kernels::load_approvals(path);
-  std::vector<std::string> refused, notes;
+  std::vector<std::string> refused, notes, done;
   size_t carried = 0, compared = 0;
   const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
@@ -318,9 +332,23 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       continue;
     }
     const auto vo = d_old.variants.find(x.variant), vn = d_new.variants.find(x.variant);
-    if (vo == d_old.variants.end() || vo->second != x.source_sha256 || io->second.source_sha256 != x.source_sha256) {
-      refused.push_back(who + ": OLD was not run by the build it was gated on (source " + x.source_sha256.substr(0, 12) +
-                        ", OLD's build " + (vo == d_old.variants.end() ? "none" : vo->second.substr(0, 12)) + ")");
+    if (vo == d_old.variants.end() || vo->second != x.source_sha256) {
+      // OLD's build is not this record's source (a record stale before the
+      // change): the files say nothing about it.
+      notes.push_back(who + ": keyed to source " + x.source_sha256.substr(0, 12) + ", OLD's build has " +
+                      (vo == d_old.variants.end() ? std::string("no such variant") : vo->second.substr(0, 12)) +
+                      "; left as it is");
+      continue;
+    }
+    if (io->second.source_sha256 != x.source_sha256 || in->second.source_sha256 != x.source_sha256 ||
+        io->second.variant != x.variant || in->second.variant != x.variant || io->second.window != x.window() ||
+        in->second.window != x.window()) {
+      refused.push_back(who + ": an entry of OLD or NEW names another record (variant, window or source)");
+      continue;
+    }
+    if (x.backend == kernels::kGpuBackend && d_new.gpu != x.gpu) {
+      refused.push_back(who + ": gated on " + x.gpu + ", the digests ran on " + d_new.gpu +
+                        " (bits are compared on the device the record was gated on)");
       continue;
     }
     if (vn == d_new.variants.end() || vn->second != now) {
@@ -330,8 +358,34 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     }
     const auto& lo = io->second.lines;
     const auto& ln = in->second.lines;
-    if (lo.empty() || lo.size() != ln.size()) {
-      refused.push_back(who + ": OLD compared " + std::to_string(lo.size()) + " cases, NEW " + std::to_string(ln.size()));
+    // Both files must hold exactly the record's campaign (gate.h
+    // approval_cases), case by case in its order.
+    std::vector<seeds::CaseId> want;
+    try {
+      want = validators::approval_cases(x);
+    } catch (const std::invalid_argument& e) {
+      refused.push_back(who + ": its campaign cannot be listed (" + e.what() + ")");
+      continue;
+    }
+    auto case_of = [](const std::string& line) { return line.substr(0, line.find(' ')); };
+    std::string mismatch;
+    for (const auto* side : {&lo, &ln}) {
+      if (!mismatch.empty()) break;
+      const char* name = side == &lo ? "OLD" : "NEW";
+      if (side->size() != want.size()) {
+        mismatch = std::string(name) + " holds " + std::to_string(side->size()) + " cases, the record's campaign " +
+                   std::to_string(want.size());
+        break;
+      }
+      for (size_t k = 0; k < want.size(); ++k)
+        if (case_of((*side)[k]) != seeds::to_string(want[k])) {
+          mismatch = std::string(name) + "'s case " + std::to_string(k + 1) + " is " + case_of((*side)[k]) +
+                     ", the campaign's " + seeds::to_string(want[k]);
+          break;
+        }
+    }
+    if (!mismatch.empty()) {
+      refused.push_back(who + ": " + mismatch);
       continue;
     }
     size_t k = 0;
@@ -350,14 +404,16 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     c.gpu = d_new.gpu;
     c.date = date;
     c.normgate_commit = d_new.commit;
-    std::printf("carry    %s: %s -> %s, %zu cases bit for bit\n", who.c_str(), x.source_sha256.substr(0, 12).c_str(),
-                now.substr(0, 12).c_str(), lo.size());
+    done.push_back(who + ": " + x.source_sha256.substr(0, 12) + " -> " + now.substr(0, 12) + ", " +
+                   std::to_string(lo.size()) + " cases bit for bit");
     x.carried.push_back(std::move(c));
     x.source_sha256 = now;
     ++carried;
     compared += lo.size();
   }
   for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
+  if (refused.empty())
+    for (const auto& d : done) std::printf("carry    %s\n", d.c_str());
   if (!refused.empty()) {
     for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
     std::printf("carry    refused: %zu record%s above; nothing written\n", refused.size(),

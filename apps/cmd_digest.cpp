@@ -8,6 +8,8 @@
 #include "commands.h"
 
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -46,8 +48,13 @@ struct DigestOptions {
 int run_digest(const DigestOptions& o) {
   using validators::Backend;
   // Everything checked before any case runs.
+  if (o.out == "-") throw std::invalid_argument("--out -: the digests go to a file (written whole, then renamed)");
   check_outputs({{"--out", o.out}}, {{"APPROVALS", o.approvals}});
-  if (o.deadline < 0) throw std::invalid_argument("--deadline " + std::to_string(o.deadline) + " must be >= 0");
+  if (!(o.deadline >= 0) || !std::isfinite(o.deadline))
+    throw std::invalid_argument("--deadline " + std::to_string(o.deadline) + " must be a finite number of seconds >= 0");
+  if (!std::filesystem::is_regular_file(o.approvals))
+    throw std::invalid_argument("APPROVALS " + o.approvals +
+                                (std::filesystem::exists(o.approvals) ? ": not a regular file" : ": no such file"));
   const Backend b = validators::resolve_backend(validators::parse_backend(o.backend));
   if (b == Backend::gpu && !kernels::gpu_available())
     throw std::invalid_argument("--backend gpu: no usable CUDA device");
@@ -61,11 +68,16 @@ int run_digest(const DigestOptions& o) {
   }
   const kernels::Approvals file = kernels::load_approvals(o.approvals);
   std::vector<const kernels::Approval*> todo;
-  size_t invalid = 0;
+  size_t invalid = 0, repeated = 0;
+  std::set<std::string> seen;  // a record listed twice is run once
   for (const auto& a : file.records) {
     if (!names.count(a.variant) || a.backend != backend_name) continue;
     if (!a.invalid.empty()) {
       ++invalid;
+      continue;
+    }
+    if (!seen.insert(a.record_sha256).second) {
+      ++repeated;
       continue;
     }
     todo.push_back(&a);
@@ -81,7 +93,13 @@ int run_digest(const DigestOptions& o) {
     cases.push_back(validators::approval_cases(*a));
     total += cases.back().size();
   }
+  if (b == Backend::cpu) {  // the host generates every case and runs the models: its memory first
+    std::vector<seeds::CaseId> all;
+    for (const auto& cs : cases) all.insert(all.end(), cs.begin(), cs.end());
+    require_host_memory(all, 1);
+  }
   if (invalid > 0) std::printf("note: %zu invalid records of these variants left out\n", invalid);
+  if (repeated > 0) std::printf("note: %zu records listed twice in the file, run once\n", repeated);
   std::printf("digest: %zu approvals, %zu cases, backend %s\n", todo.size(), total, backend_name.c_str());
   std::fflush(stdout);
 

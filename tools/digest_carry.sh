@@ -21,8 +21,8 @@
 #   --deadline-s N  seconds each digest run may take before it stops starting
 #                   approvals (default 0: none); a stopped run carries only
 #                   the approvals both runs reached
-# Exit status: that of the carry (0 carried, 1 refused), 2 usage, 3 a digest
-# run failed.
+# Exit status: that of the carry (0 carried, 1 refused), 2 usage (here or
+# in a digest run), 3 a digest run failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -58,6 +58,7 @@ for side in old new; do
   echo "== digest with the $side build"
   "$bin" digest "$approvals" "${vargs[@]}" --backend "$backend" --deadline "$deadline" --out "$out/$side.json"
   rc=$?
+  [ $rc -ne 2 ] || { echo "digest_carry: the $side digest run refused its arguments (exit 2)" >&2; exit 2; }
   [ $rc -le 1 ] || { echo "digest_carry: the $side digest run failed (exit $rc)" >&2; exit 3; }
 done
 cp "$approvals" "$out/approvals.json"

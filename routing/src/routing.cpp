@@ -471,14 +471,17 @@ void from_json(const nlohmann::json& j, Approval& a) {
       x.date = str(c, "date", at.c_str());
       if (!iso8601_utc(x.date)) throw std::invalid_argument("field '" + at + "date' must be UTC ISO 8601");
       x.normgate_commit = str(c, "normgate_commit", at.c_str());
-      // A chain: each carry starts where the last one ended. The last may
-      // end at another hash than the record's source_sha256: a later
-      // comment-only re-key (tools/rekey_approvals.py) changes that alone.
-      if (i > 0 && x.from_source_sha256 != prev)
-        throw std::invalid_argument("field '" + at + "from_source_sha256' is not the previous carry's to_source_sha256");
+      // Carries in order of time. One need not start where the previous
+      // one ended, nor the last end at the record's source_sha256: a
+      // comment-only re-key (tools/rekey_approvals.py) changes
+      // source_sha256 alone, before or between carries.
       if (x.from_source_sha256 == x.to_source_sha256)
         throw std::invalid_argument("field '" + at + "to_source_sha256' equals its from_source_sha256");
-      prev = x.to_source_sha256;
+      if (x.digests_old == x.digests_new)
+        throw std::invalid_argument("field '" + at + "digests_new' equals its digests_old (one file cannot be both)");
+      if (i > 0 && x.date < prev)
+        throw std::invalid_argument("field '" + at + "date' is before the previous carry's");
+      prev = x.date;
       a.carried.push_back(std::move(x));
     }
   }

@@ -88,6 +88,7 @@ class Carry : public ::testing::Test {
     json old = json::parse(slurp(dir + "/old.json"));
     ASSERT_EQ(old["variants"]["bwd_det_chunked"], real);  // this build's hash, recorded
     old["variants"]["bwd_det_chunked"] = kFake;           // as if the approved build had run it
+    old["normgate_commit"] = "0123456789ab";              // ... another commit
     spit(dir + "/old.json", resealed_digests(old).dump(1));
     const CliRun e = cli("digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out " + dir +
                          "/new.json");
@@ -166,38 +167,115 @@ TEST_F(Carry, AnEditedDigestsFileIsAUsageError) {
   EXPECT_EQ(slurp(approvals), before);
 }
 
-TEST_F(Carry, OldMustBeTheApprovedBuild) {
-  // NEW given twice in effect: OLD run by this build, not by the approved one.
-  std::filesystem::copy_file(dir + "/new.json", dir + "/new2.json");
-  json n2 = json::parse(slurp(dir + "/new2.json"));
-  n2["date"] = "2000-01-01T00:00:00Z";  // another file, same build
+TEST_F(Carry, OnlyEvidenceOfTheRecordsOwnSourceAndCampaignCounts) {
+  // OLD run by this build, not by the approved one: it says nothing of the
+  // records (keyed to kFake): nothing carried, the file unchanged.
+  json n2 = json::parse(slurp(dir + "/new.json"));
+  n2["normgate_commit"] = "fedcba987654";
   spit(dir + "/new2.json", resealed_digests(n2).dump(1));
-  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/new2.json " + dir + "/new.json");
+  CliRun c = cli("approvals " + approvals + " --carry " + dir + "/new2.json " + dir + "/new.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "OLD's build has " + real.substr(0, 12) + "; left as it is")) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing to carry")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+  // The two files swapped: the same.
+  c = cli("approvals " + approvals + " --carry " + dir + "/new.json " + dir + "/old.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+  // Both files cut to one case each (sealed again): not the record's campaign.
+  for (const char* f : {"/old.json", "/new.json"}) {
+    json d = json::parse(slurp(dir + f));
+    for (auto& e : d["entries"]) {
+      e["lines"] = json::array({e["lines"][0]});
+      e["lines_sha256"] = lines_sha(e["lines"]);
+    }
+    spit(dir + f + std::string(".cut"), resealed_digests(d).dump(1));
+  }
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json.cut " + dir + "/new.json.cut");
   EXPECT_EQ(c.code, 1) << c.out;
-  EXPECT_TRUE(contains(c.out, "OLD was not run by the build it was gated on")) << c.out;
+  EXPECT_TRUE(contains(c.out, "OLD holds 1 cases, the record's campaign")) << c.out;
+  EXPECT_FALSE(contains(c.out, "bit for bit")) << c.out;  // nothing claimed on a refusal
   EXPECT_EQ(slurp(approvals), before);
-  // And the two files swapped: NEW is not this build.
-  const CliRun s = cli("approvals " + approvals + " --carry " + dir + "/new.json " + dir + "/old.json");
-  EXPECT_EQ(s.code, 1) << s.out;
+  // OLD and NEW from one clean commit cannot be two sources.
+  json o1 = json::parse(slurp(dir + "/old.json")), n1 = json::parse(slurp(dir + "/new.json"));
+  o1["normgate_commit"] = n1["normgate_commit"] = "0123456789ab";
+  spit(dir + "/o1.json", resealed_digests(o1).dump(1));
+  spit(dir + "/n1.json", resealed_digests(n1).dump(1));
+  c = cli("approvals " + approvals + " --carry " + dir + "/o1.json " + dir + "/n1.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "one commit holds one source")) << c.out;
   EXPECT_EQ(slurp(approvals), before);
+  // A digests file whose format is not a string, or whose entries are not an array: usage errors.
+  json bad = json::parse(slurp(dir + "/new.json"));
+  bad["entries"] = json::object();
+  spit(dir + "/bad.json", resealed_digests(bad).dump(1));
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/bad.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "'entries' is not an array")) << c.out;
+  bad = json::parse(slurp(dir + "/new.json"));
+  bad["format"] = 1;
+  spit(dir + "/bad.json", bad.dump(1));
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/bad.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "bad.json: format is not")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+}
+
+TEST_F(Carry, ARecordReKeyedAfterACarryCarriesAgain) {
+  // Carry once, then a comment-only re-key moves source_sha256 (the chain
+  // keeps its hashes): a second carry from the re-keyed hash is valid.
+  ASSERT_EQ(cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json").code, 0);
+  const std::string rekeyed(64, 'c');
+  json a = json::parse(slurp(approvals));
+  for (auto& r : a["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      r["source_sha256"] = rekeyed;
+      r = sealed(r);
+    }
+  spit(approvals, a.dump(1));
+  ASSERT_EQ(cli("approvals " + approvals).code, 0);
+  for (const char* side : {"old", "new"}) {
+    const CliRun d = cli("digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out " + dir +
+                         "/" + side + "2.json");
+    ASSERT_EQ(d.code, 0) << d.out;
+  }
+  json o2 = json::parse(slurp(dir + "/old2.json"));
+  o2["variants"]["bwd_det_chunked"] = rekeyed;
+  o2["normgate_commit"] = "0123456789ab";
+  spit(dir + "/old2.json", resealed_digests(o2).dump(1));
+  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old2.json " + dir + "/new2.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  const CliRun v = cli("approvals " + approvals);
+  EXPECT_EQ(v.code, 0) << v.out;
+  for (const auto& r : json::parse(slurp(approvals))["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      ASSERT_EQ(r["carried"].size(), 2u);
+      EXPECT_EQ(r["carried"][1]["from_source_sha256"], rekeyed);
+      EXPECT_EQ(r["source_sha256"], real);
+    }
 }
 
 TEST(Digest, UsageErrorsBeforeAnyWork) {
   const std::string dir = std::string(NORMGATE_BINARY_DIR) + "/digest_cli_usage_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string ap = kData + "/../routes/small.toml";  // not an approvals file
   CliRun r = cli("digest " + dir + "/none.json --variant bwd_det_chunked --backend cpu --out " + dir + "/d.json");
-  EXPECT_EQ(r.code, 2) << r.out;  // a missing approvals file holds no approval
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "none.json: no such file")) << r.out;
+  spit(dir + "/empty.approvals.json", "{\"format\": \"normgate-approvals/1\", \"approvals\": []}");
+  r = cli("digest " + dir + "/empty.approvals.json --variant bwd_det_chunked --backend cpu --out " + dir + "/d.json");
+  EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "holds no valid cpu-model approval")) << r.out;
-  r = cli("digest " + dir + "/none.json --variant no_such_variant --backend cpu --out " + dir + "/d.json");
+  r = cli("digest " + dir + "/empty.approvals.json --variant bwd_det_chunked --backend cpu --out -");
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = cli("digest " + dir + "/empty.approvals.json --variant no_such_variant --backend cpu --out " + dir + "/d.json");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "no_such_variant")) << r.out;
-  r = cli("digest " + dir + "/none.json --variant bwd_det_chunked --backend cpu --deadline -1 --out " + dir + "/d.json");
+  r = cli("digest " + dir + "/empty.approvals.json --variant bwd_det_chunked --backend cpu --deadline -1 --out " + dir +
+          "/d.json");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/d.json"));
   std::filesystem::remove_all(dir);
-  (void)ap;
 }
 
 }  // namespace

@@ -225,8 +225,8 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
 }
 
 // A carried record (routing.h, Approval::carried) round-trips sealed; a
-// chain that does not link, a carry to its own hash, a malformed hash or
-// date, or no cases makes the record INVALID.
+// carry to its own hash or by one file twice, carries out of date order, a
+// malformed hash or date, or no cases makes the record INVALID.
 TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
   Approvals a;
@@ -262,7 +262,8 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
     const char* reason;
   };
   const Bad bads[] = {
-      {[](nlohmann::json& r) { r["carried"][1]["from_source_sha256"] = std::string(64, 'd'); }, "previous carry"},
+      {[](nlohmann::json& r) { r["carried"][1]["date"] = "2026-12-03T00:00:00Z"; }, "before the previous carry"},
+      {[](nlohmann::json& r) { r["carried"][0]["digests_new"] = r["carried"][0]["digests_old"]; }, "equals its digests_old"},
       {[](nlohmann::json& r) { r["carried"][0]["to_source_sha256"] = r["carried"][0]["from_source_sha256"]; },
        "equals its from_source_sha256"},
       {[](nlohmann::json& r) { r["carried"][0]["digests_old"] = "xyz"; }, "64 lower-case hex"},

@@ -271,10 +271,10 @@ struct Approval {
   /// `cases` cases of the approval's campaign (gate.h approval_cases), by
   /// the digest files whose file_sha256 are digests_old and digests_new
   /// (`normgate digest`; `normgate approvals --carry`; docs/perf/routes.md
-  /// D19). The verdict's other fields stay the gate's. Each carry's
-  /// from_source_sha256 is the previous one's to_source_sha256; the last
-  /// to_source_sha256 is the record's source_sha256 unless a comment-only
-  /// re-key (tools/rekey_approvals.py) changed that since.
+  /// D19). The verdict's other fields stay the gate's. Carries are in
+  /// order of date, each from one hash to another by two different files;
+  /// a comment-only re-key (tools/rekey_approvals.py) may change
+  /// source_sha256 before, between or after them.
   struct Carry {
     std::string from_source_sha256;  ///< the variant's hash the record had before
     std::string to_source_sha256;    ///< the hash it was given
