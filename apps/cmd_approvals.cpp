@@ -30,6 +30,7 @@
 #include "normgate/core/file_target.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
+#include "normgate/harness/digest.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
@@ -275,9 +276,7 @@ DigestFile read_digests(const std::string& path) {
       x.source_sha256 = e.at("source_sha256").get<std::string>();
       x.lines_sha256 = e.at("lines_sha256").get<std::string>();
       x.lines = e.at("lines").get<std::vector<std::string>>();
-      std::string all;
-      for (const auto& l : x.lines) all += l + "\n";
-      if (seeds::sha256_hex(all.data(), all.size()) != x.lines_sha256)
+      if (validators::digest_lines_sha256(x.lines) != x.lines_sha256)
         throw bad("entry of " + x.window + ": lines_sha256 does not match its lines");
       if (!d.entries.emplace(e.at("record_sha256").get<std::string>(), std::move(x)).second)
         throw bad("two entries of one record");

@@ -129,15 +129,11 @@ int run_digest(const DigestOptions& o) {
       break;
     }
     const bool fwd_only = a.op == kernels::Op::fwd;
-    nlohmann::json lines = nlohmann::json::array();
-    std::string all;
+    std::vector<std::string> lines;
     const double s0 = seconds();
-    for (const auto& c : cases[i]) {
-      const std::string line =
-          seeds::to_string(c) + " " + validators::to_string(validators::digest_case(a.variant, c, b, fwd_only, o.threads));
-      all += line + "\n";
-      lines.push_back(line);
-    }
+    for (const auto& c : cases[i])
+      lines.push_back(seeds::to_string(c) + " " +
+                      validators::to_string(validators::digest_case(a.variant, c, b, fwd_only, o.threads)));
     done_cases += cases[i].size();
     nlohmann::json e;
     e["record_sha256"] = a.record_sha256;
@@ -146,7 +142,7 @@ int run_digest(const DigestOptions& o) {
     e["source_sha256"] = a.source_sha256;
     e["approval_cases"] = a.cases;
     e["cases"] = cases[i].size();
-    e["lines_sha256"] = seeds::sha256_hex(all.data(), all.size());
+    e["lines_sha256"] = validators::digest_lines_sha256(lines);
     e["lines"] = lines;
     entries.push_back(std::move(e));
     std::printf("[%zu/%zu] %s -> %s: %zu cases (the record says %lld) in %.1f s\n", i + 1, todo.size(),

@@ -47,6 +47,12 @@ kernels::OutputDigests digest_case(const std::string& impl, const seeds::CaseId&
   return d;
 }
 
+std::string digest_lines_sha256(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  return seeds::sha256_hex(all.data(), all.size());
+}
+
 std::string to_string(const kernels::OutputDigests& d) {
   char b[160];
   auto hex = [&b](const char* name, uint64_t v, bool first) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/runner.h"
@@ -27,6 +28,10 @@ namespace normgate::validators {
 /// CUDA error.
 kernels::OutputDigests digest_case(const std::string& impl, const seeds::CaseId& c, Backend backend,
                                    bool forward_only, int threads = 0);
+
+/// lines_sha256 of a digests file's entry (docs/schemas.md, "Digests"):
+/// SHA-256 (lower-case hex) of its lines, each ended by a newline.
+std::string digest_lines_sha256(const std::vector<std::string>& lines);
 
 /// "y=<16 hex> rstd=<16 hex>", then " h_new=..." when has_h_new, then
 /// " dx=... dw=..." when has_bwd (lower-case hex, zero-padded).
