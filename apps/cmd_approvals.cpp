@@ -437,7 +437,9 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "ranges, record_sha256), and rejections files (TABLE stem + .rejections.json, rejections.h: one bad record "
       "makes the file INVALID, named with its reason): exit 0 when every record is valid, 1 when one is INVALID "
       "(each listed with its reason). --seal adds record_sha256 to approvals records written before records carried "
-      "it (rejections are always sealed). --merge-into TARGET adds the files' approvals records to TARGET");
+      "it (rejections are always sealed). --merge-into TARGET adds the files' approvals records to TARGET. "
+      "--carry OLD NEW re-keys records to this build's source when two digests files (`normgate digest`) agree "
+      "bit for bit");
   struct Opts {
     std::vector<std::string> files;
     bool seal = false;

@@ -82,9 +82,18 @@ int run_digest(const DigestOptions& o) {
     }
     todo.push_back(&a);
   }
-  if (todo.empty())
+  if (todo.empty()) {
+    size_t other = 0;  // valid records of these variants on the other backend
+    for (const auto& a : file.records)
+      other += names.count(a.variant) && a.backend != backend_name && a.invalid.empty() ? 1 : 0;
+    const std::string hint =
+        other == 0 ? std::string()
+                   : "; it holds " + std::to_string(other) + " " +
+                         (b == Backend::gpu ? std::string(kernels::kCpuModelBackend) + " ones (--backend cpu)"
+                                            : std::string(kernels::kGpuBackend) + " ones (--backend gpu, on a GPU)");
     throw std::invalid_argument(o.approvals + " holds no valid " + backend_name + " approval of the variants asked for (" +
-                                std::to_string(invalid) + " invalid); nothing was run or written");
+                                std::to_string(invalid) + " invalid" + hint + "); nothing was run or written");
+  }
   // Every record's cases listed first: a record whose campaign cannot be
   // listed stops the run before any work.
   std::vector<std::vector<seeds::CaseId>> cases;
@@ -165,7 +174,8 @@ void add_digest(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "digest",
       "Run the campaigns of a variant's approvals again and record a digest of every output (no oracle): the "
-      "evidence `approvals --carry` needs (docs/perf/routes.md D19)");
+      "evidence `approvals --carry` needs (docs/perf/routes.md D19). Exit 0 written, 1 written but stopped by "
+      "--deadline, 2 usage (nothing run or written), 3 a failure while running");
   auto o = std::make_shared<DigestOptions>();
   sub->add_option("APPROVALS", o->approvals, "Approvals file whose records' campaigns are run")->required();
   sub->add_option("--variant", o->variants, "Variant whose approvals are run (repeatable)")->required();
