@@ -260,8 +260,7 @@ DigestFile read_digests(const std::string& path) {
     if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
     d.sha256 = j["file_sha256"].get<std::string>();
     j.erase("file_sha256");
-    const std::string body = j.dump();
-    if (seeds::sha256_hex(body.data(), body.size()) != d.sha256)
+    if (validators::digests_file_sha256(j) != d.sha256)
       throw bad("file_sha256 does not match its contents (changed after it was written)");
     d.backend = j.at("backend").get<std::string>();
     d.gpu = j.at("gpu").get<std::string>();

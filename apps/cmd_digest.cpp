@@ -11,8 +11,6 @@
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
-#include <ctime>
-#include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -160,8 +158,7 @@ int run_digest(const DigestOptions& o) {
     std::fflush(stdout);
   }
   doc["entries"] = entries;
-  const std::string body = doc.dump();
-  doc["file_sha256"] = seeds::sha256_hex(body.data(), body.size());
+  doc["file_sha256"] = validators::digests_file_sha256(doc);
   write_file_atomic(o.out, doc.dump(1) + "\n");
   std::printf("wrote %s: %zu approvals, %zu cases in %.1f s%s\n", o.out.c_str(), entries.size(), done_cases, seconds(),
               stopped ? (", " + std::to_string(stopped) + " approvals not reached before --deadline").c_str() : "");

@@ -53,6 +53,12 @@ std::string digest_lines_sha256(const std::vector<std::string>& lines) {
   return seeds::sha256_hex(all.data(), all.size());
 }
 
+std::string digests_file_sha256(nlohmann::json doc) {
+  doc.erase("file_sha256");
+  const std::string body = doc.dump();
+  return seeds::sha256_hex(body.data(), body.size());
+}
+
 std::string to_string(const kernels::OutputDigests& d) {
   char b[160];
   auto hex = [&b](const char* name, uint64_t v, bool first) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/runner.h"
 #include "normgate/seeds/case_id.h"
@@ -32,6 +34,12 @@ kernels::OutputDigests digest_case(const std::string& impl, const seeds::CaseId&
 /// lines_sha256 of a digests file's entry (docs/schemas.md, "Digests"):
 /// SHA-256 (lower-case hex) of its lines, each ended by a newline.
 std::string digest_lines_sha256(const std::vector<std::string>& lines);
+
+/// file_sha256 of a digests file (docs/schemas.md, "Digests"): SHA-256
+/// (lower-case hex) of `doc` without its "file_sha256" key, dumped compactly
+/// (nlohmann::json::dump(): keys sorted, no whitespace). The writer seals
+/// with it and the carry checks with it.
+std::string digests_file_sha256(nlohmann::json doc);
 
 /// "y=<16 hex> rstd=<16 hex>", then " h_new=..." when has_h_new, then
 /// " dx=... dw=..." when has_bwd (lower-case hex, zero-padded).
