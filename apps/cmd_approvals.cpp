@@ -255,8 +255,10 @@ DigestFile read_digests(const std::string& path) {
   DigestFile d;
   d.path = path;
   try {
-    if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != "normgate-digests/1")
-      throw bad("format is not \"normgate-digests/1\"");
+    // /1 lines have no msq (docs/schemas.md, "Digests"); /2 lines of the GPU have.
+    if (!j.contains("format") || !j["format"].is_string() ||
+        (j["format"].get<std::string>() != "normgate-digests/1" && j["format"].get<std::string>() != "normgate-digests/2"))
+      throw bad("format is not \"normgate-digests/1\" or \"normgate-digests/2\"");
     if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
     d.sha256 = j["file_sha256"].get<std::string>();
     j.erase("file_sha256");
@@ -286,6 +288,39 @@ DigestFile read_digests(const std::string& path) {
   return d;
 }
 
+// Two digests lines of one case, output by output ("name=hex" after the case
+// id): "" when every output both digest agrees and only msq is digested on
+// one side alone; else why not ("outputs differ: ..." or "OLD and NEW
+// digested different outputs: ...").
+std::string compare_digest_lines(const std::string& lo, const std::string& ln) {
+  auto outputs = [](const std::string& line) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(line);
+    std::string tok;
+    in >> tok;  // the case id
+    while (in >> tok) {
+      const size_t eq = tok.find('=');
+      m[tok.substr(0, eq)] = eq == std::string::npos ? std::string() : tok.substr(eq + 1);
+    }
+    return m;
+  };
+  const auto a = outputs(lo), b = outputs(ln);
+  std::string differ, only;
+  for (const auto& [name, v] : a) {
+    const auto it = b.find(name);
+    if (it == b.end()) {
+      if (name != "msq") only += " " + name + " (OLD only)";
+    } else if (it->second != v) {
+      differ += " " + name;
+    }
+  }
+  for (const auto& [name, v] : b)
+    if (!a.count(name) && name != "msq") only += " " + name + " (NEW only)";
+  if (!differ.empty()) return "outputs differ:" + differ;
+  if (!only.empty()) return "OLD and NEW digested different outputs:" + only;
+  return "";
+}
+
 // normgate approvals FILE --carry OLD NEW (see the option's help).
 int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path) {
   const DigestFile d_old = read_digests(old_path), d_new = read_digests(new_path);
@@ -301,7 +336,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   kernels::ApprovalsLock lock(path);
   kernels::Approvals a = kernels::load_approvals(path);
   std::vector<std::string> refused, notes, done;
-  size_t carried = 0, compared = 0;
+  size_t carried = 0, compared = 0, msq_not_compared = 0;
   const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
     if (!x.invalid.empty()) continue;
@@ -386,13 +421,28 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       refused.push_back(who + ": " + mismatch);
       continue;
     }
+    // Output by output: every output both lines digest must agree; only msq
+    // may be missing from one side (a normgate-digests/1 file, or the CPU
+    // models, which digest no msq). Anything else digested on one side only
+    // is refused.
     size_t k = 0;
-    while (k < lo.size() && lo[k] == ln[k]) ++k;
+    std::string why;
+    bool msq_unmatched = false;
+    for (; k < lo.size(); ++k) {
+      if (lo[k] == ln[k]) continue;
+      why = compare_digest_lines(lo[k], ln[k]);
+      if (!why.empty()) break;
+      msq_unmatched = true;
+    }
     if (k < lo.size()) {
-      refused.push_back(who + ": outputs differ at case " + std::to_string(k + 1) + " of " + std::to_string(lo.size()) +
-                        ":\n      OLD " + lo[k] + "\n      NEW " + ln[k] + "\n    (a change of bits: gate it again)");
+      const bool bits = why.rfind("outputs differ", 0) == 0;
+      const size_t colon = why.find(':');
+      refused.push_back(who + ": " + why.substr(0, colon) + " at case " + std::to_string(k + 1) + " of " +
+                        std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + lo[k] +
+                        "\n      NEW " + ln[k] + (bits ? "\n    (a change of bits: gate it again)" : ""));
       continue;
     }
+    if (msq_unmatched) ++msq_not_compared;
     kernels::Approval::Carry c;
     c.from_source_sha256 = x.source_sha256;
     c.to_source_sha256 = now;
@@ -425,6 +475,10 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
   std::printf("carry    %s: %zu record%s carried on %zu cases\n", path.c_str(), carried, carried == 1 ? "" : "s",
               compared);
+  if (msq_not_compared > 0)
+    std::printf("note     msq was digested on one side only for %zu of them (a normgate-digests/1 file, or the CPU "
+                "models): every other output compared\n",
+                msq_not_compared);
   return 0;
 }
 }  // namespace

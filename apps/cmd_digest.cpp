@@ -113,7 +113,7 @@ int run_digest(const DigestOptions& o) {
   std::unique_ptr<kernels::ReuseGpuBuffers> keep_gpu;
   if (b == Backend::gpu) keep_gpu = std::make_unique<kernels::ReuseGpuBuffers>();
   nlohmann::json doc;
-  doc["format"] = "normgate-digests/1";
+  doc["format"] = "normgate-digests/2";
   doc["normgate_commit"] = NORMGATE_GIT_COMMIT;
   doc["normgate_version"] = NORMGATE_VERSION;
   doc["date"] = validators::detail::utc_now();

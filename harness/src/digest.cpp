@@ -66,6 +66,7 @@ std::string to_string(const kernels::OutputDigests& d) {
     return std::string(b);
   };
   std::string s = hex("y", d.y, true) + hex("rstd", d.rstd, false);
+  if (d.has_msq) s += hex("msq", d.msq, false);
   if (d.has_h_new) s += hex("h_new", d.h_new, false);
   if (d.has_bwd) s += hex("dx", d.dx, false) + hex("dw", d.dw, false);
   return s;

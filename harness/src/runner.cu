@@ -531,7 +531,14 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   fill_words(bx, 0x7FC07FC0u, 0, false, s);  // inputs too: the gaps of a layout are never data
   fill_words(bdy, 0x7FC07FC0u, 0, false, s);
   const size_t pitch = static_cast<size_t>(stride) * 2, width = static_cast<size_t>(inner) * 2;  // bytes
+  // Forward-only digests read no backward input: dy and dh_new stay poisoned
+  // and no backward runs (run_gpu_digests).
+  const bool digest_fwd_only = digests != nullptr && opt.forward_outputs_only;
   if (host == nullptr) {
+    if (digest_fwd_only) {
+      in.dy = nullptr;
+      in.dh_new = nullptr;
+    }
     generate_device_inputs(c, in, s);
   } else {  // the caller's inputs (a saved case): upload them
     if (res && (host->u.size() != host->x.size() || host->dh_new.size() != host->x.size()))
@@ -653,6 +660,20 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
   ba.T = T;
   ba.H = H;
   ba.workspace = bws.get();
+  // The forward's outputs, digested where they lie (run_gpu_digests).
+  auto digest_forward = [&](OutputDigests& d, const detail::Region& sc) {
+    d.y = device_digest<uint16_t>(y, T, inner, stride, sc, s);
+    d.rstd = device_digest<uint32_t>(brstd.as<uint32_t>(), 1, R, R, sc, s);
+    d.msq = device_digest<uint64_t>(bmsq.as<uint64_t>(), 1, R, R, sc, s);
+    d.has_msq = true;
+    d.has_h_new = res;
+    if (res) d.h_new = device_digest<uint16_t>(h_new, T, inner, stride, sc, s);
+  };
+  if (digest_fwd_only) {
+    *digests = OutputDigests{};
+    digest_forward(*digests, mem.get(sizeof(unsigned long long)));
+    return {};
+  }
   for (size_t k = 0; k < bwds.size(); ++k) {
     const Variant& bwd = *bwds[k];
     const size_t ws_k = bwd_workspace_bytes(bwd, R, H);
@@ -682,10 +703,7 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     if (digests != nullptr) {  // run_gpu_digests: one backward variant, nothing copied back
       OutputDigests& d = *digests;
       const detail::Region sc = mem.get(sizeof(unsigned long long));
-      d.y = device_digest<uint16_t>(y, T, inner, stride, sc, s);
-      d.rstd = device_digest<uint32_t>(brstd.as<uint32_t>(), 1, R, R, sc, s);
-      d.has_h_new = res;
-      if (res) d.h_new = device_digest<uint16_t>(h_new, T, inner, stride, sc, s);
+      digest_forward(d, sc);
       d.has_bwd = bwd_outputs;
       if (bwd_outputs) {
         d.dx = device_digest<uint16_t>(dx, T, inner, stride, sc, s);

@@ -156,6 +156,75 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
   EXPECT_EQ(slurp(approvals), before);
 }
 
+// Rewrites every line of one digests file with f (sealed again).
+template <class F>
+void edit_lines(const std::string& path, F&& f) {
+  json d = json::parse(slurp(path));
+  for (auto& e : d["entries"]) {
+    for (auto& l : e["lines"]) l = f(l.get<std::string>());
+    e["lines_sha256"] = lines_sha(e["lines"]);
+  }
+  spit(path, resealed_digests(d).dump(1));
+}
+// The line with " msq=<16 hex>" inserted after its rstd digest.
+std::string with_msq(const std::string& l, char fill) {
+  const size_t at = l.find(" rstd=") + 6 + 16;
+  return l.substr(0, at) + " msq=" + std::string(16, fill) + l.substr(at);
+}
+
+TEST_F(Carry, MsqIsComparedWhereBothFilesHoldIt) {
+  // The CPU models digest no msq; the GPU's normgate-digests/2 lines do, and
+  // a /1 file has none. Both with msq and equal: carried, no note.
+  edit_lines(dir + "/old.json", [](const std::string& l) { return with_msq(l, 'c'); });
+  edit_lines(dir + "/new.json", [](const std::string& l) { return with_msq(l, 'c'); });
+  CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
+  EXPECT_FALSE(contains(c.out, "msq was digested on one side only")) << c.out;
+  spit(approvals, before);
+  // msq differing in one case: refused, naming msq, nothing written.
+  {
+    json d = json::parse(slurp(dir + "/new.json"));
+    auto& e = d["entries"][0];
+    std::string l = e["lines"][2].get<std::string>();
+    l.replace(l.find(" msq=") + 5, 16, std::string(16, 'd'));
+    e["lines"][2] = l;
+    e["lines_sha256"] = lines_sha(e["lines"]);
+    spit(dir + "/new_d.json", resealed_digests(d).dump(1));
+  }
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new_d.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "outputs differ at case 3 of")) << c.out;
+  EXPECT_TRUE(contains(c.out, "(msq)")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+  // OLD from before msq was digested (format /1, no msq): carried on every
+  // other output, with a note saying msq was not compared.
+  {
+    json d = json::parse(slurp(dir + "/old.json"));
+    d["format"] = "normgate-digests/1";
+    for (auto& e : d["entries"]) {
+      for (auto& l : e["lines"]) {
+        std::string t = l.get<std::string>();
+        l = t.erase(t.find(" msq="), 21);
+      }
+      e["lines_sha256"] = lines_sha(e["lines"]);
+    }
+    spit(dir + "/old1.json", resealed_digests(d).dump(1));
+  }
+  c = cli("approvals " + approvals + " --carry " + dir + "/old1.json " + dir + "/new.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
+  EXPECT_TRUE(contains(c.out, "msq was digested on one side only for 3 of them")) << c.out;
+  spit(approvals, before);
+  // Any other output on one side only (dw missing from NEW): refused.
+  edit_lines(dir + "/new.json", [](std::string l) { return l.erase(l.find(" dw=")); });
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "OLD and NEW digested different outputs at case 1 of")) << c.out;
+  EXPECT_TRUE(contains(c.out, "dw (OLD only)")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+}
+
 TEST_F(Carry, AnEditedDigestsFileIsAUsageError) {
   std::string t = slurp(dir + "/new.json");
   const size_t at = t.find(" rstd=") + 6;

@@ -57,5 +57,55 @@ INSTANTIATE_TEST_SUITE_P(Cases, DeviceInputs, ::testing::ValuesIn(input_cases())
                            return s;
                          });
 
+#if defined(NORMGATE_KERNELS_HAVE_CUDA)
+// The runner's layouts: per-head rows inside packed qkv rows (stride 40 x 256,
+// head stride 256), rows 16-byte aligned (one vector store per 8 values) and
+// misaligned by one element (the scalar kernel). Every row equals the host
+// generator's; the gaps between rows keep their fill; a null dy is skipped.
+TEST(DeviceInputs, StridedHeadsAndMisalignedRowsMatchTheHost) {
+  NG_REQUIRE_GPU();
+  seeds::CaseId c = make_case(256, 5, seeds::Family::llm, 9);
+  c.form = Form::heads24;
+  const seeds::HostInputs h = seeds::generate_host(c);
+  const int64_t heads = 24, stride = 40 * 256, T = c.T, H = c.H;
+  const size_t elems = static_cast<size_t>(T * stride + 16);
+  for (int64_t mis : {0, 1}) {
+    for (bool with_dy : {true, false}) {
+      SCOPED_TRACE("misaligned by " + std::to_string(mis) + (with_dy ? ", dy" : ", no dy"));
+      const DevMem bx(elems * 2), bdy(elems * 2), bw(static_cast<size_t>(H) * 2);
+      ASSERT_EQ(cudaMemset(bx.p, 0xFF, elems * 2), cudaSuccess);
+      ASSERT_EQ(cudaMemset(bdy.p, 0xFF, elems * 2), cudaSuccess);
+      DeviceInputBuffers b;
+      b.x = bx.as<uint16_t>() + mis;
+      b.x_stride = stride;
+      b.dy = with_dy ? bdy.as<uint16_t>() + mis : nullptr;
+      b.dy_stride = stride;
+      b.w = bw.p;
+      b.heads = heads;
+      b.stride_h = H;
+      generate_device_inputs(c, b);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint16_t> x(elems), dy(elems);
+      ASSERT_EQ(cudaMemcpy(x.data(), bx.p, elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dy.data(), bdy.p, elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<char> data(elems, 0);
+      int64_t bad_x = 0, bad_dy = 0;
+      for (int64_t r = 0; r < T * heads; ++r)
+        for (int64_t j = 0; j < H; ++j) {
+          const size_t at = static_cast<size_t>(mis + (r / heads) * stride + (r % heads) * H + j);
+          data[at] = 1;
+          bad_x += x[at] != h.x[static_cast<size_t>(r * H + j)];
+          bad_dy += with_dy ? dy[at] != h.dy[static_cast<size_t>(r * H + j)] : dy[at] != 0xFFFF;
+        }
+      EXPECT_EQ(bad_x, 0);
+      EXPECT_EQ(bad_dy, 0);
+      int64_t touched = 0;
+      for (size_t k = 0; k < elems; ++k) touched += !data[k] && (x[k] != 0xFFFF || dy[k] != 0xFFFF);
+      EXPECT_EQ(touched, 0);  // the k and v parts, the misalignment's first element, the tail
+    }
+  }
+}
+#endif  // NORMGATE_KERNELS_HAVE_CUDA
+
 }  // namespace
 }  // namespace normgate::kernels::test

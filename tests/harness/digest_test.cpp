@@ -83,6 +83,8 @@ TEST(DigestCase, CpuModelsDigestWhatTheyCompute) {
     EXPECT_EQ(f.rstd, d.rstd);
     EXPECT_EQ(nv::to_string(f).find(" dx="), std::string::npos);
     EXPECT_NE(nv::to_string(d).find(" dw="), std::string::npos);
+    EXPECT_FALSE(d.has_msq);  // the models' Outputs hold no msq
+    EXPECT_EQ(nv::to_string(d).find(" msq="), std::string::npos);
   }
   EXPECT_THROW(nv::digest_case("no_such", normgate::seeds::parse_case("H=64,T=3,w=bf16,form=plain,family=normal,seed=0"),
                                nv::Backend::cpu, false),
@@ -112,6 +114,20 @@ TEST(DigestCase, GpuDigestsEqualTheHostsOverTheDownloads) {
       EXPECT_EQ(d.dx, digest_u16(o.dx.data(), o.dx.size()));
       EXPECT_EQ(d.dw, digest_u32(reinterpret_cast<const uint32_t*>(o.dw.data()), o.dw.size()));
       if (c.form == normgate::Form::res) EXPECT_EQ(d.h_new, digest_u16(o.h_new.data(), o.h_new.size()));
+      // msq: digested, and not the poison the runner leaves in rows the
+      // forward missed (binary64 NaN 0xFFFF...); a forward-only run (no dy,
+      // no backward) gives the same forward digests.
+      ASSERT_TRUE(d.has_msq);
+      const std::vector<uint64_t> poison(static_cast<size_t>(c.rows()), ~uint64_t{0});
+      if (c.T > 0) EXPECT_NE(d.msq, normgate::core::digest_u64(poison.data(), poison.size()));
+      const OutputDigests f = nv::digest_case(impl, c, nv::Backend::gpu, true);
+      EXPECT_FALSE(f.has_bwd);
+      EXPECT_TRUE(f.has_msq);
+      EXPECT_EQ(f.y, d.y);
+      EXPECT_EQ(f.rstd, d.rstd);
+      EXPECT_EQ(f.msq, d.msq);
+      EXPECT_EQ(f.has_h_new, d.has_h_new);
+      EXPECT_EQ(f.h_new, d.h_new);
     }
   }
 }

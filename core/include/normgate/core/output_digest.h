@@ -9,7 +9,8 @@
 // a verdict rests on.
 //
 // Definition. For a tensor of n elements e_0 .. e_{n-1} (their bit patterns
-// as unsigned integers, 16-bit for BF16, 32-bit for FP32), in the order of
+// as unsigned integers, 16-bit for BF16, 32-bit for FP32, 64-bit for
+// binary64), in the order of
 // the tensor packed over normalized rows (Outputs' layout, core/types.h):
 //   term(i, e) = mix64(mix64(i + K) ^ e)           (K = 0x9E3779B97F4A7C15)
 //   sum        = sum_i term(i, e_i)  mod 2^64       (any order: the device
@@ -56,6 +57,13 @@ inline uint64_t digest_u32(const uint32_t* p, uint64_t n) {
   uint64_t s = 0;
   for (uint64_t i = 0; i < n; ++i) s += digest_term(i, p[i]);
   return digest_finish(s, n, 4);
+}
+
+/// Host digest of n 8-byte patterns (binary64 values such as msq), packed.
+inline uint64_t digest_u64(const uint64_t* p, uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += digest_term(i, p[i]);
+  return digest_finish(s, n, 8);
 }
 
 }  // namespace normgate::core

@@ -41,8 +41,9 @@ std::string digest_lines_sha256(const std::vector<std::string>& lines);
 /// with it and the carry checks with it.
 std::string digests_file_sha256(nlohmann::json doc);
 
-/// "y=<16 hex> rstd=<16 hex>", then " h_new=..." when has_h_new, then
-/// " dx=... dw=..." when has_bwd (lower-case hex, zero-padded).
+/// "y=<16 hex> rstd=<16 hex>", then " msq=..." when has_msq, " h_new=..."
+/// when has_h_new, " dx=... dw=..." when has_bwd (lower-case hex,
+/// zero-padded).
 std::string to_string(const kernels::OutputDigests& d);
 
 }  // namespace normgate::validators

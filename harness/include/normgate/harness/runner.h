@@ -27,7 +27,7 @@ namespace normgate::kernels {
 struct DeviceInputBuffers {
   uint16_t* x = nullptr;       ///< BF16 bits [rows, cols] (form res: h)
   int64_t x_stride = 0;
-  uint16_t* dy = nullptr;      ///< BF16 bits [rows, cols]
+  uint16_t* dy = nullptr;      ///< BF16 bits [rows, cols], optional
   int64_t dy_stride = 0;
   void* w = nullptr;           ///< [cols]: BF16 bits if c.w == bf16, else FP32
   uint16_t* u = nullptr;       ///< BF16 bits [rows, cols], optional
@@ -43,6 +43,7 @@ struct DeviceInputBuffers {
 /// Fill the buffers with case c's inputs on the device, element by element
 /// with seeds::family_value (the host generator's function), so the bytes
 /// equal seeds::generate_host(c). Enqueued on `stream`, not synchronized.
+/// x and w are required; dy, u and dh_new are generated where not null.
 /// Throws std::invalid_argument for a null required buffer or a stride < cols,
 /// std::runtime_error on a CUDA error.
 void generate_device_inputs(const seeds::CaseId& c, const DeviceInputBuffers& b, Stream stream = nullptr);
@@ -230,7 +231,11 @@ SharedGpuRun run_gpu_shared(const std::vector<const Variant*>& bwds, const seeds
 /// packed over normalized rows as Outputs holds it: y, h_new, dx BF16 bits
 /// [rows, cols]; rstd FP32 [rows]; dw FP32 [cols].
 struct OutputDigests {
-  uint64_t y = 0, rstd = 0, h_new = 0, dx = 0, dw = 0;
+  uint64_t y = 0, rstd = 0, msq = 0, h_new = 0, dx = 0, dw = 0;
+  /// msq (the forward's binary64 mean square per row, the backward's input;
+  /// 8-byte elements) was digested: on the GPU, not by the CPU models, whose
+  /// Outputs hold no msq.
+  bool has_msq = false;
   bool has_h_new = false;  ///< form res: h_new was digested
   bool has_bwd = false;    ///< dx and dw were digested (not forward_outputs_only)
 };
@@ -238,9 +243,11 @@ struct OutputDigests {
 /// run_gpu(bwd, c, eps, opt) with each output digested on the device where
 /// it lies instead of copied back (8 bytes per tensor cross the bus): the
 /// same layout, poisoning, generation, forward (opt.fwd), backward and
-/// outside-view checks. With opt.forward_outputs_only, dx and dw are not
-/// digested (has_bwd false). The digests equal those the host computes over
-/// run_gpu's Outputs (core::digest_u16 / digest_u32), which a test checks.
+/// outside-view checks; msq too (has_msq). With opt.forward_outputs_only
+/// only the forward runs: dy and dh_new are not generated, no backward runs,
+/// dx and dw are not digested (has_bwd false). The digests equal those the
+/// host computes over run_gpu's Outputs (core::digest_u16 / digest_u32),
+/// which a test checks.
 /// Throws as run_gpu; std::invalid_argument for opt.download_inputs.
 OutputDigests run_gpu_digests(const Variant& bwd, const seeds::CaseId& c, float eps, const GpuRunOptions& opt = {});
 
