@@ -16,19 +16,16 @@ namespace normgate::kernels {
 namespace dev {
 namespace {
 
-/// Rows of one [rows, cols] BF16 tensor of `heads` rows a token: CTAs stride
-/// over tokens, then walk the token's heads, threads over columns (no
-/// division per row: row r = t * heads + h). family_value's results are
-/// BF16-representable, so the conversion is exact.
+/// Rows of one [rows, cols] BF16 tensor: CTAs stride over rows, threads over
+/// columns. family_value's results are BF16-representable, so the conversion
+/// is exact.
 __global__ void generate_rows_kernel(const seeds::FamilyParams p, const seeds::Tensor which, uint16_t* out,
-                                     int64_t stride, int64_t heads, int64_t stride_h, int64_t tokens, int64_t cols) {
-  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x)
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t r = t * heads + h;
-      uint16_t* o = out + t * stride + h * stride_h;
-      for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-        o[j] = bf16_from_float(seeds::family_value(p, which, r, j));
-    }
+                                     int64_t stride, int64_t heads, int64_t stride_h, int64_t rows, int64_t cols) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    uint16_t* o = out + (r / heads) * stride + (r % heads) * stride_h;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      o[j] = bf16_from_float(seeds::family_value(p, which, r, j));
+  }
 }
 
 /// The weight vector (row argument 0; family_value ignores it for w).
@@ -50,10 +47,9 @@ namespace {
 void enqueue_rows(const seeds::FamilyParams& p, seeds::Tensor which, uint16_t* out, int64_t stride, int64_t heads,
                   int64_t stride_h, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows == 0 || cols == 0 || out == nullptr) return;
-  const int64_t tokens = rows / heads;  // heads divides rows (generate_device_inputs checks)
-  const int64_t grid = tokens < 65535 * 4 ? tokens : 65535 * 4;
-  dev::generate_rows_kernel<<<static_cast<unsigned>(grid), 256, 0, s>>>(p, which, out, stride, heads, stride_h,
-                                                                        tokens, cols);
+  const int64_t grid = rows < 65535 * 4 ? rows : 65535 * 4;
+  dev::generate_rows_kernel<<<static_cast<unsigned>(grid), 256, 0, s>>>(p, which, out, stride, heads, stride_h, rows,
+                                                                        cols);
   NG_CUDA_LAUNCHED("generate_rows_kernel");
 }
 
