@@ -233,7 +233,7 @@ struct DigestEntry {
   std::vector<std::string> lines;
 };
 struct DigestFile {
-  std::string path, sha256, backend, gpu, commit;
+  std::string path, sha256, backend, gpu, commit, approvals_file;
   std::map<std::string, std::string> variants;    // name -> the build's source_sha256
   std::map<std::string, DigestEntry> entries;     // by the approval's record_sha256
 };
@@ -267,6 +267,7 @@ DigestFile read_digests(const std::string& path) {
     d.backend = j.at("backend").get<std::string>();
     d.gpu = j.at("gpu").get<std::string>();
     d.commit = j.at("normgate_commit").get<std::string>();
+    d.approvals_file = j.at("approvals_file").get<std::string>();
     if (!j.at("variants").is_object()) throw bad("'variants' is not an object");
     for (const auto& [k, v] : j.at("variants").items()) d.variants[k] = v.get<std::string>();
     if (!j.at("entries").is_array()) throw bad("'entries' is not an array");
@@ -336,7 +337,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   kernels::ApprovalsLock lock(path);
   kernels::Approvals a = kernels::load_approvals(path);
   std::vector<std::string> refused, notes, done;
-  size_t carried = 0, compared = 0, msq_not_compared = 0;
+  size_t carried = 0, compared = 0, msq_not_compared = 0, in_both = 0;
   const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
     if (!x.invalid.empty()) continue;
@@ -348,6 +349,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       if (in_one) notes.push_back(who + ": in one digests file only; left as it is");
       continue;
     }
+    ++in_both;
     const kernels::Variant* v = nullptr;
     try {
       v = &kernels::variant(x.variant);
@@ -469,6 +471,11 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     return 1;
   }
   if (carried == 0) {
+    if (in_both == 0)  // the files are of other records (another file, or records sealed again since)
+      std::printf("note     no record of %s is in both digests files (OLD has %zu entries, NEW %zu; they were "
+                  "written from %s and %s): digest this file's records\n",
+                  path.c_str(), d_old.entries.size(), d_new.entries.size(), d_old.approvals_file.c_str(),
+                  d_new.approvals_file.c_str());
     std::printf("carry    nothing to carry in %s (file unchanged)\n", path.c_str());
     return 0;
   }

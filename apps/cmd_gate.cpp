@@ -355,8 +355,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     changes.empty() ? " no change" : "");
         for (const auto& c : changes) std::printf("  %s\n", c.c_str());
         if (res.backend != kernels::kGpuBackend)
-          std::printf("  note: cpu-model approvals are not accepted by the dispatcher unless it is told to "
-                      "(DispatchPolicy::accept_cpu_model): the GPU code is what ships\n");
+          std::printf("  note: cpu-model approvals count only where asked (`normgate routes --accept-cpu-model`; "
+                      "calls: NORMGATE_DISPATCH=accept-cpu-model): the GPU code is what ships\n");
       }
       int failing = 0, incomplete = 0;
       for (const auto& w : res.windows) {

@@ -92,7 +92,7 @@ TEST(CheckSupportCli, GridNamingAnUnsupportedVariantExits2BeforeAnyWork) {
 // the backend note). The single case and the grid alike.
 TEST(CheckSupportCli, AVariantNamedBesideAllIsNotSkipped) {
   const std::string d = fresh_dir("cli", "skip_named_all");
-  for (const std::string where : {std::string("--case ") + kH512,
+  for (const std::string& where : {std::string("--case ") + kH512,
                                   std::string("--seeds normal:0..0 --H 256,512 --T 3 --w bf16 --quiet")}) {
     const Split r = run_split("check --backend cpu --variant fwd_narrow --variant all " + where + " --json " + d +
                                   "/x.json",

@@ -138,6 +138,15 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
   const CliRun again = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
   EXPECT_EQ(again.code, 0) << again.out;
   EXPECT_TRUE(contains(again.out, "nothing to carry")) << again.out;
+  // Digests of another file's records: said, not silent.
+  json other = json::parse(slurp(approvals));
+  other["approvals"] = json::array();
+  spit(dir + "/other.approvals.json", other.dump(1));
+  const CliRun o = cli("approvals " + dir + "/other.approvals.json --carry " + dir + "/old.json " + dir + "/new.json");
+  EXPECT_EQ(o.code, 0) << o.out;
+  EXPECT_TRUE(contains(o.out, "no record of " + dir + "/other.approvals.json is in both digests files")) << o.out;
+  EXPECT_TRUE(contains(o.out, "written from " + approvals)) << o.out;
+  EXPECT_TRUE(contains(o.out, "nothing to carry")) << o.out;
 }
 
 TEST_F(Carry, OneDifferentDigestRefusesEverything) {

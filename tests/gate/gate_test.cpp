@@ -362,8 +362,11 @@ TEST(Gate, ControlRoutedByOverrideFailsOnCancel) {
   EXPECT_GT(w.out[3].max_ratio, 1.0);
   EXPECT_NE(w.out[3].worst_case.find("family=cancel"), std::string::npos) << w.out[3].worst_case;
   for (const auto& f : w.families) {
-    if (f.family == "cancel") EXPECT_GT(f.failed, 0);
-    else EXPECT_EQ(f.failed, 0) << f.family;
+    if (f.family == "cancel") {
+      EXPECT_GT(f.failed, 0);
+    } else {
+      EXPECT_EQ(f.failed, 0) << f.family;
+    }
   }
   const std::string md = format_gate_markdown(r);
   EXPECT_NE(md.find("**FAIL**"), std::string::npos);

@@ -75,7 +75,9 @@ TEST(DigestCase, CpuModelsDigestWhatTheyCompute) {
     EXPECT_EQ(d.dw, digest_u32(reinterpret_cast<const uint32_t*>(o.dw.data()), o.dw.size()));
     EXPECT_EQ(d.rstd, digest_u32(reinterpret_cast<const uint32_t*>(o.rstd.data()), o.rstd.size()));
     EXPECT_EQ(d.has_h_new, res);
-    if (res) EXPECT_EQ(d.h_new, digest_u16(o.h_new.data(), o.h_new.size()));
+    if (res) {
+      EXPECT_EQ(d.h_new, digest_u16(o.h_new.data(), o.h_new.size()));
+    }
     // Forward only: the same forward digests, no dx, dw.
     const nk::OutputDigests f = nv::digest_case("bwd_det_chunked", c, nv::Backend::cpu, true, 1);
     EXPECT_FALSE(f.has_bwd);
@@ -113,13 +115,17 @@ TEST(DigestCase, GpuDigestsEqualTheHostsOverTheDownloads) {
       EXPECT_EQ(d.rstd, digest_u32(reinterpret_cast<const uint32_t*>(o.rstd.data()), o.rstd.size()));
       EXPECT_EQ(d.dx, digest_u16(o.dx.data(), o.dx.size()));
       EXPECT_EQ(d.dw, digest_u32(reinterpret_cast<const uint32_t*>(o.dw.data()), o.dw.size()));
-      if (c.form == normgate::Form::res) EXPECT_EQ(d.h_new, digest_u16(o.h_new.data(), o.h_new.size()));
+      if (c.form == normgate::Form::res) {
+        EXPECT_EQ(d.h_new, digest_u16(o.h_new.data(), o.h_new.size()));
+      }
       // msq: digested, and not the poison the runner leaves in rows the
       // forward missed (binary64 NaN 0xFFFF...); a forward-only run (no dy,
       // no backward) gives the same forward digests.
       ASSERT_TRUE(d.has_msq);
       const std::vector<uint64_t> poison(static_cast<size_t>(c.rows()), ~uint64_t{0});
-      if (c.T > 0) EXPECT_NE(d.msq, normgate::core::digest_u64(poison.data(), poison.size()));
+      if (c.T > 0) {
+        EXPECT_NE(d.msq, normgate::core::digest_u64(poison.data(), poison.size()));
+      }
       const OutputDigests f = nv::digest_case(impl, c, nv::Backend::gpu, true);
       EXPECT_FALSE(f.has_bwd);
       EXPECT_TRUE(f.has_msq);

@@ -207,7 +207,9 @@ TEST(BwdEdge, ForwardOutputsOnlySkipsDxAndDw) {
     EXPECT_EQ(seeds::digest(fwd.inputs).all, seeds::digest(full.inputs).all);
     EXPECT_EQ(fwd.outs[0].y, full.outs[0].y);
     EXPECT_EQ(fwd.outs[0].h_new, full.outs[0].h_new);
-    if (c.T > 0) EXPECT_EQ(c.form == Form::res, !fwd.outs[0].h_new.empty());
+    if (c.T > 0) {
+      EXPECT_EQ(c.form == Form::res, !fwd.outs[0].h_new.empty());
+    }
     ASSERT_EQ(fwd.outs[0].rstd.size(), full.outs[0].rstd.size());
     EXPECT_EQ(0, std::memcmp(fwd.outs[0].rstd.data(), full.outs[0].rstd.data(), full.outs[0].rstd.size() * 4));
     if (c.T > 0) {

@@ -124,7 +124,9 @@ TEST(Registry, OpsModesAndControls) {
     EXPECT_EQ(v.source_of_class.empty(), v.name == "ctl_fp32_seq") << v.name;
     EXPECT_EQ(v.model_only, v.name != "ctl_fp32_seq" && v.name != "ctl_bf16_partials" && v.name != "ctl_warp64_dw")
         << v.name;
-    if (v.model_only) EXPECT_EQ(v.sources, "models/src/model_controls.cpp") << v.name;
+    if (v.model_only) {
+      EXPECT_EQ(v.sources, "models/src/model_controls.cpp") << v.name;
+    }
   }
 }
 

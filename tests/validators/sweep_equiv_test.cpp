@@ -156,7 +156,9 @@ void check_case(const std::string& id) {
   EXPECT_GT(res.get(Output::dx).nonfinite_fail, 0);
   EXPECT_GT(res.get(Output::rstd).nonfinite_fail, 0);
   EXPECT_GT(res.get(Output::dw).over, 0);
-  if (!f.h_new.empty()) EXPECT_GT(res.get(Output::h_new).over, 0);
+  if (!f.h_new.empty()) {
+    EXPECT_GT(res.get(Output::h_new).over, 0);
+  }
 }
 
 }  // namespace
