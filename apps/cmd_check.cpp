@@ -159,7 +159,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         validators::CheckRequest req{seeds::parse_case(o->id), impls, backend, o->threads,
                                      oracle::parse_oracle_mode(o->oracle), from_all, o->outputs == "fwd"};
         validators::require_supported({req.id}, named);  // before the note: a refusal is the only output
-        require_host_memory({req.id}, impls.size(), o->outputs == "fwd");
+        require_host_memory({req.id}, impls, o->outputs == "fwd");
         if (from_all)  // what "all" leaves out of this case, and why (also in the report and the JSON)
           for (const auto& impl : impls)
             if (const std::string why = validators::unsupported_reason(impl, req.id); !why.empty())
@@ -193,7 +193,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       // support it, said here once per implementation.
       std::vector<validators::GridSkip> skips;
       validators::require_supported(cases, named);
-      require_host_memory(cases, impls.size());
+      require_host_memory(cases, impls);
       if (from_all) skips = validators::grid_skips(cases, impls);
       std::string skip_lines;
       for (const auto& sk : skips) {

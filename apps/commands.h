@@ -138,11 +138,18 @@ CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 /// ahead come on top (measured: 8.0 bytes an element at plain [32768, 4096]
 /// with one implementation, where this bound is 8). Throws
 /// std::invalid_argument naming the largest case, this bound and the host's
-/// physical memory (sysconf; a cgroup limit is not read) when the bound
-/// exceeds it, so a check that cannot fit is refused before any work rather
-/// than ended by std::bad_alloc or the OOM killer; one that passes may
-/// still need more than the host has free.
+/// physical memory, or the memory limit of its cgroups when that is lower
+/// (core::host_memory: the limit and the file it came from are named), when
+/// the bound exceeds it, so a check that cannot fit is refused before any
+/// work rather than ended by std::bad_alloc or the OOM killer; one that
+/// passes may still need more than the host has free.
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only = false);
+
+/// The same with the implementations named: each case counts only those
+/// that support it (validators::unsupported_reason empty), as `check
+/// --variant all` runs them.
+void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                         bool forward_only = false);
 
 /// Load and register every plugin of `paths` (plugin/loader.h
 /// register_plugins), before any other work: a missing or bad library is

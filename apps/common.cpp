@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include "normgate/core/file_target.h"
+#include "normgate/core/host_memory.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 
 #include "normgate/audit/export.h"
 #include "normgate/harness/devices.h"
+#include "normgate/harness/pipeline.h"
 #include "normgate/plugin/loader.h"
 
 namespace normgate::app {
@@ -422,31 +424,55 @@ void check_writable(const std::string& path, const std::string& option) {
     throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
 }
 
-void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only) {
+namespace {
+
+// require_host_memory for a count of implementations per case (counts[k] for
+// cases[k]; `impls_text` names them in the message).
+void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only) {
   const seeds::CaseId* big = nullptr;
+  size_t big_impls = 0;
   unsigned __int128 most = 0;
-  for (const auto& c : cases) {
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const seeds::CaseId& c = cases[k];
     // BF16 tensors an element: inputs x [, dy] [, u [, dh_new]], each implementation's y [, dx].
     const uint64_t per_tensor = forward_only ? 1 : 2;
     const uint64_t inputs = per_tensor * (c.form == normgate::Form::res ? 2 : 1);
     const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
-                                static_cast<uint64_t>(c.H) * (inputs + per_tensor * n_impls);
-    if (big == nullptr || b > most) most = b, big = &c;
+                                static_cast<uint64_t>(c.H) * (inputs + per_tensor * counts[k]);
+    if (big == nullptr || b > most) most = b, big = &c, big_impls = counts[k];
   }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (big == nullptr || pages <= 0 || page <= 0) return;  // nothing to check, or the host does not say
-  const unsigned __int128 have = static_cast<unsigned __int128>(pages) * static_cast<uint64_t>(page);
+  const core::HostMemory hm = core::host_memory();
+  const uint64_t have64 = hm.usable();
+  if (big == nullptr || have64 == 0) return;  // nothing to check, or the host does not say
+  const unsigned __int128 have = have64;
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
     return std::string(buf);
   };
+  const bool by_cgroup = hm.cgroup_limit != 0 && (hm.physical == 0 || hm.cgroup_limit < hm.physical);
+  const std::string where = by_cgroup ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
+                                      : "this host's " + gib(have);
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + ") needs at least " + gib(most) +
-                              " of host memory (its BF16 inputs and the outputs of " + std::to_string(n_impls) +
-                              (n_impls == 1 ? " implementation" : " implementations") + "), more than this host's " + gib(have) +
+                              " of host memory (its BF16 inputs and the outputs of " + std::to_string(big_impls) +
+                              (big_impls == 1 ? " implementation" : " implementations") + "), more than " + where +
                               ": choose a smaller T or fewer implementations");
+}
+
+}  // namespace
+
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only) {
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), forward_only);
+}
+
+void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
+                         bool forward_only) {
+  std::vector<size_t> counts(cases.size(), 0);
+  for (size_t k = 0; k < cases.size(); ++k)
+    for (const auto& impl : impls) counts[k] += validators::unsupported_reason(impl, cases[k]).empty() ? 1 : 0;
+  require_memory_for(cases, counts, forward_only);
 }
 
 }  // namespace normgate::app

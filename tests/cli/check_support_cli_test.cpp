@@ -135,6 +135,16 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   refused("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
           "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
           {"T=89478486", "6144.0 GiB", "the outputs of 2 implementations)"}, d + "/g.md");
+  // --variant all: the bound counts the implementations that run on the case
+  // (as many as a small case of the same shape runs), not those it skips.
+  const Split small = run_split("check --backend cpu --variant all --case H=256,T=2,w=bf16,form=heads24,family=normal,"
+                                "seed=1 --json " + d + "/small.json", d);
+  ASSERT_TRUE(std::filesystem::exists(d + "/small.json")) << small.out << small.err;
+  const size_t ran = nlohmann::json::parse(slurp(d + "/small.json"))["impls"].size();
+  ASSERT_GT(ran, 2u);
+  EXPECT_TRUE(contains(small.err, " skipped: ")) << small.err;  // some are skipped on heads24
+  refused("check --backend cpu --variant all --case " + big + " --json " + d + "/a.json",
+          {"the outputs of " + std::to_string(ran) + " implementations)"}, d + "/a.json");
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",

@@ -1,0 +1,31 @@
+// normgate/core/host_memory.h: how much memory this process may use, for
+// the checks that refuse a run before any work when its largest case
+// cannot fit (apps' require_host_memory).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace normgate::core {
+
+/// What bounds this process's memory.
+struct HostMemory {
+  uint64_t physical = 0;       ///< bytes of physical memory (sysconf); 0 when the host does not say
+  uint64_t cgroup_limit = 0;   ///< the tightest memory limit of this process's cgroups, bytes; 0: none set
+  std::string cgroup_file;     ///< the file that limit was read from ("" without one)
+  /// min(physical, cgroup_limit) over the bounds that are known (0: none known).
+  uint64_t usable() const;
+};
+
+/// Physical memory and the memory limits of the cgroups this process is in
+/// (Linux): cgroup v2 `memory.max` and v1 `memory.limit_in_bytes`, read for
+/// the process's own cgroup (the paths in `self_cgroup`, the format of
+/// /proc/self/cgroup: "ID:CONTROLLERS:PATH" a line, "0::PATH" for v2) and
+/// every ancestor up to `root` (the cgroup file system's mount; v1 limits
+/// under root/memory), since a limit anywhere above the process applies to
+/// it; also root itself, which a container's own namespace shows as its
+/// cgroup. "max", and v1's "no limit" values (2^62 and above), are no limit.
+/// Files that are missing or unreadable are skipped. Never throws.
+HostMemory host_memory(const std::string& root = "/sys/fs/cgroup", const std::string& self_cgroup = "/proc/self/cgroup");
+
+}  // namespace normgate::core

@@ -1,0 +1,84 @@
+// core/src/host_memory.cpp: host_memory (host_memory.h).
+#include "normgate/core/host_memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace normgate::core {
+namespace {
+
+// The limit in `file`, or 0 when it is missing, unreadable, "max" or v1's
+// "no limit" (a page-rounded 2^63 - 1; anything from 2^62 up is taken as none).
+uint64_t read_limit(const std::string& file) {
+  std::ifstream in(file);
+  std::string text;
+  if (!in || !(in >> text) || text == "max") return 0;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return 0;
+    const uint64_t d = static_cast<uint64_t>(ch - '0');
+    if (v > (UINT64_MAX - d) / 10) return 0;
+    v = v * 10 + d;
+  }
+  return v >= (uint64_t{1} << 62) ? 0 : v;
+}
+
+// `dir` (a cgroup path such as "/a/b") and each of its ancestors, "/" last.
+std::vector<std::string> self_and_ancestors(std::string dir) {
+  std::vector<std::string> out;
+  while (!dir.empty() && dir != "/") {
+    out.push_back(dir);
+    const size_t slash = dir.find_last_of('/');
+    dir = slash == std::string::npos || slash == 0 ? "/" : dir.substr(0, slash);
+  }
+  out.push_back("/");
+  return out;
+}
+
+}  // namespace
+
+uint64_t HostMemory::usable() const {
+  if (physical == 0) return cgroup_limit;
+  if (cgroup_limit == 0) return physical;
+  return std::min(physical, cgroup_limit);
+}
+
+HostMemory host_memory(const std::string& root, const std::string& self_cgroup) {
+  HostMemory m;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) m.physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  std::vector<std::string> files;
+  std::ifstream in(self_cgroup);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (path.empty() || path[0] != '/') continue;
+    bool memory = controllers.empty();  // v2: "0::PATH"
+    std::istringstream cs(controllers);
+    for (std::string c; std::getline(cs, c, ',');) memory = memory || c == "memory";
+    if (!memory) continue;
+    for (const std::string& d : self_and_ancestors(path)) {
+      const std::string sub = d == "/" ? "" : d;
+      files.push_back(controllers.empty() ? root + sub + "/memory.max" : root + "/memory" + sub + "/memory.limit_in_bytes");
+    }
+  }
+  files.push_back(root + "/memory.max");
+  files.push_back(root + "/memory/memory.limit_in_bytes");
+  for (const std::string& f : files) {
+    const uint64_t v = read_limit(f);
+    if (v != 0 && (m.cgroup_limit == 0 || v < m.cgroup_limit)) {
+      m.cgroup_limit = v;
+      m.cgroup_file = f;
+    }
+  }
+  return m;
+}
+
+}  // namespace normgate::core

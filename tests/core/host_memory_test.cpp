@@ -1,0 +1,76 @@
+// tests/core/host_memory_test.cpp: core::host_memory reads the tightest
+// memory limit of the process's cgroups (v2 and v1 layouts, ancestors,
+// "max" and v1's no-limit value), on a made-up cgroup tree.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "normgate/core/host_memory.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class HostMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root = (fs::temp_directory_path() / ("ng_cgroup_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  void TearDown() override { fs::remove_all(root); }
+  void put(const std::string& rel, const std::string& text) {
+    const fs::path p = fs::path(root) / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  std::string root;
+};
+
+TEST_F(HostMemory, V2TakesTheTightestLimitOfTheCgroupAndItsAncestors) {
+  put("self", "0::/a/b\n");
+  put("cg/memory.max", "max\n");
+  put("cg/a/memory.max", "8589934592\n");  // 8 GiB on the parent
+  put("cg/a/b/memory.max", "max\n");       // none on the process's own
+  const auto m = normgate::core::host_memory(root + "/cg", root + "/self");
+  EXPECT_EQ(m.cgroup_limit, 8589934592u);
+  EXPECT_EQ(m.cgroup_file, root + "/cg/a/memory.max");
+  EXPECT_GT(m.physical, 0u);
+  EXPECT_EQ(m.usable(), std::min<uint64_t>(m.physical, 8589934592u));
+}
+
+TEST_F(HostMemory, V1ReadsTheMemoryControllersHierarchy) {
+  put("self", "5:cpu,cpuacct:/x\n4:memory:/svc/job\n0::/\n");
+  put("cg/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  put("cg/memory/svc/job/memory.limit_in_bytes", "1073741824\n");
+  put("cg/memory/svc/memory.limit_in_bytes", "2147483648\n");
+  put("cg/x/memory.max", "1024\n");  // not the memory controller's path: ignored
+  const auto m = normgate::core::host_memory(root + "/cg", root + "/self");
+  EXPECT_EQ(m.cgroup_limit, 1073741824u);
+  EXPECT_EQ(m.cgroup_file, root + "/cg/memory/svc/job/memory.limit_in_bytes");
+}
+
+TEST_F(HostMemory, TheMountsOwnLimitCountsWhenThePathIsNotUnderIt) {
+  // A container whose namespace shows its cgroup as the mount's root, while
+  // /proc/self/cgroup names a path that does not exist there.
+  put("self", "0::/outside/path\n");
+  put("cg/memory.max", "3221225472\n");
+  const auto m = normgate::core::host_memory(root + "/cg", root + "/self");
+  EXPECT_EQ(m.cgroup_limit, 3221225472u);
+}
+
+TEST_F(HostMemory, NoCgroupFilesMeansNoLimit) {
+  put("cg/memory.max", "garbage\n");  // unreadable as a number: skipped
+  const auto m = normgate::core::host_memory(root + "/cg", root + "/missing");
+  EXPECT_EQ(m.cgroup_limit, 0u);
+  EXPECT_EQ(m.cgroup_file, "");
+  EXPECT_EQ(m.usable(), m.physical);
+}
+
+}  // namespace
