@@ -15,23 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "normgate/bench/timing.h"
 
 namespace nk = normgate::kernels;
 
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
+using normgate::bench_util::check;
+using normgate::bench_util::median;
 
 int main(int argc, char** argv) {
   CLI::App app{"ceiling_bench: copy and one-direction stream bandwidth (the ceiling for memory-bound kernels)"};

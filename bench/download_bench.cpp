@@ -36,24 +36,18 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "host_pool.h"
 
-namespace {
+using normgate::bench_util::check;
+using normgate::bench_util::median;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 constexpr size_t kHuge = size_t{2} << 20;
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "normgate/harness/runner.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
@@ -27,17 +28,10 @@
 namespace nk = normgate::kernels;
 namespace ns = normgate::seeds;
 
+using normgate::bench_util::check;
+using normgate::bench_util::median;
+
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Host wall time of f() in ms, after a device synchronization on each side.
 template <class F>

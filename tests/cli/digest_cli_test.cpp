@@ -165,15 +165,17 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
   EXPECT_EQ(slurp(approvals), before);
 }
 
-// Rewrites every line of one digests file with f (sealed again).
+// Rewrites every line of one digests file with f, into `to` (default: the
+// same file), with another format string when one is given; sealed again.
 template <class F>
-void edit_lines(const std::string& path, F&& f) {
+void edit_lines(const std::string& path, F&& f, const std::string& to = "", const std::string& format = "") {
   json d = json::parse(slurp(path));
+  if (!format.empty()) d["format"] = format;
   for (auto& e : d["entries"]) {
     for (auto& l : e["lines"]) l = f(l.get<std::string>());
     e["lines_sha256"] = lines_sha(e["lines"]);
   }
-  spit(path, resealed_digests(d).dump(1));
+  spit(to.empty() ? path : to, resealed_digests(d).dump(1));
 }
 // The line with " msq=<16 hex>" inserted after its rstd digest.
 std::string with_msq(const std::string& l, char fill) {
@@ -208,18 +210,8 @@ TEST_F(Carry, MsqIsComparedWhereBothFilesHoldIt) {
   EXPECT_EQ(slurp(approvals), before);
   // OLD from before msq was digested (format /1, no msq): carried on every
   // other output, with a note saying msq was not compared.
-  {
-    json d = json::parse(slurp(dir + "/old.json"));
-    d["format"] = "normgate-digests/1";
-    for (auto& e : d["entries"]) {
-      for (auto& l : e["lines"]) {
-        std::string t = l.get<std::string>();
-        l = t.erase(t.find(" msq="), 21);
-      }
-      e["lines_sha256"] = lines_sha(e["lines"]);
-    }
-    spit(dir + "/old1.json", resealed_digests(d).dump(1));
-  }
+  edit_lines(dir + "/old.json", [](std::string l) { return l.erase(l.find(" msq="), 21); }, dir + "/old1.json",
+             "normgate-digests/1");
   c = cli("approvals " + approvals + " --carry " + dir + "/old1.json " + dir + "/new.json");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
