@@ -233,10 +233,63 @@ struct DigestEntry {
   std::vector<std::string> lines;
 };
 struct DigestFile {
-  std::string path, sha256, backend, gpu, commit, approvals_file;
+  std::string path, sha256, format, backend, gpu, commit, approvals_file;
   std::map<std::string, std::string> variants;    // name -> the build's source_sha256
   std::map<std::string, DigestEntry> entries;     // by the approval's record_sha256
 };
+
+// The outputs of one digests line, in the order core/output_digest.h's
+// writer puts them (harness/digest.h to_string).
+const char* const kDigestOutputs[] = {"y", "rstd", "msq", "h_new", "dx", "dw"};
+
+// One line "CASE y=<16 hex> rstd=<16 hex> [msq=..] [h_new=..] [dx=.. dw=..]"
+// parsed into output -> hex; "" in `why` when it is exactly that form (single
+// spaces, lower-case hex, each output once and in that order, y and rstd
+// present, dx and dw together), else what is wrong.
+std::map<std::string, std::string> parse_digest_line(const std::string& line, std::string& why) {
+  std::map<std::string, std::string> out;
+  why.clear();
+  std::vector<std::string> tok;
+  size_t at = 0;
+  while (true) {
+    const size_t sp = line.find(' ', at);
+    tok.push_back(line.substr(at, sp == std::string::npos ? std::string::npos : sp - at));
+    if (sp == std::string::npos) break;
+    at = sp + 1;
+  }
+  bool case_id = false;
+  try {
+    case_id = seeds::to_string(seeds::parse_case(tok[0])) == tok[0];  // the writer's spelling of a valid case
+  } catch (const std::invalid_argument&) {
+  }
+  if (!case_id) {
+    why = "does not start with a case id";
+    return out;
+  }
+  size_t next = 0;  // index into kDigestOutputs of the earliest output allowed next
+  for (size_t k = 1; k < tok.size(); ++k) {
+    const std::string& t = tok[k];
+    const size_t eq = t.find('=');
+    const std::string name = eq == std::string::npos ? t : t.substr(0, eq);
+    size_t idx = next;
+    while (idx < std::size(kDigestOutputs) && name != kDigestOutputs[idx]) ++idx;
+    if (eq == std::string::npos || idx == std::size(kDigestOutputs)) {
+      why = "'" + t.substr(0, 40) + "' is not an output digest in its place (y rstd [msq] [h_new] [dx dw], each once)";
+      return {};
+    }
+    const std::string hex = t.substr(eq + 1);
+    if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      why = "the digest of " + name + " is not 16 lower-case hex digits";
+      return {};
+    }
+    out[name] = hex;
+    next = idx + 1;
+  }
+  if (!out.count("y") || !out.count("rstd")) why = "no y or no rstd digest";
+  else if (out.count("dx") != out.count("dw")) why = "dx and dw not both digested";
+  if (!why.empty()) return {};
+  return out;
+}
 
 DigestFile read_digests(const std::string& path) {
   auto bad = [&path](const std::string& why) { return std::invalid_argument("--carry " + path + ": " + why); };
@@ -259,6 +312,37 @@ DigestFile read_digests(const std::string& path) {
     if (!j.contains("format") || !j["format"].is_string() ||
         (j["format"].get<std::string>() != "normgate-digests/1" && j["format"].get<std::string>() != "normgate-digests/2"))
       throw bad("format is not \"normgate-digests/1\" or \"normgate-digests/2\"");
+    d.format = j["format"].get<std::string>();
+    // The schema's keys and kinds only, checked before the seal is computed
+    // (which walks the whole document): nothing nested deeper than an
+    // entry's lines.
+    static const std::set<std::string> kTop = {"format", "normgate_commit", "normgate_version", "date", "backend",
+                                               "gpu", "driver", "approvals_file", "variants", "entries", "file_sha256"};
+    static const std::set<std::string> kEntry = {"record_sha256", "variant", "window", "source_sha256",
+                                                 "approval_cases", "cases", "lines_sha256", "lines"};
+    for (const auto& [k, v] : j.items()) {
+      if (!kTop.count(k)) throw bad("unknown key '" + k.substr(0, 40) + "'");
+      if (k == "variants" || k == "entries") continue;
+      if (!v.is_string()) throw bad("'" + k + "' is not a string");
+    }
+    for (const char* k : {"variants", "entries", "backend", "gpu", "normgate_commit", "approvals_file"})
+      if (!j.contains(k)) throw bad(std::string("no '") + k + "'");
+    if (!j["variants"].is_object()) throw bad("'variants' is not an object");
+    for (const auto& [k, v] : j["variants"].items())
+      if (!v.is_string()) throw bad("variants['" + k.substr(0, 40) + "'] is not a string");
+    if (!j["entries"].is_array()) throw bad("'entries' is not an array");
+    for (const auto& e : j["entries"]) {
+      if (!e.is_object()) throw bad("an entry is not an object");
+      for (const auto& [k, v] : e.items()) {
+        if (!kEntry.count(k)) throw bad("unknown entry key '" + k.substr(0, 40) + "'");
+        const bool ok = k == "lines" ? v.is_array() : (k == "approval_cases" || k == "cases") ? v.is_number_integer()
+                                                                                                : v.is_string();
+        if (!ok) throw bad("entry key '" + k + "' has the wrong kind");
+      }
+      if (!e.contains("lines")) throw bad("an entry has no lines");
+      for (const auto& l : e["lines"])
+        if (!l.is_string()) throw bad("an entry's line is not a string");
+    }
     if (!j.contains("file_sha256") || !j["file_sha256"].is_string()) throw bad("no file_sha256");
     d.sha256 = j["file_sha256"].get<std::string>();
     j.erase("file_sha256");
@@ -268,9 +352,10 @@ DigestFile read_digests(const std::string& path) {
     d.gpu = j.at("gpu").get<std::string>();
     d.commit = j.at("normgate_commit").get<std::string>();
     d.approvals_file = j.at("approvals_file").get<std::string>();
-    if (!j.at("variants").is_object()) throw bad("'variants' is not an object");
     for (const auto& [k, v] : j.at("variants").items()) d.variants[k] = v.get<std::string>();
-    if (!j.at("entries").is_array()) throw bad("'entries' is not an array");
+    // Which lines hold msq: none in a /1 file or of the CPU models, every
+    // line of a /2 file of the GPU.
+    const bool want_msq = d.format == "normgate-digests/2" && d.backend == kernels::kGpuBackend;
     for (const auto& e : j.at("entries")) {
       DigestEntry x;
       x.variant = e.at("variant").get<std::string>();
@@ -280,6 +365,15 @@ DigestFile read_digests(const std::string& path) {
       x.lines = e.at("lines").get<std::vector<std::string>>();
       if (validators::digest_lines_sha256(x.lines) != x.lines_sha256)
         throw bad("entry of " + x.window + ": lines_sha256 does not match its lines");
+      for (size_t k = 0; k < x.lines.size(); ++k) {
+        std::string why;
+        const auto outs = parse_digest_line(x.lines[k], why);
+        if (!why.empty()) throw bad("entry of " + x.window + ", line " + std::to_string(k + 1) + ": " + why);
+        if (outs.count("msq") != (want_msq ? 1u : 0u))
+          throw bad("entry of " + x.window + ", line " + std::to_string(k + 1) + ": " +
+                    (want_msq ? "no msq digest (a " + d.format + " file of the GPU has one on every line)"
+                              : "an msq digest (a " + d.format + " file of backend " + d.backend + " has none)"));
+      }
       if (!d.entries.emplace(e.at("record_sha256").get<std::string>(), std::move(x)).second)
         throw bad("two entries of one record");
     }
@@ -289,23 +383,15 @@ DigestFile read_digests(const std::string& path) {
   return d;
 }
 
-// Two digests lines of one case, output by output ("name=hex" after the case
-// id): "" when every output both digest agrees and only msq is digested on
-// one side alone; else why not ("outputs differ: ..." or "OLD and NEW
-// digested different outputs: ...").
-std::string compare_digest_lines(const std::string& lo, const std::string& ln) {
-  auto outputs = [](const std::string& line) {
-    std::map<std::string, std::string> m;
-    std::istringstream in(line);
-    std::string tok;
-    in >> tok;  // the case id
-    while (in >> tok) {
-      const size_t eq = tok.find('=');
-      m[tok.substr(0, eq)] = eq == std::string::npos ? std::string() : tok.substr(eq + 1);
-    }
-    return m;
-  };
-  const auto a = outputs(lo), b = outputs(ln);
+// Two well-formed digests lines of one case (read_digests checked them),
+// output by output: "" when every output both hold agrees and no output
+// but msq is held by one side alone (a /1 file of the GPU holds none); else
+// why not ("outputs differ: ..." or "OLD and NEW digested different
+// outputs: ..."). msq_one_side: msq was held by one side only.
+std::string compare_digest_lines(const std::string& lo, const std::string& ln, bool& msq_one_side) {
+  std::string ignored;
+  const auto a = parse_digest_line(lo, ignored), b = parse_digest_line(ln, ignored);
+  msq_one_side = a.count("msq") != b.count("msq");
   std::string differ, only;
   for (const auto& [name, v] : a) {
     const auto it = b.find(name);
@@ -340,9 +426,14 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   size_t carried = 0, compared = 0, msq_not_compared = 0, in_both = 0;
   const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
-    if (!x.invalid.empty()) continue;
     const auto io = d_old.entries.find(x.record_sha256);
     const auto in = d_new.entries.find(x.record_sha256);
+    if (!x.invalid.empty()) {  // a record that fails its checks is never carried (nor written anew)
+      if (io != d_old.entries.end() || in != d_new.entries.end())
+        refused.push_back("record " + x.record_sha256.substr(0, 12) + " is INVALID (" + x.invalid +
+                          "): `normgate approvals` names it; it cannot be carried");
+      continue;
+    }
     const std::string who = x.backend + " approval of " + x.window() + " -> " + x.variant;
     if (io == d_old.entries.end() || in == d_new.entries.end()) {
       const bool in_one = io != d_old.entries.end() || in != d_new.entries.end();
@@ -432,9 +523,10 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     bool msq_unmatched = false;
     for (; k < lo.size(); ++k) {
       if (lo[k] == ln[k]) continue;
-      why = compare_digest_lines(lo[k], ln[k]);
+      bool one_side = false;
+      why = compare_digest_lines(lo[k], ln[k], one_side);
       if (!why.empty()) break;
-      msq_unmatched = true;
+      msq_unmatched = msq_unmatched || one_side;
     }
     if (k < lo.size()) {
       const bool bits = why.rfind("outputs differ", 0) == 0;
@@ -455,7 +547,11 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     c.date = date;
     c.normgate_commit = d_new.commit;
     done.push_back(who + ": " + x.source_sha256.substr(0, 12) + " -> " + now.substr(0, 12) + ", " +
-                   std::to_string(lo.size()) + " cases bit for bit");
+                   std::to_string(lo.size()) + " cases bit for bit" +
+                   (static_cast<int64_t>(lo.size()) == x.cases
+                        ? std::string()
+                        : " (the record says " + std::to_string(x.cases) +
+                              ": its rebuilt campaign, gate.h approval_cases)"));
     x.carried.push_back(std::move(c));
     x.source_sha256 = now;
     ++carried;
@@ -474,8 +570,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     if (in_both == 0)  // the files are of other records (another file, or records sealed again since)
       std::printf("note     no record of %s is in both digests files (OLD has %zu entries, NEW %zu; they were "
                   "written from %s and %s): digest this file's records\n",
-                  path.c_str(), d_old.entries.size(), d_new.entries.size(), d_old.approvals_file.c_str(),
-                  d_new.approvals_file.c_str());
+                  path.c_str(), d_old.entries.size(), d_new.entries.size(),
+                  nlohmann::json(d_old.approvals_file).dump().c_str(), nlohmann::json(d_new.approvals_file).dump().c_str());
     std::printf("carry    nothing to carry in %s (file unchanged)\n", path.c_str());
     return 0;
   }

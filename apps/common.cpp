@@ -446,9 +446,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   if (big == nullptr || have64 == 0) return;  // nothing to check, or the host does not say
   const unsigned __int128 have = have64;
   if (most <= have) return;
-  auto gib = [](unsigned __int128 b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+  auto gib = [](unsigned __int128 b) {  // GiB to one decimal, and the bytes (two close figures stay apart)
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f GiB (%.0f bytes)", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0),
+                  static_cast<double>(b));
     return std::string(buf);
   };
   const bool by_cgroup = hm.cgroup_limit != 0 && (hm.physical == 0 || hm.cgroup_limit < hm.physical);

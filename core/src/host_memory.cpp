@@ -1,10 +1,11 @@
 // core/src/host_memory.cpp: host_memory (host_memory.h).
 #include "normgate/core/host_memory.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,12 +13,32 @@
 namespace normgate::core {
 namespace {
 
+// Up to `max` bytes of `file` when it is a regular file (cgroup and /proc
+// files are), else "" (missing, unreadable, a FIFO or a device: never
+// blocks, never reads without bound).
+std::string read_small(const std::string& file, size_t max) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    char buf[4096];
+    while (out.size() < max) {
+      const ssize_t n = ::read(fd, buf, std::min(sizeof buf, max - out.size()));
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 // The limit in `file`, or 0 when it is missing, unreadable, "max" or v1's
 // "no limit" (a page-rounded 2^63 - 1; anything from 2^62 up is taken as none).
 uint64_t read_limit(const std::string& file) {
-  std::ifstream in(file);
+  std::istringstream in(read_small(file, 64));
   std::string text;
-  if (!in || !(in >> text) || text == "max") return 0;
+  if (!(in >> text) || text == "max") return 0;
   uint64_t v = 0;
   for (char ch : text) {
     if (ch < '0' || ch > '9') return 0;
@@ -53,13 +74,17 @@ HostMemory host_memory(const std::string& root, const std::string& self_cgroup) 
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) m.physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
   std::vector<std::string> files;
-  std::ifstream in(self_cgroup);
+  std::istringstream in(read_small(self_cgroup, 64 * 1024));
   std::string line;
   while (std::getline(in, line)) {
     const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (path.empty() || path[0] != '/') continue;
+    // An absolute path below the mount: not outside it ("/.." where a
+    // namespace hides the cgroup), not absurdly long.
+    if (path.empty() || path[0] != '/' || path.size() > 4096 || (path + "/").find("/../") != std::string::npos ||
+        (path + "/").find("/./") != std::string::npos)
+      continue;
     bool memory = controllers.empty();  // v2: "0::PATH"
     std::istringstream cs(controllers);
     for (std::string c; std::getline(cs, c, ',');) memory = memory || c == "memory";

@@ -129,7 +129,7 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   };
   const std::string big = "H=256,T=89478486,w=bf16,form=heads24,family=normal,seed=1";
   refused("check --backend cpu --case " + big + " --json " + d + "/c.json",
-          {"case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB of host memory "
+          {"case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB (4398046543872 bytes) of host memory "
                            "(its BF16 inputs and the outputs of 1 implementation)"},
           d + "/c.json");
   refused("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
@@ -148,6 +148,6 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",
-          {"needs at least 256.0 GiB of host memory"}, d + "/saved");
+          {"needs at least 256.0 GiB (274877906944 bytes) of host memory"}, d + "/saved");
   std::filesystem::remove_all(d);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -111,6 +112,10 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
   const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
+  // A rebuilt campaign whose size is not the record's says both counts.
+  size_t other_count = 0;
+  for (const auto& e : nd["entries"]) other_count += e["cases"] != e["approval_cases"] ? 1 : 0;
+  EXPECT_EQ(occurrences(c.out, "(the record says "), other_count) << c.out;
   const json a = json::parse(slurp(approvals));
   const json old = json::parse(slurp(dir + "/old.json"));
   size_t carried = 0;
@@ -145,7 +150,7 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
   const CliRun o = cli("approvals " + dir + "/other.approvals.json --carry " + dir + "/old.json " + dir + "/new.json");
   EXPECT_EQ(o.code, 0) << o.out;
   EXPECT_TRUE(contains(o.out, "no record of " + dir + "/other.approvals.json is in both digests files")) << o.out;
-  EXPECT_TRUE(contains(o.out, "written from " + approvals)) << o.out;
+  EXPECT_TRUE(contains(o.out, "written from \"" + approvals + "\"")) << o.out;
   EXPECT_TRUE(contains(o.out, "nothing to carry")) << o.out;
 }
 
@@ -183,16 +188,55 @@ std::string with_msq(const std::string& l, char fill) {
   return l.substr(0, at) + " msq=" + std::string(16, fill) + l.substr(at);
 }
 
+// The fixture as if it had run on a GPU: the records' backend and device and
+// both files' set to "gpu" / kGpu (all sealed again), msq on every line of
+// both files as a /2 file of the GPU has.
+const std::string kGpu = "NVIDIA H200";
+void as_gpu(const std::string& approvals, const std::string& dir) {
+  json a = json::parse(slurp(approvals));
+  std::map<std::string, std::string> resealed;  // old record_sha256 -> new
+  for (auto& r : a["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      const std::string was = r["record_sha256"].get<std::string>();
+      r["backend"] = "gpu";
+      r["gpu"] = kGpu;
+      r = sealed(r);
+      resealed[was] = r["record_sha256"].get<std::string>();
+    }
+  spit(approvals, a.dump(1));
+  for (const char* f : {"/old.json", "/new.json"}) {
+    json d = json::parse(slurp(dir + f));
+    d["backend"] = "gpu";
+    d["gpu"] = kGpu;
+    for (auto& e : d["entries"]) e["record_sha256"] = resealed.at(e["record_sha256"].get<std::string>());
+    spit(dir + f, resealed_digests(d).dump(1));
+    edit_lines(dir + f, [](const std::string& l) { return with_msq(l, 'c'); });
+  }
+}
+
+// A well-formed GPU line made malformed in one of six ways: a second y, two
+// spaces, an upper-case hex digit, no msq, dw without dx's partner, no case id.
+std::string spoiled_line(int kind, std::string l) {
+  switch (kind) {
+    case 0: l.insert(l.find(" rstd="), " y=" + std::string(16, '0')); break;
+    case 1: l.replace(l.find(" rstd="), 1, "  "); break;
+    case 2: l[l.find(" y=") + 3] = 'A'; break;
+    case 3: l.erase(l.find(" msq="), 21); break;
+    case 4: l.erase(l.find(" dw=")); break;
+    default: l = l.substr(l.find(' ') + 1); break;
+  }
+  return l;
+}
+
 TEST_F(Carry, MsqIsComparedWhereBothFilesHoldIt) {
-  // The CPU models digest no msq; the GPU's normgate-digests/2 lines do, and
-  // a /1 file has none. Both with msq and equal: carried, no note.
-  edit_lines(dir + "/old.json", [](const std::string& l) { return with_msq(l, 'c'); });
-  edit_lines(dir + "/new.json", [](const std::string& l) { return with_msq(l, 'c'); });
+  as_gpu(approvals, dir);
+  const std::string gpu_before = slurp(approvals);
+  // Both /2 files of the GPU, msq equal: carried, no note.
   CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
   EXPECT_FALSE(contains(c.out, "msq was digested on one side only")) << c.out;
-  spit(approvals, before);
+  spit(approvals, gpu_before);
   // msq differing in one case: refused, naming msq, nothing written.
   {
     json d = json::parse(slurp(dir + "/new.json"));
@@ -207,23 +251,69 @@ TEST_F(Carry, MsqIsComparedWhereBothFilesHoldIt) {
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "outputs differ at case 3 of")) << c.out;
   EXPECT_TRUE(contains(c.out, "(msq)")) << c.out;
-  EXPECT_EQ(slurp(approvals), before);
-  // OLD from before msq was digested (format /1, no msq): carried on every
-  // other output, with a note saying msq was not compared.
+  EXPECT_EQ(slurp(approvals), gpu_before);
+  // OLD from before msq was digested (a /1 file of the GPU, no msq): carried
+  // on every other output, with a note saying msq was not compared.
   edit_lines(dir + "/old.json", [](std::string l) { return l.erase(l.find(" msq="), 21); }, dir + "/old1.json",
              "normgate-digests/1");
   c = cli("approvals " + approvals + " --carry " + dir + "/old1.json " + dir + "/new.json");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
   EXPECT_TRUE(contains(c.out, "msq was digested on one side only for 3 of them")) << c.out;
-  spit(approvals, before);
-  // Any other output on one side only (dw missing from NEW): refused.
-  edit_lines(dir + "/new.json", [](std::string l) { return l.erase(l.find(" dw=")); });
-  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
+  spit(approvals, gpu_before);
+  // Other outputs on one side only (NEW without dx and dw): refused.
+  edit_lines(dir + "/new.json", [](std::string l) { return l.erase(l.find(" dx=")); }, dir + "/new_fwd.json");
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new_fwd.json");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "OLD and NEW digested different outputs at case 1 of")) << c.out;
   EXPECT_TRUE(contains(c.out, "dw (OLD only)")) << c.out;
-  EXPECT_EQ(slurp(approvals), before);
+  EXPECT_EQ(slurp(approvals), gpu_before);
+  // Lines that are not the writer's form, and msq where the format has none
+  // or missing where it must be: the file is refused (exit 2), nothing written.
+  const char* const needles[] = {"is not an output digest in its place", "is not an output digest in its place",
+                                  "is not 16 lower-case hex digits", "no msq digest", "dx and dw not both digested",
+                                  "does not start with a case id"};
+  for (int kind = 0; kind < 6; ++kind) {
+    const std::string needle = needles[kind];
+    edit_lines(dir + "/new.json", [kind](const std::string& l) { return spoiled_line(kind, l); }, dir + "/new_bad.json");
+    c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new_bad.json");
+    EXPECT_EQ(c.code, 2) << needle << "\n" << c.out;
+    EXPECT_TRUE(contains(c.out, needle)) << c.out;
+    EXPECT_EQ(slurp(approvals), gpu_before);
+  }
+  edit_lines(dir + "/old.json", [](const std::string& l) { return l; }, dir + "/old1msq.json", "normgate-digests/1");
+  c = cli("approvals " + approvals + " --carry " + dir + "/old1msq.json " + dir + "/new.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "an msq digest (a normgate-digests/1 file")) << c.out;
+}
+
+TEST_F(Carry, DigestsOfTheCpuModelsHoldNoMsqAndInvalidRecordsAreNamed) {
+  // msq in a file of the CPU models: refused as the wrong form.
+  edit_lines(dir + "/new.json", [](const std::string& l) { return with_msq(l, 'c'); }, dir + "/new_msq.json");
+  CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new_msq.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "an msq digest (a normgate-digests/2 file of backend cpu-model has none)")) << c.out;
+  // A record edited without its seal: named as INVALID and refused, nothing written.
+  json a = json::parse(slurp(approvals));
+  for (auto& r : a["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      r["cases"] = r["cases"].get<int>() + 1;
+      break;
+    }
+  spit(approvals, a.dump(1));
+  const std::string edited = slurp(approvals);
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "is INVALID (")) << c.out;
+  EXPECT_FALSE(contains(c.out, "no record of")) << c.out;
+  EXPECT_EQ(slurp(approvals), edited);
+  // A document nested deeper than the schema allows: refused before its seal is computed.
+  std::string deep = R"({"format":"normgate-digests/2","file_sha256":"x","deep":)";
+  deep += std::string(100000, '[') + std::string(100000, ']') + "}";
+  spit(dir + "/deep.json", deep);
+  c = cli("approvals " + approvals + " --carry " + dir + "/deep.json " + dir + "/new.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "unknown key 'deep'")) << c.out;
 }
 
 TEST_F(Carry, AnEditedDigestsFileIsAUsageError) {

@@ -3,6 +3,7 @@
 // "max" and v1's no-limit value), on a made-up cgroup tree.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -71,6 +72,16 @@ TEST_F(HostMemory, NoCgroupFilesMeansNoLimit) {
   EXPECT_EQ(m.cgroup_limit, 0u);
   EXPECT_EQ(m.cgroup_file, "");
   EXPECT_EQ(m.usable(), m.physical);
+}
+
+TEST_F(HostMemory, PathsOutsideTheMountAndFilesThatAreNotRegularAreSkipped) {
+  put("self", "0::/../esc\n4:memory:/a/./b\n");
+  put("esc/memory.max", "4242\n");                 // ROOT/../esc: outside the mount
+  put("cg/memory/a/b/memory.limit_in_bytes", "77\n");  // reached only through "/./"
+  fs::create_directories(root + "/cg/memory/a/b");
+  ASSERT_EQ(::mkfifo((root + "/cg/memory.max").c_str(), 0600), 0);  // would block a plain read
+  const auto m = normgate::core::host_memory(root + "/cg", root + "/self");
+  EXPECT_EQ(m.cgroup_limit, 0u) << m.cgroup_file;
 }
 
 }  // namespace

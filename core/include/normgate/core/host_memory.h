@@ -25,7 +25,10 @@ struct HostMemory {
 /// under root/memory), since a limit anywhere above the process applies to
 /// it; also root itself, which a container's own namespace shows as its
 /// cgroup. "max", and v1's "no limit" values (2^62 and above), are no limit.
-/// Files that are missing or unreadable are skipped. Never throws.
+/// Files that are missing, unreadable or not regular files are skipped, and
+/// paths with "." or ".." components (outside the mount) or longer than
+/// 4096 bytes; at most 64 KiB of `self_cgroup` and 64 bytes of a limit file
+/// are read. Never throws, never blocks.
 HostMemory host_memory(const std::string& root = "/sys/fs/cgroup", const std::string& self_cgroup = "/proc/self/cgroup");
 
 }  // namespace normgate::core
