@@ -427,7 +427,7 @@ void check_writable(const std::string& path, const std::string& option) {
 namespace {
 
 // require_host_memory for a count of implementations per case (counts[k] for
-// cases[k]; `impls_text` names them in the message).
+// cases[k]); the message names the largest case's count.
 void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only) {
   const seeds::CaseId* big = nullptr;
   size_t big_impls = 0;
