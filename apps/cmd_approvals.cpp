@@ -515,9 +515,9 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       continue;
     }
     // Output by output: every output both lines digest must agree; only msq
-    // may be missing from one side (a normgate-digests/1 file, or the CPU
-    // models, which digest no msq). Anything else digested on one side only
-    // is refused.
+    // may be missing from one side (a normgate-digests/1 file of the GPU
+    // against a /2 one: read_digests holds each file to its format's msq
+    // rule). Anything else digested on one side only is refused.
     size_t k = 0;
     std::string why;
     bool msq_unmatched = false;
@@ -579,8 +579,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   std::printf("carry    %s: %zu record%s carried on %zu cases\n", path.c_str(), carried, carried == 1 ? "" : "s",
               compared);
   if (msq_not_compared > 0)
-    std::printf("note     msq was digested on one side only for %zu of them (a normgate-digests/1 file, or the CPU "
-                "models): every other output compared\n",
+    std::printf("note     msq was digested on one side only for %zu of them (a normgate-digests/1 file of the "
+                "GPU holds none): every other output compared\n",
                 msq_not_compared);
   return 0;
 }

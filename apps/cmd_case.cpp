@@ -26,6 +26,7 @@ void add_case(CLI::App& app, Commands& cmds) {
                   static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.rows()),
                   std::string(to_string(c.w)).c_str(), std::string(to_string(c.form)).c_str(), c.eps);
       if (*no_digest) return 0;
+      require_host_memory({c}, 0);  // the inputs it generates, before any work: a refusal, not std::bad_alloc
       const double values = static_cast<double>(c.rows()) * static_cast<double>(c.H) * (c.form == Form::res ? 4 : 2);
       if (values > 1e8)  // large cases take a while on few cores: say so before going quiet
         std::fprintf(stderr, "generating and hashing %.0f M input values on the CPU (--no-digest skips it)...\n",

@@ -427,7 +427,7 @@ void check_writable(const std::string& path, const std::string& option) {
 namespace {
 
 // require_host_memory for a count of implementations per case (counts[k] for
-// cases[k]; `impls_text` names them in the message).
+// cases[k]); the message names the largest case's count.
 void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only) {
   const seeds::CaseId* big = nullptr;
   size_t big_impls = 0;
@@ -455,11 +455,13 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   const bool by_cgroup = hm.cgroup_limit != 0 && (hm.physical == 0 || hm.cgroup_limit < hm.physical);
   const std::string where = by_cgroup ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
                                       : "this host's " + gib(have);
+  const std::string what = big_impls == 0 ? "its BF16 inputs"
+                                           : "its BF16 inputs and the outputs of " + std::to_string(big_impls) +
+                                                 (big_impls == 1 ? " implementation" : " implementations");
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
-                              std::to_string(big->H) + ") needs at least " + gib(most) +
-                              " of host memory (its BF16 inputs and the outputs of " + std::to_string(big_impls) +
-                              (big_impls == 1 ? " implementation" : " implementations") + "), more than " + where +
-                              ": choose a smaller T or fewer implementations");
+                              std::to_string(big->H) + ") needs at least " + gib(most) + " of host memory (" + what +
+                              "), more than " + where +
+                              (big_impls > 1 ? ": choose a smaller T or fewer implementations" : ": choose a smaller T"));
 }
 
 }  // namespace

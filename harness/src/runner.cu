@@ -700,15 +700,13 @@ std::vector<Outputs> run_gpu_impl(const std::vector<const Variant*>& bwds, const
     Outputs& out = outs[k];
     // forward_outputs_only: dx and dw stay on the device (nobody reads them).
     const bool bwd_outputs = !opt.forward_outputs_only;
-    if (digests != nullptr) {  // run_gpu_digests: one backward variant, nothing copied back
+    if (digests != nullptr) {  // run_gpu_digests with the backward (forward-only digests returned above)
       OutputDigests& d = *digests;
       const detail::Region sc = mem.get(sizeof(unsigned long long));
       digest_forward(d, sc);
-      d.has_bwd = bwd_outputs;
-      if (bwd_outputs) {
-        d.dx = device_digest<uint16_t>(dx, T, inner, stride, sc, s);
-        d.dw = device_digest<uint32_t>(bdw.as<uint32_t>(), 1, H, H, sc, s);
-      }
+      d.has_bwd = true;
+      d.dx = device_digest<uint16_t>(dx, T, inner, stride, sc, s);
+      d.dw = device_digest<uint32_t>(bdw.as<uint32_t>(), 1, H, H, sc, s);
       continue;
     }
     if (bwd_outputs) timed([&] { detail::download_into(out.dw, bdw.get(), static_cast<size_t>(H), s); });

@@ -145,6 +145,16 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   EXPECT_TRUE(contains(small.err, " skipped: ")) << small.err;  // some are skipped on heads24
   refused("check --backend cpu --variant all --case " + big + " --json " + d + "/a.json",
           {"the outputs of " + std::to_string(ran) + " implementations)"}, d + "/a.json");
+  // case too: generating the inputs alone (2 TiB of x and dy) is refused, with no "fewer implementations" advice.
+  {
+    const Split r = run_split("case " + big, d);
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "needs at least 2048.0 GiB (2199023271936 bytes) of host memory (its BF16 inputs), "
+                                "more than"))
+        << r.err;
+    EXPECT_TRUE(contains(r.err, ": choose a smaller T")) << r.err;
+    EXPECT_FALSE(contains(r.err, "fewer implementations")) << r.err;
+  }
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",
