@@ -409,7 +409,8 @@ std::string compare_digest_lines(const std::string& lo, const std::string& ln, b
 }
 
 // normgate approvals FILE --carry OLD NEW (see the option's help).
-int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path) {
+int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path,
+                    bool partial) {
   const DigestFile d_old = read_digests(old_path), d_new = read_digests(new_path);
   if (d_old.sha256 == d_new.sha256) throw std::invalid_argument("--carry: OLD and NEW are the same digests file");
   if (d_old.backend != d_new.backend || d_old.gpu != d_new.gpu)
@@ -422,7 +423,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   check_writable(core::rename_target(path), "APPROVALS");
   kernels::ApprovalsLock lock(path);
   kernels::Approvals a = kernels::load_approvals(path);
-  std::vector<std::string> refused, notes, done;
+  std::vector<std::string> refused, notes, done, left;  // left: outputs differ, --partial
   size_t carried = 0, compared = 0, msq_not_compared = 0, in_both = 0;
   const std::string date = validators::detail::utc_now();
   for (auto& x : a.records) {
@@ -531,9 +532,13 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     if (k < lo.size()) {
       const bool bits = why.rfind("outputs differ", 0) == 0;
       const size_t colon = why.find(':');
-      refused.push_back(who + ": " + why.substr(0, colon) + " at case " + std::to_string(k + 1) + " of " +
-                        std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + lo[k] +
-                        "\n      NEW " + ln[k] + (bits ? "\n    (a change of bits: gate it again)" : ""));
+      const std::string what = who + ": " + why.substr(0, colon) + " at case " + std::to_string(k + 1) + " of " +
+                               std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + lo[k] +
+                               "\n      NEW " + ln[k];
+      if (bits && partial)
+        left.push_back(what + "\n    (left as it is: stale until its window is gated again)");
+      else
+        refused.push_back(what + (bits ? "\n    (a change of bits: gate it again)" : ""));
       continue;
     }
     if (msq_unmatched) ++msq_not_compared;
@@ -560,13 +565,23 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
   if (refused.empty())
     for (const auto& d : done) std::printf("carry    %s\n", d.c_str());
+  if (refused.empty())
+    for (const auto& l : left) std::printf("LEFT     %s\n", l.c_str());
   if (!refused.empty()) {
     for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
     std::printf("carry    refused: %zu record%s above; nothing written\n", refused.size(),
                 refused.size() == 1 ? "" : "s");
     return 1;
   }
+  const std::string left_line =
+      left.empty() ? std::string()
+                   : "carry    " + std::to_string(left.size()) + " record" + (left.size() == 1 ? "" : "s") +
+                         " left as they are (outputs differ, --partial): gate their windows again\n";
   if (carried == 0) {
+    if (!left.empty()) {
+      std::printf("%scarry    nothing carried in %s (file unchanged)\n", left_line.c_str(), path.c_str());
+      return 1;
+    }
     if (in_both == 0)  // the files are of other records (another file, or records sealed again since)
       std::printf("note     no record of %s is in both digests files (OLD has %zu entries, NEW %zu; they were "
                   "written from %s and %s): digest this file's records\n",
@@ -582,7 +597,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     std::printf("note     msq was digested on one side only for %zu of them (a normgate-digests/1 file of the "
                 "GPU holds none): every other output compared\n",
                 msq_not_compared);
-  return 0;
+  std::fputs(left_line.c_str(), stdout);
+  return left.empty() ? 0 : 1;
 }
 }  // namespace
 
@@ -601,6 +617,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
     bool seal = false;
     std::string merge_into;
     std::vector<std::string> carry;
+    bool partial = false;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("files", o->files,
@@ -630,10 +647,18 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                       "files' file_sha256 (docs/perf/routes.md D19). Any record refused: exit 1, nothing written. "
                       "One approvals FILE; holds FILE.lock; written atomically")
           ->expected(2);
-  sub->callback([&cmds, o, merge_opt, carry_opt] {
+  auto* partial_opt = sub->add_flag(
+      "--partial", o->partial,
+      "With --carry: a record whose outputs differ somewhere is left as it is (stale; its window is gated again) "
+      "instead of refusing the whole carry, and the records that agree bit for bit are carried and written; exit 1 "
+      "when one is left. For a nondet variant, whose atomics may round differently run to run, or a change whose "
+      "reach is known (docs/perf/routes.md D21). Any other refusal still writes nothing");
+  sub->callback([&cmds, o, merge_opt, carry_opt, partial_opt] {
     const bool merging = merge_opt->count() > 0;
     const bool carrying = carry_opt->count() > 0;
-    cmds.run = [o, merging, carrying]() -> int {
+    const bool partial = partial_opt->count() > 0;
+    cmds.run = [o, merging, carrying, partial]() -> int {
+      if (partial && !carrying) throw std::invalid_argument("--partial goes with --carry only");
       if (carrying) {
         if (merging || o->seal) throw std::invalid_argument("--carry goes alone (not with --seal or --merge-into)");
         if (o->files.size() != 1)
@@ -643,7 +668,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(o->files[0] + ": no such approvals file");
         if (is_rejections_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": a rejections file; --carry takes an approvals file");
-        return carry_approvals(o->files[0], o->carry[0], o->carry[1]);
+        return carry_approvals(o->files[0], o->carry[0], o->carry[1], o->partial);
       }
       namespace fs = std::filesystem;
       for (const auto& f : o->files) {

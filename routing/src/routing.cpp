@@ -969,13 +969,30 @@ std::string_view to_string(ApprovalState s) {
 }
 
 namespace {
+// Whether record x's mode answers for route r's: the same mode (or a
+// forward, which serves both), or x is the det window's record of the
+// deterministic variant r routes in a nondet window. The gate runs such a
+// variant's cases once for its det and nondet windows alike (its bits do not
+// depend on the mode), so the two records would rest on the same outputs
+// (docs/perf/routes.md D21). Never the other way: a nondet record does not
+// answer for a det window.
+bool mode_answers(const Approval& x, const Route& r) {
+  if (x.op == Op::fwd || x.mode == r.mode) return true;
+  return x.mode == Mode::det && r.mode == Mode::nondet && r.variant && r.variant->mode == Mode::det &&
+         x.variant == r.variant->name;
+}
+// Whether x's window contains r's in r's group, its mode answering for r's.
+bool contains_for(const Approval& x, const Route& r) {
+  return x.op == r.op && mode_answers(x, r) && x.H == r.H && x.w == r.w && x.form == r.form && x.t_lo <= r.t_lo &&
+         r.t_hi <= x.t_hi;
+}
 // Whether x may cover part of r's window: a valid record of r's group (op,
-// mode for bwd, H, w, form), variant and source hash, of `backend`, whose
-// window overlaps r's (approval_status's parts, uncovered_spans).
+// mode for bwd as mode_answers says, H, w, form), variant and source hash, of
+// `backend`, whose window overlaps r's (approval_status's parts, uncovered_spans).
 bool covers_part(const Approval& x, const Route& r, std::string_view backend) {
   const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
   const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
-  return x.op == r.op && (x.op == Op::fwd || x.mode == r.mode) && x.H == r.H && x.w == r.w && x.form == r.form &&
+  return x.op == r.op && mode_answers(x, r) && x.H == r.H && x.w == r.w && x.form == r.form &&
          x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
          x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
 }
@@ -1012,7 +1029,7 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   const Approval *gpu_cur = nullptr, *cpu_cur = nullptr, *stale = nullptr, *other_variant = nullptr,
                  *invalid = nullptr;
   for (const Approval& x : a.records) {
-    if (!x.contains(r)) continue;
+    if (!contains_for(x, r)) continue;
     if (!x.invalid.empty()) {  // never approves anything (routing.h, "Validation")
       if (!invalid) invalid = &x;
       continue;
@@ -1057,18 +1074,24 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     if (!union_covers(kGpuBackend) && accept_cpu_model) union_covers(kCpuModelBackend);
   }
   ApprovalStatus s;
-  auto from = [](const Approval& x) {
+  auto from = [&r](const Approval& x) {
     std::string carried;
     if (!x.carried.empty())  // D19 of docs/perf/routes.md: the verdict is the gate's, the source a later one
       carried = "; carried by digests " +
                 (x.carried.size() == 1 ? std::string("once") : std::to_string(x.carried.size()) + " times") +
                 ", last " + x.carried.back().date + ", " + std::to_string(x.carried.back().cases) +
                 " cases bit for bit";
-    return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + carried + ")";
+    const std::string det_for_nondet =
+        x.op == Op::bwd && x.mode != r.mode ? "; the det window's record: a deterministic variant's bits do not "
+                                              "depend on the mode"
+                                            : "";
+    return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + carried +
+           det_for_nondet + ")";
   };
   // " as part of T=LO..HI" when the record's window is wider than the route's.
-  auto part = [&r](const Approval& x) {
-    return x.same_window(r) ? std::string()
+  auto same_t = [&r](const Approval& x) { return x.t_lo == r.t_lo && x.t_hi == r.t_hi; };
+  auto part = [&same_t](const Approval& x) {
+    return same_t(x) ? std::string()
                             : " as part of T=" + std::to_string(x.t_lo) + ".." + std::to_string(x.t_hi);
   };
   if (!parts.empty()) {
@@ -1111,7 +1134,7 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
                                    std::string(vname)
                              : "no approval for this window and variant";
   }
-  s.wider = s.record && !s.record->same_window(r);
+  s.wider = s.record && !same_t(*s.record);
   return s;
 }
 

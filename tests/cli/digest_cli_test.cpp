@@ -170,6 +170,77 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
   EXPECT_EQ(slurp(approvals), before);
 }
 
+// --partial: a record whose outputs differ is LEFT stale and the others are
+// carried and written (exit 1); a refusal of another kind still writes nothing.
+TEST_F(Carry, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
+  json nd = json::parse(slurp(dir + "/new.json"));
+  {
+    auto& e = nd["entries"][1];
+    std::string l = e["lines"][3].get<std::string>();
+    const size_t at = l.find(" dw=") + 4;
+    l[at] = l[at] == '0' ? '1' : '0';
+    e["lines"][3] = l;
+    e["lines_sha256"] = lines_sha(e["lines"]);
+  }
+  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_EQ(occurrences(c.out, "\nLEFT "), 1u) << c.out;
+  EXPECT_TRUE(contains(c.out, "outputs differ at case 4 of")) << c.out;
+  EXPECT_TRUE(contains(c.out, "2 records carried")) << c.out;
+  EXPECT_TRUE(contains(c.out, "1 record left as they are")) << c.out;
+  const json a = json::parse(slurp(approvals));
+  size_t carried = 0, left = 0;
+  for (const auto& r : a["approvals"]) {
+    if (r["variant"] != "bwd_det_chunked") continue;
+    EXPECT_EQ(sealed(r), r);
+    if (r.contains("carried") && !r["carried"].empty()) {
+      EXPECT_EQ(r["source_sha256"], real);
+      ++carried;
+    } else {
+      EXPECT_EQ(r["source_sha256"], kFake);  // the one whose dw differs stays stale
+      ++left;
+    }
+  }
+  EXPECT_EQ(carried, 2u);
+  EXPECT_EQ(left, 1u);
+  // Run again: the carried ones are already this build's; the flipped one is
+  // LEFT again, nothing written.
+  const std::string after = slurp(approvals);
+  const CliRun again = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(contains(again.out, "nothing carried")) << again.out;
+  EXPECT_EQ(slurp(approvals), after);
+}
+
+TEST_F(Carry, PartialStillRefusesEverythingOnAnyOtherRefusal) {
+  json nd = json::parse(slurp(dir + "/new.json"));
+  {
+    auto& e = nd["entries"][1];  // one record's outputs differ ...
+    std::string l = e["lines"][3].get<std::string>();
+    const size_t at = l.find(" dw=") + 4;
+    l[at] = l[at] == '0' ? '1' : '0';
+    e["lines"][3] = l;
+    e["lines_sha256"] = lines_sha(e["lines"]);
+  }
+  {
+    auto& e = nd["entries"][0];  // ... and another's campaign lost a case
+    e["lines"].erase(e["lines"].size() - 1);
+    e["cases"] = e["lines"].size();
+    e["lines_sha256"] = lines_sha(e["lines"]);
+  }
+  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing written")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+  // --partial belongs to --carry.
+  const CliRun u = cli("approvals " + approvals + " --partial");
+  EXPECT_EQ(u.code, 2) << u.out;
+  EXPECT_TRUE(contains(u.out, "--partial goes with --carry only")) << u.out;
+}
+
 // Rewrites every line of one digests file with f, into `to` (default: the
 // same file), with another format string when one is given; sealed again.
 template <class F>

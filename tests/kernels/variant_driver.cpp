@@ -82,6 +82,7 @@ std::vector<VariantCase> pipeline_cases() {
       {6144, 300, Family::llm, 1},    // bwd: wide 768-thread team, FP32 w (re-read per row)
       {2056, 301, Family::cancel},    // fwd: 2 slots, team 160 (plan.h: two slots from H > 2048)
       {3072, 299, Family::llm},       // fwd: 2 slots, team 192
+      {1536, 12001, Family::llm},     // bwd: team 192, 5 CTAs an SM: plan.h's one-wave cap (660 chunks) binds
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {

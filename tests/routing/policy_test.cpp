@@ -325,6 +325,77 @@ TEST(ApprovalContainment, AWiderApprovedWindowApprovesItsParts) {
   EXPECT_TRUE(d.approval.wider);
 }
 
+// The det window's record of a deterministic variant answers for the nondet
+// window of the same group and T (the gate runs one campaign for both; the
+// variant's bits do not depend on the mode: docs/perf/routes.md D21); a
+// nondet record never answers for a det window, nor a det-mode record of a
+// nondet variant for anything.
+TEST(ApprovalContainment, ADetRecordAnswersForTheNondetWindowOfADetVariant) {
+  const RouteTable t = parse_route_table(
+      "arch = \"sm90a\"\nroute = [\n"
+      "  { op = \"bwd\", mode = \"nondet\", H = 2048, w = \"bf16\", form = \"plain\", T = [1, 4096], variant = "
+      "\"bwd_det_chunked\" },\n"
+      "  { op = \"bwd\", mode = \"nondet\", H = 2048, w = \"bf16\", form = \"plain\", T = [4097, 131072], variant = "
+      "\"bwd_nondet_atomic\" },\n"
+      "]\n",
+      "t.toml");
+  const Route& det_variant = t.routes[0];
+  const Route& atomic = t.routes[1];
+  Approvals a;
+  a.records.push_back(record(1, 131072));  // det mode, bwd_det_chunked
+  ApprovalStatus s = approval_status(det_variant, a, false);
+  EXPECT_EQ(s.state, ApprovalState::current);
+  EXPECT_TRUE(s.wider);
+  EXPECT_NE(s.detail.find("as part of T=1..131072"), std::string::npos) << s.detail;
+  EXPECT_NE(s.detail.find("the det window's record"), std::string::npos) << s.detail;
+  EXPECT_TRUE(uncovered_spans(det_variant, a, "gpu").empty());
+  // The same T: not "wider", though the record's mode is det.
+  Approvals exact;
+  exact.records.push_back(record(1, 4096));
+  s = approval_status(det_variant, exact, false);
+  EXPECT_EQ(s.state, ApprovalState::current);
+  EXPECT_FALSE(s.wider);
+  EXPECT_EQ(s.detail.find("as part of"), std::string::npos) << s.detail;
+  // A nondet record of the same window is preferred to the det one.
+  exact.records.push_back(record(1, 4096));
+  exact.records[1].mode = Mode::nondet;
+  s = approval_status(det_variant, exact, false);
+  EXPECT_EQ(s.record, &exact.records[1]);
+  EXPECT_EQ(s.detail.find("the det window's record"), std::string::npos) << s.detail;
+  // Parts of both modes cover the window together; a gap is still a gap.
+  Approvals parts;
+  parts.records.push_back(record(1, 2048));
+  parts.records.push_back(record(2049, 4096));
+  parts.records[1].mode = Mode::nondet;
+  EXPECT_EQ(approval_status(det_variant, parts, false).state, ApprovalState::current);
+  parts.records[1].t_lo = 3000;
+  EXPECT_EQ(approval_status(det_variant, parts, false).state, ApprovalState::missing);
+  EXPECT_EQ(uncovered_spans(det_variant, parts, "gpu"), (std::vector<std::pair<int64_t, int64_t>>{{2049, 2999}}));
+  // A det record of the old source is stale, not current.
+  Approvals stale;
+  stale.records.push_back(record(1, 131072));
+  stale.records[0].source_sha256 = std::string(64, 'b');
+  EXPECT_EQ(approval_status(det_variant, stale, false).state, ApprovalState::stale);
+  // A nondet variant: a det-mode record of it answers for nothing.
+  Approvals of_atomic;
+  of_atomic.records.push_back(record(1, 131072, "bwd_nondet_atomic"));
+  EXPECT_EQ(approval_status(atomic, of_atomic, false).state, ApprovalState::missing);
+  EXPECT_EQ(uncovered_spans(atomic, of_atomic, "gpu"), (std::vector<std::pair<int64_t, int64_t>>{{4097, 131072}}));
+  // Never the other way: the nondet record of a det variant does not answer
+  // for its det window.
+  const RouteTable d = parse_route_table(kSplit, "d.toml");
+  Approvals nondet;
+  nondet.records.push_back(record(1, 131072));
+  nondet.records[0].mode = Mode::nondet;
+  EXPECT_EQ(approval_status(d.routes[0], nondet, false).state, ApprovalState::missing);
+  EXPECT_EQ(uncovered_spans(d.routes[0], nondet, "gpu"), (std::vector<std::pair<int64_t, int64_t>>{{1, 4096}}));
+  // The dispatcher serves a nondet call on the det record.
+  const Dispatcher disp(t, a);
+  const Decision dc = disp.pick({Op::bwd, Mode::nondet, 2048, WDtype::bf16, Form::plain, 100});
+  EXPECT_EQ(dc.route, &disp.table().routes[0]);
+  EXPECT_EQ(dc.approval.state, ApprovalState::current);
+}
+
 TEST(ApprovalContainment, ExactWindowPreferredThenTheNarrowest) {
   const RouteTable t = parse_route_table(kSplit, "t.toml");
   const Route& low = t.routes[0];

@@ -36,7 +36,10 @@
 //    whether the 16-byte vector path or the scalar path loads the data.
 //
 // 2. Chunk plan (backward only; which rows feed which dw partial).
-//       cap(H)           = 264 * clamp(floor(2^22 / (264 * H)), 1, 8)
+//       cap0(H)          = 264 * clamp(floor(2^22 / (264 * H)), 1, 8)
+//       ctas(H)          = min(floor(1024 / team(H)), 32)   (team: bwd_row_geometry)
+//       cap(H)           = min(cap0(H), 132 * ctas(H))  if ctas(H) >= 5
+//                        = cap0(H)                      otherwise
 //       num_chunks(T, H) = 0                          if T == 0
 //                        = min(ceil(T / 16), cap(H))  otherwise
 //       chunk c holds rows [floor(c*T/n), floor((c+1)*T/n))     (n = num_chunks;
@@ -48,11 +51,21 @@
 //       lane L (0 <= L < 32) sums chunks c = L, L+32, L+64, ... in increasing
 //       order; the 32 lane results are then summed in order L = 0..31
 //    (see accum.h for the arithmetic of each step).
-//    The cap keeps the partials at most max(2^22, 264*H) doubles (32 MiB;
+//    cap0 keeps the partials at most max(2^22, 264*H) doubles (32 MiB;
 //    34.6 MB at H = 16384) and is a multiple of 264 = 2 x 132 so that at
-//    large T the chunks fill an H200's 132 SMs in whole waves (1 or 2 CTAs
-//    per SM, or 2-CTA clusters). The constants were chosen for that chip;
-//    they are constants, not queried, so results never depend on the device.
+//    large T the chunks fill an H200's 132 SMs in whole waves of 2 CTAs per
+//    SM. The narrow 1-slot chunk kernel runs at 64 registers, so an SM holds
+//    ctas(H) of its CTAs (1024 threads' worth of registers; 32 CTAs at
+//    most): 5 at H = 1536, 8 at 1024; where that is 5 or more, cap0 is
+//    several partial waves of the real residency, and one whole wave of it
+//    (132 * ctas) ran 0.86-0.93x the time of cap0's plan on plain rows and
+//    0.93-0.97x with form res at H = 1536, T = 65537-131072
+//    (docs/results/kernels/chunk-cap-2026-12-04/: fewer partials to write
+//    and combine, no partly empty last wave). Where an SM
+//    holds 4 or fewer (H >= 1537) cap0 stands (measured gains there are
+//    smaller; docs/perf/backward.md, Open leads). The constants were chosen
+//    for that chip; they are constants, not queried, so results never depend
+//    on the device.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +92,10 @@ inline constexpr int64_t kMinRowsPerChunk = 16;
 inline constexpr int64_t kChunkBudget = int64_t{1} << 22;  // ~ num_chunks * H
 inline constexpr int64_t kChunkWave = 264;                  // 2 x 132 SMs
 inline constexpr int64_t kMaxChunkWaves = 8;
+/// The H200's SMs (one wave of one CTA an SM), and the narrow chunk kernel's
+/// CTAs an SM from which the cap is one wave of them (file comment).
+inline constexpr int64_t kSms = 132;
+inline constexpr int64_t kWaveCapMinCtas = 5;
 /// Chunk lanes per column in the final combine of chunk partials.
 inline constexpr int kCombineLanes = 32;
 
@@ -139,12 +156,21 @@ NG_HD uint64_t div_by_magic(uint64_t r, uint64_t magic) {
 #endif
 }
 
+/// CTAs of the narrow 1-slot chunk kernel an SM holds at 64 registers a
+/// thread: floor(1024 / team), at most 32 (see file comment, ctas(H)).
+NG_HD int64_t chunk_ctas_per_sm(int64_t H) {
+  const int64_t c = 1024 / bwd_row_geometry(H < 1 ? 1 : H).team;
+  return c > 32 ? 32 : c;
+}
+
 /// Number of backward chunks for T rows of H columns (see file comment).
 NG_HD int64_t num_chunks(int64_t T, int64_t H) {
   if (T <= 0) return 0;
   int64_t waves = kChunkBudget / (kChunkWave * (H < 1 ? 1 : H));
   waves = waves < 1 ? 1 : (waves > kMaxChunkWaves ? kMaxChunkWaves : waves);
-  const int64_t cap = kChunkWave * waves;
+  int64_t cap = kChunkWave * waves;
+  const int64_t ctas = chunk_ctas_per_sm(H);
+  if (ctas >= kWaveCapMinCtas && kSms * ctas < cap) cap = kSms * ctas;
   const int64_t want = (T + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
   return want < cap ? want : cap;
 }

@@ -436,11 +436,18 @@ struct ApprovalStatus {
 /// (ApprovalStatus::parts). Invalid records (Approval::invalid) count for
 /// nothing; when no current approval exists and an invalid record's window
 /// contains r's (whatever its variant), the state is `invalid` and the detail
-/// starts with that record's reason. Never throws.
+/// starts with that record's reason. Mode: a backward record answers for a
+/// route of its own mode and, when r routes a deterministic variant
+/// (Variant::mode == det) in a nondet window, the det window's record of that
+/// variant answers too (the gate runs one campaign for both windows; such a
+/// variant's bits do not depend on the mode; docs/perf/routes.md D21; the
+/// detail then says "the det window's record"); a nondet record never answers
+/// for a det route. Never throws.
 ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_cpu_model);
 
 /// The parts of r's window [t_lo, t_hi] that no current record of `backend`
-/// covers: records of r's group (op, mode for bwd, H, w, form), variant and
+/// covers: records of r's group (op, mode for bwd as approval_status takes
+/// it, H, w, form), variant and
 /// source hash, valid, of that backend, whose windows overlap r's. Disjoint
 /// [lo, hi] spans in T order; empty when their union covers the window (then
 /// approval_status is current for that backend, alone or through
