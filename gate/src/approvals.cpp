@@ -28,12 +28,32 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
                                           const std::vector<kernels::Route>& table_routes,
                                           const std::vector<std::string>& refused) {
   std::vector<std::string> changes;
+  // A det record of a deterministic variant answers for the nondet window of
+  // that variant too (routing.h, approval_status): the modes a record's
+  // window is read in.
+  auto modes_of = [](const kernels::Approval& x) {
+    std::vector<kernels::Mode> ms{x.mode};
+    const kernels::Variant* v = kernels::find_variant(x.variant);
+    if (x.op == kernels::Op::bwd && x.mode == kernels::Mode::det && v && v->mode == kernels::Mode::det)
+      ms.push_back(kernels::Mode::nondet);
+    return ms;
+  };
+  auto in_mode = [](const Route& rt, kernels::Mode m) {
+    Route q = rt;
+    q.mode = m;
+    return q;
+  };
   // A record stays while its window overlaps one of the table's, whatever
   // variant the table routes there now: one whose window contains a table
   // window approves it (routing.h, approval_status), and a derivation
   // (derive.h) weighs every candidate's approvals.
   auto in_table = [&](const kernels::Approval& x) {
-    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) { return x.overlaps(rt); });
+    return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) {
+      if (x.overlaps(rt)) return true;
+      for (kernels::Mode m : modes_of(x))
+        if (rt.op == kernels::Op::bwd && rt.mode == m && x.overlaps(in_mode(rt, x.mode))) return true;
+      return false;
+    });
   };
   // Invalid records (routing.h, "Validation") are kept as they are, in
   // place: never dropped, renewed, revoked or re-sealed here.
@@ -70,10 +90,18 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     if (fails || !why_refused.empty()) {
       // A wider record of this backend, variant and source approves this
       // window too (routing.h: containment); what was found here
-      // contradicts it, so it goes as well.
+      // contradicts it, so it goes as well. A deterministic variant's bits do
+      // not depend on the mode, so its records of both modes go (the det
+      // record answers for the nondet window, and a failure in either mode
+      // is one of the same outputs).
+      const bool det_variant = w.route.op == kernels::Op::bwd && w.route.variant->mode == kernels::Mode::det;
+      auto contradicted = [&](const kernels::Approval& x) {
+        if (x.contains(w.route)) return true;
+        return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
+      };
       std::vector<kernels::Approval> kept;
       for (auto& x : a.records) {
-        if (x.invalid.empty() && x.backend == r.backend && x.contains(w.route) && x.variant == w.route.variant->name &&
+        if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && x.variant == w.route.variant->name &&
             x.source_sha256 == w.route.variant->source_sha256) {
           changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
                             (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +

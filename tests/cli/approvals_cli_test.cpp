@@ -385,6 +385,65 @@ TEST(ApprovalsCliRejections, ChecksRejectionsFiles) {
   std::filesystem::remove_all(d);
 }
 
+// A det record of a deterministic variant answers for its nondet window
+// (routing.h, approval_status; routes.md D21), so what the gate finds in
+// either mode holds for both: a nondet window that fails revokes the det
+// record around it, and a gate that prunes records whose window overlaps no
+// table window keeps a det record that only a nondet route reads.
+TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_cli_modes_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  spit(d + "/t.policy.toml",
+       "description = \"one seed\"\n[minimum]\nname = \"one\"\nseeds = \"normal:0..0\"\nt_per_window = 2\n"
+       "dense_points = 0\ndense_step = 64\nfresh_factor = 0\nbackends = [\"gpu\", \"cpu-model\"]\n");
+  const std::string head = "arch = \"sm90a\"\ndescription = \"modes\"\nroute = [\n"
+                           "  { op = \"fwd\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 700], variant = \"fwd_rowwise\" },\n";
+  spit(d + "/t.toml", head +
+                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_fp32_blocked\" },\n"
+                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_fp32_blocked\" },\n]\n");
+  const std::string one = " --backend cpu --threads 1 --seeds normal:0..0 --t-per-window 2 --dense-points 0 "
+                          "--fresh-factor 0 --quiet";
+  // One normal seed: FP32 partials stay inside the budget; the det window passes.
+  CliRun g = cli("gate " + d + "/t.toml --windows mode=det --approve" + one);
+  ASSERT_EQ(g.code, 0) << g.out;
+  CliRun rt = cli("routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=nondet,H=64,w=fp32,form=plain,T=5");
+  EXPECT_EQ(rt.code, 0) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "approval current")) << rt.out;
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model");
+  EXPECT_TRUE(contains(rt.out, "T=1..64 -> bwd_fp32_blocked  [current] approved (cpu-model gate of")) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "the det window's record")) << rt.out;
+  // The nondet window with cancel seeds fails: the det record goes too.
+  g = cli("gate " + d + "/t.toml --windows mode=nondet --approve --backend cpu --threads 1 --seeds 3x1 "
+          "--t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet");
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64 -> "
+                              "bwd_fp32_blocked"))
+      << g.out;
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=nondet,H=64,w=fp32,form=plain,T=5");
+  EXPECT_EQ(rt.code, 1) << rt.out;
+  // Pruning: a table whose only backward route is nondet keeps the det
+  // record that approves it when another window is gated with --approve.
+  std::filesystem::remove(d + "/t.approvals.json");
+  spit(d + "/t.toml", head +
+                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_det_chunked\" },\n"
+                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_det_chunked\" },\n]\n");
+  ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=det --approve" + one).code, 0);
+  spit(d + "/t.toml", head +
+                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_det_chunked\" },\n]\n");
+  g = cli("gate " + d + "/t.toml --windows op=fwd --approve" + one);
+  EXPECT_EQ(g.code, 0) << g.out;
+  EXPECT_FALSE(contains(g.out, "removed cpu-model approval of bwd det")) << g.out;
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model");
+  EXPECT_EQ(rt.code, 0) << rt.out;
+  std::filesystem::remove_all(d);
+}
+
 // --base against a table without approvals: a window with the base's bounds
 // and variant is still gated (nothing proves its sources unchanged), and the
 // gate says so on stdout, window by window, with the reason.
