@@ -11,6 +11,8 @@
 
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,11 +33,13 @@
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
+#include "normgate/harness/pipeline.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
+#include "normgate_version.h"
 
 namespace normgate::app {
 
@@ -403,8 +407,10 @@ std::string compare_digest_lines(const std::string& lo, const std::string& ln, b
   }
   for (const auto& [name, v] : b)
     if (!a.count(name) && name != "msq") only += " " + name + " (NEW only)";
-  if (!differ.empty()) return "outputs differ:" + differ;
+  // One-sided outputs first: a refusal whatever else differs (--partial
+  // leaves a record only for differing bits).
   if (!only.empty()) return "OLD and NEW digested different outputs:" + only;
+  if (!differ.empty()) return "outputs differ:" + differ;
   return "";
 }
 
@@ -535,10 +541,29 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       const std::string what = who + ": " + why.substr(0, colon) + " at case " + std::to_string(k + 1) + " of " +
                                std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + lo[k] +
                                "\n      NEW " + ln[k];
-      if (bits && partial)
+      // --partial leaves a record only for differing bits of a nondet
+      // variant (its atomics may round differently run to run); a
+      // deterministic variant's bits must not vary, and a one-sided output in
+      // any later line is still a refusal.
+      const bool nondet = v->mode == kernels::Mode::nondet;
+      std::string later;
+      if (bits && partial && nondet)
+        for (size_t k2 = k + 1; k2 < lo.size() && later.empty(); ++k2) {
+          if (lo[k2] == ln[k2]) continue;
+          bool one_side = false;
+          const std::string w2 = compare_digest_lines(lo[k2], ln[k2], one_side);
+          if (!w2.empty() && w2.rfind("outputs differ", 0) != 0)
+            later = who + ": " + w2 + " at case " + std::to_string(k2 + 1) + " of " + std::to_string(lo.size());
+        }
+      if (!later.empty())
+        refused.push_back(later);
+      else if (bits && partial && nondet)
         left.push_back(what + "\n    (left as it is: stale until its window is gated again)");
       else
-        refused.push_back(what + (bits ? "\n    (a change of bits: gate it again)" : ""));
+        refused.push_back(what + (bits ? partial ? "\n    (a change of bits of a deterministic variant: --partial "
+                                                   "leaves only a nondet variant's records; gate it again)"
+                                                 : "\n    (a change of bits: gate it again)"
+                                       : ""));
       continue;
     }
     if (msq_unmatched) ++msq_not_compared;
@@ -575,8 +600,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   }
   const std::string left_line =
       left.empty() ? std::string()
-                   : "carry    " + std::to_string(left.size()) + " record" + (left.size() == 1 ? "" : "s") +
-                         " left as they are (outputs differ, --partial): gate their windows again\n";
+                   : "carry    " + std::to_string(left.size()) + (left.size() == 1 ? " record left as it is" : " records left as they are") +
+                         " (outputs differ, --partial): gate their windows again\n";
   if (carried == 0) {
     if (!left.empty()) {
       std::printf("%scarry    nothing carried in %s (file unchanged)\n", left_line.c_str(), path.c_str());
@@ -600,6 +625,102 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   std::fputs(left_line.c_str(), stdout);
   return left.empty() ? 0 : 1;
 }
+
+// normgate approvals FILE.rejections.json --recheck (see the option's help).
+int recheck_rejections(const std::string& path, const std::string& backend_name, int threads) {
+  constexpr std::string_view kSuffix = ".rejections.json";
+  if (path.size() <= kSuffix.size() || path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    throw std::invalid_argument(path + ": --recheck takes a rejections file named TABLE stem + .rejections.json");
+  const std::string approvals_path = path.substr(0, path.size() - kSuffix.size()) + ".approvals.json";
+  const validators::Backend backend = validators::resolve_backend(validators::parse_backend(backend_name));
+  const std::string ran_on =
+      backend == validators::Backend::gpu ? std::string(kernels::kGpuBackend) : std::string(kernels::kCpuModelBackend);
+  kernels::Rejections file;
+  try {
+    file = kernels::load_rejections(path);
+  } catch (const kernels::RouteTableError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  check_writable(core::rename_target(path), "REJECTIONS");
+  // The stale records this build can re-prove: a variant it has, of another
+  // source, whose claim for this source is not on file yet. One run per
+  // (variant, case): twins (det and nondet) share their failing case.
+  std::vector<const kernels::Rejection*> todo;
+  size_t stale = 0;
+  for (const auto& x : file.records) {
+    const kernels::Variant* v = nullptr;
+    try {
+      v = &kernels::variant(x.variant);
+    } catch (const std::invalid_argument&) {
+      std::printf("note     %s -> %s: this normgate has no variant %s; left as it is\n", x.window().c_str(),
+                  x.variant.c_str(), x.variant.c_str());
+      continue;
+    }
+    if (x.source_sha256 == v->source_sha256) continue;
+    kernels::Rejection now = x;
+    now.source_sha256 = std::string(v->source_sha256);
+    if (std::any_of(file.records.begin(), file.records.end(),
+                    [&](const kernels::Rejection& y) { return y.same_claim(now); }))
+      continue;  // re-proved already (or gated again since)
+    ++stale;
+    todo.push_back(&x);
+  }
+  std::map<std::pair<std::string, std::string>, std::pair<double, std::string>> runs;  // (variant, case) -> worst, output
+  size_t done = 0;
+  for (const auto* x : todo) {
+    const auto key = std::make_pair(x->variant, x->worst_case);
+    if (runs.count(key)) continue;
+    validators::CheckRequest req;
+    req.id = seeds::parse_case(x->worst_case);
+    req.impls = validators::expand_impls({x->variant});
+    req.backend = backend;
+    req.threads = threads;
+    req.forward_only = x->op == kernels::Op::fwd;
+    const validators::CheckReport rep = validators::run_check(req);
+    double worst = 0;
+    std::string out;
+    for (const auto& t : rep.impls.at(0).result.tensors)
+      if (!(t.worst.ratio <= worst)) {  // NaN (a non-finite failure) counts as the worst
+        worst = t.worst.ratio;
+        out = std::string(validators::to_string(t.output()));
+      }
+    if (rep.impls.at(0).result.verdict() != validators::Verdict::fail) worst = std::min(worst, 1.0);
+    runs[key] = {worst, out};
+    std::printf("case     %zu of %zu distinct: %s -> %s: err/tol %.4g (%s), %s\n", ++done, todo.size(),
+                x->worst_case.c_str(), x->variant.c_str(), worst, out.c_str(),
+                std::string(validators::to_string(rep.impls.at(0).result.verdict())).c_str());
+    std::fflush(stdout);
+  }
+  std::vector<kernels::Rejection> add;
+  size_t not_kept = 0;
+  const std::string date = validators::detail::utc_now();
+  for (const auto* x : todo) {
+    const auto& [worst, out] = runs.at(std::make_pair(x->variant, x->worst_case));
+    if (!(worst > 1.0) && !std::isnan(worst)) {
+      ++not_kept;
+      std::printf("NOT KEPT %s -> %s: %s now err/tol %.4g (%s) on %s; the rejection stays stale (derive gates it "
+                  "again)\n",
+                  x->window().c_str(), x->variant.c_str(), x->worst_case.c_str(), worst, out.c_str(), ran_on.c_str());
+      continue;
+    }
+    kernels::Rejection n = *x;
+    n.source_sha256 = std::string(kernels::variant(x->variant).source_sha256);
+    n.worst_err_tol = std::isnan(worst) ? std::numeric_limits<double>::infinity() : worst;
+    n.worst_output = out == "h_new" ? x->worst_output : out;
+    n.date = date;
+    n.normgate_commit = NORMGATE_GIT_COMMIT;
+    n.normgate_version = NORMGATE_VERSION;
+    n.rechecked = kernels::Rejection::Recheck{ran_on, x->source_sha256, x->record_sha256};
+    std::printf("kept     %s -> %s: %s err/tol %.4g (%s) on %s, source %s -> %s\n", x->window().c_str(),
+                x->variant.c_str(), x->worst_case.c_str(), n.worst_err_tol, n.worst_output.c_str(), ran_on.c_str(),
+                x->source_sha256.substr(0, 12).c_str(), n.source_sha256.substr(0, 12).c_str());
+    add.push_back(std::move(n));
+  }
+  const size_t added = add.empty() ? 0 : kernels::record_rejections(path, approvals_path, add);
+  std::printf("recheck  %s: %zu stale record%s, %zu re-proved on %s (%zu written), %zu not\n", path.c_str(), stale,
+              stale == 1 ? "" : "s", add.size(), ran_on.c_str(), added, not_kept);
+  return not_kept ? 1 : 0;
+}
 }  // namespace
 
 void add_approvals(CLI::App& app, Commands& cmds) {
@@ -618,6 +739,9 @@ void add_approvals(CLI::App& app, Commands& cmds) {
     std::string merge_into;
     std::vector<std::string> carry;
     bool partial = false;
+    bool recheck = false;
+    std::string backend = "auto";
+    int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("files", o->files,
@@ -651,14 +775,46 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "--partial", o->partial,
       "With --carry: a record whose outputs differ somewhere is left as it is (stale; its window is gated again) "
       "instead of refusing the whole carry, and the records that agree bit for bit are carried and written; exit 1 "
-      "when one is left. For a nondet variant, whose atomics may round differently run to run, or a change whose "
-      "reach is known (docs/perf/routes.md D21). Any other refusal still writes nothing");
-  sub->callback([&cmds, o, merge_opt, carry_opt, partial_opt] {
+      "when one is left. Only a nondet variant's records (its atomics may round differently run to run; "
+      "docs/perf/routes.md D21): a deterministic variant's differing bits, and any output digested on one side "
+      "only, still refuse the whole carry, writing nothing");
+  auto* recheck_opt = sub->add_flag(
+      "--recheck", o->recheck,
+      "One rejections FILE: run the failing case of each record whose variant's source changed since (stale) "
+      "with this build's variant, once per case, on --backend; a case over budget again re-proves the "
+      "rejection: a record keyed to this source is appended, with a 'rechecked' entry naming the earlier record "
+      "and where it ran (a GPU record re-proved on the CPU models counts for GPU derives: rejections.h, "
+      "docs/perf/routes.md D22); the others stay stale and derive gates them again. Exit 0 when every stale "
+      "record was re-proved, 1 when one was not; holds the table's approvals lock while writing; written "
+      "atomically");
+  auto* backend_opt = sub->add_option("--backend", o->backend, "With --recheck: where the cases run: gpu, cpu (the "
+                                                               "CPU models), auto (gpu when one is usable)")
+                          ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  auto* threads_opt =
+      sub->add_option("--threads", o->threads, "With --recheck: OpenMP threads for the generator, models and oracle "
+                                               "(0: default)")
+          ->check(CLI::Range(0, 4096));
+  sub->callback([&cmds, o, merge_opt, carry_opt, partial_opt, recheck_opt, backend_opt, threads_opt] {
     const bool merging = merge_opt->count() > 0;
     const bool carrying = carry_opt->count() > 0;
     const bool partial = partial_opt->count() > 0;
-    cmds.run = [o, merging, carrying, partial]() -> int {
+    const bool rechecking = recheck_opt->count() > 0;
+    const bool recheck_args = backend_opt->count() > 0 || threads_opt->count() > 0;
+    cmds.run = [o, merging, carrying, partial, rechecking, recheck_args]() -> int {
       if (partial && !carrying) throw std::invalid_argument("--partial goes with --carry only");
+      if (recheck_args && !rechecking) throw std::invalid_argument("--backend and --threads go with --recheck only");
+      if (rechecking) {
+        if (merging || carrying || o->seal)
+          throw std::invalid_argument("--recheck goes alone (not with --seal, --merge-into or --carry)");
+        if (o->files.size() != 1)
+          throw std::invalid_argument("--recheck takes one rejections file, got " + std::to_string(o->files.size()));
+        if (!std::filesystem::is_regular_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": no such rejections file");
+        if (!is_rejections_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": not a rejections file (format normgate-rejections/1); "
+                                                    "--recheck takes one");
+        return recheck_rejections(o->files[0], o->backend, o->threads);
+      }
       if (carrying) {
         if (merging || o->seal) throw std::invalid_argument("--carry goes alone (not with --seal or --merge-into)");
         if (o->files.size() != 1)

@@ -1054,7 +1054,12 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     std::vector<const Approval*> xs;
     for (const Approval& x : a.records)
       if (covers_part(x, r, backend)) xs.push_back(&x);
-    std::sort(xs.begin(), xs.end(), [](const Approval* p, const Approval* q) { return p->t_lo < q->t_lo; });
+    // By t_lo; on ties the route's own mode first (a det record answers for
+    // a nondet route only where no nondet record does as well).
+    std::sort(xs.begin(), xs.end(), [&r](const Approval* p, const Approval* q) {
+      if (p->t_lo != q->t_lo) return p->t_lo < q->t_lo;
+      return (p->mode == r.mode) > (q->mode == r.mode);
+    });
     std::vector<const Approval*> used;
     int64_t next = r.t_lo;  // first T not yet covered
     for (const Approval* x : xs) {
@@ -1103,6 +1108,9 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
       s.detail += std::string(x == parts.front() ? " " : " + ") + "T=" + std::to_string(x->t_lo) + ".." +
                   std::to_string(x->t_hi);
     s.detail += from(*parts.front());
+    if (std::any_of(parts.begin(), parts.end(), [&r](const Approval* x) { return x->op == Op::bwd && x->mode != r.mode; }) &&
+        parts.front()->mode == r.mode)
+      s.detail += "; a part is the det window's record (a deterministic variant's bits do not depend on the mode)";
   } else if (gpu_cur || (cpu_cur && accept_cpu_model)) {
     s.state = ApprovalState::current;
     s.record = gpu_cur ? gpu_cur : cpu_cur;
@@ -1248,7 +1256,8 @@ namespace {
 constexpr std::string_view kRejectionsFormat = "normgate-rejections/1";
 constexpr std::string_view kRejectionKeys[] = {
     "window",       "gated_T", "variant", "source_sha256",   "backend",          "gpu",          "worst_case",
-    "worst_err_tol", "worst_output", "date", "normgate_commit", "normgate_version", "record_sha256"};
+    "worst_err_tol", "worst_output", "date", "normgate_commit", "normgate_version", "record_sha256", "rechecked"};
+constexpr std::string_view kRecheckKeys[] = {"backend", "from_source_sha256", "from_record_sha256"};
 
 nlohmann::json to_json(const Rejection& r) {
   nlohmann::json win;
@@ -1271,6 +1280,10 @@ nlohmann::json to_json(const Rejection& r) {
   j["date"] = r.date;
   j["normgate_commit"] = r.normgate_commit;
   j["normgate_version"] = r.normgate_version;
+  if (r.rechecked)
+    j["rechecked"] = {{"backend", r.rechecked->backend},
+                      {"from_source_sha256", r.rechecked->from_source_sha256},
+                      {"from_record_sha256", r.rechecked->from_record_sha256}};
   return j;
 }
 
@@ -1329,6 +1342,17 @@ void from_json(const nlohmann::json& j, Rejection& r) {
   r.normgate_commit = str(j, "normgate_commit");
   r.normgate_version = str(j, "normgate_version");
   r.record_sha256 = str(j, "record_sha256");
+  if (j.contains("rechecked")) {
+    const auto& c = j.at("rechecked");
+    if (!c.is_object()) throw std::invalid_argument("field 'rechecked' must be an object");
+    for (const auto& [k, v] : c.items()) {
+      (void)v;
+      if (std::find(std::begin(kRecheckKeys), std::end(kRecheckKeys), k) == std::end(kRecheckKeys))
+        throw std::invalid_argument("unknown field 'rechecked." + k + "'");
+    }
+    r.rechecked = Rejection::Recheck{str(c, "backend", "rechecked."), str(c, "from_source_sha256", "rechecked."),
+                                     str(c, "from_record_sha256", "rechecked.")};
+  }
 }
 
 }  // namespace
@@ -1388,6 +1412,17 @@ std::string validate_rejection(const Rejection& r) {
     if (!iso8601_utc(r.date)) return "date '" + r.date + "' is not ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ)";
     if (r.normgate_commit.empty()) return "normgate_commit is empty";
     if (r.normgate_version.empty()) return "normgate_version is empty";
+    if (r.rechecked) {
+      const auto& c = *r.rechecked;
+      if (c.backend != kGpuBackend && c.backend != kCpuModelBackend)
+        return "rechecked.backend '" + c.backend + "' (expected \"gpu\" or \"cpu-model\")";
+      if (!lower_hex64(c.from_source_sha256))
+        return "rechecked.from_source_sha256 '" + c.from_source_sha256 + "' is not 64 lower-case hex digits";
+      if (!lower_hex64(c.from_record_sha256))
+        return "rechecked.from_record_sha256 '" + c.from_record_sha256 + "' is not 64 lower-case hex digits";
+      if (c.from_source_sha256 == r.source_sha256)
+        return "rechecked.from_source_sha256 is the record's own source (a recheck re-keys to another)";
+    }
     return {};
   } catch (const std::exception& e) {  // never throws
     return e.what();

@@ -580,4 +580,84 @@ TEST(DeriveCli, RemembersRejectionsBetweenRuns) {
   EXPECT_TRUE(contains(r.out, "--forget-rejections needs --gate winners")) << r.out;
 }
 
+
+// `approvals FILE --recheck`: the failing case of each stale rejection (its
+// variant's source changed) runs again with this build; over budget again,
+// the rejection is re-keyed (a new record with 'rechecked') and the next
+// derive gates nothing; a case that passes now is NOT KEPT (exit 1) and that
+// window is gated again.
+TEST(DeriveCli, RecheckReProvesStaleRejections) {
+  namespace k = normgate::kernels;
+  const Dir d;
+  const std::string timings = " --timings " + (d.p / "timings.json").string();
+  const fs::path rp = d.p / "t.rejections.json";
+  CliRun r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string table1 = routes_of(d.p / "t.toml");
+  const auto rej1 = k::load_rejections(rp.string());
+  ASSERT_GE(rej1.records.size(), 1u);
+  const std::string real(k::find_variant("bwd_fp32_blocked")->source_sha256);
+  {  // as if gated by an older source
+    k::Rejections old = rej1;
+    for (auto& x : old.records) x.source_sha256 = std::string(64, 'a');
+    std::ofstream(rp) << k::rejections_to_json_text(old);
+  }
+  const auto stale = k::load_rejections(rp.string());
+  // Usage errors first, nothing written.
+  const std::string before = read(rp);
+  for (const std::string bad : {"approvals " + rp.string() + " --backend cpu",
+                                "approvals " + rp.string() + " --recheck --seal",
+                                "approvals " + rp.string() + " " + rp.string() + "x --recheck",
+                                "approvals " + (d.p / "t.approvals.json").string() + " --recheck",
+                                "approvals " + rp.string() + " --recheck --backend tpu"}) {
+    const CliRun u = normgate::test::run_normgate(bad);
+    EXPECT_EQ(u.code, 2) << bad << "\n" << u.out;
+  }
+  EXPECT_EQ(read(rp), before);
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "\nkept     "), stale.records.size()) << r.out;
+  const auto after = k::load_rejections(rp.string());
+  ASSERT_EQ(after.records.size(), 2 * stale.records.size());
+  for (size_t i = 0; i < stale.records.size(); ++i) {
+    const auto& was = stale.records[i];
+    const auto& now = after.records[stale.records.size() + i];
+    EXPECT_EQ(now.window(), was.window());
+    EXPECT_EQ(now.worst_case, was.worst_case);
+    EXPECT_EQ(now.source_sha256, real);
+    EXPECT_EQ(now.backend, "cpu-model");
+    // The same bits as the gate's run: the same err/tol.
+    EXPECT_EQ(now.worst_err_tol, rej1.records[i].worst_err_tol) << now.worst_case;
+    ASSERT_TRUE(now.rechecked.has_value());
+    EXPECT_EQ(now.rechecked->backend, "cpu-model");
+    EXPECT_EQ(now.rechecked->from_source_sha256, std::string(64, 'a'));
+    EXPECT_EQ(now.rechecked->from_record_sha256, was.record_sha256);
+  }
+  // Nothing left to re-prove: a second recheck writes nothing, exit 0.
+  const std::string rechecked = read(rp);
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "0 stale records")) << r.out;
+  EXPECT_EQ(read(rp), rechecked);
+  // derive uses them: nothing gated, the same table.
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  // A stale record whose case passes now (T = 1: one row, no cancellation)
+  // is NOT KEPT: exit 1, nothing added for it.
+  {
+    k::Rejections one;
+    one.records = {stale.records[0]};
+    one.records[0].gated_lo = 1;
+    one.records[0].worst_case = "H=64,T=1,w=bf16,form=plain,family=cancel,seed=0";
+    std::ofstream(rp) << k::rejections_to_json_text(one);
+  }
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "NOT KEPT bwd det H=64 w=bf16 form=plain")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 stale record, 0 re-proved")) << r.out;
+  EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 1u);
+}
+
 }  // namespace

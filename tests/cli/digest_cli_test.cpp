@@ -69,34 +69,44 @@ class Carry : public ::testing::Test {
     std::filesystem::copy_file(kData + "/small.toml", dir + "/small.toml");
     std::filesystem::copy_file(kData + "/small.policy.toml", dir + "/small.policy.toml");
     approvals = dir + "/small.approvals.json";
-    const CliRun g = cli("gate " + dir + "/small.toml --windows variant=bwd_det_chunked --approve" + kFast);
+    const CliRun g = cli("gate " + dir + "/small.toml --windows variant=" + variant_ + " --approve" + kFast);
     ASSERT_EQ(g.code, 0) << g.out;
     json a = json::parse(slurp(approvals));
     size_t n = 0;
     for (auto& r : a["approvals"])
-      if (r["variant"] == "bwd_det_chunked") {
+      if (r["variant"] == variant_) {
         real = r["source_sha256"].get<std::string>();
         r["source_sha256"] = kFake;
         r = sealed(r);
         ++n;
       }
-    ASSERT_EQ(n, 3u);  // the table's three bwd_det_chunked windows
+    ASSERT_EQ(n, windows_);  // the table's windows of the variant
     spit(approvals, a.dump(1));
     before = slurp(approvals);
-    const CliRun d = cli("digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out " + dir +
+    const CliRun d = cli("digest " + approvals + " --variant " + variant_ + " --backend cpu --threads 1 --out " + dir +
                          "/old.json");
     ASSERT_EQ(d.code, 0) << d.out;
     json old = json::parse(slurp(dir + "/old.json"));
-    ASSERT_EQ(old["variants"]["bwd_det_chunked"], real);  // this build's hash, recorded
-    old["variants"]["bwd_det_chunked"] = kFake;           // as if the approved build had run it
+    ASSERT_EQ(old["variants"][variant_], real);  // this build's hash, recorded
+    old["variants"][variant_] = kFake;           // as if the approved build had run it
     old["normgate_commit"] = "0123456789ab";              // ... another commit
     spit(dir + "/old.json", resealed_digests(old).dump(1));
-    const CliRun e = cli("digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out " + dir +
+    const CliRun e = cli("digest " + approvals + " --variant " + variant_ + " --backend cpu --threads 1 --out " + dir +
                          "/new.json");
     ASSERT_EQ(e.code, 0) << e.out;
   }
   void TearDown() override { std::filesystem::remove_all(dir); }
   std::string dir, approvals, real, before;
+  std::string variant_ = "bwd_det_chunked";
+  size_t windows_ = 3;  // small.toml's windows of variant_
+};
+// The same fixture on the nondet variant's two windows.
+class CarryNondet : public Carry {
+ protected:
+  CarryNondet() {
+    variant_ = "bwd_nondet_atomic";
+    windows_ = 2;
+  }
 };
 
 TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
@@ -172,7 +182,7 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
 
 // --partial: a record whose outputs differ is LEFT stale and the others are
 // carried and written (exit 1); a refusal of another kind still writes nothing.
-TEST_F(Carry, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
+TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   json nd = json::parse(slurp(dir + "/new.json"));
   {
     auto& e = nd["entries"][1];
@@ -187,12 +197,12 @@ TEST_F(Carry, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_EQ(occurrences(c.out, "\nLEFT "), 1u) << c.out;
   EXPECT_TRUE(contains(c.out, "outputs differ at case 4 of")) << c.out;
-  EXPECT_TRUE(contains(c.out, "2 records carried")) << c.out;
-  EXPECT_TRUE(contains(c.out, "1 record left as they are")) << c.out;
+  EXPECT_TRUE(contains(c.out, "1 record carried")) << c.out;
+  EXPECT_TRUE(contains(c.out, "1 record left as it is")) << c.out;
   const json a = json::parse(slurp(approvals));
   size_t carried = 0, left = 0;
   for (const auto& r : a["approvals"]) {
-    if (r["variant"] != "bwd_det_chunked") continue;
+    if (r["variant"] != variant_) continue;
     EXPECT_EQ(sealed(r), r);
     if (r.contains("carried") && !r["carried"].empty()) {
       EXPECT_EQ(r["source_sha256"], real);
@@ -202,7 +212,7 @@ TEST_F(Carry, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
       ++left;
     }
   }
-  EXPECT_EQ(carried, 2u);
+  EXPECT_EQ(carried, 1u);
   EXPECT_EQ(left, 1u);
   // Run again: the carried ones are already this build's; the flipped one is
   // LEFT again, nothing written.
@@ -213,7 +223,27 @@ TEST_F(Carry, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   EXPECT_EQ(slurp(approvals), after);
 }
 
-TEST_F(Carry, PartialStillRefusesEverythingOnAnyOtherRefusal) {
+// A deterministic variant's bits must not vary: --partial leaves none of
+// its records; one differing case refuses the whole carry as without it.
+TEST_F(Carry, PartialDoesNotLeaveADeterministicVariantsRecords) {
+  json nd = json::parse(slurp(dir + "/new.json"));
+  auto& e = nd["entries"][1];
+  std::string l = e["lines"][3].get<std::string>();
+  const size_t at = l.find(" dw=") + 4;
+  l[at] = l[at] == '0' ? '1' : '0';
+  e["lines"][3] = l;
+  e["lines_sha256"] = lines_sha(e["lines"]);
+  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;
+  EXPECT_TRUE(contains(c.out, "leaves only a nondet variant's records")) << c.out;
+  EXPECT_FALSE(contains(c.out, "\nLEFT ")) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing written")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+}
+
+TEST_F(CarryNondet, PartialStillRefusesEverythingOnAnyOtherRefusal) {
   json nd = json::parse(slurp(dir + "/new.json"));
   {
     auto& e = nd["entries"][1];  // one record's outputs differ ...
@@ -234,6 +264,27 @@ TEST_F(Carry, PartialStillRefusesEverythingOnAnyOtherRefusal) {
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;
   EXPECT_TRUE(contains(c.out, "nothing written")) << c.out;
+  EXPECT_EQ(slurp(approvals), before);
+  // A bit difference does not hide a later case that lost outputs on one
+  // side (the same record): still a refusal, nothing written.
+  nd = json::parse(slurp(dir + "/new.json"));
+  {
+    auto& e0 = nd["entries"][0];
+    e0["lines"] = json::parse(slurp(dir + "/old.json"))["entries"][0]["lines"];  // the short campaign undone
+    e0["cases"] = e0["lines"].size();
+    e0["lines_sha256"] = lines_sha(e0["lines"]);
+    auto& e = nd["entries"][1];  // its dw bit at case 4 still flipped
+    std::string l = e["lines"][5].get<std::string>();
+    l.erase(l.find(" dx="));  // case 6: dx and dw digested on OLD's side only
+    e["lines"][5] = l;
+    e["lines_sha256"] = lines_sha(e["lines"]);
+  }
+  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  const CliRun masked = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  EXPECT_EQ(masked.code, 1) << masked.out;
+  EXPECT_TRUE(contains(masked.out, "REFUSED")) << masked.out;
+  EXPECT_TRUE(contains(masked.out, "digested different outputs")) << masked.out;
+  EXPECT_TRUE(contains(masked.out, "nothing written")) << masked.out;
   EXPECT_EQ(slurp(approvals), before);
   // --partial belongs to --carry.
   const CliRun u = cli("approvals " + approvals + " --partial");

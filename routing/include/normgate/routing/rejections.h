@@ -33,7 +33,20 @@
 //     is inside gated_T), "worst_err_tol" (a number > 1, or "inf"),
 //     "worst_output" ("y" | "rstd" | "dx" | "dw"; fwd only y, rstd),
 //     "date" (YYYY-MM-DDTHH:MM:SSZ), "normgate_commit", "normgate_version"
-//     (non-empty), "record_sha256" }
+//     (non-empty), "record_sha256",
+//     "rechecked" (optional): {"backend": "gpu" | "cpu-model",
+//     "from_source_sha256", "from_record_sha256" (64 lower-case hex each)}
+//                    present when `normgate approvals FILE --recheck` wrote
+//                    the record: it ran the failing case of an earlier record
+//                    (that seal, that source) again with this source, on that
+//                    backend, and it was over budget again (worst_err_tol,
+//                    worst_output are the new run's; date, normgate_commit
+//                    and version the recheck's; window, gated_T, backend, gpu
+//                    and worst_case the earlier record's). A GPU record
+//                    re-proved on the CPU models counts for GPU derives: the
+//                    models replay each kernel bit for bit, and a rejection
+//                    can only cost speed, never route a failing variant
+//                    (docs/perf/routes.md D22). }
 //
 // record_sha256 is the approvals' seal (routing.h, "Validation"): SHA-256 of
 // the record's JSON object without record_sha256, dumped compactly (sorted
@@ -46,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +89,13 @@ struct Rejection {
   std::string normgate_commit, normgate_version;
   std::string record_sha256;   ///< set by parse_rejections and rejections_to_json_text
   size_t index = 0;            ///< 0-based index in the file as read
+  /// A record re-proved after a source change (file comment, "rechecked").
+  struct Recheck {
+    std::string backend;             ///< where the case ran again: "gpu" or "cpu-model"
+    std::string from_source_sha256;  ///< the earlier record's source hash
+    std::string from_record_sha256;  ///< the earlier record's seal
+  };
+  std::optional<Recheck> rechecked;
 
   /// DeriveGroup::key() of the window: "bwd det H=64 w=bf16 form=plain".
   std::string group() const;
