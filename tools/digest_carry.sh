@@ -9,7 +9,7 @@
 #
 #   tools/digest_carry.sh --old BUILD --new BUILD --variant V [--variant W ...]
 #                         [--approvals FILE] [--backend gpu|cpu]
-#                         [--out DIR] [--deadline-s N]
+#                         [--out DIR] [--deadline-s N] [--partial]
 #
 #   --old BUILD     build folder (or staged copy) of the approved sources
 #   --new BUILD     build folder of the changed sources
@@ -21,8 +21,12 @@
 #   --deadline-s N  seconds each digest run may take before it stops starting
 #                   approvals (default 0: none); a stopped run carries only
 #                   the approvals both runs reached
-# Exit status: that of the carry (0 carried, 1 refused), 2 usage (here or
-# in a digest run), 3 a digest run failed.
+#   --partial       the carry's --partial: a nondet variant's records whose
+#                   bits differ are left stale, the others carried
+#                   (docs/perf/routes.md D21)
+# Exit status: that of the carry (0 carried, 1 refused, or with --partial
+# some left stale: carry.log says which), 2 usage (here or in a digest run),
+# 3 a digest run failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -30,6 +34,7 @@ die() { echo "digest_carry: $1" >&2; exit 2; }
 out="${OUT:-$root/out}"
 old="" new="" approvals="$root/routes/sm90a.approvals.json" backend=gpu deadline=0
 variants=()
+partial=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --old|--new|--variant|--approvals|--backend|--out|--deadline-s)
@@ -40,6 +45,7 @@ while [ $# -gt 0 ]; do
         --deadline-s) deadline="$2" ;;
       esac
       shift 2 ;;
+    --partial) partial=(--partial); shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (--help lists them)" ;;
   esac
@@ -63,7 +69,7 @@ for side in old new; do
 done
 cp "$approvals" "$out/approvals.json"
 echo "== carry with the new build"
-"$new/apps/normgate" approvals "$out/approvals.json" --carry "$out/old.json" "$out/new.json" 2>&1 | tee "$out/carry.log"
+"$new/apps/normgate" approvals "$out/approvals.json" --carry "$out/old.json" "$out/new.json" "${partial[@]}" 2>&1 | tee "$out/carry.log"
 rc=${PIPESTATUS[0]}
 rm -f "$out/approvals.json.lock"
 exit $rc
