@@ -25,6 +25,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/kernels/device.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
@@ -643,15 +645,14 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
   }
   check_writable(core::rename_target(path), "REJECTIONS");
   // The stale records this build can re-prove: a variant it has, of another
-  // source, whose claim for this source is not on file yet. One run per
-  // (variant, case): twins (det and nondet) share their failing case.
+  // source, whose claim for this source is not on file yet, of the backend
+  // this run uses (a variant's source hash covers its CUDA sources, not its
+  // CPU model: a model run says nothing about a changed kernel).
   std::vector<const kernels::Rejection*> todo;
-  size_t stale = 0;
+  size_t other_backend = 0;
   for (const auto& x : file.records) {
-    const kernels::Variant* v = nullptr;
-    try {
-      v = &kernels::variant(x.variant);
-    } catch (const std::invalid_argument&) {
+    const kernels::Variant* v = kernels::find_variant(x.variant);
+    if (v == nullptr) {
       std::printf("note     %s -> %s: this normgate has no variant %s; left as it is\n", x.window().c_str(),
                   x.variant.c_str(), x.variant.c_str());
       continue;
@@ -662,54 +663,93 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     if (std::any_of(file.records.begin(), file.records.end(),
                     [&](const kernels::Rejection& y) { return y.same_claim(now); }))
       continue;  // re-proved already (or gated again since)
-    ++stale;
+    if (x.backend != ran_on) {
+      ++other_backend;
+      continue;
+    }
     todo.push_back(&x);
   }
-  std::map<std::pair<std::string, std::string>, std::pair<double, std::string>> runs;  // (variant, case) -> worst, output
-  size_t done = 0;
+  if (other_backend)
+    std::printf("note     %zu stale record%s of backend %s left as %s: a record is re-proved on its own backend "
+                "(the CPU models are not in a variant's source hash; --backend %s)\n",
+                other_backend, other_backend == 1 ? "" : "s", ran_on == kernels::kGpuBackend ? "cpu-model" : "gpu",
+                other_backend == 1 ? "it is" : "they are", ran_on == kernels::kGpuBackend ? "cpu" : "gpu");
+  // One run per (variant, case, forward only): det and nondet twins share
+  // their failing case. The outputs the gate judges: y and rstd, and dx and
+  // dw for a backward window (budget.h; h_new is checked bitwise and never
+  // decides a rejection here).
+  struct Run {
+    double worst = 0;       // the largest err/tol of a judged output
+    std::string out;        // its output
+    std::string verdict;    // "fail", "pass", "inconclusive", or "error: ..."
+  };
+  using Key = std::tuple<std::string, std::string, bool>;
+  std::map<Key, Run> runs;
+  std::vector<Key> order;
   for (const auto* x : todo) {
-    const auto key = std::make_pair(x->variant, x->worst_case);
-    if (runs.count(key)) continue;
-    validators::CheckRequest req;
-    req.id = seeds::parse_case(x->worst_case);
-    req.impls = validators::expand_impls({x->variant});
-    req.backend = backend;
-    req.threads = threads;
-    req.forward_only = x->op == kernels::Op::fwd;
-    const validators::CheckReport rep = validators::run_check(req);
-    double worst = 0;
-    std::string out;
-    for (const auto& t : rep.impls.at(0).result.tensors)
-      if (!(t.worst.ratio <= worst)) {  // NaN (a non-finite failure) counts as the worst
-        worst = t.worst.ratio;
-        out = std::string(validators::to_string(t.output()));
+    const Key k{x->variant, x->worst_case, x->op == kernels::Op::fwd};
+    if (!runs.count(k)) {
+      runs[k] = Run{};
+      order.push_back(k);
+    }
+  }
+  size_t done = 0, errors = 0;
+  for (const Key& k : order) {
+    Run& run = runs[k];
+    try {
+      validators::CheckRequest req;
+      req.id = seeds::parse_case(std::get<1>(k));
+      req.impls = validators::expand_impls({std::get<0>(k)});
+      req.backend = backend;
+      req.threads = threads;
+      req.forward_only = std::get<2>(k);
+      const validators::CheckReport rep = validators::run_check(req);
+      const auto& res = rep.impls.at(0).result;
+      for (const auto& t : res.tensors) {
+        const validators::Output o = t.output();
+        if (o == validators::Output::h_new) continue;
+        if (std::get<2>(k) && (o == validators::Output::dx || o == validators::Output::dw)) continue;
+        if (run.out.empty() || t.worst.ratio > run.worst) {
+          run.worst = t.worst.ratio;
+          run.out = std::string(validators::to_string(o));
+        }
       }
-    if (rep.impls.at(0).result.verdict() != validators::Verdict::fail) worst = std::min(worst, 1.0);
-    runs[key] = {worst, out};
-    std::printf("case     %zu of %zu distinct: %s -> %s: err/tol %.4g (%s), %s\n", ++done, todo.size(),
-                x->worst_case.c_str(), x->variant.c_str(), worst, out.c_str(),
-                std::string(validators::to_string(rep.impls.at(0).result.verdict())).c_str());
+      run.verdict = std::string(validators::to_string(res.verdict()));
+    } catch (const std::exception& e) {  // this case only: the others still run and count
+      run.verdict = std::string("error: ") + e.what();
+      ++errors;
+    }
+    std::printf("case     %zu of %zu: %s -> %s%s: err/tol %.4g (%s), %s\n", ++done, order.size(),
+                std::get<1>(k).c_str(), std::get<0>(k).c_str(), std::get<2>(k) ? " (forward only)" : "", run.worst,
+                run.out.c_str(), run.verdict.c_str());
     std::fflush(stdout);
   }
   std::vector<kernels::Rejection> add;
   size_t not_kept = 0;
   const std::string date = validators::detail::utc_now();
   for (const auto* x : todo) {
-    const auto& [worst, out] = runs.at(std::make_pair(x->variant, x->worst_case));
-    if (!(worst > 1.0) && !std::isnan(worst)) {
+    const Run& run = runs.at(Key{x->variant, x->worst_case, x->op == kernels::Op::fwd});
+    // Over budget again: the verdict FAIL (an element certainly over) and
+    // the largest judged err/tol above 1, as the gate's rejection is.
+    if (run.verdict != "fail" || !(run.worst > 1.0)) {
       ++not_kept;
-      std::printf("NOT KEPT %s -> %s: %s now err/tol %.4g (%s) on %s; the rejection stays stale (derive gates it "
-                  "again)\n",
-                  x->window().c_str(), x->variant.c_str(), x->worst_case.c_str(), worst, out.c_str(), ran_on.c_str());
+      std::printf("NOT KEPT %s -> %s: %s now err/tol %.4g (%s, %s) on %s; the rejection stays stale (derive gates "
+                  "it again)\n",
+                  x->window().c_str(), x->variant.c_str(), x->worst_case.c_str(), run.worst, run.out.c_str(),
+                  run.verdict.c_str(), ran_on.c_str());
       continue;
     }
     kernels::Rejection n = *x;
     n.source_sha256 = std::string(kernels::variant(x->variant).source_sha256);
-    n.worst_err_tol = std::isnan(worst) ? std::numeric_limits<double>::infinity() : worst;
-    n.worst_output = out == "h_new" ? x->worst_output : out;
+    n.worst_err_tol = run.worst;
+    n.worst_output = run.out;
     n.date = date;
     n.normgate_commit = NORMGATE_GIT_COMMIT;
     n.normgate_version = NORMGATE_VERSION;
+    if (ran_on == kernels::kGpuBackend) {
+      const std::string dev = kernels::device_info().name;
+      if (!dev.empty()) n.gpu = dev;
+    }
     n.rechecked = kernels::Rejection::Recheck{ran_on, x->source_sha256, x->record_sha256};
     std::printf("kept     %s -> %s: %s err/tol %.4g (%s) on %s, source %s -> %s\n", x->window().c_str(),
                 x->variant.c_str(), x->worst_case.c_str(), n.worst_err_tol, n.worst_output.c_str(), ran_on.c_str(),
@@ -717,9 +757,11 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     add.push_back(std::move(n));
   }
   const size_t added = add.empty() ? 0 : kernels::record_rejections(path, approvals_path, add);
-  std::printf("recheck  %s: %zu stale record%s, %zu re-proved on %s (%zu written), %zu not\n", path.c_str(), stale,
-              stale == 1 ? "" : "s", add.size(), ran_on.c_str(), added, not_kept);
-  return not_kept ? 1 : 0;
+  std::printf("recheck  %s: %zu stale record%s of backend %s, %zu re-proved (%zu written), %zu not (%zu case%s "
+              "failed to run)\n",
+              path.c_str(), todo.size(), todo.size() == 1 ? "" : "s", ran_on.c_str(), add.size(), added, not_kept,
+              errors, errors == 1 ? "" : "s");
+  return errors ? 3 : (not_kept || other_backend) ? 1 : 0;
 }
 }  // namespace
 
@@ -781,11 +823,13 @@ void add_approvals(CLI::App& app, Commands& cmds) {
   auto* recheck_opt = sub->add_flag(
       "--recheck", o->recheck,
       "One rejections FILE: run the failing case of each record whose variant's source changed since (stale) "
-      "with this build's variant, once per case, on --backend; a case over budget again re-proves the "
-      "rejection: a record keyed to this source is appended, with a 'rechecked' entry naming the earlier record "
-      "and where it ran (a GPU record re-proved on the CPU models counts for GPU derives: rejections.h, "
-      "docs/perf/routes.md D22); the others stay stale and derive gates them again. Exit 0 when every stale "
-      "record was re-proved, 1 when one was not; holds the table's approvals lock while writing; written "
+      "with this build's variant, once per case, on --backend, which must be the record's own (gpu records on "
+      "the GPU, cpu-model records on the CPU models: a variant's source hash does not cover its CPU model); a "
+      "case over budget again (FAIL, err/tol > 1 on y, rstd, dx or dw) re-proves the rejection: a record keyed "
+      "to this source is appended, with a 'rechecked' entry naming the earlier record and where it ran "
+      "(rejections.h, docs/perf/routes.md D22); the others stay stale and derive gates them again. Exit 0 when "
+      "every stale record was re-proved, 1 when one was not (or is of the other backend), 3 when a case failed "
+      "to run (the others still run and are written); holds the table's approvals lock while writing; written "
       "atomically");
   auto* backend_opt = sub->add_option("--backend", o->backend, "With --recheck: where the cases run: gpu, cpu (the "
                                                                "CPU models), auto (gpu when one is usable)")

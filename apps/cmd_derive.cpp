@@ -302,7 +302,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // run will append to the file; used unless --forget-rejections.
       const std::string rejections_path = kernels::rejections_path_for(o->out);
       const std::string gate_backend(cpu_gate ? kernels::kCpuModelBackend : kernels::kGpuBackend);
-      std::vector<kernels::Rejection> remembered, stale;  // of this spec's groups and this backend
+      // Of this spec's groups and this backend; superseded: stale records
+      // whose claim a current one makes again (gated again, or re-proved
+      // by `approvals --recheck`, D22).
+      std::vector<kernels::Rejection> remembered, stale, superseded;
       if (o->gate == "winners") {
         const kernels::Rejections stored = kernels::load_rejections(rejections_path);
         std::set<std::string> groups;
@@ -313,11 +316,22 @@ void add_derive(CLI::App& app, Commands& cmds) {
           if (v && v->source_sha256 == r.source_sha256) remembered.push_back(r);
           else stale.push_back(r);
         }
+        {
+          std::vector<kernels::Rejection> still;
+          for (auto& r : stale) {
+            const bool again = std::any_of(remembered.begin(), remembered.end(), [&](const kernels::Rejection& q) {
+              return q.window() == r.window() && q.variant == r.variant && q.backend == r.backend;
+            });
+            (again ? superseded : still).push_back(std::move(r));
+          }
+          stale = std::move(still);
+        }
         if (!stored.records.empty())
           std::printf("rejected %s: %zu record(s): %zu of this spec's groups and backend %s (%s), %zu stale "
-                      "(source changed since)\n",
+                      "(source changed since), %zu superseded (the same claim made again for this source)\n",
                       rejections_path.c_str(), stored.records.size(), remembered.size(), gate_backend.c_str(),
-                      o->forget_rejections ? "NOT used: --forget-rejections" : "used: not gated again", stale.size());
+                      o->forget_rejections ? "NOT used: --forget-rejections" : "used: not gated again", stale.size(),
+                      superseded.size());
         if (o->forget_rejections) remembered.clear();
       }
       if (o->approve) {
@@ -864,23 +878,32 @@ void add_derive(CLI::App& app, Commands& cmds) {
       nlohmann::ordered_json jrej;
       if (o->gate == "winners") {
         auto rec_json = [](const kernels::Rejection& r) {
-          return nlohmann::ordered_json{{"group", r.group()},          {"variant", r.variant},
-                                        {"T", {r.t_lo, r.t_hi}},        {"gated_T", {r.gated_lo, r.gated_hi}},
-                                        {"worst_err_tol", r.worst_err_tol}, {"worst_output", r.worst_output},
-                                        {"worst_case", r.worst_case},  {"source_sha256", r.source_sha256},
-                                        {"backend", r.backend},        {"date", r.date},
-                                        {"normgate_commit", r.normgate_commit}, {"record_sha256", r.record_sha256}};
+          nlohmann::ordered_json j{{"group", r.group()},          {"variant", r.variant},
+                                   {"T", {r.t_lo, r.t_hi}},        {"gated_T", {r.gated_lo, r.gated_hi}},
+                                   {"worst_err_tol", r.worst_err_tol}, {"worst_output", r.worst_output},
+                                   {"worst_case", r.worst_case},  {"source_sha256", r.source_sha256},
+                                   {"backend", r.backend},        {"date", r.date},
+                                   {"normgate_commit", r.normgate_commit}, {"record_sha256", r.record_sha256}};
+          if (r.rechecked)
+            j["rechecked"] = {{"backend", r.rechecked->backend},
+                              {"from_source_sha256", r.rechecked->from_source_sha256},
+                              {"from_record_sha256", r.rechecked->from_record_sha256}};
+          return j;
         };
         jrej["file"] = rejections_path;
         jrej["forgotten"] = o->forget_rejections;
         jrej["used"] = nlohmann::ordered_json::array();
         jrej["stale"] = nlohmann::ordered_json::array();
+        jrej["superseded"] = nlohmann::ordered_json::array();
         for (const auto& r : remembered) jrej["used"].push_back(rec_json(r));
         for (const auto& r : stale) jrej["stale"].push_back(rec_json(r));
-        if (!remembered.empty() || !stale.empty()) {
+        for (const auto& r : superseded) jrej["superseded"].push_back(rec_json(r));
+        if (!remembered.empty() || !stale.empty() || !superseded.empty()) {
           md += "\n## Remembered rejections (`" + rejections_path + "`)\n\nRejected by earlier runs' gates on this "
-                "backend; `used` (source unchanged: not gated again, `r` above), `stale` (the variant's source "
-                "changed since: gated again where it wins). `--forget-rejections` gates them all again.\n\n"
+                "backend; `used` (source unchanged: not gated again, `r` above; `rechecked`: re-proved by "
+                "`normgate approvals --recheck` after a source change, docs/perf/routes.md D22), `stale` (the "
+                "variant's source changed since: gated again where it wins), `superseded` (stale, its claim made "
+                "again for this source by a `used` record). `--forget-rejections` gates them all again.\n\n"
                 "| excluded window | candidate | status | worst err/tol (output) | worst case | gated window | date | "
                 "source |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
           auto row = [&](const kernels::Rejection& r, const char* status) {
@@ -889,8 +912,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
                   std::to_string(r.gated_hi) + " | " + r.date.substr(0, 10) + " | " + r.source_sha256.substr(0, 12) +
                   " |\n";
           };
-          for (const auto& r : remembered) row(r, "used");
+          for (const auto& r : remembered) row(r, r.rechecked ? "used (rechecked)" : "used");
           for (const auto& r : stale) row(r, "**stale**");
+          for (const auto& r : superseded) row(r, "superseded");
         }
       }
       jr["remembered_rejections"] = jrej;

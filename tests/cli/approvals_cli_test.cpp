@@ -441,6 +441,21 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   EXPECT_FALSE(contains(g.out, "removed cpu-model approval of bwd det")) << g.out;
   rt = cli("routes " + d + "/t.toml --accept-cpu-model");
   EXPECT_EQ(rt.code, 0) << rt.out;
+  // The other way: a det window that fails revokes the nondet record of the
+  // same deterministic variant around it.
+  std::filesystem::remove(d + "/t.approvals.json");
+  spit(d + "/t.toml", head +
+                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_fp32_blocked\" },\n"
+                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
+                          "\"bwd_fp32_blocked\" },\n]\n");
+  ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=nondet --approve" + one).code, 0);
+  g = cli("gate " + d + "/t.toml --windows mode=det --approve --backend cpu --threads 1 --seeds 3x1 "
+          "--t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet");
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd nondet H=64 w=fp32 form=plain T=1..64 -> "
+                              "bwd_fp32_blocked"))
+      << g.out;
   std::filesystem::remove_all(d);
 }
 

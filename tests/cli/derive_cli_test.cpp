@@ -639,11 +639,21 @@ TEST(DeriveCli, RecheckReProvesStaleRejections) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "0 stale records")) << r.out;
   EXPECT_EQ(read(rp), rechecked);
-  // derive uses them: nothing gated, the same table.
+  // derive uses them: nothing gated, the same table; the report says which
+  // were re-proved and that the stale ones are superseded.
   r = normgate::test::run_normgate(d.run(timings + kCampaign + " --approve"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  EXPECT_TRUE(contains(r.out, "0 stale (source changed since), " + std::to_string(stale.records.size()) +
+                                  " superseded"))
+      << r.out;
   EXPECT_EQ(routes_of(d.p / "t.toml"), table1);
+  const std::string md = read(d.p / "r.md");
+  EXPECT_EQ(count(md, " | bwd_fp32_blocked | used (rechecked) | "), stale.records.size()) << md;
+  EXPECT_EQ(count(md, " | bwd_fp32_blocked | superseded | "), stale.records.size()) << md;
+  const auto jr = nlohmann::json::parse(read(d.p / "r.json"));
+  ASSERT_EQ(jr["remembered_rejections"]["used"].size(), stale.records.size());
+  EXPECT_EQ(jr["remembered_rejections"]["used"][0]["rechecked"]["backend"], "cpu-model");
   // A stale record whose case passes now (T = 1: one row, no cancellation)
   // is NOT KEPT: exit 1, nothing added for it.
   {
@@ -656,8 +666,37 @@ TEST(DeriveCli, RecheckReProvesStaleRejections) {
   r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "NOT KEPT bwd det H=64 w=bf16 form=plain")) << r.out;
-  EXPECT_TRUE(contains(r.out, "1 stale record, 0 re-proved")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 stale record of backend cpu-model, 0 re-proved")) << r.out;
   EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 1u);
+  // A GPU record is re-proved on the GPU only (the CPU model is not in the
+  // variant's source hash): with --backend cpu it is left, exit 1, nothing
+  // written.
+  {
+    k::Rejections gpu;
+    gpu.records = {stale.records[0]};
+    gpu.records[0].backend = "gpu";
+    gpu.records[0].gpu = "NVIDIA H200";
+    std::ofstream(rp) << k::rejections_to_json_text(gpu);
+  }
+  const std::string gpu_file = read(rp);
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 stale record of backend gpu left as it is")) << r.out;
+  EXPECT_FALSE(contains(r.out, "case     1")) << r.out;
+  EXPECT_EQ(read(rp), gpu_file);
+  // A case that cannot run (a variant that does not serve it) is counted and
+  // named; the other records are still re-proved and written; exit 3.
+  {
+    k::Rejections mixed;
+    mixed.records = {stale.records[0], stale.records[0]};
+    mixed.records[1].variant = "bwd_det_heads";  // per-head rows only: not H = 64 plain
+    std::ofstream(rp) << k::rejections_to_json_text(mixed);
+  }
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "-> bwd_det_heads: err/tol 0 (), error: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 re-proved (1 written), 1 not (1 case failed to run)")) << r.out;
+  EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 3u);
 }
 
 }  // namespace

@@ -56,6 +56,16 @@ std::string lines_sha(const json& lines) {
   return normgate::seeds::sha256_hex(all.data(), all.size());
 }
 
+// One bit of the dw digest of line `k` of a digests entry flipped (its
+// lines_sha256 updated; the file still needs resealed_digests).
+void flip_dw(json& e, size_t k) {
+  std::string l = e["lines"][k].get<std::string>();
+  const size_t at = l.find(" dw=") + 4;
+  l[at] = l[at] == '0' ? '1' : '0';
+  e["lines"][k] = l;
+  e["lines_sha256"] = lines_sha(e["lines"]);
+}
+
 // A folder with small.toml gated and approved on the CPU models, its
 // bwd_det_chunked records re-keyed to kFake (sealed again), and OLD.json:
 // those records' digests as if run by the build of kFake.
@@ -166,12 +176,7 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
 
 TEST_F(Carry, OneDifferentDigestRefusesEverything) {
   json nd = json::parse(slurp(dir + "/new.json"));
-  auto& e = nd["entries"][1];
-  std::string l = e["lines"][5].get<std::string>();
-  const size_t at = l.find(" dw=") + 4;
-  l[at] = l[at] == '0' ? '1' : '0';  // one bit of one case's dw digest
-  e["lines"][5] = l;
-  e["lines_sha256"] = lines_sha(e["lines"]);
+  flip_dw(nd["entries"][1], 5);  // one bit of one case's dw digest
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
   const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
   EXPECT_EQ(c.code, 1) << c.out;
@@ -184,14 +189,7 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
 // carried and written (exit 1); a refusal of another kind still writes nothing.
 TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   json nd = json::parse(slurp(dir + "/new.json"));
-  {
-    auto& e = nd["entries"][1];
-    std::string l = e["lines"][3].get<std::string>();
-    const size_t at = l.find(" dw=") + 4;
-    l[at] = l[at] == '0' ? '1' : '0';
-    e["lines"][3] = l;
-    e["lines_sha256"] = lines_sha(e["lines"]);
-  }
+  flip_dw(nd["entries"][1], 3);
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
   const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
   EXPECT_EQ(c.code, 1) << c.out;
@@ -227,12 +225,7 @@ TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
 // its records; one differing case refuses the whole carry as without it.
 TEST_F(Carry, PartialDoesNotLeaveADeterministicVariantsRecords) {
   json nd = json::parse(slurp(dir + "/new.json"));
-  auto& e = nd["entries"][1];
-  std::string l = e["lines"][3].get<std::string>();
-  const size_t at = l.find(" dw=") + 4;
-  l[at] = l[at] == '0' ? '1' : '0';
-  e["lines"][3] = l;
-  e["lines_sha256"] = lines_sha(e["lines"]);
+  flip_dw(nd["entries"][1], 3);
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
   const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
   EXPECT_EQ(c.code, 1) << c.out;
@@ -245,14 +238,7 @@ TEST_F(Carry, PartialDoesNotLeaveADeterministicVariantsRecords) {
 
 TEST_F(CarryNondet, PartialStillRefusesEverythingOnAnyOtherRefusal) {
   json nd = json::parse(slurp(dir + "/new.json"));
-  {
-    auto& e = nd["entries"][1];  // one record's outputs differ ...
-    std::string l = e["lines"][3].get<std::string>();
-    const size_t at = l.find(" dw=") + 4;
-    l[at] = l[at] == '0' ? '1' : '0';
-    e["lines"][3] = l;
-    e["lines_sha256"] = lines_sha(e["lines"]);
-  }
+  flip_dw(nd["entries"][1], 3);  // one record's outputs differ ...
   {
     auto& e = nd["entries"][0];  // ... and another's campaign lost a case
     e["lines"].erase(e["lines"].size() - 1);

@@ -42,10 +42,10 @@
 //                    backend, and it was over budget again (worst_err_tol,
 //                    worst_output are the new run's; date, normgate_commit
 //                    and version the recheck's; window, gated_T, backend, gpu
-//                    and worst_case the earlier record's). A GPU record
-//                    re-proved on the CPU models counts for GPU derives: the
-//                    models replay each kernel bit for bit, and a rejection
-//                    can only cost speed, never route a failing variant
+//                    and worst_case the earlier record's; gpu the device it
+//                    ran on again). The backend is the record's own: a
+//                    variant's source hash covers its CUDA sources, not its
+//                    CPU model, so only the GPU re-proves a GPU record
 //                    (docs/perf/routes.md D22). }
 //
 // record_sha256 is the approvals' seal (routing.h, "Validation"): SHA-256 of
