@@ -635,6 +635,8 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     throw std::invalid_argument(path + ": --recheck takes a rejections file named TABLE stem + .rejections.json");
   const std::string approvals_path = path.substr(0, path.size() - kSuffix.size()) + ".approvals.json";
   const validators::Backend backend = validators::resolve_backend(validators::parse_backend(backend_name));
+  if (backend == validators::Backend::gpu && !kernels::gpu_available())
+    throw std::invalid_argument("--backend gpu: no usable CUDA device (cpu-model records recheck with --backend cpu)");
   const std::string ran_on =
       backend == validators::Backend::gpu ? std::string(kernels::kGpuBackend) : std::string(kernels::kCpuModelBackend);
   kernels::Rejections file;
@@ -774,7 +776,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "(each listed with its reason). --seal adds record_sha256 to approvals records written before records carried "
       "it (rejections are always sealed). --merge-into TARGET adds the files' approvals records to TARGET. "
       "--carry OLD NEW re-keys records to this build's source when two digests files (`normgate digest`) agree "
-      "bit for bit");
+      "bit for bit (--partial: a nondet variant's records that agree). --recheck re-proves a rejections file's "
+      "stale records by running their failing cases again");
   struct Opts {
     std::vector<std::string> files;
     bool seal = false;
@@ -833,7 +836,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "atomically");
   auto* backend_opt = sub->add_option("--backend", o->backend, "With --recheck: where the cases run: gpu, cpu (the "
                                                                "CPU models), auto (gpu when one is usable)")
-                          ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+                          ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
+                          ->capture_default_str();
   auto* threads_opt =
       sub->add_option("--threads", o->threads, "With --recheck: OpenMP threads for the generator, models and oracle "
                                                "(0: default)")
@@ -855,8 +859,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         if (!std::filesystem::is_regular_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": no such rejections file");
         if (!is_rejections_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": not a rejections file (format normgate-rejections/1); "
-                                                    "--recheck takes one");
+          throw std::invalid_argument(o->files[0] + ": not a rejections file (its \"format\" is not "
+                                                    "normgate-rejections/1); --recheck takes a rejections file");
         return recheck_rejections(o->files[0], o->backend, o->threads);
       }
       if (carrying) {

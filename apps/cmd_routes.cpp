@@ -261,6 +261,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
                         std::string(p.variant->name).c_str(), p.route->where().c_str(),
                         std::string(kernels::to_string(p.state)).c_str(),
                         p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
+            // Why: the approval behind the route, as the listing says it.
+            std::printf("  %s\n",
+                        kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail.c_str());
             break;
           case kernels::PickKind::fallback:
             std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "

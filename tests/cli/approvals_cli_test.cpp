@@ -399,11 +399,16 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
        "dense_points = 0\ndense_step = 64\nfresh_factor = 0\nbackends = [\"gpu\", \"cpu-model\"]\n");
   const std::string head = "arch = \"sm90a\"\ndescription = \"modes\"\nroute = [\n"
                            "  { op = \"fwd\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 700], variant = \"fwd_rowwise\" },\n";
-  spit(d + "/t.toml", head +
-                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_fp32_blocked\" },\n"
-                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_fp32_blocked\" },\n]\n");
+  // The table: the forward route and a backward route H = 64 FP32 T = 1..64
+  // of `variant` in each of `modes`.
+  auto table = [&](const std::string& variant, std::initializer_list<const char*> modes) {
+    std::string t = head;
+    for (const char* m : modes)
+      t += std::string("  { op = \"bwd\", mode = \"") + m +
+           "\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = \"" + variant + "\" },\n";
+    spit(d + "/t.toml", t + "]\n");
+  };
+  table("bwd_fp32_blocked", {"det", "nondet"});
   const std::string one = " --backend cpu --threads 1 --seeds normal:0..0 --t-per-window 2 --dense-points 0 "
                           "--fresh-factor 0 --quiet";
   // One normal seed: FP32 partials stay inside the budget; the det window passes.
@@ -427,15 +432,9 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   // Pruning: a table whose only backward route is nondet keeps the det
   // record that approves it when another window is gated with --approve.
   std::filesystem::remove(d + "/t.approvals.json");
-  spit(d + "/t.toml", head +
-                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_det_chunked\" },\n"
-                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_det_chunked\" },\n]\n");
+  table("bwd_det_chunked", {"det", "nondet"});
   ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=det --approve" + one).code, 0);
-  spit(d + "/t.toml", head +
-                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_det_chunked\" },\n]\n");
+  table("bwd_det_chunked", {"nondet"});
   g = cli("gate " + d + "/t.toml --windows op=fwd --approve" + one);
   EXPECT_EQ(g.code, 0) << g.out;
   EXPECT_FALSE(contains(g.out, "removed cpu-model approval of bwd det")) << g.out;
@@ -444,11 +443,7 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   // The other way: a det window that fails revokes the nondet record of the
   // same deterministic variant around it.
   std::filesystem::remove(d + "/t.approvals.json");
-  spit(d + "/t.toml", head +
-                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_fp32_blocked\" },\n"
-                          "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], variant = "
-                          "\"bwd_fp32_blocked\" },\n]\n");
+  table("bwd_fp32_blocked", {"det", "nondet"});
   ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=nondet --approve" + one).code, 0);
   g = cli("gate " + d + "/t.toml --windows mode=det --approve --backend cpu --threads 1 --seeds 3x1 "
           "--t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet");
