@@ -411,6 +411,9 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   table("bwd_fp32_blocked", {"det", "nondet"});
   const std::string one = " --backend cpu --threads 1 --seeds normal:0..0 --t-per-window 2 --dense-points 0 "
                           "--fresh-factor 0 --quiet";
+  // Cancel seeds: FP32 partials leave the budget from T = 2.
+  const std::string cancel = " --approve --backend cpu --threads 1 --seeds 3x1 --t-per-window 2 --dense-points 0 "
+                             "--fresh-factor 0 --quiet";
   // One normal seed: FP32 partials stay inside the budget; the det window passes.
   CliRun g = cli("gate " + d + "/t.toml --windows mode=det --approve" + one);
   ASSERT_EQ(g.code, 0) << g.out;
@@ -421,8 +424,7 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   EXPECT_TRUE(contains(rt.out, "T=1..64 -> bwd_fp32_blocked  [current] approved (cpu-model gate of")) << rt.out;
   EXPECT_TRUE(contains(rt.out, "the det window's record")) << rt.out;
   // The nondet window with cancel seeds fails: the det record goes too.
-  g = cli("gate " + d + "/t.toml --windows mode=nondet --approve --backend cpu --threads 1 --seeds 3x1 "
-          "--t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet");
+  g = cli("gate " + d + "/t.toml --windows mode=nondet" + cancel);
   EXPECT_EQ(g.code, 1) << g.out;
   EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64 -> "
                               "bwd_fp32_blocked"))
@@ -445,8 +447,7 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   std::filesystem::remove(d + "/t.approvals.json");
   table("bwd_fp32_blocked", {"det", "nondet"});
   ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=nondet --approve" + one).code, 0);
-  g = cli("gate " + d + "/t.toml --windows mode=det --approve --backend cpu --threads 1 --seeds 3x1 "
-          "--t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet");
+  g = cli("gate " + d + "/t.toml --windows mode=det" + cancel);
   EXPECT_EQ(g.code, 1) << g.out;
   EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd nondet H=64 w=fp32 form=plain T=1..64 -> "
                               "bwd_fp32_blocked"))

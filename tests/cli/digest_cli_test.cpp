@@ -109,6 +109,10 @@ class Carry : public ::testing::Test {
   std::string dir, approvals, real, before;
   std::string variant_ = "bwd_det_chunked";
   size_t windows_ = 3;  // small.toml's windows of variant_
+  // `approvals APPROVALS --carry OLD NEW` with `extra` options.
+  CliRun carry(const std::string& extra = "") const {
+    return cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json" + extra);
+  }
 };
 // The same fixture on the nondet variant's two windows.
 class CarryNondet : public Carry {
@@ -191,7 +195,7 @@ TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   json nd = json::parse(slurp(dir + "/new.json"));
   flip_dw(nd["entries"][1], 3);
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
-  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  const CliRun c = carry(" --partial");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_EQ(occurrences(c.out, "\nLEFT "), 1u) << c.out;
   EXPECT_TRUE(contains(c.out, "outputs differ at case 4 of")) << c.out;
@@ -215,7 +219,7 @@ TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
   // Run again: the carried ones are already this build's; the flipped one is
   // LEFT again, nothing written.
   const std::string after = slurp(approvals);
-  const CliRun again = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  const CliRun again = carry(" --partial");
   EXPECT_EQ(again.code, 1) << again.out;
   EXPECT_TRUE(contains(again.out, "nothing carried")) << again.out;
   EXPECT_EQ(slurp(approvals), after);
@@ -227,7 +231,7 @@ TEST_F(Carry, PartialDoesNotLeaveADeterministicVariantsRecords) {
   json nd = json::parse(slurp(dir + "/new.json"));
   flip_dw(nd["entries"][1], 3);
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
-  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  const CliRun c = carry(" --partial");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;
   EXPECT_TRUE(contains(c.out, "leaves only a nondet variant's records")) << c.out;
@@ -246,7 +250,7 @@ TEST_F(CarryNondet, PartialStillRefusesEverythingOnAnyOtherRefusal) {
     e["lines_sha256"] = lines_sha(e["lines"]);
   }
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
-  const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  const CliRun c = carry(" --partial");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;
   EXPECT_TRUE(contains(c.out, "nothing written")) << c.out;
@@ -266,7 +270,7 @@ TEST_F(CarryNondet, PartialStillRefusesEverythingOnAnyOtherRefusal) {
     e["lines_sha256"] = lines_sha(e["lines"]);
   }
   spit(dir + "/new.json", resealed_digests(nd).dump(1));
-  const CliRun masked = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json --partial");
+  const CliRun masked = carry(" --partial");
   EXPECT_EQ(masked.code, 1) << masked.out;
   EXPECT_TRUE(contains(masked.out, "REFUSED")) << masked.out;
   EXPECT_TRUE(contains(masked.out, "digested different outputs")) << masked.out;
