@@ -175,11 +175,13 @@ void add_routes(CLI::App& app, Commands& cmds) {
           if (!s.record) continue;
           std::printf("    strength: %s\n", kernels::describe_strength(*s.record).c_str());
           if (!policy) continue;
-          const auto min_miss = policy->minimum.record_shortfalls(*s.record);
+          // Every record the approval rests on (a window approved as parts
+          // meets a level only where each part does).
+          const auto min_miss = policy->minimum.status_shortfalls(s);
           meet_min += cur && min_miss.empty();
           std::string line = "    policy: minimum " + verdict(min_miss);
           if (policy->target) {
-            const auto tgt_miss = policy->target->record_shortfalls(*s.record);
+            const auto tgt_miss = policy->target->status_shortfalls(s);
             meet_target += cur && tgt_miss.empty();
             line += ", target " + verdict(tgt_miss);
           }

@@ -205,6 +205,18 @@ std::vector<std::string> PolicyLevel::record_shortfalls(const Approval& a) const
   return out;
 }
 
+std::vector<std::string> PolicyLevel::status_shortfalls(const ApprovalStatus& s) const {
+  std::vector<std::string> out;
+  const std::vector<const Approval*> recs =
+      s.parts.empty() ? std::vector<const Approval*>{s.record} : s.parts;
+  for (const Approval* x : recs) {
+    if (x == nullptr) continue;
+    for (auto& m : record_shortfalls(*x))
+      if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::string PolicyLevel::describe() const {
   std::string s = "seeds " + seeds + ", t-per-window " + std::to_string(t_per_window) + ", ";
   s += dense_points > 0 ? "dense " + std::to_string(dense_points) + " x " + std::to_string(dense_step) +

@@ -396,6 +396,34 @@ TEST(ApprovalContainment, ADetRecordAnswersForTheNondetWindowOfADetVariant) {
   EXPECT_EQ(dc.approval.state, ApprovalState::current);
 }
 
+// A window approved as parts meets a policy level only where every part
+// does: status_shortfalls reads each part, not the first alone.
+TEST(ApprovalContainment, EveryPartMeetsThePolicyOrTheWindowDoesNot) {
+  const RouteTable t = parse_route_table(kSplit, "t.toml");
+  const Route& low = t.routes[0];  // [1, 4096]
+  const ApprovalPolicy p = parse_policy(kMinimum, "p.toml");
+  Approvals a;
+  a.records.push_back(with_strength(record(1, 2048)));
+  a.records.push_back(with_strength(record(2049, 4096)));
+  ApprovalStatus s = approval_status(low, a, false);
+  ASSERT_EQ(s.state, ApprovalState::current);
+  ASSERT_EQ(s.parts.size(), 2u);
+  EXPECT_TRUE(p.minimum.status_shortfalls(s).empty());
+  a.records[1].seed_set = "3x8";  // the second part below the minimum's 3x16
+  s = approval_status(low, a, false);
+  ASSERT_EQ(s.parts.size(), 2u);
+  EXPECT_TRUE(p.minimum.record_shortfalls(*s.parts.front()).empty());
+  const auto miss = p.minimum.status_shortfalls(s);
+  ASSERT_EQ(miss.size(), 1u);
+  EXPECT_NE(miss[0].find("seeds 3x8"), std::string::npos) << miss[0];
+  // One record: its own shortfalls; no record: none.
+  Approvals one;
+  one.records.push_back(with_strength(record(1, 4096)));
+  one.records[0].seed_set = "3x8";
+  EXPECT_EQ(p.minimum.status_shortfalls(approval_status(low, one, false)).size(), 1u);
+  EXPECT_TRUE(p.minimum.status_shortfalls(approval_status(low, Approvals{}, false)).empty());
+}
+
 TEST(ApprovalContainment, ExactWindowPreferredThenTheNarrowest) {
   const RouteTable t = parse_route_table(kSplit, "t.toml");
   const Route& low = t.routes[0];

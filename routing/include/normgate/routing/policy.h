@@ -112,6 +112,12 @@ struct PolicyLevel {
   /// without strength fields (written before approvals carried them) gives
   /// one shortfall: "campaign strength not recorded". Never throws.
   std::vector<std::string> record_shortfalls(const Approval& a) const;
+  /// record_shortfalls() of every record an approval rests on
+  /// (ApprovalStatus::parts when the window is approved as parts, else
+  /// ApprovalStatus::record), each shortfall once, in the parts' order: a
+  /// window meets the level only where every part does. Empty when there is
+  /// no record. Never throws.
+  std::vector<std::string> status_shortfalls(const ApprovalStatus& s) const;
   /// One line: "seeds 3x16, t-per-window 8, dense 16 x 64 (worst seed),
   /// fresh x1, backends gpu[, dw not worse than FP32 eager on FP32-weight
   /// windows]".
