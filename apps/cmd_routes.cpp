@@ -87,6 +87,8 @@ kernels::CallKey parse_call(const std::string& text) {
   if (!have_op || !have_h || !have_w || !have_t) throw bad("op, H, w and T are required");
   if (k.op == kernels::Op::bwd && !have_mode)
     throw bad("op=bwd needs mode=det or mode=nondet (deterministic=True or False route differently)");
+  if (k.op == kernels::Op::fwd && have_mode)
+    throw bad("op=fwd takes no mode (one forward serves both modes)");
   return k;
 }
 

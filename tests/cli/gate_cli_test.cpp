@@ -77,6 +77,8 @@ TEST(GateCli, HelpAndUsageErrors) {
       // A backward call without its mode was dispatched as det: refused now.
       {"routes " + kSmall + " --pick op=bwd,H=64,w=bf16,T=5", "op=bwd needs mode=det or mode=nondet"},
       {"routes " + kSmall + " --pick op=fwd,H=64,H=128,w=bf16,T=5", "H given twice"},
+      // A forward call has no mode: one given is refused, not ignored.
+      {"routes " + kSmall + " --pick op=fwd,mode=det,H=64,w=bf16,T=5", "op=fwd takes no mode"},
       // Every --pick is parsed before any is answered.
       {"routes " + kSmall + " --pick op=bwd,mode=det,H=64,w=bf16,T=5 --pick op=fwd", "required"},
       {"routes " + kSmall + " --pick op=fwd,H=64,w=bf16,T=5,form=heads8", "--pick 'op=fwd,H=64,w=bf16,T=5,form=heads8': bad form 'heads8'"},
