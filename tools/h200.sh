@@ -255,18 +255,29 @@ fi
 
 if has derive; then
   # `normgate derive` of NG_DERIVE_SPEC (routes/sm90a.derive.toml): the table
-  # to DIR/sm90a.toml, its approvals and approval policy beside it (seeded
-  # from the committed routes/sm90a.approvals.json and sm90a.policy.toml when
-  # absent), the report to DIR/derive/sm90a.*;
+  # to DIR/sm90a.toml, its approvals, approval policy and remembered
+  # rejections beside it (seeded from the committed routes/sm90a.approvals.json,
+  # sm90a.policy.toml and sm90a.rejections.json when absent: without the
+  # rejections derive gates every rejected candidate again, routes.md D7),
+  # the report to DIR/derive/sm90a.*;
   # NG_DERIVE_TIMINGS reuses an earlier run's timings, NG_DERIVE_JOURNAL the
   # gate journal (resumed when it exists), NG_DERIVE_ARGS more options
-  # (e.g. "--approve --seeds 3x16"). Stopped by the deadline.
+  # (e.g. "--approve --seeds 3x16"); NG_DERIVE_RECHECK=1 first re-proves the
+  # seeded rejections whose variant's source changed (`normgate approvals
+  # DIR/sm90a.rejections.json --recheck --backend gpu`, routes.md D22; log in
+  # DIR/derive/recheck.log). Stopped by the deadline.
   start=$SECONDS
   budget=$(left)
   mkdir -p "$final/derive"
   [ -f "$final/sm90a.approvals.json" ] || cp "$root/routes/sm90a.approvals.json" "$final/sm90a.approvals.json"
   # --approve needs the approval policy beside the output table (policy.h).
   [ -f "$final/sm90a.policy.toml" ] || cp "$root/routes/sm90a.policy.toml" "$final/sm90a.policy.toml"
+  [ -f "$final/sm90a.rejections.json" ] || cp "$root/routes/sm90a.rejections.json" "$final/sm90a.rejections.json"
+  if [ "${NG_DERIVE_RECHECK:-0}" = 1 ]; then
+    "$bin" approvals "$final/sm90a.rejections.json" --recheck --backend gpu >"$final/derive/recheck.log" 2>&1
+    summary+=("recheck rc=$? $((SECONDS - start))s: $(tail -n 1 "$final/derive/recheck.log")")
+    budget=$(left)
+  fi
   djournal="${NG_DERIVE_JOURNAL:-$final/derive/gate.jsonl}"
   targs=()
   [ -n "${NG_DERIVE_TIMINGS:-}" ] && targs=(--timings "$NG_DERIVE_TIMINGS")
