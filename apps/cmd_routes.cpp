@@ -268,6 +268,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
             // Why: the approval behind the route, as the listing says it.
             std::printf("  %s\n",
                         kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail.c_str());
+            if (key.T == 0)
+              std::printf("  T = 0: no rows; looked up as T = 1 (RouteTable::find: such a call launches nothing but "
+                          "dw = 0)\n");
             break;
           case kernels::PickKind::fallback:
             std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "

@@ -420,6 +420,11 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   CliRun rt = cli("routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=nondet,H=64,w=fp32,form=plain,T=5");
   EXPECT_EQ(rt.code, 0) << rt.out;
   EXPECT_TRUE(contains(rt.out, "approval current")) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "the det window's record")) << rt.out;  // --pick says why
+  // At T = 0 a pick says how it looked the call up.
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=det,H=64,w=fp32,form=plain,T=0");
+  EXPECT_EQ(rt.code, 0) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "T = 0: no rows; looked up as T = 1")) << rt.out;
   rt = cli("routes " + d + "/t.toml --accept-cpu-model");
   EXPECT_TRUE(contains(rt.out, "T=1..64 -> bwd_fp32_blocked  [current] approved (cpu-model gate of")) << rt.out;
   EXPECT_TRUE(contains(rt.out, "the det window's record")) << rt.out;
