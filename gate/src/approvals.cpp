@@ -29,14 +29,10 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
                                           const std::vector<std::string>& refused) {
   std::vector<std::string> changes;
   // A det record of a deterministic variant answers for the nondet window of
-  // that variant too (routing.h, approval_status): the modes a record's
-  // window is read in.
-  auto modes_of = [](const kernels::Approval& x) {
-    std::vector<kernels::Mode> ms{x.mode};
+  // that variant too (routing.h, approval_status).
+  auto answers_nondet = [](const kernels::Approval& x) {
     const kernels::Variant* v = kernels::find_variant(x.variant);
-    if (x.op == kernels::Op::bwd && x.mode == kernels::Mode::det && v && v->mode == kernels::Mode::det)
-      ms.push_back(kernels::Mode::nondet);
-    return ms;
+    return x.op == kernels::Op::bwd && x.mode == kernels::Mode::det && v && v->mode == kernels::Mode::det;
   };
   auto in_mode = [](const Route& rt, kernels::Mode m) {
     Route q = rt;
@@ -49,10 +45,8 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   // (derive.h) weighs every candidate's approvals.
   auto in_table = [&](const kernels::Approval& x) {
     return std::any_of(table_routes.begin(), table_routes.end(), [&](const Route& rt) {
-      if (x.overlaps(rt)) return true;
-      for (kernels::Mode m : modes_of(x))
-        if (rt.op == kernels::Op::bwd && rt.mode == m && x.overlaps(in_mode(rt, x.mode))) return true;
-      return false;
+      return x.overlaps(rt) || (rt.op == kernels::Op::bwd && rt.mode == kernels::Mode::nondet && answers_nondet(x) &&
+                                x.overlaps(in_mode(rt, kernels::Mode::det)));
     });
   };
   // Invalid records (routing.h, "Validation") are kept as they are, in
