@@ -10,6 +10,7 @@
 #include "bwd_det_onepass.h"
 #include "launch.h"
 #include "nondet_replicas.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "device_blocks.cuh"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/rmsnorm.h"
 
 namespace normgate::kernels::dev {

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "device_blocks.cuh"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "normgate/kernels/rstd.h"
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/rmsnorm.h"
 
 namespace normgate::kernels::detail {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels::detail {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "util/kernel_test_util.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/registry.h"

@@ -15,6 +15,7 @@
 #include "util/kernel_test_util.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/models.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/harness/runner.h"

@@ -1,4 +1,5 @@
-// Tests of kernels/include/normgate/kernels/plan.h and accum.h (CPU; always run).
+// Tests of kernels/include/normgate/kernels/plan.h, chunk_plan.h and accum.h
+// (CPU; always run).
 #include "normgate/kernels/plan.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "normgate/kernels/accum.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/rstd.h"
 
@@ -25,11 +27,11 @@ TEST(ChunkPlan, FormulaValues) {
   EXPECT_EQ(num_chunks(65537, 64), 2112);      // 8 waves at most
   EXPECT_EQ(num_chunks(1 << 20, 16384), 264);  // 1 wave at least
   EXPECT_EQ(num_chunks(1 << 20, 8192), 264);
-  EXPECT_EQ(num_chunks(1 << 20, 2048), 1848);
+  EXPECT_EQ(num_chunks(1 << 20, 2049), 1848);  // team 288: 3 CTAs, cap0 stands (7 x 264)
   EXPECT_EQ(num_chunks(int64_t{1} << 32, 1), 2112);
   EXPECT_EQ(num_chunks(1000, 4096), 63);       // ceil(1000 / 16)
-  // One wave of the narrow kernel's CTAs where an SM holds 5 or more
-  // (teams of <= 192 threads at 64 registers): 132 * floor(1024 / team).
+  // One wave of the narrow kernel's CTAs where an SM holds 4 or more
+  // (teams of <= 256 threads at 64 registers): 132 * floor(1024 / team).
   EXPECT_EQ(num_chunks(65537, 1536), 660);     // team 192: 5 CTAs an SM
   EXPECT_EQ(num_chunks(131072, 1536), 660);
   EXPECT_EQ(num_chunks(65537, 1024), 1056);    // team 128: 8
@@ -37,12 +39,17 @@ TEST(ChunkPlan, FormulaValues) {
   EXPECT_EQ(num_chunks(65537, 520), 1320);     // 65 groups of 8: team 96, 10
   EXPECT_EQ(num_chunks(65537, 512), 2112);     // team 64: 16 CTAs, one wave is cap0 (2112) itself
   EXPECT_EQ(num_chunks(65537, 256), 2112);     // team 32: 32 CTAs, 4224 > cap0
-  EXPECT_EQ(num_chunks(65537, 1537), 2112);    // team 224: 4 CTAs, cap0 stands (8 x 264)
+  EXPECT_EQ(num_chunks(65537, 1537), 528);     // team 224: 4 (cap0 would be 2112)
+  EXPECT_EQ(num_chunks(1 << 20, 2048), 528);   // team 256: 4 (cap0 would be 1848)
+  EXPECT_EQ(num_chunks(65537, 2056), 1848);    // 257 groups: team 288, 3 CTAs, cap0 stands
+  EXPECT_EQ(num_chunks(8448, 2048), 528);      // ceil(8448 / 16) = 528: the cap just binds
+  EXPECT_EQ(num_chunks(8432, 2048), 527);
   EXPECT_EQ(num_chunks(10560, 1536), 660);     // ceil(10560 / 16) = 660: the cap just binds
   EXPECT_EQ(num_chunks(10559, 1536), 660);
   EXPECT_EQ(num_chunks(10544, 1536), 659);     // below it, ceil(T / 16)
   EXPECT_EQ(chunk_ctas_per_sm(1536), 5);
   EXPECT_EQ(chunk_ctas_per_sm(2048), 4);
+  EXPECT_EQ(chunk_ctas_per_sm(2049), 3);
   EXPECT_EQ(chunk_ctas_per_sm(1), 32);
 }
 

@@ -137,14 +137,14 @@ def test_a_changed_code_token_is_refused_and_nothing_is_written():
         ap = approvals_file(d, hashes(repo))
         text = open(ap).read()
         comment_only_change(repo)
-        # One token of code: plan.h's chunk cap constant.
-        p = os.path.join(repo, "kernels", "include", "normgate", "kernels", "plan.h")
+        # One token of code: chunk_plan.h's chunk cap constant.
+        p = os.path.join(repo, "kernels", "include", "normgate", "kernels", "chunk_plan.h")
         s = open(p).read()
         i = s.index("264", s.index("#pragma once"))  # past the comments: code
         open(p, "w").write(s[:i] + "265" + s[i + 3:])
         r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "kernels/include/normgate/kernels/plan.h: code differs" in r.stderr and "265" in r.stderr, r.stderr
+        assert "kernels/include/normgate/kernels/chunk_plan.h: code differs" in r.stderr and "265" in r.stderr, r.stderr
         assert "nothing written" in r.stderr
         assert open(ap).read() == text
         # A comment added where a token had none beside it is also refused (conservative).

@@ -18,6 +18,7 @@
 #include "nondet_replicas.h"
 #include "normgate/core/hd.h"
 #include "normgate/kernels/accum.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/rstd.h"
 

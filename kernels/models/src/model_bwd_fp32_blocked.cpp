@@ -12,6 +12,7 @@
 
 #include "model_common.h"
 #include "normgate/core/hd.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels::detail {

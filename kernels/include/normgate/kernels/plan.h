@@ -3,9 +3,11 @@
 // never of the device (SM count, L2 size) and never of pointer alignment, so a
 // CPU model reproduces the GPU's accumulation structure exactly.
 //
-// Two decompositions:
+// The backward's chunk plan (which rows feed which dw partial) is in
+// chunk_plan.h, which only the backward's sources include, so that a change
+// of it leaves the forward variants' source hashes (registry.h) as they are.
 //
-// 1. Row geometry (who owns which columns of a row). A row of H columns is cut
+// Row geometry (who owns which columns of a row). A row of H columns is cut
 //    into nvec = ceil(H/8) groups of 8 consecutive columns (one 16-byte BF16
 //    vector each). A "team" of `team` threads normalizes one row; thread t of
 //    the team owns the groups g = k*team + t for k < slots, i.e. the columns
@@ -34,38 +36,6 @@
 //    warp takes warp l's total (0 for l >= team/32) and does the same
 //    butterfly. The same geometry, hence the same rounding tree, is used
 //    whether the 16-byte vector path or the scalar path loads the data.
-//
-// 2. Chunk plan (backward only; which rows feed which dw partial).
-//       cap0(H)          = 264 * clamp(floor(2^22 / (264 * H)), 1, 8)
-//       ctas(H)          = min(floor(1024 / team(H)), 32)   (team: bwd_row_geometry)
-//       cap(H)           = min(cap0(H), 132 * ctas(H))  if ctas(H) >= 5
-//                        = cap0(H)                      otherwise
-//       num_chunks(T, H) = 0                          if T == 0
-//                        = min(ceil(T / 16), cap(H))  otherwise
-//       chunk c holds rows [floor(c*T/n), floor((c+1)*T/n))     (n = num_chunks;
-//                                                                every chunk >= 1 row)
-//    One CTA per chunk walks its rows in increasing order; each dw column is
-//    accumulated by exactly one thread of that CTA, so the chunk partial of
-//    column j is a strictly sequential (FP64) sum over the chunk's
-//    rows. The partials [n, H] are then combined column by column:
-//       lane L (0 <= L < 32) sums chunks c = L, L+32, L+64, ... in increasing
-//       order; the 32 lane results are then summed in order L = 0..31
-//    (see accum.h for the arithmetic of each step).
-//    cap0 keeps the partials at most max(2^22, 264*H) doubles (32 MiB;
-//    34.6 MB at H = 16384) and is a multiple of 264 = 2 x 132 so that at
-//    large T the chunks fill an H200's 132 SMs in whole waves of 2 CTAs per
-//    SM. The narrow 1-slot chunk kernel runs at 64 registers, so an SM holds
-//    ctas(H) of its CTAs (1024 threads' worth of registers; 32 CTAs at
-//    most): 5 at H = 1536, 8 at 1024; where that is 5 or more, cap0 is
-//    several partial waves of the real residency, and one whole wave of it
-//    (132 * ctas) ran 0.86-0.93x the time of cap0's plan on plain rows and
-//    0.93-0.97x with form res at H = 1536, T = 65537-131072
-//    (docs/results/kernels/chunk-cap-2026-12-04/: fewer partials to write
-//    and combine, no partly empty last wave). Where an SM
-//    holds 4 or fewer (H >= 1537) cap0 stands (measured gains there are
-//    smaller; docs/perf/backward.md, Open leads). The constants were chosen
-//    for that chip; they are constants, not queried, so results never depend
-//    on the device.
 #pragma once
 
 #include <cstdint>
@@ -86,18 +56,6 @@ inline constexpr int kGroup = 8;
 /// kernels holds (a 2-slot team above it runs as a 2-CTA cluster).
 inline constexpr int kMaxTeam = 1024;
 inline constexpr int kMaxCtaTeam = 512;
-
-/// Rows of one chunk at least (when T allows), and the chunk-count caps.
-inline constexpr int64_t kMinRowsPerChunk = 16;
-inline constexpr int64_t kChunkBudget = int64_t{1} << 22;  // ~ num_chunks * H
-inline constexpr int64_t kChunkWave = 264;                  // 2 x 132 SMs
-inline constexpr int64_t kMaxChunkWaves = 8;
-/// The H200's SMs (one wave of one CTA an SM), and the narrow chunk kernel's
-/// CTAs an SM from which the cap is one wave of them (file comment).
-inline constexpr int64_t kSms = 132;
-inline constexpr int64_t kWaveCapMinCtas = 5;
-/// Chunk lanes per column in the final combine of chunk partials.
-inline constexpr int kCombineLanes = 32;
 
 /// Team size and groups per thread for rows of H columns (see file comment).
 struct RowGeometry {
@@ -155,27 +113,5 @@ NG_HD uint64_t div_by_magic(uint64_t r, uint64_t magic) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * magic) >> 64);
 #endif
 }
-
-/// CTAs of the narrow 1-slot chunk kernel an SM holds at 64 registers a
-/// thread: floor(1024 / team), at most 32 (see file comment, ctas(H)).
-NG_HD int64_t chunk_ctas_per_sm(int64_t H) {
-  const int64_t c = 1024 / bwd_row_geometry(H < 1 ? 1 : H).team;
-  return c > 32 ? 32 : c;
-}
-
-/// Number of backward chunks for T rows of H columns (see file comment).
-NG_HD int64_t num_chunks(int64_t T, int64_t H) {
-  if (T <= 0) return 0;
-  int64_t waves = kChunkBudget / (kChunkWave * (H < 1 ? 1 : H));
-  waves = waves < 1 ? 1 : (waves > kMaxChunkWaves ? kMaxChunkWaves : waves);
-  int64_t cap = kChunkWave * waves;
-  const int64_t ctas = chunk_ctas_per_sm(H);
-  if (ctas >= kWaveCapMinCtas && kSms * ctas < cap) cap = kSms * ctas;
-  const int64_t want = (T + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
-  return want < cap ? want : cap;
-}
-
-/// First row of chunk c (c may equal n: returns T). Requires 0 <= c <= n, n >= 1.
-NG_HD int64_t chunk_begin(int64_t T, int64_t n, int64_t c) { return c * T / n; }
 
 }  // namespace normgate::kernels
