@@ -56,6 +56,7 @@ file).
 """
 import argparse
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -262,8 +263,23 @@ def rekey_text(path, text, new_of_old, key="approvals"):
     done, kept = [], []
     digests = []  # (old record_sha256, new) of the re-keyed sealed records
     targets = {}  # old hash -> (new hash, records re-keyed from it)
+    # A file normgate would refuse is refused here too: every seal must hold
+    # (a rejection must carry one), not only those of the records re-keyed.
+    for a in doc[key]:
+        if key == "rejections" and not isinstance(a.get("record_sha256"), str):
+            raise Refused(f"{path}: the rejection of {describe(a)} has no record_sha256 (rejections are always "
+                          "sealed: `normgate approvals FILE` says more)")
+        try:
+            if "record_sha256" in a and record_digest(a) != a["record_sha256"]:
+                raise Refused(f"{path}: the record_sha256 of {describe(a)} does not match its bytes (a damaged "
+                              "record: `normgate approvals FILE` says more)")
+        except UnicodeEncodeError as e:
+            raise Unusable(f"{path}: a record that is not valid Unicode ({e.reason}): {describe(a)}")
     for a, w in zip(doc[key], want[key]):
         v, h = a.get("variant"), a.get("source_sha256")
+        if not isinstance(v, str) or not isinstance(h, str):
+            kept.append(a)
+            continue
         if v in new_of_old and h == new_of_old[v][0] and new_of_old[v][0] != new_of_old[v][1]:
             n = new_of_old[v][1]
             if targets.setdefault(h, (n, []))[0] != n:
@@ -296,15 +312,24 @@ def rekey_text(path, text, new_of_old, key="approvals"):
             raise Refused(f"{path}: record_sha256 {o[:12]} appears {len(pat.findall(out))} times")
         out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
     if key == "rejections" and done:
-        # rejections.h: one record per window, variant, source and backend.
-        seen = {}
-        for w in want[key]:
-            slot = (json.dumps(w.get("window"), sort_keys=True), w.get("variant"), w.get("source_sha256"),
+        # rejections.h: one record per window, variant, source and backend,
+        # and a re-proved record names an earlier source than its own.
+        def slot(w):
+            return (json.dumps(w.get("window"), sort_keys=True), w.get("variant"), w.get("source_sha256"),
                     w.get("backend"))
-            if slot in seen:
+        count = {}
+        for w in want[key]:
+            count[slot(w)] = count.get(slot(w), 0) + 1
+        for a, w in zip(doc[key], want[key]):
+            if a.get("source_sha256") == w.get("source_sha256"):
+                continue  # not re-keyed
+            if count[slot(w)] > 1:
                 raise Refused(f"{path}: the re-keyed rejection of {describe(w)} would duplicate one already "
                               f"keyed to {str(w.get('source_sha256'))[:12]} (same window, variant and backend)")
-            seen[slot] = w
+            rc = w.get("rechecked")
+            if isinstance(rc, dict) and rc.get("from_source_sha256") == w.get("source_sha256"):
+                raise Refused(f"{path}: the re-keyed rejection of {describe(w)} would name its own source as the "
+                              "one it was re-proved from (rechecked.from_source_sha256)")
     if json.loads(out) != want:
         raise Refused(f"{path}: the re-keyed text does not parse to the re-keyed {key}")
     return out, done, kept
@@ -335,18 +360,72 @@ def stage(path, text):
 
 
 def write_all(outs):
-    """Write every {path: text} or none: each staged beside its file first;
-    only when all are staged are they renamed over the originals."""
-    staged = {}
+    """Write every {path: text} or none: each staged beside its file first,
+    with a copy of its present bytes; only when all are staged are they
+    renamed over the originals, and should a rename fail, the files already
+    renamed get their earlier bytes back. Paths are the files themselves
+    (symlinks resolved by the caller). Raises OSError naming the file."""
+    staged, backups = {}, {}
+    def clean():
+        for tmp in list(staged.values()) + list(backups.values()):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     try:
         for p, text in outs.items():
             staged[p] = stage(p, text)
+            with open(p, encoding="utf-8", newline="") as f:
+                backups[p] = stage(p, f.read())
     except OSError as e:
-        for tmp in staged.values():
-            os.unlink(tmp)
+        clean()
         raise OSError(e.errno, f"cannot write beside {p}: {e.strerror}; nothing written") from e
+    done = []
     for p, tmp in staged.items():
-        os.replace(tmp, p)
+        try:
+            os.replace(tmp, p)
+        except OSError as e:
+            undone = []
+            for q in reversed(done):
+                try:
+                    os.replace(backups[q], q)
+                except OSError:
+                    undone.append(q)
+            clean()
+            if undone:
+                raise OSError(e.errno, f"cannot replace {p}: {e.strerror}; and could not restore "
+                                       f"{', '.join(undone)} (re-keyed)") from e
+            raise OSError(e.errno, f"cannot replace {p}: {e.strerror}; nothing written") from e
+        done.append(p)
+    for tmp in backups.values():
+        os.unlink(tmp)
+
+
+def lock_path(path, key):
+    """The lock normgate's writers hold for this file (routing.h ApprovalsLock:
+    the approvals file's path + ".lock"; a rejections file TABLE.rejections.json
+    shares TABLE.approvals.json's)."""
+    if key == "rejections" and path.endswith(".rejections.json"):
+        ap = path[: -len(".rejections.json")] + ".approvals.json"
+        return (os.path.realpath(ap) if os.path.exists(ap) else ap) + ".lock"
+    return path + ".lock"
+
+
+def take_locks(paths):
+    """flock each lock file (sorted, so two tools never wait on each other);
+    the open files, to keep until the writes are done."""
+    held = []
+    for lp in sorted(set(paths)):
+        try:
+            fd = os.open(lp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:
+            fd = os.open(lp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"rekey_approvals: waiting for the lock '{lp}': another writer holds it", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        held.append(fd)
+    return held
+
 
 
 def main(argv):
@@ -386,11 +465,30 @@ def main(argv):
     if not gcc:
         print("rekey_approvals: gcc not found (needed to strip comments: gcc -fpreprocessed)", file=sys.stderr)
         return 2
-    texts = {}
+    # Symlinks resolved (the file a link names is rewritten, as normgate's
+    # writers do), so a file named twice under two spellings is caught.
+    resolved = []
     for p, key in inputs:
-        if p in texts:
+        rp = os.path.realpath(p)
+        if not os.path.exists(rp):
+            print(f"rekey_approvals: --{key} {p}: No such file or directory", file=sys.stderr)
+            return 2
+        if not os.path.isfile(rp):
+            print(f"rekey_approvals: --{key} {p}: not a regular file", file=sys.stderr)
+            return 2
+        if any(rp == q for q, _ in resolved):
             print(f"rekey_approvals: {p} is named twice", file=sys.stderr)
             return 2
+        resolved.append((rp, key))
+    inputs = resolved
+    if not args.dry_run:
+        try:
+            locks = take_locks([lock_path(p, key) for p, key in inputs])  # held until exit
+        except OSError as e:
+            print(f"rekey_approvals: cannot lock {e.filename}: {e.strerror}", file=sys.stderr)
+            return 2
+    texts = {}
+    for p, key in inputs:
         try:
             with open(p, encoding="utf-8", newline="") as f:
                 texts[p] = f.read()
@@ -398,7 +496,10 @@ def main(argv):
         except OSError as e:
             print(f"rekey_approvals: --{key} {p}: {e.strerror}", file=sys.stderr)
             return 2
-        except (Unusable, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            print(f"rekey_approvals: --{key} {p}: not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
+            return 2
+        except Unusable as e:
             print(f"rekey_approvals: {e}", file=sys.stderr)
             return 2
     try:
@@ -449,6 +550,7 @@ def main(argv):
     except OSError as e:
         print(f"rekey_approvals: {e.strerror}", file=sys.stderr)
         return 2
+    del locks
     return 0
 
 

@@ -4,7 +4,7 @@
 Before a change of shared kernel sources, `normgate digest` runs the campaign
 of every record it is given, twice (OLD and NEW builds), and `normgate
 approvals --carry` moves the records whose outputs agree bit for bit
-(docs/perf/routes.md D19, D21, D23). Digesting only what a route reads, and
+(docs/perf/routes.md D19 and D21). Digesting only what a route reads, and
 leaving out the records whose bits the change is known to move, halves that
 device time or better. This tool writes that subset:
 

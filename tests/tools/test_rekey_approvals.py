@@ -363,6 +363,80 @@ def test_rejection_digest_is_normgates():
     assert recs and all(rk.record_digest(x) == x["record_sha256"] for x in recs)
 
 
+def test_a_failed_rename_restores_the_files_already_renamed():
+    with tempfile.TemporaryDirectory() as d:
+        a, b = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        open(a, "w").write("A0")
+        open(b, "w").write("B0")
+        real, calls = os.replace, []
+
+        def failing(src, dst):
+            calls.append(dst)
+            if dst == b and len([c for c in calls if c == b]) == 1:
+                raise PermissionError(1, "Operation not permitted")
+            return real(src, dst)
+        os.replace = failing
+        try:
+            rk.write_all({a: "A1", b: "B1"})
+            assert False, "no error"
+        except OSError as e:
+            assert "cannot replace " + b in e.strerror and "nothing written" in e.strerror, e.strerror
+        finally:
+            os.replace = real
+        assert open(a).read() == "A0" and open(b).read() == "B0"
+        assert sorted(os.listdir(d)) == ["a.json", "b.json"]  # no temporary left
+
+
+def test_rejections_files_normgate_would_refuse_are_refused():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        rj = rejections_file(d, before)
+        comment_only_change(repo)
+        after = hashes(repo)
+        good = json.load(open(rj))
+
+        def attempt(doc, want):
+            text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            open(rj, "w").write(text)
+            r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", rj)
+            assert r.returncode == 1 and want in r.stderr, r.stdout + r.stderr
+            assert open(rj).read() == text
+        # An unsealed rejection, and a damaged seal on a record not re-keyed.
+        doc = copy.deepcopy(good)
+        del doc["rejections"][0]["record_sha256"]
+        attempt(doc, "has no record_sha256")
+        doc = copy.deepcopy(good)
+        doc["rejections"][2]["worst_err_tol"] = 1.5
+        attempt(doc, "does not match its bytes")
+        # A record re-proved from the hash it would be re-keyed to.
+        doc = copy.deepcopy(good)
+        doc["rejections"][1]["rechecked"]["from_source_sha256"] = after["bwd_fp32_blocked"]
+        doc["rejections"][1]["record_sha256"] = rk.record_digest(doc["rejections"][1])
+        attempt(doc, "its own source")
+
+
+def test_links_are_followed_and_a_file_is_named_once():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        rj = rejections_file(d, before)
+        link = os.path.join(d, "link.rejections.json")
+        os.symlink(rj, link)
+        comment_only_change(repo)
+        after = hashes(repo)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", link, "--rejections",
+                os.path.join(d, ".", "t.rejections.json"))
+        assert r.returncode == 2 and "named twice" in r.stderr, r.stdout + r.stderr
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", link)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert os.path.islink(link)  # the link stays a link; the file it names is re-keyed
+        assert json.load(open(rj))["rejections"][0]["source_sha256"] == after["bwd_fp32_blocked"]
+        os.mkfifo(os.path.join(d, "f.rejections.json"))
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", os.path.join(d, "f.rejections.json"))
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+
+
 if __name__ == "__main__":
     if not have_tools():
         print("skipped: no gcc or git")
@@ -378,4 +452,7 @@ if __name__ == "__main__":
     test_rejections_are_rekeyed_with_their_seals()
     test_a_rejection_that_would_duplicate_is_refused()
     test_rejection_digest_is_normgates()
+    test_a_failed_rename_restores_the_files_already_renamed()
+    test_rejections_files_normgate_would_refuse_are_refused()
+    test_links_are_followed_and_a_file_is_named_once()
     print("test_rekey_approvals: ok")
