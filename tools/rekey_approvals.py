@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Re-key route approvals after a comment-only change to a variant's sources.
+"""Re-key route approvals and rejections after a comment-only change to a
+variant's sources.
 
 Each variant's source hash (registry.h: Variant::source_sha256) is the SHA-256
 of its manifest, the lines "sha256(file)  file\\n" over its files in order,
@@ -20,7 +21,11 @@ stale. This tool re-keys them, and only when that is provably safe:
      is a code change: the tool prints the file and the first differing
      tokens, exits 1 and writes nothing.
   3. Only then, in each approvals file, an approval whose variant's hash was
-     OLD's is given the working tree's hash; every other field, and every
+     OLD's is given the working tree's hash (and so is a rejection of each
+     rejections file, routing/include/normgate/routing/rejections.h: the
+     same fields and the same seal; a rejection whose re-keyed copy would
+     duplicate a record already keyed to the new hash, same window, variant
+     and backend, is refused); every other field, and every
      approval keyed by any other hash, is left as it is (the file's text is
      changed in those "source_sha256" values only, and in the "record_sha256"
      of a re-keyed record that carries one: checked against the record's
@@ -34,20 +39,24 @@ info), so an error message may name another line; nothing a kernel computes
 depends on them.
 
 Usage: tools/rekey_approvals.py --old-commit REV [--approvals FILE ...]
-                                [--repo DIR] [--dry-run]
+                                [--rejections FILE ...] [--repo DIR] [--dry-run]
   --old-commit REV  the commit whose sources the approvals were made on
-  --approvals FILE  an approvals JSON (repeatable; default: the repository's
-                    routes/sm90a.approvals.json)
+  --approvals FILE  an approvals JSON (repeatable)
+  --rejections FILE a rejections JSON (repeatable)
+                    (with neither: the repository's routes/sm90a.approvals.json
+                    and, when it exists, routes/sm90a.rejections.json)
   --repo DIR        the repository (default: the one this script is in)
   --dry-run         check and print, write nothing
 NG_REKEY_GCC names the compiler driver (default gcc).
 Exit status: 0 re-keyed (or nothing to do), 1 refused (a file differs in
-code, the file lists differ, or an approvals file would change elsewhere),
+code, the file lists differ, an approvals or rejections file would change
+elsewhere, or a re-keyed rejection would duplicate one),
 2 usage error or nothing could be checked (bad commit, no gcc, unreadable
 file).
 """
 import argparse
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -213,17 +222,24 @@ def code_difference(gcc, name, old, new):
 
 # --- approvals ---------------------------------------------------------------
 
-def parse_approvals(path, text):
+def parse_records(path, text, key="approvals"):
+    """The parsed file; Unusable unless it holds a list `key` ("approvals" or
+    "rejections") of objects."""
+    what = "approval" if key == "approvals" else "rejection"
     try:
         doc = json.loads(text)
     except ValueError as e:
         raise Unusable(f"{path}: not JSON ({e})")
-    if not isinstance(doc, dict) or not isinstance(doc.get("approvals"), list):
-        raise Unusable(f"{path}: not an approvals file (no \"approvals\" list)")
-    for a in doc["approvals"]:
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise Unusable(f"{path}: not an {key} file (no \"{key}\" list)")
+    for a in doc[key]:
         if not isinstance(a, dict):
-            raise Unusable(f"{path}: an approval that is not an object: {a!r}")
+            raise Unusable(f"{path}: an {what} that is not an object: {a!r}")
     return doc
+
+
+def parse_approvals(path, text):
+    return parse_records(path, text, "approvals")
 
 
 def record_digest(a):
@@ -237,17 +253,33 @@ def record_digest(a):
     return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
-def rekey_text(path, text, new_of_old):
-    """The approvals text with source_sha256 old -> new (new_of_old: {variant:
-    (old, new)}), and the list of (entry, old, new) re-keyed; Refused if the
-    text cannot be changed in those values alone."""
-    doc = parse_approvals(path, text)
+def rekey_text(path, text, new_of_old, key="approvals"):
+    """The approvals (or, key="rejections", rejections) text with
+    source_sha256 old -> new (new_of_old: {variant: (old, new)}), and the list
+    of (entry, old, new) re-keyed; Refused if the text cannot be changed in
+    those values alone."""
+    doc = parse_records(path, text, key)
     want = copy.deepcopy(doc)
     done, kept = [], []
     digests = []  # (old record_sha256, new) of the re-keyed sealed records
-    targets = {}  # old hash -> (new hash, approvals re-keyed from it)
-    for a, w in zip(doc["approvals"], want["approvals"]):
+    targets = {}  # old hash -> (new hash, records re-keyed from it)
+    # A file normgate would refuse is refused here too: every seal must hold
+    # (a rejection must carry one), not only those of the records re-keyed.
+    for a in doc[key]:
+        if key == "rejections" and not isinstance(a.get("record_sha256"), str):
+            raise Refused(f"{path}: the rejection of {describe(a)} has no record_sha256 (rejections are always "
+                          "sealed: `normgate approvals FILE` says more)")
+        try:
+            if "record_sha256" in a and record_digest(a) != a["record_sha256"]:
+                raise Refused(f"{path}: the record_sha256 of {describe(a)} does not match its bytes (a damaged "
+                              "record: `normgate approvals FILE` says more)")
+        except UnicodeEncodeError as e:
+            raise Unusable(f"{path}: a record that is not valid Unicode ({e.reason}): {describe(a)}")
+    for a, w in zip(doc[key], want[key]):
         v, h = a.get("variant"), a.get("source_sha256")
+        if not isinstance(v, str) or not isinstance(h, str):
+            kept.append(a)
+            continue
         if v in new_of_old and h == new_of_old[v][0] and new_of_old[v][0] != new_of_old[v][1]:
             n = new_of_old[v][1]
             if targets.setdefault(h, (n, []))[0] != n:
@@ -279,8 +311,27 @@ def rekey_text(path, text, new_of_old):
         if len(pat.findall(out)) != 1:
             raise Refused(f"{path}: record_sha256 {o[:12]} appears {len(pat.findall(out))} times")
         out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
+    if key == "rejections" and done:
+        # rejections.h: one record per window, variant, source and backend,
+        # and a re-proved record names an earlier source than its own.
+        def slot(w):
+            return (json.dumps(w.get("window"), sort_keys=True), w.get("variant"), w.get("source_sha256"),
+                    w.get("backend"))
+        count = {}
+        for w in want[key]:
+            count[slot(w)] = count.get(slot(w), 0) + 1
+        for a, w in zip(doc[key], want[key]):
+            if a.get("source_sha256") == w.get("source_sha256"):
+                continue  # not re-keyed
+            if count[slot(w)] > 1:
+                raise Refused(f"{path}: the re-keyed rejection of {describe(w)} would duplicate one already "
+                              f"keyed to {str(w.get('source_sha256'))[:12]} (same window, variant and backend)")
+            rc = w.get("rechecked")
+            if isinstance(rc, dict) and rc.get("from_source_sha256") == w.get("source_sha256"):
+                raise Refused(f"{path}: the re-keyed rejection of {describe(w)} would name its own source as the "
+                              "one it was re-proved from (rechecked.from_source_sha256)")
     if json.loads(out) != want:
-        raise Refused(f"{path}: the re-keyed text does not parse to the re-keyed approvals")
+        raise Refused(f"{path}: the re-keyed text does not parse to the re-keyed {key}")
     return out, done, kept
 
 
@@ -309,18 +360,72 @@ def stage(path, text):
 
 
 def write_all(outs):
-    """Write every {path: text} or none: each staged beside its file first;
-    only when all are staged are they renamed over the originals."""
-    staged = {}
+    """Write every {path: text} or none: each staged beside its file first,
+    with a copy of its present bytes; only when all are staged are they
+    renamed over the originals, and should a rename fail, the files already
+    renamed get their earlier bytes back. Paths are the files themselves
+    (symlinks resolved by the caller). Raises OSError naming the file."""
+    staged, backups = {}, {}
+    def clean():
+        for tmp in list(staged.values()) + list(backups.values()):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     try:
         for p, text in outs.items():
             staged[p] = stage(p, text)
+            with open(p, encoding="utf-8", newline="") as f:
+                backups[p] = stage(p, f.read())
     except OSError as e:
-        for tmp in staged.values():
-            os.unlink(tmp)
+        clean()
         raise OSError(e.errno, f"cannot write beside {p}: {e.strerror}; nothing written") from e
+    done = []
     for p, tmp in staged.items():
-        os.replace(tmp, p)
+        try:
+            os.replace(tmp, p)
+        except OSError as e:
+            undone = []
+            for q in reversed(done):
+                try:
+                    os.replace(backups[q], q)
+                except OSError:
+                    undone.append(q)
+            clean()
+            if undone:
+                raise OSError(e.errno, f"cannot replace {p}: {e.strerror}; and could not restore "
+                                       f"{', '.join(undone)} (re-keyed)") from e
+            raise OSError(e.errno, f"cannot replace {p}: {e.strerror}; nothing written") from e
+        done.append(p)
+    for tmp in backups.values():
+        os.unlink(tmp)
+
+
+def lock_path(path, key):
+    """The lock normgate's writers hold for this file (routing.h ApprovalsLock:
+    the approvals file's path + ".lock"; a rejections file TABLE.rejections.json
+    shares TABLE.approvals.json's)."""
+    if key == "rejections" and path.endswith(".rejections.json"):
+        ap = path[: -len(".rejections.json")] + ".approvals.json"
+        return (os.path.realpath(ap) if os.path.exists(ap) else ap) + ".lock"
+    return path + ".lock"
+
+
+def take_locks(paths):
+    """flock each lock file (sorted, so two tools never wait on each other);
+    the open files, to keep until the writes are done."""
+    held = []
+    for lp in sorted(set(paths)):
+        try:
+            fd = os.open(lp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:
+            fd = os.open(lp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"rekey_approvals: waiting for the lock '{lp}': another writer holds it", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        held.append(fd)
+    return held
+
 
 
 def main(argv):
@@ -329,7 +434,10 @@ def main(argv):
         description="Re-key approvals after a comment-only change to variant sources (see the module docstring).")
     ap.add_argument("--old-commit", required=True, metavar="REV", help="the commit the approvals were made on")
     ap.add_argument("--approvals", action="append", metavar="FILE",
-                    help="approvals JSON to re-key (repeatable; default routes/sm90a.approvals.json)")
+                    help="approvals JSON to re-key (repeatable)")
+    ap.add_argument("--rejections", action="append", metavar="FILE",
+                    help="rejections JSON to re-key (repeatable); with neither option: "
+                         "routes/sm90a.approvals.json and, when it exists, routes/sm90a.rejections.json")
     ap.add_argument("--repo", metavar="DIR", help="the repository (default: this script's)")
     ap.add_argument("--dry-run", action="store_true", help="check and print, write nothing")
     try:
@@ -342,7 +450,12 @@ def main(argv):
     except Unusable as e:
         print(f"rekey_approvals: --repo {repo}: not a git repository ({e})", file=sys.stderr)
         return 2
-    approvals = args.approvals or [os.path.join(repo, "routes", "sm90a.approvals.json")]
+    approvals, rejections = args.approvals or [], args.rejections or []
+    if not approvals and not rejections:
+        approvals = [os.path.join(repo, "routes", "sm90a.approvals.json")]
+        r = os.path.join(repo, "routes", "sm90a.rejections.json")
+        rejections = [r] if os.path.exists(r) else []
+    inputs = [(p, "approvals") for p in approvals] + [(p, "rejections") for p in rejections]
     try:
         old_rev = git(repo, "rev-parse", "--verify", "--quiet", args.old_commit + "^{commit}").decode().strip()
     except Unusable:
@@ -352,16 +465,41 @@ def main(argv):
     if not gcc:
         print("rekey_approvals: gcc not found (needed to strip comments: gcc -fpreprocessed)", file=sys.stderr)
         return 2
+    # Symlinks resolved (the file a link names is rewritten, as normgate's
+    # writers do), so a file named twice under two spellings is caught.
+    resolved = []
+    for p, key in inputs:
+        rp = os.path.realpath(p)
+        if not os.path.exists(rp):
+            print(f"rekey_approvals: --{key} {p}: No such file or directory", file=sys.stderr)
+            return 2
+        if not os.path.isfile(rp):
+            print(f"rekey_approvals: --{key} {p}: not a regular file", file=sys.stderr)
+            return 2
+        if any(rp == q for q, _ in resolved):
+            print(f"rekey_approvals: {p} is named twice", file=sys.stderr)
+            return 2
+        resolved.append((rp, key))
+    inputs = resolved
+    if not args.dry_run:
+        try:
+            locks = take_locks([lock_path(p, key) for p, key in inputs])  # held until exit
+        except OSError as e:
+            print(f"rekey_approvals: cannot lock {e.filename}: {e.strerror}", file=sys.stderr)
+            return 2
     texts = {}
-    for p in approvals:
+    for p, key in inputs:
         try:
             with open(p, encoding="utf-8", newline="") as f:
                 texts[p] = f.read()
-            parse_approvals(p, texts[p])
+            parse_records(p, texts[p], key)
         except OSError as e:
-            print(f"rekey_approvals: --approvals {p}: {e.strerror}", file=sys.stderr)
+            print(f"rekey_approvals: --{key} {p}: {e.strerror}", file=sys.stderr)
             return 2
-        except (Unusable, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            print(f"rekey_approvals: --{key} {p}: not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
+            return 2
+        except Unusable as e:
             print(f"rekey_approvals: {e}", file=sys.stderr)
             return 2
     try:
@@ -391,16 +529,16 @@ def main(argv):
               + (", ".join(repo_path(f) for f in changed) if changed else "none"))
         for v, (o, n) in hashes.items():
             print(f"  {v}: {o[:12]} -> {n[:12]}" if o != n else f"  {v}: {o[:12]} (unchanged)")
-        results = {p: rekey_text(p, t, hashes) for p, t in texts.items()}
+        results = {p: rekey_text(p, texts[p], hashes, key) + (key,) for p, key in inputs}
     except Refused as e:
         print(f"rekey_approvals: refused: {e}; nothing written", file=sys.stderr)
         return 1
     except Unusable as e:
         print(f"rekey_approvals: {e}", file=sys.stderr)
         return 2
-    for p, (out, done, kept) in results.items():
+    for p, (out, done, kept, key) in results.items():
         current = sum(1 for a in kept if a.get("variant") in hashes and a.get("source_sha256") == hashes[a["variant"]][1])
-        print(f"{p}: {len(done)} approvals re-keyed, {current} already current, "
+        print(f"{p}: {len(done)} {key} re-keyed, {current} already current, "
               f"{len(kept) - current} keyed by other hashes left as they are")
         for a, o, n in done:
             print(f"  {describe(a)}: {o[:12]} -> {n[:12]}")
@@ -408,10 +546,11 @@ def main(argv):
         print("dry run: nothing written")
         return 0
     try:
-        write_all({p: out for p, (out, done, _) in results.items() if done})
+        write_all({p: out for p, (out, done, _, _) in results.items() if done})
     except OSError as e:
         print(f"rekey_approvals: {e.strerror}", file=sys.stderr)
         return 2
+    del locks
     return 0
 
 

@@ -1,10 +1,11 @@
 """tools/rekey_approvals.py in a scratch git repository holding the variants'
 sources (copied from this tree): a comment-only change re-keys exactly the
-approvals of the old hashes (to the hashes CMake's manifest gives) and leaves
-every other byte; a changed code token is refused (exit 1) and nothing is
-written; usage errors exit 2. Plus the comment/code test on small snippets.
+approvals (and rejections, seals recomputed) of the old hashes (to the hashes
+CMake's manifest gives) and leaves every other byte; a changed code token is
+refused (exit 1) and nothing is written; usage errors exit 2. Plus the comment/code test on small snippets.
 Needs gcc and git (exit 77 without them when run as a script).
 Runs under pytest or as `python3 tests/tools/test_rekey_approvals.py`."""
+import copy
 import hashlib
 import json
 import os
@@ -284,6 +285,158 @@ def test_a_carried_records_chain_keeps_the_hash_its_digests_compared():
         assert all(rk.record_digest(a) == a["record_sha256"] for a in got)
 
 
+def rejections_file(d, h):
+    """Three sealed rejections: two keyed to h (one re-proved from an older
+    source by `approvals --recheck`), one to another hash."""
+    def rec(T, source, **extra):
+        r = {"backend": "gpu", "date": "2026-12-04T12:00:00Z", "gated_T": [T, T + 9], "gpu": "NVIDIA H200",
+             "normgate_commit": "103d70420e6e", "normgate_version": "0.2.0", "source_sha256": source,
+             "variant": "bwd_fp32_blocked",
+             "window": {"H": 2048, "T": [T, T + 9], "form": "plain", "mode": "det", "op": "bwd", "w": "fp32"},
+             "worst_case": f"H=2048,T={T},w=fp32,form=plain,family=cancel,seed=0", "worst_err_tol": 19.53125,
+             "worst_output": "dw", **extra}
+        r["record_sha256"] = rk.record_digest(r)
+        return r
+    recs = [rec(2, h["bwd_fp32_blocked"]),
+            rec(12, h["bwd_fp32_blocked"], rechecked={"backend": "gpu", "from_source_sha256": "e" * 64,
+                                                      "from_record_sha256": "f" * 64}),
+            rec(22, "0" * 64)]
+    p = os.path.join(d, "t.rejections.json")
+    with open(p, "w") as f:
+        f.write(json.dumps({"format": "normgate-rejections/1", "rejections": recs}, indent=2, sort_keys=True) + "\n")
+    return p
+
+
+def test_rejections_are_rekeyed_with_their_seals():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        ap, rj = approvals_file(d, before), rejections_file(d, before)
+        old = json.load(open(rj))["rejections"]
+        comment_only_change(repo)
+        after = hashes(repo)
+        assert after["bwd_fp32_blocked"] != before["bwd_fp32_blocked"]
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap, "--rejections", rj)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "3 approvals re-keyed" in r.stdout and "2 rejections re-keyed" in r.stdout, r.stdout
+        got = json.load(open(rj))["rejections"]
+        assert [x["source_sha256"] for x in got] == [after["bwd_fp32_blocked"]] * 2 + ["0" * 64]
+        assert all(rk.record_digest(x) == x["record_sha256"] for x in got)
+        assert got[0]["record_sha256"] != old[0]["record_sha256"]
+        assert got[1]["rechecked"] == old[1]["rechecked"]  # the chain names the older record as it was
+        assert got[2] == old[2]
+        # --rejections alone leaves approvals files alone.
+        comment_only_change(repo)
+        again = hashes(repo)
+        text = open(ap).read()
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", rj)
+        assert r.returncode == 0 and "rejections re-keyed" in r.stdout and "approvals re-keyed" not in r.stdout, r.stdout
+        assert open(ap).read() == text
+        # HEAD holds `before`: the file's records are keyed to `after` now, not HEAD's, so nothing moves.
+        assert [x["source_sha256"] for x in json.load(open(rj))["rejections"]][:2] == [after["bwd_fp32_blocked"]] * 2
+        assert again["bwd_fp32_blocked"] != after["bwd_fp32_blocked"]
+
+
+def test_a_rejection_that_would_duplicate_is_refused():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        rj = rejections_file(d, before)
+        comment_only_change(repo)
+        after = hashes(repo)
+        doc = json.load(open(rj))
+        twin = copy.deepcopy(doc["rejections"][0])
+        twin["source_sha256"] = after["bwd_fp32_blocked"]  # the same claim, made again for the new source
+        twin["record_sha256"] = rk.record_digest(twin)
+        doc["rejections"].append(twin)
+        text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        open(rj, "w").write(text)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", rj)
+        assert r.returncode == 1 and "would duplicate" in r.stderr and "nothing written" in r.stderr, r.stdout + r.stderr
+        assert open(rj).read() == text
+
+
+def test_rejection_digest_is_normgates():
+    """The committed rejections (sealed by normgate) check with the tool's digest."""
+    with open(os.path.join(ROOT, "routes", "sm90a.rejections.json")) as f:
+        recs = json.load(f)["rejections"]
+    assert recs and all(rk.record_digest(x) == x["record_sha256"] for x in recs)
+
+
+def test_a_failed_rename_restores_the_files_already_renamed():
+    with tempfile.TemporaryDirectory() as d:
+        a, b = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        open(a, "w").write("A0")
+        open(b, "w").write("B0")
+        real, calls = os.replace, []
+
+        def failing(src, dst):
+            calls.append(dst)
+            if dst == b and len([c for c in calls if c == b]) == 1:
+                raise PermissionError(1, "Operation not permitted")
+            return real(src, dst)
+        os.replace = failing
+        try:
+            rk.write_all({a: "A1", b: "B1"})
+            assert False, "no error"
+        except OSError as e:
+            assert "cannot replace " + b in e.strerror and "nothing written" in e.strerror, e.strerror
+        finally:
+            os.replace = real
+        assert open(a).read() == "A0" and open(b).read() == "B0"
+        assert sorted(os.listdir(d)) == ["a.json", "b.json"]  # no temporary left
+
+
+def test_rejections_files_normgate_would_refuse_are_refused():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        rj = rejections_file(d, before)
+        comment_only_change(repo)
+        after = hashes(repo)
+        good = json.load(open(rj))
+
+        def attempt(doc, want):
+            text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            open(rj, "w").write(text)
+            r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", rj)
+            assert r.returncode == 1 and want in r.stderr, r.stdout + r.stderr
+            assert open(rj).read() == text
+        # An unsealed rejection, and a damaged seal on a record not re-keyed.
+        doc = copy.deepcopy(good)
+        del doc["rejections"][0]["record_sha256"]
+        attempt(doc, "has no record_sha256")
+        doc = copy.deepcopy(good)
+        doc["rejections"][2]["worst_err_tol"] = 1.5
+        attempt(doc, "does not match its bytes")
+        # A record re-proved from the hash it would be re-keyed to.
+        doc = copy.deepcopy(good)
+        doc["rejections"][1]["rechecked"]["from_source_sha256"] = after["bwd_fp32_blocked"]
+        doc["rejections"][1]["record_sha256"] = rk.record_digest(doc["rejections"][1])
+        attempt(doc, "its own source")
+
+
+def test_links_are_followed_and_a_file_is_named_once():
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        rj = rejections_file(d, before)
+        link = os.path.join(d, "link.rejections.json")
+        os.symlink(rj, link)
+        comment_only_change(repo)
+        after = hashes(repo)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", link, "--rejections",
+                os.path.join(d, ".", "t.rejections.json"))
+        assert r.returncode == 2 and "named twice" in r.stderr, r.stdout + r.stderr
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", link)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert os.path.islink(link)  # the link stays a link; the file it names is re-keyed
+        assert json.load(open(rj))["rejections"][0]["source_sha256"] == after["bwd_fp32_blocked"]
+        os.mkfifo(os.path.join(d, "f.rejections.json"))
+        r = run("--repo", repo, "--old-commit", "HEAD", "--rejections", os.path.join(d, "f.rejections.json"))
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+
+
 if __name__ == "__main__":
     if not have_tools():
         print("skipped: no gcc or git")
@@ -296,4 +449,10 @@ if __name__ == "__main__":
     test_record_digest_is_normgates()
     test_sealed_records_get_their_digest_recomputed()
     test_a_carried_records_chain_keeps_the_hash_its_digests_compared()
+    test_rejections_are_rekeyed_with_their_seals()
+    test_a_rejection_that_would_duplicate_is_refused()
+    test_rejection_digest_is_normgates()
+    test_a_failed_rename_restores_the_files_already_renamed()
+    test_rejections_files_normgate_would_refuse_are_refused()
+    test_links_are_followed_and_a_file_is_named_once()
     print("test_rekey_approvals: ok")
