@@ -82,7 +82,9 @@ std::vector<VariantCase> pipeline_cases() {
       {6144, 300, Family::llm, 1},    // bwd: wide 768-thread team, FP32 w (re-read per row)
       {2056, 301, Family::cancel},    // fwd: 2 slots, team 160 (plan.h: two slots from H > 2048)
       {3072, 299, Family::llm},       // fwd: 2 slots, team 192
-      {1536, 12001, Family::llm},     // bwd: team 192, 5 CTAs an SM: plan.h's one-wave cap (660 chunks) binds
+      {1536, 12001, Family::llm},     // bwd: team 192, 5 CTAs an SM: chunk_plan.h's one-wave cap (660 chunks) binds
+      {2048, 9001, Family::cancel, 0},  // bwd: team 256, 4 CTAs an SM: the one-wave cap (528 chunks) binds
+      {1600, 9001, Family::llm, 1},     // bwd: team 224, 4 CTAs an SM, FP32 w: 528 chunks (2112 before)
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {
