@@ -1,8 +1,9 @@
 // normgate/kernels/models.h: CPU models of the kernel variants.
 //
-// A model follows its variant's arithmetic step by step (same row geometry and
-// chunk plan from plan.h, same accumulators from accum.h, same order of every
-// FP32/FP64 operation, core/hd.h roundings), so it predicts the GPU's bits:
+// A model follows its variant's arithmetic step by step (same row geometry from
+// plan.h and chunk plan from chunk_plan.h, same accumulators from accum.h, same
+// order of every FP32/FP64 operation, core/hd.h roundings), so it predicts the
+// GPU's bits:
 //   fwd_rowwise, fwd_multirow, fwd_narrow:
 //                       y, rstd, msq bitwise equal to the GPU (one model:
 //                       fwd_multirow has fwd_rowwise's rows and arithmetic;
