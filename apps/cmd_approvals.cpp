@@ -432,18 +432,45 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   std::vector<std::string> refused, notes, done, left;  // left: outputs differ, --partial
   size_t carried = 0, compared = 0, msq_not_compared = 0, in_both = 0;
   const std::string date = validators::detail::utc_now();
+  // OLD's entries by variant and window, for records carried by OLD itself:
+  // a carry gives the record a new record_sha256, so the NEW digests of the
+  // last carry name the record as it was; they are the record's campaign run
+  // by the build it was carried to, which is what OLD must be (D19, "OLD
+  // from the last carry"). A variant and window held twice is not indexed.
+  std::map<std::string, const DigestEntry*> old_by_window;
+  std::set<std::string> old_twice;
+  for (const auto& [sha, e] : d_old.entries) {
+    const std::string k = e.variant + "\n" + e.window;
+    if (!old_by_window.emplace(k, &e).second) old_twice.insert(k);
+  }
+  for (const auto& k : old_twice) old_by_window.erase(k);
+  size_t by_chain = 0;
   for (auto& x : a.records) {
-    const auto io = d_old.entries.find(x.record_sha256);
-    const auto in = d_new.entries.find(x.record_sha256);
+    const DigestEntry* eo = nullptr;
+    const DigestEntry* en = nullptr;
+    if (const auto it = d_old.entries.find(x.record_sha256); it != d_old.entries.end()) eo = &it->second;
+    if (const auto it = d_new.entries.find(x.record_sha256); it != d_new.entries.end()) en = &it->second;
+    // The source OLD's entry must name: the record's own, or for a record
+    // matched through its last carry, the source it was carried from.
+    std::string old_entry_source = x.source_sha256;
+    bool chain = false;
+    if (!eo && x.invalid.empty() && !x.carried.empty() && x.carried.back().digests_new == d_old.sha256 &&
+        x.carried.back().to_source_sha256 == x.source_sha256) {
+      if (const auto it = old_by_window.find(x.variant + "\n" + x.window()); it != old_by_window.end()) {
+        eo = it->second;
+        old_entry_source = x.carried.back().from_source_sha256;
+        chain = true;
+      }
+    }
     if (!x.invalid.empty()) {  // a record that fails its checks is never carried (nor written anew)
-      if (io != d_old.entries.end() || in != d_new.entries.end())
+      if (eo || en)
         refused.push_back("record " + x.record_sha256.substr(0, 12) + " is INVALID (" + x.invalid +
                           "): `normgate approvals` names it; it cannot be carried");
       continue;
     }
     const std::string who = x.backend + " approval of " + x.window() + " -> " + x.variant;
-    if (io == d_old.entries.end() || in == d_new.entries.end()) {
-      const bool in_one = io != d_old.entries.end() || in != d_new.entries.end();
+    if (!eo || !en) {
+      const bool in_one = eo || en;
       if (in_one) notes.push_back(who + ": in one digests file only; left as it is");
       continue;
     }
@@ -473,9 +500,9 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
                       "; left as it is");
       continue;
     }
-    if (io->second.source_sha256 != x.source_sha256 || in->second.source_sha256 != x.source_sha256 ||
-        io->second.variant != x.variant || in->second.variant != x.variant || io->second.window != x.window() ||
-        in->second.window != x.window()) {
+    if (eo->source_sha256 != old_entry_source || en->source_sha256 != x.source_sha256 ||
+        eo->variant != x.variant || en->variant != x.variant || eo->window != x.window() ||
+        en->window != x.window()) {
       refused.push_back(who + ": an entry of OLD or NEW names another record (variant, window or source)");
       continue;
     }
@@ -489,8 +516,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
                         (vn == d_new.variants.end() ? "none" : vn->second.substr(0, 12)) + ")");
       continue;
     }
-    const auto& lo = io->second.lines;
-    const auto& ln = in->second.lines;
+    const auto& lo = eo->lines;
+    const auto& ln = en->lines;
     // Both files must hold exactly the record's campaign (gate.h
     // approval_cases), case by case in its order.
     std::vector<seeds::CaseId> want;
@@ -585,6 +612,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     x.carried.push_back(std::move(c));
     x.source_sha256 = now;
     ++carried;
+    if (chain) ++by_chain;
     compared += lo.size();
   }
   for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
@@ -618,6 +646,10 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
   std::printf("carry    %s: %zu record%s carried on %zu cases\n", path.c_str(), carried, carried == 1 ? "" : "s",
               compared);
+  if (by_chain > 0)
+    std::printf("note     %zu of them found in OLD through their last carry (OLD is the NEW digests of that carry, "
+                "which named each record as it was before it)\n",
+                by_chain);
   if (msq_not_compared > 0)
     std::printf("note     msq was digested on one side only for %zu of them (a normgate-digests/1 file of the "
                 "GPU holds none): every other output compared\n",
@@ -810,7 +842,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                       "build's source of its variant, when OLD was run by the build the record names "
                       "(source_sha256), NEW by this one, on one kind of device, and every output of every case is "
                       "bit for bit the same; the record keeps its verdict and gains a 'carried' entry naming both "
-                      "files' file_sha256 (docs/perf/routes.md D19). Any record refused: exit 1, nothing written. "
+                      "files' file_sha256 (docs/perf/routes.md D19). OLD may be the NEW digests of the record's last carry "
+                      "(found through that carry's digests_new). Any record refused: exit 1, nothing written. "
                       "One approvals FILE; holds FILE.lock; written atomically")
           ->expected(2);
   auto* partial_opt = sub->add_flag(

@@ -519,12 +519,91 @@ TEST_F(Carry, ARecordReKeyedAfterACarryCarriesAgain) {
   ASSERT_EQ(c.code, 0) << c.out;
   const CliRun v = cli("approvals " + approvals);
   EXPECT_EQ(v.code, 0) << v.out;
-  for (const auto& r : json::parse(slurp(approvals))["approvals"])
+  // (The parsed file held in a variable: a range-for over a member of a
+  // temporary would walk a destroyed object and check nothing.)
+  const json after = json::parse(slurp(approvals));
+  size_t n = 0;
+  for (const auto& r : after["approvals"])
     if (r["variant"] == "bwd_det_chunked") {
+      ++n;
       ASSERT_EQ(r["carried"].size(), 2u);
       EXPECT_EQ(r["carried"][1]["from_source_sha256"], rekeyed);
       EXPECT_EQ(r["source_sha256"], real);
     }
+  EXPECT_EQ(n, 3u);
+}
+
+TEST_F(Carry, TheLastCarrysNewDigestsServeAsTheNextCarrysOld) {
+  // The records as a carry left them: carried from kFrom to kFake by a
+  // digests file F (the NEW side of that carry: its build is kFake, its
+  // entries name each record as it was before, keyed to kFrom). A carry
+  // gives a record a new record_sha256, so F's entries match no record by
+  // it; they match through the record's last carry, which names F.
+  const std::string kFrom(64, 'b');
+  const json base = json::parse(slurp(approvals));
+  json od = json::parse(slurp(dir + "/old.json"));
+  for (auto& e : od["entries"]) e["source_sha256"] = kFrom;
+  od = resealed_digests(od);
+  spit(dir + "/old.json", od.dump(1));
+  // The approvals with that last carry naming digests file `f`; NEW digests
+  // of them by this build to new2.json.
+  auto chain_to = [&](const json& f) {
+    json a = base;
+    for (auto& r : a["approvals"])
+      if (r["variant"] == "bwd_det_chunked") {
+        r["carried"] = json::array({json{{"from_source_sha256", kFrom}, {"to_source_sha256", kFake},
+                                         {"digests_old", std::string(64, 'd')}, {"digests_new", f["file_sha256"]},
+                                         {"cases", 10}, {"gpu", "cpu-model"}, {"date", "2026-12-01T00:00:00Z"},
+                                         {"normgate_commit", "0123456789ab"}}});
+        r = sealed(r);
+      }
+    spit(approvals, a.dump(1));
+    const CliRun v = cli("approvals " + approvals);
+    EXPECT_EQ(v.code, 0) << v.out;
+    const CliRun d = cli("digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out " +
+                         dir + "/new2.json");
+    EXPECT_EQ(d.code, 0) << d.out;
+    return slurp(approvals);
+  };
+  // F's entry naming another source than the one the record was carried
+  // from is not the record's campaign: refused, nothing written.
+  json wrong = od;
+  wrong["entries"][0]["source_sha256"] = kFake;
+  wrong = resealed_digests(wrong);
+  spit(dir + "/wrong.json", wrong.dump(1));
+  std::string chained = chain_to(wrong);
+  CliRun c = cli("approvals " + approvals + " --carry " + dir + "/wrong.json " + dir + "/new2.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "names another record")) << c.out;
+  EXPECT_EQ(slurp(approvals), chained);
+  // A digests file the last carry does not name (F sealed again): the
+  // records are in one file only, nothing carried.
+  chained = chain_to(od);
+  json other = od;
+  other["date"] = "2026-12-02T00:00:00Z";
+  spit(dir + "/other.json", resealed_digests(other).dump(1));
+  c = cli("approvals " + approvals + " --carry " + dir + "/other.json " + dir + "/new2.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "in one digests file only"), 3u) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing to carry")) << c.out;
+  EXPECT_EQ(slurp(approvals), chained);
+  // F itself: every record carried, the chain one longer.
+  c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new2.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "3 records carried")) << c.out;
+  EXPECT_TRUE(contains(c.out, "3 of them found in OLD through their last carry")) << c.out;
+  EXPECT_EQ(cli("approvals " + approvals).code, 0);
+  const json after = json::parse(slurp(approvals));
+  size_t n = 0;
+  for (const auto& r : after["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      ++n;
+      ASSERT_EQ(r["carried"].size(), 2u);
+      EXPECT_EQ(r["carried"][1]["from_source_sha256"], kFake);
+      EXPECT_EQ(r["carried"][1]["digests_old"], od["file_sha256"]);
+      EXPECT_EQ(r["source_sha256"], real);
+    }
+  EXPECT_EQ(n, 3u);
 }
 
 TEST(Digest, UsageErrorsBeforeAnyWork) {
