@@ -257,4 +257,40 @@ TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
   EXPECT_EQ(a.records.size(), 2u);  // the wider one and the new exact one
 }
 
+// Contradictions are applied after every window of the run: a det window
+// that fails before a wider nondet window of the same deterministic variant
+// passes (one campaign's outputs in both modes) leaves no record of either.
+TEST(ApprovalPolicy, AFailureRevokesAWiderRecordWrittenLaterInTheSameRun) {
+  const auto t = kernels::load_route_table(test::kSmallTable);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
+  ASSERT_EQ(low.t_hi, 100);
+  ASSERT_EQ(low.variant->mode, kernels::Mode::det);
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult fail;
+  fail.route = low;
+  fail.pass = false;
+  WindowResult wide;
+  wide.route = low;
+  wide.route.mode = kernels::Mode::nondet;
+  wide.route.t_hi = 700;
+  wide.pass = true;
+  r.windows = {fail, wide};
+  kernels::Approvals a;
+  auto changes = update_approvals(a, r, t.routes);
+  EXPECT_TRUE(a.records.empty()) << a.records.size();
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], "approved cpu-model " + wide.route.describe());
+  EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd nondet H=64 w=bf16 form=plain T=1..700 -> "
+                        "bwd_det_chunked (the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  // The other order gives the same file.
+  r.windows = {wide, fail};
+  changes = update_approvals(a, r, t.routes);
+  EXPECT_TRUE(a.records.empty()) << a.records.size();
+  // Without the failure the wider record stays.
+  r.windows = {wide};
+  (void)update_approvals(a, r, t.routes);
+  EXPECT_EQ(a.records.size(), 1u);
+}
+
 }  // namespace
