@@ -145,10 +145,17 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       if (x.contains(w.route)) return true;
       return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
     };
+    // The failing variant's own records of this source, and the records it
+    // vouched for from this source (routes.md D23: the same bits on its
+    // campaign, so the same verdict stands or falls).
+    const std::string vname(w.route.variant->name), vsource(w.route.variant->source_sha256);
+    auto of_variant = [&](const kernels::Approval& x) {
+      return (x.variant == vname && x.source_sha256 == vsource) ||
+             (x.has_vouch && x.vouched.variant == vname && x.vouched.source_sha256 == vsource);
+    };
     std::vector<kernels::Approval> kept;
     for (auto& x : a.records) {
-      if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && x.variant == w.route.variant->name &&
-          x.source_sha256 == w.route.variant->source_sha256) {
+      if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && of_variant(x)) {
         changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
                           (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
                           " inside it)");

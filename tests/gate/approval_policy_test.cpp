@@ -293,4 +293,46 @@ TEST(ApprovalPolicy, AFailureRevokesAWiderRecordWrittenLaterInTheSameRun) {
   EXPECT_EQ(a.records.size(), 1u);
 }
 
+// A failure of a variant also revokes the records it vouched for from the
+// same source (routes.md D23): the vouched record's verdict is its.
+TEST(ApprovalPolicy, AFailureRevokesTheRecordsTheVariantVouchedFor) {
+  const auto t = kernels::load_route_table(test::kSmallTable);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
+  ASSERT_EQ(std::string(low.variant->name), "bwd_det_chunked");
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult w;
+  w.route = low;
+  w.pass = false;
+  r.windows.push_back(w);
+  kernels::Approval vouched;
+  vouched.op = kernels::Op::bwd;
+  vouched.mode = kernels::Mode::det;
+  vouched.H = 64;
+  vouched.t_lo = 1;
+  vouched.t_hi = 700;
+  vouched.variant = "bwd_det_wreg";
+  vouched.source_sha256 = std::string(kernels::variant("bwd_det_wreg").source_sha256);
+  vouched.backend = "cpu-model";
+  vouched.has_vouch = true;
+  vouched.vouched.variant = "bwd_det_chunked";
+  vouched.vouched.source_sha256 = std::string(low.variant->source_sha256);
+  kernels::Approval older = vouched;  // vouched for by another source of the voucher: its own evidence
+  older.vouched.source_sha256 = std::string(64, 'e');
+  older.t_hi = 100;
+  kernels::Approval plain = vouched;  // bwd_det_wreg's own record (a gate's): not the voucher's verdict
+  plain.has_vouch = false;
+  plain.t_lo = 1;
+  plain.t_hi = 100;
+  kernels::Approvals a;
+  a.records = {vouched, older, plain};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].vouched.source_sha256, std::string(64, 'e'));
+  EXPECT_FALSE(a.records[1].has_vouch);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..700 -> bwd_det_wreg "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+}
+
 }  // namespace
