@@ -1014,7 +1014,9 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                       "(source_sha256), NEW by this one, on one kind of device, and every output of every case is "
                       "bit for bit the same; the record keeps its verdict and gains a 'carried' entry naming both "
                       "files' file_sha256 (docs/perf/routes.md D19). OLD may be the NEW digests of the record's last carry "
-                      "(found through that carry's digests_new). Any record refused: exit 1, nothing written. "
+                      "(found through that carry's digests_new). Exit 0 written or nothing to carry, 1 a record refused "
+                      "(nothing written) or, with --partial, left; 2 usage (OLD and NEW the same file or of one "
+                      "clean commit, another kind of device, a --as file). "
                       "One approvals FILE; holds FILE.lock; written atomically")
           ->expected(2);
   auto* vouch_opt =
@@ -1023,9 +1025,11 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                       "`normgate digest FILE --variant V` and W_DIGESTS `normgate digest FILE --variant V --as W`, "
                       "both by this build of two deterministic variants of one op, on one kind of device: each "
                       "current record of V whose campaign W ran bit for bit as V did gives W a record of the same "
-                      "window and verdict with a 'vouched' entry (it replaces W's record of that window and backend). "
-                      "Any record refused: exit 1, nothing written. One approvals FILE; holds FILE.lock; written "
-                      "atomically")
+                      "window and verdict with a 'vouched' entry (it replaces W's record of that window and backend, "
+                      "of any source). V_DIGESTS must not be a --as file, W_DIGESTS must be one naming V; a GPU record "
+                      "is compared on the GPU model it was gated on. Exit 0 written or nothing to vouch for, 1 a "
+                      "record refused (nothing written), 2 usage (files swapped, another device or build, a nondet "
+                      "or control variant). One approvals FILE; holds FILE.lock; written atomically")
           ->expected(2);
   auto* partial_opt = sub->add_flag(
       "--partial", o->partial,

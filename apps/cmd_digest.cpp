@@ -203,15 +203,17 @@ void add_digest(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "digest",
       "Run the campaigns of a variant's approvals again and record a digest of every output (no oracle): the "
-      "evidence `approvals --carry` needs (docs/perf/routes.md D19). Exit 0 written, 1 written but stopped by "
+      "evidence `approvals --carry` needs (docs/perf/routes.md D19), and with --as that `approvals --vouch` "
+      "needs (D23). Exit 0 written, 1 written but stopped by "
       "--deadline, 2 usage (nothing run or written), 3 a failure while running");
   auto o = std::make_shared<DigestOptions>();
   sub->add_option("APPROVALS", o->approvals, "Approvals file whose records' campaigns are run")->required();
   sub->add_option("--variant", o->variants, "Variant whose approvals are run (repeatable)")->required();
   sub->add_option("--as", o->as,
-                  "Run the campaigns of --variant V's approvals with this deterministic variant of the same op "
-                  "instead (one --variant; every window must be one it runs): the evidence `approvals --vouch` "
-                  "needs (docs/perf/routes.md D23)");
+                  "Run the campaigns of --variant V's approvals with this variant W of the same op instead; V "
+                  "and W deterministic, not controls or external; one --variant; W must run the window of every "
+                  "valid record of V on --backend (stale ones too), else exit 2 before any work: the evidence "
+                  "`approvals --vouch` needs (docs/perf/routes.md D23)");
   add_backend_option(sub, o->backend, "Where the variants run: gpu (their kernels), cpu (their CPU models), auto");
   sub->add_option("--out", o->out, "The digests file to write (JSON, written whole or not at all)")->required();
   add_threads_option(sub, o->threads, "OpenMP threads for host generation and CPU models (0: default)");

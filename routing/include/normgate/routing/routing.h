@@ -291,18 +291,20 @@ struct Approval {
   /// (vouched) An approval by bitwise equivalence (docs/perf/routes.md D23):
   /// this variant's outputs on every case of another deterministic
   /// variant's approved campaign were bit for bit that variant's, so the
-  /// other's verdict is this one's. `normgate digest --as` and `normgate
-  /// approvals --vouch` write it; the verdict and strength fields are the
-  /// vouching record's. Absent for a record a gate wrote.
+  /// other's verdict is this one's. `normgate approvals --vouch` writes it
+  /// (from two files of `normgate digest`, one with `--as`); the verdict and
+  /// strength fields are the vouching record's. Absent for a record a gate
+  /// wrote. The loader checks the fields' forms and that `variant` is not
+  /// the record's own; --vouch checks that both variants are deterministic.
   struct Vouch {
-    std::string variant;        ///< the vouching variant (deterministic, not this one)
+    std::string variant;        ///< the vouching variant (not this one)
     std::string record_sha256;  ///< the vouching record's seal when it vouched
     std::string source_sha256;  ///< the vouching variant's source hash then
     std::string digests_v, digests_w;  ///< file_sha256 of its digests and of this variant's (`digest --as`)
     int64_t cases = 0;          ///< cases compared, every output bit for bit
     std::string gpu;            ///< device both digest runs used ("cpu-model" without one)
     std::string date;           ///< UTC, ISO 8601
-    std::string normgate_commit;   ///< commit of the build that ran both
+    std::string normgate_commit;   ///< commit of the build that wrote the `--as` digests
   };
   bool has_vouch = false;
   Vouch vouched;
