@@ -475,6 +475,9 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
         eo = it->second;
         old_entry_source = x.carried.back().from_source_sha256;
         chain = true;
+      } else if (old_twice.count(x.variant + "\n" + x.window())) {
+        notes.push_back(x.backend + " approval of " + x.window() + " -> " + x.variant + ": OLD holds two entries of "
+                        "this variant and window, so its last carry's file cannot say which is its campaign");
       }
     }
     if (!x.invalid.empty()) {  // a record that fails its checks is never carried (nor written anew)
@@ -687,6 +690,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
     throw std::invalid_argument("--vouch: the files ran on " + dv.backend + " (" + dv.gpu + ") and " + dw.backend +
                                 " (" + dw.gpu + "): the bits are compared on one kind of device");
   const std::string vn = dw.ran_as_of, wn = dw.ran_as;
+  if (vn == wn) throw std::invalid_argument("--vouch " + w_path + ": ran_as names " + vn + " for itself");
   const kernels::Variant* v = kernels::find_variant(vn);
   const kernels::Variant* w = kernels::find_variant(wn);
   if (!v || !w) throw std::invalid_argument("--vouch " + w_path + ": this normgate has no variant " + (v ? wn : vn));
@@ -706,20 +710,37 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   check_writable(core::rename_target(path), "APPROVALS");
   kernels::ApprovalsLock lock(path);
   kernels::Approvals a = kernels::load_approvals(path);
+  // W's remembered rejections beside the table (rejections.h): a current
+  // one inside a window refuses the vouch there (a case over budget).
+  const kernels::Rejections rej = kernels::load_rejections(kernels::rejections_path_for(
+      path.size() > 15 && path.compare(path.size() - 15, 15, ".approvals.json") == 0
+          ? path.substr(0, path.size() - 15) + ".toml"
+          : path));
   std::vector<std::string> refused, notes, done;
   std::vector<kernels::Approval> add;
   size_t compared = 0;
   const std::string date = validators::detail::utc_now();
   for (const auto& x : a.records) {
-    if (x.variant != vn || !x.invalid.empty()) continue;
+    if (x.variant != vn) continue;
     const auto ev = dv.entries.find(x.record_sha256), ew = dw.entries.find(x.record_sha256);
     const std::string who = x.backend + " approval of " + x.window() + " -> " + vn;
+    if (!x.invalid.empty()) {  // never vouches (as a carry never carries one)
+      if (ev != dv.entries.end() || ew != dw.entries.end())
+        refused.push_back("record " + x.record_sha256.substr(0, 12) + " is INVALID (" + x.invalid +
+                          "): `normgate approvals` names it; it cannot vouch");
+      continue;
+    }
     if (ev == dv.entries.end() || ew == dw.entries.end()) {
       if (ev != dv.entries.end() || ew != dw.entries.end()) notes.push_back(who + ": in one digests file only");
       continue;
     }
     if (x.source_sha256 != v->source_sha256) {
       notes.push_back(who + ": keyed to another source of " + vn + " than this build's (stale); left out");
+      continue;
+    }
+    if (x.has_vouch) {  // one step only: a failure of a gated record then reaches every record resting on it
+      notes.push_back(who + ": itself vouched for by " + x.vouched.variant + "; a vouched record does not vouch "
+                      "(vouch from " + x.vouched.variant + "'s record); left out");
       continue;
     }
     if (x.backend != dv.backend) {
@@ -738,6 +759,24 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
     if (!refused.empty() && refused.back().rfind(who, 0) == 0) continue;
     if (!(w->supports_h(x.H) && w->supports(x.w) && w->supports(x.form))) {
       refused.push_back(who + ": " + wn + " does not run this window");
+      continue;
+    }
+    bool w_gated = false;  // W's own current gate record of this window and backend stays
+    for (const auto& r : a.records)
+      w_gated = w_gated || (r.invalid.empty() && r.variant == wn && r.backend == x.backend &&
+                            r.window() == x.window() && r.source_sha256 == w->source_sha256 && !r.has_vouch);
+    if (w_gated) {
+      notes.push_back(who + ": " + wn + " has a current record of its own gate there; left as it is");
+      continue;
+    }
+    std::string rejected;
+    for (const auto& q : rej.records)
+      if (rejected.empty() && q.variant == wn && q.source_sha256 == w->source_sha256 && q.backend == x.backend &&
+          q.op == x.op && (x.op == kernels::Op::fwd || q.mode == x.mode) && q.H == x.H && q.w == x.w &&
+          q.form == x.form && q.t_lo <= x.t_hi && x.t_lo <= q.t_hi)
+        rejected = q.worst_case + " err/tol " + std::to_string(q.worst_err_tol) + " (" + q.worst_output + ")";
+    if (!rejected.empty()) {
+      refused.push_back(who + ": " + wn + " is rejected inside this window (" + rej.path + ": " + rejected + ")");
       continue;
     }
     std::vector<seeds::CaseId> want;

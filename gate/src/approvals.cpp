@@ -146,12 +146,14 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
     };
     // The failing variant's own records of this source, and the records it
-    // vouched for from this source (routes.md D23: the same bits on its
-    // campaign, so the same verdict stands or falls).
+    // vouched for (routes.md D23: the same bits on its campaign, so the same
+    // verdict stands or falls).
     const std::string vname(w.route.variant->name), vsource(w.route.variant->source_sha256);
+    // A vouched record goes whatever source of V vouched for it (V's record
+    // may have been carried since: the same bits on the campaign, and the
+    // failing case may lie outside it).
     auto of_variant = [&](const kernels::Approval& x) {
-      return (x.variant == vname && x.source_sha256 == vsource) ||
-             (x.has_vouch && x.vouched.variant == vname && x.vouched.source_sha256 == vsource);
+      return (x.variant == vname && x.source_sha256 == vsource) || (x.has_vouch && x.vouched.variant == vname);
     };
     std::vector<kernels::Approval> kept;
     for (auto& x : a.records) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cmath>
@@ -502,10 +503,18 @@ void from_json(const nlohmann::json& j, Approval& a) {
     };
     Approval::Vouch v;
     v.variant = str(c, "variant", at.c_str());
-    if (v.variant.empty() || v.variant == a.variant)
+    const bool name_ok = !v.variant.empty() && v.variant.size() <= 64 &&
+                         std::all_of(v.variant.begin(), v.variant.end(), [](char ch) {
+                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' ||
+                                  ch == '+' || ch == '-';
+                         });
+    if (!name_ok) throw std::invalid_argument("field 'vouched.variant' must be a variant name ([A-Za-z0-9_.+-]{1,64})");
+    if (v.variant == a.variant)
       throw std::invalid_argument("field 'vouched.variant' must name another variant than the record's");
     v.record_sha256 = hex("record_sha256");
     v.source_sha256 = hex("source_sha256");
+    if (v.source_sha256 == a.source_sha256)
+      throw std::invalid_argument("field 'vouched.source_sha256' is the record's own source (it names the voucher's)");
     v.digests_v = hex("digests_v");
     v.digests_w = hex("digests_w");
     if (v.digests_v == v.digests_w)
@@ -514,9 +523,11 @@ void from_json(const nlohmann::json& j, Approval& a) {
     v.cases = integer(c.at("cases"), "vouched.cases");
     if (v.cases < 1) throw std::invalid_argument("field 'vouched.cases' must be at least 1");
     v.gpu = str(c, "gpu", at.c_str());
+    if (v.gpu.empty()) throw std::invalid_argument("field 'vouched.gpu' must not be empty");
     v.date = str(c, "date", at.c_str());
     if (!iso8601_utc(v.date)) throw std::invalid_argument("field 'vouched.date' must be UTC ISO 8601");
     v.normgate_commit = str(c, "normgate_commit", at.c_str());
+    if (v.normgate_commit.empty()) throw std::invalid_argument("field 'vouched.normgate_commit' must not be empty");
     a.has_vouch = true;
     a.vouched = std::move(v);
   }

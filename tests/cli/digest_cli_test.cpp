@@ -700,6 +700,60 @@ TEST(Vouch, AnEquivalentVariantGetsTheRecordsAndADifferentOneIsRefused) {
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_EQ(occurrences(c.out, "replaced cpu-model approval"), 3u) << c.out;
   EXPECT_EQ(json::parse(slurp(ap))["approvals"].size(), a["approvals"].size());
+  // A vouched record does not vouch (one step: a failure of the gated
+  // record reaches every record resting on it).
+  const std::string wdig = "digest " + ap + " --variant bwd_det_wreg --backend cpu --threads 1 --out " + dir;
+  ASSERT_EQ(cli(wdig + "/wv.json").code, 0);
+  ASSERT_EQ(cli(wdig + "/wo.json --as bwd_det_onepass").code, 0);
+  const std::string vouched_file = slurp(ap);
+  c = cli("approvals " + ap + " --vouch " + dir + "/wv.json " + dir + "/wo.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "a vouched record does not vouch"), 3u) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing to vouch for")) << c.out;
+  EXPECT_EQ(slurp(ap), vouched_file);
+  // ran_as naming V for itself (a digests file edited and sealed again).
+  json self = wd;
+  self["ran_as"] = {{"bwd_det_chunked", "bwd_det_chunked"}};
+  spit(dir + "/self.json", resealed_digests(self).dump(1));
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/self.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "for itself")) << c.out;
+  // W's own current gate record of a window stays; a current rejection of
+  // W inside a window refuses the vouch there.
+  spit(ap, before);
+  ASSERT_EQ(cli("gate " + dir + "/w.toml --windows variant=bwd_det_wreg --approve" + kFast).code, 0);
+  const std::string wgated = slurp(dir + "/w.approvals.json");
+  c = cli("approvals " + dir + "/w.approvals.json --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "has a current record of its own gate there"), 3u) << c.out;
+  EXPECT_EQ(slurp(dir + "/w.approvals.json"), wgated);
+  json rj = {{"format", "normgate-rejections/1"}, {"rejections", json::array()}};
+  json rec = {{"backend", "cpu-model"}, {"date", "2026-12-04T12:00:00Z"}, {"gated_T", {1, 100}}, {"gpu", "cpu-model"},
+              {"normgate_commit", "0123456789ab"}, {"normgate_version", "0.2.0"},
+              {"source_sha256", wd["variants"]["bwd_det_wreg"]}, {"variant", "bwd_det_wreg"},
+              {"window", {{"H", 64}, {"T", {50, 60}}, {"form", "plain"}, {"mode", "det"}, {"op", "bwd"}, {"w", "bf16"}}},
+              {"worst_case", "H=64,T=50,w=bf16,form=plain,family=cancel,seed=0"}, {"worst_err_tol", 1.5},
+              {"worst_output", "dw"}};
+  rj["rejections"].push_back(sealed(rec));
+  spit(dir + "/small.rejections.json", rj.dump(1));
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "bwd_det_wreg is rejected inside this window")) << c.out;
+  EXPECT_EQ(slurp(ap), before);
+  std::filesystem::remove(dir + "/small.rejections.json");
+  // An INVALID record of V that both files hold refuses the vouch.
+  json inv = json::parse(before);
+  for (auto& r : inv["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      r["cases"] = r["cases"].get<int>() + 1;  // its seal no longer holds
+      break;
+    }
+  spit(ap, inv.dump(1));
+  const std::string invalid_file = slurp(ap);
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "is INVALID")) << c.out;
+  EXPECT_EQ(slurp(ap), invalid_file);
   std::filesystem::remove_all(dir);
 }
 

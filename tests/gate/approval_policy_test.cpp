@@ -293,8 +293,9 @@ TEST(ApprovalPolicy, AFailureRevokesAWiderRecordWrittenLaterInTheSameRun) {
   EXPECT_EQ(a.records.size(), 1u);
 }
 
-// A failure of a variant also revokes the records it vouched for from the
-// same source (routes.md D23): the vouched record's verdict is its.
+// A failure of a variant also revokes the records it vouched for (routes.md
+// D23), whatever source of it vouched: its record may have been carried
+// since. A record of the other variant's own gate stays.
 TEST(ApprovalPolicy, AFailureRevokesTheRecordsTheVariantVouchedFor) {
   const auto t = kernels::load_route_table(test::kSmallTable);
   const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
@@ -317,21 +318,24 @@ TEST(ApprovalPolicy, AFailureRevokesTheRecordsTheVariantVouchedFor) {
   vouched.has_vouch = true;
   vouched.vouched.variant = "bwd_det_chunked";
   vouched.vouched.source_sha256 = std::string(low.variant->source_sha256);
-  kernels::Approval older = vouched;  // vouched for by another source of the voucher: its own evidence
+  kernels::Approval older = vouched;  // vouched for by an earlier source of the voucher (since carried)
   older.vouched.source_sha256 = std::string(64, 'e');
   older.t_hi = 100;
-  kernels::Approval plain = vouched;  // bwd_det_wreg's own record (a gate's): not the voucher's verdict
+  kernels::Approval other = vouched;  // vouched for by another variant: not this failure's
+  other.vouched.variant = "bwd_det_onepass";
+  kernels::Approval plain = vouched;  // bwd_det_wreg's own gate record: its own evidence
   plain.has_vouch = false;
-  plain.t_lo = 1;
   plain.t_hi = 100;
   kernels::Approvals a;
-  a.records = {vouched, older, plain};
+  a.records = {vouched, older, other, plain};
   const auto changes = update_approvals(a, r, t.routes);
   ASSERT_EQ(a.records.size(), 2u);
-  EXPECT_EQ(a.records[0].vouched.source_sha256, std::string(64, 'e'));
+  EXPECT_EQ(a.records[0].vouched.variant, "bwd_det_onepass");
   EXPECT_FALSE(a.records[1].has_vouch);
-  ASSERT_EQ(changes.size(), 1u);
+  ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..700 -> bwd_det_wreg "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..100 -> bwd_det_wreg "
                         "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
 }
 
