@@ -240,6 +240,9 @@ struct DigestFile {
   std::string path, sha256, format, backend, gpu, commit, approvals_file;
   std::map<std::string, std::string> variants;    // name -> the build's source_sha256
   std::map<std::string, DigestEntry> entries;     // by the approval's record_sha256
+  // `digest --as`: the records' variant and the variant that ran their
+  // campaigns instead ("" both for a plain digest).
+  std::string ran_as_of, ran_as;
 };
 
 // The outputs of one digests line, in the order core/output_digest.h's
@@ -295,8 +298,8 @@ std::map<std::string, std::string> parse_digest_line(const std::string& line, st
   return out;
 }
 
-DigestFile read_digests(const std::string& path) {
-  auto bad = [&path](const std::string& why) { return std::invalid_argument("--carry " + path + ": " + why); };
+DigestFile read_digests(const std::string& path, const std::string& opt = "--carry") {
+  auto bad = [&path, &opt](const std::string& why) { return std::invalid_argument(opt + " " + path + ": " + why); };
   if (std::filesystem::is_directory(path)) throw bad("a folder, not a digests file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw bad(std::string("cannot be read (") + std::strerror(errno) + ")");
@@ -321,12 +324,13 @@ DigestFile read_digests(const std::string& path) {
     // (which walks the whole document): nothing nested deeper than an
     // entry's lines.
     static const std::set<std::string> kTop = {"format", "normgate_commit", "normgate_version", "date", "backend",
-                                               "gpu", "driver", "approvals_file", "variants", "entries", "file_sha256"};
+                                               "gpu", "driver", "approvals_file", "variants", "entries", "file_sha256",
+                                               "ran_as"};
     static const std::set<std::string> kEntry = {"record_sha256", "variant", "window", "source_sha256",
                                                  "approval_cases", "cases", "lines_sha256", "lines"};
     for (const auto& [k, v] : j.items()) {
       if (!kTop.count(k)) throw bad("unknown key '" + k.substr(0, 40) + "'");
-      if (k == "variants" || k == "entries") continue;
+      if (k == "variants" || k == "entries" || k == "ran_as") continue;
       if (!v.is_string()) throw bad("'" + k + "' is not a string");
     }
     for (const char* k : {"variants", "entries", "backend", "gpu", "normgate_commit", "approvals_file"})
@@ -335,6 +339,9 @@ DigestFile read_digests(const std::string& path) {
     for (const auto& [k, v] : j["variants"].items())
       if (!v.is_string()) throw bad("variants['" + k.substr(0, 40) + "'] is not a string");
     if (!j["entries"].is_array()) throw bad("'entries' is not an array");
+    if (j.contains("ran_as") && (!j["ran_as"].is_object() || j["ran_as"].size() != 1 ||
+                                 !j["ran_as"].begin().value().is_string()))
+      throw bad("'ran_as' is not an object of one variant name");
     for (const auto& e : j["entries"]) {
       if (!e.is_object()) throw bad("an entry is not an object");
       for (const auto& [k, v] : e.items()) {
@@ -357,6 +364,10 @@ DigestFile read_digests(const std::string& path) {
     d.commit = j.at("normgate_commit").get<std::string>();
     d.approvals_file = j.at("approvals_file").get<std::string>();
     for (const auto& [k, v] : j.at("variants").items()) d.variants[k] = v.get<std::string>();
+    if (j.contains("ran_as")) {
+      d.ran_as_of = j["ran_as"].begin().key();
+      d.ran_as = j["ran_as"].begin().value().get<std::string>();
+    }
     // Which lines hold msq: none in a /1 file or of the CPU models, every
     // line of a /2 file of the GPU.
     const bool want_msq = d.format == "normgate-digests/2" && d.backend == kernels::kGpuBackend;
@@ -419,6 +430,10 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
                     bool partial) {
   const DigestFile d_old = read_digests(old_path), d_new = read_digests(new_path);
   if (d_old.sha256 == d_new.sha256) throw std::invalid_argument("--carry: OLD and NEW are the same digests file");
+  for (const DigestFile* d : {&d_old, &d_new})
+    if (!d->ran_as.empty())
+      throw std::invalid_argument("--carry " + d->path + ": digests of " + d->ran_as_of + "'s records run as " +
+                                  d->ran_as + " (`digest --as`): evidence for --vouch, not for a carry");
   if (d_old.backend != d_new.backend || d_old.gpu != d_new.gpu)
     throw std::invalid_argument("--carry: OLD ran on " + d_old.backend + " (" + d_old.gpu + "), NEW on " +
                                 d_new.backend + " (" + d_new.gpu + "): the bits are compared on one kind of device");
@@ -460,6 +475,9 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
         eo = it->second;
         old_entry_source = x.carried.back().from_source_sha256;
         chain = true;
+      } else if (old_twice.count(x.variant + "\n" + x.window())) {
+        notes.push_back(x.backend + " approval of " + x.window() + " -> " + x.variant + ": OLD holds two entries of "
+                        "this variant and window, so its last carry's file cannot say which is its campaign");
       }
     }
     if (!x.invalid.empty()) {  // a record that fails its checks is never carried (nor written anew)
@@ -658,6 +676,196 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   return left.empty() ? 0 : 1;
 }
 
+// normgate approvals FILE --vouch V_DIGESTS W_DIGESTS (see the option's help;
+// docs/perf/routes.md D23).
+int vouch_approvals(const std::string& path, const std::string& v_path, const std::string& w_path) {
+  const DigestFile dv = read_digests(v_path, "--vouch"), dw = read_digests(w_path, "--vouch");
+  if (dv.sha256 == dw.sha256) throw std::invalid_argument("--vouch: the two digests files are one");
+  if (!dv.ran_as.empty())
+    throw std::invalid_argument("--vouch " + v_path + ": a `digest --as` file; the first file is the vouching "
+                                "variant's own digests (`digest --variant V`)");
+  if (dw.ran_as.empty())
+    throw std::invalid_argument("--vouch " + w_path + ": not a `digest --as` file (`digest --variant V --as W`)");
+  if (dv.backend != dw.backend || dv.gpu != dw.gpu)
+    throw std::invalid_argument("--vouch: the files ran on " + dv.backend + " (" + dv.gpu + ") and " + dw.backend +
+                                " (" + dw.gpu + "): the bits are compared on one kind of device");
+  const std::string vn = dw.ran_as_of, wn = dw.ran_as;
+  if (vn == wn) throw std::invalid_argument("--vouch " + w_path + ": ran_as names " + vn + " for itself");
+  const kernels::Variant* v = kernels::find_variant(vn);
+  const kernels::Variant* w = kernels::find_variant(wn);
+  if (!v || !w) throw std::invalid_argument("--vouch " + w_path + ": this normgate has no variant " + (v ? wn : vn));
+  for (const kernels::Variant* x : {v, w})
+    if (x->mode != kernels::Mode::det || x->control || x->external)
+      throw std::invalid_argument("--vouch: " + std::string(x->name) +
+                                  " is not a deterministic variant of this build (a nondet variant's bits may differ "
+                                  "run to run; controls and external variants neither vouch nor are vouched for)");
+  if (v->op != w->op) throw std::invalid_argument("--vouch: " + vn + " and " + wn + " are of different ops");
+  const auto sv = dv.variants.find(vn), sw = dw.variants.find(wn);
+  if (sv == dv.variants.end() || sv->second != v->source_sha256)
+    throw std::invalid_argument("--vouch " + v_path + ": not run by this build's " + vn + " (source " +
+                                std::string(v->source_sha256).substr(0, 12) + ")");
+  if (sw == dw.variants.end() || sw->second != w->source_sha256)
+    throw std::invalid_argument("--vouch " + w_path + ": not run by this build's " + wn + " (source " +
+                                std::string(w->source_sha256).substr(0, 12) + ")");
+  check_writable(core::rename_target(path), "APPROVALS");
+  kernels::ApprovalsLock lock(path);
+  kernels::Approvals a = kernels::load_approvals(path);
+  // W's remembered rejections beside the table (rejections.h): a current
+  // one inside a window refuses the vouch there (a case over budget).
+  const kernels::Rejections rej = kernels::load_rejections(kernels::rejections_path_for(
+      path.size() > 15 && path.compare(path.size() - 15, 15, ".approvals.json") == 0
+          ? path.substr(0, path.size() - 15) + ".toml"
+          : path));
+  std::vector<std::string> refused, notes, done;
+  std::vector<kernels::Approval> add;
+  size_t compared = 0;
+  const std::string date = validators::detail::utc_now();
+  for (const auto& x : a.records) {
+    if (x.variant != vn) continue;
+    const auto ev = dv.entries.find(x.record_sha256), ew = dw.entries.find(x.record_sha256);
+    const std::string who = x.backend + " approval of " + x.window() + " -> " + vn;
+    if (!x.invalid.empty()) {  // never vouches (as a carry never carries one)
+      if (ev != dv.entries.end() || ew != dw.entries.end())
+        refused.push_back("record " + x.record_sha256.substr(0, 12) + " is INVALID (" + x.invalid +
+                          "): `normgate approvals` names it; it cannot vouch");
+      continue;
+    }
+    if (ev == dv.entries.end() || ew == dw.entries.end()) {
+      if (ev != dv.entries.end() || ew != dw.entries.end()) notes.push_back(who + ": in one digests file only");
+      continue;
+    }
+    if (x.source_sha256 != v->source_sha256) {
+      notes.push_back(who + ": keyed to another source of " + vn + " than this build's (stale); left out");
+      continue;
+    }
+    if (x.has_vouch) {  // one step only: a failure of a gated record then reaches every record resting on it
+      notes.push_back(who + ": itself vouched for by " + x.vouched.variant + "; a vouched record does not vouch "
+                      "(vouch from " + x.vouched.variant + "'s record); left out");
+      continue;
+    }
+    if (x.backend != dv.backend) {
+      refused.push_back(who + ": the digests ran on backend " + dv.backend);
+      continue;
+    }
+    if (x.backend == kernels::kGpuBackend && dv.gpu != x.gpu) {
+      refused.push_back(who + ": gated on " + x.gpu + ", the digests ran on " + dv.gpu);
+      continue;
+    }
+    for (const auto* e : {&ev->second, &ew->second})
+      if (e->variant != vn || e->window != x.window() || e->source_sha256 != x.source_sha256) {
+        refused.push_back(who + ": an entry names another record (variant, window or source)");
+        break;
+      }
+    if (!refused.empty() && refused.back().rfind(who, 0) == 0) continue;
+    if (!(w->supports_h(x.H) && w->supports(x.w) && w->supports(x.form))) {
+      refused.push_back(who + ": " + wn + " does not run this window");
+      continue;
+    }
+    bool w_gated = false;  // W's own current gate record of this window and backend stays
+    for (const auto& r : a.records)
+      w_gated = w_gated || (r.invalid.empty() && r.variant == wn && r.backend == x.backend &&
+                            r.window() == x.window() && r.source_sha256 == w->source_sha256 && !r.has_vouch);
+    if (w_gated) {
+      notes.push_back(who + ": " + wn + " has a current record of its own gate there; left as it is");
+      continue;
+    }
+    std::string rejected;
+    for (const auto& q : rej.records)
+      if (rejected.empty() && q.variant == wn && q.source_sha256 == w->source_sha256 && q.backend == x.backend &&
+          q.op == x.op && (x.op == kernels::Op::fwd || q.mode == x.mode) && q.H == x.H && q.w == x.w &&
+          q.form == x.form && q.t_lo <= x.t_hi && x.t_lo <= q.t_hi)
+        rejected = q.worst_case + " err/tol " + std::to_string(q.worst_err_tol) + " (" + q.worst_output + ")";
+    if (!rejected.empty()) {
+      refused.push_back(who + ": " + wn + " is rejected inside this window (" + rej.path + ": " + rejected + ")");
+      continue;
+    }
+    std::vector<seeds::CaseId> want;
+    try {
+      want = validators::approval_cases(x);
+    } catch (const std::invalid_argument& e) {
+      refused.push_back(who + ": its campaign cannot be listed (" + e.what() + ")");
+      continue;
+    }
+    const auto& lv = ev->second.lines;
+    const auto& lw = ew->second.lines;
+    auto case_of = [](const std::string& line) { return line.substr(0, line.find(' ')); };
+    std::string why;
+    for (const auto* side : {&lv, &lw}) {
+      if (!why.empty()) break;
+      if (side->size() != want.size()) {
+        why = std::string(side == &lv ? vn : wn) + "'s file holds " + std::to_string(side->size()) +
+              " cases, the record's campaign " + std::to_string(want.size());
+        break;
+      }
+      for (size_t k = 0; k < want.size() && why.empty(); ++k)
+        if (case_of((*side)[k]) != seeds::to_string(want[k]))
+          why = "case " + std::to_string(k + 1) + " is " + case_of((*side)[k]) + ", the campaign's " +
+                seeds::to_string(want[k]);
+    }
+    // Bit for bit: the same build wrote both lines, so the same outputs in
+    // the same spelling.
+    for (size_t k = 0; why.empty() && k < lv.size(); ++k)
+      if (lv[k] != lw[k])
+        why = "outputs differ at case " + std::to_string(k + 1) + " of " + std::to_string(lv.size()) + ":\n      " +
+              vn + " " + lv[k] + "\n      " + wn + " " + lw[k];
+    if (!why.empty()) {
+      refused.push_back(who + ": " + why);
+      continue;
+    }
+    kernels::Approval y = x;
+    y.variant = wn;
+    y.source_sha256 = std::string(w->source_sha256);
+    y.carried.clear();
+    y.has_vouch = true;
+    y.vouched.variant = vn;
+    y.vouched.record_sha256 = x.record_sha256;
+    y.vouched.source_sha256 = x.source_sha256;
+    y.vouched.digests_v = dv.sha256;
+    y.vouched.digests_w = dw.sha256;
+    y.vouched.cases = static_cast<int64_t>(lv.size());
+    y.vouched.gpu = dv.gpu;
+    y.vouched.date = date;
+    y.vouched.normgate_commit = dw.commit;
+    y.record_sha256.clear();
+    compared += lv.size();
+    done.push_back(who + " vouches for " + wn + ": " + std::to_string(lv.size()) + " cases bit for bit");
+    add.push_back(std::move(y));
+  }
+  for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
+  if (!refused.empty()) {
+    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
+    std::printf("vouch    refused: %zu record%s above; nothing written\n", refused.size(),
+                refused.size() == 1 ? "" : "s");
+    return 1;
+  }
+  if (add.empty()) {
+    std::printf("vouch    nothing to vouch for in %s (file unchanged)\n", path.c_str());
+    return 0;
+  }
+  // A record of the new one's window, variant and backend (of any source)
+  // gives way to it, as a gate's renewal would.
+  std::vector<kernels::Approval> keep;
+  for (auto& r : a.records) {
+    const bool replaced = r.invalid.empty() && std::any_of(add.begin(), add.end(), [&](const kernels::Approval& y) {
+      return r.variant == y.variant && r.backend == y.backend && r.window() == y.window();
+    });
+    if (replaced) {
+      notes.push_back("replaced " + r.backend + " approval of " + r.window() + " -> " + r.variant);
+      std::printf("replaced %s approval of %s -> %s (source %s)\n", r.backend.c_str(), r.window().c_str(),
+                  r.variant.c_str(), r.source_sha256.substr(0, 12).c_str());
+      continue;
+    }
+    keep.push_back(std::move(r));
+  }
+  for (auto& y : add) keep.push_back(std::move(y));
+  a.records = std::move(keep);
+  write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
+  for (const auto& d : done) std::printf("vouch    %s\n", d.c_str());
+  std::printf("vouch    %s: %zu record%s of %s added on %zu cases\n", path.c_str(), add.size(),
+              add.size() == 1 ? "" : "s", wn.c_str(), compared);
+  return 0;
+}
+
 // normgate approvals FILE.rejections.json --recheck (see the option's help).
 int recheck_rejections(const std::string& path, const std::string& backend_name, int threads) {
   constexpr std::string_view kSuffix = ".rejections.json";
@@ -805,13 +1013,15 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "(each listed with its reason). --seal adds record_sha256 to approvals records written before records carried "
       "it (rejections are always sealed). --merge-into TARGET adds the files' approvals records to TARGET. "
       "--carry OLD NEW re-keys records to this build's source when two digests files (`normgate digest`) agree "
-      "bit for bit (--partial: a nondet variant's records that agree). --recheck re-proves a rejections file's "
-      "stale records by running their failing cases again");
+      "bit for bit (--partial: a nondet variant's records that agree). --vouch V_DIGESTS W_DIGESTS gives a "
+      "deterministic variant W the records of another, V, whose campaigns W ran bit for bit as V did. --recheck "
+      "re-proves a rejections file's stale records by running their failing cases again");
   struct Opts {
     std::vector<std::string> files;
     bool seal = false;
     std::string merge_into;
     std::vector<std::string> carry;
+    std::vector<std::string> vouch;
     bool partial = false;
     bool recheck = false;
     std::string backend = "auto";
@@ -843,8 +1053,22 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                       "(source_sha256), NEW by this one, on one kind of device, and every output of every case is "
                       "bit for bit the same; the record keeps its verdict and gains a 'carried' entry naming both "
                       "files' file_sha256 (docs/perf/routes.md D19). OLD may be the NEW digests of the record's last carry "
-                      "(found through that carry's digests_new). Any record refused: exit 1, nothing written. "
+                      "(found through that carry's digests_new). Exit 0 written or nothing to carry, 1 a record refused "
+                      "(nothing written) or, with --partial, left; 2 usage (OLD and NEW the same file or of one "
+                      "clean commit, another kind of device, a --as file). "
                       "One approvals FILE; holds FILE.lock; written atomically")
+          ->expected(2);
+  auto* vouch_opt =
+      sub->add_option("--vouch", o->vouch,
+                      "V_DIGESTS W_DIGESTS: approval by bitwise equivalence (docs/perf/routes.md D23). V_DIGESTS is "
+                      "`normgate digest FILE --variant V` and W_DIGESTS `normgate digest FILE --variant V --as W`, "
+                      "both by this build of two deterministic variants of one op, on one kind of device: each "
+                      "current record of V whose campaign W ran bit for bit as V did gives W a record of the same "
+                      "window and verdict with a 'vouched' entry (it replaces W's record of that window and backend, "
+                      "of any source). V_DIGESTS must not be a --as file, W_DIGESTS must be one naming V; a GPU record "
+                      "is compared on the GPU model it was gated on. Exit 0 written or nothing to vouch for, 1 a "
+                      "record refused (nothing written), 2 usage (files swapped, another device or build, a nondet "
+                      "or control variant). One approvals FILE; holds FILE.lock; written atomically")
           ->expected(2);
   auto* partial_opt = sub->add_flag(
       "--partial", o->partial,
@@ -872,13 +1096,14 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       sub->add_option("--threads", o->threads, "With --recheck: OpenMP threads for the generator, models and oracle "
                                                "(0: default)")
           ->check(CLI::Range(0, 4096));
-  sub->callback([&cmds, o, merge_opt, carry_opt, partial_opt, recheck_opt, backend_opt, threads_opt] {
+  sub->callback([&cmds, o, merge_opt, carry_opt, vouch_opt, partial_opt, recheck_opt, backend_opt, threads_opt] {
     const bool merging = merge_opt->count() > 0;
     const bool carrying = carry_opt->count() > 0;
+    const bool vouching = vouch_opt->count() > 0;
     const bool partial = partial_opt->count() > 0;
     const bool rechecking = recheck_opt->count() > 0;
     const bool recheck_args = backend_opt->count() > 0 || threads_opt->count() > 0;
-    cmds.run = [o, merging, carrying, partial, rechecking, recheck_args]() -> int {
+    cmds.run = [o, merging, carrying, vouching, partial, rechecking, recheck_args]() -> int {
       if (partial && !carrying) throw std::invalid_argument("--partial goes with --carry only");
       if (recheck_args && !rechecking) throw std::invalid_argument("--backend and --threads go with --recheck only");
       if (rechecking) {
@@ -892,6 +1117,18 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(o->files[0] + ": not a rejections file (its \"format\" is not "
                                                     "normgate-rejections/1); --recheck takes a rejections file");
         return recheck_rejections(o->files[0], o->backend, o->threads);
+      }
+      if (vouching) {
+        if (merging || carrying || rechecking || o->seal)
+          throw std::invalid_argument("--vouch goes alone (not with --seal, --merge-into, --carry or --recheck)");
+        if (o->files.size() != 1)
+          throw std::invalid_argument("--vouch takes one approvals file, got " + std::to_string(o->files.size()));
+        if (o->vouch.size() != 2) throw std::invalid_argument("--vouch needs two digests files, V's and W's");
+        if (!std::filesystem::is_regular_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": no such approvals file");
+        if (is_rejections_file(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": a rejections file; --vouch takes an approvals file");
+        return vouch_approvals(o->files[0], o->vouch[0], o->vouch[1]);
       }
       if (carrying) {
         if (merging || o->seal) throw std::invalid_argument("--carry goes alone (not with --seal or --merge-into)");

@@ -37,6 +37,7 @@ namespace {
 struct DigestOptions {
   std::string approvals;
   std::vector<std::string> variants;
+  std::string as;  // --as W: run the records' campaigns with W instead (approvals --vouch)
   std::string backend = "auto";
   std::string out;
   int threads = 0;
@@ -64,6 +65,28 @@ int run_digest(const DigestOptions& o) {
                                                   "registered kernel variants only");
     names.insert(std::string(var.name));
   }
+  // --as W (docs/perf/routes.md D23): one deterministic variant's records,
+  // run by another deterministic variant of the same op.
+  const kernels::Variant* as = nullptr;
+  if (!o.as.empty()) {
+    if (names.size() != 1)
+      throw std::invalid_argument("--as " + o.as + ": takes one --variant (the vouching one), got " +
+                                  std::to_string(names.size()));
+    const kernels::Variant& v = kernels::variant(*names.begin());
+    as = &kernels::variant(o.as);  // throws, naming an unknown one
+    auto why_not = [](const kernels::Variant& x) -> std::string {
+      if (x.external) return "an external implementation";
+      if (x.control) return "a negative control";
+      if (x.mode != kernels::Mode::det) return "not deterministic (its bits may differ run to run)";
+      return "";
+    };
+    if (as->name == v.name) throw std::invalid_argument("--as " + o.as + ": the same variant as --variant");
+    if (const std::string w = why_not(v); !w.empty()) throw std::invalid_argument("--variant " + *names.begin() + ": " + w);
+    if (const std::string w = why_not(*as); !w.empty()) throw std::invalid_argument("--as " + o.as + ": " + w);
+    if (as->op != v.op)
+      throw std::invalid_argument("--as " + o.as + ": a " + std::string(kernels::to_string(as->op)) + " variant, " +
+                                  *names.begin() + " is " + std::string(kernels::to_string(v.op)));
+  }
   const kernels::Approvals file = kernels::load_approvals(o.approvals);
   std::vector<const kernels::Approval*> todo;
   size_t invalid = 0, repeated = 0;
@@ -78,6 +101,9 @@ int run_digest(const DigestOptions& o) {
       ++repeated;
       continue;
     }
+    if (as && !(as->supports_h(a.H) && as->supports(a.w) && as->supports(a.form)))
+      throw std::invalid_argument("--as " + o.as + ": does not run " + a.window() + " (a record of " + a.variant +
+                                  "); nothing was run or written");
     todo.push_back(&a);
   }
   if (todo.empty()) {
@@ -123,7 +149,12 @@ int run_digest(const DigestOptions& o) {
   doc["driver"] = b == Backend::gpu ? dev.driver : std::string("-");
   doc["approvals_file"] = o.approvals;
   nlohmann::json vs = nlohmann::json::object();
-  for (const auto& n : names) vs[n] = std::string(kernels::variant(n).source_sha256);
+  if (as) {  // the variant that ran, and whose records' campaigns it ran
+    vs[std::string(as->name)] = std::string(as->source_sha256);
+    doc["ran_as"] = {{*names.begin(), std::string(as->name)}};
+  } else {
+    for (const auto& n : names) vs[n] = std::string(kernels::variant(n).source_sha256);
+  }
   doc["variants"] = vs;
   nlohmann::json entries = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
@@ -140,7 +171,8 @@ int run_digest(const DigestOptions& o) {
     const double s0 = seconds();
     for (const auto& c : cases[i])
       lines.push_back(seeds::to_string(c) + " " +
-                      validators::to_string(validators::digest_case(a.variant, c, b, fwd_only, o.threads)));
+                      validators::to_string(validators::digest_case(as ? std::string(as->name) : a.variant, c, b,
+                                                                    fwd_only, o.threads)));
     done_cases += cases[i].size();
     nlohmann::json e;
     e["record_sha256"] = a.record_sha256;
@@ -152,9 +184,9 @@ int run_digest(const DigestOptions& o) {
     e["lines_sha256"] = validators::digest_lines_sha256(lines);
     e["lines"] = lines;
     entries.push_back(std::move(e));
-    std::printf("[%zu/%zu] %s -> %s: %zu cases (the record says %lld) in %.1f s\n", i + 1, todo.size(),
-                a.window().c_str(), a.variant.c_str(), cases[i].size(), static_cast<long long>(a.cases),
-                seconds() - s0);
+    std::printf("[%zu/%zu] %s -> %s%s: %zu cases (the record says %lld) in %.1f s\n", i + 1, todo.size(),
+                a.window().c_str(), a.variant.c_str(), as ? (" run as " + std::string(as->name)).c_str() : "",
+                cases[i].size(), static_cast<long long>(a.cases), seconds() - s0);
     std::fflush(stdout);
   }
   doc["entries"] = entries;
@@ -171,11 +203,17 @@ void add_digest(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "digest",
       "Run the campaigns of a variant's approvals again and record a digest of every output (no oracle): the "
-      "evidence `approvals --carry` needs (docs/perf/routes.md D19). Exit 0 written, 1 written but stopped by "
+      "evidence `approvals --carry` needs (docs/perf/routes.md D19), and with --as that `approvals --vouch` "
+      "needs (D23). Exit 0 written, 1 written but stopped by "
       "--deadline, 2 usage (nothing run or written), 3 a failure while running");
   auto o = std::make_shared<DigestOptions>();
   sub->add_option("APPROVALS", o->approvals, "Approvals file whose records' campaigns are run")->required();
   sub->add_option("--variant", o->variants, "Variant whose approvals are run (repeatable)")->required();
+  sub->add_option("--as", o->as,
+                  "Run the campaigns of --variant V's approvals with this variant W of the same op instead; V "
+                  "and W deterministic, not controls or external; one --variant; W must run the window of every "
+                  "valid record of V on --backend (stale ones too), else exit 2 before any work: the evidence "
+                  "`approvals --vouch` needs (docs/perf/routes.md D23)");
   add_backend_option(sub, o->backend, "Where the variants run: gpu (their kernels), cpu (their CPU models), auto");
   sub->add_option("--out", o->out, "The digests file to write (JSON, written whole or not at all)")->required();
   add_threads_option(sub, o->threads, "OpenMP threads for host generation and CPU models (0: default)");

@@ -45,8 +45,10 @@
 #   --deadline-s N  seconds after the start by which the grid, escbench, gate
 #                   and audit steps stop, so that the logs are packed in time
 #                   (default: $NG_DEADLINE, else 0: none)
-#   --steps LIST    the steps, blank-separated (default: $NG_STEPS, else
-#                   "tests sanitize bench grid")
+#   --steps LIST    the steps, blank-separated, of: tests sanitize bench grid
+#                   escbench gate audit derive plugin peers ceiling (default:
+#                   $NG_STEPS, else "tests sanitize bench grid"); an unknown
+#                   one is exit 2 before any work
 # e.g.   tools/h200.sh --out /tmp/h200 --deadline-s 540
 #        tools/h200.sh --steps "tests sanitize"
 #        NG_GATE_WINDOWS=op=bwd,H=2048 tools/h200.sh --steps "gate audit"
@@ -70,6 +72,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$deadline" =~ ^[0-9]+$ ]] || { echo "h200: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
+# Every step named must be one this script runs: a misspelt step would
+# otherwise run nothing and say nothing.
+known="tests sanitize bench grid escbench gate audit derive plugin peers ceiling"
+[ -n "${steps// /}" ] || { echo "h200: --steps is empty (steps: $known)" >&2; exit 2; }
+for s in $steps; do
+  [[ " $known " == *" $s "* ]] || { echo "h200: --steps: unknown step '$s' (steps: $known)" >&2; exit 2; }
+done
 out="$final/logs"   # everything lands here; packed into $final/logs.tgz at the end
 mkdir -p "$out"
 bin="$build/apps/normgate"

@@ -30,8 +30,12 @@ stale. This tool re-keys them, and only when that is provably safe:
      changed in those "source_sha256" values only, and in the "record_sha256"
      of a re-keyed record that carries one: checked against the record's
      bytes first, recomputed after; and checked by parsing it
-     again). Every file is written or none: each is staged in a temporary file
-     beside it, and only when all are staged are they renamed.
+     again). A carry's chain (`carried`) and a `vouched` object keep the
+     hashes they name: history. Every seal in each file must hold first.
+     Every file is written or none: each is staged in a temporary file
+     beside it with a copy of its bytes, and only when all are staged are
+     they renamed (a failed rename puts back those already renamed). It
+     holds the lock normgate's writers hold (TABLE.approvals.json.lock).
      It prints what it re-keyed.
 
 What it does not prove: line numbers move with the comments (__LINE__, debug
@@ -49,8 +53,9 @@ Usage: tools/rekey_approvals.py --old-commit REV [--approvals FILE ...]
   --dry-run         check and print, write nothing
 NG_REKEY_GCC names the compiler driver (default gcc).
 Exit status: 0 re-keyed (or nothing to do), 1 refused (a file differs in
-code, the file lists differ, an approvals or rejections file would change
-elsewhere, or a re-keyed rejection would duplicate one),
+code, the file lists differ, a seal is damaged or a rejection unsealed, an
+approvals or rejections file would change elsewhere, or a re-keyed
+rejection would duplicate one or name its own source as re-proved from),
 2 usage error or nothing could be checked (bad commit, no gcc, unreadable
 file).
 """
@@ -298,19 +303,39 @@ def rekey_text(path, text, new_of_old, key="approvals"):
         else:
             kept.append(a)
     out = text
+    # A record a variant vouched for (routing.h, Approval::vouched) names the
+    # voucher's source and seal at the time in its "vouched" object: history,
+    # kept as it was. Its keys are those of a record's own source_sha256 and
+    # record_sha256, so matches inside such an object (one level, no nested
+    # braces) are left alone.
+    def vouched_spans(t):
+        return [m.span() for m in re.finditer(r'"vouched"\s*:\s*\{[^{}]*\}', t)]
+
+    def outside(t, pat):
+        sp = vouched_spans(t)
+        return [m for m in pat.finditer(t) if not any(a <= m.start() < b for a, b in sp)]
+
+    def replace(t, ms, value):
+        for m in reversed(ms):
+            t = t[:m.start()] + m.group(1) + value + m.group(2) + t[m.end():]
+        return t
     for h, (n, entries) in targets.items():
         pat = re.compile(r'("source_sha256"\s*:\s*")' + h + r'(")')
         # The hash may also stand in a carried record's chain (routing.h,
-        # Approval::carried), which keeps it: what the digests compared.
+        # Approval::carried), which keeps it: what the digests compared; and
+        # in a vouched object (above).
         in_chain = len(re.findall(r'"(?:from|to)_source_sha256"\s*:\s*"' + h + r'"', out))
-        if len(pat.findall(out)) != len(entries) or out.count(h) - in_chain != len(entries):
+        in_vouch = len(pat.findall(out)) - len(outside(out, pat))
+        ms = outside(out, pat)
+        if len(ms) != len(entries) or out.count(h) - in_chain - in_vouch != len(entries):
             raise Refused(f"{path}: {h[:12]} appears {out.count(h)} times, in {len(entries)} approvals to re-key")
-        out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
+        out = replace(out, ms, n)
     for o, n in digests:
         pat = re.compile(r'("record_sha256"\s*:\s*")' + o + r'(")')
-        if len(pat.findall(out)) != 1:
-            raise Refused(f"{path}: record_sha256 {o[:12]} appears {len(pat.findall(out))} times")
-        out = pat.sub(lambda m: m.group(1) + n + m.group(2), out)
+        ms = outside(out, pat)
+        if len(ms) != 1:
+            raise Refused(f"{path}: record_sha256 {o[:12]} appears {len(ms)} times")
+        out = replace(out, ms, n)
     if key == "rejections" and done:
         # rejections.h: one record per window, variant, source and backend,
         # and a re-proved record names an earlier source than its own.

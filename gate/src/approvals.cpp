@@ -61,6 +61,7 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     keep.push_back(std::move(x));
   }
   a.records = std::move(keep);
+  std::vector<size_t> contradicting;  // windows that failed or were refused
   for (size_t wi = 0; wi < r.windows.size(); ++wi) {
     const auto& w = r.windows[wi];
     const std::string why_refused = wi < refused.size() ? refused[wi] : std::string();
@@ -81,31 +82,10 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     }
     a.records = std::move(rest);
     const bool fails = !w.pass || w.control;
-    if (fails || !why_refused.empty()) {
-      // A wider record of this backend, variant and source approves this
-      // window too (routing.h: containment); what was found here
-      // contradicts it, so it goes as well. A deterministic variant's bits do
-      // not depend on the mode, so its records of both modes go (the det
-      // record answers for the nondet window, and a failure in either mode
-      // is one of the same outputs).
-      const bool det_variant = w.route.op == kernels::Op::bwd && w.route.variant->mode == kernels::Mode::det;
-      auto contradicted = [&](const kernels::Approval& x) {
-        if (x.contains(w.route)) return true;
-        return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
-      };
-      std::vector<kernels::Approval> kept;
-      for (auto& x : a.records) {
-        if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && x.variant == w.route.variant->name &&
-            x.source_sha256 == w.route.variant->source_sha256) {
-          changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
-                            (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
-                            " inside it)");
-          continue;
-        }
-        kept.push_back(std::move(x));
-      }
-      a.records = std::move(kept);
-    }
+    // Its contradiction of wider records is applied after every window
+    // (below): a wider window of this run that passes must not bring back
+    // a record this one refutes.
+    if (fails || !why_refused.empty()) contradicting.push_back(wi);
     if (fails) {
       if (had) changes.push_back("revoked " + r.backend + " approval of " + w.route.describe() + " (the gate failed)");
       continue;
@@ -149,6 +129,43 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.dw_vs_fp32_worst = w.route.op == kernels::Op::bwd ? w.dw_vs_fp32_worst : std::numeric_limits<double>::quiet_NaN();
     changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe());
     a.records.push_back(std::move(x));
+  }
+  for (const size_t wi : contradicting) {
+    const auto& w = r.windows[wi];
+    const bool fails = !w.pass || w.control;
+    // A wider record of this backend, variant and source approves this
+    // window too (routing.h: containment), whether it was on file or
+    // written by a wider window of this run; what was found here
+    // contradicts it, so it goes. A deterministic variant's bits do not
+    // depend on the mode, so its records of both modes go (the det record
+    // answers for the nondet window, and a failure in either mode is one of
+    // the same outputs).
+    const bool det_variant = w.route.op == kernels::Op::bwd && w.route.variant->mode == kernels::Mode::det;
+    auto contradicted = [&](const kernels::Approval& x) {
+      if (x.contains(w.route)) return true;
+      return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
+    };
+    // The failing variant's own records of this source, and the records it
+    // vouched for (routes.md D23: the same bits on its campaign, so the same
+    // verdict stands or falls).
+    const std::string vname(w.route.variant->name), vsource(w.route.variant->source_sha256);
+    // A vouched record goes whatever source of V vouched for it (V's record
+    // may have been carried since: the same bits on the campaign, and the
+    // failing case may lie outside it).
+    auto of_variant = [&](const kernels::Approval& x) {
+      return (x.variant == vname && x.source_sha256 == vsource) || (x.has_vouch && x.vouched.variant == vname);
+    };
+    std::vector<kernels::Approval> kept;
+    for (auto& x : a.records) {
+      if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && of_variant(x)) {
+        changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
+                          (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
+                          " inside it)");
+        continue;
+      }
+      kept.push_back(std::move(x));
+    }
+    a.records = std::move(kept);
   }
   // Stable, readable order: table order, gpu before cpu-model.
   auto rank = [&](const kernels::Approval& x) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cmath>
@@ -324,6 +325,12 @@ nlohmann::json to_json(const Approval& a) {
                     {"gpu", c.gpu}, {"date", c.date}, {"normgate_commit", c.normgate_commit}});
     j["carried"] = cs;
   }
+  if (a.has_vouch) {  // absent otherwise
+    const auto& v = a.vouched;
+    j["vouched"] = {{"variant", v.variant}, {"record_sha256", v.record_sha256}, {"source_sha256", v.source_sha256},
+                    {"digests_v", v.digests_v}, {"digests_w", v.digests_w}, {"cases", v.cases}, {"gpu", v.gpu},
+                    {"date", v.date}, {"normgate_commit", v.normgate_commit}};
+  }
   return j;
 }
 
@@ -341,7 +348,7 @@ constexpr std::string_view kRecordKeys[] = {
     "window", "variant", "source_sha256", "backend", "gpu", "driver", "cuda", "seed_set", "t_points", "cases",
     "max_err_tol", "worst_case", "date", "normgate_commit", "normgate_version", "t_per_window", "dense_points",
     "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds", "oracle", "dw_vs_fp32_worst", "record_sha256",
-    "carried"};
+    "carried", "vouched"};
 constexpr std::string_view kWindowKeys[] = {"op", "mode", "H", "w", "form", "T"};
 
 bool lower_hex64(const std::string& s);
@@ -484,6 +491,45 @@ void from_json(const nlohmann::json& j, Approval& a) {
       prev = x.date;
       a.carried.push_back(std::move(x));
     }
+  }
+  if (j.contains("vouched")) {
+    const auto& c = j.at("vouched");
+    const std::string at = "vouched.";
+    if (!c.is_object() || c.size() != 9) throw std::invalid_argument("field 'vouched' must be an object of 9 fields");
+    auto hex = [&](const char* k) {
+      const std::string v = str(c, k, at.c_str());
+      if (!lower_hex64(v)) throw std::invalid_argument("field '" + at + k + "' must be 64 lower-case hex digits");
+      return v;
+    };
+    Approval::Vouch v;
+    v.variant = str(c, "variant", at.c_str());
+    const bool name_ok = !v.variant.empty() && v.variant.size() <= 64 &&
+                         std::all_of(v.variant.begin(), v.variant.end(), [](char ch) {
+                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' ||
+                                  ch == '+' || ch == '-';
+                         });
+    if (!name_ok) throw std::invalid_argument("field 'vouched.variant' must be a variant name ([A-Za-z0-9_.+-]{1,64})");
+    if (v.variant == a.variant)
+      throw std::invalid_argument("field 'vouched.variant' must name another variant than the record's");
+    v.record_sha256 = hex("record_sha256");
+    v.source_sha256 = hex("source_sha256");
+    if (v.source_sha256 == a.source_sha256)
+      throw std::invalid_argument("field 'vouched.source_sha256' is the record's own source (it names the voucher's)");
+    v.digests_v = hex("digests_v");
+    v.digests_w = hex("digests_w");
+    if (v.digests_v == v.digests_w)
+      throw std::invalid_argument("field 'vouched.digests_w' equals its digests_v (one file cannot be both)");
+    if (!c.contains("cases")) throw std::invalid_argument("missing field 'vouched.cases'");
+    v.cases = integer(c.at("cases"), "vouched.cases");
+    if (v.cases < 1) throw std::invalid_argument("field 'vouched.cases' must be at least 1");
+    v.gpu = str(c, "gpu", at.c_str());
+    if (v.gpu.empty()) throw std::invalid_argument("field 'vouched.gpu' must not be empty");
+    v.date = str(c, "date", at.c_str());
+    if (!iso8601_utc(v.date)) throw std::invalid_argument("field 'vouched.date' must be UTC ISO 8601");
+    v.normgate_commit = str(c, "normgate_commit", at.c_str());
+    if (v.normgate_commit.empty()) throw std::invalid_argument("field 'vouched.normgate_commit' must not be empty");
+    a.has_vouch = true;
+    a.vouched = std::move(v);
   }
   if (j.contains("record_sha256")) a.record_sha256 = str(j, "record_sha256");
 }
@@ -1090,6 +1136,9 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
         x.op == Op::bwd && x.mode != r.mode ? "; the det window's record: a deterministic variant's bits do not "
                                               "depend on the mode"
                                             : "";
+    if (x.has_vouch)  // D23 of docs/perf/routes.md: the verdict is the vouching variant's
+      carried += "; vouched for by " + x.vouched.variant + "'s record " + x.vouched.record_sha256.substr(0, 12) +
+                 " (" + std::to_string(x.vouched.cases) + " cases bit for bit, " + x.vouched.date + ")";
     return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + carried +
            det_for_nondet + ")";
   };

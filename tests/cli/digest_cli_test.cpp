@@ -606,6 +606,157 @@ TEST_F(Carry, TheLastCarrysNewDigestsServeAsTheNextCarrysOld) {
   EXPECT_EQ(n, 3u);
 }
 
+// Approval by bitwise equivalence (docs/perf/routes.md D23), on the CPU
+// models: bwd_det_wreg runs bwd_det_chunked's approved campaigns bit for
+// bit, so it gets their records with a 'vouched' entry; a variant whose
+// bits differ (bwd_fp32_blocked: FP32 partials) is refused, writing nothing.
+TEST(Vouch, AnEquivalentVariantGetsTheRecordsAndADifferentOneIsRefused) {
+  const std::string dir = std::string(NORMGATE_BINARY_DIR) + "/vouch_cli_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kData + "/small.toml", dir + "/small.toml");
+  std::filesystem::copy_file(kData + "/small.policy.toml", dir + "/small.policy.toml");
+  const std::string ap = dir + "/small.approvals.json";
+  ASSERT_EQ(cli("gate " + dir + "/small.toml --windows variant=bwd_det_chunked --approve" + kFast).code, 0);
+  const std::string dig = "digest " + ap + " --variant bwd_det_chunked --backend cpu --threads 1 --out " + dir;
+  ASSERT_EQ(cli(dig + "/v.json").code, 0);
+  CliRun c = cli(dig + "/w.json --as bwd_det_wreg");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "-> bwd_det_chunked run as bwd_det_wreg")) << c.out;
+  const json wd = json::parse(slurp(dir + "/w.json"));
+  EXPECT_EQ(wd["ran_as"], json({{"bwd_det_chunked", "bwd_det_wreg"}}));
+  ASSERT_TRUE(wd["variants"].contains("bwd_det_wreg"));
+  // Usage errors before any work: the same variant, a nondet or control
+  // one, another op, a variant that does not run a record's window.
+  for (const auto& [as, why] : std::vector<std::pair<std::string, std::string>>{
+           {"bwd_det_chunked", "the same variant"},
+           {"bwd_nondet_atomic", "not deterministic"},
+           {"ctl_fp32_seq", "a negative control"},
+           {"fwd_rowwise", "a fwd variant"},
+           {"bwd_det_wide", "does not run bwd det H=64"}}) {
+    c = cli(dig + "/x.json --as " + as);
+    EXPECT_EQ(c.code, 2) << as << ": " << c.out;
+    EXPECT_TRUE(contains(c.out, why)) << as << ": " << c.out;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/x.json"));
+  }
+  // A `digest --as` file is no evidence for a carry.
+  c = cli("approvals " + ap + " --carry " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "evidence for --vouch, not for a carry")) << c.out;
+  // The files in the wrong order, or a plain file where --as was needed.
+  const std::string before = slurp(ap);
+  c = cli("approvals " + ap + " --vouch " + dir + "/w.json " + dir + "/v.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/v.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  // Different bits: refused, nothing written.
+  ASSERT_EQ(cli(dig + "/f.json --as bwd_fp32_blocked").code, 0);
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/f.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_EQ(occurrences(c.out, "REFUSED"), 3u) << c.out;
+  EXPECT_TRUE(contains(c.out, "outputs differ at case")) << c.out;
+  EXPECT_EQ(slurp(ap), before);
+  // The same bits: three records of bwd_det_wreg, each its voucher's
+  // verdict and campaign, sealed, the file valid.
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "3 records of bwd_det_wreg added")) << c.out;
+  EXPECT_EQ(cli("approvals " + ap).code, 0);
+  const json a = json::parse(slurp(ap));
+  const json vd = json::parse(slurp(dir + "/v.json"));
+  std::map<std::string, json> chunked;
+  for (const auto& r : a["approvals"])
+    if (r["variant"] == "bwd_det_chunked") chunked[r["record_sha256"].get<std::string>()] = r;
+  size_t n = 0;
+  for (const auto& r : a["approvals"]) {
+    if (r["variant"] != "bwd_det_wreg") continue;
+    ++n;
+    ASSERT_TRUE(r.contains("vouched")) << r.dump();
+    const json& v = r["vouched"];
+    EXPECT_EQ(v["variant"], "bwd_det_chunked");
+    EXPECT_EQ(v["digests_v"], vd["file_sha256"]);
+    EXPECT_EQ(v["digests_w"], wd["file_sha256"]);
+    ASSERT_TRUE(chunked.count(v["record_sha256"].get<std::string>())) << v.dump();
+    const json& from = chunked[v["record_sha256"].get<std::string>()];
+    EXPECT_EQ(r["window"], from["window"]);
+    EXPECT_EQ(r["max_err_tol"], from["max_err_tol"]);
+    EXPECT_EQ(r["seed_set"], from["seed_set"]);
+    EXPECT_EQ(r["source_sha256"], wd["variants"]["bwd_det_wreg"]);
+    EXPECT_EQ(sealed(r), r);
+  }
+  EXPECT_EQ(n, 3u);
+  // A table that routes bwd_det_wreg there finds its windows approved, and
+  // `normgate routes` says by what.
+  std::string table = slurp(dir + "/small.toml");
+  for (size_t at; (at = table.find("\"bwd_det_chunked\"")) != std::string::npos;)
+    table.replace(at, 17, "\"bwd_det_wreg\"");
+  spit(dir + "/w.toml", table);
+  std::filesystem::copy_file(ap, dir + "/w.approvals.json");
+  std::filesystem::copy_file(dir + "/small.policy.toml", dir + "/w.policy.toml");
+  c = cli("routes " + dir + "/w.toml --accept-cpu-model");
+  EXPECT_EQ(occurrences(c.out, "vouched for by bwd_det_chunked's record"), 3u) << c.out;
+  // Again: the same records replaced by equal ones (one per window).
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "replaced cpu-model approval"), 3u) << c.out;
+  EXPECT_EQ(json::parse(slurp(ap))["approvals"].size(), a["approvals"].size());
+  // A vouched record does not vouch (one step: a failure of the gated
+  // record reaches every record resting on it).
+  const std::string wdig = "digest " + ap + " --variant bwd_det_wreg --backend cpu --threads 1 --out " + dir;
+  ASSERT_EQ(cli(wdig + "/wv.json").code, 0);
+  ASSERT_EQ(cli(wdig + "/wo.json --as bwd_det_onepass").code, 0);
+  const std::string vouched_file = slurp(ap);
+  c = cli("approvals " + ap + " --vouch " + dir + "/wv.json " + dir + "/wo.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "a vouched record does not vouch"), 3u) << c.out;
+  EXPECT_TRUE(contains(c.out, "nothing to vouch for")) << c.out;
+  EXPECT_EQ(slurp(ap), vouched_file);
+  // ran_as naming V for itself (a digests file edited and sealed again).
+  json self = wd;
+  self["ran_as"] = {{"bwd_det_chunked", "bwd_det_chunked"}};
+  spit(dir + "/self.json", resealed_digests(self).dump(1));
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/self.json");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(contains(c.out, "for itself")) << c.out;
+  // W's own current gate record of a window stays; a current rejection of
+  // W inside a window refuses the vouch there.
+  spit(ap, before);
+  ASSERT_EQ(cli("gate " + dir + "/w.toml --windows variant=bwd_det_wreg --approve" + kFast).code, 0);
+  const std::string wgated = slurp(dir + "/w.approvals.json");
+  c = cli("approvals " + dir + "/w.approvals.json --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(occurrences(c.out, "has a current record of its own gate there"), 3u) << c.out;
+  EXPECT_EQ(slurp(dir + "/w.approvals.json"), wgated);
+  json rj = {{"format", "normgate-rejections/1"}, {"rejections", json::array()}};
+  json rec = {{"backend", "cpu-model"}, {"date", "2026-12-04T12:00:00Z"}, {"gated_T", {1, 100}}, {"gpu", "cpu-model"},
+              {"normgate_commit", "0123456789ab"}, {"normgate_version", "0.2.0"},
+              {"source_sha256", wd["variants"]["bwd_det_wreg"]}, {"variant", "bwd_det_wreg"},
+              {"window", {{"H", 64}, {"T", {50, 60}}, {"form", "plain"}, {"mode", "det"}, {"op", "bwd"}, {"w", "bf16"}}},
+              {"worst_case", "H=64,T=50,w=bf16,form=plain,family=cancel,seed=0"}, {"worst_err_tol", 1.5},
+              {"worst_output", "dw"}};
+  rj["rejections"].push_back(sealed(rec));
+  spit(dir + "/small.rejections.json", rj.dump(1));
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "bwd_det_wreg is rejected inside this window")) << c.out;
+  EXPECT_EQ(slurp(ap), before);
+  std::filesystem::remove(dir + "/small.rejections.json");
+  // An INVALID record of V that both files hold refuses the vouch.
+  json inv = json::parse(before);
+  for (auto& r : inv["approvals"])
+    if (r["variant"] == "bwd_det_chunked") {
+      r["cases"] = r["cases"].get<int>() + 1;  // its seal no longer holds
+      break;
+    }
+  spit(ap, inv.dump(1));
+  const std::string invalid_file = slurp(ap);
+  c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/w.json");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "is INVALID")) << c.out;
+  EXPECT_EQ(slurp(ap), invalid_file);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Digest, UsageErrorsBeforeAnyWork) {
   const std::string dir = std::string(NORMGATE_BINARY_DIR) + "/digest_cli_usage_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);

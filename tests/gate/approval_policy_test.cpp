@@ -257,4 +257,86 @@ TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
   EXPECT_EQ(a.records.size(), 2u);  // the wider one and the new exact one
 }
 
+// Contradictions are applied after every window of the run: a det window
+// that fails before a wider nondet window of the same deterministic variant
+// passes (one campaign's outputs in both modes) leaves no record of either.
+TEST(ApprovalPolicy, AFailureRevokesAWiderRecordWrittenLaterInTheSameRun) {
+  const auto t = kernels::load_route_table(test::kSmallTable);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
+  ASSERT_EQ(low.t_hi, 100);
+  ASSERT_EQ(low.variant->mode, kernels::Mode::det);
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult fail;
+  fail.route = low;
+  fail.pass = false;
+  WindowResult wide;
+  wide.route = low;
+  wide.route.mode = kernels::Mode::nondet;
+  wide.route.t_hi = 700;
+  wide.pass = true;
+  r.windows = {fail, wide};
+  kernels::Approvals a;
+  auto changes = update_approvals(a, r, t.routes);
+  EXPECT_TRUE(a.records.empty()) << a.records.size();
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], "approved cpu-model " + wide.route.describe());
+  EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd nondet H=64 w=bf16 form=plain T=1..700 -> "
+                        "bwd_det_chunked (the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  // The other order gives the same file.
+  r.windows = {wide, fail};
+  changes = update_approvals(a, r, t.routes);
+  EXPECT_TRUE(a.records.empty()) << a.records.size();
+  // Without the failure the wider record stays.
+  r.windows = {wide};
+  (void)update_approvals(a, r, t.routes);
+  EXPECT_EQ(a.records.size(), 1u);
+}
+
+// A failure of a variant also revokes the records it vouched for (routes.md
+// D23), whatever source of it vouched: its record may have been carried
+// since. A record of the other variant's own gate stays.
+TEST(ApprovalPolicy, AFailureRevokesTheRecordsTheVariantVouchedFor) {
+  const auto t = kernels::load_route_table(test::kSmallTable);
+  const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
+  ASSERT_EQ(std::string(low.variant->name), "bwd_det_chunked");
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult w;
+  w.route = low;
+  w.pass = false;
+  r.windows.push_back(w);
+  kernels::Approval vouched;
+  vouched.op = kernels::Op::bwd;
+  vouched.mode = kernels::Mode::det;
+  vouched.H = 64;
+  vouched.t_lo = 1;
+  vouched.t_hi = 700;
+  vouched.variant = "bwd_det_wreg";
+  vouched.source_sha256 = std::string(kernels::variant("bwd_det_wreg").source_sha256);
+  vouched.backend = "cpu-model";
+  vouched.has_vouch = true;
+  vouched.vouched.variant = "bwd_det_chunked";
+  vouched.vouched.source_sha256 = std::string(low.variant->source_sha256);
+  kernels::Approval older = vouched;  // vouched for by an earlier source of the voucher (since carried)
+  older.vouched.source_sha256 = std::string(64, 'e');
+  older.t_hi = 100;
+  kernels::Approval other = vouched;  // vouched for by another variant: not this failure's
+  other.vouched.variant = "bwd_det_onepass";
+  kernels::Approval plain = vouched;  // bwd_det_wreg's own gate record: its own evidence
+  plain.has_vouch = false;
+  plain.t_hi = 100;
+  kernels::Approvals a;
+  a.records = {vouched, older, other, plain};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].vouched.variant, "bwd_det_onepass");
+  EXPECT_FALSE(a.records[1].has_vouch);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..700 -> bwd_det_wreg "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+  EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..100 -> bwd_det_wreg "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..100 inside it)");
+}
+
 }  // namespace

@@ -284,6 +284,67 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
   }
 }
 
+// A vouched record (routing.h, Approval::vouched; routes.md D23) round-trips
+// sealed and is current like any record of its source; a malformed field
+// makes it INVALID with the field named.
+TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "v.approvals.json";
+  a.records.push_back(good(t.routes[1]));
+  Approval::Vouch v;
+  v.variant = "bwd_det_other";
+  v.record_sha256 = std::string(64, 'a');
+  v.source_sha256 = std::string(64, 'b');
+  v.digests_v = std::string(64, '1');
+  v.digests_w = std::string(64, '2');
+  v.cases = 121;
+  v.gpu = "NVIDIA H200";
+  v.date = "2026-12-04T20:30:33Z";
+  v.normgate_commit = "cc784a9f0000";
+  a.records[0].has_vouch = true;
+  a.records[0].vouched = v;
+  const std::string text = approvals_to_json_text(a);
+  const Approvals back = parse_approvals(text, a.path);
+  ASSERT_EQ(back.records.size(), 1u);
+  ASSERT_EQ(back.records[0].invalid, "");
+  ASSERT_TRUE(back.records[0].has_vouch);
+  EXPECT_EQ(back.records[0].vouched.variant, "bwd_det_other");
+  EXPECT_EQ(back.records[0].vouched.cases, 121);
+  EXPECT_EQ(approval_status(t.routes[1], back, false).state, ApprovalState::current);
+  Approvals plain = a;
+  plain.records[0].has_vouch = false;
+  EXPECT_EQ(approvals_to_json_text(plain).find("vouched"), std::string::npos);
+  struct Bad {
+    std::function<void(nlohmann::json&)> edit;
+    const char* reason;
+  };
+  const Bad bads[] = {
+      {[](nlohmann::json& r) { r["vouched"]["variant"] = r["variant"]; }, "another variant than the record's"},
+      {[](nlohmann::json& r) { r["vouched"]["variant"] = "bwd\nforged line"; }, "must be a variant name"},
+      {[](nlohmann::json& r) { r["vouched"]["variant"] = std::string(65, 'x'); }, "must be a variant name"},
+      {[](nlohmann::json& r) { r["vouched"]["source_sha256"] = r["source_sha256"]; }, "the record's own source"},
+      {[](nlohmann::json& r) { r["vouched"]["digests_w"] = r["vouched"]["digests_v"]; }, "equals its digests_v"},
+      {[](nlohmann::json& r) { r["vouched"]["record_sha256"] = "xyz"; }, "64 lower-case hex"},
+      {[](nlohmann::json& r) { r["vouched"]["cases"] = 0; }, "at least 1"},
+      {[](nlohmann::json& r) { r["vouched"]["gpu"] = ""; }, "'vouched.gpu' must not be empty"},
+      {[](nlohmann::json& r) { r["vouched"]["normgate_commit"] = ""; }, "must not be empty"},
+      {[](nlohmann::json& r) { r["vouched"]["date"] = "yesterday"; }, "ISO 8601"},
+      {[](nlohmann::json& r) { r["vouched"]["extra"] = 1; }, "object of 9 fields"},
+      {[](nlohmann::json& r) { r["vouched"] = nlohmann::json::array(); }, "object of 9 fields"},
+  };
+  for (const auto& b : bads) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    auto& rec = doc["approvals"][0];
+    b.edit(rec);
+    rec.erase("record_sha256");
+    const std::string d = rec.dump();
+    rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());  // sealed again: the check is the field's
+    const Approvals x = parse_approvals(doc.dump(), a.path);
+    EXPECT_NE(x.records[0].invalid.find(b.reason), std::string::npos) << b.reason << ": " << x.records[0].invalid;
+  }
+}
+
 // Invalid records: never current (whatever else the file holds for the
 // window, a valid current record wins), kept as read on rewrite, refused by
 // the dispatcher and the runtime cache with the reason.

@@ -437,6 +437,39 @@ def test_links_are_followed_and_a_file_is_named_once():
         assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
 
 
+def test_a_vouched_records_history_stays_as_it_was():
+    """A record vouched for by another variant (routes.md D23) names the
+    voucher's source and seal in its "vouched" object: a re-key moves both
+    records' own source_sha256 (and seals) and leaves that object alone."""
+    with tempfile.TemporaryDirectory() as d:
+        repo = scratch_repo(d)
+        before = hashes(repo)
+        ap = approvals_file(d, before)
+        doc = json.load(open(ap))
+        v = doc["approvals"][1]  # bwd_det_chunked H=4096 [1, 65536]
+        v["record_sha256"] = rk.record_digest(v)
+        w = copy.deepcopy(v)
+        del w["record_sha256"]
+        w["variant"] = "bwd_det_wreg"
+        w["source_sha256"] = before["bwd_det_wreg"]
+        w["vouched"] = {"variant": "bwd_det_chunked", "record_sha256": v["record_sha256"],
+                        "source_sha256": before["bwd_det_chunked"], "digests_v": "1" * 64, "digests_w": "2" * 64,
+                        "cases": 7, "gpu": "NVIDIA H200", "date": "2026-12-04T12:00:00Z",
+                        "normgate_commit": "103d70420e6e"}
+        w["record_sha256"] = rk.record_digest(w)
+        doc["approvals"].append(w)
+        open(ap, "w").write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        comment_only_change(repo)
+        after = hashes(repo)
+        r = run("--repo", repo, "--old-commit", "HEAD", "--approvals", ap)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got = json.load(open(ap))["approvals"]
+        assert got[1]["source_sha256"] == after["bwd_det_chunked"]
+        assert got[4]["source_sha256"] == after["bwd_det_wreg"]
+        assert got[4]["vouched"] == w["vouched"]  # the history as it was
+        assert all(rk.record_digest(a) == a["record_sha256"] for a in got if "record_sha256" in a)
+
+
 if __name__ == "__main__":
     if not have_tools():
         print("skipped: no gcc or git")
@@ -455,4 +488,5 @@ if __name__ == "__main__":
     test_a_failed_rename_restores_the_files_already_renamed()
     test_rejections_files_normgate_would_refuse_are_refused()
     test_links_are_followed_and_a_file_is_named_once()
+    test_a_vouched_records_history_stays_as_it_was()
     print("test_rekey_approvals: ok")

@@ -92,6 +92,8 @@
 //     dense_seeds "worst" | "all", fresh_seeds "" or a canonical seed set,
 //     oracle "auto" | "fp64" | "mpfr", dw_vs_fp32_worst (bwd only, required)
 //     >= 0, "inf" (FP32 eager's dw error was 0) or "nan" (no FP32 baseline);
+//   - carried (a carry's chain) and vouched (an approval by equivalence) as
+//     their struct comments below say, when present;
 //   - no field but those above, and record_sha256: SHA-256 of the record's
 //     canonical bytes (the record's JSON object without record_sha256,
 //     dumped by nlohmann::json::dump(): sorted keys, no whitespace), computed
@@ -285,6 +287,27 @@ struct Approval {
     std::string normgate_commit;     ///< commit of the build it was carried to
   };
   std::vector<Carry> carried;
+
+  /// (vouched) An approval by bitwise equivalence (docs/perf/routes.md D23):
+  /// this variant's outputs on every case of another deterministic
+  /// variant's approved campaign were bit for bit that variant's, so the
+  /// other's verdict is this one's. `normgate approvals --vouch` writes it
+  /// (from two files of `normgate digest`, one with `--as`); the verdict and
+  /// strength fields are the vouching record's. Absent for a record a gate
+  /// wrote. The loader checks the fields' forms and that `variant` is not
+  /// the record's own; --vouch checks that both variants are deterministic.
+  struct Vouch {
+    std::string variant;        ///< the vouching variant (not this one)
+    std::string record_sha256;  ///< the vouching record's seal when it vouched
+    std::string source_sha256;  ///< the vouching variant's source hash then
+    std::string digests_v, digests_w;  ///< file_sha256 of its digests and of this variant's (`digest --as`)
+    int64_t cases = 0;          ///< cases compared, every output bit for bit
+    std::string gpu;            ///< device both digest runs used ("cpu-model" without one)
+    std::string date;           ///< UTC, ISO 8601
+    std::string normgate_commit;   ///< commit of the build that wrote the `--as` digests
+  };
+  bool has_vouch = false;
+  Vouch vouched;
 
   /// (record_sha256) SHA-256 (64 lower-case hex) of the record's canonical
   /// bytes (approval_record_sha256). save_approvals writes it for every

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU-side scripts refuse bad arguments before any work (exit 2, naming
+# the value) and print their help: tools/h200.sh and tools/digest_carry.sh.
+# No GPU needed: every case below stops at argument checking.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+fail=0
+expect() {  # expect CODE PATTERN -- command...
+  local code="$1" pat="$2"; shift 3
+  local out rc
+  out="$("$@" 2>&1)"; rc=$?
+  if [ "$rc" != "$code" ] || ! grep -q -- "$pat" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output: $out" >&2
+    fail=1
+  fi
+}
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+H="$root/tools/h200.sh"
+expect 2 "not a whole number of seconds" -- bash "$H" --out "$t/o" --deadline-s abc
+expect 2 "unknown argument '--bogus'" -- bash "$H" --bogus
+expect 2 "needs a folder" -- bash "$H" --out
+expect 2 "unknown step 'test'" -- bash "$H" --out "$t/o" --steps "test sanitize"
+expect 2 "is empty" -- bash "$H" --out "$t/o" --steps " "
+expect 0 "Everything GPU-side in one run" -- bash "$H" --help
+[ ! -e "$t/o" ] || { echo "FAIL: h200.sh made its output folder before refusing" >&2; fail=1; }
+D="$root/tools/digest_carry.sh"
+expect 2 "are required" -- bash "$D" --variant x
+expect 2 "at least one --variant" -- bash "$D" --old "$t" --new "$t"
+expect 2 "is not gpu or cpu" -- bash "$D" --old "$t" --new "$t" --variant x --backend tpu
+expect 2 "not a whole number" -- bash "$D" --old "$t" --new "$t" --variant x --deadline-s 1.5
+expect 2 "apps/normgate is missing" -- bash "$D" --old "$t" --new "$t" --variant x --out "$t/d"
+expect 2 "unknown argument" -- bash "$D" --partial --what
+expect 0 "Carry a variant's approvals" -- bash "$D" --help
+[ ! -e "$t/d" ] || { echo "FAIL: digest_carry.sh made its output folder before refusing" >&2; fail=1; }
+[ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
+exit $fail
