@@ -1118,27 +1118,27 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                                                     "normgate-rejections/1); --recheck takes a rejections file");
         return recheck_rejections(o->files[0], o->backend, o->threads);
       }
-      if (vouching) {
-        if (merging || carrying || rechecking || o->seal)
-          throw std::invalid_argument("--vouch goes alone (not with --seal, --merge-into, --carry or --recheck)");
+      // --vouch and --carry: one approvals file and two digests files.
+      auto one_file_two_digests = [&o](const char* opt, const std::vector<std::string>& digests,
+                                       const char* which) {
         if (o->files.size() != 1)
-          throw std::invalid_argument("--vouch takes one approvals file, got " + std::to_string(o->files.size()));
-        if (o->vouch.size() != 2) throw std::invalid_argument("--vouch needs two digests files, V's and W's");
+          throw std::invalid_argument(std::string(opt) + " takes one approvals file, got " +
+                                      std::to_string(o->files.size()));
+        if (digests.size() != 2) throw std::invalid_argument(std::string(opt) + " needs two digests files, " + which);
         if (!std::filesystem::is_regular_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": no such approvals file");
         if (is_rejections_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": a rejections file; --vouch takes an approvals file");
+          throw std::invalid_argument(o->files[0] + ": a rejections file; " + opt + " takes an approvals file");
+      };
+      if (vouching) {
+        if (merging || carrying || rechecking || o->seal)
+          throw std::invalid_argument("--vouch goes alone (not with --seal, --merge-into, --carry or --recheck)");
+        one_file_two_digests("--vouch", o->vouch, "V's and W's");
         return vouch_approvals(o->files[0], o->vouch[0], o->vouch[1]);
       }
       if (carrying) {
         if (merging || o->seal) throw std::invalid_argument("--carry goes alone (not with --seal or --merge-into)");
-        if (o->files.size() != 1)
-          throw std::invalid_argument("--carry takes one approvals file, got " + std::to_string(o->files.size()));
-        if (o->carry.size() != 2) throw std::invalid_argument("--carry needs two digests files, OLD and NEW");
-        if (!std::filesystem::is_regular_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": no such approvals file");
-        if (is_rejections_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": a rejections file; --carry takes an approvals file");
+        one_file_two_digests("--carry", o->carry, "OLD and NEW");
         return carry_approvals(o->files[0], o->carry[0], o->carry[1], o->partial);
       }
       namespace fs = std::filesystem;

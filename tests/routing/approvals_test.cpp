@@ -224,6 +224,27 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
   EXPECT_NE(unsealed.invalid.find("no record_sha256"), std::string::npos) << unsealed.invalid;
 }
 
+// One edit of the first record of an approvals text and the reason the
+// loader must then give: each edit is applied alone, the record sealed again
+// (so the check is the field's, not the seal's), and the record must read
+// as INVALID naming the reason.
+struct BadEdit {
+  std::function<void(nlohmann::json&)> edit;
+  const char* reason;
+};
+void expect_invalid_when_edited(const std::string& text, const std::string& path, const std::vector<BadEdit>& bads) {
+  for (const auto& b : bads) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    auto& rec = doc["approvals"][0];
+    b.edit(rec);
+    rec.erase("record_sha256");
+    const std::string d = rec.dump();
+    rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());
+    const Approvals x = parse_approvals(doc.dump(), path);
+    EXPECT_NE(x.records[0].invalid.find(b.reason), std::string::npos) << b.reason << ": " << x.records[0].invalid;
+  }
+}
+
 // A carried record (routing.h, Approval::carried) round-trips sealed; a
 // carry to its own hash or by one file twice, carries out of date order, a
 // malformed hash or date, or no cases makes the record INVALID.
@@ -257,11 +278,7 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
   Approvals plain = a;
   plain.records[0].carried.clear();
   EXPECT_EQ(approvals_to_json_text(plain).find("carried"), std::string::npos);
-  struct Bad {
-    std::function<void(nlohmann::json&)> edit;
-    const char* reason;
-  };
-  const Bad bads[] = {
+  const std::vector<BadEdit> bads = {
       {[](nlohmann::json& r) { r["carried"][1]["date"] = "2026-12-03T00:00:00Z"; }, "before the previous carry"},
       {[](nlohmann::json& r) { r["carried"][0]["digests_new"] = r["carried"][0]["digests_old"]; }, "equals its digests_old"},
       {[](nlohmann::json& r) { r["carried"][0]["to_source_sha256"] = r["carried"][0]["from_source_sha256"]; },
@@ -272,16 +289,7 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
       {[](nlohmann::json& r) { r["carried"][0]["extra"] = 1; }, "object of 8 fields"},
       {[](nlohmann::json& r) { r["carried"] = nlohmann::json::array(); }, "non-empty array"},
   };
-  for (const auto& b : bads) {
-    nlohmann::json doc = nlohmann::json::parse(text);
-    auto& rec = doc["approvals"][0];
-    b.edit(rec);
-    rec.erase("record_sha256");
-    const std::string d = rec.dump();
-    rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());  // sealed again: the check is the field's
-    const Approvals x = parse_approvals(doc.dump(), a.path);
-    EXPECT_NE(x.records[0].invalid.find(b.reason), std::string::npos) << b.reason << ": " << x.records[0].invalid;
-  }
+  expect_invalid_when_edited(text, a.path, bads);
 }
 
 // A vouched record (routing.h, Approval::vouched; routes.md D23) round-trips
@@ -315,11 +323,7 @@ TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
   Approvals plain = a;
   plain.records[0].has_vouch = false;
   EXPECT_EQ(approvals_to_json_text(plain).find("vouched"), std::string::npos);
-  struct Bad {
-    std::function<void(nlohmann::json&)> edit;
-    const char* reason;
-  };
-  const Bad bads[] = {
+  const std::vector<BadEdit> bads = {
       {[](nlohmann::json& r) { r["vouched"]["variant"] = r["variant"]; }, "another variant than the record's"},
       {[](nlohmann::json& r) { r["vouched"]["variant"] = "bwd\nforged line"; }, "must be a variant name"},
       {[](nlohmann::json& r) { r["vouched"]["variant"] = std::string(65, 'x'); }, "must be a variant name"},
@@ -333,16 +337,7 @@ TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
       {[](nlohmann::json& r) { r["vouched"]["extra"] = 1; }, "object of 9 fields"},
       {[](nlohmann::json& r) { r["vouched"] = nlohmann::json::array(); }, "object of 9 fields"},
   };
-  for (const auto& b : bads) {
-    nlohmann::json doc = nlohmann::json::parse(text);
-    auto& rec = doc["approvals"][0];
-    b.edit(rec);
-    rec.erase("record_sha256");
-    const std::string d = rec.dump();
-    rec["record_sha256"] = normgate::seeds::sha256_hex(d.data(), d.size());  // sealed again: the check is the field's
-    const Approvals x = parse_approvals(doc.dump(), a.path);
-    EXPECT_NE(x.records[0].invalid.find(b.reason), std::string::npos) << b.reason << ": " << x.records[0].invalid;
-  }
+  expect_invalid_when_edited(text, a.path, bads);
 }
 
 // Invalid records: never current (whatever else the file holds for the
