@@ -805,9 +805,12 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
     // Bit for bit: the same build wrote both lines, so the same outputs in
     // the same spelling.
     for (size_t k = 0; why.empty() && k < lv.size(); ++k)
-      if (lv[k] != lw[k])
-        why = "outputs differ at case " + std::to_string(k + 1) + " of " + std::to_string(lv.size()) + ":\n      " +
-              vn + " " + lv[k] + "\n      " + wn + " " + lw[k];
+      if (lv[k] != lw[k]) {
+        bool msq_one_side = false;
+        const std::string what = compare_digest_lines(lv[k], lw[k], msq_one_side);
+        why = (what.empty() ? std::string("lines differ") : what) + " at case " + std::to_string(k + 1) + " of " +
+              std::to_string(lv.size()) + ":\n      " + vn + " " + lv[k] + "\n      " + wn + " " + lw[k];
+      }
     if (!why.empty()) {
       refused.push_back(who + ": " + why);
       continue;

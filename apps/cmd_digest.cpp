@@ -184,9 +184,14 @@ int run_digest(const DigestOptions& o) {
     e["lines_sha256"] = validators::digest_lines_sha256(lines);
     e["lines"] = lines;
     entries.push_back(std::move(e));
-    std::printf("[%zu/%zu] %s -> %s%s: %zu cases (the record says %lld) in %.1f s\n", i + 1, todo.size(),
-                a.window().c_str(), a.variant.c_str(), as ? (" run as " + std::string(as->name)).c_str() : "",
-                cases[i].size(), static_cast<long long>(a.cases), seconds() - s0);
+    const std::string says =
+        static_cast<int64_t>(cases[i].size()) == a.cases
+            ? std::string()
+            : " (the record says " + std::to_string(a.cases) +
+                  ": the campaign is rebuilt from its fields, gate.h approval_cases, and its refinement may differ)";
+    std::printf("[%zu/%zu] %s -> %s%s: %zu cases%s in %.1f s\n", i + 1, todo.size(), a.window().c_str(),
+                a.variant.c_str(), as ? (" run as " + std::string(as->name)).c_str() : "", cases[i].size(),
+                says.c_str(), seconds() - s0);
     std::fflush(stdout);
   }
   doc["entries"] = entries;

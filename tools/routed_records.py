@@ -32,7 +32,9 @@ Usage: tools/routed_records.py --table TOML --approvals FILE --out FILE
                                [--op fwd|bwd] [--skip-variant V ...]
                                [--moved SPEC ...] [--repo DIR]
   --op           keep only records of this op (e.g. one file per digest run)
-Prints one line per kept op and variant, and the dropped counts by reason.
+Prints one line per kept op and variant, and the dropped counts by reason
+(each record under the first reason that applies, in the order above:
+--op, --skip-variant, stale, --moved, read by no route).
 Exit status: 0 written, 2 usage or input error (naming the file or value;
 nothing written).
 """
@@ -137,15 +139,18 @@ def select(records, routes, hashes, op=None, skip=(), moved=()):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="tools/routed_records.py",
-                                 description="Write the approvals a route table reads (see the module docstring).")
-    ap.add_argument("--table", required=True)
-    ap.add_argument("--approvals", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--op", choices=("fwd", "bwd"))
-    ap.add_argument("--skip-variant", action="append", default=[], metavar="V")
-    ap.add_argument("--moved", action="append", default=[], metavar="SPEC")
-    ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap = argparse.ArgumentParser(prog="tools/routed_records.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", required=True, help="the route table (TOML) whose routes read the records")
+    ap.add_argument("--approvals", required=True, help="the approvals file to take records from")
+    ap.add_argument("--out", required=True, help="the approvals file to write (its folder must exist)")
+    ap.add_argument("--op", choices=("fwd", "bwd"), help="keep only records of this op")
+    ap.add_argument("--skip-variant", action="append", default=[], metavar="V",
+                    help="drop every record of V (repeatable)")
+    ap.add_argument("--moved", action="append", default=[], metavar="SPEC",
+                    help='drop records a change moves: "op=bwd,H=A..B,T>N" (repeatable)')
+    ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+                    help="the repository whose kernels/CMakeLists.txt gives the current hashes (default: this one)")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
@@ -183,6 +188,9 @@ def main(argv):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would make it, not mkstemp's 0600
         os.replace(tmp, args.out)
     except OSError as e:
         os.unlink(tmp) if os.path.exists(tmp) else None

@@ -654,7 +654,7 @@ TEST(Vouch, AnEquivalentVariantGetsTheRecordsAndADifferentOneIsRefused) {
   c = cli("approvals " + ap + " --vouch " + dir + "/v.json " + dir + "/f.json");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_EQ(occurrences(c.out, "REFUSED"), 3u) << c.out;
-  EXPECT_TRUE(contains(c.out, "outputs differ at case")) << c.out;
+  EXPECT_TRUE(contains(c.out, "outputs differ: dw at case")) << c.out;
   EXPECT_EQ(slurp(ap), before);
   // The same bits: three records of bwd_det_wreg, each its voucher's
   // verdict and campaign, sealed, the file valid.

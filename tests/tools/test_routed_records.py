@@ -77,6 +77,9 @@ def test_cli_writes_the_subset_and_refuses_bad_input():
         assert "wrote    " in r.stdout and "1 of 2 records" in r.stdout
         got = json.load(open(out))
         assert got["format"] == "normgate-approvals/1" and got["approvals"] == [recs[0]]
+        umask = os.umask(0)
+        os.umask(umask)
+        assert os.stat(out).st_mode & 0o777 == 0o666 & ~umask  # as open() makes a file, not 0600
         bad = [
             (["--moved", "op=bwd,H=2048,T>1"], "--moved"),
             (["--moved", "op=bwd,H=3000..2000,T>1"], "is empty"),
