@@ -425,6 +425,30 @@ std::string compare_digest_lines(const std::string& lo, const std::string& ln, b
   return "";
 }
 
+// Whether each digests side holds exactly record x's campaign (gate.h
+// approval_cases), case by case in its order: "" when it does, else what
+// differs (naming the side), or why the campaign cannot be listed.
+std::string campaign_mismatch(const kernels::Approval& x,
+                              const std::vector<std::pair<std::string, const std::vector<std::string>*>>& sides) {
+  std::vector<seeds::CaseId> want;
+  try {
+    want = validators::approval_cases(x);
+  } catch (const std::invalid_argument& e) {
+    return std::string("its campaign cannot be listed (") + e.what() + ")";
+  }
+  auto case_of = [](const std::string& line) { return line.substr(0, line.find(' ')); };
+  for (const auto& [name, lines] : sides) {
+    if (lines->size() != want.size())
+      return name + " holds " + std::to_string(lines->size()) + " cases, the record's campaign " +
+             std::to_string(want.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      if (case_of((*lines)[k]) != seeds::to_string(want[k]))
+        return name + "'s case " + std::to_string(k + 1) + " is " + case_of((*lines)[k]) + ", the campaign's " +
+               seeds::to_string(want[k]);
+  }
+  return "";
+}
+
 // normgate approvals FILE --carry OLD NEW (see the option's help).
 int carry_approvals(const std::string& path, const std::string& old_path, const std::string& new_path,
                     bool partial) {
@@ -536,33 +560,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
     }
     const auto& lo = eo->lines;
     const auto& ln = en->lines;
-    // Both files must hold exactly the record's campaign (gate.h
-    // approval_cases), case by case in its order.
-    std::vector<seeds::CaseId> want;
-    try {
-      want = validators::approval_cases(x);
-    } catch (const std::invalid_argument& e) {
-      refused.push_back(who + ": its campaign cannot be listed (" + e.what() + ")");
-      continue;
-    }
-    auto case_of = [](const std::string& line) { return line.substr(0, line.find(' ')); };
-    std::string mismatch;
-    for (const auto* side : {&lo, &ln}) {
-      if (!mismatch.empty()) break;
-      const char* name = side == &lo ? "OLD" : "NEW";
-      if (side->size() != want.size()) {
-        mismatch = std::string(name) + " holds " + std::to_string(side->size()) + " cases, the record's campaign " +
-                   std::to_string(want.size());
-        break;
-      }
-      for (size_t k = 0; k < want.size(); ++k)
-        if (case_of((*side)[k]) != seeds::to_string(want[k])) {
-          mismatch = std::string(name) + "'s case " + std::to_string(k + 1) + " is " + case_of((*side)[k]) +
-                     ", the campaign's " + seeds::to_string(want[k]);
-          break;
-        }
-    }
-    if (!mismatch.empty()) {
+    if (const std::string mismatch = campaign_mismatch(x, {{"OLD", &lo}, {"NEW", &ln}}); !mismatch.empty()) {
       refused.push_back(who + ": " + mismatch);
       continue;
     }
@@ -779,29 +777,9 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
       refused.push_back(who + ": " + wn + " is rejected inside this window (" + rej.path + ": " + rejected + ")");
       continue;
     }
-    std::vector<seeds::CaseId> want;
-    try {
-      want = validators::approval_cases(x);
-    } catch (const std::invalid_argument& e) {
-      refused.push_back(who + ": its campaign cannot be listed (" + e.what() + ")");
-      continue;
-    }
     const auto& lv = ev->second.lines;
     const auto& lw = ew->second.lines;
-    auto case_of = [](const std::string& line) { return line.substr(0, line.find(' ')); };
-    std::string why;
-    for (const auto* side : {&lv, &lw}) {
-      if (!why.empty()) break;
-      if (side->size() != want.size()) {
-        why = std::string(side == &lv ? vn : wn) + "'s file holds " + std::to_string(side->size()) +
-              " cases, the record's campaign " + std::to_string(want.size());
-        break;
-      }
-      for (size_t k = 0; k < want.size() && why.empty(); ++k)
-        if (case_of((*side)[k]) != seeds::to_string(want[k]))
-          why = "case " + std::to_string(k + 1) + " is " + case_of((*side)[k]) + ", the campaign's " +
-                seeds::to_string(want[k]);
-    }
+    std::string why = campaign_mismatch(x, {{vn + "'s file", &lv}, {wn + "'s file", &lw}});
     // Bit for bit: the same build wrote both lines, so the same outputs in
     // the same spelling.
     for (size_t k = 0; why.empty() && k < lv.size(); ++k)
