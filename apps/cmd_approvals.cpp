@@ -692,12 +692,16 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   const kernels::Variant* v = kernels::find_variant(vn);
   const kernels::Variant* w = kernels::find_variant(wn);
   if (!v || !w) throw std::invalid_argument("--vouch " + w_path + ": this normgate has no variant " + (v ? wn : vn));
-  for (const kernels::Variant* x : {v, w})
-    if (x->mode != kernels::Mode::det || x->control || x->external)
+  // Both must serve V's op deterministically (kernels::serve_gap).
+  for (const kernels::Variant* x : {v, w}) {
+    const kernels::ServeGap g = kernels::serve_gap(*x, v->op, kernels::Mode::det);
+    if (x->external || g == kernels::ServeGap::control || g == kernels::ServeGap::nondet)
       throw std::invalid_argument("--vouch: " + std::string(x->name) +
                                   " is not a deterministic variant of this build (a nondet variant's bits may differ "
                                   "run to run; controls and external variants neither vouch nor are vouched for)");
-  if (v->op != w->op) throw std::invalid_argument("--vouch: " + vn + " and " + wn + " are of different ops");
+    if (g == kernels::ServeGap::op)
+      throw std::invalid_argument("--vouch: " + vn + " and " + wn + " are of different ops");
+  }
   const auto sv = dv.variants.find(vn), sw = dw.variants.find(wn);
   if (sv == dv.variants.end() || sv->second != v->source_sha256)
     throw std::invalid_argument("--vouch " + v_path + ": not run by this build's " + vn + " (source " +
@@ -757,7 +761,8 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
       refused.push_back(who + ": an entry names another record (variant, window or source)");
       continue;
     }
-    if (!(w->supports_h(x.H) && w->supports(x.w) && w->supports(x.form))) {
+    if (const kernels::CallShape shape{x.H, x.w, x.form};
+        kernels::serve_gap(*w, x.op, kernels::Mode::det, &shape) != kernels::ServeGap::none) {
       refused.push_back(who + ": " + wn + " does not run this window");
       continue;
     }
