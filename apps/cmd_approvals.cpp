@@ -692,12 +692,16 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   const kernels::Variant* v = kernels::find_variant(vn);
   const kernels::Variant* w = kernels::find_variant(wn);
   if (!v || !w) throw std::invalid_argument("--vouch " + w_path + ": this normgate has no variant " + (v ? wn : vn));
-  for (const kernels::Variant* x : {v, w})
-    if (x->mode != kernels::Mode::det || x->control || x->external)
+  // Both must serve V's op deterministically (kernels::serve_gap).
+  for (const kernels::Variant* x : {v, w}) {
+    const kernels::ServeGap g = kernels::serve_gap(*x, v->op, kernels::Mode::det);
+    if (x->external || g == kernels::ServeGap::control || g == kernels::ServeGap::nondet)
       throw std::invalid_argument("--vouch: " + std::string(x->name) +
                                   " is not a deterministic variant of this build (a nondet variant's bits may differ "
                                   "run to run; controls and external variants neither vouch nor are vouched for)");
-  if (v->op != w->op) throw std::invalid_argument("--vouch: " + vn + " and " + wn + " are of different ops");
+    if (g == kernels::ServeGap::op)
+      throw std::invalid_argument("--vouch: " + vn + " and " + wn + " are of different ops");
+  }
   const auto sv = dv.variants.find(vn), sw = dw.variants.find(wn);
   if (sv == dv.variants.end() || sv->second != v->source_sha256)
     throw std::invalid_argument("--vouch " + v_path + ": not run by this build's " + vn + " (source " +
@@ -710,10 +714,11 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   kernels::Approvals a = kernels::load_approvals(path);
   // W's remembered rejections beside the table (rejections.h): a current
   // one inside a window refuses the vouch there (a case over budget).
-  const kernels::Rejections rej = kernels::load_rejections(kernels::rejections_path_for(
-      path.size() > 15 && path.compare(path.size() - 15, 15, ".approvals.json") == 0
-          ? path.substr(0, path.size() - 15) + ".toml"
-          : path));
+  constexpr std::string_view kSuffix = ".approvals.json";
+  const bool stem =
+      path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  const kernels::Rejections rej = kernels::load_rejections(
+      stem ? path.substr(0, path.size() - kSuffix.size()) + ".rejections.json" : kernels::rejections_path_for(path));
   std::vector<std::string> refused, notes, done;
   std::vector<kernels::Approval> add;
   size_t compared = 0;
@@ -749,21 +754,23 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
       refused.push_back(who + ": gated on " + x.gpu + ", the digests ran on " + dv.gpu);
       continue;
     }
-    for (const auto* e : {&ev->second, &ew->second})
-      if (e->variant != vn || e->window != x.window() || e->source_sha256 != x.source_sha256) {
-        refused.push_back(who + ": an entry names another record (variant, window or source)");
-        break;
-      }
-    if (!refused.empty() && refused.back().rfind(who, 0) == 0) continue;
-    if (!(w->supports_h(x.H) && w->supports(x.w) && w->supports(x.form))) {
+    auto names_x = [&](const DigestEntry& e) {
+      return e.variant == vn && e.window == x.window() && e.source_sha256 == x.source_sha256;
+    };
+    if (!names_x(ev->second) || !names_x(ew->second)) {
+      refused.push_back(who + ": an entry names another record (variant, window or source)");
+      continue;
+    }
+    if (const kernels::CallShape shape{x.H, x.w, x.form};
+        kernels::serve_gap(*w, x.op, kernels::Mode::det, &shape) != kernels::ServeGap::none) {
       refused.push_back(who + ": " + wn + " does not run this window");
       continue;
     }
-    bool w_gated = false;  // W's own current gate record of this window and backend stays
-    for (const auto& r : a.records)
-      w_gated = w_gated || (r.invalid.empty() && r.variant == wn && r.backend == x.backend &&
-                            r.window() == x.window() && r.source_sha256 == w->source_sha256 && !r.has_vouch);
-    if (w_gated) {
+    // W's own current gate record of this window and backend stays.
+    if (std::any_of(a.records.begin(), a.records.end(), [&](const kernels::Approval& r) {
+          return r.invalid.empty() && r.variant == wn && r.backend == x.backend && r.window() == x.window() &&
+                 r.source_sha256 == w->source_sha256 && !r.has_vouch;
+        })) {
       notes.push_back(who + ": " + wn + " has a current record of its own gate there; left as it is");
       continue;
     }
@@ -831,7 +838,6 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
       return r.variant == y.variant && r.backend == y.backend && r.window() == y.window();
     });
     if (replaced) {
-      notes.push_back("replaced " + r.backend + " approval of " + r.window() + " -> " + r.variant);
       std::printf("replaced %s approval of %s -> %s (source %s)\n", r.backend.c_str(), r.window().c_str(),
                   r.variant.c_str(), r.source_sha256.substr(0, 12).c_str());
       continue;

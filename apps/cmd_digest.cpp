@@ -74,18 +74,20 @@ int run_digest(const DigestOptions& o) {
                                   std::to_string(names.size()));
     const kernels::Variant& v = kernels::variant(*names.begin());
     as = &kernels::variant(o.as);  // throws, naming an unknown one
-    auto why_not = [](const kernels::Variant& x) -> std::string {
-      if (x.external) return "an external implementation";
-      if (x.control) return "a negative control";
-      if (x.mode != kernels::Mode::det) return "not deterministic (its bits may differ run to run)";
-      return "";
-    };
     if (as->name == v.name) throw std::invalid_argument("--as " + o.as + ": the same variant as --variant");
-    if (const std::string w = why_not(v); !w.empty()) throw std::invalid_argument("--variant " + *names.begin() + ": " + w);
-    if (const std::string w = why_not(*as); !w.empty()) throw std::invalid_argument("--as " + o.as + ": " + w);
-    if (as->op != v.op)
-      throw std::invalid_argument("--as " + o.as + ": a " + std::string(kernels::to_string(as->op)) + " variant, " +
-                                  *names.begin() + " is " + std::string(kernels::to_string(v.op)));
+    // Both must serve V's op deterministically (kernels::serve_gap).
+    for (const auto& [who, x] : {std::pair{"--variant " + *names.begin(), &v}, std::pair{"--as " + o.as, as}}) {
+      if (x->external) throw std::invalid_argument(who + ": an external implementation");
+      switch (kernels::serve_gap(*x, v.op, kernels::Mode::det)) {
+        case kernels::ServeGap::op:
+          throw std::invalid_argument(who + ": a " + std::string(kernels::to_string(x->op)) + " variant, " +
+                                      *names.begin() + " is " + std::string(kernels::to_string(v.op)));
+        case kernels::ServeGap::control: throw std::invalid_argument(who + ": a negative control");
+        case kernels::ServeGap::nondet:
+          throw std::invalid_argument(who + ": not deterministic (its bits may differ run to run)");
+        default: break;
+      }
+    }
   }
   const kernels::Approvals file = kernels::load_approvals(o.approvals);
   std::vector<const kernels::Approval*> todo;
@@ -101,7 +103,8 @@ int run_digest(const DigestOptions& o) {
       ++repeated;
       continue;
     }
-    if (as && !(as->supports_h(a.H) && as->supports(a.w) && as->supports(a.form)))
+    if (const kernels::CallShape shape{a.H, a.w, a.form};
+        as && kernels::serve_gap(*as, a.op, kernels::Mode::det, &shape) != kernels::ServeGap::none)
       throw std::invalid_argument("--as " + o.as + ": does not run " + a.window() + " (a record of " + a.variant +
                                   "); nothing was run or written");
     todo.push_back(&a);

@@ -325,8 +325,8 @@ def rekey_text(path, text, new_of_old, key="approvals"):
         # Approval::carried), which keeps it: what the digests compared; and
         # in a vouched object (above).
         in_chain = len(re.findall(r'"(?:from|to)_source_sha256"\s*:\s*"' + h + r'"', out))
-        in_vouch = len(pat.findall(out)) - len(outside(out, pat))
         ms = outside(out, pat)
+        in_vouch = len(pat.findall(out)) - len(ms)
         if len(ms) != len(entries) or out.count(h) - in_chain - in_vouch != len(entries):
             raise Refused(f"{path}: {h[:12]} appears {out.count(h)} times, in {len(entries)} approvals to re-key")
         out = replace(out, ms, n)

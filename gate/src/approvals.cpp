@@ -147,11 +147,10 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     };
     // The failing variant's own records of this source, and the records it
     // vouched for (routes.md D23: the same bits on its campaign, so the same
-    // verdict stands or falls).
+    // verdict stands or falls), whatever source of it vouched (its record may
+    // have been carried since, and the failing case may lie outside the
+    // campaign).
     const std::string vname(w.route.variant->name), vsource(w.route.variant->source_sha256);
-    // A vouched record goes whatever source of V vouched for it (V's record
-    // may have been carried since: the same bits on the campaign, and the
-    // failing case may lie outside it).
     auto of_variant = [&](const kernels::Approval& x) {
       return (x.variant == vname && x.source_sha256 == vsource) || (x.has_vouch && x.vouched.variant == vname);
     };

@@ -139,14 +139,6 @@ bool hex64(std::string_view s) {
   return true;
 }
 
-bool name_ok(std::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
-          c == '+' || c == '-'))
-      return false;
-  return true;
-}
 
 std::string known_names() {
   std::string known;
@@ -181,11 +173,20 @@ const Variant& variant(VariantId id) {
   throw std::invalid_argument("unknown kernel variant id " + std::to_string(static_cast<int>(id)));
 }
 
+bool variant_name_ok(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+          c == '+' || c == '-'))
+      return false;
+  return true;
+}
+
 const Variant& add_external_variant(const ExternalVariantSpec& spec) {
   auto bad = [&spec](const std::string& what) {
     throw std::invalid_argument("external variant '" + spec.name + "': " + what);
   };
-  if (!name_ok(spec.name))
+  if (!variant_name_ok(spec.name))
     bad("bad name (1 to 64 characters of A-Z a-z 0-9 _ . + -)");
   if (spec.op != Op::fwd && spec.op != Op::bwd) bad("bad op " + std::to_string(static_cast<int>(spec.op)));
   if (spec.mode != Mode::det && spec.mode != Mode::nondet)

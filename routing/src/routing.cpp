@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cmath>
@@ -503,12 +502,8 @@ void from_json(const nlohmann::json& j, Approval& a) {
     };
     Approval::Vouch v;
     v.variant = str(c, "variant", at.c_str());
-    const bool name_ok = !v.variant.empty() && v.variant.size() <= 64 &&
-                         std::all_of(v.variant.begin(), v.variant.end(), [](char ch) {
-                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' ||
-                                  ch == '+' || ch == '-';
-                         });
-    if (!name_ok) throw std::invalid_argument("field 'vouched.variant' must be a variant name ([A-Za-z0-9_.+-]{1,64})");
+    if (!variant_name_ok(v.variant))
+      throw std::invalid_argument("field 'vouched.variant' must be a variant name ([A-Za-z0-9_.+-]{1,64})");
     if (v.variant == a.variant)
       throw std::invalid_argument("field 'vouched.variant' must name another variant than the record's");
     v.record_sha256 = hex("record_sha256");

@@ -109,6 +109,13 @@ class Carry : public ::testing::Test {
   std::string dir, approvals, real, before;
   std::string variant_ = "bwd_det_chunked";
   size_t windows_ = 3;  // small.toml's windows of variant_
+  // NEW with one bit of the dw digest of case k of its second entry flipped
+  // (sealed again).
+  void flip_new_dw(size_t k) const {
+    json nd = json::parse(slurp(dir + "/new.json"));
+    flip_dw(nd["entries"][1], k);
+    spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  }
   // `approvals APPROVALS --carry OLD NEW` with `extra` options.
   CliRun carry(const std::string& extra = "") const {
     return cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json" + extra);
@@ -179,9 +186,7 @@ TEST_F(Carry, SameBitsCarryTheRecordsToThisBuild) {
 }
 
 TEST_F(Carry, OneDifferentDigestRefusesEverything) {
-  json nd = json::parse(slurp(dir + "/new.json"));
-  flip_dw(nd["entries"][1], 5);  // one bit of one case's dw digest
-  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  flip_new_dw(5);  // one bit of one case's dw digest
   const CliRun c = cli("approvals " + approvals + " --carry " + dir + "/old.json " + dir + "/new.json");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "outputs differ at case 6 of")) << c.out;
@@ -192,9 +197,7 @@ TEST_F(Carry, OneDifferentDigestRefusesEverything) {
 // --partial: a record whose outputs differ is LEFT stale and the others are
 // carried and written (exit 1); a refusal of another kind still writes nothing.
 TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
-  json nd = json::parse(slurp(dir + "/new.json"));
-  flip_dw(nd["entries"][1], 3);
-  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  flip_new_dw(3);
   const CliRun c = carry(" --partial");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_EQ(occurrences(c.out, "\nLEFT "), 1u) << c.out;
@@ -228,9 +231,7 @@ TEST_F(CarryNondet, PartialCarriesTheRecordsThatAgreeAndLeavesTheRest) {
 // A deterministic variant's bits must not vary: --partial leaves none of
 // its records; one differing case refuses the whole carry as without it.
 TEST_F(Carry, PartialDoesNotLeaveADeterministicVariantsRecords) {
-  json nd = json::parse(slurp(dir + "/new.json"));
-  flip_dw(nd["entries"][1], 3);
-  spit(dir + "/new.json", resealed_digests(nd).dump(1));
+  flip_new_dw(3);
   const CliRun c = carry(" --partial");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "REFUSED")) << c.out;

@@ -210,6 +210,11 @@ struct ExternalVariantSpec {
 /// before re-checks every pick against the entry as it is now (serve_gap).
 const Variant& add_external_variant(const ExternalVariantSpec& spec);
 
+/// Whether `name` has a variant name's form: 1 to 64 characters of
+/// A-Z a-z 0-9 _ . + - (what add_external_variant accepts; every built-in
+/// name has it).
+bool variant_name_ok(std::string_view name);
+
 /// The variant called `name`. Throws std::invalid_argument naming the bad
 /// name and listing the known ones.
 const Variant& variant(std::string_view name);
