@@ -300,11 +300,14 @@ void add_gate(CLI::App& app, Commands& cmds) {
                               ? "no overlap: CPU models share the cores with the oracle"
                           : !validators::pipeline_overlap() ? "no overlap: NORMGATE_OVERLAP=0"
                                                          : "no overlap: one case at a time";
-        std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): GPU+generator half %.1f s, oracle+validation "
-                    "half %.1f s, oracle side idle waiting for the GPU %.1f s (%s)\n",
+        // The first half runs the kernels: on the GPU, or as CPU models.
+        const bool gpu = res.backend == kernels::kGpuBackend;
+        std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): %s+generator half %.1f s, oracle+validation "
+                    "half %.1f s, oracle side idle waiting for the %s %.1f s (%s)\n",
                     static_cast<long long>(pl.cases), pl.seconds_total,
                     pl.seconds_total > 0 ? 60.0 * static_cast<double>(pl.cases) / pl.seconds_total : 0.0,
-                    pl.seconds_prepare, pl.seconds_finish, pl.seconds_waiting_for_prepare, how);
+                    gpu ? "GPU" : "CPU-model", pl.seconds_prepare, pl.seconds_finish, gpu ? "GPU" : "CPU models",
+                    pl.seconds_waiting_for_prepare, how);
       }
       // Throughput per phase on stderr (and --stats-json): not in the reports,
       // which must not depend on how fast or where the cases ran. The copy

@@ -173,6 +173,10 @@ TEST(GateCli, SmallTablePassesAndSaysItRanCpuModels) {
   EXPECT_TRUE(contains(r.out, "backend  cpu-model")) << r.out;
   EXPECT_TRUE(contains(r.out, "NOT as CUDA code")) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  PASS: 6 of 6 windows pass")) << r.out;
+  // The pipeline line names the half that ran the kernels as it ran here.
+  EXPECT_TRUE(contains(r.out, "CPU-model+generator half ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "oracle side idle waiting for the CPU models ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "GPU+generator half")) << r.out;
   const std::string md = slurp(dir + "/r.md");
   EXPECT_TRUE(contains(md, "| window | variant | y | rstd | dx | dw |")) << md;
   EXPECT_TRUE(contains(md, "closest to the budget")) << md;
