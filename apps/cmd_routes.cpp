@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -105,6 +106,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "nothing) or a --pick is refused or falls back");
   struct Opts {
     std::string table;
+    std::string approvals;  // "": the file next to the table
     std::vector<std::string> picks;
     kernels::DispatchPolicy policy;
     std::vector<std::string> plugins;
@@ -117,6 +119,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
                   "run time without strict mode: the window's variant, or the table's fallback for a call outside "
                   "every window. Exit 1 when a pick is refused (no current approval) or falls back (no approved "
                   "window holds the call)");
+  sub->add_option("--approvals", o->approvals,
+                  "Approvals file to read instead of the one next to the table (TABLE's stem + "
+                  ".approvals.json), e.g. a derive folder's or a branch's, to see what it would approve; it must "
+                  "exist (a missing one: exit 2)");
   sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
   sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
                 "Explicit override: dispatch routes without a current approval");
@@ -124,13 +130,23 @@ void add_routes(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       load_plugins(o->plugins);
-      const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
+      std::error_code ec;
+      if (!o->approvals.empty() && !std::filesystem::exists(o->approvals, ec))
+        throw std::invalid_argument("--approvals '" + o->approvals + "': no such file");
+      const std::string approvals_path = o->approvals.empty() ? kernels::approvals_path_for(o->table) : o->approvals;
+      // A missing file next to the table approves nothing (load_approvals).
+      const bool approvals_exist = std::filesystem::exists(approvals_path, ec);
+      const kernels::Dispatcher d(kernels::load_route_table(o->table), kernels::load_approvals(approvals_path),
+                                  o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records%s)\n", o->table.c_str(),
+        const std::string what =
+            approvals_exist ? std::to_string(d.approvals().records.size()) + " records" +
+                                  (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" : std::string())
+                            : std::string("no such file: no route is approved");
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", o->table.c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    d.approvals().path.c_str(), d.approvals().records.size(),
-                    n_invalid ? (", " + std::to_string(n_invalid) + " INVALID").c_str() : "");
+                    d.approvals().path.c_str(), what.c_str());
         const std::string policy_path = kernels::policy_path_for(o->table);
         const auto policy = kernels::load_policy(policy_path);
         if (!policy) {
