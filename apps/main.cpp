@@ -11,8 +11,11 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -123,6 +126,42 @@ ExtrasMessage unknown_option_message(CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+// `normgate --help` lists each subcommand with one short line; the
+// subcommand's own --help keeps its whole description (exit codes, files).
+// A subcommand without an entry here is listed with its whole description.
+const char* summary(const std::string& name) {
+  static const std::pair<const char*, const char*> kSummaries[] = {
+      {"families", "List the input families, or describe one"},
+      {"case", "Parse a case id: its canonical form and the SHA-256 of its inputs"},
+      {"check", "Run cases through implementations; validate every element against the FP64 oracle"},
+      {"variants", "List the kernel variants of the registry"},
+      {"gate", "Gate a route table's windows against the FP64 oracle; report per window"},
+      {"routes", "A table's routes and their approval state, or the dispatcher's pick for a call"},
+      {"approvals", "Check, seal, merge, carry, vouch for or re-check approvals and rejections"},
+      {"digest", "Digest a variant's outputs on its approved campaigns (for approvals --carry, --vouch)"},
+      {"derive", "Derive a route table: time candidates, split windows, gate the winners"},
+      {"mutate", "Mutation score: which input family kills which negative control"},
+      {"repro", "Re-run one case for one implementation: verdict, worst elements, a command"},
+      {"inspect", "Summarize a normgate HDF5 file (a saved case or exported maps)"},
+      {"export", "Write a report's worst cases' error maps to HDF5"},
+      {"plot", "PNG pictures and an index.html of a case or maps file"},
+  };
+  for (const auto& [n, text] : kSummaries)
+    if (name == n) return text;
+  return nullptr;
+}
+
+class ShortListFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const char* s = summary(sub->get_name());
+    if (!s) return CLI::Formatter::make_subcommand(sub);
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), s, get_column_width());
+    return out.str();
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,6 +179,10 @@ int main(int argc, char** argv) {
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);
   normgate::app::decimal_number_options(app);
+  // Set after the subcommands exist: they keep CLI11's formatter (whole
+  // descriptions in their own --help); only this listing is short.
+  app.formatter(std::make_shared<ShortListFormatter>());
+  app.footer("Run 'normgate SUBCOMMAND --help' for a subcommand's options, exit codes and files.");
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

@@ -25,11 +25,24 @@ CliRun run(const std::string& args) { return normgate::test::run_normgate(args);
 
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"families", "case", "check", "variants", "repro", "export", "inspect", "mutate"}) {
+  const CliRun top = run("--help");
+  EXPECT_EQ(top.code, 0) << top.out;
+  for (const char* sub : {"families", "case", "check", "variants", "gate", "routes", "approvals", "digest", "derive",
+                          "mutate", "repro", "inspect", "export", "plot"}) {
     const CliRun r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
+    // `normgate --help` lists the subcommand on one short line; its own
+    // --help has the whole description, which the listing leaves out when
+    // it is long.
+    const std::string own = r.out.substr(0, r.out.find('\n'));
+    const size_t at = top.out.find("\n  " + std::string(sub) + " ");
+    ASSERT_NE(at, std::string::npos) << sub << ": " << top.out;
+    const std::string line = top.out.substr(at + 1, top.out.find('\n', at + 1) - at - 1);
+    EXPECT_LE(line.size(), 120u) << line;
+    if (own.size() > 100) EXPECT_FALSE(contains(top.out, own)) << sub << ": " << top.out;
   }
+  EXPECT_TRUE(contains(top.out, "Run 'normgate SUBCOMMAND --help' for a subcommand's options")) << top.out;
 }
 
 TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
