@@ -23,6 +23,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
+#include "normgate/core/json_strict.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
@@ -639,6 +640,13 @@ std::string validate_approval(const Approval& a) {
       if (i > 0 && t <= a.t_points[i - 1])
         return "t_points not strictly increasing at [" + std::to_string(i) + "] " + std::to_string(t);
     }
+    // A campaign's T points always hold the window's first and last T
+    // (window_t_points, gate/gate.h): a record without them was not written
+    // by a gate.
+    if (a.t_points.front() != a.t_lo || a.t_points.back() != a.t_hi)
+      return "t_points run " + std::to_string(a.t_points.front()) + ".." + std::to_string(a.t_points.back()) +
+             ", not the window's T=" + std::to_string(a.t_lo) + ".." + std::to_string(a.t_hi) +
+             " (a gate's T points hold its first and last T)";
     if (a.cases < 1 || a.cases < static_cast<int64_t>(a.t_points.size()))
       return "cases " + std::to_string(a.cases) + " (needs >= 1 and >= the " + std::to_string(a.t_points.size()) +
              " t_points)";
@@ -805,9 +813,13 @@ static nlohmann::json parse_sealed_file(std::string_view text, const std::string
                                  const std::string& a_file, std::string_view format) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    // Nesting and duplicate keys refused (json_strict.h): a record's seal
+    // covers the object as parsed.
+    j = parse_json_strict(text);
   } catch (const nlohmann::json::exception& e) {
     throw RouteTableError(path + ": " + key + " are not valid JSON: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw RouteTableError(path + ": " + key + " are not a normgate file: " + e.what());
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != format)
     throw RouteTableError(path + ": not " + a_file + " (expected \"format\": \"" + std::string(format) + "\")");
@@ -830,6 +842,11 @@ static std::string seal_problem(const nlohmann::json& rec, const std::string& cl
   return "";
 }
 
+// The date from which every writer of approvals sealed each record it wrote
+// (b80df9f, "routing: validate approval records, seal them with
+// record_sha256"); ISO 8601 UTC, compared as text.
+static constexpr const char* kSealedSince = "2026-12-02T02:53:15Z";
+
 Approvals parse_approvals(std::string_view text, const std::string& path) {
   Approvals a;
   a.path = path;
@@ -844,15 +861,32 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
       why = validate_approval(x);
       if (why.empty()) {
         x.unsealed = !rec.contains("record_sha256");
-        if (x.unsealed)
-          why = "no record_sha256 (a record written before approvals carried digests: `normgate approvals --seal " +
-                path + "` seals the records that pass every other check)";
-        else
+        if (x.unsealed && x.date >= kSealedSince) {
+          // Every writer sealed what it wrote from then on: the seal was removed.
+          x.unsealed = false;
+          why = "no record_sha256, yet dated " + x.date + ", when every normgate writer sealed its records (from " +
+                std::string(kSealedSince) + "): its seal was removed after it was written (not sealable; gate "
+                "the window again)";
+        } else if (x.unsealed) {
+          why = "no record_sha256: written before approvals carried digests (before " + std::string(kSealedSince) +
+                "), or its seal removed. `normgate approvals --seal " + path +
+                "` trusts such records: seal only those whose history you trust (git log -p)";
+        } else {
           why = seal_problem(rec, x.record_sha256);
+        }
       }
     } catch (const std::exception& e) {
       why = e.what();
     }
+    // A second copy of a sealed record: normgate writes each record once
+    // (merges keep one per window and variant), so a copy was pasted in.
+    if (why.empty())
+      for (const Approval& y : a.records)
+        if (y.invalid.empty() && !y.unsealed && y.record_sha256 == x.record_sha256) {
+          why = "a copy of record " + std::to_string(y.index) +
+                " (the same record_sha256; normgate writes each record once)";
+          break;
+        }
     if (!why.empty()) {
       x.invalid = "record " + std::to_string(i) + ": " + why;
       x.raw_json = rec.dump();

@@ -182,11 +182,37 @@ TEST_F(ApprovalsCli, AFlippedBitFailsTheDigest) {
 // record is valid, else writes nothing.
 TEST_F(ApprovalsCli, CheckAndSeal) {
   ASSERT_NE(origin_, nullptr);
-  const std::string d = with_record("seal", [](json& r) { r.erase("record_sha256"); });
+  // A record of before approvals carried seals (dated before
+  // 2026-12-02T02:53:15Z, routing.h) has none: sealable.
+  static constexpr const char* kOld = "2026-12-01T09:30:00Z";
+  const std::string d = with_record("seal", [](json& r) {
+    r["date"] = kOld;
+    r.erase("record_sha256");
+  });
   const std::string f = d + "/small.approvals.json";
   const CliRun check = cli("approvals " + f);
   EXPECT_EQ(check.code, 1) << check.out;
   EXPECT_TRUE(contains(check.out, "1 records, 0 valid, 1 without record_sha256, 0 INVALID")) << check.out;
+  EXPECT_TRUE(contains(check.out, "or its seal removed. `normgate approvals --seal " + f + "` trusts such records"))
+      << check.out;
+  // The same record dated today (the gate's own date) without its seal:
+  // removed after writing, INVALID, and --seal refuses it.
+  {
+    const std::string dn = with_record("seal_new", [](json& r) { r.erase("record_sha256"); });
+    const std::string fn = dn + "/small.approvals.json";
+    const std::string text = slurp(fn);
+    const CliRun c = cli("approvals " + fn);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "1 records, 0 valid, 0 without record_sha256, 1 INVALID")) << c.out;
+    EXPECT_TRUE(contains(c.out, "when every normgate writer sealed its records (from 2026-12-02T02:53:15Z): its "
+                                "seal was removed after it was written"))
+        << c.out;
+    const CliRun s = cli("approvals --seal " + fn);
+    EXPECT_EQ(s.code, 1) << s.out;
+    EXPECT_TRUE(contains(s.out, "seal     refused: 1 INVALID record")) << s.out;
+    EXPECT_EQ(slurp(fn), text);
+    std::filesystem::remove_all(dn);
+  }
   const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(before.code, 1) << before.out;  // the unsealed record alone: the other routes are overridden
   EXPECT_TRUE(contains(before.out, "[invalid] record 0: no record_sha256")) << before.out;
@@ -206,7 +232,11 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   const CliRun seal = cli("approvals --seal " + f);
   EXPECT_EQ(seal.code, 0) << seal.out;
   EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
-  EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], (*origin_)["approvals"][0]["record_sha256"]);
+  {
+    json want = (*origin_)["approvals"][0];
+    want["date"] = kOld;
+    EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], sealed(want)["record_sha256"]);
+  }
   {
     struct stat st {};
     ASSERT_EQ(::stat(f.c_str(), &st), 0);

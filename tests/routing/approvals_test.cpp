@@ -111,6 +111,10 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.t_points.front() = 0; }, "t_points[0] 0 outside the window"},
       {0, [](Approval& a) { a.t_points = {1, 65, 63}; }, "t_points not strictly increasing at [2] 63"},
       {0, [](Approval& a) { a.t_points = {1, 1}; }, "t_points not strictly increasing at [1] 1"},
+      // A gate's T points hold its window's first and last T.
+      {0, [](Approval& a) { a.t_points = {1, 63, 65, 100}; },
+       "t_points run 1..100, not the window's T=1..700 (a gate's T points hold its first and last T)"},
+      {0, [](Approval& a) { a.t_points = {2, 63, 700}; }, "t_points run 2..700, not the window's T=1..700"},
       {0, [](Approval& a) { a.source_sha256[5] = 'A'; }, "source_sha256"},
       {0, [](Approval& a) { a.source_sha256.pop_back(); }, "source_sha256"},
       {0, [](Approval& a) { a.backend = "tpu"; }, "backend 'tpu'"},
@@ -222,6 +226,66 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
   const Approval unsealed = parse_approvals(doc.dump(), a.path).records[0];
   EXPECT_TRUE(unsealed.unsealed);
   EXPECT_NE(unsealed.invalid.find("no record_sha256"), std::string::npos) << unsealed.invalid;
+}
+
+// The file's JSON as normgate writes it: nesting past 64 levels (which
+// would overflow the stack in nlohmann::json's recursive dump: a crash) and a
+// key given twice in one object (nlohmann keeps the last, and the seal covers
+// the object as parsed, so the bytes could change unseen) refuse the file,
+// naming it; a second copy of a sealed record is INVALID.
+TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "f.approvals.json";
+  a.records.push_back(good(t.routes[0]));
+  const std::string text = approvals_to_json_text(a);
+  // Deep: 200000 levels inside a record (a 400 KB file) and just past the limit.
+  for (const int depth : {200000, 63}) {
+    const std::string deep = "{\"format\":\"normgate-approvals/1\",\"approvals\":[{\"x\":" +
+                             std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') +
+                             "}]}";
+    try {
+      (void)parse_approvals(deep, a.path);
+      ADD_FAILURE() << "depth " << depth << " accepted";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("f.approvals.json: approvals are not a normgate file: JSON nested deeper "
+                                           "than 64 levels"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // 62 levels inside the record (64 with the file's object and array): read,
+  // the record INVALID for its unknown field.
+  {
+    const std::string ok = "{\"format\":\"normgate-approvals/1\",\"approvals\":[{\"x\":" + std::string(61, '[') +
+                           std::string(61, ']') + "}]}";
+    const Approvals x = parse_approvals(ok, a.path);
+    ASSERT_EQ(x.records.size(), 1u);
+    EXPECT_FALSE(x.records[0].invalid.empty());
+  }
+  // A key twice: the first "variant" inserted before the real one.
+  {
+    std::string dup = text;
+    const size_t at = dup.find("\"variant\"");
+    ASSERT_NE(at, std::string::npos);
+    dup.insert(at, "\"variant\": \"fwd_multirow\", ");
+    try {
+      (void)parse_approvals(dup, a.path);
+      ADD_FAILURE() << "a duplicate key accepted";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("JSON object has the key 'variant' twice"), std::string::npos) << e.what();
+    }
+  }
+  // The same record twice: the second copy INVALID, naming the first.
+  {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    doc["approvals"].push_back(doc["approvals"][0]);
+    const Approvals x = parse_approvals(doc.dump(), a.path);
+    ASSERT_EQ(x.records.size(), 2u);
+    EXPECT_EQ(x.records[0].invalid, "");
+    EXPECT_EQ(x.records[1].invalid,
+              "record 1: a copy of record 0 (the same record_sha256; normgate writes each record once)");
+  }
 }
 
 // One edit of the first record of an approvals text and the reason the
