@@ -805,6 +805,16 @@ GateResult run_gate(const GateOptions& opt) {
                                       std::to_string(opt.shard_count) + ", not to this journal's shard " +
                                       std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count));
       });
+  // --merge: every shard journal checked first, against each other and the
+  // plan, into a scratch journal, so that a refused merge creates no
+  // --journal file (one left behind would then refuse the corrected run as
+  // another campaign's); then again below, against the journal's own records.
+  if (merging) {
+    Journal scratch;
+    Store scratch_store;
+    GateResult scratch_res;
+    merge_shards(opt, campaign, in_plan, scratch, scratch_store, scratch_res);
+  }
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign, check);
   Store store;
   for (const auto& rec : journal.resumed()) store.add(rec);

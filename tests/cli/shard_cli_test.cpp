@@ -78,6 +78,22 @@ TEST(ShardCli, MergedShardsWriteTheUnshardedReports) {
   EXPECT_TRUE(contains(r.out, "verdict  PASS")) << r.out;
   EXPECT_EQ(without_dates(slurp(dir + "/all.json")), without_dates(slurp(dir + "/full.json")));
   EXPECT_EQ(without_dates(slurp(dir + "/all.md")), without_dates(slurp(dir + "/full.md")));
+  // A merge refused for its shards (another dense step than theirs; a shard
+  // twice) creates no --journal, so the corrected command then runs.
+  r = cli("gate " + kSmall + kFast + " --dense-step 32 --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl " + dir +
+          "/s3.jsonl --journal " + dir + "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "belongs to a different campaign")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl")) << "a refused merge left its journal";
+  r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s1.jsonl --journal " + dir +
+          "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "given twice")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl")) << "a refused merge left its journal";
+  r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl " + dir +
+          "/s3.jsonl --journal " + dir + "/m.jsonl --report-json " + dir + "/m.json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(without_dates(slurp(dir + "/m.json")), without_dates(slurp(dir + "/full.json")));
   std::filesystem::remove_all(dir);
 }
 
