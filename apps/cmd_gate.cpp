@@ -209,7 +209,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       if (validators::resolve_backend(o->g.backend) == validators::Backend::gpu && !kernels::gpu_available())
-        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+        throw std::invalid_argument(
+            "backend gpu requested but no usable CUDA device is present (backend cpu, or auto, runs the kernels' CPU "
+            "models instead)");
+      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
         return 0;
@@ -249,7 +252,6 @@ void add_gate(CLI::App& app, Commands& cmds) {
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const auto backend = validators::resolve_backend(o->g.backend);  // a GPU, if asked for, is there (above)
-      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
       // the finished result).

@@ -729,7 +729,9 @@ GateResult run_gate(const GateOptions& opt) {
   // Backend.
   const Backend backend = resolve_backend(opt.backend);
   if (backend == Backend::gpu && !kernels::gpu_available())
-    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+    throw std::invalid_argument(
+        "backend gpu requested but no usable CUDA device is present (backend cpu, or auto, runs the kernels' CPU "
+        "models instead)");
   res.device = kernels::device_info();
   res.backend = backend_name(backend);
   res.backend_detail = describe_backend(backend, res.device);

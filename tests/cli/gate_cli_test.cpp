@@ -145,6 +145,17 @@ TEST(GateCli, PlanRefusesGpuBackendWithoutADevice) {
   }
 }
 
+// --devices with the CPU models is refused by --plan too, as by the run:
+// scripts/main deletes the last run's journal once a --plan accepts its
+// arguments.
+TEST(GateCli, PlanRefusesWhatTheRunRefuses) {
+  for (const std::string plan : {" --plan", ""}) {
+    const CliResult r = cli("gate " + kSmall + kFast + " --devices 0" + plan);
+    EXPECT_EQ(r.code, 2) << plan << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "--devices 0 has no effect with --backend cpu")) << plan << "\n" << r.out;
+  }
+}
+
 // --plan runs nothing: no GPU, no case, exit 0, a table of the windows.
 TEST(GateCli, PlanRunsNothing) {
   const CliResult r = cli("gate " + kSmall + kFast + " --plan --rate 2e6");
