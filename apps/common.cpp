@@ -163,14 +163,22 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
       to_stdout = &o;
       continue;
     }
+    // Elsewhere "-" would be a file named "-" in the working folder.
+    if (o.path == "-")
+      throw std::invalid_argument(o.option + " -: give a file (this output does not go to stdout)");
     check_writable(o.path, o.option);
-    // A link into /proc or /dev (/dev/stdout -> /proc/self/fd/1) is no file
-    // to replace: the rename would put a file where the system's link was.
+    // A path into /proc or /dev, or a link there (/dev/stdout ->
+    // /proc/self/fd/1), is no file to replace: the rename would put a file
+    // where the system's entry was, or fail after the run.
     {
       const std::string real = core::rename_target(o.path);
-      if (real != o.path && (real.rfind("/proc/", 0) == 0 || real.rfind("/dev/", 0) == 0))
+      const bool system = real.rfind("/proc/", 0) == 0 || real.rfind("/dev/", 0) == 0;
+      if (system && real != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
                                     ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
+      if (system)
+        throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
+                                    ", not a file to write" + (dash_is_stdout ? " (use - for stdout)" : ""));
     }
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).

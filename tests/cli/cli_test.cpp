@@ -89,6 +89,18 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"gate routes/sm90a-ci.toml --plan --rate ' 5'", "--rate: ' 5' is not a decimal number"},
       {"gate routes/sm90a-ci.toml --plan --rate 1e", "--rate: '1e' is not a decimal number"},
       {"derive routes/sm90a.derive.toml --out x.toml --deadline-s 0x10", "--deadline-s: '0x10' is not a decimal number"},
+      // grid options: beside --case refused, not ignored; items once each, none empty
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --H 128", "--case excludes --H"},
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --w fp32", "--case excludes --w"},
+      {"check --backend cpu --H 64,64 --T 3 --seeds 3x1", "--H '64,64': '64' given twice"},
+      {"check --backend cpu --H 64,064 --T 3 --seeds 3x1", "--H '64,064': 64 given twice"},
+      {"check --backend cpu --H 64, --T 3 --seeds 3x1", "--H '64,': an empty item"},
+      {"check --backend cpu --H 64 --T 3 --seeds 3x1 --form plain,plain", "--form 'plain,plain': 'plain' given twice"},
+      // an output that is no file to write: "-" where stdout is not offered, a path in /proc
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --json -", "--json -: give a file"},
+      {"export /nonexistent/report.json -o - --backend cpu", "--output -: give a file"},
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --json /proc/version",
+       "--json '/proc/version' is in /proc/, not a file to write"},
   };
   for (const auto& b : cases) {
     const CliRun r = run(b.args);
