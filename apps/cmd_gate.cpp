@@ -70,8 +70,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "gate",
       "Gate a route table: run every window's cases (GPU variant, or its CPU model without a GPU), validate every "
-      "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 any "
-      "window fails, 2 usage or input error, 3 a runtime failure (e.g. a CUDA error)");
+      "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 a "
+      "window fails, is INCONCLUSIVE (the oracle's bound cannot decide a comparison) or INCOMPLETE (a shard, a "
+      "missing shard or a deadline), 2 usage or input error, 3 a runtime failure (e.g. a CUDA error)");
   struct Opts {
     validators::GateOptions g;
     std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard, stats_json;

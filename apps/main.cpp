@@ -182,7 +182,21 @@ int main(int argc, char** argv) {
   // Set after the subcommands exist: they keep CLI11's formatter (whole
   // descriptions in their own --help); only this listing is short.
   app.formatter(std::make_shared<ShortListFormatter>());
-  app.footer("Run 'normgate SUBCOMMAND --help' for a subcommand's options, exit codes and files.");
+  app.footer("Run 'normgate SUBCOMMAND --help' for a subcommand's options and what it reads and writes. Exit "
+             "codes: 0 success or pass, 1 a check, gate or listing that did not pass, 2 usage or input error, 3 a "
+             "runtime failure (repro adds 4).");
+  // An option before any subcommand: normgate's own are --help and --version
+  // only (CLI11 would say "A subcommand is required", naming nothing).
+  if (argc > 1 && argv[1][0] == '-') {
+    const std::string a = argv[1];
+    if (a != "-h" && a != "--help" && a != "--version" && a.rfind("--help-", 0) != 0) {
+      std::fprintf(stderr,
+                   "normgate: error: unknown option '%s' before the subcommand (normgate's own options are --help "
+                   "and --version; a subcommand's options follow it: normgate SUBCOMMAND [OPTIONS])\n",
+                   argv[1]);
+      return 2;
+    }
+  }
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;

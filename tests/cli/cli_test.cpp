@@ -43,6 +43,7 @@ TEST(Cli, HelpOnEverySubcommand) {
     if (own.size() > 100) EXPECT_FALSE(contains(top.out, own)) << sub << ": " << top.out;
   }
   EXPECT_TRUE(contains(top.out, "Run 'normgate SUBCOMMAND --help' for a subcommand's options")) << top.out;
+  EXPECT_TRUE(contains(top.out, "2 usage or input error, 3 a runtime failure")) << top.out;
 }
 
 TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
@@ -59,6 +60,7 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --H 64,x --T 3 --seeds 3x1", "x"},
       {"check --backend cpu --H 64 --T 3 --seeds 3x0", "3x0"},
       {"frobnicate", "frobnicate"},
+      {"--bogus", "unknown option '--bogus' before the subcommand"},
       {"check --backend cpu --impl fp32_baseline --case H=8,T=3,w=bf16,family=normal,seed=0", "fp32-baseline"},
       {"check --backend cpu --H 64 --seeds 3x1", "--T"},
       {"case H=4096,T=1,w=bf16,family=normal,seed=0,kappa=1e3", "kappa"},
