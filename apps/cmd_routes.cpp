@@ -140,9 +140,17 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                   o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
+        // `normgate approvals` counts records INVALID only for want of a
+        // seal apart ("without record_sha256"): said here too.
+        auto unsealed_note = [&d]() -> std::string {
+          size_t n = 0;
+          for (const auto& x : d.approvals().records) n += x.unsealed;
+          return n ? ", " + std::to_string(n) + " of them only for want of record_sha256 (normgate approvals)" : "";
+        };
         const std::string what =
             approvals_exist ? std::to_string(d.approvals().records.size()) + " records" +
-                                  (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" : std::string())
+                                  (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" + unsealed_note()
+                                             : std::string())
                             : std::string("no such file: no route is approved");
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", o->table.c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),

@@ -216,6 +216,7 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(before.code, 1) << before.out;  // the unsealed record alone: the other routes are overridden
   EXPECT_TRUE(contains(before.out, "[invalid] record 0: no record_sha256")) << before.out;
+  EXPECT_TRUE(contains(before.out, "(1 records, 1 INVALID, 1 of them only for want of record_sha256")) << before.out;
   // A second file with a really bad record: nothing of either is written.
   const std::string d2 = with_record("seal_bad", [](json& r) { r["cases"] = 0; });
   const std::string f2 = d2 + "/small.approvals.json";
