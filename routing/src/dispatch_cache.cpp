@@ -157,9 +157,13 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
       const ApprovalStatus s = approval_status(*it->route, d_.approvals(), d_.policy().accept_cpu_model);
       p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
                  std::string(it->route->variant->name) + ") has no current approval in " + d_.approvals().path +
-                 ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it (normgate gate " +
+                 ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it on a CUDA machine (normgate gate " +
                  table().path + " --windows '" + window_filter(*it->route) +
-                 "' --seeds 3x16 --approve; --plan first shows its cases), or " + opt_.override_hint;
+                 "' --seeds 3x16 --approve; the same with --plan instead of --approve lists its cases" +
+                 (d_.approvals().path != approvals_path_for(table().path)
+                      ? "; it writes " + approvals_path_for(table().path) + ", not " + d_.approvals().path
+                      : std::string()) +
+                 "), or " + opt_.override_hint;
       return p;
     }
   }

@@ -1203,8 +1203,9 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;
     s.detail = "only a cpu-model approval" + part(*cpu_cur) + from(*cpu_cur) +
-               ", which is not accepted: the GPU code is what ships (the CLI's --accept-cpu-model, or "
-               "DispatchPolicy::accept_cpu_model, overrides)";
+               ", which is not accepted: the GPU code is what ships (normgate routes --accept-cpu-model, "
+               "NORMGATE_DISPATCH=accept-cpu-model for calls, or DispatchPolicy::accept_cpu_model in C++, "
+               "overrides)";
   } else if (stale) {
     s.state = ApprovalState::stale;
     s.record = stale;
