@@ -105,6 +105,18 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "approved cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked"))
       << r.out;
+  // Renewed by a larger campaign, then by the first one again: the second
+  // renewal says that the approval now rests on fewer cases.
+  r = run_normgate("gate " + table + kFast + " --fresh-factor 6 --windows H=256 --approve --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "renewed cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked\n"))
+      << r.out;
+  r = run_normgate("gate " + table + kFast + " --windows H=256 --approve --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "renewed cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked (a "
+                              "smaller campaign than the approval it replaces: "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, " cases, seeds 3x1, against ")) << r.out;
   // The same approvals read through --approvals from another folder; a
   // missing --approvals file is a usage error naming it, before any listing.
   {
