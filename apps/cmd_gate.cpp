@@ -175,9 +175,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
             const double d = std::strtod(v.c_str(), &end);
             return end != v.c_str() && *end == '\0' && d >= 1 && d < 1e300
                        ? std::string()
-                       : "expected a number of elements per second >= 1, got '" + v + "'";
+                       : "expected a number of elements per second in [1, 1e300), got '" + v + "'";
           },
-          "RATE > 0"))
+          "RATE in [1, 1e300)"))
       ->needs(plan_flag);
   sub->callback([&cmds, o, sub] {
     cmds.run = [o, devices_given = sub->count("--devices") > 0] {

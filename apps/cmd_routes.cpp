@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/file_target.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
@@ -131,8 +132,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
     cmds.run = [o] {
       load_plugins(o->plugins);
       std::error_code ec;
-      if (!o->approvals.empty() && !std::filesystem::exists(o->approvals, ec))
-        throw std::invalid_argument("--approvals '" + o->approvals + "': no such file");
+      if (!o->approvals.empty())
+        if (const std::string why = core::regular_file_problem(o->approvals); !why.empty())
+          throw std::invalid_argument("--approvals '" + o->approvals + "': " + why);
       const std::string approvals_path = o->approvals.empty() ? kernels::approvals_path_for(o->table) : o->approvals;
       // A missing file next to the table approves nothing (load_approvals).
       const bool approvals_exist = std::filesystem::exists(approvals_path, ec);

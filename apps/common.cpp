@@ -202,6 +202,10 @@ void check_read_write(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
+  // A status that cannot be read (a link loop, a path through a file) is an
+  // input error now, not a failure to open it after the checks.
+  if (ec && st.type() != fs::file_type::not_found)
+    throw std::invalid_argument(named(option, path) + ": " + ec.message());
   if (!fs::exists(st)) {
     check_writable(path, option);
     return;
@@ -315,10 +319,8 @@ void write_report(const std::string& path, const std::string& text, int fd) {
 // A report (`gate --report-json` or `check --json`) as JSON; a missing,
 // unreadable or unparsable file is an input error (exit 2) naming it.
 nlohmann::json read_report(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw std::invalid_argument("cannot read report '" + path + "': " +
-                                (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+  if (const std::string why = core::regular_file_problem(path); !why.empty())
+    throw std::invalid_argument("cannot read report '" + path + "': " + why);
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
   nlohmann::json j;

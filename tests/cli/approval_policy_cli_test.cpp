@@ -131,6 +131,12 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_TRUE(contains(r.out, "--approvals '" + other + "/none.json': no such file")) << r.out;
     EXPECT_FALSE(contains(r.out, "table     ")) << r.out;
+    // A link loop is named as one, not as a missing file.
+    std::filesystem::create_symlink(other + "/loop2.json", other + "/loop1.json");
+    std::filesystem::create_symlink(other + "/loop1.json", other + "/loop2.json");
+    r = run_normgate("routes " + other + "/t.toml --approvals " + other + "/loop1.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "--approvals '" + other + "/loop1.json': Too many levels of symbolic links")) << r.out;
   }
   r = run_normgate("routes " + table + " --accept-cpu-model");
   EXPECT_EQ(r.code, 1) << r.out;  // the other five routes have no approval

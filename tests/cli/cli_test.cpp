@@ -69,7 +69,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_det_chunked --k 0", "--k"},
       {"repro H=64,T=3,w=bf16,famly=normal,seed=0 --backend cpu --variant bwd_det_chunked", "famly"},
       {"repro --file /nonexistent/case.h5 --backend cpu --variant bwd_det_chunked", "/nonexistent/case.h5"},
-      {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5"},
+      {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5: no such file"},
+      {"inspect /", "/: is a directory"},  // not "no such file"
       {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu", "/nonexistent/report.json"},
       {"export /nonexistent/report.json -o /nonexistent-dir/x.h5 --backend cpu", "/nonexistent-dir"},
       {"mutate --seeds 4x1", "4x1"},

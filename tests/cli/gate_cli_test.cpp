@@ -166,6 +166,20 @@ TEST(GateCli, PlanRunsNothing) {
     EXPECT_FALSE(contains(r.out, never)) << never << "\n" << r.out;
 }
 
+// A --journal whose status cannot be read (two links pointing at each
+// other) is a usage error naming the reason, before any case; it was a
+// runtime failure (exit 3) once the journal was opened.
+TEST(GateCli, AJournalLinkLoopIsAUsageError) {
+  const std::string dir = temp_dir("loop");
+  std::filesystem::create_symlink(dir + "/b.jsonl", dir + "/a.jsonl");
+  std::filesystem::create_symlink(dir + "/a.jsonl", dir + "/b.jsonl");
+  const CliResult r = cli("gate " + kSmall + kFast + " --journal " + dir + "/a.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--journal '" + dir + "/a.jsonl': Too many levels of symbolic links")) << r.out;
+  EXPECT_FALSE(contains(r.out, "phase    grid")) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 // Every file the gate will write is checked before any case runs: a report
 // or approvals folder that does not exist is a usage error (exit 2).
 TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
