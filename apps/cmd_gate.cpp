@@ -287,6 +287,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // --base: windows gated although bounds and variant are the base's (the
       // reports list each with its reason).
       for (const auto& s : res.source_changed) std::printf("base     gated with the base's bounds and variant: %s\n", s.c_str());
+      for (const auto& [shard, bytes] : res.shard_dropped)
+        std::printf("merge    %s: a torn last record (%lld bytes) left out (the shard's file is unchanged)\n",
+                    shard.c_str(), static_cast<long long>(bytes));
       if (!o->g.journal_path.empty())
         std::printf("journal  %s: %lld finished cases resumed, %lld run now%s\n", o->g.journal_path.c_str(),
                     static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),

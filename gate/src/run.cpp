@@ -659,7 +659,7 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
                                     std::to_string(nn) + ", not to this journal's shard " + std::to_string(kk) + "/" +
                                     std::to_string(nn));
     });
-    res.journal_dropped_bytes += sj.dropped_bytes();
+    if (sj.dropped_bytes() > 0) res.shard_dropped.emplace_back(path, sj.dropped_bytes());
     for (size_t i = 0; i < sj.resumed().size(); ++i)
       if (learn(sj.resumed()[i], "journal " + path + " line " + std::to_string(sj.resumed_lines()[i])))
         add.push_back(sj.resumed()[i]);
