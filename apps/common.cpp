@@ -31,6 +31,7 @@ namespace {
 // The system's reason for the last failed call.
 std::string sys_reason() { return std::strerror(errno); }
 
+
 // "OPTION 'PATH'" for messages ("'PATH'" when no option is known).
 std::string named(const std::string& option, const std::string& path) {
   return (option.empty() ? "" : option + " ") + "'" + path + "'";
@@ -106,6 +107,22 @@ void commit_temp(const std::string& tmp, const std::string& path) {
 }
 
 }  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if ((u < 0x20 && ch != '\n' && ch != '\t') || u == 0x7f) {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", u);
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
 
 // A symbolic link is written through: the file it points to is replaced,
 // never the link (core/file_target.h).

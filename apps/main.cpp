@@ -231,10 +231,10 @@ int main(int argc, char** argv) {
     normgate::app::reject_empty_values(app);
     return cmds.run();
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "normgate: error: %s\n", e.what());
+    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "normgate: fatal: %s\n", e.what());
+    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable(e.what()).c_str());
     return 3;
   }
 }

@@ -139,6 +139,9 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
       {"seeds_garbage", [](json& r) { r["seed_set"] = "garbage"; }, "seed_set: "},
       {"t_empty", [](json& r) { r["t_points"] = json::array(); }, "t_points is empty"},
       {"t_outside", [](json& r) { r["t_points"] = {1, 301}; }, "t_points[1] 301 outside the window T=1..300"},
+      // A NUL and an escape sequence in a field: printed escaped, whole.
+      {"gpu_ctl", [](json& r) { r["gpu"] = std::string("cpu-model\0\x1b[31m", 15); },
+       "gpu 'cpu-model\\x00\\x1b[31m' of a cpu-model record"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.name);
