@@ -344,7 +344,15 @@ nlohmann::json read_report(const std::string& path) {
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("report '" + path + "' is not JSON: " + e.what());
+    // The Markdown report beside the JSON one is the likely mix-up.
+    std::ifstream again(path);
+    std::string first;
+    std::getline(again, first);
+    const bool markdown = first.rfind("#", 0) == 0 || (path.size() > 3 && path.compare(path.size() - 3, 3, ".md") == 0);
+    throw std::invalid_argument("report '" + path + "' is not JSON" +
+                                (markdown ? std::string(": it is a Markdown report; give the JSON one (gate "
+                                                        "--report-json, check --json)")
+                                          : ": " + std::string(e.what())));
   }
   int version = 0;
   try {
