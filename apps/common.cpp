@@ -183,20 +183,25 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
     // Elsewhere "-" would be a file named "-" in the working folder.
     if (o.path == "-")
       throw std::invalid_argument(o.option + " -: give a file (this output does not go to stdout)");
-    check_writable(o.path, o.option);
-    // A path into /proc or /dev, or a link there (/dev/stdout ->
-    // /proc/self/fd/1), is no file to replace: the rename would put a file
-    // where the system's entry was, or fail after the run.
+    // A path into /proc or /dev (but /dev/shm, a plain tmpfs), or a link
+    // there (/dev/stdout -> /proc/self/fd/1), is no file to replace: the
+    // rename would put a file where the system's entry was, or fail after
+    // the run. Checked first: as a user, the folder's permissions would
+    // hide the reason.
     {
-      const std::string real = core::rename_target(o.path);
-      const bool system = real.rfind("/proc/", 0) == 0 || real.rfind("/dev/", 0) == 0;
-      if (system && real != o.path)
+      std::error_code ec;
+      std::string real = core::rename_target(o.path);
+      const std::filesystem::path abs = std::filesystem::absolute(real, ec).lexically_normal();
+      if (!ec) real = abs.string();
+      const bool system = real.rfind("/proc/", 0) == 0 || (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
+      if (system && core::rename_target(o.path) != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
                                     ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
       if (system)
         throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
                                     ", not a file to write" + (dash_is_stdout ? " (use - for stdout)" : ""));
     }
+    check_writable(o.path, o.option);
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).
     for (size_t j = 0; j < i; ++j) {
@@ -219,8 +224,8 @@ void check_read_write(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
-  // A status that cannot be read (a link loop, a path through a file) is an
-  // input error now, not a failure to open it after the checks.
+  // A status that cannot be read (a link loop, no permission to search a
+  // folder) is an input error now, not a failure to open it after the checks.
   if (ec && st.type() != fs::file_type::not_found)
     throw std::invalid_argument(named(option, path) + ": " + ec.message());
   if (!fs::exists(st)) {

@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "normgate: error: unknown option '%s' before the subcommand (normgate's own options are --help "
                    "and --version; a subcommand's options follow it: normgate SUBCOMMAND [OPTIONS])\n",
-                   argv[1]);
+                   normgate::app::printable(argv[1]).c_str());
       return 2;
     }
   }
@@ -205,8 +205,8 @@ int main(int argc, char** argv) {
       found = found || sub->get_name() == argv[1];
     }
     if (!found) {
-      std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n", argv[1],
-                   known.c_str());
+      std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n",
+                   normgate::app::printable(argv[1]).c_str(), known.c_str());
       return 2;
     }
   }
@@ -221,10 +221,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
     const ExtrasMessage m = unknown_option_message(app, argc, argv);
     const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
-    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", text.c_str());
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 normgate::app::printable(text).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
-    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 normgate::app::printable(e.what()).c_str());
     return 2;
   }
   try {

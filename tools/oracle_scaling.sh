@@ -15,6 +15,7 @@
 #                   repository): scaling.md, env.txt, fb-T-B.txt per run
 #   --deadline-s N  seconds after the start after which no further run starts
 #                   (default 0: none); the table holds the runs that finished
+# Exit 0 every run done; 2 a bad argument (before any run); 3 a run failed.
 # Environment: NORMGATE_BUILD (build), NG_OS_CASE
 # (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1), NG_OS_THREADS
 # ("1 8 N", N = every core), NG_OS_BLOCKS ("auto 32 170 1024 all": rows per
@@ -48,8 +49,8 @@ for t in $threads; do
   [[ "$t" =~ ^[1-9][0-9]*$ ]] || { echo "oracle_scaling: NG_OS_THREADS entry '$t' is not a thread count" >&2; exit 2; }
 done
 for b in $blocks; do
-  [[ "$b" =~ ^(auto|all|[1-9][0-9]*)$ ]] ||
-    { echo "oracle_scaling: NG_OS_BLOCKS entry '$b' is not auto, all or a row count" >&2; exit 2; }
+  [[ "$b" =~ ^(auto|all|[1-9][0-9]{0,9})$ ]] && { [[ "$b" =~ ^(auto|all)$ ]] || [ "$b" -le 2147483648 ]; } ||
+    { echo "oracle_scaling: NG_OS_BLOCKS entry '$b' is not auto, all or a row count in 1..2^31" >&2; exit 2; }
 done
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "oracle_scaling: NG_OS_REPS '$reps' is not a count" >&2; exit 2; }
 mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
@@ -61,6 +62,7 @@ mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
 } >"$out/env.txt"
 
 rows=()
+failed=0
 for t in $threads; do
   for b in $blocks; do
     if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ]; then
@@ -72,6 +74,7 @@ for t in $threads; do
     case "$b" in auto) env_b="" ;; all) env_b=2147483648 ;; *) env_b="$b" ;; esac
     if ! NORMGATE_ORACLE_BLOCK_ROWS="$env_b" "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$f" 2>&1; then
       echo "oracle_scaling: finish_bench at $t threads, block $b failed (see $f)" >&2
+      failed=$((failed + 1))
       continue
     fi
     rows+=("$t $b $f")
@@ -102,3 +105,8 @@ done
   done
 } >"$out/scaling.md"
 cat "$out/scaling.md"
+# Exit 3 when a run failed (the table lacks its row), 0 otherwise.
+if [ "$failed" -gt 0 ]; then
+  echo "oracle_scaling: $failed run(s) failed: their rows are missing from $out/scaling.md" >&2
+  exit 3
+fi

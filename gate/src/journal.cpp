@@ -433,8 +433,9 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
   // A last line without its newline that ends in a digest is whole: a torn
   // write stops before the digest's end. Its digest failing is a change
   // made after normgate wrote it, not a write cut short: refused, not
-  // dropped and run again.
-  if (!tail_complete && digest_shaped(tail)) {
+  // dropped and run again. But a NUL byte (normgate writes none) is a crash
+  // that left a page unwritten under a later one: torn.
+  if (!tail_complete && digest_shaped(tail) && tail.find('\0') == std::string_view::npos) {
     std::string why;
     try {
       (void)parse_journal_line(tail);
@@ -444,7 +445,8 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     throw std::invalid_argument("journal " + path + " line " +
                                 std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
                                 ", the last (whole, without its newline): " + why +
-                                "; start a new --journal file (its cases run again)");
+                                (read_only ? "; run that shard again into a new journal file"
+                                           : "; start a new --journal file (its cases run again)"));
   }
   // A torn write is a prefix of one line: a tail holding a whole line and
   // more (a newline turned into another byte, bytes glued on) is damage.

@@ -852,6 +852,9 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
   a.path = path;
   const nlohmann::json j = parse_sealed_file(text, path, "approvals", "an approvals file", kApprovalsFormat);
   size_t i = 0;
+  // (index, digest) of each record read valid or sealable so far: its
+  // record_sha256, or for an unsealed one the digest --seal would give it.
+  std::vector<std::pair<size_t, std::string>> digests;
   for (const auto& rec : j["approvals"]) {
     Approval x;
     x.index = i;
@@ -878,15 +881,24 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
     } catch (const std::exception& e) {
       why = e.what();
     }
-    // A second copy of a sealed record: normgate writes each record once
-    // (merges keep one per window and variant), so a copy was pasted in.
-    if (why.empty())
-      for (const Approval& y : a.records)
-        if (y.invalid.empty() && !y.unsealed && y.record_sha256 == x.record_sha256) {
-          why = "a copy of record " + std::to_string(y.index) +
-                " (the same record_sha256; normgate writes each record once)";
+    // A second copy of a record: normgate writes each record once (merges
+    // keep one per window and variant), so a copy was pasted in. Unsealed
+    // records count by the seal --seal would give them, so that sealing two
+    // copies cannot make a file this rule refuses.
+    if (why.empty() || x.unsealed) {
+      const std::string d = x.unsealed ? approval_record_sha256(x) : x.record_sha256;
+      bool copy = false;
+      for (const auto& [k, dk] : digests)
+        if (dk == d) {
+          why = "a copy of record " + std::to_string(k) + " (the same " +
+                (x.unsealed ? std::string("content") : std::string("record_sha256")) +
+                "; normgate writes each record once)";
+          x.unsealed = false;  // not sealable either
+          copy = true;
           break;
         }
+      if (!copy) digests.emplace_back(i, d);
+    }
     if (!why.empty()) {
       x.invalid = "record " + std::to_string(i) + ": " + why;
       x.raw_json = rec.dump();

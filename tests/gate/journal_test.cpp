@@ -244,6 +244,16 @@ TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
                                                    "SHA-256 digest does not match its content"))
         << e2;
     EXPECT_EQ(slurp(path), changed);
+    // The same line with a run of NULs inside (a crash left a page
+    // unwritten under a later one: normgate writes no NUL) is torn: dropped.
+    std::string crashed = text.substr(0, text.size() - 1);
+    for (size_t k = 0; k < 8; ++k) crashed[digit + k] = '\0';
+    put(path, crashed);
+    {
+      const Journal j = Journal::open(path, kCampaign);
+      EXPECT_EQ(j.resumed().size(), 1u);
+      EXPECT_EQ(j.dropped_bytes(), static_cast<int64_t>(crashed.size() - last));
+    }
   }
   const std::string foreign = "{\"format\": \"normgate-gate-report/1\", \"pass\": true}";
   put(path, foreign);

@@ -285,6 +285,16 @@ TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
     EXPECT_EQ(x.records[0].invalid, "");
     EXPECT_EQ(x.records[1].invalid,
               "record 1: a copy of record 0 (the same record_sha256; normgate writes each record once)");
+    // Two copies of an unsealed record (dated before seals): the second is
+    // INVALID and not sealable, so --seal cannot make a file of copies.
+    doc["approvals"][0].erase("record_sha256");
+    doc["approvals"][1].erase("record_sha256");
+    const Approvals u = parse_approvals(doc.dump(), a.path);
+    ASSERT_EQ(u.records.size(), 2u);
+    EXPECT_TRUE(u.records[0].unsealed);
+    EXPECT_FALSE(u.records[1].unsealed);
+    EXPECT_EQ(u.records[1].invalid,
+              "record 1: a copy of record 0 (the same content; normgate writes each record once)");
   }
 }
 
