@@ -160,6 +160,8 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
     const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
     EXPECT_EQ(pick.code, 1) << pick.out;
     EXPECT_TRUE(contains(pick.out, "REFUSED")) << pick.out;
+    // CPU-model approvals count here (kPick): a CPU gate would do.
+    EXPECT_TRUE(contains(pick.out, ". Gate it (normgate gate ")) << pick.out;
     EXPECT_TRUE(contains(pick.out, "invalid: record 0: " + std::string(b.reason))) << pick.out;
     EXPECT_TRUE(contains(pick.out, "note      " + d + "/small.approvals.json holds 1 INVALID record (")) << pick.out;
     std::filesystem::remove_all(d);

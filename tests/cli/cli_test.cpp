@@ -6,6 +6,7 @@
 #include "cli_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -23,6 +24,17 @@ using normgate::test::CliRun;
 using normgate::test::contains;
 CliRun run(const std::string& args) { return normgate::test::run_normgate(args); }
 
+
+// /dev/shm is a plain tmpfs: an output there is written (outputs elsewhere
+// under /dev and /proc are refused, UsageErrorsExit2AndNameTheBadValue).
+TEST(Cli, AnOutputInDevShmIsWritten) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  const std::string out = "/dev/shm/normgate_cli_" + std::to_string(::getpid()) + ".json";
+  const CliRun r = run("check --backend cpu --threads 1 --case H=64,T=3,w=bf16,family=normal,seed=0 --json " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(out)) << r.out;
+  std::filesystem::remove(out);
+}
 
 TEST(Cli, HelpOnEverySubcommand) {
   const CliRun top = run("--help");
