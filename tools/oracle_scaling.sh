@@ -20,7 +20,9 @@
 # (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1), NG_OS_THREADS
 # ("1 8 N", N = every core), NG_OS_BLOCKS ("auto 32 170 1024 all": rows per
 # block; auto is the 4 MiB rule, 170 rows at H = 6144; all is every row in
-# one block), NG_OS_REPS (3).
+# one block), NG_OS_REPS (3), NG_OS_BUSY (0: how many processes spin on the
+# CPU beside each run, as the gate's prepare workers and copies take cores
+# beside the oracle; the table says how many).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"  # as the gate runs (D17)
@@ -53,14 +55,25 @@ for b in $blocks; do
     { echo "oracle_scaling: NG_OS_BLOCKS entry '$b' is not auto, all or a row count in 1..2^31" >&2; exit 2; }
 done
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "oracle_scaling: NG_OS_REPS '$reps' is not a count" >&2; exit 2; }
+busy="${NG_OS_BUSY:-0}"
+[[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
+  { echo "oracle_scaling: NG_OS_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
 mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
-  echo "case: $bcase, reps $reps"
+  echo "case: $bcase, reps $reps, $busy spinning process(es) beside each run"
   git -C "$root" rev-parse --short HEAD 2>/dev/null | sed 's/^/commit: /'
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 } >"$out/env.txt"
 
+# The spinners (NG_OS_BUSY): stopped on any exit.
+spin=()
+stop_spin() { [ ${#spin[@]} -eq 0 ] || kill "${spin[@]}" 2>/dev/null; }
+trap stop_spin EXIT
+for _ in $(seq 1 "$busy"); do
+  sh -c 'while :; do :; done' &
+  spin+=($!)
+done
 rows=()
 failed=0
 for t in $threads; do

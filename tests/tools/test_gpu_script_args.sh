@@ -44,6 +44,7 @@ expect 2 "NG_OS_BLOCKS entry '-1'" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS="au
 expect 2 "NG_OS_THREADS entry '0'" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS="0 2" bash "$S" --out "$t/s"
 expect 2 "NG_OS_BLOCKS entry '3000000000'" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS=3000000000 bash "$S" --out "$t/s"
 expect 2 "NG_OS_REPS 'x'" -- env NORMGATE_BUILD="$t/b" NG_OS_REPS=x bash "$S" --out "$t/s"
+expect 2 "NG_OS_BUSY '-1'" -- env NORMGATE_BUILD="$t/b" NG_OS_BUSY=-1 bash "$S" --out "$t/s"
 expect 0 "How the oracle half's cost per element grows" -- bash "$S" --help
 [ ! -e "$t/s" ] || { echo "FAIL: oracle_scaling.sh made its output folder before refusing" >&2; fail=1; }
 # A finish_bench that fails: the script says so and exits 3.
