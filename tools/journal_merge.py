@@ -101,10 +101,16 @@ def read_lines(path):
             raise ValueError(f"line {len(lines) + 1}, the last (whole, without its newline): its SHA-256 digest does "
                              f"not match its content (changed after normgate wrote it)")
         # A torn write is a prefix of one line: a tail holding a whole line and
-        # more (its newline turned into another byte, bytes glued on) is damage.
+        # more (its newline turned into another byte, bytes glued on) is damage,
+        # its digest right or not.
         p = torn.find('"}')
         while p != -1 and p + 2 < len(torn):
-            if verify(torn[:p + 2]) is not None:
+            whole = torn[:p + 2]
+            if re.search(r',"sha256":"[0-9a-f]{64}"\}$', whole) and "\0" not in whole and verify(whole) is None:
+                raise ValueError(f"line {len(lines) + 1}: a whole line whose SHA-256 digest does not match its "
+                                 f"content, followed by {len(torn) - p - 2} bytes where its newline belongs "
+                                 f"(changed after normgate wrote it)")
+            if verify(whole) is not None:
                 raise ValueError(f"line {len(lines) + 1}: a complete line is followed by {len(torn) - p - 2} stray "
                                  f"bytes where its newline belongs (changed after normgate wrote it?)")
             p = torn.find('"}', p + 1)

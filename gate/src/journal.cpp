@@ -451,13 +451,27 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
   // A torn write is a prefix of one line: a tail holding a whole line and
   // more (a newline turned into another byte, bytes glued on) is damage.
   for (size_t p = tail.find("\"}"); !tail_complete && p != std::string_view::npos && p + 2 < tail.size();
-       p = tail.find("\"}", p + 1))
-    if (is_line(tail.substr(0, p + 2)))
+       p = tail.find("\"}", p + 1)) {
+    // A whole line (it ends in its digest member) whose digest fails, with
+    // bytes after it: changed, whatever follows (a torn write is a prefix).
+    const std::string_view whole = tail.substr(0, p + 2);
+    if (digest_shaped(whole) && !is_line(whole) && whole.find('\0') == std::string_view::npos)
+      throw std::invalid_argument("journal " + path + " line " +
+                                  std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
+                                  ": a whole line whose SHA-256 digest does not match its content, followed by " +
+                                  std::to_string(tail.size() - p - 2) +
+                                  " bytes where its newline belongs (the file was changed after normgate wrote it)" +
+                                  (read_only ? "; run that shard again into a new journal file"
+                                             : "; start a new --journal file"));
+    if (is_line(whole))
       throw std::invalid_argument("journal " + path + " line " +
                                   std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
                                   ": a complete line is followed by " + std::to_string(tail.size() - p - 2) +
                                   " stray bytes where its newline belongs (the file was changed after normgate "
-                                  "wrote it); start a new --journal file");
+                                  "wrote it)" +
+                                  (read_only ? "; run that shard again into a new journal file"
+                                             : "; start a new --journal file"));
+  }
   if (keep == 0 && !tail_complete && read_only)
     throw std::invalid_argument("'" + path + "' holds no complete journal header line (" + std::to_string(text.size()) +
                                 " bytes): nothing to read");
@@ -475,8 +489,11 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     fsync_dir_of(path);
     return jr;
   }
-  const std::string restart = "; a journal that fails its checks cannot be resumed: move it away and start a new "
-                              "--journal file (its cases run again)";
+  const std::string restart =
+      read_only ? "; a shard journal that fails its checks cannot be merged: run that shard again into a new "
+                  "journal file"
+                : "; a journal that fails its checks cannot be resumed: move it away and start a new --journal "
+                  "file (its cases run again)";
   auto at = [&](int64_t n) { return "journal " + path + " line " + std::to_string(n) + ": "; };
   auto check_header = [&](std::string_view line) {
     nlohmann::json h;

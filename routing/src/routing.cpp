@@ -852,8 +852,8 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
   a.path = path;
   const nlohmann::json j = parse_sealed_file(text, path, "approvals", "an approvals file", kApprovalsFormat);
   size_t i = 0;
-  // (index, digest) of each record read valid or sealable so far: its
-  // record_sha256, or for an unsealed one the digest --seal would give it.
+  // Each record read valid or sealable, and its digest: its record_sha256,
+  // or for an unsealed one the digest --seal would give it.
   std::vector<std::pair<size_t, std::string>> digests;
   for (const auto& rec : j["approvals"]) {
     Approval x;
@@ -865,11 +865,12 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
       if (why.empty()) {
         x.unsealed = !rec.contains("record_sha256");
         if (x.unsealed && x.date >= kSealedSince) {
-          // Every writer sealed what it wrote from then on: the seal was removed.
+          // Every writer sealed what it wrote from then on: the seal was
+          // removed, or an older build wrote it.
           x.unsealed = false;
           why = "no record_sha256, yet dated " + x.date + ", when every normgate writer sealed its records (from " +
-                std::string(kSealedSince) + "): its seal was removed after it was written (not sealable; gate "
-                "the window again)";
+                std::string(kSealedSince) + "): its seal was removed, or a build older than that wrote it (not "
+                "sealable; gate the window again)";
         } else if (x.unsealed) {
           why = "no record_sha256: written before approvals carried digests (before " + std::string(kSealedSince) +
                 "), or its seal removed. `normgate approvals --seal " + path +
@@ -881,30 +882,31 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
     } catch (const std::exception& e) {
       why = e.what();
     }
-    // A second copy of a record: normgate writes each record once (merges
-    // keep one per window and variant), so a copy was pasted in. Unsealed
-    // records count by the seal --seal would give them, so that sealing two
-    // copies cannot make a file this rule refuses.
-    if (why.empty() || x.unsealed) {
-      const std::string d = x.unsealed ? approval_record_sha256(x) : x.record_sha256;
-      bool copy = false;
-      for (const auto& [k, dk] : digests)
-        if (dk == d) {
-          why = "a copy of record " + std::to_string(k) + " (the same " +
-                (x.unsealed ? std::string("content") : std::string("record_sha256")) +
-                "; normgate writes each record once)";
-          x.unsealed = false;  // not sealable either
-          copy = true;
-          break;
-        }
-      if (!copy) digests.emplace_back(i, d);
-    }
+    if (why.empty() || x.unsealed) digests.emplace_back(i, x.unsealed ? approval_record_sha256(x) : x.record_sha256);
     if (!why.empty()) {
       x.invalid = "record " + std::to_string(i) + ": " + why;
       x.raw_json = rec.dump();
     }
     a.records.push_back(std::move(x));
     ++i;
+  }
+  // Copies: normgate writes each record once (merges keep one per window
+  // and variant), so two records with one digest were pasted in. Every
+  // copy is INVALID, the first too: were the first kept valid, a writer
+  // replacing it later would leave a pasted copy the only one, and valid.
+  // Unsealed records count by the seal --seal would give them.
+  for (size_t p = 0; p < digests.size(); ++p) {
+    std::string others;
+    for (size_t q = 0; q < digests.size(); ++q)
+      if (q != p && digests[q].second == digests[p].second)
+        others += (others.empty() ? "" : ", ") + std::to_string(digests[q].first);
+    if (others.empty()) continue;
+    Approval& x = a.records[digests[p].first];
+    const std::string why = "one of the copies of one record (also record " + others +
+                            "; normgate writes each record once)";
+    if (x.invalid.empty()) x.raw_json = j["approvals"][digests[p].first].dump();
+    x.invalid = "record " + std::to_string(digests[p].first) + ": " + why;
+    x.unsealed = false;  // not sealable either
   }
   return a;
 }

@@ -244,6 +244,16 @@ TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
                                                    "SHA-256 digest does not match its content"))
         << e2;
     EXPECT_EQ(slurp(path), changed);
+    // The changed line with a byte after it (a space, a CR, a NUL): still a
+    // whole line, changed: refused, not dropped as torn.
+    for (const char extra : {' ', '\r', '\0'}) {
+      put(path, changed + std::string(1, extra));
+      const std::string e3 = error_of([&] { (void)Journal::open(path, kCampaign); });
+      EXPECT_TRUE(contains(e3, "line 3: a whole line whose SHA-256 digest does not match its content, followed by 1 "
+                               "bytes"))
+          << static_cast<int>(extra) << ": " << e3;
+      EXPECT_EQ(slurp(path), changed + std::string(1, extra));
+    }
     // The same line with a run of NULs inside (a crash left a page
     // unwritten under a later one: normgate writes no NUL) is torn: dropped.
     std::string crashed = text.substr(0, text.size() - 1);

@@ -276,25 +276,29 @@ TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
       EXPECT_NE(std::string(e.what()).find("JSON object has the key 'variant' twice"), std::string::npos) << e.what();
     }
   }
-  // The same record twice: the second copy INVALID, naming the first.
+  // The same record twice: both copies INVALID, each naming the other (were
+  // the first kept valid, a writer replacing it would leave the pasted copy
+  // the only one, and valid).
   {
     nlohmann::json doc = nlohmann::json::parse(text);
     doc["approvals"].push_back(doc["approvals"][0]);
     const Approvals x = parse_approvals(doc.dump(), a.path);
     ASSERT_EQ(x.records.size(), 2u);
-    EXPECT_EQ(x.records[0].invalid, "");
+    EXPECT_EQ(x.records[0].invalid,
+              "record 0: one of the copies of one record (also record 1; normgate writes each record once)");
     EXPECT_EQ(x.records[1].invalid,
-              "record 1: a copy of record 0 (the same record_sha256; normgate writes each record once)");
+              "record 1: one of the copies of one record (also record 0; normgate writes each record once)");
+    EXPECT_EQ(approval_status(t.routes[0], x, false).state, ApprovalState::invalid);
     // Two copies of an unsealed record (dated before seals): the second is
     // INVALID and not sealable, so --seal cannot make a file of copies.
     doc["approvals"][0].erase("record_sha256");
     doc["approvals"][1].erase("record_sha256");
     const Approvals u = parse_approvals(doc.dump(), a.path);
     ASSERT_EQ(u.records.size(), 2u);
-    EXPECT_TRUE(u.records[0].unsealed);
+    EXPECT_FALSE(u.records[0].unsealed);
     EXPECT_FALSE(u.records[1].unsealed);
     EXPECT_EQ(u.records[1].invalid,
-              "record 1: a copy of record 0 (the same content; normgate writes each record once)");
+              "record 1: one of the copies of one record (also record 0; normgate writes each record once)");
   }
 }
 
