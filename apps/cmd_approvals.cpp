@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/file_target.h"
+#include "normgate/core/json_strict.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
@@ -51,8 +52,13 @@ bool is_rejections_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
+  nlohmann::json j;
+  try {
+    j = parse_json_strict(text.str());  // depth-limited, as the loaders read it
+  } catch (const std::exception&) {
+    return false;  // load_approvals names what is wrong with it
+  }
+  if (!j.is_object()) return false;
   const auto f = j.find("format");
   return f != j.end() && f->is_string() && f->get<std::string>().rfind("normgate-rejections/", 0) == 0;
 }
@@ -71,9 +77,8 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   namespace fs = std::filesystem;
   if (target.empty()) throw std::invalid_argument("--merge-into needs an approvals file (got an empty path)");
   if (seal) throw std::invalid_argument("--merge-into and --seal do not go together: seal first, then merge");
-  if (!fs::is_regular_file(target))
-    throw std::invalid_argument("--merge-into " + target + ": no such approvals file" +
-                                (fs::exists(target) ? " (it exists and is not a regular file)" : ""));
+  if (const std::string why = core::regular_file_problem(target); !why.empty())
+    throw std::invalid_argument("--merge-into " + target + ": " + why + " (an approvals file is needed)");
   if (is_rejections_file(target))
     throw std::invalid_argument("--merge-into " + target + ": a rejections file, not an approvals file");
   const std::string real = core::rename_target(target);  // the file written, and whose lock is taken
@@ -881,7 +886,7 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     const kernels::Variant* v = kernels::find_variant(x.variant);
     if (v == nullptr) {
       std::printf("note     %s -> %s: this normgate has no variant %s; left as it is\n", x.window().c_str(),
-                  x.variant.c_str(), x.variant.c_str());
+                  printable(x.variant).c_str(), printable(x.variant).c_str());
       continue;
     }
     if (x.source_sha256 == v->source_sha256) continue;
@@ -1131,10 +1136,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       namespace fs = std::filesystem;
       for (const auto& f : o->files) {
         if (f.empty()) throw std::invalid_argument("an approvals path is empty");
-        if (!fs::is_regular_file(f))
-          throw std::invalid_argument(f + (fs::is_directory(f) ? ": a folder, not an approvals file (give the file, "
-                                                                 "e.g. FOLDER/sm90a.approvals.json)"
-                                                               : ": no such approvals file"));
+        if (const std::string why = core::regular_file_problem(f); !why.empty())
+          throw std::invalid_argument(f + ": " + why +
+                                      (why == "is a directory" ? " (give the file, e.g. FOLDER/sm90a.approvals.json)"
+                                                               : " (an approvals or rejections file is needed)"));
       }
       if (merging) return merge_approvals(o->files, o->merge_into, o->seal);
       // One entry per file, whatever its spelling (./a and a, a symlink and
@@ -1171,7 +1176,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
             std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", f.c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
-            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", f.c_str(), e.what());
+            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable(f).c_str(), printable(e.what()).c_str());
             ++bad_files;
           }
           continue;

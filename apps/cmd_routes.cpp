@@ -315,7 +315,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
       if (const size_t n_invalid = kernels::invalid_count(d.approvals()))
         std::printf("note      %s holds %zu INVALID record%s (they approve nothing; `normgate routes %s` lists "
                     "them and exits 1)\n",
-                    d.approvals().path.c_str(), n_invalid, n_invalid == 1 ? "" : "s", o->table.c_str());
+                    printable(d.approvals().path).c_str(), n_invalid, n_invalid == 1 ? "" : "s",
+                    printable(o->table + (o->approvals.empty() ? "" : " --approvals " + o->approvals)).c_str());
       return rc;
     };
   });

@@ -190,10 +190,17 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
     // hide the reason.
     {
       std::error_code ec;
+      // A link loop: no file to write through (the rename would replace the
+      // link itself).
+      (void)std::filesystem::status(o.path, ec);
+      if (ec && ec != std::errc::no_such_file_or_directory)
+        throw std::invalid_argument(named(o.option, o.path) + ": " + ec.message());
+      // The folders resolved too (a link to /proc in the path's folders).
       std::string real = core::rename_target(o.path);
-      const std::filesystem::path abs = std::filesystem::absolute(real, ec).lexically_normal();
-      if (!ec) real = abs.string();
-      const bool system = real.rfind("/proc/", 0) == 0 || (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
+      const std::filesystem::path canon = std::filesystem::weakly_canonical(real, ec);
+      if (!ec) real = canon.string();
+      const bool system = real.rfind("/proc/", 0) == 0 || real.rfind("/sys/", 0) == 0 ||
+                          (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
       if (system && core::rename_target(o.path) != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
                                     ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));

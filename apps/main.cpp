@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   // only (CLI11 would say "A subcommand is required", naming nothing).
   if (argc > 1 && argv[1][0] == '-') {
     const std::string a = argv[1];
-    if (a != "-h" && a != "--help" && a != "--version" && a.rfind("--help-", 0) != 0) {
+    if (a != "-h" && a != "--help" && a != "--version") {
       std::fprintf(stderr,
                    "normgate: error: unknown option '%s' before the subcommand (normgate's own options are --help "
                    "and --version; a subcommand's options follow it: normgate SUBCOMMAND [OPTIONS])\n",

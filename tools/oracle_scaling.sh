@@ -24,6 +24,7 @@
 # CPU beside each run, as the gate's prepare workers and copies take cores
 # beside the oracle; the table says how many).
 set -uo pipefail
+set -f  # the lists below are words, never file patterns
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"  # as the gate runs (D17)
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -37,8 +38,9 @@ while [ $# -gt 0 ]; do
     *) echo "oracle_scaling: unknown argument '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;
   esac
 done
-[[ "$deadline" =~ ^[0-9]+$ ]] ||
-  { echo "oracle_scaling: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
+[[ "$deadline" =~ ^[0-9]{1,9}$ ]] ||
+  { echo "oracle_scaling: --deadline-s '$deadline' is not a whole number of seconds (at most 9 digits)" >&2; exit 2; }
+[ ! -e "$out" ] || [ -d "$out" ] || { echo "oracle_scaling: --out '$out' exists and is not a folder" >&2; exit 2; }
 build="${NORMGATE_BUILD:-$root/build}"
 bench="$build/bench/finish_bench"
 [ -x "$bench" ] || { echo "oracle_scaling: $bench is missing (build first, or set NORMGATE_BUILD)" >&2; exit 2; }
@@ -47,8 +49,20 @@ bcase="${NG_OS_CASE:-H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1}"
 threads="${NG_OS_THREADS:-1 8 $cores}"
 blocks="${NG_OS_BLOCKS:-auto 32 170 1024 all}"
 reps="${NG_OS_REPS:-3}"
+# Each list: at least one entry, each once (a repeat would overwrite its
+# run's file and list its row twice).
+check_list() {  # NAME VALUE
+  local seen=" " e
+  [ -n "${2// /}" ] || { echo "oracle_scaling: $1 is empty" >&2; exit 2; }
+  for e in $2; do
+    case "$seen" in *" $e "*) echo "oracle_scaling: $1 lists '$e' twice" >&2; exit 2 ;; esac
+    seen+="$e "
+  done
+}
+check_list NG_OS_THREADS "$threads"
+check_list NG_OS_BLOCKS "$blocks"
 for t in $threads; do
-  [[ "$t" =~ ^[1-9][0-9]*$ ]] || { echo "oracle_scaling: NG_OS_THREADS entry '$t' is not a thread count" >&2; exit 2; }
+  [[ "$t" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "oracle_scaling: NG_OS_THREADS entry '$t' is not a thread count (1..9999)" >&2; exit 2; }
 done
 for b in $blocks; do
   [[ "$b" =~ ^(auto|all|[1-9][0-9]{0,9})$ ]] && { [[ "$b" =~ ^(auto|all)$ ]] || [ "$b" -le 2147483648 ]; } ||

@@ -811,6 +811,11 @@ std::string approvals_path_for(const std::string& table_path) {
 // "format" string, one array of records named `key`, no other top-level key.
 static nlohmann::json parse_sealed_file(std::string_view text, const std::string& path, const std::string& key,
                                  const std::string& a_file, std::string_view format) {
+  // JSON text holds no NUL byte; nlohmann's parser stops at one, so the
+  // bytes after it would go unread.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw RouteTableError(path + ": " + key + " are not a normgate file: a NUL byte at offset " +
+                          std::to_string(nul) + " (JSON text holds none)");
   nlohmann::json j;
   try {
     // Nesting and duplicate keys refused (json_strict.h): a record's seal
@@ -912,6 +917,14 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
 }
 
 Approvals load_approvals(const std::string& path) {
+  {
+    // A status that cannot be read (a link loop) is an input error naming
+    // the reason, not the library's exception.
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec && st.type() != std::filesystem::file_type::not_found)
+      throw RouteTableError(path + ": cannot read approvals: " + ec.message());
+  }
   if (std::filesystem::is_directory(path))
     throw RouteTableError(path + ": cannot read approvals: is a directory");
   // A FIFO, socket or device would block the read or never end: refused.
@@ -1478,8 +1491,8 @@ std::string validate_rejection(const Rejection& r) {
     if (r.gated_lo > r.t_lo || r.gated_hi < r.t_hi)
       return "gated_T [" + std::to_string(r.gated_lo) + ", " + std::to_string(r.gated_hi) +
              "] does not contain the excluded " + win;
-    if (r.variant.empty() || r.variant.find_first_of(" \t\r\n") != std::string::npos)
-      return "variant '" + r.variant + "' is not a variant name";
+    if (!variant_name_ok(r.variant))
+      return "variant '" + r.variant + "' is not a variant name ([A-Za-z0-9_.+-]{1,64})";
     if (!lower_hex64(r.source_sha256)) return "source_sha256 '" + r.source_sha256 + "' is not 64 lower-case hex digits";
     if (r.backend != kGpuBackend && r.backend != kCpuModelBackend)
       return "backend '" + r.backend + "' (expected \"gpu\" or \"cpu-model\")";
@@ -1542,6 +1555,10 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
     } catch (const std::exception& e) {
       why = e.what();
     }
+    // A copy of an earlier record: normgate writes each rejection once.
+    for (size_t k = 0; why.empty() && k < out.records.size(); ++k)
+      if (out.records[k].record_sha256 == x.record_sha256)
+        why = "a copy of record " + std::to_string(k) + " (the same record_sha256; normgate writes each record once)";
     if (!why.empty())
       throw RouteTableError(path + ": record " + std::to_string(i) + " (" + x.window() + " -> " + x.variant +
                             "): " + why + "; a remembered rejection re-routes windows, so derive stops (remove the "
@@ -1553,6 +1570,14 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
 }
 
 Rejections load_rejections(const std::string& path) {
+  {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec && st.type() != std::filesystem::file_type::not_found)
+      throw RouteTableError(path + ": cannot read rejections: " + ec.message());
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) && !std::filesystem::is_directory(st))
+      throw RouteTableError(path + ": cannot read rejections: not a regular file");
+  }
   if (std::filesystem::is_directory(path)) throw RouteTableError(path + ": cannot read rejections: is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) {

@@ -27,6 +27,28 @@ CliRun run(const std::string& args) { return normgate::test::run_normgate(args);
 
 // /dev/shm is a plain tmpfs: an output there is written (outputs elsewhere
 // under /dev and /proc are refused, UsageErrorsExit2AndNameTheBadValue).
+// An output through a link into /proc in its folders, or under /sys, or a
+// link loop, is refused before any work (the run wrote nothing, or
+// replaced the link with a file).
+TEST(Cli, OutputsThroughSystemFoldersAndLinkLoopsAreRefused) {
+  const std::string d = normgate::test::fresh_dir("cli_outputs", "links");
+  std::filesystem::create_symlink("/proc", d + "/pl");
+  std::filesystem::create_symlink(d + "/loopB", d + "/loopA");
+  std::filesystem::create_symlink(d + "/loopA", d + "/loopB");
+  const std::string one = "check --backend cpu --threads 1 --case H=64,T=3,w=bf16,family=normal,seed=0 --json ";
+  CliRun r = run(one + d + "/pl/version");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is in /proc/, not a file to write")) << r.out;
+  r = run(one + "/sys/normgate.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is in /sys/, not a file to write")) << r.out;
+  r = run(one + d + "/loopA");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "loopA': Too many levels of symbolic links")) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(d + "/loopA"));
+  std::filesystem::remove_all(d);
+}
+
 TEST(Cli, AnOutputInDevShmIsWritten) {
   if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
   const std::string out = "/dev/shm/normgate_cli_" + std::to_string(::getpid()) + ".json";

@@ -302,6 +302,36 @@ TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
   }
 }
 
+// A NUL byte anywhere refuses the file (nlohmann stops reading at one, so
+// what follows it went unchecked); a link loop names the loop.
+TEST(ApprovalsFile, ANulByteOrALinkLoopRefusesTheFile) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  Approvals a;
+  a.path = "n.approvals.json";
+  a.records.push_back(good(t.routes[0]));
+  const std::string text = approvals_to_json_text(a);
+  try {
+    (void)parse_approvals(text + std::string("\0{\"anything\": 1}", 16), a.path);
+    ADD_FAILURE() << "a NUL byte accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("n.approvals.json: approvals are not a normgate file: a NUL byte at offset " +
+                                         std::to_string(text.size())),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string d = dir();
+  std::filesystem::remove(d + "/loop.approvals.json");
+  std::filesystem::create_symlink(d + "/loop.approvals.json", d + "/loop.approvals.json");
+  try {
+    (void)load_approvals(d + "/loop.approvals.json");
+    ADD_FAILURE() << "a link loop read";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read approvals: Too many levels of symbolic links"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(d + "/loop.approvals.json");
+}
+
 // One edit of the first record of an approvals text and the reason the
 // loader must then give: each edit is applied alone, the record sealed again
 // (so the check is the field's, not the seal's), and the record must read

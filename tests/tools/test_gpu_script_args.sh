@@ -45,6 +45,12 @@ expect 2 "NG_OS_THREADS entry '0'" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS="0
 expect 2 "NG_OS_BLOCKS entry '3000000000'" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS=3000000000 bash "$S" --out "$t/s"
 expect 2 "NG_OS_REPS 'x'" -- env NORMGATE_BUILD="$t/b" NG_OS_REPS=x bash "$S" --out "$t/s"
 expect 2 "NG_OS_BUSY '-1'" -- env NORMGATE_BUILD="$t/b" NG_OS_BUSY=-1 bash "$S" --out "$t/s"
+expect 2 "NG_OS_THREADS is empty" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS=" " bash "$S" --out "$t/s"
+expect 2 "NG_OS_BLOCKS lists 'auto' twice" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS="auto 16 auto" bash "$S" --out "$t/s"
+expect 2 "NG_OS_THREADS entry '\*'" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS="*" bash "$S" --out "$t/s"
+expect 2 "at most 9 digits" -- env NORMGATE_BUILD="$t/b" bash "$S" --out "$t/s" --deadline-s 99999999999999999999
+touch "$t/afile"
+expect 2 "exists and is not a folder" -- env NORMGATE_BUILD="$t/b" bash "$S" --out "$t/afile"
 expect 0 "How the oracle half's cost per element grows" -- bash "$S" --help
 [ ! -e "$t/s" ] || { echo "FAIL: oracle_scaling.sh made its output folder before refusing" >&2; fail=1; }
 # A finish_bench that fails: the script says so and exits 3.
