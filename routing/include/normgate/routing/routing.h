@@ -104,8 +104,10 @@
 //     (which seals only records that pass every other check) adds it. A
 //     record without one dated from 2026-12-02T02:53:15Z on, when every
 //     writer sealed its records, had its seal removed: INVALID, never
-//     sealable. The file's JSON nests at most 64 levels and repeats no key in
-//     an object (core/json_strict.h), and no sealed record appears twice.
+//     sealable. The file's JSON nests at most 64 levels, repeats no key in
+//     an object (core/json_strict.h) and holds no NUL byte; records that are
+//     copies of one another (by record_sha256, or for unsealed ones the seal
+//     --seal would give) are all INVALID.
 //
 // The dispatcher (Dispatcher) picks the route for a call and refuses a route
 // without a current approval unless DispatchPolicy::allow_unapproved is set
