@@ -95,6 +95,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --H 64 --T 3 --seeds 3x0", "3x0"},
       {"frobnicate", "frobnicate"},
       {"--bogus", "unknown option '--bogus' before the subcommand"},
+      // an unknown option where a positional is missing: the option is named first
+      {"routes --bogus", "unknown option '--bogus' for 'normgate routes'; table is required"},
       // a control byte in an argument is shown escaped, not sent to the terminal
       {"case \"$(printf 'H=64,T=3,w=bf16,family=normal,seed=0,eps=1e-6\\033[31m')\"", "eps='1e-6\\x1b[31m'"},
       {"check --backend cpu --impl fp32_baseline --case H=8,T=3,w=bf16,family=normal,seed=0", "fp32-baseline"},
