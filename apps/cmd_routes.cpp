@@ -154,21 +154,22 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                   (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" + unsealed_note()
                                              : std::string())
                             : std::string("no such file: no route is approved");
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", o->table.c_str(),
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable(o->table).c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    d.approvals().path.c_str(), what.c_str());
+                    printable(d.approvals().path).c_str(), what.c_str());
         const std::string policy_path = kernels::policy_path_for(o->table);
         const auto policy = kernels::load_policy(policy_path);
         if (!policy) {
           std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
                       "`gate --approve` refuses until one is written\n",
-                      policy_path.c_str());
+                      printable(policy_path).c_str());
         } else {
           auto level = [](const kernels::PolicyLevel& L) {
             return (L.name.empty() ? std::string() : "\"" + L.name + "\": ") + L.describe();
           };
-          std::printf("policy    %s\n  minimum %s\n  target  %s\n", policy->path.c_str(), level(policy->minimum).c_str(),
-                      policy->target ? level(*policy->target).c_str() : "none");
+          std::printf("policy    %s\n  minimum %s\n  target  %s\n", printable(policy->path).c_str(),
+                      printable(level(policy->minimum)).c_str(),
+                      policy->target ? printable(level(*policy->target)).c_str() : "none");
         }
         std::map<std::string, int> states;  // approval state -> routes, for the closing count
         // A policy verdict's shortfalls are the same sentence on most routes
@@ -193,7 +194,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
-          std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
+          std::printf("%s  %s  [%s] %s\n", printable(r.where()).c_str(), printable(r.describe()).c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), printable(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
@@ -232,7 +233,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           if (!x.invalid.empty()) std::printf("INVALID   %s\n", printable(x.invalid).c_str());
         if (n_invalid)
           std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
-                      n_invalid == 1 ? "" : "s", d.approvals().path.c_str());
+                      n_invalid == 1 ? "" : "s", printable(d.approvals().path).c_str());
         // A route without a current approval is one the dispatcher refuses
         // (README, "Approvals"): exit 1, so that a CI step running
         // `normgate routes TABLE` fails on a stale table, unless the
@@ -301,7 +302,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           case kernels::PickKind::fallback:
             std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "
                         "one-time warning; strict mode refuses it)\n",
-                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), o->table.c_str());
+                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), printable(o->table).c_str());
             rc = 1;
             break;
           default:
