@@ -69,6 +69,14 @@ Approval good(const Route& r) {
   return a;
 }
 
+// A file of one valid record of route r, named `path`.
+Approvals one_record(const Route& r, const std::string& path) {
+  Approvals a;
+  a.path = path;
+  a.records.push_back(good(r));
+  return a;
+}
+
 std::string dir() {
   const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_test_" + std::to_string(::getpid());
   std::filesystem::create_directories(d);
@@ -235,9 +243,7 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
 // naming it; a second copy of a sealed record is INVALID.
 TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "f.approvals.json";
-  a.records.push_back(good(t.routes[0]));
+  const Approvals a = one_record(t.routes[0], "f.approvals.json");
   const std::string text = approvals_to_json_text(a);
   // Deep: 200000 levels inside a record (a 400 KB file) and just past the limit.
   for (const int depth : {200000, 63}) {
@@ -306,9 +312,7 @@ TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
 // what follows it went unchecked); a link loop names the loop.
 TEST(ApprovalsFile, ANulByteOrALinkLoopRefusesTheFile) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "n.approvals.json";
-  a.records.push_back(good(t.routes[0]));
+  const Approvals a = one_record(t.routes[0], "n.approvals.json");
   const std::string text = approvals_to_json_text(a);
   try {
     (void)parse_approvals(text + std::string("\0{\"anything\": 1}", 16), a.path);
