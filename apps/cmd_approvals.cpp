@@ -63,6 +63,15 @@ bool is_rejections_file(const std::string& path) {
   return f != j.end() && f->is_string() && f->get<std::string>().rfind("normgate-rejections/", 0) == 0;
 }
 
+// The records --carry or --vouch (`verb`) refused, and the closing line;
+// returns 1, their exit code (nothing is written).
+int print_refused(const char* verb, const std::vector<std::string>& refused) {
+  for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
+  std::printf("%-8s refused: %zu record%s above; nothing written\n", verb, refused.size(),
+              refused.size() == 1 ? "" : "s");
+  return 1;
+}
+
 // One spelling per file: its canonical path (links, ./ and .. resolved), or
 // the absolute, normalized path where it cannot be resolved.
 std::string resolve(const std::string& f) {
@@ -642,10 +651,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   if (refused.empty())
     for (const auto& l : left) std::printf("LEFT     %s\n", l.c_str());
   if (!refused.empty()) {
-    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
-    std::printf("carry    refused: %zu record%s above; nothing written\n", refused.size(),
-                refused.size() == 1 ? "" : "s");
-    return 1;
+    return print_refused("carry", refused);
   }
   const std::string left_line =
       left.empty() ? std::string()
@@ -826,10 +832,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   }
   for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
   if (!refused.empty()) {
-    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
-    std::printf("vouch    refused: %zu record%s above; nothing written\n", refused.size(),
-                refused.size() == 1 ? "" : "s");
-    return 1;
+    return print_refused("vouch", refused);
   }
   if (add.empty()) {
     std::printf("vouch    nothing to vouch for in %s (file unchanged)\n", path.c_str());

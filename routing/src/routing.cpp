@@ -917,23 +917,11 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
 }
 
 Approvals load_approvals(const std::string& path) {
-  {
-    // A status that cannot be read (a link loop) is an input error naming
-    // the reason, not the library's exception.
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (ec && st.type() != std::filesystem::file_type::not_found)
-      throw RouteTableError(path + ": cannot read approvals: " + ec.message());
-  }
-  if (std::filesystem::is_directory(path))
-    throw RouteTableError(path + ": cannot read approvals: is a directory");
-  // A FIFO, socket or device would block the read or never end: refused.
-  {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-      throw RouteTableError(path + ": cannot read approvals: not a regular file");
-  }
+  // A folder, a FIFO, socket or device (the read would block or never end)
+  // or a status that cannot be read (a link loop) is refused naming the
+  // reason; a missing file is no approvals (below).
+  if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
+    throw RouteTableError(path + ": cannot read approvals: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {
@@ -1570,15 +1558,9 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
 }
 
 Rejections load_rejections(const std::string& path) {
-  {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (ec && st.type() != std::filesystem::file_type::not_found)
-      throw RouteTableError(path + ": cannot read rejections: " + ec.message());
-    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) && !std::filesystem::is_directory(st))
-      throw RouteTableError(path + ": cannot read rejections: not a regular file");
-  }
-  if (std::filesystem::is_directory(path)) throw RouteTableError(path + ": cannot read rejections: is a directory");
+  // As load_approvals: refused naming the reason; a missing file is none.
+  if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
+    throw RouteTableError(path + ": cannot read rejections: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {

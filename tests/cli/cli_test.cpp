@@ -74,7 +74,9 @@ TEST(Cli, HelpOnEverySubcommand) {
     ASSERT_NE(at, std::string::npos) << sub << ": " << top.out;
     const std::string line = top.out.substr(at + 1, top.out.find('\n', at + 1) - at - 1);
     EXPECT_LE(line.size(), 120u) << line;
-    if (own.size() > 100) EXPECT_FALSE(contains(top.out, own)) << sub << ": " << top.out;
+    if (own.size() > 100) {
+      EXPECT_FALSE(contains(top.out, own)) << sub << ": " << top.out;
+    }
   }
   EXPECT_TRUE(contains(top.out, "Run 'normgate SUBCOMMAND --help' for a subcommand's options")) << top.out;
   EXPECT_TRUE(contains(top.out, "2 usage or input error, 3 a runtime failure")) << top.out;

@@ -178,9 +178,7 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
 // changed value counted current).
 TEST(ApprovalDigest, EverySingleBitFlipIsCaught) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "flip.approvals.json";
-  a.records.push_back(good(t.routes[0]));
+  Approvals a = one_record(t.routes[0], "flip.approvals.json");
   const std::string text = approvals_to_json_text(a);
   const Approvals back = parse_approvals(text, a.path);
   ASSERT_EQ(invalid_count(back), 0u);
@@ -217,9 +215,7 @@ TEST(ApprovalDigest, EverySingleBitFlipIsCaught) {
 // equal (5e-1 for 0.5) is no change, a different value is.
 TEST(ApprovalDigest, CoversTheRecordAsRead) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "d.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "d.approvals.json");
   nlohmann::json doc = nlohmann::json::parse(approvals_to_json_text(a));
   auto& rec = doc["approvals"][0];
   EXPECT_EQ(rec["record_sha256"], approval_record_sha256(a.records[0]));
@@ -362,9 +358,7 @@ void expect_invalid_when_edited(const std::string& text, const std::string& path
 // malformed hash or date, or no cases makes the record INVALID.
 TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "c.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "c.approvals.json");
   Approval::Carry c;
   c.from_source_sha256 = std::string(64, 'e');
   c.to_source_sha256 = std::string(64, 'f');
@@ -409,9 +403,7 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
 // makes it INVALID with the field named.
 TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "v.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "v.approvals.json");
   Approval::Vouch v;
   v.variant = "bwd_det_other";
   v.record_sha256 = std::string(64, 'a');
