@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/file_target.h"
+#include "normgate/core/json_strict.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
@@ -51,10 +52,24 @@ bool is_rejections_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
+  nlohmann::json j;
+  try {
+    j = parse_json_strict(text.str());  // depth-limited, as the loaders read it
+  } catch (const std::exception&) {
+    return false;  // load_approvals names what is wrong with it
+  }
+  if (!j.is_object()) return false;
   const auto f = j.find("format");
   return f != j.end() && f->is_string() && f->get<std::string>().rfind("normgate-rejections/", 0) == 0;
+}
+
+// The records --carry or --vouch (`verb`) refused, and the closing line;
+// returns 1, their exit code (nothing is written).
+int print_refused(const char* verb, const std::vector<std::string>& refused) {
+  for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
+  std::printf("%-8s refused: %zu record%s above; nothing written\n", verb, refused.size(),
+              refused.size() == 1 ? "" : "s");
+  return 1;
 }
 
 // One spelling per file: its canonical path (links, ./ and .. resolved), or
@@ -71,9 +86,8 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   namespace fs = std::filesystem;
   if (target.empty()) throw std::invalid_argument("--merge-into needs an approvals file (got an empty path)");
   if (seal) throw std::invalid_argument("--merge-into and --seal do not go together: seal first, then merge");
-  if (!fs::is_regular_file(target))
-    throw std::invalid_argument("--merge-into " + target + ": no such approvals file" +
-                                (fs::exists(target) ? " (it exists and is not a regular file)" : ""));
+  if (const std::string why = core::regular_file_problem(target); !why.empty())
+    throw std::invalid_argument("--merge-into " + target + ": " + why + " (an approvals file is needed)");
   if (is_rejections_file(target))
     throw std::invalid_argument("--merge-into " + target + ": a rejections file, not an approvals file");
   const std::string real = core::rename_target(target);  // the file written, and whose lock is taken
@@ -108,7 +122,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     std::printf("%s: %zu records, %zu valid (%s)\n", a.path.c_str(), a.records.size(), a.records.size() - n_bad,
                 role);
     for (const auto& x : a.records)
-      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", x.invalid.c_str());
+      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable(x.invalid).c_str());
     bad += n_bad;
   };
   auto refuse = [&bad] {
@@ -637,10 +651,7 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
   if (refused.empty())
     for (const auto& l : left) std::printf("LEFT     %s\n", l.c_str());
   if (!refused.empty()) {
-    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
-    std::printf("carry    refused: %zu record%s above; nothing written\n", refused.size(),
-                refused.size() == 1 ? "" : "s");
-    return 1;
+    return print_refused("carry", refused);
   }
   const std::string left_line =
       left.empty() ? std::string()
@@ -821,10 +832,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   }
   for (const auto& n : notes) std::printf("note     %s\n", n.c_str());
   if (!refused.empty()) {
-    for (const auto& r : refused) std::printf("REFUSED  %s\n", r.c_str());
-    std::printf("vouch    refused: %zu record%s above; nothing written\n", refused.size(),
-                refused.size() == 1 ? "" : "s");
-    return 1;
+    return print_refused("vouch", refused);
   }
   if (add.empty()) {
     std::printf("vouch    nothing to vouch for in %s (file unchanged)\n", path.c_str());
@@ -881,7 +889,7 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     const kernels::Variant* v = kernels::find_variant(x.variant);
     if (v == nullptr) {
       std::printf("note     %s -> %s: this normgate has no variant %s; left as it is\n", x.window().c_str(),
-                  x.variant.c_str(), x.variant.c_str());
+                  printable(x.variant).c_str(), printable(x.variant).c_str());
       continue;
     }
     if (x.source_sha256 == v->source_sha256) continue;
@@ -1131,10 +1139,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       namespace fs = std::filesystem;
       for (const auto& f : o->files) {
         if (f.empty()) throw std::invalid_argument("an approvals path is empty");
-        if (!fs::is_regular_file(f))
-          throw std::invalid_argument(f + (fs::is_directory(f) ? ": a folder, not an approvals file (give the file, "
-                                                                 "e.g. FOLDER/sm90a.approvals.json)"
-                                                               : ": no such approvals file"));
+        if (const std::string why = core::regular_file_problem(f); !why.empty())
+          throw std::invalid_argument(f + ": " + why +
+                                      (why == "is a directory" ? " (give the file, e.g. FOLDER/sm90a.approvals.json)"
+                                                               : " (an approvals or rejections file is needed)"));
       }
       if (merging) return merge_approvals(o->files, o->merge_into, o->seal);
       // One entry per file, whatever its spelling (./a and a, a symlink and
@@ -1168,10 +1176,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         if (rejections[i]) {  // all sealed and valid, or the first bad record names the file INVALID
           try {
             const kernels::Rejections r = kernels::load_rejections(f);
-            std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", f.c_str(), r.records.size(),
+            std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", printable(f).c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
-            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", f.c_str(), e.what());
+            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable(f).c_str(), printable(e.what()).c_str());
             ++bad_files;
           }
           continue;
@@ -1183,11 +1191,11 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           if (x.invalid.empty()) continue;
           (x.unsealed ? n_unsealed : n_invalid) += 1;
         }
-        std::printf("%s: %zu records, %zu valid, %zu without record_sha256, %zu INVALID\n", f.c_str(),
+        std::printf("%s: %zu records, %zu valid, %zu without record_sha256, %zu INVALID\n", printable(f).c_str(),
                     a.records.size(), a.records.size() - n_invalid - n_unsealed, n_unsealed, n_invalid);
         for (const auto& x : a.records)
           if (!x.invalid.empty() && (!x.unsealed || !o->seal))
-            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", x.invalid.c_str());
+            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable(x.invalid).c_str());
         bad += n_invalid;
         unsealed += n_unsealed;
       }

@@ -26,11 +26,24 @@ namespace normgate::app {
 
 namespace {
 
-std::vector<std::string> split_commas(const std::string& text) {
+// Comma-separated items of a grid option (`what`): none empty (a trailing
+// comma as well as a doubled one) and none twice (a repeated value would
+// run its cases twice and count them twice). Throws std::invalid_argument
+// naming the option and the text.
+std::vector<std::string> split_commas(const std::string& what, const std::string& text) {
   std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
+  size_t at = 0;
+  while (true) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (item.empty())
+      throw std::invalid_argument(what + " '" + text + "': an empty item (a comma too many)");
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      throw std::invalid_argument(what + " '" + text + "': '" + item + "' given twice");
+    out.push_back(item);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
   return out;
 }
 
@@ -38,7 +51,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 // `what` and the value).
 std::vector<int64_t> parse_int_list(const std::string& what, const std::string& text, int64_t lo, int64_t hi) {
   std::vector<int64_t> out;
-  for (const auto& item : split_commas(text)) {
+  for (const auto& item : split_commas(what, text)) {
     size_t pos = 0;
     long long v = 0;
     try {
@@ -49,9 +62,10 @@ std::vector<int64_t> parse_int_list(const std::string& what, const std::string& 
     if (pos != item.size() || item.empty() || v < lo || v > hi)
       throw std::invalid_argument("bad " + what + " value '" + item + "' in '" + text + "' (an integer in " +
                                   std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    if (std::find(out.begin(), out.end(), v) != out.end())  // 64 and 064
+      throw std::invalid_argument(what + " '" + text + "': " + std::to_string(v) + " given twice");
     out.push_back(v);
   }
-  if (out.empty()) throw std::invalid_argument("empty " + what + " list");
   return out;
 }
 
@@ -93,13 +107,15 @@ void add_check(CLI::App& app, Commands& cmds) {
   auto* one = sub->add_option("--case", o->id, "One case id, e.g. H=2048,T=65537,w=bf16,form=plain,family=cancel,seed=0");
   auto* grid = sub->add_option("--seeds", o->seeds, "Grid mode: seed set (3x8, seeds=120..239, cancel:0..7); "
                                                    "with --H, --T, --w");
-  sub->add_option("--H", o->H, "Grid: comma-separated H values");
-  sub->add_option("--T", o->T, "Grid: comma-separated T values");
-  sub->add_option("--w", o->w, "Grid: weight dtypes (bf16,fp32)")->capture_default_str();
-  sub->add_option("--form", o->forms,
-                  "Grid: forms (plain,res,heads24,heads4); head forms take only H=256 from --H")
-      ->capture_default_str();
-  one->excludes(grid);
+  auto* h_opt = sub->add_option("--H", o->H, "Grid: comma-separated H values, each once");
+  auto* t_opt = sub->add_option("--T", o->T, "Grid: comma-separated T values, each once");
+  auto* w_opt = sub->add_option("--w", o->w, "Grid: weight dtypes (bf16,fp32)")->capture_default_str();
+  auto* form_opt = sub->add_option("--form", o->forms,
+                                   "Grid: forms (plain,res,heads24,heads4); head forms take only H=256 from --H")
+                       ->capture_default_str();
+  // The case id names its H, T, w and form: grid options beside it are
+  // refused, not ignored.
+  one->excludes(grid)->excludes(h_opt)->excludes(t_opt)->excludes(w_opt)->excludes(form_opt);
   sub->add_option("--impl,--variant", o->impls,
                   "Implementations: fp32-baseline, a variant name (see 'normgate variants': a backward variant runs "
                   "after the default forward fwd_rowwise, a forward variant runs itself, then a carrier backward), "
@@ -182,9 +198,9 @@ void add_check(CLI::App& app, Commands& cmds) {
       g.H = parse_int_list("--H", o->H, 1, seeds::kMaxH);
       g.T = parse_int_list("--T", o->T, 0, seeds::kMaxT);
       g.w.clear();
-      for (auto d : split_commas(o->w)) g.w.push_back(parse_wdtype(d));
+      for (auto d : split_commas("--w", o->w)) g.w.push_back(parse_wdtype(d));
       g.forms.clear();
-      for (auto f : split_commas(o->forms)) g.forms.push_back(parse_form(f));
+      for (auto f : split_commas("--form", o->forms)) g.forms.push_back(parse_form(f));
       g.seeds = seeds::parse_seed_set(o->seeds);
       const auto cases = g.cases();
       // Before any work: a named implementation must support every case of

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/file_target.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
 #include "normgate/harness/digest.h"
@@ -51,9 +52,8 @@ int run_digest(const DigestOptions& o) {
   check_outputs({{"--out", o.out}}, {{"APPROVALS", o.approvals}});
   if (!(o.deadline >= 0) || !std::isfinite(o.deadline))
     throw std::invalid_argument("--deadline " + std::to_string(o.deadline) + " must be a finite number of seconds >= 0");
-  if (!std::filesystem::is_regular_file(o.approvals))
-    throw std::invalid_argument("APPROVALS " + o.approvals +
-                                (std::filesystem::exists(o.approvals) ? ": not a regular file" : ": no such file"));
+  if (const std::string why = core::regular_file_problem(o.approvals); !why.empty())
+    throw std::invalid_argument("APPROVALS " + o.approvals + ": " + why);
   const Backend b = validators::resolve_backend(validators::parse_backend(o.backend));
   if (b == Backend::gpu && !kernels::gpu_available())
     throw std::invalid_argument("--backend gpu: no usable CUDA device");

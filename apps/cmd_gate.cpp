@@ -70,8 +70,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
   auto* sub = app.add_subcommand(
       "gate",
       "Gate a route table: run every window's cases (GPU variant, or its CPU model without a GPU), validate every "
-      "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 any "
-      "window fails, 2 usage or input error, 3 a runtime failure (e.g. a CUDA error)");
+      "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 a "
+      "window fails, is INCONCLUSIVE (the oracle's bound cannot decide a comparison) or INCOMPLETE (a shard, a "
+      "missing shard or a deadline), 2 usage or input error, 3 a runtime failure (e.g. a CUDA error)");
   struct Opts {
     validators::GateOptions g;
     std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard, stats_json;
@@ -174,9 +175,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
             const double d = std::strtod(v.c_str(), &end);
             return end != v.c_str() && *end == '\0' && d >= 1 && d < 1e300
                        ? std::string()
-                       : "expected a number of elements per second >= 1, got '" + v + "'";
+                       : "expected a number of elements per second in [1, 1e300), got '" + v + "'";
           },
-          "RATE > 0"))
+          "RATE in [1, 1e300)"))
       ->needs(plan_flag);
   sub->callback([&cmds, o, sub] {
     cmds.run = [o, devices_given = sub->count("--devices") > 0] {
@@ -209,7 +210,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       if (validators::resolve_backend(o->g.backend) == validators::Backend::gpu && !kernels::gpu_available())
-        throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+        throw std::invalid_argument(
+            "backend gpu requested but no usable CUDA device is present (backend cpu, or auto, runs the kernels' CPU "
+            "models instead)");
+      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
         return 0;
@@ -249,7 +253,6 @@ void add_gate(CLI::App& app, Commands& cmds) {
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const auto backend = validators::resolve_backend(o->g.backend);  // a GPU, if asked for, is there (above)
-      o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The approval policy beside the table: a campaign weaker than its
       // minimum is refused here, before any case runs (approve() re-checks
       // the finished result).
@@ -284,6 +287,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // --base: windows gated although bounds and variant are the base's (the
       // reports list each with its reason).
       for (const auto& s : res.source_changed) std::printf("base     gated with the base's bounds and variant: %s\n", s.c_str());
+      for (const auto& [shard, bytes] : res.shard_dropped)
+        std::printf("merge    %s: a torn last record (%lld bytes) left out (the shard's file is unchanged)\n",
+                    shard.c_str(), static_cast<long long>(bytes));
       if (!o->g.journal_path.empty())
         std::printf("journal  %s: %lld finished cases resumed, %lld run now%s\n", o->g.journal_path.c_str(),
                     static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),
@@ -300,11 +306,14 @@ void add_gate(CLI::App& app, Commands& cmds) {
                               ? "no overlap: CPU models share the cores with the oracle"
                           : !validators::pipeline_overlap() ? "no overlap: NORMGATE_OVERLAP=0"
                                                          : "no overlap: one case at a time";
-        std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): GPU+generator half %.1f s, oracle+validation "
-                    "half %.1f s, oracle side idle waiting for the GPU %.1f s (%s)\n",
+        // The first half runs the kernels: on the GPU, or as CPU models.
+        const bool gpu = res.backend == kernels::kGpuBackend;
+        std::printf("pipeline %lld cases run in %.1f s (%.1f cases/min): %s+generator half %.1f s, oracle+validation "
+                    "half %.1f s, oracle side idle waiting for the %s %.1f s (%s)\n",
                     static_cast<long long>(pl.cases), pl.seconds_total,
                     pl.seconds_total > 0 ? 60.0 * static_cast<double>(pl.cases) / pl.seconds_total : 0.0,
-                    pl.seconds_prepare, pl.seconds_finish, pl.seconds_waiting_for_prepare, how);
+                    gpu ? "GPU" : "CPU-model", pl.seconds_prepare, pl.seconds_finish, gpu ? "GPU" : "CPU models",
+                    pl.seconds_waiting_for_prepare, how);
       }
       // Throughput per phase on stderr (and --stats-json): not in the reports,
       // which must not depend on how fast or where the cases ran. The copy

@@ -29,7 +29,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
       "repro",
       "Re-run one case for one implementation: verdict, the k worst elements of every output, the worst dw "
       "columns' conditioning and top rows, and a command that reproduces it; exit 0 pass, 1 fail/inconclusive, "
-      "4 a replay (--file) whose outputs differ from the recorded ones (3: a runtime failure)");
+      "2 usage or input error, 3 a runtime failure, 4 a replay (--file) whose outputs differ from the recorded "
+      "ones");
   struct Opts {
     std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
     int k = 10, threads = 0;

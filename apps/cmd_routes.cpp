@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/file_target.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
@@ -105,6 +107,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "nothing) or a --pick is refused or falls back");
   struct Opts {
     std::string table;
+    std::string approvals;  // "": the file next to the table
     std::vector<std::string> picks;
     kernels::DispatchPolicy policy;
     std::vector<std::string> plugins;
@@ -117,6 +120,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
                   "run time without strict mode: the window's variant, or the table's fallback for a call outside "
                   "every window. Exit 1 when a pick is refused (no current approval) or falls back (no approved "
                   "window holds the call)");
+  sub->add_option("--approvals", o->approvals,
+                  "Approvals file to read instead of the one next to the table (TABLE's stem + "
+                  ".approvals.json), e.g. a derive folder's or a branch's, to see what it would approve; it must "
+                  "exist (a missing one: exit 2)");
   sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
   sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,
                 "Explicit override: dispatch routes without a current approval");
@@ -124,25 +131,45 @@ void add_routes(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, o] {
     cmds.run = [o] {
       load_plugins(o->plugins);
-      const auto d = kernels::Dispatcher::from_files(o->table, o->policy);
+      std::error_code ec;
+      if (!o->approvals.empty())
+        if (const std::string why = core::regular_file_problem(o->approvals); !why.empty())
+          throw std::invalid_argument("--approvals '" + o->approvals + "': " + why);
+      const std::string approvals_path = o->approvals.empty() ? kernels::approvals_path_for(o->table) : o->approvals;
+      // A missing file next to the table approves nothing (load_approvals).
+      const bool approvals_exist = std::filesystem::exists(approvals_path, ec);
+      const kernels::Dispatcher d(kernels::load_route_table(o->table), kernels::load_approvals(approvals_path),
+                                  o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%zu records%s)\n", o->table.c_str(),
+        // `normgate approvals` counts records INVALID only for want of a
+        // seal apart ("without record_sha256"): said here too.
+        auto unsealed_note = [&d]() -> std::string {
+          size_t n = 0;
+          for (const auto& x : d.approvals().records) n += x.unsealed;
+          return n ? ", " + std::to_string(n) + " of them only for want of record_sha256 (normgate approvals)" : "";
+        };
+        const std::string what =
+            approvals_exist ? std::to_string(d.approvals().records.size()) + " records" +
+                                  (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" + unsealed_note()
+                                             : std::string())
+                            : std::string("no such file: no route is approved");
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable(o->table).c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    d.approvals().path.c_str(), d.approvals().records.size(),
-                    n_invalid ? (", " + std::to_string(n_invalid) + " INVALID").c_str() : "");
+                    printable(d.approvals().path).c_str(), what.c_str());
         const std::string policy_path = kernels::policy_path_for(o->table);
         const auto policy = kernels::load_policy(policy_path);
         if (!policy) {
           std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
                       "`gate --approve` refuses until one is written\n",
-                      policy_path.c_str());
+                      printable(policy_path).c_str());
         } else {
           auto level = [](const kernels::PolicyLevel& L) {
             return (L.name.empty() ? std::string() : "\"" + L.name + "\": ") + L.describe();
           };
-          std::printf("policy    %s\n  minimum %s\n  target  %s\n", policy->path.c_str(), level(policy->minimum).c_str(),
-                      policy->target ? level(*policy->target).c_str() : "none");
+          std::printf("policy    %s\n  minimum %s\n  target  %s\n", printable(policy->path).c_str(),
+                      printable(level(policy->minimum)).c_str(),
+                      policy->target ? printable(level(*policy->target)).c_str() : "none");
         }
         std::map<std::string, int> states;  // approval state -> routes, for the closing count
         // A policy verdict's shortfalls are the same sentence on most routes
@@ -167,8 +194,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
         int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
-          std::printf("%s  %s  [%s] %s\n", r.where().c_str(), r.describe().c_str(),
-                      std::string(kernels::to_string(s.state)).c_str(), s.detail.c_str());
+          std::printf("%s  %s  [%s] %s\n", printable(r.where()).c_str(), printable(r.describe()).c_str(),
+                      std::string(kernels::to_string(s.state)).c_str(), printable(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;
@@ -203,10 +230,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
         // Invalid records approve nothing; a file holding one was damaged or
         // written by something other than normgate: exit 1 (README).
         for (const auto& x : d.approvals().records)
-          if (!x.invalid.empty()) std::printf("INVALID   %s\n", x.invalid.c_str());
+          if (!x.invalid.empty()) std::printf("INVALID   %s\n", printable(x.invalid).c_str());
         if (n_invalid)
           std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
-                      n_invalid == 1 ? "" : "s", d.approvals().path.c_str());
+                      n_invalid == 1 ? "" : "s", printable(d.approvals().path).c_str());
         // A route without a current approval is one the dispatcher refuses
         // (README, "Approvals"): exit 1, so that a CI step running
         // `normgate routes TABLE` fails on a stale table, unless the
@@ -267,7 +294,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                         p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
             // Why: the approval behind the route, as the listing says it.
             std::printf("  %s\n",
-                        kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail.c_str());
+                        printable(kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail).c_str());
             if (key.T == 0)
               std::printf("  T = 0: no rows; looked up as T = 1 (RouteTable::find: such a call launches nothing but "
                           "dw = 0)\n");
@@ -275,11 +302,11 @@ void add_routes(CLI::App& app, Commands& cmds) {
           case kernels::PickKind::fallback:
             std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "
                         "one-time warning; strict mode refuses it)\n",
-                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), o->table.c_str());
+                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), printable(o->table).c_str());
             rc = 1;
             break;
           default:
-            std::printf("REFUSED %s\n", p.reason.c_str());
+            std::printf("REFUSED %s\n", printable(p.reason).c_str());
             rc = 1;
             break;
         }
@@ -289,7 +316,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
       if (const size_t n_invalid = kernels::invalid_count(d.approvals()))
         std::printf("note      %s holds %zu INVALID record%s (they approve nothing; `normgate routes %s` lists "
                     "them and exits 1)\n",
-                    d.approvals().path.c_str(), n_invalid, n_invalid == 1 ? "" : "s", o->table.c_str());
+                    printable(d.approvals().path).c_str(), n_invalid, n_invalid == 1 ? "" : "s",
+                    printable(o->table + (o->approvals.empty() ? "" : " --approvals " + o->approvals)).c_str());
       return rc;
     };
   });

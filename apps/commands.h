@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,12 @@ struct PathArg {
   std::string option;
   std::string path;
 };
+
+/// `text` safe to print on a terminal: every control byte but newline and
+/// tab (and DEL) as \xHH, so that a NUL does not cut a message short and an
+/// escape sequence read from a file or an argument is shown, not obeyed.
+/// Bytes >= 0x80 (UTF-8) are kept.
+std::string printable(std::string_view text);
 
 /// Before any work, every file a subcommand will write: each output is
 /// writable (check_writable); no two outputs are one file (same inode when

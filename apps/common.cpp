@@ -31,6 +31,7 @@ namespace {
 // The system's reason for the last failed call.
 std::string sys_reason() { return std::strerror(errno); }
 
+
 // "OPTION 'PATH'" for messages ("'PATH'" when no option is known).
 std::string named(const std::string& option, const std::string& path) {
   return (option.empty() ? "" : option + " ") + "'" + path + "'";
@@ -107,6 +108,22 @@ void commit_temp(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if ((u < 0x20 && ch != '\n' && ch != '\t') || u == 0x7f) {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", u);
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 // A symbolic link is written through: the file it points to is replaced,
 // never the link (core/file_target.h).
 void write_file_atomic(const std::string& path, const std::string& text) {
@@ -163,15 +180,35 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
       to_stdout = &o;
       continue;
     }
-    check_writable(o.path, o.option);
-    // A link into /proc or /dev (/dev/stdout -> /proc/self/fd/1) is no file
-    // to replace: the rename would put a file where the system's link was.
+    // Elsewhere "-" would be a file named "-" in the working folder.
+    if (o.path == "-")
+      throw std::invalid_argument(o.option + " -: give a file (this output does not go to stdout)");
+    // A path into /proc or /dev (but /dev/shm, a plain tmpfs), or a link
+    // there (/dev/stdout -> /proc/self/fd/1), is no file to replace: the
+    // rename would put a file where the system's entry was, or fail after
+    // the run. Checked first: as a user, the folder's permissions would
+    // hide the reason.
     {
-      const std::string real = core::rename_target(o.path);
-      if (real != o.path && (real.rfind("/proc/", 0) == 0 || real.rfind("/dev/", 0) == 0))
+      std::error_code ec;
+      // A link loop: no file to write through (the rename would replace the
+      // link itself).
+      (void)std::filesystem::status(o.path, ec);
+      if (ec && ec != std::errc::no_such_file_or_directory)
+        throw std::invalid_argument(named(o.option, o.path) + ": " + ec.message());
+      // The folders resolved too (a link to /proc in the path's folders).
+      std::string real = core::rename_target(o.path);
+      const std::filesystem::path canon = std::filesystem::weakly_canonical(real, ec);
+      if (!ec) real = canon.string();
+      const bool system = real.rfind("/proc/", 0) == 0 || real.rfind("/sys/", 0) == 0 ||
+                          (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
+      if (system && core::rename_target(o.path) != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
                                     ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
+      if (system)
+        throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
+                                    ", not a file to write" + (dash_is_stdout ? " (use - for stdout)" : ""));
     }
+    check_writable(o.path, o.option);
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).
     for (size_t j = 0; j < i; ++j) {
@@ -194,6 +231,10 @@ void check_read_write(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
+  // A status that cannot be read (a link loop, no permission to search a
+  // folder) is an input error now, not a failure to open it after the checks.
+  if (ec && st.type() != fs::file_type::not_found)
+    throw std::invalid_argument(named(option, path) + ": " + ec.message());
   if (!fs::exists(st)) {
     check_writable(path, option);
     return;
@@ -307,17 +348,23 @@ void write_report(const std::string& path, const std::string& text, int fd) {
 // A report (`gate --report-json` or `check --json`) as JSON; a missing,
 // unreadable or unparsable file is an input error (exit 2) naming it.
 nlohmann::json read_report(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw std::invalid_argument("cannot read report '" + path + "': " +
-                                (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+  if (const std::string why = core::regular_file_problem(path); !why.empty())
+    throw std::invalid_argument("cannot read report '" + path + "': " + why);
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("report '" + path + "' is not JSON: " + e.what());
+    // The Markdown report beside the JSON one is the likely mix-up.
+    std::ifstream again(path);
+    std::string first;
+    std::getline(again, first);
+    const bool markdown = first.rfind("#", 0) == 0 || (path.size() > 3 && path.compare(path.size() - 3, 3, ".md") == 0);
+    throw std::invalid_argument("report '" + path + "' is not JSON" +
+                                (markdown ? std::string(": it is a Markdown report; give the JSON one (gate "
+                                                        "--report-json, check --json)")
+                                          : ": " + std::string(e.what())));
   }
   int version = 0;
   try {

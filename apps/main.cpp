@@ -11,8 +11,11 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -123,6 +126,42 @@ ExtrasMessage unknown_option_message(CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+// `normgate --help` lists each subcommand with one short line; the
+// subcommand's own --help keeps its whole description (exit codes, files).
+// A subcommand without an entry here is listed with its whole description.
+const char* summary(const std::string& name) {
+  static const std::pair<const char*, const char*> kSummaries[] = {
+      {"families", "List the input families, or describe one"},
+      {"case", "Parse a case id: its canonical form and the SHA-256 of its inputs"},
+      {"check", "Run cases through implementations; validate every element against the FP64 oracle"},
+      {"variants", "List the kernel variants of the registry"},
+      {"gate", "Gate a route table's windows against the FP64 oracle; report per window"},
+      {"routes", "A table's routes and their approval state, or the dispatcher's pick for a call"},
+      {"approvals", "Check, seal, merge, carry, vouch for or re-check approvals and rejections"},
+      {"digest", "Digest a variant's outputs on its approved campaigns (for approvals --carry, --vouch)"},
+      {"derive", "Derive a route table: time candidates, split windows, gate the winners"},
+      {"mutate", "Mutation score: which input family kills which negative control"},
+      {"repro", "Re-run one case for one implementation: verdict, worst elements, a command"},
+      {"inspect", "Summarize a normgate HDF5 file (a saved case or exported maps)"},
+      {"export", "Write a report's worst cases' error maps to HDF5"},
+      {"plot", "PNG pictures and an index.html of a case or maps file"},
+  };
+  for (const auto& [n, text] : kSummaries)
+    if (name == n) return text;
+  return nullptr;
+}
+
+class ShortListFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const char* s = summary(sub->get_name());
+    if (!s) return CLI::Formatter::make_subcommand(sub);
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), s, get_column_width());
+    return out.str();
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,6 +179,24 @@ int main(int argc, char** argv) {
   normgate::app::Commands cmds;
   normgate::app::register_commands(app, cmds);
   normgate::app::decimal_number_options(app);
+  // Set after the subcommands exist: they keep CLI11's formatter (whole
+  // descriptions in their own --help); only this listing is short.
+  app.formatter(std::make_shared<ShortListFormatter>());
+  app.footer("Run 'normgate SUBCOMMAND --help' for a subcommand's options and what it reads and writes. Exit "
+             "codes: 0 success or pass, 1 a check, gate or listing that did not pass, 2 usage or input error, 3 a "
+             "runtime failure (repro adds 4).");
+  // An option before any subcommand: normgate's own are --help and --version
+  // only (CLI11 would say "A subcommand is required", naming nothing).
+  if (argc > 1 && argv[1][0] == '-') {
+    const std::string a = argv[1];
+    if (a != "-h" && a != "--help" && a != "--version") {
+      std::fprintf(stderr,
+                   "normgate: error: unknown option '%s' before the subcommand (normgate's own options are --help "
+                   "and --version; a subcommand's options follow it: normgate SUBCOMMAND [OPTIONS])\n",
+                   normgate::app::printable(argv[1]).c_str());
+      return 2;
+    }
+  }
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
@@ -148,8 +205,8 @@ int main(int argc, char** argv) {
       found = found || sub->get_name() == argv[1];
     }
     if (!found) {
-      std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n", argv[1],
-                   known.c_str());
+      std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n",
+                   normgate::app::printable(argv[1]).c_str(), known.c_str());
       return 2;
     }
   }
@@ -164,20 +221,28 @@ int main(int argc, char** argv) {
   } catch (const CLI::ExtrasError& e) {  // name the unknown option first, with the closest known one
     const ExtrasMessage m = unknown_option_message(app, argc, argv);
     const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
-    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", text.c_str());
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 normgate::app::printable(text).c_str());
+    return 2;
+  } catch (const CLI::RequiredError& e) {  // "table is required" after `routes --bogus`: the option first
+    const ExtrasMessage m = unknown_option_message(app, argc, argv);
+    const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 normgate::app::printable(text).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
-    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n", e.what());
+    std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
+                 normgate::app::printable(e.what()).c_str());
     return 2;
   }
   try {
     normgate::app::reject_empty_values(app);
     return cmds.run();
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "normgate: error: %s\n", e.what());
+    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "normgate: fatal: %s\n", e.what());
+    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable(e.what()).c_str());
     return 3;
   }
 }

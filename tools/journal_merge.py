@@ -17,7 +17,9 @@ fails is an error naming FILE:LINE (exit 2): the gate would refuse it too.
 Case lines are kept verbatim (their digests stay valid), in input order,
 each distinct line once (the lines the inputs inherited from one journal
 are identical copies). A torn last line (a run killed mid-write) is
-dropped, as the gate drops it. Blank lines ending a journal (an editor's
+dropped, as the gate drops it; a last line without its newline that ends in
+its digest member but fails it is a change, an error naming FILE:LINE
+(exit 2), as in the gate. Blank lines ending a journal (an editor's
 newline) are ignored, as the gate ignores them; a blank line with records
 after it is an error naming FILE:LINE (exit 2), as in the gate. Writes
 OUT.tmp, then renames. Exit 0 on success, 2 on bad input.
@@ -91,11 +93,24 @@ def read_lines(path):
     except UnicodeDecodeError:
         return lines, tail.decode("utf-8", "replace")  # a torn write cut inside a character: dropped
     if verify(torn) is None:
+        # A last line that ends in its digest member is whole (a torn write
+        # stops before the digest's end): its digest failing is a change, not
+        # a tear, as the gate says (gate/src/journal.cpp); but a NUL (a crash
+        # left a page unwritten) is a tear.
+        if re.search(r',"sha256":"[0-9a-f]{64}"\}$', torn) and "\0" not in torn:
+            raise ValueError(f"line {len(lines) + 1}, the last (whole, without its newline): its SHA-256 digest does "
+                             f"not match its content (changed after normgate wrote it)")
         # A torn write is a prefix of one line: a tail holding a whole line and
-        # more (its newline turned into another byte, bytes glued on) is damage.
+        # more (its newline turned into another byte, bytes glued on) is damage,
+        # its digest right or not.
         p = torn.find('"}')
         while p != -1 and p + 2 < len(torn):
-            if verify(torn[:p + 2]) is not None:
+            whole = torn[:p + 2]
+            if re.search(r',"sha256":"[0-9a-f]{64}"\}$', whole) and "\0" not in whole and verify(whole) is None:
+                raise ValueError(f"line {len(lines) + 1}: a whole line whose SHA-256 digest does not match its "
+                                 f"content, followed by {len(torn) - p - 2} bytes where its newline belongs "
+                                 f"(changed after normgate wrote it)")
+            if verify(whole) is not None:
                 raise ValueError(f"line {len(lines) + 1}: a complete line is followed by {len(torn) - p - 2} stray "
                                  f"bytes where its newline belongs (changed after normgate wrote it?)")
             p = torn.find('"}', p + 1)

@@ -358,8 +358,8 @@ void Writer::commit() {
 
 Reader::Reader(std::string path) : path_(std::move(path)) {
   quiet();
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path_, ec)) throw std::runtime_error(path_ + ": no such file");
+  if (const std::string why = core::regular_file_problem(path_); !why.empty())
+    throw std::runtime_error(path_ + ": " + why);
   if (H5Fis_hdf5(path_.c_str()) <= 0) fail(path_, "not an HDF5 file (truncated or corrupted?)");
   // A metadata checksum that fails once fails again: no retries (HDF5's
   // default re-reads a failing piece of metadata up to 100 times).

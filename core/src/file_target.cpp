@@ -43,4 +43,14 @@ int create_replacement(const std::string& tmp, const std::string& target) {
   return -1;
 }
 
+std::string regular_file_problem(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found) return "no such file";
+  if (ec) return ec.message();
+  if (std::filesystem::is_directory(st)) return "is a directory";
+  if (!std::filesystem::is_regular_file(st)) return "not a regular file";
+  return "";
+}
+
 }  // namespace normgate::core

@@ -72,10 +72,16 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     }
     std::vector<kernels::Approval> rest;
     bool had = false;
+    int64_t had_cases = 0;  // the replaced record's campaign size (the largest, were there several)
+    std::string had_seeds;
     for (auto& x : a.records) {
       if (x.invalid.empty() && x.same_window(w.route) && x.backend == r.backend &&
           x.variant == w.route.variant->name) {
         had = true;
+        if (x.cases > had_cases) {
+          had_cases = x.cases;
+          had_seeds = x.seed_set;
+        }
         continue;
       }
       rest.push_back(std::move(x));
@@ -127,7 +133,14 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.fresh_seeds = w.fresh.seeds;
     x.oracle = r.oracle;
     x.dw_vs_fp32_worst = w.route.op == kernels::Op::bwd ? w.dw_vs_fp32_worst : std::numeric_limits<double>::quiet_NaN();
-    changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe());
+    // A renewal by a smaller campaign than the record it replaces is said:
+    // the policy minimum allows it, but the approval now rests on less.
+    const std::string weaker =
+        had && had_cases > x.cases
+            ? " (a smaller campaign than the approval it replaces: " + std::to_string(x.cases) + " cases, seeds " +
+                  x.seed_set + ", against " + std::to_string(had_cases) + " cases, seeds " + had_seeds + ")"
+            : std::string();
+    changes.push_back(std::string(had ? "renewed " : "approved ") + r.backend + " " + w.route.describe() + weaker);
     a.records.push_back(std::move(x));
   }
   for (const size_t wi : contradicting) {

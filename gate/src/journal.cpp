@@ -295,14 +295,22 @@ std::string journal_line(const nlohmann::json& o) {
   return s;
 }
 
-nlohmann::json parse_journal_line(std::string_view line) {
+// Whether `line` ends as a whole journal line does: in its digest member
+// ,"sha256":"<64 hex>"} (no record holds another "sha256" key, so a write
+// cut short never ends so).
+static bool digest_shaped(std::string_view line) {
   auto is_hex = [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); };
   bool shaped = line.size() > kDigestTail + 1 &&
                 line.substr(line.size() - kDigestTail, kDigestOpen.size()) == kDigestOpen &&
                 line.substr(line.size() - 2) == "\"}";
   for (size_t i = shaped ? line.size() - kDigestLen - 2 : 0; shaped && i < line.size() - 2; ++i)
     shaped = is_hex(line[i]);
-  if (!shaped) throw std::invalid_argument("the line does not end in its SHA-256 digest member (,\"sha256\":\"<64 hex>\"})");
+  return shaped;
+}
+
+nlohmann::json parse_journal_line(std::string_view line) {
+  if (!digest_shaped(line))
+    throw std::invalid_argument("the line does not end in its SHA-256 digest member (,\"sha256\":\"<64 hex>\"})");
   const std::string_view digest = line.substr(line.size() - kDigestLen - 2, kDigestLen);
   std::string body(line.substr(0, line.size() - kDigestTail));
   body.push_back('}');
@@ -422,16 +430,48 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     }
   };
   const bool tail_complete = !tail.empty() && is_line(tail);
+  // A last line without its newline that ends in a digest is whole: a torn
+  // write stops before the digest's end. Its digest failing is a change
+  // made after normgate wrote it, not a write cut short: refused, not
+  // dropped and run again. But a NUL byte (normgate writes none) is a crash
+  // that left a page unwritten under a later one: torn.
+  if (!tail_complete && digest_shaped(tail) && tail.find('\0') == std::string_view::npos) {
+    std::string why;
+    try {
+      (void)parse_journal_line(tail);
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+    }
+    throw std::invalid_argument("journal " + path + " line " +
+                                std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
+                                ", the last (whole, without its newline): " + why +
+                                (read_only ? "; run that shard again into a new journal file"
+                                           : "; start a new --journal file (its cases run again)"));
+  }
   // A torn write is a prefix of one line: a tail holding a whole line and
   // more (a newline turned into another byte, bytes glued on) is damage.
   for (size_t p = tail.find("\"}"); !tail_complete && p != std::string_view::npos && p + 2 < tail.size();
-       p = tail.find("\"}", p + 1))
-    if (is_line(tail.substr(0, p + 2)))
+       p = tail.find("\"}", p + 1)) {
+    // A whole line (it ends in its digest member) whose digest fails, with
+    // bytes after it: changed, whatever follows (a torn write is a prefix).
+    const std::string_view whole = tail.substr(0, p + 2);
+    if (digest_shaped(whole) && !is_line(whole) && whole.find('\0') == std::string_view::npos)
+      throw std::invalid_argument("journal " + path + " line " +
+                                  std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
+                                  ": a whole line whose SHA-256 digest does not match its content, followed by " +
+                                  std::to_string(tail.size() - p - 2) +
+                                  " bytes where its newline belongs (the file was changed after normgate wrote it)" +
+                                  (read_only ? "; run that shard again into a new journal file"
+                                             : "; start a new --journal file"));
+    if (is_line(whole))
       throw std::invalid_argument("journal " + path + " line " +
                                   std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
                                   ": a complete line is followed by " + std::to_string(tail.size() - p - 2) +
                                   " stray bytes where its newline belongs (the file was changed after normgate "
-                                  "wrote it); start a new --journal file");
+                                  "wrote it)" +
+                                  (read_only ? "; run that shard again into a new journal file"
+                                             : "; start a new --journal file"));
+  }
   if (keep == 0 && !tail_complete && read_only)
     throw std::invalid_argument("'" + path + "' holds no complete journal header line (" + std::to_string(text.size()) +
                                 " bytes): nothing to read");
@@ -449,8 +489,11 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     fsync_dir_of(path);
     return jr;
   }
-  const std::string restart = "; a journal that fails its checks cannot be resumed: move it away and start a new "
-                              "--journal file (its cases run again)";
+  const std::string restart =
+      read_only ? "; a shard journal that fails its checks cannot be merged: run that shard again into a new "
+                  "journal file"
+                : "; a journal that fails its checks cannot be resumed: move it away and start a new --journal "
+                  "file (its cases run again)";
   auto at = [&](int64_t n) { return "journal " + path + " line " + std::to_string(n) + ": "; };
   auto check_header = [&](std::string_view line) {
     nlohmann::json h;

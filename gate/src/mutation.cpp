@@ -213,11 +213,20 @@ std::string format_mutation(const MutationResult& r) {
     for (const auto& s : sv) o << " " << s;
     o << ")";
   }
+  // A real variant no case applies to (its H range or forms outside the
+  // shapes) was not tested: "no real variant fails" does not speak for it.
+  std::vector<std::string> not_run;
+  for (const auto& row : r.rows)
+    if (!row.control && row.cases == 0) not_run.push_back(row.variant);
   if (rf.empty()) {
     o << "; no real variant fails";
   } else {
     o << "; real variants failing:";
     for (const auto& s : rf) o << " " << s;
+  }
+  if (!not_run.empty()) {
+    o << "; not run (no case of these shapes applies):";
+    for (const auto& s : not_run) o << " " << s;
   }
   o << "\n";
   return o.str();

@@ -659,7 +659,7 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
                                     std::to_string(nn) + ", not to this journal's shard " + std::to_string(kk) + "/" +
                                     std::to_string(nn));
     });
-    res.journal_dropped_bytes += sj.dropped_bytes();
+    if (sj.dropped_bytes() > 0) res.shard_dropped.emplace_back(path, sj.dropped_bytes());
     for (size_t i = 0; i < sj.resumed().size(); ++i)
       if (learn(sj.resumed()[i], "journal " + path + " line " + std::to_string(sj.resumed_lines()[i])))
         add.push_back(sj.resumed()[i]);
@@ -729,7 +729,9 @@ GateResult run_gate(const GateOptions& opt) {
   // Backend.
   const Backend backend = resolve_backend(opt.backend);
   if (backend == Backend::gpu && !kernels::gpu_available())
-    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+    throw std::invalid_argument(
+        "backend gpu requested but no usable CUDA device is present (backend cpu, or auto, runs the kernels' CPU "
+        "models instead)");
   res.device = kernels::device_info();
   res.backend = backend_name(backend);
   res.backend_detail = describe_backend(backend, res.device);
@@ -805,6 +807,16 @@ GateResult run_gate(const GateOptions& opt) {
                                       std::to_string(opt.shard_count) + ", not to this journal's shard " +
                                       std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count));
       });
+  // --merge: every shard journal checked first, against each other and the
+  // plan, into a scratch journal, so that a refused merge creates no
+  // --journal file (one left behind would then refuse the corrected run as
+  // another campaign's); then again below, against the journal's own records.
+  if (merging) {
+    Journal scratch;
+    Store scratch_store;
+    GateResult scratch_res;
+    merge_shards(opt, campaign, in_plan, scratch, scratch_store, scratch_res);
+  }
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign, check);
   Store store;
   for (const auto& rec : journal.resumed()) store.add(rec);

@@ -317,7 +317,9 @@ PreparedCheck prepare_check(const CheckRequest& req, const seeds::HostInputs* gi
                                 "; use --oracle auto (FP64 with MPFR escalation)");
   const Backend backend = resolve_backend(req.backend);
   if (backend == Backend::gpu && !kernels::gpu_available())
-    throw std::invalid_argument("backend gpu requested but no usable CUDA device is present");
+    throw std::invalid_argument(
+        "backend gpu requested but no usable CUDA device is present (backend cpu, or auto, runs the kernels' CPU "
+        "models instead)");
   for (const auto& name : req.impls) {
     if (name == kBaseline) continue;
     const auto& v = kernels::variant(name);

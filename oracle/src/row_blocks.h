@@ -5,22 +5,46 @@
 // column, column blocks of col_block columns side by side, while the block's
 // x and dy are still in cache. The shapes only schedule the work: every
 // column still adds its rows r = 0..R-1 in order and every row is computed
-// alone, so no result depends on them (or on the thread count).
+// alone, so no result depends on them (or on the thread count, or on
+// NORMGATE_ORACLE_BLOCK_ROWS).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 
 namespace normgate::oracle::detail {
 
+/// The environment's NORMGATE_ORACLE_BLOCK_ROWS (decimal, 1..2^31), for
+/// measuring the block shape (tools/oracle_scaling.sh): 0 when unset or
+/// empty. Read at every call, so a benchmark may change it between runs; a
+/// bad value is said once on stderr and ignored (it is read mid-run, where
+/// failing would lose work).
+inline int64_t block_rows_override() {
+  const char* e = std::getenv("NORMGATE_ORACLE_BLOCK_ROWS");
+  if (e == nullptr || *e == '\0') return 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  const bool digits = *e >= '0' && *e <= '9';  // no sign, no blanks (strtoll skips them)
+  if (digits && end != nullptr && *end == '\0' && v >= 1 && v <= (int64_t{1} << 31)) return v;
+  static std::once_flag said;
+  std::call_once(said, [e] {
+    std::fprintf(stderr, "normgate: NORMGATE_ORACLE_BLOCK_ROWS='%s' is not a row count in 1..2^31; ignored\n", e);
+  });
+  return 0;
+}
+
 /// Rows per block for R rows of H columns (H >= 1): about 4 MiB of BF16 x
-/// and dy (16..4096 rows), at least min_rows (e.g. a few per thread), rounded
+/// and dy (16..4096 rows), or NORMGATE_ORACLE_BLOCK_ROWS rows where set
+/// (block_rows_override); at least min_rows (e.g. a few per thread), rounded
 /// up to a multiple of `multiple` (>= 1), at most R.
 inline int64_t row_block(int64_t R, int64_t H, int64_t min_rows, int64_t multiple) {
-  int64_t rb = std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
+  const int64_t forced = block_rows_override();
+  int64_t rb = forced > 0 ? forced : std::clamp<int64_t>((int64_t{4} << 20) / (4 * H), 16, 4096);
   rb = std::max<int64_t>(rb, min_rows);
   rb = (rb + multiple - 1) / multiple * multiple;
   return std::min<int64_t>(rb, R);

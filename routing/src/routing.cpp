@@ -23,6 +23,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
+#include "normgate/core/json_strict.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
@@ -639,6 +640,13 @@ std::string validate_approval(const Approval& a) {
       if (i > 0 && t <= a.t_points[i - 1])
         return "t_points not strictly increasing at [" + std::to_string(i) + "] " + std::to_string(t);
     }
+    // A campaign's T points always hold the window's first and last T
+    // (window_t_points, gate/gate.h): a record without them was not written
+    // by a gate.
+    if (a.t_points.front() != a.t_lo || a.t_points.back() != a.t_hi)
+      return "t_points run " + std::to_string(a.t_points.front()) + ".." + std::to_string(a.t_points.back()) +
+             ", not the window's T=" + std::to_string(a.t_lo) + ".." + std::to_string(a.t_hi) +
+             " (a gate's T points hold its first and last T)";
     if (a.cases < 1 || a.cases < static_cast<int64_t>(a.t_points.size()))
       return "cases " + std::to_string(a.cases) + " (needs >= 1 and >= the " + std::to_string(a.t_points.size()) +
              " t_points)";
@@ -803,11 +811,20 @@ std::string approvals_path_for(const std::string& table_path) {
 // "format" string, one array of records named `key`, no other top-level key.
 static nlohmann::json parse_sealed_file(std::string_view text, const std::string& path, const std::string& key,
                                  const std::string& a_file, std::string_view format) {
+  // JSON text holds no NUL byte; nlohmann's parser stops at one, so the
+  // bytes after it would go unread.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw RouteTableError(path + ": " + key + " are not a normgate file: a NUL byte at offset " +
+                          std::to_string(nul) + " (JSON text holds none)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    // Nesting and duplicate keys refused (json_strict.h): a record's seal
+    // covers the object as parsed.
+    j = parse_json_strict(text);
   } catch (const nlohmann::json::exception& e) {
     throw RouteTableError(path + ": " + key + " are not valid JSON: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw RouteTableError(path + ": " + key + " are not a normgate file: " + e.what());
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != format)
     throw RouteTableError(path + ": not " + a_file + " (expected \"format\": \"" + std::string(format) + "\")");
@@ -830,11 +847,19 @@ static std::string seal_problem(const nlohmann::json& rec, const std::string& cl
   return "";
 }
 
+// The date from which every writer of approvals sealed each record it wrote
+// (b80df9f, "routing: validate approval records, seal them with
+// record_sha256"); ISO 8601 UTC, compared as text.
+static constexpr const char* kSealedSince = "2026-12-02T02:53:15Z";
+
 Approvals parse_approvals(std::string_view text, const std::string& path) {
   Approvals a;
   a.path = path;
   const nlohmann::json j = parse_sealed_file(text, path, "approvals", "an approvals file", kApprovalsFormat);
   size_t i = 0;
+  // Each record read valid or sealable, and its digest: its record_sha256,
+  // or for an unsealed one the digest --seal would give it.
+  std::vector<std::pair<size_t, std::string>> digests;
   for (const auto& rec : j["approvals"]) {
     Approval x;
     x.index = i;
@@ -844,15 +869,25 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
       why = validate_approval(x);
       if (why.empty()) {
         x.unsealed = !rec.contains("record_sha256");
-        if (x.unsealed)
-          why = "no record_sha256 (a record written before approvals carried digests: `normgate approvals --seal " +
-                path + "` seals the records that pass every other check)";
-        else
+        if (x.unsealed && x.date >= kSealedSince) {
+          // Every writer sealed what it wrote from then on: the seal was
+          // removed, or an older build wrote it.
+          x.unsealed = false;
+          why = "no record_sha256, yet dated " + x.date + ", when every normgate writer sealed its records (from " +
+                std::string(kSealedSince) + "): its seal was removed, or a build older than that wrote it (not "
+                "sealable; gate the window again)";
+        } else if (x.unsealed) {
+          why = "no record_sha256: written before approvals carried digests (before " + std::string(kSealedSince) +
+                "), or its seal removed. `normgate approvals --seal " + path +
+                "` trusts such records: seal only those whose history you trust (git log -p)";
+        } else {
           why = seal_problem(rec, x.record_sha256);
+        }
       }
     } catch (const std::exception& e) {
       why = e.what();
     }
+    if (why.empty() || x.unsealed) digests.emplace_back(i, x.unsealed ? approval_record_sha256(x) : x.record_sha256);
     if (!why.empty()) {
       x.invalid = "record " + std::to_string(i) + ": " + why;
       x.raw_json = rec.dump();
@@ -860,19 +895,33 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
     a.records.push_back(std::move(x));
     ++i;
   }
+  // Copies: normgate writes each record once (merges keep one per window
+  // and variant), so two records with one digest were pasted in. Every
+  // copy is INVALID, the first too: were the first kept valid, a writer
+  // replacing it later would leave a pasted copy the only one, and valid.
+  // Unsealed records count by the seal --seal would give them.
+  for (size_t p = 0; p < digests.size(); ++p) {
+    std::string others;
+    for (size_t q = 0; q < digests.size(); ++q)
+      if (q != p && digests[q].second == digests[p].second)
+        others += (others.empty() ? "" : ", ") + std::to_string(digests[q].first);
+    if (others.empty()) continue;
+    Approval& x = a.records[digests[p].first];
+    const std::string why = "one of the copies of one record (also record " + others +
+                            "; normgate writes each record once)";
+    if (x.invalid.empty()) x.raw_json = j["approvals"][digests[p].first].dump();
+    x.invalid = "record " + std::to_string(digests[p].first) + ": " + why;
+    x.unsealed = false;  // not sealable either
+  }
   return a;
 }
 
 Approvals load_approvals(const std::string& path) {
-  if (std::filesystem::is_directory(path))
-    throw RouteTableError(path + ": cannot read approvals: is a directory");
-  // A FIFO, socket or device would block the read or never end: refused.
-  {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-      throw RouteTableError(path + ": cannot read approvals: not a regular file");
-  }
+  // A folder, a FIFO, socket or device (the read would block or never end)
+  // or a status that cannot be read (a link loop) is refused naming the
+  // reason; a missing file is no approvals (below).
+  if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
+    throw RouteTableError(path + ": cannot read approvals: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {
@@ -1169,8 +1218,9 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     s.state = ApprovalState::cpu_model_only;
     s.record = cpu_cur;
     s.detail = "only a cpu-model approval" + part(*cpu_cur) + from(*cpu_cur) +
-               ", which is not accepted: the GPU code is what ships (the CLI's --accept-cpu-model, or "
-               "DispatchPolicy::accept_cpu_model, overrides)";
+               ", which is not accepted: the GPU code is what ships (normgate routes --accept-cpu-model, "
+               "NORMGATE_DISPATCH=accept-cpu-model for calls, or DispatchPolicy::accept_cpu_model in C++, "
+               "overrides)";
   } else if (stale) {
     s.state = ApprovalState::stale;
     s.record = stale;
@@ -1429,8 +1479,8 @@ std::string validate_rejection(const Rejection& r) {
     if (r.gated_lo > r.t_lo || r.gated_hi < r.t_hi)
       return "gated_T [" + std::to_string(r.gated_lo) + ", " + std::to_string(r.gated_hi) +
              "] does not contain the excluded " + win;
-    if (r.variant.empty() || r.variant.find_first_of(" \t\r\n") != std::string::npos)
-      return "variant '" + r.variant + "' is not a variant name";
+    if (!variant_name_ok(r.variant))
+      return "variant '" + r.variant + "' is not a variant name ([A-Za-z0-9_.+-]{1,64})";
     if (!lower_hex64(r.source_sha256)) return "source_sha256 '" + r.source_sha256 + "' is not 64 lower-case hex digits";
     if (r.backend != kGpuBackend && r.backend != kCpuModelBackend)
       return "backend '" + r.backend + "' (expected \"gpu\" or \"cpu-model\")";
@@ -1493,6 +1543,10 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
     } catch (const std::exception& e) {
       why = e.what();
     }
+    // A copy of an earlier record: normgate writes each rejection once.
+    for (size_t k = 0; why.empty() && k < out.records.size(); ++k)
+      if (out.records[k].record_sha256 == x.record_sha256)
+        why = "a copy of record " + std::to_string(k) + " (the same record_sha256; normgate writes each record once)";
     if (!why.empty())
       throw RouteTableError(path + ": record " + std::to_string(i) + " (" + x.window() + " -> " + x.variant +
                             "): " + why + "; a remembered rejection re-routes windows, so derive stops (remove the "
@@ -1504,7 +1558,9 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
 }
 
 Rejections load_rejections(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw RouteTableError(path + ": cannot read rejections: is a directory");
+  // As load_approvals: refused naming the reason; a missing file is none.
+  if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
+    throw RouteTableError(path + ": cannot read rejections: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {

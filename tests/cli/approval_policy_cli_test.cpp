@@ -87,6 +87,9 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   // the dispatcher would refuse every call: exit 1, and the verdict says so.
   auto r = run_normgate("routes " + table);
   EXPECT_EQ(r.code, 1) << r.out;
+  // No approvals file beside the table: said so, not "(0 records)".
+  EXPECT_TRUE(contains(r.out, "approvals " + dir + "/t.approvals.json (no such file: no route is approved)\n"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "policy    no policy (" + dir + "/t.policy.toml does not exist)")) << r.out;
   // (no CPU-model approval exists, so no hint about --accept-cpu-model)
   EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval: the dispatcher refuses their "
@@ -102,6 +105,39 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "approved cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked"))
       << r.out;
+  // Renewed by a larger campaign, then by the first one again: the second
+  // renewal says that the approval now rests on fewer cases.
+  r = run_normgate("gate " + table + kFast + " --fresh-factor 6 --windows H=256 --approve --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "renewed cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked\n"))
+      << r.out;
+  r = run_normgate("gate " + table + kFast + " --windows H=256 --approve --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "renewed cpu-model bwd det H=256 w=fp32 form=plain T=1..300 -> bwd_det_chunked (a "
+                              "smaller campaign than the approval it replaces: "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, " cases, seeds 3x1, against ")) << r.out;
+  // The same approvals read through --approvals from another folder; a
+  // missing --approvals file is a usage error naming it, before any listing.
+  {
+    const std::string other = dir + "/elsewhere";
+    std::filesystem::create_directories(other);
+    std::filesystem::copy_file(table, other + "/t.toml");
+    r = run_normgate("routes " + other + "/t.toml --accept-cpu-model --approvals " + dir + "/t.approvals.json");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_TRUE(contains(r.out, "approvals " + dir + "/t.approvals.json (1 records)\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "verdict   5 of 6 routes without a current approval")) << r.out;
+    r = run_normgate("routes " + other + "/t.toml --approvals " + other + "/none.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "--approvals '" + other + "/none.json': no such file")) << r.out;
+    EXPECT_FALSE(contains(r.out, "table     ")) << r.out;
+    // A link loop is named as one, not as a missing file.
+    std::filesystem::create_symlink(other + "/loop2.json", other + "/loop1.json");
+    std::filesystem::create_symlink(other + "/loop1.json", other + "/loop2.json");
+    r = run_normgate("routes " + other + "/t.toml --approvals " + other + "/loop1.json");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "--approvals '" + other + "/loop1.json': Too many levels of symbolic links")) << r.out;
+  }
   r = run_normgate("routes " + table + " --accept-cpu-model");
   EXPECT_EQ(r.code, 1) << r.out;  // the other five routes have no approval
   EXPECT_TRUE(contains(r.out, "verdict   5 of 6 routes without a current approval: the dispatcher refuses")) << r.out;

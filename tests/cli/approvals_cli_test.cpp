@@ -139,6 +139,9 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
       {"seeds_garbage", [](json& r) { r["seed_set"] = "garbage"; }, "seed_set: "},
       {"t_empty", [](json& r) { r["t_points"] = json::array(); }, "t_points is empty"},
       {"t_outside", [](json& r) { r["t_points"] = {1, 301}; }, "t_points[1] 301 outside the window T=1..300"},
+      // A NUL and an escape sequence in a field: printed escaped, whole.
+      {"gpu_ctl", [](json& r) { r["gpu"] = std::string("cpu-model\0\x1b[31m", 15); },
+       "gpu 'cpu-model\\x00\\x1b[31m' of a cpu-model record"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.name);
@@ -157,6 +160,8 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
     const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
     EXPECT_EQ(pick.code, 1) << pick.out;
     EXPECT_TRUE(contains(pick.out, "REFUSED")) << pick.out;
+    // CPU-model approvals count here (kPick): a CPU gate would do.
+    EXPECT_TRUE(contains(pick.out, ". Gate it (normgate gate ")) << pick.out;
     EXPECT_TRUE(contains(pick.out, "invalid: record 0: " + std::string(b.reason))) << pick.out;
     EXPECT_TRUE(contains(pick.out, "note      " + d + "/small.approvals.json holds 1 INVALID record (")) << pick.out;
     std::filesystem::remove_all(d);
@@ -182,14 +187,41 @@ TEST_F(ApprovalsCli, AFlippedBitFailsTheDigest) {
 // record is valid, else writes nothing.
 TEST_F(ApprovalsCli, CheckAndSeal) {
   ASSERT_NE(origin_, nullptr);
-  const std::string d = with_record("seal", [](json& r) { r.erase("record_sha256"); });
+  // A record of before approvals carried seals (dated before
+  // 2026-12-02T02:53:15Z, routing.h) has none: sealable.
+  static constexpr const char* kOld = "2026-12-01T09:30:00Z";
+  const std::string d = with_record("seal", [](json& r) {
+    r["date"] = kOld;
+    r.erase("record_sha256");
+  });
   const std::string f = d + "/small.approvals.json";
   const CliRun check = cli("approvals " + f);
   EXPECT_EQ(check.code, 1) << check.out;
   EXPECT_TRUE(contains(check.out, "1 records, 0 valid, 1 without record_sha256, 0 INVALID")) << check.out;
+  EXPECT_TRUE(contains(check.out, "or its seal removed. `normgate approvals --seal " + f + "` trusts such records"))
+      << check.out;
+  // The same record dated today (the gate's own date) without its seal:
+  // removed after writing, INVALID, and --seal refuses it.
+  {
+    const std::string dn = with_record("seal_new", [](json& r) { r.erase("record_sha256"); });
+    const std::string fn = dn + "/small.approvals.json";
+    const std::string text = slurp(fn);
+    const CliRun c = cli("approvals " + fn);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "1 records, 0 valid, 0 without record_sha256, 1 INVALID")) << c.out;
+    EXPECT_TRUE(contains(c.out, "when every normgate writer sealed its records (from 2026-12-02T02:53:15Z): its "
+                                "seal was removed, or a build older than that wrote it"))
+        << c.out;
+    const CliRun s = cli("approvals --seal " + fn);
+    EXPECT_EQ(s.code, 1) << s.out;
+    EXPECT_TRUE(contains(s.out, "seal     refused: 1 INVALID record")) << s.out;
+    EXPECT_EQ(slurp(fn), text);
+    std::filesystem::remove_all(dn);
+  }
   const CliRun before = cli("routes " + d + "/small.toml --accept-cpu-model --allow-unapproved");
   EXPECT_EQ(before.code, 1) << before.out;  // the unsealed record alone: the other routes are overridden
   EXPECT_TRUE(contains(before.out, "[invalid] record 0: no record_sha256")) << before.out;
+  EXPECT_TRUE(contains(before.out, "(1 records, 1 INVALID, 1 of them only for want of record_sha256")) << before.out;
   // A second file with a really bad record: nothing of either is written.
   const std::string d2 = with_record("seal_bad", [](json& r) { r["cases"] = 0; });
   const std::string f2 = d2 + "/small.approvals.json";
@@ -206,7 +238,11 @@ TEST_F(ApprovalsCli, CheckAndSeal) {
   const CliRun seal = cli("approvals --seal " + f);
   EXPECT_EQ(seal.code, 0) << seal.out;
   EXPECT_TRUE(contains(seal.out, "1 record sealed")) << seal.out;
-  EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], (*origin_)["approvals"][0]["record_sha256"]);
+  {
+    json want = (*origin_)["approvals"][0];
+    want["date"] = kOld;
+    EXPECT_EQ(json::parse(slurp(f))["approvals"][0]["record_sha256"], sealed(want)["record_sha256"]);
+  }
   {
     struct stat st {};
     ASSERT_EQ(::stat(f.c_str(), &st), 0);
@@ -343,7 +379,7 @@ TEST_F(ApprovalsCli, MergeInto) {
   EXPECT_EQ(seal.code, 2) << seal.out;
   const CliRun missing = cli("approvals " + src1 + " --merge-into " + d + "/none.approvals.json");
   EXPECT_EQ(missing.code, 2) << missing.out;
-  EXPECT_TRUE(contains(missing.out, "none.approvals.json: no such approvals file")) << missing.out;
+  EXPECT_TRUE(contains(missing.out, "none.approvals.json: no such file (an approvals file is needed)")) << missing.out;
   EXPECT_EQ(slurp(target), merged3);
   std::filesystem::remove_all(d);
 }

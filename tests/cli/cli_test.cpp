@@ -6,6 +6,7 @@
 #include "cli_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -24,12 +25,61 @@ using normgate::test::contains;
 CliRun run(const std::string& args) { return normgate::test::run_normgate(args); }
 
 
+// /dev/shm is a plain tmpfs: an output there is written (outputs elsewhere
+// under /dev and /proc are refused, UsageErrorsExit2AndNameTheBadValue).
+// An output through a link into /proc in its folders, or under /sys, or a
+// link loop, is refused before any work (the run wrote nothing, or
+// replaced the link with a file).
+TEST(Cli, OutputsThroughSystemFoldersAndLinkLoopsAreRefused) {
+  const std::string d = normgate::test::fresh_dir("cli_outputs", "links");
+  std::filesystem::create_symlink("/proc", d + "/pl");
+  std::filesystem::create_symlink(d + "/loopB", d + "/loopA");
+  std::filesystem::create_symlink(d + "/loopA", d + "/loopB");
+  const std::string one = "check --backend cpu --threads 1 --case H=64,T=3,w=bf16,family=normal,seed=0 --json ";
+  CliRun r = run(one + d + "/pl/version");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is in /proc/, not a file to write")) << r.out;
+  r = run(one + "/sys/normgate.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is in /sys/, not a file to write")) << r.out;
+  r = run(one + d + "/loopA");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "loopA': Too many levels of symbolic links")) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(d + "/loopA"));
+  std::filesystem::remove_all(d);
+}
+
+TEST(Cli, AnOutputInDevShmIsWritten) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  const std::string out = "/dev/shm/normgate_cli_" + std::to_string(::getpid()) + ".json";
+  const CliRun r = run("check --backend cpu --threads 1 --case H=64,T=3,w=bf16,family=normal,seed=0 --json " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::is_regular_file(out)) << r.out;
+  std::filesystem::remove(out);
+}
+
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"families", "case", "check", "variants", "repro", "export", "inspect", "mutate"}) {
+  const CliRun top = run("--help");
+  EXPECT_EQ(top.code, 0) << top.out;
+  for (const char* sub : {"families", "case", "check", "variants", "gate", "routes", "approvals", "digest", "derive",
+                          "mutate", "repro", "inspect", "export", "plot"}) {
     const CliRun r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << sub << ": " << r.out;
+    // `normgate --help` lists the subcommand on one short line; its own
+    // --help has the whole description, which the listing leaves out when
+    // it is long.
+    const std::string own = r.out.substr(0, r.out.find('\n'));
+    const size_t at = top.out.find("\n  " + std::string(sub) + " ");
+    ASSERT_NE(at, std::string::npos) << sub << ": " << top.out;
+    const std::string line = top.out.substr(at + 1, top.out.find('\n', at + 1) - at - 1);
+    EXPECT_LE(line.size(), 120u) << line;
+    if (own.size() > 100) {
+      EXPECT_FALSE(contains(top.out, own)) << sub << ": " << top.out;
+    }
   }
+  EXPECT_TRUE(contains(top.out, "Run 'normgate SUBCOMMAND --help' for a subcommand's options")) << top.out;
+  EXPECT_TRUE(contains(top.out, "2 usage or input error, 3 a runtime failure")) << top.out;
 }
 
 TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
@@ -46,6 +96,11 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --H 64,x --T 3 --seeds 3x1", "x"},
       {"check --backend cpu --H 64 --T 3 --seeds 3x0", "3x0"},
       {"frobnicate", "frobnicate"},
+      {"--bogus", "unknown option '--bogus' before the subcommand"},
+      // an unknown option where a positional is missing: the option is named first
+      {"routes --bogus", "unknown option '--bogus' for 'normgate routes'; table is required"},
+      // a control byte in an argument is shown escaped, not sent to the terminal
+      {"case \"$(printf 'H=64,T=3,w=bf16,family=normal,seed=0,eps=1e-6\\033[31m')\"", "eps='1e-6\\x1b[31m'"},
       {"check --backend cpu --impl fp32_baseline --case H=8,T=3,w=bf16,family=normal,seed=0", "fp32-baseline"},
       {"check --backend cpu --H 64 --seeds 3x1", "--T"},
       {"case H=4096,T=1,w=bf16,family=normal,seed=0,kappa=1e3", "kappa"},
@@ -54,7 +109,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"repro H=64,T=3,w=bf16,family=normal,seed=0 --backend cpu --variant bwd_det_chunked --k 0", "--k"},
       {"repro H=64,T=3,w=bf16,famly=normal,seed=0 --backend cpu --variant bwd_det_chunked", "famly"},
       {"repro --file /nonexistent/case.h5 --backend cpu --variant bwd_det_chunked", "/nonexistent/case.h5"},
-      {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5"},
+      {"inspect /nonexistent/maps.h5", "/nonexistent/maps.h5: no such file"},
+      {"inspect /", "/: is a directory"},  // not "no such file"
       {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu", "/nonexistent/report.json"},
       {"export /nonexistent/report.json -o /nonexistent-dir/x.h5 --backend cpu", "/nonexistent-dir"},
       {"mutate --seeds 4x1", "4x1"},
@@ -76,6 +132,18 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"gate routes/sm90a-ci.toml --plan --rate ' 5'", "--rate: ' 5' is not a decimal number"},
       {"gate routes/sm90a-ci.toml --plan --rate 1e", "--rate: '1e' is not a decimal number"},
       {"derive routes/sm90a.derive.toml --out x.toml --deadline-s 0x10", "--deadline-s: '0x10' is not a decimal number"},
+      // grid options: beside --case refused, not ignored; items once each, none empty
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --H 128", "--case excludes --H"},
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --w fp32", "--case excludes --w"},
+      {"check --backend cpu --H 64,64 --T 3 --seeds 3x1", "--H '64,64': '64' given twice"},
+      {"check --backend cpu --H 64,064 --T 3 --seeds 3x1", "--H '64,064': 64 given twice"},
+      {"check --backend cpu --H 64, --T 3 --seeds 3x1", "--H '64,': an empty item"},
+      {"check --backend cpu --H 64 --T 3 --seeds 3x1 --form plain,plain", "--form 'plain,plain': 'plain' given twice"},
+      // an output that is no file to write: "-" where stdout is not offered, a path in /proc
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --json -", "--json -: give a file"},
+      {"export /nonexistent/report.json -o - --backend cpu", "--output -: give a file"},
+      {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --json /proc/version",
+       "--json '/proc/version' is in /proc/, not a file to write"},
   };
   for (const auto& b : cases) {
     const CliRun r = run(b.args);

@@ -605,7 +605,7 @@ TEST(DeriveCli, RecheckReProvesStaleRejections) {
   const auto stale = k::load_rejections(rp.string());
   // Usage errors first, nothing written.
   const std::string before = read(rp);
-  for (const std::string bad : {"approvals " + rp.string() + " --backend cpu",
+  for (const std::string& bad : {"approvals " + rp.string() + " --backend cpu",
                                 "approvals " + rp.string() + " --recheck --seal",
                                 "approvals " + rp.string() + " " + rp.string() + "x --recheck",
                                 "approvals " + (d.p / "t.approvals.json").string() + " --recheck",

@@ -145,6 +145,17 @@ TEST(GateCli, PlanRefusesGpuBackendWithoutADevice) {
   }
 }
 
+// --devices with the CPU models is refused by --plan too, as by the run:
+// scripts/main deletes the last run's journal once a --plan accepts its
+// arguments.
+TEST(GateCli, PlanRefusesWhatTheRunRefuses) {
+  for (const std::string plan : {" --plan", ""}) {
+    const CliResult r = cli("gate " + kSmall + kFast + " --devices 0" + plan);
+    EXPECT_EQ(r.code, 2) << plan << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "--devices 0 has no effect with --backend cpu")) << plan << "\n" << r.out;
+  }
+}
+
 // --plan runs nothing: no GPU, no case, exit 0, a table of the windows.
 TEST(GateCli, PlanRunsNothing) {
   const CliResult r = cli("gate " + kSmall + kFast + " --plan --rate 2e6");
@@ -153,6 +164,20 @@ TEST(GateCli, PlanRunsNothing) {
     EXPECT_TRUE(contains(r.out, said)) << said << "\n" << r.out;
   for (const char* never : {"backend  ", "phase    grid", "verdict"})
     EXPECT_FALSE(contains(r.out, never)) << never << "\n" << r.out;
+}
+
+// A --journal whose status cannot be read (two links pointing at each
+// other) is a usage error naming the reason, before any case; it was a
+// runtime failure (exit 3) once the journal was opened.
+TEST(GateCli, AJournalLinkLoopIsAUsageError) {
+  const std::string dir = temp_dir("loop");
+  std::filesystem::create_symlink(dir + "/b.jsonl", dir + "/a.jsonl");
+  std::filesystem::create_symlink(dir + "/a.jsonl", dir + "/b.jsonl");
+  const CliResult r = cli("gate " + kSmall + kFast + " --journal " + dir + "/a.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--journal '" + dir + "/a.jsonl': Too many levels of symbolic links")) << r.out;
+  EXPECT_FALSE(contains(r.out, "phase    grid")) << r.out;
+  std::filesystem::remove_all(dir);
 }
 
 // Every file the gate will write is checked before any case runs: a report
@@ -173,6 +198,10 @@ TEST(GateCli, SmallTablePassesAndSaysItRanCpuModels) {
   EXPECT_TRUE(contains(r.out, "backend  cpu-model")) << r.out;
   EXPECT_TRUE(contains(r.out, "NOT as CUDA code")) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  PASS: 6 of 6 windows pass")) << r.out;
+  // The pipeline line names the half that ran the kernels as it ran here.
+  EXPECT_TRUE(contains(r.out, "CPU-model+generator half ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "oracle side idle waiting for the CPU models ")) << r.out;
+  EXPECT_FALSE(contains(r.out, "GPU+generator half")) << r.out;
   const std::string md = slurp(dir + "/r.md");
   EXPECT_TRUE(contains(md, "| window | variant | y | rstd | dx | dw |")) << md;
   EXPECT_TRUE(contains(md, "closest to the budget")) << md;

@@ -204,6 +204,8 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
   std::ofstream(bad) << "{\"windows\": [";
   std::ofstream(empty_gate) << "{\"windows\": []}\n";
   std::ofstream(empty_check) << "[]\n";
+  const std::string md = *dir_ + "/gate.md";
+  std::ofstream(md) << "# normgate gate: small.toml\n\n- verdict: **PASS**\n";
   const std::string id = "H=64,T=3,w=bf16,form=plain,family=normal,seed=0";
   struct Bad {
     std::string args, needle;
@@ -211,6 +213,7 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
   const Bad cases[] = {
       {"--from-report " + *dir_ + "/missing.json --window 0", *dir_ + "/missing.json"},
       {"--from-report " + bad + " --window 0", bad + "' is not JSON"},
+      {"--from-report " + md + " --window 0", md + "' is not JSON: it is a Markdown report; give the JSON one"},
       {"--from-report " + report() + " --window 6", "no window '6'"},
       {"--from-report " + report() + " --window 'bwd det'", "no window 'bwd det'"},
       {"--from-report " + report() + " --window nope", "0  fwd H=64 w=bf16 form=plain T=1..700"},

@@ -78,6 +78,36 @@ TEST(ShardCli, MergedShardsWriteTheUnshardedReports) {
   EXPECT_TRUE(contains(r.out, "verdict  PASS")) << r.out;
   EXPECT_EQ(without_dates(slurp(dir + "/all.json")), without_dates(slurp(dir + "/full.json")));
   EXPECT_EQ(without_dates(slurp(dir + "/all.md")), without_dates(slurp(dir + "/full.md")));
+  // A merge refused for its shards (another dense step than theirs; a shard
+  // twice) creates no --journal, so the corrected command then runs.
+  r = cli("gate " + kSmall + kFast + " --dense-step 32 --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl " + dir +
+          "/s3.jsonl --journal " + dir + "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "belongs to a different campaign")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl")) << "a refused merge left its journal";
+  r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s1.jsonl --journal " + dir +
+          "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "given twice")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl")) << "a refused merge left its journal";
+  r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl " + dir +
+          "/s3.jsonl --journal " + dir + "/m.jsonl --report-json " + dir + "/m.json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(without_dates(slurp(dir + "/m.json")), without_dates(slurp(dir + "/full.json")));
+  // A shard whose last record was cut short: said under the shard's name,
+  // not the merged journal's; the shard's file is left as it is.
+  {
+    const std::string s3 = slurp(dir + "/s3.jsonl");
+    const size_t last = s3.rfind('\n', s3.size() - 2) + 1;
+    const std::string torn = s3.substr(0, last) + s3.substr(last, 40);
+    std::ofstream(dir + "/t3.jsonl", std::ios::binary) << torn;
+    r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl " + dir +
+            "/t3.jsonl --journal " + dir + "/t.jsonl");
+    EXPECT_TRUE(contains(r.out, "merge    " + dir + "/t3.jsonl: a torn last record (40 bytes) left out")) << r.out;
+    EXPECT_FALSE(contains(r.out, "journal  " + dir + "/t.jsonl: 0 finished cases resumed, 0 run now, a torn"))
+        << r.out;
+    EXPECT_EQ(slurp(dir + "/t3.jsonl"), torn);
+  }
   std::filesystem::remove_all(dir);
 }
 

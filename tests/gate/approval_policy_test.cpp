@@ -38,6 +38,31 @@ void write_policy(const std::string& dir, const std::string& extra = "") {
                                         << extra;                                 // 8
 }
 
+// A CPU-model gate result whose one window, `route`, failed.
+GateResult one_failed_window(const kernels::Route& route) {
+  GateResult r;
+  r.backend = "cpu-model";
+  WindowResult w;
+  w.route = route;
+  w.pass = false;
+  r.windows.push_back(w);
+  return r;
+}
+
+// A record of `variant` on bwd det H=64 w=bf16 plain T=1..700 (it holds the
+// small table's [1, 100] and [101, 700]), of `backend`.
+kernels::Approval wide_record(const std::string& variant, const std::string& backend) {
+  kernels::Approval a;
+  a.op = kernels::Op::bwd;
+  a.mode = kernels::Mode::det;
+  a.H = 64;
+  a.t_lo = 1;
+  a.t_hi = 700;
+  a.variant = variant;
+  a.backend = backend;
+  return a;
+}
+
 std::string copy_table(const std::string& dir) {
   const std::string table = dir + "/t.toml";
   std::filesystem::copy_file(test::kSmallTable, table);
@@ -194,14 +219,7 @@ TEST(ApprovalPolicy, UpdateKeepsRecordsThatContainTableWindows) {
   GateResult r;  // nothing gated
   r.backend = "cpu-model";
   kernels::Approvals a;
-  kernels::Approval wide;
-  wide.op = kernels::Op::bwd;
-  wide.mode = kernels::Mode::det;
-  wide.H = 64;
-  wide.t_lo = 1;
-  wide.t_hi = 700;  // contains the table's [1, 100] and [101, 700]
-  wide.variant = "bwd_det_chunked";
-  wide.backend = "gpu";
+  const kernels::Approval wide = wide_record("bwd_det_chunked", "gpu");
   kernels::Approval outside = wide;
   outside.t_hi = 800;  // reaches past the table's windows... but still contains [1, 100]
   kernels::Approval gone = wide;
@@ -221,21 +239,9 @@ TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
   const auto t = kernels::load_route_table(test::kSmallTable);
   const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100]
   ASSERT_EQ(low.t_hi, 100);
-  GateResult r;
-  r.backend = "cpu-model";
-  WindowResult w;
-  w.route = low;
-  w.pass = false;
-  r.windows.push_back(w);
-  kernels::Approval wide;
-  wide.op = kernels::Op::bwd;
-  wide.mode = kernels::Mode::det;
-  wide.H = 64;
-  wide.t_lo = 1;
-  wide.t_hi = 700;
-  wide.variant = "bwd_det_chunked";
+  GateResult r = one_failed_window(low);
+  kernels::Approval wide = wide_record("bwd_det_chunked", "cpu-model");
   wide.source_sha256 = std::string(low.variant->source_sha256);
-  wide.backend = "cpu-model";
   kernels::Approval gpu = wide;  // another backend: its own evidence
   gpu.backend = "gpu";
   kernels::Approval old = wide;  // another source: stale anyway, left as it is
@@ -300,21 +306,9 @@ TEST(ApprovalPolicy, AFailureRevokesTheRecordsTheVariantVouchedFor) {
   const auto t = kernels::load_route_table(test::kSmallTable);
   const kernels::Route& low = t.routes[1];  // bwd det H=64 bf16 plain [1, 100], bwd_det_chunked
   ASSERT_EQ(std::string(low.variant->name), "bwd_det_chunked");
-  GateResult r;
-  r.backend = "cpu-model";
-  WindowResult w;
-  w.route = low;
-  w.pass = false;
-  r.windows.push_back(w);
-  kernels::Approval vouched;
-  vouched.op = kernels::Op::bwd;
-  vouched.mode = kernels::Mode::det;
-  vouched.H = 64;
-  vouched.t_lo = 1;
-  vouched.t_hi = 700;
-  vouched.variant = "bwd_det_wreg";
+  GateResult r = one_failed_window(low);
+  kernels::Approval vouched = wide_record("bwd_det_wreg", "cpu-model");
   vouched.source_sha256 = std::string(kernels::variant("bwd_det_wreg").source_sha256);
-  vouched.backend = "cpu-model";
   vouched.has_vouch = true;
   vouched.vouched.variant = "bwd_det_chunked";
   vouched.vouched.source_sha256 = std::string(low.variant->source_sha256);

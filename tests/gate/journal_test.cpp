@@ -229,6 +229,42 @@ TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
     EXPECT_GT(j.dropped_bytes(), 0);
   }
   EXPECT_EQ(text.substr(0, slurp(path).size()), slurp(path));
+  // The last line whole but without its newline, one digit of its content
+  // changed: a change, not a torn write; refused naming the line, the file
+  // left as it is (it was dropped and its case run again).
+  {
+    std::string changed = text.substr(0, text.size() - 1);
+    const size_t last = changed.rfind('\n') + 1;
+    const size_t digit = changed.find_first_of("0123456789", last + 2);
+    ASSERT_LT(digit, changed.size() - 70);  // in the record, not in its digest
+    changed[digit] = changed[digit] == '9' ? '8' : static_cast<char>(changed[digit] + 1);
+    put(path, changed);
+    const std::string e2 = error_of([&] { (void)Journal::open(path, kCampaign); });
+    EXPECT_TRUE(contains(e2, path) && contains(e2, "line 3, the last (whole, without its newline): the line's "
+                                                   "SHA-256 digest does not match its content"))
+        << e2;
+    EXPECT_EQ(slurp(path), changed);
+    // The changed line with a byte after it (a space, a CR, a NUL): still a
+    // whole line, changed: refused, not dropped as torn.
+    for (const char extra : {' ', '\r', '\0'}) {
+      put(path, changed + std::string(1, extra));
+      const std::string e3 = error_of([&] { (void)Journal::open(path, kCampaign); });
+      EXPECT_TRUE(contains(e3, "line 3: a whole line whose SHA-256 digest does not match its content, followed by 1 "
+                               "bytes"))
+          << static_cast<int>(extra) << ": " << e3;
+      EXPECT_EQ(slurp(path), changed + std::string(1, extra));
+    }
+    // The same line with a run of NULs inside (a crash left a page
+    // unwritten under a later one: normgate writes no NUL) is torn: dropped.
+    std::string crashed = text.substr(0, text.size() - 1);
+    for (size_t k = 0; k < 8; ++k) crashed[digit + k] = '\0';
+    put(path, crashed);
+    {
+      const Journal j = Journal::open(path, kCampaign);
+      EXPECT_EQ(j.resumed().size(), 1u);
+      EXPECT_EQ(j.dropped_bytes(), static_cast<int64_t>(crashed.size() - last));
+    }
+  }
   const std::string foreign = "{\"format\": \"normgate-gate-report/1\", \"pass\": true}";
   put(path, foreign);
   const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });

@@ -65,7 +65,14 @@ TEST(Mutation, DefaultFamiliesKillEveryControlAndNoRealVariantFails) {
     }
   EXPECT_EQ(controls, 12);
   EXPECT_EQ(r.points.size(), 9u);
-  std::printf("%s", format_mutation(r).c_str());
+  // A real variant no default shape reaches (bwd_det_wide serves H =
+  // 4097..6144) ran no case: the verdict line says so, and names no variant
+  // that did run.
+  const std::string text = format_mutation(r);
+  EXPECT_EQ(row("bwd_det_wide").cases, 0);
+  EXPECT_NE(text.find("; not run (no case of these shapes applies): bwd_det_wide"), std::string::npos) << text;
+  EXPECT_EQ(text.find("not run (no case of these shapes applies): bwd_det_chunked"), std::string::npos) << text;
+  std::printf("%s", text.c_str());
 }
 
 // The eps classes are invisible to the seed's three families (rows of mean

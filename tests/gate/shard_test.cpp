@@ -362,7 +362,10 @@ TEST(Shard, KilledShardResumesAndMergesToTheSameReport) {
   { std::ofstream(shard_path(dir, 3, 3), std::ios::app) << tail; }
   const std::string torn = slurp(shard_path(dir, 3, 3));
   const GateResult m = merge(o, dir + "/m.jsonl", {shard_path(dir, 1, 3), shard_path(dir, 2, 3), shard_path(dir, 3, 3)});
-  EXPECT_EQ(m.journal_dropped_bytes, static_cast<int64_t>(tail.size()));
+  EXPECT_EQ(m.journal_dropped_bytes, 0);  // the merged journal's own: none
+  ASSERT_EQ(m.shard_dropped.size(), 1u);
+  EXPECT_EQ(m.shard_dropped[0].first, shard_path(dir, 3, 3));
+  EXPECT_EQ(m.shard_dropped[0].second, static_cast<int64_t>(tail.size()));
   EXPECT_EQ(slurp(shard_path(dir, 3, 3)), torn) << "the merge changed a shard's journal";
   EXPECT_EQ(strip_date(format_gate_markdown(m)), strip_date(format_gate_markdown(full)));
   EXPECT_EQ(json_without_date(m), json_without_date(full));

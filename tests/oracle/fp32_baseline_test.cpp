@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "util/oracle_test_util.h"
@@ -100,6 +101,21 @@ TEST(Fp32Baseline, RowBlocksGiveTheScalarBits) {
     const auto part = oracle::fp32_baseline(c.problem(), t, /*rows_outputs=*/false);
     ASSERT_EQ(std::memcmp(part.rstd.data(), want.rstd.data(), want.rstd.size() * 4), 0);
     ASSERT_EQ(std::memcmp(part.dw.data(), want.dw.data(), want.dw.size() * 4), 0);
+  }
+}
+
+// Any row-block shape (NORMGATE_ORACLE_BLOCK_ROWS, row_blocks.h) gives the
+// scalar re-implementation's bits.
+TEST(Fp32Baseline, AnyRowBlockGivesTheScalarBits) {
+  struct Restore {
+    ~Restore() { unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
+  } restore;
+  Case c = make_case(45, 1003, WDtype::fp32, 31, Dist::wide, Dist::llm);
+  const normgate::Outputs want = scalar_fp32(c);
+  for (const char* rows : {"1", "9", "45", "100000"}) {
+    SCOPED_TRACE(rows);
+    setenv("NORMGATE_ORACLE_BLOCK_ROWS", rows, 1);
+    expect_same(oracle::fp32_baseline(c.problem(), 3), want);
   }
 }
 

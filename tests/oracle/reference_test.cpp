@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -272,6 +273,23 @@ TEST(ReferenceThreads, BitwiseIdenticalFor1_2_16Threads) {
       expect_bitwise_same(r1, r16);
       expect_bitwise_same(r1, rdef);
     }
+  }
+}
+
+// The row-block shape only schedules the work (row_blocks.h): blocks of 1,
+// 7 and every row give the default's bits, for the pair as for one side.
+TEST(ReferenceThreads, BitwiseIdenticalForAnyRowBlock) {
+  struct Restore {
+    ~Restore() { unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
+  } restore;
+  Case cs = make_case(61, 1000, WDtype::bf16, 23, Dist::llm, Dist::wide);
+  const Reference base = Reference::compute(cs.problem(), {3, RstdMode::fp64});
+  const Reference base32 = Reference::compute(cs.problem(), {3, RstdMode::fp32_rounded});
+  for (const char* rows : {"1", "7", "61", "100000"}) {
+    SCOPED_TRACE(rows);
+    setenv("NORMGATE_ORACLE_BLOCK_ROWS", rows, 1);
+    expect_bitwise_same(base, Reference::compute(cs.problem(), {3, RstdMode::fp64}));
+    expect_bitwise_same(base32, Reference::compute(cs.problem(), {2, RstdMode::fp32_rounded}));
   }
 }
 

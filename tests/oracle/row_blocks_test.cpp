@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "row_blocks.h"
 
@@ -44,6 +45,27 @@ TEST(RowBlock, AboutFourMiBOfXAndDyAtLeastMinRowsAtMostR) {
   EXPECT_EQ(row_block(131072, 64, 1, 1), 4096);   // at most 4096
   EXPECT_EQ(row_block(131072, 1 << 20, 1, 1), 16);  // at least 16
 }
+// NORMGATE_ORACLE_BLOCK_ROWS replaces the 4 MiB rule (tools/oracle_scaling.sh);
+// min_rows, multiple and R still bound it; a bad value is ignored.
+TEST(RowBlock, EnvironmentOverrideKeepsTheBounds) {
+  struct Restore {
+    ~Restore() { unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
+  } restore;
+  setenv("NORMGATE_ORACLE_BLOCK_ROWS", "5", 1);
+  EXPECT_EQ(row_block(131072, 6144, 1, 1), 5);
+  EXPECT_EQ(row_block(131072, 6144, 32, 1), 32);   // at least min_rows
+  EXPECT_EQ(row_block(131072, 6144, 1, 8), 8);     // a multiple of 8
+  EXPECT_EQ(row_block(3, 6144, 1, 1), 3);          // at most R
+  setenv("NORMGATE_ORACLE_BLOCK_ROWS", "1000000", 1);
+  EXPECT_EQ(row_block(131072, 64, 1, 1), 131072);  // past the 4096 cap: every row in one block
+  for (const char* bad : {"0", "-3", "12x", " 7", "3000000000"}) {
+    setenv("NORMGATE_ORACLE_BLOCK_ROWS", bad, 1);
+    EXPECT_EQ(row_block(131072, 6144, 1, 1), 170) << bad;  // the 4 MiB rule
+  }
+  setenv("NORMGATE_ORACLE_BLOCK_ROWS", "", 1);
+  EXPECT_EQ(row_block(131072, 6144, 1, 1), 170);
+}
+
 TEST(LineArray, ZeroedOnACacheLineInWholeLines) {
   EXPECT_EQ(whole_lines<double>(1), 8);
   EXPECT_EQ(whole_lines<double>(8), 8);

@@ -69,6 +69,14 @@ Approval good(const Route& r) {
   return a;
 }
 
+// A file of one valid record of route r, named `path`.
+Approvals one_record(const Route& r, const std::string& path) {
+  Approvals a;
+  a.path = path;
+  a.records.push_back(good(r));
+  return a;
+}
+
 std::string dir() {
   const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_test_" + std::to_string(::getpid());
   std::filesystem::create_directories(d);
@@ -111,6 +119,10 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.t_points.front() = 0; }, "t_points[0] 0 outside the window"},
       {0, [](Approval& a) { a.t_points = {1, 65, 63}; }, "t_points not strictly increasing at [2] 63"},
       {0, [](Approval& a) { a.t_points = {1, 1}; }, "t_points not strictly increasing at [1] 1"},
+      // A gate's T points hold its window's first and last T.
+      {0, [](Approval& a) { a.t_points = {1, 63, 65, 100}; },
+       "t_points run 1..100, not the window's T=1..700 (a gate's T points hold its first and last T)"},
+      {0, [](Approval& a) { a.t_points = {2, 63, 700}; }, "t_points run 2..700, not the window's T=1..700"},
       {0, [](Approval& a) { a.source_sha256[5] = 'A'; }, "source_sha256"},
       {0, [](Approval& a) { a.source_sha256.pop_back(); }, "source_sha256"},
       {0, [](Approval& a) { a.backend = "tpu"; }, "backend 'tpu'"},
@@ -166,9 +178,7 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
 // changed value counted current).
 TEST(ApprovalDigest, EverySingleBitFlipIsCaught) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "flip.approvals.json";
-  a.records.push_back(good(t.routes[0]));
+  Approvals a = one_record(t.routes[0], "flip.approvals.json");
   const std::string text = approvals_to_json_text(a);
   const Approvals back = parse_approvals(text, a.path);
   ASSERT_EQ(invalid_count(back), 0u);
@@ -205,9 +215,7 @@ TEST(ApprovalDigest, EverySingleBitFlipIsCaught) {
 // equal (5e-1 for 0.5) is no change, a different value is.
 TEST(ApprovalDigest, CoversTheRecordAsRead) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "d.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "d.approvals.json");
   nlohmann::json doc = nlohmann::json::parse(approvals_to_json_text(a));
   auto& rec = doc["approvals"][0];
   EXPECT_EQ(rec["record_sha256"], approval_record_sha256(a.records[0]));
@@ -222,6 +230,106 @@ TEST(ApprovalDigest, CoversTheRecordAsRead) {
   const Approval unsealed = parse_approvals(doc.dump(), a.path).records[0];
   EXPECT_TRUE(unsealed.unsealed);
   EXPECT_NE(unsealed.invalid.find("no record_sha256"), std::string::npos) << unsealed.invalid;
+}
+
+// The file's JSON as normgate writes it: nesting past 64 levels (which
+// would overflow the stack in nlohmann::json's recursive dump: a crash) and a
+// key given twice in one object (nlohmann keeps the last, and the seal covers
+// the object as parsed, so the bytes could change unseen) refuse the file,
+// naming it; a second copy of a sealed record is INVALID.
+TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const Approvals a = one_record(t.routes[0], "f.approvals.json");
+  const std::string text = approvals_to_json_text(a);
+  // Deep: 200000 levels inside a record (a 400 KB file) and just past the limit.
+  for (const int depth : {200000, 63}) {
+    const std::string deep = "{\"format\":\"normgate-approvals/1\",\"approvals\":[{\"x\":" +
+                             std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') +
+                             "}]}";
+    try {
+      (void)parse_approvals(deep, a.path);
+      ADD_FAILURE() << "depth " << depth << " accepted";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("f.approvals.json: approvals are not a normgate file: JSON nested deeper "
+                                           "than 64 levels"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // 62 levels inside the record (64 with the file's object and array): read,
+  // the record INVALID for its unknown field.
+  {
+    const std::string ok = "{\"format\":\"normgate-approvals/1\",\"approvals\":[{\"x\":" + std::string(61, '[') +
+                           std::string(61, ']') + "}]}";
+    const Approvals x = parse_approvals(ok, a.path);
+    ASSERT_EQ(x.records.size(), 1u);
+    EXPECT_FALSE(x.records[0].invalid.empty());
+  }
+  // A key twice: the first "variant" inserted before the real one.
+  {
+    std::string dup = text;
+    const size_t at = dup.find("\"variant\"");
+    ASSERT_NE(at, std::string::npos);
+    dup.insert(at, "\"variant\": \"fwd_multirow\", ");
+    try {
+      (void)parse_approvals(dup, a.path);
+      ADD_FAILURE() << "a duplicate key accepted";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("JSON object has the key 'variant' twice"), std::string::npos) << e.what();
+    }
+  }
+  // The same record twice: both copies INVALID, each naming the other (were
+  // the first kept valid, a writer replacing it would leave the pasted copy
+  // the only one, and valid).
+  {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    doc["approvals"].push_back(doc["approvals"][0]);
+    const Approvals x = parse_approvals(doc.dump(), a.path);
+    ASSERT_EQ(x.records.size(), 2u);
+    EXPECT_EQ(x.records[0].invalid,
+              "record 0: one of the copies of one record (also record 1; normgate writes each record once)");
+    EXPECT_EQ(x.records[1].invalid,
+              "record 1: one of the copies of one record (also record 0; normgate writes each record once)");
+    EXPECT_EQ(approval_status(t.routes[0], x, false).state, ApprovalState::invalid);
+    // Two copies of an unsealed record (dated before seals): the second is
+    // INVALID and not sealable, so --seal cannot make a file of copies.
+    doc["approvals"][0].erase("record_sha256");
+    doc["approvals"][1].erase("record_sha256");
+    const Approvals u = parse_approvals(doc.dump(), a.path);
+    ASSERT_EQ(u.records.size(), 2u);
+    EXPECT_FALSE(u.records[0].unsealed);
+    EXPECT_FALSE(u.records[1].unsealed);
+    EXPECT_EQ(u.records[1].invalid,
+              "record 1: one of the copies of one record (also record 0; normgate writes each record once)");
+  }
+}
+
+// A NUL byte anywhere refuses the file (nlohmann stops reading at one, so
+// what follows it went unchecked); a link loop names the loop.
+TEST(ApprovalsFile, ANulByteOrALinkLoopRefusesTheFile) {
+  const RouteTable t = parse_route_table(kTable, "t.toml");
+  const Approvals a = one_record(t.routes[0], "n.approvals.json");
+  const std::string text = approvals_to_json_text(a);
+  try {
+    (void)parse_approvals(text + std::string("\0{\"anything\": 1}", 16), a.path);
+    ADD_FAILURE() << "a NUL byte accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("n.approvals.json: approvals are not a normgate file: a NUL byte at offset " +
+                                         std::to_string(text.size())),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string d = dir();
+  std::filesystem::remove(d + "/loop.approvals.json");
+  std::filesystem::create_symlink(d + "/loop.approvals.json", d + "/loop.approvals.json");
+  try {
+    (void)load_approvals(d + "/loop.approvals.json");
+    ADD_FAILURE() << "a link loop read";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read approvals: Too many levels of symbolic links"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(d + "/loop.approvals.json");
 }
 
 // One edit of the first record of an approvals text and the reason the
@@ -250,9 +358,7 @@ void expect_invalid_when_edited(const std::string& text, const std::string& path
 // malformed hash or date, or no cases makes the record INVALID.
 TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "c.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "c.approvals.json");
   Approval::Carry c;
   c.from_source_sha256 = std::string(64, 'e');
   c.to_source_sha256 = std::string(64, 'f');
@@ -297,9 +403,7 @@ TEST(ApprovalCarried, RoundTripsAndChecksItsChain) {
 // makes it INVALID with the field named.
 TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
   const RouteTable t = parse_route_table(kTable, "t.toml");
-  Approvals a;
-  a.path = "v.approvals.json";
-  a.records.push_back(good(t.routes[1]));
+  Approvals a = one_record(t.routes[1], "v.approvals.json");
   Approval::Vouch v;
   v.variant = "bwd_det_other";
   v.record_sha256 = std::string(64, 'a');

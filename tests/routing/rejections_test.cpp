@@ -75,11 +75,32 @@ TEST(Rejections, FieldRules) {
   EXPECT_NE(why([](Rejection& r) { r.gpu = "NVIDIA H200"; }).find("of a cpu-model record"), std::string::npos);
   EXPECT_NE(why([](Rejection& r) { r.op = Op::fwd; }).find("worst_output 'dw'"), std::string::npos);
   EXPECT_NE(why([](Rejection& r) { r.source_sha256[0] = 'G'; }).find("source_sha256"), std::string::npos);
+  // The variant is a name as registered: control bytes (an escape
+  // sequence, a NUL) make it none.
+  EXPECT_NE(why([](Rejection& r) { r.variant = std::string("fwd\x1b[31m\0x", 9); })
+                .find("is not a variant name ([A-Za-z0-9_.+-]{1,64})"),
+            std::string::npos);
   Rejections bad;
   bad.path = "p.json";
   bad.records = {good()};
   bad.records[0].worst_err_tol = 0.5;
   EXPECT_THROW((void)rejections_to_json_text(bad), std::invalid_argument);
+}
+
+// A second copy of a record makes the file INVALID, naming both.
+TEST(Rejections, ACopyOfARecordIsRefused) {
+  Rejections a;
+  a.path = "c.rejections.json";
+  a.records = {good()};
+  nlohmann::json doc = nlohmann::json::parse(rejections_to_json_text(a));
+  doc["rejections"].push_back(doc["rejections"][0]);
+  try {
+    (void)parse_rejections(doc.dump(), a.path);
+    ADD_FAILURE() << "a copy accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.rejections.json: record 1 (") , std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a copy of record 0 (the same record_sha256"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Rejections, RecordKeepsWhatIsOnDiskAndAddsNoDuplicateClaim) {

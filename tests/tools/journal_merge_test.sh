@@ -107,6 +107,18 @@ for bad in crlf junk; do
 done
 grep -q "ends in CR" "$d/crlf.log" || fail "CRLF not named: $(cat "$d/crlf.log")"
 grep -q "stray bytes where its newline belongs" "$d/junk.log" || fail "stray bytes not named: $(cat "$d/junk.log")"
+# A whole last line without its newline, one digit of its record changed:
+# a change, not a tear; refused by both (it was dropped and rerun).
+python3 -c 'import re, sys; t = open(sys.argv[1]).read().rstrip("\n"); i = t.rfind("\n") + 1; m = re.search(r"[0-9]", t[i + 2:]); k = i + 2 + m.start(); open(sys.argv[2], "w").write(t[:k] + ("8" if t[k] == "9" else chr(ord(t[k]) + 1)) + t[k + 1:])' \
+  "$d/b.jsonl" "$d/chg.jsonl"
+python3 "$merge" "$d/chg-out.jsonl" "$d/chg.jsonl" >"$d/chg.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a changed whole last line: exit $rc, expected 2: $(cat "$d/chg.log")"
+grep -q "the last (whole, without its newline): its SHA-256 digest does not match" "$d/chg.log" ||
+  fail "changed last line not named: $(cat "$d/chg.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/chg.jsonl" >"$d/chg-gate.log" 2>&1
+[ $? -eq 2 ] || fail "a changed whole last line: the gate accepted it: $(tail -2 "$d/chg-gate.log")"
+[ ! -e "$d/chg-out.jsonl" ] || fail "a changed whole last line: an output file was written on error"
 { cat "$d/b.jsonl"; printf '{"case\xc3'; } >"$d/u8.jsonl"
 python3 "$merge" "$d/u8-out.jsonl" "$d/u8.jsonl" >"$d/u8.log" 2>&1 || fail "torn UTF-8 tail: exit $?: $(cat "$d/u8.log")"
 cmp -s "$d/u8-out.jsonl" "$d/b.jsonl" || fail "torn UTF-8 tail: the merged journal is not the journal without it"

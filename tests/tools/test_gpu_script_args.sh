@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-side scripts refuse bad arguments before any work (exit 2, naming
-# the value) and print their help: tools/h200.sh and tools/digest_carry.sh.
+# the value) and print their help: tools/h200.sh, tools/digest_carry.sh and
+# tools/oracle_scaling.sh.
 # No GPU needed: every case below stops at argument checking.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,5 +34,27 @@ expect 2 "apps/normgate is missing" -- bash "$D" --old "$t" --new "$t" --variant
 expect 2 "unknown argument" -- bash "$D" --partial --what
 expect 0 "Carry a variant's approvals" -- bash "$D" --help
 [ ! -e "$t/d" ] || { echo "FAIL: digest_carry.sh made its output folder before refusing" >&2; fail=1; }
+S="$root/tools/oracle_scaling.sh"
+expect 2 "not a whole number of seconds" -- bash "$S" --out "$t/s" --deadline-s 2m
+expect 2 "unknown argument '--bogus'" -- bash "$S" --bogus
+expect 2 "needs a folder" -- bash "$S" --out ""
+expect 2 "finish_bench is missing" -- env NORMGATE_BUILD="$t" bash "$S" --out "$t/s"
+mkdir -p "$t/b/bench" && printf '#!/bin/sh\nexit 0\n' >"$t/b/bench/finish_bench" && chmod +x "$t/b/bench/finish_bench"
+expect 2 "NG_OS_BLOCKS entry '-1'" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS="auto -1" bash "$S" --out "$t/s"
+expect 2 "NG_OS_THREADS entry '0'" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS="0 2" bash "$S" --out "$t/s"
+expect 2 "NG_OS_BLOCKS entry '3000000000'" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS=3000000000 bash "$S" --out "$t/s"
+expect 2 "NG_OS_REPS 'x'" -- env NORMGATE_BUILD="$t/b" NG_OS_REPS=x bash "$S" --out "$t/s"
+expect 2 "NG_OS_BUSY '-1'" -- env NORMGATE_BUILD="$t/b" NG_OS_BUSY=-1 bash "$S" --out "$t/s"
+expect 2 "NG_OS_THREADS is empty" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS=" " bash "$S" --out "$t/s"
+expect 2 "NG_OS_BLOCKS lists 'auto' twice" -- env NORMGATE_BUILD="$t/b" NG_OS_BLOCKS="auto 16 auto" bash "$S" --out "$t/s"
+expect 2 "NG_OS_THREADS entry '\*'" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS="*" bash "$S" --out "$t/s"
+expect 2 "at most 9 digits" -- env NORMGATE_BUILD="$t/b" bash "$S" --out "$t/s" --deadline-s 99999999999999999999
+touch "$t/afile"
+expect 2 "exists and is not a folder" -- env NORMGATE_BUILD="$t/b" bash "$S" --out "$t/afile"
+expect 0 "How the oracle half's cost per element grows" -- bash "$S" --help
+[ ! -e "$t/s" ] || { echo "FAIL: oracle_scaling.sh made its output folder before refusing" >&2; fail=1; }
+# A finish_bench that fails: the script says so and exits 3.
+printf '#!/bin/sh\nexit 1\n' >"$t/b/bench/finish_bench"
+expect 3 "1 run(s) failed" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS=1 NG_OS_BLOCKS=auto bash "$S" --out "$t/s2"
 [ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
 exit $fail

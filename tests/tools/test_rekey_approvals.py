@@ -337,13 +337,18 @@ def test_rejections_are_rekeyed_with_their_seals():
         assert again["bwd_fp32_blocked"] != after["bwd_fp32_blocked"]
 
 
+def rejections_then_comment_change(d):
+    """A scratch repository, a rejections file of its sources, then a
+    comment-only change: (repo, rejections path, hashes before, after)."""
+    repo = scratch_repo(d)
+    before = hashes(repo)
+    rj = rejections_file(d, before)
+    comment_only_change(repo)
+    return repo, rj, before, hashes(repo)
+
 def test_a_rejection_that_would_duplicate_is_refused():
     with tempfile.TemporaryDirectory() as d:
-        repo = scratch_repo(d)
-        before = hashes(repo)
-        rj = rejections_file(d, before)
-        comment_only_change(repo)
-        after = hashes(repo)
+        repo, rj, before, after = rejections_then_comment_change(d)
         doc = json.load(open(rj))
         twin = copy.deepcopy(doc["rejections"][0])
         twin["source_sha256"] = after["bwd_fp32_blocked"]  # the same claim, made again for the new source
@@ -389,11 +394,7 @@ def test_a_failed_rename_restores_the_files_already_renamed():
 
 def test_rejections_files_normgate_would_refuse_are_refused():
     with tempfile.TemporaryDirectory() as d:
-        repo = scratch_repo(d)
-        before = hashes(repo)
-        rj = rejections_file(d, before)
-        comment_only_change(repo)
-        after = hashes(repo)
+        repo, rj, before, after = rejections_then_comment_change(d)
         good = json.load(open(rj))
 
         def attempt(doc, want):

@@ -25,4 +25,12 @@ std::string rename_target(const std::string& path);
 /// on a failed chmod the temporary is closed and removed.
 int create_replacement(const std::string& tmp, const std::string& target);
 
+/// Why `path` is not a regular file to read: "" when it is (through any
+/// links), else "no such file" (also for a path through a file, which the
+/// standard library reports as not found), "is a directory", "not a regular
+/// file", or the system's reason when its status cannot be read ("Too many
+/// levels of symbolic links", "Permission denied"). For input errors that
+/// name the real problem. Never throws.
+std::string regular_file_problem(const std::string& path);
+
 }  // namespace normgate::core

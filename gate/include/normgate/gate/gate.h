@@ -346,7 +346,10 @@ struct GateResult {
   int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
   int64_t cases_run_now = 0;           ///< run by this process
   int64_t cases_resumed = 0;           ///< taken from the journal
-  int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume
+  int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume (the --journal's own)
+  /// --merge: each shard journal whose torn last record was left out, and its
+  /// bytes (the shard's file is not changed; that case counts as missing).
+  std::vector<std::pair<std::string, int64_t>> shard_dropped;
   std::string date;                    ///< UTC ISO 8601, when the gate finished
   std::string normgate_version, normgate_commit;
   /// How this process's cases ran (not part of the reports: a resumed run

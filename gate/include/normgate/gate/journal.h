@@ -166,7 +166,9 @@ class Journal {
   /// (case_record_from_json), then `check` when given. A torn last line
   /// (no newline) is dropped and the file truncated to the last complete
   /// line, unless it passes every check (a write cut just before its
-  /// newline): then it is kept and its newline written. Blank lines (only
+  /// newline): then it is kept and its newline written. A last line that
+  /// ends in its digest member but fails its digest is whole, so changed
+  /// rather than torn: an error naming it (the file left as it is). Blank lines (only
   /// spaces, tabs, CRs) after the last newline-ended line are formatting (an
   /// editor's or `echo >>`'s trailing newline), not a torn line: ignored,
   /// not counted in dropped_bytes(), and truncated away so that appended

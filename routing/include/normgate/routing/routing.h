@@ -81,8 +81,9 @@
 //   - max_err_tol has exactly the outputs the op gates (fwd: y, rstd; bwd: y,
 //     rstd, dx, dw), each a finite number in [0, 1] (an approval records a
 //     pass);
-//   - t_points non-empty, strictly increasing, inside [T lo, T hi]; cases an
-//     integer >= 1 and >= the number of t_points;
+//   - t_points non-empty, strictly increasing, from T lo to T hi (a gate's
+//     T points hold its window's first and last T); cases an integer >= 1
+//     and >= the number of t_points;
 //   - seed_set parses (seeds/seed_set.h) and is canonical (as to_string
 //     spells it); worst_case parses as a case id (seeds/case_id.h) whose H,
 //     w and form are the window's and whose T is inside it;
@@ -100,7 +101,13 @@
 //     over the record as read, so a flipped bit anywhere in it makes it
 //     invalid ("record_sha256 mismatch"). Records written before approvals
 //     carried the digest have none: invalid until `normgate approvals --seal`
-//     (which seals only records that pass every other check) adds it.
+//     (which seals only records that pass every other check) adds it. A
+//     record without one dated from 2026-12-02T02:53:15Z on, when every
+//     writer sealed its records, had its seal removed: INVALID, never
+//     sealable. The file's JSON nests at most 64 levels, repeats no key in
+//     an object (core/json_strict.h) and holds no NUL byte; records that are
+//     copies of one another (by record_sha256, or for unsealed ones the seal
+//     --seal would give) are all INVALID.
 //
 // The dispatcher (Dispatcher) picks the route for a call and refuses a route
 // without a current approval unless DispatchPolicy::allow_unapproved is set
@@ -320,7 +327,9 @@ struct Approval {
   std::string invalid;
   /// Invalid only for want of record_sha256 (a record written before records
   /// carried digests; every other check passes): `normgate approvals --seal`
-  /// may seal it.
+  /// may seal it. A record without one dated from 2026-12-02T02:53:15Z on
+  /// (every writer sealed its records by then) is INVALID instead, never
+  /// sealable: its seal was removed.
   bool unsealed = false;
   /// 0-based index of the record in the file as read.
   size_t index = 0;
