@@ -174,7 +174,8 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& o = outputs[i];
     if (o.path.empty()) continue;
-    if (dash_is_stdout && o.path == "-") {
+    const bool stdout_ok = dash_is_stdout && !o.never_stdout;
+    if (stdout_ok && o.path == "-") {
       if (to_stdout)
         throw std::invalid_argument(to_stdout->option + " - and " + o.option + " - : only one report can go to stdout");
       to_stdout = &o;
@@ -203,17 +204,17 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
                           (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
       if (system && core::rename_target(o.path) != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
-                                    ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
+                                    ", not a file" + (stdout_ok ? " (use - for stdout)" : ""));
       if (system)
         throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
-                                    ", not a file to write" + (dash_is_stdout ? " (use - for stdout)" : ""));
+                                    ", not a file to write" + (stdout_ok ? " (use - for stdout)" : ""));
     }
     check_writable(o.path, o.option);
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).
     for (size_t j = 0; j < i; ++j) {
       const auto& p = outputs[j];
-      if (p.path.empty() || (dash_is_stdout && p.path == "-")) continue;
+      if (p.path.empty() || (dash_is_stdout && !p.never_stdout && p.path == "-")) continue;
       if (same_file(o.path, p.path))
         throw std::invalid_argument(named(p.option, p.path) + " and " + named(o.option, o.path) +
                                     " name one file: each output needs a file of its own");
