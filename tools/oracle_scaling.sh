@@ -131,6 +131,7 @@ fi
   echo "# Oracle half against threads and row blocks"
   echo
   sed 's/^/    /' "$out/env.txt"
+  [ ${#rows[@]} -eq 0 ] || { read -r _ _ f1 <<<"${rows[0]}"; grep -m1 '^host code:' "$f1" | sed 's/^/    /'; }
   echo
   echo "| threads | block rows | CaseOracle wall ns/elt | validation wall ns/elt | reference CPU ns/elt | validation CPU ns/elt |"
   echo "| --- | --- | --- | --- | --- | --- |"
