@@ -1,9 +1,11 @@
 // harness/src/external.cpp: external implementations (external.h): their
-// registration beside the kernel registry's entry, and one poisoned run.
+// registration beside the kernel registry's entry, and one poisoned run
+// (two for a deterministic implementation, compared bit for bit).
 #include "normgate/harness/external.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -87,38 +89,71 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
     throw std::invalid_argument("external implementation " + impl.name + " does not support case " +
                                 seeds::to_string(c));
   const size_t rows = static_cast<size_t>(in.rows), cols = static_cast<size_t>(in.cols);
-  ExternalRun r;
-  Outputs& o = r.out;
   float poison_f32;
   std::memcpy(&poison_f32, &kPoisonF32, sizeof poison_f32);
-  o.y.assign(rows * cols, kPoisonBf16);
-  o.rstd.assign(rows, poison_f32);
-  o.dx.assign(rows * cols, kPoisonBf16);
-  o.dw.assign(cols, poison_f32);
-  if (c.form == Form::res) o.h_new.assign(rows * cols, kPoisonBf16);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    impl.run(in, o);
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
-                             seeds::to_string(c) + ": " + e.what());
-  } catch (...) {
-    throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
-                             seeds::to_string(c) + " (a non-standard exception)");
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto size_is = [&](const char* name, size_t got, size_t want) {
-    if (got != want)
-      throw std::runtime_error("external implementation " + impl.name + " resized output " + name + " to " +
-                               std::to_string(got) + " elements (the case has " + std::to_string(want) + ")");
+  // One call of impl.run into freshly sized and poisoned outputs; its wall time.
+  auto run_once = [&](Outputs& o) {
+    o.y.assign(rows * cols, kPoisonBf16);
+    o.rstd.assign(rows, poison_f32);
+    o.dx.assign(rows * cols, kPoisonBf16);
+    o.dw.assign(cols, poison_f32);
+    if (c.form == Form::res) o.h_new.assign(rows * cols, kPoisonBf16);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      impl.run(in, o);
+    } catch (const Cancelled&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
+                               seeds::to_string(c) + ": " + e.what());
+    } catch (...) {
+      throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
+                               seeds::to_string(c) + " (a non-standard exception)");
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto size_is = [&](const char* name, size_t got, size_t want) {
+      if (got != want)
+        throw std::runtime_error("external implementation " + impl.name + " resized output " + name + " to " +
+                                 std::to_string(got) + " elements (the case has " + std::to_string(want) + ")");
+    };
+    size_is("y", o.y.size(), rows * cols);
+    size_is("rstd", o.rstd.size(), rows);
+    size_is("dx", o.dx.size(), rows * cols);
+    size_is("dw", o.dw.size(), cols);
+    size_is("h_new", o.h_new.size(), c.form == Form::res ? rows * cols : 0);
+    return seconds;
   };
-  size_is("y", o.y.size(), rows * cols);
-  size_is("rstd", o.rstd.size(), rows);
-  size_is("dx", o.dx.size(), rows * cols);
-  size_is("dw", o.dw.size(), cols);
-  size_is("h_new", o.h_new.size(), c.form == Form::res ? rows * cols : 0);
+  ExternalRun r;
+  Outputs& o = r.out;
+  r.seconds = run_once(o);
+  // A deterministic implementation (every forward, and a backward declared
+  // det) must give the same bits when run again on the same inputs: the
+  // gate's det windows rest on that claim, so it is tested on every case.
+  if (impl.op == kernels::Op::fwd || impl.mode == kernels::Mode::det) {
+    Outputs again;
+    run_once(again);
+    auto same = [&](const char* name, const auto& a, const auto& b) {
+      if (a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof a[0]) == 0))
+        return;
+      size_t i = 0;
+      while (i < a.size() && std::memcmp(&a[i], &b[i], sizeof a[i]) == 0) ++i;
+      uint32_t first = 0, second = 0;
+      std::memcpy(&first, &a[i], sizeof a[i]);
+      std::memcpy(&second, &b[i], sizeof b[i]);
+      char bits[64];
+      std::snprintf(bits, sizeof bits, "0x%0*x then 0x%0*x", static_cast<int>(2 * sizeof a[i]), first,
+                    static_cast<int>(2 * sizeof b[i]), second);
+      throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin +
+                               ") is declared deterministic but two runs on " + seeds::to_string(c) +
+                               " gave different bits: output " + name + " element " + std::to_string(i) + " (" +
+                               bits + ")");
+    };
+    same("y", o.y, again.y);
+    same("rstd", o.rstd, again.rstd);
+    same("dx", o.dx, again.dx);
+    same("dw", o.dw, again.dw);
+    same("h_new", o.h_new, again.h_new);
+  }
   auto check = [&](const char* name, bool poisoned, bool empty) {
     if (poisoned && !empty) r.not_produced.emplace_back(name);
   };

@@ -245,7 +245,9 @@ class Implementation:
         "fwd" (y, rstd).
     deterministic: whether repeated runs give the same bits (det windows need
         True; nondet windows take either; op="fwd" needs True, since one
-        forward serves both modes).
+        forward serves both modes). The gate tests it: a deterministic
+        implementation runs twice on every case, and differing bits are
+        that case's error.
     H: an int, or (h_min, h_max) inclusive, inside 1..16384.
     w: weight dtypes it supports, "bf16" and/or "fp32".
     forms: "plain", "res", "heads24", "heads4" (one or a list).

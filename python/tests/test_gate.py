@@ -119,7 +119,9 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
 
 
 def test_interrupted_gate_resumes_to_the_same_report(tmp_path):
-    calls = {"n": 0, "stop_at": 5}
+    # A det implementation runs twice per case (the gate compares the bits),
+    # so the fifth case's first call is the ninth.
+    calls = {"n": 0, "stop_at": 9}
 
     def step(g):
         calls["n"] += 1
@@ -141,6 +143,32 @@ def test_interrupted_gate_resumes_to_the_same_report(tmp_path):
     assert whole["journal"]["resumed"] == 0
     assert windows_of(resumed) == windows_of(whole)
     assert resumed["verdict"] == whole["verdict"] == "PASS"
+
+
+def test_declared_deterministic_but_not_fails_its_window(tmp_path):
+    # dw differs in its last bit on every other call: declared det, each case
+    # runs twice and is that case's error; declared nondet, it runs once.
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            bits = out["dw"].view(torch.int32)
+            bits[3] ^= 1
+        return out
+
+    win = [{"H": 64, "T": (1, 8)}]
+    det = normgate.Implementation("py_flaky_det", flaky, source_sha256="ef" * 32, device="cpu")
+    rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j"), **SMALL)
+    assert rep["verdict"] == "FAIL"
+    assert "is declared deterministic but two runs on H=64" in rep["markdown"], rep["markdown"]
+    assert "output dw element 3" in rep["markdown"]
+    calls["n"] = 0
+    nondet = normgate.Implementation("py_flaky_nondet", flaky, deterministic=False, source_sha256="ef" * 32,
+                                     device="cpu")
+    rep = normgate.gate(nondet, windows=win, journal=str(tmp_path / "j2"), **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
 
 
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):

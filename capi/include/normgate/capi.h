@@ -567,7 +567,8 @@ typedef struct ng_external_desc {
   uint32_t struct_size;
   int32_t op;              /* NG_OP_FWD (gated on y, rstd) or NG_OP_BWD (y, rstd, dx, dw) */
   int32_t mode;            /* NG_MODE_*: det windows need NG_MODE_DET; a forward must be NG_MODE_DET
-                              (one forward serves both modes) */
+                              (one forward serves both modes). A det run is called twice per
+                              case and must give the same bits (else that case's error) */
   uint32_t wdtypes;        /* bits 1 << NG_W_*; 0: both */
   uint32_t forms;          /* bits 1 << NG_FORM_*; 0: plain only */
   int32_t reserved;        /* 0 */
