@@ -35,6 +35,7 @@
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
+#include "normgate/seeds/seed_set.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/external.h"
@@ -653,6 +654,14 @@ int ng_case_info(const char* case_id, ng_case_info_t* out) {
   });
 }
 
+int ng_seed_set_size(const char* spec, uint64_t* pairs) {
+  return guard("ng_seed_set_size", [&] {
+    need(spec, "spec");
+    need(pairs, "pairs");
+    *pairs = ns::parse_seed_set(spec).size();
+  });
+}
+
 int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
   return guard("ng_generate_host", [&] {
     const ns::CaseId c = parse(case_id);
@@ -942,6 +951,11 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     // Paths checked before any work: their directories must exist.
     auto writable_dir = [](const std::string& path, const char* what) {
       if (path.empty()) return;
+      // An existing folder at the path itself would fail only at the
+      // rename, after every case has run.
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec))
+        bad(std::string(what) + " '" + path + "' is a folder (give a file name)");
       const std::filesystem::path dir = std::filesystem::path(path).parent_path();
       const std::string d = dir.empty() ? std::string(".") : dir.string();
       if (!std::filesystem::is_directory(d) || ::access(d.c_str(), W_OK) != 0)

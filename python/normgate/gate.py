@@ -144,6 +144,9 @@ def _L():
         L.ng_gate.argtypes = [ctypes.POINTER(_GateOptions), ctypes.POINTER(_vp)]
         L.ng_free_string.restype = None
         L.ng_free_string.argtypes = [_vp]
+        if hasattr(L, "ng_seed_set_size"):
+            L.ng_seed_set_size.restype = ctypes.c_int
+            L.ng_seed_set_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
         _declared = True
     return L
 
@@ -217,7 +220,14 @@ def source_sha256(sources):
 # ---- implementations -----------------------------------------------------------
 
 def _names(value, allowed, what):
-    vals = [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        vals = [value]
+    else:
+        try:
+            vals = list(value)
+        except TypeError:
+            raise TypeError("%s must be a name or a list of names (any of %s), got %r"
+                            % (what, ", ".join(allowed), value)) from None
     if not vals:
         raise ValueError("%s: empty (any of %s)" % (what, ", ".join(allowed)))
     for v in vals:
@@ -304,8 +314,9 @@ class Implementation:
         self._device = device
         if description is None:
             description = getattr(fn, "__qualname__", type(fn).__name__)
-        if not isinstance(description, str) or "\n" in description:
-            raise ValueError("description must be one line of text, got %r" % (description,))
+        if not isinstance(description, str) or any(ord(c) < 32 or ord(c) == 127 for c in description):
+            raise ValueError("description must be one line of text without control characters, got %r"
+                             % (description,))
         _lib._bytes(description, "description")  # a NUL or a lone surrogate: ValueError here, not at registration
         self.name, self.fn, self.op, self.deterministic = name, fn, op, deterministic
         self.H = (h_min, h_max)
@@ -322,6 +333,20 @@ class Implementation:
     def __repr__(self):
         return "Implementation(%r, op=%r, deterministic=%r, H=%r, sha256=%s)" % (
             self.name, self.op, self.deterministic, self.H, self.source_sha256[:12])
+
+
+def _check_device(impl):
+    """impl's device exists here (torch importable): a ValueError naming it
+    before any work, not every case's error after."""
+    dev = impl.device
+    if dev.startswith("cuda"):
+        torch = _torch()
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+        if idx >= n:
+            raise ValueError("implementation %s: device %r is not present (torch sees %d CUDA device%s)"
+                             % (impl.name, dev, n, "" if n == 1 else "s"))
+    return dev
 
 
 class _Stop(Exception):
@@ -461,6 +486,8 @@ def _parse_window(win, k):
             if "=" not in term:
                 raise ValueError("%s: term %r is not key=value" % (what, term))
             key, val = (x.strip() for x in term.split("=", 1))
+            if key in d:
+                raise ValueError("%s: %s given twice (%r and %r)" % (what, key, d[key], val))
             d[key] = val
         win = d
     if not isinstance(win, dict):
@@ -471,10 +498,14 @@ def _parse_window(win, k):
     if "H" not in win or "T" not in win:
         raise ValueError("%s needs H and T" % what)
     H = win["H"]
-    H = _int(int(H) if isinstance(H, str) and H.isdigit() else H, what + " H", 1, 16384)
+    if isinstance(H, str):
+        if not re.fullmatch(r"\s*[0-9]+\s*", H):  # ASCII digits only: str.isdigit() takes "²" and "٣"
+            raise ValueError("%s H: %r is not a whole number" % (what, H))
+        H = int(H)
+    H = _int(H, what + " H", 1, 16384)
     T = win["T"]
     if isinstance(T, str):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", T)
+        m = re.fullmatch(r"\s*([0-9]+)\s*(?:\.\.\s*([0-9]+)\s*)?", T)
         if not m:
             raise ValueError("%s T: %r is not N or A..B" % (what, T))
         T = (int(m.group(1)), int(m.group(2) or m.group(1)))
@@ -618,6 +649,8 @@ def _path(v, what):
     d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
         raise ValueError("%s %r: directory %r does not exist" % (what, p, d))
+    if os.path.isdir(p):
+        raise ValueError("%s %r is a folder (give a file name)" % (what, p))
     return p
 
 
@@ -670,6 +703,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise TypeError("seeds must be a seed-set string such as '3x16', got %r" % (seeds,))
     if not _SEEDS_RE.match(seeds):
         raise ValueError("seeds %r is not a seed set (e.g. '3x16', 'seeds=120..239', 'cancel:0..7')" % (seeds,))
+    L0 = _L()
+    if hasattr(L0, "ng_seed_set_size"):  # the library's own parse, before the table and policy are written
+        pairs = ctypes.c_uint64(0)
+        _lib.check(L0.ng_seed_set_size(seeds.encode(), ctypes.byref(pairs)))  # ValueError quoting it
     t_per_window = _int(t_per_window, "t_per_window", 2, 1 << 20)
     dense_points = _int(dense_points, "dense_points", 0, 1 << 20)
     dense_step = _int(dense_step, "dense_step", 1, 1 << 31)
@@ -712,7 +749,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                 table_out = os.path.join(os.path.dirname(os.path.abspath(base)), "normgate-gate.toml")
         table = table_out
     for x in impls:
-        x.device  # noqa: B018  (torch present, device resolvable)
+        _check_device(x)
 
     # Work starts here: the implementations' registration (the library checks
     # their names against the registry), then the table (windows=).

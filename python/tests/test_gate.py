@@ -231,7 +231,29 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.gate(impl, windows=win, journal=str(out / "j.journal") + "\0evil")
     with pytest.raises(ValueError, match="report_md .* contains a NUL"):
         normgate.gate(impl, windows=win, journal=str(out / "j"), report_md=str(out / "r.md") + "\0x")
+    # A seed set the library refuses ("1x1": neither the 3 nor the 5 families),
+    # a repeated window key, a digit that is not ASCII, a report path that is
+    # a folder, a CUDA device that is not there: refused before any work.
+    with pytest.raises(ValueError, match="seed set '1x1'"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), approve=True, seeds="1x1")
+    with pytest.raises(ValueError, match=r"windows\[0\]: H given twice \('64' and '128'\)"):
+        normgate.gate(impl, windows=["H=64,T=1..4,H=128"], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] H: '\u0663' is not a whole number"):
+        normgate.gate(impl, windows=[{"H": "\u0663", "T": 4}], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] T: '\xb2' is not N or A..B"):
+        normgate.gate(impl, windows=[{"H": 64, "T": "\xb2"}], journal=str(out / "j"))
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="report_json .* is a folder"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), report_json=str(folder))
+    far = normgate.Implementation("py_far", fp64_step, source_sha256="ab" * 32, device="cuda:99")
+    with pytest.raises(ValueError, match="device 'cuda:99' is not present"):
+        normgate.gate(far, windows=win, journal=str(out / "j"))
     assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
+    with pytest.raises(TypeError, match="forms must be a name or a list of names"):
+        normgate.Implementation("k", fp64_step, forms=5, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="description must be one line of text without control characters"):
+        normgate.Implementation("k", fp64_step, description="x\ry", source_sha256="ab" * 32)
     # A table_out that normgate.gate() did not write is never overwritten.
     mine = tmp_path / "mine.toml"
     mine.write_text("# my own table\n")

@@ -404,6 +404,14 @@ typedef struct ng_case_info_t {
  * bad case id (the message names the bad key or value). */
 NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
 
+/* Parse and validate a seed set as `normgate gate --seeds` and ng_gate take
+ * it ("3x16", "5x120", "seeds=0..7", "cancel:0..7", ...: seeds/seed_set.h)
+ * and put its number of (family point, seed) pairs into *pairs. NG_EINVAL
+ * for a NULL argument or a bad seed set (the message quotes it and names
+ * the bad part). For callers that must refuse a bad seed set before they
+ * write anything (normgate.gate's table and policy). */
+NG_API int ng_seed_set_size(const char* spec, uint64_t* pairs);
+
 /* Caller-owned HOST buffers for a case's inputs, contiguous over rows
  * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
  * elements and must equal what the case needs: x, dy, u, dh_new rows*H
