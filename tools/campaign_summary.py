@@ -18,7 +18,10 @@ route of the table that no report covers is a row too, verdict "not gated",
 and the footer counts them: the summary of an unfinished campaign says what
 is left. Exit 0 when every window passes (and, with --table, every route is
 gated), 1 when one fails or a route is not gated, 2 for usage errors (a file
-that is not a gate report, a table that is not TOML). Writes OUT atomically.
+that is not a gate report, a table that is not TOML), 3 when OUT cannot be
+written (nothing left at OUT). Writes OUT atomically. A window passes when
+its report says pass and its verdict is pass. err/tol values the reports
+spell "inf" or "nan" (docs/schemas.md) are shown so.
 """
 import json
 import os
@@ -43,9 +46,35 @@ def load(path):
         format_version(r, ("normgate-gate-report",))
         if not isinstance(r, dict) or not isinstance(r.get("windows"), list) or "date" not in r:
             raise ValueError("no windows/date: not a normgate gate report")
+        if not isinstance(r["date"], str):
+            raise ValueError(f"date {r['date']!r} is not a string")
+        for k, w in enumerate(r["windows"]):
+            if not isinstance(w, dict) or not isinstance(w.get("window"), str):
+                raise ValueError(f"windows[{k}] has no window name: not a normgate gate report")
+            if not isinstance(w.get("route", ""), str) or not isinstance(w.get("outputs") or {}, dict):
+                raise ValueError(f"windows[{k}] ({w['window']}): route or outputs malformed")
+            try:
+                int(w.get("cases") or 0)
+            except (TypeError, ValueError):
+                raise ValueError(f"windows[{k}] ({w['window']}): cases {w.get('cases')!r} is not a count") from None
     except (OSError, ValueError) as e:
         die(f"{path}: {e}")
     return r
+
+
+def num(v):
+    """A report's err/tol: a number, or the strings "inf" / "nan" (docs/schemas.md)."""
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def passed(w):
+    """A window passes when the report says so twice: pass, and verdict pass."""
+    return w.get("pass") is True and str(w.get("verdict", "pass")).lower() == "pass"
 
 
 def route_key(route):
@@ -109,6 +138,7 @@ def table_windows(path):
 
 
 def fmt(v):
+    v = num(v)
     return "—" if v is None else f"{v:.3g}"
 
 
@@ -134,8 +164,9 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
         wo = w.get("worst") or {}
         f, line = route_key(w.get("route", ""))
         cases += int(w.get("cases") or 0)
-        if wo.get("err_tol") is not None and (worst_all is None or wo["err_tol"] > worst_all[0]):
-            worst_all = (wo["err_tol"], wo.get("output"), wo.get("case"), w["window"])
+        we = num(wo.get("err_tol"))
+        if we is not None and (worst_all is None or not (we <= worst_all[0])):  # NaN ranks as worst
+            worst_all = (we, wo.get("output"), wo.get("case"), w["window"])
         body.append(((f, line), f"| {f}:{line} | {w['window']} | {w.get('variant')} "
                      f"({str(w.get('source_sha256', ''))[:12]}) | {w.get('cases')} | "
                      + " | ".join(fmt(vals[k]) for k in OUTS) +
@@ -144,16 +175,21 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
         f, line = route_key(route)
         body.append(((f, line), f"| {f}:{line} | {name} | {variant} | — | — | — | — | — | — | not gated | — |"))
     L.extend(text for _, text in sorted(body, key=lambda b: b[0]))
-    npass = sum(1 for _, _, w in rows if w.get("pass"))
+    npass = sum(1 for _, _, w in rows if passed(w))
     L.append("")
     L.append(f"Windows: {npass} of {len(rows)} pass; {cases} cases (a case shared by windows counts in each).")
     if missing:
         L.append(f"**Not gated**: {len(missing)} of the table's {n_table} routes have no report "
                  "yet (rows marked 'not gated').")
     if worst_all:
-        L.append(f"Closest to a budget: {worst_all[1]} err/tol {worst_all[0]:.4g} "
-                 f"({1 / worst_all[0]:.2f}x below it) in `{worst_all[2]}`, window {worst_all[3]}."
-                 if worst_all[0] > 0 else "Closest to a budget: every output exact.")
+        e = worst_all[0]
+        where = f"in `{worst_all[2]}`, window {worst_all[3]}."
+        if e == 0:
+            L.append("Closest to a budget: every output exact.")
+        elif e <= 1:
+            L.append(f"Closest to a budget: {worst_all[1]} err/tol {e:.4g} ({1 / e:.2f}x below it) {where}")
+        else:
+            L.append(f"Worst over a budget: {worst_all[1]} err/tol {e:.4g} {where}")
     hashes = {}  # variant -> Counter of its source hashes over the windows
     for _, _, w in rows:
         hashes.setdefault(w.get("variant"), Counter())[str(w.get("source_sha256", ""))[:12]] += 1
@@ -185,11 +221,26 @@ def main(argv):
         missing = [m for m in listed if m[1] not in have]
     md, ok = markdown(reports, rows, superseded, missing, n_table)
     if a.md:
-        d = os.path.dirname(os.path.abspath(a.md))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
-        with os.fdopen(fd, "w") as f:
-            f.write(md)
-        os.replace(tmp, a.md)
+        if os.path.isdir(a.md):
+            die(f"--md {a.md!r} is a folder (give a file name)")
+        if any(os.path.exists(p) and os.path.exists(a.md) and os.path.samefile(p, a.md)
+               for p in a.reports + ([a.table] if a.table else [])):
+            die(f"--md {a.md!r} is one of the inputs: writing it would destroy what this reads")
+        tmp = None
+        try:
+            d = os.path.dirname(os.path.abspath(a.md))
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
+            with os.fdopen(fd, "w") as f:
+                f.write(md)
+            m = os.umask(0)
+            os.umask(m)
+            os.chmod(tmp, 0o666 & ~m)  # as any file the user writes, not mkstemp's 0600
+            os.replace(tmp, a.md)
+        except OSError as e:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            print(f"campaign_summary: cannot write --md {a.md!r}: {e}", file=sys.stderr)
+            return 3
     print(md, end="")
     return 0 if ok else 1
 

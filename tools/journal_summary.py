@@ -8,12 +8,17 @@ For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
 A format-2 line whose SHA-256 digest fails is skipped and named on stderr.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
-Exit 0; 2 on a missing or unreadable journal."""
+Exit 0; 2 on a usage error or a missing, unreadable or empty journal, or an
+OUT that is the journal itself (nothing written); 3 when OUT cannot be
+written (nothing left at OUT)."""
+import argparse
 import gzip
 import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
 
 OUTS = ("y", "rstd", "dx", "dw")
 # The digest member a format-2 line ends in (journal_line in gate/src/journal.cpp).
@@ -27,17 +32,28 @@ def signed(line):
 
 
 def main(argv):
-    if not argv or argv[0].startswith("-"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    path = argv[0]
-    md_out = argv[argv.index("--md") + 1] if "--md" in argv else None
+    ap = argparse.ArgumentParser(prog="journal_summary.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("journal", metavar="JOURNAL", help="a gate journal (.jsonl, or .jsonl.gz)")
+    ap.add_argument("--md", metavar="OUT.md", default=None, help="also write the table here (atomically)")
+    a = ap.parse_args(argv)  # a usage error: exit 2
+    path, md_out = a.journal, a.md
+    if md_out is not None:
+        if md_out == "" or os.path.isdir(md_out):
+            print(f"journal_summary: --md {md_out!r} is not a file name", file=sys.stderr)
+            return 2
+        if os.path.exists(md_out) and os.path.exists(path) and os.path.samefile(md_out, path):
+            print(f"journal_summary: --md {md_out!r} is the journal itself: writing it would destroy what "
+                  "this reads; give another file", file=sys.stderr)
+            return 2
     try:
         opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
         with opener(path, "rt", encoding="utf-8") as f:
             lines = f.read().splitlines()
+        if not lines:
+            raise ValueError("the file is empty")
         head = json.loads(lines[0])
-    except (OSError, ValueError, IndexError) as e:
+    except (OSError, ValueError, EOFError) as e:  # EOFError: a truncated .gz
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
         return 2
     fmt = head.get("normgate_journal") if isinstance(head, dict) else None
@@ -55,10 +71,14 @@ def main(argv):
         except ValueError:
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
             continue
-        case = rec["case"]
-        kv = dict(p.split("=", 1) for p in case.split(","))
-        T = int(kv["T"])
-        key = (int(kv["H"]), kv["w"], kv.get("form", "plain"))
+        try:
+            case = rec["case"]
+            kv = dict(p.split("=", 1) for p in case.split(","))
+            T = int(kv["T"])
+            key = (int(kv["H"]), kv["w"], kv.get("form", "plain"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            print(f"journal_summary: {path}:{n}: a record without a readable case id skipped", file=sys.stderr)
+            continue
         for res in rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]:
             g = groups.setdefault(key + (res["impl"],), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
                                                          "worst": {o: (0.0, "") for o in OUTS}})
@@ -76,7 +96,8 @@ def main(argv):
                     g["worst"][o] = (ratio, case)
             g["failed"] += 0 if ok else 1
     camp = head.get("campaign", {})
-    L = [f"Journal `{path}`: {len(lines) - 1} case lines; campaign seeds {camp.get('seeds')}, backend "
+    n_cases = sum(1 for line in lines[1:] if line.strip())
+    L = [f"Journal `{path}`: {n_cases} case lines; campaign seeds {camp.get('seeds')}, backend "
          f"{camp.get('backend')}, device {camp.get('device')}, oracle {camp.get('oracle')}, table sha256 "
          f"{str(camp.get('table_sha256'))[:12]}.", "",
          "| H | w | form | impl | cases | failed | errors | T range | y | rstd | dx | dw | worst dw case |",
@@ -89,12 +110,26 @@ def main(argv):
                  f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1])} |")
     text = "\n".join(L) + "\n"
     if md_out:
-        with open(md_out + ".tmp", "w") as f:
-            f.write(text)
-        import os
-        os.replace(md_out + ".tmp", md_out)
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(md_out)), prefix=".journal_summary.")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, md_out)
+        except OSError as e:
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+            print(f"journal_summary: cannot write --md {md_out!r}: {e}", file=sys.stderr)
+            return 3
     print(text)
     return 0
+
+
+def _umask():
+    m = os.umask(0)
+    os.umask(m)
+    return m
 
 
 if __name__ == "__main__":

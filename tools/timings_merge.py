@@ -130,6 +130,8 @@ def main(argv):
         die(f"OUT {out} is one of the inputs")
     if not out or out.endswith(os.sep) or os.path.isdir(real_out):
         die(f"OUT '{out}' is a folder or empty")
+    if out == "-":
+        die("OUT '-': give a file (the merged timings do not go to stdout)")
     b, n = load(base), load(new)
     if (b.get("rounds"), b.get("reps")) != (n.get("rounds"), n.get("reps")):
         die(f"{new}: rounds/reps {n.get('rounds')}/{n.get('reps')} differ from {base}'s "

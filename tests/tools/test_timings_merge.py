@@ -154,13 +154,15 @@ def test_bad_inputs_exit_2_and_write_nothing():
                              ((base2, gpu, out), "gpu 'other' differs"), ((base2, mixed, out), "different candidates"),
                              ((base2, nan, out), "NaN is not a number"),
                              ((good, base2, os.path.join(d, "link", "good.json")), "one of the inputs"),
-                             ((good, base2, os.path.join(d, "folder")), "is a folder"),((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
+                             ((good, base2, os.path.join(d, "folder")), "is a folder"),
+                             ((good, base2, "-"), "OUT '-': give a file"),
+                             ((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
                              ((good, other_reps, out), "rounds/reps"), ((good, good, good), "one of the inputs"),
                              ((good,), "Usage")):
             r = run(*args)
             assert r.returncode == 2, (args, r.returncode)
             assert needle in r.stderr or needle == "Usage" and "tools/timings_merge.py BASE NEW OUT" in r.stderr, r.stderr
-            assert not os.path.exists(out)
+            assert not os.path.exists(out) and not os.path.exists("-")
             assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")], args
 
 
