@@ -924,22 +924,62 @@ class Oracle:
         return rep
 
 
-def check(impl, case_id, device="cuda"):
+def check(impl, case_id, device=None):
     """Run `impl` on a case's inputs and validate what it returns.
 
-    impl: a callable taking generate(case_id, device)'s dict and returning a
-    dict with any of y, rstd, dx, dw, h_new (torch tensors; the others are
-    reported absent). Returns the Oracle's report (see Oracle.validate).
+    impl: a normgate.Implementation (its fn runs on its device; declared
+    deterministic, it runs twice and the two runs must give the same bits,
+    as in normgate.gate), or a bare callable. Either takes
+    generate(case_id, device)'s dict and returns a dict with any of y, rstd,
+    dx, dw, h_new (torch tensors; the others are reported absent).
+    device: where the inputs are made; None: the Implementation's device,
+    "cuda" for a bare callable (ValueError on a machine without one, naming
+    device="cpu").
+    Returns the Oracle's report (see Oracle.validate). Raises ValueError for
+    an unknown output or a non-dict result, RuntimeError when a deterministic
+    Implementation's two runs differ (naming the output and element).
     """
+    from .gate import Implementation  # gate.py imports this module
+    if isinstance(impl, Implementation):
+        fn, det = impl.fn, impl.deterministic
+        device = impl.device if device is None else device
+    elif callable(impl):
+        fn, det = impl, False
+        device = "cuda" if device is None else device
+    else:
+        raise TypeError("impl must be a normgate.Implementation or a callable, got %r" % (impl,))
     inputs = generate(case_id, device)
-    # The oracle copies the inputs before impl runs (an impl writing into its
-    # inputs cannot change what it is checked against), without a second
-    # host generation.
-    with Oracle(case_id, inputs=inputs) as o:
-        outs = impl(inputs)
+
+    def outputs_of(outs):
         if not isinstance(outs, dict):
             raise ValueError("impl must return a dict of outputs, got %s" % type(outs).__name__)
         unknown = sorted(set(outs) - set(_OUT_DTYPES))
         if unknown:
             raise ValueError("impl returned unknown outputs %s (expected any of y, rstd, dx, dw, h_new)" % unknown)
+        return outs
+
+    # The oracle copies the inputs before impl runs (an impl writing into its
+    # inputs cannot change what it is checked against), without a second
+    # host generation.
+    with Oracle(case_id, inputs=inputs) as o:
+        outs = outputs_of(fn(inputs))
+        if det:
+            torch = _torch()
+            first = {k: v.detach().clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+            again = outputs_of(fn(generate(case_id, device)))
+            for k in sorted(set(first) | set(again)):
+                a, b = first.get(k), again.get(k)
+                same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                        and a.shape == b.shape)
+                if same:
+                    ab = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1)
+                    bb = b.detach().reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
+                    diff = (ab != bb.to(ab.device)).any(dim=1).nonzero()
+                    if diff.numel() == 0:
+                        continue
+                    where = "element %d" % int(diff[0])
+                else:
+                    where = "shape or dtype"
+                raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
+                                   "bits: output %s %s" % (impl.name, case_id, k, where))
         return o.validate(**outs)

@@ -844,6 +844,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     finally:
         L.ng_free_string(out)
     rep["table_path"] = table
+    j = rep.get("journal") or {}
+    if progress and journal and j.get("resumed"):  # as `normgate gate` says it
+        print("normgate.gate: %d finished cases resumed from %s, %d run now"
+              % (j.get("resumed", 0), journal, j.get("run_now", 0)), file=sys.stderr)
     if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
         raise KeyboardInterrupt("normgate.gate interrupted after its last case")
     return rep

@@ -171,6 +171,34 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     assert rep["verdict"] == "PASS", rep["markdown"]
 
 
+def test_check_takes_an_implementation_on_its_device():
+    # normgate.check(impl, case) as README shows it: the Implementation's fn on
+    # its device (auto: cuda if torch sees one, else cpu), run twice when
+    # declared deterministic.
+    case = "H=64,T=5,w=bf16,form=plain,family=normal,seed=0"
+    impl = normgate.Implementation("py_check_impl", fp64_step, source_sha256="ab" * 32)
+    assert normgate.check(impl, case)["pass"]
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            out["dw"].view(torch.int32)[3] ^= 1
+        return out
+
+    det = normgate.Implementation("py_check_flaky", flaky, source_sha256="ab" * 32, device="cpu")
+    with pytest.raises(RuntimeError, match="py_check_flaky is declared deterministic but two runs on "
+                                           "H=64,T=5.* output dw element 3"):
+        normgate.check(det, case)
+    assert calls["n"] == 2
+    nondet = normgate.Implementation("py_check_nd", flaky, deterministic=False, source_sha256="ab" * 32,
+                                     device="cpu")
+    assert normgate.check(nondet, case)["pass"] and calls["n"] == 3
+    with pytest.raises(TypeError, match="impl must be a normgate.Implementation or a callable"):
+        normgate.check("fp64_step", case, device="cpu")
+
+
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
     impl = normgate.Implementation("py_badtype", lambda g: {"dw": torch.zeros(64, dtype=torch.float64)},
                                    source_sha256="cd" * 32, device="cpu")
