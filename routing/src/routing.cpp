@@ -177,7 +177,14 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
   try {
     r.variant = &variant(vname);
   } catch (const std::invalid_argument& e) {
-    ctx.fail(vline, e.what(), &t);
+    // A name the registry lacks is often an implementation of the user's own,
+    // gated from Python (normgate.gate writes such tables) or a plugin's.
+    ctx.fail(vline,
+             std::string(e.what()) +
+                 " (an implementation of your own is known only where it is registered: a plugin's with "
+                 "--plugin LIB.so, a Python one in the process that called normgate.gate; `normgate approvals "
+                 "FILE` reads such a table's approvals file without it)",
+             &t);
   }
   const Variant& v = *r.variant;
   const CallShape shape{r.H, r.w, r.form};
