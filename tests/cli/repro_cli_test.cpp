@@ -244,8 +244,12 @@ TEST(ReproShippedCase, ReplaysFromTheStoredInputs) {
   const std::string f = std::string(NORMGATE_SOURCE_DIR) +
                         "/datasets/cases/H=64,T=600,w=bf16,form=plain,family=cancel,seed=1,ctl_fp32_seq.h5";
   ASSERT_TRUE(std::filesystem::exists(f)) << f;
-  const CliRun ctl = run("repro --file '" + f + "' --variant ctl_fp32_seq --backend cpu");
+  // Without --variant: the recorded one (ctl_fp32_seq), the same run.
+  const CliRun ctl = run("repro --file '" + f + "' --backend cpu");
   EXPECT_EQ(ctl.code, 1) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "recorded outputs (recorded by ctl_fp32_seq on cpu-model): identical bit for bit"))
+      << ctl.out;
+  EXPECT_EQ(run("repro --file '" + f + "' --variant ctl_fp32_seq --backend cpu").out, ctl.out);
   EXPECT_TRUE(contains(ctl.out, "verified; recorded verdict of ctl_fp32_seq: fail")) << ctl.out;
   EXPECT_TRUE(contains(ctl.out, "given inputs (a saved case), not the generator")) << ctl.out;
   EXPECT_TRUE(contains(ctl.out, "dw FAILS")) << ctl.out;
