@@ -4,6 +4,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/temp_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -63,10 +64,14 @@ bool same_file(const std::string& a, const std::string& b) {
 // `path` and the system's reason.
 std::string write_temp(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Tracked until commit_temp renames or removes it: a signal meanwhile
+  // removes it (core/temp_files.h).
+  core::track_temp(tmp);
   auto fail = [&](const std::string& step, int fd) {
     const std::string why = sys_reason();
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "' (" + step + " of its temporary file '" + tmp +
                              "' failed: " + why + "); '" + path + "' was left as it was");
   };
@@ -74,6 +79,7 @@ std::string write_temp(const std::string& path, const std::string& text) {
   const int fd = core::create_replacement(tmp, path);
   if (fd < 0) {
     const std::string why = sys_reason();
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
   size_t done = 0;
@@ -95,9 +101,11 @@ void commit_temp(const std::string& tmp, const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = sys_reason();
     ::unlink(tmp.c_str());
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "': the rename of its temporary file '" + tmp +
                              "' failed: " + why + "; '" + path + "' was left as it was");
   }
+  core::untrack_temp(tmp);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -140,7 +148,10 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
         temps.emplace_back(write_temp(real, text), real);
       }
   } catch (...) {
-    for (const auto& t : temps) ::unlink(t.first.c_str());
+    for (const auto& t : temps) {
+      ::unlink(t.first.c_str());
+      core::untrack_temp(t.first);
+    }
     throw;
   }
   // Before the renames, a hard link keeps each previous file, so a rename
@@ -155,7 +166,10 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
     try {
       commit_temp(temps[i].first, temps[i].second);
     } catch (...) {
-      for (size_t k = i + 1; k < temps.size(); ++k) ::unlink(temps[k].first.c_str());
+      for (size_t k = i + 1; k < temps.size(); ++k) {
+        ::unlink(temps[k].first.c_str());
+        core::untrack_temp(temps[k].first);
+      }
       for (size_t k = 0; k < i; ++k) {  // the ones already renamed: back to what they were
         if (!kept[k].empty()) ::rename(kept[k].c_str(), temps[k].second.c_str());
         else ::unlink(temps[k].second.c_str());
