@@ -304,6 +304,16 @@ def _variant_for(variant, op):
         unknown = set(variant) - {"fwd", "bwd"}
         if unknown:
             raise ValueError("variant dict keys must be \"fwd\" and/or \"bwd\", got %s" % sorted(unknown))
+        # Every name given, not only op's: a wrong one fails here, not at the
+        # first backward (or inside a traced graph).
+        for key, name in variant.items():
+            if name is None:
+                continue
+            if not isinstance(name, str):
+                raise ValueError("variant[%r] must be a variant name or None, got %r" % (key, name))
+            got = variant_info(name)["op"]  # ValueError naming an unknown name
+            if got != key:
+                raise ValueError("variant[%r] = %r is a %s variant" % (key, name, got))
         return variant.get(op)
     if isinstance(variant, str):
         return variant if variant_info(variant)["op"] == op else None
