@@ -233,6 +233,23 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
   }
 }
 
+// export re-runs each case: a report naming an implementation this process
+// does not know (gated from Python, or a plugin not loaded) is refused before
+// any case runs, saying how to get one, and nothing is written.
+TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
+  nlohmann::json j = load(report());
+  ASSERT_FALSE(j["windows"].empty());
+  for (auto& w : j["windows"]) w["variant"] = "my_rmsnorm";
+  const std::string ext = *dir_ + "/external.json", out = *dir_ + "/ext.h5";
+  std::ofstream(ext) << j.dump();
+  const CliRun r = run("export " + ext + " -o " + out + " --backend cpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "ran 'my_rmsnorm', which is not a built-in variant")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--plugin LIB.so for a plugin")) << r.out;
+  EXPECT_FALSE(contains(r.out, "pairs from")) << r.out;  // refused before the export began
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 
 namespace {
