@@ -574,6 +574,9 @@ def _write_atomic(path, text):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the table and policy are read by others too
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -58,6 +58,10 @@ def test_fp64_reference_passes(tmp_path):
     rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 40)}], journal=str(tmp_path / "j"),
                         report_json=str(tmp_path / "r.json"), report_md=str(tmp_path / "r.md"), **SMALL)
     assert rep["verdict"] == "PASS", rep["markdown"]
+    umask = os.umask(0)
+    os.umask(umask)
+    # The generated table has the mode of any file the user writes (not mkstemp's 0600).
+    assert os.stat(rep["table_path"]).st_mode & 0o777 == 0o666 & ~umask
     (w,) = rep["windows"]
     assert w["variant"] == "py_fp64_ref"
     assert w["source_sha256"] == impl.source_sha256
