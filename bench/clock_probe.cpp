@@ -55,6 +55,21 @@ constexpr uint64_t kIters = 1u << 18;  // iterations between clock reads (~4M cy
 #define NG_ADD4 "add %[b], %[a]\n\tadd %[b], %[a]\n\tadd %[b], %[a]\n\tadd %[b], %[a]\n\t"
 #define NG_ADD16 NG_ADD4 NG_ADD4 NG_ADD4 NG_ADD4
 
+// The chain with four independent FMAs an iteration on registers R1..R6
+// ("ymm" or "zmm"), zeroed first (a VEX vpxor of the xmm half clears the
+// whole register): FMAs of zeros, no subnormals.
+#define NG_FMA4(R)                                                                        \
+  "vfmadd231pd %%" R "1, %%" R "2, %%" R "3\n\tvfmadd231pd %%" R "1, %%" R "2, %%" R "4\n\t" \
+  "vfmadd231pd %%" R "1, %%" R "2, %%" R "5\n\tvfmadd231pd %%" R "1, %%" R "2, %%" R "6\n\t"
+#define NG_FMA_LOOP(R)                                                                       \
+  asm volatile("vpxor %%xmm1, %%xmm1, %%xmm1\n\tvpxor %%xmm2, %%xmm2, %%xmm2\n\t"             \
+               "vpxor %%xmm3, %%xmm3, %%xmm3\n\tvpxor %%xmm4, %%xmm4, %%xmm4\n\t"             \
+               "vpxor %%xmm5, %%xmm5, %%xmm5\n\tvpxor %%xmm6, %%xmm6, %%xmm6\n\t"             \
+               "1:\n\t" NG_ADD16 NG_FMA4(R) "dec %[n]\n\tjnz 1b\n\tvzeroupper\n\t"            \
+               : [a] "+r"(a), [n] "+r"(n)                                                  \
+               : [b] "r"(b)                                                                \
+               : "cc", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6")
+
 // kIters iterations of the chain; returns its final value (kept live).
 uint64_t run_chunk(Kind k, uint64_t a) {
   uint64_t n = kIters;
@@ -64,31 +79,10 @@ uint64_t run_chunk(Kind k, uint64_t a) {
       asm volatile("1:\n\t" NG_ADD16 "dec %[n]\n\tjnz 1b\n\t" : [a] "+r"(a), [n] "+r"(n) : [b] "r"(b) : "cc");
       break;
     case Kind::avx2:
-      // Zeroed accumulators: FMAs of zeros, no subnormals.
-      asm volatile(
-          "vxorpd %%ymm1, %%ymm1, %%ymm1\n\tvxorpd %%ymm2, %%ymm2, %%ymm2\n\t"
-          "vxorpd %%ymm3, %%ymm3, %%ymm3\n\tvxorpd %%ymm4, %%ymm4, %%ymm4\n\t"
-          "vxorpd %%ymm5, %%ymm5, %%ymm5\n\tvxorpd %%ymm6, %%ymm6, %%ymm6\n\t"
-          "1:\n\t" NG_ADD16
-          "vfmadd231pd %%ymm1, %%ymm2, %%ymm3\n\tvfmadd231pd %%ymm1, %%ymm2, %%ymm4\n\t"
-          "vfmadd231pd %%ymm1, %%ymm2, %%ymm5\n\tvfmadd231pd %%ymm1, %%ymm2, %%ymm6\n\t"
-          "dec %[n]\n\tjnz 1b\n\tvzeroupper\n\t"
-          : [a] "+r"(a), [n] "+r"(n)
-          : [b] "r"(b)
-          : "cc", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6");
+      NG_FMA_LOOP("ymm");
       break;
     case Kind::avx512:
-      asm volatile(
-          "vpxorq %%zmm1, %%zmm1, %%zmm1\n\tvpxorq %%zmm2, %%zmm2, %%zmm2\n\t"
-          "vpxorq %%zmm3, %%zmm3, %%zmm3\n\tvpxorq %%zmm4, %%zmm4, %%zmm4\n\t"
-          "vpxorq %%zmm5, %%zmm5, %%zmm5\n\tvpxorq %%zmm6, %%zmm6, %%zmm6\n\t"
-          "1:\n\t" NG_ADD16
-          "vfmadd231pd %%zmm1, %%zmm2, %%zmm3\n\tvfmadd231pd %%zmm1, %%zmm2, %%zmm4\n\t"
-          "vfmadd231pd %%zmm1, %%zmm2, %%zmm5\n\tvfmadd231pd %%zmm1, %%zmm2, %%zmm6\n\t"
-          "dec %[n]\n\tjnz 1b\n\tvzeroupper\n\t"
-          : [a] "+r"(a), [n] "+r"(n)
-          : [b] "r"(b)
-          : "cc", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6");
+      NG_FMA_LOOP("zmm");
       break;
   }
   return a;
