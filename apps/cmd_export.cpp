@@ -57,9 +57,10 @@ void add_export(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(
               "the report's " + (it.window.empty() ? std::string("case ") + it.case_id : "window '" + it.window + "'") +
               " ran '" + printable(it.impl) +
-              "', which is not a built-in variant: export re-runs each case, so an implementation of your own "
-              "must be registered here (--plugin LIB.so for a plugin; a Python one, gated with normgate.gate, "
-              "is re-run from Python with normgate.check)");
+              "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
+              "export re-runs each case, so an implementation of your own must be registered here (--plugin "
+              "LIB.so for a plugin; a Python one, gated with normgate.gate, is re-run from Python with "
+              "normgate.check)");
       validators::ExportOptions eo;
       eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (eo.backend == validators::Backend::cpu)

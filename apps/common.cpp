@@ -155,13 +155,21 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
     throw;
   }
   // Before the renames, a hard link keeps each previous file, so a rename
-  // that fails (an I/O error) can put the earlier ones back.
+  // that fails (an I/O error) can put the earlier ones back. The links are
+  // tracked as the temporaries are: a signal during the renames removes
+  // them (each file is then whole, the old or the new one).
   std::vector<std::string> kept(temps.size());  // "" : no previous file (or no link)
   for (size_t i = 0; i < temps.size(); ++i) {
     const std::string old = temps[i].second + ".old." + std::to_string(::getpid());
     ::unlink(old.c_str());
+    core::track_temp(old);
     if (::link(temps[i].second.c_str(), old.c_str()) == 0) kept[i] = old;
+    else core::untrack_temp(old);
   }
+  auto drop_kept = [](const std::string& k) {
+    ::unlink(k.c_str());
+    core::untrack_temp(k);
+  };
   for (size_t i = 0; i < temps.size(); ++i) {
     try {
       commit_temp(temps[i].first, temps[i].second);
@@ -171,16 +179,20 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
         core::untrack_temp(temps[k].first);
       }
       for (size_t k = 0; k < i; ++k) {  // the ones already renamed: back to what they were
-        if (!kept[k].empty()) ::rename(kept[k].c_str(), temps[k].second.c_str());
-        else ::unlink(temps[k].second.c_str());
+        if (!kept[k].empty()) {
+          ::rename(kept[k].c_str(), temps[k].second.c_str());
+          core::untrack_temp(kept[k]);
+        } else {
+          ::unlink(temps[k].second.c_str());
+        }
       }
       for (size_t k = i; k < temps.size(); ++k)
-        if (!kept[k].empty()) ::unlink(kept[k].c_str());
+        if (!kept[k].empty()) drop_kept(kept[k]);
       throw;
     }
   }
   for (const auto& k : kept)
-    if (!k.empty()) ::unlink(k.c_str());
+    if (!k.empty()) drop_kept(k);
 }
 
 void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs, bool dash_is_stdout) {

@@ -5,17 +5,20 @@
 // host's cores" and Open leads), and "what 16 busy cores cost each" was never
 // split into the all-core clock and the memory system. This measures the
 // first alone: every thread runs a chain of dependent 64-bit integer adds (one
-// cycle each on every x86-64 core), so chain length x iterations
-// / seconds is the clock the thread ran at, counting any time it was
-// descheduled as clock lost. Beside the chain, each iteration issues
-// independent vector FMAs of the chosen kind, which do not lengthen it but
-// put the core in the frequency state of that kind of code:
+// cycle each on every x86-64 core), so chain length x iterations over the
+// thread's CPU seconds (CLOCK_THREAD_CPUTIME_ID) is the clock it ran at
+// while on a CPU; its CPU seconds over the wall seconds, the on-CPU
+// fraction, say how much it shared its core (spinners beside it, more
+// threads than cores), which the clock alone would hide. Beside the chain,
+// each iteration issues independent vector FMAs of the chosen kind, which do
+// not lengthen it but put the core in the frequency state of that code:
 //   scalar   the chain alone
 //   avx2     plus four 256-bit FMAs per 16 adds (the oracle's AVX2 clones)
 //   avx512   plus four 512-bit FMAs per 16 adds (its AVX-512 clones, D13,
 //            and the validators' eight-lane scan, D18)
-// All K threads start together and each runs --seconds; the table gives the
-// median and the lowest per-thread GHz for each (K, kind).
+// All K threads start together and each runs `seconds`; the table gives the
+// median and the lowest per-thread GHz for each (K, kind), and the on-CPU
+// fraction.
 //
 //   clock_probe [threads=1,N] [seconds=1] [kinds=scalar,avx2,avx512]
 //
@@ -27,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,7 +72,9 @@ constexpr uint64_t kIters = 1u << 18;  // iterations between clock reads (~4M cy
                "1:\n\t" NG_ADD16 NG_FMA4(R) "dec %[n]\n\tjnz 1b\n\tvzeroupper\n\t"            \
                : [a] "+r"(a), [n] "+r"(n)                                                  \
                : [b] "r"(b)                                                                \
-               : "cc", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6")
+               /* vzeroupper clears the upper halves of every vector register */        \
+               : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+                 "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
 
 // kIters iterations of the chain; returns its final value (kept live).
 uint64_t run_chunk(Kind k, uint64_t a) {
@@ -102,9 +108,21 @@ uint64_t run_chunk(Kind, uint64_t a) { return a; }
 bool cpu_has(Kind) { return false; }
 #endif
 
-// K threads, started together, each for `seconds`; the GHz of each.
-std::vector<double> measure(Kind k, int threads, double seconds) {
-  std::vector<double> ghz(static_cast<size_t>(threads), 0.0);
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// One thread's result: the clock while it ran (cycles over its CPU time) and
+// the fraction of the wall time it was on a CPU (1 unless it shared a core).
+struct ThreadClock {
+  double ghz = 0, on_cpu = 0;
+};
+
+// K threads, started together, each for `seconds` of wall time.
+std::vector<ThreadClock> measure(Kind k, int threads, double seconds) {
+  std::vector<ThreadClock> out(static_cast<size_t>(threads));
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::atomic<uint64_t> sink{0};
@@ -118,20 +136,24 @@ std::vector<double> measure(Kind k, int threads, double seconds) {
       uint64_t a = static_cast<uint64_t>(t), chunks = 0;
       a = run_chunk(k, a);  // warm-up chunk, not counted
       const auto t0 = clk::now();
+      const double c0 = thread_cpu_seconds();
       double el = 0;
       do {
         a = run_chunk(k, a);
         ++chunks;
         el = std::chrono::duration<double>(clk::now() - t0).count();
       } while (el < seconds);
-      ghz[static_cast<size_t>(t)] = static_cast<double>(chunks * kIters * kChain) / el * 1e-9;
+      const double cpu = thread_cpu_seconds() - c0;
+      ThreadClock& r = out[static_cast<size_t>(t)];
+      r.ghz = cpu > 0 ? static_cast<double>(chunks * kIters * kChain) / cpu * 1e-9 : 0;
+      r.on_cpu = cpu / el;
       sink.fetch_add(a, std::memory_order_relaxed);
     });
   while (ready.load() < threads) std::this_thread::yield();
   go.store(true, std::memory_order_release);
   for (auto& th : pool) th.join();
   if (sink.load() == 1) std::puts("");  // keeps the chains' results live
-  return ghz;
+  return out;
 }
 
 }  // namespace
@@ -172,16 +194,24 @@ int main(int argc, char** argv) {
       else if (w == "avx512") kinds.push_back(Kind::avx512);
       else throw bc::UsageError("kinds: '" + w + "' is not scalar, avx2 or avx512");
     }
-    std::printf("| threads | load | median GHz | lowest GHz |\n| --- | --- | --- | --- |\n");
+    std::printf("| threads | load | median GHz | lowest GHz | on-CPU fraction (median, lowest) |\n"
+                "| --- | --- | --- | --- | --- |\n");
     for (int t : threads)
       for (Kind k : kinds) {
         if (!cpu_has(k)) {
-          std::printf("| %d | %s | skipped: not on this CPU | |\n", t, name(k));
+          std::printf("| %d | %s | skipped: not on this CPU | | |\n", t, name(k));
           continue;
         }
-        std::vector<double> g = measure(k, t, seconds);
+        const std::vector<ThreadClock> r = measure(k, t, seconds);
+        std::vector<double> g, f;
+        for (const auto& x : r) {
+          g.push_back(x.ghz);
+          f.push_back(x.on_cpu);
+        }
         std::sort(g.begin(), g.end());
-        std::printf("| %d | %s | %.3f | %.3f |\n", t, name(k), g[g.size() / 2], g.front());
+        std::sort(f.begin(), f.end());
+        std::printf("| %d | %s | %.3f | %.3f | %.2f, %.2f |\n", t, name(k), g[g.size() / 2], g.front(),
+                    f[f.size() / 2], f.front());
         std::fflush(stdout);
       }
     return 0;

@@ -24,6 +24,7 @@ its report says pass and its verdict is pass. err/tol values the reports
 spell "inf" or "nan" (docs/schemas.md) are shown so.
 """
 import json
+import math
 import os
 from collections import Counter
 import sys
@@ -165,7 +166,8 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
         f, line = route_key(w.get("route", ""))
         cases += int(w.get("cases") or 0)
         we = num(wo.get("err_tol"))
-        if we is not None and (worst_all is None or not (we <= worst_all[0])):  # NaN ranks as worst
+        if we is not None and (worst_all is None or math.isnan(we) or
+                               (not math.isnan(worst_all[0]) and we > worst_all[0])):  # NaN ranks worst
             worst_all = (we, wo.get("output"), wo.get("case"), w["window"])
         body.append(((f, line), f"| {f}:{line} | {w['window']} | {w.get('variant')} "
                      f"({str(w.get('source_sha256', ''))[:12]}) | {w.get('cases')} | "
@@ -184,7 +186,9 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
     if worst_all:
         e = worst_all[0]
         where = f"in `{worst_all[2]}`, window {worst_all[3]}."
-        if e == 0:
+        if math.isnan(e):
+            L.append(f"Worst over a budget: {worst_all[1]} err/tol nan {where}")
+        elif e == 0:
             L.append("Closest to a budget: every output exact.")
         elif e <= 1:
             L.append(f"Closest to a budget: {worst_all[1]} err/tol {e:.4g} ({1 / e:.2f}x below it) {where}")

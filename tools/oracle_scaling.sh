@@ -9,8 +9,9 @@
 # and of validation (CPU seconds of every thread over the elements: flat in
 # the thread count when threads scale, growing when each gets slower). Then,
 # where the build has bench/clock_probe, the core clock each of that many
-# busy threads gets (scalar code and 512-bit FMAs, beside the same spinning
-# processes): how much of the growth is the all-core clock.
+# busy threads gets while on a CPU and the fraction of the time it was on
+# one (scalar code and 512-bit FMAs, beside the same spinning processes):
+# how much of the growth is the all-core clock, how much sharing a core.
 #
 #   tools/oracle_scaling.sh [--out DIR] [--deadline-s N]
 #
@@ -149,7 +150,7 @@ fi
   done
   if [ "$clock_ok" -eq 1 ]; then
     echo
-    echo "Core clock per busy thread (bench/clock_probe: dependent adds beside scalar code or 512-bit FMAs, $busy spinning process(es) beside):"
+    echo "Core clock per busy thread while on a CPU, and its on-CPU fraction (bench/clock_probe: dependent adds beside scalar code or 512-bit FMAs, $busy spinning process(es) beside):"
     echo
     cat "$out/clock.md"
   fi

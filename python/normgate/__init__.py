@@ -934,6 +934,11 @@ class Oracle:
         return rep
 
 
+def _desc(t):
+    """A short description of an output for messages: absent, or dtype and shape."""
+    return "absent" if t is None else "%s %s" % (str(t.dtype).replace("torch.", ""), tuple(t.shape))
+
+
 def check(impl, case_id, device=None):
     """Run `impl` on a case's inputs and validate what it returns.
 
@@ -975,21 +980,28 @@ def check(impl, case_id, device=None):
         outs = outputs_of(fn(inputs))
         if det:
             torch = _torch()
-            first = {k: v.detach().clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
-            again = outputs_of(fn(generate(case_id, device)))
+
+            def kept(d):  # what validate() reads: tensors; None or absent is "not produced"
+                return {k: v.detach().clone() for k, v in d.items() if isinstance(v, torch.Tensor)}
+
+            first = kept(outs)
+            again = kept(outputs_of(fn(generate(case_id, device))))
             for k in sorted(set(first) | set(again)):
                 a, b = first.get(k), again.get(k)
-                same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-                        and a.shape == b.shape)
-                if same:
-                    ab = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1)
-                    bb = b.detach().reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
-                    diff = (ab != bb.to(ab.device)).any(dim=1).nonzero()
-                    if diff.numel() == 0:
-                        continue
-                    where = "element %d" % int(diff[0])
-                else:
-                    where = "shape or dtype"
+                if a is None or b is None or a.dtype != b.dtype or a.shape != b.shape:
+                    raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
+                                       "outputs: %s is %s, then %s" % (impl.name, case_id, k, _desc(a), _desc(b)))
+                if a.numel() == 0:
+                    continue
+                width = a.element_size()
+                ab = a.reshape(-1).view(torch.uint8).reshape(-1, width)
+                bb = b.reshape(-1).view(torch.uint8).reshape(-1, width).to(ab.device)
+                diff = (ab != bb).any(dim=1).nonzero()
+                if diff.numel() == 0:
+                    continue
+                i = int(diff[0])
+                bits = lambda t: "0x" + bytes(t[i].cpu().tolist())[::-1].hex()  # noqa: E731 (little-endian)
                 raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
-                                   "bits: output %s %s" % (impl.name, case_id, k, where))
+                                   "bits: output %s element %d (%s then %s)" % (impl.name, case_id, k, i, bits(ab),
+                                                                             bits(bb)))
         return o.validate(**outs)

@@ -167,7 +167,7 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j"), **SMALL)
     assert rep["verdict"] == "FAIL"
     assert "is declared deterministic but two runs on H=64" in rep["markdown"], rep["markdown"]
-    assert "output dw element 3" in rep["markdown"]
+    assert "output dw, elements 0..63" in rep["markdown"]
     calls["n"] = 0
     nondet = normgate.Implementation("py_flaky_nondet", flaky, deterministic=False, source_sha256="ef" * 32,
                                      device="cpu")
@@ -201,6 +201,30 @@ def test_check_takes_an_implementation_on_its_device():
     assert normgate.check(nondet, case)["pass"] and calls["n"] == 3
     with pytest.raises(TypeError, match="impl must be a normgate.Implementation or a callable"):
         normgate.check("fp64_step", case, device="cpu")
+    # The message gives both bit patterns (dw element 3 differs in its last bit).
+    calls["n"] = 0
+    with pytest.raises(RuntimeError, match=r"output dw element 3 \(0x[0-9a-f]{8} then 0x[0-9a-f]{8}\)"):
+        normgate.check(det, case)
+    # A deterministic implementation that produces no dx, dw (None) and an
+    # empty case (T = 0): reproducible, no false alarm, no crash.
+    fwd_only = normgate.Implementation("py_check_none", lambda g: dict(fp64_step(g), dx=None, dw=None),
+                                       source_sha256="ab" * 32, device="cpu")
+    rep = normgate.check(fwd_only, case)
+    assert rep["outputs"]["y"]["err_tol"] <= 1
+    assert normgate.check(impl, "H=64,T=0,w=bf16,form=plain,family=normal,seed=0")["pass"]
+    # An output present in one run only: named.
+    flip = {"n": 0}
+
+    def sometimes_dw(g):
+        flip["n"] += 1
+        out = fp64_step(g)
+        if flip["n"] == 2:
+            del out["dw"]
+        return out
+
+    odd = normgate.Implementation("py_check_odd", sometimes_dw, source_sha256="ab" * 32, device="cpu")
+    with pytest.raises(RuntimeError, match=r"gave different outputs: dw is float32 \(64,\), then absent"):
+        normgate.check(odd, case)
 
 
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):

@@ -147,6 +147,12 @@ def test_infinite_err_tol_inconclusive_and_bad_outputs():
         m = os.umask(0)
         os.umask(m)
         assert os.stat(out).st_mode & 0o777 == 0o666 & ~m
+        # A NaN worst in the first window stays the worst whatever follows.
+        rep["windows"].pop()
+        w["worst"]["err_tol"] = "nan"
+        json.dump(rep, open(p, "w"))
+        r = run(p)
+        assert "Worst over a budget: y err/tol nan" in r.stdout and "below it" not in r.stdout, r.stdout[-400:]
 
 if __name__ == "__main__":
     test_report_format_versions()
