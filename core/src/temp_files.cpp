@@ -61,12 +61,16 @@ void remove_temps_on_signal() {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESETHAND;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
       struct sigaction old {};
       // A signal the caller's parent set to be ignored (nohup) stays ignored.
       if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
       ::sigaction(sig, &sa, nullptr);
     }
+    // A write past the file-size limit (ulimit -f) fails with EFBIG instead
+    // of killing the process: the writer's own error path removes its
+    // temporary and says which file could not be written.
+    ::signal(SIGXFSZ, SIG_IGN);
   });
 }
 

@@ -756,8 +756,15 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
 
     # Work starts here: the implementations' registration (the library checks
     # their names against the registry), then the table (windows=).
+    if backend == "gpu" and not _lib.device_available():
+        raise ValueError("backend='gpu' but no usable CUDA device is present (backend 'auto' or 'cpu' runs the "
+                         "built-in variants' CPU models)")
     for x in impls:
         _register(x)
+    # What the library refuses before any case runs (NG_EINVAL: a journal of
+    # another campaign, a policy this campaign is below, ...) must leave the
+    # folder as it was: the table and policy written here are put back.
+    undo = []
     if windows is not None and not isinstance(windows, str):
         current = None
         if os.path.exists(table):
@@ -768,10 +775,12 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                              "(give another path)" % table)
         if current != text:
             _write_atomic(table, text)
+            undo.append((table, current))
         stem = table[:-5] if table.endswith(".toml") else table
         if approve and not os.path.exists(stem + ".policy.toml"):
             _write_atomic(stem + ".policy.toml",
                           _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+            undo.append((stem + ".policy.toml", None))
 
     L = _L()
     o = _GateOptions()
@@ -840,7 +849,15 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
             raise state.stop
         raise KeyboardInterrupt("normgate.gate interrupted; the journal %s resumes it"
                                 % (repr(journal) if journal else "(none given: nothing)"))
-    _lib.check(rc)
+    try:
+        _lib.check(rc)
+    except ValueError:  # refused before any case ran: nothing of this call stays
+        for path, before in reversed(undo):
+            if before is None:
+                os.unlink(path)
+            else:
+                _write_atomic(path, before)
+        raise
     try:
         import json
         rep = json.loads(ctypes.string_at(out.value).decode())

@@ -227,6 +227,30 @@ def test_check_takes_an_implementation_on_its_device():
         normgate.check(odd, case)
 
 
+def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
+    # The same journal with other windows: the library refuses it (another
+    # campaign) before any case runs, and the table written for the second
+    # call is put back, so table, journal and reports still agree.
+    impl = normgate.Implementation("py_refused", fp64_step, source_sha256="ab" * 32, device="cpu")
+    journal = str(tmp_path / "j.jsonl")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=journal, approve=True, **SMALL)
+    table = rep["table_path"]
+    before = open(table).read()
+    policy = table[:-5] + ".policy.toml"
+    os.unlink(policy)  # so that the second call would write one
+    with pytest.raises(ValueError, match="journal"):
+        normgate.gate(impl, windows=[{"H": 64, "T": (1, 16)}], journal=journal, approve=True, **SMALL)
+    assert open(table).read() == before
+    assert not os.path.exists(policy)
+    if not torch.cuda.is_available():
+        out = tmp_path / "gpu"
+        out.mkdir()
+        with pytest.raises(ValueError, match="backend='gpu' but no usable CUDA device"):
+            normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(out / "j"), approve=True,
+                          backend="gpu", **SMALL)
+        assert os.listdir(out) == []
+
+
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
     impl = normgate.Implementation("py_badtype", lambda g: {"dw": torch.zeros(64, dtype=torch.float64)},
                                    source_sha256="cd" * 32, device="cpu")

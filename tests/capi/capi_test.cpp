@@ -5,6 +5,7 @@
 // outputs (absent ones reported absent). GPU tests skip without a device.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -416,6 +417,48 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
   o.journal = rj.c_str();
   EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
   EXPECT_NE(last_error().find("journal '" + rj + "' is a folder"), std::string::npos) << last_error();
+  // Not a regular file (a FIFO here; a device the same), two outputs on one
+  // file, an output over the table, an empty path: refused, nothing written.
+  const std::string fifo = d + "/fifo.md", md = d + "/r.md", j = d + "/j.jsonl", ghost = d + "/ghost.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ng_gate_options_init(&o);
+  o.table = table.c_str();
+  o.seeds = "3x1";
+  o.backend = "cpu";
+  struct Bad {
+    const char *md, *json, *journal;
+    std::string needle;
+  };
+  const Bad cases[] = {
+      {fifo.c_str(), nullptr, nullptr, "report_md '" + fifo + "' exists and is not a regular file"},
+      {md.c_str(), nullptr, md.c_str(), "report_md '" + md + "' and journal '" + md + "' name one file"},
+      {md.c_str(), md.c_str(), nullptr, "name one file"},
+      {nullptr, table.c_str(), nullptr, "is the table: writing it would destroy what the gate reads"},
+      {"", nullptr, nullptr, "report_md is empty"},
+      {nullptr, nullptr, "", "journal is empty"},
+  };
+  for (const auto& b : cases) {
+    o.report_md = b.md;
+    o.report_json = b.json;
+    o.journal = b.journal;
+    EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL) << b.needle;
+    EXPECT_NE(last_error().find(b.needle), std::string::npos) << last_error();
+  }
+  EXPECT_FALSE(std::filesystem::exists(md));
+  // A link is written through, never replaced (here to a file not made yet).
+  std::filesystem::create_symlink(ghost, d + "/link.json");
+  const std::string link = d + "/link.json";
+  o.report_md = nullptr;
+  o.journal = nullptr;
+  o.report_json = link.c_str();
+  o.windows = "op=fwd,w=bf16";
+  o.t_per_window = 2;
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  ASSERT_EQ(ng_gate(&o, &out), NG_OK) << last_error();
+  ng_free_string(out);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::is_regular_file(ghost));
   std::filesystem::remove_all(d);
 }
 

@@ -1,5 +1,5 @@
 // tests/core/temp_files_test.cpp: temporary files tracked while they are
-// written are removed when SIGINT, SIGTERM or SIGHUP ends the process, which
+// written are removed when SIGINT, SIGTERM, SIGHUP or SIGQUIT ends the process, which
 // still dies of the signal; untracked and released files stay. Each case
 // runs in a forked child (the handlers are process-wide).
 #include <gtest/gtest.h>
@@ -49,7 +49,7 @@ int child_dies_of(int sig, const std::string& d) {
 }
 
 TEST(TempFiles, ASignalRemovesTrackedTemporariesAndStillEndsTheProcess) {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     const std::string d = dir_for(std::to_string(sig));
     const int status = child_dies_of(sig, d);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "signal " << sig << ", status " << status;
@@ -58,6 +58,26 @@ TEST(TempFiles, ASignalRemovesTrackedTemporariesAndStillEndsTheProcess) {
     EXPECT_TRUE(fs::exists(d + "/released.tmp")) << "signal " << sig;
     fs::remove_all(d);
   }
+}
+
+// SIGXFSZ is ignored once the handlers are in (a write past ulimit -f fails
+// with EFBIG), and a signal the parent ignored stays ignored.
+TEST(TempFiles, FileSizeSignalIgnoredAndIgnoredSignalsStayIgnored) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGHUP, SIG_IGN);  // as nohup
+    normgate::core::remove_temps_on_signal();
+    struct sigaction xfsz {}, hup {}, term {};
+    ::sigaction(SIGXFSZ, nullptr, &xfsz);
+    ::sigaction(SIGHUP, nullptr, &hup);
+    ::sigaction(SIGTERM, nullptr, &term);
+    const bool ok = xfsz.sa_handler == SIG_IGN && hup.sa_handler == SIG_IGN && term.sa_handler != SIG_IGN &&
+                    term.sa_handler != SIG_DFL;
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(TempFiles, TrackingIsBoundedAndUntrackIgnoresStrangers) {

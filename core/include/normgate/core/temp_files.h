@@ -26,11 +26,15 @@ void untrack_temp(const std::string& path);
 /// How many temporary files can be tracked at once.
 inline constexpr int kMaxTrackedTemps = 32;
 
-/// Install handlers for SIGINT, SIGTERM and SIGHUP that unlink every tracked
-/// temporary file (async-signal-safe: unlink only), restore the default
-/// action and raise the signal again, so the process ends as it would have
-/// (exit status 128 + signal in a shell). Idempotent. For executables only:
-/// a library leaves its host's signal handling alone.
+/// Install handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that unlink
+/// every tracked temporary file (async-signal-safe: unlink only), restore
+/// the default action and raise the signal again, so the process ends as it
+/// would have (exit status 128 + signal in a shell); a signal already
+/// ignored (nohup) stays ignored. SIGXFSZ is ignored: a write past the
+/// file-size limit then fails with EFBIG and takes its writer's error path
+/// (temporary removed, the file named) instead of killing the process.
+/// Idempotent. For executables only: a library leaves its host's signal
+/// handling alone.
 void remove_temps_on_signal();
 
 /// RAII: track_temp(path) now, untrack_temp(path) on destruction (after the
