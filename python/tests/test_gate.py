@@ -225,6 +225,24 @@ def test_check_takes_an_implementation_on_its_device():
     odd = normgate.Implementation("py_check_odd", sometimes_dw, source_sha256="ab" * 32, device="cpu")
     with pytest.raises(RuntimeError, match=r"gave different outputs: dw is float32 \(64,\), then absent"):
         normgate.check(odd, case)
+    # The same bits in another shape are the same output (as in the gate).
+    shape = {"n": 0}
+
+    def reshaped(g):
+        shape["n"] += 1
+        out = fp64_step(g)
+        if shape["n"] == 2:
+            out["y"] = out["y"].reshape(-1)
+        return out
+
+    assert normgate.check(normgate.Implementation("py_check_shape", reshaped, source_sha256="ab" * 32,
+                                                  device="cpu"), case)["pass"]
+    # The gate reads None as "not produced" too (it used to stop the gate).
+    rep = normgate.gate(fwd_only, windows=[{"H": 64, "T": (1, 8)}], **SMALL)
+    w = rep["windows"][0]
+    assert w["verdict"] == "fail" and w["errors"] == 0  # a verdict of the outputs, not an error
+    assert w["outputs"]["dw"]["max_err_tol"] == "inf" and w["outputs"]["dx"]["max_err_tol"] == "inf"
+    assert w["outputs"]["y"]["max_err_tol"] <= 1
 
 
 def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
