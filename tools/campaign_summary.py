@@ -28,8 +28,8 @@ import math
 import os
 from collections import Counter
 import sys
-import tempfile
 
+from out_file import check_out, write_text
 from report_format import format_version
 
 OUTS = ("y", "rstd", "dx", "dw")
@@ -49,16 +49,20 @@ def load(path):
             raise ValueError("no windows/date: not a normgate gate report")
         if not isinstance(r["date"], str):
             raise ValueError(f"date {r['date']!r} is not a string")
+        if not isinstance(r.get("device") or {}, dict):
+            raise ValueError(f"device {r.get('device')!r} is not an object")
         for k, w in enumerate(r["windows"]):
             if not isinstance(w, dict) or not isinstance(w.get("window"), str):
                 raise ValueError(f"windows[{k}] has no window name: not a normgate gate report")
-            if not isinstance(w.get("route", ""), str) or not isinstance(w.get("outputs") or {}, dict):
-                raise ValueError(f"windows[{k}] ({w['window']}): route or outputs malformed")
+            outs = w.get("outputs") or {}
+            if not isinstance(w.get("route", ""), str) or not isinstance(outs, dict) or \
+                    not all(isinstance(v, dict) for v in outs.values()) or not isinstance(w.get("worst") or {}, dict):
+                raise ValueError(f"windows[{k}] ({w['window']}): route, outputs or worst malformed")
             try:
                 int(w.get("cases") or 0)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"windows[{k}] ({w['window']}): cases {w.get('cases')!r} is not a count") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         die(f"{path}: {e}")
     return r
 
@@ -127,6 +131,8 @@ def table_windows(path):
     lines = [i + 1 for i, ln in enumerate(raw.decode("utf-8").splitlines()) if re.match(r"\s*\{\s*op\s*=", ln)]
     out = []
     for k, r in enumerate(routes):
+        if not isinstance(r, dict):
+            die(f"{path}: route {k + 1} is not a table ({r!r}); `normgate routes {path}` names the entry")
         try:
             mode = f" {r['mode']}" if r.get("op") == "bwd" else ""
             lo, hi = r["T"]
@@ -216,6 +222,8 @@ def main(argv):
     ap.add_argument("--md", default="", help="also write the table here (atomically)")
     ap.add_argument("--table", default="", help="the route table: list its routes no report covers as 'not gated'")
     a = ap.parse_args(argv)  # usage errors: exit 2
+    # --md before any work: exit 2 naming it ('-', a folder, a device, an input).
+    md_out = check_out("campaign_summary", a.md, a.reports + ([a.table] if a.table else [])) if a.md else ""
     reports, rows, superseded = summarize(a.reports)
     missing, n_table = [], 0
     if a.table:
@@ -225,26 +233,7 @@ def main(argv):
         missing = [m for m in listed if m[1] not in have]
     md, ok = markdown(reports, rows, superseded, missing, n_table)
     if a.md:
-        if os.path.isdir(a.md):
-            die(f"--md {a.md!r} is a folder (give a file name)")
-        if any(os.path.exists(p) and os.path.exists(a.md) and os.path.samefile(p, a.md)
-               for p in a.reports + ([a.table] if a.table else [])):
-            die(f"--md {a.md!r} is one of the inputs: writing it would destroy what this reads")
-        tmp = None
-        try:
-            d = os.path.dirname(os.path.abspath(a.md))
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
-            with os.fdopen(fd, "w") as f:
-                f.write(md)
-            m = os.umask(0)
-            os.umask(m)
-            os.chmod(tmp, 0o666 & ~m)  # as any file the user writes, not mkstemp's 0600
-            os.replace(tmp, a.md)
-        except OSError as e:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-            print(f"campaign_summary: cannot write --md {a.md!r}: {e}", file=sys.stderr)
-            return 3
+        write_text("campaign_summary", md_out, md)  # exit 3 naming it when it fails
     print(md, end="")
     return 0 if ok else 1
 

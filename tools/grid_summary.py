@@ -9,8 +9,9 @@ before `normgate check` could write its own --md table.
 
 Usage: tools/grid_summary.py LOG [LOG ...]
 Exit 0; 2 for a usage error or a log that cannot be read (named). Lines that
-are not case lines are skipped; a case line without family= or with a dw
-that is not a number is skipped and counted on stderr. A NaN dw ranks worst.
+are not case lines are skipped; a case line without family=, or with a dw
+or time that is not a number, is skipped and counted on stderr. A NaN dw
+ranks worst.
 """
 import argparse
 import math
@@ -41,10 +42,11 @@ def main(paths):
             try:
                 fam = dict(kv.split("=", 1) for kv in case.split(","))["family"]
                 found = [(impl, verdict, float(dw)) for impl, verdict, dw in impl_re.findall(m.group(5))]
+                secs = float(m.group(3))
             except (KeyError, ValueError):
                 bad += 1
                 continue
-            seconds += float(m.group(3))
+            seconds += secs
             for impl, verdict, v in found:
                 key = (impl, fam)
                 if key not in agg:
@@ -56,7 +58,7 @@ def main(paths):
                 if a["dw"] is None or math.isnan(v) or (not math.isnan(a["dw"]) and v > a["dw"]):
                     a["dw"], a["worst"] = v, case
     if bad:
-        print(f"grid_summary: {bad} case line(s) without family= or with a dw that is not a number skipped",
+        print(f"grid_summary: {bad} malformed case line(s) skipped (no family=, or a dw or time that is not a number)",
               file=sys.stderr)
     print("| impl | family | cases | failed | max dw err/tol | worst dw case |")
     print("| --- | --- | --- | --- | --- | --- |")

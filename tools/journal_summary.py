@@ -18,7 +18,8 @@ import json
 import os
 import re
 import sys
-import tempfile
+
+from out_file import check_out, write_text
 
 OUTS = ("y", "rstd", "dx", "dw")
 # The digest member a format-2 line ends in (journal_line in gate/src/journal.cpp).
@@ -39,13 +40,7 @@ def main(argv):
     a = ap.parse_args(argv)  # a usage error: exit 2
     path, md_out = a.journal, a.md
     if md_out is not None:
-        if md_out == "" or os.path.isdir(md_out):
-            print(f"journal_summary: --md {md_out!r} is not a file name", file=sys.stderr)
-            return 2
-        if os.path.exists(md_out) and os.path.exists(path) and os.path.samefile(md_out, path):
-            print(f"journal_summary: --md {md_out!r} is the journal itself: writing it would destroy what "
-                  "this reads; give another file", file=sys.stderr)
-            return 2
+        md_out = check_out("journal_summary", md_out, [path])  # exit 2 naming it
     try:
         opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
         with opener(path, "rt", encoding="utf-8") as f:
@@ -53,7 +48,7 @@ def main(argv):
         if not lines:
             raise ValueError("the file is empty")
         head = json.loads(lines[0])
-    except (OSError, ValueError, EOFError) as e:  # EOFError: a truncated .gz
+    except (OSError, ValueError, EOFError, RecursionError) as e:  # EOFError: a truncated .gz
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
         return 2
     fmt = head.get("normgate_journal") if isinstance(head, dict) else None
@@ -68,7 +63,7 @@ def main(argv):
             rec = json.loads(line)
             if fmt == 2 and not signed(line):
                 raise ValueError("digest")
-        except ValueError:
+        except (ValueError, RecursionError):
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
             continue
         try:
@@ -79,23 +74,48 @@ def main(argv):
         except (KeyError, TypeError, ValueError, AttributeError):
             print(f"journal_summary: {path}:{n}: a record without a readable case id skipped", file=sys.stderr)
             continue
-        for res in rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]:
-            g = groups.setdefault(key + (res["impl"],), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
-                                                         "worst": {o: (0.0, "") for o in OUTS}})
-            g["cases"] += 1
-            g["T"] = [min(g["T"][0], T), max(g["T"][1], T)]
-            if rec.get("error"):
-                g["errors"] += 1
-                continue
-            ok = True
-            for o in OUTS:
-                v = res[o]
-                ratio = float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))
-                ok = ok and bool(v[4])
-                if ratio > g["worst"][o][0] or not g["worst"][o][1]:
-                    g["worst"][o] = (ratio, case)
-            g["failed"] += 0 if ok else 1
-    camp = head.get("campaign", {})
+        try:
+            add_record(groups, rec, case, key, T)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            print(f"journal_summary: {path}:{n}: a record with malformed results skipped", file=sys.stderr)
+    return finish(path, lines, head, groups, md_out)
+
+
+def add_record(groups, rec, case, key, T):
+    """Count one record's results into groups. Every result is read first, so
+    a malformed record raises before it changes anything."""
+    results = rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]
+    parsed = []  # (impl, error?, [(output, ratio)], ok)
+    for res in results:
+        impl = res["impl"]
+        if not isinstance(impl, str):
+            raise TypeError("impl")
+        if rec.get("error"):
+            parsed.append((impl, True, [], False))
+            continue
+        ratios, ok = [], True
+        for o in OUTS:
+            v = res[o]
+            ratios.append((o, float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))))
+            ok = ok and bool(v[4])
+        parsed.append((impl, False, ratios, ok))
+    for impl, error, ratios, ok in parsed:
+        g = groups.setdefault(key + (impl,), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
+                                              "worst": {o: (0.0, "") for o in OUTS}})
+        g["cases"] += 1
+        g["T"] = [min(g["T"][0], T), max(g["T"][1], T)]
+        if error:
+            g["errors"] += 1
+            continue
+        for o, ratio in ratios:
+            if ratio > g["worst"][o][0] or not g["worst"][o][1]:
+                g["worst"][o] = (ratio, case)
+        g["failed"] += 0 if ok else 1
+
+
+def finish(path, lines, head, groups, md_out):
+    """The table (and --md)."""
+    camp = head.get("campaign") if isinstance(head.get("campaign"), dict) else {}
     n_cases = sum(1 for line in lines[1:] if line.strip())
     L = [f"Journal `{path}`: {n_cases} case lines; campaign seeds {camp.get('seeds')}, backend "
          f"{camp.get('backend')}, device {camp.get('device')}, oracle {camp.get('oracle')}, table sha256 "
@@ -110,26 +130,9 @@ def main(argv):
                  f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1])} |")
     text = "\n".join(L) + "\n"
     if md_out:
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(md_out)), prefix=".journal_summary.")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, md_out)
-        except OSError as e:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-            print(f"journal_summary: cannot write --md {md_out!r}: {e}", file=sys.stderr)
-            return 3
+        write_text("journal_summary", md_out, text)  # exit 3 naming it when it fails
     print(text)
     return 0
-
-
-def _umask():
-    m = os.umask(0)
-    os.umask(m)
-    return m
 
 
 if __name__ == "__main__":

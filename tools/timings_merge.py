@@ -132,6 +132,8 @@ def main(argv):
         die(f"OUT '{out}' is a folder or empty")
     if out == "-":
         die("OUT '-': give a file (the merged timings do not go to stdout)")
+    if os.path.exists(real_out) and not os.path.isfile(real_out):
+        die(f"OUT '{out}' exists and is not a regular file (a device, FIFO or socket: the rename would replace it)")
     b, n = load(base), load(new)
     if (b.get("rounds"), b.get("reps")) != (n.get("rounds"), n.get("reps")):
         die(f"{new}: rounds/reps {n.get('rounds')}/{n.get('reps')} differ from {base}'s "

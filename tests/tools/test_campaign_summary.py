@@ -134,13 +134,29 @@ def test_infinite_err_tol_inconclusive_and_bad_outputs():
         # --md: a folder, an input, and a report without window names: exit 2, nothing written.
         assert run(p, "--md", d).returncode == 2
         r = run(p, "--md", p)
-        assert r.returncode == 2 and "one of the inputs" in r.stderr
+        assert r.returncode == 2 and "is the input" in r.stderr, r.stderr
+        r = run(p, "--md", "-")
+        assert r.returncode == 2 and "give a file" in r.stderr and not os.path.exists("-"), r.stderr
+        fifo = os.path.join(d, "fifo.md")
+        os.mkfifo(fifo)
+        r = run(p, "--md", fifo)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+        os.unlink(fifo)
         assert json.load(open(p))["windows"][0]["window"] == w["window"]
-        rep["windows"].append({})
         bad = os.path.join(d, "bad.json")
-        json.dump(rep, open(bad, "w"))
+        for edit, needle in ((lambda x: x["windows"].append({}), "has no window name"),
+                             (lambda x: x.__setitem__("device", "H200"), "device 'H200' is not an object"),
+                             (lambda x: x["windows"][0].__setitem__("outputs", {"y": 5}), "outputs or worst malformed"),
+                             (lambda x: x["windows"][0].__setitem__("worst", 5), "outputs or worst malformed"),
+                             (lambda x: x["windows"][0].__setitem__("cases", 1e400), "is not a count")):
+            bad_rep = json.loads(json.dumps(rep))
+            edit(bad_rep)
+            open(bad, "w").write(json.dumps(bad_rep).replace("1e+400", "1e400").replace("Infinity", "1e400"))
+            r = run(bad)
+            assert r.returncode == 2 and needle in r.stderr, (needle, r.stderr)
+        open(bad, "w").write("[" * 100000)
         r = run(bad)
-        assert r.returncode == 2 and "has no window name" in r.stderr, r.stderr
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-300:]
         # A written summary is readable by others (not mkstemp's 0600).
         out = os.path.join(d, "s.md")
         run(p, "--md", out)
@@ -148,7 +164,6 @@ def test_infinite_err_tol_inconclusive_and_bad_outputs():
         os.umask(m)
         assert os.stat(out).st_mode & 0o777 == 0o666 & ~m
         # A NaN worst in the first window stays the worst whatever follows.
-        rep["windows"].pop()
         w["worst"]["err_tol"] = "nan"
         json.dump(rep, open(p, "w"))
         r = run(p)

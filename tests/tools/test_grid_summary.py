@@ -12,6 +12,7 @@ LOG = ("[1/4 0.5s] H=64,T=3,w=bf16,form=plain,family=normal,seed=0  bwd_det_chun
        "[3/4 0.5s] H=64,T=3,w=bf16,form=plain,family=cancel,seed=0  bwd_det_chunked:pass(dw 0.25)\n"
        "[4/4 0.5s] H=64,T=3  bwd_det_chunked:pass(dw 0.1)\n"
        "[4/4 0.5s] H=64,family=llm  x:pass(dw abc)\n"
+       "[4/4 1.2.3s] H=64,T=3,w=bf16,form=plain,family=llm,seed=0  x:pass(dw 0.1)\n"
        "not a case line\n")
 
 
@@ -28,7 +29,7 @@ def test_table_nan_and_bad_lines():
         assert "| bwd_det_chunked | normal | 2 | 1 | nan | H=64,T=3,w=bf16,form=plain,family=normal,seed=1 |" \
             in r.stdout, r.stdout
         assert "| bwd_det_chunked | cancel | 1 | 0 | 0.25 |" in r.stdout
-        assert "2 case line(s) without family= or with a dw that is not a number skipped" in r.stderr
+        assert "3 malformed case line(s) skipped (no family=, or a dw or time that is not a number)" in r.stderr
         for bad in (os.path.join(d, "none.log"), d):
             r = run(bad)
             assert r.returncode == 2 and f"cannot read {bad!r}" in r.stderr, r.stderr

@@ -40,10 +40,34 @@ def test_bad_input_exits_2_and_writes_nothing():
         body = gzip.open(J, "rt").read()
         open(p, "w").write(body)
         r = run(p, "--md", p)  # the journal itself: refused, journal intact
-        assert r.returncode == 2 and "is the journal itself" in r.stderr, r.stderr
+        assert r.returncode == 2 and "is the input" in r.stderr, r.stderr
         assert open(p).read() == body
         r = run(p, "--md", d)
-        assert r.returncode == 2 and "is not a file name" in r.stderr, r.stderr
+        assert r.returncode == 2 and "is a folder" in r.stderr, r.stderr
+        for bad in ("-", ""):
+            r = run(p, "--md", bad)
+            assert r.returncode == 2 and "give a file" in r.stderr, r.stderr
+        fifo = os.path.join(d, "fifo.md")
+        os.mkfifo(fifo)
+        r = run(p, "--md", fifo)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+        os.unlink(fifo)
+        # A link is written through (its target made), never replaced.
+        os.symlink(os.path.join(d, "target.md"), os.path.join(d, "link.md"))
+        assert run(p, "--md", os.path.join(d, "link.md")).returncode == 0
+        assert os.path.islink(os.path.join(d, "link.md")) and os.path.isfile(os.path.join(d, "target.md"))
+        os.unlink(os.path.join(d, "link.md"))
+        os.unlink(os.path.join(d, "target.md"))
+        # Malformed records (a format-1 journal: no digests) are skipped and named, never a traceback.
+        f1 = os.path.join(d, "f1.jsonl")
+        head = '{"normgate_journal": 1, "campaign": 5}'
+        rec = '{"case": "H=64,T=3,w=bf16,form=plain,family=normal,seed=0", "impls": ["v"], "results": %s}'
+        open(f1, "w").write("\n".join([head, rec % '"zz"', rec % '[{"impl": "v", "y": null}]',
+                                        rec % '[{"impl": "v"}]', "[" * 100000]) + "\n")
+        r = run(f1)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-500:]
+        assert r.stderr.count("malformed results skipped") == 3 and "f1.jsonl:5: torn or bad line" in r.stderr
+        os.unlink(f1)
         r = run(p, "--md")
         assert r.returncode == 2 and "expected one argument" in r.stderr, r.stderr
         r = run(p, "extra")
@@ -56,7 +80,7 @@ def test_bad_input_exits_2_and_writes_nothing():
         open(cut, "wb").write(open(J, "rb").read()[:2000])
         r = run(cut)
         assert r.returncode == 2 and "cannot read journal" in r.stderr, r.stderr
-        assert sorted(os.listdir(d)) == ["cut.jsonl.gz", "empty.jsonl", "j.jsonl"]
+        assert sorted(os.listdir(d)) == ["cut.jsonl.gz", "empty.jsonl", "j.jsonl"], os.listdir(d)
 
 
 if __name__ == "__main__":

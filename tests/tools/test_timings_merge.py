@@ -149,6 +149,8 @@ def test_bad_inputs_exit_2_and_write_nothing():
             assert not os.path.exists(out) and not os.path.exists(os.path.join(d, "x"))
         os.symlink(d, os.path.join(d, "link"))
         os.mkdir(os.path.join(d, "folder"))
+        fifo = os.path.join(d, "fifo.json")
+        os.mkfifo(fifo)
         out = os.path.join(d, "out.json")
         for args, needle in (((base2, short, out), "lacks T = [16], the ends"), ((base2, dup, out), "a second point"),
                              ((base2, gpu, out), "gpu 'other' differs"), ((base2, mixed, out), "different candidates"),
@@ -156,6 +158,7 @@ def test_bad_inputs_exit_2_and_write_nothing():
                              ((good, base2, os.path.join(d, "link", "good.json")), "one of the inputs"),
                              ((good, base2, os.path.join(d, "folder")), "is a folder"),
                              ((good, base2, "-"), "OUT '-': give a file"),
+                             ((good, base2, fifo), "exists and is not a regular file"),
                              ((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
                              ((good, other_reps, out), "rounds/reps"), ((good, good, good), "one of the inputs"),
                              ((good,), "Usage")):
