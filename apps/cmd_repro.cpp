@@ -108,7 +108,20 @@ void add_repro(CLI::App& app, Commands& cmds) {
         } catch (const std::runtime_error& e) {
           throw std::invalid_argument(e.what());  // a bad input file: exit 2
         }
-        if (impl.empty()) impl = replay->prov.impl;
+        if (impl.empty()) {
+          impl = replay->prov.impl;
+          // The recorded name, not an option the user gave: say so when it is unusable.
+          const std::string from = "'" + o->file + "' records implementation '" + printable(impl) + "'";
+          if (impl.empty()) throw std::invalid_argument(from + ": give one with --variant");
+          std::vector<std::string> expanded;
+          try {
+            expanded = validators::expand_impls({impl});
+          } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(from + ", which this process does not know (" + e.what() +
+                                        "); a plugin's needs --plugin LIB.so, or give one with --variant");
+          }
+          if (expanded.size() != 1) throw std::invalid_argument(from + ": not one implementation; give one with --variant");
+        }
       }
       if (impl.empty()) throw std::invalid_argument("--variant is required (one implementation; see normgate variants)");
       const auto impls = validators::expand_impls({impl});

@@ -127,6 +127,17 @@ std::vector<ThreadClock> measure(Kind k, int threads, double seconds) {
   std::atomic<bool> go{false};
   std::atomic<uint64_t> sink{0};
   std::vector<std::thread> pool;
+  // Threads that cannot be made (a process or memory limit): the ones made
+  // are released and joined, and the error is reported (exit 1).
+  struct Release {
+    std::atomic<bool>& go;
+    std::vector<std::thread>& pool;
+    ~Release() {
+      go.store(true, std::memory_order_release);
+      for (auto& th : pool)
+        if (th.joinable()) th.join();
+    }
+  } release{go, pool};
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
       ready.fetch_add(1);

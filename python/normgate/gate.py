@@ -487,7 +487,7 @@ def _parse_window(win, k):
         for term in win.split(","):
             if "=" not in term:
                 raise ValueError("%s: term %r is not key=value" % (what, term))
-            key, val = (x.strip() for x in term.split("=", 1))
+            key, val = (x.strip(" \t") for x in term.split("=", 1))  # ASCII blanks only
             if key in d:
                 raise ValueError("%s: %s given twice (%r and %r)" % (what, key, d[key], val))
             d[key] = val
@@ -501,13 +501,13 @@ def _parse_window(win, k):
         raise ValueError("%s needs H and T" % what)
     H = win["H"]
     if isinstance(H, str):
-        if not re.fullmatch(r"\s*[0-9]+\s*", H):  # ASCII digits only: str.isdigit() takes "²" and "٣"
+        if not re.fullmatch(r"[ \t]*[0-9]+[ \t]*", H):  # ASCII digits and blanks only: isdigit() takes "²", "٣"
             raise ValueError("%s H: %r is not a whole number" % (what, H))
         H = int(H)
     H = _int(H, what + " H", 1, 16384)
     T = win["T"]
     if isinstance(T, str):
-        m = re.fullmatch(r"\s*([0-9]+)\s*(?:\.\.\s*([0-9]+)\s*)?", T)
+        m = re.fullmatch(r"[ \t]*([0-9]+)[ \t]*(?:\.\.[ \t]*([0-9]+)[ \t]*)?", T)
         if not m:
             raise ValueError("%s T: %r is not N or A..B" % (what, T))
         T = (int(m.group(1)), int(m.group(2) or m.group(1)))

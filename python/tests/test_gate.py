@@ -338,6 +338,8 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.gate(impl, windows=["H=64,T=1..4,H=128"], journal=str(out / "j"))
     with pytest.raises(ValueError, match=r"windows\[0\] H: '\u0663' is not a whole number"):
         normgate.gate(impl, windows=[{"H": "\u0663", "T": 4}], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] H: '\\u200364' is not a whole number"):
+        normgate.gate(impl, windows=["H=\u200364,T=4"], journal=str(out / "j"))
     with pytest.raises(ValueError, match=r"windows\[0\] T: '\xb2' is not N or A..B"):
         normgate.gate(impl, windows=[{"H": 64, "T": "\xb2"}], journal=str(out / "j"))
     folder = tmp_path / "a_folder"

@@ -346,4 +346,36 @@ TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
   EXPECT_TRUE(contains(r.out, "replay   MISMATCH")) << r.out;
 }
 
+// The recorded implementation is the default for --variant; one this
+// process cannot run is named as the file's, not as an option never given.
+TEST(ReproShippedCase, AnUnusableRecordedImplementationIsTheFilesNotAnOptions) {
+  const char* py = nullptr;
+  for (const char* cand : {"python3", "/usr/bin/python3"})
+    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
+      py = cand;
+      break;
+    }
+  if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
+  const std::string src = std::string(NORMGATE_SOURCE_DIR) +
+                          "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
+  for (const auto& [name, needle] :
+       std::vector<std::pair<std::string, std::string>>{{"nope", "records implementation 'nope', which this process "
+                                                                 "does not know"},
+                                                        {"all", "records implementation 'all': not one implementation"},
+                                                        {"", "records implementation '': give one with --variant"}}) {
+    const std::string f = std::string(NORMGATE_BINARY_DIR) + "/impl_" + std::to_string(::getpid()) + ".h5";
+    std::filesystem::copy_file(src, f, std::filesystem::copy_options::overwrite_existing);
+    const std::string edit = std::string(py) + " -c \"import sys, h5py, numpy; sys.path.insert(0, '" +
+                             NORMGATE_SOURCE_DIR + "/python'); from normgate.cases import content_sha256; " +
+                             "f = h5py.File('" + f + "', 'r+'); f.attrs['impl'] = numpy.bytes_(b'" + name + "'); " +
+                             "f.attrs['content_sha256'] = numpy.bytes_(content_sha256(f).encode()); f.close()\"";
+    ASSERT_EQ(std::system(edit.c_str()), 0) << edit;
+    const CliRun r = run("repro --file '" + f + "' --backend cpu");
+    std::filesystem::remove(f);
+    EXPECT_EQ(r.code, 2) << name << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, needle)) << name << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "--variant is required")) << r.out;
+  }
+}
+
 }  // namespace
