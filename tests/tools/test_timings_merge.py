@@ -128,6 +128,12 @@ def test_bad_inputs_exit_2_and_write_nothing():
                           [point("bwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)])
         no8 = write("no8.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0, "n": 0.5}) for t in (1, 16)])
         nodate = write("nodate.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], date=None)
+        srounds = write("srounds.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], rounds="3")
+        mfrom = write("mfrom.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], merged_from=[1, "x", None])
+        dupkey = os.path.join(d, "dupkey.json")
+        with open(dupkey, "w") as f:
+            f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
+                    .replace('"format":', '"gpu": "other", "format":', 1))
         for args, needle in (((base2, mode, out), "exactly the keys"), ((base2, strs, out), "rounds_us must map"),
                              ((base2, floor, out), "aa_floor must be a number >= 0"),
                              ((base2, hstr, out), "H must be a whole number"),
@@ -143,6 +149,9 @@ def test_bad_inputs_exit_2_and_write_nothing():
                              ((base2, big, out), "more than a timings file has"),
                              ((grid_base, no8, out), "lacks T = [8] of the T grid"),
                              ((base2, nodate, out), "date must be a string"),
+                             ((base2, srounds, out), "rounds must be a whole number >= 1, got '3'"),
+                             ((base2, mfrom, out), "merged_from must be a list of objects"),
+                             ((base2, dupkey, out), "key 'gpu' given twice"),
                              ((good, base2, os.path.join(d, "x") + os.sep), "is a folder or empty")):
             r = run(*args)
             assert r.returncode == 2 and needle in r.stderr, (args, r.returncode, r.stderr)
