@@ -124,7 +124,19 @@ void add_repro(CLI::App& app, Commands& cmds) {
         }
       }
       if (impl.empty()) throw std::invalid_argument("--variant is required (one implementation; see normgate variants)");
-      const auto impls = validators::expand_impls({impl});
+      std::vector<std::string> impls;
+      try {
+        impls = validators::expand_impls({impl});
+      } catch (const std::invalid_argument& e) {
+        if (o->report.empty() || !o->impl.empty()) throw;
+        // The window's implementation, from the report: one of the user's own.
+        throw std::invalid_argument(
+            "the report's window ran '" + printable(impl) +
+            "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
+            "repro re-runs the case, so an implementation of your own must be registered here (--plugin LIB.so "
+            "for a plugin; a Python one, gated with normgate.gate, is re-run from Python with normgate.check on "
+            "the case " + case_text + ")");
+      }
       if (impls.size() != 1) throw std::invalid_argument("--variant must name one implementation, not '" + impl + "'");
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       // The notes come once the case is known (parsed, or its file read): a bad argument is the only output.

@@ -10,6 +10,7 @@ tiny (H = 64, a few T points, 3x1 seeds) so the file runs in seconds.
 
 import json
 import os
+import re
 
 import pytest
 
@@ -106,6 +107,16 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
     with open(tmp_path / "t.approvals.json") as f:
         (rec,) = json.load(f)["approvals"]
     assert rec["variant"] == "py_stale" and rec["source_sha256"] == impl.source_sha256
+    # Without accepting CPU-model approvals the call is refused, and the hint
+    # is the Python gate (the CLI cannot run a Python implementation).
+    normgate.load_routes(table)
+    try:
+        r = normgate.route_for("bwd", 64, 10, "bf16", deterministic=True)
+        assert r["how"] == "refused" and r["approval"] == "cpu-model only", r
+        assert re.search(r"normgate\.gate\(impl, table='" + re.escape(table), r["refused"]), r["refused"]
+        assert "--seeds 3x16" not in r["refused"]
+    finally:
+        normgate.load_routes()
     monkeypatch.setenv("NORMGATE_DISPATCH", "accept-cpu-model")
     try:
         normgate.load_routes(table)

@@ -248,6 +248,11 @@ TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
   EXPECT_TRUE(contains(r.out, "--plugin LIB.so for a plugin")) << r.out;
   EXPECT_FALSE(contains(r.out, "pairs from")) << r.out;  // refused before the export began
   EXPECT_FALSE(std::filesystem::exists(out));
+  // repro --from-report of the same report: the same explanation, and the case to check from Python.
+  const CliRun p = run("repro --from-report " + ext + " --window 0 --backend cpu");
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_TRUE(contains(p.out, "the report's window ran 'my_rmsnorm', which this process does not know")) << p.out;
+  EXPECT_TRUE(contains(p.out, "with normgate.check on the case H=")) << p.out;
 }
 
 }  // namespace
