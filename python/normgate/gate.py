@@ -684,7 +684,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         stops the gate at the next case boundary, then KeyboardInterrupt is
         raised) resumes and reaches the same report.
     report_md, report_json: where to write the reports (atomically).
-    approve: write approvals beside the table (needs its policy).
+    approve: write approvals beside the table (needs its policy); a window
+        that fails revokes its earlier approval. The report's "approvals"
+        lists the changes, and with progress on each is printed to stderr.
     progress: a tqdm bar (when tqdm is importable, else a line on stderr).
     threads: OpenMP threads of the oracle (0: default); backend: where
         built-in variants of the table run ("auto", "cpu", "gpu").
@@ -870,6 +872,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     if progress and journal and j.get("resumed"):  # as `normgate gate` says it
         print("normgate.gate: %d finished cases resumed from %s, %d run now"
               % (j.get("resumed", 0), journal, j.get("run_now", 0)), file=sys.stderr)
+    if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
+        for change in rep.get("approvals") or []:
+            print("normgate.gate: " + change, file=sys.stderr)
     if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
         raise KeyboardInterrupt("normgate.gate interrupted after its last case")
     return rep

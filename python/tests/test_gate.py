@@ -256,6 +256,20 @@ def test_check_takes_an_implementation_on_its_device():
     assert w["outputs"]["y"]["max_err_tol"] <= 1
 
 
+def test_approval_changes_are_printed(tmp_path, capsys):
+    # approve=True: each change to the approvals file is said on stderr with
+    # progress on (a failing window revokes its approval: not silently).
+    impl = normgate.Implementation("py_said", fp64_step, source_sha256="ab" * 32, device="cpu")
+    args = dict(SMALL, progress=True)
+    normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j1"), approve=True, **args)
+    assert "normgate.gate: approved cpu-model bwd det H=64" in capsys.readouterr().err
+    bad = normgate.Implementation("py_said", lambda g: dict(fp64_step(g), dw=fp64_step(g)["dw"] * 1.01),
+                                  source_sha256="ab" * 32, device="cpu")
+    rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j2"), approve=True, **args)
+    assert rep["verdict"] == "FAIL"
+    assert "normgate.gate: revoked cpu-model approval of bwd det H=64" in capsys.readouterr().err
+
+
 def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
     # The same journal with other windows: the library refuses it (another
     # campaign) before any case runs, and the table written for the second
