@@ -259,6 +259,14 @@ TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
 
 namespace {
 
+// The first of python3 and /usr/bin/python3 that imports h5py (Debian's
+// python3-h5py when pyenv shadows it), or nullptr.
+const char* python_with_h5py() {
+  for (const char* cand : {"python3", "/usr/bin/python3"})
+    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) return cand;
+  return nullptr;
+}
+
 // The case shipped in datasets/cases/ replays without the generator: its
 // stored inputs' digest verifies, the control it was saved with fails on it
 // again and the real variants pass it.
@@ -321,12 +329,7 @@ TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
 // recomputed too (normgate.cases.content_sha256), the replay says which
 // output differs and exits 4.
 TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
-  const char* py = nullptr;
-  for (const char* cand : {"python3", "/usr/bin/python3"})
-    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
-      py = cand;
-      break;
-    }
+  const char* py = python_with_h5py();
   if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
   const std::string src = std::string(NORMGATE_SOURCE_DIR) +
                           "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
@@ -354,12 +357,7 @@ TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
 // The recorded implementation is the default for --variant; one this
 // process cannot run is named as the file's, not as an option never given.
 TEST(ReproShippedCase, AnUnusableRecordedImplementationIsTheFilesNotAnOptions) {
-  const char* py = nullptr;
-  for (const char* cand : {"python3", "/usr/bin/python3"})
-    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
-      py = cand;
-      break;
-    }
+  const char* py = python_with_h5py();
   if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
   const std::string src = std::string(NORMGATE_SOURCE_DIR) +
                           "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
