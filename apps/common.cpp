@@ -38,27 +38,6 @@ std::string named(const std::string& option, const std::string& path) {
   return (option.empty() ? "" : option + " ") + "'" + path + "'";
 }
 
-// True when `a` and `b` name one file: the same inode when both exist, else
-// the same canonical path of the file a write would create (a symlink,
-// dangling or not, or a ./ or absolute spelling of one new file). The path
-// is made absolute first: weakly_canonical leaves a relative path whose
-// every component is missing ("x.json") as it is, while "./x.json" becomes
-// absolute, so the two spellings of one new file compared unequal.
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa{}, sb{};
-  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
-  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  if (ea != eb) return false;
-  namespace fs = std::filesystem;
-  auto where = [](const std::string& p, std::error_code& e) {
-    const fs::path abs = fs::absolute(core::rename_target(p), e);
-    return e ? fs::path() : fs::weakly_canonical(abs, e);
-  };
-  std::error_code e1, e2;
-  const auto ca = where(a, e1), cb = where(b, e2);
-  return !e1 && !e2 && ca == cb;
-}
-
 // `text` into a new temporary file beside `path` (written, fsync'ed, closed);
 // its name. Any failure: the temporary removed, std::runtime_error naming
 // `path` and the system's reason.
@@ -241,13 +220,13 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
     for (size_t j = 0; j < i; ++j) {
       const auto& p = outputs[j];
       if (p.path.empty() || (dash_is_stdout && !p.never_stdout && p.path == "-")) continue;
-      if (same_file(o.path, p.path))
+      if (core::same_file(o.path, p.path))
         throw std::invalid_argument(named(p.option, p.path) + " and " + named(o.option, o.path) +
                                     " name one file: each output needs a file of its own");
     }
     // An output over an input: the run would destroy what it reads.
     for (const auto& in : inputs)
-      if (!in.path.empty() && same_file(o.path, in.path))
+      if (!in.path.empty() && core::same_file(o.path, in.path))
         throw std::invalid_argument(named(o.option, o.path) + " is the input " + named(in.option, in.path) +
                                     ": writing it would destroy what this run reads; give another file");
   }

@@ -977,15 +977,10 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     writable_dir(report_md, "report_md");
     writable_dir(report_json, "report_json");
     writable_dir(g.journal_path, "journal");
-    // One file under two names (the same inode, or the same canonical path
-    // for files not made yet).
+    // One file under two names (core::same_file: the same inode, or the same
+    // canonical path for files not made yet).
     auto same = [](const std::string& a, const std::string& b) {
-      if (a.empty() || b.empty()) return false;
-      std::error_code e1, e2;
-      if (fs::exists(a, e1) && fs::exists(b, e2)) return fs::equivalent(a, b, e1) && !e1;
-      const auto ca = fs::weakly_canonical(normgate::core::rename_target(a), e1);
-      const auto cb = fs::weakly_canonical(normgate::core::rename_target(b), e2);
-      return !e1 && !e2 && ca == cb;
+      return !a.empty() && !b.empty() && normgate::core::same_file(a, b);
     };
     const std::vector<std::pair<std::string, std::string>> outs = {
         {"report_md", report_md}, {"report_json", report_json}, {"journal", g.journal_path}};

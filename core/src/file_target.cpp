@@ -43,6 +43,24 @@ int create_replacement(const std::string& tmp, const std::string& target) {
   return -1;
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return false;
+  // Made absolute first: weakly_canonical leaves a relative path whose every
+  // component is missing ("x.json") as it is, while "./x.json" becomes
+  // absolute, so two spellings of one new file would compare unequal.
+  namespace fs = std::filesystem;
+  auto where = [](const std::string& p, std::error_code& e) {
+    const fs::path abs = fs::absolute(rename_target(p), e);
+    return e ? fs::path() : fs::weakly_canonical(abs, e);
+  };
+  std::error_code e1, e2;
+  const auto ca = where(a, e1), cb = where(b, e2);
+  return !e1 && !e2 && ca == cb;
+}
+
 std::string regular_file_problem(const std::string& path) {
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);

@@ -5,21 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "normgate/core/file_target.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels {
-
-namespace {
-// Whether two paths name one file: the same file when both exist, else the
-// same normalized absolute path. Never throws.
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
-  const auto na = std::filesystem::absolute(a, ec).lexically_normal();
-  const auto nb = std::filesystem::absolute(b, ec).lexically_normal();
-  return na == nb;
-}
-}  // namespace
 
 namespace {
 
@@ -183,7 +172,7 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
                  std::string(rv.name) + ") has no current approval in " + d_.approvals().path +
                  ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it" +
                  (d_.policy().accept_cpu_model ? std::string() : std::string(" on a CUDA machine")) + " (" + how +
-                 (!same_file(d_.approvals().path, approvals_path_for(table().path))
+                 (!core::same_file(d_.approvals().path, approvals_path_for(table().path))
                       ? "; it writes " + approvals_path_for(table().path) + ", not " + d_.approvals().path
                       : std::string()) +
                  "), or " + opt_.override_hint;
