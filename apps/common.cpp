@@ -452,29 +452,8 @@ void load_plugins(const std::vector<std::string>& paths) {
 
 // Before any work, so a long run never fails at the end on its outputs.
 void check_writable(const std::string& path, const std::string& option) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  // The atomic write (and an approvals file's lock) goes to the folder of
-  // the file a link points to, not the link's: check that one.
-  const std::string real = core::rename_target(path);
-  const fs::path dir = fs::path(real).has_parent_path() ? fs::path(real).parent_path() : fs::path(".");
-  const std::string via = real == path ? "" : " (the folder of '" + real + "', where its link points)";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' does not exist" + via);
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' is not writable" + via + ": " + sys_reason());
-  if (fs::is_directory(path, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) + ": it is a folder (give a file name)");
-  // A device, FIFO or socket: the rename that ends an atomic write would put
-  // a regular file in its place (- is the way to stdout).
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) +
-                                ": it exists and is not a regular file (the write would replace it)");
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
+  if (const std::string why = core::write_problem(path); !why.empty())
+    throw std::invalid_argument("cannot write " + named(option, path) + ": " + why);
 }
 
 namespace {

@@ -954,25 +954,14 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     for (const auto& [p, what] : {std::pair{o->report_md, "report_md"}, std::pair{o->report_json, "report_json"},
                                   std::pair{o->journal, "journal"}})
       if (p != nullptr && p[0] == '\0') bad(std::string(what) + " is empty (NULL: none)");
-    // Paths checked before any work, as the CLI checks its outputs: written
-    // through a link, to a regular file or a new one in a writable folder;
-    // never a folder, device, FIFO or socket (a report over /dev/null would
-    // replace it), and no two outputs, nor an output and the table, one file.
-    namespace fs = std::filesystem;
-    auto writable_dir = [](const std::string& given, const char* what) {
-      if (given.empty()) return;
-      const std::string path = normgate::core::rename_target(given);
-      std::error_code ec;
-      const fs::file_status st = fs::status(path, ec);
-      if (fs::is_directory(st))
-        bad(std::string(what) + " '" + given + "' is a folder (give a file name)");
-      if (fs::exists(st) && !fs::is_regular_file(st))
-        bad(std::string(what) + " '" + given + "' exists and is not a regular file (a device, FIFO or socket: "
-                                               "the report's rename would replace it)");
-      const fs::path dir = fs::path(path).parent_path();
-      const std::string d = dir.empty() ? std::string(".") : dir.string();
-      if (!fs::is_directory(d) || ::access(d.c_str(), W_OK) != 0)
-        bad(std::string(what) + " '" + given + "': directory '" + d + "' does not exist or is not writable");
+    // Paths checked before any work, as the CLI checks its outputs
+    // (core::write_problem: written through a link, to a regular file or a
+    // new one in a writable folder; never a folder, device, FIFO or socket,
+    // which the report's rename would replace), and no two outputs, nor an
+    // output and the table, one file.
+    auto writable_dir = [](const std::string& path, const char* what) {
+      if (const std::string why = normgate::core::write_problem(path); !why.empty())
+        bad("cannot write " + std::string(what) + " '" + path + "': " + why);
     };
     writable_dir(report_md, "report_md");
     writable_dir(report_json, "report_json");

@@ -411,12 +411,12 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
   o.report_json = rj.c_str();
   char* out = nullptr;
   EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
-  EXPECT_NE(last_error().find("report_json '" + rj + "' is a folder"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("cannot write report_json '" + rj + "': it is a folder"), std::string::npos) << last_error();
   EXPECT_EQ(out, nullptr);
   o.report_json = nullptr;
   o.journal = rj.c_str();
   EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
-  EXPECT_NE(last_error().find("journal '" + rj + "' is a folder"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("cannot write journal '" + rj + "': it is a folder"), std::string::npos) << last_error();
   // Not a regular file (a FIFO here; a device the same), two outputs on one
   // file, an output over the table, an empty path: refused, nothing written.
   const std::string fifo = d + "/fifo.md", md = d + "/r.md", j = d + "/j.jsonl", ghost = d + "/ghost.json";
@@ -430,7 +430,7 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
     std::string needle;
   };
   const Bad cases[] = {
-      {fifo.c_str(), nullptr, nullptr, "report_md '" + fifo + "' exists and is not a regular file"},
+      {fifo.c_str(), nullptr, nullptr, "cannot write report_md '" + fifo + "': it exists and is not a regular file"},
       {md.c_str(), nullptr, md.c_str(), "report_md '" + md + "' and journal '" + md + "' name one file"},
       {md.c_str(), md.c_str(), nullptr, "name one file"},
       {nullptr, table.c_str(), nullptr, "is the table: writing it would destroy what the gate reads"},

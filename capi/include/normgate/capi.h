@@ -645,10 +645,13 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
 
 /* Run the gate (validators::run_gate, as `normgate gate`): every input is
  * checked before any case runs (NG_EINVAL naming it: bad table or window
- * filter, bad seeds, a report or journal path whose directory does not
- * exist, --approve without a policy or below it, an external routed but
- * never registered). Then the reports are written (each atomically: a
- * temporary file renamed), approvals when asked, and *json_out receives the
+ * filter, bad seeds, a report or journal path that cannot be written (an
+ * empty one, a missing or read-only folder, a folder, device, FIFO or
+ * socket), two outputs on one file or an output that is the table, its
+ * approvals file or its policy, --approve without a policy or below it, an
+ * external routed but never registered). Then the reports are written (each
+ * atomically: a temporary file renamed, through a link), approvals when
+ * asked, and *json_out receives the
  * JSON report (gate_to_json, plus "approvals": the changes, and
  * "journal": {"path", "resumed", "run_now"}), NUL-terminated, allocated by
  * the library: free it with ng_free_string. Returns NG_OK whether the
