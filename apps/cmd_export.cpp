@@ -10,6 +10,7 @@
 
 #include "normgate/audit/export.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/kernels/registry.h"
 #include "normgate/oracle/reference.h"
 #include "normgate_version.h"
 
@@ -48,6 +49,18 @@ void add_export(CLI::App& app, Commands& cmds) {
       load_plugins(o->plugins);
       const nlohmann::json j = read_report(o->report);
       const auto items = validators::export_plan(j, o->keep, o->all);
+      // export re-runs every case: an implementation the report names but
+      // this process does not know (a Python one, a plugin not loaded) is
+      // refused before any case runs.
+      for (const auto& it : items)
+        if (kernels::find_variant(it.impl) == nullptr && it.impl != "fp32-baseline")
+          throw std::invalid_argument(
+              "the report's " + (it.window.empty() ? std::string("case ") + it.case_id : "window '" + it.window + "'") +
+              " ran '" + printable(it.impl) +
+              "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
+              "export re-runs each case, so an implementation of your own must be registered here (--plugin "
+              "LIB.so for a plugin; a Python one, gated with normgate.gate, is re-run from Python with "
+              "normgate.check)");
       validators::ExportOptions eo;
       eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (eo.backend == validators::Backend::cpu)

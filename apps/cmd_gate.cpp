@@ -228,7 +228,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const std::string approvals_path = kernels::approvals_path_for(o->g.table_path);
       if (o->stats_json == "-")
         throw std::invalid_argument("--stats-json -: give a file (stdout carries the progress and the report)");
-      std::vector<PathArg> outputs = {{"--journal", o->g.journal_path}, {"--stats-json", o->stats_json}};
+      std::vector<PathArg> outputs = {{"--journal", o->g.journal_path, true}, {"--stats-json", o->stats_json, true}};
       for (const auto& r : reports) outputs.push_back({r.option, r.path});
       if (o->approve) outputs.push_back({"--approve (approvals file)", approvals_path});
       std::vector<PathArg> inputs = {{"table", o->g.table_path},

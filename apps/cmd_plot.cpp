@@ -124,11 +124,11 @@ void add_plot(CLI::App& app, Commands& cmds) {
       int status = 0;
       if (::waitpid(pid, &status, 0) < 0) throw std::runtime_error("plot: waitpid failed");
       if (!WIFEXITED(status)) throw std::runtime_error("plot: " + script + " was killed");
-      const int rc = WEXITSTATUS(status);  // 0 ok, 2 bad input (the script names it)
+      const int rc = WEXITSTATUS(status);  // 0 ok, 2 bad input, 3 a write failed (the script names it)
       if (rc == 0 && !std::filesystem::is_regular_file(std::filesystem::path(o->out) / "index.html"))
         throw std::runtime_error("plot: '" + py + " " + script + "' exited 0 but wrote no " + o->out +
                                  "/index.html");
-      if (rc != 0 && rc != 2)
+      if (rc != 0 && rc != 2 && rc != 3)
         std::fprintf(stderr, "normgate: error: plot: '%s %s' exited with status %d\n", py.c_str(), script.c_str(),
                      rc);
       return rc;

@@ -62,7 +62,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
   sub->add_option("--variant,--impl", o->impl,
                   "One implementation: a variant (normgate variants; a backward one runs after the default forward "
                   "fwd_rowwise, a forward one runs itself, then a carrier backward), controls included, or "
-                  "fp32-baseline (required, except with --from-report)");
+                  "fp32-baseline (required, except with --from-report, which takes the window's, and --file, "
+                  "which takes the recorded one)");
   sub->add_option("--k", o->k, "Worst elements to list per output")->capture_default_str()->check(CLI::Range(1, 100000));
   add_backend_option(sub, o->backend, "Where the variant runs: gpu (CUDA), cpu (its CPU model), auto");
   add_oracle_option(sub, o->oracle, "Reference: auto (FP64, MPFR where FP64 cannot decide), fp64, mpfr (small cases)");
@@ -98,8 +99,44 @@ void add_repro(CLI::App& app, Commands& cmds) {
                                          : "") +
                     "\n";
       }
+      // --file: the saved case, read (and digest-checked) now; its recorded
+      // implementation is the default for --variant.
+      std::optional<validators::SavedCase> replay;
+      if (!o->file.empty()) {
+        try {
+          replay = validators::read_case_file(o->file);  // throws on a digest mismatch or corruption
+        } catch (const std::runtime_error& e) {
+          throw std::invalid_argument(e.what());  // a bad input file: exit 2
+        }
+        if (impl.empty()) {
+          impl = replay->prov.impl;
+          // The recorded name, not an option the user gave: say so when it is unusable.
+          const std::string from = "'" + o->file + "' records implementation '" + printable(impl) + "'";
+          if (impl.empty()) throw std::invalid_argument(from + ": give one with --variant");
+          std::vector<std::string> expanded;
+          try {
+            expanded = validators::expand_impls({impl});
+          } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(from + ", which this process does not know (" + e.what() +
+                                        "); a plugin's needs --plugin LIB.so, or give one with --variant");
+          }
+          if (expanded.size() != 1) throw std::invalid_argument(from + ": not one implementation; give one with --variant");
+        }
+      }
       if (impl.empty()) throw std::invalid_argument("--variant is required (one implementation; see normgate variants)");
-      const auto impls = validators::expand_impls({impl});
+      std::vector<std::string> impls;
+      try {
+        impls = validators::expand_impls({impl});
+      } catch (const std::invalid_argument& e) {
+        if (o->report.empty() || !o->impl.empty()) throw;
+        // The window's implementation, from the report: one of the user's own.
+        throw std::invalid_argument(
+            "the report's window ran '" + printable(impl) +
+            "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
+            "repro re-runs the case, so an implementation of your own must be registered here (--plugin LIB.so "
+            "for a plugin; a Python one, gated with normgate.gate, is re-run from Python with normgate.check on "
+            "the case " + case_text + ")");
+      }
       if (impls.size() != 1) throw std::invalid_argument("--variant must name one implementation, not '" + impl + "'");
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       // The notes come once the case is known (parsed, or its file read): a bad argument is the only output.
@@ -115,14 +152,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
       ro.keep_case = !o->save.empty();
       ro.normgate_version = NORMGATE_VERSION;
       ro.normgate_commit = NORMGATE_GIT_COMMIT;
-      std::optional<validators::SavedCase> replay;
       seeds::CaseId c;
-      if (!o->file.empty()) {
-        try {
-          replay = validators::read_case_file(o->file);  // throws on a digest mismatch or corruption
-        } catch (const std::runtime_error& e) {
-          throw std::invalid_argument(e.what());  // a bad input file: exit 2
-        }
+      if (replay) {
         std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n", o->file.c_str(),
                     replay->prov.case_id.c_str(), replay->inputs_sha256.substr(0, 16).c_str(),
                     replay->prov.impl.c_str(), replay->prov.verdict.c_str());
@@ -162,7 +193,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         validators::write_case_file(save, *r.saved);
         std::printf("saved    %s (%.1f MB)\n", save.c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
-        std::printf("replay   normgate repro --file '%s' --variant %s   (the stored inputs, no generator)\n",
+        std::printf("replay   normgate repro --file '%s'   (the stored inputs, no generator; the variant %s)\n",
                     save.c_str(), impls.front().c_str());
       }
       if (r.recorded_mismatch()) {

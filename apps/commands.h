@@ -61,6 +61,9 @@ void check_writable(const std::string& path, const std::string& option = "");
 struct PathArg {
   std::string option;
   std::string path;
+  /// Under check_outputs' dash_is_stdout: this output still never goes to
+  /// stdout (the gate's journal and --stats-json), so no message offers "-".
+  bool never_stdout = false;
 };
 
 /// `text` safe to print on a terminal: every control byte but newline and
@@ -75,8 +78,9 @@ std::string printable(std::string_view text);
 /// (route table, base table, spec, timings, report, case file, plugin...:
 /// the write would destroy what the run reads). A read-modify-write of one
 /// file (the approvals file under --approve) is listed as an output only.
-/// "-" (stdout) is skipped where `dash_is_stdout`; at most one output may
-/// be "-". Throws std::invalid_argument (exit 2) naming both options.
+/// "-" (stdout) is skipped where `dash_is_stdout` (but not for an output
+/// marked never_stdout); at most one output may be "-". Throws
+/// std::invalid_argument (exit 2) naming both options.
 void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs = {},
                    bool dash_is_stdout = false);
 

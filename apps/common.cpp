@@ -4,6 +4,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/temp_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -37,36 +38,19 @@ std::string named(const std::string& option, const std::string& path) {
   return (option.empty() ? "" : option + " ") + "'" + path + "'";
 }
 
-// True when `a` and `b` name one file: the same inode when both exist, else
-// the same canonical path of the file a write would create (a symlink,
-// dangling or not, or a ./ or absolute spelling of one new file). The path
-// is made absolute first: weakly_canonical leaves a relative path whose
-// every component is missing ("x.json") as it is, while "./x.json" becomes
-// absolute, so the two spellings of one new file compared unequal.
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa{}, sb{};
-  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
-  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  if (ea != eb) return false;
-  namespace fs = std::filesystem;
-  auto where = [](const std::string& p, std::error_code& e) {
-    const fs::path abs = fs::absolute(core::rename_target(p), e);
-    return e ? fs::path() : fs::weakly_canonical(abs, e);
-  };
-  std::error_code e1, e2;
-  const auto ca = where(a, e1), cb = where(b, e2);
-  return !e1 && !e2 && ca == cb;
-}
-
 // `text` into a new temporary file beside `path` (written, fsync'ed, closed);
 // its name. Any failure: the temporary removed, std::runtime_error naming
 // `path` and the system's reason.
 std::string write_temp(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Tracked until commit_temp renames or removes it: a signal meanwhile
+  // removes it (core/temp_files.h).
+  core::track_temp(tmp);
   auto fail = [&](const std::string& step, int fd) {
     const std::string why = sys_reason();
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "' (" + step + " of its temporary file '" + tmp +
                              "' failed: " + why + "); '" + path + "' was left as it was");
   };
@@ -74,6 +58,7 @@ std::string write_temp(const std::string& path, const std::string& text) {
   const int fd = core::create_replacement(tmp, path);
   if (fd < 0) {
     const std::string why = sys_reason();
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "': cannot create its temporary file '" + tmp + "': " + why);
   }
   size_t done = 0;
@@ -95,9 +80,11 @@ void commit_temp(const std::string& tmp, const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = sys_reason();
     ::unlink(tmp.c_str());
+    core::untrack_temp(tmp);
     throw std::runtime_error("cannot write '" + path + "': the rename of its temporary file '" + tmp +
                              "' failed: " + why + "; '" + path + "' was left as it was");
   }
+  core::untrack_temp(tmp);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -140,33 +127,51 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
         temps.emplace_back(write_temp(real, text), real);
       }
   } catch (...) {
-    for (const auto& t : temps) ::unlink(t.first.c_str());
+    for (const auto& t : temps) {
+      ::unlink(t.first.c_str());
+      core::untrack_temp(t.first);
+    }
     throw;
   }
   // Before the renames, a hard link keeps each previous file, so a rename
-  // that fails (an I/O error) can put the earlier ones back.
+  // that fails (an I/O error) can put the earlier ones back. The links are
+  // tracked as the temporaries are: a signal during the renames removes
+  // them (each file is then whole, the old or the new one).
   std::vector<std::string> kept(temps.size());  // "" : no previous file (or no link)
   for (size_t i = 0; i < temps.size(); ++i) {
     const std::string old = temps[i].second + ".old." + std::to_string(::getpid());
     ::unlink(old.c_str());
+    core::track_temp(old);
     if (::link(temps[i].second.c_str(), old.c_str()) == 0) kept[i] = old;
+    else core::untrack_temp(old);
   }
+  auto drop_kept = [](const std::string& k) {
+    ::unlink(k.c_str());
+    core::untrack_temp(k);
+  };
   for (size_t i = 0; i < temps.size(); ++i) {
     try {
       commit_temp(temps[i].first, temps[i].second);
     } catch (...) {
-      for (size_t k = i + 1; k < temps.size(); ++k) ::unlink(temps[k].first.c_str());
+      for (size_t k = i + 1; k < temps.size(); ++k) {
+        ::unlink(temps[k].first.c_str());
+        core::untrack_temp(temps[k].first);
+      }
       for (size_t k = 0; k < i; ++k) {  // the ones already renamed: back to what they were
-        if (!kept[k].empty()) ::rename(kept[k].c_str(), temps[k].second.c_str());
-        else ::unlink(temps[k].second.c_str());
+        if (!kept[k].empty()) {
+          ::rename(kept[k].c_str(), temps[k].second.c_str());
+          core::untrack_temp(kept[k]);
+        } else {
+          ::unlink(temps[k].second.c_str());
+        }
       }
       for (size_t k = i; k < temps.size(); ++k)
-        if (!kept[k].empty()) ::unlink(kept[k].c_str());
+        if (!kept[k].empty()) drop_kept(kept[k]);
       throw;
     }
   }
   for (const auto& k : kept)
-    if (!k.empty()) ::unlink(k.c_str());
+    if (!k.empty()) drop_kept(k);
 }
 
 void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs, bool dash_is_stdout) {
@@ -174,7 +179,8 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& o = outputs[i];
     if (o.path.empty()) continue;
-    if (dash_is_stdout && o.path == "-") {
+    const bool stdout_ok = dash_is_stdout && !o.never_stdout;
+    if (stdout_ok && o.path == "-") {
       if (to_stdout)
         throw std::invalid_argument(to_stdout->option + " - and " + o.option + " - : only one report can go to stdout");
       to_stdout = &o;
@@ -203,24 +209,24 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
                           (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
       if (system && core::rename_target(o.path) != o.path)
         throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
-                                    ", not a file" + (dash_is_stdout ? " (use - for stdout)" : ""));
+                                    ", not a file" + (stdout_ok ? " (use - for stdout)" : ""));
       if (system)
         throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
-                                    ", not a file to write" + (dash_is_stdout ? " (use - for stdout)" : ""));
+                                    ", not a file to write" + (stdout_ok ? " (use - for stdout)" : ""));
     }
     check_writable(o.path, o.option);
     // Two outputs on one file: the later write would destroy the earlier (a
     // report over the journal loses the campaign's resume).
     for (size_t j = 0; j < i; ++j) {
       const auto& p = outputs[j];
-      if (p.path.empty() || (dash_is_stdout && p.path == "-")) continue;
-      if (same_file(o.path, p.path))
+      if (p.path.empty() || (dash_is_stdout && !p.never_stdout && p.path == "-")) continue;
+      if (core::same_file(o.path, p.path))
         throw std::invalid_argument(named(p.option, p.path) + " and " + named(o.option, o.path) +
                                     " name one file: each output needs a file of its own");
     }
     // An output over an input: the run would destroy what it reads.
     for (const auto& in : inputs)
-      if (!in.path.empty() && same_file(o.path, in.path))
+      if (!in.path.empty() && core::same_file(o.path, in.path))
         throw std::invalid_argument(named(o.option, o.path) + " is the input " + named(in.option, in.path) +
                                     ": writing it would destroy what this run reads; give another file");
   }
@@ -446,29 +452,8 @@ void load_plugins(const std::vector<std::string>& paths) {
 
 // Before any work, so a long run never fails at the end on its outputs.
 void check_writable(const std::string& path, const std::string& option) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  // The atomic write (and an approvals file's lock) goes to the folder of
-  // the file a link points to, not the link's: check that one.
-  const std::string real = core::rename_target(path);
-  const fs::path dir = fs::path(real).has_parent_path() ? fs::path(real).parent_path() : fs::path(".");
-  const std::string via = real == path ? "" : " (the folder of '" + real + "', where its link points)";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' does not exist" + via);
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write " + named(option, path) + ": folder '" + dir.string() +
-                                "' is not writable" + via + ": " + sys_reason());
-  if (fs::is_directory(path, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) + ": it is a folder (give a file name)");
-  // A device, FIFO or socket: the rename that ends an atomic write would put
-  // a regular file in its place (- is the way to stdout).
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
-    throw std::invalid_argument("cannot write " + named(option, path) +
-                                ": it exists and is not a regular file (the write would replace it)");
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    throw std::invalid_argument("cannot write " + named(option, path) + ": the file exists and is not writable");
+  if (const std::string why = core::write_problem(path); !why.empty())
+    throw std::invalid_argument("cannot write " + named(option, path) + ": " + why);
 }
 
 namespace {

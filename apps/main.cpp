@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "normgate/core/temp_files.h"
 #include "normgate_version.h"
 
 namespace {
@@ -166,6 +167,9 @@ class ShortListFormatter : public CLI::Formatter {
 
 int main(int argc, char** argv) {
   keep_large_blocks();
+  // Ctrl-C or a scheduler's SIGTERM while an output's temporary file is
+  // being written: the file is removed, then the process ends as before.
+  normgate::core::remove_temps_on_signal();
   CLI::App app{"normgate: RMSNorm training kernels for Hopper and the accuracy gate that checks them"};
   // What this binary was built with: a `pip install .` without nvcc gets the
   // CPU half, and says so here.

@@ -71,9 +71,18 @@ class Bad(Exception):
     """A problem with the input file or the command line: one line, exit 2."""
 
 
-def die(msg):
+class Failed(Exception):
+    """A runtime failure (an output that cannot be written: a full disk): one line, exit 3."""
+
+
+def die(msg, code=2):
     print(f"{PROG}: error: {msg}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
+
+
+def text_is_markdown(text):
+    """True for a gate's Markdown report (it opens with '# normgate gate')."""
+    return isinstance(text, str) and text.lstrip().startswith("#")
 
 
 try:
@@ -775,9 +784,12 @@ def load_report(explicit, source, maps_path, entries):
             continue
         try:
             with open(path, encoding="utf-8") as fh:
-                rep = json.load(fh)
+                text = fh.read()
+            rep = json.loads(text)
         except (OSError, ValueError) as err:
             if explicit:
+                if text_is_markdown(locals().get("text")):
+                    raise Bad(f"{path}: not JSON: it is a Markdown report; give the JSON one (--report-json)")
                 raise Bad(f"{path}: cannot read the report ({err})")
             continue
         ws = rep.get("windows") if isinstance(rep, dict) else None
@@ -985,6 +997,7 @@ def main(argv):
                     help="gate report the maps were exported from, for the index's window order and "
                          "verdicts (default: the file's /@source, when it is there and matches)")
     a = ap.parse_args(argv)
+    pics, made = {}, False  # this run's pictures (key -> [(label, name)]); whether it made the folder
     try:
         if not (20 <= a.dpi <= 1200):
             raise Bad(f"--dpi {a.dpi}: want 20..1200")
@@ -993,13 +1006,13 @@ def main(argv):
         if note and source:
             print(f"{PROG}: note: {note}; the index shows no window verdicts it cannot know", file=sys.stderr)
         groups = groups_for(entries, windows)
+        made = not os.path.exists(a.outdir)
         try:
             os.makedirs(a.outdir, exist_ok=True)
         except OSError as e:
             raise Bad(f"{a.outdir}: cannot create output directory ({e.strerror})")
         if not os.access(a.outdir, os.W_OK):
             raise Bad(f"{a.outdir}: output directory is not writable")
-        pics = {}
         for e in entries:
             base = f"{e['key']}_{slug(e['prov']['case_id'], audited(e))}"
             todo = [(o, PICTURE[o], (lambda e, o=o: plot_tiles(e, o)) if o in ("y", "dx")
@@ -1012,16 +1025,31 @@ def main(argv):
                 try:
                     out = save(fig, a.outdir, name, a.dpi)
                 except OSError as err:
-                    raise Bad(f"{a.file}: cannot write {name} in {a.outdir} ({err})")
+                    raise Failed(f"{a.file}: cannot write {name} in {a.outdir} ({err})")
                 pics[e["key"]].append((label, name))
                 print(f"wrote {out}")
         try:
             out = write_index(a.outdir, a.file, schema, report_path, note, groups, pics)
         except OSError as err:
-            raise Bad(f"{a.file}: cannot write index.html in {a.outdir} ({err})")
+            raise Failed(f"{a.file}: cannot write index.html in {a.outdir} ({err})")
         print(f"wrote {out}")
     except Bad as err:
         die(str(err))
+    except Failed as err:
+        # The pictures of this run are removed, and the folder when this run
+        # made it: no index without pictures, no pictures without an index.
+        for names in pics.values():
+            for _, name in names:
+                try:
+                    os.unlink(os.path.join(a.outdir, name))
+                except OSError:
+                    pass
+        if made:
+            try:
+                os.rmdir(a.outdir)
+            except OSError:
+                pass
+        die(str(err), 3)
     return 0
 
 

@@ -43,6 +43,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
+#include "normgate/validators/stats.h"
 #include "normgate/harness/pipeline.h"
 #include "cli_args.h"
 
@@ -152,6 +153,12 @@ int bench(const cli::Args& a) {
   }
   std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
               variant.c_str(), nt, omp_get_num_procs(), reps);
+#ifdef NORMGATE_NO_AVX512_CLONES
+  std::printf("host code: AVX2 and baseline clones only (NORMGATE_HOST_AVX512=OFF)\n");
+#else
+  std::printf("host code: AVX-512 where the CPU has it (block scan: %s)\n",
+              normgate::validators::block_scan_avx512() ? "AVX-512" : "clones");
+#endif
   std::printf("CaseOracle %.3f s (pair %.3f [alone: ref %.3f, ideal %.3f], baseline %.3f) | validation %.3f s | "
               "total %.3f s\n",
               mn(t_co), mn(t_pair), mn(t_ref), mn(t_ideal), mn(t_base), mn(t_val), mn(t_co) + mn(t_val));

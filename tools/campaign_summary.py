@@ -18,14 +18,18 @@ route of the table that no report covers is a row too, verdict "not gated",
 and the footer counts them: the summary of an unfinished campaign says what
 is left. Exit 0 when every window passes (and, with --table, every route is
 gated), 1 when one fails or a route is not gated, 2 for usage errors (a file
-that is not a gate report, a table that is not TOML). Writes OUT atomically.
+that is not a gate report, a table that is not TOML), 3 when OUT cannot be
+written (nothing left at OUT). Writes OUT atomically. A window passes when
+its report says pass and its verdict is pass. err/tol values the reports
+spell "inf" or "nan" (docs/schemas.md) are shown so.
 """
 import json
+import math
 import os
 from collections import Counter
 import sys
-import tempfile
 
+from out_file import check_out, write_text
 from report_format import format_version
 
 OUTS = ("y", "rstd", "dx", "dw")
@@ -43,9 +47,39 @@ def load(path):
         format_version(r, ("normgate-gate-report",))
         if not isinstance(r, dict) or not isinstance(r.get("windows"), list) or "date" not in r:
             raise ValueError("no windows/date: not a normgate gate report")
-    except (OSError, ValueError) as e:
+        if not isinstance(r["date"], str):
+            raise ValueError(f"date {r['date']!r} is not a string")
+        if not isinstance(r.get("device") or {}, dict):
+            raise ValueError(f"device {r.get('device')!r} is not an object")
+        for k, w in enumerate(r["windows"]):
+            if not isinstance(w, dict) or not isinstance(w.get("window"), str):
+                raise ValueError(f"windows[{k}] has no window name: not a normgate gate report")
+            outs = w.get("outputs") or {}
+            if not isinstance(w.get("route", ""), str) or not isinstance(outs, dict) or \
+                    not all(isinstance(v, dict) for v in outs.values()) or not isinstance(w.get("worst") or {}, dict):
+                raise ValueError(f"windows[{k}] ({w['window']}): route, outputs or worst malformed")
+            try:
+                int(w.get("cases") or 0)
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"windows[{k}] ({w['window']}): cases {w.get('cases')!r} is not a count") from None
+    except (OSError, ValueError, RecursionError) as e:
         die(f"{path}: {e}")
     return r
+
+
+def num(v):
+    """A report's err/tol: a number, or the strings "inf" / "nan" (docs/schemas.md)."""
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def passed(w):
+    """A window passes when the report says so twice: pass, and verdict pass."""
+    return w.get("pass") is True and str(w.get("verdict", "pass")).lower() == "pass"
 
 
 def route_key(route):
@@ -97,6 +131,8 @@ def table_windows(path):
     lines = [i + 1 for i, ln in enumerate(raw.decode("utf-8").splitlines()) if re.match(r"\s*\{\s*op\s*=", ln)]
     out = []
     for k, r in enumerate(routes):
+        if not isinstance(r, dict):
+            die(f"{path}: route {k + 1} is not a table ({r!r}); `normgate routes {path}` names the entry")
         try:
             mode = f" {r['mode']}" if r.get("op") == "bwd" else ""
             lo, hi = r["T"]
@@ -109,6 +145,7 @@ def table_windows(path):
 
 
 def fmt(v):
+    v = num(v)
     return "—" if v is None else f"{v:.3g}"
 
 
@@ -134,8 +171,10 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
         wo = w.get("worst") or {}
         f, line = route_key(w.get("route", ""))
         cases += int(w.get("cases") or 0)
-        if wo.get("err_tol") is not None and (worst_all is None or wo["err_tol"] > worst_all[0]):
-            worst_all = (wo["err_tol"], wo.get("output"), wo.get("case"), w["window"])
+        we = num(wo.get("err_tol"))
+        if we is not None and (worst_all is None or math.isnan(we) or
+                               (not math.isnan(worst_all[0]) and we > worst_all[0])):  # NaN ranks worst
+            worst_all = (we, wo.get("output"), wo.get("case"), w["window"])
         body.append(((f, line), f"| {f}:{line} | {w['window']} | {w.get('variant')} "
                      f"({str(w.get('source_sha256', ''))[:12]}) | {w.get('cases')} | "
                      + " | ".join(fmt(vals[k]) for k in OUTS) +
@@ -144,16 +183,23 @@ def markdown(reports, rows, superseded, missing=(), n_table=0):
         f, line = route_key(route)
         body.append(((f, line), f"| {f}:{line} | {name} | {variant} | — | — | — | — | — | — | not gated | — |"))
     L.extend(text for _, text in sorted(body, key=lambda b: b[0]))
-    npass = sum(1 for _, _, w in rows if w.get("pass"))
+    npass = sum(1 for _, _, w in rows if passed(w))
     L.append("")
     L.append(f"Windows: {npass} of {len(rows)} pass; {cases} cases (a case shared by windows counts in each).")
     if missing:
         L.append(f"**Not gated**: {len(missing)} of the table's {n_table} routes have no report "
                  "yet (rows marked 'not gated').")
     if worst_all:
-        L.append(f"Closest to a budget: {worst_all[1]} err/tol {worst_all[0]:.4g} "
-                 f"({1 / worst_all[0]:.2f}x below it) in `{worst_all[2]}`, window {worst_all[3]}."
-                 if worst_all[0] > 0 else "Closest to a budget: every output exact.")
+        e = worst_all[0]
+        where = f"in `{worst_all[2]}`, window {worst_all[3]}."
+        if math.isnan(e):
+            L.append(f"Worst over a budget: {worst_all[1]} err/tol nan {where}")
+        elif e == 0:
+            L.append("Closest to a budget: every output exact.")
+        elif e <= 1:
+            L.append(f"Closest to a budget: {worst_all[1]} err/tol {e:.4g} ({1 / e:.2f}x below it) {where}")
+        else:
+            L.append(f"Worst over a budget: {worst_all[1]} err/tol {e:.4g} {where}")
     hashes = {}  # variant -> Counter of its source hashes over the windows
     for _, _, w in rows:
         hashes.setdefault(w.get("variant"), Counter())[str(w.get("source_sha256", ""))[:12]] += 1
@@ -176,6 +222,8 @@ def main(argv):
     ap.add_argument("--md", default="", help="also write the table here (atomically)")
     ap.add_argument("--table", default="", help="the route table: list its routes no report covers as 'not gated'")
     a = ap.parse_args(argv)  # usage errors: exit 2
+    # --md before any work: exit 2 naming it ('-', a folder, a device, an input).
+    md_out = check_out("campaign_summary", a.md, a.reports + ([a.table] if a.table else [])) if a.md else ""
     reports, rows, superseded = summarize(a.reports)
     missing, n_table = [], 0
     if a.table:
@@ -185,11 +233,7 @@ def main(argv):
         missing = [m for m in listed if m[1] not in have]
     md, ok = markdown(reports, rows, superseded, missing, n_table)
     if a.md:
-        d = os.path.dirname(os.path.abspath(a.md))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".campaign_summary.")
-        with os.fdopen(fd, "w") as f:
-            f.write(md)
-        os.replace(tmp, a.md)
+        write_text("campaign_summary", md_out, md)  # exit 3 naming it when it fails
     print(md, end="")
     return 0 if ok else 1
 

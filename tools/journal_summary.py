@@ -8,12 +8,18 @@ For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
 A format-2 line whose SHA-256 digest fails is skipped and named on stderr.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
-Exit 0; 2 on a missing or unreadable journal."""
+Exit 0; 2 on a usage error or a missing, unreadable or empty journal, or an
+OUT that is the journal itself (nothing written); 3 when OUT cannot be
+written (nothing left at OUT)."""
+import argparse
 import gzip
 import hashlib
 import json
+import os
 import re
 import sys
+
+from out_file import check_out, write_text
 
 OUTS = ("y", "rstd", "dx", "dw")
 # The digest member a format-2 line ends in (journal_line in gate/src/journal.cpp).
@@ -27,17 +33,22 @@ def signed(line):
 
 
 def main(argv):
-    if not argv or argv[0].startswith("-"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    path = argv[0]
-    md_out = argv[argv.index("--md") + 1] if "--md" in argv else None
+    ap = argparse.ArgumentParser(prog="journal_summary.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("journal", metavar="JOURNAL", help="a gate journal (.jsonl, or .jsonl.gz)")
+    ap.add_argument("--md", metavar="OUT.md", default=None, help="also write the table here (atomically)")
+    a = ap.parse_args(argv)  # a usage error: exit 2
+    path, md_out = a.journal, a.md
+    if md_out is not None:
+        md_out = check_out("journal_summary", md_out, [path])  # exit 2 naming it
     try:
         opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
         with opener(path, "rt", encoding="utf-8") as f:
             lines = f.read().splitlines()
+        if not lines:
+            raise ValueError("the file is empty")
         head = json.loads(lines[0])
-    except (OSError, ValueError, IndexError) as e:
+    except (OSError, ValueError, EOFError, RecursionError) as e:  # EOFError: a truncated .gz
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
         return 2
     fmt = head.get("normgate_journal") if isinstance(head, dict) else None
@@ -52,31 +63,61 @@ def main(argv):
             rec = json.loads(line)
             if fmt == 2 and not signed(line):
                 raise ValueError("digest")
-        except ValueError:
+        except (ValueError, RecursionError):
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
             continue
-        case = rec["case"]
-        kv = dict(p.split("=", 1) for p in case.split(","))
-        T = int(kv["T"])
-        key = (int(kv["H"]), kv["w"], kv.get("form", "plain"))
-        for res in rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]:
-            g = groups.setdefault(key + (res["impl"],), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
-                                                         "worst": {o: (0.0, "") for o in OUTS}})
-            g["cases"] += 1
-            g["T"] = [min(g["T"][0], T), max(g["T"][1], T)]
-            if rec.get("error"):
-                g["errors"] += 1
-                continue
-            ok = True
-            for o in OUTS:
-                v = res[o]
-                ratio = float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))
-                ok = ok and bool(v[4])
-                if ratio > g["worst"][o][0] or not g["worst"][o][1]:
-                    g["worst"][o] = (ratio, case)
-            g["failed"] += 0 if ok else 1
-    camp = head.get("campaign", {})
-    L = [f"Journal `{path}`: {len(lines) - 1} case lines; campaign seeds {camp.get('seeds')}, backend "
+        try:
+            case = rec["case"]
+            kv = dict(p.split("=", 1) for p in case.split(","))
+            T = int(kv["T"])
+            key = (int(kv["H"]), kv["w"], kv.get("form", "plain"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            print(f"journal_summary: {path}:{n}: a record without a readable case id skipped", file=sys.stderr)
+            continue
+        try:
+            add_record(groups, rec, case, key, T)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            print(f"journal_summary: {path}:{n}: a record with malformed results skipped", file=sys.stderr)
+    return finish(path, lines, head, groups, md_out)
+
+
+def add_record(groups, rec, case, key, T):
+    """Count one record's results into groups. Every result is read first, so
+    a malformed record raises before it changes anything."""
+    results = rec.get("results", []) or [{"impl": i, "error": rec.get("error")} for i in rec.get("impls", [])]
+    parsed = []  # (impl, error?, [(output, ratio)], ok)
+    for res in results:
+        impl = res["impl"]
+        if not isinstance(impl, str):
+            raise TypeError("impl")
+        if rec.get("error"):
+            parsed.append((impl, True, [], False))
+            continue
+        ratios, ok = [], True
+        for o in OUTS:
+            v = res[o]
+            ratios.append((o, float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))))
+            ok = ok and bool(v[4])
+        parsed.append((impl, False, ratios, ok))
+    for impl, error, ratios, ok in parsed:
+        g = groups.setdefault(key + (impl,), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],
+                                              "worst": {o: (0.0, "") for o in OUTS}})
+        g["cases"] += 1
+        g["T"] = [min(g["T"][0], T), max(g["T"][1], T)]
+        if error:
+            g["errors"] += 1
+            continue
+        for o, ratio in ratios:
+            if ratio > g["worst"][o][0] or not g["worst"][o][1]:
+                g["worst"][o] = (ratio, case)
+        g["failed"] += 0 if ok else 1
+
+
+def finish(path, lines, head, groups, md_out):
+    """The table (and --md)."""
+    camp = head.get("campaign") if isinstance(head.get("campaign"), dict) else {}
+    n_cases = sum(1 for line in lines[1:] if line.strip())
+    L = [f"Journal `{path}`: {n_cases} case lines; campaign seeds {camp.get('seeds')}, backend "
          f"{camp.get('backend')}, device {camp.get('device')}, oracle {camp.get('oracle')}, table sha256 "
          f"{str(camp.get('table_sha256'))[:12]}.", "",
          "| H | w | form | impl | cases | failed | errors | T range | y | rstd | dx | dw | worst dw case |",
@@ -89,10 +130,7 @@ def main(argv):
                  f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1])} |")
     text = "\n".join(L) + "\n"
     if md_out:
-        with open(md_out + ".tmp", "w") as f:
-            f.write(text)
-        import os
-        os.replace(md_out + ".tmp", md_out)
+        write_text("journal_summary", md_out, text)  # exit 3 naming it when it fails
     print(text)
     return 0
 

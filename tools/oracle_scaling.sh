@@ -7,12 +7,17 @@
 # the work and changes no bit), then a table: wall ns per element of the
 # CaseOracle and of validation, and the CPU ns per element of the reference
 # and of validation (CPU seconds of every thread over the elements: flat in
-# the thread count when threads scale, growing when each gets slower).
+# the thread count when threads scale, growing when each gets slower). Then,
+# where the build has bench/clock_probe, the core clock each of that many
+# busy threads gets while on a CPU and the fraction of the time it was on
+# one (scalar code and 512-bit FMAs, beside the same spinning processes):
+# how much of the growth is the all-core clock, how much sharing a core.
 #
 #   tools/oracle_scaling.sh [--out DIR] [--deadline-s N]
 #
 #   --out DIR       the output folder (default: $OUT if set, else out/ in the
-#                   repository): scaling.md, env.txt, fb-T-B.txt per run
+#                   repository): scaling.md, env.txt, fb-T-B.txt per run,
+#                   clock.md
 #   --deadline-s N  seconds after the start after which no further run starts
 #                   (default 0: none); the table holds the runs that finished
 # Exit 0 every run done; 2 a bad argument (before any run); 3 a run failed.
@@ -108,6 +113,18 @@ for t in $threads; do
   done
 done
 
+# The clock each busy thread gets at these thread counts (same spinners).
+probe="$build/bench/clock_probe"
+clock_ok=0
+if [ -x "$probe" ] && { [ "$deadline" -eq 0 ] || [ "$SECONDS" -lt "$deadline" ]; }; then
+  if "$probe" "$(echo $threads | tr ' ' ',')" 1 scalar,avx512 >"$out/clock.md" 2>&1; then
+    clock_ok=1
+  else
+    echo "oracle_scaling: clock_probe failed (see $out/clock.md)" >&2
+    failed=$((failed + 1))
+  fi
+fi
+
 # The table, from each run's lines: "CaseOracle S s (...) | validation V s |
 # ...", "ns per element: CaseOracle N = ..." (so elements = S / N ns) and
 # "<phase> CPU C s, B cores busy, X CPU ns per element".
@@ -115,6 +132,7 @@ done
   echo "# Oracle half against threads and row blocks"
   echo
   sed 's/^/    /' "$out/env.txt"
+  [ ${#rows[@]} -eq 0 ] || { read -r _ _ f1 <<<"${rows[0]}"; grep -m1 '^host code:' "$f1" | sed 's/^/    /'; }
   echo
   echo "| threads | block rows | CaseOracle wall ns/elt | validation wall ns/elt | reference CPU ns/elt | validation CPU ns/elt |"
   echo "| --- | --- | --- | --- | --- | --- |"
@@ -130,6 +148,12 @@ done
         printf "| %s | %s | %s | %s | %s | %s |\n", t, b, con, vn, rc, vc
       }' "$f"
   done
+  if [ "$clock_ok" -eq 1 ]; then
+    echo
+    echo "Core clock per busy thread while on a CPU, and its on-CPU fraction (bench/clock_probe: dependent adds beside scalar code or 512-bit FMAs, $busy spinning process(es) beside):"
+    echo
+    cat "$out/clock.md"
+  fi
 } >"$out/scaling.md"
 cat "$out/scaling.md"
 # Exit 3 when a run failed (the table lacks its row), 0 otherwise.

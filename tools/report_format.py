@@ -6,7 +6,7 @@ Imported by the tools beside it (they run as scripts from tools/)."""
 
 import re
 
-_FORMAT = re.compile(r"^(.+)/([0-9]+)$")
+_FORMAT = re.compile(r"(.+)/([0-9]+)")  # fullmatch: "$" would take a trailing newline
 
 
 def format_version(doc, names, major=2):
@@ -21,7 +21,7 @@ def format_version(doc, names, major=2):
     if "format" not in doc:
         return 0
     f = doc["format"]
-    m = _FORMAT.match(f) if isinstance(f, str) else None
+    m = _FORMAT.fullmatch(f) if isinstance(f, str) else None
     if m is None:
         raise ValueError("format %r is not NAME/MAJOR (expected %s)" % (f, kinds))
     if m.group(1) not in names:

@@ -51,8 +51,15 @@ def load(path):
         size = os.stat(path).st_size
         if size > MAX_BYTES:
             die(f"{path}: {size} bytes, more than a timings file has (at most {MAX_BYTES})")
+        def no_twice(pairs):  # a key given twice: json keeps the last silently
+            keys = [k for k, _ in pairs]
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            if twice:
+                die(f"{path}: key {twice[0]!r} given twice in one object")
+            return dict(pairs)
+
         with open(path, encoding="utf-8") as f:
-            t = json.load(f, parse_constant=lambda c: die(f"{path}: {c} is not a number"))
+            t = json.load(f, parse_constant=lambda c: die(f"{path}: {c} is not a number"), object_pairs_hook=no_twice)
         return check(path, t)
     except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError, ValueError, OverflowError,
             MemoryError) as e:
@@ -65,8 +72,11 @@ def check(path, t):
     for k in ("date", "normgate_commit", "gpu", "driver", "cuda"):
         if not isinstance(t.get(k), str):
             die(f"{path}: {k} must be a string, got {t.get(k)!r}")
-    if not isinstance(t.get("merged_from", []), list):
-        die(f"{path}: merged_from must be a list")
+    if not isinstance(t.get("merged_from", []), list) or not all(isinstance(m, dict) for m in t.get("merged_from", [])):
+        die(f"{path}: merged_from must be a list of objects (each an input's date and commit)")
+    for k in ("rounds", "reps"):
+        if k in t and (not isinstance(t[k], int) or isinstance(t[k], bool) or t[k] < 1):
+            die(f"{path}: {k} must be a whole number >= 1, got {t[k]!r}")
     seen = set()
     for i, p in enumerate(t["points"]):
         where = f"{path}: points[{i}]"
@@ -130,6 +140,10 @@ def main(argv):
         die(f"OUT {out} is one of the inputs")
     if not out or out.endswith(os.sep) or os.path.isdir(real_out):
         die(f"OUT '{out}' is a folder or empty")
+    if out == "-":
+        die("OUT '-': give a file (the merged timings do not go to stdout)")
+    if os.path.exists(real_out) and not os.path.isfile(real_out):
+        die(f"OUT '{out}' exists and is not a regular file (a device, FIFO or socket: the rename would replace it)")
     b, n = load(base), load(new)
     if (b.get("rounds"), b.get("reps")) != (n.get("rounds"), n.get("reps")):
         die(f"{new}: rounds/reps {n.get('rounds')}/{n.get('reps')} differ from {base}'s "

@@ -2,6 +2,7 @@
 #include "h5.h"
 
 #include "normgate/core/file_target.h"
+#include "normgate/core/temp_files.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -334,6 +335,8 @@ void Writer::commit() {
                              std::to_string(image_->size) + " bytes");
   // Temporary, fsync, rename: PATH is either the old file or the whole new one.
   // A rewrite keeps the old file's permission bits (core::create_replacement).
+  // Tracked while it exists: a signal meanwhile removes it (temp_files.h).
+  const normgate::core::TrackedTemp tracked(tmp_);
   const int fd = normgate::core::create_replacement(tmp_, target_);
   if (fd < 0) throw std::runtime_error(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
   if (!write_all(fd, static_cast<const char*>(image_->mem), static_cast<size_t>(eof)) || ::fsync(fd) != 0) {

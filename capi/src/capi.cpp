@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
 #include "normgate/core/types.h"
 #include "normgate/kernels/registry.h"
@@ -35,6 +36,7 @@
 #include "normgate/oracle/reference.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
+#include "normgate/seeds/seed_set.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/external.h"
@@ -104,7 +106,9 @@ int guard(const char* fn, F&& f) noexcept {
 
 // Write `text` to `path` atomically: a temporary file beside it, flushed,
 // then renamed over it (a reader never sees a partial report).
-void write_atomic(const std::string& path, const std::string& text) {
+void write_atomic(const std::string& link_or_path, const std::string& text) {
+  // A link is written through: the file it names is replaced, never the link.
+  const std::string path = normgate::core::rename_target(link_or_path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
@@ -653,6 +657,14 @@ int ng_case_info(const char* case_id, ng_case_info_t* out) {
   });
 }
 
+int ng_seed_set_size(const char* spec, uint64_t* pairs) {
+  return guard("ng_seed_set_size", [&] {
+    need(spec, "spec");
+    need(pairs, "pairs");
+    *pairs = ns::parse_seed_set(spec).size();
+  });
+}
+
 int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
   return guard("ng_generate_host", [&] {
     const ns::CaseId c = parse(case_id);
@@ -939,17 +951,42 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     g.normgate_commit = NORMGATE_GIT_COMMIT;
     const std::string report_md = o->report_md ? o->report_md : "";
     const std::string report_json = o->report_json ? o->report_json : "";
-    // Paths checked before any work: their directories must exist.
+    for (const auto& [p, what] : {std::pair{o->report_md, "report_md"}, std::pair{o->report_json, "report_json"},
+                                  std::pair{o->journal, "journal"}})
+      if (p != nullptr && p[0] == '\0') bad(std::string(what) + " is empty (NULL: none)");
+    // Paths checked before any work, as the CLI checks its outputs
+    // (core::write_problem: written through a link, to a regular file or a
+    // new one in a writable folder; never a folder, device, FIFO or socket,
+    // which the report's rename would replace), and no two outputs, nor an
+    // output and the table, one file.
     auto writable_dir = [](const std::string& path, const char* what) {
-      if (path.empty()) return;
-      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-      const std::string d = dir.empty() ? std::string(".") : dir.string();
-      if (!std::filesystem::is_directory(d) || ::access(d.c_str(), W_OK) != 0)
-        bad(std::string(what) + " '" + path + "': directory '" + d + "' does not exist or is not writable");
+      if (const std::string why = normgate::core::write_problem(path); !why.empty())
+        bad("cannot write " + std::string(what) + " '" + path + "': " + why);
     };
     writable_dir(report_md, "report_md");
     writable_dir(report_json, "report_json");
     writable_dir(g.journal_path, "journal");
+    // One file under two names (core::same_file: the same inode, or the same
+    // canonical path for files not made yet).
+    auto same = [](const std::string& a, const std::string& b) {
+      return !a.empty() && !b.empty() && normgate::core::same_file(a, b);
+    };
+    const std::vector<std::pair<std::string, std::string>> outs = {
+        {"report_md", report_md}, {"report_json", report_json}, {"journal", g.journal_path}};
+    const std::vector<std::pair<std::string, std::string>> ins = {
+        {"the table", g.table_path},
+        {"the table's approvals file", nk::approvals_path_for(g.table_path)},
+        {"the table's approval policy", nk::policy_path_for(g.table_path)}};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      for (size_t k = 0; k < i; ++k)
+        if (same(outs[i].second, outs[k].second))
+          bad(outs[k].first + " '" + outs[k].second + "' and " + outs[i].first + " '" + outs[i].second +
+              "' name one file: each output needs a file of its own");
+      for (const auto& [what, path] : ins)
+        if (same(outs[i].second, path))
+          bad(outs[i].first + " '" + outs[i].second + "' is " + what + ": writing it would destroy what the gate "
+                                                               "reads; give another file");
+    }
     const nv::Backend backend = nv::resolve_backend(g.backend);
     if (backend == nv::Backend::gpu && !nk::gpu_available())
       bad("backend gpu requested but no usable CUDA device is present");

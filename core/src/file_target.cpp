@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -41,6 +42,45 @@ int create_replacement(const std::string& tmp, const std::string& target) {
   ::unlink(tmp.c_str());
   errno = e;
   return -1;
+}
+
+std::string write_problem(const std::string& path) {
+  if (path.empty()) return "";
+  namespace fs = std::filesystem;
+  // The atomic write (and an approvals file's lock) goes to the folder of
+  // the file a link points to, not the link's: check that one.
+  const std::string real = rename_target(path);
+  const fs::path dir = fs::path(real).has_parent_path() ? fs::path(real).parent_path() : fs::path(".");
+  const std::string via = real == path ? "" : " (the folder of '" + real + "', where its link points)";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "folder '" + dir.string() + "' does not exist" + via;
+  if (::access(dir.c_str(), W_OK) != 0)
+    return "folder '" + dir.string() + "' is not writable" + via + ": " + std::strerror(errno);
+  if (fs::is_directory(path, ec)) return "it is a folder (give a file name)";
+  // A device, FIFO or socket: the rename that ends an atomic write would put
+  // a regular file in its place.
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    return "it exists and is not a regular file (the write would replace it)";
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return "the file exists and is not writable";
+  return "";
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return false;
+  // Made absolute first: weakly_canonical leaves a relative path whose every
+  // component is missing ("x.json") as it is, while "./x.json" becomes
+  // absolute, so two spellings of one new file would compare unequal.
+  namespace fs = std::filesystem;
+  auto where = [](const std::string& p, std::error_code& e) {
+    const fs::path abs = fs::absolute(rename_target(p), e);
+    return e ? fs::path() : fs::weakly_canonical(abs, e);
+  };
+  std::error_code e1, e2;
+  const auto ca = where(a, e1), cb = where(b, e2);
+  return !e1 && !e2 && ca == cb;
 }
 
 std::string regular_file_problem(const std::string& path) {

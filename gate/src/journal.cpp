@@ -526,7 +526,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       for (const auto& [k, v] : old.items())
         if (!campaign.contains(k)) diff += "\n  " + k + ": journal " + v.dump() + ", this run (absent)";
       throw std::invalid_argument("journal " + path + " belongs to a different campaign; differing fields:" + diff +
-                                  "\nresume with the same table and options, or use a new --journal file");
+                                  "\nresume with the same table and options, or use a new --journal file (journal= in Python)");
     }
   };
   // (case, implementation) -> the first line holding it and its result (or error).

@@ -183,7 +183,7 @@ std::string format_gate_markdown(const GateResult& r) {
     for (const auto& w : r.windows)
       if (std::find(fwds.begin(), fwds.end(), w.fwd) == fwds.end()) fwds.push_back(w.fwd);
     if (!fwds.empty()) {
-      o << "- forward step: bwd windows run the default forward " << kernels::default_fwd().name
+      o << "- forward step: bwd windows of a built-in variant run the default forward " << kernels::default_fwd().name
         << " before their variant; a fwd window runs its own variant (fwd_rowwise: y and rstd of any backward "
            "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated). "
            "Forward variants run here:";

@@ -165,11 +165,11 @@ std::vector<seeds::CaseId> approval_cases(const kernels::Approval& a) {
 
 std::string describe_backend(Backend resolved, const kernels::DeviceInfo& d) {
   if (resolved == Backend::gpu)
-    return "GPU: every kernel variant ran as CUDA code on " + d.name + " (cc " + d.cc + ", driver " + d.driver +
+    return "GPU: every built-in kernel variant ran as CUDA code on " + d.name + " (cc " + d.cc + ", driver " + d.driver +
            ", CUDA runtime " + d.cuda_runtime + "); inputs generated on the GPU, oracle on the CPU";
   return std::string(d.present ? "CPU models by request (--backend cpu): a GPU is present but was not used"
                                : "CPU models: NO usable GPU in this process") +
-         "; every kernel variant ran as its CPU model (kernels/models/include/normgate/kernels/models.h: the variant's arithmetic step by step, "
+         "; every built-in kernel variant ran as its CPU model (kernels/models/include/normgate/kernels/models.h: the variant's arithmetic step by step, "
          "bitwise predictions of the GPU code), NOT as CUDA code. Approvals from this run are marked cpu-model";
 }
 

@@ -1,5 +1,6 @@
 // harness/src/external.cpp: external implementations (external.h): their
-// registration beside the kernel registry's entry, and one poisoned run.
+// registration beside the kernel registry's entry, and one poisoned run
+// (two for a deterministic implementation, compared bit for bit).
 #include "normgate/harness/external.h"
 
 #include <algorithm>
@@ -26,6 +27,35 @@ struct Externals {
 Externals& externals_store() {
   static Externals e;
   return e;
+}
+
+// Elements per hashed block of a deterministic implementation's outputs
+// (run_external): a difference is reported to within one block.
+constexpr size_t kHashBlock = 4096;
+
+// A 64-bit hash of n bytes (8 at a time, the tail zero-padded; the length
+// mixed in), multiply-xorshift: equal bytes hash alike, different ones
+// almost never.
+uint64_t block_hash(const unsigned char* p, size_t n) {
+  uint64_t h = 0x243F6A8885A308D3ull ^ n;
+  auto mix = [&h](uint64_t w) {
+    h ^= w;
+    h *= 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    mix(w);
+  }
+  if (i < n) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    mix(w);
+  }
+  mix(h >> 17);
+  return h;
 }
 
 template <class T>
@@ -87,38 +117,83 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
     throw std::invalid_argument("external implementation " + impl.name + " does not support case " +
                                 seeds::to_string(c));
   const size_t rows = static_cast<size_t>(in.rows), cols = static_cast<size_t>(in.cols);
-  ExternalRun r;
-  Outputs& o = r.out;
   float poison_f32;
   std::memcpy(&poison_f32, &kPoisonF32, sizeof poison_f32);
-  o.y.assign(rows * cols, kPoisonBf16);
-  o.rstd.assign(rows, poison_f32);
-  o.dx.assign(rows * cols, kPoisonBf16);
-  o.dw.assign(cols, poison_f32);
-  if (c.form == Form::res) o.h_new.assign(rows * cols, kPoisonBf16);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    impl.run(in, o);
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
-                             seeds::to_string(c) + ": " + e.what());
-  } catch (...) {
-    throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
-                             seeds::to_string(c) + " (a non-standard exception)");
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto size_is = [&](const char* name, size_t got, size_t want) {
-    if (got != want)
-      throw std::runtime_error("external implementation " + impl.name + " resized output " + name + " to " +
-                               std::to_string(got) + " elements (the case has " + std::to_string(want) + ")");
+  // One call of impl.run into freshly sized and poisoned outputs; its wall time.
+  auto run_once = [&](Outputs& o) {
+    o.y.assign(rows * cols, kPoisonBf16);
+    o.rstd.assign(rows, poison_f32);
+    o.dx.assign(rows * cols, kPoisonBf16);
+    o.dw.assign(cols, poison_f32);
+    if (c.form == Form::res) o.h_new.assign(rows * cols, kPoisonBf16);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      impl.run(in, o);
+    } catch (const Cancelled&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
+                               seeds::to_string(c) + ": " + e.what());
+    } catch (...) {
+      throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
+                               seeds::to_string(c) + " (a non-standard exception)");
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto size_is = [&](const char* name, size_t got, size_t want) {
+      if (got != want)
+        throw std::runtime_error("external implementation " + impl.name + " resized output " + name + " to " +
+                                 std::to_string(got) + " elements (the case has " + std::to_string(want) + ")");
+    };
+    size_is("y", o.y.size(), rows * cols);
+    size_is("rstd", o.rstd.size(), rows);
+    size_is("dx", o.dx.size(), rows * cols);
+    size_is("dw", o.dw.size(), cols);
+    size_is("h_new", o.h_new.size(), c.form == Form::res ? rows * cols : 0);
+    return seconds;
   };
-  size_is("y", o.y.size(), rows * cols);
-  size_is("rstd", o.rstd.size(), rows);
-  size_is("dx", o.dx.size(), rows * cols);
-  size_is("dw", o.dw.size(), cols);
-  size_is("h_new", o.h_new.size(), c.form == Form::res ? rows * cols : 0);
+  ExternalRun r;
+  Outputs& o = r.out;
+  r.seconds = run_once(o);
+  // A deterministic implementation (every forward, and a backward declared
+  // det) must give the same bits when run again on the same inputs: the
+  // gate's det windows rest on that claim, so it is tested on every case.
+  // The first run's outputs are kept as 64-bit hashes of blocks of
+  // kHashBlock elements (no second copy of the outputs in memory), the
+  // second run writes into the same, poisoned again, vectors, and its
+  // hashes must match. Two different blocks hash alike with a chance of
+  // about 2^-64.
+  if (impl.op == kernels::Op::fwd || impl.mode == kernels::Mode::det) {
+    auto hashes = [](const Outputs& out) {
+      std::vector<std::vector<uint64_t>> h;
+      auto add = [&h](const auto& v) {
+        std::vector<uint64_t> blocks;
+        const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+        const size_t n = v.size() * sizeof v[0], step = kHashBlock * sizeof v[0];
+        for (size_t b = 0; b < n; b += step) blocks.push_back(block_hash(bytes + b, std::min(step, n - b)));
+        h.push_back(std::move(blocks));
+      };
+      add(out.y);
+      add(out.rstd);
+      add(out.dx);
+      add(out.dw);
+      add(out.h_new);
+      return h;
+    };
+    const auto first = hashes(o);
+    run_once(o);
+    const auto again = hashes(o);
+    static const char* const kNames[] = {"y", "rstd", "dx", "dw", "h_new"};
+    const size_t sizes[] = {o.y.size(), o.rstd.size(), o.dx.size(), o.dw.size(), o.h_new.size()};
+    for (size_t k = 0; k < first.size(); ++k)
+      for (size_t b = 0; b < first[k].size(); ++b)
+        if (first[k][b] != again[k][b]) {
+          const size_t lo = b * kHashBlock, hi = std::min(sizes[k], lo + kHashBlock);
+          throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin +
+                                   ") is declared deterministic but two runs on " + seeds::to_string(c) +
+                                   " gave different bits: output " + kNames[k] + ", elements " +
+                                   std::to_string(lo) + ".." + std::to_string(hi - 1));
+        }
+  }
   auto check = [&](const char* name, bool poisoned, bool empty) {
     if (poisoned && !empty) r.not_produced.emplace_back(name);
   };

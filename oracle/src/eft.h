@@ -40,8 +40,11 @@
 // without -ffast-math), only on wider registers, so results are bitwise equal
 // (tests/oracle/clone_bits_test.cpp pins digests taken before the AVX-512
 // clone existed).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(NORMGATE_NO_AVX512_CLONES)
 #define NG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NG_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))  // NORMGATE_HOST_AVX512=OFF
 #else
 #define NG_CLONES
 #endif

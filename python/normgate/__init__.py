@@ -304,6 +304,16 @@ def _variant_for(variant, op):
         unknown = set(variant) - {"fwd", "bwd"}
         if unknown:
             raise ValueError("variant dict keys must be \"fwd\" and/or \"bwd\", got %s" % sorted(unknown))
+        # Every name given, not only op's: a wrong one fails here, not at the
+        # first backward (or inside a traced graph).
+        for key, name in variant.items():
+            if name is None:
+                continue
+            if not isinstance(name, str):
+                raise ValueError("variant[%r] must be a variant name or None, got %r" % (key, name))
+            got = variant_info(name)["op"]  # ValueError naming an unknown name
+            if got != key:
+                raise ValueError("variant[%r] = %r is a %s variant" % (key, name, got))
         return variant.get(op)
     if isinstance(variant, str):
         return variant if variant_info(variant)["op"] == op else None
@@ -924,22 +934,76 @@ class Oracle:
         return rep
 
 
-def check(impl, case_id, device="cuda"):
+def _desc(t):
+    """A short description of an output for messages: absent, or dtype and shape."""
+    return "absent" if t is None else "%s %s" % (str(t.dtype).replace("torch.", ""), tuple(t.shape))
+
+
+def check(impl, case_id, device=None):
     """Run `impl` on a case's inputs and validate what it returns.
 
-    impl: a callable taking generate(case_id, device)'s dict and returning a
-    dict with any of y, rstd, dx, dw, h_new (torch tensors; the others are
-    reported absent). Returns the Oracle's report (see Oracle.validate).
+    impl: a normgate.Implementation (its fn runs on its device; declared
+    deterministic, it runs twice and the two runs must give the same bits,
+    as in normgate.gate), or a bare callable. Either takes
+    generate(case_id, device)'s dict and returns a dict with any of y, rstd,
+    dx, dw, h_new (torch tensors; the others are reported absent).
+    device: where the inputs are made; None: the Implementation's device,
+    "cuda" for a bare callable (ValueError on a machine without one, naming
+    device="cpu").
+    Returns the Oracle's report (see Oracle.validate). Raises ValueError for
+    an unknown output or a non-dict result, RuntimeError when a deterministic
+    Implementation's two runs differ (naming the output and element).
     """
+    from .gate import Implementation  # gate.py imports this module
+    if isinstance(impl, Implementation):
+        fn, det = impl.fn, impl.deterministic
+        device = impl.device if device is None else device
+    elif callable(impl):
+        fn, det = impl, False
+        device = "cuda" if device is None else device
+    else:
+        raise TypeError("impl must be a normgate.Implementation or a callable, got %r" % (impl,))
     inputs = generate(case_id, device)
-    # The oracle copies the inputs before impl runs (an impl writing into its
-    # inputs cannot change what it is checked against), without a second
-    # host generation.
-    with Oracle(case_id, inputs=inputs) as o:
-        outs = impl(inputs)
+
+    def outputs_of(outs):
         if not isinstance(outs, dict):
             raise ValueError("impl must return a dict of outputs, got %s" % type(outs).__name__)
         unknown = sorted(set(outs) - set(_OUT_DTYPES))
         if unknown:
             raise ValueError("impl returned unknown outputs %s (expected any of y, rstd, dx, dw, h_new)" % unknown)
+        return outs
+
+    # The oracle copies the inputs before impl runs (an impl writing into its
+    # inputs cannot change what it is checked against), without a second
+    # host generation.
+    with Oracle(case_id, inputs=inputs) as o:
+        outs = outputs_of(fn(inputs))
+        if det:
+            torch = _torch()
+
+            def kept(d):  # what validate() reads: tensors; None or absent is "not produced"
+                return {k: v.detach().clone() for k, v in d.items() if isinstance(v, torch.Tensor)}
+
+            first = kept(outs)
+            again = kept(outputs_of(fn(generate(case_id, device))))
+            for k in sorted(set(first) | set(again)):
+                a, b = first.get(k), again.get(k)
+                # Compared as the gate compares them: flat, element by element
+                # (a reshape of the same bits is the same output).
+                if a is None or b is None or a.dtype != b.dtype or a.numel() != b.numel():
+                    raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
+                                       "outputs: %s is %s, then %s" % (impl.name, case_id, k, _desc(a), _desc(b)))
+                if a.numel() == 0:
+                    continue
+                width = a.element_size()
+                ab = a.reshape(-1).view(torch.uint8).reshape(-1, width)
+                bb = b.reshape(-1).view(torch.uint8).reshape(-1, width).to(ab.device)
+                diff = (ab != bb).any(dim=1).nonzero()
+                if diff.numel() == 0:
+                    continue
+                i = int(diff[0])
+                bits = lambda t: "0x" + bytes(t[i].cpu().tolist())[::-1].hex()  # noqa: E731 (little-endian)
+                raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
+                                   "bits: output %s element %d (%s then %s)" % (impl.name, case_id, k, i, bits(ab),
+                                                                             bits(bb)))
         return o.validate(**outs)

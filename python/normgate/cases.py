@@ -11,6 +11,7 @@ importable.
 
 import hashlib
 import os
+import stat
 
 __all__ = ["load_case", "content_sha256", "CaseDigestError", "CaseContentError", "CASE_SCHEMA"]
 
@@ -206,7 +207,16 @@ def load_case(path, as_torch=None):
         raise ImportError("normgate.load_case needs h5py and numpy (pip install h5py): %s" % e) from e
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError("load_case: path must be a file path, got %r" % (path,))
-    path = str(path)
+    path = os.fsdecode(path)  # str(b"x.h5") would be "b'x.h5'"
+    # A FIFO or a device would block the open (h5py waits for a writer);
+    # a folder is no case file either.
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError("load_case: %s: no such file" % path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("load_case: %s is not a regular file (%s)"
+                         % (path, "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, socket or device"))
     torch = _want_torch(as_torch)
     def read():
         with h5py.File(path, "r") as f:

@@ -144,6 +144,9 @@ def _L():
         L.ng_gate.argtypes = [ctypes.POINTER(_GateOptions), ctypes.POINTER(_vp)]
         L.ng_free_string.restype = None
         L.ng_free_string.argtypes = [_vp]
+        if hasattr(L, "ng_seed_set_size"):
+            L.ng_seed_set_size.restype = ctypes.c_int
+            L.ng_seed_set_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
         _declared = True
     return L
 
@@ -217,7 +220,14 @@ def source_sha256(sources):
 # ---- implementations -----------------------------------------------------------
 
 def _names(value, allowed, what):
-    vals = [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        vals = [value]
+    else:
+        try:
+            vals = list(value)
+        except TypeError:
+            raise TypeError("%s must be a name or a list of names (any of %s), got %r"
+                            % (what, ", ".join(allowed), value)) from None
     if not vals:
         raise ValueError("%s: empty (any of %s)" % (what, ", ".join(allowed)))
     for v in vals:
@@ -245,7 +255,9 @@ class Implementation:
         "fwd" (y, rstd).
     deterministic: whether repeated runs give the same bits (det windows need
         True; nondet windows take either; op="fwd" needs True, since one
-        forward serves both modes).
+        forward serves both modes). The gate tests it: a deterministic
+        implementation runs twice on every case, and differing bits are
+        that case's error.
     H: an int, or (h_min, h_max) inclusive, inside 1..16384.
     w: weight dtypes it supports, "bf16" and/or "fp32".
     forms: "plain", "res", "heads24", "heads4" (one or a list).
@@ -302,8 +314,9 @@ class Implementation:
         self._device = device
         if description is None:
             description = getattr(fn, "__qualname__", type(fn).__name__)
-        if not isinstance(description, str) or "\n" in description:
-            raise ValueError("description must be one line of text, got %r" % (description,))
+        if not isinstance(description, str) or any(ord(c) < 32 or ord(c) == 127 for c in description):
+            raise ValueError("description must be one line of text without control characters, got %r"
+                             % (description,))
         _lib._bytes(description, "description")  # a NUL or a lone surrogate: ValueError here, not at registration
         self.name, self.fn, self.op, self.deterministic = name, fn, op, deterministic
         self.H = (h_min, h_max)
@@ -320,6 +333,20 @@ class Implementation:
     def __repr__(self):
         return "Implementation(%r, op=%r, deterministic=%r, H=%r, sha256=%s)" % (
             self.name, self.op, self.deterministic, self.H, self.source_sha256[:12])
+
+
+def _check_device(impl):
+    """impl's device exists here (torch importable): a ValueError naming it
+    before any work, not every case's error after."""
+    dev = impl.device
+    if dev.startswith("cuda"):
+        torch = _torch()
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+        if idx >= n:
+            raise ValueError("implementation %s: device %r is not present (torch sees %d CUDA device%s)"
+                             % (impl.name, dev, n, "" if n == 1 else "s"))
+    return dev
 
 
 class _Stop(Exception):
@@ -407,6 +434,8 @@ def _write_outputs(impl, outs, io, torch):
         if key not in _OUT_DTYPES:
             raise _Stop(ValueError("implementation %s returned unknown output %r (expected any of %s)"
                                    % (impl.name, key, ", ".join(_OUT_DTYPES))))
+        if t is None:  # not produced, as if absent (normgate.check reads None so too)
+            continue
         if key == "h_new" and not io.h_new:
             raise _Stop(ValueError("implementation %s returned h_new for form %s (only form res has it)"
                                    % (impl.name, _lib.FORM_NAMES[io.form])))
@@ -458,7 +487,9 @@ def _parse_window(win, k):
         for term in win.split(","):
             if "=" not in term:
                 raise ValueError("%s: term %r is not key=value" % (what, term))
-            key, val = (x.strip() for x in term.split("=", 1))
+            key, val = (x.strip(" \t") for x in term.split("=", 1))  # ASCII blanks only
+            if key in d:
+                raise ValueError("%s: %s given twice (%r and %r)" % (what, key, d[key], val))
             d[key] = val
         win = d
     if not isinstance(win, dict):
@@ -469,10 +500,14 @@ def _parse_window(win, k):
     if "H" not in win or "T" not in win:
         raise ValueError("%s needs H and T" % what)
     H = win["H"]
-    H = _int(int(H) if isinstance(H, str) and H.isdigit() else H, what + " H", 1, 16384)
+    if isinstance(H, str):
+        if not re.fullmatch(r"[ \t]*[0-9]+[ \t]*", H):  # ASCII digits and blanks only: isdigit() takes "²", "٣"
+            raise ValueError("%s H: %r is not a whole number" % (what, H))
+        H = int(H)
+    H = _int(H, what + " H", 1, 16384)
     T = win["T"]
     if isinstance(T, str):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", T)
+        m = re.fullmatch(r"[ \t]*([0-9]+)[ \t]*(?:\.\.[ \t]*([0-9]+)[ \t]*)?", T)
         if not m:
             raise ValueError("%s T: %r is not N or A..B" % (what, T))
         T = (int(m.group(1)), int(m.group(2) or m.group(1)))
@@ -541,6 +576,9 @@ def _write_atomic(path, text):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the table and policy are read by others too
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -616,6 +654,8 @@ def _path(v, what):
     d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
         raise ValueError("%s %r: directory %r does not exist" % (what, p, d))
+    if os.path.isdir(p):
+        raise ValueError("%s %r is a folder (give a file name)" % (what, p))
     return p
 
 
@@ -644,7 +684,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         stops the gate at the next case boundary, then KeyboardInterrupt is
         raised) resumes and reaches the same report.
     report_md, report_json: where to write the reports (atomically).
-    approve: write approvals beside the table (needs its policy).
+    approve: write approvals beside the table (needs its policy); a window
+        that fails revokes its earlier approval. The report's "approvals"
+        lists the changes, and with progress on each is printed to stderr.
     progress: a tqdm bar (when tqdm is importable, else a line on stderr).
     threads: OpenMP threads of the oracle (0: default); backend: where
         built-in variants of the table run ("auto", "cpu", "gpu").
@@ -668,6 +710,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise TypeError("seeds must be a seed-set string such as '3x16', got %r" % (seeds,))
     if not _SEEDS_RE.match(seeds):
         raise ValueError("seeds %r is not a seed set (e.g. '3x16', 'seeds=120..239', 'cancel:0..7')" % (seeds,))
+    L0 = _L()
+    if hasattr(L0, "ng_seed_set_size"):  # the library's own parse, before the table and policy are written
+        pairs = ctypes.c_uint64(0)
+        _lib.check(L0.ng_seed_set_size(seeds.encode(), ctypes.byref(pairs)))  # ValueError quoting it
     t_per_window = _int(t_per_window, "t_per_window", 2, 1 << 20)
     dense_points = _int(dense_points, "dense_points", 0, 1 << 20)
     dense_step = _int(dense_step, "dense_step", 1, 1 << 31)
@@ -710,12 +756,19 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                 table_out = os.path.join(os.path.dirname(os.path.abspath(base)), "normgate-gate.toml")
         table = table_out
     for x in impls:
-        x.device  # noqa: B018  (torch present, device resolvable)
+        _check_device(x)
 
     # Work starts here: the implementations' registration (the library checks
     # their names against the registry), then the table (windows=).
+    if backend == "gpu" and not _lib.device_available():
+        raise ValueError("backend='gpu' but no usable CUDA device is present (backend 'auto' or 'cpu' runs the "
+                         "built-in variants' CPU models)")
     for x in impls:
         _register(x)
+    # What the library refuses before any case runs (NG_EINVAL: a journal of
+    # another campaign, a policy this campaign is below, ...) must leave the
+    # folder as it was: the table and policy written here are put back.
+    undo = []
     if windows is not None and not isinstance(windows, str):
         current = None
         if os.path.exists(table):
@@ -726,10 +779,12 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                              "(give another path)" % table)
         if current != text:
             _write_atomic(table, text)
+            undo.append((table, current))
         stem = table[:-5] if table.endswith(".toml") else table
         if approve and not os.path.exists(stem + ".policy.toml"):
             _write_atomic(stem + ".policy.toml",
                           _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+            undo.append((stem + ".policy.toml", None))
 
     L = _L()
     o = _GateOptions()
@@ -798,13 +853,28 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
             raise state.stop
         raise KeyboardInterrupt("normgate.gate interrupted; the journal %s resumes it"
                                 % (repr(journal) if journal else "(none given: nothing)"))
-    _lib.check(rc)
+    try:
+        _lib.check(rc)
+    except ValueError:  # refused before any case ran: nothing of this call stays
+        for path, before in reversed(undo):
+            if before is None:
+                os.unlink(path)
+            else:
+                _write_atomic(path, before)
+        raise
     try:
         import json
         rep = json.loads(ctypes.string_at(out.value).decode())
     finally:
         L.ng_free_string(out)
     rep["table_path"] = table
+    j = rep.get("journal") or {}
+    if progress and journal and j.get("resumed"):  # as `normgate gate` says it
+        print("normgate.gate: %d finished cases resumed from %s, %d run now"
+              % (j.get("resumed", 0), journal, j.get("run_now", 0)), file=sys.stderr)
+    if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
+        for change in rep.get("approvals") or []:
+            print("normgate.gate: " + change, file=sys.stderr)
     if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
         raise KeyboardInterrupt("normgate.gate interrupted after its last case")
     return rep

@@ -276,6 +276,31 @@ def test_res_fp32_case_written_by_the_cli():
             raise AssertionError("u is part of a res case's digest")
 
 
+def test_load_case_paths_bytes_fifo_folder_missing():
+    need("h5py", "numpy")
+    # bytes are a path too (not "b'...'"), and read the same case.
+    assert cases.load_case(os.fsencode(PLAIN), as_torch=False)["case"] == cases.load_case(PLAIN, as_torch=False)["case"]
+    d = tempfile.mkdtemp()
+    try:
+        fifo = os.path.join(d, "f.h5")
+        os.mkfifo(fifo)
+        for p, needle in ((fifo, "not a regular file (a FIFO"), (d, "not a regular file (a folder)")):
+            try:
+                cases.load_case(p, as_torch=False)  # a FIFO used to block forever
+            except ValueError as e:
+                assert needle in str(e), str(e)
+            else:
+                raise AssertionError("no error for " + p)
+        try:
+            cases.load_case(os.path.join(d, "none.h5"), as_torch=False)
+        except FileNotFoundError as e:
+            assert "none.h5: no such file" in str(e)
+        else:
+            raise AssertionError("no error for a missing file")
+    finally:
+        shutil.rmtree(d)
+
+
 if __name__ == "__main__":
     passed = failed = skipped = 0
     for name, fn in sorted(globals().items()):

@@ -10,6 +10,7 @@ tiny (H = 64, a few T points, 3x1 seeds) so the file runs in seconds.
 
 import json
 import os
+import re
 
 import pytest
 
@@ -58,6 +59,10 @@ def test_fp64_reference_passes(tmp_path):
     rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 40)}], journal=str(tmp_path / "j"),
                         report_json=str(tmp_path / "r.json"), report_md=str(tmp_path / "r.md"), **SMALL)
     assert rep["verdict"] == "PASS", rep["markdown"]
+    umask = os.umask(0)
+    os.umask(umask)
+    # The generated table has the mode of any file the user writes (not mkstemp's 0600).
+    assert os.stat(rep["table_path"]).st_mode & 0o777 == 0o666 & ~umask
     (w,) = rep["windows"]
     assert w["variant"] == "py_fp64_ref"
     assert w["source_sha256"] == impl.source_sha256
@@ -102,6 +107,16 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
     with open(tmp_path / "t.approvals.json") as f:
         (rec,) = json.load(f)["approvals"]
     assert rec["variant"] == "py_stale" and rec["source_sha256"] == impl.source_sha256
+    # Without accepting CPU-model approvals the call is refused, and the hint
+    # is the Python gate (the CLI cannot run a Python implementation).
+    normgate.load_routes(table)
+    try:
+        r = normgate.route_for("bwd", 64, 10, "bf16", deterministic=True)
+        assert r["how"] == "refused" and r["approval"] == "cpu-model only", r
+        assert re.search(r"normgate\.gate\(impl, table='" + re.escape(table), r["refused"]), r["refused"]
+        assert "--seeds 3x16" not in r["refused"]
+    finally:
+        normgate.load_routes()
     monkeypatch.setenv("NORMGATE_DISPATCH", "accept-cpu-model")
     try:
         normgate.load_routes(table)
@@ -119,7 +134,9 @@ def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
 
 
 def test_interrupted_gate_resumes_to_the_same_report(tmp_path):
-    calls = {"n": 0, "stop_at": 5}
+    # A det implementation runs twice per case (the gate compares the bits),
+    # so the fifth case's first call is the ninth.
+    calls = {"n": 0, "stop_at": 9}
 
     def step(g):
         calls["n"] += 1
@@ -141,6 +158,140 @@ def test_interrupted_gate_resumes_to_the_same_report(tmp_path):
     assert whole["journal"]["resumed"] == 0
     assert windows_of(resumed) == windows_of(whole)
     assert resumed["verdict"] == whole["verdict"] == "PASS"
+
+
+def test_declared_deterministic_but_not_fails_its_window(tmp_path):
+    # dw differs in its last bit on every other call: declared det, each case
+    # runs twice and is that case's error; declared nondet, it runs once.
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            bits = out["dw"].view(torch.int32)
+            bits[3] ^= 1
+        return out
+
+    win = [{"H": 64, "T": (1, 8)}]
+    det = normgate.Implementation("py_flaky_det", flaky, source_sha256="ef" * 32, device="cpu")
+    rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j"), **SMALL)
+    assert rep["verdict"] == "FAIL"
+    assert "is declared deterministic but two runs on H=64" in rep["markdown"], rep["markdown"]
+    assert "output dw, elements 0..63" in rep["markdown"]
+    calls["n"] = 0
+    nondet = normgate.Implementation("py_flaky_nondet", flaky, deterministic=False, source_sha256="ef" * 32,
+                                     device="cpu")
+    rep = normgate.gate(nondet, windows=win, journal=str(tmp_path / "j2"), **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+
+
+def test_check_takes_an_implementation_on_its_device():
+    # normgate.check(impl, case) as README shows it: the Implementation's fn on
+    # its device (auto: cuda if torch sees one, else cpu), run twice when
+    # declared deterministic.
+    case = "H=64,T=5,w=bf16,form=plain,family=normal,seed=0"
+    impl = normgate.Implementation("py_check_impl", fp64_step, source_sha256="ab" * 32)
+    assert normgate.check(impl, case)["pass"]
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            out["dw"].view(torch.int32)[3] ^= 1
+        return out
+
+    det = normgate.Implementation("py_check_flaky", flaky, source_sha256="ab" * 32, device="cpu")
+    with pytest.raises(RuntimeError, match="py_check_flaky is declared deterministic but two runs on "
+                                           "H=64,T=5.* output dw element 3"):
+        normgate.check(det, case)
+    assert calls["n"] == 2
+    nondet = normgate.Implementation("py_check_nd", flaky, deterministic=False, source_sha256="ab" * 32,
+                                     device="cpu")
+    assert normgate.check(nondet, case)["pass"] and calls["n"] == 3
+    with pytest.raises(TypeError, match="impl must be a normgate.Implementation or a callable"):
+        normgate.check("fp64_step", case, device="cpu")
+    # The message gives both bit patterns (dw element 3 differs in its last bit).
+    calls["n"] = 0
+    with pytest.raises(RuntimeError, match=r"output dw element 3 \(0x[0-9a-f]{8} then 0x[0-9a-f]{8}\)"):
+        normgate.check(det, case)
+    # A deterministic implementation that produces no dx, dw (None) and an
+    # empty case (T = 0): reproducible, no false alarm, no crash.
+    fwd_only = normgate.Implementation("py_check_none", lambda g: dict(fp64_step(g), dx=None, dw=None),
+                                       source_sha256="ab" * 32, device="cpu")
+    rep = normgate.check(fwd_only, case)
+    assert rep["outputs"]["y"]["err_tol"] <= 1
+    assert normgate.check(impl, "H=64,T=0,w=bf16,form=plain,family=normal,seed=0")["pass"]
+    # An output present in one run only: named.
+    flip = {"n": 0}
+
+    def sometimes_dw(g):
+        flip["n"] += 1
+        out = fp64_step(g)
+        if flip["n"] == 2:
+            del out["dw"]
+        return out
+
+    odd = normgate.Implementation("py_check_odd", sometimes_dw, source_sha256="ab" * 32, device="cpu")
+    with pytest.raises(RuntimeError, match=r"gave different outputs: dw is float32 \(64,\), then absent"):
+        normgate.check(odd, case)
+    # The same bits in another shape are the same output (as in the gate).
+    shape = {"n": 0}
+
+    def reshaped(g):
+        shape["n"] += 1
+        out = fp64_step(g)
+        if shape["n"] == 2:
+            out["y"] = out["y"].reshape(-1)
+        return out
+
+    assert normgate.check(normgate.Implementation("py_check_shape", reshaped, source_sha256="ab" * 32,
+                                                  device="cpu"), case)["pass"]
+    # The gate reads None as "not produced" too (it used to stop the gate).
+    rep = normgate.gate(fwd_only, windows=[{"H": 64, "T": (1, 8)}], **SMALL)
+    w = rep["windows"][0]
+    assert w["verdict"] == "fail" and w["errors"] == 0  # a verdict of the outputs, not an error
+    assert w["outputs"]["dw"]["max_err_tol"] == "inf" and w["outputs"]["dx"]["max_err_tol"] == "inf"
+    assert w["outputs"]["y"]["max_err_tol"] <= 1
+
+
+def test_approval_changes_are_printed(tmp_path, capsys):
+    # approve=True: each change to the approvals file is said on stderr with
+    # progress on (a failing window revokes its approval: not silently).
+    impl = normgate.Implementation("py_said", fp64_step, source_sha256="ab" * 32, device="cpu")
+    args = dict(SMALL, progress=True)
+    normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j1"), approve=True, **args)
+    assert "normgate.gate: approved cpu-model bwd det H=64" in capsys.readouterr().err
+    bad = normgate.Implementation("py_said", lambda g: dict(fp64_step(g), dw=fp64_step(g)["dw"] * 1.01),
+                                  source_sha256="ab" * 32, device="cpu")
+    rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j2"), approve=True, **args)
+    assert rep["verdict"] == "FAIL"
+    assert "normgate.gate: revoked cpu-model approval of bwd det H=64" in capsys.readouterr().err
+
+
+def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
+    # The same journal with other windows: the library refuses it (another
+    # campaign) before any case runs, and the table written for the second
+    # call is put back, so table, journal and reports still agree.
+    impl = normgate.Implementation("py_refused", fp64_step, source_sha256="ab" * 32, device="cpu")
+    journal = str(tmp_path / "j.jsonl")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=journal, approve=True, **SMALL)
+    table = rep["table_path"]
+    before = open(table).read()
+    policy = table[:-5] + ".policy.toml"
+    os.unlink(policy)  # so that the second call would write one
+    with pytest.raises(ValueError, match="journal"):
+        normgate.gate(impl, windows=[{"H": 64, "T": (1, 16)}], journal=journal, approve=True, **SMALL)
+    assert open(table).read() == before
+    assert not os.path.exists(policy)
+    if not torch.cuda.is_available():
+        out = tmp_path / "gpu"
+        out.mkdir()
+        with pytest.raises(ValueError, match="backend='gpu' but no usable CUDA device"):
+            normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(out / "j"), approve=True,
+                          backend="gpu", **SMALL)
+        assert os.listdir(out) == []
 
 
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
@@ -203,7 +354,31 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.gate(impl, windows=win, journal=str(out / "j.journal") + "\0evil")
     with pytest.raises(ValueError, match="report_md .* contains a NUL"):
         normgate.gate(impl, windows=win, journal=str(out / "j"), report_md=str(out / "r.md") + "\0x")
+    # A seed set the library refuses ("1x1": neither the 3 nor the 5 families),
+    # a repeated window key, a digit that is not ASCII, a report path that is
+    # a folder, a CUDA device that is not there: refused before any work.
+    with pytest.raises(ValueError, match="seed set '1x1'"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), approve=True, seeds="1x1")
+    with pytest.raises(ValueError, match=r"windows\[0\]: H given twice \('64' and '128'\)"):
+        normgate.gate(impl, windows=["H=64,T=1..4,H=128"], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] H: '\u0663' is not a whole number"):
+        normgate.gate(impl, windows=[{"H": "\u0663", "T": 4}], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] H: '\\u200364' is not a whole number"):
+        normgate.gate(impl, windows=["H=\u200364,T=4"], journal=str(out / "j"))
+    with pytest.raises(ValueError, match=r"windows\[0\] T: '\xb2' is not N or A..B"):
+        normgate.gate(impl, windows=[{"H": 64, "T": "\xb2"}], journal=str(out / "j"))
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="report_json .* is a folder"):
+        normgate.gate(impl, windows=win, journal=str(out / "j"), report_json=str(folder))
+    far = normgate.Implementation("py_far", fp64_step, source_sha256="ab" * 32, device="cuda:99")
+    with pytest.raises(ValueError, match="device 'cuda:99' is not present"):
+        normgate.gate(far, windows=win, journal=str(out / "j"))
     assert os.listdir(out) == []  # nothing written: no table, journal, report or approvals
+    with pytest.raises(TypeError, match="forms must be a name or a list of names"):
+        normgate.Implementation("k", fp64_step, forms=5, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="description must be one line of text without control characters"):
+        normgate.Implementation("k", fp64_step, description="x\ry", source_sha256="ab" * 32)
     # A table_out that normgate.gate() did not write is never overwritten.
     mine = tmp_path / "mine.toml"
     mine.write_text("# my own table\n")

@@ -170,6 +170,15 @@ def test_variant_overrides_are_resolved_once_and_reach_both_operators():
     assert (m._fwd_variant, m._bwd_variant) == (None, "bwd_nondet_atomic")
     with pytest.raises(ValueError):
         normgate.RMSNorm(64, device=META, variant="no_such_variant")
+    # A dict is checked whole at construction: names, and each for its own op.
+    with pytest.raises(ValueError, match=r"variant\['fwd'\] must be a variant name or None, got 5"):
+        normgate.RMSNorm(64, device=META, variant={"fwd": 5})
+    with pytest.raises(ValueError, match=r"variant\['fwd'\] = 'bwd_det_chunked' is a bwd variant"):
+        normgate.RMSNorm(64, device=META, variant={"fwd": "bwd_det_chunked"})
+    with pytest.raises(ValueError, match=r"variant\['bwd'\] = 'fwd_rowwise' is a fwd variant"):
+        normgate.RMSNorm(64, device=META, variant={"bwd": "fwd_rowwise"})
+    with pytest.raises(ValueError, match="no_such"):
+        normgate.RMSNorm(64, device=META, variant={"bwd": "no_such"})
 
 
 # ---- CPU: argument errors -----------------------------------------------------

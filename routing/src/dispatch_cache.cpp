@@ -5,21 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "normgate/core/file_target.h"
 #include "normgate/kernels/plan.h"
 
 namespace normgate::kernels {
-
-namespace {
-// Whether two paths name one file: the same file when both exist, else the
-// same normalized absolute path. Never throws.
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(a, b, ec) && !ec) return true;
-  const auto na = std::filesystem::absolute(a, ec).lexically_normal();
-  const auto nb = std::filesystem::absolute(b, ec).lexically_normal();
-  return na == nb;
-}
-}  // namespace
 
 namespace {
 
@@ -168,13 +157,22 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
       }
       // Cold path: the state's sentence again, for the message.
       const ApprovalStatus s = approval_status(*it->route, d_.approvals(), d_.policy().accept_cpu_model);
+      const Variant& rv = *it->route->variant;
+      // An implementation of the user's own is gated where it is registered:
+      // the CLI knows a plugin's with --plugin, a Python one not at all.
+      const std::string how =
+          !rv.external ? "normgate gate " + table().path + " --windows '" + window_filter(*it->route) +
+                             "' --seeds 3x16 --approve; the same with --plan instead of --approve lists its cases"
+          : rv.sources.rfind("python", 0) == 0
+              ? "normgate.gate(impl, table='" + table().path + "', windows='" + window_filter(*it->route) +
+                    "', approve=True) in Python, at the table's policy minimum"
+              : "normgate gate " + table().path + " --plugin LIB.so --windows '" + window_filter(*it->route) +
+                    "' --approve, at the table's policy minimum";
       p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
-                 std::string(it->route->variant->name) + ") has no current approval in " + d_.approvals().path +
+                 std::string(rv.name) + ") has no current approval in " + d_.approvals().path +
                  ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it" +
-                 (d_.policy().accept_cpu_model ? std::string() : std::string(" on a CUDA machine")) +
-                 " (normgate gate " + table().path + " --windows '" + window_filter(*it->route) +
-                 "' --seeds 3x16 --approve; the same with --plan instead of --approve lists its cases" +
-                 (!same_file(d_.approvals().path, approvals_path_for(table().path))
+                 (d_.policy().accept_cpu_model ? std::string() : std::string(" on a CUDA machine")) + " (" + how +
+                 (!core::same_file(d_.approvals().path, approvals_path_for(table().path))
                       ? "; it writes " + approvals_path_for(table().path) + ", not " + d_.approvals().path
                       : std::string()) +
                  "), or " + opt_.override_hint;

@@ -24,6 +24,7 @@
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
 #include "normgate/core/json_strict.h"
+#include "normgate/core/temp_files.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
 #include "normgate/seeds/generate.h"  // sha256_hex
@@ -177,7 +178,14 @@ Route parse_route(const Ctx& ctx, const toml::node& node, const LoadOptions& opt
   try {
     r.variant = &variant(vname);
   } catch (const std::invalid_argument& e) {
-    ctx.fail(vline, e.what(), &t);
+    // A name the registry lacks is often an implementation of the user's own,
+    // gated from Python (normgate.gate writes such tables) or a plugin's.
+    ctx.fail(vline,
+             std::string(e.what()) +
+                 " (an implementation of your own is known only where it is registered: a plugin's with "
+                 "--plugin LIB.so, a Python one in the process that called normgate.gate; `normgate approvals "
+                 "FILE` reads such a table's approvals file without it)",
+             &t);
   }
   const Variant& v = *r.variant;
   const CallShape shape{r.H, r.w, r.form};
@@ -1012,6 +1020,7 @@ namespace {
 void write_sealed_file(const std::string& path, const std::string& text) {
   const std::string target = core::rename_target(path);  // a link is written through, never replaced
   const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const core::TrackedTemp tracked(tmp);  // a signal while it exists removes it (temp_files.h)
   // A rewrite keeps the file's permission bits (core::create_replacement).
   const int fd = core::create_replacement(tmp, target);
   if (fd < 0) throw std::runtime_error("cannot open '" + tmp + "' for writing: " + std::strerror(errno));

@@ -213,4 +213,16 @@ if [ $rc -ne 0 ]; then
   echo "FAIL: plot_maps.py output for $file (listed above)" >&2
   exit 1
 fi
+# A write that fails (here index.html, a folder in the way): exit 3 (a
+# runtime failure, not bad input), the error names it, and this run's
+# pictures are removed (no pictures without an index).
+mkdir -p "$tmp/blocked/index.html"
+"$py" "$script" "$file" -o "$tmp/blocked" >"$tmp/blocked.out" 2>"$tmp/blocked.err"
+brc=$?
+if [ $brc -ne 3 ] || ! grep -q "cannot write index.html" "$tmp/blocked.err" ||
+   [ -n "$(find "$tmp/blocked" -name '*.png')" ]; then
+  echo "FAIL: a failed index write: exit $brc (want 3), stderr: $(cat "$tmp/blocked.err")," \
+       "PNGs left: $(find "$tmp/blocked" -name '*.png' | wc -l)" >&2
+  exit 1
+fi
 echo "PASS: $file"

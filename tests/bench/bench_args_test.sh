@@ -2,8 +2,8 @@
 # tests/bench/bench_args_test.sh SRC TOOL...: the command lines of the host
 # benchmarks (bench/cli_args.h), each TOOL one of add_row_bench,
 # escalation_bench, finish_bench, host_copy_bench, oracle_bench,
-# dispatch_bench (a path; the name is its basename). -h / --help prints the
-# usage to stdout, exit 0; a bad or missing argument prints one line
+# dispatch_bench, clock_probe (a path; the name is its basename). -h /
+# --help prints the usage to stdout, exit 0; a bad or missing argument prints one line
 # "TOOL: ..." naming the argument and the value to stderr, nothing to
 # stdout (no work started), exit 2; an exception from the work itself (a
 # malformed route table for dispatch_bench) "TOOL: what()", exit 1, not
@@ -87,6 +87,16 @@ if has host_copy_bench; then
   bad host_copy_bench reps x 1 x
   bad host_copy_bench threads 0 1 5 0
   bad host_copy_bench kept-heap yes 1 5 2 yes
+fi
+if has clock_probe; then
+  help_ok clock_probe --help
+  bad clock_probe threads 0 0
+  bad clock_probe threads x 1,x
+  bad clock_probe threads '1,,2' '1,,2'
+  bad clock_probe seconds 0.01 1 0.01
+  bad clock_probe seconds nan 1 nan
+  bad clock_probe kinds avx1024 1 1 scalar,avx1024
+  bad clock_probe "unexpected argument" extra 1 1 scalar extra
 fi
 if has dispatch_bench; then
   help_ok dispatch_bench --help

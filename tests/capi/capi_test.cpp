@@ -5,9 +5,13 @@
 // outputs (absent ones reported absent). GPU tests skip without a device.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
+#include "normgate/seeds/seed_set.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 
@@ -372,6 +377,89 @@ TEST(CApi, CaseInfo) {
   EXPECT_EQ(NG_FORM_RES, static_cast<int>(normgate::Form::res));
   EXPECT_EQ(NG_FORM_HEADS4, static_cast<int>(normgate::Form::heads4));
   EXPECT_EQ(NG_W_FP32, static_cast<int>(normgate::WDtype::fp32));
+}
+
+// ng_seed_set_size: the (family point, seed) pairs of a seed set, or
+// NG_EINVAL quoting a bad one.
+TEST(CApi, SeedSetSize) {
+  uint64_t n = 0;
+  ASSERT_EQ(ng_seed_set_size("3x16", &n), NG_OK) << last_error();
+  EXPECT_EQ(n, 48u);
+  ASSERT_EQ(ng_seed_set_size("cancel:3..9", &n), NG_OK) << last_error();
+  EXPECT_EQ(n, 7u);
+  EXPECT_EQ(n, ns::parse_seed_set("cancel:3..9").size());
+  n = 99;
+  EXPECT_EQ(ng_seed_set_size("1x1", &n), NG_EINVAL);
+  EXPECT_NE(last_error().find("seed set '1x1'"), std::string::npos) << last_error();
+  EXPECT_EQ(n, 99u);  // untouched on an error
+  EXPECT_EQ(ng_seed_set_size(nullptr, &n), NG_EINVAL);
+  EXPECT_EQ(ng_seed_set_size("3x1", nullptr), NG_EINVAL);
+}
+
+// ng_gate refuses a report or journal path that is a folder before any case
+// runs (it used to fail at the rename, after the whole campaign).
+TEST(CApi, GateRefusesAFolderAsAnOutput) {
+  const std::string d = ::testing::TempDir() + "capi_gate_folder_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d + "/report.json");
+  const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
+  ng_gate_options o;
+  ng_gate_options_init(&o);
+  o.table = table.c_str();
+  o.seeds = "3x1";
+  o.backend = "cpu";
+  const std::string rj = d + "/report.json";
+  o.report_json = rj.c_str();
+  char* out = nullptr;
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("cannot write report_json '" + rj + "': it is a folder"), std::string::npos) << last_error();
+  EXPECT_EQ(out, nullptr);
+  o.report_json = nullptr;
+  o.journal = rj.c_str();
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("cannot write journal '" + rj + "': it is a folder"), std::string::npos) << last_error();
+  // Not a regular file (a FIFO here; a device the same), two outputs on one
+  // file, an output over the table, an empty path: refused, nothing written.
+  const std::string fifo = d + "/fifo.md", md = d + "/r.md", j = d + "/j.jsonl", ghost = d + "/ghost.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ng_gate_options_init(&o);
+  o.table = table.c_str();
+  o.seeds = "3x1";
+  o.backend = "cpu";
+  struct Bad {
+    const char *md, *json, *journal;
+    std::string needle;
+  };
+  const Bad cases[] = {
+      {fifo.c_str(), nullptr, nullptr, "cannot write report_md '" + fifo + "': it exists and is not a regular file"},
+      {md.c_str(), nullptr, md.c_str(), "report_md '" + md + "' and journal '" + md + "' name one file"},
+      {md.c_str(), md.c_str(), nullptr, "name one file"},
+      {nullptr, table.c_str(), nullptr, "is the table: writing it would destroy what the gate reads"},
+      {"", nullptr, nullptr, "report_md is empty"},
+      {nullptr, nullptr, "", "journal is empty"},
+  };
+  for (const auto& b : cases) {
+    o.report_md = b.md;
+    o.report_json = b.json;
+    o.journal = b.journal;
+    EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL) << b.needle;
+    EXPECT_NE(last_error().find(b.needle), std::string::npos) << last_error();
+  }
+  EXPECT_FALSE(std::filesystem::exists(md));
+  // A link is written through, never replaced (here to a file not made yet).
+  std::filesystem::create_symlink(ghost, d + "/link.json");
+  const std::string link = d + "/link.json";
+  o.report_md = nullptr;
+  o.journal = nullptr;
+  o.report_json = link.c_str();
+  o.windows = "op=fwd,w=bf16";
+  o.t_per_window = 2;
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  ASSERT_EQ(ng_gate(&o, &out), NG_OK) << last_error();
+  ng_free_string(out);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::is_regular_file(ghost));
+  std::filesystem::remove_all(d);
 }
 
 TEST(CApi, GenerateHostEqualsSeedsGeneratorAndIsDeterministic) {

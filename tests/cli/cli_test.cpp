@@ -152,6 +152,22 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
   }
 }
 
+// A gate output in /proc is refused; the hint offers "-" (stdout) only for
+// the reports, which can go there, not for --journal or --stats-json.
+TEST(Cli, SystemPathHintOffersStdoutOnlyWhereItIsTaken) {
+  const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
+  const CliRun md = run("gate " + table + " --backend cpu --report-md /proc/version");
+  EXPECT_EQ(md.code, 2) << md.out;
+  EXPECT_TRUE(contains(md.out, "--report-md '/proc/version' is in /proc/, not a file to write (use - for stdout)"))
+      << md.out;
+  for (const char* opt : {"--journal", "--stats-json"}) {
+    const CliRun r = run("gate " + table + " --backend cpu " + opt + " /proc/version");
+    EXPECT_EQ(r.code, 2) << opt << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, std::string(opt) + " '/proc/version' is in /proc/, not a file to write")) << r.out;
+    EXPECT_FALSE(contains(r.out, "use - for stdout")) << opt << "\n" << r.out;
+  }
+}
+
 // CLI11 alone reads 010 as octal 8 (the refused spellings are in
 // UsageErrorsExit2AndNameTheBadValue); every integer option of every
 // command is decimal, and floating-point ones keep their decimal spellings

@@ -233,9 +233,39 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
   }
 }
 
+// export re-runs each case: a report naming an implementation this process
+// does not know (gated from Python, or a plugin not loaded) is refused before
+// any case runs, saying how to get one, and nothing is written.
+TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
+  nlohmann::json j = load(report());
+  ASSERT_FALSE(j["windows"].empty());
+  for (auto& w : j["windows"]) w["variant"] = "my_rmsnorm";
+  const std::string ext = *dir_ + "/external.json", out = *dir_ + "/ext.h5";
+  std::ofstream(ext) << j.dump();
+  const CliRun r = run("export " + ext + " -o " + out + " --backend cpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "ran 'my_rmsnorm', which this process does not know")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--plugin LIB.so for a plugin")) << r.out;
+  EXPECT_FALSE(contains(r.out, "pairs from")) << r.out;  // refused before the export began
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // repro --from-report of the same report: the same explanation, and the case to check from Python.
+  const CliRun p = run("repro --from-report " + ext + " --window 0 --backend cpu");
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_TRUE(contains(p.out, "the report's window ran 'my_rmsnorm', which this process does not know")) << p.out;
+  EXPECT_TRUE(contains(p.out, "with normgate.check on the case H=")) << p.out;
+}
+
 }  // namespace
 
 namespace {
+
+// The first of python3 and /usr/bin/python3 that imports h5py (Debian's
+// python3-h5py when pyenv shadows it), or nullptr.
+const char* python_with_h5py() {
+  for (const char* cand : {"python3", "/usr/bin/python3"})
+    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) return cand;
+  return nullptr;
+}
 
 // The case shipped in datasets/cases/ replays without the generator: its
 // stored inputs' digest verifies, the control it was saved with fails on it
@@ -244,8 +274,12 @@ TEST(ReproShippedCase, ReplaysFromTheStoredInputs) {
   const std::string f = std::string(NORMGATE_SOURCE_DIR) +
                         "/datasets/cases/H=64,T=600,w=bf16,form=plain,family=cancel,seed=1,ctl_fp32_seq.h5";
   ASSERT_TRUE(std::filesystem::exists(f)) << f;
-  const CliRun ctl = run("repro --file '" + f + "' --variant ctl_fp32_seq --backend cpu");
+  // Without --variant: the recorded one (ctl_fp32_seq), the same run.
+  const CliRun ctl = run("repro --file '" + f + "' --backend cpu");
   EXPECT_EQ(ctl.code, 1) << ctl.out;
+  EXPECT_TRUE(contains(ctl.out, "recorded outputs (recorded by ctl_fp32_seq on cpu-model): identical bit for bit"))
+      << ctl.out;
+  EXPECT_EQ(run("repro --file '" + f + "' --variant ctl_fp32_seq --backend cpu").out, ctl.out);
   EXPECT_TRUE(contains(ctl.out, "verified; recorded verdict of ctl_fp32_seq: fail")) << ctl.out;
   EXPECT_TRUE(contains(ctl.out, "given inputs (a saved case), not the generator")) << ctl.out;
   EXPECT_TRUE(contains(ctl.out, "dw FAILS")) << ctl.out;
@@ -295,12 +329,7 @@ TEST(ReproShippedCase, H200RecordingReplaysBitForBitOnTheGpu) {
 // recomputed too (normgate.cases.content_sha256), the replay says which
 // output differs and exits 4.
 TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
-  const char* py = nullptr;
-  for (const char* cand : {"python3", "/usr/bin/python3"})
-    if (std::system((std::string(cand) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) {
-      py = cand;
-      break;
-    }
+  const char* py = python_with_h5py();
   if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
   const std::string src = std::string(NORMGATE_SOURCE_DIR) +
                           "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
@@ -323,6 +352,33 @@ TEST(ReproShippedCase, ReplayOfAnAlteredRecordingExits4) {
   EXPECT_TRUE(contains(r.out, "DIFFER: dx 1 of 7168 elements differ")) << r.out;
   EXPECT_TRUE(contains(r.out, "identical: y, rstd, dw")) << r.out;
   EXPECT_TRUE(contains(r.out, "replay   MISMATCH")) << r.out;
+}
+
+// The recorded implementation is the default for --variant; one this
+// process cannot run is named as the file's, not as an option never given.
+TEST(ReproShippedCase, AnUnusableRecordedImplementationIsTheFilesNotAnOptions) {
+  const char* py = python_with_h5py();
+  if (py == nullptr) GTEST_SKIP() << "no python3 with h5py (scripts/bootstrap installs python3-h5py)";
+  const std::string src = std::string(NORMGATE_SOURCE_DIR) +
+                          "/datasets/cases/H=256,T=7,w=bf16,form=heads4,family=cancel,seed=2,bwd_det_chunked.h5";
+  for (const auto& [name, needle] :
+       std::vector<std::pair<std::string, std::string>>{{"nope", "records implementation 'nope', which this process "
+                                                                 "does not know"},
+                                                        {"all", "records implementation 'all': not one implementation"},
+                                                        {"", "records implementation '': give one with --variant"}}) {
+    const std::string f = std::string(NORMGATE_BINARY_DIR) + "/impl_" + std::to_string(::getpid()) + ".h5";
+    std::filesystem::copy_file(src, f, std::filesystem::copy_options::overwrite_existing);
+    const std::string edit = std::string(py) + " -c \"import sys, h5py, numpy; sys.path.insert(0, '" +
+                             NORMGATE_SOURCE_DIR + "/python'); from normgate.cases import content_sha256; " +
+                             "f = h5py.File('" + f + "', 'r+'); f.attrs['impl'] = numpy.bytes_(b'" + name + "'); " +
+                             "f.attrs['content_sha256'] = numpy.bytes_(content_sha256(f).encode()); f.close()\"";
+    ASSERT_EQ(std::system(edit.c_str()), 0) << edit;
+    const CliRun r = run("repro --file '" + f + "' --backend cpu");
+    std::filesystem::remove(f);
+    EXPECT_EQ(r.code, 2) << name << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, needle)) << name << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "--variant is required")) << r.out;
+  }
 }
 
 }  // namespace

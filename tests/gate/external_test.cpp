@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -194,6 +195,76 @@ TEST(External, ResizingAnOutputOrThrowingIsTheCasesError) {
   }
 }
 
+// A det (or forward) implementation runs twice per case and must give the
+// same bits; a nondet one runs once. The flaky one below changes one dw bit
+// on every other call.
+TEST(External, DeclaredDeterministicButNotIsTheCasesError) {
+  auto flaky = [](const std::string& name, kernels::Mode mode, std::shared_ptr<int> calls) {
+    ExternalImpl x = model_impl(name, "fwd_rowwise", "bwd_det_chunked");
+    x.mode = mode;
+    const auto good = x.run;
+    x.run = [good, calls](const seeds::HostInputs& in, Outputs& out) {
+      good(in, out);
+      if ((*calls)++ % 2 == 1) {
+        uint32_t b;
+        std::memcpy(&b, &out.dw[5], sizeof b);
+        b ^= 1u;
+        std::memcpy(&out.dw[5], &b, sizeof b);
+      }
+    };
+    return x;
+  };
+  const seeds::HostInputs in = seeds::generate_host(seeds::parse_case("H=64,T=5,w=bf16,form=plain,family=normal,seed=0"));
+  auto det_calls = std::make_shared<int>(0);
+  register_external(flaky("ext_flaky_det", kernels::Mode::det, det_calls));
+  try {
+    run_external(*find_external(*kernels::find_variant("ext_flaky_det")), in);
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is declared deterministic but two runs on H=64,T=5"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("output dw, elements 0..63"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(*det_calls, 2);
+  // A difference past the first block of 4096 elements is placed in its
+  // block: dx element 5000 of 100 x 64 flips on the second run.
+  {
+    ExternalImpl x = model_impl("ext_flaky_dx", "fwd_rowwise", "bwd_det_chunked");
+    const auto good = x.run;
+    auto calls = std::make_shared<int>(0);
+    x.run = [good, calls](const seeds::HostInputs& in, Outputs& out) {
+      good(in, out);
+      if ((*calls)++ == 1) out.dx[5000] ^= 1u;
+    };
+    register_external(x);
+    const seeds::HostInputs big =
+        seeds::generate_host(seeds::parse_case("H=64,T=100,w=bf16,form=plain,family=normal,seed=0"));
+    try {
+      run_external(*find_external(*kernels::find_variant("ext_flaky_dx")), big);
+      FAIL() << "no throw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("output dx, elements 4096..6399"), std::string::npos) << e.what();
+    }
+  }
+  // The same code declared nondet runs once and is not refused.
+  auto nondet_calls = std::make_shared<int>(0);
+  register_external(flaky("ext_flaky_nondet", kernels::Mode::nondet, nondet_calls));
+  const ExternalRun r = run_external(*find_external(*kernels::find_variant("ext_flaky_nondet")), in);
+  EXPECT_EQ(*nondet_calls, 1);
+  EXPECT_TRUE(r.not_produced.empty());
+  // A reproducible det implementation runs twice and passes.
+  auto good_calls = std::make_shared<int>(0);
+  ExternalImpl g = model_impl("ext_counted_det", "fwd_rowwise", "bwd_det_chunked");
+  const auto good = g.run;
+  g.run = [good, good_calls](const seeds::HostInputs& i, Outputs& o) {
+    ++*good_calls;
+    good(i, o);
+  };
+  register_external(g);
+  EXPECT_NO_THROW(run_external(*find_external(*kernels::find_variant("ext_counted_det")), in));
+  EXPECT_EQ(*good_calls, 2);
+}
+
 TEST(External, CorrectOnePassesAWindowWrongOneFailsCancel) {
   register_external(model_impl("ext_good", "fwd_rowwise", "bwd_det_chunked"));
   register_external(model_impl("ext_fp32seq", "fwd_rowwise", "ctl_fp32_seq"));
@@ -270,11 +341,13 @@ TEST(External, ApprovalGoesStaleWhenTheDeclaredIdentityChanges) {
 TEST(External, CancelledIsNotJournalledAndResumeMatches) {
   // The external cancels on its third case (as Ctrl-C in a Python callable
   // does): the gate stops, that case is not journalled, and the resumed
-  // campaign ends equal to an uninterrupted run.
+  // campaign ends equal to an uninterrupted run. Declared det, it runs
+  // twice a case (run_external), so the third case's first call is the
+  // fifth.
   ExternalImpl x = model_impl("ext_cancel", "fwd_rowwise", "bwd_det_chunked");
   auto step = x.run;
   auto calls = std::make_shared<int>(0);
-  auto cancel_at = std::make_shared<int>(3);
+  auto cancel_at = std::make_shared<int>(5);
   x.run = [step, calls, cancel_at](const seeds::HostInputs& in, Outputs& out) {
     if (++*calls == *cancel_at) throw Cancelled("cancelled by the test");
     step(in, out);

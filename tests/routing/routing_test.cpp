@@ -44,6 +44,10 @@ TEST(RouteTable, RejectsWithFileLineAndEntry) {
       {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"plain\", T = [1, 100], variant = "
              "\"bwd_magic\" },\n"),
        "t.toml:3:", "unknown kernel variant 'bwd_magic'"},
+      // an implementation of the user's own: where it is known, said
+      {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"plain\", T = [1, 100], variant = "
+             "\"my_rmsnorm\" },\n"),
+       "t.toml:3:", "a plugin's with --plugin LIB.so, a Python one in the process that called normgate.gate"},
       {table("  { op = \"bwd\", mode = \"det\", H = 2048, w = \"bf16\", form = \"plain\", T = [1, 100], variant = "
              "\"ctl_fp32_seq\" },\n"),
        "t.toml:3:", "NEGATIVE CONTROL"},

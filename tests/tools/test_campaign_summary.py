@@ -100,7 +100,8 @@ def test_report_format_versions():
         assert "format" not in rep
         want = run(V3_HEADS4).stdout
         for fmt, code in (("normgate-gate-report/1", 0), ("normgate-gate-report/2", 0), ("normgate-gate-report/3", 2),
-                          ("normgate-check-report/1", 2), ("normgate-gate-report", 2)):
+                          ("normgate-check-report/1", 2), ("normgate-gate-report", 2),
+                          ("normgate-gate-report/2\n", 2)):  # as the C++ reader: no trailing newline
             rep["format"] = fmt
             p = os.path.join(d, "r.json")
             json.dump(rep, open(p, "w"))
@@ -112,9 +113,66 @@ def test_report_format_versions():
                 assert repr(fmt) in r.stderr and "normgate-gate-report/2" in r.stderr, r.stderr
 
 
+def test_infinite_err_tol_inconclusive_and_bad_outputs():
+    rep = json.load(open(V3_HEADS4))
+    w = rep["windows"][0]
+    # A kernel that returned NaN: the report spells err/tol "inf" (docs/schemas.md).
+    w["outputs"]["y"]["max_err_tol"] = "inf"
+    w["worst"] = dict(w.get("worst") or {}, err_tol="inf", output="y")
+    w["pass"], w["verdict"] = False, "fail"
+    # pass true beside verdict inconclusive: not a pass.
+    rep["windows"][1]["pass"], rep["windows"][1]["verdict"] = True, "inconclusive"
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "r.json")
+        json.dump(rep, open(p, "w"))
+        r = run(p)
+        assert r.returncode == 1, r.stderr
+        assert "| inf |" in row_of(r.stdout, w["window"])
+        assert "Worst over a budget: y err/tol inf" in r.stdout and "below it" not in r.stdout
+        n = len(rep["windows"])
+        assert f"Windows: {n - 2} of {n} pass" in r.stdout
+        # --md: a folder, an input, and a report without window names: exit 2, nothing written.
+        assert run(p, "--md", d).returncode == 2
+        r = run(p, "--md", p)
+        assert r.returncode == 2 and "is the input" in r.stderr, r.stderr
+        r = run(p, "--md", "-")
+        assert r.returncode == 2 and "give a file" in r.stderr and not os.path.exists("-"), r.stderr
+        fifo = os.path.join(d, "fifo.md")
+        os.mkfifo(fifo)
+        r = run(p, "--md", fifo)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+        os.unlink(fifo)
+        assert json.load(open(p))["windows"][0]["window"] == w["window"]
+        bad = os.path.join(d, "bad.json")
+        for edit, needle in ((lambda x: x["windows"].append({}), "has no window name"),
+                             (lambda x: x.__setitem__("device", "H200"), "device 'H200' is not an object"),
+                             (lambda x: x["windows"][0].__setitem__("outputs", {"y": 5}), "outputs or worst malformed"),
+                             (lambda x: x["windows"][0].__setitem__("worst", 5), "outputs or worst malformed"),
+                             (lambda x: x["windows"][0].__setitem__("cases", 1e400), "is not a count")):
+            bad_rep = json.loads(json.dumps(rep))
+            edit(bad_rep)
+            open(bad, "w").write(json.dumps(bad_rep).replace("1e+400", "1e400").replace("Infinity", "1e400"))
+            r = run(bad)
+            assert r.returncode == 2 and needle in r.stderr, (needle, r.stderr)
+        open(bad, "w").write("[" * 100000)
+        r = run(bad)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-300:]
+        # A written summary is readable by others (not mkstemp's 0600).
+        out = os.path.join(d, "s.md")
+        run(p, "--md", out)
+        m = os.umask(0)
+        os.umask(m)
+        assert os.stat(out).st_mode & 0o777 == 0o666 & ~m
+        # A NaN worst in the first window stays the worst whatever follows.
+        w["worst"]["err_tol"] = "nan"
+        json.dump(rep, open(p, "w"))
+        r = run(p)
+        assert "Worst over a budget: y err/tol nan" in r.stdout and "below it" not in r.stdout, r.stdout[-400:]
+
 if __name__ == "__main__":
     test_report_format_versions()
     test_latest_report_wins_and_values_are_the_reports()
     test_single_version_is_not_flagged_and_errors_exit_nonzero()
     test_table_lists_the_routes_no_report_covers()
+    test_infinite_err_tol_inconclusive_and_bad_outputs()
     print("test_campaign_summary: ok")

@@ -128,6 +128,12 @@ def test_bad_inputs_exit_2_and_write_nothing():
                           [point("bwd", 256, "bf16", "heads4", t, {"a": 1.0}) for t in (1, 8, 16)])
         no8 = write("no8.json", [point("fwd", 256, "bf16", "heads4", t, {"a": 1.0, "n": 0.5}) for t in (1, 16)])
         nodate = write("nodate.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], date=None)
+        srounds = write("srounds.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], rounds="3")
+        mfrom = write("mfrom.json", [point("fwd", 256, "bf16", "heads4", 1, {"a": 2.0})], merged_from=[1, "x", None])
+        dupkey = os.path.join(d, "dupkey.json")
+        with open(dupkey, "w") as f:
+            f.write(json.dumps(timings([point("fwd", 256, "bf16", "heads4", 1, {"a": 1.0})], "x", "y"))
+                    .replace('"format":', '"gpu": "other", "format":', 1))
         for args, needle in (((base2, mode, out), "exactly the keys"), ((base2, strs, out), "rounds_us must map"),
                              ((base2, floor, out), "aa_floor must be a number >= 0"),
                              ((base2, hstr, out), "H must be a whole number"),
@@ -143,24 +149,32 @@ def test_bad_inputs_exit_2_and_write_nothing():
                              ((base2, big, out), "more than a timings file has"),
                              ((grid_base, no8, out), "lacks T = [8] of the T grid"),
                              ((base2, nodate, out), "date must be a string"),
+                             ((base2, srounds, out), "rounds must be a whole number >= 1, got '3'"),
+                             ((base2, mfrom, out), "merged_from must be a list of objects"),
+                             ((base2, dupkey, out), "key 'gpu' given twice"),
                              ((good, base2, os.path.join(d, "x") + os.sep), "is a folder or empty")):
             r = run(*args)
             assert r.returncode == 2 and needle in r.stderr, (args, r.returncode, r.stderr)
             assert not os.path.exists(out) and not os.path.exists(os.path.join(d, "x"))
         os.symlink(d, os.path.join(d, "link"))
         os.mkdir(os.path.join(d, "folder"))
+        fifo = os.path.join(d, "fifo.json")
+        os.mkfifo(fifo)
         out = os.path.join(d, "out.json")
         for args, needle in (((base2, short, out), "lacks T = [16], the ends"), ((base2, dup, out), "a second point"),
                              ((base2, gpu, out), "gpu 'other' differs"), ((base2, mixed, out), "different candidates"),
                              ((base2, nan, out), "NaN is not a number"),
                              ((good, base2, os.path.join(d, "link", "good.json")), "one of the inputs"),
-                             ((good, base2, os.path.join(d, "folder")), "is a folder"),((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
+                             ((good, base2, os.path.join(d, "folder")), "is a folder"),
+                             ((good, base2, "-"), "OUT '-': give a file"),
+                             ((good, base2, fifo), "exists and is not a regular file"),
+                             ((good, bad, out), "bad.json"), ((good, os.path.join(d, "none.json"), out), "none.json"),
                              ((good, other_reps, out), "rounds/reps"), ((good, good, good), "one of the inputs"),
                              ((good,), "Usage")):
             r = run(*args)
             assert r.returncode == 2, (args, r.returncode)
             assert needle in r.stderr or needle == "Usage" and "tools/timings_merge.py BASE NEW OUT" in r.stderr, r.stderr
-            assert not os.path.exists(out)
+            assert not os.path.exists(out) and not os.path.exists("-")
             assert not [n for n in os.listdir(d) if n.startswith(".timings_merge.")], args
 
 

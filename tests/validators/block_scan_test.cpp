@@ -179,3 +179,32 @@ TEST(BlockScan, Avx512EqualsAddWhenTheSkipSwitchesMidBlock) {
     }
   }
 }
+
+// add_row's histogram bins (FineBins: one table load, Histogram::bin for a
+// slice that holds an edge) at every edge of the histogram: ratios a few
+// ulps either side of each edge e (got = e * tol, ref 0: tol = atol), at the
+// clamps (below 1e-8, above 1e4) and 0, on both scans. Runs without AVX-512
+// too (both "scans" are then the clones).
+TEST(BlockScan, HistogramBinsAtEveryEdgeEqualAdd) {
+  for (Output o : {Output::y, Output::dx, Output::dw}) {
+    const double atol = nv::budget(o).atol;
+    std::vector<double> ratios = {0.0, 1e-300, 1e-20, 1e-9, 9.999999e-9, 1.0000001e4, 1e5, 1e300};
+    for (int k = 1; k < nv::Histogram::kBins - 2; ++k) ratios.push_back(nv::Histogram::upper(k));
+    std::vector<double> gots;
+    for (double r : ratios) {
+      double g = r * atol;
+      for (int u = 0; u < 4; ++u) g = std::nextafter(g, 0.0);
+      for (int u = 0; u < 9; ++u, g = std::nextafter(g, kInf)) gots.push_back(g);
+    }
+    Row row(gots.size());
+    for (size_t j = 0; j < gots.size(); ++j) {
+      row.got[j] = gots[j];
+      row.ref[j] = 0.0;
+      row.bound[j] = 0.0;
+      row.ideal[j] = 0.0;
+    }
+    SCOPED_TRACE(std::string(nv::to_string(o)));
+    expect_scans_equal_add(o, row, 256);
+    expect_scans_equal_add(o, row, 37);
+  }
+}

@@ -85,8 +85,11 @@ bool bitwise_equal(const V& a, const V& b, int nt) {
 // the build's baseline) and picked at load time (GCC target_clones), as the
 // oracle's hot loops (oracle/src/eft.h); integer and IEEE operations only, so
 // every clone gives the same bits.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(NORMGATE_NO_AVX512_CLONES)
 #define NG_SWEEP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NG_SWEEP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))  // NORMGATE_HOST_AVX512=OFF
 #else
 #define NG_SWEEP_CLONES
 #endif

@@ -141,8 +141,11 @@ inline FastElement fast_element(double g, double rf, double b, double id, double
 // so the same bits (tests/validators/sweep_equiv_test.cpp: against add()).
 // Where the CPU has AVX-512F/DQ/VL, scan_block calls scan_avx512.cpp's eight
 // lanes instead (the same operations again; block_scan_test.cpp).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(NORMGATE_NO_AVX512_CLONES)
 #define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NG_VAL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))  // NORMGATE_HOST_AVX512=OFF
 #else
 #define NG_VAL_CLONES
 #endif

@@ -404,6 +404,14 @@ typedef struct ng_case_info_t {
  * bad case id (the message names the bad key or value). */
 NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
 
+/* Parse and validate a seed set as `normgate gate --seeds` and ng_gate take
+ * it ("3x16", "5x120", "seeds=0..7", "cancel:0..7", ...: seeds/seed_set.h)
+ * and put its number of (family point, seed) pairs into *pairs. NG_EINVAL
+ * for a NULL argument or a bad seed set (the message quotes it and names
+ * the bad part). For callers that must refuse a bad seed set before they
+ * write anything (normgate.gate's table and policy). */
+NG_API int ng_seed_set_size(const char* spec, uint64_t* pairs);
+
 /* Caller-owned HOST buffers for a case's inputs, contiguous over rows
  * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
  * elements and must equal what the case needs: x, dy, u, dh_new rows*H
@@ -567,7 +575,8 @@ typedef struct ng_external_desc {
   uint32_t struct_size;
   int32_t op;              /* NG_OP_FWD (gated on y, rstd) or NG_OP_BWD (y, rstd, dx, dw) */
   int32_t mode;            /* NG_MODE_*: det windows need NG_MODE_DET; a forward must be NG_MODE_DET
-                              (one forward serves both modes) */
+                              (one forward serves both modes). A det run is called twice per
+                              case and must give the same bits (else that case's error) */
   uint32_t wdtypes;        /* bits 1 << NG_W_*; 0: both */
   uint32_t forms;          /* bits 1 << NG_FORM_*; 0: plain only */
   int32_t reserved;        /* 0 */
@@ -636,10 +645,13 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
 
 /* Run the gate (validators::run_gate, as `normgate gate`): every input is
  * checked before any case runs (NG_EINVAL naming it: bad table or window
- * filter, bad seeds, a report or journal path whose directory does not
- * exist, --approve without a policy or below it, an external routed but
- * never registered). Then the reports are written (each atomically: a
- * temporary file renamed), approvals when asked, and *json_out receives the
+ * filter, bad seeds, a report or journal path that cannot be written (an
+ * empty one, a missing or read-only folder, a folder, device, FIFO or
+ * socket), two outputs on one file or an output that is the table, its
+ * approvals file or its policy, --approve without a policy or below it, an
+ * external routed but never registered). Then the reports are written (each
+ * atomically: a temporary file renamed, through a link), approvals when
+ * asked, and *json_out receives the
  * JSON report (gate_to_json, plus "approvals": the changes, and
  * "journal": {"path", "resumed", "run_now"}), NUL-terminated, allocated by
  * the library: free it with ng_free_string. Returns NG_OK whether the

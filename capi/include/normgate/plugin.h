@@ -138,7 +138,9 @@ extern "C" {
 #define NG_PLUGIN_OP_FWD 0
 #define NG_PLUGIN_OP_BWD 1
 /* mode: whether repeated runs give bitwise identical outputs. A det variant
- * may serve nondet windows (it keeps the weaker promise), not the reverse. */
+ * may serve nondet windows (it keeps the weaker promise), not the reverse.
+ * check and gate run a det variant (and every forward) twice per case and
+ * compare every output bit; a difference is that case's error. */
 #define NG_PLUGIN_MODE_DET 0
 #define NG_PLUGIN_MODE_NONDET 1
 /* Weight dtypes (w_dtype) and forms (form): the values of capi.h's NG_W_*

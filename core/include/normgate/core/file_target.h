@@ -25,6 +25,22 @@ std::string rename_target(const std::string& path);
 /// on a failed chmod the temporary is closed and removed.
 int create_replacement(const std::string& tmp, const std::string& target);
 
+/// Why `path` cannot be written by a temporary-then-rename writer, checked
+/// before any work: "" when it can, else the reason, worded to follow
+/// "cannot write 'PATH': ": the folder the write goes to (that of the file a
+/// link names) is missing or not writable, `path` is a folder, exists and
+/// is not a regular file (a device, FIFO or socket: the rename would
+/// replace it), or exists and is not writable. "" for an empty path (nothing
+/// to write). Never throws.
+std::string write_problem(const std::string& path);
+
+/// True when `a` and `b` name one file: the same inode when both exist,
+/// else the same canonical absolute path of the file a write would create
+/// (through links, dangling or not, and any spelling of one new file: a
+/// relative "x.json" and "./x.json" alike). False when only one exists.
+/// Never throws.
+bool same_file(const std::string& a, const std::string& b);
+
 /// Why `path` is not a regular file to read: "" when it is (through any
 /// links), else "no such file" (also for a path through a file, which the
 /// standard library reports as not found), "is a directory", "not a regular

@@ -103,10 +103,17 @@ struct ExternalRun {
 
 /// Run `impl` on `in`: size and poison every output (y, dx rows*cols; rstd
 /// rows; dw cols; h_new rows*cols for form res, else empty), call impl.run,
-/// and check that it kept every vector's size. Throws std::invalid_argument
-/// when the case is outside impl's H, weight dtype or form; std::runtime_error
-/// naming the implementation when run throws (its message kept: a Cancelled
-/// passes through unchanged) or resized an output.
+/// and check that it kept every vector's size. A deterministic
+/// implementation (op fwd, or mode det) is run a second time into the same
+/// outputs poisoned again, and every output must have the same bits both
+/// times (compared by 64-bit hashes of 4096-element blocks: no second copy
+/// of the outputs is held; the returned outputs are the second run's).
+/// Throws std::invalid_argument when the case is outside impl's H, weight
+/// dtype or form; std::runtime_error naming the implementation when run
+/// throws (its message kept: a Cancelled passes through unchanged), resized
+/// an output, or, declared deterministic, gave different bits on the second
+/// run (the output and the block of elements where they first differ).
+/// `seconds` is the first run's.
 ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in);
 
 }  // namespace normgate::validators

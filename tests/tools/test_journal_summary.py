@@ -1,0 +1,89 @@
+"""tools/journal_summary.py on a stored campaign journal (no GPU, no torch):
+the table, and bad input refused with exit 2 before anything is written: an
+--md over the journal itself, an empty or truncated journal, a missing
+value. Runs under pytest or as a script."""
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+TOOL = os.path.join(ROOT, "tools", "journal_summary.py")
+J = os.path.join(ROOT, "docs", "results", "campaigns", "v3-forms", "slice-1.jsonl.gz")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+
+
+def test_table_and_case_count():
+    r = run(J)
+    assert r.returncode == 0, r.stderr
+    lines = gzip.open(J, "rt").read().splitlines()
+    assert f": {len(lines) - 1} case lines;" in r.stdout
+    assert "| H | w | form | impl | cases |" in r.stdout
+    with tempfile.TemporaryDirectory() as d:
+        # A blank line is no case.
+        p = os.path.join(d, "j.jsonl")
+        open(p, "w").write("\n".join(lines[:3] + [""] + lines[3:]) + "\n")
+        r = run(p)
+        assert r.returncode == 0 and f": {len(lines) - 1} case lines;" in r.stdout, r.stdout[:300]
+        out = os.path.join(d, "s.md")
+        r = run(p, "--md", out)
+        assert r.returncode == 0 and open(out).read() + "\n" == r.stdout
+
+
+def test_bad_input_exits_2_and_writes_nothing():
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "j.jsonl")
+        body = gzip.open(J, "rt").read()
+        open(p, "w").write(body)
+        r = run(p, "--md", p)  # the journal itself: refused, journal intact
+        assert r.returncode == 2 and "is the input" in r.stderr, r.stderr
+        assert open(p).read() == body
+        r = run(p, "--md", d)
+        assert r.returncode == 2 and "is a folder" in r.stderr, r.stderr
+        for bad in ("-", ""):
+            r = run(p, "--md", bad)
+            assert r.returncode == 2 and "give a file" in r.stderr, r.stderr
+        fifo = os.path.join(d, "fifo.md")
+        os.mkfifo(fifo)
+        r = run(p, "--md", fifo)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+        os.unlink(fifo)
+        # A link is written through (its target made), never replaced.
+        os.symlink(os.path.join(d, "target.md"), os.path.join(d, "link.md"))
+        assert run(p, "--md", os.path.join(d, "link.md")).returncode == 0
+        assert os.path.islink(os.path.join(d, "link.md")) and os.path.isfile(os.path.join(d, "target.md"))
+        os.unlink(os.path.join(d, "link.md"))
+        os.unlink(os.path.join(d, "target.md"))
+        # Malformed records (a format-1 journal: no digests) are skipped and named, never a traceback.
+        f1 = os.path.join(d, "f1.jsonl")
+        head = '{"normgate_journal": 1, "campaign": 5}'
+        rec = '{"case": "H=64,T=3,w=bf16,form=plain,family=normal,seed=0", "impls": ["v"], "results": %s}'
+        open(f1, "w").write("\n".join([head, rec % '"zz"', rec % '[{"impl": "v", "y": null}]',
+                                        rec % '[{"impl": "v"}]', "[" * 100000]) + "\n")
+        r = run(f1)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-500:]
+        assert r.stderr.count("malformed results skipped") == 3 and "f1.jsonl:5: torn or bad line" in r.stderr
+        os.unlink(f1)
+        r = run(p, "--md")
+        assert r.returncode == 2 and "expected one argument" in r.stderr, r.stderr
+        r = run(p, "extra")
+        assert r.returncode == 2 and "unrecognized arguments" in r.stderr, r.stderr
+        empty = os.path.join(d, "empty.jsonl")
+        open(empty, "w").close()
+        r = run(empty)
+        assert r.returncode == 2 and "the file is empty" in r.stderr, r.stderr
+        cut = os.path.join(d, "cut.jsonl.gz")
+        open(cut, "wb").write(open(J, "rb").read()[:2000])
+        r = run(cut)
+        assert r.returncode == 2 and "cannot read journal" in r.stderr, r.stderr
+        assert sorted(os.listdir(d)) == ["cut.jsonl.gz", "empty.jsonl", "j.jsonl"], os.listdir(d)
+
+
+if __name__ == "__main__":
+    test_table_and_case_count()
+    test_bad_input_exits_2_and_writes_nothing()
+    print("test_journal_summary: ok")
