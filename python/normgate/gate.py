@@ -693,7 +693,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     Returns the JSON report as a dict: "verdict" ("PASS", "FAIL",
     "INCONCLUSIVE"), "pass", "windows" (per window: verdict, max err/tol per
     output, worst case, ...), "externals", "approvals" (the changes),
-    "journal", "markdown" (the Markdown report's text), ...
+    "journal", "markdown" (the Markdown report's text), ...; a non-finite
+    number (max err/tol of a NaN output) is a float inf or nan where the
+    report_json file holds the string (docs/schemas.md, "Numbers").
     Raises TypeError or ValueError naming a bad argument before any work.
     """
     if isinstance(impls, Implementation):
@@ -864,7 +866,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise
     try:
         import json
-        rep = json.loads(ctypes.string_at(out.value).decode())
+        rep = _lib.report_numbers(json.loads(ctypes.string_at(out.value).decode()))
     finally:
         L.ng_free_string(out)
     rep["table_path"] = table

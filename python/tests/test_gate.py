@@ -9,6 +9,7 @@ tiny (H = 64, a few T points, 3x1 seeds) so the file runs in seconds.
 """
 
 import json
+import math
 import os
 import re
 
@@ -252,8 +253,46 @@ def test_check_takes_an_implementation_on_its_device():
     rep = normgate.gate(fwd_only, windows=[{"H": 64, "T": (1, 8)}], **SMALL)
     w = rep["windows"][0]
     assert w["verdict"] == "fail" and w["errors"] == 0  # a verdict of the outputs, not an error
-    assert w["outputs"]["dw"]["max_err_tol"] == "inf" and w["outputs"]["dx"]["max_err_tol"] == "inf"
+    assert math.isinf(w["outputs"]["dw"]["max_err_tol"]) and math.isinf(w["outputs"]["dx"]["max_err_tol"])
     assert w["outputs"]["y"]["max_err_tol"] <= 1
+
+
+def strings_like_numbers(obj, path="rep", names=()):
+    """The places in a report where "inf", "-inf" or "nan" is still a string
+    (under a key other than `names`, the fields that hold a name)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() if k not in names for p in strings_like_numbers(v, "%s[%r]" % (path, k), names)]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in strings_like_numbers(v, "%s[%d]" % (path, i), names)]
+    return [path] if obj in ("inf", "-inf", "nan") else []
+
+
+def test_non_finite_numbers_are_floats(tmp_path):
+    # A kernel whose y is NaN, dx +Inf, dw -Inf: check() and gate() give
+    # err/tol, err and got as floats a caller can compare (`> 1` used to raise
+    # TypeError on the string "inf"), in every field; the JSON files keep the
+    # strings (docs/schemas.md). An implementation named "nan" keeps its name.
+    def broken(g):
+        out = fp64_step(g)
+        out["y"] = torch.full_like(out["y"], float("nan"))
+        out["dx"] = torch.full_like(out["dx"], float("inf"))
+        out["dw"] = torch.full_like(out["dw"], float("-inf"))
+        return out
+
+    case = "H=64,T=8,w=bf16,form=plain,family=llm,seed=2"
+    rep = normgate.check(broken, case, device="cpu")
+    assert strings_like_numbers(rep) == []
+    y, dx, dw = rep["outputs"]["y"], rep["outputs"]["dx"], rep["outputs"]["dw"]
+    assert math.isnan(y["got"]) and y["err_tol"] == math.inf and y["err_tol"] > 1
+    assert dx["got"] == math.inf and dw["got"] == -math.inf and dw["err"] == math.inf
+    assert not rep["pass"] and rep["outputs"]["rstd"]["err_tol"] <= 1
+    impl = normgate.Implementation("nan", broken, source_sha256="ab" * 32, device="cpu")
+    g = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], report_json=str(tmp_path / "r.json"), **SMALL)
+    assert strings_like_numbers(g, names=("name", "fwd", "variant")) == []
+    (w,) = g["windows"]
+    assert w["variant"] == "nan" and w["outputs"]["y"]["max_err_tol"] == math.inf
+    with open(tmp_path / "r.json") as f:
+        assert json.load(f)["windows"][0]["outputs"]["y"]["max_err_tol"] == "inf"
 
 
 def test_approval_changes_are_printed(tmp_path, capsys):
