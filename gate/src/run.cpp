@@ -61,6 +61,9 @@ struct Store {
   // used (a journal may hold cases of other window filters: not counted).
   std::map<std::string, std::map<std::string, int64_t>> rec_of;
   std::set<int64_t> used;
+  // gate --retry-errors: a (case, impl) known only by an error is not done
+  // (it runs again; its new record replaces the error).
+  bool retry_errors = false;
 
   void add(const CaseRecord& r) {
     const int64_t id = records++;
@@ -70,8 +73,13 @@ struct Store {
       const std::pair<std::string, std::string> key{r.case_id, impl};
       auto& of = rec_of[r.case_id];
       if (of.count(impl)) {
-        if (fwd || !fwd_only.count(key)) continue;  // the first record of (case, impl) stays
-        // A full record after a forward-only one: it replaces it.
+        // resolve_duplicate (journal.h): an error is replaced by any later
+        // record (a result, or a retry's error), a forward-only record by a
+        // full one; otherwise the first record of (case, impl) stays (and
+        // a later error never displaces a result).
+        const auto e = err.find(r.case_id);
+        const bool kept_error = e != err.end() && e->second.count(impl) > 0;
+        if (!kept_error && (fwd || !r.error.empty() || !fwd_only.count(key))) continue;
         of.erase(impl);
         ok[r.case_id].erase(impl);
         err[r.case_id].erase(impl);
@@ -94,6 +102,10 @@ struct Store {
     }
   }
   bool forward_only(const std::string& c, const std::string& impl) const { return fwd_only.count({c, impl}) > 0; }
+  bool errored(const std::string& c, const std::string& impl) const {
+    auto b = err.find(c);
+    return b != err.end() && b->second.count(impl) > 0;
+  }
   void use(const std::string& c, const std::string& impl) {
     auto a = rec_of.find(c);
     if (a == rec_of.end()) return;
@@ -116,7 +128,7 @@ struct Store {
     auto a = ok.find(c);
     if (a != ok.end() && a->second.count(impl)) return true;
     auto b = err.find(c);
-    return b != err.end() && b->second.count(impl);
+    return !retry_errors && b != err.end() && b->second.count(impl);
   }
   bool any_ok(const std::string& c) const {
     auto a = ok.find(c);
@@ -364,7 +376,13 @@ class Runner {
       }
       std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
-      if (!missing[i].empty() && (!take || take(id))) todo.push_back(i);
+      if (!missing[i].empty() && (!take || take(id))) {
+        todo.push_back(i);
+        // --retry-errors: a case journalled as an error runs again.
+        if (std::any_of(missing[i].begin(), missing[i].end(),
+                        [&](const std::string& impl) { return store_.errored(id, impl); }))
+          ++retried_;
+      }
     }
     size_t reported = 0;  // needs[0..reported) are counted in the progress
     auto progress_to = [&](size_t end) {
@@ -437,6 +455,7 @@ class Runner {
   const PipelineStats& pipeline() const { return pipeline_; }
 
   int64_t run_now() const { return run_now_; }
+  int64_t retried() const { return retried_; }
 
  private:
   const GateOptions& opt_;
@@ -445,6 +464,7 @@ class Runner {
   Journal& journal_;
   Clock::time_point t0_;
   int64_t run_now_ = 0;
+  int64_t retried_ = 0;  // cases queued again whose journalled record is an error
   double seconds_run_ = 0;
   PipelineStats pipeline_;
 };
@@ -605,13 +625,14 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
       nlohmann::json what = what_of(r, i);
       auto [it, added] = known.try_emplace({r.case_id, r.impls[i]}, where, what);
       fresh = fresh || added;
-      // A full result where only a forward-only one was known brings dx, dw.
-      if (!added && results_agree(it->second.second, what) && !it->second.second.contains("dx") &&
-          what.contains("dx")) {
+      if (added) continue;
+      // A full result where only a forward-only one was known brings dx, dw;
+      // a result (or a later attempt) where an error was known replaces it.
+      const Duplicate d = resolve_duplicate(it->second.second, what);
+      if (d == Duplicate::replace) {
         it->second = {where, what};
         fresh = true;
-      }
-      if (!added && !results_agree(it->second.second, what))
+      } else if (d == Duplicate::contradict)
         throw std::invalid_argument("--merge: " + where + " contradicts " + it->second.first + ": case " + r.case_id +
                                     ", implementation " + r.impls[i] + ": " + it->second.first + " has " +
                                     it->second.second.dump() + ", " + where + " has " + what.dump() +
@@ -819,6 +840,7 @@ GateResult run_gate(const GateOptions& opt) {
   }
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign, check);
   Store store;
+  store.retry_errors = opt.retry_errors;
   for (const auto& rec : journal.resumed()) store.add(rec);
   res.journal_dropped_bytes = journal.dropped_bytes();
   if (merging) merge_shards(opt, campaign, in_plan, journal, store, res);
@@ -929,6 +951,7 @@ GateResult run_gate(const GateOptions& opt) {
     res.windows.push_back(std::move(wr));
   }
   res.cases_run_now = runner.run_now();
+  res.cases_retried = runner.retried();
   res.pipeline = runner.pipeline();
   // Records this plan used (an uninterrupted run uses all it made); records
   // 0..journal_records-1 came from journals.

@@ -491,3 +491,35 @@ def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
     bar.update(report(b"refine", 2, 40))     # a new phase: a new bar
     assert [(b.total, b.initial, b.n, b.updates) for b in made] == [(1000, 900, 903, [3]), (40, 2, 2, [])]
     assert made[0].postfix == "worst err/tol 0.25"
+
+
+def test_retry_errors_runs_journalled_errors_again(tmp_path):
+    # A callable that raises once (an out-of-memory on a busy GPU): the case
+    # is journalled as an error and stays so on resume; retry_errors=True
+    # runs it (and only it) again, after which the window passes.
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: CUDA out of memory")
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_flaky", flaky, source_sha256="ab" * 32, device="cpu")
+    args = dict(windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j"), **SMALL)
+    rep = normgate.gate(impl, **args)
+    (w,) = rep["windows"]
+    assert rep["verdict"] != "PASS" and w["errors"] == 1
+    n = calls["n"]
+    rep = normgate.gate(impl, **args)
+    assert rep["verdict"] != "PASS" and rep["journal"]["run_now"] == 0 and calls["n"] == n
+    rep = normgate.gate(impl, retry_errors=True, **args)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert rep["journal"]["run_now"] == 1 and rep["journal"]["retried"] == 1
+    assert calls["n"] == n + 2  # the one case, run twice (a deterministic implementation)
+    rep = normgate.gate(impl, **args)
+    assert rep["verdict"] == "PASS" and rep["journal"]["run_now"] == 0
+    with pytest.raises(ValueError, match="retry_errors=True needs journal="):
+        normgate.gate(impl, windows=args["windows"], retry_errors=True, **SMALL)
+    with pytest.raises(TypeError, match="retry_errors must be a bool"):
+        normgate.gate(impl, retry_errors=1, **args)

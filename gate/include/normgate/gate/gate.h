@@ -170,6 +170,13 @@ struct GateOptions {
   /// lacks a current approval with it.
   std::function<bool(const kernels::Route&)> select;
   std::string journal_path;            ///< "" = no journal
+  /// --retry-errors: a case that the journal (or a merged shard) holds only
+  /// as an error (a GPU fault, an out-of-memory, an external that threw)
+  /// runs again, and its new record, appended, replaces the error
+  /// (journal.h resolve_duplicate). Off (the default): a journalled error is
+  /// the case's outcome on every resume. Not part of the campaign: the same
+  /// journal resumes with or without it.
+  bool retry_errors = false;
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
   int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
@@ -346,6 +353,7 @@ struct GateResult {
   int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
   int64_t cases_run_now = 0;           ///< run by this process
   int64_t cases_resumed = 0;           ///< taken from the journal
+  int64_t cases_retried = 0;           ///< of cases_run_now: journalled errors run again (retry_errors)
   int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume (the --journal's own)
   /// --merge: each shard journal whose torn last record was left out, and its
   /// bytes (the shard's file is not changed; that case counts as missing).
