@@ -287,6 +287,7 @@ bool results_agree(const nlohmann::json& a, const nlohmann::json& b) {
 }
 
 Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next) {
+  if (kept == next) return Duplicate::keep;  // the same result or the same error: nothing new
   if (kept.contains("error")) return Duplicate::replace;
   if (next.contains("error")) return Duplicate::keep;
   if (!results_agree(kept, next)) return Duplicate::contradict;

@@ -61,9 +61,12 @@ struct Store {
   // used (a journal may hold cases of other window filters: not counted).
   std::map<std::string, std::map<std::string, int64_t>> rec_of;
   std::set<int64_t> used;
-  // gate --retry-errors: a (case, impl) known only by an error is not done
-  // (it runs again; its new record replaces the error).
+  // gate --retry-errors: a (case, impl) known only by an error from a
+  // journal (its record number below retry_below: records this run made
+  // come after) is not done; it runs again and its new record replaces the
+  // error. An error this run made stays done (it is not retried within the run).
   bool retry_errors = false;
+  int64_t retry_below = 0;
 
   void add(const CaseRecord& r) {
     const int64_t id = records++;
@@ -77,8 +80,8 @@ struct Store {
         // record (a result, or a retry's error), a forward-only record by a
         // full one; otherwise the first record of (case, impl) stays (and
         // a later error never displaces a result).
-        const auto e = err.find(r.case_id);
-        const bool kept_error = e != err.end() && e->second.count(impl) > 0;
+        const bool kept_error = errored(r.case_id, impl);
+        if (kept_error && err.at(r.case_id).at(impl) == r.error) continue;  // the same error again: nothing new
         if (!kept_error && (fwd || !r.error.empty() || !fwd_only.count(key))) continue;
         of.erase(impl);
         ok[r.case_id].erase(impl);
@@ -128,7 +131,12 @@ struct Store {
     auto a = ok.find(c);
     if (a != ok.end() && a->second.count(impl)) return true;
     auto b = err.find(c);
-    return !retry_errors && b != err.end() && b->second.count(impl);
+    return b != err.end() && b->second.count(impl) && !retryable(c, impl);
+  }
+  // An error from a journal that --retry-errors runs again.
+  bool retryable(const std::string& c, const std::string& impl) const {
+    if (!retry_errors || !errored(c, impl)) return false;
+    return rec_of.at(c).at(impl) < retry_below;
   }
   bool any_ok(const std::string& c) const {
     auto a = ok.find(c);
@@ -380,7 +388,7 @@ class Runner {
         todo.push_back(i);
         // --retry-errors: a case journalled as an error runs again.
         if (std::any_of(missing[i].begin(), missing[i].end(),
-                        [&](const std::string& impl) { return store_.errored(id, impl); }))
+                        [&](const std::string& impl) { return store_.retryable(id, impl); }))
           ++retried_;
       }
     }
@@ -840,12 +848,13 @@ GateResult run_gate(const GateOptions& opt) {
   }
   Journal journal = opt.journal_path.empty() ? Journal() : Journal::open(opt.journal_path, campaign, check);
   Store store;
-  store.retry_errors = opt.retry_errors;
   for (const auto& rec : journal.resumed()) store.add(rec);
   res.journal_dropped_bytes = journal.dropped_bytes();
   if (merging) merge_shards(opt, campaign, in_plan, journal, store, res);
   // Records 0..journal_records-1 came from journals (this one's, the shards').
   const int64_t journal_records = store.records;
+  store.retry_errors = opt.retry_errors;
+  store.retry_below = journal_records;
 
   Runner runner(opt, backend, store, journal);
   std::function<bool(const std::string&)> take;  // every case

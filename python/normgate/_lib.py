@@ -432,7 +432,7 @@ def oracle_open_inputs(case_id, inputs, threads=0):
 # "inf", "-inf" or "nan" (docs/schemas.md, "Numbers"); Python callers get a
 # float, so that `err_tol > 1` holds for a broken kernel instead of raising.
 # Keyed by field name, not by value: a name (an implementation called "nan")
-# stays a string. python/tests/test_normgate.py walks a broken kernel's
+# stays a string. python/tests/test_gate.py walks a broken kernel's
 # check and gate reports for any string left, so a new field is not missed.
 _NUMBER_FIELDS = frozenset((
     "bound", "err", "err_tol", "forced", "got", "kappa_headroom", "kernel_excess", "max_bound_over_tol",

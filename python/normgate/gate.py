@@ -879,7 +879,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         L.ng_free_string(out)
     rep["table_path"] = table
     j = rep.get("journal") or {}
-    if progress and journal and j.get("resumed"):  # as `normgate gate` says it
+    if progress and journal and (j.get("resumed") or retry_errors):  # as `normgate gate` says it
         print("normgate.gate: %d finished cases resumed from %s, %d run now%s"
               % (j.get("resumed", 0), journal, j.get("run_now", 0),
                  " (%d of them journalled errors run again)" % j.get("retried", 0) if retry_errors else ""),

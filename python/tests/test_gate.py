@@ -519,6 +519,21 @@ def test_retry_errors_runs_journalled_errors_again(tmp_path):
     assert calls["n"] == n + 2  # the one case, run twice (a deterministic implementation)
     rep = normgate.gate(impl, **args)
     assert rep["verdict"] == "PASS" and rep["journal"]["run_now"] == 0
+    # An error made by the run itself is not retried within it (a case
+    # the dense grid needs again stays an error), and is journalled once.
+    def broken_at_5(g):
+        if g["T"] == 5:
+            raise RuntimeError("injected: always fails at T = 5")
+        return fp64_step(g)
+
+    bad = normgate.Implementation("py_t5", broken_at_5, source_sha256="ab" * 32, device="cpu")
+    j2 = str(tmp_path / "j2")
+    rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=j2, retry_errors=True,
+                        **dict(SMALL, dense_step=2))
+    assert rep["journal"]["retried"] == 0 and rep["windows"][0]["errors"] >= 1
+    with open(j2) as f:
+        lines = [json.loads(x) for x in f.read().splitlines()[1:]]
+    assert len({x["case"] for x in lines}) == len(lines), "a case journalled twice in one run"
     with pytest.raises(ValueError, match="retry_errors=True needs journal="):
         normgate.gate(impl, windows=args["windows"], retry_errors=True, **SMALL)
     with pytest.raises(TypeError, match="retry_errors must be a bool"):

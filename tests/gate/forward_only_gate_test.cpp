@@ -250,6 +250,7 @@ TEST(GateForwardOnly, ErrorsGiveWayToLaterRecordsAndNeverToResults) {
   EXPECT_EQ(resolve_duplicate(err, full), Duplicate::replace);
   EXPECT_EQ(resolve_duplicate(err, fo), Duplicate::replace);
   EXPECT_EQ(resolve_duplicate(err, err2), Duplicate::replace);  // the later attempt's message
+  EXPECT_EQ(resolve_duplicate(err, err), Duplicate::keep);      // nothing new: a re-merge appends nothing
   EXPECT_EQ(resolve_duplicate(full, err), Duplicate::keep);
   EXPECT_EQ(resolve_duplicate(fo, err), Duplicate::keep);
   EXPECT_EQ(resolve_duplicate(fo, full), Duplicate::replace);

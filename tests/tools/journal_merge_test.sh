@@ -176,4 +176,10 @@ grep -q "dropped: contradicts" "$d/m10.log" && fail "an error after a result was
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/m10.jsonl" >"$d/m10g.log" 2>&1 \
   || fail "gate on a journal with an error after a result: exit $?: $(tail -3 "$d/m10g.log")"
 grep -q "0 run now" "$d/m10g.log" || fail "error after a result: $(grep journal "$d/m10g.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/m11.jsonl" --merge "$d/err0.jsonl" --retry-errors \
+  >"$d/m11.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "--retry-errors with --merge: exit $rc, expected 2"
+grep -qE -- "--(merge excludes --retry-errors|retry-errors excludes --merge)" "$d/m11.log" || fail "--retry-errors with --merge: $(cat "$d/m11.log")"
+[ ! -e "$d/m11.jsonl" ] || fail "--retry-errors with --merge wrote a journal"
 echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried"

@@ -170,12 +170,14 @@ struct GateOptions {
   /// lacks a current approval with it.
   std::function<bool(const kernels::Route&)> select;
   std::string journal_path;            ///< "" = no journal
-  /// --retry-errors: a case that the journal (or a merged shard) holds only
-  /// as an error (a GPU fault, an out-of-memory, an external that threw)
-  /// runs again, and its new record, appended, replaces the error
-  /// (journal.h resolve_duplicate). Off (the default): a journalled error is
-  /// the case's outcome on every resume. Not part of the campaign: the same
-  /// journal resumes with or without it.
+  /// --retry-errors: a case that the journal held only as an error when the
+  /// run started (a GPU fault, an out-of-memory, an external that threw)
+  /// runs again, once, and its new record, appended, replaces the error
+  /// (journal.h resolve_duplicate); an error this run makes is not retried
+  /// within it. Off (the default): a journalled error is the case's outcome
+  /// on every resume. Not part of the campaign: the same journal resumes
+  /// with or without it. The CLI refuses it with --merge (a merge runs no
+  /// grid case: retry in the shard, then merge).
   bool retry_errors = false;
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)

@@ -129,9 +129,10 @@ bool results_agree(const nlohmann::json& a, const nlohmann::json& b);
 
 /// What a reader does with a second record of one (case, implementation):
 /// `kept` is the one it holds, `next` the one it reads after it (each as in
-/// results_agree). An error is a failed attempt, not a result, so
-///   - kept an error: next replaces it (a result, or the error of a later
-///     attempt: `gate --retry-errors` runs the case again and appends);
+/// results_agree). Equal records: kept stays. An error is a failed
+/// attempt, not a result, so
+///   - kept an error: next replaces it (a result, or another error of a
+///     later attempt: `gate --retry-errors` runs the case again and appends);
 ///   - next an error, kept a result: kept stays (journals merged from two
 ///     machines, one of which failed the case);
 ///   - two results: kept stays when they agree, except that a full result
