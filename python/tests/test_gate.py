@@ -300,13 +300,16 @@ def test_approval_changes_are_printed(tmp_path, capsys):
     # progress on (a failing window revokes its approval: not silently).
     impl = normgate.Implementation("py_said", fp64_step, source_sha256="ab" * 32, device="cpu")
     args = dict(SMALL, progress=True)
+    # The approval's backend is the gate's (backend="auto": gpu where a CUDA
+    # device is usable), whichever device the callable runs on.
+    backend = "gpu" if _lib.device_available() else "cpu-model"
     normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j1"), approve=True, **args)
-    assert "normgate.gate: approved cpu-model bwd det H=64" in capsys.readouterr().err
+    assert "normgate.gate: approved %s bwd det H=64" % backend in capsys.readouterr().err
     bad = normgate.Implementation("py_said", lambda g: dict(fp64_step(g), dw=fp64_step(g)["dw"] * 1.01),
                                   source_sha256="ab" * 32, device="cpu")
     rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j2"), approve=True, **args)
     assert rep["verdict"] == "FAIL"
-    assert "normgate.gate: revoked cpu-model approval of bwd det H=64" in capsys.readouterr().err
+    assert "normgate.gate: revoked %s approval of bwd det H=64" % backend in capsys.readouterr().err
 
 
 def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
