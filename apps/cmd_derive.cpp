@@ -222,9 +222,12 @@ void add_derive(CLI::App& app, Commands& cmds) {
   sub->add_option("--fresh-factor", o->g.fresh_factor, "Fresh seeds: this many times the seed count")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxCampaignCount));
-  sub->add_option("--journal", o->g.journal_path,
+  auto* journal_opt = sub->add_option("--journal", o->g.journal_path,
                   "Gate write-ahead journal prefix: one journal per candidate table, PREFIX.SHA.jsonl (a rerun "
                   "that derives the same table resumes it)");
+  sub->add_flag("--retry-errors", o->g.retry_errors,
+                "Run again the cases a resumed journal holds only as errors (gate --retry-errors)")
+      ->needs(journal_opt);
   sub->add_option("--deadline-s", o->deadline_s,
                   "Stop benchmarking or gating after this many seconds (0: none); what is unfinished is reported, "
                   "and the table routes only approved candidates")

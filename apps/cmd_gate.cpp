@@ -158,6 +158,12 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "Takes every argument up to the next option: give the table first (gate TABLE --merge J1 J2 [options]) "
       "or after -- (gate [options] --merge J1 J2 -- TABLE)");
   merge_opt->expected(1, -1)->excludes(shard_opt);
+  sub->add_flag("--retry-errors", o->g.retry_errors,
+                "Run again the cases the journal holds only as errors (a GPU fault, an out-of-memory); each new "
+                "record is appended and replaces the error. Without it a journalled error is the case's outcome on "
+                "every resume. Not with --merge: retry in the shard (--shard K/N --retry-errors), then merge")
+      ->needs(journal_opt)
+      ->excludes(merge_opt);
   shard_opt->needs(journal_opt);
   shard_opt->excludes(approve_flag);
   auto* plan_flag = sub->add_flag("--plan", o->plan,
@@ -291,8 +297,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
         std::printf("merge    %s: a torn last record (%lld bytes) left out (the shard's file is unchanged)\n",
                     shard.c_str(), static_cast<long long>(bytes));
       if (!o->g.journal_path.empty())
-        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s\n", o->g.journal_path.c_str(),
+        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s%s\n", o->g.journal_path.c_str(),
                     static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),
+                    o->g.retry_errors ? (" (" + std::to_string(res.cases_retried) + " of them journalled errors run again)").c_str() : "",
                     res.journal_dropped_bytes ? (", a torn last record (" +
                                                  std::to_string(res.journal_dropped_bytes) + " bytes) dropped")
                                                     .c_str()

@@ -26,6 +26,7 @@ budgets), 2 usage error, 3 no peer could run or the gate raised.
 import argparse
 import importlib
 import json
+import math
 import os
 import signal
 import site
@@ -117,6 +118,17 @@ def make_steps(torch, peers, errors):
     return steps
 
 
+def as_report_numbers(o):
+    """o with each non-finite float as the reports' string "inf", "-inf" or "nan"."""
+    if isinstance(o, dict):
+        return {k: as_report_numbers(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [as_report_numbers(v) for v in o]
+    if isinstance(o, float) and not math.isfinite(o):
+        return "nan" if math.isnan(o) else ("inf" if o > 0 else "-inf")
+    return o
+
+
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     if a.site:
@@ -177,9 +189,13 @@ def main(argv=None):
     summary = {"peers": list(steps), "not_run": errors, "seconds": round(time.time() - t0, 1),
                "stopped": stopped, "torch": torch.__version__,
                "device": torch.cuda.get_device_name(0), "args": vars(a), "results": results}
+    # normgate.gate returns non-finite err/tol as floats; the summary spells
+    # them as the reports do ("inf", "nan": docs/schemas.md), so that it
+    # stays JSON (json.dump would write Infinity, which JSON lacks).
+    summary = as_report_numbers(summary)
     tmp = os.path.join(a.out, "peers-summary.json.tmp")
     with open(tmp, "w") as f:
-        json.dump(summary, f, indent=1, default=str)
+        json.dump(summary, f, indent=1, default=str, allow_nan=False)
     os.replace(tmp, os.path.join(a.out, "peers-summary.json"))
     print(json.dumps(summary, indent=1, default=str)[:4000])
     return 0

@@ -27,13 +27,17 @@ OUT.tmp, then renames. Exit 0 on success, 2 on bad input.
 Two runs resumed from one journal (e.g. on two machines, both started
 from the committed journal) journal the same cases again; their lines differ
 only in "seconds", the case's wall time, which is no result. Such a line is
-the same case: the first is kept, the other dropped and counted. A case
-journalled twice with different results for one implementation (a
-nondeterministic variant run twice, an error on one machine) would stop
-the gate's resume (contradicting records): the later line is dropped, the
-first kept, and each such drop is named on stderr; a later line that also
-holds implementations no earlier line has cannot be dropped without loss:
-exit 2 naming both lines."""
+the same case: the first is kept, the other dropped and counted. Other
+pairs of lines of one (case, implementation) follow the gate's rule
+(resolve_duplicate below): an error and a later line are both kept (the
+later attempt counts: `gate --retry-errors` appends so), an error after a
+result is kept too (the result counts), and a full result after a
+forward-only one of the same y and rstd is kept. A case journalled twice
+with different results for one implementation (a nondeterministic
+variant run twice) would stop the gate's resume (contradicting records):
+the later line is dropped, the first kept, and each such drop is named on
+stderr; a later line that also holds implementations no earlier line has
+cannot be dropped without loss: exit 2 naming both lines."""
 import gzip
 import hashlib
 import json
@@ -44,6 +48,26 @@ import zlib
 
 # The digest member every journal line ends in (journal_line in gate/src/journal.cpp).
 DIGEST = re.compile(r',"sha256":"([0-9a-f]{64})"\}$')
+
+
+def resolve_duplicate(kept, nxt):
+    """The gate's rule for a second record of one (case, implementation)
+    (resolve_duplicate, gate/include/normgate/gate/journal.h): "replace",
+    "keep" or "contradict". An error is a failed attempt: any later record
+    replaces it, and an error never displaces a result; two results are
+    one when equal, a full one replaces a forward-only one with the same
+    ran_on, y and rstd, and others contradict."""
+    if "error" in kept:
+        return "replace"
+    if "error" in nxt:
+        return "keep"
+    if kept == nxt:
+        return "keep"
+    if "dx" in kept and "dx" in nxt:
+        return "contradict"
+    if any(k not in kept or k not in nxt or kept[k] != nxt[k] for k in ("impl", "ran_on", "y", "rstd")):
+        return "contradict"
+    return "replace" if "dx" not in kept and "dx" in nxt else "keep"
 
 
 def verify(line):
@@ -211,7 +235,12 @@ def main(argv):
                 prev = first.setdefault((rec["case"], impl), where)
                 if prev is where:
                     new = True
-                elif prev[1] != what:
+                    continue
+                d = resolve_duplicate(prev[1], what)
+                if d == "replace":  # a result (or a retry) after an error; a full result after a forward-only one
+                    first[(rec["case"], impl)] = where
+                    new = True
+                elif d == "contradict":
                     clash = (impl, prev[0])
             if clash and new:
                 print(f"journal_merge: {path}:{n} contradicts {clash[1]} (case {rec['case']}, {clash[0]}) and holds "

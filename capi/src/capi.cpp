@@ -944,6 +944,11 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     g.dense_points = o->dense_points;
     g.dense_step = o->dense_step;
     g.dense_all_seeds = o->dense_all_seeds != 0;
+    if (o->retry_errors != 0 && o->retry_errors != 1)
+      bad("retry_errors = " + std::to_string(o->retry_errors) + " is not 0 or 1");
+    if (o->retry_errors && (o->journal == nullptr || o->journal[0] == '\0'))
+      bad("retry_errors = 1 needs a journal (the errors to retry are journalled ones)");
+    g.retry_errors = o->retry_errors != 0;
     g.fresh_factor = o->fresh_factor;
     g.threads = o->threads;
     g.backend = nv::parse_backend(o->backend ? o->backend : "auto");
@@ -1034,7 +1039,8 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
       j["approvals_file"] = approvals.path;
       for (const auto& c : nv::approve(approvals, res, g)) j["approvals"].push_back(c);
     }
-    j["journal"] = {{"path", g.journal_path}, {"resumed", res.cases_resumed}, {"run_now", res.cases_run_now}};
+    j["journal"] = {{"path", g.journal_path}, {"resumed", res.cases_resumed}, {"run_now", res.cases_run_now},
+                    {"retried", res.cases_retried}};
     bool inconclusive = false;
     for (const auto& w : res.windows) inconclusive = inconclusive || w.verdict == nv::Verdict::inconclusive;
     j["verdict"] = res.pass() ? "PASS" : inconclusive ? "INCONCLUSIVE" : "FAIL";

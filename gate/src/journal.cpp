@@ -286,6 +286,14 @@ bool results_agree(const nlohmann::json& a, const nlohmann::json& b) {
   return true;
 }
 
+Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next) {
+  if (kept == next) return Duplicate::keep;  // the same result or the same error: nothing new
+  if (kept.contains("error")) return Duplicate::replace;
+  if (next.contains("error")) return Duplicate::keep;
+  if (!results_agree(kept, next)) return Duplicate::contradict;
+  return !kept.contains("dx") && next.contains("dx") ? Duplicate::replace : Duplicate::keep;
+}
+
 std::string journal_line(const nlohmann::json& o) {
   if (!o.is_object() || o.empty()) throw std::invalid_argument("journal_line: not a JSON object with members");
   std::string s = o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -555,12 +563,13 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       nlohmann::json what =
           r.error.empty() ? impl_json(r.results[i], r.forward_only) : nlohmann::json{{"error", r.error}};
       auto [it, fresh] = seen.try_emplace({r.case_id, r.impls[i]}, line_no, what);
-      // A full result after a forward-only one of the same numbers: later
-      // records are compared with the full one.
-      if (!fresh && results_agree(it->second.second, what) && !it->second.second.contains("dx") &&
-          what.contains("dx"))
+      if (fresh) continue;
+      // Later records are compared with the one a reader keeps (a full result
+      // after a forward-only one, a result or a retry after an error).
+      const Duplicate d = resolve_duplicate(it->second.second, what);
+      if (d == Duplicate::replace)
         it->second = {line_no, what};
-      else if (!fresh && !results_agree(it->second.second, what))
+      else if (d == Duplicate::contradict)
         throw std::invalid_argument("journal " + path + " line " + std::to_string(line_no) + " contradicts line " +
                                     std::to_string(it->second.first) + ": case " + r.case_id + ", implementation " +
                                     r.impls[i] + ": line " + std::to_string(it->second.first) + " has " +

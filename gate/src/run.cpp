@@ -61,6 +61,12 @@ struct Store {
   // used (a journal may hold cases of other window filters: not counted).
   std::map<std::string, std::map<std::string, int64_t>> rec_of;
   std::set<int64_t> used;
+  // gate --retry-errors: a (case, impl) known only by an error from a
+  // journal (its record number below retry_below: records this run made
+  // come after) is not done; it runs again and its new record replaces the
+  // error. An error this run made stays done (it is not retried within the run).
+  bool retry_errors = false;
+  int64_t retry_below = 0;
 
   void add(const CaseRecord& r) {
     const int64_t id = records++;
@@ -70,8 +76,13 @@ struct Store {
       const std::pair<std::string, std::string> key{r.case_id, impl};
       auto& of = rec_of[r.case_id];
       if (of.count(impl)) {
-        if (fwd || !fwd_only.count(key)) continue;  // the first record of (case, impl) stays
-        // A full record after a forward-only one: it replaces it.
+        // resolve_duplicate (journal.h): an error is replaced by any later
+        // record (a result, or a retry's error), a forward-only record by a
+        // full one; otherwise the first record of (case, impl) stays (and
+        // a later error never displaces a result).
+        const bool kept_error = errored(r.case_id, impl);
+        if (kept_error && err.at(r.case_id).at(impl) == r.error) continue;  // the same error again: nothing new
+        if (!kept_error && (fwd || !r.error.empty() || !fwd_only.count(key))) continue;
         of.erase(impl);
         ok[r.case_id].erase(impl);
         err[r.case_id].erase(impl);
@@ -94,6 +105,10 @@ struct Store {
     }
   }
   bool forward_only(const std::string& c, const std::string& impl) const { return fwd_only.count({c, impl}) > 0; }
+  bool errored(const std::string& c, const std::string& impl) const {
+    auto b = err.find(c);
+    return b != err.end() && b->second.count(impl) > 0;
+  }
   void use(const std::string& c, const std::string& impl) {
     auto a = rec_of.find(c);
     if (a == rec_of.end()) return;
@@ -116,7 +131,12 @@ struct Store {
     auto a = ok.find(c);
     if (a != ok.end() && a->second.count(impl)) return true;
     auto b = err.find(c);
-    return b != err.end() && b->second.count(impl);
+    return b != err.end() && b->second.count(impl) && !retryable(c, impl);
+  }
+  // An error from a journal that --retry-errors runs again.
+  bool retryable(const std::string& c, const std::string& impl) const {
+    if (!retry_errors || !errored(c, impl)) return false;
+    return rec_of.at(c).at(impl) < retry_below;
   }
   bool any_ok(const std::string& c) const {
     auto a = ok.find(c);
@@ -364,7 +384,13 @@ class Runner {
       }
       std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
-      if (!missing[i].empty() && (!take || take(id))) todo.push_back(i);
+      if (!missing[i].empty() && (!take || take(id))) {
+        todo.push_back(i);
+        // --retry-errors: a case journalled as an error runs again.
+        if (std::any_of(missing[i].begin(), missing[i].end(),
+                        [&](const std::string& impl) { return store_.retryable(id, impl); }))
+          ++retried_;
+      }
     }
     size_t reported = 0;  // needs[0..reported) are counted in the progress
     auto progress_to = [&](size_t end) {
@@ -437,6 +463,7 @@ class Runner {
   const PipelineStats& pipeline() const { return pipeline_; }
 
   int64_t run_now() const { return run_now_; }
+  int64_t retried() const { return retried_; }
 
  private:
   const GateOptions& opt_;
@@ -445,6 +472,7 @@ class Runner {
   Journal& journal_;
   Clock::time_point t0_;
   int64_t run_now_ = 0;
+  int64_t retried_ = 0;  // cases queued again whose journalled record is an error
   double seconds_run_ = 0;
   PipelineStats pipeline_;
 };
@@ -605,13 +633,14 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
       nlohmann::json what = what_of(r, i);
       auto [it, added] = known.try_emplace({r.case_id, r.impls[i]}, where, what);
       fresh = fresh || added;
-      // A full result where only a forward-only one was known brings dx, dw.
-      if (!added && results_agree(it->second.second, what) && !it->second.second.contains("dx") &&
-          what.contains("dx")) {
+      if (added) continue;
+      // A full result where only a forward-only one was known brings dx, dw;
+      // a result (or a later attempt) where an error was known replaces it.
+      const Duplicate d = resolve_duplicate(it->second.second, what);
+      if (d == Duplicate::replace) {
         it->second = {where, what};
         fresh = true;
-      }
-      if (!added && !results_agree(it->second.second, what))
+      } else if (d == Duplicate::contradict)
         throw std::invalid_argument("--merge: " + where + " contradicts " + it->second.first + ": case " + r.case_id +
                                     ", implementation " + r.impls[i] + ": " + it->second.first + " has " +
                                     it->second.second.dump() + ", " + where + " has " + what.dump() +
@@ -824,6 +853,8 @@ GateResult run_gate(const GateOptions& opt) {
   if (merging) merge_shards(opt, campaign, in_plan, journal, store, res);
   // Records 0..journal_records-1 came from journals (this one's, the shards').
   const int64_t journal_records = store.records;
+  store.retry_errors = opt.retry_errors;
+  store.retry_below = journal_records;
 
   Runner runner(opt, backend, store, journal);
   std::function<bool(const std::string&)> take;  // every case
@@ -929,6 +960,7 @@ GateResult run_gate(const GateOptions& opt) {
     res.windows.push_back(std::move(wr));
   }
   res.cases_run_now = runner.run_now();
+  res.cases_retried = runner.retried();
   res.pipeline = runner.pipeline();
   // Records this plan used (an uninterrupted run uses all it made); records
   // 0..journal_records-1 came from journals.

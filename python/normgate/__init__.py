@@ -897,7 +897,9 @@ class Oracle:
     def validate(self, y=None, rstd=None, dx=None, dw=None, h_new=None):
         """Validate the given outputs (None: not produced, reported absent) and
         return the report (a dict: case, pass, verdict, outputs{name: {present,
-        err_tol, worst, pass, ...}}, absent, uncertified, dw_vs_fp32).
+        err_tol, worst, pass, ...}}, absent, uncertified, dw_vs_fp32). A
+        non-finite number (err/tol of a NaN or Inf output) is a float inf or
+        nan, not the JSON files' string (docs/schemas.md, "Numbers").
 
         Tensors may be on any device and in any layout of the right shape: CUDA
         tensors are copied to page-locked host memory (_host), non-contiguous

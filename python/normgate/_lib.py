@@ -426,11 +426,43 @@ def oracle_open_inputs(case_id, inputs, threads=0):
     return h
 
 
+# The report fields that hold a number which may be non-finite (err/tol of a
+# NaN or Inf output, its err and got, the upper bounds of the histogram's
+# percentiles, ...). The library's JSON spells such a number as the string
+# "inf", "-inf" or "nan" (docs/schemas.md, "Numbers"); Python callers get a
+# float, so that `err_tol > 1` holds for a broken kernel instead of raising.
+# Keyed by field name, not by value: a name (an implementation called "nan")
+# stays a string. python/tests/test_gate.py walks a broken kernel's
+# check and gate reports for any string left, so a new field is not missed.
+_NUMBER_FIELDS = frozenset((
+    "bound", "err", "err_tol", "forced", "got", "kappa_headroom", "kernel_excess", "max_bound_over_tol",
+    "max_condition", "max_err_tol", "max_forced", "max_ratio", "median", "p50_upper", "p99_upper", "ratio", "ref",
+    "tol", "worst", "worst_condition", "worst_err_tol"))
+_NONFINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+
+
+def report_numbers(obj):
+    """obj (a report parsed from the library's JSON) with its non-finite
+    numbers as floats instead of the strings "inf", "-inf", "nan", in the
+    fields of _NUMBER_FIELDS; changed in place and returned."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, str):
+                if k in _NUMBER_FIELDS and v in _NONFINITE:
+                    obj[k] = _NONFINITE[v]
+            else:
+                report_numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            report_numbers(v)
+    return obj
+
+
 def oracle_validate(handle, outs):
     buf = ctypes.create_string_buffer(NG_REPORT_BYTES)
     needed = ctypes.c_size_t(0)
     check(lib().ng_oracle_validate(handle, ctypes.byref(outs), buf, NG_REPORT_BYTES, ctypes.byref(needed)))
-    return json.loads(buf.value.decode("utf-8"))
+    return report_numbers(json.loads(buf.value.decode("utf-8")))
 
 
 def oracle_close(handle):

@@ -121,7 +121,7 @@ class _GateOptions(ctypes.Structure):
         ("t_per_window", _c_i32), ("dense_points", _c_i32), ("dense_step", _c_i64),
         ("fresh_factor", _c_i32), ("threads", _c_i32),
         ("progress", _PROGRESS_FN), ("progress_user", _vp), ("cancel", ctypes.POINTER(_c_i32)),
-        ("dense_all_seeds", _c_i32), ("reserved", _c_i32),
+        ("dense_all_seeds", _c_i32), ("retry_errors", _c_i32),
     ]
 
 
@@ -661,7 +661,7 @@ def _path(v, what):
 
 def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_points=16, dense_step=64,
          fresh_factor=2, journal=None, report_md=None, report_json=None, approve=False, progress=True,
-         threads=0, backend="auto", table_out=None):
+         threads=0, backend="auto", table_out=None, retry_errors=False):
     """Gate implementations the way `normgate gate` gates the built-in variants.
 
     impls: an Implementation or a list of them (distinct names).
@@ -682,7 +682,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         gate` (seed set spelling "5x120" (the default), "3x120", "cancel:0..7", ...).
     journal: write-ahead journal; the same call after an interruption (Ctrl-C
         stops the gate at the next case boundary, then KeyboardInterrupt is
-        raised) resumes and reaches the same report.
+        raised) resumes and reaches the same report. A case whose record
+        is an error (a callable that raised, a CUDA fault) stays so on
+        resume unless retry_errors=True: then it runs again and its new
+        record, appended, replaces the error (gate --retry-errors).
     report_md, report_json: where to write the reports (atomically).
     approve: write approvals beside the table (needs its policy); a window
         that fails revokes its earlier approval. The report's "approvals"
@@ -693,7 +696,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     Returns the JSON report as a dict: "verdict" ("PASS", "FAIL",
     "INCONCLUSIVE"), "pass", "windows" (per window: verdict, max err/tol per
     output, worst case, ...), "externals", "approvals" (the changes),
-    "journal", "markdown" (the Markdown report's text), ...
+    "journal", "markdown" (the Markdown report's text), ...; a non-finite
+    number (max err/tol of a NaN output) is a float inf or nan where the
+    report_json file holds the string (docs/schemas.md, "Numbers").
     Raises TypeError or ValueError naming a bad argument before any work.
     """
     if isinstance(impls, Implementation):
@@ -723,6 +728,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise TypeError("approve must be a bool, got %r" % (approve,))
     if not isinstance(progress, bool):
         raise TypeError("progress must be a bool, got %r" % (progress,))
+    if not isinstance(retry_errors, bool):
+        raise TypeError("retry_errors must be a bool, got %r" % (retry_errors,))
+    if retry_errors and journal is None:
+        raise ValueError("retry_errors=True needs journal= (the errors it retries are journalled ones)")
     if backend not in ("auto", "cpu", "gpu"):
         raise ValueError("backend: %r is not 'auto', 'cpu' or 'gpu'" % (backend,))
     if isinstance(windows, str):  # a filter string for the C side
@@ -802,6 +811,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     o.journal, o.report_md, o.report_json, o.backend = b(journal), b(report_md), b(report_json), b(backend)
     o.t_per_window, o.dense_points, o.dense_step, o.fresh_factor = t_per_window, dense_points, dense_step, fresh_factor
     o.threads, o.approve = threads, 1 if approve else 0
+    o.retry_errors = 1 if retry_errors else 0
     state = _State()
     bar = _Bar(progress)
 
@@ -864,14 +874,16 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raise
     try:
         import json
-        rep = json.loads(ctypes.string_at(out.value).decode())
+        rep = _lib.report_numbers(json.loads(ctypes.string_at(out.value).decode()))
     finally:
         L.ng_free_string(out)
     rep["table_path"] = table
     j = rep.get("journal") or {}
-    if progress and journal and j.get("resumed"):  # as `normgate gate` says it
-        print("normgate.gate: %d finished cases resumed from %s, %d run now"
-              % (j.get("resumed", 0), journal, j.get("run_now", 0)), file=sys.stderr)
+    if progress and journal and (j.get("resumed") or retry_errors):  # as `normgate gate` says it
+        print("normgate.gate: %d finished cases resumed from %s, %d run now%s"
+              % (j.get("resumed", 0), journal, j.get("run_now", 0),
+                 " (%d of them journalled errors run again)" % j.get("retried", 0) if retry_errors else ""),
+              file=sys.stderr)
     if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
         for change in rep.get("approvals") or []:
             print("normgate.gate: " + change, file=sys.stderr)

@@ -9,6 +9,7 @@ tiny (H = 64, a few T points, 3x1 seeds) so the file runs in seconds.
 """
 
 import json
+import math
 import os
 import re
 
@@ -252,8 +253,46 @@ def test_check_takes_an_implementation_on_its_device():
     rep = normgate.gate(fwd_only, windows=[{"H": 64, "T": (1, 8)}], **SMALL)
     w = rep["windows"][0]
     assert w["verdict"] == "fail" and w["errors"] == 0  # a verdict of the outputs, not an error
-    assert w["outputs"]["dw"]["max_err_tol"] == "inf" and w["outputs"]["dx"]["max_err_tol"] == "inf"
+    assert math.isinf(w["outputs"]["dw"]["max_err_tol"]) and math.isinf(w["outputs"]["dx"]["max_err_tol"])
     assert w["outputs"]["y"]["max_err_tol"] <= 1
+
+
+def strings_like_numbers(obj, path="rep", names=()):
+    """The places in a report where "inf", "-inf" or "nan" is still a string
+    (under a key other than `names`, the fields that hold a name)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() if k not in names for p in strings_like_numbers(v, "%s[%r]" % (path, k), names)]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in strings_like_numbers(v, "%s[%d]" % (path, i), names)]
+    return [path] if obj in ("inf", "-inf", "nan") else []
+
+
+def test_non_finite_numbers_are_floats(tmp_path):
+    # A kernel whose y is NaN, dx +Inf, dw -Inf: check() and gate() give
+    # err/tol, err and got as floats a caller can compare (`> 1` used to raise
+    # TypeError on the string "inf"), in every field; the JSON files keep the
+    # strings (docs/schemas.md). An implementation named "nan" keeps its name.
+    def broken(g):
+        out = fp64_step(g)
+        out["y"] = torch.full_like(out["y"], float("nan"))
+        out["dx"] = torch.full_like(out["dx"], float("inf"))
+        out["dw"] = torch.full_like(out["dw"], float("-inf"))
+        return out
+
+    case = "H=64,T=8,w=bf16,form=plain,family=llm,seed=2"
+    rep = normgate.check(broken, case, device="cpu")
+    assert strings_like_numbers(rep) == []
+    y, dx, dw = rep["outputs"]["y"], rep["outputs"]["dx"], rep["outputs"]["dw"]
+    assert math.isnan(y["got"]) and y["err_tol"] == math.inf and y["err_tol"] > 1
+    assert dx["got"] == math.inf and dw["got"] == -math.inf and dw["err"] == math.inf
+    assert not rep["pass"] and rep["outputs"]["rstd"]["err_tol"] <= 1
+    impl = normgate.Implementation("nan", broken, source_sha256="ab" * 32, device="cpu")
+    g = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], report_json=str(tmp_path / "r.json"), **SMALL)
+    assert strings_like_numbers(g, names=("name", "fwd", "variant")) == []
+    (w,) = g["windows"]
+    assert w["variant"] == "nan" and w["outputs"]["y"]["max_err_tol"] == math.inf
+    with open(tmp_path / "r.json") as f:
+        assert json.load(f)["windows"][0]["outputs"]["y"]["max_err_tol"] == "inf"
 
 
 def test_approval_changes_are_printed(tmp_path, capsys):
@@ -261,13 +300,16 @@ def test_approval_changes_are_printed(tmp_path, capsys):
     # progress on (a failing window revokes its approval: not silently).
     impl = normgate.Implementation("py_said", fp64_step, source_sha256="ab" * 32, device="cpu")
     args = dict(SMALL, progress=True)
+    # The approval's backend is the gate's (backend="auto": gpu where a CUDA
+    # device is usable), whichever device the callable runs on.
+    backend = "gpu" if _lib.device_available() else "cpu-model"
     normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j1"), approve=True, **args)
-    assert "normgate.gate: approved cpu-model bwd det H=64" in capsys.readouterr().err
+    assert "normgate.gate: approved %s bwd det H=64" % backend in capsys.readouterr().err
     bad = normgate.Implementation("py_said", lambda g: dict(fp64_step(g), dw=fp64_step(g)["dw"] * 1.01),
                                   source_sha256="ab" * 32, device="cpu")
     rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j2"), approve=True, **args)
     assert rep["verdict"] == "FAIL"
-    assert "normgate.gate: revoked cpu-model approval of bwd det H=64" in capsys.readouterr().err
+    assert "normgate.gate: revoked %s approval of bwd det H=64" % backend in capsys.readouterr().err
 
 
 def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
@@ -452,3 +494,50 @@ def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
     bar.update(report(b"refine", 2, 40))     # a new phase: a new bar
     assert [(b.total, b.initial, b.n, b.updates) for b in made] == [(1000, 900, 903, [3]), (40, 2, 2, [])]
     assert made[0].postfix == "worst err/tol 0.25"
+
+
+def test_retry_errors_runs_journalled_errors_again(tmp_path):
+    # A callable that raises once (an out-of-memory on a busy GPU): the case
+    # is journalled as an error and stays so on resume; retry_errors=True
+    # runs it (and only it) again, after which the window passes.
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: CUDA out of memory")
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_flaky", flaky, source_sha256="ab" * 32, device="cpu")
+    args = dict(windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j"), **SMALL)
+    rep = normgate.gate(impl, **args)
+    (w,) = rep["windows"]
+    assert rep["verdict"] != "PASS" and w["errors"] == 1
+    n = calls["n"]
+    rep = normgate.gate(impl, **args)
+    assert rep["verdict"] != "PASS" and rep["journal"]["run_now"] == 0 and calls["n"] == n
+    rep = normgate.gate(impl, retry_errors=True, **args)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert rep["journal"]["run_now"] == 1 and rep["journal"]["retried"] == 1
+    assert calls["n"] == n + 2  # the one case, run twice (a deterministic implementation)
+    rep = normgate.gate(impl, **args)
+    assert rep["verdict"] == "PASS" and rep["journal"]["run_now"] == 0
+    # An error made by the run itself is not retried within it (a case
+    # the dense grid needs again stays an error), and is journalled once.
+    def broken_at_5(g):
+        if g["T"] == 5:
+            raise RuntimeError("injected: always fails at T = 5")
+        return fp64_step(g)
+
+    bad = normgate.Implementation("py_t5", broken_at_5, source_sha256="ab" * 32, device="cpu")
+    j2 = str(tmp_path / "j2")
+    rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=j2, retry_errors=True,
+                        **dict(SMALL, dense_step=2))
+    assert rep["journal"]["retried"] == 0 and rep["windows"][0]["errors"] >= 1
+    with open(j2) as f:
+        lines = [json.loads(x) for x in f.read().splitlines()[1:]]
+    assert len({x["case"] for x in lines}) == len(lines), "a case journalled twice in one run"
+    with pytest.raises(ValueError, match="retry_errors=True needs journal="):
+        normgate.gate(impl, windows=args["windows"], retry_errors=True, **SMALL)
+    with pytest.raises(TypeError, match="retry_errors must be a bool"):
+        normgate.gate(impl, retry_errors=1, **args)

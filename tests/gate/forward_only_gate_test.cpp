@@ -240,4 +240,47 @@ TEST(GateForwardOnly, ForwardOnlyAndFullRecordsAgreeOnTheForward) {
   std::filesystem::remove_all(dir);
 }
 
+// An error is a failed attempt (gate --retry-errors): any later record
+// replaces it, it never displaces a result, and results still contradict.
+TEST(GateForwardOnly, ErrorsGiveWayToLaterRecordsAndNeverToResults) {
+  const nlohmann::json fo = to_json(record(true, 0.3))["results"][0];
+  const nlohmann::json full = to_json(record(false, 0.3))["results"][0];
+  const nlohmann::json other = to_json(record(false, 0.31))["results"][0];
+  const nlohmann::json err{{"error", "boom"}}, err2{{"error", "bang"}};
+  EXPECT_EQ(resolve_duplicate(err, full), Duplicate::replace);
+  EXPECT_EQ(resolve_duplicate(err, fo), Duplicate::replace);
+  EXPECT_EQ(resolve_duplicate(err, err2), Duplicate::replace);  // the later attempt's message
+  EXPECT_EQ(resolve_duplicate(err, err), Duplicate::keep);      // nothing new: a re-merge appends nothing
+  EXPECT_EQ(resolve_duplicate(full, err), Duplicate::keep);
+  EXPECT_EQ(resolve_duplicate(fo, err), Duplicate::keep);
+  EXPECT_EQ(resolve_duplicate(fo, full), Duplicate::replace);
+  EXPECT_EQ(resolve_duplicate(full, fo), Duplicate::keep);
+  EXPECT_EQ(resolve_duplicate(full, full), Duplicate::keep);
+  EXPECT_EQ(resolve_duplicate(full, other), Duplicate::contradict);
+  EXPECT_EQ(resolve_duplicate(fo, other), Duplicate::contradict);
+
+  // In a journal: error, then a result, then an error again, then a result
+  // that contradicts the first result: refused naming the result's line.
+  const std::string dir = temp_dir("errors");
+  const std::string path = dir + "/j.jsonl";
+  const nlohmann::json campaign{{"test", 1}};
+  CaseRecord e = record(false, 0.3);
+  e.results.clear();
+  e.error = "boom";
+  {
+    Journal jr = Journal::open(path, campaign);
+    jr.append(e);
+    jr.append(record(false, 0.3));
+    jr.append(e);
+  }
+  EXPECT_EQ(Journal::open(path, campaign).resumed().size(), 3u);
+  {
+    Journal jr = Journal::open(path, campaign);
+    jr.append(record(false, 0.31));
+  }
+  EXPECT_NE(test::error_of([&] { (void)Journal::open(path, campaign); }).find("contradicts line 3"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

@@ -16,7 +16,10 @@
 #      resumes the merged journal (it would refuse the contradiction);
 #   6. blank lines ending a journal are ignored, as the gate ignores them (the
 #      gate resumes that file too); a blank line between records is refused
-#      (exit 2 naming FILE:LINE, no output file), as the gate refuses it.
+#      (exit 2 naming FILE:LINE, no output file), as the gate refuses it;
+#   9. a journalled error stays on resume and is run again with
+#      --retry-errors (the report then a direct run's); merges keep the
+#      error and the later result, and an error after a result.
 # Exit 0 pass, 1 fail, 77 skip (no python3).
 set -u
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
@@ -130,4 +133,53 @@ for out in "$d" "" "$d/no/such/o.jsonl"; do
   grep -q "OUT" "$d/o.log" || fail "OUT '$out' not named: $(cat "$d/o.log")"
 done
 [ ! -e "$d.tmp" ] && [ ! -e ".tmp" ] || fail "a .tmp was left behind"
-echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused"
+# 9. an error record (line 2's case journalled as a failed attempt, signed
+# as the gate signs): a resume keeps it (the case's windows fail, nothing
+# runs); --retry-errors runs that case alone again and appends its result,
+# which counts from then on, in the gate and in the merge; an error after a
+# result is a failed attempt beside it: the result counts.
+python3 - "$d/b.jsonl" "$d/err.jsonl" "$d/err-line.txt" <<'PY'
+import hashlib, json, sys
+lines = open(sys.argv[1]).read().rstrip("\n").split("\n")
+rec = json.loads(lines[1])
+for k in ("sha256", "outputs"):
+    rec.pop(k, None)
+rec["results"], rec["error"] = [], "injected: CUDA error: out of memory"
+body = json.dumps(rec, separators=(",", ":"), sort_keys=True)
+err = body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}'
+open(sys.argv[2], "w").write("\n".join([lines[0], err] + lines[2:]) + "\n")
+open(sys.argv[3], "w").write(err + "\n")
+PY
+cp "$d/err.jsonl" "$d/err0.jsonl"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/err.jsonl" --report-md "$d/err.md" >"$d/err.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "a journalled error: exit $rc, expected 1 (its windows fail): $(tail -3 "$d/err.log")"
+grep -q "0 run now" "$d/err.log" || fail "a journalled error was run again without --retry-errors: $(grep journal "$d/err.log")"
+cmp -s "$d/err.jsonl" "$d/err0.jsonl" || fail "a resume without --retry-errors changed the journal"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/err.jsonl" --retry-errors --report-md "$d/retry.md" \
+  >"$d/retry.log" 2>&1 || fail "gate --retry-errors: exit $?: $(tail -3 "$d/retry.log")"
+grep -q "$((nb - 1)) finished cases resumed, 1 run now (1 of them journalled errors run again)" "$d/retry.log" ||
+  fail "--retry-errors did not run exactly the errored case: $(grep journal "$d/retry.log")"
+[ "$(tail -n +2 "$d/err.jsonl" | wc -l)" -eq $((nb + 1)) ] || fail "--retry-errors: the journal should keep the error and append one line"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --report-md "$d/b-direct.md" >"$d/b-direct.log" 2>&1 || fail "direct gate $B"
+diff <(grep -v '^- date:' "$d/b-direct.md") <(grep -v '^- date:' "$d/retry.md") >"$d/diff9.txt" \
+  || fail "the report after --retry-errors differs from a direct run: $(head -20 "$d/diff9.txt")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/err.jsonl" >"$d/again.log" 2>&1 \
+  || fail "resume after the retry: exit $?: $(tail -3 "$d/again.log")"
+grep -q "$nb finished cases resumed, 0 run now" "$d/again.log" || fail "after the retry: $(grep journal "$d/again.log")"
+# The merge: the retried journal as it is, and the error line after b's result.
+python3 "$merge" "$d/m9.jsonl" "$d/err.jsonl" >"$d/m9.log" 2>&1 || fail "merge of a retried journal: $(cat "$d/m9.log")"
+cmp -s "$d/m9.jsonl" "$d/err.jsonl" || fail "merge of a retried journal dropped a line"
+{ head -1 "$d/b.jsonl"; cat "$d/err-line.txt"; } >"$d/err-only.jsonl"
+python3 "$merge" "$d/m10.jsonl" "$d/b.jsonl" "$d/err-only.jsonl" >"$d/m10.log" 2>&1 || fail "merge, error after result: $(cat "$d/m10.log")"
+grep -q "dropped: contradicts" "$d/m10.log" && fail "an error after a result was taken for a contradiction: $(cat "$d/m10.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/m10.jsonl" >"$d/m10g.log" 2>&1 \
+  || fail "gate on a journal with an error after a result: exit $?: $(tail -3 "$d/m10g.log")"
+grep -q "0 run now" "$d/m10g.log" || fail "error after a result: $(grep journal "$d/m10g.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/m11.jsonl" --merge "$d/err0.jsonl" --retry-errors \
+  >"$d/m11.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "--retry-errors with --merge: exit $rc, expected 2"
+grep -qE -- "--(merge excludes --retry-errors|retry-errors excludes --merge)" "$d/m11.log" || fail "--retry-errors with --merge: $(cat "$d/m11.log")"
+[ ! -e "$d/m11.jsonl" ] || fail "--retry-errors with --merge wrote a journal"
+echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried"

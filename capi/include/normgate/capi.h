@@ -636,7 +636,8 @@ typedef struct ng_gate_options {
   void* progress_user;
   const volatile int32_t* cancel; /* NULL, or a flag: non-zero stops the gate at the next case boundary */
   int32_t dense_all_seeds;  /* 1: the dense grid runs every (family, seed) */
-  int32_t reserved;         /* 0 */
+  int32_t retry_errors;     /* 1: cases the journal holds only as errors run again (gate --retry-errors;
+                               needs journal); 0: a journalled error stays the case's outcome */
 } ng_gate_options;
 
 /* Defaults: struct_size, t_per_window 8, dense_points 16, dense_step 64,
@@ -653,7 +654,7 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
  * atomically: a temporary file renamed, through a link), approvals when
  * asked, and *json_out receives the
  * JSON report (gate_to_json, plus "approvals": the changes, and
- * "journal": {"path", "resumed", "run_now"}), NUL-terminated, allocated by
+ * "journal": {"path", "resumed", "run_now", "retried"}), NUL-terminated, allocated by
  * the library: free it with ng_free_string. Returns NG_OK whether the
  * windows pass or not (read "pass"); NG_ECANCEL when *cancel became non-zero
  * or an external run returned NG_ECANCEL: the journal holds every finished

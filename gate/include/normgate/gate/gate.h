@@ -170,6 +170,15 @@ struct GateOptions {
   /// lacks a current approval with it.
   std::function<bool(const kernels::Route&)> select;
   std::string journal_path;            ///< "" = no journal
+  /// --retry-errors: a case that the journal held only as an error when the
+  /// run started (a GPU fault, an out-of-memory, an external that threw)
+  /// runs again, once, and its new record, appended, replaces the error
+  /// (journal.h resolve_duplicate); an error this run makes is not retried
+  /// within it. Off (the default): a journalled error is the case's outcome
+  /// on every resume. Not part of the campaign: the same journal resumes
+  /// with or without it. The CLI refuses it with --merge (a merge runs no
+  /// grid case: retry in the shard, then merge).
+  bool retry_errors = false;
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
   int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
@@ -346,6 +355,7 @@ struct GateResult {
   int64_t cases_total = 0;             ///< distinct (case, implementations) runs of the campaign
   int64_t cases_run_now = 0;           ///< run by this process
   int64_t cases_resumed = 0;           ///< taken from the journal
+  int64_t cases_retried = 0;           ///< of cases_run_now: journalled errors run again (retry_errors)
   int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume (the --journal's own)
   /// --merge: each shard journal whose torn last record was left out, and its
   /// bytes (the shard's file is not changed; that case counts as missing).

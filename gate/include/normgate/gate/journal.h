@@ -127,6 +127,21 @@ CaseRecord case_record_from_json(const nlohmann::json& j);
 /// numbers and adds dx, dw). An error never agrees with a result.
 bool results_agree(const nlohmann::json& a, const nlohmann::json& b);
 
+/// What a reader does with a second record of one (case, implementation):
+/// `kept` is the one it holds, `next` the one it reads after it (each as in
+/// results_agree). Equal records: kept stays. An error is a failed
+/// attempt, not a result, so
+///   - kept an error: next replaces it (a result, or another error of a
+///     later attempt: `gate --retry-errors` runs the case again and appends);
+///   - next an error, kept a result: kept stays (journals merged from two
+///     machines, one of which failed the case);
+///   - two results: kept stays when they agree, except that a full result
+///     replaces a forward-only one; results that disagree contradict.
+/// Used by Journal::open and read, `gate --merge` and the gate's record
+/// store alike, and by tools/journal_merge.py.
+enum class Duplicate { keep, replace, contradict };
+Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next);
+
 /// The line the journal writes for JSON object `o` (no newline): o.dump()
 /// (UTF-8, invalid UTF-8 replaced by U+FFFD) with the member
 /// "sha256":"<SHA-256 of those bytes, lowercase hex>" appended before its
@@ -177,15 +192,18 @@ class Journal {
   ///
   /// Duplicates: normgate journals each (case, implementation) once, but
   /// journals merged from several machines (tools/journal_merge.py) or a
-  /// case rerun elsewhere may hold it twice, and a case first run forward
+  /// case rerun elsewhere may hold it twice, a case first run forward
   /// only (a gate of forward windows) is run again in full when a backward
-  /// window needs it. Two records of the same (case, implementation) whose
+  /// window needs it, and `gate --retry-errors` runs a case whose record is
+  /// an error again. Two records of the same (case, implementation) whose
   /// results agree (results_agree: every number, pass flag and ran_on, or
   /// the error text, identical; a forward-only result and a full one: the
   /// same ran_on, y and rstd) are accepted: the gate reads either with the
   /// same outcome, and only the wall time (seconds), which no report uses,
-  /// may differ. Any other pair contradicts and is an error naming both
-  /// lines: which one is right cannot be known from the file.
+  /// may differ. An error and any other record are accepted too
+  /// (resolve_duplicate: the later attempt, or the result, counts). Two
+  /// results that disagree contradict, an error naming both lines: which
+  /// one is right cannot be known from the file.
   ///
   /// The file stays locked (flock) while the journal is open. Throws
   /// std::invalid_argument, naming the file (and the line where one is at
