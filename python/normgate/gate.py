@@ -884,6 +884,14 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
               % (j.get("resumed", 0), journal, j.get("run_now", 0),
                  " (%d of them journalled errors run again)" % j.get("retried", 0) if retry_errors else ""),
               file=sys.stderr)
+    # Cases that threw fail their windows with every output in budget: say
+    # so where the verdict is read, with the way out.
+    errors = sum(w.get("errors", 0) for w in rep.get("windows", []))
+    if progress and errors:
+        first = next((x for w in rep["windows"] for x in (w.get("error_samples") or [])), "")
+        print("normgate.gate: %d case(s) threw, each failing its window (windows[*].errors, error_samples)%s%s"
+              % (errors, ("; first: " + first) if first else "",
+                 "; the same call with retry_errors=True runs them again" if journal else ""), file=sys.stderr)
     if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
         for change in rep.get("approvals") or []:
             print("normgate.gate: " + change, file=sys.stderr)

@@ -496,7 +496,7 @@ def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
     assert made[0].postfix == "worst err/tol 0.25"
 
 
-def test_retry_errors_runs_journalled_errors_again(tmp_path):
+def test_retry_errors_runs_journalled_errors_again(tmp_path, capsys):
     # A callable that raises once (an out-of-memory on a busy GPU): the case
     # is journalled as an error and stays so on resume; retry_errors=True
     # runs it (and only it) again, after which the window passes.
@@ -510,9 +510,11 @@ def test_retry_errors_runs_journalled_errors_again(tmp_path):
 
     impl = normgate.Implementation("py_flaky", flaky, source_sha256="ab" * 32, device="cpu")
     args = dict(windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j"), **SMALL)
-    rep = normgate.gate(impl, **args)
+    rep = normgate.gate(impl, **dict(args, progress=True))
     (w,) = rep["windows"]
     assert rep["verdict"] != "PASS" and w["errors"] == 1
+    said = capsys.readouterr().err  # the verdict's reason and the way out, not only the report's
+    assert "1 case(s) threw" in said and "injected: CUDA out of memory" in said and "retry_errors=True" in said
     n = calls["n"]
     rep = normgate.gate(impl, **args)
     assert rep["verdict"] != "PASS" and rep["journal"]["run_now"] == 0 and calls["n"] == n
