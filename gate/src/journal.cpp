@@ -286,6 +286,10 @@ bool results_agree(const nlohmann::json& a, const nlohmann::json& b) {
   return true;
 }
 
+nlohmann::json record_result(const CaseRecord& r, size_t i) {
+  return r.error.empty() ? impl_json(r.results.at(i), r.forward_only) : nlohmann::json{{"error", r.error}};
+}
+
 Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next) {
   if (kept == next) return Duplicate::keep;  // the same result or the same error: nothing new
   if (kept.contains("error")) return Duplicate::replace;
@@ -560,8 +564,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       throw std::invalid_argument(at(line_no) + e.what());
     }
     for (size_t i = 0; i < r.impls.size(); ++i) {
-      nlohmann::json what =
-          r.error.empty() ? impl_json(r.results[i], r.forward_only) : nlohmann::json{{"error", r.error}};
+      nlohmann::json what = record_result(r, i);
       auto [it, fresh] = seen.try_emplace({r.case_id, r.impls[i]}, line_no, what);
       if (fresh) continue;
       // Later records are compared with the one a reader keeps (a full result

@@ -624,13 +624,10 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
 void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const RecordCheck& in_plan,
                   Journal& journal, Store& store, GateResult& res) {
   std::map<std::pair<std::string, std::string>, std::pair<std::string, nlohmann::json>> known;
-  auto what_of = [](const CaseRecord& r, size_t i) {
-    return r.error.empty() ? to_json(r)["results"][i] : nlohmann::json{{"error", r.error}};
-  };
   auto learn = [&](const CaseRecord& r, const std::string& where) {
     bool fresh = false;
     for (size_t i = 0; i < r.impls.size(); ++i) {
-      nlohmann::json what = what_of(r, i);
+      nlohmann::json what = record_result(r, i);
       auto [it, added] = known.try_emplace({r.case_id, r.impls[i]}, where, what);
       fresh = fresh || added;
       if (added) continue;

@@ -127,6 +127,11 @@ CaseRecord case_record_from_json(const nlohmann::json& j);
 /// numbers and adds dx, dw). An error never agrees with a result.
 bool results_agree(const nlohmann::json& a, const nlohmann::json& b);
 
+/// The part of record `r` that results_agree and resolve_duplicate compare
+/// for its implementation i (< r.impls.size()): to_json(r)["results"][i],
+/// or {"error": r.error} for a record with an error.
+nlohmann::json record_result(const CaseRecord& r, size_t i);
+
 /// What a reader does with a second record of one (case, implementation):
 /// `kept` is the one it holds, `next` the one it reads after it (each as in
 /// results_agree). Equal records: kept stays. An error is a failed
