@@ -22,7 +22,9 @@
 # NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain"), NG_TP_SEEDS
 # (3x1), NG_TP_ARGS ("--t-per-window 2 --dense-points 0 --fresh-factor 0"),
 # NG_TP_BENCH_CASE (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1),
-# NG_TP_BENCH_REPS (3); NORMGATE_OVERLAP=0 runs the gate's GPU and oracle
+# NG_TP_BENCH_REPS (3), NG_TP_BUSY (0: how many processes spin on the CPU
+# beside the whole run, as another job on a shared host would; the table says
+# how many); NORMGATE_OVERLAP=0 runs the gate's GPU and oracle
 # halves one after the other (harness pipeline.h pipeline_overlap), and the
 # table says which way it ran.
 set -uo pipefail
@@ -57,13 +59,26 @@ seeds="${NG_TP_SEEDS:-3x1}"
 args="${NG_TP_ARGS:---t-per-window 2 --dense-points 0 --fresh-factor 0}"
 bcase="${NG_TP_BENCH_CASE:-H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1}"
 reps="${NG_TP_BENCH_REPS:-3}"
+busy="${NG_TP_BUSY:-0}"
+[[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
+  { echo "gate_throughput: NG_TP_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
 mkdir -p "$out" || { echo "gate_throughput: cannot create $out" >&2; exit 3; }
 cores=$(nproc)
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
   "$bin" --version 2>&1 | head -2
+  echo "beside: $busy spinning process(es)"
 } >"$out/env.txt"
+
+# The spinners (NG_TP_BUSY): stopped on any exit.
+spin=()
+stop_spin() { [ ${#spin[@]} -eq 0 ] || kill "${spin[@]}" 2>/dev/null; }
+trap stop_spin EXIT
+for _ in $(seq 1 "$busy"); do
+  sh -c 'while :; do :; done' &
+  spin+=($!)
+done
 
 # 1. The oracle half per element at 1 thread and at every core.
 for t in 1 "$cores"; do

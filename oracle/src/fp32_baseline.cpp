@@ -100,16 +100,14 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   const int64_t ncb = (H + CB - 1) / CB;
   const detail::LineArray<float> dw_acc(detail::whole_lines<float>(H));
 
-#pragma omp parallel num_threads(nt)
-  {
-    for (int64_t rb = 0; rb < R; rb += RB) {
-      const int64_t nr = std::min(RB, R - rb);
-      // Rows in groups of kRows (sum_squares), each row as before.
-      const int64_t ngroups = (nr + kRows - 1) / kRows;
-#pragma omp for schedule(static)
-      for (int64_t grp = 0; grp < ngroups; ++grp) {
-        const int64_t r0 = rb + grp * kRows;
-        const int n8 = static_cast<int>(std::min<int64_t>(kRows, rb + nr - r0));
+  // Blocks pipelined with no barrier between them (row_blocks.h,
+  // pipelined_row_blocks): each block's groups of kRows rows as threads come
+  // free, then its part of each dw column block, blocks in order for each
+  // (rstd of the block's rows visible by then).
+  detail::pipelined_row_blocks(
+      nt, R, RB, kRows, ncb, detail::blocks_in_flight(RB, H, (R + RB - 1) / RB),
+      [&](int64_t r0, int64_t r1) {
+        const int n8 = static_cast<int>(r1 - r0);  // kRows, fewer at a block's end
         const uint16_t* xs[kRows];
         float ssq[kRows];
         for (int i = 0; i < n8; ++i) xs[i] = p.x.row(r0 + i);
@@ -138,17 +136,11 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
             dx[j] = bf16_from_float(p.dx_add.p != nullptr ? add_rn(d, bf16_to_float(p.dx_add.row(r)[j])) : d);
           }
         }
-      }
-      // dw: this block's rows, in order, into column blocks (the barrier
-      // after the loop above makes the block's rstd visible; the one after
-      // this loop orders the blocks).
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t cb = 0; cb < ncb; ++cb) {
-        const int64_t j0 = cb * CB, j1 = std::min(H, j0 + CB);
-        dw_columns(p.x, p.dy, out.rstd.data(), rb, rb + nr, j0, j1, dw_acc.get());
-      }
-    }
-  }
+      },
+      [&](int64_t b, int64_t cb) {
+        const int64_t rb = b * RB, j0 = cb * CB, j1 = std::min(H, j0 + CB);
+        dw_columns(p.x, p.dy, out.rstd.data(), rb, std::min(R, rb + RB), j0, j1, dw_acc.get());
+      });
   if (H > 0) std::copy_n(dw_acc.get(), H, out.dw.begin());
   return out;
 }

@@ -469,8 +469,11 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   // alone: the same bits in any blocking).
   const int64_t RB = o.forward_only ? R : detail::row_block(R, H, 2 * nt, 1);
   const int64_t CB = detail::col_block(H, nt);
-  const int64_t ncb = (H + CB - 1) / CB;
-  std::vector<const uint16_t*> xr(o.forward_only ? 0 : RB), dyr(o.forward_only ? 0 : RB);
+  const int64_t ncb = o.forward_only ? 0 : (H + CB - 1) / CB;
+  // Blocks run pipelined (detail::pipelined_row_blocks: no barrier between
+  // them), up to L in flight, block b's row pointers in slot b % L.
+  const int64_t L = detail::blocks_in_flight(RB, H, (R + RB - 1) / RB);
+  std::vector<const uint16_t*> xr(o.forward_only ? 0 : L * RB), dyr(o.forward_only ? 0 : L * RB);
   Side& s0 = sides[0];
   Side& s1 = sides[ns - 1];  // == s0 when ns == 1
   // The column pass's accumulators (pi, sigma, |h| of each side) in one
@@ -493,36 +496,34 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   const double* lo0 = s0.use_lo.data();  // s1's lo is 0 (col_accum2)
   if (ns == 2 && (s0.fp32 || !s1.fp32)) throw std::logic_error("ReferenceBuilder: pair must be (fp64, fp32_rounded)");
 
-  // Rows of a block in dynamic chunks of about 16384 elements: a thread that
-  // runs slower (an SMT sibling, another process on its core) takes fewer
-  // rows rather than holding the block's barrier. Every row is computed alone
-  // (per-thread state: the filter's scratch row and MPFR seconds only), so
-  // the assignment does not change a bit.
+  // Rows of a block in chunks of about 16384 elements, handed out as threads
+  // come free: a thread that runs slower (an SMT sibling, another process
+  // on its core) takes fewer rows, and no barrier waits for it. Every row is
+  // computed alone (per-thread state: the filter's scratch row and MPFR
+  // seconds only), so the assignment does not change a bit.
   const int64_t rchunk = std::max<int64_t>(1, 16384 / H);
-
-#pragma omp parallel num_threads(nt)
-  {
-    for (int64_t rb = 0; rb < R; rb += RB) {
-      const int64_t nr = std::min(RB, R - rb);
-#pragma omp for schedule(dynamic, rchunk)
-      for (int64_t i = 0; i < nr; ++i) {
-        do_row(rb + i);
-        if (o.forward_only) continue;
-        xr[i] = p.x.row(rb + i);
-        dyr[i] = p.dy.row(rb + i);
-      }
-      if (o.forward_only) continue;  // (5) skipped: nobody reads dw
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t cb = 0; cb < ncb; ++cb) {
+  detail::pipelined_row_blocks(
+      nt, R, RB, rchunk, ncb, L,
+      [&](int64_t r0, int64_t r1) {
+        const int64_t base = (r0 / RB) % L * RB - r0 / RB * RB;  // slot offset minus the block's first row
+        for (int64_t r = r0; r < r1; ++r) {
+          do_row(r);
+          if (o.forward_only) continue;
+          xr[base + r] = p.x.row(r);
+          dyr[base + r] = p.dy.row(r);
+        }
+      },
+      [&](int64_t b, int64_t cb) {
+        const int64_t rb = b * RB, nr = std::min(RB, R - rb);
+        const uint16_t* const* bx = xr.data() + b % L * RB;
+        const uint16_t* const* bdy = dyr.data() + b % L * RB;
         const int64_t j0 = cb * CB, nc = std::min(CB, H - j0);
         if (ns == 1)
-          col_accum(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0);
+          col_accum(bx, bdy, hi0 + rb, lo0 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0);
         else
-          col_accum2(xr.data(), dyr.data(), hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0,
-                     P1 + j0, S1 + j0, A1 + j0);
-      }
-    }
-  }
+          col_accum2(bx, bdy, hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0, P1 + j0,
+                     S1 + j0, A1 + j0);
+      });
   if (Hp > 0) {
     std::copy_n(P0, H, s0.ref->dw_.begin());
     std::copy_n(S0, H, s0.Sacc.begin());

@@ -6,16 +6,21 @@
 // x and dy are still in cache. The shapes only schedule the work: every
 // column still adds its rows r = 0..R-1 in order and every row is computed
 // alone, so no result depends on them (or on the thread count, or on
-// NORMGATE_ORACLE_BLOCK_ROWS).
+// NORMGATE_ORACLE_BLOCK_ROWS). pipelined_row_blocks runs such a pass with no
+// barrier between blocks.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <vector>
 
 namespace normgate::oracle::detail {
 
@@ -91,5 +96,109 @@ class LineArray {
  private:
   T* p_ = nullptr;
 };
+
+/// Blocks a pass keeps in flight (pipelined_row_blocks' `lookahead`): about
+/// 32 MiB of BF16 x and dy (blocks of RB rows of H columns), 2..8 blocks, at
+/// most nb (the pass's block count, >= 1).
+inline int64_t blocks_in_flight(int64_t RB, int64_t H, int64_t nb) {
+  const int64_t block_bytes = std::max<int64_t>(1, 4 * RB * H);
+  return std::min<int64_t>(nb, std::clamp<int64_t>((int64_t{32} << 20) / block_bytes, 2, 8));
+}
+
+/// Runs a row-block pass over R rows (blocks of RB rows, block b = rows
+/// [b*RB, min(R, (b+1)*RB))) on nt threads (an OpenMP team), with no barrier
+/// between blocks. Work items, taken by whichever thread is free:
+///  - rows(r0, r1): rows [r0, r1) of one block, chunks of `chunk` rows (from
+///    the block's first row); every row once, any thread, any order;
+///  - cols(b, cb): block b's rows into column block cb (0 <= cb < ncb); for
+///    each cb the blocks run in order b = 0, 1, ..., each only after every
+///    row of block b has returned (its writes are visible: acquire/release).
+/// A block's rows start only once every column block is past block
+/// b - lookahead (lookahead >= 1), so at most `lookahead` blocks are in
+/// flight: a caller may keep per-block state in slot b % lookahead.
+/// Column items go first (they retire blocks); a thread holding a column
+/// block takes its following blocks while they are ready. A thread with
+/// nothing ready sleeps until an item completes (std::atomic::wait, a futex),
+/// so the pass has no barrier for a thread that another process has
+/// descheduled to hold up. With the two OpenMP barriers a block that this
+/// replaces, 16 threads beside two busy processes spun at 97 blocks' barriers
+/// and took 30x as long (docs/perf/oracle-and-gate-throughput.md, D20).
+/// Results depend only on the order guarantees above, never on the
+/// schedule. rows and cols must not throw (an exception inside the OpenMP
+/// region terminates, as in any OpenMP loop). ncb == 0: rows only.
+template <class Rows, class Cols>
+void pipelined_row_blocks(int nt, int64_t R, int64_t RB, int64_t chunk, int64_t ncb, int64_t lookahead,
+                          Rows&& rows, Cols&& cols) {
+  if (R <= 0) return;
+  RB = std::max<int64_t>(RB, 1);
+  chunk = std::clamp<int64_t>(chunk, 1, RB);
+  lookahead = std::max<int64_t>(lookahead, 1);
+  struct alignas(64) Slot {
+    std::atomic<int64_t> v{0};
+  };
+  const int64_t nb = (R + RB - 1) / RB;
+  const int64_t cpb = (RB + chunk - 1) / chunk;  // chunks a block (the last block's tail ones are empty)
+  const int64_t nchunks = nb * cpb;
+  std::vector<Slot> rows_done(static_cast<size_t>(nb));   // chunks done, each block
+  std::vector<Slot> col_next(static_cast<size_t>(ncb));   // the next block of each column block
+  std::vector<Slot> col_busy(static_cast<size_t>(ncb));   // 1 while a thread holds the column block
+  Slot next_chunk;                                         // chunks handed out, all blocks in order
+  alignas(64) std::atomic<uint32_t> progress{0};           // bumped when an item may enable another
+  const auto bump = [&progress] {
+    progress.fetch_add(1, std::memory_order_release);
+    progress.notify_all();
+  };
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t first = ncb > 0 ? omp_get_thread_num() % ncb : 0;
+    for (;;) {
+      // Read before looking for work: an item completed after this load
+      // changes it, so the wait below cannot miss it.
+      const uint32_t seen = progress.load(std::memory_order_acquire);
+      bool did = false;
+      int64_t low = nb;  // the lowest column block's next block (a stale read is lower: safe)
+      for (int64_t i = 0; i < ncb; ++i) {
+        const int64_t cb = (first + i) % ncb;
+        int64_t b = col_next[cb].v.load(std::memory_order_acquire);
+        low = std::min(low, b);
+        if (b >= nb || col_busy[cb].v.load(std::memory_order_relaxed) != 0) continue;
+        if (rows_done[b].v.load(std::memory_order_acquire) != cpb) continue;
+        int64_t free_ = 0;
+        if (!col_busy[cb].v.compare_exchange_strong(free_, 1, std::memory_order_acquire)) continue;
+        b = col_next[cb].v.load(std::memory_order_acquire);  // as its last holder left it
+        const int64_t b0 = b;
+        while (b < nb && rows_done[b].v.load(std::memory_order_acquire) == cpb) {
+          cols(b, cb);
+          col_next[cb].v.store(++b, std::memory_order_release);
+        }
+        col_busy[cb].v.store(0, std::memory_order_release);
+        if (b > b0) {
+          did = true;
+          bump();  // the lookahead moved; the column block is free again
+        }
+      }
+      if (!did) {
+        int64_t g = next_chunk.v.load(std::memory_order_relaxed);
+        while (g < nchunks && (ncb == 0 || g / cpb < low + lookahead)) {
+          if (!next_chunk.v.compare_exchange_weak(g, g + 1, std::memory_order_relaxed)) continue;
+          const int64_t b = g / cpb;
+          const int64_t r0 = b * RB + (g % cpb) * chunk;
+          const int64_t r1 = std::min({r0 + chunk, (b + 1) * RB, R});
+          if (r0 < r1) rows(r0, r1);
+          if (rows_done[b].v.fetch_add(1, std::memory_order_acq_rel) == cpb - 1 && ncb > 0) bump();
+          did = true;
+          break;
+        }
+      }
+      if (did) continue;
+      // Nothing was ready. Done when every row is handed out and every
+      // column block is past the last block (rows still running belong to
+      // their threads; the region's end waits for them).
+      if (next_chunk.v.load(std::memory_order_relaxed) >= nchunks && low >= nb) break;
+      progress.wait(seen, std::memory_order_acquire);
+    }
+  }
+}
 
 }  // namespace normgate::oracle::detail

@@ -5,8 +5,10 @@
 // double accumulators), about one block per thread.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "row_blocks.h"
 
@@ -77,5 +79,68 @@ TEST(LineArray, ZeroedOnACacheLineInWholeLines) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.get()) % 64, 0u);
   for (int64_t i = 0; i < 3 * whole_lines<double>(1000); ++i) ASSERT_EQ(a.get()[i], 0.0) << i;
   EXPECT_EQ(LineArray<float>(0).get(), nullptr);
+}
+
+// pipelined_row_blocks' guarantees, checked inside the callbacks on more
+// threads than the machine has cores (so threads are descheduled mid-pass):
+// every row once; cols(b, cb) only after every row of block b, blocks in
+// order for each cb, each (b, cb) once; a block's rows only once every column
+// block is past block b - lookahead. Shapes where RB is not a multiple of the
+// chunk and R not a multiple of RB, one block, and rows only (ncb = 0).
+TEST(PipelinedRowBlocks, OrderGuaranteesHoldOnAnySchedule) {
+  using normgate::oracle::detail::pipelined_row_blocks;
+  struct Shape {
+    int nt;
+    int64_t R, RB, chunk, ncb, lookahead;
+  };
+  for (const Shape s : {Shape{16, 1000, 7, 3, 5, 2}, Shape{16, 1000, 1, 1, 3, 8}, Shape{3, 64, 64, 5, 4, 1},
+                        Shape{8, 37, 10, 10, 1, 3}, Shape{8, 500, 16, 4, 0, 2}, Shape{5, 1, 16, 4, 2, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "nt " << s.nt << " R " << s.R << " RB " << s.RB << " chunk "
+                                      << s.chunk << " ncb " << s.ncb << " lookahead " << s.lookahead);
+    const int64_t nb = (s.R + s.RB - 1) / s.RB;
+    std::vector<std::atomic<int>> row_runs(s.R);
+    std::vector<std::atomic<int64_t>> block_rows(nb);    // rows of each block done
+    std::vector<std::atomic<int64_t>> col_done(s.ncb);   // blocks each column block has done
+    std::atomic<int64_t> faults{0}, col_items{0};
+    pipelined_row_blocks(
+        s.nt, s.R, s.RB, s.chunk, s.ncb, s.lookahead,
+        [&](int64_t r0, int64_t r1) {
+          const int64_t b = r0 / s.RB;
+          if (r0 >= r1 || (r1 - 1) / s.RB != b || r1 - r0 > s.chunk || (r0 - b * s.RB) % s.chunk != 0) ++faults;
+          for (int64_t cb = 0; cb < s.ncb; ++cb)
+            if (col_done[cb].load() < b - s.lookahead + 1) ++faults;  // beyond the lookahead
+          for (int64_t r = r0; r < r1; ++r) row_runs[r].fetch_add(1);
+          volatile double sink = 0;  // some work, so that threads overlap
+          for (int i = 0; i < 2000; ++i) sink = sink + i;
+          block_rows[b].fetch_add(r1 - r0);
+        },
+        [&](int64_t b, int64_t cb) {
+          const int64_t rows_in_b = std::min(s.RB, s.R - b * s.RB);
+          if (block_rows[b].load() != rows_in_b) ++faults;  // a row of the block not done
+          if (col_done[cb].load() != b) ++faults;           // out of order or twice
+          ++col_items;
+          col_done[cb].store(b + 1);
+        });
+    EXPECT_EQ(faults.load(), 0);
+    EXPECT_EQ(col_items.load(), nb * s.ncb);
+    for (int64_t r = 0; r < s.R; ++r) ASSERT_EQ(row_runs[r].load(), 1) << "row " << r;
+    for (int64_t cb = 0; cb < s.ncb; ++cb) EXPECT_EQ(col_done[cb].load(), nb);
+  }
+}
+
+TEST(PipelinedRowBlocks, NoRowsCallsNothing) {
+  int calls = 0;
+  normgate::oracle::detail::pipelined_row_blocks(
+      4, 0, 16, 4, 3, 2, [&](int64_t, int64_t) { ++calls; }, [&](int64_t, int64_t) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(BlocksInFlight, AboutThirtyTwoMiBTwoToEightAtMostTheBlocks) {
+  using normgate::oracle::detail::blocks_in_flight;
+  EXPECT_EQ(blocks_in_flight(170, 6144, 97), 8);      // 4 MiB blocks: 8
+  EXPECT_EQ(blocks_in_flight(16384, 6144, 1), 1);     // one block
+  EXPECT_EQ(blocks_in_flight(4096, 4096, 100), 2);    // 64 MiB blocks: at least 2
+  EXPECT_EQ(blocks_in_flight(1024, 2048, 100), 4);    // 8 MiB blocks
+  EXPECT_EQ(blocks_in_flight(16, 1, 3), 3);
 }
 }  // namespace
