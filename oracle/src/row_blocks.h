@@ -114,8 +114,10 @@ inline int64_t blocks_in_flight(int64_t RB, int64_t H, int64_t nb) {
 ///    each cb the blocks run in order b = 0, 1, ..., each only after every
 ///    row of block b has returned (its writes are visible: acquire/release).
 /// A block's rows start only once every column block is past block
-/// b - lookahead (lookahead >= 1), so at most `lookahead` blocks are in
-/// flight: a caller may keep per-block state in slot b % lookahead.
+/// b - lookahead, so at most `lookahead` blocks are in flight: a caller may
+/// keep per-block state in slot b % lookahead. RB is taken in 1..R, chunk in
+/// 1..RB and lookahead in 1..(the block count): a caller's slots must then
+/// use the same clamped values (blocks_in_flight's are).
 /// Column items go first (they retire blocks); a thread holding a column
 /// block takes its following blocks while they are ready. A thread with
 /// nothing ready sleeps until an item completes (std::atomic::wait, a futex),
@@ -130,15 +132,15 @@ template <class Rows, class Cols>
 void pipelined_row_blocks(int nt, int64_t R, int64_t RB, int64_t chunk, int64_t ncb, int64_t lookahead,
                           Rows&& rows, Cols&& cols) {
   if (R <= 0) return;
-  RB = std::max<int64_t>(RB, 1);
+  RB = std::clamp<int64_t>(RB, 1, R);  // no empty chunks handed out one by one past R
   chunk = std::clamp<int64_t>(chunk, 1, RB);
-  lookahead = std::max<int64_t>(lookahead, 1);
   struct alignas(64) Slot {
     std::atomic<int64_t> v{0};
   };
   const int64_t nb = (R + RB - 1) / RB;
   const int64_t cpb = (RB + chunk - 1) / chunk;  // chunks a block (the last block's tail ones are empty)
   const int64_t nchunks = nb * cpb;
+  lookahead = std::clamp<int64_t>(lookahead, 1, nb);  // low + lookahead cannot overflow
   std::vector<Slot> rows_done(static_cast<size_t>(nb));   // chunks done, each block
   std::vector<Slot> col_next(static_cast<size_t>(ncb));   // the next block of each column block
   std::vector<Slot> col_busy(static_cast<size_t>(ncb));   // 1 while a thread holds the column block

@@ -86,7 +86,8 @@ TEST(LineArray, ZeroedOnACacheLineInWholeLines) {
 // every row once; cols(b, cb) only after every row of block b, blocks in
 // order for each cb, each (b, cb) once; a block's rows only once every column
 // block is past block b - lookahead. Shapes where RB is not a multiple of the
-// chunk and R not a multiple of RB, one block, and rows only (ncb = 0).
+// chunk and R not a multiple of RB, one block, rows only (ncb = 0), and
+// arguments out of range (a huge lookahead, RB > R) that are clamped.
 TEST(PipelinedRowBlocks, OrderGuaranteesHoldOnAnySchedule) {
   using normgate::oracle::detail::pipelined_row_blocks;
   struct Shape {
@@ -94,7 +95,10 @@ TEST(PipelinedRowBlocks, OrderGuaranteesHoldOnAnySchedule) {
     int64_t R, RB, chunk, ncb, lookahead;
   };
   for (const Shape s : {Shape{16, 1000, 7, 3, 5, 2}, Shape{16, 1000, 1, 1, 3, 8}, Shape{3, 64, 64, 5, 4, 1},
-                        Shape{8, 37, 10, 10, 1, 3}, Shape{8, 500, 16, 4, 0, 2}, Shape{5, 1, 16, 4, 2, 8}}) {
+                        Shape{8, 37, 10, 10, 1, 3}, Shape{8, 500, 16, 4, 0, 2}, Shape{5, 1, 16, 4, 2, 8},
+                        // a lookahead past any block count (low + lookahead must not overflow) and
+                        // blocks far longer than R (no empty chunks handed out one by one)
+                        Shape{4, 100, 9, 2, 3, INT64_MAX}, Shape{4, 10, int64_t{1} << 40, 3, 2, 4}}) {
     SCOPED_TRACE(::testing::Message() << "nt " << s.nt << " R " << s.R << " RB " << s.RB << " chunk "
                                       << s.chunk << " ncb " << s.ncb << " lookahead " << s.lookahead);
     const int64_t nb = (s.R + s.RB - 1) / s.RB;
