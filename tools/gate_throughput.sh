@@ -17,7 +17,13 @@
 #                   repository): throughput.md, stats.json, gate.json, gate.md,
 #                   finish_bench-*.txt, gate.log
 #   --deadline-s N  seconds after the start by which the gate is stopped
-#                   (default 0: none); a stopped gate writes no stats
+#                   (default 0: none; at most 9 digits); a stopped gate
+#                   writes no stats
+# Exit 0 both phases ran (whatever the gate's verdict); 2 a bad argument or
+# setting (before any run: the gate's settings are checked by `normgate gate
+# --plan`); 3 a run failed, the gate was stopped by the deadline, or the
+# output folder cannot be written. The folder's earlier results are removed
+# first; a signal stops the running child and the spinners too (busy.sh).
 # Environment: NORMGATE_BUILD (build), NG_TP_TABLE (routes/sm90a.toml),
 # NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain"), NG_TP_SEEDS
 # (3x1), NG_TP_ARGS ("--t-per-window 2 --dense-points 0 --fresh-factor 0"),
@@ -44,8 +50,10 @@ while [ $# -gt 0 ]; do
     *) echo "gate_throughput: unknown argument '$1' (--out DIR, --deadline-s N)" >&2; exit 2 ;;
   esac
 done
-[[ "$deadline" =~ ^[0-9]+$ ]] ||
-  { echo "gate_throughput: --deadline-s '$deadline' is not a whole number of seconds" >&2; exit 2; }
+[[ "$deadline" =~ ^[0-9]{1,9}$ ]] ||
+  { echo "gate_throughput: --deadline-s '$deadline' is not a whole number of seconds (at most 9 digits)" >&2; exit 2; }
+deadline=$((10#$deadline))  # 08 is eight, not a bad octal number
+[ ! -e "$out" ] || [ -d "$out" ] || { echo "gate_throughput: --out '$out' exists and is not a folder" >&2; exit 2; }
 build="${NORMGATE_BUILD:-$root/build}"
 bin="$build/apps/normgate"
 bench="$build/bench/finish_bench"
@@ -59,10 +67,24 @@ seeds="${NG_TP_SEEDS:-3x1}"
 args="${NG_TP_ARGS:---t-per-window 2 --dense-points 0 --fresh-factor 0}"
 bcase="${NG_TP_BENCH_CASE:-H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1}"
 reps="${NG_TP_BENCH_REPS:-3}"
+[[ "$reps" =~ ^[1-9][0-9]{0,5}$ ]] ||
+  { echo "gate_throughput: NG_TP_BENCH_REPS '$reps' is not a count in 1..999999" >&2; exit 2; }
 busy="${NG_TP_BUSY:-0}"
 [[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
   { echo "gate_throughput: NG_TP_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
+# The gate's settings, checked before any run (its own messages).
+# shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
+if ! plan_err=$("$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --plan 2>&1 >/dev/null); then
+  echo "gate_throughput: the gate's settings (NG_TP_TABLE, NG_TP_WINDOWS, NG_TP_SEEDS, NG_TP_ARGS) are refused:" >&2
+  echo "$plan_err" | sed 's/^/  /' >&2
+  exit 2
+fi
 mkdir -p "$out" || { echo "gate_throughput: cannot create $out" >&2; exit 3; }
+[ -w "$out" ] || { echo "gate_throughput: cannot write into $out" >&2; exit 3; }
+rm -f "$out"/env.txt "$out"/finish_bench-*.txt "$out"/stats.json "$out"/gate.json "$out"/gate.md \
+  "$out"/gate.log "$out"/throughput.md
+# shellcheck source=tools/busy.sh
+. "$root/tools/busy.sh"
 cores=$(nproc)
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
@@ -71,33 +93,35 @@ cores=$(nproc)
   echo "beside: $busy spinning process(es)"
 } >"$out/env.txt"
 
-# The spinners (NG_TP_BUSY): stopped on any exit.
-spin=()
-stop_spin() { [ ${#spin[@]} -eq 0 ] || kill "${spin[@]}" 2>/dev/null; }
-trap stop_spin EXIT
-for _ in $(seq 1 "$busy"); do
-  sh -c 'while :; do :; done' &
-  spin+=($!)
-done
+# The spinners (NG_TP_BUSY): stopped on any exit (busy.sh).
+start_spinners "$busy"
+failed=0
 
 # 1. The oracle half per element at 1 thread and at every core.
 for t in 1 "$cores"; do
-  "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$out/finish_bench-$t.txt" 2>&1 ||
-    echo "gate_throughput: finish_bench at $t threads failed (see $out/finish_bench-$t.txt)" >&2
+  run_child "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$out/finish_bench-$t.txt" 2>&1 ||
+    { echo "gate_throughput: finish_bench at $t threads failed (see $out/finish_bench-$t.txt)" >&2; failed=1; }
 done
 
 # 2. One gate with its stats.
-rm -f "$out/stats.json"
 limit=$(( deadline > 0 ? deadline - SECONDS : 0 ))
 if [ "$deadline" -gt 0 ] && [ "$limit" -le 0 ]; then
   echo "gate_throughput: no time left for the gate" >&2
+  failed=1
 else
   tcmd=()
   [ "$limit" -gt 0 ] && tcmd=(timeout --signal=KILL "$limit")
   # shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
-  "${tcmd[@]}" "$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --quiet \
-    --stats-json "$out/stats.json" --report-json "$out/gate.json" --report-md "$out/gate.md" >"$out/gate.log" 2>&1
-  echo "gate_throughput: gate exit $?" >>"$out/gate.log"
+  grc=0
+  run_child "${tcmd[@]}" "$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --quiet \
+    --stats-json "$out/stats.json" --report-json "$out/gate.json" --report-md "$out/gate.md" >"$out/gate.log" 2>&1 ||
+    grc=$?
+  echo "gate_throughput: gate exit $grc" >>"$out/gate.log"
+  # 0 and 1 are verdicts (pass; a window failed or was inconclusive): the gate ran.
+  if [ "$grc" -gt 1 ]; then
+    echo "gate_throughput: the gate exited $grc$([ "$grc" -eq 137 ] && echo ' (stopped by the deadline)') (see $out/gate.log)" >&2
+    failed=1
+  fi
 fi
 
 # 3. The table.
@@ -137,3 +161,5 @@ print()
 print(f"host copy {hc['bytes_per_second'] / 1e9:.1f} GB/s ({hc['threads']} threads); end to end at "
       f"{s['bytes_per_element']} B/element = {rate(s['end_to_end_fraction_of_host_copy'])} of it")
 PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gate_throughput: the table failed" >&2; failed=1; }
+exit $(( failed ? 3 : 0 ))

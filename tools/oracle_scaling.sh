@@ -73,11 +73,15 @@ for b in $blocks; do
   [[ "$b" =~ ^(auto|all|[1-9][0-9]{0,9})$ ]] && { [[ "$b" =~ ^(auto|all)$ ]] || [ "$b" -le 2147483648 ]; } ||
     { echo "oracle_scaling: NG_OS_BLOCKS entry '$b' is not auto, all or a row count in 1..2^31" >&2; exit 2; }
 done
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "oracle_scaling: NG_OS_REPS '$reps' is not a count" >&2; exit 2; }
+[[ "$reps" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "oracle_scaling: NG_OS_REPS '$reps' is not a count in 1..999999" >&2; exit 2; }
 busy="${NG_OS_BUSY:-0}"
 [[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
   { echo "oracle_scaling: NG_OS_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
 mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
+[ -w "$out" ] || { echo "oracle_scaling: cannot write into $out" >&2; exit 3; }
+rm -f "$out"/env.txt "$out"/fb-*.txt "$out"/clock.md "$out"/scaling.md  # no earlier run's files in this one's table
+# shellcheck source=tools/busy.sh
+. "$root/tools/busy.sh"
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
   echo "case: $bcase, reps $reps, $busy spinning process(es) beside each run"
@@ -85,14 +89,9 @@ mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
   date -u +"date: %Y-%m-%dT%H:%M:%SZ"
 } >"$out/env.txt"
 
-# The spinners (NG_OS_BUSY): stopped on any exit.
-spin=()
-stop_spin() { [ ${#spin[@]} -eq 0 ] || kill "${spin[@]}" 2>/dev/null; }
-trap stop_spin EXIT
-for _ in $(seq 1 "$busy"); do
-  sh -c 'while :; do :; done' &
-  spin+=($!)
-done
+# The spinners (NG_OS_BUSY): stopped on any exit, with the running child
+# (busy.sh).
+start_spinners "$busy"
 rows=()
 failed=0
 for t in $threads; do
@@ -104,7 +103,7 @@ for t in $threads; do
     f="$out/fb-$t-$b.txt"
     env_b=""
     case "$b" in auto) env_b="" ;; all) env_b=2147483648 ;; *) env_b="$b" ;; esac
-    if ! NORMGATE_ORACLE_BLOCK_ROWS="$env_b" "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$f" 2>&1; then
+    if ! NORMGATE_ORACLE_BLOCK_ROWS="$env_b" run_child "$bench" "$bcase" bwd_det_chunked "$reps" "$t" >"$f" 2>&1; then
       echo "oracle_scaling: finish_bench at $t threads, block $b failed (see $f)" >&2
       failed=$((failed + 1))
       continue
@@ -117,7 +116,7 @@ done
 probe="$build/bench/clock_probe"
 clock_ok=0
 if [ -x "$probe" ] && { [ "$deadline" -eq 0 ] || [ "$SECONDS" -lt "$deadline" ]; }; then
-  if "$probe" "$(echo $threads | tr ' ' ',')" 1 scalar,avx512 >"$out/clock.md" 2>&1; then
+  if run_child "$probe" "$(echo $threads | tr ' ' ',')" 1 scalar,avx512 >"$out/clock.md" 2>&1; then
     clock_ok=1
   else
     echo "oracle_scaling: clock_probe failed (see $out/clock.md)" >&2
