@@ -54,8 +54,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
   id->excludes(file);
   report->excludes(id);
   report->excludes(file);
-  report->needs(window);
-  window->needs(report);
+  window->needs(report);  // --from-report without --window: checked below, listing the report's windows
   sub->add_option("--save", o->save,
                   "Write the case (inputs as stored bits, outputs, references, error maps, provenance) to this "
                   "HDF5 file, or into this directory as <case id>.h5 (e.g. datasets/cases/)");
@@ -83,6 +82,13 @@ void add_repro(CLI::App& app, Commands& cmds) {
         report_on_gpu = j.is_object() && j.contains("backend") && j["backend"] == "gpu";
         validators::ReportWindow w;
         try {
+          if (o->window.empty()) {
+            std::string msg = "--from-report needs --window W, the window whose worst case to run; its windows "
+                              "(give the label, FILE:LINE or index):";
+            for (const auto& r : validators::report_windows(j))
+              msg += "\n  " + std::to_string(r.index) + "  " + r.label + (r.route.empty() ? "" : "  (" + r.route + ")");
+            throw std::invalid_argument(msg);
+          }
           w = validators::select_report_window(j, o->window);
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument("report '" + o->report + "': " + e.what());

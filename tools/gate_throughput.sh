@@ -13,9 +13,11 @@
 #
 #   tools/gate_throughput.sh [--out DIR] [--deadline-s N]
 #
-#   --out DIR       the output folder (default: $OUT if set, else out/ in the
-#                   repository): throughput.md, stats.json, gate.json, gate.md,
-#                   finish_bench-*.txt, gate.log
+#   --out DIR       the output folder (default: $OUT if set, else
+#                   out/gate-throughput/ in the repository, so that
+#                   scripts/main's out/gate.json is never replaced):
+#                   throughput.md, stats.json, gate.json, gate.md,
+#                   finish_bench-*.txt, gate.log (earlier ones removed first)
 #   --deadline-s N  seconds after the start by which the gate is stopped
 #                   (default 0: none; at most 9 digits); a stopped gate
 #                   writes no stats
@@ -25,7 +27,9 @@
 # output folder cannot be written. The folder's earlier results are removed
 # first; a signal stops the running child and the spinners too (busy.sh).
 # Environment: NORMGATE_BUILD (build), NG_TP_TABLE (routes/sm90a.toml),
-# NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain"), NG_TP_SEEDS
+# NG_TP_WINDOWS ("op=bwd,mode=det,H=6144,w=bf16,form=plain": a GPU's work,
+# T up to 131072; on the CPU models take a small window, e.g.
+# "op=bwd,mode=det,H=6144,w=bf16,form=plain,T=129..512"), NG_TP_SEEDS
 # (3x1), NG_TP_ARGS ("--t-per-window 2 --dense-points 0 --fresh-factor 0"),
 # NG_TP_BENCH_CASE (H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1),
 # NG_TP_BENCH_REPS (3), NG_TP_BUSY (0: how many processes spin on the CPU
@@ -40,7 +44,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # for them in any case; docs/perf/oracle-and-gate-throughput.md, D17).
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-out="${OUT:-$root/out}"
+out="${OUT:-$root/out/gate-throughput}"
 deadline=0
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -15,9 +15,10 @@
 #
 #   tools/oracle_scaling.sh [--out DIR] [--deadline-s N]
 #
-#   --out DIR       the output folder (default: $OUT if set, else out/ in the
-#                   repository): scaling.md, env.txt, fb-T-B.txt per run,
-#                   clock.md
+#   --out DIR       the output folder (default: $OUT if set, else
+#                   out/oracle-scaling/ in the repository): scaling.md,
+#                   env.txt, fb-T-B.txt per run, clock.md (earlier ones
+#                   removed first)
 #   --deadline-s N  seconds after the start after which no further run starts
 #                   (default 0: none); the table holds the runs that finished
 # Exit 0 every run done; 2 a bad argument (before any run); 3 a run failed.
@@ -33,7 +34,7 @@ set -f  # the lists below are words, never file patterns
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"  # as the gate runs (D17)
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-out="${OUT:-$root/out}"
+out="${OUT:-$root/out/oracle-scaling}"
 deadline=0
 while [ $# -gt 0 ]; do
   case "$1" in

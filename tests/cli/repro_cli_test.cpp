@@ -219,7 +219,8 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
       {"--from-report " + report() + " --window nope", "0  fwd H=64 w=bf16 form=plain T=1..700"},
       {"--from-report " + empty_gate + " --window 0", "names no cases"},
       {"--from-report " + empty_check + " --window 0", "names no cases"},
-      {"--from-report " + report(), "--window"},
+      {"--from-report " + report(), "--from-report needs --window W"},
+      {"--from-report " + report(), "0  fwd H=64 w=bf16 form=plain T=1..700"},  // and lists the windows
       {"--window 0 --variant bwd_det_chunked " + id, "--from-report"},
       {id + " --from-report " + report() + " --window 0", "--from-report"},
       {"--file x.h5 --from-report " + report() + " --window 0", "--from-report"},
