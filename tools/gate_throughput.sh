@@ -76,7 +76,12 @@ reps="${NG_TP_BENCH_REPS:-3}"
 busy="${NG_TP_BUSY:-0}"
 [[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
   { echo "gate_throughput: NG_TP_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
-# The gate's settings, checked before any run (its own messages).
+# The bench's case and the gate's settings, checked before any run (their
+# own messages).
+if ! case_err=$("$bin" case "$bcase" --no-digest 2>&1 >/dev/null); then
+  echo "gate_throughput: NG_TP_BENCH_CASE '$bcase' is refused: $case_err" >&2
+  exit 2
+fi
 # shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
 if ! plan_err=$("$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --plan 2>&1 >/dev/null); then
   echo "gate_throughput: the gate's settings (NG_TP_TABLE, NG_TP_WINDOWS, NG_TP_SEEDS, NG_TP_ARGS) are refused:" >&2

@@ -75,6 +75,11 @@ for b in $blocks; do
     { echo "oracle_scaling: NG_OS_BLOCKS entry '$b' is not auto, all or a row count in 1..2^31" >&2; exit 2; }
 done
 [[ "$reps" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "oracle_scaling: NG_OS_REPS '$reps' is not a count in 1..999999" >&2; exit 2; }
+# The case, checked before any run where the build has the CLI (its message).
+if [ -x "$build/apps/normgate" ] && ! case_err=$("$build/apps/normgate" case "$bcase" --no-digest 2>&1 >/dev/null); then
+  echo "oracle_scaling: NG_OS_CASE '$bcase' is refused: $case_err" >&2
+  exit 2
+fi
 busy="${NG_OS_BUSY:-0}"
 [[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
   { echo "oracle_scaling: NG_OS_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
