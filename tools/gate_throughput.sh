@@ -73,17 +73,19 @@ bcase="${NG_TP_BENCH_CASE:-H=6144,T=16384,w=bf16,form=plain,family=cancel,seed=1
 reps="${NG_TP_BENCH_REPS:-3}"
 [[ "$reps" =~ ^[1-9][0-9]{0,5}$ ]] ||
   { echo "gate_throughput: NG_TP_BENCH_REPS '$reps' is not a count in 1..999999" >&2; exit 2; }
+# shellcheck source=tools/busy.sh
+. "$root/tools/busy.sh"
 busy="${NG_TP_BUSY:-0}"
-[[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
-  { echo "gate_throughput: NG_TP_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
+busy_count_ok gate_throughput NG_TP_BUSY "$busy" || exit 2
 # The bench's case and the gate's settings, checked before any run (their
 # own messages).
 if ! case_err=$("$bin" case "$bcase" --no-digest 2>&1 >/dev/null); then
   echo "gate_throughput: NG_TP_BENCH_CASE '$bcase' is refused: $case_err" >&2
   exit 2
 fi
-# shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
-if ! plan_err=$("$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --plan 2>&1 >/dev/null); then
+# shellcheck disable=SC2206  # NG_TP_ARGS is a list of options
+gate=("$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args)  # checked here, run in step 2
+if ! plan_err=$("${gate[@]}" --plan 2>&1 >/dev/null); then
   echo "gate_throughput: the gate's settings (NG_TP_TABLE, NG_TP_WINDOWS, NG_TP_SEEDS, NG_TP_ARGS) are refused:" >&2
   echo "$plan_err" | sed 's/^/  /' >&2
   exit 2
@@ -92,8 +94,6 @@ mkdir -p "$out" || { echo "gate_throughput: cannot create $out" >&2; exit 3; }
 [ -w "$out" ] || { echo "gate_throughput: cannot write into $out" >&2; exit 3; }
 rm -f "$out"/env.txt "$out"/finish_bench-*.txt "$out"/stats.json "$out"/gate.json "$out"/gate.md \
   "$out"/gate.log "$out"/throughput.md
-# shellcheck source=tools/busy.sh
-. "$root/tools/busy.sh"
 cores=$(nproc)
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
@@ -120,9 +120,8 @@ if [ "$deadline" -gt 0 ] && [ "$limit" -le 0 ]; then
 else
   tcmd=()
   [ "$limit" -gt 0 ] && tcmd=(timeout --signal=KILL "$limit")
-  # shellcheck disable=SC2086  # NG_TP_ARGS is a list of options
   grc=0
-  run_child "${tcmd[@]}" "$bin" gate "$table" --windows "$windows" --seeds "$seeds" $args --quiet \
+  run_child "${tcmd[@]}" "${gate[@]}" --quiet \
     --stats-json "$out/stats.json" --report-json "$out/gate.json" --report-md "$out/gate.md" >"$out/gate.log" 2>&1 ||
     grc=$?
   echo "gate_throughput: gate exit $grc" >>"$out/gate.log"

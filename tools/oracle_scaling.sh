@@ -80,14 +80,13 @@ if [ -x "$build/apps/normgate" ] && ! case_err=$("$build/apps/normgate" case "$b
   echo "oracle_scaling: NG_OS_CASE '$bcase' is refused: $case_err" >&2
   exit 2
 fi
+# shellcheck source=tools/busy.sh
+. "$root/tools/busy.sh"
 busy="${NG_OS_BUSY:-0}"
-[[ "$busy" =~ ^[0-9]+$ ]] && [ "$busy" -le 256 ] ||
-  { echo "oracle_scaling: NG_OS_BUSY '$busy' is not a count of spinning processes in 0..256" >&2; exit 2; }
+busy_count_ok oracle_scaling NG_OS_BUSY "$busy" || exit 2
 mkdir -p "$out" || { echo "oracle_scaling: cannot create $out" >&2; exit 3; }
 [ -w "$out" ] || { echo "oracle_scaling: cannot write into $out" >&2; exit 3; }
 rm -f "$out"/env.txt "$out"/fb-*.txt "$out"/clock.md "$out"/scaling.md  # no earlier run's files in this one's table
-# shellcheck source=tools/busy.sh
-. "$root/tools/busy.sh"
 {
   echo "host: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $cores cores"
   echo "case: $bcase, reps $reps, $busy spinning process(es) beside each run"
