@@ -82,7 +82,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         report_on_gpu = j.is_object() && j.contains("backend") && j["backend"] == "gpu";
         validators::ReportWindow w;
         try {
-          w = validators::select_report_window(j, o->window);  // an empty one: the windows listed
+          w = validators::select_report_window(j, o->window);  // an empty one: "no window ''", the windows listed
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument(
               "report '" + o->report + "': " +

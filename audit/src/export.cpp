@@ -257,8 +257,7 @@ ReportWindow select_report_window(const nlohmann::json& report, const std::strin
     if (i < ws.size()) hit = &ws[i];
   }
   if (!hit) {
-    std::string msg = (key.empty() ? std::string("no window given") : "no window '" + key + "'") +
-                      "; its windows (give the label, FILE:LINE or index):";
+    std::string msg = "no window '" + key + "'; its windows (give the label, FILE:LINE or index):";
     for (const auto& r : ws)
       msg += "\n  " + std::to_string(r.index) + "  " + r.label + (r.route.empty() ? "" : "  (" + r.route + ")");
     throw std::invalid_argument(msg);

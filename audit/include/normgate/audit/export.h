@@ -70,9 +70,8 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report);
 
 /// The window `key` selects: its label, its route FILE:LINE (gate reports),
 /// or its 0-based index. Throws std::invalid_argument when the report names
-/// no case at all, when `key` matches no window or is empty (the message
-/// lists the windows, index and label), or when the selected window names
-/// no case.
+/// no case at all, when `key` matches no window (the message lists the
+/// windows, index and label), or when the selected window names no case.
 ReportWindow select_report_window(const nlohmann::json& report, const std::string& key);
 
 struct ExportOptions {
