@@ -277,12 +277,16 @@ CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int
   // Reference::compute calls, fp64 then fp32_rounded), then the baseline.
   oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
   o.forward_only = forward_only;
-  oracle::ReferencePair pair = oracle::Reference::compute_pair(problem, o);
+  // The baseline's rstd and dw (the "dw vs FP32" yardstick) come from the
+  // pair's pass (D22 of docs/perf/oracle-and-gate-throughput.md); its y and
+  // dx, when the baseline is itself validated, from a pass of its own.
+  // Forward only: the baseline's dw is not read; the baseline is computed
+  // only when it is itself validated.
+  const bool fused = !forward_only && !baseline_rows;
+  oracle::ReferencePair pair = oracle::Reference::compute_pair(problem, o, fused ? &baseline : nullptr);
   ref = std::move(pair.ref);
   ideal = std::move(pair.ideal);
-  // Forward only: the baseline's dw (the "dw vs FP32" yardstick) is not
-  // read; the baseline is computed only when it is itself validated.
-  if (!forward_only || baseline_rows) baseline = case_baseline(in, problem, threads, baseline_rows);
+  if (!fused && (!forward_only || baseline_rows)) baseline = case_baseline(in, problem, threads, baseline_rows);
 }
 
 PreparedCheck prepare_check(const CheckRequest& req) { return prepare_check(req, nullptr); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "eft.h"
+#include "fp32_parts.h"
 #include "row_blocks.h"
 #include "normgate/core/bf16.h"
 #include "normgate/core/hd.h"
@@ -19,18 +20,31 @@ namespace normgate::oracle {
 
 namespace {
 
-// Rows whose sums of squares run side by side (sum_squares).
-constexpr int kRows = 8;
+inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict dy, float rs, int64_t n,
+                       float* __restrict dw) {
+  for (int64_t j = 0; j < n; ++j) {
+    dw[j] = detail::fp32_dw_step(dw[j], bf16_to_float(x[j]), bf16_to_float(dy[j]), rs);
+  }
+}
 
-// ss[i] = ((0 + x_0^2) + x_1^2) + ... over row x[i], i < nr <= kRows. Each
-// row's sum is one sequential chain of dependent additions, so one row at a
-// time runs at the adder's latency; the nr independent chains interleaved
-// keep it busy. Every row gets the same operations in the same order.
-NG_CLONES void sum_squares(const uint16_t* const* x, int nr, int64_t H, float* ss) {
-  float acc[kRows] = {};
-  if (nr == kRows) {
+NG_CLONES void dw_columns(const RowView<uint16_t>& xv, const RowView<uint16_t>& dyv, const float* rstd, int64_t r0,
+                          int64_t r1, int64_t j0, int64_t j1, float* dw) {
+  for (int64_t r = r0; r < r1; ++r) dw_add_row(xv.row(r) + j0, dyv.row(r) + j0, rstd[r], j1 - j0, dw + j0);
+}
+
+}  // namespace
+
+namespace detail {
+
+// Each row's sum is one sequential chain of dependent additions, so one row
+// at a time runs at the adder's latency; kFp32Rows independent chains
+// interleaved keep it busy. Every row gets the same operations in the same
+// order, however many rows run beside it.
+NG_CLONES void fp32_sum_squares(const uint16_t* const* x, int nr, int64_t H, float* ss) {
+  float acc[kFp32Rows] = {};
+  if (nr == kFp32Rows) {
     for (int64_t j = 0; j < H; ++j)
-      for (int i = 0; i < kRows; ++i) {
+      for (int i = 0; i < kFp32Rows; ++i) {
         const float xv = bf16_to_float(x[i][j]);
         acc[i] = add_rn(acc[i], mul_rn(xv, xv));
       }
@@ -44,23 +58,7 @@ NG_CLONES void sum_squares(const uint16_t* const* x, int nr, int64_t H, float* s
   for (int i = 0; i < nr; ++i) ss[i] = acc[i];
 }
 
-// dw[j] for j in [j0, j1) += dy_rj*xhat_rj for rows r = r0..r1-1 in order
-// (independent columns side by side: vector lanes); over the row blocks in
-// order, ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ..., r = 0..R-1.
-inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict dy, float rs, int64_t n,
-                       float* __restrict dw) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float xh = mul_rn(bf16_to_float(x[j]), rs);
-    dw[j] = add_rn(dw[j], mul_rn(bf16_to_float(dy[j]), xh));
-  }
-}
-
-NG_CLONES void dw_columns(const RowView<uint16_t>& xv, const RowView<uint16_t>& dyv, const float* rstd, int64_t r0,
-                          int64_t r1, int64_t j0, int64_t j1, float* dw) {
-  for (int64_t r = r0; r < r1; ++r) dw_add_row(xv.row(r) + j0, dyv.row(r) + j0, rstd[r], j1 - j0, dw + j0);
-}
-
-}  // namespace
+}  // namespace detail
 
 Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   validate(p);
@@ -91,8 +89,8 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   // change only the schedule: every column still adds rows r = 0..R-1 in
   // order (blocks in order, rows in order within one), every row is computed
   // alone, so the bits are the same.
-  // (row_blocks.h; whole groups of kRows rows per block, a group per thread at least)
-  const int64_t RB = detail::row_block(R, H, static_cast<int64_t>(kRows) * nt, kRows);
+  // (row_blocks.h; whole groups of kFp32Rows rows per block, a group per thread at least)
+  const int64_t RB = detail::row_block(R, H, static_cast<int64_t>(detail::kFp32Rows) * nt, detail::kFp32Rows);
   // Column blocks of whole cache lines of dw (16 floats), accumulated in a
   // 64-byte aligned copy of dw: no line of it is written by two threads (as
   // reference_pass.cpp's accumulators; the blocks only schedule the work).
@@ -101,22 +99,22 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
   const detail::LineArray<float> dw_acc(detail::whole_lines<float>(H));
 
   // Blocks pipelined with no barrier between them (row_blocks.h,
-  // pipelined_row_blocks): each block's groups of kRows rows as threads come
+  // pipelined_row_blocks): each block's groups of kFp32Rows rows as threads come
   // free, then its part of each dw column block, blocks in order for each
   // (rstd of the block's rows visible by then).
   detail::pipelined_row_blocks(
-      nt, R, RB, kRows, ncb, detail::blocks_in_flight(RB, H, (R + RB - 1) / RB),
+      nt, R, RB, detail::kFp32Rows, ncb, detail::blocks_in_flight(RB, H, (R + RB - 1) / RB),
       [&](int64_t r0, int64_t r1) {
-        const int n8 = static_cast<int>(r1 - r0);  // kRows, fewer at a block's end
-        const uint16_t* xs[kRows];
-        float ssq[kRows];
+        const int n8 = static_cast<int>(r1 - r0);  // kFp32Rows, fewer at a block's end
+        const uint16_t* xs[detail::kFp32Rows];
+        float ssq[detail::kFp32Rows];
         for (int i = 0; i < n8; ++i) xs[i] = p.x.row(r0 + i);
-        sum_squares(xs, n8, H, ssq);
+        detail::fp32_sum_squares(xs, n8, H, ssq);
         for (int64_t r = r0; r < r0 + n8; ++r) {
           const uint16_t* x = xs[r - r0];
           const uint16_t* dy = p.dy.row(r);
           const float ss = ssq[r - r0];
-          const float rstd = div_rn(1.0f, sqrt_rn(add_rn(div_rn(ss, Hf), eps32)));
+          const float rstd = detail::fp32_rstd(ss, Hf, eps32);
           out.rstd[r] = rstd;
           if (!rows_outputs) continue;
           uint16_t* y = out.y.data() + r * H;

@@ -306,12 +306,16 @@ Reference Reference::compute(const Problem& p, const Options& o) {
   return ref;
 }
 
-ReferencePair Reference::compute_pair(const Problem& p, const Options& o) {
+ReferencePair Reference::compute_pair(const Problem& p, const Options& o, Outputs* baseline) {
   check_compute_args(p, o);
+  if (baseline != nullptr && o.forward_only)
+    throw std::invalid_argument(
+        "normgate::oracle: compute_pair computes the FP32 baseline's dw in its column pass, which "
+        "Options::forward_only skips; call fp32_baseline() for a forward-only reference");
   ReferencePair out;
   Reference* refs[2] = {&out.ref, &out.ideal};
   const RstdMode modes[2] = {RstdMode::fp64, RstdMode::fp32_rounded};
-  ReferenceBuilder::run(refs, modes, 2, p, o);
+  ReferenceBuilder::run(refs, modes, 2, p, o, baseline);
   return out;
 }
 

@@ -69,7 +69,11 @@ class ReferenceBuilder {
   // its escalation, the y filter) does not depend on the mode and is
   // computed once; each Reference ends up bitwise what a run with n = 1 in
   // its mode gives. With n = 2, modes must be {fp64, fp32_rounded}.
-  static void run(Reference* const* refs, const RstdMode* modes, int n, const Problem& p, const Options& o);
+  // base (n = 2 only, not forward_only; else null): receives the FP32
+  // baseline's rstd and dw, bitwise fp32_baseline(p, o.threads, false),
+  // from the same pass over x and dy.
+  static void run(Reference* const* refs, const RstdMode* modes, int n, const Problem& p, const Options& o,
+                  Outputs* base = nullptr);
 
  private:
   // One RstdMode's state while run fills its Reference.

@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "eft.h"
+#include "fp32_parts.h"
 #include "mpfr_eval.h"
 #include "reference_parts.h"
 #include "row_blocks.h"
+#include "normgate/core/bf16.h"
 #include "normgate/oracle/reference.h"
 
 namespace normgate::oracle {
@@ -225,10 +227,16 @@ NG_CLONES uint16_t absmax_bits(const uint16_t* __restrict p, int64_t n) {
 // When a or hi1 is not finite, h and with it pi are not finite either way, and
 // that column is recomputed by the plain sum (finalization). So both sides'
 // bits equal col_accum's (-ffp-contract=off: nothing is fused differently).
-NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0,
-                          const double* lo0, const double* hi1, int64_t nr, int64_t j0, int64_t nc,
-                          double* __restrict P0, double* __restrict S0, double* __restrict A0,
-                          double* __restrict P1, double* __restrict S1, double* __restrict A1) {
+// kBase: also the FP32 baseline's dw column terms (fp32_dw_step with the
+// baseline's rstd rb32 of each row) into DW, rows in the same order as its
+// own pass, so the same bits (fp32_parts.h); its x and dy are the ones just
+// loaded (D22 of docs/perf/oracle-and-gate-throughput.md).
+template <bool kBase>
+__attribute__((always_inline)) inline void col_accum2_impl(
+    const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0, const double* lo0,
+    const double* hi1, const float* rb32, int64_t nr, int64_t j0, int64_t nc, double* __restrict P0,
+    double* __restrict S0, double* __restrict A0, double* __restrict P1, double* __restrict S1,
+    double* __restrict A1, float* __restrict DW) {
   // Rows in pairs, each column's six sums held in registers across both
   // (unroll and jam): every column still takes row i, then row i + 1, in
   // the same operations, so the bits are the same; the sums are loaded and
@@ -252,31 +260,61 @@ NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr,
     const uint16_t* __restrict dyb = dyr[i + 1] + j0;
     const double rh0a = hi0[i], rl0a = lo0[i], rh1a = hi1[i];
     const double rh0b = hi0[i + 1], rl0b = lo0[i + 1], rh1b = hi1[i + 1];
+    const float rba = kBase ? rb32[i] : 0.0f, rbb = kBase ? rb32[i + 1] : 0.0f;
     for (int64_t j = 0; j < nc; ++j) {
       double p0 = P0[j], s0 = S0[j], a0 = A0[j], p1 = P1[j], s1 = S1[j], a1 = A1[j];
-      step(bf(dya[j]) * bf(xa[j]), rh0a, rl0a, rh1a, p0, s0, a0, p1, s1, a1);
-      step(bf(dyb[j]) * bf(xb[j]), rh0b, rl0b, rh1b, p0, s0, a0, p1, s1, a1);
+      const float xfa = bf16_to_float(xa[j]), dfa = bf16_to_float(dya[j]);
+      const float xfb = bf16_to_float(xb[j]), dfb = bf16_to_float(dyb[j]);
+      step(static_cast<double>(dfa) * static_cast<double>(xfa), rh0a, rl0a, rh1a, p0, s0, a0, p1, s1, a1);
+      step(static_cast<double>(dfb) * static_cast<double>(xfb), rh0b, rl0b, rh1b, p0, s0, a0, p1, s1, a1);
       P0[j] = p0;
       S0[j] = s0;
       A0[j] = a0;
       P1[j] = p1;
       S1[j] = s1;
       A1[j] = a1;
+      if constexpr (kBase) DW[j] = fp32_dw_step(fp32_dw_step(DW[j], xfa, dfa, rba), xfb, dfb, rbb);
     }
   }
   if (i < nr) {  // an odd last row
     const uint16_t* __restrict x = xr[i] + j0;
     const uint16_t* __restrict dy = dyr[i] + j0;
-    for (int64_t j = 0; j < nc; ++j) step(bf(dy[j]) * bf(x[j]), hi0[i], lo0[i], hi1[i], P0[j], S0[j], A0[j], P1[j], S1[j], A1[j]);
+    for (int64_t j = 0; j < nc; ++j) {
+      step(bf(dy[j]) * bf(x[j]), hi0[i], lo0[i], hi1[i], P0[j], S0[j], A0[j], P1[j], S1[j], A1[j]);
+      if constexpr (kBase) DW[j] = fp32_dw_step(DW[j], bf16_to_float(x[j]), bf16_to_float(dy[j]), rb32[i]);
+    }
   }
+}
+
+NG_CLONES void col_accum2(const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0,
+                          const double* lo0, const double* hi1, int64_t nr, int64_t j0, int64_t nc,
+                          double* __restrict P0, double* __restrict S0, double* __restrict A0,
+                          double* __restrict P1, double* __restrict S1, double* __restrict A1) {
+  col_accum2_impl<false>(xr, dyr, hi0, lo0, hi1, nullptr, nr, j0, nc, P0, S0, A0, P1, S1, A1, nullptr);
+}
+
+// col_accum2 with the FP32 baseline's dw columns (kBase).
+NG_CLONES void col_accum2_base(const uint16_t* const* xr, const uint16_t* const* dyr, const double* hi0,
+                               const double* lo0, const double* hi1, const float* rb32, int64_t nr, int64_t j0,
+                               int64_t nc, double* __restrict P0, double* __restrict S0, double* __restrict A0,
+                               double* __restrict P1, double* __restrict S1, double* __restrict A1,
+                               float* __restrict DW) {
+  col_accum2_impl<true>(xr, dyr, hi0, lo0, hi1, rb32, nr, j0, nc, P0, S0, A0, P1, S1, A1, DW);
 }
 
 }  // namespace
 
 void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns, const Problem& p,
-                           const Options& o) {
+                           const Options& o, Outputs* base) {
   const int64_t R = p.x.rows(), H = p.x.cols;
   const int nt = o.threads > 0 ? o.threads : omp_get_max_threads();
+  if (base != nullptr && (ns != 2 || o.forward_only))
+    throw std::logic_error("ReferenceBuilder: the FP32 baseline needs the pair's column pass");
+  if (base != nullptr) {  // as fp32_baseline(p, threads, false): rstd and dw only
+    *base = Outputs{};
+    base->rstd.assign(static_cast<size_t>(R), 0.0f);
+    base->dw.assign(static_cast<size_t>(H), 0.0f);
+  }
   const EscalationPolicy& pol = o.escalation;
   const bool esc_all = o.oracle == OracleMode::mpfr;
   const bool escalating = o.oracle != OracleMode::fp64;
@@ -492,8 +530,13 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   // sums, then column accumulation) while still in cache. forward_only: no
   // column accumulation, so one block of every row (each row is computed
   // alone: the same bits in any blocking).
-  const int64_t RB = o.forward_only ? R : detail::row_block(R, H, 2 * nt, 1);
-  const int64_t CB = detail::col_block(H, nt);
+  // With the FP32 baseline (base), blocks and row chunks are whole groups of
+  // kFp32Rows rows: its sums of squares run that many rows side by side.
+  const int64_t grp = base != nullptr ? kFp32Rows : 1;
+  const int64_t RB = o.forward_only ? R : detail::row_block(R, H, 2 * nt, grp);
+  // Column blocks start on cache lines of doubles and, with the baseline,
+  // of its float dw accumulators too (16 columns).
+  const int64_t CB = base != nullptr ? detail::whole_lines<float>(detail::col_block(H, nt)) : detail::col_block(H, nt);
   const int64_t ncb = o.forward_only ? 0 : (H + CB - 1) / CB;
   // Blocks run pipelined (detail::pipelined_row_blocks: no barrier between
   // them), up to L in flight, block b's row pointers in slot b % L.
@@ -526,16 +569,30 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
   // on its core) takes fewer rows, and no barrier waits for it. Every row is
   // computed alone (per-thread state: the filter's scratch row and MPFR
   // seconds only), so the assignment does not change a bit.
-  const int64_t rchunk = std::max<int64_t>(1, 16384 / H);
+  const int64_t rchunk = (std::max<int64_t>(1, 16384 / H) + grp - 1) / grp * grp;
+  // The FP32 baseline: its rstd of each row (written by the row items, read by
+  // the block's column items after them) and its dw accumulators on cache
+  // lines of their own, as the pair's.
+  const float Hf = static_cast<float>(H), eps32 = static_cast<float>(p.eps);
+  float* const rb32 = base != nullptr ? base->rstd.data() : nullptr;
+  const detail::LineArray<float> dwb(base != nullptr ? detail::whole_lines<float>(H) : 0);
   detail::pipelined_row_blocks(
       nt, R, RB, rchunk, ncb, L,
       [&](int64_t r0, int64_t r1) {
-        const int64_t base = (r0 / RB) % L * RB - r0 / RB * RB;  // slot offset minus the block's first row
+        const int64_t slot = (r0 / RB) % L * RB - r0 / RB * RB;  // slot offset minus the block's first row
         for (int64_t r = r0; r < r1; ++r) {
           do_row(r);
           if (o.forward_only) continue;
-          xr[base + r] = p.x.row(r);
-          dyr[base + r] = p.dy.row(r);
+          xr[slot + r] = p.x.row(r);
+          dyr[slot + r] = p.dy.row(r);
+        }
+        for (int64_t g = r0; rb32 != nullptr && g < r1; g += kFp32Rows) {  // rows still in cache
+          const int n = static_cast<int>(std::min<int64_t>(kFp32Rows, r1 - g));
+          const uint16_t* xs[kFp32Rows];
+          float ss[kFp32Rows];
+          for (int i = 0; i < n; ++i) xs[i] = p.x.row(g + i);
+          fp32_sum_squares(xs, n, H, ss);
+          for (int i = 0; i < n; ++i) rb32[g + i] = fp32_rstd(ss[i], Hf, eps32);
         }
       },
       [&](int64_t b, int64_t cb) {
@@ -545,6 +602,9 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
         const int64_t j0 = cb * CB, nc = std::min(CB, H - j0);
         if (ns == 1)
           col_accum(bx, bdy, hi0 + rb, lo0 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0);
+        else if (rb32 != nullptr)
+          col_accum2_base(bx, bdy, hi0 + rb, lo0 + rb, hi1 + rb, rb32 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0,
+                          P1 + j0, S1 + j0, A1 + j0, dwb.get() + j0);
         else
           col_accum2(bx, bdy, hi0 + rb, lo0 + rb, hi1 + rb, nr, j0, nc, P0 + j0, S0 + j0, A0 + j0, P1 + j0,
                      S1 + j0, A1 + j0);
@@ -558,6 +618,7 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
       std::copy_n(S1, H, s1.Sacc.begin());
       std::copy_n(A1, H, s1.ref->dw_abs_.begin());
     }
+    if (base != nullptr) std::copy_n(dwb.get(), H, base->dw.begin());
   }
   double secs = 0;  // in-row rstd escalations (shared: reported by each side)
   for (double s : mp_secs) secs += s;

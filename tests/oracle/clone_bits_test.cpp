@@ -82,6 +82,15 @@ std::string digest(const std::string& id) {
   put_reference(out, pair.ref);
   put_reference(out, pair.ideal);
   const normgate::Outputs b = no::fp32_baseline(p, 2, true);
+  // The pair's pass computes the baseline's rstd and dw too (D22): in every
+  // clone, the same bits as the baseline's own pass.
+  normgate::Outputs fused;
+  (void)no::Reference::compute_pair(p, o, &fused);
+  EXPECT_TRUE(fused.rstd.size() == b.rstd.size() && fused.dw.size() == b.dw.size()) << id;
+  if (fused.rstd.size() == b.rstd.size() && fused.dw.size() == b.dw.size()) {  // NaN rows: compare bits
+    EXPECT_EQ(0, std::memcmp(fused.rstd.data(), b.rstd.data(), b.rstd.size() * sizeof(float))) << id;
+    EXPECT_EQ(0, std::memcmp(fused.dw.data(), b.dw.data(), b.dw.size() * sizeof(float))) << id;
+  }
   for (float f : b.rstd) out.put(f);
   for (float f : b.dw) out.put(f);
   for (uint16_t u : b.y) out.put(u);

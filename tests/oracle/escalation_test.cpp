@@ -14,6 +14,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -578,6 +579,30 @@ int64_t expect_pair_matches(const Problem& p, Options o, const std::string& what
     SCOPED_TRACE("ideal (fp32 rstd)");
     expect_identical(pr.ideal, Reference::compute(p, o32));
   }
+  // With the FP32 baseline in the same pass: both references unchanged, and
+  // the baseline's rstd and dw bitwise fp32_baseline's (y, dx, h_new empty).
+  if (!o.forward_only) {
+    SCOPED_TRACE("with the FP32 baseline");
+    normgate::Outputs base;
+    base.y.assign(3, 1);  // replaced, not appended to
+    base.rstd.assign(2, 1.0f);
+    const oracle::ReferencePair pb = Reference::compute_pair(p, o, &base);
+    expect_identical(pb.ref, pr.ref);
+    expect_identical(pb.ideal, pr.ideal);
+    const normgate::Outputs want = oracle::fp32_baseline(p, o.threads, false);
+    EXPECT_TRUE(base.y.empty() && base.dx.empty() && base.h_new.empty());
+    EXPECT_EQ(base.rstd.size(), want.rstd.size());
+    EXPECT_EQ(base.dw.size(), want.dw.size());
+    if (base.rstd.size() == want.rstd.size()) {
+      EXPECT_EQ(std::memcmp(base.rstd.data(), want.rstd.data(), want.rstd.size() * sizeof(float)), 0) << "rstd";
+    }
+    if (base.dw.size() == want.dw.size()) {
+      EXPECT_EQ(std::memcmp(base.dw.data(), want.dw.data(), want.dw.size() * sizeof(float)), 0) << "dw";
+    }
+  } else {
+    normgate::Outputs base;
+    EXPECT_THROW((void)Reference::compute_pair(p, o, &base), std::invalid_argument);
+  }
   const Escalations &a = pr.ref.escalations(), &b = pr.ideal.escalations();
   return a.rstd + a.rows + a.dw + a.skipped + b.rstd + b.rows + b.dw + b.skipped;
 }
@@ -654,6 +679,39 @@ TEST(ReferencePair, BitwiseTheTwoComputesWithAddendAndHeads) {
   Options big = opts(OracleMode::mpfr);
   big.escalation.mpfr_max_elements = 10;
   EXPECT_THROW((void)Reference::compute_pair(flat.problem(), big), std::invalid_argument);
+}
+
+// The FP32 baseline from the pair's pass (D22 of docs/perf/oracle-and-gate-
+// throughput.md): whole groups of 8 rows per block and chunk, any forced
+// block shape, several pipelined blocks (531 rows of 4099: 256-row blocks),
+// rows not a multiple of 8; the same bits as fp32_baseline (expect_pair_matches).
+TEST(ReferencePair, Fp32BaselineInThePassAnyBlockShape) {
+  struct Restore {
+    ~Restore() { unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
+  } restore;
+  const Case small = make_case(45, 1003, WDtype::fp32, 31, Dist::wide, Dist::llm);
+  for (const char* rows : {"1", "9", "45", "100000"}) {
+    setenv("NORMGATE_ORACLE_BLOCK_ROWS", rows, 1);
+    expect_pair_matches(small.problem(), opts(OracleMode::auto_, RstdMode::fp64, 3),
+                        std::string("block rows ") + rows);
+  }
+  unsetenv("NORMGATE_ORACLE_BLOCK_ROWS");
+  const Case wide = make_case(531, 4099, WDtype::bf16, 77, Dist::wide, Dist::llm);
+  for (int threads : {1, 4}) expect_pair_matches(wide.problem(), opts(OracleMode::auto_, RstdMode::fp64, threads), "wide");
+  for (int64_t R : {1, 7, 9}) {
+    const Case c = make_case(R, 300, WDtype::bf16, 80 + R, Dist::llm, Dist::normal);
+    expect_pair_matches(c.problem(), opts(OracleMode::auto_, RstdMode::fp64, 2), "rows " + std::to_string(R));
+  }
+  // forward_only has no column pass: asking for the baseline is an error.
+  Options fo = opts(OracleMode::auto_, RstdMode::fp64, 2);
+  fo.forward_only = true;
+  normgate::Outputs base;
+  try {
+    (void)Reference::compute_pair(small.problem(), fo, &base);
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("forward_only"), std::string::npos) << e.what();
+  }
 }
 
 // ---- (5) forward_only: the forward's values the same bits as the full pass ----------

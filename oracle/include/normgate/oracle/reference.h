@@ -202,7 +202,15 @@ class Reference {
   /// sums; per mode: c, k, the dx filter, dw, the MPFR rows and columns.
   /// About two thirds of the time of two compute() calls (5.3 vs 7.9 ns per
   /// element on one core of the 2-core dev box, H = 4096). Throws as compute().
-  static ReferencePair compute_pair(const Problem& p, const Options& o = {});
+  ///
+  /// baseline (optional, may be null): receives bitwise what
+  /// oracle::fp32_baseline(p, o.threads, false) returns (rstd [rows] and dw
+  /// [cols] in binary32; y, dx and h_new empty), computed in the same pass:
+  /// its dw terms from the x and dy the pair's column pass has just loaded,
+  /// its sums of squares from rows still in cache (docs/perf/
+  /// oracle-and-gate-throughput.md, D22). Throws std::invalid_argument when
+  /// given with o.forward_only (there is no column pass to share).
+  static ReferencePair compute_pair(const Problem& p, const Options& o = {}, Outputs* baseline = nullptr);
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
