@@ -274,7 +274,7 @@ CaseOracle::CaseOracle(const seeds::HostInputs& in, oracle::OracleMode mode, int
                        bool forward_only)
     : h_new_expected(expected_h_new(in, threads)), problem(case_problem(in, h_new_expected)) {
   // Both references from one pass over the inputs (the same bits as two
-  // Reference::compute calls, fp64 then fp32_rounded), then the baseline.
+  // Reference::compute calls, fp64 then fp32_rounded).
   oracle::Options o = oracle_options(oracle::RstdMode::fp64, mode, threads);  // compute_pair sets rstd
   o.forward_only = forward_only;
   // The baseline's rstd and dw (the "dw vs FP32" yardstick) come from the

@@ -115,7 +115,7 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
           const uint16_t* dy = p.dy.row(r);
           const float ss = ssq[r - r0];
           const float rstd = detail::fp32_rstd(ss, Hf, eps32);
-          out.rstd[r] = rstd;
+          out.rstd[r] = detail::fp32_canonical_nan(rstd);  // a NaN row's dw terms are NaN either way
           if (!rows_outputs) continue;
           uint16_t* y = out.y.data() + r * H;
           float cs = 0.0f;
@@ -139,7 +139,7 @@ Outputs fp32_baseline(const Problem& p, int threads, bool rows_outputs) {
         const int64_t rb = b * RB, j0 = cb * CB, j1 = std::min(H, j0 + CB);
         dw_columns(p.x, p.dy, out.rstd.data(), rb, std::min(R, rb + RB), j0, j1, dw_acc.get());
       });
-  if (H > 0) std::copy_n(dw_acc.get(), H, out.dw.begin());
+  for (int64_t j = 0; j < H; ++j) out.dw[j] = detail::fp32_canonical_nan(dw_acc.get()[j]);
   return out;
 }
 

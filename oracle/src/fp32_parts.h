@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "normgate/core/hd.h"
 
@@ -32,5 +33,12 @@ inline float fp32_rstd(float ss, float Hf, float eps32) {
 inline float fp32_dw_step(float dw, float x, float dy, float rstd) {
   return add_rn(dw, mul_rn(dy, mul_rn(x, rstd)));
 }
+
+/// v, or the default quiet NaN (+NaN, bits 0x7FC00000) when v is a NaN.
+/// Which operand's NaN an addition passes on is not specified (C++ lets
+/// the compiler swap the operands of +, and the loops of the two passes
+/// and of each clone are vectorized differently), so the baseline's rstd
+/// and dw NaNs are made one NaN before they are returned.
+inline float fp32_canonical_nan(float v) { return v != v ? std::numeric_limits<float>::quiet_NaN() : v; }
 
 }  // namespace normgate::oracle::detail

@@ -592,7 +592,7 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
           float ss[kFp32Rows];
           for (int i = 0; i < n; ++i) xs[i] = p.x.row(g + i);
           fp32_sum_squares(xs, n, H, ss);
-          for (int i = 0; i < n; ++i) rb32[g + i] = fp32_rstd(ss[i], Hf, eps32);
+          for (int i = 0; i < n; ++i) rb32[g + i] = fp32_canonical_nan(fp32_rstd(ss[i], Hf, eps32));
         }
       },
       [&](int64_t b, int64_t cb) {
@@ -618,7 +618,7 @@ void ReferenceBuilder::run(Reference* const* refs, const RstdMode* modes, int ns
       std::copy_n(S1, H, s1.Sacc.begin());
       std::copy_n(A1, H, s1.ref->dw_abs_.begin());
     }
-    if (base != nullptr) std::copy_n(dwb.get(), H, base->dw.begin());
+    for (int64_t j = 0; base != nullptr && j < H; ++j) base->dw[j] = fp32_canonical_nan(dwb.get()[j]);
   }
   double secs = 0;  // in-row rstd escalations (shared: reported by each side)
   for (double s : mp_secs) secs += s;

@@ -686,8 +686,11 @@ TEST(ReferencePair, BitwiseTheTwoComputesWithAddendAndHeads) {
 // block shape, several pipelined blocks (531 rows of 4099: 256-row blocks),
 // rows not a multiple of 8; the same bits as fp32_baseline (expect_pair_matches).
 TEST(ReferencePair, Fp32BaselineInThePassAnyBlockShape) {
-  struct Restore {
-    ~Restore() { unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
+  struct Restore {  // the environment's value as it was before the test
+    const char* e = std::getenv("NORMGATE_ORACLE_BLOCK_ROWS");
+    std::string v = e ? e : "";
+    bool had = e != nullptr;
+    ~Restore() { had ? (void)setenv("NORMGATE_ORACLE_BLOCK_ROWS", v.c_str(), 1) : (void)unsetenv("NORMGATE_ORACLE_BLOCK_ROWS"); }
   } restore;
   const Case small = make_case(45, 1003, WDtype::fp32, 31, Dist::wide, Dist::llm);
   for (const char* rows : {"1", "9", "45", "100000"}) {
@@ -712,6 +715,51 @@ TEST(ReferencePair, Fp32BaselineInThePassAnyBlockShape) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("forward_only"), std::string::npos) << e.what();
   }
+}
+
+// NaNs of several signs and payloads meet in one dw column (NaN and Inf in
+// dy, zeros in x: Inf * 0 makes the default NaN): the two passes' loops may
+// pass on different operands' NaNs, so both return the one canonical NaN
+// (fp32_parts.h, fp32_canonical_nan); the bits then agree, and every NaN of
+// rstd and dw is +NaN. From a review's reproducer.
+TEST(ReferencePair, Fp32BaselineNanPayloadsAndSigns) {
+  const uint16_t specials[] = {0x7FC0, 0xFFC0, 0x7FC5, 0xFFE3, 0x7F81, 0xFF91, 0x7F80, 0xFF80};
+  int64_t nan_cols = 0, cols = 0;
+  for (bool nan_row : {false, true})
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + (nan_row ? ", a -NaN x row" : ""));
+      Case c = make_case(37, 333, WDtype::bf16, 500 + seed, Dist::normal, Dist::wide);
+      std::mt19937_64 g(seed);
+      for (size_t k = 0; k < c.x.size(); ++k) {
+        if (g() % 7 == 0) c.x[k] = (g() & 1) ? 0x8000 : 0;
+        if (g() % 23 == 0) c.dy[k] = specials[g() % 8];
+      }
+      if (nan_row) c.x[5 * 333 + 17] = 0xFFC1;  // row 5's rstd is NaN, and then every dw column
+      for (int th : {1, 2, 3}) {
+        normgate::Outputs base;
+        (void)Reference::compute_pair(c.problem(), opts(OracleMode::auto_, RstdMode::fp64, th), &base);
+        const normgate::Outputs want = oracle::fp32_baseline(c.problem(), th, false);
+        const normgate::Outputs full = oracle::fp32_baseline(c.problem(), th, true);
+        ASSERT_EQ(base.rstd.size(), want.rstd.size());
+        ASSERT_EQ(base.dw.size(), want.dw.size());
+        EXPECT_EQ(0, std::memcmp(base.rstd.data(), want.rstd.data(), want.rstd.size() * 4));
+        EXPECT_EQ(0, std::memcmp(base.dw.data(), want.dw.data(), want.dw.size() * 4));
+        EXPECT_EQ(0, std::memcmp(full.rstd.data(), want.rstd.data(), want.rstd.size() * 4));
+        EXPECT_EQ(0, std::memcmp(full.dw.data(), want.dw.data(), want.dw.size() * 4));
+        for (const std::vector<float>* v : {&want.rstd, &want.dw})
+          for (float f : *v) {
+            if (std::isnan(f)) {
+              EXPECT_EQ(std::bit_cast<uint32_t>(f), 0x7FC00000u);
+            }
+          }
+        EXPECT_EQ(std::isnan(want.rstd[5]), nan_row);
+        if (nan_row) continue;
+        for (float f : want.dw) nan_cols += std::isnan(f) ? 1 : 0;
+        cols += static_cast<int64_t>(want.dw.size());
+      }
+    }
+  EXPECT_GT(nan_cols, 0);
+  EXPECT_LT(nan_cols, cols);  // not every column: the finite ones are compared too
 }
 
 // ---- (5) forward_only: the forward's values the same bits as the full pass ----------

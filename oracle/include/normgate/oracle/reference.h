@@ -208,8 +208,10 @@ class Reference {
   /// [cols] in binary32; y, dx and h_new empty), computed in the same pass:
   /// its dw terms from the x and dy the pair's column pass has just loaded,
   /// its sums of squares from rows still in cache (docs/perf/
-  /// oracle-and-gate-throughput.md, D22). Throws std::invalid_argument when
-  /// given with o.forward_only (there is no column pass to share).
+  /// oracle-and-gate-throughput.md, D22). Its bits depend on neither
+  /// o.threads nor the block shape. Throws std::invalid_argument when given
+  /// with o.forward_only (there is no column pass to share); after any throw
+  /// *baseline is unspecified.
   static ReferencePair compute_pair(const Problem& p, const Options& o = {}, Outputs* baseline = nullptr);
 
   int64_t rows() const { return rows_; }
@@ -315,7 +317,10 @@ struct ReferencePair {
 /// Parallel over rows (and column blocks for dw); bitwise independent of threads.
 /// rows_outputs == false: only rstd and dw (what "dw vs FP32" needs), the same
 /// bits; y and dx stay empty, so neither their 2*R*H bytes nor their passes
-/// are spent. Throws std::invalid_argument on a bad Problem.
+/// are spent. A NaN rstd or dw is the default quiet NaN (+NaN, 0x7FC00000),
+/// whatever NaN produced it: which operand's NaN a sum passes on is not
+/// specified, and differs between vectorized loops. Throws
+/// std::invalid_argument on a bad Problem.
 Outputs fp32_baseline(const Problem& p, int threads = 0, bool rows_outputs = true);
 
 }  // namespace normgate::oracle
