@@ -1,11 +1,9 @@
 // normgate: the command-line front end. Thin by design: every subcommand parses
 // its arguments, calls one library function and prints its result.
 // Exit codes: 0 success / pass, 1 a check or gate failed, 2 usage or input error.
-#include <malloc.h>
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -22,26 +20,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "normgate/core/host_memory.h"
 #include "normgate/core/temp_files.h"
 #include "normgate_version.h"
 
 namespace {
-
-// A check or gate case allocates its inputs and downloaded outputs (up to
-// ~1.6 GB each at [131072, 6144]) and frees them when the case ends. glibc
-// serves such blocks with fresh mmap()s, so every case page-faults and zeroes
-// gigabytes again, in the GPU-half thread (dev machine: 8 blocks of 512 MiB
-// allocated on a worker thread cost 2.4 s, 0.33 s from one reused heap).
-// Keep them in one heap instead: blocks up to 2 GiB from the heap, freed
-// memory kept, one arena (a worker thread's own arena cannot hold them).
-// NORMGATE_MALLOC_DEFAULTS=1 keeps glibc's defaults.
-void keep_large_blocks() {
-  const char* keep = std::getenv("NORMGATE_MALLOC_DEFAULTS");
-  if (keep != nullptr && std::string(keep) == "1") return;
-  mallopt(M_MMAP_THRESHOLD, INT_MAX);
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-  mallopt(M_ARENA_MAX, 1);
-}
 
 // Levenshtein distance of two option names (short: no need for speed).
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -166,7 +149,7 @@ class ShortListFormatter : public CLI::Formatter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  keep_large_blocks();
+  normgate::core::keep_large_blocks();  // before any case allocates (host_memory.h)
   // Ctrl-C or a scheduler's SIGTERM while an output's temporary file is
   // being written: the file is removed, then the process ends as before.
   normgate::core::remove_temps_on_signal();

@@ -5,14 +5,16 @@
 //   e.g. finish_bench H=4096,T=16384,w=bf16,form=plain,family=normal,seed=1
 // Inputs from the host generator and the variant's outputs from its CPU model
 // (neither timed). Then, `reps` times: the whole CaseOracle (as finish_check
-// builds it: expected h_new, the reference in RstdMode::fp64 and the ideal
-// kernel in RstdMode::fp32_rounded from one Reference::compute_pair, the FP32
-// baseline's rstd and dw), its parts alone on the same Problem (the pair; the
-// reference and the ideal each by its own Reference::compute, for comparison;
-// the baseline), and validate_cases of the variant's
+// builds it: form res's expected h_new, then the reference in
+// RstdMode::fp64, the ideal kernel in RstdMode::fp32_rounded and the FP32
+// baseline's rstd and dw from one Reference::compute_pair), its parts on
+// the same Problem (the pair with the baseline; alone:
+// the pair, the baseline, and the reference and the ideal each by its own
+// Reference::compute, for comparison), and validate_cases of the variant's
 // outputs (one implementation). Prints the minimum of each in seconds and the
 // oracle+validation total (CaseOracle + validation), the same per element
-// (CaseOracle's "rest" is expected h_new and the Problem), then for the fastest
+// (CaseOracle's "rest" is what the pair with the baseline does not do: form
+// res's h_new and the Problem; a difference of two minima), then for the fastest
 // validation (and the fastest reference, for comparison) the process CPU
 // seconds it used (user + system, all threads) and that over its wall time: "cores busy" near the thread count with CPU
 // seconds near the 1-thread time says the work is spread evenly and not
@@ -25,7 +27,9 @@
 // rows evaluated once for all) against N sweeps of one: what a caller
 // validating several implementations of one case (bench/peers.py) saves by
 // batching. Also prints the pair's MPFR escalations (counts, seconds) for each
-// RstdMode, so that a slow pair can be told from a pair busy in MPFR. Asserts nothing.
+// RstdMode, so that a slow pair can be told from a pair busy in MPFR. Runs
+// with the gate's heap (normgate::core::keep_large_blocks; glibc's defaults
+// with NORMGATE_MALLOC_DEFAULTS=1). Asserts nothing.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -37,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "normgate/core/host_memory.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/oracle/reference.h"
@@ -68,6 +73,9 @@ constexpr const char* kUsage =
     "  reps >= 1; threads >= 0 (0: every core); impls >= 1\n";
 
 int bench(const cli::Args& a) {
+  // The gate's heap (apps/main.cpp): a case's large blocks (form res's
+  // h_new, the inputs) reused by the next instead of faulted in again.
+  const bool kept_heap = normgate::core::keep_large_blocks();
   namespace nv = normgate::validators;
   namespace no = normgate::oracle;
   const normgate::seeds::CaseId id =
@@ -160,6 +168,8 @@ int bench(const cli::Args& a) {
   }
   std::printf("finish_bench %s, %s, %d threads (%d cores), min of %d\n", normgate::seeds::to_string(id).c_str(),
               variant.c_str(), nt, omp_get_num_procs(), reps);
+  std::printf("heap: %s\n", kept_heap ? "large blocks kept, as the gate's (normgate::core::keep_large_blocks)"
+                                       : "glibc's defaults (NORMGATE_MALLOC_DEFAULTS=1)");
 #ifdef NORMGATE_NO_AVX512_CLONES
   std::printf("host code: AVX2 and baseline clones only (NORMGATE_HOST_AVX512=OFF)\n");
 #else

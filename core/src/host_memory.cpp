@@ -1,11 +1,16 @@
-// core/src/host_memory.cpp: host_memory (host_memory.h).
+// core/src/host_memory.cpp: host_memory and keep_large_blocks (host_memory.h).
 #include "normgate/core/host_memory.h"
 
 #include <fcntl.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -104,6 +109,19 @@ HostMemory host_memory(const std::string& root, const std::string& self_cgroup) 
     }
   }
   return m;
+}
+
+bool keep_large_blocks() {
+#if defined(__GLIBC__)
+  const char* keep = std::getenv("NORMGATE_MALLOC_DEFAULTS");
+  if (keep != nullptr && std::string(keep) == "1") return false;
+  mallopt(M_MMAP_THRESHOLD, INT_MAX);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_ARENA_MAX, 1);
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace normgate::core

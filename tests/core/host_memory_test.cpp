@@ -3,9 +3,11 @@
 // "max" and v1's no-limit value), on a made-up cgroup tree.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -85,3 +87,29 @@ TEST_F(HostMemory, PathsOutsideTheMountAndFilesThatAreNotRegularAreSkipped) {
 }
 
 }  // namespace
+
+// keep_large_blocks: glibc's defaults serve a 64 MiB block by mmap() (above
+// the largest dynamic mmap threshold, 32 MiB), so it would be faulted in
+// again by every case; once the kept heap is on, the same block comes from
+// the heap. NORMGATE_MALLOC_DEFAULTS=1 leaves the defaults. One test, in
+// this order: the settings are process-wide and cannot be undone.
+TEST(KeepLargeBlocks, LargeBlocksComeFromTheHeapUnlessDefaultsAreAsked) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  constexpr size_t kBig = size_t{64} << 20;
+  const auto mmapped_by = [](size_t bytes) {  // bytes more in mmapped chunks while a block is held
+    const size_t before = mallinfo2().hblkhd;
+    void* p = std::malloc(bytes);
+    const size_t during = mallinfo2().hblkhd;
+    std::free(p);
+    return p == nullptr ? size_t{0} : during - before;
+  };
+  ASSERT_EQ(setenv("NORMGATE_MALLOC_DEFAULTS", "1", 1), 0);
+  EXPECT_FALSE(normgate::core::keep_large_blocks());
+  EXPECT_GE(mmapped_by(kBig), kBig) << "glibc's defaults should mmap a 64 MiB block";
+  ASSERT_EQ(unsetenv("NORMGATE_MALLOC_DEFAULTS"), 0);
+  EXPECT_TRUE(normgate::core::keep_large_blocks());
+  EXPECT_EQ(mmapped_by(kBig), 0u) << "with the kept heap a 64 MiB block comes from the heap";
+#else
+  GTEST_SKIP() << "needs glibc 2.33 or later (mallinfo2)";
+#endif
+}

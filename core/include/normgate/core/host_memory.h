@@ -1,6 +1,7 @@
 // normgate/core/host_memory.h: how much memory this process may use, for
 // the checks that refuse a run before any work when its largest case
-// cannot fit (apps' require_host_memory).
+// cannot fit (apps' require_host_memory), and how the process's heap keeps
+// a case's large blocks for the next case (keep_large_blocks).
 #pragma once
 
 #include <cstdint>
@@ -30,5 +31,18 @@ struct HostMemory {
 /// 4096 bytes; at most 64 KiB of `self_cgroup` and 64 bytes of a limit file
 /// are read. Never throws, never blocks.
 HostMemory host_memory(const std::string& root = "/sys/fs/cgroup", const std::string& self_cgroup = "/proc/self/cgroup");
+
+/// A check or gate case allocates its inputs and downloaded outputs (up to
+/// ~1.6 GB each at [131072, 6144]) and frees them when the case ends. glibc
+/// serves such blocks with fresh mmap()s, so every case would page-fault and
+/// zero gigabytes again (dev machine: 8 blocks of 512 MiB allocated on a
+/// worker thread cost 2.4 s, 0.33 s from one reused heap). This keeps them
+/// in one heap instead: blocks up to 2 GiB from the heap, freed memory kept,
+/// one arena (mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD = INT_MAX,
+/// M_ARENA_MAX = 1; docs/perf/oracle-and-gate-throughput.md, D7). Call it
+/// first in main, before any allocation it should govern. Does nothing when
+/// NORMGATE_MALLOC_DEFAULTS is "1" (glibc's defaults kept), or without glibc.
+/// Returns whether it applied the settings. Never throws.
+bool keep_large_blocks();
 
 }  // namespace normgate::core
