@@ -80,7 +80,8 @@ def make_build(d, name, scale, calls, rc=0, ref=5.0, e2e=6e8, drift=0.0):
 
 
 def run(args, env=None):
-    e = dict(os.environ, NG_OS_THREADS="1 2", NG_OS_BLOCKS="auto", NG_OS_REPS="1", **(env or {}))
+    e = dict(os.environ, NG_OS_THREADS="1 2", NG_OS_BLOCKS="auto", NG_OS_REPS="1")
+    e.update(env or {})
     e.pop("OUT", None)
     p = subprocess.run([sys.executable, AB] + args, capture_output=True, text=True, env=e, timeout=300)
     return p.returncode, p.stdout + p.stderr
@@ -150,6 +151,87 @@ with tempfile.TemporaryDirectory() as t:
     check(rc == 3 and "the deadline stopped the rounds" in text, f"deadline: exit {rc}: {text[-300:]}")
     md = open(os.path.join(t, "out3", "ab.md")).read()
     check("a-r1: exit 0" in md and "a-r2" not in md and "(stopped by the deadline)" in md, "deadline runs:\n" + md)
+
+    # --out holding what the tool did not make: a planned entry is refused
+    # (exit 2, left as it was); an unplanned one survives a run; a link is
+    # never followed; a build inside --out and --out / are refused.
+    out4 = os.path.join(t, "out4")
+    os.makedirs(os.path.join(out4, "a-r1"))
+    open(os.path.join(out4, "a-r1", "keep.txt"), "w").close()
+    os.makedirs(os.path.join(out4, "zzz-r1"))
+    open(os.path.join(out4, "zzz-r1", "keep.txt"), "w").close()
+    rc, text = run(["--build", f"a={a}", "--build", f"b={b}", "--rounds", "1", "--out", out4])
+    check(rc == 2 and "oracle_ab did not make" in text, f"foreign a-r1: exit {rc}: {text[-200:]}")
+    check(os.path.exists(os.path.join(out4, "a-r1", "keep.txt")), "foreign a-r1/keep.txt removed")
+    os.rename(os.path.join(out4, "a-r1"), os.path.join(out4, "victim"))
+    os.symlink(os.path.join(out4, "victim"), os.path.join(out4, "a-r1"))
+    rc, text = run(["--build", f"a={a}", "--build", f"b={b}", "--rounds", "1", "--out", out4])
+    check(rc == 2 and os.listdir(os.path.join(out4, "victim")) == ["keep.txt"], f"link a-r1: exit {rc}")
+    os.unlink(os.path.join(out4, "a-r1"))
+    rc, text = run(["--build", f"a={a}", "--build", f"b={b}", "--rounds", "1", "--out", out4])
+    check(rc == 0 and os.path.exists(os.path.join(out4, "zzz-r1", "keep.txt")), f"unplanned zzz-r1: exit {rc}")
+    rc, text = run(["--build", f"a={a}", "--build", f"b={out4}/zzz-r1", "--out", out4])
+    check(rc == 2, f"a build inside --out: exit {rc}")
+    for args, msg in [(["--out", "/"], "is / or the repository"),
+                      (["--out", "/proc/oracle_ab_test"], "cannot be written"),
+                      (["--rounds", "2", "--rounds", "3"], "--rounds is given 2 times"),
+                      (["--rou", "2"], "unknown argument '--rou'")]:
+        rc, text = run(["--build", f"a={a}", "--build", f"b={b}"] + args)
+        check(rc == 2 and msg in text, f"{args}: exit {rc}, wanted 2 and '{msg}': {text.strip()[-200:]}")
+
+    # A tool refusing its settings: exit 2 at the first run, the earlier
+    # results (ab.md, b-r1) kept.
+    before = open(os.path.join(out4, "ab.md")).read()
+    rc, text = run(["--build", f"a={a}", "--build", f"b={b}", "--rounds", "3", "--out", out4],
+                   env={"NG_OS_THREADS": "0"})
+    check(rc == 2 and "refused its settings" in text, f"tool refusal: exit {rc}: {text[-200:]}")
+    check(open(os.path.join(out4, "ab.md")).read().count("b-r1: exit 0") == 1
+          and os.path.isdir(os.path.join(out4, "b-r1")), "earlier results lost on a refusal")
+    del before
+
+    # Malformed numbers: a stats.json that is not an object, and NaN lines.
+    odd = make_build(os.path.join(t, "odd"), "odd", 4.0, calls)
+    write_exe(os.path.join(odd, "apps", "normgate"),
+              NG.format(ref=5.0, e2e=6e8).replace("cat >\"$stats\" <<JSON", "echo '[]' >\"$stats\"; exit 0\ncat <<JSON"))
+    rc, text = run(["--with", "throughput", "--build", f"a={a}", "--build", f"odd={odd}", "--rounds", "1",
+                    "--out", os.path.join(t, "out5")], env={"NG_TP_BENCH_REPS": "1"})
+    check(rc == 3 and "odd-r1: exit 3" in text and "| reference s | 5.00 | - | - |" in text,
+          f"malformed stats: exit {rc}: {text[-300:]}")
+    # A run that exits 0 with no numbers (finish_bench printing nothing) counts as failed.
+    write_exe(os.path.join(odd, "bench", "finish_bench"), "#!/bin/sh\necho nan\nexit 0\n")
+    rc, text = run(["--build", f"a={a}", "--build", f"odd={odd}", "--rounds", "1", "--out", os.path.join(t, "out5")],
+                   env={"NG_OS_THREADS": "1"})
+    check(rc == 3 and "odd-r1: exit 3 (no numbers in its output)" in text, f"no numbers: exit {rc}: {text[-300:]}")
+
+    # A signal stops the running tool's whole process group (the benchmark,
+    # the spinners): TERM after a second, exit 143, nothing left behind.
+    import signal as _signal
+    import time as _time
+    hang = make_build(os.path.join(t, "hang"), "hang", 4.0, calls)
+    write_exe(os.path.join(hang, "bench", "finish_bench"), "#!/bin/sh\ntrap '' TERM\nsleep 37.123\n")
+    e = dict(os.environ, NG_OS_THREADS="1", NG_OS_BLOCKS="auto", NG_OS_REPS="1", NG_OS_BUSY="1")
+    p = subprocess.Popen([sys.executable, AB, "--build", f"hang={hang}", "--build", f"b={b}", "--rounds", "1",
+                          "--out", os.path.join(t, "out6")], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _time.sleep(1.5)
+    p.send_signal(_signal.SIGTERM)
+    t1 = _time.monotonic()
+    rc = p.wait(timeout=60)
+    left = subprocess.run(["pgrep", "-f", "sleep 37.123"], capture_output=True, text=True).stdout.split()
+    check(rc == 143 and _time.monotonic() - t1 < 15, f"TERM: exit {rc}")
+    check(not left, f"TERM left processes behind: {left}")
+    for pid in left:
+        os.kill(int(pid), _signal.SIGKILL)
+
+    # The deadline is honoured even by a child that ignores TERM.
+    t1 = _time.monotonic()
+    rc, text = run(["--build", f"hang={hang}", "--build", f"b={b}", "--rounds", "1", "--deadline-s", "2",
+                    "--out", os.path.join(t, "out7")], env={"NG_OS_THREADS": "1"})
+    took = _time.monotonic() - t1
+    left = subprocess.run(["pgrep", "-f", "sleep 37.123"], capture_output=True, text=True).stdout.split()
+    check(rc == 3 and took < 2 + 5 + 5 and "stopped by the deadline" in text, f"deadline: exit {rc} after {took:.1f} s")
+    check(not left, f"the deadline left processes behind: {left}")
+    for pid in left:
+        os.kill(int(pid), _signal.SIGKILL)
 
 if fails:
     print(f"test_oracle_ab: {len(fails)} failure(s)")
