@@ -20,6 +20,10 @@ namespace normgate::oracle {
 
 namespace {
 
+// dw[j] for j in [j0, j1) += dy_rj*xhat_rj for rows r = r0..r1-1 in order
+// (independent columns side by side: vector lanes); over the row blocks in
+// order, ((0 + dy_0j*xhat_0j) + dy_1j*xhat_1j) + ..., r = 0..R-1. The
+// reference pair's pass takes the same steps (fp32_parts.h, D22).
 inline void dw_add_row(const uint16_t* __restrict x, const uint16_t* __restrict dy, float rs, int64_t n,
                        float* __restrict dw) {
   for (int64_t j = 0; j < n; ++j) {
