@@ -33,7 +33,7 @@ namespace {
 // Broadcast operands, built once per pass.
 struct Consts {
   __m512d atol, rtol, rtol1, zero, one, minus1, max, inf, big, qf, qb, up, dn, lo, hi;
-  __m512i slice0, zero_slice, minus1i;
+  __m512i slice0, zero_slice;
 };
 
 struct Acc {
@@ -94,15 +94,15 @@ __attribute__((always_inline)) inline bool scan8(const double* g, const double* 
   a.over += __builtin_popcount(_cvtmask8_u32(over));
   a.overc += __builtin_popcount(_cvtmask8_u32(_kandn_mask8(uncert, over)));
   a.uncert = _kor_mask8(a.uncert, uncert);
-  // rb: r for fast lanes, -1 for the others; sb: FastBins::slice(r) or -1.
+  // rb: r for fast lanes, -1 for the others; sb: FastBins::slice(r) for
+  // fast lanes, zero_slice for the others (add_row takes them out of bin 0).
   a.mr = _mm512_mask_max_pd(a.mr, fast, r, a.mr);
   _mm512_mask_storeu_pd(rb, valid, _mm512_mask_mov_pd(c.minus1, fast, r));
   // The clamp as max/min: they differ from scan4's selects only for NaN r,
   // which no fast lane has.
   const __m512d cl = _mm512_min_pd(_mm512_max_pd(r, c.lo), c.hi);
   const __m512i s = _mm512_srli_epi64(_mm512_castpd_si512(cl), 52 - kSubBits);
-  __m512i sl = _mm512_mask_mov_epi64(c.minus1i, fast, c.zero_slice);
-  sl = _mm512_mask_sub_epi64(sl, _mm512_mask_cmp_pd_mask(fast, r, c.zero, _CMP_GT_OQ), s, c.slice0);
+  const __m512i sl = _mm512_mask_sub_epi64(c.zero_slice, _mm512_mask_cmp_pd_mask(fast, r, c.zero, _CMP_GT_OQ), s, c.slice0);
   _mm512_mask_storeu_epi64(sb, valid, sl);
   return false;
 }
@@ -130,7 +130,7 @@ void scan_block_avx512(const double* g, const double* rf, const double* bd, cons
                  _mm512_set1_pd(1.0),   _mm512_set1_pd(-1.0), _mm512_set1_pd(kMax),     _mm512_set1_pd(kInf),
                  _mm512_set1_pd(kBig),  _mm512_set1_pd(qf),   _mm512_set1_pd(qb),       _mm512_set1_pd(kUp),
                  _mm512_set1_pd(kDn),   _mm512_set1_pd(bc.lo), _mm512_set1_pd(bc.hi),   _mm512_set1_epi64(bc.slice0),
-                 _mm512_set1_epi64(bc.zero_slice), _mm512_set1_epi64(-1)};
+                 _mm512_set1_epi64(bc.zero_slice)};
   Acc a;
   a.mf = a.mb = _mm512_setzero_pd();
   a.mr = c.minus1;

@@ -181,7 +181,8 @@ inline v4d vabs(v4d a) { return reinterpret_cast<v4d>(reinterpret_cast<v4l>(a) &
 
 // fast_element on four lanes; lanes where `valid` is 0 count nowhere. rb gets
 // r for fast lanes, -1 for the others; sb FastBins::slice(r) for fast lanes,
-// -1 for the others. Without kRatios fr and br are not computed (see
+// zero_slice for the others (bin 0 for rb = -1: add_row takes them out of
+// bin 0 again, so its histogram loop needs no test). Without kRatios fr and br are not computed (see
 // quiet_factor; qf, qb its factors): a lane that could be fast and might raise
 // a maximum, or fail the fast test only through r + fr + br, marks a.loud, and
 // the block is then scanned again with kRatios.
@@ -221,8 +222,7 @@ __attribute__((always_inline)) inline void scan4(v4d G, v4d R, v4d B, v4d I, v4l
   v4d c = r < bc.lo ? bc.lo : r;
   c = c > bc.hi ? bc.hi : c;
   v4l s = reinterpret_cast<v4l>(reinterpret_cast<v4u>(c) >> (52 - FastBins::kSubBits)) - bc.slice0;
-  s = r > 0.0 ? s : bc.zero_slice;
-  s = fast != 0 ? s : -1;
+  s = (fast & (r > 0.0)) != 0 ? s : bc.zero_slice;  // not fast: zero_slice too (add_row takes them out of bin 0)
   std::memcpy(sb, &s, sizeof s);
 }
 
@@ -304,8 +304,8 @@ bool cpu_runs_avx512_scan() {
 std::atomic<bool> g_force_clones{false};
 
 // fast_element over n <= kBlock elements: counts and maxima of the fast ones
-// into out; each element's r and slice into rb and sb (-1 for an element that
-// is not fast). max_forced and max_bound_ratio are the summary's so far: out's
+// into out; each element's r and slice into rb and sb (r = -1 and the slice
+// zero_slice, bin 0, for an element that is not fast). max_forced and max_bound_ratio are the summary's so far: out's
 // maxima are over the fast elements when the block can raise them, else 0.
 // Eight lanes with AVX-512 where the CPU has it, else four (scan_block_clones):
 // the same operations per element, so the same results.
@@ -488,8 +488,11 @@ void RatioStats::add_row(int64_t base, const double* got, const double* ref, con
     over_certified += sc.over_certified;
     max_forced = sc.max_forced > max_forced ? sc.max_forced : max_forced;
     max_bound_ratio = sc.max_bound_ratio > max_bound_ratio ? sc.max_bound_ratio : max_bound_ratio;
-    for (int64_t j = 0; j < nb; ++j)
-      if (sb[j] >= 0) ++hist.count[static_cast<size_t>(f.bin(sb[j], rb[j]))];
+    // Every lane's bin, without a test: a lane that is not fast has sb =
+    // zero_slice and rb = -1, bin 0, so bin 0 then holds nb - sc.fast counts
+    // too many (those elements are counted by add() below, in their bins).
+    for (int64_t j = 0; j < nb; ++j) ++hist.count[static_cast<size_t>(f.bin(sb[j], rb[j]))];
+    hist.count[0] -= nb - sc.fast;
     // The block's largest ratio, first index on ties (looked for only when it
     // can beat `worst`, even at the block's first index).
     if (sc.max_r >= 0 && beats(sc.max_r, base + j0, worst)) {
