@@ -157,44 +157,50 @@ def prepare_out(out, planned):
     return made
 
 
+def kill_group(pid, grace):
+    """TERM to process group pid (the tools stop their children and spinners
+    on it), up to `grace` seconds for its leader to end, then KILL to whatever
+    of the group is left (a child that ignored TERM). os-level calls only, so
+    that a signal handler may call it while the interrupted code is inside
+    Popen.wait, holding its lock (not reentrant)."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:  # already reaped
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 class Runner:
-    """The running tool's process group, killed on a signal or at the deadline."""
+    """The running tool, whose process group a signal or the deadline kills."""
 
     def __init__(self):
         self.proc = None
-
-    def kill_group(self, grace):
-        p = self.proc
-        if p is None:
-            return
-        try:
-            os.killpg(p.pid, signal.SIGTERM)  # the tools stop their children and spinners on TERM
-        except ProcessLookupError:
-            pass
-        try:
-            p.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(p.pid, signal.SIGKILL)  # whatever of the group is left (a child that ignored TERM)
-        except ProcessLookupError:
-            pass
-        p.wait()
 
     def run(self, tool, build, out, left):
         """One run; returns (exit status, stopped by the deadline)."""
         env = dict(os.environ, NORMGATE_BUILD=build)
         cmd = ["bash", os.path.join(ROOT, "tools", TOOLS[tool]), "--out", out]
-        if left is not None:
-            cmd += ["--deadline-s", str(max(1, int(left)))]
+        if left is not None:  # rounded up: bash's SECONDS counts whole seconds from a fraction in
+            cmd += ["--deadline-s", str(max(1, math.ceil(left)))]  # (the hard stop below is at `left`)
         with open(out + ".log", "w") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                rc = self.proc.wait(timeout=None if left is None else max(0.1, left))
-                stopped = False
+                rc, stopped = self.proc.wait(timeout=None if left is None else max(0.1, left)), False
             except subprocess.TimeoutExpired:
                 rc, stopped = 124, True
-            self.kill_group(GRACE if stopped else 0.0)  # after a normal exit: only stragglers
+            kill_group(self.proc.pid, GRACE if stopped else 0.0)  # after a normal exit: only stragglers
+            self.proc.poll()  # the leader's status, if kill_group reaped it
             self.proc = None
         return rc, stopped
 
@@ -204,7 +210,7 @@ def finite(x):
 
 
 def scaling_rows(d):
-    """(threads, block rows) -> (CaseOracle wall ns/elt, validation wall ns/elt) from DIR/scaling.md."""
+    """(threads, block rows, 'CaseOracle' or 'validation') -> wall ns per element, from DIR/scaling.md."""
     rows = {}
     try:
         lines = open(os.path.join(d, "scaling.md")).read().splitlines()
@@ -213,18 +219,15 @@ def scaling_rows(d):
     for line in lines:
         c = [x.strip() for x in line.strip().strip("|").split("|")]
         if len(c) == 6 and re.fullmatch(r"[0-9]+", c[0]):
-            def num(s):
-                if not re.fullmatch(r"[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", s):
-                    return None
-                v = float(s)
-                return v if math.isfinite(v) else None
-            rows[(c[0], c[1])] = (num(c[2]), num(c[3]))
+            for what, cell in (("CaseOracle", c[2]), ("validation", c[3])):
+                if re.fullmatch(r"[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", cell) and math.isfinite(float(cell)):
+                    rows[(c[0], c[1], what)] = float(cell)
     return rows
 
 
 def throughput_rows(d):
-    """phase -> seconds, and 'end to end' -> elements/s, from DIR/stats.json ({} when
-    missing or malformed: the run counts as failed)."""
+    """('<phase> s',) -> seconds and ('end to end elements/s',) -> elements/s, from
+    DIR/stats.json ({} when missing or malformed: the run counts as failed)."""
     try:
         with open(os.path.join(d, "stats.json")) as f:
             s = json.load(f)
@@ -236,10 +239,10 @@ def throughput_rows(d):
     phases = s.get("phases")
     for k, v in (phases.items() if isinstance(phases, dict) else []):
         if isinstance(v, dict) and finite(v.get("seconds")):
-            rows[f"{k} s"] = float(v["seconds"])
+            rows[(f"{k} s",)] = float(v["seconds"])
     e = s.get("end_to_end")
     if isinstance(e, dict) and finite(e.get("elements_per_second")):
-        rows["end to end elements/s"] = float(e["elements_per_second"])
+        rows[("end to end elements/s",)] = float(e["elements_per_second"])
     return rows
 
 
@@ -257,33 +260,23 @@ def ratios(best):
 
 
 def table(tool, builds, results):
-    """results[name] = list of the per-run row dicts; returns ab.md's table lines."""
+    """results[name] = list of the per-run row dicts (key tuple -> number); returns
+    ab.md's table lines: a row per key, each build's range and the ratios of the best."""
     names = [n for n, _ in builds]
     keys = []
     for n in names:
         for r in results[n]:
-            for k in r:
-                if k not in keys:
-                    keys.append(k)
-    ratio_head = " | ".join(f"{n}/{names[0]}" for n in names[1:])
-    lines = []
-    if tool == "scaling":
-        lines.append("| threads | block rows | wall ns per element | " + " | ".join(names) + " | " + ratio_head + " |")
-        lines.append("| --- " * (3 + 2 * len(names) - 1) + "|")
-        for k in keys:
-            for i, what in ((0, "CaseOracle"), (1, "validation")):
-                per = [[r[k][i] for r in results[n] if k in r] for n in names]
-                best = [min((x for x in v if finite(x)), default=None) for v in per]
-                lines.append(f"| {k[0]} | {k[1]} | {what} | " + " | ".join(span(v) for v in per) + " | "
-                             + " | ".join(ratios(best)) + " |")
-    else:
-        lines.append("| gate | " + " | ".join(names) + " | " + ratio_head + " |")
-        lines.append("| --- " * (1 + 2 * len(names) - 1) + "|")
-        for k in keys:
-            per = [[r.get(k) for r in results[n]] for n in names]
-            pick = max if k.endswith("elements/s") else min  # rates: higher is better
-            best = [pick((x for x in v if finite(x)), default=None) for v in per]
-            lines.append(f"| {k} | " + " | ".join(span(v) for v in per) + " | " + " | ".join(ratios(best)) + " |")
+            keys += [k for k in r if k not in keys]
+    head = "threads | block rows | wall ns per element" if tool == "scaling" else "gate"
+    cols = head.count("|") + 1
+    lines = ["| " + head + " | " + " | ".join(names) + " | " + " | ".join(f"{n}/{names[0]}" for n in names[1:]) + " |",
+             "| --- " * (cols + 2 * len(names) - 1) + "|"]
+    for k in keys:
+        per = [[r.get(k) for r in results[n]] for n in names]
+        pick = max if k[-1].endswith("elements/s") else min  # rates: higher is better
+        best = [pick((x for x in v if finite(x)), default=None) for v in per]
+        lines.append("| " + " | ".join(k) + " | " + " | ".join(span(v) for v in per) + " | "
+                     + " | ".join(ratios(best)) + " |")
     return lines
 
 
@@ -294,26 +287,8 @@ def main(argv):
     runner = Runner()
 
     def on_signal(signum, _frame):
-        # Only os-level calls here: the interrupted code may be inside
-        # Popen.wait, holding its (not reentrant) lock.
-        p = runner.proc
-        if p is not None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            end = time.monotonic() + GRACE
-            while time.monotonic() < end:
-                try:
-                    if os.waitpid(p.pid, os.WNOHANG)[0] == p.pid:
-                        break
-                except ChildProcessError:
-                    break
-                time.sleep(0.05)
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # whatever of the group is left
-            except ProcessLookupError:
-                pass
+        if runner.proc is not None:
+            kill_group(runner.proc.pid, GRACE)
         print(f"oracle_ab: stopped by signal {signum}", file=sys.stderr)
         os._exit(128 + signum)
 
@@ -343,7 +318,7 @@ def main(argv):
             rows = scaling_rows(d) if tool == "scaling" else throughput_rows(d)
             late = deadline > 0 and time.monotonic() - t0 >= deadline
             note = " (stopped by the deadline)" if cut else ""
-            if rc == 0 and not any(finite(x) for v in rows.values() for x in (v if isinstance(v, tuple) else (v,))):
+            if rc == 0 and not rows:  # rows hold finite numbers only
                 rc, note = 3, " (no numbers in its output)"
             runs.append(f"{name}-r{r}: exit {rc}{note}")
             print(f"oracle_ab: {name} round {r}: exit {rc}{note}", flush=True)
