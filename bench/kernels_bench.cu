@@ -22,6 +22,7 @@
 // one run, so the rows compare side by side. --res adds the forward of form
 // res (h = x, u = dy's data) and each real backward of form res (dh_new =
 // the plain forward's y). Prints a table last.
+#include <algorithm>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -171,6 +172,7 @@ int main(int argc, char** argv) try {
   };
   std::vector<NarrowSetting> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R[:C],...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
+  std::vector<std::string> only;  // --only: time only the rows whose op names one of these
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -178,7 +180,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C],...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C],...] [--only NAME,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -191,13 +193,22 @@ int main(int argc, char** argv) try {
           "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
           "those, where rstd or y does). --fwd-narrow L:R[:C] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256) on plain H = 256 and, with --heads, on\n"
-          "the per-head views, counting the rows that differ from the routed forward. Needs a CUDA GPU.\n"
+          "the per-head views, counting the rows that differ from the routed forward. --only NAME,... times only\n"
+          "the rows whose op contains one of the names (e.g. fwd_narrow; the copy and the default forward always).\n"
+          "Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      only = comma_items(v);
+      if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& t) { return t.empty(); })) {
+        std::fprintf(stderr, "kernels_bench: bad --only '%s': comma-separated names, none empty\n", v.c_str());
+        return 2;
+      }
     } else if (a == "--no-controls") {
       controls = false;
     } else if (a == "--res") {
@@ -338,6 +349,9 @@ int main(int argc, char** argv) try {
     rows.push_back({shape, "-", "copy (16 B vectors)", ct.median_ms * 1e3, ct.min_ms * 1e3, copy_gbps, 1.0});
     // Times `launch` (graph replay, cold L2) and adds its row: w, op, the bytes the op moves once.
     auto time_row = [&](const std::string& w, const std::string& op, double bytes, auto&& launch) {
+      if (!only.empty() &&
+          std::none_of(only.begin(), only.end(), [&](const std::string& t) { return op.find(t) != std::string::npos; }))
+        return;
       const auto t = nk::time_graph(launch, reps);
       const double g = bytes / (t.median_ms * 1e-3) / 1e9;
       rows.push_back({shape, w, op, t.median_ms * 1e3, t.min_ms * 1e3, g, g / copy_gbps});
