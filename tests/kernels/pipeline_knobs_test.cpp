@@ -146,6 +146,19 @@ struct MsqShape {
   Form form;
 };
 
+// The forward's arguments over a case's rows (per-head rows contiguous),
+// with msq.
+FwdArgs msq_fwd_args(const MsqShape& sh, const seeds::CaseId& c, DevMem& x, DevMem& y, DevMem& rstd, DevMem& msq,
+                     const WeightView& wv) {
+  FwdArgs fa{x.as<uint16_t>(), sh.H, wv, y.as<uint16_t>(), sh.H, rstd.as<float>(), sh.T, sh.H, kEps};
+  fa.form = sh.form;
+  fa.heads = c.heads();
+  fa.x_stride = fa.y_stride = c.heads() * sh.H;
+  fa.x_stride_h = fa.y_stride_h = c.heads() > 1 ? sh.H : 0;
+  fa.msq = msq.as<double>();
+  return fa;
+}
+
 void expect_msq_paths_equal_models(const MsqShape& sh) {
   {
     seeds::CaseId c = make_case(sh.H, sh.T, seeds::Family::llm, 5);
@@ -165,12 +178,7 @@ void expect_msq_paths_equal_models(const MsqShape& sh) {
       d.fwd_rstd_warp = rstd_warp;
       set_pipeline_depth(d);
       ASSERT_EQ(cudaMemset(msq.p, 0xFF, static_cast<size_t>(rows) * 8), cudaSuccess);  // NaN: unwritten rows show
-      FwdArgs fa{x.as<uint16_t>(), sh.H, wv, y.as<uint16_t>(), sh.H, rstd.as<float>(), sh.T, sh.H, kEps};
-      fa.form = sh.form;
-      fa.heads = c.heads();
-      fa.x_stride = fa.y_stride = c.heads() * sh.H;
-      fa.x_stride_h = fa.y_stride_h = c.heads() > 1 ? sh.H : 0;
-      fa.msq = msq.as<double>();
+      const FwdArgs fa = msq_fwd_args(sh, c, x, y, rstd, msq, wv);
       rmsnorm_fwd(default_fwd(), fa);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<double> got(static_cast<size_t>(rows));
@@ -214,6 +222,50 @@ TEST(MsqPath, ForwardMsqAndBothBackwardPathsEqualTheModels) {
   for (const MsqShape& sh : {MsqShape{4096, 67, Form::plain}, MsqShape{1000, 23, Form::plain},
                              MsqShape{6144, 9, Form::plain}, MsqShape{256, 9, Form::heads4}})
     expect_msq_paths_equal_models(sh);
+}
+
+// Every built-in forward variant's msq and rstd equal its own model's bit
+// for bit on every row, at H = 256 (fwd_narrow's rows: each lane holds two
+// rows, each row half a warp) and at H = 1000, plain and per-head, with a
+// row count that leaves the last CTA partly empty. msq reaches no output the
+// forward's gate validates, so only this test reads it directly.
+TEST(MsqPath, EveryForwardVariantsMsqAndRstdEqualItsModel) {
+  NG_REQUIRE_GPU();
+  for (const MsqShape& sh : {MsqShape{256, 33, Form::plain}, MsqShape{256, 9, Form::heads4},
+                             MsqShape{256, 7, Form::heads24}, MsqShape{1000, 37, Form::plain}}) {
+    seeds::CaseId c = make_case(sh.H, sh.T, seeds::Family::llm, 7);
+    c.form = sh.form;
+    const seeds::HostInputs in = seeds::generate_host(c);
+    const int64_t rows = c.rows(), n = rows * sh.H;
+    DevMem x(static_cast<size_t>(n) * 2), y(static_cast<size_t>(n) * 2), w(static_cast<size_t>(sh.H) * 2),
+        rstd(static_cast<size_t>(rows) * 4), msq(static_cast<size_t>(rows) * 8);
+    ASSERT_EQ(cudaMemcpy(x.p, in.x.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(w.p, in.w_bf16.data(), static_cast<size_t>(sh.H) * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const WeightView wv{WDtype::bf16, w.p, sh.H};
+    int tried = 0;
+    for (const Variant& v : variants()) {
+      if (v.op != Op::fwd || v.control || v.external || v.model_only || !v.supports_h(sh.H) || !v.supports(sh.form) ||
+          !v.supports(WDtype::bf16))
+        continue;
+      ++tried;
+      const FwdResult fm = model_fwd(v, in.x_view(), in.w_view(), kEps);
+      ASSERT_EQ(cudaMemset(msq.p, 0xFF, static_cast<size_t>(rows) * 8), cudaSuccess);  // NaN: unwritten rows show
+      ASSERT_EQ(cudaMemset(rstd.p, 0xFF, static_cast<size_t>(rows) * 4), cudaSuccess);
+      const FwdArgs fa = msq_fwd_args(sh, c, x, y, rstd, msq, wv);
+      rmsnorm_fwd(v, fa);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<double> got(static_cast<size_t>(rows));
+      std::vector<float> got_rstd(static_cast<size_t>(rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), msq.p, got.size() * 8, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got_rstd.data(), rstd.p, got_rstd.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(fm.msq.size(), got.size()) << case_name(v, c);
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(std::memcmp(&got[r], &fm.msq[r], 8), 0) << case_name(v, c) << " msq of row " << r;
+        EXPECT_EQ(std::memcmp(&got_rstd[r], &fm.rstd[r], 4), 0) << case_name(v, c) << " rstd of row " << r;
+      }
+    }
+    EXPECT_GT(tried, 0) << "H " << sh.H;
+  }
 }
 
 // The backward's first warp computes the refined rstd of 32 rows at a time
