@@ -194,7 +194,8 @@ int main(int argc, char** argv) try {
           "those, where rstd or y does). --fwd-narrow L:R[:C] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256) on plain H = 256 and, with --heads, on\n"
           "the per-head views, counting the rows that differ from the routed forward. --only NAME,... times only\n"
-          "the rows whose op contains one of the names (e.g. fwd_narrow; the copy and the default forward always).\n"
+          "the rows whose op contains one of the names (variant names or parts of them, fwd, bwd, res, heads4,\n"
+          "heads24; e.g. fwd_narrow; the copy and the default forward always).\n"
           "Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
@@ -208,6 +209,19 @@ int main(int argc, char** argv) try {
       if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& t) { return t.empty(); })) {
         std::fprintf(stderr, "kernels_bench: bad --only '%s': comma-separated names, none empty\n", v.c_str());
         return 2;
+      }
+      // Each name must be part of a variant's name or one of the ops' words,
+      // so that a misspelt name is an error, not a run that times nothing.
+      for (const std::string& t : only) {
+        bool known = t == "fwd" || t == "bwd" || t == "res" || t == "heads4" || t == "heads24";
+        for (const auto& var : nk::variants()) known = known || std::string(var.name).find(t) != std::string::npos;
+        if (!known) {
+          std::fprintf(stderr,
+                       "kernels_bench: bad --only '%s': '%s' is in no variant's name (nor fwd, bwd, res, heads4, "
+                       "heads24)\n",
+                       v.c_str(), t.c_str());
+          return 2;
+        }
       }
     } else if (a == "--no-controls") {
       controls = false;
