@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cuda_runtime.h>
 
+#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -214,10 +215,11 @@ int main(int argc, char** argv) try {
       // so that a misspelt name is an error, not a run that times nothing.
       for (const std::string& t : only) {
         bool known = t == "fwd" || t == "bwd" || t == "res" || t == "heads4" || t == "heads24";
-        for (const auto& var : nk::variants()) known = known || std::string(var.name).find(t) != std::string::npos;
+        for (const auto& var : nk::variants())  // model-only controls have no kernel to time
+          known = known || (!var.model_only && std::string(var.name).find(t) != std::string::npos);
         if (!known) {
           std::fprintf(stderr,
-                       "kernels_bench: bad --only '%s': '%s' is in no variant's name (nor fwd, bwd, res, heads4, "
+                       "kernels_bench: bad --only '%s': '%s' is in no timed variant's name (nor fwd, bwd, res, heads4, "
                        "heads24)\n",
                        v.c_str(), t.c_str());
           return 2;
@@ -327,7 +329,18 @@ int main(int argc, char** argv) try {
         std::fprintf(stderr, "kernels_bench: bad argument '%s' (expected T,H)\n", a.c_str());
         return 2;
       }
-      shapes.emplace_back(std::stoll(a.substr(0, comma)), std::stoll(a.substr(comma + 1)));
+      // T and H whole positive decimal numbers, each field entirely.
+      const auto field = [&](size_t b, size_t e, int64_t& out) {
+        const auto r = std::from_chars(a.data() + b, a.data() + e, out);
+        return b < e && r.ec == std::errc() && r.ptr == a.data() + e && out > 0;
+      };
+      int64_t T = 0, H = 0;
+      if (!field(0, comma, T) || !field(comma + 1, a.size(), H)) {
+        std::fprintf(stderr, "kernels_bench: bad argument '%s' (expected T,H: two positive whole numbers)\n",
+                     a.c_str());
+        return 2;
+      }
+      shapes.emplace_back(T, H);
     }
   }
   if (reps < 50) {
@@ -526,7 +539,7 @@ int main(int argc, char** argv) try {
         }
 
         for (const auto& v : nk::variants()) {
-          if (v.op != nk::Op::bwd || (v.control && !controls) || !v.supports_h(H) ||
+          if (v.op != nk::Op::bwd || (v.control && !controls) || v.model_only || !v.supports_h(H) ||
               !v.supports(normgate::Form::plain))  // bwd_det_heads: the per-head views only (timed below)
             continue;
           const size_t ws = nk::bwd_workspace_bytes(v, T, H);
