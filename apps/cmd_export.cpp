@@ -12,6 +12,7 @@
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/oracle/reference.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate_version.h"
 
 namespace normgate::app {
@@ -31,8 +32,12 @@ void add_export(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
   sub->add_option("-o,--output", o->out, "HDF5 file to write (atomically)")->required();
-  sub->add_option("--keep", o->keep, "Worst cases per window (up to this many distinct cases)")->capture_default_str()->check(CLI::Range(1, 1000));
-  sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)");
+  auto* keep_opt = sub->add_option("--keep", o->keep, "Worst cases per window (up to this many distinct cases)")
+                       ->capture_default_str()
+                       ->check(CLI::Range(1, 1000));
+  // --all takes every case, so a --keep beside it would be ignored: refused.
+  sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)")
+      ->excludes(keep_opt);
   sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
   sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   add_backend_option(sub, o->backend, "Where variants run: gpu, cpu (CPU models), auto");
@@ -61,6 +66,29 @@ void add_export(CLI::App& app, Commands& cmds) {
               "export re-runs each case, so an implementation of your own must be registered here (--plugin "
               "LIB.so for a plugin; a Python one, gated with normgate.gate, is re-run from Python with "
               "normgate.check)");
+      // Each case parsed, supported by its implementation and within host
+      // memory, all before the first case runs (a refusal after earlier
+      // cases ran wasted them, and an oversized one ended in bad_alloc).
+      // export holds one case at a time.
+      for (const auto& it : items) {
+        const std::string where =
+            it.window.empty() ? std::string("the report's case ") + it.case_id
+                              : "the report's window '" + it.window + "' (case " + it.case_id + ")";
+        seeds::CaseId c;
+        try {
+          c = seeds::parse_case(it.case_id);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(where + ": " + e.what());
+        }
+        if (const std::string why = validators::unsupported_reason(it.impl, c); !why.empty())
+          throw std::invalid_argument(where + ": '" + printable(it.impl) + "' does not support it (" + why +
+                                      "), so export cannot re-run it");
+        try {
+          require_host_memory({c}, 1);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(where + ": " + e.what());
+        }
+      }
       validators::ExportOptions eo;
       eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (eo.backend == validators::Backend::cpu)

@@ -42,7 +42,9 @@ void add_inspect(CLI::App& app, Commands& cmds) {
         return 0;
       }
       try {
-        std::fputs(validators::inspect_file(*path).c_str(), stdout);
+        // Strings from the file (implementation, GPU, paths) may hold control
+        // bytes: escaped, never sent to the terminal.
+        std::fputs(printable(validators::inspect_file(*path)).c_str(), stdout);
       } catch (const std::runtime_error& e) {
         throw std::invalid_argument(e.what());  // a missing, corrupted or foreign file: exit 2
       }

@@ -147,7 +147,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
           std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
         if (report_on_gpu && backend != validators::Backend::gpu)
           std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");
-        std::fputs(from_line.c_str(), stdout);
+        std::fputs(printable(from_line).c_str(), stdout);
       };
       validators::ReproOptions ro;
       ro.k = o->k;
@@ -156,13 +156,15 @@ void add_repro(CLI::App& app, Commands& cmds) {
       ro.normgate_commit = NORMGATE_GIT_COMMIT;
       seeds::CaseId c;
       if (replay) {
-        std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n", o->file.c_str(),
-                    replay->prov.case_id.c_str(), replay->inputs_sha256.substr(0, 16).c_str(),
-                    replay->prov.impl.c_str(), replay->prov.verdict.c_str());
+        // The file's strings escaped: a control byte there must not reach the terminal.
+        std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n",
+                    printable(o->file).c_str(), printable(replay->prov.case_id).c_str(),
+                    replay->inputs_sha256.substr(0, 16).c_str(), printable(replay->prov.impl).c_str(),
+                    printable(replay->prov.verdict).c_str());
         if (const std::string stale = validators::changed_sources(replay->prov); !stale.empty())
           std::printf("note     the sources changed since this was recorded (%s): this build runs; "
                       "\"recorded outputs\" below says whether its outputs changed too\n",
-                      stale.c_str());
+                      printable(stale).c_str());
         c = replay->inputs.id;
         ro.inputs = &replay->inputs;
         ro.replay_file = o->file;
@@ -174,12 +176,28 @@ void add_repro(CLI::App& app, Commands& cmds) {
       }
       require_host_memory({c}, impls.size());  // before the --save folder is made: nothing done on a refusal
       std::string save = o->save;
-      // A path ending in '/' names a folder: create it (with parents) if missing.
+      // A path ending in '/' names a folder: create it (with parents) if
+      // missing. The folders made here are removed again (when still empty)
+      // if the run is refused or fails before the case file is written: a
+      // refused repro leaves nothing behind.
+      std::vector<std::filesystem::path> made;  // outermost first
       if (!save.empty() && save.back() == '/' && !std::filesystem::exists(save)) {
         std::error_code ec;
+        for (std::filesystem::path q = std::filesystem::absolute(std::filesystem::path(save).parent_path(), ec);
+             !ec && !q.empty() && q != q.root_path() && !std::filesystem::exists(q, ec); q = q.parent_path())
+          made.insert(made.begin(), q);
         std::filesystem::create_directories(save, ec);
         if (ec) throw std::invalid_argument("--save '" + save + "': cannot create the folder: " + ec.message());
       }
+      struct UndoFolders {
+        std::vector<std::filesystem::path>& made;
+        bool keep = false;
+        ~UndoFolders() {
+          if (keep) return;
+          std::error_code ec;
+          for (auto it = made.rbegin(); it != made.rend(); ++it) std::filesystem::remove(*it, ec);  // empty ones only
+        }
+      } undo{made};
       if (!save.empty() && std::filesystem::is_directory(save))
         save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
       if (!save.empty()) {
@@ -190,9 +208,10 @@ void add_repro(CLI::App& app, Commands& cmds) {
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
       notes();
       const auto r = validators::repro(req, ro);
-      std::fputs(validators::format_repro(r).c_str(), stdout);
+      std::fputs(printable(validators::format_repro(r)).c_str(), stdout);  // recorded strings escaped
       if (!save.empty()) {
         validators::write_case_file(save, *r.saved);
+        undo.keep = true;
         std::printf("saved    %s (%.1f MB)\n", save.c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
         std::printf("replay   normgate repro --file '%s'   (the stored inputs, no generator; the variant %s)\n",

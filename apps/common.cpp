@@ -201,18 +201,39 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
       (void)std::filesystem::status(o.path, ec);
       if (ec && ec != std::errc::no_such_file_or_directory)
         throw std::invalid_argument(named(o.option, o.path) + ": " + ec.message());
+      namespace fs = std::filesystem;
+      const auto system = [](const std::string& x) {
+        return x.rfind("/proc/", 0) == 0 || x.rfind("/sys/", 0) == 0 ||
+               (x.rfind("/dev/", 0) == 0 && x.rfind("/dev/shm/", 0) != 0);
+      };
+      const std::string hint = stdout_ok ? " (use - for stdout)" : "";
+      // Every step of the link chain, not only where it ends: /dev/stdout ->
+      // /proc/self/fd/1 ends at the file stdout is redirected to, which the
+      // rename would replace (`--json /dev/stdout >> ci.log` lost the log).
+      fs::path hop = fs::absolute(o.path, ec).lexically_normal();
+      for (int n = 0; !ec && n < 40; ++n) {
+        if (system(hop.string())) {
+          if (n == 0)
+            throw std::invalid_argument(named(o.option, o.path) + " is in " +
+                                        hop.string().substr(0, hop.string().find('/', 1) + 1) +
+                                        ", not a file to write" + hint);
+          throw std::invalid_argument(named(o.option, o.path) + " is a link to " + hop.string() + ", not a file" +
+                                      hint);
+        }
+        if (!fs::is_symlink(fs::symlink_status(hop, ec)) || ec) break;
+        const fs::path to = fs::read_symlink(hop, ec);
+        hop = (to.is_absolute() ? to : hop.parent_path() / to).lexically_normal();
+      }
+      ec.clear();
       // The folders resolved too (a link to /proc in the path's folders).
       std::string real = core::rename_target(o.path);
-      const std::filesystem::path canon = std::filesystem::weakly_canonical(real, ec);
+      const fs::path canon = fs::weakly_canonical(real, ec);
       if (!ec) real = canon.string();
-      const bool system = real.rfind("/proc/", 0) == 0 || real.rfind("/sys/", 0) == 0 ||
-                          (real.rfind("/dev/", 0) == 0 && real.rfind("/dev/shm/", 0) != 0);
-      if (system && core::rename_target(o.path) != o.path)
-        throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real +
-                                    ", not a file" + (stdout_ok ? " (use - for stdout)" : ""));
-      if (system)
+      if (system(real) && core::rename_target(o.path) != o.path)
+        throw std::invalid_argument(named(o.option, o.path) + " is a link to " + real + ", not a file" + hint);
+      if (system(real))
         throw std::invalid_argument(named(o.option, o.path) + " is in " + real.substr(0, real.find('/', 1) + 1) +
-                                    ", not a file to write" + (stdout_ok ? " (use - for stdout)" : ""));
+                                    ", not a file to write" + hint);
     }
     check_writable(o.path, o.option);
     // Two outputs on one file: the later write would destroy the earlier (a

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -224,7 +226,19 @@ int main(int argc, char** argv) {
   }
   try {
     normgate::app::reject_empty_values(app);
-    return cmds.run();
+    const int rc = cmds.run();
+    // What went to stdout (a case's SHA-256, a listing, a verdict) is
+    // buffered: a failed write shows here, and exit would drop it silently.
+    errno = 0;
+    std::cout.flush();
+    const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail();
+    if (lost && rc != 2) {
+      const int e = errno;
+      std::fprintf(stderr, "normgate: fatal: cannot write to stdout%s%s\n", e != 0 ? ": " : "",
+                   e != 0 ? std::strerror(e) : "");
+      return 3;
+    }
+    return rc;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable(e.what()).c_str());
     return 2;

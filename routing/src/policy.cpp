@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "normgate/core/file_target.h"
 #include "normgate/seeds/seed_set.h"
 #include "toml_guard.h"
 
@@ -274,7 +275,10 @@ ApprovalPolicy parse_policy(std::string_view text, const std::string& path) {
 }
 
 std::optional<ApprovalPolicy> load_policy(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw PolicyError(path + ": cannot read approval policy: is a directory");
+  // A folder, a FIFO (an open would block) or a device (/dev/zero reads
+  // without end) is refused; a missing file means no policy.
+  if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
+    throw PolicyError(path + ": cannot read approval policy: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) return std::nullopt;

@@ -767,9 +767,13 @@ RouteTable parse_route_table(std::string_view text, const std::string& path, con
 }
 
 RouteTable load_route_table(const std::string& path, const LoadOptions& opt) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder and reads nothing
+  // An ifstream opens a folder and reads nothing, blocks on a FIFO and
+  // reads a device such as /dev/zero without end: only a regular file is
+  // read (a missing one falls through to the open's own error).
+  if (const std::string why = core::regular_file_problem(path); why == "is a directory")
     throw RouteTableError(path + ": cannot read route table: it is a directory (give the table's .toml file)");
+  else if (!why.empty() && why != "no such file")
+    throw RouteTableError(path + ": cannot read route table: " + why);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw RouteTableError(path + ": cannot read route table: " + std::strerror(errno));
   std::stringstream ss;

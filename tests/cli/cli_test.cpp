@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,6 +136,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       // grid options: beside --case refused, not ignored; items once each, none empty
       {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --H 128", "--case excludes --H"},
       {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --w fp32", "--case excludes --w"},
+      // --all takes every case: a --keep beside it would be ignored
+      {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu --all --keep 2", "--keep excludes --all"},
       {"check --backend cpu --H 64,64 --T 3 --seeds 3x1", "--H '64,64': '64' given twice"},
       {"check --backend cpu --H 64,064 --T 3 --seeds 3x1", "--H '64,064': 64 given twice"},
       {"check --backend cpu --H 64, --T 3 --seeds 3x1", "--H '64,': an empty item"},
@@ -296,6 +299,25 @@ TEST(Cli, CaseDigestMatchesTheLibrary) {
   // Keys in another order print the canonical id.
   const CliRun r2 = run("case --no-digest seed=5,family=llm,T=9,H=40,w=fp32");
   EXPECT_TRUE(contains(r2.out, "case    " + id)) << r2.out;
+}
+
+// A failed write to stdout (a full disk, a closed pipe's reader gone) is a
+// runtime failure, exit 3 naming stdout: the case's SHA-256, a listing or a
+// verdict must not be lost with exit 0.
+TEST(Cli, AFailedWriteToStdoutIsExit3) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string err = ::testing::TempDir() + "/ng_stdout_full_" + std::to_string(::getpid()) + ".txt";
+  for (const std::string args : {"case H=64,T=3,w=bf16,family=normal,seed=0", "families", "variants"}) {
+    const int st = std::system((normgate::test::normgate_bin() + " " + args + " >/dev/full 2>" + err).c_str());
+    ASSERT_TRUE(WIFEXITED(st)) << args;
+    EXPECT_EQ(WEXITSTATUS(st), 3) << args;
+    const std::string said = normgate::test::slurp(err);
+    EXPECT_TRUE(contains(said, "normgate: fatal: cannot write to stdout: No space left on device")) << args << ": " << said;
+  }
+  // The same command with a working stdout still exits 0.
+  const CliRun ok = normgate::test::run_normgate("case H=64,T=3,w=bf16,family=normal,seed=0");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  std::filesystem::remove(err);
 }
 
 TEST(Cli, FamiliesListsGateFamilies) {

@@ -299,6 +299,38 @@ TEST(OutputsCli, ALinkedOutputIsWrittenThroughAndStaysALink) {
 
   fs::create_symlink("/proc/self/fd/1", d.p / "stdout.json");
   expect_refused({"gate " + kSmall + kOne + " --report-json " + (d / "stdout.json"), {"--report-json", "stdout.json"}});
+
+  // /dev/stdout with stdout appended to a file: the chain ends at that
+  // regular file, which the rename replaced (the earlier log was lost).
+  std::ofstream(d / "ci.log") << "EARLIER LINE\n";
+  const CliRun app = cli("gate " + kSmall + kOne + " --report-json /dev/stdout >> " + (d / "ci.log"));
+  EXPECT_EQ(app.code, 2) << slurp(d / "ci.log");
+  const std::string log = slurp(d / "ci.log");
+  EXPECT_TRUE(contains(log, "EARLIER LINE\n")) << log;
+  EXPECT_TRUE(contains(log, "--report-json '/dev/stdout' is in /dev/, not a file to write")) << log;
+  EXPECT_FALSE(contains(log, "\"windows\"")) << log;
+}
+
+// repro --save FOLDER/ makes the folder (and its parents) only for a run
+// that writes the case file: a refused run (a variant that does not support
+// the case) leaves none of them; a run that saves keeps them.
+TEST(OutputsCli, AReproRefusedAfterItsSaveFolderLeavesNoFolder) {
+  const Dir d("save");
+  const CliRun r = cli("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant ctl_res_grad_early "
+                       "--backend cpu --save " + (d / "nd1/sub/"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "does not support case")) << r.out;
+  EXPECT_FALSE(fs::exists(d.p / "nd1")) << r.out;
+  fs::create_directories(d.p / "kept");
+  const CliRun k = cli("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant ctl_res_grad_early "
+                       "--backend cpu --save " + (d / "kept/"));
+  EXPECT_EQ(k.code, 2) << k.out;
+  EXPECT_TRUE(fs::is_directory(d.p / "kept")) << "a folder this run did not make was removed";
+  const CliRun ok = cli("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant bwd_det_chunked "
+                        "--backend cpu --save " + (d / "nd2/sub/"));
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(contains(ok.out, "saved    " + (d / "nd2/sub/"))) << ok.out;
+  EXPECT_TRUE(fs::is_directory(d.p / "nd2/sub")) << ok.out;
 }
 
 // Under --approve, a report over the approvals lock file (PATH.lock) is

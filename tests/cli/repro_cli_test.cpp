@@ -256,6 +256,34 @@ TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
   EXPECT_TRUE(contains(p.out, "with normgate.check on the case H=")) << p.out;
 }
 
+
+// export checks every planned case before the first runs: one case beyond
+// host memory in the last window (it ended in std::bad_alloc, exit 3, after
+// the earlier windows' cases had run) is refused by name, nothing written.
+TEST_F(ReproFromReport, ExportRefusesAnOversizedCaseBeforeAnyRuns) {
+  nlohmann::json j = load(report());
+  ASSERT_GE(j["windows"].size(), 2u);
+  std::string big;
+  for (auto& [name, out] : j["windows"].back()["outputs"].items()) {
+    if (!out.is_object() || !out.contains("worst_case") || !out["worst_case"].is_string()) continue;
+    std::string c = out["worst_case"].get<std::string>();
+    const size_t t = c.find("T="), e = c.find(',', t);
+    ASSERT_NE(t, std::string::npos) << c;
+    big = c.substr(0, t) + "T=2147483648" + c.substr(e);
+    out["worst_case"] = big;
+    break;
+  }
+  ASSERT_FALSE(big.empty()) << j["windows"].back().dump();
+  const std::string rep = *dir_ + "/big.json", out = *dir_ + "/big.h5";
+  std::ofstream(rep) << j.dump();
+  const CliRun r = run("export " + rep + " -o " + out + " --backend cpu --keep 1000");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "(case " + big + "): case " + big + " (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "of host memory")) << r.out;
+  EXPECT_FALSE(contains(r.out, "pairs from")) << r.out;  // refused before the export began
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 
 namespace {

@@ -3,6 +3,7 @@
 // by containment (approval_status).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -100,6 +101,18 @@ TEST(Policy, ErrorsNameFileLineAndKey) {
   const std::string dir = std::string(NORMGATE_BINARY_DIR) + "/policy_test_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir + "/t.policy.toml");
   EXPECT_THROW((void)load_policy(dir + "/t.policy.toml"), PolicyError);
+  // A FIFO beside a table (the open blocked: `normgate routes` hung) and a
+  // device (read without end) are refused unopened, naming the path.
+  ASSERT_EQ(::mkfifo((dir + "/f.policy.toml").c_str(), 0600), 0);
+  for (const std::string& p : {dir + "/f.policy.toml", std::string("/dev/zero")}) {
+    try {
+      (void)load_policy(p);
+      ADD_FAILURE() << p << " was read";
+    } catch (const PolicyError& e) {
+      EXPECT_NE(std::string(e.what()).find(p + ": cannot read approval policy: not a regular file"), std::string::npos)
+          << e.what();
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 // tests/routing/routing_test.cpp: route-table loader, approvals file and dispatcher (routing.h).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -176,6 +177,21 @@ TEST(RouteTable, MissingFileNamesThePath) {
     EXPECT_NE(std::string(e.what()).find("/routes: cannot read route table: it is a directory"), std::string::npos)
         << e.what();
   }
+  // A FIFO blocked the open (the CLI, load_routes and $NORMGATE_ROUTES hung)
+  // and a device read without end: neither is opened.
+  const std::string fifo = ::testing::TempDir() + "/ng_routes_fifo_" + std::to_string(::getpid()) + ".toml";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  for (const std::string& p : {fifo, std::string("/dev/zero")}) {
+    try {
+      (void)load_route_table(p);
+      ADD_FAILURE() << p << " was read";
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find(p + ": cannot read route table: not a regular file"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::filesystem::remove(fifo);
 }
 
 // The shipped table covers H in {1536, 2048, 4096, 5120, 6144}, T 1..131072,
