@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 
 #include "h5.h"
 #include "normgate/core/bf16.h"
+#include "normgate/core/host_memory.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/budget.h"
@@ -18,6 +20,25 @@
 namespace normgate::validators {
 
 namespace {
+
+// Every shape of a case or maps file comes from its case id, so a crafted id
+// (T = 2^31 at H = 16384, over datasets of unwritten chunks) made the reader
+// allocate what the host does not have before the content digest could
+// fail: std::bad_alloc, no file named. `bytes` (what reading `what` holds at
+// once) is checked against the host's memory first.
+void require_memory_to_read(const std::string& path, const std::string& what, unsigned __int128 bytes) {
+  const uint64_t have = core::host_memory().usable();
+  if (have == 0 || bytes <= have) return;
+  auto gib = [](double b) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  throw std::runtime_error(path + ": " + what + " needs " + gib(static_cast<double>(bytes)) +
+                           " of host memory to read, more than this host's " + gib(static_cast<double>(have)) +
+                           " (a damaged or crafted file?)");
+}
+
 
 constexpr const char* kCaseSchema = "normgate-case/2";
 constexpr const char* kMapsSchema = "normgate-maps/2";
@@ -115,6 +136,10 @@ ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int
                              std::to_string(kMaxTile) + ")");
   m.tile_rows = (m.rows + m.tile - 1) / m.tile;
   m.tile_cols = (m.cols + m.tile - 1) / m.tile;
+  using U = unsigned __int128;
+  require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
+                         U(8) * U(rows) + U(8) * U(m.tile_rows) * U(m.tile_cols) +
+                             (f.exists(g + "/dx_ratio") ? U(4) * U(rows) * U(cols) : U(0)));
   m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", dims1(m.cols));
   m.dw_bound = h5::read_f64(f, g + "/dw_bound", dims1(m.cols));
   m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", dims1(m.cols));
@@ -173,6 +198,10 @@ SavedCase read_case(const std::string& path, bool legacy, std::string* upgraded)
     throw std::runtime_error(path + ": attribute /@case_id: " + e.what());
   }
   const int64_t T = id.rows(), H = id.H;
+  // BF16 x, dy, y, dx (and form res's u, dh_new, h_new) at once.
+  require_memory_to_read(path, "its case " + seeds::to_string(id),
+                         static_cast<unsigned __int128>(2) * static_cast<uint64_t>(T) * static_cast<uint64_t>(H) *
+                             (id.form == Form::res ? 7u : 4u));
   c.inputs.id = id;
   c.inputs.rows = T;
   c.inputs.cols = H;

@@ -240,6 +240,47 @@ TEST(CaseFileDigest, AbsurdDimsAreAnErrorNotBadAlloc) {
   fs::remove_all(fs::path(p).parent_path());
 }
 
+// A case id beyond host memory (T = 2^31 at H = 16384; a crafted file's
+// datasets of unwritten chunks can match it in 16 KB): refused naming the
+// file before any dataset is allocated (std::bad_alloc, exit 3, before). A
+// maps file's entry the same.
+TEST(CaseFileDigest, ACaseIdBeyondHostMemoryIsAnErrorBeforeAnyRead) {
+  const std::string big = "H=16384,T=2147483648,w=bf16,form=plain,family=cancel,seed=1";
+  const std::string p = temp_path("huge_id.h5");
+  nv::write_case_file(p, saved(kCase, "bwd_det_chunked"));
+  set_string_attr(p, "/", "case_id", big);
+  expect_refused(p, p + ": its case " + big + " needs 262144.0 GiB of host memory to read, more than this host's");
+  const nv::SavedCase c = saved(kCase, "ctl_fp32_seq");
+  std::vector<nv::MapsEntry> es(1);
+  es[0].prov = c.prov;
+  es[0].maps = c.maps;
+  const std::string m = temp_path("huge_maps.h5");
+  nv::write_maps_file(m, "r.json", es);
+  set_string_attr(m, "/cases/0000", "case_id", big);
+  {
+    H5File h(m);
+    ASSERT_GE(h.f, 0);
+    const hid_t g = H5Oopen(h.f, "/cases/0000", H5P_DEFAULT);
+    ASSERT_GE(g, 0);
+    for (const auto& [a, v] : {std::pair{"rows", int64_t{1} << 31}, std::pair{"cols", int64_t{16384}}}) {
+      const hid_t at = H5Aopen(g, a, H5P_DEFAULT);
+      ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &v), 0);
+      H5Aclose(at);
+    }
+    H5Oclose(g);
+  }
+  try {
+    (void)nv::read_maps_file(m);
+    ADD_FAILURE() << "read";
+  } catch (const std::bad_alloc&) {
+    ADD_FAILURE() << "std::bad_alloc";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(m + ": group cases/0000 (2147483648 x 16384) needs "), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(fs::path(p).parent_path());
+}
+
 // Bit flips: a fixed-seed sample of 2000 bits over the whole file plus every
 // bit of the bytes holding /@case_id and /@verdict. Each flip reads back
 // identical (a bit HDF5 never reads) or is an error naming the file; never a
