@@ -3,8 +3,11 @@
 #include "commands.h"
 
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +38,18 @@ int run_quiet(std::vector<std::string> args) {
   int status = 0;
   if (::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
+}
+
+// The plot child's pid while normgate waits for it, and the signal that
+// came meanwhile (0: none). SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed
+// on to the child and waited for: a scheduler's `kill PID` ended normgate at
+// once and left the script writing pictures after it.
+volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_signal = 0;
+
+void forward_to_child(int sig) {
+  g_signal = sig;
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
 }
 
 }  // namespace
@@ -121,16 +136,39 @@ void add_plot(CLI::App& app, Commands& cmds) {
         std::fprintf(stderr, "normgate: error: cannot run '%s' (set PYTHON)\n", py.c_str());
         ::_exit(2);
       }
+      g_child = pid;
+      struct sigaction fw {}, old_sa[4];
+      fw.sa_handler = forward_to_child;
+      sigemptyset(&fw.sa_mask);
+      const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+      for (int k = 0; k < 4; ++k) {
+        ::sigaction(sigs[k], nullptr, &old_sa[k]);
+        if (old_sa[k].sa_handler != SIG_IGN) ::sigaction(sigs[k], &fw, nullptr);  // nohup's stay ignored
+      }
       int status = 0;
-      if (::waitpid(pid, &status, 0) < 0) throw std::runtime_error("plot: waitpid failed");
-      if (!WIFEXITED(status)) throw std::runtime_error("plot: " + script + " was killed");
+      pid_t got = -1;
+      while ((got = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+      }
+      g_child = 0;
+      for (int k = 0; k < 4; ++k) ::sigaction(sigs[k], &old_sa[k], nullptr);
+      if (got < 0) throw std::runtime_error("plot: waitpid failed");
+      // Interrupted: the script cleaned up after itself (or was killed);
+      // normgate ends by the same signal, through its own handlers (which
+      // remove any temporary file of its own).
+      if (g_signal != 0) {
+        ::raise(g_signal);
+        return 128 + g_signal;
+      }
+      if (!WIFEXITED(status))
+        throw std::runtime_error("plot: " + script + " was killed by signal " + std::to_string(WTERMSIG(status)));
       const int rc = WEXITSTATUS(status);  // 0 ok, 2 bad input, 3 a write failed (the script names it)
       if (rc == 0 && !std::filesystem::is_regular_file(std::filesystem::path(o->out) / "index.html"))
         throw std::runtime_error("plot: '" + py + " " + script + "' exited 0 but wrote no " + o->out +
                                  "/index.html");
+      // Any other status is the script failing (a Python traceback is 1),
+      // not a verdict: a runtime failure, exit 3.
       if (rc != 0 && rc != 2 && rc != 3)
-        std::fprintf(stderr, "normgate: error: plot: '%s %s' exited with status %d\n", py.c_str(), script.c_str(),
-                     rc);
+        throw std::runtime_error("plot: '" + py + " " + script + "' exited with status " + std::to_string(rc));
       return rc;
     };
   });
