@@ -423,6 +423,24 @@ herr_t visit_attr(hid_t, const char* name, const H5A_info_t*, void* out) {
   static_cast<std::vector<std::string>*>(out)->push_back(name);
   return 0;
 }
+// Every link under the root, each hard link by its name (an object reached
+// by two names has two), and the first link that is not a hard link.
+struct Links {
+  std::vector<std::string> hard;
+  std::string other;  // "soft link /a" or "external link /b" ("" when none)
+};
+herr_t visit_link(hid_t, const char* name, const H5L_info_t* info, void* out) {
+  auto* l = static_cast<Links*>(out);
+  if (info->type == H5L_TYPE_HARD) {
+    l->hard.push_back(name);
+  } else if (l->other.empty()) {
+    l->other = std::string(info->type == H5L_TYPE_SOFT       ? "soft link /"
+                           : info->type == H5L_TYPE_EXTERNAL ? "external link /"
+                                                             : "user-defined link /") +
+               name;
+  }
+  return 0;
+}
 Visit visit_all(const Reader& r) {
   Visit v;
   if (H5Ovisit(r.root(), H5_INDEX_NAME, H5_ITER_INC, visit_obj, &v) < 0) fail(r.path(), "cannot list its objects");
@@ -444,11 +462,30 @@ std::vector<std::string> Reader::attributes(const std::string& obj) const {
 void Reader::verify_content(const std::string& schema) const {
   const Visit v = visit_all(*this);
   if (v.other) fail(path_, "object /" + v.other_name + " is not part of " + schema);
+  // Links: the objects are visited once each, by their first name, so a
+  // soft or external link, or a second name of a dataset, was never seen.
+  Links links;
+  if (H5Lvisit(root(), H5_INDEX_NAME, H5_ITER_INC, visit_link, &links) < 0) fail(path_, "cannot list its links");
+  if (!links.other.empty()) fail(path_, links.other + " is not part of " + schema);
+  if (links.hard.size() + 1 != v.objects.size())  // the root has no link of its own
+    for (const std::string& l : links.hard)
+      if (std::find(v.objects.begin(), v.objects.end(), l) == v.objects.end())
+        fail(path_, "link /" + l + " (a second name of an object) is not part of " + schema);
   for (const std::string& obj : v.objects) {
     if (!plain_name(obj)) fail(path_, "an object name with spaces or control characters is not part of " + schema);
     const bool dataset = std::find(v.datasets.begin(), v.datasets.end(), obj) != v.datasets.end();
     if (dataset && manifest_.count(item_key(obj, "")) == 0)
       fail(path_, "dataset " + item_key(obj, "") + " is not part of " + schema);
+    // A group holds what the schema puts in it (its attributes or members):
+    // an empty or foreign group is not part of it.
+    if (!dataset && obj != "/") {
+      const std::string g = item_key(obj, "");
+      bool used = false;
+      for (auto it = manifest_.lower_bound(g); !used && it != manifest_.end() && it->first.compare(0, g.size(), g) == 0;
+           ++it)
+        used = it->first.size() > g.size() && (it->first[g.size()] == '/' || it->first[g.size()] == '@');
+      if (!used) fail(path_, "group " + g + " is not part of " + schema);
+    }
     for (const std::string& a : attributes(obj)) {
       if (!plain_name(a)) fail(path_, "an attribute name with spaces or control characters is not part of " + schema);
       const std::string key = item_key(obj, a);

@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <new>
 #include <string>
@@ -192,6 +193,45 @@ TEST(CaseFileDigest, OtherEditsAreErrors) {
   spit(p, good);
   set_string_attr(p, "/", "content_sha256", std::string(64, '0'));
   expect_refused(p, "content SHA-256 mismatch");
+  spit(p, good);
+  EXPECT_TRUE(same(nv::read_case_file(p), c));
+  fs::remove_all(fs::path(p).parent_path());
+}
+
+// Objects and links outside the schema, which need no new digest: an empty
+// group, a second name of a dataset, soft and external links. Each was read
+// as the untouched file (the digest covers attributes and datasets only).
+TEST(CaseFileDigest, GroupsAndLinksOutsideTheSchemaAreErrors) {
+  const nv::SavedCase c = saved(kCase, "bwd_det_chunked");
+  const std::string p = temp_path("links.h5");
+  nv::write_case_file(p, c);
+  const std::vector<char> good = slurp(p);
+  struct Edit {
+    const char* said;
+    std::function<herr_t(hid_t)> make;
+  };
+  const Edit edits[] = {
+      {"group /extra is not part of normgate-case/2",
+       [](hid_t f) {
+         const hid_t g = H5Gcreate2(f, "/extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+         return g < 0 ? herr_t(-1) : H5Gclose(g);
+       }},
+      {"link /outputs/y2 (a second name of an object) is not part of normgate-case/2",
+       [](hid_t f) { return H5Lcreate_hard(f, "/outputs/y", f, "/outputs/y2", H5P_DEFAULT, H5P_DEFAULT); }},
+      {"soft link /outputs/z is not part of normgate-case/2",
+       [](hid_t f) { return H5Lcreate_soft("/outputs/y", f, "/outputs/z", H5P_DEFAULT, H5P_DEFAULT); }},
+      {"external link /ext is not part of normgate-case/2",
+       [](hid_t f) { return H5Lcreate_external("other.h5", "/x", f, "/ext", H5P_DEFAULT, H5P_DEFAULT); }},
+  };
+  for (const Edit& e : edits) {
+    spit(p, good);
+    {
+      H5File h(p);
+      ASSERT_GE(h.f, 0);
+      ASSERT_GE(e.make(h.f), 0) << e.said;
+    }
+    expect_refused(p, e.said);
+  }
   spit(p, good);
   EXPECT_TRUE(same(nv::read_case_file(p), c));
   fs::remove_all(fs::path(p).parent_path());
