@@ -378,7 +378,7 @@ nlohmann::json read_report(const std::string& path) {
   if (const std::string why = core::regular_file_problem(path); !why.empty())
     throw std::invalid_argument("cannot read report '" + path + "': " + why);
   std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read report '" + path + "'");
+  if (!in) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);

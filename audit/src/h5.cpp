@@ -363,6 +363,8 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
   quiet();
   if (const std::string why = core::regular_file_problem(path_); !why.empty())
     throw std::runtime_error(path_ + ": " + why);
+  // HDF5 says "not an HDF5 file" for a file it cannot open: the reason first.
+  if (::access(path_.c_str(), R_OK) != 0) throw std::runtime_error(path_ + ": cannot read: " + std::strerror(errno));
   if (H5Fis_hdf5(path_.c_str()) <= 0) fail(path_, "not an HDF5 file (truncated or corrupted?)");
   // A metadata checksum that fails once fails again: no retries (HDF5's
   // default re-reads a failing piece of metadata up to 100 times).
