@@ -277,7 +277,11 @@ _last_dicts = {}  # id(RouteInfo) -> (RouteInfo, its dict): last_variant() of on
 def set_strict_routes(on=True):
     """on: calls outside every window of the route table raise RouteError
     instead of running the fallback (for the whole process; overrides
-    NORMGATE_STRICT_ROUTES)."""
+    NORMGATE_STRICT_ROUTES). ValueError for anything but True or False (as
+    route_for's deterministic=): the string "false" is truthy, and would have
+    turned strict mode on."""
+    if not isinstance(on, bool):
+        raise ValueError("set_strict_routes: on must be True or False, got %r" % (on,))
     _lib.check(_lib.lib().ng_set_strict_routes(1 if on else 0))
     _route_cache.clear()
 
@@ -287,8 +291,19 @@ def load_routes(path=None):
     ($NORMGATE_ROUTES, the installed table, the build tree's routes/); else
     that .toml (approvals beside it). Re-reads NORMGATE_DISPATCH; the fallback
     warnings start afresh. RouteError naming the problem (the table in use
-    stays). Returns the table's path."""
-    _lib.check(_lib.lib().ng_routes_load(None if path is None else _lib._bytes(os.fspath(path), "path")))
+    stays); ValueError for a path that is not a str or os.PathLike, or is
+    empty (the library would take "" for the default search). Returns the
+    table's path."""
+    if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValueError("load_routes: path must be a str, an os.PathLike or None, got %r" % (path,))
+        p = os.fspath(path)
+        if not isinstance(p, str):  # a PathLike of bytes: as load_routes(b"...")
+            raise ValueError("load_routes: path must be a str path, got %r" % (p,))
+        if not p:
+            raise ValueError("load_routes: path is empty (''); pass None for the default search")
+        path = p
+    _lib.check(_lib.lib().ng_routes_load(None if path is None else _lib._bytes(path, "path")))
     with _warn_lock:
         _warned.clear()
     _route_cache.clear()

@@ -162,6 +162,9 @@ def library_path():
 
 
 ABI_MIN = (0, 2)  # first library version with these struct layouts
+# Functions every normgate library has: a library without them is another
+# library (libm at $NORMGATE_LIB, say), not an old build of this one.
+_REQUIRED = ("ng_version", "ng_last_error", "ng_case_info")
 
 
 def lib():
@@ -182,68 +185,23 @@ def lib():
             L = ctypes.CDLL(path)
         except OSError as e:
             raise RuntimeError("normgate: cannot load " + path + ": " + str(e)) from None
-        L.ng_version.restype = ctypes.c_char_p
-        L.ng_version.argtypes = []
-        L.ng_last_error.restype = ctypes.c_char_p
-        L.ng_last_error.argtypes = []
-        L.ng_device_available.restype = ctypes.c_int
-        L.ng_device_available.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        L.ng_fwd.restype = ctypes.c_int
-        L.ng_fwd.argtypes = [ctypes.POINTER(FwdArgs), _vp]
-        L.ng_bwd.restype = ctypes.c_int
-        L.ng_bwd.argtypes = [ctypes.c_char_p, ctypes.POINTER(BwdArgs), _vp]
-        L.ng_bwd_workspace_bytes.restype = ctypes.c_int
-        L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
-        L.ng_copy_vec16.restype = ctypes.c_int
-        L.ng_copy_vec16.argtypes = [_vp, _vp, _c_u64, _vp]
-        L.ng_ceiling_stream.restype = ctypes.c_int
-        L.ng_ceiling_stream.argtypes = [ctypes.c_char_p, _vp, _vp, _c_u64, _vp]
-        L.ng_graph_spans_start.restype = ctypes.c_int
-        L.ng_graph_spans_start.argtypes = []
-        L.ng_graph_spans_stop.restype = ctypes.c_int
-        L.ng_graph_spans_stop.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
-        L.ng_graph_spans_take.restype = ctypes.c_int
-        L.ng_graph_spans_take.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
-        L.ng_case_info.restype = ctypes.c_int
-        L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
-        L.ng_generate_host.restype = ctypes.c_int
-        L.ng_generate_host.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs)]
-        L.ng_oracle_open.restype = ctypes.c_int
-        L.ng_oracle_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_vp)]
-        L.ng_generate_device.restype = ctypes.c_int
-        L.ng_generate_device.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), _vp]
-        L.ng_oracle_open_inputs.restype = ctypes.c_int
-        L.ng_oracle_open_inputs.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), ctypes.c_int,
-                                            ctypes.POINTER(_vp)]
-        L.ng_oracle_validate.restype = ctypes.c_int
-        L.ng_oracle_validate.argtypes = [_vp, ctypes.POINTER(Outputs), ctypes.c_char_p, ctypes.c_size_t,
-                                         ctypes.POINTER(ctypes.c_size_t)]
-        L.ng_oracle_close.restype = None
-        L.ng_oracle_close.argtypes = [_vp]
-        if not hasattr(L, "ng_route_for"):
-            raise RuntimeError("normgate: " + path + " predates routed dispatch (no ng_route_for): rebuild it with "
-                               "scripts/build")
-        L.ng_bwd_routed.restype = ctypes.c_int
-        L.ng_bwd_routed.argtypes = [_c_i32, ctypes.POINTER(BwdArgs), _vp]
-        L.ng_route_for.restype = ctypes.c_int
-        L.ng_route_for.argtypes = [_c_i32, _c_i32, _c_i64, _c_i64, _c_i32, _c_i32, ctypes.c_char_p,
-                                   ctypes.POINTER(RouteInfo)]
-        L.ng_last_route.restype = ctypes.c_int
-        L.ng_last_route.argtypes = [ctypes.POINTER(RouteInfo)]
-        L.ng_routes_load.restype = ctypes.c_int
-        L.ng_routes_load.argtypes = [ctypes.c_char_p]
-        L.ng_set_strict_routes.restype = ctypes.c_int
-        L.ng_set_strict_routes.argtypes = [ctypes.c_int]
-        L.ng_set_route_warnings.restype = ctypes.c_int
-        L.ng_set_route_warnings.argtypes = [ctypes.c_int]
-        L.ng_variant_info.restype = ctypes.c_int
-        L.ng_variant_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(VariantDesc)]
-        # The fallback warnings reach Python users through warnings.warn
-        # (normgate/__init__.py), not the library's stderr.
-        L.ng_set_route_warnings(0)
+        # Another library (libm at $NORMGATE_LIB, say) loads but lacks the
+        # functions: ctypes would raise a bare AttributeError ("undefined
+        # symbol") at the first one.
+        missing = [name for name in _REQUIRED if not hasattr(L, name)]
+        if missing:
+            raise RuntimeError("normgate: " + path + " is not the normgate C library libnormgate_capi.so (it has no "
+                               + ", ".join(missing) + ")" +
+                               (" ($NORMGATE_LIB): set NORMGATE_LIB to the build's capi/libnormgate_capi.so"
+                                if os.environ.get("NORMGATE_LIB") == path else ""))
+        try:
+            _declare(L, path)
+        except AttributeError as e:  # a normgate library without one of them: an old or partial build
+            raise RuntimeError("normgate: " + path + " lacks a function this package needs (" +
+                               str(e).splitlines()[0] + "): rebuild it with scripts/build") from None
         # The structs above have the 0.2.0 layout (msq appended): an older
         # library would read past them. "normgate 0.2.0 (commit)".
-        ver = L.ng_version().decode()
+        ver = L.ng_version().decode("utf-8", "replace")
         try:
             major, minor = (int(p) for p in ver.split()[1].split(".")[:2])
         except (IndexError, ValueError):
@@ -253,6 +211,69 @@ def lib():
                                "(the C ABI structs changed): rebuild it with scripts/build" % ABI_MIN)
         _lib = L
         return L
+
+
+def _declare(L, path):
+    """The ctypes signatures of the library's functions (AttributeError for one it lacks)."""
+    L.ng_version.restype = ctypes.c_char_p
+    L.ng_version.argtypes = []
+    L.ng_last_error.restype = ctypes.c_char_p
+    L.ng_last_error.argtypes = []
+    L.ng_device_available.restype = ctypes.c_int
+    L.ng_device_available.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    L.ng_fwd.restype = ctypes.c_int
+    L.ng_fwd.argtypes = [ctypes.POINTER(FwdArgs), _vp]
+    L.ng_bwd.restype = ctypes.c_int
+    L.ng_bwd.argtypes = [ctypes.c_char_p, ctypes.POINTER(BwdArgs), _vp]
+    L.ng_bwd_workspace_bytes.restype = ctypes.c_int
+    L.ng_bwd_workspace_bytes.argtypes = [ctypes.c_char_p, _c_i64, _c_i64, ctypes.POINTER(_c_u64)]
+    L.ng_copy_vec16.restype = ctypes.c_int
+    L.ng_copy_vec16.argtypes = [_vp, _vp, _c_u64, _vp]
+    L.ng_ceiling_stream.restype = ctypes.c_int
+    L.ng_ceiling_stream.argtypes = [ctypes.c_char_p, _vp, _vp, _c_u64, _vp]
+    L.ng_graph_spans_start.restype = ctypes.c_int
+    L.ng_graph_spans_start.argtypes = []
+    L.ng_graph_spans_stop.restype = ctypes.c_int
+    L.ng_graph_spans_stop.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
+    L.ng_graph_spans_take.restype = ctypes.c_int
+    L.ng_graph_spans_take.argtypes = [ctypes.POINTER(GraphSpan), _c_u64, ctypes.POINTER(_c_u64)]
+    L.ng_case_info.restype = ctypes.c_int
+    L.ng_case_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(CaseInfo)]
+    L.ng_generate_host.restype = ctypes.c_int
+    L.ng_generate_host.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs)]
+    L.ng_oracle_open.restype = ctypes.c_int
+    L.ng_oracle_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_vp)]
+    L.ng_generate_device.restype = ctypes.c_int
+    L.ng_generate_device.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), _vp]
+    L.ng_oracle_open_inputs.restype = ctypes.c_int
+    L.ng_oracle_open_inputs.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs), ctypes.c_int,
+                                        ctypes.POINTER(_vp)]
+    L.ng_oracle_validate.restype = ctypes.c_int
+    L.ng_oracle_validate.argtypes = [_vp, ctypes.POINTER(Outputs), ctypes.c_char_p, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_size_t)]
+    L.ng_oracle_close.restype = None
+    L.ng_oracle_close.argtypes = [_vp]
+    if not hasattr(L, "ng_route_for"):
+        raise RuntimeError("normgate: " + path + " predates routed dispatch (no ng_route_for): rebuild it with "
+                           "scripts/build")
+    L.ng_bwd_routed.restype = ctypes.c_int
+    L.ng_bwd_routed.argtypes = [_c_i32, ctypes.POINTER(BwdArgs), _vp]
+    L.ng_route_for.restype = ctypes.c_int
+    L.ng_route_for.argtypes = [_c_i32, _c_i32, _c_i64, _c_i64, _c_i32, _c_i32, ctypes.c_char_p,
+                               ctypes.POINTER(RouteInfo)]
+    L.ng_last_route.restype = ctypes.c_int
+    L.ng_last_route.argtypes = [ctypes.POINTER(RouteInfo)]
+    L.ng_routes_load.restype = ctypes.c_int
+    L.ng_routes_load.argtypes = [ctypes.c_char_p]
+    L.ng_set_strict_routes.restype = ctypes.c_int
+    L.ng_set_strict_routes.argtypes = [ctypes.c_int]
+    L.ng_set_route_warnings.restype = ctypes.c_int
+    L.ng_set_route_warnings.argtypes = [ctypes.c_int]
+    L.ng_variant_info.restype = ctypes.c_int
+    L.ng_variant_info.argtypes = [ctypes.c_char_p, ctypes.POINTER(VariantDesc)]
+    # The fallback warnings reach Python users through warnings.warn
+    # (normgate/__init__.py), not the library's stderr.
+    L.ng_set_route_warnings(0)
 
 
 def loadable():

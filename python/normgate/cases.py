@@ -64,11 +64,14 @@ def content_sha256(f, path=None):
     "/path@name" ("/@name" on the root), TYPE str|u16|i64|f32|f64, DIMS "-"
     for a (scalar) attribute, else the dims joined by "x", VALUE the
     little-endian elements (a string: its stored bytes without trailing NULs).
-    An item of another type, a non-scalar attribute or a name with spaces or
-    control characters raises CaseContentError."""
+    An item of another type, a non-scalar attribute, a name with spaces or
+    control characters, or a dataset that declares more data than the file
+    stores (_check_sizes: checked before any dataset is read) raises
+    CaseContentError."""
     import h5py
     import numpy as np
     path = path or f.filename
+    _check_sizes(f, path)
 
     def bad(why):
         raise CaseContentError(path, "", "", "%s: %s" % (path, why))
@@ -113,9 +116,78 @@ def content_sha256(f, path=None):
     return hashlib.sha256("".join(lines[k] for k in sorted(lines)).encode()).hexdigest()
 
 
+# deflate (the writer's filter, with shuffle and Fletcher-32) shrinks data at
+# most about 1032:1 (an all-zero 1 MiB chunk stores ~1 KiB): a dataset that
+# declares more than this times its stored bytes (plus 1 MiB) is not data the
+# file holds (no chunk written at all: every element a fill value).
+_MAX_STORED_RATIO = 1100
+_SLACK_BYTES = 1 << 20
+
+
+def _host_memory():
+    """Bytes of memory this process may use: the physical memory, or a smaller
+    cgroup limit (v2 memory.max, v1 memory.limit_in_bytes); 0 when unknown."""
+    have = 0
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        pass
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(f) as fh:
+                v = int(fh.read(64).strip())
+        except (OSError, ValueError):  # absent, unreadable, or "max"
+            continue
+        if 0 < v < (1 << 62) and (have == 0 or v < have):
+            have = v
+    return max(have, 0)
+
+
+def _check_sizes(f, path=None):
+    """CaseContentError naming the file, the dataset and its shape unless every
+    dataset of the open h5py File f is backed by the bytes the file stores
+    (its declared size at most _MAX_STORED_RATIO times its stored bytes, plus
+    1 MiB), and all of them together fit in this host's memory. Reads no
+    data: a crafted 16 KB file declaring [2^31, 16384] datasets with no chunk
+    written would otherwise be allocated in full (numpy's MemoryError, or
+    gigabytes filled with fill values) before its digest could fail."""
+    import h5py
+    path = path or f.filename
+    found = []  # (declared bytes, name, shape)
+
+    def visit(name, obj):
+        if not isinstance(obj, h5py.Dataset):
+            return
+        shape = tuple(int(d) for d in (obj.shape or ()))
+        n = obj.dtype.itemsize
+        for d in shape:
+            n *= d
+        if n == 0:
+            return
+        try:
+            stored = int(obj.id.get_storage_size())
+        except (OSError, RuntimeError, ValueError):
+            stored = 0
+        if n > _MAX_STORED_RATIO * stored + _SLACK_BYTES:
+            raise CaseContentError(path, "", "", "%s: dataset /%s declares shape %s (%d bytes) but the file stores "
+                                   "only %d bytes of it (damaged or crafted: refused before reading it)"
+                                   % (path, name, list(shape), n, stored))
+        found.append((n, name, shape))
+
+    f.visititems(visit)
+    total = sum(n for n, _, _ in found)
+    have = _host_memory()
+    if found and have and total > have:
+        n, name, shape = max(found)
+        raise CaseContentError(path, "", "", "%s: the datasets declare %d bytes in all (the largest /%s, shape %s: "
+                               "%d bytes), more than this host's %d bytes of memory"
+                               % (path, total, name, list(shape), n, have))
+
+
 def verify_content(f, path):
-    """Raise CaseContentError unless f's /@content_sha256 is its content digest."""
-    expected = _text(f.attrs.get("content_sha256", b""))
+    """Raise CaseContentError unless f's /@content_sha256 is its content
+    digest (the datasets' declared sizes are checked first: _check_sizes)."""
+    expected = _text(f.attrs.get("content_sha256", b""), errors="replace")
     if not expected:
         raise CaseContentError(path, "", "", "%s: attribute /@content_sha256 is missing" % path)
     found = content_sha256(f, path)
@@ -123,8 +195,17 @@ def verify_content(f, path):
         raise CaseContentError(path, expected, found)
 
 
-def _text(v):
-    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+def _text(v, errors="strict"):
+    return v.decode("utf-8", errors) if isinstance(v, bytes) else str(v)
+
+
+def _attr_text(v, path, where):
+    """An attribute's value as str; CaseContentError naming the file and the
+    attribute when its bytes are not UTF-8 text."""
+    try:
+        return _text(v)
+    except UnicodeDecodeError as e:
+        raise CaseContentError(path, "", "", "%s: attribute %s is not UTF-8 text (%s)" % (path, where, e)) from None
 
 
 def _parse_case_id(case_id, path):
@@ -143,8 +224,14 @@ def _parse_case_id(case_id, path):
     form = kv.get("form", "plain")
     if w not in ("bf16", "fp32") or form not in ("plain", "res", "heads24", "heads4"):
         raise ValueError("%s: attribute /@case_id '%s': unknown w '%s' or form '%s'" % (path, case_id, w, form))
-    return {"T": T, "H": H, "w": w, "form": form, "heads": _HEADS.get(form, 1),
-            "eps": float(kv.get("eps", "1e-6"))}
+    if T < 0 or H < 1:
+        raise ValueError("%s: attribute /@case_id '%s': T = %d, H = %d (want T >= 0, H >= 1)" % (path, case_id, T, H))
+    try:
+        eps = float(kv.get("eps", "1e-6"))
+    except ValueError:
+        raise ValueError("%s: attribute /@case_id '%s': eps '%s' is not a number"
+                         % (path, case_id, kv["eps"])) from None
+    return {"T": T, "H": H, "w": w, "form": form, "heads": _HEADS.get(form, 1), "eps": eps}
 
 
 def _want_torch(as_torch):
@@ -218,39 +305,56 @@ def load_case(path, as_torch=None):
         raise ValueError("load_case: %s is not a regular file (%s)"
                          % (path, "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, socket or device"))
     torch = _want_torch(as_torch)
+
+    def group_items(f, group):
+        if group not in f or not isinstance(f[group], h5py.Group):
+            raise ValueError("%s: group /%s is missing (not a case file)" % (path, group))
+        for name, ds in f[group].items():
+            if not isinstance(ds, h5py.Dataset):
+                raise ValueError("%s: /%s/%s is not a dataset" % (path, group, name))
+            yield name, ds
+
     def read():
         with h5py.File(path, "r") as f:
-            meta = {k: _text(v) for k, v in f.attrs.items()}
-            if meta.get("schema") in _OLD_SCHEMAS:
+            # Only the schema before the digest (nothing else is trusted, or
+            # decoded, until the content digest matches).
+            schema = _text(f.attrs.get("schema", b""), errors="replace")
+            if schema in _OLD_SCHEMAS:
                 raise ValueError("%s: schema '%s' was written before content digests and is no longer read; write it "
                                  "again (normgate repro CASE_ID --variant V --save NEW.h5), or upgrade a file whose "
                                  "history you trust: normgate inspect FILE --upgrade NEW.h5 (datasets/SCHEMA.md)"
-                                 % (path, meta["schema"]))
-            if meta.get("schema") != CASE_SCHEMA:
+                                 % (path, schema))
+            if schema != CASE_SCHEMA:
                 raise ValueError("%s: schema '%s', expected '%s' (a case file written by normgate repro --save)"
-                                 % (path, meta.get("schema", ""), CASE_SCHEMA))
-            verify_content(f, path)
+                                 % (path, schema, CASE_SCHEMA))
+            verify_content(f, path)  # the datasets' declared sizes first, then every byte
+            meta = {k: _attr_text(v, path, "/@" + k) for k, v in f.attrs.items()}
             c = _parse_case_id(meta.get("case_id", ""), path)
             rows, H = c["T"] * c["heads"], c["H"]
             arrays, bf16 = {}, []
             for group in ("inputs", "outputs", "reference"):
-                for name, ds in f[group].items():
+                for name, ds in group_items(f, group):
                     key = group + "/" + name
                     arrays[key] = ds[()]
-                    if _text(ds.attrs.get("dtype", "")) == "bf16":
+                    if _attr_text(ds.attrs.get("dtype", ""), path, "/%s@dtype" % key) == "bf16":
                         if arrays[key].dtype != np.uint16:
                             raise ValueError("%s: dataset %s is marked bf16 but stored as %s, not uint16"
                                              % (path, key, arrays[key].dtype))
                         bf16.append(key)
-            maps = {name: ds[()] for name, ds in f["maps"].items()} if "maps" in f else {}
+            maps = {}
             if "maps" in f:
-                maps.update({k: int(v) for k, v in f["maps"].attrs.items()})
+                maps = {name: ds[()] for name, ds in group_items(f, "maps")}
+                for k, v in f["maps"].attrs.items():
+                    a = np.asarray(v)
+                    if a.shape != () or a.dtype.kind not in "iu":
+                        raise ValueError("%s: attribute /maps@%s is not an integer" % (path, k))
+                    maps[k] = int(a)
 
         return meta, c, rows, H, arrays, bf16, maps
 
     try:
         meta, c, rows, H, arrays, bf16, maps = read()
-    except (OSError, KeyError, RuntimeError) as e:
+    except (OSError, KeyError, RuntimeError, TypeError, AttributeError) as e:
         if isinstance(e, FileNotFoundError):
             raise
         # A damaged dataset (its Fletcher-32 or a metadata checksum fails:
@@ -259,6 +363,14 @@ def load_case(path, as_torch=None):
         # CLI does.
         raise CaseContentError(path, "", "", "%s: damaged or not a case file, HDF5 cannot read it: %s"
                                % (path, e)) from e
+    except ValueError as e:
+        if path in str(e):  # this module's refusals (CaseContentError among them) name the file already
+            raise
+        # h5py's or numpy's own ValueError on a damaged file: name the file.
+        raise CaseContentError(path, "", "", "%s: damaged or not a case file, HDF5 cannot read it: %s"
+                               % (path, e)) from e
+    except MemoryError as e:  # _check_sizes bounds the datasets; a file that still does not fit: name it
+        raise CaseContentError(path, "", "", "%s: not enough memory to read it (%s)" % (path, e)) from e
 
     res = c["form"] == "res"
     want = {"inputs/x": (rows, H), "inputs/dy": (rows, H), "inputs/w": (H,), "outputs/y": (rows, H),

@@ -37,6 +37,7 @@ import numbers
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -161,32 +162,69 @@ def _torch():
 
 # ---- source identity ---------------------------------------------------------
 
+def _file_kind(mode):
+    """What a stat mode that is not a regular file is, in words."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read_regular(path, what):
+    """The bytes of the regular file at path (a symbolic link: its target's).
+    ValueError naming `what` and path for anything else, before opening it: a
+    FIFO would block the open, /dev/zero (a link to it included) never ends;
+    and for a dangling link or a file that cannot be read."""
+    try:
+        st = os.stat(path)  # follows links: what open() would read
+    except OSError as e:
+        dangling = isinstance(e, FileNotFoundError) and os.path.islink(path)
+        why = "a symbolic link to a missing file" if dangling else (e.strerror or str(e))
+        raise ValueError("sources: %s %r cannot be read (%s)" % (what, path, why)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("sources: %s %r is not a regular file (%s%s)"
+                         % (what, path, "a link to " if os.path.islink(path) else "", _file_kind(st.st_mode)))
+    try:
+        # O_NONBLOCK: a file swapped for a FIFO since the stat above does not block the open either.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ValueError("sources: %s %r cannot be read (%s)" % (what, path, e.strerror or e)) from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError("sources: %s %r is not a regular file (it changed while being read)" % (what, path))
+        try:
+            return fh.read()
+        except OSError as e:
+            raise ValueError("sources: %s %r cannot be read (%s)" % (what, path, e.strerror or e)) from None
+
+
 def _source_bytes(s):
     """(label, bytes) pairs of one declared source."""
     if isinstance(s, (str, bytes, os.PathLike)):
         p = os.fspath(s)
         p = p.decode() if isinstance(p, bytes) else p
         if os.path.isdir(p):
+            def walk_error(e):  # os.walk would skip an unreadable folder silently: a changed identity
+                raise ValueError("sources: folder %r cannot be read (%s)" % (e.filename, e.strerror or e))
             out = []
-            for root, dirs, files in os.walk(p):
+            for root, dirs, files in os.walk(p, onerror=walk_error):
                 dirs.sort()
                 for f in sorted(files):
                     full = os.path.join(root, f)
-                    with open(full, "rb") as fh:
-                        out.append((os.path.relpath(full, p).replace(os.sep, "/"), fh.read()))
+                    out.append((os.path.relpath(full, p).replace(os.sep, "/"),
+                                _read_regular(full, "file")))
             if not out:
                 raise ValueError("sources: directory %r holds no file" % p)
             return out
         if not os.path.isfile(p):
             raise ValueError("sources: %r is not a file or directory" % p)
-        with open(p, "rb") as fh:
-            return [(os.path.basename(p), fh.read())]
+        return [(os.path.basename(p), _read_regular(p, "file"))]
     if isinstance(s, types.ModuleType):
         f = inspect.getsourcefile(s)
         if f is None:
             raise ValueError("sources: module %s has no source file" % s.__name__)
-        with open(f, "rb") as fh:
-            return [(s.__name__, fh.read())]
+        return [(s.__name__, _read_regular(f, "module %s's file" % s.__name__))]
     if inspect.isfunction(s) or inspect.ismethod(s) or inspect.isclass(s):
         try:
             src = inspect.getsource(s)

@@ -314,8 +314,8 @@ class RMSNorm(torch.nn.Module):
         else:
             raise ValueError("normalized_shape must be an int H or a one-element shape (normgate normalizes the "
                              "last dim only), got %r" % (normalized_shape,))
-        if shape[0] < 1:
-            raise ValueError("normalized_shape = %d; H must be >= 1" % shape[0])
+        if not 1 <= shape[0] <= MAX_H:  # the kernels' limit (capi.h): refused here, not at the first call
+            raise ValueError("normalized_shape = %d; H must be in 1..%d" % (shape[0], MAX_H))
         if form not in FORMS:
             raise ValueError("form must be one of %s, got %r" % (", ".join(FORMS), form))
         if form in _HEADS and shape[0] != HEAD_DIM:

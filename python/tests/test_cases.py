@@ -254,6 +254,102 @@ def test_another_schema_or_a_wrong_shape_is_refused():
             raise AssertionError("a case id whose shapes differ from the datasets' must raise ValueError")
 
 
+def expect_error(p, exc, *needles):
+    """load_case(p) raises exc (exactly that type) whose message holds p and every needle."""
+    try:
+        cases.load_case(p, as_torch=False)
+    except Exception as e:  # noqa: BLE001  the type is checked
+        assert type(e) is exc, (type(e).__name__, str(e))
+        for n in (p,) + needles:
+            assert n in str(e), (n, str(e))
+        return e
+    raise AssertionError("load_case(%s) must raise %s" % (p, exc.__name__))
+
+
+def test_a_non_utf8_attribute_or_bad_case_id_names_the_file():
+    """An attribute that is not UTF-8 raised a bare UnicodeDecodeError (no
+    file named: the metadata was decoded before the digest was checked), and
+    a case id with eps=abc a bare "could not convert string to float"."""
+    np = need("h5py", "numpy")
+    with tempfile.TemporaryDirectory() as d:
+        def gpu(f):
+            f.attrs["gpu"] = np.bytes_(b"\xff\xfe")
+        # Damaged, digest not recomputed: the digest is checked first.
+        e = expect_error(tampered(PLAIN, d, gpu), cases.CaseContentError, "content SHA-256 mismatch")
+        assert len(e.expected) == 64 and len(e.found) == 64
+        # Recomputed: the attribute is named.
+        expect_error(tampered(PLAIN, d, gpu, reseal=True), cases.CaseContentError,
+                     "attribute /@gpu is not UTF-8 text")
+
+        def eps(f):
+            f.attrs["case_id"] = np.bytes_(b"H=64,T=600,w=bf16,form=plain,family=cancel,seed=1,eps=abc")
+        expect_error(tampered(PLAIN, d, eps, reseal=True), ValueError, "eps 'abc' is not a number")
+
+        def negative_T(f):
+            f.attrs["case_id"] = np.bytes_(b"H=64,T=-600,w=bf16,form=plain,family=cancel,seed=1")
+        expect_error(tampered(PLAIN, d, negative_T, reseal=True), ValueError, "T = -600, H = 64")
+
+        def maps_attr(f):
+            f["maps"].attrs["tile"] = np.bytes_(b"abc")
+        expect_error(tampered(PLAIN, d, maps_attr, reseal=True), ValueError, "attribute /maps@tile is not an integer")
+
+
+def craft_huge(src, dst, T, H):
+    """/tmp/adv/craft_huge.py: a small file (no chunk written) whose case id
+    and datasets declare [T, H] (T = 2^31, H = 16384: 64 TiB per dataset)."""
+    import h5py
+    import numpy as np
+    with h5py.File(src, "r") as s, h5py.File(dst, "w") as d:
+        for k, v in s.attrs.items():
+            d.attrs[k] = v
+        d.attrs["case_id"] = np.bytes_(("H=%d,T=%d,w=bf16,form=plain,family=cancel,seed=0" % (H, T)).encode())
+        for name in ("inputs/x", "inputs/dy", "outputs/y", "outputs/dx"):
+            d.create_dataset(name, shape=(T, H), dtype="<u2", chunks=(1, H), fletcher32=True)
+            d[name].attrs["dtype"] = np.bytes_(b"bf16")
+        d.create_dataset("inputs/w", shape=(H,), dtype="<u2")
+        d["inputs/w"].attrs["dtype"] = np.bytes_(b"bf16")
+        d.create_dataset("outputs/rstd", shape=(T,), dtype="<f4", chunks=(min(T, 1 << 16),))
+        d.create_dataset("outputs/dw", shape=(H,), dtype="<f4")
+        for name in ("reference/rstd", "reference/rstd_bound"):
+            d.create_dataset(name, shape=(T,), dtype="<f8", chunks=(min(T, 1 << 16),))
+        for name in ("reference/dw", "reference/dw_bound"):
+            d.create_dataset(name, shape=(H,), dtype="<f8")
+        s.copy("maps", d)
+
+
+def test_a_file_declaring_huge_shapes_is_refused_before_reading():
+    """A 16 KB file declaring [2^31, 16384] datasets raised numpy's
+    MemoryError (or would allocate and fill gigabytes) before its digest
+    could fail: the declared sizes are checked against what the file stores
+    first, then against the host's memory."""
+    need("h5py", "numpy")
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "huge.h5")
+        craft_huge(PLAIN, p, 2 ** 31, 16384)
+        assert os.path.getsize(p) < 1 << 20
+        e = expect_error(p, cases.CaseContentError, "declares shape [2147483648, 16384]",
+                         "(70368744177664 bytes) but the file stores only 0 bytes")
+        assert e.expected == "" and e.found == ""
+        # content_sha256 (public) checks the same before reading.
+        import h5py
+        with h5py.File(p, "r") as f:
+            try:
+                cases.content_sha256(f)
+            except cases.CaseContentError as e:
+                assert "declares shape [2147483648, 16384]" in str(e), str(e)
+            else:
+                raise AssertionError("content_sha256 must refuse it")
+    # Stored data that does not fit in this host's memory: refused naming the largest dataset.
+    saved = cases._host_memory
+    cases._host_memory = lambda: 1000
+    try:
+        expect_error(PLAIN, cases.CaseContentError, "more than this host's 1000 bytes of memory",
+                     "shape [600, 64]: 76800 bytes), more than")
+    finally:
+        cases._host_memory = saved
+    assert cases.load_case(PLAIN, as_torch=False)["T"] == 600
+
+
 def test_res_fp32_case_written_by_the_cli():
     np = need("h5py", "numpy")
     p = os.environ.get("NORMGATE_RES_CASE")

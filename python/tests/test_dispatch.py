@@ -208,6 +208,25 @@ def test_fallback_and_strict_mode():
         assert normgate.route_for("bwd", 128, 5)["how"] == "fallback"
 
 
+def test_strict_routes_and_load_routes_refuse_a_bad_argument_naming_it():
+    with Routes() as r:
+        # Any non-empty string is truthy: "false" used to turn strict mode on.
+        for bad in ("false", "no", 1, 0, None, [True]):
+            msg = raises(ValueError, normgate.set_strict_routes, bad)
+            assert "set_strict_routes: on must be True or False, got %r" % (bad,) in msg, msg
+            fb = normgate.route_for("bwd", 128, 5, "bf16", deterministic=False)
+            assert fb["how"] == "fallback", (bad, fb)  # strict mode stayed off
+        # "" used to load the default table silently; 5 gave a TypeError naming no parameter.
+        assert "load_routes: path is empty ('')" in raises(ValueError, normgate.load_routes, "")
+        for bad in (5, b"/x/y.toml", ["t.toml"]):
+            msg = raises(ValueError, normgate.load_routes, bad)
+            assert "load_routes: path must be a str, an os.PathLike or None, got %r" % (bad,) in msg, msg
+        assert normgate.route_for("bwd", 64, 5)["table"] == r.table  # the table in use stayed
+        # A PathLike is a path.
+        import pathlib
+        assert normgate.load_routes(pathlib.Path(r.table)) == r.table
+
+
 def test_default_table_is_the_shipping_one():
     saved = os.environ.pop("NORMGATE_ROUTES", None)
     try:

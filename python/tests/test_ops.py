@@ -186,6 +186,9 @@ def test_variant_overrides_are_resolved_once_and_reach_both_operators():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(normalized_shape=(4, 64)), r"normalized_shape must be an int H or a one-element shape.*\(4, 64\)"),
     (dict(normalized_shape=0), "normalized_shape = 0"),
+    # The kernels' limit (capi.h: H 1..16384): refused at construction, not at the first call.
+    (dict(normalized_shape=16385), r"normalized_shape = 16385; H must be in 1\.\.16384"),
+    (dict(normalized_shape=[2 ** 40]), r"normalized_shape = 1099511627776; H must be in 1\.\.16384"),
     (dict(normalized_shape=True), "normalized_shape must be"),
     (dict(normalized_shape=64, form="heads8"), "form must be one of plain, res, heads24, heads4, got 'heads8'"),
     (dict(normalized_shape=128, form="heads4"), "form heads4 normalizes rows of 256; normalized_shape = 128"),
@@ -200,6 +203,10 @@ def test_variant_overrides_are_resolved_once_and_reach_both_operators():
 def test_constructor_errors_name_the_value(kwargs, match):
     with pytest.raises(ValueError, match=match):
         normgate.RMSNorm(device=META, **kwargs)
+
+
+def test_the_largest_h_is_accepted():
+    assert normgate.RMSNorm(16384, device=META).normalized_shape == (16384,)
 
 
 def test_forward_errors_name_the_value_before_any_work():

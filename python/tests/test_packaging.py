@@ -79,6 +79,38 @@ def test_without_packaged_library_normgate_lib_then_build_folder():
         assert r.returncode != 0 and "not found at " + want in r.stderr and "pip install ." in r.stderr, r.stderr
 
 
+def _another_library():
+    """The path of a shared library this process has loaded that is not
+    normgate's (libc, libm, ...): one ctypes loads, without ng_version."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            p = line.split()[-1]
+            base = os.path.basename(p)
+            if p.startswith("/") and (base.startswith("libc.so") or base.startswith("libm.so")
+                                      or base.startswith("libc-") or base.startswith("libm-")) and os.path.isfile(p):
+                return p
+    return None
+
+
+def test_normgate_lib_at_another_library_is_a_runtime_error_naming_it():
+    other = _another_library()
+    assert other, "no libc or libm in /proc/self/maps"
+    with tempfile.TemporaryDirectory() as tmp:
+        site, _ = _installed_copy(tmp, with_lib=False)
+        r = _run(site, "import normgate\n"
+                       "try:\n    normgate.version()\n"
+                       "except RuntimeError as e:\n    print(e)\n"
+                       "else:\n    raise SystemExit('loaded')", {"NORMGATE_LIB": other})
+        # ctypes' bare AttributeError ("undefined symbol: ng_version") before.
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (r.returncode, r.stdout, r.stderr)
+        assert ("normgate: %s is not the normgate C library libnormgate_capi.so (it has no ng_version" % other
+                in r.stdout), r.stdout
+        assert "set NORMGATE_LIB to the build's capi/libnormgate_capi.so" in r.stdout, r.stdout
+        # loadable() (the tests' skip check) says no instead of raising.
+        r = _run(site, "import normgate._lib as L; print(L.loadable())", {"NORMGATE_LIB": other})
+        assert r.returncode == 0 and r.stdout.strip() == "False", (r.stdout, r.stderr)
+
+
 def test_version_installed_and_source_tree():
     with tempfile.TemporaryDirectory() as tmp:
         site, _ = _installed_copy(tmp, with_lib=False)
