@@ -33,16 +33,27 @@ grouped per implementation with their cases' own verdicts.
 
 NNNN is 0000 for a case file and the group name for a maps file; the slug is
 made from case_id and the variant under audit (a forward window's forward
-variant, else impl). Files are written to a temporary name in OUTDIR and
-renamed, so OUTDIR never holds a half-written picture or index.
+variant, else impl). Every file is first written under a temporary name in
+OUTDIR (.NAME.XXXXXX.tmp); only when all of them, index.html included, are
+written are they renamed into place, index.html last. So OUTDIR never holds a
+half-written picture, and a run that fails or is interrupted (Ctrl-C,
+SIGTERM, SIGHUP) removes its temporary files and leaves the files of an
+earlier run as they were (and removes OUTDIR when it made it).
 
 Usage: plot_maps.py FILE.h5 -o OUTDIR [--dpi N] [--report REPORT.json]
 
 Exit status: 0 all pictures and the index written; 2 bad usage, an
 unreadable/malformed file or one whose content digest does not match (one
-line on stderr naming the file and the dataset or attribute), a file of the
-older schemas without a digest, or a --report that is not the maps' gate
-report.
+line on stderr naming the file and the dataset or attribute), a dataset that
+declares more data than the file stores, a file of the older schemas without
+a digest, or a --report that is not the maps' gate report or has a field of
+the wrong type (one line naming the report and the field); 3 an output that
+cannot be written (a full disk; a folder in the way, checked before any
+drawing) or an internal error (one line, no traceback); 128 + N interrupted
+by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). On any exit but 0,
+nothing of this run is left (earlier files stay as they were).
+A gate report found through /@source (not --report) that is not JSON, not
+a gate report or malformed is not used: a note says why.
 Needs python3 with h5py, numpy and matplotlib.
 """
 import argparse
@@ -52,6 +63,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import textwrap
@@ -75,6 +87,18 @@ class Failed(Exception):
     """A runtime failure (an output that cannot be written: a full disk): one line, exit 3."""
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP (SIGINT is KeyboardInterrupt): this run's files removed, exit 128 + signum."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(signum)
+
+
 def die(msg, code=2):
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     sys.exit(code)
@@ -84,6 +108,12 @@ def text_is_markdown(text):
     """True for a gate's Markdown report (it opens with '# normgate gate')."""
     return isinstance(text, str) and text.lstrip().startswith("#")
 
+
+if __name__ == "__main__":
+    # SIGTERM and SIGHUP (a scheduler, a closed terminal) end the run as Ctrl-C
+    # does (main: this run's temporary files removed, exit 128 + the signal).
+    for _sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_sig, on_signal)
 
 try:
     import numpy as np
@@ -98,6 +128,10 @@ try:
     from matplotlib.patches import Rectangle
 except ImportError as e:  # pragma: no cover - environment problem
     die(f"needs numpy, h5py and matplotlib ({e}); e.g. pip install h5py matplotlib numpy")
+except (KeyboardInterrupt, Interrupted) as _err:  # interrupted while importing: nothing written yet
+    _signum = _err.signum if isinstance(_err, Interrupted) else signal.SIGINT
+    print(f"{PROG}: interrupted ({signal.Signals(_signum).name})", file=sys.stderr)
+    sys.exit(128 + _signum)
 
 
 # --------------------------------------------------------------------------- reading
@@ -234,12 +268,45 @@ def exact_max(v):
     return math.inf if not np.all(np.isfinite(v)) else float(np.max(v))
 
 
+# deflate (the writer's filter) shrinks data at most about 1032:1: a dataset
+# that declares more than this times its stored bytes (plus 1 MiB) is not data
+# the file holds (python/normgate/cases.py's _check_sizes, the same rule).
+MAX_STORED_RATIO = 1100
+SLACK_BYTES = 1 << 20
+
+
+def check_sizes(path, f):
+    """Bad naming the dataset and its shape unless every dataset is backed by
+    the bytes the file stores; reads no data (a crafted small file declaring
+    [2^31, 16384] would otherwise be allocated in full before its digest
+    could fail)."""
+    def visit(name, obj):
+        if not isinstance(obj, h5py.Dataset):
+            return
+        shape = tuple(int(d) for d in (obj.shape or ()))
+        n = obj.dtype.itemsize
+        for d in shape:
+            n *= d
+        if n == 0:
+            return
+        try:
+            stored = int(obj.id.get_storage_size())
+        except (OSError, RuntimeError, ValueError):
+            stored = 0
+        if n > MAX_STORED_RATIO * stored + SLACK_BYTES:
+            raise Bad(f"{path}: dataset /{name} declares shape {list(shape)} ({n} bytes) but the file stores only "
+                      f"{stored} bytes of it (damaged or crafted: refused before reading it)")
+
+    f.visititems(visit)
+
+
 def content_sha256(path, f):
     """The file's content digest (datasets/SCHEMA.md, "Content digest"; the
     same computation as python/normgate/cases.py's content_sha256, which this
     standalone script cannot import): SHA-256 of the sorted manifest lines
     "TYPE DIMS SHA256(VALUE) KEY\n" of every attribute but /@content_sha256
-    and every dataset."""
+    and every dataset. The datasets' declared sizes are checked first (check_sizes)."""
+    check_sizes(path, f)
     lines = {}
 
     def add(key, type_, dims, data):
@@ -368,39 +435,73 @@ def fmt(v):
     return f"{v:.3g}"
 
 
-def save(fig, outdir, name, dpi):
-    """Write fig to OUTDIR/name atomically; returns the final path."""
+class Staged:
+    """This run's files, written under temporary names in OUTDIR and renamed into
+    place together (commit) only when all of them are written: a failure or an
+    interruption before that removes them (discard) and leaves the files of an
+    earlier run untouched."""
+
+    def __init__(self, outdir):
+        self.outdir = outdir
+        self.files = []  # [(temporary path, final name)], in the order written
+        self.committed = False  # every file renamed into place
+
+    def write(self, name, mode, write):
+        """write(fh) into a new temporary file in OUTDIR opened with `mode` (mode 0666
+        less the umask), kept for commit. Nothing is left behind on failure."""
+        fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=self.outdir)
+        try:
+            self.files.append((tmp, name))  # first: an interruption from here on removes it
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
+            with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+                fd = None
+                write(fh)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def commit(self):
+        """Rename every file into place, in order (index.html is written, so renamed,
+        last), with SIGINT, SIGTERM and SIGHUP held until all are; returns the final
+        paths. Failed naming the file when one cannot be renamed."""
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        done = []
+        try:
+            while self.files:
+                tmp, name = self.files[0]
+                final = os.path.join(self.outdir, name)
+                if os.path.isdir(final) and not os.path.islink(final):
+                    raise Failed(f"cannot write {name} in {self.outdir}: a folder of that name is in the way")
+                try:
+                    os.replace(tmp, final)
+                except OSError as err:
+                    raise Failed(f"cannot write {name} in {self.outdir} ({err})")
+                self.files.pop(0)
+                done.append(final)
+            self.committed = True  # before the held signals arrive
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return done
+
+    def discard(self):
+        """Remove the files not renamed into place."""
+        while self.files:
+            tmp, _ = self.files.pop()
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def save(fig, staged, name, dpi):
+    """Write fig as the PNG OUTDIR/name (staged: renamed into place by commit)."""
     try:
-        return write_atomic(outdir, name, "wb", lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+        staged.write(name, "wb", lambda fh: fig.savefig(fh, format="png", dpi=dpi))
     finally:
         plt.close(fig)
-
-
-def write_atomic(outdir, name, mode, write):
-    """write(fh) into a temporary file in OUTDIR opened with `mode`, then renamed to
-    OUTDIR/name (mode 0666 less the umask); returns the final path. Nothing is left
-    behind on failure."""
-    final = os.path.join(outdir, name)
-    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=outdir)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
-            write(fh)
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return final
-
-
-def write_text(outdir, name, text):
-    """Write text to OUTDIR/name atomically (as save does for a PNG); returns the final path."""
-    return write_atomic(outdir, name, "w", lambda fh: fh.write(text))
 
 
 # --------------------------------------------------------------------------- what is gated
@@ -765,6 +866,49 @@ def report_candidates(w):
     return out
 
 
+def json_text(v, limit=40):
+    """A JSON value as a short text for a message."""
+    try:
+        t = json.dumps(v, ensure_ascii=True)
+    except (TypeError, ValueError, RecursionError):
+        t = type(v).__name__
+    return t if len(t) <= limit else t[:limit] + "..."
+
+
+def window_problem(i, w):
+    """Why windows[i] of a report is not a gate report's window (naming the field), or ''.
+    The fields the index shows are checked, so that a wrong type is refused here and
+    never reaches the drawing."""
+    where = f"windows[{i}]"
+    if not isinstance(w, dict):
+        return f"{where} is {json_text(w)}, not an object"
+    if not isinstance(w.get("window"), str):
+        return f"{where}.window is {json_text(w.get('window'))}, not a string"
+    for k in ("outputs", "dw_vs_fp32"):
+        if not isinstance(w.get(k) or {}, dict):
+            return f"{where}.{k} is {json_text(w[k])}, not an object"
+    for k in ("route", "variant", "verdict", "op"):
+        if w.get(k) is not None and not isinstance(w[k], str):
+            return f"{where}.{k} is {json_text(w[k])}, not a string"
+    for k in ("cases", "errors"):
+        v = w.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            return f"{where}.{k} is {json_text(v)}, not an integer"
+    if w.get("pass") is not None and not isinstance(w["pass"], bool):
+        return f"{where}.pass is {json_text(w['pass'])}, not true or false"
+    for o, v in (w.get("outputs") or {}).items():
+        if not isinstance(v, dict):
+            continue  # not drawn (as before)
+        wc = v.get("worst_case")
+        if wc is not None and not isinstance(wc, str):
+            return f"{where}.outputs.{o}.worst_case is {json_text(wc)}, not a string"
+        m = v.get("max_err_tol")
+        if m is not None and not (isinstance(m, (int, float)) and not isinstance(m, bool)) \
+                and m not in ("inf", "-inf", "nan"):
+            return f"{where}.outputs.{o}.max_err_tol is {json_text(m)}, not a number"
+    return ""
+
+
 def load_report(explicit, source, maps_path, entries):
     """The gate report the maps were exported from: --report, else the file's /@source
     (as recorded, then beside the maps file). Returns (path, windows, note): windows is
@@ -779,29 +923,40 @@ def load_report(explicit, source, maps_path, entries):
         cands = [source]
         if not os.path.isabs(source):
             cands.append(os.path.join(os.path.dirname(os.path.abspath(maps_path)), os.path.basename(source)))
+    unread = ""  # why a recorded report could not be read (the note when none is found)
     for path in cands:
         if not os.path.isfile(path):
+            if explicit and os.path.exists(path):  # a folder, a FIFO (never opened: it would block), a device
+                raise Bad(f"{path}: not a regular file (give the gate's JSON report)")
             continue
+        text = None
         try:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
             rep = json.loads(text)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
+            why = "nested too deeply" if isinstance(err, RecursionError) else str(err).splitlines()[0] if str(err) \
+                else type(err).__name__
             if explicit:
-                if text_is_markdown(locals().get("text")):
+                if text_is_markdown(text):
                     raise Bad(f"{path}: not JSON: it is a Markdown report; give the JSON one (--report-json)")
-                raise Bad(f"{path}: cannot read the report ({err})")
+                raise Bad(f"{path}: cannot read the report ({why})")
+            unread = f"report {path} cannot be read ({why})"
             continue
         ws = rep.get("windows") if isinstance(rep, dict) else None
-        if not isinstance(ws, list) or not all(
-                isinstance(w, dict) and isinstance(w.get("window"), str)
-                and isinstance(w.get("outputs") or {}, dict) and isinstance(w.get("dw_vs_fp32") or {}, dict)
-                for w in ws):
+        if not isinstance(ws, list):
             why = (f"{path} is not a gate report (no 'windows' list of objects with a 'window' name and "
                    "'outputs' and 'dw_vs_fp32' objects)")
             if explicit:
                 raise Bad(why)
             return None, None, why
+        for i, w in enumerate(ws):
+            problem = window_problem(i, w)
+            if problem:
+                why = f"{path} is not a well-formed gate report: {problem}"
+                if explicit:
+                    raise Bad(why)
+                return None, None, why
         for e in entries:
             win, cid = e["prov"]["window"], e["prov"]["case_id"]
             if not any(w["window"] == win and cid in report_candidates(w) for w in ws):
@@ -813,7 +968,7 @@ def load_report(explicit, source, maps_path, entries):
         return path, ws, ""
     if explicit:
         raise Bad(f"{explicit}: no such report")
-    return None, None, f"report {source} not found"
+    return None, None, unread or f"report {source} not found"
 
 
 VERDICTS = {"pass": ("PASS", "#1a7f37"), "fail": ("FAIL", "#c62828"),
@@ -838,7 +993,7 @@ def groups_for(entries, windows):
                 if isinstance(v, dict) and "max_err_tol" in v:
                     outs[o] = v["max_err_tol"]
             v = str(w.get("verdict") or ("pass" if w.get("pass") is True else "fail" if w.get("pass") is False else "unknown"))
-            groups.append({"label": w["window"], "route": w.get("route", ""), "variant": w.get("variant", ""),
+            groups.append({"label": w["window"], "route": w.get("route") or "", "variant": w.get("variant") or "",
                            "op": op, "verdict": v if v in VERDICTS else "unknown",
                            "verdict_src": "the gate report's window verdict", "report_max": outs,
                            "cases": w.get("cases"), "errors": w.get("errors", 0), "entries": mine,
@@ -905,15 +1060,16 @@ def ratio_html(v):
         return "-"
     try:
         v = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return html.escape(str(v))  # a report writes inf as a string
     return f'<span class="{"over" if over(v) else "ok"}">{fmt(v)}</span>'
 
 
-def write_index(outdir, file_path, schema, report_path, note, groups, pics):
-    """OUTDIR/index.html: self-contained, relative links to the PNGs; windows in the report's
-    order, each with its verdict first, then per exported case the pictures of the outputs
-    the window gates. pics: entry key -> [(output label, file name)]."""
+def write_index(staged, file_path, schema, report_path, note, groups, pics):
+    """OUTDIR/index.html (staged: renamed into place, last, by commit): self-contained,
+    relative links to the PNGs; windows in the report's order, each with its verdict
+    first, then per exported case the pictures of the outputs the window gates. pics:
+    entry key -> [(output label, file name)]."""
     esc = html.escape
     q = lambda name: urllib.parse.quote(name)  # noqa: E731  file names hold '=', ',' and '+'
     n_png = sum(len(v) for v in pics.values())
@@ -982,7 +1138,8 @@ def write_index(outdir, file_path, schema, report_path, note, groups, pics):
             h.append("</div>")
         h.append("</section>")
     h.append("</body></html>\n")
-    return write_text(outdir, "index.html", "\n".join(h))
+    text = "\n".join(h)
+    staged.write("index.html", "w", lambda fh: fh.write(text))
 
 
 # --------------------------------------------------------------------------- main
@@ -997,7 +1154,21 @@ def main(argv):
                     help="gate report the maps were exported from, for the index's window order and "
                          "verdicts (default: the file's /@source, when it is there and matches)")
     a = ap.parse_args(argv)
-    pics, made = {}, False  # this run's pictures (key -> [(label, name)]); whether it made the folder
+    staged = None  # this run's files, under temporary names until all are written
+    made = False   # whether this run made OUTDIR
+
+    def discard():
+        # This run's files are removed, and the folder when this run made it:
+        # the files of an earlier run stay as they were (no index without its
+        # pictures, no pictures without an index).
+        if staged is not None:
+            staged.discard()
+        if made and not (staged is not None and staged.committed):
+            try:
+                os.rmdir(a.outdir)
+            except OSError:
+                pass
+
     try:
         if not (20 <= a.dpi <= 1200):
             raise Bad(f"--dpi {a.dpi}: want 20..1200")
@@ -1006,52 +1177,76 @@ def main(argv):
         if note and source:
             print(f"{PROG}: note: {note}; the index shows no window verdicts it cannot know", file=sys.stderr)
         groups = groups_for(entries, windows)
+        plan = []  # (entry, [(label, name, draw)])
+        for e in entries:
+            base = f"{e['key']}_{slug(e['prov']['case_id'], audited(e))}"
+            todo = [(o, f"{base}_{PICTURE[o]}.png", (lambda e, o=o: plot_tiles(e, o)) if o in ("y", "dx")
+                     else (lambda e, o=o: plot_series(e, o))) for o in pictured(e)]
+            todo.append(("histogram " + "/".join(GATED[entry_op(e)]), f"{base}_hist.png", plot_hist))
+            plan.append((e, todo))
         made = not os.path.exists(a.outdir)
         try:
             os.makedirs(a.outdir, exist_ok=True)
         except OSError as e:
+            made = False
             raise Bad(f"{a.outdir}: cannot create output directory ({e.strerror})")
         if not os.access(a.outdir, os.W_OK):
             raise Bad(f"{a.outdir}: output directory is not writable")
-        for e in entries:
-            base = f"{e['key']}_{slug(e['prov']['case_id'], audited(e))}"
-            todo = [(o, PICTURE[o], (lambda e, o=o: plot_tiles(e, o)) if o in ("y", "dx")
-                     else (lambda e, o=o: plot_series(e, o))) for o in pictured(e)]
-            todo.append(("histogram " + "/".join(GATED[entry_op(e)]), "hist", plot_hist))
+        # A folder where a file goes (os.replace cannot replace it): refused
+        # before any drawing (a write failure, exit 3, as one found later is).
+        for name in [n for _, todo in plan for _, n, _ in todo] + ["index.html"]:
+            final = os.path.join(a.outdir, name)
+            if os.path.isdir(final) and not os.path.islink(final):
+                raise Failed(f"{a.file}: cannot write {name} in {a.outdir}: a folder of that name is in the way")
+        staged = Staged(a.outdir)
+        pics = {}  # entry key -> [(label, name)]
+        for e, todo in plan:
             pics[e["key"]] = []
-            for label, suffix, fn in todo:
-                name = f"{base}_{suffix}.png"
+            for label, name, fn in todo:
                 fig = fn(e)
                 try:
-                    out = save(fig, a.outdir, name, a.dpi)
+                    save(fig, staged, name, a.dpi)
                 except OSError as err:
                     raise Failed(f"{a.file}: cannot write {name} in {a.outdir} ({err})")
                 pics[e["key"]].append((label, name))
-                print(f"wrote {out}")
         try:
-            out = write_index(a.outdir, a.file, schema, report_path, note, groups, pics)
+            write_index(staged, a.file, schema, report_path, note, groups, pics)
         except OSError as err:
             raise Failed(f"{a.file}: cannot write index.html in {a.outdir} ({err})")
-        print(f"wrote {out}")
+        try:
+            done = staged.commit()  # the pictures, then index.html
+        except Failed as err:
+            raise Failed(f"{a.file}: {err}")
+        for out in done:
+            print(f"wrote {out}")
     except Bad as err:
+        discard()
         die(str(err))
     except Failed as err:
-        # The pictures of this run are removed, and the folder when this run
-        # made it: no index without pictures, no pictures without an index.
-        for names in pics.values():
-            for _, name in names:
-                try:
-                    os.unlink(os.path.join(a.outdir, name))
-                except OSError:
-                    pass
-        if made:
-            try:
-                os.rmdir(a.outdir)
-            except OSError:
-                pass
+        discard()
         die(str(err), 3)
+    except (KeyboardInterrupt, Interrupted) as err:
+        discard()
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        done = staged is not None and staged.committed  # the signal was held until every file was in place
+        print(f"{PROG}: interrupted ({signal.Signals(signum).name}): "
+              + ("everything was written" if done else "nothing of this run was left in " + a.outdir), file=sys.stderr)
+        return 128 + int(signum)
+    except Exception as err:  # a bug, not bad input: one line naming where, no traceback; nothing left
+        discard()
+        tb = err.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        die(f"{a.file}: internal error ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} at "
+            f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}); nothing of this run was left "
+            f"in {a.outdir}", 3)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (KeyboardInterrupt, Interrupted) as _err:  # before main's own handling (argument parsing)
+        _signum = _err.signum if isinstance(_err, Interrupted) else signal.SIGINT
+        print(f"{PROG}: interrupted ({signal.Signals(_signum).name})", file=sys.stderr)
+        sys.exit(128 + _signum)
