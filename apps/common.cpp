@@ -505,9 +505,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                   static_cast<double>(b));
     return std::string(buf);
   };
-  const bool by_cgroup = hm.cgroup_limit != 0 && (hm.physical == 0 || hm.cgroup_limit < hm.physical);
-  const std::string where = by_cgroup ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
-                                      : "this host's " + gib(have);
+  const std::string where = hm.address_limit == have64 ? "this process's address-space limit (ulimit -v) of " + gib(have)
+                            : hm.cgroup_limit == have64
+                                ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
+                                : "this host's " + gib(have);
   const std::string what = big_impls == 0 ? "its BF16 inputs"
                                            : "its BF16 inputs and the outputs of " + std::to_string(big_impls) +
                                                  (big_impls == 1 ? " implementation" : " implementations");

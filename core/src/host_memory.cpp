@@ -6,6 +6,7 @@
 #include <malloc.h>
 #endif
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,15 +70,18 @@ std::vector<std::string> self_and_ancestors(std::string dir) {
 }  // namespace
 
 uint64_t HostMemory::usable() const {
-  if (physical == 0) return cgroup_limit;
-  if (cgroup_limit == 0) return physical;
-  return std::min(physical, cgroup_limit);
+  uint64_t u = 0;
+  for (const uint64_t b : {physical, cgroup_limit, address_limit})
+    if (b != 0) u = u == 0 ? b : std::min(u, b);
+  return u;
 }
 
 HostMemory host_memory(const std::string& root, const std::string& self_cgroup) {
   HostMemory m;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) m.physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  if (struct rlimit rl {}; ::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    m.address_limit = static_cast<uint64_t>(rl.rlim_cur);
   std::vector<std::string> files;
   std::istringstream in(read_small(self_cgroup, 64 * 1024));
   std::string line;

@@ -155,6 +155,14 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
     EXPECT_TRUE(contains(r.err, ": choose a smaller T")) << r.err;
     EXPECT_FALSE(contains(r.err, "fewer implementations")) << r.err;
   }
+  // An address-space limit (ulimit -v) bounds the case as the host's memory
+  // does: refused by name (it was std::bad_alloc, exit 3, under the limit).
+  {
+    const normgate::test::CliRun u = normgate::test::run_normgate_with("ulimit -v 4000000 &&",
+                                                       "case H=16384,T=200000,w=fp32,family=normal,seed=0");
+    EXPECT_EQ(u.code, 2) << u.out;
+    EXPECT_TRUE(contains(u.out, "more than this process's address-space limit (ulimit -v) of 3.8 GiB")) << u.out;
+  }
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",

@@ -2,6 +2,7 @@
 // memory limit of the process's cgroups (v2 and v1 layouts, ancestors,
 // "max" and v1's no-limit value), on a made-up cgroup tree.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <malloc.h>
 #include <sys/stat.h>
@@ -93,6 +94,27 @@ TEST_F(HostMemory, PathsOutsideTheMountAndFilesThatAreNotRegularAreSkipped) {
 // again by every case; once the kept heap is on, the same block comes from
 // the heap. NORMGATE_MALLOC_DEFAULTS=1 leaves the defaults. One test, in
 // this order: the settings are process-wide and cannot be undone.
+// The address-space limit (ulimit -v) bounds what may be allocated as the
+// host's memory does: usable() is the least of the three known bounds.
+TEST(HostMemoryUsable, TheLeastKnownBoundOfPhysicalCgroupAndAddressSpace) {
+  normgate::core::HostMemory m;
+  EXPECT_EQ(m.usable(), 0u);  // nothing known
+  m.physical = 64ull << 30;
+  EXPECT_EQ(m.usable(), 64ull << 30);
+  m.address_limit = 4ull << 30;
+  EXPECT_EQ(m.usable(), 4ull << 30);
+  m.cgroup_limit = 2ull << 30;
+  EXPECT_EQ(m.usable(), 2ull << 30);
+  m.physical = 0;
+  m.cgroup_limit = 0;
+  EXPECT_EQ(m.usable(), 4ull << 30);  // the address-space limit alone
+  // This process's own limit is read (none set: 0).
+  struct rlimit rl {};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &rl), 0);
+  const auto h = normgate::core::host_memory();
+  EXPECT_EQ(h.address_limit, rl.rlim_cur == RLIM_INFINITY ? 0u : static_cast<uint64_t>(rl.rlim_cur));
+}
+
 TEST(KeepLargeBlocks, LargeBlocksComeFromTheHeapUnlessDefaultsAreAsked) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   constexpr size_t kBig = size_t{64} << 20;

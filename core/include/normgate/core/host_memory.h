@@ -14,7 +14,12 @@ struct HostMemory {
   uint64_t physical = 0;       ///< bytes of physical memory (sysconf); 0 when the host does not say
   uint64_t cgroup_limit = 0;   ///< the tightest memory limit of this process's cgroups, bytes; 0: none set
   std::string cgroup_file;     ///< the file that limit was read from ("" without one)
-  /// min(physical, cgroup_limit) over the bounds that are known (0: none known).
+  /// This process's address-space limit (getrlimit RLIMIT_AS, the soft
+  /// limit `ulimit -v` sets), bytes; 0: unlimited. An allocation past it
+  /// fails as surely as one past the host's memory.
+  uint64_t address_limit = 0;
+  /// min(physical, cgroup_limit, address_limit) over the bounds that are
+  /// known (0: none known).
   uint64_t usable() const;
 };
 
