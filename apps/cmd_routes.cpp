@@ -154,11 +154,13 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                   (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" + unsealed_note()
                                              : std::string())
                             : std::string("no such file: no route is approved");
+        // The policy is read before anything is printed: a bad one is the
+        // only output (exit 2), not the table's lines and then an error.
+        const std::string policy_path = kernels::policy_path_for(o->table);
+        const auto policy = kernels::load_policy(policy_path);
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable(o->table).c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
                     printable(d.approvals().path).c_str(), what.c_str());
-        const std::string policy_path = kernels::policy_path_for(o->table);
-        const auto policy = kernels::load_policy(policy_path);
         if (!policy) {
           std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
                       "`gate --approve` refuses until one is written\n",

@@ -91,6 +91,12 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   EXPECT_TRUE(contains(r.out, "approvals " + dir + "/t.approvals.json (no such file: no route is approved)\n"))
       << r.out;
   EXPECT_TRUE(contains(r.out, "policy    no policy (" + dir + "/t.policy.toml does not exist)")) << r.out;
+  // A folder where the policy goes: the error is the only output, before the table's lines.
+  std::filesystem::create_directory(dir + "/t.policy.toml");
+  const auto bad = run_normgate("routes " + table);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_EQ(bad.out, "normgate: error: " + dir + "/t.policy.toml: cannot read approval policy: is a directory\n");
+  std::filesystem::remove(dir + "/t.policy.toml");
   // (no CPU-model approval exists, so no hint about --accept-cpu-model)
   EXPECT_TRUE(contains(r.out, "verdict   6 of 6 routes without a current approval: the dispatcher refuses their "
                               "calls (exit 1)"))
