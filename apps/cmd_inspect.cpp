@@ -26,7 +26,9 @@ void add_inspect(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, path, upgrade] {
     cmds.run = [path, upgrade] {
       if (!upgrade->empty()) {
-        check_writable(*upgrade);  // before any work: exit 2 naming it
+        // Before any work: exit 2 naming it (a path in /dev or /proc, such as
+        // /dev/stdout appended to a log, included: the rename would replace it).
+        check_outputs({{"--upgrade", *upgrade}}, {{"file", *path}});
         std::error_code ec;
         if (std::filesystem::exists(*upgrade, ec) && std::filesystem::equivalent(*path, *upgrade, ec))
           throw std::invalid_argument("--upgrade '" + *upgrade + "' is the file being read: give another path");

@@ -181,14 +181,6 @@ void add_repro(CLI::App& app, Commands& cmds) {
       // if the run is refused or fails before the case file is written: a
       // refused repro leaves nothing behind.
       std::vector<std::filesystem::path> made;  // outermost first
-      if (!save.empty() && save.back() == '/' && !std::filesystem::exists(save)) {
-        std::error_code ec;
-        for (std::filesystem::path q = std::filesystem::absolute(std::filesystem::path(save).parent_path(), ec);
-             !ec && !q.empty() && q != q.root_path() && !std::filesystem::exists(q, ec); q = q.parent_path())
-          made.insert(made.begin(), q);
-        std::filesystem::create_directories(save, ec);
-        if (ec) throw std::invalid_argument("--save '" + save + "': cannot create the folder: " + ec.message());
-      }
       struct UndoFolders {
         std::vector<std::filesystem::path>& made;
         bool keep = false;
@@ -198,6 +190,23 @@ void add_repro(CLI::App& app, Commands& cmds) {
           for (auto it = made.rbegin(); it != made.rend(); ++it) std::filesystem::remove(*it, ec);  // empty ones only
         }
       } undo{made};
+      if (!save.empty() && save.back() == '/' && !std::filesystem::exists(save)) {
+        std::error_code ec;
+        // The folder as the file system resolves it (weakly_canonical: "x/../z"
+        // is z, a link is followed), made as such, so that only a folder this
+        // run creates is listed for removal (and no stray "x" is made).
+        std::filesystem::path dir = std::filesystem::weakly_canonical(
+            std::filesystem::absolute(std::filesystem::path(save).parent_path(), ec), ec);
+        if (ec) dir = std::filesystem::path(save).parent_path();  // unresolvable: as given, nothing removed later
+        for (std::filesystem::path q = dir; !ec && !q.empty() && q != q.root_path() && !std::filesystem::exists(q, ec);
+             q = q.parent_path())
+          made.insert(made.begin(), q);
+        if (ec) made.clear();
+        std::error_code mk;
+        std::filesystem::create_directories(dir, mk);
+        if (mk) throw std::invalid_argument("--save '" + save + "': cannot create the folder: " + mk.message());
+        if (!std::filesystem::is_directory(save)) save = dir.string() + "/";  // "x/../z/new/" without an x
+      }
       if (!save.empty() && std::filesystem::is_directory(save))
         save = (std::filesystem::path(save) / (seeds::to_string(c) + "," + impls.front() + ".h5")).string();
       if (!save.empty()) {

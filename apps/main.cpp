@@ -232,11 +232,13 @@ int main(int argc, char** argv) {
     errno = 0;
     std::cout.flush();
     const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail();
-    if (lost && rc != 2) {
+    if (lost) {
       const int e = errno;
       std::fprintf(stderr, "normgate: fatal: cannot write to stdout%s%s\n", e != 0 ? ": " : "",
                    e != 0 ? std::strerror(e) : "");
-      return 3;
+      // A verdict (1: did not pass, 4: a replay mismatch) or a usage error
+      // stands; only a success whose output was lost becomes a failure.
+      if (rc == 0) return 3;
     }
     return rc;
   } catch (const std::invalid_argument& e) {

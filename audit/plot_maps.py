@@ -37,7 +37,7 @@ variant, else impl). Every file is first written under a temporary name in
 OUTDIR (.NAME.XXXXXX.tmp); only when all of them, index.html included, are
 written are they renamed into place, index.html last. So OUTDIR never holds a
 half-written picture, and a run that fails or is interrupted (Ctrl-C,
-SIGTERM, SIGHUP) removes its temporary files and leaves the files of an
+SIGTERM, SIGHUP, SIGQUIT) removes its temporary files and leaves the files of an
 earlier run as they were (and removes OUTDIR when it made it).
 
 Usage: plot_maps.py FILE.h5 -o OUTDIR [--dpi N] [--report REPORT.json]
@@ -50,7 +50,7 @@ a digest, or a --report that is not the maps' gate report or has a field of
 the wrong type (one line naming the report and the field); 3 an output that
 cannot be written (a full disk; a folder in the way, checked before any
 drawing) or an internal error (one line, no traceback); 128 + N interrupted
-by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). On any exit but 0,
+by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT). On any exit but 0,
 nothing of this run is left (earlier files stay as they were).
 A gate report found through /@source (not --report) that is not JSON, not
 a gate report or malformed is not used: a note says why.
@@ -88,7 +88,7 @@ class Failed(Exception):
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGHUP (SIGINT is KeyboardInterrupt): this run's files removed, exit 128 + signum."""
+    """SIGTERM, SIGHUP or SIGQUIT (SIGINT is KeyboardInterrupt): this run's files removed, exit 128 + signum."""
 
     def __init__(self, signum):
         super().__init__(signum)
@@ -112,7 +112,7 @@ def text_is_markdown(text):
 if __name__ == "__main__":
     # SIGTERM and SIGHUP (a scheduler, a closed terminal) end the run as Ctrl-C
     # does (main: this run's temporary files removed, exit 128 + the signal).
-    for _sig in (signal.SIGTERM, signal.SIGHUP):
+    for _sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(_sig, on_signal)
 
 try:
@@ -466,7 +466,7 @@ class Staged:
         """Rename every file into place, in order (index.html is written, so renamed,
         last), with SIGINT, SIGTERM and SIGHUP held until all are; returns the final
         paths. Failed naming the file when one cannot be renamed."""
-        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
         done = []
         try:

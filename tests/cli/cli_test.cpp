@@ -314,6 +314,19 @@ TEST(Cli, AFailedWriteToStdoutIsExit3) {
     const std::string said = normgate::test::slurp(err);
     EXPECT_TRUE(contains(said, "normgate: fatal: cannot write to stdout: No space left on device")) << args << ": " << said;
   }
+  // A verdict stands: a check that does not pass is exit 1 with or without
+  // its stdout (only a success whose output was lost becomes exit 3).
+  {
+    const std::string cmd = normgate::test::normgate_bin() +
+                            " check --case H=2048,T=64,w=bf16,form=plain,family=cancel,seed=0 --variant ctl_sumsq_bf16 "
+                            "--backend cpu";
+    const int fail_full = std::system((cmd + " >/dev/full 2>" + err).c_str());
+    const int fail_null = std::system((cmd + " >/dev/null 2>&1").c_str());
+    ASSERT_TRUE(WIFEXITED(fail_full) && WIFEXITED(fail_null));
+    EXPECT_EQ(WEXITSTATUS(fail_null), 1);
+    EXPECT_EQ(WEXITSTATUS(fail_full), 1) << normgate::test::slurp(err);
+    EXPECT_TRUE(contains(normgate::test::slurp(err), "cannot write to stdout")) << normgate::test::slurp(err);
+  }
   // The same command with a working stdout still exits 0.
   const CliRun ok = normgate::test::run_normgate("case H=64,T=3,w=bf16,family=normal,seed=0");
   EXPECT_EQ(ok.code, 0) << ok.out;

@@ -309,6 +309,13 @@ TEST(OutputsCli, ALinkedOutputIsWrittenThroughAndStaysALink) {
   EXPECT_TRUE(contains(log, "EARLIER LINE\n")) << log;
   EXPECT_TRUE(contains(log, "--report-json '/dev/stdout' is in /dev/, not a file to write")) << log;
   EXPECT_FALSE(contains(log, "\"windows\"")) << log;
+  // inspect --upgrade too (it checked only that the folder was writable).
+  const std::string v1 = std::string(NORMGATE_SOURCE_DIR) + "/tests/fuzz/corpus/case_file/res-H4-T2-fp32.h5";
+  const CliRun up = cli("inspect '" + v1 + "' --upgrade /dev/stdout >> " + (d / "ci.log"));
+  EXPECT_EQ(up.code, 2) << slurp(d / "ci.log");
+  EXPECT_TRUE(contains(slurp(d / "ci.log"), "EARLIER LINE\n")) << slurp(d / "ci.log");
+  EXPECT_TRUE(contains(slurp(d / "ci.log"), "--upgrade '/dev/stdout' is in /dev/, not a file to write"))
+      << slurp(d / "ci.log");
 }
 
 // repro --save FOLDER/ makes the folder (and its parents) only for a run
@@ -326,6 +333,14 @@ TEST(OutputsCli, AReproRefusedAfterItsSaveFolderLeavesNoFolder) {
                        "--backend cpu --save " + (d / "kept/"));
   EXPECT_EQ(k.code, 2) << k.out;
   EXPECT_TRUE(fs::is_directory(d.p / "kept")) << "a folder this run did not make was removed";
+  // A path through a missing folder and "..": only the folder under the
+  // existing one is made and removed, never the existing one, no stray "x".
+  const CliRun dots = cli("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant ctl_res_grad_early "
+                          "--backend cpu --save " + (d / "x/../kept/new/"));
+  EXPECT_EQ(dots.code, 2) << dots.out;
+  EXPECT_TRUE(fs::is_directory(d.p / "kept")) << dots.out;
+  EXPECT_FALSE(fs::exists(d.p / "kept/new")) << dots.out;
+  EXPECT_FALSE(fs::exists(d.p / "x")) << dots.out;
   const CliRun ok = cli("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant bwd_det_chunked "
                         "--backend cpu --save " + (d / "nd2/sub/"));
   ASSERT_EQ(ok.code, 0) << ok.out;
