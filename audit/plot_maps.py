@@ -95,8 +95,25 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+# Signals received, in order. The handlers raise at whatever bytecode runs,
+# and an exception raised inside a callback (a weakref's, a __del__) is
+# printed and dropped by Python: the run would go on. Staged.commit checks
+# this list with the signals held, so a dropped interruption still ends the
+# run before anything is renamed into place.
+_received = []
+
+
 def on_signal(signum, _frame):
+    _received.append(signum)
     raise Interrupted(signum)
+
+
+def on_sigint(signum, _frame):
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def die(msg, code=2):
@@ -114,6 +131,8 @@ if __name__ == "__main__":
     # does (main: this run's temporary files removed, exit 128 + the signal).
     for _sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(_sig, on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not one ignored by the parent
+        signal.signal(signal.SIGINT, on_sigint)
 
 try:
     import numpy as np
@@ -449,9 +468,15 @@ class Staged:
     def write(self, name, mode, write):
         """write(fh) into a new temporary file in OUTDIR opened with `mode` (mode 0666
         less the umask), kept for commit. Nothing is left behind on failure."""
-        fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=self.outdir)
+        # The signals held from the temporary's creation until it is listed: an
+        # interruption in between would leave it behind unlisted.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         try:
-            self.files.append((tmp, name))  # first: an interruption from here on removes it
+            fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=self.outdir)
+            self.files.append((tmp, name))  # an interruption from here on removes it
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        try:
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
@@ -466,10 +491,13 @@ class Staged:
         """Rename every file into place, in order (index.html is written, so renamed,
         last), with SIGINT, SIGTERM and SIGHUP held until all are; returns the final
         paths. Failed naming the file when one cannot be renamed."""
-        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         done = []
         try:
+            if _received:  # an interruption whose exception a callback swallowed
+                if _received[0] == signal.SIGINT:
+                    raise KeyboardInterrupt
+                raise Interrupted(_received[0])
             while self.files:
                 tmp, name = self.files[0]
                 final = os.path.join(self.outdir, name)
