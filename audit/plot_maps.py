@@ -484,8 +484,11 @@ class Staged:
                 fd = None
                 write(fh)
         finally:
-            if fd is not None:
-                os.close(fd)
+            if fd is not None:  # not yet owned by a file object
+                try:
+                    os.close(fd)
+                except OSError:  # an interruption after fdopen: the dropped file object closed it
+                    pass
 
     def commit(self):
         """Rename every file into place, in order (index.html is written, so renamed,
@@ -1197,6 +1200,13 @@ def main(argv):
             except OSError:
                 pass
 
+    def interrupted(signum):
+        discard()
+        done = staged is not None and staged.committed  # the signal was held until every file was in place
+        print(f"{PROG}: interrupted ({signal.Signals(signum).name}): "
+              + ("everything was written" if done else "nothing of this run was left in " + a.outdir), file=sys.stderr)
+        return 128 + int(signum)
+
     try:
         if not (20 <= a.dpi <= 1200):
             raise Bad(f"--dpi {a.dpi}: want 20..1200")
@@ -1250,17 +1260,16 @@ def main(argv):
     except Bad as err:
         discard()
         die(str(err))
+    except (KeyboardInterrupt, Interrupted) as err:
+        return interrupted(err.signum if isinstance(err, Interrupted) else signal.SIGINT)
     except Failed as err:
+        if _received:  # the failure came from the interruption's unwinding: it is the interruption's
+            return interrupted(_received[0])
         discard()
         die(str(err), 3)
-    except (KeyboardInterrupt, Interrupted) as err:
-        discard()
-        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
-        done = staged is not None and staged.committed  # the signal was held until every file was in place
-        print(f"{PROG}: interrupted ({signal.Signals(signum).name}): "
-              + ("everything was written" if done else "nothing of this run was left in " + a.outdir), file=sys.stderr)
-        return 128 + int(signum)
     except Exception as err:  # a bug, not bad input: one line naming where, no traceback; nothing left
+        if _received:
+            return interrupted(_received[0])
         discard()
         tb = err.__traceback__
         while tb.tb_next is not None:
