@@ -210,19 +210,14 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
       // Every step of the link chain, not only where it ends: /dev/stdout ->
       // /proc/self/fd/1 ends at the file stdout is redirected to, which the
       // rename would replace (`--json /dev/stdout >> ci.log` lost the log).
-      fs::path hop = fs::absolute(o.path, ec).lexically_normal();
-      for (int n = 0; !ec && n < 40; ++n) {
-        if (system(hop.string())) {
-          if (n == 0)
-            throw std::invalid_argument(named(o.option, o.path) + " is in " +
-                                        hop.string().substr(0, hop.string().find('/', 1) + 1) +
-                                        ", not a file to write" + hint);
-          throw std::invalid_argument(named(o.option, o.path) + " is a link to " + hop.string() + ", not a file" +
-                                      hint);
-        }
-        if (!fs::is_symlink(fs::symlink_status(hop, ec)) || ec) break;
-        const fs::path to = fs::read_symlink(hop, ec);
-        hop = (to.is_absolute() ? to : hop.parent_path() / to).lexically_normal();
+      const std::vector<std::string> chain = core::link_chain(o.path);
+      for (size_t n = 0; n < chain.size(); ++n) {
+        const std::string step = fs::path(chain[n]).lexically_normal().string();
+        if (!system(step)) continue;
+        if (n == 0)
+          throw std::invalid_argument(named(o.option, o.path) + " is in " + step.substr(0, step.find('/', 1) + 1) +
+                                      ", not a file to write" + hint);
+        throw std::invalid_argument(named(o.option, o.path) + " is a link to " + step + ", not a file" + hint);
       }
       ec.clear();
       // The folders resolved too (a link to /proc in the path's folders).

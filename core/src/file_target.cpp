@@ -9,8 +9,26 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 namespace normgate::core {
+
+std::vector<std::string> link_chain(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) return {};
+  fs::path p = fs::absolute(fs::path(path), ec);
+  if (ec) return {};
+  std::vector<std::string> chain{p.string()};
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    if (ec || hops >= 40) return {};  // a loop, or unreadable
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) return {};
+    p = to.is_absolute() ? to : p.parent_path() / to;
+    chain.push_back(p.string());
+  }
+  return chain;
+}
 
 std::string rename_target(const std::string& path) {
   namespace fs = std::filesystem;
@@ -19,15 +37,9 @@ std::string rename_target(const std::string& path) {
   // Follow the chain link by link: weakly_canonical alone stops at a
   // dangling link (its status, through the link, is "not found") and
   // returned the link itself, so the rename replaced the link.
-  fs::path p = fs::absolute(fs::path(path), ec);
-  if (ec) return path;
-  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
-    if (ec || hops >= 40) return path;  // a loop, or unreadable
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) return path;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  const fs::path real = fs::weakly_canonical(p, ec);
+  const std::vector<std::string> chain = link_chain(path);
+  if (chain.empty()) return path;  // a loop, or unreadable
+  const fs::path real = fs::weakly_canonical(chain.back(), ec);
   return ec || real.empty() ? path : real.string();
 }
 

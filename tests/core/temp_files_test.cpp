@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/file_target.h"
 #include "normgate/core/temp_files.h"
 
 namespace {
@@ -100,3 +101,28 @@ TEST(TempFiles, TrackingIsBoundedAndUntrackIgnoresStrangers) {
 }
 
 }  // namespace
+
+// link_chain: every step of a chain of links (relative targets resolved
+// against the link's folder), the path alone when it is no link, nothing
+// for a loop; rename_target is the chain's end.
+TEST(FileTarget, LinkChainListsEveryStepAndRenameTargetItsEnd) {
+  const std::string d = ::testing::TempDir() + "file_target_" + std::to_string(::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d + "/sub");
+  std::ofstream(d + "/sub/real.json") << "x";
+  fs::create_symlink("sub/real.json", d + "/b.json");  // relative to d
+  fs::create_symlink(d + "/b.json", d + "/a.json");
+  const std::vector<std::string> chain = normgate::core::link_chain(d + "/a.json");
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(chain[0], d + "/a.json");
+  EXPECT_EQ(chain[1], d + "/b.json");
+  EXPECT_EQ(fs::path(chain[2]).lexically_normal().string(), d + "/sub/real.json");
+  EXPECT_EQ(normgate::core::rename_target(d + "/a.json"), fs::weakly_canonical(d + "/sub/real.json").string());
+  EXPECT_EQ(normgate::core::link_chain(d + "/sub/real.json"), std::vector<std::string>{d + "/sub/real.json"});
+  fs::create_symlink(d + "/loop2", d + "/loop1");
+  fs::create_symlink(d + "/loop1", d + "/loop2");
+  EXPECT_TRUE(normgate::core::link_chain(d + "/loop1").empty());
+  EXPECT_EQ(normgate::core::rename_target(d + "/loop1"), d + "/loop1");
+  EXPECT_TRUE(normgate::core::link_chain("").empty());
+  fs::remove_all(d);
+}

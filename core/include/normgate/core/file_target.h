@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace normgate::core {
 
@@ -14,6 +15,15 @@ namespace normgate::core {
 /// linked elsewhere). Never throws: a link that cannot be resolved (a loop)
 /// gives `path`, and the write then fails or replaces the link as before.
 std::string rename_target(const std::string& path);
+
+/// Every step of `path`'s symbolic-link chain, absolute (not normalized:
+/// "link/.." resolves through the link): `path` itself first, then each link's target in turn, the last
+/// being what is not a link (or does not exist). Empty when the chain
+/// cannot be followed (a loop: more than 40 links, or an unreadable link).
+/// rename_target gives the end of it; an output check needs every step
+/// (/dev/stdout -> /proc/self/fd/1 -> the file stdout is redirected to).
+/// Never throws.
+std::vector<std::string> link_chain(const std::string& path);
 
 /// Create (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC) the temporary `tmp`
 /// that will be renamed onto `target` (rename_target's result), with the
