@@ -60,6 +60,12 @@ def merge(argv):
             row.setdefault("copy_GBps", r["copy"].get("GBps"))
             rows.append(row)
     m0 = runs[0][1]["meta"]
+    # Timings compare only on one kind of card (docs/perf/peers.md, D11): a
+    # merge of runs on different GPUs would put rows of both in one table.
+    for f, r in runs[1:]:
+        if str(r["meta"].get("gpu")) != str(m0.get("gpu")):
+            die_usage(f"--merge: {f} ran on {r['meta'].get('gpu')!r}, {runs[0][0]} on {m0.get('gpu')!r}: "
+                      "merge each GPU's runs on their own")
     meta = dict(m0)
     for k in ("gpu", "driver", "cuda", "torch", "triton", "normgate", "date", "command"):
         vals = []

@@ -32,7 +32,7 @@ def markdown(meta, rows, copy):
              + "".join(f"; {k} failed: `{v}`" for k, v in (copy.get("errors") or {}).items()) + "."
              + ("" if not copy.get("directions") else " One direction alone (not copies, not the ceiling): "
                 + "; ".join(f"{k} {v['GBps']:.0f} GB/s" for k, v in copy["directions"].items()) + ".")
-             + f" 'of peak' is the fraction of the HBM peak, {HBM_PEAK_GBPS:.0f} GB/s (H200 HBM3e)."
+             + peak_sentence(meta["gpu"])
              + copy_note(rows, copy) + "\n")
     if meta.get("skipped") or meta.get("failed_rows") or meta.get("stopped"):
         L.append("**Incomplete run.** "
@@ -49,7 +49,7 @@ def markdown(meta, rows, copy):
     forms = [f for f in FORMS if any(row.get("form", "plain") == f for row in rows)]
     for form in forms:
         L.append(f"## Form {form}\n")
-        L += form_table(copy, [row for row in rows if row.get("form", "plain") == form])
+        L += form_table(copy, [row for row in rows if row.get("form", "plain") == form], meta["gpu"])
     gone = [f"{workload(row)}: {n} ({i.get('error') or 'accuracy: ' + i['acc_error']})"[:200]
             for row in rows for n, i in row["impls"].items() if i.get("error") or i.get("acc_error")]
     if gone:
@@ -77,8 +77,34 @@ def markdown(meta, rows, copy):
     return "\n".join(L) + "\n"
 
 
-HBM_PEAK_GBPS = 4800.0
-"""The H200's HBM3e peak (4.8 TB/s, NVIDIA's data sheet): the 'of peak' fraction."""
+# The HBM peak of each GPU the tables name, from NVIDIA's data sheets (H100:
+# "NVIDIA H100 Tensor Core GPU" data sheet, GPU memory bandwidth: SXM 3.35
+# TB/s, PCIe 2 TB/s, NVL 3.9 TB/s; H200: "NVIDIA H200 Tensor Core GPU" data
+# sheet, SXM and NVL 4.8 TB/s), matched on torch's device name in this order
+# (the more specific names first). The 'of peak' fraction uses it.
+HBM_PEAKS = [("H100 NVL", 3900.0, "H100 NVL HBM3"), ("H100 PCIe", 2000.0, "H100 PCIe HBM2e"),
+             ("H100", 3350.0, "H100 SXM HBM3"), ("H200", 4800.0, "H200 HBM3e")]
+
+
+def hbm_peak(gpu):
+    """(GB/s, label) of the HBM peak of the GPU named `gpu` (torch's device
+    name, e.g. "NVIDIA H200"; HBM_PEAKS), or None for a GPU not listed or a
+    merge of runs on different GPUs ("A / B")."""
+    name = str(gpu or "")
+    if " / " in name:
+        return None
+    for key, gbps, label in HBM_PEAKS:
+        if key in name:
+            return gbps, label
+    return None
+
+
+def peak_sentence(gpu):
+    """The header's sentence on the 'of peak' fraction."""
+    p = hbm_peak(gpu)
+    if p is None:
+        return f" No HBM peak is listed for {gpu} (bench/peers/report.py, HBM_PEAKS): no 'of peak' fraction."
+    return f" 'of peak' is the fraction of the HBM peak, {p[0]:.0f} GB/s ({p[1]}, NVIDIA's data sheet)."
 
 
 def row_copy_GBps(row, copy):
@@ -109,8 +135,10 @@ def copy_note(rows, copy):
             f"bandwidth (the op's bytes over its median time), so 'of copy' compares with our copy, not a bound.")
 
 
-def form_table(copy, rows):
-    """One form's rows as the seed's table (one line per workload and op)."""
+def form_table(copy, rows, gpu=None):
+    """One form's rows as the seed's table (one line per workload and op);
+    'of peak' against hbm_peak(gpu), "—" when none is known."""
+    peak = hbm_peak(gpu)
     L = ["| workload [T, H] w, form | op | det us | SOTA us (name) | ours us | det/ours | SOTA/ours | ours GB/s (of copy, of peak) | A/A floor |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -127,7 +155,8 @@ def form_table(copy, rows):
             frac = ""
             row_copy = row_copy_GBps(row, copy)
             if r.get("ours_GBps") and row_copy:
-                frac = f" ({r['ours_GBps'] / row_copy:.2f}, {r['ours_GBps'] / HBM_PEAK_GBPS:.2f})"
+                of_peak = f"{r['ours_GBps'] / peak[0]:.2f}" if peak else "—"
+                frac = f" ({r['ours_GBps'] / row_copy:.2f}, {of_peak})"
             oob = {n: " (out of budget)" if r[f"{n}_us"] and not in_budget(row["impls"].get(n, {}), op) else ""
                    for n in ("det", "ours")}
             L.append(f"| {workload(row)} | {op} | {fmt(r['det_us'])}{oob['det']} | {sota} | "

@@ -421,6 +421,52 @@ def test_family_list_matches_the_case_id_enum_and_an_unknown_family_is_a_usage_e
     assert plan("--family", "cancel").returncode == 0
 
 
+def first_ours_fraction(md):
+    """(ours GB/s, of copy, of peak) of the first table row that has them."""
+    import re
+    m = re.search(r"\| (\d+) \(([0-9.]+), ([0-9.]+|—)\) \|", md)
+    assert m, md[:400]
+    return float(m.group(1)), m.group(2), m.group(3)
+
+
+def test_of_peak_uses_the_gpu_of_the_run_and_none_for_an_unknown_one():
+    a = json.load(open(A))
+    assert a["meta"]["gpu"] == "NVIDIA H200"
+    md = table_of(a)
+    assert "HBM peak, 4800 GB/s (H200 HBM3e" in md
+    gbps, _, peak = first_ours_fraction(md)
+    row = next(r for r in a["rows"] for op in r["ops"].values() if op.get("ours_GBps"))
+    op = next(op for op in row["ops"].values() if op.get("ours_GBps"))
+    assert peak == f"{op['ours_GBps'] / 4800:.2f}"
+    # The same rows as measured on an H100 SXM: 3350 GB/s, not the H200's 4800.
+    a["meta"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    md = table_of(a)
+    assert "HBM peak, 3350 GB/s (H100 SXM HBM3" in md and "4800" not in md
+    assert first_ours_fraction(md)[2] == f"{op['ours_GBps'] / 3350:.2f}"
+    assert float(first_ours_fraction(md)[2]) > float(peak)
+    a["meta"]["gpu"] = "NVIDIA H100 PCIe"
+    assert "HBM peak, 2000 GB/s" in table_of(a)
+    a["meta"]["gpu"] = "NVIDIA A100-SXM4-80GB"
+    md = table_of(a)
+    assert "No HBM peak is listed for NVIDIA A100-SXM4-80GB" in md
+    assert first_ours_fraction(md)[2] == "—"
+
+
+def test_merge_refuses_runs_on_different_gpus():
+    a = json.load(open(A))
+    b = json.load(open(B))
+    b["meta"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    with tempfile.TemporaryDirectory() as d:
+        pa, pb = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        json.dump(a, open(pa, "w"))
+        json.dump(b, open(pb, "w"))
+        out_m = os.path.join(d, "m.md")
+        r = run(pa, pb, "--md", out_m)
+        assert r.returncode == 2, r.stderr
+        assert "'NVIDIA H100 80GB HBM3'" in r.stderr and "'NVIDIA H200'" in r.stderr and "b.json" in r.stderr
+        assert not os.path.exists(out_m)
+
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -435,6 +481,8 @@ if __name__ == "__main__":
     test_done_patterns_may_match_nothing_but_paths_must_exist()
     test_merge_keeps_every_row_and_its_own_copy_ceiling()
     test_merge_refuses_a_row_in_two_runs_and_a_non_result()
+    test_of_peak_uses_the_gpu_of_the_run_and_none_for_an_unknown_one()
+    test_merge_refuses_runs_on_different_gpus()
     test_gpu_state_sums_counter_growth_and_keeps_extremes()
     test_spread_lines_name_the_noisy_implementations_only()
     test_acc_parts_sums_the_seeds_and_names_each_implementation()
