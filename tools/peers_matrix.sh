@@ -7,9 +7,11 @@
 # built (`scripts/bootstrap && scripts/build`: build/capi/libnormgate_capi.so,
 # build/tests/test_capi) and the peers' wheels in .whl/ (Liger-Kernel 0.8.5's;
 # README, "Benchmark against the peers").
-# The matrix is complete (96 of 96 rows since 2026-12-01:
-# docs/perf/peers.md#current-numbers): `--plan` below finds 0 rows and the
-# run measures nothing (re-measuring rows means removing their run JSONs).
+# The committed H200 matrix is complete (96 of 96 rows since 2026-12-01:
+# docs/perf/peers.md#current-numbers): with the defaults `--plan` below finds
+# 0 rows and the run measures nothing (re-measuring rows means removing their
+# run JSONs). A new matrix (other peers, seeds or GPU) names its own folder
+# with NG_MATRIX_DONE (docs/results/peers/matrix-h100/README.md).
 # What is left, without a GPU: `python3 bench/peers.py --plan --forms
 # plain,res,heads24,heads4 --peers eager,TC,TCd,F.rms_norm,Liger --done
 # 'docs/results/peers/run-*.json'`.
@@ -30,6 +32,12 @@
 #                   than 100 s).
 #   NG_MATRIX_ARGS  the rows (default: the whole matrix, every form, H, T
 #                   and weight dtype; --done skips what is measured).
+#   NG_MATRIX_PEERS the peers (default eager,TC,TCd,F.rms_norm,Liger; add Q
+#                   for QuACK, with NG_PEERS_OVERLAY as tools/peers.sh says).
+#   NG_MATRIX_SEEDS seeds a row (default 5).
+#   NG_MATRIX_DONE  the --done pattern: the run JSONs of the matrix this run
+#                   continues (default docs/results/peers/run-*.json, the
+#                   committed matrix; a new matrix names its own folder).
 #   NG_MATRIX_SHARDS  with two or more GPUs: "ARGS_1|ARGS_2|...", one
 #                   peers.py per shard, shard k on GPU k mod the GPU count,
 #                   with cores/shards OpenMP threads, each with
@@ -71,10 +79,10 @@ export PATH=/usr/local/cuda/bin:$PATH
 P="$OUT"/p; mkdir -p "$P"
 margin=${NG_ROW_MARGIN:-45}
 export NORMGATE_LIB=$PWD/build/capi/libnormgate_capi.so
-PEERS="--peers eager,TC,TCd,F.rms_norm,Liger --seeds 5${NG_CUPTI:+ --cupti}"
+PEERS="--peers ${NG_MATRIX_PEERS:-eager,TC,TCd,F.rms_norm,Liger} --seeds ${NG_MATRIX_SEEDS:-5}${NG_CUPTI:+ --cupti}"
 [ "${NG_DEFER:-0}" = 1 ] && PEERS="$PEERS --defer-accuracy"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
-DONE="--done docs/results/peers/run-*.json"
+DONE="--done ${NG_MATRIX_DONE:-docs/results/peers/run-*.json}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >"$P"/gpu.txt 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then
