@@ -20,6 +20,17 @@
 // the rows that differ from the routed forward. Row r of a per-head view is
 // token r / heads, head r % heads (Rows::row with the magic divisor).
 // Vector path only (16-byte aligned rows and w).
+//
+// Stores and cache hints (kHint, `--fwd-narrow 16:2:256:K`; 16:2 at 256
+// threads only, the shape of the variant `fwd_narrow`), the arithmetic
+// unchanged: K = 0 the variant's code (y through store_y_group: NVVM emits
+// two of a lane's four 16-byte y stores on the per-head views as four
+// 32-bit stores each); 1 every y store one st.global.v4.b32; 2 as 1 with
+// st.global.cs (evict first); 3 as 1 with loads ld.global.nc.L1::no_allocate;
+// 4 loads as 3 with an L2 evict_first policy (createpolicy, as Triton's
+// eviction_policy="evict_first") and stores as 2. The question
+// (docs/perf/forward.md, Open leads): what the 2-3% of DRAM throughput
+// between fwd_narrow and TC's forward at equal bytes is.
 #pragma once
 
 #include <type_traits>
@@ -34,7 +45,52 @@ using normgate::kernels::dev::Group8;
 
 constexpr int kCols = 256;
 
-template <int kL, int kR, int kThreads, class WT, bool kHeads>
+// 16 bytes of a row at p (16-byte aligned) with kHint's load (file comment).
+template <int kHint>
+__device__ __forceinline__ Group8 hint_load(const __nv_bfloat16* p) {
+  Group8 g;
+  if constexpr (kHint == 3) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(g.u.x), "=r"(g.u.y), "=r"(g.u.z), "=r"(g.u.w)
+        : "l"(p));
+  } else if constexpr (kHint == 4) {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(g.u.x), "=r"(g.u.y), "=r"(g.u.z), "=r"(g.u.w)
+        : "l"(p), "l"(pol));
+  } else {
+    g.u = __ldg(reinterpret_cast<const uint4*>(p));
+  }
+  return g;
+}
+
+// y = BF16_rn((x * rstd) * w) for one group (store_y_group's arithmetic),
+// stored at p (16-byte aligned) with kHint's store (file comment).
+template <int kHint>
+__device__ __forceinline__ void hint_store_y(__nv_bfloat16* p, const Group8& x, float rs, const float (&w)[8]) {
+  namespace dv = normgate::kernels::dev;
+  if constexpr (kHint == 0) {
+    dv::store_y_group(p, 0, 8, true, x, rs, w);
+  } else {
+    uint32_t u[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 b =
+          __floats2bfloat162_rn(normgate::mul_rn(normgate::mul_rn(dv::group_at(x, 2 * i), rs), w[2 * i]),
+                                normgate::mul_rn(normgate::mul_rn(dv::group_at(x, 2 * i + 1), rs), w[2 * i + 1]));
+      u[i] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    if constexpr (kHint == 2 || kHint == 4)
+      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                   : "memory");
+    else
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                   : "memory");
+  }
+}
+
+template <int kL, int kR, int kThreads, class WT, bool kHeads, int kHint = 0>
 __global__ void __launch_bounds__(kThreads)
     fwd_narrow_kernel(normgate::kernels::dev::Rows<const __nv_bfloat16, kHeads> x, const WT* __restrict__ w,
                       normgate::kernels::dev::Rows<__nv_bfloat16, kHeads> y, float* __restrict__ rstd,
@@ -55,7 +111,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kG; ++k) {
       g[q][k].u = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows) g[q][k] = dv::load_group(x.row(r, magic), (k * kL + l) * 8, kCols, true);
+      if (r < rows) {
+        if constexpr (kHint == 0)
+          g[q][k] = dv::load_group(x.row(r, magic), (k * kL + l) * 8, kCols, true);
+        else
+          g[q][k] = hint_load<kHint>(x.row(r, magic) + (k * kL + l) * 8);
+      }
     }
   }
   float rs[kR];
@@ -80,21 +141,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int q = 0; q < kR; ++q) {
       const int64_t r = base + q * kPerWarp + sub;
-      if (r < rows) dv::store_y_group(y.row(r, magic), (k * kL + l) * 8, kCols, true, g[q][k], rs[q], wv);
+      if (r < rows) hint_store_y<kHint>(y.row(r, magic) + (k * kL + l) * 8, g[q][k], rs[q], wv);
     }
   }
 }
 
 /// Launch on stream s over `rows` rows of 256 (row r at token r / heads,
 /// head r % heads: x + t*x_stride + h*x_stride_h, likewise y; plain rows:
-/// heads 1). lanes:rows_per_lane one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4. Returns false
-/// (nothing launched) for a setting it does not cover.
+/// heads 1). lanes:rows_per_lane one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; hint 0
+/// (the variant's loads and stores), or 1-4 (file comment) with 16:2 at 256
+/// threads. Returns false (nothing launched) for a setting it does not cover.
 template <class WT>
 bool launch_fwd_narrow(int lanes, int rows_per_lane, const uint16_t* x, int64_t x_stride, int64_t x_stride_h,
                        const void* w, uint16_t* y, int64_t y_stride, int64_t y_stride_h, float* rstd, double* msq,
-                       int64_t rows, int heads, float eps, cudaStream_t s, int threads = 256) {
+                       int64_t rows, int heads, float eps, cudaStream_t s, int threads = 256, int hint = 0) {
   namespace dv = normgate::kernels::dev;
   if (threads != 128 && threads != 256) return false;
+  if (hint < 0 || hint > 4 || (hint != 0 && (lanes != 16 || rows_per_lane != 2 || threads != 256))) return false;
   const int64_t per_cta = static_cast<int64_t>(threads / 32) * (32 / lanes) * rows_per_lane;
   const int64_t ctas = (rows + per_cta - 1) / per_cta;
   if (ctas == 0) return true;
@@ -107,6 +170,17 @@ bool launch_fwd_narrow(int lanes, int rows_per_lane, const uint16_t* x, int64_t 
     constexpr bool kH = decltype(heads_tag)::value;
     dv::Rows<const __nv_bfloat16, kH> xr{reinterpret_cast<const __nv_bfloat16*>(x), x_stride, heads, x_stride_h};
     dv::Rows<__nv_bfloat16, kH> yr{reinterpret_cast<__nv_bfloat16*>(y), y_stride, heads, y_stride_h};
+    constexpr int kL = decltype(l_tag)::value, kR = decltype(r_tag)::value;
+    if constexpr (kL == 16 && kR == 2) {
+      if (hint != 0) {
+        auto k = hint == 1   ? fwd_narrow_kernel<16, 2, 256, WT, kH, 1>
+                 : hint == 2 ? fwd_narrow_kernel<16, 2, 256, WT, kH, 2>
+                 : hint == 3 ? fwd_narrow_kernel<16, 2, 256, WT, kH, 3>
+                             : fwd_narrow_kernel<16, 2, 256, WT, kH, 4>;
+        k<<<g, 256, 0, s>>>(xr, wt, yr, rstd, msq, rows, magic, inv_h, e64);
+        return;
+      }
+    }
     if (threads == 128)
       fwd_narrow_kernel<decltype(l_tag)::value, decltype(r_tag)::value, 128, WT, kH>
           <<<g, 128, 0, s>>>(xr, wt, yr, rstd, msq, rows, magic, inv_h, e64);

@@ -168,10 +168,13 @@ int main(int argc, char** argv) try {
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
   struct NarrowSetting {
-    int L, R, C;  // lanes a row, rows a lane, threads a CTA
-    std::string name() const { return std::to_string(L) + ":" + std::to_string(R) + (C == 256 ? "" : ":" + std::to_string(C)); }
+    int L, R, C, K;  // lanes a row, rows a lane, threads a CTA, cache hints (bench/fwd_narrow.cuh)
+    std::string name() const {
+      return std::to_string(L) + ":" + std::to_string(R) +
+             (C == 256 && K == 0 ? "" : ":" + std::to_string(C)) + (K == 0 ? "" : ":" + std::to_string(K));
+    }
   };
-  std::vector<NarrowSetting> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R[:C],...) on rows of 256
+  std::vector<NarrowSetting> fwd_narrow;  // also time bench/fwd_narrow.cuh (--fwd-narrow L:R[:C[:K]],...) on rows of 256
   std::vector<WDtype> wds = {WDtype::bf16, WDtype::fp32};
   std::vector<std::string> only;  // --only: time only the rows whose op names one of these
   std::vector<nk::PipelineDepth> depths = {nk::pipeline_depth()};
@@ -181,7 +184,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C],...] [--only NAME,...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C[:K]],...] [--only NAME,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -192,8 +195,9 @@ int main(int argc, char** argv) try {
           "counts the rows where its rstd or y differs from the forward's; --fwd-rows R or R:S:B:F adds bench/fwd_rows.cuh's\n"
           "simple forward with R rows per team, S groups of 8 per thread, launch bound B, FP32 sum F (file comment;\n"
           "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
-          "those, where rstd or y does). --fwd-narrow L:R[:C] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
-          "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256) on plain H = 256 and, with --heads, on\n"
+          "those, where rstd or y does). --fwd-narrow L:R[:C[:K]] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
+          "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256;\n"
+          "K cache hints 0-4, default 0, K > 0 with 16:2:256 only: the file's comment) on plain H = 256 and, with --heads, on\n"
           "the per-head views, counting the rows that differ from the routed forward. --only NAME,... times only\n"
           "the rows whose op contains one of the names (variant names or parts of them, fwd, bwd, res, heads4,\n"
           "heads24; e.g. fwd_narrow; the copy and the default forward always).\n"
@@ -256,17 +260,22 @@ int main(int argc, char** argv) try {
       const std::string v = argv[++i];
       for (const std::string& tok : comma_items(v)) {
         const size_t c2 = tok.find(':', tok.find(':') + 1);
+        const size_t c3 = c2 == std::string::npos ? std::string::npos : tok.find(':', c2 + 1);
         const std::string lr = tok.substr(0, c2);
-        const std::string c = c2 == std::string::npos ? "256" : tok.substr(c2 + 1);
+        const std::string c = c2 == std::string::npos ? "256" : tok.substr(c2 + 1, c3 == std::string::npos ? std::string::npos : c3 - c2 - 1);
+        const std::string k = c3 == std::string::npos ? "0" : tok.substr(c3 + 1);
+        const bool k_ok = k.size() == 1 && k[0] >= '0' && k[0] <= '4' && (k == "0" || (lr == "16:2" && c == "256"));
         if ((lr != "8:1" && lr != "8:2" && lr != "16:1" && lr != "16:2" && lr != "32:2" && lr != "32:4") ||
-            (c != "128" && c != "256")) {
+            (c != "128" && c != "256") || !k_ok) {
           std::fprintf(stderr,
-                       "kernels_bench: bad --fwd-narrow '%s': L:R is one of 8:1, 8:2, 16:1, 16:2, 32:2, 32:4, "
-                       "optionally :C with C = 128 or 256 threads a CTA (default 256), comma-separated\n",
-                       v.c_str());
+                       "kernels_bench: bad --fwd-narrow '%s' (item '%s'): L:R is one of 8:1, 8:2, 16:1, 16:2, 32:2, "
+                       "32:4, optionally :C with C = 128 or 256 threads a CTA (default 256), then optionally :K, "
+                       "cache hints 0-4 (K > 0 with 16:2:256 only), comma-separated\n",
+                       v.c_str(), tok.c_str());
           return 2;
         }
-        fwd_narrow.push_back({std::atoi(lr.c_str()), std::atoi(lr.c_str() + lr.find(':') + 1), std::atoi(c.c_str())});
+        fwd_narrow.push_back({std::atoi(lr.c_str()), std::atoi(lr.c_str() + lr.find(':') + 1), std::atoi(c.c_str()),
+                              std::atoi(k.c_str())});
       }
     } else if (a == "--w" && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -529,12 +538,12 @@ int main(int argc, char** argv) try {
         for (const auto& ns : fwd_narrow) {
           if (H != 256 || depth.fwd != depths.front().fwd) break;
           experiment("fwd narrow " + ns.name() + " experiment", true,
-                     [&, L = ns.L, R = ns.R, C = ns.C](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+                     [&, L = ns.L, R = ns.R, C = ns.C, K = ns.K](cudaStream_t st, uint16_t* ye, float* re, double* me) {
                        return wd == WDtype::bf16
                                   ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re,
-                                                                               me, T, 1, fa.eps, st, C)
+                                                                               me, T, 1, fa.eps, st, C, K)
                                   : fwdnarrow::launch_fwd_narrow<float>(L, R, ib.x, 256, 0, w.p, ye, 256, 0, re, me, T,
-                                                                        1, fa.eps, st, C);
+                                                                        1, fa.eps, st, C, K);
                      });
         }
 
@@ -610,7 +619,7 @@ int main(int argc, char** argv) try {
           // bench/fwd_narrow.cuh on the view, into its own buffers (poisoned),
           // compared row by row with the routed forward's y, rstd and msq.
           for (const auto& ns : fwd_narrow) {
-            const int L = ns.L, R = ns.R, C = ns.C;
+            const int L = ns.L, R = ns.R, C = ns.C, K = ns.K;
             Buf ny(hbytes), nrs(4 * hrows), nmsq(8 * hrows + 8);
             CK(cudaMemset(ny.p, 0xFF, hbytes));
             CK(cudaMemset(nrs.p, 0xFF, 4 * hrows));
@@ -620,10 +629,10 @@ int main(int argc, char** argv) try {
                   wd == WDtype::bf16
                       ? fwdnarrow::launch_fwd_narrow<__nv_bfloat16>(
                             L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p), rowlen, 256,
-                            static_cast<float*>(nrs.p), static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C)
+                            static_cast<float*>(nrs.p), static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C, K)
                       : fwdnarrow::launch_fwd_narrow<float>(L, R, hf.x, rowlen, 256, w.p, static_cast<uint16_t*>(ny.p),
                                                             rowlen, 256, static_cast<float*>(nrs.p),
-                                                            static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C);
+                                                            static_cast<double*>(nmsq.p), hrows, nh, fa.eps, st, C, K);
               CK(cudaGetLastError());
               return ok;
             };
