@@ -4,6 +4,7 @@ one table per form, and every implementation's times and err/tol."""
 from __future__ import annotations
 
 import math
+import re
 
 from .accuracy import in_budget, worst_output
 from .matrix import FORMS, OPS, workload
@@ -82,8 +83,10 @@ def markdown(meta, rows, copy):
 # TB/s, PCIe 2 TB/s, NVL 3.9 TB/s; H200: "NVIDIA H200 Tensor Core GPU" data
 # sheet, SXM and NVL 4.8 TB/s), matched on torch's device name in this order
 # (the more specific names first). The 'of peak' fraction uses it.
-HBM_PEAKS = [("H100 NVL", 3900.0, "H100 NVL HBM3"), ("H100 PCIe", 2000.0, "H100 PCIe HBM2e"),
-             ("H100", 3350.0, "H100 SXM HBM3"), ("H200", 4800.0, "H200 HBM3e")]
+# Whole words only: "GH200" (a Grace Hopper module, other memory) is not an
+# H200.
+HBM_PEAKS = [(r"\bH100 NVL\b", 3900.0, "H100 NVL HBM3"), (r"\bH100 PCIe\b", 2000.0, "H100 PCIe HBM2e"),
+             (r"\bH100\b", 3350.0, "H100 SXM HBM3"), (r"\bH200\b", 4800.0, "H200 HBM3e")]
 
 
 def hbm_peak(gpu):
@@ -93,8 +96,8 @@ def hbm_peak(gpu):
     name = str(gpu or "")
     if " / " in name:
         return None
-    for key, gbps, label in HBM_PEAKS:
-        if key in name:
+    for pattern, gbps, label in HBM_PEAKS:
+        if re.search(pattern, name):
             return gbps, label
     return None
 

@@ -446,10 +446,13 @@ def test_of_peak_uses_the_gpu_of_the_run_and_none_for_an_unknown_one():
     assert float(first_ours_fraction(md)[2]) > float(peak)
     a["meta"]["gpu"] = "NVIDIA H100 PCIe"
     assert "HBM peak, 2000 GB/s" in table_of(a)
-    a["meta"]["gpu"] = "NVIDIA A100-SXM4-80GB"
-    md = table_of(a)
-    assert "No HBM peak is listed for NVIDIA A100-SXM4-80GB" in md
-    assert first_ours_fraction(md)[2] == "—"
+    a["meta"]["gpu"] = "NVIDIA H100 NVL"
+    assert "HBM peak, 3900 GB/s" in table_of(a)
+    for other in ("NVIDIA A100-SXM4-80GB", "NVIDIA GH200 480GB"):  # GH200 is not an H200
+        a["meta"]["gpu"] = other
+        md = table_of(a)
+        assert f"No HBM peak is listed for {other}" in md
+        assert first_ours_fraction(md)[2] == "—"
 
 
 def test_merge_refuses_runs_on_different_gpus():
