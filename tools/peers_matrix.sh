@@ -83,6 +83,21 @@ PEERS="--peers ${NG_MATRIX_PEERS:-eager,TC,TCd,F.rms_norm,Liger} --seeds ${NG_MA
 [ "${NG_DEFER:-0}" = 1 ] && PEERS="$PEERS --defer-accuracy"
 ROWS=${NG_MATRIX_ARGS:---forms plain,res,heads24,heads4 --H 1536,2048,4096,5120,6144 --T 4097,65537,98304,131072 --w bf16,fp32}
 DONE="--done ${NG_MATRIX_DONE:-docs/results/peers/run-*.json}"
+set -f  # the --done pattern goes to peers.py unglobbed
+# The settings are checked before any work (peers.py --plan: peers, seeds,
+# rows; the --done folder must exist, so that a typo there does not measure
+# the whole matrix again as a first run).
+done_dir=$(dirname -- "${NG_MATRIX_DONE:-docs/results/peers/run-*.json}")
+[ -d "$done_dir" ] || { echo "peers_matrix: NG_MATRIX_DONE '${NG_MATRIX_DONE:-}': no folder '$done_dir'" >&2; exit 2; }
+# The plan counts only this GPU's results (as peers.py's run does; D11).
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+if ! python3 bench/peers.py --plan $PEERS $ROWS $DONE ${gpu_name:+--gpu "$gpu_name"} >"$P"/plan.txt 2>"$P"/plan.err; then
+  echo "peers_matrix: the settings do not make a plan (NG_MATRIX_PEERS, NG_MATRIX_SEEDS, NG_MATRIX_ARGS, NG_MATRIX_DONE):" >&2
+  cat "$P"/plan.err >&2
+  exit 2
+fi
+echo "== plan: $(tail -1 "$P"/plan.txt) [$(grep -h '^--done: .*files$' "$P"/plan.err | tr '\n' ' ')]"
+set +f
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader >"$P"/gpu.txt 2>&1
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${NG_FIRST:-0}" = 1 ]; then
@@ -93,7 +108,7 @@ left=$(( limit - 25 - SECONDS ))
 set -f  # the --done pattern goes to peers.py unglobbed
 if [ $left -lt $(( margin + 60 )) ]; then  # never a --deadline-s of 0 (none) or below (usage error)
   echo "peers_matrix: ${left} s left after the tests: no rows this run" >"$P"/peers-1.txt
-elif python3 bench/peers.py --plan $PEERS $ROWS $DONE 2>/dev/null | tail -1 | grep -q '^0 rows'; then
+elif tail -1 "$P"/plan.txt | grep -q '^0 rows'; then
   echo "peers_matrix: no row left in: $ROWS" >"$P"/peers-1.txt
 else
   shards=""

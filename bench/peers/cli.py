@@ -99,6 +99,9 @@ def parse_args(argv):
                         "peer of --peers")
     p.add_argument("--plan", action="store_true",
                    help="print the rows this run would measure (after --done) and exit; needs no GPU or torch")
+    p.add_argument("--gpu", default=None,
+                   help="with --plan: count only --done results measured on the GPU of this name (as torch and "
+                        "nvidia-smi spell it, e.g. 'NVIDIA H200'), as a run does with its own device's name")
     p.add_argument("--cupti", action="store_true",
                    help="also record each timed replay's span from CUPTI's graph-level trace (GPU timestamps of the "
                         "graph's first and last node, no launch latency) beside the CUDA events; the tables stay "
@@ -172,12 +175,15 @@ def main(argv):
     args = parse_args(argv)
     if args.warm_compile:
         return warm_compile(args)
-    done = done_rows(args.done, args)
+    if args.gpu is not None and not args.plan:
+        die_usage(f"--gpu {args.gpu!r} is for --plan (a run counts the --done results of its own GPU)")
+    done = done_rows(args.done, args, gpu=args.gpu)
     every = plan_rows(args)
     plan = [r for r in every if r not in done]
     if args.plan:
         for form, H, wname, T in plan:
             print(f"[{T}, {H}] {wname} {form}")
+        # Without --gpu every result counts; a run counts only its own GPU's.
         n_read = len({f for _, fs in done_files(args.done) for f in fs})
         n_used = len(set(done.values()))
         print(f"{len(plan)} rows to measure, {len(every) - len(plan)} already done "
@@ -196,6 +202,13 @@ def main(argv):
     if not torch.cuda.is_available():
         print("peers.py: no CUDA device: nothing to measure", file=sys.stderr)
         return 2
+    # The rows again, counting only results of this GPU (D11: a matrix per
+    # kind of GPU); --plan, without a GPU, counts every result.
+    done = done_rows(args.done, args, gpu=torch.cuda.get_device_properties(0).name)
+    plan = [r for r in every if r not in done]
+    if not plan:
+        print("peers.py: nothing to measure: every row of this run is in --done (no result written)", file=sys.stderr)
+        return 0
     import normgate
 
     start = time.time()

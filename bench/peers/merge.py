@@ -126,7 +126,7 @@ def load_result(path, what):
     return r
 
 
-def done_rows(spec, args=None):
+def done_rows(spec, args=None, gpu=None):
     """{row key: file} of the rows in the --done results. A pattern with glob
     characters may match nothing (the first call of a matrix); a plain path
     must exist. With args, a result counts only if it measured what this run
@@ -134,7 +134,9 @@ def done_rows(spec, args=None):
     to join them), and every peer of --peers available (its meta.peer_errors
     names none of them, and every row has each of them: rows measured without
     a peer, because it could not run or was not asked for, are measured again
-    once the peer runs; leave a peer that cannot run out of --peers)."""
+    once the peer runs; leave a peer that cannot run out of --peers). With
+    gpu (the device name of the run), only results measured on that GPU
+    count (--merge refuses a merge across GPUs; docs/perf/peers.md, D11)."""
     done = {}
     for pat, files in done_files(spec):
         print(f"--done: {pat}: {len(files)} files", file=sys.stderr)
@@ -144,10 +146,13 @@ def done_rows(spec, args=None):
                 m = r["meta"]
                 differ = [k for k in SAME_METHOD if m.get(k) != getattr(args, k)]
                 missing = sorted(set(m.get("peer_errors") or {}) & set(args.peers))
-                if differ or missing:
+                other_gpu = gpu is not None and str(m.get("gpu")) != gpu
+                if differ or missing or other_gpu:
                     print(f"--done: {f}: not counted ("
                           + ", ".join([f"{k} {m.get(k)} vs {getattr(args, k)}" for k in differ]
-                                      + [f"peer {p} could not run there" for p in missing]) + ")", file=sys.stderr)
+                                      + [f"peer {p} could not run there" for p in missing]
+                                      + ([f"measured on {m.get('gpu')!r}, this run on {gpu!r}"] if other_gpu else []))
+                          + ")", file=sys.stderr)
                     continue
             unmeasured = set()
             for row in r["rows"]:

@@ -470,6 +470,28 @@ def test_merge_refuses_runs_on_different_gpus():
         assert not os.path.exists(out_m)
 
 
+def test_done_counts_only_results_of_the_runs_gpu():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from argparse import Namespace
+    from peers.merge import done_rows
+    h100 = os.path.join(ROOT, "docs", "results", "peers", "matrix-h100", "run-h100-1.json")
+    meta = json.load(open(h100))["meta"]
+    assert meta["gpu"] == "NVIDIA H100 80GB HBM3"
+    args = Namespace(peers=["eager", "TC", "TCd", "F.rms_norm", "Liger", "Q"], seeds=2, family="normal",
+                     replays=meta["replays"], rounds=meta["rounds"])
+    every = done_rows(h100, args)  # --plan: no GPU known, every result counts
+    assert len(every) == 6 and ("heads24", 256, "bf16", 131072) in every
+    assert done_rows(h100, args, gpu="NVIDIA H100 80GB HBM3") == every
+    assert done_rows(h100, args, gpu="NVIDIA H200") == {}
+    # --plan --gpu NAME counts as a run on that GPU would.
+    rows = ("--forms", "heads24", "--T", "131072", "--w", "bf16", "--seeds", "2", "--done", h100)
+    r = plan(*rows, "--gpu", "NVIDIA H100 80GB HBM3")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("0 rows to measure"), r.stdout
+    r = plan(*rows, "--gpu", "NVIDIA H200")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("1 rows to measure"), r.stdout
+    assert "measured on 'NVIDIA H100 80GB HBM3', this run on 'NVIDIA H200'" in r.stderr
+
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -486,6 +508,7 @@ if __name__ == "__main__":
     test_merge_refuses_a_row_in_two_runs_and_a_non_result()
     test_of_peak_uses_the_gpu_of_the_run_and_none_for_an_unknown_one()
     test_merge_refuses_runs_on_different_gpus()
+    test_done_counts_only_results_of_the_runs_gpu()
     test_gpu_state_sums_counter_growth_and_keeps_extremes()
     test_spread_lines_name_the_noisy_implementations_only()
     test_acc_parts_sums_the_seeds_and_names_each_implementation()
