@@ -889,7 +889,7 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
     const kernels::Variant* v = kernels::find_variant(x.variant);
     if (v == nullptr) {
       std::printf("note     %s -> %s: this normgate has no variant %s; left as it is\n", x.window().c_str(),
-                  printable(x.variant).c_str(), printable(x.variant).c_str());
+                  printable_line(x.variant).c_str(), printable_line(x.variant).c_str());
       continue;
     }
     if (x.source_sha256 == v->source_sha256) continue;
@@ -1176,10 +1176,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
         if (rejections[i]) {  // all sealed and valid, or the first bad record names the file INVALID
           try {
             const kernels::Rejections r = kernels::load_rejections(f);
-            std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", printable(f).c_str(), r.records.size(),
+            std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", printable_line(f).c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
-            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable(f).c_str(), printable(e.what()).c_str());
+            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable_line(f).c_str(), printable(e.what()).c_str());
             ++bad_files;
           }
           continue;
@@ -1191,7 +1191,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           if (x.invalid.empty()) continue;
           (x.unsealed ? n_unsealed : n_invalid) += 1;
         }
-        std::printf("%s: %zu records, %zu valid, %zu without record_sha256, %zu INVALID\n", printable(f).c_str(),
+        std::printf("%s: %zu records, %zu valid, %zu without record_sha256, %zu INVALID\n", printable_line(f).c_str(),
                     a.records.size(), a.records.size() - n_invalid - n_unsealed, n_unsealed, n_invalid);
         for (const auto& x : a.records)
           if (!x.invalid.empty() && (!x.unsealed || !o->seal))

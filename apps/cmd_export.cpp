@@ -61,7 +61,7 @@ void add_export(CLI::App& app, Commands& cmds) {
         if (kernels::find_variant(it.impl) == nullptr && it.impl != "fp32-baseline")
           throw std::invalid_argument(
               "the report's " + (it.window.empty() ? std::string("case ") + it.case_id : "window '" + it.window + "'") +
-              " ran '" + printable(it.impl) +
+              " ran '" + printable_line(it.impl) +
               "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
               "export re-runs each case, so an implementation of your own must be registered here (--plugin "
               "LIB.so for a plugin; a Python one, gated with normgate.gate, is re-run from Python with "
@@ -81,7 +81,7 @@ void add_export(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(where + ": " + e.what());
         }
         if (const std::string why = validators::unsupported_reason(it.impl, c); !why.empty())
-          throw std::invalid_argument(where + ": '" + printable(it.impl) + "' does not support it (" + why +
+          throw std::invalid_argument(where + ": '" + printable_line(it.impl) + "' does not support it (" + why +
                                       "), so export cannot re-run it");
         try {
           require_host_memory({c}, 1);

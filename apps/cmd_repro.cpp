@@ -113,7 +113,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         if (impl.empty()) {
           impl = replay->prov.impl;
           // The recorded name, not an option the user gave: say so when it is unusable.
-          const std::string from = "'" + o->file + "' records implementation '" + printable(impl) + "'";
+          const std::string from = "'" + o->file + "' records implementation '" + printable_line(impl) + "'";
           if (impl.empty()) throw std::invalid_argument(from + ": give one with --variant");
           std::vector<std::string> expanded;
           try {
@@ -133,7 +133,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         if (o->report.empty() || !o->impl.empty()) throw;
         // The window's implementation, from the report: one of the user's own.
         throw std::invalid_argument(
-            "the report's window ran '" + printable(impl) +
+            "the report's window ran '" + printable_line(impl) +
             "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
             "repro re-runs the case, so an implementation of your own must be registered here (--plugin LIB.so "
             "for a plugin; a Python one, gated with normgate.gate, is re-run from Python with normgate.check on "
@@ -158,9 +158,9 @@ void add_repro(CLI::App& app, Commands& cmds) {
       if (replay) {
         // The file's strings escaped: a control byte there must not reach the terminal.
         std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n",
-                    printable(o->file).c_str(), printable(replay->prov.case_id).c_str(),
-                    replay->inputs_sha256.substr(0, 16).c_str(), printable(replay->prov.impl).c_str(),
-                    printable(replay->prov.verdict).c_str());
+                    printable_line(o->file).c_str(), printable_line(replay->prov.case_id).c_str(),
+                    replay->inputs_sha256.substr(0, 16).c_str(), printable_line(replay->prov.impl).c_str(),
+                    printable_line(replay->prov.verdict).c_str());
         if (const std::string stale = validators::changed_sources(replay->prov); !stale.empty())
           std::printf("note     the sources changed since this was recorded (%s): this build runs; "
                       "\"recorded outputs\" below says whether its outputs changed too\n",

@@ -158,18 +158,18 @@ void add_routes(CLI::App& app, Commands& cmds) {
         // only output (exit 2), not the table's lines and then an error.
         const std::string policy_path = kernels::policy_path_for(o->table);
         const auto policy = kernels::load_policy(policy_path);
-        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable(o->table).c_str(),
+        std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable_line(o->table).c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
-                    printable(d.approvals().path).c_str(), what.c_str());
+                    printable_line(d.approvals().path).c_str(), what.c_str());
         if (!policy) {
           std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
                       "`gate --approve` refuses until one is written\n",
-                      printable(policy_path).c_str());
+                      printable_line(policy_path).c_str());
         } else {
           auto level = [](const kernels::PolicyLevel& L) {
             return (L.name.empty() ? std::string() : "\"" + L.name + "\": ") + L.describe();
           };
-          std::printf("policy    %s\n  minimum %s\n  target  %s\n", printable(policy->path).c_str(),
+          std::printf("policy    %s\n  minimum %s\n  target  %s\n", printable_line(policy->path).c_str(),
                       printable(level(policy->minimum)).c_str(),
                       policy->target ? printable(level(*policy->target)).c_str() : "none");
         }

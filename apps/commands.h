@@ -71,6 +71,10 @@ struct PathArg {
 /// escape sequence read from a file or an argument is shown, not obeyed.
 /// Bytes >= 0x80 (UTF-8) are kept.
 std::string printable(std::string_view text);
+/// printable() for one value inside a line (a path, a name, a case id read
+/// from a file or an argument): newline and tab as \x0a and \x09 too, so
+/// that a value cannot start a line of its own in the output.
+std::string printable_line(std::string_view text);
 
 /// Before any work, every file a subcommand will write: each output is
 /// writable (check_writable); no two outputs are one file (same inode when

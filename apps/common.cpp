@@ -95,12 +95,13 @@ void commit_temp(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
-std::string printable(std::string_view text) {
+namespace {
+std::string escaped(std::string_view text, bool keep_newline_tab) {
   std::string out;
   out.reserve(text.size());
   for (const char ch : text) {
     const auto u = static_cast<unsigned char>(ch);
-    if ((u < 0x20 && ch != '\n' && ch != '\t') || u == 0x7f) {
+    if ((u < 0x20 && !(keep_newline_tab && (ch == '\n' || ch == '\t'))) || u == 0x7f) {
       char b[5];
       std::snprintf(b, sizeof b, "\\x%02x", u);
       out += b;
@@ -110,6 +111,11 @@ std::string printable(std::string_view text) {
   }
   return out;
 }
+}  // namespace
+
+std::string printable(std::string_view text) { return escaped(text, true); }
+
+std::string printable_line(std::string_view text) { return escaped(text, false); }
 
 // A symbolic link is written through: the file it points to is replaced,
 // never the link (core/file_target.h).

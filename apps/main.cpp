@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "normgate: error: unknown option '%s' before the subcommand (normgate's own options are --help "
                    "and --version; a subcommand's options follow it: normgate SUBCOMMAND [OPTIONS])\n",
-                   normgate::app::printable(argv[1]).c_str());
+                   normgate::app::printable_line(argv[1]).c_str());
       return 2;
     }
   }
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     }
     if (!found) {
       std::fprintf(stderr, "normgate: error: unknown subcommand '%s' (known: %s; see normgate --help)\n",
-                   normgate::app::printable(argv[1]).c_str(), known.c_str());
+                   normgate::app::printable_line(argv[1]).c_str(), known.c_str());
       return 2;
     }
   }

@@ -97,6 +97,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --H 64,x --T 3 --seeds 3x1", "x"},
       {"check --backend cpu --H 64 --T 3 --seeds 3x0", "3x0"},
       {"frobnicate", "frobnicate"},
+      // a value inside a line cannot start a line of its own (printable_line)
+      {"\"$(printf 'frob\\nnormgate: PASS')\"", "unknown subcommand 'frob\\x0anormgate: PASS'"},
       {"--bogus", "unknown option '--bogus' before the subcommand"},
       // an unknown option where a positional is missing: the option is named first
       {"routes --bogus", "unknown option '--bogus' for 'normgate routes'; table is required"},

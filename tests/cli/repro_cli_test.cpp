@@ -254,6 +254,13 @@ TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
   EXPECT_EQ(p.code, 2) << p.out;
   EXPECT_TRUE(contains(p.out, "the report's window ran 'my_rmsnorm', which this process does not know")) << p.out;
   EXPECT_TRUE(contains(p.out, "with normgate.check on the case H=")) << p.out;
+  // A name with a newline is one value in the message, not two lines.
+  for (auto& w : j["windows"]) w["variant"] = "my_rmsnorm\nPASS";
+  std::ofstream(ext) << j.dump();
+  const CliRun q = run("export " + ext + " -o " + out + " --backend cpu");
+  EXPECT_EQ(q.code, 2) << q.out;
+  EXPECT_TRUE(contains(q.out, "ran 'my_rmsnorm\\x0aPASS', which this process does not know")) << q.out;
+  EXPECT_FALSE(contains(q.out, "\nPASS")) << q.out;
 }
 
 
