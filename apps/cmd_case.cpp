@@ -21,12 +21,14 @@ void add_case(CLI::App& app, Commands& cmds) {
   sub->callback([&cmds, id, no_digest, threads] {
     cmds.run = [id, no_digest, threads] {
       const auto c = seeds::parse_case(*id);
+      // The inputs it generates, before anything is printed: a refusal is
+      // the only output, not std::bad_alloc after the case's lines.
+      if (!*no_digest) require_host_memory({c}, 0);
       std::printf("case    %s\n", seeds::to_string(c).c_str());
       std::printf("shape   T=%lld rows x H=%lld, %lld normalized rows, weight %s, form %s, eps %g\n",
                   static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.rows()),
                   std::string(to_string(c.w)).c_str(), std::string(to_string(c.form)).c_str(), c.eps);
       if (*no_digest) return 0;
-      require_host_memory({c}, 0);  // the inputs it generates, before any work: a refusal, not std::bad_alloc
       const double values = static_cast<double>(c.rows()) * static_cast<double>(c.H) * (c.form == Form::res ? 4 : 2);
       if (values > 1e8)  // large cases take a while on few cores: say so before going quiet
         std::fprintf(stderr, "generating and hashing %.0f M input values on the CPU (--no-digest skips it)...\n",

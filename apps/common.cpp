@@ -506,7 +506,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                   static_cast<double>(b));
     return std::string(buf);
   };
-  const std::string where = hm.address_limit == have64 ? "this process's address-space limit (ulimit -v) of " + gib(have)
+  const bool by_address = hm.address_limit != 0 && hm.address_limit - std::min(hm.address_used, hm.address_limit) == have64;
+  const std::string where = by_address ? "what is left of this process's address-space limit (ulimit -v) of " +
+                                             gib(hm.address_limit) + ": " + gib(have) + " (" +
+                                             gib(hm.address_used) + " in use)"
                             : hm.cgroup_limit == have64
                                 ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
                                 : "this host's " + gib(have);

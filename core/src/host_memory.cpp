@@ -70,8 +70,10 @@ std::vector<std::string> self_and_ancestors(std::string dir) {
 }  // namespace
 
 uint64_t HostMemory::usable() const {
+  const uint64_t address_left =
+      address_limit == 0 ? 0 : address_used < address_limit ? address_limit - address_used : 1;
   uint64_t u = 0;
-  for (const uint64_t b : {physical, cgroup_limit, address_limit})
+  for (const uint64_t b : {physical, cgroup_limit, address_left})
     if (b != 0) u = u == 0 ? b : std::min(u, b);
   return u;
 }
@@ -82,6 +84,11 @@ HostMemory host_memory(const std::string& root, const std::string& self_cgroup) 
   if (pages > 0 && page > 0) m.physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
   if (struct rlimit rl {}; ::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
     m.address_limit = static_cast<uint64_t>(rl.rlim_cur);
+  // statm's first field: the address space in pages.
+  if (std::istringstream statm(read_small("/proc/self/statm", 256)); page > 0) {
+    unsigned long long size_pages = 0;
+    if (statm >> size_pages) m.address_used = static_cast<uint64_t>(size_pages) * static_cast<uint64_t>(page);
+  }
   std::vector<std::string> files;
   std::istringstream in(read_small(self_cgroup, 64 * 1024));
   std::string line;

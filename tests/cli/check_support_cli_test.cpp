@@ -161,7 +161,18 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
     const normgate::test::CliRun u = normgate::test::run_normgate_with("ulimit -v 4000000 &&",
                                                        "case H=16384,T=200000,w=fp32,family=normal,seed=0");
     EXPECT_EQ(u.code, 2) << u.out;
-    EXPECT_TRUE(contains(u.out, "more than this process's address-space limit (ulimit -v) of 3.8 GiB")) << u.out;
+    EXPECT_TRUE(contains(u.out, "more than what is left of this process's address-space limit (ulimit -v) of 3.8 "
+                                "GiB (4096000000 bytes)"))
+        << u.out;
+    EXPECT_TRUE(contains(u.out, " in use)")) << u.out;
+    EXPECT_FALSE(contains(u.out, "shape   T=")) << u.out;  // refused before the case's lines
+    // A case under the limit but over what the process leaves of it (its own
+    // address space counts: 4063232000 bytes of inputs < 4096000000) is
+    // refused too; against the whole limit it passed and ended in bad_alloc.
+    const normgate::test::CliRun v = normgate::test::run_normgate_with("ulimit -v 4000000 &&",
+                                                       "case H=16384,T=62000,w=fp32,family=normal,seed=0");
+    EXPECT_EQ(v.code, 2) << v.out;
+    EXPECT_TRUE(contains(v.out, "needs at least 3.8 GiB (4063232000 bytes)")) << v.out;
   }
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "normgate/core/host_memory.h"
 
@@ -108,11 +109,25 @@ TEST(HostMemoryUsable, TheLeastKnownBoundOfPhysicalCgroupAndAddressSpace) {
   m.physical = 0;
   m.cgroup_limit = 0;
   EXPECT_EQ(m.usable(), 4ull << 30);  // the address-space limit alone
+  // Only what the process does not use yet of it can be allocated.
+  m.address_used = 1ull << 30;
+  EXPECT_EQ(m.usable(), 3ull << 30);
+  m.physical = 2ull << 30;
+  EXPECT_EQ(m.usable(), 2ull << 30);  // the tighter bound wins
+  m.physical = 0;
+  m.address_used = 5ull << 30;  // all of it in use: 1 byte left, not 0 ("unknown")
+  EXPECT_EQ(m.usable(), 1u);
+  m.address_limit = 0;
+  EXPECT_EQ(m.usable(), 0u);  // no limit: the address space in use bounds nothing
   // This process's own limit is read (none set: 0).
   struct rlimit rl {};
   ASSERT_EQ(::getrlimit(RLIMIT_AS, &rl), 0);
   const auto h = normgate::core::host_memory();
   EXPECT_EQ(h.address_limit, rl.rlim_cur == RLIM_INFINITY ? 0u : static_cast<uint64_t>(rl.rlim_cur));
+  // The address space in use: at least this test's code and a live 64 MiB block.
+  std::vector<char> block(size_t{64} << 20, 1);
+  const auto h2 = normgate::core::host_memory();
+  EXPECT_GE(h2.address_used, block.size()) << "from /proc/self/statm";
 }
 
 TEST(KeepLargeBlocks, LargeBlocksComeFromTheHeapUnlessDefaultsAreAsked) {

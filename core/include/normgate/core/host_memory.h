@@ -18,8 +18,14 @@ struct HostMemory {
   /// limit `ulimit -v` sets), bytes; 0: unlimited. An allocation past it
   /// fails as surely as one past the host's memory.
   uint64_t address_limit = 0;
-  /// min(physical, cgroup_limit, address_limit) over the bounds that are
-  /// known (0: none known).
+  /// This process's address space in use when host_memory() ran
+  /// (/proc/self/statm's size), bytes; 0 where unknown. Only the rest of
+  /// address_limit can still be allocated.
+  uint64_t address_used = 0;
+  /// min(physical, cgroup_limit, what is left of address_limit) over the
+  /// bounds that are known (0: none known). What is left of address_limit
+  /// is address_limit - address_used, and 1 (not 0, "unknown") when the
+  /// process already uses all of it.
   uint64_t usable() const;
 };
 
