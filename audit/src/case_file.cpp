@@ -122,9 +122,10 @@ void write_maps(h5::Writer& w, hid_t loc, const ErrorMaps& m) {
   h5::attr(w, loc, "tile", m.tile);
 }
 
-// The maps of group g, for a case of `rows` x `cols` (the case id's): every
-// shape is checked against them before anything is read.
-ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
+// Group g's maps attributes (rows, cols, tile), checked against its case's
+// `rows` x `cols` (the case id's) and kMaxTile, with the tile counts; no
+// dataset is read.
+ErrorMaps maps_header(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
   ErrorMaps m;
   m.rows = h5::attr_int(f, g, "rows");
   m.cols = h5::attr_int(f, g, "cols");
@@ -136,10 +137,24 @@ ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int
                              std::to_string(kMaxTile) + ")");
   m.tile_rows = (m.rows + m.tile - 1) / m.tile;
   m.tile_cols = (m.cols + m.tile - 1) / m.tile;
+  return m;
+}
+
+// What read_maps holds of group g with header m: rstd's ratios (8 B a row),
+// the two tile maps (4 B a tile each) and the full dx map when present.
+unsigned __int128 maps_bytes(const h5::Reader& f, const std::string& g, const ErrorMaps& m) {
   using U = unsigned __int128;
+  return U(8) * U(m.rows) + U(8) * U(m.tile_rows) * U(m.tile_cols) +
+         (f.exists(g + "/dx_ratio") ? U(4) * U(m.rows) * U(m.cols) : U(0));
+}
+
+// The maps of group g, for a case of `rows` x `cols` (the case id's): every
+// shape is checked against them, and the memory they take against the
+// host's, before anything is read.
+ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
+  ErrorMaps m = maps_header(f, g, rows, cols);
   require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
-                         U(8) * U(rows) + U(8) * U(m.tile_rows) * U(m.tile_cols) +
-                             (f.exists(g + "/dx_ratio") ? U(4) * U(rows) * U(cols) : U(0)));
+                         maps_bytes(f, g, m));
   m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", dims1(m.cols));
   m.dw_bound = h5::read_f64(f, g + "/dw_bound", dims1(m.cols));
   m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", dims1(m.cols));
@@ -257,11 +272,23 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
   if (present != static_cast<size_t>(n))
     throw std::runtime_error(path + ": /@entries is " + std::to_string(n) + " but group /cases holds " +
                              std::to_string(present) + " groups");
-  std::vector<MapsEntry> out;
+  // Every entry is held at once: the groups' maps together are checked
+  // against the host's memory before any is read (each alone could fit;
+  // one group is checked by read_maps, which names it).
+  unsigned __int128 total = 0;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
     if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
+    const std::string where = "/" + std::string(name) + "@case_id";
+    const auto [rows, cols] = case_shape(path, where, read_prov(f, name, legacy).case_id);
+    total += maps_bytes(f, name, maps_header(f, name, rows, cols));
+  }
+  if (n > 1) require_memory_to_read(path, "the sum of its " + std::to_string(n) + " groups of maps", total);
+  std::vector<MapsEntry> out;
+  for (int64_t i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
     MapsEntry e;
     e.prov = read_prov(f, name, legacy);
     for (int o = 0; o < 4; ++o) e.max_ratio[o] = h5::attr_double(f, name, kMaxNames[o]);

@@ -21,6 +21,7 @@
 
 #include "normgate/audit/case_file.h"
 #include "normgate/audit/repro.h"
+#include "normgate/core/host_memory.h"
 #include "util/cpu_request.h"
 #include "util/xorshift64.h"
 
@@ -319,6 +320,50 @@ TEST(CaseFileDigest, ACaseIdBeyondHostMemoryIsAnErrorBeforeAnyRead) {
         << e.what();
   }
   fs::remove_all(fs::path(p).parent_path());
+}
+
+// Two maps groups, each within the host's memory, together beyond it: the
+// reader holds every entry at once, so the sum is refused before any
+// dataset is read (each group was checked alone, and the read ended in
+// std::bad_alloc).
+TEST(CaseFileDigest, MapsGroupsTogetherBeyondHostMemoryAreAnError) {
+  const uint64_t have = normgate::core::host_memory().usable();
+  if (have == 0) GTEST_SKIP() << "the host does not say how much memory it has";
+  const nv::SavedCase c = saved(kCase, "ctl_fp32_seq");
+  std::vector<nv::MapsEntry> es(2);
+  for (auto& e : es) {
+    e.prov = c.prov;
+    e.maps = c.maps;
+  }
+  const std::string m = temp_path("two_maps.h5");
+  nv::write_maps_file(m, "r.json", es);
+  // Each group's case: rows x 16384 with tile 1, 8 B a row and 8 B a tile
+  // (two tile maps): 8 * rows * 16385 bytes, 0.6 of the host's memory.
+  const int64_t cols = 16384, rows = static_cast<int64_t>(0.6 * static_cast<double>(have) / (8.0 * (cols + 1)));
+  const std::string id = "H=16384,T=" + std::to_string(rows) + ",w=bf16,form=plain,family=cancel,seed=1";
+  for (const char* g : {"/cases/0000", "/cases/0001"}) {
+    set_string_attr(m, g, "case_id", id);
+    H5File h(m);
+    ASSERT_GE(h.f, 0);
+    const hid_t o = H5Oopen(h.f, g, H5P_DEFAULT);
+    ASSERT_GE(o, 0);
+    for (const auto& [a, v] : {std::pair{"rows", rows}, std::pair{"cols", cols}, std::pair{"tile", int64_t{1}}}) {
+      const hid_t at = H5Aopen(o, a, H5P_DEFAULT);
+      ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &v), 0);
+      H5Aclose(at);
+    }
+    H5Oclose(o);
+  }
+  try {
+    (void)nv::read_maps_file(m);
+    ADD_FAILURE() << "read";
+  } catch (const std::bad_alloc&) {
+    ADD_FAILURE() << "std::bad_alloc";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(m + ": the sum of its 2 groups of maps needs "), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(fs::path(m).parent_path());
 }
 
 // Bit flips: a fixed-seed sample of 2000 bits over the whole file plus every
