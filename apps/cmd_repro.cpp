@@ -198,12 +198,24 @@ void add_repro(CLI::App& app, Commands& cmds) {
         std::filesystem::path dir = std::filesystem::weakly_canonical(
             std::filesystem::absolute(std::filesystem::path(save).parent_path(), ec), ec);
         if (ec) dir = std::filesystem::path(save).parent_path();  // unresolvable: as given, nothing removed later
+        std::vector<std::filesystem::path> missing;  // outermost first
         for (std::filesystem::path q = dir; !ec && !q.empty() && q != q.root_path() && !std::filesystem::exists(q, ec);
              q = q.parent_path())
-          made.insert(made.begin(), q);
-        if (ec) made.clear();
+          missing.insert(missing.begin(), q);
         std::error_code mk;
-        std::filesystem::create_directories(dir, mk);
+        if (ec) {
+          std::filesystem::create_directories(dir, mk);  // as given; nothing listed for removal
+        } else {
+          // One level at a time: create_directory says whether this run made
+          // the folder, so that a repro --save running at the same time into
+          // the same new folder is not taken for ours (its folder removed
+          // under it when this run fails).
+          for (const auto& q : missing) {
+            const bool mine = std::filesystem::create_directory(q, mk);
+            if (mk) break;
+            if (mine) made.push_back(q);
+          }
+        }
         if (mk) throw std::invalid_argument("--save '" + save + "': cannot create the folder: " + mk.message());
         if (!std::filesystem::is_directory(save)) save = dir.string() + "/";  // "x/../z/new/" without an x
       }
