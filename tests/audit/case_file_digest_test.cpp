@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <fstream>
 #include <new>
 #include <string>
@@ -125,6 +126,34 @@ void expect_refused(const std::string& path, const std::string& what, bool inspe
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
+  }
+}
+
+// Overwrite int64 attributes of object `obj` (which has them) in the file at path.
+void set_int_attrs(const std::string& path, const char* obj, std::initializer_list<std::pair<const char*, int64_t>> attrs) {
+  H5File h(path);
+  ASSERT_GE(h.f, 0);
+  const hid_t o = H5Oopen(h.f, obj, H5P_DEFAULT);
+  ASSERT_GE(o, 0);
+  for (const auto& [a, v] : attrs) {
+    const hid_t at = H5Aopen(o, a, H5P_DEFAULT);
+    ASSERT_GE(at, 0) << a;
+    ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &v), 0) << a;
+    H5Aclose(at);
+  }
+  H5Oclose(o);
+}
+
+// read_maps_file(path) throws std::runtime_error containing `what` (not
+// std::bad_alloc, not a read).
+void expect_maps_refused(const std::string& path, const std::string& what) {
+  try {
+    (void)nv::read_maps_file(path);
+    ADD_FAILURE() << "read";
+  } catch (const std::bad_alloc&) {
+    ADD_FAILURE() << "std::bad_alloc";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
 }
 
@@ -298,27 +327,8 @@ TEST(CaseFileDigest, ACaseIdBeyondHostMemoryIsAnErrorBeforeAnyRead) {
   const std::string m = temp_path("huge_maps.h5");
   nv::write_maps_file(m, "r.json", es);
   set_string_attr(m, "/cases/0000", "case_id", big);
-  {
-    H5File h(m);
-    ASSERT_GE(h.f, 0);
-    const hid_t g = H5Oopen(h.f, "/cases/0000", H5P_DEFAULT);
-    ASSERT_GE(g, 0);
-    for (const auto& [a, v] : {std::pair{"rows", int64_t{1} << 31}, std::pair{"cols", int64_t{16384}}}) {
-      const hid_t at = H5Aopen(g, a, H5P_DEFAULT);
-      ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &v), 0);
-      H5Aclose(at);
-    }
-    H5Oclose(g);
-  }
-  try {
-    (void)nv::read_maps_file(m);
-    ADD_FAILURE() << "read";
-  } catch (const std::bad_alloc&) {
-    ADD_FAILURE() << "std::bad_alloc";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(m + ": group cases/0000 (2147483648 x 16384) needs "), std::string::npos)
-        << e.what();
-  }
+  set_int_attrs(m, "/cases/0000", {{"rows", int64_t{1} << 31}, {"cols", 16384}});
+  expect_maps_refused(m, m + ": group cases/0000 (2147483648 x 16384) needs ");
   fs::remove_all(fs::path(p).parent_path());
 }
 
@@ -343,26 +353,9 @@ TEST(CaseFileDigest, MapsGroupsTogetherBeyondHostMemoryAreAnError) {
   const std::string id = "H=16384,T=" + std::to_string(rows) + ",w=bf16,form=plain,family=cancel,seed=1";
   for (const char* g : {"/cases/0000", "/cases/0001"}) {
     set_string_attr(m, g, "case_id", id);
-    H5File h(m);
-    ASSERT_GE(h.f, 0);
-    const hid_t o = H5Oopen(h.f, g, H5P_DEFAULT);
-    ASSERT_GE(o, 0);
-    for (const auto& [a, v] : {std::pair{"rows", rows}, std::pair{"cols", cols}, std::pair{"tile", int64_t{1}}}) {
-      const hid_t at = H5Aopen(o, a, H5P_DEFAULT);
-      ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &v), 0);
-      H5Aclose(at);
-    }
-    H5Oclose(o);
+    set_int_attrs(m, g, {{"rows", rows}, {"cols", cols}, {"tile", 1}});
   }
-  try {
-    (void)nv::read_maps_file(m);
-    ADD_FAILURE() << "read";
-  } catch (const std::bad_alloc&) {
-    ADD_FAILURE() << "std::bad_alloc";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(m + ": the sum of its 2 groups of maps needs "), std::string::npos)
-        << e.what();
-  }
+  expect_maps_refused(m, m + ": the sum of its 2 groups of maps needs ");
   fs::remove_all(fs::path(m).parent_path());
 }
 
