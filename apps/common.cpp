@@ -500,19 +500,8 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   if (big == nullptr || have64 == 0) return;  // nothing to check, or the host does not say
   const unsigned __int128 have = have64;
   if (most <= have) return;
-  auto gib = [](unsigned __int128 b) {  // GiB to one decimal, and the bytes (two close figures stay apart)
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%.1f GiB (%.0f bytes)", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0),
-                  static_cast<double>(b));
-    return std::string(buf);
-  };
-  const bool by_address = hm.address_limit != 0 && hm.address_limit - std::min(hm.address_used, hm.address_limit) == have64;
-  const std::string where = by_address ? "what is left of this process's address-space limit (ulimit -v) of " +
-                                             gib(hm.address_limit) + ": " + gib(have) + " (" +
-                                             gib(hm.address_used) + " in use)"
-                            : hm.cgroup_limit == have64
-                                ? "this process's cgroup limit of " + gib(have) + " (" + hm.cgroup_file + ")"
-                                : "this host's " + gib(have);
+  auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
+  const std::string where = hm.describe_usable();
   const std::string what = big_impls == 0 ? "its BF16 inputs"
                                            : "its BF16 inputs and the outputs of " + std::to_string(big_impls) +
                                                  (big_impls == 1 ? " implementation" : " implementations");

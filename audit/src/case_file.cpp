@@ -27,16 +27,13 @@ namespace {
 // fail: std::bad_alloc, no file named. `bytes` (what reading `what` holds at
 // once) is checked against the host's memory first.
 void require_memory_to_read(const std::string& path, const std::string& what, unsigned __int128 bytes) {
-  const uint64_t have = core::host_memory().usable();
+  const core::HostMemory hm = core::host_memory();
+  const uint64_t have = hm.usable();
   if (have == 0 || bytes <= have) return;
-  auto gib = [](double b) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024.0 * 1024.0));
-    return std::string(buf);
-  };
-  throw std::runtime_error(path + ": " + what + " needs " + gib(static_cast<double>(bytes)) +
-                           " of host memory to read, more than this host's " + gib(static_cast<double>(have)) +
-                           " (a damaged or crafted file?)");
+  char need[48];
+  std::snprintf(need, sizeof need, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  throw std::runtime_error(path + ": " + what + " needs " + need + " of host memory to read, more than " +
+                           hm.describe_usable() + " (a damaged or crafted file?)");
 }
 
 
@@ -141,11 +138,12 @@ ErrorMaps maps_header(const h5::Reader& f, const std::string& g, int64_t rows, i
 }
 
 // What read_maps holds of group g with header m: rstd's ratios (8 B a row),
-// the two tile maps (4 B a tile each) and the full dx map when present.
+// dw's three arrays (24 B a column), the two tile maps (4 B a tile each),
+// the five histograms and the full dx map when present.
 unsigned __int128 maps_bytes(const h5::Reader& f, const std::string& g, const ErrorMaps& m) {
   using U = unsigned __int128;
-  return U(8) * U(m.rows) + U(8) * U(m.tile_rows) * U(m.tile_cols) +
-         (f.exists(g + "/dx_ratio") ? U(4) * U(m.rows) * U(m.cols) : U(0));
+  return U(8) * U(m.rows) + U(24) * U(m.cols) + U(8) * U(m.tile_rows) * U(m.tile_cols) +
+         U(5) * U(8) * U(Histogram::kBins) + (f.exists(g + "/dx_ratio") ? U(4) * U(m.rows) * U(m.cols) : U(0));
 }
 
 // The maps of group g, for a case of `rows` x `cols` (the case id's): every
@@ -272,9 +270,9 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
   if (present != static_cast<size_t>(n))
     throw std::runtime_error(path + ": /@entries is " + std::to_string(n) + " but group /cases holds " +
                              std::to_string(present) + " groups");
-  // Every entry is held at once: the groups' maps together are checked
-  // against the host's memory before any is read (each alone could fit;
-  // one group is checked by read_maps, which names it).
+  // Every entry is held at once: each group's maps, then all of them
+  // together, are checked against the host's memory before any is read
+  // (each alone could fit).
   unsigned __int128 total = 0;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
@@ -282,7 +280,12 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
     if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
     const std::string where = "/" + std::string(name) + "@case_id";
     const auto [rows, cols] = case_shape(path, where, read_prov(f, name, legacy).case_id);
-    total += maps_bytes(f, name, maps_header(f, name, rows, cols));
+    const unsigned __int128 b = maps_bytes(f, name, maps_header(f, name, rows, cols));
+    // A group beyond memory on its own is named (a damaged or crafted one).
+    require_memory_to_read(path, "group " + std::string(name) + " (" + std::to_string(rows) + " x " +
+                                     std::to_string(cols) + ")",
+                           b);
+    total += b;
   }
   if (n > 1) require_memory_to_read(path, "the sum of its " + std::to_string(n) + " groups of maps", total);
   std::vector<MapsEntry> out;

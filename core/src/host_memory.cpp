@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,13 +70,33 @@ std::vector<std::string> self_and_ancestors(std::string dir) {
 
 }  // namespace
 
+uint64_t HostMemory::address_left() const {
+  return address_limit == 0 ? 0 : address_used < address_limit ? address_limit - address_used : 1;
+}
+
 uint64_t HostMemory::usable() const {
-  const uint64_t address_left =
-      address_limit == 0 ? 0 : address_used < address_limit ? address_limit - address_used : 1;
   uint64_t u = 0;
-  for (const uint64_t b : {physical, cgroup_limit, address_left})
+  for (const uint64_t b : {physical, cgroup_limit, address_left()})
     if (b != 0) u = u == 0 ? b : std::min(u, b);
   return u;
+}
+
+std::string gib_and_bytes(unsigned __int128 bytes) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.1f GiB (%.0f bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0),
+                static_cast<double>(bytes));
+  return buf;
+}
+
+std::string HostMemory::describe_usable() const {
+  const uint64_t have = usable();
+  if (have == 0) return "";
+  if (address_limit != 0 && address_left() == have)
+    return "this process's address-space limit (ulimit -v) of " + gib_and_bytes(address_limit) + ", of which " +
+           gib_and_bytes(have) + " is left (" + (address_used != 0 ? gib_and_bytes(address_used) + " in use" : "in use unknown") +
+           ")";
+  if (cgroup_limit == have) return "this process's cgroup limit of " + gib_and_bytes(have) + " (" + cgroup_file + ")";
+  return "this host's " + gib_and_bytes(have);
 }
 
 HostMemory host_memory(const std::string& root, const std::string& self_cgroup) {

@@ -319,7 +319,10 @@ TEST(CaseFileDigest, ACaseIdBeyondHostMemoryIsAnErrorBeforeAnyRead) {
   const std::string p = temp_path("huge_id.h5");
   nv::write_case_file(p, saved(kCase, "bwd_det_chunked"));
   set_string_attr(p, "/", "case_id", big);
-  expect_refused(p, p + ": its case " + big + " needs 262144.0 GiB of host memory to read, more than this host's");
+  // The bound named as the host memory check sees it (this host's memory,
+  // a cgroup limit or what is left of ulimit -v: HostMemory::describe_usable).
+  expect_refused(p, p + ": its case " + big + " needs 262144.0 GiB of host memory to read, more than " +
+                        normgate::core::host_memory().describe_usable() + " (a damaged or crafted file?)");
   const nv::SavedCase c = saved(kCase, "ctl_fp32_seq");
   std::vector<nv::MapsEntry> es(1);
   es[0].prov = c.prov;
@@ -356,6 +359,10 @@ TEST(CaseFileDigest, MapsGroupsTogetherBeyondHostMemoryAreAnError) {
     set_int_attrs(m, g, {{"rows", rows}, {"cols", cols}, {"tile", 1}});
   }
   expect_maps_refused(m, m + ": the sum of its 2 groups of maps needs ");
+  // A group beyond memory on its own is named, whatever its place.
+  set_string_attr(m, "/cases/0001", "case_id", "H=16384,T=2147483648,w=bf16,form=plain,family=cancel,seed=1");
+  set_int_attrs(m, "/cases/0001", {{"rows", int64_t{1} << 31}});
+  expect_maps_refused(m, m + ": group cases/0001 (2147483648 x 16384) needs ");
   fs::remove_all(fs::path(m).parent_path());
 }
 

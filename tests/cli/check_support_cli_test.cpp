@@ -161,9 +161,10 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
     const normgate::test::CliRun u = normgate::test::run_normgate_with("ulimit -v 4000000 &&",
                                                        "case H=16384,T=200000,w=fp32,family=normal,seed=0");
     EXPECT_EQ(u.code, 2) << u.out;
-    EXPECT_TRUE(contains(u.out, "more than what is left of this process's address-space limit (ulimit -v) of 3.8 "
-                                "GiB (4096000000 bytes)"))
+    EXPECT_TRUE(contains(u.out, "more than this process's address-space limit (ulimit -v) of 3.8 GiB (4096000000 "
+                                "bytes), of which 3.8 GiB ("))
         << u.out;
+    EXPECT_TRUE(contains(u.out, " is left (0.0 GiB (")) << u.out;
     EXPECT_TRUE(contains(u.out, " in use)")) << u.out;
     EXPECT_FALSE(contains(u.out, "shape   T=")) << u.out;  // refused before the case's lines
     // A case under the limit but over what the process leaves of it (its own

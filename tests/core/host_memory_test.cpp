@@ -117,6 +117,19 @@ TEST(HostMemoryUsable, TheLeastKnownBoundOfPhysicalCgroupAndAddressSpace) {
   m.physical = 0;
   m.address_used = 5ull << 30;  // all of it in use: 1 byte left, not 0 ("unknown")
   EXPECT_EQ(m.usable(), 1u);
+  // ... and the message names the limit, not "this host's 0.0 GiB".
+  EXPECT_EQ(m.describe_usable(),
+            "this process's address-space limit (ulimit -v) of 4.0 GiB (4294967296 bytes), of which 0.0 GiB (1 "
+            "bytes) is left (5.0 GiB (5368709120 bytes) in use)");
+  m.address_used = 0;  // statm unreadable
+  EXPECT_EQ(m.describe_usable(),
+            "this process's address-space limit (ulimit -v) of 4.0 GiB (4294967296 bytes), of which 4.0 GiB "
+            "(4294967296 bytes) is left (in use unknown)");
+  m.cgroup_limit = 3ull << 30;
+  m.cgroup_file = "/sys/fs/cgroup/x/memory.max";
+  EXPECT_EQ(m.describe_usable(), "this process's cgroup limit of 3.0 GiB (3221225472 bytes) (/sys/fs/cgroup/x/memory.max)");
+  m.cgroup_limit = 0;
+  m.address_used = 5ull << 30;
   m.address_limit = 0;
   EXPECT_EQ(m.usable(), 0u);  // no limit: the address space in use bounds nothing
   // This process's own limit is read (none set: 0).

@@ -27,7 +27,20 @@ struct HostMemory {
   /// is address_limit - address_used, and 1 (not 0, "unknown") when the
   /// process already uses all of it.
   uint64_t usable() const;
+  /// What is left of address_limit: address_limit - address_used, 1 when
+  /// the process already uses all of it, 0 without a limit.
+  uint64_t address_left() const;
+  /// The bound usable() returns, in words, for messages: "this process's
+  /// address-space limit (ulimit -v) of A GiB (B bytes), of which C GiB (D
+  /// bytes) is left (E in use)" ("in use unknown" without statm), "this
+  /// process's cgroup limit of ... (FILE)" or "this host's ..."; "" when no
+  /// bound is known.
+  std::string describe_usable() const;
 };
+
+/// "X.Y GiB (N bytes)": bytes in GiB to one decimal and exactly (two close
+/// figures stay apart).
+std::string gib_and_bytes(unsigned __int128 bytes);
 
 /// Physical memory and the memory limits of the cgroups this process is in
 /// (Linux): cgroup v2 `memory.max` and v1 `memory.limit_in_bytes`, read for
