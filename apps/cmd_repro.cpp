@@ -155,16 +155,15 @@ void add_repro(CLI::App& app, Commands& cmds) {
       ro.normgate_version = NORMGATE_VERSION;
       ro.normgate_commit = NORMGATE_GIT_COMMIT;
       seeds::CaseId c;
+      std::string replay_lines;  // printed once the memory check has passed: a refusal is the only output
       if (replay) {
         // The file's strings escaped: a control byte there must not reach the terminal.
-        std::printf("replay   %s: %s, inputs SHA-256 %s verified; recorded verdict of %s: %s\n",
-                    printable_line(o->file).c_str(), printable_line(replay->prov.case_id).c_str(),
-                    replay->inputs_sha256.substr(0, 16).c_str(), printable_line(replay->prov.impl).c_str(),
-                    printable_line(replay->prov.verdict).c_str());
+        replay_lines = "replay   " + printable_line(o->file) + ": " + printable_line(replay->prov.case_id) +
+                       ", inputs SHA-256 " + replay->inputs_sha256.substr(0, 16) + " verified; recorded verdict of " +
+                       printable_line(replay->prov.impl) + ": " + printable_line(replay->prov.verdict) + "\n";
         if (const std::string stale = validators::changed_sources(replay->prov); !stale.empty())
-          std::printf("note     the sources changed since this was recorded (%s): this build runs; "
-                      "\"recorded outputs\" below says whether its outputs changed too\n",
-                      printable(stale).c_str());
+          replay_lines += "note     the sources changed since this was recorded (" + printable(stale) +
+                          "): this build runs; \"recorded outputs\" below says whether its outputs changed too\n";
         c = replay->inputs.id;
         ro.inputs = &replay->inputs;
         ro.replay_file = o->file;
@@ -175,6 +174,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         c = seeds::parse_case(case_text);
       }
       require_host_memory({c}, impls.size());  // before the --save folder is made: nothing done on a refusal
+      std::fputs(replay_lines.c_str(), stdout);
       std::string save = o->save;
       // A path ending in '/' names a folder: create it (with parents) if
       // missing. The folders made here are removed again (when still empty)
@@ -233,14 +233,14 @@ void add_repro(CLI::App& app, Commands& cmds) {
       if (!save.empty()) {
         validators::write_case_file(save, *r.saved);
         undo.keep = true;
-        std::printf("saved    %s (%.1f MB)\n", save.c_str(),
+        std::printf("saved    %s (%.1f MB)\n", printable_line(save).c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
         std::printf("replay   normgate repro --file '%s'   (the stored inputs, no generator; the variant %s)\n",
-                    save.c_str(), impls.front().c_str());
+                    printable_line(save).c_str(), impls.front().c_str());
       }
       if (r.recorded_mismatch()) {
         std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 4)\n",
-                    o->file.c_str());
+                    printable_line(o->file).c_str());
         return 4;
       }
       return r.check.pass() ? 0 : 1;

@@ -196,7 +196,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
-          std::printf("%s  %s  [%s] %s\n", printable(r.where()).c_str(), printable(r.describe()).c_str(),
+          std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), printable(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
@@ -235,7 +235,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           if (!x.invalid.empty()) std::printf("INVALID   %s\n", printable(x.invalid).c_str());
         if (n_invalid)
           std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
-                      n_invalid == 1 ? "" : "s", printable(d.approvals().path).c_str());
+                      n_invalid == 1 ? "" : "s", printable_line(d.approvals().path).c_str());
         // A route without a current approval is one the dispatcher refuses
         // (README, "Approvals"): exit 1, so that a CI step running
         // `normgate routes TABLE` fails on a stale table, unless the
@@ -291,7 +291,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           case kernels::PickKind::routed:
           case kernels::PickKind::unapproved:
             std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
-                        std::string(p.variant->name).c_str(), p.route->where().c_str(),
+                        std::string(p.variant->name).c_str(), printable_line(p.route->where()).c_str(),
                         std::string(kernels::to_string(p.state)).c_str(),
                         p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
             // Why: the approval behind the route, as the listing says it.
@@ -304,7 +304,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           case kernels::PickKind::fallback:
             std::printf("FALLBACK %s -> %s (no window of %s holds the call: the table's fallback runs it, with a "
                         "one-time warning; strict mode refuses it)\n",
-                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), printable(o->table).c_str());
+                        kernels::to_string(key).c_str(), std::string(p.variant->name).c_str(), printable_line(o->table).c_str());
             rc = 1;
             break;
           default:
@@ -318,8 +318,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
       if (const size_t n_invalid = kernels::invalid_count(d.approvals()))
         std::printf("note      %s holds %zu INVALID record%s (they approve nothing; `normgate routes %s` lists "
                     "them and exits 1)\n",
-                    printable(d.approvals().path).c_str(), n_invalid, n_invalid == 1 ? "" : "s",
-                    printable(o->table + (o->approvals.empty() ? "" : " --approvals " + o->approvals)).c_str());
+                    printable_line(d.approvals().path).c_str(), n_invalid, n_invalid == 1 ? "" : "s",
+                    printable_line(o->table + (o->approvals.empty() ? "" : " --approvals " + o->approvals)).c_str());
       return rc;
     };
   });
