@@ -211,17 +211,18 @@ int main(int argc, char** argv) {
     const ExtrasMessage m = unknown_option_message(app, argc, argv);
     const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 normgate::app::printable(text).c_str());
+                 normgate::app::printable_line(text).c_str());
     return 2;
   } catch (const CLI::RequiredError& e) {  // "table is required" after `routes --bogus`: the option first
     const ExtrasMessage m = unknown_option_message(app, argc, argv);
     const std::string text = m.text.empty() ? e.what() : m.whole ? m.text : m.text + "; " + e.what();
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 normgate::app::printable(text).c_str());
+                 normgate::app::printable_line(text).c_str());
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
+    // One line: the option values it quotes cannot start lines of their own.
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 normgate::app::printable(e.what()).c_str());
+                 normgate::app::printable_line(e.what()).c_str());
     return 2;
   }
   try {

@@ -99,6 +99,7 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"frobnicate", "frobnicate"},
       // a value inside a line cannot start a line of its own (printable_line)
       {"\"$(printf 'frob\\nnormgate: PASS')\"", "unknown subcommand 'frob\\x0anormgate: PASS'"},
+      {"case \"$(printf -- '--x\\nPASS')\"", "'--x\\x0aPASS'"},
       {"--bogus", "unknown option '--bogus' before the subcommand"},
       // an unknown option where a positional is missing: the option is named first
       {"routes --bogus", "unknown option '--bogus' for 'normgate routes'; table is required"},
