@@ -26,14 +26,18 @@ namespace {
 // allocate what the host does not have before the content digest could
 // fail: std::bad_alloc, no file named. `bytes` (what reading `what` holds at
 // once) is checked against the host's memory first.
-void require_memory_to_read(const std::string& path, const std::string& what, unsigned __int128 bytes) {
-  const core::HostMemory hm = core::host_memory();
+void require_memory_to_read(const std::string& path, const std::string& what, unsigned __int128 bytes,
+                            const core::HostMemory& hm) {
   const uint64_t have = hm.usable();
   if (have == 0 || bytes <= have) return;
   char need[48];
   std::snprintf(need, sizeof need, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   throw std::runtime_error(path + ": " + what + " needs " + need + " of host memory to read, more than " +
                            hm.describe_usable() + " (a damaged or crafted file?)");
+}
+
+void require_memory_to_read(const std::string& path, const std::string& what, unsigned __int128 bytes) {
+  require_memory_to_read(path, what, bytes, core::host_memory());
 }
 
 
@@ -149,10 +153,12 @@ unsigned __int128 maps_bytes(const h5::Reader& f, const std::string& g, const Er
 // The maps of group g, for a case of `rows` x `cols` (the case id's): every
 // shape is checked against them, and the memory they take against the
 // host's, before anything is read.
-ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
+// hm: the host's memory as read once for the whole file (null: read here).
+ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols,
+                    const core::HostMemory* hm = nullptr) {
   ErrorMaps m = maps_header(f, g, rows, cols);
   require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
-                         maps_bytes(f, g, m));
+                         maps_bytes(f, g, m), hm != nullptr ? *hm : core::host_memory());
   m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", dims1(m.cols));
   m.dw_bound = h5::read_f64(f, g + "/dw_bound", dims1(m.cols));
   m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", dims1(m.cols));
@@ -273,6 +279,7 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
   // Every entry is held at once: each group's maps, then all of them
   // together, are checked against the host's memory before any is read
   // (each alone could fit).
+  const core::HostMemory hm = core::host_memory();  // once, not per group (up to kMaxEntries of them)
   unsigned __int128 total = 0;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
@@ -284,10 +291,10 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
     // A group beyond memory on its own is named (a damaged or crafted one).
     require_memory_to_read(path, "group " + std::string(name) + " (" + std::to_string(rows) + " x " +
                                      std::to_string(cols) + ")",
-                           b);
+                           b, hm);
     total += b;
   }
-  if (n > 1) require_memory_to_read(path, "the sum of its " + std::to_string(n) + " groups of maps", total);
+  if (n > 1) require_memory_to_read(path, "the sum of its " + std::to_string(n) + " groups of maps", total, hm);
   std::vector<MapsEntry> out;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
@@ -299,7 +306,7 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
     where += name;
     where += "@case_id";
     const auto [rows, cols] = case_shape(path, where, e.prov.case_id);
-    e.maps = read_maps(f, name, rows, cols);
+    e.maps = read_maps(f, name, rows, cols, &hm);
     out.push_back(std::move(e));
   }
   for (const std::string& d : f.datasets())
