@@ -317,10 +317,13 @@ GatePlan plan_gate(const GateOptions& opt) {
     const int64_t per_t =
         w.t.empty() ? 0 : opt.dense_all_seeds ? w.grid_cases / static_cast<int64_t>(w.t.size()) : 1;
     w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
+    w.forward = r->op == Op::fwd;
+    w.largest.T = 0;
     if (!cases.empty()) {
       seeds::CaseId top = cases.back();
       top.T = r->t_hi;
       w.refine_elements_max = static_cast<double>(w.refine_cases_max) * elements_of(top);
+      w.largest = top;
     }
     plan.refine_cases_max += w.refine_cases_max;
     plan.refine_elements_max += w.refine_elements_max;

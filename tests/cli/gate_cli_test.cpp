@@ -191,6 +191,29 @@ TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
   }
 }
 
+// A window whose largest case cannot fit in host memory is refused by name
+// before any work (it ran its smaller grid cases first and ended in
+// std::bad_alloc, exit 3, at the large ones): nothing in the journal, no
+// phase line. --plan still answers (it allocates no case).
+TEST(GateCli, AWindowBeyondHostMemoryIsRefusedBeforeAnyWork) {
+  const std::string dir = temp_dir("memory");
+  const std::string table = dir + "/big.toml";
+  std::ofstream(table) << "arch = \"sm90a\"\nroute = [\n"
+                          "  { op = \"bwd\", mode = \"det\", H = 16384, w = \"bf16\", form = \"plain\", "
+                          "T = [1, 2147483647], variant = \"bwd_det_chunked\" },\n]\n";
+  const std::string journal = dir + "/j.jsonl";
+  const CliResult r = cli("gate " + table + kFast + " --journal " + journal);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "case H=16384,T=2147483647,")) << r.out;
+  EXPECT_TRUE(contains(r.out, "of host memory (its BF16 inputs and the outputs of 1 implementation), more than"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "phase")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(journal) && count_lines(journal) > 0) << slurp(journal);
+  const CliResult p = cli("gate " + table + kFast + " --plan");
+  EXPECT_EQ(p.code, 0) << p.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GateCli, SmallTablePassesAndSaysItRanCpuModels) {
   const std::string dir = temp_dir("pass");
   const CliResult r = cli("gate " + kSmall + kFast + " --report-md " + dir + "/r.md --report-json " + dir + "/r.json");

@@ -390,6 +390,11 @@ struct PlanWindow {
   double grid_elements = 0;       ///< sum over them of rows*H (rows = T*heads)
   int64_t refine_cases_max = 0;   ///< dense grid + fresh seeds, at most (their T follow the grid's worst point)
   double refine_elements_max = 0; ///< their rows*H, at most (every refinement case at the window's upper T)
+  /// The largest case the window can run (its last grid case at the
+  /// window's upper T, where refinement may go), for the host-memory check
+  /// before any work; T = 0 when the window has no grid case.
+  seeds::CaseId largest{};
+  bool forward = false;  ///< a forward window (its cases check y and rstd only)
 };
 
 /// The size of a gate campaign, known before any case runs: which windows,
