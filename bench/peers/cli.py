@@ -177,10 +177,10 @@ def main(argv):
         return warm_compile(args)
     if args.gpu is not None and not args.plan:
         die_usage(f"--gpu {args.gpu!r} is for --plan (a run counts the --done results of its own GPU)")
-    done = done_rows(args.done, args, gpu=args.gpu)
     every = plan_rows(args)
-    plan = [r for r in every if r not in done]
     if args.plan:
+        done = done_rows(args.done, args, gpu=args.gpu)
+        plan = [r for r in every if r not in done]
         for form, H, wname, T in plan:
             print(f"[{T}, {H}] {wname} {form}")
         # Without --gpu every result counts; a run counts only its own GPU's.
@@ -191,9 +191,6 @@ def main(argv):
               + (f"; {n_read - n_used} counted no row here: other rows, another method, or a peer of --peers "
                  f"missing there, see the --done lines above)" if n_used < n_read else ")"))
         return 0
-    if not plan:  # e.g. a shard whose rows an earlier call measured: no GPU time, no empty result
-        print("peers.py: nothing to measure: every row of this run is in --done (no result written)", file=sys.stderr)
-        return 0
     try:
         import torch
     except ImportError as e:
@@ -202,11 +199,12 @@ def main(argv):
     if not torch.cuda.is_available():
         print("peers.py: no CUDA device: nothing to measure", file=sys.stderr)
         return 2
-    # The rows again, counting only results of this GPU (D11: a matrix per
-    # kind of GPU); --plan, without a GPU, counts every result.
+    # Only results of this GPU count (D11: a matrix per kind of GPU), so the
+    # rows are known once the device is: a row another GPU measured is
+    # measured again here.
     done = done_rows(args.done, args, gpu=torch.cuda.get_device_properties(0).name)
     plan = [r for r in every if r not in done]
-    if not plan:
+    if not plan:  # e.g. a shard whose rows an earlier call measured: no GPU time, no empty result
         print("peers.py: nothing to measure: every row of this run is in --done (no result written)", file=sys.stderr)
         return 0
     import normgate
