@@ -153,12 +153,9 @@ unsigned __int128 maps_bytes(const h5::Reader& f, const std::string& g, const Er
 // The maps of group g, for a case of `rows` x `cols` (the case id's): every
 // shape is checked against them, and the memory they take against the
 // host's, before anything is read.
-// hm: the host's memory as read once for the whole file (null: read here).
-ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols,
-                    const core::HostMemory* hm = nullptr) {
-  ErrorMaps m = maps_header(f, g, rows, cols);
-  require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
-                         maps_bytes(f, g, m), hm != nullptr ? *hm : core::host_memory());
+// Group g's datasets into m, a header maps_header checked (and whose
+// memory the caller checked).
+ErrorMaps read_maps_data(const h5::Reader& f, const std::string& g, ErrorMaps m) {
   m.dw_ratio = h5::read_f64(f, g + "/dw_ratio", dims1(m.cols));
   m.dw_bound = h5::read_f64(f, g + "/dw_bound", dims1(m.cols));
   m.dw_bound_tol = h5::read_f64(f, g + "/dw_bound_over_tol", dims1(m.cols));
@@ -169,6 +166,16 @@ ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int
   (void)h5::read_f64(f, g + "/hist_upper", dims1(Histogram::kBins));  // part of the content digest
   for (int o = 0; o < 4; ++o) m.hist[o] = h5::read_i64(f, g + "/" + kHistNames[o], dims1(Histogram::kBins));
   return m;
+}
+
+// The maps of group g, for a case of `rows` x `cols` (the case id's): every
+// shape is checked against them, and the memory they take against the
+// host's, before anything is read.
+ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
+  const ErrorMaps m = maps_header(f, g, rows, cols);
+  require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
+                         maps_bytes(f, g, m));
+  return read_maps_data(f, g, m);
 }
 
 std::string schema_of(const h5::Reader& f) {
@@ -279,15 +286,21 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
   // Every entry is held at once: each group's maps, then all of them
   // together, are checked against the host's memory before any is read
   // (each alone could fit).
-  const core::HostMemory hm = core::host_memory();  // once, not per group (up to kMaxEntries of them)
+  // The host's memory is read once, not per group (up to kMaxEntries of
+  // them); each group's provenance and checked header are kept for the read.
+  const core::HostMemory hm = core::host_memory();
+  std::vector<MapsEntry> out(static_cast<size_t>(n));
   unsigned __int128 total = 0;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
     if (!f.exists(name)) throw std::runtime_error(path + ": group " + name + " is missing (" + std::to_string(n) + " entries recorded)");
+    MapsEntry& e = out[static_cast<size_t>(i)];
+    e.prov = read_prov(f, name, legacy);
     const std::string where = "/" + std::string(name) + "@case_id";
-    const auto [rows, cols] = case_shape(path, where, read_prov(f, name, legacy).case_id);
-    const unsigned __int128 b = maps_bytes(f, name, maps_header(f, name, rows, cols));
+    const auto [rows, cols] = case_shape(path, where, e.prov.case_id);
+    e.maps = maps_header(f, name, rows, cols);
+    const unsigned __int128 b = maps_bytes(f, name, e.maps);
     // A group beyond memory on its own is named (a damaged or crafted one).
     require_memory_to_read(path, "group " + std::string(name) + " (" + std::to_string(rows) + " x " +
                                      std::to_string(cols) + ")",
@@ -295,19 +308,12 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
     total += b;
   }
   if (n > 1) require_memory_to_read(path, "the sum of its " + std::to_string(n) + " groups of maps", total, hm);
-  std::vector<MapsEntry> out;
   for (int64_t i = 0; i < n; ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "cases/%04lld", static_cast<long long>(i));
-    MapsEntry e;
-    e.prov = read_prov(f, name, legacy);
+    MapsEntry& e = out[static_cast<size_t>(i)];
     for (int o = 0; o < 4; ++o) e.max_ratio[o] = h5::attr_double(f, name, kMaxNames[o]);
-    std::string where = "/";
-    where += name;
-    where += "@case_id";
-    const auto [rows, cols] = case_shape(path, where, e.prov.case_id);
-    e.maps = read_maps(f, name, rows, cols, &hm);
-    out.push_back(std::move(e));
+    e.maps = read_maps_data(f, name, std::move(e.maps));
   }
   for (const std::string& d : f.datasets())
     if (h5::has_attr(f, d, "dtype")) (void)h5::attr_string(f, d, "dtype");
