@@ -928,6 +928,19 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
       order.push_back(k);
     }
   }
+  // Every case within host memory before the first runs (its inputs and
+  // one implementation's outputs): a refusal naming the largest, not a
+  // std::bad_alloc per case after hours of the smaller ones. A record whose
+  // case does not parse fails in its own run below.
+  {
+    std::vector<seeds::CaseId> bwd_cases, fwd_cases;
+    for (const Key& k : order) try {
+        (std::get<2>(k) ? fwd_cases : bwd_cases).push_back(seeds::parse_case(std::get<1>(k)));
+      } catch (const std::invalid_argument&) {
+      }
+    require_host_memory(bwd_cases, 1);
+    require_host_memory(fwd_cases, 1, /*forward_only=*/true);
+  }
   size_t done = 0, errors = 0;
   for (const Key& k : order) {
     Run& run = runs[k];

@@ -292,6 +292,34 @@ void add_derive(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument("--gate-windows: " + std::string(e.what()));
         }
       }();
+      // --gate winners: the largest case any gate round can run within host
+      // memory, before the benchmark (as `gate` checks its plan): each group
+      // the filter can select, at the grid's last T (a window's upper T,
+      // where its refinement may go), its inputs and one implementation's
+      // outputs. A refusal here, not std::bad_alloc after the timings.
+      if (o->gate == "winners") {
+        std::vector<seeds::CaseId> bwd_cases, fwd_cases;
+        for (const DeriveGroup& g : spec.groups) {
+          bool selected = false;
+          for (const Variant* v : spec.candidates(g)) {
+            DerivedWindow w;
+            w.group = g;
+            w.t_lo = 1;
+            w.t_hi = spec.t_grid.back();
+            w.variant = v;
+            selected = selected || gate_filter.matches(route_of(w, o->out));
+          }
+          if (!selected) continue;
+          seeds::CaseId c;
+          c.H = g.H;
+          c.T = spec.t_grid.back();
+          c.w = g.w;
+          c.form = g.form;
+          (g.op == kernels::Op::fwd ? fwd_cases : bwd_cases).push_back(c);
+        }
+        require_host_memory(bwd_cases, 1);
+        require_host_memory(fwd_cases, 1, /*forward_only=*/true);
+      }
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);
       o->g.normgate_version = NORMGATE_VERSION;

@@ -697,6 +697,52 @@ TEST(DeriveCli, RecheckReProvesStaleRejections) {
   EXPECT_TRUE(contains(r.out, "-> bwd_det_heads: err/tol 0 (), error: ")) << r.out;
   EXPECT_TRUE(contains(r.out, "1 re-proved (1 written), 1 not (1 case failed to run)")) << r.out;
   EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 3u);
+  // A case beyond host memory is refused by name before any case runs
+  // (exit 2, nothing written); it was a std::bad_alloc per case, exit 3.
+  {
+    k::Rejections big;
+    big.records = {stale.records[0], stale.records[0]};
+    auto& x = big.records[1];
+    x.H = 16384;
+    x.t_lo = x.gated_lo = 2;
+    x.t_hi = x.gated_hi = 2147483647;
+    x.worst_case = "H=16384,T=2147483647,w=bf16,form=plain,family=cancel,seed=0";
+    std::ofstream(rp) << k::rejections_to_json_text(big);
+  }
+  const std::string big_file = read(rp);
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "case H=16384,T=2147483647,")) << r.out;
+  EXPECT_TRUE(contains(r.out, "of host memory (its BF16 inputs and the outputs of 1 implementation), more than"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "case     1")) << r.out;
+  EXPECT_EQ(read(rp), big_file);
+}
+
+// --gate winners: a group whose largest gate case cannot fit in host memory
+// is refused by name before the timings are read or anything is written;
+// --gate-windows leaves out what it does not select (then the run goes on
+// to the next check, here the timings that lack the group's points).
+TEST(DeriveCli, GateWinnersRefusesAGroupBeyondHostMemoryBeforeAnyWork) {
+  const Dir d;
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 8, 2147483647]\n[candidates]\n"
+                                      "bwd_det = [\"bwd_det_chunked\"]\n[bench]\ncrossover_steps = 0\n"
+                                      "[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 16384\nw = \"bf16\"\n"
+                                      "form = \"plain\"\n";
+  const std::string timings = " --timings " + (d.p / "timings.json").string();
+  CliRun r = normgate::test::run_normgate(d.run(timings + kCampaign));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "case H=16384,T=2147483647,")) << r.out;
+  EXPECT_TRUE(contains(r.out, "of host memory (its BF16 inputs and the outputs of 1 implementation), more than"))
+      << r.out;
+  for (const auto& e : fs::directory_iterator(d.p)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "spec.toml" || name == "timings.json" || name == "t.policy.toml") << name;
+  }
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate-windows H=64"));
+  EXPECT_FALSE(contains(r.out, "of host memory")) << r.out;
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate none"));
+  EXPECT_FALSE(contains(r.out, "of host memory")) << r.out;
 }
 
 }  // namespace
