@@ -122,7 +122,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     std::printf("%s: %zu records, %zu valid (%s)\n", a.path.c_str(), a.records.size(), a.records.size() - n_bad,
                 role);
     for (const auto& x : a.records)
-      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable(x.invalid).c_str());
+      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_message(x.invalid).c_str());
     bad += n_bad;
   };
   auto refuse = [&bad] {
@@ -1192,7 +1192,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
             std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", printable_line(f).c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
-            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable_line(f).c_str(), printable(e.what()).c_str());
+            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable_line(f).c_str(), printable_message(e.what()).c_str());
             ++bad_files;
           }
           continue;
@@ -1208,7 +1208,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                     a.records.size(), a.records.size() - n_invalid - n_unsealed, n_unsealed, n_invalid);
         for (const auto& x : a.records)
           if (!x.invalid.empty() && (!x.unsealed || !o->seal))
-            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable(x.invalid).c_str());
+            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_message(x.invalid).c_str());
         bad += n_invalid;
         unsealed += n_unsealed;
       }

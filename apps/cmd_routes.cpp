@@ -197,7 +197,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
-                      std::string(kernels::to_string(s.state)).c_str(), printable(s.detail).c_str());
+                      std::string(kernels::to_string(s.state)).c_str(), printable_message(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;

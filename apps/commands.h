@@ -71,6 +71,12 @@ struct PathArg {
 /// escape sequence read from a file or an argument is shown, not obeyed.
 /// Bytes >= 0x80 (UTF-8) are kept.
 std::string printable(std::string_view text);
+/// printable() for an error message (main's "normgate: error: ..."), whose
+/// values (paths, names, case ids) are not escaped where the message is
+/// made: a newline stays only where two spaces follow it, the indent of a
+/// designed continuation line (a list of problems), and is \x0a elsewhere,
+/// so that a value cannot start a line of its own at the margin.
+std::string printable_message(std::string_view text);
 /// printable() for one value inside a line (a path, a name, a case id read
 /// from a file or an argument): newline and tab as \x0a and \x09 too, so
 /// that a value cannot start a line of its own in the output.

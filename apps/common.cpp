@@ -115,6 +115,18 @@ std::string escaped(std::string_view text, bool keep_newline_tab) {
 
 std::string printable(std::string_view text) { return escaped(text, true); }
 
+std::string printable_message(std::string_view text) {
+  std::string out;
+  size_t from = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != '\n') continue;
+    out += escaped(text.substr(from, i - from), true);
+    if (i < text.size()) out += text.compare(i + 1, 2, "  ") == 0 ? "\n" : "\\x0a";
+    from = i + 1;
+  }
+  return out;
+}
+
 std::string printable_line(std::string_view text) { return escaped(text, false); }
 
 // A symbolic link is written through: the file it points to is replaced,

@@ -243,10 +243,10 @@ int main(int argc, char** argv) {
     }
     return rc;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable(e.what()).c_str());
+    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable_message(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable(e.what()).c_str());
+    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_message(e.what()).c_str());
     return 3;
   }
 }

@@ -100,6 +100,8 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       // a value inside a line cannot start a line of its own (printable_line)
       {"\"$(printf 'frob\\nnormgate: PASS')\"", "unknown subcommand 'frob\\x0anormgate: PASS'"},
       {"case \"$(printf -- '--x\\nPASS')\"", "'--x\\x0aPASS'"},
+      // nor a path inside an error message (main: printable_message)
+      {"routes \"$(printf '/nonexistent/a\\nPASS sm90a.toml')\"", "/nonexistent/a\\x0aPASS sm90a.toml"},
       {"--bogus", "unknown option '--bogus' before the subcommand"},
       // an unknown option where a positional is missing: the option is named first
       {"routes --bogus", "unknown option '--bogus' for 'normgate routes'; table is required"},

@@ -105,6 +105,10 @@ TEST(DeriveCli, RefusesBeforeAnyWork) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "T points per window 2 below the policy minimum 4")) << r.out;
   EXPECT_TRUE(contains(r.out, "policy minimum of " + (d.p / "t.toml").string() + " (")) << r.out;
+  // The message's list keeps its lines (indented continuation lines stay
+  // lines under main's printable_message; other newlines would be \x0a).
+  EXPECT_TRUE(contains(r.out, ":\n  - T points per window 2 below")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\n  nothing was run or written")) << r.out;
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
   // Without timings and without a GPU: it says what to do.
   if (!normgate::kernels::gpu_available()) {
