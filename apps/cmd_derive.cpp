@@ -155,6 +155,7 @@ struct GateNote {
   std::string group, variant;
   int64_t t_lo = 0, t_hi = 0;
   bool pass = false;
+  std::string error;  ///< cases failed to run, none over budget: no verdict ("" otherwise)
   double worst = 0;
   std::string worst_output, worst_case, report;
 };
@@ -417,6 +418,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
         return st.state == kernels::ApprovalState::current;
       };
       bool stopped = false;
+      bool gate_error = false;  // a gate case failed to run: exit 3 (an error is not a verdict)
       std::string stop_reason;
       // Each round gates the windows that need it ONE AT A TIME, cheapest
       // first (rows x H at the window's last T), so a deadline leaves whole
@@ -646,17 +648,30 @@ void add_derive(CLI::App& app, Commands& cmds) {
             n.t_lo = wr.route.t_lo;
             n.t_hi = wr.route.t_hi;
             n.pass = wr.pass;
+            if (!wr.pass && wr.errors > 0 && !(wr.worst > 1.0))
+              n.error = std::to_string(wr.errors) + " case" + (wr.errors == 1 ? "" : "s") + " failed to run (" +
+                        (wr.error_samples.empty() ? std::string("no message") : wr.error_samples.front()) + ")";
             n.worst = wr.worst;
             n.worst_output = wr.worst_output;
             n.worst_case = wr.worst_case;
             n.report = stem + ".md";
             std::printf("  %s %s T=%lld..%lld -> %s: worst err/tol %.3g (%s), %lld cases, %.0f s\n",
-                        wr.pass ? "PASS" : "FAIL", n.group.c_str(), static_cast<long long>(n.t_lo),
+                        wr.pass ? "PASS" : !n.error.empty() ? "ERROR" : "FAIL", n.group.c_str(), static_cast<long long>(n.t_lo),
                         static_cast<long long>(n.t_hi), n.variant.c_str(), wr.worst, wr.worst_output.c_str(),
                         static_cast<long long>(wr.cases),
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             std::fflush(stdout);
-            if (wr.pass) {
+            if (!n.error.empty()) {
+              // Cases that failed to run (std::bad_alloc, a CUDA error) and
+              // none over budget: not a verdict on the candidate, so it is
+              // neither excluded nor remembered; derive stops (exit 3).
+              gate_error = true;
+              stopped = true;
+              stop_reason = "the gate of " + n.group + " T=" + std::to_string(n.t_lo) + ".." +
+                            std::to_string(n.t_hi) + " -> " + n.variant + ": " + n.error +
+                            ", none over budget; an error is not a verdict: nothing excluded or remembered";
+              any_failed = true;  // no more batches
+            } else if (wr.pass) {
               passed_now.insert(window_key(n.group, n.variant, n.t_lo, n.t_hi));
             } else {
               // Exclude the candidate only between the timed points around
@@ -896,9 +911,11 @@ void add_derive(CLI::App& app, Commands& cmds) {
               "report |\n| --- | --- | --- | --- | --- | --- |\n";
         for (const auto& n : notes) {
           md += "| " + n.group + " T=" + std::to_string(n.t_lo) + ".." + std::to_string(n.t_hi) + " | " + n.variant +
-                " | " + (n.pass ? "pass" : "**REJECTED**") + " | " + fmt("%.4g", n.worst) + " (" + n.worst_output +
+                " | " + (n.pass ? "pass" : !n.error.empty() ? "**ERROR**: " + n.error : "**REJECTED**") + " | " +
+                fmt("%.4g", n.worst) + " (" + n.worst_output +
                 ") | `" + n.worst_case + "` | `" + n.report + "` |\n";
           jg.push_back({{"group", n.group}, {"variant", n.variant}, {"T", {n.t_lo, n.t_hi}}, {"pass", n.pass},
+                        {"error", n.error.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(n.error)},
                         {"worst_err_tol", n.worst}, {"worst_output", n.worst_output}, {"worst_case", n.worst_case},
                         {"report", n.report}});
         }
@@ -974,7 +991,8 @@ void add_derive(CLI::App& app, Commands& cmds) {
                      "approval in %s (the approvals beside --out); gate them (--gate winners --approve) or point "
                      "--out beside the approvals that cover them; report %s.md\n",
                      unapproved, ws.size(), approvals_path.c_str(), o->report.c_str());
-      if (stopped) std::printf("stopped  %s\n", stop_reason.c_str());
+      if (stopped) std::printf("stopped  %s\n", printable_line(stop_reason).c_str());
+      if (gate_error) return 3;
       return unapproved == 0 ? 0 : 1;
     };
   });

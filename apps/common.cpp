@@ -500,26 +500,44 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   unsigned __int128 most = 0;
   for (size_t k = 0; k < cases.size(); ++k) {
     const seeds::CaseId& c = cases[k];
-    // BF16 tensors an element: inputs x [, dy] [, u [, dh_new]], each implementation's y [, dx].
-    const uint64_t per_tensor = forward_only ? 1 : 2;
-    const uint64_t inputs = per_tensor * (c.form == normgate::Form::res ? 2 : 1);
+    // BF16 [rows, H] tensors, in thirds (heads24's x is the q slice of a
+    // packed qkv row of (24 + 8 + 8) x 256: 5/3 of a tensor). A case holds
+    // both ops' inputs whichever it checks: x and dy; form res h, u, dy,
+    // dh_new and the expected h_new. Each implementation's outputs: y (res:
+    // and h_new), and dx with the backward. Measured (`normgate check
+    // --backend cpu`, peak RSS over T, H = 1024 and heads24): plain 6.1
+    // (forward only) and 8.0 bytes an element, two backward implementations
+    // 11.9, res 13.9 and 15.8, heads24 6.9 and 8.9; this gives 6, 8, 12,
+    // 14, 16, 7.3 and 9.3.
+    const bool res = c.form == normgate::Form::res;
+    const uint64_t in3 = (res ? 15 : 6) + (c.form == normgate::Form::heads24 ? 2 : 0);
+    const uint64_t out3 = 3 * (forward_only ? (res ? 2 : 1) : (res ? 3 : 2));
     const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
-                                static_cast<uint64_t>(c.H) * (inputs + per_tensor * counts[k]);
+                                static_cast<uint64_t>(c.H) * (in3 + out3 * counts[k]) / 3;
     if (big == nullptr || b > most) most = b, big = &c, big_impls = counts[k];
   }
   const core::HostMemory hm = core::host_memory();
   const uint64_t have64 = hm.usable();
   if (big == nullptr || have64 == 0) return;  // nothing to check, or the host does not say
+  // Beside the tensors: the worker threads' stacks, which the address-space
+  // limit counts as soon as the threads start (core::thread_stacks_bytes),
+  // and a margin of 1% + 32 MiB for the rest (the oracle's row arrays, the
+  // runtime's own allocations; measured 4-14 MB over the tensors at 41M
+  // elements under ulimit -v).
+  const unsigned __int128 tensors = most;
+  const unsigned __int128 extra = core::thread_stacks_bytes() + tensors / 100 + (uint64_t{32} << 20);
+  most = tensors + extra;
   const unsigned __int128 have = have64;
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
   const std::string where = hm.describe_usable();
-  const std::string what = big_impls == 0 ? "its BF16 inputs"
-                                           : "its BF16 inputs and the outputs of " + std::to_string(big_impls) +
+  const std::string what = big_impls == 0 ? "its inputs"
+                                           : "its inputs and the outputs of " + std::to_string(big_impls) +
                                                  (big_impls == 1 ? " implementation" : " implementations");
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
-                              std::to_string(big->H) + ") needs at least " + gib(most) + " of host memory (" + what +
-                              "), more than " + where +
+                              std::to_string(big->H) + ") needs about " + gib(most) + " of host memory: " +
+                              gib(tensors) + " of BF16 tensors (" + what + "), " + gib(extra) +
+                              " for the threads' stacks and a margin; more than " + where +
                               (big_impls > 1 ? ": choose a smaller T or fewer implementations" : ": choose a smaller T"));
 }
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace normgate::core {
@@ -69,6 +70,45 @@ std::vector<std::string> self_and_ancestors(std::string dir) {
 }
 
 }  // namespace
+
+uint64_t stack_size_text_bytes(const char* text) {
+  if (text == nullptr) return 0;
+  const std::string t(text);
+  size_t i = 0;
+  while (i < t.size() && t[i] == ' ') ++i;
+  size_t j = i;
+  while (j < t.size() && t[j] >= '0' && t[j] <= '9') ++j;
+  if (j == i || j - i > 15) return 0;
+  uint64_t n = std::stoull(t.substr(i, j - i));
+  while (j < t.size() && t[j] == ' ') ++j;
+  uint64_t unit = 1024;  // OpenMP: kilobytes without a suffix
+  if (j < t.size()) {
+    switch (t[j] | 0x20) {
+      case 'b': unit = 1; break;
+      case 'k': unit = uint64_t{1} << 10; break;
+      case 'm': unit = uint64_t{1} << 20; break;
+      case 'g': unit = uint64_t{1} << 30; break;
+      default: return 0;
+    }
+    ++j;
+    while (j < t.size() && t[j] == ' ') ++j;
+    if (j != t.size()) return 0;
+  }
+  return n * unit;
+}
+
+uint64_t thread_stacks_bytes() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  const uint64_t workers = hw > 1 ? hw - 1 : 0;
+  uint64_t each = stack_size_text_bytes(std::getenv("OMP_STACKSIZE"));
+  if (each == 0) each = stack_size_text_bytes(std::getenv("GOMP_STACKSIZE"));
+  if (each == 0) {
+    struct rlimit rl {};
+    each = ::getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<uint64_t>(rl.rlim_cur)
+                                                                               : uint64_t{2} << 20;
+  }
+  return workers * std::min<uint64_t>(each, uint64_t{1} << 30);
+}
 
 uint64_t HostMemory::address_left() const {
   return address_limit == 0 ? 0 : address_used < address_limit ? address_limit - address_used : 1;

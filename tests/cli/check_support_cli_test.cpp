@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "normgate/core/host_memory.h"
 
 namespace {
 
@@ -113,7 +114,7 @@ TEST(CheckSupportCli, AVariantNamedBesideAllIsNotSkipped) {
 
 }  // namespace
 
-// A case too large for any host's memory (2^31 + 16 rows of 256: 4 TiB of
+// A case too large for any host's memory (2^31 + 16 rows of 256: 4.7 TiB of
 // BF16 x, dy, y and dx) is refused before any work, exit 2 naming the case and the
 // bound, instead of ending in std::bad_alloc (exit 3) or the OOM killer.
 // The single case and the grid (its largest case) alike.
@@ -129,12 +130,16 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   };
   const std::string big = "H=256,T=89478486,w=bf16,form=heads24,family=normal,seed=1";
   refused("check --backend cpu --case " + big + " --json " + d + "/c.json",
-          {"case " + big + " (2147483664 rows of 256) needs at least 4096.0 GiB (4398046543872 bytes) of host memory "
-                           "(its BF16 inputs and the outputs of 1 implementation)"},
+          {"case " + big + " (2147483664 rows of 256) needs about ",
+           // x is the q slice of packed qkv rows (5/3 of a tensor), dy, y, dx: 14/3 x 2 bytes an element
+           " of host memory: 4778.7 GiB (5131054301184 bytes) of BF16 tensors (its inputs and the outputs of 1 "
+           "implementation), ",
+           " for the threads' stacks and a margin; more than "},
           d + "/c.json");
   refused("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
           "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
-          {"T=89478486", "6144.0 GiB", "the outputs of 2 implementations)"}, d + "/g.md");
+          {"T=89478486", "6826.7 GiB (7330077573120 bytes) of BF16 tensors", "the outputs of 2 implementations)"},
+          d + "/g.md");
   // --variant all: the bound counts the implementations that run on the case
   // (as many as a small case of the same shape runs), not those it skips.
   const Split small = run_split("check --backend cpu --variant all --case H=256,T=2,w=bf16,form=heads24,family=normal,"
@@ -145,12 +150,11 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
   EXPECT_TRUE(contains(small.err, " skipped: ")) << small.err;  // some are skipped on heads24
   refused("check --backend cpu --variant all --case " + big + " --json " + d + "/a.json",
           {"the outputs of " + std::to_string(ran) + " implementations)"}, d + "/a.json");
-  // case too: generating the inputs alone (2 TiB of x and dy) is refused, with no "fewer implementations" advice.
+  // case too: generating the inputs alone (2.7 TiB of packed x and dy) is refused, with no "fewer implementations" advice.
   {
     const Split r = run_split("case " + big, d);
     EXPECT_EQ(r.code, 2) << r.out << r.err;
-    EXPECT_TRUE(contains(r.err, "needs at least 2048.0 GiB (2199023271936 bytes) of host memory (its BF16 inputs), "
-                                "more than"))
+    EXPECT_TRUE(contains(r.err, "of host memory: 2730.7 GiB (2932031029248 bytes) of BF16 tensors (its inputs), "))
         << r.err;
     EXPECT_TRUE(contains(r.err, ": choose a smaller T")) << r.err;
     EXPECT_FALSE(contains(r.err, "fewer implementations")) << r.err;
@@ -168,16 +172,25 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
     EXPECT_TRUE(contains(u.out, " in use)")) << u.out;
     EXPECT_FALSE(contains(u.out, "shape   T=")) << u.out;  // refused before the case's lines
     // A case under the limit but over what the process leaves of it (its own
-    // address space counts: 4063232000 bytes of inputs < 4096000000) is
-    // refused too; against the whole limit it passed and ended in bad_alloc.
-    const normgate::test::CliRun v = normgate::test::run_normgate_with("ulimit -v 4000000 &&",
-                                                       "case H=16384,T=62000,w=fp32,family=normal,seed=0");
+    // address space counts: the inputs, the threads' stacks and the margin
+    // come to 20 MB under 4096000000 bytes; normgate's own mappings take
+    // more than that) is refused too; against the whole limit it passed and
+    // ended in bad_alloc.
+    const uint64_t stacks = normgate::core::thread_stacks_bytes();
+    const uint64_t row = 2 * 16384 * 2;  // x and dy, BF16
+    const uint64_t rows = static_cast<uint64_t>((4076000000.0 - 33554432.0 - static_cast<double>(stacks)) / 1.01) / row;
+    const normgate::test::CliRun v = normgate::test::run_normgate_with(
+        "ulimit -v 4000000 &&", "case H=16384,T=" + std::to_string(rows) + ",w=fp32,family=normal,seed=0");
     EXPECT_EQ(v.code, 2) << v.out;
-    EXPECT_TRUE(contains(v.out, "needs at least 3.8 GiB (4063232000 bytes)")) << v.out;
+    EXPECT_TRUE(contains(v.out, " of host memory: " + normgate::core::gib_and_bytes(rows * row) +
+                                    " of BF16 tensors (its inputs), "))
+        << v.out;
   }
   // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",
-          {"needs at least 256.0 GiB (274877906944 bytes) of host memory"}, d + "/saved");
+          {" of host memory: 256.0 GiB (274877906944 bytes) of BF16 tensors (its inputs and the outputs of 1 "
+           "implementation)"},
+          d + "/saved");
   std::filesystem::remove_all(d);
 }

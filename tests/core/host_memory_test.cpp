@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normgate/core/host_memory.h"
@@ -162,4 +163,36 @@ TEST(KeepLargeBlocks, LargeBlocksComeFromTheHeapUnlessDefaultsAreAsked) {
 #else
   GTEST_SKIP() << "needs glibc 2.33 or later (mallinfo2)";
 #endif
+}
+
+// OpenMP's stack sizes: kilobytes without a suffix, B/K/M/G in any case,
+// spaces around; anything else is 0 (then RLIMIT_STACK decides).
+TEST(ThreadStacks, StackSizeTextInBytes) {
+  using normgate::core::stack_size_text_bytes;
+  EXPECT_EQ(stack_size_text_bytes("4096"), 4096u * 1024u);
+  EXPECT_EQ(stack_size_text_bytes("512K"), 512u * 1024u);
+  EXPECT_EQ(stack_size_text_bytes(" 8 m "), 8u << 20);
+  EXPECT_EQ(stack_size_text_bytes("1G"), uint64_t{1} << 30);
+  EXPECT_EQ(stack_size_text_bytes("100b"), 100u);
+  EXPECT_EQ(stack_size_text_bytes(nullptr), 0u);
+  EXPECT_EQ(stack_size_text_bytes(""), 0u);
+  EXPECT_EQ(stack_size_text_bytes("8MB"), 0u);
+  EXPECT_EQ(stack_size_text_bytes("-8M"), 0u);
+  EXPECT_EQ(stack_size_text_bytes("M"), 0u);
+  EXPECT_EQ(stack_size_text_bytes("9999999999999999K"), 0u);  // more than 15 digits
+}
+
+// The stacks of hardware_concurrency() - 1 workers, at OMP_STACKSIZE when it
+// is set (capped at 1 GiB a thread).
+TEST(ThreadStacks, WorkersTimesOneStack) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  const uint64_t workers = hw > 1 ? hw - 1 : 0;
+  const char* was = std::getenv("OMP_STACKSIZE");
+  const std::string keep = was ? was : "";
+  ::setenv("OMP_STACKSIZE", "3M", 1);
+  EXPECT_EQ(normgate::core::thread_stacks_bytes(), workers * (uint64_t{3} << 20));
+  ::setenv("OMP_STACKSIZE", "64G", 1);
+  EXPECT_EQ(normgate::core::thread_stacks_bytes(), workers * (uint64_t{1} << 30));
+  if (was) ::setenv("OMP_STACKSIZE", keep.c_str(), 1);
+  else ::unsetenv("OMP_STACKSIZE");
 }

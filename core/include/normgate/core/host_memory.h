@@ -38,6 +38,19 @@ struct HostMemory {
   std::string describe_usable() const;
 };
 
+/// The address space the stacks of a run's worker threads take once they
+/// start, bytes: (std::thread::hardware_concurrency() - 1) threads (the
+/// OpenMP default; the main thread's stack is already counted) times one
+/// stack: OMP_STACKSIZE (else GOMP_STACKSIZE) when set and readable, else
+/// the soft RLIMIT_STACK (`ulimit -s`; glibc's default thread stack), 2 MiB
+/// when that is unlimited (glibc's x86-64 default then); at most 1 GiB a
+/// thread. For the host-memory checks: `ulimit -v` counts a stack whole
+/// as soon as the thread exists. Never throws.
+uint64_t thread_stacks_bytes();
+/// An OpenMP stack size ("512K", "8 M", "4096": kilobytes without a
+/// suffix; B, K, M, G any case) in bytes; 0 for null or text that is not one.
+uint64_t stack_size_text_bytes(const char* text);
+
 /// "X.Y GiB (N bytes)": bytes in GiB to one decimal and exactly (two close
 /// figures stay apart).
 std::string gib_and_bytes(unsigned __int128 bytes);
