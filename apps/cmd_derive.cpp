@@ -300,6 +300,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // outputs. A refusal here, not std::bad_alloc after the timings.
       if (o->gate == "winners") {
         std::vector<seeds::CaseId> bwd_cases, fwd_cases;
+        bool any_selected = false;
         for (const DeriveGroup& g : spec.groups) {
           bool selected = false;
           for (const Variant* v : spec.candidates(g)) {
@@ -311,6 +312,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             selected = selected || gate_filter.matches(route_of(w, o->out));
           }
           if (!selected) continue;
+          any_selected = true;
           seeds::CaseId c;
           c.H = g.H;
           c.T = spec.t_grid.back();
@@ -318,6 +320,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
           c.form = g.form;
           (g.op == kernels::Op::fwd ? fwd_cases : bwd_cases).push_back(c);
         }
+        if (!any_selected)  // as gate --windows: a filter that selects nothing is a usage error
+          throw std::invalid_argument("--gate-windows '" + printable_line(o->gate_windows) +
+                                      "' selects no window of " + printable_line(o->spec) +
+                                      " (no group and candidate of the spec matches it)");
         require_host_memory(bwd_cases, 1);
         require_host_memory(fwd_cases, 1, /*forward_only=*/true);
       }

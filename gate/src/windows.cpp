@@ -266,6 +266,10 @@ WindowFilter parse_window_filter(std::string_view text) {
         throw bad(term, e.what());
       }
       if (t.key == "H" && !is_uint(v)) throw bad(term, "H '" + v + "' is not a number");
+      if (t.key == "H") {  // matched as text: "0064" as "64"
+        t.values.push_back(std::to_string(std::stoll(v)));
+        continue;
+      }
       if (t.key == "T") {
         const auto dots = v.find("..");
         const std::string a = dots == std::string::npos ? v : v.substr(0, dots);

@@ -166,6 +166,19 @@ TEST(DeriveCli, GateWindowsGatesOnlyWhatTheFilterSelects) {
     EXPECT_EQ(r.code, 2) << bad << r.out;
     EXPECT_TRUE(contains(r.out, "--gate-windows")) << r.out;
   }
+  // A filter no group and candidate of the spec matches is refused (exit 2)
+  // before any work, as gate --windows refuses one that selects none; it
+  // ran no round and exited 1. H is a number: "0064" is 64.
+  for (const std::string none : {" --gate-windows H=128", " --gate-windows op=fwd",
+                                 " --gate-windows variant=fwd_rowwise"}) {
+    r = normgate::test::run_normgate(d.run(timings + kCampaign + none));
+    EXPECT_EQ(r.code, 2) << none << r.out;
+    EXPECT_TRUE(contains(r.out, "' selects no window of ")) << none << r.out;
+    EXPECT_FALSE(contains(r.out, "gate     round")) << r.out;
+  }
+  r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate-windows H=0064,T=1"));
+  EXPECT_EQ(r.code, 1) << r.out;  // as with T=1 above: [1, 1] approved there, [2, 600] without a table
+  EXPECT_FALSE(contains(r.out, "selects no window")) << r.out;
   r = normgate::test::run_normgate(d.run(timings + kCampaign + " --gate none --gate-windows T=1"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "needs --gate winners")) << r.out;
