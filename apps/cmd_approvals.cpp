@@ -866,7 +866,14 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
   constexpr std::string_view kSuffix = ".rejections.json";
   if (path.size() <= kSuffix.size() || path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
     throw std::invalid_argument(path + ": --recheck takes a rejections file named TABLE stem + .rejections.json");
-  const std::string approvals_path = path.substr(0, path.size() - kSuffix.size()) + ".approvals.json";
+  // The approvals file (and its lock, which record_rejections takes) beside
+  // the file written: through a link, beside the file it points to, as a
+  // derive of that table locks it (--merge-into does the same).
+  const std::string real = core::rename_target(path);
+  if (real.size() <= kSuffix.size() || real.compare(real.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    throw std::invalid_argument(printable_line(path) + ": --recheck through a link to '" + printable_line(real) +
+                                "', which is not named TABLE stem + .rejections.json");
+  const std::string approvals_path = real.substr(0, real.size() - kSuffix.size()) + ".approvals.json";
   const validators::Backend backend = validators::resolve_backend(validators::parse_backend(backend_name));
   if (backend == validators::Backend::gpu && !kernels::gpu_available())
     throw std::invalid_argument("--backend gpu: no usable CUDA device (cpu-model records recheck with --backend cpu)");

@@ -734,6 +734,19 @@ TEST(DeriveCli, RecheckReProvesStaleRejections) {
       << r.out;
   EXPECT_FALSE(contains(r.out, "case     1")) << r.out;
   EXPECT_EQ(read(rp), big_file);
+  // Through a link from another folder: the file linked to is written, and
+  // the lock taken is beside it (t.approvals.json.lock, which a derive of
+  // t.toml takes), not beside the link.
+  std::ofstream(rp) << k::rejections_to_json_text(stale);
+  fs::create_directories(d.p / "other");
+  fs::create_symlink(rp, d.p / "other" / "l.rejections.json");
+  r = normgate::test::run_normgate("approvals " + (d.p / "other" / "l.rejections.json").string() +
+                                   " --recheck --backend cpu --threads 1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(d.p / "other" / "l.rejections.json"));
+  EXPECT_EQ(k::load_rejections(rp.string()).records.size(), 2 * stale.records.size());
+  EXPECT_FALSE(fs::exists(d.p / "other" / "l.approvals.json.lock"));
+  EXPECT_TRUE(fs::exists(d.p / "t.approvals.json.lock"));
 }
 
 // --gate winners: a group whose largest gate case cannot fit in host memory
