@@ -23,7 +23,7 @@ from .accuracy import acc_parts, run_row_accuracy
 from .impls import make_impls
 from .matrix import (ALL_PEERS, FAMILIES, FORMS, OPS, atomic_write, case_id, die_usage, parse_spec, plan_rows,
                      row_elements, row_spec)
-from .merge import done_files, done_rows, merge
+from .merge import done_files, done_rows, load_result, merge
 from .report import fmt, markdown
 from .schedule import END_TAIL_S, end_skip, measured_for_end, predict_row_s
 from .timing import Timer, copy_ceiling, run_row_timing
@@ -44,6 +44,9 @@ def parse_list(s, conv, name):
             die_usage(f"bad value {tok!r} in --{name} (want {getattr(conv, '__name__', 'a value')}s, comma-separated)")
     if not out:
         die_usage(f"--{name} is empty")
+    for i, v in enumerate(out):  # a repeated value would plan a row twice (and --merge refuses such runs)
+        if v in out[:i]:
+            die_usage(f"--{name}: {v!r} given twice")
     return out
 
 
@@ -179,6 +182,12 @@ def main(argv):
         die_usage(f"--gpu {args.gpu!r} is for --plan (a run counts the --done results of its own GPU)")
     every = plan_rows(args)
     if args.plan:
+        if args.gpu is None:  # a run counts only its own GPU's results: a plan over several needs --gpu
+            gpus = sorted({str(load_result(f, "--done")["meta"].get("gpu"))
+                           for _, fs in done_files(args.done) for f in fs})
+            if len(gpus) > 1:
+                die_usage(f"--plan: the --done results ran on {len(gpus)} GPUs ({', '.join(map(repr, gpus))}); "
+                          "a run counts only its own GPU's: give --gpu NAME")
         done = done_rows(args.done, args, gpu=args.gpu)
         plan = [r for r in every if r not in done]
         for form, H, wname, T in plan:

@@ -46,6 +46,7 @@ def merge(argv):
             i += 1
     if not files:
         die_usage("--merge needs at least one result JSON")
+    check_outputs(files, out_json, out_md)
     runs = []
     for f in files:
         runs.append((f, load_result(f, "--merge")))
@@ -102,8 +103,14 @@ def merge(argv):
     copy = dict(min(copies, key=lambda c: c["GBps"])) if copies else dict(runs[0][1]["copy"])
     copy["by"] = f"{copy.get('by')}, lowest of {len(runs)} runs; each row's 'of copy' uses its own run's"
     result = {"meta": meta, "copy": copy, "rows": rows}
-    atomic_write(out_json, json.dumps(result, indent=1))
-    md = markdown(meta, rows, copy)
+    # Both outputs made before either is written: a result markdown() cannot
+    # render leaves no JSON behind without its table.
+    try:
+        md = markdown(meta, rows, copy)
+        text = json.dumps(result, indent=1, allow_nan=False)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        die_usage(f"--merge: a result of {', '.join(files)} is malformed ({type(e).__name__}: {e}); nothing written")
+    atomic_write(out_json, text)
     atomic_write(out_md, md)
     if out_md:  # the table is in the file: say what was merged, not the whole table again
         print(f"merged {len(rows)} rows from {len(files)} runs into {out_md}" + (f" and {out_json}" if out_json else ""))
@@ -113,17 +120,79 @@ def merge(argv):
 
 
 def load_result(path, what):
-    """A peers.py result JSON, or a usage error (exit 2) naming the file."""
+    """A peers.py result JSON, or a usage error (exit 2) naming the file: not
+    JSON (NaN and Infinity included, which JSON does not have), or not the
+    shape a result has (result_problem)."""
+    def no_constant(name):
+        raise ValueError(f"{name} is not JSON")
+
     try:
+        if os.path.isdir(path):
+            raise ValueError("is a directory")
         with open(path) as fh:
-            r = json.load(fh)
-        if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
-            raise ValueError("no meta/copy/rows: not a peers.py result")
+            r = json.load(fh, parse_constant=no_constant)
+        problem = result_problem(r)
+        if problem:
+            raise ValueError(f"not a peers.py result: {problem}")
     except json.JSONDecodeError as e:
         die_usage(f"{what}: {path}: not valid JSON ({e})")
     except (OSError, ValueError) as e:
         die_usage(f"{what}: {path}: {e}")
     return r
+
+
+def result_problem(r):
+    """What keeps `r` from being a peers.py result, or "" when nothing does:
+    an object with meta and copy objects and a list of rows, each an object
+    with T and H (integers), w and form (strings) and impls and ops objects
+    where present; meta's skipped and failed_rows lists of [T, H, w, form,
+    ...] lists where present."""
+    if not isinstance(r, dict) or not {"meta", "copy", "rows"} <= r.keys():
+        return "no meta/copy/rows"
+    if not isinstance(r["meta"], dict) or not isinstance(r["copy"], dict):
+        return "meta or copy is not an object"
+    if not isinstance(r["rows"], list):
+        return "rows is not a list"
+    for i, row in enumerate(r["rows"]):
+        if not isinstance(row, dict):
+            return f"rows[{i}] is not an object"
+        for k, typ in (("T", int), ("H", int), ("w", str)):
+            if not isinstance(row.get(k), typ) or isinstance(row.get(k), bool):
+                return f"rows[{i}].{k} is missing or not {'an integer' if typ is int else 'a string'}"
+        if not isinstance(row.get("form", "plain"), str):
+            return f"rows[{i}].form is not a string"
+        for k in ("impls", "ops"):
+            if k in row and not isinstance(row[k], dict):
+                return f"rows[{i}].{k} is not an object"
+    for k in ("skipped", "failed_rows"):
+        xs = r["meta"].get(k, [])
+        if not isinstance(xs, list) or not all(isinstance(x, list) and len(x) >= 4 for x in xs):
+            return f"meta.{k} is not a list of [T, H, w, form, ...] lists"
+    return ""
+
+
+def check_outputs(inputs, out_json, out_md):
+    """Before anything is read or written: --json and --md name different
+    files, neither one of the inputs nor a directory, each in a folder that
+    exists (a usage error, exit 2, naming the path)."""
+    def same(a, b):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return os.path.abspath(a) == os.path.abspath(b)
+
+    outs = [(o, p) for o, p in (("--json", out_json), ("--md", out_md)) if p]
+    for opt, p in outs:
+        if os.path.isdir(p):
+            die_usage(f"--merge: {opt} {p!r} is a directory")
+        folder = os.path.dirname(os.path.abspath(p))
+        if not os.path.isdir(folder):
+            die_usage(f"--merge: {opt} {p!r}: no folder {folder!r}")
+        for f in inputs:
+            if os.path.exists(p) and same(p, f):
+                die_usage(f"--merge: {opt} {p!r} is the input {f!r}: write the merge elsewhere")
+    if len(outs) == 2 and same(out_json, out_md):
+        die_usage(f"--merge: --json and --md name one file ({out_json!r})")
 
 
 def done_rows(spec, args=None, gpu=None):

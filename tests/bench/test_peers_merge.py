@@ -492,6 +492,65 @@ def test_done_counts_only_results_of_the_runs_gpu():
     assert "measured on 'NVIDIA H100 80GB HBM3', this run on 'NVIDIA H200'" in r.stderr
 
 
+def test_merge_checks_its_outputs_and_inputs_before_writing_anything():
+    """--json / --md over an input, on one file, a directory, a missing
+    folder; malformed results (a row without T, rows not a list, meta not an
+    object, skipped entries too short) and NaN: each exit 2 naming the path,
+    nothing written (an output over an input used to replace it; the others
+    were tracebacks, some after --json was written)."""
+    a = json.load(open(A))
+    with tempfile.TemporaryDirectory() as d:
+        pa = os.path.join(d, "a.json")
+        json.dump(a, open(pa, "w"))
+        before = open(pa).read()
+        out_j, out_m = os.path.join(d, "o.json"), os.path.join(d, "o.md")
+        for args, said in [((pa, "--json", pa, "--md", out_m), "is the input"),
+                           ((pa, "--json", out_j, "--md", out_j), "--json and --md name one file"),
+                           ((pa, "--json", d, "--md", out_m), "is a directory"),
+                           ((pa, "--json", out_j, "--md", os.path.join(d, "no", "m.md")), "no folder"),
+                           ((d,), "is a directory")]:
+            r = run(*args)
+            assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
+            assert "Traceback" not in r.stderr, r.stderr
+            assert open(pa).read() == before
+            assert not os.path.exists(out_j) and not os.path.exists(out_m), args
+        bad = []
+        x = json.loads(before); del x["rows"][0]["T"]; bad.append((x, "rows[0].T is missing"))
+        x = json.loads(before); x["rows"] = "abc"; bad.append((x, "rows is not a list"))
+        x = json.loads(before); x["meta"] = []; bad.append((x, "meta or copy is not an object"))
+        x = json.loads(before); x["meta"]["skipped"] = [[1]]; bad.append((x, "meta.skipped is not a list"))
+        x = json.loads(before); x["rows"][0]["impls"] = "x"; bad.append((x, "rows[0].impls is not an object"))
+        for k, (res, said) in enumerate(bad):
+            pb = os.path.join(d, f"b{k}.json")
+            json.dump(res, open(pb, "w"))
+            r = run(pb, "--json", out_j, "--md", out_m)
+            assert r.returncode == 2 and f"{pb}: not a peers.py result: {said}" in r.stderr, (said, r.stderr)
+            assert not os.path.exists(out_j) and not os.path.exists(out_m), said
+        pn = os.path.join(d, "nan.json")
+        open(pn, "w").write(before.replace('"us": ', '"us": NaN, "was": ', 1))
+        r = run(pn, "--json", out_j)
+        assert r.returncode == 2 and "NaN is not JSON" in r.stderr, r.stderr
+        assert not os.path.exists(out_j)
+
+
+def test_plan_refuses_repeated_values_and_done_results_of_several_gpus():
+    r = plan("--T", "1,1", "--H", "64", "--w", "bf16", "--forms", "plain", "--peers", "eager")
+    assert r.returncode == 2 and "--T: 1 given twice" in r.stderr, r.stderr
+    r = plan("--forms", "plain,plain")
+    assert r.returncode == 2 and "--forms: 'plain' given twice" in r.stderr, r.stderr
+    h100 = os.path.join(ROOT, "docs", "results", "peers", "matrix-h100", "run-h100-1.json")
+    with tempfile.TemporaryDirectory() as d:
+        other = json.load(open(h100))
+        other["meta"]["gpu"] = "NVIDIA H200"
+        po = os.path.join(d, "h200.json")
+        json.dump(other, open(po, "w"))
+        rows = ("--forms", "heads24", "--T", "131072", "--w", "bf16", "--seeds", "2", "--done", f"{h100},{po}")
+        r = plan(*rows)
+        assert r.returncode == 2 and "ran on 2 GPUs" in r.stderr and "give --gpu NAME" in r.stderr, r.stderr
+        r = plan(*rows, "--gpu", "NVIDIA H200")
+        assert r.returncode == 0, r.stderr
+
+
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
     test_summary_and_tables_per_form()
@@ -509,6 +568,8 @@ if __name__ == "__main__":
     test_of_peak_uses_the_gpu_of_the_run_and_none_for_an_unknown_one()
     test_merge_refuses_runs_on_different_gpus()
     test_done_counts_only_results_of_the_runs_gpu()
+    test_merge_checks_its_outputs_and_inputs_before_writing_anything()
+    test_plan_refuses_repeated_values_and_done_results_of_several_gpus()
     test_gpu_state_sums_counter_growth_and_keeps_extremes()
     test_spread_lines_name_the_noisy_implementations_only()
     test_acc_parts_sums_the_seeds_and_names_each_implementation()
