@@ -56,7 +56,11 @@ bool is_rejections_file(const std::string& path) {
   try {
     j = parse_json_strict(text.str());  // depth-limited, as the loaders read it
   } catch (const std::exception&) {
-    return false;  // load_approvals names what is wrong with it
+    // Not readable as strict JSON: its name decides which loader names what
+    // is wrong with it (a rejections file with a repeated key was reported
+    // as approvals that are not a normgate file).
+    constexpr std::string_view kSuffix = ".rejections.json";
+    return path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
   }
   if (!j.is_object()) return false;
   const auto f = j.find("format");
@@ -1126,6 +1130,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument("--recheck goes alone (not with --seal, --merge-into or --carry)");
         if (o->files.size() != 1)
           throw std::invalid_argument("--recheck takes one rejections file, got " + std::to_string(o->files.size()));
+        if (std::filesystem::is_directory(o->files[0]))
+          throw std::invalid_argument(o->files[0] + ": is a directory, not a rejections file");
         if (!std::filesystem::is_regular_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": no such rejections file");
         if (!is_rejections_file(o->files[0]))

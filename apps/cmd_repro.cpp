@@ -1,6 +1,7 @@
 // apps/cmd_repro.cpp.new: normgate repro ID: one case explained element by element (k worst, dw
 // columns), saved or replayed.
 #include "commands.h"
+#include "normgate/core/shell_quote.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -235,8 +236,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
         undo.keep = true;
         std::printf("saved    %s (%.1f MB)\n", printable_line(save).c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
-        std::printf("replay   normgate repro --file '%s'   (the stored inputs, no generator; the variant %s)\n",
-                    printable_line(save).c_str(), impls.front().c_str());
+        std::printf("replay   normgate repro --file %s   (the stored inputs, no generator; the variant %s)\n",
+                    core::shell_quote(save).c_str(), printable_line(impls.front()).c_str());
       }
       if (r.recorded_mismatch()) {
         std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 4)\n",

@@ -1,5 +1,6 @@
 // audit/src/repro.cpp: one case, one implementation, explained element by element.
 #include "normgate/audit/repro.h"
+#include "normgate/core/shell_quote.h"
 
 #include <omp.h>
 
@@ -230,8 +231,9 @@ ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
   const Backend b = resolve_backend(req.backend);
   const std::string tail = " --variant " + req.impls.front() + " --backend " + (b == Backend::gpu ? "gpu" : "cpu") +
                            " --oracle " + std::string(oracle::to_string(req.oracle)) + " --k " + std::to_string(k);
-  r.command = opt.inputs != nullptr && !opt.replay_file.empty() ? "normgate repro --file '" + opt.replay_file + "'" + tail
-                                                                : "normgate repro '" + seeds::to_string(req.id) + "'" + tail;
+  r.command = opt.inputs != nullptr && !opt.replay_file.empty()
+                  ? "normgate repro --file " + core::shell_quote(opt.replay_file) + tail
+                  : "normgate repro " + core::shell_quote(seeds::to_string(req.id)) + tail;
   if (r.saved) r.saved->prov = provenance_of(r.check, opt.normgate_version, opt.normgate_commit);
   return r;
 }

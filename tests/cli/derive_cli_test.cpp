@@ -776,3 +776,23 @@ TEST(DeriveCli, GateWinnersRefusesAGroupBeyondHostMemoryBeforeAnyWork) {
 }
 
 }  // namespace
+
+// A rejections file that is not strict JSON (a repeated key) is named as a
+// rejections file, by listing and by --recheck (it was "approvals are not a
+// normgate file", and --recheck said its format was not
+// normgate-rejections/1); a directory is a directory, not "no such file".
+TEST(DeriveCli, ABrokenRejectionsFileIsNamedAsOne) {
+  const Dir d;
+  const fs::path rp = d.p / "b.rejections.json";
+  std::ofstream(rp) << "{\"format\": \"normgate-rejections/1\", \"rejections\": [{\"variant\": \"a\", \"variant\": \"b\"}]}";
+  CliRun r = normgate::test::run_normgate("approvals " + rp.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "rejections are not a normgate file: JSON object has the key 'variant' twice")) << r.out;
+  r = normgate::test::run_normgate("approvals " + rp.string() + " --recheck --backend cpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "rejections are not a normgate file: JSON object has the key 'variant' twice")) << r.out;
+  fs::create_directories(d.p / "dir.rejections.json");
+  r = normgate::test::run_normgate("approvals " + (d.p / "dir.rejections.json").string() + " --recheck --backend cpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "dir.rejections.json: is a directory, not a rejections file")) << r.out;
+}
