@@ -107,7 +107,7 @@ uint64_t thread_stacks_bytes() {
     each = ::getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<uint64_t>(rl.rlim_cur)
                                                                                : uint64_t{2} << 20;
   }
-  return workers * std::min<uint64_t>(each, uint64_t{1} << 30);
+  return workers * each;
 }
 
 uint64_t HostMemory::address_left() const {

@@ -43,9 +43,9 @@ struct HostMemory {
 /// OpenMP default; the main thread's stack is already counted) times one
 /// stack: OMP_STACKSIZE (else GOMP_STACKSIZE) when set and readable, else
 /// the soft RLIMIT_STACK (`ulimit -s`; glibc's default thread stack), 2 MiB
-/// when that is unlimited (glibc's x86-64 default then); at most 1 GiB a
-/// thread. For the host-memory checks: `ulimit -v` counts a stack whole
-/// as soon as the thread exists. Never throws.
+/// when that is unlimited (glibc's x86-64 default then). For the
+/// host-memory checks: `ulimit -v` counts a stack whole as soon as the
+/// thread exists (libgomp exits 1 when it cannot make one). Never throws.
 uint64_t thread_stacks_bytes();
 /// An OpenMP stack size ("512K", "8 M", "4096": kilobytes without a
 /// suffix; B, K, M, G any case) in bytes; 0 for null or text that is not one.
