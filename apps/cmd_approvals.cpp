@@ -123,7 +123,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   auto report = [&bad](const kernels::Approvals& a, const char* role) {
     size_t n_bad = 0;
     for (const auto& x : a.records) n_bad += !x.invalid.empty();
-    std::printf("%s: %zu records, %zu valid (%s)\n", a.path.c_str(), a.records.size(), a.records.size() - n_bad,
+    std::printf("%s: %zu records, %zu valid (%s)\n", printable_line(a.path).c_str(), a.records.size(), a.records.size() - n_bad,
                 role);
     for (const auto& x : a.records)
       if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_message(x.invalid).c_str());
@@ -172,8 +172,8 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
       }
       const auto gaps = policy->minimum.record_shortfalls(x);
       if (!gaps.empty()) {
-        std::printf("  REFUSED  %s, %s: below %s (%s):", slot_key(x).c_str(), a.path.c_str(),
-                    policy->minimum.label().c_str(), policy->path.c_str());
+        std::printf("  REFUSED  %s, %s: below %s (%s):", slot_key(x).c_str(), printable_line(a.path).c_str(),
+                    policy->minimum.label().c_str(), printable_line(policy->path).c_str());
         for (const auto& g : gaps) std::printf(" %s;", g.c_str());
         std::printf("\n");
         ++refused;
@@ -187,14 +187,14 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
         into.records.push_back(x);
         digests.insert(x.record_sha256);
         ++added;
-        std::printf("  added    %s, %s of %s\n", key.c_str(), a.path.c_str(), x.date.c_str());
+        std::printf("  added    %s, %s of %s\n", key.c_str(), printable_line(a.path).c_str(), x.date.c_str());
         continue;
       }
       kernels::Approval& y = into.records[at->second];
       const std::string& y_from = slot_from[key];
       if (x.date == y.date) {  // two different records of one slot and one time: a person decides
         std::printf("  REFUSED  %s: %s and %s hold different records of the same date %s\n", key.c_str(),
-                    y_from.c_str(), a.path.c_str(), x.date.c_str());
+                    y_from.c_str(), printable_line(a.path).c_str(), x.date.c_str());
         ++refused;
         continue;
       }
@@ -203,7 +203,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
       const bool y_current = !cur.empty() && y.source_sha256 == cur;
       // The newer record wins, but never a stale one over a current one.
       if (x_current == y_current ? x.date > y.date : x_current) {
-        std::printf("  replaced %s: %s's of %s over %s's of %s%s\n", key.c_str(), a.path.c_str(), x.date.c_str(),
+        std::printf("  replaced %s: %s's of %s over %s's of %s%s\n", key.c_str(), printable_line(a.path).c_str(), x.date.c_str(),
                     y_from.c_str(), y.date.c_str(), x_current && !y_current ? " (that one stale)" : "");
         y = x;
         slot_from[key] = a.path;
@@ -211,7 +211,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
         ++replaced;
       } else {
         std::printf("  kept     %s: %s's of %s, not %s's of %s%s\n", key.c_str(), y_from.c_str(), y.date.c_str(),
-                    a.path.c_str(), x.date.c_str(),
+                    printable_line(a.path).c_str(), x.date.c_str(),
                     y_current && !x_current ? " (stale: another source hash)" : " (not newer)");
         ++kept;
       }
@@ -663,19 +663,19 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
                          " (outputs differ, --partial): gate their windows again\n";
   if (carried == 0) {
     if (!left.empty()) {
-      std::printf("%scarry    nothing carried in %s (file unchanged)\n", left_line.c_str(), path.c_str());
+      std::printf("%scarry    nothing carried in %s (file unchanged)\n", left_line.c_str(), printable_line(path).c_str());
       return 1;
     }
     if (in_both == 0)  // the files are of other records (another file, or records sealed again since)
       std::printf("note     no record of %s is in both digests files (OLD has %zu entries, NEW %zu; they were "
                   "written from %s and %s): digest this file's records\n",
-                  path.c_str(), d_old.entries.size(), d_new.entries.size(),
+                  printable_line(path).c_str(), d_old.entries.size(), d_new.entries.size(),
                   nlohmann::json(d_old.approvals_file).dump().c_str(), nlohmann::json(d_new.approvals_file).dump().c_str());
-    std::printf("carry    nothing to carry in %s (file unchanged)\n", path.c_str());
+    std::printf("carry    nothing to carry in %s (file unchanged)\n", printable_line(path).c_str());
     return 0;
   }
   write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
-  std::printf("carry    %s: %zu record%s carried on %zu cases\n", path.c_str(), carried, carried == 1 ? "" : "s",
+  std::printf("carry    %s: %zu record%s carried on %zu cases\n", printable_line(path).c_str(), carried, carried == 1 ? "" : "s",
               compared);
   if (by_chain > 0)
     std::printf("note     %zu of them found in OLD through their last carry (OLD is the NEW digests of that carry, "
@@ -839,7 +839,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
     return print_refused("vouch", refused);
   }
   if (add.empty()) {
-    std::printf("vouch    nothing to vouch for in %s (file unchanged)\n", path.c_str());
+    std::printf("vouch    nothing to vouch for in %s (file unchanged)\n", printable_line(path).c_str());
     return 0;
   }
   // A record of the new one's window, variant and backend (of any source)
@@ -860,7 +860,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   a.records = std::move(keep);
   write_files_atomic({{a.path, kernels::approvals_to_json_text(a)}});
   for (const auto& d : done) std::printf("vouch    %s\n", d.c_str());
-  std::printf("vouch    %s: %zu record%s of %s added on %zu cases\n", path.c_str(), add.size(),
+  std::printf("vouch    %s: %zu record%s of %s added on %zu cases\n", printable_line(path).c_str(), add.size(),
               add.size() == 1 ? "" : "s", wn.c_str(), compared);
   return 0;
 }
@@ -1017,7 +1017,7 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
   const size_t added = add.empty() ? 0 : kernels::record_rejections(path, approvals_path, add);
   std::printf("recheck  %s: %zu stale record%s of backend %s, %zu re-proved (%zu written), %zu not (%zu case%s "
               "failed to run)\n",
-              path.c_str(), todo.size(), todo.size() == 1 ? "" : "s", ran_on.c_str(), add.size(), added, not_kept,
+              printable_line(path).c_str(), todo.size(), todo.size() == 1 ? "" : "s", ran_on.c_str(), add.size(), added, not_kept,
               errors, errors == 1 ? "" : "s");
   return errors ? 3 : (not_kept || other_backend) ? 1 : 0;
 }
@@ -1130,10 +1130,12 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument("--recheck goes alone (not with --seal, --merge-into or --carry)");
         if (o->files.size() != 1)
           throw std::invalid_argument("--recheck takes one rejections file, got " + std::to_string(o->files.size()));
-        if (std::filesystem::is_directory(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": is a directory, not a rejections file");
-        if (!std::filesystem::is_regular_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": no such rejections file");
+        // core::regular_file_problem: "is a directory", a link loop, a FIFO
+        // ... named (a loop was a filesystem_error, exit 3).
+        if (const std::string why = core::regular_file_problem(o->files[0]); !why.empty())
+          throw std::invalid_argument(printable_line(o->files[0]) + ": " + why +
+                                      (why == "no such file" ? " (--recheck takes a rejections file)"
+                                                             : ", not a rejections file"));
         if (!is_rejections_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": not a rejections file (its \"format\" is not "
                                                     "normgate-rejections/1); --recheck takes a rejections file");
@@ -1146,8 +1148,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(std::string(opt) + " takes one approvals file, got " +
                                       std::to_string(o->files.size()));
         if (digests.size() != 2) throw std::invalid_argument(std::string(opt) + " needs two digests files, " + which);
-        if (!std::filesystem::is_regular_file(o->files[0]))
-          throw std::invalid_argument(o->files[0] + ": no such approvals file");
+        if (const std::string why = core::regular_file_problem(o->files[0]); !why.empty())
+          throw std::invalid_argument(printable_line(o->files[0]) + ": " + why + ", not an approvals file");
         if (is_rejections_file(o->files[0]))
           throw std::invalid_argument(o->files[0] + ": a rejections file; " + opt + " takes an approvals file");
       };
@@ -1248,7 +1250,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
             ++n;
           }
         if (n) texts.emplace_back(a.path, kernels::approvals_to_json_text(a));
-        std::printf("seal     %s: %zu record%s sealed\n", a.path.c_str(), n, n == 1 ? "" : "s");
+        std::printf("seal     %s: %zu record%s sealed\n", printable_line(a.path).c_str(), n, n == 1 ? "" : "s");
       }
       write_files_atomic(texts);  // all files or none (apps/commands.h)
       return 0;

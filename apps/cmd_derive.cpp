@@ -367,7 +367,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
         if (!stored.records.empty())
           std::printf("rejected %s: %zu record(s): %zu of this spec's groups and backend %s (%s), %zu stale "
                       "(source changed since), %zu superseded (the same claim made again for this source)\n",
-                      rejections_path.c_str(), stored.records.size(), remembered.size(), gate_backend.c_str(),
+                      printable_line(rejections_path).c_str(), stored.records.size(), remembered.size(), gate_backend.c_str(),
                       o->forget_rejections ? "NOT used: --forget-rejections" : "used: not gated again", stale.size(),
                       superseded.size());
         if (o->forget_rejections) remembered.clear();
@@ -395,7 +395,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
           return 1;
         }
         write_file_atomic(o->report + ".timings.json", kernels::timings_to_json_text(timings));
-        std::printf("timings  %s.timings.json (%zu points)\n", o->report.c_str(), timings.points.size());
+        std::printf("timings  %s.timings.json (%zu points)\n", printable_line(o->report).c_str(), timings.points.size());
       }
       if (o->bench_only) return 0;
 
@@ -577,7 +577,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
           return std::make_pair(path, sha12);
         };
         std::printf("gate     round %d: %zu window(s) without a current approval, least accurate candidate first, then cheapest (%s)\n", round + 1,
-                    need.size(), candidate_table(batches.front()).first.c_str());
+                    need.size(), printable_line(candidate_table(batches.front()).first).c_str());
         std::fflush(stdout);
         bool any_failed = false;
         for (const auto& batch : batches) {
@@ -727,7 +727,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
                 x.normgate_version = NORMGATE_VERSION;
                 try {
                   if (kernels::record_rejections(rejections_path, approvals_path, {x}))
-                    std::printf("  remembered in %s: %s T=%lld..%lld\n", rejections_path.c_str(), n.variant.c_str(),
+                    std::printf("  remembered in %s: %s T=%lld..%lld\n", printable_line(rejections_path).c_str(), n.variant.c_str(),
                                 static_cast<long long>(lo), static_cast<long long>(hi));
                 } catch (const std::exception& e) {
                   std::fprintf(stderr, "normgate derive: warning: rejection not remembered: %s\n", e.what());
@@ -989,14 +989,14 @@ void add_derive(CLI::App& app, Commands& cmds) {
                           {o->report + ".md", md},
                           {o->report + ".json", jr.dump(2) + "\n"}});
       if (unapproved == 0)
-        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", o->out.c_str(),
-                    ws.size(), o->report.c_str());
+        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", printable_line(o->out).c_str(),
+                    ws.size(), printable_line(o->report).c_str());
       else
         std::fprintf(stderr,
                      "normgate derive: table NOT written: %d of %zu windows have no candidate with a current "
                      "approval in %s (the approvals beside --out); gate them (--gate winners --approve) or point "
                      "--out beside the approvals that cover them; report %s.md\n",
-                     unapproved, ws.size(), approvals_path.c_str(), o->report.c_str());
+                     unapproved, ws.size(), printable_line(approvals_path).c_str(), printable_line(o->report).c_str());
       if (stopped) std::printf("stopped  %s\n", printable_line(stop_reason).c_str());
       if (gate_error) return 3;
       return unapproved == 0 ? 0 : 1;
