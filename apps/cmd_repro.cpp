@@ -229,15 +229,20 @@ void add_repro(CLI::App& app, Commands& cmds) {
       }
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
       notes();
-      const auto r = validators::repro(req, ro);
+      auto r = validators::repro(req, ro);
+      // The printed commands load the same plugins, so that pasted back they
+      // find the plugin's variant (they named none: "unknown implementation").
+      std::string plugin_args;
+      for (const auto& p : o->plugins) plugin_args += " --plugin " + core::shell_quote(p);
+      r.command += plugin_args;
       std::fputs(printable(validators::format_repro(r)).c_str(), stdout);  // recorded strings escaped
       if (!save.empty()) {
         validators::write_case_file(save, *r.saved);
         undo.keep = true;
         std::printf("saved    %s (%.1f MB)\n", printable_line(save).c_str(),
                     static_cast<double>(std::filesystem::file_size(save)) / 1e6);
-        std::printf("replay   normgate repro --file %s   (the stored inputs, no generator; the variant %s)\n",
-                    core::shell_quote(save).c_str(), printable_line(impls.front()).c_str());
+        std::printf("replay   normgate repro --file %s%s   (the stored inputs, no generator; the variant %s)\n",
+                    core::shell_quote(save).c_str(), plugin_args.c_str(), printable_line(impls.front()).c_str());
       }
       if (r.recorded_mismatch()) {
         std::printf("replay   MISMATCH: the outputs differ from the ones %s recorded (exit 4)\n",

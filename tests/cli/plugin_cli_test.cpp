@@ -85,3 +85,19 @@ TEST(PluginCli, VariantsCheckAndRoutesSeeThePluginVariants) {
 }
 
 }  // namespace
+
+// repro's printed commands load the plugins the run loaded: pasted back
+// without --plugin they failed with "unknown implementation".
+TEST(PluginCli, ReproCommandsNameThePlugin) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("ng_plugin_repro_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto r = run_normgate("repro H=64,T=3,w=bf16,form=plain,family=cancel,seed=0 --variant ex_ref_bwd --plugin " +
+                              kRef + " --backend cpu --save " + dir + "/c.h5");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "--k 10 --plugin '" + kRef + "'\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "replay   normgate repro --file '" + dir + "/c.h5' --plugin '" + kRef + "'   (")) << r.out;
+  const auto back = run_normgate("repro --file " + dir + "/c.h5 --plugin " + kRef);
+  EXPECT_EQ(back.code, 0) << back.out;
+  std::filesystem::remove_all(dir);
+}
