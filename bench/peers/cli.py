@@ -173,6 +173,10 @@ def run_row(torch, args, impls, errors, form, H, T, wname, timer, log, after_tim
 def main(argv):
     if argv[:1] == ["--merge"]:
         return merge(argv[1:])
+    for opt in ("--done", "--gpu", "--json", "--md"):  # argparse keeps the last: a second one would drop the first
+        if sum(a == opt or a.startswith(opt + "=") for a in argv) > 1:
+            die_usage(f"{opt} given twice (--done takes comma-separated patterns)" if opt == "--done"
+                      else f"{opt} given twice")
     if "--merge" in argv:
         die_usage("--merge must come first: peers.py --merge A.json B.json ... [--json OUT] [--md OUT]")
     args = parse_args(argv)

@@ -129,6 +129,8 @@ def load_result(path, what):
     try:
         if os.path.isdir(path):
             raise ValueError("is a directory")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise ValueError("not a regular file (a FIFO or device would block or never end)")
         with open(path) as fh:
             r = json.load(fh, parse_constant=no_constant)
         problem = result_problem(r)
@@ -166,8 +168,19 @@ def result_problem(r):
                 return f"rows[{i}].{k} is not an object"
     for k in ("skipped", "failed_rows"):
         xs = r["meta"].get(k, [])
-        if not isinstance(xs, list) or not all(isinstance(x, list) and len(x) >= 4 for x in xs):
+        if not isinstance(xs, list) or not all(
+                isinstance(x, list) and len(x) >= 4 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            for v in x[:2])
+                and isinstance(x[2], str) and isinstance(x[3], str) for x in xs):
             return f"meta.{k} is not a list of [T, H, w, form, ...] lists"
+    m = r["meta"]
+    if not isinstance(m.get("stopped", ""), (str, type(None))):
+        return "meta.stopped is not a string"
+    if not isinstance(m.get("peer_errors", {}), (dict, type(None))):
+        return "meta.peer_errors is not an object"
+    g = r["copy"].get("GBps")
+    if g is not None and (not isinstance(g, (int, float)) or isinstance(g, bool)):
+        return "copy.GBps is not a number"
     return ""
 
 
@@ -188,6 +201,8 @@ def check_outputs(inputs, out_json, out_md):
         folder = os.path.dirname(os.path.abspath(p))
         if not os.path.isdir(folder):
             die_usage(f"--merge: {opt} {p!r}: no folder {folder!r}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            die_usage(f"--merge: {opt} {p!r}: the folder {folder!r} cannot be written")
         for f in inputs:
             if os.path.exists(p) and same(p, f):
                 die_usage(f"--merge: {opt} {p!r} is the input {f!r}: write the merge elsewhere")

@@ -526,6 +526,18 @@ def test_merge_checks_its_outputs_and_inputs_before_writing_anything():
             r = run(pb, "--json", out_j, "--md", out_m)
             assert r.returncode == 2 and f"{pb}: not a peers.py result: {said}" in r.stderr, (said, r.stderr)
             assert not os.path.exists(out_j) and not os.path.exists(out_m), said
+        x = json.loads(before); x["meta"]["stopped"] = 3; bad.append((x, "meta.stopped is not a string"))
+        x = json.loads(before); x["copy"]["GBps"] = "fast"; bad.append((x, "copy.GBps is not a number"))
+        x = json.loads(before); x["meta"]["skipped"] = [["a", None, {}, []]]; bad.append((x, "meta.skipped"))
+        for k, (res, said) in enumerate(bad[-3:]):
+            pb = os.path.join(d, f"c{k}.json")
+            json.dump(res, open(pb, "w"))
+            r = run(pb, "--json", out_j, "--md", out_m)
+            assert r.returncode == 2 and f"{pb}: not a peers.py result: {said}" in r.stderr, (said, r.stderr)
+        fifo = os.path.join(d, "f.json")
+        os.mkfifo(fifo)
+        r = subprocess.run([sys.executable, PEERS, "--merge", fifo], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
         pn = os.path.join(d, "nan.json")
         open(pn, "w").write(before.replace('"us": ', '"us": NaN, "was": ', 1))
         r = run(pn, "--json", out_j)
@@ -549,6 +561,8 @@ def test_plan_refuses_repeated_values_and_done_results_of_several_gpus():
         assert r.returncode == 2 and "ran on 2 GPUs" in r.stderr and "give --gpu NAME" in r.stderr, r.stderr
         r = plan(*rows, "--gpu", "NVIDIA H200")
         assert r.returncode == 0, r.stderr
+        r = plan("--forms", "heads24", "--done", h100, "--done", po)  # argparse would keep the last alone
+        assert r.returncode == 2 and "--done given twice" in r.stderr, r.stderr
 
 
 if __name__ == "__main__":
