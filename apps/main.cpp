@@ -247,6 +247,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_message(e.what()).c_str());
-    return 3;
+    // Out without the exit handlers: after a failed HDF5 write (the core
+    // driver's image could not grow: out of memory) the library's own exit
+    // handler closed the half-made file again and crashed (SIGSEGV, exit
+    // 139, in H5F__close_cb), hiding the error's exit 3. Nothing of ours
+    // runs at exit: temporaries are removed by their writers' error paths.
+    std::fflush(nullptr);
+    std::_Exit(3);
   }
 }
