@@ -796,3 +796,38 @@ TEST(DeriveCli, ABrokenRejectionsFileIsNamedAsOne) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "dir.rejections.json: is a directory, not a rejections file")) << r.out;
 }
+
+#ifdef NG_FAULT_SHIM
+// A gate window whose cases fail to run (here every allocation of one
+// tensor at T = 600 fails: tests/util/fault_shim.c) and none over budget is
+// an ERROR, not a verdict: derive excludes and remembers nothing, says why
+// and exits 3. It was excluded for the run and reported REJECTED.
+TEST(DeriveCli, CasesThatFailToRunAreAnErrorNotARejection) {
+  const Dir d;
+  std::ofstream(d.p / "spec.toml") << "arch = \"sm90a\"\nT = [1, 8, 600]\n[candidates]\nbwd_det = [\"bwd_det_chunked\"]\n"
+                                      "[bench]\ncrossover_steps = 0\n[[group]]\nop = \"bwd\"\nmodes = \"det\"\nH = 64\n"
+                                      "w = \"bf16\"\nform = \"plain\"\n";
+  const std::string tensor_bytes = std::to_string(64 * 600 * 2);  // one BF16 [600, 64] tensor
+  const CliRun r = normgate::test::run_normgate_with(
+      "env LD_PRELOAD=" + std::string(NG_FAULT_SHIM) + " NG_FAULT_MALLOC_BYTES=" + tensor_bytes,
+      d.run(" --timings " + (d.p / "timings.json").string() + kCampaign + " --approve"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "fault_shim: malloc of the chosen size failed")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  ERROR bwd det H=64 w=bf16 form=plain T=1..600 -> bwd_det_chunked")) << r.out;
+  EXPECT_TRUE(contains(r.out, "an error is not a verdict: nothing excluded or remembered")) << r.out;
+  EXPECT_FALSE(contains(r.out, "remembered in")) << r.out;
+  EXPECT_FALSE(fs::exists(d.p / "t.rejections.json"));
+  EXPECT_FALSE(fs::exists(d.p / "t.toml"));
+  const std::string md = read(d.p / "r.md");
+  EXPECT_TRUE(contains(md, "| bwd_det_chunked | **ERROR**: ")) << md;
+  EXPECT_FALSE(contains(md, "REJECTED")) << md;
+  const auto jr = nlohmann::json::parse(read(d.p / "r.json"));
+  ASSERT_EQ(jr["gate_verdicts"].size(), 1u);
+  EXPECT_TRUE(jr["gate_verdicts"][0]["error"].is_string()) << jr["gate_verdicts"].dump();
+  // Without the fault the same run approves the window and writes the table.
+  const CliRun ok = normgate::test::run_normgate(d.run(" --timings " + (d.p / "timings.json").string() + kCampaign +
+                                                       " --approve"));
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(fs::exists(d.p / "t.toml"));
+}
+#endif

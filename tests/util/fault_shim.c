@@ -16,6 +16,9 @@
  *                     later one of its kind; NG_FAULT_ON picks the kind
  *                     counted: "write" (write, pwrite, writev), "fsync"
  *                     (fsync, fdatasync) or "rename"; unset: all three.
+ * Memory: NG_FAULT_MALLOC_BYTES=N makes every malloc of exactly N bytes
+ * (operator new's too) return NULL with ENOMEM: an out-of-memory in the
+ * middle of a run, where an up-front check has passed.
  * Each injected failure prints one line "fault_shim: ..." on stderr, so a
  * test can tell that the fault was reached.
  */
@@ -242,4 +245,23 @@ int rename(const char* from, const char* to) {
   REAL(int, rename, const char*, const char*);
   if ((matches(from) || matches(to)) && call_fails(K_RENAME, to)) return -1;
   return real_rename(from, to);
+}
+
+/* NG_FAULT_MALLOC_BYTES (file comment). glibc's own entry point serves every
+ * other size, so no dlsym (which may itself allocate) is needed here. */
+extern void* __libc_malloc(size_t n);
+static long long malloc_fail = -2; /* -2: not read yet; -1: off */
+
+void* malloc(size_t n) {
+  if (malloc_fail == -2) {
+    const char* m = getenv("NG_FAULT_MALLOC_BYTES");
+    malloc_fail = m && *m ? atoll(m) : -1;
+  }
+  if (malloc_fail >= 0 && (long long)n == malloc_fail) {
+    static const char msg[] = "fault_shim: malloc of the chosen size failed (ENOMEM)\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    errno = ENOMEM;
+    return NULL;
+  }
+  return __libc_malloc(n);
 }
