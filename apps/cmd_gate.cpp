@@ -419,6 +419,23 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     res.backend.c_str());
         return 1;
       }
+      // Windows that failed only because cases could not run (std::bad_alloc,
+      // a CUDA error), none over budget: no verdict on the kernels, exit 3
+      // (a runtime failure), as derive stops on them. A window over budget
+      // anywhere outranks them: FAIL below.
+      int errored = 0;
+      std::string first_error;
+      for (const auto& w : res.windows)
+        if (!w.pass && !w.incomplete && w.errors > 0 && !(w.worst > 1.0)) {
+          ++errored;
+          if (first_error.empty() && !w.error_samples.empty()) first_error = w.error_samples.front();
+        }
+      if (errored > 0 && errored + incomplete == failing) {
+        std::printf("verdict  ERROR: %d of %zu windows have cases that failed to run and none over budget (first: "
+                    "%s); not a verdict on the kernels (backend %s)\n",
+                    errored, res.windows.size(), printable_line(first_error).c_str(), res.backend.c_str());
+        return 3;
+      }
       if (res.windows.empty())
         std::printf("verdict  PASS: no window changed against the base table\n");
       else

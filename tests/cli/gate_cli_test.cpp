@@ -191,6 +191,30 @@ TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
   }
 }
 
+#ifdef NG_FAULT_SHIM
+// Cases that fail to run (every allocation of one BF16 [600, 64] tensor
+// fails: tests/util/fault_shim.c), none over budget: the verdict is ERROR,
+// exit 3 (a runtime failure), not FAIL, exit 1 (the kernels failed).
+TEST(GateCli, CasesThatFailToRunAreAnErrorNotAFail) {
+  const std::string dir = temp_dir("malloc");
+  const std::string table = dir + "/one.toml";
+  std::ofstream(table) << "arch = \"sm90a\"\nroute = [\n"
+                          "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", "
+                          "T = [1, 600], variant = \"bwd_det_chunked\" },\n]\n";
+  const std::string fault =
+      "env LD_PRELOAD=" + std::string(NG_FAULT_SHIM) + " NG_FAULT_MALLOC_BYTES=" + std::to_string(64 * 600 * 2);
+  const CliResult r = normgate::test::run_normgate_with(fault, "gate " + table + kFast);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "fault_shim: malloc of the chosen size failed")) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  ERROR: 1 of 1 windows have cases that failed to run and none over budget "
+                              "(first: H=64,T=600,")) << r.out;
+  EXPECT_FALSE(contains(r.out, "verdict  FAIL")) << r.out;
+  const CliResult ok = cli("gate " + table + kFast);  // the same run without the fault passes
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  std::filesystem::remove_all(dir);
+}
+#endif
+
 // A window whose largest case cannot fit in host memory is refused by name
 // before any work (it ran its smaller grid cases first and ended in
 // std::bad_alloc, exit 3, at the large ones): nothing in the journal, no
