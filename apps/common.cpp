@@ -525,8 +525,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   // runtime's own allocations; measured 4-14 MB over the tensors at 41M
   // elements under ulimit -v).
   const unsigned __int128 tensors = most;
-  const unsigned __int128 extra = core::thread_stacks_bytes() + tensors / 100 + (uint64_t{32} << 20);
-  most = tensors + extra;
+  const unsigned __int128 stacks = core::thread_stacks_bytes();
+  constexpr uint64_t kFixed = uint64_t{32} << 20;
+  const unsigned __int128 margin = tensors / 100 + kFixed;
+  most = tensors + stacks + margin;
   const unsigned __int128 have = have64;
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
@@ -534,11 +536,19 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   const std::string what = big_impls == 0 ? "its inputs"
                                            : "its inputs and the outputs of " + std::to_string(big_impls) +
                                                  (big_impls == 1 ? " implementation" : " implementations");
+  // The largest T of this shape that fits: the tensors grow linearly in T.
+  const unsigned __int128 per_t = big->T > 0 ? tensors / static_cast<uint64_t>(big->T) : 0;
+  const unsigned __int128 room = have > stacks + kFixed ? have - stacks - kFixed : 0;
+  const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
+  const std::string advice =
+      t_max >= 1 ? ": choose T <= " + std::to_string(static_cast<uint64_t>(t_max)) + " at this H and form" +
+                       (big_impls > 1 ? ", or fewer implementations" : "")
+                 : ": no T of this H and form fits";
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + ") needs about " + gib(most) + " of host memory: " +
-                              gib(tensors) + " of BF16 tensors (" + what + "), " + gib(extra) +
-                              " for the threads' stacks and a margin; more than " + where +
-                              (big_impls > 1 ? ": choose a smaller T or fewer implementations" : ": choose a smaller T"));
+                              gib(tensors) + " of BF16 tensors (" + what + "), " + gib(stacks) +
+                              " for the threads' stacks and " + gib(margin) + " of margin (1% + 32 MiB); more than " +
+                              where + advice);
 }
 
 }  // namespace

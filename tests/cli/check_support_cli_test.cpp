@@ -134,7 +134,7 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
            // x is the q slice of packed qkv rows (5/3 of a tensor), dy, y, dx: 14/3 x 2 bytes an element
            " of host memory: 4778.7 GiB (5131054301184 bytes) of BF16 tensors (its inputs and the outputs of 1 "
            "implementation), ",
-           " for the threads' stacks and a margin; more than "},
+           " for the threads' stacks and ", " of margin (1% + 32 MiB); more than ", ": choose T <= "},
           d + "/c.json");
   refused("check --backend cpu --seeds normal:0..0 --H 256 --T 3,89478486 --form heads24 "
           "--variant fwd_rowwise,bwd_det_chunked --quiet --md " + d + "/g.md",
@@ -156,7 +156,7 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_TRUE(contains(r.err, "of host memory: 2730.7 GiB (2932031029248 bytes) of BF16 tensors (its inputs), "))
         << r.err;
-    EXPECT_TRUE(contains(r.err, ": choose a smaller T")) << r.err;
+    EXPECT_TRUE(contains(r.err, ": choose T <= ")) << r.err;
     EXPECT_FALSE(contains(r.err, "fewer implementations")) << r.err;
   }
   // An address-space limit (ulimit -v) bounds the case as the host's memory
