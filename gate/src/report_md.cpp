@@ -93,7 +93,9 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
       << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
   o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
     << fmt("%.3g", p.grid_elements_distinct) << " elements: " << hours(p.grid_elements_distinct)
-    << " of oracle time at " << fmt("%.3g", elements_per_second) << " elements/s.\n"
+    << " of oracle time at " << fmt("%.3g", elements_per_second)
+    << " elements/s (--rate; a finished gate's throughput line on stderr gives this host's own rate, which for the "
+       "CPU models on a few cores is far lower).\n"
     << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
     << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
     << hours(p.refine_elements_max)
