@@ -153,7 +153,10 @@ PY
 cp "$d/err.jsonl" "$d/err0.jsonl"
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/err.jsonl" --report-md "$d/err.md" >"$d/err.log" 2>&1
 rc=$?
-[ $rc -eq 1 ] || fail "a journalled error: exit $rc, expected 1 (its windows fail): $(tail -3 "$d/err.log")"
+# Its windows fail on an error alone, none over budget: verdict ERROR, exit 3.
+[ $rc -eq 3 ] || fail "a journalled error: exit $rc, expected 3 (ERROR: a case could not run): $(tail -3 "$d/err.log")"
+grep -q "^verdict  ERROR: .* injected: CUDA error: out of memory" "$d/err.log" ||
+  fail "a journalled error: no ERROR verdict naming it: $(tail -3 "$d/err.log")"
 grep -q "0 run now" "$d/err.log" || fail "a journalled error was run again without --retry-errors: $(grep journal "$d/err.log")"
 cmp -s "$d/err.jsonl" "$d/err0.jsonl" || fail "a resume without --retry-errors changed the journal"
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/err.jsonl" --retry-errors --report-md "$d/retry.md" \
