@@ -48,6 +48,13 @@ namespace {
 // A file whose top-level "format" names the rejections format; anything else
 // (an approvals file, or text that is not JSON) goes to load_approvals, which
 // names what is wrong with it.
+// Whether `path` is named like a table's rejections file (TABLE stem +
+// .rejections.json; rejections_path_for's name).
+bool named_rejections(std::string_view path) {
+  constexpr std::string_view kSuffix = ".rejections.json";
+  return path.size() > kSuffix.size() && path.ends_with(kSuffix);
+}
+
 bool is_rejections_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
@@ -59,8 +66,7 @@ bool is_rejections_file(const std::string& path) {
     // Not readable as strict JSON: its name decides which loader names what
     // is wrong with it (a rejections file with a repeated key was reported
     // as approvals that are not a normgate file).
-    constexpr std::string_view kSuffix = ".rejections.json";
-    return path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+    return named_rejections(path);
   }
   if (!j.is_object()) return false;
   const auto f = j.find("format");
@@ -868,13 +874,13 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
 // normgate approvals FILE.rejections.json --recheck (see the option's help).
 int recheck_rejections(const std::string& path, const std::string& backend_name, int threads) {
   constexpr std::string_view kSuffix = ".rejections.json";
-  if (path.size() <= kSuffix.size() || path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+  if (!named_rejections(path))
     throw std::invalid_argument(path + ": --recheck takes a rejections file named TABLE stem + .rejections.json");
   // The approvals file (and its lock, which record_rejections takes) beside
   // the file written: through a link, beside the file it points to, as a
   // derive of that table locks it (--merge-into does the same).
   const std::string real = core::rename_target(path);
-  if (real.size() <= kSuffix.size() || real.compare(real.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+  if (!named_rejections(real))
     throw std::invalid_argument(printable_line(path) + ": --recheck through a link to '" + printable_line(real) +
                                 "', which is not named TABLE stem + .rejections.json");
   const std::string approvals_path = real.substr(0, real.size() - kSuffix.size()) + ".approvals.json";

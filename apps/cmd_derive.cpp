@@ -654,7 +654,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             n.t_lo = wr.route.t_lo;
             n.t_hi = wr.route.t_hi;
             n.pass = wr.pass;
-            if (!wr.pass && wr.errors > 0 && !(wr.worst > 1.0))
+            if (wr.errored())
               n.error = std::to_string(wr.errors) + " case" + (wr.errors == 1 ? "" : "s") + " failed to run (" +
                         (wr.error_samples.empty() ? std::string("no message") : wr.error_samples.front()) + ")";
             n.worst = wr.worst;

@@ -426,7 +426,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       int errored = 0;
       std::string first_error;
       for (const auto& w : res.windows)
-        if (!w.pass && !w.incomplete && w.errors > 0 && !(w.worst > 1.0)) {
+        if (w.errored()) {
           ++errored;
           if (first_error.empty() && !w.error_samples.empty()) first_error = w.error_samples.front();
         }

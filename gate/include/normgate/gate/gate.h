@@ -317,6 +317,12 @@ struct WindowResult {
   /// reports flag it (JSON "control_passed", a Markdown line; `normgate gate`
   /// warns on stderr); the verdict stands.
   bool control_passed() const { return control && pass; }
+  /// Failed only because cases could not run (errors: std::bad_alloc, a
+  /// CUDA error), none over budget and none missing: no verdict on the
+  /// variant. `normgate gate` says ERROR (exit 3) when every failing window
+  /// is one (or INCOMPLETE); `normgate derive` stops on one, excluding and
+  /// remembering nothing.
+  bool errored() const { return !pass && !incomplete && errors > 0 && !(worst > 1.0); }
 };
 
 /// Everything a gate found.
