@@ -128,6 +128,10 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["kappa_headroom"] = w.kappa_headroom < 0 ? nlohmann::json(nullptr) : nlohmann::json(w.kappa_headroom);
     x["pass"] = w.pass;
     x["verdict"] = std::string(to_string(w.verdict));
+    if (w.errored()) {  // only then: cases that could not run, none over budget (WindowResult::errored)
+      x["verdict"] = "error";
+      x["errored"] = true;
+    }
     if (w.incomplete) {  // only then: a complete report is the same with or without shards
       x["verdict"] = "incomplete";
       x["incomplete"] = true;

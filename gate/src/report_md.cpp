@@ -132,8 +132,20 @@ std::string format_gate_markdown(const GateResult& r) {
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; those windows had no refinement and are not passed: run the missing shards and merge again.\n";
   // A failed window outranks the incomplete ones: more cases cannot pass it.
-  o << "- verdict: **" << (r.pass() ? "PASS" : failing > incomplete || incomplete == 0 ? "FAIL" : "INCOMPLETE") << "**: "
+  // Windows whose cases only could not run (errored(): none over budget)
+  // are no verdict on the kernels: ERROR, as `normgate gate` says (exit 3),
+  // unless a window over budget makes it FAIL.
+  int errored = 0;
+  for (const auto& w : r.windows) errored += w.errored() ? 1 : 0;
+  const char* overall = r.pass()                                         ? "PASS"
+                        : errored > 0 && errored + incomplete == failing ? "ERROR"
+                        : failing > incomplete || incomplete == 0        ? "FAIL"
+                                                                         : "INCOMPLETE";
+  o << "- verdict: **" << overall << "**: "
     << (r.windows.size() - failing) << " of " << r.windows.size() << " gated windows pass";
+  if (errored > 0)
+    o << "; " << errored << " ERROR (cases that could not run, e.g. out of memory, and none over budget: no "
+      << "verdict on the variant; run them again)";
   if (inconclusive > 0)
     o << "; " << inconclusive << " INCONCLUSIVE (no element over budget, but some comparison is within the "
       << "oracle's error bound of the budget: not approved; re-check those cases with --oracle mpfr)";
@@ -245,6 +257,7 @@ std::string format_gate_markdown(const GateResult& r) {
       << " | "
       << (w.pass                                ? "PASS"
           : w.incomplete                        ? "**INCOMPLETE**"
+          : w.errored()                         ? "**ERROR**"
           : w.verdict == Verdict::inconclusive ? "**INCONCLUSIVE**"
                                                 : "**FAIL**")
       << " |\n";

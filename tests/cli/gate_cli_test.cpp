@@ -8,6 +8,8 @@
 #include "cli_util.h"
 #include "normgate/kernels/device.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -203,8 +205,19 @@ TEST(GateCli, CasesThatFailToRunAreAnErrorNotAFail) {
                           "T = [1, 600], variant = \"bwd_det_chunked\" },\n]\n";
   const std::string fault =
       "env LD_PRELOAD=" + std::string(NG_FAULT_SHIM) + " NG_FAULT_MALLOC_BYTES=" + std::to_string(64 * 600 * 2);
-  const CliResult r = normgate::test::run_normgate_with(fault, "gate " + table + kFast);
+  const CliResult r = normgate::test::run_normgate_with(
+      fault, "gate " + table + kFast + " --report-md " + dir + "/r.md --report-json " + dir + "/r.json");
   EXPECT_EQ(r.code, 3) << r.out;
+  // The reports say what stdout says: ERROR, not FAIL, for the window and the run.
+  const std::string md = slurp(dir + "/r.md");
+  EXPECT_TRUE(contains(md, "- verdict: **ERROR**: 0 of 1 gated windows pass; 1 ERROR (")) << md;
+  EXPECT_TRUE(contains(md, "| **ERROR** |")) << md;
+  EXPECT_FALSE(contains(md, "FAIL")) << md;
+  const auto rep = nlohmann::json::parse(slurp(dir + "/r.json"));
+  ASSERT_EQ(rep["windows"].size(), 1u) << rep.dump();
+  EXPECT_EQ(rep["windows"][0]["verdict"], "error") << rep.dump();
+  EXPECT_EQ(rep["windows"][0]["errored"], true) << rep.dump();
+  EXPECT_EQ(rep["windows"][0]["pass"], false) << rep.dump();
   EXPECT_TRUE(contains(r.out, "fault_shim: malloc of the chosen size failed")) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  ERROR: 1 of 1 windows have cases that failed to run and none over budget "
                               "(first: H=64,T=600,")) << r.out;
