@@ -57,7 +57,7 @@ void draw_progress(const validators::GateProgress& p) {
   std::snprintf(head, sizeof head, "[%s] %lld/%lld %5.1f%% | %s, ETA %s | worst err/tol %.3g | ", p.phase.c_str(),
                 static_cast<long long>(p.done), static_cast<long long>(p.total), 100.0 * frac,
                 fmt_seconds(p.seconds).c_str(), p.seconds_per_case > 0 ? fmt_seconds(eta).c_str() : "?", p.worst);
-  std::string line = std::string(head) + p.window;
+  std::string line = std::string(head) + printable_line(p.window);
   const size_t width = static_cast<size_t>(terminal_width()) - 1;
   if (line.size() > width) line.resize(width);
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
@@ -295,7 +295,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       };
       // A report to "-" takes stdout; from here on the rest goes to stderr.
       const int report_fd = stdout_to_stderr_for(reports);
-      std::printf("gate     %s\n", o->g.table_path.c_str());
+      std::printf("gate     %s\n", printable_line(o->g.table_path).c_str());
       std::fflush(stdout);
       const auto t0 = std::chrono::steady_clock::now();
       const auto res = validators::run_gate(o->g);
@@ -304,12 +304,13 @@ void add_gate(CLI::App& app, Commands& cmds) {
                   res.windows.size(), res.skipped.size(), res.filtered_out.size());
       // --base: windows gated although bounds and variant are the base's (the
       // reports list each with its reason).
-      for (const auto& s : res.source_changed) std::printf("base     gated with the base's bounds and variant: %s\n", s.c_str());
+      for (const auto& s : res.source_changed)
+        std::printf("base     gated with the base's bounds and variant: %s\n", printable_line(s).c_str());
       for (const auto& [shard, bytes] : res.shard_dropped)
         std::printf("merge    %s: a torn last record (%lld bytes) left out (the shard's file is unchanged)\n",
-                    shard.c_str(), static_cast<long long>(bytes));
+                    printable_line(shard).c_str(), static_cast<long long>(bytes));
       if (!o->g.journal_path.empty())
-        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s%s\n", o->g.journal_path.c_str(),
+        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s%s\n", printable_line(o->g.journal_path).c_str(),
                     static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),
                     o->g.retry_errors ? (" (" + std::to_string(res.cases_retried) + " of them journalled errors run again)").c_str() : "",
                     res.journal_dropped_bytes ? (", a torn last record (" +
@@ -390,9 +391,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (!to_stdout.empty()) write_report("-", to_stdout, report_fd);
       if (o->approve) {
         const auto changes = validators::approve(approvals, res, o->g);
-        std::printf("approvals %s (backend %s):%s\n", approvals.path.c_str(), res.backend.c_str(),
+        std::printf("approvals %s (backend %s):%s\n", printable_line(approvals.path).c_str(), res.backend.c_str(),
                     changes.empty() ? " no change" : "");
-        for (const auto& c : changes) std::printf("  %s\n", c.c_str());
+        for (const auto& c : changes) std::printf("  %s\n", printable_line(c).c_str());
         if (res.backend != kernels::kGpuBackend)
           std::printf("  note: cpu-model approvals count only where asked (`normgate routes --accept-cpu-model`; "
                       "calls: NORMGATE_DISPATCH=accept-cpu-model): the GPU code is what ships\n");

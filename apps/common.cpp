@@ -4,6 +4,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/temp_files.h"
 
 #include <fcntl.h>
@@ -95,39 +96,21 @@ void commit_temp(const std::string& tmp, const std::string& path) {
 
 }  // namespace
 
-namespace {
-std::string escaped(std::string_view text, bool keep_newline_tab) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char ch : text) {
-    const auto u = static_cast<unsigned char>(ch);
-    if ((u < 0x20 && !(keep_newline_tab && (ch == '\n' || ch == '\t'))) || u == 0x7f) {
-      char b[5];
-      std::snprintf(b, sizeof b, "\\x%02x", u);
-      out += b;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-}  // namespace
-
-std::string printable(std::string_view text) { return escaped(text, true); }
+std::string printable(std::string_view text) { return core::escape_controls(text, true); }
 
 std::string printable_message(std::string_view text) {
   std::string out;
   size_t from = 0;
   for (size_t i = 0; i <= text.size(); ++i) {
     if (i < text.size() && text[i] != '\n') continue;
-    out += escaped(text.substr(from, i - from), true);
+    out += core::escape_controls(text.substr(from, i - from), true);
     if (i < text.size()) out += text.compare(i + 1, 2, "  ") == 0 ? "\n" : "\\x0a";
     from = i + 1;
   }
   return out;
 }
 
-std::string printable_line(std::string_view text) { return escaped(text, false); }
+std::string printable_line(std::string_view text) { return core::escape_controls(text, false); }
 
 // A symbolic link is written through: the file it points to is replaced,
 // never the link (core/file_target.h).

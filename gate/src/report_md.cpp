@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gate_internal.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/mutation.h"
 #include "normgate/kernels/registry.h"
@@ -82,14 +83,14 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
   };
   auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
   std::ostringstream o;
-  o << "# Gate plan: " << p.table_path << "\n\n"
+  o << "# Gate plan: " << core::escape_controls(p.table_path) << "\n\n"
     << "Seed set " << p.seeds << "; " << p.windows.size() << " windows gated, " << p.skipped.size()
     << " unchanged against --base, " << p.filtered_out.size() << " left out by --windows. Nothing was run.\n\n"
     << "| window | T points | grid cases | grid elements (1e9) | refinement cases (at most) | refinement elements "
        "(1e9, at most) |\n"
     << "| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& w : p.windows)
-    o << "| " << w.window << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
+    o << "| " << core::escape_controls(w.window) << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
       << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
   o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
     << fmt("%.3g", p.grid_elements_distinct) << " elements: " << hours(p.grid_elements_distinct)
@@ -121,7 +122,7 @@ std::string format_gate_markdown(const GateResult& r) {
     incomplete += w.incomplete;
     missing += w.missing;
   }
-  o << "# normgate gate: " << r.table_path << "\n\n";
+  o << "# normgate gate: " << core::escape_controls(r.table_path) << "\n\n";
   if (!r.shard.empty())
     o << "- **shard " << r.shard << "**: this run ran only the grid cases of its shard (`--shard`), no "
       << "refinement: every window is INCOMPLETE. The verdicts come from merging every shard's journal "
@@ -152,12 +153,12 @@ std::string format_gate_markdown(const GateResult& r) {
   o << "\n";
   o << "- backend: **" << r.backend << "**. " << r.backend_detail << "\n";
   for (const auto& e : r.externals)
-    o << "- external implementation `" << e.name << "` (" << e.op << "): " << e.origin << ", ran as "
-      << e.ran_on << ", declared source sha256 " << e.source_sha256.substr(0, 12)
-      << (e.description.empty() ? std::string() : "; " + e.description) << "\n";
-  o << "- table: `" << r.table_path << "` (sha256 " << r.table_sha256.substr(0, 12) << ")";
+    o << "- external implementation `" << core::escape_controls(e.name) << "` (" << e.op
+      << "): " << core::escape_controls(e.origin) << ", ran as " << core::escape_controls(e.ran_on) << ", declared source sha256 " << e.source_sha256.substr(0, 12)
+      << (e.description.empty() ? std::string() : "; " + core::escape_controls(e.description)) << "\n";
+  o << "- table: `" << core::escape_controls(r.table_path) << "` (sha256 " << r.table_sha256.substr(0, 12) << ")";
   if (!r.base_path.empty())
-    o << "; gated against base `" << r.base_path << "` (sha256 " << r.base_sha256.substr(0, 12)
+    o << "; gated against base `" << core::escape_controls(r.base_path) << "` (sha256 " << r.base_sha256.substr(0, 12)
       << "): only new or changed windows";
   o << "\n";
   if (!r.windows_filter.empty())
@@ -350,7 +351,7 @@ std::string format_gate_markdown(const GateResult& r) {
     o << "\n## Failures\n\n";
     for (const auto& w : r.windows) {
       if (w.pass) continue;
-      o << "- " << w.route.where() << " `" << w.route.describe() << "`"
+      o << "- " << core::escape_controls(w.route.where()) << " `" << w.route.describe() << "`"
         << (w.control ? " (a NEGATIVE CONTROL, routed by explicit override)" : "") << ":\n";
       if (w.incomplete)
         o << "  - INCOMPLETE: " << (w.missing > 0 ? std::to_string(w.missing) + " cases without a result (their shard "
@@ -383,15 +384,15 @@ std::string format_gate_markdown(const GateResult& r) {
   }
   if (!r.source_changed.empty()) {
     o << "\n## Gated although the base table routes the same window and variant: sources changed or unproven\n\n";
-    for (const auto& s : r.source_changed) o << "- " << s << "\n";
+    for (const auto& s : r.source_changed) o << "- " << core::escape_controls(s) << "\n";
   }
   if (!r.skipped.empty()) {
     o << "\n## Skipped: unchanged against the base table\n\n";
-    for (const auto& s : r.skipped) o << "- " << s << "\n";
+    for (const auto& s : r.skipped) o << "- " << core::escape_controls(s) << "\n";
   }
   if (!r.removed.empty()) {
     o << "\n## Windows of the base table that this table no longer has\n\n";
-    for (const auto& s : r.removed) o << "- " << s << "\n";
+    for (const auto& s : r.removed) o << "- " << core::escape_controls(s) << "\n";
   }
   return o.str();
 }

@@ -437,3 +437,27 @@ TEST(GateCli, ResumeAfterKill9GivesTheSameReport) {
 }
 
 }  // namespace
+
+// A route table under a folder whose name holds a newline: the line the gate
+// prints and the Markdown report's lines that name the table stay one line
+// each (\x0a), so no path can start a line of its own in a report someone
+// reads or parses (route places, file:line, are escaped the same way).
+TEST(GateCli, ANewlineInTheTablePathStaysInsideItsLine) {
+  const std::string dir = temp_dir("newline");
+  const std::string odd = dir + "/a\nverdict  PASS";
+  std::filesystem::create_directories(odd);
+  std::filesystem::copy_file(kSmall, odd + "/small.toml");
+  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
+                             odd + "/small.policy.toml");
+  const std::string md_path = dir + "/r.md";
+  // Single quotes hold a newline in any POSIX shell (the tests' /bin/sh need not read $'...').
+  const CliResult r = cli("gate '" + odd + "/small.toml'" + kFast +
+                          " --windows op=fwd --report-md " + md_path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "gate     " + dir + "/a\\x0averdict  PASS/small.toml\n")) << r.out;
+  EXPECT_FALSE(contains(r.out, "\nverdict  PASS/small.toml")) << r.out;
+  const std::string md = slurp(md_path);
+  EXPECT_TRUE(contains(md, "# normgate gate: " + dir + "/a\\x0averdict  PASS/small.toml\n")) << md;
+  EXPECT_FALSE(contains(md, "\nverdict  PASS/small.toml")) << md;
+  std::filesystem::remove_all(dir);
+}
