@@ -69,7 +69,9 @@ void add_export(CLI::App& app, Commands& cmds) {
       // Each case parsed, supported by its implementation and within host
       // memory, all before the first case runs (a refusal after earlier
       // cases ran wasted them, and an oversized one ended in bad_alloc).
-      // export holds one case at a time.
+      // export holds one case at a time; with --full, every case's dx map
+      // too, until the file is written (checked over all cases below).
+      std::vector<seeds::CaseId> all;
       for (const auto& it : items) {
         const std::string where =
             it.window.empty() ? std::string("the report's case ") + it.case_id
@@ -88,7 +90,9 @@ void add_export(CLI::App& app, Commands& cmds) {
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument(where + ": " + e.what());
         }
+        all.push_back(c);
       }
+      if (o->full) require_host_memory(all, 1, MemoryExtra::full_dx_maps);
       validators::ExportOptions eo;
       eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
       if (eo.backend == validators::Backend::cpu)

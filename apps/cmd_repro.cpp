@@ -174,7 +174,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
       } else {
         c = seeds::parse_case(case_text);
       }
-      require_host_memory({c}, impls.size());  // before the --save folder is made: nothing done on a refusal
+      // Before the --save folder is made: nothing done on a refusal.
+      require_host_memory({c}, impls.size(), o->save.empty() ? MemoryExtra::none : MemoryExtra::case_file);
       std::fputs(replay_lines.c_str(), stdout);
       std::string save = o->save;
       // A path ending in '/' names a folder: create it (with parents) if

@@ -166,6 +166,24 @@ CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 /// passes may still need more than the host has free.
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only = false);
 
+/// What a command builds in memory beside the checked case, for
+/// require_host_memory (peak RSS measured with and without it, `--backend
+/// cpu`, H = 1024 plain and res, H = 256 heads24 and heads4, two T each):
+enum class MemoryExtra {
+  none,
+  /// `repro --save`: the arrays it saves (references, error maps) and the
+  /// HDF5 file image (audit/src/h5.cpp, the core driver): 14 bytes an
+  /// element (plain and the per-head views), 24 for form res.
+  case_file,
+  /// `export --full`: the [T, H] FP32 dx err/tol map of every case, kept
+  /// until the file is written: 4 bytes an element, summed over the cases.
+  full_dx_maps,
+};
+
+/// require_host_memory(cases, n_impls) plus `extra` (its bytes named in the
+/// message).
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra);
+
 /// The same with the implementations named: each case counts only those
 /// that support it (validators::unsupported_reason empty), as `check
 /// --variant all` runs them.

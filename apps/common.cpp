@@ -477,10 +477,17 @@ namespace {
 
 // require_host_memory for a count of implementations per case (counts[k] for
 // cases[k]); the message names the largest case's count.
-void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only) {
+void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only,
+                        MemoryExtra extra = MemoryExtra::none) {
   const seeds::CaseId* big = nullptr;
   size_t big_impls = 0;
   unsigned __int128 most = 0;
+  // export --full keeps every case's FP32 dx map (4 bytes an element) until
+  // it writes the file: their sum comes on top of the largest case.
+  unsigned __int128 maps = 0;
+  if (extra == MemoryExtra::full_dx_maps)
+    for (const auto& c : cases)
+      maps += static_cast<unsigned __int128>(4) * static_cast<uint64_t>(c.rows()) * static_cast<uint64_t>(c.H);
   for (size_t k = 0; k < cases.size(); ++k) {
     const seeds::CaseId& c = cases[k];
     // BF16 [rows, H] tensors, in thirds (heads24's x is the q slice of a
@@ -495,8 +502,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
     const bool res = c.form == normgate::Form::res;
     const uint64_t in3 = (res ? 15 : 6) + (c.form == normgate::Form::heads24 ? 2 : 0);
     const uint64_t out3 = 3 * (forward_only ? (res ? 2 : 1) : (res ? 3 : 2));
+    // repro --save (MemoryExtra::case_file): 14 bytes an element, res 24.
+    const uint64_t file3 = extra == MemoryExtra::case_file ? (res ? 36 : 21) : 0;
     const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
-                                static_cast<uint64_t>(c.H) * (in3 + out3 * counts[k]) / 3;
+                                static_cast<uint64_t>(c.H) * (in3 + out3 * counts[k] + file3) / 3;
     if (big == nullptr || b > most) most = b, big = &c, big_impls = counts[k];
   }
   const core::HostMemory hm = core::host_memory();
@@ -507,7 +516,8 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   // and a margin of 1% + 32 MiB for the rest (the oracle's row arrays, the
   // runtime's own allocations; measured 4-14 MB over the tensors at 41M
   // elements under ulimit -v).
-  const unsigned __int128 tensors = most;
+  const unsigned __int128 case_bytes = most;  // the largest case, its extra included
+  const unsigned __int128 tensors = case_bytes + maps;
   const unsigned __int128 stacks = core::thread_stacks_bytes();
   constexpr uint64_t kFixed = uint64_t{32} << 20;
   const unsigned __int128 margin = tensors / 100 + kFixed;
@@ -516,12 +526,24 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
   const std::string where = hm.describe_usable();
-  const std::string what = big_impls == 0 ? "its inputs"
-                                           : "its inputs and the outputs of " + std::to_string(big_impls) +
-                                                 (big_impls == 1 ? " implementation" : " implementations");
-  // The largest T of this shape that fits: the tensors grow linearly in T.
-  const unsigned __int128 per_t = big->T > 0 ? tensors / static_cast<uint64_t>(big->T) : 0;
-  const unsigned __int128 room = have > stacks + kFixed ? have - stacks - kFixed : 0;
+  const std::string what =
+      (big_impls == 0 ? std::string("its inputs")
+                      : "its inputs and the outputs of " + std::to_string(big_impls) +
+                            (big_impls == 1 ? " implementation" : " implementations")) +
+      (extra == MemoryExtra::case_file ? ", and the case file built in memory (--save)"
+       : extra == MemoryExtra::full_dx_maps
+           ? ", and " + core::gib_and_bytes(maps) + " for the full dx maps of " + std::to_string(cases.size()) +
+                 (cases.size() == 1 ? " case" : " cases") + " (--full)"
+           : std::string());
+  // The largest T of this shape that fits: the tensors grow linearly in T
+  // (the other cases' maps, under --full, taken as they are).
+  const unsigned __int128 own_maps =
+      extra == MemoryExtra::full_dx_maps
+          ? static_cast<unsigned __int128>(4) * static_cast<uint64_t>(big->rows()) * static_cast<uint64_t>(big->H)
+          : 0;
+  const unsigned __int128 fixed_maps = maps - own_maps;
+  const unsigned __int128 per_t = big->T > 0 ? (case_bytes + own_maps) / static_cast<uint64_t>(big->T) : 0;
+  const unsigned __int128 room = have > stacks + kFixed + fixed_maps ? have - stacks - kFixed - fixed_maps : 0;
   const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
   const std::string advice =
       t_max >= 1 ? ": choose T <= " + std::to_string(static_cast<uint64_t>(t_max)) + " at this H and form" +
@@ -529,7 +551,8 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                  : ": no T of this H and form fits";
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + ") needs about " + gib(most) + " of host memory: " +
-                              gib(tensors) + " of BF16 tensors (" + what + "), " + gib(stacks) +
+                              gib(tensors) + (extra == MemoryExtra::none ? " of BF16 tensors (" : " of arrays (") +
+                              what + "), " + gib(stacks) +
                               " for the threads' stacks and " + gib(margin) + " of margin (1% + 32 MiB); more than " +
                               where + advice);
 }
@@ -538,6 +561,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only) {
   require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), forward_only);
+}
+
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra) {
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), false, extra);
 }
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,

@@ -186,11 +186,26 @@ TEST(CheckSupportCli, ACaseLargerThanHostMemoryExits2BeforeAnyWork) {
                                     " of BF16 tensors (its inputs), "))
         << v.out;
   }
-  // repro too (256 GiB of BF16 x, dy, y and dx: more than any host this runs on), before its --save folder is made.
+  // repro too, before its --save folder is made: 256 GiB of BF16 x, dy, y
+  // and dx, and 14 bytes an element more for the case file it builds in
+  // memory (704 GiB in all; more than any host this runs on).
   refused("repro --backend cpu H=16384,T=2097152,w=bf16,form=plain,family=llm,seed=0 --variant fwd_rowwise --save " +
               d + "/saved/",
-          {" of host memory: 256.0 GiB (274877906944 bytes) of BF16 tensors (its inputs and the outputs of 1 "
-           "implementation)"},
+          {" of host memory: 704.0 GiB (755914244096 bytes) of arrays (its inputs and the outputs of 1 "
+           "implementation, and the case file built in memory (--save))"},
           d + "/saved");
+  // --save's case file counts: [262144, 1024] needs about 2.1 GB checked and
+  // 5.9 GB saved (measured: 8.2 and 22.3 bytes an element of peak RSS), so
+  // under a 3.8 GiB address-space limit the saving run is refused before
+  // any work (it ran the whole case and then failed writing the file).
+  {
+    const normgate::test::CliRun u = normgate::test::run_normgate_with(
+        "ulimit -v 4000000 &&", "repro --backend cpu H=1024,T=262144,w=bf16,form=plain,family=normal,seed=0 "
+                                "--variant bwd_det_chunked --save " + d + "/saved2/");
+    EXPECT_EQ(u.code, 2) << u.out;
+    EXPECT_TRUE(contains(u.out, " of host memory: 5.5 GiB (5905580032 bytes) of arrays (")) << u.out;
+    EXPECT_TRUE(contains(u.out, "more than this process's address-space limit (ulimit -v)")) << u.out;
+    EXPECT_FALSE(std::filesystem::exists(d + "/saved2")) << u.out;
+  }
   std::filesystem::remove_all(d);
 }
