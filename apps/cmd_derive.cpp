@@ -4,6 +4,7 @@
 // derivation report.
 #include "normgate/core/report_util.h"
 #include "commands.h"
+#include "normgate/core/shell_quote.h"
 
 #include <chrono>
 #include <cmath>
@@ -782,16 +783,24 @@ void add_derive(CLI::App& app, Commands& cmds) {
       for (const auto& w : ws) unapproved += w.no_candidate || !approved(w);
 
       // Report.
-      std::string cmdline = "normgate derive " + o->spec + " --out " + o->out + " --report " + o->report;
-      if (!o->timings.empty()) cmdline += " --timings " + o->timings;
+      // Each value as one shell word (a path with a space, a control byte:
+      // quoted), so the line pastes back and, in the table's comment, holds
+      // no byte TOML refuses.
+      const auto word = [](const std::string& v) { return core::shell_word(v); };
+      std::string cmdline =
+          "normgate derive " + word(o->spec) + " --out " + word(o->out) + " --report " + word(o->report);
+      if (!o->timings.empty()) cmdline += " --timings " + word(o->timings);
       if (o->gate == "none") {
         cmdline += " --gate none";
       } else {
-        cmdline += " --seeds " + o->g.seeds + " --t-per-window " + std::to_string(o->g.t_per_window) +
+        cmdline += " --seeds " + word(o->g.seeds) + " --t-per-window " + std::to_string(o->g.t_per_window) +
                    " --dense-points " + std::to_string(o->g.dense_points) + " --dense-step " +
                    std::to_string(o->g.dense_step) + " --fresh-factor " + std::to_string(o->g.fresh_factor);
         if (o->approve) cmdline += " --approve";
         if (o->forget_rejections) cmdline += " --forget-rejections";
+        if (!o->gate_windows.empty()) cmdline += " --gate-windows " + word(o->gate_windows);
+        if (o->backend != "auto") cmdline += " --backend " + word(o->backend);
+        if (o->oracle != "auto") cmdline += " --oracle " + word(o->oracle);
       }
       nlohmann::ordered_json jr;
       jr["format"] = "normgate-derivation/1";

@@ -38,4 +38,15 @@ std::string shell_quote(std::string_view text) {
   return out;
 }
 
+std::string shell_word(std::string_view text) {
+  bool plain = !text.empty();
+  for (const char ch : text) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                    ch == '-' || ch == '.' || ch == '/' || ch == ',' || ch == ':' || ch == '=' || ch == '+' ||
+                    ch == '@' || ch == '%';
+    plain = plain && ok;
+  }
+  return plain ? std::string(text) : shell_quote(text);
+}
+
 }  // namespace normgate::core

@@ -376,8 +376,9 @@ std::string format_gate_markdown(const GateResult& r) {
         o << (i ? ", " : " ") << w.families[i].family << " " << w.families[i].failed << " of " << w.families[i].cases;
       o << "\n";
       if (w.errors) {
-        o << "  - " << w.errors << " cases threw (each fails the window):\n";
-        for (const auto& e : w.error_samples) o << "    - " << e << "\n";
+        o << "  - " << w.errors << " cases could not run (the window does not pass; with none over budget it is "
+          << "ERROR, no verdict on the variant):\n";
+        for (const auto& e : w.error_samples) o << "    - " << core::escape_controls(e) << "\n";
       }
       if (w.cases == 0) o << "  - no case ran\n";
     }

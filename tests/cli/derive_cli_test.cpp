@@ -831,3 +831,24 @@ TEST(DeriveCli, CasesThatFailToRunAreAnErrorNotARejection) {
   EXPECT_TRUE(fs::exists(d.p / "t.toml"));
 }
 #endif
+
+// --out in a folder whose name holds a space and an ESC: the table's
+// GENERATED comment names it as one shell word ($'...', no raw control byte
+// TOML would refuse), so derive writes the table it gated (it used to fail
+// reading its own table back, exit 2, after every gate round).
+TEST(DeriveCli, AnOddOutPathIsQuotedInTheTablesComment) {
+  const Dir d;
+  const fs::path odd = d.p / "o d\x1bx";
+  fs::create_directories(odd);
+  fs::copy_file(d.p / "t.policy.toml", odd / "t.policy.toml");
+  const CliRun r = normgate::test::run_normgate("derive " + (d.p / "spec.toml").string() + " --out '" +
+                                                (odd / "t.toml").string() + "' --report " + (d.p / "r").string() +
+                                                " --timings " + (d.p / "timings.json").string() + kCampaign +
+                                                " --approve");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string t = read(odd / "t.toml");
+  EXPECT_TRUE(contains(t, " --out $'" + d.p.string() + "/o d\\x1bx/t.toml' --report " + d.p.string() + "/r ")) << t;
+  EXPECT_FALSE(contains(t, "\x1b")) << t;
+  EXPECT_TRUE(contains(t, " --seeds 3x1 ")) << t;
+  EXPECT_TRUE(contains(t, " --backend cpu")) << t;
+}

@@ -40,3 +40,18 @@ TEST(ShellQuote, BashReadsBackTheText) {
 }
 
 }  // namespace
+
+// shell_word keeps a plain path as it is and quotes anything a shell would
+// split, expand or show raw.
+TEST(ShellWord, PlainStaysQuotedWhenNeeded) {
+  using normgate::core::shell_word;
+  EXPECT_EQ(shell_word("routes/sm90a.toml"), "routes/sm90a.toml");
+  EXPECT_EQ(shell_word("3x16"), "3x16");
+  EXPECT_EQ(shell_word("op=bwd,H=64"), "op=bwd,H=64");
+  EXPECT_EQ(shell_word("a b"), "'a b'");
+  EXPECT_EQ(shell_word(""), "''");
+  EXPECT_EQ(shell_word("$HOME"), "'$HOME'");
+  EXPECT_EQ(shell_word("x*"), "'x*'");
+  EXPECT_EQ(shell_word("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_word("a\x1b"), "$'a\\x1b'");
+}

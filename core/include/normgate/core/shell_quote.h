@@ -16,4 +16,10 @@ namespace normgate::core {
 /// but std::bad_alloc.
 std::string shell_quote(std::string_view text);
 
+/// `text` itself when it is a non-empty run of bytes no shell treats
+/// specially (letters, digits and _ - . / , : = + @ %), so that a printed
+/// command keeps its plain paths readable; shell_quote(text) otherwise.
+/// Never throws but std::bad_alloc.
+std::string shell_word(std::string_view text);
+
 }  // namespace normgate::core
