@@ -637,7 +637,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
           const std::string stem = o->report + ".gate-" + std::to_string(gated);
           if (!early) {
             write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
-            write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2) + "\n");
+            write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
           } else {
             write_file_atomic(stem + ".md", "# Gate of " + want + ": REJECTED\n\nStopped at the first case over budget: `" +
                                                  res.windows[0].worst_case + "`, err/tol " +
@@ -996,7 +996,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // The table and its report all or none (write_files_atomic).
       write_files_atomic({{unapproved == 0 ? o->out : std::string(), table_text},
                           {o->report + ".md", md},
-                          {o->report + ".json", jr.dump(2) + "\n"}});
+                          {o->report + ".json", jr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}});
       if (unapproved == 0)
         std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", printable_line(o->out).c_str(),
                     ws.size(), printable_line(o->report).c_str());

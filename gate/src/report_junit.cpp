@@ -15,15 +15,46 @@ using namespace gate_detail;
 
 namespace {
 
+// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), 0 when there is none.
+size_t utf8_length(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned c = b(0);
+  const auto cont = [&](size_t k) { return (b(k) & 0xC0u) == 0x80u; };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return b(1) >= lo && b(1) <= hi && cont(2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return b(1) >= lo && b(1) <= hi && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
 // Text for an XML attribute value or element content: the five predefined
 // entities, and every control character XML 1.0 cannot carry (all below
 // 0x20 but tab, newline, carriage return) as '?'. Newlines and tabs in
 // attributes are written as character references so a parser keeps them.
+// A byte that starts no well-formed UTF-8 sequence (a path in another
+// encoding) is U+FFFD, so the document stays UTF-8.
 std::string esc(const std::string& s, bool attribute) {
   std::string o;
   o.reserve(s.size() + 16);
-  for (const char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {
+      const size_t n = utf8_length(s, i);
+      if (n == 0) {
+        o += "\xEF\xBF\xBD";
+      } else {
+        o.append(s, i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (ch) {
       case '&': o += "&amp;"; break;
       case '<': o += "&lt;"; break;

@@ -461,3 +461,21 @@ TEST(GateCli, ANewlineInTheTablePathStaysInsideItsLine) {
   EXPECT_FALSE(contains(md, "\nverdict  PASS/small.toml")) << md;
   std::filesystem::remove_all(dir);
 }
+
+// A table under a folder whose name is not UTF-8 (a Latin-1 byte): the JSON
+// report is written, the byte as U+FFFD (it ended the finished gate with
+// exit 3, "invalid UTF-8 byte", and no report).
+TEST(GateCli, APathThatIsNotUtf8StillGetsItsJsonReport) {
+  const std::string dir = temp_dir("latin1");
+  const std::string odd = dir + "/caf\xe9";
+  std::filesystem::create_directories(odd);
+  std::filesystem::copy_file(kSmall, odd + "/small.toml");
+  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
+                             odd + "/small.policy.toml");
+  const std::string json = dir + "/r.json";
+  const CliResult r = cli("gate '" + odd + "/small.toml'" + kFast + " --windows op=fwd --report-json " + json);
+  EXPECT_EQ(r.code, 0) << r.out;
+  const auto rep = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(rep["table"], dir + "/caf\xef\xbf\xbd/small.toml") << rep.dump();
+  std::filesystem::remove_all(dir);
+}

@@ -140,3 +140,16 @@ TEST(GateJunit, EmptyResult) {
   EXPECT_EQ(count(x, "<testcase"), 0u);
   EXPECT_TRUE(has(x, "</testsuite>\n</testsuites>\n")) << x;
 }
+
+// A table path in another encoding (a Latin-1 byte) keeps the XML UTF-8: the
+// stray byte becomes U+FFFD, well-formed sequences (é, a 4-byte emoji) stay,
+// and a truncated or overlong sequence is replaced too.
+TEST(GateJunit, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
+  nv::GateResult r;
+  r.table_path = "caf\xe9/r\xc3\xa9sum\xc3\xa9-\xf0\x9f\x98\x80-\xc0\xaf-\xe2\x82.toml";
+  r.backend = "cpu-model";
+  const std::string x = nv::format_gate_junit(r, NAN);
+  EXPECT_TRUE(has(x, "name=\"caf\xef\xbf\xbd/r\xc3\xa9sum\xc3\xa9-\xf0\x9f\x98\x80-\xef\xbf\xbd\xef\xbf\xbd-\xef\xbf\xbd"
+                     "\xef\xbf\xbd.toml\"")) << x;
+  EXPECT_FALSE(has(x, "\xe9/")) << x;
+}
