@@ -426,6 +426,17 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // anywhere outranks them: FAIL below.
       int errored = 0;
       std::string first_error;
+      // Cases a merge lacks in windows that fail or error anyway (their
+      // verdict stands), said beside that verdict.
+      int64_t missing_cases = 0;
+      for (const auto& w : res.windows) missing_cases += w.incomplete ? 0 : w.missing;
+      std::string missing_note;
+      if (missing_cases > 0) {
+        std::string shards;
+        for (const auto& k : res.shards_missing) shards += (shards.empty() ? "" : ", ") + k;
+        missing_note = "; " + std::to_string(missing_cases) + " cases of those windows have no result" +
+                       (shards.empty() ? std::string() : " (shards not given: " + shards + ")");
+      }
       for (const auto& w : res.windows)
         if (w.errored()) {
           ++errored;
@@ -433,16 +444,19 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
       if (errored > 0 && errored + incomplete == failing) {
         std::printf("verdict  ERROR: %d of %zu windows have cases that failed to run and none over budget (first: "
-                    "%s); not a verdict on the kernels (backend %s)\n",
-                    errored, res.windows.size(), printable_line(first_error).c_str(), res.backend.c_str());
+                    "%s); not a verdict on the kernels (backend %s)%s\n",
+                    errored, res.windows.size(), printable_line(first_error).c_str(), res.backend.c_str(),
+                    missing_note.c_str());
         return 3;
       }
       if (res.windows.empty())
         std::printf("verdict  PASS: no window changed against the base table\n");
       else
-        std::printf("verdict  %s: %zu of %zu windows pass (backend %s)%s\n", res.pass() ? "PASS" : "FAIL",
+        std::printf("verdict  %s: %zu of %zu windows pass (backend %s)%s%s%s\n", res.pass() ? "PASS" : "FAIL",
                     res.windows.size() - failing, res.windows.size(), res.backend.c_str(),
-                    incomplete > 0 ? (" and " + std::to_string(incomplete) + " INCOMPLETE (cases missing)").c_str() : "");
+                    incomplete > 0 ? (" and " + std::to_string(incomplete) + " INCOMPLETE (cases missing)").c_str() : "",
+                    errored > 0 ? ("; " + std::to_string(errored) + " ERROR (cases that could not run)").c_str() : "",
+                    missing_note.c_str());
       return res.pass() ? 0 : 1;
     };
   });

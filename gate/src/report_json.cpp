@@ -49,7 +49,8 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["normgate_commit"] = r.normgate_commit;
   j["date"] = r.date;
   if (!r.shard.empty()) j["shard"] = r.shard;
-  if (std::any_of(r.windows.begin(), r.windows.end(), [](const WindowResult& w) { return w.incomplete; }) &&
+  if (std::any_of(r.windows.begin(), r.windows.end(),
+                  [](const WindowResult& w) { return w.incomplete || w.missing > 0; }) &&
       r.merged_shard_count > 0)
     j["shards_missing"] = r.shards_missing;
   j["skipped"] = r.skipped;
@@ -135,8 +136,10 @@ nlohmann::json gate_to_json(const GateResult& r) {
     if (w.incomplete) {  // only then: a complete report is the same with or without shards
       x["verdict"] = "incomplete";
       x["incomplete"] = true;
-      x["missing_cases"] = w.missing;
     }
+    // A window lacking cases (a shard not merged) says how many, whatever
+    // its verdict: one that already fails or errors is not INCOMPLETE.
+    if (w.missing > 0) x["missing_cases"] = w.missing;
     j["windows"].push_back(std::move(x));
   }
   return j;

@@ -132,6 +132,11 @@ std::string format_gate_markdown(const GateResult& r) {
       << " cases (counted per window) that no merged shard journal holds"
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; those windows had no refinement and are not passed: run the missing shards and merge again.\n";
+  else if (missing > 0)  // only windows that already fail or error lack cases
+    o << "- **cases missing**: " << missing << " cases (counted per window) have no result in a merged shard journal"
+      << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
+      << "; the windows they belong to already fail or could not run, so those verdicts stand without them: "
+      << "run the missing shards and merge again for a complete report.\n";
   // A failed window outranks the incomplete ones: more cases cannot pass it.
   // Windows whose cases only could not run (errored(): none over budget)
   // are no verdict on the kernels: ERROR, as `normgate gate` says (exit 3),

@@ -222,6 +222,21 @@ TEST(GateCli, CasesThatFailToRunAreAnErrorNotAFail) {
   EXPECT_TRUE(contains(r.out, "verdict  ERROR: 1 of 1 windows have cases that failed to run and none over budget "
                               "(first: H=64,T=600,")) << r.out;
   EXPECT_FALSE(contains(r.out, "verdict  FAIL")) << r.out;
+  // Sharded, and merged with a shard missing: still ERROR (the journalled
+  // errors decide it), and every output names the shard not given.
+  const std::string j1 = dir + "/t1.jsonl";
+  const CliResult s1 = normgate::test::run_normgate_with(fault, "gate " + table + kFast + " --shard 1/2 --journal " + j1);
+  EXPECT_EQ(s1.code, 0) << s1.out;
+  const CliResult m = cli("gate " + table + kFast + " --merge " + j1 + " --journal " + dir + "/m.jsonl --report-md " +
+                          dir + "/m.md --report-json " + dir + "/m.json");
+  EXPECT_EQ(m.code, 3) << m.out;
+  EXPECT_TRUE(contains(m.out, "verdict  ERROR: 1 of 1 windows")) << m.out;
+  EXPECT_TRUE(contains(m.out, " cases of those windows have no result (shards not given: 2/2)\n")) << m.out;
+  EXPECT_TRUE(contains(slurp(dir + "/m.md"), "- **cases missing**: ")) << slurp(dir + "/m.md");
+  const auto mj = nlohmann::json::parse(slurp(dir + "/m.json"));
+  EXPECT_EQ(mj["shards_missing"], nlohmann::json::array({"2/2"})) << mj.dump();
+  EXPECT_EQ(mj["windows"][0]["verdict"], "error") << mj.dump();
+  EXPECT_GT(mj["windows"][0]["missing_cases"].get<int64_t>(), 0) << mj.dump();
   const CliResult ok = cli("gate " + table + kFast);  // the same run without the fault passes
   EXPECT_EQ(ok.code, 0) << ok.out;
   std::filesystem::remove_all(dir);
