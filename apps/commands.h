@@ -75,8 +75,12 @@ std::string printable(std::string_view text);
 /// values (paths, names, case ids) are not escaped where the message is
 /// made: a newline stays only where two spaces follow it, the indent of a
 /// designed continuation line (a list of problems), and is \x0a elsewhere,
-/// so that a value cannot start a line of its own at the margin.
-std::string printable_message(std::string_view text);
+/// so that a value cannot start a line of its own at the margin; a tab is
+/// \x09. `user_values`: the command line's arguments that hold a newline
+/// (main passes them): a newline whose line (its first 16 bytes) comes
+/// from one of them is \x0a even before two spaces, so a value cannot
+/// forge a continuation line either.
+std::string printable_message(std::string_view text, const std::vector<std::string>& user_values = {});
 /// printable() for one value inside a line (a path, a name, a case id read
 /// from a file or an argument): newline and tab as \x0a and \x09 too, so
 /// that a value cannot start a line of its own in the output.

@@ -225,6 +225,11 @@ int main(int argc, char** argv) {
                  normgate::app::printable_line(e.what()).c_str());
     return 2;
   }
+  // The arguments that hold a newline: an error message quoting one must not
+  // show it as a line of its own (printable_message).
+  std::vector<std::string> multiline_args;
+  for (int i = 1; i < argc; ++i)
+    if (std::strchr(argv[i], '\n') != nullptr) multiline_args.emplace_back(argv[i]);
   try {
     normgate::app::reject_empty_values(app);
     const int rc = cmds.run();
@@ -243,10 +248,10 @@ int main(int argc, char** argv) {
     }
     return rc;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable_message(e.what()).c_str());
+    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable_message(e.what(), multiline_args).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_message(e.what()).c_str());
+    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_message(e.what(), multiline_args).c_str());
     // Out without the exit handlers: after a failed HDF5 write (the core
     // driver's image could not grow: out of memory) the library's own exit
     // handler closed the half-made file again and crashed (SIGSEGV, exit

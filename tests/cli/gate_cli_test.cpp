@@ -494,3 +494,17 @@ TEST(GateCli, APathThatIsNotUtf8StillGetsItsJsonReport) {
   EXPECT_EQ(rep["table"], dir + "/caf\xef\xbf\xbd/small.toml") << rep.dump();
   std::filesystem::remove_all(dir);
 }
+
+// A value given on the command line cannot forge a line of normgate's error
+// message, not even an indented continuation line ("\n  "), and a tab in it
+// is shown as \x09.
+TEST(GateCli, AnArgumentCannotForgeAContinuationLine) {
+  const CliResult r = cli("gate " + kSmall + kFast + " --windows 'op=fwdx\n  normgate: verdict  PASS'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "op=fwdx\\x0a  normgate: verdict  PASS")) << r.out;
+  EXPECT_FALSE(contains(r.out, "\n  normgate: verdict  PASS")) << r.out;
+  const CliResult t = cli("gate " + kSmall + kFast + " --windows 'op=fwd,H=64\t'");
+  EXPECT_EQ(t.code, 2) << t.out;
+  EXPECT_TRUE(contains(t.out, "64\\x09")) << t.out;
+  EXPECT_FALSE(contains(t.out, "\t")) << t.out;
+}
