@@ -256,7 +256,7 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
     // An output over an input: the run would destroy what it reads.
     for (const auto& in : inputs)
       if (!in.path.empty() && core::same_file(o.path, in.path))
-        throw std::invalid_argument(named(o.option, o.path) + " is the input " + named(in.option, in.path) +
+        throw std::invalid_argument(named(o.option, o.path) + " is also this run's input, " + named(in.option, in.path) +
                                     ": writing it would destroy what this run reads; give another file");
   }
 }

@@ -191,6 +191,13 @@ TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
     EXPECT_TRUE(contains(r.out, "/nonexistent-dir")) << r.out;
     EXPECT_FALSE(contains(r.out, "phase    grid")) << "cases ran before the refusal:\n" << r.out;
   }
+  // A report over an input of the run (the table's approval policy) is
+  // refused, naming both.
+  const std::string policy = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml";
+  const CliResult p = cli("gate " + kSmall + kFast + " --report-md " + policy);
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_TRUE(contains(p.out, "--report-md '" + policy + "' is also this run's input, the table's approval policy '"))
+      << p.out;
 }
 
 #ifdef NG_FAULT_SHIM
