@@ -1000,6 +1000,14 @@ void add_derive(CLI::App& app, Commands& cmds) {
       if (unapproved == 0)
         std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", printable_line(o->out).c_str(),
                     ws.size(), printable_line(o->report).c_str());
+      else if (gate_error)
+        // The gate stopped on cases that could not run: the advice to gate
+        // again with --approve is what this run just did.
+        std::fprintf(stderr,
+                     "normgate derive: table NOT written: %d of %zu windows have no candidate with a current "
+                     "approval in %s, and the gate stopped on cases that could not run (ERROR, above): fix the "
+                     "cause (memory, the GPU) and derive again; report %s.md\n",
+                     unapproved, ws.size(), printable_line(approvals_path).c_str(), printable_line(o->report).c_str());
       else
         std::fprintf(stderr,
                      "normgate derive: table NOT written: %d of %zu windows have no candidate with a current "

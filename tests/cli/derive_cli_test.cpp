@@ -816,6 +816,9 @@ TEST(DeriveCli, CasesThatFailToRunAreAnErrorNotARejection) {
   EXPECT_TRUE(contains(r.out, "  ERROR bwd det H=64 w=bf16 form=plain T=1..600 -> bwd_det_chunked")) << r.out;
   EXPECT_TRUE(contains(r.out, "an error is not a verdict: nothing excluded or remembered")) << r.out;
   EXPECT_FALSE(contains(r.out, "remembered in")) << r.out;
+  // It does not advise gating again with --approve: that is what just ran.
+  EXPECT_TRUE(contains(r.out, "and the gate stopped on cases that could not run (ERROR, above)")) << r.out;
+  EXPECT_FALSE(contains(r.out, "gate them (--gate winners --approve)")) << r.out;
   EXPECT_FALSE(fs::exists(d.p / "t.rejections.json"));
   EXPECT_FALSE(fs::exists(d.p / "t.toml"));
   const std::string md = read(d.p / "r.md");
