@@ -191,7 +191,8 @@ void add_derive(CLI::App& app, Commands& cmds) {
       ->required();
   sub->add_option("--report", o->report,
                   "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json, each gate round's candidate "
-                  "table (PREFIX.candidates-SHA.toml) and each gated window's reports (PREFIX.gate-K.{md,json})")
+                  "table (PREFIX.candidates-SHA.toml) and each gated window's reports (PREFIX.gate-K.{md,json}; a "
+                  "round stopped at its first case over budget: PREFIX.gate-K.md only)")
       ->required();
   sub->add_option("--timings", o->timings,
                   "Use these timings (a PREFIX.timings.json of an earlier run) instead of benchmarking");
@@ -639,7 +640,11 @@ void add_derive(CLI::App& app, Commands& cmds) {
             write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
             write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
           } else {
-            write_file_atomic(stem + ".md", "# Gate of " + want + ": REJECTED\n\nStopped at the first case over budget: `" +
+            // The windows as reports name them (not the batch's internal key).
+            std::string what;
+            for (const auto& w : res.windows)
+              what += (what.empty() ? "" : ", ") + w.route.window() + " -> " + std::string(w.route.variant->name);
+            write_file_atomic(stem + ".md", "# Gate of " + what + ": REJECTED\n\nStopped at the first case over budget: `" +
                                                  res.windows[0].worst_case + "`, err/tol " +
                                                  fmt("%.4g", res.windows[0].worst) +
                                                  " (`normgate repro` it to see the elements).\n");
