@@ -29,6 +29,12 @@
 //     thread and row instead of one per element), a bound on what the
 //     per-element binary64 arithmetic costs; its rstd is not the correctly
 //     rounded one, so rows differ by design.
+// and a fifth, R:S:B:F:P, for the short-T forward (docs/perf/forward.md,
+// Open leads, "Short T": suspect (2), w after the barrier):
+//  P  1: the thread's weights loaded (and widened) right after its x, before
+//     the sum and the barrier, and held in registers (8 floats a slot), so
+//     no load follows the rstd; 0 (absent): after the barrier, as
+//     fwd_rowwise does. The same arithmetic: rows bitwise fwd_rowwise's.
 #pragma once
 
 #include "device_blocks.cuh"
@@ -39,7 +45,7 @@ namespace fwdrows {
 
 using normgate::kernels::dev::Group8;
 
-template <int kRows, int kSlots, int kMinB, int kF32, class WT>
+template <int kRows, int kSlots, int kMinB, int kF32, class WT, int kPreW = 0>
 __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(const __nv_bfloat16* __restrict__ x, const WT* __restrict__ w,
                                                        __nv_bfloat16* __restrict__ y, float* __restrict__ rstd,
                                                        double* __restrict__ msq, int64_t T, int H, int team,
@@ -64,6 +70,12 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
       cur[q][k].u = make_uint4(0u, 0u, 0u, 0u);
       if (live) cur[q][k] = dv::load_group(x + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true);
     }
+  }
+  // P = 1: the weights now, in flight beside x (held to the stores).
+  float wpre[kPreW ? kSlots : 1][8];
+  if constexpr (kPreW != 0) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) dv::load_weights(w, col0[k], H, true, wpre[k]);
   }
   double tot[kRows];
 #pragma unroll
@@ -117,7 +129,12 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
 #pragma unroll
   for (int k = 0; k < kSlots; ++k) {
     float wv[8];
-    dv::load_weights(w, col0[k], H, true, wv);
+    if constexpr (kPreW != 0) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) wv[e] = wpre[k][e];
+    } else {
+      dv::load_weights(w, col0[k], H, true, wv);
+    }
 #pragma unroll
     for (int q = 0; q < kRows; ++q)
       if (r0 + q < T) dv::store_y_group(y + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true, cur[q][k], rs[q], wv);
@@ -130,18 +147,20 @@ struct RowsSetting {
   int slots = 0;  ///< S: groups of 8 per thread (0: plan.h's)
   int min_b = 0;  ///< B: __launch_bounds__ minimum blocks (0: none)
   int f32 = 0;    ///< F: 1 = FP32 sum of squares per thread
+  int prew = 0;   ///< P: 1 = the weights loaded before the barrier
 };
 
-/// The settings this file instantiates, as "R:S:B:F" (kernels_bench checks
-/// --fwd-rows against it).
+/// The settings this file instantiates, as "R:S:B:F" or "R:S:B:F:P"
+/// (kernels_bench checks --fwd-rows against it).
 inline const char* const kRowsSettings[] = {"1:0:0:0", "1:1:0:0", "1:2:0:0", "1:4:0:0", "2:0:0:0", "2:1:0:0",
                                             "2:2:0:0", "2:4:0:0", "4:0:0:0", "4:1:0:0", "4:2:0:0", "1:1:4:0",
-                                            "1:2:4:0", "2:1:4:0", "1:0:0:1", "1:2:0:1", "1:4:0:1", "2:2:0:1"};
+                                            "1:2:4:0", "2:1:4:0", "1:0:0:1", "1:2:0:1", "1:4:0:1", "2:2:0:1",
+                                            "1:1:0:0:1", "1:2:0:0:1", "1:4:0:0:1"};
 
-template <int R, int S, int B, int F, class WT>
+template <int R, int S, int B, int F, class WT, int P = 0>
 void launch_rows_kernel(unsigned g, int block, const __nv_bfloat16* x, const WT* w, __nv_bfloat16* y, float* rstd,
                         double* msq, int64_t T, int H, int team, double inv_h, double eps, cudaStream_t s) {
-  fwd_rows_kernel<R, S, B, F, WT><<<g, block, 0, s>>>(x, w, y, rstd, msq, T, H, team, inv_h, eps);
+  fwd_rows_kernel<R, S, B, F, WT, P><<<g, block, 0, s>>>(x, w, y, rstd, msq, T, H, team, inv_h, eps);
 }
 
 /// Launch on stream s for [T, H] contiguous rows (H % 8 == 0, a team of at
@@ -167,7 +186,7 @@ bool launch_fwd_rows(RowsSetting st, const uint16_t* x, const void* w, uint16_t*
   auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
   const double inv_h = 1.0 / static_cast<double>(H), e64 = static_cast<double>(eps);
   const unsigned g = static_cast<unsigned>(ctas);
-  const int key = st.rows * 1000 + slots * 100 + st.min_b * 10 + st.f32;
+  const int key = st.prew * 10000 + st.rows * 1000 + slots * 100 + st.min_b * 10 + st.f32;
   switch (key) {
 #define NG_ROWS_CASE(R, S, B, F) \
   case R * 1000 + S * 100 + B * 10 + F: \
@@ -189,6 +208,14 @@ bool launch_fwd_rows(RowsSetting st, const uint16_t* x, const void* w, uint16_t*
     NG_ROWS_CASE(1, 4, 0, 1)
     NG_ROWS_CASE(2, 2, 0, 1)
 #undef NG_ROWS_CASE
+#define NG_ROWS_PREW(R, S) \
+  case 10000 + R * 1000 + S * 100: \
+    launch_rows_kernel<R, S, 0, 0, WT, 1>(g, block, xb, wt, yb, rstd, msq, T, H, team, inv_h, e64, s); \
+    return true;
+    NG_ROWS_PREW(1, 1)
+    NG_ROWS_PREW(1, 2)
+    NG_ROWS_PREW(1, 4)
+#undef NG_ROWS_PREW
     default:
       return false;
   }
