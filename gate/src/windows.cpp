@@ -253,9 +253,12 @@ WindowFilter parse_window_filter(std::string_view text) {
     std::string v;
     while (std::getline(vs, v, '|')) {
       if (v.empty()) throw bad(term, "empty value");
-      auto is_uint = [](const std::string& x) {
-        return !x.empty() && x.size() <= 18 && std::all_of(x.begin(), x.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      auto digits = [](const std::string& x) {
+        return !x.empty() && std::all_of(x.begin(), x.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
       };
+      // Digits that fit std::stoll: at most 18 once leading zeros go.
+      auto fits = [](const std::string& x) { return x.size() - std::min(x.find_first_not_of('0'), x.size()) <= 18; };
+      auto is_uint = [&](const std::string& x) { return digits(x) && fits(x); };
       if (t.key == "op" && v != "fwd" && v != "bwd") throw bad(term, "op '" + v + "' (expected fwd or bwd)");
       if (t.key == "mode" && v != "det" && v != "nondet") throw bad(term, "mode '" + v + "' (expected det or nondet)");
       try {
@@ -265,6 +268,7 @@ WindowFilter parse_window_filter(std::string_view text) {
       } catch (const std::invalid_argument& e) {
         throw bad(term, e.what());
       }
+      if (t.key == "H" && digits(v) && !fits(v)) throw bad(term, "H '" + v + "' is out of range (at most 18 digits)");
       if (t.key == "H" && !is_uint(v)) throw bad(term, "H '" + v + "' is not a number");
       if (t.key == "H") {  // matched as text: "0064" as "64"
         t.values.push_back(std::to_string(std::stoll(v)));
@@ -274,6 +278,8 @@ WindowFilter parse_window_filter(std::string_view text) {
         const auto dots = v.find("..");
         const std::string a = dots == std::string::npos ? v : v.substr(0, dots);
         const std::string b = dots == std::string::npos ? v : v.substr(dots + 2);
+        if (digits(a) && digits(b) && (!fits(a) || !fits(b)))
+          throw bad(term, "T '" + v + "' is out of range (at most 18 digits)");
         if (!is_uint(a) || !is_uint(b) || std::stoll(a) > std::stoll(b))
           throw bad(term, "T '" + v + "' (expected N or A..B with A <= B)");
       }

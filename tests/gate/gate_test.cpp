@@ -91,6 +91,18 @@ TEST(GateFilter, SelectsWindows) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+  // Numbers too long for a 64-bit count are out of range, not malformed;
+  // leading zeros do not count.
+  EXPECT_EQ(count("H=000000000000000000064"), count("H=64"));
+  EXPECT_EQ(count("H=64"), 5);
+  for (const char* big : {"T=1..99999999999999999999", "H=1234567890123456789"}) {
+    try {
+      (void)parse_window_filter(big);
+      ADD_FAILURE() << big;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is out of range (at most 18 digits)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(GateJournal, RecordsRoundTripBitForBit) {
