@@ -43,6 +43,15 @@ CliResult cli(const std::string& args) { return normgate::test::run_normgate(arg
 
 std::string temp_dir(const std::string& name) { return normgate::test::fresh_dir("gate_cli", name); }
 
+// The small table and its approval policy copied into `folder` (made):
+// a table under a path of one's choosing.
+void small_table_in(const std::string& folder) {
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(kSmall, folder + "/small.toml");
+  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
+                             folder + "/small.policy.toml");
+}
+
 int count_lines(const std::string& path) {
   const std::string s = slurp(path);
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
@@ -467,10 +476,7 @@ TEST(GateCli, ResumeAfterKill9GivesTheSameReport) {
 TEST(GateCli, ANewlineInTheTablePathStaysInsideItsLine) {
   const std::string dir = temp_dir("newline");
   const std::string odd = dir + "/a\nverdict  PASS";
-  std::filesystem::create_directories(odd);
-  std::filesystem::copy_file(kSmall, odd + "/small.toml");
-  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
-                             odd + "/small.policy.toml");
+  small_table_in(odd);
   const std::string md_path = dir + "/r.md";
   // Single quotes hold a newline in any POSIX shell (the tests' /bin/sh need not read $'...').
   const CliResult r = cli("gate '" + odd + "/small.toml'" + kFast +
@@ -490,10 +496,7 @@ TEST(GateCli, ANewlineInTheTablePathStaysInsideItsLine) {
 TEST(GateCli, APathThatIsNotUtf8StillGetsItsJsonReport) {
   const std::string dir = temp_dir("latin1");
   const std::string odd = dir + "/caf\xe9";
-  std::filesystem::create_directories(odd);
-  std::filesystem::copy_file(kSmall, odd + "/small.toml");
-  std::filesystem::copy_file(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.policy.toml",
-                             odd + "/small.policy.toml");
+  small_table_in(odd);
   const std::string json = dir + "/r.json";
   const CliResult r = cli("gate '" + odd + "/small.toml'" + kFast + " --windows op=fwd --report-json " + json);
   EXPECT_EQ(r.code, 0) << r.out;
