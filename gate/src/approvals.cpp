@@ -247,7 +247,9 @@ void check_approval_request(const GateOptions& opt, Backend resolved, const std:
   if (!missing.empty())
     throw std::invalid_argument("--approve refused: this campaign is weaker than the policy minimum of " +
                                 opt.table_path + " (" + p.path + ": " + p.minimum.describe() + "):" +
-                                bullet_list(missing) + "\n  nothing was run or written");
+                                bullet_list(missing) +
+                                "\n  nothing was run or written: run the campaign the policy asks for (on its "
+                                "backends), or gate without --approve to see the verdicts only");
 }
 
 std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, const GateResult& r) {

@@ -57,7 +57,8 @@ TEST(ApprovalPolicyCli, WeakCampaignRefusedBeforeAnyWork) {
         "no dense refinement (the policy minimum needs 16 points each side, step <= 64; " + p + ":17)",
         "no fresh seeds (the policy minimum needs --fresh-factor >= 1; " + p + ":19)",
         "backend cpu-model not accepted by the policy minimum (accepts gpu; " + p + ":20)",
-        std::string("nothing was run or written")})
+        std::string("nothing was run or written: run the campaign the policy asks for (on its backends), or gate "
+                    "without --approve to see the verdicts only")})
     EXPECT_TRUE(contains(r.out, needle)) << needle << "\n" << r.out;
   EXPECT_FALSE(contains(r.out, "phase")) << r.out;
   EXPECT_FALSE(contains(r.out, "backend  cpu-model")) << r.out;  // said only once the run starts
