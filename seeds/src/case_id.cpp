@@ -62,7 +62,20 @@ bool is_gate_family(Family f) {
 
 int64_t CaseId::heads() const { return heads_of(form); }
 
+namespace {
+std::string eps_problem_text(double eps);
+}
+
 std::string eps_problem(double eps) {
+  // What to do, after what is wrong: the range every caller accepts.
+  const std::string why = eps_problem_text(eps);
+  return why.empty() ? why
+                     : why + "; give eps in [1.1754943508222875e-38, 3.4028234663852886e+38], e.g. 1e-06 (the "
+                             "default)";
+}
+
+namespace {
+std::string eps_problem_text(double eps) {
   static_assert(kMinEps == static_cast<double>(std::numeric_limits<float>::min()));
   static_assert(kMaxEps == static_cast<double>(std::numeric_limits<float>::max()));
   const std::string e = "eps=" + detail::format_double(eps);
@@ -91,6 +104,7 @@ std::string eps_problem(double eps) {
   }
   return "";
 }
+}  // namespace
 
 void validate_case(const CaseId& c) {
   const std::string ctx = "case id: ";

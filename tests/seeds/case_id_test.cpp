@@ -132,6 +132,12 @@ TEST(CaseId, EpsMustBeANormalFloat32) {
   expect_error(base + ",eps=1e-50",
                {"eps=1e-50 is below the smallest normal float32 1.1754943508222875e-38", "which is 0 there"});
   expect_error(base + ",eps=1e-45", {"eps=1e-45 is below", "a subnormal 1.401298464324817e-45 there"});
+  // Each refusal ends with what to give instead.
+  EXPECT_NE(normgate::seeds::eps_problem(std::numeric_limits<double>::infinity())
+                .find("must be finite and > 0; give eps in [1.1754943508222875e-38, 3.4028234663852886e+38], e.g. "
+                      "1e-06"),
+            std::string::npos);
+  expect_error(base + ",eps=1e-50", {"which is 0 there; give eps in [1.1754943508222875e-38, "});
   expect_error(base + ",eps=1.1754943508222874e-38", {"eps=1.1754943508222874e-38 is below"});
   // Just outside the range but rounding to FLT_MIN / FLT_MAX in float32 (how
   // 8-digit printouts of them read): refused, and the message says that
