@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <charconv>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bwd_det_chunked.h"
 #include "normgate/kernels/pipeline.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -45,6 +47,7 @@
 
 #include "fwd_l2pass.cuh"
 #include "fwd_narrow.cuh"
+#include "combine_cols.cuh"
 #include "fwd_rows.cuh"
 
 namespace nk = normgate::kernels;
@@ -166,6 +169,7 @@ int main(int argc, char** argv) try {
   bool heads = false;  // also time the per-head forms at H = 256 (heads4 contiguous, heads24 strided)
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
+  std::vector<int> combine_cols;  // also time bench/combine_cols.cuh with these columns a CTA (--combine-cols 8,16)
   std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
   struct NarrowSetting {
     int L, R, C, K;  // lanes a row, rows a lane, threads a CTA, cache hints (bench/fwd_narrow.cuh)
@@ -184,7 +188,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C[:K]],...] [--only NAME,...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C[:K]],...] [--combine-cols C,...] [--only NAME,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -202,6 +206,9 @@ int main(int argc, char** argv) try {
           "the per-head views, counting the rows that differ from the routed forward. --only NAME,... times only\n"
           "the rows whose op contains one of the names (variant names or parts of them, fwd, bwd, res, heads4,\n"
           "heads24; e.g. fwd_narrow; the copy, the default forward and every --fwd-exp, --fwd-rows and --fwd-narrow row always).\n"
+          "--combine-cols C,... times the deterministic backward's second stage alone, the library's (32 columns a CTA)\n"
+          "beside bench/combine_cols.cuh's with C columns a CTA (4, 8, 16), on the same partials, and counts the dw\n"
+          "columns that differ (expected 0).\n"
           "Needs a CUDA GPU.\n"
           "Source comment: bench/kernels_bench.cu.\n");
       return 0;
@@ -240,6 +247,18 @@ int main(int argc, char** argv) try {
       copy_variants = true;
     } else if (a == "--fwd-exp") {
       fwd_exp = true;
+    } else if (a == "--combine-cols" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      for (const std::string& tok : comma_items(v)) {
+        bool known = false;
+        for (const int c : combinecols::kCombineCols) known = known || tok == std::to_string(c);
+        if (!known) {
+          std::fprintf(stderr, "kernels_bench: bad --combine-cols item '%s' in '%s': one of 4, 8, 16\n", tok.c_str(),
+                       v.c_str());
+          return 2;
+        }
+        combine_cols.push_back(std::stoi(tok));
+      }
     } else if (a == "--fwd-rows" && i + 1 < argc) {
       const std::string v = argv[++i];
       for (std::string tok : comma_items(v)) {
@@ -587,6 +606,46 @@ int main(int argc, char** argv) try {
           }
         }
       }  // depths
+
+      // --combine-cols: the deterministic backward's second stage alone, the
+      // library's (32 columns a CTA) beside bench/combine_cols.cuh's, on the
+      // same [num_chunks(T, H), H] partials (any FP64 values: a fixed
+      // pattern), once per shape; the dw columns that differ are counted.
+      if (!combine_cols.empty() && wd == wds.front()) {
+        const int64_t nc = nk::num_chunks(T, H);
+        std::vector<double> hp(static_cast<size_t>(nc * H));
+        for (size_t k = 0; k < hp.size(); ++k) hp[k] = std::ldexp(static_cast<double>((k * 2654435761u) % 1000003u) - 5e5, -20);
+        Buf part(hp.size() * sizeof(double)), dref(static_cast<size_t>(H) * 4), dexp(static_cast<size_t>(H) * 4);
+        CK(cudaMemcpy(part.p, hp.data(), hp.size() * sizeof(double), cudaMemcpyHostToDevice));
+        nk::BwdArgs cb;
+        cb.T = T;
+        cb.H = H;
+        cb.workspace = part.p;
+        cb.dw = static_cast<float*>(dref.p);
+        const double cbytes = 8.0 * static_cast<double>(nc * H) + 4.0 * H;  // the partials read, dw written
+        time_row("-", "bwd stage 2 combine_partials (library, 32 columns a CTA, " + std::to_string(nc) + " partials)",
+                 cbytes, [&](nk::Stream st) { nk::detail::enqueue_combine_partials(cb, st); });
+        nk::detail::enqueue_combine_partials(cb, nullptr);
+        std::vector<float> want(static_cast<size_t>(H)), got(static_cast<size_t>(H));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(want.data(), dref.p, want.size() * 4, cudaMemcpyDeviceToHost));
+        for (const int c : combine_cols) {
+          CK(cudaMemset(dexp.p, 0xFF, static_cast<size_t>(H) * 4));  // poisoned: NaN where nothing is written
+          combinecols::launch_combine_cols(c, static_cast<const double*>(part.p), nc, H, static_cast<float*>(dexp.p),
+                                           nullptr);
+          CK(cudaGetLastError());
+          CK(cudaDeviceSynchronize());
+          CK(cudaMemcpy(got.data(), dexp.p, got.size() * 4, cudaMemcpyDeviceToHost));
+          int64_t differ = 0;
+          for (int64_t j = 0; j < H; ++j) differ += std::memcmp(&want[j], &got[j], 4) != 0;
+          time_row("-", "bwd stage 2 combine " + std::to_string(c) + " columns a CTA experiment (" +
+                            std::to_string(differ) + " columns differ)",
+                   cbytes, [&, c](nk::Stream st) {
+                     combinecols::launch_combine_cols(c, static_cast<const double*>(part.p), nc, H,
+                                                      static_cast<float*>(dexp.p), st);
+                   });
+        }
+      }
 
       // Per-head forms at H = 256 over the same T normalized rows (x and dy
       // copied from the plain buffers into buffers of the form's layout; y
