@@ -185,7 +185,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         if (backend == validators::Backend::gpu && !devices.empty()) kernels::use_device(devices.front());
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
-        if (!o->json.empty()) write_file_atomic(o->json, validators::to_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        if (!o->json.empty()) write_file_atomic(o->json, json_text(validators::to_json(rep)));
         std::vector<std::string> not_passed;
         for (const auto& ir : rep.impls)
           if (ir.result.verdict() != validators::Verdict::pass) not_passed.push_back(ir.impl);
@@ -245,7 +245,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       }, oracle::parse_oracle_mode(o->oracle), from_all, devices);
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
-      if (!o->json.empty()) write_file_atomic(o->json, all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      if (!o->json.empty()) write_file_atomic(o->json, json_text(all, -1));
       if (!o->md.empty()) {  // say where the variants ran: a CPU-model table must not pass for an H200 one
         const std::string where =
             std::string(validators::to_string(backend)) +

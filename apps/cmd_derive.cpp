@@ -638,7 +638,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
           const std::string stem = o->report + ".gate-" + std::to_string(gated);
           if (!early) {
             write_file_atomic(stem + ".md", validators::format_gate_markdown(res));
-            write_file_atomic(stem + ".json", validators::gate_to_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+            write_file_atomic(stem + ".json", json_text(validators::gate_to_json(res)));
           } else {
             // The windows as reports name them (not the batch's internal key).
             std::string what;
@@ -1001,7 +1001,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // The table and its report all or none (write_files_atomic).
       write_files_atomic({{unapproved == 0 ? o->out : std::string(), table_text},
                           {o->report + ".md", md},
-                          {o->report + ".json", jr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"}});
+                          {o->report + ".json", json_text(jr)}});
       if (unapproved == 0)
         std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", printable_line(o->out).c_str(),
                     ws.size(), printable_line(o->report).c_str());

@@ -199,7 +199,7 @@ int run_digest(const DigestOptions& o) {
   }
   doc["entries"] = entries;
   doc["file_sha256"] = validators::digests_file_sha256(doc);
-  write_file_atomic(o.out, doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(o.out, json_text(doc, 1));
   std::printf("wrote %s: %zu approvals, %zu cases in %.1f s%s\n", o.out.c_str(), entries.size(), done_cases, seconds(),
               stopped ? (", " + std::to_string(stopped) + " approvals not reached before --deadline").c_str() : "");
   return stopped > 0 ? 1 : 0;

@@ -356,7 +356,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
                        copy_bytes);
         }
         std::fputs(validators::format_pipeline_stats(res.pipeline, copy).c_str(), stderr);
-        if (!o->stats_json.empty()) stats_text = validators::to_json(res.pipeline, copy).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        if (!o->stats_json.empty()) stats_text = json_text(validators::to_json(res.pipeline, copy));
       }
       for (const auto& w : res.windows)
         if (w.control_passed())
@@ -375,7 +375,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
         if (r.path.empty()) continue;
         const std::string opt = r.option;
         const std::string text = opt == "--report-md"     ? md
-                                 : opt == "--report-json" ? validators::gate_to_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+                                 : opt == "--report-json" ? json_text(validators::gate_to_json(res))
                                                           : validators::format_gate_junit(res, wall);
         if (r.path == "-") to_stdout = text;
         else files.emplace_back(r.path, text);

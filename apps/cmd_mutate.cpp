@@ -45,7 +45,7 @@ void add_mutate(CLI::App& app, Commands& cmds) {
       const validators::MutationResult r = validators::run_mutation(mo);
       std::fputs(validators::format_mutation(r).c_str(), stdout);
       std::fflush(stdout);
-      write_report(o->json, validators::to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", fd);
+      write_report(o->json, json_text(validators::to_json(r)), fd);
       return r.pass() ? 0 : 1;
     };
   });

@@ -240,4 +240,13 @@ void write_report(const std::string& path, const std::string& text, int fd);
 /// read, with a `note` line on stdout.
 nlohmann::json read_report(const std::string& path);
 
+/// `j` as the text of a JSON file normgate writes: `indent` spaces (-1:
+/// one line), a final newline. A string that is not UTF-8 (a path in
+/// another encoding) keeps U+FFFD where its bad bytes were, instead of
+/// failing a finished run (nlohmann's error_handler_t::replace).
+template <class Json>
+std::string json_text(const Json& j, int indent = 2) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace normgate::app
