@@ -411,7 +411,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     res.shard.c_str(), o->g.journal_path.c_str(), static_cast<long long>(res.cases_run_now));
         return 0;
       }
-      if (incomplete > 0 && failing == incomplete) {  // a failed window outranks them: FAIL below
+      const std::string_view verdict = res.verdict();  // a failed window outranks INCOMPLETE and ERROR
+      if (verdict == "INCOMPLETE") {
         std::string missing;
         for (const auto& k : res.shards_missing) missing += (missing.empty() ? "" : ", ") + k;
         std::printf("verdict  INCOMPLETE: %d of %zu windows lack cases no merged shard holds%s; not a pass (backend "
@@ -442,7 +443,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
           ++errored;
           if (first_error.empty() && !w.error_samples.empty()) first_error = w.error_samples.front();
         }
-      if (errored > 0 && errored + incomplete == failing) {
+      if (verdict == "ERROR") {
         std::printf("verdict  ERROR: %d of %zu windows have cases that failed to run and none over budget (first: "
                     "%s); not a verdict on the kernels (backend %s)%s\n",
                     errored, res.windows.size(), printable_line(first_error).c_str(), res.backend.c_str(),

@@ -137,17 +137,10 @@ std::string format_gate_markdown(const GateResult& r) {
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; the windows they belong to already fail or could not run, so those verdicts stand without them: "
       << "run the missing shards and merge again for a complete report.\n";
-  // A failed window outranks the incomplete ones: more cases cannot pass it.
-  // Windows whose cases only could not run (errored(): none over budget)
-  // are no verdict on the kernels: ERROR, as `normgate gate` says (exit 3),
-  // unless a window over budget makes it FAIL.
+  // The run's verdict as `normgate gate` says it (GateResult::verdict).
   int errored = 0;
   for (const auto& w : r.windows) errored += w.errored() ? 1 : 0;
-  const char* overall = r.pass()                                         ? "PASS"
-                        : errored > 0 && errored + incomplete == failing ? "ERROR"
-                        : failing > incomplete || incomplete == 0        ? "FAIL"
-                                                                         : "INCOMPLETE";
-  o << "- verdict: **" << overall << "**: "
+  o << "- verdict: **" << r.verdict() << "**: "
     << (r.windows.size() - failing) << " of " << r.windows.size() << " gated windows pass";
   if (errored > 0)
     o << "; " << errored << " ERROR (cases that could not run, e.g. out of memory, and none over budget: no "

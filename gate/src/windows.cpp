@@ -297,6 +297,19 @@ bool GateResult::pass() const {
   return std::all_of(windows.begin(), windows.end(), [](const WindowResult& w) { return w.pass; });
 }
 
+const char* GateResult::verdict() const {
+  if (pass()) return "PASS";
+  int failing = 0, incomplete = 0, errored = 0;
+  for (const auto& w : windows) {
+    failing += !w.pass;
+    incomplete += w.incomplete;
+    errored += w.errored();
+  }
+  if (incomplete > 0 && failing == incomplete) return "INCOMPLETE";
+  if (errored > 0 && errored + incomplete == failing) return "ERROR";
+  return "FAIL";
+}
+
 GatePlan plan_gate(const GateOptions& opt) {
   const GateInputs in = load_gate_inputs(opt);
   const seeds::SeedSet& seed_set = in.seed_set;

@@ -375,6 +375,12 @@ struct GateResult {
   /// True when every gated window passes; with --base and no changed window
   /// (nothing gated, some skipped) also true.
   bool pass() const;
+  /// The run's verdict, as `normgate gate` prints it and the Markdown
+  /// report heads it: "PASS" (pass()); "INCOMPLETE" when every window that
+  /// does not pass only lacks cases (WindowResult::incomplete); "ERROR" when
+  /// every such window is INCOMPLETE or WindowResult::errored() and one is
+  /// errored; "FAIL" otherwise (a window over budget outranks both).
+  const char* verdict() const;
 };
 
 /// The conditioning headroom of a window's family counts (WindowResult::kappa_headroom).
