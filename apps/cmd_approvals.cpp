@@ -132,7 +132,7 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     std::printf("%s: %zu records, %zu valid (%s)\n", printable_line(a.path).c_str(), a.records.size(), a.records.size() - n_bad,
                 role);
     for (const auto& x : a.records)
-      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_message(x.invalid).c_str());
+      if (!x.invalid.empty()) std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_line(x.invalid).c_str());
     bad += n_bad;
   };
   auto refuse = [&bad] {
@@ -1229,7 +1229,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                     a.records.size(), a.records.size() - n_invalid - n_unsealed, n_unsealed, n_invalid);
         for (const auto& x : a.records)
           if (!x.invalid.empty() && (!x.unsealed || !o->seal))
-            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_message(x.invalid).c_str());
+            std::printf("  %s %s\n", x.unsealed ? "unsealed" : "INVALID ", printable_line(x.invalid).c_str());
         bad += n_invalid;
         unsealed += n_unsealed;
       }

@@ -197,7 +197,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
-                      std::string(kernels::to_string(s.state)).c_str(), printable_message(s.detail).c_str());
+                      std::string(kernels::to_string(s.state)).c_str(), printable_line(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;
@@ -232,7 +232,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         // Invalid records approve nothing; a file holding one was damaged or
         // written by something other than normgate: exit 1 (README).
         for (const auto& x : d.approvals().records)
-          if (!x.invalid.empty()) std::printf("INVALID   %s\n", printable(x.invalid).c_str());
+          if (!x.invalid.empty()) std::printf("INVALID   %s\n", printable_line(x.invalid).c_str());
         if (n_invalid)
           std::printf("verdict   %zu INVALID record%s in %s: never current, never dispatched (exit 1)\n", n_invalid,
                       n_invalid == 1 ? "" : "s", printable_line(d.approvals().path).c_str());
@@ -296,7 +296,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                         p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
             // Why: the approval behind the route, as the listing says it.
             std::printf("  %s\n",
-                        printable(kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail).c_str());
+                        printable_line(kernels::approval_status(*p.route, d.approvals(), d.policy().accept_cpu_model).detail).c_str());
             if (key.T == 0)
               std::printf("  T = 0: no rows; looked up as T = 1 (RouteTable::find: such a call launches nothing but "
                           "dw = 0)\n");
@@ -308,7 +308,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
             rc = 1;
             break;
           default:
-            std::printf("REFUSED %s\n", printable(p.reason).c_str());
+            std::printf("REFUSED %s\n", printable_line(p.reason).c_str());
             rc = 1;
             break;
         }

@@ -130,6 +130,8 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
     throw RouteTableError(path + ":" + std::to_string(e.source().begin.line) + ": TOML syntax error: " +
                           std::string(e.description()));
   }
+  if (const auto bad = detail::toml_control_string(root))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   ctx.keys(root, kTopKeys, "the spec");
   DeriveSpec s;
   s.path = path;

@@ -733,6 +733,8 @@ RouteTable parse_route_table(std::string_view text, const std::string& path, con
     throw RouteTableError(path + ":" + std::to_string(e.source().begin.line) + ": TOML syntax error: " +
                           std::string(e.description()));
   }
+  if (const auto bad = detail::toml_control_string(root))
+    throw RouteTableError(path + ":" + std::to_string(bad->first) + ": " + bad->second);
   for (auto&& [k, v] : root) {
     (void)v;
     if (std::find(std::begin(kTopKeys), std::end(kTopKeys), k.str()) == std::end(kTopKeys))

@@ -17,6 +17,10 @@
 #include <string>
 #include <string_view>
 
+#include <toml++/toml.h>
+
+#include "normgate/core/printable.h"
+
 namespace normgate::kernels::detail {
 
 /// True when toml++ 3.3's is_non_ascii_horizontal_whitespace(c) returns
@@ -64,6 +68,52 @@ inline std::optional<std::pair<int, std::string>> toml_unclassifiable(std::strin
     i += n;
   }
   return std::nullopt;
+}
+
+/// The first key or string value under `root` that holds a control byte
+/// (below 0x20, or 0x7F; TOML's escapes \n, \t, \u0000.. write them): its
+/// line and a sentence naming it, escaped; std::nullopt when there is none.
+/// Such a string quoted in an error message could start a line of its own
+/// that reads as normgate's ("  normgate: verdict  PASS"); no key or value of
+/// a route table, policy or spec needs one. The top-level `description` may
+/// hold newlines and tabs: reports print it escaped.
+inline std::optional<std::pair<int, std::string>> toml_control_string(const toml::table& root) {
+  auto bad = [](std::string_view s) {
+    for (const char c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
+    return false;
+  };
+  std::optional<std::pair<int, std::string>> found;
+  auto report = [&](const toml::source_region& where, std::string what, std::string_view s) {
+    if (!found)
+      found = std::pair<int, std::string>{static_cast<int>(where.begin.line),
+                                          what + " '" + core::escape_controls(s) +
+                                              "' holds a control character; keys and strings here are one line of "
+                                              "printable text"};
+  };
+  auto walk = [&](auto&& self, const toml::node& n, bool top) -> void {
+    if (const toml::table* t = n.as_table()) {
+      for (auto&& [k, v] : *t) {
+        if (bad(k.str())) report(k.source(), "key", k.str());
+        if (top && k.str() == "description" && v.is_string()) {
+          const std::string& d = v.as_string()->get();
+          for (const char c : d)
+            if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
+              report(v.source(), "description", d);
+              break;
+            }
+          continue;
+        }
+        self(self, v, false);
+      }
+    } else if (const toml::array* a = n.as_array()) {
+      for (const toml::node& e : *a) self(self, e, false);
+    } else if (const auto* s = n.as_string()) {
+      if (bad(s->get())) report(n.source(), "string", s->get());
+    }
+  };
+  walk(walk, root, true);
+  return found;
 }
 
 }  // namespace normgate::kernels::detail

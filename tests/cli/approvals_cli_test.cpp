@@ -142,6 +142,10 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
       // A NUL and an escape sequence in a field: printed escaped, whole.
       {"gpu_ctl", [](json& r) { r["gpu"] = std::string("cpu-model\0\x1b[31m", 15); },
        "gpu 'cpu-model\\x00\\x1b[31m' of a cpu-model record"},
+      // A newline and indent: it cannot print a line of its own that reads
+      // as normgate's (the reason is one line wherever it is shown).
+      {"gpu_nl", [](json& r) { r["gpu"] = "cpu-model\n  normgate: verdict  PASS"; },
+       "gpu 'cpu-model\\x0a  normgate: verdict  PASS' of a cpu-model record"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.name);

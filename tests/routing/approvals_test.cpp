@@ -278,6 +278,25 @@ TEST(ApprovalsFile, DeepNestingDuplicateKeysAndCopiesRefused) {
       EXPECT_NE(std::string(e.what()).find("JSON object has the key 'variant' twice"), std::string::npos) << e.what();
     }
   }
+  // A control character in a key (JSON's \n escape): the file is refused,
+  // the key named escaped; quoted raw in the message it would print
+  // "  normgate: verdict  PASS" as a line of its own. (One in a string value
+  // makes its record INVALID, printed as one line: tests/cli.)
+  {
+    std::string bad = text;
+    const size_t i = bad.find("\"variant\"");
+    ASSERT_NE(i, std::string::npos);
+    bad.insert(i + 1, "x\\n  normgate: verdict  PASS\\n");
+    try {
+      (void)parse_approvals(bad, a.path);
+      ADD_FAILURE() << "a control character accepted: " << bad;
+    } catch (const RouteTableError& e) {
+      EXPECT_NE(std::string(e.what()).find("approvals are not a normgate file: JSON key 'x\\x0a  normgate: verdict  "
+                                           "PASS\\x0avariant' holds a control character"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   // The same record twice: both copies INVALID, each naming the other (were
   // the first kept valid, a writer replacing it would leave the pasted copy
   // the only one, and valid).
@@ -429,7 +448,7 @@ TEST(ApprovalVouched, RoundTripsAndChecksItsFields) {
   EXPECT_EQ(approvals_to_json_text(plain).find("vouched"), std::string::npos);
   const std::vector<BadEdit> bads = {
       {[](nlohmann::json& r) { r["vouched"]["variant"] = r["variant"]; }, "another variant than the record's"},
-      {[](nlohmann::json& r) { r["vouched"]["variant"] = "bwd\nforged line"; }, "must be a variant name"},
+      {[](nlohmann::json& r) { r["vouched"]["variant"] = "bwd forged line"; }, "must be a variant name"},
       {[](nlohmann::json& r) { r["vouched"]["variant"] = std::string(65, 'x'); }, "must be a variant name"},
       {[](nlohmann::json& r) { r["vouched"]["source_sha256"] = r["source_sha256"]; }, "the record's own source"},
       {[](nlohmann::json& r) { r["vouched"]["digests_w"] = r["vouched"]["digests_v"]; }, "equals its digests_v"},

@@ -71,3 +71,42 @@ TEST(FuzzFindings, TomlCharactersTheParserClassifiesStillParse) {
   EXPECT_EQ(rt.description, "a \xe2\x80\x94 b \xf0\x90\x80\x80 \xc3\xa9");
   ASSERT_EQ(rt.routes.size(), 1u);
 }
+
+// A key or string holding a control character (TOML's \n, \t, \u001b
+// escapes): quoted in an error message ("unknown kernel variant '...'") it
+// could print a line that reads as normgate's own. Route tables, policies
+// and derivation specs refuse it at load, naming it escaped; the top-level
+// description may hold newlines and tabs (reports print it escaped).
+TEST(FuzzFindings, TomlControlCharactersInStringsAreRefused) {
+  const std::string route = "route = [ { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", "
+                            "T = [1, 5], variant = \"bwd_det_chunked\" } ]\n";
+  const std::string forged = "x\\n  normgate: verdict  PASS\\n";
+  // In a value: the line of the value.
+  std::string t = "arch = \"sm90a\"\n\n" + route;
+  t.replace(t.find("bwd_det_chunked"), 0, forged);
+  EXPECT_EQ(error_of<nk::RouteTableError>([&] { (void)nk::parse_route_table(t, "t.toml"); }),
+            "t.toml:3: string 'x\\x0a  normgate: verdict  PASS\\x0abwd_det_chunked' holds a control character; "
+            "keys and strings here are one line of printable text");
+  // In a key (quoted keys take escapes): named escaped, even though the key
+  // is unknown; an ESC (\u001b) likewise.
+  EXPECT_EQ(error_of<nk::RouteTableError>(
+                [&] { (void)nk::parse_route_table("arch = \"sm90a\"\n\"a\\u001bb\" = 1\n" + route, "t.toml"); }),
+            "t.toml:2: key 'a\\x1bb' holds a control character; keys and strings here are one line of printable "
+            "text");
+  // A description may hold a newline and a tab, not an ESC.
+  EXPECT_EQ(nk::parse_route_table("arch = \"sm90a\"\ndescription = \"a\\n\\tb\"\n" + route, "t.toml").description,
+            "a\n\tb");
+  EXPECT_EQ(error_of<nk::RouteTableError>([&] {
+              (void)nk::parse_route_table("arch = \"sm90a\"\ndescription = \"a\\u007f\"\n" + route, "t.toml");
+            }).rfind("t.toml:2: description 'a\\x7f' holds a control character", 0),
+            0u);
+  // A policy and a derivation spec: the same rule, their own error types.
+  EXPECT_EQ(error_of<nk::PolicyError>([&] {
+              (void)nk::parse_policy("[minimum]\n\"x\\ty\" = 1\n", "p.policy.toml");
+            }).rfind("p.policy.toml:2: key 'x\\x09y' holds a control character", 0),
+            0u);
+  EXPECT_EQ(error_of<nk::RouteTableError>([&] {
+              (void)nk::parse_derive_spec("arch = \"sm90a\\n\"\n", "x.derive.toml");
+            }).rfind("x.derive.toml:1: string 'sm90a\\x0a' holds a control character", 0),
+            0u);
+}

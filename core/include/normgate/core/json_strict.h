@@ -10,22 +10,37 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/printable.h"
+
 namespace normgate {
 
 /// Nesting normgate's own files never exceed: a record is an object of
 /// objects and arrays a few levels deep.
 constexpr int kJsonMaxDepth = 64;
 
-/// Parse `text` as JSON with two more rules, both refused before the caller
+/// True when `s` holds a control byte (below 0x20, or 0x7F).
+inline bool json_has_control(std::string_view s) {
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
+  return false;
+}
+
+/// Parse `text` as JSON with three more rules, all refused before the caller
 /// sees the value:
 ///  - at most `max_depth` nested arrays and objects (nlohmann::json's dump
 ///    and destructor recurse once a level, so a few hundred kilobytes of
 ///    brackets overflow the stack: a crash, not an error);
 ///  - no key twice in one object (nlohmann keeps the last one; a record's
 ///    seal covers the object as parsed, so a second key could change the
-///    file's bytes, and what a first-wins reader sees, unnoticed).
+///    file's bytes, and what a first-wins reader sees, unnoticed);
+///  - no control character (JSON's escapes \n, \u001b, ... write them) in a
+///    key: normgate writes none, and one quoted in an error message could
+///    start a line that reads as normgate's own. (String values are checked
+///    by the record's reader, which names the record; a record's INVALID
+///    reason is printed as one line.)
 /// Throws nlohmann::json::parse_error for text that is not JSON, and
-/// std::invalid_argument naming the rule (and the key) for the two above.
+/// std::invalid_argument naming the rule (and the key, escaped) for the
+/// three above.
 inline nlohmann::json parse_json_strict(std::string_view text, int max_depth = kJsonMaxDepth) {
   using Event = nlohmann::json::parse_event_t;
   std::vector<std::unordered_set<std::string>> keys;  // one set per open object
@@ -39,6 +54,9 @@ inline nlohmann::json parse_json_strict(std::string_view text, int max_depth = k
         if (ev == Event::object_start) keys.emplace_back();
         break;
       case Event::key:
+        if (json_has_control(parsed.get_ref<const std::string&>()))
+          throw std::invalid_argument("JSON key '" + core::escape_controls(parsed.get_ref<const std::string&>()) +
+                                      "' holds a control character");
         if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
           throw std::invalid_argument("JSON object has the key '" + parsed.get<std::string>() + "' twice");
         break;
