@@ -54,6 +54,55 @@ struct ExtrasMessage {
   std::string text;
   bool whole = false;  ///< replaces CLI11's message instead of preceding it
 };
+// CLI11's message for a single-value option given more than once ("--seeds:
+// At Most 1 required but received 2") names neither the values nor which
+// one would count: the option with every name it was given under and the
+// values, in order. "" when `what` is not that message or the option is not
+// an option of the subcommand run.
+std::string repeated_option_message(CLI::App& app, const std::string& what, int argc, char** argv) {
+  const std::string tag = ": At Most 1 required but received ";
+  const size_t at = what.find(tag);
+  if (at == std::string::npos || what.rfind("--", 0) != 0) return "";
+  const std::string name = what.substr(0, at);
+  CLI::App* sub = nullptr;
+  for (CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (argc > 1 && s->get_name() == argv[1]) sub = s;
+  const CLI::Option* opt = nullptr;
+  if (sub != nullptr) {
+    for (const CLI::Option* o : sub->get_options())
+      for (const auto& l : o->get_lnames())
+        if ("--" + l == name) opt = o;
+  }
+  if (opt == nullptr) return "";
+  std::vector<std::string> names;
+  for (const auto& l : opt->get_lnames()) names.push_back("--" + l);
+  for (const auto& sn : opt->get_snames()) names.push_back("-" + sn);
+  std::string values;
+  size_t n = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    for (const auto& nm : names) {
+      std::string v;
+      bool hit = false;
+      if (a == nm && i + 1 < argc) {
+        v = argv[i + 1];
+        hit = true;
+      } else if (a.rfind(nm + "=", 0) == 0) {
+        v = a.substr(nm.size() + 1);
+        hit = true;
+      }
+      if (hit) {
+        values += (n++ == 0 ? "" : ", ") + a.substr(0, nm.size()) + " '" + v + "'";
+        break;
+      }
+    }
+  }
+  if (n < 2) return "";
+  return name + " takes one value and was given " + std::to_string(n) + " times (" + values +
+         "): give it once (normgate does not pick one of them)";
+}
+
 ExtrasMessage unknown_option_message(CLI::App& app, int argc, char** argv) {
   if (argc < 2) return {};
   CLI::App* sub = nullptr;
@@ -221,8 +270,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const CLI::ParseError& e) {  // usage error: same prefix and exit code as the commands' own
     // One line: the option values it quotes cannot start lines of their own.
+    const std::string repeated = repeated_option_message(app, e.what(), argc, argv);
     std::fprintf(stderr, "normgate: error: %s\nRun with --help for more information.\n",
-                 normgate::app::printable_line(e.what()).c_str());
+                 normgate::app::printable_line(repeated.empty() ? std::string(e.what()) : repeated).c_str());
     return 2;
   }
   // The arguments that hold a newline: an error message quoting one must not

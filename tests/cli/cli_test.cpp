@@ -143,6 +143,11 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"check --backend cpu --case H=64,T=3,w=bf16,family=normal,seed=0 --w fp32", "--case excludes --w"},
       // --all takes every case: a --keep beside it would be ignored
       {"export /nonexistent/report.json -o /tmp/x.h5 --backend cpu --all --keep 2", "--keep excludes --all"},
+      // a single-value option given twice: both values named, under the names given
+      {"gate routes/sm90a-ci.toml --plan --seeds 3x16 --seeds=5x120",
+       "--seeds takes one value and was given 2 times (--seeds '3x16', --seeds '5x120'): give it once"},
+      {"repro H=64,T=3,w=bf16,family=normal,seed=0 --impl fwd_rowwise --variant bwd_det_chunked",
+       "--variant takes one value and was given 2 times (--impl 'fwd_rowwise', --variant 'bwd_det_chunked')"},
       {"check --backend cpu --H 64,64 --T 3 --seeds 3x1", "--H '64,64': '64' given twice"},
       {"check --backend cpu --H 64,064 --T 3 --seeds 3x1", "--H '64,064': 64 given twice"},
       {"check --backend cpu --H 64, --T 3 --seeds 3x1", "--H '64,': an empty item"},
