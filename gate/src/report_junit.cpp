@@ -35,7 +35,8 @@ size_t utf8_length(const std::string& s, size_t i) {
 
 // Text for an XML attribute value or element content: the five predefined
 // entities, and every control character XML 1.0 cannot carry (all below
-// 0x20 but tab, newline, carriage return) as '?'. Newlines and tabs in
+// 0x20 but tab, newline, carriage return), and DEL, as the text \xNN, as
+// normgate's other reports escape them. Newlines and tabs in
 // attributes are written as character references so a parser keeps them.
 // A byte that starts no well-formed UTF-8 sequence (a path in another
 // encoding) is U+FFFD, so the document stays UTF-8.
@@ -64,7 +65,15 @@ std::string esc(const std::string& s, bool attribute) {
       case '\n': o += attribute ? "&#10;" : "\n"; break;
       case '\t': o += attribute ? "&#9;" : "\t"; break;
       case '\r': o += "&#13;"; break;
-      default: o += c < 0x20 || c == 0x7f ? '?' : ch;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          o += "\\x";
+          o += kHex[c >> 4];
+          o += kHex[c & 15];
+        } else {
+          o += ch;
+        }
     }
   }
   return o;

@@ -115,9 +115,9 @@ TEST(GateJunit, CountsElementsAndEscaping) {
                      "bwd_det_chunked")) << f;
 
   const std::string e = testcase(x, "bwd det H=64 w=bf16 form=plain T=101..700");
-  // The control character cannot be in XML 1.0: '?'.
+  // The control character cannot be in XML 1.0: the text \x01.
   EXPECT_TRUE(has(e, "<error type=\"case error\" message=\"2 of 10 cases threw: H=64,T=101,w=bf16,form=plain,"
-                     "family=llm,seed=0: out of memory &lt;&amp; ? &gt;\">")) << e;
+                     "family=llm,seed=0: out of memory &lt;&amp; \\x01 &gt;\">")) << e;
   EXPECT_FALSE(has(e, "<failure")) << e;
   EXPECT_FALSE(has(x, "\x01"));
 
