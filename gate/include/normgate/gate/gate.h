@@ -471,7 +471,8 @@ nlohmann::json gate_to_json(const GateResult& r);
 /// err/tol, cases over budget and worst case, the families and a repro
 /// command. Windows unchanged against --base are <skipped/> testcases of
 /// classname "normgate.unchanged". Text is XML-escaped (control characters
-/// XML 1.0 cannot carry become '?'). Never throws but std::bad_alloc.
+/// XML 1.0 cannot carry, and DEL, become the text \xNN). Never throws but
+/// std::bad_alloc.
 std::string format_gate_junit(const GateResult& r, double wall_seconds);
 
 /// Update approvals `a` from a gate result: every passing non-control window
