@@ -606,8 +606,8 @@ int carry_approvals(const std::string& path, const std::string& old_path, const 
       const bool bits = why.rfind("outputs differ", 0) == 0;
       const size_t colon = why.find(':');
       const std::string what = who + ": " + why.substr(0, colon) + " at case " + std::to_string(k + 1) + " of " +
-                               std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + lo[k] +
-                               "\n      NEW " + ln[k];
+                               std::to_string(lo.size()) + " (" + why.substr(colon + 2) + "):\n      OLD " + printable_line(lo[k]) +
+                               "\n      NEW " + printable_line(ln[k]);
       // --partial leaves a record only for differing bits of a nondet
       // variant (its atomics may round differently run to run); a
       // deterministic variant's bits must not vary, and a one-sided output in
@@ -815,7 +815,8 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
         bool msq_one_side = false;
         const std::string what = compare_digest_lines(lv[k], lw[k], msq_one_side);
         why = (what.empty() ? std::string("lines differ") : what) + " at case " + std::to_string(k + 1) + " of " +
-              std::to_string(lv.size()) + ":\n      " + vn + " " + lv[k] + "\n      " + wn + " " + lw[k];
+              std::to_string(lv.size()) + ":\n      " + vn + " " + printable_line(lv[k]) + "\n      " + wn + " " +
+              printable_line(lw[k]);
       }
     if (!why.empty()) {
       refused.push_back(who + ": " + why);
@@ -1213,7 +1214,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
             std::printf("%s: %zu rejection records, %zu valid, 0 INVALID\n", printable_line(f).c_str(), r.records.size(),
                         r.records.size());
           } catch (const kernels::RouteTableError& e) {
-            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable_line(f).c_str(), printable_message(e.what()).c_str());
+            std::printf("%s: rejections file INVALID\n  INVALID  %s\n", printable_line(f).c_str(), printable_line(e.what()).c_str());
             ++bad_files;
           }
           continue;

@@ -821,8 +821,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
       std::string md = "# Route derivation: " + o->out + "\n\n";
       md += "- spec: `" + o->spec + "`; command: `" + cmdline + "`\n";
       md += "- approvals: `" + approvals_path + "` (read" + (o->approve ? " and written" : "") + ")\n";
-      md += "- timings: " + timings.gpu + " (driver " + timings.driver + ", CUDA " + timings.cuda + "), " +
-            timings.date + ", normgate " + timings.normgate_commit + "; " + std::to_string(timings.rounds) +
+      // The timings file's strings escaped: one line of the report each.
+      md += "- timings: " + printable_line(timings.gpu) + " (driver " + printable_line(timings.driver) + ", CUDA " +
+            printable_line(timings.cuda) + "), " + printable_line(timings.date) + ", normgate " +
+            printable_line(timings.normgate_commit) + "; " + std::to_string(timings.rounds) +
             " interleaved rounds x " + std::to_string(timings.reps) +
             " graph replays (cold L2) per measurement; A/A floor = the first candidate timed twice per round\n";
       if (o->gate == "none")

@@ -119,11 +119,13 @@ void add_export(CLI::App& app, Commands& cmds) {
           std::snprintf(ratios, sizeof ratios, "y %.3g rstd %.3g", e.max_ratio[0], e.max_ratio[1]);
         else
           std::snprintf(ratios, sizeof ratios, "dw %.3g dx %.3g", e.max_ratio[3], e.max_ratio[2]);
-        std::printf("  %04zu %-12s %-20s %s  %s%s\n", i, e.prov.verdict.c_str(), who.c_str(), ratios,
-                    e.prov.case_id.c_str(), e.prov.window.empty() ? "" : ("  [window " + e.prov.window + "]").c_str());
+        // The report's strings escaped: one line each.
+        std::printf("  %04zu %-12s %-20s %s  %s%s\n", i, printable_line(e.prov.verdict).c_str(),
+                    printable_line(who).c_str(), ratios, printable_line(e.prov.case_id).c_str(),
+                    e.prov.window.empty() ? "" : ("  [window " + printable_line(e.prov.window) + "]").c_str());
       }
       validators::write_maps_file(o->out, o->report, entries);
-      std::printf("wrote    %s\n", o->out.c_str());
+      std::printf("wrote    %s\n", printable_line(o->out).c_str());
       return 0;
     };
   });

@@ -1,6 +1,7 @@
 // apps/cmd_repro.cpp.new: normgate repro ID: one case explained element by element (k worst, dw
 // columns), saved or replayed.
 #include "commands.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/shell_quote.h"
 
 #include <sys/wait.h>
@@ -84,6 +85,11 @@ void add_repro(CLI::App& app, Commands& cmds) {
         validators::ReportWindow w;
         try {
           w = validators::select_report_window(j, o->window);  // an empty one: "no window ''", the windows listed
+        } catch (const core::MultilineError& e) {  // the windows listed, one a line
+          throw core::MultilineError(
+              "report '" + core::escape_controls(o->report) + "': " +
+              (o->window.empty() ? "--from-report needs --window W, the window whose worst case to run: " : "") +
+              e.what());
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument(
               "report '" + o->report + "': " +
@@ -99,8 +105,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
                     w.output + " err/tol " + ratio + "); variant " + impl +
                     (impl != w.impl ? " (--variant; the window's is " + w.impl + ")"
                      : impl != w.variant ? " (a backward run; it runs the window's forward " + w.variant + ")"
-                                         : "") +
-                    "\n";
+                                         : "");
       }
       // --file: the saved case, read (and digest-checked) now; its recorded
       // implementation is the default for --variant.
@@ -148,7 +153,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
           std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
         if (report_on_gpu && backend != validators::Backend::gpu)
           std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");
-        std::fputs(printable(from_line).c_str(), stdout);
+        // One line: the report's strings (label, route, case) escaped.
+        if (!from_line.empty()) std::printf("%s\n", printable_line(from_line).c_str());
       };
       validators::ReproOptions ro;
       ro.k = o->k;

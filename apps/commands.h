@@ -71,15 +71,13 @@ struct PathArg {
 /// escape sequence read from a file or an argument is shown, not obeyed.
 /// Bytes >= 0x80 (UTF-8) are kept.
 std::string printable(std::string_view text);
-/// printable() for an error message (main's "normgate: error: ..."), whose
-/// values (paths, names, case ids) are not escaped where the message is
-/// made: a newline stays only where two spaces follow it, the indent of a
-/// designed continuation line (a list of problems), and is \x0a elsewhere,
-/// so that a value cannot start a line of its own at the margin; a tab is
-/// \x09. `user_values`: the command line's arguments that hold a newline
-/// (main passes them): a newline whose line (its first 16 bytes) comes
-/// from one of them is \x0a even before two spaces, so a value cannot
-/// forge a continuation line either.
+/// printable() for the message of a core::MultilineError (main's
+/// "normgate: error: ..."), whose thrower escaped the values it quotes: its
+/// newlines are line breaks, other controls \xHH (a tab \x09).
+/// `user_values`: the command line's arguments that hold a newline (main
+/// passes them): a newline whose line (its first 16 bytes) comes from one
+/// of them is \x0a, should a thrower have quoted one unescaped. Every other
+/// message is printed with printable_line.
 std::string printable_message(std::string_view text, const std::vector<std::string>& user_values = {});
 /// printable() for one value inside a line (a path, a name, a case id read
 /// from a file or an argument): newline and tab as \x0a and \x09 too, so

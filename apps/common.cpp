@@ -105,16 +105,14 @@ std::string printable_message(std::string_view text, const std::vector<std::stri
     if (i < text.size() && text[i] != '\n') continue;
     out += core::escape_controls(text.substr(from, i - from), false);
     if (i < text.size()) {
-      bool keep = text.compare(i + 1, 2, "  ") == 0;
-      if (keep) {
-        // The newline and what follows it on its line (up to 16 bytes): a
-        // value given on the command line that holds them is where this
-        // "continuation" came from, not normgate.
-        size_t end = text.find('\n', i + 1);
-        if (end == std::string_view::npos) end = text.size();
-        const std::string_view seg = text.substr(i, std::min<size_t>(end - i, 17));
-        for (const auto& v : user_values) keep = keep && v.find(seg) == std::string::npos;
-      }
+      // The newline and what follows it on its line (up to 16 bytes): a
+      // value given on the command line that holds them is where this
+      // line break came from, not normgate.
+      size_t end = text.find('\n', i + 1);
+      if (end == std::string_view::npos) end = text.size();
+      const std::string_view seg = text.substr(i, std::min<size_t>(end - i, 17));
+      bool keep = true;
+      for (const auto& v : user_values) keep = keep && v.find(seg) == std::string::npos;
       out += keep ? "\n" : "\\x0a";
     }
     from = i + 1;

@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/temp_files.h"
 #include "normgate_version.h"
 
@@ -54,16 +55,23 @@ struct ExtrasMessage {
   std::string text;
   bool whole = false;  ///< replaces CLI11's message instead of preceding it
 };
-// CLI11's message for a single-value option given more than once ("--seeds:
-// At Most 1 required but received 2") names neither the values nor which
-// one would count: the option with every name it was given under and the
-// values, in order. "" when `what` is not that message or the option is not
-// an option of the subcommand run.
+// CLI11's message for an option given more often than it takes values
+// ("--seeds: At Most 1 required but received 2") names neither the values
+// nor which would count: the option with every name it was given under and
+// the values of each occurrence, in order. "" when `what` is not that
+// message or the option is not one of the subcommand run.
 std::string repeated_option_message(CLI::App& app, const std::string& what, int argc, char** argv) {
-  const std::string tag = ": At Most 1 required but received ";
+  const std::string tag = ": At Most ";
   const size_t at = what.find(tag);
   if (at == std::string::npos || what.rfind("--", 0) != 0) return "";
   const std::string name = what.substr(0, at);
+  size_t per = 0;  // values an occurrence takes
+  try {
+    per = std::stoul(what.substr(at + tag.size()));
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (per == 0 || per > 8) return "";
   CLI::App* sub = nullptr;
   for (CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
     if (argc > 1 && s->get_name() == argv[1]) sub = s;
@@ -74,32 +82,35 @@ std::string repeated_option_message(CLI::App& app, const std::string& what, int 
         if ("--" + l == name) opt = o;
   }
   if (opt == nullptr) return "";
-  std::vector<std::string> names;
-  for (const auto& l : opt->get_lnames()) names.push_back("--" + l);
-  for (const auto& sn : opt->get_snames()) names.push_back("-" + sn);
   std::string values;
   size_t n = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;
-    for (const auto& nm : names) {
-      std::string v;
-      bool hit = false;
-      if (a == nm && i + 1 < argc) {
-        v = argv[i + 1];
+    std::string given, first;  // the name as given; a value attached to it
+    bool hit = false;
+    for (const auto& l : opt->get_lnames())
+      if (a == "--" + l || a.rfind("--" + l + "=", 0) == 0) {
+        given = "--" + l;
         hit = true;
-      } else if (a.rfind(nm + "=", 0) == 0) {
-        v = a.substr(nm.size() + 1);
+        if (a.size() > given.size()) first = a.substr(given.size() + 1);
+      }
+    for (const auto& sn : opt->get_snames())
+      if (!hit && a.rfind("-" + sn, 0) == 0 && a.rfind("--", 0) != 0) {
+        given = "-" + sn;
         hit = true;
+        if (a.size() > given.size()) first = a.substr(given.size());
       }
-      if (hit) {
-        values += (n++ == 0 ? "" : ", ") + a.substr(0, nm.size()) + " '" + v + "'";
-        break;
-      }
-    }
+    if (!hit) continue;
+    std::string vals;
+    size_t got = 0;
+    if (!first.empty()) vals = "'" + first + "'", got = 1;
+    for (; got < per && i + 1 < argc; ++got) vals += std::string(got == 0 ? "" : " ") + "'" + argv[++i] + "'";
+    values += (n++ == 0 ? "" : ", ") + given + " " + vals;
   }
   if (n < 2) return "";
-  return name + " takes one value and was given " + std::to_string(n) + " times (" + values +
+  return name + " takes " + (per == 1 ? std::string("one value") : std::to_string(per) + " values") +
+         " and was given " + std::to_string(n) + " times (" + values +
          "): give it once (normgate does not pick one of them)";
 }
 
@@ -275,7 +286,7 @@ int main(int argc, char** argv) {
                  normgate::app::printable_line(repeated.empty() ? std::string(e.what()) : repeated).c_str());
     return 2;
   }
-  // The arguments that hold a newline: an error message quoting one must not
+  // The arguments that hold a newline: a MultilineError quoting one must not
   // show it as a line of its own (printable_message).
   std::vector<std::string> multiline_args;
   for (int i = 1; i < argc; ++i)
@@ -297,11 +308,14 @@ int main(int argc, char** argv) {
       if (rc == 0) return 3;
     }
     return rc;
-  } catch (const std::invalid_argument& e) {
+  } catch (const normgate::core::MultilineError& e) {  // lines of its own, its values escaped where it was made
     std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable_message(e.what(), multiline_args).c_str());
     return 2;
+  } catch (const std::invalid_argument& e) {  // one line: a value it quotes cannot start a line of its own
+    std::fprintf(stderr, "normgate: error: %s\n", normgate::app::printable_line(e.what()).c_str());
+    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_message(e.what(), multiline_args).c_str());
+    std::fprintf(stderr, "normgate: fatal: %s\n", normgate::app::printable_line(e.what()).c_str());
     // Out without the exit handlers: after a failed HDF5 write (the core
     // driver's image could not grow: out of memory) the library's own exit
     // handler closed the half-made file again and crashed (SIGSEGV, exit

@@ -13,6 +13,7 @@
 #include "h5.h"
 #include "normgate/core/bf16.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/printable.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/validators/budget.h"
@@ -564,7 +565,9 @@ std::string inspect_file(const std::string& path) {
     schema = schema_of(f);
   }
   std::ostringstream o;
-  auto line = [&o](const Provenance& p, const ErrorMaps& m) {
+  // Every string read from the file escaped: one line each (printable.h).
+  const auto E = [](const std::string& t) { return core::escape_controls(t); };
+  auto line = [&o, &E](const Provenance& p, const ErrorMaps& m) {
     double mdw = 0, mr = 0, my = 0, mx = 0;
     for (double v : m.dw_ratio) mdw = std::max(mdw, v);
     for (double v : m.rstd_ratio) mr = std::max(mr, v);
@@ -575,42 +578,42 @@ std::string inspect_file(const std::string& path) {
                   my, mr, mx, mdw, static_cast<long long>(m.tile_rows), static_cast<long long>(m.tile_cols),
                   static_cast<long long>(m.tile), static_cast<long long>(m.tile),
                   m.dx_full.empty() ? "" : ", full dx map");
-    o << "  case " << p.case_id << "\n  impl " << p.impl << " (sha256 " << p.impl_sha256.substr(0, 12) << ")"
-      << (p.fwd.empty() || p.fwd == p.impl ? "" : ", forward " + p.fwd + " (sha256 " + p.fwd_sha256.substr(0, 12) + ")")
-      << " on "
-      << p.backend << (p.gpu.empty() ? "" : " (" + p.gpu + ")") << ", oracle " << p.oracle << ", verdict " << p.verdict
-      << "\n" << buf;
+    o << "  case " << E(p.case_id) << "\n  impl " << E(p.impl) << " (sha256 " << E(p.impl_sha256.substr(0, 12)) << ")"
+      << (p.fwd.empty() || p.fwd == p.impl ? ""
+                                           : ", forward " + E(p.fwd) + " (sha256 " + E(p.fwd_sha256.substr(0, 12)) + ")")
+      << " on " << E(p.backend) << (p.gpu.empty() ? "" : " (" + E(p.gpu) + ")") << ", oracle " << E(p.oracle)
+      << ", verdict " << E(p.verdict) << "\n" << buf;
     // Recorded sources that are not this build's: the numbers describe older
     // (or newer) code of the variant; replay re-runs this build's.
     const std::string stale = changed_sources(p);
     if (!stale.empty())
-      o << "  note: the sources changed since this was recorded (" << stale
+      o << "  note: the sources changed since this was recorded (" << E(stale)
         << "); `normgate repro --file` on a case says whether the outputs did\n";
   };
   std::string upgraded;
   if (schema == kCaseSchemaV1 || schema == kMapsSchemaV1) refuse_v1(path, schema);
   if (schema == kCaseSchema) {
     const SavedCase c = read_case(path, false, &upgraded);
-    o << path << ": " << kCaseSchema << " (content SHA-256 and inputs SHA-256 " << c.inputs_sha256.substr(0, 16)
+    o << E(path) << ": " << kCaseSchema << " (content SHA-256 and inputs SHA-256 " << c.inputs_sha256.substr(0, 16)
       << "... verified)\n";
-    if (!upgraded.empty()) o << "  upgraded " << upgraded << "\n";
+    if (!upgraded.empty()) o << "  upgraded " << E(upgraded) << "\n";
     line(c.prov, c.maps);
   } else if (schema == kMapsSchema) {
     std::string src;
     const auto es = read_maps_entries(path, false, &src, &upgraded);
-    o << path << ": " << kMapsSchema << " (content SHA-256 verified), " << es.size() << " entries, exported from "
-      << src << "\n";
-    if (!upgraded.empty()) o << "  upgraded " << upgraded << "\n";
+    o << E(path) << ": " << kMapsSchema << " (content SHA-256 verified), " << es.size() << " entries, exported from "
+      << E(src) << "\n";
+    if (!upgraded.empty()) o << "  upgraded " << E(upgraded) << "\n";
     for (const auto& e : es) {
-      o << "- window " << (e.prov.window.empty() ? "-" : e.prov.window) << "\n";
+      o << "- window " << (e.prov.window.empty() ? "-" : E(e.prov.window)) << "\n";
       line(e.prov, e.maps);
       // A forward window's case is carried by a backward run (carrier_for):
       // the window gates y and rstd; dx and dw are that backward's.
       if (e.prov.window.rfind("fwd ", 0) == 0 && e.prov.impl != e.prov.fwd)
-        o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "; dx, dw and the verdict are "
-          << e.prov.impl << "'s, the backward run that carried the case)\n";
+        o << "  (forward window: it gates y and rstd of " << E(e.prov.fwd) << "; dx, dw and the verdict are "
+          << E(e.prov.impl) << "'s, the backward run that carried the case)\n";
       else if (e.prov.window.rfind("fwd ", 0) == 0)  // a forward variant's own run (harness impl_variants)
-        o << "  (forward window: it gates y and rstd of " << e.prov.fwd << "'s own run; its dx, dw, and the verdict, "
+        o << "  (forward window: it gates y and rstd of " << E(e.prov.fwd) << "'s own run; its dx, dw, and the verdict, "
           << "include the carrier backward that ran after it)\n";
     }
   } else {

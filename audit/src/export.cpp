@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/doc_format.h"
+#include "normgate/core/printable.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
@@ -257,10 +258,11 @@ ReportWindow select_report_window(const nlohmann::json& report, const std::strin
     if (i < ws.size()) hit = &ws[i];
   }
   if (!hit) {
-    std::string msg = "no window '" + key + "'; its windows (give the label, FILE:LINE or index):";
+    std::string msg = "no window '" + core::escape_controls(key) + "'; its windows (give the label, FILE:LINE or index):";
     for (const auto& r : ws)
-      msg += "\n  " + std::to_string(r.index) + "  " + r.label + (r.route.empty() ? "" : "  (" + r.route + ")");
-    throw std::invalid_argument(msg);
+      msg += "\n  " + std::to_string(r.index) + "  " + core::escape_controls(r.label) +
+             (r.route.empty() ? "" : "  (" + core::escape_controls(r.route) + ")");
+    throw core::MultilineError(msg);
   }
   if (hit->worst_case.empty())
     throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + hit->label +

@@ -5,18 +5,57 @@
 
 namespace normgate::core {
 
+namespace {
+
+// The code point of the well-formed UTF-8 sequence of 2 or 3 bytes at
+// text[i] (its length in *n), or -1 (not one, or a longer one).
+long utf8_at(std::string_view text, size_t i, size_t* n) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const auto cont = [&](size_t k) { return i + k < text.size() && (b(k) & 0xC0) == 0x80; };
+  if ((b(0) & 0xE0) == 0xC0 && b(0) >= 0xC2 && cont(1)) {
+    *n = 2;
+    return static_cast<long>(((b(0) & 0x1F) << 6) | (b(1) & 0x3F));
+  }
+  if ((b(0) & 0xF0) == 0xE0 && cont(1) && cont(2)) {
+    const long c = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    if (c < 0x800) return -1;  // overlong
+    *n = 3;
+    return c;
+  }
+  return -1;
+}
+
+bool escaped_code_point(long c) {
+  return (c >= 0x80 && c <= 0x9F) || c == 0x2028 || c == 0x2029 || (c >= 0x202A && c <= 0x202E) ||
+         (c >= 0x2066 && c <= 0x2069);
+}
+
+}  // namespace
+
 std::string escape_controls(std::string_view text, bool keep_newline_tab) {
   std::string out;
   out.reserve(text.size());
-  for (const char ch : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
     const auto u = static_cast<unsigned char>(ch);
     if ((u < 0x20 && !(keep_newline_tab && (ch == '\n' || ch == '\t'))) || u == 0x7f) {
       char b[5];
       std::snprintf(b, sizeof b, "\\x%02x", u);
       out += b;
-    } else {
-      out += ch;
+      continue;
     }
+    if (u >= 0xC2 && u <= 0xE2) {
+      size_t n = 0;
+      const long c = utf8_at(text, i, &n);
+      if (c >= 0 && escaped_code_point(c)) {
+        char b[8];
+        std::snprintf(b, sizeof b, "\\u%04lx", c);
+        out += b;
+        i += n - 1;
+        continue;
+      }
+    }
+    out += ch;
   }
   return out;
 }

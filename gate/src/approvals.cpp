@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gate_internal.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/seed_set.h"
@@ -235,7 +236,7 @@ kernels::ApprovalPolicy required_policy(const std::string& policy_path) {
 namespace {
 std::string bullet_list(const std::vector<std::string>& xs) {
   std::string s;
-  for (const auto& x : xs) s += "\n  - " + x;
+  for (const auto& x : xs) s += "\n  - " + core::escape_controls(x);
   return s;
 }
 }  // namespace
@@ -245,8 +246,9 @@ void check_approval_request(const GateOptions& opt, Backend resolved, const std:
       required_policy(policy_path.empty() ? kernels::policy_path_for(opt.table_path) : policy_path);
   const auto missing = p.minimum.shortfalls(requested_strength(opt, resolved));
   if (!missing.empty())
-    throw std::invalid_argument("--approve refused: this campaign is weaker than the policy minimum of " +
-                                opt.table_path + " (" + p.path + ": " + p.minimum.describe() + "):" +
+    throw core::MultilineError("--approve refused: this campaign is weaker than the policy minimum of " +
+                               core::escape_controls(opt.table_path) + " (" + core::escape_controls(p.path) + ": " +
+                               core::escape_controls(p.minimum.describe()) + "):" +
                                 bullet_list(missing) +
                                 "\n  nothing was run or written: run the campaign the policy asks for (on its "
                                 "backends), or gate without --approve to see the verdicts only");

@@ -2,6 +2,7 @@
 #include "normgate/gate/journal.h"
 
 #include "normgate/core/json_number.h"
+#include "normgate/core/printable.h"
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
 
@@ -533,12 +534,18 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       std::string diff;
       for (const auto& [k, v] : campaign.items()) {
         const std::string was = old.contains(k) ? old[k].dump() : "(absent)";
-        if (!old.contains(k) || old[k] != v) diff += "\n  " + k + ": journal " + was + ", this run " + v.dump();
+        if (!old.contains(k) || old[k] != v)
+          diff += "\n  " + core::escape_controls(k) + ": journal " + core::escape_controls(was) + ", this run " +
+                  core::escape_controls(v.dump());
       }
       for (const auto& [k, v] : old.items())
-        if (!campaign.contains(k)) diff += "\n  " + k + ": journal " + v.dump() + ", this run (absent)";
-      throw std::invalid_argument("journal " + path + " belongs to a different campaign; differing fields:" + diff +
-                                  "\nresume with the same table and options, or use a new --journal file (journal= in Python)");
+        if (!campaign.contains(k))
+          diff += "\n  " + core::escape_controls(k) + ": journal " + core::escape_controls(v.dump()) +
+                  ", this run (absent)";
+      throw core::MultilineError("journal " + core::escape_controls(path) +
+                                 " belongs to a different campaign; differing fields:" + diff +
+                                 "\nresume with the same table and options, or use a new --journal file (journal= in "
+                                 "Python)");
     }
   };
   // (case, implementation) -> the first line holding it and its result (or error).
