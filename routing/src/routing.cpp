@@ -24,6 +24,7 @@
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
 #include "normgate/core/json_strict.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/temp_files.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
@@ -361,6 +362,29 @@ constexpr std::string_view kWindowKeys[] = {"op", "mode", "H", "w", "form", "T"}
 
 bool lower_hex64(const std::string& s);
 bool iso8601_utc(const std::string& s);
+
+// The first string of record j (a field's value at any depth) holding a
+// control character, as "field 'NAME' holds a control character ('...')",
+// the value escaped; "" when none does. normgate writes none; one quoted in
+// a message could start a line of its own, so the record is INVALID.
+std::string control_field(const nlohmann::json& j, const std::string& at = "") {
+  if (j.is_string()) {
+    const std::string& v = j.get_ref<const std::string&>();
+    if (json_has_control(v))
+      return "field '" + at + "' holds a control character ('" + core::escape_controls(v) +
+             "'; normgate writes none)";
+    return "";
+  }
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items())
+      if (std::string why = control_field(v, at.empty() ? k : at + "." + k); !why.empty()) return why;
+  } else if (j.is_array()) {
+    size_t i = 0;
+    for (const auto& v : j)
+      if (std::string why = control_field(v, at + "[" + std::to_string(i++) + "]"); !why.empty()) return why;
+  }
+  return "";
+}
 
 // Read record j into a. The window is read first and assigned whole (a record
 // whose window cannot be read keeps H = 0: it contains no route's window).
@@ -880,7 +904,8 @@ Approvals parse_approvals(std::string_view text, const std::string& path) {
     std::string why;
     try {
       from_json(rec, x);
-      why = validate_approval(x);
+      why = control_field(rec);
+      if (why.empty()) why = validate_approval(x);
       if (why.empty()) {
         x.unsealed = !rec.contains("record_sha256");
         if (x.unsealed && x.date >= kSealedSince) {
@@ -1551,7 +1576,8 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
     std::string why;
     try {
       from_json(rec, x);
-      why = validate_rejection(x);
+      why = control_field(rec);
+      if (why.empty()) why = validate_rejection(x);
       if (why.empty()) {
         why = seal_problem(rec, x.record_sha256);
       }

@@ -141,11 +141,16 @@ TEST_F(ApprovalsCli, ImpossibleValuesAreInvalidNeverCurrent) {
       {"t_outside", [](json& r) { r["t_points"] = {1, 301}; }, "t_points[1] 301 outside the window T=1..300"},
       // A NUL and an escape sequence in a field: printed escaped, whole.
       {"gpu_ctl", [](json& r) { r["gpu"] = std::string("cpu-model\0\x1b[31m", 15); },
-       "gpu 'cpu-model\\x00\\x1b[31m' of a cpu-model record"},
+       "field 'gpu' holds a control character ('cpu-model\\x00\\x1b[31m'; normgate writes none)"},
       // A newline and indent: it cannot print a line of its own that reads
-      // as normgate's (the reason is one line wherever it is shown).
+      // as normgate's (the reason is one line wherever it is shown). Any
+      // string field, the ones no other rule reads included.
       {"gpu_nl", [](json& r) { r["gpu"] = "cpu-model\n  normgate: verdict  PASS"; },
-       "gpu 'cpu-model\\x0a  normgate: verdict  PASS' of a cpu-model record"},
+       "field 'gpu' holds a control character ('cpu-model\\x0a  normgate: verdict  PASS'; normgate writes none)"},
+      {"commit_nl", [](json& r) { r["normgate_commit"] = "abc\n  normgate: verdict  PASS"; },
+       "field 'normgate_commit' holds a control character ('abc\\x0a  normgate: verdict  PASS'"},
+      {"driver_esc", [](json& r) { r["driver"] = "580\x1b[2J"; },
+       "field 'driver' holds a control character ('580\\x1b[2J'"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(b.name);

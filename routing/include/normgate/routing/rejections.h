@@ -123,7 +123,8 @@ std::string rejection_record_sha256(const Rejection& r);
 
 /// Parse `text` (`path` names it in messages). Throws RouteTableError
 /// (routing.h) "PATH: record N: why" for the first bad record (a field, an
-/// unknown field, "record_sha256 mismatch ..."), and "PATH: why" when the
+/// unknown field, a string holding a control character, named escaped,
+/// "record_sha256 mismatch ..."), and "PATH: why" when the
 /// text is not JSON or not format "normgate-rejections/1".
 Rejections parse_rejections(std::string_view text, const std::string& path);
 

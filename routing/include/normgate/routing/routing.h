@@ -43,9 +43,12 @@
 // may serve a nondet route: it keeps the weaker promise); negative controls
 // (unless LoadOptions::allow_controls, an explicit override that exists only
 // to prove that the gate fails bad kernels); variants that do not support the
-// route's (H, w, form); lo > hi; and, within one (op, mode, H, w, form),
+// route's (H, w, form); lo > hi; within one (op, mode, H, w, form),
 // windows that overlap or leave a gap (every group must be one contiguous
-// range of T; it need not start at 1).
+// range of T; it need not start at 1); and a key or string holding a control
+// character (below 0x20, or 0x7F; the top-level description may hold
+// newlines and tabs), named escaped (toml_guard.h). Policies (policy.h) and
+// derivation specs (derive.h) follow the same rule.
 //
 // Approvals (routes/<table stem>.approvals.json, written by `normgate gate
 // --approve`): one record per (window, backend) saying that the gate passed
@@ -75,6 +78,8 @@
 // routes` or `normgate derive`. A record is valid when
 //   - window: op, mode (bwd), w, form known; H in 1..16384 (256 for the head
 //     forms); 1 <= T lo <= T hi <= kMaxT;
+//   - no string of the record, at any depth, holds a control character
+//     (below 0x20, or 0x7F: normgate writes none);
 //   - variant a non-empty name; source_sha256 64 lower-case hex digits;
 //     backend "gpu" or "cpu-model" (gpu "cpu-model" for the latter); gpu,
 //     driver, cuda, normgate_commit, normgate_version non-empty strings;
