@@ -39,7 +39,8 @@ size_t utf8_length(const std::string& s, size_t i) {
 // normgate's other reports escape them. Newlines and tabs in
 // attributes are written as character references so a parser keeps them.
 // A byte that starts no well-formed UTF-8 sequence (a path in another
-// encoding) is U+FFFD, so the document stays UTF-8.
+// encoding), and the non-characters U+FFFE and U+FFFF, are U+FFFD, so the
+// document stays well-formed UTF-8 XML.
 std::string esc(const std::string& s, bool attribute) {
   std::string o;
   o.reserve(s.size() + 16);
@@ -48,8 +49,13 @@ std::string esc(const std::string& s, bool attribute) {
     const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x80) {
       const size_t n = utf8_length(s, i);
-      if (n == 0) {
+      // U+FFFE and U+FFFF (EF BF BE, EF BF BF) are not XML 1.0 characters
+      // either (the Char production, section 2.2): U+FFFD too.
+      const bool non_char = n == 3 && c == 0xEF && static_cast<unsigned char>(s[i + 1]) == 0xBF &&
+                            static_cast<unsigned char>(s[i + 2]) >= 0xBE;
+      if (n == 0 || non_char) {
         o += "\xEF\xBF\xBD";
+        i += non_char ? 2 : 0;
       } else {
         o.append(s, i, n);
         i += n - 1;

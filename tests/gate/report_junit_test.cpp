@@ -152,4 +152,10 @@ TEST(GateJunit, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
   EXPECT_TRUE(has(x, "name=\"caf\xef\xbf\xbd/r\xc3\xa9sum\xc3\xa9-\xf0\x9f\x98\x80-\xef\xbf\xbd\xef\xbf\xbd-\xef\xbf\xbd"
                      "\xef\xbf\xbd.toml\"")) << x;
   EXPECT_FALSE(has(x, "\xe9/")) << x;
+  // U+FFFE and U+FFFF are well-formed UTF-8 but no XML 1.0 characters (a
+  // parser refuses the document); U+FFFD and U+FFFC stay as they are.
+  r.table_path = "a\xef\xbf\xbe-\xef\xbf\xbf-\xef\xbf\xbd-\xef\xbf\xbc.toml";
+  const std::string y = nv::format_gate_junit(r, NAN);
+  EXPECT_TRUE(has(y, "name=\"a\xef\xbf\xbd-\xef\xbf\xbd-\xef\xbf\xbd-\xef\xbf\xbc.toml\"")) << y;
+  EXPECT_FALSE(has(y, "\xef\xbf\xbe") || has(y, "\xef\xbf\xbf")) << y;
 }
