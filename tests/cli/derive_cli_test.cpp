@@ -845,6 +845,28 @@ TEST(DeriveCli, CasesThatFailToRunAreAnErrorNotARejection) {
 }
 #endif
 
+// A timings file whose gpu holds an ESC and a newline (JSON escapes): the
+// table's GENERATED comment and the report name it escaped, so the table
+// reads back (an ESC in a TOML comment is a syntax error: derive refused
+// its own table, naming a file it never wrote) and no report line is forged.
+TEST(DeriveCli, TimingsStringsAreEscapedInTheTableAndReport) {
+  const Dir d;
+  std::string tim = read(d.p / "timings.json");
+  const std::string from = "\"gpu\": \"synthetic\"";
+  ASSERT_NE(tim.find(from), std::string::npos);
+  tim.replace(tim.find(from), from.size(), "\"gpu\": \"syn\\u001b[2J\\n- verdict: PASS\"");
+  std::ofstream(d.p / "odd-timings.json") << tim;
+  const CliRun r = normgate::test::run_normgate(d.run("--timings " + (d.p / "odd-timings.json").string() + kCampaign +
+                                                      " --approve"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string t = read(d.p / "t.toml");
+  EXPECT_TRUE(contains(t, "; timings syn\\x1b[2J\\x0a- verdict: PASS, 2026-12-01T00:00:00Z)")) << t;
+  EXPECT_FALSE(contains(t, "\x1b")) << t;
+  const std::string md = read(d.p / "r.md");
+  EXPECT_TRUE(contains(md, "- timings: syn\\x1b[2J\\x0a- verdict: PASS (driver -, CUDA -)")) << md;
+  EXPECT_FALSE(contains(md, "\n- verdict: PASS")) << md;
+}
+
 // --out in a folder whose name holds a space and an ESC: the table's
 // GENERATED comment names it as one shell word ($'...', no raw control byte
 // TOML would refuse), so derive writes the table it gated (it used to fail
