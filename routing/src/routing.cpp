@@ -1589,8 +1589,11 @@ Rejections parse_rejections(std::string_view text, const std::string& path) {
       if (out.records[k].record_sha256 == x.record_sha256)
         why = "a copy of record " + std::to_string(k) + " (the same record_sha256; normgate writes each record once)";
     if (!why.empty())
-      throw RouteTableError(path + ": record " + std::to_string(i) + " (" + x.window() + " -> " + x.variant +
-                            "): " + why + "; a remembered rejection re-routes windows, so derive stops (remove the "
+      // (a record whose window could not be read keeps H = 0: not named as
+      // a window it is not)
+      throw RouteTableError(path + ": record " + std::to_string(i) +
+                            (x.H > 0 ? " (" + x.window() + " -> " + x.variant + ")" : std::string(" (window unreadable)")) +
+                            ": " + why + "; a remembered rejection re-routes windows, so derive stops (remove the "
                             "record, or the file, to gate again)");
     out.records.push_back(std::move(x));
     ++i;

@@ -87,6 +87,36 @@ TEST(Rejections, FieldRules) {
   EXPECT_THROW((void)rejections_to_json_text(bad), std::invalid_argument);
 }
 
+// A record whose window cannot be read is named as such, not as the
+// window its defaults would print ("bwd det H=0 ... T=0..0 -> "); one with a
+// control character in a field names the field, escaped.
+TEST(Rejections, AnUnreadableWindowIsNotNamedAsAWindow) {
+  Rejections a;
+  a.path = "w.rejections.json";
+  a.records = {good()};
+  nlohmann::json doc = nlohmann::json::parse(rejections_to_json_text(a));
+  doc["rejections"][0]["window"] = "bwd";
+  try {
+    (void)parse_rejections(doc.dump(), a.path);
+    ADD_FAILURE() << "an unreadable window accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("w.rejections.json: record 0 (window unreadable): "), std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find("H=0"), std::string::npos) << e.what();
+  }
+  doc = nlohmann::json::parse(rejections_to_json_text(a));
+  doc["rejections"][0]["date"] = "2026-12-01T00:00:00Z\n  normgate: verdict  PASS";
+  try {
+    (void)parse_rejections(doc.dump(), a.path);
+    ADD_FAILURE() << "a control character accepted";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'date' holds a control character ('2026-12-01T00:00:00Z\\x0a  "
+                                         "normgate: verdict  PASS'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A second copy of a record makes the file INVALID, naming both.
 TEST(Rejections, ACopyOfARecordIsRefused) {
   Rejections a;
