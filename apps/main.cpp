@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "normgate/core/host_memory.h"
 #include "normgate/core/printable.h"
+#include "normgate/core/shell_quote.h"
 #include "normgate/core/temp_files.h"
 #include "normgate_version.h"
 
@@ -104,8 +105,10 @@ std::string repeated_option_message(CLI::App& app, const std::string& what, int 
     if (!hit) continue;
     std::string vals;
     size_t got = 0;
-    if (!first.empty()) vals = "'" + first + "'", got = 1;
-    for (; got < per && i + 1 < argc; ++got) vals += std::string(got == 0 ? "" : " ") + "'" + argv[++i] + "'";
+    // Each value as one shell word (a ' inside, a control byte: $'...').
+    if (!first.empty()) vals = normgate::core::shell_quote(first), got = 1;
+    for (; got < per && i + 1 < argc; ++got)
+      vals += std::string(got == 0 ? "" : " ") + normgate::core::shell_quote(argv[++i]);
     values += (n++ == 0 ? "" : ", ") + given + " " + vals;
   }
   if (n < 2) return "";

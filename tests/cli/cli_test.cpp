@@ -149,6 +149,9 @@ TEST(Cli, UsageErrorsExit2AndNameTheBadValue) {
       {"repro H=64,T=3,w=bf16,family=normal,seed=0 --impl fwd_rowwise --variant bwd_det_chunked",
        "--variant takes one value and was given 2 times (--impl 'fwd_rowwise', --variant 'bwd_det_chunked')"},
       {"export /nonexistent/r.json -oa.h5 -o b.h5", "--output takes one value and was given 2 times (-o 'a.h5', -o 'b.h5')"},
+      // a quote or a control byte inside a value: one shell word each
+      {"gate routes/sm90a-ci.toml --plan --seeds \"3x'4\" --seeds \"$(printf 'a\\tb')\"",
+       "--seeds takes one value and was given 2 times (--seeds '3x'\\''4', --seeds $'a\\tb')"},
       {"approvals /nonexistent/a.json --carry a b --carry c d",
        "--carry takes 2 values and was given 2 times (--carry 'a' 'b', --carry 'c' 'd')"},
       {"check --backend cpu --H 64,64 --T 3 --seeds 3x1", "--H '64,64': '64' given twice"},
