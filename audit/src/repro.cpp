@@ -1,5 +1,6 @@
 // audit/src/repro.cpp: one case, one implementation, explained element by element.
 #include "normgate/audit/repro.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/shell_quote.h"
 
 #include <omp.h>
@@ -195,7 +196,9 @@ ReproReport repro(const CheckRequest& req, const ReproOptions& opt) {
   r.check = finish_check(std::move(pc), [&](const CheckInternals& in) {
     const Outputs& got = in.outs.front();
     if (opt.recorded != nullptr) {
-      r.recorded_note = "recorded by " + opt.recorded_impl + " on " + opt.recorded_backend;
+      // (the file's strings escaped: the note is printed as part of one line)
+      r.recorded_note =
+          "recorded by " + core::escape_controls(opt.recorded_impl) + " on " + core::escape_controls(opt.recorded_backend);
       if (opt.recorded_impl == req.impls.front()) {
         const Outputs& rec = *opt.recorded;
         r.vs_recorded = {diff_output("y", got.y, rec.y), diff_output("rstd", got.rstd, rec.rstd),
