@@ -85,16 +85,14 @@ void add_repro(CLI::App& app, Commands& cmds) {
         validators::ReportWindow w;
         try {
           w = validators::select_report_window(j, o->window);  // an empty one: "no window ''", the windows listed
-        } catch (const core::MultilineError& e) {  // the windows listed, one a line
-          throw core::MultilineError(
-              "report '" + core::escape_controls(o->report) + "': " +
-              (o->window.empty() ? "--from-report needs --window W, the window whose worst case to run: " : "") +
-              e.what());
         } catch (const std::invalid_argument& e) {
-          throw std::invalid_argument(
-              "report '" + o->report + "': " +
-              (o->window.empty() ? "--from-report needs --window W, the window whose worst case to run: " : "") +
-              e.what());
+          const std::string hint =
+              o->window.empty() ? "--from-report needs --window W, the window whose worst case to run: " : "";
+          // A MultilineError (the windows listed, one a line) stays one, its
+          // path escaped as its thrower escaped the rest.
+          if (dynamic_cast<const core::MultilineError*>(&e) != nullptr)
+            throw core::MultilineError("report '" + core::escape_controls(o->report) + "': " + hint + e.what());
+          throw std::invalid_argument("report '" + o->report + "': " + hint + e.what());
         }
         case_text = w.worst_case;
         if (impl.empty()) impl = w.impl;

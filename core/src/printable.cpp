@@ -32,6 +32,14 @@ bool escaped_code_point(long c) {
 
 }  // namespace
 
+bool has_control_bytes(std::string_view text, bool keep_newline_tab) noexcept {
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if ((u < 0x20 && !(keep_newline_tab && (ch == '\n' || ch == '\t'))) || u == 0x7f) return true;
+  }
+  return false;
+}
+
 std::string escape_controls(std::string_view text, bool keep_newline_tab) {
   std::string out;
   out.reserve(text.size());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gate_internal.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
 
@@ -71,15 +72,7 @@ std::string esc(const std::string& s, bool attribute) {
       case '\n': o += attribute ? "&#10;" : "\n"; break;
       case '\t': o += attribute ? "&#9;" : "\t"; break;
       case '\r': o += "&#13;"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          o += "\\x";
-          o += kHex[c >> 4];
-          o += kHex[c & 15];
-        } else {
-          o += ch;
-        }
+      default: o += core::escape_controls(std::string_view(&ch, 1));  // \xNN for a control, else ch
     }
   }
   return o;

@@ -370,7 +370,7 @@ bool iso8601_utc(const std::string& s);
 std::string control_field(const nlohmann::json& j, const std::string& at = "") {
   if (j.is_string()) {
     const std::string& v = j.get_ref<const std::string&>();
-    if (json_has_control(v))
+    if (core::has_control_bytes(v))
       return "field '" + at + "' holds a control character ('" + core::escape_controls(v) +
              "'; normgate writes none)";
     return "";

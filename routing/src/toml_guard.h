@@ -78,11 +78,7 @@ inline std::optional<std::pair<int, std::string>> toml_unclassifiable(std::strin
 /// a route table, policy or spec needs one. The top-level `description` may
 /// hold newlines and tabs: reports print it escaped.
 inline std::optional<std::pair<int, std::string>> toml_control_string(const toml::table& root) {
-  auto bad = [](std::string_view s) {
-    for (const char c : s)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
-    return false;
-  };
+  const auto bad = [](std::string_view s) { return core::has_control_bytes(s); };
   std::optional<std::pair<int, std::string>> found;
   auto report = [&](const toml::source_region& where, std::string what, std::string_view s) {
     if (!found)
@@ -97,11 +93,7 @@ inline std::optional<std::pair<int, std::string>> toml_control_string(const toml
         if (bad(k.str())) report(k.source(), "key", k.str());
         if (top && k.str() == "description" && v.is_string()) {
           const std::string& d = v.as_string()->get();
-          for (const char c : d)
-            if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
-              report(v.source(), "description", d);
-              break;
-            }
+          if (core::has_control_bytes(d, /*keep_newline_tab=*/true)) report(v.source(), "description", d);
           continue;
         }
         self(self, v, false);

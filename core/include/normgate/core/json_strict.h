@@ -18,13 +18,6 @@ namespace normgate {
 /// objects and arrays a few levels deep.
 constexpr int kJsonMaxDepth = 64;
 
-/// True when `s` holds a control byte (below 0x20, or 0x7F).
-inline bool json_has_control(std::string_view s) {
-  for (const char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
-  return false;
-}
-
 /// Parse `text` as JSON with three more rules, all refused before the caller
 /// sees the value:
 ///  - at most `max_depth` nested arrays and objects (nlohmann::json's dump
@@ -54,7 +47,7 @@ inline nlohmann::json parse_json_strict(std::string_view text, int max_depth = k
         if (ev == Event::object_start) keys.emplace_back();
         break;
       case Event::key:
-        if (json_has_control(parsed.get_ref<const std::string&>()))
+        if (core::has_control_bytes(parsed.get_ref<const std::string&>()))
           throw std::invalid_argument("JSON key '" + core::escape_controls(parsed.get_ref<const std::string&>()) +
                                       "' holds a control character");
         if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)

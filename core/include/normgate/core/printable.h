@@ -24,6 +24,11 @@ namespace normgate::core {
 /// std::bad_alloc.
 std::string escape_controls(std::string_view text, bool keep_newline_tab = false);
 
+/// True when `text` holds a byte escape_controls writes as \xHH: a C0
+/// control (0x00-0x1f) or DEL (0x7f), newline and tab excepted when
+/// `keep_newline_tab`. Never throws.
+bool has_control_bytes(std::string_view text, bool keep_newline_tab = false) noexcept;
+
 /// An error message made of lines: a first line, then lines of its own (a
 /// list, a table of differences), each begun by "\n". The thrower writes
 /// every value it quotes through escape_controls, so the message's only
