@@ -326,8 +326,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument("--gate-windows '" + printable_line(o->gate_windows) +
                                       "' selects no window of " + printable_line(o->spec) +
                                       " (no group and candidate of the spec matches it)");
-        require_host_memory(bwd_cases, 1);
-        require_host_memory(fwd_cases, 1, /*forward_only=*/true);
+        // The gate below runs on every visible GPU (derive has no --devices).
+        require_gate_host_memory(
+            bwd_cases, fwd_cases,
+            gate_hold(validators::resolve_backend(validators::parse_backend(o->backend)), std::vector<int>{}));
       }
       o->g.backend = validators::parse_backend(o->backend);
       o->g.oracle = oracle::parse_oracle_mode(o->oracle);

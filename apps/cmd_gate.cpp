@@ -260,14 +260,15 @@ void add_gate(CLI::App& app, Commands& cmds) {
       }
       // The largest case of every window within host memory, before any
       // work: its inputs and one implementation's outputs (what any case of
-      // it holds at least); a refusal, not std::bad_alloc hours into a run.
+      // it holds at least), times the cases the GPU pipeline holds at once;
+      // a refusal, not std::bad_alloc hours into a run.
       {
         const validators::GatePlan plan = validators::plan_gate(o->g);
         std::vector<seeds::CaseId> bwd_cases, fwd_cases;
         for (const auto& w : plan.windows)
           if (w.largest.T > 0) (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
-        require_host_memory(bwd_cases, 1);
-        require_host_memory(fwd_cases, 1, /*forward_only=*/true);
+        require_gate_host_memory(bwd_cases, fwd_cases,
+                                 gate_hold(validators::resolve_backend(o->g.backend), o->g.devices));
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;
       const auto backend = validators::resolve_backend(o->g.backend);  // a GPU, if asked for, is there (above)

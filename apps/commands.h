@@ -2,6 +2,8 @@
 // subcommands share (common.cpp).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -12,6 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/seeds/case_id.h"
+
+namespace normgate::validators {
+enum class Backend : uint8_t;  // harness/pipeline.h
+}  // namespace normgate::validators
 
 namespace normgate::app {
 
@@ -157,9 +163,10 @@ CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 /// dh_new for a backward check) and each implementation's outputs (y, and
 /// dx for a backward check), 2 bytes an element each. `forward_only`: the
 /// check validates the forward only (check --outputs fwd). The oracle's
-/// per-row and per-column data, the validation tiles and any case prepared
-/// ahead come on top (measured: 8.0 bytes an element at plain [32768, 4096]
-/// with one implementation, where this bound is 8). Throws
+/// per-row and per-column data and the validation tiles come on top
+/// (measured: 8.0 bytes an element at plain [32768, 4096] with one
+/// implementation, where this bound is 8); a gate's cases prepared ahead:
+/// require_gate_host_memory. Throws
 /// std::invalid_argument naming the largest case, this bound and the host's
 /// physical memory, or the memory limit of its cgroups when that is lower
 /// (core::host_memory: the limit and the file it came from are named), when
@@ -191,6 +198,32 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls
 /// --variant all` runs them.
 void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                          bool forward_only = false);
+
+/// What a gate holds in host memory beside one case's tensors
+/// (gate_hold): `cases` cases at once, each up to the largest, and
+/// `pinned_bytes` of page-locked staging buffers; `why` says where the
+/// count comes from, for the refusal's message.
+struct GateHold {
+  size_t cases = 1;
+  uint64_t pinned_bytes = 0;
+  std::string why;
+};
+
+/// The gate's hold on `backend` (resolved: cpu or gpu) over `devices` (the
+/// --devices list; empty: every visible device): on the GPU
+/// validators::cases_in_host_memory (the case being checked and one
+/// prepared ahead a device, unless NORMGATE_OVERLAP=0) and
+/// validators::kPinnedStagingBytes; on the CPU one case, nothing pinned.
+GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices);
+
+/// require_host_memory for a gate's cases (gate, derive --gate, approvals'
+/// re-gates): one implementation each, `bwd_cases` checking the backward
+/// and `fwd_cases` the forward only, `held.cases` of the largest of either
+/// held at once plus `held.pinned_bytes`. The same refusal (exit 2 through
+/// std::invalid_argument), naming the count and why, and the largest T
+/// that fits with that many held.
+void require_gate_host_memory(const std::vector<seeds::CaseId>& bwd_cases, const std::vector<seeds::CaseId>& fwd_cases,
+                              const GateHold& held);
 
 /// Load and register every plugin of `paths` (plugin/loader.h
 /// register_plugins), before any other work: a missing or bad library is

@@ -487,8 +487,12 @@ namespace {
 
 // require_host_memory for a count of implementations per case (counts[k] for
 // cases[k]); the message names the largest case's count.
-void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts, bool forward_only,
-                        MemoryExtra extra = MemoryExtra::none) {
+// fwd_only[k]: case k validates the forward only. held: the GPU pipeline's
+// cases in host memory at once and its pinned staging (GateHold; {1, 0}
+// outside the gate).
+void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vector<size_t>& counts,
+                        const std::vector<bool>& fwd_only, MemoryExtra extra = MemoryExtra::none,
+                        const GateHold& held = GateHold{}) {
   const seeds::CaseId* big = nullptr;
   size_t big_impls = 0;
   unsigned __int128 most = 0;
@@ -511,6 +515,7 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
     // 14, 16, 7.3 and 9.3.
     const bool res = c.form == normgate::Form::res;
     const uint64_t in3 = (res ? 15 : 6) + (c.form == normgate::Form::heads24 ? 2 : 0);
+    const bool forward_only = fwd_only[k];
     const uint64_t out3 = 3 * (forward_only ? (res ? 2 : 1) : (res ? 3 : 2));
     // repro --save (MemoryExtra::case_file): 14 bytes an element, res 24.
     const uint64_t file3 = extra == MemoryExtra::case_file ? (res ? 36 : 21) : 0;
@@ -525,13 +530,16 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   // limit counts as soon as the threads start (core::thread_stacks_bytes),
   // and a margin of 1% + 32 MiB for the rest (the oracle's row arrays, the
   // runtime's own allocations; measured 4-14 MB over the tensors at 41M
-  // elements under ulimit -v).
+  // elements under ulimit -v). A gate on the GPU holds held.cases cases at
+  // once (each up to the largest) and its pinned staging buffers.
+  const size_t n_held = std::max<size_t>(held.cases, 1);
   const unsigned __int128 case_bytes = most;  // the largest case, its extra included
-  const unsigned __int128 tensors = case_bytes + maps;
+  const unsigned __int128 tensors = case_bytes * n_held + maps;
   const unsigned __int128 stacks = core::thread_stacks_bytes();
+  const unsigned __int128 pinned = held.pinned_bytes;
   constexpr uint64_t kFixed = uint64_t{32} << 20;
   const unsigned __int128 margin = tensors / 100 + kFixed;
-  most = tensors + stacks + margin;
+  most = tensors + stacks + pinned + margin;
   const unsigned __int128 have = have64;
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
@@ -552,17 +560,24 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
           ? static_cast<unsigned __int128>(4) * static_cast<uint64_t>(big->rows()) * static_cast<uint64_t>(big->H)
           : 0;
   const unsigned __int128 fixed_maps = maps - own_maps;
-  const unsigned __int128 per_t = big->T > 0 ? (case_bytes + own_maps) / static_cast<uint64_t>(big->T) : 0;
-  const unsigned __int128 room = have > stacks + kFixed + fixed_maps ? have - stacks - kFixed - fixed_maps : 0;
+  const unsigned __int128 per_t =
+      big->T > 0 ? (case_bytes * n_held + own_maps) / static_cast<uint64_t>(big->T) : 0;
+  const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps;
+  const unsigned __int128 room = have > fixed ? have - fixed : 0;
   const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
   const std::string advice =
       t_max >= 1 ? ": choose T <= " + std::to_string(static_cast<uint64_t>(t_max)) + " at this H and form" +
                        (big_impls > 1 ? ", or fewer implementations" : "")
                  : ": no T of this H and form fits";
+  const std::string held_words =
+      n_held > 1 ? " for " + std::to_string(n_held) + " cases held at once (" + held.why + "), each up to " +
+                       gib(case_bytes)
+                 : std::string();
+  const std::string pinned_words = held.pinned_bytes > 0 ? gib(pinned) + " of pinned staging buffers, " : "";
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + ") needs about " + gib(most) + " of host memory: " +
                               gib(tensors) + (extra == MemoryExtra::none ? " of BF16 tensors (" : " of arrays (") +
-                              what + "), " + gib(stacks) +
+                              what + ")" + held_words + ", " + pinned_words + gib(stacks) +
                               " for the threads' stacks and " + gib(margin) + " of margin (1% + 32 MiB); more than " +
                               where + advice);
 }
@@ -570,11 +585,31 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
 }  // namespace
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only) {
-  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), forward_only);
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), forward_only));
 }
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra) {
-  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), false, extra);
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), false), extra);
+}
+
+GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices) {
+  GateHold h;
+  if (backend != validators::Backend::gpu) return h;
+  const size_t g = devices.empty() ? static_cast<size_t>(std::max(kernels::device_count(), 1)) : devices.size();
+  h.cases = validators::cases_in_host_memory(true, g);
+  h.pinned_bytes = validators::kPinnedStagingBytes;
+  h.why = g == 1 ? "the case being checked and the next one prepared on the GPU"
+                 : "the case being checked and one prepared ahead by each of " + std::to_string(g) + " GPU workers";
+  return h;
+}
+
+void require_gate_host_memory(const std::vector<seeds::CaseId>& bwd_cases, const std::vector<seeds::CaseId>& fwd_cases,
+                              const GateHold& held) {
+  std::vector<seeds::CaseId> all = bwd_cases;
+  all.insert(all.end(), fwd_cases.begin(), fwd_cases.end());
+  std::vector<bool> fwd(bwd_cases.size(), false);
+  fwd.resize(all.size(), true);
+  require_memory_for(all, std::vector<size_t>(all.size(), 1), fwd, MemoryExtra::none, held);
 }
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
@@ -587,7 +622,7 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vec
         // check (its dx beside its y: two forward implementations' outputs;
         // measured: bad_alloc under ulimit -v where one was counted).
         counts[k] += forward_only && impl == "fp32-baseline" ? 2 : 1;
-  require_memory_for(cases, counts, forward_only);
+  require_memory_for(cases, counts, std::vector<bool>(cases.size(), forward_only));
 }
 
 }  // namespace normgate::app

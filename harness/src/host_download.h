@@ -20,10 +20,13 @@
 #include <cuda_runtime.h>
 
 #include "host_pool.h"
+#include "normgate/harness/pipeline.h"
 
 namespace normgate::kernels::detail {
 
 inline constexpr size_t kStageBytes = size_t{64} << 20;
+static_assert(2 * kStageBytes == validators::kPinnedStagingBytes,
+              "pipeline.h's kPinnedStagingBytes (the host-memory checks) is the staging pair's size");
 
 /// Receives the downloaded bytes in order: `bytes` bytes at `chunk` (pinned
 /// staging memory, valid only during the call), the next ones after those of

@@ -636,6 +636,12 @@ bool pipeline_overlap() {
   return true;
 }
 
+size_t cases_in_host_memory(bool gpu, size_t devices) {
+  // run_checks below: with overlap, case i is finished while the workers
+  // prepare i+1..i+G (the prepare of i+G is launched once i's is taken).
+  return gpu && pipeline_overlap() ? std::max<size_t>(devices, 1) + 1 : 1;
+}
+
 PipelineStats run_checks(size_t n, const std::function<CheckRequest(size_t)>& request,
                          const std::function<void(size_t, CheckReport*, std::exception_ptr)>& done,
                          const std::vector<int>& devices) {

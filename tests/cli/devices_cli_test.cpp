@@ -8,13 +8,16 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "normgate/core/host_memory.h"
 #include "normgate/kernels/device.h"
 
 namespace {
@@ -155,6 +158,42 @@ TEST(DevicesCli, RepeatedDeviceGivesTheSameReportsAndJournal) {
   EXPECT_EQ(three.at("devices"), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(three.at("elements"), one.at("elements"));
   EXPECT_GT(three.at("phases").at("downloads").at("seconds").get<double>(), 0.0);
+  std::filesystem::remove_all(dir);
+}
+
+// GPU only: the gate's host-memory check counts the cases its pipeline holds
+// at once (harness/pipeline.h cases_in_host_memory): a window whose largest
+// case fits alone (about 0.6 of the usable memory) but not twice is refused
+// before any work, naming the count, with one worker (2 held) and with three
+// (4 held); the pinned staging buffers are named too.
+TEST(DevicesCli, GateCountsTheCasesItsGpuPipelineHolds) {
+  if (!normgate::kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device";
+  const uint64_t usable = normgate::core::host_memory().usable();
+  if (usable == 0) GTEST_SKIP() << "this host does not say its memory";
+  // Plain backward, one implementation: x, dy, y and dx in BF16, 8 bytes an element.
+  const uint64_t per_t = uint64_t{8} * 16384;
+  const uint64_t t = usable / 10 * 6 / per_t;
+  ASSERT_GT(t, 0u);
+  ASSERT_LT(t, uint64_t{2147483647});
+  const std::string dir = temp_dir("held");
+  const std::string table = dir + "/big.toml";
+  std::ofstream(table) << "arch = \"sm90a\"\nroute = [\n"
+                          "  { op = \"bwd\", mode = \"det\", H = 16384, w = \"bf16\", form = \"plain\", "
+                          "T = [1, " << t << "], variant = \"bwd_det_chunked\" },\n]\n";
+  const std::string journal = dir + "/j.jsonl";
+  for (const auto& [devices, held] : {std::pair<std::string, std::string>{"0", "2 cases held at once (the case being "
+                                                                                 "checked and the next one prepared on the GPU)"},
+                                      {"0,0,0", "4 cases held at once (the case being checked and one prepared ahead by "
+                                                "each of 3 GPU workers)"}}) {
+    const auto r = run_normgate("gate " + table + " --backend gpu --seeds 3x1 --t-per-window 4 --dense-points 2 "
+                                "--devices " + devices + " --journal " + journal);
+    EXPECT_EQ(r.code, 2) << devices << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "case H=16384,T=" + std::to_string(t) + ",")) << r.out;
+    EXPECT_TRUE(contains(r.out, held + ", each up to " + normgate::core::gib_and_bytes(t * per_t) + ", ")) << r.out;
+    EXPECT_TRUE(contains(r.out, "0.1 GiB (134217728 bytes) of pinned staging buffers, ")) << r.out;
+    EXPECT_FALSE(contains(r.out, "phase")) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(journal) && !slurp(journal).empty()) << slurp(journal);
+  }
   std::filesystem::remove_all(dir);
 }
 

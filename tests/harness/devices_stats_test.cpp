@@ -229,6 +229,21 @@ TEST(PipelineOverlap, ReadsNormgateOverlap) {
   EXPECT_TRUE(nv::pipeline_overlap());
 }
 
+// The cases run_checks holds in host memory at once, which the gate's
+// host-memory check multiplies its largest case by: the one being finished
+// and one prepared ahead a GPU worker; one without overlap or on the CPU.
+TEST(PipelineOverlap, CasesInHostMemory) {
+  OverlapEnv env;
+  env.set(nullptr);
+  EXPECT_EQ(nv::cases_in_host_memory(true, 1), 2u);
+  EXPECT_EQ(nv::cases_in_host_memory(true, 3), 4u);
+  EXPECT_EQ(nv::cases_in_host_memory(true, 0), 2u);  // no list: at least one worker
+  EXPECT_EQ(nv::cases_in_host_memory(false, 3), 1u);
+  env.set("0");
+  EXPECT_EQ(nv::cases_in_host_memory(true, 3), 1u);
+  EXPECT_EQ(nv::kPinnedStagingBytes, uint64_t{134217728});
+}
+
 // The CPU backend never overlaps, whatever NORMGATE_OVERLAP says.
 TEST(PipelineOverlap, CpuBackendNeverOverlaps) {
   OverlapEnv env;

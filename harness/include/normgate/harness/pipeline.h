@@ -382,6 +382,19 @@ std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwid
 /// the halves apart tells whether the overlap costs the oracle.
 bool pipeline_overlap();
 
+/// Cases run_checks holds in host memory at once (inputs and downloaded
+/// outputs), for the checks that refuse a gate before any work when its
+/// largest case cannot fit (apps' require_gate_host_memory): on the GPU
+/// backend with pipeline_overlap(), the case being finished and one
+/// prepared ahead on each of `devices` workers (devices + 1); otherwise 1.
+/// Read with pipeline_overlap() at the call, as run_checks reads it.
+size_t cases_in_host_memory(bool gpu, size_t devices);
+
+/// Page-locked host memory the GPU backend's downloads stage through: two
+/// buffers of 64 MiB, one pair per process (harness/src/host_download.h,
+/// kStageBytes), allocated on the first staged download and kept.
+inline constexpr uint64_t kPinnedStagingBytes = uint64_t{128} << 20;
+
 /// Run n checks in order, request(i) giving the i-th. On the GPU backend the
 /// prepare_check of request i (GPU work) runs on a worker thread for device
 /// devices[i % G], G = devices.size() (empty: every visible device, 0..
