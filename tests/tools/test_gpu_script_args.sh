@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-side scripts refuse bad arguments before any work (exit 2, naming
-# the value) and print their help: tools/h200.sh, tools/digest_carry.sh and
-# tools/oracle_scaling.sh.
+# the value) and print their help: tools/h200.sh, tools/digest_carry.sh,
+# tools/oracle_scaling.sh and tools/kernels_ab.sh.
 # No GPU needed: every case below stops at argument checking.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -56,5 +56,35 @@ expect 0 "How the oracle half's cost per element grows" -- bash "$S" --help
 # A finish_bench that fails: the script says so and exits 3.
 printf '#!/bin/sh\nexit 1\n' >"$t/b/bench/finish_bench"
 expect 3 "1 run(s) failed" -- env NORMGATE_BUILD="$t/b" NG_OS_THREADS=1 NG_OS_BLOCKS=auto bash "$S" --out "$t/s2"
+# tools/kernels_ab.sh: usage errors before any run, then a run over two
+# made-up kernels_bench builds (each writes one row of its own time and logs
+# its turn): rounds alternate the order, and ab.md holds B/A.
+K="$root/tools/kernels_ab.sh"
+printf '#!/bin/sh\nexit 0\n' >"$t/kb" && chmod +x "$t/kb"
+expect 2 "two or more --build" -- bash "$K" --build a="$t/kb" --out "$t/k"
+expect 2 "is not an executable file" -- bash "$K" --build a="$t/kb" --build b="$t/none" --out "$t/k"
+expect 2 "is not NAME=FILE" -- bash "$K" --build "a b=$t/kb" --build b="$t/kb" --out "$t/k"
+expect 2 "name 'a' given twice" -- bash "$K" --build a="$t/kb" --build a="$t/kb" --out "$t/k"
+expect 2 "from 1 to 99" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --rounds 0 --out "$t/k"
+expect 2 "at most 9 digits" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --deadline-s 1234567890 --out "$t/k"
+expect 2 "'--json' is set by this script" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --out "$t/k" -- --json x
+expect 0 "An A/B (or A/B/C...) of kernels_bench" -- bash "$K" --help
+[ ! -e "$t/k" ] || { echo "FAIL: kernels_ab.sh made its output folder before refusing" >&2; fail=1; }
+for n in 10 12; do
+  cat >"$t/kb$n" <<EOS
+#!/bin/sh
+while [ \$# -gt 0 ]; do [ "\$1" = --json ] && j="\$2"; shift; done
+echo "kb$n" >>"$t/turns"
+printf '{"rows": [{"shape": "4097x1536", "w": "bf16", "op": "fwd fwd_wide", "median_us": $n.0}]}' >"\$j"
+EOS
+  chmod +x "$t/kb$n"
+done
+expect 0 "| 4097x1536 | bf16 | fwd fwd_wide | 10.0 (10.0/10.0) | 12.0 (12.0/12.0) | 1.200 |" -- \
+  bash "$K" --build old="$t/kb10" --build new="$t/kb12" --rounds 2 --out "$t/k" -- --reps 50 4097,1536
+[ "$(tr '\n' ' ' <"$t/turns")" = "kb10 kb12 kb12 kb10 " ] ||
+  { echo "FAIL: kernels_ab.sh ran in the order $(tr '\n' ' ' <"$t/turns") (want kb10 kb12 kb12 kb10)" >&2; fail=1; }
+[ -f "$t/k/ab.md" ] && [ -f "$t/k/new-2.json" ] || { echo "FAIL: kernels_ab.sh left no ab.md or new-2.json" >&2; fail=1; }
+printf '#!/bin/sh\nexit 1\n' >"$t/kbfail" && chmod +x "$t/kbfail"
+expect 1 "kernels_ab: bad round 1 failed" -- bash "$K" --build old="$t/kb10" --build bad="$t/kbfail" --rounds 1 --out "$t/k2"
 [ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
 exit $fail
