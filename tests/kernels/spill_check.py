@@ -9,13 +9,16 @@ the allowlist, whose lines are
 
     FILE | KERNEL | STORES | LOADS | why (where it is measured or explained)
 
-(KERNEL as demangled, without namespaces and arguments, e.g.
-`fwd_simple_kernel<1, __nv_bfloat16, true>`; '#' starts a comment line).
+(FILE a kernel source's name; KERNEL as demangled, without namespaces and
+arguments, e.g. `fwd_simple_kernel<1, __nv_bfloat16, true>`; '#' starts a
+comment line).
 
 Exit 1, naming each: a spill not in the list; a spill of more bytes (stores or
-loads) than its entry allows; an entry whose kernel no longer spills (stale:
-remove it); a source without a log (an object built before the launcher:
-rebuild). Exit 2: usage, unreadable or malformed allowlist. Exit 0 otherwise,
+loads) than its entry allows; an entry whose kernel no longer spills, or whose
+FILE is not among the sources (stale: remove it); a ptxas line about spills
+in another form than ptxas's (not read, so not passed); a source without a
+log (an object built before the launcher: rebuild). Exit 2: usage, an
+unreadable, non-UTF-8 or malformed allowlist, no c++filt. Exit 0 otherwise,
 printing what was checked.
 
 Usage: spill_check.py --objects DIR --allow FILE SOURCE.cu ...
@@ -34,9 +37,12 @@ SPILL = re.compile(r"^ptxas warning : Registers are spilled to local memory in f
 
 
 def demangle(names):
-    """Itanium names to C++ via c++filt (as given when c++filt is missing)."""
-    if not names or shutil.which("c++filt") is None:
-        return list(names)
+    """Itanium names to C++ via c++filt (binutils); exit 2 without it."""
+    if not names:
+        return []
+    if shutil.which("c++filt") is None:
+        print("spill_check: c++filt (binutils) is not on PATH: the spilling kernels cannot be named", file=sys.stderr)
+        sys.exit(2)
     out = subprocess.run(["c++filt"], input="\n".join(names) + "\n", capture_output=True, text=True, check=True)
     lines = out.stdout.split("\n")
     return [lines[i] if i < len(lines) and lines[i] else n for i, n in enumerate(names)]
@@ -69,23 +75,37 @@ def short_name(demangled):
     return s[last:]
 
 
+def usage_error(msg):
+    print("spill_check: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+BYTES = re.compile(r"^[0-9]{1,9}$")
+
+
 def read_allow(path):
     entries = {}
     try:
-        text = open(path, encoding="utf-8").read()
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8-sig")
     except OSError as e:
-        sys.exit(f"spill_check: cannot read --allow {path}: {e.strerror}")
+        usage_error(f"cannot read --allow {path}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        usage_error(f"--allow {path} is not UTF-8 (byte {e.start})")
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        f = [x.strip() for x in line.split("|")]
-        if len(f) != 5 or not f[0] or not f[1] or not f[2].isdigit() or not f[3].isdigit() or not f[4]:
-            print(f"spill_check: {path}:{n}: not 'FILE | KERNEL | STORES | LOADS | why': {line!r}", file=sys.stderr)
-            sys.exit(2)
+        # KERNEL may hold '|' (operator|): FILE is the first field, STORES,
+        # LOADS and why the last three ('|' in why is not allowed).
+        parts = [x.strip() for x in line.split("|")]
+        f = [parts[0], "|".join(parts[1:-3]).strip()] + parts[-3:] if len(parts) >= 5 else parts
+        if (len(f) != 5 or not f[0] or "/" in f[0] or not f[0].endswith(".cu") or not f[1]
+                or not BYTES.match(f[2]) or not BYTES.match(f[3]) or not f[4]):
+            usage_error(f"{path}:{n}: not 'FILE.cu | KERNEL | STORES | LOADS | why' (FILE a name without "
+                        f"folders, bytes as digits): {line!r}")
         key = (f[0], f[1])
         if key in entries:
-            print(f"spill_check: {path}:{n}: {f[0]} {f[1]} listed twice", file=sys.stderr)
-            sys.exit(2)
+            usage_error(f"{path}:{n}: {f[0]} {f[1]} listed twice")
         entries[key] = (int(f[2]), int(f[3]))
     return entries
 
@@ -107,9 +127,12 @@ def main():
             problems.append(f"{src}: no ptxas log {log} (an object built before cmake/ptxas_log.sh: rebuild it)")
             continue
         for line in open(log, encoding="utf-8", errors="replace").read().splitlines():
-            m = SPILL.match(line)
+            m = SPILL.match(" ".join(line.split()))
             if m:
                 raw.append((os.path.basename(src), m.group(1), int(m.group(2)), int(m.group(3))))
+            elif "spill" in line.lower() and "0 bytes spill stores, 0 bytes spill loads" not in line:
+                # A spill this script cannot read is not a spill it may pass.
+                problems.append(f"{src}: a ptxas line about spills in a form this check does not know: {line!r}")
     names = demangle([r[1] for r in raw])
     for (src, _, st, ld), dn in zip(raw, names):
         key = (src, short_name(dn))
@@ -125,7 +148,10 @@ def main():
                             f"{allow[key][0]} / {allow[key][1]} listed")
     checked = {os.path.basename(s) for s in a.sources}
     for key in sorted(allow):
-        if key[0] in checked and key not in found:
+        if key[0] not in checked:
+            problems.append(f"{key[0]}: listed in {a.allow} ({key[1]}) but not a kernel source checked here "
+                            f"(renamed or removed?): fix or remove its entry")
+        elif key not in found:
             problems.append(f"{key[0]}: {key[1]} is listed in {a.allow} but no longer spills: remove its entry")
     for p in problems:
         print("spill_check: " + p)

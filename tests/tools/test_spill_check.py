@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/kernels/spill_check.py on made-up ptxas logs: a listed spill within
-its bytes passes; an unlisted one, a larger one, a stale entry and a missing
-log each fail naming the kernel or file; a malformed allowlist is exit 2."""
+its bytes passes; an unlisted one, a larger one, a stale entry (kernel or
+file), a spill line it cannot read and a missing log each fail naming the
+kernel or file; a malformed, non-UTF-8 or missing allowlist is exit 2."""
 import os
 import subprocess
 import sys
@@ -72,10 +73,30 @@ with tempfile.TemporaryDirectory() as d:
 
     r = run(d, {"fwd_wide.cu": line(WIDE, 8, 8)}, "fwd_wide.cu | fwd_wide_kernel<4, float, true> | 8 | 8\n",
             ["fwd_wide.cu"])
-    expect(r.returncode == 2 and "allow.txt:1: not 'FILE | KERNEL | STORES | LOADS | why'" in r.stderr,
+    expect(r.returncode == 2 and "allow.txt:1: not 'FILE.cu | KERNEL | STORES | LOADS | why'" in r.stderr,
            "an entry without why is a malformed allowlist", r)
+
+    r = run(d, {"fwd_wide.cu": line(WIDE, 8, 8)},
+            "fwd_wide.cu | fwd_wide_kernel<4, float, true> | 8 | 8 | why\ngone.cu | k<1> | 4 | 4 | why\n",
+            ["fwd_wide.cu"])
+    expect(r.returncode == 1 and "gone.cu: listed in" in r.stdout and "not a kernel source checked here" in r.stdout,
+           "an entry for a file not checked is stale", r)
+
+    r = run(d, {"fwd_wide.cu": line(WIDE, 8, 8) + "ptxas Warning: Registers spilled, 4 bytes\n"},
+            "fwd_wide.cu | fwd_wide_kernel<4, float, true> | 8 | 8 | why\n", ["fwd_wide.cu"])
+    expect(r.returncode == 1 and "a ptxas line about spills in a form this check does not know" in r.stdout,
+           "a spill line in another form is not passed", r)
+
+    with open(os.path.join(d, "bad.txt"), "wb") as f:
+        f.write(b"fwd_wide.cu | k | 8 | 8 | caf\xe9\n")
+    r = subprocess.run([sys.executable, CHECK, "--objects", d, "--allow", os.path.join(d, "bad.txt"), "fwd_wide.cu"],
+                       capture_output=True, text=True)
+    expect(r.returncode == 2 and "is not UTF-8" in r.stderr, "a non-UTF-8 allowlist is exit 2", r)
+    r = subprocess.run([sys.executable, CHECK, "--objects", d, "--allow", os.path.join(d, "none.txt"), "fwd_wide.cu"],
+                       capture_output=True, text=True)
+    expect(r.returncode == 2 and "cannot read --allow" in r.stderr, "a missing allowlist is exit 2", r)
 
 if failures:
     print("\n\n".join(failures))
     sys.exit(1)
-print("spill_check: 6 cases as expected")
+print("spill_check: 10 cases as expected")
