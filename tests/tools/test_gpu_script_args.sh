@@ -66,7 +66,9 @@ expect 2 "is not an executable file" -- bash "$K" --build a="$t/kb" --build b="$
 expect 2 "is not NAME=FILE" -- bash "$K" --build "a b=$t/kb" --build b="$t/kb" --out "$t/k"
 expect 2 "name 'a' given twice" -- bash "$K" --build a="$t/kb" --build a="$t/kb" --out "$t/k"
 expect 2 "from 1 to 99" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --rounds 0 --out "$t/k"
-expect 2 "at most 9 digits" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --deadline-s 1234567890 --out "$t/k"
+expect 2 "from 30 to 999999999" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --deadline-s 1234567890 --out "$t/k"
+expect 2 "from 30 to 999999999" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --deadline-s 5 --out "$t/k"
+expect 2 "'--json=x' is set by this script" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --out "$t/k" -- --json=x
 expect 2 "'--json' is set by this script" -- bash "$K" --build a="$t/kb" --build b="$t/kb" --out "$t/k" -- --json x
 expect 0 "An A/B (or A/B/C...) of kernels_bench" -- bash "$K" --help
 [ ! -e "$t/k" ] || { echo "FAIL: kernels_ab.sh made its output folder before refusing" >&2; fail=1; }
@@ -86,5 +88,12 @@ expect 0 "| 4097x1536 | bf16 | fwd fwd_wide | 10.0 (10.0/10.0) | 12.0 (12.0/12.0
 [ -f "$t/k/ab.md" ] && [ -f "$t/k/new-2.json" ] || { echo "FAIL: kernels_ab.sh left no ab.md or new-2.json" >&2; fail=1; }
 printf '#!/bin/sh\nexit 1\n' >"$t/kbfail" && chmod +x "$t/kbfail"
 expect 1 "kernels_ab: bad round 1 failed" -- bash "$K" --build old="$t/kb10" --build bad="$t/kbfail" --rounds 1 --out "$t/k2"
+# Into the folder of the good run: its table and the new build's JSONs are
+# not shown again as this run's.
+expect 1 "(no round where both ran)" -- bash "$K" --build old="$t/kb10" --build new="$t/kbfail" --rounds 2 --out "$t/k"
+[ ! -e "$t/k/new-2.json" ] || { echo "FAIL: kernels_ab.sh kept an earlier run's new-2.json" >&2; fail=1; }
+printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = --json ] && j="$2"; shift; done\necho "{oops" >"$j"\n' >"$t/kbbad"
+chmod +x "$t/kbbad"
+expect 1 "a table could not be made" -- bash "$K" --build old="$t/kb10" --build bad="$t/kbbad" --rounds 1 --out "$t/k3"
 [ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
 exit $fail
