@@ -216,8 +216,8 @@ struct GateHold {
 /// validators::kPinnedStagingBytes; on the CPU one case, nothing pinned.
 GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices);
 
-/// require_host_memory for a gate's cases (gate, derive --gate, approvals'
-/// re-gates): one implementation each, `bwd_cases` checking the backward
+/// require_host_memory for a gate's cases (gate, derive --gate): one
+/// implementation each, `bwd_cases` checking the backward
 /// and `fwd_cases` the forward only, `held.cases` of the largest of either
 /// held at once plus `held.pinned_bytes`. The same refusal (exit 2 through
 /// std::invalid_argument), naming the count and why, and the largest T

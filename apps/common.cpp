@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -494,8 +495,9 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                         const std::vector<bool>& fwd_only, MemoryExtra extra = MemoryExtra::none,
                         const GateHold& held = GateHold{}) {
   const seeds::CaseId* big = nullptr;
-  size_t big_impls = 0;
+  size_t big_impls = 0, big_k = 0;
   unsigned __int128 most = 0;
+  std::vector<unsigned __int128> bytes(cases.size(), 0);  // each case's, for the advice below
   // export --full keeps every case's FP32 dx map (4 bytes an element) until
   // it writes the file: their sum comes on top of the largest case.
   unsigned __int128 maps = 0;
@@ -521,7 +523,8 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
     const uint64_t file3 = extra == MemoryExtra::case_file ? (res ? 36 : 21) : 0;
     const unsigned __int128 b = static_cast<unsigned __int128>(2) * static_cast<uint64_t>(c.rows()) *
                                 static_cast<uint64_t>(c.H) * (in3 + out3 * counts[k] + file3) / 3;
-    if (big == nullptr || b > most) most = b, big = &c, big_impls = counts[k];
+    bytes[k] = b;
+    if (big == nullptr || b > most) most = b, big = &c, big_impls = counts[k], big_k = k;
   }
   const core::HostMemory hm = core::host_memory();
   const uint64_t have64 = hm.usable();
@@ -554,14 +557,20 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                  (cases.size() == 1 ? " case" : " cases") + " (--full)"
            : std::string());
   // The largest T of this shape that fits: the tensors grow linearly in T
-  // (the other cases' maps, under --full, taken as they are).
+  // (the other cases' maps, under --full, taken as they are). Every case of
+  // the same H and form must fit at that T (a gate's backward window needs
+  // more a row than a forward-only one that may be the largest case now).
   const unsigned __int128 own_maps =
       extra == MemoryExtra::full_dx_maps
           ? static_cast<unsigned __int128>(4) * static_cast<uint64_t>(big->rows()) * static_cast<uint64_t>(big->H)
           : 0;
   const unsigned __int128 fixed_maps = maps - own_maps;
+  unsigned __int128 case_per_t = 0;
+  for (size_t k = 0; k < cases.size(); ++k)
+    if (cases[k].H == big->H && cases[k].form == big->form && cases[k].T > 0)
+      case_per_t = std::max(case_per_t, bytes[k] / static_cast<uint64_t>(cases[k].T));
   const unsigned __int128 per_t =
-      big->T > 0 ? (case_bytes * n_held + own_maps) / static_cast<uint64_t>(big->T) : 0;
+      big->T > 0 ? case_per_t * n_held + own_maps / static_cast<uint64_t>(big->T) : 0;
   const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps;
   const unsigned __int128 room = have > fixed ? have - fixed : 0;
   const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
@@ -574,8 +583,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                        gib(case_bytes)
                  : std::string();
   const std::string pinned_words = held.pinned_bytes > 0 ? gib(pinned) + " of pinned staging buffers, " : "";
+  const bool mixed = std::find(fwd_only.begin(), fwd_only.end(), !fwd_only[big_k]) != fwd_only.end();
+  const std::string check_words = mixed ? (fwd_only[big_k] ? ", a forward-only check" : ", a backward check") : "";
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
-                              std::to_string(big->H) + ") needs about " + gib(most) + " of host memory: " +
+                              std::to_string(big->H) + check_words + ") needs about " + gib(most) + " of host memory: " +
                               gib(tensors) + (extra == MemoryExtra::none ? " of BF16 tensors (" : " of arrays (") +
                               what + ")" + held_words + ", " + pinned_words + gib(stacks) +
                               " for the threads' stacks and " + gib(margin) + " of margin (1% + 32 MiB); more than " +

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -279,6 +280,41 @@ TEST(GateCli, AWindowBeyondHostMemoryIsRefusedBeforeAnyWork) {
   EXPECT_FALSE(std::filesystem::exists(journal) && count_lines(journal) > 0) << slurp(journal);
   const CliResult p = cli("gate " + table + kFast + " --plan");
   EXPECT_EQ(p.code, 0) << p.out;
+  std::filesystem::remove_all(dir);
+}
+
+// A forward-only window can be the largest case while a backward window of
+// the same H and form needs more bytes a row: the refusal names which check
+// the largest case is, and its advice (the largest T that fits) is the
+// backward window's, the same as for a table of that window alone.
+TEST(GateCli, MemoryAdviceCoversEveryWindowOfTheShape) {
+  const std::string dir = temp_dir("memory_mixed");
+  auto table = [&](const std::string& name, const std::string& routes) {
+    const std::string t = dir + "/" + name + ".toml";
+    std::ofstream(t) << "arch = \"sm90a\"\nroute = [\n" << routes << "]\n";
+    return t;
+  };
+  const std::string fwd = "  { op = \"fwd\", H = 16384, w = \"bf16\", form = \"plain\", T = [1, 50000], "
+                          "variant = \"fwd_rowwise\" },\n";
+  const std::string bwd = "  { op = \"bwd\", mode = \"det\", H = 16384, w = \"bf16\", form = \"plain\", "
+                          "T = [1, %T], variant = \"bwd_det_chunked\" },\n";
+  auto with_t = [&](std::string r, const std::string& t) { return r.replace(r.find("%T"), 2, t); };
+  auto advice = [&](const std::string& t) {
+    const CliResult r = normgate::test::run_normgate_with("ulimit -v 3000000 &&", "gate " + t + kFast);
+    EXPECT_EQ(r.code, 2) << r.out;
+    const std::string key = "choose T <= ";
+    const size_t at = r.out.find(key);
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return std::make_pair(r.out, at == std::string::npos ? std::string() : r.out.substr(at + key.size(),
+                                                                            r.out.find(' ', at + key.size()) - at - key.size()));
+  };
+  const auto mixed = advice(table("mixed", fwd + with_t(bwd, "30000")));
+  EXPECT_TRUE(contains(mixed.first, "case H=16384,T=50000,")) << mixed.first;
+  EXPECT_TRUE(contains(mixed.first, " rows of 16384, a forward-only check) needs about ")) << mixed.first;
+  const auto alone = advice(table("alone", with_t(bwd, "60000")));
+  EXPECT_FALSE(contains(alone.first, "-only check")) << alone.first;
+  EXPECT_FALSE(mixed.second.empty());
+  EXPECT_EQ(mixed.second, alone.second) << mixed.first << "\n" << alone.first;
   std::filesystem::remove_all(dir);
 }
 
