@@ -236,8 +236,9 @@ __global__ void __launch_bounds__(kMaxTeam)
 /// (same bits). Teams of the last CTA past the end still take part in the
 /// team sum's barrier.
 // One slot: CTAs of at most 512 threads (plan.h), four per SM at 32
-// registers (100% occupancy), three for form res (at 32 registers its h_new
-// store spilled: 40 registers, no spill); two slots: teams up to kMaxTeam
+// registers (100% occupancy), three for form res (at 32 registers it spilled
+// 20 / 24 bytes; at three, 38 registers with BF16 w and 40 with FP32 w, no
+// spill: docs/perf/forward.md, D15); two slots: teams up to kMaxTeam
 // threads.
 template <int kSlots, class WT, bool kRes = false>
 __global__ void __launch_bounds__(kSlots == 1 ? 512 : kMaxTeam, kSlots == 1 ? (kRes ? 3 : 4) : 1)
