@@ -34,7 +34,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
       "2 usage or input error, 3 a runtime failure, 4 a replay (--file) whose outputs differ from the recorded "
       "ones");
   struct Opts {
-    std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window;
+    std::string id, impl, backend = "auto", oracle = "auto", save, file, report, window, output;
     int k = 10, threads = 0;
     std::vector<std::string> plugins;
   };
@@ -57,6 +57,12 @@ void add_repro(CLI::App& app, Commands& cmds) {
   report->excludes(id);
   report->excludes(file);
   window->needs(report);  // --from-report without --window: checked below, listing the report's windows
+  sub->add_option("--output", o->output,
+                  "With --from-report: the worst case of this output alone (y, rstd, dx, dw, h_new) instead of "
+                  "the largest err/tol over every output, e.g. dw, which the gate's refinement follows, where "
+                  "the largest is an interface rounding of y or dx")
+      ->check(CLI::IsMember({"y", "rstd", "dx", "dw", "h_new"}))
+      ->needs(report);
   sub->add_option("--save", o->save,
                   "Write the case (inputs as stored bits, outputs, references, error maps, provenance) to this "
                   "HDF5 file, or into this directory as <case id>.h5 (e.g. datasets/cases/)");
@@ -84,7 +90,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         report_on_gpu = j.is_object() && j.contains("backend") && j["backend"] == "gpu";
         validators::ReportWindow w;
         try {
-          w = validators::select_report_window(j, o->window);  // an empty one: "no window ''", the windows listed
+          w = validators::select_report_window(j, o->window, o->output);  // an empty one: "no window ''", the windows listed
         } catch (const std::invalid_argument& e) {
           const std::string hint =
               o->window.empty() ? "--from-report needs --window W, the window whose worst case to run: " : "";
@@ -99,7 +105,8 @@ void add_repro(CLI::App& app, Commands& cmds) {
         char ratio[32];
         std::snprintf(ratio, sizeof ratio, "%.4g", w.ratio);
         from_line = "from     " + o->report + ", window " + std::to_string(w.index) + " '" + w.label + "'" +
-                    (w.route.empty() ? "" : " (" + w.route + ")") + ": worst case " + w.worst_case + " (" +
+                    (w.route.empty() ? "" : " (" + w.route + ")") + ": worst case " +
+                    (o->output.empty() ? "" : "of " + o->output + " ") + w.worst_case + " (" +
                     w.output + " err/tol " + ratio + "); variant " + impl +
                     (impl != w.impl ? " (--variant; the window's is " + w.impl + ")"
                      : impl != w.variant ? " (a backward run; it runs the window's forward " + w.variant + ")"

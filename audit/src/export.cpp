@@ -154,7 +154,7 @@ const nlohmann::json* outputs_of(const nlohmann::json& j, const std::string& whe
 
 }  // namespace
 
-std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
+std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std::string& only_output) {
   std::vector<ReportWindow> out;
   if (report.is_object() && report.contains("windows")) {
     const auto& ws = report["windows"];
@@ -170,6 +170,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
       const std::string op = str_field(w, "op", where);
       if (const auto* outs = outputs_of(w, where))
         for (const auto& name : output_order(*outs)) {
+          if (!only_output.empty() && name != only_output) continue;
           const auto& o = (*outs)[name];
           if (!o.is_object() || !o.contains("worst_case") || !o["worst_case"].is_string()) continue;
           const std::string id = o["worst_case"].get<std::string>();
@@ -184,7 +185,8 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
       if (!r.worst_case.empty() && w.contains("worst") && w["worst"].is_object()) {
         const auto& g = w["worst"];
         if (g.contains("case") && g["case"].is_string() && !g["case"].get<std::string>().empty() &&
-            g.contains("err_tol") && as_ratio(g["err_tol"]) == r.ratio) {
+            g.contains("err_tol") && as_ratio(g["err_tol"]) == r.ratio &&
+            (only_output.empty() || (g.contains("output") && g["output"] == only_output))) {
           r.worst_case = g["case"].get<std::string>();
           if (g.contains("output") && g["output"].is_string()) r.output = g["output"].get<std::string>();
         }
@@ -224,6 +226,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
       }
       if (const auto* outs = outputs_of(ji, where + ".impls[]"))
         for (const auto& name : output_order(*outs)) {
+          if (!only_output.empty() && name != only_output) continue;
           const auto& o = (*outs)[name];
           const double ratio = o.is_object() && o.contains("max_ratio") ? as_ratio(o["max_ratio"]) : 0.0;
           if (!it->worst_case.empty() && !(ratio > it->ratio)) continue;
@@ -237,9 +240,16 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report) {
   return out;
 }
 
-ReportWindow select_report_window(const nlohmann::json& report, const std::string& key) {
-  const auto ws = report_windows(report);
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key,
+                                  const std::string& only_output) {
+  const auto ws = report_windows(report, only_output);
   const bool any = std::any_of(ws.begin(), ws.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); });
+  if (!any && !only_output.empty()) {
+    const auto all = report_windows(report);
+    if (std::any_of(all.begin(), all.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); }))
+      throw std::invalid_argument("no window of it names a worst case of output '" +
+                                  core::escape_controls(only_output) + "'");
+  }
   if (!any)
     throw std::invalid_argument(
         ws.empty() ? std::string("it names no cases (") +
@@ -263,6 +273,15 @@ ReportWindow select_report_window(const nlohmann::json& report, const std::strin
       msg += "\n  " + std::to_string(r.index) + "  " + core::escape_controls(r.label) +
              (r.route.empty() ? "" : "  (" + core::escape_controls(r.route) + ")");
     throw core::MultilineError(msg);
+  }
+  if (hit->worst_case.empty() && !only_output.empty()) {
+    // Which outputs it does name, so the choice can be corrected.
+    std::string names;
+    for (const std::string o : {"y", "rstd", "dx", "dw", "h_new"})
+      if (!report_windows(report, o)[hit->index].worst_case.empty()) names += (names.empty() ? "" : ", ") + o;
+    throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + core::escape_controls(hit->label) +
+                                "' names no worst case of output '" + core::escape_controls(only_output) + "'" +
+                                (names.empty() ? std::string() : " (it names one of " + names + ")"));
   }
   if (hit->worst_case.empty())
     throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + hit->label +

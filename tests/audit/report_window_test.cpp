@@ -128,6 +128,50 @@ TEST(ReportWindow, CheckReportWindowsAreImplementations) {
   EXPECT_EQ(nv::select_report_window(check_case(a, 1.0), "1").worst_case, a);  // a one-case report
 }
 
+// One output alone (repro --from-report --output): that output's worst
+// case, not the window's; the gate's "worst" breaks ties only when it is of
+// that output; a window without it is refused naming the outputs it has.
+TEST(ReportWindow, OneOutputsWorstCase) {
+  const std::string a = "H=64,T=99,w=bf16,form=plain,family=cancel,seed=0";
+  const std::string b = "H=64,T=33,w=bf16,form=plain,family=llm,seed=0";
+  const std::string c = "H=64,T=7,w=bf16,form=plain,family=normal,seed=0";
+  nlohmann::json w = gate_window("bwd det H=64 w=bf16 form=plain T=1..100", "bwd", "bwd_det_chunked");
+  w["outputs"]["y"] = {{"max_err_tol", 0.3}, {"worst_case", b}};
+  w["outputs"]["dx"] = {{"max_err_tol", 0.38}, {"worst_case", b}};
+  w["outputs"]["dw"] = {{"max_err_tol", 0.2}, {"worst_case", a}};
+  w["outputs"]["rstd"] = {{"max_err_tol", 0.38}, {"worst_case", c}};
+  w["worst"] = {{"err_tol", 0.38}, {"output", "dx"}, {"case", b}};
+  nlohmann::json f = gate_window("fwd H=64 w=bf16 form=plain T=1..100", "fwd", "fwd_rowwise");
+  f["outputs"]["y"] = {{"max_err_tol", 0.25}, {"worst_case", c}};
+  nlohmann::json rep;
+  rep["windows"] = {w, f};
+  EXPECT_EQ(nv::select_report_window(rep, "0").worst_case, b);  // every output: dx (the gate's tie)
+  const auto dw = nv::select_report_window(rep, "0", "dw");
+  EXPECT_EQ(dw.worst_case, a);
+  EXPECT_EQ(dw.output, "dw");
+  EXPECT_DOUBLE_EQ(dw.ratio, 0.2);
+  const auto rstd = nv::select_report_window(rep, "0", "rstd");  // ties dx's 0.38: rstd's own case
+  EXPECT_EQ(rstd.worst_case, c);
+  EXPECT_EQ(rstd.output, "rstd");
+  std::string m;
+  try {
+    nv::select_report_window(rep, "1", "dw");
+  } catch (const std::invalid_argument& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("window 1 'fwd H=64 w=bf16 form=plain T=1..100' names no worst case of output 'dw' (it names "
+                   "one of y)"),
+            std::string::npos)
+      << m;
+  m.clear();
+  try {
+    nv::select_report_window(rep, "0", "h_new");
+  } catch (const std::invalid_argument& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("no window of it names a worst case of output 'h_new'"), std::string::npos) << m;
+}
+
 // No cases, or not a report: std::invalid_argument with a message that says so.
 TEST(ReportWindow, EmptyOrForeignReports) {
   EXPECT_NE(message_of(nlohmann::json{{"windows", nlohmann::json::array()}}, "0").find("names no cases"),

@@ -110,6 +110,24 @@ TEST_F(ReproFromReport, EveryWindowReprosItsWorstCase) {
   }
 }
 
+// --output: the worst case of that output alone, the same run as `repro`
+// of that case; the from-line says which output it was chosen by.
+TEST_F(ReproFromReport, OneOutputsWorstCase) {
+  const nlohmann::json j = load(report());
+  for (size_t i = 0; i < j["windows"].size(); ++i) {
+    const auto& w = j["windows"][i];
+    if (w["op"] != "bwd" || !w["outputs"].contains("dw")) continue;
+    const std::string worst = w["outputs"]["dw"]["worst_case"].get<std::string>();
+    const CliRun r = run("repro --from-report " + report() + " --window " + std::to_string(i) +
+                         " --output dw --backend cpu --threads 1 --k 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(printed_case(r.out), worst) << r.out;
+    EXPECT_TRUE(contains(r.out, ": worst case of dw " + worst + " (dw err/tol ")) << r.out;
+    return;
+  }
+  FAIL() << "the report has no backward window with dw";
+}
+
 // --variant overrides the window's variant (a control fails: exit 1); --save
 // into a folder writes <case>,<variant>.h5.
 TEST_F(ReproFromReport, VariantOverrideAndSave) {
@@ -226,6 +244,9 @@ TEST_F(ReproFromReport, ErrorsExit2AndNameTheBadValue) {
       {"--file x.h5 --from-report " + report() + " --window 0", "--from-report"},
       {"--from-report " + report() + " --window 0 --variant bwd_magic", "bwd_magic"},
       {id, "--variant is required"},
+      {"--output dw --variant bwd_det_chunked " + id, "--from-report"},
+      {"--from-report " + report() + " --window 0 --output dz", "dz"},
+      {"--from-report " + report() + " --window 0 --output dw", "names no worst case of output 'dw'"},
   };
   for (const auto& b : cases) {
     const CliRun r = run("repro " + b.args + " --backend cpu");

@@ -65,14 +65,21 @@ struct ReportWindow {
 /// one case or a grid: one window per implementation it names, first-seen
 /// order (worst case: the largest max_ratio over every case and output,
 /// ties to the first). Throws std::invalid_argument naming the field when
-/// the JSON is neither report or a field is malformed.
-std::vector<ReportWindow> report_windows(const nlohmann::json& report);
+/// the JSON is neither report or a field is malformed. `only_output` (y,
+/// rstd, dx, dw or h_new; "" for all): each window's worst case over that
+/// output alone (ties to the gate's own "worst" only when it is of that
+/// output); a window without it has worst_case "".
+std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std::string& only_output = "");
 
 /// The window `key` selects: its label, its route FILE:LINE (gate reports),
 /// or its 0-based index. Throws std::invalid_argument when the report names
 /// no case at all, when `key` matches no window (the message lists the
 /// windows, index and label), or when the selected window names no case.
-ReportWindow select_report_window(const nlohmann::json& report, const std::string& key);
+/// `only_output` (y, rstd, dx, dw or h_new; "" for all): the worst case of
+/// that output alone (report_windows); a window without a worst case of it
+/// is std::invalid_argument naming the outputs it has.
+ReportWindow select_report_window(const nlohmann::json& report, const std::string& key,
+                                  const std::string& only_output = "");
 
 struct ExportOptions {
   Backend backend = Backend::auto_;
