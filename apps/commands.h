@@ -209,11 +209,12 @@ struct GateHold {
   std::string why;
 };
 
-/// The gate's hold on `backend` (resolved: cpu or gpu) over `devices` (the
-/// --devices list; empty: every visible device): on the GPU
+/// The gate's hold on `backend` (resolved) over `devices` (the --devices
+/// list; empty: every visible device, at least one): on the GPU
 /// validators::cases_in_host_memory (the case being checked and one
-/// prepared ahead a device, unless NORMGATE_OVERLAP=0) and
-/// validators::kPinnedStagingBytes; on the CPU one case, nothing pinned.
+/// prepared ahead by each worker, a device listed twice counting twice,
+/// unless NORMGATE_OVERLAP=0) and validators::kPinnedStagingBytes; on any
+/// other backend one case, nothing pinned.
 GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices);
 
 /// require_host_memory for a gate's cases (gate, derive --gate): one

@@ -9,15 +9,16 @@
 #   --build NAME=FILE  a kernels_bench executable (two or more; the first is
 #                      the baseline); NAME: letters, digits, '-', '_'
 #   --rounds N         rounds (default 2)
-#   --out DIR          output folder (default: $OUT if set, else out/kernels-ab)
+#   --out DIR          output folder (default: $OUT if set, else
+#                      out/kernels-ab in the repository)
 #   --deadline-s N     seconds from the start after which no further run
 #                      starts and the running one is stopped (30 to
 #                      999999999, default 540); the tables then cover the
 #                      runs that finished
 # Writes DIR/NAME-ROUND.json, DIR/NAME-ROUND.txt and DIR/ab.md (printed last),
 # first removing those names' files of an earlier run there. Exit 2 on a
-# usage error (nothing run), 1 when a run failed or wrote no JSON, or a table
-# could not be made.
+# usage error (nothing run), 1 when a run failed, wrote no JSON, or was
+# stopped or skipped by the deadline, or a table could not be made.
 # e.g. tools/kernels_ab.sh --build main=b0/kernels_bench --build new=b1/kernels_bench \
 #        --out /tmp/ab -- --reps 100 --no-controls --res --only fwd 4097,1536 65537,4096
 set -uo pipefail

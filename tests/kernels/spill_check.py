@@ -10,7 +10,7 @@ the allowlist, whose lines are
     FILE | KERNEL | STORES | LOADS | why (where it is measured or explained)
 
 (FILE a kernel source's name; KERNEL as demangled, without namespaces and
-arguments, e.g. `fwd_simple_kernel<1, __nv_bfloat16, true>`; '#' starts a
+arguments, e.g. `fwd_rowwise_kernel<2, __nv_bfloat16, false, true>`; '#' starts a
 comment line).
 
 Exit 1, naming each: a spill not in the list; a spill of more bytes (stores or

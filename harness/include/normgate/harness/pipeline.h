@@ -386,7 +386,8 @@ bool pipeline_overlap();
 /// outputs), for the checks that refuse a gate before any work when its
 /// largest case cannot fit (apps' require_gate_host_memory): on the GPU
 /// backend with pipeline_overlap(), the case being finished and one
-/// prepared ahead on each of `devices` workers (devices + 1); otherwise 1.
+/// prepared ahead on each of `devices` workers (max(devices, 1) + 1);
+/// otherwise 1.
 /// Read with pipeline_overlap() at the call, as run_checks reads it.
 size_t cases_in_host_memory(bool gpu, size_t devices);
 
