@@ -35,6 +35,7 @@
 
 #include <type_traits>
 
+#include "cache_hints.cuh"
 #include "device_blocks.cuh"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rstd.h"
@@ -45,50 +46,8 @@ using normgate::kernels::dev::Group8;
 
 constexpr int kCols = 256;
 
-// 16 bytes of a row at p (16-byte aligned) with kHint's load (file comment).
-template <int kHint>
-__device__ __forceinline__ Group8 hint_load(const __nv_bfloat16* p) {
-  Group8 g;
-  if constexpr (kHint == 3) {
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(g.u.x), "=r"(g.u.y), "=r"(g.u.z), "=r"(g.u.w)
-        : "l"(p));
-  } else if constexpr (kHint == 4) {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(g.u.x), "=r"(g.u.y), "=r"(g.u.z), "=r"(g.u.w)
-        : "l"(p), "l"(pol));
-  } else {
-    g.u = __ldg(reinterpret_cast<const uint4*>(p));
-  }
-  return g;
-}
-
-// y = BF16_rn((x * rstd) * w) for one group (store_y_group's arithmetic),
-// stored at p (16-byte aligned) with kHint's store (file comment).
-template <int kHint>
-__device__ __forceinline__ void hint_store_y(__nv_bfloat16* p, const Group8& x, float rs, const float (&w)[8]) {
-  namespace dv = normgate::kernels::dev;
-  if constexpr (kHint == 0) {
-    dv::store_y_group(p, 0, 8, true, x, rs, w);
-  } else {
-    uint32_t u[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 b =
-          __floats2bfloat162_rn(normgate::mul_rn(normgate::mul_rn(dv::group_at(x, 2 * i), rs), w[2 * i]),
-                                normgate::mul_rn(normgate::mul_rn(dv::group_at(x, 2 * i + 1), rs), w[2 * i + 1]));
-      u[i] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-    if constexpr (kHint == 2 || kHint == 4)
-      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
-                   : "memory");
-    else
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
-                   : "memory");
-  }
-}
+using benchhints::hint_load;
+using benchhints::hint_store_y;
 
 template <int kL, int kR, int kThreads, class WT, bool kHeads, int kHint = 0>
 __global__ void __launch_bounds__(kThreads)

@@ -35,8 +35,13 @@
 //     the sum and the barrier, and held in registers (8 floats a slot), so
 //     no load follows the rstd; 0 (absent): after the barrier, as
 //     fwd_rowwise does. The same arithmetic: rows bitwise fwd_rowwise's.
+// and a sixth, R:S:B:F:P:K, for the long-T plain forward (forward.md, Open
+// leads, "Cache hints"): K the loads' and y stores' cache hints of
+// bench/cache_hints.cuh (0: the variants' instructions). The same
+// arithmetic: rows bitwise fwd_rowwise's.
 #pragma once
 
+#include "cache_hints.cuh"
 #include "device_blocks.cuh"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rstd.h"
@@ -45,7 +50,7 @@ namespace fwdrows {
 
 using normgate::kernels::dev::Group8;
 
-template <int kRows, int kSlots, int kMinB, int kF32, class WT, int kPreW = 0>
+template <int kRows, int kSlots, int kMinB, int kF32, class WT, int kPreW = 0, int kHint = 0>
 __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(const __nv_bfloat16* __restrict__ x, const WT* __restrict__ w,
                                                        __nv_bfloat16* __restrict__ y, float* __restrict__ rstd,
                                                        double* __restrict__ msq, int64_t T, int H, int team,
@@ -68,7 +73,12 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       cur[q][k].u = make_uint4(0u, 0u, 0u, 0u);
-      if (live) cur[q][k] = dv::load_group(x + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true);
+      if (live) {
+        if constexpr (kHint == 0)
+          cur[q][k] = dv::load_group(x + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true);
+        else
+          cur[q][k] = benchhints::hint_load<kHint>(x + (r0 + q) * static_cast<int64_t>(H) + col0[k]);
+      }
     }
   }
   // P = 1: the weights now, in flight beside x (held to the stores).
@@ -137,7 +147,12 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
     }
 #pragma unroll
     for (int q = 0; q < kRows; ++q)
-      if (r0 + q < T) dv::store_y_group(y + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true, cur[q][k], rs[q], wv);
+      if (r0 + q < T) {
+        if constexpr (kHint == 0)
+          dv::store_y_group(y + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true, cur[q][k], rs[q], wv);
+        else
+          benchhints::hint_store_y<kHint>(y + (r0 + q) * static_cast<int64_t>(H) + col0[k], cur[q][k], rs[q], wv);
+      }
   }
 }
 
@@ -148,19 +163,22 @@ struct RowsSetting {
   int min_b = 0;  ///< B: __launch_bounds__ minimum blocks (0: none)
   int f32 = 0;    ///< F: 1 = FP32 sum of squares per thread
   int prew = 0;   ///< P: 1 = the weights loaded before the barrier
+  int hint = 0;   ///< K: cache hints (bench/cache_hints.cuh), 0 = none
 };
 
-/// The settings this file instantiates, as "R:S:B:F" or "R:S:B:F:P"
+/// The settings this file instantiates, as "R:S:B:F", "R:S:B:F:P" or "R:S:B:F:P:K"
 /// (kernels_bench checks --fwd-rows against it).
 inline const char* const kRowsSettings[] = {"1:0:0:0", "1:1:0:0", "1:2:0:0", "1:4:0:0", "2:0:0:0", "2:1:0:0",
                                             "2:2:0:0", "2:4:0:0", "4:0:0:0", "4:1:0:0", "4:2:0:0", "1:1:4:0",
                                             "1:2:4:0", "2:1:4:0", "1:0:0:1", "1:2:0:1", "1:4:0:1", "2:2:0:1",
-                                            "1:1:0:0:1", "1:2:0:0:1", "1:4:0:0:1"};
+                                            "1:1:0:0:1", "1:2:0:0:1", "1:4:0:0:1",
+                                            "1:4:0:0:0:1", "1:4:0:0:0:2", "1:4:0:0:0:3", "1:4:0:0:0:4",
+                                            "1:2:0:0:0:2", "1:2:0:0:0:4"};
 
-template <int R, int S, int B, int F, class WT, int P = 0>
+template <int R, int S, int B, int F, class WT, int P = 0, int K = 0>
 void launch_rows_kernel(unsigned g, int block, const __nv_bfloat16* x, const WT* w, __nv_bfloat16* y, float* rstd,
                         double* msq, int64_t T, int H, int team, double inv_h, double eps, cudaStream_t s) {
-  fwd_rows_kernel<R, S, B, F, WT, P><<<g, block, 0, s>>>(x, w, y, rstd, msq, T, H, team, inv_h, eps);
+  fwd_rows_kernel<R, S, B, F, WT, P, K><<<g, block, 0, s>>>(x, w, y, rstd, msq, T, H, team, inv_h, eps);
 }
 
 /// Launch on stream s for [T, H] contiguous rows (H % 8 == 0, a team of at
@@ -186,7 +204,7 @@ bool launch_fwd_rows(RowsSetting st, const uint16_t* x, const void* w, uint16_t*
   auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
   const double inv_h = 1.0 / static_cast<double>(H), e64 = static_cast<double>(eps);
   const unsigned g = static_cast<unsigned>(ctas);
-  const int key = st.prew * 10000 + st.rows * 1000 + slots * 100 + st.min_b * 10 + st.f32;
+  const int key = st.hint * 100000 + st.prew * 10000 + st.rows * 1000 + slots * 100 + st.min_b * 10 + st.f32;
   switch (key) {
 #define NG_ROWS_CASE(R, S, B, F) \
   case R * 1000 + S * 100 + B * 10 + F: \
@@ -216,6 +234,17 @@ bool launch_fwd_rows(RowsSetting st, const uint16_t* x, const void* w, uint16_t*
     NG_ROWS_PREW(1, 2)
     NG_ROWS_PREW(1, 4)
 #undef NG_ROWS_PREW
+#define NG_ROWS_HINT(R, S, K) \
+  case K * 100000 + R * 1000 + S * 100: \
+    launch_rows_kernel<R, S, 0, 0, WT, 0, K>(g, block, xb, wt, yb, rstd, msq, T, H, team, inv_h, e64, s); \
+    return true;
+    NG_ROWS_HINT(1, 4, 1)
+    NG_ROWS_HINT(1, 4, 2)
+    NG_ROWS_HINT(1, 4, 3)
+    NG_ROWS_HINT(1, 4, 4)
+    NG_ROWS_HINT(1, 2, 2)
+    NG_ROWS_HINT(1, 2, 4)
+#undef NG_ROWS_HINT
     default:
       return false;
   }

@@ -196,9 +196,9 @@ int main(int argc, char** argv) try {
           "heads4 ([T/4, 4, 256], contiguous) and heads24 ([T/24, 24, 256] as the q part of a packed qkv row of\n"
           "(24+8+8)*256); --copy-variants adds copy kernels that differ from the reference copy in\n"
           "one way each; --fwd-exp adds bench/fwd_l2pass.cuh's two-pass forward (plain rows, H % 8 == 0) and\n"
-          "counts the rows where its rstd or y differs from the forward's; --fwd-rows R, R:S:B:F or R:S:B:F:P adds\n"
-          "bench/fwd_rows.cuh's simple forward with R rows per team, S groups of 8 per thread, launch bound B, FP32 sum F,\n"
-          "weights loaded before the barrier P (file comment;\n"
+          "counts the rows where its rstd or y differs from the forward's; --fwd-rows R, R:S:B:F, R:S:B:F:P or R:S:B:F:P:K\n"
+          "adds bench/fwd_rows.cuh's simple forward with R rows per team, S groups of 8 per thread, launch bound B, FP32\n"
+          "sum F, weights loaded before the barrier P, cache hints K (bench/cache_hints.cuh; file comment;\n"
           "plain rows, H % 8 == 0, teams <= 512) and counts the rows where its rstd, msq or y differs (and, of\n"
           "those, where rstd or y does). --fwd-narrow L:R[:C[:K]] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256;\n"
@@ -268,12 +268,12 @@ int main(int argc, char** argv) try {
         if (!known) {
           std::string list;
           for (const char* k : fwdrows::kRowsSettings) list += std::string(list.empty() ? "" : ", ") + k;
-          std::fprintf(stderr, "kernels_bench: bad --fwd-rows item '%s' in '%s': R (2 or 4), R:S:B:F or R:S:B:F:P, one of %s\n",
+          std::fprintf(stderr, "kernels_bench: bad --fwd-rows item '%s' in '%s': R (2 or 4), R:S:B:F, R:S:B:F:P or R:S:B:F:P:K, one of %s\n",
                        tok.c_str(), v.c_str(), list.c_str());
           return 2;
         }
         fwdrows::RowsSetting st;
-        std::sscanf(tok.c_str(), "%d:%d:%d:%d:%d", &st.rows, &st.slots, &st.min_b, &st.f32, &st.prew);
+        std::sscanf(tok.c_str(), "%d:%d:%d:%d:%d:%d", &st.rows, &st.slots, &st.min_b, &st.f32, &st.prew, &st.hint);
         fwd_rows.push_back(st);
       }
     } else if (a == "--fwd-narrow" && i + 1 < argc) {
@@ -551,7 +551,8 @@ int main(int argc, char** argv) try {
           if (H % 8 != 0 || depth.fwd != depths.front().fwd) break;
           const std::string tag = std::to_string(R.rows) + ":" + std::to_string(R.slots) + ":" +
                                   std::to_string(R.min_b) + ":" + std::to_string(R.f32) +
-                                  (R.prew ? ":" + std::to_string(R.prew) : std::string());
+                                  (R.prew || R.hint ? ":" + std::to_string(R.prew) : std::string()) +
+                                  (R.hint ? ":" + std::to_string(R.hint) : std::string());
           experiment("fwd rows " + tag + " experiment", true, [&](cudaStream_t st, uint16_t* ye, float* re, double* me) {
             return wd == WDtype::bf16
                        ? fwdrows::launch_fwd_rows<__nv_bfloat16>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H),
