@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-side scripts refuse bad arguments before any work (exit 2, naming
 # the value) and print their help: tools/h200.sh, tools/digest_carry.sh,
-# tools/oracle_scaling.sh and tools/kernels_ab.sh.
+# tools/oracle_scaling.sh, tools/kernels_ab.sh and tools/retime_groups.sh.
 # No GPU needed: every case below stops at argument checking.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -95,5 +95,68 @@ expect 1 "(no round where both ran)" -- bash "$K" --build old="$t/kb10" --build 
 printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = --json ] && j="$2"; shift; done\necho "{oops" >"$j"\n' >"$t/kbbad"
 chmod +x "$t/kbbad"
 expect 1 "a table could not be made" -- bash "$K" --build old="$t/kb10" --build bad="$t/kbbad" --rounds 1 --out "$t/k3"
+# tools/retime_groups.sh: usage errors before any run; then a run with a
+# made-up normgate whose bench times one group 10% faster and whose derive
+# moves one window (the merged timings, the diff and the exit status are
+# what is checked).
+R="$root/tools/retime_groups.sh"
+mkdir -p "$t/rb/apps"
+expect 2 "is required" -- bash "$R" --spec x --gate-windows op=fwd
+expect 2 "--spec FILE is required" -- bash "$R" --build "$t/rb" --gate-windows op=fwd
+expect 2 "--gate-windows FILTER is required" -- bash "$R" --build "$t/rb" --spec x
+expect 2 "apps/normgate is missing" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --out "$t/r"
+expect 2 "from 60 to" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --deadline-s 59
+expect 2 "from 60 to" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --deadline-s 1e3
+expect 2 "unknown argument '--bogus'" -- bash "$R" --bogus
+expect 0 "Time some route groups again" -- bash "$R" --help
+cat >"$t/rb/apps/normgate" <<'FAKE'
+#!/usr/bin/env python3
+import json, re, sys
+a = sys.argv[1:]
+assert a[0] == "derive"
+opt = lambda k: a[a.index(k) + 1]
+if "--bench-only" in a:
+    base = json.load(open(sys.argv[0] + ".base.json"))
+    pts = [p for p in base["points"] if (p["op"], p["H"], p["form"]) == ("fwd", 1536, "res")]
+    for p in pts:
+        p["median_us"] = {k: v * 0.9 for k, v in p["median_us"].items()}
+        p["rounds_us"] = {k: [x * 0.9 for x in v] for k, v in p["rounds_us"].items()}
+        p.pop("aa_rounds_us", None)
+    base["points"] = pts
+    base.pop("merged_from", None)
+    json.dump(base, open(opt("--report") + ".timings.json", "w"))
+    print("bench    1 group timed")
+    sys.exit(0)
+assert json.load(open(opt("--timings")))["merged_from"]
+assert "--approve" in a and opt("--gate-windows") == "op=fwd,form=res,H=1536"
+t = open(a[1].replace(".derive.toml", ".toml")).read()
+t = t.replace('H = 1536, w = "bf16", form = "res", T = [1, 4467]', 'H = 1536, w = "bf16", form = "res", T = [1, 4000]', 1)
+open(opt("--out"), "w").write(t)
+print("  PASS fwd H=1536 w=bf16 form=res T=4001..4467 -> fwd_wide: worst err/tol 0.38 (y), 400 cases, 2 s")
+print("table    " + opt("--out") + ": every route with a current approval")
+FAKE
+chmod +x "$t/rb/apps/normgate"
+cp "$root/docs/results/routes/sm90a.timings.json" "$t/rb/apps/normgate.base.json"
+echo "# cut" >"$t/cut.toml"
+expect 0 "2 window lines changed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd,form=res,H=1536 --out "$t/r"
+python3 - "$t/r/merged.timings.json" "$root/docs/results/routes/sm90a.timings.json" <<'PY' || fail=1
+import json, sys
+m, b = (json.load(open(f)) for f in sys.argv[1:])
+key = lambda p: (p["op"], p["H"], p["w"], p["form"], p["T"])
+old = {key(p): p for p in b["points"]}
+new = {key(p): p for p in m["points"]}
+assert set(old) == set(new), "merged timings lost or gained points"
+for k, p in new.items():
+    want = 0.9 if k[0] == "fwd" and k[1] == 1536 and k[3] == "res" else 1.0
+    for v, us in p["median_us"].items():
+        assert abs(us - want * old[k]["median_us"][v]) < 1e-9 * us, ("merged point", k, v)
+PY
+grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 4000\]' "$t/r/routes.diff" ||
+  { echo "FAIL: retime_groups.sh's routes.diff lacks the moved window" >&2; fail=1; }
+# A bench that fails: exit 1, nothing derived.
+printf '#!/bin/sh\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
+expect 1 "the bench failed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/r"
+[ ! -e "$t/r/derive" ] && [ ! -e "$t/r/routes.diff" ] ||
+  { echo "FAIL: retime_groups.sh kept an earlier run's derive folder or diff" >&2; fail=1; }
 [ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
 exit $fail

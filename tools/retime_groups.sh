@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Time some route groups again after a kernel change that kept its approvals,
+# derive the table again from the merged timings, and gate the winners that
+# lack an approval on their new windows (docs/perf/routes.md D20), on this
+# machine's device. Nothing in the repository is written: DIR holds the new
+# timings, the merged timings, the derived table and its approvals, to be
+# checked and merged by hand (the README of a results folder says how:
+# docs/results/routes/fwd-f32-retime-2026-12-04/README.md).
+#
+#   tools/retime_groups.sh --build BUILD --spec CUT.derive.toml
+#                          --gate-windows FILTER [--table routes/sm90a.toml]
+#                          [--timings FILE] [--out DIR] [--deadline-s N]
+#
+#   --build BUILD         build folder with apps/normgate
+#   --spec FILE           a derive spec holding only the groups to time again
+#                         (the table's spec cut down: same [candidates],
+#                         [bench] and T grid)
+#   --gate-windows F      derive --gate-windows: which windows may be gated
+#                         (gate --windows syntax, e.g. "op=fwd,form=res,H=1536")
+#   --table FILE          the route table (default routes/sm90a.toml); its
+#                         derive spec, approvals, policy and rejections are
+#                         the files beside it (STEM.derive.toml, ...)
+#   --timings FILE        the timings the table was derived from (default
+#                         docs/results/routes/sm90a.timings.json)
+#   --out DIR             output folder (default $OUT if set, else out/retime)
+#   --deadline-s N        seconds from the start after which the bench or
+#                         the gate stops (60 to 999999999, default 540); the
+#                         derive run gets what the bench left
+# Writes DIR/bench-only.log and DIR/cut.timings.json (the new points),
+# DIR/merged.timings.json (tools/timings_merge.py), DIR/derive.log and
+# DIR/derive/ (the table, its approvals, reports, journals), and
+# DIR/routes.diff (the old table against the new). Exit 2 on a usage error
+# (nothing run), 1 when a step failed or the derive left a window
+# unapproved, 0 otherwise.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die() { echo "retime_groups: $1" >&2; exit 2; }
+build="" spec="" filter="" table="$root/routes/sm90a.toml"
+timings="$root/docs/results/routes/sm90a.timings.json"
+out="${OUT:-$root/out}/retime"
+[ -n "${OUT:-}" ] && out="$OUT"
+deadline=540
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build|--spec|--gate-windows|--table|--timings|--out|--deadline-s)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      case "$1" in
+        --build) build="$2" ;; --spec) spec="$2" ;; --gate-windows) filter="$2" ;;
+        --table) table="$2" ;; --timings) timings="$2" ;; --out) out="$2" ;;
+        --deadline-s) deadline="$2" ;;
+      esac
+      shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (--help lists them)" ;;
+  esac
+done
+[ -n "$build" ] || die "--build BUILD is required"
+[ -n "$spec" ] || die "--spec FILE is required"
+[ -n "$filter" ] || die "--gate-windows FILTER is required"
+[[ "$deadline" =~ ^[1-9][0-9]{0,8}$ ]] && [ "$deadline" -ge 60 ] ||
+  die "--deadline-s '$deadline' is not a whole number of seconds from 60 to 999999999"
+bin="$build/apps/normgate"
+[ -x "$bin" ] || die "--build $build: $bin is missing"
+[ -f "$spec" ] || die "--spec $spec: no such file"
+[ -f "$timings" ] || die "--timings $timings: no such file"
+[[ "$table" == *.toml ]] || die "--table $table: not a .toml route table"
+stem="${table%.toml}"
+for f in "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
+  [ -f "$f" ] || die "--table $table: $f is missing"
+done
+mkdir -p -- "$out" 2>/dev/null && [ -w "$out" ] || die "--out '$out' is not a folder this script can write"
+command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
+start=$SECONDS
+left() { echo $((deadline - (SECONDS - start))); }
+rm -rf -- "$out/derive" "$out/bench"
+rm -f -- "$out"/{bench-only.log,cut.timings.json,merged.timings.json,derive.log,routes.diff}
+
+echo "== bench: the spec's groups ($(left) s left)"
+mkdir -p "$out/bench"
+"$bin" derive "$spec" --out "$out/bench/t.toml" --report "$out/bench/cut" --bench-only \
+  --deadline-s "$(left)" >"$out/bench-only.log" 2>&1
+rc=$?
+tail -3 "$out/bench-only.log"
+[ $rc -eq 0 ] && [ -f "$out/bench/cut.timings.json" ] ||
+  { echo "retime_groups: the bench failed (exit $rc; $out/bench-only.log)" >&2; exit 1; }
+mv "$out/bench/cut.timings.json" "$out/cut.timings.json"
+
+echo "== merge into $(basename "$timings")"
+python3 "$root/tools/timings_merge.py" "$timings" "$out/cut.timings.json" "$out/merged.timings.json" ||
+  { echo "retime_groups: the merge failed" >&2; exit 1; }
+
+d="$out/derive"
+mkdir -p "$d"
+base="$(basename "$stem")"
+cp "$stem.approvals.json" "$stem.policy.toml" "$d/"
+[ ! -f "$stem.rejections.json" ] || cp "$stem.rejections.json" "$d/"
+r=$(left)
+[ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
+echo "== derive, gating '$filter' ($r s left)"
+"$bin" derive "$stem.derive.toml" --out "$d/$base.toml" --report "$d/rep" --journal "$d/dj" \
+  --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r" \
+  >"$out/derive.log" 2>&1
+rc=$?
+grep -E '^(  (PASS|FAIL|approved)|gate|table)' "$out/derive.log" | tail -40
+if [ -f "$d/$base.toml" ]; then
+  diff -u "$table" "$d/$base.toml" >"$out/routes.diff"
+  echo "== routes: $(grep -cE '^[-+] +\{ op = ' "$out/routes.diff") window lines changed ($out/routes.diff)"
+  grep -E '^[-+] +\{ op = ' "$out/routes.diff" | head -40
+fi
+[ $rc -eq 0 ] || { echo "retime_groups: the derive exited $rc ($out/derive.log)" >&2; exit 1; }
+exit 0
