@@ -49,6 +49,7 @@
 #include "fwd_narrow.cuh"
 #include "combine_cols.cuh"
 #include "fwd_rows.cuh"
+#include "fwd_smem.cuh"
 
 namespace nk = normgate::kernels;
 using normgate::WDtype;
@@ -170,6 +171,7 @@ int main(int argc, char** argv) try {
   bool copy_variants = false;  // also time the copyx kernels against copy_vec16
   bool fwd_exp = false;        // also time bench/fwd_l2pass.cuh's forward experiment
   std::vector<int> combine_cols;  // also time bench/combine_cols.cuh with these columns a CTA (--combine-cols 8,16)
+  std::vector<fwdsmem::SmemSetting> fwd_smem;  // also time bench/fwd_smem.cuh (--fwd-smem S:B,...)
   std::vector<fwdrows::RowsSetting> fwd_rows;  // also time bench/fwd_rows.cuh with these settings (--fwd-rows 2,1:4:0:0)
   struct NarrowSetting {
     int L, R, C, K;  // lanes a row, rows a lane, threads a CTA, cache hints (bench/fwd_narrow.cuh)
@@ -188,7 +190,7 @@ int main(int argc, char** argv) try {
       std::printf(
           "Usage: kernels_bench [--reps N (>= 50, default 100)] [--json FILE] [--w bf16|fp32|both]\n"
           "                     [--depth F:L[:B[:R[:S[:Q[:W]]]]],...] [--no-controls] [--res] [--heads] [--copy-variants] [--fwd-exp]\n"
-          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C[:K]],...] [--combine-cols C,...] [--only NAME,...] [T,H ...]\n"
+          "                     [--fwd-rows R,...] [--fwd-narrow L:R[:C[:K]],...] [--fwd-smem S:B,...] [--combine-cols C,...] [--only NAME,...] [T,H ...]\n"
           "Times each op (CUDA-graph replay, cold L2, median of N) against a 16-byte copy; default shapes\n"
           "65537,4096 131072,6144. --depth: forward settings (pipeline.h: ring depth F, L2 prefetch L, rows\n"
           "per team per CTA B (0: persistent grid), fused res R, simple forward S (plain), Q (fused res), W (rstd by the team's first warp only)).\n"
@@ -203,9 +205,11 @@ int main(int argc, char** argv) try {
           "those, where rstd or y does). --fwd-narrow L:R[:C[:K]] adds bench/fwd_narrow.cuh's forward for rows of 256\n"
           "(L lanes a row, R rows a lane: 8:1, 8:2, 16:1, 16:2, 32:2, 32:4; C threads a CTA, 128 or 256, default 256;\n"
           "K cache hints 0-4, default 0, K > 0 with 16:2:256 only: the file's comment) on plain H = 256 and, with --heads, on\n"
-          "the per-head views, counting the rows that differ from the routed forward. --only NAME,... times only\n"
+          "the per-head views, counting the rows that differ from the routed forward. --fwd-smem S:B adds\n"
+          "bench/fwd_smem.cuh's forward (fwd_rows 1:S's geometry and bits, the row staged in shared memory by cp.async, not\n"
+          "held in registers; S 2 or 4, B 0 or 8 CTAs of 256 an SM at least), counting rows that differ. --only NAME,... times only\n"
           "the rows whose op contains one of the names (variant names or parts of them, fwd, bwd, res, heads4,\n"
-          "heads24; e.g. fwd_narrow; the copy, the default forward and every --fwd-exp, --fwd-rows and --fwd-narrow row always).\n"
+          "heads24; e.g. fwd_narrow; the copy, the default forward and every --fwd-exp, --fwd-rows, --fwd-smem and --fwd-narrow row always).\n"
           "--combine-cols C,... times the deterministic backward's second stage alone, the library's (32 columns a CTA)\n"
           "beside bench/combine_cols.cuh's with C columns a CTA (4, 8, 16), on the same partials, and counts the dw\n"
           "columns that differ (expected 0).\n"
@@ -275,6 +279,20 @@ int main(int argc, char** argv) try {
         fwdrows::RowsSetting st;
         std::sscanf(tok.c_str(), "%d:%d:%d:%d:%d:%d", &st.rows, &st.slots, &st.min_b, &st.f32, &st.prew, &st.hint);
         fwd_rows.push_back(st);
+      }
+    } else if (a == "--fwd-smem" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      for (const std::string& tok : comma_items(v)) {
+        bool known = false;
+        for (const char* k : fwdsmem::kSmemSettings) known = known || tok == k;
+        if (!known) {
+          std::fprintf(stderr, "kernels_bench: bad --fwd-smem item '%s' in '%s': S:B, one of 2:0, 4:0, 2:8, 4:8\n",
+                       tok.c_str(), v.c_str());
+          return 2;
+        }
+        fwdsmem::SmemSetting st;
+        std::sscanf(tok.c_str(), "%d:%d", &st.slots, &st.min_b);
+        fwd_smem.push_back(st);
       }
     } else if (a == "--fwd-narrow" && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -558,6 +576,14 @@ int main(int argc, char** argv) try {
                        ? fwdrows::launch_fwd_rows<__nv_bfloat16>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H),
                                                                  fa.eps, st)
                        : fwdrows::launch_fwd_rows<float>(R, ib.x, w.p, ye, re, me, T, static_cast<int>(H), fa.eps, st);
+          });
+        }
+        for (const fwdsmem::SmemSetting& S : fwd_smem) {
+          if (H % 8 != 0 || depth.fwd != depths.front().fwd) break;
+          experiment("fwd smem " + S.name() + " experiment", true, [&](cudaStream_t st, uint16_t* ye, float* re, double* me) {
+            return wd == WDtype::bf16
+                       ? fwdsmem::launch_fwd_smem<__nv_bfloat16>(S, ib.x, w.p, ye, re, me, T, static_cast<int>(H), fa.eps, st)
+                       : fwdsmem::launch_fwd_smem<float>(S, ib.x, w.p, ye, re, me, T, static_cast<int>(H), fa.eps, st);
           });
         }
         for (const auto& ns : fwd_narrow) {
