@@ -7,7 +7,15 @@ copy ceiling of its own run for its "of copy" column; the title gives the
 runs' date range, the header every run's GPU, driver and versions, and "Runs"
 at the end each run's file, date and command; stdout gets the table, or with --md
 one line naming the files written. Exit 2 when a file is not a peers.py
-result or two runs hold the same row."""
+result or two runs hold the same row.
+
+The order: files as given; a quoted glob pattern (as --done takes) gives its
+matches in natural order, numbers as numbers (run-2 before run-10), so a
+matrix's run-N.json files merge in the order they ran (an unquoted pattern
+is expanded by the shell, in its own order). The order sets the order of the
+rows and of "Runs", and of the values each header field joins; no row is
+chosen by it (a row in two runs is refused), and where runs name the same peer
+in meta.peer_errors the later run's message is kept."""
 from __future__ import annotations
 
 import json
@@ -34,6 +42,7 @@ def merge(argv):
             print("usage: peers.py --merge RESULT.json [RESULT.json ...] [--json OUT] [--md OUT]\n"
                   "Merges peers.py results (shards of one matrix, or runs of several sessions) into one table:\n"
                   "rows in the order given, each with its own run's copy ceiling; a row in two runs is an error.\n"
+                  "A quoted glob pattern gives its files in natural order (run-2 before run-10).\n"
                   "Prints the Markdown table, or with --md one line saying what went where.")
             sys.exit(0)
         elif argv[i].startswith("--"):
@@ -255,10 +264,15 @@ def done_rows(spec, args=None, gpu=None):
 
 def expand_pattern(pat):
     """The files of a --done or --merge argument: a pattern with glob
-    characters gives what it matches (sorted, maybe nothing), a plain path
-    itself."""
+    characters gives what it matches (maybe nothing) in natural order,
+    digit runs compared as numbers (run-2 before run-10: the order a
+    matrix's run-N.json files ran in), a plain path itself."""
     import glob
-    return sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat]
+    import re
+
+    def natural(p):  # re.split with a group: text at even indices, digits at odd ones
+        return [int(t) if i % 2 else t for i, t in enumerate(re.split(r"(\d+)", p))], p
+    return sorted(glob.glob(pat), key=natural) if glob.has_magic(pat) else [pat]
 
 
 def done_files(spec):

@@ -1,5 +1,6 @@
 """bench/peers.py --merge on stored H200 results (no GPU, no torch): rows of
-every run in order, each row's "of copy" from its own run's ceiling, every
+every run in order (a quoted pattern's files in natural order: run-2 before
+run-10), each row's "of copy" from its own run's ceiling, every
 run's command in the header, and a row present in two runs refused (exit 2);
 --plan with --done: the rows of earlier results are skipped.
 Runs under pytest or as `python3 tests/bench/test_peers_merge.py`."""
@@ -130,6 +131,43 @@ def test_merge_lists_as_missing_only_rows_no_run_measured():
     assert not os.path.isfile(os.devnull), "the merge replaced /dev/null with a file"
     assert m["meta"]["skipped"] == [[99999, 4096, "bf16", "plain"]]
     assert m["meta"]["failed_rows"] == []
+
+
+def test_a_quoted_pattern_merges_run_files_in_natural_order():
+    """A matrix's runs, run-1, run-2, ..., run-10, merged by the quoted pattern
+    run-*.json come in the order they ran (run-2 before run-10, not the name
+    order run-1, run-10, run-2): the rows, "Runs" and merged_from in that order,
+    and where two runs name the same peer in peer_errors the later one's
+    message is kept. Files named one by one keep the order given."""
+    a = json.load(open(A))
+    assert len(a["rows"]) >= 3
+    names = ["run-1", "run-2", "run-10"]  # name order: run-1, run-10, run-2
+    with tempfile.TemporaryDirectory() as d:
+        for i, n in enumerate(names):
+            r = dict(a, rows=[a["rows"][i]])
+            r["meta"] = dict(a["meta"], date=f"2026-12-0{i + 1}", command=f"peers.py # {n}",
+                             peer_errors={"Q": f"no QuACK in {n}"})
+            json.dump(r, open(os.path.join(d, n + ".json"), "w"))
+        out_j, out_m = os.path.join(d, "m.json"), os.path.join(d, "m.md")
+        r = run(os.path.join(d, "run-*.json"), "--json", out_j, "--md", out_m)
+        assert r.returncode == 0, r.stderr
+        m, md = json.load(open(out_j)), open(out_m).read()
+        assert [os.path.basename(f) for f in m["meta"]["merged_from"]] == ["run-1.json", "run-2.json", "run-10.json"]
+        assert [x["file"] for x in m["meta"]["runs"]] == ["run-1.json", "run-2.json", "run-10.json"]
+        assert [(x["T"], x["H"], x["w"], x.get("form")) for x in m["rows"]] == \
+            [(x["T"], x["H"], x["w"], x.get("form")) for x in a["rows"][:3]]
+        assert m["meta"]["command"] == "peers.py # run-1; peers.py # run-2; peers.py # run-10"
+        assert m["meta"]["peer_errors"] == {"Q": "no QuACK in run-10"}  # the last run's
+        runs = md[md.index("\n## Runs\n"):]
+        assert ("1. run-1.json (2026-12-01): `peers.py # run-1`\n"
+                "2. run-2.json (2026-12-02): `peers.py # run-2`\n"
+                "3. run-10.json (2026-12-03): `peers.py # run-10`\n") in runs, runs
+        # Named one by one, the files keep the order given.
+        r = run(*[os.path.join(d, n + ".json") for n in ("run-10", "run-1", "run-2")], "--json", out_j, "--md", out_m)
+        assert r.returncode == 0, r.stderr
+        m = json.load(open(out_j))
+        assert [x["file"] for x in m["meta"]["runs"]] == ["run-10.json", "run-1.json", "run-2.json"]
+        assert m["meta"]["peer_errors"] == {"Q": "no QuACK in run-2"}
 
 
 def test_summary_thresholds_on_synthetic_rows():
@@ -567,6 +605,7 @@ def test_plan_refuses_repeated_values_and_done_results_of_several_gpus():
 
 if __name__ == "__main__":
     test_merge_lists_as_missing_only_rows_no_run_measured()
+    test_a_quoted_pattern_merges_run_files_in_natural_order()
     test_summary_and_tables_per_form()
     test_summary_thresholds_on_synthetic_rows()
     test_a_faster_peer_over_budget_is_named_beside_the_sota()
