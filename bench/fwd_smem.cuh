@@ -8,7 +8,7 @@
 // shared), waits for its own copies, sums the squares from shared memory,
 // and after the team's rstd reads them again to normalize. Only the thread
 // that issued a copy reads its slot, so no barrier orders them.
-// Why (docs/perf/forward.md, Open leads, "Occupancy"): the forward's
+// Why (docs/perf/forward.md, Open leads, "Short T"): the forward's
 // profiles beside TC's (short T, the per-head views) find TC holding 1.4x
 // the resident warps at 31-32 registers a thread, where ours hold the row
 // (4 registers a group) at 40-48; a bound of 32 registers spills (D12).
