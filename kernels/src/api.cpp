@@ -165,6 +165,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::fwd_multirow:
     case VariantId::fwd_narrow:
     case VariantId::fwd_wide:
+    case VariantId::fwd_staged:
       break;
     default:  // the model-only controls (refused above)
       break;
@@ -271,6 +272,9 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream) {
     case VariantId::fwd_wide:
       detail::launch_fwd_wide(a, fwd_vector_path(a), stream);
       return;
+    case VariantId::fwd_staged:
+      detail::launch_fwd_staged(a, fwd_vector_path(a), stream);
+      return;
     default:
       bad(v, "rmsnorm_fwd", "no forward launcher");
   }
@@ -318,6 +322,7 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
     case VariantId::fwd_multirow:
     case VariantId::fwd_narrow:
     case VariantId::fwd_wide:
+    case VariantId::fwd_staged:
       break;
     default:  // the model-only controls (validate_bwd refused them)
       break;

@@ -13,6 +13,7 @@ void launch_fwd_rowwise(const FwdArgs& a, bool vec, Stream s);
 void launch_fwd_multirow(const FwdArgs& a, bool vec, Stream s);
 void launch_fwd_narrow(const FwdArgs& a, bool vec, Stream s);
 void launch_fwd_wide(const FwdArgs& a, bool vec, Stream s);
+void launch_fwd_staged(const FwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_chunked(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_wide(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_heads(const BwdArgs& a, bool vec, Stream s);

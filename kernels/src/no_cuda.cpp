@@ -13,6 +13,7 @@ void launch_fwd_rowwise(const FwdArgs&, bool, Stream) { no_cuda("fwd_rowwise"); 
 void launch_fwd_multirow(const FwdArgs&, bool, Stream) { no_cuda("fwd_multirow"); }
 void launch_fwd_narrow(const FwdArgs&, bool, Stream) { no_cuda("fwd_narrow"); }
 void launch_fwd_wide(const FwdArgs&, bool, Stream) { no_cuda("fwd_wide"); }
+void launch_fwd_staged(const FwdArgs&, bool, Stream) { no_cuda("fwd_staged"); }
 void launch_bwd_det_chunked(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_chunked"); }
 void launch_bwd_det_wide(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_wide"); }
 void launch_bwd_det_heads(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_heads"); }

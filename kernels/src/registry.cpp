@@ -25,6 +25,8 @@ constexpr uint8_t kHeads = (1u << static_cast<int>(Form::heads24)) | (1u << stat
 constexpr uint8_t kRows = (1u << static_cast<int>(Form::plain)) | kHeads;
 // Plain rows and the fused residual form (no per-head views).
 constexpr uint8_t kPlainRes = (1u << static_cast<int>(Form::plain)) | kRes;
+// Plain rows only.
+constexpr uint8_t kPlainOnly = 1u << static_cast<int>(Form::plain);
 
 // A model-only negative control (registry.h): backward, det, never routable.
 constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_min, uint8_t forms,
@@ -34,7 +36,7 @@ constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_m
                  false, true, source_of_class};
 }
 
-const std::array<Variant, 23> kVariants = {{
+const std::array<Variant, 24> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -107,6 +109,9 @@ const std::array<Variant, 23> kVariants = {{
     {VariantId::bwd_det_wreg, "bwd_det_wreg", Op::bwd, Mode::det, kMinH, 4096, kBothW, kPlainRes, false,
      "backward, plain rows and form res at H = 1..4096: bwd_det_chunked's chunks, FP64 partials and combine (the same bits) in a kernel of its narrow bound, FP32 w held in registers",
      hashes::bwd_det_wreg_files, hashes::bwd_det_wreg_sha256},
+    {VariantId::fwd_staged, "fwd_staged", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlainOnly, false,
+     "forward, plain rows: one row a team, each thread's two groups of 8 staged in its own shared-memory slots by cp.async (32 registers), binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
+     hashes::fwd_staged_files, hashes::fwd_staged_sha256},
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in

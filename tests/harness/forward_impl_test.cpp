@@ -32,6 +32,7 @@ TEST(ForwardImpl, ExpandAcceptsForwardVariantsAndAllAppendsThem) {
   want.emplace_back("fwd_multirow");
   want.emplace_back("fwd_narrow");
   want.emplace_back("fwd_wide");
+  want.emplace_back("fwd_staged");
   EXPECT_EQ(all, want);
   EXPECT_EQ(std::count(all.begin(), all.end(), "fwd_rowwise"), 0);
   try {

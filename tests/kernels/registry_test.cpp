@@ -48,7 +48,7 @@ TEST(Registry, HasTheVariantsInIdOrder) {
       {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
       {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
       {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}, {"fwd_wide", 19},
-      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}, {"bwd_det_wreg", 22}};
+      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}, {"bwd_det_wreg", 22}, {"fwd_staged", 23}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -135,10 +135,11 @@ TEST(Registry, EveryVariantSupportsEveryFormOverTheFullRangeAndBothWeights) {
     // The new controls apply where their bug class does (ctl_warp64_dw: H >= 33; the model-only ones: their
     // forms); fwd_narrow is a forward for rows of 256, fwd_wide one for plain rows and form res (their own
     // tests below), bwd_det_wide a backward for H = 4097..6144, bwd_det_heads one for the per-head views,
-    // bwd_det_wreg one for H = 1..4096, plain and res (tests/kernels/bwd_own_kernel_test.cpp).
+    // bwd_det_wreg one for H = 1..4096, plain and res (tests/kernels/bwd_own_kernel_test.cpp), fwd_staged
+    // a forward for plain rows (its own test below).
     if (v.model_only || v.id == VariantId::ctl_warp64_dw || v.id == VariantId::fwd_narrow ||
         v.id == VariantId::fwd_wide || v.id == VariantId::bwd_det_wide || v.id == VariantId::bwd_det_heads ||
-        v.id == VariantId::bwd_det_wreg)
+        v.id == VariantId::bwd_det_wreg || v.id == VariantId::fwd_staged)
       continue;
     EXPECT_EQ(v.h_min, kMinH) << v.name;
     EXPECT_EQ(v.h_max, kMaxH) << v.name;
@@ -202,6 +203,51 @@ TEST(Registry, FwdWideAndItsGeometry) {
     EXPECT_GE(static_cast<int64_t>(g.team) * g.slots, nvec) << "H = " << w.H;        // every group has a thread
     EXPECT_LT(static_cast<int64_t>(g.team) * (g.slots - 1), nvec) << "H = " << w.H;  // the last slot is used
     EXPECT_LE(g.slots, kWideMaxSlots) << "H = " << w.H;
+  }
+}
+
+// fwd_staged: a deterministic forward for plain rows only over the full H
+// range, both weight dtypes, not the default, its own hashed files (not
+// fwd_rowwise's or fwd_wide's: their approvals stay current); its geometry
+// (staged.h): two groups of 8 a thread while the team fits 512 threads,
+// every column covered once, the last slot used; plan.h's geometry (hence
+// fwd_rowwise's order of the sum) exactly for 2048 < H <= 8192.
+TEST(Registry, FwdStagedAndItsGeometry) {
+  const Variant& v = variant("fwd_staged");
+  EXPECT_EQ(v.op, Op::fwd);
+  EXPECT_EQ(v.mode, Mode::det);
+  EXPECT_FALSE(v.control || v.model_only);
+  EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385));
+  EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32));
+  EXPECT_TRUE(v.supports(Form::plain));
+  EXPECT_FALSE(v.supports(Form::res) || v.supports(Form::heads24) || v.supports(Form::heads4));
+  EXPECT_NE(&default_fwd(), &v);
+  EXPECT_NE(std::string(v.sources).find("src/fwd_staged.cu"), std::string::npos);
+  EXPECT_NE(std::string(v.sources).find("include/normgate/kernels/staged.h"), std::string::npos);
+  EXPECT_EQ(std::string(default_fwd().sources).find("staged"), std::string::npos);
+  EXPECT_EQ(std::string(variant("fwd_wide").sources).find("staged"), std::string::npos);
+  struct Want {
+    int64_t H;
+    int team, slots, teams;
+  };
+  for (const Want& w : {Want{1, 32, 1, 8}, Want{256, 32, 1, 8}, Want{264, 32, 2, 8}, Want{512, 32, 2, 8},
+                        Want{520, 64, 2, 4}, Want{1536, 96, 2, 2}, Want{2048, 128, 2, 2}, Want{4096, 256, 2, 1},
+                        Want{6144, 384, 2, 1}, Want{8192, 512, 2, 1}, Want{8200, 512, 3, 1},
+                        Want{16384, 512, 4, 1}, Want{16383, 512, 4, 1}}) {
+    const RowGeometry g = fwd_staged_geometry(w.H);
+    EXPECT_EQ(g.team, w.team) << "H = " << w.H;
+    EXPECT_EQ(g.slots, w.slots) << "H = " << w.H;
+    EXPECT_EQ(fwd_staged_teams(w.H), w.teams) << "H = " << w.H;
+  }
+  for (int64_t H = 1; H <= kMaxH; ++H) {
+    const RowGeometry g = fwd_staged_geometry(H);
+    const int64_t nvec = (H + 7) / 8;
+    ASSERT_GE(static_cast<int64_t>(g.team) * g.slots, nvec) << "H = " << H;        // every group has a thread
+    ASSERT_LT(static_cast<int64_t>(g.team) * (g.slots - 1), nvec) << "H = " << H;  // the last slot is used
+    ASSERT_TRUE(g.team % 32 == 0 && g.team <= kStagedMaxTeam && g.slots <= kStagedMaxSlots) << "H = " << H;
+    const RowGeometry p = row_geometry(H);
+    const bool same = p.team == g.team && p.slots == g.slots;
+    ASSERT_EQ(same, H > 2048 && H <= 8192) << "H = " << H;
   }
 }
 

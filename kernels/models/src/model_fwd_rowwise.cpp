@@ -5,8 +5,10 @@
 // geometry and per-row arithmetic; only how many rows a team loads at once
 // differs, which changes no bit), of fwd_narrow (fwd_narrow.cu: rows of
 // 256 on 16 lanes of two groups each, its own order of the binary64 sum)
-// and of fwd_wide (fwd_wide.cu: wide.h's geometry, up to four groups a
-// thread, plan.h's reduction rule on it).
+// of fwd_wide (fwd_wide.cu: wide.h's geometry, up to four groups a
+// thread, plan.h's reduction rule on it) and of fwd_staged (fwd_staged.cu:
+// staged.h's geometry, the same rule; where the row waits, shared memory or
+// registers, changes no bit).
 #include <omp.h>
 
 #include <array>
@@ -17,6 +19,7 @@
 #include "normgate/core/hd.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/rstd.h"
+#include "normgate/kernels/staged.h"
 #include "normgate/kernels/wide.h"
 
 namespace normgate::kernels {
@@ -58,7 +61,7 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
   if (v.op != Op::fwd) detail::model_bad(v, "not a forward variant");
   // Forward variants with this model (a new forward variant gets its own or is added here).
   if (v.id != VariantId::fwd_rowwise && v.id != VariantId::fwd_multirow && v.id != VariantId::fwd_narrow &&
-      v.id != VariantId::fwd_wide)
+      v.id != VariantId::fwd_wide && v.id != VariantId::fwd_staged)
     detail::model_bad(v, "no CPU model of this forward variant");
   const bool narrow = v.id == VariantId::fwd_narrow;
   detail::check_view(v, "x", x);
@@ -67,10 +70,12 @@ FwdResult model_fwd(const Variant& v, RowView<uint16_t> x, WeightView w, float e
   const int64_t R = x.rows(), H = x.cols;
   // fwd_narrow (H = 256 only: check_view refused any other H): lane t of 16
   // holds the groups k = 0, 1 at columns (16*k + t)*8, group_col0(16, k, t).
-  // fwd_wide: wide.h's team and up to four groups a thread.
-  const RowGeometry geo = narrow                       ? RowGeometry{16, 2}
-                          : v.id == VariantId::fwd_wide ? fwd_wide_geometry(H)
-                                                        : row_geometry(H);
+  // fwd_wide: wide.h's team and up to four groups a thread; fwd_staged:
+  // staged.h's team and groups.
+  const RowGeometry geo = narrow                         ? RowGeometry{16, 2}
+                          : v.id == VariantId::fwd_wide   ? fwd_wide_geometry(H)
+                          : v.id == VariantId::fwd_staged ? fwd_staged_geometry(H)
+                                                          : row_geometry(H);
   const double inv_h = 1.0 / static_cast<double>(H);  // as the kernel (rstd.h)
   std::vector<float> wf(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) wf[static_cast<size_t>(j)] = detail::weight_at(w, j);

@@ -266,6 +266,29 @@ TEST(Models, FwdNarrowSumsInItsOwnOrder) {
 // same sum on h_new.
 TEST(Models, FwdWideSumsInItsOwnOrder) { expect_own_sum_order("fwd_wide", 2048, 512); }
 
+// fwd_staged's model sums a row in staged.h's geometry: at H = 2048 thread t
+// of a team of 128 holds columns 8t .. 8t+7 and 8(128 + t) .. +7, so the
+// 2^-27 values at x[1024..1026] meet 1 in thread 0 one at a time (ss = 1)
+// where fwd_rowwise's thread 128 sums them first (ss = 1 + 2^-52). At
+// H = 4096 (plan.h's geometry there) every bit is fwd_rowwise's, the rows
+// of expect_own_sum_order's shape included.
+TEST(Models, FwdStagedSumsInItsOwnOrder) {
+  expect_own_sum_order("fwd_staged", 2048, 1024);
+  const int64_t H = 4096;
+  std::vector<uint16_t> x(3 * H);
+  for (int64_t i = 0; i < 3 * H; ++i) x[static_cast<size_t>(i)] = bf16_from_float(std::ldexp(1.0f, -27));
+  x[0] = bf16_from_float(1.0f);
+  for (int64_t j = 0; j < H; ++j) x[static_cast<size_t>(2 * H + j)] = bf16_from_float(static_cast<float>(j % 11) - 5.0f);
+  std::vector<uint16_t> w(H, bf16_from_float(0.75f));
+  const WeightView wv{WDtype::bf16, w.data(), H};
+  const auto xv = RowView<uint16_t>::plain(x.data(), 3, H);
+  const FwdResult s = model_fwd(variant("fwd_staged"), xv, wv, kEps, 1);
+  const FwdResult r = model_fwd(default_fwd(), xv, wv, kEps, 1);
+  EXPECT_EQ(s.msq, r.msq);
+  EXPECT_EQ(s.rstd, r.rstd);
+  EXPECT_EQ(s.y, r.y);
+}
+
 // The forward's msq (binary64 m per row) handed to the backward removes the
 // FP32 rstd's rounding from dw (rstd.h rstd_refined): against the exact dw
 // (long double, rstd = 1/sqrt(mean x^2 + eps) of the exact row sums), the

@@ -18,6 +18,11 @@
 //   fwd_wide            forward, plain rows and form res: up to 32 columns a
 //                       thread (teams of H/32, wide.h), one row a team, its
 //                       own order of the binary64 sum (fwd_wide.cu)
+//   fwd_staged          forward, plain rows: one row a team, each thread's
+//                       groups copied into its own shared-memory slots
+//                       (cp.async) instead of registers, two groups a thread
+//                       (staged.h; fwd_rowwise's order for 2048 < H <= 8192,
+//                       its own elsewhere) (fwd_staged.cu)
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials
@@ -128,6 +133,7 @@ enum class VariantId : uint8_t {
   bwd_det_wide = 20,
   bwd_det_heads = 21,
   bwd_det_wreg = 22,
+  fwd_staged = 23,
   // 128..255: external variants, in registration order (never a built-in).
 };
 

@@ -4,10 +4,12 @@
 // plan.h and chunk plan from chunk_plan.h, same accumulators from accum.h, same
 // order of every FP32/FP64 operation, core/hd.h roundings), so it predicts the
 // GPU's bits:
-//   fwd_rowwise, fwd_multirow, fwd_narrow:
+//   fwd_rowwise, fwd_multirow, fwd_narrow, fwd_wide, fwd_staged:
 //                       y, rstd, msq bitwise equal to the GPU (one model:
 //                       fwd_multirow has fwd_rowwise's rows and arithmetic;
-//                       fwd_narrow its own 16-lane order of the sum)
+//                       fwd_narrow its own 16-lane order of the sum,
+//                       fwd_wide and fwd_staged the order of their geometry,
+//                       wide.h and staged.h)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
 //   bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads, bwd_det_wreg, ctl_fp32_seq, ctl_bf16_partials,
 //   ctl_warp64_dw:
@@ -53,7 +55,8 @@ struct BwdResult {
 
 /// Model of the forward variant `v` (fwd_rowwise or fwd_multirow: the same
 /// model, their bits are equal; fwd_narrow: H = 256 only, its own order of
-/// the binary64 sum, fwd_narrow.cu). x: plain view (heads == 1; per-head rows
+/// the binary64 sum, fwd_narrow.cu; fwd_wide and fwd_staged: plan.h's rule
+/// on wide.h's and staged.h's geometry). x: plain view (heads == 1; per-head rows
 /// are passed as the plain [T*heads, 256] rows they are) with 1 <= cols <=
 /// kMaxH; w.cols == x.cols; eps finite >= 0. Throws std::invalid_argument
 /// naming the bad argument otherwise, and for a backward variant or a
