@@ -11,6 +11,7 @@
 
 #include "normgate/kernels/multirow.h"
 #include "normgate/kernels/plan.h"
+#include "normgate/kernels/staged.h"
 #include "normgate/kernels/wide.h"
 #include "normgate/seeds/generate.h"
 
