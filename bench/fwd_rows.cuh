@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
       if (live) {
         if constexpr (kHint == 0)
           cur[q][k] = dv::load_group(x + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true);
-        else
+        else if (col0[k] < H)  // load_group's guard: a last slot may reach past the row
           cur[q][k] = benchhints::hint_load<kHint>(x + (r0 + q) * static_cast<int64_t>(H) + col0[k]);
       }
     }
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(512, (kMinB > 0 ? kMinB : 1)) fwd_rows_kernel(
       if (r0 + q < T) {
         if constexpr (kHint == 0)
           dv::store_y_group(y + (r0 + q) * static_cast<int64_t>(H), col0[k], H, true, cur[q][k], rs[q], wv);
-        else
+        else if (col0[k] < H)  // store_y_group's guard
           benchhints::hint_store_y<kHint>(y + (r0 + q) * static_cast<int64_t>(H) + col0[k], cur[q][k], rs[q], wv);
       }
   }

@@ -29,7 +29,8 @@
 # Writes DIR/bench-only.log and DIR/cut.timings.json (the new points),
 # DIR/merged.timings.json (tools/timings_merge.py), DIR/derive.log and
 # DIR/derive/ (the table, its approvals, reports, journals), and
-# DIR/routes.diff (the old table against the new). Exit 2 on a usage error
+# DIR/routes.diff (the old table against the new); DIR is never the
+# repository or in it (out/ aside). Exit 2 on a usage error
 # (nothing run), 1 when a step failed or the derive left a window
 # unapproved, 0 otherwise.
 set -uo pipefail
@@ -69,8 +70,34 @@ stem="${table%.toml}"
 for f in "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
-mkdir -p -- "$out" 2>/dev/null && [ -w "$out" ] || die "--out '$out' is not a folder this script can write"
 command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
+# --timings read as the merge will read it, before the bench is spent on it.
+python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import timings_merge; timings_merge.load(sys.argv[2])' \
+  "$root/tools" "$timings" || die "--timings $timings: not a timings file the merge can read (above)"
+# DIR is emptied of bench/ and derive/ below: never the repository or a
+# folder in it (but out/, ignored by git), never a folder whose bench/ or
+# derive/ another hand made.
+real_out="$(realpath -m -- "$out")" real_root="$(cd -P "$root" && pwd)"
+case "$real_out/" in
+  "$real_root/out/"?*) ;;
+  "$real_root/"*) die "--out '$out' is in the repository ($real_root); give a folder outside it, or under out/" ;;
+esac
+for x in bench derive; do
+  [ ! -e "$out/$x" ] || [ -f "$out/.retime_groups" ] ||
+    die "--out '$out': $out/$x exists and is not an earlier retime_groups.sh run's; give another folder"
+done
+# ... nor a folder whose outputs, removed below, are this run's inputs (an
+# earlier run's merged timings or derived table, say).
+for f in "$spec" "$timings" "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml" \
+         "$stem.rejections.json"; do
+  case "$(realpath -m -- "$f")" in
+    "$real_out"/bench/*|"$real_out"/derive/*|"$real_out"/bench-only.log|"$real_out"/cut.timings.json|\
+    "$real_out"/merged.timings.json|"$real_out"/derive.log|"$real_out"/routes.diff)
+      die "--out '$out': $f, an input, is one of the outputs this run removes first; give another --out" ;;
+  esac
+done
+mkdir -p -- "$out" 2>/dev/null && [ -w "$out" ] && : >"$out/.retime_groups" ||
+  die "--out '$out' is not a folder this script can write"
 start=$SECONDS
 left() { echo $((deadline - (SECONDS - start))); }
 rm -rf -- "$out/derive" "$out/bench"
@@ -93,8 +120,9 @@ python3 "$root/tools/timings_merge.py" "$timings" "$out/cut.timings.json" "$out/
 d="$out/derive"
 mkdir -p "$d"
 base="$(basename "$stem")"
-cp "$stem.approvals.json" "$stem.policy.toml" "$d/"
-[ ! -f "$stem.rejections.json" ] || cp "$stem.rejections.json" "$d/"
+{ cp "$stem.approvals.json" "$stem.policy.toml" "$d/" &&
+  { [ ! -f "$stem.rejections.json" ] || cp "$stem.rejections.json" "$d/"; }; } ||
+  { echo "retime_groups: could not copy the table's approvals, policy or rejections into $d" >&2; exit 1; }
 r=$(left)
 [ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
 echo "== derive, gating '$filter' ($r s left)"

@@ -138,6 +138,16 @@ FAKE
 chmod +x "$t/rb/apps/normgate"
 cp "$root/docs/results/routes/sm90a.timings.json" "$t/rb/apps/normgate.base.json"
 echo "# cut" >"$t/cut.toml"
+# Refused before the bench: --timings not a timings file, --out in the
+# repository (its routes/ here; --out . at the root would empty bench/),
+# --out whose bench/ another hand made.
+echo "{oops" >"$t/bad.json"
+expect 2 "--timings $t/bad.json: not a timings file" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/bad.json" --out "$t/rx"
+expect 2 "is in the repository" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$root/routes"
+mkdir -p "$t/ry/bench"
+expect 2 "ry/bench exists and is not an earlier" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/ry"
+[ ! -e "$t/rx" ] && [ -d "$t/ry/bench" ] && [ ! -e "$root/routes/bench-only.log" ] && [ ! -e "$root/routes/bench" ] ||
+  { echo "FAIL: retime_groups.sh wrote or emptied a folder before refusing" >&2; fail=1; }
 expect 0 "2 window lines changed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd,form=res,H=1536 --out "$t/r"
 python3 - "$t/r/merged.timings.json" "$root/docs/results/routes/sm90a.timings.json" <<'PY' || fail=1
 import json, sys
@@ -153,6 +163,10 @@ for k, p in new.items():
 PY
 grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 4000\]' "$t/r/routes.diff" ||
   { echo "FAIL: retime_groups.sh's routes.diff lacks the moved window" >&2; fail=1; }
+# The last run's merged timings as the next run's --timings, same --out:
+# refused before they are removed.
+expect 2 "an input, is one of the outputs" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/r/merged.timings.json" --out "$t/r"
+[ -f "$t/r/merged.timings.json" ] || { echo "FAIL: retime_groups.sh removed its --timings input" >&2; fail=1; }
 # A bench that fails: exit 1, nothing derived.
 printf '#!/bin/sh\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
 expect 1 "the bench failed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/r"
