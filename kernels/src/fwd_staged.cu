@@ -26,8 +26,8 @@
 //          a second barrier;
 //   y    = BF16_rn((x * rstd) * w) (mul_rn twice), x read from the slot
 //          again, w read per group after the barrier (L1 and L2 hold it).
-// The sum associates as staged.h says (fwd_rowwise's order for
-// 2048 < H <= 8192). The scalar path (H % 8 != 0, or rows, strides or w not
+// The sum associates as staged.h says (fwd_rowwise's order for H <= 256
+// and 2048 < H <= 8192). The scalar path (H % 8 != 0, or rows, strides or w not
 // 16-byte aligned) is the same kernel with load_group's guarded 2-byte
 // loads stored into the slots synchronously (stage_group). Rows past the
 // end stage zeros, take part in the barriers and write nothing. One CTA a

@@ -23,8 +23,8 @@
 // again), so where this geometry differs from fwd_rowwise's (plan.h) or
 // fwd_wide's (wide.h) the sum associates differently: ss, hence msq, may
 // differ in the last bit, and rstd only for rows within about 2^-47 of an
-// FP32 rounding boundary. (For 2048 < H <= 8192 it is plan.h's geometry,
-// hence fwd_rowwise's bits.)
+// FP32 rounding boundary. (For H <= 256 and 2048 < H <= 8192 it is plan.h's
+// geometry, hence fwd_rowwise's bits.)
 //
 // Why two groups: measured as the bench experiment of the same kernel
 // (bench/fwd_smem.cuh, `kernels_bench --fwd-smem 2:0`; docs/perf/forward.md,
