@@ -2,9 +2,10 @@
 # Time some route groups again after a kernel change that kept its approvals,
 # derive the table again from the merged timings, and gate the winners that
 # lack an approval on their new windows (docs/perf/routes.md D20), on this
-# machine's device. Nothing in the repository is written: DIR holds the new
-# timings, the merged timings, the derived table and its approvals, to be
-# checked and merged by hand (the README of a results folder says how:
+# machine's device. Nothing in the repository is written (out/, ignored by
+# git, aside: the default DIR): DIR holds the new timings, the merged
+# timings, the derived table and its approvals, to be checked and merged
+# by hand (the README of a results folder says how:
 # docs/results/routes/fwd-f32-retime-2026-12-04/README.md).
 #
 #   tools/retime_groups.sh --build BUILD --spec CUT.derive.toml

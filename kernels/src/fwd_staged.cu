@@ -7,7 +7,8 @@
 // fwd_wide) take 38-48 to keep the row; a bound of 32 registers spills.
 // Here a thread copies its groups of the row into its own shared-memory
 // slots (cp.async) and reads them back twice, so the row costs shared
-// memory instead of registers: 32 registers, eight CTAs of 256 an SM.
+// memory instead of registers: at most 32 registers (ptxas, every
+// instance, no bound, no spill), so 2048 threads an SM by registers.
 //
 // Geometry: staged.h (team, slots; fwd_staged_geometry). CTAs of
 // max(1, 256/team) teams, one row a team; every copy of the row issued
@@ -23,7 +24,8 @@
 //   rstd = row_rstd_fp64(ss, 1/H, eps) (rstd.h: the FP32 nearest to
 //          1/sqrt(m), m = fma(ss, 1/H, eps)), m written to msq when given,
 //          both by the first warp, rstd handed over in shared memory behind
-//          a second barrier;
+//          a second barrier (a team of one warp: each lane computes them,
+//          no barrier);
 //   y    = BF16_rn((x * rstd) * w) (mul_rn twice), x read from the slot
 //          again, w read per group after the barrier (L1 and L2 hold it).
 // The sum associates as staged.h says (fwd_rowwise's order for H <= 256

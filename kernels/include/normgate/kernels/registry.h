@@ -22,7 +22,8 @@
 //                       groups copied into its own shared-memory slots
 //                       (cp.async) instead of registers, two groups a thread
 //                       (staged.h; fwd_rowwise's order for H <= 256 and
-//                       2048 < H <= 8192, its own elsewhere) (fwd_staged.cu)
+//                       2048 < H <= 8192, fwd_wide's for H <= 512 and
+//                       15361 <= H, its own elsewhere) (fwd_staged.cu)
 //   bwd_det_chunked     backward, deterministic: fixed row chunks, FP64 dw
 //                       partials (exact products, fma), fixed-order FP64 combine
 //   bwd_nondet_atomic   backward, non-deterministic: the same chunk partials

@@ -5,7 +5,7 @@
 //
 // fwd_staged copies each thread's groups of its row into the thread's own
 // shared-memory slots (cp.async) instead of holding them in registers, so
-// the kernel runs at 32 registers (eight CTAs of 256 an SM) where the
+// the kernel runs at 32 registers (2048 threads an SM) where the
 // register-held kernels take 38-48. Its geometry gives a thread two
 // 8-column groups while a team fits 512 threads:
 //
