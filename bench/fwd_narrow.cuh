@@ -23,14 +23,12 @@
 //
 // Stores and cache hints (kHint, `--fwd-narrow 16:2:256:K`; 16:2 at 256
 // threads only, the shape of the variant `fwd_narrow`), the arithmetic
-// unchanged: K = 0 the variant's code (y through store_y_group: NVVM emits
-// two of a lane's four 16-byte y stores on the per-head views as four
-// 32-bit stores each); 1 every y store one st.global.v4.b32; 2 as 1 with
-// st.global.cs (evict first); 3 as 1 with loads ld.global.nc.L1::no_allocate;
-// 4 loads as 3 with an L2 evict_first policy (createpolicy, as Triton's
-// eviction_policy="evict_first") and stores as 2. The question
-// (docs/perf/forward.md, Open leads): what the 2-3% of DRAM throughput
-// between fwd_narrow and TC's forward at equal bytes is.
+// unchanged: K as bench/cache_hints.cuh defines it (K = 0 the variant's
+// code, where NVVM emits two of a lane's four 16-byte y stores on the
+// per-head views as four 32-bit stores each). The question, whether a hint
+// is the 2-3% of DRAM throughput between fwd_narrow and TC's forward at
+// equal bytes, is answered no (docs/perf/forward.md, Tried and rejected,
+// "Cache hints on the loads and y stores").
 #pragma once
 
 #include <type_traits>

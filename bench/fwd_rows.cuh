@@ -35,8 +35,9 @@
 //     the sum and the barrier, and held in registers (8 floats a slot), so
 //     no load follows the rstd; 0 (absent): after the barrier, as
 //     fwd_rowwise does. The same arithmetic: rows bitwise fwd_rowwise's.
-// and a sixth, R:S:B:F:P:K, for the long-T plain forward (forward.md, Open
-// leads, "Cache hints"): K the loads' and y stores' cache hints of
+// and a sixth, R:S:B:F:P:K, for the long-T plain forward (forward.md, Tried
+// and rejected, "Cache hints on the loads and y stores"): K the loads' and
+// y stores' cache hints of
 // bench/cache_hints.cuh (0: the variants' instructions). The same
 // arithmetic: rows bitwise fwd_rowwise's.
 #pragma once
