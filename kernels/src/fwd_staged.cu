@@ -1,5 +1,5 @@
 // kernels/src/fwd_staged.cu: variant fwd_staged (forward, deterministic),
-// plain rows, any H.
+// plain rows and form res (fused residual add), any H.
 //
 // Why (docs/perf/forward.md, D16): at short T the forward waits on latency,
 // and the profiles beside TC's find TC holding 1.4x the resident warps at
@@ -12,8 +12,11 @@
 //
 // Geometry: staged.h (team, slots; fwd_staged_geometry). CTAs of
 // max(1, 256/team) teams, one row a team; every copy of the row issued
-// before its first sum. Per row, in this order (the CPU model,
-// model_fwd_rowwise.cpp, repeats it):
+// before its first sum (form res: h's and u's). Per row, in this order
+// (the CPU model, model_fwd_rowwise.cpp, repeats it on h_new):
+//   form res: h_new = BF16(h + u) per element (sum_group: one rounding of
+//          the exact sum, core/bf16.h bf16_sum_rn), from the two slots of
+//          each group, stored to h_new and into h's slot (x below is h_new);
 //   ss   = fma(x, x, ss) in binary64 over the thread's groups k ascending,
 //          then the 8 columns ascending (x^2 is exact), each group read
 //          from the thread's slot;
@@ -34,8 +37,10 @@
 // loads stored into the slots synchronously (stage_group). Rows past the
 // end stage zeros, take part in the barriers and write nothing. One CTA a
 // group of rows, no grid-stride loop (a 2-D grid past 2^31 - 1 CTAs).
-// Shared memory: slots * block * 16 bytes, dynamic (at most 4 * 512 * 16 =
-// 32 KiB, under the 48 KiB that needs no opt-in).
+// Shared memory: inputs * slots * block * 16 bytes, dynamic (inputs: 1
+// plain, 2 res): at most 32 KiB plain; res 16 KiB for H <= 8192 (CTAs of
+// at most 256 threads with 2 slots, or one team of up to 512 with 1), up
+// to 64 KiB above, past the 48 KiB that needs no opt-in (ring_allow).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -60,6 +65,8 @@ struct StagedArgs {
   Rows<const __nv_bfloat16> x{nullptr, 0};
   const WT* w = nullptr;
   Rows<__nv_bfloat16> y{nullptr, 0};
+  Rows<const __nv_bfloat16> u{nullptr, 0};  ///< form res: the residual branch (x holds h)
+  Rows<__nv_bfloat16> h_new{nullptr, 0};    ///< form res: BF16(h + u), written here
   float* rstd = nullptr;
   double* msq = nullptr;  ///< optional [rows] (FwdArgs::msq)
   int64_t rows = 0;
@@ -70,9 +77,10 @@ struct StagedArgs {
   double eps64 = 0;  ///< eps as binary64 (exact)
 };
 
-template <int kSlots, class WT>
+template <int kSlots, class WT, bool kRes>
 __global__ void __launch_bounds__(kStagedMaxTeam) fwd_staged_kernel(const StagedArgs<WT> a) {
-  extern __shared__ uint4 slots_sh[];              // [k * blockDim.x + thread]: the thread's groups
+  extern __shared__ uint4 slots_sh[];              // [k * blockDim.x + thread]: the thread's groups (res: h's
+                                                   // slots k, then u's at kSlots + k)
   __shared__ double red[kStagedMaxWarps];          // [warp of the CTA]: warp totals
   __shared__ float rs_sh[kStagedMaxTeams];         // [team]: rstd handed to the team
   const int team = a.team;
@@ -86,16 +94,20 @@ __global__ void __launch_bounds__(kStagedMaxTeam) fwd_staged_kernel(const Staged
   if (base >= a.rows) return;  // uniform across the CTA (only in the 2-D grid's last row of CTAs)
   const int64_t r = base + ti;
   const bool live = r < a.rows;
-  uint4* mine = slots_sh + threadIdx.x;  // slot k at mine[k * block]
+  uint4* mine = slots_sh + threadIdx.x;  // slot k at mine[k * block]; res: u's slot k at mine[(kSlots + k) * block]
   {
     const __nv_bfloat16* xr = live ? a.x.row(r) : nullptr;
+    const __nv_bfloat16* ur = kRes && live ? a.u.row(r) : nullptr;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       const int c = static_cast<int>(group_col0(team, k, t));
-      if (live)
+      if (live) {
         stage_group(mine + k * block, xr, c, a.H, a.vec);
-      else
+        if constexpr (kRes) stage_group(mine + (kSlots + k) * block, ur, c, a.H, a.vec);
+      } else {
         mine[k * block] = make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (kRes) mine[(kSlots + k) * block] = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
     cp_async_commit();
     cp_async_wait_pending(0);  // this thread's copies: only it reads its slots
@@ -105,6 +117,16 @@ __global__ void __launch_bounds__(kStagedMaxTeam) fwd_staged_kernel(const Staged
   for (int k = 0; k < kSlots; ++k) {
     Group8 g;
     g.u = mine[k * block];
+    if constexpr (kRes) {  // g = h_new = BF16(h + u), stored at once and kept in h's slot for y
+      Group8 uu;
+      uu.u = mine[(kSlots + k) * block];
+      float hf[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) hf[e] = group_at(g, e);
+      g = sum_group(hf, uu);
+      if (live) store_group_bits(a.h_new.row(r), static_cast<int>(group_col0(team, k, t)), a.H, a.vec, g);
+      mine[k * block] = g.u;
+    }
     ss = add_squares(g, ss);
   }
   ss = team_sum_publish(ss, red);
@@ -146,8 +168,10 @@ __global__ void __launch_bounds__(kStagedMaxTeam) fwd_staged_kernel(const Staged
 namespace detail {
 
 void launch_fwd_staged(const FwdArgs& a, bool vec, Stream s) {
-  if (a.heads > 1 || a.form != Form::plain)
-    throw std::invalid_argument("fwd_staged: plain rows only (got form " + std::string(to_string(a.form)) + ")");
+  if (a.heads > 1 || (a.form != Form::plain && a.form != Form::res))
+    throw std::invalid_argument("fwd_staged: plain rows or form res only (got form " + std::string(to_string(a.form)) +
+                                ")");
+  const bool res = a.form == Form::res;
   const RowGeometry geo = fwd_staged_geometry(a.H);
   const int teams = fwd_staged_teams(a.H);
   if (geo.team > kStagedMaxTeam || teams > dev::kStagedMaxTeams || geo.slots < 1 || geo.slots > kStagedMaxSlots)
@@ -159,7 +183,8 @@ void launch_fwd_staged(const FwdArgs& a, bool vec, Stream s) {
   if (need == 0) return;
   constexpr int64_t kMaxX = 0x7FFFFFFF;
   const dim3 grid(static_cast<unsigned>(need < kMaxX ? need : kMaxX), static_cast<unsigned>((need + kMaxX - 1) / kMaxX));
-  const size_t smem = static_cast<size_t>(geo.slots) * static_cast<size_t>(block) * sizeof(uint4);
+  const size_t smem = static_cast<size_t>(res ? 2 : 1) * static_cast<size_t>(geo.slots) * static_cast<size_t>(block) *
+                      sizeof(uint4);
   auto go = [&](auto wtag) {
     using WT = decltype(wtag);
     dev::StagedArgs<WT> f;
@@ -174,9 +199,20 @@ void launch_fwd_staged(const FwdArgs& a, bool vec, Stream s) {
     f.vec = vec;
     f.inv_h = 1.0 / static_cast<double>(a.H);  // rstd.h, as the CPU model
     f.eps64 = static_cast<double>(a.eps);
+    if (res) {
+      f.u = {reinterpret_cast<const __nv_bfloat16*>(a.u), a.u_stride};
+      f.h_new = {reinterpret_cast<__nv_bfloat16*>(a.h_new), a.h_new_stride};
+    }
     auto run = [&](auto slots_tag) {
       constexpr int kS = decltype(slots_tag)::value;
-      dev::fwd_staged_kernel<kS, WT><<<grid, block, smem, s>>>(f);
+      auto launch = [&](auto* kernel) {
+        if (smem > 48 * 1024) NG_CUDA(dev::ring_allow(kernel));  // res above H = 8192: up to 64 KiB
+        kernel<<<grid, block, smem, s>>>(f);
+      };
+      if (res)
+        launch(&dev::fwd_staged_kernel<kS, WT, true>);
+      else
+        launch(&dev::fwd_staged_kernel<kS, WT, false>);
     };
     switch (geo.slots) {
       case 1: run(std::integral_constant<int, 1>{}); break;

@@ -207,8 +207,8 @@ TEST(Registry, FwdWideAndItsGeometry) {
   }
 }
 
-// fwd_staged: a deterministic forward for plain rows only over the full H
-// range, both weight dtypes, not the default, its own hashed files (not
+// fwd_staged: a deterministic forward for plain rows and form res (not the
+// per-head views) over the full H range, both weight dtypes, not the default, its own hashed files (not
 // fwd_rowwise's or fwd_wide's: their approvals stay current); its geometry
 // (staged.h): two groups of 8 a thread while the team fits 512 threads,
 // every column covered once, the last slot used; plan.h's geometry (hence
@@ -220,8 +220,8 @@ TEST(Registry, FwdStagedAndItsGeometry) {
   EXPECT_FALSE(v.control || v.model_only);
   EXPECT_TRUE(v.supports_h(1) && v.supports_h(16384) && !v.supports_h(0) && !v.supports_h(16385));
   EXPECT_TRUE(v.supports(WDtype::bf16) && v.supports(WDtype::fp32));
-  EXPECT_TRUE(v.supports(Form::plain));
-  EXPECT_FALSE(v.supports(Form::res) || v.supports(Form::heads24) || v.supports(Form::heads4));
+  EXPECT_TRUE(v.supports(Form::plain) && v.supports(Form::res));
+  EXPECT_FALSE(v.supports(Form::heads24) || v.supports(Form::heads4));
   EXPECT_NE(&default_fwd(), &v);
   EXPECT_NE(std::string(v.sources).find("src/fwd_staged.cu"), std::string::npos);
   EXPECT_NE(std::string(v.sources).find("include/normgate/kernels/staged.h"), std::string::npos);

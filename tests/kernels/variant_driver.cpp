@@ -210,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, Bwd, ::testing::ValuesIn(pipeline_cases()), p
 // (multirow.h), T around one CTA's rows (teams * R) and not a multiple of
 // it, the scalar path, and every form; each variant gets the shapes its H
 // range and forms take (fwd_narrow: H = 256, no form res, T around its 32
-// rows a CTA; fwd_wide: no per-head view; fwd_staged: plain rows only).
+// rows a CTA; fwd_wide and fwd_staged: no per-head view).
 // fwd_narrow, fwd_wide and fwd_staged sum in their own order, so they equal
 // the default forward only where no row's sum rounds differently (their
 // models are exact).
@@ -275,7 +275,9 @@ std::vector<VariantCase> forward_cases() {
       {256, 2049, Family::cancel, 1, Form::heads4},
       {4096, 515, Family::cancel, 0, Form::res},   // fused residual, R = 4
       {1001, 77, Family::llm, 1, Form::res},       // fused residual, scalar path
-      {16384, 3, Family::llm, 0, Form::res},       // fused residual, R = 2
+      {16384, 3, Family::llm, 0, Form::res},       // fused residual, R = 2; fwd_staged: 64 KiB of slots
+      {1536, 9, Family::cancel, 1, Form::res},     // fused residual; fwd_staged: 2 teams a CTA, 1 live row in the last
+      {200, 33, Family::normal, 0, Form::res},     // fused residual, one slot; fwd_staged: 8 teams of 32 a CTA
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {
