@@ -7,8 +7,10 @@
 // fwd_wide) take 38-48 to keep the row; a bound of 32 registers spills.
 // Here a thread copies its groups of the row into its own shared-memory
 // slots (cp.async) and reads them back twice, so the row costs shared
-// memory instead of registers: at most 32 registers (ptxas, every
-// instance, no bound, no spill), so 2048 threads an SM by registers.
+// memory instead of registers: at most 32 registers (ptxas, nvcc 13.0, no
+// bound, no spill) in every instance but form res above H = 8192 (three
+// and four slots: 40, the BF16-w four-slot one with 8 bytes of spill), so
+// 2048 threads an SM by registers.
 //
 // Geometry: staged.h (team, slots; fwd_staged_geometry). CTAs of
 // max(1, 256/team) teams, one row a team; every copy of the row issued

@@ -18,8 +18,9 @@
 //   fwd_wide            forward, plain rows and form res: up to 32 columns a
 //                       thread (teams of H/32, wide.h), one row a team, its
 //                       own order of the binary64 sum (fwd_wide.cu)
-//   fwd_staged          forward, plain rows: one row a team, each thread's
-//                       groups copied into its own shared-memory slots
+//   fwd_staged          forward, plain rows and form res: one row a team,
+//                       each thread's groups (res: of h and u) copied into
+//                       its own shared-memory slots
 //                       (cp.async) instead of registers, two groups a thread
 //                       (staged.h; fwd_rowwise's order for H <= 256 and
 //                       2048 < H <= 8192, fwd_wide's for H <= 512 and
