@@ -97,6 +97,15 @@ for f in "$spec" "$timings" "$table" "$stem.derive.toml" "$stem.approvals.json" 
       die "--out '$out': $f, an input, is one of the outputs this run removes first; give another --out" ;;
   esac
 done
+# The filter's syntax, read by the gate before the bench is spent: on the
+# current table it may select no window (the new table may hold those the
+# filter names, variant=NEW say), and that alone is no error.
+if ! msg="$("$bin" gate "$table" --windows "$filter" --plan 2>&1 >/dev/null)"; then
+  case "$msg" in
+    *"no window to gate"*) ;;
+    *) die "--gate-windows '$filter': $(printf '%s' "$msg" | tail -1)" ;;
+  esac
+fi
 mkdir -p -- "$out" 2>/dev/null && [ -w "$out" ] && : >"$out/.retime_groups" ||
   die "--out '$out' is not a folder this script can write"
 start=$SECONDS

@@ -113,8 +113,15 @@ cat >"$t/rb/apps/normgate" <<'FAKE'
 #!/usr/bin/env python3
 import json, re, sys
 a = sys.argv[1:]
-assert a[0] == "derive"
 opt = lambda k: a[a.index(k) + 1]
+if a[0] == "gate":  # retime_groups.sh's check of --gate-windows: gate TABLE --windows F --plan
+    assert a[2] == "--windows" and a[4] == "--plan", a
+    if "bogus" in a[3]:
+        sys.exit(print(f"normgate: error: --windows '{a[3]}': unknown key", file=sys.stderr) or 2)
+    if "variant=new" in a[3]:
+        sys.exit(print(f"normgate: error: no window to gate: the filter '{a[3]}' selects none", file=sys.stderr) or 2)
+    sys.exit(0)
+assert a[0] == "derive"
 if "--bench-only" in a:
     base = json.load(open(sys.argv[0] + ".base.json"))
     pts = [p for p in base["points"] if (p["op"], p["H"], p["form"]) == ("fwd", 1536, "res")]
@@ -144,6 +151,7 @@ echo "# cut" >"$t/cut.toml"
 echo "{oops" >"$t/bad.json"
 expect 2 "--timings $t/bad.json: not a timings file" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/bad.json" --out "$t/rx"
 expect 2 "is in the repository" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$root/routes"
+expect 2 "--gate-windows 'op=bogus': normgate: error: --windows 'op=bogus': unknown key" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=bogus --out "$t/rx"
 mkdir -p "$t/ry/bench"
 expect 2 "ry/bench exists and is not an earlier" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/ry"
 [ ! -e "$t/rx" ] && [ -d "$t/ry/bench" ] && [ ! -e "$root/routes/bench-only.log" ] && [ ! -e "$root/routes/bench" ] ||
@@ -168,8 +176,9 @@ grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 4000\]' 
 expect 2 "an input, is one of the outputs" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/r/merged.timings.json" --out "$t/r"
 [ -f "$t/r/merged.timings.json" ] || { echo "FAIL: retime_groups.sh removed its --timings input" >&2; fail=1; }
 # A bench that fails: exit 1, nothing derived.
-printf '#!/bin/sh\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
-expect 1 "the bench failed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/r"
+# (A filter that selects no window of the current table passes the check.)
+printf '#!/bin/sh\n[ "$1" = gate ] && { echo "normgate: error: no window to gate" >&2; exit 2; }\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
+expect 1 "the bench failed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows variant=new --out "$t/r"
 [ ! -e "$t/r/derive" ] && [ ! -e "$t/r/routes.diff" ] ||
   { echo "FAIL: retime_groups.sh kept an earlier run's derive folder or diff" >&2; fail=1; }
 [ "$fail" = 0 ] && echo "test_gpu_script_args: ok"
