@@ -41,8 +41,10 @@
 // group of rows, no grid-stride loop (a 2-D grid past 2^31 - 1 CTAs).
 // Shared memory: inputs * slots * block * 16 bytes, dynamic (inputs: 1
 // plain, 2 res): at most 32 KiB plain; res 16 KiB for H <= 8192 (CTAs of
-// at most 256 threads with 2 slots, or one team of up to 512 with 1), up
-// to 64 KiB above, past the 48 KiB that needs no opt-in (ring_allow).
+// at most 256 threads with 2 slots, or one team of up to 512 with 1), 48
+// KiB at three slots and 64 KiB at four above, which with the static
+// buffers is past the 48 KiB a launch takes without the opt-in
+// (ring_allow).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -61,6 +63,9 @@ constexpr int kStagedCta = 256;                       // threads a CTA when team
 constexpr int kStagedMaxTeams = kStagedCta / 32;      // teams a CTA at most (teams of 32)
 constexpr int kStagedMaxWarps = kStagedMaxTeam / 32;  // warps a CTA at most (one team of 512)
 static_assert(kStagedMaxTeam >= kStagedCta, "a team of up to kStagedMaxTeam threads is one CTA");
+// The kernel's static shared memory (red, rs_sh below), counted with the
+// slots against the 48 KiB a launch may take without the opt-in.
+constexpr size_t kStagedStaticSmem = kStagedMaxWarps * sizeof(double) + kStagedMaxTeams * sizeof(float);
 
 template <class WT>
 struct StagedArgs {
@@ -208,7 +213,9 @@ void launch_fwd_staged(const FwdArgs& a, bool vec, Stream s) {
     auto run = [&](auto slots_tag) {
       constexpr int kS = decltype(slots_tag)::value;
       auto launch = [&](auto* kernel) {
-        if (smem > 48 * 1024) NG_CUDA(dev::ring_allow(kernel));  // res above H = 8192: up to 64 KiB
+        // Past 48 KiB with the static buffers (res above H = 8192: 48 KiB of
+        // slots at three, 64 KiB at four) the kernel needs the opt-in.
+        if (smem + dev::kStagedStaticSmem > 48 * 1024) NG_CUDA(dev::ring_allow(kernel));
         kernel<<<grid, block, smem, s>>>(f);
       };
       if (res)

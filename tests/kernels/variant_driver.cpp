@@ -278,6 +278,7 @@ std::vector<VariantCase> forward_cases() {
       {16384, 3, Family::llm, 0, Form::res},       // fused residual, R = 2; fwd_staged: 64 KiB of slots
       {1536, 9, Family::cancel, 1, Form::res},     // fused residual; fwd_staged: 2 teams a CTA, 1 live row in the last
       {200, 33, Family::normal, 0, Form::res},     // fused residual, one slot; fwd_staged: 8 teams of 32 a CTA
+      {12288, 3, Family::cancel, 1, Form::res},    // fused residual; fwd_staged: 3 slots, 48 KiB of slots + static
   };
   std::vector<VariantCase> out;
   for (const Variant& v : variants()) {
