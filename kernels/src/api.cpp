@@ -191,6 +191,7 @@ void validate_fwd(const Variant& v, const FwdArgs& a) {
     hn = check_rows(v, fn, "h_new", a.h_new, a.h_new_stride, a.T, a.H, 1, 0, true);
     check_disjoint(v, fn, hn, {x, u, w, y, r});
     check_disjoint(v, fn, y, {u});
+    check_disjoint(v, fn, r, {u});  // rstd is written while other rows' u is still read
   } else if (a.u != nullptr || a.h_new != nullptr) {
     bad(v, fn, "u / h_new are given but the form is '" + std::string(to_string(a.form)) + "' (only res uses them)");
   }

@@ -8,9 +8,10 @@
 // Here a thread copies its groups of the row into its own shared-memory
 // slots (cp.async) and reads them back twice, so the row costs shared
 // memory instead of registers: at most 32 registers (ptxas, nvcc 13.0, no
-// bound, no spill) in every instance but form res above H = 8192 (three
-// and four slots: 40, the BF16-w four-slot one with 8 bytes of spill), so
-// 2048 threads an SM by registers.
+// bound, no spill), so 2048 threads an SM by registers, in every instance
+// but form res above H = 8192 (three and four slots: 40 registers, three
+// CTAs of 512 an SM; the BF16-w four-slot one spills 8 bytes, listed in
+// tests/data/kernel_spills.txt).
 //
 // Geometry: staged.h (team, slots; fwd_staged_geometry). CTAs of
 // max(1, 256/team) teams, one row a team; every copy of the row issued
@@ -40,11 +41,11 @@
 // end stage zeros, take part in the barriers and write nothing. One CTA a
 // group of rows, no grid-stride loop (a 2-D grid past 2^31 - 1 CTAs).
 // Shared memory: inputs * slots * block * 16 bytes, dynamic (inputs: 1
-// plain, 2 res): at most 32 KiB plain; res 16 KiB for H <= 8192 (CTAs of
-// at most 256 threads with 2 slots, or one team of up to 512 with 1), 48
-// KiB at three slots and 64 KiB at four above, which with the static
-// buffers is past the 48 KiB a launch takes without the opt-in
-// (ring_allow).
+// plain, 2 res): at most 32 KiB plain; res at most 32 KiB for H <= 8192
+// (16 KiB for CTAs of 256 threads, up to 32 KiB for one team of 288 to
+// 512 threads at two slots), 48 KiB at three slots and 64 KiB at four
+// above, which with the static buffers is past the 48 KiB a launch takes
+// without the opt-in (ring_allow, device_blocks.cuh).
 #include <stdexcept>
 #include <string>
 #include <type_traits>

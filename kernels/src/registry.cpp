@@ -110,7 +110,7 @@ const std::array<Variant, 24> kVariants = {{
      "backward, plain rows and form res at H = 1..4096: bwd_det_chunked's chunks, FP64 partials and combine (the same bits) in a kernel of its narrow bound, FP32 w held in registers",
      hashes::bwd_det_wreg_files, hashes::bwd_det_wreg_sha256},
     {VariantId::fwd_staged, "fwd_staged", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlainRes, false,
-     "forward, plain rows and form res: one row a team, each thread's two groups of 8 (res: of h and u) staged in its own shared-memory slots by cp.async (at most 32 registers), binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
+     "forward, plain rows and form res: one row a team, each thread's groups of 8 (two while a team fits 512 threads; res: of h and u) staged in its own shared-memory slots by cp.async (32 registers up to H = 8192), binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
      hashes::fwd_staged_files, hashes::fwd_staged_sha256},
 }};
 

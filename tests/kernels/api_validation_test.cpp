@@ -452,6 +452,9 @@ TEST(Validation, ResidualForm) {
   g.h_new = f.y;  // h_new on top of y
   expect_invalid([&] { validate_fwd(fwd(), g); }, "h_new overlaps y");
   g = f;
+  g.rstd = reinterpret_cast<float*>(const_cast<uint16_t*>(f.u)) + 1;  // rstd inside u: written while u is read
+  expect_invalid([&] { validate_fwd(fwd(), g); }, "rstd overlaps u");
+  g = f;
   g.h_new_stride = kH - 1;
   expect_invalid([&] { validate_fwd(fwd(), g); }, "h_new_stride = 255");
   g = f;

@@ -92,7 +92,8 @@ struct FwdArgs {
   /// Form res (fused residual add; heads = 1): x holds h; u [T, H] BF16 is the
   /// residual branch; h_new [T, H] BF16 receives BF16(h + u), one rounding of
   /// the exact sum (core/bf16.h bf16_sum_rn), and is what gets normalized.
-  /// Required for res (h_new must not overlap x, u, w, y, rstd), null otherwise.
+  /// Required for res (h_new must not overlap x, u, w, y, rstd; u must not
+  /// overlap the outputs y, rstd, msq), null otherwise.
   const uint16_t* u = nullptr;
   int64_t u_stride = 0;         ///< >= H
   uint16_t* h_new = nullptr;

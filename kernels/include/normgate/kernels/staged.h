@@ -6,8 +6,8 @@
 // fwd_staged copies each thread's groups of its row (form res: of h and of
 // u) into the thread's own shared-memory slots (cp.async) instead of
 // holding them in registers, so the kernel runs at 32 registers (2048
-// threads an SM; res above H = 8192: 40) where the register-held kernels
-// take 38-48. Its geometry gives a thread two
+// threads an SM by registers; form res above H = 8192: 40, 1536) where
+// the register-held kernels take 38-48. Its geometry gives a thread two
 // 8-column groups while a team fits 512 threads:
 //
 //   nvec  = ceil(H / 8)                                8-column groups of a row
