@@ -99,11 +99,14 @@ for f in "$spec" "$timings" "$table" "$stem.derive.toml" "$stem.approvals.json" 
 done
 # The filter's syntax, read by the gate before the bench is spent: on the
 # current table it may select no window (the new table may hold those the
-# filter names, variant=NEW say), and that alone is no error.
+# filter names, variant=NEW say), and that alone is no error. (A filter
+# that parses but names no group of the derive spec, H=3000 say, is still
+# refused only by the derive step, after the bench.)
 if ! msg="$("$bin" gate "$table" --windows "$filter" --plan 2>&1 >/dev/null)"; then
   case "$msg" in
     *"no window to gate"*) ;;
-    *) die "--gate-windows '$filter': $(printf '%s' "$msg" | tail -1)" ;;
+    *) line="$(printf '%s\n' "$msg" | grep -m1 -i 'error' || printf '%s\n' "$msg" | tail -1)"
+       die "--gate-windows '$filter' (checked with gate --plan on $table): $line" ;;
   esac
 fi
 mkdir -p -- "$out" 2>/dev/null && [ -w "$out" ] && : >"$out/.retime_groups" ||

@@ -116,8 +116,9 @@ a = sys.argv[1:]
 opt = lambda k: a[a.index(k) + 1]
 if a[0] == "gate":  # retime_groups.sh's check of --gate-windows: gate TABLE --windows F --plan
     assert a[2] == "--windows" and a[4] == "--plan", a
-    if "bogus" in a[3]:
-        sys.exit(print(f"normgate: error: --windows '{a[3]}': unknown key", file=sys.stderr) or 2)
+    if "bogus" in a[3]:  # as CLI11 and the parser print it: the error, then a hint line
+        print(f"normgate: error: --windows '{a[3]}': unknown key", file=sys.stderr)
+        sys.exit(print("Run with --help for more information.", file=sys.stderr) or 2)
     if "variant=new" in a[3]:
         sys.exit(print(f"normgate: error: no window to gate: the filter '{a[3]}' selects none", file=sys.stderr) or 2)
     sys.exit(0)
@@ -151,7 +152,7 @@ echo "# cut" >"$t/cut.toml"
 echo "{oops" >"$t/bad.json"
 expect 2 "--timings $t/bad.json: not a timings file" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/bad.json" --out "$t/rx"
 expect 2 "is in the repository" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$root/routes"
-expect 2 "--gate-windows 'op=bogus': normgate: error: --windows 'op=bogus': unknown key" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=bogus --out "$t/rx"
+expect 2 "--gate-windows 'op=bogus' (checked with gate --plan on .*): normgate: error: --windows 'op=bogus': unknown key" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=bogus --out "$t/rx"
 mkdir -p "$t/ry/bench"
 expect 2 "ry/bench exists and is not an earlier" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --out "$t/ry"
 [ ! -e "$t/rx" ] && [ -d "$t/ry/bench" ] && [ ! -e "$root/routes/bench-only.log" ] && [ ! -e "$root/routes/bench" ] ||
