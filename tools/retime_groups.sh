@@ -14,8 +14,9 @@
 #
 #   --build BUILD         build folder with apps/normgate
 #   --spec FILE           a derive spec holding only the groups to time again
-#                         (the table's spec cut down: same [candidates],
-#                         [bench] and T grid)
+#                         (the table's spec cut down: the same arch, T grid,
+#                         [candidates], [bench] and [fallback], checked
+#                         before any work: a new candidate goes into both)
 #   --gate-windows F      derive --gate-windows: which windows may be gated
 #                         (gate --windows syntax, e.g. "op=fwd,form=res,H=1536")
 #   --table FILE          the route table (default routes/sm90a.toml); its
@@ -26,7 +27,11 @@
 #   --out DIR             output folder (default $OUT if set, else out/retime)
 #   --deadline-s N        seconds from the start after which the bench or
 #                         the gate stops (60 to 999999999, default 540); the
-#                         derive run gets what the bench left
+#                         derive run gets what the bench left. A derive cut
+#                         off by it leaves its journals in DIR/derive: rerun
+#                         the command at the head of DIR/derive.log by hand
+#                         to resume (rerunning this script times the groups
+#                         again and starts the derive afresh)
 # Writes DIR/bench-only.log and DIR/cut.timings.json (the new points),
 # DIR/merged.timings.json (tools/timings_merge.py), DIR/derive.log and
 # DIR/derive/ (the table, its approvals, reports, journals), and
@@ -72,6 +77,29 @@ for f in "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
 command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
+# The cut spec must time what the table's spec derives from: the same
+# candidates (a candidate timed here but absent there would be dropped by
+# the derive without a word), bench settings, T grid, arch and fallback.
+if ! specdiff="$(python3 -B - "$spec" "$stem.derive.toml" 2>&1 <<'PY'
+import sys
+try:
+    import tomllib
+except ImportError:
+    sys.exit("python3 >= 3.11 is needed (tomllib) to compare the specs")
+specs = []
+for f in sys.argv[1:3]:
+    try:
+        with open(f, "rb") as fh:
+            specs.append(tomllib.load(fh))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        sys.exit(f"{f}: {e}")
+keys = [k for k in ("arch", "T", "candidates", "bench", "fallback") if specs[0].get(k) != specs[1].get(k)]
+if keys:
+    sys.exit("differs from the table's spec in " + ", ".join(keys))
+PY
+)"; then
+  die "--spec $spec: $specdiff ($stem.derive.toml; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
+fi
 # --timings read as the merge will read it, before the bench is spent on it.
 python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import timings_merge; timings_merge.load(sys.argv[2])' \
   "$root/tools" "$timings" || die "--timings $timings: not a timings file the merge can read (above)"
@@ -139,9 +167,10 @@ base="$(basename "$stem")"
 r=$(left)
 [ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
 echo "== derive, gating '$filter' ($r s left)"
-"$bin" derive "$stem.derive.toml" --out "$d/$base.toml" --report "$d/rep" --journal "$d/dj" \
-  --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r" \
-  >"$out/derive.log" 2>&1
+dcmd=("$bin" derive "$stem.derive.toml" --out "$d/$base.toml" --report "$d/rep" --journal "$d/dj"
+      --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r")
+{ printf '# resume by hand (a rerun with the same --journal):'; printf ' %q' "${dcmd[@]}"; printf '\n'; } >"$out/derive.log"
+"${dcmd[@]}" >>"$out/derive.log" 2>&1
 rc=$?
 grep -E '^(  (PASS|FAIL|approved)|gate|table)' "$out/derive.log" | tail -40
 if [ -f "$d/$base.toml" ]; then

@@ -145,7 +145,14 @@ print("table    " + opt("--out") + ": every route with a current approval")
 FAKE
 chmod +x "$t/rb/apps/normgate"
 cp "$root/docs/results/routes/sm90a.timings.json" "$t/rb/apps/normgate.base.json"
-echo "# cut" >"$t/cut.toml"
+# A cut spec: the table's spec without its groups, and one group.
+sed '/^\[\[group\]\]/,$d' "$root/routes/sm90a.derive.toml" >"$t/cut.toml"
+printf '[[group]]\nop = "fwd"\nH = 1536\nw = ["bf16", "fp32"]\nform = "res"\n' >>"$t/cut.toml"
+# One whose candidates differ from the table's spec (a new variant added to
+# the cut alone): refused before any work, naming what differs.
+sed 's/^fwd = \["fwd_rowwise"/fwd = ["fwd_new", "fwd_rowwise"/' "$t/cut.toml" >"$t/cut-new.toml"
+grep -q fwd_new "$t/cut-new.toml" || { echo "FAIL: the test could not add a candidate to its cut spec" >&2; fail=1; }
+expect 2 "cut-new.toml: differs from the table's spec in candidates" -- bash "$R" --build "$t/rb" --spec "$t/cut-new.toml" --gate-windows op=fwd --out "$t/rx"
 # Refused before the bench: --timings not a timings file, --out in the
 # repository (its routes/ here; --out . at the root would empty bench/),
 # --out whose bench/ another hand made.
