@@ -51,7 +51,8 @@ deadline=540
 while [ $# -gt 0 ]; do
   case "$1" in
     --build|--spec|--gate-windows|--table|--timings|--out|--deadline-s)
-      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (--help lists the options)"
+      [[ "$2" != --* ]] || die "$1 needs a value, got the option '$2' (--help lists the options)"
       case "$1" in
         --build) build="$2" ;; --spec) spec="$2" ;; --gate-windows) filter="$2" ;;
         --table) table="$2" ;; --timings) timings="$2" ;; --out) out="$2" ;;
@@ -62,9 +63,9 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1' (--help lists them)" ;;
   esac
 done
-[ -n "$build" ] || die "--build BUILD is required"
-[ -n "$spec" ] || die "--spec FILE is required"
-[ -n "$filter" ] || die "--gate-windows FILTER is required"
+[ -n "$build" ] || die "--build BUILD is required (--help lists the options)"
+[ -n "$spec" ] || die "--spec FILE is required (--help lists the options)"
+[ -n "$filter" ] || die "--gate-windows FILTER is required (--help lists the options)"
 [[ "$deadline" =~ ^[1-9][0-9]{0,8}$ ]] && [ "$deadline" -ge 60 ] ||
   die "--deadline-s '$deadline' is not a whole number of seconds from 60 to 999999999"
 bin="$build/apps/normgate"

@@ -103,7 +103,8 @@ R="$root/tools/retime_groups.sh"
 mkdir -p "$t/rb/apps"
 expect 2 "is required" -- bash "$R" --spec x --gate-windows op=fwd
 expect 2 "--spec FILE is required" -- bash "$R" --build "$t/rb" --gate-windows op=fwd
-expect 2 "--gate-windows FILTER is required" -- bash "$R" --build "$t/rb" --spec x
+expect 2 "--gate-windows FILTER is required (--help lists the options)" -- bash "$R" --build "$t/rb" --spec x
+expect 2 "--build needs a value, got the option '--spec'" -- bash "$R" --build --spec x --gate-windows op=fwd
 expect 2 "apps/normgate is missing" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --out "$t/r"
 expect 2 "from 60 to" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --deadline-s 59
 expect 2 "from 60 to" -- bash "$R" --build "$t/rb" --spec x --gate-windows op=fwd --deadline-s 1e3
