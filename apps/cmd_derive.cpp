@@ -274,6 +274,27 @@ void add_derive(CLI::App& app, Commands& cmds) {
         if (o->gate == "winners") check_read_write(rp, "--gate winners (rejections file beside --out)");
       }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
+      // A per-GPU table (routing.h, "Per-GPU tables": STEM@SLUG.toml) comes
+      // from that GPU's timings only; a name with '@' that is not one is
+      // refused rather than taken as a table with approvals of its own.
+      const std::string out_slug = kernels::gpu_table_slug(o->out);
+      {
+        const std::string name = std::filesystem::path(o->out).filename().string();
+        if (out_slug.empty() && name.find('@') != std::string::npos)
+          throw std::invalid_argument(
+              "--out " + printable_line(o->out) +
+              ": a '@' in a table's name makes it a per-GPU table STEM@SLUG.toml, with SLUG a GPU name's file "
+              "form (lowercase letters and digits, single '-' between them, e.g. sm90a@nvidia-h100-80gb-hbm3.toml)");
+      }
+      auto check_gpu = [&](const std::string& gpu, const std::string& whose) {
+        if (!out_slug.empty() && kernels::gpu_slug(gpu) != out_slug)
+          throw std::invalid_argument("--out " + printable_line(o->out) + " is the per-GPU table of '" + out_slug +
+                                      "', but " + whose + " '" + printable_line(gpu) + "' ('" +
+                                      kernels::gpu_slug(gpu) + "'): a per-GPU table is derived from its GPU's "
+                                      "timings only (docs/perf/routes.md, D26)");
+      };
+      if (!out_slug.empty() && o->timings.empty() && kernels::gpu_available())
+        check_gpu(kernels::device_info().name, "this machine's GPU (device 0) is");
       // The gate rounds' seed set, checked here (with --gate none too: a bad
       // value is a usage error whether or not a round would read it), before
       // the benchmark or a candidate table is written.
@@ -387,6 +408,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
       Timings timings;
       if (!o->timings.empty()) {
         timings = kernels::load_timings(o->timings);
+        check_gpu(timings.gpu, "--timings " + printable_line(o->timings) + " were measured on");
       } else {
         if (!kernels::gpu_available())
           throw std::invalid_argument(

@@ -21,7 +21,9 @@
 #                         (gate --windows syntax, e.g. "op=fwd,form=res,H=1536")
 #   --table FILE          the route table (default routes/sm90a.toml); its
 #                         derive spec, approvals, policy and rejections are
-#                         the files beside it (STEM.derive.toml, ...)
+#                         the files beside it (STEM.derive.toml, ...; a
+#                         per-GPU table STEM@SLUG.toml shares STEM's, and
+#                         its --timings must be that GPU's)
 #   --timings FILE        the timings the table was derived from (default
 #                         docs/results/routes/sm90a.timings.json)
 #   --out DIR             output folder (default $OUT if set, else out/retime)
@@ -73,7 +75,11 @@ bin="$build/apps/normgate"
 [ -f "$spec" ] || die "--spec $spec: no such file"
 [ -f "$timings" ] || die "--timings $timings: no such file"
 [[ "$table" == *.toml ]] || die "--table $table: not a .toml route table"
+# A per-GPU table STEM@SLUG.toml shares STEM's derive spec, approvals,
+# policy and rejections (routing.h, "Per-GPU tables").
+tname="$(basename "$table")"
 stem="${table%.toml}"
+case "$tname" in *@*) stem="${stem%@*}" ;; esac
 for f in "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
@@ -161,21 +167,20 @@ python3 "$root/tools/timings_merge.py" "$timings" "$out/cut.timings.json" "$out/
 
 d="$out/derive"
 mkdir -p "$d"
-base="$(basename "$stem")"
 { cp "$stem.approvals.json" "$stem.policy.toml" "$d/" &&
   { [ ! -f "$stem.rejections.json" ] || cp "$stem.rejections.json" "$d/"; }; } ||
   { echo "retime_groups: could not copy the table's approvals, policy or rejections into $d" >&2; exit 1; }
 r=$(left)
 [ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
 echo "== derive, gating '$filter' ($r s left)"
-dcmd=("$bin" derive "$stem.derive.toml" --out "$d/$base.toml" --report "$d/rep" --journal "$d/dj"
+dcmd=("$bin" derive "$stem.derive.toml" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
       --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r")
 { printf '# resume by hand (a rerun with the same --journal):'; printf ' %q' "${dcmd[@]}"; printf '\n'; } >"$out/derive.log"
 "${dcmd[@]}" >>"$out/derive.log" 2>&1
 rc=$?
 grep -E '^(  (PASS|FAIL|approved)|gate|table)' "$out/derive.log" | tail -40
-if [ -f "$d/$base.toml" ]; then
-  diff -u "$table" "$d/$base.toml" >"$out/routes.diff"
+if [ -f "$d/$tname" ]; then
+  diff -u "$table" "$d/$tname" >"$out/routes.diff"
   echo "== routes: $(grep -cE '^[-+] +\{ op = ' "$out/routes.diff") window lines changed ($out/routes.diff)"
   grep -E '^[-+] +\{ op = ' "$out/routes.diff" | head -40
 fi

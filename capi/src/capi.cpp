@@ -29,6 +29,7 @@
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
 #include "normgate/core/types.h"
+#include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "normgate/harness/runner.h"
@@ -292,18 +293,26 @@ std::filesystem::path library_dir() {
   return (ec ? std::filesystem::path(info.dli_fname) : p).parent_path();
 }
 
+// The per-GPU table of device 0 beside base table `base`, else `base`
+// (capi.h top; routing.h, "Per-GPU tables").
+std::string for_this_gpu(const std::string& base) {
+  const nk::DeviceInfo d = nk::device_info();
+  return d.present ? nk::table_for_gpu(base, d.name) : base;
+}
+
 // The default table (capi.h top): $NORMGATE_ROUTES, the installed one, the
-// source tree's for the build tree's library.
+// source tree's for the build tree's library; of the last two, the per-GPU
+// table of device 0 where one is beside the base table.
 std::string default_table() {
   if (const char* e = std::getenv("NORMGATE_ROUTES"); e && *e) return e;
   namespace fs = std::filesystem;
   const fs::path dir = library_dir();
   const fs::path installed = (dir / NORMGATE_ROUTES_REL / "sm90a.toml").lexically_normal();
   std::error_code ec;
-  if (!dir.empty() && fs::exists(installed, ec)) return installed.string();
+  if (!dir.empty() && fs::exists(installed, ec)) return for_this_gpu(installed.string());
 #ifdef NORMGATE_BUILD_CAPI_DIR
   if (!dir.empty() && fs::equivalent(dir, fs::path(NORMGATE_BUILD_CAPI_DIR), ec))
-    return std::string(NORMGATE_SOURCE_ROUTES_DIR) + "/sm90a.toml";
+    return for_this_gpu(std::string(NORMGATE_SOURCE_ROUTES_DIR) + "/sm90a.toml");
 #endif
   throw RouteLoadError("no route table: none installed at " + installed.string() + " (beside " +
                        (dir.empty() ? std::string("this library, whose path is unknown") : dir.string()) +

@@ -835,7 +835,67 @@ std::string table_path_for_approvals(const std::string& approvals_path) {
   return approvals_path.substr(0, approvals_path.size() - kSuffix.size()) + ".toml";
 }
 
+std::string gpu_slug(std::string_view device_name) {
+  std::string out;
+  bool gap = false;
+  for (const char ch : device_name) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (!alnum) {
+      gap = true;
+      continue;
+    }
+    if (gap && !out.empty()) out += '-';
+    gap = false;
+    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : static_cast<char>(c);
+  }
+  return out;
+}
+
+namespace {
+// The file name's stem (".toml" off) and where its '@' is (npos: none);
+// false when the name does not end in ".toml" or has nothing before it.
+bool split_table_name(const std::string& table_path, std::string& dir, std::string& stem, size_t& at) {
+  constexpr std::string_view kToml = ".toml";
+  const size_t slash = table_path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? table_path : table_path.substr(slash + 1);
+  if (name.size() <= kToml.size() || name.compare(name.size() - kToml.size(), kToml.size(), kToml) != 0)
+    return false;
+  dir = slash == std::string::npos ? std::string() : table_path.substr(0, slash + 1);
+  stem = name.substr(0, name.size() - kToml.size());
+  at = stem.find('@');
+  return true;
+}
+}  // namespace
+
+std::string gpu_table_slug(const std::string& table_path) {
+  std::string dir, stem;
+  size_t at = 0;
+  if (!split_table_name(table_path, dir, stem, at) || at == std::string::npos || at == 0) return {};
+  const std::string slug = stem.substr(at + 1);
+  return !slug.empty() && gpu_slug(slug) == slug ? slug : std::string();
+}
+
+std::string table_file_stem(const std::string& table_path) {
+  std::string dir, stem;
+  size_t at = 0;
+  if (!split_table_name(table_path, dir, stem, at)) return {};
+  if (!gpu_table_slug(table_path).empty()) stem.resize(at);
+  return dir + stem;
+}
+
+std::string table_for_gpu(const std::string& base_table, std::string_view device_name) {
+  std::string dir, stem;
+  size_t at = 0;
+  const std::string slug = gpu_slug(device_name);
+  if (slug.empty() || !split_table_name(base_table, dir, stem, at) || at != std::string::npos) return base_table;
+  const std::string candidate = dir + stem + "@" + slug + ".toml";
+  std::error_code ec;
+  return std::filesystem::is_regular_file(candidate, ec) ? candidate : base_table;
+}
+
 std::string approvals_path_for(const std::string& table_path) {
+  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".approvals.json";
   const std::filesystem::path p(table_path);
   if (p.extension() == ".toml") {
     std::filesystem::path q = p;
@@ -1498,6 +1558,7 @@ bool Rejection::same_claim(const Rejection& o) const {
 }
 
 std::string rejections_path_for(const std::string& table_path) {
+  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".rejections.json";
   const std::filesystem::path p(table_path);
   if (p.extension() == ".toml") {
     std::filesystem::path q = p;

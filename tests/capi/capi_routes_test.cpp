@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "normgate/capi.h"
+#include "normgate/kernels/device.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -90,7 +91,11 @@ TEST(CApiRoutes, DefaultTableAndNormgateRoutes) {
   ASSERT_EQ(ng_routes_load(nullptr), NG_OK) << last_error();
   Q q = bwd(NG_MODE_NONDET, 70000, NG_W_BF16, 2048);
   ASSERT_EQ(q.run(), NG_OK) << last_error();
-  EXPECT_EQ(std::string(q.info.table), std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a.toml");
+  // routes/sm90a.toml, or the per-GPU table of device 0 beside it (capi.h;
+  // routing.h, "Per-GPU tables").
+  const normgate::kernels::DeviceInfo dev = normgate::kernels::device_info();
+  const std::string base = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a.toml";
+  EXPECT_EQ(std::string(q.info.table), dev.present ? normgate::kernels::table_for_gpu(base, dev.name) : base);
   EXPECT_LE(q.info.t_lo, 70000);  // the window holding the call (the table is derived)
   EXPECT_GE(q.info.t_hi, 70000);
   const normgate::test::DispatchFixture fx("env");

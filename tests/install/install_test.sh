@@ -21,6 +21,7 @@ for f in bin/normgate bin/plot_maps.py lib/libnormgate_capi.so include/normgate/
          lib/cmake/normgate/normgateTargets.cmake lib/cmake/normgate/NormgatePlugin.cmake \
          include/normgate/plugin.h \
          share/normgate/routes/sm90a.toml share/normgate/routes/sm90a.approvals.json \
+         share/normgate/routes/sm90a@nvidia-h100-80gb-hbm3.toml \
          share/normgate/routes/sm90a.policy.toml share/normgate/routes/sm90a-ci.toml \
          share/normgate/routes/sm90a-ci.policy.toml; do
   [ -f "$prefix/$f" ] || fail "not installed: $f"
@@ -43,7 +44,8 @@ cmake --build "$tmp/c" >"$tmp/cb.log" 2>&1 || { cat "$tmp/cb.log"; fail "consume
 out=$(env -u NORMGATE_ROUTES -u NORMGATE_DISPATCH "$tmp/c/consumer") || fail "consumer run: $out"
 echo "$out"
 grep -qx "version normgate $version (.*)" <<<"$out" || fail "ng_version is not normgate $version"
-grep -qx "table $prefix/share/normgate/routes/sm90a.toml" <<<"$out" ||
+# sm90a.toml, or on a GPU with a table of its own its sm90a@SLUG.toml (capi.h)
+grep -qxE "table $prefix/share/normgate/routes/sm90a(@[a-z0-9-]+)?\.toml" <<<"$out" ||
   fail "the installed library did not load the table installed beside it ($prefix/share/normgate/routes/sm90a.toml)"
 grep -qx "variant bwd_[a-z0-9_]*" <<<"$out" || fail "no backward variant routed"
 echo "ok: find_package(normgate $major_minor), normgate::capi links and finds its route table"

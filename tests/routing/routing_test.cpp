@@ -9,8 +9,11 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "normgate/kernels/registry.h"
+#include "normgate/routing/policy.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 
 namespace {
@@ -196,8 +199,31 @@ TEST(RouteTable, MissingFileNamesThePath) {
 
 // The shipped table covers H in {1536, 2048, 4096, 5120, 6144}, T 1..131072,
 // both modes and both weight dtypes, every route approved.
+// The shipped tables: routes/sm90a.toml and every per-GPU table beside it
+// (routing.h, "Per-GPU tables").
+std::vector<std::string> shipped_tables() {
+  std::vector<std::string> out{kSrc + "/routes/sm90a.toml"};
+  for (const auto& e : std::filesystem::directory_iterator(kSrc + "/routes")) {
+    const std::string p = e.path().string();
+    if (!gpu_table_slug(p).empty() && table_file_stem(p) == kSrc + "/routes/sm90a") out.push_back(p);
+  }
+  return out;
+}
+
+void check_production_table(const std::string& path);
+
 TEST(RouteTable, Sm90aCoversTheProductionShapes) {
-  const RouteTable t = load_route_table(kSrc + "/routes/sm90a.toml");
+  const std::vector<std::string> tables = shipped_tables();
+  ASSERT_GE(tables.size(), 2u) << "routes/sm90a.toml and the H100's per-GPU table";
+  for (const std::string& p : tables) {
+    SCOPED_TRACE(p);
+    check_production_table(p);
+  }
+  EXPECT_NO_THROW((void)load_route_table(kSrc + "/routes/sm90a-ci.toml"));
+}
+
+void check_production_table(const std::string& path) {
+  const RouteTable t = load_route_table(path);
   // Per-head views: H = 256, T (tokens) 1..131072, both modes and dtypes.
   for (Form f : {Form::heads24, Form::heads4})
     for (WDtype w : {WDtype::bf16, WDtype::fp32})
@@ -222,7 +248,8 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
   // a measurement, so the test holds what every derived table must: each
   // call is covered, by a variant of the right op that keeps the mode's
   // promise, and every route has a current GPU approval.
-  const Approvals ap = load_approvals(approvals_path_for(kSrc + "/routes/sm90a.toml"));
+  const Approvals ap = load_approvals(approvals_path_for(path));
+  EXPECT_EQ(ap.path, kSrc + "/routes/sm90a.approvals.json");  // one approvals file for every GPU's table
   for (int64_t H : {1536, 2048, 4096, 5120, 6144})
     for (WDtype w : {WDtype::bf16, WDtype::fp32})
       for (int64_t T : {int64_t{0}, int64_t{1}, int64_t{4097}, int64_t{65536}, int64_t{65537}, int64_t{131072}}) {
@@ -253,7 +280,51 @@ TEST(RouteTable, Sm90aCoversTheProductionShapes) {
   const Route* d = t.find(Op::bwd, Mode::det, 2048, WDtype::bf16, Form::plain, 131072);
   EXPECT_EQ(d->t_hi, 131072);
   EXPECT_GT(d->line, 1);
-  EXPECT_NO_THROW((void)load_route_table(kSrc + "/routes/sm90a-ci.toml"));
+}
+
+TEST(Approvals, PerGpuTablesShareTheBaseTablesFiles) {
+  EXPECT_EQ(gpu_slug("NVIDIA H100 80GB HBM3"), "nvidia-h100-80gb-hbm3");
+  EXPECT_EQ(gpu_slug("NVIDIA H200"), "nvidia-h200");
+  EXPECT_EQ(gpu_slug("  NVIDIA  H100 (PCIe)__ "), "nvidia-h100-pcie");  // runs of others: one '-', none at the ends
+  EXPECT_EQ(gpu_slug("\xc3\xa9!"), "");  // no ASCII letter or digit
+  EXPECT_EQ(gpu_slug(""), "");
+  const std::string t = "routes/sm90a@nvidia-h100-80gb-hbm3.toml";
+  EXPECT_EQ(gpu_table_slug(t), "nvidia-h100-80gb-hbm3");
+  EXPECT_EQ(table_file_stem(t), "routes/sm90a");
+  EXPECT_EQ(approvals_path_for(t), "routes/sm90a.approvals.json");
+  EXPECT_EQ(policy_path_for(t), "routes/sm90a.policy.toml");
+  EXPECT_EQ(rejections_path_for(t), "routes/sm90a.rejections.json");
+  EXPECT_EQ(approvals_path_for("sm90a@nvidia-h200.toml"), "sm90a.approvals.json");  // no folder
+  // Not per-GPU names: files of their own, as before.
+  for (const std::string n : {"routes/sm90a.toml", "routes/sm90a@.toml", "routes/@nvidia-h200.toml",
+                              "routes/sm90a@NVIDIA-H200.toml", "routes/sm90a@nvidia--h200.toml",
+                              "routes/sm90a@nvidia-h200-.toml", "a@b/sm90a.toml", "routes/sm90a@x.tbl"}) {
+    EXPECT_EQ(gpu_table_slug(n), "") << n;
+    EXPECT_EQ(approvals_path_for(n), n.substr(0, n.size() - (n.ends_with(".toml") ? 5 : 0)) + ".approvals.json") << n;
+  }
+  EXPECT_EQ(table_file_stem("a@b/sm90a.toml"), "a@b/sm90a");
+  EXPECT_EQ(table_file_stem("x/t.tbl"), "");
+  EXPECT_EQ(table_file_stem(".toml"), "");
+}
+
+TEST(Approvals, TableForGpuPicksThePerGpuTableWhenItExists) {
+  const std::string dir = ::testing::TempDir() + "ng_table_for_gpu_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string base = dir + "/sm90a.toml";
+  std::ofstream(base) << "x";
+  EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 80GB HBM3"), base);  // none beside it
+  std::ofstream(dir + "/sm90a@nvidia-h100-80gb-hbm3.toml") << "x";
+  EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 80GB HBM3"), dir + "/sm90a@nvidia-h100-80gb-hbm3.toml");
+  EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 PCIe"), base);  // another model: the base table
+  EXPECT_EQ(table_for_gpu(base, "NVIDIA H200"), base);
+  EXPECT_EQ(table_for_gpu(base, ""), base);  // no device name
+  std::filesystem::create_directories(dir + "/sm90a@nvidia-h200.toml");  // a folder is no table
+  EXPECT_EQ(table_for_gpu(base, "NVIDIA H200"), base);
+  // Only from a base table: a per-GPU one, or a name not *.toml, is returned as given.
+  EXPECT_EQ(table_for_gpu(dir + "/sm90a@nvidia-h200.toml", "NVIDIA H100 80GB HBM3"), dir + "/sm90a@nvidia-h200.toml");
+  EXPECT_EQ(table_for_gpu(dir + "/t.tbl", "NVIDIA H100 80GB HBM3"), dir + "/t.tbl");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Approvals, PathNextToTheTable) {

@@ -55,6 +55,15 @@
  *      .so (<prefix>/lib/...), else
  *   3. in the build tree only (the .so where the build made it): the source
  *      tree's routes/sm90a.toml.
+ *   In 2 and 3, where a per-GPU table of CUDA device 0 (as the process sees
+ *   it: CUDA_VISIBLE_DEVICES applies) lies beside sm90a.toml, it is loaded
+ *   instead: sm90a@SLUG.toml, SLUG the device name lowercased with every
+ *   run of other characters than letters and digits one '-' (NVIDIA H100
+ *   80GB HBM3: sm90a@nvidia-h100-80gb-hbm3.toml), derived from that GPU
+ *   model's timings and sharing sm90a.approvals.json
+ *   (routing/routing.h, "Per-GPU tables"; docs/perf/routes.md, D26).
+ *   sm90a.toml serves every other sm_90a GPU (its timings are the H200's).
+ *   ng_route_for's table names the file loaded.
  * Each call is then a cached lookup (two binary searches; tens of ns,
  * bench/dispatch_bench.cpp), far below a kernel launch.
  *   - A window without a current approval: NG_EROUTE; ng_last_error names

@@ -133,7 +133,8 @@ struct ApprovalPolicy {
 };
 
 /// Path of a table's policy file: "dir/stem.policy.toml" for
-/// "dir/stem.toml" (any other name: name + ".policy.toml").
+/// "dir/stem.toml" and for the per-GPU "dir/stem@SLUG.toml" (routing.h,
+/// "Per-GPU tables"; any other name: name + ".policy.toml").
 std::string policy_path_for(const std::string& table_path);
 /// Path of the policy that governs an approvals file: "dir/stem.policy.toml"
 /// for "dir/stem.approvals.json" (the table's policy; any other name: name +

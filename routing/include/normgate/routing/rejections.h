@@ -111,8 +111,9 @@ struct Rejections {
   std::vector<Rejection> records;  ///< file order
 };
 
-/// "dir/stem.rejections.json" for "dir/stem.toml" (any other name: name +
-/// ".rejections.json").
+/// "dir/stem.rejections.json" for "dir/stem.toml" and for the per-GPU
+/// "dir/stem@SLUG.toml" (routing.h, "Per-GPU tables"; any other name: name
+/// + ".rejections.json").
 std::string rejections_path_for(const std::string& table_path);
 
 /// Why `r` is invalid by its fields (file comment), "" when valid. Never throws.

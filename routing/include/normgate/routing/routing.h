@@ -50,6 +50,15 @@
 // newlines and tabs), named escaped (toml_guard.h). Policies (policy.h) and
 // derivation specs (derive.h) follow the same rule.
 //
+// Per-GPU tables. Route timings are one GPU model's (docs/perf/routes.md,
+// D26): "dir/stem@SLUG.toml" is the table derived from the timings of the
+// device whose name gpu_slug() maps to SLUG ("sm90a@nvidia-h100-80gb-hbm3.toml"
+// for "NVIDIA H100 80GB HBM3"), beside the base table "dir/stem.toml" that
+// serves every other GPU of the arch. It is an ordinary table; it shares
+// the base table's approvals, policy and rejections ("dir/stem.approvals.json"
+// and so on: an approval names a backend, not a GPU model), and the C API's
+// default search (capi.h) loads it on that device.
+//
 // Approvals (routes/<table stem>.approvals.json, written by `normgate gate
 // --approve`): one record per (window, backend) saying that the gate passed
 // that window's variant, with the variant's source hash and the strength of
@@ -361,8 +370,34 @@ struct Approvals {
 };
 
 /// Path of the approvals file next to a table: "dir/stem.approvals.json" for
-/// "dir/stem.toml" (any other name: name + ".approvals.json").
+/// "dir/stem.toml" and for the per-GPU "dir/stem@SLUG.toml" (any other name:
+/// name + ".approvals.json").
 std::string approvals_path_for(const std::string& table_path);
+
+/// "dir/stem" for "dir/stem.toml" and "dir/stem@SLUG.toml" (a per-GPU table,
+/// stem and SLUG non-empty): the prefix of the files a table shares with
+/// its base table (approvals, policy, rejections); "" for a name not ending
+/// in ".toml" or with an empty stem. Never throws.
+std::string table_file_stem(const std::string& table_path);
+
+/// The file-name form of a CUDA device name that per-GPU tables carry:
+/// ASCII letters lowercased, digits kept, every run of other bytes one '-',
+/// none at either end ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3",
+/// "NVIDIA H200" -> "nvidia-h200"); "" when the name holds no ASCII letter
+/// or digit. Never throws.
+std::string gpu_slug(std::string_view device_name);
+
+/// The SLUG of a per-GPU table "dir/stem@SLUG.toml", "" for any other name
+/// (a base table, or a name whose part after '@' is not a gpu_slug() value).
+/// Never throws.
+std::string gpu_table_slug(const std::string& table_path);
+
+/// The per-GPU table of `device_name` beside base table "dir/stem.toml":
+/// "dir/stem@SLUG.toml" when that file exists and is a regular file, else
+/// base_table itself (also when base_table is not a plain "dir/stem.toml",
+/// or the name has an empty slug). What the C API's default search loads
+/// (capi.h). Never throws.
+std::string table_for_gpu(const std::string& base_table, std::string_view device_name);
 /// The inverse for the usual names: "dir/stem.toml" for
 /// "dir/stem.approvals.json"; "" for any other name (a table not named
 /// *.toml, whose approvals are "name.approvals.json", is not recovered:
