@@ -22,8 +22,9 @@
 #   --table FILE          the route table (default routes/sm90a.toml); its
 #                         derive spec, approvals, policy and rejections are
 #                         the files beside it (STEM.derive.toml, ...; a
-#                         per-GPU table STEM@SLUG.toml shares STEM's, and
-#                         its --timings must be that GPU's)
+#                         per-GPU table STEM@SLUG.toml has its own derive
+#                         spec, STEM@SLUG.derive.toml, shares STEM's other
+#                         files, and its --timings must be that GPU's)
 #   --timings FILE        the timings the table was derived from (default
 #                         docs/results/routes/sm90a.timings.json)
 #   --out DIR             output folder (default $OUT if set, else out/retime)
@@ -75,19 +76,20 @@ bin="$build/apps/normgate"
 [ -f "$spec" ] || die "--spec $spec: no such file"
 [ -f "$timings" ] || die "--timings $timings: no such file"
 [[ "$table" == *.toml ]] || die "--table $table: not a .toml route table"
-# A per-GPU table STEM@SLUG.toml shares STEM's derive spec, approvals,
-# policy and rejections (routing.h, "Per-GPU tables").
+# A per-GPU table STEM@SLUG.toml has its own derive spec (STEM@SLUG.derive.toml:
+# the candidates timed on that GPU) and shares STEM's approvals, policy and
+# rejections (routing.h, "Per-GPU tables").
 tname="$(basename "$table")"
-stem="${table%.toml}"
-case "$tname" in *@*) stem="${stem%@*}" ;; esac
-for f in "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
+tstem="${table%.toml}" stem="${table%.toml}"
+case "$tname" in *@*) stem="${tstem%@*}" ;; esac
+for f in "$table" "$tstem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
 command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
 # The cut spec must time what the table's spec derives from: the same
 # candidates (a candidate timed here but absent there would be dropped by
 # the derive without a word), bench settings, T grid, arch and fallback.
-if ! specdiff="$(python3 -B - "$spec" "$stem.derive.toml" 2>&1 <<'PY'
+if ! specdiff="$(python3 -B - "$spec" "$tstem.derive.toml" 2>&1 <<'PY'
 import sys
 try:
     import tomllib
@@ -105,7 +107,7 @@ if keys:
     sys.exit("differs from the table's spec in " + ", ".join(keys))
 PY
 )"; then
-  die "--spec $spec: $specdiff ($stem.derive.toml; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
+  die "--spec $spec: $specdiff ($tstem.derive.toml; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
 fi
 # --timings read as the merge will read it, before the bench is spent on it.
 python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import timings_merge; timings_merge.load(sys.argv[2])' \
@@ -124,7 +126,7 @@ for x in bench derive; do
 done
 # ... nor a folder whose outputs, removed below, are this run's inputs (an
 # earlier run's merged timings or derived table, say).
-for f in "$spec" "$timings" "$table" "$stem.derive.toml" "$stem.approvals.json" "$stem.policy.toml" \
+for f in "$spec" "$timings" "$table" "$tstem.derive.toml" "$stem.approvals.json" "$stem.policy.toml" \
          "$stem.rejections.json"; do
   case "$(realpath -m -- "$f")" in
     "$real_out"/bench/*|"$real_out"/derive/*|"$real_out"/bench-only.log|"$real_out"/cut.timings.json|\
@@ -173,7 +175,7 @@ mkdir -p "$d"
 r=$(left)
 [ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
 echo "== derive, gating '$filter' ($r s left)"
-dcmd=("$bin" derive "$stem.derive.toml" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
+dcmd=("$bin" derive "$tstem.derive.toml" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
       --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r")
 { printf '# resume by hand (a rerun with the same --journal):'; printf ' %q' "${dcmd[@]}"; printf '\n'; } >"$out/derive.log"
 "${dcmd[@]}" >>"$out/derive.log" 2>&1

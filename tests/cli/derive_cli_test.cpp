@@ -479,6 +479,35 @@ TEST(DeriveCli, NoTableWhileAWindowHasNoApprovedCandidate) {
   EXPECT_FALSE(contains(md, "x (A/A") || contains(md, "x~")) << md;  // nothing was rejected by a gate
 }
 
+// A per-GPU table (routing.h, "Per-GPU tables"): derived only from its
+// GPU's timings, sharing the base table's approvals and policy; a '@' name
+// that is not one is refused. Both refusals come before any work.
+TEST(DeriveCli, PerGpuTablesComeFromTheirGpusTimings) {
+  const Dir d;
+  const std::string rest = " --report " + (d.p / "r").string() + " --timings " + (d.p / "timings.json").string() +
+                           " --gate none";
+  const std::string head = "derive " + (d.p / "spec.toml").string() + " --out ";
+  CliRun r = normgate::test::run_normgate(head + (d.p / "t@nvidia-h200.toml").string() + rest);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "per-GPU table of 'nvidia-h200'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "were measured on 'synthetic'")) << r.out;  // the fixture's "gpu"
+  EXPECT_FALSE(fs::exists(d.p / "r.md"));
+  for (const char* bad : {"t@NVIDIA-H200.toml", "t@nvidia--h200.toml", "t@.toml", "@synthetic.toml"}) {
+    r = normgate::test::run_normgate(head + (d.p / bad).string() + rest);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, "makes it a per-GPU table STEM@SLUG.toml")) << bad << ": " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d.p / "r.md"));
+  // Its own GPU's timings: derived against t.approvals.json and t.policy.toml
+  // (none approved here: no table, the shared approvals file named).
+  r = normgate::test::run_normgate(head + (d.p / "t@synthetic.toml").string() + rest);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "table NOT written")) << r.out;
+  EXPECT_TRUE(contains(r.out, (d.p / "t.approvals.json").string())) << r.out;
+  EXPECT_FALSE(contains(r.out, "t@synthetic.approvals.json")) << r.out;
+  EXPECT_TRUE(fs::exists(d.p / "r.md"));
+}
+
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
