@@ -184,6 +184,23 @@ grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 4000\]' 
 # refused before they are removed.
 expect 2 "an input, is one of the outputs" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/r/merged.timings.json" --out "$t/r"
 [ -f "$t/r/merged.timings.json" ] || { echo "FAIL: retime_groups.sh removed its --timings input" >&2; fail=1; }
+# A per-GPU table (routing.h, "Per-GPU tables"): its own spec is the one a
+# cut must match (the H200's, without fwd_staged, is refused), the base
+# table's approvals and policy are copied beside the derived table, which
+# keeps its name; its timings are its GPU's.
+h100="$root/routes/sm90a@nvidia-h100-80gb-hbm3"
+cp "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" "$t/rb/apps/normgate.base.json"
+sed '/^\[\[group\]\]/,$d' "$h100.derive.toml" >"$t/cut-h100.toml"
+printf '[[group]]\nop = "fwd"\nH = 1536\nw = ["bf16", "fp32"]\nform = "res"\n' >>"$t/cut-h100.toml"
+expect 2 "cut.toml: differs from the table's spec in candidates (.*sm90a@nvidia-h100-80gb-hbm3.derive.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd --out "$t/rh"
+expect 0 "window lines changed" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd,form=res,H=1536 --out "$t/rh"
+for f in sm90a@nvidia-h100-80gb-hbm3.toml sm90a.approvals.json sm90a.policy.toml; do
+  [ -f "$t/rh/derive/$f" ] || { echo "FAIL: retime_groups.sh on a per-GPU table: no derive/$f" >&2; fail=1; }
+done
+[ ! -e "$t/rh/derive/sm90a@nvidia-h100-80gb-hbm3.approvals.json" ] ||
+  { echo "FAIL: retime_groups.sh gave a per-GPU table approvals of its own" >&2; fail=1; }
+grep -q "derive .*sm90a@nvidia-h100-80gb-hbm3.derive.toml --out .*/derive/sm90a@nvidia-h100-80gb-hbm3.toml" "$t/rh/derive.log" ||
+  { echo "FAIL: retime_groups.sh did not derive the per-GPU table from its own spec" >&2; fail=1; }
 # A bench that fails: exit 1, nothing derived.
 # (A filter that selects no window of the current table passes the check.)
 printf '#!/bin/sh\n[ "$1" = gate ] && { echo "normgate: error: no window to gate" >&2; exit 2; }\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
