@@ -24,7 +24,8 @@ Which kernel runs: each call runs the variant the route table routes for its
 exact (op, mode, H, T, weight dtype, form), if that window's approval is
 current (capi.h, "Which kernel runs": the table is $NORMGATE_ROUTES, else the
 one installed with the library, else in a build tree the repository's
-routes/sm90a.toml). A window without a current approval raises RouteError
+routes/sm90a.toml; of the last two, on a GPU with a table of its own beside
+it, sm90a@SLUG.toml). A window without a current approval raises RouteError
 naming it, unless the call names its variant (variant="...") or
 NORMGATE_DISPATCH=allow-unapproved is set when the table loads. A call outside
 every window runs the table's fallback variant with a RouteWarning once per
@@ -288,7 +289,9 @@ def set_strict_routes(on=True):
 
 def load_routes(path=None):
     """Load (or reload) the route table now: path None: the default search
-    ($NORMGATE_ROUTES, the installed table, the build tree's routes/); else
+    ($NORMGATE_ROUTES, the installed table, the build tree's routes/; of the
+    last two, on a GPU with a table of its own beside sm90a.toml, its
+    sm90a@SLUG.toml: capi.h); else
     that .toml (approvals beside it). Re-reads NORMGATE_DISPATCH; the fallback
     warnings start afresh. RouteError naming the problem (the table in use
     stays); ValueError for a path that is not a str or os.PathLike, or is
