@@ -230,14 +230,21 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   // but the next gate --approve or derive --approve of that table removes
   // them (gate/src/approvals.cpp, update_approvals): said here.
   {
-    const std::string table = kernels::table_path_for_approvals(target);
-    std::error_code ec;
-    if (!table.empty() && fs::is_regular_file(table, ec)) {
+    // The tables sharing the file: the base table and its per-GPU tables
+    // (routing.h, "Per-GPU tables"); a record any of them overlaps stays.
+    const std::vector<std::string> tables = kernels::tables_sharing_approvals(target);
+    if (!tables.empty()) {
+      std::string table;
+      for (const auto& p : tables) table += (table.empty() ? "" : " or ") + p;
       try {
-        const auto t = kernels::load_route_table(table);
+        std::vector<kernels::Route> routes;
+        for (const auto& p : tables) {
+          const auto t = kernels::load_route_table(p);
+          routes.insert(routes.end(), t.routes.begin(), t.routes.end());
+        }
         size_t outside = 0;
         for (const auto& x : into.records) {
-          const bool in = std::any_of(t.routes.begin(), t.routes.end(),
+          const bool in = std::any_of(routes.begin(), routes.end(),
                                       [&](const kernels::Route& r) { return x.overlaps(r); });
           outside += !in;
         }

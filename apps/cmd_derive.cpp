@@ -186,8 +186,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
   o->g.seeds = "3x16";
   sub->add_option("spec", o->spec, "Derivation spec (TOML), e.g. routes/sm90a.derive.toml")->required();
   sub->add_option("--out", o->out, "Route table to write (atomically), e.g. routes/sm90a.toml; the approvals "
-                                   "file BESIDE IT (TABLE stem + .approvals.json) is what counts as approved (read, "
-                                   "and with --approve written); not written while a window has no approved candidate")
+                                   "file BESIDE IT (TABLE stem + .approvals.json; for a per-GPU table "
+                                   "STEM@SLUG.toml, STEM's, and only that GPU's timings derive it) is what counts "
+                                   "as approved (read, and with --approve written); not written while a window has "
+                                   "no approved candidate")
       ->required();
   sub->add_option("--report", o->report,
                   "Report prefix: writes PREFIX.md, PREFIX.json, PREFIX.timings.json, each gate round's candidate "
@@ -275,8 +277,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
       }
       if (o->g.t_per_window < 2) throw std::invalid_argument("--t-per-window must be >= 2");
       // A per-GPU table (routing.h, "Per-GPU tables": STEM@SLUG.toml) comes
-      // from that GPU's timings only; a name with '@' that is not one is
-      // refused rather than taken as a table with approvals of its own.
+      // from that GPU's timings only, and a spec naming `gpu` derives only
+      // from that GPU's; a '@' name that is not one is refused rather than
+      // taken as a table with approvals of its own.
       const std::string out_slug = kernels::gpu_table_slug(o->out);
       {
         const std::string name = std::filesystem::path(o->out).filename().string();
@@ -286,14 +289,33 @@ void add_derive(CLI::App& app, Commands& cmds) {
               ": a '@' in a table's name makes it a per-GPU table STEM@SLUG.toml, with SLUG a GPU name's file "
               "form (lowercase letters and digits, single '-' between them, e.g. sm90a@nvidia-h100-80gb-hbm3.toml)");
       }
+      // A per-GPU spec (STEM@SLUG.derive.toml) writes its own table only.
+      std::string spec_name_slug;
+      if (constexpr std::string_view kD = ".derive.toml";
+          o->spec.size() > kD.size() && o->spec.compare(o->spec.size() - kD.size(), kD.size(), kD) == 0)
+        spec_name_slug = kernels::gpu_table_slug(o->spec.substr(0, o->spec.size() - kD.size()) + ".toml");
+      if (!spec_name_slug.empty() && spec_name_slug != out_slug)
+        throw std::invalid_argument("spec " + printable_line(o->spec) + " is the per-GPU spec of '" + spec_name_slug +
+                                    "': its table is STEM@" + spec_name_slug + ".toml, not --out " +
+                                    printable_line(o->out) + " (docs/perf/routes.md, D26)");
+      const std::string spec_slug = spec.gpu.empty() ? std::string() : kernels::gpu_slug(spec.gpu);
+      if (!spec_slug.empty() && !out_slug.empty() && spec_slug != out_slug)
+        throw std::invalid_argument("--out " + printable_line(o->out) + " is the per-GPU table of '" + out_slug +
+                                    "', but spec " + printable_line(o->spec) + " names gpu '" +
+                                    printable_line(spec.gpu) + "' ('" + spec_slug + "')");
+      // The GPU whose timings alone may derive this table: --out's, else the spec's.
+      const std::string want_slug = !out_slug.empty() ? out_slug : spec_slug;
+      const std::string want_from =
+          !out_slug.empty() ? "--out " + printable_line(o->out) + " is the per-GPU table of '" + out_slug + "'"
+                            : "spec " + printable_line(o->spec) + " names gpu '" + printable_line(spec.gpu) + "' ('" +
+                                  spec_slug + "')";
       auto check_gpu = [&](const std::string& gpu, const std::string& whose) {
-        if (!out_slug.empty() && kernels::gpu_slug(gpu) != out_slug)
-          throw std::invalid_argument("--out " + printable_line(o->out) + " is the per-GPU table of '" + out_slug +
-                                      "', but " + whose + " '" + printable_line(gpu) + "' ('" +
-                                      kernels::gpu_slug(gpu) + "'): a per-GPU table is derived from its GPU's "
-                                      "timings only (docs/perf/routes.md, D26)");
+        if (!want_slug.empty() && kernels::gpu_slug(gpu) != want_slug)
+          throw std::invalid_argument(want_from + ", but " + whose + " '" + printable_line(gpu) + "' ('" +
+                                      kernels::gpu_slug(gpu) + "'): a table is derived from one GPU model's "
+                                      "timings (docs/perf/routes.md, D26)");
       };
-      if (!out_slug.empty() && o->timings.empty() && kernels::gpu_available())
+      if (!want_slug.empty() && o->timings.empty() && kernels::gpu_available())
         check_gpu(kernels::device_info().name, "this machine's GPU (device 0) is");
       // The gate rounds' seed set, checked here (with --gate none too: a bad
       // value is a usage error whether or not a round would read it), before

@@ -138,7 +138,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                     "Write a JUnit XML report here for CI systems (atomically; a testcase per "
                                     "window); - : to stdout, everything else to stderr");
   auto* approve_flag = sub->add_flag("--approve", o->approve,
-                "Write approvals of passing windows next to the table (TABLE stem + .approvals.json); the "
+                "Write approvals of passing windows next to the table (TABLE stem + .approvals.json; a "
+                "per-GPU table STEM@SLUG.toml shares STEM's); the "
                 "campaign must meet the table's approval policy (TABLE stem + .policy.toml), checked before "
                 "any work: exit 2 naming what is missing");
   sub->add_flag("--allow-controls", o->g.allow_controls,

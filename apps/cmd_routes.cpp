@@ -122,7 +122,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                   "window holds the call)");
   sub->add_option("--approvals", o->approvals,
                   "Approvals file to read instead of the one next to the table (TABLE's stem + "
-                  ".approvals.json), e.g. a derive folder's or a branch's, to see what it would approve; it must "
+                  ".approvals.json; a per-GPU table STEM@SLUG.toml's is STEM's), e.g. a derive folder's or a branch's, to see what it would approve; it must "
                   "exist (a missing one: exit 2)");
   sub->add_flag("--accept-cpu-model", o->policy.accept_cpu_model, "Count approvals of CPU-model gates");
   sub->add_flag("--allow-unapproved", o->policy.allow_unapproved,

@@ -26,7 +26,9 @@
 #                         spec, STEM@SLUG.derive.toml, shares STEM's other
 #                         files, and its --timings must be that GPU's)
 #   --timings FILE        the timings the table was derived from (default
-#                         docs/results/routes/sm90a.timings.json)
+#                         docs/results/routes/sm90a.timings.json; for a
+#                         per-GPU table, docs/results/routes/STEM@SLUG.timings.json,
+#                         and any given must be that GPU's)
 #   --out DIR             output folder (default $OUT if set, else out/retime)
 #   --deadline-s N        seconds from the start after which the bench or
 #                         the gate stops (60 to 999999999, default 540); the
@@ -46,7 +48,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "retime_groups: $1" >&2; exit 2; }
-build="" spec="" filter="" table="$root/routes/sm90a.toml"
+build="" spec="" filter="" table="$root/routes/sm90a.toml" timings_given=0
 timings="$root/docs/results/routes/sm90a.timings.json"
 out="${OUT:-$root/out}/retime"
 [ -n "${OUT:-}" ] && out="$OUT"
@@ -58,7 +60,7 @@ while [ $# -gt 0 ]; do
       [[ "$2" != --* ]] || die "$1 needs a value, got the option '$2' (--help lists the options)"
       case "$1" in
         --build) build="$2" ;; --spec) spec="$2" ;; --gate-windows) filter="$2" ;;
-        --table) table="$2" ;; --timings) timings="$2" ;; --out) out="$2" ;;
+        --table) table="$2" ;; --timings) timings="$2" timings_given=1 ;; --out) out="$2" ;;
         --deadline-s) deadline="$2" ;;
       esac
       shift 2 ;;
@@ -74,14 +76,20 @@ done
 bin="$build/apps/normgate"
 [ -x "$bin" ] || die "--build $build: $bin is missing"
 [ -f "$spec" ] || die "--spec $spec: no such file"
-[ -f "$timings" ] || die "--timings $timings: no such file"
 [[ "$table" == *.toml ]] || die "--table $table: not a .toml route table"
 # A per-GPU table STEM@SLUG.toml has its own derive spec (STEM@SLUG.derive.toml:
 # the candidates timed on that GPU) and shares STEM's approvals, policy and
 # rejections (routing.h, "Per-GPU tables").
 tname="$(basename "$table")"
-tstem="${table%.toml}" stem="${table%.toml}"
-case "$tname" in *@*) stem="${tstem%@*}" ;; esac
+tstem="${table%.toml}" stem="${table%.toml}" slug=""
+case "$tname" in
+  *@*) [[ "$tname" =~ ^([^@]+)@([a-z0-9]+(-[a-z0-9]+)*)\.toml$ ]] ||
+         die "--table $table: a '@' makes it a per-GPU table STEM@SLUG.toml, SLUG lowercase letters and digits with single '-' between them"
+       stem="$(dirname "$table")/${BASH_REMATCH[1]}" slug="${BASH_REMATCH[2]}"
+       # its timings are its GPU's: docs/results/routes/STEM@SLUG.timings.json by default
+       [ "$timings_given" = 1 ] || timings="$root/docs/results/routes/${tname%.toml}.timings.json" ;;
+esac
+[ -f "$timings" ] || die "--timings $timings: no such file"
 for f in "$table" "$tstem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
@@ -109,9 +117,17 @@ PY
 )"; then
   die "--spec $spec: $specdiff ($tstem.derive.toml; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
 fi
-# --timings read as the merge will read it, before the bench is spent on it.
+# --timings read as the merge will read it, before the bench is spent on it;
+# a per-GPU table's must be its GPU's (gpu_slug, routing.h).
 python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import timings_merge; timings_merge.load(sys.argv[2])' \
   "$root/tools" "$timings" || die "--timings $timings: not a timings file the merge can read (above)"
+if [ -n "$slug" ]; then
+  tgpu="$(python3 -B -c 'import json, re, sys; g = json.load(open(sys.argv[1]))["gpu"]
+print(g + "\t" + "-".join(re.findall(r"[A-Za-z0-9]+", g)).lower())' "$timings")" ||
+    die "--timings $timings: no gpu field"
+  [ "${tgpu#*$'\t'}" = "$slug" ] ||
+    die "--timings $timings: measured on '${tgpu%%$'\t'*}', not the GPU of per-GPU table $tname ('$slug')"
+fi
 # DIR is emptied of bench/ and derive/ below: never the repository or a
 # folder in it (but out/, ignored by git), never a folder whose bench/ or
 # derive/ another hand made.
@@ -155,7 +171,7 @@ rm -f -- "$out"/{bench-only.log,cut.timings.json,merged.timings.json,derive.log,
 
 echo "== bench: the spec's groups ($(left) s left)"
 mkdir -p "$out/bench"
-"$bin" derive "$spec" --out "$out/bench/t.toml" --report "$out/bench/cut" --bench-only \
+"$bin" derive "$spec" --out "$out/bench/$tname" --report "$out/bench/cut" --bench-only \
   --deadline-s "$(left)" >"$out/bench-only.log" 2>&1
 rc=$?
 tail -3 "$out/bench-only.log"

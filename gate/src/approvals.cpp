@@ -4,6 +4,7 @@
 // table reloaded, the approvals file written atomically beside it).
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -27,7 +28,7 @@ using namespace gate_detail;
 
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
                                           const std::vector<kernels::Route>& table_routes,
-                                          const std::vector<std::string>& refused) {
+                                          const std::vector<std::string>& refused, bool remove_unrelated) {
   std::vector<std::string> changes;
   // A det record of a deterministic variant answers for the nondet window of
   // that variant too (routing.h, approval_status).
@@ -54,9 +55,9 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
   // place: never dropped, renewed, revoked or re-sealed here.
   std::vector<kernels::Approval> keep;
   for (auto& x : a.records) {
-    if (x.invalid.empty() && !in_table(x)) {
+    if (remove_unrelated && x.invalid.empty() && !in_table(x)) {
       changes.push_back("removed " + x.backend + " approval of " + x.window() + " -> " + x.variant +
-                        " (its window overlaps none of the table's)");
+                        " (its window overlaps none of the table's, nor of any table sharing its approvals)");
       continue;
     }
     keep.push_back(std::move(x));
@@ -282,7 +283,22 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
   // What other gates approved since this one loaded the file is kept: the
   // update applies to the file as it is now.
   a = kernels::load_approvals(a.path);
-  auto changes = update_approvals(a, r, table.routes, refused);
+  // The file may be shared by a base table and its per-GPU tables (routing.h,
+  // "Per-GPU tables"): a record stays while any of them overlaps it, and
+  // none is removed when one of them does not load.
+  std::vector<kernels::Route> routes = table.routes;
+  bool keep_all = false;
+  for (const std::string& p : kernels::tables_sharing_approvals(a.path)) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(p, opt.table_path, ec)) continue;
+    try {
+      const auto other = kernels::load_route_table(p, {true});
+      routes.insert(routes.end(), other.routes.begin(), other.routes.end());
+    } catch (const std::exception&) {
+      keep_all = true;
+    }
+  }
+  auto changes = update_approvals(a, r, routes, refused, !keep_all);
   kernels::save_approvals(a);
   return changes;
 }

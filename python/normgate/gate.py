@@ -828,6 +828,12 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
             _write_atomic(table, text)
             undo.append((table, current))
         stem = table[:-5] if table.endswith(".toml") else table
+        # A per-GPU table STEM@SLUG.toml takes STEM's policy, as the library
+        # does (routing.h, "Per-GPU tables").
+        head, _, name = stem.rpartition("/")
+        base, at, slug = name.partition("@")
+        if table.endswith(".toml") and at and base and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", slug):
+            stem = (head + "/" if head else "") + base
         if approve and not os.path.exists(stem + ".policy.toml"):
             _write_atomic(stem + ".policy.toml",
                           _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))

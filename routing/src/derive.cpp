@@ -20,7 +20,7 @@ namespace normgate::kernels {
 
 namespace {
 
-constexpr std::string_view kTopKeys[] = {"arch", "description", "T", "candidates", "bench", "fallback", "group"};
+constexpr std::string_view kTopKeys[] = {"arch", "description", "gpu", "T", "candidates", "bench", "fallback", "group"};
 constexpr std::string_view kCandKeys[] = {"fwd", "bwd_det", "bwd_nondet"};
 constexpr std::string_view kBenchKeys[] = {"rounds", "reps", "crossover_steps"};
 constexpr std::string_view kGroupKeys[] = {"op", "modes", "H", "w", "form"};
@@ -143,6 +143,11 @@ DeriveSpec parse_derive_spec(std::string_view text, const std::string& path) {
   if (const toml::node* d = root.get("description")) {
     if (!d->is_string()) ctx.fail(d, "description must be a string");
     s.description = *d->value<std::string>();
+  }
+  if (const toml::node* g = root.get("gpu")) {
+    if (!g->is_string() || gpu_slug(*g->value<std::string>()).empty())
+      ctx.fail(g, "gpu must be a CUDA device name as the timings file's \"gpu\" holds it, e.g. \"NVIDIA H200\"");
+    s.gpu = *g->value<std::string>();
   }
   const toml::node* tg = root.get("T");
   if (!tg) ctx.fail(nullptr, "missing key 'T' (the T grid, e.g. T = [1, 512, 4096, 65536, 131072])");

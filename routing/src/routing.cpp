@@ -894,6 +894,28 @@ std::string table_for_gpu(const std::string& base_table, std::string_view device
   return std::filesystem::is_regular_file(candidate, ec) ? candidate : base_table;
 }
 
+std::vector<std::string> tables_sharing_approvals(const std::string& approvals_path) {
+  std::vector<std::string> out;
+  const std::string base = table_path_for_approvals(approvals_path);  // "dir/stem.toml" or ""
+  if (base.empty()) return out;
+  std::string dir, stem;
+  size_t at = 0;
+  if (!split_table_name(base, dir, stem, at) || at != std::string::npos) return out;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(base, ec)) out.push_back(base);
+  const std::filesystem::path folder = dir.empty() ? std::filesystem::path(".") : std::filesystem::path(dir);
+  std::filesystem::directory_iterator it(folder, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string p = dir + name;
+    if (name.rfind(stem + "@", 0) == 0 && !gpu_table_slug(p).empty() && table_file_stem(p) == dir + stem &&
+        std::filesystem::is_regular_file(p, ec))
+      out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::string approvals_path_for(const std::string& table_path) {
   if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".approvals.json";
   const std::filesystem::path p(table_path);

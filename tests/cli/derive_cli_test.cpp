@@ -506,6 +506,62 @@ TEST(DeriveCli, PerGpuTablesComeFromTheirGpusTimings) {
   EXPECT_TRUE(contains(r.out, (d.p / "t.approvals.json").string())) << r.out;
   EXPECT_FALSE(contains(r.out, "t@synthetic.approvals.json")) << r.out;
   EXPECT_TRUE(fs::exists(d.p / "r.md"));
+  fs::remove(d.p / "r.md");
+  // A spec naming `gpu` derives from that GPU's timings only, whatever --out;
+  // a per-GPU spec (STEM@SLUG.derive.toml) writes its own table only.
+  std::string spec = read(d.p / "spec.toml");
+  std::ofstream(d.p / "h200.toml") << "gpu = \"NVIDIA H200\"\n" << spec;
+  r = normgate::test::run_normgate("derive " + (d.p / "h200.toml").string() + " --out " + (d.p / "t.toml").string() +
+                                   rest);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "names gpu 'NVIDIA H200' ('nvidia-h200'), but --timings")) << r.out;
+  r = normgate::test::run_normgate("derive " + (d.p / "h200.toml").string() + " --out " +
+                                   (d.p / "t@synthetic.toml").string() + rest);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "but spec " + (d.p / "h200.toml").string() + " names gpu 'NVIDIA H200'")) << r.out;
+  std::ofstream(d.p / "t@synthetic.derive.toml") << spec;
+  r = normgate::test::run_normgate("derive " + (d.p / "t@synthetic.derive.toml").string() + " --out " +
+                                   (d.p / "t.toml").string() + rest);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "is the per-GPU spec of 'synthetic'")) << r.out;
+  std::ofstream(d.p / "bad-gpu.toml") << "gpu = \"--\"\n" << spec;
+  r = normgate::test::run_normgate("derive " + (d.p / "bad-gpu.toml").string() + " --out " + (d.p / "t.toml").string() +
+                                   rest);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "gpu must be a CUDA device name")) << r.out;
+  EXPECT_FALSE(fs::exists(d.p / "r.md"));
+}
+
+// Tables sharing one approvals file (a base table and its per-GPU tables)
+// keep each other's records: approving one removes only records that none
+// of them overlaps (gate/src/approvals.cpp, approve).
+TEST(DeriveCli, ApprovingAPerGpuTableKeepsTheBaseTablesRecords) {
+  const Dir d;
+  const std::string base = kCampaign + " --approve --timings ";
+  CliRun r = normgate::test::run_normgate(d.run(base + (d.p / "timings.json").string()));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // The same group at H = 128, for the per-GPU table t@synthetic.toml.
+  std::string spec = read(d.p / "spec.toml"), tim = read(d.p / "timings.json");
+  auto swap = [](std::string& s, const std::string& from, const std::string& to) {
+    for (size_t at; (at = s.find(from)) != std::string::npos;) s.replace(at, from.size(), to);
+  };
+  swap(spec, "H = 64", "H = 128");
+  swap(tim, "\"H\": 64,", "\"H\": 128,");
+  std::ofstream(d.p / "spec128.toml") << spec;
+  std::ofstream(d.p / "timings128.json") << tim;
+  r = normgate::test::run_normgate("derive " + (d.p / "spec128.toml").string() + " --out " +
+                                   (d.p / "t@synthetic.toml").string() + " --report " + (d.p / "r128").string() +
+                                   base + (d.p / "timings128.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "removed")) << r.out;
+  const auto a = normgate::kernels::load_approvals((d.p / "t.approvals.json").string());
+  for (const char* table : {"t.toml", "t@synthetic.toml"})
+    for (const auto& route : normgate::kernels::load_route_table((d.p / table).string()).routes)
+      EXPECT_EQ(normgate::kernels::approval_status(route, a, true).state, normgate::kernels::ApprovalState::current)
+          << table << ": " << route.describe();
+  EXPECT_FALSE(fs::exists(d.p / "t@synthetic.approvals.json"));
+  EXPECT_EQ(normgate::kernels::tables_sharing_approvals((d.p / "t.approvals.json").string()),
+            (std::vector<std::string>{(d.p / "t.toml").string(), (d.p / "t@synthetic.toml").string()}));
 }
 
 size_t count(const std::string& s, const std::string& what) {

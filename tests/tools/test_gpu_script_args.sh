@@ -193,7 +193,12 @@ cp "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" "$t/rb/a
 sed '/^\[\[group\]\]/,$d' "$h100.derive.toml" >"$t/cut-h100.toml"
 printf '[[group]]\nop = "fwd"\nH = 1536\nw = ["bf16", "fp32"]\nform = "res"\n' >>"$t/cut-h100.toml"
 expect 2 "cut.toml: differs from the table's spec in candidates (.*sm90a@nvidia-h100-80gb-hbm3.derive.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd --out "$t/rh"
-expect 0 "window lines changed" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd,form=res,H=1536 --out "$t/rh"
+expect 2 "measured on 'NVIDIA H200', not the GPU of per-GPU table sm90a@nvidia-h100-80gb-hbm3.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a.timings.json" --gate-windows op=fwd --out "$t/rh"
+cp "$h100.toml" "$t/sm90a@NVIDIA-H100.toml"
+expect 2 "a '@' makes it a per-GPU table" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$t/sm90a@NVIDIA-H100.toml" --gate-windows op=fwd --out "$t/rh"
+[ ! -e "$t/rh" ] || { echo "FAIL: retime_groups.sh wrote before refusing a per-GPU table's input" >&2; fail=1; }
+# (no --timings: the per-GPU table's own, docs/results/routes/STEM@SLUG.timings.json)
+expect 0 "window lines changed" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$h100.toml" --gate-windows op=fwd,form=res,H=1536 --out "$t/rh"
 for f in sm90a@nvidia-h100-80gb-hbm3.toml sm90a.approvals.json sm90a.policy.toml; do
   [ -f "$t/rh/derive/$f" ] || { echo "FAIL: retime_groups.sh on a per-GPU table: no derive/$f" >&2; fail=1; }
 done

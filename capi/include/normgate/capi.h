@@ -57,8 +57,9 @@
  *      tree's routes/sm90a.toml.
  *   In 2 and 3, where a per-GPU table of CUDA device 0 (as the process sees
  *   it: CUDA_VISIBLE_DEVICES applies) lies beside sm90a.toml, it is loaded
- *   instead: sm90a@SLUG.toml, SLUG the device name lowercased with every
- *   run of other characters than letters and digits one '-' (NVIDIA H100
+ *   instead: sm90a@SLUG.toml, SLUG the device name with ASCII letters
+ *   lowercased, digits kept and every run of other characters one '-', none
+ *   at either end (NVIDIA H100
  *   80GB HBM3: sm90a@nvidia-h100-80gb-hbm3.toml), derived from that GPU
  *   model's timings and sharing sm90a.approvals.json
  *   (routing/routing.h, "Per-GPU tables"; docs/perf/routes.md, D26).

@@ -483,15 +483,17 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds);
 /// backend, and so does every wider record of that backend, variant and
 /// source hash that contains it (it approved this window too, and the gate
 /// or the policy now says otherwise); records whose window overlaps none of
-/// the table's are removed (a record whose window contains a table window
-/// approves it: routing.h; one that overlaps is kept for derivations,
-/// derive.h). refused: empty, or one entry per
+/// table_routes are removed when remove_unrelated (a record whose window
+/// contains a table window approves it: routing.h; one that overlaps is kept
+/// for derivations, derive.h; approve() passes the routes of every table
+/// sharing the file: routing.h, "Per-GPU tables"). refused: empty, or one entry per
 /// r.windows (same order), "" for a window the policy accepts, else why it
 /// does not (approval_refusals). Returns one line per change ("approved
 /// ...", "revoked ...", "refused ...", "removed ..."). Never throws.
 std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResult& r,
                                           const std::vector<kernels::Route>& table_routes,
-                                          const std::vector<std::string>& refused = {});
+                                          const std::vector<std::string>& refused = {},
+                                          bool remove_unrelated = true);
 
 /// The campaign strength that `opt` asks for, run on backend `resolved`
 /// (gpu or cpu; resolve_backend's result): opt.seeds in canonical spelling

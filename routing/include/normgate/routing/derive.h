@@ -6,6 +6,9 @@
 //
 //   arch = "sm90a"
 //   description = "..."                     # optional, copied to the table
+//   gpu = "NVIDIA H200"                     # optional: the CUDA device name whose
+//                                           # timings alone derive this spec's table
+//                                           # (compared as gpu_slug, routing.h)
 //   T = [1, 64, 512, 4096, 65536, 131072]   # the T grid, ascending, first = 1;
 //                                           # the last is every group's last T
 //   [candidates]   # per op and mode, MOST ACCURATE FIRST (ties go earlier)
@@ -73,6 +76,7 @@ struct DeriveSpec {
   std::string path;
   std::string arch;
   std::string description;
+  std::string gpu;                             ///< optional `gpu`, "" when absent (a non-empty gpu_slug otherwise)
   std::vector<int64_t> t_grid;                 ///< ascending, t_grid[0] == 1
   std::vector<const Variant*> fwd, bwd_det, bwd_nondet;  ///< candidates, most accurate first
   int rounds = 3, reps = 50, crossover_steps = 3;

@@ -392,6 +392,12 @@ std::string gpu_slug(std::string_view device_name);
 /// Never throws.
 std::string gpu_table_slug(const std::string& table_path);
 
+/// The route tables whose approvals are `approvals_path` ("dir/stem.approvals.json"):
+/// "dir/stem.toml" and every per-GPU "dir/stem@SLUG.toml" that exist as
+/// regular files, sorted; empty for another name or an unreadable folder.
+/// Never throws.
+std::vector<std::string> tables_sharing_approvals(const std::string& approvals_path);
+
 /// The per-GPU table of `device_name` beside base table "dir/stem.toml":
 /// "dir/stem@SLUG.toml" when that file exists and is a regular file, else
 /// base_table itself (also when base_table is not a plain "dir/stem.toml",
@@ -399,7 +405,8 @@ std::string gpu_table_slug(const std::string& table_path);
 /// (capi.h). Never throws.
 std::string table_for_gpu(const std::string& base_table, std::string_view device_name);
 /// The inverse for the usual names: "dir/stem.toml" for
-/// "dir/stem.approvals.json"; "" for any other name (a table not named
+/// "dir/stem.approvals.json" (the base table: per-GPU tables beside it share
+/// the file, tables_sharing_approvals); "" for any other name (a table not named
 /// *.toml, whose approvals are "name.approvals.json", is not recovered:
 /// the caller says the table is unknown). Whether the file exists is the
 /// caller's to check.
