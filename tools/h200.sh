@@ -28,7 +28,8 @@
 #      is removed after its inspect, so that logs.tgz stays small.
 #      NG_AUDIT_BACKEND=cpu runs it on the CPU models (a dry run without a GPU),
 #   9. derive (not run by default): `normgate derive` of routes/sm90a.derive.toml
-#      into the output folder (NG_DERIVE_* below, at the step),
+#      (on a GPU with a spec of its own, routes/sm90a@SLUG.derive.toml, into
+#      its per-GPU table) into the output folder (NG_DERIVE_* below, at the step),
 #  10. plugin (not run by default): the example CUDA plugin gated from the CLI
 #      (NG_PLUGIN_* at the step),
 #  11. peers (not run by default): torch.compile, Liger and QuACK through
@@ -290,10 +291,20 @@ if has derive; then
   djournal="${NG_DERIVE_JOURNAL:-$final/derive/gate.jsonl}"
   targs=()
   [ -n "${NG_DERIVE_TIMINGS:-}" ] && targs=(--timings "$NG_DERIVE_TIMINGS")
+  # On a GPU with a spec of its own (routes/sm90a@SLUG.derive.toml, SLUG the
+  # device name's file form: routes.md D26), its per-GPU table
+  # DIR/sm90a@SLUG.toml (the approvals, policy and rejections above are
+  # shared); else routes/sm90a.derive.toml, which only an H200 derives.
+  dspec="$root/routes/sm90a.derive.toml" dname=sm90a
+  gslug="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1 |
+           tr -cs 'A-Za-z0-9' '-' | tr 'A-Z' 'a-z' | sed 's/^-*//; s/-*$//')"
+  if [ -z "${NG_DERIVE_SPEC:-}" ] && [ -n "$gslug" ] && [ -f "$root/routes/sm90a@$gslug.derive.toml" ]; then
+    dspec="$root/routes/sm90a@$gslug.derive.toml" dname="sm90a@$gslug"
+  fi
   if [ "$budget" -gt 30 ]; then
     # shellcheck disable=SC2086
-    timeout --signal=KILL $((budget - 5)) "$bin" derive "${NG_DERIVE_SPEC:-$root/routes/sm90a.derive.toml}" \
-      --out "$final/sm90a.toml" --report "$final/derive/sm90a" --journal "$djournal" \
+    timeout --signal=KILL $((budget - 5)) "$bin" derive "${NG_DERIVE_SPEC:-$dspec}" \
+      --out "$final/$dname.toml" --report "$final/derive/$dname" --journal "$djournal" \
       --deadline-s $((budget - 25)) "${targs[@]}" ${NG_DERIVE_ARGS:-} >"$out/derive.log" 2>&1
     rc=$?
     summary+=("derive rc=$rc $((SECONDS - start))s")
