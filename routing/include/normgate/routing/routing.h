@@ -56,7 +56,8 @@
 // for "NVIDIA H100 80GB HBM3"), beside the base table "dir/stem.toml" that
 // serves every other GPU of the arch. It is an ordinary table; it shares
 // the base table's approvals, policy and rejections ("dir/stem.approvals.json"
-// and so on: an approval names a backend, not a GPU model), and the C API's
+// and so on: an approval is matched by backend and source hash, not by GPU
+// model; the GPU it ran on is recorded only), and the C API's
 // default search (capi.h) loads it on that device.
 //
 // Approvals (routes/<table stem>.approvals.json, written by `normgate gate
@@ -404,7 +405,7 @@ std::vector<std::string> tables_sharing_approvals(const std::string& approvals_p
 /// or the name has an empty slug). What the C API's default search loads
 /// (capi.h). Never throws.
 std::string table_for_gpu(const std::string& base_table, std::string_view device_name);
-/// The inverse for the usual names: "dir/stem.toml" for
+/// The inverse of approvals_path_for for the usual names: "dir/stem.toml" for
 /// "dir/stem.approvals.json" (the base table: per-GPU tables beside it share
 /// the file, tables_sharing_approvals); "" for any other name (a table not named
 /// *.toml, whose approvals are "name.approvals.json", is not recovered:
