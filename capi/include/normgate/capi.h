@@ -64,7 +64,9 @@
  *   model's timings and sharing sm90a.approvals.json
  *   (routing/routing.h, "Per-GPU tables"; docs/perf/routes.md, D26).
  *   sm90a.toml serves every other sm_90a GPU (its timings are the H200's).
- *   ng_route_for's table names the file loaded.
+ *   Reading device 0's name initializes the CUDA runtime (not a context)
+ *   when the default table loads, also from ng_route_for. The table
+ *   field of ng_route_info names the file loaded.
  * Each call is then a cached lookup (two binary searches; tens of ns,
  * bench/dispatch_bench.cpp), far below a kernel launch.
  *   - A window without a current approval: NG_EROUTE; ng_last_error names
