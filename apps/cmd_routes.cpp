@@ -12,9 +12,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "normgate/core/file_target.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/policy.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 
 namespace normgate::app {
@@ -111,9 +114,20 @@ void add_routes(CLI::App& app, Commands& cmds) {
     std::vector<std::string> picks;
     kernels::DispatchPolicy policy;
     std::vector<std::string> plugins;
+    bool files = false;
+    std::string gpu;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->table, "Route table (TOML)")->required();
+  sub->add_flag("--files", o->files,
+                "Print, as JSON, the paths of the files that belong to TABLE by name, without reading any: its "
+                "approvals, policy and rejections (a per-GPU table STEM@SLUG.toml shares STEM's), its derive spec "
+                "(TABLE's name with .derive.toml), its stem and GPU slug (\"\" for a base table). The one rule "
+                "scripts ask instead of restating it (routes.md D26)");
+  sub->add_option("--gpu", o->gpu,
+                  "With --files: a CUDA device name (e.g. \"NVIDIA H100 80GB HBM3\"); adds gpu_slug_of_device and "
+                  "gpu_table, the per-GPU table of that device beside TABLE (STEM@SLUG.toml, whether or not it "
+                  "exists) and gpu_table_exists. TABLE must then be a base table STEM.toml");
   sub->add_option("--pick", o->picks,
                   "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain|res|heads24|heads4] "
                   "(repeatable; per-head forms are rows of 256: H=256). Says what the dispatcher runs for it, as at "
@@ -130,6 +144,43 @@ void add_routes(CLI::App& app, Commands& cmds) {
   add_plugin_option(sub, o->plugins);
   sub->callback([&cmds, o] {
     cmds.run = [o] {
+      if (!o->gpu.empty() && !o->files) throw std::invalid_argument("--gpu '" + o->gpu + "' needs --files");
+      if (o->files) {
+        if (!o->picks.empty() || !o->approvals.empty() || !o->plugins.empty())
+          throw std::invalid_argument("--files takes no --pick, --approvals or --plugin (it reads no file)");
+        const std::string& t = o->table;
+        if (t.size() <= 5 || t.compare(t.size() - 5, 5, ".toml") != 0 || kernels::table_file_stem(t).empty())
+          throw std::invalid_argument("--files: table '" + t + "' is not named STEM.toml or STEM@SLUG.toml");
+        const std::string slug = kernels::gpu_table_slug(t);
+        const std::string name = std::filesystem::path(t).filename().string();
+        if (slug.empty() && name.find('@') != std::string::npos)
+          throw std::invalid_argument("--files: table '" + t +
+                                      "': a '@' makes it a per-GPU table STEM@SLUG.toml, SLUG lowercase ASCII "
+                                      "letters and digits with single '-' between them (gpu_slug)");
+        nlohmann::json j;
+        j["table"] = t;
+        j["stem"] = kernels::table_file_stem(t);
+        j["gpu_slug"] = slug;
+        j["approvals"] = kernels::approvals_path_for(t);
+        j["policy"] = kernels::policy_path_for(t);
+        j["rejections"] = kernels::rejections_path_for(t);
+        j["derive_spec"] = t.substr(0, t.size() - 5) + ".derive.toml";
+        if (!o->gpu.empty()) {
+          if (!slug.empty())
+            throw std::invalid_argument("--gpu '" + o->gpu + "': table '" + t +
+                                        "' is a per-GPU table already; give its base table STEM.toml");
+          const std::string gs = kernels::gpu_slug(o->gpu);
+          if (gs.empty())
+            throw std::invalid_argument("--gpu '" + o->gpu + "': the name holds no ASCII letter or digit");
+          const std::string g = kernels::table_file_stem(t) + "@" + gs + ".toml";
+          std::error_code ec;
+          j["gpu_slug_of_device"] = gs;
+          j["gpu_table"] = g;
+          j["gpu_table_exists"] = std::filesystem::is_regular_file(g, ec);
+        }
+        std::fputs(json_text(j).c_str(), stdout);
+        return 0;
+      }
       load_plugins(o->plugins);
       std::error_code ec;
       if (!o->approvals.empty())

@@ -65,16 +65,15 @@ dir="$1"; shift
 build="${NORMGATE_BUILD:-$root/build}"
 bin="$build/apps/normgate"
 table="${NG_CAMPAIGN_TABLE:-$root/routes/sm90a.toml}"
-# The table's approvals: STEM.approvals.json, also for a per-GPU table
-# STEM@SLUG.toml (routing.h, "Per-GPU tables"; SLUG as gpu_slug spells it).
-astem="${table%.toml}"
-tname="$(basename "$table")"
-if [[ "$tname" =~ ^([^@]+)@([a-z0-9]+(-[a-z0-9]+)*)\.toml$ ]]; then astem="$(dirname "$table")/${BASH_REMATCH[1]}"; fi
 seeds="${NG_CAMPAIGN_SEEDS:-3x16}"
+[ -x "$bin" ] || { echo "campaign: no normgate binary at $bin" >&2; exit 2; }
+# The table's approvals: STEM.approvals.json, also for a per-GPU table
+# STEM@SLUG.toml; the library's rule, asked (`normgate routes --files`).
+approvals="$("$bin" routes "$table" --files | python3 -c 'import json,sys; print(json.load(sys.stdin)["approvals"])' 2>/dev/null)" ||
+  { echo "campaign: NG_CAMPAIGN_TABLE $table: not a route table name normgate takes" >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir" "$final"
-[ -x "$bin" ] || { echo "campaign: no normgate binary at $bin" >&2; exit 2; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 have_gpu=$([ "$ngpu" -ge 1 ] && echo 1 || echo 0)
 [ "$ngpu" -ge 1 ] || ngpu=1
@@ -173,7 +172,7 @@ for k in $(seq 1 "$nslice"); do
     set_slice_cmd "$k"
     # (flock: campaigns run side by side write the same approvals file; at
     # most 120 s waiting for it)
-    if flock -w 120 "$astem.approvals.lock" "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1; then
+    if flock -w 120 "${approvals%.json}.lock" "${cmd[@]}" --approve >"$work/slice-$k.approve.log" 2>&1; then
       state="$state, approved"
     else
       state="$state, approve FAILED (slice-$k.approve.log)"
@@ -184,7 +183,6 @@ for k in $(seq 1 "$nslice"); do
   for f in "$work/slice-$k.md" "$work/slice-$k.json" "$work/slice-$k.partial.md"; do [ -f "$f" ] && cp "$f" "$dir/"; done
   rows+=("| $k | \`$(cat "$work/slice-$k.filter")\` | $((lines > 0 ? lines - 1 : 0)) | $state |")
 done
-approvals="$astem.approvals.json"
 [ -f "$approvals" ] && cp "$approvals" "$work/"
 tar czf "$final/campaign.tgz" -C "$work" .
 echo

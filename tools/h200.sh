@@ -296,10 +296,12 @@ if has derive; then
   # DIR/sm90a@SLUG.toml (the approvals, policy and rejections above are
   # shared); else routes/sm90a.derive.toml, which only an H200 derives.
   dspec="$root/routes/sm90a.derive.toml" dname=sm90a
-  gslug="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1 |
-           tr -cs 'A-Za-z0-9' '-' | tr 'A-Z' 'a-z' | sed 's/^-*//; s/-*$//')"
-  if [ -z "${NG_DERIVE_SPEC:-}" ] && [ -n "$gslug" ] && [ -f "$root/routes/sm90a@$gslug.derive.toml" ]; then
-    dspec="$root/routes/sm90a@$gslug.derive.toml" dname="sm90a@$gslug"
+  gname="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1)"
+  # The device's per-GPU table name by the library's rule (`routes --files --gpu`).
+  gtable="$("$bin" routes "$root/routes/sm90a.toml" --files --gpu "$gname" 2>/dev/null |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu_table"])' 2>/dev/null)" || gtable=""
+  if [ -z "${NG_DERIVE_SPEC:-}" ] && [ -n "$gtable" ] && [ -f "${gtable%.toml}.derive.toml" ]; then
+    dspec="${gtable%.toml}.derive.toml" dname="$(basename "${gtable%.toml}")"
   fi
   if [ "$budget" -gt 30 ]; then
     # shellcheck disable=SC2086

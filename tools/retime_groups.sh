@@ -80,24 +80,24 @@ bin="$build/apps/normgate"
 # A per-GPU table STEM@SLUG.toml has its own derive spec (STEM@SLUG.derive.toml:
 # the candidates timed on that GPU) and shares STEM's approvals, policy and
 # rejections (routing.h, "Per-GPU tables").
+command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
 tname="$(basename "$table")"
-tstem="${table%.toml}" stem="${table%.toml}" slug=""
-case "$tname" in
-  *@*) [[ "$tname" =~ ^([^@]+)@([a-z0-9]+(-[a-z0-9]+)*)\.toml$ ]] ||
-         die "--table $table: a '@' makes it a per-GPU table STEM@SLUG.toml, SLUG lowercase letters and digits with single '-' between them"
-       stem="$(dirname "$table")/${BASH_REMATCH[1]}" slug="${BASH_REMATCH[2]}"
-       # its timings are its GPU's: docs/results/routes/STEM@SLUG.timings.json by default
-       [ "$timings_given" = 1 ] || timings="$root/docs/results/routes/${tname%.toml}.timings.json" ;;
-esac
+# The table's files by the library's rule (`normgate routes --files`; a
+# malformed '@' name is refused there, exit 2, naming it).
+files="$("$bin" routes "$table" --files 2>&1)" || die "--table $table: $files"
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$files" "$1"; }
+slug="$(field gpu_slug)" dspec="$(field derive_spec)" appr="$(field approvals)" pol="$(field policy)"
+rej="$(field rejections)"
+# its timings are its GPU's: docs/results/routes/STEM@SLUG.timings.json by default
+[ -z "$slug" ] || [ "$timings_given" = 1 ] || timings="$root/docs/results/routes/${tname%.toml}.timings.json"
 [ -f "$timings" ] || die "--timings $timings: no such file"
-for f in "$table" "$tstem.derive.toml" "$stem.approvals.json" "$stem.policy.toml"; do
+for f in "$table" "$dspec" "$appr" "$pol"; do
   [ -f "$f" ] || die "--table $table: $f is missing"
 done
-command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)"
 # The cut spec must time what the table's spec derives from: the same
 # candidates (a candidate timed here but absent there would be dropped by
 # the derive without a word), bench settings, T grid, arch and fallback.
-if ! specdiff="$(python3 -B - "$spec" "$tstem.derive.toml" 2>&1 <<'PY'
+if ! specdiff="$(python3 -B - "$spec" "$dspec" 2>&1 <<'PY'
 import sys
 try:
     import tomllib
@@ -115,7 +115,7 @@ if keys:
     sys.exit("differs from the table's spec in " + ", ".join(keys))
 PY
 )"; then
-  die "--spec $spec: $specdiff ($tstem.derive.toml; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
+  die "--spec $spec: $specdiff ($dspec; a cut spec keeps the table spec's arch, T, [candidates], [bench] and [fallback]; a new candidate goes into both)"
 fi
 # --timings read as the merge will read it, before the bench is spent on it;
 # a per-GPU table's must be its GPU's (gpu_slug, routing.h).
@@ -142,8 +142,8 @@ for x in bench derive; do
 done
 # ... nor a folder whose outputs, removed below, are this run's inputs (an
 # earlier run's merged timings or derived table, say).
-for f in "$spec" "$timings" "$table" "$tstem.derive.toml" "$stem.approvals.json" "$stem.policy.toml" \
-         "$stem.rejections.json"; do
+for f in "$spec" "$timings" "$table" "$dspec" "$appr" "$pol" \
+         "$rej"; do
   case "$(realpath -m -- "$f")" in
     "$real_out"/bench/*|"$real_out"/derive/*|"$real_out"/bench-only.log|"$real_out"/cut.timings.json|\
     "$real_out"/merged.timings.json|"$real_out"/derive.log|"$real_out"/routes.diff)
@@ -185,13 +185,13 @@ python3 "$root/tools/timings_merge.py" "$timings" "$out/cut.timings.json" "$out/
 
 d="$out/derive"
 mkdir -p "$d"
-{ cp "$stem.approvals.json" "$stem.policy.toml" "$d/" &&
-  { [ ! -f "$stem.rejections.json" ] || cp "$stem.rejections.json" "$d/"; }; } ||
+{ cp "$appr" "$pol" "$d/" &&
+  { [ ! -f "$rej" ] || cp "$rej" "$d/"; }; } ||
   { echo "retime_groups: could not copy the table's approvals, policy or rejections into $d" >&2; exit 1; }
 r=$(left)
 [ "$r" -ge 30 ] || { echo "retime_groups: $r s left after the bench, too few to derive" >&2; exit 1; }
 echo "== derive, gating '$filter' ($r s left)"
-dcmd=("$bin" derive "$tstem.derive.toml" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
+dcmd=("$bin" derive "$dspec" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
       --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r")
 { printf '# resume by hand (a rerun with the same --journal):'; printf ' %q' "${dcmd[@]}"; printf '\n'; } >"$out/derive.log"
 "${dcmd[@]}" >>"$out/derive.log" 2>&1

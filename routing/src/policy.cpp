@@ -230,14 +230,7 @@ std::string PolicyLevel::describe() const {
 }
 
 std::string policy_path_for(const std::string& table_path) {
-  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".policy.toml";
-  const std::filesystem::path p(table_path);
-  if (p.extension() == ".toml") {
-    std::filesystem::path q = p;
-    q.replace_extension(".policy.toml");
-    return q.string();
-  }
-  return table_path + ".policy.toml";
+  return table_sibling_path(table_path, ".policy.toml");
 }
 
 std::string policy_path_for_approvals(const std::string& approvals_path) {

@@ -916,15 +916,19 @@ std::vector<std::string> tables_sharing_approvals(const std::string& approvals_p
   return out;
 }
 
-std::string approvals_path_for(const std::string& table_path) {
-  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".approvals.json";
+std::string table_sibling_path(const std::string& table_path, std::string_view suffix) {
+  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + std::string(suffix);
   const std::filesystem::path p(table_path);
   if (p.extension() == ".toml") {
     std::filesystem::path q = p;
-    q.replace_extension(".approvals.json");
+    q.replace_extension(std::string(suffix));
     return q.string();
   }
-  return table_path + ".approvals.json";
+  return table_path + std::string(suffix);
+}
+
+std::string approvals_path_for(const std::string& table_path) {
+  return table_sibling_path(table_path, ".approvals.json");
 }
 
 // The envelope of a file of sealed records (approvals, rejections): JSON, the
@@ -1580,14 +1584,7 @@ bool Rejection::same_claim(const Rejection& o) const {
 }
 
 std::string rejections_path_for(const std::string& table_path) {
-  if (!gpu_table_slug(table_path).empty()) return table_file_stem(table_path) + ".rejections.json";
-  const std::filesystem::path p(table_path);
-  if (p.extension() == ".toml") {
-    std::filesystem::path q = p;
-    q.replace_extension(".rejections.json");
-    return q.string();
-  }
-  return table_path + ".rejections.json";
+  return table_sibling_path(table_path, ".rejections.json");
 }
 
 std::string validate_rejection(const Rejection& r) {

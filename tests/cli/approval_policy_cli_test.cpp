@@ -14,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -214,3 +216,45 @@ TEST(ApprovalPolicyCli, CommittedApprovalsMeetTheSm90aMinimum) {
 }
 
 }  // namespace
+
+// `routes TABLE --files`: the files a table owns by name, the one rule the
+// scripts ask (routes.md D26); a per-GPU table's approvals, policy and
+// rejections are its base table's, its derive spec is its own.
+TEST(ApprovalPolicyCli, FilesNamesATablesFilesWithoutReadingThem) {
+  auto r = run_normgate("routes /nowhere/r/sm90a@nvidia-h100-80gb-hbm3.toml --files");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"approvals\": \"/nowhere/r/sm90a.approvals.json\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"policy\": \"/nowhere/r/sm90a.policy.toml\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"rejections\": \"/nowhere/r/sm90a.rejections.json\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"derive_spec\": \"/nowhere/r/sm90a@nvidia-h100-80gb-hbm3.derive.toml\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"gpu_slug\": \"nvidia-h100-80gb-hbm3\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"stem\": \"/nowhere/r/sm90a\"")) << r.out;
+
+  r = run_normgate("routes r/t.toml --files --gpu 'NVIDIA H100 80GB HBM3'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"approvals\": \"r/t.approvals.json\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"gpu_slug\": \"\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"gpu_table\": \"r/t@nvidia-h100-80gb-hbm3.toml\"")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"gpu_table_exists\": false")) << r.out;
+
+  // The committed H100 table is found beside the committed base table.
+  r = run_normgate("routes " + kSrc + "/routes/sm90a.toml --files --gpu 'NVIDIA H100 80GB HBM3'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"gpu_table_exists\": true")) << r.out;
+
+  // Names the rule does not give files to, and options --files does not take: exit 2, naming the value.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"r/sm90a@H100.toml --files", "'r/sm90a@H100.toml': a '@' makes it a per-GPU table"},
+           {"r/sm90a@-x.toml --files", "'r/sm90a@-x.toml': a '@' makes it a per-GPU table"},
+           {"r/t.json --files", "table 'r/t.json' is not named STEM.toml"},
+           {"r/.toml --files", "table 'r/.toml' is not named STEM.toml"},
+           {"r/t@nvidia-h200.toml --files --gpu 'NVIDIA H100'", "is a per-GPU table already"},
+           {"r/t.toml --files --gpu '***'", "--gpu '***': the name holds no ASCII letter or digit"},
+           {"r/t.toml --gpu 'NVIDIA H100'", "--gpu 'NVIDIA H100' needs --files"},
+           {"r/t.toml --files --pick op=fwd,H=64,w=bf16,T=4", "--files takes no --pick"},
+       }) {
+    r = run_normgate("routes " + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, says)) << args << "\n" << r.out;
+  }
+}

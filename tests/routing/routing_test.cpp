@@ -303,6 +303,14 @@ TEST(Approvals, PerGpuTablesShareTheBaseTablesFiles) {
     EXPECT_EQ(approvals_path_for(n), n.substr(0, n.size() - (n.ends_with(".toml") ? 5 : 0)) + ".approvals.json") << n;
   }
   EXPECT_EQ(table_file_stem("a@b/sm90a.toml"), "a@b/sm90a");
+  // The one rule behind the three: any suffix, any name.
+  EXPECT_EQ(table_sibling_path(t, ".lock"), "routes/sm90a.lock");
+  EXPECT_EQ(table_sibling_path("routes/t.tbl", ".policy.toml"), "routes/t.tbl.policy.toml");
+  EXPECT_EQ(table_sibling_path("routes/sm90a@NVIDIA.toml", ".rejections.json"), "routes/sm90a@NVIDIA.rejections.json");
+  for (const std::string n : {t, std::string("t.toml"), std::string("d/x@nvidia-h200.toml"), std::string("d/x.tbl")}) {
+    EXPECT_EQ(policy_path_for(n), table_sibling_path(n, ".policy.toml")) << n;
+    EXPECT_EQ(rejections_path_for(n), table_sibling_path(n, ".rejections.json")) << n;
+  }
   EXPECT_EQ(table_file_stem("x/t.tbl"), "");
   EXPECT_EQ(table_file_stem(".toml"), "");
 }

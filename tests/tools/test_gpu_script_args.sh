@@ -15,6 +15,11 @@ expect() {  # expect CODE PATTERN -- command...
     fail=1
   fi
 }
+# The real normgate, for what the scripts ask it about names (`routes
+# --files`); the made-up ones below hand those calls to it.
+real="${NG_REAL_NORMGATE:-$root/build/apps/normgate}"
+[ -x "$real" ] || { echo "FAIL: no normgate binary at $real (set NG_REAL_NORMGATE)" >&2; exit 1; }
+export NG_REAL_NORMGATE="$real"
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 H="$root/tools/h200.sh"
@@ -112,9 +117,11 @@ expect 2 "unknown argument '--bogus'" -- bash "$R" --bogus
 expect 0 "Time some route groups again" -- bash "$R" --help
 cat >"$t/rb/apps/normgate" <<'FAKE'
 #!/usr/bin/env python3
-import json, re, sys
+import json, os, re, sys
 a = sys.argv[1:]
 opt = lambda k: a[a.index(k) + 1]
+if a[0] == "routes" and "--files" in a:  # the file-name rule is the real normgate's
+    os.execv(os.environ["NG_REAL_NORMGATE"], ["normgate"] + a)
 if a[0] == "gate":  # retime_groups.sh's check of --gate-windows: gate TABLE --windows F --plan
     assert a[2] == "--windows" and a[4] == "--plan", a
     if "bogus" in a[3]:  # as CLI11 and the parser print it: the error, then a hint line
@@ -208,7 +215,7 @@ grep -q "derive .*sm90a@nvidia-h100-80gb-hbm3.derive.toml --out .*/derive/sm90a@
   { echo "FAIL: retime_groups.sh did not derive the per-GPU table from its own spec" >&2; fail=1; }
 # A bench that fails: exit 1, nothing derived.
 # (A filter that selects no window of the current table passes the check.)
-printf '#!/bin/sh\n[ "$1" = gate ] && { echo "normgate: error: no window to gate" >&2; exit 2; }\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
+printf '#!/bin/sh\n[ "$1" = routes ] && exec "$NG_REAL_NORMGATE" "$@"\n[ "$1" = gate ] && { echo "normgate: error: no window to gate" >&2; exit 2; }\necho "no device" >&2\nexit 1\n' >"$t/rb/apps/normgate"
 expect 1 "the bench failed" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows variant=new --out "$t/r"
 [ ! -e "$t/r/derive" ] && [ ! -e "$t/r/routes.diff" ] ||
   { echo "FAIL: retime_groups.sh kept an earlier run's derive folder or diff" >&2; fail=1; }

@@ -370,9 +370,16 @@ struct Approvals {
   std::vector<Approval> records;   ///< file order
 };
 
+/// The file a table shares with its base table, by `suffix` (".approvals.json",
+/// ".policy.toml", ".rejections.json"): "dir/stem" + suffix for "dir/stem.toml"
+/// and for the per-GPU "dir/stem@SLUG.toml" (table_file_stem); any other
+/// name: name + suffix. The one rule behind approvals_path_for,
+/// policy_path_for and rejections_path_for (routes.md D26). Never throws.
+std::string table_sibling_path(const std::string& table_path, std::string_view suffix);
+
 /// Path of the approvals file next to a table: "dir/stem.approvals.json" for
 /// "dir/stem.toml" and for the per-GPU "dir/stem@SLUG.toml" (any other name:
-/// name + ".approvals.json").
+/// name + ".approvals.json"). table_sibling_path(table_path, ".approvals.json").
 std::string approvals_path_for(const std::string& table_path);
 
 /// "dir/stem" for "dir/stem.toml" and "dir/stem@SLUG.toml" (a per-GPU table,
