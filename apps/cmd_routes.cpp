@@ -146,9 +146,31 @@ void add_routes(CLI::App& app, Commands& cmds) {
     cmds.run = [o] {
       if (!o->gpu.empty() && !o->files) throw std::invalid_argument("--gpu '" + o->gpu + "' needs --files");
       if (o->files) {
-        if (!o->picks.empty() || !o->approvals.empty() || !o->plugins.empty())
-          throw std::invalid_argument("--files takes no --pick, --approvals or --plugin (it reads no file)");
+        // What --files does not take (it reads no file and dispatches nothing), named as given.
+        if (!o->picks.empty()) throw std::invalid_argument("--files takes no --pick (got '" + printable_line(o->picks[0]) + "')");
+        if (!o->approvals.empty())
+          throw std::invalid_argument("--files takes no --approvals (got '" + printable_line(o->approvals) + "')");
+        if (!o->plugins.empty())
+          throw std::invalid_argument("--files takes no --plugin (got '" + printable_line(o->plugins[0]) + "')");
+        if (o->policy.accept_cpu_model) throw std::invalid_argument("--files takes no --accept-cpu-model");
+        if (o->policy.allow_unapproved) throw std::invalid_argument("--files takes no --allow-unapproved");
         const std::string& t = o->table;
+        // JSON text is UTF-8: a path that is not would come back as another
+        // path (U+FFFD for its bad bytes), which a script would then use.
+        for (const std::string* v : {&o->table, &o->gpu}) {
+          try {
+            (void)nlohmann::json(*v).dump();
+          } catch (const nlohmann::json::exception&) {
+            std::string esc;
+            for (const unsigned char c : *v) {
+              char hex[8];
+              std::snprintf(hex, sizeof hex, "\\x%02x", c);
+              esc += (c >= 0x80 || c < 0x20 || c == 0x7f) ? std::string(hex) : std::string(1, static_cast<char>(c));
+            }
+            throw std::invalid_argument(std::string(v == &o->table ? "--files: table '" : "--gpu '") + esc +
+                                        "' is not valid UTF-8: JSON cannot carry it");
+          }
+        }
         if (t.size() <= 5 || t.compare(t.size() - 5, 5, ".toml") != 0 || kernels::table_file_stem(t).empty())
           throw std::invalid_argument("--files: table '" + t + "' is not named STEM.toml or STEM@SLUG.toml");
         const std::string slug = kernels::gpu_table_slug(t);

@@ -69,8 +69,9 @@ seeds="${NG_CAMPAIGN_SEEDS:-3x16}"
 [ -x "$bin" ] || { echo "campaign: no normgate binary at $bin" >&2; exit 2; }
 # The table's approvals: STEM.approvals.json, also for a per-GPU table
 # STEM@SLUG.toml; the library's rule, asked (`normgate routes --files`).
-approvals="$("$bin" routes "$table" --files | python3 -c 'import json,sys; print(json.load(sys.stdin)["approvals"])' 2>/dev/null)" ||
-  { echo "campaign: NG_CAMPAIGN_TABLE $table: not a route table name normgate takes" >&2; exit 2; }
+files="$("$bin" routes --files -- "$table")" ||
+  { echo "campaign: NG_CAMPAIGN_TABLE $table: refused by normgate routes --files (above)" >&2; exit 2; }
+approvals="$(python3 -c 'import json,sys; sys.stdout.buffer.write(json.loads(sys.argv[1])["approvals"].encode())' "$files")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$dir" "$final"

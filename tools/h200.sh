@@ -298,8 +298,12 @@ if has derive; then
   dspec="$root/routes/sm90a.derive.toml" dname=sm90a
   gname="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1)"
   # The device's per-GPU table name by the library's rule (`routes --files --gpu`).
-  gtable="$("$bin" routes "$root/routes/sm90a.toml" --files --gpu "$gname" 2>/dev/null |
-            python3 -c 'import json,sys; print(json.load(sys.stdin)["gpu_table"])' 2>/dev/null)" || gtable=""
+  if [ -n "$gname" ] && gfiles="$("$bin" routes --files --gpu "$gname" -- "$root/routes/sm90a.toml" 2>"$out/derive.files.err")"; then
+    gtable="$(python3 -c 'import json,sys; sys.stdout.buffer.write(json.loads(sys.argv[1])["gpu_table"].encode())' "$gfiles")"
+  else
+    gtable=""
+    summary+=("derive: no per-GPU table name for GPU '$gname' ($(head -c 300 "$out/derive.files.err")): the base spec")
+  fi
   if [ -z "${NG_DERIVE_SPEC:-}" ] && [ -n "$gtable" ] && [ -f "${gtable%.toml}.derive.toml" ]; then
     dspec="${gtable%.toml}.derive.toml" dname="$(basename "${gtable%.toml}")"
   fi

@@ -84,8 +84,10 @@ command -v python3 >/dev/null || die "python3 is needed (tools/timings_merge.py)
 tname="$(basename "$table")"
 # The table's files by the library's rule (`normgate routes --files`; a
 # malformed '@' name is refused there, exit 2, naming it).
-files="$("$bin" routes "$table" --files 2>&1)" || die "--table $table: $files"
-field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$files" "$1"; }
+# (stdout alone is the JSON; on a refusal the message is asked for again.)
+files="$("$bin" routes --files -- "$table" 2>/dev/null)" ||
+  die "--table $table: $("$bin" routes --files -- "$table" 2>&1 >/dev/null)"
+field() { python3 -c 'import json,sys; sys.stdout.buffer.write(json.loads(sys.argv[1])[sys.argv[2]].encode())' "$files" "$1"; }
 slug="$(field gpu_slug)" dspec="$(field derive_spec)" appr="$(field approvals)" pol="$(field policy)"
 rej="$(field rejections)"
 # its timings are its GPU's: docs/results/routes/STEM@SLUG.timings.json by default

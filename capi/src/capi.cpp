@@ -1062,6 +1062,22 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
   });
 }
 
+int ng_table_file(const char* table, const char* suffix, char** out) {
+  return guard("ng_table_file", [&] {
+    need(table, "table");
+    need(suffix, "suffix");
+    need(out, "out");
+    *out = nullptr;
+    if (*table == '\0') bad("table is empty");
+    if (*suffix == '\0') bad("suffix is empty");
+    const std::string path = nk::table_sibling_path(table, suffix);
+    char* p = static_cast<char*>(std::malloc(path.size() + 1));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memcpy(p, path.c_str(), path.size() + 1);
+    *out = p;
+  });
+}
+
 void ng_free_string(char* s) { std::free(s); }
 
 }  // extern "C"

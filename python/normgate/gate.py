@@ -129,6 +129,22 @@ class _GateOptions(ctypes.Structure):
 _declared = False
 
 
+def _table_file(table, suffix):
+    """The file route table `table` shares with its base table by `suffix`
+    (".policy.toml", ...): the library's rule (ng_table_file, routing.h
+    table_sibling_path), not restated here."""
+    L = _L()
+    if not hasattr(L, "ng_table_file"):
+        raise RuntimeError("normgate: " + _lib.library_path() + " predates ng_table_file: rebuild it with "
+                           "scripts/build")
+    out = _vp()
+    _lib.check(L.ng_table_file(os.fsencode(table), suffix.encode(), ctypes.byref(out)))
+    try:
+        return os.fsdecode(ctypes.cast(out, ctypes.c_char_p).value)
+    finally:
+        L.ng_free_string(out)
+
+
 def _L():
     """The library with this module's functions declared."""
     global _declared
@@ -145,6 +161,9 @@ def _L():
         L.ng_gate.argtypes = [ctypes.POINTER(_GateOptions), ctypes.POINTER(_vp)]
         L.ng_free_string.restype = None
         L.ng_free_string.argtypes = [_vp]
+        if hasattr(L, "ng_table_file"):
+            L.ng_table_file.restype = ctypes.c_int
+            L.ng_table_file.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_vp)]
         if hasattr(L, "ng_seed_set_size"):
             L.ng_seed_set_size.restype = ctypes.c_int
             L.ng_seed_set_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
@@ -827,17 +846,12 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         if current != text:
             _write_atomic(table, text)
             undo.append((table, current))
-        stem = table[:-5] if table.endswith(".toml") else table
-        # A per-GPU table STEM@SLUG.toml takes STEM's policy, as the library
-        # does (routing.h, "Per-GPU tables").
-        head, _, name = stem.rpartition("/")
-        base, at, slug = name.partition("@")
-        if table.endswith(".toml") and at and base and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", slug):
-            stem = (head + "/" if head else "") + base
-        if approve and not os.path.exists(stem + ".policy.toml"):
-            _write_atomic(stem + ".policy.toml",
-                          _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
-            undo.append((stem + ".policy.toml", None))
+        # The policy the library reads for this table (a per-GPU table
+        # STEM@SLUG.toml takes STEM's: ng_table_file, the library's rule).
+        policy = _table_file(table, ".policy.toml")
+        if approve and not os.path.exists(policy):
+            _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+            undo.append((policy, None))
 
     L = _L()
     o = _GateOptions()

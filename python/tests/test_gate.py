@@ -94,6 +94,24 @@ def test_fp32_sequential_dw_fails_cancel(tmp_path):
         assert w["outputs"][o]["max_err_tol"] <= 1, o
 
 
+def test_a_per_gpu_table_out_shares_the_base_tables_policy_and_approvals(tmp_path):
+    # table_out STEM@SLUG.toml (docs/perf/routes.md D26): the policy written
+    # for approve=True and the approvals land on STEM's files, the library's
+    # rule (ng_table_file), not files of the per-GPU name.
+    impl = normgate.Implementation("py_per_gpu", fp64_step, sources=[fp64_step], device="cpu")
+    table = str(tmp_path / "t@nvidia-h100-80gb-hbm3.toml")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 20)}], table_out=table, approve=True, backend="cpu",
+                        **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert (tmp_path / "t.policy.toml").is_file() and (tmp_path / "t.approvals.json").is_file()
+    assert not (tmp_path / "t@nvidia-h100-80gb-hbm3.policy.toml").exists()
+    assert not (tmp_path / "t@nvidia-h100-80gb-hbm3.approvals.json").exists()
+    # A malformed '@' name is no per-GPU table: files of its own.
+    odd = str(tmp_path / "u@H100.toml")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 20)}], table_out=odd, approve=True, backend="cpu", **SMALL)
+    assert (tmp_path / "u@H100.policy.toml").is_file() and not (tmp_path / "u.policy.toml").exists()
+
+
 def test_changed_sources_make_the_approval_stale(tmp_path, monkeypatch):
     src = tmp_path / "kernel_src.py"
     src.write_text("# version 1\n")

@@ -462,6 +462,33 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
   std::filesystem::remove_all(d);
 }
 
+// ng_table_file: the library's rule for a table's shared files (routing.h
+// table_sibling_path), for callers that must not restate it (Python's gate).
+TEST(CApi, TableFileNamesTheSharedFiles) {
+  auto file = [](const char* table, const char* suffix) {
+    char* out = nullptr;
+    EXPECT_EQ(ng_table_file(table, suffix, &out), NG_OK) << last_error();
+    const std::string s = out ? out : "(null)";
+    ng_free_string(out);
+    return s;
+  };
+  EXPECT_EQ(file("r/sm90a@nvidia-h100-80gb-hbm3.toml", ".policy.toml"), "r/sm90a.policy.toml");
+  EXPECT_EQ(file("r/sm90a@nvidia-h100-80gb-hbm3.toml", ".approvals.json"), "r/sm90a.approvals.json");
+  EXPECT_EQ(file("r/sm90a.toml", ".rejections.json"), "r/sm90a.rejections.json");
+  EXPECT_EQ(file("r/sm90a@H100.toml", ".policy.toml"), "r/sm90a@H100.policy.toml");  // not a per-GPU name
+  EXPECT_EQ(file("r/t.tbl", ".policy.toml"), "r/t.tbl.policy.toml");
+  char* out = reinterpret_cast<char*>(1);
+  EXPECT_EQ(ng_table_file(nullptr, ".policy.toml", &out), NG_EINVAL);
+  EXPECT_EQ(ng_table_file("t.toml", nullptr, &out), NG_EINVAL);
+  EXPECT_EQ(ng_table_file("t.toml", ".policy.toml", nullptr), NG_EINVAL);
+  out = reinterpret_cast<char*>(1);
+  EXPECT_EQ(ng_table_file("", ".policy.toml", &out), NG_EINVAL);
+  EXPECT_EQ(out, nullptr);  // nothing to free after a refusal
+  EXPECT_NE(last_error().find("table is empty"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_table_file("t.toml", "", &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("suffix is empty"), std::string::npos) << last_error();
+}
+
 TEST(CApi, GenerateHostEqualsSeedsGeneratorAndIsDeterministic) {
   for (const char* id : {"H=100,T=37,w=bf16,form=plain,family=cancel,seed=3",
                          "H=256,T=9,w=fp32,form=heads4,family=llm,seed=1",

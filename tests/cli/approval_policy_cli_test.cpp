@@ -251,7 +251,13 @@ TEST(ApprovalPolicyCli, FilesNamesATablesFilesWithoutReadingThem) {
            {"r/t@nvidia-h200.toml --files --gpu 'NVIDIA H100'", "is a per-GPU table already"},
            {"r/t.toml --files --gpu '***'", "--gpu '***': the name holds no ASCII letter or digit"},
            {"r/t.toml --gpu 'NVIDIA H100'", "--gpu 'NVIDIA H100' needs --files"},
-           {"r/t.toml --files --pick op=fwd,H=64,w=bf16,T=4", "--files takes no --pick"},
+           {"r/t.toml --files --pick op=fwd,H=64,w=bf16,T=4", "--files takes no --pick (got 'op=fwd,H=64,w=bf16,T=4')"},
+           {"r/t.toml --files --approvals a.json", "--files takes no --approvals (got 'a.json')"},
+           {"r/t.toml --files --accept-cpu-model", "--files takes no --accept-cpu-model"},
+           {"r/t.toml --files --allow-unapproved", "--files takes no --allow-unapproved"},
+           // Not UTF-8: JSON would carry another path (U+FFFD for the byte).
+           {"\"$(printf 'r/x\\377@nvidia-h200.toml')\" --files", "table 'r/x\\xff@nvidia-h200.toml' is not valid UTF-8"},
+           {"r/t.toml --files --gpu \"$(printf 'H\\377')\"", "--gpu 'H\\xff' is not valid UTF-8"},
        }) {
     r = run_normgate("routes " + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;

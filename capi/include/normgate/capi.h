@@ -674,6 +674,16 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
  * NG_EFAIL for a runtime failure (a journal that cannot be written). */
 NG_API int ng_gate(const ng_gate_options* o, char** json_out);
 
+/* The path of the file route table `table` shares with its base table, by
+ * `suffix` (".approvals.json", ".policy.toml", ".rejections.json"):
+ * "dir/stem" + suffix for "dir/stem.toml" and for a per-GPU table
+ * "dir/stem@SLUG.toml", name + suffix for any other name (routing.h
+ * table_sibling_path; docs/perf/routes.md D26). Reads no file. *out
+ * receives the path, NUL-terminated, allocated by the library: free it with
+ * ng_free_string. NG_EINVAL for a NULL argument or an empty table or
+ * suffix. (Same version as ng_gate; detect it by its symbol.) */
+NG_API int ng_table_file(const char* table, const char* suffix, char** out);
+
 /* Free a string the library allocated (ng_gate's report). NULL is a no-op. */
 NG_API void ng_free_string(char* s);
 
