@@ -302,7 +302,7 @@ if has derive; then
     gtable="$(python3 -c 'import json,sys; sys.stdout.buffer.write(json.loads(sys.argv[1])["gpu_table"].encode())' "$gfiles")"
   else
     gtable=""
-    summary+=("derive: no per-GPU table name for GPU '$gname' ($(head -c 300 "$out/derive.files.err")): the base spec")
+    summary+=("derive: no per-GPU table name for GPU '$gname' ($(head -c 300 "$out/derive.files.err" 2>/dev/null)): the base spec")
   fi
   if [ -z "${NG_DERIVE_SPEC:-}" ] && [ -n "$gtable" ] && [ -f "${gtable%.toml}.derive.toml" ]; then
     dspec="${gtable%.toml}.derive.toml" dname="$(basename "${gtable%.toml}")"
