@@ -107,7 +107,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "Exit 1 when a route has no current approval (the dispatcher refuses its calls; "
                                  "not with --allow-unapproved), a current approval is below the policy minimum, "
                                  "the approvals file holds an INVALID record (listed with its reason; it approves "
-                                 "nothing) or a --pick is refused or falls back");
+                                 "nothing) or a --pick is refused or falls back. With --files: the table's file paths as JSON, "
+                                 "exit 0, no approval check");
   struct Opts {
     std::string table;
     std::string approvals;  // "": the file next to the table
@@ -120,14 +121,18 @@ void add_routes(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   sub->add_option("table", o->table, "Route table (TOML)")->required();
   sub->add_flag("--files", o->files,
-                "Print, as JSON, the paths of the files that belong to TABLE by name, without reading any: its "
-                "approvals, policy and rejections (a per-GPU table STEM@SLUG.toml shares STEM's), its derive spec "
-                "(TABLE's name with .derive.toml), its stem and GPU slug (\"\" for a base table). The one rule "
-                "scripts ask instead of restating it (routes.md D26)");
+                "Print, as JSON, the paths of the files that belong to TABLE by name, reading none, and exit 0 "
+                "(no approval check): keys table, stem (TABLE's path without .toml and @SLUG), gpu_slug (\"\" for "
+                "a base table), approvals, policy, rejections (a per-GPU table STEM@SLUG.toml shares STEM's) and "
+                "derive_spec (TABLE with .toml replaced by .derive.toml: a per-GPU table's own). Exit 2, naming it, "
+                "for a TABLE not named STEM.toml or STEM@SLUG.toml (a malformed '@' included), a TABLE or --gpu "
+                "that is not UTF-8, or any of --pick, --approvals, --plugin, --accept-cpu-model, "
+                "--allow-unapproved. The one rule scripts ask instead of restating it (routes.md D26)");
   sub->add_option("--gpu", o->gpu,
                   "With --files: a CUDA device name (e.g. \"NVIDIA H100 80GB HBM3\"); adds gpu_slug_of_device and "
                   "gpu_table, the per-GPU table of that device beside TABLE (STEM@SLUG.toml, whether or not it "
-                  "exists) and gpu_table_exists. TABLE must then be a base table STEM.toml");
+                  "exists) and gpu_table_exists (the only file --files looks at: whether that path is a regular "
+                  "file). Exit 2 for a per-GPU TABLE or a NAME with no ASCII letter or digit");
   sub->add_option("--pick", o->picks,
                   "A call to dispatch: op=bwd,mode=det,H=2048,w=bf16,T=5000[,form=plain|res|heads24|heads4] "
                   "(repeatable; per-head forms are rows of 256: H=256). Says what the dispatcher runs for it, as at "

@@ -1063,11 +1063,11 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
 }
 
 int ng_table_file(const char* table, const char* suffix, char** out) {
+  if (out != nullptr) *out = nullptr;  // NULL on any error
   return guard("ng_table_file", [&] {
     need(table, "table");
     need(suffix, "suffix");
     need(out, "out");
-    *out = nullptr;
     if (*table == '\0') bad("table is empty");
     if (*suffix == '\0') bad("suffix is empty");
     const std::string path = nk::table_sibling_path(table, suffix);

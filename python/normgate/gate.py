@@ -843,13 +843,14 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         if current is not None and current != text and not current.startswith(_TABLE_HEADER):
             raise ValueError("table_out %r exists and was not written by normgate.gate(): not overwritten "
                              "(give another path)" % table)
+        # The policy the library reads for this table (a per-GPU table
+        # STEM@SLUG.toml takes STEM's: ng_table_file, the library's rule),
+        # asked before anything is written.
+        policy = _table_file(table, ".policy.toml") if approve else None
         if current != text:
             _write_atomic(table, text)
             undo.append((table, current))
-        # The policy the library reads for this table (a per-GPU table
-        # STEM@SLUG.toml takes STEM's: ng_table_file, the library's rule).
-        policy = _table_file(table, ".policy.toml")
-        if approve and not os.path.exists(policy):
+        if policy is not None and not os.path.exists(policy):
             _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
             undo.append((policy, None))
 

@@ -479,7 +479,10 @@ TEST(CApi, TableFileNamesTheSharedFiles) {
   EXPECT_EQ(file("r/t.tbl", ".policy.toml"), "r/t.tbl.policy.toml");
   char* out = reinterpret_cast<char*>(1);
   EXPECT_EQ(ng_table_file(nullptr, ".policy.toml", &out), NG_EINVAL);
+  EXPECT_EQ(out, nullptr);
+  out = reinterpret_cast<char*>(1);
   EXPECT_EQ(ng_table_file("t.toml", nullptr, &out), NG_EINVAL);
+  EXPECT_EQ(out, nullptr);
   EXPECT_EQ(ng_table_file("t.toml", ".policy.toml", nullptr), NG_EINVAL);
   out = reinterpret_cast<char*>(1);
   EXPECT_EQ(ng_table_file("", ".policy.toml", &out), NG_EINVAL);

@@ -11,7 +11,8 @@
  * functions, and changed the meaning of a NULL ng_fwd_args.variant from
  * "fwd_rowwise" to "the routed variant". External implementations and the
  * gate (same version; detect them by the symbol ng_gate) added NG_ECANCEL,
- * ng_register_external, ng_gate_options_init, ng_gate and ng_free_string; their structs start
+ * ng_register_external, ng_gate_options_init, ng_gate and ng_free_string (and
+ * later ng_table_file: detect it by its symbol); their structs start
  * with their own size (struct_size), so that later versions can append
  * fields and still accept callers built against this header.
  *
@@ -678,13 +679,17 @@ NG_API int ng_gate(const ng_gate_options* o, char** json_out);
  * `suffix` (".approvals.json", ".policy.toml", ".rejections.json"):
  * "dir/stem" + suffix for "dir/stem.toml" and for a per-GPU table
  * "dir/stem@SLUG.toml", name + suffix for any other name (routing.h
- * table_sibling_path; docs/perf/routes.md D26). Reads no file. *out
- * receives the path, NUL-terminated, allocated by the library: free it with
- * ng_free_string. NG_EINVAL for a NULL argument or an empty table or
- * suffix. (Same version as ng_gate; detect it by its symbol.) */
+ * table_sibling_path; docs/perf/routes.md D26). Reads no file; the path is
+ * as given (not normalized); a malformed '@' name (dir/x@H100.toml) is an
+ * ordinary table: dir/x@H100 + suffix (`normgate routes --files` refuses
+ * it). *out receives the path, NUL-terminated, allocated by the library:
+ * free it with ng_free_string. NG_EINVAL for a NULL argument or an empty
+ * table or suffix; NG_EFAIL out of host memory; *out is NULL on any error.
+ * Added after ng_gate at the same version: detect it by its symbol. */
 NG_API int ng_table_file(const char* table, const char* suffix, char** out);
 
-/* Free a string the library allocated (ng_gate's report). NULL is a no-op. */
+/* Free a string the library allocated (ng_gate's report, ng_table_file's
+ * path). NULL is a no-op. */
 NG_API void ng_free_string(char* s);
 
 #ifdef __cplusplus
