@@ -199,6 +199,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                                : ": --merge took '" + m.back() + "' as a shard journal; " +
                                                      merge_spelling));
       }
+      note_not_a_per_gpu_table(o->g.table_path);
       if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);
       // Each a journal (its header line read), before any work: an argument
       // meant as something else (a second table) is named here.

@@ -208,6 +208,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
         std::fputs(json_text(j).c_str(), stdout);
         return 0;
       }
+      note_not_a_per_gpu_table(o->table);
       load_plugins(o->plugins);
       std::error_code ec;
       if (!o->approvals.empty())

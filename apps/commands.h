@@ -226,6 +226,14 @@ GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices)
 void require_gate_host_memory(const std::vector<seeds::CaseId>& bwd_cases, const std::vector<seeds::CaseId>& fwd_cases,
                               const GateHold& held);
 
+/// When `table`'s file name holds an '@' but is not a per-GPU table name
+/// STEM@SLUG.toml (routing.h gpu_table_slug: SLUG lowercase ASCII letters
+/// and digits, single '-' between them), a note on stderr that it is read
+/// as a table of its own, naming the approvals and policy files it takes
+/// (e.g. sm90a@H100.toml: sm90a@H100.approvals.json, not sm90a's). `gate`
+/// and `routes` say it before any work; `routes --files` refuses the name.
+void note_not_a_per_gpu_table(const std::string& table);
+
 /// Load and register every plugin of `paths` (plugin/loader.h
 /// register_plugins), before any other work: a missing or bad library is
 /// std::invalid_argument (exit 2) naming it and the field at fault.

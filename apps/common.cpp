@@ -25,6 +25,8 @@
 #include "normgate/audit/export.h"
 #include "normgate/harness/devices.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/routing/policy.h"
+#include "normgate/routing/routing.h"
 #include "normgate/plugin/loader.h"
 
 namespace normgate::app {
@@ -472,6 +474,17 @@ CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths) {
                    "Plugin library (LIB.so, the C ABI of capi/include/normgate/plugin.h) whose variants routes, "
                    "--variant and reports may name; repeatable, loaded before any work (a bad one: exit 2)")
       ->allow_extra_args(false);
+}
+
+void note_not_a_per_gpu_table(const std::string& table) {
+  const std::string name = std::filesystem::path(table).filename().string();
+  if (name.find('@') == std::string::npos || !kernels::gpu_table_slug(table).empty()) return;
+  std::fprintf(stderr,
+               "normgate: note: '%s' holds an '@' but is not a per-GPU table name STEM@SLUG.toml (SLUG: lowercase "
+               "ASCII letters and digits, single '-' between them, as a CUDA device name's slug): it is read as a "
+               "table of its own, with its own approvals (%s) and policy (%s)\n",
+               printable_line(table).c_str(), printable_line(kernels::approvals_path_for(table)).c_str(),
+               printable_line(kernels::policy_path_for(table)).c_str());
 }
 
 void load_plugins(const std::vector<std::string>& paths) {

@@ -264,3 +264,26 @@ TEST(ApprovalPolicyCli, FilesNamesATablesFilesWithoutReadingThem) {
     EXPECT_TRUE(contains(r.out, says)) << args << "\n" << r.out;
   }
 }
+
+// A name with '@' that is not STEM@SLUG.toml is a table of its own: `routes`
+// and `gate` say so (its approvals are not the base table's), a per-GPU
+// name and a plain one get no note.
+TEST(ApprovalPolicyCli, AnAtNameThatIsNoPerGpuTableIsNamedAsATableOfItsOwn) {
+  const std::string dir = temp_dir("atname");
+  for (const char* n : {"/t@H100.toml", "/t@nvidia-h200.toml", "/t.toml"}) std::filesystem::copy_file(kSmall, dir + n);
+  auto r = run_normgate("routes " + dir + "/t@H100.toml");
+  EXPECT_TRUE(contains(r.out, "note: '" + dir + "/t@H100.toml' holds an '@' but is not a per-GPU table name")) << r.out;
+  EXPECT_TRUE(contains(r.out, "with its own approvals (" + dir + "/t@H100.approvals.json) and policy (" + dir +
+                                  "/t@H100.policy.toml)"))
+      << r.out;
+  r = run_normgate("gate " + dir + "/t@H100.toml --plan");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "holds an '@' but is not a per-GPU table name")) << r.out;
+  for (const char* n : {"/t@nvidia-h200.toml", "/t.toml"}) {
+    r = run_normgate("routes " + dir + n);
+    EXPECT_FALSE(contains(r.out, "note:")) << n << "\n" << r.out;
+    r = run_normgate("gate " + dir + n + " --plan");
+    EXPECT_FALSE(contains(r.out, "per-GPU table name")) << n << "\n" << r.out;
+  }
+  std::filesystem::remove_all(dir);
+}
