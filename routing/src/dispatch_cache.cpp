@@ -1,5 +1,6 @@
 // routing/src/dispatch_cache.cpp: the cached runtime dispatch (dispatch_cache.h).
 #include "normgate/routing/dispatch_cache.h"
+#include "normgate/routing/policy.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -161,8 +162,8 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
       // An implementation of the user's own is gated where it is registered:
       // the CLI knows a plugin's with --plugin, a Python one not at all.
       const std::string how =
-          !rv.external ? "normgate gate " + table().path + " --windows '" + window_filter(*it->route) +
-                             "' --seeds 3x16 --approve; the same with --plan instead of --approve lists its cases"
+          !rv.external ? approve_command_for(table().path, window_filter(*it->route)) +
+                             "; the same with --plan instead of --approve lists its cases"
           : rv.sources.rfind("python", 0) == 0
               ? "normgate.gate(impl, table='" + table().path + "', windows='" + window_filter(*it->route) +
                     "', approve=True) in Python, at the table's policy minimum"

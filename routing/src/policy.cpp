@@ -229,6 +229,32 @@ std::string PolicyLevel::describe() const {
   return s;
 }
 
+std::string approve_command_for(const std::string& table_path, const std::string& windows) noexcept {
+  try {
+    const std::string head = "normgate gate " + table_path + " --windows '" + windows + "'";
+    const std::string path = policy_path_for(table_path);
+    std::optional<ApprovalPolicy> p;
+    try {
+      p = load_policy(path);
+    } catch (const std::exception&) {
+      return head + " --approve, at the policy minimum of " + path;
+    }
+    if (!p) return head + " --approve, after writing its approval policy " + path + " (gate --approve needs one)";
+    const PolicyLevel& L = p->minimum;
+    std::string s = head + " --seeds " + L.seeds + " --t-per-window " + std::to_string(L.t_per_window);
+    s += L.dense_points > 0 ? " --dense-points " + std::to_string(L.dense_points) + " --dense-step " +
+                                  std::to_string(L.dense_step)
+                            : std::string(" --dense-points 0");
+    if (L.dense_all_seeds) s += " --dense-seeds all";
+    s += " --fresh-factor " + std::to_string(L.fresh_factor);
+    const bool gpu = std::find(L.backends.begin(), L.backends.end(), "gpu") != L.backends.end();
+    if (!gpu) s += " --backend cpu";
+    return s + " --approve (the policy minimum, " + path + ")";
+  } catch (...) {
+    return "normgate gate --approve at the table's policy minimum";
+  }
+}
+
 std::string policy_path_for(const std::string& table_path) {
   return table_sibling_path(table_path, ".policy.toml");
 }

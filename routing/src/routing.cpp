@@ -1,6 +1,7 @@
 // routing/src/routing.cpp: route-table loader, approvals file, dispatcher
 // (routing.h).
 #include "normgate/routing/routing.h"
+#include "normgate/routing/policy.h"
 #include "normgate/routing/rejections.h"
 
 #include <fcntl.h>
@@ -1460,11 +1461,9 @@ Decision Dispatcher::pick(const CallKey& k) const {
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
                               ") has no current approval in " + approvals_.path + ": " +
                               std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
-                              ". Gate this window (normgate gate " + table_.path + " --windows '" +
-                              window_filter(*d.route) +
-                              "' --seeds 3x16 --approve; add --plan first to see its cases: the default seed "
-                              "set 5x120 is large), or override: `normgate routes --allow-unapproved` on the CLI, "
-                              "DispatchPolicy::allow_unapproved in C++",
+                              ". Gate this window (" + approve_command_for(table_.path, window_filter(*d.route)) +
+                              "; add --plan first to see its cases), or override: `normgate routes "
+                              "--allow-unapproved` on the CLI, DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
   return d;
 }

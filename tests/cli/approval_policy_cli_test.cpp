@@ -287,3 +287,25 @@ TEST(ApprovalPolicyCli, AnAtNameThatIsNoPerGpuTableIsNamedAsATableOfItsOwn) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// A refused call's message gives the gate command that meets the table's
+// policy minimum (its seeds, T points, refinement), not a fixed seed set;
+// without a policy, that one must be written first.
+TEST(ApprovalPolicyCli, ARefusedPickNamesTheGateAtThePolicyMinimum) {
+  const std::string dir = temp_dir("hint");
+  std::filesystem::copy_file(kSmall, dir + "/t.toml");
+  const std::string pick = " --pick op=bwd,mode=det,H=64,w=bf16,T=50";
+  auto r = run_normgate("routes " + dir + "/t.toml" + pick);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "after writing its approval policy " + dir + "/t.policy.toml (gate --approve needs one)"))
+      << r.out;
+  std::filesystem::copy_file(kSmallPolicy, dir + "/t.policy.toml");
+  r = run_normgate("routes " + dir + "/t.toml" + pick);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "--windows 'op=bwd,mode=det,H=64,w=bf16,form=plain,T=1..100' --seeds 3x1 --t-per-window 4 "
+                              "--dense-points 2 --dense-step 64 --fresh-factor 1 --approve (the policy minimum, " +
+                              dir + "/t.policy.toml)"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "3x16")) << r.out;
+  std::filesystem::remove_all(dir);
+}

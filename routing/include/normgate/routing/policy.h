@@ -151,6 +151,17 @@ ApprovalPolicy parse_policy(std::string_view text, const std::string& path);
 /// read, and as parse_policy when it is invalid.
 std::optional<ApprovalPolicy> load_policy(const std::string& path);
 
+/// The `normgate gate` options that meet the policy minimum of `table_path`
+/// (policy_path_for) for a window filter `windows`, for the refusal messages
+/// of the dispatcher: "normgate gate TABLE --windows 'F' --seeds S
+/// --t-per-window N --dense-points D --dense-step K --fresh-factor F
+/// --approve (the policy minimum, POLICY)" (--dense-seeds all and --backend
+/// cpu where the minimum needs them); without a policy file, a command
+/// saying that --approve needs one first; a policy that does not load, the
+/// command with "at the policy minimum of POLICY". Never throws (cold
+/// path: it reads the policy file each call).
+std::string approve_command_for(const std::string& table_path, const std::string& windows) noexcept;
+
 /// The campaign strength an approval record carries (CampaignStrength fields
 /// from the record's seed_set, t_per_window, dense_points, dense_step,
 /// dense_seeds, fresh_factor and backend). Meaningful only when
