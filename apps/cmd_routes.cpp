@@ -295,6 +295,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
             meet_target += cur && tgt_miss.empty();
             line += ", target " + verdict(tgt_miss);
           }
+          // A record that does not approve the route (CPU-model only without
+          // --accept-cpu-model, stale) is measured but not counted.
+          if (!cur) line += " (not counted: " + std::string(kernels::to_string(s.state)) + ")";
           std::printf("%s\n", line.c_str());
         }
         for (size_t i = 0; i < shortfalls.size(); ++i)

@@ -168,6 +168,13 @@ TEST(ApprovalPolicyCli, ApprovedCampaignAndRoutesListStrength) {
   EXPECT_TRUE(contains(r.out, "strength  of 1 current approval: 1 meets the policy minimum, 0 meet the target"))
       << r.out;
   EXPECT_FALSE(contains(r.out, "below the policy minimum")) << r.out;
+  EXPECT_FALSE(contains(r.out, "not counted")) << r.out;
+  // Without --accept-cpu-model the record is still measured against the
+  // policy, but said not to count (it approves nothing here).
+  r = run_normgate("routes " + table);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "    policy: minimum met, target NOT met (P1) (not counted: cpu-model only)\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "strength  of 0 current approvals: 0 meet the policy minimum")) << r.out;
   // The policy raised after the gate (minimum seeds 3x2): the approval is
   // still current, but below the table's own rule: said, and exit 1 even
   // under the override that takes the five unapproved routes out.
