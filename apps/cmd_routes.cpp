@@ -199,7 +199,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           const std::string gs = kernels::gpu_slug(o->gpu);
           if (gs.empty())
             throw std::invalid_argument("--gpu '" + o->gpu + "': the name holds no ASCII letter or digit");
-          const std::string g = kernels::table_file_stem(t) + "@" + gs + ".toml";
+          const std::string g = kernels::gpu_table_path(t, o->gpu);  // t is a base STEM.toml, gs non-empty
           std::error_code ec;
           j["gpu_slug_of_device"] = gs;
           j["gpu_table"] = g;

@@ -885,14 +885,18 @@ std::string table_file_stem(const std::string& table_path) {
   return dir + stem;
 }
 
-std::string table_for_gpu(const std::string& base_table, std::string_view device_name) {
+std::string gpu_table_path(const std::string& base_table, std::string_view device_name) {
   std::string dir, stem;
   size_t at = 0;
   const std::string slug = gpu_slug(device_name);
-  if (slug.empty() || !split_table_name(base_table, dir, stem, at) || at != std::string::npos) return base_table;
-  const std::string candidate = dir + stem + "@" + slug + ".toml";
+  if (slug.empty() || !split_table_name(base_table, dir, stem, at) || at != std::string::npos) return "";
+  return dir + stem + "@" + slug + ".toml";
+}
+
+std::string table_for_gpu(const std::string& base_table, std::string_view device_name) {
+  const std::string candidate = gpu_table_path(base_table, device_name);
   std::error_code ec;
-  return std::filesystem::is_regular_file(candidate, ec) ? candidate : base_table;
+  return !candidate.empty() && std::filesystem::is_regular_file(candidate, ec) ? candidate : base_table;
 }
 
 std::vector<std::string> tables_sharing_approvals(const std::string& approvals_path) {

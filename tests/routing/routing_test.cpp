@@ -322,6 +322,9 @@ TEST(Approvals, TableForGpuPicksThePerGpuTableWhenItExists) {
   const std::string base = dir + "/sm90a.toml";
   std::ofstream(base) << "x";
   EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 80GB HBM3"), base);  // none beside it
+  EXPECT_EQ(gpu_table_path(base, "NVIDIA H100 80GB HBM3"), dir + "/sm90a@nvidia-h100-80gb-hbm3.toml");  // its name
+  EXPECT_EQ(gpu_table_path(dir + "/sm90a@nvidia-h200.toml", "NVIDIA H100"), "");  // not a base table
+  EXPECT_EQ(gpu_table_path(base, "***"), "");                                   // no slug
   std::ofstream(dir + "/sm90a@nvidia-h100-80gb-hbm3.toml") << "x";
   EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 80GB HBM3"), dir + "/sm90a@nvidia-h100-80gb-hbm3.toml");
   EXPECT_EQ(table_for_gpu(base, "NVIDIA H100 PCIe"), base);  // another model: the base table

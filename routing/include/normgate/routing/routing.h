@@ -406,6 +406,14 @@ std::string gpu_table_slug(const std::string& table_path);
 /// Never throws.
 std::vector<std::string> tables_sharing_approvals(const std::string& approvals_path);
 
+/// The name of the per-GPU table of `device_name` beside base table
+/// "dir/stem.toml": "dir/stem@SLUG.toml" (SLUG = gpu_slug(device_name)),
+/// whether or not that file exists; "" when base_table is not a plain
+/// "dir/stem.toml" (a per-GPU name included) or the slug is empty. The one
+/// place the name is built (table_for_gpu, `normgate routes --files --gpu`).
+/// Never throws.
+std::string gpu_table_path(const std::string& base_table, std::string_view device_name);
+
 /// The per-GPU table of `device_name` beside base table "dir/stem.toml":
 /// "dir/stem@SLUG.toml" when that file exists and is a regular file, else
 /// base_table itself (also when base_table is not a plain "dir/stem.toml",
