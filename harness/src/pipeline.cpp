@@ -967,17 +967,17 @@ std::string format_report(const CheckReport& rep) {
       }
       if (!dec.empty()) o << "rows are token*" << heads << " + head: " << dec << "\n";
     }
-    // No column where the baseline has an error: the worst quotient is 0/0 (1 by convention) or absent.
+    // No column with a (floored) baseline error: the worst quotient is 0/0 (1 by convention) or absent.
     if (rep.request.forward_only)
       ;  // no dw: nothing to compare (the outputs line says so)
     else if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
-      o << "dw vs FP32 baseline: - (no column where the FP32 baseline has an error: T = 0, or exact sums)\n";
+      o << "dw vs FP32 baseline: - (no column with a baseline error or a nonzero dy*xhat term: T = 0, or dy*xhat = 0)\n";
     else
       o << "dw vs FP32 baseline: max error " << fmt("%.4g", r.dw_vs_fp32_worst)
         << "x the baseline's max error; per column, median "
         << (std::isnan(r.dw_vs_fp32_median) ? std::string("- (no column with a baseline error)")
                                             : fmt("%.4g", r.dw_vs_fp32_median) + "x")
-        << " (<= 1: not worse than FP32 eager)\n";
+        << " (<= 1: not worse than FP32 eager; an error under 2^-23 x its column's mean |dy*xhat| counts as that)\n";
     for (const auto& s : r.tensors) {
       if (s.verdict() != Verdict::fail) continue;
       const auto& w = s.worst;

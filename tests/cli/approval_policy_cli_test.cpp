@@ -210,7 +210,9 @@ TEST(ApprovalPolicyCli, CommittedApprovalsMeetTheSm90aMinimum) {
   // on the twenty FP32-weight routes of bwd_det_wide and bwd_det_wreg from
   // T = 2 (plain and res) also dw worse than FP32 eager: at T = 2 on `cancel` FP32 eager's dw
   // is exact and ours is not (3.6e-8 of the budget; the incumbents give the
-  // same bits: docs/perf/routes.md, Open). No other kind of shortfall.
+  // same bits: docs/perf/routes.md, Open). Those records predate the floor of
+  // docs/perf/numerics.md D6, under which a re-gate reads 1. No other kind of
+  // shortfall.
   EXPECT_TRUE(contains(r.out, "\nP1        seeds 3x16 below the policy target 3x120")) << r.out;
   EXPECT_TRUE(contains(r.out, "\nP2        seeds 3x16 below the policy target 3x120 (")) << r.out;
   EXPECT_TRUE(contains(r.out, "dw worse than FP32 eager (dw vs FP32 worst inf > 1)")) << r.out;

@@ -463,18 +463,21 @@ TEST(ValidateCase, DwAgainstBaselineAndConditioning) {
   const Outputs base = no::fp32_baseline(c.p);
   ASSERT_EQ(base.dw[jz], 0.0f);
   ASSERT_EQ(got.dw[jz], 0.0f);
-  // Expected figures, computed here from their definitions.
+  // Expected figures, computed here from their definitions: each column's
+  // errors floored at 2^-23 * sum_r |dy*xhat| / rows (one FP32 ulp of the
+  // column's mean term).
   double eg_max = 0, eb_max = 0, cmax = 0;
   std::vector<double> q;
   for (int64_t j = 0; j < c.cols; ++j) {
-    const double ref = R.ref.dw(j).v;
-    const double eg = std::fabs(got.dw[j] - ref), eb = std::fabs(base.dw[j] - ref);
+    const double ref = R.ref.dw(j).v, f = std::ldexp(R.ref.dw_abs(j) / static_cast<double>(c.rows()), -23);
+    const double eg = std::max(std::fabs(got.dw[j] - ref), f), eb = std::max(std::fabs(base.dw[j] - ref), f);
     eg_max = std::max(eg_max, eg);
     eb_max = std::max(eb_max, eb);
     if (eb > 0) q.push_back(eg / eb);
     cmax = std::max(cmax, ref == 0 ? 1.0 : R.ref.dw_abs(j) / std::fabs(ref));
   }
-  ASSERT_EQ(q.size(), static_cast<size_t>(c.cols - 1));  // only jz has a zero baseline error here
+  ASSERT_EQ(q.size(), static_cast<size_t>(c.cols - 1));  // only jz (no terms, no error) is skipped
+  ASSERT_EQ(R.ref.dw_abs(jz), 0.0);
   std::sort(q.begin(), q.end());
   const double median = q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
   const nv::CaseResult res = nv::validate_case(c.p, got, R.ref, R.ideal, &base);
@@ -492,6 +495,51 @@ TEST(ValidateCase, DwAgainstBaselineAndConditioning) {
   const nv::CaseResult res2 = nv::validate_case(c.p, same, R.ref, R.ideal, &base);
   EXPECT_EQ(res2.dw_vs_fp32_worst, 1.0);
   EXPECT_EQ(res2.dw_vs_fp32_median, 1.0);
+}
+
+// Rows that cancel exactly (row 1 = -row 0 in x, the same dy): every dw is 0
+// exactly, and FP32 eager, which rounds both products alike, gets 0 exactly.
+// A kernel that accumulates with an FMA keeps the first product's rounding
+// error, fma(-a, b, fl(a*b)) != 0: an error, but at most half an FP32 ulp of
+// the product, under the floor of one ulp of the column's mean term, so "not
+// worse than FP32 eager" (1, not the x/0 = inf of unfloored errors). An error
+// over the floor still counts.
+TEST(ValidateCase, DwAgainstBaselineFloorsExactCancellation) {
+  Case c(2, 1, 64);
+  for (int64_t j = 0; j < c.cols; ++j) {
+    c.x[c.at(1, j)] = static_cast<uint16_t>(c.x[c.at(0, j)] ^ 0x8000u);  // -x, exactly
+    c.dy[c.at(1, j)] = c.dy[c.at(0, j)];
+  }
+  const Refs R = refs(c);
+  const Outputs base = no::fp32_baseline(c.p);
+  Outputs got = ideal_outputs(c, R);
+  ASSERT_EQ(R.ref.rstd_f32(0), R.ref.rstd_f32(1));
+  const float rs = R.ref.rstd_f32(0);
+  int residues = 0;
+  for (int64_t j = 0; j < c.cols; ++j) {
+    ASSERT_EQ(R.ref.dw(j).v, 0.0) << j;
+    ASSERT_EQ(base.dw[j], 0.0f) << j;  // the baseline is exact in every column
+    const float xh = bf16_to_float(c.x[c.at(0, j)]) * rs, d = bf16_to_float(c.dy[c.at(0, j)]);
+    volatile float p = xh * d;  // rounded once
+    got.dw[j] = std::fma(-xh, d, static_cast<float>(p));  // the FMA's residue: exact, |.| <= 2^-24 |xh*d|
+    ASSERT_LE(std::fabs(got.dw[j]), std::ldexp(R.ref.dw_abs(j) / 2, -23)) << j;  // under the floor
+    residues += got.dw[j] != 0.0f;
+  }
+  ASSERT_GT(residues, c.cols / 2);  // most products are inexact in FP32
+  const nv::CaseResult res = nv::validate_case(c.p, got, R.ref, R.ideal, &base);
+  EXPECT_TRUE(res.pass());
+  EXPECT_GT(res.get(Output::dw).worst.ratio, 0.0);  // an error, inside the budget
+  EXPECT_EQ(res.dw_vs_fp32_worst, 1.0);
+  EXPECT_EQ(res.dw_vs_fp32_median, 1.0);
+  // Four floors' worth of error in the column with the largest floor: worse.
+  int64_t jm = 0;
+  for (int64_t j = 1; j < c.cols; ++j)
+    if (R.ref.dw_abs(j) > R.ref.dw_abs(jm)) jm = j;
+  const double F = std::ldexp(R.ref.dw_abs(jm) / 2, -23);
+  got.dw[jm] = static_cast<float>(4 * F);
+  const nv::CaseResult res4 = nv::validate_case(c.p, got, R.ref, R.ideal, &base);
+  EXPECT_EQ(res4.dw_vs_fp32_worst, static_cast<double>(got.dw[jm]) / F);
+  EXPECT_GT(res4.dw_vs_fp32_worst, 3.9);
 }
 
 TEST(ValidateCase, AllZeroDwGradient) {

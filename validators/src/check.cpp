@@ -42,6 +42,14 @@ double err_quotient(double a, double b) {
   return a / b;  // b > 0; a, b not both inf here
 }
 
+// The floor of column j's errors in the comparison with the FP32 baseline:
+// kDwFp32Floor * sum_r |dy*xhat| / rows, the column's mean term (0 where that
+// sum is not finite or there are no rows), check.h.
+double fp32_floor(const oracle::Reference& ref, int64_t j, int64_t rows) {
+  const double a = ref.dw_abs(j);
+  return std::isfinite(a) && rows > 0 ? kDwFp32Floor * (a / static_cast<double>(rows)) : 0.0;
+}
+
 // sum|dy*xhat| / |sum dy*xhat| for column j; 0/0 -> 1, x/0 -> inf, NaN -> inf.
 double condition(const oracle::Reference& ref, int64_t j) {
   const double num = ref.dw_abs(j);
@@ -414,8 +422,10 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       sw.add(j, g, wv.v, wv.bound, static_cast<double>(static_cast<float>(ideal.dw(j).v)));
       cmax = std::max(cmax, condition(ref, j));
       if (baseline) {
-        const double eg = rule_err(g, wv.v);
-        const double eb = rule_err(static_cast<double>(baseline->dw[j]), wv.v);
+        // Both errors floored at the column's FP32 resolution (kDwFp32Floor).
+        const double f = fp32_floor(ref, j, rows);
+        const double eg = std::max(rule_err(g, wv.v), f);
+        const double eb = std::max(rule_err(static_cast<double>(baseline->dw[j]), wv.v), f);
         eg_max = std::max(eg_max, eg);
         eb_max = std::max(eb_max, eb);
         if (eb > 0.0) quot.push_back(err_quotient(eg, eb));

@@ -33,18 +33,31 @@
 
 namespace normgate::validators {
 
+/// The floor of a dw column's error in the comparison with FP32 eager
+/// (CaseResult::dw_vs_fp32_worst): 2^-23, one FP32 ulp at 1.0, times the
+/// column's mean term |dy*xhat| (oracle::Reference::dw_abs(j) / rows): about
+/// the rounding of one product. An FP32 dot product that rounds every
+/// product cancels an exactly negated pair exactly; one that fuses products
+/// into FMAs keeps one product's rounding error there. Neither is more
+/// accurate than the other by less than this, so an error below it counts
+/// as this much for both (docs/perf/numerics.md, D6).
+inline constexpr double kDwFp32Floor = 0x1p-23;
+
 /// Result of validating one case.
 struct CaseResult {
   std::vector<RatioStats> tensors;  ///< y, rstd, dx, dw (and h_new for res), in that order
   /// dw error relative to the FP32 baseline on the same inputs:
-  /// max_j |dw_got - ref| / max_j |dw_fp32 - ref| (NaN when no baseline given,
-  /// 0/0 -> 1, x/0 -> inf for x > 0). A value <= 1 means "not worse than FP32
-  /// eager". Errors follow the non-finite rules: 0 where got matches a
-  /// non-finite ref, inf where the rules fail.
+  /// max_j e(dw_got, j) / max_j e(dw_fp32, j) with each column's error floored
+  /// at one FP32 product rounding, e(v, j) = max(|v - ref_j|, kDwFp32Floor *
+  /// ref.dw_abs(j) / rows) (NaN when no baseline given, 0/0 -> 1, x/0 -> inf for
+  /// x > 0). A value <= 1 means "not worse than FP32 eager". Errors follow
+  /// the non-finite rules: 0 where got matches a non-finite ref, inf where the
+  /// rules fail. Why the floor: docs/perf/numerics.md, D6.
   double dw_vs_fp32_worst = 0;
-  /// Median over columns of |dw_got - ref| / |dw_fp32 - ref| (columns where
-  /// the baseline error is 0 are skipped; mean of the two middle values for an
-  /// even count). NaN when no baseline is given or every column is skipped.
+  /// Median over columns of e(dw_got, j) / e(dw_fp32, j) (columns where the
+  /// floored baseline error is 0, i.e. no baseline error and sum_r |dy*xhat|
+  /// = 0 or no rows, are skipped; mean of the two middle values for an even count). NaN
+  /// when no baseline is given or every column is skipped.
   double dw_vs_fp32_median = 0;
   /// Conditioning sum_r|dy*xhat| / |sum_r dy*xhat| = ref.dw_abs(j)/|ref.dw(j).v|
   /// of the worst dw column (the one at get(Output::dw).worst.index).
