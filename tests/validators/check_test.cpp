@@ -453,7 +453,7 @@ TEST(ValidateCase, HNewExact) {
 }
 
 TEST(ValidateCase, DwAgainstBaselineAndConditioning) {
-  Case c(24, 1, 33);  // 32 columns with a non-zero baseline error: an even count for the median
+  Case c(24, 1, 33);  // 32 columns with a non-zero floored baseline error: an even count for the median
   const int64_t jz = 4;  // a column with dy == 0: dw exactly 0 for every implementation
   for (int64_t r = 0; r < c.rows(); ++r) c.dy[c.at(r, jz)] = 0;
   const Refs R = refs(c);

@@ -48,16 +48,18 @@ struct CaseResult {
   std::vector<RatioStats> tensors;  ///< y, rstd, dx, dw (and h_new for res), in that order
   /// dw error relative to the FP32 baseline on the same inputs:
   /// max_j e(dw_got, j) / max_j e(dw_fp32, j) with each column's error floored
-  /// at one FP32 product rounding, e(v, j) = max(|v - ref_j|, kDwFp32Floor *
-  /// ref.dw_abs(j) / rows) (NaN when no baseline given, 0/0 -> 1, x/0 -> inf for
+  /// at one FP32 ulp of its mean term, e(v, j) = max(|v - ref_j|, f_j), f_j =
+  /// kDwFp32Floor * ref.dw_abs(j) / rows (0 where dw_abs(j) is not finite or
+  /// rows == 0) (NaN when no baseline given, 0/0 -> 1, x/0 -> inf for
   /// x > 0). A value <= 1 means "not worse than FP32 eager". Errors follow
   /// the non-finite rules: 0 where got matches a non-finite ref, inf where the
   /// rules fail. Why the floor: docs/perf/numerics.md, D6.
   double dw_vs_fp32_worst = 0;
   /// Median over columns of e(dw_got, j) / e(dw_fp32, j) (columns where the
-  /// floored baseline error is 0, i.e. no baseline error and sum_r |dy*xhat|
-  /// = 0 or no rows, are skipped; mean of the two middle values for an even count). NaN
-  /// when no baseline is given or every column is skipped.
+  /// floored baseline error is 0, i.e. no baseline error and f_j = 0, are
+  /// skipped; mean of the two middle values for an even count). NaN when no
+  /// baseline is given or every column is skipped. Not bounded by the worst's
+  /// guarantees: a column skipped before the floor enters at >= 1.
   double dw_vs_fp32_median = 0;
   /// Conditioning sum_r|dy*xhat| / |sum_r dy*xhat| = ref.dw_abs(j)/|ref.dw(j).v|
   /// of the worst dw column (the one at get(Output::dw).worst.index).
