@@ -79,7 +79,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
     std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard, stats_json;
     std::string devices = "all";
     bool approve = false, quiet = false, plan = false;
-    double rate = 1e8;
+    double rate = 0, rate_fwd = validators::kPlanRateFwd, rate_bwd = validators::kPlanRateBwd;
     std::vector<std::string> plugins;
   };
   auto o = std::make_shared<Opts>();
@@ -173,20 +173,33 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                   "--rate) and exit without running anything");
   plan_flag->excludes(shard_opt)->excludes(merge_opt)->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)
       ->excludes(junit_opt)->excludes(approve_flag)->excludes(stats_opt);
-  sub->add_option("--rate", o->rate,
-                  "With --plan: oracle throughput in elements/s for the time estimate (main-job grids measured "
-                  "0.5e8-0.6e8 on the 16-core H200 host, 1.3e8-1.45e8 on the 32-core 2-GPU host; docs/perf/oracle-and-gate-throughput.md D11)")
-      ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            char* end = nullptr;
-            const double d = std::strtod(v.c_str(), &end);
-            return end != v.c_str() && *end == '\0' && d >= 1 && d < 1e300
-                       ? std::string()
-                       : "expected a number of elements per second in [1, 1e300), got '" + v + "'";
-          },
-          "RATE in [1, 1e300)"))
-      ->needs(plan_flag);
+  const CLI::Validator rate_check(
+      [](std::string& v) {
+        char* end = nullptr;
+        const double d = std::strtod(v.c_str(), &end);
+        return end != v.c_str() && *end == '\0' && d >= 1 && d < 1e300
+                   ? std::string()
+                   : "expected a number of elements per second in [1, 1e300), got '" + v + "'";
+      },
+      "RATE in [1, 1e300)");
+  auto* rate_fwd_opt = sub->add_option("--rate-fwd", o->rate_fwd,
+                                       "With --plan: end-to-end elements/s of cases only forward windows run, for "
+                                       "the time estimate (default: the 16-core H200 host's forward windows, "
+                                       "docs/perf/oracle-and-gate-throughput.md, Current numbers)")
+                           ->capture_default_str()
+                           ->check(rate_check)
+                           ->needs(plan_flag);
+  auto* rate_bwd_opt = sub->add_option("--rate-bwd", o->rate_bwd,
+                                       "With --plan: end-to-end elements/s of cases a backward window runs (default: "
+                                       "the same host's backward windows)")
+                           ->capture_default_str()
+                           ->check(rate_check)
+                           ->needs(plan_flag);
+  sub->add_option("--rate", o->rate, "With --plan: one rate (elements/s) for both, instead of --rate-fwd and --rate-bwd")
+      ->check(rate_check)
+      ->needs(plan_flag)
+      ->excludes(rate_fwd_opt)
+      ->excludes(rate_bwd_opt);
   sub->callback([&cmds, o, sub] {
     cmds.run = [o, devices_given = sub->count("--devices") > 0] {
       const std::string merge_spelling =
@@ -224,7 +237,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
             "models instead)");
       o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
-        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), o->rate).c_str(), stdout);
+        const double fr = o->rate > 0 ? o->rate : o->rate_fwd, br = o->rate > 0 ? o->rate : o->rate_bwd;
+        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), fr, br).c_str(), stdout);
         return 0;
       }
       o->g.normgate_version = NORMGATE_VERSION;

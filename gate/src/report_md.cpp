@@ -74,11 +74,16 @@ std::string describe_seeds(const std::string& canonical) {
 }  // namespace
 
 std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
-  if (!(elements_per_second > 0) || !std::isfinite(elements_per_second))
-    throw std::invalid_argument("format_gate_plan: elements per second must be a positive number, got " +
-                                fmt("%g", elements_per_second));
-  auto hours = [&](double elements) {  // h above an hour, else min, else s
-    const double secs = elements / elements_per_second;
+  return format_gate_plan(p, elements_per_second, elements_per_second);
+}
+
+std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second) {
+  for (const auto& [name, v] : {std::pair<const char*, double>{"forward", fwd_per_second}, {"backward", bwd_per_second}})
+    if (!(v > 0) || !std::isfinite(v))
+      throw std::invalid_argument(std::string("format_gate_plan: the ") + name +
+                                  " rate (elements per second) must be a positive number, got " + fmt("%g", v));
+  auto hours = [&](double elements, double bwd_elements) {  // h above an hour, else min, else s
+    const double secs = (elements - bwd_elements) / fwd_per_second + bwd_elements / bwd_per_second;
     return secs >= 3600 ? fmt("%.3g h", secs / 3600) : secs >= 60 ? fmt("%.3g min", secs / 60) : fmt("%.3g s", secs);
   };
   auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
@@ -93,13 +98,14 @@ std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
     o << "| " << core::escape_controls(w.window) << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
       << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
   o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
-    << fmt("%.3g", p.grid_elements_distinct) << " elements: " << hours(p.grid_elements_distinct)
-    << " of oracle time at " << fmt("%.3g", elements_per_second)
-    << " elements/s (--rate; a finished gate's throughput line on stderr gives this host's own rate, which for the "
-       "CPU models on a few cores is far lower).\n"
+    << fmt("%.3g", p.grid_elements_distinct) << " elements (" << fmt("%.3g", p.grid_elements_distinct_bwd)
+    << " in cases a backward window runs): " << hours(p.grid_elements_distinct, p.grid_elements_distinct_bwd)
+    << " at " << fmt("%.3g", fwd_per_second) << " elements/s forward-only and " << fmt("%.3g", bwd_per_second)
+    << " backward, end to end (--rate-fwd, --rate-bwd; a finished gate's throughput line on stderr gives this "
+       "host's own rates, which for the CPU models on a few cores are far lower).\n"
     << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
     << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
-    << hours(p.refine_elements_max)
+    << hours(p.refine_elements_max, p.refine_elements_max_bwd)
     << " (the bound puts every refinement case at its window's upper T and shares none between windows).\n";
   return o.str();
 }

@@ -319,7 +319,7 @@ GatePlan plan_gate(const GateOptions& opt) {
   plan.seeds = seeds::to_string(seed_set);
   plan.skipped = std::move(sel.skipped);
   plan.filtered_out = std::move(sel.filtered_out);
-  std::set<std::string> distinct;
+  std::map<std::string, std::pair<double, bool>> distinct;  // case id -> (rows*H, some bwd window runs it)
   const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
   for (const Route* r : sel.gated) {
     PlanWindow w;
@@ -329,7 +329,8 @@ GatePlan plan_gate(const GateOptions& opt) {
     w.grid_cases = static_cast<int64_t>(cases.size());
     for (const auto& c : cases) {
       w.grid_elements += elements_of(c);
-      if (distinct.insert(seeds::to_string(c)).second) plan.grid_elements_distinct += elements_of(c);
+      auto& d = distinct.emplace(seeds::to_string(c), std::make_pair(elements_of(c), false)).first->second;
+      d.second = d.second || r->op == Op::bwd;
     }
     // Refinement bound: 2*dense_points T points with one case each (the worst
     // grid case's family and seed) or the whole seed set (dense_all_seeds), and
@@ -350,9 +351,14 @@ GatePlan plan_gate(const GateOptions& opt) {
     }
     plan.refine_cases_max += w.refine_cases_max;
     plan.refine_elements_max += w.refine_elements_max;
+    if (!w.forward) plan.refine_elements_max_bwd += w.refine_elements_max;
     plan.windows.push_back(std::move(w));
   }
   plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
+  for (const auto& [id, d] : distinct) {  // in id order: the sums do not depend on the windows' order
+    plan.grid_elements_distinct += d.first;
+    if (d.second) plan.grid_elements_distinct_bwd += d.first;
+  }
   return plan;
 }
 

@@ -109,6 +109,10 @@ TEST(GateCli, HelpAndUsageErrors) {
       {"gate " + kSmall + " --plan --rate fast", "--rate: 'fast' is not a decimal number"},
       {"gate " + kSmall + " --plan --windows H=4096", "selects none"},
       {"gate " + kSmall + " --rate 1e8", "--plan"},                    // --rate only with --plan
+      {"gate " + kSmall + " --rate-bwd 1e8", "--plan"},
+      {"gate " + kSmall + " --plan --rate-fwd 0", "got '0'"},
+      {"gate " + kSmall + " --plan --rate-bwd 1e300", "got '1e300'"},
+      {"gate " + kSmall + " --plan --rate 1e9 --rate-fwd 2e9", "excludes"},  // one rate or the two
       {"gate " + kSmall + " --plan --journal j.jsonl", "--journal"},   // --plan runs nothing: no journal
       {"gate " + kSmall + " --plan --approve", "--approve"},
       // --plan checks the backend and oracle as the run would (scripts/main

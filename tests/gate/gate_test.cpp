@@ -335,6 +335,23 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
               std::string::npos);
   }
 
+  // The backward share: the cases of the backward windows alone, counted
+  // once; a forward-only plan has none.
+  GateOptions oa = small_opts(), ob = small_opts(), of = small_opts();  // with refinement
+  ob.windows = "op=bwd";
+  of.windows = "op=fwd";
+  const GatePlan pa = plan_gate(oa), pb = plan_gate(ob), pf = plan_gate(of);
+  ASSERT_FALSE(pb.windows.empty());
+  ASSERT_FALSE(pf.windows.empty());
+  EXPECT_GT(pa.grid_elements_distinct_bwd, 0);
+  EXPECT_EQ(pa.grid_elements_distinct_bwd, pb.grid_elements_distinct);
+  EXPECT_EQ(pb.grid_elements_distinct_bwd, pb.grid_elements_distinct);
+  EXPECT_EQ(pf.grid_elements_distinct_bwd, 0);
+  EXPECT_EQ(pf.refine_elements_max_bwd, 0);
+  EXPECT_GT(pf.refine_elements_max, 0);
+  EXPECT_EQ(pa.refine_elements_max_bwd, pb.refine_elements_max);
+  EXPECT_EQ(pa.refine_elements_max, pb.refine_elements_max + pf.refine_elements_max);
+
   const std::string md = format_gate_plan(p, 1e6);
   EXPECT_NE(md.find("Nothing was run"), std::string::npos);
   EXPECT_NE(md.find("Distinct grid cases (windows that share a case run it once): " +
@@ -343,6 +360,26 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
       << md;
   EXPECT_THROW(format_gate_plan(p, 0.0), std::invalid_argument);
   EXPECT_THROW(format_gate_plan(p, -1.0), std::invalid_argument);
+  // Two rates: forward-only elements at the first, backward ones at the second.
+  GatePlan q;
+  q.table_path = "t.toml";
+  q.grid_cases_distinct = 7;
+  q.grid_elements_distinct = 3e9;  // 2e9 forward-only at 1e9/s (2 s) + 1e9 backward at 2.5e8/s (4 s)
+  q.grid_elements_distinct_bwd = 1e9;
+  q.refine_elements_max = 9e9;  // 1.5e9 forward-only (1.5 s) + 7.5e9 backward (30 s)
+  q.refine_elements_max_bwd = 7.5e9;
+  const std::string mq = format_gate_plan(q, 1e9, 2.5e8);
+  EXPECT_NE(mq.find("3e+09 elements (1e+09 in cases a backward window runs): 6 s at 1e+09 elements/s forward-only and "
+                    "2.5e+08 backward"),
+            std::string::npos)
+      << mq;
+  EXPECT_NE(mq.find("9e+09 elements, 31.5 s"), std::string::npos) << mq;
+  try {
+    (void)format_gate_plan(q, 1e9, std::numeric_limits<double>::infinity());
+    ADD_FAILURE() << "an infinite backward rate was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the backward rate"), std::string::npos) << e.what();
+  }
   GateOptions bad = small_opts();
   bad.windows = "H=77";
   EXPECT_THROW(plan_gate(bad), std::invalid_argument);

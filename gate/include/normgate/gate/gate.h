@@ -421,9 +421,22 @@ struct GatePlan {
   std::vector<std::string> filtered_out;  ///< left out by --windows
   int64_t grid_cases_distinct = 0;        ///< distinct grid case ids over all windows
   double grid_elements_distinct = 0;      ///< their rows*H
+  /// Of grid_elements_distinct, those of cases some backward window runs (their
+  /// oracle and validation cover dx and dw as well; the rest are forward-only).
+  double grid_elements_distinct_bwd = 0;
   int64_t refine_cases_max = 0;           ///< sum over windows (an upper bound: no sharing assumed)
   double refine_elements_max = 0;
+  double refine_elements_max_bwd = 0;     ///< of refine_elements_max, the backward windows'
 };
+
+/// The end-to-end gate rates (elements/s) `normgate gate --plan` assumes
+/// unless told (--rate, --rate-fwd, --rate-bwd): forward-only and backward
+/// windows as measured on the 16-core one-GPU H200 host, `--devices 0,0`
+/// (forward 8.9e8-1.09e9, backward 6.58e8-6.65e8: the lower ends, rounded;
+/// docs/perf/oracle-and-gate-throughput.md, Current numbers). A host with
+/// fewer or slower cores, or the CPU models, runs far slower.
+inline constexpr double kPlanRateFwd = 9e8;
+inline constexpr double kPlanRateBwd = 6.5e8;
 
 /// Plan a gate without running anything (no GPU, no journal): the same
 /// window selection (--base, --windows) and grid T points as run_gate, and
@@ -433,9 +446,14 @@ struct GatePlan {
 GatePlan plan_gate(const GateOptions& opt);
 
 /// The plan as Markdown: one row per window (T points, grid cases and
-/// elements, refinement bound), totals, and the time the oracle needs at
-/// `elements_per_second` (> 0; the caller's measured rate, e.g. from
-/// docs/perf/oracle-and-gate-throughput.md D11) for the distinct grid and for the refinement bound.
+/// elements, refinement bound), totals, and the time the gate needs for the
+/// distinct grid and for the refinement bound: forward-only elements at
+/// `fwd_per_second`, those of cases a backward window runs at
+/// `bwd_per_second` (elements/s end to end, each > 0 and finite; e.g.
+/// kPlanRateFwd, kPlanRateBwd). Throws std::invalid_argument naming a rate
+/// that is not.
+std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second);
+/// The same with one rate for both.
 std::string format_gate_plan(const GatePlan& p, double elements_per_second);
 
 /// The Markdown report: header (table, backend, seeds, method, provenance),
