@@ -169,8 +169,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
   shard_opt->needs(journal_opt);
   shard_opt->excludes(approve_flag);
   auto* plan_flag = sub->add_flag("--plan", o->plan,
-                                  "Print the campaign's size (windows, T points, cases, elements, oracle hours at "
-                                  "--rate) and exit without running anything");
+                                  "Print the campaign's size (windows, T points, cases, elements, and the gate's "
+                                  "time at --rate-fwd and --rate-bwd) and exit without running anything");
   plan_flag->excludes(shard_opt)->excludes(merge_opt)->excludes(journal_opt)->excludes(md_opt)->excludes(json_opt)
       ->excludes(junit_opt)->excludes(approve_flag)->excludes(stats_opt);
   const CLI::Validator rate_check(

@@ -101,8 +101,8 @@ std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bw
     << fmt("%.3g", p.grid_elements_distinct) << " elements (" << fmt("%.3g", p.grid_elements_distinct_bwd)
     << " in cases a backward window runs): " << hours(p.grid_elements_distinct, p.grid_elements_distinct_bwd)
     << " at " << fmt("%.3g", fwd_per_second) << " elements/s forward-only and " << fmt("%.3g", bwd_per_second)
-    << " backward, end to end (--rate-fwd, --rate-bwd; a finished gate's throughput line on stderr gives this "
-       "host's own rates, which for the CPU models on a few cores are far lower).\n"
+    << " backward, end to end (a finished gate's throughput line on stderr gives this host's own rates, which "
+       "for the CPU models on a few cores are far lower).\n"
     << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
     << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
     << hours(p.refine_elements_max, p.refine_elements_max_bwd)

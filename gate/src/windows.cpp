@@ -319,7 +319,15 @@ GatePlan plan_gate(const GateOptions& opt) {
   plan.seeds = seeds::to_string(seed_set);
   plan.skipped = std::move(sel.skipped);
   plan.filtered_out = std::move(sel.filtered_out);
-  std::map<std::string, std::pair<double, bool>> distinct;  // case id -> (rows*H, some bwd window runs it)
+  std::map<std::string, seeds::CaseId> distinct;
+  // The gate runs a case in full (dx and dw too) when a backward window of
+  // this gate covers it, whichever window listed it (run.cpp, Win::covers).
+  auto bwd_covers = [&](const seeds::CaseId& c) {
+    for (const Route* b : sel.gated)
+      if (b->op == Op::bwd && c.H == b->H && c.w == b->w && c.form == b->form && c.T >= b->t_lo && c.T <= b->t_hi)
+        return true;
+    return false;
+  };
   const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
   for (const Route* r : sel.gated) {
     PlanWindow w;
@@ -329,8 +337,7 @@ GatePlan plan_gate(const GateOptions& opt) {
     w.grid_cases = static_cast<int64_t>(cases.size());
     for (const auto& c : cases) {
       w.grid_elements += elements_of(c);
-      auto& d = distinct.emplace(seeds::to_string(c), std::make_pair(elements_of(c), false)).first->second;
-      d.second = d.second || r->op == Op::bwd;
+      distinct.emplace(seeds::to_string(c), c);
     }
     // Refinement bound: 2*dense_points T points with one case each (the worst
     // grid case's family and seed) or the whole seed set (dense_all_seeds), and
@@ -351,13 +358,19 @@ GatePlan plan_gate(const GateOptions& opt) {
     }
     plan.refine_cases_max += w.refine_cases_max;
     plan.refine_elements_max += w.refine_elements_max;
-    if (!w.forward) plan.refine_elements_max_bwd += w.refine_elements_max;
+    // A forward window's refinement runs at backward cost wherever a backward
+    // window overlaps it (its T follow results: priced at the slower rate).
+    bool bwd_refine = !w.forward;
+    for (const Route* b : sel.gated)
+      bwd_refine = bwd_refine || (b->op == Op::bwd && b->H == r->H && b->w == r->w && b->form == r->form &&
+                                  b->t_lo <= r->t_hi && r->t_lo <= b->t_hi);
+    if (bwd_refine) plan.refine_elements_max_bwd += w.refine_elements_max;
     plan.windows.push_back(std::move(w));
   }
   plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
-  for (const auto& [id, d] : distinct) {  // in id order: the sums do not depend on the windows' order
-    plan.grid_elements_distinct += d.first;
-    if (d.second) plan.grid_elements_distinct_bwd += d.first;
+  for (const auto& [id, c] : distinct) {  // in id order: the sums do not depend on the windows' order
+    plan.grid_elements_distinct += elements_of(c);
+    if (bwd_covers(c)) plan.grid_elements_distinct_bwd += elements_of(c);
   }
   return plan;
 }

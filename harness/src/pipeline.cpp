@@ -977,7 +977,7 @@ std::string format_report(const CheckReport& rep) {
         << "x the baseline's max error; per column, median "
         << (std::isnan(r.dw_vs_fp32_median) ? std::string("- (no column with a floored baseline error)")
                                             : fmt("%.4g", r.dw_vs_fp32_median) + "x")
-        << " (<= 1: not worse than FP32 eager; an error under 2^-23 x its column's mean |dy*xhat| counts as that)\n";
+        << " (<= 1: not worse than FP32 eager; an error under 2^-23 x its column's mean |dy*xhat|, and within budget, counts as that)\n";
     for (const auto& s : r.tensors) {
       if (s.verdict() != Verdict::fail) continue;
       const auto& w = s.worst;

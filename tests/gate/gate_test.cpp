@@ -335,22 +335,33 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
               std::string::npos);
   }
 
-  // The backward share: the cases of the backward windows alone, counted
-  // once; a forward-only plan has none.
-  GateOptions oa = small_opts(), ob = small_opts(), of = small_opts();  // with refinement
-  ob.windows = "op=bwd";
+  // The backward share: cases a backward window of the plan covers run in
+  // full, whichever window listed them (the gate's rule). H = 64 up to T =
+  // 100: the forward window T = 1..700 and the two backward windows T =
+  // 1..100; the forward window's T points above 100 are forward-only.
+  GateOptions om = small_opts(), of = small_opts();  // with refinement
+  om.windows = "H=64,T=1..100";
   of.windows = "op=fwd";
-  const GatePlan pa = plan_gate(oa), pb = plan_gate(ob), pf = plan_gate(of);
-  ASSERT_FALSE(pb.windows.empty());
+  const GatePlan pm = plan_gate(om), pf = plan_gate(of);
+  ASSERT_EQ(pm.windows.size(), 3u);
+  std::set<int64_t> ts;
+  for (const auto& w : pm.windows) ts.insert(w.t.begin(), w.t.end());
+  double all = 0, bwd = 0;  // 3 families x 1 seed, rows of 64 columns
+  for (int64_t t : ts) {
+    all += 3.0 * static_cast<double>(t) * 64;
+    if (t <= 100) bwd += 3.0 * static_cast<double>(t) * 64;
+  }
+  ASSERT_GT(*ts.rbegin(), 100);
+  EXPECT_EQ(pm.grid_elements_distinct, all);
+  EXPECT_EQ(pm.grid_elements_distinct_bwd, bwd);
+  EXPECT_LT(bwd, all);
+  // The forward window's refinement overlaps the backward windows: priced as backward.
+  EXPECT_EQ(pm.refine_elements_max_bwd, pm.refine_elements_max);
+  // Without a backward window nothing runs in full.
   ASSERT_FALSE(pf.windows.empty());
-  EXPECT_GT(pa.grid_elements_distinct_bwd, 0);
-  EXPECT_EQ(pa.grid_elements_distinct_bwd, pb.grid_elements_distinct);
-  EXPECT_EQ(pb.grid_elements_distinct_bwd, pb.grid_elements_distinct);
   EXPECT_EQ(pf.grid_elements_distinct_bwd, 0);
-  EXPECT_EQ(pf.refine_elements_max_bwd, 0);
   EXPECT_GT(pf.refine_elements_max, 0);
-  EXPECT_EQ(pa.refine_elements_max_bwd, pb.refine_elements_max);
-  EXPECT_EQ(pa.refine_elements_max, pb.refine_elements_max + pf.refine_elements_max);
+  EXPECT_EQ(pf.refine_elements_max_bwd, 0);
 
   const std::string md = format_gate_plan(p, 1e6);
   EXPECT_NE(md.find("Nothing was run"), std::string::npos);

@@ -469,7 +469,8 @@ TEST(ValidateCase, DwAgainstBaselineAndConditioning) {
   double eg_max = 0, eb_max = 0, cmax = 0;
   std::vector<double> q;
   for (int64_t j = 0; j < c.cols; ++j) {
-    const double ref = R.ref.dw(j).v, f = std::ldexp(R.ref.dw_abs(j) / static_cast<double>(c.rows()), -23);
+    const double ref = R.ref.dw(j).v,
+                 f = std::min(std::ldexp(R.ref.dw_abs(j) / static_cast<double>(c.rows()), -23), tol_dw(ref));
     const double eg = std::max(std::fabs(got.dw[j] - ref), f), eb = std::max(std::fabs(base.dw[j] - ref), f);
     eg_max = std::max(eg_max, eg);
     eb_max = std::max(eb_max, eb);
@@ -540,6 +541,28 @@ TEST(ValidateCase, DwAgainstBaselineFloorsExactCancellation) {
   const nv::CaseResult res4 = nv::validate_case(c.p, got, R.ref, R.ideal, &base);
   EXPECT_EQ(res4.dw_vs_fp32_worst, static_cast<double>(got.dw[jm]) / F);
   EXPECT_GT(res4.dw_vs_fp32_worst, 3.9);
+
+  // Terms 2^16 times larger: one ulp of a term is over the dw budget, so the
+  // floor stops at the budget's tolerance (1e-4 at ref 0) and a column 3x
+  // over budget reads 3x worse, not "not worse" (an uncapped floor: 1).
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t j = 0; j < c.cols; ++j)
+      c.dy[c.at(r, j)] = bf16_from_float(bf16_to_float(c.dy[c.at(r, j)]) * 65536.0f);  // exact
+  const Refs RB = refs(c);
+  const Outputs baseB = no::fp32_baseline(c.p);
+  Outputs gotB = ideal_outputs(c, RB);
+  int64_t big = 0;
+  for (int64_t j = 0; j < c.cols; ++j) {
+    ASSERT_EQ(baseB.dw[j], 0.0f) << j;
+    gotB.dw[j] = 0.0f;  // exact, as the baseline, but for one column
+    big += std::ldexp(RB.ref.dw_abs(j) / 2, -23) > tol_dw(0.0);
+  }
+  ASSERT_GT(big, 0);  // some column's uncapped floor is over the budget
+  gotB.dw[3] = 3e-4f;
+  const nv::CaseResult resB = nv::validate_case(c.p, gotB, RB.ref, RB.ideal, &baseB);
+  EXPECT_FALSE(resB.pass());
+  EXPECT_EQ(resB.dw_vs_fp32_worst, static_cast<double>(3e-4f) / tol_dw(0.0));
+  EXPECT_GT(resB.dw_vs_fp32_worst, 2.9);
 }
 
 TEST(ValidateCase, AllZeroDwGradient) {

@@ -44,10 +44,12 @@ double err_quotient(double a, double b) {
 
 // The floor of column j's errors in the comparison with the FP32 baseline:
 // kDwFp32Floor * sum_r |dy*xhat| / rows, the column's mean term (0 where that
-// sum is not finite or there are no rows), check.h.
-double fp32_floor(const oracle::Reference& ref, int64_t j, int64_t rows) {
+// sum is not finite or there are no rows), and never above the column's dw
+// tolerance (an error over the budget always counts), check.h.
+double fp32_floor(const oracle::Reference& ref, int64_t j, int64_t rows, double tol) {
   const double a = ref.dw_abs(j);
-  return std::isfinite(a) && rows > 0 ? kDwFp32Floor * (a / static_cast<double>(rows)) : 0.0;
+  const double f = std::isfinite(a) && rows > 0 ? kDwFp32Floor * (a / static_cast<double>(rows)) : 0.0;
+  return tol >= 0.0 && f > tol ? tol : f;  // a NaN tol (NaN ref) leaves f
 }
 
 // sum|dy*xhat| / |sum dy*xhat| for column j; 0/0 -> 1, x/0 -> inf, NaN -> inf.
@@ -413,6 +415,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
 
     // --- dw: one value per column; sequential (cols is small next to rows*cols).
     RatioStats sw(Output::dw);
+    const Budget dw_budget = budget(Output::dw);
     double eg_max = 0, eb_max = 0, cmax = 0;
     std::vector<double> quot;
     if (baseline) quot.reserve(static_cast<size_t>(cols));
@@ -423,7 +426,7 @@ std::vector<CaseResult> sweep(const oracle::Problem& p, const std::vector<Output
       cmax = std::max(cmax, condition(ref, j));
       if (baseline) {
         // Both errors floored at the column's FP32 resolution (kDwFp32Floor).
-        const double f = fp32_floor(ref, j, rows);
+        const double f = fp32_floor(ref, j, rows, tolerance(dw_budget, wv.v));
         const double eg = std::max(rule_err(g, wv.v), f);
         const double eb = std::max(rule_err(static_cast<double>(baseline->dw[j]), wv.v), f);
         eg_max = std::max(eg_max, eg);

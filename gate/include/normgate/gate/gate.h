@@ -421,12 +421,15 @@ struct GatePlan {
   std::vector<std::string> filtered_out;  ///< left out by --windows
   int64_t grid_cases_distinct = 0;        ///< distinct grid case ids over all windows
   double grid_elements_distinct = 0;      ///< their rows*H
-  /// Of grid_elements_distinct, those of cases some backward window runs (their
-  /// oracle and validation cover dx and dw as well; the rest are forward-only).
+  /// Of grid_elements_distinct, those of cases a backward window of the plan
+  /// covers (same H, w, form; T inside), which the gate runs in full (dx and
+  /// dw checked too), whichever window listed them; the rest are forward-only.
   double grid_elements_distinct_bwd = 0;
   int64_t refine_cases_max = 0;           ///< sum over windows (an upper bound: no sharing assumed)
   double refine_elements_max = 0;
-  double refine_elements_max_bwd = 0;     ///< of refine_elements_max, the backward windows'
+  /// Of refine_elements_max, the backward windows' and the forward windows'
+  /// that a backward window of the plan overlaps (same H, w, form).
+  double refine_elements_max_bwd = 0;
 };
 
 /// The end-to-end gate rates (elements/s) `normgate gate --plan` assumes

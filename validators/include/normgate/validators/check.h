@@ -40,7 +40,9 @@ namespace normgate::validators {
 /// product cancels an exactly negated pair exactly; one that fuses products
 /// into FMAs keeps one product's rounding error there. Neither is more
 /// accurate than the other by less than this, so an error below it counts
-/// as this much for both (docs/perf/numerics.md, D6).
+/// as this much for both; the floor is capped at the column's dw tolerance
+/// (atol + rtol*|ref|), so an error over the budget always counts in full
+/// (docs/perf/numerics.md, D6).
 inline constexpr double kDwFp32Floor = 0x1p-23;
 
 /// Result of validating one case.
@@ -49,9 +51,9 @@ struct CaseResult {
   /// dw error relative to the FP32 baseline on the same inputs:
   /// max_j e(dw_got, j) / max_j e(dw_fp32, j) with each column's error floored
   /// at one FP32 ulp of its mean term, e(v, j) = max(|v - ref_j|, f_j), f_j =
-  /// kDwFp32Floor * ref.dw_abs(j) / rows (0 where dw_abs(j) is not finite or
-  /// rows == 0) (NaN when no baseline given, 0/0 -> 1, x/0 -> inf for
-  /// x > 0). A value <= 1 means "not worse than FP32 eager". Errors follow
+  /// min(kDwFp32Floor * ref.dw_abs(j) / rows, tol_j) (0 where dw_abs(j) is
+  /// not finite or rows == 0; tol_j the dw tolerance at ref_j) (NaN when no
+  /// baseline given, 0/0 -> 1, x/0 -> inf for x > 0). A value <= 1 means "not worse than FP32 eager". Errors follow
   /// the non-finite rules: 0 where got matches a non-finite ref, inf where the
   /// rules fail. Why the floor: docs/perf/numerics.md, D6.
   double dw_vs_fp32_worst = 0;
