@@ -320,12 +320,12 @@ GatePlan plan_gate(const GateOptions& opt) {
   plan.skipped = std::move(sel.skipped);
   plan.filtered_out = std::move(sel.filtered_out);
   std::map<std::string, seeds::CaseId> distinct;
-  // The gate runs a case in full (dx and dw too) when a backward window of
-  // this gate covers it, whichever window listed it (run.cpp, Win::covers).
-  auto bwd_covers = [&](const seeds::CaseId& c) {
+  // Whether a backward window of this gate shares a T of [lo, hi] at (H, w,
+  // form): the gate runs a case in full (dx and dw too) when a backward
+  // window covers it, whichever window listed it (run.cpp, Win::covers).
+  auto bwd_over = [&](int64_t H, WDtype w, Form form, int64_t lo, int64_t hi) {
     for (const Route* b : sel.gated)
-      if (b->op == Op::bwd && c.H == b->H && c.w == b->w && c.form == b->form && c.T >= b->t_lo && c.T <= b->t_hi)
-        return true;
+      if (b->op == Op::bwd && b->H == H && b->w == w && b->form == form && b->t_lo <= hi && lo <= b->t_hi) return true;
     return false;
   };
   const uint64_t fresh = fresh_seed_count(seed_set, opt.fresh_factor, plan.seeds);
@@ -360,17 +360,14 @@ GatePlan plan_gate(const GateOptions& opt) {
     plan.refine_elements_max += w.refine_elements_max;
     // A forward window's refinement runs at backward cost wherever a backward
     // window overlaps it (its T follow results: priced at the slower rate).
-    bool bwd_refine = !w.forward;
-    for (const Route* b : sel.gated)
-      bwd_refine = bwd_refine || (b->op == Op::bwd && b->H == r->H && b->w == r->w && b->form == r->form &&
-                                  b->t_lo <= r->t_hi && r->t_lo <= b->t_hi);
-    if (bwd_refine) plan.refine_elements_max_bwd += w.refine_elements_max;
+    if (!w.forward || bwd_over(r->H, r->w, r->form, r->t_lo, r->t_hi))
+      plan.refine_elements_max_bwd += w.refine_elements_max;
     plan.windows.push_back(std::move(w));
   }
   plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
   for (const auto& [id, c] : distinct) {  // in id order: the sums do not depend on the windows' order
     plan.grid_elements_distinct += elements_of(c);
-    if (bwd_covers(c)) plan.grid_elements_distinct_bwd += elements_of(c);
+    if (bwd_over(c.H, c.w, c.form, c.T, c.T)) plan.grid_elements_distinct_bwd += elements_of(c);
   }
   return plan;
 }
