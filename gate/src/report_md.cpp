@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <map>
@@ -73,8 +74,13 @@ std::string describe_seeds(const std::string& canonical) {
 
 }  // namespace
 
-std::string format_gate_plan(const GatePlan& p, double elements_per_second) {
-  return format_gate_plan(p, elements_per_second, elements_per_second);
+std::string format_plan_duration(double seconds) {
+  // The unit is picked on the value as printed (3 significant digits), so
+  // 59.99 s reads "1 min" and 3599.9 s "1 h", never "60 s" or "60 min".
+  const double shown = std::strtod(fmt("%.3g", seconds).c_str(), nullptr);
+  if (shown >= 3600) return fmt("%.3g h", seconds / 3600);
+  if (shown >= 60) return fmt("%.3g min", seconds / 60);
+  return fmt("%.3g s", seconds);
 }
 
 std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second) {
@@ -82,9 +88,8 @@ std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bw
     if (!(v > 0) || !std::isfinite(v))
       throw std::invalid_argument(std::string("format_gate_plan: the ") + name +
                                   " rate (elements per second) must be a positive number, got " + fmt("%g", v));
-  auto hours = [&](double elements, double bwd_elements) {  // h above an hour, else min, else s
-    const double secs = (elements - bwd_elements) / fwd_per_second + bwd_elements / bwd_per_second;
-    return secs >= 3600 ? fmt("%.3g h", secs / 3600) : secs >= 60 ? fmt("%.3g min", secs / 60) : fmt("%.3g s", secs);
+  auto hours = [&](double elements, double bwd_elements) {
+    return format_plan_duration((elements - bwd_elements) / fwd_per_second + bwd_elements / bwd_per_second);
   };
   auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
   std::ostringstream o;

@@ -363,14 +363,14 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
   EXPECT_GT(pf.refine_elements_max, 0);
   EXPECT_EQ(pf.refine_elements_max_bwd, 0);
 
-  const std::string md = format_gate_plan(p, 1e6);
+  const std::string md = format_gate_plan(p, 1e6, 1e6);
   EXPECT_NE(md.find("Nothing was run"), std::string::npos);
   EXPECT_NE(md.find("Distinct grid cases (windows that share a case run it once): " +
                     std::to_string(p.grid_cases_distinct)),
             std::string::npos)
       << md;
-  EXPECT_THROW(format_gate_plan(p, 0.0), std::invalid_argument);
-  EXPECT_THROW(format_gate_plan(p, -1.0), std::invalid_argument);
+  EXPECT_THROW(format_gate_plan(p, 0.0, 1e6), std::invalid_argument);
+  EXPECT_THROW(format_gate_plan(p, 1e6, -1.0), std::invalid_argument);
   // Two rates: forward-only elements at the first, backward ones at the second.
   GatePlan q;
   q.table_path = "t.toml";
@@ -385,6 +385,19 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
             std::string::npos)
       << mq;
   EXPECT_NE(mq.find("9e+09 elements, 31.5 s"), std::string::npos) << mq;
+  // Units follow the printed value: just under a boundary rounds up into the next unit.
+  EXPECT_EQ(format_plan_duration(59.94), "59.9 s");
+  EXPECT_EQ(format_plan_duration(59.99), "1 min");
+  EXPECT_EQ(format_plan_duration(60), "1 min");
+  EXPECT_EQ(format_plan_duration(3594), "59.9 min");
+  EXPECT_EQ(format_plan_duration(3599.9), "1 h");
+  EXPECT_EQ(format_plan_duration(5400), "1.5 h");
+  EXPECT_EQ(format_plan_duration(0.5), "0.5 s");
+  q.refine_elements_max_bwd = 0;
+  q.refine_elements_max = 5.999e10;  // 59.99 s forward-only at 1e9/s
+  EXPECT_NE(format_gate_plan(q, 1e9, 2.5e8).find("6e+10 elements, 1 min"), std::string::npos);
+  q.refine_elements_max = 9e9;
+  q.refine_elements_max_bwd = 7.5e9;
   try {
     (void)format_gate_plan(q, 1e9, std::numeric_limits<double>::infinity());
     ADD_FAILURE() << "an infinite backward rate was accepted";

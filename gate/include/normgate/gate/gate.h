@@ -456,8 +456,12 @@ GatePlan plan_gate(const GateOptions& opt);
 /// kPlanRateFwd, kPlanRateBwd). Throws std::invalid_argument naming a rate
 /// that is not.
 std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second);
-/// The same with one rate for both.
-std::string format_gate_plan(const GatePlan& p, double elements_per_second);
+
+/// A duration in seconds as the plan prints it: 3 significant digits in
+/// h at 3600 s and above, min at 60 s and above, else s; the unit is picked
+/// on the value rounded to those digits, so 59.99 s is "1 min", never "60 s".
+/// NaN or infinity print as "nan s" / "inf h".
+std::string format_plan_duration(double seconds);
 
 /// The Markdown report: header (table, backend, seeds, method, provenance),
 /// one row per window (window, variant, max err/tol of y, rstd, dx, dw, dw
