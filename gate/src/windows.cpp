@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -319,7 +320,31 @@ GatePlan plan_gate(const GateOptions& opt) {
   plan.seeds = seeds::to_string(seed_set);
   plan.skipped = std::move(sel.skipped);
   plan.filtered_out = std::move(sel.filtered_out);
-  std::map<std::string, seeds::CaseId> distinct;
+  // Cases are counted, not built: every (H, w, form, T) runs the whole seed
+  // set, so a window's cases at one T are seed_set.size() of one size, and two
+  // windows share exactly the cases of a shape and T they share. (Building
+  // them took ~250 B a case: --seeds 5x65536 over the table ran out of memory.)
+  const auto points = seed_set.points();
+  const int64_t per_t = static_cast<int64_t>(seed_set.size());
+  // One case of the shape at T per family point, validated as expand's are
+  // (the same input errors as run_gate); returns expand's last case there
+  // (the last point's last seed).
+  auto shape_case = [&](const Route& r, int64_t T) {
+    seeds::CaseId c;
+    c.H = r.H;
+    c.T = T;
+    c.w = r.w;
+    c.form = r.form;
+    c.seed = seed_set.last;
+    for (const auto& pt : points) {
+      c.family = pt.family;
+      c.eps = pt.eps;
+      c.kappa = pt.kappa;
+      seeds::validate_case(c);
+    }
+    return c;
+  };
+  std::map<std::tuple<int64_t, int, int, int64_t>, seeds::CaseId> distinct;  // (H, w, form, T), in that order
   // Whether a backward window of this gate shares a T of [lo, hi] at (H, w,
   // form): the gate runs a case in full (dx and dw too) when a backward
   // window covers it, whichever window listed it (run.cpp, Win::covers).
@@ -333,11 +358,11 @@ GatePlan plan_gate(const GateOptions& opt) {
     PlanWindow w;
     w.window = r->where() + " " + r->describe();
     w.t = window_t_points(r->t_lo, r->t_hi, opt.t_per_window);
-    const std::vector<seeds::CaseId> cases = expand(*r, w.t, seed_set);
-    w.grid_cases = static_cast<int64_t>(cases.size());
-    for (const auto& c : cases) {
-      w.grid_elements += elements_of(c);
-      distinct.emplace(seeds::to_string(c), c);
+    for (int64_t t : w.t) {
+      const seeds::CaseId c = shape_case(*r, t);
+      w.grid_cases += per_t;
+      w.grid_elements += static_cast<double>(per_t) * elements_of(c);
+      distinct.emplace(std::make_tuple(c.H, static_cast<int>(c.w), static_cast<int>(c.form), c.T), c);
     }
     // Refinement bound: 2*dense_points T points with one case each (the worst
     // grid case's family and seed) or the whole seed set (dense_all_seeds), and
@@ -350,8 +375,8 @@ GatePlan plan_gate(const GateOptions& opt) {
     w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
     w.forward = r->op == Op::fwd;
     w.largest.T = 0;
-    if (!cases.empty()) {
-      seeds::CaseId top = cases.back();
+    if (w.grid_cases > 0) {
+      seeds::CaseId top = shape_case(*r, w.t.back());
       top.T = r->t_hi;
       w.refine_elements_max = static_cast<double>(w.refine_cases_max) * elements_of(top);
       w.largest = top;
@@ -364,10 +389,11 @@ GatePlan plan_gate(const GateOptions& opt) {
       plan.refine_elements_max_bwd += w.refine_elements_max;
     plan.windows.push_back(std::move(w));
   }
-  plan.grid_cases_distinct = static_cast<int64_t>(distinct.size());
-  for (const auto& [id, c] : distinct) {  // in id order: the sums do not depend on the windows' order
-    plan.grid_elements_distinct += elements_of(c);
-    if (bwd_over(c.H, c.w, c.form, c.T, c.T)) plan.grid_elements_distinct_bwd += elements_of(c);
+  plan.grid_cases_distinct = static_cast<int64_t>(distinct.size()) * per_t;
+  for (const auto& [key, c] : distinct) {  // in key order: the sums do not depend on the windows' order
+    const double e = static_cast<double>(per_t) * elements_of(c);
+    plan.grid_elements_distinct += e;
+    if (bwd_over(c.H, c.w, c.form, c.T, c.T)) plan.grid_elements_distinct_bwd += e;
   }
   return plan;
 }

@@ -316,6 +316,28 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
     EXPECT_NE(w.window.find(r.windows[i].route.describe()), std::string::npos);
   }
 
+  // Counted, not built: the largest seed set accepted (65536 a family; as
+  // cases ~250 B each, the whole table's plan needed >100 GB) scales every
+  // window's cases and elements by exactly 65536, and the shared ones too.
+  GateOptions big = o;
+  big.seeds = "3x65536";
+  const GatePlan pb = plan_gate(big);
+  ASSERT_EQ(pb.windows.size(), p.windows.size());
+  EXPECT_EQ(pb.grid_cases_distinct, p.grid_cases_distinct * 65536);
+  EXPECT_EQ(pb.grid_elements_distinct, p.grid_elements_distinct * 65536);
+  EXPECT_EQ(pb.grid_elements_distinct_bwd, p.grid_elements_distinct_bwd * 65536);
+  for (size_t i = 0; i < pb.windows.size(); ++i) {
+    EXPECT_EQ(pb.windows[i].grid_cases, p.windows[i].grid_cases * 65536) << pb.windows[i].window;
+    EXPECT_EQ(pb.windows[i].grid_elements, p.windows[i].grid_elements * 65536) << pb.windows[i].window;
+  }
+  // Every family point counts (the sweep set: epsnear at each eps, cancel at
+  // each kappa): against what the gate runs.
+  GateOptions sweep = o;
+  sweep.seeds = "sweep=0..0";
+  const GatePlan ps = plan_gate(sweep);
+  EXPECT_GT(ps.grid_cases_distinct, p.grid_cases_distinct / 3 * 5);
+  EXPECT_EQ(ps.grid_cases_distinct, run_gate(sweep).cases_total);
+
   for (bool all : {false, true}) {
     GateOptions refine = small_opts();  // dense 2 points each side, fresh 2x
     refine.dense_all_seeds = all;
