@@ -217,8 +217,13 @@ void add_gate(CLI::App& app, Commands& cmds) {
       // Each a journal (its header line read), before any work: an argument
       // meant as something else (a second table) is named here.
       for (const auto& m : o->g.merge_paths) {
-        if (::access(m.c_str(), R_OK) != 0 || !std::filesystem::is_regular_file(m))
+        if (::access(m.c_str(), R_OK) != 0 || !std::filesystem::is_regular_file(m)) {
+          if (m.size() > 1 && m[0] == '-' && !std::filesystem::exists(m))
+            throw std::invalid_argument("--merge took the option '" + m +
+                                        "' where a shard journal belongs: give the journals right after it; " +
+                                        merge_spelling);
           throw std::invalid_argument("--merge " + m + ": no readable shard journal there");
+        }
         try {
           (void)validators::journal_campaign(m);
         } catch (const std::invalid_argument& e) {

@@ -298,8 +298,11 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
       keep_all = true;
     }
   }
+  const std::string before = kernels::approvals_to_json_text(a);
   auto changes = update_approvals(a, r, routes, refused, !keep_all);
-  kernels::save_approvals(a);
+  // Written only when something changed: a gate that approves nothing
+  // leaves the file as it was, and creates none where there was none.
+  if (kernels::approvals_to_json_text(a) != before) kernels::save_approvals(a);
   return changes;
 }
 

@@ -149,6 +149,11 @@ TEST(ShardCli, TableAfterTheMergeJournals) {
   EXPECT_TRUE(contains(r.out, "--merge takes every argument up to the next option")) << r.out;
   EXPECT_FALSE(contains(r.out, "gate     ")) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl"));
+  // An option where the journals belong: named as an option, not as a file.
+  r = cli("gate " + kSmall + kFast + " --merge --quiet --journal " + dir + "/m.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--merge took the option '--quiet' where a shard journal belongs")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl"));
   // gate --help says how to spell it.
   r = cli("gate --help");
   EXPECT_TRUE(contains(r.out, "--merge J1 J2 -- TABLE")) << r.out;

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,10 @@ TEST(ApprovalPolicy, ApproveRechecksTheResultAndRefusesWindows) {
     EXPECT_NE(std::string(e.what()).find("no fresh seeds"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(apath));
+  // A refused window with no record to revoke changes nothing: no file.
+  r.windows[0].dw_vs_fp32_worst = 1.5;
+  ASSERT_EQ(approve(a, r, o).size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(apath));
 
   // dw not worse than FP32 eager: approved at 0.5 ...
   r.windows[0].dw_vs_fp32_worst = 0.5;
@@ -209,6 +214,11 @@ TEST(ApprovalPolicy, ApproveRechecksTheResultAndRefusesWindows) {
   EXPECT_NE(changes[0].find(dir + "/t.policy.toml:8"), std::string::npos) << changes[0];
   EXPECT_NE(changes[0].find("its earlier cpu-model approval is revoked"), std::string::npos) << changes[0];
   EXPECT_TRUE(kernels::load_approvals(apath).records.empty());
+  // Refused again: nothing to revoke now, so the file is not written.
+  const auto written = std::filesystem::last_write_time(apath);
+  std::filesystem::last_write_time(apath, written - std::chrono::hours(1));
+  ASSERT_EQ(approve(a, r, o).size(), 1u);
+  EXPECT_EQ(std::filesystem::last_write_time(apath), written - std::chrono::hours(1));
   std::filesystem::remove_all(dir);
 }
 

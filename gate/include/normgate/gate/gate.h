@@ -564,7 +564,9 @@ std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, con
 /// revoked); then, under an exclusive flock(2) on a.path + ".lock", the
 /// approvals file reloaded into `a` (keeping what other gates approved
 /// meanwhile), updated from `r` (update_approvals) and written atomically
-/// (kernels::save_approvals: temp file, then rename). `a.path` names the
+/// (kernels::save_approvals: temp file, then rename) when that changed a
+/// byte of it (a run that approves and revokes nothing writes nothing, and
+/// creates no file where there was none). `a.path` names the
 /// approvals file beside the table, loaded once before the gate ran so that
 /// a damaged file is refused before any work. Returns update_approvals'
 /// lines. Throws std::invalid_argument when the table no longer loads or
