@@ -117,7 +117,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
                   "(T=N or T=A..B), e.g. 'op=bwd,H=2048|4096' (quoted: | is the shell's pipe)");
   auto* journal_opt = sub->add_option("--journal", o->g.journal_path,
                   "Write-ahead journal: every finished case is on disk before the next; rerun with the same "
-                  "file to resume after a crash");
+                  "file to resume after a crash. Each line carries its SHA-256, or with NORMGATE_JOURNAL_KEY_FILE "
+                  "set its HMAC-SHA256 under that secret key, and only such lines are read back then "
+                  "(docs/schemas.md, \"Journal keys\")");
   add_backend_option(sub, o->backend, "Where variants run: gpu (CUDA), cpu (their CPU models), auto");
   add_oracle_option(sub, o->oracle,
                     "Oracle: auto (FP64 with rigorous bounds, MPFR where FP64 cannot decide), fp64 (no escalation: "
@@ -214,6 +216,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       }
       note_not_a_per_gpu_table(o->g.table_path);
       if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);
+      // The journal key (NORMGATE_JOURNAL_KEY_FILE) read before any work: a
+      // file the gate refuses is a usage error naming it.
+      if (!o->g.journal_path.empty() || !o->g.merge_paths.empty()) (void)validators::journal_key();
       // Each a journal (its header line read), before any work: an argument
       // meant as something else (a second table) is named here.
       for (const auto& m : o->g.merge_paths) {
@@ -227,6 +232,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
         try {
           (void)validators::journal_campaign(m);
         } catch (const std::invalid_argument& e) {
+          if (std::string_view(e.what()).find(validators::kJournalKeyEnv) != std::string_view::npos)
+            throw std::invalid_argument("--merge " + m + ": " + e.what());  // sealed otherwise than the key says
           throw std::invalid_argument("--merge " + m + ": not a shard journal (" + e.what() + "); " + merge_spelling);
         }
       }

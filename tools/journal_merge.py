@@ -10,7 +10,9 @@ gate finds every case journalled and runs none.
   tools/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
 
 The inputs must be journals of format 2 (every line carries the SHA-256 of
-its bytes, gate/include/normgate/gate/journal.h) and share the header line
+its bytes, or its HMAC-SHA256 under the key NORMGATE_JOURNAL_KEY_FILE
+names: gate/include/normgate/gate/journal.h, tools/journal_seal.py) and
+share the header line
 (same campaign: table, seeds, oracle, refinement options, backend, device,
 variant hashes); otherwise exit 2 naming the file. A line whose digest
 fails is an error naming FILE:LINE (exit 2): the gate would refuse it too.
@@ -39,15 +41,13 @@ the later line is dropped, the first kept, and each such drop is named on
 stderr; a later line that also holds implementations no earlier line has
 cannot be dropped without loss: exit 2 naming both lines."""
 import gzip
-import hashlib
 import json
 import os
-import re
 import sys
 import zlib
 
-# The digest member every journal line ends in (journal_line in gate/src/journal.cpp).
-DIGEST = re.compile(r',"sha256":"([0-9a-f]{64})"\}$')
+import journal_seal
+
 
 
 def resolve_duplicate(kept, nxt):
@@ -71,13 +71,11 @@ def resolve_duplicate(kept, nxt):
 
 
 def verify(line):
-    """The object of a journal line without its digest member, or None when
-    the line's SHA-256 digest is missing or does not match its bytes."""
-    m = DIGEST.search(line)
-    if not m or m.start() < 2:
-        return None
-    body = line[:m.start()] + "}"
-    if hashlib.sha256(body.encode("utf-8")).hexdigest() != m.group(1):
+    """The object of a journal line without its seal member, or None when
+    the seal (SHA-256, or HMAC-SHA256 under NORMGATE_JOURNAL_KEY_FILE's key:
+    journal_seal.py) is missing or does not match its bytes."""
+    body = journal_seal.body(line)
+    if body is None:
         return None
     try:
         obj = json.loads(body)
@@ -121,7 +119,7 @@ def read_lines(path):
         # stops before the digest's end): its digest failing is a change, not
         # a tear, as the gate says (gate/src/journal.cpp); but a NUL (a crash
         # left a page unwritten) is a tear.
-        if re.search(r',"sha256":"[0-9a-f]{64}"\}$', torn) and "\0" not in torn:
+        if journal_seal.sealed_shape(torn) and "\0" not in torn:
             raise ValueError(f"line {len(lines) + 1}, the last (whole, without its newline): its SHA-256 digest does "
                              f"not match its content (changed after normgate wrote it)")
         # A torn write is a prefix of one line: a tail holding a whole line and
@@ -130,7 +128,7 @@ def read_lines(path):
         p = torn.find('"}')
         while p != -1 and p + 2 < len(torn):
             whole = torn[:p + 2]
-            if re.search(r',"sha256":"[0-9a-f]{64}"\}$', whole) and "\0" not in whole and verify(whole) is None:
+            if journal_seal.sealed_shape(whole) and "\0" not in whole and verify(whole) is None:
                 raise ValueError(f"line {len(lines) + 1}: a whole line whose SHA-256 digest does not match its "
                                  f"content, followed by {len(torn) - p - 2} bytes where its newline belongs "
                                  f"(changed after normgate wrote it)")
@@ -153,6 +151,11 @@ def main(argv):
     if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
         print(f"journal_merge: OUT {out!r}: its folder {os.path.dirname(os.path.abspath(out))!r} does not exist",
               file=sys.stderr)
+        return 2
+    try:
+        journal_seal.journal_key()
+    except journal_seal.KeyError_ as e:
+        print(f"journal_merge: {e}", file=sys.stderr)
         return 2
     header, header_line = None, None
     seen = set()

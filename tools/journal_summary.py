@@ -6,30 +6,31 @@ errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
-A format-2 line whose SHA-256 digest fails is skipped and named on stderr.
+A format-2 line whose seal fails (its SHA-256, or its HMAC-SHA256 under the
+key NORMGATE_JOURNAL_KEY_FILE names: tools/journal_seal.py) is skipped and
+named on stderr; a journal sealed otherwise than the key setting says (keyed
+lines without the key, plain ones with it) is exit 2.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
 Exit 0; 2 on a usage error or a missing, unreadable or empty journal, or an
 OUT that is the journal itself (nothing written); 3 when OUT cannot be
 written (nothing left at OUT)."""
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import re
 import sys
 
+import journal_seal
 from out_file import check_out, write_text
 
 OUTS = ("y", "rstd", "dx", "dw")
-# The digest member a format-2 line ends in (journal_line in gate/src/journal.cpp).
-DIGEST = re.compile(r',"sha256":"([0-9a-f]{64})"\}$')
 
 
 def signed(line):
-    """True when a format-2 line's SHA-256 digest matches its bytes."""
-    m = DIGEST.search(line)
-    return bool(m) and hashlib.sha256((line[:m.start()] + "}").encode("utf-8")).hexdigest() == m.group(1)
+    """True when a format-2 line's seal matches its bytes (SHA-256, or
+    HMAC-SHA256 under NORMGATE_JOURNAL_KEY_FILE's key: journal_seal.py)."""
+    return journal_seal.body(line) is not None
 
 
 def main(argv):
@@ -52,6 +53,18 @@ def main(argv):
         print(f"journal_summary: cannot read journal {path!r}: {e}", file=sys.stderr)
         return 2
     fmt = head.get("normgate_journal") if isinstance(head, dict) else None
+    try:
+        key = journal_seal.journal_key()
+    except journal_seal.KeyError_ as e:
+        print(f"journal_summary: {e}", file=sys.stderr)
+        return 2
+    seal = journal_seal.SEAL.search(lines[0])
+    if fmt == 2 and seal and (seal.group(1) == "hmac_sha256") != bool(key):
+        print(f"journal_summary: {path!r}: its lines are sealed " +
+              ("with a journal key: set NORMGATE_JOURNAL_KEY_FILE to the key's file" if not key else
+               f"with a plain SHA-256, and {journal_seal.ENV} is set: only keyed lines are trusted then"),
+              file=sys.stderr)
+        return 2
     if fmt not in (1, 2) or (fmt == 2 and not signed(lines[0])):
         print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
         return 2

@@ -14,11 +14,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -29,10 +32,19 @@ namespace {
 
 constexpr const char* kOutNames[4] = {"y", "rstd", "dx", "dw"};
 
-// The digest member journal_line appends: ,"sha256":"<64 hex>"}
+// The digest member journal_line appends: ,"sha256":"<64 hex>"}, or with a
+// journal key ,"hmac_sha256":"<64 hex>"}.
 constexpr std::string_view kDigestOpen = ",\"sha256\":\"";
+constexpr std::string_view kHmacOpen = ",\"hmac_sha256\":\"";
 constexpr size_t kDigestLen = 64;
 constexpr size_t kDigestTail = kDigestOpen.size() + kDigestLen + 2;  // + "}
+constexpr size_t kHmacTail = kHmacOpen.size() + kDigestLen + 2;
+
+// The process's journal key (set_journal_key, or NORMGATE_JOURNAL_KEY_FILE
+// read on first use).
+std::mutex g_key_mutex;
+bool g_key_known = false;
+std::string g_key;
 
 // What a blank line holds: nothing else than these.
 constexpr const char* kBlank = " \t\r\n";
@@ -299,37 +311,105 @@ Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& ne
   return !kept.contains("dx") && next.contains("dx") ? Duplicate::replace : Duplicate::keep;
 }
 
+std::string load_journal_key(const std::string& path) {
+  const std::string where = "journal key file '" + core::escape_controls(path) + "'";
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::invalid_argument(where + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument(where + ": not a regular file");
+  if (st.st_mode & (S_IROTH | S_IWOTH))
+    throw std::invalid_argument(where + ": readable or writable by every user (mode " +
+                                std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                                std::to_string(st.st_mode & 7) + "): a key others can read seals nothing; chmod o-rw it");
+  std::ifstream f(path, std::ios::binary);
+  std::string key((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f.good() && !f.eof()) throw std::invalid_argument(where + ": could not be read");
+  if (key.size() > 4096) throw std::invalid_argument(where + ": " + std::to_string(key.size()) + " bytes; a key has at most 4096");
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  if (key.size() < kJournalKeyMinBytes)
+    throw std::invalid_argument(where + ": " + std::to_string(key.size()) + " bytes (line ends not counted); a journal key needs at least " +
+                                std::to_string(kJournalKeyMinBytes) + " (e.g. openssl rand -hex 32 > FILE; chmod 600 FILE)");
+  return key;
+}
+
+void set_journal_key(std::string key) {
+  if (!key.empty() && key.size() < kJournalKeyMinBytes)
+    throw std::invalid_argument("set_journal_key: " + std::to_string(key.size()) + " bytes; a journal key needs at least " +
+                                std::to_string(kJournalKeyMinBytes));
+  const std::lock_guard<std::mutex> lock(g_key_mutex);
+  g_key = std::move(key);
+  g_key_known = true;
+}
+
+std::string journal_key() {
+  const std::lock_guard<std::mutex> lock(g_key_mutex);
+  if (!g_key_known) {
+    const char* path = std::getenv(kJournalKeyEnv);
+    if (path && *path) {
+      try {
+        g_key = load_journal_key(path);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(kJournalKeyEnv) + ": " + e.what());
+      }
+    }
+    g_key_known = true;
+  }
+  return g_key;
+}
+
 std::string journal_line(const nlohmann::json& o) {
   if (!o.is_object() || o.empty()) throw std::invalid_argument("journal_line: not a JSON object with members");
   std::string s = o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const std::string digest = seeds::sha256_hex(s.data(), s.size());
+  const std::string key = journal_key();
+  const std::string digest = key.empty() ? seeds::sha256_hex(s.data(), s.size())
+                                         : seeds::hmac_sha256_hex(key, s.data(), s.size());
   s.pop_back();  // the closing brace
-  s.append(kDigestOpen).append(digest).append("\"}");
+  s.append(key.empty() ? kDigestOpen : kHmacOpen).append(digest).append("\"}");
   return s;
 }
 
 // Whether `line` ends as a whole journal line does: in its digest member
-// ,"sha256":"<64 hex>"} (no record holds another "sha256" key, so a write
-// cut short never ends so).
-static bool digest_shaped(std::string_view line) {
+// ,"sha256":"<64 hex>"} or ,"hmac_sha256":"<64 hex>"} (no record holds
+// another such key, so a write cut short never ends so). Returns the
+// member's length with its digest and the closing brace, 0 when neither.
+static size_t digest_tail(std::string_view line) {
   auto is_hex = [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); };
-  bool shaped = line.size() > kDigestTail + 1 &&
-                line.substr(line.size() - kDigestTail, kDigestOpen.size()) == kDigestOpen &&
-                line.substr(line.size() - 2) == "\"}";
-  for (size_t i = shaped ? line.size() - kDigestLen - 2 : 0; shaped && i < line.size() - 2; ++i)
-    shaped = is_hex(line[i]);
-  return shaped;
+  for (const auto& [open, tail] : {std::pair{kHmacOpen, kHmacTail}, std::pair{kDigestOpen, kDigestTail}}) {
+    bool shaped = line.size() > tail + 1 && line.substr(line.size() - tail, open.size()) == open &&
+                  line.substr(line.size() - 2) == "\"}";
+    for (size_t i = shaped ? line.size() - kDigestLen - 2 : 0; shaped && i < line.size() - 2; ++i)
+      shaped = is_hex(line[i]);
+    if (shaped) return tail;
+  }
+  return 0;
 }
+static bool digest_shaped(std::string_view line) { return digest_tail(line) != 0; }
 
 nlohmann::json parse_journal_line(std::string_view line) {
-  if (!digest_shaped(line))
-    throw std::invalid_argument("the line does not end in its SHA-256 digest member (,\"sha256\":\"<64 hex>\"})");
+  const size_t tail = digest_tail(line);
+  if (tail == 0)
+    throw std::invalid_argument("the line does not end in its digest member (,\"sha256\":\"<64 hex>\"} or "
+                                ",\"hmac_sha256\":\"<64 hex>\"})");
+  const bool keyed = tail == kHmacTail;
   const std::string_view digest = line.substr(line.size() - kDigestLen - 2, kDigestLen);
-  std::string body(line.substr(0, line.size() - kDigestTail));
+  std::string body(line.substr(0, line.size() - tail));
   body.push_back('}');
-  if (seeds::sha256_hex(body.data(), body.size()) != digest)
-    throw std::invalid_argument("the line's SHA-256 digest does not match its content (it was changed after normgate "
-                                "wrote it)");
+  const std::string key = journal_key();
+  if (keyed && key.empty())
+    throw std::invalid_argument(std::string("the line is sealed with a journal key (hmac_sha256); set ") +
+                                kJournalKeyEnv + " to the file of the key it was written with");
+  if (!keyed && !key.empty())
+    throw std::invalid_argument(std::string("the line is sealed with a plain SHA-256, which anyone can recompute, "
+                                            "not with the journal key (") +
+                                kJournalKeyEnv +
+                                " is set): a journal written without the key, or a line rewritten; run it again "
+                                "with the key");
+  if (keyed ? seeds::hmac_sha256_hex(key, body.data(), body.size()) != digest
+            : seeds::sha256_hex(body.data(), body.size()) != digest)
+    throw std::invalid_argument(keyed ? "the line's HMAC-SHA256 does not match its content under this key (it was "
+                                        "changed after normgate wrote it, or written with another key)"
+                                      : "the line's SHA-256 digest does not match its content (it was changed after "
+                                        "normgate wrote it)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
@@ -386,6 +466,8 @@ nlohmann::json journal_campaign(const std::string& path) {
   try {
     h = parse_journal_line(line);
   } catch (const std::invalid_argument& e) {
+    if (std::string_view(e.what()).find(kJournalKeyEnv) != std::string_view::npos)
+      throw std::invalid_argument("journal " + path + " line 1: " + e.what());  // sealed otherwise than the key says
     throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
                                 e.what());
   }
@@ -398,6 +480,7 @@ nlohmann::json journal_campaign(const std::string& path) {
 
 Journal Journal::load(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check,
                       bool read_only) {
+  (void)journal_key();  // a refused key file: an error before the journal file is made
   Journal jr;
   jr.path_ = path;
   jr.read_only_ = read_only;
@@ -471,7 +554,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (digest_shaped(whole) && !is_line(whole) && whole.find('\0') == std::string_view::npos)
       throw std::invalid_argument("journal " + path + " line " +
                                   std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
-                                  ": a whole line whose SHA-256 digest does not match its content, followed by " +
+                                  ": a whole line whose digest does not match its content, followed by " +
                                   std::to_string(tail.size() - p - 2) +
                                   " bytes where its newline belongs (the file was changed after normgate wrote it)" +
                                   (read_only ? "; run that shard again into a new journal file"

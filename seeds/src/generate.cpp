@@ -3,6 +3,7 @@
 
 #include <omp.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <bit>
 #include <climits>
@@ -196,6 +197,24 @@ std::string sha256_hex(const void* data, size_t n) {
   MdCtx ctx = sha256_begin();
   sha256_update(ctx.get(), data, n);
   return sha256_end(ctx.get());
+}
+
+std::string hmac_sha256_hex(std::string_view key, const void* data, size_t n) {
+  if (key.empty() || key.size() > INT_MAX) throw std::invalid_argument("hmac_sha256_hex: an empty or oversized key");
+  static const unsigned char kNothing = 0;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+            n ? static_cast<const unsigned char*>(data) : &kNothing, n, md, &len) ||
+      len != 32)
+    throw std::runtime_error("hmac_sha256: OpenSSL HMAC failed");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s(64, '0');
+  for (unsigned i = 0; i < 32; ++i) {
+    s[2 * i] = kHex[md[i] >> 4];
+    s[2 * i + 1] = kHex[md[i] & 15];
+  }
+  return s;
 }
 
 InputDigests digest(const HostInputs& in) {

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -108,6 +109,59 @@ TEST(ShardCli, MergedShardsWriteTheUnshardedReports) {
         << r.out;
     EXPECT_EQ(slurp(dir + "/t3.jsonl"), torn);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Shards written under a journal key (NORMGATE_JOURNAL_KEY_FILE) merge under
+// it into the unkeyed run's report; a shard line made to pass and sealed
+// again with a plain SHA-256 (what a forger without the key can do) is
+// refused naming the file and line; without the key, or with a key file
+// the gate refuses, the merge exits 2 before any work.
+TEST(ShardCli, KeyedShardsCannotBeForged) {
+  const std::string dir = temp_dir("keyed");
+  const std::string key = dir + "/key";
+  std::ofstream(key) << "0123456789abcdef0123456789abcdef0123456789abcdef\n";
+  std::filesystem::permissions(key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const std::string env = "NORMGATE_JOURNAL_KEY_FILE=" + key;
+  auto r = cli("gate " + kSmall + kFast + " --quiet --report-json " + dir + "/full.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (int k = 1; k <= 2; ++k)
+    ASSERT_EQ(normgate::test::run_normgate_with(env, "gate " + kSmall + kFast + " --quiet --shard " +
+                                                        std::to_string(k) + "/2 --journal " + dir + "/s" +
+                                                        std::to_string(k) + ".jsonl").code,
+              0);
+  EXPECT_TRUE(contains(slurp(dir + "/s1.jsonl"), "\"hmac_sha256\":\""));
+  EXPECT_FALSE(contains(slurp(dir + "/s1.jsonl"), "\"sha256\":\""));
+  const std::string merge = "gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s2.jsonl";
+  r = normgate::test::run_normgate_with(env, merge + " --journal " + dir + "/m.jsonl --report-json " + dir + "/m.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(without_dates(slurp(dir + "/m.json")), without_dates(slurp(dir + "/full.json")));
+  // Without the key: refused before any work, saying what to set.
+  r = cli(merge + " --journal " + dir + "/n.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "sealed with a journal key") && contains(r.out, "NORMGATE_JOURNAL_KEY_FILE")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/n.jsonl"));
+  // Line 2 of shard 1 re-sealed with a plain SHA-256 (python3's hashlib, as a forger would).
+  const std::string py = "import hashlib,sys\n"
+                         "L=open(sys.argv[1]).read().split('\\n')\n"
+                         "b=L[1][:L[1].rindex(',\"hmac_sha256\"')]+'}'\n"
+                         "L[1]=b[:-1]+',\"sha256\":\"'+hashlib.sha256(b.encode()).hexdigest()+'\"}'\n"
+                         "open(sys.argv[2],'w').write('\\n'.join(L))\n";
+  std::ofstream(dir + "/forge.py") << py;
+  ASSERT_EQ(std::system(("python3 " + dir + "/forge.py " + dir + "/s1.jsonl " + dir + "/f1.jsonl").c_str()), 0);
+  r = normgate::test::run_normgate_with(env, "gate " + kSmall + kFast + " --quiet --merge " + dir + "/f1.jsonl " + dir +
+                                                 "/s2.jsonl --journal " + dir + "/f.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, dir + "/f1.jsonl") && contains(r.out, "line 2") &&
+              contains(r.out, "plain SHA-256, which anyone can recompute"))
+      << r.out;
+  // A key file open to every user: exit 2 naming the variable, no journal.
+  std::filesystem::permissions(key, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  r = normgate::test::run_normgate_with(env, "gate " + kSmall + kFast + " --quiet --shard 1/2 --journal " + dir +
+                                                 "/o.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "NORMGATE_JOURNAL_KEY_FILE") && contains(r.out, "chmod o-rw")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/o.jsonl"));
   std::filesystem::remove_all(dir);
 }
 

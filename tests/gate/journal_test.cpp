@@ -142,6 +142,94 @@ TEST(JournalDigest, EveryBitFlipIsAnErrorNamingTheLine) {
   std::filesystem::remove_all(dir);
 }
 
+// A journal key turns each line's SHA-256 into an HMAC-SHA256 under the key:
+// a line rewritten with a recomputed plain digest (what anyone can do) is
+// refused while the key is set, a keyed journal needs its key, and another
+// key is refused; without a key the plain journal reads as before.
+TEST(JournalKey, KeyedLinesCannotBeReSealedWithoutTheKey) {
+  struct KeyReset {
+    ~KeyReset() { set_journal_key(""); }
+  } reset;
+  const std::string dir = temp_dir("key");
+  const std::string path = dir + "/j.jsonl";
+  const std::string key(64, 'k');
+  set_journal_key(key);
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
+    j.append(record(kCase4, "bwd_det_chunked", 0.5));
+  }
+  const std::string text = slurp(path);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);
+  EXPECT_FALSE(contains(text, "\"sha256\""));
+  ASSERT_EQ(dumps(Journal::read(path, kCampaign).resumed()).size(), 2u);
+
+  // The failing record made to pass and sealed again as an unkeyed line is.
+  std::vector<std::string> lines;
+  for (std::istringstream in(text); lines.emplace_back(), std::getline(in, lines.back());) {
+  }
+  lines.pop_back();
+  ASSERT_EQ(lines.size(), 3u);
+  nlohmann::json forged = parse_journal_line(lines[1]);
+  forged["results"][0]["dw"][0] = 0.5;
+  forged["results"][0]["dw"][2] = 0;
+  forged["results"][0]["dw"][4] = true;
+  set_journal_key("");
+  const std::string plain_line = journal_line(forged);  // what a forger without the key can write
+  put(path, lines[0] + "\n" + plain_line + "\n" + lines[2] + "\n");
+  set_journal_key(key);
+  std::string e = error_of([&] { (void)Journal::read(path, kCampaign); });
+  EXPECT_TRUE(contains(e, path) && contains(e, "line 2")) << e;
+  EXPECT_TRUE(contains(e, "plain SHA-256, which anyone can recompute")) << e;
+  // The same edit under a guessed key: refused as changed.
+  set_journal_key(std::string(64, 'g'));
+  const std::string guessed = journal_line(forged);
+  set_journal_key(key);
+  put(path, lines[0] + "\n" + guessed + "\n" + lines[2] + "\n");
+  e = error_of([&] { (void)Journal::read(path, kCampaign); });
+  EXPECT_TRUE(contains(e, "line 2") && contains(e, "HMAC-SHA256 does not match")) << e;
+  // Untouched, it reads; without the key it cannot be checked.
+  put(path, text);
+  EXPECT_EQ(Journal::read(path, kCampaign).resumed().size(), 2u);
+  set_journal_key("");
+  e = error_of([&] { (void)Journal::read(path, kCampaign); });
+  EXPECT_TRUE(contains(e, "line 1") && contains(e, std::string("set ") + kJournalKeyEnv)) << e;
+  // A plain journal reads without a key, and not with one.
+  const std::string plain = dir + "/p.jsonl";
+  {
+    Journal j = Journal::open(plain, kCampaign);
+    j.append(record(kCase5, "ctl_fp32_seq", 39.0625));
+  }
+  EXPECT_EQ(Journal::read(plain, kCampaign).resumed().size(), 1u);
+  set_journal_key(key);
+  e = error_of([&] { (void)Journal::read(plain, kCampaign); });
+  EXPECT_TRUE(contains(e, "line 1") && contains(e, "not with the journal key")) << e;
+  EXPECT_THROW(set_journal_key("short"), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
+// The key file: trailing newlines not counted, at least 32 bytes, not open
+// to every user, a regular file; each refusal names the file.
+TEST(JournalKey, KeyFileChecks) {
+  const std::string dir = temp_dir("keyfile");
+  const std::string f = dir + "/key";
+  put(f, std::string(64, 'a') + "\n");
+  std::filesystem::permissions(f, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(load_journal_key(f), std::string(64, 'a'));
+  std::filesystem::permissions(f, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  std::string e = error_of([&] { (void)load_journal_key(f); });
+  EXPECT_TRUE(contains(e, f) && contains(e, "mode 604") && contains(e, "chmod o-rw")) << e;
+  put(f, std::string(31, 'a') + "\r\n");
+  std::filesystem::permissions(f, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  e = error_of([&] { (void)load_journal_key(f); });
+  EXPECT_TRUE(contains(e, f) && contains(e, "31 bytes") && contains(e, "at least 32")) << e;
+  e = error_of([&] { (void)load_journal_key(dir + "/none"); });
+  EXPECT_TRUE(contains(e, dir + "/none") && contains(e, "No such file")) << e;
+  e = error_of([&] { (void)load_journal_key(dir); });
+  EXPECT_TRUE(contains(e, "not a regular file")) << e;
+  std::filesystem::remove_all(dir);
+}
+
 // Two records of one (case, implementation) that disagree stop the resume,
 // naming both lines; identical results (a rerun: only the wall time
 // differs) are accepted.
@@ -257,7 +345,7 @@ TEST(JournalDigest, CompleteLastLineKeptForeignFileLeftAlone) {
     for (const char extra : {' ', '\r', '\0'}) {
       put(path, changed + std::string(1, extra));
       const std::string e3 = error_of([&] { (void)Journal::open(path, kCampaign); });
-      EXPECT_TRUE(contains(e3, "line 3: a whole line whose SHA-256 digest does not match its content, followed by 1 "
+      EXPECT_TRUE(contains(e3, "line 3: a whole line whose digest does not match its content, followed by 1 "
                                "bytes"))
           << static_cast<int>(extra) << ": " << e3;
       EXPECT_EQ(slurp(path), changed + std::string(1, extra));

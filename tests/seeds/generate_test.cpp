@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "normgate/core/bf16.h"
@@ -20,6 +21,20 @@ TEST(Generate, Sha256KnownAnswers) {
   EXPECT_EQ(sha256_hex(nullptr, 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   const std::string m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
   EXPECT_EQ(sha256_hex(m.data(), m.size()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+// RFC 4231, test cases 1, 2 and 6 (a key longer than the block, hashed first).
+TEST(Generate, HmacSha256KnownAnswers) {
+  const std::string k1(20, '\x0b');
+  EXPECT_EQ(hmac_sha256_hex(k1, "Hi There", 8), "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  const std::string m2 = "what do ya want for nothing?";
+  EXPECT_EQ(hmac_sha256_hex("Jefe", m2.data(), m2.size()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  const std::string k6(131, '\xaa');
+  const std::string m6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  EXPECT_EQ(hmac_sha256_hex(k6, m6.data(), m6.size()),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_THROW((void)hmac_sha256_hex("", "x", 1), std::invalid_argument);
 }
 
 // PINNED GENERATOR DIGESTS. These SHA-256 values ("all" digest: x, dy, w[, u,

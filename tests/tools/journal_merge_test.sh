@@ -185,4 +185,28 @@ rc=$?
 [ $rc -eq 2 ] || fail "--retry-errors with --merge: exit $rc, expected 2"
 grep -qE -- "--(merge excludes --retry-errors|retry-errors excludes --merge)" "$d/m11.log" || fail "--retry-errors with --merge: $(cat "$d/m11.log")"
 [ ! -e "$d/m11.jsonl" ] || fail "--retry-errors with --merge wrote a journal"
-echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried"
+# 10. Journals under a journal key (NORMGATE_JOURNAL_KEY_FILE): merged under
+# the key (lines kept verbatim), the gate resumes the result under it; a
+# keyed line re-sealed with a plain SHA-256 is refused naming FILE:LINE, and
+# keyed journals without the key are exit 2 naming the variable.
+printf '%s\n' 0123456789abcdef0123456789abcdef0123456789abcdef >"$d/key"; chmod 600 "$d/key"
+K=(env NORMGATE_JOURNAL_KEY_FILE="$d/key")
+"${K[@]}" "$bin" gate "$table" "${opts[@]}" --windows "$A" --journal "$d/ka.jsonl" >"$d/ka.log" 2>&1 || fail "keyed gate $A: $(tail -3 "$d/ka.log")"
+"${K[@]}" "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/kb.jsonl" >"$d/kb.log" 2>&1 || fail "keyed gate $B: $(tail -3 "$d/kb.log")"
+grep -q '"hmac_sha256":"' "$d/ka.jsonl" || fail "a keyed journal without hmac_sha256 lines"
+"${K[@]}" python3 "$merge" "$d/km.jsonl" "$d/ka.jsonl" "$d/kb.jsonl" >"$d/km.log" 2>&1 || fail "keyed merge: $(cat "$d/km.log")"
+"${K[@]}" "$bin" gate "$table" "${opts[@]}" --windows "w=bf16|fp32" --journal "$d/km.jsonl" >"$d/kmg.log" 2>&1 \
+  || fail "keyed resume of the merge: $(tail -3 "$d/kmg.log")"
+grep -q " 0 run now" "$d/kmg.log" || fail "keyed resume ran cases: $(grep journal "$d/kmg.log")"
+python3 "$merge" "$d/kn.jsonl" "$d/ka.jsonl" >"$d/kn.log" 2>&1
+[ $? -eq 2 ] && [ ! -e "$d/kn.jsonl" ] || fail "keyed journal merged without the key: $(cat "$d/kn.log")"
+python3 - "$d/ka.jsonl" "$d/kf.jsonl" <<'PY'
+import hashlib, sys
+lines = open(sys.argv[1]).read().split("\n")
+b = lines[1][:lines[1].rindex(',"hmac_sha256"')] + "}"
+lines[1] = b[:-1] + ',"sha256":"' + hashlib.sha256(b.encode()).hexdigest() + '"}'
+open(sys.argv[2], "w").write("\n".join(lines))
+PY
+"${K[@]}" python3 "$merge" "$d/kfm.jsonl" "$d/kf.jsonl" >"$d/kf.log" 2>&1
+[ $? -eq 2 ] && grep -q "kf.jsonl:2" "$d/kf.log" && [ ! -e "$d/kfm.jsonl" ] || fail "a re-sealed plain line was merged: $(cat "$d/kf.log")"
+echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried; keyed journals"

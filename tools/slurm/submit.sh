@@ -17,6 +17,9 @@
 #                             split at blanks: a value with spaces goes after -- on the command line
 #   NORMGATE_SBATCH_SHARD_ARGS  more for the shards (e.g. "--gres=gpu:1 --cpus-per-task=16")
 #   NORMGATE_SBATCH_MERGE_ARGS  more for the merge (its refinement runs cases too)
+#   NORMGATE_JOURNAL_KEY_FILE a secret key file every job seals its journal lines with (HMAC-SHA256), so the
+#                             merge refuses a shard line rewritten by anyone without the key (docs/schemas.md,
+#                             "Journal keys"); passed on as sbatch passes the environment
 #   NORMGATE_ARRAY            the array indices to submit (default 1-N; e.g. "2" reruns shard 2, resuming its
 #                             journal; indices and ranges in 1..N, comma-separated, an optional %LIMIT)
 # The jobs run in the folder submit.sh was called from (relative paths in the

@@ -16,6 +16,15 @@
 // changed number. Two records of the same (case, implementation) must agree
 // (below). A format-1 journal (no digests) is refused: it cannot be checked.
 //
+// A plain SHA-256 shows a change made without normgate (a hand edit, a
+// flipped bit, a truncation), not a forgery: anyone can recompute it. With a
+// journal key (NORMGATE_JOURNAL_KEY_FILE, or set_journal_key) every line is
+// sealed with HMAC-SHA256 under the key instead (member "hmac_sha256"), and
+// reading a journal then accepts only lines sealed with that key: shard
+// journals that travel between machines cannot be rewritten, nor a plain
+// line slipped in, by anyone without the key (docs/schemas.md, "Journal
+// keys").
+//
 // Every record is appended as one line (write(), looping over partial
 // writes) and fsync()ed before the next case starts, so after a crash, kill
 // -9 or power loss the file holds every finished case and at most one torn
@@ -31,6 +40,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -147,18 +157,45 @@ nlohmann::json record_result(const CaseRecord& r, size_t i);
 enum class Duplicate { keep, replace, contradict };
 Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next);
 
+/// The environment variable naming the journal key file.
+inline constexpr const char* kJournalKeyEnv = "NORMGATE_JOURNAL_KEY_FILE";
+/// The shortest journal key accepted, in bytes (256 bits of hex text is 64).
+inline constexpr size_t kJournalKeyMinBytes = 32;
+
+/// Read a journal key file: its bytes without trailing newlines (so
+/// `openssl rand -hex 32 > FILE` works). Throws std::invalid_argument naming
+/// the file when it is missing, not a regular file, readable or writable by
+/// every user (o+r or o+w: chmod o-rw), over 4096 bytes, or under
+/// kJournalKeyMinBytes.
+std::string load_journal_key(const std::string& path);
+
+/// Set this process's journal key (empty: none, plain SHA-256 lines), in
+/// place of NORMGATE_JOURNAL_KEY_FILE. Throws std::invalid_argument for a
+/// key of 1 to kJournalKeyMinBytes - 1 bytes.
+void set_journal_key(std::string key);
+
+/// This process's journal key: set_journal_key's, else on first use the
+/// file NORMGATE_JOURNAL_KEY_FILE names (load_journal_key; unset or empty:
+/// no key). Throws std::invalid_argument naming the variable when its file
+/// is refused. Thread-safe.
+std::string journal_key();
+
 /// The line the journal writes for JSON object `o` (no newline): o.dump()
 /// (UTF-8, invalid UTF-8 replaced by U+FFFD) with the member
 /// "sha256":"<SHA-256 of those bytes, lowercase hex>" appended before its
-/// closing brace. Throws std::invalid_argument when o is not an object with
-/// at least one member; std::runtime_error when OpenSSL fails.
+/// closing brace; with a journal key (journal_key()) the member
+/// "hmac_sha256":"<HMAC-SHA256 of those bytes under the key>" instead.
+/// Throws std::invalid_argument when o is not an object with at least one
+/// member or the key file is refused; std::runtime_error when OpenSSL fails.
 std::string journal_line(const nlohmann::json& o);
 
 /// The inverse of journal_line: check that `line` (no newline) ends in the
-/// digest member, that the digest equals the SHA-256 of the line without it,
-/// and parse those bytes. Returns the object without "sha256". Throws
-/// std::invalid_argument saying which check failed (no digest member, digest
-/// mismatch, not a JSON object).
+/// digest member, that the digest equals the SHA-256 of the line without it
+/// (with a journal key: that the member is "hmac_sha256" and equals the
+/// HMAC-SHA256 under the key), and parse those bytes. Returns the object
+/// without the member. Throws std::invalid_argument saying which check
+/// failed (no digest member, a keyed line without a key, a plain line with
+/// one, digest mismatch, not a JSON object).
 nlohmann::json parse_journal_line(std::string_view line);
 
 /// A check of one resumed record against what the caller knows (run_gate:

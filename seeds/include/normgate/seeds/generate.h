@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "normgate/core/types.h"
@@ -82,5 +83,11 @@ InputDigests digest(const HostInputs& in);
 /// FIPS 180-4); data may be null when n == 0. Throws std::runtime_error if
 /// OpenSSL fails.
 std::string sha256_hex(const void* data, size_t n);
+
+/// HMAC-SHA256 (RFC 2104, FIPS 198-1; lowercase hex, 64 characters) of n
+/// bytes at data under `key` (any length, at least one byte; OpenSSL HMAC).
+/// Test vectors: RFC 4231. Throws std::invalid_argument for an empty key,
+/// std::runtime_error if OpenSSL fails.
+std::string hmac_sha256_hex(std::string_view key, const void* data, size_t n);
 
 }  // namespace normgate::seeds
