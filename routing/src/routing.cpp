@@ -705,6 +705,28 @@ std::string validate_approval(const Approval& a) {
         return "fresh_factor " + std::to_string(a.fresh_factor) + " outside 0.." + std::to_string(kBig);
       if (!a.fresh_seeds.empty())
         if (const auto p = seed_set_problem(a.fresh_seeds); !p.empty()) return "fresh_seeds: " + p;
+      // The strength fields agree with one another as a gate writes them:
+      // its grid ran the whole seed set at every T point, and its fresh
+      // seeds (one family) follow the set's last seed, fresh_factor times as
+      // many as a family has. A record edited to claim a larger set, and
+      // sealed again, must change these too.
+      const seeds::SeedSet set = seeds::parse_seed_set(a.seed_set);
+      const uint64_t grid = static_cast<uint64_t>(a.t_points.size()) * set.size();
+      if (static_cast<uint64_t>(a.cases) < grid)
+        return "cases " + std::to_string(a.cases) + " below the grid of seed_set " + a.seed_set + " at the " +
+               std::to_string(a.t_points.size()) + " t_points (" + std::to_string(grid) + " cases)";
+      if (a.fresh_factor == 0 && !a.fresh_seeds.empty())
+        return "fresh_seeds '" + a.fresh_seeds + "' with fresh_factor 0";
+      if (a.fresh_factor > 0 && !a.fresh_seeds.empty()) {
+        const seeds::SeedSet fresh = seeds::parse_seed_set(a.fresh_seeds);
+        const uint64_t per_family = set.last - set.first + 1;
+        const uint64_t want = per_family * static_cast<uint64_t>(a.fresh_factor);
+        if (fresh.points().size() != 1 || set.last == std::numeric_limits<uint64_t>::max() ||
+            fresh.first != set.last + 1 || fresh.last - fresh.first + 1 != want)
+          return "fresh_seeds '" + a.fresh_seeds + "' do not follow seed_set " + a.seed_set + " at fresh_factor " +
+                 std::to_string(a.fresh_factor) + " (one family, seeds " + std::to_string(set.last + 1) + ".." +
+                 std::to_string(set.last + want) + ")";
+      }
       if (a.oracle != "auto" && a.oracle != "fp64" && a.oracle != "mpfr")
         return "oracle '" + a.oracle + "' (expected auto, fp64 or mpfr)";
       // inf: FP32 eager's dw error was 0 and the variant's not; nan: no FP32 baseline.

@@ -156,6 +156,20 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.fresh_factor = -2; }, "fresh_factor -2"},
       {0, [](Approval& a) { a.fresh_seeds = "cancel:47..16"; }, "fresh_seeds: "},
       {0, [](Approval& a) { a.oracle = "fp16"; }, "oracle 'fp16'"},
+      // The strength fields agree as a gate writes them (a record sealed again
+      // after claiming a larger seed set must change these too).
+      {0, [](Approval& a) { a.cases = 191; }, "cases 191 below the grid of seed_set 3x16 at the 4 t_points (192 cases)"},
+      {0, [](Approval& a) { a.seed_set = "3x120"; }, "cases 400 below the grid of seed_set 3x120 at the 4 t_points (1440"},
+      {0,
+       [](Approval& a) {
+         a.seed_set = "3x120";
+         a.cases = 5000;
+       },
+       "fresh_seeds 'cancel:16..47' do not follow seed_set 3x120 at fresh_factor 2 (one family, seeds 120..359)"},
+      {0, [](Approval& a) { a.fresh_factor = 1; }, "do not follow seed_set 3x16 at fresh_factor 1 (one family, seeds 16..31)"},
+      {0, [](Approval& a) { a.fresh_factor = 0; }, "fresh_seeds 'cancel:16..47' with fresh_factor 0"},
+      {0, [](Approval& a) { a.fresh_seeds = "3x32..47"; }, "fresh_seeds"},
+      {0, [](Approval& a) { a.fresh_seeds = "sweep=16..47"; }, "do not follow seed_set 3x16"},
       {0, [&](Approval& a) { a.dw_vs_fp32_worst = -inf; }, "dw_vs_fp32_worst -inf"},
       {0, [](Approval& a) { a.dw_vs_fp32_worst = -0.5; }, "dw_vs_fp32_worst -0.5"},
   };

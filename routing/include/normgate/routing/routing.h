@@ -108,6 +108,10 @@
 //     dense_seeds "worst" | "all", fresh_seeds "" or a canonical seed set,
 //     oracle "auto" | "fp64" | "mpfr", dw_vs_fp32_worst (bwd only, required)
 //     >= 0, "inf" (FP32 eager's dw error was 0) or "nan" (no FP32 baseline);
+//     and they agree as a gate writes them: cases >= t_points x the seed
+//     set's (family point, seed) pairs (the grid), fresh_seeds empty when
+//     fresh_factor is 0, else one family at seeds last+1 .. last +
+//     fresh_factor x (seeds a family) of seed_set;
 //   - carried (a carry's chain) and vouched (an approval by equivalence) as
 //     their struct comments below say, when present;
 //   - no field but those above, and record_sha256: SHA-256 of the record's
