@@ -343,8 +343,10 @@ std::string format_gate_markdown(const GateResult& r) {
     if (!by_var.empty()) {
       o << "\n## Conditioning headroom\n\n"
         << "The highest cancel kappa (of " << kappa_levels_text()
-        << ") at which the variant passes every cancel case of that level and of every level below: per variant "
-           "the lowest over its windows (\"" << format_headroom(0) << "\": it fails at the lowest level run).\n\n"
+        << ") at which the variant passes every cancel case of that level and of every lower level run (a level "
+           "not run counts for nothing: a seed set without the kappa sweep, such as 3xN, runs cancel at 1e8 "
+           "only): per variant the lowest over its windows (\"" << format_headroom(0)
+        << "\": it fails at the lowest level run).\n\n"
         << "| variant | windows | kappa headroom | lowest at |\n| --- | --- | --- | --- |\n";
       for (const auto& [v, ws] : by_var) {
         const WindowResult* low = ws.front();
