@@ -50,10 +50,8 @@ void sha256_update(EVP_MD_CTX* ctx, const void* data, size_t n) {
   if (n != 0 && EVP_DigestUpdate(ctx, data, n) != 1) throw std::runtime_error("sha256: OpenSSL EVP_DigestUpdate failed");
 }
 
-std::string sha256_end(EVP_MD_CTX* ctx) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32) throw std::runtime_error("sha256: OpenSSL EVP_DigestFinal_ex failed");
+// 32 bytes as 64 lowercase hex digits.
+std::string hex32(const unsigned char* md) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s(64, '0');
   for (unsigned i = 0; i < 32; ++i) {
@@ -61,6 +59,13 @@ std::string sha256_end(EVP_MD_CTX* ctx) {
     s[2 * i + 1] = kHex[md[i] & 15];
   }
   return s;
+}
+
+std::string sha256_end(EVP_MD_CTX* ctx) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32) throw std::runtime_error("sha256: OpenSSL EVP_DigestFinal_ex failed");
+  return hex32(md);
 }
 
 template <class T>
@@ -208,13 +213,7 @@ std::string hmac_sha256_hex(std::string_view key, const void* data, size_t n) {
             n ? static_cast<const unsigned char*>(data) : &kNothing, n, md, &len) ||
       len != 32)
     throw std::runtime_error("hmac_sha256: OpenSSL HMAC failed");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(64, '0');
-  for (unsigned i = 0; i < 32; ++i) {
-    s[2 * i] = kHex[md[i] >> 4];
-    s[2 * i + 1] = kHex[md[i] & 15];
-  }
-  return s;
+  return hex32(md);
 }
 
 InputDigests digest(const HostInputs& in) {
