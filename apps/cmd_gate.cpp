@@ -210,7 +210,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (o->g.table_path.empty()) {
         const auto& m = o->g.merge_paths;
         throw std::invalid_argument("table is required" +
-                                    (m.empty() ? std::string()
+                                    (m.empty() ? std::string(": normgate gate TABLE [options], e.g. routes/sm90a.toml "
+                                                             "(normgate gate --help)")
                                                : ": --merge took '" + m.back() + "' as a shard journal; " +
                                                      merge_spelling));
       }
@@ -318,8 +319,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
         if (tty) draw_progress(p);
         if (p.done == p.total)
-          std::printf("phase    %-5s %lld cases done (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
-                      static_cast<long long>(p.total), static_cast<long long>(p.run_now), p.seconds);
+          std::printf("phase    %-5s %lld case%s done (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
+                      static_cast<long long>(p.total), p.total == 1 ? "" : "s", static_cast<long long>(p.run_now),
+                      p.seconds);
         std::fflush(stdout);
       };
       // A report to "-" takes stdout; from here on the rest goes to stderr.

@@ -52,7 +52,8 @@ TEST(ShardCli, BadShardValuesExit2NamingThem) {
   EXPECT_TRUE(contains(r.out, "table is required: --merge took '" + kSmall + "'")) << r.out;
   r = cli("gate" + kFast);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "table is required")) << r.out;
+  EXPECT_TRUE(contains(r.out, "table is required: normgate gate TABLE [options]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(normgate gate --help)")) << r.out;
   std::filesystem::remove_all(dir);
 }
 
