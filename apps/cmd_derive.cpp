@@ -19,6 +19,7 @@
 
 #include "normgate/bench/candidates.h"
 #include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
 #include "normgate/kernels/device.h"
 #include "normgate/oracle/reference.h"
 #include "normgate/routing/derive.h"
@@ -255,7 +256,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
                                         {"--report (PREFIX.md)", o->report + ".md"},
                                         {"--report (PREFIX.json)", o->report + ".json"}};
         if (o->timings.empty()) outputs.push_back({"--report (PREFIX.timings.json)", o->report + ".timings.json"});
-        if (!o->g.journal_path.empty()) outputs.push_back({"--journal (PREFIX.*.jsonl)", o->g.journal_path + ".jsonl"});
+        if (!o->g.journal_path.empty()) {
+          outputs.push_back({"--journal (PREFIX.*.jsonl)", o->g.journal_path + ".jsonl"});
+          (void)validators::journal_key();  // NORMGATE_JOURNAL_KEY_FILE refused: exit 2 before any timing
+        }
         if (o->approve) outputs.push_back({"--approve (approvals file beside --out)", ap});
         // --gate winners reads and appends the rejections beside --out
         // (rejections.h), under the approvals lock; --gate none never
