@@ -370,9 +370,8 @@ GatePlan plan_gate(const GateOptions& opt) {
     const int64_t span = r->t_hi - r->t_lo;
     // (c - lo)/step + (hi - c)/step <= span/step points fit around any centre c.
     const int64_t dense_t = std::min<int64_t>(2LL * opt.dense_points, span / opt.dense_step);
-    const int64_t per_t =
-        w.t.empty() ? 0 : opt.dense_all_seeds ? w.grid_cases / static_cast<int64_t>(w.t.size()) : 1;
-    w.refine_cases_max = dense_t * per_t + static_cast<int64_t>(fresh);
+    const int64_t dense_per_t = w.t.empty() ? 0 : opt.dense_all_seeds ? per_t : 1;
+    w.refine_cases_max = dense_t * dense_per_t + static_cast<int64_t>(fresh);
     w.forward = r->op == Op::fwd;
     w.largest.T = 0;
     if (w.grid_cases > 0) {
