@@ -232,9 +232,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
         try {
           (void)validators::journal_campaign(m);
+        } catch (const validators::JournalKeyError& e) {
+          throw std::invalid_argument("--merge " + m + ": " + e.what());  // sealed otherwise than the key says
         } catch (const std::invalid_argument& e) {
-          if (std::string_view(e.what()).find(validators::kJournalKeyEnv) != std::string_view::npos)
-            throw std::invalid_argument("--merge " + m + ": " + e.what());  // sealed otherwise than the key says
           throw std::invalid_argument("--merge " + m + ": not a shard journal (" + e.what() + "); " + merge_spelling);
         }
       }

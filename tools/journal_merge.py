@@ -9,16 +9,20 @@ gate finds every case journalled and runs none.
 
   tools/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
 
-The inputs must be journals of format 2 (every line carries the SHA-256 of
+The inputs must be journals of format 3 (every line carries the SHA-256 of
 its bytes, or its HMAC-SHA256 under the key NORMGATE_JOURNAL_KEY_FILE
-names: gate/include/normgate/gate/journal.h, tools/journal_seal.py) and
-share the header line
-(same campaign: table, seeds, oracle, refinement options, backend, device,
-variant hashes); otherwise exit 2 naming the file. A line whose digest
-fails is an error naming FILE:LINE (exit 2): the gate would refuse it too.
-Case lines are kept verbatim (their digests stay valid), in input order,
+names, and every record line "prev", the seal of the line before it:
+gate/include/normgate/gate/journal.h, tools/journal_seal.py) and share the
+header line (same campaign: table, seeds, oracle, refinement options,
+backend, device, variant hashes); otherwise exit 2 naming the file. A line
+whose digest fails, or whose "prev" is not the seal of the line before it
+(lines moved, repeated, left out or copied in from another journal), is an
+error naming FILE:LINE (exit 2): the gate would refuse it too. OUT holds
+the first input's header verbatim, then the case lines in input order,
 each distinct line once (the lines the inputs inherited from one journal
-are identical copies). A torn last line (a run killed mid-write) is
+are identical copies), each chained again: its "prev" set to the seal of
+the line before it in OUT and its seal recomputed (under the key when one
+is set), its other bytes unchanged. A torn last line (a run killed mid-write) is
 dropped, as the gate drops it; a last line without its newline that ends in
 its digest member but fails it is a change, an error naming FILE:LINE
 (exit 2), as in the gate. Blank lines ending a journal (an editor's
@@ -82,6 +86,13 @@ def verify(line):
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def unchained(line):
+    """A record line's JSON text without its seal member (its chain member
+    still in it): the bytes a re-chained line keeps but for "prev"."""
+    m = journal_seal.SEAL.search(line)
+    return line[:m.start()] + "}"
 
 
 # What the gate's journal reader counts as blank (kBlank in gate/src/journal.cpp).
@@ -195,9 +206,13 @@ def main(argv):
                 print(f"journal_merge: {path!r} is not a normgate gate journal (line 1: {lines[0][:80]!r})",
                       file=sys.stderr)
             return 2
-        if h.get("normgate_journal") != 2 or "campaign" not in h:
-            print(f"journal_merge: {path!r} is not a format-2 normgate gate journal (line 1: {lines[0][:80]!r})",
-                  file=sys.stderr)
+        if h.get("normgate_journal") == 2 and "campaign" in h:
+            print(f"journal_merge: {path!r} is a format-2 journal (its lines are not chained); this tool and the "
+                  f"gate read format {journal_seal.FORMAT}: run its cases again into a new journal", file=sys.stderr)
+            return 2
+        if h.get("normgate_journal") != journal_seal.FORMAT or "campaign" not in h:
+            print(f"journal_merge: {path!r} is not a format-{journal_seal.FORMAT} normgate gate journal (line 1: "
+                  f"{lines[0][:80]!r})", file=sys.stderr)
             return 2
         if header is None:
             header, header_line = h, lines[0]
@@ -209,6 +224,7 @@ def main(argv):
             return 2
         if torn:
             print(f"journal_merge: {path}: torn last line dropped ({len(torn)} bytes)", file=sys.stderr)
+        before = journal_seal.seal_of(lines[0])
         for n, line in enumerate(lines[1:], start=2):
             if line.endswith("\r"):
                 print(f"journal_merge: {path}:{n} ends in CR (CRLF line ends: the file was rewritten after normgate "
@@ -223,10 +239,17 @@ def main(argv):
                 print(f"journal_merge: {path}:{n} fails its SHA-256 digest or is no record (changed after "
                       f"normgate wrote it?)", file=sys.stderr)
                 return 2
-            # The case's content without its wall time: the identity of a line.
-            key = json.dumps({k: v for k, v in rec.items() if k != "seconds"}, sort_keys=True)
+            if rec.get("prev") != before:
+                print(f"journal_merge: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (lines were moved, "
+                      f"repeated or left out, or the line was copied in from another journal); the gate refuses "
+                      f"it too", file=sys.stderr)
+                return 2
+            before = journal_seal.seal_of(line)
+            # The case's content without its wall time and its place in the
+            # chain: the identity of a line.
+            key = json.dumps({k: v for k, v in rec.items() if k not in ("seconds", "prev")}, sort_keys=True)
             if key in seen:
-                if line not in body_lines:
+                if unchained(line) not in body_lines:
                     timing_dups += 1
                 continue
             # Per (case, implementation): its result, or the case's error.
@@ -255,15 +278,18 @@ def main(argv):
                       f"the first is kept", file=sys.stderr)
                 continue
             seen.add(key)
-            body_lines.add(line)
+            body_lines.add(unchained(line))
             body.append(line)
     tmp = out + ".tmp"
     opener = gzip.open if out.endswith(".gz") else open
     try:
         with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
             f.write(header_line + "\n")  # the first input's header, verbatim
+            before = journal_seal.seal_of(header_line)
             for line in body:
+                line = journal_seal.seal(journal_seal.CHAIN.sub(f'"prev":"{before}"', unchained(line), count=1))
                 f.write(line + "\n")
+                before = journal_seal.seal_of(line)
         os.replace(tmp, out)
     except OSError as e:
         if os.path.exists(tmp):

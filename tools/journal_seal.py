@@ -1,13 +1,15 @@
-"""The seal a gate journal line ends in, checked as the gate checks it
-(journal_line and parse_journal_line, gate/src/journal.cpp; the rules are in
-gate/include/normgate/gate/journal.h).
+"""The seal a gate journal line ends in, checked and written as the gate
+does (journal_line and parse_journal_line, gate/src/journal.cpp; the rules
+are in gate/include/normgate/gate/journal.h).
 
 A line ends in ,"sha256":"<64 hex>"} (the SHA-256 of the line without that
 member) or, written under a journal key, ,"hmac_sha256":"<64 hex>"} (the
 HMAC-SHA256 under the key). The key is the file NORMGATE_JOURNAL_KEY_FILE
 names, as in the gate: its bytes without trailing newlines, at least 32,
 the file not readable or writable by every user. With a key only keyed
-lines pass; without one a keyed line cannot be checked and does not pass."""
+lines pass; without one a keyed line cannot be checked and does not pass.
+In format 3 every record line holds "prev", the seal of the line before it
+(CHAIN)."""
 import hashlib
 import hmac
 import os
@@ -17,6 +19,10 @@ import stat
 ENV = "NORMGATE_JOURNAL_KEY_FILE"
 MIN_KEY_BYTES = 32
 SEAL = re.compile(r',"(sha256|hmac_sha256)":"([0-9a-f]{64})"\}$')
+FORMAT = 3
+# A record's chain member as the gate writes it (keys sorted, no spaces): in
+# a JSON text a '"' inside a string is escaped, so this matches the member only.
+CHAIN = re.compile(r'"prev":"([0-9a-f]{64})"')
 
 _key = None
 
@@ -54,6 +60,27 @@ def journal_key():
                                 f"{MIN_KEY_BYTES}")
         _key = key
     return _key
+
+
+def seal_of(line):
+    """The 64 hex digits of the seal a line ends in (unchecked): what the
+    next record's "prev" holds; None when the line ends in no seal member."""
+    m = SEAL.search(line)
+    return m.group(2) if m else None
+
+
+def seal(text):
+    """The journal line for the JSON object text `text` (no newline): the
+    seal member appended before its closing brace, as the gate's
+    journal_line does: "hmac_sha256" under the journal key when one is set,
+    else "sha256"."""
+    if not text.endswith("}") or len(text) < 3:
+        raise ValueError("seal: not the text of a JSON object with members")
+    data = text.encode("utf-8")
+    key = journal_key()
+    if key:
+        return text[:-1] + ',"hmac_sha256":"' + hmac.new(key, data, hashlib.sha256).hexdigest() + '"}'
+    return text[:-1] + ',"sha256":"' + hashlib.sha256(data).hexdigest() + '"}'
 
 
 def sealed_shape(line):

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Summarize a gate journal (JSON lines, format 2; format 1, without digests,
-as stored by older campaigns, is read too) without the gate:
+"""Summarize a gate journal (JSON lines, format 3; formats 1, without
+digests, and 2, without the chain, as stored by older campaigns, are read
+too) without the gate:
 per (H, w, form) and implementation, the cases journalled, failed and
 errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
-A format-2 line whose seal fails (its SHA-256, or its HMAC-SHA256 under the
-key NORMGATE_JOURNAL_KEY_FILE names: tools/journal_seal.py) is skipped and
-named on stderr; a journal sealed otherwise than the key setting says (keyed
+A format-2 or 3 line whose seal fails (its SHA-256, or its HMAC-SHA256 under
+the key NORMGATE_JOURNAL_KEY_FILE names: tools/journal_seal.py), and a
+format-3 record whose "prev" is not the seal of the line before it (moved,
+repeated or copied in from another journal), is skipped and named on stderr; a journal sealed otherwise than the key setting says (keyed
 lines without the key, plain ones with it) is exit 2.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
 Exit 0; 2 on a usage error or a missing, unreadable or empty journal, or an
@@ -28,7 +30,7 @@ OUTS = ("y", "rstd", "dx", "dw")
 
 
 def signed(line):
-    """True when a format-2 line's seal matches its bytes (SHA-256, or
+    """True when a format-2 or 3 line's seal matches its bytes (SHA-256, or
     HMAC-SHA256 under NORMGATE_JOURNAL_KEY_FILE's key: journal_seal.py)."""
     return journal_seal.body(line) is not None
 
@@ -59,25 +61,32 @@ def main(argv):
         print(f"journal_summary: {e}", file=sys.stderr)
         return 2
     seal = journal_seal.SEAL.search(lines[0])
-    if fmt == 2 and seal and (seal.group(1) == "hmac_sha256") != bool(key):
+    if fmt in (2, 3) and seal and (seal.group(1) == "hmac_sha256") != bool(key):
         print(f"journal_summary: {path!r}: its lines are sealed " +
               ("with a journal key: set NORMGATE_JOURNAL_KEY_FILE to the key's file" if not key else
                f"with a plain SHA-256, and {journal_seal.ENV} is set: only keyed lines are trusted then"),
               file=sys.stderr)
         return 2
-    if fmt not in (1, 2) or (fmt == 2 and not signed(lines[0])):
+    if fmt not in (1, 2, 3) or (fmt in (2, 3) and not signed(lines[0])):
         print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
         return 2
     groups = {}
+    before = journal_seal.seal_of(lines[0])  # the chain: each record's "prev" (format 3)
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-            if fmt == 2 and not signed(line):
+            if fmt in (2, 3) and not signed(line):
                 raise ValueError("digest")
         except (ValueError, RecursionError):
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
+            continue
+        chained = fmt != 3 or (isinstance(rec, dict) and rec.get("prev") == before)
+        before = journal_seal.seal_of(line)
+        if not chained:
+            print(f"journal_summary: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (moved, repeated or "
+                  f"copied in from another journal): skipped", file=sys.stderr)
             continue
         try:
             case = rec["case"]

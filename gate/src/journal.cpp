@@ -46,6 +46,15 @@ std::mutex g_key_mutex;
 bool g_key_known = false;
 std::string g_key;
 
+bool is_hex_digit(char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }
+
+// A JSON string of 64 lowercase hex digits: what a seal, and a "prev", is.
+bool is_seal_text(const nlohmann::json& v) {
+  if (!v.is_string()) return false;
+  const auto& t = v.get_ref<const std::string&>();
+  return t.size() == kDigestLen && std::all_of(t.begin(), t.end(), is_hex_digit);
+}
+
 // What a blank line holds: nothing else than these.
 constexpr const char* kBlank = " \t\r\n";
 
@@ -198,7 +207,10 @@ nlohmann::json to_json(const CaseRecord& r) {
 
 CaseRecord case_record_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("a record must be a JSON object");
-  only_members(j, {"case", "impls", "error", "results", "seconds", "outputs"}, "the record");
+  only_members(j, {"case", "impls", "error", "results", "seconds", "outputs", kJournalChainMember}, "the record");
+  if (j.contains(kJournalChainMember) && !is_seal_text(j[kJournalChainMember]))
+    throw std::invalid_argument(std::string("field '") + kJournalChainMember +
+                                "' must be a seal: 64 lowercase hex digits");
   CaseRecord r;
   r.case_id = str(j, "case");
   seeds::CaseId c;
@@ -349,7 +361,7 @@ std::string journal_key() {
       try {
         g_key = load_journal_key(path);
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(std::string(kJournalKeyEnv) + ": " + e.what());
+        throw JournalKeyError(std::string(kJournalKeyEnv) + ": " + e.what());
       }
     }
     g_key_known = true;
@@ -373,17 +385,23 @@ std::string journal_line(const nlohmann::json& o) {
 // another such key, so a write cut short never ends so). Returns the
 // member's length with its digest and the closing brace, 0 when neither.
 static size_t digest_tail(std::string_view line) {
-  auto is_hex = [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); };
   for (const auto& [open, tail] : {std::pair{kHmacOpen, kHmacTail}, std::pair{kDigestOpen, kDigestTail}}) {
     bool shaped = line.size() > tail + 1 && line.substr(line.size() - tail, open.size()) == open &&
                   line.substr(line.size() - 2) == "\"}";
     for (size_t i = shaped ? line.size() - kDigestLen - 2 : 0; shaped && i < line.size() - 2; ++i)
-      shaped = is_hex(line[i]);
+      shaped = is_hex_digit(line[i]);
     if (shaped) return tail;
   }
   return 0;
 }
 static bool digest_shaped(std::string_view line) { return digest_tail(line) != 0; }
+
+std::string journal_line_seal(std::string_view line) {
+  if (digest_tail(line) == 0)
+    throw std::invalid_argument("the line does not end in its digest member (,\"sha256\":\"<64 hex>\"} or "
+                                ",\"hmac_sha256\":\"<64 hex>\"})");
+  return std::string(line.substr(line.size() - kDigestLen - 2, kDigestLen));
+}
 
 nlohmann::json parse_journal_line(std::string_view line) {
   const size_t tail = digest_tail(line);
@@ -396,10 +414,10 @@ nlohmann::json parse_journal_line(std::string_view line) {
   body.push_back('}');
   const std::string key = journal_key();
   if (keyed && key.empty())
-    throw std::invalid_argument(std::string("the line is sealed with a journal key (hmac_sha256); set ") +
+    throw JournalKeyError(std::string("the line is sealed with a journal key (hmac_sha256); set ") +
                                 kJournalKeyEnv + " to the file of the key it was written with");
   if (!keyed && !key.empty())
-    throw std::invalid_argument(std::string("the line is sealed with a plain SHA-256, which anyone can recompute, "
+    throw JournalKeyError(std::string("the line is sealed with a plain SHA-256, which anyone can recompute, "
                                             "not with the journal key (") +
                                 kJournalKeyEnv +
                                 " is set): a journal written without the key, or a line rewritten; run it again "
@@ -426,7 +444,8 @@ Journal::Journal(Journal&& o) noexcept
       resumed_(std::move(o.resumed_)),
       lines_(std::move(o.lines_)),
       dropped_(o.dropped_),
-      read_only_(o.read_only_) {
+      read_only_(o.read_only_),
+      last_seal_(std::move(o.last_seal_)) {
   o.fd_ = -1;
 }
 
@@ -439,6 +458,7 @@ Journal& Journal::operator=(Journal&& o) noexcept {
     resumed_ = std::move(o.resumed_);
     lines_ = std::move(o.lines_);
     dropped_ = o.dropped_;
+    last_seal_ = std::move(o.last_seal_);
     o.fd_ = -1;
   }
   return *this;
@@ -465,9 +485,9 @@ nlohmann::json journal_campaign(const std::string& path) {
   nlohmann::json h;
   try {
     h = parse_journal_line(line);
+  } catch (const JournalKeyError& e) {
+    throw JournalKeyError("journal " + path + " line 1: " + e.what());  // sealed otherwise than the key says
   } catch (const std::invalid_argument& e) {
-    if (std::string_view(e.what()).find(kJournalKeyEnv) != std::string_view::npos)
-      throw std::invalid_argument("journal " + path + " line 1: " + e.what());  // sealed otherwise than the key says
     throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
                                 e.what());
   }
@@ -583,6 +603,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     write_all(jr.fd_, header + "\n", path);
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
     fsync_dir_of(path);
+    jr.last_seal_ = journal_line_seal(header);
     return jr;
   }
   const std::string restart =
@@ -596,9 +617,11 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     try {
       h = parse_journal_line(line);
     } catch (const std::invalid_argument& e) {
-      // Format 1 had no digests: say so, and what to do.
+      // Format 1 had no digests: say so, and what to do (a line that ends in
+      // a digest is no format-1 line, whatever a flipped bit made its
+      // version).
       nlohmann::json old = nlohmann::json::parse(line, nullptr, false);
-      if (old.is_object() && old.contains("normgate_journal") && old["normgate_journal"] == 1)
+      if (!digest_shaped(line) && old.is_object() && old.contains("normgate_journal") && old["normgate_journal"] == 1)
         throw std::invalid_argument(
             "journal " + path + " is format 1 (written by an older normgate): its lines carry no SHA-256 digests, " +
             "so its records cannot be checked and are not used; start a new journal (another --journal path, or " +
@@ -611,7 +634,11 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (h["normgate_journal"] != kJournalFormat)
       throw std::invalid_argument("journal " + path + " is format " + h["normgate_journal"].dump() +
                                   "; this normgate reads format " + std::to_string(kJournalFormat) +
-                                  "; use a new --journal file");
+                                  (h["normgate_journal"] == 2
+                                       ? " (format 2 lines are not chained: moved, repeated or foreign lines "
+                                         "pass its checks)"
+                                       : "") +
+                                  "; use a new --journal file (its cases run again)");
     const auto& old = h["campaign"];
     if (old != campaign) {
       std::string diff;
@@ -636,7 +663,11 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
   int64_t line_no = 0;
   auto read_line = [&](std::string_view line) {
     ++line_no;
-    if (line_no == 1) return check_header(line);
+    if (line_no == 1) {
+      check_header(line);
+      jr.last_seal_ = journal_line_seal(line);
+      return;
+    }
     if (line.find_first_not_of(kBlank) == std::string_view::npos)
       throw std::invalid_argument(at(line_no) + "the line is blank and records follow it (blank lines may only end "
                                   "the file: the file was changed after normgate wrote it)" + restart);
@@ -646,6 +677,20 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(at(line_no) + e.what() + restart);
     }
+    // The chain: a line's "prev" is the seal of the line before it, so a
+    // line moved, repeated, left out (not the last) or copied in from
+    // another journal is refused, though its own seal holds.
+    const auto prev = j.find(kJournalChainMember);
+    if (prev == j.end() || !prev->is_string() || prev->get_ref<const std::string&>() != jr.last_seal_)
+      throw std::invalid_argument(
+          at(line_no) +
+          (prev == j.end()
+               ? std::string("the record has no \"") + kJournalChainMember + "\" member (the seal of the line before it)"
+               : std::string("its \"") + kJournalChainMember + "\" is not the seal of line " +
+                     std::to_string(line_no - 1) +
+                     " (lines were moved, repeated or left out, or the line was copied in from another journal)") +
+          restart);
+    jr.last_seal_ = journal_line_seal(line);
     CaseRecord r;
     try {
       r = case_record_from_json(j);
@@ -699,8 +744,12 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
 void Journal::append(const CaseRecord& r) {
   if (read_only_) throw std::logic_error("journal " + path_ + " was opened read-only (Journal::read)");
   if (fd_ < 0) return;
-  write_all(fd_, journal_line(to_json(r)) + "\n", path_);
+  nlohmann::json o = to_json(r);
+  o[kJournalChainMember] = last_seal_;
+  const std::string line = journal_line(o);
+  write_all(fd_, line + "\n", path_);
   if (::fsync(fd_) != 0) sys_fail("cannot sync journal", path_);
+  last_seal_ = journal_line_seal(line);
 }
 
 }  // namespace normgate::validators

@@ -50,9 +50,11 @@ std::vector<std::string> untimed_lines(const std::string& text) {
   std::vector<std::string> out;
   size_t pos = 0;
   for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1)
-    // The time, and the line's digest that covers it (journal format 2).
-    out.push_back(std::regex_replace(text.substr(pos, nl - pos),
-                                     std::regex(",\"seconds\":[^,}]*|,\"sha256\":\"[0-9a-f]{64}\""), ""));
+    // The time, the line's digest that covers it and the chain member that
+    // holds the line before it's (journal format 3).
+    out.push_back(std::regex_replace(
+        text.substr(pos, nl - pos),
+        std::regex(",\"seconds\":[^,}]*|,\"sha256\":\"[0-9a-f]{64}\"|\"prev\":\"[0-9a-f]{64}\","), ""));
   return out;
 }
 

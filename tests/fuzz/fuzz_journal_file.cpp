@@ -20,12 +20,12 @@ const nlohmann::json& campaign() {
   // The campaign of `normgate gate tests/data/routes/small.toml --seeds normal:0..0 --t-per-window 2
   // --dense-points 1 --fresh-factor 1 --backend cpu` (its journals are the corpus).
   static const nlohmann::json c = nlohmann::json::parse(
-      R"({"allow_controls":false,"backend":"cpu-model","dense_points":1,"dense_step":64,"device":"cpu","f)"
-      R"(resh_factor":1,"oracle":"auto","seeds":"normal:0..0","t_per_window":2,"table_sha256":"ea842b5735)"
-      R"(e56b29543e844fa281c4fdbb44615ab71b41f0c8aff3f3375628e0","variant_sha256":{"bwd_det_chunked":"b03)"
-      R"(8934828f67849094c582c38eb1e1fdb0d9a4d8709e0ee2ec534d227ddb559","bwd_nondet_atomic":"a9fe90a57109)"
-      R"(a960a20967e3fa5c2b5ddbc0db117a907875d0f026d5dc6cdec5","fwd_rowwise":"2c28615aaf93a72c82b9244ac79)"
-      R"(63928d55237ac7b0c2ef53b8b73f456c6a47c"}})");
+      R"({"allow_controls":false,"backend":"cpu-model","dense_points":1,"dense_step":64,"device":"cpu","fresh)"
+      R"(_factor":1,"oracle":"auto","seeds":"normal:0..0","t_per_window":2,"table_sha256":"ea842b5735e56b2954)"
+      R"(3e844fa281c4fdbb44615ab71b41f0c8aff3f3375628e0","variant_sha256":{"bwd_det_chunked":"0ad5fbe18dab77e)"
+      R"(4015adaa4e59cf86b4c01871697e881376ccff03c7a57ba0b","bwd_nondet_atomic":"5d61e1e50d398c5c8a53788ba406)"
+      R"(c8c1111d7cac8e0c86209f0087733a8216b3","fwd_rowwise":"3e0c4c1dcfe9f81e384679ff54f1edc3a9dc347c3d96956)"
+      R"(f49abdce1dc15f629"}})");
   return c;
 }
 

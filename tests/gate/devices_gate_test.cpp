@@ -25,7 +25,8 @@ using namespace normgate;
 using namespace normgate::validators;
 
 // The journal's lines without the wall time of each case (the one field that
-// differs between runs of a campaign).
+// differs between runs of a campaign) and the chain member over the line
+// before (which holds that line's time).
 std::vector<std::string> journal_without_seconds(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> out;
@@ -33,6 +34,7 @@ std::vector<std::string> journal_without_seconds(const std::string& path) {
   while (std::getline(in, line)) {
     nlohmann::json j = parse_journal_line(line);
     j.erase("seconds");
+    j.erase("prev");
     out.push_back(j.dump());
   }
   return out;

@@ -208,6 +208,69 @@ TEST(JournalKey, KeyedLinesCannotBeReSealedWithoutTheKey) {
   std::filesystem::remove_all(dir);
 }
 
+// The chain (format 3): each record's "prev" is the seal of the line before
+// it, so a record that keeps its own valid seal (under the key, too) is
+// refused when it is repeated, moved, or copied in from another journal of
+// the same campaign and key: the splice a key holder's copy could make, a
+// passing record of an earlier run put in place of a failing one. The
+// error names the file and the line; a resume appends to the chain.
+TEST(JournalChain, MovedRepeatedOrForeignLinesAreRefused) {
+  struct KeyReset {
+    ~KeyReset() { set_journal_key(""); }
+  } reset;
+  set_journal_key(std::string(64, 'k'));
+  const std::string dir = temp_dir("chain");
+  const std::string path = dir + "/j.jsonl", other = dir + "/o.jsonl";
+  const std::string kCase3 = "H=64,T=3,w=bf16,form=plain,family=cancel,seed=0";
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "bwd_det_chunked", 2.5));  // fails dw
+    j.append(record(kCase4, "bwd_det_chunked", 0.5));
+  }
+  {
+    Journal j = Journal::open(path, kCampaign);  // resumed: the chain goes on from line 3
+    ASSERT_EQ(j.resumed().size(), 2u);
+    j.append(record(kCase3, "bwd_det_chunked", 0.25));
+  }
+  {
+    Journal o = Journal::open(other, kCampaign);
+    o.append(record(kCase5, "bwd_det_chunked", 0.75));  // the same case passing, in another run
+  }
+  const auto ls = test::lines_of(path);
+  ASSERT_EQ(ls.size(), 4u);
+  for (size_t i = 1; i < ls.size(); ++i)
+    EXPECT_EQ(parse_journal_line(ls[i])["prev"], journal_line_seal(ls[i - 1])) << "line " << i + 1;
+  EXPECT_EQ(Journal::read(path, kCampaign).resumed().size(), 3u);
+  const auto os = test::lines_of(other);
+  auto refused_at = [&](const std::vector<std::string>& lines, size_t line) {
+    test::put_lines(path, lines);
+    const std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
+    EXPECT_TRUE(contains(e, "journal " + path + " line " + std::to_string(line) + ": its \"prev\" is not the seal of "
+                                "line " + std::to_string(line - 1)))
+        << e;
+    EXPECT_EQ(test::lines_of(path), lines) << "a refused journal was changed";
+  };
+  refused_at({ls[0], ls[2], ls[1], ls[3]}, 2);          // two records swapped
+  refused_at({ls[0], ls[1], ls[2], ls[3], ls[3]}, 5);   // the last repeated
+  refused_at({ls[0], ls[1], ls[3]}, 3);                 // one left out before the last
+  // The failing record swapped for another run's pass: that run's header is
+  // this one's (the same campaign), so the line after it is the one out of
+  // place; one run's lines cannot follow another's anywhere else.
+  refused_at({ls[0], os[1], ls[2], ls[3]}, 3);
+  refused_at({ls[0], ls[1], os[1], ls[3]}, 3);
+  // Without "prev": a line as format 2 wrote it.
+  nlohmann::json bare = parse_journal_line(ls[1]);
+  bare.erase("prev");
+  test::put_lines(path, {ls[0], journal_line(bare)});
+  std::string e = error_of([&] { (void)Journal::open(path, kCampaign); });
+  EXPECT_TRUE(contains(e, "line 2: the record has no \"prev\" member")) << e;
+  // The last line cut off is not caught by the chain: its case is missing
+  // (a resume runs it again), and the rest reads.
+  test::put_lines(path, {ls[0], ls[1], ls[2]});
+  EXPECT_EQ(Journal::read(path, kCampaign).resumed().size(), 2u);
+  std::filesystem::remove_all(dir);
+}
+
 // The key file: trailing newlines not counted, at least 32 bytes, not open
 // to every user, a regular file; each refusal names the file.
 TEST(JournalKey, KeyFileChecks) {

@@ -252,26 +252,58 @@ TEST(Shard, MergeRefusesTamperedOrContradictingJournals) {
   EXPECT_TRUE(contains(e, "journal " + flipped + " line 3")) << e;
   EXPECT_TRUE(contains(e, "SHA-256")) << e;
 
-  // A validly signed line with another dw ratio: contradicts the merged journal.
-  nlohmann::json rec = parse_journal_line(ls[1]);
+  // A validly signed last line (its "prev" kept) with another dw ratio:
+  // contradicts the merged journal.
+  nlohmann::json rec = parse_journal_line(ls.back());
   nlohmann::json& dw = rec["results"][0]["dw"];
   dw[0] = dw[0].get<double>() * 0.5 + 1e-3;  // still <= 1: a valid record, another result
   auto cl = ls;
-  cl[1] = journal_line(rec);
+  cl.back() = journal_line(rec);
   const std::string contra = dir + "/contra.jsonl";
   put_lines(contra, cl);
   e = error_of([&] { (void)merge(o, dir + "/m.jsonl", {contra, shards[1], shards[2]}); });
-  EXPECT_TRUE(contains(e, "journal " + contra + " line 2 contradicts journal " + dir + "/m.jsonl line ")) << e;
+  EXPECT_TRUE(contains(e, "journal " + contra + " line " + std::to_string(cl.size()) + " contradicts journal " + dir +
+                              "/m.jsonl line "))
+      << e;
   EXPECT_EQ(slurp(dir + "/m.jsonl"), merged) << "a refused merge changed the output journal";
 
-  // A case of shard 2 copied into shard 1's journal.
+  // A case of shard 2 copied into shard 1's journal: its "prev" is the seal
+  // of shard 2's header, not of the line before it.
   auto mis = ls;
   mis.push_back(lines_of(shards[1])[1]);
   const std::string misplaced = dir + "/misplaced.jsonl";
   put_lines(misplaced, mis);
   e = error_of([&] { (void)merge(o, dir + "/y.jsonl", {misplaced}); });
+  EXPECT_TRUE(contains(e, "journal " + misplaced + " line " + std::to_string(mis.size()) + ": its \"prev\" is not "
+                              "the seal of line " + std::to_string(mis.size() - 1)))
+      << e;
+  // Chained in as the gate would write it (what a holder of the key could
+  // do): the plan's shard check refuses it.
+  nlohmann::json moved = parse_journal_line(lines_of(shards[1])[1]);
+  moved["prev"] = journal_line_seal(ls.back());
+  mis.back() = journal_line(moved);
+  put_lines(misplaced, mis);
+  e = error_of([&] { (void)merge(o, dir + "/y.jsonl", {misplaced}); });
   EXPECT_TRUE(contains(e, "journal " + misplaced + " line " + std::to_string(mis.size()))) << e;
   EXPECT_TRUE(contains(e, "belongs to shard 2/3, not to this journal's shard 1/3")) << e;
+
+  // Shard 1's records reordered, or one repeated: each line's seal holds,
+  // the chain does not.
+  if (ls.size() >= 4) {
+    auto re = ls;
+    std::swap(re[2], re[3]);
+    const std::string reordered = dir + "/reordered.jsonl";
+    put_lines(reordered, re);
+    e = error_of([&] { (void)merge(o, dir + "/z.jsonl", {reordered, shards[1], shards[2]}); });
+    EXPECT_TRUE(contains(e, "journal " + reordered + " line 3: its \"prev\" is not the seal of line 2")) << e;
+  }
+  auto dup = ls;
+  dup.push_back(ls.back());
+  const std::string repeated = dir + "/repeated.jsonl";
+  put_lines(repeated, dup);
+  e = error_of([&] { (void)merge(o, dir + "/z.jsonl", {repeated, shards[1], shards[2]}); });
+  EXPECT_TRUE(contains(e, "journal " + repeated + " line " + std::to_string(dup.size()) + ": its \"prev\"")) << e;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/z.jsonl")) << "a refused merge wrote its journal";
 
   // The same shard twice; shards of two splits; a whole campaign's journal.
   e = error_of([&] { (void)merge(o, "", {shards[0], shards[0]}); });

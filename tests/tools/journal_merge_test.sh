@@ -19,7 +19,10 @@
 #      (exit 2 naming FILE:LINE, no output file), as the gate refuses it;
 #   9. a journalled error stays on resume and is run again with
 #      --retry-errors (the report then a direct run's); merges keep the
-#      error and the later result, and an error after a result.
+#      error and the later result, and an error after a result;
+#  10. journals under a journal key;
+#  11. the chain: a record repeated, moved or copied in from another
+#      journal is refused by the merge and the gate; so is format 2.
 # Exit 0 pass, 1 fail, 77 skip (no python3).
 set -u
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
@@ -140,14 +143,22 @@ done
 # result is a failed attempt beside it: the result counts.
 python3 - "$d/b.jsonl" "$d/err.jsonl" "$d/err-line.txt" <<'PY'
 import hashlib, json, sys
+def seal(rec):
+    body = json.dumps(rec, separators=(",", ":"), sort_keys=True)
+    return body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}'
 lines = open(sys.argv[1]).read().rstrip("\n").split("\n")
 rec = json.loads(lines[1])
 for k in ("sha256", "outputs"):
     rec.pop(k, None)
 rec["results"], rec["error"] = [], "injected: CUDA error: out of memory"
-body = json.dumps(rec, separators=(",", ":"), sort_keys=True)
-err = body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}'
-open(sys.argv[2], "w").write("\n".join([lines[0], err] + lines[2:]) + "\n")
+err = seal(rec)  # its "prev" (the header's seal) kept
+out = [lines[0], err]
+for line in lines[2:]:  # chained again to the line before, as the gate writes them
+    r = json.loads(line)
+    r.pop("sha256")
+    r["prev"] = out[-1][-66:-2]
+    out.append(seal(r))
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
 open(sys.argv[3], "w").write(err + "\n")
 PY
 cp "$d/err.jsonl" "$d/err0.jsonl"
@@ -186,7 +197,7 @@ rc=$?
 grep -qE -- "--(merge excludes --retry-errors|retry-errors excludes --merge)" "$d/m11.log" || fail "--retry-errors with --merge: $(cat "$d/m11.log")"
 [ ! -e "$d/m11.jsonl" ] || fail "--retry-errors with --merge wrote a journal"
 # 10. Journals under a journal key (NORMGATE_JOURNAL_KEY_FILE): merged under
-# the key (lines kept verbatim), the gate resumes the result under it; a
+# the key (lines chained again under it), the gate resumes the result under it; a
 # keyed line re-sealed with a plain SHA-256 is refused naming FILE:LINE, and
 # keyed journals without the key are exit 2 naming the variable.
 printf '%s\n' 0123456789abcdef0123456789abcdef0123456789abcdef >"$d/key"; chmod 600 "$d/key"
@@ -209,4 +220,44 @@ open(sys.argv[2], "w").write("\n".join(lines))
 PY
 "${K[@]}" python3 "$merge" "$d/kfm.jsonl" "$d/kf.jsonl" >"$d/kf.log" 2>&1
 [ $? -eq 2 ] && grep -q "kf.jsonl:2" "$d/kf.log" && [ ! -e "$d/kfm.jsonl" ] || fail "a re-sealed plain line was merged: $(cat "$d/kf.log")"
-echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried; keyed journals"
+# 11. The chain (journal format 3): a record repeated, two swapped, or one
+# copied in from another journal of the same campaign keeps its own seal
+# but not its "prev": refused by the merge (exit 2 naming FILE:LINE, no
+# output) and by the gate alike.
+python3 - "$d/b.jsonl" "$d/a.jsonl.gz" "$d" <<'PY'
+import gzip, sys
+b = open(sys.argv[1]).read().rstrip("\n").split("\n")
+a = gzip.open(sys.argv[2], "rt").read().rstrip("\n").split("\n")
+assert len(b) >= 4, "b.jsonl holds fewer than 3 records"
+def put(name, lines):
+    open(f"{sys.argv[3]}/{name}.jsonl", "w").write("\n".join(lines) + "\n")
+put("rep", b + [b[-1]])                       # line len(b)+1 repeats line len(b)
+put("swap", [b[0], b[2], b[1]] + b[3:])       # line 2 is b's line 3
+put("foreign", b + [a[1]])                    # a's first record after b's last
+PY
+nl=$(wc -l <"$d/b.jsonl")
+for bad in rep:$((nl + 1)) swap:2 foreign:$((nl + 1)); do
+  f=${bad%%:*} n=${bad#*:}
+  python3 "$merge" "$d/$f-out.jsonl" "$d/$f.jsonl" >"$d/$f.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || fail "chain ($f): exit $rc, expected 2: $(cat "$d/$f.log")"
+  grep -q "$f.jsonl:$n: its \"prev\" is not the seal of line $((n - 1))" "$d/$f.log" || fail "chain ($f) not named: $(cat "$d/$f.log")"
+  [ ! -e "$d/$f-out.jsonl" ] || fail "chain ($f): an output file was written on error"
+  "$bin" gate "$table" "${opts[@]}" --windows "$A|${B#w=}" --journal "$d/$f.jsonl" >"$d/$f-gate.log" 2>&1
+  [ $? -eq 2 ] && grep -q "line $n: its \"prev\" is not the seal of line $((n - 1))" "$d/$f-gate.log" ||
+    fail "chain ($f): the gate did not refuse it: $(tail -2 "$d/$f-gate.log")"
+done
+# A format-2 journal (unchained) is refused by both, saying so.
+python3 - "$d/b.jsonl" "$d/v2.jsonl" <<'PY'
+import hashlib, json, sys
+lines = open(sys.argv[1]).read().rstrip("\n").split("\n")
+h = json.loads(lines[0]); h.pop("sha256"); h["normgate_journal"] = 2
+body = json.dumps(h, separators=(",", ":"), sort_keys=True)
+open(sys.argv[2], "w").write(body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}\n')
+PY
+python3 "$merge" "$d/v2-out.jsonl" "$d/v2.jsonl" >"$d/v2.log" 2>&1
+[ $? -eq 2 ] && grep -q "format-2 journal (its lines are not chained)" "$d/v2.log" || fail "format 2 merged: $(cat "$d/v2.log")"
+"$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/v2.jsonl" >"$d/v2-gate.log" 2>&1
+[ $? -eq 2 ] && grep -q "is format 2; this normgate reads format 3" "$d/v2-gate.log" ||
+  fail "format 2 resumed by the gate: $(tail -2 "$d/v2-gate.log")"
+echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried; keyed journals; chain"

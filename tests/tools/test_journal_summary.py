@@ -83,7 +83,35 @@ def test_bad_input_exits_2_and_writes_nothing():
         assert sorted(os.listdir(d)) == ["cut.jsonl.gz", "empty.jsonl", "j.jsonl"], os.listdir(d)
 
 
+def test_format3_chain():
+    """Format 3: each record's "prev" is the seal of the line before it; a
+    record repeated or moved keeps its own seal but is skipped and named."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import journal_seal
+    os.environ.pop(journal_seal.ENV, None)
+    lines = [journal_seal.seal('{"campaign":{"seeds":"normal:0..2"},"normgate_journal":3}')]
+    for seed in range(3):
+        rec = ('{"case":"H=64,T=3,w=bf16,form=plain,family=normal,seed=%d","impls":["v"],"prev":"%s",'
+               '"results":[{"impl":"v","ran_on":"cpu model","y":%s,"rstd":%s,"dx":%s,"dw":%s}],"seconds":0.5}'
+               % (seed, journal_seal.seal_of(lines[-1]), *(["[0.25,7,0,0.125,true]"] * 4)))
+        lines.append(journal_seal.seal(rec))
+    assert all(journal_seal.body(x) for x in lines)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "j3.jsonl")
+        open(p, "w").write("\n".join(lines) + "\n")
+        r = run(p)
+        assert r.returncode == 0 and "| 64 | bf16 | plain | v | 3 | 0 | 0 |" in r.stdout and not r.stderr, r
+        open(p, "w").write("\n".join(lines + [lines[-1]]) + "\n")  # the last record repeated
+        r = run(p)
+        assert r.returncode == 0 and "| 64 | bf16 | plain | v | 3 | 0 | 0 |" in r.stdout, r.stdout
+        assert r.stderr.count('its "prev" is not the seal') == 1 and "j3.jsonl:5:" in r.stderr, r.stderr
+        open(p, "w").write("\n".join([lines[0], lines[2], lines[1], lines[3]]) + "\n")  # two swapped
+        r = run(p)
+        assert r.returncode == 0 and r.stderr.count('its "prev" is not the seal') == 3, r.stderr
+
+
 if __name__ == "__main__":
     test_table_and_case_count()
     test_bad_input_exits_2_and_writes_nothing()
+    test_format3_chain()
     print("test_journal_summary: ok")

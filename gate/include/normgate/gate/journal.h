@@ -1,20 +1,24 @@
 // normgate/gate/journal.h: the write-ahead journal of a gate campaign.
 //
-// A journal is a text file of JSON lines (format 2, docs/schemas.md):
-//   line 1   {"campaign":{...},"normgate_journal":2,"sha256":"..."}   what the
+// A journal is a text file of JSON lines (format 3, docs/schemas.md):
+//   line 1   {"campaign":{...},"normgate_journal":3,"sha256":"..."}   what the
 //            campaign is (table hash, seeds, options, backend, variant
 //            hashes: see run.cpp)
 //   line 2+  one finished case each: its id and, per implementation, the
-//            numbers the gate reports (CaseRecord), or the error it threw.
+//            numbers the gate reports (CaseRecord), or the error it threw,
+//            and "prev": the seal of the line before it.
 // Every line is content-addressed, as git trusts its objects: it ends in a
 // member "sha256" holding the SHA-256 (lowercase hex) of the line's bytes
 // without that member (journal_line). Opening a journal checks every
-// complete line's digest, that it is JSON, and that it is a valid header or
-// record field by field (case_record_from_json, then the caller's
-// RecordCheck: the campaign's plan); any failure is an error naming the file
-// and the line, so a flipped bit anywhere in a line is an error, never a
-// changed number. Two records of the same (case, implementation) must agree
-// (below). A format-1 journal (no digests) is refused: it cannot be checked.
+// complete line's digest, that it is JSON, that each record's "prev" is the
+// seal of the line before it (the chain from the header: a line moved,
+// repeated, left out or copied in from another journal breaks it), and that
+// it is a valid header or record field by field (case_record_from_json,
+// then the caller's RecordCheck: the campaign's plan); any failure is an
+// error naming the file and the line, so a flipped bit anywhere in a line is
+// an error, never a changed number. Two records of the same (case,
+// implementation) must agree (below). Journals of formats 1 (no digests)
+// and 2 (no chain) are refused: they cannot be checked as a whole.
 //
 // A plain SHA-256 shows a change made without normgate (a hand edit, a
 // flipped bit, a truncation), not a forgery: anyone can recompute it. With a
@@ -99,8 +103,23 @@ struct CaseRecord {
 CaseRecord make_case_record(const CheckReport& rep, double seconds);
 
 /// The journal format this build writes and reads (the header's
-/// "normgate_journal"; 1 had no digests and is refused).
-inline constexpr int kJournalFormat = 2;
+/// "normgate_journal"; 1 had no digests, 2 no chain of "prev" seals: both
+/// are refused).
+inline constexpr int kJournalFormat = 3;
+
+/// What a record line's "prev" holds: the 64 lowercase hex digits of the
+/// seal ("sha256" or "hmac_sha256") that ends the line before it.
+inline constexpr const char* kJournalChainMember = "prev";
+
+/// A journal read or written under another key setting than the line's
+/// seal (a keyed line without a key, a plain line with one), or a journal
+/// key file that is refused. A std::invalid_argument, so a usage error
+/// (exit 2) wherever it is not caught by type; callers that tell "not a
+/// journal" from "the wrong key" catch it first.
+class JournalKeyError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 /// JSON object of a record (a journal line's content, without its digest).
 nlohmann::json to_json(const CaseRecord& r);
@@ -176,8 +195,8 @@ void set_journal_key(std::string key);
 
 /// This process's journal key: set_journal_key's, else on first use the
 /// file NORMGATE_JOURNAL_KEY_FILE names (load_journal_key; unset or empty:
-/// no key). Throws std::invalid_argument naming the variable when its file
-/// is refused. Thread-safe.
+/// no key). Throws JournalKeyError naming the variable when its file is
+/// refused. Thread-safe.
 std::string journal_key();
 
 /// The line the journal writes for JSON object `o` (no newline): o.dump()
@@ -195,8 +214,17 @@ std::string journal_line(const nlohmann::json& o);
 /// HMAC-SHA256 under the key), and parse those bytes. Returns the object
 /// without the member. Throws std::invalid_argument saying which check
 /// failed (no digest member, a keyed line without a key, a plain line with
-/// one, digest mismatch, not a JSON object).
+/// one, digest mismatch, not a JSON object); JournalKeyError (a
+/// std::invalid_argument) when the line is sealed otherwise than the key
+/// setting says, or the key file is refused. The "prev" member of a record
+/// line is returned as it is: only Journal, which knows the line before,
+/// checks it.
 nlohmann::json parse_journal_line(std::string_view line);
+
+/// The seal a journal line ends in (the 64 hex digits of its "sha256" or
+/// "hmac_sha256" member), unchecked: what the next record's "prev" holds.
+/// Throws std::invalid_argument when the line does not end in a seal member.
+std::string journal_line_seal(std::string_view line);
 
 /// A check of one resumed record against what the caller knows (run_gate:
 /// the campaign's plan and implementations). Throws std::invalid_argument
@@ -217,9 +245,10 @@ class Journal {
   /// Open `path` for campaign `campaign` (a JSON object). A missing or empty
   /// file is created with the header line (fsynced, directory too); so is a
   /// file holding only a torn header of this campaign (a prefix of its header
-  /// line, no newline). An existing file must start with a format-2 header
+  /// line, no newline). An existing file must start with a format-3 header
   /// whose campaign equals `campaign`; its records are read into resumed(): each
-  /// complete line's digest is checked (parse_journal_line), then the record
+  /// complete line's digest is checked (parse_journal_line), then its "prev"
+  /// against the seal of the line before it, then the record
   /// (case_record_from_json), then `check` when given. A torn last line
   /// (no newline) is dropped and the file truncated to the last complete
   /// line, unless it passes every check (a write cut just before its
@@ -252,8 +281,9 @@ class Journal {
   /// fault), when another process holds the lock, when the file is not a
   /// journal or is format 1 (no digests: start a new journal), when the
   /// header's campaign differs (naming the differing keys and both values),
-  /// when a complete line is blank but not at the end, fails its digest, is
-  /// not JSON or not a valid record
+  /// when a complete line is blank but not at the end, fails its digest, has
+  /// a "prev" other than the seal of the line before it, is not JSON or not a
+  /// valid record
   /// or `check` throws, or when two records contradict; std::runtime_error
   /// when it cannot be opened, read or written.
   static Journal open(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
@@ -277,8 +307,9 @@ class Journal {
   /// Path of the file ("" for an in-memory journal).
   const std::string& path() const { return path_; }
 
-  /// Append one record: its line (journal_line(to_json(r))) and newline with write() (looping over
-  /// partial writes), then fsync(), before returning. Throws std::runtime_error naming the path
+  /// Append one record: its line (journal_line of to_json(r) with "prev", the seal of the file's
+  /// last line) and newline with write() (looping over partial writes), then fsync(), before
+  /// returning. Throws std::runtime_error naming the path
   /// when writing or syncing fails; std::logic_error on a journal opened by read().
   void append(const CaseRecord& r);
 
@@ -291,12 +322,13 @@ class Journal {
   std::vector<int64_t> lines_;
   int64_t dropped_ = 0;
   bool read_only_ = false;
+  std::string last_seal_;  // the seal of the file's last line: the next record's "prev"
 };
 
 /// The campaign of the journal at `path`: line 1's "campaign" object, its
 /// digest checked (nothing else is read). `gate --merge` learns each shard
 /// journal's shard from it before reading the file against the campaign.
-/// Throws std::invalid_argument naming the file when line 1 is no format-2
+/// Throws std::invalid_argument naming the file when line 1 is no format-3
 /// journal header; std::runtime_error when the file cannot be read.
 nlohmann::json journal_campaign(const std::string& path);
 
