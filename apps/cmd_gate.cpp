@@ -251,7 +251,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
         const double fr = o->rate > 0 ? o->rate : o->rate_fwd, br = o->rate > 0 ? o->rate : o->rate_bwd;
-        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), fr, br).c_str(), stdout);
+        const bool default_rates = fr == validators::kPlanRateFwd && br == validators::kPlanRateBwd;
+        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), fr, br, default_rates).c_str(), stdout);
         return 0;
       }
       o->g.normgate_version = NORMGATE_VERSION;

@@ -83,7 +83,7 @@ std::string format_plan_duration(double seconds) {
   return fmt("%.3g s", seconds);
 }
 
-std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second) {
+std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second, bool default_rates) {
   for (const auto& [name, v] : {std::pair<const char*, double>{"forward", fwd_per_second}, {"backward", bwd_per_second}})
     if (!(v > 0) || !std::isfinite(v))
       throw std::invalid_argument(std::string("format_gate_plan: the ") + name +
@@ -91,23 +91,25 @@ std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bw
   auto hours = [&](double elements, double bwd_elements) {
     return format_plan_duration((elements - bwd_elements) / fwd_per_second + bwd_elements / bwd_per_second);
   };
-  auto giga = [](double elements) { return fmt("%.3g", elements / 1e9); };
+  auto count = [](double elements) { return fmt("%.3g", elements); };
   std::ostringstream o;
   o << "# Gate plan: " << core::escape_controls(p.table_path) << "\n\n"
     << "Seed set " << p.seeds << "; " << p.windows.size() << " windows gated, " << p.skipped.size()
     << " unchanged against --base, " << p.filtered_out.size() << " left out by --windows. Nothing was run.\n\n"
-    << "| window | T points | grid cases | grid elements (1e9) | refinement cases (at most) | refinement elements "
-       "(1e9, at most) |\n"
+    << "| window | T points | grid cases | grid elements | refinement cases (at most) | refinement elements "
+       "(at most) |\n"
     << "| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& w : p.windows)
-    o << "| " << core::escape_controls(w.window) << " | " << w.t.size() << " | " << w.grid_cases << " | " << giga(w.grid_elements) << " | "
-      << w.refine_cases_max << " | " << giga(w.refine_elements_max) << " |\n";
+    o << "| " << core::escape_controls(w.window) << " | " << w.t.size() << " | " << w.grid_cases << " | " << count(w.grid_elements) << " | "
+      << w.refine_cases_max << " | " << count(w.refine_elements_max) << " |\n";
   o << "\nDistinct grid cases (windows that share a case run it once): " << p.grid_cases_distinct << ", "
     << fmt("%.3g", p.grid_elements_distinct) << " elements (" << fmt("%.3g", p.grid_elements_distinct_bwd)
     << " in cases a backward window runs): " << hours(p.grid_elements_distinct, p.grid_elements_distinct_bwd)
     << " at " << fmt("%.3g", fwd_per_second) << " elements/s forward-only and " << fmt("%.3g", bwd_per_second)
-    << " backward, end to end (a finished gate's throughput line on stderr gives this host's own rates, which "
-       "for the CPU models on a few cores are far lower).\n"
+    << " backward, end to end"
+    << (default_rates ? " (the default rates, measured on a 16-core H200 host; a finished gate's throughput line on "
+                        "stderr gives this host's own, which for the CPU models on a few cores are far lower).\n"
+                      : ".\n")
     << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
     << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
     << hours(p.refine_elements_max, p.refine_elements_max_bwd)

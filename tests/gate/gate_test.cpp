@@ -391,6 +391,15 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
                     std::to_string(p.grid_cases_distinct)),
             std::string::npos)
       << md;
+  // Element counts as plain numbers, never scaled by a unit in the header.
+  ASSERT_FALSE(p.windows.empty());
+  {
+    char want[64];
+    std::snprintf(want, sizeof want, " | %zu | %lld | %.3g | ", p.windows[0].t.size(),
+                  static_cast<long long>(p.windows[0].grid_cases), p.windows[0].grid_elements);
+    EXPECT_NE(md.find(want), std::string::npos) << want << "\n" << md;
+    EXPECT_EQ(md.find("(1e9"), std::string::npos) << md;
+  }
   EXPECT_THROW(format_gate_plan(p, 0.0, 1e6), std::invalid_argument);
   EXPECT_THROW(format_gate_plan(p, 1e6, -1.0), std::invalid_argument);
   // Two rates: forward-only elements at the first, backward ones at the second.
@@ -407,6 +416,12 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
             std::string::npos)
       << mq;
   EXPECT_NE(mq.find("9e+09 elements, 31.5 s"), std::string::npos) << mq;
+  // The caveat on the default rates only where they are the defaults.
+  EXPECT_NE(mq.find("the default rates, measured on a 16-core H200 host"), std::string::npos) << mq;
+  const std::string given = format_gate_plan(q, 1e9, 2.5e8, false);
+  EXPECT_EQ(given.find("default rates"), std::string::npos) << given;
+  EXPECT_EQ(given.find("far lower"), std::string::npos) << given;
+  EXPECT_NE(given.find("2.5e+08 backward, end to end.\n"), std::string::npos) << given;
   // Units follow the printed value: just under a boundary rounds up into the next unit.
   EXPECT_EQ(format_plan_duration(59.94), "59.9 s");
   EXPECT_EQ(format_plan_duration(59.99), "1 min");

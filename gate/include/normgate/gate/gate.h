@@ -453,9 +453,13 @@ GatePlan plan_gate(const GateOptions& opt);
 /// distinct grid and for the refinement bound: forward-only elements at
 /// `fwd_per_second`, those of cases a backward window runs at
 /// `bwd_per_second` (elements/s end to end, each > 0 and finite; e.g.
-/// kPlanRateFwd, kPlanRateBwd). Throws std::invalid_argument naming a rate
-/// that is not.
-std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second);
+/// kPlanRateFwd, kPlanRateBwd). Element counts are plain numbers (%.3g).
+/// `default_rates`: the rates are kPlanRateFwd and kPlanRateBwd, not the
+/// caller's, and the text says where they come from and that the CPU
+/// models run far slower. Throws std::invalid_argument naming a rate that
+/// is not.
+std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second,
+                             bool default_rates = true);
 
 /// A duration in seconds as the plan prints it: 3 significant digits in
 /// h at 3600 s and above, min at 60 s and above, else s; the unit is picked
