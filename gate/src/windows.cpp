@@ -109,7 +109,9 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
       else sel.filtered_out.push_back(r.where() + " " + r.describe());
     }
   }
-  if (sel.gated.empty() && (opt.base_path.empty() || (!sel.filtered_out.empty() && skipped_selected == 0)))
+  // The filter must select a route of the table, changed or not: with
+  // --base too (a mistyped filter is an error, not "nothing changed").
+  if (sel.gated.empty() && skipped_selected == 0)
     throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
                                 std::to_string(table.routes.size()) + " routes of " + opt.table_path);
   return sel;

@@ -587,6 +587,18 @@ TEST(Gate, BaseGatesOnlyChangedWindows) {
   EXPECT_TRUE(same.windows.empty());
   EXPECT_EQ(same.skipped.size(), 6u);
   EXPECT_TRUE(same.pass());
+  // A filter that selects no route at all is an error with --base too, not
+  // "nothing changed"; one that selects only unchanged windows is not.
+  o.windows = "H=4096";
+  try {
+    (void)plan_gate(o);
+    ADD_FAILURE() << "a filter selecting no route was accepted with --base";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the filter 'H=4096' selects none of the 6 routes"), std::string::npos)
+        << e.what();
+  }
+  o.windows = "H=64,op=fwd";
+  EXPECT_TRUE(run_gate(o).windows.empty());
   std::filesystem::remove_all(dir);
 }
 
