@@ -372,8 +372,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
         switch (p.kind) {
           case kernels::PickKind::routed:
           case kernels::PickKind::unapproved:
-            std::printf("%s -> %s (route %s; approval %s%s)\n", kernels::to_string(key).c_str(),
+            std::printf("%s -> %s (route %s, window T=%lld..%lld; approval %s%s)\n", kernels::to_string(key).c_str(),
                         std::string(p.variant->name).c_str(), printable_line(p.route->where()).c_str(),
+                        static_cast<long long>(p.route->t_lo), static_cast<long long>(p.route->t_hi),
                         std::string(kernels::to_string(p.state)).c_str(),
                         p.kind == kernels::PickKind::unapproved ? ", dispatched by explicit override" : "");
             // Why: the approval behind the route, as the listing says it.

@@ -113,6 +113,9 @@ TEST_F(ApprovalsCli, AGatedRecordIsCurrent) {
   const CliRun pick = cli("routes " + d + "/small.toml" + kPick);
   EXPECT_EQ(pick.code, 0) << pick.out;
   EXPECT_TRUE(contains(pick.out, "approval current")) << pick.out;
+  // The pick names the route's line and its window's T range (small.toml:12, T = [1, 300]).
+  EXPECT_TRUE(contains(pick.out, "-> bwd_det_chunked (route " + d + "/small.toml:12, window T=1..300; approval current)"))
+      << pick.out;
   std::filesystem::remove_all(d);
 }
 
