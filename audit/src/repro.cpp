@@ -287,7 +287,7 @@ std::string format_repro(const ReproReport& r) {
     for (const auto& row : c.top_rows) o << " r" << row.row << " " << fmt("%.6g", row.term) << ";";
     o << "\n";
   }
-  o << "\nvariant partial sums: not exposed by the v1 variants (their CPU models, kernels/models/include/normgate/kernels/models.h, follow the same "
+  o << "\nvariant partial sums: not exposed by the kernel variants (their CPU models, kernels/models/include/normgate/kernels/models.h, follow the same "
        "chunk order)\n"
     << "reproduce: " << r.command << "\n";
   return o.str();
