@@ -7,7 +7,8 @@ two new slices, run each with part of the windows (e.g. `form=heads24` and
 the two journals back and resume the original slice with its own filter: the
 gate finds every case journalled and runs none.
 
-  tools/journal_merge.py OUT IN [IN ...]      (.gz read and written as gzip)
+  tools/journal_merge.py [--keep-first] OUT IN [IN ...]   (.gz read and written as gzip;
+                                                           the gate reads only plain files)
 
 The inputs must be journals of format 3 (every line carries the SHA-256 of
 its bytes, or its HMAC-SHA256 under the key NORMGATE_JOURNAL_KEY_FILE
@@ -41,9 +42,13 @@ result is kept too (the result counts), and a full result after a
 forward-only one of the same y and rstd is kept. A case journalled twice
 with different results for one implementation (a nondeterministic
 variant run twice) would stop the gate's resume (contradicting records):
-the later line is dropped, the first kept, and each such drop is named on
-stderr; a later line that also holds implementations no earlier line has
-cannot be dropped without loss: exit 2 naming both lines."""
+which one is right cannot be known, so nothing is merged (exit 2 naming
+both lines) unless --keep-first is given: then the later line is dropped,
+the first kept, and each such drop is named on stderr (a later line that
+also holds implementations no earlier line has cannot be dropped without
+loss: exit 2 naming both lines). A line whose "prev" is not written as the
+gate writes it (escaped, or twice) is exit 2 too: OUT's chain could not
+be rewritten. -h, --help: this text, exit 0."""
 import gzip
 import json
 import os
@@ -151,6 +156,11 @@ def read_lines(path):
 
 
 def main(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    keep_first = "--keep-first" in argv
+    argv = [a for a in argv if a != "--keep-first"]
     if len(argv) < 2 or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
@@ -202,6 +212,8 @@ def main(argv):
             if isinstance(old, dict) and old.get("normgate_journal") == 1:
                 print(f"journal_merge: {path!r} is a format-1 journal (no digests): it cannot be checked or merged",
                       file=sys.stderr)
+            elif journal_seal.sealed_shape(lines[0]) and isinstance(old, dict) and "normgate_journal" in old:
+                print(f"journal_merge: {path}:1: {journal_seal.why_not(lines[0])}", file=sys.stderr)
             else:
                 print(f"journal_merge: {path!r} is not a normgate gate journal (line 1: {lines[0][:80]!r})",
                       file=sys.stderr)
@@ -236,8 +248,15 @@ def main(argv):
                 return 2
             rec = verify(line)
             if rec is None or not isinstance(rec.get("impls"), list) or "case" not in rec:
-                print(f"journal_merge: {path}:{n} fails its SHA-256 digest or is no record (changed after "
-                      f"normgate wrote it?)", file=sys.stderr)
+                why = journal_seal.why_not(line) or "it is no record"
+                print(f"journal_merge: {path}:{n} fails its seal or is no record: {why}", file=sys.stderr)
+                return 2
+            # The chain member once, as the gate writes it: what OUT's chain
+            # rewrites (an escaped or repeated "prev" would survive it).
+            literal = journal_seal.CHAIN.findall(unchained(line))
+            if len(literal) != 1 or literal[0] != rec.get("prev"):
+                print(f"journal_merge: {path}:{n}: its \"prev\" is not written as the gate writes it (one "
+                      f"\"prev\":\"<64 hex>\" member): not merged", file=sys.stderr)
                 return 2
             if rec.get("prev") != before:
                 print(f"journal_merge: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (lines were moved, "
@@ -272,10 +291,15 @@ def main(argv):
                 print(f"journal_merge: {path}:{n} contradicts {clash[1]} (case {rec['case']}, {clash[0]}) and holds "
                       f"implementations no earlier line has: cannot merge without losing one", file=sys.stderr)
                 return 2
+            if clash and not keep_first:
+                print(f"journal_merge: {path}:{n} contradicts {clash[1]} (case {rec['case']}, {clash[0]}): which "
+                      f"result is right cannot be known from the files; nothing merged (--keep-first keeps the first "
+                      f"and drops the other, naming it)", file=sys.stderr)
+                return 2
             if clash:
                 contradictions += 1
                 print(f"journal_merge: {path}:{n} dropped: contradicts {clash[1]} (case {rec['case']}, {clash[0]}); "
-                      f"the first is kept", file=sys.stderr)
+                      f"the first is kept (--keep-first)", file=sys.stderr)
                 continue
             seen.add(key)
             body_lines.add(unchained(line))

@@ -83,6 +83,25 @@ def seal(text):
     return text[:-1] + ',"sha256":"' + hashlib.sha256(data).hexdigest() + '"}'
 
 
+def why_not(line):
+    """Why the line's seal does not hold, in the gate's words (naming the key
+    setting where that is the cause), or None when it holds."""
+    m = SEAL.search(line)
+    if not m or m.start() < 2:
+        return 'the line does not end in its seal member (,"sha256":"<64 hex>"} or ,"hmac_sha256":"<64 hex>"})'
+    key = journal_key()
+    if m.group(1) == "hmac_sha256" and not key:
+        return f"the line is sealed with a journal key (hmac_sha256); set {ENV} to the file of the key it was written with"
+    if m.group(1) == "sha256" and key:
+        return (f"the line is sealed with a plain SHA-256, which anyone can recompute, not with the journal key ({ENV} "
+                f"is set): a journal written without the key, or a line rewritten")
+    if body(line) is None:
+        return (f"the line's HMAC-SHA256 does not match its content under the key {ENV} names (it was written with "
+                f"another key, or changed after normgate wrote it)" if key else
+                "the line's SHA-256 digest does not match its content (it was changed after normgate wrote it)")
+    return None
+
+
 def sealed_shape(line):
     """Whether the line ends in a seal member (whatever its digest)."""
     return SEAL.search(line) is not None

@@ -7,15 +7,22 @@ errored, the T range, and the worst err/tol per output with its case.
 
 For a campaign that has not finished (no gate report yet): it says what the
 journalled cases show, never a window verdict (refinement may be missing).
-A format-2 or 3 line whose seal fails (its SHA-256, or its HMAC-SHA256 under
-the key NORMGATE_JOURNAL_KEY_FILE names: tools/journal_seal.py), and a
-format-3 record whose "prev" is not the seal of the line before it (moved,
-repeated or copied in from another journal), is skipped and named on stderr; a journal sealed otherwise than the key setting says (keyed
+A format-2 line whose seal fails (its SHA-256, or its HMAC-SHA256 under the
+key NORMGATE_JOURNAL_KEY_FILE names: tools/journal_seal.py) is skipped and
+named on stderr. In format 3 the records are a chain (each "prev" the seal
+of the line before it): the first line whose seal fails or whose "prev" is
+not the seal of the last record read ends what is counted (the lines from
+there on are named on stderr and left out: moved, repeated, changed or
+copied in from another journal), as the gate would refuse the journal
+there. Either way the exit code is 1 and the table covers only the lines
+before; a journal sealed otherwise than the key setting says (keyed
 lines without the key, plain ones with it) is exit 2.
 Usage: tools/journal_summary.py JOURNAL [--md OUT.md]   (JOURNAL may be .jsonl.gz)
-Exit 0; 2 on a usage error or a missing, unreadable or empty journal, or an
-OUT that is the journal itself (nothing written); 3 when OUT cannot be
-written (nothing left at OUT)."""
+Exit 0; 1 when a format-2 or 3 line failed its seal or the chain (the table
+leaves it out; the gate would refuse the journal); 2 on a usage error or a
+missing, unreadable or empty journal, a journal sealed otherwise than the
+key setting says, or an OUT that is the journal itself (nothing written); 3
+when OUT cannot be written (nothing left at OUT)."""
 import argparse
 import gzip
 import json
@@ -46,8 +53,12 @@ def main(argv):
         md_out = check_out("journal_summary", md_out, [path])  # exit 2 naming it
     try:
         opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
-        with opener(path, "rt", encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with opener(path, "rb") as f:
+            # Lines end at LF only, as the gate reads them (a CR stays part of
+            # the line and fails its seal; U+2028 inside a string is no end).
+            lines = f.read().decode("utf-8").split("\n")
+        while lines and not lines[-1].strip():
+            lines.pop()
         if not lines:
             raise ValueError("the file is empty")
         head = json.loads(lines[0])
@@ -67,11 +78,15 @@ def main(argv):
                f"with a plain SHA-256, and {journal_seal.ENV} is set: only keyed lines are trusted then"),
               file=sys.stderr)
         return 2
+    if fmt in (2, 3) and seal and key and not signed(lines[0]):
+        print(f"journal_summary: {path!r} line 1: {journal_seal.why_not(lines[0])}", file=sys.stderr)
+        return 2
     if fmt not in (1, 2, 3) or (fmt in (2, 3) and not signed(lines[0])):
         print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
         return 2
     groups = {}
-    before = journal_seal.seal_of(lines[0])  # the chain: each record's "prev" (format 3)
+    before = journal_seal.seal_of(lines[0])  # the chain: the seal of the last record read (format 3)
+    broken = 0  # format 2 or 3 lines left out for a failed seal or the chain
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -80,14 +95,23 @@ def main(argv):
             if fmt in (2, 3) and not signed(line):
                 raise ValueError("digest")
         except (ValueError, RecursionError):
+            if fmt in (2, 3) and n == len(lines) and not journal_seal.sealed_shape(line):
+                print(f"journal_summary: {path}:{n}: a torn last line (a run cut mid-write) left out", file=sys.stderr)
+                continue
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
+            if fmt == 3:
+                broken += len(lines) - n + 1
+                print(f"journal_summary: {path}: the chain ends at line {n}: lines {n}..{len(lines)} are not "
+                      f"counted", file=sys.stderr)
+                break
+            broken += fmt == 2
             continue
-        chained = fmt != 3 or (isinstance(rec, dict) and rec.get("prev") == before)
-        before = journal_seal.seal_of(line)
-        if not chained:
+        if fmt == 3 and not (isinstance(rec, dict) and rec.get("prev") == before):
+            broken += len(lines) - n + 1
             print(f"journal_summary: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (moved, repeated or "
-                  f"copied in from another journal): skipped", file=sys.stderr)
-            continue
+                  f"copied in from another journal): lines {n}..{len(lines)} are not counted", file=sys.stderr)
+            break
+        before = journal_seal.seal_of(line)
         try:
             case = rec["case"]
             kv = dict(p.split("=", 1) for p in case.split(","))
@@ -100,7 +124,12 @@ def main(argv):
             add_record(groups, rec, case, key, T)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError):
             print(f"journal_summary: {path}:{n}: a record with malformed results skipped", file=sys.stderr)
-    return finish(path, lines, head, groups, md_out)
+    rc = finish(path, lines, head, groups, md_out, broken)
+    if rc == 0 and broken:
+        print(f"journal_summary: {path}: {broken} lines failed their seal or the chain and are not in the table; the "
+              f"gate would refuse this journal", file=sys.stderr)
+        return 1
+    return rc
 
 
 def add_record(groups, rec, case, key, T):
@@ -135,11 +164,12 @@ def add_record(groups, rec, case, key, T):
         g["failed"] += 0 if ok else 1
 
 
-def finish(path, lines, head, groups, md_out):
+def finish(path, lines, head, groups, md_out, broken=0):
     """The table (and --md)."""
     camp = head.get("campaign") if isinstance(head.get("campaign"), dict) else {}
     n_cases = sum(1 for line in lines[1:] if line.strip())
-    L = [f"Journal `{path}`: {n_cases} case lines; campaign seeds {camp.get('seeds')}, backend "
+    left_out = f" ({broken} left out: a failed seal or chain)" if broken else ""
+    L = [f"Journal `{path}`: {n_cases} case lines{left_out}; campaign seeds {camp.get('seeds')}, backend "
          f"{camp.get('backend')}, device {camp.get('device')}, oracle {camp.get('oracle')}, table sha256 "
          f"{str(camp.get('table_sha256'))[:12]}.", "",
          "| H | w | form | impl | cases | failed | errors | T range | y | rstd | dx | dw | worst dw case |",

@@ -12,7 +12,8 @@
 #   4. a line whose SHA-256 digest fails (one flipped bit) is refused: exit 2
 #      naming FILE:LINE, no output file;
 #   5. a line contradicting an earlier one (the same case and implementation
-#      with another result, validly signed) is dropped and named, and the gate
+#      with another result, validly signed) is refused (exit 2, nothing
+#      written); with --keep-first it is dropped and named, and the gate
 #      resumes the merged journal (it would refuse the contradiction);
 #   6. blank lines ending a journal are ignored, as the gate ignores them (the
 #      gate resumes that file too); a blank line between records is refused
@@ -68,7 +69,7 @@ python3 -c 'import sys; t = open(sys.argv[1]).read().split("\n"); t[2] = t[2].re
 python3 "$merge" "$d/z.jsonl" "$d/f.jsonl" >"$d/z.log" 2>&1
 rc=$?
 [ $rc -eq 2 ] || fail "a flipped bit: exit $rc, expected 2"
-grep -q "f.jsonl:3 fails its SHA-256 digest" "$d/z.log" || fail "flipped bit not named: $(cat "$d/z.log")"
+grep -q "f.jsonl:3 fails its seal or is no record: the line.s SHA-256 digest does not match" "$d/z.log" || fail "flipped bit not named: $(cat "$d/z.log")"
 [ ! -e "$d/z.jsonl" ] || fail "an output file was written on error"
 # 5. a contradicting line, signed as the gate signs (the dw ratio of line 2's first result changed).
 python3 - "$d/b.jsonl" "$d/c.jsonl" <<'PY'
@@ -80,7 +81,11 @@ rec["results"][0]["dw"][0] = 0.125 if rec["results"][0]["dw"][0] != 0.125 else 0
 body = json.dumps(rec, separators=(",", ":"), sort_keys=True)
 open(sys.argv[2], "w").write(lines[0] + "\n" + body[:-1] + ',"sha256":"' + hashlib.sha256(body.encode()).hexdigest() + '"}\n')
 PY
-python3 "$merge" "$d/k.jsonl" "$d/b.jsonl" "$d/c.jsonl" >"$d/k.log" 2>&1 || fail "contradiction: exit $?: $(cat "$d/k.log")"
+python3 "$merge" "$d/k.jsonl" "$d/b.jsonl" "$d/c.jsonl" >"$d/k.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "c.jsonl:2 contradicts .*b.jsonl:2 .*nothing merged" "$d/k.log" && [ ! -e "$d/k.jsonl" ] ||
+  fail "a contradiction without --keep-first: exit $rc (want 2, nothing written): $(cat "$d/k.log")"
+python3 "$merge" --keep-first "$d/k.jsonl" "$d/b.jsonl" "$d/c.jsonl" >"$d/k.log" 2>&1 || fail "contradiction: exit $?: $(cat "$d/k.log")"
 grep -q "c.jsonl:2 dropped: contradicts .*b.jsonl:2" "$d/k.log" || fail "contradiction not named: $(cat "$d/k.log")"
 cmp -s "$d/k.jsonl" "$d/b.jsonl" || fail "contradiction: the merged journal is not the first journal"
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/k.jsonl" >"$d/k2.log" 2>&1 || fail "gate on k.jsonl: $(tail -3 "$d/k2.log")"
@@ -247,6 +252,25 @@ for bad in rep:$((nl + 1)) swap:2 foreign:$((nl + 1)); do
   [ $? -eq 2 ] && grep -q "line $n: its \"prev\" is not the seal of line $((n - 1))" "$d/$f-gate.log" ||
     fail "chain ($f): the gate did not refuse it: $(tail -2 "$d/$f-gate.log")"
 done
+# A "prev" the gate reads but OUT's chain could not rewrite (escaped): refused.
+python3 - "$d/b.jsonl" "$d/esc.jsonl" <<'PY'
+import hashlib, json, sys
+lines = open(sys.argv[1]).read().rstrip("\n").split("\n")
+b = lines[-1][:lines[-1].rindex(',"sha256"')] + "}"
+i = b.index('"prev":"') + 8
+b = b[:i] + "\\u%04x" % ord(b[i]) + b[i + 1:]
+lines[-1] = b[:-1] + ',"sha256":"' + hashlib.sha256(b.encode()).hexdigest() + '"}'
+open(sys.argv[2], "w").write("\n".join(lines) + "\n")
+PY
+python3 "$merge" "$d/esc-out.jsonl" "$d/esc.jsonl" >"$d/esc.log" 2>&1
+[ $? -eq 2 ] && grep -q "not written as the gate writes it" "$d/esc.log" && [ ! -e "$d/esc-out.jsonl" ] ||
+  fail "an escaped prev was merged: $(cat "$d/esc.log")"
+python3 "$merge" --help >"$d/help.log" 2>&1 || fail "--help: exit $?"
+grep -q "keep-first" "$d/help.log" || fail "--help does not print the usage"
+# A key mismatch is named as one, not as "not a journal".
+NORMGATE_JOURNAL_KEY_FILE="$d/key" python3 "$merge" "$d/kx.jsonl" "$d/b.jsonl" >"$d/kx.log" 2>&1
+[ $? -eq 2 ] && grep -q "b.jsonl:1: the line is sealed with a plain SHA-256.*NORMGATE_JOURNAL_KEY_FILE" "$d/kx.log" ||
+  fail "a plain journal under a key: $(cat "$d/kx.log")"
 # A format-2 journal (unchained) is refused by both, saying so.
 python3 - "$d/b.jsonl" "$d/v2.jsonl" <<'PY'
 import hashlib, json, sys

@@ -101,13 +101,29 @@ def test_format3_chain():
         open(p, "w").write("\n".join(lines) + "\n")
         r = run(p)
         assert r.returncode == 0 and "| 64 | bf16 | plain | v | 3 | 0 | 0 |" in r.stdout and not r.stderr, r
-        open(p, "w").write("\n".join(lines + [lines[-1]]) + "\n")  # the last record repeated
+        # The last record repeated: left out, exit 1 (the gate refuses the journal).
+        open(p, "w").write("\n".join(lines + [lines[-1]]) + "\n")
         r = run(p)
-        assert r.returncode == 0 and "| 64 | bf16 | plain | v | 3 | 0 | 0 |" in r.stdout, r.stdout
-        assert r.stderr.count('its "prev" is not the seal') == 1 and "j3.jsonl:5:" in r.stderr, r.stderr
-        open(p, "w").write("\n".join([lines[0], lines[2], lines[1], lines[3]]) + "\n")  # two swapped
+        assert r.returncode == 1 and "| 64 | bf16 | plain | v | 3 | 0 | 0 |" in r.stdout, r
+        assert "j3.jsonl:5: its \"prev\" is not the seal of line 4" in r.stderr, r.stderr
+        assert "4 case lines (1 left out: a failed seal or chain)" in r.stdout, r.stdout
+        # Two swapped: the chain ends at line 2; nothing after it counts, not
+        # even the later lines that chain onto the swapped ones.
+        open(p, "w").write("\n".join([lines[0], lines[2], lines[3], lines[1]]) + "\n")
         r = run(p)
-        assert r.returncode == 0 and r.stderr.count('its "prev" is not the seal') == 3, r.stderr
+        assert r.returncode == 1 and r.stderr.count('its "prev" is not the seal') == 1, r.stderr
+        assert "j3.jsonl:2:" in r.stderr and "| 64 |" not in r.stdout, r
+        # A changed record: the chain ends there, the lines after it are not
+        # counted though they chain onto it as written.
+        changed = lines[:2] + [lines[2].replace("0.25,7", "0.5,7", 1)] + lines[3:]
+        open(p, "w").write("\n".join(changed) + "\n")
+        r = run(p)
+        assert r.returncode == 1 and "j3.jsonl:3: torn or bad line" in r.stderr, r.stderr
+        assert "| 64 | bf16 | plain | v | 1 | 0 | 0 |" in r.stdout, r.stdout
+        # A torn last line (no seal yet) is a run cut mid-write: left out, exit 0.
+        open(p, "w").write("\n".join(lines) + "\n" + lines[3][:40])
+        r = run(p)
+        assert r.returncode == 0 and "a torn last line" in r.stderr and "| v | 3 |" in r.stdout, r
 
 
 if __name__ == "__main__":
