@@ -2,6 +2,7 @@
 // (validators::run_gate), its progress line, reports and approvals.
 #include "commands.h"
 #include "normgate/core/host_memory.h"
+#include "normgate/core/report_util.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -72,8 +73,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       "gate",
       "Gate a route table: run every window's cases (GPU variant, or its CPU model without a GPU), validate every "
       "element against the FP64 oracle, refine around the worst point; report per window; exit 0 all pass, 1 a "
-      "window fails, is INCONCLUSIVE (the oracle's bound cannot decide a comparison) or INCOMPLETE (a shard, a "
-      "missing shard or a deadline), 2 usage or input error, 3 a runtime failure (e.g. a CUDA error)");
+      "window fails, is INCONCLUSIVE (the oracle's bound cannot decide a comparison) or INCOMPLETE (a --merge "
+      "lacking shards' cases), 2 usage or input error, 3 a runtime failure (e.g. a CUDA error); a --shard run "
+      "exits 0 once its cases are journalled");
   struct Opts {
     validators::GateOptions g;
     std::string backend = "auto", oracle = "auto", report_md, report_json, report_junit, shard, stats_json;
@@ -232,8 +234,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
         try {
           (void)validators::journal_campaign(m);
-        } catch (const validators::JournalKeyError& e) {
-          throw std::invalid_argument("--merge " + m + ": " + e.what());  // sealed otherwise than the key says
+        } catch (const validators::JournalError& e) {
+          // A journal, refused: of another format, or sealed otherwise than the key says.
+          throw std::invalid_argument("--merge " + m + ": " + e.what());
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument("--merge " + m + ": not a shard journal (" + e.what() + "); " + merge_spelling);
         }
@@ -251,7 +254,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
         const double fr = o->rate > 0 ? o->rate : o->rate_fwd, br = o->rate > 0 ? o->rate : o->rate_bwd;
-        const bool default_rates = fr == validators::kPlanRateFwd && br == validators::kPlanRateBwd;
+        const bool default_rates = fr == validators::kPlanRateFwd || br == validators::kPlanRateBwd;
         std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), fr, br, default_rates).c_str(), stdout);
         return 0;
       }
@@ -342,8 +345,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
         std::printf("merge    %s: a torn last record (%lld bytes) left out (the shard's file is unchanged)\n",
                     printable_line(shard).c_str(), static_cast<long long>(bytes));
       if (!o->g.journal_path.empty())
-        std::printf("journal  %s: %lld finished cases resumed, %lld run now%s%s\n", printable_line(o->g.journal_path).c_str(),
-                    static_cast<long long>(res.cases_resumed), static_cast<long long>(res.cases_run_now),
+        std::printf("journal  %s: %s %s, %lld run now%s%s\n", printable_line(o->g.journal_path).c_str(),
+                    validators::detail::counted(res.cases_resumed, "finished case").c_str(),
+                    o->g.merge_paths.empty() ? "resumed" : "taken from this journal and the shards' journals",
+                    static_cast<long long>(res.cases_run_now),
                     o->g.retry_errors ? (" (" + std::to_string(res.cases_retried) + " of them journalled errors run again)").c_str() : "",
                     res.journal_dropped_bytes ? (", a torn last record (" +
                                                  std::to_string(res.journal_dropped_bytes) + " bytes) dropped")
@@ -438,9 +443,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (!res.shard.empty()) {
         // A shard is no verdict; exit 0 says its cases are journalled (a job
         // array's dependent merge runs after it), whatever they found.
-        std::printf("verdict  INCOMPLETE: shard %s of the grid journalled in %s (%lld cases run now); merge every "
+        std::printf("verdict  INCOMPLETE: shard %s of the grid journalled in %s (%s run now); merge every "
                     "shard's journal (--merge) for the verdicts\n",
-                    res.shard.c_str(), o->g.journal_path.c_str(), static_cast<long long>(res.cases_run_now));
+                    res.shard.c_str(), o->g.journal_path.c_str(),
+                    validators::detail::counted(res.cases_run_now, "case").c_str());
         return 0;
       }
       const std::string_view verdict = res.verdict();  // a failed window outranks INCOMPLETE and ERROR

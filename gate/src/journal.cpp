@@ -46,6 +46,13 @@ std::mutex g_key_mutex;
 bool g_key_known = false;
 std::string g_key;
 
+// A journal file that starts as gzip does (tools/journal_merge.py writes
+// OUT.gz so): named as such, not as "no journal header".
+std::invalid_argument gzip_error(const std::string& path) {
+  return std::invalid_argument("'" + path + "' is gzip-compressed; the gate reads plain journal files: gunzip it "
+                               "(gunzip -k FILE) and give the uncompressed file");
+}
+
 bool is_hex_digit(char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }
 
 // A JSON string of 64 lowercase hex digits: what a seal, and a "prev", is.
@@ -396,6 +403,27 @@ static size_t digest_tail(std::string_view line) {
 }
 static bool digest_shaped(std::string_view line) { return digest_tail(line) != 0; }
 
+// Whether line 1 is a format-1 header (no digests; a line that ends in a
+// digest is none, whatever a flipped bit made its version).
+static bool is_format_one_header(std::string_view line) {
+  if (digest_shaped(line)) return false;
+  const nlohmann::json old = nlohmann::json::parse(line, nullptr, false);
+  return old.is_object() && old.contains("normgate_journal") && old["normgate_journal"] == 1;
+}
+static std::string format_one_message(const std::string& path) {
+  return "journal " + path + " is format 1 (written by an older normgate): its lines carry no SHA-256 digests, so " +
+         "its records cannot be checked and are not used; start a new journal (another --journal path, or move " +
+         "this file away): its cases run again";
+}
+// A sealed header of another format than this build's.
+static std::string other_format_message(const std::string& path, const nlohmann::json& version) {
+  return "journal " + path + " is format " + version.dump() + "; this normgate reads format " +
+         std::to_string(kJournalFormat) +
+         (version == 2 ? " (format 2 lines are not chained: moved, repeated or foreign lines pass its checks)" : "") +
+         "; start a new journal (a shard: run it again into a new --journal file): its cases run again";
+}
+
+
 std::string journal_line_seal(std::string_view line) {
   if (digest_tail(line) == 0)
     throw std::invalid_argument("the line does not end in its digest member (,\"sha256\":\"<64 hex>\"} or "
@@ -422,12 +450,13 @@ nlohmann::json parse_journal_line(std::string_view line) {
                                 kJournalKeyEnv +
                                 " is set): a journal written without the key, or a line rewritten; run it again "
                                 "with the key");
-  if (keyed ? seeds::hmac_sha256_hex(key, body.data(), body.size()) != digest
-            : seeds::sha256_hex(body.data(), body.size()) != digest)
-    throw std::invalid_argument(keyed ? "the line's HMAC-SHA256 does not match its content under this key (it was "
-                                        "changed after normgate wrote it, or written with another key)"
-                                      : "the line's SHA-256 digest does not match its content (it was changed after "
-                                        "normgate wrote it)");
+  if (keyed && seeds::hmac_sha256_hex(key, body.data(), body.size()) != digest)
+    throw JournalKeyError(std::string("the line's HMAC-SHA256 does not match its content under the key ") +
+                          kJournalKeyEnv +
+                          " names (it was written with another key, or changed after normgate wrote it)");
+  if (!keyed && seeds::sha256_hex(body.data(), body.size()) != digest)
+    throw std::invalid_argument("the line's SHA-256 digest does not match its content (it was changed after normgate "
+                                "wrote it)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
@@ -482,19 +511,21 @@ nlohmann::json journal_campaign(const std::string& path) {
   std::string line;
   std::getline(in, line);
   if (in.bad()) sys_fail("cannot read journal", path);
+  if (line.size() >= 2 && line[0] == '\x1f' && line[1] == '\x8b') throw gzip_error(path);
   nlohmann::json h;
   try {
     h = parse_journal_line(line);
   } catch (const JournalKeyError& e) {
     throw JournalKeyError("journal " + path + " line 1: " + e.what());  // sealed otherwise than the key says
   } catch (const std::invalid_argument& e) {
+    if (is_format_one_header(line)) throw JournalError(format_one_message(path));
     throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
                                 e.what());
   }
-  if (!h.contains("normgate_journal") || h["normgate_journal"] != kJournalFormat || !h.contains("campaign") ||
-      !h["campaign"].is_object())
+  if (!h.contains("normgate_journal") || !h.contains("campaign") || !h["campaign"].is_object())
     throw std::invalid_argument("'" + path + "' is not a normgate gate journal of format " +
                                 std::to_string(kJournalFormat) + " (line 1 is no such header)");
+  if (h["normgate_journal"] != kJournalFormat) throw JournalError(other_format_message(path, h["normgate_journal"]));
   return h["campaign"];
 }
 
@@ -521,6 +552,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (n <= 0) sys_fail("cannot read journal", path);
     got += static_cast<size_t>(n);
   }
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') throw gzip_error(path);
   const std::string header = header_line(campaign);
   // Blank lines (only spaces, tabs, CRs) after the last newline-ended line
   // are formatting (an editor's or `echo >>`'s newline), not records: not
@@ -616,29 +648,17 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     nlohmann::json h;
     try {
       h = parse_journal_line(line);
+    } catch (const JournalKeyError& e) {
+      throw JournalKeyError("journal " + path + " line 1: " + e.what() + restart);
     } catch (const std::invalid_argument& e) {
-      // Format 1 had no digests: say so, and what to do (a line that ends in
-      // a digest is no format-1 line, whatever a flipped bit made its
-      // version).
-      nlohmann::json old = nlohmann::json::parse(line, nullptr, false);
-      if (!digest_shaped(line) && old.is_object() && old.contains("normgate_journal") && old["normgate_journal"] == 1)
-        throw std::invalid_argument(
-            "journal " + path + " is format 1 (written by an older normgate): its lines carry no SHA-256 digests, " +
-            "so its records cannot be checked and are not used; start a new journal (another --journal path, or " +
-            "move this file away): its cases run again");
+      // Format 1 had no digests: say so, and what to do.
+      if (is_format_one_header(line)) throw JournalError(format_one_message(path));
       throw std::invalid_argument("'" + path + "' is not a normgate gate journal: line 1 is no journal header: " +
                                   e.what());
     }
     if (!h.contains("normgate_journal") || !h.contains("campaign") || h.size() != 2 || !h["campaign"].is_object())
       throw std::invalid_argument("'" + path + "' is not a normgate gate journal (line 1 is no journal header)");
-    if (h["normgate_journal"] != kJournalFormat)
-      throw std::invalid_argument("journal " + path + " is format " + h["normgate_journal"].dump() +
-                                  "; this normgate reads format " + std::to_string(kJournalFormat) +
-                                  (h["normgate_journal"] == 2
-                                       ? " (format 2 lines are not chained: moved, repeated or foreign lines "
-                                         "pass its checks)"
-                                       : "") +
-                                  "; use a new --journal file (its cases run again)");
+    if (h["normgate_journal"] != kJournalFormat) throw JournalError(other_format_message(path, h["normgate_journal"]));
     const auto& old = h["campaign"];
     if (old != campaign) {
       std::string diff;
@@ -677,6 +697,8 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(at(line_no) + e.what() + restart);
     }
+    if (j.contains("normgate_journal"))
+      throw std::invalid_argument(at(line_no) + "a second journal header (only line 1 is one)" + restart);
     // The chain: a line's "prev" is the seal of the line before it, so a
     // line moved, repeated, left out (not the last) or copied in from
     // another journal is refused, though its own seal holds.

@@ -160,7 +160,8 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds) {
     } else if (w.incomplete) {
       o << ">\n      <error type=\"incomplete\" message=\""
         << attr("INCOMPLETE: " +
-                (r.shard.empty() ? std::to_string(w.missing) + " cases without a result (shards not run or not merged)"
+                (r.shard.empty() ? detail::counted(w.missing, "case") + " without a result (shards not run, not merged, "
+                                       "or cut short)"
                                  : "shard " + r.shard + " (grid cases of one shard, no refinement)"))
         << "\">" << text(details(w)) << "</error>\n";
     } else if (w.errors > 0) {

@@ -107,8 +107,8 @@ std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bw
     << " in cases a backward window runs): " << hours(p.grid_elements_distinct, p.grid_elements_distinct_bwd)
     << " at " << fmt("%.3g", fwd_per_second) << " elements/s forward-only and " << fmt("%.3g", bwd_per_second)
     << " backward, end to end"
-    << (default_rates ? " (the default rates, measured on a 16-core H200 host; a finished gate's throughput line on "
-                        "stderr gives this host's own, which for the CPU models on a few cores are far lower).\n"
+    << (default_rates ? " (a default rate is one measured on a 16-core H200 host; a finished gate's throughput line "
+                        "on stderr gives this host's own, which for the CPU models on a few cores are far lower).\n"
                       : ".\n")
     << "Refinement (dense grid + fresh seeds; their T follow each window's worst grid point): at most "
     << p.refine_cases_max << " cases, " << fmt("%.3g", p.refine_elements_max) << " elements, "
@@ -184,7 +184,8 @@ std::string format_gate_markdown(const GateResult& r) {
     << " (first and last T, both sides of every power of two inside, the rest spread evenly)\n";
   o << "- refinement: ";
   if (r.dense_points > 0)
-    o << "dense grid every " << r.dense_step << " rows, " << r.dense_points << " points each side of the worst T ("
+    o << "dense grid every " << r.dense_step << " rows, " << detail::counted(r.dense_points, "point")
+      << " each side of the worst T ("
       << (r.dense_all_seeds ? "every family and seed of the set" : "the worst case's family and seed") << ")";
   else
     o << "no dense grid";
@@ -367,8 +368,8 @@ std::string format_gate_markdown(const GateResult& r) {
       o << "- " << core::escape_controls(w.route.where()) << " `" << w.route.describe() << "`"
         << (w.control ? " (a NEGATIVE CONTROL, routed by explicit override)" : "") << ":\n";
       if (w.incomplete)
-        o << "  - INCOMPLETE: " << (w.missing > 0 ? std::to_string(w.missing) + " cases without a result (their shard "
-                                                     "was not run or not merged); "
+        o << "  - INCOMPLETE: " << (w.missing > 0 ? detail::counted(w.missing, "case") + " without a result (their "
+                                                     "shard was not run, not merged, or cut short); "
                                                : std::string())
           << "no refinement" << (r.shard.empty() ? "" : " (a shard runs only grid cases)") << "\n";
       for (int k = 0; k < w.gated_outputs(); ++k) {

@@ -87,18 +87,21 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
                                  std::string(r.variant->source_sha256.substr(0, 12)) + ")";
       return false;
     };
+    // A route the filter leaves out is filtered out, changed or not; of
+    // those it selects, the unchanged ones are skipped.
     for (const Route& r : table.routes) {
+      if (!filter.matches(r) || (opt.select && !opt.select(r))) {
+        sel.filtered_out.push_back(r.where() + " " + r.describe());
+        continue;
+      }
       const Route* old = base.find_window(r);
       std::string why;
-      const bool same = old && old->variant == r.variant && source_unchanged(r, why);
-      if (same) {
+      if (old && old->variant == r.variant && source_unchanged(r, why)) {
         sel.skipped.push_back(r.where() + " " + r.describe());
-        if (filter.matches(r) && (!opt.select || opt.select(r))) ++skipped_selected;
-      } else if (filter.matches(r) && (!opt.select || opt.select(r))) {
+        ++skipped_selected;
+      } else {
         sel.gated.push_back(&r);
         if (!why.empty()) sel.source_changed.push_back(r.where() + " " + r.describe() + ": " + why);
-      } else {
-        sel.filtered_out.push_back(r.where() + " " + r.describe());
       }
     }
     for (const Route& r : base.routes)

@@ -163,7 +163,7 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
       // the CLI knows a plugin's with --plugin, a Python one not at all.
       const std::string how =
           !rv.external ? approve_command_for(table().path, window_filter(*it->route)) +
-                             "; the same with --plan instead of --approve lists its cases"
+                             "; the same with --plan instead of --approve counts its cases and prices them"
           : rv.sources.rfind("python", 0) == 0
               ? "normgate.gate(impl, table='" + table().path + "', windows='" + window_filter(*it->route) +
                     "', approve=True) in Python, at the table's policy minimum"

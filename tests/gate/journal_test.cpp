@@ -271,6 +271,76 @@ TEST(JournalChain, MovedRepeatedOrForeignLinesAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// A journal that cannot be used is named as a journal, with why: of another
+// format (JournalError), or sealed under another key (JournalKeyError), so
+// `gate --merge` does not call it a misplaced argument; a gzip file says
+// so; a second header is named as one.
+TEST(JournalChain, RefusalsSayWhatTheFileIs) {
+  struct KeyReset {
+    ~KeyReset() { set_journal_key(""); }
+  } reset;
+  const std::string dir = temp_dir("refusals");
+  const std::string path = dir + "/j.jsonl";
+  {
+    Journal j = Journal::open(path, kCampaign);
+    j.append(record(kCase5, "bwd_det_chunked", 0.5));
+  }
+  const auto ls = test::lines_of(path);
+  // Format 2: the same header sealed with another version.
+  nlohmann::json h = parse_journal_line(ls[0]);
+  h["normgate_journal"] = 2;
+  const std::string v2 = dir + "/v2.jsonl";
+  test::put_lines(v2, {journal_line(h)});
+  try {
+    (void)journal_campaign(v2);
+    ADD_FAILURE() << "a format-2 journal's campaign was read";
+  } catch (const JournalError& e) {
+    EXPECT_TRUE(contains(e.what(), "is format 2; this normgate reads format 3 (format 2 lines are not chained"))
+        << e.what();
+  }
+  std::string e = error_of([&] { (void)Journal::open(v2, kCampaign); });
+  EXPECT_TRUE(contains(e, "is format 2; this normgate reads format 3")) << e;
+  // Under another key: a key error naming the variable, not "no journal header".
+  set_journal_key(std::string(64, 'a'));
+  const std::string keyed = dir + "/k.jsonl";
+  {
+    Journal j = Journal::open(keyed, kCampaign);
+    j.append(record(kCase5, "bwd_det_chunked", 0.5));
+  }
+  set_journal_key(std::string(64, 'b'));
+  EXPECT_THROW((void)journal_campaign(keyed), JournalKeyError);
+  e = error_of([&] { (void)Journal::open(keyed, kCampaign); });
+  EXPECT_TRUE(contains(e, "journal " + keyed + " line 1: the line's HMAC-SHA256 does not match its content under "
+                              "the key NORMGATE_JOURNAL_KEY_FILE names"))
+      << e;
+  EXPECT_FALSE(contains(e, "not a normgate gate journal")) << e;
+  set_journal_key("");
+  // A table (or any text) where a journal belongs: no journal, not a JournalError.
+  const std::string table = dir + "/t.toml";
+  put(table, "[[route]]\n");
+  try {
+    (void)journal_campaign(table);
+    ADD_FAILURE() << "a table was read as a journal";
+  } catch (const JournalError& e2) {
+    ADD_FAILURE() << "a table was called a refused journal: " << e2.what();
+  } catch (const std::invalid_argument& e2) {
+    EXPECT_TRUE(contains(e2.what(), "is not a normgate gate journal")) << e2.what();
+  }
+  // gzip: named as such by the campaign reader and by open.
+  const std::string gz = dir + "/j.jsonl.gz";
+  put(gz, std::string("\x1f\x8b\x08\x00", 4) + "rest");
+  e = error_of([&] { (void)journal_campaign(gz); });
+  EXPECT_TRUE(contains(e, "is gzip-compressed")) << e;
+  e = error_of([&] { (void)Journal::open(gz, kCampaign); });
+  EXPECT_TRUE(contains(e, "is gzip-compressed")) << e;
+  EXPECT_EQ(slurp(gz).size(), 8u) << "open changed a gzip file";
+  // The header repeated as line 2.
+  test::put_lines(path, {ls[0], ls[0], ls[1]});
+  e = error_of([&] { (void)Journal::open(path, kCampaign); });
+  EXPECT_TRUE(contains(e, "line 2: a second journal header")) << e;
+  std::filesystem::remove_all(dir);
+}
+
 // The key file: trailing newlines not counted, at least 32 bytes, not open
 // to every user, a regular file; each refusal names the file.
 TEST(JournalKey, KeyFileChecks) {

@@ -37,6 +37,12 @@ inline std::string fmt(const char* f, double v) {
   return buf;
 }
 
+/// A count and its noun, in the singular for 1: counted(1, "case") is
+/// "1 case", counted(3, "case") "3 cases" (nouns with a plain -s plural).
+inline std::string counted(long long n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 /// A double as JSON (core/json_number.h: inf and nan as strings).
 inline nlohmann::json num(double v) { return json_number(v); }
 

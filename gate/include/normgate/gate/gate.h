@@ -454,9 +454,9 @@ GatePlan plan_gate(const GateOptions& opt);
 /// `fwd_per_second`, those of cases a backward window runs at
 /// `bwd_per_second` (elements/s end to end, each > 0 and finite; e.g.
 /// kPlanRateFwd, kPlanRateBwd). Element counts are plain numbers (%.3g).
-/// `default_rates`: the rates are kPlanRateFwd and kPlanRateBwd, not the
-/// caller's, and the text says where they come from and that the CPU
-/// models run far slower. Throws std::invalid_argument naming a rate that
+/// `default_rates`: a rate is kPlanRateFwd or kPlanRateBwd, not the
+/// caller's, and the text says where the defaults come from and that the
+/// CPU models run far slower. Throws std::invalid_argument naming a rate that
 /// is not.
 std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second,
                              bool default_rates = true);

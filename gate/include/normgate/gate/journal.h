@@ -111,14 +111,23 @@ inline constexpr int kJournalFormat = 3;
 /// seal ("sha256" or "hmac_sha256") that ends the line before it.
 inline constexpr const char* kJournalChainMember = "prev";
 
-/// A journal read or written under another key setting than the line's
-/// seal (a keyed line without a key, a plain line with one), or a journal
-/// key file that is refused. A std::invalid_argument, so a usage error
-/// (exit 2) wherever it is not caught by type; callers that tell "not a
-/// journal" from "the wrong key" catch it first.
-class JournalKeyError : public std::invalid_argument {
+/// A normgate journal that cannot be used as it is: of another format
+/// (journal_campaign, Journal::open/read), or sealed otherwise than the key
+/// setting says (JournalKeyError). A std::invalid_argument, so a usage
+/// error (exit 2) wherever it is not caught by type; callers that tell "not
+/// a journal" (a misplaced argument) from "a journal, refused" catch it
+/// first.
+class JournalError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+/// A journal read under another key setting than its lines' seals say (a
+/// keyed line without a key, a plain line with one, a keyed line whose
+/// HMAC fails under this key), or a journal key file that is refused.
+class JournalKeyError : public JournalError {
+ public:
+  using JournalError::JournalError;
 };
 
 /// JSON object of a record (a journal line's content, without its digest).
@@ -328,8 +337,11 @@ class Journal {
 /// The campaign of the journal at `path`: line 1's "campaign" object, its
 /// digest checked (nothing else is read). `gate --merge` learns each shard
 /// journal's shard from it before reading the file against the campaign.
-/// Throws std::invalid_argument naming the file when line 1 is no format-3
-/// journal header; std::runtime_error when the file cannot be read.
+/// Throws JournalError naming the file for a journal of another format or
+/// sealed otherwise than the key setting says (JournalKeyError);
+/// std::invalid_argument naming it when line 1 is no journal header at all
+/// (e.g. a table given where a journal belongs); std::runtime_error when the
+/// file cannot be read.
 nlohmann::json journal_campaign(const std::string& path);
 
 }  // namespace normgate::validators
