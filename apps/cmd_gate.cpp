@@ -323,9 +323,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
         }
         if (tty) draw_progress(p);
         if (p.done == p.total)
-          std::printf("phase    %-5s %lld case%s done (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
-                      static_cast<long long>(p.total), p.total == 1 ? "" : "s", static_cast<long long>(p.run_now),
-                      p.seconds);
+          std::printf("phase    %-5s %s done%s (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
+                      validators::detail::counted(p.total, "case").c_str(),
+                      p.elsewhere > 0 ? (", " + std::to_string(p.elsewhere) + " of them other shards'").c_str() : "",
+                      static_cast<long long>(p.run_now), p.seconds);
         std::fflush(stdout);
       };
       // A report to "-" takes stdout; from here on the rest goes to stderr.

@@ -384,6 +384,7 @@ class Runner {
       }
       std::sort(missing[i].begin(), missing[i].end(),
                 [](const std::string& a, const std::string& b) { return registry_rank(a) < registry_rank(b); });
+      if (!missing[i].empty() && take && !take(id)) ++p.elsewhere;
       if (!missing[i].empty() && (!take || take(id))) {
         todo.push_back(i);
         // --retry-errors: a case journalled as an error runs again.
@@ -585,7 +586,9 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   do_phase(w.dense, wr.dense);
   do_phase(w.fresh, wr.fresh);
   do_phase(w.others, wr.others);
-  wr.cases = static_cast<int64_t>(seen.size());
+  // Cases with a result or an error; a missing one (a shard's other cases,
+  // an incomplete merge) is counted in wr.missing only.
+  wr.cases = static_cast<int64_t>(seen.size()) - wr.missing;
   if (!medians.empty()) {
     std::sort(medians.begin(), medians.end());
     const size_t n = medians.size();

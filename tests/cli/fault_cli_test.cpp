@@ -185,8 +185,11 @@ TEST(FaultCli, JournalAppendFailureKeepsWhatWasRecorded) {
     // Resumed without the fault: the uninterrupted run's report.
     const CliRun resumed = normgate::test::run_normgate(base + " --journal " + j + " --report-json " + (d / "r.json"));
     ASSERT_EQ(resumed.code, 0) << what << "\n" << resumed.out;
-    EXPECT_TRUE(contains(resumed.out, std::to_string(c.whole_lines - 1) + " finished cases resumed")) << what << "\n"
-                                                                                                      << resumed.out;
+    const int resumed_cases = c.whole_lines - 1;
+    EXPECT_TRUE(contains(resumed.out, std::to_string(resumed_cases) +
+                                          (resumed_cases == 1 ? " finished case resumed" : " finished cases resumed")))
+        << what << "\n"
+        << resumed.out;
     EXPECT_EQ(without_dates(slurp(d / "r.json")), without_dates(slurp(d / "ref.json"))) << what;
     fs::remove(d / "r.json");
   }

@@ -95,8 +95,20 @@ TEST(Shard, EveryGridCaseInExactlyOneShard) {
   o = small_opts();
   for (int n : {1, 2, 3, 7}) {
     std::multiset<std::string> got;
+    std::vector<int64_t> window_cases(full.windows.size(), 0);  // per window, summed over the shards
     for (int k = 1; k <= n; ++k) {
-      const GateResult r = run_shard(o, dir, k, n);
+      GateOptions ok = o;
+      int64_t elsewhere = 0, total = 0;
+      ok.progress = [&](const GateProgress& p) {
+        if (p.done == p.total) elsewhere = p.elsewhere, total = p.total;
+      };
+      const GateResult r = run_shard(ok, dir, k, n);
+      ASSERT_EQ(r.windows.size(), full.windows.size());
+      for (size_t i = 0; i < r.windows.size(); ++i) {
+        // A shard's window counts the cases it holds; the others are missing.
+        EXPECT_EQ(r.windows[i].cases + r.windows[i].missing, full.windows[i].cases) << r.windows[i].route.window();
+        window_cases[i] += r.windows[i].cases;
+      }
       EXPECT_EQ(r.shard, std::to_string(k) + "/" + std::to_string(n));
       EXPECT_FALSE(r.pass());
       for (const auto& w : r.windows) {
@@ -111,9 +123,13 @@ TEST(Shard, EveryGridCaseInExactlyOneShard) {
         EXPECT_LT(cases.size(), expect.size()) << "shard " << k << "/" << n << " ran everything";
       }
       for (const auto& c : cases) EXPECT_EQ(shard_of(c, n), k) << c;
+      // The progress says how many of the grid's cases are other shards'.
+      EXPECT_EQ(total - elsewhere, static_cast<int64_t>(cases.size())) << "shard " << k << "/" << n;
       got.insert(cases.begin(), cases.end());
     }
     EXPECT_EQ(got, expect) << "N = " << n << ": the shards' cases are not the grid's, each once";
+    for (size_t i = 0; i < full.windows.size(); ++i)
+      EXPECT_EQ(window_cases[i], full.windows[i].cases) << "N = " << n << ": " << full.windows[i].route.window();
   }
   // A filter keeps each case in its shard: shard 2/3 of the H=256 windows
   // holds exactly the H=256 cases of shard 2/3 of the whole table.

@@ -143,6 +143,7 @@ struct GateProgress {
   std::string phase;           ///< "grid", "dense", "fresh"
   int64_t done = 0;            ///< cases of this phase finished (journalled ones included)
   int64_t total = 0;           ///< cases of this phase
+  int64_t elsewhere = 0;       ///< of them, cases left to other shards (--shard): counted in done, not run here
   int64_t run_now = 0;         ///< cases run by this process so far (all phases)
   double seconds = 0;          ///< wall time of this process so far
   double seconds_per_case = 0; ///< mean over the cases this process ran (0 before the first)
@@ -260,7 +261,7 @@ struct WindowResult {
                                    ///< route's variant (fwd), the default forward fwd_rowwise (bwd)
   bool control = false;            ///< the variant is a negative control (routed by override)
   std::vector<int64_t> t_points;   ///< grid T
-  int64_t cases = 0;               ///< distinct cases of all phases
+  int64_t cases = 0;               ///< distinct cases of all phases with a result or an error (not `missing`)
   int64_t errors = 0;              ///< cases that threw
   std::vector<std::string> error_samples;  ///< up to 3 "case id: message"
   std::array<OutputAgg, 4> out{};  ///< y, rstd, dx, dw (dx, dw unused for fwd windows)
