@@ -100,6 +100,12 @@ def unchained(line):
     return line[:m.start()] + "}"
 
 
+def unplaced(line):
+    """A record line's text without its seal and its chain member: what two
+    copies of one record (from two journals) share whatever their place."""
+    return journal_seal.CHAIN.sub('"prev":""', unchained(line), count=1)
+
+
 # What the gate's journal reader counts as blank (kBlank in gate/src/journal.cpp).
 BLANK = " \t\r\n"
 
@@ -156,7 +162,7 @@ def read_lines(path):
 
 
 def main(argv):
-    if argv and argv[0] in ("-h", "--help"):
+    if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
     keep_first = "--keep-first" in argv
@@ -231,8 +237,10 @@ def main(argv):
         elif h != header:
             diff = sorted(k for k in set(h["campaign"]) | set(header["campaign"])
                           if h["campaign"].get(k) != header["campaign"].get(k))
+            hint = ("; shard journals (--shard K/N) are merged by normgate gate TABLE --merge" if "shard" in diff
+                    else "")
             print(f"journal_merge: {path!r} belongs to a different campaign than {ins[0]!r} "
-                  f"(differing fields: {', '.join(diff) or 'header format'})", file=sys.stderr)
+                  f"(differing fields: {', '.join(diff) or 'header format'}){hint}", file=sys.stderr)
             return 2
         if torn:
             print(f"journal_merge: {path}: torn last line dropped ({len(torn)} bytes)", file=sys.stderr)
@@ -251,6 +259,11 @@ def main(argv):
                 why = journal_seal.why_not(line) or "it is no record"
                 print(f"journal_merge: {path}:{n} fails its seal or is no record: {why}", file=sys.stderr)
                 return 2
+            if rec.get("prev") != before:  # absent, or another line's seal
+                print(f"journal_merge: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (lines were moved, "
+                      f"repeated or left out, or the line was copied in from another journal); the gate refuses "
+                      f"it too", file=sys.stderr)
+                return 2
             # The chain member once, as the gate writes it: what OUT's chain
             # rewrites (an escaped or repeated "prev" would survive it).
             literal = journal_seal.CHAIN.findall(unchained(line))
@@ -258,17 +271,12 @@ def main(argv):
                 print(f"journal_merge: {path}:{n}: its \"prev\" is not written as the gate writes it (one "
                       f"\"prev\":\"<64 hex>\" member): not merged", file=sys.stderr)
                 return 2
-            if rec.get("prev") != before:
-                print(f"journal_merge: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (lines were moved, "
-                      f"repeated or left out, or the line was copied in from another journal); the gate refuses "
-                      f"it too", file=sys.stderr)
-                return 2
             before = journal_seal.seal_of(line)
             # The case's content without its wall time and its place in the
             # chain: the identity of a line.
             key = json.dumps({k: v for k, v in rec.items() if k not in ("seconds", "prev")}, sort_keys=True)
             if key in seen:
-                if unchained(line) not in body_lines:
+                if unplaced(line) not in body_lines:
                     timing_dups += 1
                 continue
             # Per (case, implementation): its result, or the case's error.
@@ -302,7 +310,7 @@ def main(argv):
                       f"the first is kept (--keep-first)", file=sys.stderr)
                 continue
             seen.add(key)
-            body_lines.add(unchained(line))
+            body_lines.add(unplaced(line))
             body.append(line)
     tmp = out + ".tmp"
     opener = gzip.open if out.endswith(".gz") else open

@@ -54,11 +54,21 @@ def main(argv):
     try:
         opener = gzip.open if path.endswith(".gz") else open  # campaigns store .jsonl.gz
         with opener(path, "rb") as f:
-            # Lines end at LF only, as the gate reads them (a CR stays part of
-            # the line and fails its seal; U+2028 inside a string is no end).
-            lines = f.read().decode("utf-8").split("\n")
-        while lines and not lines[-1].strip():
-            lines.pop()
+            data = f.read()
+        # As the gate reads a journal (gate/src/journal.cpp): lines end at LF
+        # only (a CR stays part of the line and fails its seal; U+2028 in a
+        # string is no end); blank lines (spaces, tabs, CRs) after the last
+        # newline-ended line are formatting; what follows the last newline
+        # is a torn write (it may end inside a UTF-8 character).
+        last = len(data.rstrip(b" \t\r\n"))
+        nl = data.find(b"\n", last)
+        if last > 0 and nl != -1:
+            data = data[:nl + 1]
+        end = data.rfind(b"\n")
+        lines = data[:end + 1].decode("utf-8").split("\n")[:-1]
+        tail = data[end + 1:].decode("utf-8", "replace")
+        if tail:
+            lines.append(tail)
         if not lines:
             raise ValueError("the file is empty")
         head = json.loads(lines[0])
@@ -84,18 +94,27 @@ def main(argv):
     if fmt not in (1, 2, 3) or (fmt in (2, 3) and not signed(lines[0])):
         print(f"journal_summary: {path!r} is not a normgate journal (line 1: {lines[0][:80]!r})", file=sys.stderr)
         return 2
+    torn_at = len(lines) if tail else 0  # the line number of a last line without its newline
     groups = {}
     before = journal_seal.seal_of(lines[0])  # the chain: the seal of the last record read (format 3)
     broken = 0  # format 2 or 3 lines left out for a failed seal or the chain
     for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
+        if not line.strip(" \t\r"):
+            if fmt in (2, 3):  # the gate refuses a blank line with records after it
+                print(f"journal_summary: {path}:{n}: a blank line with records after it", file=sys.stderr)
+                if fmt == 3:
+                    broken += len(lines) - n + 1
+                    print(f"journal_summary: {path}: the chain ends at line {n}: lines {n}..{len(lines)} are not "
+                          f"counted", file=sys.stderr)
+                    break
+                broken += 1
             continue
         try:
             rec = json.loads(line)
             if fmt in (2, 3) and not signed(line):
                 raise ValueError("digest")
         except (ValueError, RecursionError):
-            if fmt in (2, 3) and n == len(lines) and not journal_seal.sealed_shape(line):
+            if fmt in (2, 3) and n == torn_at and not journal_seal.sealed_shape(line):
                 print(f"journal_summary: {path}:{n}: a torn last line (a run cut mid-write) left out", file=sys.stderr)
                 continue
             print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
@@ -146,6 +165,8 @@ def add_record(groups, rec, case, key, T):
             continue
         ratios, ok = [], True
         for o in OUTS:
+            if rec.get("outputs") == "fwd" and o in ("dx", "dw"):
+                continue  # a forward-only record (no backward window covered the case): y and rstd only
             v = res[o]
             ratios.append((o, float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))))
             ok = ok and bool(v[4])
@@ -178,8 +199,9 @@ def finish(path, lines, head, groups, md_out, broken=0):
         g = groups[key]
         H, w, form, impl = key
         L.append(f"| {H} | {w} | {form} | {impl} | {g['cases']} | {g['failed']} | {g['errors']} | "
-                 f"{g['T'][0]}..{g['T'][1]} | " + " | ".join(f"{g['worst'][o][0]:.3g}" for o in OUTS) +
-                 f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1])} |")
+                 f"{g['T'][0]}..{g['T'][1]} | " +
+                 " | ".join(f"{g['worst'][o][0]:.3g}" if g['worst'][o][1] else "-" for o in OUTS) +
+                 f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1]) or '-'} |")
     text = "\n".join(L) + "\n"
     if md_out:
         write_text("journal_summary", md_out, text)  # exit 3 naming it when it fails

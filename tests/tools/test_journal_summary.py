@@ -120,10 +120,37 @@ def test_format3_chain():
         r = run(p)
         assert r.returncode == 1 and "j3.jsonl:3: torn or bad line" in r.stderr, r.stderr
         assert "| 64 | bf16 | plain | v | 1 | 0 | 0 |" in r.stdout, r.stdout
-        # A torn last line (no seal yet) is a run cut mid-write: left out, exit 0.
+        # A torn last line (no seal yet) is a run cut mid-write: left out, exit 0,
+        # also when the cut falls inside a UTF-8 character.
         open(p, "w").write("\n".join(lines) + "\n" + lines[3][:40])
         r = run(p)
         assert r.returncode == 0 and "a torn last line" in r.stderr and "| v | 3 |" in r.stdout, r
+        open(p, "wb").write(("\n".join(lines) + "\n").encode() + b'{"case":"caf\xc3')
+        r = run(p)
+        assert r.returncode == 0 and "a torn last line" in r.stderr and "| v | 3 |" in r.stdout, r
+        # The same bytes with their newline are a whole line that fails: exit 1.
+        open(p, "w").write("\n".join(lines) + "\n" + lines[3][:40] + "\n")
+        r = run(p)
+        assert r.returncode == 1 and "j3.jsonl:5: torn or bad line" in r.stderr, r.stderr
+        # A blank (or form-feed) line with records after it ends the chain, as
+        # the gate refuses it; blank lines at the end are formatting.
+        for blank in ("", "\f"):
+            open(p, "w").write("\n".join(lines[:2] + [blank] + lines[2:]) + "\n")
+            r = run(p)
+            assert r.returncode == 1 and "j3.jsonl:3:" in r.stderr and "| v | 1 |" in r.stdout, (blank, r)
+        open(p, "w").write("\n".join(lines) + "\n\n \t\n")
+        r = run(p)
+        assert r.returncode == 0 and "| v | 3 |" in r.stdout and not r.stderr, r
+        # Forward-only records (no dx, dw) are counted, their dx and dw "-".
+        fwd = [lines[0]]
+        for seed in range(2):
+            rec = ('{"case":"H=64,T=3,w=bf16,form=plain,family=normal,seed=%d","impls":["v"],"outputs":"fwd",'
+                   '"prev":"%s","results":[{"impl":"v","ran_on":"cpu model","y":[0.5,1,0,0.5,true],'
+                   '"rstd":[0.25,0,0,0.25,true]}],"seconds":0.5}' % (seed, journal_seal.seal_of(fwd[-1])))
+            fwd.append(journal_seal.seal(rec))
+        open(p, "w").write("\n".join(fwd) + "\n")
+        r = run(p)
+        assert r.returncode == 0 and "| 64 | bf16 | plain | v | 2 | 0 | 0 | 3..3 | 0.5 | 0.25 | - | - | - |" in r.stdout, r
 
 
 if __name__ == "__main__":
