@@ -205,7 +205,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       ->excludes(rate_fwd_opt)
       ->excludes(rate_bwd_opt);
   sub->callback([&cmds, o, sub] {
-    cmds.run = [o, devices_given = sub->count("--devices") > 0] {
+    cmds.run = [o, devices_given = sub->count("--devices") > 0,
+                fwd_rate_given = sub->count("--rate") + sub->count("--rate-fwd") > 0,
+                bwd_rate_given = sub->count("--rate") + sub->count("--rate-bwd") > 0] {
       const std::string merge_spelling =
           "--merge takes every argument up to the next option: give the table before --merge (gate TABLE --merge "
           "J1 J2 [options]) or after -- (gate [options] --merge J1 J2 -- TABLE)";
@@ -254,8 +256,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
       o->g.devices = parse_devices_option(o->devices, devices_given, o->backend);  // before --plan, as above
       if (o->plan) {
         const double fr = o->rate > 0 ? o->rate : o->rate_fwd, br = o->rate > 0 ? o->rate : o->rate_bwd;
-        const bool default_rates = fr == validators::kPlanRateFwd || br == validators::kPlanRateBwd;
-        std::fputs(validators::format_gate_plan(validators::plan_gate(o->g), fr, br, default_rates).c_str(), stdout);
+        std::fputs(
+            validators::format_gate_plan(validators::plan_gate(o->g), fr, br, !fwd_rate_given, !bwd_rate_given).c_str(),
+            stdout);
         return 0;
       }
       o->g.normgate_version = NORMGATE_VERSION;
@@ -316,7 +319,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
           "backend  " +
           std::string(backend == validators::Backend::gpu ? kernels::kGpuBackend : kernels::kCpuModelBackend) + ": " +
           validators::describe_backend(backend, kernels::device_info()) + "\n";
-      o->g.progress = [tty, said, backend_line](const validators::GateProgress& p) {
+      const char* elsewhere_are =
+          o->g.merge_paths.empty() ? " of them other shards'" : " of them in no merged shard journal (missing)";
+      o->g.progress = [tty, said, backend_line, elsewhere_are](const validators::GateProgress& p) {
         if (!*said) {
           std::fputs(backend_line.c_str(), stdout);
           *said = true;
@@ -325,7 +330,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
         if (p.done == p.total)
           std::printf("phase    %-5s %s done%s (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
                       validators::detail::counted(p.total, "case").c_str(),
-                      p.elsewhere > 0 ? (", " + std::to_string(p.elsewhere) + " of them other shards'").c_str() : "",
+                      p.elsewhere > 0 ? (", " + std::to_string(p.elsewhere) + elsewhere_are).c_str() : "",
                       static_cast<long long>(p.run_now), p.seconds);
         std::fflush(stdout);
       };

@@ -48,8 +48,8 @@ std::string g_key;
 
 // A journal file that starts as gzip does (tools/journal_merge.py writes
 // OUT.gz so): named as such, not as "no journal header".
-std::invalid_argument gzip_error(const std::string& path) {
-  return std::invalid_argument("'" + path + "' is gzip-compressed; the gate reads plain journal files: gunzip it "
+JournalError gzip_error(const std::string& path) {
+  return JournalError("'" + path + "' is gzip-compressed; the gate reads plain journal files: gunzip it "
                                "(gunzip -k FILE) and give the uncompressed file");
 }
 
@@ -649,7 +649,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     try {
       h = parse_journal_line(line);
     } catch (const JournalKeyError& e) {
-      throw JournalKeyError("journal " + path + " line 1: " + e.what() + restart);
+      throw JournalKeyError("journal " + path + " line 1: " + e.what());  // the journal may be fine: no restart
     } catch (const std::invalid_argument& e) {
       // Format 1 had no digests: say so, and what to do.
       if (is_format_one_header(line)) throw JournalError(format_one_message(path));

@@ -83,7 +83,8 @@ std::string format_plan_duration(double seconds) {
   return fmt("%.3g s", seconds);
 }
 
-std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second, bool default_rates) {
+std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second, bool fwd_rate_default,
+                             bool bwd_rate_default) {
   for (const auto& [name, v] : {std::pair<const char*, double>{"forward", fwd_per_second}, {"backward", bwd_per_second}})
     if (!(v > 0) || !std::isfinite(v))
       throw std::invalid_argument(std::string("format_gate_plan: the ") + name +
@@ -92,6 +93,11 @@ std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bw
     return format_plan_duration((elements - bwd_elements) / fwd_per_second + bwd_elements / bwd_per_second);
   };
   auto count = [](double elements) { return fmt("%.3g", elements); };
+  // A default rate matters where it prices some elements (grid or refinement).
+  const bool any_fwd = p.grid_elements_distinct > p.grid_elements_distinct_bwd ||
+                       p.refine_elements_max > p.refine_elements_max_bwd;
+  const bool any_bwd = p.grid_elements_distinct_bwd > 0 || p.refine_elements_max_bwd > 0;
+  const bool default_rates = (fwd_rate_default && any_fwd) || (bwd_rate_default && any_bwd);
   std::ostringstream o;
   o << "# Gate plan: " << core::escape_controls(p.table_path) << "\n\n"
     << "Seed set " << p.seeds << "; " << p.windows.size() << " windows gated, " << p.skipped.size()
@@ -368,9 +374,11 @@ std::string format_gate_markdown(const GateResult& r) {
       o << "- " << core::escape_controls(w.route.where()) << " `" << w.route.describe() << "`"
         << (w.control ? " (a NEGATIVE CONTROL, routed by explicit override)" : "") << ":\n";
       if (w.incomplete)
-        o << "  - INCOMPLETE: " << (w.missing > 0 ? detail::counted(w.missing, "case") + " without a result (their "
-                                                     "shard was not run, not merged, or cut short); "
-                                               : std::string())
+        o << "  - INCOMPLETE: "
+          << (w.missing == 0       ? std::string()
+              : !r.shard.empty() ? detail::counted(w.missing, "case") + " of other shards; "
+                                 : detail::counted(w.missing, "case") +
+                                       " without a result (their shard was not run, not merged, or cut short); ")
           << "no refinement" << (r.shard.empty() ? "" : " (a shard runs only grid cases)") << "\n";
       for (int k = 0; k < w.gated_outputs(); ++k) {
         const auto& a = w.out[k];

@@ -418,10 +418,16 @@ TEST(Gate, PlanCountsWhatTheGateRuns) {
   EXPECT_NE(mq.find("9e+09 elements, 31.5 s"), std::string::npos) << mq;
   // The caveat on the default rates only where they are the defaults.
   EXPECT_NE(mq.find("a default rate is one measured on a 16-core H200 host"), std::string::npos) << mq;
-  const std::string given = format_gate_plan(q, 1e9, 2.5e8, false);
-  EXPECT_EQ(given.find("default rates"), std::string::npos) << given;
+  const std::string given = format_gate_plan(q, 1e9, 2.5e8, false, false);
+  EXPECT_EQ(given.find("default rate"), std::string::npos) << given;
   EXPECT_EQ(given.find("far lower"), std::string::npos) << given;
   EXPECT_NE(given.find("2.5e+08 backward, end to end.\n"), std::string::npos) << given;
+  // One rate given: the caveat stays while the other, default, prices elements.
+  EXPECT_NE(format_gate_plan(q, 1e9, 2.5e8, false, true).find("default rate"), std::string::npos);
+  GatePlan fwd_only = q;
+  fwd_only.grid_elements_distinct_bwd = fwd_only.refine_elements_max_bwd = 0;
+  EXPECT_EQ(format_gate_plan(fwd_only, 1e9, 2.5e8, false, true).find("default rate"), std::string::npos);
+  EXPECT_NE(format_gate_plan(fwd_only, 1e9, 2.5e8, true, false).find("default rate"), std::string::npos);
   // Units follow the printed value: just under a boundary rounds up into the next unit.
   EXPECT_EQ(format_plan_duration(59.94), "59.9 s");
   EXPECT_EQ(format_plan_duration(59.99), "1 min");

@@ -143,7 +143,7 @@ struct GateProgress {
   std::string phase;           ///< "grid", "dense", "fresh"
   int64_t done = 0;            ///< cases of this phase finished (journalled ones included)
   int64_t total = 0;           ///< cases of this phase
-  int64_t elsewhere = 0;       ///< of them, cases left to other shards (--shard): counted in done, not run here
+  int64_t elsewhere = 0;       ///< of them, cases not run here: other shards' (--shard), or in no merged journal (--merge)
   int64_t run_now = 0;         ///< cases run by this process so far (all phases)
   double seconds = 0;          ///< wall time of this process so far
   double seconds_per_case = 0; ///< mean over the cases this process ran (0 before the first)
@@ -455,12 +455,13 @@ GatePlan plan_gate(const GateOptions& opt);
 /// `fwd_per_second`, those of cases a backward window runs at
 /// `bwd_per_second` (elements/s end to end, each > 0 and finite; e.g.
 /// kPlanRateFwd, kPlanRateBwd). Element counts are plain numbers (%.3g).
-/// `default_rates`: a rate is kPlanRateFwd or kPlanRateBwd, not the
-/// caller's, and the text says where the defaults come from and that the
-/// CPU models run far slower. Throws std::invalid_argument naming a rate that
+/// `fwd_rate_default`, `bwd_rate_default`: that rate is the default
+/// (kPlanRateFwd, kPlanRateBwd), not the caller's; where a default prices
+/// some of the plan's elements, the text says where the defaults come from
+/// and that the CPU models run far slower. Throws std::invalid_argument naming a rate that
 /// is not.
 std::string format_gate_plan(const GatePlan& p, double fwd_per_second, double bwd_per_second,
-                             bool default_rates = true);
+                             bool fwd_rate_default = true, bool bwd_rate_default = true);
 
 /// A duration in seconds as the plan prints it: 3 significant digits in
 /// h at 3600 s and above, min at 60 s and above, else s; the unit is picked
