@@ -98,16 +98,25 @@ def main(argv):
     groups = {}
     before = journal_seal.seal_of(lines[0])  # the chain: the seal of the last record read (format 3)
     broken = 0  # format 2 or 3 lines left out for a failed seal or the chain
+
+    def left_out(n, why):
+        """Name line n's failure; in format 3 the chain ends there (True: stop
+        reading), in format 2 only the line is left out."""
+        nonlocal broken
+        print(f"journal_summary: {path}:{n}: {why}", file=sys.stderr)
+        if fmt == 3:
+            broken += len(lines) - n + 1
+            print(f"journal_summary: {path}: the chain ends at line {n}: lines {n}..{len(lines)} are not counted",
+                  file=sys.stderr)
+            return True
+        broken += fmt == 2
+        return False
+
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip(" \t\r"):
-            if fmt in (2, 3):  # the gate refuses a blank line with records after it
-                print(f"journal_summary: {path}:{n}: a blank line with records after it", file=sys.stderr)
-                if fmt == 3:
-                    broken += len(lines) - n + 1
-                    print(f"journal_summary: {path}: the chain ends at line {n}: lines {n}..{len(lines)} are not "
-                          f"counted", file=sys.stderr)
-                    break
-                broken += 1
+            # The gate refuses a blank line with records after it.
+            if fmt in (2, 3) and left_out(n, "a blank line with records after it"):
+                break
             continue
         try:
             rec = json.loads(line)
@@ -117,18 +126,12 @@ def main(argv):
             if fmt in (2, 3) and n == torn_at and not journal_seal.sealed_shape(line):
                 print(f"journal_summary: {path}:{n}: a torn last line (a run cut mid-write) left out", file=sys.stderr)
                 continue
-            print(f"journal_summary: {path}:{n}: torn or bad line (or failed digest) skipped", file=sys.stderr)
-            if fmt == 3:
-                broken += len(lines) - n + 1
-                print(f"journal_summary: {path}: the chain ends at line {n}: lines {n}..{len(lines)} are not "
-                      f"counted", file=sys.stderr)
+            if left_out(n, "torn or bad line (or failed digest) skipped"):
                 break
-            broken += fmt == 2
             continue
         if fmt == 3 and not (isinstance(rec, dict) and rec.get("prev") == before):
-            broken += len(lines) - n + 1
-            print(f"journal_summary: {path}:{n}: its \"prev\" is not the seal of line {n - 1} (moved, repeated or "
-                  f"copied in from another journal): lines {n}..{len(lines)} are not counted", file=sys.stderr)
+            left_out(n, f"its \"prev\" is not the seal of line {n - 1} (moved, repeated or copied in from another "
+                        f"journal)")
             break
         before = journal_seal.seal_of(line)
         try:

@@ -65,6 +65,14 @@ CaseRecord record(const std::string& case_id, const std::string& impl, double dw
   return r;
 }
 
+// Clears the process's journal key when a test that set one ends.
+struct KeyReset {
+  KeyReset() = default;
+  KeyReset(const KeyReset&) = delete;
+  KeyReset& operator=(const KeyReset&) = delete;
+  ~KeyReset() { set_journal_key(""); }
+};
+
 const std::string kCase5 = "H=64,T=5,w=bf16,form=plain,family=cancel,seed=0";
 const std::string kCase4 = "H=64,T=4,w=bf16,form=plain,family=cancel,seed=0";
 
@@ -147,9 +155,7 @@ TEST(JournalDigest, EveryBitFlipIsAnErrorNamingTheLine) {
 // refused while the key is set, a keyed journal needs its key, and another
 // key is refused; without a key the plain journal reads as before.
 TEST(JournalKey, KeyedLinesCannotBeReSealedWithoutTheKey) {
-  struct KeyReset {
-    ~KeyReset() { set_journal_key(""); }
-  } reset;
+  const KeyReset reset;
   const std::string dir = temp_dir("key");
   const std::string path = dir + "/j.jsonl";
   const std::string key(64, 'k');
@@ -215,9 +221,7 @@ TEST(JournalKey, KeyedLinesCannotBeReSealedWithoutTheKey) {
 // passing record of an earlier run put in place of a failing one. The
 // error names the file and the line; a resume appends to the chain.
 TEST(JournalChain, MovedRepeatedOrForeignLinesAreRefused) {
-  struct KeyReset {
-    ~KeyReset() { set_journal_key(""); }
-  } reset;
+  const KeyReset reset;
   set_journal_key(std::string(64, 'k'));
   const std::string dir = temp_dir("chain");
   const std::string path = dir + "/j.jsonl", other = dir + "/o.jsonl";
@@ -276,9 +280,7 @@ TEST(JournalChain, MovedRepeatedOrForeignLinesAreRefused) {
 // `gate --merge` does not call it a misplaced argument; a gzip file says
 // so; a second header is named as one.
 TEST(JournalChain, RefusalsSayWhatTheFileIs) {
-  struct KeyReset {
-    ~KeyReset() { set_journal_key(""); }
-  } reset;
+  const KeyReset reset;
   const std::string dir = temp_dir("refusals");
   const std::string path = dir + "/j.jsonl";
   {
