@@ -50,7 +50,7 @@ std::string g_key;
 // OUT.gz so): named as such, not as "no journal header".
 JournalError gzip_error(const std::string& path) {
   return JournalError("'" + path + "' is gzip-compressed; the gate reads plain journal files: gunzip it "
-                               "(gunzip -k FILE) and give the uncompressed file");
+                      "(gunzip -k FILE) and give the uncompressed file");
 }
 
 bool is_hex_digit(char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }
@@ -423,7 +423,6 @@ static std::string other_format_message(const std::string& path, const nlohmann:
          "; start a new journal (a shard: run it again into a new --journal file): its cases run again";
 }
 
-
 std::string journal_line_seal(std::string_view line) {
   if (digest_tail(line) == 0)
     throw std::invalid_argument("the line does not end in its digest member (,\"sha256\":\"<64 hex>\"} or "
@@ -442,14 +441,14 @@ nlohmann::json parse_journal_line(std::string_view line) {
   body.push_back('}');
   const std::string key = journal_key();
   if (keyed && key.empty())
-    throw JournalKeyError(std::string("the line is sealed with a journal key (hmac_sha256); set ") +
-                                kJournalKeyEnv + " to the file of the key it was written with");
+    throw JournalKeyError(std::string("the line is sealed with a journal key (hmac_sha256); set ") + kJournalKeyEnv +
+                          " to the file of the key it was written with");
   if (!keyed && !key.empty())
-    throw JournalKeyError(std::string("the line is sealed with a plain SHA-256, which anyone can recompute, "
-                                            "not with the journal key (") +
-                                kJournalKeyEnv +
-                                " is set): a journal written without the key, or a line rewritten; run it again "
-                                "with the key");
+    throw JournalKeyError(std::string("the line is sealed with a plain SHA-256, which anyone can recompute, not with "
+                                      "the journal key (") +
+                          kJournalKeyEnv +
+                          " is set): a journal written without the key, or a line rewritten; run it again with the "
+                          "key");
   if (keyed && seeds::hmac_sha256_hex(key, body.data(), body.size()) != digest)
     throw JournalKeyError(std::string("the line's HMAC-SHA256 does not match its content under the key ") +
                           kJournalKeyEnv +

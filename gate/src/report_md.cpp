@@ -393,10 +393,12 @@ std::string format_gate_markdown(const GateResult& r) {
                   : std::string("bwd_det_chunked"))
           << "\n";
       }
-      o << "  - failing cases by family:";
-      for (size_t i = 0; i < w.families.size(); ++i)
-        o << (i ? ", " : " ") << w.families[i].family << " " << w.families[i].failed << " of " << w.families[i].cases;
-      o << "\n";
+      if (!w.families.empty()) {
+        o << "  - failing cases by family:";
+        for (size_t i = 0; i < w.families.size(); ++i)
+          o << (i ? ", " : " ") << w.families[i].family << " " << w.families[i].failed << " of " << w.families[i].cases;
+        o << "\n";
+      }
       if (w.errors) {
         o << "  - " << w.errors << " cases could not run (the window does not pass; with none over budget it is "
           << "ERROR, no verdict on the variant):\n";
