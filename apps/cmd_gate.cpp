@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "normgate/gate/gate.h"
+#include "normgate/core/temp_files.h"
 #include "normgate/gate/journal.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
@@ -338,6 +339,16 @@ void add_gate(CLI::App& app, Commands& cmds) {
       const int report_fd = stdout_to_stderr_for(reports);
       std::printf("gate     %s\n", printable_line(o->g.table_path).c_str());
       std::fflush(stdout);
+      // A signal (Ctrl-C, a job's time limit) ends the run where it is: say
+      // what it leaves (main.cpp installed the handlers).
+      struct SignalNote {
+        explicit SignalNote(const std::string& journal) {
+          if (!journal.empty())
+            core::set_signal_note("\nnormgate gate: stopped by a signal; every finished case is in the journal '" +
+                                  printable_line(journal) + "': run the same command again to resume from it\n");
+        }
+        ~SignalNote() { core::set_signal_note(""); }
+      } signal_note(o->g.journal_path);
       const auto t0 = std::chrono::steady_clock::now();
       const auto res = validators::run_gate(o->g);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

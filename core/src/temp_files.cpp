@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -22,9 +23,19 @@ struct Slot {
 Slot g_slots[kMaxTrackedTemps];
 std::mutex g_mu;  // serializes track/untrack (not the handler)
 
+// The note the handler writes to stderr: like a slot, read by the handler
+// only in state 2 (complete and unchanged until set_signal_note moves it).
+std::atomic<int> g_note_state{0};
+char g_note[1024];
+size_t g_note_len = 0;
+
 void on_signal(int sig) {
   for (Slot& s : g_slots)
     if (s.state.load(std::memory_order_acquire) == 2) ::unlink(s.path);
+  if (g_note_state.load(std::memory_order_acquire) == 2) {
+    ssize_t n = ::write(STDERR_FILENO, g_note, g_note_len);
+    (void)n;  // nothing to do about a stderr that cannot be written
+  }
   // SA_RESETHAND restored the default action; end as the signal would have.
   ::raise(sig);
 }
@@ -52,6 +63,15 @@ void untrack_temp(const std::string& path) {
       s.state.store(0, std::memory_order_release);
       return;
     }
+}
+
+void set_signal_note(const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_note_state.store(1, std::memory_order_release);
+  g_note_len = std::min(text.size(), sizeof(g_note));
+  std::memcpy(g_note, text.data(), g_note_len);
+  if (g_note_len > 0) g_note_state.store(2, std::memory_order_release);
+  else g_note_state.store(0, std::memory_order_release);
 }
 
 void remove_temps_on_signal() {

@@ -140,3 +140,56 @@ TEST(KillResumeCli, KilledAtSeededPointsAndResumedGivesTheUninterruptedReport) {
 }
 
 }  // namespace
+
+// SIGTERM (a job's time limit) or SIGINT (Ctrl-C) mid-run: the gate ends by
+// the signal, as before, and says on stderr what the journal keeps and that
+// the same command resumes; the resume then finishes the campaign. A gate
+// without --journal has nothing to resume from and says nothing of one.
+TEST(KillResumeCli, SignalledGateSaysTheSameCommandResumes) {
+  const fs::path d = fs::path(NORMGATE_BINARY_DIR) / ("signal_note_cli_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const std::string journal = (d / "j.jsonl").string();
+  for (const int sig : {SIGTERM, SIGINT}) {
+    fs::remove(journal);
+    const std::string log = (d / ("log" + std::to_string(sig))).string();
+    const pid_t pid = spawn(gate_args(journal, (d / "b").string()), log);
+    ASSERT_GT(pid, 0);
+    // Past the header and a few records: the run is under way.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(journal) && lines(slurp(journal)) - 1 >= 3))
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ASSERT_EQ(::kill(pid, sig), 0);
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(st)) << "signal " << sig << ": the gate finished before it was signalled";
+    EXPECT_EQ(WTERMSIG(st), sig);
+    const std::string out = slurp(log);
+    EXPECT_TRUE(contains(out, "stopped by a signal; every finished case is in the journal '" + journal +
+                                  "': run the same command again to resume from it"))
+        << out;
+    EXPECT_FALSE(fs::exists(d / "b.md"));
+  }
+  // The resume finishes; its own output has no such note.
+  const std::string log = (d / "resume.log").string();
+  const pid_t pid = spawn(gate_args(journal, (d / "b").string()), log);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(log);
+  EXPECT_FALSE(contains(slurp(log), "stopped by a signal"));
+  EXPECT_TRUE(fs::exists(d / "b.md"));
+  // Without --journal: killed, and no word of a journal.
+  {
+    const std::string nlog = (d / "nojournal.log").string();
+    std::vector<std::string> args = {normgate::test::normgate_bin(), "gate", kSmall, "--backend", "cpu",
+                                     "--threads", "1", "--seeds", "3x1", "--t-per-window", "4"};
+    const pid_t p = spawn(args, nlog);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_EQ(::kill(p, SIGTERM), 0);
+    int s2 = 0;
+    ASSERT_EQ(::waitpid(p, &s2, 0), p);
+    if (WIFSIGNALED(s2)) EXPECT_FALSE(contains(slurp(nlog), "stopped by a signal")) << slurp(nlog);
+  }
+  fs::remove_all(d);
+}

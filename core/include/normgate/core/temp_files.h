@@ -26,6 +26,14 @@ void untrack_temp(const std::string& path);
 /// How many temporary files can be tracked at once.
 inline constexpr int kMaxTrackedTemps = 32;
 
+/// The text the signal handlers of remove_temps_on_signal write to stderr
+/// (write(2), async-signal-safe) after removing the temporaries and before
+/// the process ends: what a long run leaves to resume from, say ("the
+/// journal J keeps every finished case: the same command resumes"). At
+/// most 1024 bytes are kept (the rest is cut off); "" writes nothing (the
+/// default). Thread-safe; never throws.
+void set_signal_note(const std::string& text);
+
 /// Install handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that unlink
 /// every tracked temporary file (async-signal-safe: unlink only), restore
 /// the default action and raise the signal again, so the process ends as it
