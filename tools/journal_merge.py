@@ -96,8 +96,7 @@ def verify(line):
 def unchained(line):
     """A record line's JSON text without its seal member (its chain member
     still in it): the bytes a re-chained line keeps but for "prev"."""
-    m = journal_seal.SEAL.search(line)
-    return line[:m.start()] + "}"
+    return journal_seal.unsealed(line)
 
 
 def unplaced(line):

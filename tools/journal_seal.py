@@ -69,6 +69,20 @@ def seal_of(line):
     return m.group(2) if m else None
 
 
+def _digest(text, key):
+    """The hex seal of the unsealed JSON text: HMAC-SHA256 under `key` when
+    it is non-empty, else SHA-256 (journal_line, gate/src/journal.cpp)."""
+    data = text.encode("utf-8")
+    return hmac.new(key, data, hashlib.sha256).hexdigest() if key else hashlib.sha256(data).hexdigest()
+
+
+def unsealed(line):
+    """The line's JSON text without its seal member (unchecked), or None when
+    it ends in none: the bytes its seal covers."""
+    m = SEAL.search(line)
+    return line[:m.start()] + "}" if m and m.start() >= 2 else None
+
+
 def seal(text):
     """The journal line for the JSON object text `text` (no newline): the
     seal member appended before its closing brace, as the gate's
@@ -76,11 +90,8 @@ def seal(text):
     else "sha256"."""
     if not text.endswith("}") or len(text) < 3:
         raise ValueError("seal: not the text of a JSON object with members")
-    data = text.encode("utf-8")
     key = journal_key()
-    if key:
-        return text[:-1] + ',"hmac_sha256":"' + hmac.new(key, data, hashlib.sha256).hexdigest() + '"}'
-    return text[:-1] + ',"sha256":"' + hashlib.sha256(data).hexdigest() + '"}'
+    return text[:-1] + ',"' + ("hmac_sha256" if key else "sha256") + '":"' + _digest(text, key) + '"}'
 
 
 def why_not(line):
@@ -111,17 +122,11 @@ def body(line):
     """The line's JSON text without its seal member when the seal holds
     (under the journal key if one is set, else plain SHA-256), or None."""
     m = SEAL.search(line)
-    if not m or m.start() < 2:
+    text = unsealed(line)
+    if text is None:
         return None
-    text = line[:m.start()] + "}"
-    data = text.encode("utf-8")
     key = journal_key()
-    if m.group(1) == "hmac_sha256":
-        if not key:
-            return None
-        good = hmac.new(key, data, hashlib.sha256).hexdigest()
-    else:
-        if key:
-            return None
-        good = hashlib.sha256(data).hexdigest()
-    return text if hmac.compare_digest(good, m.group(2)) else None
+    # a keyed seal needs the key; a plain one is refused while a key is set
+    if (m.group(1) == "hmac_sha256") != bool(key):
+        return None
+    return text if hmac.compare_digest(_digest(text, key), m.group(2)) else None
