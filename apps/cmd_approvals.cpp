@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -32,6 +34,8 @@
 #include "normgate/core/json_strict.h"
 #include "normgate/core/report_util.h"
 #include "normgate/gate/gate.h"
+#include "normgate/gate/journal.h"
+#include "normgate/validators/budget.h"
 #include "normgate/harness/digest.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
@@ -1035,6 +1039,119 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
               errors, errors == 1 ? "" : "s");
   return errors ? 3 : (not_kept || other_backend) ? 1 : 0;
 }
+// normgate approvals FILE --journal J... (see the option's help).
+int check_journals(const std::string& path, const std::vector<std::string>& journals) {
+  namespace v = normgate::validators;
+  if (is_rejections_file(path))
+    throw std::invalid_argument(path + ": a rejections file; --journal takes an approvals file");
+  const kernels::Approvals a = kernels::load_approvals(path);
+  const bool keyed = !v::journal_key().empty();  // refused key files: exit 2 before any reading
+  struct Read {
+    std::string path;
+    v::Journal j;
+  };
+  std::vector<Read> read;
+  size_t broken = 0;
+  for (const auto& f : journals) {
+    if (const std::string why = core::regular_file_problem(f); !why.empty())
+      throw std::invalid_argument("--journal " + printable_line(f) + ": " + why + " (a gate journal is needed)");
+    // The header names the campaign; Journal::read then checks every line's
+    // seal, the chain and every record, as a resume does.
+    const nlohmann::json campaign = v::journal_campaign(f);  // not a journal, another format or key: exit 2
+    try {
+      read.push_back({f, v::Journal::read(f, campaign)});
+    } catch (const v::JournalKeyError&) {
+      throw;
+    } catch (const std::invalid_argument& e) {
+      std::printf("journal  %s: INVALID: %s\n", printable_line(f).c_str(), printable_line(e.what()).c_str());
+      ++broken;
+      continue;
+    }
+    const auto& j = read.back().j;
+    std::printf("journal  %s: %zu lines, every seal and the chain hold (%s)%s\n", printable_line(f).c_str(),
+                j.seals().size(),
+                keyed ? "HMAC-SHA256 under the journal key" : "plain SHA-256: anyone can recompute it",
+                j.dropped_bytes() ? (", a torn last line of " + std::to_string(j.dropped_bytes()) + " bytes left out").c_str()
+                                  : "");
+  }
+  // Every line's seal -> (journal, line number).
+  std::map<std::string, std::pair<size_t, int64_t>> at;
+  for (size_t i = 0; i < read.size(); ++i)
+    for (size_t k = 0; k < read[i].j.seals().size(); ++k) at.emplace(read[i].j.seals()[k], std::make_pair(i, int64_t(k + 1)));
+  size_t ok = 0, failed = 0, elsewhere = 0, unbound = 0, invalid = 0;
+  for (const auto& x : a.records) {
+    if (!x.invalid.empty()) {
+      ++invalid;
+      continue;
+    }
+    if (x.journal_head.empty()) {
+      ++unbound;
+      continue;
+    }
+    const std::string what = x.window() + " -> " + x.variant + " (" + x.backend + ")";
+    const auto hit = at.find(x.journal_head);
+    if (hit == at.end()) {
+      ++elsewhere;
+      continue;
+    }
+    const auto& [ji, line] = hit->second;
+    const Read& r = read[ji];
+    if (line != x.journal_lines) {
+      std::printf("FAIL     %s: its journal head is line %lld of %s, the record says line %lld\n", what.c_str(),
+                  static_cast<long long>(line), printable_line(r.path).c_str(),
+                  static_cast<long long>(x.journal_lines));
+      ++failed;
+      continue;
+    }
+    // The record's largest err/tol, on its worst case, must be in the
+    // journal before the head: a result of that case (any implementation:
+    // a forward window of the default forward reads another's y) holding
+    // that ratio, bit for bit, on that output.
+    std::string out;
+    double worst = -1;
+    for (const auto& [k, val] : x.max_err_tol)
+      if (out.empty() || val > worst) {
+        out = k;
+        worst = val;
+      }
+    int k = -1;
+    for (int i = 0; i < 4; ++i)
+      if (out == validators::to_string(static_cast<validators::Output>(i))) k = i;
+    int64_t found = 0;
+    for (size_t i = 0; i < r.j.resumed().size() && k >= 0; ++i) {
+      if (r.j.resumed_lines()[i] > line) break;
+      const auto& rec = r.j.resumed()[i];
+      if (rec.case_id != x.worst_case || !rec.error.empty()) continue;
+      for (const auto& res : rec.results) {
+        const double ratio = std::isnan(res.out[k].ratio) ? std::numeric_limits<double>::infinity() : res.out[k].ratio;
+        if (ratio == worst) found = r.j.resumed_lines()[i];
+      }
+      if (found) break;
+    }
+    if (!found) {
+      std::printf("FAIL     %s: no result of its worst case %s with %s err/tol %s in %s lines 2..%lld (the record's "
+                  "numbers are not its journal's)\n",
+                  what.c_str(), x.worst_case.c_str(), out.c_str(), validators::detail::fmt("%.17g", worst).c_str(),
+                  printable_line(r.path).c_str(), static_cast<long long>(line));
+      ++failed;
+      continue;
+    }
+    std::printf("OK       %s: %s line %lld is its head %s; worst case %s, %s err/tol %s, at line %lld\n", what.c_str(),
+                printable_line(r.path).c_str(), static_cast<long long>(line), x.journal_head.substr(0, 12).c_str(),
+                x.worst_case.c_str(), out.c_str(), validators::detail::fmt("%.6g", worst).c_str(), static_cast<long long>(found));
+    ++ok;
+  }
+  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL; %zu bound to another journal, %zu "
+              "without a journal (gated without --journal, or before approvals carried one), %zu INVALID (not "
+              "checked)%s\n",
+              printable_line(path).c_str(), ok + failed, ok + failed == 1 ? "" : "s", failed, elsewhere, unbound,
+              invalid, broken ? (", " + std::to_string(broken) + " journal" + (broken == 1 ? "" : "s") + " INVALID").c_str() : "");
+  if (ok + failed == 0 && !broken)
+    std::printf("none     no record of %s rests on the given journal%s\n", printable_line(path).c_str(),
+                journals.size() == 1 ? "" : "s");
+  return failed || broken || ok == 0 ? 1 : 0;
+}
+
 }  // namespace
 
 void add_approvals(CLI::App& app, Commands& cmds) {
@@ -1057,6 +1174,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
     std::vector<std::string> vouch;
     bool partial = false;
     bool recheck = false;
+    std::vector<std::string> journals;
     std::string backend = "auto";
     int threads = 0;
   };
@@ -1121,6 +1239,16 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "every stale record was re-proved, 1 when one was not (or is of the other backend), 3 when a case failed "
       "to run (the others still run and are written); holds the table's approvals lock while writing; written "
       "atomically");
+  auto* journal_opt = sub->add_option(
+      "--journal", o->journals,
+      "JOURNAL...: check the records of one approvals FILE against the gate journals they came from. A record "
+      "written by `gate --journal --approve` holds the journal's chain head then (its last line's seal) and line "
+      "count (\"journal\", docs/schemas.md); each JOURNAL is read as a resume reads it (every line's seal, the "
+      "chain, every record; under NORMGATE_JOURNAL_KEY_FILE's key when set), and each record whose head is a line "
+      "of one must find it at its line count and its worst case's largest err/tol in a result before it. Exit 0 "
+      "when at least one record was checked and none failed; 1 when one failed, a JOURNAL is INVALID, or no record "
+      "rests on the journals given; 2 usage (not a journal, another format, a key mismatch). Records of other "
+      "journals, and records without a journal, are counted, not checked");
   auto* backend_opt = sub->add_option("--backend", o->backend, "With --recheck: where the cases run: gpu, cpu (the "
                                                                "CPU models), auto (gpu when one is usable)")
                           ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
@@ -1129,15 +1257,27 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       sub->add_option("--threads", o->threads, "With --recheck: OpenMP threads for the generator, models and oracle "
                                                "(0: default)")
           ->check(CLI::Range(0, 4096));
-  sub->callback([&cmds, o, merge_opt, carry_opt, vouch_opt, partial_opt, recheck_opt, backend_opt, threads_opt] {
+  sub->callback([&cmds, o, merge_opt, carry_opt, vouch_opt, partial_opt, recheck_opt, backend_opt, threads_opt,
+                 journal_opt] {
+    const bool journaling = journal_opt->count() > 0;
     const bool merging = merge_opt->count() > 0;
     const bool carrying = carry_opt->count() > 0;
     const bool vouching = vouch_opt->count() > 0;
     const bool partial = partial_opt->count() > 0;
     const bool rechecking = recheck_opt->count() > 0;
     const bool recheck_args = backend_opt->count() > 0 || threads_opt->count() > 0;
-    cmds.run = [o, merging, carrying, vouching, partial, rechecking, recheck_args]() -> int {
+    cmds.run = [o, merging, carrying, vouching, partial, rechecking, recheck_args, journaling]() -> int {
       if (partial && !carrying) throw std::invalid_argument("--partial goes with --carry only");
+      if (journaling) {
+        if (merging || carrying || vouching || rechecking || o->seal)
+          throw std::invalid_argument(
+              "--journal goes alone (not with --seal, --merge-into, --carry, --vouch or --recheck)");
+        if (o->files.size() != 1)
+          throw std::invalid_argument("--journal checks one approvals file, got " + std::to_string(o->files.size()));
+        if (const std::string why = core::regular_file_problem(o->files[0]); !why.empty())
+          throw std::invalid_argument(printable_line(o->files[0]) + ": " + why + ", not an approvals file");
+        return check_journals(o->files[0], o->journals);
+      }
       if (recheck_args && !rechecking) throw std::invalid_argument("--backend and --threads go with --recheck only");
       if (rechecking) {
         if (merging || carrying || o->seal)

@@ -135,6 +135,8 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.fresh_seeds = w.fresh.seeds;
     x.oracle = r.oracle;
     x.dw_vs_fp32_worst = w.route.op == kernels::Op::bwd ? w.dw_vs_fp32_worst : std::numeric_limits<double>::quiet_NaN();
+    x.journal_head = r.journal_head;  // the evidence: "" without --journal
+    x.journal_lines = r.journal_lines;
     // A renewal by a smaller campaign than the record it replaces is said:
     // the policy minimum allows it, but the approval now rests on less.
     const std::string weaker =

@@ -473,7 +473,8 @@ Journal::Journal(Journal&& o) noexcept
       lines_(std::move(o.lines_)),
       dropped_(o.dropped_),
       read_only_(o.read_only_),
-      last_seal_(std::move(o.last_seal_)) {
+      last_seal_(std::move(o.last_seal_)),
+      seals_(std::move(o.seals_)) {
   o.fd_ = -1;
 }
 
@@ -487,6 +488,7 @@ Journal& Journal::operator=(Journal&& o) noexcept {
     lines_ = std::move(o.lines_);
     dropped_ = o.dropped_;
     last_seal_ = std::move(o.last_seal_);
+    seals_ = std::move(o.seals_);
     o.fd_ = -1;
   }
   return *this;
@@ -635,6 +637,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (::fsync(jr.fd_) != 0) sys_fail("cannot sync journal", path);
     fsync_dir_of(path);
     jr.last_seal_ = journal_line_seal(header);
+    jr.seals_.push_back(jr.last_seal_);
     return jr;
   }
   const std::string restart =
@@ -685,6 +688,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     if (line_no == 1) {
       check_header(line);
       jr.last_seal_ = journal_line_seal(line);
+      jr.seals_.push_back(jr.last_seal_);
       return;
     }
     if (line.find_first_not_of(kBlank) == std::string_view::npos)
@@ -712,6 +716,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
                      " (lines were moved, repeated or left out, or the line was copied in from another journal)") +
           restart);
     jr.last_seal_ = journal_line_seal(line);
+    jr.seals_.push_back(jr.last_seal_);
     CaseRecord r;
     try {
       r = case_record_from_json(j);
@@ -771,6 +776,7 @@ void Journal::append(const CaseRecord& r) {
   write_all(fd_, line + "\n", path_);
   if (::fsync(fd_) != 0) sys_fail("cannot sync journal", path_);
   last_seal_ = journal_line_seal(line);
+  seals_.push_back(last_seal_);
 }
 
 }  // namespace normgate::validators

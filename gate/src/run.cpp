@@ -967,6 +967,10 @@ GateResult run_gate(const GateOptions& opt) {
   res.cases_total = static_cast<int64_t>(store.used.size());
   res.cases_resumed = static_cast<int64_t>(
       std::distance(store.used.begin(), store.used.lower_bound(journal_records)));
+  if (!journal.seals().empty()) {
+    res.journal_head = journal.seals().back();
+    res.journal_lines = static_cast<int64_t>(journal.seals().size());
+  }
   res.date = utc_now();
   return res;
 }

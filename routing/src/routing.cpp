@@ -335,6 +335,8 @@ nlohmann::json to_json(const Approval& a) {
                     {"gpu", c.gpu}, {"date", c.date}, {"normgate_commit", c.normgate_commit}});
     j["carried"] = cs;
   }
+  if (!a.journal_head.empty())  // absent otherwise
+    j["journal"] = {{"head", a.journal_head}, {"lines", a.journal_lines}};
   if (a.has_vouch) {  // absent otherwise
     const auto& v = a.vouched;
     j["vouched"] = {{"variant", v.variant}, {"record_sha256", v.record_sha256}, {"source_sha256", v.source_sha256},
@@ -358,7 +360,7 @@ constexpr std::string_view kRecordKeys[] = {
     "window", "variant", "source_sha256", "backend", "gpu", "driver", "cuda", "seed_set", "t_points", "cases",
     "max_err_tol", "worst_case", "date", "normgate_commit", "normgate_version", "t_per_window", "dense_points",
     "dense_step", "dense_seeds", "fresh_factor", "fresh_seeds", "oracle", "dw_vs_fp32_worst", "record_sha256",
-    "carried", "vouched"};
+    "carried", "vouched", "journal"};
 constexpr std::string_view kWindowKeys[] = {"op", "mode", "H", "w", "form", "T"};
 
 bool lower_hex64(const std::string& s);
@@ -559,6 +561,18 @@ void from_json(const nlohmann::json& j, Approval& a) {
     if (v.normgate_commit.empty()) throw std::invalid_argument("field 'vouched.normgate_commit' must not be empty");
     a.has_vouch = true;
     a.vouched = std::move(v);
+  }
+  if (j.contains("journal")) {
+    const auto& jj = j.at("journal");
+    if (!jj.is_object() || jj.size() != 2 || !jj.contains("head") || !jj.contains("lines"))
+      throw std::invalid_argument("field 'journal' must be an object of exactly 'head' and 'lines'");
+    a.journal_head = str(jj, "head", "journal.");
+    if (!lower_hex64(a.journal_head))
+      throw std::invalid_argument("field 'journal.head' '" + a.journal_head + "' is not 64 lower-case hex digits");
+    a.journal_lines = integer(jj.at("lines"), "journal.lines");
+    if (a.journal_lines < 2)
+      throw std::invalid_argument("field 'journal.lines' " + std::to_string(a.journal_lines) +
+                                  " (a journal with a record has at least 2 lines)");
   }
   if (j.contains("record_sha256")) a.record_sha256 = str(j, "record_sha256");
 }

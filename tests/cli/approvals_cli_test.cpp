@@ -644,3 +644,100 @@ TEST(ApprovalsLock, ConcurrentGatesKeepEveryRecord) {
 }
 
 }  // namespace
+
+// gate --journal --approve binds each record to its journal (its chain head
+// and line count, routing.h Approval::journal_head); `approvals FILE
+// --journal J` checks records against J: still OK after a later run appended
+// to J; FAIL for a record whose numbers were changed and resealed; J
+// INVALID after a changed line; no record resting on J is exit 1; a file
+// that is no journal is exit 2; a gate without --journal writes no binding.
+TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
+  const std::string d = scratch("journal");
+  const std::string j = d + "/j.jsonl", approvals = d + "/small.approvals.json";
+  CliRun g = cli("gate " + d + "/small.toml" + kFast + " --windows H=256 --approve --journal " + j);
+  ASSERT_EQ(g.code, 0) << g.out;
+  const json rec = json::parse(slurp(approvals))["approvals"][0];
+  ASSERT_TRUE(rec.contains("journal")) << rec.dump();
+  const std::string text = slurp(j);
+  const int lines = occurrences(text, "\n");
+  EXPECT_EQ(rec["journal"]["lines"], lines);
+  // The head is the last line's seal.
+  const std::string last = text.substr(text.rfind('\n', text.size() - 2) + 1);
+  EXPECT_TRUE(contains(last, "\"sha256\":\"" + rec["journal"]["head"].get<std::string>() + "\"}")) << last;
+
+  CliRun c = cli("approvals " + approvals + " --journal " + j);
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "OK       bwd det H=256")) << c.out;
+  EXPECT_TRUE(contains(c.out, "line " + std::to_string(lines) + " is its head")) << c.out;
+
+  // A later run of other windows appends to the journal: the record's head
+  // is still its line, and the check still holds.
+  g = cli("gate " + d + "/small.toml" + kFast + " --windows H=64 --journal " + j);
+  ASSERT_EQ(g.code, 0) << g.out;
+  ASSERT_GT(occurrences(slurp(j), "\n"), lines);
+  c = cli("approvals " + approvals + " --journal " + j);
+  EXPECT_EQ(c.code, 0) << c.out;
+
+  // The record's largest err/tol lowered and the record resealed: its
+  // record_sha256 holds, the journal does not back it.
+  {
+    json doc = json::parse(slurp(approvals));
+    auto& m = doc["approvals"][0]["max_err_tol"];
+    std::string out;
+    double worst = -1;
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (it.value().get<double>() > worst) {
+        worst = it.value().get<double>();
+        out = it.key();
+      }
+    m[out] = worst * 0.5;
+    doc["approvals"][0] = sealed(doc["approvals"][0]);
+    spit(d + "/edited.approvals.json", doc.dump(2) + "\n");
+    ASSERT_EQ(cli("approvals " + d + "/edited.approvals.json").code, 0);  // valid and sealed as a file
+    c = cli("approvals " + d + "/edited.approvals.json --journal " + j);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "FAIL     bwd det H=256")) << c.out;
+    EXPECT_TRUE(contains(c.out, "the record's numbers are not its journal's")) << c.out;
+  }
+  // A malformed binding makes the record INVALID, resealed or not.
+  for (const json& bad : {json{{"head", "abc"}, {"lines", lines}}, json{{"head", rec["journal"]["head"]}, {"lines", 1}},
+                          json{{"head", rec["journal"]["head"]}, {"lines", lines}, {"path", "j"}}}) {
+    json doc = json::parse(slurp(approvals));
+    doc["approvals"][0]["journal"] = bad;
+    doc["approvals"][0] = sealed(doc["approvals"][0]);
+    spit(d + "/malformed.approvals.json", doc.dump(2) + "\n");
+    c = cli("approvals " + d + "/malformed.approvals.json");
+    EXPECT_EQ(c.code, 1) << bad.dump() << "\n" << c.out;
+    EXPECT_TRUE(contains(c.out, "INVALID  ") && contains(c.out, "journal")) << c.out;
+  }
+  // One digit of a record line changed: the journal is INVALID.
+  {
+    std::string t = slurp(j);
+    const size_t p = t.find("\"seconds\":", t.find('\n') + 1);
+    ASSERT_NE(p, std::string::npos);
+    t[p + 10] = t[p + 10] == '1' ? '2' : '1';
+    spit(d + "/bad.jsonl", t);
+    c = cli("approvals " + approvals + " --journal " + d + "/bad.jsonl");
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "INVALID")) << c.out;
+  }
+  // A journal no record rests on.
+  g = cli("gate " + d + "/small.toml" + kFast + " --windows H=64 --journal " + d + "/other.jsonl");
+  ASSERT_EQ(g.code, 0) << g.out;
+  c = cli("approvals " + approvals + " --journal " + d + "/other.jsonl");
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "no record of")) << c.out;
+  EXPECT_TRUE(contains(c.out, "1 bound to another journal")) << c.out;
+  // Not a journal; with another option.
+  EXPECT_EQ(cli("approvals " + approvals + " --journal " + d + "/small.toml").code, 2);
+  EXPECT_EQ(cli("approvals " + approvals + " --journal " + j + " --seal").code, 2);
+  // Without --journal the gate binds nothing.
+  {
+    const std::string e = scratch("journal_none");
+    g = cli("gate " + e + "/small.toml" + kFast + " --windows H=256 --approve");
+    ASSERT_EQ(g.code, 0) << g.out;
+    EXPECT_FALSE(json::parse(slurp(e + "/small.approvals.json"))["approvals"][0].contains("journal"));
+    std::filesystem::remove_all(e);
+  }
+  std::filesystem::remove_all(d);
+}

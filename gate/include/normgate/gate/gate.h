@@ -364,6 +364,12 @@ struct GateResult {
   int64_t cases_resumed = 0;           ///< taken from the journal
   int64_t cases_retried = 0;           ///< of cases_run_now: journalled errors run again (retry_errors)
   int64_t journal_dropped_bytes = 0;   ///< torn record dropped on resume (the --journal's own)
+  /// --journal: the chain's head when the gate finished (the seal of the
+  /// journal's last line, Journal::seals) and the journal's line count,
+  /// header included; "" and 0 without a journal. `--approve` puts both in
+  /// every record it writes (routing.h, Approval::journal_head).
+  std::string journal_head;
+  int64_t journal_lines = 0;
   /// --merge: each shard journal whose torn last record was left out, and its
   /// bytes (the shard's file is not changed; that case counts as missing).
   std::vector<std::pair<std::string, int64_t>> shard_dropped;

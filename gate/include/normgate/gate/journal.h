@@ -315,6 +315,14 @@ class Journal {
   int64_t dropped_bytes() const { return dropped_; }
   /// Path of the file ("" for an in-memory journal).
   const std::string& path() const { return path_; }
+  /// The seal of every complete line of the file, header first (index =
+  /// line number - 1), as read and then appended: seals().back() is the
+  /// chain's head, what the next record's "prev" holds, and seals().size()
+  /// the file's line count. Empty for an in-memory journal. An approval
+  /// records the head and the count (routing.h, Approval::journal_head), so
+  /// that the journal it came from can be checked against it later, however
+  /// many lines were appended since.
+  const std::vector<std::string>& seals() const { return seals_; }
 
   /// Append one record: its line (journal_line of to_json(r) with "prev", the seal of the file's
   /// last line) and newline with write() (looping over partial writes), then fsync(), before
@@ -332,6 +340,7 @@ class Journal {
   int64_t dropped_ = 0;
   bool read_only_ = false;
   std::string last_seal_;  // the seal of the file's last line: the next record's "prev"
+  std::vector<std::string> seals_;  // every line's seal (seals())
 };
 
 /// The campaign of the journal at `path`: line 1's "campaign" object, its

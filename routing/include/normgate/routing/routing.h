@@ -335,6 +335,19 @@ struct Approval {
   bool has_vouch = false;
   Vouch vouched;
 
+  /// (journal: {"head", "lines"}) The gate's --journal when it wrote this
+  /// record: the chain's head (the seal, 64 lower-case hex, of the
+  /// journal's last line then: validators::GateResult::journal_head) and
+  /// the journal's line count then, header included (>= 2). The journal's
+  /// line `lines` has seal `head` for as long as the journal is whole,
+  /// however many lines a later run appended, and that seal chains every
+  /// line before it (docs/schemas.md, "The chain"): `normgate approvals
+  /// FILE --journal J` checks a record against its journal. "" and 0
+  /// (absent in JSON) for a record of a gate without --journal, and for
+  /// every record written before approvals carried it.
+  std::string journal_head;
+  int64_t journal_lines = 0;
+
   /// (record_sha256) SHA-256 (64 lower-case hex) of the record's canonical
   /// bytes (approval_record_sha256). save_approvals writes it for every
   /// valid record; load_approvals checks it.
