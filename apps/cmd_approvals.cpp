@@ -10,6 +10,9 @@
 #include "commands.h"
 
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -39,6 +42,7 @@
 #include "normgate/harness/digest.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/policy.h"
@@ -1040,31 +1044,196 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
   return errors ? 3 : (not_kept || other_backend) ? 1 : 0;
 }
 // normgate approvals FILE --journal J... (see the option's help).
+
+// A journal read for the check, with its header's campaign.
+struct EvidenceJournal {
+  std::string path;
+  nlohmann::json campaign;
+  validators::Journal j;
+};
+
+// Why record `x` is not what its journal `e` says up to line `head_line`
+// (the line whose seal is x.journal_head), one entry per disagreement;
+// `note` gets what was checked less strictly. Empty: every check holds.
+std::vector<std::string> record_vs_journal(const kernels::Approval& x, const EvidenceJournal& e, int64_t head_line,
+                                           std::string& note) {
+  namespace v = normgate::validators;
+  std::vector<std::string> why;
+  if (head_line != x.journal_lines)
+    why.push_back("its head is line " + std::to_string(head_line) + ", the record says line " +
+                  std::to_string(x.journal_lines));
+  // The campaign the journal's header names against the record's.
+  const nlohmann::json& c = e.campaign;
+  auto field = [&](const char* k, const std::string& rec_value, const std::string& what) {
+    std::string jv = "(absent)";
+    if (c.contains(k)) jv = c[k].is_string() ? c[k].get<std::string>() : c[k].dump();
+    if (jv != rec_value) why.push_back(what + " " + rec_value + " in the record, " + jv + " in the journal's campaign");
+  };
+  field("backend", x.backend, "backend");
+  if (x.backend == kernels::kGpuBackend) field("device", x.gpu, "gpu");
+  field("seeds", x.seed_set, "seed_set");
+  if (x.has_strength) {
+    field("oracle", x.oracle, "oracle");
+    field("t_per_window", std::to_string(x.t_per_window), "t_per_window");
+    field("dense_points", std::to_string(x.dense_points), "dense_points");
+    field("dense_step", std::to_string(x.dense_step), "dense_step");
+    field("fresh_factor", std::to_string(x.fresh_factor), "fresh_factor");
+    const bool all = c.contains("dense_all_seeds") && c["dense_all_seeds"] == true;
+    if (all != x.dense_all_seeds)
+      why.push_back(std::string("dense_seeds ") + (x.dense_all_seeds ? "all" : "worst") + " in the record, " +
+                    (all ? "all" : "worst") + " in the journal's campaign");
+  }
+  // The variant whose results are the record's evidence: a vouched record's
+  // numbers are the vouching variant's.
+  const std::string ev = x.has_vouch ? x.vouched.variant : x.variant;
+  if (!c.contains("variant_sha256") || !c["variant_sha256"].is_object() || !c["variant_sha256"].contains(ev))
+    why.push_back("variant " + ev + " is not among the journal campaign's variants");
+  // A forward window of the default forward reads any run's y and rstd
+  // (gate.h: a backward run computes the same forward).
+  const bool any_impl = x.op == kernels::Op::fwd && ev == kernels::default_fwd().name;
+  struct Max {
+    double ratio = -1;
+    std::string case_id;
+    int64_t line = 0;
+  };
+  std::map<std::string, Max> max;  // per output of the record's max_err_tol
+  std::map<std::string, bool> attained;
+  std::set<std::string> cases;
+  std::set<int64_t> ts;  // the T of those cases
+  const double inf = std::numeric_limits<double>::infinity();
+  bool worst_found = false;
+  std::string largest;
+  double largest_v = -1;
+  for (const auto& [k, val] : x.max_err_tol)
+    if (largest.empty() || val > largest_v) {
+      largest = k;
+      largest_v = val;
+    }
+  const auto& recs = e.j.resumed();
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const int64_t line = e.j.resumed_lines()[i];
+    if (line > head_line) break;
+    const auto& r = recs[i];
+    if (!r.error.empty()) continue;
+    seeds::CaseId cid;
+    try {
+      cid = seeds::parse_case(r.case_id);
+    } catch (const std::invalid_argument&) {
+      continue;  // Journal::read checked every id
+    }
+    if (cid.H != x.H || cid.w != x.w || cid.form != x.form || cid.T < x.t_lo || cid.T > x.t_hi) continue;
+    for (const auto& res : r.results) {
+      if (!any_impl && res.impl != ev) continue;
+      // A forward-only record holds y and rstd only: evidence for a forward window.
+      if (r.forward_only && x.op == kernels::Op::bwd) continue;
+      cases.insert(r.case_id);
+      ts.insert(cid.T);
+      for (const auto& [name, val] : x.max_err_tol) {
+        int k = -1;
+        for (int o = 0; o < 4; ++o)
+          if (name == v::to_string(static_cast<v::Output>(o))) k = o;
+        if (k < 0) continue;
+        const double ratio = std::isnan(res.out[k].ratio) ? inf : res.out[k].ratio;
+        if (ratio == val) attained[name] = true;
+        if (ratio > max[name].ratio) max[name] = {ratio, r.case_id, line};
+        if (name == largest && r.case_id == x.worst_case && ratio == val) worst_found = true;
+      }
+    }
+  }
+  const std::string of = " of " + ev + (any_impl ? " (any run's forward)" : "");
+  if (cases.empty()) {
+    why.push_back("the journal holds no result" + of + " inside the window before its head");
+    return why;
+  }
+  const int64_t n = static_cast<int64_t>(cases.size());
+  if (n < x.cases)
+    why.push_back("the record counts " + std::to_string(x.cases) + " cases, the journal holds " + std::to_string(n) +
+                  " inside the window" + of + " before its head");
+  std::string no_t;
+  for (const int64_t t : x.t_points)
+    if (!ts.count(t)) no_t += (no_t.empty() ? "" : ", ") + std::to_string(t);
+  if (!no_t.empty()) why.push_back("no case inside the window" + of + " at its T points " + no_t);
+  if (!worst_found)
+    why.push_back("no result of its worst case " + x.worst_case + " holds its largest err/tol (" + largest + " " +
+                  v::detail::fmt("%.17g", largest_v) + ")");
+  for (const auto& [name, val] : x.max_err_tol) {
+    if (!attained[name]) {
+      why.push_back("no result inside the window holds its " + name + " err/tol " + v::detail::fmt("%.17g", val));
+      continue;
+    }
+    // Exactly the record's cases: its maxima are the journal's.
+    if (n == x.cases && max[name].ratio > val)
+      why.push_back("the journal holds a larger " + name + " err/tol, " + v::detail::fmt("%.17g", max[name].ratio) +
+                    " (case " + max[name].case_id + ", line " + std::to_string(max[name].line) + "), than its " +
+                    v::detail::fmt("%.17g", val));
+  }
+  if (n > x.cases)
+    note = std::to_string(n - x.cases) + " more cases inside the window" + of +
+           " than the record counts (another run into this journal before it): its ratios are checked to be "
+           "attained, not to be the largest";
+  return why;
+}
+
 int check_journals(const std::string& path, const std::vector<std::string>& journals) {
   namespace v = normgate::validators;
   if (is_rejections_file(path))
     throw std::invalid_argument(path + ": a rejections file; --journal takes an approvals file");
   const kernels::Approvals a = kernels::load_approvals(path);
   const bool keyed = !v::journal_key().empty();  // refused key files: exit 2 before any reading
-  struct Read {
-    std::string path;
-    v::Journal j;
-  };
-  std::vector<Read> read;
+  std::vector<EvidenceJournal> read;
+  std::vector<std::string> given;  // resolved paths: a journal named twice is read once
   size_t broken = 0;
   for (const auto& f : journals) {
     if (const std::string why = core::regular_file_problem(f); !why.empty())
       throw std::invalid_argument("--journal " + printable_line(f) + ": " + why + " (a gate journal is needed)");
-    // The header names the campaign; Journal::read then checks every line's
-    // seal, the chain and every record, as a resume does.
-    const nlohmann::json campaign = v::journal_campaign(f);  // not a journal, another format or key: exit 2
+    const std::string real = resolve(f);
+    if (std::find(given.begin(), given.end(), real) != given.end()) {
+      std::printf("journal  %s: given before (as the same file); read once\n", printable_line(f).c_str());
+      continue;
+    }
+    given.push_back(real);
+    if (is_rejections_file(f) || f == path || real == resolve(path))
+      throw std::invalid_argument("--journal " + printable_line(f) + ": an approvals or rejections file, not a gate "
+                                  "journal");
+    // A journal a running gate holds (its flock) is still being written.
+    {
+      const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+        ::close(fd);
+        if (busy)
+          throw std::invalid_argument("--journal " + printable_line(f) + ": in use by a running normgate gate (it "
+                                      "holds the file's lock): check it once that gate has ended");
+      }
+    }
+    // A damaged journal is a verdict (exit 1); a file that is no journal, one
+    // of another format, or one sealed under another key setting is usage (2).
+    auto invalid = [&](const std::string& what) {
+      std::string w = what;
+      if (const size_t cut = w.find("; a shard journal that fails its checks"); cut != std::string::npos) w.resize(cut);
+      std::printf("journal  %s: INVALID (changed after normgate wrote it, or damaged): %s\n", printable_line(f).c_str(),
+                  printable_line(w).c_str());
+      ++broken;
+    };
+    nlohmann::json campaign;
     try {
-      read.push_back({f, v::Journal::read(f, campaign)});
-    } catch (const v::JournalKeyError&) {
+      campaign = v::journal_campaign(f);
+    } catch (const v::JournalError&) {
       throw;
     } catch (const std::invalid_argument& e) {
-      std::printf("journal  %s: INVALID: %s\n", printable_line(f).c_str(), printable_line(e.what()).c_str());
-      ++broken;
+      std::ifstream in(f, std::ios::binary);
+      std::string first;
+      std::getline(in, first);
+      if (first.find("\"normgate_journal\":") == std::string::npos || first.rfind("{\"campaign\":", 0) != 0) throw;
+      invalid(e.what());  // a journal header whose seal fails
+      continue;
+    }
+    try {
+      read.push_back({f, campaign, v::Journal::read(f, campaign)});
+    } catch (const v::JournalError&) {
+      throw;
+    } catch (const std::invalid_argument& e) {
+      invalid(e.what());
       continue;
     }
     const auto& j = read.back().j;
@@ -1077,10 +1246,13 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
   // Every line's seal -> (journal, line number).
   std::map<std::string, std::pair<size_t, int64_t>> at;
   for (size_t i = 0; i < read.size(); ++i)
-    for (size_t k = 0; k < read[i].j.seals().size(); ++k) at.emplace(read[i].j.seals()[k], std::make_pair(i, int64_t(k + 1)));
-  size_t ok = 0, failed = 0, elsewhere = 0, unbound = 0, invalid = 0;
+    for (size_t k = 0; k < read[i].j.seals().size(); ++k)
+      at.emplace(read[i].j.seals()[k], std::make_pair(i, static_cast<int64_t>(k + 1)));
+  size_t ok = 0, failed = 0, unbound = 0, invalid = 0;
+  std::vector<std::string> elsewhere;
   for (const auto& x : a.records) {
     if (!x.invalid.empty()) {
+      std::printf("INVALID  %s\n", printable_line(x.invalid).c_str());
       ++invalid;
       continue;
     }
@@ -1091,65 +1263,41 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
     const std::string what = x.window() + " -> " + x.variant + " (" + x.backend + ")";
     const auto hit = at.find(x.journal_head);
     if (hit == at.end()) {
-      ++elsewhere;
+      elsewhere.push_back(what + ": head " + x.journal_head.substr(0, 12) + ", line " +
+                          std::to_string(x.journal_lines));
       continue;
     }
     const auto& [ji, line] = hit->second;
-    const Read& r = read[ji];
-    if (line != x.journal_lines) {
-      std::printf("FAIL     %s: its journal head is line %lld of %s, the record says line %lld\n", what.c_str(),
-                  static_cast<long long>(line), printable_line(r.path).c_str(),
-                  static_cast<long long>(x.journal_lines));
+    const EvidenceJournal& e = read[ji];
+    std::string note;
+    const std::vector<std::string> why = record_vs_journal(x, e, line, note);
+    if (!why.empty()) {
+      std::printf("FAIL     %s: not what its journal %s says up to line %lld:\n", what.c_str(),
+                  printable_line(e.path).c_str(), static_cast<long long>(line));
+      for (const auto& w : why) std::printf("           - %s\n", printable_line(w).c_str());
       ++failed;
       continue;
     }
-    // The record's largest err/tol, on its worst case, must be in the
-    // journal before the head: a result of that case (any implementation:
-    // a forward window of the default forward reads another's y) holding
-    // that ratio, bit for bit, on that output.
-    std::string out;
-    double worst = -1;
-    for (const auto& [k, val] : x.max_err_tol)
-      if (out.empty() || val > worst) {
-        out = k;
-        worst = val;
-      }
-    int k = -1;
-    for (int i = 0; i < 4; ++i)
-      if (out == validators::to_string(static_cast<validators::Output>(i))) k = i;
-    int64_t found = 0;
-    for (size_t i = 0; i < r.j.resumed().size() && k >= 0; ++i) {
-      if (r.j.resumed_lines()[i] > line) break;
-      const auto& rec = r.j.resumed()[i];
-      if (rec.case_id != x.worst_case || !rec.error.empty()) continue;
-      for (const auto& res : rec.results) {
-        const double ratio = std::isnan(res.out[k].ratio) ? std::numeric_limits<double>::infinity() : res.out[k].ratio;
-        if (ratio == worst) found = r.j.resumed_lines()[i];
-      }
-      if (found) break;
-    }
-    if (!found) {
-      std::printf("FAIL     %s: no result of its worst case %s with %s err/tol %s in %s lines 2..%lld (the record's "
-                  "numbers are not its journal's)\n",
-                  what.c_str(), x.worst_case.c_str(), out.c_str(), validators::detail::fmt("%.17g", worst).c_str(),
-                  printable_line(r.path).c_str(), static_cast<long long>(line));
-      ++failed;
-      continue;
-    }
-    std::printf("OK       %s: %s line %lld is its head %s; worst case %s, %s err/tol %s, at line %lld\n", what.c_str(),
-                printable_line(r.path).c_str(), static_cast<long long>(line), x.journal_head.substr(0, 12).c_str(),
-                x.worst_case.c_str(), out.c_str(), validators::detail::fmt("%.6g", worst).c_str(), static_cast<long long>(found));
+    std::printf("OK       %s: %s line %lld is its head %s; its campaign, cases, worst case and max err/tol are the "
+                "journal's%s\n",
+                what.c_str(), printable_line(e.path).c_str(), static_cast<long long>(line),
+                x.journal_head.substr(0, 12).c_str(), note.empty() ? "" : (" (" + note + ")").c_str());
     ++ok;
   }
-  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL; %zu bound to another journal, %zu "
-              "without a journal (gated without --journal, or before approvals carried one), %zu INVALID (not "
-              "checked)%s\n",
-              printable_line(path).c_str(), ok + failed, ok + failed == 1 ? "" : "s", failed, elsewhere, unbound,
-              invalid, broken ? (", " + std::to_string(broken) + " journal" + (broken == 1 ? "" : "s") + " INVALID").c_str() : "");
+  for (size_t i = 0; i < elsewhere.size() && i < 5; ++i) std::printf("unchecked %s\n", printable_line(elsewhere[i]).c_str());
+  if (elsewhere.size() > 5) std::printf("unchecked ... and %zu more\n", elsewhere.size() - 5);
+  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL; %zu bound to a journal not given%s, "
+              "%zu without a journal (gated without --journal, or before approvals carried one), %zu INVALID\n",
+              printable_line(path).c_str(), ok + failed, ok + failed == 1 ? "" : "s", failed, elsewhere.size(),
+              broken ? (" or INVALID (" + std::to_string(broken) + " journal" + (broken == 1 ? "" : "s") +
+                        " INVALID above)").c_str()
+                     : "",
+              unbound, invalid);
   if (ok + failed == 0 && !broken)
-    std::printf("none     no record of %s rests on the given journal%s\n", printable_line(path).c_str(),
-                journals.size() == 1 ? "" : "s");
-  return failed || broken || ok == 0 ? 1 : 0;
+    std::printf("none     no record of %s rests on the given journal%s (a journal cut short before a record's "
+                "head does not hold it)\n",
+                printable_line(path).c_str(), journals.size() == 1 ? "" : "s");
+  return failed || broken || invalid || ok == 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -1165,7 +1313,8 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "--carry OLD NEW re-keys records to this build's source when two digests files (`normgate digest`) agree "
       "bit for bit (--partial: a nondet variant's records that agree). --vouch V_DIGESTS W_DIGESTS gives a "
       "deterministic variant W the records of another, V, whose campaigns W ran bit for bit as V did. --recheck "
-      "re-proves a rejections file's stale records by running their failing cases again");
+      "re-proves a rejections file's stale records by running their failing cases again. --journal J... checks each "
+      "record against the gate journal it came from");
   struct Opts {
     std::vector<std::string> files;
     bool seal = false;
@@ -1268,6 +1417,7 @@ void add_approvals(CLI::App& app, Commands& cmds) {
     const bool recheck_args = backend_opt->count() > 0 || threads_opt->count() > 0;
     cmds.run = [o, merging, carrying, vouching, partial, rechecking, recheck_args, journaling]() -> int {
       if (partial && !carrying) throw std::invalid_argument("--partial goes with --carry only");
+      if (recheck_args && !rechecking) throw std::invalid_argument("--backend and --threads go with --recheck only");
       if (journaling) {
         if (merging || carrying || vouching || rechecking || o->seal)
           throw std::invalid_argument(
@@ -1278,7 +1428,6 @@ void add_approvals(CLI::App& app, Commands& cmds) {
           throw std::invalid_argument(printable_line(o->files[0]) + ": " + why + ", not an approvals file");
         return check_journals(o->files[0], o->journals);
       }
-      if (recheck_args && !rechecking) throw std::invalid_argument("--backend and --threads go with --recheck only");
       if (rechecking) {
         if (merging || carrying || o->seal)
           throw std::invalid_argument("--recheck goes alone (not with --seal, --merge-into or --carry)");

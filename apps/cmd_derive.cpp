@@ -4,6 +4,7 @@
 // derivation report.
 #include "normgate/core/report_util.h"
 #include "commands.h"
+#include "normgate/core/temp_files.h"
 #include "normgate/core/shell_quote.h"
 
 #include <chrono>
@@ -485,6 +486,13 @@ void add_derive(CLI::App& app, Commands& cmds) {
       // table's hash: a rerun that derives the same table resumes it.
       int round = 0;
       int gated = 0;
+      // A signal (Ctrl-C, a job's time limit) ends the derive where it is:
+      // say what its journals keep (main.cpp installed the handlers).
+      const core::SignalNoteScope signal_note(
+          o->gate == "winners" && !o->g.journal_path.empty()
+              ? "\nnormgate derive: stopped by a signal; run the same command again to resume: every case its gates "
+                "finished is in the journals '" + printable_line(o->g.journal_path) + ".*.jsonl'\n"
+              : std::string());
       for (; o->gate == "winners" && round < 200 && !stopped; ++round) {
         // A window without a current approval is gated only where no
         // approval of its winner covers it (uncovered_spans, routes.md D12):

@@ -341,14 +341,18 @@ void add_gate(CLI::App& app, Commands& cmds) {
       std::fflush(stdout);
       // A signal (Ctrl-C, a job's time limit) ends the run where it is: say
       // what it leaves (main.cpp installed the handlers).
-      struct SignalNote {
-        explicit SignalNote(const std::string& journal) {
-          if (!journal.empty())
-            core::set_signal_note("\nnormgate gate: stopped by a signal; every finished case is in the journal '" +
-                                  printable_line(journal) + "': run the same command again to resume from it\n");
-        }
-        ~SignalNote() { core::set_signal_note(""); }
-      } signal_note(o->g.journal_path);
+      // NORMGATE_RESUME_COMMAND: the command that resumes this run, where a
+      // wrapper (scripts/main) runs the gate for the caller.
+      const char* resume_env = std::getenv("NORMGATE_RESUME_COMMAND");
+      const std::string resume = resume_env && *resume_env ? printable_line(resume_env)
+                                                            : std::string("the same command again");
+      const core::SignalNoteScope signal_note(
+          o->g.journal_path.empty()
+              ? std::string("\nnormgate gate: stopped by a signal; without --journal nothing of this run is kept "
+                            "(--journal FILE makes a run resumable)\n")
+              : "\nnormgate gate: stopped by a signal; run " + resume +
+                    " to resume: every case finished before it is in the journal '" +
+                    printable_line(o->g.journal_path) + "'\n");
       const auto t0 = std::chrono::steady_clock::now();
       const auto res = validators::run_gate(o->g);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

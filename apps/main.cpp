@@ -186,7 +186,7 @@ const char* summary(const std::string& name) {
       {"variants", "List the kernel variants of the registry"},
       {"gate", "Gate a route table's windows against the FP64 oracle; report per window"},
       {"routes", "A table's routes and their approval state, or the dispatcher's pick for a call"},
-      {"approvals", "Check, seal, merge, carry, vouch for or re-check approvals and rejections"},
+      {"approvals", "Check (also against gate journals), seal, merge, carry, vouch for, re-check approvals"},
       {"digest", "Digest a variant's outputs on its approved campaigns (for approvals --carry, --vouch)"},
       {"derive", "Derive a route table: time candidates, split windows, gate the winners"},
       {"mutate", "Mutation score: which input family kills which negative control"},

@@ -26,7 +26,7 @@ std::mutex g_mu;  // serializes track/untrack (not the handler)
 // The note the handler writes to stderr: like a slot, read by the handler
 // only in state 2 (complete and unchanged until set_signal_note moves it).
 std::atomic<int> g_note_state{0};
-char g_note[1024];
+char g_note[8192];
 size_t g_note_len = 0;
 
 void on_signal(int sig) {
@@ -70,6 +70,10 @@ void set_signal_note(const std::string& text) {
   g_note_state.store(1, std::memory_order_release);
   g_note_len = std::min(text.size(), sizeof(g_note));
   std::memcpy(g_note, text.data(), g_note_len);
+  if (text.size() > sizeof(g_note)) {  // cut: say so, and end the line
+    constexpr char kCut[] = " [...]\n";
+    std::memcpy(g_note + sizeof(g_note) - (sizeof(kCut) - 1), kCut, sizeof(kCut) - 1);
+  }
   if (g_note_len > 0) g_note_state.store(2, std::memory_order_release);
   else g_note_state.store(0, std::memory_order_release);
 }

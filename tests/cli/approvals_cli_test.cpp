@@ -697,7 +697,99 @@ TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
     c = cli("approvals " + d + "/edited.approvals.json --journal " + j);
     EXPECT_EQ(c.code, 1) << c.out;
     EXPECT_TRUE(contains(c.out, "FAIL     bwd det H=256")) << c.out;
-    EXPECT_TRUE(contains(c.out, "the record's numbers are not its journal's")) << c.out;
+    EXPECT_TRUE(contains(c.out, "no result of its worst case")) << c.out;
+  }
+  // Edits the journal contradicts, each resealed: a wider window (its last T
+  // point has no case), the campaign's seeds and backend, a lower err/tol
+  // of another output with the worst moved to a smaller case.
+  {
+    auto forged = [&](const std::string& name, const std::function<void(json&)>& edit) {
+      json doc = json::parse(slurp(approvals));
+      edit(doc["approvals"][0]);
+      doc["approvals"][0] = sealed(doc["approvals"][0]);
+      spit(d + "/" + name, doc.dump(2) + "\n");
+      EXPECT_EQ(cli("approvals " + d + "/" + name).code, 0) << name << ": not a valid record";
+      return cli("approvals " + d + "/" + name + " --journal " + j);
+    };
+    c = forged("wider.json", [](json& r) {
+      r["window"]["T"][1] = 4096;
+      r["t_points"].push_back(4096);
+    });
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "at its T points 4096")) << c.out;
+    c = forged("campaign.json", [](json& r) {
+      r["backend"] = "gpu";
+      r["gpu"] = "NVIDIA H200";
+      r["driver"] = "580.159.04";
+      r["cuda"] = "13.0";
+    });
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "gpu NVIDIA H200 in the record, cpu in the journal's campaign")) << c.out;
+    EXPECT_TRUE(contains(c.out, "backend gpu in the record, cpu-model in the journal's campaign")) << c.out;
+    // Another case of the window, with its own largest ratio as the record's.
+    std::string other_case, other_out;
+    double other_ratio = -1;
+    {
+      std::istringstream in(slurp(j));
+      std::string line;
+      std::getline(in, line);
+      while (std::getline(in, line) && other_case.empty()) {
+        const json r = json::parse(line);
+        if (r["case"] == rec["worst_case"] || !contains(r["case"].get<std::string>(), "H=256,")) continue;
+        for (const auto& res : r["results"])
+          if (res["impl"] == rec["variant"])
+            for (const auto& [k, v] : rec["max_err_tol"].items())
+              if (res[k][0].get<double>() > other_ratio) {
+                other_ratio = res[k][0].get<double>();
+                other_out = k;
+                other_case = r["case"];
+              }
+      }
+    }
+    ASSERT_FALSE(other_case.empty());
+    ASSERT_LT(other_ratio, rec["max_err_tol"][other_out].get<double>());
+    c = forged("moved.json", [&](json& r) {
+      r["worst_case"] = other_case;
+      for (auto& [k, v] : r["max_err_tol"].items()) v = std::min(v.get<double>(), other_ratio);
+      r["max_err_tol"][other_out] = other_ratio;
+    });
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "the journal holds a larger")) << c.out;
+  }
+  // An INVALID record (edited, not resealed) is exit 1, named.
+  {
+    json doc = json::parse(slurp(approvals));
+    doc["approvals"][0]["cases"] = 3;
+    spit(d + "/unsealed.json", doc.dump(2) + "\n");
+    c = cli("approvals " + d + "/unsealed.json --journal " + j);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "INVALID  ")) << c.out;
+  }
+  // The same journal twice is read once; --backend goes with --recheck only.
+  c = cli("approvals " + approvals + " --journal " + j + " " + j);
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(contains(c.out, "given before (as the same file); read once")) << c.out;
+  EXPECT_EQ(cli("approvals " + approvals + " --journal " + j + " --backend cpu").code, 2);
+  // A journal a gate holds is refused as busy (exit 2), not called INVALID.
+  {
+    const int fd = ::open(j.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    c = cli("approvals " + approvals + " --journal " + j);
+    ::close(fd);
+    EXPECT_EQ(c.code, 2) << c.out;
+    EXPECT_TRUE(contains(c.out, "in use by a running normgate gate")) << c.out;
+  }
+  // A changed header line: the journal is INVALID (exit 1), as for any line.
+  {
+    std::string t = slurp(j);
+    const size_t p = t.find("\"seeds\":\"3x1\"");
+    ASSERT_NE(p, std::string::npos);
+    t[p + 11] = '2';
+    spit(d + "/badhead.jsonl", t);
+    c = cli("approvals " + approvals + " --journal " + d + "/badhead.jsonl");
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "INVALID (changed after normgate wrote it")) << c.out;
   }
   // A malformed binding makes the record INVALID, resealed or not.
   for (const json& bad : {json{{"head", "abc"}, {"lines", lines}}, json{{"head", rec["journal"]["head"]}, {"lines", 1}},
@@ -727,7 +819,8 @@ TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
   c = cli("approvals " + approvals + " --journal " + d + "/other.jsonl");
   EXPECT_EQ(c.code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "no record of")) << c.out;
-  EXPECT_TRUE(contains(c.out, "1 bound to another journal")) << c.out;
+  EXPECT_TRUE(contains(c.out, "1 bound to a journal not given")) << c.out;
+  EXPECT_TRUE(contains(c.out, "unchecked bwd det H=256")) << c.out;
   // Not a journal; with another option.
   EXPECT_EQ(cli("approvals " + approvals + " --journal " + d + "/small.toml").code, 2);
   EXPECT_EQ(cli("approvals " + approvals + " --journal " + j + " --seal").code, 2);

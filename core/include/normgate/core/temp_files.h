@@ -30,9 +30,26 @@ inline constexpr int kMaxTrackedTemps = 32;
 /// (write(2), async-signal-safe) after removing the temporaries and before
 /// the process ends: what a long run leaves to resume from, say ("the
 /// journal J keeps every finished case: the same command resumes"). At
-/// most 1024 bytes are kept (the rest is cut off); "" writes nothing (the
-/// default). Thread-safe; never throws.
+/// most 8192 bytes are kept: a longer text is cut and ends in " [...]" and
+/// a newline; "" writes nothing (the default). Thread-safe; never throws.
 void set_signal_note(const std::string& text);
+
+/// set_signal_note(text) for the scope's life, then set_signal_note("")
+/// (nothing when text is ""): the note of one long step.
+class SignalNoteScope {
+ public:
+  explicit SignalNoteScope(const std::string& text) : set_(!text.empty()) {
+    if (set_) set_signal_note(text);
+  }
+  ~SignalNoteScope() {
+    if (set_) set_signal_note("");
+  }
+  SignalNoteScope(const SignalNoteScope&) = delete;
+  SignalNoteScope& operator=(const SignalNoteScope&) = delete;
+
+ private:
+  bool set_;
+};
 
 /// Install handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT that unlink
 /// every tracked temporary file (async-signal-safe: unlink only), restore
