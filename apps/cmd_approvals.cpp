@@ -1043,6 +1043,7 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
               errors, errors == 1 ? "" : "s");
   return errors ? 3 : (not_kept || other_backend) ? 1 : 0;
 }
+
 // normgate approvals FILE --journal J... (see the option's help).
 
 // A journal read for the check, with its header's campaign.
