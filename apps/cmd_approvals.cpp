@@ -1055,9 +1055,10 @@ struct EvidenceJournal {
 
 // Why record `x` is not what its journal `e` says up to line `head_line`
 // (the line whose seal is x.journal_head), one entry per disagreement;
-// `note` gets what was checked less strictly. Empty: every check holds.
+// `note` gets what was not compared, `unsure` why the record can be neither
+// confirmed nor refuted (more cases than it counts). Empty: every check holds.
 std::vector<std::string> record_vs_journal(const kernels::Approval& x, const EvidenceJournal& e, int64_t head_line,
-                                           std::string& note) {
+                                           std::string& note, std::string& unsure) {
   namespace v = normgate::validators;
   std::vector<std::string> why;
   if (head_line != x.journal_lines)
@@ -1073,6 +1074,9 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
   field("backend", x.backend, "backend");
   if (x.backend == kernels::kGpuBackend) field("device", x.gpu, "gpu");
   field("seeds", x.seed_set, "seed_set");
+  if (!x.has_strength)
+    why.push_back("no campaign strength fields (t_per_window, dense_*, fresh_*, oracle): every gate that binds a record "
+                  "to its journal writes them");
   if (x.has_strength) {
     field("oracle", x.oracle, "oracle");
     field("t_per_window", std::to_string(x.t_per_window), "t_per_window");
@@ -1089,9 +1093,16 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
   const std::string ev = x.has_vouch ? x.vouched.variant : x.variant;
   if (!c.contains("variant_sha256") || !c["variant_sha256"].is_object() || !c["variant_sha256"].contains(ev))
     why.push_back("variant " + ev + " is not among the journal campaign's variants");
-  // A forward window of the default forward reads any run's y and rstd
-  // (gate.h: a backward run computes the same forward).
+  // A forward window of the default forward reads its own runs' y and rstd
+  // and a backward run's (gate.h: every backward run computes the default
+  // forward), never another forward variant's.
   const bool any_impl = x.op == kernels::Op::fwd && ev == kernels::default_fwd().name;
+  auto evidence = [&](const std::string& impl) {
+    if (impl == ev) return true;
+    if (!any_impl) return false;
+    const kernels::Variant* iv = kernels::find_variant(impl);
+    return iv && iv->op == kernels::Op::bwd;
+  };
   struct Max {
     double ratio = -1;
     std::string case_id;
@@ -1101,6 +1112,8 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
   std::map<std::string, bool> attained;
   std::set<std::string> cases;
   std::set<int64_t> ts;  // the T of those cases
+  std::set<std::string> fresh_found;  // "family:seed" of those cases
+  double dw_vs_max = -1;  // their largest dw_vs_fp32 worst (NaN left out, as the gate does)
   const double inf = std::numeric_limits<double>::infinity();
   bool worst_found = false;
   std::string largest;
@@ -1124,11 +1137,13 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
     }
     if (cid.H != x.H || cid.w != x.w || cid.form != x.form || cid.T < x.t_lo || cid.T > x.t_hi) continue;
     for (const auto& res : r.results) {
-      if (!any_impl && res.impl != ev) continue;
+      if (!evidence(res.impl)) continue;
       // A forward-only record holds y and rstd only: evidence for a forward window.
       if (r.forward_only && x.op == kernels::Op::bwd) continue;
       cases.insert(r.case_id);
       ts.insert(cid.T);
+      fresh_found.insert(std::string(seeds::to_string(cid.family)) + ":" + std::to_string(cid.seed));
+      if (!r.forward_only && !std::isnan(res.dw_vs_fp32_worst)) dw_vs_max = std::max(dw_vs_max, res.dw_vs_fp32_worst);
       for (const auto& [name, val] : x.max_err_tol) {
         int k = -1;
         for (int o = 0; o < 4; ++o)
@@ -1141,7 +1156,7 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       }
     }
   }
-  const std::string of = " of " + ev + (any_impl ? " (any run's forward)" : "");
+  const std::string of = " of " + ev + (any_impl ? " (its runs' and backward runs' forward)" : "");
   if (cases.empty()) {
     why.push_back("the journal holds no result" + of + " inside the window before its head");
     return why;
@@ -1150,10 +1165,33 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
   if (n < x.cases)
     why.push_back("the record counts " + std::to_string(x.cases) + " cases, the journal holds " + std::to_string(n) +
                   " inside the window" + of + " before its head");
+  // More cases than the record counts: another run's into this journal (a
+  // --windows slice holding this variant inside the window, or backward
+  // runs inside a forward window) or an edited record. The two cannot be
+  // told apart here, so neither the maxima nor the count can be checked:
+  // not OK, not a contradiction either (unsure).
+  if (n > x.cases)
+    unsure = "the journal holds " + std::to_string(n) + " cases inside the window" + of + " before its head, the " +
+             "record counts " + std::to_string(x.cases) + ": another run's into this journal (a --windows slice) or " +
+             "an edited record; check it against a journal of its own run";
   std::string no_t;
   for (const int64_t t : x.t_points)
     if (!ts.count(t)) no_t += (no_t.empty() ? "" : ", ") + std::to_string(t);
   if (!no_t.empty()) why.push_back("no case inside the window" + of + " at its T points " + no_t);
+  // The refinement ran before the head: the fresh seeds' cases are there.
+  if (x.has_strength && !x.fresh_seeds.empty()) {
+    try {
+      const seeds::SeedSet fs = seeds::parse_seed_set(x.fresh_seeds);
+      uint64_t missing = 0;
+      for (const auto& pt : fs.points())
+        for (uint64_t sd = fs.first; sd <= fs.last; ++sd)
+          missing += !fresh_found.count(std::string(seeds::to_string(pt.family)) + ":" + std::to_string(sd));
+      if (missing)
+        why.push_back(std::to_string(missing) + " of its fresh seeds " + x.fresh_seeds + " have no case inside the "
+                      "window before its head (the refinement's cases)");
+    } catch (const std::invalid_argument&) {
+    }  // load_approvals checked the spelling
+  }
   if (!worst_found)
     why.push_back("no result of its worst case " + x.worst_case + " holds its largest err/tol (" + largest + " " +
                   v::detail::fmt("%.17g", largest_v) + ")");
@@ -1162,16 +1200,27 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       why.push_back("no result inside the window holds its " + name + " err/tol " + v::detail::fmt("%.17g", val));
       continue;
     }
-    // Exactly the record's cases: its maxima are the journal's.
-    if (n == x.cases && max[name].ratio > val)
+    if (unsure.empty() && max[name].ratio > val)
       why.push_back("the journal holds a larger " + name + " err/tol, " + v::detail::fmt("%.17g", max[name].ratio) +
                     " (case " + max[name].case_id + ", line " + std::to_string(max[name].line) + "), than its " +
                     v::detail::fmt("%.17g", val));
   }
-  if (n > x.cases)
-    note = std::to_string(n - x.cases) + " more cases inside the window" + of +
-           " than the record counts (another run into this journal before it): its ratios are checked to be "
-           "attained, not to be the largest";
+  if (x.op == kernels::Op::bwd && x.has_strength) {
+    const double want = x.dw_vs_fp32_worst;
+    const bool same = std::isnan(want) ? dw_vs_max < 0 : dw_vs_max == want;
+    if (!same && unsure.empty())
+      why.push_back("dw_vs_fp32_worst " + v::detail::fmt("%.17g", want) + " in the record, " +
+                    (dw_vs_max < 0 ? std::string("none") : v::detail::fmt("%.17g", dw_vs_max)) + " in the journal");
+  }
+  // Re-keys (tools/rekey_approvals.py) and carries move source_sha256: said, not failed.
+  if (c.contains("variant_sha256") && c["variant_sha256"].is_object() && c["variant_sha256"].contains(ev)) {
+    const auto& js = c["variant_sha256"][ev];
+    const std::string src = x.has_vouch ? x.vouched.source_sha256
+                                        : (x.carried.empty() ? x.source_sha256 : x.carried.front().from_source_sha256);
+    if (js.is_string() && js.get<std::string>() != src)
+      note = "source_sha256 " + src.substr(0, 12) + " where the journal's campaign ran " +
+             js.get<std::string>().substr(0, 12) + " (re-keyed or carried since: not compared)";
+  }
   return why;
 }
 
@@ -1249,7 +1298,7 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
   for (size_t i = 0; i < read.size(); ++i)
     for (size_t k = 0; k < read[i].j.seals().size(); ++k)
       at.emplace(read[i].j.seals()[k], std::make_pair(i, static_cast<int64_t>(k + 1)));
-  size_t ok = 0, failed = 0, unbound = 0, invalid = 0;
+  size_t ok = 0, failed = 0, unsure_n = 0, unbound = 0, invalid = 0;
   std::vector<std::string> elsewhere;
   for (const auto& x : a.records) {
     if (!x.invalid.empty()) {
@@ -1270,8 +1319,14 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
     }
     const auto& [ji, line] = hit->second;
     const EvidenceJournal& e = read[ji];
-    std::string note;
-    const std::vector<std::string> why = record_vs_journal(x, e, line, note);
+    std::string note, unsure;
+    const std::vector<std::string> why = record_vs_journal(x, e, line, note, unsure);
+    if (why.empty() && !unsure.empty()) {
+      std::printf("UNSURE   %s: %s line %lld is its head; %s\n", what.c_str(), printable_line(e.path).c_str(),
+                  static_cast<long long>(line), printable_line(unsure).c_str());
+      ++unsure_n;
+      continue;
+    }
     if (!why.empty()) {
       std::printf("FAIL     %s: not what its journal %s says up to line %lld:\n", what.c_str(),
                   printable_line(e.path).c_str(), static_cast<long long>(line));
@@ -1287,18 +1342,20 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
   }
   for (size_t i = 0; i < elsewhere.size() && i < 5; ++i) std::printf("unchecked %s\n", printable_line(elsewhere[i]).c_str());
   if (elsewhere.size() > 5) std::printf("unchecked ... and %zu more\n", elsewhere.size() - 5);
-  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL; %zu bound to a journal not given%s, "
-              "%zu without a journal (gated without --journal, or before approvals carried one), %zu INVALID\n",
-              printable_line(path).c_str(), ok + failed, ok + failed == 1 ? "" : "s", failed, elsewhere.size(),
+  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL, %zu UNSURE; %zu bound to a journal "
+              "not given%s, %zu without a journal (gated without --journal, or before approvals carried one), %zu "
+              "INVALID\n",
+              printable_line(path).c_str(), ok + failed + unsure_n, ok + failed + unsure_n == 1 ? "" : "s", failed,
+              unsure_n, elsewhere.size(),
               broken ? (" or INVALID (" + std::to_string(broken) + " journal" + (broken == 1 ? "" : "s") +
                         " INVALID above)").c_str()
                      : "",
               unbound, invalid);
-  if (ok + failed == 0 && !broken)
+  if (ok + failed + unsure_n == 0 && !broken)
     std::printf("none     no record of %s rests on the given journal%s (a journal cut short before a record's "
                 "head does not hold it)\n",
                 printable_line(path).c_str(), journals.size() == 1 ? "" : "s");
-  return failed || broken || invalid || ok == 0 ? 1 : 0;
+  return failed || unsure_n || broken || invalid || ok == 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -1395,10 +1452,12 @@ void add_approvals(CLI::App& app, Commands& cmds) {
       "written by `gate --journal --approve` holds the journal's chain head then (its last line's seal) and line "
       "count (\"journal\", docs/schemas.md); each JOURNAL is read as a resume reads it (every line's seal, the "
       "chain, every record; under NORMGATE_JOURNAL_KEY_FILE's key when set), and each record whose head is a line "
-      "of one must find it at its line count and its worst case's largest err/tol in a result before it. Exit 0 "
-      "when at least one record was checked and none failed; 1 when one failed, a JOURNAL is INVALID, or no record "
-      "rests on the journals given; 2 usage (not a journal, another format, a key mismatch). Records of other "
-      "journals, and records without a journal, are counted, not checked");
+      "of one is checked against it up to that line: the campaign, the T points, the fresh seeds, the cases, the "
+      "worst case and every maximum (docs/schemas.md, Approvals): OK, FAIL (each disagreement named) or UNSURE "
+      "(the journal holds more cases than the record counts: another run's, or an edit). Exit 0 when at least one "
+      "record was checked and every one is OK; 1 for a FAIL, an UNSURE, an INVALID journal or record, or no record "
+      "resting on the journals given; 2 usage (not a journal, another format, a key mismatch, a journal a running "
+      "gate holds). Records of journals not given are listed, not checked");
   auto* backend_opt = sub->add_option("--backend", o->backend, "With --recheck: where the cases run: gpu, cpu (the "
                                                                "CPU models), auto (gpu when one is usable)")
                           ->check(CLI::IsMember({"auto", "cpu", "gpu"}))

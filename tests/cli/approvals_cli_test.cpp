@@ -756,6 +756,32 @@ TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
     EXPECT_EQ(c.code, 1) << c.out;
     EXPECT_TRUE(contains(c.out, "the journal holds a larger")) << c.out;
   }
+  // One case fewer: not confirmed (UNSURE, exit 1): the journal's extra
+  // case could be another run's.
+  {
+    json doc = json::parse(slurp(approvals));
+    doc["approvals"][0]["cases"] = doc["approvals"][0]["cases"].get<int64_t>() - 1;
+    doc["approvals"][0] = sealed(doc["approvals"][0]);
+    spit(d + "/fewer.json", doc.dump(2) + "\n");
+    c = cli("approvals " + d + "/fewer.json --journal " + j);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "UNSURE   bwd det H=256")) << c.out;
+  }
+  // A head in the middle of the journal (before the refinement): its fresh
+  // seeds have no cases there.
+  {
+    json doc = json::parse(slurp(approvals));
+    std::istringstream in(slurp(j));
+    std::string line, seal;
+    for (int k = 0; k < 30 && std::getline(in, line); ++k) seal = json::parse(line).value("sha256", "");
+    ASSERT_EQ(seal.size(), 64u);
+    doc["approvals"][0]["journal"] = {{"head", seal}, {"lines", 30}};
+    doc["approvals"][0] = sealed(doc["approvals"][0]);
+    spit(d + "/early.json", doc.dump(2) + "\n");
+    c = cli("approvals " + d + "/early.json --journal " + j);
+    EXPECT_EQ(c.code, 1) << c.out;
+    EXPECT_TRUE(contains(c.out, "FAIL     bwd det H=256")) << c.out;
+  }
   // An INVALID record (edited, not resealed) is exit 1, named.
   {
     json doc = json::parse(slurp(approvals));
