@@ -699,18 +699,19 @@ TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
     EXPECT_TRUE(contains(c.out, "FAIL     bwd det H=256")) << c.out;
     EXPECT_TRUE(contains(c.out, "no result of its worst case")) << c.out;
   }
+  // A record of the file edited by `edit`, resealed, checked against j.
+  auto forged = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    json doc = json::parse(slurp(approvals));
+    edit(doc["approvals"][0]);
+    doc["approvals"][0] = sealed(doc["approvals"][0]);
+    spit(d + "/" + name, doc.dump(2) + "\n");
+    EXPECT_EQ(cli("approvals " + d + "/" + name).code, 0) << name << ": not a valid record";
+    return cli("approvals " + d + "/" + name + " --journal " + j);
+  };
   // Edits the journal contradicts, each resealed: a wider window (its last T
   // point has no case), the campaign's seeds and backend, a lower err/tol
   // of another output with the worst moved to a smaller case.
   {
-    auto forged = [&](const std::string& name, const std::function<void(json&)>& edit) {
-      json doc = json::parse(slurp(approvals));
-      edit(doc["approvals"][0]);
-      doc["approvals"][0] = sealed(doc["approvals"][0]);
-      spit(d + "/" + name, doc.dump(2) + "\n");
-      EXPECT_EQ(cli("approvals " + d + "/" + name).code, 0) << name << ": not a valid record";
-      return cli("approvals " + d + "/" + name + " --journal " + j);
-    };
     c = forged("wider.json", [](json& r) {
       r["window"]["T"][1] = 4096;
       r["t_points"].push_back(4096);
@@ -758,27 +759,17 @@ TEST(ApprovalsJournalCli, RecordsAreCheckedAgainstTheirJournal) {
   }
   // One case fewer: not confirmed (UNSURE, exit 1): the journal's extra
   // case could be another run's.
-  {
-    json doc = json::parse(slurp(approvals));
-    doc["approvals"][0]["cases"] = doc["approvals"][0]["cases"].get<int64_t>() - 1;
-    doc["approvals"][0] = sealed(doc["approvals"][0]);
-    spit(d + "/fewer.json", doc.dump(2) + "\n");
-    c = cli("approvals " + d + "/fewer.json --journal " + j);
-    EXPECT_EQ(c.code, 1) << c.out;
-    EXPECT_TRUE(contains(c.out, "UNSURE   bwd det H=256")) << c.out;
-  }
+  c = forged("fewer.json", [](json& r) { r["cases"] = r["cases"].get<int64_t>() - 1; });
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_TRUE(contains(c.out, "UNSURE   bwd det H=256")) << c.out;
   // A head in the middle of the journal (before the refinement): its fresh
   // seeds have no cases there.
   {
-    json doc = json::parse(slurp(approvals));
     std::istringstream in(slurp(j));
     std::string line, seal;
     for (int k = 0; k < 30 && std::getline(in, line); ++k) seal = json::parse(line).value("sha256", "");
     ASSERT_EQ(seal.size(), 64u);
-    doc["approvals"][0]["journal"] = {{"head", seal}, {"lines", 30}};
-    doc["approvals"][0] = sealed(doc["approvals"][0]);
-    spit(d + "/early.json", doc.dump(2) + "\n");
-    c = cli("approvals " + d + "/early.json --journal " + j);
+    c = forged("early.json", [&](json& r) { r["journal"] = {{"head", seal}, {"lines", 30}}; });
     EXPECT_EQ(c.code, 1) << c.out;
     EXPECT_TRUE(contains(c.out, "FAIL     bwd det H=256")) << c.out;
   }
