@@ -1123,6 +1123,11 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       largest = k;
       largest_v = val;
     }
+  // The record's outputs and their place in a result's out[] (Output order).
+  std::vector<std::pair<std::string, int>> outs;
+  for (const auto& [name, val] : x.max_err_tol)
+    for (int o = 0; o < 4; ++o)
+      if (name == v::to_string(static_cast<v::Output>(o))) outs.emplace_back(name, o);
   const auto& recs = e.j.resumed();
   for (size_t i = 0; i < recs.size(); ++i) {
     const int64_t line = e.j.resumed_lines()[i];
@@ -1144,11 +1149,8 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       ts.insert(cid.T);
       fresh_found.insert(std::string(seeds::to_string(cid.family)) + ":" + std::to_string(cid.seed));
       if (!r.forward_only && !std::isnan(res.dw_vs_fp32_worst)) dw_vs_max = std::max(dw_vs_max, res.dw_vs_fp32_worst);
-      for (const auto& [name, val] : x.max_err_tol) {
-        int k = -1;
-        for (int o = 0; o < 4; ++o)
-          if (name == v::to_string(static_cast<v::Output>(o))) k = o;
-        if (k < 0) continue;
+      for (const auto& [name, k] : outs) {
+        const double val = x.max_err_tol.at(name);
         const double ratio = std::isnan(res.out[k].ratio) ? inf : res.out[k].ratio;
         if (ratio == val) attained[name] = true;
         if (ratio > max[name].ratio) max[name] = {ratio, r.case_id, line};
@@ -1259,10 +1261,8 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
     // A damaged journal is a verdict (exit 1); a file that is no journal, one
     // of another format, or one sealed under another key setting is usage (2).
     auto invalid = [&](const std::string& what) {
-      std::string w = what;
-      if (const size_t cut = w.find("; a shard journal that fails its checks"); cut != std::string::npos) w.resize(cut);
       std::printf("journal  %s: INVALID (changed after normgate wrote it, or damaged): %s\n", printable_line(f).c_str(),
-                  printable_line(w).c_str());
+                  printable_line(what).c_str());
       ++broken;
     };
     nlohmann::json campaign;
@@ -1342,13 +1342,12 @@ int check_journals(const std::string& path, const std::vector<std::string>& jour
   }
   for (size_t i = 0; i < elsewhere.size() && i < 5; ++i) std::printf("unchecked %s\n", printable_line(elsewhere[i]).c_str());
   if (elsewhere.size() > 5) std::printf("unchecked ... and %zu more\n", elsewhere.size() - 5);
-  std::printf("checked  %s: %zu record%s checked against the journals, %zu FAIL, %zu UNSURE; %zu bound to a journal "
+  std::printf("checked  %s: %s checked against the journals, %zu FAIL, %zu UNSURE; %zu bound to a journal "
               "not given%s, %zu without a journal (gated without --journal, or before approvals carried one), %zu "
               "INVALID\n",
-              printable_line(path).c_str(), ok + failed + unsure_n, ok + failed + unsure_n == 1 ? "" : "s", failed,
-              unsure_n, elsewhere.size(),
-              broken ? (" or INVALID (" + std::to_string(broken) + " journal" + (broken == 1 ? "" : "s") +
-                        " INVALID above)").c_str()
+              printable_line(path).c_str(), validators::detail::counted(ok + failed + unsure_n, "record").c_str(),
+              failed, unsure_n, elsewhere.size(),
+              broken ? (" or INVALID (" + validators::detail::counted(broken, "journal") + " INVALID above)").c_str()
                      : "",
               unbound, invalid);
   if (ok + failed + unsure_n == 0 && !broken)

@@ -594,8 +594,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     throw std::invalid_argument("journal " + path + " line " +
                                 std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
                                 ", the last (whole, without its newline): " + why +
-                                (read_only ? "; run that shard again into a new journal file"
-                                           : "; start a new --journal file (its cases run again)"));
+                                (read_only ? "" : "; start a new --journal file (its cases run again)"));
   }
   // A torn write is a prefix of one line: a tail holding a whole line and
   // more (a newline turned into another byte, bytes glued on) is damage.
@@ -610,16 +609,14 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
                                   ": a whole line whose digest does not match its content, followed by " +
                                   std::to_string(tail.size() - p - 2) +
                                   " bytes where its newline belongs (the file was changed after normgate wrote it)" +
-                                  (read_only ? "; run that shard again into a new journal file"
-                                             : "; start a new --journal file"));
+                                  (read_only ? "" : "; start a new --journal file"));
     if (is_line(whole))
       throw std::invalid_argument("journal " + path + " line " +
                                   std::to_string(std::count(text.begin(), text.begin() + keep, '\n') + 1) +
                                   ": a complete line is followed by " + std::to_string(tail.size() - p - 2) +
                                   " stray bytes where its newline belongs (the file was changed after normgate "
                                   "wrote it)" +
-                                  (read_only ? "; run that shard again into a new journal file"
-                                             : "; start a new --journal file"));
+                                  (read_only ? "" : "; start a new --journal file"));
   }
   if (keep == 0 && !tail_complete && read_only)
     throw std::invalid_argument("'" + path + "' holds no complete journal header line (" + std::to_string(text.size()) +
@@ -641,8 +638,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
     return jr;
   }
   const std::string restart =
-      read_only ? "; a shard journal that fails its checks cannot be merged: run that shard again into a new "
-                  "journal file"
+      read_only ? ""  // Journal::read: what to do is the caller's to say (gate --merge: run that shard again)
                 : "; a journal that fails its checks cannot be resumed: move it away and start a new --journal "
                   "file (its cases run again)";
   auto at = [&](int64_t n) { return "journal " + path + " line " + std::to_string(n) + ": "; };

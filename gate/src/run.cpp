@@ -681,13 +681,23 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
     nlohmann::json sc = campaign;
     sc["shard"] = c["shard"];
     const int kk = k, nn = n;
-    const Journal sj = Journal::read(path, sc, [&in_plan, kk, nn](const CaseRecord& r) {
-      in_plan(r);
-      if (const int at = shard_of(r.case_id, nn); at != kk)
-        throw std::invalid_argument("case " + r.case_id + " belongs to shard " + std::to_string(at) + "/" +
-                                    std::to_string(nn) + ", not to this journal's shard " + std::to_string(kk) + "/" +
-                                    std::to_string(nn));
-    });
+    const Journal sj = [&] {
+      try {
+        return Journal::read(path, sc, [&in_plan, kk, nn](const CaseRecord& r) {
+          in_plan(r);
+          if (const int at = shard_of(r.case_id, nn); at != kk)
+            throw std::invalid_argument("case " + r.case_id + " belongs to shard " + std::to_string(at) + "/" +
+                                        std::to_string(nn) + ", not to this journal's shard " + std::to_string(kk) + "/" +
+                                        std::to_string(nn));
+        });
+      } catch (const JournalError&) {
+        throw;  // another format or key: the journal itself may be fine
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(e.what()) +
+                                    "; a shard journal that fails its checks cannot be merged: run that shard again "
+                                    "into a new journal file");
+      }
+    }();
     if (sj.dropped_bytes() > 0) res.shard_dropped.emplace_back(path, sj.dropped_bytes());
     for (size_t i = 0; i < sj.resumed().size(); ++i)
       if (learn(sj.resumed()[i], "journal " + path + " line " + std::to_string(sj.resumed_lines()[i])))

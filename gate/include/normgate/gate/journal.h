@@ -304,7 +304,9 @@ class Journal {
   /// it), a torn last line is dropped from resumed() (dropped_bytes) and
   /// blank lines ending it ignored, both left in the file, and append()
   /// throws std::logic_error. What `gate --merge`
-  /// reads the shards' journals with.
+  /// reads the shards' journals with (and `normgate approvals --journal`);
+  /// its errors say what is wrong, not what to do: the caller says that
+  /// (gate --merge: run that shard again).
   static Journal read(const std::string& path, const nlohmann::json& campaign, const RecordCheck& check = {});
 
   /// Records found in the file when it was opened, in file order.
