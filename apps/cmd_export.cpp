@@ -24,7 +24,7 @@ void add_export(CLI::App& app, Commands& cmds) {
       "y/dx max-pooled tiles, histograms; --full: the whole dx map) with provenance to an HDF5 file");
   struct Opts {
     std::string report, out, backend = "auto", oracle = "auto";
-    int keep = 3, threads = 0;
+    int keep = 0, threads = 0;  // keep 0: not given (the default depends on the report)
     int64_t tile = 256;
     bool all = false, full = false;
     std::vector<std::string> plugins;
@@ -32,8 +32,14 @@ void add_export(CLI::App& app, Commands& cmds) {
   auto o = std::make_shared<Opts>();
   sub->add_option("report", o->report, "Gate report (--report-json) or check report (--json)")->required();
   sub->add_option("-o,--output", o->out, "HDF5 file to write (atomically)")->required();
-  auto* keep_opt = sub->add_option("--keep", o->keep, "Worst cases per window (up to this many distinct cases)")
-                       ->capture_default_str()
+  // A gate report's window names one worst case per output (y, rstd, dx, dw,
+  // h_new, dw vs FP32): by default all of them are exported, since ranking by
+  // err/tol across outputs put dw's worst case (err/tol often far below y's
+  // and dx's) after the cut.
+  auto* keep_opt = sub->add_option("--keep", o->keep,
+                                   "Distinct worst cases per window of a gate report, largest err/tol first "
+                                   "(default: every output's worst case), or per implementation of a check "
+                                   "report (default: 3)")
                        ->check(CLI::Range(1, 1000));
   // --all takes every case, so a --keep beside it would be ignored: refused.
   sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)")
@@ -53,7 +59,9 @@ void add_export(CLI::App& app, Commands& cmds) {
       }
       load_plugins(o->plugins);
       const nlohmann::json j = read_report(o->report);
-      const auto items = validators::export_plan(j, o->keep, o->all);
+      const bool gate_report = j.is_object() && j.contains("windows");
+      const bool every = o->all || (o->keep == 0 && gate_report);
+      const auto items = validators::export_plan(j, o->keep == 0 ? 3 : o->keep, every);
       // export re-runs every case: an implementation the report names but
       // this process does not know (a Python one, a plugin not loaded) is
       // refused before any case runs.

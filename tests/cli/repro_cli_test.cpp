@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -284,6 +285,37 @@ TEST_F(ReproFromReport, ExportOfAnExternalsReportSaysWhyNot) {
   EXPECT_FALSE(contains(q.out, "\nPASS")) << q.out;
 }
 
+
+// export without --keep takes every output's worst case of a gate report's
+// window: dw's, whose err/tol is far below y's and dx's, fell after the cut
+// of the old default (--keep 3 ranked across outputs). --keep 1 takes the
+// window's single largest.
+TEST_F(ReproFromReport, ExportTakesEveryOutputsWorstCase) {
+  nlohmann::json j = load(report());
+  nlohmann::json w;
+  for (const auto& x : j["windows"])
+    if (x["op"] == "bwd" && x["outputs"].contains("dw")) {
+      w = x;
+      break;
+    }
+  ASSERT_FALSE(w.is_null());
+  std::set<std::string> ids;
+  for (const auto& [name, o] : w["outputs"].items()) ids.insert(o["worst_case"].get<std::string>());
+  ids.insert(w["dw_vs_fp32"]["worst_case"].get<std::string>());
+  ASSERT_GE(ids.size(), 4u) << w.dump();  // more than the old default's 3
+  j["windows"] = nlohmann::json::array({w});
+  const std::string rep = *dir_ + "/one.json", out = *dir_ + "/one.h5";
+  std::ofstream(rep) << j.dump();
+  const CliRun r = run("export " + rep + " -o " + out + " --backend cpu --threads 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "export   " + std::to_string(ids.size()) + " (case, implementation) pairs")) << r.out;
+  for (const auto& id : ids) EXPECT_TRUE(contains(r.out, "  " + id + "  [window")) << id << "\n" << r.out;
+  EXPECT_TRUE(contains(r.out, "  " + w["outputs"]["dw"]["worst_case"].get<std::string>())) << r.out;
+  const CliRun one = run("export " + rep + " -o " + out + " --backend cpu --threads 1 --keep 1");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_TRUE(contains(one.out, "export   1 (case, implementation) pairs")) << one.out;
+  EXPECT_TRUE(contains(one.out, "  " + w["worst"]["case"].get<std::string>() + "  [window")) << one.out;
+}
 
 // export checks every planned case before the first runs: one case beyond
 // host memory in the last window (it ended in std::bad_alloc, exit 3, after

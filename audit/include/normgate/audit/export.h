@@ -34,8 +34,10 @@ int report_format_version(const nlohmann::json& report);
 /// --report-json` or `normgate check --json`):
 /// - gate report: per window, the distinct worst cases of its outputs (and of
 ///   dw vs FP32), largest err/tol first, at most `keep` (all of them when
-///   all == true), each with the window's variant (forward windows: the first
-///   non-control backward variant that supports the case);
+///   all == true: one per output at most, which is what `normgate export`
+///   takes when --keep is not given), each with the window's variant
+///   (forward windows: the first non-control backward variant that supports
+///   the case);
 /// - check report of one case (an object with "case"), or of a grid (an
 ///   array of them): per implementation, its cases ranked by their largest
 ///   max_ratio over the outputs, at most `keep` (all of them when all == true).
