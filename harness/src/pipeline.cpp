@@ -941,13 +941,17 @@ std::string format_report(const CheckReport& rep) {
                     std::string(to_string(s.output())).c_str(), s.worst.ratio,
                     (all_exact(s) ? std::string("- (all exact)") : where(s.output(), s.worst.index, cols))
                         .c_str(),
-                    static_cast<long long>(s.over), s.max_forced, s.worst.ratio - s.worst.forced,
+                    static_cast<long long>(s.over), s.worst.forced, s.worst.ratio - s.worst.forced,
                     s.max_bound_ratio,
                     // The histogram's last finite bin is (1e4, inf): say so rather than "inf".
                     (std::isinf(p99) && std::isfinite(s.worst.ratio)) ? "> 1e4" : fmt("%.2g", p99).c_str(),
                     static_cast<long long>(s.uncertified));
       o << line;
     }
+    // The gate report's margins table and the JSON's "forced" are the same
+    // quantity: at the worst element (max_forced, the tensor's largest, is
+    // in the JSON only).
+    o << "        (forced: an ideal kernel's err/tol at the worst element; kernel: max err/tol minus forced)\n";
     if (!ir.not_produced.empty()) {
       o << "not produced (left poisoned):";
       for (const auto& n : ir.not_produced) o << " " << n;

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 
@@ -24,6 +26,12 @@ namespace {
 using normgate::test::CliRun;
 using normgate::test::contains;
 CliRun run(const std::string& args) { return normgate::test::run_normgate(args); }
+// A number as check's table prints it (%.2g).
+std::string fmt2(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2g", v);
+  return b;
+}
 
 
 // /dev/shm is a plain tmpfs: an output there is written (outputs elsewhere
@@ -394,6 +402,36 @@ TEST(Cli, CheckExplainsTheFailingColumn) {
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(contains(text, "\"impl\": \"bwd_det_chunked\"")) << text.substr(0, 400);
   EXPECT_FALSE(std::filesystem::exists(json + ".tmp")) << "temporary file left behind";
+}
+
+// check's "forced" column is the ideal kernel's err/tol at the worst element
+// (the JSON's "forced", the gate's margins table), so forced + kernel is the
+// max err/tol. It showed the tensor's largest (the JSON's max_forced), which
+// here is 30x dw's max err/tol and sits at another column.
+TEST(Cli, CheckForcedIsAtTheWorstElement) {
+  const std::string json = std::string(NORMGATE_BINARY_DIR) + "/cli_check_forced_" + std::to_string(::getpid()) + ".json";
+  const CliRun r = run("check --backend cpu --threads 1 --variant bwd_det_chunked --json " + json +
+                       " --case H=64,T=700,w=bf16,form=plain,family=normal,seed=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::filesystem::remove(json);
+  const auto& dw = j["impls"][0]["outputs"]["dw"];
+  const double forced = dw["forced"].get<double>(), max_forced = dw["max_forced"].get<double>();
+  ASSERT_GT(max_forced, 4 * forced) << dw.dump();  // the case tells the two apart
+  std::istringstream lines(r.out);
+  std::string line, row;
+  while (std::getline(lines, line))
+    if (line.rfind("dw  ", 0) == 0 && row.empty()) row = line;  // the table's row, not "dw vs FP32"
+  ASSERT_FALSE(row.empty()) << r.out;
+  std::istringstream cols(row);
+  std::string name, max_s, col_word, col_s, over_s, forced_s, kernel_s;
+  cols >> name >> max_s >> col_word >> col_s >> over_s >> forced_s >> kernel_s;
+  EXPECT_EQ(col_word, "col") << row;
+  EXPECT_DOUBLE_EQ(std::stod(forced_s), std::stod(fmt2(forced))) << row;
+  EXPECT_NE(std::stod(forced_s), std::stod(fmt2(max_forced))) << row;
+  EXPECT_TRUE(contains(r.out, "(forced: an ideal kernel's err/tol at the worst element; kernel: max err/tol minus forced)"))
+      << r.out;
 }
 
 TEST(Cli, JsonToUnwritablePathFailsCleanly) {
