@@ -58,10 +58,14 @@ void add_export(CLI::App& app, Commands& cmds) {
         check_outputs({{"--output", o->out}}, inputs);
       }
       load_plugins(o->plugins);
-      const nlohmann::json j = read_report(o->report);
+      std::string report_sha256;
+      const nlohmann::json j = read_report(o->report, &report_sha256);
       const bool gate_report = j.is_object() && j.contains("windows");
       const bool every = o->all || (o->keep == 0 && gate_report);
       const auto items = validators::export_plan(j, o->keep == 0 ? 3 : o->keep, every);
+      if (items.empty())
+        throw std::invalid_argument("report '" + o->report +
+                                    "' names no worst case (no window or implementation with one): nothing to export");
       // export re-runs every case: an implementation the report names but
       // this process does not know (a Python one, a plugin not loaded) is
       // refused before any case runs.
@@ -132,7 +136,7 @@ void add_export(CLI::App& app, Commands& cmds) {
                     printable_line(who).c_str(), ratios, printable_line(e.prov.case_id).c_str(),
                     e.prov.window.empty() ? "" : ("  [window " + printable_line(e.prov.window) + "]").c_str());
       }
-      validators::write_maps_file(o->out, o->report, entries);
+      validators::write_maps_file(o->out, o->report, entries, report_sha256);
       std::printf("wrote    %s\n", printable_line(o->out).c_str());
       return 0;
     };

@@ -277,8 +277,9 @@ void write_report(const std::string& path, const std::string& text, int fd);
 /// not read (validators::report_format_version: another kind of document,
 /// an unknown major version), is std::invalid_argument (exit 2) naming it.
 /// A report without "format" (written before reports were versioned) is
-/// read, with a `note` line on stdout.
-nlohmann::json read_report(const std::string& path);
+/// read, with a `note` line on stdout. `sha256`, when given, receives the
+/// SHA-256 (hex) of the bytes parsed (export records it in the maps file).
+nlohmann::json read_report(const std::string& path, std::string* sha256 = nullptr);
 
 /// `j` as the text of a JSON file normgate writes: `indent` spaces (-1:
 /// one line), a final newline. A string that is not UTF-8 (a path in

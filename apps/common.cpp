@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,7 @@
 #include "normgate/routing/policy.h"
 #include "normgate/routing/routing.h"
 #include "normgate/plugin/loader.h"
+#include "normgate/seeds/generate.h"
 
 namespace normgate::app {
 
@@ -383,14 +385,20 @@ void write_report(const std::string& path, const std::string& text, int fd) {
 
 // A report (`gate --report-json` or `check --json`) as JSON; a missing,
 // unreadable or unparsable file is an input error (exit 2) naming it.
-nlohmann::json read_report(const std::string& path) {
+nlohmann::json read_report(const std::string& path, std::string* sha256) {
   if (const std::string why = core::regular_file_problem(path); !why.empty())
     throw std::invalid_argument("cannot read report '" + path + "': " + why);
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
+  // The bytes once: what is parsed is what is hashed.
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
+  const std::string text = buf.str();
+  if (sha256) *sha256 = seeds::sha256_hex(text.data(), text.size());
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // The Markdown report beside the JSON one is the likely mix-up.
     std::ifstream again(path);

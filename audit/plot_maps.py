@@ -25,11 +25,15 @@ above, the budget 1 where viridis turns to reds; cells over 1 outlined black,
 the worst cell white; values written in cells large enough to hold them).
 Window order and verdicts come from the gate report the maps were exported
 from: --report, else the file's /@source (as recorded, else beside FILE.h5),
-used only when it holds every entry's window and case. Without one, the
-file's order is used and a window's verdict shows as FAIL when an exported
-case is over budget on a gated output, else UNKNOWN (a maps file does not
-record window verdicts); a check report's or a saved case's entries are
-grouped per implementation with their cases' own verdicts.
+used only when it holds every entry's window and case and, where the file
+records the report's SHA-256 (/@source_sha256, written by export), only
+when its bytes hash to it. Whatever the report says, a window with an
+exported case over budget on a gated output shows as FAIL (and says why).
+Without a report, the file's order is used and a window's verdict shows as
+FAIL when an exported case is over budget on a gated output, else UNKNOWN
+(a maps file does not record window verdicts); a check report's or a saved
+case's entries are grouped per implementation with their cases' own
+verdicts.
 
 NNNN is 0000 for a case file and the group name for a maps file; the slug is
 made from case_id and the variant under audit (a forward window's forward
@@ -53,7 +57,8 @@ drawing) or an internal error (one line, no traceback); 128 + N interrupted
 by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT). On any exit but 0,
 nothing of this run is left (earlier files stay as they were).
 A gate report found through /@source (not --report) that is not JSON, not
-a gate report or malformed is not used: a note says why.
+a gate report, malformed, or not the bytes /@source_sha256 records is not
+used: a note says why.
 Needs python3 with h5py, numpy and matplotlib.
 """
 import argparse
@@ -331,6 +336,10 @@ def content_sha256(path, f):
     def add(key, type_, dims, data):
         if not all(" " < c < "\x7f" for c in key):
             raise Bad(f"{path}: the name {key!r} has spaces or control characters")
+        # '@' separates object and attribute: a dataset named /maps@rows
+        # would take the key of /maps's attribute rows.
+        if key.count("@") != (1 if dims == "-" else 0):
+            raise Bad(f"{path}: the name {key!r} holds '@' (an object or attribute name may not)")
         lines[key] = f"{type_} {dims} {hashlib.sha256(data).hexdigest()} {key}\n"
 
     def attrs_of(obj):
@@ -397,7 +406,7 @@ def read_layout(path, f):
     if schema == CASE_SCHEMA:
         if "maps" not in f or not isinstance(f["maps"], h5py.Group):
             raise Bad(f"{path}: group /maps is missing")
-        return schema, "", [read_entry(path, f, f["maps"], "0000")]
+        return schema, ("", ""), [read_entry(path, f, f["maps"], "0000")]
     if schema == MAPS_SCHEMA:
         n = attr_int(path, f, "entries")
         out = []
@@ -407,7 +416,10 @@ def read_layout(path, f):
                 raise Bad(f"{path}: group /{name} is missing ({n} entries recorded in /@entries)")
             g = f[name]
             out.append(read_entry(path, g, g, f"{i:04d}"))
-        return schema, attr_str(path, f, "source", required=False), out
+        sha = attr_str(path, f, "source_sha256", required=False)
+        if sha and not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise Bad(f"{path}: attribute /@source_sha256 is not 64 lowercase hex digits")
+        return schema, (attr_str(path, f, "source", required=False), sha), out
     raise Bad(f"{path}: schema '{schema}', expected '{CASE_SCHEMA}' or '{MAPS_SCHEMA}'")
 
 
@@ -940,12 +952,13 @@ def window_problem(i, w):
     return ""
 
 
-def load_report(explicit, source, maps_path, entries):
+def load_report(explicit, source, maps_path, entries, source_sha256=""):
     """The gate report the maps were exported from: --report, else the file's /@source
     (as recorded, then beside the maps file). Returns (path, windows, note): windows is
     None when no matching gate report was found, and note says why. A report whose windows
-    do not hold every entry (window label and case) is stale: an error with --report,
-    otherwise ignored."""
+    do not hold every entry (window label and case) is stale, and so is one whose bytes do
+    not hash to the file's /@source_sha256 (when it records one: export writes the
+    report's SHA-256 there): an error with --report, otherwise ignored."""
     if explicit:
         cands = [explicit]
     else:
@@ -962,8 +975,16 @@ def load_report(explicit, source, maps_path, entries):
             continue
         text = None
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            if source_sha256 and hashlib.sha256(raw).hexdigest() != source_sha256:
+                why = (f"{path} is not the report these maps were exported from: its SHA-256 is "
+                       f"{hashlib.sha256(raw).hexdigest()}, the file records {source_sha256} (/@source_sha256; "
+                       "edited, or a newer report at the same path)")
+                if explicit:
+                    raise Bad(why)
+                return None, None, why
+            text = raw.decode("utf-8")
             rep = json.loads(text)
         except (OSError, ValueError, RecursionError) as err:
             why = "nested too deeply" if isinstance(err, RecursionError) else str(err).splitlines()[0] if str(err) \
@@ -1024,9 +1045,18 @@ def groups_for(entries, windows):
                 if isinstance(v, dict) and "max_err_tol" in v:
                     outs[o] = v["max_err_tol"]
             v = str(w.get("verdict") or ("pass" if w.get("pass") is True else "fail" if w.get("pass") is False else "unknown"))
+            src = "the gate report's window verdict"
+            # The maps are what export measured: a window the report calls
+            # anything but FAIL with an exported case over budget on a gated
+            # output is shown as FAIL, and says why.
+            gated = GATED[op]
+            if v != "fail" and any(over(e["max_ratio"][o]) for e in mine for o in gated):
+                src = (f"an exported case is over budget on a gated output, though the gate report says "
+                       f"{VERDICTS.get(v, VERDICTS['unknown'])[0]}")
+                v = "fail"
             groups.append({"label": w["window"], "route": w.get("route") or "", "variant": w.get("variant") or "",
                            "op": op, "verdict": v if v in VERDICTS else "unknown",
-                           "verdict_src": "the gate report's window verdict", "report_max": outs,
+                           "verdict_src": src, "report_max": outs,
                            "cases": w.get("cases"), "errors": w.get("errors", 0), "entries": mine,
                            "worst_of": {o: v.get("worst_case") for o, v in (w.get("outputs") or {}).items()
                                         if isinstance(v, dict)}})
@@ -1210,8 +1240,8 @@ def main(argv):
     try:
         if not (20 <= a.dpi <= 1200):
             raise Bad(f"--dpi {a.dpi}: want 20..1200")
-        schema, source, entries = read_file(a.file)
-        report_path, windows, note = load_report(a.report, source, a.file, entries)
+        schema, (source, source_sha256), entries = read_file(a.file)
+        report_path, windows, note = load_report(a.report, source, a.file, entries, source_sha256)
         if note and source:
             print(f"{PROG}: note: {note}; the index shows no window verdicts it cannot know", file=sys.stderr)
         groups = groups_for(entries, windows)

@@ -22,6 +22,12 @@ namespace normgate::validators {
 
 namespace {
 
+// A SHA-256 as the project writes it: 64 lowercase hex digits.
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 // Every shape of a case or maps file comes from its case id, so a crafted id
 // (T = 2^31 at H = 16384, over datasets of unwritten chunks) made the reader
 // allocate what the host does not have before the content digest could
@@ -151,9 +157,6 @@ unsigned __int128 maps_bytes(const h5::Reader& f, const std::string& g, const Er
          U(5) * U(8) * U(Histogram::kBins) + (f.exists(g + "/dx_ratio") ? U(4) * U(m.rows) * U(m.cols) : U(0));
 }
 
-// The maps of group g, for a case of `rows` x `cols` (the case id's): every
-// shape is checked against them, and the memory they take against the
-// host's, before anything is read.
 // Group g's datasets into m, a header maps_header checked (and whose
 // memory the caller checked).
 ErrorMaps read_maps_data(const h5::Reader& f, const std::string& g, ErrorMaps m) {
@@ -167,16 +170,6 @@ ErrorMaps read_maps_data(const h5::Reader& f, const std::string& g, ErrorMaps m)
   (void)h5::read_f64(f, g + "/hist_upper", dims1(Histogram::kBins));  // part of the content digest
   for (int o = 0; o < 4; ++o) m.hist[o] = h5::read_i64(f, g + "/" + kHistNames[o], dims1(Histogram::kBins));
   return m;
-}
-
-// The maps of group g, for a case of `rows` x `cols` (the case id's): every
-// shape is checked against them, and the memory they take against the
-// host's, before anything is read.
-ErrorMaps read_maps(const h5::Reader& f, const std::string& g, int64_t rows, int64_t cols) {
-  const ErrorMaps m = maps_header(f, g, rows, cols);
-  require_memory_to_read(f.path(), "group " + g + " (" + std::to_string(rows) + " x " + std::to_string(cols) + ")",
-                         maps_bytes(f, g, m));
-  return read_maps_data(f, g, m);
 }
 
 std::string schema_of(const h5::Reader& f) {
@@ -225,10 +218,18 @@ SavedCase read_case(const std::string& path, bool legacy, std::string* upgraded)
     throw std::runtime_error(path + ": attribute /@case_id: " + e.what());
   }
   const int64_t T = id.rows(), H = id.H;
-  // BF16 x, dy, y, dx (and form res's u, dh_new, h_new) at once.
-  require_memory_to_read(path, "its case " + seeds::to_string(id),
-                         static_cast<unsigned __int128>(2) * static_cast<uint64_t>(T) * static_cast<uint64_t>(H) *
-                             (id.form == Form::res ? 7u : 4u));
+  // Everything read is held at once, checked before the first read: BF16 x,
+  // dy, y, dx (and form res's u, dh_new, h_new); per row rstd (FP32) and the
+  // reference rstd and its bound (FP64); per column w, dw (at most FP32
+  // each) and the reference dw and its bound (FP64); the maps. Counting the
+  // BF16 tensors alone let a crafted [2^28, 1] case (44 B a row held, 8
+  // counted) end in std::bad_alloc.
+  using U = unsigned __int128;
+  const U tensors = U(2) * U(T) * U(H) * (id.form == Form::res ? 7u : 4u) + U(20) * U(T) + U(24) * U(H);
+  require_memory_to_read(path, "its case " + seeds::to_string(id), tensors);
+  const ErrorMaps header = maps_header(f, "maps", T, H);  // the maps' shapes are the case's
+  require_memory_to_read(path, "its case " + seeds::to_string(id) + " with its maps",
+                         tensors + maps_bytes(f, "maps", header));
   c.inputs.id = id;
   c.inputs.rows = T;
   c.inputs.cols = H;
@@ -251,7 +252,7 @@ SavedCase read_case(const std::string& path, bool legacy, std::string* upgraded)
   c.ref_rstd_bound = h5::read_f64(f, "reference/rstd_bound", dims1(T));
   c.ref_dw = h5::read_f64(f, "reference/dw", dims1(H));
   c.ref_dw_bound = h5::read_f64(f, "reference/dw_bound", dims1(H));
-  c.maps = read_maps(f, "maps", T, H);
+  c.maps = read_maps_data(f, "maps", header);
   // Every dataset's "dtype" attribute is part of the content too.
   for (const std::string& d : f.datasets())
     if (h5::has_attr(f, d, "dtype")) (void)h5::attr_string(f, d, "dtype");
@@ -264,7 +265,7 @@ SavedCase read_case(const std::string& path, bool legacy, std::string* upgraded)
 }
 
 std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, std::string* source,
-                                         std::string* upgraded) {
+                                         std::string* upgraded, std::string* source_sha256 = nullptr) {
   const h5::Reader f(path);
   const std::string schema = schema_of(f);
   if (schema == kMapsSchemaV1 && !legacy) refuse_v1(path, schema);
@@ -272,6 +273,14 @@ std::vector<MapsEntry> read_maps_entries(const std::string& path, bool legacy, s
   if (schema != want) throw std::runtime_error(path + ": schema '" + schema + "', expected '" + want + "'");
   const std::string src = h5::attr_string(f, "/", "source");
   if (source) *source = src;
+  // The report's digest (exports since it was recorded; not in upgraded files).
+  std::string src_sha;
+  if (!legacy && h5::has_attr(f, "/", "source_sha256")) {
+    src_sha = h5::attr_string(f, "/", "source_sha256");
+    if (!is_sha256_hex(src_sha))
+      throw std::runtime_error(path + ": attribute /@source_sha256 is not 64 lowercase hex digits");
+  }
+  if (source_sha256) *source_sha256 = src_sha;
   if (!legacy && h5::has_attr(f, "/", "upgraded")) {
     const std::string u = h5::attr_string(f, "/", "upgraded");
     if (upgraded) *upgraded = u;
@@ -461,7 +470,9 @@ void write_case(const std::string& path, const SavedCase& c, const std::string& 
 }
 
 void write_maps_entries(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries,
-                        const std::string& upgraded) {
+                        const std::string& upgraded, const std::string& source_sha256) {
+  if (!source_sha256.empty() && !is_sha256_hex(source_sha256))
+    throw std::invalid_argument("write_maps_file: source_sha256 '" + source_sha256 + "' is not 64 lowercase hex digits");
   uint64_t bytes = 0;
   for (const auto& e : entries) {
     bytes += maps_bytes(e.maps);
@@ -479,6 +490,7 @@ void write_maps_entries(const std::string& path, const std::string& source, cons
   h5::Writer w(path, bytes);
   h5::attr(w, w.root(), "schema", std::string(kMapsSchema));
   h5::attr(w, w.root(), "source", source);
+  if (!source_sha256.empty()) h5::attr(w, w.root(), "source_sha256", source_sha256);
   h5::attr(w, w.root(), "entries", static_cast<int64_t>(entries.size()));
   if (!upgraded.empty()) h5::attr(w, w.root(), "upgraded", upgraded);
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -498,12 +510,13 @@ void write_case_file(const std::string& path, const SavedCase& c) { write_case(p
 
 SavedCase read_case_file(const std::string& path) { return read_case(path, false, nullptr); }
 
-void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries) {
-  write_maps_entries(path, source, entries, "");
+void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries,
+                     const std::string& source_sha256) {
+  write_maps_entries(path, source, entries, "", source_sha256);
 }
 
-std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source) {
-  return read_maps_entries(path, false, source, nullptr);
+std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source, std::string* source_sha256) {
+  return read_maps_entries(path, false, source, nullptr, source_sha256);
 }
 
 std::string upgrade_file(const std::string& path, const std::string& out, const std::string& note) {
@@ -521,7 +534,7 @@ std::string upgrade_file(const std::string& path, const std::string& out, const 
   if (schema == kMapsSchemaV1) {
     std::string src;
     const std::vector<MapsEntry> es = read_maps_entries(path, true, &src, nullptr);
-    write_maps_entries(out, src, es, mark);
+    write_maps_entries(out, src, es, mark, "");
     return kMapsSchema;
   }
   throw std::runtime_error(path + ": schema '" + schema + "': only " + kCaseSchemaV1 + " and " + kMapsSchemaV1 +
@@ -599,10 +612,11 @@ std::string inspect_file(const std::string& path) {
     if (!upgraded.empty()) o << "  upgraded " << E(upgraded) << "\n";
     line(c.prov, c.maps);
   } else if (schema == kMapsSchema) {
-    std::string src;
-    const auto es = read_maps_entries(path, false, &src, &upgraded);
+    std::string src, src_sha;
+    const auto es = read_maps_entries(path, false, &src, &upgraded, &src_sha);
     o << E(path) << ": " << kMapsSchema << " (content SHA-256 verified), " << es.size() << " entries, exported from "
-      << E(src) << "\n";
+      << E(src) << (src_sha.empty() ? std::string(" (its SHA-256 not recorded)") : " (SHA-256 " + src_sha + ")")
+      << "\n";
     if (!upgraded.empty()) o << "  upgraded " << E(upgraded) << "\n";
     for (const auto& e : es) {
       o << "- window " << (e.prov.window.empty() ? "-" : E(e.prov.window)) << "\n";

@@ -33,6 +33,71 @@ std::string str_field(const nlohmann::json& j, const char* k, const std::string&
   return j[k].get<std::string>();
 }
 
+// Outputs in the order reports and ties use: y, rstd, dx, dw, then any other (h_new).
+std::vector<std::string> output_order(const nlohmann::json& outputs) {
+  std::vector<std::string> names;
+  for (const char* k : {"y", "rstd", "dx", "dw"})
+    if (outputs.contains(k)) names.emplace_back(k);
+  for (const auto& [k, v] : outputs.items())
+    if (std::find(names.begin(), names.end(), k) == names.end()) names.push_back(k);
+  return names;
+}
+
+const nlohmann::json* outputs_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.contains("outputs")) return nullptr;
+  if (!j["outputs"].is_object()) throw std::invalid_argument("report: " + where + ".outputs is not an object");
+  return &j["outputs"];
+}
+
+// Strings a gate report gives export and repro (window labels, the seed
+// set, case ids): what the maps file's attributes take and a reader reads
+// back. Control bytes (a NUL ended the attribute's value for one reader
+// and not for another) and strings over kMaxReportString bytes (beyond
+// what the readers accept of an attribute) are refused by name.
+constexpr size_t kMaxReportString = 4096;
+
+void check_report_string(const std::string& s, const std::string& what) {
+  if (s.size() > kMaxReportString)
+    throw std::invalid_argument(what + " is " + std::to_string(s.size()) + " bytes long (at most " +
+                                std::to_string(kMaxReportString) + "): not a report normgate wrote");
+  if (core::has_control_bytes(s))
+    throw std::invalid_argument(what + " '" + core::escape_controls(s) +
+                                "' holds control bytes: not a report normgate wrote");
+}
+
+// A worst case a gate report's window names, parsed, checked against the
+// window it is named in (its H, w, form and T range where the window gives
+// them: the gate runs only cases inside a window, and export or repro label
+// the case with that window), naming the report's window when not.
+seeds::CaseId window_case(const nlohmann::json& w, const std::string& where, const std::string& label,
+                          const std::string& id) {
+  const std::string at = "the report's " + where + " ('" + core::escape_controls(label) + "')";
+  check_report_string(id, at + " worst case");
+  seeds::CaseId c;
+  try {
+    c = seeds::parse_case(id);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(at + ": worst case '" + id + "': " + e.what());
+  }
+  std::string off;
+  if (w.contains("H") && w["H"].is_number_integer() && w["H"].get<int64_t>() != c.H)
+    off = "H=" + std::to_string(c.H) + ", the window's H is " + std::to_string(w["H"].get<int64_t>());
+  else if (w.contains("w") && w["w"].is_string() && w["w"].get<std::string>() != std::string(to_string(c.w)))
+    off = "w=" + std::string(to_string(c.w)) + ", the window's w is " + core::escape_controls(w["w"].get<std::string>());
+  else if (w.contains("form") && w["form"].is_string() && w["form"].get<std::string>() != std::string(to_string(c.form)))
+    off = "form=" + std::string(to_string(c.form)) + ", the window's form is " +
+          core::escape_controls(w["form"].get<std::string>());
+  else if (w.contains("T") && w["T"].is_array() && w["T"].size() == 2 && w["T"][0].is_number_integer() &&
+           w["T"][1].is_number_integer() &&
+           (c.T < w["T"][0].get<int64_t>() || c.T > w["T"][1].get<int64_t>()))
+    off = "T=" + std::to_string(c.T) + ", outside the window's T=" + std::to_string(w["T"][0].get<int64_t>()) + ".." +
+          std::to_string(w["T"][1].get<int64_t>());
+  if (!off.empty())
+    throw std::invalid_argument(at + ": worst case '" + id + "' is not in the window (" + off +
+                                "): not a report normgate wrote, or edited");
+  return c;
+}
+
 // The implementation that re-runs a gate report window's case c: a bwd
 // window's variant; for a fwd window, its variant's own run when it is not
 // the default forward, else the backward run that carries the case
@@ -74,9 +139,11 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
   std::vector<std::pair<std::string, std::vector<std::pair<double, std::string>>>> by_impl;
   auto from_check = [&by_impl](const nlohmann::json& c, const std::string& where) {
     const std::string id = str_field(c, "case", where);
+    check_report_string(id, where + "'s case");
     if (!c.contains("impls") || !c["impls"].is_array()) throw std::invalid_argument("export: " + where + " has no 'impls' array");
     for (const auto& i : c["impls"]) {
       const std::string impl = str_field(i, "impl", where + ".impls[]");
+      check_report_string(impl, where + "'s implementation");
       double worst = 0.0;
       if (i.contains("outputs") && i["outputs"].is_object())
         for (const auto& [name, o] : i["outputs"].items())
@@ -98,14 +165,17 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
     const std::string seeds = report.contains("seeds") && report["seeds"].is_string() ? report["seeds"].get<std::string>() : "";
     const auto& ws = report["windows"];
     if (!ws.is_array()) throw std::invalid_argument("export: 'windows' is not an array");
+    check_report_string(seeds, "the report's seed set");
     for (size_t i = 0; i < ws.size(); ++i) {
       const auto& w = ws[i];
       const std::string where = "windows[" + std::to_string(i) + "]";
+      if (!w.is_object()) throw std::invalid_argument("export: " + where + " is not an object");
       const std::string window = str_field(w, "window", where);
+      check_report_string(window, "the report's " + where + " window label");
       const std::string op = str_field(w, "op", where);
       std::vector<std::pair<double, std::string>> cand;
-      if (w.contains("outputs") && w["outputs"].is_object())
-        for (const auto& [name, o] : w["outputs"].items())
+      if (const auto* outs = outputs_of(w, where))
+        for (const auto& [name, o] : outs->items())
           if (o.contains("worst_case") && o["worst_case"].is_string() && !o["worst_case"].get<std::string>().empty())
             cand.emplace_back(o.contains("max_err_tol") ? as_ratio(o["max_err_tol"]) : 0.0, o["worst_case"].get<std::string>());
       if (w.contains("dw_vs_fp32") && w["dw_vs_fp32"].contains("worst_case") && w["dw_vs_fp32"]["worst_case"].is_string() &&
@@ -116,7 +186,7 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
       for (const auto& [r, id] : cand) {
         if (!seen.insert(id).second) continue;
         if (!all && static_cast<int>(seen.size()) > keep) break;
-        const seeds::CaseId c = seeds::parse_case(id);
+        const seeds::CaseId c = window_case(w, where, window, id);
         const std::string impl = window_impl(w, op, where, c);
         out.push_back({id, impl, window, seeds});
       }
@@ -136,21 +206,6 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
 
 namespace {
 
-// Outputs in the order reports and ties use: y, rstd, dx, dw, then any other (h_new).
-std::vector<std::string> output_order(const nlohmann::json& outputs) {
-  std::vector<std::string> names;
-  for (const char* k : {"y", "rstd", "dx", "dw"})
-    if (outputs.contains(k)) names.emplace_back(k);
-  for (const auto& [k, v] : outputs.items())
-    if (std::find(names.begin(), names.end(), k) == names.end()) names.push_back(k);
-  return names;
-}
-
-const nlohmann::json* outputs_of(const nlohmann::json& j, const std::string& where) {
-  if (!j.contains("outputs")) return nullptr;
-  if (!j["outputs"].is_object()) throw std::invalid_argument("report: " + where + ".outputs is not an object");
-  return &j["outputs"];
-}
 
 }  // namespace
 
@@ -166,6 +221,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std
       ReportWindow r;
       r.index = i;
       r.label = str_field(w, "window", where);
+      check_report_string(r.label, "the report's " + where + " window label");
       if (w.contains("route") && w["route"].is_string()) r.route = w["route"].get<std::string>();
       const std::string op = str_field(w, "op", where);
       if (const auto* outs = outputs_of(w, where))
@@ -192,8 +248,7 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std
         }
       }
       if (w.contains("variant") && w["variant"].is_string()) r.variant = w["variant"].get<std::string>();
-      if (!r.worst_case.empty())
-        r.impl = window_impl(w, op, where, seeds::parse_case(r.worst_case));
+      if (!r.worst_case.empty()) r.impl = window_impl(w, op, where, window_case(w, where, r.label, r.worst_case));
       out.push_back(std::move(r));
     }
     return out;
@@ -212,10 +267,12 @@ std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std
     const std::string where = report.is_array() ? "report[" + std::to_string(n) + "]" : std::string("report");
     if (!c.is_object()) throw std::invalid_argument("report: " + where + " is not a check report (an object)");
     const std::string id = str_field(c, "case", where);
+    check_report_string(id, where + "'s case");
     if (!c.contains("impls") || !c["impls"].is_array())
       throw std::invalid_argument("report: " + where + " has no 'impls' array");
     for (const auto& ji : c["impls"]) {
       const std::string impl = str_field(ji, "impl", where + ".impls[]");
+      check_report_string(impl, where + "'s implementation");
       auto it = std::find_if(out.begin(), out.end(), [&](const ReportWindow& r) { return r.label == impl; });
       if (it == out.end()) {
         ReportWindow r;

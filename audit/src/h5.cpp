@@ -94,9 +94,12 @@ std::string item_key(const std::string& obj, const std::string& attr) {
   return o + "@" + attr;
 }
 
-// Names are plain: printable ASCII without spaces (the manifest's lines).
+// Names are plain: printable ASCII without spaces (the manifest's lines)
+// and without '@', which separates an object from an attribute in a
+// manifest key: a dataset /maps@rows would have the key of the attribute
+// rows of /maps, and an added dataset so named passed as that attribute.
 bool plain_name(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c > ' ' && c < 127; });
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > ' ' && c < 127 && c != '@'; });
 }
 
 void enter(Manifest& m, const std::string& key, const char* type, const std::vector<uint64_t>& dims,
@@ -474,7 +477,7 @@ void Reader::verify_content(const std::string& schema) const {
       if (std::find(v.objects.begin(), v.objects.end(), l) == v.objects.end())
         fail(path_, "link /" + l + " (a second name of an object) is not part of " + schema);
   for (const std::string& obj : v.objects) {
-    if (!plain_name(obj)) fail(path_, "an object name with spaces or control characters is not part of " + schema);
+    if (!plain_name(obj)) fail(path_, "an object name with spaces, control characters or '@' is not part of " + schema);
     const bool dataset = std::find(v.datasets.begin(), v.datasets.end(), obj) != v.datasets.end();
     if (dataset && manifest_.count(item_key(obj, "")) == 0)
       fail(path_, "dataset " + item_key(obj, "") + " is not part of " + schema);
@@ -489,7 +492,7 @@ void Reader::verify_content(const std::string& schema) const {
       if (!used) fail(path_, "group " + g + " is not part of " + schema);
     }
     for (const std::string& a : attributes(obj)) {
-      if (!plain_name(a)) fail(path_, "an attribute name with spaces or control characters is not part of " + schema);
+      if (!plain_name(a)) fail(path_, "an attribute name with spaces, control characters or '@' is not part of " + schema);
       const std::string key = item_key(obj, a);
       if (key != "/@content_sha256" && manifest_.count(key) == 0)
         fail(path_, "attribute " + key + " is not part of " + schema);

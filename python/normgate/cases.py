@@ -81,6 +81,10 @@ def content_sha256(f, path=None):
     def add(key, type_, dims, data):
         if not _plain(key):
             bad("the name %r has spaces or control characters" % key)
+        # '@' separates object and attribute: a dataset named /maps@rows
+        # would take the key of /maps's attribute rows.
+        if key.count("@") != (1 if dims == "-" else 0):
+            bad("the name %r holds '@' (an object or attribute name may not)" % key)
         lines[key] = "%s %s %s %s\n" % (type_, dims, hashlib.sha256(data).hexdigest(), key)
 
     def attrs_of(obj):

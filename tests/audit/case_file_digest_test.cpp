@@ -252,6 +252,17 @@ TEST(CaseFileDigest, GroupsAndLinksOutsideTheSchemaAreErrors) {
        [](hid_t f) { return H5Lcreate_soft("/outputs/y", f, "/outputs/z", H5P_DEFAULT, H5P_DEFAULT); }},
       {"external link /ext is not part of normgate-case/2",
        [](hid_t f) { return H5Lcreate_external("other.h5", "/x", f, "/ext", H5P_DEFAULT, H5P_DEFAULT); }},
+      // A dataset named as an attribute's manifest key (/maps@rows is the
+      // key of /maps's attribute rows) was taken for that attribute: never
+      // hashed, and the file read as untouched.
+      {"an object name with spaces, control characters or '@' is not part of normgate-case/2",
+       [](hid_t f) {
+         const hsize_t one = 1;
+         const hid_t sp = H5Screate_simple(1, &one, nullptr);
+         const hid_t d = H5Dcreate2(f, "/maps@rows", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+         H5Sclose(sp);
+         return d < 0 ? herr_t(-1) : H5Dclose(d);
+       }},
   };
   for (const Edit& e : edits) {
     spit(p, good);
@@ -321,7 +332,9 @@ TEST(CaseFileDigest, ACaseIdBeyondHostMemoryIsAnErrorBeforeAnyRead) {
   set_string_attr(p, "/", "case_id", big);
   // The bound named as the host memory check sees it (this host's memory,
   // a cgroup limit or what is left of ulimit -v: HostMemory::describe_usable).
-  expect_refused(p, p + ": its case " + big + " needs 262144.0 GiB of host memory to read, more than " +
+  // 262184 GiB: x, dy, y, dx in BF16 (2^48 bytes) and 20 bytes a row (rstd
+  // FP32, the reference rstd and its bound FP64), counted before the maps.
+  expect_refused(p, p + ": its case " + big + " needs 262184.0 GiB of host memory to read, more than " +
                         normgate::core::host_memory().describe_usable() + " (a damaged or crafted file?)");
   const nv::SavedCase c = saved(kCase, "ctl_fp32_seq");
   std::vector<nv::MapsEntry> es(1);

@@ -221,10 +221,14 @@ TEST(CaseFile, MapsFileRoundTrip) {
   es[1].prov.case_id = "H=96,T=130,w=bf16,form=plain,family=llm,seed=7";
   es[1].maps.dx_full.assign(static_cast<size_t>(130 * 96), 0.125f);
   const std::string path = temp_path("maps.h5");
-  nv::write_maps_file(path, "report.json", es);
-  std::string src;
-  const auto back = nv::read_maps_file(path, &src);
+  const std::string sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  nv::write_maps_file(path, "report.json", es, sha);
+  std::string src, src_sha = "unset";
+  const auto back = nv::read_maps_file(path, &src, &src_sha);
   EXPECT_EQ(src, "report.json");
+  EXPECT_EQ(src_sha, sha);  // the report's digest, for plot to check the report against
+  EXPECT_THROW(nv::write_maps_file(temp_path("bad_sha.h5"), "r.json", es, "ABC"), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(temp_path("bad_sha.h5")));
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].prov.window, es[0].prov.window);
   EXPECT_EQ(back[1].prov.case_id, "H=96,T=130,w=bf16,form=plain,family=llm,seed=7");
@@ -323,6 +327,57 @@ TEST(Export, GateReportWorstCasesToMaps) {
 // datasets/SCHEMA.md documents every dataset and attribute the writers make:
 // each name (the last path component; attributes without their object)
 // appears in the schema as `name` or `@name`.
+// export_plan refuses, before any case runs and naming the window, a gate
+// report's worst case outside the window it is named in (export would label
+// it with that window), strings with control bytes (a NUL ended an HDF5
+// attribute for one reader and not another) and strings longer than the
+// maps file's readers take.
+TEST(Export, ReportStringsAndWorstCasesOutsideTheirWindowAreRefused) {
+  nlohmann::json rep;
+  rep["seeds"] = "3x1";
+  nlohmann::json w;
+  w["window"] = "bwd det H=64 w=bf16 form=plain T=1..100";
+  w["op"] = "bwd";
+  w["variant"] = "bwd_det_chunked";
+  w["H"] = 64;
+  w["w"] = "bf16";
+  w["form"] = "plain";
+  w["T"] = {1, 100};
+  w["outputs"]["dx"] = {{"max_err_tol", 0.38}, {"worst_case", "H=64,T=100,w=bf16,form=plain,family=llm,seed=0"}};
+  rep["windows"] = {w};
+  ASSERT_EQ(nv::export_plan(rep, 3).size(), 1u);  // inside: T = 100 is the window's last
+  auto refused = [&](const nlohmann::json& r, const std::string& what) {
+    try {
+      (void)nv::export_plan(r, 3);
+      ADD_FAILURE() << "accepted: " << r.dump().substr(0, 300);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  for (const auto& [id, why] : std::vector<std::pair<std::string, std::string>>{
+           {"H=64,T=101,w=bf16,form=plain,family=llm,seed=0", "(T=101, outside the window's T=1..100)"},
+           {"H=256,T=5,w=bf16,form=plain,family=llm,seed=0", "(H=256, the window's H is 64)"},
+           {"H=64,T=5,w=fp32,form=plain,family=llm,seed=0", "(w=fp32, the window's w is bf16)"},
+           {"H=64,T=5,w=bf16,form=res,family=llm,seed=0", "(form=res, the window's form is plain)"}}) {
+    nlohmann::json r = rep;
+    r["windows"][0]["outputs"]["dx"]["worst_case"] = id;
+    refused(r, "the report's windows[0] ('bwd det H=64 w=bf16 form=plain T=1..100'): worst case '" + id +
+                   "' is not in the window " + why);
+  }
+  nlohmann::json nul = rep;
+  nul["windows"][0]["window"] = std::string("bwd det\0EVIL", 12);
+  refused(nul, "the report's windows[0] window label 'bwd det\\x00EVIL' holds control bytes");
+  nlohmann::json long_seeds = rep;
+  long_seeds["seeds"] = std::string(4097, 'x');
+  refused(long_seeds, "the report's seed set is 4097 bytes long (at most 4096)");
+  nlohmann::json list = rep;
+  list["windows"][0]["outputs"] = nlohmann::json::array({1, 2});
+  refused(list, "windows[0].outputs is not an object");
+  nlohmann::json check = {{"case", std::string("H=64,T=5,w=bf16,form=plain,family=cancel,seed=0\x1b[31m")},
+                          {"impls", nlohmann::json::array({{{"impl", "bwd_det_chunked"}}})}};
+  refused(check, "report's case 'H=64,T=5,w=bf16,form=plain,family=cancel,seed=0\\x1b[31m' holds control bytes");
+}
+
 TEST(CaseFile, SchemaDocumentsEveryNameWritten) {
   std::ifstream in(std::string(NORMGATE_SOURCE_DIR) + "/datasets/SCHEMA.md");
   ASSERT_TRUE(in) << "datasets/SCHEMA.md is missing";
@@ -340,7 +395,7 @@ TEST(CaseFile, SchemaDocumentsEveryNameWritten) {
   es[0].maps = r.saved->maps;
   es[0].maps.dx_full.assign(40 * 50, 0.0f);
   const std::string pm = temp_path("schema_maps.h5");
-  nv::write_maps_file(pm, "x.json", es);
+  nv::write_maps_file(pm, "x.json", es, std::string(64, 'a'));
   size_t checked = 0;
   for (const std::string& p : {pc, pm})
     for (const std::string& item : nv::list_layout(p)) {

@@ -93,13 +93,20 @@ struct MapsEntry {
 };
 
 /// Write a maps file (normgate-maps/2) atomically; `source` is what it was
-/// exported from (a report path). Each entry's prov.case_id must parse and
-/// its maps have that case's rows (T * heads) and H (std::invalid_argument).
-/// Throws as write_case_file.
-void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries);
+/// exported from (a report path), `source_sha256` the SHA-256 (64 lowercase
+/// hex digits) of that report's bytes, or "" for none (a file upgraded from
+/// normgate-maps/1): `plot` shows a report's window verdicts beside the maps
+/// only when the report hashes to it. Each entry's prov.case_id must parse
+/// and its maps have that case's rows (T * heads) and H; a source_sha256
+/// that is not 64 hex digits is std::invalid_argument. Throws as
+/// write_case_file.
+void write_maps_file(const std::string& path, const std::string& source, const std::vector<MapsEntry>& entries,
+                     const std::string& source_sha256 = "");
 
-/// Read a maps file back. Throws as read_case_file.
-std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source = nullptr);
+/// Read a maps file back; `source_sha256` receives its /@source_sha256 ("" in
+/// a file without one). Throws as read_case_file.
+std::vector<MapsEntry> read_maps_file(const std::string& path, std::string* source = nullptr,
+                                      std::string* source_sha256 = nullptr);
 
 /// Rewrite a file of an older schema (normgate-case/1, normgate-maps/1) as
 /// the current one (with its content digest) at `out`: it is read with every
