@@ -1066,8 +1066,9 @@ void add_derive(CLI::App& app, Commands& cmds) {
                           {o->report + ".md", md},
                           {o->report + ".json", json_text(jr)}});
       if (unapproved == 0)
-        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md\n", printable_line(o->out).c_str(),
-                    ws.size(), printable_line(o->report).c_str());
+        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md, %s.json\n",
+                    printable_line(o->out).c_str(), ws.size(), printable_line(o->report).c_str(),
+                    printable_line(o->report).c_str());
       else if (gate_error)
         // The gate stopped on cases that could not run: the advice to gate
         // again with --approve is what this run just did.

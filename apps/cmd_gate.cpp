@@ -322,17 +322,23 @@ void add_gate(CLI::App& app, Commands& cmds) {
           validators::describe_backend(backend, kernels::device_info()) + "\n";
       const char* elsewhere_are =
           o->g.merge_paths.empty() ? " of them other shards'" : " of them in no merged shard journal (missing)";
-      o->g.progress = [tty, said, backend_line, elsewhere_are](const validators::GateProgress& p) {
+      // The phases share cases (a dense or fresh point already in the grid
+      // is not run again): each line says how many it ran, so that the
+      // counts add up to "run by this process so far".
+      auto run_before = std::make_shared<int64_t>(0);
+      o->g.progress = [tty, said, backend_line, elsewhere_are, run_before](const validators::GateProgress& p) {
         if (!*said) {
           std::fputs(backend_line.c_str(), stdout);
           *said = true;
         }
         if (tty) draw_progress(p);
-        if (p.done == p.total)
-          std::printf("phase    %-5s %s done%s (%lld run by this process so far, %.1f s)\n", p.phase.c_str(),
-                      validators::detail::counted(p.total, "case").c_str(),
+        if (p.done == p.total) {
+          std::printf("phase    %-5s %s done%s (%lld run in this phase, %lld by this process so far, %.1f s)\n",
+                      p.phase.c_str(), validators::detail::counted(p.total, "case").c_str(),
                       p.elsewhere > 0 ? (", " + std::to_string(p.elsewhere) + elsewhere_are).c_str() : "",
-                      static_cast<long long>(p.run_now), p.seconds);
+                      static_cast<long long>(p.run_now - *run_before), static_cast<long long>(p.run_now), p.seconds);
+          *run_before = p.run_now;
+        }
         std::fflush(stdout);
       };
       // A report to "-" takes stdout; from here on the rest goes to stderr.

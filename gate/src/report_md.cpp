@@ -186,8 +186,22 @@ std::string format_gate_markdown(const GateResult& r) {
       o << "- **WARNING: negative control " << w.route.variant->name << " PASSED " << w.route.window()
         << "**: controls are built to fail, so this window cannot tell a broken kernel from a good one (too few "
            "rows, or too small an H, for the control's defect to show)\n";
-  o << "- seeds: " << describe_seeds(r.seeds) << "; T points per window: " << r.t_per_window
-    << " (first and last T, both sides of every power of two inside, the rest spread evenly)\n";
+  // --t-per-window is a floor: the first and last T and both sides of every
+  // power of two inside are always run, spread points fill up to it. Say how
+  // many the windows got, so that a reader does not take the option for it.
+  size_t tmin = 0, tmax = 0;
+  for (const auto& w : r.windows) {
+    if (w.t_points.empty()) continue;
+    tmin = tmin == 0 ? w.t_points.size() : std::min(tmin, w.t_points.size());
+    tmax = std::max(tmax, w.t_points.size());
+  }
+  o << "- seeds: " << describe_seeds(r.seeds) << "; T points per window: at least " << r.t_per_window
+    << " (--t-per-window: first and last T and both sides of every power of two inside, always; spread evenly "
+       "up to that count)";
+  if (tmax > 0)
+    o << ", " << (tmin == tmax ? std::to_string(tmax) : std::to_string(tmin) + " to " + std::to_string(tmax))
+      << " here";
+  o << "\n";
   o << "- refinement: ";
   if (r.dense_points > 0)
     o << "dense grid every " << r.dense_step << " rows, " << detail::counted(r.dense_points, "point")

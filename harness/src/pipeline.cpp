@@ -895,7 +895,12 @@ std::string format_pipeline_stats(const PipelineStats& st, const HostCopyBandwid
   const double e2e = rate(st.elements, st.seconds_total);
   for (const auto& r : phase_rows(st))
     o << "  " << pad(r.name) << fmt("%9.2f", r.seconds) << " s  "
-      << (r.seconds > 0 ? fmt("%.3g", rate(st.elements, r.seconds)) + " elements/s" : std::string("-")) << "\n";
+      << (r.seconds > 0 ? fmt("%.3g", rate(st.elements, r.seconds)) + " elements/s" : std::string("-"))
+      // The step after each case, also without a journal (PhaseSeconds).
+      << (std::string(r.name) == "journal" ? "  (each case's results recorded: the journal's append where there is "
+                                             "one, the windows' aggregates, progress)"
+                                           : "")
+      << "\n";
   o << "  " << pad("end to end") << fmt("%9.2f", st.seconds_total) << " s  ";
   if (st.elements == 0) {  // nothing checked (a resumed run with nothing left): no rate to state
     o << "- (no case checked in this process)\n";

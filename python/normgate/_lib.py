@@ -7,7 +7,9 @@ The library is found, on first use (importing the package never fails):
      a variable left over from a source checkout cannot swap in another
      build's library; else
   2. at $NORMGATE_LIB (a path to the .so), else
-  3. at ../../build/capi/libnormgate_capi.so relative to this package
+  3. at $NORMGATE_BUILD/capi/libnormgate_capi.so when NORMGATE_BUILD is set
+     (the build folder scripts/build was told to use), else
+  4. at ../../build/capi/libnormgate_capi.so relative to this package
      (the repository's build folder: scripts/build makes it).
 Nothing here imports torch.
 """
@@ -150,13 +152,17 @@ def packaged_library_path():
 
 def library_path():
     """The path the library is loaded from: the one installed with this
-    package, else $NORMGATE_LIB, else the build folder (module docstring)."""
+    package, else $NORMGATE_LIB, else $NORMGATE_BUILD's, else the build
+    folder (module docstring)."""
     packaged = packaged_library_path()
     if packaged:
         return packaged
     env = os.environ.get("NORMGATE_LIB")
     if env:
         return env
+    build = os.environ.get("NORMGATE_BUILD")
+    if build:
+        return os.path.join(os.path.abspath(build), "capi", "libnormgate_capi.so")
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.normpath(os.path.join(here, "..", "..", "build", "capi", "libnormgate_capi.so"))
 
@@ -179,6 +185,8 @@ def lib():
             raise RuntimeError(
                 "normgate: libnormgate_capi.so not found at " + path +
                 (" ($NORMGATE_LIB)" if os.environ.get("NORMGATE_LIB") else
+                 " ($NORMGATE_BUILD; build it there with `NORMGATE_BUILD=... scripts/build normgate_capi`, "
+                 "or set NORMGATE_LIB to its path)" if os.environ.get("NORMGATE_BUILD") else
                  " (install the package with `pip install .`, or build the library with scripts/build, "
                  "or set NORMGATE_LIB to its path)"))
         try:
