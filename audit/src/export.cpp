@@ -204,11 +204,6 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
   throw std::invalid_argument("export: the JSON is neither a gate report (no 'windows') nor a check report (no 'case')");
 }
 
-namespace {
-
-
-}  // namespace
-
 std::vector<ReportWindow> report_windows(const nlohmann::json& report, const std::string& only_output) {
   std::vector<ReportWindow> out;
   if (report.is_object() && report.contains("windows")) {
