@@ -173,6 +173,8 @@ def add_record(groups, rec, case, key, T):
             v = res[o]
             ratios.append((o, float(v[0]) if not isinstance(v[0], str) else float(v[0].replace("inf", "Infinity"))))
             ok = ok and bool(v[4])
+        if "h_new" in res:  # form res: bitwise exact
+            ok = ok and bool(res["h_new"][4])
         parsed.append((impl, False, ratios, ok))
     for impl, error, ratios, ok in parsed:
         g = groups.setdefault(key + (impl,), {"cases": 0, "failed": 0, "errors": 0, "T": [T, T],

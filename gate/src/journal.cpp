@@ -135,6 +135,9 @@ nlohmann::json impl_json(const ImplRecord& x, bool forward_only) {
   for (int k = 0; k < (forward_only ? 2 : 4); ++k)
     o[kOutNames[k]] = {json_number(x.out[k].ratio), x.out[k].index, x.out[k].over, json_number(x.out[k].forced),
                        x.out[k].pass};
+  if (x.h_new)
+    o["h_new"] = {json_number(x.h_new->ratio), x.h_new->index, x.h_new->over, json_number(x.h_new->forced),
+                  x.h_new->pass};
   if (!forward_only) o["dw_vs_fp32"] = {json_number(x.dw_vs_fp32_worst), json_number(x.dw_vs_fp32_median)};
   return o;
 }
@@ -191,6 +194,13 @@ CaseRecord make_case_record(const CheckReport& rep, double seconds) {
       for (const auto& s : ir.result.tensors)
         if (s.output() == static_cast<Output>(k))
           x.out[k] = {s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
+    }
+    // Form res: h_new is owed by every implementation (the forward's
+    // output); one that did not produce it is recorded as not produced.
+    if (rep.request.id.form == Form::res) {
+      x.h_new = kNotProduced;
+      for (const auto& s : ir.result.tensors)
+        if (s.output() == Output::h_new) x.h_new = OutputRecord{s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
     }
     x.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
     x.dw_vs_fp32_median = ir.result.dw_vs_fp32_median;
@@ -255,29 +265,41 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
   for (const auto& o : res) {
     if (!o.is_object()) throw std::invalid_argument("field 'results' must hold objects");
     if (r.forward_only)
-      only_members(o, {"impl", "ran_on", "y", "rstd"}, "a result of a forward-only record");
+      only_members(o, {"impl", "ran_on", "y", "rstd", "h_new"}, "a result of a forward-only record");
     else
-      only_members(o, {"impl", "ran_on", "y", "rstd", "dx", "dw", "dw_vs_fp32"}, "a result");
+      only_members(o, {"impl", "ran_on", "y", "rstd", "dx", "dw", "dw_vs_fp32", "h_new"}, "a result");
     ImplRecord x;
     x.impl = str(o, "impl");
     x.ran_on = str(o, "ran_on");
     if (x.ran_on.empty()) throw std::invalid_argument("field 'ran_on' of " + x.impl + " is empty");
     for (int k = nout; k < 4; ++k) x.out[k] = kNotProduced;  // forward only: dx, dw not checked
+    // An unsigned beyond int64 is out of every range below.
+    auto int_of = [](const nlohmann::json& v) {
+      return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                 ? std::numeric_limits<int64_t>::min()
+                 : v.get<int64_t>();
+    };
     for (int k = 0; k < nout; ++k) {
       const auto& a = field(o, kOutNames[k]);
       if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
           !a[4].is_boolean())
         throw std::invalid_argument(std::string("field '") + kOutNames[k] +
                                     "' must be [ratio, index, over, forced, pass]");
-      // An unsigned beyond int64 is out of every range below.
-      auto int_of = [&](const nlohmann::json& v) {
-        return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                   ? std::numeric_limits<int64_t>::min()
-                   : v.get<int64_t>();
-      };
       x.out[k] = {from_json_number(a[0], kOutNames[k]), int_of(a[1]), int_of(a[2]),
                   from_json_number(a[3], kOutNames[k]), a[4].get<bool>()};
       check_output(x.out[k], numel_of(c, k), x.impl + "." + kOutNames[k]);
+    }
+    if (o.contains("h_new")) {  // form res only (absent in journals written before it was recorded)
+      if (c.form != Form::res)
+        throw std::invalid_argument("field 'h_new' of " + x.impl + " in a case of form " + std::string(to_string(c.form)) +
+                                    " (only form res has h_new)");
+      const auto& a = o["h_new"];
+      if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
+          !a[4].is_boolean())
+        throw std::invalid_argument("field 'h_new' must be [ratio, index, over, forced, pass]");
+      x.h_new = OutputRecord{from_json_number(a[0], "h_new"), int_of(a[1]), int_of(a[2]),
+                             from_json_number(a[3], "h_new"), a[4].get<bool>()};
+      check_output(*x.h_new, c.rows() * c.H, x.impl + ".h_new");
     }
     if (r.forward_only) {
       x.dw_vs_fp32_worst = x.dw_vs_fp32_median = std::numeric_limits<double>::quiet_NaN();

@@ -104,6 +104,14 @@ nlohmann::json gate_to_json(const GateResult& r) {
                                {"kernel_excess", num(a.max_ratio - a.forced)},
                                {"cases_over", a.cases_over}};
     }
+    if (w.gates_h_new()) {  // form res: bitwise exact against BF16(x + u)
+      const auto& a = w.h_new;
+      x["outputs"]["h_new"] = {{"max_err_tol", num(a.max_ratio)},
+                               {"worst_case", a.worst_case},
+                               {"worst_index", a.worst_index},
+                               {"cases_over", a.cases_over},
+                               {"cases_unchecked", w.h_new_unchecked}};
+    }
     if (w.route.op == Op::bwd)
       x["dw_vs_fp32"] = {{"worst", num(w.dw_vs_fp32_worst)},
                          {"worst_case", w.dw_vs_fp32_worst_case},

@@ -108,6 +108,12 @@ std::string details(const WindowResult& w) {
     if (!a.worst_case.empty()) o << ", worst case " << a.worst_case;
     o << "\n";
   }
+  if (w.gates_h_new()) {
+    o << "  h_new (bitwise): cases that differ " << w.h_new.cases_over;
+    if (w.h_new_unchecked) o << ", cases not checked (an older journal) " << w.h_new_unchecked;
+    if (w.h_new.cases_over && !w.h_new.worst_case.empty()) o << ", e.g. " << w.h_new.worst_case;
+    o << "\n";
+  }
   for (const auto& f : w.families) o << "  family " << f.family << ": " << f.failed << " of " << f.cases << " cases fail\n";
   for (const auto& e : w.error_samples) o << "  error: " << e << "\n";
   if (!w.worst_case.empty())

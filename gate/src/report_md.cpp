@@ -295,6 +295,31 @@ std::string format_gate_markdown(const GateResult& r) {
                                                 : "**FAIL**")
       << " |\n";
   }
+  // Form res: h_new, bitwise exact, is gated beside the outputs above.
+  {
+    int64_t res_windows = 0;
+    std::vector<const WindowResult*> bad;
+    for (const auto& w : r.windows)
+      if (w.gates_h_new()) {
+        ++res_windows;
+        if (w.h_new.cases_over > 0 || w.h_new_unchecked > 0) bad.push_back(&w);
+      }
+    if (res_windows > 0) {
+      o << "\nh_new (form res: bitwise equal to BF16(x + u), gated in each res window): ";
+      if (bad.empty())
+        o << "equal in every case of the " << res_windows << " res window" << (res_windows == 1 ? "" : "s") << ".\n";
+      else
+        o << "**differs** in:\n";
+      for (const WindowResult* w : bad) {
+        o << "- " << w->route.window() << ": " << w->h_new.cases_over << " of " << w->cases << " cases differ";
+        if (w->h_new.cases_over > 0) o << " (e.g. " << w->h_new.worst_case << ")";
+        if (w->h_new_unchecked > 0)
+          o << "; " << w->h_new_unchecked << " not checked (records of a journal written before h_new was recorded: "
+            << "gate again into a new journal)";
+        o << "\n";
+      }
+    }
+  }
 
   o << "\n## Refinement and margin\n\n"
     << "The refinement follows the output of the variant's long reduction: dw (a sum over T rows) in bwd "

@@ -561,13 +561,32 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
           wr.worst_case = id;
         }
       }
+      bool h_new_failed = false;
+      if (first && wr.gates_h_new()) {
+        if (!r->h_new) {
+          ++wr.h_new_unchecked;
+          h_new_failed = true;
+        } else {
+          const OutputRecord& o = *r->h_new;
+          const double ratio = std::isnan(o.ratio) ? std::numeric_limits<double>::infinity() : o.ratio;
+          OutputAgg& a = wr.h_new;
+          if (a.worst_case.empty() || ratio > a.max_ratio) {
+            a.max_ratio = ratio;
+            a.worst_case = id;
+            a.worst_index = o.index;
+            a.forced = o.forced;
+          }
+          if (o.over > 0 || !o.pass) ++a.cases_over;
+          h_new_failed = o.over > 0 || !o.pass || !(o.ratio <= 1.0);
+        }
+      }
       if (first) {
         const std::string fam = seeds::to_string(seeds::FamilyPoint{c.family, c.eps, c.kappa});  // its point
         auto it = std::find_if(wr.families.begin(), wr.families.end(),
                                [&](const WindowResult::FamilyCount& f) { return f.family == fam; });
         if (it == wr.families.end()) it = wr.families.insert(wr.families.end(), {fam, 0, 0});
         ++it->cases;
-        bool failed = false;
+        bool failed = h_new_failed;
         for (int k = 0; k < ng; ++k)
           failed = failed || r->out[k].over > 0 || !r->out[k].pass || !(r->out[k].ratio <= 1.0);
         it->failed += failed;
@@ -600,6 +619,8 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
     fails = fails || a.cases_over > a.cases_inconclusive || !(a.max_ratio <= 1.0);
     inconclusive = inconclusive || a.cases_inconclusive > 0;
   }
+  // h_new is bitwise exact: any difference, or a case not checked, fails.
+  if (wr.gates_h_new()) fails = fails || wr.h_new.cases_over > 0 || wr.h_new_unchecked > 0 || !(wr.h_new.max_ratio <= 1.0);
   wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
   wr.pass = wr.verdict == Verdict::pass;
   wr.kappa_headroom = kappa_headroom(wr.families);

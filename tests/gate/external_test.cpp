@@ -296,6 +296,57 @@ TEST(External, CorrectOnePassesAWindowWrongOneFailsCancel) {
   std::filesystem::remove_all(d);
 }
 
+// Form res: h_new is gated bitwise in every res window (fwd and bwd). One
+// flipped bit of one element fails the window, and the verdict survives the
+// journal (a resume reads h_new back); the correct implementation passes.
+// The gate journalled y, rstd, dx, dw only, so an h_new of zeros passed.
+TEST(External, ResWindowsGateHNewBitwise) {
+  ExternalImpl good = model_impl("ext_res_good", "fwd_rowwise", "bwd_det_chunked");
+  good.forms = static_cast<uint8_t>(1u << static_cast<int>(Form::res));
+  register_external(good);
+  ExternalImpl bad = model_impl("ext_res_hnew_bit", "fwd_rowwise", "bwd_det_chunked");
+  bad.forms = good.forms;
+  auto full = bad.run;
+  bad.run = [full](const seeds::HostInputs& in, Outputs& out) {
+    full(in, out);
+    if (!out.h_new.empty()) out.h_new[out.h_new.size() / 2] ^= 1;  // one ulp of one element
+  };
+  register_external(bad);
+  const std::string d = temp_dir("res_hnew");
+  auto table = [&](const std::string& variant) {
+    const std::string path = d + "/" + variant + ".toml";
+    std::ofstream f(path);
+    f << "arch = \"sm90a\"\ndescription = \"h_new test\"\nroute = [\n"
+      << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"res\", T = [1, 40], variant = \""
+      << variant << "\" },\n]\n";
+    return path;
+  };
+  {
+    const GateResult r = run_gate(small_opts(table("ext_res_good")));
+    ASSERT_EQ(r.windows.size(), 1u);
+    EXPECT_TRUE(r.windows[0].pass) << format_gate_markdown(r);
+    EXPECT_EQ(r.windows[0].h_new.cases_over, 0);
+    EXPECT_EQ(r.windows[0].h_new_unchecked, 0);
+    EXPECT_FALSE(r.windows[0].h_new.worst_case.empty());  // checked, not skipped
+    EXPECT_NE(format_gate_markdown(r).find("equal in every case of the 1 res window"), std::string::npos);
+  }
+  for (int resume = 0; resume < 2; ++resume) {
+    GateOptions o = small_opts(table("ext_res_hnew_bit"));
+    o.journal_path = d + "/bad.jsonl";
+    const GateResult r = run_gate(o);
+    ASSERT_EQ(r.windows.size(), 1u);
+    const WindowResult& w = r.windows[0];
+    EXPECT_FALSE(w.pass) << "resume " << resume << "\n" << format_gate_markdown(r);
+    EXPECT_EQ(w.h_new.cases_over, w.cases) << "resume " << resume;  // every case (T >= 1) has the flipped bit
+    EXPECT_GT(w.h_new.max_ratio, 1.0);
+    for (int k = 0; k < 4; ++k) EXPECT_LE(w.out[k].max_ratio, 1.0) << k;  // the other outputs pass
+    const std::string md = format_gate_markdown(r);
+    EXPECT_NE(md.find(std::to_string(w.cases) + " of " + std::to_string(w.cases) + " cases differ"), std::string::npos)
+        << md;
+  }
+  std::filesystem::remove_all(d);
+}
+
 TEST(External, ForwardExternalGatesAForwardWindowOnItsOwnRuns) {
   // Forward only: y, rstd (fwd_rowwise's model); dx, dw never written.
   ExternalImpl x = model_impl("ext_fwd", "fwd_rowwise", "bwd_det_chunked", kernels::Op::fwd);

@@ -265,6 +265,13 @@ struct WindowResult {
   int64_t errors = 0;              ///< cases that threw
   std::vector<std::string> error_samples;  ///< up to 3 "case id: message"
   std::array<OutputAgg, 4> out{};  ///< y, rstd, dx, dw (dx, dw unused for fwd windows)
+  /// Form res windows: h_new, bitwise exact against BF16(x + u), over the
+  /// same cases (a case whose record lacks h_new, from a journal written
+  /// before it was recorded, is counted in h_new_unchecked, and the window
+  /// cannot pass). Unused for the other forms.
+  OutputAgg h_new;
+  int64_t h_new_unchecked = 0;
+  bool gates_h_new() const { return route.form == Form::res; }
   double dw_vs_fp32_worst = 0;     ///< bwd: max over cases of CaseResult::dw_vs_fp32_worst (NaN: none)
   std::string dw_vs_fp32_worst_case;
   double dw_vs_fp32_median = 0;    ///< bwd: median over cases of CaseResult::dw_vs_fp32_median (NaN: none)
@@ -323,7 +330,9 @@ struct WindowResult {
   /// variant. `normgate gate` says ERROR (exit 3) when every failing window
   /// is one (or INCOMPLETE); `normgate derive` stops on one, excluding and
   /// remembering nothing.
-  bool errored() const { return !pass && !incomplete && errors > 0 && !(worst > 1.0); }
+  bool errored() const {
+    return !pass && !incomplete && errors > 0 && !(worst > 1.0) && h_new.cases_over == 0 && h_new_unchecked == 0;
+  }
 };
 
 /// Everything a gate found.

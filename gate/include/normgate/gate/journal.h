@@ -44,6 +44,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -75,6 +76,11 @@ struct ImplRecord {
   std::string impl;                   ///< "bwd_det_chunked", ...
   std::string ran_on;                 ///< ImplResult::ran_on
   std::array<OutputRecord, 4> out{};  ///< y, rstd, dx, dw (Output order)
+  /// Form res: h_new, bitwise exact against BF16(x + u) (not produced: ratio
+  /// NaN, index -1, over 0, forced NaN, pass false). Empty for the other
+  /// forms, and in records of journals written before it was recorded
+  /// (such a case's h_new was not checked: its res window cannot pass).
+  std::optional<OutputRecord> h_new;
   double dw_vs_fp32_worst = 0;        ///< CaseResult::dw_vs_fp32_worst
   double dw_vs_fp32_median = 0;       ///< CaseResult::dw_vs_fp32_median
   bool operator==(const ImplRecord&) const = default;
