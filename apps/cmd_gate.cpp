@@ -480,10 +480,21 @@ void add_gate(CLI::App& app, Commands& cmds) {
       if (verdict == "INCOMPLETE") {
         std::string missing;
         for (const auto& k : res.shards_missing) missing += (missing.empty() ? "" : ", ") + k;
-        std::printf("verdict  INCOMPLETE: %d of %zu windows lack cases no merged shard holds%s; not a pass (backend "
-                    "%s)\n",
-                    incomplete, res.windows.size(), missing.empty() ? "" : (" (shards not given: " + missing + ")").c_str(),
-                    res.backend.c_str());
+        int lacking = 0, unchecked = 0;
+        for (const auto& w : res.windows) {
+          lacking += w.incomplete && w.missing > 0;
+          unchecked += w.incomplete && w.h_new_unchecked > 0;
+        }
+        std::string why;
+        if (lacking > 0)
+          why = std::to_string(lacking) + " of " + std::to_string(res.windows.size()) +
+                " windows lack cases no merged shard holds" +
+                (missing.empty() ? std::string() : " (shards not given: " + missing + ")");
+        if (unchecked > 0)
+          why += (why.empty() ? "" : "; ") + std::to_string(unchecked) + " of " + std::to_string(res.windows.size()) +
+                 " res windows hold cases whose h_new was not checked (a journal written before h_new was recorded: "
+                 "gate again into a new journal)";
+        std::printf("verdict  INCOMPLETE: %s; not a pass (backend %s)\n", why.c_str(), res.backend.c_str());
         return 1;
       }
       // Windows that failed only because cases could not run (std::bad_alloc,

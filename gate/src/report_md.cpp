@@ -133,12 +133,13 @@ std::string joined(const std::vector<std::string>& v) {
 
 std::string format_gate_markdown(const GateResult& r) {
   std::ostringstream o;
-  int failing = 0, inconclusive = 0, incomplete = 0;
+  int failing = 0, inconclusive = 0, incomplete = 0, h_new_unchecked = 0;
   int64_t missing = 0;
   for (const auto& w : r.windows) {
     failing += !w.pass;
     inconclusive += w.verdict == Verdict::inconclusive;
-    incomplete += w.incomplete;
+    incomplete += w.incomplete && w.missing > 0;
+    h_new_unchecked += w.incomplete && w.h_new_unchecked > 0;
     missing += w.missing;
   }
   o << "# normgate gate: " << core::escape_controls(r.table_path) << "\n\n";
@@ -151,7 +152,11 @@ std::string format_gate_markdown(const GateResult& r) {
       << " cases (counted per window) that no merged shard journal holds"
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; those windows had no refinement and are not passed: run the missing shards and merge again.\n";
-  else if (missing > 0)  // only windows that already fail or error lack cases
+  if (r.shard.empty() && h_new_unchecked > 0)
+    o << "- **INCOMPLETE**: " << h_new_unchecked << " of " << r.windows.size()
+      << " windows (form res) hold cases whose h_new was not checked (records of a journal written before h_new "
+         "was recorded): not passed; gate them again into a new journal.\n";
+  if (r.shard.empty() && incomplete == 0 && missing > 0)  // only windows that already fail or error lack cases
     o << "- **cases missing**: " << missing << " cases (counted per window) have no result in a merged shard journal"
       << (r.shards_missing.empty() ? std::string() : " (shards not given: " + joined(r.shards_missing) + ")")
       << "; the windows they belong to already fail or could not run, so those verdicts stand without them: "
@@ -315,7 +320,7 @@ std::string format_gate_markdown(const GateResult& r) {
         if (w->h_new.cases_over > 0) o << " (e.g. " << w->h_new.worst_case << ")";
         if (w->h_new_unchecked > 0)
           o << "; " << w->h_new_unchecked << " not checked (records of a journal written before h_new was recorded: "
-            << "gate again into a new journal)";
+            << "INCOMPLETE; gate again into a new journal)";
         o << "\n";
       }
     }

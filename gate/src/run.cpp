@@ -619,8 +619,11 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
     fails = fails || a.cases_over > a.cases_inconclusive || !(a.max_ratio <= 1.0);
     inconclusive = inconclusive || a.cases_inconclusive > 0;
   }
-  // h_new is bitwise exact: any difference, or a case not checked, fails.
-  if (wr.gates_h_new()) fails = fails || wr.h_new.cases_over > 0 || wr.h_new_unchecked > 0 || !(wr.h_new.max_ratio <= 1.0);
+  // h_new is bitwise exact: any difference fails. A case whose record
+  // lacks h_new (a journal written before it was recorded) was not checked:
+  // no verdict on the kernel, so the window is INCOMPLETE (below), never
+  // PASS, and not a FAIL that derive would remember as a rejection.
+  if (wr.gates_h_new()) fails = fails || wr.h_new.cases_over > 0 || !(wr.h_new.max_ratio <= 1.0);
   wr.verdict = fails ? Verdict::fail : inconclusive ? Verdict::inconclusive : Verdict::pass;
   wr.pass = wr.verdict == Verdict::pass;
   wr.kappa_headroom = kappa_headroom(wr.families);
@@ -630,7 +633,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   // FAIL. A shard's run is INCOMPLETE whatever it found (its exit 0 lets
   // the dependent merge run).
   const bool known_fail = !shard && wr.cases > 0 && fails;
-  if ((wr.missing > 0 || shard) && !known_fail) {
+  if ((wr.missing > 0 || shard || wr.h_new_unchecked > 0) && !known_fail) {
     wr.incomplete = true;
     wr.pass = false;
     wr.verdict = Verdict::fail;

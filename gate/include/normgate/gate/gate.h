@@ -266,9 +266,10 @@ struct WindowResult {
   std::vector<std::string> error_samples;  ///< up to 3 "case id: message"
   std::array<OutputAgg, 4> out{};  ///< y, rstd, dx, dw (dx, dw unused for fwd windows)
   /// Form res windows: h_new, bitwise exact against BF16(x + u), over the
-  /// same cases (a case whose record lacks h_new, from a journal written
-  /// before it was recorded, is counted in h_new_unchecked, and the window
-  /// cannot pass). Unused for the other forms.
+  /// same cases: any difference fails the window. A case whose record lacks
+  /// h_new (a journal written before it was recorded) is counted in
+  /// h_new_unchecked, and the window is INCOMPLETE unless it fails anyway.
+  /// Unused for the other forms.
   OutputAgg h_new;
   int64_t h_new_unchecked = 0;
   bool gates_h_new() const { return route.form == Form::res; }
