@@ -168,7 +168,9 @@ void add_gate(CLI::App& app, Commands& cmds) {
   sub->add_flag("--retry-errors", o->g.retry_errors,
                 "Run again the cases the journal holds only as errors (a GPU fault, an out-of-memory); each new "
                 "record is appended and replaces the error. Without it a journalled error is the case's outcome on "
-                "every resume. Not with --merge: retry in the shard (--shard K/N --retry-errors), then merge")
+                "every resume. Not a case whose implementation, declared deterministic, gave different bits on two "
+                "runs: that is a finding (the window FAILs), kept. Not with --merge: retry in the shard "
+                "(--shard K/N --retry-errors), then merge")
       ->needs(journal_opt)
       ->excludes(merge_opt);
   shard_opt->needs(journal_opt);

@@ -37,7 +37,8 @@ only in "seconds", the case's wall time, which is no result. Such a line is
 the same case: the first is kept, the other dropped and counted. Other
 pairs of lines of one (case, implementation) follow the gate's rule
 (resolve_duplicate below): an error and a later line are both kept (the
-later attempt counts: `gate --retry-errors` appends so), an error after a
+later attempt counts: `gate --retry-errors` appends so; not after a
+"nondeterministic: " error, a finding that stands), an error after a
 result is kept too (the result counts), and a full result after a
 forward-only one of the same y and rstd is kept. A case journalled twice
 with different results for one implementation (a nondeterministic
@@ -65,7 +66,12 @@ def resolve_duplicate(kept, nxt):
     "keep" or "contradict". An error is a failed attempt: any later record
     replaces it, and an error never displaces a result; two results are
     one when equal, a full one replaces a forward-only one with the same
-    ran_on, y and rstd, and others contradict."""
+    ran_on, y and rstd, and others contradict. An error that begins
+    "nondeterministic: " (an implementation declared deterministic gave
+    different bits on two runs, harness/external.h) is a finding, not a
+    failed attempt: it is kept."""
+    if "error" in kept and isinstance(kept["error"], str) and kept["error"].startswith("nondeterministic: "):
+        return "keep"
     if "error" in kept:
         return "replace"
     if "error" in nxt:

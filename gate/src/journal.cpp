@@ -3,6 +3,7 @@
 
 #include "normgate/core/json_number.h"
 #include "normgate/core/printable.h"
+#include "normgate/harness/external.h"  // kNondeterministicError
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"  // sha256_hex
 
@@ -346,6 +347,11 @@ nlohmann::json record_result(const CaseRecord& r, size_t i) {
 
 Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next) {
   if (kept == next) return Duplicate::keep;  // the same result or the same error: nothing new
+  // Two runs that differed, of an implementation declared deterministic: a
+  // finding no later run can undo (harness/external.h).
+  if (kept.contains("error") && kept["error"].is_string() &&
+      kept["error"].get<std::string>().rfind(std::string(kNondeterministicError), 0) == 0)
+    return Duplicate::keep;
   if (kept.contains("error")) return Duplicate::replace;
   if (next.contains("error")) return Duplicate::keep;
   if (!results_agree(kept, next)) return Duplicate::contradict;

@@ -19,6 +19,7 @@
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/gate/journal.h"
+#include "normgate/harness/external.h"
 #include "normgate/harness/runner.h"
 
 namespace normgate::validators {
@@ -82,6 +83,7 @@ struct Store {
         // a later error never displaces a result).
         const bool kept_error = errored(r.case_id, impl);
         if (kept_error && err.at(r.case_id).at(impl) == r.error) continue;  // the same error again: nothing new
+        if (kept_error && nondeterministic(err.at(r.case_id).at(impl))) continue;  // a finding: kept
         if (!kept_error && (fwd || !r.error.empty() || !fwd_only.count(key))) continue;
         of.erase(impl);
         ok[r.case_id].erase(impl);
@@ -105,6 +107,7 @@ struct Store {
     }
   }
   bool forward_only(const std::string& c, const std::string& impl) const { return fwd_only.count({c, impl}) > 0; }
+  static bool nondeterministic(const std::string& e) { return e.rfind(std::string(kNondeterministicError), 0) == 0; }
   bool errored(const std::string& c, const std::string& impl) const {
     auto b = err.find(c);
     return b != err.end() && b->second.count(impl) > 0;
@@ -136,6 +139,7 @@ struct Store {
   // An error from a journal that --retry-errors runs again.
   bool retryable(const std::string& c, const std::string& impl) const {
     if (!retry_errors || !errored(c, impl)) return false;
+    if (nondeterministic(err.at(c).at(impl))) return false;  // a finding about the kernel, not a failure to run
     return rec_of.at(c).at(impl) < retry_below;
   }
   bool any_ok(const std::string& c) const {
@@ -534,6 +538,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
         }
         if (first) {
           ++wr.errors;
+          if (Store::nondeterministic(err)) ++wr.nondeterministic;
           if (wr.error_samples.size() < 3)
             wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
         }

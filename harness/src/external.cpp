@@ -188,7 +188,7 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
       for (size_t b = 0; b < first[k].size(); ++b)
         if (first[k][b] != again[k][b]) {
           const size_t lo = b * kHashBlock, hi = std::min(sizes[k], lo + kHashBlock);
-          throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin +
+          throw std::runtime_error(std::string(kNondeterministicError) + "external implementation " + impl.name + " (" + impl.origin +
                                    ") is declared deterministic but two runs on " + seeds::to_string(c) +
                                    " gave different bits: output " + kNames[k] + ", elements " +
                                    std::to_string(lo) + ".." + std::to_string(hi - 1));

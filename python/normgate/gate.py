@@ -742,7 +742,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         raised) resumes and reaches the same report. A case whose record
         is an error (a callable that raised, a CUDA fault) stays so on
         resume unless retry_errors=True: then it runs again and its new
-        record, appended, replaces the error (gate --retry-errors).
+        record, appended, replaces the error (gate --retry-errors). Two runs
+        of a deterministic implementation that gave different bits are no
+        such error: the window FAILs, and no retry replaces it.
     report_md, report_json: where to write the reports (atomically).
     approve: write approvals beside the table (needs its policy); a window
         that fails revokes its earlier approval. The report's "approvals"

@@ -223,6 +223,8 @@ TEST(External, DeclaredDeterministicButNotIsTheCasesError) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("is declared deterministic but two runs on H=64,T=5"), std::string::npos)
         << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("nondeterministic: external implementation ext_flaky_det", 0), 0u)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("output dw, elements 0..63"), std::string::npos) << e.what();
   }
   EXPECT_EQ(*det_calls, 2);
@@ -263,6 +265,42 @@ TEST(External, DeclaredDeterministicButNotIsTheCasesError) {
   register_external(g);
   EXPECT_NO_THROW(run_external(*find_external(*kernels::find_variant("ext_counted_det")), in));
   EXPECT_EQ(*good_calls, 2);
+}
+
+// In the gate a determinism violation is a finding, not a failure to run:
+// the window is FAIL (not ERROR, which says no verdict was reached), and a
+// resume with retry_errors, the kernel now reproducible (the race did not
+// show), keeps the finding: it passed and approved before.
+TEST(External, NondeterminismFailsTheWindowAndNoRetryReplacesIt) {
+  auto flaky_now = std::make_shared<bool>(true);
+  auto calls = std::make_shared<int>(0);
+  ExternalImpl x = model_impl("ext_race_det", "fwd_rowwise", "bwd_det_chunked");
+  const auto good = x.run;
+  x.run = [good, flaky_now, calls](const seeds::HostInputs& in, Outputs& out) {
+    good(in, out);
+    if (*flaky_now && (*calls)++ % 2 == 1) out.dw[0] = out.dw[0] * 2 + 1;  // the second run of each case differs
+  };
+  register_external(x);
+  const std::string d = temp_dir("race");
+  GateOptions o = small_opts(write_table(d, "ext_race_det"));
+  o.journal_path = d + "/j.jsonl";
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      *flaky_now = false;
+      o.retry_errors = true;
+    }
+    const GateResult r = run_gate(o);
+    ASSERT_EQ(r.windows.size(), 1u);
+    const WindowResult& w = r.windows[0];
+    EXPECT_FALSE(w.pass) << "round " << round << "\n" << format_gate_markdown(r);
+    EXPECT_EQ(w.verdict, Verdict::fail) << round;
+    EXPECT_FALSE(w.errored()) << round;  // FAIL, not ERROR
+    EXPECT_GT(w.nondeterministic, 0) << round;
+    EXPECT_EQ(w.nondeterministic, w.errors) << round;
+    EXPECT_STREQ(r.verdict(), "FAIL") << round;
+    if (round == 1) EXPECT_EQ(r.cases_retried, 0);  // nothing was run again
+  }
+  std::filesystem::remove_all(d);
 }
 
 TEST(External, CorrectOnePassesAWindowWrongOneFailsCancel) {

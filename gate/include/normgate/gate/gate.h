@@ -272,6 +272,10 @@ struct WindowResult {
   /// Unused for the other forms.
   OutputAgg h_new;
   int64_t h_new_unchecked = 0;
+  /// Of `errors`: cases whose implementation, declared deterministic, gave
+  /// different bits on two runs (harness/external.h kNondeterministicError):
+  /// a finding, so the window is FAIL, not ERROR, whatever else it holds.
+  int64_t nondeterministic = 0;
   bool gates_h_new() const { return route.form == Form::res; }
   double dw_vs_fp32_worst = 0;     ///< bwd: max over cases of CaseResult::dw_vs_fp32_worst (NaN: none)
   std::string dw_vs_fp32_worst_case;
@@ -332,7 +336,8 @@ struct WindowResult {
   /// is one (or INCOMPLETE); `normgate derive` stops on one, excluding and
   /// remembering nothing.
   bool errored() const {
-    return !pass && !incomplete && errors > 0 && !(worst > 1.0) && h_new.cases_over == 0 && h_new_unchecked == 0;
+    return !pass && !incomplete && errors > 0 && nondeterministic == 0 && !(worst > 1.0) && h_new.cases_over == 0 &&
+           h_new_unchecked == 0;
   }
 };
 

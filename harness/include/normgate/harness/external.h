@@ -28,6 +28,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "normgate/core/types.h"
@@ -89,6 +90,13 @@ class Cancelled : public std::runtime_error {
 
 /// Poison bit patterns of the outputs an external run gets (they are
 /// overwritten by what the implementation produces).
+/// How the error of a case whose implementation is declared deterministic
+/// but gave different bits on two runs begins. It is a finding about the
+/// implementation, not a failure to run it: the gate counts it as a failure
+/// of the window (FAIL, not ERROR), `gate --retry-errors` does not run it
+/// again, and no later record of the (case, implementation) replaces it.
+inline constexpr std::string_view kNondeterministicError = "nondeterministic: ";
+
 inline constexpr uint16_t kPoisonBf16 = 0x7FC0;
 inline constexpr uint32_t kPoisonF32 = 0x7FC00000u;
 
