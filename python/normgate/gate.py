@@ -420,6 +420,7 @@ class _State:
 
 
 _active = [None]   # the _State of the running gate (one at a time per process)
+_run_lock = threading.Lock()  # held by a running gate() (one at a time per process)
 _registered = {}   # name -> (impl, its CFUNCTYPE object): kept alive for the library
 
 
@@ -826,136 +827,146 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     for x in impls:
         _check_device(x)
 
-    # Work starts here: the implementations' registration (the library checks
-    # their names against the registry), then the table (windows=).
-    if backend == "gpu" and not _lib.device_available():
-        raise ValueError("backend='gpu' but no usable CUDA device is present (backend 'auto' or 'cpu' runs the "
-                         "built-in variants' CPU models)")
-    for x in impls:
-        _register(x)
-    # What the library refuses before any case runs (NG_EINVAL: a journal of
-    # another campaign, a policy this campaign is below, ...) must leave the
-    # folder as it was: the table and policy written here are put back.
-    undo = []
-    if windows is not None and not isinstance(windows, str):
-        current = None
-        if os.path.exists(table):
-            with open(table) as f:
-                current = f.read()
-        if current is not None and current != text and not current.startswith(_TABLE_HEADER):
-            raise ValueError("table_out %r exists and was not written by normgate.gate(): not overwritten "
-                             "(give another path)" % table)
-        # The policy the library reads for this table (a per-GPU table
-        # STEM@SLUG.toml takes STEM's: ng_table_file, the library's rule),
-        # asked before anything is written.
-        policy = _table_file(table, ".policy.toml") if approve else None
-        if current != text:
-            _write_atomic(table, text)
-            undo.append((table, current))
-        if policy is not None and not os.path.exists(policy):
-            _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
-            undo.append((policy, None))
-
-    L = _L()
-    o = _GateOptions()
-    L.ng_gate_options_init(ctypes.byref(o))
-    keep = []
-
-    def b(s):
-        if s is None:
-            return None
-        v = os.fsencode(s)  # paths and checked strings (_path, _lib._bytes above): no NUL, any surrogate-escaped byte
-        keep.append(v)
-        return v
-
-    o.table, o.seeds, o.windows = b(table), b(seeds), b(window_filter)
-    o.journal, o.report_md, o.report_json, o.backend = b(journal), b(report_md), b(report_json), b(backend)
-    o.t_per_window, o.dense_points, o.dense_step, o.fresh_factor = t_per_window, dense_points, dense_step, fresh_factor
-    o.threads, o.approve = threads, 1 if approve else 0
-    o.retry_errors = 1 if retry_errors else 0
-    state = _State()
-    bar = _Bar(progress)
-
-    def on_progress(_user, p):
-        try:
-            bar.update(p.contents)
-        except KeyboardInterrupt:
-            state.interrupted = True
-            state.cancel.value = 1
-        except Exception:  # a broken progress display never stops the gate
-            pass
-
-    cb = _PROGRESS_FN(on_progress)
-    o.progress = cb
-    o.cancel = ctypes.pointer(state.cancel)
-    out = _vp()
-    if _active[0] is not None:
-        raise RuntimeError("normgate.gate is already running in this process")
-    # Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
-    # next Python code, a callback, where it could escape the callback's own
-    # handling (ctypes prints and drops it). In the main thread a handler of
-    # our own sets the cancel flag instead: the gate stops at the next case
-    # boundary with its journal resumable, then KeyboardInterrupt is raised.
-    old_handler = None
-    if threading.current_thread() is threading.main_thread():
-        def on_sigint(_signum, _frame):
-            state.interrupted = True
-            state.cancel.value = 1
-        try:
-            old_handler = signal.signal(signal.SIGINT, on_sigint)
-        except (ValueError, OSError):
-            old_handler = None
-    _active[0] = state
+    # One gate at a time per process, taken before the registration: a
+    # second gate() from a step or from another thread would
+    # register its implementations over the running gate's, which would then
+    # run the other function under the first one's name and identity.
+    if not _run_lock.acquire(blocking=False):
+        raise RuntimeError("normgate.gate is already running in this process (a gate called from a step, "
+                           "or from another thread, would replace the implementations it runs): one at a time")
     try:
+        # Work starts here: the implementations' registration (the library checks
+        # their names against the registry), then the table (windows=).
+        if backend == "gpu" and not _lib.device_available():
+            raise ValueError("backend='gpu' but no usable CUDA device is present (backend 'auto' or 'cpu' runs the "
+                             "built-in variants' CPU models)")
+        for x in impls:
+            _register(x)
+        # What the library refuses before any case runs (NG_EINVAL: a journal of
+        # another campaign, a policy this campaign is below, ...) must leave the
+        # folder as it was: the table and policy written here are put back.
+        undo = []
+        if windows is not None and not isinstance(windows, str):
+            current = None
+            if os.path.exists(table):
+                with open(table) as f:
+                    current = f.read()
+            if current is not None and current != text and not current.startswith(_TABLE_HEADER):
+                raise ValueError("table_out %r exists and was not written by normgate.gate(): not overwritten "
+                                 "(give another path)" % table)
+            # The policy the library reads for this table (a per-GPU table
+            # STEM@SLUG.toml takes STEM's: ng_table_file, the library's rule),
+            # asked before anything is written.
+            policy = _table_file(table, ".policy.toml") if approve else None
+            if current != text:
+                _write_atomic(table, text)
+                undo.append((table, current))
+            if policy is not None and not os.path.exists(policy):
+                _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+                undo.append((policy, None))
+
+        L = _L()
+        o = _GateOptions()
+        L.ng_gate_options_init(ctypes.byref(o))
+        keep = []
+
+        def b(s):
+            if s is None:
+                return None
+            v = os.fsencode(s)  # paths and checked strings (_path, _lib._bytes above): no NUL, any surrogate-escaped byte
+            keep.append(v)
+            return v
+
+        o.table, o.seeds, o.windows = b(table), b(seeds), b(window_filter)
+        o.journal, o.report_md, o.report_json, o.backend = b(journal), b(report_md), b(report_json), b(backend)
+        o.t_per_window, o.dense_points, o.dense_step, o.fresh_factor = t_per_window, dense_points, dense_step, fresh_factor
+        o.threads, o.approve = threads, 1 if approve else 0
+        o.retry_errors = 1 if retry_errors else 0
+        state = _State()
+        bar = _Bar(progress)
+
+        def on_progress(_user, p):
+            try:
+                bar.update(p.contents)
+            except KeyboardInterrupt:
+                state.interrupted = True
+                state.cancel.value = 1
+            except Exception:  # a broken progress display never stops the gate
+                pass
+
+        cb = _PROGRESS_FN(on_progress)
+        o.progress = cb
+        o.cancel = ctypes.pointer(state.cancel)
+        out = _vp()
+        if _active[0] is not None:
+            raise RuntimeError("normgate.gate is already running in this process")
+        # Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
+        # next Python code, a callback, where it could escape the callback's own
+        # handling (ctypes prints and drops it). In the main thread a handler of
+        # our own sets the cancel flag instead: the gate stops at the next case
+        # boundary with its journal resumable, then KeyboardInterrupt is raised.
+        old_handler = None
+        if threading.current_thread() is threading.main_thread():
+            def on_sigint(_signum, _frame):
+                state.interrupted = True
+                state.cancel.value = 1
+            try:
+                old_handler = signal.signal(signal.SIGINT, on_sigint)
+            except (ValueError, OSError):
+                old_handler = None
+        _active[0] = state
         try:
-            rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
-        except KeyboardInterrupt:  # arrived right after the call returned
-            state.interrupted = True
-            rc = None
-        bar.close()
-    finally:
-        _active[0] = None
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
-    if rc == NG_ECANCEL or (rc is None):
-        if out.value:
+            try:
+                rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
+            except KeyboardInterrupt:  # arrived right after the call returned
+                state.interrupted = True
+                rc = None
+            bar.close()
+        finally:
+            _active[0] = None
+            if old_handler is not None:
+                signal.signal(signal.SIGINT, old_handler)
+        if rc == NG_ECANCEL or (rc is None):
+            if out.value:
+                L.ng_free_string(out)
+            if state.stop is not None:
+                raise state.stop
+            raise KeyboardInterrupt("normgate.gate interrupted; the journal %s resumes it"
+                                    % (repr(journal) if journal else "(none given: nothing)"))
+        try:
+            _lib.check(rc)
+        except ValueError:  # refused before any case ran: nothing of this call stays
+            for path, before in reversed(undo):
+                if before is None:
+                    os.unlink(path)
+                else:
+                    _write_atomic(path, before)
+            raise
+        try:
+            import json
+            rep = _lib.report_numbers(json.loads(ctypes.string_at(out.value).decode()))
+        finally:
             L.ng_free_string(out)
-        if state.stop is not None:
-            raise state.stop
-        raise KeyboardInterrupt("normgate.gate interrupted; the journal %s resumes it"
-                                % (repr(journal) if journal else "(none given: nothing)"))
-    try:
-        _lib.check(rc)
-    except ValueError:  # refused before any case ran: nothing of this call stays
-        for path, before in reversed(undo):
-            if before is None:
-                os.unlink(path)
-            else:
-                _write_atomic(path, before)
-        raise
-    try:
-        import json
-        rep = _lib.report_numbers(json.loads(ctypes.string_at(out.value).decode()))
+        rep["table_path"] = table
+        j = rep.get("journal") or {}
+        if progress and journal and (j.get("resumed") or retry_errors):  # as `normgate gate` says it
+            print("normgate.gate: %d finished cases resumed from %s, %d run now%s"
+                  % (j.get("resumed", 0), journal, j.get("run_now", 0),
+                     " (%d of them journalled errors run again)" % j.get("retried", 0) if retry_errors else ""),
+                  file=sys.stderr)
+        # Cases that threw fail their windows with every output in budget: say
+        # so where the verdict is read, with the way out.
+        errors = sum(w.get("errors", 0) for w in rep.get("windows", []))
+        if progress and errors:
+            first = next((x for w in rep["windows"] for x in (w.get("error_samples") or [])), "")
+            print("normgate.gate: %d case(s) threw, each failing its window (windows[*].errors, error_samples)%s%s"
+                  % (errors, ("; first: " + first) if first else "",
+                     "; the same call with retry_errors=True runs them again" if journal else ""), file=sys.stderr)
+        if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
+            for change in rep.get("approvals") or []:
+                print("normgate.gate: " + change, file=sys.stderr)
+        if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
+            raise KeyboardInterrupt("normgate.gate interrupted after its last case")
+        return rep
     finally:
-        L.ng_free_string(out)
-    rep["table_path"] = table
-    j = rep.get("journal") or {}
-    if progress and journal and (j.get("resumed") or retry_errors):  # as `normgate gate` says it
-        print("normgate.gate: %d finished cases resumed from %s, %d run now%s"
-              % (j.get("resumed", 0), journal, j.get("run_now", 0),
-                 " (%d of them journalled errors run again)" % j.get("retried", 0) if retry_errors else ""),
-              file=sys.stderr)
-    # Cases that threw fail their windows with every output in budget: say
-    # so where the verdict is read, with the way out.
-    errors = sum(w.get("errors", 0) for w in rep.get("windows", []))
-    if progress and errors:
-        first = next((x for w in rep["windows"] for x in (w.get("error_samples") or [])), "")
-        print("normgate.gate: %d case(s) threw, each failing its window (windows[*].errors, error_samples)%s%s"
-              % (errors, ("; first: " + first) if first else "",
-                 "; the same call with retry_errors=True runs them again" if journal else ""), file=sys.stderr)
-    if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
-        for change in rep.get("approvals") or []:
-            print("normgate.gate: " + change, file=sys.stderr)
-    if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
-        raise KeyboardInterrupt("normgate.gate interrupted after its last case")
-    return rep
+        _run_lock.release()

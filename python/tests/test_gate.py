@@ -198,6 +198,12 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     assert rep["verdict"] == "FAIL"
     assert "is declared deterministic but two runs on H=64" in rep["markdown"], rep["markdown"]
     assert "output dw, elements 0..63" in rep["markdown"]
+    # A finding, not a failure to run: retry_errors=True, the race gone,
+    # runs nothing again and the window still fails (it passed before).
+    steady = normgate.Implementation("py_flaky_det", fp64_step, source_sha256="ef" * 32, device="cpu")
+    rep = normgate.gate(steady, windows=win, journal=str(tmp_path / "j"), retry_errors=True, **SMALL)
+    assert rep["verdict"] == "FAIL", rep["markdown"]
+    assert rep["journal"]["retried"] == 0 and rep["journal"]["run_now"] == 0
     calls["n"] = 0
     nondet = normgate.Implementation("py_flaky_nondet", flaky, deterministic=False, source_sha256="ef" * 32,
                                      device="cpu")
@@ -561,3 +567,31 @@ def test_retry_errors_runs_journalled_errors_again(tmp_path, capsys):
         normgate.gate(impl, windows=args["windows"], retry_errors=True, **SMALL)
     with pytest.raises(TypeError, match="retry_errors must be a bool"):
         normgate.gate(impl, retry_errors=1, **args)
+
+
+def test_a_gate_from_a_step_is_refused_before_it_registers(tmp_path):
+    # A second gate() while one runs (from a step, as another thread could)
+    # registered its implementation over the running one's first: the
+    # running campaign ran the other function under the first's name.
+    seen = {"inner": None, "calls": 0}
+
+    def wrong(g):
+        out = fp64_step(g)
+        out["dw"] = out["dw"] * 2
+        return out
+
+    def step(g):
+        seen["calls"] += 1
+        if seen["calls"] == 1:
+            try:
+                normgate.gate(normgate.Implementation("py_nest", wrong, source_sha256="cd" * 32, device="cpu"),
+                              windows=[{"H": 64, "T": (1, 8)}], table_out=str(tmp_path / "inner.toml"), **SMALL)
+            except RuntimeError as e:
+                seen["inner"] = str(e)
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_nest", step, source_sha256="ab" * 32, device="cpu")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], table_out=str(tmp_path / "t.toml"), **SMALL)
+    assert seen["inner"] and "already running in this process" in seen["inner"], seen
+    assert rep["verdict"] == "PASS", rep["markdown"]  # every case ran `step`, none `wrong`
+    assert not (tmp_path / "inner.toml").exists()
