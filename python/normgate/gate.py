@@ -475,7 +475,14 @@ def _make_run(impl):
                     state.stop = e
             return NG_ECANCEL
         except BaseException as e:  # the case's error, journalled
-            msg = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[: io.error_cap - 1]
+            try:
+                text = "%s: %s" % (type(e).__name__, e)
+            except BaseException:  # an exception whose str() raises: its type still names it
+                text = "%s (its message could not be formatted)" % type(e).__name__
+            # Cut to the buffer on a character boundary: half a UTF-8
+            # character made the report invalid JSON after every case ran.
+            msg = text.encode("utf-8", "replace").replace(b"\0", b"\\0")[: io.error_cap - 1]
+            msg = msg.decode("utf-8", "ignore").encode("utf-8")
             ctypes.memmove(io.error, msg + b"\0", len(msg) + 1)
             return 1
 

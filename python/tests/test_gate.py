@@ -595,3 +595,27 @@ def test_a_gate_from_a_step_is_refused_before_it_registers(tmp_path):
     assert seen["inner"] and "already running in this process" in seen["inner"], seen
     assert rep["verdict"] == "PASS", rep["markdown"]  # every case ran `step`, none `wrong`
     assert not (tmp_path / "inner.toml").exists()
+
+
+def test_a_long_non_ascii_or_unprintable_error_is_the_cases_error(tmp_path):
+    # The error buffer was cut mid-character (the report then was invalid
+    # JSON and no report came back), and an exception whose str() raises
+    # reached the library as a garbage return code.
+    class BadStr(Exception):
+        def __str__(self):
+            raise RuntimeError("str fails")
+
+    def utf8(g):
+        raise ValueError("\u00e9" * 3000)
+
+    def badstr(g):
+        raise BadStr()
+
+    for name, fn, said in (("py_utf8", utf8, "ValueError: \u00e9\u00e9"),
+                           ("py_badstr", badstr, "BadStr (its message could not be formatted)")):
+        impl = normgate.Implementation(name, fn, source_sha256="ab" * 32, device="cpu")
+        rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 4)}], table_out=str(tmp_path / (name + ".toml")),
+                            **SMALL)
+        (w,) = rep["windows"]
+        assert rep["verdict"] != "PASS" and w["errors"] == w["cases"] > 0, rep["markdown"]
+        assert said in w["error_samples"][0], w["error_samples"][0][:300]
