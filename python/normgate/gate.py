@@ -815,6 +815,18 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         table = _path(table, "table")
         if not os.path.isfile(table):
             raise ValueError("table %r is not a file" % table)
+        # An implementation the table routes nowhere would not run at all,
+        # and the gate of the table's other windows would read as its PASS.
+        try:
+            with open(table, encoding="utf-8") as f:
+                routed = set(re.findall(r'\bvariant\s*=\s*"([^"\\]*)"', f.read()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError("table %r cannot be read (%s)" % (table, e))
+        for x in impls:
+            if x.name not in routed:
+                raise ValueError("table %r routes no window to %r (it routes %s): nothing of it would be gated; "
+                                 "route windows to it by name, or give windows= instead of table="
+                                 % (table, x.name, ", ".join(sorted(routed)) or "nothing"))
         window_filter = windows
     else:
         if not isinstance(windows, (list, tuple)) or not windows:

@@ -619,3 +619,22 @@ def test_a_long_non_ascii_or_unprintable_error_is_the_cases_error(tmp_path):
         (w,) = rep["windows"]
         assert rep["verdict"] != "PASS" and w["errors"] == w["cases"] > 0, rep["markdown"]
         assert said in w["error_samples"][0], w["error_samples"][0][:300]
+
+
+def test_a_table_that_routes_nothing_to_the_implementation_is_refused(tmp_path):
+    # gate(impl, table=T) with T routing only other variants ran none of
+    # impl's cases and said PASS (the table's other windows passed).
+    calls = {"n": 0}
+
+    def step(g):
+        calls["n"] += 1
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_unrouted", step, source_sha256="ab" * 32, device="cpu")
+    table = tmp_path / "t.toml"
+    table.write_text('arch = "sm90a"\ndescription = "x"\nroute = [\n'
+                     '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
+                     'variant = "bwd_det_chunked" },\n]\n')
+    with pytest.raises(ValueError, match="routes no window to 'py_unrouted' \\(it routes bwd_det_chunked\\)"):
+        normgate.gate(impl, table=str(table), **SMALL)
+    assert calls["n"] == 0
