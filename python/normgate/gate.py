@@ -227,7 +227,16 @@ def _source_bytes(s):
             def walk_error(e):  # os.walk would skip an unreadable folder silently: a changed identity
                 raise ValueError("sources: folder %r cannot be read (%s)" % (e.filename, e.strerror or e))
             out = []
-            for root, dirs, files in os.walk(p, onerror=walk_error):
+            # Symlinked sub-folders are followed (a kernel's files under one
+            # are its sources too: skipped, an edit there left the identity
+            # unchanged), each real folder once (a link cycle ends).
+            seen = set()
+            for root, dirs, files in os.walk(p, onerror=walk_error, followlinks=True):
+                real = os.path.realpath(root)
+                if real in seen:
+                    dirs[:] = []
+                    continue
+                seen.add(real)
                 dirs.sort()
                 for f in sorted(files):
                     full = os.path.join(root, f)

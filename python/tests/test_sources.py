@@ -140,6 +140,31 @@ def test_regular_files_and_links_to_them_keep_their_identity():
         shutil.rmtree(d)
 
 
+def test_a_symlinked_sub_folder_is_part_of_the_identity():
+    # os.walk did not follow a linked sub-folder: an edit of a kernel file
+    # under one left the identity (and the approvals keyed to it) unchanged.
+    # A link back up (a cycle) is walked once.
+    d = tempfile.mkdtemp(prefix="ng_src_")
+    try:
+        real = os.path.join(d, "real")
+        src = os.path.join(d, "src")
+        os.mkdir(real)
+        os.mkdir(src)
+        with open(os.path.join(src, "a.py"), "w") as f:
+            f.write("a = 1\n")
+        with open(os.path.join(real, "k.cu"), "w") as f:
+            f.write("// kernel v1\n")
+        os.symlink(real, os.path.join(src, "linked"))
+        os.symlink(src, os.path.join(real, "up"))  # a cycle
+        ident = lambda: normgate.Implementation("py_src", lambda g: g, sources=[src], device="cpu").source_sha256
+        before = ident()
+        with open(os.path.join(real, "k.cu"), "w") as f:
+            f.write("// kernel v2\n")
+        assert ident() != before, "an edit under a linked sub-folder left the identity unchanged"
+    finally:
+        shutil.rmtree(d)
+
+
 if __name__ == "__main__":
     from plain_runner import run_module_tests  # python/tests/, on sys.path as the script's folder
 
