@@ -970,14 +970,29 @@ def check(impl, case_id, device=None):
     device: where the inputs are made; None: the Implementation's device,
     "cuda" for a bare callable (ValueError on a machine without one, naming
     device="cpu").
-    Returns the Oracle's report (see Oracle.validate). Raises ValueError for
-    an unknown output or a non-dict result, RuntimeError when a deterministic
-    Implementation's two runs differ (naming the output and element).
+    Returns the Oracle's report (see Oracle.validate); for an Implementation,
+    an output its op owes (bwd: y, rstd, dx, dw; fwd: y, rstd; form res also
+    h_new) that fn did not return makes it fail ("pass" False, "verdict"
+    "fail", "not_produced" naming them), as in normgate.gate. Raises
+    ValueError for an unknown output, a non-dict result or a case the
+    Implementation declares no support for (H, w, forms), RuntimeError when
+    a deterministic Implementation's two runs differ (naming the output and
+    element).
     """
     from .gate import Implementation  # gate.py imports this module
+    owed = ()
     if isinstance(impl, Implementation):
         fn, det = impl.fn, impl.deterministic
         device = impl.device if device is None else device
+        # What the gate holds it to: a case it declares no support for is a
+        # ValueError here (it ran, and failed inside fn), and the outputs its
+        # op owes must be there (a bwd returning y alone passed check).
+        info = _lib.case_info(case_id)
+        if not (impl.H[0] <= info["H"] <= impl.H[1]) or info["w"] not in impl.w or info["form"] not in impl.forms:
+            raise ValueError("implementation %s does not support case %s (H %d..%d, w %s, forms %s)"
+                             % (impl.name, case_id, impl.H[0], impl.H[1], "|".join(impl.w), "|".join(impl.forms)))
+        owed = (("y", "rstd") if impl.op == "fwd" else ("y", "rstd", "dx", "dw")) + \
+            (("h_new",) if info["form"] == "res" else ())
     elif callable(impl):
         fn, det = impl, False
         device = "cuda" if device is None else device
@@ -1026,4 +1041,10 @@ def check(impl, case_id, device=None):
                 raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
                                    "bits: output %s element %d (%s then %s)" % (impl.name, case_id, k, i, bits(ab),
                                                                              bits(bb)))
-        return o.validate(**outs)
+        rep = o.validate(**outs)
+        missing = [k for k in owed if outs.get(k) is None]
+        if missing:  # not produced: fails, as in the gate ("an owed output fails its window")
+            rep["pass"] = False
+            rep["verdict"] = "fail"
+            rep["not_produced"] = missing
+        return rep

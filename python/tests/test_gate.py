@@ -247,6 +247,11 @@ def test_check_takes_an_implementation_on_its_device():
                                        source_sha256="ab" * 32, device="cpu")
     rep = normgate.check(fwd_only, case)
     assert rep["outputs"]["y"]["err_tol"] <= 1
+    # ... and it fails, as in the gate: a bwd owes dx and dw (check passed it).
+    assert rep["pass"] is False and rep["verdict"] == "fail" and rep["not_produced"] == ["dx", "dw"], rep
+    # A case it declares no support for: refused up front, not run.
+    with pytest.raises(ValueError, match="py_check_impl does not support case H=64,T=5,w=bf16,form=res"):
+        normgate.check(impl, "H=64,T=5,w=bf16,form=res,family=normal,seed=0")
     assert normgate.check(impl, "H=64,T=0,w=bf16,form=plain,family=normal,seed=0")["pass"]
     # An output present in one run only: named.
     flip = {"n": 0}
