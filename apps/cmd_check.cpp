@@ -183,6 +183,7 @@ void add_check(CLI::App& app, Commands& cmds) {
         note_backend();
         // One case: its GPU half on the first device of the list.
         if (backend == validators::Backend::gpu && !devices.empty()) kernels::use_device(devices.front());
+        const ExitGuard exit_guard("the check");
         const auto rep = validators::run_check(req);
         std::fputs(validators::format_report(rep).c_str(), stdout);
         if (!o->json.empty()) write_file_atomic(o->json, json_text(validators::to_json(rep)));
@@ -224,6 +225,7 @@ void add_check(CLI::App& app, Commands& cmds) {
                   skips.empty() ? "" : (", " + std::to_string(skips.size()) + " of them skipped on some cases").c_str());
       nlohmann::json all = nlohmann::json::array();
       size_t done = 0;
+      const ExitGuard exit_guard("the check");
       const auto aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {
         ++done;
         if (o->quiet) {

@@ -672,6 +672,7 @@ void add_derive(CLI::App& app, Commands& cmds) {
             };
           validators::GateResult res;
           try {
+            const ExitGuard exit_guard("derive's gate");
             res = validators::run_gate(g);
           } catch (const DeadlineReached& e) {
             stopped = true;

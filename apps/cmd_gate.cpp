@@ -362,6 +362,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     " to resume: every case finished before it is in the journal '" +
                     printable_line(o->g.journal_path) + "'\n");
       const auto t0 = std::chrono::steady_clock::now();
+      const ExitGuard exit_guard("the gate");
       const auto res = validators::run_gate(o->g);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("windows  %zu gated, %zu skipped (unchanged vs base), %zu left out by --windows\n",

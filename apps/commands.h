@@ -239,6 +239,20 @@ void note_not_a_per_gpu_table(const std::string& table);
 /// std::invalid_argument (exit 2) naming it and the field at fault.
 void load_plugins(const std::vector<std::string>& paths);
 
+/// While one lives, an exit() from anywhere in the process (a plugin's
+/// kernel calling exit(0), a library's abort path through exit) ends it with
+/// status 3 and a line on stderr naming `what`, not the status that exit()
+/// was given: a gate that never reached its verdict must not read as a
+/// PASS to a CI job. _exit and signals are out of its reach (a signal ends
+/// the process by that signal, as before).
+class ExitGuard {
+ public:
+  explicit ExitGuard(const char* what);
+  ~ExitGuard();
+  ExitGuard(const ExitGuard&) = delete;
+  ExitGuard& operator=(const ExitGuard&) = delete;
+};
+
 /// Write `text` to `path` atomically: a temporary file beside it (written,
 /// fsync'ed, closed), then rename, then an fsync of the folder. Throws
 /// std::runtime_error (exit 3) naming `path` and the system's reason when

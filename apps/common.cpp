@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -385,6 +387,26 @@ void write_report(const std::string& path, const std::string& text, int fd) {
 
 // A report (`gate --report-json` or `check --json`) as JSON; a missing,
 // unreadable or unparsable file is an input error (exit 2) naming it.
+namespace {
+std::atomic<const char*> g_exit_guard{nullptr};
+void exit_guard_handler() {
+  if (const char* what = g_exit_guard.load()) {
+    const std::string msg = std::string("\nnormgate: error: exit() was called while ") + what +
+                            " ran (by a plugin or a library it loaded): no verdict was reached; exit 3\n";
+    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+    ::_exit(3);
+  }
+}
+}  // namespace
+
+ExitGuard::ExitGuard(const char* what) {
+  static const bool registered = std::atexit(exit_guard_handler) == 0;
+  (void)registered;
+  g_exit_guard.store(what);
+}
+
+ExitGuard::~ExitGuard() { g_exit_guard.store(nullptr); }
+
 nlohmann::json read_report(const std::string& path, std::string* sha256) {
   if (const std::string why = core::regular_file_problem(path); !why.empty())
     throw std::invalid_argument("cannot read report '" + path + "': " + why);

@@ -65,6 +65,29 @@ TEST(PluginCli, MissingOrBadLibraryIsExit2BeforeAnyWork) {
   EXPECT_TRUE(contains(r.out, "variant 'ex_ref_fwd' is also a variant of plugin")) << r.out;
 }
 
+// A plugin kernel that calls exit(0) mid-gate ended normgate with status
+// 0 and no verdict line: a CI job read it as a PASS. Now exit 3, saying so.
+TEST(PluginCli, AnExitFromAPluginKernelIsExit3NotAPass) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_exit.so";
+  const std::string table = scratch("exit.toml");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"exit\"\nroute = [\n"
+         "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 8], variant = \"tp_exit\" },\n]\n";
+  }
+  const std::string want = "normgate: error: exit() was called while the gate ran (by a plugin or a library it "
+                           "loaded): no verdict was reached; exit 3";
+  auto r = run_normgate("gate " + table + " --plugin " + lib + " --backend cpu --seeds 3x1 --t-per-window 2 "
+                        "--dense-points 0 --fresh-factor 0 --quiet");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, want)) << r.out;
+  EXPECT_FALSE(contains(r.out, "verdict  PASS")) << r.out;
+  r = run_normgate("check --plugin " + lib + " --variant tp_exit --backend cpu --case H=64,T=3,w=bf16,form=plain,"
+                   "family=normal,seed=0");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(contains(r.out, "exit() was called while the check ran")) << r.out;
+}
+
 TEST(PluginCli, VariantsCheckAndRoutesSeeThePluginVariants) {
   auto r = run_normgate("variants --plugin " + kRef);
   EXPECT_EQ(r.code, 0) << r.out;

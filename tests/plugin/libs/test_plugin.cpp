@@ -14,6 +14,7 @@
 //  12 fwdbwd    a forward variant with a bwd entry
 //  13 same      a valid host variant named "ex_ref_bwd" (the host example's)
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "normgate/plugin.h"
@@ -51,6 +52,9 @@ const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef012345
 
 [[maybe_unused]] int bwd_any(const ng_plugin_bwd_args*, char*, size_t) { return NG_PLUGIN_OK; }
 
+// A kernel that ends the process with exit(0) (a library's abort path).
+[[maybe_unused]] int fwd_exit(const ng_plugin_fwd_args*, char*, size_t) { exit(0); }
+
 #define TP_VARIANT(name, op, memory, sha, forms, f, b) \
   { name, op, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, forms, memory, sha, "test plugin", nullptr, f, b }
 
@@ -73,6 +77,8 @@ const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_einval", NG_PLUGIN_OP_FWD,
 const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_badform", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 0x10u, fwd_ok, nullptr)};
 #elif TP_CASE == 12
 const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_fwdbwd", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_any)};
+#elif TP_CASE == 14
+const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_exit", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_exit, nullptr)};
 #elif TP_CASE == 13
 const ng_plugin_variant kVariants[] = {TP_VARIANT("ex_ref_bwd", NG_PLUGIN_OP_BWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_any)};
 #endif
