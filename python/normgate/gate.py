@@ -341,6 +341,12 @@ class Implementation:
                  forms=("plain",), sources=None, source_sha256=None, device=None, description=None):
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ValueError("name: %r is not 1 to 64 characters of A-Z a-z 0-9 _ . + -" % (name,))
+        # A leading '-' reads as an option on every command line that names
+        # it (repro --variant, check --variant); 'all' is `check --variant
+        # all` (plugins refuse both too).
+        if name.startswith("-") or name == "all":
+            raise ValueError("name: %r is reserved or reads as an option (%s)"
+                             % (name, "check --variant all" if name == "all" else "a leading '-'"))
         if not callable(fn):
             raise TypeError("fn must be callable, got %r" % (fn,))
         if op not in ("fwd", "bwd"):

@@ -375,6 +375,10 @@ def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
 def test_bad_arguments_raise_naming_the_value(tmp_path):
     with pytest.raises(ValueError, match="name: 'my kernel'"):
         normgate.Implementation("my kernel", fp64_step, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match=r"name: 'all' is reserved or reads as an option \(check --variant all\)"):
+        normgate.Implementation("all", fp64_step, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="name: '-k' is reserved or reads as an option \\(a leading '-'\\)"):
+        normgate.Implementation("-k", fp64_step, source_sha256="ab" * 32)
     with pytest.raises(ValueError, match=r"H = \(10, 5\): h_min > h_max"):
         normgate.Implementation("k", fp64_step, H=(10, 5), source_sha256="ab" * 32)
     with pytest.raises(ValueError, match="exactly one of sources"):
