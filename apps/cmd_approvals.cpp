@@ -984,7 +984,10 @@ int recheck_rejections(const std::string& path, const std::string& backend_name,
       req.backend = backend;
       req.threads = threads;
       req.forward_only = std::get<2>(k);
-      const validators::CheckReport rep = validators::run_check(req);
+      const validators::CheckReport rep = [&] {
+        const ExitGuard exit_guard("the recheck");
+        return validators::run_check(req);
+      }();
       const auto& res = rep.impls.at(0).result;
       for (const auto& t : res.tensors) {
         const validators::Output o = t.output();

@@ -118,7 +118,10 @@ void add_export(CLI::App& app, Commands& cmds) {
       eo.normgate_version = NORMGATE_VERSION;
       eo.normgate_commit = NORMGATE_GIT_COMMIT;
       std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
-      const auto entries = validators::export_maps(items, eo);
+      const auto entries = [&] {
+        const ExitGuard exit_guard("export");
+        return validators::export_maps(items, eo);
+      }();
       for (size_t i = 0; i < entries.size(); ++i) {
         const auto& e = entries[i];
         // A forward window's case re-runs through its carrier backward; the

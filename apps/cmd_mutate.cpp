@@ -42,7 +42,10 @@ void add_mutate(CLI::App& app, Commands& cmds) {
       mo.expect_fail = o->expect_fail;
       mo.threads = o->threads;
       const int fd = stdout_to_stderr_for({{"--json", o->json}});
-      const validators::MutationResult r = validators::run_mutation(mo);
+      const validators::MutationResult r = [&] {
+        const ExitGuard exit_guard("mutate");
+        return validators::run_mutation(mo);
+      }();
       std::fputs(validators::format_mutation(r).c_str(), stdout);
       std::fflush(stdout);
       write_report(o->json, json_text(validators::to_json(r)), fd);

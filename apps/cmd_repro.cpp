@@ -241,7 +241,10 @@ void add_repro(CLI::App& app, Commands& cmds) {
       }
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
       notes();
-      auto r = validators::repro(req, ro);
+      auto r = [&] {
+        const ExitGuard exit_guard("repro");
+        return validators::repro(req, ro);
+      }();
       // The printed commands load the same plugins, so that pasted back they
       // find the plugin's variant (they named none: "unknown implementation").
       std::string plugin_args;

@@ -983,7 +983,8 @@ def load_report(explicit, source, maps_path, entries, source_sha256=""):
                        "edited, or a newer report at the same path)")
                 if explicit:
                     raise Bad(why)
-                return None, None, why
+                unread = why  # the next candidate (the copy beside the maps file) may be the one
+                continue
             text = raw.decode("utf-8")
             rep = json.loads(text)
         except (OSError, ValueError, RecursionError) as err:

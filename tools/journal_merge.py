@@ -60,7 +60,22 @@ import journal_seal
 
 
 
-def resolve_duplicate(kept, nxt):
+def nondeterministic_impl(error):
+    """The implementation a case's error names as declared deterministic with
+    two runs that differed (nondeterministic_impl, journal.h), or ""."""
+    if not isinstance(error, str):
+        return ""
+    if not error.startswith("nondeterministic: ") and " is declared deterministic but two runs on " not in error:
+        return ""
+    tag = "external implementation "
+    at = error.find(tag)
+    if at < 0:
+        return ""
+    to = error.find(" (", at + len(tag))
+    return "" if to < 0 else error[at + len(tag):to]
+
+
+def resolve_duplicate(kept, nxt, impl=""):
     """The gate's rule for a second record of one (case, implementation)
     (resolve_duplicate, gate/include/normgate/gate/journal.h): "replace",
     "keep" or "contradict". An error is a failed attempt: any later record
@@ -69,9 +84,14 @@ def resolve_duplicate(kept, nxt):
     ran_on, y and rstd, and others contradict. An error that begins
     "nondeterministic: " (an implementation declared deterministic gave
     different bits on two runs, harness/external.h) is a finding, not a
-    failed attempt: it is kept."""
-    if "error" in kept and isinstance(kept["error"], str) and kept["error"].startswith("nondeterministic: "):
+    failed attempt, when it names `impl` itself: it is kept, and it replaces
+    any record it follows."""
+    if kept == nxt:
         return "keep"
+    if impl and nondeterministic_impl(kept.get("error")) == impl:
+        return "keep"
+    if impl and nondeterministic_impl(nxt.get("error")) == impl:
+        return "replace"
     if "error" in kept:
         return "replace"
     if "error" in nxt:
@@ -294,7 +314,7 @@ def main(argv):
                 if prev is where:
                     new = True
                     continue
-                d = resolve_duplicate(prev[1], what)
+                d = resolve_duplicate(prev[1], what, impl)
                 if d == "replace":  # a result (or a retry) after an error; a full result after a forward-only one
                     first[(rec["case"], impl)] = where
                     new = True

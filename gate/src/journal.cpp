@@ -345,13 +345,26 @@ nlohmann::json record_result(const CaseRecord& r, size_t i) {
   return r.error.empty() ? impl_json(r.results.at(i), r.forward_only) : nlohmann::json{{"error", r.error}};
 }
 
-Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next) {
+std::string nondeterministic_impl(const std::string& error) {
+  const std::string tag = "external implementation ";
+  const bool tagged = error.rfind(std::string(kNondeterministicError), 0) == 0;
+  if (!tagged && error.find(" is declared deterministic but two runs on ") == std::string::npos) return "";
+  const size_t at = error.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t from = at + tag.size(), to = error.find(" (", from);
+  return to == std::string::npos ? "" : error.substr(from, to - from);
+}
+
+Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next, const std::string& impl) {
   if (kept == next) return Duplicate::keep;  // the same result or the same error: nothing new
-  // Two runs that differed, of an implementation declared deterministic: a
-  // finding no later run can undo (harness/external.h).
-  if (kept.contains("error") && kept["error"].is_string() &&
-      kept["error"].get<std::string>().rfind(std::string(kNondeterministicError), 0) == 0)
-    return Duplicate::keep;
+  // Two runs of `impl`, declared deterministic, that differed: a finding no
+  // later run undoes, and that undoes what an earlier run left (journal.h).
+  auto violation = [&impl](const nlohmann::json& r) {
+    return !impl.empty() && r.contains("error") && r["error"].is_string() &&
+           nondeterministic_impl(r["error"].get<std::string>()) == impl;
+  };
+  if (violation(kept)) return Duplicate::keep;
+  if (violation(next)) return Duplicate::replace;
   if (kept.contains("error")) return Duplicate::replace;
   if (next.contains("error")) return Duplicate::keep;
   if (!results_agree(kept, next)) return Duplicate::contradict;
@@ -754,7 +767,7 @@ Journal Journal::load(const std::string& path, const nlohmann::json& campaign, c
       if (fresh) continue;
       // Later records are compared with the one a reader keeps (a full result
       // after a forward-only one, a result or a retry after an error).
-      const Duplicate d = resolve_duplicate(it->second.second, what);
+      const Duplicate d = resolve_duplicate(it->second.second, what, r.impls[i]);
       if (d == Duplicate::replace)
         it->second = {line_no, what};
       else if (d == Duplicate::contradict)

@@ -83,8 +83,10 @@ struct Store {
         // a later error never displaces a result).
         const bool kept_error = errored(r.case_id, impl);
         if (kept_error && err.at(r.case_id).at(impl) == r.error) continue;  // the same error again: nothing new
-        if (kept_error && nondeterministic(err.at(r.case_id).at(impl))) continue;  // a finding: kept
-        if (!kept_error && (fwd || !r.error.empty() || !fwd_only.count(key))) continue;
+        if (kept_error && nondeterministic(err.at(r.case_id).at(impl), impl)) continue;  // a finding: kept
+        // A determinism violation of impl replaces even a result (resolve_duplicate).
+        if (!kept_error && !nondeterministic(r.error, impl) && (fwd || !r.error.empty() || !fwd_only.count(key)))
+          continue;
         of.erase(impl);
         ok[r.case_id].erase(impl);
         err[r.case_id].erase(impl);
@@ -107,7 +109,12 @@ struct Store {
     }
   }
   bool forward_only(const std::string& c, const std::string& impl) const { return fwd_only.count({c, impl}) > 0; }
-  static bool nondeterministic(const std::string& e) { return e.rfind(std::string(kNondeterministicError), 0) == 0; }
+  // e is a determinism violation of impl itself (journal.h nondeterministic_impl).
+  static bool nondeterministic(const std::string& e, const std::string& impl) {
+    if (e.empty()) return false;
+    const std::string named = nondeterministic_impl(e);
+    return !named.empty() && named == impl;
+  }
   bool errored(const std::string& c, const std::string& impl) const {
     auto b = err.find(c);
     return b != err.end() && b->second.count(impl) > 0;
@@ -139,7 +146,7 @@ struct Store {
   // An error from a journal that --retry-errors runs again.
   bool retryable(const std::string& c, const std::string& impl) const {
     if (!retry_errors || !errored(c, impl)) return false;
-    if (nondeterministic(err.at(c).at(impl))) return false;  // a finding about the kernel, not a failure to run
+    if (nondeterministic(err.at(c).at(impl), impl)) return false;  // a finding about the kernel, not a failure to run
     return rec_of.at(c).at(impl) < retry_below;
   }
   bool any_ok(const std::string& c) const {
@@ -538,7 +545,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
         }
         if (first) {
           ++wr.errors;
-          if (Store::nondeterministic(err)) ++wr.nondeterministic;
+          if (Store::nondeterministic(err, w.impl)) ++wr.nondeterministic;
           if (wr.error_samples.size() < 3)
             wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
         }
@@ -665,7 +672,7 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
       if (added) continue;
       // A full result where only a forward-only one was known brings dx, dw;
       // a result (or a later attempt) where an error was known replaces it.
-      const Duplicate d = resolve_duplicate(it->second.second, what);
+      const Duplicate d = resolve_duplicate(it->second.second, what, r.impls[i]);
       if (d == Duplicate::replace) {
         it->second = {where, what};
         fresh = true;

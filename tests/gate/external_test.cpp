@@ -298,7 +298,84 @@ TEST(External, NondeterminismFailsTheWindowAndNoRetryReplacesIt) {
     EXPECT_GT(w.nondeterministic, 0) << round;
     EXPECT_EQ(w.nondeterministic, w.errors) << round;
     EXPECT_STREQ(r.verdict(), "FAIL") << round;
-    if (round == 1) EXPECT_EQ(r.cases_retried, 0);  // nothing was run again
+    if (round == 1) {
+      EXPECT_EQ(r.cases_retried, 0);  // nothing was run again
+    }
+  }
+  std::filesystem::remove_all(d);
+}
+
+// The violation is held against the implementation it names only: the
+// case's error record lists every implementation the case ran (here a
+// built-in nondet variant beside the racy external), and theirs is an
+// ordinary error, retried. And a violation found when a forward-only
+// result is run again in full (a backward window over the case) replaces
+// that result: the forward window fails as a fresh journal would.
+TEST(External, NondeterminismIsTheNamedImplementationsAndOutranksAResult) {
+  auto flaky_now = std::make_shared<bool>(true);
+  auto calls = std::make_shared<int>(0);
+  auto racy = [flaky_now, calls](ExternalImpl x) {
+    const auto good = x.run;
+    x.run = [good, flaky_now, calls](const seeds::HostInputs& in, Outputs& out) {
+      good(in, out);
+      if (*flaky_now && (*calls)++ % 2 == 1) out.y[0] ^= 1;  // the second run of each case differs
+    };
+    return x;
+  };
+  register_external(racy(model_impl("ext_race_bwd2", "fwd_rowwise", "bwd_det_chunked")));
+  const std::string d = temp_dir("race2");
+  {
+    const std::string path = d + "/two.toml";
+    std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"two\"\nroute = [\n"
+                        << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], "
+                           "variant = \"ext_race_bwd2\" },\n"
+                        << "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], "
+                           "variant = \"bwd_nondet_atomic\" },\n]\n";
+    GateOptions o = small_opts(path);
+    o.journal_path = d + "/two.jsonl";
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {
+        *flaky_now = false;
+        o.retry_errors = true;
+      }
+      const GateResult r = run_gate(o);
+      ASSERT_EQ(r.windows.size(), 2u);
+      const WindowResult& ext =
+          std::string(r.windows[0].route.variant->name) == "ext_race_bwd2" ? r.windows[0] : r.windows[1];
+      const WindowResult& builtin = &ext == &r.windows[0] ? r.windows[1] : r.windows[0];
+      EXPECT_FALSE(ext.pass) << round;
+      EXPECT_GT(ext.nondeterministic, 0) << round;
+      EXPECT_EQ(builtin.nondeterministic, 0) << round;  // not the built-in's finding
+      if (round == 0) {
+        EXPECT_TRUE(builtin.errored()) << format_gate_markdown(r);  // an ordinary error: ERROR
+      } else {
+        EXPECT_TRUE(builtin.pass) << format_gate_markdown(r);  // retried, and it passes
+      }
+    }
+  }
+  {
+    *flaky_now = false;
+    ExternalImpl f = racy(model_impl("ext_race_fwd", "fwd_rowwise", "bwd_det_chunked", kernels::Op::fwd));
+    register_external(f);
+    const std::string path = d + "/fwd.toml";
+    std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"fwd\"\nroute = [\n"
+                        << "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], variant = \"ext_race_fwd\" },\n"
+                        << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], "
+                           "variant = \"bwd_det_chunked\" },\n]\n";
+    GateOptions o = small_opts(path);
+    o.journal_path = d + "/fwd.jsonl";
+    o.windows = "op=fwd";  // forward-only records, reproducible
+    const GateResult first = run_gate(o);
+    ASSERT_EQ(first.windows.size(), 1u);
+    EXPECT_TRUE(first.windows[0].pass) << format_gate_markdown(first);
+    *flaky_now = true;  // the backward window's full runs now differ
+    o.windows = "";
+    const GateResult r = run_gate(o);
+    for (const auto& w : r.windows)
+      if (std::string(w.route.variant->name) == "ext_race_fwd") {
+        EXPECT_FALSE(w.pass) << format_gate_markdown(r);
+        EXPECT_GT(w.nondeterministic, 0);
+      }
   }
   std::filesystem::remove_all(d);
 }

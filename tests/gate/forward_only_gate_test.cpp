@@ -258,6 +258,25 @@ TEST(GateForwardOnly, ErrorsGiveWayToLaterRecordsAndNeverToResults) {
   EXPECT_EQ(resolve_duplicate(full, full), Duplicate::keep);
   EXPECT_EQ(resolve_duplicate(full, other), Duplicate::contradict);
   EXPECT_EQ(resolve_duplicate(fo, other), Duplicate::contradict);
+  // A determinism violation of the implementation itself, in either wording
+  // (the prefix, or an older build's text): nothing replaces it, and it
+  // replaces what it follows; another implementation's copy of the case's
+  // error is an ordinary error.
+  for (const std::string& text :
+       {std::string("nondeterministic: external implementation py_k (python) is declared deterministic but two "
+                    "runs on H=64,T=5 gave different bits"),
+        std::string("external implementation py_k (python) is declared deterministic but two runs on H=64,T=5 "
+                    "gave different bits")}) {
+    const nlohmann::json nd{{"error", text}};
+    EXPECT_EQ(nondeterministic_impl(text), "py_k");
+    EXPECT_EQ(resolve_duplicate(nd, full, "py_k"), Duplicate::keep);
+    EXPECT_EQ(resolve_duplicate(nd, err, "py_k"), Duplicate::keep);
+    EXPECT_EQ(resolve_duplicate(fo, nd, "py_k"), Duplicate::replace);
+    EXPECT_EQ(resolve_duplicate(full, nd, "py_k"), Duplicate::replace);
+    EXPECT_EQ(resolve_duplicate(nd, full, "bwd_det_chunked"), Duplicate::replace);  // not its finding
+    EXPECT_EQ(resolve_duplicate(full, nd, "bwd_det_chunked"), Duplicate::keep);
+  }
+  EXPECT_EQ(nondeterministic_impl("boom"), "");
 
   // In a journal: error, then a result, then an error again, then a result
   // that contradicts the first result: refused naming the result's line.

@@ -336,8 +336,7 @@ struct WindowResult {
   /// is one (or INCOMPLETE); `normgate derive` stops on one, excluding and
   /// remembering nothing.
   bool errored() const {
-    return !pass && !incomplete && errors > 0 && nondeterministic == 0 && !(worst > 1.0) && h_new.cases_over == 0 &&
-           h_new_unchecked == 0;
+    return !pass && !incomplete && errors > 0 && nondeterministic == 0 && !(worst > 1.0) && h_new.cases_over == 0;
   }
 };
 

@@ -186,10 +186,23 @@ nlohmann::json record_result(const CaseRecord& r, size_t i);
 ///     machines, one of which failed the case);
 ///   - two results: kept stays when they agree, except that a full result
 ///     replaces a forward-only one; results that disagree contradict.
+/// Except a determinism violation of `impl` itself (nondeterministic_impl):
+/// a finding, not a failed attempt, so it replaces any record of the pair
+/// it follows (a forward-only or full result too: the later run found two
+/// runs differing) and nothing after it replaces it. An error record names
+/// every implementation its case ran; only the one the violation names is
+/// held to it, the others' copy is an ordinary error.
 /// Used by Journal::open and read, `gate --merge` and the gate's record
 /// store alike, and by tools/journal_merge.py.
 enum class Duplicate { keep, replace, contradict };
-Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next);
+Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next, const std::string& impl = "");
+
+/// The implementation a case's error names as declared deterministic with
+/// two runs that gave different bits (harness/external.h
+/// kNondeterministicError; also the wording before that prefix: "external
+/// implementation NAME (ORIGIN) is declared deterministic but two runs on
+/// ..."), or "" for any other error.
+std::string nondeterministic_impl(const std::string& error);
 
 /// The environment variable naming the journal key file.
 inline constexpr const char* kJournalKeyEnv = "NORMGATE_JOURNAL_KEY_FILE";
