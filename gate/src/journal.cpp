@@ -187,22 +187,18 @@ CaseRecord make_case_record(const CheckReport& rep, double seconds) {
     ImplRecord x;
     x.impl = ir.impl;
     x.ran_on = ir.ran_on;
-    for (int k = 0; k < 4; ++k) {
-      // An output left out of the validation (not produced by an external
-      // forward implementation, harness/external.h) is NaN and failing, so
-      // that no window can ever pass on it.
-      x.out[k] = kNotProduced;
+    // An output left out of the validation (not produced by an external
+    // forward implementation, harness/external.h) is NaN and failing, so
+    // that no window can ever pass on it.
+    auto record_of = [&ir](Output out) {
       for (const auto& s : ir.result.tensors)
-        if (s.output() == static_cast<Output>(k))
-          x.out[k] = {s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
-    }
+        if (s.output() == out) return OutputRecord{s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
+      return kNotProduced;
+    };
+    for (int k = 0; k < 4; ++k) x.out[k] = record_of(static_cast<Output>(k));
     // Form res: h_new is owed by every implementation (the forward's
     // output); one that did not produce it is recorded as not produced.
-    if (rep.request.id.form == Form::res) {
-      x.h_new = kNotProduced;
-      for (const auto& s : ir.result.tensors)
-        if (s.output() == Output::h_new) x.h_new = OutputRecord{s.worst.ratio, s.worst.index, s.over, s.worst.forced, s.pass()};
-    }
+    if (rep.request.id.form == Form::res) x.h_new = record_of(Output::h_new);
     x.dw_vs_fp32_worst = ir.result.dw_vs_fp32_worst;
     x.dw_vs_fp32_median = ir.result.dw_vs_fp32_median;
     r.results.push_back(std::move(x));
@@ -274,33 +270,30 @@ CaseRecord case_record_from_json(const nlohmann::json& j) {
     x.ran_on = str(o, "ran_on");
     if (x.ran_on.empty()) throw std::invalid_argument("field 'ran_on' of " + x.impl + " is empty");
     for (int k = nout; k < 4; ++k) x.out[k] = kNotProduced;  // forward only: dx, dw not checked
-    // An unsigned beyond int64 is out of every range below.
-    auto int_of = [](const nlohmann::json& v) {
-      return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                 ? std::numeric_limits<int64_t>::min()
-                 : v.get<int64_t>();
-    };
-    for (int k = 0; k < nout; ++k) {
-      const auto& a = field(o, kOutNames[k]);
+    // One output's [ratio, index, over, forced, pass], checked against the
+    // element count of its tensor in this case.
+    auto output_of = [&](const char* name, int64_t numel) {
+      const auto& a = field(o, name);
       if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
           !a[4].is_boolean())
-        throw std::invalid_argument(std::string("field '") + kOutNames[k] +
-                                    "' must be [ratio, index, over, forced, pass]");
-      x.out[k] = {from_json_number(a[0], kOutNames[k]), int_of(a[1]), int_of(a[2]),
-                  from_json_number(a[3], kOutNames[k]), a[4].get<bool>()};
-      check_output(x.out[k], numel_of(c, k), x.impl + "." + kOutNames[k]);
-    }
+        throw std::invalid_argument(std::string("field '") + name + "' must be [ratio, index, over, forced, pass]");
+      // An unsigned beyond int64 is out of every range check_output applies.
+      auto int_of = [](const nlohmann::json& v) {
+        return v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                   ? std::numeric_limits<int64_t>::min()
+                   : v.get<int64_t>();
+      };
+      const OutputRecord rec{from_json_number(a[0], name), int_of(a[1]), int_of(a[2]), from_json_number(a[3], name),
+                             a[4].get<bool>()};
+      check_output(rec, numel, x.impl + "." + name);
+      return rec;
+    };
+    for (int k = 0; k < nout; ++k) x.out[k] = output_of(kOutNames[k], numel_of(c, k));
     if (o.contains("h_new")) {  // form res only (absent in journals written before it was recorded)
       if (c.form != Form::res)
         throw std::invalid_argument("field 'h_new' of " + x.impl + " in a case of form " + std::string(to_string(c.form)) +
                                     " (only form res has h_new)");
-      const auto& a = o["h_new"];
-      if (!a.is_array() || a.size() != 5 || !a[1].is_number_integer() || !a[2].is_number_integer() ||
-          !a[4].is_boolean())
-        throw std::invalid_argument("field 'h_new' must be [ratio, index, over, forced, pass]");
-      x.h_new = OutputRecord{from_json_number(a[0], "h_new"), int_of(a[1]), int_of(a[2]),
-                             from_json_number(a[3], "h_new"), a[4].get<bool>()};
-      check_output(*x.h_new, c.rows() * c.H, x.impl + ".h_new");
+      x.h_new = output_of("h_new", c.rows() * c.H);
     }
     if (r.forward_only) {
       x.dw_vs_fp32_worst = x.dw_vs_fp32_median = std::numeric_limits<double>::quiet_NaN();

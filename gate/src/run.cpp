@@ -528,6 +528,20 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   wr.worst = 0;
   const int ng = gated_count(w);
   const int focus = focus_outputs(w).front();
+  // One case's record of an output into its window aggregate: the largest
+  // ratio (NaN, not produced, as inf) with its case, and, the first time
+  // the window meets the case, whether it fails there. Returns that ratio.
+  auto fold = [](OutputAgg& a, const OutputRecord& o, const std::string& id, bool first) {
+    const double ratio = std::isnan(o.ratio) ? std::numeric_limits<double>::infinity() : o.ratio;
+    if (a.worst_case.empty() || ratio > a.max_ratio) {
+      a.max_ratio = ratio;
+      a.worst_case = id;
+      a.worst_index = o.index;
+      a.forced = o.forced;
+    }
+    if (first && (o.over > 0 || !o.pass)) ++a.cases_over;
+    return ratio;
+  };
   auto do_phase = [&](const Phase& ph, PhaseSummary& sum) {
     sum.worst_output = kOut[focus];
     sum.t = ph.t;
@@ -553,16 +567,8 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
       }
       for (int k = 0; k < ng; ++k) {
         const OutputRecord& o = r->out[k];
-        const double ratio = std::isnan(o.ratio) ? std::numeric_limits<double>::infinity() : o.ratio;
-        OutputAgg& a = wr.out[k];
-        if (a.worst_case.empty() || ratio > a.max_ratio) {
-          a.max_ratio = ratio;
-          a.worst_case = id;
-          a.worst_index = o.index;
-          a.forced = o.forced;
-        }
-        if (first && (o.over > 0 || !o.pass)) ++a.cases_over;
-        if (first && o.over == 0 && !o.pass) ++a.cases_inconclusive;
+        const double ratio = fold(wr.out[k], o, id, first);
+        if (first && o.over == 0 && !o.pass) ++wr.out[k].cases_inconclusive;
         if (k == focus && (sum.worst_case.empty() || ratio > sum.worst)) {
           sum.worst = ratio;
           sum.worst_case = id;
@@ -580,15 +586,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
           h_new_failed = true;
         } else {
           const OutputRecord& o = *r->h_new;
-          const double ratio = std::isnan(o.ratio) ? std::numeric_limits<double>::infinity() : o.ratio;
-          OutputAgg& a = wr.h_new;
-          if (a.worst_case.empty() || ratio > a.max_ratio) {
-            a.max_ratio = ratio;
-            a.worst_case = id;
-            a.worst_index = o.index;
-            a.forced = o.forced;
-          }
-          if (o.over > 0 || !o.pass) ++a.cases_over;
+          (void)fold(wr.h_new, o, id, true);
           h_new_failed = o.over > 0 || !o.pass || !(o.ratio <= 1.0);
         }
       }
