@@ -13,11 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "normgate/gate/host_memory.h"
 #include "normgate/seeds/case_id.h"
-
-namespace normgate::validators {
-enum class Backend : uint8_t;  // harness/pipeline.h
-}  // namespace normgate::validators
 
 namespace normgate::app {
 
@@ -157,74 +154,14 @@ std::vector<int> parse_devices_option(const std::string& text, bool given, const
 /// whose variants (capi/include/normgate/plugin.h) the subcommand may name.
 CLI::Option* add_plugin_option(CLI::App* sub, std::vector<std::string>& paths);
 
-/// The least host memory, in bytes, that checking one of `cases` at a time
-/// with `n_impls` implementations needs: its BF16 [rows, H] tensors held at
-/// once, the inputs (x, and dy for a backward check; form res adds u, and
-/// dh_new for a backward check) and each implementation's outputs (y, and
-/// dx for a backward check), 2 bytes an element each. `forward_only`: the
-/// check validates the forward only (check --outputs fwd). The oracle's
-/// per-row and per-column data and the validation tiles come on top
-/// (measured: 8.0 bytes an element at plain [32768, 4096] with one
-/// implementation, where this bound is 8); a gate's cases prepared ahead:
-/// require_gate_host_memory. Throws
-/// std::invalid_argument naming the largest case, this bound and the host's
-/// physical memory, or the memory limit of its cgroups when that is lower
-/// (core::host_memory: the limit and the file it came from are named), when
-/// the bound exceeds it, so a check that cannot fit is refused before any
-/// work rather than ended by std::bad_alloc or the OOM killer; one that
-/// passes may still need more than the host has free.
-void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only = false);
+// The host-memory checks before any work (normgate/gate/host_memory.h,
+// shared with the C API's ng_gate).
+using validators::GateHold;
+using validators::MemoryExtra;
+using validators::gate_hold;
+using validators::require_gate_host_memory;
+using validators::require_host_memory;
 
-/// What a command builds in memory beside the checked case, for
-/// require_host_memory (peak RSS measured with and without it, `--backend
-/// cpu`, H = 1024 plain and res, H = 256 heads24 and heads4, two T each):
-enum class MemoryExtra {
-  none,
-  /// `repro --save`: the arrays it saves (references, error maps) and the
-  /// HDF5 file image (audit/src/h5.cpp, the core driver): 14 bytes an
-  /// element (plain and the per-head views), 24 for form res.
-  case_file,
-  /// `export --full`: the [T, H] FP32 dx err/tol map of every case, kept
-  /// until the file is written: 4 bytes an element, summed over the cases.
-  full_dx_maps,
-};
-
-/// require_host_memory(cases, n_impls) plus `extra` (its bytes named in the
-/// message).
-void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra);
-
-/// The same with the implementations named: each case counts only those
-/// that support it (validators::unsupported_reason empty), as `check
-/// --variant all` runs them.
-void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
-                         bool forward_only = false);
-
-/// What a gate holds in host memory beside one case's tensors
-/// (gate_hold): `cases` cases at once, each up to the largest, and
-/// `pinned_bytes` of page-locked staging buffers; `why` says where the
-/// count comes from, for the refusal's message.
-struct GateHold {
-  size_t cases = 1;
-  uint64_t pinned_bytes = 0;
-  std::string why;
-};
-
-/// The gate's hold on `backend` (resolved) over `devices` (the --devices
-/// list; empty: every visible device, at least one): on the GPU
-/// validators::cases_in_host_memory (the case being checked and one
-/// prepared ahead by each worker, a device listed twice counting twice,
-/// unless NORMGATE_OVERLAP=0) and validators::kPinnedStagingBytes; on any
-/// other backend one case, nothing pinned.
-GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices);
-
-/// require_host_memory for a gate's cases (gate, derive --gate): one
-/// implementation each, `bwd_cases` checking the backward
-/// and `fwd_cases` the forward only, `held.cases` of the largest of either
-/// held at once plus `held.pinned_bytes`. The same refusal (exit 2 through
-/// std::invalid_argument), naming the count and why, and the largest T
-/// that fits with that many held.
-void require_gate_host_memory(const std::vector<seeds::CaseId>& bwd_cases, const std::vector<seeds::CaseId>& fwd_cases,
-                              const GateHold& held);
 
 /// When `table`'s file name holds an '@' but is not a per-GPU table name
 /// STEM@SLUG.toml (routing.h gpu_table_slug: SLUG lowercase ASCII letters

@@ -42,6 +42,7 @@
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/external.h"
 #include "normgate/gate/gate.h"
+#include "normgate/gate/host_memory.h"
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/routing.h"
 #include "normgate_version.h"
@@ -1004,7 +1005,17 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     const nv::Backend backend = nv::resolve_backend(g.backend);
     if (backend == nv::Backend::gpu && !nk::gpu_available())
       bad("backend gpu requested but no usable CUDA device is present");
-    (void)nv::plan_gate(g);  // the table, seeds, filter and numbers, before any work
+    // The table, seeds, filter and numbers, before any work; then the
+    // largest case of every window within host memory, as `normgate gate`
+    // checks it (gate/host_memory.h): a refusal naming the case and the
+    // bytes, not std::bad_alloc in every case of a long run.
+    {
+      const nv::GatePlan plan = nv::plan_gate(g);
+      std::vector<ns::CaseId> bwd_cases, fwd_cases;
+      for (const auto& w : plan.windows)
+        if (w.largest.T > 0) (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
+      nv::require_gate_host_memory(bwd_cases, fwd_cases, nv::gate_hold(backend, g.devices));
+    }
     nk::Approvals approvals;
     if (o->approve) {
       approvals = nk::load_approvals(nk::approvals_path_for(g.table_path));

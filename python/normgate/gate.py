@@ -781,7 +781,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     "journal", "markdown" (the Markdown report's text), ...; a non-finite
     number (max err/tol of a NaN output) is a float inf or nan where the
     report_json file holds the string (docs/schemas.md, "Numbers").
-    Raises TypeError or ValueError naming a bad argument before any work.
+    Raises TypeError or ValueError naming a bad argument before any work;
+    ValueError too when a window's largest case cannot fit in host memory
+    (the bytes it needs, the limit and the largest T that fits are named,
+    as `normgate gate` says them).
     """
     if isinstance(impls, Implementation):
         impls = [impls]

@@ -365,6 +365,51 @@ def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
         assert os.listdir(out) == []
 
 
+_BIG_WINDOW_SCRIPT = r"""
+import os, resource, sys
+import torch
+import normgate
+from normgate import _lib
+assert _lib.loadable()
+_lib.lib()  # loaded before the limit: only the gate's own allocations count
+page = os.sysconf("SC_PAGE_SIZE")
+used = int(open("/proc/self/statm").read().split()[0]) * page
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (used + (3 << 30), hard))
+impl = normgate.Implementation("py_big", lambda g: {}, source_sha256="ef" * 32, device="cpu")
+out = sys.argv[1]
+try:
+    normgate.gate(impl, windows=[{"H": 6144, "T": (65537, 131072)}], journal=os.path.join(out, "j.jsonl"),
+                  report_json=os.path.join(out, "r.json"), backend="cpu", seeds="3x1", t_per_window=2,
+                  dense_points=1, fresh_factor=1, progress=False, threads=1)
+    print("NOT REFUSED")
+except ValueError as e:
+    print("REFUSED:", e)
+"""
+
+
+def test_a_window_that_cannot_fit_in_host_memory_is_refused_before_any_work(tmp_path):
+    # As `normgate gate` refuses it (gate/host_memory.h): a [131072, 6144]
+    # case under an address-space limit 3 GiB above what the process holds
+    # needs about 6 GiB for its BF16 tensors alone. Before, gate() started
+    # and every case ended in std::bad_alloc. Nothing is written.
+    import subprocess
+    import sys
+    out = tmp_path / "big"
+    out.mkdir()
+    r = subprocess.run([sys.executable, "-c", _BIG_WINDOW_SCRIPT, str(out)], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("REFUSED:"), r.stdout + r.stderr
+    msg = r.stdout
+    assert "H=6144" in msg and "T=131072" in msg, msg
+    assert "131072 rows of 6144" in msg and "needs about" in msg, msg
+    assert "address-space limit (ulimit -v)" in msg and "choose T <= " in msg, msg
+    t_max = int(re.search(r"choose T <= (\d+)", msg).group(1))
+    assert 0 < t_max < 131072, msg
+    assert os.listdir(out) == []
+
+
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
     impl = normgate.Implementation("py_badtype", lambda g: {"dw": torch.zeros(64, dtype=torch.float64)},
                                    source_sha256="cd" * 32, device="cpu")

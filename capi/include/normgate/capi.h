@@ -663,7 +663,9 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
  * empty one, a missing or read-only folder, a folder, device, FIFO or
  * socket), two outputs on one file or an output that is the table, its
  * approvals file or its policy, --approve without a policy or below it, an
- * external routed but never registered). Then the reports are written (each
+ * external routed but never registered, a window whose largest case cannot
+ * fit in host memory: the bound, the limit and the largest T that fits
+ * named, as `normgate gate` refuses it; gate/host_memory.h). Then the reports are written (each
  * atomically: a temporary file renamed, through a link), approvals when
  * asked, and *json_out receives the
  * JSON report (gate_to_json, plus "approvals": the changes, and
