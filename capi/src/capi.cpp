@@ -28,6 +28,7 @@
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/json_number.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/types.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
@@ -918,7 +919,9 @@ int ng_register_external(const ng_external_desc* d) {
       err[sizeof err - 1] = '\0';
       if (rc == NG_ECANCEL) throw nv::Cancelled("cancelled by external implementation " + name);
       if (rc != 0)
-        throw std::runtime_error(std::string(err[0] ? err : "no message") + " (returned " + std::to_string(rc) + ")");
+        // Valid UTF-8 (core::escape_invalid_utf8), as a plugin's message.
+        throw std::runtime_error((err[0] ? normgate::core::escape_invalid_utf8(err) : std::string("no message")) +
+                                 " (returned " + std::to_string(rc) + ")");
     };
     nv::register_external(std::move(x));
   });

@@ -68,4 +68,41 @@ std::string escape_controls(std::string_view text, bool keep_newline_tab) {
   return out;
 }
 
+std::string escape_invalid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char b0 = at(i);
+    size_t n = 0;  // the well-formed sequence's length at i, 0 if none
+    if (b0 < 0x80) {
+      n = 1;
+    } else {
+      // Table 3-7: the second byte's range depends on the first.
+      unsigned char lo = 0x80, hi = 0xBF;
+      size_t len = 0;
+      if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
+      else if (b0 == 0xE0) len = 3, lo = 0xA0;
+      else if ((b0 >= 0xE1 && b0 <= 0xEC) || b0 == 0xEE || b0 == 0xEF) len = 3;
+      else if (b0 == 0xED) len = 3, hi = 0x9F;
+      else if (b0 == 0xF0) len = 4, lo = 0x90;
+      else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
+      else if (b0 == 0xF4) len = 4, hi = 0x8F;
+      bool ok = len > 0 && i + len <= text.size() && at(i + 1) >= lo && at(i + 1) <= hi;
+      for (size_t k = 2; ok && k < len; ++k) ok = at(i + k) >= 0x80 && at(i + k) <= 0xBF;
+      if (ok) n = len;
+    }
+    if (n == 0) {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", b0);
+      out += b;
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace normgate::core

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "normgate/core/printable.h"
 #include "normgate/seeds/case_id.h"
 #include "staging.h"
 
@@ -197,7 +198,9 @@ uint64_t workspace_bytes(const PluginVariant& pv, const Staging& s) {
 
 void check_rc(const PluginVariant& pv, const char* entry, int rc, const char* err) {
   if (rc == NG_PLUGIN_OK) return;
-  std::string msg(err, strnlen(err, NG_PLUGIN_ERR_BYTES - 1));
+  // The plugin's bytes as valid UTF-8 (core::escape_invalid_utf8): the
+  // same text on stdout, in the reports and in the journal.
+  std::string msg = core::escape_invalid_utf8(std::string_view(err, strnlen(err, NG_PLUGIN_ERR_BYTES - 1)));
   if (msg.empty()) msg = "(no message)";
   const char* kind = rc == NG_PLUGIN_EINVAL ? " (invalid arguments)" : rc == NG_PLUGIN_EFAIL ? "" : " (unknown code)";
   throw std::runtime_error(pv.who() + ": " + entry + " returned " + std::to_string(rc) + kind + ": " + msg);

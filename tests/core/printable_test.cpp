@@ -34,3 +34,32 @@ TEST(Printable, UnicodeLineBreaksC1AndBidiControlsEscaped) {
   EXPECT_EQ(escape_controls("\xc2\n"), "\xc2\\x0a");
   EXPECT_EQ(escape_controls("\xc1\x85"), "\xc1\x85");
 }
+
+TEST(Printable, InvalidUtf8BytesEscapedValidTextKept) {
+  using normgate::core::escape_invalid_utf8;
+  // Well-formed text of every length is kept, backslashes and controls too
+  // (escape_controls handles those): ASCII, U+00E9, U+20AC, U+1F600, the
+  // edges of table 3-7 (U+0080, U+07FF, U+0800, U+D7FF, U+E000, U+FFFF,
+  // U+10000, U+10FFFF).
+  const std::string ok = "a\\b\n\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf"
+                         "\xee\x80\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";
+  EXPECT_EQ(escape_invalid_utf8(ok), ok);
+  EXPECT_EQ(escape_invalid_utf8(""), "");
+  // Lone continuation, lone lead bytes, C0/C1/F5..FF never valid.
+  EXPECT_EQ(escape_invalid_utf8("x\x80y"), "x\\x80y");
+  EXPECT_EQ(escape_invalid_utf8("\xc0\xaf"), "\\xc0\\xaf");   // overlong '/'
+  EXPECT_EQ(escape_invalid_utf8("\xc1\xbf"), "\\xc1\\xbf");
+  EXPECT_EQ(escape_invalid_utf8("\xf5\x80\x80\x80"), "\\xf5\\x80\\x80\\x80");
+  EXPECT_EQ(escape_invalid_utf8("\xff"), "\\xff");
+  // Overlong 3- and 4-byte forms, surrogates, above U+10FFFF.
+  EXPECT_EQ(escape_invalid_utf8("\xe0\x9f\xbf"), "\\xe0\\x9f\\xbf");
+  EXPECT_EQ(escape_invalid_utf8("\xf0\x8f\xbf\xbf"), "\\xf0\\x8f\\xbf\\xbf");
+  EXPECT_EQ(escape_invalid_utf8("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // U+D800
+  EXPECT_EQ(escape_invalid_utf8("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  // Truncated at the end and interrupted: the lead byte escaped, what
+  // follows read on its own.
+  EXPECT_EQ(escape_invalid_utf8("ab\xe2\x82"), "ab\\xe2\\x82");
+  EXPECT_EQ(escape_invalid_utf8("\xf0\x9f\x98"), "\\xf0\\x9f\\x98");
+  EXPECT_EQ(escape_invalid_utf8("\xe2" "A\xc3\xa9"), "\\xe2A\xc3\xa9");
+  EXPECT_EQ(escape_invalid_utf8("\xc3\xc3\xa9"), "\\xc3\xc3\xa9");
+}

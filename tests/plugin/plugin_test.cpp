@@ -207,7 +207,10 @@ TEST(PluginRun, FailingEntryNamesItsMessage) {
     impls[0].run(in, out);
     FAIL() << "no error";
   } catch (const std::runtime_error& e) {
-    EXPECT_TRUE(has(e.what(), "variant 'tp_einval': fwd returned 2 (invalid arguments): tp_einval: refuses H=16"))
+    // The byte that is not UTF-8 as \xff text, the valid U+00E9 kept: the
+    // same valid UTF-8 on stdout, in the reports and in the journal.
+    EXPECT_TRUE(has(e.what(), "variant 'tp_einval': fwd returned 2 (invalid arguments): tp_einval: refuses H=16 "
+                              "\\xff\xc3\xa9"))
         << e.what();
   }
 }

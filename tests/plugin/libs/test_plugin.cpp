@@ -8,7 +8,7 @@
 //   6 clash     a variant named "bwd_det_chunked" (a registered variant)
 //   7 device    a valid device-memory variant "tp_device" (never run by the tests)
 //   8 stride    host fwd that ignores the row stride (writes y contiguously)
-//   9 einval    host fwd that returns NG_PLUGIN_EINVAL with a message
+//   9 einval    host fwd that returns NG_PLUGIN_EINVAL with a message (one byte of it not UTF-8)
 //  10 null      ng_plugin_v1 returns NULL
 //  11 badform   forms 0x10
 //  12 fwdbwd    a forward variant with a bwd entry
@@ -46,7 +46,8 @@ const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef012345
 }
 
 [[maybe_unused]] int fwd_einval(const ng_plugin_fwd_args* a, char* err, size_t n) {
-  snprintf(err, n, "tp_einval: refuses H=%lld", static_cast<long long>(a->shape.H));
+  // Ends with a byte that is not UTF-8 and a valid U+00E9 (escape_invalid_utf8).
+  snprintf(err, n, "tp_einval: refuses H=%lld \xff\xc3\xa9", static_cast<long long>(a->shape.H));
   return NG_PLUGIN_EINVAL;
 }
 

@@ -24,6 +24,16 @@ namespace normgate::core {
 /// std::bad_alloc.
 std::string escape_controls(std::string_view text, bool keep_newline_tab = false);
 
+/// `text` with every byte that is not part of a well-formed UTF-8 sequence
+/// (Unicode 15.1, chapter 3.9, table 3-7: no overlong forms, no surrogates,
+/// nothing above U+10FFFF, no truncated sequence) written as \xHH, so that
+/// text from outside (a plugin's or an external kernel's error message) is
+/// the same valid UTF-8 on stdout, in the Markdown report and in the JSON
+/// journal (whose writer would otherwise put U+FFFD where the others print
+/// the raw bytes). Well-formed text is returned as it is; a backslash is
+/// kept as it is. Never throws but std::bad_alloc.
+std::string escape_invalid_utf8(std::string_view text);
+
 /// True when `text` holds a byte escape_controls writes as \xHH: a C0
 /// control (0x00-0x1f) or DEL (0x7f), newline and tab excepted when
 /// `keep_newline_tab`. Never throws.
