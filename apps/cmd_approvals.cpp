@@ -1127,10 +1127,14 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       largest_v = val;
     }
   // The record's outputs and their place in a result's out[] (Output order).
+  // Form res's h_new (records made since the gate checks it) is index 4:
+  // the result's h_new record.
   std::vector<std::pair<std::string, int>> outs;
-  for (const auto& [name, val] : x.max_err_tol)
+  for (const auto& [name, val] : x.max_err_tol) {
     for (int o = 0; o < 4; ++o)
       if (name == v::to_string(static_cast<v::Output>(o))) outs.emplace_back(name, o);
+    if (name == "h_new") outs.emplace_back(name, 4);
+  }
   const auto& recs = e.j.resumed();
   for (size_t i = 0; i < recs.size(); ++i) {
     const int64_t line = e.j.resumed_lines()[i];
@@ -1154,7 +1158,11 @@ std::vector<std::string> record_vs_journal(const kernels::Approval& x, const Evi
       if (!r.forward_only && !std::isnan(res.dw_vs_fp32_worst)) dw_vs_max = std::max(dw_vs_max, res.dw_vs_fp32_worst);
       for (const auto& [name, k] : outs) {
         const double val = x.max_err_tol.at(name);
-        const double ratio = std::isnan(res.out[k].ratio) ? inf : res.out[k].ratio;
+        // A result without h_new (a journal written before it was recorded)
+        // holds no h_new err/tol: it attains nothing.
+        if (k == 4 && !res.h_new) continue;
+        const double got = k == 4 ? res.h_new->ratio : res.out[k].ratio;
+        const double ratio = std::isnan(got) ? inf : got;
         if (ratio == val) attained[name] = true;
         if (ratio > max[name].ratio) max[name] = {ratio, r.case_id, line};
         if (name == largest && r.case_id == x.worst_case && ratio == val) worst_found = true;

@@ -122,6 +122,9 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     x.t_points = w.t_points;
     x.cases = w.cases;
     for (int k = 0; k < w.gated_outputs(); ++k) x.max_err_tol[kOut[k]] = w.out[k].max_ratio;
+    // Form res: h_new, checked bit for bit (a passing window's is 0), so the
+    // record says its gate checked it (Approval::h_new_gated).
+    if (w.gates_h_new()) x.max_err_tol["h_new"] = w.h_new.max_ratio;
     x.worst_case = w.worst_case;
     x.date = r.date;
     x.normgate_commit = r.normgate_commit;

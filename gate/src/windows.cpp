@@ -74,14 +74,26 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
     // table's own. Else the kernel may have changed: gated.
     const kernels::Approvals base_appr = kernels::load_approvals(kernels::approvals_path_for(opt.base_path));
     const kernels::Approvals own_appr = kernels::load_approvals(kernels::approvals_path_for(opt.table_path));
+    // A form res record whose gate did not check h_new (made before it was
+    // gated: Approval::h_new_gated) proves the sources but not h_new: the
+    // window is gated again.
     auto source_unchanged = [&](const Route& r, std::string& why) {
-      std::string stale;
+      std::string stale, no_h_new;
       for (const kernels::Approvals* a : {&base_appr, &own_appr}) {
         const auto s = kernels::approval_status(r, *a, true);
-        if (s.state == kernels::ApprovalState::current) return true;
+        if (s.state == kernels::ApprovalState::current) {
+          std::vector<const kernels::Approval*> recs = s.parts;
+          if (recs.empty()) recs.push_back(s.record);
+          if (std::all_of(recs.begin(), recs.end(), [](const kernels::Approval* x) { return x->h_new_gated(); }))
+            return true;
+          if (no_h_new.empty()) no_h_new = a->path;
+          continue;
+        }
         if (s.state == kernels::ApprovalState::stale && stale.empty()) stale = s.detail;
       }
-      why = !stale.empty() ? "sources changed: " + stale
+      why = !no_h_new.empty()
+                ? "h_new not gated yet: the gate of its current approval in " + no_h_new + " did not check h_new"
+            : !stale.empty() ? "sources changed: " + stale
                            : "no current approval in " + base_appr.path + " or " + own_appr.path +
                                  " proves the variant's sources unchanged (source " +
                                  std::string(r.variant->source_sha256.substr(0, 12)) + ")";

@@ -664,20 +664,26 @@ std::string validate_approval(const Approval& a) {
                                                                  {"normgate_version", &a.normgate_version}};
     for (const auto& [name, v] : texts)
       if (v->empty()) return std::string(name) + " is empty";
-    // max_err_tol: exactly the gated outputs, each a pass.
-    const std::vector<std::string> want = a.op == Op::bwd ? std::vector<std::string>{"dw", "dx", "rstd", "y"}
-                                                          : std::vector<std::string>{"rstd", "y"};
+    // max_err_tol: exactly the gated outputs, each a pass; form res's h_new
+    // (bit for bit, so 0) in records made since the gate checks it.
+    const bool res = a.form == Form::res;
+    std::vector<std::string> want = a.op == Op::bwd ? std::vector<std::string>{"dw", "dx", "rstd", "y"}
+                                                    : std::vector<std::string>{"rstd", "y"};
     std::vector<std::string> have;
-    for (const auto& [k, v] : a.max_err_tol) have.push_back(k);
-    if (have != want) {
+    for (const auto& [k, v] : a.max_err_tol)
+      if (!(res && k == "h_new")) have.push_back(k);
+    if (have != want || (!res && a.max_err_tol.count("h_new"))) {
       std::string w, h;
       for (const auto& k : want) w += (w.empty() ? "" : ", ") + k;
-      for (const auto& k : have) h += (h.empty() ? "" : ", ") + k;
-      return "max_err_tol has {" + h + "}; a " + std::string(to_string(a.op)) + " approval records {" + w + "}";
+      for (const auto& [k, v] : a.max_err_tol) h += (h.empty() ? "" : ", ") + k;
+      return "max_err_tol has {" + h + "}; a " + std::string(to_string(a.op)) + " approval records {" + w + "}" +
+             (res ? " and, when its gate checked it, h_new" : "");
     }
     for (const auto& [k, v] : a.max_err_tol)
       if (!std::isfinite(v) || v < 0 || v > 1)
         return "max_err_tol." + k + " " + num_text(v) + " outside [0, 1] (an approval records a pass)";
+    if (const auto h = a.max_err_tol.find("h_new"); h != a.max_err_tol.end() && h->second != 0)
+      return "max_err_tol.h_new " + num_text(h->second) + " (h_new passes only bit for bit: 0)";
     if (a.t_points.empty()) return "t_points is empty";
     for (size_t i = 0; i < a.t_points.size(); ++i) {
       const int64_t t = a.t_points[i];
@@ -1350,8 +1356,9 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
     if (x.has_vouch)  // D23 of docs/perf/routes.md: the verdict is the vouching variant's
       carried += "; vouched for by " + x.vouched.variant + "'s record " + x.vouched.record_sha256.substr(0, 12) +
                  " (" + std::to_string(x.vouched.cases) + " cases bit for bit, " + x.vouched.date + ")";
+    const std::string h_new = x.h_new_gated() ? "" : "; h_new not checked by that gate (the record predates it)";
     return " (" + x.backend + " gate of " + x.date + ", " + x.gpu + ", seeds " + x.seed_set + carried +
-           det_for_nondet + ")";
+           det_for_nondet + h_new + ")";
   };
   // " as part of T=LO..HI" when the record's window is wider than the route's.
   auto same_t = [&r](const Approval& x) { return x.t_lo == r.t_lo && x.t_hi == r.t_hi; };

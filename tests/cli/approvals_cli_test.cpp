@@ -528,6 +528,58 @@ TEST(GateBaseCli, SaysWhyAWindowLikeTheBaseIsGated) {
   std::filesystem::remove_all(d);
 }
 
+// Form res approvals record h_new (0: gated bit for bit), and `approvals
+// --journal` finds it in the journal; a res record without it (made before
+// the gate checked h_new) still approves, but `gate --base` gates its
+// window again and says why.
+TEST(GateBaseCli, ResApprovalsRecordHNewAndOlderOnesAreGatedAgain) {
+  const std::string d = scratch("res_h_new");
+  spit(d + "/res.toml", "arch = \"sm90a\"\nroute = [\n"
+                        "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"res\", T = [1, 64], variant = \"fwd_rowwise\" },\n"
+                        "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"res\", T = [1, 64], "
+                        "variant = \"bwd_det_chunked\" },\n]\n");
+  std::filesystem::copy_file(kData + "/small.policy.toml", d + "/res.policy.toml");
+  const std::string t = d + "/res.toml", f = d + "/res.approvals.json", j = d + "/res.jsonl";
+  const CliRun g = cli("gate " + t + kFast + " --approve --journal " + j);
+  ASSERT_EQ(g.code, 0) << g.out;
+  json recs = json::parse(slurp(f))["approvals"];
+  ASSERT_EQ(recs.size(), 2u) << recs.dump(2);
+  for (const auto& r : recs) {
+    ASSERT_TRUE(r["max_err_tol"].contains("h_new")) << r.dump(2);
+    EXPECT_EQ(r["max_err_tol"]["h_new"], 0) << r.dump(2);
+    EXPECT_EQ(r["max_err_tol"].size(), r.at("window").at("op") == "bwd" ? 5u : 3u) << r.dump(2);
+  }
+  // The journal holds each record's h_new err/tol: OK, not "no result holds".
+  const CliRun chk = cli("approvals " + f + " --journal " + j);
+  EXPECT_EQ(chk.code, 0) << chk.out;
+  EXPECT_EQ(occurrences(chk.out, "\nOK       "), 2u) << chk.out;
+  // Unchanged against itself: both windows skipped.
+  const CliRun same = cli("gate " + t + " --base " + t + kFast);
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_TRUE(contains(same.out, "windows  0 gated, 2 skipped (unchanged vs base)")) << same.out;
+  // The backward record as a gate before h_new wrote it: no h_new (sealed
+  // again, without its journal binding, which the edit would break).
+  for (auto& r : recs)
+    if (r.at("window").at("op") == "bwd") {
+      r["max_err_tol"].erase("h_new");
+      r.erase("journal_head");
+      r.erase("journal_lines");
+      r = sealed(r);
+    }
+  spit_approvals(f, recs);
+  const CliRun routes = cli("routes " + t + " --accept-cpu-model");
+  EXPECT_EQ(routes.code, 0) << routes.out;
+  EXPECT_EQ(occurrences(routes.out, "h_new not checked by that gate"), 1u) << routes.out;
+  const CliRun again = cli("gate " + t + " --base " + t + kFast);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "windows  1 gated, 1 skipped (unchanged vs base)")) << again.out;
+  EXPECT_TRUE(contains(again.out, "base     gated with the base's bounds and variant: ")) << again.out;
+  EXPECT_TRUE(contains(again.out, "bwd det H=64 w=bf16 form=res T=1..64 -> bwd_det_chunked: h_new not gated yet: "
+                                  "the gate of its current approval in " + f + " did not check h_new"))
+      << again.out;
+  std::filesystem::remove_all(d);
+}
+
 // approvals --seal on one file under two spellings (./F and F): checked and
 // locked once (two flocks of one file would wait forever), and no lock file
 // beside a rejections file, which --seal never writes.

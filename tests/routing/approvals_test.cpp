@@ -89,6 +89,51 @@ TEST(ApprovalValidation, AGoodRecordIsValid) {
   EXPECT_EQ(validate_approval(good(t.routes[1])), "");
 }
 
+// Form res records hold h_new (0: bit for bit) when their gate checked it;
+// older res records without it stay valid and current but say so
+// (Approval::h_new_gated); no other form's record may hold it.
+TEST(ApprovalValidation, FormResRecordsHoldHNewWhenTheirGateCheckedIt) {
+  const RouteTable t = parse_route_table(R"(arch = "sm90a"
+route = [
+  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "res", T = [1, 700], variant = "bwd_det_chunked" },
+  { op = "fwd", H = 64, w = "bf16", form = "res", T = [1, 700], variant = "fwd_rowwise" },
+]
+)",
+                                         "t.toml");
+  for (const Route& r : t.routes) {
+    SCOPED_TRACE(r.describe());
+    Approval a = good(r);
+    a.worst_case = "H=64,T=600,w=bf16,form=res,family=cancel,seed=1";
+    EXPECT_EQ(validate_approval(a), "");
+    EXPECT_FALSE(a.h_new_gated());
+    Approvals older;
+    older.path = "a.json";
+    older.records.push_back(a);
+    const ApprovalStatus so = approval_status(r, older, false);
+    EXPECT_EQ(so.state, ApprovalState::current);
+    EXPECT_NE(so.detail.find("h_new not checked by that gate"), std::string::npos) << so.detail;
+    a.max_err_tol["h_new"] = 0;
+    EXPECT_EQ(validate_approval(a), "");
+    EXPECT_TRUE(a.h_new_gated());
+    older.records[0] = a;
+    const ApprovalStatus sn = approval_status(r, older, false);
+    EXPECT_EQ(sn.state, ApprovalState::current);
+    EXPECT_EQ(sn.detail.find("h_new"), std::string::npos) << sn.detail;
+    a.max_err_tol["h_new"] = 0.5;  // within [0, 1], but h_new passes only bit for bit
+    EXPECT_NE(validate_approval(a).find("max_err_tol.h_new 0.5 (h_new passes only bit for bit: 0)"),
+              std::string::npos)
+        << validate_approval(a);
+  }
+  const RouteTable plain = parse_route_table(kTable, "t.toml");
+  Approval p = good(plain.routes[0]);
+  EXPECT_TRUE(p.h_new_gated());
+  p.max_err_tol["h_new"] = 0;
+  EXPECT_NE(validate_approval(p).find("max_err_tol has {dw, dx, h_new, rstd, y}; a bwd approval records "
+                                      "{dw, dx, rstd, y}"),
+            std::string::npos)
+      << validate_approval(p);
+}
+
 // Every rule of routing.h's "Validation", one broken at a time: the reason
 // names the field and the value.
 TEST(ApprovalValidation, EachRuleOnItsOwn) {

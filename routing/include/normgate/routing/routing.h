@@ -268,8 +268,17 @@ struct Approval {
   std::vector<int64_t> t_points;  ///< (t_points) grid T of the window
   int64_t cases = 0;          ///< (cases) cases run for the window, refinement included
   /// (max_err_tol) max err/tol per gated output ("y", "rstd", "dx", "dw";
-  /// forward windows only y and rstd). Non-finite values are stored as strings.
+  /// forward windows only y and rstd). Form res adds "h_new" (always 0: it
+  /// is gated bit for bit against BF16(x + u)) in records made since the
+  /// gate checks it; a res record without it was made by a gate that did
+  /// not (h_new_gated()). Non-finite values are stored as strings.
   std::map<std::string, double> max_err_tol;
+  /// False for a form res record whose gate did not check h_new (no
+  /// max_err_tol "h_new": approvals made before h_new was gated). Such a
+  /// record still approves its route (the built-in kernels' h_new is
+  /// checked bit for bit by the GPU tests), but `gate --base` gates its
+  /// window again, and `routes` and `approvals` say so. True otherwise.
+  bool h_new_gated() const { return form != Form::res || max_err_tol.count("h_new") > 0; }
   std::string worst_case;     ///< (worst_case) case id of the largest err/tol
   std::string date;           ///< (date) UTC, ISO 8601
   std::string normgate_commit;   ///< (normgate_commit) git commit of the gate binary
