@@ -17,6 +17,7 @@
 #include "gate_internal.h"
 #include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
+#include "normgate/core/shell_quote.h"
 #include "normgate/gate/mutation.h"
 #include "normgate/kernels/registry.h"
 
@@ -129,6 +130,36 @@ std::string joined(const std::vector<std::string>& v) {
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
 }
+}  // namespace
+
+namespace {
+
+// How to run a failing window's worst case again. A built-in variant (or
+// the default forward, through a backward variant that computes it) with
+// `normgate check`; a plugin's with its library loaded (--plugin); a
+// Python implementation with normgate.check in the process that defines it,
+// since no other process can load a Python callable; any other external
+// (registered through the C API) likewise by its own process's ng_check.
+std::string rerun_hint(const GateResult& r, const WindowResult& w, const std::string& worst_case) {
+  const std::string name(w.route.variant->name);
+  const auto ext = std::find_if(r.externals.begin(), r.externals.end(),
+                                [&](const GateResult::External& e) { return e.name == name; });
+  const std::string case_word = core::shell_word(worst_case);
+  if (ext == r.externals.end())
+    return "rerun it with: normgate check --case " + case_word + " --variant " +
+           (w.route.op == Op::bwd || w.route.variant != &kernels::default_fwd() ? name
+                                                                               : std::string("bwd_det_chunked"));
+  const std::string plugin = "plugin ";
+  if (ext->origin.rfind(plugin, 0) == 0)
+    return "rerun it with: normgate check --plugin " + core::shell_word(ext->origin.substr(plugin.size())) +
+           " --case " + case_word + " --variant " + core::shell_word(name);
+  if (ext->origin == "python")
+    return "rerun it in Python with: normgate.check(impl, \"" + worst_case + "\") (impl: the Implementation named " +
+           core::escape_controls(name) + "; `normgate check` cannot load a Python callable)";
+  return "rerun it with ng_check in the process that registered " + core::escape_controls(name) + " (origin " +
+         core::escape_controls(ext->origin) + "; `normgate check` cannot load it)";
+}
+
 }  // namespace
 
 std::string format_gate_markdown(const GateResult& r) {
@@ -431,11 +462,7 @@ std::string format_gate_markdown(const GateResult& r) {
           << w.cases
           << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index << " of "
           << a.worst_case << " (an ideal kernel on the FP32 rstd would have " << ratio_cell(a.forced)
-          << "); rerun it with: normgate check --case " << a.worst_case << " --variant "
-          << (w.route.op == Op::bwd || w.route.variant != &kernels::default_fwd()
-                  ? std::string(w.route.variant->name)
-                  : std::string("bwd_det_chunked"))
-          << "\n";
+          << "); " << rerun_hint(r, w, a.worst_case) << "\n";
       }
       if (!w.families.empty()) {
         o << "  - failing cases by family:";

@@ -92,6 +92,13 @@ def test_fp32_sequential_dw_fails_cancel(tmp_path):
     # y, rstd, dx are fp64_step's: within budget
     for o in ("y", "rstd", "dx"):
         assert w["outputs"][o]["max_err_tol"] <= 1, o
+    # The report's rerun line for a Python implementation is normgate.check
+    # (`normgate check --variant` cannot load a Python callable: exit 2).
+    md = rep["markdown"]
+    assert 'rerun it in Python with: normgate.check(impl, "%s")' % dw["worst_case"] in md, md
+    assert "rerun it with: normgate check" not in md, md
+    again = normgate.check(impl, dw["worst_case"])
+    assert again["pass"] is False and again["outputs"]["dw"]["err_tol"] == dw["max_err_tol"], again["outputs"]["dw"]
 
 
 def test_a_per_gpu_table_out_shares_the_base_tables_policy_and_approvals(tmp_path):

@@ -88,6 +88,36 @@ TEST(PluginCli, AnExitFromAPluginKernelIsExit3NotAPass) {
   EXPECT_TRUE(contains(r.out, "exit() was called while the check ran")) << r.out;
 }
 
+// A failing plugin window's report says how to run its worst case again:
+// `normgate check` with the library loaded (--plugin), which works; before,
+// the line had no --plugin and the command it gave exited 2.
+TEST(PluginCli, AFailingPluginWindowsRerunLineLoadsThePlugin) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_ok.so";  // y = x, rstd = 1: fails
+  const std::string table = scratch("fail.toml"), md = scratch("fail.md");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"fail\"\nroute = [\n"
+         "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 8], variant = \"tp_ok\" },\n]\n";
+  }
+  const auto r = run_normgate("gate " + table + " --plugin " + lib + " --backend cpu --seeds 3x1 --t-per-window 2 "
+                              "--dense-points 0 --fresh-factor 0 --quiet --report-md " + md);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const std::string report = [&] {
+    std::ifstream f(md);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  const std::string hint = "rerun it with: normgate check --plugin " + lib + " --case ";
+  const size_t at = report.find(hint);
+  ASSERT_NE(at, std::string::npos) << report;
+  const size_t c0 = at + hint.size(), c1 = report.find(' ', c0);
+  const std::string worst = report.substr(c0, c1 - c0);
+  EXPECT_EQ(report.substr(c1, 17), " --variant tp_ok\n") << report.substr(at, 300);
+  // The command it gives runs, and fails that case as the gate did.
+  const auto again = run_normgate("check --plugin " + lib + " --case " + worst + " --variant tp_ok --backend cpu");
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_TRUE(contains(again.out, worst)) << again.out;
+}
+
 TEST(PluginCli, VariantsCheckAndRoutesSeeThePluginVariants) {
   auto r = run_normgate("variants --plugin " + kRef);
   EXPECT_EQ(r.code, 0) << r.out;
