@@ -377,12 +377,17 @@ std::string format_gate_markdown(const GateResult& r) {
       return p.worst_output + " " + ratio_cell(p.worst) + " (T=" + t + ")";
     };
     std::string dense = "-";
+    // "above" or "below" when the window's edge cut one side off.
+    const char* side = w.dense.t.empty() || (w.dense.t.front() < w.dense_center && w.dense.t.back() > w.dense_center)
+                           ? " around "
+                       : w.dense.t.front() > w.dense_center ? " above "
+                                                            : " below ";
     if (w.dense.t.size() == 1)
-      dense = "T=" + std::to_string(w.dense.t.front()) + " (step " + std::to_string(r.dense_step) + " around " +
+      dense = "T=" + std::to_string(w.dense.t.front()) + " (step " + std::to_string(r.dense_step) + side +
               std::to_string(w.dense_center) + ")";
     else if (!w.dense.t.empty())
       dense = std::to_string(w.dense.t.front()) + ".." + std::to_string(w.dense.t.back()) + " step " +
-              std::to_string(r.dense_step) + " around " + std::to_string(w.dense_center) + " (" +
+              std::to_string(r.dense_step) + side + std::to_string(w.dense_center) + " (" +
               std::to_string(w.dense.t.size()) + " T)";
     else if (w.dense_center)
       dense = "none inside the window around " + std::to_string(w.dense_center);

@@ -215,6 +215,15 @@ TEST(Gate, SmallTablePassesOnCpuModels) {
       EXPECT_GE(t, w.route.t_lo);
       EXPECT_LE(t, w.route.t_hi);
     }
+    // The report names the side the dense T lie on: "around" only when
+    // they lie on both (a window's edge cuts one side off).
+    if (w.dense.t.size() > 1) {
+      const bool above = w.dense.t.front() > w.dense_center, below = w.dense.t.back() < w.dense_center;
+      const std::string cell = std::to_string(w.dense.t.front()) + ".." + std::to_string(w.dense.t.back()) +
+                               " step 64 " + (above ? "above " : below ? "below " : "around ") +
+                               std::to_string(w.dense_center) + " (";
+      EXPECT_NE(format_gate_markdown(r).find(cell), std::string::npos) << cell;
+    }
     // --dense-seeds worst (the default): one case per dense T, one family and one seed.
     EXPECT_EQ(w.dense.cases, static_cast<int64_t>(w.dense.t.size())) << w.route.describe();
     if (!w.dense.t.empty()) {
