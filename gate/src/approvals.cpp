@@ -160,10 +160,21 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     // depend on the mode, so its records of both modes go (the det record
     // answers for the nondet window, and a failure in either mode is one of
     // the same outputs).
+    // A failure also contradicts a narrower or overlapping record: records
+    // that together cover a window approve it as parts (routing.h,
+    // ApprovalStatus::parts), so a failed window [1, 16] left records [1, 8]
+    // and [9, 16] approving the T it failed at. The failing T are somewhere
+    // in the window, so every record of the variant and source sharing a T
+    // with it goes (a re-gate of a narrower window brings back what holds).
+    // A window the policy refused (no failure) contradicts only the records
+    // that contain it, as before.
     const bool det_variant = w.route.op == kernels::Op::bwd && w.route.variant->mode == kernels::Mode::det;
+    auto hits = [&](const kernels::Approval& x, const kernels::Route& route) {
+      return fails ? x.overlaps(route) : x.contains(route);
+    };
     auto contradicted = [&](const kernels::Approval& x) {
-      if (x.contains(w.route)) return true;
-      return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && x.contains(in_mode(w.route, x.mode));
+      if (hits(x, w.route)) return true;
+      return det_variant && x.op == kernels::Op::bwd && x.mode != w.route.mode && hits(x, in_mode(w.route, x.mode));
     };
     // The failing variant's own records of this source, and the records it
     // vouched for (routes.md D23: the same bits on its campaign, so the same
@@ -179,7 +190,8 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
       if (x.invalid.empty() && x.backend == r.backend && contradicted(x) && of_variant(x)) {
         changes.push_back("revoked " + r.backend + " approval of " + x.window() + " -> " + x.variant + " (" +
                           (fails ? "the gate failed" : "the policy refuses") + " on " + w.route.window() +
-                          " inside it)");
+                          (x.contains(w.route) || x.contains(in_mode(w.route, x.mode)) ? " inside it)"
+                                                                                           : ", which overlaps it)"));
         continue;
       }
       kept.push_back(std::move(x));

@@ -273,6 +273,46 @@ TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
   EXPECT_EQ(a.records.size(), 2u);  // the wider one and the new exact one
 }
 
+// A failed window also revokes the variant's narrower records that overlap
+// it: records [1, 100] and [101, 700] approve [1, 700] together (as parts),
+// so a failure of [1, 700] left the T it failed at approved. A record of
+// another H, another source, or one only touching the window's T range
+// from another group, stays. (Found by an adversarial pass.)
+TEST(ApprovalPolicy, AFailureRevokesTheNarrowerRecordsItOverlaps) {
+  const auto t = kernels::load_route_table(test::kSmallTable);
+  kernels::Route whole = t.routes[1];  // bwd det H=64 bf16 plain, bwd_det_chunked
+  whole.t_hi = 700;
+  const GateResult r = one_failed_window(whole);
+  auto part = [&](int64_t lo, int64_t hi) {
+    kernels::Approval x = wide_record("bwd_det_chunked", "cpu-model");
+    x.source_sha256 = std::string(whole.variant->source_sha256);
+    x.t_lo = lo;
+    x.t_hi = hi;
+    return x;
+  };
+  kernels::Approval other_h = part(1, 300);  // the table's bwd det H=256 w=fp32 window
+  other_h.H = 256;
+  other_h.w = normgate::WDtype::fp32;
+  kernels::Approval other_src = part(1, 100);
+  other_src.source_sha256 = std::string(64, 'e');
+  kernels::Approvals a;
+  a.records = {part(1, 100), part(101, 700), other_h, other_src};
+  const auto changes = update_approvals(a, r, t.routes);
+  ASSERT_EQ(a.records.size(), 2u);
+  EXPECT_EQ(a.records[0].H + a.records[1].H, 64 + 256);  // other_h and other_src
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=1..100 -> bwd_det_chunked "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..700, which overlaps it)");
+  EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=101..700 -> bwd_det_chunked "
+                        "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..700, which overlaps it)");
+  // A window the policy refused (no failure) leaves the narrower records.
+  GateResult refused = r;
+  refused.windows[0].pass = true;
+  a.records = {part(1, 100), part(101, 700)};
+  (void)update_approvals(a, refused, t.routes, {"below the policy minimum"});
+  EXPECT_EQ(a.records.size(), 2u);
+}
+
 // Contradictions are applied after every window of the run: a det window
 // that fails before a wider nondet window of the same deterministic variant
 // passes (one campaign's outputs in both modes) leaves no record of either.
