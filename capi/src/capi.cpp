@@ -1052,6 +1052,10 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     }
     g.before_case = [check_cancel](const ns::CaseId&, const std::vector<std::string>&) { check_cancel(); };
     g.after_case = [check_cancel](int64_t) { check_cancel(); };
+    // Held from before the first case to the approvals (registry.h): a
+    // re-registration from a progress callback or another thread would
+    // change the code under the names and identities being approved.
+    const nk::ExternalRegistrationsHeld held("a gate runs (normgate gate, ng_gate or normgate.gate)");
     const nv::GateResult res = nv::run_gate(g);
     nlohmann::json j = nv::gate_to_json(res);
     const std::string md = nv::format_gate_markdown(res);

@@ -750,6 +750,8 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
 }  // namespace
 
 GateResult run_gate(const GateOptions& opt) {
+  // No external (re-)registration while the gate runs (registry.h).
+  const kernels::ExternalRegistrationsHeld held("a gate runs (normgate gate, ng_gate or normgate.gate)");
   const GateInputs in = load_gate_inputs(opt);
   const seeds::SeedSet& seed_set = in.seed_set;
   const WindowFilter& filter = in.filter;

@@ -4,6 +4,9 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <algorithm>
+#include <iterator>
+#include <vector>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -187,12 +190,40 @@ bool variant_name_ok(std::string_view s) {
   return true;
 }
 
+namespace {
+// Why registrations are held (ExternalRegistrationsHeld), outermost first.
+std::mutex g_held_mu;
+std::vector<std::string> g_held;
+}  // namespace
+
+ExternalRegistrationsHeld::ExternalRegistrationsHeld(std::string why) : why_(std::move(why)) {
+  std::lock_guard<std::mutex> lock(g_held_mu);
+  g_held.push_back(why_);
+}
+
+ExternalRegistrationsHeld::~ExternalRegistrationsHeld() {
+  std::lock_guard<std::mutex> lock(g_held_mu);
+  const auto it = std::find(g_held.rbegin(), g_held.rend(), why_);
+  if (it != g_held.rend()) g_held.erase(std::next(it).base());
+}
+
 const Variant& add_external_variant(const ExternalVariantSpec& spec) {
   auto bad = [&spec](const std::string& what) {
     throw std::invalid_argument("external variant '" + spec.name + "': " + what);
   };
+  {
+    std::lock_guard<std::mutex> lock(g_held_mu);
+    if (!g_held.empty())
+      bad("not registered: " + g_held.front() + " in this process, and a registration now would change the code "
+          "it runs and approves under names and identities its journal already holds (register before it starts)");
+  }
   if (!variant_name_ok(spec.name))
     bad("bad name (1 to 64 characters of A-Z a-z 0-9 _ . + -)");
+  // Names the CLI reads otherwise: `--variant all` (every implementation), an
+  // option ("-x"), and the negative controls' prefix (ctl_: built to fail).
+  if (spec.name == "all") bad("the name 'all' is reserved (check --variant all runs every implementation)");
+  if (spec.name[0] == '-') bad("a name may not start with '-' (it would read as an option)");
+  if (spec.name.rfind("ctl_", 0) == 0) bad("names starting with 'ctl_' are the negative controls' (built to fail)");
   if (spec.op != Op::fwd && spec.op != Op::bwd) bad("bad op " + std::to_string(static_cast<int>(spec.op)));
   if (spec.mode != Mode::det && spec.mode != Mode::nondet)
     bad("bad mode " + std::to_string(static_cast<int>(spec.mode)));

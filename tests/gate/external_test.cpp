@@ -140,6 +140,42 @@ TEST(External, BadFieldsAndClashesThrowNamingThem) {
   x.origin = "plugin /tmp/libother.so";
   expect_throw(x, "another origin");
   EXPECT_EQ(kernels::find_variant("ext_bad"), nullptr);  // nothing half-registered
+  // Names the CLI reads otherwise.
+  expect_throw(model_impl("all", "fwd_rowwise", "bwd_det_chunked"), "the name 'all' is reserved");
+  expect_throw(model_impl("-x", "fwd_rowwise", "bwd_det_chunked"), "may not start with '-'");
+  expect_throw(model_impl("ctl_mine", "fwd_rowwise", "bwd_det_chunked"), "'ctl_' are the negative controls'");
+}
+
+// A registration while a gate runs (from its progress callback here; another
+// thread alike) is refused: it would swap the code the gate runs under the
+// name and source hash its journal and approvals hold. Before, the gate
+// approved a source hash that never ran. After the gate, it registers again.
+TEST(External, NoRegistrationWhileAGateRuns) {
+  ExternalImpl x = model_impl("ext_held", "fwd_rowwise", "bwd_det_chunked");
+  register_external(x);
+  const std::string d = temp_dir("held");
+  GateOptions o = small_opts(write_table(d, "ext_held"));
+  int tries = 0;
+  std::string why;
+  o.progress = [&](const GateProgress&) {
+    if (tries++ > 0) return;
+    ExternalImpl y = x;
+    y.source_sha256 = std::string(64, 'c');
+    try {
+      register_external(y);
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+    }
+  };
+  const GateResult r = run_gate(o);
+  EXPECT_GT(tries, 0);
+  EXPECT_NE(why.find("external variant 'ext_held': not registered: a gate runs"), std::string::npos) << why;
+  ASSERT_EQ(r.windows.size(), 1u);
+  EXPECT_EQ(std::string(kernels::variant("ext_held").source_sha256), x.source_sha256);
+  ExternalImpl y = x;
+  y.source_sha256 = std::string(64, 'c');
+  EXPECT_NO_THROW(register_external(y));  // the gate is over
+  EXPECT_EQ(std::string(kernels::variant("ext_held").source_sha256), std::string(64, 'c'));
 }
 
 TEST(External, RunPoisonsAndReportsWhatWasNotProduced) {

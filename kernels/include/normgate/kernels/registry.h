@@ -216,7 +216,28 @@ struct ExternalVariantSpec {
 /// mode nondet (one forward serves both modes: it must be deterministic).
 /// A re-registration may change op, mode and masks: a DispatchCache built
 /// before re-checks every pick against the entry as it is now (serve_gap).
+/// Also refused (std::invalid_argument): the names "all" (`check --variant
+/// all`), any starting with '-' (read as an option) or "ctl_" (the negative
+/// controls'), and any registration while an ExternalRegistrationsHeld
+/// lives (a gate runs).
 const Variant& add_external_variant(const ExternalVariantSpec& spec);
+
+/// While one of these lives, add_external_variant refuses every call,
+/// naming `why`: a gate holds one from its first case to its approvals
+/// (validators::run_gate, ng_gate, `normgate gate`), since a registration
+/// then would change the code it runs under a name and identity its
+/// journal and approvals already hold (found by an adversarial pass: an
+/// approval keyed to a source hash that never ran). Nests; thread-safe.
+class ExternalRegistrationsHeld {
+ public:
+  explicit ExternalRegistrationsHeld(std::string why);
+  ~ExternalRegistrationsHeld();
+  ExternalRegistrationsHeld(const ExternalRegistrationsHeld&) = delete;
+  ExternalRegistrationsHeld& operator=(const ExternalRegistrationsHeld&) = delete;
+
+ private:
+  std::string why_;
+};
 
 /// Whether `name` has a variant name's form: 1 to 64 characters of
 /// A-Z a-z 0-9 _ . + - (what add_external_variant accepts; every built-in
