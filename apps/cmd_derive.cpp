@@ -1067,9 +1067,16 @@ void add_derive(CLI::App& app, Commands& cmds) {
                           {o->report + ".md", md},
                           {o->report + ".json", json_text(jr)}});
       if (unapproved == 0)
-        std::printf("table    %s: %zu windows, every route with a current approval\nreport   %s.md, %s.json\n",
-                    printable_line(o->out).c_str(), ws.size(), printable_line(o->report).c_str(),
-                    printable_line(o->report).c_str());
+        // With --backend cpu the approvals counted are the CPU models', which
+        // the dispatcher does not accept by default: said, so that "every
+        // route approved" is not read as a table the library will serve.
+        std::printf("table    %s: %zu windows, every route with a current approval%s\nreport   %s.md, %s.json\n",
+                    printable_line(o->out).c_str(), ws.size(),
+                    cpu_gate ? " (cpu-model approvals, counted because --backend is cpu: the dispatcher refuses "
+                               "them unless it accepts cpu-model ones, NORMGATE_DISPATCH=accept-cpu-model; "
+                               "`normgate routes --accept-cpu-model` lists them so)"
+                             : "",
+                    printable_line(o->report).c_str(), printable_line(o->report).c_str());
       else if (gate_error)
         // The gate stopped on cases that could not run: the advice to gate
         // again with --approve is what this run just did.

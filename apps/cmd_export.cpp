@@ -129,11 +129,14 @@ void add_export(CLI::App& app, Commands& cmds) {
         // the forward's name (as the gate report and `plot` name it).
         const bool fwd = e.prov.window.rfind("fwd ", 0) == 0;
         const std::string who = fwd ? e.prov.fwd + " (via " + e.prov.impl + ")" : e.prov.impl;
-        char ratios[64];
+        // A backward pair lists every output its window gates: a "fail"
+        // from y alone (a biased y) read as a fail beside passing dw and dx.
+        char ratios[128];
         if (fwd)
           std::snprintf(ratios, sizeof ratios, "y %.3g rstd %.3g", e.max_ratio[0], e.max_ratio[1]);
         else
-          std::snprintf(ratios, sizeof ratios, "dw %.3g dx %.3g", e.max_ratio[3], e.max_ratio[2]);
+          std::snprintf(ratios, sizeof ratios, "y %.3g rstd %.3g dx %.3g dw %.3g", e.max_ratio[0], e.max_ratio[1],
+                        e.max_ratio[2], e.max_ratio[3]);
         // The report's strings escaped: one line each.
         std::printf("  %04zu %-12s %-20s %s  %s%s\n", i, printable_line(e.prov.verdict).c_str(),
                     printable_line(who).c_str(), ratios, printable_line(e.prov.case_id).c_str(),

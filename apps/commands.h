@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "normgate/gate/gate.h"
 #include "normgate/gate/host_memory.h"
 #include "normgate/seeds/case_id.h"
 
@@ -46,12 +47,8 @@ void add_inspect(CLI::App& app, Commands& cmds);
 void add_export(CLI::App& app, Commands& cmds);
 void add_plot(CLI::App& app, Commands& cmds);
 
-/// Upper limit of the gate's campaign counts (--t-per-window, --dense-points,
-/// --fresh-factor of gate and derive): about a million T points or seed
-/// multiples per window, each at least one case: more than any campaign can
-/// run (`gate --plan` sizes one), and far from the int and int64 arithmetic
-/// that counts them.
-inline constexpr int kMaxCampaignCount = 1 << 20;
+/// Upper limit of the gate's campaign counts (gate.h, the library's).
+inline constexpr int kMaxCampaignCount = validators::kMaxCampaignCount;
 
 /// Throws std::invalid_argument (exit 2) before any work, naming `option`
 /// and `path`, when `path` cannot be written: its folder does not exist or

@@ -957,8 +957,12 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     g.dense_points = o->dense_points;
     g.dense_step = o->dense_step;
     g.dense_all_seeds = o->dense_all_seeds != 0;
-    if (o->retry_errors != 0 && o->retry_errors != 1)
-      bad("retry_errors = " + std::to_string(o->retry_errors) + " is not 0 or 1");
+    // Flags are 0 or 1: any other value is a caller's mistake (a garbage or
+    // uninitialised field), not "true".
+    for (const auto& [v, name] : {std::pair{static_cast<int64_t>(o->retry_errors), "retry_errors"},
+                                  std::pair{static_cast<int64_t>(o->approve), "approve"},
+                                  std::pair{static_cast<int64_t>(o->dense_all_seeds), "dense_all_seeds"}})
+      if (v != 0 && v != 1) bad(std::string(name) + " = " + std::to_string(v) + " is not 0 or 1");
     if (o->retry_errors && (o->journal == nullptr || o->journal[0] == '\0'))
       bad("retry_errors = 1 needs a journal (the errors to retry are journalled ones)");
     g.retry_errors = o->retry_errors != 0;

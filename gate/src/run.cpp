@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gate_internal.h"
+#include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/gate/journal.h"
@@ -726,6 +727,14 @@ void merge_shards(const GateOptions& opt, const nlohmann::json& campaign, const 
         });
       } catch (const JournalError&) {
         throw;  // another format or key: the journal itself may be fine
+      } catch (const core::MultilineError& e) {
+        // Another campaign's journal (its differing fields, one a line): the
+        // lines kept, the resume advice (about --journal) replaced by the
+        // merge's.
+        std::string m = e.what();
+        if (const size_t at = m.find("\nresume with"); at != std::string::npos) m.resize(at);
+        throw core::MultilineError(m + "\nmerge the shard journals of this campaign only (the same table and "
+                                       "options as this run), or run that shard again into a new journal file");
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string(e.what()) +
                                     "; a shard journal that fails its checks cannot be merged: run that shard again "

@@ -33,6 +33,18 @@ void check_options(const GateOptions& o) {
   if (o.dense_points < 0) throw std::invalid_argument("--dense-points " + std::to_string(o.dense_points) + " < 0");
   if (o.dense_step < 1) throw std::invalid_argument("--dense-step " + std::to_string(o.dense_step) + " < 1");
   if (o.fresh_factor < 0) throw std::invalid_argument("--fresh-factor " + std::to_string(o.fresh_factor) + " < 0");
+  // The upper bounds the CLI's options check, for every caller (ng_gate
+  // took 2^31-1 and failed for memory after the grid had run).
+  const std::string most = " > " + std::to_string(kMaxCampaignCount) + " (more than any campaign can run)";
+  if (o.t_per_window > kMaxCampaignCount)
+    throw std::invalid_argument("--t-per-window " + std::to_string(o.t_per_window) + most);
+  if (o.dense_points > kMaxCampaignCount)
+    throw std::invalid_argument("--dense-points " + std::to_string(o.dense_points) + most);
+  if (o.fresh_factor > kMaxCampaignCount)
+    throw std::invalid_argument("--fresh-factor " + std::to_string(o.fresh_factor) + most);
+  if (o.dense_step > seeds::kMaxT)
+    throw std::invalid_argument("--dense-step " + std::to_string(o.dense_step) + " > " + std::to_string(seeds::kMaxT) +
+                                " (the largest T)");
   if (o.shard_count != 0 || o.shard_index != 0) {
     const std::string k = std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count);
     (void)parse_shard(k);  // 1 <= K <= N

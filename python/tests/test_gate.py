@@ -417,6 +417,37 @@ def test_a_window_that_cannot_fit_in_host_memory_is_refused_before_any_work(tmp_
     assert os.listdir(out) == []
 
 
+def test_ng_gate_refuses_counts_and_flags_out_of_range_before_any_work(tmp_path):
+    # The C ABI itself (Python's gate() checks its own arguments first): the
+    # CLI's upper bounds and flags of 0 or 1 only. Before, ng_gate took
+    # fresh_factor 2^31-1 and failed for memory after running the grid, and
+    # read approve = 2 as true.
+    import ctypes
+    import importlib
+    G = importlib.import_module("normgate.gate")  # the module (normgate.gate is also the function)
+    L = G._L()
+    table = tmp_path / "t.toml"
+    table.write_text('arch = "sm90a"\nroute = [\n  { op = "fwd", H = 64, w = "bf16", form = "plain", '
+                     'T = [1, 8], variant = "fwd_rowwise" },\n]\n')
+    journal = tmp_path / "j.jsonl"
+    for field, value, words in (("fresh_factor", 2**31 - 1, "--fresh-factor 2147483647 > 1048576"),
+                                ("t_per_window", 2**31 - 1, "--t-per-window 2147483647 > 1048576"),
+                                ("dense_points", 1 << 21, "--dense-points 2097152 > 1048576"),
+                                ("dense_step", 1 << 62, "--dense-step 4611686018427387904 > 2147483648"),
+                                ("approve", 2, "approve = 2 is not 0 or 1"),
+                                ("dense_all_seeds", 7, "dense_all_seeds = 7 is not 0 or 1")):
+        o = G._GateOptions()
+        L.ng_gate_options_init(ctypes.byref(o))
+        o.table, o.seeds, o.backend, o.journal = bytes(table), b"3x1", b"cpu", bytes(journal)
+        setattr(o, field, value)
+        out = G._vp()
+        rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
+        assert rc == 2 and not out.value, (field, rc)
+        err = (L.ng_last_error() or b"").decode()
+        assert words in err, (field, err)
+        assert not journal.exists(), field
+
+
 def test_broken_return_value_stops_the_gate_with_its_error(tmp_path):
     impl = normgate.Implementation("py_badtype", lambda g: {"dw": torch.zeros(64, dtype=torch.float64)},
                                    source_sha256="cd" * 32, device="cpu")

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <set>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -311,6 +312,15 @@ TEST_F(ReproFromReport, ExportTakesEveryOutputsWorstCase) {
   EXPECT_TRUE(contains(r.out, "export   " + std::to_string(ids.size()) + " (case, implementation) pairs")) << r.out;
   for (const auto& id : ids) EXPECT_TRUE(contains(r.out, "  " + id + "  [window")) << id << "\n" << r.out;
   EXPECT_TRUE(contains(r.out, "  " + w["outputs"]["dw"]["worst_case"].get<std::string>())) << r.out;
+  // Each backward pair lists the four outputs its window gates, y first (a
+  // y-only failure read as a fail beside passing dw and dx).
+  for (const auto& id : ids) {
+    const size_t at = r.out.find("  " + id + "  [window");
+    ASSERT_NE(at, std::string::npos) << id;
+    const std::string line = r.out.substr(r.out.rfind('\n', at) + 1, at - r.out.rfind('\n', at) - 1);
+    EXPECT_TRUE(std::regex_search(line, std::regex(" y [0-9.e+-]+ rstd [0-9.e+-]+ dx [0-9.e+-]+ dw [0-9.e+-]+$")))
+        << line;
+  }
   const CliRun one = run("export " + rep + " -o " + out + " --backend cpu --threads 1 --keep 1");
   ASSERT_EQ(one.code, 0) << one.out;
   EXPECT_TRUE(contains(one.out, "export   1 (case, implementation) pairs")) << one.out;

@@ -86,6 +86,12 @@ TEST(ShardCli, MergedShardsWriteTheUnshardedReports) {
           "/s3.jsonl --journal " + dir + "/m.jsonl");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "belongs to a different campaign")) << r.out;
+  // Its differing fields one a line (not \x0a escapes), and the merge's
+  // advice, not the resume's (--journal, journal= in Python).
+  EXPECT_TRUE(contains(r.out, "differing fields:\n  dense_step: journal 64, this run 32\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nmerge the shard journals of this campaign only")) << r.out;
+  EXPECT_FALSE(contains(r.out, "\\x0a")) << r.out;
+  EXPECT_FALSE(contains(r.out, "journal= in Python")) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl")) << "a refused merge left its journal";
   r = cli("gate " + kSmall + kFast + " --quiet --merge " + dir + "/s1.jsonl " + dir + "/s1.jsonl --journal " + dir +
           "/m.jsonl");

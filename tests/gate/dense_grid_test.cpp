@@ -1,8 +1,10 @@
 // tests/gate/dense_grid_test.cpp: the dense grid at the limits of its
-// options (run_gate called directly, as derive and the C++ API do, without
-// the CLI's range checks): dense_points = INT_MAX ended only by overflow (an
-// int loop to INT_MAX) and dense_step near INT64_MAX overflowed k * step,
-// putting dense T two rows from the worst T.
+// options (run_gate called directly, as derive and the C++ API do):
+// dense_points = INT_MAX ended only by overflow (an int loop to INT_MAX) and
+// dense_step near INT64_MAX overflowed k * step, putting dense T two rows
+// from the worst T. Since the library checks the CLI's ranges itself
+// (kMaxCampaignCount, seeds::kMaxT), those values are refused; the largest
+// accepted ones end and keep every dense T inside the window.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "normgate/gate/gate.h"
+#include "normgate/seeds/case_id.h"
 #include "gate/gate_test_util.h"
 
 namespace {
@@ -78,9 +81,22 @@ Dense dense_of(const GateOptions& o, int seconds) {
   return d;
 }
 
-TEST(GateDenseGrid, IntMaxPointsEndAndKeepEveryStepInsideTheWindow) {
-  const Dense d = dense_of(one_window(INT_MAX, 64), 60);
-  ASSERT_TRUE(d.finished) << "run_gate with dense_points = INT_MAX did not end within 60 s";
+TEST(GateDenseGrid, OutOfRangeCountsAreRefusedBeforeAnyWork) {
+  for (const auto& [o, words] :
+       {std::pair{one_window(INT_MAX, 64), std::string("--dense-points 2147483647 > 1048576")},
+        std::pair{one_window(2, INT64_MAX), std::string("--dense-step 9223372036854775807 > 2147483648")}}) {
+    try {
+      (void)run_gate(o);
+      ADD_FAILURE() << "no refusal: " << words;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GateDenseGrid, MostPointsEndAndKeepEveryStepInsideTheWindow) {
+  const Dense d = dense_of(one_window(kMaxCampaignCount, 64), 60);
+  ASSERT_TRUE(d.finished) << "run_gate with dense_points = kMaxCampaignCount did not end within 60 s";
   ASSERT_GE(d.center, 1);
   // Exactly the T = center + k * 64 (k != 0) inside 1..300, in run order
   // (k from -kmax up).
@@ -90,12 +106,13 @@ TEST(GateDenseGrid, IntMaxPointsEndAndKeepEveryStepInsideTheWindow) {
   EXPECT_EQ(d.t, want);
 }
 
-TEST(GateDenseGrid, StepNearInt64MaxLandsNowhere) {
-  const Dense d = dense_of(one_window(2, INT64_MAX), 60);
+TEST(GateDenseGrid, TheLargestStepLandsNowhere) {
+  const Dense d = dense_of(one_window(kMaxCampaignCount, normgate::seeds::kMaxT), 60);
   ASSERT_TRUE(d.finished);
   ASSERT_GE(d.center, 1);
-  // No step of ~9.2e18 rows lands inside T = 1..300 (2 * INT64_MAX wrapped to
-  // -2 and put T = center -+ 2 into the grid).
+  // No step of 2^31 rows lands inside T = 1..300 (2^20 of them: no product
+  // overflows; near INT64_MAX, 2 * step wrapped to -2 and put T = center -+ 2
+  // into the grid).
   EXPECT_TRUE(d.t.empty()) << "dense T " << (d.t.empty() ? 0 : d.t.front()) << " around " << d.center;
 }
 

@@ -632,7 +632,7 @@ typedef void (*ng_gate_progress_fn)(void* user, const ng_gate_progress* p);
  * differs; NULL strings mean "none" or the default given. 120 bytes. */
 typedef struct ng_gate_options {
   uint32_t struct_size;
-  int32_t approve;          /* 1: write approvals beside the table (needs its policy, checked first) */
+  int32_t approve;          /* 1: write approvals beside the table (needs its policy, checked first); 0 or 1 */
   const char* table;        /* route table (TOML), required */
   const char* seeds;        /* seed set, NULL: "5x120" (the default families) */
   const char* windows;      /* window filter (gate --windows), NULL: every window */
@@ -640,15 +640,15 @@ typedef struct ng_gate_options {
   const char* report_md;    /* Markdown report path, NULL: none (written atomically) */
   const char* report_json;  /* JSON report path, NULL: none (written atomically) */
   const char* backend;      /* "auto" (NULL), "cpu", "gpu": where built-in variants run */
-  int32_t t_per_window;     /* T points per window, >= 2 (default 8) */
-  int32_t dense_points;     /* dense-grid points each side of the worst T, >= 0 (default 16; 0: none) */
-  int64_t dense_step;       /* dense-grid spacing in rows, >= 1 (default 64) */
-  int32_t fresh_factor;     /* fresh seeds = factor x seeds per family, >= 0 (default 2; 0: none) */
+  int32_t t_per_window;     /* T points per window, 2..2^20 (default 8) */
+  int32_t dense_points;     /* dense-grid points each side of the worst T, 0..2^20 (default 16; 0: none) */
+  int64_t dense_step;       /* dense-grid spacing in rows, 1..2^31 (default 64) */
+  int32_t fresh_factor;     /* fresh seeds = factor x seeds per family, 0..2^20 (default 2; 0: none) */
   int32_t threads;          /* OpenMP threads, 0: default; <= NG_MAX_THREADS */
   ng_gate_progress_fn progress; /* NULL: none */
   void* progress_user;
   const volatile int32_t* cancel; /* NULL, or a flag: non-zero stops the gate at the next case boundary */
-  int32_t dense_all_seeds;  /* 1: the dense grid runs every (family, seed) */
+  int32_t dense_all_seeds;  /* 1: the dense grid runs every (family, seed); 0 or 1 (another value: NG_EINVAL) */
   int32_t retry_errors;     /* 1: cases the journal holds only as errors run again (gate --retry-errors;
                                needs journal); 0: a journalled error stays the case's outcome */
 } ng_gate_options;

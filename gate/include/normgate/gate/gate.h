@@ -153,6 +153,14 @@ struct GateProgress {
   std::string worst_output;    ///< its output: "y", "rstd", "dx" or "dw" ("" before the first)
 };
 
+/// Upper limit of the gate's campaign counts (t_per_window, dense_points,
+/// fresh_factor; `--t-per-window`, `--dense-points`, `--fresh-factor` of
+/// gate and derive, and ng_gate's fields): about a million T points or seed
+/// multiples per window, each at least one case: more than any campaign can
+/// run (`gate --plan` sizes one), and far from the int and int64 arithmetic
+/// that counts them. check_options (every entry point) refuses more.
+inline constexpr int kMaxCampaignCount = 1 << 20;
+
 /// What to gate and how.
 struct GateOptions {
   std::string table_path;              ///< route table (TOML)
