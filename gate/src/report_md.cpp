@@ -134,6 +134,16 @@ std::string joined(const std::vector<std::string>& v) {
 
 namespace {
 
+// Where flat element `index` of output k (kOut order) lies: " (row R, col
+// C)" for y and dx ([rows, H], rows = T, or T x heads for the per-head
+// views), " (row R)" for rstd, " (col C)" for dw; "" for no element.
+std::string element_place(int k, int64_t index, int64_t H) {
+  if (index < 0 || H < 1) return "";
+  if (k == 1) return " (row " + std::to_string(index) + ")";
+  if (k == 3) return " (col " + std::to_string(index) + ")";
+  return " (row " + std::to_string(index / H) + ", col " + std::to_string(index % H) + ")";
+}
+
 // How to run a failing window's worst case again. A built-in variant (or
 // the default forward, through a backward variant that computes it) with
 // `normgate check`; a plugin's with its library loaded (--plugin); a
@@ -465,7 +475,8 @@ std::string format_gate_markdown(const GateResult& r) {
         if (a.cases_over == 0 && a.max_ratio <= 1) continue;
         o << "  - " << kOut[k] << " does not pass (over budget, or not certified) in " << a.cases_over << " of "
           << w.cases
-          << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index << " of "
+          << " cases; worst err/tol " << ratio_cell(a.max_ratio) << " at element " << a.worst_index
+          << element_place(k, a.worst_index, w.route.H) << " of "
           << a.worst_case << " (an ideal kernel on the FP32 rstd would have " << ratio_cell(a.forced)
           << "); " << rerun_hint(r, w, a.worst_case) << "\n";
       }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <string>
 
 #include "cli_util.h"
@@ -112,6 +113,14 @@ TEST(PluginCli, AFailingPluginWindowsRerunLineLoadsThePlugin) {
   const size_t c0 = at + hint.size(), c1 = report.find(' ', c0);
   const std::string worst = report.substr(c0, c1 - c0);
   EXPECT_EQ(report.substr(c1, 17), " --variant tp_ok\n") << report.substr(at, 300);
+  // The worst element named by its row and column too (H = 64).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(report, m, std::regex("y does not pass [^\n]* at element ([0-9]+) \\(row ([0-9]+), "
+                                                      "col ([0-9]+)\\) of ")))
+      << report;
+  const long long idx = std::stoll(m[1]);
+  EXPECT_EQ(std::stoll(m[2]), idx / 64);
+  EXPECT_EQ(std::stoll(m[3]), idx % 64);
   // The command it gives runs, and fails that case as the gate did.
   const auto again = run_normgate("check --plugin " + lib + " --case " + worst + " --variant tp_ok --backend cpu");
   EXPECT_EQ(again.code, 1) << again.out;
