@@ -3,6 +3,7 @@
 // target, policy.h), or the dispatcher's pick for a call (--pick).
 #include "commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -272,9 +273,16 @@ void add_routes(CLI::App& app, Commands& cmds) {
         auto verdict = [&cite](const std::vector<std::string>& miss) {
           return miss.empty() ? std::string("met") : "NOT met (" + cite(miss) + ")";
         };
-        int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0;
+        int current = 0, meet_min = 0, meet_target = 0, refused = 0, cpu_only = 0, no_h_new = 0;
         for (const auto& r : d.table().routes) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
+          // A current form res approval resting on a record whose gate did
+          // not check h_new (Approval::h_new_gated; any part of it).
+          if (s.state == kernels::ApprovalState::current && s.record) {
+            std::vector<const kernels::Approval*> recs = s.parts;
+            if (recs.empty()) recs.push_back(s.record);
+            no_h_new += std::any_of(recs.begin(), recs.end(), [](const kernels::Approval* x) { return !x->h_new_gated(); });
+          }
           std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), printable_line(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];
@@ -311,6 +319,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
           std::printf("strength  of %d current approval%s: %s the policy minimum, %s\n", current,
                       current == 1 ? "" : "s", meet(meet_min).c_str(),
                       policy->target ? (meet(meet_target) + " the target").c_str() : "no target");
+        if (no_h_new)
+          std::printf("h_new     %d current form res approval%s rest%s on a gate that did not check h_new (made before "
+                      "it was gated): `gate --base` gates %s again (docs/schemas.md, Approvals)\n",
+                      no_h_new, no_h_new == 1 ? "" : "s", no_h_new == 1 ? "s" : "", no_h_new == 1 ? "its window" : "their windows");
         // Invalid records approve nothing; a file holding one was damaged or
         // written by something other than normgate: exit 1 (README).
         for (const auto& x : d.approvals().records)

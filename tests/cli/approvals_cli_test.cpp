@@ -570,6 +570,9 @@ TEST(GateBaseCli, ResApprovalsRecordHNewAndOlderOnesAreGatedAgain) {
   const CliRun routes = cli("routes " + t + " --accept-cpu-model");
   EXPECT_EQ(routes.code, 0) << routes.out;
   EXPECT_EQ(occurrences(routes.out, "h_new not checked by that gate"), 1u) << routes.out;
+  EXPECT_TRUE(contains(routes.out, "\nh_new     1 current form res approval rests on a gate that did not check "
+                                   "h_new"))
+      << routes.out;
   const CliRun again = cli("gate " + t + " --base " + t + kFast);
   EXPECT_EQ(again.code, 0) << again.out;
   EXPECT_TRUE(contains(again.out, "windows  1 gated, 1 skipped (unchanged vs base)")) << again.out;
