@@ -1072,9 +1072,10 @@ void add_derive(CLI::App& app, Commands& cmds) {
         // route approved" is not read as a table the library will serve.
         std::printf("table    %s: %zu windows, every route with a current approval%s\nreport   %s.md, %s.json\n",
                     printable_line(o->out).c_str(), ws.size(),
-                    cpu_gate ? " (cpu-model approvals, counted because --backend is cpu: the dispatcher refuses "
-                               "them unless it accepts cpu-model ones, NORMGATE_DISPATCH=accept-cpu-model; "
-                               "`normgate routes --accept-cpu-model` lists them so)"
+                    cpu_gate ? " (cpu-model approvals, counted because this derive gates on the CPU models: "
+                               "the dispatcher refuses them unless it accepts cpu-model ones, "
+                               "NORMGATE_DISPATCH=accept-cpu-model; `normgate routes --accept-cpu-model` lists them "
+                               "so)"
                              : "",
                     printable_line(o->report).c_str(), printable_line(o->report).c_str());
       else if (gate_error)

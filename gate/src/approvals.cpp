@@ -160,17 +160,22 @@ std::vector<std::string> update_approvals(kernels::Approvals& a, const GateResul
     // depend on the mode, so its records of both modes go (the det record
     // answers for the nondet window, and a failure in either mode is one of
     // the same outputs).
-    // A failure also contradicts a narrower or overlapping record: records
-    // that together cover a window approve it as parts (routing.h,
-    // ApprovalStatus::parts), so a failed window [1, 16] left records [1, 8]
-    // and [9, 16] approving the T it failed at. The failing T are somewhere
-    // in the window, so every record of the variant and source sharing a T
-    // with it goes (a re-gate of a narrower window brings back what holds).
-    // A window the policy refused (no failure) contradicts only the records
-    // that contain it, as before.
+    // A failure also contradicts a narrower or overlapping record that
+    // holds a failing case's T: records that together cover a window
+    // approve it as parts (routing.h, ApprovalStatus::parts), so a failed
+    // window [1, 16] left records [1, 8] and [9, 16] approving the T it
+    // failed at. A record sharing only passing T with the window stays (the
+    // gate found its T good). Without the failing T (a control window) every
+    // overlapping record goes. A window the policy refused (no failure)
+    // contradicts only the records that contain it.
     const bool det_variant = w.route.op == kernels::Op::bwd && w.route.variant->mode == kernels::Mode::det;
+    auto holds_failed_t = [&](const kernels::Approval& x) {
+      const auto it = std::lower_bound(w.failed_t.begin(), w.failed_t.end(), x.t_lo);
+      return it != w.failed_t.end() && *it <= x.t_hi;
+    };
     auto hits = [&](const kernels::Approval& x, const kernels::Route& route) {
-      return fails ? x.overlaps(route) : x.contains(route);
+      if (!fails || x.contains(route)) return x.contains(route);
+      return x.overlaps(route) && (w.failed_t.empty() || holds_failed_t(x));
     };
     auto contradicted = [&](const kernels::Approval& x) {
       if (hits(x, w.route)) return true;

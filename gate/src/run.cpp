@@ -522,6 +522,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   wr.fresh_family = w.fresh_family;
   wr.fresh_t = w.fresh_t;
   std::set<std::string> seen;
+  std::set<int64_t> failed_t;  // -> wr.failed_t
   std::vector<double> medians;
   bool any_dw_vs = false;
   wr.dw_vs_fp32_worst = kNaN;
@@ -560,6 +561,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
         }
         if (first) {
           ++wr.errors;
+          failed_t.insert(c.T);
           if (Store::nondeterministic(err, w.impl)) ++wr.nondeterministic;
           if (wr.error_samples.size() < 3)
             wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
@@ -601,6 +603,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
         for (int k = 0; k < ng; ++k)
           failed = failed || r->out[k].over > 0 || !r->out[k].pass || !(r->out[k].ratio <= 1.0);
         it->failed += failed;
+        if (failed) failed_t.insert(c.T);
       }
       if (!w.fwd && first) {
         if (!std::isnan(r->dw_vs_fp32_worst) && (!any_dw_vs || r->dw_vs_fp32_worst > wr.dw_vs_fp32_worst)) {
@@ -616,6 +619,7 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
   do_phase(w.dense, wr.dense);
   do_phase(w.fresh, wr.fresh);
   do_phase(w.others, wr.others);
+  wr.failed_t.assign(failed_t.begin(), failed_t.end());
   // Cases with a result or an error; a missing one (a shard's other cases,
   // an incomplete merge) is counted in wr.missing only.
   wr.cases = static_cast<int64_t>(seen.size()) - wr.missing;

@@ -211,12 +211,13 @@ const Variant& add_external_variant(const ExternalVariantSpec& spec) {
   auto bad = [&spec](const std::string& what) {
     throw std::invalid_argument("external variant '" + spec.name + "': " + what);
   };
-  {
-    std::lock_guard<std::mutex> lock(g_held_mu);
-    if (!g_held.empty())
-      bad("not registered: " + g_held.front() + " in this process, and a registration now would change the code "
-          "it runs and approves under names and identities its journal already holds (register before it starts)");
-  }
+  // Held for the whole registration, so that a gate cannot take its hold
+  // between this check and the write below (lock order: g_held_mu, then the
+  // store's mutex).
+  std::lock_guard<std::mutex> held_lock(g_held_mu);
+  if (!g_held.empty())
+    bad("not registered: " + g_held.front() + " in this process, and a registration now would change the code "
+        "it runs and approves under names and identities its journal already holds (register before it starts)");
   if (!variant_name_ok(spec.name))
     bad("bad name (1 to 64 characters of A-Z a-z 0-9 _ . + -)");
   // Names the CLI reads otherwise: `--variant all` (every implementation), an

@@ -274,10 +274,11 @@ TEST(ApprovalPolicy, FailureInsideAWiderApprovalRevokesIt) {
 }
 
 // A failed window also revokes the variant's narrower records that overlap
-// it: records [1, 100] and [101, 700] approve [1, 700] together (as parts),
-// so a failure of [1, 700] left the T it failed at approved. A record of
-// another H, another source, or one only touching the window's T range
-// from another group, stays. (Found by an adversarial pass.)
+// it where it failed: records [1, 100] and [101, 700] approve [1, 700]
+// together (as parts), so a failure of [1, 700] left the T it failed at
+// approved. Without the failing T (none recorded) every overlapping record
+// goes; a record of another H or another source stays. (Found by an
+// adversarial pass.)
 TEST(ApprovalPolicy, AFailureRevokesTheNarrowerRecordsItOverlaps) {
   const auto t = kernels::load_route_table(test::kSmallTable);
   kernels::Route whole = t.routes[1];  // bwd det H=64 bf16 plain, bwd_det_chunked
@@ -305,6 +306,17 @@ TEST(ApprovalPolicy, AFailureRevokesTheNarrowerRecordsItOverlaps) {
                         "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..700, which overlaps it)");
   EXPECT_EQ(changes[1], "revoked cpu-model approval of bwd det H=64 w=bf16 form=plain T=101..700 -> bwd_det_chunked "
                         "(the gate failed on bwd det H=64 w=bf16 form=plain T=1..700, which overlaps it)");
+  // With the failing cases' T known (650 here), only the record holding one
+  // goes: [1, 100] held only T the gate passed. (Found by a review: the
+  // first version revoked every overlapping record.)
+  GateResult at = r;
+  at.windows[0].failed_t = {650};
+  a.records = {part(1, 100), part(101, 700)};
+  const auto some = update_approvals(a, at, t.routes);
+  ASSERT_EQ(a.records.size(), 1u);
+  EXPECT_EQ(a.records[0].t_hi, 100);
+  ASSERT_EQ(some.size(), 1u);
+  EXPECT_NE(some[0].find("T=101..700 -> bwd_det_chunked (the gate failed on"), std::string::npos) << some[0];
   // A window the policy refused (no failure) leaves the narrower records.
   GateResult refused = r;
   refused.windows[0].pass = true;

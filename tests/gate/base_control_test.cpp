@@ -5,6 +5,8 @@
 // the reports (issue 35).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/gate/gate.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate/routing/routing.h"
 #include "util/approval_fixture.h"
 #include "gate/gate_test_util.h"
@@ -103,6 +106,19 @@ TEST(GateControl, AControlThatPassesIsFlagged) {
   const GateResult f = run_gate(o);
   ASSERT_EQ(f.windows.size(), 1u);
   EXPECT_FALSE(f.windows[0].pass);
+  // failed_t: the T of the failing cases, increasing, inside the window,
+  // one per failing T; the worst dw case's T among them (update_approvals
+  // revokes the records holding them).
+  const auto& ft = f.windows[0].failed_t;
+  ASSERT_FALSE(ft.empty());
+  EXPECT_TRUE(std::is_sorted(ft.begin(), ft.end()) && std::adjacent_find(ft.begin(), ft.end()) == ft.end());
+  EXPECT_GE(ft.front(), 1);
+  EXPECT_LE(ft.back(), 600);
+  const int64_t worst_t = normgate::seeds::parse_case(f.windows[0].out[3].worst_case).T;
+  EXPECT_TRUE(std::binary_search(ft.begin(), ft.end(), worst_t)) << worst_t;
+  int64_t failing = 0;
+  for (const auto& fam : f.windows[0].families) failing += fam.failed;
+  EXPECT_LE(static_cast<int64_t>(ft.size()), failing);
   EXPECT_EQ(gate_to_json(f)["windows"][0]["control_passed"], false);
   EXPECT_EQ(format_gate_markdown(f).find("WARNING: negative control"), std::string::npos);
   std::filesystem::remove_all(dir);

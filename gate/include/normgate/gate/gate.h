@@ -300,6 +300,11 @@ struct WindowResult {
     int64_t cases = 0, failed = 0;
   };
   std::vector<FamilyCount> families;
+  /// The T of every case that failed the window (an output over budget or
+  /// not certified, h_new not bit for bit or not checked) or threw, in
+  /// increasing order: where a failure contradicts approvals of narrower or
+  /// neighbouring windows (update_approvals). Not in the reports.
+  std::vector<int64_t> failed_t;
   /// Conditioning headroom (kappa_headroom(families)): the highest kappa of
   /// seeds::kKappaLevels whose cancel cases, and those of every lower level
   /// run, all pass; 0 when it fails at the lowest level, 1e2; -1 when not

@@ -276,8 +276,9 @@ struct Approval {
   /// False for a form res record whose gate did not check h_new (no
   /// max_err_tol "h_new": approvals made before h_new was gated). Such a
   /// record still approves its route (the built-in kernels' h_new is
-  /// checked bit for bit by the GPU tests), but `gate --base` gates its
-  /// window again, and `routes` and `approvals` say so. True otherwise.
+  /// checked bit for bit by the GPU tests; a plugin's or Python
+  /// implementation's h_new has no such check), but `gate --base` gates its
+  /// window again, and `routes` says so. True otherwise.
   bool h_new_gated() const { return form != Form::res || max_err_tol.count("h_new") > 0; }
   std::string worst_case;     ///< (worst_case) case id of the largest err/tol
   std::string date;           ///< (date) UTC, ISO 8601
