@@ -58,70 +58,30 @@ void add_export(CLI::App& app, Commands& cmds) {
         check_outputs({{"--output", o->out}}, inputs);
       }
       load_plugins(o->plugins);
-      std::string report_sha256;
-      const nlohmann::json j = read_report(o->report, &report_sha256);
-      const bool gate_report = j.is_object() && j.contains("windows");
-      const bool every = o->all || (o->keep == 0 && gate_report);
-      const auto items = validators::export_plan(j, o->keep == 0 ? 3 : o->keep, every);
-      if (items.empty())
-        throw std::invalid_argument("report '" + o->report +
-                                    "' names no worst case (no window or implementation with one): nothing to export");
-      // export re-runs every case: an implementation the report names but
-      // this process does not know (a Python one, a plugin not loaded) is
-      // refused before any case runs.
-      for (const auto& it : items)
-        if (kernels::find_variant(it.impl) == nullptr && it.impl != "fp32-baseline")
-          throw std::invalid_argument(
-              "the report's " + (it.window.empty() ? std::string("case ") + it.case_id : "window '" + it.window + "'") +
-              " ran '" + printable_line(it.impl) +
-              "', which this process does not know (no built-in variant, nor a loaded plugin's, has that name): "
-              "export re-runs each case, so an implementation of your own must be registered here (--plugin "
-              "LIB.so for a plugin; a Python one, gated with normgate.gate, is re-run from Python with "
-              "normgate.check)");
-      // Each case parsed, supported by its implementation and within host
-      // memory, all before the first case runs (a refusal after earlier
-      // cases ran wasted them, and an oversized one ended in bad_alloc).
-      // export holds one case at a time; with --full, every case's dx map
-      // too, until the file is written (checked over all cases below).
-      std::vector<seeds::CaseId> all;
-      for (const auto& it : items) {
-        const std::string where =
-            it.window.empty() ? std::string("the report's case ") + it.case_id
-                              : "the report's window '" + it.window + "' (case " + it.case_id + ")";
-        seeds::CaseId c;
-        try {
-          c = seeds::parse_case(it.case_id);
-        } catch (const std::invalid_argument& e) {
-          throw std::invalid_argument(where + ": " + e.what());
-        }
-        if (const std::string why = validators::unsupported_reason(it.impl, c); !why.empty())
-          throw std::invalid_argument(where + ": '" + printable_line(it.impl) + "' does not support it (" + why +
-                                      "), so export cannot re-run it");
-        try {
-          require_host_memory({c}, 1);
-        } catch (const std::invalid_argument& e) {
-          throw std::invalid_argument(where + ": " + e.what());
-        }
-        all.push_back(c);
-      }
-      if (o->full) require_host_memory(all, 1, MemoryExtra::full_dx_maps);
-      validators::ExportOptions eo;
-      eo.backend = validators::resolve_backend(validators::parse_backend(o->backend));
-      if (eo.backend == validators::Backend::cpu)
-        std::printf("note     no GPU in use: kernel variants run as their CPU models (recorded as backend cpu-model)\n");
-      if (j.is_object() && j.contains("backend") && j["backend"] == "gpu" && eo.backend != validators::Backend::gpu)
-        std::printf("note     the report ran on the GPU; these maps come from the CPU models\n");
-      eo.oracle = oracle::parse_oracle_mode(o->oracle);
-      eo.threads = o->threads;
-      eo.tile = o->tile;
-      eo.full = o->full;
-      eo.normgate_version = NORMGATE_VERSION;
-      eo.normgate_commit = NORMGATE_GIT_COMMIT;
-      std::printf("export   %zu (case, implementation) pairs from %s\n", items.size(), o->report.c_str());
-      const auto entries = [&] {
+      validators::ExportRequest req;
+      req.report = o->report;
+      req.out = o->out;
+      req.keep = o->keep;
+      req.all = o->all;
+      req.opt.backend = validators::parse_backend(o->backend);
+      req.opt.oracle = oracle::parse_oracle_mode(o->oracle);
+      req.opt.threads = o->threads;
+      req.opt.tile = o->tile;
+      req.opt.full = o->full;
+      req.opt.normgate_version = NORMGATE_VERSION;
+      req.opt.normgate_commit = NORMGATE_GIT_COMMIT;
+      // Checked, planned, run and written by the library (audit/export.h:
+      // export_report, which ng_export calls too); the plan is printed
+      // before the first case runs.
+      const validators::ExportRun run = [&] {
         const ExitGuard exit_guard("export");
-        return validators::export_maps(items, eo);
+        return validators::export_report(req, [&](const validators::ExportRun& plan) {
+          for (const auto& n : plan.notes) std::printf("note     %s\n", printable_line(n).c_str());
+          std::printf("export   %zu (case, implementation) pairs from %s\n", plan.items.size(), o->report.c_str());
+          std::fflush(stdout);
+        });
       }();
+      const auto& entries = run.entries;
       for (size_t i = 0; i < entries.size(); ++i) {
         const auto& e = entries[i];
         // A forward window's case re-runs through its carrier backward; the
@@ -142,7 +102,6 @@ void add_export(CLI::App& app, Commands& cmds) {
                     printable_line(who).c_str(), ratios, printable_line(e.prov.case_id).c_str(),
                     e.prov.window.empty() ? "" : ("  [window " + printable_line(e.prov.window) + "]").c_str());
       }
-      validators::write_maps_file(o->out, o->report, entries, report_sha256);
       std::printf("wrote    %s\n", printable_line(o->out).c_str());
       return 0;
     };

@@ -408,40 +408,9 @@ ExitGuard::ExitGuard(const char* what) {
 ExitGuard::~ExitGuard() { g_exit_guard.store(nullptr); }
 
 nlohmann::json read_report(const std::string& path, std::string* sha256) {
-  if (const std::string why = core::regular_file_problem(path); !why.empty())
-    throw std::invalid_argument("cannot read report '" + path + "': " + why);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
-  // The bytes once: what is parsed is what is hashed.
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
-  const std::string text = buf.str();
-  if (sha256) *sha256 = seeds::sha256_hex(text.data(), text.size());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // The Markdown report beside the JSON one is the likely mix-up.
-    std::ifstream again(path);
-    std::string first;
-    std::getline(again, first);
-    const bool markdown = first.rfind("#", 0) == 0 || (path.size() > 3 && path.compare(path.size() - 3, 3, ".md") == 0);
-    throw std::invalid_argument("report '" + path + "' is not JSON" +
-                                (markdown ? std::string(": it is a Markdown report; give the JSON one (gate "
-                                                        "--report-json, check --json)")
-                                          : ": " + std::string(e.what())));
-  }
-  int version = 0;
-  try {
-    version = validators::report_format_version(j);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("report '" + path + "': " + e.what());
-  }
-  if (version == 0)
-    std::printf("note     %s has no \"format\" field: a report written before normgate versioned its reports, "
-                "read as version 0 (the fields of version 1; docs/schemas.md)\n",
-                path.c_str());
+  std::vector<std::string> notes;
+  nlohmann::json j = validators::read_report_file(path, sha256, &notes);
+  for (const auto& n : notes) std::printf("note     %s\n", printable_line(n).c_str());
   return j;
 }
 

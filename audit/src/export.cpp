@@ -1,8 +1,13 @@
 // audit/src/export.cpp: a report's worst cases, re-run and mapped (export.h).
 #include "normgate/audit/export.h"
 #include "normgate/gate/gate.h"
+#include "normgate/gate/host_memory.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <cmath>
 #include <ctime>
@@ -12,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "normgate/core/doc_format.h"
+#include "normgate/core/file_target.h"
 #include "normgate/core/printable.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
+#include "normgate/seeds/generate.h"
 
 namespace normgate::validators {
 
@@ -398,6 +405,105 @@ std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const E
     out.push_back(std::move(e));
   }
   return out;
+}
+
+nlohmann::json read_report_file(const std::string& path, std::string* sha256, std::vector<std::string>* notes) {
+  if (const std::string why = core::regular_file_problem(path); !why.empty())
+    throw std::invalid_argument("cannot read report '" + path + "': " + why);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
+  // The bytes once: what is parsed is what is hashed.
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw std::invalid_argument("cannot read report '" + path + "': " + std::strerror(errno));
+  const std::string text = buf.str();
+  if (sha256) *sha256 = seeds::sha256_hex(text.data(), text.size());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    // The Markdown report beside the JSON one is the likely mix-up.
+    const bool markdown = text.rfind("#", 0) == 0 || (path.size() > 3 && path.compare(path.size() - 3, 3, ".md") == 0);
+    throw std::invalid_argument("report '" + path + "' is not JSON" +
+                                (markdown ? std::string(": it is a Markdown report; give the JSON one (gate "
+                                                        "--report-json, check --json)")
+                                          : ": " + std::string(e.what())));
+  }
+  int version = 0;
+  try {
+    version = report_format_version(j);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("report '" + path + "': " + e.what());
+  }
+  if (version == 0 && notes)
+    notes->push_back(path + " has no \"format\" field: a report written before normgate versioned its reports, "
+                     "read as version 0 (the fields of version 1; docs/schemas.md)");
+  return j;
+}
+
+ExportRun export_report(const ExportRequest& req, const std::function<void(const ExportRun&)>& on_plan) {
+  ExportRun run;
+  if (req.keep < 0 || req.keep > 1000)
+    throw std::invalid_argument("keep " + std::to_string(req.keep) + " is outside 1..1000 (0: the default)");
+  if (req.all && req.keep != 0)
+    throw std::invalid_argument("all and keep " + std::to_string(req.keep) + " exclude each other (all: every case)");
+  if (req.opt.tile < 1 || req.opt.tile > (int64_t{1} << 20))
+    throw std::invalid_argument("tile " + std::to_string(req.opt.tile) + " is outside 1..1048576");
+  if (req.out.empty()) throw std::invalid_argument("no output file given");
+  const nlohmann::json j = read_report_file(req.report, &run.report_sha256, &run.notes);
+  const bool gate_report = j.is_object() && j.contains("windows");
+  const bool every = req.all || (req.keep == 0 && gate_report);
+  run.items = export_plan(j, req.keep == 0 ? 3 : req.keep, every);
+  if (run.items.empty())
+    throw std::invalid_argument("report '" + req.report +
+                                "' names no worst case (no window or implementation with one): nothing to export");
+  // export re-runs every case: an implementation the report names but this
+  // process does not know (a Python one not registered, a plugin not
+  // loaded) is refused before any case runs.
+  for (const auto& it : run.items)
+    if (kernels::find_variant(it.impl) == nullptr && it.impl != "fp32-baseline")
+      throw std::invalid_argument(
+          "the report's " + (it.window.empty() ? std::string("case ") + it.case_id : "window '" + it.window + "'") +
+          " ran '" + core::escape_controls(it.impl) +
+          "', which this process does not know (no built-in variant, loaded plugin's or registered external's "
+          "name): export re-runs each case, so an implementation of your own must be registered here (--plugin "
+          "LIB.so for a plugin; normgate.export(..., impls=[impl]) for a Python one)");
+  // Each case parsed, supported by its implementation and within host
+  // memory, all before the first case runs (a refusal after earlier cases
+  // ran wasted them, and an oversized one ended in bad_alloc). export holds
+  // one case at a time; with full, every case's dx map too, until the file
+  // is written (checked over all cases below).
+  std::vector<seeds::CaseId> all;
+  for (const auto& it : run.items) {
+    const std::string where = it.window.empty() ? std::string("the report's case ") + it.case_id
+                                                : "the report's window '" + it.window + "' (case " + it.case_id + ")";
+    seeds::CaseId c;
+    try {
+      c = seeds::parse_case(it.case_id);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+    if (const std::string why = unsupported_reason(it.impl, c); !why.empty())
+      throw std::invalid_argument(where + ": '" + core::escape_controls(it.impl) + "' does not support it (" + why +
+                                  "), so export cannot re-run it");
+    try {
+      require_host_memory({c}, 1);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+    all.push_back(c);
+  }
+  if (req.opt.full) require_host_memory(all, 1, MemoryExtra::full_dx_maps);
+  ExportOptions eo = req.opt;
+  eo.backend = resolve_backend(req.opt.backend);
+  if (eo.backend == Backend::cpu)
+    run.notes.push_back("no GPU in use: kernel variants run as their CPU models (recorded as backend cpu-model)");
+  if (j.is_object() && j.contains("backend") && j["backend"] == "gpu" && eo.backend != Backend::gpu)
+    run.notes.push_back("the report ran on the GPU; these maps come from the CPU models");
+  if (on_plan) on_plan(run);
+  run.entries = export_maps(run.items, eo);
+  write_maps_file(req.out, req.report, run.entries, run.report_sha256);
+  return run;
 }
 
 }  // namespace normgate::validators

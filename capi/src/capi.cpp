@@ -42,6 +42,7 @@
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/harness/external.h"
+#include "normgate/audit/export.h"
 #include "normgate/gate/gate.h"
 #include "normgate/gate/host_memory.h"
 #include "normgate/routing/dispatch_cache.h"
@@ -1077,6 +1078,70 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     j["verdict"] = res.pass() ? "PASS" : inconclusive ? "INCONCLUSIVE" : "FAIL";
     j["markdown"] = md;
     const std::string text = j.dump();
+    char* out = static_cast<char*>(std::malloc(text.size() + 1));
+    if (out == nullptr) throw std::bad_alloc();
+    std::memcpy(out, text.c_str(), text.size() + 1);
+    *json_out = out;
+  });
+}
+
+void ng_export_options_init(ng_export_options* o) {
+  if (o == nullptr) return;
+  *o = ng_export_options{};
+  o->struct_size = sizeof(ng_export_options);
+  o->tile = 256;
+}
+
+int ng_export(const ng_export_options* o, char** json_out) {
+  if (json_out != nullptr) *json_out = nullptr;
+  return guard("ng_export", [&] {
+    need(o, "options");
+    need(json_out, "json_out");
+    if (o->struct_size < sizeof(ng_export_options))
+      bad("struct_size = " + std::to_string(o->struct_size) + " is below sizeof(ng_export_options) = " +
+          std::to_string(sizeof(ng_export_options)) + " (fill the struct with ng_export_options_init)");
+    if (o->report == nullptr || o->report[0] == '\0') bad("report is NULL or empty");
+    if (o->out == nullptr || o->out[0] == '\0') bad("out is NULL or empty");
+    for (const auto& [v, name] : {std::pair{o->all, "all"}, std::pair{o->full, "full"}})
+      if (v != 0 && v != 1) bad(std::string(name) + " = " + std::to_string(v) + " is not 0 or 1");
+    if (o->threads < 0 || o->threads > NG_MAX_THREADS)
+      bad("threads = " + std::to_string(o->threads) + " is outside 0.." + std::to_string(NG_MAX_THREADS));
+    nv::ExportRequest req;
+    req.report = o->report;
+    req.out = o->out;
+    req.keep = o->keep;
+    req.all = o->all != 0;
+    req.opt.full = o->full != 0;
+    req.opt.tile = o->tile;
+    req.opt.threads = o->threads;
+    req.opt.backend = nv::parse_backend(o->backend ? o->backend : "auto");
+    req.opt.oracle = normgate::oracle::parse_oracle_mode(o->oracle ? o->oracle : "auto");
+    req.opt.normgate_version = NORMGATE_CAPI_VERSION;
+    req.opt.normgate_commit = NORMGATE_GIT_COMMIT;
+    // The output as the CLI checks it (a writable regular file or a new one;
+    // never the report it reads).
+    if (const std::string why = normgate::core::write_problem(req.out); !why.empty())
+      bad("cannot write out '" + req.out + "': " + why);
+    if (normgate::core::same_file(req.out, req.report))
+      bad("out '" + req.out + "' is the report: writing it would destroy what export reads; give another file");
+    const nv::Backend backend = nv::resolve_backend(req.opt.backend);
+    if (backend == nv::Backend::gpu && !nk::gpu_available())
+      bad("backend gpu requested but no usable CUDA device is present");
+    const nk::ExternalRegistrationsHeld held("an export runs (ng_export or normgate.export)");
+    const nv::ExportRun run = nv::export_report(req);
+    nlohmann::json j;
+    j["out"] = req.out;
+    j["report_sha256"] = run.report_sha256;
+    j["notes"] = run.notes;
+    j["pairs"] = nlohmann::json::array();
+    static const char* const kOuts[4] = {"y", "rstd", "dx", "dw"};
+    for (const auto& e : run.entries) {
+      nlohmann::json m;
+      for (int k = 0; k < 4; ++k) m[kOuts[k]] = normgate::json_number(e.max_ratio[k]);
+      j["pairs"].push_back({{"case", e.prov.case_id}, {"impl", e.prov.impl}, {"fwd", e.prov.fwd},
+                            {"window", e.prov.window}, {"verdict", e.prov.verdict}, {"max_err_tol", m}});
+    }
+    const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     char* out = static_cast<char*>(std::malloc(text.size() + 1));
     if (out == nullptr) throw std::bad_alloc();
     std::memcpy(out, text.c_str(), text.size() + 1);

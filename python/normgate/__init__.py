@@ -74,8 +74,8 @@ __all__ = [
 ]
 
 # Gate your own implementation (normgate/gate.py): Implementation, gate, source_sha256.
-from .gate import Implementation, gate, source_sha256  # noqa: E402
-__all__ += ["Implementation", "gate", "source_sha256"]
+from .gate import Implementation, export, gate, source_sha256  # noqa: E402
+__all__ += ["Implementation", "export", "gate", "source_sha256"]
 
 _HEADS = {24: "heads24", 4: "heads4"}
 _DET = "bwd_det_chunked"

@@ -126,6 +126,16 @@ class _GateOptions(ctypes.Structure):
     ]
 
 
+class _ExportOptions(ctypes.Structure):
+    """ng_export_options (72 bytes on x86-64 and aarch64 Linux)."""
+
+    _fields_ = [
+        ("struct_size", _c_u32), ("report", ctypes.c_char_p), ("out", ctypes.c_char_p),
+        ("keep", _c_i32), ("all", _c_i32), ("full", _c_i32), ("tile", _c_i64),
+        ("backend", ctypes.c_char_p), ("oracle", ctypes.c_char_p), ("threads", _c_i32),
+    ]
+
+
 _declared = False
 
 
@@ -164,6 +174,11 @@ def _L():
         if hasattr(L, "ng_table_file"):
             L.ng_table_file.restype = ctypes.c_int
             L.ng_table_file.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_vp)]
+        if hasattr(L, "ng_export"):
+            L.ng_export_options_init.restype = None
+            L.ng_export_options_init.argtypes = [ctypes.POINTER(_ExportOptions)]
+            L.ng_export.restype = ctypes.c_int
+            L.ng_export.argtypes = [ctypes.POINTER(_ExportOptions), ctypes.POINTER(_vp)]
         if hasattr(L, "ng_seed_set_size"):
             L.ng_seed_set_size.restype = ctypes.c_int
             L.ng_seed_set_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
@@ -344,9 +359,10 @@ class Implementation:
         # A leading '-' reads as an option on every command line that names
         # it (repro --variant, check --variant); 'all' is `check --variant
         # all` (plugins refuse both too).
-        if name.startswith("-") or name == "all":
+        if name.startswith("-") or name == "all" or name.startswith("ctl_"):
             raise ValueError("name: %r is reserved or reads as an option (%s)"
-                             % (name, "check --variant all" if name == "all" else "a leading '-'"))
+                             % (name, "check --variant all" if name == "all" else
+                                "the negative controls' prefix" if name.startswith("ctl_") else "a leading '-'"))
         if not callable(fn):
             raise TypeError("fn must be callable, got %r" % (fn,))
         if op not in ("fwd", "bwd"):
@@ -1005,5 +1021,85 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
             raise KeyboardInterrupt("normgate.gate interrupted after its last case")
         return rep
+    finally:
+        _run_lock.release()
+
+
+def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, backend="auto", oracle="auto",
+           threads=0):
+    """Error maps of a report's worst cases, as `normgate export` writes them,
+    run in this process, so that your own implementations run again.
+
+    report: a gate report (report_json= of normgate.gate, or `normgate gate
+        --report-json`) or a check report (`normgate check --json`).
+    out: the maps file to write (HDF5, normgate-maps/2: datasets/SCHEMA.md),
+        atomically; `normgate plot out` draws it, and checks that it came
+        from `report` (its SHA-256 is recorded).
+    impls: the Implementations the report names (each registered here, as
+        normgate.gate registers them: the same name and sources), besides
+        the built-in variants the process knows anyway.
+    keep: None: every output's worst case of each window (gate report), or
+        3 per implementation (check report); else 1..1000 largest first.
+    all: every case the report names (not with keep). full: also each
+        case's whole [T, H] dx err/tol map (4 bytes an element).
+    tile: edge of the max-pooled y and dx maps (1..2^20).
+    backend, oracle, threads: as normgate.gate and `normgate export`.
+    Returns {"out", "report_sha256", "notes", "pairs": [{"case", "impl",
+    "fwd", "window", "verdict", "max_err_tol": {"y", "rstd", "dx", "dw"}}]}.
+    Raises TypeError or ValueError naming a bad argument, an implementation
+    the report names that is neither built in nor in impls, a case that
+    cannot fit in host memory, before any case runs (nothing written).
+    """
+    report = _path(report, "report")
+    out = _path(out, "out")
+    if report is None or out is None:
+        raise ValueError("report and out are both required")
+    if not os.path.isfile(report):
+        raise ValueError("report %r is not a file" % (report,))
+    if isinstance(impls, Implementation):
+        impls = [impls]
+    impls = list(impls)
+    for k, x in enumerate(impls):
+        if not isinstance(x, Implementation):
+            raise TypeError("impls[%d] is %s, not a normgate.Implementation" % (k, type(x).__name__))
+    names = [x.name for x in impls]
+    if len(set(names)) != len(names):
+        raise ValueError("impls: a name given twice (%s)" % ", ".join(sorted(n for n in set(names)
+                                                                      if names.count(n) > 1)))
+    keep = 0 if keep is None else _int(keep, "keep", 1, 1000)
+    if not isinstance(all, bool) or not isinstance(full, bool):
+        raise TypeError("all and full must be bools, got %r and %r" % (all, full))
+    if all and keep:
+        raise ValueError("all=True and keep=%d exclude each other (all: every case)" % keep)
+    tile = _int(tile, "tile", 1, 1 << 20)
+    threads = _int(threads, "threads", 0, 4096)
+    if backend not in ("auto", "cpu", "gpu"):
+        raise ValueError("backend: %r is not 'auto', 'cpu' or 'gpu'" % (backend,))
+    if oracle not in ("auto", "fp64", "mpfr"):
+        raise ValueError("oracle: %r is not 'auto', 'fp64' or 'mpfr'" % (oracle,))
+    for x in impls:
+        _check_device(x)
+    L = _L()
+    if not hasattr(L, "ng_export"):
+        raise RuntimeError("normgate: " + _lib.library_path() + " predates ng_export: rebuild it with scripts/build")
+    # One gate or export at a time per process (the registrations below would
+    # replace a running gate's implementations).
+    if not _run_lock.acquire(blocking=False):
+        raise RuntimeError("normgate.gate or normgate.export is already running in this process: one at a time")
+    try:
+        for x in impls:
+            _register(x)
+        o = _ExportOptions()
+        L.ng_export_options_init(ctypes.byref(o))
+        keep_alive = [os.fsencode(report), os.fsencode(out), backend.encode(), oracle.encode()]
+        o.report, o.out, o.backend, o.oracle = keep_alive
+        o.keep, o.all, o.full, o.tile, o.threads = keep, int(all), int(full), tile, threads
+        res = _vp()
+        _lib.check(L.ng_export(ctypes.byref(o), ctypes.byref(res)))
+        try:
+            import json
+            return _lib.report_numbers(json.loads(ctypes.string_at(res.value).decode()))
+        finally:
+            L.ng_free_string(res)
     finally:
         _run_lock.release()

@@ -101,6 +101,48 @@ def test_fp32_sequential_dw_fails_cancel(tmp_path):
     assert again["pass"] is False and again["outputs"]["dw"]["err_tol"] == dw["max_err_tol"], again["outputs"]["dw"]
 
 
+def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
+    # normgate.export: the error maps of a report's worst cases, with the
+    # Python implementation run again in this process (`normgate export`
+    # cannot load it). The maps file is bound to the report's SHA-256.
+    import hashlib
+    impl = normgate.Implementation("py_fp32seq_x", fp32_sequential_dw_step, source_sha256="ef" * 32, device="cpu")
+    rj = str(tmp_path / "r.json")
+    rep = normgate.gate(impl, windows=["H=64,T=600..700"], report_json=rj, **SMALL)
+    assert rep["verdict"] == "FAIL"
+    (w,) = rep["windows"]
+    out = str(tmp_path / "maps.h5")
+    # Not registered here: refused before any case runs, nothing written.
+    # (A fresh process has no registration; here the gate registered it, so
+    # a report naming an unknown implementation stands in.)
+    other = json.load(open(rj))
+    other["windows"][0]["variant"] = other["windows"][0]["impl"] = "py_never_registered"
+    rj2 = str(tmp_path / "other.json")
+    with open(rj2, "w") as f:
+        json.dump(other, f)
+    with pytest.raises(ValueError, match="ran 'py_never_registered', which this process does not know"):
+        normgate.export(rj2, out)
+    assert not os.path.exists(out)
+    res = normgate.export(rj, out, impls=[impl], backend="cpu", threads=1)
+    assert os.path.isfile(out)
+    assert res["out"] == out
+    assert res["report_sha256"] == hashlib.sha256(open(rj, "rb").read()).hexdigest()
+    # Every output's worst case of the window, each run again with the same
+    # err/tol as the gate found (the same case, the same implementation).
+    worst = {o: v["worst_case"] for o, v in w["outputs"].items()}
+    cases = {p["case"] for p in res["pairs"]}
+    assert set(worst.values()) <= cases, (worst, cases)
+    for p in res["pairs"]:
+        assert p["impl"] == "py_fp32seq_x" and p["window"] == w["window"], p
+    dw_pair = next(p for p in res["pairs"] if p["case"] == worst["dw"])
+    assert dw_pair["max_err_tol"]["dw"] == w["outputs"]["dw"]["max_err_tol"] > 1, dw_pair
+    assert dw_pair["verdict"] == "fail"
+    with pytest.raises(ValueError, match="all=True and keep=2 exclude each other"):
+        normgate.export(rj, out, impls=[impl], all=True, keep=2)
+    with pytest.raises(TypeError, match=r"impls\[0\] is str"):
+        normgate.export(rj, out, impls=["py_fp32seq_x"])
+
+
 def test_a_per_gpu_table_out_shares_the_base_tables_policy_and_approvals(tmp_path):
     # table_out STEM@SLUG.toml (docs/perf/routes.md D26): the policy written
     # for approve=True and the approvals land on STEM's files, the library's
@@ -462,6 +504,9 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.Implementation("all", fp64_step, source_sha256="ab" * 32)
     with pytest.raises(ValueError, match="name: '-k' is reserved or reads as an option \\(a leading '-'\\)"):
         normgate.Implementation("-k", fp64_step, source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match=r"name: 'ctl_mine' is reserved or reads as an option "
+                                         r"\(the negative controls' prefix\)"):
+        normgate.Implementation("ctl_mine", fp64_step, source_sha256="ab" * 32)
     with pytest.raises(ValueError, match=r"H = \(10, 5\): h_min > h_max"):
         normgate.Implementation("k", fp64_step, H=(10, 5), source_sha256="ab" * 32)
     with pytest.raises(ValueError, match="exactly one of sources"):

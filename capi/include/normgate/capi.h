@@ -607,7 +607,10 @@ typedef struct ng_external_desc {
  * an external implementation for this process: route tables may then route
  * windows to it by name, and ng_gate runs it through `run`. NG_EINVAL naming
  * the bad field (a forward of NG_MODE_NONDET too), a built-in variant's
- * name, or a name another origin took. A route table loaded before a
+ * name, a name another origin took, the names "all", any starting with '-'
+ * or "ctl_" (the CLI reads them otherwise), and any registration while
+ * ng_gate or ng_export runs in this process (it would change the code they
+ * run under a name their journal and approvals hold). A route table loaded before a
  * re-registration re-checks each call against the new definition: a call
  * it no longer serves (op, mode, H, weight dtype or form) is refused with
  * NG_EROUTE, naming the variant; load the table again. */
@@ -690,8 +693,44 @@ NG_API int ng_gate(const ng_gate_options* o, char** json_out);
  * Added after ng_gate at the same version: detect it by its symbol. */
 NG_API int ng_table_file(const char* table, const char* suffix, char** out);
 
-/* Free a string the library allocated (ng_gate's report, ng_table_file's
- * path). NULL is a no-op. */
+/* Error maps of a report's worst cases (`normgate export`), in the calling
+ * process, so that the implementations registered here (ng_register_external:
+ * a Python implementation through normgate.export) run again. Added after
+ * ng_gate at the same version: detect it by its symbol ng_export. */
+typedef struct ng_export_options {
+  uint32_t struct_size;
+  const char* report;   /* gate report (--report-json) or check report (--json), required */
+  const char* out;      /* maps file to write (HDF5, normgate-maps/2; datasets/SCHEMA.md), required */
+  int32_t keep;         /* 0: every output's worst case of each window (gate report) or 3 (check report);
+                           else 1..1000 largest err/tol first */
+  int32_t all;          /* 1: every case the report names (keep must be 0); 0 or 1 */
+  int32_t full;         /* 1: also each case's whole [T, H] dx err/tol map (4 bytes an element); 0 or 1 */
+  int64_t tile;         /* edge of the max-pooled y/dx maps, 1..2^20 (default 256) */
+  const char* backend;  /* "auto" (NULL), "cpu", "gpu": where built-in variants run */
+  const char* oracle;   /* "auto" (NULL), "fp64", "mpfr" */
+  int32_t threads;      /* OpenMP threads, 0: default; <= NG_MAX_THREADS */
+} ng_export_options;
+
+/* Defaults: struct_size, tile 256, everything else 0 / NULL. o must not be NULL. */
+NG_API void ng_export_options_init(ng_export_options* o);
+
+/* Export (audit/export.h export_report, as `normgate export`): every input is
+ * checked before any case runs (NG_EINVAL naming it: the report unreadable,
+ * not JSON or of another kind, no worst case in it, an implementation it
+ * names that this process does not know, a case its implementation does not
+ * support or that cannot fit in host memory, an output path that cannot be
+ * written or is the report itself, a field out of range). Then each (case,
+ * implementation) pair runs again (generator, implementation, oracle) and the
+ * maps file is written atomically, bound to the report's SHA-256 (`normgate
+ * plot` checks it). *json_out receives {"out", "report_sha256", "notes":
+ * [string], "pairs": [{"case", "impl", "fwd", "window", "verdict",
+ * "max_err_tol": {"y", "rstd", "dx", "dw"}}]}, NUL-terminated, allocated by
+ * the library: free it with ng_free_string. No external may be registered
+ * while it runs. NG_EFAIL for a runtime failure (a write that fails). */
+NG_API int ng_export(const ng_export_options* o, char** json_out);
+
+/* Free a string the library allocated (ng_gate's report, ng_export's
+ * summary, ng_table_file's path). NULL is a no-op. */
 NG_API void ng_free_string(char* s);
 
 #ifdef __cplusplus

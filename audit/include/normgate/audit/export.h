@@ -3,6 +3,7 @@
 // datasets/SCHEMA.md).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,5 +103,45 @@ Provenance provenance_of(const CheckReport& rep, const std::string& version, con
 /// Re-run every item (generator, implementation, oracle) and compute its
 /// maps. Throws as run_check.
 std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const ExportOptions& opt);
+
+/// A report file read for export and repro: its bytes hashed once (SHA-256,
+/// 64 lowercase hex, into *sha256 when given) and parsed as JSON, its format
+/// checked (report_format_version). A report without "format" (version 0)
+/// adds a note to *notes. Throws std::invalid_argument naming the path: not
+/// a regular file, unreadable, not JSON (a Markdown report is named as
+/// such), another kind of document.
+nlohmann::json read_report_file(const std::string& path, std::string* sha256 = nullptr,
+                                std::vector<std::string>* notes = nullptr);
+
+/// `normgate export REPORT -o OUT` as one call (the CLI and ng_export):
+/// what to export and how.
+struct ExportRequest {
+  std::string report;  ///< gate report (--report-json) or check report (--json)
+  std::string out;     ///< maps file to write (normgate-maps/2, atomically)
+  int keep = 0;        ///< 0: every output's worst case (gate report) or 3 (check report); else 1..1000
+  bool all = false;    ///< every case the report names (excludes keep)
+  ExportOptions opt;   ///< backend (resolved here), oracle, threads, tile, full, version, commit
+};
+
+/// What export_report did: the plan, the notes (the backend used, a
+/// version-0 report), the entries written, the report's SHA-256.
+struct ExportRun {
+  std::vector<ExportItem> items;
+  std::vector<std::string> notes;
+  std::vector<MapsEntry> entries;
+  std::string report_sha256;
+};
+
+/// Read the report, plan its pairs (export_plan), and check before any case
+/// runs that each pair's implementation is known to this process (a built-in
+/// variant, a loaded plugin's, an external registered in it: a Python
+/// implementation through ng_export), its case parses, is supported and
+/// fits in host memory (with full: every case's dx map too); then re-run
+/// them (export_maps) and write `out` (write_maps_file, bound to the
+/// report's SHA-256). `on_plan` runs once the checks pass, before the first
+/// case (the CLI prints the plan there). Throws std::invalid_argument for
+/// every input problem (nothing written), else as export_maps and
+/// write_maps_file.
+ExportRun export_report(const ExportRequest& req, const std::function<void(const ExportRun&)>& on_plan = {});
 
 }  // namespace normgate::validators
