@@ -105,7 +105,14 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     # normgate.export: the error maps of a report's worst cases, with the
     # Python implementation run again in this process (`normgate export`
     # cannot load it). The maps file is bound to the report's SHA-256.
+    import ctypes
     import hashlib
+    import importlib
+    G = importlib.import_module("normgate.gate")
+    # The ctypes mirror of ng_export_options (tests/capi/capi_test.cpp pins the C side).
+    assert ctypes.sizeof(G._ExportOptions) == 72
+    assert [G._ExportOptions.report.offset, G._ExportOptions.keep.offset, G._ExportOptions.tile.offset,
+            G._ExportOptions.threads.offset] == [8, 24, 40, 64]
     impl = normgate.Implementation("py_fp32seq_x", fp32_sequential_dw_step, source_sha256="ef" * 32, device="cpu")
     rj = str(tmp_path / "r.json")
     rep = normgate.gate(impl, windows=["H=64,T=600..700"], report_json=rj, **SMALL)
