@@ -368,41 +368,60 @@ ErrorMaps error_maps(const oracle::Problem& p, const Outputs& got, const oracle:
   if (full) m.dx_full.assign(static_cast<size_t>(rows * cols), 0.0f);
   const size_t ntiles = static_cast<size_t>(m.tile_rows * m.tile_cols);
   const int nt = threads > 0 ? threads : std::max(1, omp_get_max_threads());
+  // Every allocation before the parallel region, where std::bad_alloc is an
+  // ordinary exception (thrown inside it, it ends the process). With enough
+  // tile rows each thread owns whole tile rows and writes the maps directly
+  // (2 floats a tile in all); otherwise (few, wide tiles: ntiles is small)
+  // each thread keeps its own maps, merged after.
+  const bool by_tile_rows = m.tile_rows >= 4 * static_cast<int64_t>(nt);
+  m.y_tiles.assign(ntiles, 0.0f);
+  m.dx_tiles.assign(ntiles, 0.0f);
   struct Part {
     std::vector<float> yt, dt;
     std::vector<int64_t> hy, hd;
+    std::vector<oracle::VB> yb, db;
   };
   std::vector<Part> part(static_cast<size_t>(nt));
+  for (Part& pt : part) {
+    if (!by_tile_rows) {
+      pt.yt.assign(ntiles, 0.0f);
+      pt.dt.assign(ntiles, 0.0f);
+    }
+    pt.hy.assign(Histogram::kBins, 0);
+    pt.hd.assign(Histogram::kBins, 0);
+    pt.yb.resize(static_cast<size_t>(cols));
+    pt.db.resize(static_cast<size_t>(cols));
+  }
+  auto do_row = [&](Part& me, int64_t r, float* yt, float* dt) {
+    ref.y_row(r, me.yb.data());
+    ref.dx_row(r, me.db.data());
+    const int64_t tr = r / tile;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double ry = ratio(by, static_cast<double>(bf16_to_float(got.y[r * cols + j])), me.yb[j].v);
+      const double rx = ratio(bx, static_cast<double>(bf16_to_float(got.dx[r * cols + j])), me.db[j].v);
+      ++me.hy[Histogram::bin(ry)];
+      ++me.hd[Histogram::bin(rx)];
+      const size_t t = static_cast<size_t>(tr * m.tile_cols + j / tile);
+      yt[t] = std::max(yt[t], static_cast<float>(ry));  // float(inf) stays inf
+      dt[t] = std::max(dt[t], static_cast<float>(rx));
+      if (full) m.dx_full[static_cast<size_t>(r * cols + j)] = static_cast<float>(rx);
+    }
+  };
 #pragma omp parallel num_threads(nt)
   {
     Part& me = part[static_cast<size_t>(omp_get_thread_num())];
-    me.yt.assign(ntiles, 0.0f);
-    me.dt.assign(ntiles, 0.0f);
-    me.hy.assign(Histogram::kBins, 0);
-    me.hd.assign(Histogram::kBins, 0);
-    std::vector<oracle::VB> yb(static_cast<size_t>(cols)), db(static_cast<size_t>(cols));
+    if (by_tile_rows) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t tr = 0; tr < m.tile_rows; ++tr)
+        for (int64_t r = tr * tile; r < std::min(rows, (tr + 1) * tile); ++r)
+          do_row(me, r, m.y_tiles.data(), m.dx_tiles.data());
+    } else {
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      ref.y_row(r, yb.data());
-      ref.dx_row(r, db.data());
-      const int64_t tr = r / tile;
-      for (int64_t j = 0; j < cols; ++j) {
-        const double ry = ratio(by, static_cast<double>(bf16_to_float(got.y[r * cols + j])), yb[j].v);
-        const double rx = ratio(bx, static_cast<double>(bf16_to_float(got.dx[r * cols + j])), db[j].v);
-        ++me.hy[Histogram::bin(ry)];
-        ++me.hd[Histogram::bin(rx)];
-        const size_t t = static_cast<size_t>(tr * m.tile_cols + j / tile);
-        me.yt[t] = std::max(me.yt[t], static_cast<float>(ry));  // float(inf) stays inf
-        me.dt[t] = std::max(me.dt[t], static_cast<float>(rx));
-        if (full) m.dx_full[static_cast<size_t>(r * cols + j)] = static_cast<float>(rx);
-      }
+      for (int64_t r = 0; r < rows; ++r) do_row(me, r, me.yt.data(), me.dt.data());
     }
   }
-  m.y_tiles.assign(ntiles, 0.0f);
-  m.dx_tiles.assign(ntiles, 0.0f);
   for (const Part& pt : part) {
-    if (pt.yt.empty()) continue;
-    for (size_t t = 0; t < ntiles; ++t) {
+    for (size_t t = 0; t < pt.yt.size(); ++t) {
       m.y_tiles[t] = std::max(m.y_tiles[t], pt.yt[t]);
       m.dx_tiles[t] = std::max(m.dx_tiles[t], pt.dt[t]);
     }

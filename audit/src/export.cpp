@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <cmath>
@@ -195,7 +196,14 @@ std::vector<ExportItem> export_plan(const nlohmann::json& report, int keep, bool
         if (!all && static_cast<int>(seen.size()) > keep) break;
         const seeds::CaseId c = window_case(w, where, window, id);
         const std::string impl = window_impl(w, op, where, c);
-        out.push_back({id, impl, window, seeds});
+        ExportItem item{id, impl, window, seeds};
+        // The code the window gated: its variant and source hash as the
+        // report records them (export_report compares them with this
+        // process's).
+        if (w.contains("variant") && w["variant"].is_string()) item.variant = w["variant"].get<std::string>();
+        if (w.contains("source_sha256") && w["source_sha256"].is_string())
+          item.variant_sha256 = w["source_sha256"].get<std::string>();
+        out.push_back(std::move(item));
       }
     }
     return out;
@@ -398,7 +406,13 @@ std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const E
     const CheckReport rep = finish_check(prepare_check(req), [&](const CheckInternals& in) {
       e.maps = error_maps(in.problem, in.outs.front(), in.ref, opt.tile, opt.full, opt.threads);
     });
-    for (int o = 0; o < 4; ++o) e.max_ratio[o] = rep.impls.front().result.get(static_cast<Output>(o)).worst.ratio;
+    // Outputs the run did not validate (dx and dw of an external forward,
+    // which runs without a carrier backward) are NaN.
+    for (int o = 0; o < 4; ++o) {
+      e.max_ratio[o] = std::numeric_limits<double>::quiet_NaN();
+      for (const auto& t : rep.impls.front().result.tensors)
+        if (t.output() == static_cast<Output>(o)) e.max_ratio[o] = t.worst.ratio;
+    }
     e.prov = provenance_of(rep, opt.normgate_version, opt.normgate_commit);
     e.prov.window = it.window;
     e.prov.seed_set = it.seed_set;
@@ -468,6 +482,21 @@ ExportRun export_report(const ExportRequest& req, const std::function<void(const
           "', which this process does not know (no built-in variant, loaded plugin's or registered external's "
           "name): export re-runs each case, so an implementation of your own must be registered here (--plugin "
           "LIB.so for a plugin; normgate.export(..., impls=[impl]) for a Python one)");
+  // The code each window gated is the code this process runs: maps of other
+  // code under the report's window (and beside its verdict in `plot`) would
+  // tell a reader what the gate found about code it never ran.
+  for (const auto& it : run.items) {
+    if (it.variant.empty() || it.variant_sha256.empty()) continue;  // a check report, or no hash recorded
+    const kernels::Variant* v = kernels::find_variant(it.variant);
+    if (v == nullptr) continue;  // refused above when it runs; a forward's carrier is checked by its own hash
+    if (std::string(v->source_sha256) != it.variant_sha256)
+      throw std::invalid_argument(
+          "the report's window '" + it.window + "' gated " + core::escape_controls(it.variant) + " of source " +
+          core::escape_controls(it.variant_sha256.substr(0, 12)) + ", and this process has source " +
+          std::string(v->source_sha256.substr(0, 12)) +
+          ": its maps would show other code under the report's verdict. Export with the code the report "
+          "gated (the same sources), or gate the code you have and export that report");
+  }
   // Each case parsed, supported by its implementation and within host
   // memory, all before the first case runs (a refusal after earlier cases
   // ran wasted them, and an oversized one ended in bad_alloc). export holds

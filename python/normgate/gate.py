@@ -885,8 +885,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     # register its implementations over the running gate's, which would then
     # run the other function under the first one's name and identity.
     if not _run_lock.acquire(blocking=False):
-        raise RuntimeError("normgate.gate is already running in this process (a gate called from a step, "
-                           "or from another thread, would replace the implementations it runs): one at a time")
+        raise RuntimeError("normgate.gate or normgate.export is already running in this process (a gate called "
+                           "from a step, or from another thread, would replace the implementations it runs): "
+                           "one at a time")
     try:
         # Work starts here: the implementations' registration (the library checks
         # their names against the registry), then the table (windows=).
@@ -1056,8 +1057,12 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
         raise ValueError("report and out are both required")
     if not os.path.isfile(report):
         raise ValueError("report %r is not a file" % (report,))
+    if impls is None:
+        impls = ()
     if isinstance(impls, Implementation):
         impls = [impls]
+    if not isinstance(impls, (list, tuple)):
+        raise TypeError("impls must be an Implementation or a list of them, got %s" % type(impls).__name__)
     impls = list(impls)
     for k, x in enumerate(impls):
         if not isinstance(x, Implementation):
@@ -1095,11 +1100,34 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
         o.report, o.out, o.backend, o.oracle = keep_alive
         o.keep, o.all, o.full, o.tile, o.threads = keep, int(all), int(full), tile, threads
         res = _vp()
-        _lib.check(L.ng_export(ctypes.byref(o), ctypes.byref(res)))
+        # The implementations' callbacks report here, as during gate(): an
+        # interface violation (a wrong shape, not a dict) and Ctrl-C or
+        # SystemExit in a step stop the export and are raised as they are.
+        state = _State()
+        if _active[0] is not None:
+            raise RuntimeError("normgate.gate is running in this process: export after it")
+        _active[0] = state
+        try:
+            rc = L.ng_export(ctypes.byref(o), ctypes.byref(res))
+        finally:
+            _active[0] = None
+        if rc == NG_ECANCEL:
+            if res.value:
+                L.ng_free_string(res)
+            if state.stop is not None:
+                raise state.stop
+            raise KeyboardInterrupt("normgate.export interrupted (nothing written)")
+        _lib.check(rc)
         try:
             import json
-            return _lib.report_numbers(json.loads(ctypes.string_at(res.value).decode()))
+            out_json = json.loads(ctypes.string_at(res.value).decode())
         finally:
             L.ng_free_string(res)
+        for p in out_json.get("pairs", []):  # "inf"/"nan" as floats, as in gate()'s report
+            m = p.get("max_err_tol") or {}
+            for k, v in m.items():
+                if isinstance(v, str):
+                    m[k] = float(v)
+        return out_json
     finally:
         _run_lock.release()

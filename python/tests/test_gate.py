@@ -146,8 +146,43 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     assert dw_pair["verdict"] == "fail"
     with pytest.raises(ValueError, match="all=True and keep=2 exclude each other"):
         normgate.export(rj, out, impls=[impl], all=True, keep=2)
+    # Other code under the report's name (another source hash): refused, both
+    # hashes named, the maps file as it was. (An adversarial pass exported a
+    # changed kernel's maps under a PASS report.)
+    before = open(out, "rb").read()
+    changed = normgate.Implementation("py_fp32seq_x", fp64_step, source_sha256="cd" * 32, device="cpu")
+    with pytest.raises(ValueError, match="gated py_fp32seq_x of source efefefefefef, and this process has source "
+                                         "cdcdcdcdcdcd"):
+        normgate.export(rj, out, impls=[changed])
+    assert open(out, "rb").read() == before
+    # A step that breaks the interface while exporting: its own error, not a
+    # generic one (the callbacks report to export as to gate).
+    broken = normgate.Implementation("py_fp32seq_x", lambda g: [1, 2], source_sha256="ef" * 32, device="cpu")
+    with pytest.raises(TypeError, match="returned list, not a dict of outputs"):
+        normgate.export(rj, out, impls=[broken])
+    assert open(out, "rb").read() == before
     with pytest.raises(TypeError, match=r"impls\[0\] is str"):
         normgate.export(rj, out, impls=["py_fp32seq_x"])
+
+
+def test_export_of_a_forward_implementation_gives_y_and_rstd(tmp_path):
+    # A forward implementation runs alone (no carrier backward): its pairs
+    # carry y and rstd, dx and dw NaN (the export failed on them before).
+    def fstep(g):
+        x, w = g["x"].double(), g["w"].double()
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + g["eps"])
+        return {"y": (x * r * w).bfloat16(), "rstd": r.flatten().float()}
+    f = normgate.Implementation("py_fwd_x", fstep, op="fwd", source_sha256="ab" * 32, device="cpu")
+    rj = str(tmp_path / "f.json")
+    rep = normgate.gate(f, windows=[{"H": 64, "T": (1, 8)}], report_json=rj, **SMALL)
+    assert rep["verdict"] == "PASS"
+    res = normgate.export(rj, str(tmp_path / "f.h5"), impls=[f], backend="cpu", threads=1)
+    assert res["pairs"]
+    for p in res["pairs"]:
+        m = p["max_err_tol"]
+        assert 0 <= m["y"] <= 1 and 0 <= m["rstd"] <= 1, m
+        assert math.isnan(m["dx"]) and math.isnan(m["dw"]), m
+        assert p["verdict"] == "pass", p
 
 
 def test_a_per_gpu_table_out_shares_the_base_tables_policy_and_approvals(tmp_path):

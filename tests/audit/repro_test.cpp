@@ -11,6 +11,7 @@
 #include "normgate/seeds/case_id.h"
 #include "normgate/seeds/generate.h"
 #include "normgate/validators/check.h"
+#include "normgate/audit/case_file.h"
 #include "normgate/audit/repro.h"
 #include "util/cpu_request.h"
 
@@ -189,4 +190,39 @@ TEST(Repro, ReplayComparesHNewAndToleratesOnlyNondetDw) {
   r = nv::repro(nd, again);
   EXPECT_FALSE(r.vs_recorded[2].may_differ);
   EXPECT_TRUE(r.recorded_mismatch());
+}
+
+// The pooled y/dx maps are the max of the full map over each tile, whichever
+// way the work is split: tile rows owned by threads (many tile rows) or
+// per-thread maps merged (few, wide tiles), at 1 and 3 threads; the
+// histograms do not depend on it either. (Per-thread maps of every tile
+// made a small tile cost 8 bytes an element a thread, and their allocation
+// inside the parallel region ended the process on std::bad_alloc.)
+TEST(ErrorMaps, PooledMapsAreTheFullMapsMaxWhateverTheSplit) {
+  const auto c = normgate::seeds::parse_case("H=40,T=37,w=bf16,form=plain,family=llm,seed=2");
+  const auto in = normgate::seeds::generate_host(c);
+  const no::Problem p{in.x_view(), in.dy_view(), in.w_view(), c.eps};
+  const auto ref = no::Reference::compute(p, {0, no::RstdMode::fp64});
+  auto got = no::fp32_baseline(p);
+  got.dx[333] ^= 0x0100;  // one clearly worse dx element
+  const auto full = nv::error_maps(p, got, ref, 1, true, 1);  // tile 1: 37 tile rows
+  ASSERT_EQ(full.dx_full.size(), static_cast<size_t>(37 * 40));
+  EXPECT_EQ(full.dx_tiles, full.dx_full);  // tile 1: each tile is one element
+  for (const int64_t tile : {1, 3, 16, 64}) {
+    for (const int threads : {1, 3}) {
+      const auto m = nv::error_maps(p, got, ref, tile, false, threads);
+      ASSERT_EQ(m.tile_rows, (37 + tile - 1) / tile);
+      ASSERT_EQ(m.tile_cols, (40 + tile - 1) / tile);
+      std::vector<float> want(static_cast<size_t>(m.tile_rows * m.tile_cols), 0.0f);
+      for (int64_t r = 0; r < 37; ++r)
+        for (int64_t j = 0; j < 40; ++j) {
+          float& t = want[static_cast<size_t>((r / tile) * m.tile_cols + j / tile)];
+          t = std::max(t, full.dx_full[static_cast<size_t>(r * 40 + j)]);
+        }
+      EXPECT_EQ(m.dx_tiles, want) << "tile " << tile << ", threads " << threads;
+      EXPECT_EQ(m.hist[0], full.hist[0]) << "tile " << tile << ", threads " << threads;
+      EXPECT_EQ(m.hist[2], full.hist[2]) << "tile " << tile << ", threads " << threads;
+      if (tile == 1) EXPECT_EQ(m.y_tiles, full.y_tiles) << threads;
+    }
+  }
 }

@@ -112,7 +112,7 @@ extern "C" {
 #define NG_EFAIL 1
 #define NG_EINVAL 2
 #define NG_EROUTE 3
-#define NG_ECANCEL 4  /* ng_gate only: cancelled between cases; the journal resumes */
+#define NG_ECANCEL 4  /* ng_gate: cancelled between cases (the journal resumes); ng_export: an external stopped it (nothing written) */
 
 /* The most OpenMP threads a call takes (threads above it: NG_EINVAL naming
  * the value; libgomp fails to start ~1e5 threads and the process dies). */

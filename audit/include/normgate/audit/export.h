@@ -17,6 +17,9 @@ namespace normgate::validators {
 /// One (case, implementation) to export, and where it came from.
 struct ExportItem {
   std::string case_id, impl, window, seed_set;
+  /// Gate reports: the window's routed variant and its source hash as the
+  /// report records them ("" when it records none; check reports).
+  std::string variant, variant_sha256;
 };
 
 /// The schema version of a report that export_plan and report_windows read:
