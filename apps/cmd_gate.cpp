@@ -219,8 +219,13 @@ void add_gate(CLI::App& app, Commands& cmds) {
         throw std::invalid_argument("table is required" +
                                     (m.empty() ? std::string(": normgate gate TABLE [options], e.g. routes/sm90a.toml "
                                                              "(normgate gate --help)")
-                                               : ": --merge took '" + m.back() + "' as a shard journal; " +
-                                                     merge_spelling));
+                                               : ": --merge took '" + m.back() + "' as a shard journal" +
+                                                     // CLI11 keeps a "--" among them when it ended no journal.
+                                                     (m.size() == 1 || (m.size() == 2 && m.front() == "--")
+                                                          ? std::string(" (its only one: --merge needs "
+                                                                                  "a shard journal before the table)")
+                                                                    : std::string()) +
+                                                     "; " + merge_spelling));
       }
       note_not_a_per_gpu_table(o->g.table_path);
       if (!o->shard.empty()) std::tie(o->g.shard_index, o->g.shard_count) = validators::parse_shard(o->shard);

@@ -201,6 +201,13 @@ TEST(ShardCli, TableAfterTheMergeJournals) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--merge took '" + table + "' as a shard journal")) << r.out;
   EXPECT_TRUE(contains(r.out, "gate TABLE --merge J1 J2") && contains(r.out, "--merge J1 J2 -- TABLE")) << r.out;
+  EXPECT_FALSE(contains(r.out, "its only one")) << r.out;
+  // No journal before `-- TABLE`: --merge takes the table, and says it had nothing else.
+  r = cli("gate" + kFast + " --merge -- " + table);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--merge took '" + table + "' as a shard journal (its only one: --merge needs a shard "
+                              "journal before the table)"))
+      << r.out;
   // The table given, and another after the journals: not a journal, named
   // before any work (no "gate" line, no journal written).
   const std::string other = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
