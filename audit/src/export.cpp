@@ -401,6 +401,7 @@ std::vector<MapsEntry> export_maps(const std::vector<ExportItem>& items, const E
   std::vector<MapsEntry> out;
   const Backend b = resolve_backend(opt.backend);
   for (const auto& it : items) {
+    if (opt.before_case) opt.before_case();
     CheckRequest req{seeds::parse_case(it.case_id), {it.impl}, b, opt.threads, opt.oracle};
     MapsEntry e;
     const CheckReport rep = finish_check(prepare_check(req), [&](const CheckInternals& in) {

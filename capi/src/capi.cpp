@@ -1118,6 +1118,10 @@ int ng_export(const ng_export_options* o, char** json_out) {
     req.opt.oracle = normgate::oracle::parse_oracle_mode(o->oracle ? o->oracle : "auto");
     req.opt.normgate_version = NORMGATE_CAPI_VERSION;
     req.opt.normgate_commit = NORMGATE_GIT_COMMIT;
+    if (const volatile int32_t* cancel = o->cancel; cancel != nullptr)
+      req.opt.before_case = [cancel] {
+        if (*cancel != 0) throw nv::Cancelled("cancelled (ng_export_options.cancel set): nothing written");
+      };
     // The output as the CLI checks it (a writable regular file or a new one;
     // never the report it reads).
     if (const std::string why = normgate::core::write_problem(req.out); !why.empty())

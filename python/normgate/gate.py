@@ -29,6 +29,7 @@ stops the gate with that exception, leaving a resumable journal, as Ctrl-C
 does (KeyboardInterrupt is re-raised).
 """
 
+import contextlib
 import ctypes
 import hashlib
 import inspect
@@ -127,12 +128,13 @@ class _GateOptions(ctypes.Structure):
 
 
 class _ExportOptions(ctypes.Structure):
-    """ng_export_options (72 bytes on x86-64 and aarch64 Linux)."""
+    """ng_export_options (80 bytes on x86-64 and aarch64 Linux)."""
 
     _fields_ = [
         ("struct_size", _c_u32), ("report", ctypes.c_char_p), ("out", ctypes.c_char_p),
         ("keep", _c_i32), ("all", _c_i32), ("full", _c_i32), ("tile", _c_i64),
         ("backend", ctypes.c_char_p), ("oracle", ctypes.c_char_p), ("threads", _c_i32),
+        ("cancel", ctypes.POINTER(_c_i32)),
     ]
 
 
@@ -448,6 +450,29 @@ class _State:
         self.stop = None          # the exception to re-raise after ng_gate returns
         self.interrupted = False  # Ctrl-C seen in a callback
         self.cancel = _c_i32(0)
+
+
+@contextlib.contextmanager
+def _sigint_cancels(state):
+    """Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
+    next Python code, a callback, where it could escape the callback's own
+    handling (ctypes prints and drops it). In the main thread a handler of
+    our own sets state's cancel flag instead (the library stops at the next
+    case boundary) and notes the interrupt."""
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(_signum, _frame):
+            state.interrupted = True
+            state.cancel.value = 1
+        try:
+            old_handler = signal.signal(signal.SIGINT, on_sigint)
+        except (ValueError, OSError):
+            old_handler = None
+    try:
+        yield
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
 
 
 _active = [None]   # the _State of the running gate (one at a time per process)
@@ -954,32 +979,20 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         out = _vp()
         if _active[0] is not None:
             raise RuntimeError("normgate.gate is already running in this process")
-        # Ctrl-C while the library runs: Python raises KeyboardInterrupt at the
-        # next Python code, a callback, where it could escape the callback's own
-        # handling (ctypes prints and drops it). In the main thread a handler of
-        # our own sets the cancel flag instead: the gate stops at the next case
-        # boundary with its journal resumable, then KeyboardInterrupt is raised.
-        old_handler = None
-        if threading.current_thread() is threading.main_thread():
-            def on_sigint(_signum, _frame):
-                state.interrupted = True
-                state.cancel.value = 1
-            try:
-                old_handler = signal.signal(signal.SIGINT, on_sigint)
-            except (ValueError, OSError):
-                old_handler = None
+        # Ctrl-C while the library runs: the gate stops at the next case
+        # boundary with its journal resumable, then KeyboardInterrupt is raised
+        # (_sigint_cancels).
         _active[0] = state
         try:
-            try:
-                rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
-            except KeyboardInterrupt:  # arrived right after the call returned
-                state.interrupted = True
-                rc = None
+            with _sigint_cancels(state):
+                try:
+                    rc = L.ng_gate(ctypes.byref(o), ctypes.byref(out))
+                except KeyboardInterrupt:  # arrived right after the call returned
+                    state.interrupted = True
+                    rc = None
             bar.close()
         finally:
             _active[0] = None
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
         if rc == NG_ECANCEL or (rc is None):
             if out.value:
                 L.ng_free_string(out)
@@ -1104,11 +1117,17 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
         # interface violation (a wrong shape, not a dict) and Ctrl-C or
         # SystemExit in a step stop the export and are raised as they are.
         state = _State()
+        o.cancel = ctypes.pointer(state.cancel)
         if _active[0] is not None:
             raise RuntimeError("normgate.gate is running in this process: export after it")
         _active[0] = state
         try:
-            rc = L.ng_export(ctypes.byref(o), ctypes.byref(res))
+            with _sigint_cancels(state):  # Ctrl-C stops it before its next case, nothing written
+                try:
+                    rc = L.ng_export(ctypes.byref(o), ctypes.byref(res))
+                except KeyboardInterrupt:  # arrived right after the call returned
+                    state.interrupted = True
+                    rc = NG_ECANCEL if not res.value else 0
         finally:
             _active[0] = None
         if rc == NG_ECANCEL:
@@ -1128,6 +1147,8 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
             for k, v in m.items():
                 if isinstance(v, str):
                     m[k] = float(v)
+        if state.interrupted:  # Ctrl-C after the last case: the file is written, the interrupt still counts
+            raise KeyboardInterrupt("normgate.export interrupted after its last case (%s is written)" % out)
         return out_json
     finally:
         _run_lock.release()

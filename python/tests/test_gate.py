@@ -110,9 +110,9 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     import importlib
     G = importlib.import_module("normgate.gate")
     # The ctypes mirror of ng_export_options (tests/capi/capi_test.cpp pins the C side).
-    assert ctypes.sizeof(G._ExportOptions) == 72
+    assert ctypes.sizeof(G._ExportOptions) == 80
     assert [G._ExportOptions.report.offset, G._ExportOptions.keep.offset, G._ExportOptions.tile.offset,
-            G._ExportOptions.threads.offset] == [8, 24, 40, 64]
+            G._ExportOptions.threads.offset, G._ExportOptions.cancel.offset] == [8, 24, 40, 64, 72]
     impl = normgate.Implementation("py_fp32seq_x", fp32_sequential_dw_step, source_sha256="ef" * 32, device="cpu")
     rj = str(tmp_path / "r.json")
     rep = normgate.gate(impl, windows=["H=64,T=600..700"], report_json=rj, **SMALL)
@@ -146,10 +146,21 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     assert dw_pair["verdict"] == "fail"
     with pytest.raises(ValueError, match="all=True and keep=2 exclude each other"):
         normgate.export(rj, out, impls=[impl], all=True, keep=2)
+    before = open(out, "rb").read()
+    # ng_export's cancel flag set: NG_ECANCEL before the first case, the file
+    # as it was (Python's Ctrl-C handler sets this flag).
+    L = G._L()
+    o = G._ExportOptions()
+    L.ng_export_options_init(ctypes.byref(o))
+    flag = ctypes.c_int32(1)
+    o.report, o.out, o.backend, o.cancel = rj.encode(), out.encode(), b"cpu", ctypes.pointer(flag)
+    res_p = G._vp()
+    assert L.ng_export(ctypes.byref(o), ctypes.byref(res_p)) == 4 and not res_p.value  # NG_ECANCEL
+    assert "cancelled (ng_export_options.cancel set): nothing written" in (L.ng_last_error() or b"").decode()
+    assert open(out, "rb").read() == before
     # Other code under the report's name (another source hash): refused, both
     # hashes named, the maps file as it was. (An adversarial pass exported a
     # changed kernel's maps under a PASS report.)
-    before = open(out, "rb").read()
     changed = normgate.Implementation("py_fp32seq_x", fp64_step, source_sha256="cd" * 32, device="cpu")
     with pytest.raises(ValueError, match="gated py_fp32seq_x of source efefefefefef, and this process has source "
                                          "cdcdcdcdcdcd"):

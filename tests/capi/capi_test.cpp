@@ -180,7 +180,7 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_graph_span, correlation_id, 4);
   NG_AT(ng_graph_span, start_ns, 8);
   NG_AT(ng_graph_span, end_ns, 16);
-  EXPECT_EQ(sizeof(ng_export_options), 72u);  // python/normgate/gate.py _ExportOptions (test_gate.py pins it)
+  EXPECT_EQ(sizeof(ng_export_options), 80u);  // python/normgate/gate.py _ExportOptions (test_gate.py pins it)
   NG_AT(ng_export_options, report, 8);
   NG_AT(ng_export_options, out, 16);
   NG_AT(ng_export_options, keep, 24);
@@ -188,6 +188,7 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_export_options, tile, 40);
   NG_AT(ng_export_options, oracle, 56);
   NG_AT(ng_export_options, threads, 64);
+  NG_AT(ng_export_options, cancel, 72);
 #undef NG_AT
 }
 

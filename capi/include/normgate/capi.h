@@ -112,7 +112,8 @@ extern "C" {
 #define NG_EFAIL 1
 #define NG_EINVAL 2
 #define NG_EROUTE 3
-#define NG_ECANCEL 4  /* ng_gate: cancelled between cases (the journal resumes); ng_export: an external stopped it (nothing written) */
+#define NG_ECANCEL 4  /* ng_gate, ng_export: cancelled between cases (a gate's journal resumes; an export
+                         writes nothing) */
 
 /* The most OpenMP threads a call takes (threads above it: NG_EINVAL naming
  * the value; libgomp fails to start ~1e5 threads and the process dies). */
@@ -709,6 +710,8 @@ typedef struct ng_export_options {
   const char* backend;  /* "auto" (NULL), "cpu", "gpu": where built-in variants run */
   const char* oracle;   /* "auto" (NULL), "fp64", "mpfr" */
   int32_t threads;      /* OpenMP threads, 0: default; <= NG_MAX_THREADS */
+  const volatile int32_t* cancel; /* NULL, or a flag: non-zero stops the export before its next case
+                                     (NG_ECANCEL, nothing written) */
 } ng_export_options;
 
 /* Defaults: struct_size, tile 256, everything else 0 / NULL. o must not be NULL. */
@@ -726,7 +729,9 @@ NG_API void ng_export_options_init(ng_export_options* o);
  * [string], "pairs": [{"case", "impl", "fwd", "window", "verdict",
  * "max_err_tol": {"y", "rstd", "dx", "dw"}}]}, NUL-terminated, allocated by
  * the library: free it with ng_free_string. No external may be registered
- * while it runs. NG_EFAIL for a runtime failure (a write that fails). */
+ * while it runs. NG_ECANCEL when *cancel became non-zero or an external's run
+ * returned NG_ECANCEL (nothing written); NG_EFAIL for a runtime failure (a
+ * write that fails). */
 NG_API int ng_export(const ng_export_options* o, char** json_out);
 
 /* Free a string the library allocated (ng_gate's report, ng_export's

@@ -94,6 +94,9 @@ struct ExportOptions {
   int64_t tile = 256;
   bool full = false;  ///< also the full [T, H] dx err/tol map
   std::string normgate_version, normgate_commit;
+  /// Called before each case runs (ng_export's cancel flag: it throws
+  /// validators::Cancelled, and nothing is written); empty: none.
+  std::function<void()> before_case;
 };
 
 /// Provenance of a one-implementation report: case, implementation and its
