@@ -132,6 +132,14 @@ void need(const void* p, const char* what) {
   if (p == nullptr) bad(std::string(what) + " is NULL");
 }
 
+// A struct that starts with its own size (capi.h): at least this header's.
+// `fill`: how the caller sets it, for the message.
+void need_size(uint32_t got, size_t want, const char* type, const std::string& fill) {
+  if (got < want)
+    bad("struct_size = " + std::to_string(got) + " is below sizeof(" + type + ") = " + std::to_string(want) + " (" +
+        fill + ")");
+}
+
 ns::CaseId parse(const char* case_id) {
   need(case_id, "case_id");
   return ns::parse_case(case_id);
@@ -854,9 +862,7 @@ void ng_oracle_close(ng_oracle* o) { delete o; }
 int ng_register_external(const ng_external_desc* d) {
   return guard("ng_register_external", [&] {
     need(d, "desc");
-    if (d->struct_size < sizeof(ng_external_desc))
-      bad("struct_size = " + std::to_string(d->struct_size) + " is below sizeof(ng_external_desc) = " +
-          std::to_string(sizeof(ng_external_desc)) + " (set it to sizeof(ng_external_desc))");
+    need_size(d->struct_size, sizeof(ng_external_desc), "ng_external_desc", "set it to sizeof(ng_external_desc)");
     need(d->name, "name");
     need(d->source_sha256, "source_sha256");
     need(d->origin, "origin");
@@ -943,9 +949,7 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
   return guard("ng_gate", [&] {
     need(o, "options");
     need(json_out, "json_out");
-    if (o->struct_size < sizeof(ng_gate_options))
-      bad("struct_size = " + std::to_string(o->struct_size) + " is below sizeof(ng_gate_options) = " +
-          std::to_string(sizeof(ng_gate_options)) + " (fill the struct with ng_gate_options_init)");
+    need_size(o->struct_size, sizeof(ng_gate_options), "ng_gate_options", "fill the struct with ng_gate_options_init");
     if (o->table == nullptr || o->table[0] == '\0') bad("table is NULL or empty");
     if (o->threads < 0 || o->threads > NG_MAX_THREADS)
       bad("threads = " + std::to_string(o->threads) + " is outside 0.." + std::to_string(NG_MAX_THREADS));
@@ -1097,9 +1101,8 @@ int ng_export(const ng_export_options* o, char** json_out) {
   return guard("ng_export", [&] {
     need(o, "options");
     need(json_out, "json_out");
-    if (o->struct_size < sizeof(ng_export_options))
-      bad("struct_size = " + std::to_string(o->struct_size) + " is below sizeof(ng_export_options) = " +
-          std::to_string(sizeof(ng_export_options)) + " (fill the struct with ng_export_options_init)");
+    need_size(o->struct_size, sizeof(ng_export_options), "ng_export_options",
+              "fill the struct with ng_export_options_init");
     if (o->report == nullptr || o->report[0] == '\0') bad("report is NULL or empty");
     if (o->out == nullptr || o->out[0] == '\0') bad("out is NULL or empty");
     for (const auto& [v, name] : {std::pair{o->all, "all"}, std::pair{o->full, "full"}})
