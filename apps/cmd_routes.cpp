@@ -3,7 +3,6 @@
 // target, policy.h), or the dispatcher's pick for a call (--pick).
 #include "commands.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -278,11 +277,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
           const auto s = kernels::approval_status(r, d.approvals(), o->policy.accept_cpu_model);
           // A current form res approval resting on a record whose gate did
           // not check h_new (Approval::h_new_gated; any part of it).
-          if (s.state == kernels::ApprovalState::current && s.record) {
-            std::vector<const kernels::Approval*> recs = s.parts;
-            if (recs.empty()) recs.push_back(s.record);
-            no_h_new += std::any_of(recs.begin(), recs.end(), [](const kernels::Approval* x) { return !x->h_new_gated(); });
-          }
+          no_h_new += s.state == kernels::ApprovalState::current && !s.h_new_gated();
           std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), printable_line(s.detail).c_str());
           ++states[std::string(kernels::to_string(s.state))];

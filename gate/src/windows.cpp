@@ -94,10 +94,7 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
       for (const kernels::Approvals* a : {&base_appr, &own_appr}) {
         const auto s = kernels::approval_status(r, *a, true);
         if (s.state == kernels::ApprovalState::current) {
-          std::vector<const kernels::Approval*> recs = s.parts;
-          if (recs.empty()) recs.push_back(s.record);
-          if (std::all_of(recs.begin(), recs.end(), [](const kernels::Approval* x) { return x->h_new_gated(); }))
-            return true;
+          if (s.h_new_gated()) return true;
           if (no_h_new.empty()) no_h_new = a->path;
           continue;
         }

@@ -1414,6 +1414,12 @@ ApprovalStatus approval_status(const Route& r, const Approvals& a, bool accept_c
   return s;
 }
 
+bool ApprovalStatus::h_new_gated() const {
+  if (!parts.empty())
+    return std::all_of(parts.begin(), parts.end(), [](const Approval* x) { return x->h_new_gated(); });
+  return record == nullptr || record->h_new_gated();
+}
+
 // ---- dispatcher ---------------------------------------------------------------
 
 std::string fallback_problem(const std::string& key, const Variant& var) {

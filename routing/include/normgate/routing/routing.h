@@ -548,6 +548,9 @@ struct ApprovalStatus {
   /// why, without the state word, e.g. "approved (gpu gate of ...)", "approved as part of T=1..131072 (gpu
   /// gate of ...)", "approved source 3dffde8bb61a (gpu gate of ...), code now 9a1b..."
   std::string detail;
+  /// Whether every record the approval rests on (record, or each of parts)
+  /// had its gate check h_new (Approval::h_new_gated); true without a record.
+  bool h_new_gated() const;
 };
 
 /// Look up r's approval among the records whose window contains r's (file
