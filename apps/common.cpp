@@ -50,7 +50,7 @@ std::string named(const std::string& option, const std::string& path) {
 // its name. Any failure: the temporary removed, std::runtime_error naming
 // `path` and the system's reason.
 std::string write_temp(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = core::temp_name_beside(path);
   // Tracked until commit_temp renames or removes it: a signal meanwhile
   // removes it (core/temp_files.h).
   core::track_temp(tmp);
@@ -157,7 +157,7 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
   // them (each file is then whole, the old or the new one).
   std::vector<std::string> kept(temps.size());  // "" : no previous file (or no link)
   for (size_t i = 0; i < temps.size(); ++i) {
-    const std::string old = temps[i].second + ".old." + std::to_string(::getpid());
+    const std::string old = core::temp_name_beside(temps[i].second, "old");
     ::unlink(old.c_str());
     core::track_temp(old);
     if (::link(temps[i].second.c_str(), old.c_str()) == 0) kept[i] = old;

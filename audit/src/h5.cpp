@@ -271,7 +271,7 @@ herr_t image_free(void* p, H5FD_file_image_op_t op, void* ud) {
 Writer::Writer(std::string path, uint64_t size_hint) : path_(std::move(path)), image_(std::make_unique<Image>()) {
   quiet();
   target_ = normgate::core::rename_target(path_);  // a link is written through, never replaced
-  tmp_ = target_ + ".tmp-" + std::to_string(::getpid());
+  tmp_ = normgate::core::temp_name_beside(target_);
   // Built in memory (HDF5's core driver, no backing store) and written out by
   // commit() with plain write()s: an I/O error or a full disk is then an
   // error of ours, and HDF5 never holds a file it could not flush (its exit

@@ -113,7 +113,7 @@ int guard(const char* fn, F&& f) noexcept {
 void write_atomic(const std::string& link_or_path, const std::string& text) {
   // A link is written through: the file it names is replaced, never the link.
   const std::string path = normgate::core::rename_target(link_or_path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = normgate::core::temp_name_beside(path);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) throw std::runtime_error("cannot write '" + tmp + "': " + std::strerror(errno));
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&

@@ -1,11 +1,13 @@
-// core/src/file_target.cpp: rename_target (file_target.h).
+// core/src/file_target.cpp: rename_target, temp names (file_target.h).
 #include "normgate/core/file_target.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -41,6 +43,11 @@ std::string rename_target(const std::string& path) {
   if (chain.empty()) return path;  // a loop, or unreadable
   const fs::path real = fs::weakly_canonical(chain.back(), ec);
   return ec || real.empty() ? path : real.string();
+}
+
+std::string temp_name_beside(const std::string& target, const char* kind) {
+  static std::atomic<uint64_t> calls{0};
+  return target + "." + kind + "." + std::to_string(::getpid()) + "." + std::to_string(++calls);
 }
 
 int create_replacement(const std::string& tmp, const std::string& target) {

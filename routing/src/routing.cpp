@@ -1183,7 +1183,7 @@ namespace {
 // fsync of the folder (a link is written through, never replaced).
 void write_sealed_file(const std::string& path, const std::string& text) {
   const std::string target = core::rename_target(path);  // a link is written through, never replaced
-  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = core::temp_name_beside(target);
   const core::TrackedTemp tracked(tmp);  // a signal while it exists removes it (temp_files.h)
   // A rewrite keeps the file's permission bits (core::create_replacement).
   const int fd = core::create_replacement(tmp, target);

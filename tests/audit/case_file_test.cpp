@@ -62,7 +62,7 @@ TEST(CaseFile, RoundTripReplayAndNoHalfFiles) {
   nv::write_case_file(path, *r.saved);
   // No temporary left beside it.
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
-    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
 
   const nv::SavedCase back = nv::read_case_file(path);
   const nv::SavedCase& a = *r.saved;

@@ -10,7 +10,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normgate/core/file_target.h"
@@ -125,4 +127,32 @@ TEST(FileTarget, LinkChainListsEveryStepAndRenameTargetItsEnd) {
   EXPECT_EQ(normgate::core::rename_target(d + "/loop1"), d + "/loop1");
   EXPECT_TRUE(normgate::core::link_chain("").empty());
   fs::remove_all(d);
+}
+
+// temp_name_beside: a name of its own for every call, in every thread (two
+// writers of one file in one process once shared "PATH.tmp.PID", and one
+// could rename the other's half-written bytes onto PATH).
+TEST(FileTarget, TempNamesBesideOneFileAreNeverShared) {
+  const std::string target = "/some/folder/report.json";
+  const std::string prefix = target + ".tmp." + std::to_string(::getpid()) + ".";
+  constexpr int kThreads = 8, kCalls = 500;
+  std::vector<std::vector<std::string>> names(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) names[t].push_back(normgate::core::temp_name_beside(target));
+    });
+  for (auto& th : threads) th.join();
+  std::set<std::string> all;
+  for (const auto& v : names)
+    for (const auto& n : v) {
+      EXPECT_EQ(n.rfind(prefix, 0), 0u) << n;
+      const std::string count = n.substr(prefix.size());
+      EXPECT_FALSE(count.empty());
+      EXPECT_EQ(count.find_first_not_of("0123456789"), std::string::npos) << n;
+      all.insert(n);
+    }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kCalls));
+  const std::string old = normgate::core::temp_name_beside(target, "old");
+  EXPECT_EQ(old.rfind(target + ".old." + std::to_string(::getpid()) + ".", 0), 0u) << old;
 }

@@ -25,6 +25,16 @@ std::string rename_target(const std::string& path);
 /// Never throws.
 std::vector<std::string> link_chain(const std::string& path);
 
+/// A name for a temporary file beside `target` (rename_target's result):
+/// "TARGET.KIND.PID.N", N counting the calls of this process (from 1). Two
+/// writers of one file, in two threads of a process or in two processes,
+/// never share a temporary (a shared one would let one rename the other's
+/// half-written bytes onto `target`); a name left by a process that died
+/// may be reused by a later one with its pid (create_replacement truncates
+/// it). `kind` is "tmp" for the file to be renamed, "old" for a link that
+/// keeps the previous file. Never throws except std::bad_alloc.
+std::string temp_name_beside(const std::string& target, const char* kind = "tmp");
+
 /// Create (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC) the temporary `tmp`
 /// that will be renamed onto `target` (rename_target's result), with the
 /// permission bits the result should have: those of `target` when it exists
