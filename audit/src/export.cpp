@@ -376,7 +376,15 @@ Provenance provenance_of(const CheckReport& rep, const std::string& version, con
   } else {
     p.fwd = ir.impl;
   }
-  p.backend = gpu ? "gpu" : "cpu-model";
+  // Where it ran, in the words of the record: a built-in variant on the GPU
+  // or as its CPU model, the FP32 baseline on the CPU, an external (a plugin
+  // on the host or a device, a Python or C implementation) as its own
+  // ran_on says ("plugin on host (cpu)", "plugin on NVIDIA H100 ...").
+  const bool external = ir.impl != "fp32-baseline" && kernels::variant(ir.impl).external;
+  p.backend = gpu                       ? std::string("gpu")
+              : ir.impl == "fp32-baseline" ? std::string("cpu")
+              : external                ? (ir.ran_on.empty() ? std::string("external") : ir.ran_on)
+                                        : std::string("cpu-model");
   p.oracle = std::string(oracle::to_string(req.oracle));
   p.escalations = oracle_line(rep);
   p.family = std::string(seeds::to_string(req.id.family));

@@ -161,5 +161,11 @@ TEST(PluginCli, ReproCommandsNameThePlugin) {
   EXPECT_TRUE(contains(r.out, "replay   normgate repro --file '" + dir + "/c.h5' --plugin '" + kRef + "'   (")) << r.out;
   const auto back = run_normgate("repro --file " + dir + "/c.h5 --plugin " + kRef);
   EXPECT_EQ(back.code, 0) << back.out;
+  // The case file says where the plugin ran, not "cpu-model" (the label of a
+  // built-in variant's CPU model).
+  const auto ins = run_normgate("inspect " + dir + "/c.h5");
+  EXPECT_EQ(ins.code, 0) << ins.out;
+  EXPECT_TRUE(contains(ins.out, "on plugin on host (cpu)")) << ins.out;
+  EXPECT_FALSE(contains(ins.out, "cpu-model")) << ins.out;
   std::filesystem::remove_all(dir);
 }
