@@ -51,7 +51,7 @@ def make_table(d):
         sha = "e" * 64 if w == "fp32" else normgate.variant_info(var)["source_sha256"]  # fp32: stale
         err = {"y": 0.3, "rstd": 0.01} if op == "fwd" else {"y": 0.3, "rstd": 0.01, "dx": 0.4, "dw": 0.02}
         rec = {"window": win, "variant": var, "source_sha256": sha, "backend": "gpu", "gpu": "NVIDIA H200",
-               "driver": "-", "cuda": "-", "seed_set": "3x16", "t_points": [lo, hi], "cases": 96,
+               "driver": "580.159.04", "cuda": "13.0", "seed_set": "3x16", "t_points": [lo, hi], "cases": 96,
                "max_err_tol": err, "worst_case": "H=64,T=%d,w=%s,form=plain,family=normal,seed=0" % (lo, w),
                "date": "2026-12-01T00:00:00Z", "normgate_commit": "test", "normgate_version": "0.2.0"}
         # record_sha256 (routing.h, "Validation"): SHA-256 of the record's

@@ -657,6 +657,18 @@ std::string validate_approval(const Approval& a) {
       return "backend '" + a.backend + "' (expected \"gpu\" or \"cpu-model\")";
     if (a.backend == kCpuModelBackend && a.gpu != kCpuModelBackend)
       return "gpu '" + a.gpu + "' of a cpu-model record (expected \"cpu-model\")";
+    // A gate on the GPU records the device, its driver and CUDA runtime
+    // (gate/approvals.cpp); "-" is what a CPU-model gate writes for the last
+    // two, and "cpu-model" its gpu: a gpu record holding them was not
+    // written by a GPU gate.
+    if (a.backend == kGpuBackend) {
+      if (a.gpu == kCpuModelBackend) return "gpu 'cpu-model' of a gpu record (expected the device's name)";
+      if (a.driver == "-") return "driver '-' of a gpu record (expected the device's driver version)";
+      if (a.cuda == "-") return "cuda '-' of a gpu record (expected the CUDA runtime's version)";
+    } else {
+      if (a.driver != "-") return "driver '" + a.driver + "' of a cpu-model record (expected \"-\")";
+      if (a.cuda != "-") return "cuda '" + a.cuda + "' of a cpu-model record (expected \"-\")";
+    }
     const std::pair<const char*, const std::string*> texts[] = {{"gpu", &a.gpu},
                                                                  {"driver", &a.driver},
                                                                  {"cuda", &a.cuda},

@@ -195,6 +195,16 @@ TEST(ApprovalValidation, EachRuleOnItsOwn) {
       {0, [](Approval& a) { a.variant = "bwd_det_heads"; }, "variant bwd_det_heads does not serve window bwd det H=64"},
       {0, [](Approval& a) { a.variant = "bwd_det_wide"; }, "variant bwd_det_wide does not serve window bwd det H=64"},
       {0, [](Approval& a) { a.gpu = ""; }, "gpu is empty"},
+      // What a CPU-model gate writes, in a gpu record (and the other way).
+      {0, [](Approval& a) { a.driver = "-"; }, "driver '-' of a gpu record (expected the device's driver version)"},
+      {0, [](Approval& a) { a.cuda = "-"; }, "cuda '-' of a gpu record"},
+      {0, [](Approval& a) { a.gpu = "cpu-model"; }, "gpu 'cpu-model' of a gpu record"},
+      {0,
+       [](Approval& a) {
+         a.backend = "cpu-model";
+         a.gpu = "cpu-model";
+       },
+       "driver '580.159.04' of a cpu-model record (expected \"-\")"},
       {0, [](Approval& a) { a.t_per_window = 1; }, "t_per_window 1 outside 2..1000000"},
       {0, [](Approval& a) { a.dense_points = -1; }, "dense_points -1"},
       {0, [](Approval& a) { a.dense_step = 0; }, "dense_step 0"},

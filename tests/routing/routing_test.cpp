@@ -362,8 +362,8 @@ Approval approval_for(const Route& r, std::string backend, std::string hash) {
   a.source_sha256 = std::move(hash);
   a.backend = std::move(backend);
   a.gpu = a.backend == "gpu" ? "NVIDIA H200" : "cpu-model";
-  a.driver = "580.159.04";
-  a.cuda = "13.0";
+  a.driver = a.backend == "gpu" ? "580.159.04" : "-";
+  a.cuda = a.backend == "gpu" ? "13.0" : "-";
   a.seed_set = "3x120";
   a.t_points = {r.t_lo, r.t_hi};
   a.cases = 720;

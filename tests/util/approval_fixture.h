@@ -28,8 +28,8 @@ inline kernels::Approval valid_approval(const kernels::Route& r, std::string has
   x.source_sha256 = hash.empty() ? std::string(r.variant->source_sha256) : std::move(hash);
   x.backend = backend;
   x.gpu = backend == "gpu" ? "NVIDIA H200" : "cpu-model";
-  x.driver = "-";
-  x.cuda = "-";
+  x.driver = backend == "gpu" ? "580.159.04" : "-";
+  x.cuda = backend == "gpu" ? "13.0" : "-";
   x.seed_set = "3x16";
   x.t_points = {r.t_lo};
   if (r.t_hi != r.t_lo) x.t_points.push_back(r.t_hi);

@@ -91,8 +91,9 @@
 //   - no string of the record, at any depth, holds a control character
 //     (below 0x20, or 0x7F: normgate writes none);
 //   - variant a non-empty name; source_sha256 64 lower-case hex digits;
-//     backend "gpu" or "cpu-model" (gpu "cpu-model" for the latter); gpu,
-//     driver, cuda, normgate_commit, normgate_version non-empty strings;
+//     backend "gpu" or "cpu-model" (gpu "cpu-model", driver and cuda "-"
+//     for the latter; none of these for the former); gpu, driver, cuda,
+//     normgate_commit, normgate_version non-empty strings;
 //   - max_err_tol has exactly the outputs the op gates (fwd: y, rstd; bwd: y,
 //     rstd, dx, dw), each a finite number in [0, 1] (an approval records a
 //     pass);
