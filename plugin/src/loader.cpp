@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "normgate/core/host_memory.h"
 #include "normgate/core/printable.h"
 #include "normgate/seeds/case_id.h"
 #include "staging.h"
@@ -224,6 +225,14 @@ void run_host(const PluginVariant& pv, Staging& s) {
   };
   std::unique_ptr<void, Free> ws;
   if (ws_bytes > 0) {
+    // Filled below, so every page is touched: a request past what this
+    // process may use would end it by the OOM killer (the allocation itself
+    // succeeds under overcommit), not by this error.
+    const core::HostMemory hm = core::host_memory();
+    if (hm.usable() != 0 && ws_bytes > hm.usable())
+      throw std::runtime_error(pv.who() + ": bwd_workspace_bytes asks for a host workspace of " +
+                               core::gib_and_bytes(ws_bytes) + " for T=" + std::to_string(s.T) + ", H=" +
+                               std::to_string(s.H) + ", more than " + hm.describe_usable());
     ws.reset(std::aligned_alloc(256, (ws_bytes + 255) / 256 * 256));
     if (!ws) throw std::runtime_error(pv.who() + ": cannot allocate a host workspace of " + std::to_string(ws_bytes) + " bytes");
     std::memset(ws.get(), 0xFF, ws_bytes);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/core/host_memory.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
@@ -211,6 +212,25 @@ TEST(PluginRun, FailingEntryNamesItsMessage) {
     // same valid UTF-8 on stdout, in the reports and in the journal.
     EXPECT_TRUE(has(e.what(), "variant 'tp_einval': fwd returned 2 (invalid arguments): tp_einval: refuses H=16 "
                               "\\xff\xc3\xa9"))
+        << e.what();
+  }
+}
+
+// A host workspace is filled before the call, so every page is touched: one
+// past what the process may use is refused by name, not left to the OOM
+// killer (the allocation itself succeeds under overcommit).
+TEST(PluginRun, HostWorkspacePastTheHostsMemoryIsRefused) {
+  const normgate::core::HostMemory hm = normgate::core::host_memory();
+  if (hm.usable() == 0 || hm.usable() >= (uint64_t{1} << 40)) GTEST_SKIP() << "no memory bound below 1 TiB known";
+  const auto impls = load_plugin(tp("bigws"));
+  const seeds::HostInputs in = seeds::generate_host(seeds::parse_case("H=16,T=2,w=bf16,form=plain,family=normal,seed=0"));
+  Outputs out;
+  try {
+    impls[0].run(in, out);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(has(e.what(), "variant 'tp_bigws': bwd_workspace_bytes asks for a host workspace of 1024.0 GiB "
+                              "(1099511627776 bytes) for T=2, H=16, more than "))
         << e.what();
   }
 }

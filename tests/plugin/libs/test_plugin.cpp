@@ -13,6 +13,8 @@
 //  11 badform   forms 0x10
 //  12 fwdbwd    a forward variant with a bwd entry
 //  13 same      a valid host variant named "ex_ref_bwd" (the host example's)
+//  14 exit      host fwd that calls exit(0)
+//  15 bigws     host bwd "tp_bigws" asking for a 2^40-byte workspace (the ABI's most)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,12 @@ const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef012345
 
 [[maybe_unused]] int bwd_any(const ng_plugin_bwd_args*, char*, size_t) { return NG_PLUGIN_OK; }
 
+// The largest workspace the ABI allows, more than any test host has.
+[[maybe_unused]] int ws_huge(const ng_plugin_shape*, uint64_t* bytes, char*, size_t) {
+  *bytes = uint64_t{1} << 40;
+  return NG_PLUGIN_OK;
+}
+
 // A kernel that ends the process with exit(0) (a library's abort path).
 [[maybe_unused]] int fwd_exit(const ng_plugin_fwd_args*, char*, size_t) { exit(0); }
 
@@ -82,6 +90,9 @@ const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_fwdbwd", NG_PLUGIN_OP_FWD,
 const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_exit", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_exit, nullptr)};
 #elif TP_CASE == 13
 const ng_plugin_variant kVariants[] = {TP_VARIANT("ex_ref_bwd", NG_PLUGIN_OP_BWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_any)};
+#elif TP_CASE == 15
+const ng_plugin_variant kVariants[] = {{"tp_bigws", NG_PLUGIN_OP_BWD, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, 1u,
+                                        NG_PLUGIN_MEMORY_HOST, kSha, "test plugin", ws_huge, fwd_ok, bwd_any}};
 #endif
 
 const ng_plugin_table kTable = {TP_CASE == 3 ? 2u : static_cast<uint32_t>(NG_PLUGIN_ABI_VERSION),
