@@ -23,6 +23,7 @@
 #        --out /tmp/ab -- --reps 100 --no-controls --res --only fwd 4097,1536 65537,4096
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/lib/shq.sh"
 out="${OUT:-$root/out}/kernels-ab"
 [ -n "${OUT:-}" ] && out="$OUT"
 deadline=540
@@ -83,7 +84,7 @@ tables_ok=1
 {
   echo "# kernels_bench A/B: ${names[*]} ($done_rounds of $rounds rounds run)"
   echo
-  printf 'kernels_bench'; printf ' %q' "$@"; echo
+  echo "kernels_bench $(shq "$@")"
   for ((i = 1; i < ${#names[@]}; ++i)); do
     files=()
     for ((r = 1; r <= rounds; ++r)); do

@@ -46,6 +46,7 @@
 # unapproved, 0 otherwise.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$root/scripts/lib/shq.sh"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "retime_groups: $1" >&2; exit 2; }
 build="" spec="" filter="" table="$root/routes/sm90a.toml" timings_given=0
@@ -195,7 +196,7 @@ r=$(left)
 echo "== derive, gating '$filter' ($r s left)"
 dcmd=("$bin" derive "$dspec" --out "$d/$tname" --report "$d/rep" --journal "$d/dj"
       --timings "$out/merged.timings.json" --approve --gate-windows "$filter" --deadline-s "$r")
-{ printf '# resume by hand (a rerun with the same --journal):'; printf ' %q' "${dcmd[@]}"; printf '\n'; } >"$out/derive.log"
+{ printf '# resume by hand (a rerun with the same --journal): %s\n' "$(shq "${dcmd[@]}")"; } >"$out/derive.log"
 "${dcmd[@]}" >>"$out/derive.log" 2>&1
 rc=$?
 grep -E '^(  (PASS|FAIL|approved)|gate|table)' "$out/derive.log" | tail -40
