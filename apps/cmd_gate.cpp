@@ -67,6 +67,18 @@ void draw_progress(const validators::GateProgress& p) {
   std::fflush(stderr);
 }
 
+
+// The usage line shows the table as required ("gate [OPTIONS] table"):
+// CLI11 would bracket it, since it is checked in the callback rather than
+// by CLI11 (see "Required, checked in the callback" below).
+class TableRequiredFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_usage(const CLI::Option* opt) const override {
+    if (opt->get_positional() && opt->get_name() == "table") return "table";
+    return CLI::Formatter::make_option_usage(opt);
+  }
+};
+
 }  // namespace
 
 void add_gate(CLI::App& app, Commands& cmds) {
@@ -90,6 +102,7 @@ void add_gate(CLI::App& app, Commands& cmds) {
   // the next option, a table after the journals among them, and the message
   // says so.
   sub->add_option("table", o->g.table_path, "Route table (TOML), e.g. routes/sm90a.toml (required)");
+  sub->formatter(std::make_shared<TableRequiredFormatter>());
   sub->add_option("--base", o->g.base_path, "Older table: gate only windows whose bounds or variant changed");
   sub->add_option("--seeds", o->g.seeds,
                   "Seed set: 5x120 (default: 9 family points, eps and kappa sweeps), 3x120 (normal, llm, cancel), "

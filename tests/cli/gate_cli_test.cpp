@@ -63,6 +63,10 @@ TEST(GateCli, HelpAndUsageErrors) {
     const CliResult r = cli(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "Usage")) << r.out;
+    // The table is required by both (gate checks it itself, for --merge's
+    // sake): never shown as optional.
+    EXPECT_TRUE(contains(r.out, " [OPTIONS] table\n")) << r.out;
+    EXPECT_FALSE(contains(r.out, "[table]")) << r.out;
   }
   const std::string dir = temp_dir("usage");
   const std::string gap = dir + "/gap.toml";
