@@ -387,6 +387,19 @@ std::string format_gate_markdown(const GateResult& r) {
       return p.worst_output + " " + ratio_cell(p.worst) + " (T=" + t + ")";
     };
     std::string dense = "-";
+    // Grid T the dense grid's steps landed on: run by the grid, not again.
+    std::string on_grid;
+    int n_on_grid = 0;
+    if (w.dense_center != 0 && r.dense_step > 0)
+      for (const int64_t t : w.t_points) {
+        const int64_t d = t - w.dense_center;
+        if (d != 0 && d % r.dense_step == 0 && std::abs(d / r.dense_step) <= r.dense_points) {
+          on_grid += (on_grid.empty() ? "" : ", ") + std::to_string(t);
+          ++n_on_grid;
+        }
+      }
+    const std::string grid_note =
+        on_grid.empty() ? "" : (n_on_grid == 1 ? "; T=" + on_grid + " is a grid T" : "; T=" + on_grid + " are grid T");
     // "above" or "below" when the window's edge cut one side off.
     const char* side = w.dense.t.empty() || (w.dense.t.front() < w.dense_center && w.dense.t.back() > w.dense_center)
                            ? " around "
@@ -394,13 +407,14 @@ std::string format_gate_markdown(const GateResult& r) {
                                                             : " below ";
     if (w.dense.t.size() == 1)
       dense = "T=" + std::to_string(w.dense.t.front()) + " (step " + std::to_string(r.dense_step) + side +
-              std::to_string(w.dense_center) + ")";
+              std::to_string(w.dense_center) + grid_note + ")";
     else if (!w.dense.t.empty())
       dense = std::to_string(w.dense.t.front()) + ".." + std::to_string(w.dense.t.back()) + " step " +
               std::to_string(r.dense_step) + side + std::to_string(w.dense_center) + " (" +
-              std::to_string(w.dense.t.size()) + " T)";
+              std::to_string(w.dense.t.size()) + " T" + grid_note + ")";
     else if (w.dense_center)
-      dense = "none inside the window around " + std::to_string(w.dense_center);
+      dense = (on_grid.empty() ? "none inside the window around " : "none new around ") +
+              std::to_string(w.dense_center) + (on_grid.empty() ? "" : " (" + grid_note.substr(2) + ")");
     std::string fresh = "-";
     if (!w.fresh.seeds.empty()) fresh = w.fresh.seeds + " at T=" + std::to_string(w.fresh_t);
     o << "| " << w.route.window() << " | " << t_list(w.t_points) << " | " << worst_cell(w.grid) << " | " << dense

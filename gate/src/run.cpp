@@ -946,7 +946,11 @@ GateResult run_gate(const GateOptions& opt) {
     for (int64_t k = -kmax; k <= kmax; ++k) {
       if (k == 0) continue;
       const int64_t t = p.c.T + k * opt.dense_step;
-      if (t >= w.route->t_lo && t <= w.route->t_hi) w.dense.t.push_back(t);
+      // A grid T already ran every case the dense grid would add there
+      // (the worst case's family and seed, or the whole set): not a new
+      // point (the report names those it skipped).
+      if (t >= w.route->t_lo && t <= w.route->t_hi && !std::binary_search(w.tpts.begin(), w.tpts.end(), t))
+        w.dense.t.push_back(t);
     }
     if (opt.dense_all_seeds) {
       w.dense.seeds = res.seeds;

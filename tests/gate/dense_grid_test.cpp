@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "normgate/gate/gate.h"
@@ -98,12 +99,28 @@ TEST(GateDenseGrid, MostPointsEndAndKeepEveryStepInsideTheWindow) {
   const Dense d = dense_of(one_window(kMaxCampaignCount, 64), 60);
   ASSERT_TRUE(d.finished) << "run_gate with dense_points = kMaxCampaignCount did not end within 60 s";
   ASSERT_GE(d.center, 1);
-  // Exactly the T = center + k * 64 (k != 0) inside 1..300, in run order
-  // (k from -kmax up).
+  // Exactly the T = center + k * 64 (k != 0) inside 1..300 that are not
+  // grid T, in run order (k from -kmax up).
+  const std::vector<int64_t> grid = window_t_points(1, 300, one_window(0, 64).t_per_window);
   std::vector<int64_t> want;
   for (int64_t t = d.center - (d.center - 1) / 64 * 64; t <= 300; t += 64)
-    if (t != d.center) want.push_back(t);
+    if (t != d.center && !std::binary_search(grid.begin(), grid.end(), t)) want.push_back(t);
   EXPECT_EQ(d.t, want);
+}
+
+// A dense step that lands on grid T: those T ran every case already (the
+// grid runs each family and seed there) and are not dense points again;
+// every other T of the steps is.
+TEST(GateDenseGrid, GridTAreNotDensePointsAgain) {
+  const Dense d = dense_of(one_window(300, 1), 120);
+  ASSERT_TRUE(d.finished);
+  const std::vector<int64_t> grid = window_t_points(1, 300, one_window(0, 1).t_per_window);
+  ASSERT_TRUE(std::binary_search(grid.begin(), grid.end(), d.center)) << d.center;
+  std::vector<int64_t> want;
+  for (int64_t t = 1; t <= 300; ++t)
+    if (!std::binary_search(grid.begin(), grid.end(), t)) want.push_back(t);
+  EXPECT_EQ(d.t, want);
+  EXPECT_EQ(d.t.size() + grid.size(), 300u);  // every T of the window: the grid's or a dense one
 }
 
 TEST(GateDenseGrid, TheLargestStepLandsNowhere) {

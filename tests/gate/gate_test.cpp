@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,33 @@ TEST(GateJournal, TornTailDroppedMismatchRefused) {
     EXPECT_NE(std::string(e.what()).find("line 5"), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// Dense steps that land on grid T: the report names them (the grid ran
+// their cases; the dense grid does not again), the cell counts only new T.
+TEST(Gate, ReportNamesTheGridTTheDenseGridSkipped) {
+  GateOptions o = normgate::test::grid_only_opts();
+  o.windows = "H=256";
+  o.seeds = "3x1";
+  o.t_per_window = 4;
+  o.dense_points = 4;
+  o.dense_step = 1;
+  const GateResult r = run_gate(o);
+  ASSERT_EQ(r.windows.size(), 1u);
+  const WindowResult& w = r.windows[0];
+  std::vector<int64_t> skipped;
+  for (int64_t t = w.dense_center - 4; t <= w.dense_center + 4; ++t)
+    if (t != w.dense_center && std::count(w.t_points.begin(), w.t_points.end(), t)) skipped.push_back(t);
+  // The worst grid T of this window lies two rows from another grid T (both
+  // sides of a power of two): otherwise this test checks nothing.
+  ASSERT_EQ(skipped.size(), 1u) << "center " << w.dense_center;
+  for (const int64_t t : w.dense.t) EXPECT_EQ(std::count(w.t_points.begin(), w.t_points.end(), t), 0) << t;
+  EXPECT_EQ(w.dense.t.size(), 7u);
+  EXPECT_EQ(w.dense.cases, 7);
+  const std::string cell = std::to_string(w.dense.t.front()) + ".." + std::to_string(w.dense.t.back()) +
+                           " step 1 around " + std::to_string(w.dense_center) + " (7 T; T=" +
+                           std::to_string(skipped[0]) + " is a grid T)";
+  EXPECT_NE(format_gate_markdown(r).find(cell), std::string::npos) << cell << "\n" << format_gate_markdown(r);
 }
 
 TEST(Gate, SmallTablePassesOnCpuModels) {

@@ -18,7 +18,8 @@
 //    columns, for fwd windows; dx and y are per-element roundings whose worst
 //    case does not move with T; ties: first in run order), T = T_worst + k*step
 //    for k = +-1..+-dense_points (default step 64, 16 points each side),
-//    those inside the window, with the worst case's family and seed
+//    those inside the window and not grid T points (whose cases the grid
+//    ran already), with the worst case's family and seed
 //    (--dense-seeds worst, the default: the dense grid scans T, where a
 //    variant's chunking changes; seed variance is the fresh seeds' job) or
 //    every (family, seed) of the seed set (--dense-seeds all: what the seed's
@@ -100,7 +101,9 @@ std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
 /// case's T. The gate (run.cpp) centres the dense grid on the worst grid
 /// case and the fresh seeds on the worst of grid and dense, which a record
 /// does not keep: where its worst case is a grid case the list is the
-/// gate's, else it differs in the dense and fresh points only. `normgate
+/// gate's, else it differs in the dense and fresh points only. Dense points
+/// that fall on a grid T stay in the list (the gate no longer runs those
+/// cases twice), so a digest of an older build lists the same cases. `normgate
 /// digest` runs it (docs/perf/routes.md D19). Throws std::invalid_argument
 /// for an invalid record, one without campaign strength, or a seed set,
 /// fresh seed set or worst case that does not parse or lies outside the
