@@ -287,9 +287,20 @@ std::string format_repro(const ReproReport& r) {
     for (const auto& row : c.top_rows) o << " r" << row.row << " " << fmt("%.6g", row.term) << ";";
     o << "\n";
   }
-  o << "\nvariant partial sums: not exposed by the kernel variants (their CPU models, kernels/models/include/normgate/kernels/models.h, follow the same "
-       "chunk order)\n"
-    << "reproduce: " << r.command << "\n";
+  // Partial sums: what a built-in variant's CPU model could show; an
+  // external implementation (a plugin, a Python or C kernel) is its own
+  // code, and the FP32 baseline has no chunks.
+  const std::string& impl = r.check.request.impls.front();
+  const kernels::Variant* v = impl == "fp32-baseline" ? nullptr : kernels::find_variant(impl);
+  if (v != nullptr && !v->external)
+    o << "\nvariant partial sums: not exposed by the kernel variants (their CPU models, "
+         "kernels/models/include/normgate/kernels/models.h, follow the same chunk order)\n";
+  else if (v != nullptr)
+    o << "\nvariant partial sums: not known to normgate (" << core::escape_controls(impl)
+      << " is an external implementation: its own code)\n";
+  else
+    o << "\n";
+  o << "reproduce: " << r.command << "\n";
   return o.str();
 }
 

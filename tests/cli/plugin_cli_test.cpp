@@ -159,6 +159,9 @@ TEST(PluginCli, ReproCommandsNameThePlugin) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "--k 10 --plugin '" + kRef + "'\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "replay   normgate repro --file '" + dir + "/c.h5' --plugin '" + kRef + "'   (")) << r.out;
+  // A plugin's partial sums are its own, not a built-in CPU model's.
+  EXPECT_TRUE(contains(r.out, "variant partial sums: not known to normgate (ex_ref_bwd is an external")) << r.out;
+  EXPECT_FALSE(contains(r.out, "not exposed by the kernel variants")) << r.out;
   const auto back = run_normgate("repro --file " + dir + "/c.h5 --plugin " + kRef);
   EXPECT_EQ(back.code, 0) << back.out;
   // The case file says where the plugin ran, not "cpu-model" (the label of a
