@@ -197,7 +197,7 @@ void write_file_atomic(const std::string& path, const std::string& text);
 /// Several files (path, text) written all or none: every temporary file is
 /// written and fsync'ed before the first rename, and a rename that fails
 /// puts the files renamed before it back (from hard links of the previous
-/// files, PATH.old.PID, removed at the end), so a full disk or an I/O error
+/// files, PATH.old.PID.N, removed at the end), so a full disk or an I/O error
 /// leaves every path as it was (std::runtime_error naming the path; the
 /// temporaries removed). Paths "" are skipped.
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);

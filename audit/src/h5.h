@@ -66,9 +66,10 @@ std::string manifest_sha256(const Manifest& m);
 
 /// An HDF5 file being written: built in memory (HDF5 1.10 file format:
 /// checksummed metadata), then written by commit() to a temporary beside
-/// PATH (core::temp_name_beside), fsynced and renamed onto PATH; destroyed without commit() nothing is
-/// written (no half file is ever at PATH). size_hint: roughly the bytes the
-/// datasets will take (the memory image grows in steps of a quarter of it).
+/// PATH (core::temp_name_beside), fsynced and renamed onto PATH; destroyed
+/// without commit() nothing is written (no half file is ever at PATH).
+/// size_hint: roughly the bytes the datasets will take (the memory image
+/// grows in steps of a quarter of it).
 class Writer {
  public:
   explicit Writer(std::string path, uint64_t size_hint = 0);

@@ -400,7 +400,8 @@ std::string format_gate_markdown(const GateResult& r) {
       }
     const std::string grid_note =
         on_grid.empty() ? "" : (n_on_grid == 1 ? "; T=" + on_grid + " is a grid T" : "; T=" + on_grid + " are grid T");
-    // "above" or "below" when the window's edge cut one side off.
+    // "above" or "below" when all dense T lie on one side: the window's edge
+    // cut the other off, or its steps there were grid T (grid_note names them).
     const char* side = w.dense.t.empty() || (w.dense.t.front() < w.dense_center && w.dense.t.back() > w.dense_center)
                            ? " around "
                        : w.dense.t.front() > w.dense_center ? " above "

@@ -225,9 +225,10 @@ void run_host(const PluginVariant& pv, Staging& s) {
   };
   std::unique_ptr<void, Free> ws;
   if (ws_bytes > 0) {
-    // Filled below, so every page is touched: a request past what this
-    // process may use would end it by the OOM killer (the allocation itself
-    // succeeds under overcommit), not by this error.
+    // Filled below, so every page is touched: a request past all the memory
+    // this process may use (the host's, its cgroup's or ulimit -v's bound;
+    // not what is free now, so this is a coarse bound) would end it by the
+    // OOM killer, since the allocation itself succeeds under overcommit.
     const core::HostMemory hm = core::host_memory();
     if (hm.usable() != 0 && ws_bytes > hm.usable())
       throw std::runtime_error(pv.who() + ": bwd_workspace_bytes asks for a host workspace of " +

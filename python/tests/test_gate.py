@@ -738,8 +738,10 @@ def test_retry_errors_runs_journalled_errors_again(tmp_path, capsys):
     assert calls["n"] == n + 2  # the one case, run twice (a deterministic implementation)
     rep = normgate.gate(impl, **args)
     assert rep["verdict"] == "PASS" and rep["journal"]["run_now"] == 0
-    # An error made by the run itself is not retried within it (a case
-    # the dense grid needs again stays an error), and is journalled once.
+    # A case that errored in this run is journalled once: the dense grid
+    # does not step onto a grid T again (T = 5 here; tests/gate's
+    # External.AnErrorOfThisRunIsNotRunAgainByALaterPhase covers a later
+    # phase that needs an errored case).
     def broken_at_5(g):
         if g["T"] == 5:
             raise RuntimeError("injected: always fails at T = 5")
@@ -750,6 +752,9 @@ def test_retry_errors_runs_journalled_errors_again(tmp_path, capsys):
     rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=j2, retry_errors=True,
                         **dict(SMALL, dense_step=2))
     assert rep["journal"]["retried"] == 0 and rep["windows"][0]["errors"] >= 1
+    grid, dense = rep["windows"][0]["grid"]["t"], rep["windows"][0]["dense"]
+    assert not set(grid) & set(dense["t"]), dense
+    assert {dense["center"] - 2, dense["center"] + 2} & set(grid), (grid, dense)  # a step landed on the grid
     with open(j2) as f:
         lines = [json.loads(x) for x in f.read().splitlines()[1:]]
     assert len({x["case"] for x in lines}) == len(lines), "a case journalled twice in one run"

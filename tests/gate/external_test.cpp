@@ -7,6 +7,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -301,6 +303,68 @@ TEST(External, DeclaredDeterministicButNotIsTheCasesError) {
   register_external(g);
   EXPECT_NO_THROW(run_external(*find_external(*kernels::find_variant("ext_counted_det")), in));
   EXPECT_EQ(*good_calls, 2);
+}
+
+// An error this run made is not retried within it, even with retry_errors
+// (which retries journalled errors only), when a later phase needs its case
+// again: the nondet window's dense grid steps onto T = 8, a grid T of the
+// det window (T = 1..8) but not of its own (T = 1..16), where the det
+// window's grid ran the case and it threw. Journalled once, never re-run.
+TEST(External, AnErrorOfThisRunIsNotRunAgainByALaterPhase) {
+  auto at8 = std::make_shared<int>(0);
+  ExternalImpl x = model_impl("ext_t8_det", "fwd_rowwise", "bwd_det_chunked");
+  const auto good = x.run;
+  x.run = [good, at8](const seeds::HostInputs& in, Outputs& out) {
+    if (in.id.T == 8) {
+      ++*at8;
+      throw std::runtime_error("injected: fails at T = 8");
+    }
+    good(in, out);
+  };
+  register_external(x);
+  const std::string d = temp_dir("again");
+  const std::string path = d + "/t.toml";
+  std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"again\"\nroute = [\n"
+                      << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 8], "
+                         "variant = \"ext_t8_det\" },\n"
+                      << "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 16], "
+                         "variant = \"ext_t8_det\" },\n]\n";
+  GateOptions o = small_opts(path);
+  o.t_per_window = 2;
+  o.dense_points = 16;
+  o.dense_step = 1;
+  o.fresh_factor = 0;
+  o.journal_path = d + "/j.jsonl";
+  o.retry_errors = true;
+  const GateResult r = run_gate(o);
+  ASSERT_EQ(r.windows.size(), 2u);
+  const WindowResult& det = r.windows[0].route.mode == kernels::Mode::det ? r.windows[0] : r.windows[1];
+  const WindowResult& nondet = &det == &r.windows[0] ? r.windows[1] : r.windows[0];
+  // The scenario: T = 8 a det grid T, a nondet dense T.
+  ASSERT_EQ(std::count(det.t_points.begin(), det.t_points.end(), 8), 1);
+  ASSERT_EQ(std::count(nondet.t_points.begin(), nondet.t_points.end(), 8), 0);
+  ASSERT_EQ(std::count(nondet.dense.t.begin(), nondet.dense.t.end(), 8), 1) << format_gate_markdown(r);
+  EXPECT_TRUE(det.errored());
+  EXPECT_TRUE(nondet.errored());
+  EXPECT_EQ(r.cases_retried, 0);
+  // Every case journalled once; the callback ran once for each T = 8 case
+  // the det grid had (its three families), not again for the dense one.
+  std::ifstream j(o.journal_path);
+  std::string line;
+  std::getline(j, line);  // the header
+  std::set<std::string> ids;
+  int records = 0, t8 = 0;
+  while (std::getline(j, line)) {
+    const auto rec = nlohmann::json::parse(line);
+    const std::string id = rec.at("case").get<std::string>();
+    EXPECT_TRUE(ids.insert(id).second) << id << " journalled twice";
+    ++records;
+    if (id.find(",T=8,") != std::string::npos) ++t8;
+  }
+  EXPECT_EQ(t8, 3);
+  EXPECT_EQ(*at8, 3);
+  EXPECT_GT(records, 3);
+  std::filesystem::remove_all(d);
 }
 
 // In the gate a determinism violation is a finding, not a failure to run:

@@ -15,4 +15,15 @@ done
 [ "$(shq op=bwd,H=64 /tmp/x.json 3x16)" == "op=bwd,H=64 /tmp/x.json 3x16" ] || fail "quoted what needs none"
 [ "$(shq "it's")" == "'it'\\''s'" ] || fail "it's: $(shq "it's")"
 [ "$(shq "")" == "''" ] || fail "empty: $(shq "")"
+# A control character keeps the word on one line ($'...'), so a printed
+# command stays one line.
+[ "$(shq "a
+b" | wc -l)" -eq 0 ] || fail "a newline printed raw: $(shq "a
+b")"
+[[ "$(shq "$(printf 'x\033y')")" != *$'\033'* ]] || fail "an ESC printed raw"
+# Older bash reads quotes in ${a//pat/rep} differently (4.2: RHEL 7 hosts):
+# the same checks under its rules.
+if [ -z "${SHQ_TEST_COMPAT:-}" ]; then
+  SHQ_TEST_COMPAT=1 BASH_COMPAT=42 bash "$0" > /dev/null || fail "under BASH_COMPAT=42"
+fi
 echo "PASS: shq"

@@ -102,8 +102,9 @@ std::vector<int64_t> window_t_points(int64_t lo, int64_t hi, int target);
 /// case and the fresh seeds on the worst of grid and dense, which a record
 /// does not keep: where its worst case is a grid case the list is the
 /// gate's, else it differs in the dense and fresh points only. Dense points
-/// that fall on a grid T stay in the list (the gate no longer runs those
-/// cases twice), so a digest of an older build lists the same cases. `normgate
+/// that fall on a grid T stay in the list, repeating grid cases (the gate
+/// lists them once, as grid cases), so a digest of an older build lists the
+/// same cases. `normgate
 /// digest` runs it (docs/perf/routes.md D19). Throws std::invalid_argument
 /// for an invalid record, one without campaign strength, or a seed set,
 /// fresh seed set or worst case that does not parse or lies outside the
