@@ -75,6 +75,18 @@ std::string write_table(const std::string& dir, const std::string& variant, cons
   return path;
 }
 
+// A table at `path` of two H = 64 BF16-w plain backward windows: det T =
+// 1..det_hi on det_variant, nondet T = 1..nondet_hi on nondet_variant.
+std::string write_det_nondet(const std::string& path, const std::string& det_variant, int det_hi,
+                             const std::string& nondet_variant, int nondet_hi) {
+  std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"det and nondet\"\nroute = [\n"
+                      << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, " << det_hi
+                      << "], variant = \"" << det_variant << "\" },\n"
+                      << "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"bf16\", form = \"plain\", T = [1, "
+                      << nondet_hi << "], variant = \"" << nondet_variant << "\" },\n]\n";
+  return path;
+}
+
 GateOptions small_opts(const std::string& table) {
   GateOptions o;
   o.table_path = table;
@@ -323,13 +335,7 @@ TEST(External, AnErrorOfThisRunIsNotRunAgainByALaterPhase) {
   };
   register_external(x);
   const std::string d = temp_dir("again");
-  const std::string path = d + "/t.toml";
-  std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"again\"\nroute = [\n"
-                      << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 8], "
-                         "variant = \"ext_t8_det\" },\n"
-                      << "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 16], "
-                         "variant = \"ext_t8_det\" },\n]\n";
-  GateOptions o = small_opts(path);
+  GateOptions o = small_opts(write_det_nondet(d + "/t.toml", "ext_t8_det", 8, "ext_t8_det", 16));
   o.t_per_window = 2;
   o.dense_points = 16;
   o.dense_step = 1;
@@ -425,13 +431,7 @@ TEST(External, NondeterminismIsTheNamedImplementationsAndOutranksAResult) {
   register_external(racy(model_impl("ext_race_bwd2", "fwd_rowwise", "bwd_det_chunked")));
   const std::string d = temp_dir("race2");
   {
-    const std::string path = d + "/two.toml";
-    std::ofstream(path) << "arch = \"sm90a\"\ndescription = \"two\"\nroute = [\n"
-                        << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], "
-                           "variant = \"ext_race_bwd2\" },\n"
-                        << "  { op = \"bwd\", mode = \"nondet\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 40], "
-                           "variant = \"bwd_nondet_atomic\" },\n]\n";
-    GateOptions o = small_opts(path);
+    GateOptions o = small_opts(write_det_nondet(d + "/two.toml", "ext_race_bwd2", 40, "bwd_nondet_atomic", 40));
     o.journal_path = d + "/two.jsonl";
     for (int round = 0; round < 2; ++round) {
       if (round == 1) {
