@@ -1671,6 +1671,8 @@ std::string validate_rejection(const Rejection& r) {
     if (r.gpu.empty()) return "gpu is empty";
     if (r.backend == kCpuModelBackend && r.gpu != kCpuModelBackend)
       return "gpu '" + r.gpu + "' of a cpu-model record (expected \"cpu-model\")";
+    if (r.backend == kGpuBackend && r.gpu == kCpuModelBackend)
+      return "gpu 'cpu-model' of a gpu record (expected the device's name)";  // as validate_approval
     seeds::CaseId c;
     try {
       c = seeds::parse_case(r.worst_case);

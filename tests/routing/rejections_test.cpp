@@ -73,6 +73,7 @@ TEST(Rejections, FieldRules) {
                 .find("not inside the gated window"),
             std::string::npos);
   EXPECT_NE(why([](Rejection& r) { r.gpu = "NVIDIA H200"; }).find("of a cpu-model record"), std::string::npos);
+  EXPECT_NE(why([](Rejection& r) { r.backend = "gpu"; }).find("gpu 'cpu-model' of a gpu record"), std::string::npos);
   EXPECT_NE(why([](Rejection& r) { r.op = Op::fwd; }).find("worst_output 'dw'"), std::string::npos);
   EXPECT_NE(why([](Rejection& r) { r.source_sha256[0] = 'G'; }).find("source_sha256"), std::string::npos);
   // The variant is a name as registered: control bytes (an escape

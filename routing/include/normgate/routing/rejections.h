@@ -28,7 +28,8 @@
 //     "gated_T": [lo, hi]   the window the gate ran; contains window.T
 //     "variant", "source_sha256" (64 lower-case hex: the variant's hash when
 //     the gate ran, registry.h), "backend" ("gpu" | "cpu-model"),
-//     "gpu" (device name; "cpu-model" for cpu-model records),
+//     "gpu" (device name, never "cpu-model", for gpu records; "cpu-model" for
+//     cpu-model records),
 //     "worst_case" (a case id whose H, w, form are the window's and whose T
 //     is inside gated_T), "worst_err_tol" (a number > 1, or "inf"),
 //     "worst_output" ("y" | "rstd" | "dx" | "dw"; fwd only y, rstd),
