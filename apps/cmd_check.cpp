@@ -168,7 +168,7 @@ void add_check(CLI::App& app, Commands& cmds) {
       const std::vector<int> devices = parse_devices_option(o->devices, devices_given, o->backend);
       // The note comes after the arguments are parsed: a bad one is the only output.
       auto note_backend = [&] {
-        if (backend == validators::Backend::cpu)
+        if (backend == validators::Backend::cpu && (from_all || runs_builtin_variant(impls)))
           std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
       };
       if (!o->id.empty()) {

@@ -131,7 +131,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
             expanded = validators::expand_impls({impl});
           } catch (const std::invalid_argument& e) {
             throw std::invalid_argument(from + ", which this process does not know (" + e.what() +
-                                        "); a plugin's needs --plugin LIB.so, or give one with --variant");
+                                        "); a plugin's implementation needs --plugin LIB.so; or give one with --variant");
           }
           if (expanded.size() != 1) throw std::invalid_argument(from + ": not one implementation; give one with --variant");
         }
@@ -154,7 +154,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
       const auto backend = validators::resolve_backend(validators::parse_backend(o->backend));
       // The notes come once the case is known (parsed, or its file read): a bad argument is the only output.
       auto notes = [&] {
-        if (backend == validators::Backend::cpu)
+        if (backend == validators::Backend::cpu && runs_builtin_variant(impls))
           std::printf("note     no GPU in use: kernel variants run as their CPU models\n");
         if (report_on_gpu && backend != validators::Backend::gpu)
           std::printf("note     the report ran on the GPU; this repro runs the CPU models\n");

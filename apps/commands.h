@@ -84,6 +84,12 @@ std::string printable_message(std::string_view text, const std::vector<std::stri
 /// that a value cannot start a line of its own in the output.
 std::string printable_line(std::string_view text);
 
+/// Whether `impls` (expanded names) holds a built-in kernel variant: what
+/// the "no GPU in use: kernel variants run as their CPU models" note is
+/// about (plugins, Python or C kernels and the FP32 baseline run as they
+/// are).
+bool runs_builtin_variant(const std::vector<std::string>& impls);
+
 /// Before any work, every file a subcommand will write: each output is
 /// writable (check_writable); no two outputs are one file (same inode when
 /// both exist, else the same canonical path); no output is one of `inputs`

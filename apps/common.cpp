@@ -6,6 +6,7 @@
 #include "normgate/core/host_memory.h"
 #include "normgate/core/printable.h"
 #include "normgate/core/temp_files.h"
+#include "normgate/kernels/registry.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -128,6 +129,12 @@ std::string printable_message(std::string_view text, const std::vector<std::stri
 }
 
 std::string printable_line(std::string_view text) { return core::escape_controls(text, false); }
+
+bool runs_builtin_variant(const std::vector<std::string>& impls) {
+  for (const auto& n : impls)
+    if (const kernels::Variant* v = kernels::find_variant(n); v != nullptr && !v->external) return true;
+  return false;
+}
 
 // A symbolic link is written through: the file it points to is replaced,
 // never the link (core/file_target.h).

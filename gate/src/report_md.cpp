@@ -272,17 +272,30 @@ std::string format_gate_markdown(const GateResult& r) {
        "reported, not gated\n";
   // The forward variants the windows ran (bwd windows: the default forward).
   {
-    std::vector<std::string> fwds;
-    for (const auto& w : r.windows)
-      if (std::find(fwds.begin(), fwds.end(), w.fwd) == fwds.end()) fwds.push_back(w.fwd);
-    if (!fwds.empty()) {
+    // A backward external's w.fwd is itself (it runs its own step): listed
+    // apart, not as a forward variant.
+    std::vector<std::string> fwds, own_step;
+    for (const auto& w : r.windows) {
+      const bool own = w.route.op == kernels::Op::bwd && w.fwd == w.route.variant->name;
+      auto& list = own ? own_step : fwds;
+      if (std::find(list.begin(), list.end(), w.fwd) == list.end()) list.push_back(w.fwd);
+    }
+    if (!fwds.empty() || !own_step.empty()) {
       o << "- forward step: bwd windows of a built-in variant run the default forward " << kernels::default_fwd().name
         << " before their variant; a fwd window runs its own variant (fwd_rowwise: y and rstd of any backward "
-           "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated). "
-           "Forward variants run here:";
-      for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];
-      if (!r.externals.empty())
-        o << ". A window routed to an external implementation runs its own step (its y and rstd too)";
+           "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated).";
+      if (!fwds.empty()) {
+        o << " Forward variants run here:";
+        for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];
+        o << ".";
+      }
+      if (!own_step.empty()) {
+        o << " Backward implementations that run their own forward step (their y and rstd are theirs):";
+        for (size_t i = 0; i < own_step.size(); ++i) o << (i ? ", " : " ") << own_step[i];
+        o << ".";
+      } else if (!r.externals.empty()) {
+        o << " A window routed to an external implementation runs its own step (its y and rstd too).";
+      }
       o << "\n";
     }
   }

@@ -162,6 +162,7 @@ TEST(PluginCli, ReproCommandsNameThePlugin) {
   // A plugin's partial sums are its own, not a built-in CPU model's.
   EXPECT_TRUE(contains(r.out, "variant partial sums: not known to normgate (ex_ref_bwd is an external")) << r.out;
   EXPECT_FALSE(contains(r.out, "not exposed by the kernel variants")) << r.out;
+  EXPECT_FALSE(contains(r.out, "kernel variants run as their CPU models")) << r.out;  // no built-in ran
   const auto back = run_normgate("repro --file " + dir + "/c.h5 --plugin " + kRef);
   EXPECT_EQ(back.code, 0) << back.out;
   // The case file says where the plugin ran, not "cpu-model" (the label of a

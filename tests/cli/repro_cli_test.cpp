@@ -125,6 +125,8 @@ TEST_F(ReproFromReport, OneOutputsWorstCase) {
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(printed_case(r.out), worst) << r.out;
     EXPECT_TRUE(contains(r.out, ": worst case of dw " + worst + " (dw err/tol ")) << r.out;
+    // A built-in variant without a GPU: its CPU model ran, and the note says so.
+    EXPECT_TRUE(contains(r.out, "note     no GPU in use: kernel variants run as their CPU models\n")) << r.out;
     return;
   }
   FAIL() << "the report has no backward window with dw";

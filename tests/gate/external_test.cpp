@@ -353,6 +353,14 @@ TEST(External, AnErrorOfThisRunIsNotRunAgainByALaterPhase) {
   EXPECT_TRUE(det.errored());
   EXPECT_TRUE(nondet.errored());
   EXPECT_EQ(r.cases_retried, 0);
+  // The report lists the external apart from the forward variants: it runs
+  // its own forward step.
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("Backward implementations that run their own forward step (their y and rstd are theirs): "
+                    "ext_t8_det."),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("Forward variants run here"), std::string::npos) << md;
   // Every case journalled once; the callback ran once for each T = 8 case
   // the det grid had (its three families), not again for the dense one.
   std::ifstream j(o.journal_path);
