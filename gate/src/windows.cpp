@@ -17,6 +17,7 @@
 
 #include "gate_internal.h"
 #include "normgate/core/report_util.h"
+#include "normgate/core/shell_quote.h"
 #include "normgate/kernels/registry.h"
 
 namespace normgate::validators {
@@ -135,9 +136,30 @@ Selection select_windows(const GateOptions& opt, const kernels::RouteTable& tabl
   }
   // The filter must select a route of the table, changed or not: with
   // --base too (a mistyped filter is an error, not "nothing changed").
-  if (sel.gated.empty() && skipped_selected == 0)
+  if (sel.gated.empty() && skipped_selected == 0) {
+    // What the table's windows have, key by key, so a mistyped value shows.
+    std::set<std::string> ops, hs, ws, forms;
+    for (const Route& r : table.routes) {
+      ops.insert(std::string(to_string(r.op)));
+      hs.insert(std::to_string(r.H));
+      ws.insert(std::string(to_string(r.w)));
+      forms.insert(std::string(to_string(r.form)));
+    }
+    std::vector<std::string> hv(hs.begin(), hs.end());
+    std::sort(hv.begin(), hv.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    auto join = [](const auto& v) {
+      std::string s;
+      for (const auto& x : v) s += (s.empty() ? "" : "|") + x;
+      return s;
+    };
     throw std::invalid_argument("no window to gate: the filter '" + opt.windows + "' selects none of the " +
-                                std::to_string(table.routes.size()) + " routes of " + opt.table_path);
+                                std::to_string(table.routes.size()) + " routes of " + opt.table_path +
+                                " (its windows have op=" + join(ops) + ", H=" + join(hv) + ", w=" + join(ws) +
+                                ", form=" + join(forms) + "; `normgate routes " +
+                                core::shell_word(opt.table_path) + "` lists them)");
+  }
   return sel;
 }
 
