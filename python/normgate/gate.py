@@ -741,10 +741,14 @@ class _Bar:
                 # n to p.done showed thousands of cases a second on a resume.
                 self.bar = self.tqdm(total=p.total, initial=p.done, desc="gate " + phase, unit="case", leave=True)
                 self.phase = phase
+            # One write per report: update() draws the bar (at most every
+            # mininterval) with the postfix already set; refresh() only when
+            # no case was added (the worst err/tol moved alone).
+            self.bar.set_postfix_str(worst, refresh=False)
             if p.done > self.bar.n:
                 self.bar.update(p.done - self.bar.n)
-            self.bar.set_postfix_str(worst, refresh=False)
-            self.bar.refresh()
+            else:
+                self.bar.refresh()
             return
         now = time.monotonic()
         if phase != self.phase or p.done == p.total or now - self.last > 1.0:

@@ -680,17 +680,20 @@ def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
     class FakeTqdm:
         def __init__(self, total, initial=0, **kw):
             self.total, self.initial, self.n, self.updates = total, initial, initial, []
+            self.draws = 0
             made.append(self)
 
-        def update(self, k):
+        def update(self, k):  # tqdm's update draws the bar (at most every mininterval)
             self.updates.append(k)
             self.n += k
+            self.draws += 1
 
         def set_postfix_str(self, s, refresh=True):
             self.postfix = s
+            self.draws += refresh
 
         def refresh(self):
-            pass
+            self.draws += 1
 
         def close(self):
             pass
@@ -708,6 +711,8 @@ def test_progress_bar_rate_counts_only_cases_run_while_it_is_up():
     bar.update(report(b"refine", 2, 40))     # a new phase: a new bar
     assert [(b.total, b.initial, b.n, b.updates) for b in made] == [(1000, 900, 903, [3]), (40, 2, 2, [])]
     assert made[0].postfix == "worst err/tol 0.25"
+    # One draw per report (each update's bar once in a log, not twice).
+    assert [b.draws for b in made] == [3, 1]
 
 
 def test_retry_errors_runs_journalled_errors_again(tmp_path, capsys):
