@@ -131,9 +131,7 @@ std::string printable_message(std::string_view text, const std::vector<std::stri
 std::string printable_line(std::string_view text) { return core::escape_controls(text, false); }
 
 bool runs_builtin_variant(const std::vector<std::string>& impls) {
-  for (const auto& n : impls)
-    if (const kernels::Variant* v = kernels::find_variant(n); v != nullptr && !v->external) return true;
-  return false;
+  return std::any_of(impls.begin(), impls.end(), [](const std::string& n) { return kernels::builtin_variant(n); });
 }
 
 // A symbolic link is written through: the file it points to is replaced,

@@ -534,9 +534,9 @@ ExportRun export_report(const ExportRequest& req, const std::function<void(const
   if (req.opt.full) require_host_memory(all, 1, MemoryExtra::full_dx_maps);
   ExportOptions eo = req.opt;
   eo.backend = resolve_backend(req.opt.backend);
-  bool builtin = false;  // the note is about built-in variants (an external runs as it is)
-  for (const auto& it : run.items)
-    if (const kernels::Variant* v = kernels::find_variant(it.impl); v != nullptr && !v->external) builtin = true;
+  // The note is about built-in variants (an external runs as it is).
+  const bool builtin = std::any_of(run.items.begin(), run.items.end(),
+                                   [](const auto& it) { return kernels::builtin_variant(it.impl); });
   if (eo.backend == Backend::cpu && builtin)
     run.notes.push_back("no GPU in use: kernel variants run as their CPU models (recorded as backend cpu-model)");
   if (j.is_object() && j.contains("backend") && j["backend"] == "gpu" && eo.backend != Backend::gpu)

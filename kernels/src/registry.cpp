@@ -170,6 +170,11 @@ const Variant* find_variant(std::string_view name) {
   return nullptr;
 }
 
+bool builtin_variant(std::string_view name) {
+  const Variant* v = find_variant(name);
+  return v != nullptr && !v->external;
+}
+
 const Variant& variant(std::string_view name) {
   if (const Variant* v = find_variant(name)) return *v;
   throw std::invalid_argument("unknown kernel variant '" + std::string(name) + "' (known: " + known_names() + ")");

@@ -252,6 +252,11 @@ const Variant& variant(std::string_view name);
 /// "fp32-baseline" implementation, which is not a kernel variant). Never throws.
 const Variant* find_variant(std::string_view name);
 
+/// Whether `name` is a built-in kernel variant (one this build compiled,
+/// with a CPU model): false for an external (plugin, Python or C kernel),
+/// for "fp32-baseline" and for any unknown name. Never throws.
+bool builtin_variant(std::string_view name);
+
 /// The variant with identity `id` (built-in or external). Throws
 /// std::invalid_argument for an id nothing has.
 const Variant& variant(VariantId id);
