@@ -186,7 +186,13 @@ void add_repro(CLI::App& app, Commands& cmds) {
         c = seeds::parse_case(case_text);
       }
       // Before the --save folder is made: nothing done on a refusal.
-      require_host_memory({c}, impls.size(), o->save.empty() ? MemoryExtra::none : MemoryExtra::case_file);
+      {
+        validators::GateHold external;  // a plugin's staging copies and host workspace
+        for (const auto& name : impls)
+          if (const kernels::Variant* v = kernels::find_variant(name)) validators::add_external_hold(external, *v, {c});
+        require_host_memory({c}, impls.size(), o->save.empty() ? MemoryExtra::none : MemoryExtra::case_file,
+                            external);
+      }
       std::fputs(replay_lines.c_str(), stdout);
       std::string save = o->save;
       // A path ending in '/' names a folder: create it (with parents) if

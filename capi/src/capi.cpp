@@ -1024,9 +1024,13 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     {
       const nv::GatePlan plan = nv::plan_gate(g);
       std::vector<ns::CaseId> bwd_cases, fwd_cases;
+      nv::GateHold held = nv::gate_hold(backend, g.devices);
       for (const auto& w : plan.windows)
-        if (w.largest.T > 0) (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
-      nv::require_gate_host_memory(bwd_cases, fwd_cases, nv::gate_hold(backend, g.devices));
+        if (w.largest.T > 0) {
+          (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
+          nv::add_external_hold(held, *w.variant, {w.largest});  // a plugin's staging and workspace
+        }
+      nv::require_gate_host_memory(bwd_cases, fwd_cases, held);
     }
     nk::Approvals approvals;
     if (o->approve) {

@@ -8,6 +8,7 @@
 
 #include "normgate/core/host_memory.h"
 #include "normgate/harness/devices.h"
+#include "normgate/harness/external.h"
 
 namespace normgate::validators {
 
@@ -67,9 +68,10 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   const unsigned __int128 tensors = case_bytes * n_held + maps;
   const unsigned __int128 stacks = core::thread_stacks_bytes();
   const unsigned __int128 pinned = held.pinned_bytes;
+  const unsigned __int128 external = held.external_bytes;
   constexpr uint64_t kFixed = uint64_t{32} << 20;
   const unsigned __int128 margin = tensors / 100 + kFixed;
-  most = tensors + stacks + pinned + margin;
+  most = tensors + stacks + pinned + external + margin;
   const unsigned __int128 have = have64;
   if (most <= have) return;
   auto gib = [](unsigned __int128 b) { return core::gib_and_bytes(b); };
@@ -96,9 +98,14 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   for (size_t k = 0; k < cases.size(); ++k)
     if (cases[k].H == big->H && cases[k].form == big->form && cases[k].T > 0)
       case_per_t = std::max(case_per_t, bytes[k] / static_cast<uint64_t>(cases[k].T));
+  // An external implementation's extra grows with T as well when it is of
+  // this H and form (taken as linear in T); otherwise it stays as it is.
+  const bool ext_here = external > 0 && held.external_case.H == big->H && held.external_case.form == big->form &&
+                        held.external_case.T > 0;
+  const unsigned __int128 ext_per_t = ext_here ? external / static_cast<uint64_t>(held.external_case.T) : 0;
   const unsigned __int128 per_t =
-      big->T > 0 ? case_per_t * n_held + own_maps / static_cast<uint64_t>(big->T) : 0;
-  const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps;
+      big->T > 0 ? case_per_t * n_held + own_maps / static_cast<uint64_t>(big->T) + ext_per_t : 0;
+  const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps + (ext_here ? 0 : external);
   const unsigned __int128 room = have > fixed ? have - fixed : 0;
   const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
   const std::string advice =
@@ -110,12 +117,16 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
                        gib(case_bytes)
                  : std::string();
   const std::string pinned_words = held.pinned_bytes > 0 ? gib(pinned) + " of pinned staging buffers, " : "";
+  const std::string external_words =
+      external > 0 ? gib(external) + " that external implementation " + held.external_name + " holds beside its case's tensors (" +
+                         seeds::to_string(held.external_case) + ": staging copies and its host workspace), "
+                   : "";
   const bool mixed = std::find(fwd_only.begin(), fwd_only.end(), !fwd_only[big_k]) != fwd_only.end();
   const std::string check_words = mixed ? (fwd_only[big_k] ? ", a forward-only check" : ", a backward check") : "";
   throw std::invalid_argument("case " + seeds::to_string(*big) + " (" + std::to_string(big->rows()) + " rows of " +
                               std::to_string(big->H) + check_words + ") needs about " + gib(most) + " of host memory: " +
                               gib(tensors) + (extra == MemoryExtra::none ? " of BF16 tensors (" : " of arrays (") +
-                              what + ")" + held_words + ", " + pinned_words + gib(stacks) +
+                              what + ")" + held_words + ", " + pinned_words + external_words + gib(stacks) +
                               " for the threads' stacks and " + gib(margin) + " of margin (1% + 32 MiB); more than " +
                               where + advice);
 }
@@ -128,6 +139,16 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls
 
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra) {
   require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), false), extra);
+}
+
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra,
+                         const GateHold& external) {
+  GateHold held;
+  held.external_bytes = external.external_bytes;
+  held.external_case = external.external_case;
+  held.external_name = external.external_name;
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), false), extra,
+                     held);
 }
 
 GateHold gate_hold(validators::Backend backend, const std::vector<int>& devices) {
@@ -153,14 +174,29 @@ void require_gate_host_memory(const std::vector<seeds::CaseId>& bwd_cases, const
 void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vector<std::string>& impls,
                          bool forward_only) {
   std::vector<size_t> counts(cases.size(), 0);
+  GateHold held;
   for (size_t k = 0; k < cases.size(); ++k)
     for (const auto& impl : impls)
-      if (validators::unsupported_reason(impl, cases[k]).empty())
+      if (validators::unsupported_reason(impl, cases[k]).empty()) {
         // The FP32 eager baseline computes its backward too on a forward-only
         // check (its dx beside its y: two forward implementations' outputs;
         // measured: bad_alloc under ulimit -v where one was counted).
         counts[k] += forward_only && impl == "fp32-baseline" ? 2 : 1;
-  require_memory_for(cases, counts, std::vector<bool>(cases.size(), forward_only));
+        if (const kernels::Variant* v = kernels::find_variant(impl)) add_external_hold(held, *v, {cases[k]});
+      }
+  require_memory_for(cases, counts, std::vector<bool>(cases.size(), forward_only), MemoryExtra::none, held);
+}
+
+void add_external_hold(GateHold& held, const kernels::Variant& variant, const std::vector<seeds::CaseId>& cases) {
+  if (!variant.external) return;
+  for (const auto& c : cases) {
+    const uint64_t b = external_host_bytes(variant, c);
+    if (b > held.external_bytes) {
+      held.external_bytes = b;
+      held.external_case = c;
+      held.external_name = std::string(variant.name);
+    }
+  }
 }
 
 

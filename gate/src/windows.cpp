@@ -421,6 +421,7 @@ GatePlan plan_gate(const GateOptions& opt) {
     const int64_t dense_per_t = w.t.empty() ? 0 : opt.dense_all_seeds ? per_t : 1;
     w.refine_cases_max = dense_t * dense_per_t + static_cast<int64_t>(fresh);
     w.forward = r->op == Op::fwd;
+    w.variant = r->variant;
     w.largest.T = 0;
     if (w.grid_cases > 0) {
       seeds::CaseId top = shape_case(*r, w.t.back());

@@ -102,6 +102,11 @@ const ExternalImpl* find_external(const kernels::Variant& v) {
   return it == e.by_variant.end() ? nullptr : it->second.get();
 }
 
+uint64_t external_host_bytes(const kernels::Variant& v, const seeds::CaseId& c) {
+  const ExternalImpl* x = find_external(v);
+  return x != nullptr && x->host_bytes ? x->host_bytes(c) : 0;
+}
+
 std::vector<ExternalImpl> externals() {
   Externals& e = externals_store();
   std::lock_guard<std::mutex> lock(e.mu);

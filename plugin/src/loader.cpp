@@ -79,6 +79,11 @@ std::vector<float> take_guarded(std::vector<float>& buf, size_t n, const PluginV
 
 }  // namespace
 
+int64_t row_stride(const seeds::CaseId& c) {
+  // heads24: rows of a packed qkv projection, (24 + 8 + 8) heads of 256.
+  return c.form == Form::heads24 ? 40 * 256 : c.form == Form::heads4 ? 4 * 256 : c.H + kRowPad;
+}
+
 Staging stage(const seeds::HostInputs& in, bool bwd) {
   Staging s;
   const auto& c = in.id;
@@ -89,15 +94,8 @@ Staging stage(const seeds::HostInputs& in, bool bwd) {
   s.rows = c.rows();
   s.res = c.form == Form::res;
   s.bwd = bwd;
-  if (c.form == Form::heads24) {
-    s.stride = 40 * 256;
-    s.stride_h = 256;
-  } else if (c.form == Form::heads4) {
-    s.stride = 4 * 256;
-    s.stride_h = 256;
-  } else {
-    s.stride = c.H + kRowPad;
-  }
+  s.stride = row_stride(c);
+  s.stride_h = c.form == Form::heads24 || c.form == Form::heads4 ? 256 : 0;
   s.row_elems = static_cast<size_t>(s.T * s.stride);
   const size_t n = static_cast<size_t>(s.rows * s.H);
   check_size("x", in.x.size(), n, c);
@@ -184,17 +182,43 @@ ng_plugin_bwd_args bwd_args(const Staging& s, const Ptrs& p) {
   return a;
 }
 
-uint64_t workspace_bytes(const PluginVariant& pv, const Staging& s) {
-  if (!s.bwd || pv.v->bwd_workspace_bytes == nullptr) return 0;
+uint64_t workspace_bytes(const PluginVariant& pv, bool bwd, const ng_plugin_shape& shape) {
+  if (!bwd || pv.v->bwd_workspace_bytes == nullptr) return 0;
   char err[NG_PLUGIN_ERR_BYTES] = {};
   uint64_t bytes = 0;
-  const int rc = pv.v->bwd_workspace_bytes(&s.shape, &bytes, err, sizeof err);
+  const int rc = pv.v->bwd_workspace_bytes(&shape, &bytes, err, sizeof err);
   check_rc(pv, "bwd_workspace_bytes", rc, err);
   if (bytes > kMaxWorkspace)
     throw std::runtime_error(pv.who() + ": bwd_workspace_bytes asks for " + std::to_string(bytes) +
-                             " bytes for T=" + std::to_string(s.T) + ", H=" + std::to_string(s.H) +
+                             " bytes for T=" + std::to_string(shape.T) + ", H=" + std::to_string(shape.H) +
                              " (at most 2^40)");
   return bytes;
+}
+
+uint64_t workspace_bytes(const PluginVariant& pv, const Staging& s) { return workspace_bytes(pv, s.bwd, s.shape); }
+
+uint64_t host_bytes(const PluginVariant& pv, const seeds::CaseId& c) {
+  const bool bwd = pv.v->op == NG_PLUGIN_OP_BWD, res = c.form == Form::res;
+  const uint64_t row_elems = static_cast<uint64_t>(c.T) * static_cast<uint64_t>(row_stride(c));
+  const uint64_t rows = static_cast<uint64_t>(c.rows()), H = static_cast<uint64_t>(c.H);
+  // stage(): x, dy and y, dx with the backward, u, dh_new and h_new for form
+  // res, BF16 over T * stride each; rstd and dw (FP32) with their guards.
+  const uint64_t buffers = 3 + (bwd ? 1 : 0) + (res ? 3 : 0);
+  uint64_t b = 2 * row_elems * buffers + 4 * (rows + kGuard) + (bwd ? 4 * (H + kGuard) : 0);
+  // finish(): each output taken out of its buffer into a new rows x H array
+  // (the one it replaces is freed after) beside a bit an element of the buffer.
+  b += 2 * rows * H + row_elems / 8;
+  // run_host(): the host workspace, at its 256-byte rounding.
+  if (!pv.device) {
+    const ng_plugin_shape shape{c.T, c.H, c.heads(), static_cast<int32_t>(c.w), static_cast<int32_t>(c.form)};
+    uint64_t ws = 0;
+    {
+      std::lock_guard<std::mutex> lock(pv.lib->mu);  // calls into one library are serialized
+      ws = workspace_bytes(pv, bwd, shape);
+    }
+    b += (ws + 255) / 256 * 256;
+  }
+  return b;
 }
 
 void check_rc(const PluginVariant& pv, const char* entry, int rc, const char* err) {
@@ -436,6 +460,7 @@ std::vector<validators::ExternalImpl> load_plugin(const std::string& path) {
     e.origin = "plugin " + lib->path;
     e.description = v.description;
     e.ran_on = ran_on(pv->device);
+    e.host_bytes = [pv](const seeds::CaseId& c) { return detail::host_bytes(*pv, c); };
     e.run = [pv](const seeds::HostInputs& in, Outputs& out) {
       detail::Staging s = detail::stage(in, pv->v->op == NG_PLUGIN_OP_BWD);
       {

@@ -55,6 +55,11 @@ struct Staging {
   float eps = 0;
 };
 
+/// The row stride of every [T, heads, H] staging buffer of case c, in
+/// elements: H + kRowPad for plain and res rows, 40 x 256 for heads24 (a
+/// packed qkv row), 4 x 256 for heads4.
+int64_t row_stride(const seeds::CaseId& c);
+
 /// Lay in's tensors out and poison the outputs. Throws std::invalid_argument
 /// when in's vectors do not have the case's sizes.
 Staging stage(const seeds::HostInputs& in, bool bwd);
@@ -75,6 +80,14 @@ ng_plugin_bwd_args bwd_args(const Staging& s, const Ptrs& p);
 /// The variant's workspace for s's shape (its bwd_workspace_bytes, 0 when
 /// NULL). Throws std::runtime_error on an error return or more than 2^40 bytes.
 uint64_t workspace_bytes(const PluginVariant& pv, const Staging& s);
+uint64_t workspace_bytes(const PluginVariant& pv, bool bwd, const ng_plugin_shape& shape);
+
+/// Host memory one run of case c holds beyond the case's inputs and the
+/// Outputs it fills (ExternalImpl::host_bytes): the staging buffers, the
+/// copies finish() makes, and a host variant's workspace (its
+/// bwd_workspace_bytes, called under the library's lock). Throws as
+/// workspace_bytes.
+uint64_t host_bytes(const PluginVariant& pv, const seeds::CaseId& c);
 
 /// Throw std::runtime_error "<who>: <entry> returned <rc>: <message>" unless
 /// rc == NG_PLUGIN_OK.

@@ -89,6 +89,55 @@ TEST(PluginCli, AnExitFromAPluginKernelIsExit3NotAPass) {
   EXPECT_TRUE(contains(r.out, "exit() was called while the check ran")) << r.out;
 }
 
+// A plugin's host workspace (and its staging copies) enter the host-memory
+// check made before any work: a gate, check or repro whose plugin asks for
+// more than the process may use is exit 2 naming the plugin, the case and
+// the bytes, with nothing written. Before, the gate started and every case
+// of the window was journalled as an error at run time.
+TEST(PluginCli, AHostWorkspacePastTheMemoryBoundIsRefusedBeforeAnyWork) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_bigws.so";  // asks for 2^40 bytes
+  const std::string table = scratch("bigws.toml"), journal = scratch("bigws.jsonl"), md = scratch("bigws.md");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"bigws\"\nroute = [\n"
+         "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 8], "
+         "variant = \"tp_bigws\" },\n]\n";
+  }
+  // ulimit -v: a bound below 1 TiB on any host.
+  const std::string limit = "ulimit -v 4000000 &&";
+  const std::string want = " bytes) that external implementation tp_bigws holds beside its case's tensors "
+                           "(H=64,T=8,w=bf16,form=plain,";
+  // The plugin's bytes: its 2^40-byte workspace and the staging copies, at
+  // least x, dy, y and dx of [8, 64] (4 KiB) and well under a MiB.
+  auto staging_of = [](const std::string& out) -> long long {
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex("1024\\.0 GiB \\(([0-9]+) bytes\\) that external"))) return -1;
+    return std::stoll(m[1]) - (1LL << 40);
+  };
+  auto r = normgate::test::run_normgate_with(limit, "gate " + table + " --plugin " + lib +
+                                                        " --backend cpu --seeds 3x1 --t-per-window 2 --dense-points 0 "
+                                                        "--fresh-factor 0 --quiet --journal " + journal +
+                                                        " --report-md " + md);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "normgate: error: case H=64,T=8,w=bf16,form=plain,")) << r.out;
+  EXPECT_TRUE(contains(r.out, want)) << r.out;
+  EXPECT_TRUE(contains(r.out, "more than this process's address-space limit (ulimit -v)")) << r.out;
+  EXPECT_GE(staging_of(r.out), 4096) << r.out;
+  EXPECT_LT(staging_of(r.out), 1 << 20) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(journal));
+  EXPECT_FALSE(std::filesystem::exists(md));
+  r = normgate::test::run_normgate_with(limit, "check --plugin " + lib + " --variant tp_bigws --backend cpu --case "
+                                               "H=64,T=8,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, want)) << r.out;
+  const std::string dir = scratch("bigws-repro/");
+  r = normgate::test::run_normgate_with(limit, "repro --plugin " + lib + " --variant tp_bigws --backend cpu --save " +
+                                               dir + " H=64,T=8,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, want)) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 // A failing plugin window's report says how to run its worst case again:
 // `normgate check` with the library loaded (--plugin), which works; before,
 // the line had no --plugin and the command it gave exited 2.

@@ -234,6 +234,28 @@ TEST(PluginRun, HostWorkspacePastTheHostsMemoryIsRefused) {
       << e;
 }
 
+// What a run holds beside its case's tensors, for the check before any
+// work: a host variant's workspace (asked for the case's shape) on top of the
+// staging copies, which follow the views' strides: a heads24 row of T is a
+// packed qkv row of 40 x 256, so its four BF16 buffers (x, dy, y, dx) take
+// 4 x 2 x 10240 bytes a T, not the case's 4 x 2 x 6144.
+TEST(PluginRun, HostBytesCountTheWorkspaceAndTheStridedStaging) {
+  const auto big = load_plugin(tp("bigws"));
+  ASSERT_TRUE(static_cast<bool>(big[0].host_bytes));
+  const auto c = seeds::parse_case("H=256,T=2,w=bf16,form=heads24,family=normal,seed=0");
+  const uint64_t b = big[0].host_bytes(c);
+  EXPECT_GE(b, (uint64_t{1} << 40) + 4 * 2 * 2 * 10240) << b;
+  EXPECT_LT(b, (uint64_t{1} << 40) + (1u << 20)) << b;
+  // The example's backward: no workspace; res stages seven buffers, plain four.
+  const auto ref = load_plugin(NG_REF_PLUGIN);
+  const auto& rb = find(ref, "ex_ref_bwd");
+  const uint64_t plain = rb.host_bytes(seeds::parse_case("H=1024,T=64,w=bf16,form=plain,family=normal,seed=0"));
+  const uint64_t res = rb.host_bytes(seeds::parse_case("H=1024,T=64,w=bf16,form=res,family=normal,seed=0"));
+  EXPECT_GE(plain, uint64_t{4} * 2 * 64 * 1032) << plain;
+  EXPECT_GE(res, uint64_t{7} * 2 * 64 * 1032) << res;
+  EXPECT_LT(res, uint64_t{9} * 2 * 64 * 1032) << res;
+}
+
 TEST(PluginRegister, TwoPluginsSharingANameRegisterNothing) {
   try {
     register_plugins({NG_REF_PLUGIN, tp("same")});

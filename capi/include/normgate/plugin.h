@@ -234,7 +234,11 @@ typedef struct ng_plugin_variant {
   const char* description;   /* one line (no control characters), at most 200 bytes; may be "" */
   /* Workspace of one backward call: *bytes for `shape` (0: none; at most
    * 2^40). NULL: no workspace ever. Returns NG_PLUGIN_OK or an error as the
-   * entries do. Must not be set on a forward variant. */
+   * entries do. Must not be set on a forward variant. Also called before a
+   * gate, check or repro starts, for the largest case of each window: a host
+   * variant's workspace counts in the host-memory check made before any
+   * work (more than the process may use is a usage error, exit 2), and an
+   * error return there refuses the run. */
   int (*bwd_workspace_bytes)(const ng_plugin_shape* shape, uint64_t* bytes, char* err, size_t err_size);
   /* Forward: writes y, rstd (and h_new for res). Required. */
   int (*fwd)(const ng_plugin_fwd_args* args, char* err, size_t err_size);

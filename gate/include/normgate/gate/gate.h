@@ -445,6 +445,7 @@ struct PlanWindow {
   /// before any work; T = 0 when the window has no grid case.
   seeds::CaseId largest{};
   bool forward = false;  ///< a forward window (its cases check y and rstd only)
+  const kernels::Variant* variant = nullptr;  ///< the routed variant (never null in a plan)
 };
 
 /// The size of a gate campaign, known before any case runs: which windows,

@@ -51,8 +51,12 @@ enum class MemoryExtra {
 };
 
 /// require_host_memory(cases, n_impls) plus `extra` (its bytes named in the
-/// message).
+/// message), plus the external implementations' extra of `held` (GateHold
+/// below, add_external_hold; its other fields ignored).
+struct GateHold;
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra);
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra,
+                         const GateHold& external);
 
 /// The same with the implementations named: each case counts only those
 /// that support it (validators::unsupported_reason empty), as `check
@@ -68,7 +72,21 @@ struct GateHold {
   size_t cases = 1;
   uint64_t pinned_bytes = 0;
   std::string why;
+  /// Host memory an external implementation's run holds beyond its case's
+  /// tensors (harness/external.h ExternalImpl::host_bytes: a plugin's staging
+  /// copies and host workspace), the largest over the checked cases, counted
+  /// once (external runs take turns); external_case is that case and
+  /// external_name its implementation. 0: none.
+  uint64_t external_bytes = 0;
+  seeds::CaseId external_case{};
+  std::string external_name;
 };
+
+/// Raise held's external_bytes to the largest ExternalImpl::host_bytes of
+/// `variant` over `cases` (harness/external.h external_host_bytes; nothing
+/// for a variant that is not external). Exceptions of host_bytes (a plugin's
+/// bwd_workspace_bytes failing: std::runtime_error) propagate.
+void add_external_hold(GateHold& held, const kernels::Variant& variant, const std::vector<seeds::CaseId>& cases);
 
 /// The gate's hold on `backend` (resolved) over `devices` (the --devices
 /// list; empty: every visible device, at least one): on the GPU

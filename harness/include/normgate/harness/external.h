@@ -54,7 +54,19 @@ struct ExternalImpl {
   // write every output it produces into `out` (host vectors sized by the case). Throw
   // std::runtime_error on failure (journalled as the case's error).
   std::function<void(const seeds::HostInputs& in, Outputs& out)> run;
+  // Optional: host memory in bytes that one `run` of case c holds beyond the
+  // case's inputs and the Outputs it fills (a plugin's staging copies and
+  // host workspace), for the host-memory check made before any work
+  // (gate/host_memory.h; external_host_bytes). Empty: none. May throw
+  // std::runtime_error (e.g. a plugin's bwd_workspace_bytes failing), which
+  // refuses the check or gate before it starts.
+  std::function<uint64_t(const seeds::CaseId& c)> host_bytes;
 };
+
+/// ExternalImpl::host_bytes of the implementation behind `v` for case `c`;
+/// 0 when `v` is not external, has no registered implementation or no
+/// host_bytes. Exceptions of host_bytes propagate.
+uint64_t external_host_bytes(const kernels::Variant& v, const seeds::CaseId& c);
 
 /// Register for this process: afterwards kernels::find_variant(name) finds it
 /// (a Variant flagged external, id >= 128, pointer stable), route tables may
