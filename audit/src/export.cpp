@@ -20,6 +20,7 @@
 #include "normgate/core/doc_format.h"
 #include "normgate/core/file_target.h"
 #include "normgate/core/printable.h"
+#include "normgate/harness/external.h"
 #include "normgate/kernels/device.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/seeds/case_id.h"
@@ -390,8 +391,11 @@ Provenance provenance_of(const CheckReport& rep, const std::string& version, con
   p.family = std::string(seeds::to_string(req.id.family));
   p.budgets = "y, dx: atol = rtol = 1e-2; rstd: rtol 1e-5; dw: atol 1e-4 + rtol 1e-4 (vs FP64)";
   p.verdict = std::string(to_string(ir.result.verdict()));
-  if (gpu) {
-    const auto d = kernels::device_info();
+  // The device of a GPU run, or of an external that computes on one
+  // (ExternalImpl::cuda_device: a device plugin, a Python callable on cuda).
+  const ExternalImpl* x = external ? find_external(kernels::variant(ir.impl)) : nullptr;
+  if (gpu || (x != nullptr && x->cuda_device >= 0)) {
+    const auto d = gpu ? kernels::device_info() : kernels::device_info(x->cuda_device);
     p.gpu = d.name;
     p.driver = d.driver;
     p.cuda = d.cuda_runtime;

@@ -887,6 +887,9 @@ int ng_register_external(const ng_external_desc* d) {
     x.origin = d->origin;
     x.description = d->description ? d->description : "";
     x.ran_on = d->ran_on;
+    if (d->device < 0)
+      bad("device = " + std::to_string(d->device) + " (0 for the host, 1 + N for CUDA device N)");
+    x.cuda_device = d->device - 1;
     const ng_external_run_fn fn = d->run;
     void* const user = d->user;
     const std::string name = x.name;

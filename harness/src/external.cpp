@@ -72,6 +72,8 @@ const kernels::Variant& register_external(ExternalImpl impl) {
   if (!impl.run) bad("no run function");
   if (impl.ran_on.empty()) bad("empty ran_on (say where it runs, e.g. \"python callable on cpu\")");
   if (impl.ran_on.find('\n') != std::string::npos) bad("ran_on must be one line");
+  if (impl.cuda_device < -1)
+    bad("cuda_device = " + std::to_string(impl.cuda_device) + " (a CUDA device index >= 0, or -1 for the host)");
   kernels::ExternalVariantSpec spec;
   spec.name = impl.name;
   spec.op = impl.op;

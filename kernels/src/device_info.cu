@@ -49,11 +49,18 @@ void launch_zero_f32(float* p, int64_t n, Stream s) {
 }
 }  // namespace detail
 
-DeviceInfo device_info() {
+DeviceInfo device_info() { return device_info(0); }
+
+DeviceInfo device_info(int device) {
   DeviceInfo d;
-  if (!gpu_available()) return d;
+  if (device < 0 || !gpu_available()) return d;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n) {
+    (void)cudaGetLastError();
+    return d;
+  }
   cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return d;
   }

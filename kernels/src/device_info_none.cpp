@@ -5,5 +5,6 @@
 namespace normgate::kernels {
 
 DeviceInfo device_info() { return {}; }
+DeviceInfo device_info(int) { return {}; }
 
 }  // namespace normgate::kernels

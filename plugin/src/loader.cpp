@@ -460,6 +460,7 @@ std::vector<validators::ExternalImpl> load_plugin(const std::string& path) {
     e.origin = "plugin " + lib->path;
     e.description = v.description;
     e.ran_on = ran_on(pv->device);
+    e.cuda_device = pv->device ? 0 : -1;  // run_device computes on device 0 (device_name)
     e.host_bytes = [pv](const seeds::CaseId& c) { return detail::host_bytes(*pv, c); };
     e.run = [pv](const seeds::HostInputs& in, Outputs& out) {
       detail::Staging s = detail::stage(in, pv->v->op == NG_PLUGIN_OP_BWD);

@@ -91,7 +91,7 @@ class _ExternalDesc(ctypes.Structure):
 
     _fields_ = [
         ("struct_size", _c_u32), ("op", _c_i32), ("mode", _c_i32), ("wdtypes", _c_u32), ("forms", _c_u32),
-        ("reserved", _c_i32),
+        ("device", _c_i32),
         ("h_min", _c_i64), ("h_max", _c_i64),
         ("name", ctypes.c_char_p), ("source_sha256", ctypes.c_char_p), ("origin", ctypes.c_char_p),
         ("description", ctypes.c_char_p), ("ran_on", ctypes.c_char_p),
@@ -575,6 +575,17 @@ def _write_outputs(impl, outs, io, torch):
             _host_tensor(ptr, n, dt, torch).copy_(t.detach().reshape(-1))
 
 
+def _device_code(dev):
+    """ng_external_desc.device for a torch device string: 0 for the host,
+    1 + N for cuda:N ("cuda" alone: torch's current CUDA device)."""
+    if not dev.startswith("cuda"):
+        return 0
+    if ":" in dev:
+        return 1 + int(dev.split(":", 1)[1])
+    import torch
+    return 1 + torch.cuda.current_device()
+
+
 def _register(impl):
     """ng_register_external for impl (again, if it was: the same name replaces
     its definition, e.g. after an edit of its sources)."""
@@ -592,6 +603,7 @@ def _register(impl):
     d.origin = b"python"
     d.description = _lib._bytes(impl.description, "description")
     d.ran_on = ("python callable on %s" % impl.device).encode()
+    d.device = _device_code(impl.device)
     d.run = cfn
     _lib.check(L.ng_register_external(ctypes.byref(d)))
     _registered[impl.name] = (impl, cfn)

@@ -101,6 +101,20 @@ def test_fp32_sequential_dw_fails_cancel(tmp_path):
     assert again["pass"] is False and again["outputs"]["dw"]["err_tol"] == dw["max_err_tol"], again["outputs"]["dw"]
 
 
+def test_the_device_an_implementation_computes_on_reaches_the_c_api():
+    # ng_external_desc.device: 0 for the host, 1 + N for cuda:N, so case
+    # files name the GPU of an implementation on cuda (tests/capi pins the C
+    # side's offsets).
+    import ctypes
+    import importlib
+    G = importlib.import_module("normgate.gate")
+    assert ctypes.sizeof(G._ExternalDesc) == 96
+    assert [G._ExternalDesc.device.offset, G._ExternalDesc.h_min.offset, G._ExternalDesc.run.offset] == [20, 24, 80]
+    assert G._device_code("cpu") == 0
+    assert G._device_code("cuda:0") == 1
+    assert G._device_code("cuda:3") == 4
+
+
 def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     # normgate.export: the error maps of a report's worst cases, with the
     # Python implementation run again in this process (`normgate export`

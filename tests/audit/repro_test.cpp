@@ -13,6 +13,8 @@
 #include "normgate/validators/check.h"
 #include "normgate/audit/case_file.h"
 #include "normgate/audit/repro.h"
+#include "normgate/harness/external.h"
+#include "normgate/kernels/device.h"
 #include "util/cpu_request.h"
 
 namespace nv = normgate::validators;
@@ -110,6 +112,65 @@ TEST(Repro, ReportNamesTheCaseAndACommand) {
             std::string::npos);
   req.impls = {"ctl_fp32_seq", "bwd_det_chunked"};
   EXPECT_THROW(nv::repro(req, 3), std::invalid_argument);
+}
+
+// A case file names the CUDA device an external declares it computes on
+// (ExternalImpl::cuda_device: a device plugin, a Python callable on cuda),
+// as it does a GPU run's; one on the host leaves gpu, driver and cuda empty.
+// Before, every external's were empty. The device half needs a GPU.
+TEST(Repro, AnExternalsCaseFileNamesItsDevice) {
+  auto saved_prov = [](int cuda_device) {
+    nv::ExternalImpl x;
+    x.name = "ext_prov_dev";
+    x.op = normgate::kernels::Op::fwd;
+    x.mode = normgate::kernels::Mode::det;
+    x.source_sha256 = std::string(64, 'd');
+    x.origin = "test";
+    x.ran_on = cuda_device >= 0 ? "test callback on cuda:0" : "test callback on cpu";
+    x.cuda_device = cuda_device;
+    x.run = [](const normgate::seeds::HostInputs& in, normgate::Outputs& out) {
+      std::copy(in.x.begin(), in.x.end(), out.y.begin());
+      std::fill(out.rstd.begin(), out.rstd.end(), 1.0f);
+    };
+    nv::register_external(x);
+    nv::ReproOptions keep;
+    keep.k = 1;
+    keep.keep_case = true;
+    const auto r = nv::repro(cpu_request("H=32,T=5,w=bf16,form=plain,family=normal,seed=0", "ext_prov_dev"), keep);
+    EXPECT_TRUE(r.saved.has_value());
+    return r.saved ? r.saved->prov : nv::Provenance{};
+  };
+  const nv::Provenance host = saved_prov(-1);
+  EXPECT_EQ(host.backend, "test callback on cpu");
+  EXPECT_EQ(host.gpu, "");
+  EXPECT_EQ(host.driver, "");
+  EXPECT_EQ(host.cuda, "");
+  {  // a device index below -1 is refused by name
+    nv::ExternalImpl bad;
+    bad.name = "ext_prov_bad";
+    bad.op = normgate::kernels::Op::fwd;
+    bad.source_sha256 = std::string(64, 'd');
+    bad.origin = "test";
+    bad.ran_on = "x";
+    bad.cuda_device = -2;
+    bad.run = [](const normgate::seeds::HostInputs&, normgate::Outputs&) {};
+    try {
+      nv::register_external(bad);
+      ADD_FAILURE() << "cuda_device -2 registered";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda_device = -2 (a CUDA device index >= 0, or -1 for the host)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  if (!normgate::kernels::gpu_available()) GTEST_SKIP() << "no usable CUDA device: the device half needs one";
+  const nv::Provenance dev = saved_prov(0);
+  const auto d = normgate::kernels::device_info(0);
+  EXPECT_EQ(dev.backend, "test callback on cuda:0");
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_EQ(dev.gpu, d.name);
+  EXPECT_EQ(dev.driver, d.driver);
+  EXPECT_EQ(dev.cuda, d.cuda_runtime);
 }
 
 // A replay compares this run's outputs with the recorded ones bit for bit:

@@ -189,7 +189,33 @@ TEST(CApi, StructLayoutsArePinned) {
   NG_AT(ng_export_options, oracle, 56);
   NG_AT(ng_export_options, threads, 64);
   NG_AT(ng_export_options, cancel, 72);
+  EXPECT_EQ(sizeof(ng_external_desc), 96u);  // python/normgate/gate.py _ExternalDesc (test_gate.py pins it)
+  NG_AT(ng_external_desc, device, 20);
+  NG_AT(ng_external_desc, h_min, 24);
+  NG_AT(ng_external_desc, run, 80);
 #undef NG_AT
+}
+
+// ng_external_desc.device (the former `reserved`, 0 for the host): 1 + N
+// names CUDA device N for the case files; a negative value is refused by name.
+TEST(CApi, AnExternalsDeviceIsCheckedWhenRegistered) {
+  ng_external_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NG_OP_FWD;
+  d.mode = NG_MODE_DET;
+  d.h_min = 1;
+  d.h_max = 64;
+  d.name = "capi_ext_dev";
+  d.source_sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  d.origin = "capi test";
+  d.ran_on = "test callback on cuda:0";
+  d.run = [](void*, const ng_external_io*) { return 0; };
+  d.device = -1;
+  EXPECT_EQ(ng_register_external(&d), NG_EINVAL);
+  EXPECT_NE(last_error().find("device = -1 (0 for the host, 1 + N for CUDA device N)"), std::string::npos)
+      << last_error();
+  d.device = 1;
+  EXPECT_EQ(ng_register_external(&d), NG_OK) << last_error();
 }
 
 TEST(CApi, ErrorsAreCodesWithMessagesNamingTheBadValue) {

@@ -50,6 +50,8 @@ struct ExternalImpl {
   std::string origin;          // e.g. "python", "plugin /abs/path/libx.so"
   std::string description;     // one line
   std::string ran_on;          // for reports, e.g. "python callable on cuda:0", "plugin on gpu NVIDIA H200"
+  int cuda_device = -1;        // the CUDA device its run computes on (0-based; case files record its
+                               // name, driver and CUDA version: kernels::device_info); -1: the host
   // Run one step: read `in` (the case's inputs, core/types.h + seeds/generate.h HostInputs),
   // write every output it produces into `out` (host vectors sized by the case). Throw
   // std::runtime_error on failure (journalled as the case's error).
@@ -75,7 +77,7 @@ uint64_t external_host_bytes(const kernels::Variant& v, const seeds::CaseId& c);
 ///
 /// Fields: name [A-Za-z0-9_.+-]{1,64}; op, mode; 1 <= h_min <= h_max <=
 /// 16384; wdtypes, forms non-empty bit sets; source_sha256 64 hex digits;
-/// origin non-empty; ran_on non-empty; run non-empty. Registering a name
+/// origin non-empty; ran_on non-empty; run non-empty; cuda_device >= -1. Registering a name
 /// again with the same origin replaces its definition (fields, identity,
 /// run) in place and returns the same Variant; not while a check or gate of
 /// it runs in another thread. A built-in variant's name, or an external's

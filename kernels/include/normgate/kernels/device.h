@@ -24,4 +24,9 @@ bool gpu_available();
 /// device returns present == false with empty strings.
 DeviceInfo device_info();
 
+/// Query CUDA device `device` (0-based, as cudaSetDevice counts them). Never
+/// throws: a negative or absent device, a build without CUDA or a machine
+/// without a device returns present == false with empty strings.
+DeviceInfo device_info(int device);
+
 }  // namespace normgate::kernels
