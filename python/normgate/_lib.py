@@ -15,6 +15,7 @@ Nothing here imports torch.
 """
 
 import ctypes
+import re
 import json
 import os
 import threading
@@ -299,6 +300,9 @@ def check(rc):
     if rc == NG_OK:
         return
     msg = (lib().ng_last_error() or b"").decode("utf-8", "replace")
+    # The C entry point's name ("ng_gate: ...") means nothing to a Python
+    # caller, whose traceback names the function called: left out.
+    msg = re.sub(r"\Ang_[a-z0-9_]+: ", "", msg)
     if rc == NG_EINVAL:
         raise ValueError(msg)
     if rc == NG_EROUTE:

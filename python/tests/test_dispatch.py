@@ -228,6 +228,16 @@ def test_strict_routes_and_load_routes_refuse_a_bad_argument_naming_it():
         assert normgate.load_routes(pathlib.Path(r.table)) == r.table
 
 
+def test_a_refusal_by_the_library_does_not_name_its_c_entry_point():
+    # The library's messages begin with their C entry point ("ng_route_for:
+    # ..."), which a Python caller never called: check() leaves it out and
+    # keeps the message, which names the bad value.
+    with Routes():
+        msg = raises(ValueError, normgate.route_for, "fwd", -1, 5)
+        assert msg.startswith("fwd H=-1 w=bf16 form=plain T=5: H = -1 outside 1..16384"), msg
+        assert "ng_" not in msg, msg
+
+
 def test_default_table_is_the_shipping_one():
     saved = os.environ.pop("NORMGATE_ROUTES", None)
     try:
