@@ -324,10 +324,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
         std::vector<seeds::CaseId> bwd_cases, fwd_cases;
         validators::GateHold held = gate_hold(validators::resolve_backend(o->g.backend), o->g.devices);
         for (const auto& w : plan.windows)
-          if (w.largest.T > 0) {
-            (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
-            validators::add_external_hold(held, *w.variant, {w.largest});  // a plugin's staging and workspace
-          }
+          if (w.largest.T > 0) (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
+        validators::add_external_hold(held, plan);  // a plugin's staging and workspace
         require_gate_host_memory(bwd_cases, fwd_cases, held);
       }
       const bool tty = ::isatty(STDERR_FILENO) == 1;

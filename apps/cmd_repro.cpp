@@ -189,7 +189,9 @@ void add_repro(CLI::App& app, Commands& cmds) {
       {
         validators::GateHold external;  // a plugin's staging copies and host workspace
         for (const auto& name : impls)
-          if (const kernels::Variant* v = kernels::find_variant(name)) validators::add_external_hold(external, *v, {c});
+          if (const kernels::Variant* v = kernels::find_variant(name);
+              v != nullptr && validators::unsupported_reason(name, c).empty())  // else refused below, naming why
+            validators::add_external_hold(external, *v, {c});
         require_host_memory({c}, impls.size(), o->save.empty() ? MemoryExtra::none : MemoryExtra::case_file,
                             external);
       }

@@ -529,7 +529,9 @@ ExportRun export_report(const ExportRequest& req, const std::function<void(const
       throw std::invalid_argument(where + ": '" + core::escape_controls(it.impl) + "' does not support it (" + why +
                                   "), so export cannot re-run it");
     try {
-      require_host_memory({c}, 1);
+      GateHold external;  // a plugin's staging copies and host workspace
+      if (const kernels::Variant* v = kernels::find_variant(it.impl)) add_external_hold(external, *v, {c});
+      require_host_memory({c}, 1, MemoryExtra::none, external);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where + ": " + e.what());
     }

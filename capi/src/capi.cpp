@@ -41,6 +41,7 @@
 #include "normgate/seeds/seed_set.h"
 #include "normgate/validators/check.h"
 #include "normgate/harness/pipeline.h"
+#include "normgate/harness/devices.h"
 #include "normgate/harness/external.h"
 #include "normgate/audit/export.h"
 #include "normgate/gate/gate.h"
@@ -889,6 +890,9 @@ int ng_register_external(const ng_external_desc* d) {
     x.ran_on = d->ran_on;
     if (d->device < 0)
       bad("device = " + std::to_string(d->device) + " (0 for the host, 1 + N for CUDA device N)");
+    if (d->device > 0 && d->device - 1 >= nk::device_count())
+      bad("device = " + std::to_string(d->device) + " names CUDA device " + std::to_string(d->device - 1) +
+          ", but this process sees " + std::to_string(nk::device_count()) + " (0 for the host)");
     x.cuda_device = d->device - 1;
     const ng_external_run_fn fn = d->run;
     void* const user = d->user;
@@ -1029,10 +1033,8 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
       std::vector<ns::CaseId> bwd_cases, fwd_cases;
       nv::GateHold held = nv::gate_hold(backend, g.devices);
       for (const auto& w : plan.windows)
-        if (w.largest.T > 0) {
-          (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
-          nv::add_external_hold(held, *w.variant, {w.largest});  // a plugin's staging and workspace
-        }
+        if (w.largest.T > 0) (w.forward ? fwd_cases : bwd_cases).push_back(w.largest);
+      nv::add_external_hold(held, plan);  // a plugin's staging and workspace
       nv::require_gate_host_memory(bwd_cases, fwd_cases, held);
     }
     nk::Approvals approvals;

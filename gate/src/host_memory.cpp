@@ -98,20 +98,26 @@ void require_memory_for(const std::vector<seeds::CaseId>& cases, const std::vect
   for (size_t k = 0; k < cases.size(); ++k)
     if (cases[k].H == big->H && cases[k].form == big->form && cases[k].T > 0)
       case_per_t = std::max(case_per_t, bytes[k] / static_cast<uint64_t>(cases[k].T));
-  // An external implementation's extra grows with T as well when it is of
-  // this H and form (taken as linear in T); otherwise it stays as it is.
-  const bool ext_here = external > 0 && held.external_case.H == big->H && held.external_case.form == big->form &&
-                        held.external_case.T > 0;
-  const unsigned __int128 ext_per_t = ext_here ? external / static_cast<uint64_t>(held.external_case.T) : 0;
+  // An external implementation's extra is taken as it is (a workspace need
+  // not grow with T): the advice holds it fixed and says so.
   const unsigned __int128 per_t =
-      big->T > 0 ? case_per_t * n_held + own_maps / static_cast<uint64_t>(big->T) + ext_per_t : 0;
-  const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps + (ext_here ? 0 : external);
+      big->T > 0 ? case_per_t * n_held + own_maps / static_cast<uint64_t>(big->T) : 0;
+  const unsigned __int128 fixed = stacks + pinned + kFixed + fixed_maps + external;
   const unsigned __int128 room = have > fixed ? have - fixed : 0;
   const unsigned __int128 t_max = per_t > 0 ? room * 100 / (per_t * 101) : 0;
+  const std::string ext_case = external > 0 ? seeds::to_string(held.external_case) : std::string();
+  const std::string beside_ext =
+      external > 0 ? " (beside the " + gib(external) + " of external implementation " + held.external_name + " at " +
+                         ext_case + ")"
+                   : std::string();
   const std::string advice =
       t_max >= 1 ? ": choose T <= " + std::to_string(static_cast<uint64_t>(t_max)) + " at this H and form" +
-                       (big_impls > 1 ? ", or fewer implementations" : "")
-                 : ": no T of this H and form fits";
+                       beside_ext + (big_impls > 1 ? ", or fewer implementations" : "")
+      : external > 0 && have <= stacks + pinned + kFixed + fixed_maps + external
+          ? ": external implementation " + held.external_name + " alone needs more than that at " + ext_case +
+                " (its staging copies and the host workspace its bwd_workspace_bytes asks for): route it smaller "
+                "cases or give this process more memory"
+          : ": no T of this H and form fits" + beside_ext;
   const std::string held_words =
       n_held > 1 ? " for " + std::to_string(n_held) + " cases held at once (" + held.why + "), each up to " +
                        gib(case_bytes)
@@ -187,10 +193,32 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, const std::vec
   require_memory_for(cases, counts, std::vector<bool>(cases.size(), forward_only), MemoryExtra::none, held);
 }
 
+void add_external_hold(GateHold& held, const GatePlan& plan) {
+  for (const auto& w : plan.windows) {
+    if (w.variant == nullptr || !w.variant->external || w.largest.T <= 0) continue;
+    std::vector<seeds::CaseId> cases;
+    for (int64_t t : w.t) {
+      seeds::CaseId c = w.largest;
+      c.T = t;
+      cases.push_back(c);
+    }
+    cases.push_back(w.largest);
+    add_external_hold(held, *w.variant, cases);
+  }
+}
+
 void add_external_hold(GateHold& held, const kernels::Variant& variant, const std::vector<seeds::CaseId>& cases) {
   if (!variant.external) return;
   for (const auto& c : cases) {
-    const uint64_t b = external_host_bytes(variant, c);
+    uint64_t b = 0;
+    try {
+      b = external_host_bytes(variant, c);
+    } catch (const std::exception& e) {
+      // Before any work: the implementation cannot size a run of a case the
+      // table gives it (a plugin's bwd_workspace_bytes refusing the shape).
+      throw std::invalid_argument("external implementation " + std::string(variant.name) + " cannot size a run of case " +
+                                  seeds::to_string(c) + " (asked before any work): " + e.what());
+    }
     if (b > held.external_bytes) {
       held.external_bytes = b;
       held.external_case = c;

@@ -4,6 +4,7 @@
 #include "normgate/plugin/loader.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -208,7 +209,7 @@ uint64_t host_bytes(const PluginVariant& pv, const seeds::CaseId& c) {
   // finish(): each output taken out of its buffer into a new rows x H array
   // (the one it replaces is freed after) beside a bit an element of the buffer.
   b += 2 * rows * H + row_elems / 8;
-  // run_host(): the host workspace, at its 256-byte rounding.
+  // run_host(): the host workspace, mapped in whole pages.
   if (!pv.device) {
     const ng_plugin_shape shape{c.T, c.H, c.heads(), static_cast<int32_t>(c.w), static_cast<int32_t>(c.form)};
     uint64_t ws = 0;
@@ -216,7 +217,7 @@ uint64_t host_bytes(const PluginVariant& pv, const seeds::CaseId& c) {
       std::lock_guard<std::mutex> lock(pv.lib->mu);  // calls into one library are serialized
       ws = workspace_bytes(pv, bwd, shape);
     }
-    b += (ws + 255) / 256 * 256;
+    b += (ws + 4095) / 4096 * 4096;
   }
   return b;
 }
@@ -243,11 +244,17 @@ void finish(Staging& s, const PluginVariant& pv, Outputs& out) {
 
 void run_host(const PluginVariant& pv, Staging& s) {
   const uint64_t ws_bytes = workspace_bytes(pv, s);
-  // 256-byte aligned, filled with 0xFF bytes (its contents are undefined to the plugin).
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
+  // Page-aligned (256 bytes at least), filled with 0xFF bytes (its contents
+  // are undefined to the plugin). Mapped for this run and unmapped after it:
+  // the gate's heap keeps freed blocks (core::keep_large_blocks), and a
+  // workspace from it left each case's block behind when the next request
+  // did not fit the hole, so the address space grew by one workspace a case
+  // until the cases failed.
+  struct Unmap {
+    size_t bytes = 0;
+    void operator()(void* p) const { ::munmap(p, bytes); }
   };
-  std::unique_ptr<void, Free> ws;
+  std::unique_ptr<void, Unmap> ws(nullptr, Unmap{0});
   if (ws_bytes > 0) {
     // Filled below, so every page is touched: a request past all the memory
     // this process may use (the host's, its cgroup's or ulimit -v's bound;
@@ -258,7 +265,9 @@ void run_host(const PluginVariant& pv, Staging& s) {
       throw std::runtime_error(pv.who() + ": bwd_workspace_bytes asks for a host workspace of " +
                                core::gib_and_bytes(ws_bytes) + " for T=" + std::to_string(s.T) + ", H=" +
                                std::to_string(s.H) + ", more than " + hm.describe_usable());
-    ws.reset(std::aligned_alloc(256, (ws_bytes + 255) / 256 * 256));
+    const size_t map_bytes = static_cast<size_t>(ws_bytes);
+    void* m = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) ws = std::unique_ptr<void, Unmap>(m, Unmap{map_bytes});
     if (!ws) throw std::runtime_error(pv.who() + ": cannot allocate a host workspace of " + std::to_string(ws_bytes) + " bytes");
     std::memset(ws.get(), 0xFF, ws_bytes);
   }

@@ -20,6 +20,7 @@
 
 #include "normgate/capi.h"
 #include "normgate/core/bf16.h"
+#include "normgate/harness/devices.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -214,7 +215,15 @@ TEST(CApi, AnExternalsDeviceIsCheckedWhenRegistered) {
   EXPECT_EQ(ng_register_external(&d), NG_EINVAL);
   EXPECT_NE(last_error().find("device = -1 (0 for the host, 1 + N for CUDA device N)"), std::string::npos)
       << last_error();
-  d.device = 1;
+  // One past the devices this process sees (none on a machine without a GPU).
+  const int n = normgate::kernels::device_count();
+  d.device = 1 + n;
+  EXPECT_EQ(ng_register_external(&d), NG_EINVAL);
+  EXPECT_NE(last_error().find("device = " + std::to_string(1 + n) + " names CUDA device " + std::to_string(n) +
+                              ", but this process sees " + std::to_string(n)),
+            std::string::npos)
+      << last_error();
+  d.device = 0;
   EXPECT_EQ(ng_register_external(&d), NG_OK) << last_error();
 }
 

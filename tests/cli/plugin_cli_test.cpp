@@ -122,6 +122,9 @@ TEST(PluginCli, AHostWorkspacePastTheMemoryBoundIsRefusedBeforeAnyWork) {
   EXPECT_TRUE(contains(r.out, "normgate: error: case H=64,T=8,w=bf16,form=plain,")) << r.out;
   EXPECT_TRUE(contains(r.out, want)) << r.out;
   EXPECT_TRUE(contains(r.out, "more than this process's address-space limit (ulimit -v)")) << r.out;
+  EXPECT_TRUE(contains(r.out, ": external implementation tp_bigws alone needs more than that at H=64,T=8,w=bf16,"
+                              "form=plain,"))
+      << r.out;
   EXPECT_GE(staging_of(r.out), 4096) << r.out;
   EXPECT_LT(staging_of(r.out), 1 << 20) << r.out;
   EXPECT_FALSE(std::filesystem::exists(journal));
@@ -136,6 +139,71 @@ TEST(PluginCli, AHostWorkspacePastTheMemoryBoundIsRefusedBeforeAnyWork) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, want)) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// A host workspace is mapped for its run and unmapped after it. From the
+// gate's heap (which keeps freed blocks) each case left its workspace
+// behind when the next, slightly larger one did not fit the hole: under
+// ulimit -v the address space grew by one workspace a case until the cases
+// were journalled as errors (29 of 39 in the adversarial pass that found it).
+TEST(PluginCli, AHostWorkspaceIsReleasedAfterEachRun) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_midws.so";  // 64 MiB + 64 B a T
+  const std::string table = scratch("midws.toml"), md = scratch("midws.md");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"midws\"\nroute = [\n"
+         "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [8, 600], "
+         "variant = \"tp_midws\" },\n]\n";
+  }
+  // 24 cases of 64 MiB each under a 0.57 GiB bound: 9 at once would not fit.
+  const auto r = normgate::test::run_normgate_with(
+      "ulimit -v 600000 &&", "gate " + table + " --plugin " + lib +
+                                 " --backend cpu --threads 1 --seeds 3x2 --t-per-window 4 --dense-points 0 "
+                                  "--fresh-factor 0 --quiet --report-md " + md);
+  // The plugin leaves dx and dw unwritten: every case fails, none errs.
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_FALSE(contains(r.out, "host workspace")) << r.out;
+  const std::string report = [&] {
+    std::ifstream f(md);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_TRUE(contains(report, "FAIL")) << report.substr(0, 3000);
+  EXPECT_FALSE(contains(report, "host workspace")) << report.substr(0, 3000);
+  EXPECT_FALSE(contains(report, "ERROR")) << report.substr(0, 3000);
+}
+
+// bwd_workspace_bytes refusing a shape the table gives the plugin is a
+// refusal before any work: exit 2 naming the implementation and the case,
+// nothing written (it was exit 3, "fatal", without the case). repro of a
+// case the variant does not support says so and never asks the plugin.
+TEST(PluginCli, AWorkspaceRefusalOrAnUnsupportedCaseIsExit2NamingTheCase) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_midws.so";  // refuses T = 7
+  const std::string table = scratch("midws7.toml"), journal = scratch("midws7.jsonl");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"midws7\"\nroute = [\n"
+         "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [1, 7], "
+         "variant = \"tp_midws\" },\n]\n";
+  }
+  auto r = run_normgate("gate " + table + " --plugin " + lib +
+                        " --backend cpu --seeds 3x1 --t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet "
+                        "--journal " + journal);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "normgate: error: external implementation tp_midws cannot size a run of case "
+                              "H=64,T=7,w=bf16,form=plain,")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bwd_workspace_bytes returned 2 (invalid arguments): tp_midws: no workspace for T=7"))
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(journal));
+  r = run_normgate("check --plugin " + lib + " --variant tp_midws --backend cpu --case "
+                   "H=64,T=7,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "cannot size a run of case H=64,T=7,w=bf16,form=plain,family=normal,seed=0")) << r.out;
+  // form res is not among tp_midws's forms: the support refusal, not the plugin's.
+  r = run_normgate("repro --plugin " + lib + " --variant tp_midws --backend cpu H=64,T=7,w=bf16,form=res,"
+                   "family=normal,seed=0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "does not support")) << r.out;
+  EXPECT_FALSE(contains(r.out, "bwd_workspace_bytes")) << r.out;
 }
 
 // A failing plugin window's report says how to run its worst case again:

@@ -593,8 +593,9 @@ typedef struct ng_external_desc {
                               case and must give the same bits (else that case's error) */
   uint32_t wdtypes;        /* bits 1 << NG_W_*; 0: both */
   uint32_t forms;          /* bits 1 << NG_FORM_*; 0: plain only */
-  int32_t device;          /* where `run` computes: 0 the host; 1 + N CUDA device N (case files
-                              record its name, driver and CUDA version). Was `reserved` (0) */
+  int32_t device;          /* where `run` computes: 0 the host; 1 + N CUDA device N, one this
+                              process sees (case files record its name, driver and CUDA
+                              version). Was `reserved` (0) */
   int64_t h_min, h_max;    /* supported H, 1 <= h_min <= h_max <= 16384 */
   const char* name;        /* [A-Za-z0-9_.+-]{1,64}; not a built-in variant's */
   const char* source_sha256; /* 64 hex digits: the identity of its code (approvals go stale when it changes) */

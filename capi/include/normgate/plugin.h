@@ -235,10 +235,12 @@ typedef struct ng_plugin_variant {
   /* Workspace of one backward call: *bytes for `shape` (0: none; at most
    * 2^40). NULL: no workspace ever. Returns NG_PLUGIN_OK or an error as the
    * entries do. Must not be set on a forward variant. Also called before a
-   * gate, check or repro starts, for the largest case of each window: a host
-   * variant's workspace counts in the host-memory check made before any
-   * work (more than the process may use is a usage error, exit 2), and an
-   * error return there refuses the run. */
+   * gate, check, repro or export starts (a gate: for each window's grid T
+   * and its upper T): a host variant's workspace counts in the host-memory
+   * check made before any work (more than the process may use is a usage
+   * error, exit 2), and an error return there refuses the run (exit 2,
+   * naming the case). A host workspace is mapped for its run and unmapped
+   * after it. */
   int (*bwd_workspace_bytes)(const ng_plugin_shape* shape, uint64_t* bytes, char* err, size_t err_size);
   /* Forward: writes y, rstd (and h_new for res). Required. */
   int (*fwd)(const ng_plugin_fwd_args* args, char* err, size_t err_size);

@@ -15,6 +15,7 @@
 //  13 same      a valid host variant named "ex_ref_bwd" (the host example's)
 //  14 exit      host fwd that calls exit(0)
 //  15 bigws     host bwd "tp_bigws" asking for a 2^40-byte workspace (the ABI's most)
+//  16 midws     host bwd "tp_midws" asking for 64 MiB + 64 bytes a row of T; refuses T = 7
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,17 @@ const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef012345
   return NG_PLUGIN_OK;
 }
 
+// A workspace that fits a run many times over but not many runs at once,
+// slightly larger with each T (so a freed one does not fit the next).
+[[maybe_unused]] int ws_mid(const ng_plugin_shape* s, uint64_t* bytes, char* err, size_t n) {
+  if (s->T == 7) {
+    snprintf(err, n, "tp_midws: no workspace for T=7");
+    return NG_PLUGIN_EINVAL;
+  }
+  *bytes = (uint64_t{64} << 20) + 64 * static_cast<uint64_t>(s->T);
+  return NG_PLUGIN_OK;
+}
+
 // A kernel that ends the process with exit(0) (a library's abort path).
 [[maybe_unused]] int fwd_exit(const ng_plugin_fwd_args*, char*, size_t) { exit(0); }
 
@@ -90,6 +102,9 @@ const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_fwdbwd", NG_PLUGIN_OP_FWD,
 const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_exit", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_exit, nullptr)};
 #elif TP_CASE == 13
 const ng_plugin_variant kVariants[] = {TP_VARIANT("ex_ref_bwd", NG_PLUGIN_OP_BWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_any)};
+#elif TP_CASE == 16
+const ng_plugin_variant kVariants[] = {{"tp_midws", NG_PLUGIN_OP_BWD, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, 1u,
+                                        NG_PLUGIN_MEMORY_HOST, kSha, "test plugin", ws_mid, fwd_ok, bwd_any}};
 #elif TP_CASE == 15
 const ng_plugin_variant kVariants[] = {{"tp_bigws", NG_PLUGIN_OP_BWD, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, 1u,
                                         NG_PLUGIN_MEMORY_HOST, kSha, "test plugin", ws_huge, fwd_ok, bwd_any}};

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "normgate/gate/gate.h"
 #include "normgate/harness/pipeline.h"
 #include "normgate/seeds/case_id.h"
 
@@ -84,9 +85,16 @@ struct GateHold {
 
 /// Raise held's external_bytes to the largest ExternalImpl::host_bytes of
 /// `variant` over `cases` (harness/external.h external_host_bytes; nothing
-/// for a variant that is not external). Exceptions of host_bytes (a plugin's
-/// bwd_workspace_bytes failing: std::runtime_error) propagate.
+/// for a variant that is not external). An exception of host_bytes (a
+/// plugin's bwd_workspace_bytes failing) becomes std::invalid_argument
+/// naming the implementation and the case: the run is refused before any
+/// work (exit 2).
 void add_external_hold(GateHold& held, const kernels::Variant& variant, const std::vector<seeds::CaseId>& cases);
+
+/// add_external_hold for every window of a gate's plan routed to an
+/// external implementation, over the window's grid T points and its upper
+/// T (where refinement may go), each at the largest case's family and seed.
+void add_external_hold(GateHold& held, const GatePlan& plan);
 
 /// The gate's hold on `backend` (resolved) over `devices` (the --devices
 /// list; empty: every visible device, at least one): on the GPU
