@@ -429,8 +429,9 @@ std::vector<validators::ExternalImpl> load_plugin(const std::string& path) {
   void* sym = dlsym(lib->handle, NG_PLUGIN_ENTRY);
   if (sym == nullptr)
     throw std::invalid_argument(at + ": no symbol '" NG_PLUGIN_ENTRY
-                                "' (not a normgate plugin, or built against another ABI version: this normgate reads "
-                                "ABI version " + std::to_string(NG_PLUGIN_ABI_VERSION) + ", capi/include/normgate/plugin.h)");
+                                "' (not a normgate plugin; built against another ABI version: this normgate reads "
+                                "ABI version " + std::to_string(NG_PLUGIN_ABI_VERSION) + ", capi/include/normgate/plugin.h; "
+                                "or built with -fvisibility=hidden and the entry point not marked NG_PLUGIN_EXPORT)");
   const auto entry = reinterpret_cast<ng_plugin_entry_v1>(sym);
   const ng_plugin_table* table = entry();
   if (table == nullptr) throw std::invalid_argument(at + ": " NG_PLUGIN_ENTRY "() returned NULL");
@@ -489,7 +490,16 @@ std::vector<validators::ExternalImpl> load_plugin(const std::string& path) {
 std::vector<const kernels::Variant*> register_plugins(const std::vector<std::string>& paths) {
   std::vector<validators::ExternalImpl> all;
   std::map<std::string, std::string> owner;  // variant name -> the path given for its plugin
+  std::map<std::string, std::string> given;  // the library's canonical path -> the path given for it
   for (const auto& p : paths) {
+    std::error_code ec;
+    const std::string canon = std::filesystem::weakly_canonical(p, ec).string();
+    if (!ec && !canon.empty()) {
+      if (auto it = given.find(canon); it != given.end())
+        throw std::invalid_argument("plugin '" + p + "' is given twice (--plugin '" + it->second + "' loads " + canon +
+                                    " already): give each library once");
+      given.emplace(canon, p);
+    }
     for (auto& e : load_plugin(p)) {
       if (auto it = owner.find(e.name); it != owner.end())
         throw std::invalid_argument("plugin '" + p + "': variant '" + e.name + "' is also a variant of plugin '" +

@@ -63,7 +63,17 @@ TEST(PluginCli, MissingOrBadLibraryIsExit2BeforeAnyWork) {
   EXPECT_TRUE(contains(r.out, "abi_version is 2, this normgate reads ABI version 1")) << r.out;
   r = run_normgate("variants --plugin " + kRef + " --plugin " + kRef);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(contains(r.out, "variant 'ex_ref_fwd' is also a variant of plugin")) << r.out;
+  // One library given twice is named as such (it read "variant 'ex_ref_fwd'
+  // is also a variant of plugin" the same library); two libraries sharing a
+  // name: PluginRegister.TwoPluginsSharingANameRegisterNothing.
+  EXPECT_TRUE(contains(r.out, "normgate: error: plugin '" + kRef + "' is given twice (--plugin '" + kRef +
+                              "' loads ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " already): give each library once")) << r.out;
+  const std::string noexp = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_noentry.so";  // exports ng_plugin_v0
+  r = run_normgate("variants --plugin " + noexp);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "or built with -fvisibility=hidden and the entry point not marked NG_PLUGIN_EXPORT"))
+      << r.out;
 }
 
 // A plugin kernel that calls exit(0) mid-gate ended normgate with status
