@@ -303,7 +303,9 @@ std::string format_gate_markdown(const GateResult& r) {
   const WindowResult* top = nullptr;
   for (const auto& w : r.windows)
     if (!top || w.worst > top->worst) top = &w;
-  if (top) {
+  if (top && top->worst_case.empty()) {
+    o << "- closest to the budget: not measured: no case of any window gave results (Failures)\n";
+  } else if (top) {
     o << "- closest to the budget: " << ratio_cell(top->worst) << " of it (" << top->worst_output << ", "
       << top->route.window() << ", case " << top->worst_case << "): " << headroom(top->worst);
     for (int k = 0; k < top->gated_outputs(); ++k)
@@ -515,9 +517,23 @@ std::string format_gate_markdown(const GateResult& r) {
         o << "\n";
       }
       if (w.errors) {
-        o << "  - " << w.errors << " cases could not run (the window does not pass; with none over budget it is "
-          << "ERROR, no verdict on the variant):\n";
+        // A declared deterministic implementation that gave two bit patterns
+        // is a finding about it (FAIL, journal.h), not a run that failed.
+        const int64_t other = w.errors - w.nondeterministic;
+        if (w.nondeterministic > 0)
+          o << "  - " << w.nondeterministic << " cases: " << w.route.variant->name
+            << " is declared deterministic but two runs on one case gave different bits (a finding: the window "
+               "FAILs; no later run of such a case replaces it)\n";
+        if (other > 0)
+          o << "  - " << other << " cases could not run (the window does not pass; with none over budget and no "
+            << "finding it is ERROR, no verdict on the variant)\n";
+        o << "  - the first " << (w.error_samples.size() == 1 ? "one" : std::to_string(w.error_samples.size()))
+          << ":\n";
         for (const auto& e : w.error_samples) o << "    - " << core::escape_controls(e) << "\n";
+        if (!w.error_samples.empty()) {
+          const std::string& e = w.error_samples.front();
+          o << "    - " << rerun_hint(r, w, e.substr(0, e.find(": "))) << "\n";
+        }
       }
       if (w.cases == 0) o << "  - no case ran\n";
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -187,7 +188,27 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
       return h;
     };
     const auto first = hashes(o);
+    // rstd and dw (rows and H floats) are kept whole, so a difference there
+    // is named by its element and both bit patterns.
+    const std::vector<float> rstd1 = o.rstd, dw1 = o.dw;
     run_once(o);
+    auto same_floats = [&](const char* name, const std::vector<float>& a, const std::vector<float>& b) {
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        uint32_t x, y;
+        std::memcpy(&x, &a[i], 4);
+        std::memcpy(&y, &b[i], 4);
+        if (x != y) {
+          char bits[48];
+          std::snprintf(bits, sizeof bits, " (0x%08x then 0x%08x)", x, y);
+          throw std::runtime_error(std::string(kNondeterministicError) + "external implementation " + impl.name +
+                                   " (" + impl.origin + ") is declared deterministic but two runs on " +
+                                   seeds::to_string(c) + " gave different bits: output " + name + " element " +
+                                   std::to_string(i) + bits);
+        }
+      }
+    };
+    same_floats("rstd", rstd1, o.rstd);
+    same_floats("dw", dw1, o.dw);
     const auto again = hashes(o);
     static const char* const kNames[] = {"y", "rstd", "dx", "dw", "h_new"};
     const size_t sizes[] = {o.y.size(), o.rstd.size(), o.dx.size(), o.dw.size(), o.h_new.size()};

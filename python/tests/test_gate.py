@@ -313,7 +313,16 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j"), **SMALL)
     assert rep["verdict"] == "FAIL"
     assert "is declared deterministic but two runs on H=64" in rep["markdown"], rep["markdown"]
-    assert "output dw, elements 0..63" in rep["markdown"]
+    assert "output dw element 3 (0x" in rep["markdown"], rep["markdown"]
+    # Reported as the finding it is (it read "could not run ... ERROR, no
+    # verdict" under a FAIL verdict), with the command that reruns a case,
+    # and no closest approach made of empty fields.
+    md = rep["markdown"]
+    assert ("cases: py_flaky_det is declared deterministic but two runs on one case gave different bits (a finding: "
+            "the window FAILs") in md, md
+    assert "could not run" not in md, md
+    assert "rerun it in Python with: normgate.check(impl, \"H=64,T=" in md, md
+    assert "- closest to the budget: not measured: no case of any window gave results" in md, md
     # A finding, not a failure to run: retry_errors=True, the race gone,
     # runs nothing again and the window still fails (it passed before).
     steady = normgate.Implementation("py_flaky_det", fp64_step, source_sha256="ef" * 32, device="cpu")

@@ -554,7 +554,8 @@ TEST(Gate, CaseErrorsFailTheirWindowAndTheRunGoesOn) {
   ASSERT_EQ(r.windows[0].error_samples.size(), 1u);
   EXPECT_NE(r.windows[0].error_samples[0].find("out of memory (injected)"), std::string::npos);
   const std::string md = format_gate_markdown(r);
-  EXPECT_NE(md.find("1 cases could not run (the window does not pass; with none over budget it is ERROR"),
+  EXPECT_NE(md.find("1 cases could not run (the window does not pass; with none over budget and no finding it is "
+                    "ERROR"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("out of memory (injected)"), std::string::npos) << md;
