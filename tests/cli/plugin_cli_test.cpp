@@ -216,6 +216,19 @@ TEST(PluginCli, AWorkspaceRefusalOrAnUnsupportedCaseIsExit2NamingTheCase) {
   EXPECT_FALSE(contains(r.out, "bwd_workspace_bytes")) << r.out;
 }
 
+// A plugin declared deterministic whose dw differs between its two runs:
+// `check` says FAIL and exits 1, as the gate fails its window (it was
+// "fatal", exit 3, as if the run had broken down).
+TEST(PluginCli, CheckOfANondeterministicPluginIsAFail) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_flaky.so";
+  const auto r = run_normgate("check --plugin " + lib + " --variant tp_flaky --backend cpu --case "
+                              "H=64,T=3,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  FAIL: nondeterministic: external implementation tp_flaky (plugin ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "gave different bits: output dw element 0 (0x3f800000 then 0x40000000)")) << r.out;
+  EXPECT_FALSE(contains(r.out, "fatal")) << r.out;
+}
+
 // A failing plugin window's report says how to run its worst case again:
 // `normgate check` with the library loaded (--plugin), which works; before,
 // the line had no --plugin and the command it gave exited 2.

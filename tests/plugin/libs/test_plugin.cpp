@@ -16,6 +16,7 @@
 //  14 exit      host fwd that calls exit(0)
 //  15 bigws     host bwd "tp_bigws" asking for a 2^40-byte workspace (the ABI's most)
 //  16 midws     host bwd "tp_midws" asking for 64 MiB + 64 bytes a row of T; refuses T = 7
+//  17 flaky     host bwd "tp_flaky", declared det, whose dw differs between calls
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,14 @@ const char* const kSha = "0123456789abcdef0123456789abcdef0123456789abcdef012345
   return NG_PLUGIN_OK;
 }
 
+// dw 1.0 on odd calls, 2.0 on even ones (dx left unwritten).
+[[maybe_unused]] int bwd_flaky(const ng_plugin_bwd_args* a, char*, size_t) {
+  static int calls = 0;
+  const float v = (++calls & 1) ? 1.0f : 2.0f;
+  for (int64_t c = 0; c < a->shape.H; ++c) a->dw[c] = v;
+  return NG_PLUGIN_OK;
+}
+
 // A kernel that ends the process with exit(0) (a library's abort path).
 [[maybe_unused]] int fwd_exit(const ng_plugin_fwd_args*, char*, size_t) { exit(0); }
 
@@ -102,6 +111,8 @@ const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_fwdbwd", NG_PLUGIN_OP_FWD,
 const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_exit", NG_PLUGIN_OP_FWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_exit, nullptr)};
 #elif TP_CASE == 13
 const ng_plugin_variant kVariants[] = {TP_VARIANT("ex_ref_bwd", NG_PLUGIN_OP_BWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_any)};
+#elif TP_CASE == 17
+const ng_plugin_variant kVariants[] = {TP_VARIANT("tp_flaky", NG_PLUGIN_OP_BWD, NG_PLUGIN_MEMORY_HOST, kSha, 1u, fwd_ok, bwd_flaky)};
 #elif TP_CASE == 16
 const ng_plugin_variant kVariants[] = {{"tp_midws", NG_PLUGIN_OP_BWD, NG_PLUGIN_MODE_DET, 1, 16384, NG_PLUGIN_WDTYPES_ALL, 1u,
                                         NG_PLUGIN_MEMORY_HOST, kSha, "test plugin", ws_mid, fwd_ok, bwd_any}};
