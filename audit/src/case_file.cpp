@@ -22,6 +22,10 @@ namespace normgate::validators {
 
 namespace {
 
+// A provenance backend of a built-in variant's run ("gpu", "cpu-model") or
+// the FP32 baseline's ("cpu"); an external's is its own ran_on.
+bool builtin_backend(const std::string& b) { return b == "gpu" || b == "cpu-model" || b == "cpu"; }
+
 // A SHA-256 as the project writes it: 64 lowercase hex digits.
 bool is_sha256_hex(const std::string& s) {
   return s.size() == 64 &&
@@ -645,6 +649,11 @@ std::string inspect_file(const std::string& path) {
       if (e.prov.window.rfind("fwd ", 0) == 0 && e.prov.impl != e.prov.fwd)
         o << "  (forward window: it gates y and rstd of " << E(e.prov.fwd) << "; dx, dw and the verdict are "
           << E(e.prov.impl) << "'s, the backward run that carried the case)\n";
+      else if (e.prov.window.rfind("fwd ", 0) == 0 && !builtin_backend(e.prov.backend))
+        // An external forward (a plugin, a Python callable): its own runs
+        // only, no carrier backward (harness impl_variants).
+        o << "  (forward window: it gates y and rstd of " << E(e.prov.fwd) << "'s own run, an external "
+          << "implementation's; no backward ran after it: dx and dw are not produced and not gated)\n";
       else if (e.prov.window.rfind("fwd ", 0) == 0)  // a forward variant's own run (harness impl_variants)
         o << "  (forward window: it gates y and rstd of " << E(e.prov.fwd) << "'s own run; its dx, dw, and the verdict, "
           << "include the carrier backward that ran after it)\n";

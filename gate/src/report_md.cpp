@@ -283,7 +283,8 @@ std::string format_gate_markdown(const GateResult& r) {
     if (!fwds.empty() || !own_step.empty()) {
       o << "- forward step: bwd windows of a built-in variant run the default forward " << kernels::default_fwd().name
         << " before their variant; a fwd window runs its own variant (fwd_rowwise: y and rstd of any backward "
-           "run of the case; another forward: its own runs, then a carrier backward whose dx, dw are not gated).";
+           "run of the case; another built-in forward: its own runs, then a carrier backward whose dx, dw are not "
+           "gated; an external forward: its own runs only).";
       if (!fwds.empty()) {
         o << " Forward variants run here:";
         for (size_t i = 0; i < fwds.size(); ++i) o << (i ? ", " : " ") << fwds[i];

@@ -979,6 +979,8 @@ std::string format_report(const CheckReport& rep) {
     // No column with a (floored) baseline error: the worst quotient is 0/0 (1 by convention) or absent.
     if (rep.request.forward_only)
       ;  // no dw: nothing to compare (the outputs line says so)
+    else if (std::find(ir.not_produced.begin(), ir.not_produced.end(), "dw") != ir.not_produced.end())
+      o << "dw vs FP32 baseline: - (dw not produced)\n";
     else if (std::isnan(r.dw_vs_fp32_median) && (std::isnan(r.dw_vs_fp32_worst) || r.dw_vs_fp32_worst == 1.0))
       o << "dw vs FP32 baseline: - (no column with a baseline error or a nonzero dy*xhat term: T = 0, or dy*xhat = 0)\n";
     else

@@ -45,6 +45,35 @@ TEST(PluginCli, GateRoutesWindowsToThePlugin) {
   EXPECT_TRUE(contains(report, "ex_ref_fwd"));
 }
 
+// An external forward runs its own step only: no carrier backward after it,
+// so the reports do not say one ran (they did: "its dx, dw, and the
+// verdict, include the carrier backward that ran after it").
+TEST(PluginCli, AnExternalForwardIsNotSaidToHaveACarrierBackward) {
+  const std::string json = scratch("fwd.json"), md = scratch("fwd.md"), maps = scratch("fwd.h5");
+  auto r = run_normgate("gate " + kTable + " --plugin " + kRef + " --windows op=fwd --backend cpu --threads 2 "
+                        "--seeds 3x1 --t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet --report-json " +
+                        json + " --report-md " + md);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string report = [&] {
+    std::ifstream f(md);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_TRUE(contains(report, "an external forward: its own runs only")) << report.substr(0, 3000);
+  r = run_normgate("export " + json + " --plugin " + kRef + " --backend cpu --threads 2 -o " + maps);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_normgate("inspect " + maps);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "(forward window: it gates y and rstd of ex_ref_fwd's own run, an external "
+                              "implementation's; no backward ran after it: dx and dw are not produced and not gated)"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "carrier backward")) << r.out;
+  r = run_normgate("check --plugin " + kRef + " --variant ex_ref_fwd --backend cpu --case "
+                   "H=256,T=9,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "not produced (left poisoned): dx dw")) << r.out;
+  EXPECT_TRUE(contains(r.out, "dw vs FP32 baseline: - (dw not produced)")) << r.out;
+}
+
 TEST(PluginCli, TableNamingPluginVariantsNeedsThePlugin) {
   const auto r = run_normgate("gate " + kTable + " --backend cpu --seeds 3x1 --plan");
   EXPECT_EQ(r.code, 2) << r.out;
