@@ -65,7 +65,8 @@ def nondeterministic_impl(error):
     two runs that differed (nondeterministic_impl, journal.h), or ""."""
     if not isinstance(error, str):
         return ""
-    if not error.startswith("nondeterministic: ") and " is declared deterministic but two runs on " not in error:
+    if (not error.startswith(("nondeterministic: ", "contract broken: "))
+            and " is declared deterministic but two runs on " not in error):
         return ""
     tag = "external implementation "
     at = error.find(tag)

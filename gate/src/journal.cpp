@@ -340,7 +340,8 @@ nlohmann::json record_result(const CaseRecord& r, size_t i) {
 
 std::string nondeterministic_impl(const std::string& error) {
   const std::string tag = "external implementation ";
-  const bool tagged = error.rfind(std::string(kNondeterministicError), 0) == 0;
+  const bool tagged = error.rfind(std::string(kNondeterministicError), 0) == 0 ||
+                      error.rfind(std::string(kContractError), 0) == 0;
   if (!tagged && error.find(" is declared deterministic but two runs on ") == std::string::npos) return "";
   const size_t at = error.find(tag);
   if (at == std::string::npos) return "";

@@ -520,10 +520,14 @@ std::string format_gate_markdown(const GateResult& r) {
       if (w.errors) {
         // A declared deterministic implementation that gave two bit patterns
         // is a finding about it (FAIL, journal.h), not a run that failed.
-        const int64_t other = w.errors - w.nondeterministic;
+        const int64_t other = w.errors - w.nondeterministic - w.contract_broken;
         if (w.nondeterministic > 0)
           o << "  - " << w.nondeterministic << " cases: " << w.route.variant->name
             << " is declared deterministic but two runs on one case gave different bits (a finding: the window "
+               "FAILs; no later run of such a case replaces it)\n";
+        if (w.contract_broken > 0)
+          o << "  - " << w.contract_broken << " cases: " << w.route.variant->name
+            << " broke the implementation interface (e.g. wrote outside an output's view; a finding: the window "
                "FAILs; no later run of such a case replaces it)\n";
         if (other > 0)
           o << "  - " << other << " cases could not run (the window does not pass; with none over budget and no "

@@ -562,7 +562,8 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
         if (first) {
           ++wr.errors;
           failed_t.insert(c.T);
-          if (Store::nondeterministic(err, w.impl)) ++wr.nondeterministic;
+          if (Store::nondeterministic(err, w.impl))
+            ++(err.rfind(std::string(kContractError), 0) == 0 ? wr.contract_broken : wr.nondeterministic);
           if (wr.error_samples.size() < 3)
             wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
         }

@@ -139,6 +139,9 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
       impl.run(in, o);
     } catch (const Cancelled&) {
       throw;
+    } catch (const ContractBroken& e) {
+      throw std::runtime_error(std::string(kContractError) + "external implementation " + impl.name + " (" +
+                               impl.origin + ") on " + seeds::to_string(c) + ": " + e.what());
     } catch (const std::exception& e) {
       throw std::runtime_error("external implementation " + impl.name + " (" + impl.origin + ") failed on " +
                                seeds::to_string(c) + ": " + e.what());
@@ -149,7 +152,8 @@ ExternalRun run_external(const ExternalImpl& impl, const seeds::HostInputs& in) 
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto size_is = [&](const char* name, size_t got, size_t want) {
       if (got != want)
-        throw std::runtime_error("external implementation " + impl.name + " resized output " + name + " to " +
+        throw std::runtime_error(std::string(kContractError) + "external implementation " + impl.name + " (" +
+                                 impl.origin + ") on " + seeds::to_string(c) + ": resized output " + name + " to " +
                                  std::to_string(got) + " elements (the case has " + std::to_string(want) + ")");
     };
     size_is("y", o.y.size(), rows * cols);

@@ -59,7 +59,7 @@ std::vector<uint16_t> take_rows(const Staging& s, const std::vector<uint16_t>& b
   }
   for (size_t i = 0; i < s.row_elems; ++i)
     if (!inside[i] && buf[i] != kPoisonBf16)
-      throw std::runtime_error(pv.who() + ": wrote outside the view of " + what + " (element " + std::to_string(i) +
+      throw validators::ContractBroken(pv.who() + ": wrote outside the view of " + what + " (element " + std::to_string(i) +
                                " of its buffer, row stride " + std::to_string(s.stride) + ", holds 0x" +
                                [&] { char b[8]; std::snprintf(b, sizeof b, "%04X", buf[i]); return std::string(b); }() +
                                ")");
@@ -71,7 +71,7 @@ std::vector<float> take_guarded(std::vector<float>& buf, size_t n, const PluginV
     uint32_t bits;
     std::memcpy(&bits, &buf[i], 4);
     if (bits != kPoisonF32)
-      throw std::runtime_error(pv.who() + ": wrote past the end of " + what + " (element " + std::to_string(i) +
+      throw validators::ContractBroken(pv.who() + ": wrote past the end of " + what + " (element " + std::to_string(i) +
                                ", " + what + " has " + std::to_string(n) + ")");
   }
   buf.resize(n);

@@ -258,6 +258,42 @@ TEST(PluginCli, CheckOfANondeterministicPluginIsAFail) {
   EXPECT_FALSE(contains(r.out, "fatal")) << r.out;
 }
 
+// A plugin that writes outside an output's view does so on every run: the
+// gate FAILs its window on that finding (it was ERROR, "cases that could
+// not run ... run them again"), check says FAIL (was fatal, exit 3), and
+// --retry-errors runs none of its cases again.
+TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
+  const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_stride.so";  // y written without its stride
+  const std::string table = scratch("stride.toml"), md = scratch("stride.md"), journal = scratch("stride.jsonl");
+  {
+    std::ofstream f(table);
+    f << "arch = \"sm90a\"\ndescription = \"stride\"\nroute = [\n"
+         "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [2, 8], variant = \"tp_stride\" },\n]\n";
+  }
+  const std::string gate = "gate " + table + " --plugin " + lib + " --backend cpu --seeds 3x1 --t-per-window 2 "
+                           "--dense-points 0 --fresh-factor 0 --quiet --journal " + journal + " --report-md " + md;
+  auto r = run_normgate(gate);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  FAIL")) << r.out;
+  const std::string report = [&] {
+    std::ifstream f(md);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_TRUE(contains(report, "cases: tp_stride broke the implementation interface (e.g. wrote outside an output's "
+                               "view; a finding: the window FAILs")) << report;
+  EXPECT_TRUE(contains(report, "contract broken: external implementation tp_stride (plugin ")) << report;
+  EXPECT_TRUE(contains(report, "wrote outside the view of y")) << report;
+  EXPECT_FALSE(contains(report, "could not run")) << report;
+  EXPECT_TRUE(contains(report, "rerun it with: normgate check --plugin ")) << report;
+  r = run_normgate(gate + " --retry-errors");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  FAIL")) << r.out;
+  r = run_normgate("check --plugin " + lib + " --variant tp_stride --backend cpu --case "
+                   "H=64,T=3,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "verdict  FAIL: contract broken: external implementation tp_stride")) << r.out;
+}
+
 // A failing plugin window's report says how to run its worst case again:
 // `normgate check` with the library loaded (--plugin), which works; before,
 // the line had no --plugin and the command it gave exited 2.

@@ -288,6 +288,10 @@ struct WindowResult {
   /// different bits on two runs (harness/external.h kNondeterministicError):
   /// a finding, so the window is FAIL, not ERROR, whatever else it holds.
   int64_t nondeterministic = 0;
+  /// Of `errors`: cases whose implementation broke the interface (a write
+  /// outside an output's view: harness/external.h kContractError), a
+  /// finding as well.
+  int64_t contract_broken = 0;
   bool gates_h_new() const { return route.form == Form::res; }
   double dw_vs_fp32_worst = 0;     ///< bwd: max over cases of CaseResult::dw_vs_fp32_worst (NaN: none)
   std::string dw_vs_fp32_worst_case;
@@ -353,7 +357,8 @@ struct WindowResult {
   /// is one (or INCOMPLETE); `normgate derive` stops on one, excluding and
   /// remembering nothing.
   bool errored() const {
-    return !pass && !incomplete && errors > 0 && nondeterministic == 0 && !(worst > 1.0) && h_new.cases_over == 0;
+    return !pass && !incomplete && errors > 0 && nondeterministic == 0 && contract_broken == 0 && !(worst > 1.0) &&
+           h_new.cases_over == 0;
   }
 };
 

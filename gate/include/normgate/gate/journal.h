@@ -201,7 +201,8 @@ Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& ne
 /// two runs that gave different bits (harness/external.h
 /// kNondeterministicError; also the wording before that prefix: "external
 /// implementation NAME (ORIGIN) is declared deterministic but two runs on
-/// ..."), or "" for any other error.
+/// ..."), or as having broken the interface (kContractError): a finding
+/// about it either way; "" for any other error.
 std::string nondeterministic_impl(const std::string& error);
 
 /// The environment variable naming the journal key file.

@@ -111,6 +111,21 @@ class Cancelled : public std::runtime_error {
 /// again, and no later record of the (case, implementation) replaces it.
 inline constexpr std::string_view kNondeterministicError = "nondeterministic: ";
 
+/// How the error of a case begins when its implementation broke the
+/// interface in a way no rerun undoes (a plugin writing outside an output's
+/// view or past its end; outputs resized): a finding about the
+/// implementation, treated as kNondeterministicError is (FAIL, not
+/// ERROR; not run again; never replaced by a later record).
+inline constexpr std::string_view kContractError = "contract broken: ";
+
+/// Thrown out of ExternalImpl::run for such a breach; run_external
+/// journals it as "contract broken: external implementation NAME (ORIGIN)
+/// on CASE: what()".
+class ContractBroken : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 inline constexpr uint16_t kPoisonBf16 = 0x7FC0;
 inline constexpr uint32_t kPoisonF32 = 0x7FC00000u;
 
