@@ -47,7 +47,9 @@
  *     stride_h 256); heads4 contiguous [T, 4, 256]. Every output buffer is
  *     filled with NaN (BF16 0x7FC0, FP32 0x7FC00000) before the call, and
  *     the gaps between rows and a guard after rstd and dw are checked
- *     afterwards: a write outside an output's view fails the run.
+ *     afterwards: a write outside an output's view fails the case as a
+ *     finding about the variant ("contract broken: ...": its window FAILs
+ *     and no rerun replaces it; normgate check says FAIL, exit 1).
  *
  * Math a variant is gated against (validators/budget.h; every element, FP64
  * oracle): y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps) per row;
