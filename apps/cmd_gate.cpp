@@ -182,7 +182,8 @@ void add_gate(CLI::App& app, Commands& cmds) {
                 "Run again the cases the journal holds only as errors (a GPU fault, an out-of-memory); each new "
                 "record is appended and replaces the error. Without it a journalled error is the case's outcome on "
                 "every resume. Not a case whose implementation, declared deterministic, gave different bits on two "
-                "runs: that is a finding (the window FAILs), kept. Not with --merge: retry in the shard "
+                "runs, or broke the interface (\"contract broken: \", e.g. a plugin writing outside an output's "
+                "view): that is a finding (the window FAILs), kept. Not with --merge: retry in the shard "
                 "(--shard K/N --retry-errors), then merge")
       ->needs(journal_opt)
       ->excludes(merge_opt);

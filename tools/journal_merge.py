@@ -38,7 +38,8 @@ the same case: the first is kept, the other dropped and counted. Other
 pairs of lines of one (case, implementation) follow the gate's rule
 (resolve_duplicate below): an error and a later line are both kept (the
 later attempt counts: `gate --retry-errors` appends so; not after a
-"nondeterministic: " error, a finding that stands), an error after a
+"nondeterministic: " or "contract broken: " error, a finding that
+stands), an error after a
 result is kept too (the result counts), and a full result after a
 forward-only one of the same y and rstd is kept. A case journalled twice
 with different results for one implementation (a nondeterministic
@@ -65,12 +66,25 @@ def nondeterministic_impl(error):
     two runs that differed (nondeterministic_impl, journal.h), or ""."""
     if not isinstance(error, str):
         return ""
-    if (not error.startswith(("nondeterministic: ", "contract broken: "))
-            and " is declared deterministic but two runs on " not in error):
-        return ""
+    # The tag, then "external implementation NAME (ORIGIN) ...", each at its
+    # fixed place (an implementation's own message comes later in the error).
     tag = "external implementation "
-    at = error.find(tag)
+    at = -1
+    for t in ("nondeterministic: ", "contract broken: "):
+        if error.startswith(t):
+            at = len(t)
     if at < 0:
+        # The wording before the tag, from its first byte.
+        if not error.startswith(tag):
+            return ""
+        close = error.find(") is declared deterministic but two runs on ")
+        # (A failed run's error, "... (ORIGIN) failed on CASE: MESSAGE", may
+        # hold that wording in its MESSAGE.)
+        failed = error.find(") failed on ")
+        if close < 0 or error.find(" (") > close or 0 <= failed < close:
+            return ""
+        at = 0
+    if not error.startswith(tag, at):
         return ""
     to = error.find(" (", at + len(tag))
     return "" if to < 0 else error[at + len(tag):to]
@@ -84,7 +98,8 @@ def resolve_duplicate(kept, nxt, impl=""):
     one when equal, a full one replaces a forward-only one with the same
     ran_on, y and rstd, and others contradict. An error that begins
     "nondeterministic: " (an implementation declared deterministic gave
-    different bits on two runs, harness/external.h) is a finding, not a
+    different bits on two runs, harness/external.h) or "contract broken: "
+    (it broke the interface, e.g. wrote outside a view) is a finding, not a
     failed attempt, when it names `impl` itself: it is kept, and it replaces
     any record it follows."""
     if kept == nxt:

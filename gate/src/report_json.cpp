@@ -94,6 +94,9 @@ nlohmann::json gate_to_json(const GateResult& r) {
     x["t_points"] = w.t_points;
     x["cases"] = w.cases;
     x["errors"] = w.errors;
+    // Of errors: the findings about the implementation (FAIL, not ERROR).
+    x["nondeterministic"] = w.nondeterministic;
+    x["contract_broken"] = w.contract_broken;
     x["error_samples"] = w.error_samples;
     for (int k = 0; k < w.gated_outputs(); ++k) {
       const auto& a = w.out[k];

@@ -128,7 +128,10 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds) {
   int64_t failures = 0, errors = 0, total_cases = 0;
   for (const auto& w : r.windows) {
     total_cases += w.cases;
-    if (w.errors > 0 || w.incomplete || w.verdict == Verdict::inconclusive) ++errors;
+    // A finding about the implementation (nondeterministic, contract
+    // broken) is a failure, as the Markdown and JSON verdicts say.
+    const bool finding = w.nondeterministic + w.contract_broken > 0;
+    if (w.incomplete || (!finding && (w.errors > 0 || w.verdict == Verdict::inconclusive))) ++errors;
     else if (!w.pass) ++failures;
   }
   const size_t tests = r.windows.size() + r.skipped.size();
@@ -170,6 +173,18 @@ std::string format_gate_junit(const GateResult& r, double wall_seconds) {
                                        "or cut short)"
                                  : "shard " + r.shard + " (grid cases of one shard, no refinement)"))
         << "\">" << text(details(w)) << "</error>\n";
+    } else if (w.nondeterministic + w.contract_broken > 0) {
+      const std::string what =
+          (w.nondeterministic > 0 ? std::to_string(w.nondeterministic) + " of " + std::to_string(w.cases) +
+                                        " cases: declared deterministic, two runs gave different bits"
+                                  : std::string()) +
+          (w.nondeterministic > 0 && w.contract_broken > 0 ? "; " : "") +
+          (w.contract_broken > 0 ? std::to_string(w.contract_broken) + " of " + std::to_string(w.cases) +
+                                       " cases: broke the implementation interface"
+                                 : std::string());
+      o << ">\n      <failure type=\"finding\" message=\""
+        << attr(what + (w.error_samples.empty() ? "" : ": " + w.error_samples.front())) << "\">" << text(details(w))
+        << "</failure>\n";
     } else if (w.errors > 0) {
       o << ">\n      <error type=\"case error\" message=\""
         << attr(std::to_string(w.errors) + " of " + std::to_string(w.cases) + " cases threw" +

@@ -264,7 +264,8 @@ TEST(PluginCli, CheckOfANondeterministicPluginIsAFail) {
 // --retry-errors runs none of its cases again.
 TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
   const std::string lib = std::string(NG_TEST_PLUGIN_DIR) + "/libtp_stride.so";  // y written without its stride
-  const std::string table = scratch("stride.toml"), md = scratch("stride.md"), journal = scratch("stride.jsonl");
+  const std::string table = scratch("stride.toml"), md = scratch("stride.md"), journal = scratch("stride.jsonl"),
+                    junit = scratch("stride.xml"), json = scratch("stride.json");
   {
     std::ofstream f(table);
     f << "arch = \"sm90a\"\ndescription = \"stride\"\nroute = [\n"
@@ -272,7 +273,7 @@ TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
   }
   const std::string gate = "gate " + table + " --plugin " + lib + " --backend cpu --seeds 3x1 --t-per-window 2 "
                            "--dense-points 0 --fresh-factor 0 --quiet --journal " + journal + " --report-md " + md;
-  auto r = run_normgate(gate);
+  auto r = run_normgate(gate + " --report-junit " + junit + " --report-json " + json);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  FAIL")) << r.out;
   const std::string report = [&] {
@@ -285,6 +286,16 @@ TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
   EXPECT_TRUE(contains(report, "wrote outside the view of y")) << report;
   EXPECT_FALSE(contains(report, "could not run")) << report;
   EXPECT_TRUE(contains(report, "rerun it with: normgate check --plugin ")) << report;
+  // JUnit says failure, as the Markdown and JSON do (it said error).
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string xml = slurp(junit), js = slurp(json);
+  EXPECT_TRUE(contains(xml, "failures=\"1\" errors=\"0\"")) << xml;
+  EXPECT_TRUE(contains(xml, "<failure type=\"finding\" message=\"")) << xml;
+  EXPECT_TRUE(contains(xml, " cases: broke the implementation interface: ")) << xml;
+  EXPECT_TRUE(std::regex_search(js, std::regex("\"contract_broken\": *[1-9]"))) << js.substr(0, 2000);
   r = run_normgate(gate + " --retry-errors");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  FAIL")) << r.out;

@@ -266,7 +266,9 @@ TEST(GateForwardOnly, ErrorsGiveWayToLaterRecordsAndNeverToResults) {
        {std::string("nondeterministic: external implementation py_k (python) is declared deterministic but two "
                     "runs on H=64,T=5 gave different bits"),
         std::string("external implementation py_k (python) is declared deterministic but two runs on H=64,T=5 "
-                    "gave different bits")}) {
+                    "gave different bits"),
+        std::string("contract broken: external implementation py_k (plugin /x/libk.so) on H=64,T=5: wrote outside "
+                    "the view of y")}) {
     const nlohmann::json nd{{"error", text}};
     EXPECT_EQ(nondeterministic_impl(text), "py_k");
     EXPECT_EQ(resolve_duplicate(nd, full, "py_k"), Duplicate::keep);
@@ -277,6 +279,18 @@ TEST(GateForwardOnly, ErrorsGiveWayToLaterRecordsAndNeverToResults) {
     EXPECT_EQ(resolve_duplicate(full, nd, "bwd_det_chunked"), Duplicate::keep);
   }
   EXPECT_EQ(nondeterministic_impl("boom"), "");
+  // An implementation's own message, which a failed run's error quotes,
+  // cannot make that error a finding (found by an adversarial pass: a
+  // plugin's out-of-memory text with the phrase in it was never retried).
+  for (const std::string& text :
+       {std::string("external implementation py_k (plugin /x/libk.so) failed on H=64,T=5: cudaMalloc: pool is "
+                    "declared deterministic but two runs on this device exhausted it"),
+        std::string("external implementation py_k (plugin /x/libk.so) failed on H=64,T=5: external implementation "
+                    "py_k (y) is declared deterministic but two runs on it"),
+        std::string("external implementation py_k (plugin /x/libk.so) failed on H=64,T=5: nondeterministic: "
+                    "external implementation py_k (z)"),
+        std::string("CUDA error: out of memory; contract broken: external implementation py_k (q)")})
+    EXPECT_EQ(nondeterministic_impl(text), "") << text;
 
   // In a journal: error, then a result, then an error again, then a result
   // that contradicts the first result: refused naming the result's line.
