@@ -193,9 +193,7 @@ void add_check(CLI::App& app, Commands& cmds) {
           // that broke the interface: a finding about it (a gate FAILs its
           // window), not a failed run.
           const std::string what = e.what();
-          if (what.rfind(std::string(validators::kNondeterministicError), 0) != 0 &&
-              what.rfind(std::string(validators::kContractError), 0) != 0)
-            throw;
+          if (!is_finding(what)) throw;
           std::printf("case     %s\nverdict  FAIL: %s\n", seeds::to_string(req.id).c_str(),
                       printable_line(what).c_str());
           return 1;
@@ -241,7 +239,11 @@ void add_check(CLI::App& app, Commands& cmds) {
       nlohmann::json all = nlohmann::json::array();
       size_t done = 0;
       const ExitGuard exit_guard("the check");
-      const auto aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {
+      // A finding about an external (is_finding) stops the grid at its case:
+      // FAIL, exit 1, as a gate fails the window (not "fatal", exit 3).
+      std::vector<validators::Aggregate> aggs;
+      try {
+      aggs = validators::run_campaign(cases, impls, backend, o->threads, [&](const auto& rep) {
         ++done;
         if (o->quiet) {
           double secs = rep.seconds_generate + rep.seconds_oracle;
@@ -249,9 +251,16 @@ void add_check(CLI::App& app, Commands& cmds) {
           std::printf("[%zu/%zu %.2fs] %s", done, cases.size(), secs, seeds::to_string(rep.request.id).c_str());
           for (const auto& ir : rep.impls) {
             const auto v = ir.result.verdict();
-            std::printf("  %s:%s(dw %.3g)", ir.impl.c_str(),
+            // dw of an implementation that produced none (an external
+            // forward): "-" (get() would throw: it was not validated).
+            const auto dw = std::find_if(ir.result.tensors.begin(), ir.result.tensors.end(),
+                                         [](const auto& t) { return t.output() == validators::Output::dw; });
+            char dwt[32];
+            if (dw == ir.result.tensors.end()) std::snprintf(dwt, sizeof dwt, "-");
+            else std::snprintf(dwt, sizeof dwt, "%.3g", dw->worst.ratio);
+            std::printf("  %s:%s(dw %s)", ir.impl.c_str(),
                         v == validators::Verdict::pass ? "pass" : v == validators::Verdict::fail ? "FAIL" : "INCONCLUSIVE",
-                        ir.result.get(validators::Output::dw).worst.ratio);
+                        dwt);
           }
           std::printf("\n");
         } else {
@@ -260,6 +269,12 @@ void add_check(CLI::App& app, Commands& cmds) {
         std::fflush(stdout);
         if (!o->json.empty()) all.push_back(validators::to_json(rep));
       }, oracle::parse_oracle_mode(o->oracle), from_all, devices);
+      } catch (const std::runtime_error& e) {
+        if (!is_finding(e.what())) throw;
+        std::printf("verdict  FAIL: %s\n(the grid stopped at this finding; nothing written)\n",
+                    printable_line(e.what()).c_str());
+        return 1;
+      }
       const auto table = validators::format_aggregates(aggs);
       std::printf("\n%s", table.c_str());
       if (!o->json.empty()) write_file_atomic(o->json, json_text(all, -1));

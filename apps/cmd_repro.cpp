@@ -249,10 +249,19 @@ void add_repro(CLI::App& app, Commands& cmds) {
       }
       const validators::CheckRequest req{c, impls, backend, o->threads, oracle::parse_oracle_mode(o->oracle)};
       notes();
-      auto r = [&] {
+      validators::ReproReport r;
+      try {
         const ExitGuard exit_guard("repro");
-        return validators::repro(req, ro);
-      }();
+        r = validators::repro(req, ro);
+      } catch (const std::runtime_error& e) {
+        // A finding about an external (two runs of a declared deterministic
+        // implementation differed; it broke the interface): FAIL, exit 1, as
+        // a gate fails the window; nothing saved (the folders made are
+        // removed again).
+        if (!is_finding(e.what())) throw;
+        std::printf("case     %s\nverdict  FAIL: %s\n", seeds::to_string(c).c_str(), printable_line(e.what()).c_str());
+        return 1;
+      }
       // The printed commands load the same plugins, so that pasted back they
       // find the plugin's variant (they named none: "unknown implementation").
       std::string plugin_args;

@@ -26,6 +26,12 @@ struct Commands {
   std::function<int()> run = [] { return 0; };
 };
 
+/// Whether an error thrown out of a check is a finding about an external
+/// implementation (harness/external.h kNondeterministicError,
+/// kContractError) rather than a failed run: check and repro then say FAIL
+/// and exit 1, as a gate fails the window.
+bool is_finding(const std::string& error);
+
 /// Register every subcommand on `app`; the chosen one stores its action in `cmds`.
 void register_commands(CLI::App& app, Commands& cmds);
 

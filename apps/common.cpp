@@ -1,6 +1,7 @@
 // apps/common.cpp: what the subcommands share: their registration in --help order, the common
 // options, writable-path checks, atomic writes.
 #include "commands.h"
+#include "normgate/harness/external.h"
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/host_memory.h"
@@ -499,6 +500,11 @@ void load_plugins(const std::vector<std::string>& paths) {
 void check_writable(const std::string& path, const std::string& option) {
   if (const std::string why = core::write_problem(path); !why.empty())
     throw std::invalid_argument("cannot write " + named(option, path) + ": " + why);
+}
+
+bool is_finding(const std::string& error) {
+  return error.rfind(std::string(validators::kNondeterministicError), 0) == 0 ||
+         error.rfind(std::string(validators::kContractError), 0) == 0;
 }
 
 }  // namespace normgate::app

@@ -256,6 +256,17 @@ TEST(PluginCli, CheckOfANondeterministicPluginIsAFail) {
   EXPECT_TRUE(contains(r.out, "verdict  FAIL: nondeterministic: external implementation tp_flaky (plugin ")) << r.out;
   EXPECT_TRUE(contains(r.out, "gave different bits: output dw element 0 (0x3f800000 then 0x40000000)")) << r.out;
   EXPECT_FALSE(contains(r.out, "fatal")) << r.out;
+  // A grid and repro say the same (both ended "fatal", exit 3); repro's
+  // --save folder is not left behind.
+  auto g = run_normgate("check --plugin " + lib + " --variant tp_flaky --backend cpu --seeds 3x1 --H 64 --T 3 --w bf16");
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_TRUE(contains(g.out, "verdict  FAIL: nondeterministic: external implementation tp_flaky")) << g.out;
+  const std::string dir = scratch("flaky-repro/");
+  g = run_normgate("repro --plugin " + lib + " --variant tp_flaky --backend cpu --save " + dir +
+                   " H=64,T=3,w=bf16,form=plain,family=normal,seed=0");
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_TRUE(contains(g.out, "verdict  FAIL: nondeterministic: external implementation tp_flaky")) << g.out;
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 // A plugin that writes outside an output's view does so on every run: the
