@@ -19,8 +19,10 @@
 #   CASE            a case id, e.g. H=1536,T=131072,w=bf16,form=res,family=normal,seed=0
 # Needs ncu on PATH (or /usr/local/cuda/bin), python3 with torch, and
 # libnormgate_capi.so (NORMGATE_LIB, else NORMGATE_BUILD/capi, else build/capi).
-# The routes are the library's default: the per-GPU table of this GPU where
-# the repository has one (NORMGATE_ROUTES overrides).
+# The routes: NORMGATE_ROUTES if set, else this GPU's own table in routes/
+# (sm90a@<gpu>.toml, e.g. sm90a@nvidia-h100-80gb-hbm3.toml) where the
+# repository has one, else routes/sm90a.toml (a library copied out of its
+# build folder finds no installed table of its own).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/out}/ncu"
@@ -50,12 +52,19 @@ if [ -z "${NORMGATE_LIB:-}" ]; then
   NORMGATE_LIB="${NORMGATE_BUILD:-$root/build}/capi/libnormgate_capi.so"
 fi
 [ -f "$NORMGATE_LIB" ] || { echo "ncu_rows: no C library at $NORMGATE_LIB (set NORMGATE_LIB or NORMGATE_BUILD)" >&2; exit 2; }
-export NORMGATE_LIB PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -z "${NORMGATE_ROUTES:-}" ]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-')
+  NORMGATE_ROUTES="$root/routes/sm90a.toml"
+  [ -n "$gpu" ] && [ -f "$root/routes/sm90a@$gpu.toml" ] && NORMGATE_ROUTES="$root/routes/sm90a@$gpu.toml"
+fi
+[ -f "$NORMGATE_ROUTES" ] || { echo "ncu_rows: no route table at $NORMGATE_ROUTES (set NORMGATE_ROUTES)" >&2; exit 2; }
+export NORMGATE_LIB NORMGATE_ROUTES PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$out" || { echo "ncu_rows: cannot create $out" >&2; exit 2; }
 t0=$SECONDS
 left() { echo $((deadline - (SECONDS - t0))); }
 log() { echo "$*" | tee -a "$out/steps.log"; }
 log "ncu_rows: $(date -u +%FT%TZ) commit $(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')" \
+  "routes $NORMGATE_ROUTES" \
   "gpu $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)" \
   "$(ncu --version 2>/dev/null | tail -1)"
 k=0
