@@ -372,6 +372,14 @@ class Runner {
     for (auto& n : needs)
       for (const auto& w : wins)
         if (!w.fwd && w.covers(n.c)) n.bwd = true;
+    // A default-forward window counts every case inside it (its `others`:
+    // summarize), so a case it covers but did not list needs a run with the
+    // default forward too: a refinement case of a backward window routed to
+    // an external (which runs its own forward) had none, and the forward
+    // window was ERROR on "no result" (found by an adversarial pass).
+    for (auto& n : needs)
+      for (const auto& w : wins)
+        if (w.impl.empty() && w.covers(n.c)) n.any = true;
     auto default_forward_impl = [](const std::string& impl) {
       const kernels::Variant* v = kernels::find_variant(impl);
       return v != nullptr && default_forward_run(*v);

@@ -99,6 +99,29 @@ GateOptions small_opts(const std::string& table) {
   return o;
 }
 
+// A default-forward window beside a backward window of the same shape
+// routed to an external (which runs its own forward): the backward
+// window's refinement cases fall inside the forward window, which counts
+// them, so they need a run with the default forward too. They had none:
+// the forward window was ERROR ("no result") on a table that passes.
+TEST(External, AForwardWindowBesideAnExternalBackwardGetsItsOwnRuns) {
+  register_external(model_impl("ext_beside_fwd", "fwd_rowwise", "bwd_det_chunked"));
+  const std::string dir = temp_dir("beside_fwd");
+  const std::string table = dir + "/t.toml";
+  std::ofstream(table) << "arch = \"sm90a\"\ndescription = \"beside\"\nroute = [\n"
+                       << "  { op = \"fwd\", H = 64, w = \"bf16\", form = \"plain\", T = [9, 32], variant = "
+                          "\"fwd_rowwise\" },\n"
+                       << "  { op = \"bwd\", mode = \"det\", H = 64, w = \"bf16\", form = \"plain\", T = [9, 32], "
+                          "variant = \"ext_beside_fwd\" },\n]\n";
+  const GateResult r = run_gate(small_opts(table));
+  ASSERT_EQ(r.windows.size(), 2u);
+  for (const auto& w : r.windows) {
+    EXPECT_EQ(w.errors, 0) << w.route.describe() << ": " << (w.error_samples.empty() ? "" : w.error_samples.front());
+    EXPECT_TRUE(w.pass) << w.route.describe();
+    EXPECT_GT(w.fresh.cases, 0) << w.route.describe();
+  }
+}
+
 TEST(External, RegistersIntoTheRegistry) {
   const kernels::Variant& v = register_external(model_impl("ext_reg", "fwd_rowwise", "bwd_det_chunked"));
   EXPECT_TRUE(v.external);
