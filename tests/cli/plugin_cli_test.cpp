@@ -23,6 +23,12 @@ using normgate::test::run_normgate;
 const std::string kTable = std::string(NORMGATE_SOURCE_DIR) + "/examples/plugin/routes.toml";
 const std::string kRef = NG_REF_PLUGIN;
 
+// The whole file at `path` ("" when it cannot be read).
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 std::string scratch(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("ng_plugin_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -37,10 +43,7 @@ TEST(PluginCli, GateRoutesWindowsToThePlugin) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "PASS: 4 of 4 windows pass")) << r.out;
   EXPECT_TRUE(std::filesystem::exists(json));
-  const std::string report = [&] {
-    std::ifstream f(json);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }();
+  const std::string report = file_text(json);
   EXPECT_TRUE(contains(report, "ex_ref_bwd")) << report.substr(0, 2000);
   EXPECT_TRUE(contains(report, "ex_ref_fwd"));
 }
@@ -54,10 +57,7 @@ TEST(PluginCli, AnExternalForwardIsNotSaidToHaveACarrierBackward) {
                         "--seeds 3x1 --t-per-window 2 --dense-points 0 --fresh-factor 0 --quiet --report-json " +
                         json + " --report-md " + md);
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string report = [&] {
-    std::ifstream f(md);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }();
+  const std::string report = file_text(md);
   EXPECT_TRUE(contains(report, "an external forward: its own runs only")) << report.substr(0, 3000);
   r = run_normgate("export " + json + " --plugin " + kRef + " --backend cpu --threads 2 -o " + maps);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -202,10 +202,7 @@ TEST(PluginCli, AHostWorkspaceIsReleasedAfterEachRun) {
   // The plugin leaves dx and dw unwritten: every case fails, none errs.
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_FALSE(contains(r.out, "host workspace")) << r.out;
-  const std::string report = [&] {
-    std::ifstream f(md);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }();
+  const std::string report = file_text(md);
   EXPECT_TRUE(contains(report, "FAIL")) << report.substr(0, 3000);
   EXPECT_FALSE(contains(report, "host workspace")) << report.substr(0, 3000);
   EXPECT_FALSE(contains(report, "ERROR")) << report.substr(0, 3000);
@@ -287,10 +284,7 @@ TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
   auto r = run_normgate(gate + " --report-junit " + junit + " --report-json " + json);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "verdict  FAIL")) << r.out;
-  const std::string report = [&] {
-    std::ifstream f(md);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }();
+  const std::string report = file_text(md);
   EXPECT_TRUE(contains(report, "cases: tp_stride broke the implementation interface (e.g. wrote outside an output's "
                                "view; a finding: the window FAILs")) << report;
   EXPECT_TRUE(contains(report, "contract broken: external implementation tp_stride (plugin ")) << report;
@@ -298,11 +292,7 @@ TEST(PluginCli, AWriteOutsideAViewIsAFindingNotAnError) {
   EXPECT_FALSE(contains(report, "could not run")) << report;
   EXPECT_TRUE(contains(report, "rerun it with: normgate check --plugin ")) << report;
   // JUnit says failure, as the Markdown and JSON do (it said error).
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  };
-  const std::string xml = slurp(junit), js = slurp(json);
+  const std::string xml = file_text(junit), js = file_text(json);
   EXPECT_TRUE(contains(xml, "failures=\"1\" errors=\"0\"")) << xml;
   EXPECT_TRUE(contains(xml, "<failure type=\"finding\" message=\"")) << xml;
   EXPECT_TRUE(contains(xml, " cases: broke the implementation interface: ")) << xml;
@@ -330,10 +320,7 @@ TEST(PluginCli, AFailingPluginWindowsRerunLineLoadsThePlugin) {
   const auto r = run_normgate("gate " + table + " --plugin " + lib + " --backend cpu --seeds 3x1 --t-per-window 2 "
                               "--dense-points 0 --fresh-factor 0 --quiet --report-md " + md);
   EXPECT_EQ(r.code, 1) << r.out;
-  const std::string report = [&] {
-    std::ifstream f(md);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }();
+  const std::string report = file_text(md);
   const std::string hint = "rerun it with: normgate check --plugin " + lib + " --case ";
   const size_t at = report.find(hint);
   ASSERT_NE(at, std::string::npos) << report;
