@@ -326,6 +326,27 @@ RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& s
   };
 }
 
+// The external implementation among `impls` whose own run `err` reports
+// ("[nondeterministic: |contract broken: ]external implementation NAME
+// (ORIGIN) ...", harness/external.h run_external), or "".
+std::string failing_external(const std::string& err, const std::vector<std::string>& impls) {
+  std::string_view e = err;
+  for (std::string_view t : {kNondeterministicError, kContractError})
+    if (e.substr(0, t.size()) == t) {
+      e.remove_prefix(t.size());
+      break;
+    }
+  constexpr std::string_view tag = "external implementation ";
+  if (e.substr(0, tag.size()) != tag) return "";
+  e.remove_prefix(tag.size());
+  const size_t to = e.find(" (");
+  if (to == std::string_view::npos) return "";
+  const std::string name(e.substr(0, to));
+  const kernels::Variant* v = kernels::find_variant(name);
+  if (v == nullptr || !v->external || std::find(impls.begin(), impls.end(), name) == impls.end()) return "";
+  return name;
+}
+
 // Runs one phase: every case the windows' phase lists need, once, with every
 // implementation it needs that is not in the store yet.
 class Runner {
@@ -431,53 +452,71 @@ class Runner {
     };
     // The GPU half of case k+1 overlaps the oracle of case k (run_checks);
     // each result is journalled, in order, before the next one is taken.
-    std::vector<Clock::time_point> started(todo.size());
-    const PipelineStats st = run_checks(
-        todo.size(),
-        [&](size_t k) {
-          const Need& n = needs[todo[k]];
-          started[k] = Clock::now();
-          if (opt_.before_case) opt_.before_case(n.c, missing[todo[k]]);
-          return CheckRequest{n.c, missing[todo[k]], backend_, opt_.threads, opt_.oracle, false, !n.bwd};
-        },
-        [&](size_t k, CheckReport* rep, std::exception_ptr err) {
-          progress_to(todo[k]);
-          const double secs = std::chrono::duration<double>(Clock::now() - started[k]).count();
-          // A cancellation (an external implementation's, or a hook's) ends the
-          // gate without journalling the case: a resumed run redoes it.
-          if (!rep && err) {
-            try {
-              std::rethrow_exception(err);
-            } catch (const Cancelled&) {
-              throw;
-            } catch (...) {
+    // A case that failed because one external implementation's run did (an
+    // error naming it) is journalled as that implementation's error alone
+    // and run again, in a later batch, without it: the other
+    // implementations' results are not lost with it (a built-in variant's
+    // window beside a failing plugin was ERROR on the plugin's message).
+    std::vector<std::pair<size_t, std::vector<std::string>>> batch;  // (need, implementations)
+    for (size_t i : todo) batch.emplace_back(i, missing[i]);
+    while (!batch.empty()) {
+      std::vector<std::pair<size_t, std::vector<std::string>>> redo;
+      std::vector<Clock::time_point> started(batch.size());
+      const PipelineStats st = run_checks(
+          batch.size(),
+          [&](size_t k) {
+            const Need& n = needs[batch[k].first];
+            started[k] = Clock::now();
+            if (opt_.before_case) opt_.before_case(n.c, batch[k].second);
+            return CheckRequest{n.c, batch[k].second, backend_, opt_.threads, opt_.oracle, false, !n.bwd};
+          },
+          [&](size_t k, CheckReport* rep, std::exception_ptr err) {
+            progress_to(batch[k].first);
+            const double secs = std::chrono::duration<double>(Clock::now() - started[k]).count();
+            // A cancellation (an external implementation's, or a hook's) ends the
+            // gate without journalling the case: a resumed run redoes it.
+            if (!rep && err) {
+              try {
+                std::rethrow_exception(err);
+              } catch (const Cancelled&) {
+                throw;
+              } catch (...) {
+              }
             }
-          }
-          CaseRecord rec;
-          if (rep) {
-            rec = make_case_record(*rep, secs);
-          } else {
-            rec.case_id = seeds::to_string(needs[todo[k]].c);
-            rec.impls = missing[todo[k]];
-            try {
-              std::rethrow_exception(err);
-            } catch (const std::exception& e) {
-              rec.error = e.what();
-            } catch (...) {
+            CaseRecord rec;
+            if (rep) {
+              rec = make_case_record(*rep, secs);
+            } else {
+              rec.case_id = seeds::to_string(needs[batch[k].first].c);
+              rec.impls = batch[k].second;
+              try {
+                std::rethrow_exception(err);
+              } catch (const std::exception& e) {
+                rec.error = e.what();
+              } catch (...) {
+              }
+              if (rec.error.empty()) rec.error = "unknown error";
+              rec.seconds = secs;
+              if (const std::string x = failing_external(rec.error, rec.impls); !x.empty() && rec.impls.size() > 1) {
+                std::vector<std::string> others;
+                for (const auto& impl : rec.impls)
+                  if (impl != x) others.push_back(impl);
+                rec.impls = {x};
+                redo.emplace_back(batch[k].first, std::move(others));
+              }
             }
-            if (rec.error.empty()) rec.error = "unknown error";
-            rec.seconds = secs;
-          }
-          journal_.append(rec);  // on disk (fsynced) before the next case is taken
-          store_.add(rec);
-          for (const auto& impl : rec.impls) store_.use(rec.case_id, impl);
-          ++run_now_;
-          seconds_run_ += rec.seconds;
-          if (opt_.after_case) opt_.after_case(run_now_);
-          progress_to(todo[k] + 1);
-        },
-        opt_.devices);
-    pipeline_ += st;
+            journal_.append(rec);  // on disk (fsynced) before the next case is taken
+            store_.add(rec);
+            for (const auto& impl : rec.impls) store_.use(rec.case_id, impl);
+            ++run_now_;
+            seconds_run_ += rec.seconds;
+            if (opt_.after_case) opt_.after_case(run_now_);
+            progress_to(batch[k].first + 1);
+          },
+          opt_.devices);
+      pipeline_ += st;
+      batch = std::move(redo);
+    }
     progress_to(needs.size());
   }
 
