@@ -330,8 +330,8 @@ std::string format_gate_markdown(const GateResult& r) {
         << excess_cell(kw->out[kk]) << " (" << kOut[kk] << ", " << kw->route.window() << ", case "
         << kw->out[kk].worst_case << ")\n";
   }
-  o << "- cases: " << r.cases_total << " (each: inputs generated once, the oracle once, every implementation "
-       "that needs the case)\n";
+  o << "- cases: " << r.cases_total << " runs of a case (each: inputs generated once, the oracle once, every "
+       "implementation it needed; a case run again without a failing external implementation counts again)\n";
   o << "- normgate " << r.normgate_version << " (commit " << r.normgate_commit << ")\n";
   o << "- date: " << r.date << "\n\n";
 

@@ -435,8 +435,13 @@ class Runner {
       }
     }
     size_t reported = 0;  // needs[0..reported) are counted in the progress
+    size_t wanted = 0;    // the furthest progress_to asked for
+    // Needs to be run again without a failing external implementation (the
+    // batches below), not yet journalled: the progress stops before them.
+    std::set<size_t> pending;
     auto progress_to = [&](size_t end) {
-      for (; reported < end; ++reported) {
+      wanted = std::max(wanted, end);
+      for (; reported < wanted && pending.count(reported) == 0; ++reported) {
         ++p.done;
         if (opt_.progress) {
           p.run_now = run_now_;
@@ -503,6 +508,7 @@ class Runner {
                   if (impl != x) others.push_back(impl);
                 rec.impls = {x};
                 redo.emplace_back(batch[k].first, std::move(others));
+                pending.insert(batch[k].first);
               }
             }
             journal_.append(rec);  // on disk (fsynced) before the next case is taken
@@ -511,6 +517,9 @@ class Runner {
             ++run_now_;
             seconds_run_ += rec.seconds;
             if (opt_.after_case) opt_.after_case(run_now_);
+            // Journalled for every implementation it needed (not run again):
+            // the progress may pass it.
+            if (redo.empty() || redo.back().first != batch[k].first) pending.erase(batch[k].first);
             progress_to(batch[k].first + 1);
           },
           opt_.devices);

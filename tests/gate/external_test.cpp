@@ -139,7 +139,19 @@ TEST(External, AFailingExternalDoesNotTakeABuiltInsResultsWithIt) {
     const std::string table = write_det_nondet(dir + "/t.toml", "bwd_det_chunked", 16, name, 16);
     GateOptions o = small_opts(table);
     o.journal_path = dir + "/j.jsonl";
+    // The grid phase is reported done once every case has its records: the
+    // external's error and the built-in's rerun (two runs a case).
+    int64_t grid_total = 0, grid_runs_at_done = -1;
+    o.progress = [&](const GateProgress& p) {
+      if (p.phase == "grid" && p.done == p.total && grid_runs_at_done < 0) {
+        grid_total = p.total;
+        grid_runs_at_done = p.run_now;
+      }
+    };
     const GateResult r = run_gate(o);
+    EXPECT_GT(grid_total, 0) << name;
+    EXPECT_EQ(grid_runs_at_done, 2 * grid_total) << name;
+    o.progress = nullptr;
     ASSERT_EQ(r.windows.size(), 2u);
     const WindowResult& builtin = r.windows[0];
     const WindowResult& ext = r.windows[1];

@@ -189,9 +189,11 @@ nlohmann::json record_result(const CaseRecord& r, size_t i);
 /// Except a determinism violation of `impl` itself (nondeterministic_impl):
 /// a finding, not a failed attempt, so it replaces any record of the pair
 /// it follows (a forward-only or full result too: the later run found two
-/// runs differing) and nothing after it replaces it. An error record names
-/// every implementation its case ran; only the one the violation names is
-/// held to it, the others' copy is an ordinary error.
+/// runs differing) and nothing after it replaces it. An error record that
+/// names several implementations (journals before the gate journalled a
+/// failing external's error for it alone and ran the case again for the
+/// others) holds only the one the violation names to it; the others' copy
+/// is an ordinary error.
 /// Used by Journal::open and read, `gate --merge` and the gate's record
 /// store alike, and by tools/journal_merge.py.
 enum class Duplicate { keep, replace, contradict };
