@@ -341,9 +341,13 @@ std::string format_gate_markdown(const GateResult& r) {
     << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& w : r.windows) {
     const bool bwd = w.route.op == Op::bwd;
+    // No case of the window gave results (each an error or a finding): no
+    // err/tol to show ("0" read like a perfect result).
+    const bool none = w.cases > 0 && w.errors >= w.cases;
+    auto cell = [none](double v) { return none ? std::string("-") : ratio_cell(v); };
     o << "| " << w.route.window() << " | " << w.route.variant->name << (w.control ? " (CONTROL)" : "") << " | "
-      << ratio_cell(w.out[0].max_ratio) << " | " << ratio_cell(w.out[1].max_ratio) << " | "
-      << (bwd ? ratio_cell(w.out[2].max_ratio) : "-") << " | " << (bwd ? ratio_cell(w.out[3].max_ratio) : "-")
+      << cell(w.out[0].max_ratio) << " | " << cell(w.out[1].max_ratio) << " | "
+      << (bwd ? cell(w.out[2].max_ratio) : "-") << " | " << (bwd ? cell(w.out[3].max_ratio) : "-")
       << " | "
       << (bwd ? (std::isnan(w.dw_vs_fp32_worst) ? std::string("-") : ratio_cell(w.dw_vs_fp32_worst)) + " / " +
                     (std::isnan(w.dw_vs_fp32_median) ? std::string("-") : ratio_cell(w.dw_vs_fp32_median))
