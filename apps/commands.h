@@ -28,8 +28,8 @@ struct Commands {
 
 /// Whether an error thrown out of a check is a finding about an external
 /// implementation (harness/external.h kNondeterministicError,
-/// kContractError) rather than a failed run: check and repro then say FAIL
-/// and exit 1, as a gate fails the window.
+/// kContractError; read by parse_external_error) rather than a failed run:
+/// check and repro then say FAIL and exit 1, as a gate fails the window.
 bool is_finding(const std::string& error);
 
 /// Register every subcommand on `app`; the chosen one stores its action in `cmds`.

@@ -503,8 +503,7 @@ void check_writable(const std::string& path, const std::string& option) {
 }
 
 bool is_finding(const std::string& error) {
-  return error.rfind(std::string(validators::kNondeterministicError), 0) == 0 ||
-         error.rfind(std::string(validators::kContractError), 0) == 0;
+  return validators::parse_external_error(error).finding();
 }
 
 }  // namespace normgate::app

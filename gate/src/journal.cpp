@@ -339,26 +339,8 @@ nlohmann::json record_result(const CaseRecord& r, size_t i) {
 }
 
 std::string nondeterministic_impl(const std::string& error) {
-  // The tag, then "external implementation NAME (ORIGIN) ...", each at its
-  // fixed place: an implementation's own message, which comes later in the
-  // error ("... failed on CASE: MESSAGE"), cannot make an error a finding.
-  const std::string tag = "external implementation ";
-  size_t at = std::string::npos;
-  for (std::string_view t : {kNondeterministicError, kContractError})
-    if (error.rfind(std::string(t), 0) == 0) at = t.size();
-  if (at == std::string::npos) {
-    // The wording before the tag: "external implementation NAME (ORIGIN) is
-    // declared deterministic but two runs on ...", from its first byte.
-    if (error.rfind(tag, 0) != 0) return "";
-    const size_t close = error.find(") is declared deterministic but two runs on ");
-    // (A failed run's error, "external implementation NAME (ORIGIN) failed
-    // on CASE: MESSAGE", may hold that wording in its MESSAGE.)
-    if (close == std::string::npos || error.find(" (") > close || error.find(") failed on ") < close) return "";
-    at = 0;
-  }
-  if (error.compare(at, tag.size(), tag) != 0) return "";
-  const size_t from = at + tag.size(), to = error.find(" (", from);
-  return to == std::string::npos ? "" : error.substr(from, to - from);
+  const ExternalError e = parse_external_error(error);
+  return e.finding() ? e.impl : "";
 }
 
 Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& next, const std::string& impl) {

@@ -330,18 +330,8 @@ RecordCheck plan_check(const kernels::RouteTable& table, const seeds::SeedSet& s
 // ("[nondeterministic: |contract broken: ]external implementation NAME
 // (ORIGIN) ...", harness/external.h run_external), or "".
 std::string failing_external(const std::string& err, const std::vector<std::string>& impls) {
-  std::string_view e = err;
-  for (std::string_view t : {kNondeterministicError, kContractError})
-    if (e.substr(0, t.size()) == t) {
-      e.remove_prefix(t.size());
-      break;
-    }
-  constexpr std::string_view tag = "external implementation ";
-  if (e.substr(0, tag.size()) != tag) return "";
-  e.remove_prefix(tag.size());
-  const size_t to = e.find(" (");
-  if (to == std::string_view::npos) return "";
-  const std::string name(e.substr(0, to));
+  const std::string name = parse_external_error(err).impl;
+  if (name.empty()) return "";
   const kernels::Variant* v = kernels::find_variant(name);
   if (v == nullptr || !v->external || std::find(impls.begin(), impls.end(), name) == impls.end()) return "";
   return name;
@@ -619,7 +609,8 @@ void summarize(const Win& w, const Store& s, WindowResult& wr, bool partial, boo
           ++wr.errors;
           failed_t.insert(c.T);
           if (Store::nondeterministic(err, w.impl))
-            ++(err.rfind(std::string(kContractError), 0) == 0 ? wr.contract_broken : wr.nondeterministic);
+            ++(parse_external_error(err).kind == ExternalError::Kind::contract_broken ? wr.contract_broken
+                                                                                        : wr.nondeterministic);
           if (wr.error_samples.size() < 3)
             wr.error_samples.push_back(id + ": " + (err.empty() ? std::string("no result") : err));
         }

@@ -66,6 +66,35 @@ bool all_equal_bits(const std::vector<T>& v, T bits) {
 
 }  // namespace
 
+ExternalError parse_external_error(std::string_view error) {
+  constexpr std::string_view tag = "external implementation ";
+  ExternalError r;
+  ExternalError::Kind kind = ExternalError::Kind::failed;
+  if (error.starts_with(kNondeterministicError)) {
+    kind = ExternalError::Kind::nondeterministic;
+    error.remove_prefix(kNondeterministicError.size());
+  } else if (error.starts_with(kContractError)) {
+    kind = ExternalError::Kind::contract_broken;
+    error.remove_prefix(kContractError.size());
+  }
+  if (!error.starts_with(tag)) return r;
+  const std::string_view rest = error.substr(tag.size());
+  const size_t open = rest.find(" (");
+  if (open == std::string_view::npos || open == 0) return r;
+  if (kind == ExternalError::Kind::failed) {
+    // The untagged wording of journals before the tags: "NAME (ORIGIN) is
+    // declared deterministic but two runs on ...", where ") is declared"
+    // comes before any ") failed on " (a failed run's MESSAGE may hold the
+    // wording).
+    const size_t decl = rest.find(") is declared deterministic but two runs on ");
+    if (decl != std::string_view::npos && decl > open && rest.find(") failed on ") > decl)
+      kind = ExternalError::Kind::nondeterministic;
+  }
+  r.kind = kind;
+  r.impl = std::string(rest.substr(0, open));
+  return r;
+}
+
 const kernels::Variant& register_external(ExternalImpl impl) {
   auto bad = [&impl](const std::string& what) {
     throw std::invalid_argument("external implementation '" + impl.name + "': " + what);

@@ -104,6 +104,47 @@ GateOptions small_opts(const std::string& table) {
 // window's refinement cases fall inside the forward window, which counts
 // them, so they need a run with the default forward too. They had none:
 // the forward window was ERROR ("no result") on a table that passes.
+// The one reader of an external's error prefix (harness/external.h): the
+// kind and NAME at fixed places only; a quoted message changes neither.
+TEST(External, ParseExternalErrorReadsTheKindAndNameAtFixedPlacesOnly) {
+  using K = ExternalError::Kind;
+  struct Row {
+    std::string text;
+    K kind;
+    std::string impl;
+  };
+  const std::vector<Row> rows = {
+      {"external implementation my_k (plugin /x/libk.so) failed on H=64,T=5: out of memory", K::failed, "my_k"},
+      {"nondeterministic: external implementation my_k (python) is declared deterministic but two runs on H=64,T=5 "
+       "gave different bits: rstd element 3 0x3f800000 vs 0x3f800001",
+       K::nondeterministic, "my_k"},
+      {"external implementation my_k (python) is declared deterministic but two runs on H=64,T=5 gave different bits",
+       K::nondeterministic, "my_k"},  // journals before the tag
+      {"contract broken: external implementation my_k (plugin /x/libk.so) on H=64,T=5: wrote outside the view of y",
+       K::contract_broken, "my_k"},
+      // A failed run quoting the wording or a tag in its own message stays a failed run of my_k.
+      {"external implementation my_k (plugin /x/libk.so) failed on H=64,T=5: external implementation other (y) is "
+       "declared deterministic but two runs on it",
+       K::failed, "my_k"},
+      {"external implementation my_k (plugin /x/libk.so) failed on H=64,T=5: nondeterministic: external "
+       "implementation other (z)",
+       K::failed, "my_k"},
+      // Not an external's error at all.
+      {"CUDA error: out of memory; contract broken: external implementation my_k (q)", K::none, ""},
+      {"nondeterministic: dw differs", K::none, ""},
+      {"contract broken: ", K::none, ""},
+      {"external implementation  (x) failed", K::none, ""},
+      {"external implementation my_k failed", K::none, ""},
+      {"", K::none, ""},
+  };
+  for (const Row& r : rows) {
+    const ExternalError e = parse_external_error(r.text);
+    EXPECT_EQ(e.kind, r.kind) << r.text;
+    EXPECT_EQ(e.impl, r.impl) << r.text;
+    EXPECT_EQ(e.finding(), r.kind == K::nondeterministic || r.kind == K::contract_broken) << r.text;
+  }
+}
+
 TEST(External, AForwardWindowBesideAnExternalBackwardGetsItsOwnRuns) {
   register_external(model_impl("ext_beside_fwd", "fwd_rowwise", "bwd_det_chunked"));
   const std::string dir = temp_dir("beside_fwd");

@@ -204,7 +204,8 @@ Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& ne
 /// kNondeterministicError; also the wording before that prefix: "external
 /// implementation NAME (ORIGIN) is declared deterministic but two runs on
 /// ..."), or as having broken the interface (kContractError): a finding
-/// about it either way; "" for any other error.
+/// about it either way; "" for any other error. Read by
+/// harness/external.h parse_external_error, as every reader of that prefix.
 std::string nondeterministic_impl(const std::string& error);
 
 /// The environment variable naming the journal key file.

@@ -126,6 +126,34 @@ class ContractBroken : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What an error's first bytes say about an external implementation, read
+/// at fixed places only, so that an implementation's own message (which comes
+/// later: "... failed on CASE: MESSAGE") can neither name another
+/// implementation nor make a failure a finding.
+struct ExternalError {
+  enum class Kind {
+    none,              ///< not an error of an external's run
+    failed,            ///< "external implementation NAME (ORIGIN) ...": a run that failed
+    nondeterministic,  ///< kNondeterministicError, or journals' wording before it: "external
+                       ///< implementation NAME (ORIGIN) is declared deterministic but two runs on ..."
+    contract_broken,   ///< kContractError
+  };
+  Kind kind = Kind::none;
+  /// NAME as the error spells it ("" for Kind::none); not checked against
+  /// the registered externals.
+  std::string impl;
+  /// A finding about the implementation (nondeterministic or
+  /// contract_broken): FAIL, not ERROR; never run again or replaced.
+  bool finding() const { return kind == Kind::nondeterministic || kind == Kind::contract_broken; }
+};
+
+/// Reads the beginning of `error` as run_external words it:
+/// "[nondeterministic: |contract broken: ]external implementation NAME
+/// (ORIGIN) ...". The one reader of that prefix: the gate's journal and
+/// record store, its reruns of a case for the other implementations, and
+/// check's and repro's verdicts all use it. Never throws.
+ExternalError parse_external_error(std::string_view error);
+
 inline constexpr uint16_t kPoisonBf16 = 0x7FC0;
 inline constexpr uint32_t kPoisonF32 = 0x7FC00000u;
 
