@@ -62,32 +62,22 @@ import journal_seal
 
 
 def nondeterministic_impl(error):
-    """The implementation a case's error names as declared deterministic with
-    two runs that differed (nondeterministic_impl, journal.h), or ""."""
+    """The implementation a case's error names as a finding about it
+    (nondeterministic_impl, journal.h; parse_external_error,
+    harness/external.h): the tag "nondeterministic: " or "contract
+    broken: " first, then "external implementation NAME (ORIGIN) ...", each
+    at its fixed place; "" for any other error. Untagged errors are never
+    findings: ORIGIN (a plugin's path) or an implementation's own message
+    may hold any wording."""
     if not isinstance(error, str):
         return ""
-    # The tag, then "external implementation NAME (ORIGIN) ...", each at its
-    # fixed place (an implementation's own message comes later in the error).
     tag = "external implementation "
-    at = -1
     for t in ("nondeterministic: ", "contract broken: "):
-        if error.startswith(t):
-            at = len(t)
-    if at < 0:
-        # The wording before the tag, from its first byte.
-        if not error.startswith(tag):
-            return ""
-        close = error.find(") is declared deterministic but two runs on ")
-        # (A failed run's error, "... (ORIGIN) failed on CASE: MESSAGE", may
-        # hold that wording in its MESSAGE.)
-        failed = error.find(") failed on ")
-        if close < 0 or error.find(" (") > close or 0 <= failed < close:
-            return ""
-        at = 0
-    if not error.startswith(tag, at):
-        return ""
-    to = error.find(" (", at + len(tag))
-    return "" if to < 0 else error[at + len(tag):to]
+        if error.startswith(t + tag):
+            at = len(t) + len(tag)
+            to = error.find(" (", at)
+            return "" if to <= at else error[at:to]
+    return ""
 
 
 def resolve_duplicate(kept, nxt, impl=""):

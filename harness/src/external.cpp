@@ -81,15 +81,6 @@ ExternalError parse_external_error(std::string_view error) {
   const std::string_view rest = error.substr(tag.size());
   const size_t open = rest.find(" (");
   if (open == std::string_view::npos || open == 0) return r;
-  if (kind == ExternalError::Kind::failed) {
-    // The untagged wording of journals before the tags: "NAME (ORIGIN) is
-    // declared deterministic but two runs on ...", where ") is declared"
-    // comes before any ") failed on " (a failed run's MESSAGE may hold the
-    // wording).
-    const size_t decl = rest.find(") is declared deterministic but two runs on ");
-    if (decl != std::string_view::npos && decl > open && rest.find(") failed on ") > decl)
-      kind = ExternalError::Kind::nondeterministic;
-  }
   r.kind = kind;
   r.impl = std::string(rest.substr(0, open));
   return r;

@@ -118,8 +118,12 @@ TEST(External, ParseExternalErrorReadsTheKindAndNameAtFixedPlacesOnly) {
       {"nondeterministic: external implementation my_k (python) is declared deterministic but two runs on H=64,T=5 "
        "gave different bits: rstd element 3 0x3f800000 vs 0x3f800001",
        K::nondeterministic, "my_k"},
+      // Untagged: a failed run whatever its wording, which ORIGIN (a plugin's path) may supply.
       {"external implementation my_k (python) is declared deterministic but two runs on H=64,T=5 gave different bits",
-       K::nondeterministic, "my_k"},  // journals before the tag
+       K::failed, "my_k"},
+      {"external implementation my_k (plugin /x) is declared deterministic but two runs on y/libk.so) failed on "
+       "H=64,T=5: out of memory",
+       K::failed, "my_k"},
       {"contract broken: external implementation my_k (plugin /x/libk.so) on H=64,T=5: wrote outside the view of y",
        K::contract_broken, "my_k"},
       // A failed run quoting the wording or a tag in its own message stays a failed run of my_k.

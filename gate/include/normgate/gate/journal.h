@@ -201,11 +201,11 @@ Duplicate resolve_duplicate(const nlohmann::json& kept, const nlohmann::json& ne
 
 /// The implementation a case's error names as declared deterministic with
 /// two runs that gave different bits (harness/external.h
-/// kNondeterministicError; also the wording before that prefix: "external
-/// implementation NAME (ORIGIN) is declared deterministic but two runs on
-/// ..."), or as having broken the interface (kContractError): a finding
-/// about it either way; "" for any other error. Read by
-/// harness/external.h parse_external_error, as every reader of that prefix.
+/// kNondeterministicError), or as having broken the interface
+/// (kContractError): a finding about it either way; "" for any other error
+/// (an untagged one never is: a plugin's path, ORIGIN, may hold any
+/// wording). Read by harness/external.h parse_external_error, as every
+/// reader of that prefix.
 std::string nondeterministic_impl(const std::string& error);
 
 /// The environment variable naming the journal key file.

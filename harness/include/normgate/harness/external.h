@@ -127,15 +127,15 @@ class ContractBroken : public std::runtime_error {
 };
 
 /// What an error's first bytes say about an external implementation, read
-/// at fixed places only, so that an implementation's own message (which comes
-/// later: "... failed on CASE: MESSAGE") can neither name another
-/// implementation nor make a failure a finding.
+/// at fixed places only, so that neither ORIGIN (a plugin's path) nor an
+/// implementation's own message (which comes later: "... failed on CASE:
+/// MESSAGE") can name another implementation or make a failure a finding:
+/// only the tags make one.
 struct ExternalError {
   enum class Kind {
     none,              ///< not an error of an external's run
     failed,            ///< "external implementation NAME (ORIGIN) ...": a run that failed
-    nondeterministic,  ///< kNondeterministicError, or journals' wording before it: "external
-                       ///< implementation NAME (ORIGIN) is declared deterministic but two runs on ..."
+    nondeterministic,  ///< kNondeterministicError
     contract_broken,   ///< kContractError
   };
   Kind kind = Kind::none;
