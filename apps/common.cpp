@@ -2,6 +2,7 @@
 // options, writable-path checks, atomic writes.
 #include "commands.h"
 #include "normgate/harness/external.h"
+#include "normgate/gate/journal.h"  // kJournalKeyEnv
 
 #include "normgate/core/file_target.h"
 #include "normgate/core/host_memory.h"
@@ -198,7 +199,14 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
     if (!k.empty()) drop_kept(k);
 }
 
-void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& inputs, bool dash_is_stdout) {
+void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathArg>& given_inputs,
+                   bool dash_is_stdout) {
+  // The journal key file is every command's input where it is set: a report
+  // written over it would leave the journals sealed with it unreadable
+  // (found by an adversarial pass).
+  std::vector<PathArg> inputs = given_inputs;
+  if (const char* key = std::getenv(validators::kJournalKeyEnv); key != nullptr && *key != '\0')
+    inputs.push_back({validators::kJournalKeyEnv, key});
   const PathArg* to_stdout = nullptr;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& o = outputs[i];

@@ -218,6 +218,28 @@ TEST(GateCli, UnwritableOutputsRefusedBeforeAnyWork) {
       << p.out;
 }
 
+// A report over the journal key file (NORMGATE_JOURNAL_KEY_FILE, an input of
+// every run that sets it) is refused before any work: written, it left every
+// journal sealed with the key unreadable (found by an adversarial pass).
+TEST(GateCli, AReportOverTheJournalKeyFileIsRefused) {
+  const std::string dir = temp_dir("keyout");
+  const std::string key = dir + "/key";
+  const std::string secret = "0123456789abcdef0123456789abcdef0123456789abcdef\n";
+  std::ofstream(key) << secret;
+  std::filesystem::permissions(key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  for (const std::string opt : {" --report-json ", " --report-md ", " --stats-json "}) {
+    const auto r = normgate::test::run_normgate_with("NORMGATE_JOURNAL_KEY_FILE=" + key,
+                                                          "gate " + kSmall + kFast + " --journal " + dir +
+                                                              "/j.jsonl" + opt + key);
+    EXPECT_EQ(r.code, 2) << opt << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "is also this run's input, NORMGATE_JOURNAL_KEY_FILE '" + key + "'")) << r.out;
+    EXPECT_FALSE(contains(r.out, "phase    grid")) << r.out;
+    EXPECT_EQ(slurp(key), secret) << opt;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/j.jsonl")) << opt;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 #ifdef NG_FAULT_SHIM
 // Cases that fail to run (every allocation of one BF16 [600, 64] tensor
 // fails: tests/util/fault_shim.c), none over budget: the verdict is ERROR,
