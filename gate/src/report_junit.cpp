@@ -41,7 +41,9 @@ size_t utf8_length(const std::string& s, size_t i) {
 // attributes are written as character references so a parser keeps them.
 // A byte that starts no well-formed UTF-8 sequence (a path in another
 // encoding), and the non-characters U+FFFE and U+FFFF, are U+FFFD, so the
-// document stays well-formed UTF-8 XML.
+// document stays well-formed UTF-8 XML; the C1 controls, the line and
+// paragraph separators and the bidirectional controls are \uXXXX
+// (core/printable.h escape_controls).
 std::string esc(const std::string& s, bool attribute) {
   std::string o;
   o.reserve(s.size() + 16);
@@ -58,7 +60,10 @@ std::string esc(const std::string& s, bool attribute) {
         o += "\xEF\xBF\xBD";
         i += non_char ? 2 : 0;
       } else {
-        o.append(s, i, n);
+        // The C1 controls, U+2028/U+2029 and the bidirectional controls as
+        // \uXXXX, as every other report writes them (escape_controls): a
+        // CI page would otherwise show a plugin's message reordered.
+        o += core::escape_controls(std::string_view(s).substr(i, n));
         i += n - 1;
       }
       continue;

@@ -158,4 +158,11 @@ TEST(GateJunit, BytesThatAreNotUtf8BecomeTheReplacementCharacter) {
   const std::string y = nv::format_gate_junit(r, NAN);
   EXPECT_TRUE(has(y, "name=\"a\xef\xbf\xbd-\xef\xbf\xbd-\xef\xbf\xbd-\xef\xbf\xbc.toml\"")) << y;
   EXPECT_FALSE(has(y, "\xef\xbf\xbe") || has(y, "\xef\xbf\xbf")) << y;
+  // A right-to-left override, U+2028 and a C1 control (a plugin's message
+  // may hold them) are \uXXXX, as the Markdown report and stderr write them:
+  // a CI page would show the text reordered or split (adversarial pass).
+  r.table_path = "A\xe2\x80\xae" "B\xe2\x80\xa8" "C\xc2\x85" "D.toml";
+  const std::string z = nv::format_gate_junit(r, NAN);
+  EXPECT_TRUE(has(z, "name=\"A\\u202eB\\u2028C\\u0085D.toml\"")) << z;
+  EXPECT_FALSE(has(z, "\xe2\x80\xae") || has(z, "\xe2\x80\xa8") || has(z, "\xc2\x85")) << z;
 }
