@@ -1086,9 +1086,10 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     }
     j["journal"] = {{"path", g.journal_path}, {"resumed", res.cases_resumed}, {"run_now", res.cases_run_now},
                     {"retried", res.cases_retried}};
-    bool inconclusive = false;
-    for (const auto& w : res.windows) inconclusive = inconclusive || w.verdict == nv::Verdict::inconclusive;
-    j["verdict"] = res.pass() ? "PASS" : inconclusive ? "INCONCLUSIVE" : "FAIL";
+    // "verdict" is the run's, as `normgate gate` says it (gate_to_json):
+    // ERROR and INCOMPLETE too (a new-user pass found a gate whose cases
+    // all threw reported as FAIL, and one INCONCLUSIVE window outranking
+    // another's FAIL).
     j["markdown"] = md;
     const std::string text = j.dump();
     char* out = static_cast<char*>(std::malloc(text.size() + 1));

@@ -28,6 +28,7 @@ nlohmann::json gate_to_json(const GateResult& r) {
   j["base"] = r.base_path;
   j["base_sha256"] = r.base_sha256;
   j["pass"] = r.pass();
+  j["verdict"] = r.verdict();
   j["backend"] = r.backend;
   j["backend_detail"] = r.backend_detail;
   j["device"] = {{"present", r.device.present},

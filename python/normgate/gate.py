@@ -8,11 +8,17 @@ window, refinement (dense grid, fresh seeds), the FP64 oracle, the
 validators, the write-ahead journal and resume, the Markdown and JSON
 reports, and approvals that go stale when the declared sources change.
 
-    import normgate
-    impl = normgate.Implementation("my_rmsnorm", my_step, op="bwd", sources=[__file__])
+    import normgate, my_rmsnorm  # the kernel in a module of its own
+    impl = normgate.Implementation("my_rmsnorm", my_rmsnorm.step, op="bwd", sources=[my_rmsnorm])
     rep = normgate.gate(impl, windows=[{"H": 2048, "T": (1, 4096)}], seeds="3x4",
                         journal="out/my.journal", report_md="out/my.md")
     print(rep["verdict"])
+
+sources= is the implementation's identity, part of the journal's campaign:
+an edit of a file it names starts a new campaign (the journal is refused).
+Name the kernel's files, not the script that calls gate(): with
+sources=[__file__] there, even adding retry_errors=True to resume is such
+an edit.
 
 The callable gets a dict like generate()'s: x (form res: h, u, dh_new), dy,
 w, eps, form, T, H, heads, case; tensors contiguous, [T, H] or
@@ -832,8 +838,11 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     progress: a tqdm bar (when tqdm is importable, else a line on stderr).
     threads: OpenMP threads of the oracle (0: default); backend: where
         built-in variants of the table run ("auto", "cpu", "gpu").
-    Returns the JSON report as a dict: "verdict" ("PASS", "FAIL",
-    "INCONCLUSIVE"), "pass", "windows" (per window: verdict, max err/tol per
+    Returns the JSON report as a dict: "verdict" (the run's, as `normgate
+    gate` says it: "PASS"; "FAIL" for a window over budget, a finding or an
+    INCONCLUSIVE window; "ERROR" when the windows that do not pass only had
+    cases that could not run; "INCOMPLETE" for missing cases), "pass",
+    "windows" (per window: verdict, max err/tol per
     output, worst case, ...), "externals", "approvals" (the changes),
     "journal", "markdown" (the Markdown report's text), ...; a non-finite
     number (max err/tol of a NaN output) is a float inf or nan where the
@@ -1039,9 +1048,19 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                   file=sys.stderr)
         # Cases that threw fail their windows with every output in budget: say
         # so where the verdict is read, with the way out.
-        errors = sum(w.get("errors", 0) for w in rep.get("windows", []))
-        if progress and errors:
-            first = next((x for w in rep["windows"] for x in (w.get("error_samples") or [])), "")
+        # Findings about an implementation (two runs of a deterministic one
+        # differed; it broke the interface) count among windows[*].errors but
+        # are no failed attempt: no retry replaces them.
+        wins = rep.get("windows", [])
+        findings = sum(w.get("nondeterministic", 0) + w.get("contract_broken", 0) for w in wins)
+        errors = sum(w.get("errors", 0) for w in wins) - findings
+        if progress and findings:
+            print("normgate.gate: %d case(s) are findings about an implementation (windows[*].nondeterministic, "
+                  "contract_broken), each failing its window; no retry replaces them (the report's Failures "
+                  "section names each)" % findings, file=sys.stderr)
+        if progress and errors > 0:
+            first = next((x for w in wins for x in (w.get("error_samples") or [])
+                          if not x.split(": ", 1)[-1].startswith(("nondeterministic: ", "contract broken: "))), "")
             print("normgate.gate: %d case(s) threw, each failing its window (windows[*].errors, error_samples)%s%s"
                   % (errors, ("; first: " + first) if first else "",
                      "; the same call with retry_errors=True runs them again" if journal else ""), file=sys.stderr)

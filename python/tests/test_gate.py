@@ -336,6 +336,42 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     assert rep["verdict"] == "PASS", rep["markdown"]
 
 
+def test_the_verdict_is_the_runs_error_and_findings_are_not_offered_a_retry(tmp_path, capsys):
+    # Every case of the window throws, none over budget: the run's verdict is
+    # ERROR, as `normgate gate` says it and the report heads it (it said FAIL).
+    def raising(g):
+        raise MemoryError("no room for T=%d" % g["T"])
+
+    win = [{"H": 64, "T": (1, 8)}]
+    impl = normgate.Implementation("py_raising", raising, source_sha256="cd" * 32, device="cpu")
+    rj = str(tmp_path / "r.json")
+    rep = normgate.gate(impl, windows=win, journal=str(tmp_path / "j"), report_json=rj,
+                        **dict(SMALL, progress=True))
+    assert rep["verdict"] == "ERROR", rep["markdown"]
+    assert "- verdict: **ERROR**" in rep["markdown"]
+    with open(rj) as f:
+        assert json.load(f)["verdict"] == "ERROR"
+    err = capsys.readouterr().err
+    assert "case(s) threw" in err and "retry_errors=True runs them again" in err, err
+    # A finding (two runs of a deterministic implementation differ): FAIL,
+    # and no retry is offered for it.
+    calls = {"n": 0}
+
+    def flaky(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            out["dw"].view(torch.int32)[3] ^= 1
+        return out
+
+    det = normgate.Implementation("py_flaky_msg", flaky, source_sha256="ef" * 32, device="cpu")
+    rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j2"), **dict(SMALL, progress=True))
+    assert rep["verdict"] == "FAIL", rep["markdown"]
+    err = capsys.readouterr().err
+    assert "are findings about an implementation" in err and "no retry replaces them" in err, err
+    assert "retry_errors=True" not in err, err
+
+
 def test_check_takes_an_implementation_on_its_device():
     # normgate.check(impl, case) as README shows it: the Implementation's fn on
     # its device (auto: cuda if torch sees one, else cpu), run twice when

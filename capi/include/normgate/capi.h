@@ -676,8 +676,11 @@ NG_API void ng_gate_options_init(ng_gate_options* o);
  * asked, and *json_out receives the
  * JSON report (gate_to_json, plus "approvals": the changes, and
  * "journal": {"path", "resumed", "run_now", "retried"}), NUL-terminated, allocated by
- * the library: free it with ng_free_string. Returns NG_OK whether the
- * windows pass or not (read "pass"); NG_ECANCEL when *cancel became non-zero
+ * the library: free it with ng_free_string. Its "verdict" is the run's, as
+ * `normgate gate` prints it: "PASS", "FAIL" (a window over budget, a
+ * finding, or INCONCLUSIVE), "ERROR" (cases that could not run, none over
+ * budget) or "INCOMPLETE" (cases missing). Returns NG_OK whatever the
+ * verdict (read "verdict" or "pass"); NG_ECANCEL when *cancel became non-zero
  * or an external run returned NG_ECANCEL: the journal holds every finished
  * case and the same call resumes (no report written, *json_out NULL);
  * NG_EFAIL for a runtime failure (a journal that cannot be written). */
