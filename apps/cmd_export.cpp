@@ -37,12 +37,16 @@ void add_export(CLI::App& app, Commands& cmds) {
   // err/tol across outputs put dw's worst case (err/tol often far below y's
   // and dx's) after the cut.
   auto* keep_opt = sub->add_option("--keep", o->keep,
-                                   "Distinct worst cases per window of a gate report, largest err/tol first "
-                                   "(default: every output's worst case), or per implementation of a check "
-                                   "report (default: 3)")
+                                   "Gate report: per window, its N distinct worst cases with the largest "
+                                   "err/tol (the dw-vs-FP32 worst case ranks last); default: all of them, "
+                                   "as --all. Check report: per implementation, its N cases with the "
+                                   "largest err/tol over the outputs; default: 3")
                        ->check(CLI::Range(1, 1000));
   // --all takes every case, so a --keep beside it would be ignored: refused.
-  sub->add_flag("--all", o->all, "Every case the report names for each window (worst per output, dw vs FP32)")
+  sub->add_flag("--all", o->all,
+                "Every case the report names. Gate report: per window, each output's worst case and (backward "
+                "windows) the dw-vs-FP32 worst case, each distinct case once: the same cases as the default. "
+                "Check report: every case of every implementation (the default: its 3 worst)")
       ->excludes(keep_opt);
   sub->add_flag("--full", o->full, "Also the full [T, H] dx err/tol map (4 bytes per element)");
   sub->add_option("--tile", o->tile, "Tile edge of the pooled maps")->capture_default_str()->check(CLI::Range(1, 1 << 20));

@@ -192,6 +192,15 @@ def add_record(groups, rec, case, key, T):
         g["failed"] += 0 if ok else 1
 
 
+def full_case(case):
+    """The case id as `normgate check --case` and `repro` take it, whole
+    (H=...,T=...,w=...,form=...,family=...,seed=...[,kappa=...|eps=...]):
+    the journal's own, with form=plain put after w where it has no form."""
+    if not case or re.search(r"(^|,)form=", case):
+        return case
+    return re.sub(r"(^|,)(w=[^,]*)", r"\1\2,form=plain", case, count=1)
+
+
 def finish(path, lines, head, groups, md_out, broken=0):
     """The table (and --md)."""
     camp = head.get("campaign") if isinstance(head.get("campaign"), dict) else {}
@@ -208,7 +217,7 @@ def finish(path, lines, head, groups, md_out, broken=0):
         L.append(f"| {H} | {w} | {form} | {impl} | {g['cases']} | {g['failed']} | {g['errors']} | "
                  f"{g['T'][0]}..{g['T'][1]} | " +
                  " | ".join(f"{g['worst'][o][0]:.3g}" if g['worst'][o][1] else "-" for o in OUTS) +
-                 f" | {re.sub(r'^H=[0-9]+,', '', g['worst']['dw'][1]) or '-'} |")
+                 f" | {full_case(g['worst']['dw'][1]) or '-'} |")
     text = "\n".join(L) + "\n"
     if md_out:
         write_text("journal_summary", md_out, text)  # exit 3 naming it when it fails

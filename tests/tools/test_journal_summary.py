@@ -153,8 +153,39 @@ def test_format3_chain():
         assert r.returncode == 0 and "| 64 | bf16 | plain | v | 2 | 0 | 0 | 3..3 | 0.5 | 0.25 | - | - | - |" in r.stdout, r
 
 
+def test_worst_dw_case_is_a_full_case_id():
+    """The "worst dw case" column holds a whole case id, H= first, as
+    `normgate check --case` and `repro` take it (it once dropped the H= term);
+    a record without form= gets form=plain."""
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "f1.jsonl")
+        rec = '{"case": "%s", "impls": ["v"], "results": [{"impl": "v", "y": [0.5,1,0,0.5,true], ' \
+              '"rstd": [0.25,0,0,0.25,true], "dx": [0.5,1,0,0.5,true], "dw": [%s,1,0,0.5,true]}]}'
+        open(p, "w").write("\n".join([
+            '{"normgate_journal": 1, "campaign": {}}',
+            rec % ("H=64,T=3,w=bf16,form=plain,family=normal,seed=0", "0.125"),
+            rec % ("H=64,T=383,w=bf16,form=plain,family=cancel,seed=2,kappa=100", "0.5"),
+            rec % ("H=128,T=5,w=fp32,family=llm,seed=1", "0.25")]) + "\n")
+        r = run(p)
+        assert r.returncode == 0 and not r.stderr, r
+        rows = [x for x in r.stdout.splitlines() if x.startswith("| 64 |") or x.startswith("| 128 |")]
+        assert len(rows) == 2, r.stdout
+        assert rows[0].endswith(" | H=64,T=383,w=bf16,form=plain,family=cancel,seed=2,kappa=100 |"), rows
+        assert rows[1].endswith(" | H=128,T=5,w=fp32,form=plain,family=llm,seed=1 |"), rows
+    # A stored campaign: every worst dw case names H, T, w, form, family and seed.
+    r = run(J)
+    assert r.returncode == 0, r.stderr
+    cells = [x.rstrip(" |").rsplit(" | ", 1)[1] for x in r.stdout.splitlines() if x.startswith("| ") and "---" not in x]
+    cells = [c for c in cells[1:] if c != "-"]  # [0]: the header
+    assert cells, r.stdout
+    for c in cells:
+        keys = [kv.split("=", 1)[0] for kv in c.split(",")]
+        assert keys[:6] == ["H", "T", "w", "form", "family", "seed"], c
+
+
 if __name__ == "__main__":
     test_table_and_case_count()
     test_bad_input_exits_2_and_writes_nothing()
     test_format3_chain()
+    test_worst_dw_case_is_a_full_case_id()
     print("test_journal_summary: ok")
