@@ -975,9 +975,11 @@ def check(impl, case_id, device=None):
     h_new) that fn did not return makes it fail ("pass" False, "verdict"
     "fail", "not_produced" naming them), as in normgate.gate. Raises
     ValueError for an unknown output, a non-dict result or a case the
-    Implementation declares no support for (H, w, forms), RuntimeError when
-    a deterministic Implementation's two runs differ (naming the output and
-    element).
+    Implementation declares no support for (H, w, forms). A deterministic
+    Implementation whose two runs differ is a finding, as in the gate and
+    `normgate check`: the report of its first run with "pass" False,
+    "verdict" "fail" and "nondeterministic" naming the output, the element
+    and both bit patterns.
     """
     from .gate import Implementation  # gate.py imports this module
     owed = ()
@@ -1013,6 +1015,7 @@ def check(impl, case_id, device=None):
     # host generation.
     with Oracle(case_id, inputs=inputs) as o:
         outs = outputs_of(fn(inputs))
+        finding = None
         if det:
             torch = _torch()
 
@@ -1026,8 +1029,9 @@ def check(impl, case_id, device=None):
                 # Compared as the gate compares them: flat, element by element
                 # (a reshape of the same bits is the same output).
                 if a is None or b is None or a.dtype != b.dtype or a.numel() != b.numel():
-                    raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
-                                       "outputs: %s is %s, then %s" % (impl.name, case_id, k, _desc(a), _desc(b)))
+                    finding = ("implementation %s is declared deterministic but two runs on %s gave different "
+                               "outputs: %s is %s, then %s" % (impl.name, case_id, k, _desc(a), _desc(b)))
+                    break
                 if a.numel() == 0:
                     continue
                 width = a.element_size()
@@ -1038,10 +1042,14 @@ def check(impl, case_id, device=None):
                     continue
                 i = int(diff[0])
                 bits = lambda t: "0x" + bytes(t[i].cpu().tolist())[::-1].hex()  # noqa: E731 (little-endian)
-                raise RuntimeError("implementation %s is declared deterministic but two runs on %s gave different "
-                                   "bits: output %s element %d (%s then %s)" % (impl.name, case_id, k, i, bits(ab),
-                                                                             bits(bb)))
+                finding = ("implementation %s is declared deterministic but two runs on %s gave different "
+                           "bits: output %s element %d (%s then %s)" % (impl.name, case_id, k, i, bits(ab), bits(bb)))
+                break
         rep = o.validate(**outs)
+        if finding is not None:  # a finding about impl, as the gate counts it: the case fails
+            rep["pass"] = False
+            rep["verdict"] = "fail"
+            rep["nondeterministic"] = finding
         missing = [k for k in owed if outs.get(k) is None]
         if missing:  # not produced: fails, as in the gate ("an owed output fails its window")
             rep["pass"] = False
