@@ -464,11 +464,32 @@ std::string format_gate_markdown(const GateResult& r) {
     o << " |\n";
   }
 
-  // Conditioning headroom: per variant, the lowest of its windows'.
+  // Conditioning headroom: per variant, the lowest of its windows'. A
+  // window that failed at the lowest cancel level it ran, with no level
+  // below that run (kappa_headroom -1: a seed set without the kappa sweep,
+  // 3xN, fails at 1e8), is listed as below that level rather than left out
+  // (a new-user pass found the section gone for a failing kernel).
+  auto below = [](const WindowResult& w) -> double {
+    if (w.kappa_headroom >= 0) return 0;
+    for (double k : seeds::kKappaLevels) {
+      const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
+      const auto f = std::find_if(w.families.begin(), w.families.end(),
+                                  [&](const WindowResult::FamilyCount& c) { return c.family == label; });
+      if (f == w.families.end() || f->cases == 0) continue;
+      return f->failed > 0 ? k : 0;
+    }
+    return 0;
+  };
+  // Order of headroom: below a level < any measured headroom.
+  auto key = [](const WindowResult& w) { return w.kappa_headroom >= 0 ? w.kappa_headroom : -1.0; };
+  auto shown = [&](const WindowResult& w) {
+    if (w.kappa_headroom >= 0) return format_headroom(w.kappa_headroom);
+    return "<" + format_headroom(below(w)) + " (the lowest level run; none below it ran)";
+  };
   {
     std::vector<std::pair<std::string, std::vector<const WindowResult*>>> by_var;
     for (const auto& w : r.windows) {
-      if (w.kappa_headroom < 0) continue;
+      if (w.kappa_headroom < 0 && below(w) == 0) continue;
       const std::string v(w.route.variant->name);
       auto it = std::find_if(by_var.begin(), by_var.end(), [&](const auto& e) { return e.first == v; });
       if (it == by_var.end()) it = by_var.insert(by_var.end(), {v, {}});
@@ -480,14 +501,14 @@ std::string format_gate_markdown(const GateResult& r) {
         << ") at which the variant passes every cancel case of that level and of every lower level run (a level "
            "not run counts for nothing: a seed set without the kappa sweep, such as 3xN, runs cancel at 1e8 "
            "only): per variant the lowest over its windows (\"" << format_headroom(0)
-        << "\": it fails at the lowest level run).\n\n"
+        << "\": it fails at the lowest level of the sweep; \"<1e+08 (the lowest level run; ...)\": it fails at "
+           "the only level run).\n\n"
         << "| variant | windows | kappa headroom | lowest at |\n| --- | --- | --- | --- |\n";
       for (const auto& [v, ws] : by_var) {
         const WindowResult* low = ws.front();
         for (const auto* w : ws)
-          if (w->kappa_headroom < low->kappa_headroom) low = w;
-        o << "| " << v << " | " << ws.size() << " | " << format_headroom(low->kappa_headroom) << " | "
-          << low->route.window() << " |\n";
+          if (key(*w) < key(*low)) low = w;
+        o << "| " << v << " | " << ws.size() << " | " << shown(*low) << " | " << low->route.window() << " |\n";
       }
     }
   }

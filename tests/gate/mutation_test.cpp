@@ -171,6 +171,28 @@ TEST(GateHeadroom, ReportsShowHeadroomAndKernelMargins) {
   EXPECT_NE(md.find("the kernel's own excess"), std::string::npos) << md;
 }
 
+// A seed set without the kappa sweep (3xN runs cancel at 1e8 only): a
+// variant failing its cancel cases has no measured headroom, and the
+// Markdown lists it below the lowest level run instead of dropping the
+// section (a new-user pass found it gone for a failing kernel).
+TEST(GateHeadroom, AFailureAtTheOnlyLevelRunIsListedBelowIt) {
+  GateOptions o = test::grid_only_opts(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/headroom.toml");
+  o.seeds = "3x1";
+  o.t_per_window = 2;
+  const GateResult r = run_gate(o);
+  ASSERT_EQ(r.windows.size(), 2u);
+  EXPECT_EQ(r.windows[0].kappa_headroom, 1e8);
+  ASSERT_FALSE(r.windows[1].pass);
+  int64_t cancel_failed = 0;
+  for (const auto& f : r.windows[1].families) cancel_failed += f.family == "cancel" ? f.failed : 0;
+  ASSERT_GT(cancel_failed, 0);
+  EXPECT_EQ(r.windows[1].kappa_headroom, -1);
+  const std::string md = format_gate_markdown(r);
+  EXPECT_NE(md.find("| bwd_det_chunked | 1 | 1e+08 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| bwd_fp32_blocked | 1 | <1e+08 (the lowest level run; none below it ran) |"), std::string::npos)
+      << md;
+}
+
 TEST(GateHeadroom, HeadroomIsTheHighestLevelWithEveryLevelBelowPassing) {
   using FC = WindowResult::FamilyCount;
   EXPECT_EQ(kappa_headroom({}), -1);
