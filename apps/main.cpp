@@ -304,8 +304,13 @@ int main(int argc, char** argv) {
     const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || std::cout.fail();
     if (lost) {
       const int e = errno;
-      std::fprintf(stderr, "normgate: fatal: cannot write to stdout%s%s\n", e != 0 ? ": " : "",
-                   e != 0 ? std::strerror(e) : "");
+      // The command itself ran to its end: files it writes (a merged
+      // approvals file, reports) are written; only what it printed is lost
+      // (an adversarial pass read the exit 3 as "nothing was merged").
+      std::fprintf(stderr,
+                   "normgate: fatal: cannot write to stdout%s%s; the command ran to its end (the files it writes are "
+                   "written), its printed output is lost\n",
+                   e != 0 ? ": " : "", e != 0 ? std::strerror(e) : "");
       // A verdict (1: did not pass, 4: a replay mismatch) or a usage error
       // stands; only a success whose output was lost becomes a failure.
       if (rc == 0) return 3;

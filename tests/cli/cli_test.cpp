@@ -336,7 +336,9 @@ TEST(Cli, AFailedWriteToStdoutIsExit3) {
     ASSERT_TRUE(WIFEXITED(st)) << args;
     EXPECT_EQ(WEXITSTATUS(st), 3) << args;
     const std::string said = normgate::test::slurp(err);
-    EXPECT_TRUE(contains(said, "normgate: fatal: cannot write to stdout: No space left on device")) << args << ": " << said;
+    EXPECT_TRUE(contains(said, "normgate: fatal: cannot write to stdout: No space left on device; the command ran to "
+                               "its end (the files it writes are written), its printed output is lost"))
+        << args << ": " << said;
   }
   // A verdict stands: a check that does not pass is exit 1 with or without
   // its stdout (only a success whose output was lost becomes exit 3).
