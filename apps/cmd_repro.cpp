@@ -104,7 +104,7 @@ void add_repro(CLI::App& app, Commands& cmds) {
         if (impl.empty()) impl = w.impl;
         char ratio[32];
         std::snprintf(ratio, sizeof ratio, "%.4g", w.ratio);
-        from_line = "from     " + o->report + ", window " + std::to_string(w.index) + " '" + w.label + "'" +
+        from_line = "from     " + o->report + ", window index " + std::to_string(w.index) + " '" + w.label + "'" +
                     (w.route.empty() ? "" : " (" + w.route + ")") + ": worst case " +
                     (o->output.empty() ? "" : "of " + o->output + " ") + w.worst_case + " (" +
                     w.output + " err/tol " + ratio + "); variant " + impl +

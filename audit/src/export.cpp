@@ -314,9 +314,18 @@ ReportWindow select_report_window(const nlohmann::json& report, const std::strin
   const bool any = std::any_of(ws.begin(), ws.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); });
   if (!any && !only_output.empty()) {
     const auto all = report_windows(report);
-    if (std::any_of(all.begin(), all.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); }))
+    if (std::any_of(all.begin(), all.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); })) {
+      // Which outputs its windows do name, so the choice can be corrected.
+      std::string names;
+      for (const std::string o : {"y", "rstd", "dx", "dw", "h_new"}) {
+        const auto wo = report_windows(report, o);
+        if (std::any_of(wo.begin(), wo.end(), [](const ReportWindow& r) { return !r.worst_case.empty(); }))
+          names += (names.empty() ? "" : ", ") + o;
+      }
       throw std::invalid_argument("no window of it names a worst case of output '" +
-                                  core::escape_controls(only_output) + "'");
+                                  core::escape_controls(only_output) + "'" +
+                                  (names.empty() ? std::string() : " (its windows name one of " + names + ")"));
+    }
   }
   if (!any)
     throw std::invalid_argument(
@@ -347,12 +356,13 @@ ReportWindow select_report_window(const nlohmann::json& report, const std::strin
     std::string names;
     for (const std::string o : {"y", "rstd", "dx", "dw", "h_new"})
       if (!report_windows(report, o)[hit->index].worst_case.empty()) names += (names.empty() ? "" : ", ") + o;
-    throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + core::escape_controls(hit->label) +
-                                "' names no worst case of output '" + core::escape_controls(only_output) + "'" +
+    throw std::invalid_argument("window index " + std::to_string(hit->index) + " '" +
+                                core::escape_controls(hit->label) + "' names no worst case of output '" + core::escape_controls(only_output) + "'" +
                                 (names.empty() ? std::string() : " (it names one of " + names + ")"));
   }
   if (hit->worst_case.empty())
-    throw std::invalid_argument("window " + std::to_string(hit->index) + " '" + hit->label +
+    throw std::invalid_argument("window index " + std::to_string(hit->index) + " '" +
+                                core::escape_controls(hit->label) +
                                 "' names no worst case (did every case of it fail to run?)");
   return *hit;
 }

@@ -98,7 +98,7 @@ TEST_F(ReproFromReport, EveryWindowReprosItsWorstCase) {
       const CliRun r = run("repro --from-report " + report() + " --window '" + key + "' --backend cpu --threads 1 --k 2");
       EXPECT_EQ(r.code, 0) << key << "\n" << r.out;
       EXPECT_EQ(printed_case(r.out), worst) << key << "\n" << r.out;
-      EXPECT_TRUE(contains(r.out, "from     " + report() + ", window " + std::to_string(i) + " '" +
+      EXPECT_TRUE(contains(r.out, "from     " + report() + ", window index " + std::to_string(i) + " '" +
                                       w["window"].get<std::string>() + "'"))
           << r.out;
       EXPECT_TRUE(contains(r.out, "reproduce: normgate repro '" + worst + "' --variant " + variant + " --backend cpu"))
