@@ -69,11 +69,16 @@ nlohmann::json gate_to_json(const GateResult& r) {
   // Conditioning headroom per variant: the lowest of its windows' (those with cancel cases at a level).
   j["kappa_levels"] = std::vector<double>(std::begin(seeds::kKappaLevels), std::end(seeds::kKappaLevels));
   j["kappa_headroom"] = nlohmann::json::object();
+  // null: a window of the variant fails at the lowest level run with none
+  // below it run (kappa_failed_below), lower than any measured headroom.
   for (const auto& w : r.windows) {
-    if (w.kappa_headroom < 0) continue;
     const std::string v(w.route.variant->name);
-    if (!j["kappa_headroom"].contains(v) || w.kappa_headroom < j["kappa_headroom"][v].get<double>())
-      j["kappa_headroom"][v] = w.kappa_headroom;
+    if (w.kappa_headroom < 0) {
+      if (kappa_failed_below(w) > 0) j["kappa_headroom"][v] = nullptr;
+      continue;
+    }
+    auto& h = j["kappa_headroom"];
+    if (!h.contains(v) || (!h[v].is_null() && w.kappa_headroom < h[v].get<double>())) h[v] = w.kappa_headroom;
   }
   j["windows"] = nlohmann::json::array();
   for (const auto& w : r.windows) {

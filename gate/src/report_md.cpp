@@ -469,17 +469,7 @@ std::string format_gate_markdown(const GateResult& r) {
   // below that run (kappa_headroom -1: a seed set without the kappa sweep,
   // 3xN, fails at 1e8), is listed as below that level rather than left out
   // (a new-user pass found the section gone for a failing kernel).
-  auto below = [](const WindowResult& w) -> double {
-    if (w.kappa_headroom >= 0) return 0;
-    for (double k : seeds::kKappaLevels) {
-      const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
-      const auto f = std::find_if(w.families.begin(), w.families.end(),
-                                  [&](const WindowResult::FamilyCount& c) { return c.family == label; });
-      if (f == w.families.end() || f->cases == 0) continue;
-      return f->failed > 0 ? k : 0;
-    }
-    return 0;
-  };
+  auto below = [](const WindowResult& w) { return kappa_failed_below(w); };
   // Order of headroom: below a level < any measured headroom.
   auto key = [](const WindowResult& w) { return w.kappa_headroom >= 0 ? w.kappa_headroom : -1.0; };
   auto shown = [&](const WindowResult& w) {

@@ -1099,4 +1099,16 @@ double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families) {
   return head;
 }
 
+double kappa_failed_below(const WindowResult& w) {
+  if (w.kappa_headroom >= 0) return 0;
+  for (double k : seeds::kKappaLevels) {
+    const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
+    const auto f = std::find_if(w.families.begin(), w.families.end(),
+                                [&](const WindowResult::FamilyCount& c) { return c.family == label; });
+    if (f == w.families.end() || f->cases == 0) continue;
+    return f->failed > 0 ? k : 0;
+  }
+  return 0;
+}
+
 }  // namespace normgate::validators

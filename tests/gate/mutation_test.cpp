@@ -191,6 +191,13 @@ TEST(GateHeadroom, AFailureAtTheOnlyLevelRunIsListedBelowIt) {
   EXPECT_NE(md.find("| bwd_det_chunked | 1 | 1e+08 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| bwd_fp32_blocked | 1 | <1e+08 (the lowest level run; none below it ran) |"), std::string::npos)
       << md;
+  EXPECT_EQ(kappa_failed_below(r.windows[1]), 1e8);
+  EXPECT_EQ(kappa_failed_below(r.windows[0]), 0);
+  // The JSON says the same: null (below the lowest level run), not absent.
+  const nlohmann::json j = gate_to_json(r);
+  EXPECT_EQ(j["kappa_headroom"]["bwd_det_chunked"].get<double>(), 1e8);
+  ASSERT_TRUE(j["kappa_headroom"].contains("bwd_fp32_blocked")) << j["kappa_headroom"].dump();
+  EXPECT_TRUE(j["kappa_headroom"]["bwd_fp32_blocked"].is_null()) << j["kappa_headroom"].dump();
 }
 
 TEST(GateHeadroom, HeadroomIsTheHighestLevelWithEveryLevelBelowPassing) {

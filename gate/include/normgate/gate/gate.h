@@ -429,6 +429,13 @@ struct GateResult {
 /// The conditioning headroom of a window's family counts (WindowResult::kappa_headroom).
 double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families);
 
+/// For a window without a measured headroom (kappa_headroom -1): the lowest
+/// cancel kappa level it ran when its cases failed there and no level below
+/// it ran (a seed set without the kappa sweep, 3xN: 1e8); 0 otherwise (a
+/// measured headroom, or no failing level). The reports list such a window
+/// below that level (Markdown "<1e+08 ...", JSON null).
+double kappa_failed_below(const WindowResult& w);
+
 /// Run the gate. Throws std::invalid_argument (kernels::RouteTableError
 /// included) for input errors: a bad table or base table (FILE:LINE), bad
 /// seeds, filter or numeric options, a filter selecting no window, backend
