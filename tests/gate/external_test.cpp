@@ -99,11 +99,6 @@ GateOptions small_opts(const std::string& table) {
   return o;
 }
 
-// A default-forward window beside a backward window of the same shape
-// routed to an external (which runs its own forward): the backward
-// window's refinement cases fall inside the forward window, which counts
-// them, so they need a run with the default forward too. They had none:
-// the forward window was ERROR ("no result") on a table that passes.
 // The one reader of an external's error prefix (harness/external.h): the
 // kind and NAME at fixed places only; a quoted message changes neither.
 TEST(External, ParseExternalErrorReadsTheKindAndNameAtFixedPlacesOnly) {
@@ -149,6 +144,11 @@ TEST(External, ParseExternalErrorReadsTheKindAndNameAtFixedPlacesOnly) {
   }
 }
 
+// A default-forward window beside a backward window of the same shape
+// routed to an external (which runs its own forward): the backward
+// window's refinement cases fall inside the forward window, which counts
+// them, so they need a run with the default forward too. They had none:
+// the forward window was ERROR ("no result") on a table that passes.
 TEST(External, AForwardWindowBesideAnExternalBackwardGetsItsOwnRuns) {
   register_external(model_impl("ext_beside_fwd", "fwd_rowwise", "bwd_det_chunked"));
   const std::string dir = temp_dir("beside_fwd");
