@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <atomic>
 #include <cstdint>
@@ -423,7 +424,8 @@ void record(const nk::Pick& p, const nk::CallKey& k) {
   g_have_last = true;
 }
 
-static_assert(sizeof(ng_external_io) == 208 && sizeof(ng_external_desc) == 96 && sizeof(ng_gate_options) == 120,
+static_assert(sizeof(ng_external_io) == 208 && sizeof(ng_external_desc) == 96 && sizeof(ng_gate_options) == 128 &&
+                  offsetof(ng_gate_options, externals) == 120,
               "capi.h documents these sizes");
 static_assert(static_cast<int>(nk::PickKind::routed) == NG_ROUTE_ROUTED &&
               static_cast<int>(nk::PickKind::unapproved) == NG_ROUTE_UNAPPROVED &&
@@ -956,7 +958,10 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
   return guard("ng_gate", [&] {
     need(o, "options");
     need(json_out, "json_out");
-    need_size(o->struct_size, sizeof(ng_gate_options), "ng_gate_options", "fill the struct with ng_gate_options_init");
+    // A struct of callers built before `externals` (120 bytes) is accepted
+    // without it (capi.h).
+    need_size(o->struct_size, offsetof(ng_gate_options, externals), "ng_gate_options before externals",
+              "fill the struct with ng_gate_options_init");
     if (o->table == nullptr || o->table[0] == '\0') bad("table is NULL or empty");
     if (o->threads < 0 || o->threads > NG_MAX_THREADS)
       bad("threads = " + std::to_string(o->threads) + " is outside 0.." + std::to_string(NG_MAX_THREADS));
@@ -978,6 +983,19 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     if (o->retry_errors && (o->journal == nullptr || o->journal[0] == '\0'))
       bad("retry_errors = 1 needs a journal (the errors to retry are journalled ones)");
     g.retry_errors = o->retry_errors != 0;
+    if (o->struct_size >= sizeof(ng_gate_options) && o->externals != nullptr) {
+      std::vector<std::string> names;
+      const std::string list = o->externals;
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, comma - at);
+        if (name.empty())
+          bad("externals '" + normgate::core::escape_controls(list) + "' has an empty name (names, comma-separated)");
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+        at = comma + 1;
+      }
+      g.externals = std::move(names);
+    }
     g.fresh_factor = o->fresh_factor;
     g.threads = o->threads;
     g.backend = nv::parse_backend(o->backend ? o->backend : "auto");

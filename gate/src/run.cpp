@@ -849,7 +849,27 @@ GateResult run_gate(const GateOptions& opt) {
   res.filtered_out = std::move(sel.filtered_out);
 
   // External implementations the gated windows route: each must have a run
-  // (a table may name one registered only in the kernel registry).
+  // (a table may name one registered only in the kernel registry), and be
+  // one this gate was given (opt.externals: a callable registered by an
+  // earlier gate of the process ran in a later one it was not given to;
+  // one given but routed nowhere would read as passed without a run; both
+  // found by an adversarial pass of the Python API).
+  if (opt.externals) {
+    for (const Route* r : gated)
+      if (r->variant->external &&
+          std::find(opt.externals->begin(), opt.externals->end(), r->variant->name) == opt.externals->end())
+        throw std::invalid_argument(r->describe() + ": routed to external implementation " +
+                                    std::string(r->variant->name) +
+                                    ", which this gate was not given (one registered earlier in this process is "
+                                    "not run by a later gate: pass it too)");
+    for (const std::string& name : *opt.externals)
+      if (std::none_of(gated.begin(), gated.end(), [&](const Route* r) { return r->variant->name == name; }))
+        throw std::invalid_argument("no gated window routes to external implementation " + name +
+                                    (opt.windows.empty() ? std::string() : " (after the windows filter '" +
+                                                                               opt.windows + "')") +
+                                    ": nothing of it would run, and the gate of the other windows would read as "
+                                    "its pass");
+  }
   for (const Route* r : gated) {
     if (!r->variant->external) continue;
     const ExternalImpl* x = find_external(*r->variant);

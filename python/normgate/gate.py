@@ -60,7 +60,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z")
 # The characters of a seed-set spelling (seeds/seed_set.h): counts, families,
 # ranges and lists; the library parses it, this keeps junk out of the files
 # written before it does.
-_SEEDS_RE = re.compile(r"[A-Za-z0-9_.,:=x-]{1,200}\Z")
+_SEEDS_RE = re.compile(r"[A-Za-z0-9_.,:=x+-]{1,200}\Z")
 _W_BITS = {"bf16": 1 << 0, "fp32": 1 << 1}
 _FORM_BITS = {"plain": 1 << 0, "res": 1 << 1, "heads24": 1 << 2, "heads4": 1 << 3}
 _OUT_DTYPES = {"y": "bfloat16", "rstd": "float32", "dx": "bfloat16", "dw": "float32", "h_new": "bfloat16"}
@@ -129,7 +129,7 @@ class _GateOptions(ctypes.Structure):
         ("t_per_window", _c_i32), ("dense_points", _c_i32), ("dense_step", _c_i64),
         ("fresh_factor", _c_i32), ("threads", _c_i32),
         ("progress", _PROGRESS_FN), ("progress_user", _vp), ("cancel", ctypes.POINTER(_c_i32)),
-        ("dense_all_seeds", _c_i32), ("retry_errors", _c_i32),
+        ("dense_all_seeds", _c_i32), ("retry_errors", _c_i32), ("externals", ctypes.c_char_p),
     ]
 
 
@@ -711,9 +711,15 @@ def _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor):
             'backends = ["gpu", "cpu-model"]\n' % (json.dumps(seeds), t_per_window, dense_points, dense_step, fresh_factor))
 
 
-def _write_atomic(path, text):
+def _write_atomic(path, text, what="table_out"):
+    """text into path (a temporary file beside it, then a rename). ValueError
+    naming `what` and path when its folder cannot take the file (a raw
+    PermissionError named only the temporary file)."""
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    except OSError as e:
+        raise ValueError("cannot write %s %r: folder %r: %s" % (what, path, d, e.strerror or e)) from None
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -723,6 +729,10 @@ def _write_atomic(path, text):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise ValueError("cannot write %s %r: %s" % (what, path, e.strerror or e)) from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -895,22 +905,13 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     if (table is None) == (windows is None or isinstance(windows, str)):
         raise ValueError("give table= (a route table path; windows= may then be a filter string) or windows= "
                          "(a list of windows), not both or neither")
+    if table is not None and table_out is not None:
+        raise ValueError("table_out=%r goes with windows= (the table gate() writes), not with table=%r"
+                         % (table_out, table))
     if table is not None:
         table = _path(table, "table")
         if not os.path.isfile(table):
             raise ValueError("table %r is not a file" % table)
-        # An implementation the table routes nowhere would not run at all,
-        # and the gate of the table's other windows would read as its PASS.
-        try:
-            with open(table, encoding="utf-8") as f:
-                routed = set(re.findall(r'\bvariant\s*=\s*"([^"\\]*)"', f.read()))
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError("table %r cannot be read (%s)" % (table, e))
-        for x in impls:
-            if x.name not in routed:
-                raise ValueError("table %r routes no window to %r (it routes %s): nothing of it would be gated; "
-                                 "route windows to it by name, or give windows= instead of table="
-                                 % (table, x.name, ", ".join(sorted(routed)) or "nothing"))
         window_filter = windows
     else:
         if not isinstance(windows, (list, tuple)) or not windows:
@@ -923,7 +924,7 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                 if approve:
                     raise ValueError("approve=True with windows= needs a place for the table and its approvals: "
                                      "give table_out=, journal= or a report path")
-                table_out = os.path.join(tempfile.mkdtemp(prefix="normgate-gate-"), "normgate-gate.toml")
+                table_out = ""  # a temporary folder, made once the lock is held (nothing left by a refusal)
             else:
                 table_out = os.path.join(os.path.dirname(os.path.abspath(base)), "normgate-gate.toml")
         table = table_out
@@ -941,6 +942,8 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     try:
         # Work starts here: the implementations' registration (the library checks
         # their names against the registry), then the table (windows=).
+        if table == "":
+            table = os.path.join(tempfile.mkdtemp(prefix="normgate-gate-"), "normgate-gate.toml")
         if backend == "gpu" and not _lib.device_available():
             raise ValueError("backend='gpu' but no usable CUDA device is present (backend 'auto' or 'cpu' runs the "
                              "built-in variants' CPU models)")
@@ -966,7 +969,8 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
                 _write_atomic(table, text)
                 undo.append((table, current))
             if policy is not None and not os.path.exists(policy):
-                _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor))
+                _write_atomic(policy, _policy_text(seeds, t_per_window, dense_points, dense_step, fresh_factor),
+                              "the table's policy (approve=True)")
                 undo.append((policy, None))
 
         L = _L()
@@ -986,6 +990,11 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         o.t_per_window, o.dense_points, o.dense_step, o.fresh_factor = t_per_window, dense_points, dense_step, fresh_factor
         o.threads, o.approve = threads, 1 if approve else 0
         o.retry_errors = 1 if retry_errors else 0
+        # The only externals this gate runs (the library refuses, before any
+        # work, a gated window routed to another, e.g. one registered by an
+        # earlier gate() of this process, and an implementation no gated
+        # window routes, after the windows= filter).
+        o.externals = b(",".join(x.name for x in impls))
         state = _State()
         bar = _Bar(progress)
 

@@ -898,6 +898,37 @@ def test_a_table_that_routes_nothing_to_the_implementation_is_refused(tmp_path):
     table.write_text('arch = "sm90a"\ndescription = "x"\nroute = [\n'
                      '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
                      'variant = "bwd_det_chunked" },\n]\n')
-    with pytest.raises(ValueError, match="routes no window to 'py_unrouted' \\(it routes bwd_det_chunked\\)"):
+    with pytest.raises(ValueError, match="no gated window routes to external implementation py_unrouted"):
         normgate.gate(impl, table=str(table), **SMALL)
     assert calls["n"] == 0
+    # The library reads the table as parsed, after the windows= filter (a
+    # regex over its text took a comment naming the implementation, and
+    # ignored the filter: PASS with no call; adversarial pass).
+    table.write_text('arch = "sm90a"\ndescription = "x"\n# variant = "py_unrouted"\nroute = [\n'
+                     '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
+                     'variant = "bwd_det_chunked" },\n'
+                     '  { op = "bwd", mode = "det", H = 128, w = "bf16", form = "plain", T = [1, 8], '
+                     'variant = "py_unrouted" },\n]\n')
+    with pytest.raises(ValueError, match="no gated window routes to external implementation py_unrouted "
+                                         "\\(after the windows filter 'H=64'\\)"):
+        normgate.gate(impl, table=str(table), windows="H=64", **SMALL)
+    assert calls["n"] == 0
+    # table_out= is for windows=: with table= it would be ignored.
+    with pytest.raises(ValueError, match="table_out=.* goes with windows="):
+        normgate.gate(impl, table=str(table), table_out=str(tmp_path / "mine.toml"), **SMALL)
+    # An implementation registered by an earlier gate() of this process is
+    # not run by a later gate it was not given to (it ran, under its name).
+    other = normgate.Implementation("py_other_routed", fp64_step, source_sha256="ab" * 32, device="cpu")
+    normgate.gate(impl, windows=[{"H": 128, "T": (1, 8)}], **SMALL)
+    n = calls["n"]
+    assert n > 0
+    with pytest.raises(ValueError, match="routed to external implementation py_unrouted, which this gate was not "
+                                         "given"):
+        normgate.gate(other, table=str(table), **SMALL)
+    assert calls["n"] == n
+    # A seed set the library takes is taken ('+' in a kappa was refused here).
+    assert normgate.gate(impl, windows=[{"H": 128, "T": (1, 8)}], **dict(SMALL, seeds="cancel,kappa=1e+4:0..0"))["pass"]
+    # A table_out whose folder cannot take a file: ValueError naming it (a
+    # raw OSError named only the temporary file).
+    with pytest.raises(ValueError, match="cannot write table_out '/proc/normgate-t.toml': folder '/proc'"):
+        normgate.gate(impl, windows=[{"H": 128, "T": (1, 8)}], table_out="/proc/normgate-t.toml", **SMALL)

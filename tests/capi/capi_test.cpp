@@ -506,6 +506,44 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
   std::filesystem::remove_all(d);
 }
 
+// ng_gate_options grew `externals`: a caller built before it (struct_size
+// 120) still runs, as if it were NULL; below that is refused. Given, it
+// names the only externals the gate runs: one it lists that no gated window
+// routes is NG_EINVAL before any work.
+TEST(CApi, GateOptionsExternalsAndTheOlderStructSize) {
+  const std::string table = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.toml";
+  ng_gate_options o;
+  ng_gate_options_init(&o);
+  EXPECT_EQ(o.struct_size, 128u);
+  EXPECT_EQ(o.externals, nullptr);
+  o.table = table.c_str();
+  o.seeds = "3x1";
+  o.backend = "cpu";
+  o.windows = "op=fwd,w=bf16";
+  o.t_per_window = 2;
+  o.dense_points = 0;
+  o.fresh_factor = 0;
+  char* out = nullptr;
+  o.struct_size = static_cast<uint32_t>(offsetof(ng_gate_options, externals));
+  o.externals = "not_read";  // past the caller's struct: never read
+  ASSERT_EQ(ng_gate(&o, &out), NG_OK) << last_error();
+  ng_free_string(out);
+  o.struct_size = 116;
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("struct_size = 116 is below"), std::string::npos) << last_error();
+  o.struct_size = sizeof(ng_gate_options);
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("no gated window routes to external implementation not_read"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(out, nullptr);
+  o.externals = "a,,b";
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("has an empty name"), std::string::npos) << last_error();
+  o.externals = "";  // none: a table of built-in variants runs as without the field
+  ASSERT_EQ(ng_gate(&o, &out), NG_OK) << last_error();
+  ng_free_string(out);
+}
+
 // ng_table_file: the library's rule for a table's shared files (routing.h
 // table_sibling_path), for callers that must not restate it (Python's gate).
 TEST(CApi, TableFileNamesTheSharedFiles) {

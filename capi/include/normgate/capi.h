@@ -635,7 +635,7 @@ typedef void (*ng_gate_progress_fn)(void* user, const ng_gate_progress* p);
 
 /* What ng_gate runs: `normgate gate`'s options. Fill it with
  * ng_gate_options_init (struct_size and every default), then set what
- * differs; NULL strings mean "none" or the default given. 120 bytes. */
+ * differs; NULL strings mean "none" or the default given. 128 bytes. */
 typedef struct ng_gate_options {
   uint32_t struct_size;
   int32_t approve;          /* 1: write approvals beside the table (needs its policy, checked first); 0 or 1 */
@@ -657,6 +657,12 @@ typedef struct ng_gate_options {
   int32_t dense_all_seeds;  /* 1: the dense grid runs every (family, seed); 0 or 1 (another value: NG_EINVAL) */
   int32_t retry_errors;     /* 1: cases the journal holds only as errors run again (gate --retry-errors;
                                needs journal); 0: a journalled error stays the case's outcome */
+  const char* externals;    /* NULL: any registered external a gated window routes runs. Else the names,
+                               comma-separated ("" none), of the only externals this gate runs: a gated
+                               window routed to another, or a name no gated window routes (after the
+                               window filter), is NG_EINVAL before any work. normgate.gate() passes the
+                               implementations it was given. (Added after the first release of ng_gate:
+                               a caller's struct_size of 120, without it, reads as NULL.) */
 } ng_gate_options;
 
 /* Defaults: struct_size, t_per_window 8, dense_points 16, dense_step 64,

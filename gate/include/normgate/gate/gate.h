@@ -70,6 +70,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -192,6 +193,13 @@ struct GateOptions {
   /// with or without it. The CLI refuses it with --merge (a merge runs no
   /// grid case: retry in the shard, then merge).
   bool retry_errors = false;
+  /// When set, the external implementations this gate runs, by name, and no
+  /// others (ng_gate's `externals`, which normgate.gate() fills with the
+  /// implementations it was given): a gated window routed to an external
+  /// not listed, and a listed one no gated window routes (after --windows),
+  /// are input errors before any work. Unset: any registered external a
+  /// gated window routes runs (the CLI, whose --plugin registers them).
+  std::optional<std::vector<std::string>> externals;
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)
   int threads = 0;                     ///< OpenMP threads for run_check (<= 0: default)
