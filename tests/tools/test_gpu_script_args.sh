@@ -146,9 +146,9 @@ if "--bench-only" in a:
 assert json.load(open(opt("--timings")))["merged_from"]
 assert "--approve" in a and opt("--gate-windows") == "op=fwd,form=res,H=1536"
 t = open(a[1].replace(".derive.toml", ".toml")).read()
-t = t.replace('H = 1536, w = "bf16", form = "res", T = [1, 4467]', 'H = 1536, w = "bf16", form = "res", T = [1, 4000]', 1)
+t = t.replace('H = 1536, w = "bf16", form = "res", T = [1, 3158]', 'H = 1536, w = "bf16", form = "res", T = [1, 3000]', 1)
 open(opt("--out"), "w").write(t)
-print("  PASS fwd H=1536 w=bf16 form=res T=4001..4467 -> fwd_wide: worst err/tol 0.38 (y), 400 cases, 2 s")
+print("  PASS fwd H=1536 w=bf16 form=res T=3001..3158 -> fwd_staged: worst err/tol 0.38 (y), 400 cases, 2 s")
 print("table    " + opt("--out") + ": every route with a current approval")
 FAKE
 chmod +x "$t/rb/apps/normgate"
@@ -185,21 +185,23 @@ for k, p in new.items():
     for v, us in p["median_us"].items():
         assert abs(us - want * old[k]["median_us"][v]) < 1e-9 * us, ("merged point", k, v)
 PY
-grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 4000\]' "$t/r/routes.diff" ||
+grep -q '^+  { op = "fwd", H = 1536, w = "bf16", form = "res", T = \[1, 3000\]' "$t/r/routes.diff" ||
   { echo "FAIL: retime_groups.sh's routes.diff lacks the moved window" >&2; fail=1; }
 # The last run's merged timings as the next run's --timings, same --out:
 # refused before they are removed.
 expect 2 "an input, is one of the outputs" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --gate-windows op=fwd --timings "$t/r/merged.timings.json" --out "$t/r"
 [ -f "$t/r/merged.timings.json" ] || { echo "FAIL: retime_groups.sh removed its --timings input" >&2; fail=1; }
 # A per-GPU table (routing.h, "Per-GPU tables"): its own spec is the one a
-# cut must match (the H200's, without fwd_staged, is refused), the base
+# cut must match (one without fwd_staged, which the H100's has, is refused), the base
 # table's approvals and policy are copied beside the derived table, which
 # keeps its name; its timings are its GPU's.
 h100="$root/routes/sm90a@nvidia-h100-80gb-hbm3"
 cp "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" "$t/rb/apps/normgate.base.json"
 sed '/^\[\[group\]\]/,$d' "$h100.derive.toml" >"$t/cut-h100.toml"
 printf '[[group]]\nop = "fwd"\nH = 1536\nw = ["bf16", "fp32"]\nform = "res"\n' >>"$t/cut-h100.toml"
-expect 2 "cut.toml: differs from the table's spec in candidates (.*sm90a@nvidia-h100-80gb-hbm3.derive.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd --out "$t/rh"
+sed 's/, "fwd_staged"\]/]/' "$t/cut.toml" >"$t/cut-nostaged.toml"
+grep -q '"fwd_staged"' "$t/cut-nostaged.toml" && { echo "FAIL: the test could not drop fwd_staged from its cut spec" >&2; fail=1; }
+expect 2 "cut-nostaged.toml: differs from the table's spec in candidates (.*sm90a@nvidia-h100-80gb-hbm3.derive.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut-nostaged.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a@nvidia-h100-80gb-hbm3.timings.json" --gate-windows op=fwd --out "$t/rh"
 expect 2 "measured on 'NVIDIA H200', not the GPU of per-GPU table sm90a@nvidia-h100-80gb-hbm3.toml" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$h100.toml" --timings "$root/docs/results/routes/sm90a.timings.json" --gate-windows op=fwd --out "$t/rh"
 cp "$h100.toml" "$t/sm90a@NVIDIA-H100.toml"
 expect 2 "a '@' makes it a per-GPU table" -- bash "$R" --build "$t/rb" --spec "$t/cut-h100.toml" --table "$t/sm90a@NVIDIA-H100.toml" --gate-windows op=fwd --out "$t/rh"
