@@ -37,6 +37,18 @@ def fp64_step(g):
     return {"y": (xhat * w).bfloat16(), "rstd": rstd.reshape(-1).float(), "dx": dx.bfloat16(), "dw": dw.float()}
 
 
+def flaky_step(calls):
+    """fp64_step whose dw element 3 flips its last bit on every second call
+    (calls["n"] counts them): a deterministic implementation that is not."""
+    def step(g):
+        calls["n"] += 1
+        out = fp64_step(g)
+        if calls["n"] % 2 == 0:
+            out["dw"].view(torch.int32)[3] ^= 1
+        return out
+    return step
+
+
 def fp32_sequential_dw_step(g):
     """fp64_step, but dw summed over rows one at a time in FP32 (ctl_fp32_seq's dw)."""
     out = fp64_step(g)
@@ -299,14 +311,7 @@ def test_declared_deterministic_but_not_fails_its_window(tmp_path):
     # dw differs in its last bit on every other call: declared det, each case
     # runs twice and is that case's error; declared nondet, it runs once.
     calls = {"n": 0}
-
-    def flaky(g):
-        calls["n"] += 1
-        out = fp64_step(g)
-        if calls["n"] % 2 == 0:
-            bits = out["dw"].view(torch.int32)
-            bits[3] ^= 1
-        return out
+    flaky = flaky_step(calls)
 
     win = [{"H": 64, "T": (1, 8)}]
     det = normgate.Implementation("py_flaky_det", flaky, source_sha256="ef" * 32, device="cpu")
@@ -356,13 +361,7 @@ def test_the_verdict_is_the_runs_error_and_findings_are_not_offered_a_retry(tmp_
     # A finding (two runs of a deterministic implementation differ): FAIL,
     # and no retry is offered for it.
     calls = {"n": 0}
-
-    def flaky(g):
-        calls["n"] += 1
-        out = fp64_step(g)
-        if calls["n"] % 2 == 0:
-            out["dw"].view(torch.int32)[3] ^= 1
-        return out
+    flaky = flaky_step(calls)
 
     det = normgate.Implementation("py_flaky_msg", flaky, source_sha256="ef" * 32, device="cpu")
     rep = normgate.gate(det, windows=win, journal=str(tmp_path / "j2"), **dict(SMALL, progress=True))
@@ -380,13 +379,7 @@ def test_check_takes_an_implementation_on_its_device():
     impl = normgate.Implementation("py_check_impl", fp64_step, source_sha256="ab" * 32)
     assert normgate.check(impl, case)["pass"]
     calls = {"n": 0}
-
-    def flaky(g):
-        calls["n"] += 1
-        out = fp64_step(g)
-        if calls["n"] % 2 == 0:
-            out["dw"].view(torch.int32)[3] ^= 1
-        return out
+    flaky = flaky_step(calls)
 
     det = normgate.Implementation("py_check_flaky", flaky, source_sha256="ab" * 32, device="cpu")
     # A finding, as `normgate check` says it (FAIL), not an exception: the

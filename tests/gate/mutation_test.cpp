@@ -142,11 +142,17 @@ TEST(Mutation, BadOptionsAreRefusedBeforeWork) {
 
 // The gate's reports: each window's conditioning headroom and, per output,
 // the kernel's excess over the forced part.
-TEST(GateHeadroom, ReportsShowHeadroomAndKernelMargins) {
+// tests/data/routes/headroom.toml's two windows (bwd_det_chunked, then
+// bwd_fp32_blocked), gated on the grid alone at two T.
+GateResult headroom_gate(const std::string& seeds) {
   GateOptions o = test::grid_only_opts(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/headroom.toml");
-  o.seeds = "5x1";
+  o.seeds = seeds;
   o.t_per_window = 2;
-  const GateResult r = run_gate(o);
+  return run_gate(o);
+}
+
+TEST(GateHeadroom, ReportsShowHeadroomAndKernelMargins) {
+  const GateResult r = headroom_gate("5x1");
   ASSERT_EQ(r.windows.size(), 2u);
   EXPECT_TRUE(r.windows[0].pass);
   EXPECT_EQ(r.windows[0].kappa_headroom, 1e8);
@@ -176,10 +182,7 @@ TEST(GateHeadroom, ReportsShowHeadroomAndKernelMargins) {
 // Markdown lists it below the lowest level run instead of dropping the
 // section (a new-user pass found it gone for a failing kernel).
 TEST(GateHeadroom, AFailureAtTheOnlyLevelRunIsListedBelowIt) {
-  GateOptions o = test::grid_only_opts(std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/headroom.toml");
-  o.seeds = "3x1";
-  o.t_per_window = 2;
-  const GateResult r = run_gate(o);
+  const GateResult r = headroom_gate("3x1");
   ASSERT_EQ(r.windows.size(), 2u);
   EXPECT_EQ(r.windows[0].kappa_headroom, 1e8);
   ASSERT_FALSE(r.windows[1].pass);
