@@ -1000,6 +1000,8 @@ def check(impl, case_id, device=None):
         device = "cuda" if device is None else device
     else:
         raise TypeError("impl must be a normgate.Implementation or a callable, got %r" % (impl,))
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
+        raise ValueError("device: %r is not 'cpu', 'cuda' or 'cuda:N'" % (device,))  # torch's RuntimeError named none
     inputs = generate(case_id, device)
 
     def outputs_of(outs):

@@ -245,7 +245,7 @@ def _source_bytes(s):
     """(label, bytes) pairs of one declared source."""
     if isinstance(s, (str, bytes, os.PathLike)):
         p = os.fspath(s)
-        p = p.decode() if isinstance(p, bytes) else p
+        p = os.fsdecode(p) if isinstance(p, bytes) else p  # any bytes: a UnicodeDecodeError named no path
         if os.path.isdir(p):
             def walk_error(e):  # os.walk would skip an unreadable folder silently: a changed identity
                 raise ValueError("sources: folder %r cannot be read (%s)" % (e.filename, e.strerror or e))
@@ -272,7 +272,10 @@ def _source_bytes(s):
             raise ValueError("sources: %r is not a file or directory" % p)
         return [(os.path.basename(p), _read_regular(p, "file"))]
     if isinstance(s, types.ModuleType):
-        f = inspect.getsourcefile(s)
+        try:
+            f = inspect.getsourcefile(s)
+        except TypeError:  # a built-in module (sys): inspect's own TypeError named no source
+            f = None
         if f is None:
             raise ValueError("sources: module %s has no source file" % s.__name__)
         return [(s.__name__, _read_regular(f, "module %s's file" % s.__name__))]
@@ -384,6 +387,8 @@ class Implementation:
         if isinstance(H, numbers.Integral) and not isinstance(H, bool):
             h_min = h_max = _int(H, "H", 1, 16384)
         else:
+            if isinstance(H, (str, bytes)):  # unpacked, "64" gave H[0] = '6'
+                raise TypeError("H must be an int or (h_min, h_max), got %r" % (H,))
             try:
                 h_min, h_max = H
             except (TypeError, ValueError):

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import sys
 
 import pytest
 
@@ -618,6 +619,17 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.Implementation("ctl_mine", fp64_step, source_sha256="ab" * 32)
     with pytest.raises(ValueError, match=r"H = \(10, 5\): h_min > h_max"):
         normgate.Implementation("k", fp64_step, H=(10, 5), source_sha256="ab" * 32)
+    # A string is not unpacked into H[0] = '6' (adversarial pass), a built-in
+    # module names itself, a path of any bytes names the path, and check()'s
+    # device is named (torch's RuntimeError named none).
+    with pytest.raises(TypeError, match=r"H must be an int or \(h_min, h_max\), got '64'"):
+        normgate.Implementation("k", fp64_step, H="64", source_sha256="ab" * 32)
+    with pytest.raises(ValueError, match="sources: module sys has no source file"):
+        normgate.Implementation("k", fp64_step, sources=[sys])
+    with pytest.raises(ValueError, match="is not a file or directory"):
+        normgate.Implementation("k", fp64_step, sources=[b"/nonexistent/\xff"])
+    with pytest.raises(ValueError, match="device: 'junk' is not 'cpu', 'cuda' or 'cuda:N'"):
+        normgate.check(fp64_step, "H=64,T=5,w=bf16,form=plain,family=normal,seed=0", device="junk")
     with pytest.raises(ValueError, match="exactly one of sources"):
         normgate.Implementation("k", fp64_step)
     with pytest.raises(ValueError, match="source_sha256: 'xyz'"):
