@@ -47,6 +47,7 @@
 #include "normgate/audit/export.h"
 #include "normgate/gate/gate.h"
 #include "normgate/gate/host_memory.h"
+#include "normgate/gate/journal.h"  // kJournalKeyEnv
 #include "normgate/routing/dispatch_cache.h"
 #include "normgate/routing/routing.h"
 #include "normgate_version.h"
@@ -1025,10 +1026,17 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     };
     const std::vector<std::pair<std::string, std::string>> outs = {
         {"report_md", report_md}, {"report_json", report_json}, {"journal", g.journal_path}};
-    const std::vector<std::pair<std::string, std::string>> ins = {
+    // The approvals lock too (routing.h ApprovalsLock; `normgate gate` counts
+    // it when approving): a report renamed over it would give it a new inode
+    // (the Python adversarial pass wrote report_json there). The journal key
+    // file, every run's input where it is set.
+    std::vector<std::pair<std::string, std::string>> ins = {
         {"the table", g.table_path},
         {"the table's approvals file", nk::approvals_path_for(g.table_path)},
+        {"the table's approvals lock file", nk::approvals_path_for(g.table_path) + ".lock"},
         {"the table's approval policy", nk::policy_path_for(g.table_path)}};
+    if (const char* key = std::getenv(nv::kJournalKeyEnv); key != nullptr && *key != '\0')
+      ins.emplace_back(std::string(nv::kJournalKeyEnv) + " (the journal key file)", key);
     for (size_t i = 0; i < outs.size(); ++i) {
       for (size_t k = 0; k < i; ++k)
         if (same(outs[i].second, outs[k].second))

@@ -464,6 +464,7 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
   // Not a regular file (a FIFO here; a device the same), two outputs on one
   // file, an output over the table, an empty path: refused, nothing written.
   const std::string fifo = d + "/fifo.md", md = d + "/r.md", j = d + "/j.jsonl", ghost = d + "/ghost.json";
+  const std::string lock = std::string(NORMGATE_SOURCE_DIR) + "/routes/sm90a-ci.approvals.json.lock";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   ng_gate_options_init(&o);
   o.table = table.c_str();
@@ -478,6 +479,7 @@ TEST(CApi, GateRefusesAFolderAsAnOutput) {
       {md.c_str(), nullptr, md.c_str(), "report_md '" + md + "' and journal '" + md + "' name one file"},
       {md.c_str(), md.c_str(), nullptr, "name one file"},
       {nullptr, table.c_str(), nullptr, "is the table: writing it would destroy what the gate reads"},
+      {nullptr, lock.c_str(), nullptr, "is the table's approvals lock file: writing it would destroy"},
       {"", nullptr, nullptr, "report_md is empty"},
       {nullptr, nullptr, "", "journal is empty"},
   };
