@@ -689,6 +689,15 @@ int ng_seed_set_size(const char* spec, uint64_t* pairs) {
   });
 }
 
+int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only) {
+  return guard("ng_require_host_memory", [&] {
+    const ns::CaseId c = parse(case_id);
+    if (n_impls < 0 || n_impls > 1024) bad("n_impls = " + std::to_string(n_impls) + " is outside 0..1024");
+    if (forward_only != 0 && forward_only != 1) bad("forward_only = " + std::to_string(forward_only) + " is not 0 or 1");
+    nv::require_host_memory({c}, static_cast<size_t>(n_impls), forward_only != 0);
+  });
+}
+
 int ng_generate_host(const char* case_id, const ng_host_inputs* out) {
   return guard("ng_generate_host", [&] {
     const ns::CaseId c = parse(case_id);

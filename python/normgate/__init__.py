@@ -702,6 +702,8 @@ def generate(case_id, device="cuda"):
     n = rows * H
     res = info["form"] == "res"
     dev = torch.device(device)
+    if dev.type != "cuda":  # host tensors: refused before allocating when they cannot fit
+        _lib.require_host_memory(case_id, 0)
     on_gpu = dev.type == "cuda"
     if on_gpu and not torch.cuda.is_available():
         raise ValueError("device %r: torch sees no CUDA device; pass device=\"cpu\" for the host "
@@ -1002,6 +1004,10 @@ def check(impl, case_id, device=None):
         raise TypeError("impl must be a normgate.Implementation or a callable, got %r" % (impl,))
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise ValueError("device: %r is not 'cpu', 'cuda' or 'cuda:N'" % (device,))  # torch's RuntimeError named none
+    # The oracle holds the inputs on the host and the outputs come back
+    # there: refused before any allocation when the case cannot fit (torch's
+    # allocator failed, or the OOM killer ended the process; adversarial pass).
+    _lib.require_host_memory(case_id, 1, impl.op == "fwd" if isinstance(impl, Implementation) else False)
     inputs = generate(case_id, device)
 
     def outputs_of(outs):

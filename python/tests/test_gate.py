@@ -630,6 +630,13 @@ def test_bad_arguments_raise_naming_the_value(tmp_path):
         normgate.Implementation("k", fp64_step, sources=[b"/nonexistent/\xff"])
     with pytest.raises(ValueError, match="device: 'junk' is not 'cpu', 'cuda' or 'cuda:N'"):
         normgate.check(fp64_step, "H=64,T=5,w=bf16,form=plain,family=normal,seed=0", device="junk")
+    # A case that cannot fit in host memory: refused before any allocation,
+    # naming the bytes (torch's allocator error, or the OOM killer, before).
+    huge = "H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0"
+    with pytest.raises(ValueError, match="of host memory"):
+        normgate.check(fp64_step, huge, device="cpu")
+    with pytest.raises(ValueError, match=r"\(its inputs\).*choose T <="):
+        normgate.generate(huge, device="cpu")
     with pytest.raises(ValueError, match="exactly one of sources"):
         normgate.Implementation("k", fp64_step)
     with pytest.raises(ValueError, match="source_sha256: 'xyz'"):

@@ -440,6 +440,23 @@ TEST(CApi, SeedSetSize) {
   EXPECT_EQ(ng_seed_set_size("3x1", nullptr), NG_EINVAL);
 }
 
+// ng_require_host_memory: `normgate check`'s host-memory refusal for
+// callers that allocate a case themselves (normgate.check, generate).
+TEST(CApi, RequireHostMemoryRefusesACaseThatCannotFit) {
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 0), NG_OK) << last_error();
+  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 0, 0), NG_EINVAL);
+  EXPECT_NE(last_error().find("of host memory"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("(its inputs)"), std::string::npos) << last_error();
+  // One implementation's outputs counted too: twice a forward-only check's
+  // inputs and outputs is more than the inputs alone (the message names the count).
+  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 1, 1), NG_EINVAL);
+  EXPECT_NE(last_error().find("the outputs of 1 implementation"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", -1, 0), NG_EINVAL);
+  EXPECT_NE(last_error().find("n_impls = -1 is outside 0..1024"), std::string::npos) << last_error();
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 2), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory(nullptr, 1, 0), NG_EINVAL);
+}
+
 // ng_gate refuses a report or journal path that is a folder before any case
 // runs (it used to fail at the rename, after the whole campaign).
 TEST(CApi, GateRefusesAFolderAsAnOutput) {

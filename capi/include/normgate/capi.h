@@ -426,6 +426,17 @@ NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
  * write anything (normgate.gate's table and policy). */
 NG_API int ng_seed_set_size(const char* spec, uint64_t* pairs);
 
+/* The host-memory check `normgate check` makes before any work
+ * (gate/host_memory.h require_host_memory): NG_OK when checking case_id
+ * with n_impls implementations (0: its inputs alone; 0..1024) can fit in
+ * this host's physical memory or its cgroup's limit; NG_EINVAL naming the
+ * case, the bytes it needs at least (BF16 inputs and outputs, 2 bytes an
+ * element each) and the limit otherwise, or for a bad argument.
+ * forward_only (0 or 1): a forward check (no dy, dx). For callers that
+ * allocate a case themselves (normgate.check, normgate.generate) and must
+ * refuse one that cannot fit before allocating anything. */
+NG_API int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only);
+
 /* Caller-owned HOST buffers for a case's inputs, contiguous over rows
  * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
  * elements and must equal what the case needs: x, dy, u, dh_new rows*H
