@@ -689,12 +689,14 @@ int ng_seed_set_size(const char* spec, uint64_t* pairs) {
   });
 }
 
-int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only) {
+int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only, int32_t copies) {
   return guard("ng_require_host_memory", [&] {
     const ns::CaseId c = parse(case_id);
     if (n_impls < 0 || n_impls > 1024) bad("n_impls = " + std::to_string(n_impls) + " is outside 0..1024");
     if (forward_only != 0 && forward_only != 1) bad("forward_only = " + std::to_string(forward_only) + " is not 0 or 1");
-    nv::require_host_memory({c}, static_cast<size_t>(n_impls), forward_only != 0);
+    if (copies < 1 || copies > 64) bad("copies = " + std::to_string(copies) + " is outside 1..64");
+    nv::require_host_memory({c}, static_cast<size_t>(n_impls), forward_only != 0, static_cast<size_t>(copies),
+                            std::to_string(copies) + " copies of the case's tensors held by the caller");
   });
 }
 
@@ -996,11 +998,17 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
     if (o->struct_size >= sizeof(ng_gate_options) && o->externals != nullptr) {
       std::vector<std::string> names;
       const std::string list = o->externals;
-      for (size_t at = 0; at < list.size();) {
+      // Names as the registry spells them (no blanks), comma-separated; ""
+      // alone is none. An empty name (",a", "a,,b", "a,") or one with a
+      // blank is refused, quoted.
+      for (size_t at = 0; !list.empty() && at <= list.size();) {
         const size_t comma = std::min(list.find(',', at), list.size());
         const std::string name = list.substr(at, comma - at);
         if (name.empty())
           bad("externals '" + normgate::core::escape_controls(list) + "' has an empty name (names, comma-separated)");
+        if (name.find_first_of(" \t\r\n") != std::string::npos)
+          bad("externals '" + normgate::core::escape_controls(list) + "': name '" +
+              normgate::core::escape_controls(name) + "' holds a blank (names, comma-separated, without blanks)");
         if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
         at = comma + 1;
       }

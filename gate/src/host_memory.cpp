@@ -143,6 +143,15 @@ void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls
   require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), forward_only));
 }
 
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only, size_t copies,
+                         const std::string& why) {
+  GateHold held;
+  held.cases = std::max<size_t>(copies, 1);
+  held.why = why;
+  require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), forward_only),
+                     MemoryExtra::none, held);
+}
+
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, MemoryExtra extra) {
   require_memory_for(cases, std::vector<size_t>(cases.size(), n_impls), std::vector<bool>(cases.size(), false), extra);
 }

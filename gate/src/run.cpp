@@ -854,6 +854,9 @@ GateResult run_gate(const GateOptions& opt) {
   // earlier gate of the process ran in a later one it was not given to;
   // one given but routed nowhere would read as passed without a run; both
   // found by an adversarial pass of the Python API).
+  // A given one the table routes only in windows the filter leaves out is
+  // taken (the table cannot load without it: a table routing two
+  // implementations is gated one at a time so).
   if (opt.externals) {
     for (const Route* r : gated)
       if (r->variant->external &&
@@ -861,14 +864,21 @@ GateResult run_gate(const GateOptions& opt) {
         throw std::invalid_argument(r->describe() + ": routed to external implementation " +
                                     std::string(r->variant->name) +
                                     ", which this gate was not given (one registered earlier in this process is "
-                                    "not run by a later gate: pass it too)");
-    for (const std::string& name : *opt.externals)
-      if (std::none_of(gated.begin(), gated.end(), [&](const Route* r) { return r->variant->name == name; }))
-        throw std::invalid_argument("no gated window routes to external implementation " + name +
-                                    (opt.windows.empty() ? std::string() : " (after the windows filter '" +
-                                                                               opt.windows + "')") +
-                                    ": nothing of it would run, and the gate of the other windows would read as "
-                                    "its pass");
+                                    "not run by a later gate): pass it too, or leave its windows out with the "
+                                    "windows filter");
+    for (const std::string& name : *opt.externals) {
+      const kernels::Variant* v = kernels::find_variant(name);
+      if (v != nullptr && !v->external)
+        throw std::invalid_argument("'" + core::escape_controls(name) +
+                                    "' is a built-in variant, not an external implementation: list only the "
+                                    "externals this gate runs");
+      if (std::none_of(table.routes.begin(), table.routes.end(),
+                       [&](const kernels::Route& r) { return r.variant->name == name; }))
+        throw std::invalid_argument("the table routes no window to external implementation '" +
+                                    core::escape_controls(name) +
+                                    "': nothing of it would run, and the gate of the table's windows would read as "
+                                    "its pass; route windows to it by name, or leave it out");
+    }
   }
   for (const Route* r : gated) {
     if (!r->variant->external) continue;

@@ -252,7 +252,7 @@ def _declare(L, path):
     L.ng_generate_host.argtypes = [ctypes.c_char_p, ctypes.POINTER(HostInputs)]
     if hasattr(L, "ng_require_host_memory"):  # a library before it: no check (torch's own error then)
         L.ng_require_host_memory.restype = ctypes.c_int
-        L.ng_require_host_memory.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32]
+        L.ng_require_host_memory.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]
     L.ng_oracle_open.restype = ctypes.c_int
     L.ng_oracle_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(_vp)]
     L.ng_generate_device.restype = ctypes.c_int
@@ -297,14 +297,14 @@ def loadable():
         return False
 
 
-def require_host_memory(case_id, n_impls, forward_only=False):
-    """ValueError naming the bytes and the host's limit when checking case_id
-    with n_impls implementations (0: its inputs alone) cannot fit in host
-    memory (ng_require_host_memory, as `normgate check` refuses it), before
-    anything is allocated."""
+def require_host_memory(case_id, n_impls, forward_only=False, copies=1):
+    """ValueError naming the bytes and the host's limit when `copies` of
+    case_id's inputs and of n_impls implementations' outputs (0: its inputs
+    alone) cannot fit in host memory at once (ng_require_host_memory, as
+    `normgate check` refuses it), before anything is allocated."""
     L = lib()
     if hasattr(L, "ng_require_host_memory"):
-        check(L.ng_require_host_memory(_bytes(case_id, "case_id"), n_impls, 1 if forward_only else 0))
+        check(L.ng_require_host_memory(_bytes(case_id, "case_id"), n_impls, 1 if forward_only else 0, copies))
 
 
 def check(rc):

@@ -676,6 +676,10 @@ def _parse_window(win, k):
 
 
 def _table_text(impls, wins):
+    # The implementations in name order: the same campaign given them in
+    # another order writes the same table (its sha256 is in the journal; a
+    # resume with the list reordered was refused as another campaign).
+    impls = sorted(impls, key=lambda i: i.name)
     lines = [_TABLE_HEADER + ' for its windows= argument: one route per',
              '# (window, implementation). Re-running the same gate writes the same bytes.',
              'arch = "sm90a"',
@@ -1146,6 +1150,22 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
         raise ValueError("oracle: %r is not 'auto', 'fp64' or 'mpfr'" % (oracle,))
     for x in impls:
         _check_device(x)
+    # The external implementations a gate report names must be given: one
+    # registered by an earlier gate() of this process would otherwise run
+    # under its name (adversarial pass). A check report names none here; the
+    # library refuses an unknown one.
+    try:
+        with open(report, "rb") as f:
+            named = json.loads(f.read().decode("utf-8")).get("externals") or []
+        named = sorted({e.get("name") for e in named if isinstance(e, dict) and isinstance(e.get("name"), str)})
+    except (OSError, ValueError, AttributeError):
+        named = []  # not a report the library reads: it says why
+    missing = [n for n in named if n not in names]
+    if missing:
+        raise ValueError("report %r names external implementation%s %s, not in impls: pass %s (an implementation "
+                         "registered by an earlier gate() is not run by a later export)"
+                         % (report, "s" if len(missing) > 1 else "", ", ".join(missing),
+                            "them" if len(missing) > 1 else "it"))
     L = _L()
     if not hasattr(L, "ng_export"):
         raise RuntimeError("normgate: " + _lib.library_path() + " predates ng_export: rebuild it with scripts/build")
@@ -1187,7 +1207,6 @@ def export(report, out, impls=(), keep=None, all=False, full=False, tile=256, ba
             raise KeyboardInterrupt("normgate.export interrupted (nothing written)")
         _lib.check(rc)
         try:
-            import json
             out_json = json.loads(ctypes.string_at(res.value).decode())
         finally:
             L.ng_free_string(res)

@@ -151,6 +151,7 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     # a report naming an unknown implementation stands in.)
     other = json.load(open(rj))
     other["windows"][0]["variant"] = other["windows"][0]["impl"] = "py_never_registered"
+    other["externals"] = []  # (with it listed, export() refuses it before the library: the next test)
     rj2 = str(tmp_path / "other.json")
     with open(rj2, "w") as f:
         json.dump(other, f)
@@ -201,6 +202,36 @@ def test_export_reruns_a_python_implementations_worst_cases(tmp_path):
     assert open(out, "rb").read() == before
     with pytest.raises(TypeError, match=r"impls\[0\] is str"):
         normgate.export(rj, out, impls=["py_fp32seq_x"])
+
+
+def test_export_needs_the_reports_externals_and_order_does_not_change_the_campaign(tmp_path):
+    # export() without the implementation a gate report names: refused (a
+    # callable registered by the earlier gate() ran under its name).
+    calls = {"n": 0}
+
+    def counted(g):
+        calls["n"] += 1
+        return fp64_step(g)
+
+    def fstep(g):
+        x, w = g["x"].double(), g["w"].double()
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + g["eps"])
+        return {"y": (x * r * w).bfloat16(), "rstd": r.flatten().float()}
+    b = normgate.Implementation("py_exp_b", counted, source_sha256="ab" * 32, device="cpu")
+    f = normgate.Implementation("py_exp_f", fstep, op="fwd", source_sha256="ab" * 32, device="cpu")
+    rj, j = str(tmp_path / "r.json"), str(tmp_path / "j.jsonl")
+    win = [{"H": 64, "T": (1, 8)}]
+    assert normgate.gate([f, b], windows=win, journal=j, report_json=rj, **SMALL)["pass"]
+    n = calls["n"]
+    with pytest.raises(ValueError, match="names external implementations py_exp_b, py_exp_f, not in impls"):
+        normgate.export(rj, str(tmp_path / "m.h5"), backend="cpu", threads=1)
+    with pytest.raises(ValueError, match="names external implementation py_exp_f, not in impls"):
+        normgate.export(rj, str(tmp_path / "m.h5"), impls=[b], backend="cpu", threads=1)
+    assert calls["n"] == n and not os.path.exists(str(tmp_path / "m.h5"))
+    # The same implementations in another order: the same table, the same
+    # campaign (the journal resumes; it was refused as another campaign).
+    again = normgate.gate([b, f], windows=win, journal=j, report_json=rj, **SMALL)
+    assert again["pass"] and again["journal"]["run_now"] == 0, again["journal"]
 
 
 def test_export_of_a_forward_implementation_gives_y_and_rstd(tmp_path):
@@ -910,21 +941,26 @@ def test_a_table_that_routes_nothing_to_the_implementation_is_refused(tmp_path):
     table.write_text('arch = "sm90a"\ndescription = "x"\nroute = [\n'
                      '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
                      'variant = "bwd_det_chunked" },\n]\n')
-    with pytest.raises(ValueError, match="no gated window routes to external implementation py_unrouted"):
+    with pytest.raises(ValueError, match="the table routes no window to external implementation 'py_unrouted'"):
         normgate.gate(impl, table=str(table), **SMALL)
     assert calls["n"] == 0
-    # The library reads the table as parsed, after the windows= filter (a
-    # regex over its text took a comment naming the implementation, and
-    # ignored the filter: PASS with no call; adversarial pass).
+    # The library reads the table as parsed (a regex over its text took a
+    # comment naming the implementation: PASS with no call; adversarial
+    # pass). One routed only in windows the filter leaves out is taken and
+    # not run: a table routing two implementations is gated one part at a
+    # time so (the table cannot load without both).
     table.write_text('arch = "sm90a"\ndescription = "x"\n# variant = "py_unrouted"\nroute = [\n'
+                     '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
+                     'variant = "bwd_det_chunked" },\n]\n')
+    with pytest.raises(ValueError, match="the table routes no window to external implementation 'py_unrouted'"):
+        normgate.gate(impl, table=str(table), **SMALL)
+    table.write_text('arch = "sm90a"\ndescription = "x"\nroute = [\n'
                      '  { op = "bwd", mode = "det", H = 64, w = "bf16", form = "plain", T = [1, 8], '
                      'variant = "bwd_det_chunked" },\n'
                      '  { op = "bwd", mode = "det", H = 128, w = "bf16", form = "plain", T = [1, 8], '
                      'variant = "py_unrouted" },\n]\n')
-    with pytest.raises(ValueError, match="no gated window routes to external implementation py_unrouted "
-                                         "\\(after the windows filter 'H=64'\\)"):
-        normgate.gate(impl, table=str(table), windows="H=64", **SMALL)
-    assert calls["n"] == 0
+    part = normgate.gate(impl, table=str(table), windows="H=64", **SMALL)
+    assert part["pass"] and calls["n"] == 0 and not part["externals"], part["externals"]
     # table_out= is for windows=: with table= it would be ignored.
     with pytest.raises(ValueError, match="table_out=.* goes with windows="):
         normgate.gate(impl, table=str(table), table_out=str(tmp_path / "mine.toml"), **SMALL)

@@ -20,6 +20,7 @@
 
 #include "normgate/capi.h"
 #include "normgate/core/bf16.h"
+#include "normgate/core/host_memory.h"
 #include "normgate/harness/devices.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/registry.h"
@@ -443,18 +444,31 @@ TEST(CApi, SeedSetSize) {
 // ng_require_host_memory: `normgate check`'s host-memory refusal for
 // callers that allocate a case themselves (normgate.check, generate).
 TEST(CApi, RequireHostMemoryRefusesACaseThatCannotFit) {
-  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 0), NG_OK) << last_error();
-  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 0, 0), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 0, 1), NG_OK) << last_error();
+  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 0, 0, 1), NG_EINVAL);
   EXPECT_NE(last_error().find("of host memory"), std::string::npos) << last_error();
   EXPECT_NE(last_error().find("(its inputs)"), std::string::npos) << last_error();
   // One implementation's outputs counted too: twice a forward-only check's
   // inputs and outputs is more than the inputs alone (the message names the count).
-  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 1, 1), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory("H=16384,T=2000000000,w=bf16,form=plain,family=cancel,seed=0", 1, 1, 1), NG_EINVAL);
   EXPECT_NE(last_error().find("the outputs of 1 implementation"), std::string::npos) << last_error();
-  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", -1, 0), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", -1, 0, 1), NG_EINVAL);
   EXPECT_NE(last_error().find("n_impls = -1 is outside 0..1024"), std::string::npos) << last_error();
-  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 2), NG_EINVAL);
-  EXPECT_EQ(ng_require_host_memory(nullptr, 1, 0), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 2, 1), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory(nullptr, 1, 0, 1), NG_EINVAL);
+  EXPECT_EQ(ng_require_host_memory("H=64,T=5,w=bf16,form=plain,family=normal,seed=0", 1, 0, 0), NG_EINVAL);
+  EXPECT_NE(last_error().find("copies = 0 is outside 1..64"), std::string::npos) << last_error();
+  // Copies held at once count: a case of half this host's bound (8 bytes an
+  // element: plain, one implementation's backward) fits once, not 3 times.
+  const uint64_t usable = normgate::core::host_memory().usable();
+  if (usable > (uint64_t{1} << 30)) {
+    const uint64_t t = usable / 2 / 8 / 4096;
+    const std::string half = "H=4096,T=" + std::to_string(t) + ",w=bf16,form=plain,family=cancel,seed=0";
+    EXPECT_EQ(ng_require_host_memory(half.c_str(), 1, 0, 1), NG_OK) << last_error();
+    EXPECT_EQ(ng_require_host_memory(half.c_str(), 1, 0, 3), NG_EINVAL);
+    EXPECT_NE(last_error().find("3 copies of the case's tensors held by the caller"), std::string::npos)
+        << last_error();
+  }
 }
 
 // ng_gate refuses a report or journal path that is a folder before any case
@@ -552,12 +566,22 @@ TEST(CApi, GateOptionsExternalsAndTheOlderStructSize) {
   EXPECT_NE(last_error().find("struct_size = 116 is below"), std::string::npos) << last_error();
   o.struct_size = sizeof(ng_gate_options);
   EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
-  EXPECT_NE(last_error().find("no gated window routes to external implementation not_read"), std::string::npos)
+  EXPECT_NE(last_error().find("the table routes no window to external implementation 'not_read'"), std::string::npos)
       << last_error();
   EXPECT_EQ(out, nullptr);
-  o.externals = "a,,b";
+  for (const char* bad_list : {"a,,b", ",a", "a,"}) {
+    o.externals = bad_list;
+    EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL) << bad_list;
+    EXPECT_NE(last_error().find("has an empty name"), std::string::npos) << last_error();
+  }
+  o.externals = "a, b";
   EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
-  EXPECT_NE(last_error().find("has an empty name"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("name ' b' holds a blank"), std::string::npos) << last_error();
+  o.externals = "fwd_rowwise";  // a built-in variant is no external
+  EXPECT_EQ(ng_gate(&o, &out), NG_EINVAL);
+  EXPECT_NE(last_error().find("'fwd_rowwise' is a built-in variant, not an external implementation"),
+            std::string::npos)
+      << last_error();
   o.externals = "";  // none: a table of built-in variants runs as without the field
   ASSERT_EQ(ng_gate(&o, &out), NG_OK) << last_error();
   ng_free_string(out);

@@ -427,15 +427,18 @@ NG_API int ng_case_info(const char* case_id, ng_case_info_t* out);
 NG_API int ng_seed_set_size(const char* spec, uint64_t* pairs);
 
 /* The host-memory check `normgate check` makes before any work
- * (gate/host_memory.h require_host_memory): NG_OK when checking case_id
- * with n_impls implementations (0: its inputs alone; 0..1024) can fit in
- * this host's physical memory or its cgroup's limit; NG_EINVAL naming the
- * case, the bytes it needs at least (BF16 inputs and outputs, 2 bytes an
- * element each) and the limit otherwise, or for a bad argument.
- * forward_only (0 or 1): a forward check (no dy, dx). For callers that
- * allocate a case themselves (normgate.check, normgate.generate) and must
- * refuse one that cannot fit before allocating anything. */
-NG_API int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only);
+ * (gate/host_memory.h require_host_memory): NG_OK when `copies` (1..64)
+ * of case_id's inputs and of the outputs of n_impls implementations (0: its
+ * inputs alone; 0..1024), held at once, can fit in this host's physical
+ * memory or its cgroup's limit; NG_EINVAL naming the case, the bytes it
+ * needs at least (BF16 inputs and outputs, 2 bytes an element each) and
+ * the limit otherwise, or for a bad argument. forward_only (0 or 1): a
+ * forward check (no dy, dx). For callers that allocate a case themselves
+ * and must refuse one that cannot fit before allocating anything:
+ * normgate.check holds 3 copies for a deterministic implementation (the
+ * inputs, the oracle's copy, a second run's) and 2 otherwise,
+ * normgate.generate 2 (the generator's and the caller's). */
+NG_API int ng_require_host_memory(const char* case_id, int32_t n_impls, int32_t forward_only, int32_t copies);
 
 /* Caller-owned HOST buffers for a case's inputs, contiguous over rows
  * ([rows, H], head forms [T, heads, 256]); *_elems is each buffer's size in
@@ -669,11 +672,13 @@ typedef struct ng_gate_options {
   int32_t retry_errors;     /* 1: cases the journal holds only as errors run again (gate --retry-errors;
                                needs journal); 0: a journalled error stays the case's outcome */
   const char* externals;    /* NULL: any registered external a gated window routes runs. Else the names,
-                               comma-separated ("" none), of the only externals this gate runs: a gated
-                               window routed to another, or a name no gated window routes (after the
-                               window filter), is NG_EINVAL before any work. normgate.gate() passes the
-                               implementations it was given. (Added after the first release of ng_gate:
-                               a caller's struct_size of 120, without it, reads as NULL.) */
+                               comma-separated without blanks ("" none), of the only externals this gate
+                               runs: a gated window routed to another, a built-in variant's name, or a
+                               name the table routes no window to, is NG_EINVAL before any work (one the
+                               table routes only in windows the filter leaves out is taken, not run).
+                               normgate.gate() passes the implementations it was given. (Added after the
+                               first release of ng_gate: a caller's struct_size of 120, without it, reads
+                               as NULL.) */
 } ng_gate_options;
 
 /* Defaults: struct_size, t_per_window 8, dense_points 16, dense_step 64,

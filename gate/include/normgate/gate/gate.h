@@ -196,9 +196,11 @@ struct GateOptions {
   /// When set, the external implementations this gate runs, by name, and no
   /// others (ng_gate's `externals`, which normgate.gate() fills with the
   /// implementations it was given): a gated window routed to an external
-  /// not listed, and a listed one no gated window routes (after --windows),
-  /// are input errors before any work. Unset: any registered external a
-  /// gated window routes runs (the CLI, whose --plugin registers them).
+  /// not listed, a built-in variant's name, and a listed one the table
+  /// routes no window to are input errors before any work (one routed only
+  /// in windows --windows leaves out is taken and not run). Unset: any
+  /// registered external a gated window routes runs (the CLI, whose
+  /// --plugin registers them).
   std::optional<std::vector<std::string>> externals;
   Backend backend = Backend::auto_;    ///< auto: GPU when usable, else CPU models
   bool allow_controls = false;         ///< load tables that route negative controls (explicit override)

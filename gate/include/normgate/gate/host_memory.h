@@ -37,6 +37,13 @@ namespace normgate::validators {
 /// passes may still need more than the host has free.
 void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only = false);
 
+/// The same for a caller that holds `copies` (>= 1) of a case's inputs and
+/// outputs at once (`why` says which, for the message): normgate.check runs
+/// a deterministic implementation twice beside the oracle's copy of the
+/// inputs (3), normgate.generate builds the inputs and copies them out (2).
+void require_host_memory(const std::vector<seeds::CaseId>& cases, size_t n_impls, bool forward_only, size_t copies,
+                         const std::string& why);
+
 /// What a command builds in memory beside the checked case, for
 /// require_host_memory (peak RSS measured with and without it, `--backend
 /// cpu`, H = 1024 plain and res, H = 256 heads24 and heads4, two T each):
