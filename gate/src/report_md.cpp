@@ -469,17 +469,16 @@ std::string format_gate_markdown(const GateResult& r) {
   // below that run (kappa_headroom -1: a seed set without the kappa sweep,
   // 3xN, fails at 1e8), is listed as below that level rather than left out
   // (a new-user pass found the section gone for a failing kernel).
-  auto below = [](const WindowResult& w) { return kappa_failed_below(w); };
   // Order of headroom: below a level < any measured headroom.
   auto key = [](const WindowResult& w) { return w.kappa_headroom >= 0 ? w.kappa_headroom : -1.0; };
   auto shown = [&](const WindowResult& w) {
     if (w.kappa_headroom >= 0) return format_headroom(w.kappa_headroom);
-    return "<" + format_headroom(below(w)) + " (the lowest level run; none below it ran)";
+    return "<" + format_headroom(kappa_failed_below(w)) + " (the lowest level run; none below it ran)";
   };
   {
     std::vector<std::pair<std::string, std::vector<const WindowResult*>>> by_var;
     for (const auto& w : r.windows) {
-      if (w.kappa_headroom < 0 && below(w) == 0) continue;
+      if (w.kappa_headroom < 0 && kappa_failed_below(w) == 0) continue;
       const std::string v(w.route.variant->name);
       auto it = std::find_if(by_var.begin(), by_var.end(), [&](const auto& e) { return e.first == v; });
       if (it == by_var.end()) it = by_var.insert(by_var.end(), {v, {}});

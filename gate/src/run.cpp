@@ -1116,14 +1116,25 @@ GateResult run_gate(const GateOptions& opt) {
   return res;
 }
 
+namespace {
+
+// The family count of the cancel point at kappa level k that ran cases, or
+// nullptr (not run, or no case of it).
+const WindowResult::FamilyCount* cancel_level_run(const std::vector<WindowResult::FamilyCount>& families, double k) {
+  const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
+  const auto it = std::find_if(families.begin(), families.end(),
+                               [&](const WindowResult::FamilyCount& f) { return f.family == label; });
+  return it == families.end() || it->cases == 0 ? nullptr : &*it;
+}
+
+}  // namespace
+
 double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families) {
   double head = -1;
   for (double k : seeds::kKappaLevels) {
-    const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
-    const auto it = std::find_if(families.begin(), families.end(),
-                                 [&](const WindowResult::FamilyCount& f) { return f.family == label; });
-    if (it == families.end() || it->cases == 0) continue;
-    if (it->failed > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;  // -1: nothing below ran
+    const WindowResult::FamilyCount* f = cancel_level_run(families, k);
+    if (f == nullptr) continue;
+    if (f->failed > 0) return head >= 0 ? head : k == seeds::kKappaLevels[0] ? 0 : -1;  // -1: nothing below ran
     head = k;
   }
   return head;
@@ -1131,13 +1142,8 @@ double kappa_headroom(const std::vector<WindowResult::FamilyCount>& families) {
 
 double kappa_failed_below(const WindowResult& w) {
   if (w.kappa_headroom >= 0) return 0;
-  for (double k : seeds::kKappaLevels) {
-    const std::string label = seeds::to_string(seeds::FamilyPoint{seeds::Family::cancel, seeds::kDefaultEps, k});
-    const auto f = std::find_if(w.families.begin(), w.families.end(),
-                                [&](const WindowResult::FamilyCount& c) { return c.family == label; });
-    if (f == w.families.end() || f->cases == 0) continue;
-    return f->failed > 0 ? k : 0;
-  }
+  for (double k : seeds::kKappaLevels)
+    if (const WindowResult::FamilyCount* f = cancel_level_run(w.families, k)) return f->failed > 0 ? k : 0;
   return 0;
 }
 
