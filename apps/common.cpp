@@ -205,7 +205,7 @@ void check_outputs(const std::vector<PathArg>& outputs, const std::vector<PathAr
   // written over it would leave the journals sealed with it unreadable
   // (found by an adversarial pass).
   std::vector<PathArg> inputs = given_inputs;
-  if (const char* key = std::getenv(validators::kJournalKeyEnv); key != nullptr && *key != '\0')
+  if (const std::string key = validators::journal_key_file(); !key.empty())
     inputs.push_back({validators::kJournalKeyEnv, key});
   const PathArg* to_stdout = nullptr;
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -1052,7 +1052,7 @@ int ng_gate(const ng_gate_options* o, char** json_out) {
         {"the table's approvals file", nk::approvals_path_for(g.table_path)},
         {"the table's approvals lock file", nk::approvals_path_for(g.table_path) + ".lock"},
         {"the table's approval policy", nk::policy_path_for(g.table_path)}};
-    if (const char* key = std::getenv(nv::kJournalKeyEnv); key != nullptr && *key != '\0')
+    if (const std::string key = nv::journal_key_file(); !key.empty())
       ins.emplace_back(std::string(nv::kJournalKeyEnv) + " (the journal key file)", key);
     for (size_t i = 0; i < outs.size(); ++i) {
       for (size_t k = 0; k < i; ++k)

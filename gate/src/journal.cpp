@@ -389,11 +389,15 @@ void set_journal_key(std::string key) {
   g_key_known = true;
 }
 
+std::string journal_key_file() {
+  const char* path = std::getenv(kJournalKeyEnv);
+  return path != nullptr ? std::string(path) : std::string();
+}
+
 std::string journal_key() {
   const std::lock_guard<std::mutex> lock(g_key_mutex);
   if (!g_key_known) {
-    const char* path = std::getenv(kJournalKeyEnv);
-    if (path && *path) {
+    if (const std::string path = journal_key_file(); !path.empty()) {
       try {
         g_key = load_journal_key(path);
       } catch (const std::invalid_argument& e) {

@@ -210,6 +210,9 @@ std::string nondeterministic_impl(const std::string& error);
 
 /// The environment variable naming the journal key file.
 inline constexpr const char* kJournalKeyEnv = "NORMGATE_JOURNAL_KEY_FILE";
+/// The path NORMGATE_JOURNAL_KEY_FILE names, "" when it is unset or empty:
+/// an input of every run that sets it (no output may be written over it).
+std::string journal_key_file();
 /// The shortest journal key accepted, in bytes (256 bits of hex text is 64).
 inline constexpr size_t kJournalKeyMinBytes = 32;
 
