@@ -153,6 +153,7 @@ size_t bwd_workspace_bytes(const Variant& v, int64_t T, int64_t H) {
     case VariantId::bwd_det_wide:
     case VariantId::bwd_det_heads:
     case VariantId::bwd_det_wreg:
+    case VariantId::bwd_det_lean:
     case VariantId::ctl_fp32_seq:
     case VariantId::ctl_bf16_partials:
     case VariantId::ctl_warp64_dw:
@@ -300,6 +301,9 @@ void rmsnorm_bwd(const Variant& v, const BwdArgs& a, Stream stream, ControlUse c
       return;
     case VariantId::bwd_det_wreg:
       detail::launch_bwd_det_wreg(a, vec, stream);
+      return;
+    case VariantId::bwd_det_lean:
+      detail::launch_bwd_det_lean(a, vec, stream);
       return;
     case VariantId::bwd_nondet_atomic:
       detail::launch_bwd_nondet_atomic(a, vec, stream);

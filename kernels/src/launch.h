@@ -18,6 +18,7 @@ void launch_bwd_det_chunked(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_wide(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_heads(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_det_wreg(const BwdArgs& a, bool vec, Stream s);
+void launch_bwd_det_lean(const BwdArgs& a, bool vec, Stream s);
 void launch_bwd_nondet_atomic(const BwdArgs& a, bool vec, Stream s);
 void launch_ctl_fp32_seq(const BwdArgs& a, bool vec, Stream s);
 void launch_ctl_bf16_partials(const BwdArgs& a, bool vec, Stream s);

@@ -18,6 +18,7 @@ void launch_bwd_det_chunked(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_chu
 void launch_bwd_det_wide(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_wide"); }
 void launch_bwd_det_heads(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_heads"); }
 void launch_bwd_det_wreg(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_wreg"); }
+void launch_bwd_det_lean(const BwdArgs&, bool, Stream) { no_cuda("bwd_det_lean"); }
 void launch_bwd_nondet_atomic(const BwdArgs&, bool, Stream) { no_cuda("bwd_nondet_atomic"); }
 void launch_ctl_fp32_seq(const BwdArgs&, bool, Stream) { no_cuda("ctl_fp32_seq"); }
 void launch_ctl_bf16_partials(const BwdArgs&, bool, Stream) { no_cuda("ctl_bf16_partials"); }

@@ -39,7 +39,7 @@ constexpr Variant model_control(VariantId id, std::string_view name, int64_t h_m
                  false, true, source_of_class};
 }
 
-const std::array<Variant, 24> kVariants = {{
+const std::array<Variant, 25> kVariants = {{
     {VariantId::fwd_rowwise, "fwd_rowwise", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
      "forward: one thread team per row, binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps), y (BF16) per row",
      hashes::fwd_rowwise_files, hashes::fwd_rowwise_sha256},
@@ -115,6 +115,9 @@ const std::array<Variant, 24> kVariants = {{
     {VariantId::fwd_staged, "fwd_staged", Op::fwd, Mode::det, kMinH, kMaxH, kBothW, kPlainRes, false,
      "forward, plain rows and form res: one row a team, each thread's groups of 8 (two while a team fits 512 threads; res: of h and u) staged in its own shared-memory slots by cp.async (32 registers up to H = 8192), binary64 sum of squares, rstd = FP32 nearest to 1/sqrt(binary64 mean + eps)",
      hashes::fwd_staged_files, hashes::fwd_staged_sha256},
+    {VariantId::bwd_det_lean, "bwd_det_lean", Op::bwd, Mode::det, kMinH, kMaxH, kBothW, kPlain, false,
+     "backward: bwd_det_chunked's chunks, FP64 partials and combine (the same bits); where each thread of the one-slot team owns a full 8-column group on the vector path (plain, res, dense per-head views), a chunk kernel with fewer instructions a row; elsewhere bwd_det_chunked's",
+     hashes::bwd_det_lean_files, hashes::bwd_det_lean_sha256},
 }};
 
 // Built-in variants first, then up to kMaxExternalVariants external ones, in

@@ -1,7 +1,9 @@
 // tests/kernels/bwd_own_kernel_test.cpp: the backward variants that run
 // bwd_det_chunked's chunk pass and combine in a kernel of their own
 // (bwd_det_wide, bwd_det_heads, bwd_det_wreg; registry.h), checked from one
-// table. Each serves exactly the H where plan.h gives the kernel it was
+// table; and bwd_det_lean, which serves every H and form and runs a kernel
+// of its own only where bwd_det_lean.h says (checked here on the CPU), else
+// bwd_det_chunked's. Each serves exactly the H where plan.h gives the kernel it was
 // built for, and only its forms; it takes bwd_det_chunked's workspace; the
 // workspace query and the launch API refuse other H and forms, naming them.
 // CPU, always run. On the GPU (skipped without a CUDA device), suites named
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bwd_det_lean.h"
 #include "normgate/harness/runner.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
@@ -286,6 +289,98 @@ TEST(BwdDetHeads, EqualsDetChunkedBitForBit) {
                              {256, 41, Form::heads24, WDtype::bf16, 1},    // scalar path, BF16 w
                          },
                          31, true);
+}
+
+// --- bwd_det_lean -------------------------------------------------------------
+
+// Where bwd_det_lean runs its own kernel (the host-side choice; CPU): the
+// vector path, a one-slot team owning full groups (team * 8 == H), plain
+// rows, form res, or dense per-head views. Pointers are never dereferenced.
+TEST(BwdDetLean, OwnKernelExactlyWhereTheTeamOwnsFullGroupsOnTheVectorPath) {
+  auto plain = [](int64_t H, int64_t stride) {
+    BwdArgs a;
+    a.H = H;
+    a.T = 10;
+    a.x_stride = a.dy_stride = a.dx_stride = stride;
+    return a;
+  };
+  int64_t own = 0;
+  for (int64_t H = 1; H <= kMaxH; ++H) {
+    const RowGeometry g = bwd_row_geometry(H);
+    const bool want = g.slots == 1 && int64_t{g.team} * 8 == H;
+    ASSERT_EQ(detail::lean_kernel_applies(plain(H, H), true), want) << "H = " << H;
+    ASSERT_FALSE(detail::lean_kernel_applies(plain(H, H), false)) << "H = " << H << " off the vector path";
+    own += want;
+  }
+  EXPECT_EQ(own, 32);  // H = 256, 512, ..., 8192
+  for (const int64_t H : {int64_t{256}, int64_t{1536}, int64_t{4096}, int64_t{6144}, int64_t{8192}})
+    EXPECT_TRUE(detail::lean_kernel_applies(plain(H, H + 64), true)) << "padded rows, H = " << H;
+  for (const int64_t H : {int64_t{4095}, int64_t{4104}, int64_t{8448}, int64_t{12288}, int64_t{16384}})
+    EXPECT_FALSE(detail::lean_kernel_applies(plain(H, H), true)) << "H = " << H;
+  // Form res rides along (dh_new on the ring); per-head views only dense.
+  BwdArgs res = plain(2048, 2048);
+  res.form = Form::res;
+  uint16_t dummy = 0;
+  res.dh_new = &dummy;
+  res.dh_new_stride = 2048;
+  EXPECT_TRUE(detail::lean_kernel_applies(res, true));
+  auto heads = [&](int64_t n, int64_t stride, int64_t stride_h) {
+    BwdArgs a = plain(256, stride);
+    a.form = n == 4 ? Form::heads4 : Form::heads24;
+    a.heads = n;
+    a.x_stride_h = a.dy_stride_h = a.dx_stride_h = stride_h;
+    return a;
+  };
+  EXPECT_TRUE(detail::lean_kernel_applies(heads(4, 4 * 256, 256), true));     // contiguous [T, 4, 256]
+  EXPECT_TRUE(detail::lean_kernel_applies(heads(24, 24 * 256, 256), true));   // contiguous [T, 24, 256]
+  EXPECT_FALSE(detail::lean_kernel_applies(heads(24, 40 * 256, 256), true));  // the q part of a qkv row
+  EXPECT_FALSE(detail::lean_kernel_applies(heads(4, 4 * 256 + 8, 256), true));  // padded tokens
+  BwdArgs shared_dy = heads(4, 4 * 256, 256);
+  shared_dy.dy_stride_h = 0;  // one dy for every head
+  EXPECT_FALSE(detail::lean_kernel_applies(shared_dy, true));
+  BwdArgs one_dx_off = heads(4, 4 * 256, 256);
+  one_dx_off.dx_stride = 4 * 256 + 256;
+  EXPECT_FALSE(detail::lean_kernel_applies(one_dx_off, true));
+}
+
+TEST(BwdDetLean, TakesBwdDetChunkedsWorkspace) {
+  for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{77}, int64_t{65537}})
+    for (const int64_t H : {int64_t{1}, int64_t{256}, int64_t{4096}, int64_t{6144}, int64_t{16384}})
+      EXPECT_EQ(bwd_workspace_bytes(variant("bwd_det_lean"), rows, H),
+                bwd_workspace_bytes(variant("bwd_det_chunked"), rows, H))
+          << rows << " x " << H;
+}
+
+// Its own kernel (narrow and wide, plain, res and dense heads4, both weight
+// dtypes, one row to many chunks, odd row counts) and the fallback to
+// bwd_det_chunked's kernels (H not a multiple of 256, the scalar path,
+// heads24's strided views, two-slot H): bwd_det_chunked's bits everywhere.
+TEST(BwdDetLean, EqualsDetChunkedBitForBit) {
+  NG_REQUIRE_GPU();
+  expect_bits_of_chunked(variant("bwd_det_lean"),
+                         {
+                             {4096, 77, Form::plain, WDtype::bf16},      // own kernel, team 512
+                             {1536, 3000, Form::plain, WDtype::fp32},    // team 192, more chunks than 32 lanes
+                             {6144, 301, Form::plain, WDtype::fp32},     // the wide kernel, team 768
+                             {8192, 5, Form::plain, WDtype::bf16},       // team 1024
+                             {256, 1, Form::plain, WDtype::fp32},        // one row, one warp
+                             {1536, 700, Form::res, WDtype::bf16},       // dh_new ring
+                             {6144, 50, Form::res, WDtype::fp32},        // res in the wide kernel
+                             {2048, 1, Form::res, WDtype::bf16},         // res, one row
+                             {256, 3001, Form::heads4, WDtype::bf16},    // dense heads as rows of 256
+                             {256, 1, Form::heads4, WDtype::fp32},       // four rows
+                             {256, 77, Form::heads24, WDtype::fp32},     // strided heads: the fallback
+                             {4095, 300, Form::plain, WDtype::fp32},     // fallback: scalar path
+                             {4104, 40, Form::res, WDtype::bf16},        // fallback: partial last group
+                             {12288, 20, Form::plain, WDtype::bf16},     // fallback: two-slot cluster
+                             {4096, 33, Form::plain, WDtype::bf16, 1},   // fallback: misaligned
+                         },
+                         47, false);
+}
+
+TEST(BwdDetLean, ResLayoutsDoNotChangeTheBits) {
+  NG_REQUIRE_GPU();
+  expect_res_layouts_keep_the_bits(variant("bwd_det_lean"), 2048);
 }
 
 }  // namespace

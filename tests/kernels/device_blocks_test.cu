@@ -1,8 +1,9 @@
 // Device building blocks against their host definitions, bit for bit
 // (built only with CUDA; skips without a GPU).
 //
-// sum_group and sum_group_fast (kernels/src/device_blocks.cuh) form BF16(a +
-// b) for the res forms (h + u, dx + dh_new); the fast one takes an FP32 add
+// sum_group, sum_group_fast (kernels/src/device_blocks.cuh) and
+// lean_sum_group (sum_group_lean.cuh, bwd_det_lean's) form BF16(a + b) for
+// the res forms (h + u, dx + dh_new); the fast ones take an FP32 add
 // and the hardware's RNE conversion, and bf16_sum_rn's TwoSum path only for
 // groups holding a non-finite sum or an FP32 sum on a BF16 midpoint. Both
 // must equal core/bf16.h bf16_sum_rn on inputs built to reach every path: inexact midpoints (where
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "device_blocks.cuh"
+#include "sum_group_lean.cuh"
 #include "normgate/core/bf16.h"
 #include "normgate/kernels/models.h"
 #include "normgate/kernels/rstd.h"
@@ -28,7 +30,8 @@ namespace {
 
 #define NG_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
 
-__global__ void sum_groups_kernel(const float* a, const uint4* b, uint4* out, int n, bool fast) {
+// which: 0 sum_group, 1 sum_group_fast, 2 lean_sum_group (bwd_det_lean's).
+__global__ void sum_groups_kernel(const float* a, const uint4* b, uint4* out, int n, int which) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
   float av[8];
@@ -36,7 +39,7 @@ __global__ void sum_groups_kernel(const float* a, const uint4* b, uint4* out, in
   for (int e = 0; e < 8; ++e) av[e] = a[8 * i + e];
   Group8 bg;
   bg.u = b[i];
-  out[i] = fast ? sum_group_fast(av, bg).u : sum_group(av, bg).u;
+  out[i] = which == 2 ? lean_sum_group(av, bg).u : which == 1 ? sum_group_fast(av, bg).u : sum_group(av, bg).u;
 }
 
 bool has_gpu() {
@@ -65,9 +68,12 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   // 1. Inexact midpoints: b = +-(1 + m/128) (BF16), a = +-(2^-8 +- 2^-31): the
   //    exact sum is 2^-31 off a BF16 midpoint, RN_fp32 lands on the midpoint.
   //    Each such element sits in a group with 7 ordinary ones (the slow path
-  //    must not disturb its neighbours).
+  //    must not disturb its neighbours), at every position 0..7 in turn
+  //    (lean_sum_group tests two sums a word: low and high halves).
   std::mt19937 rng(12345);
   int midpoints = 0;
+  int at_position[8] = {};
+  int crafted = 0;
   for (int m = 0; m < 128; ++m)
     for (int sb : {1, -1})
       for (int sd : {1, -1})
@@ -75,9 +81,14 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
           const uint16_t y = bf16_from_float(static_cast<float>(sb) * (1.0f + static_cast<float>(m) / 128.0f));
           const float x = static_cast<float>(sa) * (std::ldexp(1.0f, -8) + static_cast<float>(sd) * std::ldexp(1.0f, -31));
           const float s = x + bf16_to_float(y);
-          if ((u_of(s) & 0xFFFFu) == 0x8000u && static_cast<double>(s) != static_cast<double>(x) + bf16_to_float(y)) ++midpoints;
+          const int pos = crafted++ % 8;
+          if ((u_of(s) & 0xFFFFu) == 0x8000u && static_cast<double>(s) != static_cast<double>(x) + bf16_to_float(y)) {
+            ++midpoints;
+            ++at_position[pos];
+          }
+          for (int k = 0; k < pos; ++k) add(std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -9), bf16_from_float(1.5f));
           add(x, y);
-          for (int k = 0; k < 7; ++k) add(std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -9), bf16_from_float(1.5f));
+          for (int k = pos + 1; k < 8; ++k) add(std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -9), bf16_from_float(1.5f));
         }
   // 2. Exact ties (sum exactly on a midpoint: RNE), zeros of both signs.
   for (int m = 0; m < 64; ++m) add(std::ldexp(1.0f, -8), bf16_from_float(1.0f + static_cast<float>(m) / 128.0f));
@@ -111,6 +122,7 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   for (int i = 0; i < (1 << 20); ++i) add(nd(rng) * 1e-3f, bf16_from_float(nd(rng)));
   while (a.size() % 8 != 0) add(1.0f, 0);
   ASSERT_GE(midpoints, 500) << "the crafted inputs must reach inexact midpoints";
+  for (int p = 0; p < 8; ++p) ASSERT_GE(at_position[p], 50) << "inexact midpoints at group position " << p;
   // The inputs separate one rounding from two (else the test could not fail on it).
   int64_t double_rounding_differs = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -134,10 +146,10 @@ TEST(SumGroup, EqualsBf16SumRnOnMidpointsSpecialsAndRandomWords) {
   NG_CUDA_OK(cudaMalloc(&dout, n * sizeof(uint4)));
   NG_CUDA_OK(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
   NG_CUDA_OK(cudaMemcpy(db, b.data(), b.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-  for (const bool fast : {false, true}) {
-    SCOPED_TRACE(fast ? "sum_group_fast" : "sum_group");
+  for (const int which : {0, 1, 2}) {
+    SCOPED_TRACE(which == 2 ? "lean_sum_group" : which == 1 ? "sum_group_fast" : "sum_group");
     NG_CUDA_OK(cudaMemset(dout, 0xFF, n * sizeof(uint4)));  // poison
-    sum_groups_kernel<<<(n + 255) / 256, 256>>>(da, db, dout, n, fast);
+    sum_groups_kernel<<<(n + 255) / 256, 256>>>(da, db, dout, n, which);
     NG_CUDA_OK(cudaGetLastError());
     std::vector<uint16_t> got(a.size());
     NG_CUDA_OK(cudaMemcpy(got.data(), dout, got.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));

@@ -49,7 +49,7 @@ TEST(Registry, HasTheVariantsInIdOrder) {
       {"ctl_rstd_bf16", 8},     {"ctl_eps_outside_sqrt", 9}, {"ctl_eps_dropped", 10}, {"ctl_eps_bf16", 11},
       {"ctl_sumsq_bf16", 12},   {"ctl_res_grad_early", 13},  {"ctl_padded_lanes", 14}, {"ctl_warp64_dw", 15},
       {"ctl_heads_shared_stats", 16}, {"ctl_heads_dw_mixed", 17}, {"fwd_narrow", 18}, {"fwd_wide", 19},
-      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}, {"bwd_det_wreg", 22}, {"fwd_staged", 23}};
+      {"bwd_det_wide", 20}, {"bwd_det_heads", 21}, {"bwd_det_wreg", 22}, {"fwd_staged", 23}, {"bwd_det_lean", 24}};
   ASSERT_EQ(vs.size(), want.size());
   for (size_t i = 0; i < vs.size(); ++i) {
     EXPECT_EQ(vs[i].name, want[i].first);
@@ -99,7 +99,8 @@ TEST(Registry, OpsModesAndControls) {
   EXPECT_EQ(variant("bwd_det_chunked").mode, Mode::det);
   EXPECT_EQ(variant("bwd_nondet_atomic").mode, Mode::nondet);
   // The two competing deterministic backwards are routable (not controls).
-  for (const char* n : {"bwd_det_onepass", "bwd_fp32_blocked", "bwd_det_wide", "bwd_det_heads", "bwd_det_wreg"}) {
+  for (const char* n :
+       {"bwd_det_onepass", "bwd_fp32_blocked", "bwd_det_wide", "bwd_det_heads", "bwd_det_wreg", "bwd_det_lean"}) {
     EXPECT_EQ(variant(n).op, Op::bwd) << n;
     EXPECT_EQ(variant(n).mode, Mode::det) << n;
     EXPECT_FALSE(variant(n).control) << n;
@@ -411,6 +412,28 @@ TEST(Registry, BwdDetHeadsAndWregHashThePassAndTheCombineTheyRun) {
     EXPECT_NE(variant(name).source_sha256, variant("bwd_det_wide").source_sha256) << name;
   }
   EXPECT_NE(variant("bwd_det_heads").source_sha256, variant("bwd_det_wreg").source_sha256);
+}
+
+// bwd_det_lean hashes its own kernel, the test of where it runs, and the
+// pass and combine of bwd_det_chunked, which it runs where its kernel does
+// not apply; it serves every form over the full range, both weights.
+TEST(Registry, BwdDetLeanHashesItsKernelAndTheChunkedFallback) {
+  const Variant& v = variant("bwd_det_lean");
+  const auto files = split(v.sources, ';');
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(files[0], "src/bwd_det_lean.cu");
+  for (const char* f : {"src/bwd_det_lean.h", "src/sum_group_lean.cuh", "src/bwd_det_chunked.cu",
+                        "src/bwd_det_chunked.h", "src/bwd_chunk_pass.cuh", "src/device_blocks.cuh",
+                        "include/normgate/kernels/plan.h", "../core/include/normgate/core/bf16.h"})
+    EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
+  for (const char* other : {"bwd_det_chunked", "bwd_det_wreg", "bwd_det_wide", "bwd_det_heads"})
+    EXPECT_NE(v.source_sha256, variant(other).source_sha256) << other;
+  EXPECT_EQ(v.op, Op::bwd);
+  EXPECT_EQ(v.mode, Mode::det);
+  EXPECT_FALSE(v.control);
+  EXPECT_EQ(v.h_min, kMinH);
+  EXPECT_EQ(v.h_max, kMaxH);
+  for (const Form f : {Form::plain, Form::res, Form::heads24, Form::heads4}) EXPECT_TRUE(v.supports(f));
 }
 
 }  // namespace

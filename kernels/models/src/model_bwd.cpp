@@ -197,6 +197,7 @@ BwdResult model_bwd(const Variant& v, RowView<uint16_t> x, RowView<uint16_t> dy,
     case VariantId::bwd_det_wide:     // the same kernels' arithmetic, another register bound
     case VariantId::bwd_det_heads:    // the same, FP32 w held in registers
     case VariantId::bwd_det_wreg:     // the same, FP32 w held in registers
+    case VariantId::bwd_det_lean:     // the same arithmetic in a kernel of fewer instructions
       out.dw = combine_fixed(partials, n, in.H, in.threads);
       break;
     case VariantId::bwd_fp32_blocked:  // dx above; dw from FP32 partials (msq unused)

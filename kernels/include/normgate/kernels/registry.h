@@ -51,6 +51,12 @@
 //                       bwd_det_chunked's chunk pass and combine (dx, dw
 //                       bitwise equal) in its narrow kernel's bound, FP32 w
 //                       held in registers (bwd_det_wreg.cu)
+//   bwd_det_lean        backward, deterministic: bwd_det_chunked's chunks,
+//                       partials and combine (dx, dw bitwise equal); where
+//                       each thread of plan.h's one-slot team owns a full
+//                       8-column group on the vector path (plain, res, dense
+//                       per-head views), a chunk kernel of fewer instructions
+//                       a row, else bwd_det_chunked's (bwd_det_lean.cu)
 //   bwd_fp32_blocked    backward, deterministic, accuracy for speed: FP32
 //                       products (fmaf by rstd), uncompensated FP32 chunk
 //                       partials, FP32 fixed-order combine; routable where
@@ -136,6 +142,7 @@ enum class VariantId : uint8_t {
   bwd_det_heads = 21,
   bwd_det_wreg = 22,
   fwd_staged = 23,
+  bwd_det_lean = 24,
   // 128..255: external variants, in registration order (never a built-in).
 };
 

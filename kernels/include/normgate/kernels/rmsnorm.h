@@ -152,8 +152,8 @@ enum class ControlUse : uint8_t { refuse = 0, allow = 1 };
 
 /// Device workspace a backward call needs, in bytes (0 when T == 0). Contents
 /// on entry do not matter: every variant initializes what it reads.
-///   bwd_det_chunked, bwd_det_wide, bwd_det_heads, bwd_det_wreg, ctl_bf16_partials, ctl_fp32_seq:
-///       num_chunks(T,H)*H*8
+///   bwd_det_chunked, bwd_det_wide, bwd_det_heads, bwd_det_wreg, bwd_det_lean, ctl_bf16_partials,
+///   ctl_fp32_seq: num_chunks(T,H)*H*8
 ///       (one FP64 partial per chunk and column, plan.h)
 ///   bwd_nondet_atomic: 8*H*8 (8 FP64 accumulators per column), or for
 ///       short chunks (fewer than 128 rows each: nondet_replicas.h) the det
@@ -198,10 +198,11 @@ void rmsnorm_fwd(const Variant& v, const FwdArgs& a, Stream stream = nullptr);
 /// first, then enqueues. T == 0 enqueues only dw = 0 (H values).
 /// dx: bitwise deterministic for every variant and equal to the CPU model.
 /// dw: bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads,
-/// bwd_det_wreg, bwd_fp32_blocked and the controls are bitwise deterministic
-/// (whatever the workspace held) and equal to their CPU model given the same
-/// rstd and msq (or none); bwd_det_onepass's, bwd_det_wide's, bwd_det_heads's
-/// and bwd_det_wreg's dx and dw equal bwd_det_chunked's
+/// bwd_det_wreg, bwd_det_lean, bwd_fp32_blocked and the controls are bitwise
+/// deterministic (whatever the workspace held) and equal to their CPU model
+/// given the same rstd and msq (or none); bwd_det_onepass's, bwd_det_wide's,
+/// bwd_det_heads's, bwd_det_wreg's and bwd_det_lean's dx and dw equal
+/// bwd_det_chunked's
 /// bit for bit; bwd_nondet_atomic varies in the
 /// last bits with the order of the atomics. Every call is capturable in a
 /// CUDA graph and replays correctly; bwd_det_onepass enqueues a 4-byte memset

@@ -11,8 +11,8 @@
 //                       fwd_wide and fwd_staged the order of their geometry,
 //                       wide.h and staged.h)
 //   every backward:     dx bitwise equal to the GPU (same reduction tree for c)
-//   bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads, bwd_det_wreg, ctl_fp32_seq, ctl_bf16_partials,
-//   ctl_warp64_dw:
+//   bwd_det_chunked, bwd_det_onepass, bwd_det_wide, bwd_det_heads, bwd_det_wreg, bwd_det_lean, ctl_fp32_seq,
+//   ctl_bf16_partials, ctl_warp64_dw:
 //                       dw bitwise equal to the GPU given the same rstd and
 //                       msq (or none); bwd_det_onepass's model IS
 //                       bwd_det_chunked's (same partials, same combine order,
