@@ -19,6 +19,7 @@
 
 #include "bwd_det_lean.h"
 #include "normgate/harness/runner.h"
+#include "normgate/kernels/chunk_plan.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/kernels/rmsnorm.h"
 #include "util/gpu_test_util.h"
@@ -343,6 +344,13 @@ TEST(BwdDetLean, OwnKernelExactlyWhereTheTeamOwnsFullGroupsOnTheVectorPath) {
   EXPECT_FALSE(detail::lean_kernel_applies(one_dx_off, true));
 }
 
+// The GPU test's long shapes (below) give chunks of more than 64 rows, so
+// the refined-rstd batches fill both shared slots and reuse the first.
+TEST(BwdDetLean, LongGpuShapesReachTheThirdRstdBatch) {
+  for (const auto& [rows, H] : {std::pair<int64_t, int64_t>{36000 * 4, 256}, {36000, 2048}, {140000, 256}})
+    EXPECT_GT(rows / num_chunks(rows, H), 64) << rows << " x " << H << ": " << num_chunks(rows, H) << " chunks";
+}
+
 TEST(BwdDetLean, TakesBwdDetChunkedsWorkspace) {
   for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{77}, int64_t{65537}})
     for (const int64_t H : {int64_t{1}, int64_t{256}, int64_t{4096}, int64_t{6144}, int64_t{16384}})
@@ -352,14 +360,16 @@ TEST(BwdDetLean, TakesBwdDetChunkedsWorkspace) {
 }
 
 // Its own kernel (narrow and wide, plain, res and dense heads4, both weight
-// dtypes, one row to many chunks, odd row counts) and the fallback to
+// dtypes, one row to many chunks, odd row counts, and chunks of more than 64
+// rows, where the refined-rstd batches of 32 rows fill both shared slots and
+// reuse the first), on the vector path (asserted); and the fallback to
 // bwd_det_chunked's kernels (H not a multiple of 256, the scalar path,
 // heads24's strided views, two-slot H): bwd_det_chunked's bits everywhere.
 TEST(BwdDetLean, EqualsDetChunkedBitForBit) {
   NG_REQUIRE_GPU();
   expect_bits_of_chunked(variant("bwd_det_lean"),
                          {
-                             {4096, 77, Form::plain, WDtype::bf16},      // own kernel, team 512
+                             {4096, 77, Form::plain, WDtype::bf16},      // team 512
                              {1536, 3000, Form::plain, WDtype::fp32},    // team 192, more chunks than 32 lanes
                              {6144, 301, Form::plain, WDtype::fp32},     // the wide kernel, team 768
                              {8192, 5, Form::plain, WDtype::bf16},       // team 1024
@@ -369,13 +379,20 @@ TEST(BwdDetLean, EqualsDetChunkedBitForBit) {
                              {2048, 1, Form::res, WDtype::bf16},         // res, one row
                              {256, 3001, Form::heads4, WDtype::bf16},    // dense heads as rows of 256
                              {256, 1, Form::heads4, WDtype::fp32},       // four rows
-                             {256, 77, Form::heads24, WDtype::fp32},     // strided heads: the fallback
-                             {4095, 300, Form::plain, WDtype::fp32},     // fallback: scalar path
-                             {4104, 40, Form::res, WDtype::bf16},        // fallback: partial last group
-                             {12288, 20, Form::plain, WDtype::bf16},     // fallback: two-slot cluster
-                             {4096, 33, Form::plain, WDtype::bf16, 1},   // fallback: misaligned
+                             {256, 36000, Form::heads4, WDtype::fp32},   // 68 rows a chunk: rstd batches 0, 1, 2
+                             {2048, 36000, Form::res, WDtype::bf16},     // 68 rows a chunk, res
+                             {256, 140000, Form::plain, WDtype::bf16},   // 66 rows a chunk
                          },
-                         47, false);
+                         47, true);
+  expect_bits_of_chunked(variant("bwd_det_lean"),
+                         {
+                             {256, 77, Form::heads24, WDtype::fp32},     // strided heads
+                             {4095, 300, Form::plain, WDtype::fp32},     // the scalar path
+                             {4104, 40, Form::res, WDtype::bf16},        // a partial last group
+                             {12288, 20, Form::plain, WDtype::bf16},     // the two-slot cluster
+                             {4096, 33, Form::plain, WDtype::bf16, 1},   // misaligned
+                         },
+                         61, false);
 }
 
 TEST(BwdDetLean, ResLayoutsDoNotChangeTheBits) {
