@@ -99,6 +99,17 @@ std::string resolve(const std::string& f) {
   return ec ? fs::absolute(f).lexically_normal().string() : c.string();
 }
 
+// The rejections file beside an approvals file (rejections.h):
+// dir/stem.rejections.json for dir/stem.approvals.json.
+kernels::Rejections rejections_beside(const std::string& approvals_path) {
+  constexpr std::string_view kSuffix = ".approvals.json";
+  const std::string& path = approvals_path;
+  const bool stem =
+      path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  return kernels::load_rejections(stem ? path.substr(0, path.size() - kSuffix.size()) + ".rejections.json"
+                                       : kernels::rejections_path_for(path));
+}
+
 // normgate approvals FILES --merge-into TARGET (see the option's help).
 int merge_approvals(const std::vector<std::string>& sources, const std::string& target, bool seal) {
   namespace fs = std::filesystem;
@@ -160,6 +171,22 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   into.path = real;
   report(into, "target");
   if (bad) return refuse();
+  // The failures remembered beside TARGET (gate --approve and derive write
+  // them, rejections.h): a record one of them refutes is never merged, so
+  // an older copy of the file cannot bring back a revoked approval.
+  const kernels::Rejections rejected = rejections_beside(target);
+  auto refuted_by = [&](const kernels::Approval& x) -> const kernels::Rejection* {
+    for (const auto& q : rejected.records)
+      if (q.refutes(x)) return &q;
+    return nullptr;
+  };
+  for (const auto& x : into.records)
+    if (const kernels::Rejection* q = x.invalid.empty() ? refuted_by(x) : nullptr)
+      std::printf("  WARNING  the target's %s -> %s (%s) is refuted by the failure of %s remembered in %s (case %s, "
+                  "%s err/tol %g, %s): it should not be there; gate the window again\n",
+                  x.window().c_str(), x.variant.c_str(), x.backend.c_str(), q->window().c_str(),
+                  printable_line(rejected.path).c_str(), q->worst_case.c_str(), q->worst_output.c_str(),
+                  q->worst_err_tol, q->date.c_str());
   // The current source hash of a variant ("" when this build has no such
   // variant): a record of another hash is stale (routing.h, approval_status).
   auto current_hash = [](const kernels::Approval& x) {
@@ -182,6 +209,15 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     for (const auto& x : a.records) {
       if (digests.count(x.record_sha256)) {
         ++present;
+        continue;
+      }
+      if (const kernels::Rejection* q = refuted_by(x)) {
+        std::printf("  REFUSED  %s, %s: the gate failed this variant's source there (%s remembered in %s: case %s, "
+                    "%s err/tol %g, %s); remove the record from %s or gate the window again\n",
+                    slot_key(x).c_str(), printable_line(a.path).c_str(), q->window().c_str(),
+                    printable_line(rejected.path).c_str(), q->worst_case.c_str(), q->worst_output.c_str(),
+                    q->worst_err_tol, q->date.c_str(), printable_line(a.path).c_str());
+        ++refused;
         continue;
       }
       const auto gaps = policy->minimum.record_shortfalls(x);
@@ -750,11 +786,7 @@ int vouch_approvals(const std::string& path, const std::string& v_path, const st
   kernels::Approvals a = kernels::load_approvals(path);
   // W's remembered rejections beside the table (rejections.h): a current
   // one inside a window refuses the vouch there (a case over budget).
-  constexpr std::string_view kSuffix = ".approvals.json";
-  const bool stem =
-      path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-  const kernels::Rejections rej = kernels::load_rejections(
-      stem ? path.substr(0, path.size() - kSuffix.size()) + ".rejections.json" : kernels::rejections_path_for(path));
+  const kernels::Rejections rej = rejections_beside(path);
   std::vector<std::string> refused, notes, done;
   std::vector<kernels::Approval> add;
   size_t compared = 0;
@@ -1409,7 +1441,10 @@ void add_approvals(CLI::App& app, Commands& cmds) {
                   "table policy (TABLE stem + .policy.toml, as gate --approve), else the merge is refused; one of the "
                   "same window, variant and backend as a record there replaces it when it is newer (its date), "
                   "never a record of the variant's current source hash by one of another (stale); two different "
-                  "records of one slot with one date are refused; the rest are appended. Refused (exit 1, nothing "
+                  "records of one slot with one date are refused; a record refuted by a failure remembered in TARGET's "
+                  "rejections file (TABLE stem + .rejections.json: the same variant, source and backend failed a "
+                  "case over budget in an overlapping window; gate --approve remembers its failures there) is "
+                  "refused; the rest are appended. Refused (exit 1, nothing "
                   "written) while any record of any file or of TARGET is INVALID or unsealed. Never removes a "
                   "record: a revocation in a FILE (a window that failed there) is not carried over. Waits for and "
                   "holds TARGET.lock (of the file a link points to) from its read to the rename, as gate --approve; "

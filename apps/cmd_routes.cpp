@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -217,8 +218,30 @@ void add_routes(CLI::App& app, Commands& cmds) {
       const std::string approvals_path = o->approvals.empty() ? kernels::approvals_path_for(o->table) : o->approvals;
       // A missing file next to the table approves nothing (load_approvals).
       const bool approvals_exist = std::filesystem::exists(approvals_path, ec);
-      const kernels::Dispatcher d(kernels::load_route_table(o->table), kernels::load_approvals(approvals_path),
-                                  o->policy);
+      // Records a failure remembered beside the table refutes (a failed gate
+      // --approve or derive, rejections.h; routes.md D28) count for nothing:
+      // said, and left out (a hand copy of an older approvals file cannot
+      // make a refuted approval current again).
+      kernels::Approvals approvals = kernels::load_approvals(approvals_path);
+      {
+        const kernels::Rejections rej = kernels::load_rejections(kernels::rejections_path_for(o->table));
+        std::vector<kernels::Approval> kept;
+        for (auto& x : approvals.records) {
+          const auto q = std::find_if(rej.records.begin(), rej.records.end(),
+                                      [&](const kernels::Rejection& r) { return x.invalid.empty() && r.refutes(x); });
+          if (q == rej.records.end()) {
+            kept.push_back(std::move(x));
+            continue;
+          }
+          std::printf("REFUTED   %s approval of %s -> %s, not counted: the gate failed this variant's source there (%s "
+                      "remembered in %s: case %s, %s err/tol %g, %s)\n",
+                      x.backend.c_str(), printable_line(x.window()).c_str(), x.variant.c_str(),
+                      printable_line(q->window()).c_str(), printable_line(rej.path).c_str(), q->worst_case.c_str(),
+                      q->worst_output.c_str(), q->worst_err_tol, q->date.c_str());
+        }
+        approvals.records = std::move(kept);
+      }
+      const kernels::Dispatcher d(kernels::load_route_table(o->table), std::move(approvals), o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
         // `normgate approvals` counts records INVALID only for want of a

@@ -20,6 +20,7 @@
 #include "normgate/core/printable.h"
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/seeds/seed_set.h"
 
 namespace normgate::validators {
@@ -285,6 +286,37 @@ std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, con
   return out;
 }
 
+std::vector<kernels::Rejection> rejections_of(const GateResult& r) {
+  std::vector<kernels::Rejection> out;
+  for (const auto& w : r.windows) {
+    // Only a case over budget proves a rejection (rejections.h): not an
+    // error, a nondeterministic run, an uncertified case or an incomplete
+    // window; a control is meant to fail.
+    if (w.pass || w.control || w.incomplete || !(w.worst > 1.0) || w.worst_case.empty()) continue;
+    kernels::Rejection x;
+    x.op = w.route.op;
+    x.mode = w.route.mode;
+    x.H = w.route.H;
+    x.w = w.route.w;
+    x.form = w.route.form;
+    x.t_lo = x.gated_lo = w.route.t_lo;  // the whole window: its approvals are revoked whole
+    x.t_hi = x.gated_hi = w.route.t_hi;
+    x.variant = std::string(w.route.variant->name);
+    x.source_sha256 = std::string(w.route.variant->source_sha256);
+    x.backend = r.backend;
+    x.gpu = r.backend == kernels::kGpuBackend ? (r.device.name.empty() ? std::string("gpu") : r.device.name)
+                                              : std::string(kernels::kCpuModelBackend);
+    x.worst_case = w.worst_case;
+    x.worst_err_tol = w.worst;
+    x.worst_output = w.worst_output.substr(0, w.worst_output.find(','));
+    x.date = r.date;
+    x.normgate_commit = r.normgate_commit;
+    x.normgate_version = r.normgate_version;
+    if (kernels::validate_rejection(x).empty()) out.push_back(std::move(x));
+  }
+  return out;
+}
+
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt) {
   const auto table = kernels::load_route_table(opt.table_path, {opt.allow_controls});
   if (table.sha256 != r.table_sha256)
@@ -298,6 +330,8 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
                                 opt.table_path + " (" + policy.path + "):" + bullet_list(missing) +
                                 "\nno approval written");
   const auto refused = approval_refusals(policy, r);
+  std::vector<std::string> changes;
+  {
   // flock(2) on PATH.lock from the re-read to after the rename: gates of the
   // same table approve one at a time. (Not the table's .approvals.lock, which
   // tools/campaign.sh holds with flock(1) around the whole gate.)
@@ -321,10 +355,31 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
     }
   }
   const std::string before = kernels::approvals_to_json_text(a);
-  auto changes = update_approvals(a, r, routes, refused, !keep_all);
+  changes = update_approvals(a, r, routes, refused, !keep_all);
   // Written only when something changed: a gate that approves nothing
   // leaves the file as it was, and creates none where there was none.
   if (kernels::approvals_to_json_text(a) != before) kernels::save_approvals(a);
+  }
+  // A window that failed over budget is remembered in the table's rejections
+  // file (rejections.h; record_rejections takes the same lock, so after it
+  // is released), as derive --gate winners remembers its failures: the
+  // proof outlives the revoked record, so that `approvals --merge-into`
+  // cannot bring back, from an older copy of the file, an approval this
+  // gate refuted, and derive does not route the variant there again.
+  const std::vector<kernels::Rejection> failed = rejections_of(r);
+  if (!failed.empty()) {
+    const std::string path = kernels::rejections_path_for(opt.table_path);
+    try {
+      const size_t n = kernels::record_rejections(path, a.path, failed);
+      for (const auto& x : failed)
+        if (n > 0)
+          changes.push_back("remembered the failure of " + x.window() + " -> " + x.variant + " in " + path + " (case " +
+                            x.worst_case + ")");
+    } catch (const std::exception& e) {
+      changes.push_back("NOT remembered in " + path + " (" + e.what() +
+                        "): an older copy of the approvals file could bring back what this gate revoked");
+    }
+  }
   return changes;
 }
 

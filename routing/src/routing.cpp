@@ -1647,6 +1647,15 @@ bool Rejection::same_claim(const Rejection& o) const {
   return window() == o.window() && variant == o.variant && source_sha256 == o.source_sha256 && backend == o.backend;
 }
 
+bool Rejection::refutes(const Approval& x) const {
+  if (variant != x.variant || source_sha256 != x.source_sha256 || backend != x.backend) return false;
+  if (op != x.op || H != x.H || w != x.w || form != x.form) return false;
+  const Variant* v = find_variant(x.variant);
+  const bool det_bwd = x.op == Op::bwd && v != nullptr && v->mode == Mode::det;
+  if (mode != x.mode && !det_bwd) return false;
+  return t_lo <= x.t_hi && x.t_lo <= t_hi;
+}
+
 std::string rejections_path_for(const std::string& table_path) {
   return table_sibling_path(table_path, ".rejections.json");
 }

@@ -508,6 +508,77 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   std::filesystem::remove_all(d);
 }
 
+// A failed gate --approve remembers its failure in the table's rejections
+// file; `approvals --merge-into` refuses to bring back, from an older copy of
+// the approvals file, the record that gate revoked, and `routes` does not
+// count it when the old file is copied over by hand (without the rejections
+// file both take it: the refusals are the rejection's).
+TEST(ApprovalsCliRejections, MergeIntoDoesNotBringBackARevokedRecord) {
+  const std::string d = std::string(NORMGATE_BINARY_DIR) + "/approvals_cli_revoked_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  spit(d + "/t.policy.toml",
+       "description = \"one seed\"\n[minimum]\nname = \"one\"\nseeds = \"normal:0..0\"\nt_per_window = 2\n"
+       "dense_points = 0\ndense_step = 64\nfresh_factor = 0\nbackends = [\"gpu\", \"cpu-model\"]\n");
+  spit(d + "/t.toml",
+       "arch = \"sm90a\"\ndescription = \"revoked\"\nroute = [\n"
+       "  { op = \"fwd\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 700], variant = \"fwd_rowwise\" },\n"
+       "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], "
+       "variant = \"bwd_fp32_blocked\" },\n]\n");
+  const std::string base = " --windows op=bwd --approve --backend cpu --threads 1 --t-per-window 2 --dense-points 0 "
+                           "--fresh-factor 0 --quiet";
+  // One normal seed passes (FP32 partials inside the budget): approved.
+  CliRun g = cli("gate " + d + "/t.toml --seeds normal:0..0" + base);
+  ASSERT_EQ(g.code, 0) << g.out;
+  std::filesystem::copy_file(d + "/t.approvals.json", d + "/old.approvals.json");
+  EXPECT_FALSE(std::filesystem::exists(d + "/t.rejections.json"));
+  // Cancel seeds fail it (FP32 partials leave the budget from T = 2): revoked and remembered.
+  g = cli("gate " + d + "/t.toml --seeds 3x1" + base);
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64")) << g.out;
+  EXPECT_TRUE(contains(g.out, "remembered the failure of bwd det H=64 w=fp32 form=plain T=1..64 -> bwd_fp32_blocked"))
+      << g.out;
+  const json rej = json::parse(slurp(d + "/t.rejections.json"));
+  ASSERT_EQ(rej["rejections"].size(), 1u) << rej.dump(1);
+  EXPECT_EQ(rej["rejections"][0]["variant"], "bwd_fp32_blocked");
+  EXPECT_GT(rej["rejections"][0]["worst_err_tol"].get<double>(), 1.0);
+  EXPECT_EQ(rej["rejections"][0]["window"]["T"], json({1, 64}));
+  CliRun chk = cli("approvals " + d + "/t.rejections.json");
+  EXPECT_EQ(chk.code, 0) << chk.out;  // a valid, sealed rejections file
+  const std::string after_fail = slurp(d + "/t.approvals.json");
+  ASSERT_EQ(json::parse(after_fail)["approvals"].size(), 0u) << after_fail;
+  // The older copy's record is refused: nothing written, the pick still refused.
+  CliRun m = cli("approvals " + d + "/old.approvals.json --merge-into " + d + "/t.approvals.json");
+  EXPECT_EQ(m.code, 1) << m.out;
+  EXPECT_TRUE(contains(m.out, "REFUSED")) << m.out;
+  EXPECT_TRUE(contains(m.out, "the gate failed this variant's source there")) << m.out;
+  EXPECT_TRUE(contains(m.out, "nothing written")) << m.out;
+  EXPECT_EQ(slurp(d + "/t.approvals.json"), after_fail);
+  const std::string pick = "routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=det,H=64,w=fp32,form=plain,T=5";
+  CliRun rt = cli(pick);
+  EXPECT_EQ(rt.code, 1) << rt.out;
+  // The older file copied over the current one by hand: `routes` does not
+  // count the refuted record, and says why.
+  std::filesystem::copy_file(d + "/old.approvals.json", d + "/t.approvals.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  rt = cli(pick);
+  EXPECT_EQ(rt.code, 1) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "REFUTED   cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64 -> "
+                               "bwd_fp32_blocked, not counted"))
+      << rt.out;
+  // Without the remembered failure the same file approves (the refusals
+  // above are the rejection's), and the same merge adds the record.
+  std::filesystem::remove(d + "/t.rejections.json");
+  rt = cli(pick);
+  EXPECT_EQ(rt.code, 0) << rt.out;
+  EXPECT_FALSE(contains(rt.out, "REFUTED")) << rt.out;
+  spit(d + "/t.approvals.json", after_fail);
+  m = cli("approvals " + d + "/old.approvals.json --merge-into " + d + "/t.approvals.json");
+  EXPECT_EQ(m.code, 0) << m.out;
+  EXPECT_TRUE(contains(m.out, "added")) << m.out;
+  std::filesystem::remove_all(d);
+}
+
 // --base against a table without approvals: a window with the base's bounds
 // and variant is still gated (nothing proves its sources unchanged), and the
 // gate says so on stdout, window by window, with the reason.

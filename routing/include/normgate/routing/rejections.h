@@ -70,6 +70,8 @@
 
 namespace normgate::kernels {
 
+struct Approval;  // normgate/routing/routing.h
+
 /// One rejection record (JSON names in the file comment).
 struct Rejection {
   Op op = Op::bwd;
@@ -104,6 +106,12 @@ struct Rejection {
   std::string window() const;
   /// Same window, variant, source hash and backend (what makes a duplicate).
   bool same_claim(const Rejection& o) const;
+  /// Whether this failure refutes approval record x: the same variant,
+  /// source hash and backend, the same op, H, w and form, the same mode (or
+  /// either, for a deterministic backward variant, whose bits do not depend
+  /// on it), and T ranges that meet. `approvals --merge-into` refuses such a
+  /// record and `normgate routes` does not count it (routes.md D28).
+  bool refutes(const Approval& x) const;
 };
 
 /// The rejections file of one table.
