@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <tuple>
 #include <memory>
 #include <stdexcept>
@@ -255,6 +256,17 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                         "' where a shard journal belongs: give the journals right after it; " +
                                         merge_spelling);
           throw std::invalid_argument("--merge " + m + ": no readable shard journal there");
+        }
+        {
+          // CR LF line ends (an editor's or git's rewrite) would read as "not
+          // a journal" below; name them instead.
+          std::ifstream in(m, std::ios::binary);
+          std::string first;
+          std::getline(in, first);
+          if (!in.eof() && !first.empty() && first.back() == '\r')
+            throw std::invalid_argument("--merge " + m +
+                                        ": its first line ends in CR LF (the file was rewritten after normgate wrote "
+                                        "it, e.g. by an editor or git's autocrlf; a journal's lines end in LF alone)");
         }
         try {
           (void)validators::journal_campaign(m);

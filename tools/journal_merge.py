@@ -29,7 +29,7 @@ its digest member but fails it is a change, an error naming FILE:LINE
 (exit 2), as in the gate. Blank lines ending a journal (an editor's
 newline) are ignored, as the gate ignores them; a blank line with records
 after it is an error naming FILE:LINE (exit 2), as in the gate. Writes
-OUT.tmp, then renames. Exit 0 on success, 2 on bad input.
+a temporary file of its own beside OUT, then renames it over OUT. Exit 0 on success, 2 on bad input.
 
 Two runs resumed from one journal (e.g. on two machines, both started
 from the committed journal) journal the same cases again; their lines differ
@@ -52,9 +52,11 @@ loss: exit 2 naming both lines). A line whose "prev" is not written as the
 gate writes it (escaped, or twice) is exit 2 too: OUT's chain could not
 be rewritten. -h, --help: this text, exit 0."""
 import gzip
+import io
 import json
 import os
 import sys
+import tempfile
 import zlib
 
 import journal_seal
@@ -343,19 +345,29 @@ def main(argv):
             seen.add(key)
             body_lines.add(unplaced(line))
             body.append(line)
-    tmp = out + ".tmp"
-    opener = gzip.open if out.endswith(".gz") else open
+    tmp = None
     try:
-        with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
+        # A temporary of its own beside OUT (never a fixed name, which a link
+        # or a folder could occupy), renamed over OUT once complete.
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".journal_merge.")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)  # as open() would make it; mkstemp makes 0600
+        raw = os.fdopen(fd, "wb")
+        f = gzip.open(raw, "wt", encoding="utf-8", newline="\n") if out.endswith(".gz") else \
+            io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+        with f:
             f.write(header_line + "\n")  # the first input's header, verbatim
             before = journal_seal.seal_of(header_line)
             for line in body:
                 line = journal_seal.seal(journal_seal.CHAIN.sub(f'"prev":"{before}"', unchained(line), count=1))
                 f.write(line + "\n")
                 before = journal_seal.seal_of(line)
+        if out.endswith(".gz"):
+            raw.close()  # gzip.open on a file object leaves it open
         os.replace(tmp, out)
     except OSError as e:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
         print(f"journal_merge: cannot write {out!r}: {e}", file=sys.stderr)
         return 2

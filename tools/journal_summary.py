@@ -42,6 +42,23 @@ def signed(line):
     return journal_seal.body(line) is not None
 
 
+def glued_whole_line(line):
+    """Why a last line without its newline is not a torn write, or None: it
+    starts with a whole line (ending in its seal member) followed by more
+    bytes; the message the gate gives for it."""
+    p = line.find('"}')
+    while p != -1 and p + 2 < len(line):
+        whole, rest = line[:p + 2], len(line[p + 2:].encode("utf-8", "surrogateescape"))
+        if signed(whole):
+            return (f"a complete line is followed by {rest} stray bytes where its newline belongs (the file was "
+                    f"changed after normgate wrote it)")
+        if journal_seal.sealed_shape(whole) and "\0" not in whole:
+            return (f"a whole line whose digest does not match its content, followed by {rest} bytes where its "
+                    f"newline belongs (the file was changed after normgate wrote it)")
+        p = line.find('"}', p + 1)
+    return None
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="journal_summary.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,6 +140,14 @@ def main(argv):
             if fmt in (2, 3) and not signed(line):
                 raise ValueError("digest")
         except (ValueError, RecursionError):
+            # A torn write is a prefix of one line: a last line holding a
+            # whole line and more (its newline turned into another byte, bytes
+            # glued on) is damage, as the gate says (gate/src/journal.cpp).
+            glued = glued_whole_line(line) if fmt in (2, 3) and n == torn_at else None
+            if glued:
+                if left_out(n, glued):
+                    break
+                continue
             if fmt in (2, 3) and n == torn_at and not journal_seal.sealed_shape(line):
                 print(f"journal_summary: {path}:{n}: a torn last line (a run cut mid-write) left out", file=sys.stderr)
                 continue

@@ -20,6 +20,7 @@ namespace {
 
 using normgate::test::contains;
 using normgate::test::slurp;
+using normgate::test::spit;
 using normgate::test::without_dates;
 const std::string kSmall = std::string(NORMGATE_SOURCE_DIR) + "/tests/data/routes/small.toml";
 const std::string kFast = " --backend cpu --threads 1 --seeds 3x1 --t-per-window 4 --dense-points 2 --windows H=64";
@@ -217,6 +218,18 @@ TEST(ShardCli, TableAfterTheMergeJournals) {
   EXPECT_TRUE(contains(r.out, "--merge takes every argument up to the next option")) << r.out;
   EXPECT_FALSE(contains(r.out, "gate     ")) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl"));
+  // A shard journal rewritten with CR LF line ends: named as such (not as
+  // "not a shard journal" with advice about the order of arguments).
+  {
+    std::string crlf;
+    for (char c : slurp(s2)) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    spit(dir + "/s2crlf.jsonl", crlf);
+    r = cli("gate " + kSmall + kFast + " --merge " + s1 + " " + dir + "/s2crlf.jsonl --journal " + dir + "/m.jsonl");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "s2crlf.jsonl: its first line ends in CR LF")) << r.out;
+    EXPECT_FALSE(contains(r.out, "--merge takes every argument")) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/m.jsonl"));
+  }
   // An option where the journals belong: named as an option, not as a file.
   r = cli("gate " + kSmall + kFast + " --merge --quiet --journal " + dir + "/m.jsonl");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -284,4 +284,16 @@ python3 "$merge" "$d/v2-out.jsonl" "$d/v2.jsonl" >"$d/v2.log" 2>&1
 "$bin" gate "$table" "${opts[@]}" --windows "$B" --journal "$d/v2.jsonl" >"$d/v2-gate.log" 2>&1
 [ $? -eq 2 ] && grep -q "is format 2; this normgate reads format 3" "$d/v2-gate.log" ||
   fail "format 2 resumed by the gate: $(tail -2 "$d/v2-gate.log")"
+# 12. the output's temporary is a file of its own: a link or a folder at
+# OUT.tmp is left alone (the old fixed name wrote through the link), and no
+# temporary is left beside OUT.
+echo precious >"$d/victim.txt"
+ln -s "$d/victim.txt" "$d/t12.jsonl.tmp"
+python3 "$merge" "$d/t12.jsonl" "$d/b.jsonl" >"$d/t12.log" 2>&1 || fail "merge beside a link: $(cat "$d/t12.log")"
+[ "$(cat "$d/victim.txt")" = precious ] || fail "the merge wrote through OUT.tmp's link"
+[ -f "$d/t12.jsonl" ] && [ ! -L "$d/t12.jsonl" ] || fail "OUT is not a regular file after the merge"
+mkdir "$d/t13.jsonl.tmp"
+python3 "$merge" "$d/t13.jsonl" "$d/b.jsonl" >"$d/t13.log" 2>&1 || fail "merge beside a folder OUT.tmp: $(cat "$d/t13.log")"
+cmp -s "$d/t12.jsonl" "$d/t13.jsonl" || fail "the two merges of one journal differ"
+ls -a "$d" | grep -q '^\.journal_merge\.' && fail "a temporary was left behind: $(ls -a "$d")"
 echo "PASS: merged $na + $nb case lines; the gate resumed all, ran none, same report; bad inputs refused; errors retried; keyed journals; chain"

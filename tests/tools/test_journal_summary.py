@@ -128,6 +128,17 @@ def test_format3_chain():
         open(p, "wb").write(("\n".join(lines) + "\n").encode() + b'{"case":"caf\xc3')
         r = run(p)
         assert r.returncode == 0 and "a torn last line" in r.stderr and "| v | 3 |" in r.stdout, r
+        # A whole last line with bytes glued on where its newline belongs (or
+        # NULs) is not a torn write: exit 1, as the gate refuses it; the same
+        # with a changed digest is named as such.
+        for glue in ("xyz", "\0\0"):
+            open(p, "w").write("\n".join(lines) + glue)
+            r = run(p)
+            assert r.returncode == 1 and "j3.jsonl:4: a complete line is followed by" in r.stderr, (glue, r)
+            assert "a torn last line" not in r.stderr, r.stderr
+        open(p, "w").write("\n".join(lines[:3] + [lines[3].replace("0.25,7", "0.5,7", 1)]) + "xyz")
+        r = run(p)
+        assert r.returncode == 1 and "j3.jsonl:4: a whole line whose digest does not match" in r.stderr, r
         # The same bytes with their newline are a whole line that fails: exit 1.
         open(p, "w").write("\n".join(lines) + "\n" + lines[3][:40] + "\n")
         r = run(p)
