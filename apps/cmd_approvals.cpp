@@ -174,19 +174,30 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
   // The failures remembered beside TARGET (gate --approve and derive write
   // them, rejections.h): a record one of them refutes is never merged, so
   // an older copy of the file cannot bring back a revoked approval.
-  const kernels::Rejections rejected = rejections_beside(target);
-  auto refuted_by = [&](const kernels::Approval& x) -> const kernels::Rejection* {
-    for (const auto& q : rejected.records)
-      if (q.refutes(x)) return &q;
-    return nullptr;
+  // Beside TARGET as named and beside the file it resolves to (a link named
+  // otherwise, or in another folder, must not escape them).
+  std::vector<kernels::Rejections> rejected = {rejections_beside(target)};
+  if (real != target) {
+    kernels::Rejections more = rejections_beside(real);
+    if (more.path != rejected[0].path) rejected.push_back(std::move(more));
+  }
+  struct Refuted {
+    const kernels::Rejection* q = nullptr;
+    std::string file;  // the rejections file holding q
+  };
+  auto refuted_by = [&](const kernels::Approval& x) {
+    for (const auto& f : rejected)
+      for (const auto& q : f.records)
+        if (q.refutes(x)) return Refuted{&q, f.path};
+    return Refuted{};
   };
   for (const auto& x : into.records)
-    if (const kernels::Rejection* q = x.invalid.empty() ? refuted_by(x) : nullptr)
+    if (const Refuted f = x.invalid.empty() ? refuted_by(x) : Refuted{}; f.q)
       std::printf("  WARNING  the target's %s -> %s (%s) is refuted by the failure of %s remembered in %s (case %s, "
                   "%s err/tol %g, %s): it should not be there; gate the window again\n",
-                  x.window().c_str(), x.variant.c_str(), x.backend.c_str(), q->window().c_str(),
-                  printable_line(rejected.path).c_str(), q->worst_case.c_str(), q->worst_output.c_str(),
-                  q->worst_err_tol, q->date.c_str());
+                  x.window().c_str(), x.variant.c_str(), x.backend.c_str(), f.q->window().c_str(),
+                  printable_line(f.file).c_str(), f.q->worst_case.c_str(), f.q->worst_output.c_str(),
+                  f.q->worst_err_tol, f.q->date.c_str());
   // The current source hash of a variant ("" when this build has no such
   // variant): a record of another hash is stale (routing.h, approval_status).
   auto current_hash = [](const kernels::Approval& x) {
@@ -211,12 +222,12 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
         ++present;
         continue;
       }
-      if (const kernels::Rejection* q = refuted_by(x)) {
+      if (const Refuted f = refuted_by(x); f.q) {
         std::printf("  REFUSED  %s, %s: the gate failed this variant's source there (%s remembered in %s: case %s, "
-                    "%s err/tol %g, %s); remove the record from %s or gate the window again\n",
-                    slot_key(x).c_str(), printable_line(a.path).c_str(), q->window().c_str(),
-                    printable_line(rejected.path).c_str(), q->worst_case.c_str(), q->worst_output.c_str(),
-                    q->worst_err_tol, q->date.c_str(), printable_line(a.path).c_str());
+                    "%s err/tol %g, %s); remove the record from %s\n",
+                    slot_key(x).c_str(), printable_line(a.path).c_str(), f.q->window().c_str(),
+                    printable_line(f.file).c_str(), f.q->worst_case.c_str(), f.q->worst_output.c_str(),
+                    f.q->worst_err_tol, f.q->date.c_str(), printable_line(a.path).c_str());
         ++refused;
         continue;
       }

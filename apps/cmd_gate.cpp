@@ -307,7 +307,11 @@ void add_gate(CLI::App& app, Commands& cmds) {
         throw std::invalid_argument("--stats-json -: give a file (stdout carries the progress and the report)");
       std::vector<PathArg> outputs = {{"--journal", o->g.journal_path, true}, {"--stats-json", o->stats_json, true}};
       for (const auto& r : reports) outputs.push_back({r.option, r.path});
-      if (o->approve) outputs.push_back({"--approve (approvals file)", approvals_path});
+      const std::string rejections_path = kernels::rejections_path_for(o->g.table_path);
+      if (o->approve) {
+        outputs.push_back({"--approve (approvals file)", approvals_path});
+        outputs.push_back({"--approve (rejections file)", rejections_path});
+      }
       std::vector<PathArg> inputs = {{"table", o->g.table_path},
                                      {"--base", o->g.base_path},
                                      {"the table's approval policy", kernels::policy_path_for(o->g.table_path)}};
@@ -327,6 +331,18 @@ void add_gate(CLI::App& app, Commands& cmds) {
         check_read_write(approvals_path, "--approve (approvals file)");
         check_writable(approvals_path, "--approve (approvals file)");  // its folder: the rename and the lock
         approvals = kernels::load_approvals(approvals_path);
+        // The rejections file (routes.md D28): read before any work, so a
+        // damaged one is refused now, not after the campaign.
+        if (std::filesystem::exists(rejections_path) || std::filesystem::is_symlink(rejections_path)) {
+          check_read_write(rejections_path, "--approve (rejections file)");
+          try {
+            (void)kernels::load_rejections(rejections_path);
+          } catch (const std::exception& e) {
+            throw std::invalid_argument("--approve: the table's rejections file cannot be read (" +
+                                        std::string(e.what()) +
+                                        "); gate --approve remembers its failures there (docs/perf/routes.md D28)");
+          }
+        }
       }
       // The largest case of every window within host memory, before any
       // work: its inputs and one implementation's outputs (what any case of

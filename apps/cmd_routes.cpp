@@ -108,7 +108,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                  "Exit 1 when a route has no current approval (the dispatcher refuses its calls; "
                                  "not with --allow-unapproved), a current approval is below the policy minimum, "
                                  "the approvals file holds an INVALID record (listed with its reason; it approves "
-                                 "nothing) or a --pick is refused or falls back. With --files: the table's file paths as JSON, "
+                                 "nothing) or a --pick is refused or falls back. A record that a failure remembered in "
+                                 "the table's rejections file refutes (the same variant, source and backend failed a "
+                                 "case over budget at a T inside it) is listed as REFUTED and not counted; a damaged "
+                                 "rejections file is exit 2. With --files: the table's file paths as JSON, "
                                  "exit 0, no approval check");
   struct Opts {
     std::string table;
@@ -220,11 +223,22 @@ void add_routes(CLI::App& app, Commands& cmds) {
       const bool approvals_exist = std::filesystem::exists(approvals_path, ec);
       // Records a failure remembered beside the table refutes (a failed gate
       // --approve or derive, rejections.h; routes.md D28) count for nothing:
-      // said, and left out (a hand copy of an older approvals file cannot
-      // make a refuted approval current again).
+      // left out here and listed (after the header, or before the picks), so
+      // a hand copy of an older approvals file cannot make a refuted
+      // approval current again.
       kernels::Approvals approvals = kernels::load_approvals(approvals_path);
+      const size_t records_on_file = approvals.records.size();
+      std::vector<std::string> refuted_lines;
       {
-        const kernels::Rejections rej = kernels::load_rejections(kernels::rejections_path_for(o->table));
+        const std::string rej_path = kernels::rejections_path_for(o->table);
+        kernels::Rejections rej;
+        try {
+          rej = kernels::load_rejections(rej_path);
+        } catch (const std::exception& e) {
+          throw std::invalid_argument("the rejections file beside the table cannot be read, so the approvals its "
+                                      "failures refute cannot be told (docs/perf/routes.md D28): " +
+                                      std::string(e.what()));
+        }
         std::vector<kernels::Approval> kept;
         for (auto& x : approvals.records) {
           const auto q = std::find_if(rej.records.begin(), rej.records.end(),
@@ -233,14 +247,19 @@ void add_routes(CLI::App& app, Commands& cmds) {
             kept.push_back(std::move(x));
             continue;
           }
-          std::printf("REFUTED   %s approval of %s -> %s, not counted: the gate failed this variant's source there (%s "
-                      "remembered in %s: case %s, %s err/tol %g, %s)\n",
-                      x.backend.c_str(), printable_line(x.window()).c_str(), x.variant.c_str(),
-                      printable_line(q->window()).c_str(), printable_line(rej.path).c_str(), q->worst_case.c_str(),
-                      q->worst_output.c_str(), q->worst_err_tol, q->date.c_str());
+          char err[32];
+          std::snprintf(err, sizeof err, "%g", q->worst_err_tol);
+          refuted_lines.push_back("REFUTED   " + x.backend + " approval of " + printable_line(x.window()) + " -> " +
+                                  x.variant + ", not counted: the gate failed this variant's source there (" +
+                                  printable_line(q->window()) + " remembered in " + printable_line(rej.path) +
+                                  ": case " + q->worst_case + ", " + q->worst_output + " err/tol " + err + ", " +
+                                  q->date + ")");
         }
         approvals.records = std::move(kept);
       }
+      auto print_refuted = [&refuted_lines] {
+        for (const auto& l : refuted_lines) std::printf("%s\n", l.c_str());
+      };
       const kernels::Dispatcher d(kernels::load_route_table(o->table), std::move(approvals), o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
@@ -252,7 +271,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
           return n ? ", " + std::to_string(n) + " of them only for want of record_sha256 (normgate approvals)" : "";
         };
         const std::string what =
-            approvals_exist ? std::to_string(d.approvals().records.size()) + " records" +
+            approvals_exist ? std::to_string(records_on_file) + " records" +
+                                  (refuted_lines.empty() ? std::string()
+                                                         : ", " + std::to_string(refuted_lines.size()) +
+                                                               " REFUTED by a remembered failure, not counted") +
                                   (n_invalid ? ", " + std::to_string(n_invalid) + " INVALID" + unsealed_note()
                                              : std::string())
                             : std::string("no such file: no route is approved");
@@ -275,6 +297,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
                       printable(level(policy->minimum)).c_str(),
                       policy->target ? printable(level(*policy->target)).c_str() : "none");
         }
+        print_refuted();
         std::map<std::string, int> states;  // approval state -> routes, for the closing count
         // A policy verdict's shortfalls are the same sentence on most routes
         // (every approval of one campaign misses the target the same way):
@@ -395,6 +418,7 @@ void add_routes(CLI::App& app, Commands& cmds) {
       const kernels::DispatchCache cache(d, copts);
       std::vector<kernels::Pick> picks;
       for (const auto& key : keys) picks.push_back(cache.inspect(key, false));
+      print_refuted();
       int rc = 0;
       for (size_t i = 0; i < keys.size(); ++i) {
         const kernels::CallKey& key = keys[i];

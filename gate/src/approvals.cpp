@@ -21,6 +21,7 @@
 #include "normgate/core/report_util.h"
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/rejections.h"
+#include "normgate/seeds/case_id.h"
 #include "normgate/seeds/seed_set.h"
 
 namespace normgate::validators {
@@ -299,8 +300,17 @@ std::vector<kernels::Rejection> rejections_of(const GateResult& r) {
     x.H = w.route.H;
     x.w = w.route.w;
     x.form = w.route.form;
-    x.t_lo = x.gated_lo = w.route.t_lo;  // the whole window: its approvals are revoked whole
-    x.t_hi = x.gated_hi = w.route.t_hi;
+    // The proof is the worst case: its T alone is excluded (a window whose
+    // parts pass elsewhere stays approvable there); the gated window beside.
+    x.gated_lo = w.route.t_lo;
+    x.gated_hi = w.route.t_hi;
+    x.t_lo = w.route.t_lo;
+    x.t_hi = w.route.t_hi;
+    try {
+      const int64_t t = seeds::parse_case(w.worst_case).T;
+      if (t >= w.route.t_lo && t <= w.route.t_hi) x.t_lo = x.t_hi = t;
+    } catch (const std::exception&) {  // no parsable worst case: the whole window
+    }
     x.variant = std::string(w.route.variant->name);
     x.source_sha256 = std::string(w.route.variant->source_sha256);
     x.backend = r.backend;
@@ -329,8 +339,65 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
     throw std::invalid_argument("approval refused: the campaign that ran is weaker than the policy minimum of " +
                                 opt.table_path + " (" + policy.path + "):" + bullet_list(missing) +
                                 "\nno approval written");
-  const auto refused = approval_refusals(policy, r);
+  auto refused = approval_refusals(policy, r);
+  refused.resize(r.windows.size());
   std::vector<std::string> changes;
+  // Failures are remembered first (routes.md D28), in the table's rejections
+  // file (rejections.h; record_rejections takes the approvals lock itself,
+  // so before this function takes it): a run killed between the two steps
+  // leaves a remembered failure beside a record not yet revoked (`routes`
+  // leaves such a record out), never a revoked record with nothing
+  // remembered, which an older copy of the approvals file could bring back.
+  const std::string rejections_path = kernels::rejections_path_for(opt.table_path);
+  kernels::Rejections remembered;
+  bool rejections_read = true;
+  try {
+    remembered = kernels::load_rejections(rejections_path);
+  } catch (const std::exception& e) {
+    rejections_read = false;
+    changes.push_back("NOT checked against the remembered failures: " + std::string(e.what()));
+  }
+  const std::vector<kernels::Rejection> failed = rejections_of(r);
+  if (!failed.empty() && rejections_read) {
+    try {
+      (void)kernels::record_rejections(rejections_path, a.path, failed);
+      for (const auto& x : failed) {
+        const bool known = std::any_of(remembered.records.begin(), remembered.records.end(),
+                                       [&](const kernels::Rejection& q) { return q.same_claim(x); });
+        changes.push_back((known ? "already remembered: the failure of " : "remembered the failure of ") + x.window() +
+                          " -> " + x.variant + " in " + rejections_path + " (case " + x.worst_case + ")");
+        if (!known) remembered.records.push_back(x);
+      }
+    } catch (const std::exception& e) {
+      changes.push_back("NOT remembered in " + rejections_path + " (" + e.what() +
+                        "): an older copy of the approvals file could bring back what this gate revokes");
+    }
+  }
+  // A passing window that a remembered failure refutes (the same variant,
+  // source and backend failed a case over budget at a T inside it) is not
+  // approved: `normgate routes` and derive would not count it either.
+  for (size_t wi = 0; wi < r.windows.size(); ++wi) {
+    const auto& w = r.windows[wi];
+    if (!w.pass || w.control || w.incomplete || !refused[wi].empty() || !w.route.variant) continue;
+    kernels::Approval x;
+    x.op = w.route.op;
+    x.mode = w.route.mode;
+    x.H = w.route.H;
+    x.w = w.route.w;
+    x.form = w.route.form;
+    x.t_lo = w.route.t_lo;
+    x.t_hi = w.route.t_hi;
+    x.variant = std::string(w.route.variant->name);
+    x.source_sha256 = std::string(w.route.variant->source_sha256);
+    x.backend = r.backend;
+    for (const auto& q : remembered.records)
+      if (q.refutes(x)) {
+        refused[wi] = "a failure remembered in " + rejections_path + " refutes it (" + q.window() + ": case " +
+                      q.worst_case + ", " + q.worst_output + " err/tol " + std::to_string(q.worst_err_tol) + ", " +
+                      q.date + ")";
+        break;
+      }
+  }
   {
   // flock(2) on PATH.lock from the re-read to after the rename: gates of the
   // same table approve one at a time. (Not the table's .approvals.lock, which
@@ -355,30 +422,11 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
     }
   }
   const std::string before = kernels::approvals_to_json_text(a);
-  changes = update_approvals(a, r, routes, refused, !keep_all);
+  auto updates = update_approvals(a, r, routes, refused, !keep_all);
+  changes.insert(changes.end(), updates.begin(), updates.end());
   // Written only when something changed: a gate that approves nothing
   // leaves the file as it was, and creates none where there was none.
   if (kernels::approvals_to_json_text(a) != before) kernels::save_approvals(a);
-  }
-  // A window that failed over budget is remembered in the table's rejections
-  // file (rejections.h; record_rejections takes the same lock, so after it
-  // is released), as derive --gate winners remembers its failures: the
-  // proof outlives the revoked record, so that `approvals --merge-into`
-  // cannot bring back, from an older copy of the file, an approval this
-  // gate refuted, and derive does not route the variant there again.
-  const std::vector<kernels::Rejection> failed = rejections_of(r);
-  if (!failed.empty()) {
-    const std::string path = kernels::rejections_path_for(opt.table_path);
-    try {
-      const size_t n = kernels::record_rejections(path, a.path, failed);
-      for (const auto& x : failed)
-        if (n > 0)
-          changes.push_back("remembered the failure of " + x.window() + " -> " + x.variant + " in " + path + " (case " +
-                            x.worst_case + ")");
-    } catch (const std::exception& e) {
-      changes.push_back("NOT remembered in " + path + " (" + e.what() +
-                        "): an older copy of the approvals file could bring back what this gate revoked");
-    }
   }
   return changes;
 }

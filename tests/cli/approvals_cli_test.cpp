@@ -496,8 +496,10 @@ TEST(ApprovalsCliModes, AFailureInEitherModeRevokesADetVariantsRecords) {
   rt = cli("routes " + d + "/t.toml --accept-cpu-model");
   EXPECT_EQ(rt.code, 0) << rt.out;
   // The other way: a det window that fails revokes the nondet record of the
-  // same deterministic variant around it.
+  // same deterministic variant around it. (The failure remembered above
+  // would refuse that record's approval: routes.md D28; start afresh.)
   std::filesystem::remove(d + "/t.approvals.json");
+  std::filesystem::remove(d + "/t.rejections.json");
   table("bwd_fp32_blocked", {"det", "nondet"});
   ASSERT_EQ(cli("gate " + d + "/t.toml --windows mode=nondet --approve" + one).code, 0);
   g = cli("gate " + d + "/t.toml --windows mode=det" + cancel);
@@ -536,13 +538,21 @@ TEST(ApprovalsCliRejections, MergeIntoDoesNotBringBackARevokedRecord) {
   g = cli("gate " + d + "/t.toml --seeds 3x1" + base);
   EXPECT_EQ(g.code, 1) << g.out;
   EXPECT_TRUE(contains(g.out, "revoked cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64")) << g.out;
-  EXPECT_TRUE(contains(g.out, "remembered the failure of bwd det H=64 w=fp32 form=plain T=1..64 -> bwd_fp32_blocked"))
-      << g.out;
   const json rej = json::parse(slurp(d + "/t.rejections.json"));
   ASSERT_EQ(rej["rejections"].size(), 1u) << rej.dump(1);
   EXPECT_EQ(rej["rejections"][0]["variant"], "bwd_fp32_blocked");
   EXPECT_GT(rej["rejections"][0]["worst_err_tol"].get<double>(), 1.0);
-  EXPECT_EQ(rej["rejections"][0]["window"]["T"], json({1, 64}));
+  // The worst case's T alone is excluded; the gated window beside it.
+  const int64_t t_fail = rej["rejections"][0]["window"]["T"][0].get<int64_t>();
+  EXPECT_EQ(rej["rejections"][0]["window"]["T"], json({t_fail, t_fail}));
+  EXPECT_TRUE(t_fail >= 2 && t_fail <= 64) << t_fail;  // FP32 partials fail from T = 2
+  EXPECT_TRUE(contains(rej["rejections"][0]["worst_case"].get<std::string>(), "T=" + std::to_string(t_fail)))
+      << rej.dump(1);
+  EXPECT_EQ(rej["rejections"][0]["gated_T"], json({1, 64}));
+  const std::string tf = std::to_string(t_fail);
+  EXPECT_TRUE(contains(g.out, "remembered the failure of bwd det H=64 w=fp32 form=plain T=" + tf + ".." + tf +
+                                  " -> bwd_fp32_blocked"))
+      << g.out;
   CliRun chk = cli("approvals " + d + "/t.rejections.json");
   EXPECT_EQ(chk.code, 0) << chk.out;  // a valid, sealed rejections file
   const std::string after_fail = slurp(d + "/t.approvals.json");
@@ -566,8 +576,48 @@ TEST(ApprovalsCliRejections, MergeIntoDoesNotBringBackARevokedRecord) {
   EXPECT_TRUE(contains(rt.out, "REFUTED   cpu-model approval of bwd det H=64 w=fp32 form=plain T=1..64 -> "
                                "bwd_fp32_blocked, not counted"))
       << rt.out;
-  // Without the remembered failure the same file approves (the refusals
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model");
+  EXPECT_EQ(rt.code, 1) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "(1 records, 1 REFUTED by a remembered failure, not counted)")) << rt.out;
+  // Through a link elsewhere, named otherwise, the merge is refused too.
+  spit(d + "/t.approvals.json", after_fail);
+  std::filesystem::create_directories(d + "/elsewhere");
+  std::filesystem::create_symlink(d + "/t.approvals.json", d + "/elsewhere/cur.json");
+  m = cli("approvals " + d + "/old.approvals.json --merge-into " + d + "/elsewhere/cur.json");
+  EXPECT_EQ(m.code, 1) << m.out;
+  EXPECT_TRUE(contains(m.out, "the gate failed this variant's source there")) << m.out;
+  EXPECT_EQ(slurp(d + "/t.approvals.json"), after_fail);
+  // A passing gate of a window holding the failing T is not approved (what
+  // routes would refute); a window beside it is.
+  g = cli("gate " + d + "/t.toml --seeds normal:0..0" + base);
+  EXPECT_TRUE(contains(g.out, "refutes it")) << g.out;
+  EXPECT_EQ(json::parse(slurp(d + "/t.approvals.json"))["approvals"].size(), 0u);
+  spit(d + "/t.toml",
+       "arch = \"sm90a\"\ndescription = \"revoked\"\nroute = [\n"
+       "  { op = \"fwd\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 700], variant = \"fwd_rowwise\" },\n"
+       "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 1], "
+       "variant = \"bwd_fp32_blocked\" },\n"
+       "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [2, 64], "
+       "variant = \"bwd_det_chunked\" },\n]\n");
+  g = cli("gate " + d + "/t.toml --seeds 3x1" + base);
+  EXPECT_EQ(g.code, 0) << g.out;
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model --pick op=bwd,mode=det,H=64,w=fp32,form=plain,T=1");
+  EXPECT_EQ(rt.code, 0) << rt.out;
+  EXPECT_FALSE(contains(rt.out, "REFUTED")) << rt.out;
+  // The gate never writes a report over the rejections file.
+  g = cli("gate " + d + "/t.toml --seeds 3x1" + base + " --report-md " + d + "/t.rejections.json");
+  EXPECT_EQ(g.code, 2) << g.out;
+  EXPECT_TRUE(contains(g.out, "rejections file")) << g.out;
+  EXPECT_NO_THROW((void)json::parse(slurp(d + "/t.rejections.json")));
+  // Without the remembered failure the old file approves (the refusals
   // above are the rejection's), and the same merge adds the record.
+  spit(d + "/t.toml",
+       "arch = \"sm90a\"\ndescription = \"revoked\"\nroute = [\n"
+       "  { op = \"fwd\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 700], variant = \"fwd_rowwise\" },\n"
+       "  { op = \"bwd\", mode = \"det\", H = 64, w = \"fp32\", form = \"plain\", T = [1, 64], "
+       "variant = \"bwd_fp32_blocked\" },\n]\n");
+  std::filesystem::copy_file(d + "/old.approvals.json", d + "/t.approvals.json",
+                             std::filesystem::copy_options::overwrite_existing);
   std::filesystem::remove(d + "/t.rejections.json");
   rt = cli(pick);
   EXPECT_EQ(rt.code, 0) << rt.out;

@@ -641,19 +641,23 @@ std::vector<std::string> approval_refusals(const kernels::ApprovalPolicy& p, con
 /// campaign (nothing written); kernels::PolicyError when the policy is
 /// invalid; kernels::RouteTableError when the approvals file is damaged;
 /// std::runtime_error when the lock or the file cannot be written.
-/// Afterwards (the lock released) each window that failed over budget
+/// Before the approvals lock is taken, each window that failed over budget
 /// (rejections_of) is remembered in the table's rejections file
-/// (kernels::rejections_path_for(opt.table_path), record_rejections), so an
-/// older copy of the approvals file cannot bring back what this gate
-/// revoked (`approvals --merge-into` refuses such records); a failure to
-/// write it is a returned line starting "NOT remembered", not an exception.
+/// (kernels::rejections_path_for(opt.table_path), record_rejections, which
+/// locks the approvals itself), so an older copy of the approvals file
+/// cannot bring back what this gate revokes (`approvals --merge-into`
+/// refuses such records, `routes` does not count them); and a passing
+/// window that a remembered failure refutes (kernels::Rejection::refutes)
+/// is refused, not approved. A rejections file that cannot be read or
+/// written is a returned line starting "NOT", not an exception.
 std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, const GateOptions& opt);
 
 /// The rejection records (normgate/routing/rejections.h) that `r` proves:
 /// one per window that failed with a case over budget (worst err/tol > 1
 /// and a worst case; not a control, not an incomplete window, not a window
-/// failed only by errors, nondeterminism or an uncertified case), over the
-/// whole window (T = gated T), dated r.date, of r.backend. Never throws.
+/// failed only by errors, nondeterminism or an uncertified case), excluding
+/// the worst case's T alone (the whole window when the case id does not
+/// parse), gated_T the window, dated r.date, of r.backend. Never throws.
 std::vector<kernels::Rejection> rejections_of(const GateResult& r);
 
 }  // namespace normgate::validators
