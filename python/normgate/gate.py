@@ -818,7 +818,9 @@ def _path(v, what):
         raise ValueError("%s %r: directory %r does not exist" % (what, p, d))
     if os.path.isdir(p):
         raise ValueError("%s %r is a folder (give a file name)" % (what, p))
-    return p
+    # Absolute from here on: a step that changes the working directory must
+    # not move where the gate writes its reports or re-reads its table.
+    return os.path.abspath(p)
 
 
 def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_points=16, dense_step=64,
@@ -851,6 +853,9 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         of a deterministic implementation that gave different bits are no
         such error: the window FAILs, and no retry replaces it.
     report_md, report_json: where to write the reports (atomically).
+        Relative paths (these, journal, table, table_out) are taken against
+        the working directory when gate() is called: a step that changes
+        it does not move them.
     approve: write approvals beside the table (needs its policy); a window
         that fails revokes its earlier approval. The report's "approvals"
         lists the changes, and with progress on each is printed to stderr.

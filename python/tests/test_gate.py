@@ -90,6 +90,28 @@ def test_fp64_reference_passes(tmp_path):
     assert (tmp_path / "normgate-gate.toml").read_text().count("py_fp64_ref") == 2  # description + route
 
 
+def test_a_step_that_changes_directory_does_not_move_the_outputs(tmp_path, monkeypatch):
+    # Relative output paths are fixed when gate() is called: a step's chdir
+    # (here on its first call) does not send the journal, reports or table elsewhere.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    def wandering_step(g):
+        os.chdir(elsewhere)
+        return fp64_step(g)
+
+    impl = normgate.Implementation("py_wandering", wandering_step, sources=[fp64_step], device="cpu")
+    rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 40)}], journal="j.jsonl", report_json="r.json",
+                        report_md="r.md", **SMALL)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert os.getcwd() == str(elsewhere)  # the step did move
+    for name in ("j.jsonl", "r.json", "r.md", "normgate-gate.toml"):
+        assert (tmp_path / name).is_file(), name
+        assert not (elsewhere / name).exists(), name
+    assert rep["table_path"] == str(tmp_path / "normgate-gate.toml")
+
+
 def test_fp32_sequential_dw_fails_cancel(tmp_path):
     impl = normgate.Implementation("py_fp32_seq", fp32_sequential_dw_step, sources=[fp32_sequential_dw_step],
                                    device="cpu")
