@@ -121,6 +121,16 @@ int merge_approvals(const std::vector<std::string>& sources, const std::string& 
     throw std::invalid_argument("--merge-into " + target + ": a rejections file, not an approvals file");
   const std::string real = core::rename_target(target);  // the file written, and whose lock is taken
   check_writable(real, "--merge-into");
+  {
+    // The lock file (routing.h ApprovalsLock) must be one a lock can be
+    // taken on: said before any source is read, as a usage error.
+    std::error_code ec;
+    const auto st = fs::symlink_status(real + ".lock", ec);
+    if (!ec && fs::exists(st) && !fs::is_regular_file(fs::status(real + ".lock", ec)))
+      throw std::invalid_argument("--merge-into " + target + ": its lock file " + real +
+                                  ".lock exists and is not a regular file (remove it; writers of the approvals "
+                                  "file take their lock on it)");
+  }
   for (const auto& f : sources) {
     if (std::error_code ec; fs::equivalent(f, target, ec))  // any spelling, link or hard link of TARGET
       throw std::invalid_argument(f + " is the --merge-into file itself: nothing to merge");

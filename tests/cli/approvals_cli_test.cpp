@@ -579,6 +579,14 @@ TEST(ApprovalsCliRejections, MergeIntoDoesNotBringBackARevokedRecord) {
   rt = cli("routes " + d + "/t.toml --accept-cpu-model");
   EXPECT_EQ(rt.code, 1) << rt.out;
   EXPECT_TRUE(contains(rt.out, "(1 records, 1 REFUTED by a remembered failure, not counted)")) << rt.out;
+  // A folder where the lock file belongs: a usage error before any work.
+  std::filesystem::create_directory(d + "/t.approvals.json.lock.d");
+  std::filesystem::remove(d + "/t.approvals.json.lock");
+  std::filesystem::rename(d + "/t.approvals.json.lock.d", d + "/t.approvals.json.lock");
+  m = cli("approvals " + d + "/old.approvals.json --merge-into " + d + "/t.approvals.json");
+  EXPECT_EQ(m.code, 2) << m.out;
+  EXPECT_TRUE(contains(m.out, "t.approvals.json.lock exists and is not a regular file")) << m.out;
+  std::filesystem::remove(d + "/t.approvals.json.lock");
   // Through a link elsewhere, named otherwise, the merge is refused too.
   spit(d + "/t.approvals.json", after_fail);
   std::filesystem::create_directories(d + "/elsewhere");
