@@ -504,8 +504,10 @@ void add_gate(CLI::App& app, Commands& cmds) {
                                  o->g.journal_path + "': rerun with it to write the reports without running them again");
       }
       if (!to_stdout.empty()) write_report("-", to_stdout, report_fd);
+      int approvals_refused = 0;  // windows that passed but were not approved (policy, a remembered failure)
       if (o->approve) {
         const auto changes = validators::approve(approvals, res, o->g);
+        for (const auto& c : changes) approvals_refused += c.rfind("refused ", 0) == 0;
         std::printf("approvals %s (backend %s):%s\n", printable_line(approvals.path).c_str(), res.backend.c_str(),
                     changes.empty() ? " no change" : "");
         for (const auto& c : changes) std::printf("  %s\n", printable_line(c).c_str());
@@ -585,6 +587,13 @@ void add_gate(CLI::App& app, Commands& cmds) {
                     incomplete > 0 ? (" and " + std::to_string(incomplete) + " INCOMPLETE (cases missing)").c_str() : "",
                     errored > 0 ? ("; " + std::to_string(errored) + " ERROR (cases that could not run)").c_str() : "",
                     missing_note.c_str());
+      if (res.pass() && approvals_refused > 0) {
+        // --approve asked for approvals and some were refused (the "refused"
+        // lines above): the kernels passed, the request did not.
+        std::printf("approval refused for %d passing window%s (above): not approved; exit 1\n", approvals_refused,
+                    approvals_refused == 1 ? "" : "s");
+        return 1;
+      }
       return res.pass() ? 0 : 1;
     };
   });

@@ -229,9 +229,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
       kernels::Approvals approvals = kernels::load_approvals(approvals_path);
       const size_t records_on_file = approvals.records.size();
       std::vector<std::string> refuted_lines;
+      const std::string rej_path = kernels::rejections_path_for(o->table);
+      kernels::Rejections rej;
       {
-        const std::string rej_path = kernels::rejections_path_for(o->table);
-        kernels::Rejections rej;
         try {
           rej = kernels::load_rejections(rej_path);
         } catch (const std::exception& e) {
@@ -260,6 +260,32 @@ void add_routes(CLI::App& app, Commands& cmds) {
       auto print_refuted = [&refuted_lines] {
         for (const auto& l : refuted_lines) std::printf("%s\n", l.c_str());
       };
+      // A remembered failure of a route's variant (this build's source) at a
+      // T inside its window: no gate of that source approves the window
+      // (gate --approve refuses it), so the route needs another variant or a
+      // changed source. "" when none.
+      auto failed_inside = [&](const kernels::Route& r) -> std::string {
+        if (!r.variant) return {};
+        for (const auto& q : rej.records) {
+          kernels::Approval x;
+          x.op = r.op;
+          x.mode = r.mode;
+          x.H = r.H;
+          x.w = r.w;
+          x.form = r.form;
+          x.t_lo = r.t_lo;
+          x.t_hi = r.t_hi;
+          x.variant = std::string(r.variant->name);
+          x.source_sha256 = std::string(r.variant->source_sha256);
+          x.backend = q.backend;
+          if (q.refutes(x))
+            return "    failed: " + x.variant + " (this source) failed a " + q.backend + " gate at " +
+                   printable_line(q.window()) + " (case " + q.worst_case + ", remembered in " +
+                   printable_line(rej.path) + "): no gate of this source approves the window; route another "
+                   "variant there, or change its source";
+        }
+        return {};
+      };
       const kernels::Dispatcher d(kernels::load_route_table(o->table), std::move(approvals), o->policy);
       if (o->picks.empty()) {
         const size_t n_invalid = kernels::invalid_count(d.approvals());
@@ -285,6 +311,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
         std::printf("table     %s (%zu routes, arch %s, sha256 %s)\napprovals %s (%s)\n", printable_line(o->table).c_str(),
                     d.table().routes.size(), d.table().arch.c_str(), d.table().sha256.substr(0, 12).c_str(),
                     printable_line(d.approvals().path).c_str(), what.c_str());
+        if (!rej.records.empty())
+          std::printf("rejections %s (%zu remembered failures)\n", printable_line(rej.path).c_str(), rej.records.size());
         if (!policy) {
           std::printf("policy    no policy (%s does not exist): strength listed without a policy check; "
                       "`gate --approve` refuses until one is written\n",
@@ -326,6 +354,8 @@ void add_routes(CLI::App& app, Commands& cmds) {
           no_h_new += s.state == kernels::ApprovalState::current && !s.h_new_gated();
           std::printf("%s  %s  [%s] %s\n", printable_line(r.where()).c_str(), printable_line(r.describe()).c_str(),
                       std::string(kernels::to_string(s.state)).c_str(), printable_line(s.detail).c_str());
+          if (s.state != kernels::ApprovalState::current)
+            if (const std::string f = failed_inside(r); !f.empty()) std::printf("%s\n", f.c_str());
           ++states[std::string(kernels::to_string(s.state))];
           const bool cur = s.state == kernels::ApprovalState::current;
           current += cur;
@@ -446,6 +476,10 @@ void add_routes(CLI::App& app, Commands& cmds) {
             break;
           default:
             std::printf("REFUSED %s\n", printable_line(p.reason).c_str());
+            // A remembered failure inside the window: the gate the reason
+            // suggests cannot approve this source there.
+            if (p.route)
+              if (const std::string f = failed_inside(*p.route); !f.empty()) std::printf("%s\n", f.c_str());
             rc = 1;
             break;
         }

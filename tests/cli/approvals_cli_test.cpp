@@ -599,6 +599,17 @@ TEST(ApprovalsCliRejections, MergeIntoDoesNotBringBackARevokedRecord) {
   // routes would refute); a window beside it is.
   g = cli("gate " + d + "/t.toml --seeds normal:0..0" + base);
   EXPECT_TRUE(contains(g.out, "refutes it")) << g.out;
+  EXPECT_EQ(g.code, 1) << g.out;  // the kernels passed; the approval asked for did not happen
+  EXPECT_TRUE(contains(g.out, "verdict  PASS")) << g.out;
+  EXPECT_TRUE(contains(g.out, "approval refused for 1 passing window (above): not approved; exit 1")) << g.out;
+  // routes says why the route cannot be approved, and names the file.
+  rt = cli("routes " + d + "/t.toml --accept-cpu-model");
+  EXPECT_TRUE(contains(rt.out, "rejections " + d + "/t.rejections.json (1 remembered failures)")) << rt.out;
+  EXPECT_TRUE(contains(rt.out, "    failed: bwd_fp32_blocked (this source) failed a cpu-model gate at bwd det H=64 "
+                               "w=fp32 form=plain T=" + tf + ".." + tf))
+      << rt.out;
+  rt = cli(pick);
+  EXPECT_TRUE(contains(rt.out, "REFUSED") && contains(rt.out, "    failed: bwd_fp32_blocked (this source)")) << rt.out;
   EXPECT_EQ(json::parse(slurp(d + "/t.approvals.json"))["approvals"].size(), 0u);
   spit(d + "/t.toml",
        "arch = \"sm90a\"\ndescription = \"revoked\"\nroute = [\n"
