@@ -19,8 +19,9 @@ loop (docs/perf/backward.md, D16, compares both).
 A cubin: nvcc -cubin -arch=sm_90a -lineinfo ... (the build's flags). nvdisasm
 is looked up on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin, then in the
 triton package (which bundles one). Exit 2 for usage errors (a kernel pattern
-matching no function or several, an undecided branch on the path, an
-unreadable file), before any output."""
+matching no function or several, an undecided branch on the path, an address
+that is not one of the loop's conditional branches, an unreadable file),
+before any output."""
 import argparse
 import collections
 import json
@@ -217,6 +218,11 @@ def main():
             return 0
         decide = {a: True for a in taken}
         decide.update({a: False for a in not_taken})
+        branches = {a for a, _, t in ins if lo <= a < back and BRANCH.match(t) and BRANCH.match(t).group(1)}
+        unknown = sorted(set(decide) - branches)
+        if unknown:
+            raise UsageError("not a conditional branch of the loop: " + ", ".join(f"{a:05x}" for a in unknown) +
+                             " (--list shows them)")
         path = walk(ins, labels, head, back, decide)
     except UsageError as e:
         print(f"sass_hotpath: {e}", file=sys.stderr)

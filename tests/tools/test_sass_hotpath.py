@@ -3,8 +3,8 @@
 is the widest backward branch; an iteration counts the instructions on the
 path the given branch directions take (taken and not taken give different,
 hand-counted totals), by class and source line; an undecided branch on the
-path, a kernel pattern matching none or two functions, a bad address and a
-missing file are exit 2 naming the value, before any output."""
+path, a kernel pattern matching none or two functions, a bad address, one
+that is not a branch of the loop and a missing file are exit 2 naming the value, before any output."""
 import json
 import os
 import subprocess
@@ -92,6 +92,7 @@ def main():
     # Usage errors: exit 2, a message naming the value, nothing on stdout.
     for args, needle in [
         (("--kernel", "kernelA", "--taken", "40"), "000a0"),              # undecided branch on the path
+        (("--kernel", "kernelA", "--taken", "40,a0,50"), "00050"),        # not a branch of the loop
         (("--kernel", "kernel"), "matches 2 functions"),
         (("--kernel", "nosuch"), "matches 0 functions"),
         (("--kernel", "kernelA", "--taken", "4g"), "'4g'"),
