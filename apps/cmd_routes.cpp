@@ -265,25 +265,12 @@ void add_routes(CLI::App& app, Commands& cmds) {
       // (gate --approve refuses it), so the route needs another variant or a
       // changed source. "" when none.
       auto failed_inside = [&](const kernels::Route& r) -> std::string {
-        if (!r.variant) return {};
-        for (const auto& q : rej.records) {
-          kernels::Approval x;
-          x.op = r.op;
-          x.mode = r.mode;
-          x.H = r.H;
-          x.w = r.w;
-          x.form = r.form;
-          x.t_lo = r.t_lo;
-          x.t_hi = r.t_hi;
-          x.variant = std::string(r.variant->name);
-          x.source_sha256 = std::string(r.variant->source_sha256);
-          x.backend = q.backend;
-          if (q.refutes(x))
-            return "    failed: " + x.variant + " (this source) failed a " + q.backend + " gate at " +
-                   printable_line(q.window()) + " (case " + q.worst_case + ", remembered in " +
+        for (const auto& q : rej.records)
+          if (q.refutes(r, q.backend))
+            return "    failed: " + std::string(r.variant->name) + " (this source) failed a " + q.backend +
+                   " gate at " + printable_line(q.window()) + " (case " + q.worst_case + ", remembered in " +
                    printable_line(rej.path) + "): no gate of this source approves the window; route another "
                    "variant there, or change its source";
-        }
         return {};
       };
       const kernels::Dispatcher d(kernels::load_route_table(o->table), std::move(approvals), o->policy);

@@ -379,19 +379,8 @@ std::vector<std::string> approve(kernels::Approvals& a, const GateResult& r, con
   for (size_t wi = 0; wi < r.windows.size(); ++wi) {
     const auto& w = r.windows[wi];
     if (!w.pass || w.control || w.incomplete || !refused[wi].empty() || !w.route.variant) continue;
-    kernels::Approval x;
-    x.op = w.route.op;
-    x.mode = w.route.mode;
-    x.H = w.route.H;
-    x.w = w.route.w;
-    x.form = w.route.form;
-    x.t_lo = w.route.t_lo;
-    x.t_hi = w.route.t_hi;
-    x.variant = std::string(w.route.variant->name);
-    x.source_sha256 = std::string(w.route.variant->source_sha256);
-    x.backend = r.backend;
     for (const auto& q : remembered.records)
-      if (q.refutes(x)) {
+      if (q.refutes(w.route, r.backend)) {
         refused[wi] = "a failure remembered in " + rejections_path + " refutes it (" + q.window() + ": case " +
                       q.worst_case + ", " + q.worst_output + " err/tol " + std::to_string(q.worst_err_tol) + ", " +
                       q.date + ")";

@@ -1647,13 +1647,27 @@ bool Rejection::same_claim(const Rejection& o) const {
   return window() == o.window() && variant == o.variant && source_sha256 == o.source_sha256 && backend == o.backend;
 }
 
+namespace {
+// Rejection::refutes for a window given field by field (an approval record's
+// or a route's).
+bool refutes_window(const Rejection& q, Op op, Mode mode, int64_t H, WDtype w, Form form, int64_t lo, int64_t hi,
+                    std::string_view variant, std::string_view source, std::string_view backend) {
+  if (q.variant != variant || q.source_sha256 != source || q.backend != backend) return false;
+  if (q.op != op || q.H != H || q.w != w || q.form != form) return false;
+  const Variant* v = find_variant(variant);
+  const bool det_bwd = op == Op::bwd && v != nullptr && v->mode == Mode::det;
+  if (q.mode != mode && !det_bwd) return false;
+  return q.t_lo <= hi && lo <= q.t_hi;
+}
+}  // namespace
+
 bool Rejection::refutes(const Approval& x) const {
-  if (variant != x.variant || source_sha256 != x.source_sha256 || backend != x.backend) return false;
-  if (op != x.op || H != x.H || w != x.w || form != x.form) return false;
-  const Variant* v = find_variant(x.variant);
-  const bool det_bwd = x.op == Op::bwd && v != nullptr && v->mode == Mode::det;
-  if (mode != x.mode && !det_bwd) return false;
-  return t_lo <= x.t_hi && x.t_lo <= t_hi;
+  return refutes_window(*this, x.op, x.mode, x.H, x.w, x.form, x.t_lo, x.t_hi, x.variant, x.source_sha256, x.backend);
+}
+
+bool Rejection::refutes(const Route& r, std::string_view backend_) const {
+  return r.variant != nullptr && refutes_window(*this, r.op, r.mode, r.H, r.w, r.form, r.t_lo, r.t_hi, r.variant->name,
+                                                r.variant->source_sha256, backend_);
 }
 
 std::string rejections_path_for(const std::string& table_path) {

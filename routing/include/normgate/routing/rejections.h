@@ -71,6 +71,7 @@
 namespace normgate::kernels {
 
 struct Approval;  // normgate/routing/routing.h
+struct Route;     // normgate/routing/routing.h
 
 /// One rejection record (JSON names in the file comment).
 struct Rejection {
@@ -112,6 +113,10 @@ struct Rejection {
   /// on it), and T ranges that meet. `approvals --merge-into` refuses such a
   /// record and `normgate routes` does not count it (routes.md D28).
   bool refutes(const Approval& x) const;
+  /// The same for the record a gate of backend `backend_` would write for
+  /// route r (its window, its variant's source hash in this build); false
+  /// when r names no variant.
+  bool refutes(const Route& r, std::string_view backend_) const;
 };
 
 /// The rejections file of one table.
