@@ -239,21 +239,18 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                       "failures refute cannot be told (docs/perf/routes.md D28): " +
                                       std::string(e.what()));
         }
+        const std::vector<kernels::RefutedRecord> gone = kernels::refuted_records(approvals, rej);
         std::vector<kernels::Approval> kept;
-        for (auto& x : approvals.records) {
-          const auto q = std::find_if(rej.records.begin(), rej.records.end(),
-                                      [&](const kernels::Rejection& r) { return x.invalid.empty() && r.refutes(x); });
-          if (q == rej.records.end()) {
+        size_t g = 0;
+        for (size_t i = 0; i < approvals.records.size(); ++i) {
+          kernels::Approval& x = approvals.records[i];
+          if (g < gone.size() && gone[g].index == i) {
+            refuted_lines.push_back("REFUTED   " + x.backend + " approval of " + printable_line(x.window()) + " -> " +
+                                    x.variant + ", not counted: " + gone[g].reason);
+            ++g;
+          } else {
             kept.push_back(std::move(x));
-            continue;
           }
-          char err[32];
-          std::snprintf(err, sizeof err, "%g", q->worst_err_tol);
-          refuted_lines.push_back("REFUTED   " + x.backend + " approval of " + printable_line(x.window()) + " -> " +
-                                  x.variant + ", not counted: the gate failed this variant's source there (" +
-                                  printable_line(q->window()) + " remembered in " + printable_line(rej.path) +
-                                  ": case " + q->worst_case + ", " + q->worst_output + " err/tol " + err + ", " +
-                                  q->date + ")");
         }
         approvals.records = std::move(kept);
       }

@@ -87,7 +87,7 @@ DispatchCache::DispatchCache(Dispatcher d, DispatchCacheOptions options) : d_(st
       groups_.emplace_back(k, std::vector<Window>{});
       it = groups_.end() - 1;
     }
-    it->second.push_back({r.t_lo, r.t_hi, &r, approval_status(r, d_.approvals(), cpu).state});
+    it->second.push_back({r.t_lo, r.t_hi, &r, d_.approval_of(r).state});
   }
   std::sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) { return a.first < b.first; });
   for (Group& g : groups_)
@@ -157,7 +157,7 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
         return p;
       }
       // Cold path: the state's sentence again, for the message.
-      const ApprovalStatus s = approval_status(*it->route, d_.approvals(), d_.policy().accept_cpu_model);
+      const ApprovalStatus s = d_.approval_of(*it->route);
       const Variant& rv = *it->route->variant;
       // An implementation of the user's own is gated where it is registered:
       // the CLI knows a plugin's with --plugin, a Python one not at all.

@@ -1478,7 +1478,37 @@ Dispatcher::Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy pol
 Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy policy) {
   RouteTable t = load_route_table(table_path);
   Approvals a = load_approvals(approvals_path_for(table_path));
-  return Dispatcher(std::move(t), std::move(a), policy);
+  const Rejections rej = load_rejections(rejections_path_for(table_path));
+  const std::vector<RefutedRecord> gone = refuted_records(a, rej);
+  std::vector<std::pair<Approval, std::string>> refuted;
+  if (!gone.empty()) {
+    std::vector<Approval> kept;
+    size_t g = 0;
+    for (size_t i = 0; i < a.records.size(); ++i) {
+      if (g < gone.size() && gone[g].index == i) {
+        refuted.emplace_back(std::move(a.records[i]), gone[g].reason);
+        ++g;
+      } else {
+        kept.push_back(std::move(a.records[i]));
+      }
+    }
+    a.records = std::move(kept);
+  }
+  Dispatcher d(std::move(t), std::move(a), policy);
+  d.refuted_ = std::move(refuted);
+  return d;
+}
+
+ApprovalStatus Dispatcher::approval_of(const Route& r) const {
+  ApprovalStatus s = approval_status(r, approvals_, policy_.accept_cpu_model);
+  if (s.state != ApprovalState::current)
+    for (const auto& [x, why] : refuted_)
+      if (r.variant && x.variant == r.variant->name && contains_for(x, r)) {
+        s.detail += "; the " + x.backend + " approval of " + core::escape_controls(x.window(), false) +
+                    " does not count: " + why;
+        break;
+      }
+  return s;
 }
 
 Decision Dispatcher::inspect(const CallKey& k) const {
@@ -1487,7 +1517,7 @@ Decision Dispatcher::inspect(const CallKey& k) const {
   d.route = table_.find(k.op, k.mode, k.H, k.w, k.form, k.T);
   if (!d.route) return d;
   d.variant = d.route->variant;
-  d.approval = approval_status(*d.route, approvals_, policy_.accept_cpu_model);
+  d.approval = approval_of(*d.route);
   d.overridden = d.approval.state != ApprovalState::current && policy_.allow_unapproved;
   return d;
 }
@@ -1668,6 +1698,27 @@ bool Rejection::refutes(const Approval& x) const {
 bool Rejection::refutes(const Route& r, std::string_view backend_) const {
   return r.variant != nullptr && refutes_window(*this, r.op, r.mode, r.H, r.w, r.form, r.t_lo, r.t_hi, r.variant->name,
                                                 r.variant->source_sha256, backend_);
+}
+
+std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections& rej) {
+  std::vector<RefutedRecord> out;
+  for (size_t i = 0; i < a.records.size(); ++i) {
+    const Approval& x = a.records[i];
+    if (!x.invalid.empty()) continue;  // already counts for nothing
+    for (size_t k = 0; k < rej.records.size(); ++k) {
+      const Rejection& q = rej.records[k];
+      if (!q.refutes(x)) continue;
+      char err[32];
+      std::snprintf(err, sizeof err, "%g", q.worst_err_tol);
+      out.push_back({i, k,
+                     "the gate failed this variant's source there (" + core::escape_controls(q.window(), false) +
+                         " remembered in " + core::escape_controls(rej.path, false) + ": case " +
+                         core::escape_controls(q.worst_case, false) + ", " + q.worst_output + " err/tol " + err + ", " +
+                         core::escape_controls(q.date, false) + ")"});
+      break;
+    }
+  }
+  return out;
 }
 
 std::string rejections_path_for(const std::string& table_path) {

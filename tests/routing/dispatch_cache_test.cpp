@@ -3,6 +3,7 @@
 // with approvals written beside a copy of it (tests/util/dispatch_fixture.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -10,8 +11,10 @@
 
 #include "normgate/kernels/registry.h"
 #include "normgate/routing/dispatch_cache.h"
+#include "normgate/routing/rejections.h"
 #include "normgate/routing/routing.h"
 #include "util/dispatch_fixture.h"
+#include "util/rejection_fixture.h"
 
 namespace {
 
@@ -179,6 +182,73 @@ TEST(DispatchCache, MissingAndStaleApprovalsRefuseNamingTheWindow) {
   EXPECT_NE(q.reason.find("stale"), std::string::npos);
   // The approved windows of the same table still run.
   EXPECT_EQ(c.pick(call(Op::bwd, Mode::det, 64, WDtype::bf16, 5), false).kind, PickKind::routed);
+}
+
+// A failure remembered beside the table (rejections.h) refutes the records
+// of its variant, source and backend whose windows it meets: the runtime
+// counts them for nothing, as `normgate routes` does (routes.md D28).
+TEST(DispatchCache, ARememberedFailureRefutesItsRecordsAtRunTime) {
+  const test::DispatchFixture fx("refuted");
+  Sink sink;
+  {
+    const DispatchCache before(Dispatcher::from_files(fx.table), sink.options());
+    EXPECT_EQ(before.pick(call(Op::bwd, Mode::det, 64, WDtype::bf16, 5), false).kind, PickKind::routed);
+  }
+  Rejection q = test::valid_rejection();
+  q.variant = "bwd_det_chunked";
+  q.source_sha256 = std::string(variant("bwd_det_chunked").source_sha256);
+  q.backend = "gpu";
+  q.gpu = "NVIDIA H200";
+  q.t_lo = 40;
+  q.t_hi = 60;
+  q.gated_lo = 1;
+  q.gated_hi = 700;
+  q.worst_case = "H=64,T=50,w=bf16,form=plain,family=cancel,seed=3";
+  q.worst_err_tol = 1.25;
+  q.worst_output = "dx";
+  Rejection cpu = q;  // the same failure on the CPU models refutes no gpu record
+  cpu.backend = "cpu-model";
+  cpu.gpu = "cpu-model";
+  Rejection other_h = q;  // nor does one of another H
+  other_h.H = 128;
+  other_h.worst_case = "H=128,T=50,w=bf16,form=plain,family=cancel,seed=3";
+  const std::string rej = rejections_path_for(fx.table);
+  ASSERT_EQ(record_rejections(rej, approvals_path_for(fx.table), {cpu, other_h}), 2u);
+  EXPECT_TRUE(Dispatcher::from_files(fx.table).refuted().empty());
+  ASSERT_EQ(record_rejections(rej, approvals_path_for(fx.table), {q}), 1u);
+  const Dispatcher d = Dispatcher::from_files(fx.table);
+  // A det variant's bits do not depend on the mode: its det record (T =
+  // 1..700) and its nondet one (T = 1..100) both fall.
+  ASSERT_EQ(d.refuted().size(), 2u);
+  EXPECT_EQ(d.refuted()[0].first.window(), "bwd det H=64 w=bf16 form=plain T=1..700");
+  EXPECT_EQ(d.refuted()[1].first.window(), "bwd nondet H=64 w=bf16 form=plain T=1..100");
+  EXPECT_EQ(d.approvals().records.size(), 3u);  // of the fixture's 5
+  const DispatchCache c(Dispatcher::from_files(fx.table), sink.options());
+  for (const auto& [mode, T] : {std::pair{Mode::det, int64_t{5}}, std::pair{Mode::nondet, int64_t{100}}}) {
+    try {
+      (void)c.pick(call(Op::bwd, mode, 64, WDtype::bf16, T), false);
+      ADD_FAILURE() << "a refuted record approved T=" << T;
+    } catch (const UnapprovedRoute& e) {
+      EXPECT_EQ(e.state, ApprovalState::missing);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("does not count: the gate failed this variant's source there (bwd det H=64 w=bf16 "
+                       "form=plain T=40..60 remembered in " + rej + ": case H=64,T=50,w=bf16,form=plain,"
+                       "family=cancel,seed=3, dx err/tol 1.25, "),
+                std::string::npos)
+          << m;
+    }
+  }
+  // Records of other variants stand; T = 101 of the nondet group runs bwd_nondet_atomic.
+  EXPECT_EQ(c.pick(call(Op::bwd, Mode::nondet, 64, WDtype::bf16, 101), false).variant->name, "bwd_nondet_atomic");
+  EXPECT_EQ(c.pick(call(Op::fwd, Mode::det, 64, WDtype::bf16, 300), false).kind, PickKind::routed);
+  // A rejections file that cannot be read stops the load, naming it.
+  { std::ofstream(rej, std::ios::app) << "x"; }
+  try {
+    (void)Dispatcher::from_files(fx.table);
+    ADD_FAILURE() << "a damaged rejections file was read";
+  } catch (const RouteTableError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(rej, 0), 0u) << e.what();
+  }
 }
 
 TEST(DispatchCache, CpuModelApprovalsCountOnlyWhenThePolicySaysSo) {

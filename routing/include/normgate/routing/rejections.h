@@ -70,7 +70,8 @@
 
 namespace normgate::kernels {
 
-struct Approval;  // normgate/routing/routing.h
+struct Approval;   // normgate/routing/routing.h
+struct Approvals;  // normgate/routing/routing.h
 struct Route;     // normgate/routing/routing.h
 
 /// One rejection record (JSON names in the file comment).
@@ -151,6 +152,19 @@ Rejections load_rejections(const std::string& path);
 /// trailing newline). Throws std::invalid_argument naming the record when a
 /// record fails validate_rejection (a writer never seals a bad record).
 std::string rejections_to_json_text(const Rejections& r);
+
+/// One record an approvals file holds that a remembered failure refutes.
+struct RefutedRecord {
+  size_t index = 0;       ///< its position in the approvals file (file order)
+  size_t by = 0;          ///< the refuting record's position in the rejections file
+  std::string reason;     ///< "the gate failed this variant's source there (WINDOW remembered in PATH: case C, OUT err/tol E, DATE)"
+};
+
+/// Which valid records of `a` a record of `rej` refutes (Rejection::refutes
+/// (Approval); the first such rejection in file order), in `a`'s file
+/// order. What `normgate routes` leaves out and the dispatcher counts for
+/// nothing (routes.md D28). Never throws (std::bad_alloc aside).
+std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections& rej);
 
 /// Under ApprovalsLock(approvals_path): re-read `path`, append each record of
 /// `add` that no record there already claims (Rejection::same_claim), write

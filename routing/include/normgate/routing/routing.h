@@ -629,8 +629,13 @@ class Dispatcher {
   /// a negative control (loaded with allow_controls): controls are never
   /// dispatched.
   Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy policy = {});
-  /// Load `table_path` (controls refused) and the approvals next to it.
-  /// Throws RouteTableError as load_route_table / load_approvals.
+  /// Load `table_path` (controls refused), the approvals next to it and
+  /// the rejections file next to it (rejections.h; a missing one holds
+  /// none): a record a remembered failure refutes counts for nothing, as in
+  /// `normgate routes` (docs/perf/routes.md D28), so a hand copy of an older
+  /// approvals file cannot make such a route run; refuted() lists them and
+  /// a refusal of their route names the failure. Throws RouteTableError as
+  /// load_route_table / load_approvals / load_rejections (naming the file).
   static Dispatcher from_files(const std::string& table_path, DispatchPolicy policy = {});
 
   /// The decision for a call. Throws std::invalid_argument naming the call
@@ -645,11 +650,20 @@ class Dispatcher {
   const RouteTable& table() const { return table_; }
   const Approvals& approvals() const { return approvals_; }
   const DispatchPolicy& policy() const { return policy_; }
+  /// approval_status(r, approvals(), policy().accept_cpu_model), its detail
+  /// naming the failure that refuted a record of r's variant containing r's
+  /// window when r is not current (refuted()). Never throws.
+  ApprovalStatus approval_of(const Route& r) const;
+  /// The records from_files left out of approvals(), each with why
+  /// (RefutedRecord::reason), in file order; empty for a Dispatcher built
+  /// from a table and approvals directly.
+  const std::vector<std::pair<Approval, std::string>>& refuted() const { return refuted_; }
 
  private:
   RouteTable table_;
   Approvals approvals_;
   DispatchPolicy policy_;
+  std::vector<std::pair<Approval, std::string>> refuted_;
 };
 
 }  // namespace normgate::kernels
