@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 import types
+import warnings
 
 from . import _lib
 
@@ -868,6 +869,10 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
     cases that could not run; "INCOMPLETE" for missing cases), "pass",
     "windows" (per window: verdict, max err/tol per
     output, worst case, ...), "externals", "approvals" (the changes),
+    "approvals_refused" (those of "approvals" that say "refused ...": a
+    passing window not approved, below the policy or refuted by a failure
+    remembered beside the table, docs/perf/routes.md D28; with approve=True
+    and verdict PASS a RuntimeWarning says so, where `normgate gate` exits 1),
     "journal", "markdown" (the Markdown report's text), ...; a non-finite
     number (max err/tol of a NaN output) is a float inf or nan where the
     report_json file holds the string (docs/schemas.md, "Numbers").
@@ -1090,6 +1095,15 @@ def gate(impls, table=None, windows=None, seeds="5x120", t_per_window=8, dense_p
         if progress:  # what approve=True changed in the approvals file (approved, renewed, revoked, refused)
             for change in rep.get("approvals") or []:
                 print("normgate.gate: " + change, file=sys.stderr)
+        # A passing window whose approval was refused (below the policy, or a
+        # failure remembered beside the table refutes it): the kernels passed,
+        # the approval asked for did not happen (`normgate gate` exits 1).
+        rep["approvals_refused"] = [c for c in rep.get("approvals") or [] if c.startswith("refused ")]
+        if approve and rep["approvals_refused"] and rep.get("verdict") == "PASS":
+            n = len(rep["approvals_refused"])
+            warnings.warn("normgate.gate: approval refused for %d passing window%s, not approved (the report's "
+                          "approvals_refused says why): %s" % (n, "" if n == 1 else "s", rep["approvals_refused"][0]),
+                          RuntimeWarning, stacklevel=2)
         if state.interrupted:  # Ctrl-C after the last case: the report is complete, the interrupt still counts
             raise KeyboardInterrupt("normgate.gate interrupted after its last case")
         return rep

@@ -551,6 +551,19 @@ def test_approval_changes_are_printed(tmp_path, capsys):
     rep = normgate.gate(bad, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j2"), approve=True, **args)
     assert rep["verdict"] == "FAIL"
     assert "normgate.gate: revoked %s approval of bwd det H=64" % backend in capsys.readouterr().err
+    assert rep["approvals_refused"] == []
+    # The good one again under the same source hash: it passes, but the
+    # failure remembered beside the table refutes that source there
+    # (routes.md D28), so no approval: said in the report and as a warning
+    # (`normgate gate` exits 1), not a quiet PASS.
+    with pytest.warns(RuntimeWarning, match=r"approval refused for 1 passing window, not approved"):
+        rep = normgate.gate(impl, windows=[{"H": 64, "T": (1, 8)}], journal=str(tmp_path / "j3"), approve=True,
+                            **args)
+    assert rep["verdict"] == "PASS", rep["markdown"]
+    assert len(rep["approvals_refused"]) == 1 and "refutes" in rep["approvals_refused"][0], rep["approvals_refused"]
+    assert "normgate.gate: refused " in capsys.readouterr().err
+    with open(os.path.join(os.path.dirname(rep["table_path"]), "normgate-gate.approvals.json")) as f:
+        assert json.load(f)["approvals"] == []
 
 
 def test_a_refusal_by_the_library_leaves_the_table_as_it_was(tmp_path):
