@@ -102,12 +102,8 @@ std::string resolve(const std::string& f) {
 // The rejections file beside an approvals file (rejections.h):
 // dir/stem.rejections.json for dir/stem.approvals.json.
 kernels::Rejections rejections_beside(const std::string& approvals_path) {
-  constexpr std::string_view kSuffix = ".approvals.json";
-  const std::string& path = approvals_path;
-  const bool stem =
-      path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-  return kernels::load_rejections(stem ? path.substr(0, path.size() - kSuffix.size()) + ".rejections.json"
-                                       : kernels::rejections_path_for(path));
+  const std::string table = kernels::table_path_for_approvals(approvals_path);  // "" for an unusual name
+  return kernels::load_rejections(kernels::rejections_path_for(table.empty() ? approvals_path : table));
 }
 
 // normgate approvals FILES --merge-into TARGET (see the option's help).
