@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_util.h"
+#include "util/dispatch_fixture.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -384,6 +385,38 @@ TEST(Cli, VariantsMarkControls) {
   EXPECT_EQ(controls, 12);
   EXPECT_TRUE(contains(r.out, "ctl_eps_dropped op=bwd")) << r.out;
   EXPECT_TRUE(contains(r.out, "CONTROL MODEL-ONLY")) << r.out;
+}
+
+// --table: each line ends with the variant's standing there, as the
+// dispatcher counts it (tests/util/dispatch_fixture.h: current records for
+// the BF16 windows, a stale one for bwd det FP32, none for bwd nondet FP32).
+TEST(Cli, VariantsTableSaysEachVariantsStanding) {
+  const normgate::test::DispatchFixture fx("variants_cli");
+  const CliRun r = run("variants --table " + fx.table);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto line_of = [&](const std::string& name) {
+    std::istringstream in(r.out);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(name + " ", 0) == 0) return line;
+    return std::string();
+  };
+  EXPECT_TRUE(contains(line_of("bwd_det_chunked"),
+                       "| routes 3 (1 not current), fallback bwd_det; records: current gpu 2, cpu-model 0, stale 1"))
+      << r.out;
+  EXPECT_TRUE(contains(line_of("bwd_nondet_atomic"),
+                       "| routes 2 (1 not current), fallback bwd_nondet; records: current gpu 1, cpu-model 0, stale 0"))
+      << r.out;
+  EXPECT_TRUE(contains(line_of("fwd_rowwise"), "| routes 1, fallback fwd; records: current gpu 1, cpu-model 0, stale 0"))
+      << r.out;
+  EXPECT_TRUE(contains(line_of("bwd_det_lean"), "| routes 0; records: current gpu 0")) << r.out;
+  // Without --table the lines are the registry's alone.
+  EXPECT_FALSE(contains(run("variants").out, "| routes"));
+  // A table that is not there: a usage error naming it, nothing listed.
+  const CliRun bad = run("variants --table " + fx.dir + "/none.toml");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(contains(bad.out, "--table " + fx.dir + "/none.toml")) << bad.out;
+  EXPECT_FALSE(contains(bad.out, "fwd_rowwise")) << bad.out;  // stdout and stderr merged: nothing listed
 }
 
 // The FP32 baseline fails dw on a cancellation case and the report says where;
