@@ -96,6 +96,18 @@ void add_variants(CLI::App& app, Commands& cmds) {
         if (!table->empty()) line += status_text(st[std::string(v.name)]);
         std::printf("%s\n", line.c_str());
       }
+      // Records naming a variant this build does not have (a plugin not
+      // loaded, a renamed or removed variant): said, not dropped.
+      std::string unknown;
+      for (const auto& [name, s] : st)
+        if (!kernels::find_variant(name)) {
+          const int n = s.gpu + s.cpu + s.stale + s.refuted + s.invalid;
+          unknown += (unknown.empty() ? "" : ", ") + printable_line(name) + " (" + std::to_string(n) + " record" +
+                     (n == 1 ? "" : "s") + ")";
+        }
+      if (!unknown.empty())
+        std::printf("records of variants this normgate does not have (not listed above; a plugin not loaded?): %s\n",
+                    unknown.c_str());
       return 0;
     };
   });

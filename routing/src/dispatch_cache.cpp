@@ -169,6 +169,13 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
                     "', approve=True) in Python, at the table's policy minimum"
               : "normgate gate " + table().path + " --plugin LIB.so --windows '" + window_filter(*it->route) +
                     "' --approve, at the table's policy minimum";
+      if (const Rejection* q = d_.failed_inside(*it->route)) {
+        p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
+                   std::string(rv.name) + ") has no current approval in " + d_.approvals().path + ": " +
+                   std::string(to_string(it->state)) + ": " + s.detail + d_.failed_inside_text(*q) + "; or " +
+                   opt_.override_hint;
+        return p;
+      }
       p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
                  std::string(rv.name) + ") has no current approval in " + d_.approvals().path +
                  ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it" +

@@ -1478,7 +1478,7 @@ Dispatcher::Dispatcher(RouteTable table, Approvals approvals, DispatchPolicy pol
 Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy policy) {
   RouteTable t = load_route_table(table_path);
   Approvals a = load_approvals(approvals_path_for(table_path));
-  const Rejections rej = load_rejections(rejections_path_for(table_path));
+  Rejections rej = load_rejections(rejections_path_for(table_path));
   const std::vector<RefutedRecord> gone = refuted_records(a, rej);
   std::vector<std::pair<Approval, std::string>> refuted;
   if (!gone.empty()) {
@@ -1496,17 +1496,43 @@ Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy 
   }
   Dispatcher d(std::move(t), std::move(a), policy);
   d.refuted_ = std::move(refuted);
+  d.rejections_ = std::move(rej);
   return d;
+}
+
+const Rejection* Dispatcher::failed_inside(const Route& r) const {
+  for (const Rejection& q : rejections_.records)
+    if ((q.backend == kGpuBackend || policy_.accept_cpu_model) && q.refutes(r, q.backend)) return &q;
+  return nullptr;
+}
+
+std::string Dispatcher::failed_inside_text(const Rejection& q) const {
+  return ". No gate of this source approves the window: it failed a " + q.backend + " gate at " +
+         core::escape_controls(q.window(), false) + " (case " + core::escape_controls(q.worst_case, false) + ", " +
+         q.worst_output + " err/tol " + [&] {
+           char b[32];
+           std::snprintf(b, sizeof b, "%g", q.worst_err_tol);
+           return std::string(b);
+         }() + ", remembered in " + core::escape_controls(rejections_.path, false) +
+         "); route another variant there (normgate derive), or change its source";
 }
 
 ApprovalStatus Dispatcher::approval_of(const Route& r) const {
   ApprovalStatus s = approval_status(r, approvals_, policy_.accept_cpu_model);
-  if (s.state != ApprovalState::current)
+  // A refuted record of r's variant whose window meets r's: the whole
+  // window or one of the parts that would have covered it (union_covers).
+  auto meets = [&r](const Approval& x) {
+    const bool det_bwd = r.op == Op::bwd && r.variant->mode == Mode::det;
+    return x.variant == r.variant->name && x.op == r.op && (x.mode == r.mode || r.op == Op::fwd || det_bwd) &&
+           x.H == r.H && x.w == r.w && x.form == r.form && x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
+  };
+  if (s.state == ApprovalState::current || !r.variant) return s;
+  for (const bool own_mode : {true, false})  // a record of the route's own mode first
     for (const auto& [x, why] : refuted_)
-      if (r.variant && x.variant == r.variant->name && contains_for(x, r)) {
+      if (meets(x) && (!own_mode || x.mode == r.mode)) {
         s.detail += "; the " + x.backend + " approval of " + core::escape_controls(x.window(), false) +
                     " does not count: " + why;
-        break;
+        return s;
       }
   return s;
 }
@@ -1552,14 +1578,22 @@ Decision Dispatcher::pick(const CallKey& k) const {
     throw std::invalid_argument("no route for " + to_string(k) + " in " + table_.path +
                                 (k.T < 0 ? " (T < 0)" : covered) + fallback);
   }
-  if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved)
+  if (d.approval.state != ApprovalState::current && !policy_.allow_unapproved) {
+    // This build's source of the variant failed inside the window (a
+    // remembered rejection): no gate of it approves the window (gate
+    // --approve refuses), so the advice is another variant, not a gate.
+    const Rejection* failed = failed_inside(*d.route);
+    const std::string way =
+        failed ? failed_inside_text(*failed)
+               : ". Gate this window (" + approve_command_for(table_.path, window_filter(*d.route)) +
+                     "; add --plan first to see its cases)";
     throw UnapprovedRoute(to_string(k) + ": route " + d.route->where() + " (" + d.route->describe() +
                               ") has no current approval in " + approvals_.path + ": " +
-                              std::string(to_string(d.approval.state)) + ": " + d.approval.detail +
-                              ". Gate this window (" + approve_command_for(table_.path, window_filter(*d.route)) +
-                              "; add --plan first to see its cases), or override: `normgate routes "
+                              std::string(to_string(d.approval.state)) + ": " + d.approval.detail + way +
+                              ", or override: `normgate routes "
                               "--allow-unapproved` on the CLI, DispatchPolicy::allow_unapproved in C++",
                           d.approval.state);
+  }
   return d;
 }
 
@@ -1711,7 +1745,11 @@ std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections&
       char err[32];
       std::snprintf(err, sizeof err, "%g", q.worst_err_tol);
       out.push_back({i, k,
-                     "the gate failed this variant's source there (" + core::escape_controls(q.window(), false) +
+                     "the gate failed this variant's source " + x.source_sha256.substr(0, 12) +
+                         (find_variant(x.variant) && find_variant(x.variant)->source_sha256 == x.source_sha256
+                              ? " (this build's)"
+                              : " (not this build's)") +
+                         " there (" + core::escape_controls(q.window(), false) +
                          " remembered in " + core::escape_controls(rej.path, false) + ": case " +
                          core::escape_controls(q.worst_case, false) + ", " + q.worst_output + " err/tol " + err + ", " +
                          core::escape_controls(q.date, false) + ")"});
@@ -1825,6 +1863,11 @@ Rejections load_rejections(const std::string& path) {
   // As load_approvals: refused naming the reason; a missing file is none.
   if (const std::string why = core::regular_file_problem(path); !why.empty() && why != "no such file")
     throw RouteTableError(path + ": cannot read rejections: " + why);
+  // A missing file is none, but a link to a missing file is a file meant to
+  // be there: reading it as "no failures" would drop every refutation.
+  if (std::error_code ec; std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec)) &&
+                          !std::filesystem::exists(path, ec))
+    throw RouteTableError(path + ": cannot read rejections: a symbolic link to a missing file");
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     if (!std::filesystem::exists(path)) {

@@ -21,6 +21,7 @@ for f in bin/normgate bin/plot_maps.py lib/libnormgate_capi.so include/normgate/
          lib/cmake/normgate/normgateTargets.cmake lib/cmake/normgate/NormgatePlugin.cmake \
          include/normgate/plugin.h \
          share/normgate/routes/sm90a.toml share/normgate/routes/sm90a.approvals.json \
+         share/normgate/routes/sm90a.rejections.json \
          share/normgate/routes/sm90a@nvidia-h100-80gb-hbm3.toml \
          share/normgate/routes/sm90a.policy.toml share/normgate/routes/sm90a-ci.toml \
          share/normgate/routes/sm90a-ci.policy.toml; do

@@ -42,6 +42,7 @@ pkg=$("$py" -c "import os, normgate; print(os.path.dirname(normgate.__file__))")
 case "$pkg" in "$tmp/venv/"*) ;; *) fail "imported normgate from $pkg, not the environment";; esac
 for f in lib/libnormgate_capi.so bin/normgate bin/plot_maps.py include/normgate/capi.h \
          share/normgate/routes/sm90a.toml share/normgate/routes/sm90a.approvals.json \
+         share/normgate/routes/sm90a.rejections.json \
          share/normgate/routes/sm90a@nvidia-h100-80gb-hbm3.toml \
          share/normgate/routes/sm90a.policy.toml share/normgate/routes/sm90a-ci.toml \
          lib/cmake/normgate/normgateConfig.cmake _build_info.py; do

@@ -3,6 +3,8 @@
 // with approvals written beside a copy of it (tests/util/dispatch_fixture.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -231,17 +233,70 @@ TEST(DispatchCache, ARememberedFailureRefutesItsRecordsAtRunTime) {
     } catch (const UnapprovedRoute& e) {
       EXPECT_EQ(e.state, ApprovalState::missing);
       const std::string m = e.what();
-      EXPECT_NE(m.find("does not count: the gate failed this variant's source there (bwd det H=64 w=bf16 "
-                       "form=plain T=40..60 remembered in " + rej + ": case H=64,T=50,w=bf16,form=plain,"
-                       "family=cancel,seed=3, dx err/tol 1.25, "),
+      const std::string src = std::string(variant("bwd_det_chunked").source_sha256.substr(0, 12));
+      EXPECT_NE(m.find("does not count: the gate failed this variant's source " + src +
+                       " (this build's) there (bwd det H=64 w=bf16 form=plain T=40..60 remembered in " + rej +
+                       ": case H=64,T=50,w=bf16,form=plain,family=cancel,seed=3, dx err/tol 1.25, "),
                 std::string::npos)
           << m;
+      // This source failed inside the window: a gate would be refused, so
+      // the advice is another variant, not a gate.
+      EXPECT_NE(m.find("No gate of this source approves the window: it failed a gpu gate at bwd det H=64 w=bf16 "
+                       "form=plain T=40..60 (case H=64,T=50,w=bf16,form=plain,family=cancel,seed=3, dx err/tol "
+                       "1.25, remembered in " + rej + "); route another variant there"),
+                std::string::npos)
+          << m;
+      EXPECT_EQ(m.find("Gate it"), std::string::npos) << m;
     }
   }
   // Records of other variants stand; T = 101 of the nondet group runs bwd_nondet_atomic.
   EXPECT_EQ(c.pick(call(Op::bwd, Mode::nondet, 64, WDtype::bf16, 101), false).variant->name, "bwd_nondet_atomic");
   EXPECT_EQ(c.pick(call(Op::fwd, Mode::det, 64, WDtype::bf16, 300), false).kind, PickKind::routed);
-  // A rejections file that cannot be read stops the load, naming it.
+  // Approvals in parts (T = 1..40 and 41..700 cover the route together;
+  // the failure at T = 40..60 refutes both): a refuted part is named too,
+  // though neither contains the route's window.
+  {
+    const RouteTable t = load_route_table(fx.table);
+    Approvals a = load_approvals(approvals_path_for(fx.table));
+    for (const Route& r : t.routes)
+      if (r.op == Op::bwd && r.mode == Mode::det && r.w == WDtype::bf16) {
+        a.records.erase(std::remove_if(a.records.begin(), a.records.end(),
+                                       [&](const Approval& x) { return x.window() == r.window(); }),
+                        a.records.end());
+        for (const auto& [lo, hi] : {std::pair{int64_t{1}, int64_t{40}}, std::pair{int64_t{41}, int64_t{700}}}) {
+          Route part = r;
+          part.t_lo = lo;
+          part.t_hi = hi;
+          a.records.push_back(test::valid_approval(part, "", "gpu"));
+        }
+      }
+    save_approvals(a);
+    const DispatchCache parts(Dispatcher::from_files(fx.table), sink.options());
+    try {
+      (void)parts.pick(call(Op::bwd, Mode::det, 64, WDtype::bf16, 5), false);
+      ADD_FAILURE() << "a window covered in part by a refuted record was approved";
+    } catch (const UnapprovedRoute& e) {
+      EXPECT_NE(std::string(e.what()).find("the gpu approval of bwd det H=64 w=bf16 form=plain T=1..40 does not "
+                                           "count: the gate failed"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A rejections file that cannot be read stops the load, naming it; a
+  // link to a missing one too (no file meant to be there is read as none).
+  const std::string moved = rej + ".moved";
+  std::filesystem::rename(rej, moved);
+  std::filesystem::create_symlink(fx.dir + "/gone.json", rej);
+  try {
+    (void)Dispatcher::from_files(fx.table);
+    ADD_FAILURE() << "a dangling link to the rejections file was read as none";
+  } catch (const RouteTableError& e) {
+    EXPECT_NE(std::string(e.what()).find(rej + ": cannot read rejections: a symbolic link to a missing file"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(rej);
+  std::filesystem::rename(moved, rej);
   { std::ofstream(rej, std::ios::app) << "x"; }
   try {
     (void)Dispatcher::from_files(fx.table);

@@ -146,6 +146,7 @@
 #include <utility>
 #include <vector>
 
+#include "normgate/routing/rejections.h"
 #include "normgate/core/types.h"
 #include "normgate/kernels/registry.h"
 
@@ -651,9 +652,21 @@ class Dispatcher {
   const Approvals& approvals() const { return approvals_; }
   const DispatchPolicy& policy() const { return policy_; }
   /// approval_status(r, approvals(), policy().accept_cpu_model), its detail
-  /// naming the failure that refuted a record of r's variant containing r's
-  /// window when r is not current (refuted()). Never throws.
+  /// naming the failure that refuted a record of r's variant whose window
+  /// meets r's when r is not current (refuted()). Never throws.
   ApprovalStatus approval_of(const Route& r) const;
+  /// The first remembered failure (rejections()) of r's variant, in this
+  /// build's source, inside r's window on the gpu backend (also cpu-model
+  /// when the policy accepts CPU-model approvals): no gate of that source
+  /// approves r's window (gate --approve refuses), so a refusal advises
+  /// another variant instead of a gate. nullptr when none. Never throws.
+  const Rejection* failed_inside(const Route& r) const;
+  /// The sentence a refusal of r ends its reason with when failed_inside(r)
+  /// is not null: ". No gate of this source approves the window: ...".
+  std::string failed_inside_text(const Rejection& q) const;
+  /// The rejections file from_files read (empty for a Dispatcher built from
+  /// a table and approvals directly).
+  const Rejections& rejections() const { return rejections_; }
   /// The records from_files left out of approvals(), each with why
   /// (RefutedRecord::reason), in file order; empty for a Dispatcher built
   /// from a table and approvals directly.
@@ -664,6 +677,7 @@ class Dispatcher {
   Approvals approvals_;
   DispatchPolicy policy_;
   std::vector<std::pair<Approval, std::string>> refuted_;
+  Rejections rejections_;
 };
 
 }  // namespace normgate::kernels
