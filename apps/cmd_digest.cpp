@@ -43,6 +43,8 @@ struct DigestOptions {
   std::string out;
   int threads = 0;
   double deadline = 0;  // seconds; 0: none
+  std::string windows;  // gate --windows syntax: only records whose window it selects
+  bool this_gpu = false;  // only gpu records gated on the GPU model this runs on
 };
 
 int run_digest(const DigestOptions& o) {
@@ -89,12 +91,36 @@ int run_digest(const DigestOptions& o) {
       }
     }
   }
+  const validators::WindowFilter filter = validators::parse_window_filter(o.windows);  // names a bad term
+  if (o.this_gpu && b != Backend::gpu)
+    throw std::invalid_argument("--this-gpu: selects gpu records by the GPU model they were gated on; it needs "
+                                "--backend gpu (or auto on a CUDA machine)");
+  const std::string this_gpu = o.this_gpu ? kernels::device_info().name : std::string();
   const kernels::Approvals file = kernels::load_approvals(o.approvals);
   std::vector<const kernels::Approval*> todo;
-  size_t invalid = 0, repeated = 0;
+  size_t invalid = 0, repeated = 0, filtered = 0, other_gpu = 0;
   std::set<std::string> seen;  // a record listed twice is run once
   for (const auto& a : file.records) {
     if (!names.count(a.variant) || a.backend != backend_name) continue;
+    if (!filter.terms.empty()) {
+      kernels::Route r;  // the record's window as a route, for the filter
+      r.op = a.op;
+      r.mode = a.mode;
+      r.H = a.H;
+      r.w = a.w;
+      r.form = a.form;
+      r.t_lo = a.t_lo;
+      r.t_hi = a.t_hi;
+      r.variant = kernels::find_variant(a.variant);
+      if (!filter.matches(r)) {
+        ++filtered;
+        continue;
+      }
+    }
+    if (o.this_gpu && a.gpu != this_gpu) {
+      ++other_gpu;
+      continue;
+    }
     if (!a.invalid.empty()) {
       ++invalid;
       continue;
@@ -118,8 +144,11 @@ int run_digest(const DigestOptions& o) {
                    : "; it holds " + std::to_string(other) + " " +
                          (b == Backend::gpu ? std::string(kernels::kCpuModelBackend) + " ones (--backend cpu)"
                                             : std::string(kernels::kGpuBackend) + " ones (--backend gpu, on a GPU)");
+    const std::string left_out =
+        (filtered ? ", " + std::to_string(filtered) + " outside --windows" : std::string()) +
+        (other_gpu ? ", " + std::to_string(other_gpu) + " gated on another GPU model than " + this_gpu : std::string());
     throw std::invalid_argument(o.approvals + " holds no valid " + backend_name + " approval of the variants asked for (" +
-                                std::to_string(invalid) + " invalid" + hint + "); nothing was run or written");
+                                std::to_string(invalid) + " invalid" + left_out + hint + "); nothing was run or written");
   }
   // Every record's cases listed first: a record whose campaign cannot be
   // listed stops the run before any work.
@@ -136,6 +165,10 @@ int run_digest(const DigestOptions& o) {
   }
   if (invalid > 0) std::printf("note: %zu invalid records of these variants left out\n", invalid);
   if (repeated > 0) std::printf("note: %zu records listed twice in the file, run once\n", repeated);
+  if (filtered > 0) std::printf("note: %zu records outside --windows left out\n", filtered);
+  if (other_gpu > 0)
+    std::printf("note: %zu records gated on another GPU model than %s left out (--this-gpu)\n", other_gpu,
+                this_gpu.c_str());
   std::printf("digest: %zu approvals, %zu cases, backend %s\n", todo.size(), total, backend_name.c_str());
   std::fflush(stdout);
 
@@ -225,6 +258,12 @@ void add_digest(CLI::App& app, Commands& cmds) {
   add_backend_option(sub, o->backend, "Where the variants run: gpu (their kernels), cpu (their CPU models), auto");
   sub->add_option("--out", o->out, "The digests file to write (JSON, written whole or not at all)")->required();
   add_threads_option(sub, o->threads, "OpenMP threads for host generation and CPU models (0: default)");
+  sub->add_option("--windows", o->windows,
+                  "Only the records whose window this selects (gate --windows syntax: op, mode, H, w, form, "
+                  "variant, T=N or T=A..B overlapping), e.g. \"form=plain|res|heads4\"; a bad term is exit 2");
+  sub->add_flag("--this-gpu", o->this_gpu,
+                "Only the gpu records gated on the GPU model this runs on (approvals --carry and --vouch compare "
+                "bits on that model only: the others' campaigns would run for nothing)");
   sub->add_option("--deadline", o->deadline,
                   "Start no further approval after this many seconds (0: none); the file holds those done, "
                   "and the exit status is 1");

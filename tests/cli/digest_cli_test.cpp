@@ -761,6 +761,40 @@ TEST(Vouch, AnEquivalentVariantGetsTheRecordsAndADifferentOneIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// --windows runs only the records whose window the filter selects (gate
+// --windows syntax); --this-gpu (gpu records gated on this GPU model) needs
+// the gpu backend. Refusals before any work, nothing written.
+TEST_F(Carry, DigestWindowsSelectsRecordsAndThisGpuNeedsTheGpuBackend) {
+  const std::string base = "digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out ";
+  CliRun r = cli(base + dir + "/w.json --windows 'H=64,T=50'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "note: 2 records outside --windows left out")) << r.out;
+  const json w = json::parse(slurp(dir + "/w.json"));
+  ASSERT_EQ(w["entries"].size(), 1u);
+  EXPECT_EQ(w["entries"][0]["window"], "bwd det H=64 w=bf16 form=plain T=1..100");
+  // Its lines are the unfiltered run's for that record, bit for bit.
+  const json all = json::parse(slurp(dir + "/new.json"));
+  bool found = false;
+  for (const auto& e : all["entries"])
+    if (e["record_sha256"] == w["entries"][0]["record_sha256"]) {
+      EXPECT_EQ(e["lines"], w["entries"][0]["lines"]);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+  r = cli(base + dir + "/x.json --windows 'H=999'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "3 outside --windows")) << r.out;
+  r = cli(base + dir + "/x.json --windows 'colour=red'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "colour")) << r.out;
+  r = cli(base + dir + "/x.json --this-gpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--this-gpu: selects gpu records by the GPU model they were gated on; it needs "
+                               "--backend gpu"))
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.json"));
+}
+
 TEST(Digest, UsageErrorsBeforeAnyWork) {
   const std::string dir = std::string(NORMGATE_BINARY_DIR) + "/digest_cli_usage_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
