@@ -45,6 +45,7 @@ struct DigestOptions {
   double deadline = 0;  // seconds; 0: none
   std::string windows;  // gate --windows syntax: only records whose window it selects
   bool this_gpu = false;  // only gpu records gated on the GPU model this runs on
+  bool current = false;   // only records keyed to this build's source of their variant
 };
 
 int run_digest(const DigestOptions& o) {
@@ -98,7 +99,7 @@ int run_digest(const DigestOptions& o) {
   const std::string this_gpu = o.this_gpu ? kernels::device_info().name : std::string();
   const kernels::Approvals file = kernels::load_approvals(o.approvals);
   std::vector<const kernels::Approval*> todo;
-  size_t invalid = 0, repeated = 0, filtered = 0, other_gpu = 0;
+  size_t invalid = 0, repeated = 0, filtered = 0, other_gpu = 0, stale = 0;
   std::set<std::string> seen;  // a record listed twice is run once
   for (const auto& a : file.records) {
     if (!names.count(a.variant) || a.backend != backend_name) continue;
@@ -119,6 +120,10 @@ int run_digest(const DigestOptions& o) {
     }
     if (o.this_gpu && a.gpu != this_gpu) {
       ++other_gpu;
+      continue;
+    }
+    if (o.current && a.source_sha256 != kernels::variant(a.variant).source_sha256) {
+      ++stale;
       continue;
     }
     if (!a.invalid.empty()) {
@@ -146,7 +151,8 @@ int run_digest(const DigestOptions& o) {
                                             : std::string(kernels::kGpuBackend) + " ones (--backend gpu, on a GPU)");
     const std::string left_out =
         (filtered ? ", " + std::to_string(filtered) + " outside --windows" : std::string()) +
-        (other_gpu ? ", " + std::to_string(other_gpu) + " gated on another GPU model than " + this_gpu : std::string());
+        (other_gpu ? ", " + std::to_string(other_gpu) + " gated on another GPU model than " + this_gpu : std::string()) +
+        (stale ? ", " + std::to_string(stale) + " of another source (--current)" : std::string());
     throw std::invalid_argument(o.approvals + " holds no valid " + backend_name + " approval of the variants asked for (" +
                                 std::to_string(invalid) + " invalid" + left_out + hint + "); nothing was run or written");
   }
@@ -169,6 +175,7 @@ int run_digest(const DigestOptions& o) {
   if (other_gpu > 0)
     std::printf("note: %zu records gated on another GPU model than %s left out (--this-gpu)\n", other_gpu,
                 this_gpu.c_str());
+  if (stale > 0) std::printf("note: %zu records of another source than this build's left out (--current)\n", stale);
   std::printf("digest: %zu approvals, %zu cases, backend %s\n", todo.size(), total, backend_name.c_str());
   std::fflush(stdout);
 
@@ -264,6 +271,9 @@ void add_digest(CLI::App& app, Commands& cmds) {
   sub->add_flag("--this-gpu", o->this_gpu,
                 "Only the gpu records gated on the GPU model this runs on (approvals --carry and --vouch compare "
                 "bits on that model only: the others' campaigns would run for nothing)");
+  sub->add_flag("--current", o->current,
+                "Only the records keyed to this build's source of their variant: what --vouch counts (a carry's "
+                "NEW run needs the records of the old source, so not there)");
   sub->add_option("--deadline", o->deadline,
                   "Start no further approval after this many seconds (0: none); the file holds those done, "
                   "and the exit status is 1");

@@ -762,7 +762,7 @@ TEST(Vouch, AnEquivalentVariantGetsTheRecordsAndADifferentOneIsRefused) {
 }
 
 // --windows runs only the records whose window the filter selects (gate
-// --windows syntax); --this-gpu (gpu records gated on this GPU model) needs
+// --windows syntax), --current only those of this build's source; --this-gpu (gpu records gated on this GPU model) needs
 // the gpu backend. Refusals before any work, nothing written.
 TEST_F(Carry, DigestWindowsSelectsRecordsAndThisGpuNeedsTheGpuBackend) {
   const std::string base = "digest " + approvals + " --variant bwd_det_chunked --backend cpu --threads 1 --out ";
@@ -787,6 +787,10 @@ TEST_F(Carry, DigestWindowsSelectsRecordsAndThisGpuNeedsTheGpuBackend) {
   r = cli(base + dir + "/x.json --windows 'colour=red'");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "colour")) << r.out;
+  // The fixture's records are keyed to an older source (kFake): --current runs none.
+  r = cli(base + dir + "/x.json --current");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "3 of another source (--current)")) << r.out;
   r = cli(base + dir + "/x.json --this-gpu");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--this-gpu: selects gpu records by the GPU model they were gated on; it needs "
