@@ -260,7 +260,8 @@ void add_digest(CLI::App& app, Commands& cmds) {
   sub->add_option("--as", o->as,
                   "Run the campaigns of --variant V's approvals with this variant W of the same op instead; V "
                   "and W deterministic, not controls or external; one --variant; W must run the window of every "
-                  "valid record of V on --backend (stale ones too), else exit 2 before any work: the evidence "
+                  "valid record of V on --backend that --windows, --this-gpu and --current keep (stale ones too "
+                  "without --current), else exit 2 before any work: the evidence "
                   "`approvals --vouch` needs (docs/perf/routes.md D23)");
   add_backend_option(sub, o->backend, "Where the variants run: gpu (their kernels), cpu (their CPU models), auto");
   sub->add_option("--out", o->out, "The digests file to write (JSON, written whole or not at all)")->required();
