@@ -4,6 +4,7 @@
 // keeping the records on disk and adding no duplicate claim.
 #include <gtest/gtest.h>
 
+#include "util/approval_fixture.h"
 #include "util/rejection_fixture.h"
 
 #include <unistd.h>
@@ -160,6 +161,51 @@ TEST(Rejections, RecordKeepsWhatIsOnDiskAndAddsNoDuplicateClaim) {
   EXPECT_THROW((void)record_rejections(path, approvals_path_for(table), {bad}), std::invalid_argument);
   EXPECT_EQ(load_rejections(path).records.size(), 2u);
   std::filesystem::remove_all(d);
+}
+
+// refuted_records: which records a failure refutes (the same variant,
+// source and backend, windows that meet), in file order, the reason naming
+// the failed source and whether it is this build's; INVALID records never.
+TEST(Rejections, RefutedRecordsNameTheSourceAndSkipInvalidOnes) {
+  Route r;
+  r.op = Op::bwd;
+  r.mode = Mode::det;
+  r.H = 64;
+  r.w = WDtype::bf16;
+  r.form = Form::plain;
+  r.t_lo = 1;
+  r.t_hi = 100;
+  r.variant = find_variant("bwd_fp32_blocked");
+  ASSERT_NE(r.variant, nullptr);
+  Approvals a;
+  a.path = "x.approvals.json";
+  a.records.push_back(test::valid_approval(r));                     // this build's source, cpu-model: refuted
+  a.records.push_back(test::valid_approval(r, std::string(64, 'e')));  // another source: not by good()
+  Route far = r;
+  far.t_lo = 200;
+  far.t_hi = 300;
+  a.records.push_back(test::valid_approval(far));  // T = 200..300 does not meet 2..8
+  a.records.push_back(test::valid_approval(r));
+  a.records.back().invalid = "record_sha256 mismatch";  // counts for nothing already
+  a.records.push_back(test::valid_approval(r, "", "gpu"));  // another backend
+  Rejections rej;
+  rej.path = "x.rejections.json";
+  Rejection old = good();
+  old.source_sha256 = std::string(64, 'e');
+  rej.records = {good(), old};
+  const std::vector<RefutedRecord> got = refuted_records(a, rej);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].index, 0u);
+  EXPECT_EQ(got[0].by, 0u);
+  const std::string src = std::string(find_variant("bwd_fp32_blocked")->source_sha256.substr(0, 12));
+  EXPECT_EQ(got[0].reason, "the gate failed this variant's source " + src +
+                               " (this build's) there (bwd det H=64 w=bf16 form=plain T=2..8 remembered in "
+                               "x.rejections.json: case H=64,T=5,w=bf16,form=plain,family=cancel,seed=1, dw err/tol "
+                               "3.5, 2026-12-01T03:03:23Z)");
+  EXPECT_EQ(got[1].index, 1u);
+  EXPECT_EQ(got[1].by, 1u);
+  EXPECT_NE(got[1].reason.find("source eeeeeeeeeeee (not this build's) there"), std::string::npos) << got[1].reason;
+  EXPECT_TRUE(refuted_records(a, Rejections{}).empty());
 }
 
 }  // namespace
