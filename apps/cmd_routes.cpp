@@ -239,20 +239,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
                                       "failures refute cannot be told (docs/perf/routes.md D28): " +
                                       std::string(e.what()));
         }
-        const std::vector<kernels::RefutedRecord> gone = kernels::refuted_records(approvals, rej);
-        std::vector<kernels::Approval> kept;
-        size_t g = 0;
-        for (size_t i = 0; i < approvals.records.size(); ++i) {
-          kernels::Approval& x = approvals.records[i];
-          if (g < gone.size() && gone[g].index == i) {
-            refuted_lines.push_back("REFUTED   " + x.backend + " approval of " + printable_line(x.window()) + " -> " +
-                                    x.variant + ", not counted: " + gone[g].reason);
-            ++g;
-          } else {
-            kept.push_back(std::move(x));
-          }
-        }
-        approvals.records = std::move(kept);
+        for (const auto& [x, why] : kernels::take_refuted(approvals, rej))
+          refuted_lines.push_back("REFUTED   " + x.backend + " approval of " + printable_line(x.window()) + " -> " +
+                                  x.variant + ", not counted: " + why);
       }
       auto print_refuted = [&refuted_lines] {
         for (const auto& l : refuted_lines) std::printf("%s\n", l.c_str());
@@ -262,10 +251,9 @@ void add_routes(CLI::App& app, Commands& cmds) {
       // (gate --approve refuses it), so the route needs another variant or a
       // changed source. "" when none.
       auto failed_inside = [&](const kernels::Route& r) -> std::string {
-        for (const auto& q : rej.records)
-          if (q.refutes(r, q.backend))
-            return "    failed: " + std::string(r.variant->name) + " (this source) failed a " + q.backend +
-                   " gate at " + printable_line(q.window()) + " (case " + q.worst_case + ", remembered in " +
+        if (const kernels::Rejection* q = kernels::failure_inside(rej, r, true))
+          return "    failed: " + std::string(r.variant->name) + " (this source) failed a " + q->backend +
+                   " gate at " + printable_line(q->window()) + " (case " + q->worst_case + ", remembered in " +
                    printable_line(rej.path) + "): no gate of this source approves the window; route another "
                    "variant there, or change its source";
         return {};

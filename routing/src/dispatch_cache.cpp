@@ -159,6 +159,14 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
       // Cold path: the state's sentence again, for the message.
       const ApprovalStatus s = d_.approval_of(*it->route);
       const Variant& rv = *it->route->variant;
+      const std::string head = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() +
+                               ", variant " + std::string(rv.name) + ") has no current approval in " +
+                               d_.approvals().path + ": " + std::string(to_string(it->state)) + ": " + s.detail;
+      // This source failed inside the window: another variant, not a gate.
+      if (const Rejection* q = d_.failed_inside(*it->route)) {
+        p.reason = head + d_.failed_inside_text(*q) + "; or " + opt_.override_hint;
+        return p;
+      }
       // An implementation of the user's own is gated where it is registered:
       // the CLI knows a plugin's with --plugin, a Python one not at all.
       const std::string how =
@@ -169,16 +177,7 @@ Pick DispatchCache::decide(const CallKey& k, bool strict, bool query) const {
                     "', approve=True) in Python, at the table's policy minimum"
               : "normgate gate " + table().path + " --plugin LIB.so --windows '" + window_filter(*it->route) +
                     "' --approve, at the table's policy minimum";
-      if (const Rejection* q = d_.failed_inside(*it->route)) {
-        p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
-                   std::string(rv.name) + ") has no current approval in " + d_.approvals().path + ": " +
-                   std::string(to_string(it->state)) + ": " + s.detail + d_.failed_inside_text(*q) + "; or " +
-                   opt_.override_hint;
-        return p;
-      }
-      p.reason = to_string(k) + ": window " + it->route->window() + " (" + it->route->where() + ", variant " +
-                 std::string(rv.name) + ") has no current approval in " + d_.approvals().path +
-                 ": " + std::string(to_string(it->state)) + ": " + s.detail + ". Gate it" +
+      p.reason = head + ". Gate it" +
                  (d_.policy().accept_cpu_model ? std::string() : std::string(" on a CUDA machine")) + " (" + how +
                  (!core::same_file(d_.approvals().path, approvals_path_for(table().path))
                       ? "; it writes " + approvals_path_for(table().path) + ", not " + d_.approvals().path

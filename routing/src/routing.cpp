@@ -26,6 +26,7 @@
 #include "normgate/core/json_number.h"
 #include "normgate/core/json_strict.h"
 #include "normgate/core/printable.h"
+#include "normgate/core/report_util.h"
 #include "normgate/core/temp_files.h"
 #include "normgate/kernels/plan.h"
 #include "normgate/seeds/case_id.h"   // kMaxT of case ids
@@ -1261,15 +1262,19 @@ bool contains_for(const Approval& x, const Route& r) {
   return x.op == r.op && mode_answers(x, r) && x.H == r.H && x.w == r.w && x.form == r.form && x.t_lo <= r.t_lo &&
          r.t_hi <= x.t_hi;
 }
+// Whether x's window overlaps r's in r's group, its mode answering for r's.
+bool meets_for(const Approval& x, const Route& r) {
+  return x.op == r.op && mode_answers(x, r) && x.H == r.H && x.w == r.w && x.form == r.form && x.t_lo <= r.t_hi &&
+         r.t_lo <= x.t_hi;
+}
 // Whether x may cover part of r's window: a valid record of r's group (op,
 // mode for bwd as mode_answers says, H, w, form), variant and source hash, of
 // `backend`, whose window overlaps r's (approval_status's parts, uncovered_spans).
 bool covers_part(const Approval& x, const Route& r, std::string_view backend) {
   const std::string_view vname = r.variant ? r.variant->name : std::string_view{};
   const std::string_view hash = r.variant ? r.variant->source_sha256 : std::string_view{};
-  return x.op == r.op && mode_answers(x, r) && x.H == r.H && x.w == r.w && x.form == r.form &&
-         x.invalid.empty() && x.variant == vname && x.source_sha256 == hash && x.backend == backend &&
-         x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
+  return meets_for(x, r) && x.invalid.empty() && x.variant == vname && x.source_sha256 == hash &&
+         x.backend == backend;
 }
 }  // namespace
 
@@ -1479,21 +1484,7 @@ Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy 
   RouteTable t = load_route_table(table_path);
   Approvals a = load_approvals(approvals_path_for(table_path));
   Rejections rej = load_rejections(rejections_path_for(table_path));
-  const std::vector<RefutedRecord> gone = refuted_records(a, rej);
-  std::vector<std::pair<Approval, std::string>> refuted;
-  if (!gone.empty()) {
-    std::vector<Approval> kept;
-    size_t g = 0;
-    for (size_t i = 0; i < a.records.size(); ++i) {
-      if (g < gone.size() && gone[g].index == i) {
-        refuted.emplace_back(std::move(a.records[i]), gone[g].reason);
-        ++g;
-      } else {
-        kept.push_back(std::move(a.records[i]));
-      }
-    }
-    a.records = std::move(kept);
-  }
+  std::vector<std::pair<Approval, std::string>> refuted = take_refuted(a, rej);
   Dispatcher d(std::move(t), std::move(a), policy);
   d.refuted_ = std::move(refuted);
   d.rejections_ = std::move(rej);
@@ -1501,35 +1492,25 @@ Dispatcher Dispatcher::from_files(const std::string& table_path, DispatchPolicy 
 }
 
 const Rejection* Dispatcher::failed_inside(const Route& r) const {
-  for (const Rejection& q : rejections_.records)
-    if ((q.backend == kGpuBackend || policy_.accept_cpu_model) && q.refutes(r, q.backend)) return &q;
-  return nullptr;
+  return failure_inside(rejections_, r, policy_.accept_cpu_model);
 }
 
 std::string Dispatcher::failed_inside_text(const Rejection& q) const {
   return ". No gate of this source approves the window: it failed a " + q.backend + " gate at " +
          core::escape_controls(q.window(), false) + " (case " + core::escape_controls(q.worst_case, false) + ", " +
-         q.worst_output + " err/tol " + [&] {
-           char b[32];
-           std::snprintf(b, sizeof b, "%g", q.worst_err_tol);
-           return std::string(b);
-         }() + ", remembered in " + core::escape_controls(rejections_.path, false) +
+         q.worst_output + " err/tol " + validators::detail::fmt("%g", q.worst_err_tol) + ", remembered in " + core::escape_controls(rejections_.path, false) +
          "); route another variant there (normgate derive), or change its source";
 }
 
 ApprovalStatus Dispatcher::approval_of(const Route& r) const {
   ApprovalStatus s = approval_status(r, approvals_, policy_.accept_cpu_model);
-  // A refuted record of r's variant whose window meets r's: the whole
-  // window or one of the parts that would have covered it (union_covers).
-  auto meets = [&r](const Approval& x) {
-    const bool det_bwd = r.op == Op::bwd && r.variant->mode == Mode::det;
-    return x.variant == r.variant->name && x.op == r.op && (x.mode == r.mode || r.op == Op::fwd || det_bwd) &&
-           x.H == r.H && x.w == r.w && x.form == r.form && x.t_lo <= r.t_hi && r.t_lo <= x.t_hi;
-  };
+  // A refuted record of r's variant whose window meets r's (as a part
+  // approval_status would count: meets_for): the whole window or one of the
+  // parts that would have covered it.
   if (s.state == ApprovalState::current || !r.variant) return s;
   for (const bool own_mode : {true, false})  // a record of the route's own mode first
     for (const auto& [x, why] : refuted_)
-      if (meets(x) && (!own_mode || x.mode == r.mode)) {
+      if (x.variant == r.variant->name && meets_for(x, r) && (!own_mode || x.mode == r.mode)) {
         s.detail += "; the " + x.backend + " approval of " + core::escape_controls(x.window(), false) +
                     " does not count: " + why;
         return s;
@@ -1742,8 +1723,6 @@ std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections&
     for (size_t k = 0; k < rej.records.size(); ++k) {
       const Rejection& q = rej.records[k];
       if (!q.refutes(x)) continue;
-      char err[32];
-      std::snprintf(err, sizeof err, "%g", q.worst_err_tol);
       out.push_back({i, k,
                      "the gate failed this variant's source " + x.source_sha256.substr(0, 12) +
                          (find_variant(x.variant) && find_variant(x.variant)->source_sha256 == x.source_sha256
@@ -1751,12 +1730,35 @@ std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections&
                               : " (not this build's)") +
                          " there (" + core::escape_controls(q.window(), false) +
                          " remembered in " + core::escape_controls(rej.path, false) + ": case " +
-                         core::escape_controls(q.worst_case, false) + ", " + q.worst_output + " err/tol " + err + ", " +
+                         core::escape_controls(q.worst_case, false) + ", " + q.worst_output + " err/tol " +
+                         validators::detail::fmt("%g", q.worst_err_tol) + ", " +
                          core::escape_controls(q.date, false) + ")"});
       break;
     }
   }
   return out;
+}
+
+std::vector<std::pair<Approval, std::string>> take_refuted(Approvals& a, const Rejections& rej) {
+  const std::vector<RefutedRecord> gone = refuted_records(a, rej);
+  std::vector<std::pair<Approval, std::string>> out;
+  if (gone.empty()) return out;
+  std::vector<Approval> kept;
+  size_t g = 0;
+  for (size_t i = 0; i < a.records.size(); ++i) {
+    if (g < gone.size() && gone[g].index == i)
+      out.emplace_back(std::move(a.records[i]), gone[g++].reason);
+    else
+      kept.push_back(std::move(a.records[i]));
+  }
+  a.records = std::move(kept);
+  return out;
+}
+
+const Rejection* failure_inside(const Rejections& rej, const Route& r, bool cpu_model_too) {
+  for (const Rejection& q : rej.records)
+    if ((q.backend == kGpuBackend || cpu_model_too) && q.refutes(r, q.backend)) return &q;
+  return nullptr;
 }
 
 std::string rejections_path_for(const std::string& table_path) {

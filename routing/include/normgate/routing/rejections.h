@@ -63,6 +63,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "normgate/core/types.h"
@@ -165,6 +166,17 @@ struct RefutedRecord {
 /// order. What `normgate routes` leaves out and the dispatcher counts for
 /// nothing (routes.md D28). Never throws (std::bad_alloc aside).
 std::vector<RefutedRecord> refuted_records(const Approvals& a, const Rejections& rej);
+
+/// Moves the records refuted_records(a, rej) names out of a.records (the
+/// others keep their order) and returns each with its reason, in file
+/// order: what `normgate routes` and Dispatcher::from_files leave out.
+std::vector<std::pair<Approval, std::string>> take_refuted(Approvals& a, const Rejections& rej);
+
+/// The first record of `rej` (file order) that refutes route r on the gpu
+/// backend, or also on cpu-model when `cpu_model_too` (Rejection::refutes
+/// (Route, backend): r's variant in this build's source failed inside r's
+/// window, so no gate of that source approves it); nullptr when none.
+const Rejection* failure_inside(const Rejections& rej, const Route& r, bool cpu_model_too);
 
 /// Under ApprovalsLock(approvals_path): re-read `path`, append each record of
 /// `add` that no record there already claims (Rejection::same_claim), write
