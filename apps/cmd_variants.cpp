@@ -55,10 +55,11 @@ void add_variants(CLI::App& app, Commands& cmds) {
       // The table, its approvals and rejections before any output: a bad
       // one is a usage error (exit 2) naming the file.
       std::map<std::string, Standing> st;
-      if (!table->empty()) {
+      if (!table->empty())
         if (const std::string why = core::regular_file_problem(*table); !why.empty())
           throw std::invalid_argument("--table " + *table + ": " + why);
-        load_plugins(*plugins);
+      load_plugins(*plugins);
+      if (!table->empty()) {
         const kernels::Dispatcher d = [&] {
           try {
             return kernels::Dispatcher::from_files(*table);
@@ -87,10 +88,8 @@ void add_variants(CLI::App& app, Commands& cmds) {
             ++(x.backend == kernels::kGpuBackend ? s.gpu : s.cpu);
         }
         for (const auto& [x, why] : d.refuted()) ++st[x.variant].refuted;
-      } else {
-        load_plugins(*plugins);
+        std::printf("table %s\n", printable_line(*table).c_str());
       }
-      if (!table->empty()) std::printf("table %s\n", printable_line(*table).c_str());
       for (const auto& v : kernels::variants()) {
         std::string line = kernels::describe(v);
         if (!table->empty()) line += status_text(st[std::string(v.name)]);
